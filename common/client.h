@@ -1,0 +1,64 @@
+/*
+ * client: a small blocking client of the wire protocol for tests, tools and benchmarks:
+ * connect with a timeout, queue many requests, flush them in one write, and read replies
+ * as they come, matching them by id. Not used on the router's hot path (which has its own
+ * libuv connections) and not thread-safe: one client per thread.
+ */
+#ifndef RL_CLIENT_H
+#define RL_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire.h"
+
+struct rl_client;
+
+/* Connects to host:port within timeout_ms. Returns 0 with *out set, or a negative errno
+ * (-ETIMEDOUT, -ECONNREFUSED, ...). */
+int rl_client_connect(struct rl_client **out, const char *host, uint16_t port, int timeout_ms);
+
+/* Connects to "host:port". */
+int rl_client_connect_addr(struct rl_client **out, const char *hostport, int timeout_ms);
+
+void rl_client_destroy(struct rl_client *c);
+
+/* Queues a request (its id is the caller's) or raw bytes; nothing is sent until flush. */
+int rl_client_queue(struct rl_client *c, const struct rl_wire_req *req);
+int rl_client_queue_raw(struct rl_client *c, const void *p, size_t n);
+
+/* Writes everything queued within timeout_ms. Returns 0 or a negative errno. */
+int rl_client_flush(struct rl_client *c, int timeout_ms);
+
+/*
+ * Reads the next reply within timeout_ms. Returns 0 with *rep filled (its strings valid until
+ * the next call), -ETIMEDOUT, -ECONNRESET when the server closed, or -EPROTO on a bad frame.
+ */
+int rl_client_recv(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
+
+/* One CHECK, waited for. endpoint may be NULL. Returns 0 with *rep set (rep->op may be
+ * RL_WIRE_OP_ERROR), or a negative errno. */
+int rl_client_check(struct rl_client *c, const char *service, const char *user,
+                    const char *endpoint, uint32_t cost, struct rl_wire_reply *rep,
+                    int timeout_ms);
+
+/*
+ * Pipelined CHECKs: sends reqs[0..n) in one write with ids 1..n (overwriting theirs) and
+ * waits for all n replies, storing the reply to reqs[i] in reps[i] whatever the order they
+ * arrive in. Returns 0, or a negative errno if any reply is missing after timeout_ms.
+ */
+int rl_client_check_many(struct rl_client *c, struct rl_wire_req *reqs, size_t n,
+                         struct rl_wire_check_reply *reps, int timeout_ms);
+
+/* PING, STATS and CLOCK, waited for. For STATS, *rep holds the map. */
+int rl_client_ping(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
+int rl_client_stats(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
+int rl_client_clock(struct rl_client *c, uint64_t now_ms, int timeout_ms);
+
+/* A STATS value by key, or def when absent. */
+int64_t rl_client_stat(const struct rl_wire_reply *rep, const char *key, int64_t def);
+
+/* The socket, for tests that poll it or half-close it. */
+int rl_client_fd(const struct rl_client *c);
+
+#endif

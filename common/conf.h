@@ -1,0 +1,120 @@
+/*
+ * conf: cluster.conf (CONFIG.md) parsed with libinih into one immutable struct, and the rule
+ * model: services, endpoints, tiers, failure policy and mode. Every process loads the same
+ * file through this module. Not for command-line options, which each main.c owns.
+ */
+#ifndef RL_CONF_H
+#define RL_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Algorithms: X(NAME, text, has_burst). */
+#define RL_ALGO_MAP(X)                                                                             \
+    X(FIXED_WINDOW, "fixed_window", false)                                                         \
+    X(SLIDING_WINDOW_LOG, "sliding_window_log", false)                                             \
+    X(SLIDING_WINDOW_COUNTER, "sliding_window_counter", false)                                     \
+    X(TOKEN_BUCKET, "token_bucket", true)                                                          \
+    X(GCRA, "gcra", true)                                                                          \
+    X(LEAKY_BUCKET, "leaky_bucket", true)
+
+enum rl_algo {
+#define RL_CONF_ENUM(n, s, b) RL_ALGO_##n,
+    RL_ALGO_MAP(RL_CONF_ENUM)
+#undef RL_CONF_ENUM
+        RL_ALGO_COUNT
+};
+
+const char *rl_algo_name(enum rl_algo a);
+
+/* Bounds the parser enforces, so the algorithms' integer arithmetic cannot overflow. */
+#define RL_CONF_LIMIT_MAX 4294967295u  /* N and B, in cost units */
+#define RL_CONF_WINDOW_MAX 4294967295u /* W in ms: about 49.7 days */
+
+/* One `limit = ALGO N per DURATION [burst B]` line. */
+struct rl_tier {
+    enum rl_algo algo;
+    uint32_t limit;     /* N */
+    uint32_t window_ms; /* W, >= 1 */
+    uint32_t burst;     /* B; N when not given; meaningful for the bucket algorithms */
+    uint16_t id;        /* index in rl_conf.tiers: unique across the whole file */
+};
+
+/* One `[service S]` or `[service S E]` section. */
+struct rl_rule {
+    char *service;
+    char *endpoint;     /* NULL for the service-wide section */
+    bool fail_closed;   /* failure = closed */
+    bool shadow;        /* mode = shadow */
+    uint32_t id;        /* index in rl_conf.rules */
+    uint32_t first_tier; /* its tiers are tiers[first_tier .. first_tier + ntiers) */
+    uint32_t ntiers;
+    int line;           /* where the section starts, for messages */
+};
+
+struct rl_node_conf {
+    char *name;
+    char *host;      /* from listen */
+    uint16_t port;
+    uint64_t memory; /* bytes of counters before eviction; 0 = the default */
+    int line;
+};
+
+#define RL_CONF_DEFAULT_MEMORY (1024ull * 1024 * 1024)
+
+struct rl_conf {
+    char *path;
+    /* [cluster] */
+    char *cluster_name;          /* default "default" */
+    char *zookeeper;             /* "" = static membership */
+    uint32_t session_timeout_ms; /* default 4000 */
+    uint32_t shards;             /* default 4096, 1..1048576 */
+    /* [router] */
+    char *router_host; /* default 127.0.0.1 */
+    uint16_t router_port;  /* default 7400 */
+    uint32_t deadline_ms;  /* default 50 */
+    char *request_log;     /* "" = off */
+    uint32_t log_sample;   /* log one request in N; default 1 */
+    /* [node NAME] sections, in file order */
+    struct rl_node_conf *nodes;
+    size_t nnodes;
+    /* [service ...] sections, in file order, and all their tiers */
+    struct rl_rule *rules;
+    size_t nrules;
+    struct rl_tier *tiers;
+    size_t ntiers;
+    /* private: the (service, endpoint) -> rule index */
+    uint32_t *index;
+    size_t index_cap;
+};
+
+/*
+ * Loads path. Returns 0 with *out set (free with rl_conf_destroy), or a negative errno with
+ * err holding one line "FILE:LINE: what is wrong" (or "FILE: what is wrong" when the file
+ * cannot be read).
+ */
+int rl_conf_load(const char *path, struct rl_conf **out, char *err, size_t errlen);
+
+/* The same from a string, naming it `name` in errors (tests). */
+int rl_conf_parse(const char *name, const char *text, struct rl_conf **out, char *err,
+                  size_t errlen);
+
+void rl_conf_destroy(struct rl_conf *c);
+
+/*
+ * The rule for a request: the `[service S E]` section if it exists, else `[service S]`, else
+ * NULL (NO_RULE). An endpoint of length 0 (nil or "") selects `[service S]` only.
+ */
+const struct rl_rule *rl_conf_rule(const struct rl_conf *c, const char *service, size_t slen,
+                                   const char *endpoint, size_t elen);
+
+/* The [node NAME] section, or NULL. */
+const struct rl_node_conf *rl_conf_node(const struct rl_conf *c, const char *name);
+
+/* Value parsers, shared with the command lines. Each returns NULL or a short phrase. */
+const char *rl_conf_parse_duration_ms(const char *s, uint64_t *out); /* "50ms", "4s", "1h" */
+const char *rl_conf_parse_size(const char *s, uint64_t *out);        /* "512mb", "1g", "4096" */
+const char *rl_conf_parse_hostport(const char *s, char **host, uint16_t *port);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * log: leveled lines on stderr. One write(2) per line so lines from several threads (the
+ * ZooKeeper client's) do not interleave. Not buffered: logs are for rare events.
+ */
+#include "log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static enum rl_log_level log_level = RL_LOG_INFO;
+static char log_tag[32] = "rl";
+
+static const char *const log_names[] = {
+#define RL_LOG_NAME(n, s) s,
+    RL_LOG_LEVEL_MAP(RL_LOG_NAME)
+#undef RL_LOG_NAME
+};
+
+void
+rl_log_setup(enum rl_log_level level, const char *tag)
+{
+    log_level = level;
+    if (tag != NULL) {
+        snprintf(log_tag, sizeof(log_tag), "%s", tag);
+    }
+}
+
+int
+rl_log_level_parse(const char *s, enum rl_log_level *out)
+{
+    for (size_t i = 0; i < sizeof(log_names) / sizeof(log_names[0]); i++) {
+        if (strcmp(s, log_names[i]) == 0) {
+            *out = (enum rl_log_level)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+void
+rl_log(enum rl_log_level level, const char *fmt, ...)
+{
+    char line[1024];
+    struct timespec ts;
+    struct tm tm;
+    int n, m;
+    va_list ap;
+
+    if (level > log_level) {
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    n = snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s %s: ", tm.tm_hour, tm.tm_min,
+                 tm.tm_sec, ts.tv_nsec / 1000000, log_tag, log_names[level]);
+    va_start(ap, fmt);
+    m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    /* A line longer than the buffer is cut; the newline is always kept. */
+    if (m < 0) {
+        m = 0;
+    }
+    n += m;
+    if ((size_t)n > sizeof(line) - 2) {
+        n = (int)sizeof(line) - 2;
+    }
+    line[n++] = '\n';
+    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+    (void)w;
+}

@@ -1,0 +1,34 @@
+/*
+ * log: leveled logging to stderr, the one process-global thing in ratelimiter.
+ * Not for request logs (see reqlog.h) nor for anything a client reads.
+ */
+#ifndef RL_LOG_H
+#define RL_LOG_H
+
+#define RL_LOG_LEVEL_MAP(X)                                                                        \
+    X(ERROR, "error")                                                                              \
+    X(WARN, "warn")                                                                                \
+    X(INFO, "info")                                                                                \
+    X(DEBUG, "debug")
+
+enum rl_log_level {
+#define RL_LOG_ENUM(n, s) RL_LOG_##n,
+    RL_LOG_LEVEL_MAP(RL_LOG_ENUM)
+#undef RL_LOG_ENUM
+};
+
+/* Sets the most verbose level printed (RL_LOG_INFO by default) and the process tag. */
+void rl_log_setup(enum rl_log_level level, const char *tag);
+
+/* Parses "error", "warn", "info" or "debug"; returns 0 or -EINVAL. */
+int rl_log_level_parse(const char *s, enum rl_log_level *out);
+
+/* Prints one line "TIME tag LEVEL message" to stderr when level is enabled. */
+void rl_log(enum rl_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define rl_log_error(...) rl_log(RL_LOG_ERROR, __VA_ARGS__)
+#define rl_log_warn(...) rl_log(RL_LOG_WARN, __VA_ARGS__)
+#define rl_log_info(...) rl_log(RL_LOG_INFO, __VA_ARGS__)
+#define rl_log_debug(...) rl_log(RL_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,171 @@
+/*
+ * wire: the codec and framing of PROTOCOL.md (v1), on msgpack-c.
+ *
+ * A frame is a 4-byte big-endian length N (1..65536) and N bytes holding exactly one
+ * MessagePack value. This module splits frames out of a byte stream, decodes requests (node
+ * and router side) and replies (client side), and encodes both straight into an rl_buf.
+ * It checks every length and container header against the bytes actually present before
+ * msgpack-c sees them, so a hostile header can never make it allocate more than a small
+ * multiple of the frame size. It does not own sockets or decide what a request means.
+ */
+#ifndef RL_WIRE_H
+#define RL_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <msgpack.h>
+
+#include "buf.h"
+
+#define RL_WIRE_HDR_LEN 4
+#define RL_WIRE_FRAME_MAX 65536u
+#define RL_WIRE_SERVICE_MAX 128u
+#define RL_WIRE_USER_MAX 256u
+#define RL_WIRE_ENDPOINT_MAX 128u
+#define RL_WIRE_COST_MAX 1000000u
+#define RL_WIRE_RETRY_NEVER 4294967295u
+
+/* Opcodes: X(name, value, text). */
+#define RL_WIRE_OP_MAP(X)                                                                          \
+    X(CHECK, 1, "check")                                                                           \
+    X(PING, 2, "ping")                                                                             \
+    X(STATS, 3, "stats")                                                                           \
+    X(CLOCK, 4, "clock")                                                                           \
+    X(ERROR, 255, "error")
+
+/* CHECK reply codes: X(name, value, text). */
+#define RL_WIRE_CODE_MAP(X)                                                                        \
+    X(ALLOWED, 0, "allowed")                                                                       \
+    X(LIMITED, 1, "limited")                                                                       \
+    X(FAIL_OPEN, 2, "fail_open")                                                                   \
+    X(FAIL_CLOSED, 3, "fail_closed")                                                               \
+    X(NO_RULE, 4, "no_rule")                                                                       \
+    X(QUEUED, 5, "queued")
+
+/* ERROR reply codes: X(name, value, text). */
+#define RL_WIRE_ERR_MAP(X)                                                                         \
+    X(MALFORMED, 1, "malformed")                                                                   \
+    X(UNKNOWN_OP, 2, "unknown_op")                                                                 \
+    X(BAD_FIELD, 3, "bad_field")                                                                   \
+    X(OVERLOADED, 4, "overloaded")                                                                 \
+    X(UNAUTHORIZED, 5, "unauthorized")
+
+enum rl_wire_op {
+#define RL_WIRE_ENUM(n, v, s) RL_WIRE_OP_##n = v,
+    RL_WIRE_OP_MAP(RL_WIRE_ENUM)
+#undef RL_WIRE_ENUM
+};
+enum rl_wire_code {
+#define RL_WIRE_ENUM(n, v, s) RL_WIRE_##n = v,
+    RL_WIRE_CODE_MAP(RL_WIRE_ENUM)
+#undef RL_WIRE_ENUM
+        RL_WIRE_CODE_COUNT
+};
+enum rl_wire_err {
+#define RL_WIRE_ENUM(n, v, s) RL_WIRE_ERR_##n = v,
+    RL_WIRE_ERR_MAP(RL_WIRE_ENUM)
+#undef RL_WIRE_ENUM
+};
+
+/* Names for logs and docs; "?" for a value outside the map. */
+const char *rl_wire_op_name(uint32_t op);
+const char *rl_wire_code_name(uint32_t code);
+const char *rl_wire_err_name(uint32_t err);
+
+/* A string inside a decoded frame: not NUL-terminated, valid while the frame's bytes are. */
+struct rl_wire_str {
+    const char *ptr; /* NULL for nil */
+    uint32_t len;
+};
+
+/* A decoded request. Only the fields of its op are set. */
+struct rl_wire_req {
+    uint32_t op;
+    uint32_t id;
+    struct rl_wire_str service; /* CHECK */
+    struct rl_wire_str user;
+    struct rl_wire_str endpoint; /* ptr NULL when nil; nil and "" both mean the whole service */
+    uint32_t cost;
+    uint64_t now_ms; /* CLOCK */
+};
+
+struct rl_wire_check_reply {
+    uint32_t id;
+    uint32_t code;
+    uint64_t limit;
+    uint64_t remaining;
+    uint64_t reset_ms;
+    uint64_t retry_after_ms;
+};
+
+#define RL_WIRE_STATS_MAX 256
+
+/* A decoded reply (client side). Only the fields of its op are set. */
+struct rl_wire_reply {
+    uint32_t op;
+    uint32_t id;
+    struct rl_wire_check_reply check; /* CHECK */
+    struct rl_wire_str name;          /* PING: who answered */
+    uint64_t now_ms;                  /* CLOCK */
+    uint32_t err;                     /* ERROR: code and message */
+    struct rl_wire_str message;
+    size_t nstats; /* STATS: pairs, at most RL_WIRE_STATS_MAX, in the order received */
+    struct rl_wire_str stat_keys[RL_WIRE_STATS_MAX];
+    int64_t stat_vals[RL_WIRE_STATS_MAX];
+};
+
+/* What went wrong with a request, ready to be sent back as an ERROR reply. */
+struct rl_wire_fault {
+    uint32_t id;  /* the request's id, 0 when unreadable */
+    uint32_t err; /* enum rl_wire_err */
+    bool fatal;   /* framing broken: answer, then close the connection */
+    char msg[128];
+};
+
+/*
+ * Looks for one frame at the start of p[0..n). Returns 1 when a whole frame is there
+ * (*payload_len set; the payload starts at p + RL_WIRE_HDR_LEN), 0 when more bytes are
+ * needed, or -EPROTO when the length prefix is 0 or above RL_WIRE_FRAME_MAX (fatal).
+ */
+int rl_wire_frame(const char *p, size_t n, size_t *payload_len);
+
+/* Decoder state: a msgpack zone reused across frames so decoding does not allocate. */
+struct rl_wire_decoder {
+    msgpack_zone zone;
+};
+
+int rl_wire_decoder_init(struct rl_wire_decoder *d);
+void rl_wire_decoder_deinit(struct rl_wire_decoder *d);
+
+/*
+ * Decodes one request payload (the N bytes of a frame). Returns 0 with *req filled, or -1
+ * with *fault filled: MALFORMED (fatal when the bytes are not exactly one msgpack value;
+ * not fatal when they are one value but not a request array), UNKNOWN_OP, or BAD_FIELD
+ * naming the field. Strings in *req point into p.
+ */
+int rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl_wire_req *req,
+                       struct rl_wire_fault *fault);
+
+/* Decodes one reply payload. Returns 0, or -EPROTO when it is not a well-formed v1 reply. */
+int rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n,
+                         struct rl_wire_reply *rep);
+
+/*
+ * Encoders: each appends one whole frame (length prefix included) to out and returns 0 or
+ * -ENOMEM. Strings longer than the protocol allows are the caller's bug, except in
+ * rl_wire_put_check, which encodes whatever it is given (tests send bad requests with it).
+ */
+int rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req);
+int rl_wire_put_ping(struct rl_buf *out, uint32_t id);
+int rl_wire_put_stats(struct rl_buf *out, uint32_t id);
+int rl_wire_put_clock(struct rl_buf *out, uint32_t id, uint64_t now_ms);
+int rl_wire_put_check_reply(struct rl_buf *out, const struct rl_wire_check_reply *rep);
+int rl_wire_put_ping_reply(struct rl_buf *out, uint32_t id, const char *name);
+int rl_wire_put_clock_reply(struct rl_buf *out, uint32_t id, uint64_t now_ms);
+int rl_wire_put_error(struct rl_buf *out, uint32_t id, uint32_t err, const char *msg);
+int rl_wire_put_stats_reply(struct rl_buf *out, uint32_t id, const char *const *keys,
+                            const int64_t *vals, size_t n);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * algo: the six algorithms of DESIGN.md as functions over a 16-byte per-key, per-tier state,
+ * in exact integer arithmetic. A zeroed state is a key never seen: full allowance.
+ * Not for finding keys (keytab.h) or combining tiers (limiter.h).
+ *
+ * Time is the node clock in ms. If now is before a time stored in a state (the real clock
+ * stepped back), the algorithms use the stored time instead, so a step back never refuses
+ * more than the state already did.
+ */
+#ifndef RL_ALGO_H
+#define RL_ALGO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "conf.h"
+
+/* The state of one key under one tier. Its meaning depends on the algorithm (algo.c). */
+struct rl_algo_state {
+    uint64_t a;
+    uint64_t b;
+};
+
+/* The decision of one tier for one request, before anything is consumed. */
+struct rl_algo_result {
+    bool allowed;
+    uint64_t limit;     /* N for window algorithms, B for bucket algorithms */
+    uint64_t remaining; /* what could still be consumed right after this request */
+    uint64_t reset_ms;  /* until back at full allowance, if nothing more is consumed */
+    uint64_t retry_ms;  /* refused: smallest wait after which the same request is allowed,
+                           RL_WIRE_RETRY_NEVER (4294967295) when never; allowed: 0 */
+    uint64_t queue_ms;  /* leaky_bucket, allowed: wait until the request's departure slot */
+};
+
+/*
+ * Judges a request of `cost` at `now` against state *s of tier t. Fills *r. When allowed,
+ * *next is the state after consuming (for sliding_window_log, *next == *s and consuming is
+ * rl_algo_commit's job). Never modifies *s, except that sliding_window_log may drop
+ * entries that have left the window (a pure effect of time).
+ * A cost of 0 is always allowed and consumes nothing.
+ */
+void rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
+                   struct rl_algo_result *r, struct rl_algo_state *next);
+
+/*
+ * Consumes: stores *next into *s, or for sliding_window_log appends (now, cost) to the log.
+ * Returns 0, or -ENOMEM when the log could not grow (nothing consumed then).
+ */
+int rl_algo_commit(const struct rl_tier *t, struct rl_algo_state *s,
+                   const struct rl_algo_state *next, uint64_t now, uint32_t cost);
+
+/* True when the state is back at full allowance at now, so the key can be forgotten. */
+bool rl_algo_is_full(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now);
+
+/* The earliest time at which the state is back at full allowance (eviction picks the
+ * smallest). */
+uint64_t rl_algo_full_at(const struct rl_tier *t, const struct rl_algo_state *s);
+
+/* Frees what the state owns beyond its 16 bytes (a sliding log); leaves it zeroed. */
+void rl_algo_release(const struct rl_tier *t, struct rl_algo_state *s);
+
+/* Heap bytes the state owns beyond its 16 bytes. */
+uint64_t rl_algo_heap_bytes(const struct rl_tier *t, const struct rl_algo_state *s);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * limiter: judges CHECK requests on a node: finds the rule, judges every tier of it
+ * atomically (all allow, then all consume; one refuses, none consumes), applies shadow mode,
+ * and builds the reply fields of PROTOCOL.md. Owns the key table and the node's counters.
+ * Not for sockets or framing (server.h).
+ */
+#ifndef RL_LIMITER_H
+#define RL_LIMITER_H
+
+#include <stdint.h>
+
+#include "conf.h"
+#include "wire.h"
+
+/* Node counters, X(name, text): reported by STATS under these names. */
+#define RL_LIMITER_STATS_MAP(X)                                                                    \
+    X(checks, "checks")                                                                            \
+    X(allowed, "allowed")                                                                          \
+    X(limited, "limited")                                                                          \
+    X(queued, "queued")                                                                            \
+    X(no_rule, "no_rule")                                                                          \
+    X(shadow_limited, "shadow_limited")                                                            \
+    X(peeks, "peeks")
+
+struct rl_limiter_stats {
+#define RL_LIMITER_FIELD(n, s) uint64_t n;
+    RL_LIMITER_STATS_MAP(RL_LIMITER_FIELD)
+#undef RL_LIMITER_FIELD
+    /* from the key table */
+    uint64_t keys;
+    uint64_t evicted;
+    uint64_t expired;
+    uint64_t memory_bytes; /* table plus sliding logs */
+};
+
+struct rl_limiter;
+
+/* Creates a limiter for the rules of conf (which must outlive it), whose counters use at most
+ * memory_bytes. Returns 0 or -ENOMEM. */
+int rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t memory_bytes);
+void rl_limiter_destroy(struct rl_limiter *l);
+
+/* Judges one decoded CHECK request at now and fills *rep (rep->id = req->id). */
+void rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
+                      struct rl_wire_check_reply *rep);
+
+/* Forgets keys back at full allowance, examining at most budget slots. */
+void rl_limiter_sweep(struct rl_limiter *l, uint64_t now, size_t budget);
+
+void rl_limiter_stats(const struct rl_limiter *l, struct rl_limiter_stats *s);
+
+#endif

@@ -1,0 +1,1 @@
+typedef int rl_placeholder;

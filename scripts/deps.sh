@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ratelimiter builds, tests and demos with.
+# A no-op when everything is already installed; needs root (or sudo) otherwise.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libuv1-dev libmsgpack-dev libzookeeper-mt-dev
+      check libsubunit-dev libxxhash-dev libinih-dev zookeeper default-jre-headless
+      procps)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "deps: installing ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
