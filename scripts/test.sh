@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test: the unit and integration suites on the Release
+# build, then all of them again under AddressSanitizer+UBSan.
+#   scripts/test.sh            both builds
+#   scripts/test.sh release    Release only (quicker while developing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which=${1:-all}
+export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-60}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
+status=0
+for kind in release asan; do
+    [ "$which" = all ] || [ "$which" = "$kind" ] || continue
+    dir=build; [ "$kind" = asan ] && dir=build-asan
+    echo "== $kind build ($dir) =="
+    bash scripts/build.sh "$kind"
+    echo "== $kind tests =="
+    (cd "$dir" && ctest --output-on-failure --timeout 900) || status=1
+done
+exit $status
