@@ -131,11 +131,15 @@ struct rl_wire_fault {
  */
 int rl_wire_frame(const char *p, size_t n, size_t *payload_len);
 
-/* Decoder state: a msgpack zone reused across frames so decoding does not allocate. */
+/*
+ * Decoder state: a msgpack zone reused across frames so decoding does not allocate. Each
+ * decode clears it first; a frame that never reaches msgpack-c leaves it empty.
+ */
 struct rl_wire_decoder {
     msgpack_zone zone;
 };
 
+/* Returns 0 or -ENOMEM. deinit frees what init and the decodes since took. */
 int rl_wire_decoder_init(struct rl_wire_decoder *d);
 void rl_wire_decoder_deinit(struct rl_wire_decoder *d);
 
@@ -148,14 +152,20 @@ void rl_wire_decoder_deinit(struct rl_wire_decoder *d);
 int rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl_wire_req *req,
                        struct rl_wire_fault *fault);
 
-/* Decodes one reply payload. Returns 0, or -EPROTO when it is not a well-formed v1 reply. */
+/*
+ * Decodes one reply payload. Returns 0, -EPROTO when it is not a well-formed v1 reply (exact
+ * arity per op, known reply and error codes only, STATS values integers that fit int64), or
+ * -ENOMEM. Strings in *rep point into p.
+ */
 int rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n,
                          struct rl_wire_reply *rep);
 
 /*
- * Encoders: each appends one whole frame (length prefix included) to out and returns 0 or
- * -ENOMEM. Strings longer than the protocol allows are the caller's bug, except in
- * rl_wire_put_check, which encodes whatever it is given (tests send bad requests with it).
+ * Encoders: each appends one whole frame (length prefix included) to out and returns 0,
+ * -ENOMEM, or -EMSGSIZE when the payload would pass RL_WIRE_FRAME_MAX (or a STATS reply
+ * RL_WIRE_STATS_MAX pairs); on failure out is left as it was. Strings longer than the
+ * protocol allows are the caller's bug, except in rl_wire_put_check, which encodes whatever
+ * it is given (tests send bad requests with it).
  */
 int rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req);
 int rl_wire_put_ping(struct rl_buf *out, uint32_t id);

@@ -1,1 +1,1210 @@
-int main(void) { return 1; }
+/*
+ * check_wire: the codec and framing of common/wire.c. Known-answer tests pin the bytes every
+ * process must agree on (the PROTOCOL.md example); the rest walks every error class of
+ * docs/PROTOCOL.md with its exact code, fatal flag and id, and a seeded fuzz loop feeds
+ * random and mutated payloads. Socket behaviour is the node's and router's tests' business.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <msgpack.h>
+
+#include "buf.h"
+#include "wire.h"
+
+/* A byte literal and its length, as two arguments. */
+#define RAW(...)                                                                                   \
+    (const char *)(const unsigned char[]){__VA_ARGS__}, sizeof((const unsigned char[]){__VA_ARGS__})
+
+/* A CHECK payload with the PROTOCOL.md example's fields, split so one can be replaced. */
+static const unsigned char check_head[] = {0x96, 0x01, 0x07};
+static const unsigned char check_service[] = {0xa8, 'c', 'h', 'e', 'c', 'k', 'o', 'u', 't'};
+static const unsigned char check_user[] = {0xa3, 'u', '4', '2'};
+static const unsigned char check_endpoint[] = {0xc0};
+static const unsigned char check_cost[] = {0x01};
+
+/* Builds the example CHECK payload with field i (0 service .. 3 cost) replaced by raw. */
+static size_t
+check_with(char *out, int i, const char *raw, size_t rawlen)
+{
+    const unsigned char *f[4] = {check_service, check_user, check_endpoint, check_cost};
+    size_t fl[4] = {sizeof(check_service), sizeof(check_user), sizeof(check_endpoint),
+                    sizeof(check_cost)};
+    size_t n = sizeof(check_head);
+    int k;
+
+    memcpy(out, check_head, n);
+    for (k = 0; k < 4; k++) {
+        if (k == i) {
+            memcpy(out + n, raw, rawlen);
+            n += rawlen;
+        } else {
+            memcpy(out + n, f[k], fl[k]);
+            n += fl[k];
+        }
+    }
+    return n;
+}
+
+static void
+expect_fault(const char *what, const char *p, size_t n, uint32_t err, bool fatal, uint32_t id,
+             const char *needle)
+{
+    struct rl_wire_decoder d;
+    struct rl_wire_req req;
+    struct rl_wire_fault f;
+    int rc;
+
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    rc = rl_wire_decode_req(&d, p, n, &req, &f);
+    ck_assert_msg(rc == -1, "%s: decoded (rc %d)", what, rc);
+    ck_assert_msg(f.err == err, "%s: err %u (%s), want %u", what, f.err, f.msg, err);
+    ck_assert_msg(f.fatal == fatal, "%s: fatal %d (%s)", what, f.fatal, f.msg);
+    ck_assert_msg(f.id == id, "%s: id %u, want %u", what, f.id, id);
+    ck_assert_msg(f.msg[0] != '\0', "%s: empty message", what);
+    if (needle != NULL) {
+        ck_assert_msg(strstr(f.msg, needle) != NULL, "%s: message '%s' lacks '%s'", what, f.msg,
+                      needle);
+    }
+    /* A frame rejected as not one value never reached msgpack-c, so it allocated nothing. */
+    if (fatal) {
+        ck_assert_msg(msgpack_zone_is_empty(&d.zone), "%s: reached msgpack-c", what);
+    }
+    rl_wire_decoder_deinit(&d);
+}
+
+static void
+expect_req(const char *what, const char *p, size_t n, struct rl_wire_req *req)
+{
+    struct rl_wire_decoder d;
+    struct rl_wire_fault f;
+    int rc;
+
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    rc = rl_wire_decode_req(&d, p, n, req, &f);
+    ck_assert_msg(rc == 0, "%s: rc %d err %u %s", what, rc, f.err, f.msg);
+    rl_wire_decoder_deinit(&d);
+}
+
+static bool
+str_is(struct rl_wire_str s, const char *want)
+{
+    return s.ptr != NULL && s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0;
+}
+
+/* Checks out holds exactly one frame and returns its payload. */
+static const char *
+one_frame(const struct rl_buf *out, size_t *n)
+{
+    ck_assert_int_eq(rl_wire_frame(out->data, out->len, n), 1);
+    ck_assert_uint_eq(*n + RL_WIRE_HDR_LEN, out->len);
+    return out->data + RL_WIRE_HDR_LEN;
+}
+
+static struct rl_wire_str
+mkstr(const char *s, size_t n)
+{
+    struct rl_wire_str w = {s, (uint32_t)n};
+    return w;
+}
+
+START_TEST(test_known_answer)
+{
+    static const unsigned char want[] = {0x00, 0x00, 0x00, 0x12, 0x96, 0x01, 0x07, 0xa8,
+                                         0x63, 0x68, 0x65, 0x63, 0x6b, 0x6f, 0x75, 0x74,
+                                         0xa3, 0x75, 0x34, 0x32, 0xc0, 0x01};
+    static const unsigned char want_reply[] = {0x00, 0x00, 0x00, 0x0a, 0x97, 0x01, 0x07,
+                                               0x00, 0x64, 0x63, 0xcd, 0xea, 0x60, 0x00};
+    struct rl_wire_req in = {0}, req;
+    struct rl_wire_check_reply rin = {7, RL_WIRE_ALLOWED, 100, 99, 60000, 0};
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_wire_fault f;
+    struct rl_buf out;
+    const char *p;
+    size_t n;
+
+    in.op = RL_WIRE_OP_CHECK;
+    in.id = 7;
+    in.service = mkstr("checkout", 8);
+    in.user = mkstr("u42", 3);
+    in.cost = 1;
+    rl_buf_init(&out);
+    ck_assert_int_eq(rl_wire_put_check(&out, &in), 0);
+    ck_assert_uint_eq(out.len, sizeof(want));
+    ck_assert_mem_eq(out.data, want, sizeof(want));
+
+    p = one_frame(&out, &n);
+    ck_assert_uint_eq(n, 18);
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    ck_assert_int_eq(rl_wire_decode_req(&d, p, n, &req, &f), 0);
+    ck_assert_uint_eq(req.op, RL_WIRE_OP_CHECK);
+    ck_assert_uint_eq(req.id, 7);
+    ck_assert(str_is(req.service, "checkout"));
+    ck_assert(str_is(req.user, "u42"));
+    ck_assert_ptr_null(req.endpoint.ptr);
+    ck_assert_uint_eq(req.endpoint.len, 0);
+    ck_assert_uint_eq(req.cost, 1);
+    /* Zero copy: the strings are the frame's own bytes. */
+    ck_assert_ptr_eq(req.service.ptr, p + 4);
+    ck_assert_ptr_eq(req.user.ptr, p + 13);
+    /* A small frame stays within the zone's first chunk: no allocation per frame. */
+    ck_assert_uint_le(d.zone.chunk_size - d.zone.chunk_list.free, 512);
+
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_check_reply(&out, &rin), 0);
+    ck_assert_uint_eq(out.len, sizeof(want_reply));
+    ck_assert_mem_eq(out.data, want_reply, sizeof(want_reply));
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_CHECK);
+    ck_assert_uint_eq(rep->id, 7);
+    ck_assert_uint_eq(rep->check.id, 7);
+    ck_assert_uint_eq(rep->check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep->check.limit, 100);
+    ck_assert_uint_eq(rep->check.remaining, 99);
+    ck_assert_uint_eq(rep->check.reset_ms, 60000);
+    ck_assert_uint_eq(rep->check.retry_after_ms, 0);
+
+    rl_wire_decoder_deinit(&d);
+    rl_buf_deinit(&out);
+    free(rep);
+}
+END_TEST
+
+START_TEST(test_names)
+{
+    ck_assert_str_eq(rl_wire_op_name(RL_WIRE_OP_CHECK), "check");
+    ck_assert_str_eq(rl_wire_op_name(RL_WIRE_OP_CLOCK), "clock");
+    ck_assert_str_eq(rl_wire_op_name(RL_WIRE_OP_ERROR), "error");
+    ck_assert_str_eq(rl_wire_op_name(9), "?");
+    ck_assert_str_eq(rl_wire_code_name(RL_WIRE_ALLOWED), "allowed");
+    ck_assert_str_eq(rl_wire_code_name(RL_WIRE_QUEUED), "queued");
+    ck_assert_str_eq(rl_wire_code_name(RL_WIRE_CODE_COUNT), "?");
+    ck_assert_str_eq(rl_wire_err_name(RL_WIRE_ERR_MALFORMED), "malformed");
+    ck_assert_str_eq(rl_wire_err_name(RL_WIRE_ERR_UNAUTHORIZED), "unauthorized");
+    ck_assert_str_eq(rl_wire_err_name(0), "?");
+}
+END_TEST
+
+/* The X-macros generate the enums and names; this keeps docs/PROTOCOL.md's tables in step. */
+START_TEST(test_docs_match)
+{
+    char path[512];
+    char row[64];
+    char *doc = malloc(1 << 20);
+    FILE *fp;
+    size_t n;
+
+    snprintf(path, sizeof(path), "%s/docs/PROTOCOL.md", RL_SOURCE_DIR);
+    fp = fopen(path, "r");
+    ck_assert_msg(fp != NULL, "cannot open %s", path);
+    n = fread(doc, 1, (1 << 20) - 1, fp);
+    doc[n] = '\0';
+    fclose(fp);
+#define RL_WIRE_ROW(name, v, s)                                                                    \
+    snprintf(row, sizeof(row), "| %d | %s |", v, #name);                                           \
+    ck_assert_msg(strstr(doc, row) != NULL, "docs/PROTOCOL.md lacks the row '%s'", row);
+    RL_WIRE_OP_MAP(RL_WIRE_ROW)
+    RL_WIRE_CODE_MAP(RL_WIRE_ROW)
+    RL_WIRE_ERR_MAP(RL_WIRE_ROW)
+#undef RL_WIRE_ROW
+    free(doc);
+}
+END_TEST
+
+START_TEST(test_roundtrip_requests)
+{
+    char service[RL_WIRE_SERVICE_MAX], user[RL_WIRE_USER_MAX], endpoint[RL_WIRE_ENDPOINT_MAX];
+    struct rl_wire_req in = {0}, req;
+    struct rl_buf out;
+    const char *p;
+    size_t n;
+    int i;
+
+    memset(service, 's', sizeof(service));
+    memset(user, 'u', sizeof(user));
+    memset(endpoint, 'e', sizeof(endpoint));
+    rl_buf_init(&out);
+
+    /* Extremes of every field: longest strings, largest id and cost. */
+    in.op = RL_WIRE_OP_CHECK;
+    in.id = UINT32_MAX;
+    in.service = mkstr(service, sizeof(service));
+    in.user = mkstr(user, sizeof(user));
+    in.endpoint = mkstr(endpoint, sizeof(endpoint));
+    in.cost = RL_WIRE_COST_MAX;
+    ck_assert_int_eq(rl_wire_put_check(&out, &in), 0);
+    p = one_frame(&out, &n);
+    expect_req("check max", p, n, &req);
+    ck_assert_uint_eq(req.op, RL_WIRE_OP_CHECK);
+    ck_assert_uint_eq(req.id, UINT32_MAX);
+    ck_assert_uint_eq(req.service.len, sizeof(service));
+    ck_assert_mem_eq(req.service.ptr, service, sizeof(service));
+    ck_assert_uint_eq(req.user.len, sizeof(user));
+    ck_assert_mem_eq(req.user.ptr, user, sizeof(user));
+    ck_assert_uint_eq(req.endpoint.len, sizeof(endpoint));
+    ck_assert_mem_eq(req.endpoint.ptr, endpoint, sizeof(endpoint));
+    ck_assert_uint_eq(req.cost, RL_WIRE_COST_MAX);
+
+    /* Shortest: one-byte strings, "" endpoint (not nil), cost 0, id 0. */
+    rl_buf_reset(&out);
+    in.id = 0;
+    in.service = mkstr("s", 1);
+    in.user = mkstr("u", 1);
+    in.endpoint = mkstr("", 0);
+    in.cost = 0;
+    ck_assert_int_eq(rl_wire_put_check(&out, &in), 0);
+    p = one_frame(&out, &n);
+    expect_req("check min", p, n, &req);
+    ck_assert_uint_eq(req.id, 0);
+    ck_assert(str_is(req.service, "s"));
+    ck_assert(str_is(req.user, "u"));
+    ck_assert_ptr_nonnull(req.endpoint.ptr);
+    ck_assert_uint_eq(req.endpoint.len, 0);
+    ck_assert_uint_eq(req.cost, 0);
+
+    /* Every integer width of the id. */
+    {
+        static const uint32_t ids[] = {0, 1, 127, 128, 255, 256, 65535, 65536, UINT32_MAX};
+
+        for (i = 0; i < (int)(sizeof(ids) / sizeof(ids[0])); i++) {
+            rl_buf_reset(&out);
+            ck_assert_int_eq(rl_wire_put_ping(&out, ids[i]), 0);
+            p = one_frame(&out, &n);
+            expect_req("ping", p, n, &req);
+            ck_assert_uint_eq(req.op, RL_WIRE_OP_PING);
+            ck_assert_uint_eq(req.id, ids[i]);
+        }
+    }
+
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_stats(&out, 42), 0);
+    p = one_frame(&out, &n);
+    expect_req("stats", p, n, &req);
+    ck_assert_uint_eq(req.op, RL_WIRE_OP_STATS);
+    ck_assert_uint_eq(req.id, 42);
+
+    {
+        static const uint64_t nows[] = {0, 1, 1700000000000ull, UINT32_MAX + 1ull, UINT64_MAX};
+
+        for (i = 0; i < (int)(sizeof(nows) / sizeof(nows[0])); i++) {
+            rl_buf_reset(&out);
+            ck_assert_int_eq(rl_wire_put_clock(&out, 9, nows[i]), 0);
+            p = one_frame(&out, &n);
+            expect_req("clock", p, n, &req);
+            ck_assert_uint_eq(req.op, RL_WIRE_OP_CLOCK);
+            ck_assert_uint_eq(req.id, 9);
+            ck_assert_uint_eq(req.now_ms, nows[i]);
+        }
+    }
+    rl_buf_deinit(&out);
+}
+END_TEST
+
+START_TEST(test_roundtrip_replies)
+{
+    static const char *keys[] = {"checks", "keys", "neg", "big", "small", ""};
+    static const int64_t vals[] = {12345, 0, -1, INT64_MAX, INT64_MIN, 7};
+    static const char *many_keys[RL_WIRE_STATS_MAX];
+    static int64_t many_vals[RL_WIRE_STATS_MAX];
+    struct rl_wire_check_reply rin;
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_buf out;
+    const char *p;
+    size_t n;
+    uint32_t c;
+    size_t i;
+
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    rl_buf_init(&out);
+    for (c = 0; c < RL_WIRE_CODE_COUNT; c++) {
+        rin.id = 1000 + c;
+        rin.code = c;
+        rin.limit = UINT64_MAX;
+        rin.remaining = c;
+        rin.reset_ms = UINT32_MAX + 1ull;
+        rin.retry_after_ms = RL_WIRE_RETRY_NEVER;
+        rl_buf_reset(&out);
+        ck_assert_int_eq(rl_wire_put_check_reply(&out, &rin), 0);
+        p = one_frame(&out, &n);
+        ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+        ck_assert_uint_eq(rep->op, RL_WIRE_OP_CHECK);
+        ck_assert_uint_eq(rep->id, 1000 + c);
+        ck_assert_uint_eq(rep->check.code, c);
+        ck_assert_uint_eq(rep->check.limit, UINT64_MAX);
+        ck_assert_uint_eq(rep->check.remaining, c);
+        ck_assert_uint_eq(rep->check.reset_ms, UINT32_MAX + 1ull);
+        ck_assert_uint_eq(rep->check.retry_after_ms, RL_WIRE_RETRY_NEVER);
+    }
+
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_ping_reply(&out, 3, "node-a"), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_PING);
+    ck_assert_uint_eq(rep->id, 3);
+    ck_assert(str_is(rep->name, "node-a"));
+
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_stats_reply(&out, 4, keys, vals, 6), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_STATS);
+    ck_assert_uint_eq(rep->id, 4);
+    ck_assert_uint_eq(rep->nstats, 6);
+    for (i = 0; i < 6; i++) {
+        ck_assert_uint_eq(rep->stat_keys[i].len, strlen(keys[i]));
+        ck_assert_mem_eq(rep->stat_keys[i].ptr, keys[i], strlen(keys[i]));
+        ck_assert_int_eq(rep->stat_vals[i], vals[i]);
+    }
+
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_stats_reply(&out, 5, keys, vals, 0), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->nstats, 0);
+
+    /* The most pairs a client keeps. */
+    for (i = 0; i < RL_WIRE_STATS_MAX; i++) {
+        many_keys[i] = "some_counter";
+        many_vals[i] = (int64_t)i - 100;
+    }
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_stats_reply(&out, 6, many_keys, many_vals, RL_WIRE_STATS_MAX), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->nstats, RL_WIRE_STATS_MAX);
+    ck_assert_int_eq(rep->stat_vals[RL_WIRE_STATS_MAX - 1], RL_WIRE_STATS_MAX - 101);
+
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_clock_reply(&out, 8, 1700000000123ull), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_CLOCK);
+    ck_assert_uint_eq(rep->id, 8);
+    ck_assert_uint_eq(rep->now_ms, 1700000000123ull);
+
+    for (c = RL_WIRE_ERR_MALFORMED; c <= RL_WIRE_ERR_UNAUTHORIZED; c++) {
+        rl_buf_reset(&out);
+        ck_assert_int_eq(rl_wire_put_error(&out, c == 1 ? 0 : 77, c, "cost must be ..."), 0);
+        p = one_frame(&out, &n);
+        ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+        ck_assert_uint_eq(rep->op, RL_WIRE_OP_ERROR);
+        ck_assert_uint_eq(rep->id, c == 1 ? 0 : 77);
+        ck_assert_uint_eq(rep->err, c);
+        ck_assert(str_is(rep->message, "cost must be ..."));
+    }
+
+    rl_wire_decoder_deinit(&d);
+    rl_buf_deinit(&out);
+    free(rep);
+}
+END_TEST
+
+START_TEST(test_encode_limits)
+{
+    static const char *keys[RL_WIRE_STATS_MAX + 1];
+    static int64_t vals[RL_WIRE_STATS_MAX + 1];
+    char *big = malloc(RL_WIRE_FRAME_MAX + 1);
+    struct rl_wire_req in = {0};
+    struct rl_buf out;
+    size_t n, i;
+
+    memset(big, 'x', RL_WIRE_FRAME_MAX);
+    big[RL_WIRE_FRAME_MAX] = '\0';
+    for (i = 0; i <= RL_WIRE_STATS_MAX; i++) {
+        keys[i] = "k";
+    }
+    rl_buf_init(&out);
+    ck_assert_int_eq(rl_wire_put_ping(&out, 1), 0);
+    n = out.len;
+
+    /* A frame that cannot be sent is refused and out is left as it was. */
+    in.id = 1;
+    in.service = mkstr(big, RL_WIRE_FRAME_MAX);
+    in.user = mkstr("u", 1);
+    ck_assert_int_eq(rl_wire_put_check(&out, &in), -EMSGSIZE);
+    ck_assert_uint_eq(out.len, n);
+    ck_assert_int_eq(rl_wire_put_error(&out, 1, RL_WIRE_ERR_BAD_FIELD, big), -EMSGSIZE);
+    ck_assert_uint_eq(out.len, n);
+    ck_assert_int_eq(rl_wire_put_ping_reply(&out, 1, big), -EMSGSIZE);
+    ck_assert_uint_eq(out.len, n);
+    ck_assert_int_eq(rl_wire_put_stats_reply(&out, 1, keys, vals, RL_WIRE_STATS_MAX + 1),
+                     -EMSGSIZE);
+    ck_assert_uint_eq(out.len, n);
+
+    /* Bad requests still encode: the tests of the node send them. */
+    in.service = mkstr(big, RL_WIRE_SERVICE_MAX + 1);
+    in.cost = RL_WIRE_COST_MAX + 1;
+    ck_assert_int_eq(rl_wire_put_check(&out, &in), 0);
+    ck_assert_uint_gt(out.len, n);
+
+    /* Frames append after what is there: two in one buffer, both intact. */
+    ck_assert_int_eq(rl_wire_frame(out.data, out.len, &i), 1);
+    ck_assert_uint_eq(RL_WIRE_HDR_LEN + i, n);
+    ck_assert_int_eq(rl_wire_frame(out.data + n, out.len - n, &i), 1);
+    ck_assert_uint_eq(n + RL_WIRE_HDR_LEN + i, out.len);
+
+    rl_buf_deinit(&out);
+    free(big);
+}
+END_TEST
+
+START_TEST(test_frame_split)
+{
+    struct rl_wire_req in = {0}, req;
+    struct rl_wire_decoder d;
+    struct rl_wire_fault f;
+    struct rl_buf out;
+    uint32_t want_ops[] = {RL_WIRE_OP_CHECK, RL_WIRE_OP_PING, RL_WIRE_OP_STATS, RL_WIRE_OP_CLOCK};
+    size_t ends[4];
+    size_t k, pos, n;
+    int got, rc;
+
+    rl_buf_init(&out);
+    in.id = 1;
+    in.service = mkstr("svc", 3);
+    in.user = mkstr("user", 4);
+    in.endpoint = mkstr("/login", 6);
+    in.cost = 3;
+    ck_assert_int_eq(rl_wire_put_check(&out, &in), 0);
+    ends[0] = out.len;
+    ck_assert_int_eq(rl_wire_put_ping(&out, 2), 0);
+    ends[1] = out.len;
+    ck_assert_int_eq(rl_wire_put_stats(&out, 3), 0);
+    ends[2] = out.len;
+    ck_assert_int_eq(rl_wire_put_clock(&out, 4, 5), 0);
+    ends[3] = out.len;
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+
+    /*
+     * Every prefix of the stream, as a reader that has received only that much would see
+     * it: whole frames come out, and the partial one (header or payload) asks for more.
+     */
+    for (k = 0; k <= out.len; k++) {
+        pos = 0;
+        got = 0;
+        while ((rc = rl_wire_frame(out.data + pos, k - pos, &n)) == 1) {
+            ck_assert_int_eq(rl_wire_decode_req(&d, out.data + pos + RL_WIRE_HDR_LEN, n, &req, &f),
+                             0);
+            ck_assert_uint_eq(req.op, want_ops[got]);
+            ck_assert_uint_eq(req.id, (uint32_t)got + 1);
+            pos += RL_WIRE_HDR_LEN + n;
+            ck_assert_uint_eq(pos, ends[got]);
+            got++;
+        }
+        ck_assert_int_eq(rc, 0);
+        ck_assert_uint_le(pos, k);
+        ck_assert_int_eq(got, k >= ends[3]   ? 4
+                              : k >= ends[2] ? 3
+                              : k >= ends[1] ? 2
+                                             : k >= ends[0]);
+    }
+    rl_wire_decoder_deinit(&d);
+    rl_buf_deinit(&out);
+}
+END_TEST
+
+START_TEST(test_frame_bounds)
+{
+    size_t n = 12345;
+    char *big = calloc(1, RL_WIRE_HDR_LEN + RL_WIRE_FRAME_MAX);
+
+    ck_assert_int_eq(rl_wire_frame(RAW(0x00), &n), 0);
+    ck_assert_int_eq(rl_wire_frame(RAW(0x00, 0x00, 0x00), &n), 0);
+    ck_assert_int_eq(rl_wire_frame(RAW(0x00, 0x00, 0x00, 0x00), &n), -EPROTO);
+    ck_assert_int_eq(rl_wire_frame(RAW(0x00, 0x00, 0x00, 0x00, 0xc0), &n), -EPROTO);
+    ck_assert_int_eq(rl_wire_frame(RAW(0x00, 0x01, 0x00, 0x01), &n), -EPROTO);
+    ck_assert_int_eq(rl_wire_frame(RAW(0xff, 0xff, 0xff, 0xff), &n), -EPROTO);
+    ck_assert_int_eq(rl_wire_frame(RAW(0x80, 0x00, 0x00, 0x01), &n), -EPROTO);
+    ck_assert_uint_eq(n, 12345);
+    /* The largest frame: incomplete by one byte, then whole. */
+    ck_assert_int_eq(rl_wire_frame(RAW(0x00, 0x01, 0x00, 0x00), &n), 0);
+    big[1] = 0x01;
+    ck_assert_int_eq(rl_wire_frame(big, RL_WIRE_HDR_LEN + RL_WIRE_FRAME_MAX - 1, &n), 0);
+    ck_assert_int_eq(rl_wire_frame(big, RL_WIRE_HDR_LEN + RL_WIRE_FRAME_MAX, &n), 1);
+    ck_assert_uint_eq(n, RL_WIRE_FRAME_MAX);
+    /* A truncated frame needs more; its bytes are never looked at. */
+    ck_assert_int_eq(rl_wire_frame(RAW(0x00, 0x00, 0x00, 0x03, 0x92, 0x02), &n), 0);
+    ck_assert_int_eq(rl_wire_frame(RAW(0x00, 0x00, 0x00, 0x03, 0x92, 0x02, 0x01), &n), 1);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(rl_wire_frame(RAW(0x00, 0x00, 0x00, 0x01, 0xc1, 0xff), &n), 1);
+    ck_assert_uint_eq(n, 1);
+    free(big);
+}
+END_TEST
+
+START_TEST(test_not_one_value)
+{
+    static const unsigned char ex[] = {0x96, 0x01, 0x07, 0xa8, 0x63, 0x68, 0x65, 0x63, 0x6b,
+                                       0x6f, 0x75, 0x74, 0xa3, 0x75, 0x34, 0x32, 0xc0, 0x01};
+    char buf[64];
+    size_t k;
+
+    expect_fault("empty", "", 0, RL_WIRE_ERR_MALFORMED, true, 0, NULL);
+    expect_fault("trailing", RAW(0x92, 0x02, 0x07, 0xc0), RL_WIRE_ERR_MALFORMED, true, 0,
+                 "trailing");
+    expect_fault("two values", RAW(0x01, 0x02), RL_WIRE_ERR_MALFORMED, true, 0, "trailing");
+    expect_fault("0xc1 alone", RAW(0xc1), RL_WIRE_ERR_MALFORMED, true, 0, "0xc1");
+    expect_fault("0xc1 inside", RAW(0x93, 0x02, 0x07, 0xc1), RL_WIRE_ERR_MALFORMED, true, 0,
+                 "0xc1");
+    expect_fault("truncated uint32", RAW(0x92, 0x02, 0xce, 0x00, 0x00), RL_WIRE_ERR_MALFORMED, true,
+                 0, "truncated");
+    expect_fault("truncated str", RAW(0x93, 0x02, 0x07, 0xa5, 'a', 'b'), RL_WIRE_ERR_MALFORMED,
+                 true, 0, NULL);
+    expect_fault("truncated fixext", RAW(0xd8, 0x01, 0x00), RL_WIRE_ERR_MALFORMED, true, 0, NULL);
+    expect_fault("truncated str8 header", RAW(0xd9), RL_WIRE_ERR_MALFORMED, true, 0, "truncated");
+    expect_fault("truncated ext8 type", RAW(0xc7, 0x00), RL_WIRE_ERR_MALFORMED, true, 0,
+                 "truncated");
+    /* msgpack is prefix-free: no proper prefix of a value is a value. */
+    for (k = 0; k < sizeof(ex); k++) {
+        expect_fault("example prefix", (const char *)ex, k, RL_WIRE_ERR_MALFORMED, true, 0, NULL);
+    }
+    memcpy(buf, ex, sizeof(ex));
+    buf[sizeof(ex)] = 0x00;
+    expect_fault("example plus a byte", buf, sizeof(ex) + 1, RL_WIRE_ERR_MALFORMED, true, 0,
+                 "trailing");
+}
+END_TEST
+
+START_TEST(test_hostile_headers)
+{
+    static const unsigned char depth_type[] = {0x91, 0x81};
+    char *p = malloc(2048);
+    struct rl_wire_req req;
+    size_t n, k;
+    int t;
+
+    expect_fault("array32 of 2^32-1",
+                 RAW(0xdd, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02, 0x03, 0x04, 0x05),
+                 RL_WIRE_ERR_MALFORMED, true, 0, "count");
+    expect_fault("map32 of 2^32-1", RAW(0xdf, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02, 0x03, 0x04, 0x05),
+                 RL_WIRE_ERR_MALFORMED, true, 0, "count");
+    expect_fault("array16 of 65535", RAW(0xdc, 0xff, 0xff, 0xc0), RL_WIRE_ERR_MALFORMED, true, 0,
+                 "count");
+    /* A map of n pairs needs 2n values: 3 pairs cannot fit in 5 bytes. */
+    expect_fault("fixmap 3 in 5 bytes", RAW(0x83, 0x01, 0x02, 0x03, 0x04, 0x05),
+                 RL_WIRE_ERR_MALFORMED, true, 0, "count");
+    expect_fault("inner array32", RAW(0x93, 0x02, 0x07, 0xdd, 0x7f, 0xff, 0xff, 0xff, 0xc0),
+                 RL_WIRE_ERR_MALFORMED, true, 0, "count");
+    expect_fault("str32 of 4 GB", RAW(0xdb, 0xff, 0xff, 0xff, 0xff, 'a', 'b', 'c'),
+                 RL_WIRE_ERR_MALFORMED, true, 0, "length");
+    expect_fault("bin32 of 4 GB", RAW(0xc6, 0xff, 0xff, 0xff, 0xff, 'a'), RL_WIRE_ERR_MALFORMED,
+                 true, 0, "length");
+    expect_fault("ext32 of 4 GB", RAW(0xc9, 0xff, 0xff, 0xff, 0xff, 0x01, 'a'),
+                 RL_WIRE_ERR_MALFORMED, true, 0, "length");
+    expect_fault("str8 past the end", RAW(0x93, 0x02, 0x07, 0xd9, 0x10, 'a'), RL_WIRE_ERR_MALFORMED,
+                 true, 0, "length");
+    expect_fault("service str32 of 4 GB",
+                 RAW(0x96, 0x01, 0x07, 0xdb, 0xff, 0xff, 0xff, 0xff, 0xa1, 'u', 0xc0, 0x01),
+                 RL_WIRE_ERR_MALFORMED, true, 0, "length");
+
+    /* 1000 nested arrays, and every depth around the limit, in arrays and maps. */
+    memset(p, 0x91, 1000);
+    p[1000] = (char)0xc0;
+    expect_fault("1000 levels", p, 1001, RL_WIRE_ERR_MALFORMED, true, 0, "deeper");
+    for (t = 0; t < 2; t++) {
+        for (k = 30; k <= 34; k++) {
+            size_t i;
+
+            /* A CHECK whose service is a container k - 1 deep, so the frame is k deep. */
+            n = check_with(p, 0, "", 0);
+            memmove(p + 3 + (k - 1) * (t + 1) + 1, p + 3, n - 3);
+            for (i = 0; i < k - 1; i++) {
+                if (depth_type[t] == 0x81) {
+                    p[3 + 2 * i] = (char)0x81;
+                    p[3 + 2 * i + 1] = 0x00;
+                } else {
+                    p[3 + i] = (char)0x91;
+                }
+            }
+            p[3 + (k - 1) * (t + 1)] = (char)0xc0;
+            n += (k - 1) * (t + 1) + 1;
+            if (k <= 32) {
+                expect_fault("depth <= 32", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7, "service");
+            } else {
+                expect_fault("depth > 32", p, n, RL_WIRE_ERR_MALFORMED, true, 0, "deeper");
+            }
+        }
+    }
+    /* An empty container at depth 33 is refused too, as msgpack-c refuses it. */
+    memset(p, 0x91, 32);
+    p[32] = (char)0x90;
+    expect_fault("empty at 33", p, 33, RL_WIRE_ERR_MALFORMED, true, 0, "deeper");
+    p[31] = (char)0x90;
+    expect_fault("empty at 32", p, 32, RL_WIRE_ERR_MALFORMED, false, 0, "op and an id");
+    free(p);
+
+    /*
+     * An honest frame of 65532 nils is one value: msgpack-c allocates for it (24 bytes per
+     * element, bounded by the frame), and it is a well-framed non-request.
+     */
+    p = malloc(RL_WIRE_FRAME_MAX);
+    p[0] = (char)0xdc;
+    p[1] = (char)0xff;
+    p[2] = (char)0xfc;
+    memset(p + 3, 0xc0, 65532);
+    expect_fault("65532 nils", p, 65535, RL_WIRE_ERR_MALFORMED, false, 0, "id");
+    p[2] = (char)0xfd;
+    expect_fault("65533 claimed", p, 65535, RL_WIRE_ERR_MALFORMED, true, 0, "count");
+    /* An honest big request decodes. */
+    p[0] = (char)0xdc;
+    p[1] = 0x00;
+    p[2] = 0x02;
+    p[3] = 0x02;
+    p[4] = 0x05;
+    expect_req("ping array16", p, 5, &req);
+    ck_assert_uint_eq(req.op, RL_WIRE_OP_PING);
+    ck_assert_uint_eq(req.id, 5);
+    free(p);
+}
+END_TEST
+
+START_TEST(test_not_a_request)
+{
+    expect_fault("nil", RAW(0xc0), RL_WIRE_ERR_MALFORMED, false, 0, "not an array");
+    expect_fault("int", RAW(0x07), RL_WIRE_ERR_MALFORMED, false, 0, "not an array");
+    expect_fault("str", RAW(0xa1, 'x'), RL_WIRE_ERR_MALFORMED, false, 0, "not an array");
+    expect_fault("map", RAW(0x82, 0x01, 0x02, 0x03, 0x04), RL_WIRE_ERR_MALFORMED, false, 0,
+                 "not an array");
+    expect_fault("empty array", RAW(0x90), RL_WIRE_ERR_MALFORMED, false, 0, "op and an id");
+    expect_fault("op only", RAW(0x91, 0x02), RL_WIRE_ERR_MALFORMED, false, 0, "op and an id");
+    /* An unreadable id is MALFORMED with id 0, whatever the op. */
+    expect_fault("id nil", RAW(0x92, 0x02, 0xc0), RL_WIRE_ERR_MALFORMED, false, 0, "id");
+    expect_fault("id -1", RAW(0x92, 0x02, 0xff), RL_WIRE_ERR_MALFORMED, false, 0, "id");
+    expect_fault("id str", RAW(0x92, 0x02, 0xa1, '7'), RL_WIRE_ERR_MALFORMED, false, 0, "id");
+    expect_fault("id float", RAW(0x92, 0x02, 0xcb, 0x40, 0x1c, 0, 0, 0, 0, 0, 0),
+                 RL_WIRE_ERR_MALFORMED, false, 0, "id");
+    expect_fault("id 2^32", RAW(0x92, 0x02, 0xcf, 0, 0, 0, 0x01, 0, 0, 0, 0), RL_WIRE_ERR_MALFORMED,
+                 false, 0, "id");
+    expect_fault("id array", RAW(0x92, 0x02, 0x91, 0x07), RL_WIRE_ERR_MALFORMED, false, 0, "id");
+    expect_fault("id bad, op bad", RAW(0x92, 0x09, 0xc3), RL_WIRE_ERR_MALFORMED, false, 0, "id");
+    expect_fault("check, id bin",
+                 RAW(0x96, 0x01, 0xc4, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01),
+                 RL_WIRE_ERR_MALFORMED, false, 0, "id");
+}
+END_TEST
+
+START_TEST(test_unknown_op)
+{
+    struct rl_wire_req req;
+
+    expect_fault("op 9", RAW(0x92, 0x09, 0x05), RL_WIRE_ERR_UNKNOWN_OP, false, 5, "unknown op 9");
+    expect_fault("op 255", RAW(0x94, 0xcc, 0xff, 0x05, 0x01, 0xa1, 'x'), RL_WIRE_ERR_UNKNOWN_OP,
+                 false, 5, "255");
+    expect_fault("op 0", RAW(0x92, 0x00, 0x05), RL_WIRE_ERR_UNKNOWN_OP, false, 5, "positive");
+    expect_fault("op -1", RAW(0x92, 0xff, 0x05), RL_WIRE_ERR_UNKNOWN_OP, false, 5, "positive");
+    expect_fault("op str", RAW(0x92, 0xa1, '1', 0x05), RL_WIRE_ERR_UNKNOWN_OP, false, 5,
+                 "positive");
+    expect_fault("op nil", RAW(0x92, 0xc0, 0x05), RL_WIRE_ERR_UNKNOWN_OP, false, 5, "positive");
+    expect_fault("op 2^32+1", RAW(0x92, 0xcf, 0, 0, 0, 0x01, 0, 0, 0, 0x01, 0x05),
+                 RL_WIRE_ERR_UNKNOWN_OP, false, 5, "unknown op 4294967297");
+    expect_fault("op 256", RAW(0x92, 0xcd, 0x01, 0x00, 0xce, 0xff, 0xff, 0xff, 0xff),
+                 RL_WIRE_ERR_UNKNOWN_OP, false, UINT32_MAX, "unknown op 256");
+    /* Ops and ids in signed or wide formats are still the same numbers. */
+    expect_req("op int8", RAW(0x92, 0xd0, 0x02, 0xd3, 0, 0, 0, 0, 0, 0, 0, 0x05), &req);
+    ck_assert_uint_eq(req.op, RL_WIRE_OP_PING);
+    ck_assert_uint_eq(req.id, 5);
+}
+END_TEST
+
+START_TEST(test_arity)
+{
+    expect_fault("check 5", RAW(0x95, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "CHECK takes 6 elements");
+    expect_fault("check 7", RAW(0x97, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "CHECK takes 6 elements");
+    expect_fault("check 2", RAW(0x92, 0x01, 0x07), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "CHECK takes 6 elements");
+    expect_fault("ping 3", RAW(0x93, 0x02, 0x07, 0xc0), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "PING takes 2 elements");
+    expect_fault("stats 3", RAW(0x93, 0x03, 0x07, 0x00), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "STATS takes 2 elements");
+    expect_fault("clock 2", RAW(0x92, 0x04, 0x07), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "CLOCK takes 3 elements");
+    expect_fault("clock 4", RAW(0x94, 0x04, 0x07, 0x01, 0x02), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "CLOCK takes 3 elements");
+}
+END_TEST
+
+/* Replaces CHECK field i with each bad encoding and expects BAD_FIELD naming it. */
+static void
+expect_bad_field(int i, const char *name, const char *raw, size_t rawlen)
+{
+    char p[512];
+    size_t n = check_with(p, i, raw, rawlen);
+
+    expect_fault(name, p, n, RL_WIRE_ERR_BAD_FIELD, false, 7, name);
+}
+
+START_TEST(test_check_types)
+{
+    static const char *names[] = {"service", "user", "endpoint", "cost"};
+    int i;
+
+    for (i = 0; i < 4; i++) {
+        /* Types wrong for every field. */
+        expect_bad_field(i, names[i], RAW(0xc3));
+        expect_bad_field(i, names[i], RAW(0x91, 0xa1, 'x'));
+        expect_bad_field(i, names[i], RAW(0x81, 0xa1, 'x', 0x01));
+        expect_bad_field(i, names[i], RAW(0xca, 0x3f, 0x80, 0x00, 0x00));
+        expect_bad_field(i, names[i], RAW(0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0));
+        expect_bad_field(i, names[i], RAW(0xd4, 0x01, 0x00));
+        expect_bad_field(i, names[i], RAW(0xc7, 0x00, 0x05));
+        expect_bad_field(i, names[i], RAW(0xff));
+        /* bin is not a string, even with string bytes in it. */
+        expect_bad_field(i, names[i], RAW(0xc4, 0x01, 'x'));
+    }
+    /* nil: only endpoint takes it. */
+    expect_bad_field(0, "service", RAW(0xc0));
+    expect_bad_field(1, "user", RAW(0xc0));
+    expect_bad_field(3, "cost", RAW(0xc0));
+    /* Integers where strings go, strings where an integer goes. */
+    expect_bad_field(0, "service", RAW(0x05));
+    expect_bad_field(1, "user", RAW(0xcd, 0x01, 0x00));
+    expect_bad_field(2, "endpoint", RAW(0x00));
+    expect_bad_field(3, "cost", RAW(0xa1, '1'));
+    expect_bad_field(3, "cost", RAW(0xa0));
+    /* Negative costs, in every signed width. */
+    expect_bad_field(3, "cost", RAW(0xd0, 0x80));
+    expect_bad_field(3, "cost", RAW(0xd1, 0xff, 0x38));
+    expect_bad_field(3, "cost", RAW(0xd2, 0x80, 0x00, 0x00, 0x00));
+    expect_bad_field(3, "cost", RAW(0xd3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff));
+}
+END_TEST
+
+START_TEST(test_check_bounds)
+{
+    char s[300];
+    char p[512];
+    struct rl_wire_req req;
+    size_t n;
+
+    memset(s + 2, 'a', sizeof(s) - 2);
+    /* service: 0 and 129 bytes are out, 1 and 128 in. */
+    n = check_with(p, 0, RAW(0xa0));
+    expect_fault("service 0", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "service must be a string of 1..128 bytes");
+    s[0] = (char)0xd9;
+    s[1] = (char)129;
+    n = check_with(p, 0, s, 2 + 129);
+    expect_fault("service 129", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "service must be a string of 1..128 bytes");
+    s[1] = (char)128;
+    n = check_with(p, 0, s, 2 + 128);
+    expect_req("service 128", p, n, &req);
+    ck_assert_uint_eq(req.service.len, 128);
+    n = check_with(p, 0, RAW(0xa1, 'z'));
+    expect_req("service 1", p, n, &req);
+    ck_assert(str_is(req.service, "z"));
+    /* A short string in a long format is still short. */
+    n = check_with(p, 0, RAW(0xdb, 0, 0, 0, 0x01, 'z'));
+    expect_req("service str32", p, n, &req);
+    ck_assert(str_is(req.service, "z"));
+
+    /* user: 0 and 257 out, 256 in. */
+    n = check_with(p, 1, RAW(0xd9, 0x00));
+    expect_fault("user 0", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "user must be a string of 1..256 bytes");
+    memset(s, 'a', sizeof(s));
+    s[0] = (char)0xda;
+    s[1] = 0x01;
+    s[2] = 0x01;
+    n = check_with(p, 1, s, 3 + 257);
+    expect_fault("user 257", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "user must be a string of 1..256 bytes");
+    s[2] = 0x00;
+    n = check_with(p, 1, s, 3 + 256);
+    expect_req("user 256", p, n, &req);
+    ck_assert_uint_eq(req.user.len, 256);
+
+    /* endpoint: "" and 128 in, 129 out. */
+    n = check_with(p, 2, RAW(0xa0));
+    expect_req("endpoint empty", p, n, &req);
+    ck_assert_ptr_nonnull(req.endpoint.ptr);
+    ck_assert_uint_eq(req.endpoint.len, 0);
+    s[0] = (char)0xd9;
+    s[1] = (char)129;
+    n = check_with(p, 2, s, 2 + 129);
+    expect_fault("endpoint 129", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "endpoint must be nil or a string of 0..128 bytes");
+    s[1] = (char)128;
+    n = check_with(p, 2, s, 2 + 128);
+    expect_req("endpoint 128", p, n, &req);
+    ck_assert_uint_eq(req.endpoint.len, 128);
+
+    /* cost: 1000000 in, 1000001 and above out. */
+    n = check_with(p, 3, RAW(0xce, 0x00, 0x0f, 0x42, 0x40));
+    expect_req("cost 1000000", p, n, &req);
+    ck_assert_uint_eq(req.cost, 1000000);
+    n = check_with(p, 3, RAW(0xce, 0x00, 0x0f, 0x42, 0x41));
+    expect_fault("cost 1000001", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "cost must be an unsigned integer of 0..1000000");
+    n = check_with(p, 3, RAW(0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff));
+    expect_fault("cost 2^64-1", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7, "cost");
+    n = check_with(p, 3, RAW(0xff));
+    expect_fault("cost -1", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7, "cost");
+    /* A non-negative cost in a signed format is fine. */
+    n = check_with(p, 3, RAW(0xd2, 0x00, 0x00, 0x00, 0x05));
+    expect_req("cost int32", p, n, &req);
+    ck_assert_uint_eq(req.cost, 5);
+    n = check_with(p, 3, RAW(0x00));
+    expect_req("cost 0", p, n, &req);
+    ck_assert_uint_eq(req.cost, 0);
+
+    /* The first bad field is the one reported. */
+    expect_fault("service and user bad", RAW(0x96, 0x01, 0x07, 0xc0, 0xc0, 0xc0, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "service");
+}
+END_TEST
+
+START_TEST(test_clock_field)
+{
+    struct rl_wire_req req;
+
+    expect_fault("now_ms -1", RAW(0x93, 0x04, 0x07, 0xff), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "now_ms");
+    expect_fault("now_ms str", RAW(0x93, 0x04, 0x07, 0xa1, '1'), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "now_ms");
+    expect_fault("now_ms nil", RAW(0x93, 0x04, 0x07, 0xc0), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "now_ms");
+    expect_req("now_ms int64", RAW(0x93, 0x04, 0x07, 0xd3, 0x7f, 0, 0, 0, 0, 0, 0, 0), &req);
+    ck_assert_uint_eq(req.now_ms, 0x7f00000000000000ull);
+}
+END_TEST
+
+static int
+reply_rc(const char *p, size_t n)
+{
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    int rc;
+
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    rc = rl_wire_decode_reply(&d, p, n, rep);
+    rl_wire_decoder_deinit(&d);
+    free(rep);
+    return rc;
+}
+
+START_TEST(test_reply_strict)
+{
+    static const char *keys[RL_WIRE_STATS_MAX + 1];
+    static int64_t vals[RL_WIRE_STATS_MAX + 1];
+    struct rl_buf out;
+    size_t i, n;
+
+    ck_assert_int_eq(reply_rc(RAW(0x97, 0x01, 0x07, 0x00, 0x64, 0x63, 0x00, 0x00)), 0);
+    ck_assert_int_eq(reply_rc(RAW(0x97, 0x01, 0x07, 0x06, 0x64, 0x63, 0x00, 0x00)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x97, 0x01, 0x07, 0x00, 0xff, 0x63, 0x00, 0x00)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x96, 0x01, 0x07, 0x00, 0x64, 0x63, 0x00)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x98, 0x01, 0x07, 0x00, 0x64, 0x63, 0x00, 0x00, 0x00)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x93, 0x02, 0x07, 0xa1, 'n')), 0);
+    ck_assert_int_eq(reply_rc(RAW(0x93, 0x02, 0x07, 0xc4, 0x01, 'n')), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x92, 0x02, 0x07)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x93, 0x03, 0x07, 0x81, 0xa1, 'k', 0x01)), 0);
+    ck_assert_int_eq(reply_rc(RAW(0x93, 0x03, 0x07, 0x81, 0x01, 0x01)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x93, 0x03, 0x07, 0x81, 0xa1, 'k', 0xc0)), -EPROTO);
+    ck_assert_int_eq(
+        reply_rc(RAW(0x93, 0x03, 0x07, 0x81, 0xa1, 'k', 0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x93, 0x03, 0x07, 0x91, 0x01)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x93, 0x04, 0x07, 0xff)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x94, 0xcc, 0xff, 0x00, 0x01, 0xa0)), 0);
+    ck_assert_int_eq(reply_rc(RAW(0x94, 0xcc, 0xff, 0x00, 0x09, 0xa0)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x94, 0xcc, 0xff, 0x00, 0x00, 0xa0)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x94, 0xcc, 0xff, 0x00, 0x01, 0xc0)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x92, 0x09, 0x07)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x92, 0xff, 0x07)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x91, 0x02)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0xc0)), -EPROTO);
+    ck_assert_int_eq(reply_rc("", 0), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x93, 0x02, 0x07, 0xa1, 'n', 0x00)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0xdd, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02, 0x03, 0x04, 0x05)),
+                     -EPROTO);
+
+    /* One pair more than a client keeps is not a v1 reply, however it was sent. */
+    for (i = 0; i <= RL_WIRE_STATS_MAX; i++) {
+        keys[i] = "k";
+        vals[i] = (int64_t)i;
+    }
+    rl_buf_init(&out);
+    ck_assert_int_eq(rl_wire_put_stats_reply(&out, 1, keys, vals, RL_WIRE_STATS_MAX), 0);
+    ck_assert_int_eq(rl_wire_frame(out.data, out.len, &n), 1);
+    ck_assert_int_eq(reply_rc(out.data + RL_WIRE_HDR_LEN, n), 0);
+    /* Patch map16 256 into 257 and add the pair: 0xa1 'k' 0x01. */
+    ck_assert_uint_eq((unsigned char)out.data[RL_WIRE_HDR_LEN + 3], 0xde);
+    out.data[RL_WIRE_HDR_LEN + 5] = 0x01;
+    ck_assert_int_eq(rl_buf_append(&out, "\xa1k\x01", 3), 0);
+    ck_assert_int_eq(reply_rc(out.data + RL_WIRE_HDR_LEN, n + 3), -EPROTO);
+    rl_buf_deinit(&out);
+}
+END_TEST
+
+/* xorshift64*: the fuzz loop must be the same on every run. */
+static uint64_t
+rnd(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+/* Packs a random value of at most max_depth nested containers, within *budget values. */
+static void
+gen_value(msgpack_packer *pk, uint64_t *s, int max_depth, int *budget)
+{
+    static const char bytes[300] = {0};
+    static const size_t ext_lens[] = {0, 1, 2, 3, 4, 8, 16, 17, 255, 256};
+    uint64_t r = rnd(s);
+    int kind = (int)(r % (max_depth > 0 && *budget > 0 ? 12 : 10));
+    size_t n, i;
+
+    (*budget)--;
+    r = rnd(s);
+    switch (kind) {
+    case 0:
+        msgpack_pack_nil(pk);
+        break;
+    case 1:
+        (r & 1) ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+        break;
+    case 2:
+        msgpack_pack_uint64(pk, r >> (rnd(s) % 64));
+        break;
+    case 3:
+        msgpack_pack_int64(pk, -(int64_t)(r >> (1 + rnd(s) % 63)) - 1);
+        break;
+    case 4:
+        msgpack_pack_float(pk, (float)(r % 1000) / 7.0f);
+        break;
+    case 5:
+        msgpack_pack_double(pk, (double)(r % 100000) / 3.0);
+        break;
+    case 6:
+    case 7:
+        n = (r & 7) == 0 ? 300 : r % 40;
+        msgpack_pack_str_with_body(pk, bytes, n);
+        break;
+    case 8:
+        n = (r & 7) == 0 ? 300 : r % 40;
+        msgpack_pack_bin_with_body(pk, bytes, n);
+        break;
+    case 9:
+        n = ext_lens[r % (sizeof(ext_lens) / sizeof(ext_lens[0]))];
+        msgpack_pack_ext_with_body(pk, bytes, n, (int8_t)(r >> 8));
+        break;
+    case 10:
+        n = (r & 15) == 0 ? 20 : r % 5;
+        msgpack_pack_array(pk, n);
+        for (i = 0; i < n; i++) {
+            gen_value(pk, s, max_depth - 1, budget);
+        }
+        break;
+    default:
+        n = r % 4;
+        msgpack_pack_map(pk, n);
+        for (i = 0; i < 2 * n; i++) {
+            gen_value(pk, s, max_depth - 1, budget);
+        }
+        break;
+    }
+}
+
+/* Decodes p as a request and a reply and checks the outcome is one the contract allows. */
+static void
+fuzz_one(struct rl_wire_decoder *d, struct rl_wire_reply *rep, const char *p, size_t n)
+{
+    struct rl_wire_req req;
+    struct rl_wire_fault f;
+    int rc, rrc;
+
+    memset(&f, 0xa5, sizeof(f));
+    rc = rl_wire_decode_req(d, p, n, &req, &f);
+    ck_assert(rc == 0 || rc == -1);
+    if (rc == 0) {
+        ck_assert(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_CLOCK);
+        if (req.op == RL_WIRE_OP_CHECK) {
+            ck_assert(req.service.len >= 1 && req.service.len <= RL_WIRE_SERVICE_MAX);
+            ck_assert(req.user.len >= 1 && req.user.len <= RL_WIRE_USER_MAX);
+            ck_assert(req.endpoint.len <= RL_WIRE_ENDPOINT_MAX);
+            ck_assert(req.cost <= RL_WIRE_COST_MAX);
+            ck_assert(req.service.ptr >= p && req.service.ptr + req.service.len <= p + n);
+            ck_assert(req.user.ptr >= p && req.user.ptr + req.user.len <= p + n);
+        }
+    } else {
+        ck_assert(f.err == RL_WIRE_ERR_MALFORMED || f.err == RL_WIRE_ERR_UNKNOWN_OP ||
+                  f.err == RL_WIRE_ERR_BAD_FIELD);
+        ck_assert(!f.fatal || f.err == RL_WIRE_ERR_MALFORMED);
+        ck_assert(f.err != RL_WIRE_ERR_MALFORMED || f.id == 0);
+        ck_assert(memchr(f.msg, '\0', sizeof(f.msg)) != NULL && f.msg[0] != '\0');
+    }
+    rrc = rl_wire_decode_reply(d, p, n, rep);
+    ck_assert(rrc == 0 || rrc == -EPROTO);
+    if (rrc == 0 && rep->op == RL_WIRE_OP_STATS) {
+        ck_assert_uint_le(rep->nstats, RL_WIRE_STATS_MAX);
+    }
+}
+
+START_TEST(test_fuzz)
+{
+    static const unsigned char hot[] = {0x00, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf,
+                                        0xc0, 0xc1, 0xc4, 0xc7, 0xc9, 0xcf, 0xd3, 0xd8,
+                                        0xd9, 0xdb, 0xdc, 0xdd, 0xde, 0xdf, 0xe0, 0xff};
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_wire_req in = {0};
+    struct rl_wire_check_reply crep = {9, RL_WIRE_LIMITED, 10, 0, 500, 250};
+    struct rl_wire_req req;
+    struct rl_wire_fault f;
+    struct rl_buf seeds[8];
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    static const char *keys[] = {"checks", "keys"};
+    static const int64_t vals[] = {5, 6};
+    char buf[1024];
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    size_t n, k, j;
+    int iter, valid = 0;
+
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    for (k = 0; k < 8; k++) {
+        rl_buf_init(&seeds[k]);
+    }
+    in.id = 1234567;
+    in.service = mkstr("checkout", 8);
+    in.user = mkstr("user-1", 6);
+    in.endpoint = mkstr("/pay", 4);
+    in.cost = 70000;
+    ck_assert_int_eq(rl_wire_put_check(&seeds[0], &in), 0);
+    in.endpoint.ptr = NULL;
+    ck_assert_int_eq(rl_wire_put_check(&seeds[1], &in), 0);
+    ck_assert_int_eq(rl_wire_put_ping(&seeds[2], 3), 0);
+    ck_assert_int_eq(rl_wire_put_clock(&seeds[3], 4, 1700000000000ull), 0);
+    ck_assert_int_eq(rl_wire_put_check_reply(&seeds[4], &crep), 0);
+    ck_assert_int_eq(rl_wire_put_stats_reply(&seeds[5], 6, keys, vals, 2), 0);
+    ck_assert_int_eq(rl_wire_put_error(&seeds[6], 7, RL_WIRE_ERR_BAD_FIELD, "cost"), 0);
+    ck_assert_int_eq(rl_wire_put_ping_reply(&seeds[7], 8, "router-1"), 0);
+
+    for (iter = 0; iter < 100000; iter++) {
+        uint64_t r = rnd(&s);
+
+        if (iter % 5 < 2) {
+            /* Random bytes, weighted towards header bytes. */
+            n = 1 + rnd(&s) % 48;
+            for (k = 0; k < n; k++) {
+                r = rnd(&s);
+                buf[k] = (r & 1) ? (char)hot[(r >> 1) % sizeof(hot)] : (char)(r >> 8);
+            }
+            fuzz_one(&d, rep, buf, n);
+        } else if (iter % 5 < 4) {
+            /* A valid message with a few bytes overwritten, inserted, removed or cut. */
+            const struct rl_buf *seed = &seeds[r % 8];
+            int muts = 1 + (int)(rnd(&s) % 4);
+
+            n = seed->len - RL_WIRE_HDR_LEN;
+            memcpy(buf, seed->data + RL_WIRE_HDR_LEN, n);
+            while (muts-- > 0 && n > 0) {
+                r = rnd(&s);
+                k = (r >> 8) % n;
+                switch (r % 4) {
+                case 0:
+                    buf[k] = (char)(rnd(&s) >> 13);
+                    break;
+                case 1:
+                    buf[k] = (char)hot[(r >> 20) % sizeof(hot)];
+                    break;
+                case 2:
+                    memmove(buf + k + 1, buf + k, n - k);
+                    buf[k] = (char)hot[(r >> 20) % sizeof(hot)];
+                    n++;
+                    break;
+                default:
+                    n = (r & 0x100) ? k : n - 1;
+                    break;
+                }
+            }
+            fuzz_one(&d, rep, buf, n);
+        } else {
+            /*
+             * A random well-formed value of at most 32 levels: never fatal. Every proper
+             * prefix of it, and it with a byte more, are not one value: always fatal.
+             */
+            int budget = 40;
+
+            msgpack_sbuffer_init(&sb);
+            msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+            gen_value(&pk, &s, (r & 3) == 0 ? 32 : 4, &budget);
+            ck_assert_int_eq(rl_wire_decode_req(&d, sb.data, sb.size, &req, &f) == -1 && f.fatal,
+                             0);
+            fuzz_one(&d, rep, sb.data, sb.size);
+            j = rnd(&s) % sb.size;
+            ck_assert_int_eq(rl_wire_decode_req(&d, sb.data, j, &req, &f), -1);
+            ck_assert_msg(f.fatal && f.err == RL_WIRE_ERR_MALFORMED, "prefix %zu of %zu: %s", j,
+                          sb.size, f.msg);
+            msgpack_pack_nil(&pk);
+            ck_assert_int_eq(rl_wire_decode_req(&d, sb.data, sb.size, &req, &f), -1);
+            ck_assert(f.fatal && f.err == RL_WIRE_ERR_MALFORMED);
+            msgpack_sbuffer_destroy(&sb);
+            valid++;
+        }
+    }
+    ck_assert_int_eq(valid, 20000);
+    for (k = 0; k < 8; k++) {
+        rl_buf_deinit(&seeds[k]);
+    }
+    rl_wire_decoder_deinit(&d);
+    free(rep);
+}
+END_TEST
+
+static Suite *
+wire_suite(void)
+{
+    Suite *s = suite_create("wire");
+    TCase *tc = tcase_create("codec");
+    TCase *fz = tcase_create("fuzz");
+
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_known_answer);
+    tcase_add_test(tc, test_names);
+    tcase_add_test(tc, test_docs_match);
+    tcase_add_test(tc, test_roundtrip_requests);
+    tcase_add_test(tc, test_roundtrip_replies);
+    tcase_add_test(tc, test_encode_limits);
+    tcase_add_test(tc, test_frame_split);
+    tcase_add_test(tc, test_frame_bounds);
+    tcase_add_test(tc, test_not_one_value);
+    tcase_add_test(tc, test_hostile_headers);
+    tcase_add_test(tc, test_not_a_request);
+    tcase_add_test(tc, test_unknown_op);
+    tcase_add_test(tc, test_arity);
+    tcase_add_test(tc, test_check_types);
+    tcase_add_test(tc, test_check_bounds);
+    tcase_add_test(tc, test_clock_field);
+    tcase_add_test(tc, test_reply_strict);
+    suite_add_tcase(s, tc);
+    /* 100k decodes take well under a second, but several under the sanitizers. */
+    tcase_set_timeout(fz, 120);
+    tcase_add_test(fz, test_fuzz);
+    suite_add_tcase(s, fz);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(wire_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
