@@ -1,1 +1,1305 @@
-typedef int rl_placeholder;
+/*
+ * conf: loads cluster.conf into a struct rl_conf and answers "which rule applies to this
+ * request" in O(1). libinih splits `KEY = VALUE` lines and calls conf_handler; the lines
+ * themselves come from conf_reader, which counts them (Debian's libinih gives the handler no
+ * line number), strips comments and blanks, and parses section headers itself, because
+ * libinih cuts section names to 49 bytes and never tells the handler that a section began.
+ * Every error is one line "FILE:LINE: what is wrong"; parsing stops at the first one.
+ * Not for command-line options, nor for anything that changes after load.
+ */
+#include "conf.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/*
+ * Longest line once comments and surrounding blanks are gone. Physical lines may be longer
+ * (a long comment); a `[service S E]` header is at most 270 bytes, so only an absurd value
+ * reaches this.
+ */
+#define CONF_LINE_MAX 4096
+
+#define CONF_NAME_MAX 64 /* [cluster] name, a znode path component */
+#define CONF_NODE_NAME_MAX 63
+#define CONF_SERVICE_MAX 128 /* S and E of [service S E] */
+#define CONF_SHARDS_MAX 1048576u
+#define CONF_SESSION_MIN 1000u /* ms; ZooKeeper itself clamps to 2..20 ticks */
+#define CONF_SESSION_MAX 600000u
+#define CONF_DEADLINE_MAX 600000u
+#define CONF_MEMORY_MIN (1024ull * 1024)
+#define CONF_KEYS_MAX 8 /* keys of the widest section kind */
+
+#define CONF_DURATION_PHRASE "is not a duration (use ms, s, m, h or d)"
+#define CONF_LIMIT_PHRASE "is not \"ALGORITHM N per DURATION [burst B]\""
+
+enum conf_kind { CONF_CLUSTER, CONF_ROUTER, CONF_NODE, CONF_SERVICE };
+
+struct conf_parser;
+
+struct conf_key {
+    const char *name;
+    const char *(*set)(struct conf_parser *p, const char *value);
+    bool repeat;
+};
+
+struct conf_kind_def {
+    const char *name;
+    int min_args;
+    int max_args;
+    const char *usage;
+    const struct conf_key *keys;
+};
+
+/* The section being read. */
+struct conf_section {
+    enum conf_kind kind;
+    int line;
+    size_t index;            /* into c->nodes or c->rules */
+    int seen[CONF_KEYS_MAX]; /* line where each key was set, 0 if not yet */
+};
+
+struct conf_parser {
+    struct rl_conf *c;
+    const char *name; /* the file as errors name it */
+    FILE *fp;         /* the source: fp, or text when fp is NULL */
+    const char *text;
+    char *buf; /* the current physical line, NUL-terminated */
+    size_t bufcap;
+    int line;
+    bool in_section;
+    bool eof;
+    struct conf_section sec;
+    int cluster_line; /* where [cluster] and [router] were, 0 if not yet */
+    int router_line;
+    size_t nodes_cap;
+    size_t rules_cap;
+    size_t tiers_cap;
+    int err; /* 0, or the negative errno of the first error */
+    char *msg;
+    size_t msglen;
+    char why[256]; /* phrases built at run time */
+};
+
+static const char *const algo_names[] = {
+#define CONF_ALGO_NAME(n, s, b) s,
+    RL_ALGO_MAP(CONF_ALGO_NAME)
+#undef CONF_ALGO_NAME
+};
+
+static const bool algo_burst[] = {
+#define CONF_ALGO_BURST(n, s, b) b,
+    RL_ALGO_MAP(CONF_ALGO_BURST)
+#undef CONF_ALGO_BURST
+};
+
+const char *
+rl_algo_name(enum rl_algo a)
+{
+    if ((unsigned)a >= RL_ALGO_COUNT) {
+        return "unknown";
+    }
+    return algo_names[a];
+}
+
+/* Errors. */
+
+static void __attribute__((format(printf, 4, 5)))
+conf_fail(struct conf_parser *p, int line, int err, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (p->err != 0) {
+        return;
+    }
+    p->err = err;
+    if (p->msg == NULL || p->msglen == 0) {
+        return;
+    }
+    if (line > 0) {
+        n = snprintf(p->msg, p->msglen, "%s:%d: ", p->name, line);
+    } else {
+        n = snprintf(p->msg, p->msglen, "%s: ", p->name);
+    }
+    if (n < 0 || (size_t)n >= p->msglen) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(p->msg + n, p->msglen - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static const char *
+conf_nomem(struct conf_parser *p)
+{
+    conf_fail(p, p->line, -ENOMEM, "out of memory");
+    return "could not be stored: out of memory";
+}
+
+/* Small lexical helpers. */
+
+static bool
+is_blank(int ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n' || ch == '\v' || ch == '\f';
+}
+
+static bool
+is_digit(int ch)
+{
+    return ch >= '0' && ch <= '9';
+}
+
+static bool
+is_alnum(int ch)
+{
+    return is_digit(ch) || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+}
+
+static int
+lower(int ch)
+{
+    return (ch >= 'A' && ch <= 'Z') ? ch - 'A' + 'a' : ch;
+}
+
+/* A name that is also safe as a znode path component: [A-Za-z0-9_.-]{1,max}, not . or .. */
+static bool
+valid_name(const char *s, size_t max)
+{
+    size_t n;
+
+    for (n = 0; s[n] != '\0'; n++) {
+        if (!is_alnum((unsigned char)s[n]) && s[n] != '_' && s[n] != '.' && s[n] != '-') {
+            return false;
+        }
+    }
+    return n >= 1 && n <= max && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+/* Reads decimal digits from *s into *out; NULL, "not a number" or "too large". */
+static const char *
+scan_u64(const char **s, uint64_t *out)
+{
+    const char *q = *s;
+    uint64_t v = 0;
+
+    if (!is_digit((unsigned char)*q)) {
+        return "is not a number";
+    }
+    for (; is_digit((unsigned char)*q); q++) {
+        unsigned d = (unsigned)(*q - '0');
+
+        if (v > (UINT64_MAX - d) / 10) {
+            return "is too large";
+        }
+        v = v * 10 + d;
+    }
+    *s = q;
+    *out = v;
+    return NULL;
+}
+
+static const char *
+parse_u64(const char *s, uint64_t *out)
+{
+    const char *why = scan_u64(&s, out);
+
+    if (why == NULL && *s != '\0') {
+        return "is not a number";
+    }
+    return why;
+}
+
+/* The value parsers of conf.h. */
+
+const char *
+rl_conf_parse_duration_ms(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *unit;
+        uint64_t ms;
+    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+    uint64_t v;
+    size_t i;
+
+    if (scan_u64(&s, &v) != NULL) {
+        return is_digit((unsigned char)*s) ? "is too large" : CONF_DURATION_PHRASE;
+    }
+    for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(s, units[i].unit) == 0) {
+            if (v > UINT64_MAX / units[i].ms) {
+                return "is too large";
+            }
+            *out = v * units[i].ms;
+            return NULL;
+        }
+    }
+    return CONF_DURATION_PHRASE;
+}
+
+const char *
+rl_conf_parse_size(const char *s, uint64_t *out)
+{
+    static const char *const phrase = "is not a size (use bytes or k, kb, m, mb, g or gb)";
+    unsigned shift;
+    uint64_t v;
+
+    if (scan_u64(&s, &v) != NULL) {
+        return is_digit((unsigned char)*s) ? "is too large" : phrase;
+    }
+    switch (lower((unsigned char)*s)) {
+    case '\0':
+        *out = v;
+        return NULL;
+    case 'k':
+        shift = 10;
+        break;
+    case 'm':
+        shift = 20;
+        break;
+    case 'g':
+        shift = 30;
+        break;
+    default:
+        return phrase;
+    }
+    s++;
+    if (lower((unsigned char)*s) == 'b') {
+        s++;
+    }
+    if (*s != '\0') {
+        return phrase;
+    }
+    if (v > (UINT64_MAX >> shift)) {
+        return "is too large";
+    }
+    *out = v << shift;
+    return NULL;
+}
+
+const char *
+rl_conf_parse_hostport(const char *s, char **host, uint16_t *port)
+{
+    static const char *const phrase = "is not HOST:PORT";
+    const char *h = s;
+    const char *colon;
+    const char *why;
+    size_t hlen;
+    uint64_t v;
+    size_t i;
+
+    if (*s == '[') {
+        /* [IPV6]:PORT, optionally with a zone ("[fe80::1%eth0]:7400"). */
+        const char *close = strchr(s, ']');
+
+        if (close == NULL || close[1] != ':') {
+            return phrase;
+        }
+        h = s + 1;
+        hlen = (size_t)(close - h);
+        colon = close + 1;
+        for (i = 0; i < hlen; i++) {
+            if (!is_alnum((unsigned char)h[i]) && h[i] != ':' && h[i] != '.' && h[i] != '%') {
+                return phrase;
+            }
+        }
+    } else {
+        colon = strchr(s, ':');
+        if (colon == NULL || strchr(colon + 1, ':') != NULL) {
+            return phrase;
+        }
+        hlen = (size_t)(colon - s);
+        for (i = 0; i < hlen; i++) {
+            if (!is_alnum((unsigned char)h[i]) && h[i] != '-' && h[i] != '.' && h[i] != '_') {
+                return phrase;
+            }
+        }
+    }
+    if (hlen == 0) {
+        return phrase;
+    }
+    why = parse_u64(colon + 1, &v);
+    if (why != NULL && strcmp(why, "is too large") != 0) {
+        return phrase;
+    }
+    if (why != NULL || v < 1 || v > 65535) {
+        return "has a port outside 1..65535";
+    }
+    *host = strndup(h, hlen);
+    if (*host == NULL) {
+        return "could not be stored: out of memory";
+    }
+    *port = (uint16_t)v;
+    return NULL;
+}
+
+/* Key setters: each returns NULL or the phrase that follows `KEY: "VALUE"`. */
+
+static const char *
+set_string(struct conf_parser *p, char **field, const char *v)
+{
+    char *copy = strdup(v);
+
+    if (copy == NULL) {
+        return conf_nomem(p);
+    }
+    free(*field);
+    *field = copy;
+    return NULL;
+}
+
+/* An integer or duration that must lie in [min, max]; range is how the phrase shows them. */
+static const char *
+set_bounded(struct conf_parser *p, uint32_t *field, const char *v, bool duration, uint64_t min,
+            uint64_t max, const char *range)
+{
+    const char *why;
+    uint64_t n;
+
+    why = duration ? rl_conf_parse_duration_ms(v, &n) : parse_u64(v, &n);
+    if (why == NULL && (n < min || n > max)) {
+        snprintf(p->why, sizeof(p->why), "is out of range (%s)", range);
+        why = p->why;
+    }
+    if (why == NULL) {
+        *field = (uint32_t)n;
+    }
+    return why;
+}
+
+static const char *
+set_cluster_name(struct conf_parser *p, const char *v)
+{
+    if (!valid_name(v, CONF_NAME_MAX)) {
+        return "is not 1..64 characters of A-Z a-z 0-9 _ . - (nor . or ..)";
+    }
+    return set_string(p, &p->c->cluster_name, v);
+}
+
+/* A ZooKeeper connect string: HOST:PORT[,HOST:PORT...][/CHROOT], or "" for none. */
+static const char *
+set_zookeeper(struct conf_parser *p, const char *v)
+{
+    static const char *const phrase = "is not HOST:PORT[,HOST:PORT...][/CHROOT]";
+    char item[CONF_LINE_MAX + 1];
+    const char *q = v;
+    const char *end = v + strlen(v);
+    const char *slash = strchr(v, '/');
+    const char *why;
+    char *host;
+    uint16_t port;
+    size_t i;
+
+    if (*v != '\0') {
+        if (slash != NULL) {
+            if (slash[1] == '\0') {
+                return phrase;
+            }
+            for (i = 1; slash[i] != '\0'; i++) {
+                if ((unsigned char)slash[i] <= ' ' || slash[i] == 0x7f) {
+                    return phrase;
+                }
+            }
+            end = slash;
+        }
+        for (;;) {
+            const char *comma = memchr(q, ',', (size_t)(end - q));
+            const char *stop = comma != NULL ? comma : end;
+
+            memcpy(item, q, (size_t)(stop - q));
+            item[stop - q] = '\0';
+            why = rl_conf_parse_hostport(item, &host, &port);
+            if (why != NULL) {
+                return strncmp(why, "has a port", 10) == 0 ? why : phrase;
+            }
+            free(host);
+            if (comma == NULL) {
+                break;
+            }
+            q = comma + 1;
+        }
+    }
+    return set_string(p, &p->c->zookeeper, v);
+}
+
+static const char *
+set_session_timeout(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->session_timeout_ms, v, true, CONF_SESSION_MIN, CONF_SESSION_MAX,
+                       "1s..10m");
+}
+
+static const char *
+set_shards(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->shards, v, false, 1, CONF_SHARDS_MAX, "1..1048576");
+}
+
+static const char *
+set_router_listen(struct conf_parser *p, const char *v)
+{
+    char *host;
+    uint16_t port;
+    const char *why = rl_conf_parse_hostport(v, &host, &port);
+
+    if (why != NULL) {
+        return why;
+    }
+    free(p->c->router_host);
+    p->c->router_host = host;
+    p->c->router_port = port;
+    return NULL;
+}
+
+static const char *
+set_deadline(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->deadline_ms, v, true, 1, CONF_DEADLINE_MAX, "1ms..10m");
+}
+
+static const char *
+set_request_log(struct conf_parser *p, const char *v)
+{
+    return set_string(p, &p->c->request_log, v);
+}
+
+static const char *
+set_request_log_sample(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->log_sample, v, false, 1, UINT32_MAX, "1..4294967295");
+}
+
+static const char *
+set_node_listen(struct conf_parser *p, const char *v)
+{
+    struct rl_node_conf *n = &p->c->nodes[p->sec.index];
+    char *host;
+    uint16_t port;
+    const char *why = rl_conf_parse_hostport(v, &host, &port);
+
+    if (why != NULL) {
+        return why;
+    }
+    free(n->host);
+    n->host = host;
+    n->port = port;
+    return NULL;
+}
+
+static const char *
+set_node_memory(struct conf_parser *p, const char *v)
+{
+    uint64_t bytes;
+    const char *why = rl_conf_parse_size(v, &bytes);
+
+    if (why != NULL) {
+        return why;
+    }
+    if (bytes < CONF_MEMORY_MIN) {
+        return "is below the minimum of 1mb";
+    }
+    p->c->nodes[p->sec.index].memory = bytes;
+    return NULL;
+}
+
+static const char *
+set_failure(struct conf_parser *p, const char *v)
+{
+    struct rl_rule *r = &p->c->rules[p->sec.index];
+
+    if (strcmp(v, "open") == 0) {
+        r->fail_closed = false;
+    } else if (strcmp(v, "closed") == 0) {
+        r->fail_closed = true;
+    } else {
+        return "is not open or closed";
+    }
+    return NULL;
+}
+
+static const char *
+set_mode(struct conf_parser *p, const char *v)
+{
+    struct rl_rule *r = &p->c->rules[p->sec.index];
+
+    if (strcmp(v, "enforce") == 0) {
+        r->shadow = false;
+    } else if (strcmp(v, "shadow") == 0) {
+        r->shadow = true;
+    } else {
+        return "is not enforce or shadow";
+    }
+    return NULL;
+}
+
+/* A count N or burst B of a limit: 1..RL_CONF_LIMIT_MAX. */
+static const char *
+limit_count(struct conf_parser *p, const char *what, const char *tok, uint32_t *out)
+{
+    uint64_t n;
+    const char *why = parse_u64(tok, &n);
+
+    if (why != NULL && strcmp(why, "is not a number") == 0) {
+        snprintf(p->why, sizeof(p->why), "has a %s \"%s\" that is not a number", what, tok);
+        return p->why;
+    }
+    if (why != NULL || n < 1 || n > RL_CONF_LIMIT_MAX) {
+        snprintf(p->why, sizeof(p->why), "has a %s outside 1..%u", what, RL_CONF_LIMIT_MAX);
+        return p->why;
+    }
+    *out = (uint32_t)n;
+    return NULL;
+}
+
+static void
+append_text(char *buf, size_t size, const char *text)
+{
+    size_t len = strlen(buf);
+
+    snprintf(buf + len, size - len, "%s", text);
+}
+
+/* Appends "a, b, c<last>d": every algorithm, or those that take a burst. */
+static void
+append_algos(char *buf, size_t size, bool burst_only, const char *last)
+{
+    int n = 0;
+    int i;
+    int k;
+
+    for (i = 0; i < RL_ALGO_COUNT; i++) {
+        n += !burst_only || algo_burst[i];
+    }
+    for (i = 0, k = 0; i < RL_ALGO_COUNT; i++) {
+        if (!burst_only || algo_burst[i]) {
+            append_text(buf, size, k == 0 ? "" : k == n - 1 ? last : ", ");
+            append_text(buf, size, algo_names[i]);
+            k++;
+        }
+    }
+}
+
+/* ALGORITHM N per DURATION [burst B] */
+static const char *
+parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
+{
+    char copy[CONF_LINE_MAX + 1];
+    char *tok[7];
+    char *save = NULL;
+    int ntok = 0;
+    const char *why;
+    uint64_t window;
+    int a;
+
+    snprintf(copy, sizeof(copy), "%s", v);
+    for (char *w = strtok_r(copy, " \t", &save); w != NULL; w = strtok_r(NULL, " \t", &save)) {
+        if (ntok == 7) {
+            return CONF_LIMIT_PHRASE;
+        }
+        tok[ntok++] = w;
+    }
+    if ((ntok != 4 && ntok != 6) || strcmp(tok[2], "per") != 0 ||
+        (ntok == 6 && strcmp(tok[4], "burst") != 0)) {
+        return CONF_LIMIT_PHRASE;
+    }
+    for (a = 0; a < RL_ALGO_COUNT && strcmp(tok[0], algo_names[a]) != 0; a++) {
+    }
+    if (a == RL_ALGO_COUNT) {
+        snprintf(p->why, sizeof(p->why), "has an unknown algorithm (use ");
+        append_algos(p->why, sizeof(p->why), false, " or ");
+        append_text(p->why, sizeof(p->why), ")");
+        return p->why;
+    }
+    t->algo = (enum rl_algo)a;
+    why = limit_count(p, "limit", tok[1], &t->limit);
+    if (why != NULL) {
+        return why;
+    }
+    why = rl_conf_parse_duration_ms(tok[3], &window);
+    if (why != NULL && strcmp(why, CONF_DURATION_PHRASE) == 0) {
+        snprintf(p->why, sizeof(p->why), "has a window \"%s\" that %s", tok[3], why);
+        return p->why;
+    }
+    if (why != NULL || window < 1 || window > RL_CONF_WINDOW_MAX) {
+        snprintf(p->why, sizeof(p->why), "has a window outside 1ms..%ums", RL_CONF_WINDOW_MAX);
+        return p->why;
+    }
+    t->window_ms = (uint32_t)window;
+    t->burst = t->limit;
+    if (ntok == 6) {
+        if (!algo_burst[a]) {
+            snprintf(p->why, sizeof(p->why), "has a burst, which only ");
+            append_algos(p->why, sizeof(p->why), true, " and ");
+            append_text(p->why, sizeof(p->why), " take");
+            return p->why;
+        }
+        why = limit_count(p, "burst", tok[5], &t->burst);
+        if (why != NULL) {
+            return why;
+        }
+    }
+    return NULL;
+}
+
+static const char *
+set_limit(struct conf_parser *p, const char *v)
+{
+    struct rl_conf *c = p->c;
+    struct rl_rule *r = &c->rules[p->sec.index];
+    struct rl_tier t;
+    const char *why = parse_limit(p, v, &t);
+
+    if (why != NULL) {
+        return why;
+    }
+    if (r->ntiers == RL_CONF_RULE_TIERS_MAX) {
+        return "is one tier too many: a section has at most 16";
+    }
+    if (c->ntiers == RL_CONF_TIERS_MAX) {
+        return "is one tier too many: a file has at most 65535";
+    }
+    if (c->ntiers == p->tiers_cap) {
+        size_t cap = p->tiers_cap != 0 ? p->tiers_cap * 2 : 16;
+        struct rl_tier *tiers = realloc(c->tiers, cap * sizeof(*tiers));
+
+        if (tiers == NULL) {
+            return conf_nomem(p);
+        }
+        c->tiers = tiers;
+        p->tiers_cap = cap;
+    }
+    /* Tiers of one section are contiguous: only the current section appends. */
+    t.id = (uint16_t)c->ntiers;
+    c->tiers[c->ntiers++] = t;
+    r->ntiers++;
+    return NULL;
+}
+
+static const struct conf_key cluster_keys[] = {
+    {"name", set_cluster_name, false},
+    {"zookeeper", set_zookeeper, false},
+    {"session_timeout", set_session_timeout, false},
+    {"shards", set_shards, false},
+    {NULL, NULL, false},
+};
+
+static const struct conf_key router_keys[] = {
+    {"listen", set_router_listen, false},
+    {"deadline", set_deadline, false},
+    {"request_log", set_request_log, false},
+    {"request_log_sample", set_request_log_sample, false},
+    {NULL, NULL, false},
+};
+
+static const struct conf_key node_keys[] = {
+    {"listen", set_node_listen, false},
+    {"memory", set_node_memory, false},
+    {NULL, NULL, false},
+};
+
+static const struct conf_key service_keys[] = {
+    {"failure", set_failure, false},
+    {"mode", set_mode, false},
+    {"limit", set_limit, true},
+    {NULL, NULL, false},
+};
+
+static const struct conf_kind_def conf_kinds[] = {
+    [CONF_CLUSTER] = {"cluster", 0, 0, "[cluster]", cluster_keys},
+    [CONF_ROUTER] = {"router", 0, 0, "[router]", router_keys},
+    [CONF_NODE] = {"node", 1, 1, "[node NAME]", node_keys},
+    [CONF_SERVICE] = {"service", 1, 2, "[service SERVICE] or [service SERVICE ENDPOINT]",
+                      service_keys},
+};
+
+/* The (service, endpoint) -> rule index: open addressing, linear probing, load <= 1/2. */
+
+static uint64_t
+rule_hash(const char *s, size_t slen, const char *e, size_t elen)
+{
+    uint64_t h = XXH3_64bits(s, slen);
+
+    /* Seeding the endpoint's hash with the service's lets the fallback reuse h. */
+    return elen != 0 ? XXH3_64bits_withSeed(e, elen, h) : h;
+}
+
+static const struct rl_rule *
+index_find(const struct rl_conf *c, uint64_t h, const char *s, size_t slen, const char *e,
+           size_t elen)
+{
+    size_t mask = c->index_cap - 1;
+    size_t i;
+
+    for (i = (size_t)h & mask;; i = (i + 1) & mask) {
+        uint32_t slot = c->index[i];
+        const struct rl_rule *r;
+
+        if (slot == 0) {
+            return NULL;
+        }
+        r = &c->rules[slot - 1];
+        if (r->service_len == slen && r->endpoint_len == elen && memcmp(r->service, s, slen) == 0 &&
+            (elen == 0 || memcmp(r->endpoint, e, elen) == 0)) {
+            return r;
+        }
+    }
+}
+
+static void
+index_put(uint32_t *index, size_t cap, const struct rl_rule *r)
+{
+    size_t i = (size_t)rule_hash(r->service, r->service_len, r->endpoint, r->endpoint_len);
+
+    for (i &= cap - 1; index[i] != 0; i = (i + 1) & (cap - 1)) {
+    }
+    index[i] = r->id + 1;
+}
+
+/* Indexes c->rules[c->nrules - 1], growing the table first if it would pass half full. */
+static int
+index_add(struct rl_conf *c)
+{
+    size_t i;
+
+    if (c->nrules * 2 > c->index_cap) {
+        size_t cap = c->index_cap != 0 ? c->index_cap * 2 : 16;
+        uint32_t *index = calloc(cap, sizeof(*index));
+
+        if (index == NULL) {
+            return -ENOMEM;
+        }
+        free(c->index);
+        c->index = index;
+        c->index_cap = cap;
+        for (i = 0; i + 1 < c->nrules; i++) {
+            index_put(c->index, cap, &c->rules[i]);
+        }
+    }
+    index_put(c->index, c->index_cap, &c->rules[c->nrules - 1]);
+    return 0;
+}
+
+const struct rl_rule *
+rl_conf_rule(const struct rl_conf *c, const char *service, size_t slen, const char *endpoint,
+             size_t elen)
+{
+    const struct rl_rule *r;
+    uint64_t h;
+
+    if (c == NULL || c->nrules == 0 || service == NULL || slen == 0) {
+        return NULL;
+    }
+    h = XXH3_64bits(service, slen);
+    if (endpoint != NULL && elen != 0) {
+        r = index_find(c, XXH3_64bits_withSeed(endpoint, elen, h), service, slen, endpoint, elen);
+        if (r != NULL) {
+            return r;
+        }
+    }
+    return index_find(c, h, service, slen, NULL, 0);
+}
+
+const struct rl_node_conf *
+rl_conf_node(const struct rl_conf *c, const char *name)
+{
+    size_t i;
+
+    for (i = 0; c != NULL && name != NULL && i < c->nnodes; i++) {
+        if (strcmp(c->nodes[i].name, name) == 0) {
+            return &c->nodes[i];
+        }
+    }
+    return NULL;
+}
+
+/* Sections. */
+
+/* Checks what a section needs once all its keys are in; errors point at its header. */
+static void
+section_close(struct conf_parser *p)
+{
+    const struct rl_conf *c = p->c;
+
+    if (!p->in_section) {
+        return;
+    }
+    p->in_section = false;
+    if (p->sec.kind == CONF_NODE && c->nodes[p->sec.index].host == NULL) {
+        conf_fail(p, p->sec.line, -EINVAL, "[node %s] has no listen", c->nodes[p->sec.index].name);
+    } else if (p->sec.kind == CONF_SERVICE && c->rules[p->sec.index].ntiers == 0) {
+        const struct rl_rule *r = &c->rules[p->sec.index];
+
+        conf_fail(p, p->sec.line, -EINVAL, "[service %s%s%s] has no limit", r->service,
+                  r->endpoint != NULL ? " " : "", r->endpoint != NULL ? r->endpoint : "");
+    }
+}
+
+static int
+section_node(struct conf_parser *p, const char *name)
+{
+    struct rl_conf *c = p->c;
+    const struct rl_node_conf *old = rl_conf_node(c, name);
+    struct rl_node_conf *n;
+
+    if (!valid_name(name, CONF_NODE_NAME_MAX)) {
+        conf_fail(p, p->line, -EINVAL,
+                  "node name \"%s\" is not 1..63 characters of A-Z a-z 0-9 _ . - (nor . or ..)",
+                  name);
+        return -EINVAL;
+    }
+    if (old != NULL) {
+        conf_fail(p, p->line, -EINVAL, "duplicate section [node %s] (first at line %d)", name,
+                  old->line);
+        return -EINVAL;
+    }
+    if (c->nnodes == p->nodes_cap) {
+        size_t cap = p->nodes_cap != 0 ? p->nodes_cap * 2 : 4;
+
+        n = realloc(c->nodes, cap * sizeof(*n));
+        if (n == NULL) {
+            conf_nomem(p);
+            return -ENOMEM;
+        }
+        c->nodes = n;
+        p->nodes_cap = cap;
+    }
+    n = &c->nodes[c->nnodes];
+    memset(n, 0, sizeof(*n));
+    n->name = strdup(name);
+    if (n->name == NULL) {
+        conf_nomem(p);
+        return -ENOMEM;
+    }
+    n->memory = RL_CONF_DEFAULT_MEMORY;
+    n->line = p->line;
+    p->sec.index = c->nnodes++;
+    return 0;
+}
+
+/* Service and endpoint names travel on the wire: 1..128 bytes, no blanks nor controls. */
+static bool
+valid_service(const char *s)
+{
+    size_t n;
+
+    for (n = 0; s[n] != '\0'; n++) {
+        if ((unsigned char)s[n] < 0x20 || s[n] == 0x7f) {
+            return false;
+        }
+    }
+    return n >= 1 && n <= CONF_SERVICE_MAX;
+}
+
+static int
+section_service(struct conf_parser *p, const char *service, const char *endpoint)
+{
+    struct rl_conf *c = p->c;
+    size_t slen = strlen(service);
+    size_t elen = endpoint != NULL ? strlen(endpoint) : 0;
+    const struct rl_rule *old;
+    struct rl_rule *r;
+
+    if (!valid_service(service) || (endpoint != NULL && !valid_service(endpoint))) {
+        conf_fail(p, p->line, -EINVAL,
+                  "%s name is not 1..128 bytes without blanks or control characters",
+                  valid_service(service) ? "endpoint" : "service");
+        return -EINVAL;
+    }
+    old = c->index_cap == 0 ? NULL
+                            : index_find(c, rule_hash(service, slen, endpoint, elen), service, slen,
+                                         endpoint, elen);
+    if (old != NULL) {
+        conf_fail(p, p->line, -EINVAL, "duplicate section [service %s%s%s] (first at line %d)",
+                  service, endpoint != NULL ? " " : "", endpoint != NULL ? endpoint : "",
+                  old->line);
+        return -EINVAL;
+    }
+    if (c->nrules == p->rules_cap) {
+        size_t cap = p->rules_cap != 0 ? p->rules_cap * 2 : 8;
+
+        r = realloc(c->rules, cap * sizeof(*r));
+        if (r == NULL) {
+            conf_nomem(p);
+            return -ENOMEM;
+        }
+        c->rules = r;
+        p->rules_cap = cap;
+    }
+    r = &c->rules[c->nrules];
+    memset(r, 0, sizeof(*r));
+    r->service = strdup(service);
+    r->endpoint = endpoint != NULL ? strdup(endpoint) : NULL;
+    /* Counted now, so that rl_conf_destroy frees what the two strdups got. */
+    c->nrules++;
+    if (r->service == NULL || (endpoint != NULL && r->endpoint == NULL)) {
+        conf_nomem(p);
+        return -ENOMEM;
+    }
+    r->service_len = slen;
+    r->endpoint_len = elen;
+    r->id = (uint32_t)(c->nrules - 1);
+    r->first_tier = (uint32_t)c->ntiers;
+    r->line = p->line;
+    if (index_add(c) != 0) {
+        conf_nomem(p);
+        return -ENOMEM;
+    }
+    p->sec.index = r->id;
+    return 0;
+}
+
+/* Opens the section whose header is the line [s, e), brackets included. */
+static void
+section_open(struct conf_parser *p, char *s, char *e)
+{
+    char *arg[4];
+    char *save = NULL;
+    int nargs = 0;
+    int kind;
+    int *seen_line;
+    int rc = 0;
+
+    if (e[-1] != ']' || e - s < 2) {
+        conf_fail(p, p->line, -EINVAL, "malformed section header");
+        return;
+    }
+    e[-1] = '\0';
+    for (char *w = strtok_r(s + 1, " \t\v\f", &save); w != NULL && nargs < 4;
+         w = strtok_r(NULL, " \t\v\f", &save)) {
+        arg[nargs++] = w;
+    }
+    if (nargs == 0) {
+        conf_fail(p, p->line, -EINVAL, "malformed section header");
+        return;
+    }
+    for (kind = 0; kind <= CONF_SERVICE && strcmp(arg[0], conf_kinds[kind].name) != 0; kind++) {
+    }
+    if (kind > CONF_SERVICE) {
+        conf_fail(p, p->line, -EINVAL,
+                  "unknown section [%s] (use cluster, router, node or service)", arg[0]);
+        return;
+    }
+    if (nargs - 1 < conf_kinds[kind].min_args || nargs - 1 > conf_kinds[kind].max_args) {
+        conf_fail(p, p->line, -EINVAL, "malformed section header: expected %s",
+                  conf_kinds[kind].usage);
+        return;
+    }
+    memset(&p->sec, 0, sizeof(p->sec));
+    p->sec.kind = (enum conf_kind)kind;
+    p->sec.line = p->line;
+    switch (p->sec.kind) {
+    case CONF_CLUSTER:
+    case CONF_ROUTER:
+        seen_line = p->sec.kind == CONF_CLUSTER ? &p->cluster_line : &p->router_line;
+        if (*seen_line != 0) {
+            conf_fail(p, p->line, -EINVAL, "duplicate section [%s] (first at line %d)", arg[0],
+                      *seen_line);
+            return;
+        }
+        *seen_line = p->line;
+        break;
+    case CONF_NODE:
+        rc = section_node(p, arg[1]);
+        break;
+    case CONF_SERVICE:
+        rc = section_service(p, arg[1], nargs == 3 ? arg[2] : NULL);
+        break;
+    }
+    p->in_section = rc == 0;
+}
+
+/* libinih's callbacks. */
+
+/* Reads the next physical line into p->buf; false at the end or on a read error. */
+static bool
+next_line(struct conf_parser *p, size_t *len)
+{
+    ssize_t n;
+    size_t need;
+
+    if (p->fp != NULL) {
+        errno = 0;
+        n = getline(&p->buf, &p->bufcap, p->fp);
+        if (n < 0) {
+            if (ferror(p->fp)) {
+                conf_fail(p, 0, errno != 0 ? -errno : -EIO, "cannot read: %s",
+                          strerror(errno != 0 ? errno : EIO));
+            }
+            return false;
+        }
+        *len = (size_t)n;
+        return true;
+    }
+    if (*p->text == '\0') {
+        return false;
+    }
+    need = strcspn(p->text, "\n");
+    need += p->text[need] == '\n';
+    if (need + 1 > p->bufcap) {
+        char *buf = realloc(p->buf, need + 1);
+
+        if (buf == NULL) {
+            conf_nomem(p);
+            return false;
+        }
+        p->buf = buf;
+        p->bufcap = need + 1;
+    }
+    memcpy(p->buf, p->text, need);
+    p->buf[need] = '\0';
+    p->text += need;
+    *len = need;
+    return true;
+}
+
+/*
+ * The ini_reader: hands libinih one line per physical line, so its line numbers stay ours,
+ * with comments and surrounding blanks removed. Removing the leading blanks means an
+ * indented line is read like any other and never continues the previous value. Section
+ * headers are handled here and reach libinih as blank lines.
+ */
+static char *
+conf_reader(char *str, int num, void *stream)
+{
+    struct conf_parser *p = stream;
+    char *s;
+    char *e;
+    char *q;
+    size_t len;
+
+    if (p->err != 0 || p->eof) {
+        return NULL;
+    }
+    if (!next_line(p, &len)) {
+        p->eof = true;
+        if (p->err == 0) {
+            section_close(p);
+        }
+        return NULL;
+    }
+    p->line++;
+    s = p->buf;
+    e = p->buf + len;
+    if (memchr(s, '\0', len) != NULL) {
+        conf_fail(p, p->line, -EINVAL, "line contains a NUL byte");
+        return NULL;
+    }
+    if (p->line == 1 && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
+        s += 3;
+    }
+    while (s < e && is_blank((unsigned char)*s)) {
+        s++;
+    }
+    if (s < e && (*s == ';' || *s == '#')) {
+        e = s;
+    }
+    /* An inline comment starts at ';' or '#' after a blank, so "a#b" is a value. */
+    for (q = s + 1; q < e; q++) {
+        if ((*q == ';' || *q == '#') && is_blank((unsigned char)q[-1])) {
+            e = q;
+            break;
+        }
+    }
+    while (e > s && is_blank((unsigned char)e[-1])) {
+        e--;
+    }
+    *e = '\0';
+    str[0] = '\0';
+    if (s == e) {
+        return str;
+    }
+    if (*s == '[') {
+        section_close(p);
+        section_open(p, s, e);
+        return p->err != 0 ? NULL : str;
+    }
+    q = s + strcspn(s, "=:");
+    if (*q != '=' || q == s) {
+        /* libinih would also take "KEY: VALUE"; no key of ours has a ':' so refuse it. */
+        conf_fail(p, p->line, -EINVAL, "expected KEY = VALUE");
+        return NULL;
+    }
+    if (e - s > CONF_LINE_MAX || e - s >= num) {
+        conf_fail(p, p->line, -EINVAL, "line is longer than %d bytes",
+                  num - 1 < CONF_LINE_MAX ? num - 1 : CONF_LINE_MAX);
+        return NULL;
+    }
+    memcpy(str, s, (size_t)(e - s) + 1);
+    return str;
+}
+
+static int
+conf_handler(void *user, const char *section, const char *name, const char *value)
+{
+    struct conf_parser *p = user;
+    const struct conf_key *keys;
+    const char *why;
+    int i;
+
+    /* The reader keeps the section: libinih's copy of its name is cut to 49 bytes. */
+    (void)section;
+    if (p->err != 0) {
+        return 0;
+    }
+    if (!p->in_section) {
+        conf_fail(p, p->line, -EINVAL, "key \"%s\" is outside any section", name);
+        return 0;
+    }
+    keys = conf_kinds[p->sec.kind].keys;
+    for (i = 0; keys[i].name != NULL && strcmp(keys[i].name, name) != 0; i++) {
+    }
+    if (keys[i].name == NULL) {
+        conf_fail(p, p->line, -EINVAL, "unknown key \"%s\" in a [%s] section", name,
+                  conf_kinds[p->sec.kind].name);
+        return 0;
+    }
+    if (!keys[i].repeat && p->sec.seen[i] != 0) {
+        conf_fail(p, p->line, -EINVAL, "duplicate key \"%s\" (first at line %d)", name,
+                  p->sec.seen[i]);
+        return 0;
+    }
+    p->sec.seen[i] = p->line;
+    why = keys[i].set(p, value);
+    if (why != NULL) {
+        conf_fail(p, p->line, -EINVAL, "%s: \"%s\" %s", name, value, why);
+        return 0;
+    }
+    return 1;
+}
+
+/* Loading. */
+
+static struct rl_conf *
+conf_create(const char *name)
+{
+    struct rl_conf *c = calloc(1, sizeof(*c));
+
+    if (c == NULL) {
+        return NULL;
+    }
+    c->path = strdup(name);
+    c->cluster_name = strdup("default");
+    c->zookeeper = strdup("");
+    c->session_timeout_ms = 4000;
+    c->shards = 4096;
+    c->router_host = strdup("127.0.0.1");
+    c->router_port = 7400;
+    c->deadline_ms = 50;
+    c->request_log = strdup("");
+    c->log_sample = 1;
+    if (c->path == NULL || c->cluster_name == NULL || c->zookeeper == NULL ||
+        c->router_host == NULL || c->request_log == NULL) {
+        rl_conf_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+static int
+conf_run(struct conf_parser *p, struct rl_conf **out)
+{
+    int rc;
+
+    *out = NULL;
+    if (p->msg != NULL && p->msglen != 0) {
+        p->msg[0] = '\0';
+    }
+    p->c = conf_create(p->name);
+    if (p->c == NULL) {
+        conf_fail(p, 0, -ENOMEM, "out of memory");
+        return p->err;
+    }
+    /*
+     * libinih's options are process globals in Debian's build. conf is their only user in
+     * ratelimiter and sets the same values on every load, which happens at start-up. The
+     * reader already removes leading blanks, so turning multiline off is belt and braces;
+     * the line length is what lets a long zookeeper list through.
+     */
+    ini_allow_multiline = false;
+    ini_max_line = CONF_LINE_MAX + 3;
+    ini_initial_alloc = CONF_LINE_MAX + 3;
+    rc = ini_parse_stream(conf_reader, p, conf_handler, p);
+    if (rc == -2) {
+        conf_fail(p, p->line, -ENOMEM, "out of memory");
+    } else if (rc != 0 && p->err == 0) {
+        /* The reader refuses every line libinih could not parse, so this is a guard. */
+        conf_fail(p, rc, -EINVAL, "syntax error");
+    }
+    free(p->buf);
+    p->buf = NULL;
+    if (p->err != 0) {
+        rl_conf_destroy(p->c);
+        return p->err;
+    }
+    *out = p->c;
+    return 0;
+}
+
+int
+rl_conf_load(const char *path, struct rl_conf **out, char *err, size_t errlen)
+{
+    struct conf_parser p;
+    int rc;
+
+    memset(&p, 0, sizeof(p));
+    p.name = path;
+    p.msg = err;
+    p.msglen = errlen;
+    /* "e": O_CLOEXEC, so a process that forks never leaks the file into a child. */
+    p.fp = fopen(path, "re");
+    if (p.fp == NULL) {
+        rc = -errno;
+        conf_fail(&p, 0, rc, "%s", strerror(errno));
+        *out = NULL;
+        return rc;
+    }
+    rc = conf_run(&p, out);
+    fclose(p.fp);
+    return rc;
+}
+
+int
+rl_conf_parse(const char *name, const char *text, struct rl_conf **out, char *err, size_t errlen)
+{
+    struct conf_parser p;
+
+    memset(&p, 0, sizeof(p));
+    p.name = name;
+    p.text = text;
+    p.msg = err;
+    p.msglen = errlen;
+    return conf_run(&p, out);
+}
+
+void
+rl_conf_destroy(struct rl_conf *c)
+{
+    size_t i;
+
+    if (c == NULL) {
+        return;
+    }
+    for (i = 0; i < c->nnodes; i++) {
+        free(c->nodes[i].name);
+        free(c->nodes[i].host);
+    }
+    for (i = 0; i < c->nrules; i++) {
+        free(c->rules[i].service);
+        free(c->rules[i].endpoint);
+    }
+    free(c->nodes);
+    free(c->rules);
+    free(c->tiers);
+    free(c->index);
+    free(c->request_log);
+    free(c->router_host);
+    free(c->zookeeper);
+    free(c->cluster_name);
+    free(c->path);
+    free(c);
+}

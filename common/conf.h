@@ -1,7 +1,9 @@
 /*
- * conf: cluster.conf (CONFIG.md) parsed with libinih into one immutable struct, and the rule
- * model: services, endpoints, tiers, failure policy and mode. Every process loads the same
- * file through this module. Not for command-line options, which each main.c owns.
+ * conf: cluster.conf (CONFIG.md, docs/CONFIG.md) parsed with libinih into one immutable
+ * struct, and the rule model: services, endpoints, tiers, failure policy and mode. Every
+ * process loads the same file through this module. Not for command-line options, which each
+ * main.c owns (it may use the value parsers at the bottom). After a successful load every
+ * string field is non-NULL (possibly ""), except rl_rule.endpoint.
  */
 #ifndef RL_CONF_H
 #define RL_CONF_H
@@ -26,11 +28,14 @@ enum rl_algo {
         RL_ALGO_COUNT
 };
 
+/* The algorithm's name as written in cluster.conf, or "unknown" for a value out of range. */
 const char *rl_algo_name(enum rl_algo a);
 
 /* Bounds the parser enforces, so the algorithms' integer arithmetic cannot overflow. */
 #define RL_CONF_LIMIT_MAX 4294967295u  /* N and B, in cost units */
 #define RL_CONF_WINDOW_MAX 4294967295u /* W in ms: about 49.7 days */
+#define RL_CONF_RULE_TIERS_MAX 16      /* `limit` lines in one [service] section */
+#define RL_CONF_TIERS_MAX 65535u       /* in the whole file, so a tier id fits uint16_t */
 
 /* One `limit = ALGO N per DURATION [burst B]` line. */
 struct rl_tier {
@@ -44,20 +49,22 @@ struct rl_tier {
 /* One `[service S]` or `[service S E]` section. */
 struct rl_rule {
     char *service;
-    char *endpoint;     /* NULL for the service-wide section */
-    bool fail_closed;   /* failure = closed */
-    bool shadow;        /* mode = shadow */
-    uint32_t id;        /* index in rl_conf.rules */
+    char *endpoint;      /* NULL for the service-wide section */
+    size_t service_len;  /* strlen(service), 1..128 */
+    size_t endpoint_len; /* strlen(endpoint), 1..128; 0 when endpoint is NULL */
+    bool fail_closed;    /* failure = closed */
+    bool shadow;         /* mode = shadow */
+    uint32_t id;         /* index in rl_conf.rules */
     uint32_t first_tier; /* its tiers are tiers[first_tier .. first_tier + ntiers) */
     uint32_t ntiers;
-    int line;           /* where the section starts, for messages */
+    int line; /* where the section starts, for messages */
 };
 
 struct rl_node_conf {
     char *name;
-    char *host;      /* from listen */
+    char *host; /* from listen */
     uint16_t port;
-    uint64_t memory; /* bytes of counters before eviction; 0 = the default */
+    uint64_t memory; /* bytes of counters before eviction; RL_CONF_DEFAULT_MEMORY if unset */
     int line;
 };
 
@@ -71,11 +78,11 @@ struct rl_conf {
     uint32_t session_timeout_ms; /* default 4000 */
     uint32_t shards;             /* default 4096, 1..1048576 */
     /* [router] */
-    char *router_host; /* default 127.0.0.1 */
-    uint16_t router_port;  /* default 7400 */
-    uint32_t deadline_ms;  /* default 50 */
-    char *request_log;     /* "" = off */
-    uint32_t log_sample;   /* log one request in N; default 1 */
+    char *router_host;    /* default 127.0.0.1; an IPv6 address comes without brackets */
+    uint16_t router_port; /* default 7400 */
+    uint32_t deadline_ms; /* default 50 */
+    char *request_log;    /* "" = off */
+    uint32_t log_sample;  /* log one request in N; default 1 */
     /* [node NAME] sections, in file order */
     struct rl_node_conf *nodes;
     size_t nnodes;
@@ -91,28 +98,42 @@ struct rl_conf {
 
 /*
  * Loads path. Returns 0 with *out set (free with rl_conf_destroy), or a negative errno with
- * err holding one line "FILE:LINE: what is wrong" (or "FILE: what is wrong" when the file
- * cannot be read).
+ * *out NULL and err holding one line "FILE:LINE: what is wrong" (or "FILE: what is wrong"
+ * when the file cannot be read): -EINVAL for a bad file, -ENOMEM, or fopen's or read's
+ * errno (-ENOENT, -EACCES, -EISDIR...). err may be NULL when errlen is 0; a short err gets a
+ * truncated, terminated line. Parsing stops at the first error. Not thread-safe against
+ * another load (libinih's options are process globals), which is why processes load once at
+ * start-up; the loaded conf is immutable and may be shared by threads.
  */
 int rl_conf_load(const char *path, struct rl_conf **out, char *err, size_t errlen);
 
-/* The same from a string, naming it `name` in errors (tests). */
+/* The same from a NUL-terminated string, naming it `name` in errors (tests). */
 int rl_conf_parse(const char *name, const char *text, struct rl_conf **out, char *err,
                   size_t errlen);
 
+/* Frees c and everything it holds; NULL is a no-op. */
 void rl_conf_destroy(struct rl_conf *c);
 
 /*
  * The rule for a request: the `[service S E]` section if it exists, else `[service S]`, else
- * NULL (NO_RULE). An endpoint of length 0 (nil or "") selects `[service S]` only.
+ * NULL (NO_RULE). An endpoint of length 0 (nil or "") selects `[service S]` only. Neither
+ * string needs a terminating NUL. O(1), no allocation: safe on the hot path, and from
+ * several threads at once since the conf is immutable after load.
  */
 const struct rl_rule *rl_conf_rule(const struct rl_conf *c, const char *service, size_t slen,
                                    const char *endpoint, size_t elen);
 
-/* The [node NAME] section, or NULL. */
+/* The [node NAME] section, or NULL. A linear scan: for start-up, not the hot path. */
 const struct rl_node_conf *rl_conf_node(const struct rl_conf *c, const char *name);
 
-/* Value parsers, shared with the command lines. Each returns NULL or a short phrase. */
+/*
+ * Value parsers, shared with the command lines. Each returns NULL on success, or a short
+ * phrase to print after the value ("is not a duration (use ms, s, m, h or d)").
+ *   duration: digits and a required unit ms, s, m, h or d ("50ms", "4s", "1h").
+ *   size: digits, then nothing (bytes) or k, kb, m, mb, g, gb in any case (powers of 1024).
+ *   hostport: HOST:PORT or [IPV6]:PORT, port 1..65535; on success *host is a malloc'd copy
+ *   without brackets that the caller frees.
+ */
 const char *rl_conf_parse_duration_ms(const char *s, uint64_t *out); /* "50ms", "4s", "1h" */
 const char *rl_conf_parse_size(const char *s, uint64_t *out);        /* "512mb", "1g", "4096" */
 const char *rl_conf_parse_hostport(const char *s, char **host, uint16_t *port);
