@@ -14,11 +14,26 @@
 
 struct rl_client;
 
-/* Connects to host:port within timeout_ms. Returns 0 with *out set, or a negative errno
- * (-ETIMEDOUT, -ECONNREFUSED, ...). */
+/*
+ * In rl_client_check_many's reps[i].code: the server answered that request with ERROR, whose
+ * err code (enum rl_wire_err) is then in reps[i].limit. Outside the range of CHECK codes.
+ */
+#define RL_CLIENT_CODE_ERROR 255u
+
+/*
+ * Timeouts are in milliseconds and bound the whole call; a negative timeout waits forever.
+ * After a timeout the connection may still carry a late reply: the single-request calls
+ * skip replies whose id is not theirs, but a check_many that timed out leaves the
+ * connection unfit for another check_many (destroy it).
+ */
+
+/* Connects to host:port within timeout_ms (host: a name getaddrinfo resolves, or a numeric
+ * IPv4/IPv6 address; every address is tried in turn). Returns 0 with *out set (free with
+ * rl_client_destroy), or a negative errno: -ETIMEDOUT, -ECONNREFUSED, -ENXIO when the name
+ * does not resolve, -EINVAL for an empty host or port 0. */
 int rl_client_connect(struct rl_client **out, const char *host, uint16_t port, int timeout_ms);
 
-/* Connects to "host:port". */
+/* Connects to "host:port" or "[v6addr]:port"; -EINVAL when it is neither. */
 int rl_client_connect_addr(struct rl_client **out, const char *hostport, int timeout_ms);
 
 void rl_client_destroy(struct rl_client *c);
@@ -27,7 +42,8 @@ void rl_client_destroy(struct rl_client *c);
 int rl_client_queue(struct rl_client *c, const struct rl_wire_req *req);
 int rl_client_queue_raw(struct rl_client *c, const void *p, size_t n);
 
-/* Writes everything queued within timeout_ms. Returns 0 or a negative errno. */
+/* Writes everything queued within timeout_ms, reading (and buffering) replies meanwhile.
+ * Returns 0 or a negative errno; -ECONNRESET when the server is gone. */
 int rl_client_flush(struct rl_client *c, int timeout_ms);
 
 /*
@@ -39,23 +55,27 @@ int rl_client_recv(struct rl_client *c, struct rl_wire_reply *rep, int timeout_m
 /* One CHECK, waited for. endpoint may be NULL. Returns 0 with *rep set (rep->op may be
  * RL_WIRE_OP_ERROR), or a negative errno. */
 int rl_client_check(struct rl_client *c, const char *service, const char *user,
-                    const char *endpoint, uint32_t cost, struct rl_wire_reply *rep,
-                    int timeout_ms);
+                    const char *endpoint, uint32_t cost, struct rl_wire_reply *rep, int timeout_ms);
 
 /*
  * Pipelined CHECKs: sends reqs[0..n) in one write with ids 1..n (overwriting theirs) and
  * waits for all n replies, storing the reply to reqs[i] in reps[i] whatever the order they
- * arrive in. Returns 0, or a negative errno if any reply is missing after timeout_ms.
+ * arrive in. A request answered with ERROR gets code RL_CLIENT_CODE_ERROR. Large n is
+ * fine: writing and reading are interleaved. Returns 0, -ETIMEDOUT if any reply is missing
+ * after timeout_ms, -ECONNRESET, or -EPROTO for a bad frame or a reply no request owns.
  */
 int rl_client_check_many(struct rl_client *c, struct rl_wire_req *reqs, size_t n,
                          struct rl_wire_check_reply *reps, int timeout_ms);
 
-/* PING, STATS and CLOCK, waited for. For STATS, *rep holds the map. */
+/* PING, STATS and CLOCK, waited for. For STATS, *rep holds the map. PING and STATS return 0
+ * with rep->op RL_WIRE_OP_ERROR when the server answered ERROR. CLOCK returns 0 when the
+ * server echoed now_ms, -EOPNOTSUPP when it answered UNKNOWN_OP (no --test-clock), else
+ * -EPROTO or the transport's error. */
 int rl_client_ping(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
 int rl_client_stats(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
 int rl_client_clock(struct rl_client *c, uint64_t now_ms, int timeout_ms);
 
-/* A STATS value by key, or def when absent. */
+/* A STATS value by key, or def when absent (or when rep is not a STATS reply). */
 int64_t rl_client_stat(const struct rl_wire_reply *rep, const char *key, int64_t def);
 
 /* The socket, for tests that poll it or half-close it. */

@@ -1,1 +1,457 @@
-int main(void) { return 1; }
+/*
+ * rl-cli: a small client for people, scripts and demos. It sends one kind of request (CHECK,
+ * PING, STATS, CLOCK) to a node or router and prints each reply as one line that is easy to
+ * read and to grep, or prints the shard a (service, user) pair hashes to. Not a load
+ * generator (rl-bench is) and not a library: everything here is file-local.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <xxhash.h>
+
+#include "client.h"
+#include "clock.h"
+#include "wire.h"
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_FAIL 1
+#define CLI_EXIT_USAGE 2
+
+#define CLI_DEFAULT_TARGET "127.0.0.1:7400"
+#define CLI_DEFAULT_SHARDS 4096u
+#define CLI_SHARDS_MAX 1048576u
+
+struct cli {
+    const char *target;
+    int timeout_ms;
+    uint32_t cost;
+    uint64_t repeat;
+    uint64_t interval_ms;
+    uint32_t shards;
+    bool cost_set;
+    bool repeat_set;
+    bool interval_set;
+    bool shards_set;
+};
+
+static void
+usage(FILE *f)
+{
+    fprintf(f, "usage: rl-cli [--target HOST:PORT] [--timeout-ms MS] COMMAND [ARGS]\n"
+               "\n"
+               "commands:\n"
+               "  check SERVICE USER [ENDPOINT] [--cost N] [--repeat N] [--interval-ms MS]\n"
+               "                 ask for a decision; one line per reply\n"
+               "  ping           who answers (a router or a node's name)\n"
+               "  stats          the server's counters, one \"key value\" per line\n"
+               "  clock NOW_MS   set a --test-clock node's clock (ms since the epoch)\n"
+               "  hash SERVICE USER [--shards S]\n"
+               "                 the key hash and shard of a (service, user) pair; no server\n"
+               "\n"
+               "options:\n"
+               "  --target HOST:PORT  server (default " CLI_DEFAULT_TARGET ", the router)\n"
+               "  --timeout-ms MS     per request and for connecting (default 2000)\n"
+               "  --cost N            cost of each CHECK (default 1; 0 peeks)\n"
+               "  --repeat N          send the CHECK N times (default 1)\n"
+               "  --interval-ms MS    pause between repeated CHECKs (default 0)\n"
+               "  --shards S          shard count for hash (default 4096)\n"
+               "  --help, --version\n"
+               "\n"
+               "Exits 0 on success, 1 when the server cannot be reached, answers ERROR or\n"
+               "breaks the protocol, and 2 on a usage error.\n");
+}
+
+static int
+usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "rl-cli: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\ntry rl-cli --help\n");
+    return CLI_EXIT_USAGE;
+}
+
+static int
+parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    if (s[0] < '0' || s[0] > '9') {
+        return -1;
+    }
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > max) {
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/*
+ * The key hash of PROTOCOL.md's sharding: XXH3_64bits (seed 0) of the service bytes, one
+ * 0x00 byte, then the user bytes. Kept here, identical to rl_shardmap_key_hash, so this
+ * tool does not depend on the shard map module.
+ */
+static uint64_t
+key_hash(const char *service, size_t slen, const char *user, size_t ulen)
+{
+    char stack[512];
+    char *buf = stack;
+    uint64_t h;
+
+    if (slen + 1 + ulen > sizeof(stack)) {
+        buf = malloc(slen + 1 + ulen);
+        if (buf == NULL) {
+            return 0;
+        }
+    }
+    memcpy(buf, service, slen);
+    buf[slen] = '\0';
+    memcpy(buf + slen + 1, user, ulen);
+    h = XXH3_64bits(buf, slen + 1 + ulen);
+    if (buf != stack) {
+        free(buf);
+    }
+    return h;
+}
+
+static const char *
+errno_text(int rc)
+{
+    switch (rc) {
+    case -EINVAL:
+        return "expected HOST:PORT";
+    case -ENXIO:
+        return "cannot resolve the host name";
+    case -ECONNRESET:
+        return "the server closed the connection";
+    case -EPROTO:
+        return "protocol error (bad reply)";
+    case -ETIMEDOUT:
+        return "timed out";
+    default:
+        return strerror(-rc);
+    }
+}
+
+static int
+connect_target(const struct cli *o, struct rl_client **c)
+{
+    int rc = rl_client_connect_addr(c, o->target, o->timeout_ms);
+
+    if (rc != 0) {
+        fprintf(stderr, "rl-cli: cannot connect to %s: %s\n", o->target, errno_text(rc));
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int
+request_failed(const struct cli *o, const char *what, int rc)
+{
+    fprintf(stderr, "rl-cli: %s to %s: %s\n", what, o->target, errno_text(rc));
+    return CLI_EXIT_FAIL;
+}
+
+static void
+print_error_reply(const struct rl_wire_reply *rep)
+{
+    printf("ERROR %s: %.*s\n", rl_wire_err_name(rep->err), (int)rep->message.len,
+           rep->message.ptr != NULL ? rep->message.ptr : "");
+}
+
+static void
+print_upper(const char *s)
+{
+    for (; *s != '\0'; s++) {
+        putchar(*s >= 'a' && *s <= 'z' ? *s - 'a' + 'A' : *s);
+    }
+}
+
+static void
+sleep_ms(uint64_t ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static int
+cmd_check(const struct cli *o, int argc, char **argv)
+{
+    struct rl_wire_reply *rep;
+    struct rl_client *c = NULL;
+    const char *endpoint;
+    uint64_t i;
+    int rc, status;
+
+    if (argc < 2 || argc > 3) {
+        return usage_error("%s: expected SERVICE USER [ENDPOINT]", "check");
+    }
+    endpoint = argc == 3 ? argv[2] : NULL;
+    rep = malloc(sizeof(*rep));
+    if (rep == NULL) {
+        fprintf(stderr, "rl-cli: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    status = connect_target(o, &c);
+    for (i = 0; status == CLI_EXIT_OK && i < o->repeat; i++) {
+        if (i > 0 && o->interval_ms > 0) {
+            sleep_ms(o->interval_ms);
+        }
+        rc = rl_client_check(c, argv[0], argv[1], endpoint, o->cost, rep, o->timeout_ms);
+        if (rc != 0) {
+            status = request_failed(o, "check", rc);
+            break;
+        }
+        printf("check %s %s%s%s cost=%u -> ", argv[0], argv[1], endpoint ? " " : "",
+               endpoint ? endpoint : "", o->cost);
+        if (rep->op == RL_WIRE_OP_ERROR) {
+            print_error_reply(rep);
+            status = CLI_EXIT_FAIL;
+        } else {
+            print_upper(rl_wire_code_name(rep->check.code));
+            printf(" limit=%llu remaining=%llu reset_ms=%llu retry_after_ms=%llu\n",
+                   (unsigned long long)rep->check.limit, (unsigned long long)rep->check.remaining,
+                   (unsigned long long)rep->check.reset_ms,
+                   (unsigned long long)rep->check.retry_after_ms);
+        }
+        fflush(stdout);
+    }
+    rl_client_destroy(c);
+    free(rep);
+    return status;
+}
+
+static int
+cmd_ping(const struct cli *o)
+{
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_client *c = NULL;
+    uint64_t t0;
+    int rc, status;
+
+    if (rep == NULL) {
+        fprintf(stderr, "rl-cli: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    status = connect_target(o, &c);
+    if (status == CLI_EXIT_OK) {
+        t0 = rl_clock_mono_ns();
+        rc = rl_client_ping(c, rep, o->timeout_ms);
+        if (rc != 0) {
+            status = request_failed(o, "ping", rc);
+        } else if (rep->op == RL_WIRE_OP_ERROR) {
+            printf("ping -> ");
+            print_error_reply(rep);
+            status = CLI_EXIT_FAIL;
+        } else {
+            printf("ping -> %.*s rtt_us=%llu\n", (int)rep->name.len,
+                   rep->name.ptr != NULL ? rep->name.ptr : "",
+                   (unsigned long long)((rl_clock_mono_ns() - t0) / 1000));
+        }
+    }
+    rl_client_destroy(c);
+    free(rep);
+    return status;
+}
+
+static int
+cmd_stats(const struct cli *o)
+{
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_client *c = NULL;
+    size_t i;
+    int rc, status;
+
+    if (rep == NULL) {
+        fprintf(stderr, "rl-cli: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    status = connect_target(o, &c);
+    if (status == CLI_EXIT_OK) {
+        rc = rl_client_stats(c, rep, o->timeout_ms);
+        if (rc != 0) {
+            status = request_failed(o, "stats", rc);
+        } else if (rep->op == RL_WIRE_OP_ERROR) {
+            printf("stats -> ");
+            print_error_reply(rep);
+            status = CLI_EXIT_FAIL;
+        } else {
+            for (i = 0; i < rep->nstats; i++) {
+                printf("%.*s %lld\n", (int)rep->stat_keys[i].len, rep->stat_keys[i].ptr,
+                       (long long)rep->stat_vals[i]);
+            }
+        }
+    }
+    rl_client_destroy(c);
+    free(rep);
+    return status;
+}
+
+static int
+cmd_clock(const struct cli *o, int argc, char **argv)
+{
+    struct rl_client *c = NULL;
+    uint64_t now_ms;
+    int rc, status;
+
+    if (argc != 1 || parse_u64(argv[0], UINT64_MAX, &now_ms) != 0) {
+        return usage_error("%s: expected NOW_MS, milliseconds since the epoch", "clock");
+    }
+    status = connect_target(o, &c);
+    if (status == CLI_EXIT_OK) {
+        rc = rl_client_clock(c, now_ms, o->timeout_ms);
+        if (rc == -EOPNOTSUPP) {
+            fprintf(stderr, "rl-cli: clock: %s does not take CLOCK (a node needs --test-clock)\n",
+                    o->target);
+            status = CLI_EXIT_FAIL;
+        } else if (rc != 0) {
+            status = request_failed(o, "clock", rc);
+        } else {
+            printf("clock -> now_ms=%llu\n", (unsigned long long)now_ms);
+        }
+    }
+    rl_client_destroy(c);
+    return status;
+}
+
+static int
+cmd_hash(const struct cli *o, int argc, char **argv)
+{
+    uint64_t h;
+
+    if (argc != 2) {
+        return usage_error("%s: expected SERVICE USER", "hash");
+    }
+    h = key_hash(argv[0], strlen(argv[0]), argv[1], strlen(argv[1]));
+    printf("hash %s %s -> key_hash=0x%016llx shard=%u shards=%u\n", argv[0], argv[1],
+           (unsigned long long)h, (unsigned)(h % o->shards), o->shards);
+    return CLI_EXIT_OK;
+}
+
+enum {
+    OPT_TARGET = 256,
+    OPT_TIMEOUT,
+    OPT_COST,
+    OPT_REPEAT,
+    OPT_INTERVAL,
+    OPT_SHARDS,
+    OPT_HELP,
+    OPT_VERSION,
+};
+
+static const struct option long_opts[] = {
+    {"target", required_argument, NULL, OPT_TARGET},
+    {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+    {"cost", required_argument, NULL, OPT_COST},
+    {"repeat", required_argument, NULL, OPT_REPEAT},
+    {"interval-ms", required_argument, NULL, OPT_INTERVAL},
+    {"shards", required_argument, NULL, OPT_SHARDS},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+int
+main(int argc, char **argv)
+{
+    struct cli o;
+    const char *cmd;
+    uint64_t v;
+    int ch, nargs;
+    char **args;
+
+    memset(&o, 0, sizeof(o));
+    o.target = CLI_DEFAULT_TARGET;
+    o.timeout_ms = 2000;
+    o.cost = 1;
+    o.repeat = 1;
+    o.shards = CLI_DEFAULT_SHARDS;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+        switch (ch) {
+        case OPT_TARGET:
+            o.target = optarg;
+            break;
+        case OPT_TIMEOUT:
+            if (parse_u64(optarg, 3600000, &v) != 0 || v == 0) {
+                return usage_error("--timeout-ms: expected 1..3600000, not %s", optarg);
+            }
+            o.timeout_ms = (int)v;
+            break;
+        case OPT_COST:
+            if (parse_u64(optarg, UINT32_MAX, &v) != 0) {
+                return usage_error("--cost: expected 0..4294967295, not %s", optarg);
+            }
+            o.cost = (uint32_t)v;
+            o.cost_set = true;
+            break;
+        case OPT_REPEAT:
+            if (parse_u64(optarg, UINT64_MAX, &v) != 0 || v == 0) {
+                return usage_error("--repeat: expected a positive count, not %s", optarg);
+            }
+            o.repeat = v;
+            o.repeat_set = true;
+            break;
+        case OPT_INTERVAL:
+            if (parse_u64(optarg, 86400000, &v) != 0) {
+                return usage_error("--interval-ms: expected 0..86400000, not %s", optarg);
+            }
+            o.interval_ms = v;
+            o.interval_set = true;
+            break;
+        case OPT_SHARDS:
+            if (parse_u64(optarg, CLI_SHARDS_MAX, &v) != 0 || v == 0) {
+                return usage_error("--shards: expected 1..1048576, not %s", optarg);
+            }
+            o.shards = (uint32_t)v;
+            o.shards_set = true;
+            break;
+        case OPT_HELP:
+            usage(stdout);
+            return CLI_EXIT_OK;
+        case OPT_VERSION:
+            printf("rl-cli %s\n", RL_VERSION);
+            return CLI_EXIT_OK;
+        default:
+            return usage_error("unknown or incomplete option %s", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc) {
+        return usage_error("%s", "expected a command: check, ping, stats, clock or hash");
+    }
+    cmd = argv[optind];
+    args = argv + optind + 1;
+    nargs = argc - optind - 1;
+    if (strcmp(cmd, "check") != 0 && (o.cost_set || o.repeat_set || o.interval_set)) {
+        return usage_error("%s: --cost, --repeat and --interval-ms go with check", cmd);
+    }
+    if (strcmp(cmd, "hash") != 0 && o.shards_set) {
+        return usage_error("%s: --shards goes with hash", cmd);
+    }
+    if (strcmp(cmd, "check") == 0) {
+        return cmd_check(&o, nargs, args);
+    }
+    if (strcmp(cmd, "ping") == 0 || strcmp(cmd, "stats") == 0) {
+        if (nargs != 0) {
+            return usage_error("%s: takes no arguments", cmd);
+        }
+        return cmd[0] == 'p' ? cmd_ping(&o) : cmd_stats(&o);
+    }
+    if (strcmp(cmd, "clock") == 0) {
+        return cmd_clock(&o, nargs, args);
+    }
+    if (strcmp(cmd, "hash") == 0) {
+        return cmd_hash(&o, nargs, args);
+    }
+    return usage_error("unknown command %s", cmd);
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The main job: sets everything up, then runs a local ratelimiter cluster serving real
+# traffic: ZooKeeper, three nodes (a, b, c) and a router, with rl-bench sending CHECKs
+# through the router. Midway node b is killed with SIGKILL and later restarted, and the
+# script prints, second by second, decisions/s, reply codes and which node owns how many
+# shards, so you watch the cluster serve, lose a node and heal. Everything it started is
+# stopped on exit (Ctrl-C included). Ports: ZooKeeper 2191, router 7400, nodes 7401-7403
+# (from cluster.conf). Options: DEMO_SECONDS (default 30), DEMO_RATE (requests/s, 20000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+top=$PWD
+bash scripts/build.sh release
+bin=$top/build
+seconds=${DEMO_SECONDS:-30}
+rate=${DEMO_RATE:-20000}
+run=$top/run/demo
+rm -rf "$run"
+mkdir -p "$run"
+zkport=2191
+for p in $zkport 7400 7401 7402 7403; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+        echo "demo: port $p is in use; stop what listens there first" >&2
+        exit 1
+    fi
+done
+sed -e "s/^zookeeper *=.*/zookeeper = 127.0.0.1:$zkport/" \
+    -e "s|^request_log *=.*|request_log = $run/requests.log|" cluster.conf > "$run/cluster.conf"
+conf=$run/cluster.conf
+
+pids=()
+cleanup() {
+    trap - EXIT INT TERM
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    bash "$top/scripts/zk.sh" stop "$run/zk"
+    echo "demo: stopped everything; logs are in $run"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start_node() {
+    "$bin/rl-node" --config "$conf" --name "$1" 2>>"$run/node-$1.log" &
+    eval "pid_$1=$!"
+    pids+=($!)
+}
+
+echo "== starting ZooKeeper on 127.0.0.1:$zkport"
+bash scripts/zk.sh start "$run/zk" $zkport
+echo "== starting nodes a, b, c and the router (127.0.0.1:7400)"
+for n in a b c; do start_node $n; done
+"$bin/rl-router" --config "$conf" 2>>"$run/router.log" &
+pids+=($!)
+for _ in $(seq 1 100); do
+    members=$("$bin/rl-cli" --target 127.0.0.1:7400 stats 2>/dev/null | awk '$1=="members"{print $2}')
+    [ "${members:-0}" = 3 ] && break
+    sleep 0.1
+done
+echo "== the router sees ${members:-0} nodes"
+
+echo "== a few requests by hand (rl-cli), service \"checkout\": token_bucket 100/min burst 20"
+"$bin/rl-cli" --target 127.0.0.1:7400 check checkout alice --repeat 22 | sed -n '1,3p;19,22p'
+echo "   ... alice got her burst of 20, then LIMITED with a retry-after."
+"$bin/rl-cli" --target 127.0.0.1:7400 check checkout alice /pay
+"$bin/rl-cli" --target 127.0.0.1:7400 check unknown-service bob
+echo
+
+echo "== ${seconds}s of rl-bench traffic through the router at ${rate} req/s (service \"bench\")"
+echo "   node b is killed at $((seconds / 4))s and restarted at $((seconds * 3 / 5))s"
+"$bin/rl-bench" --target 127.0.0.1:7400 --service bench --keys 100000 --dist zipf \
+    --rate "$rate" --duration "$seconds" --connections 4 > "$run/bench.out" 2>&1 &
+bench=$!
+pids+=($bench)
+
+stat() { awk -v k="$1" '$1==k{print $2}' "$2"; }
+prev=$run/stats.prev
+cur=$run/stats.cur
+"$bin/rl-cli" --target 127.0.0.1:7400 stats > "$prev"
+printf '%4s %9s %9s %9s %9s %9s   %s\n' t "checks/s" allowed limited fail_open fail_clsd \
+    "owners (shards; * = connected)"
+for t in $(seq 1 "$seconds"); do
+    sleep 1
+    if [ "$t" = $((seconds / 4)) ]; then
+        kill -9 "$pid_b"
+        echo "---- kill -9 node b (its counters are gone; its users get the failure policy until ZooKeeper drops it)"
+    fi
+    if [ "$t" = $((seconds * 3 / 5)) ]; then
+        start_node b
+        echo "---- node b restarted (re-registers, takes its shards back from zero)"
+    fi
+    "$bin/rl-cli" --target 127.0.0.1:7400 stats > "$cur" || continue
+    owners=""
+    for n in a b c; do
+        s=$(stat "node.$n.shards" "$cur"); up=$(stat "node.$n.up" "$cur")
+        [ -n "$s" ] && owners="$owners $n=$s$([ "$up" = 1 ] && echo '*')" || owners="$owners $n=-"
+    done
+    d() { echo $(( $(stat "$1" "$cur") - $(stat "$1" "$prev") )); }
+    printf '%4s %9s %9s %9s %9s %9s  %s\n' "${t}s" "$(d checks)" "$(d allowed)" "$(d limited)" \
+        "$(d fail_open)" "$(d fail_closed)" "$owners"
+    cp "$cur" "$prev"
+done
+wait "$bench" || true
+echo
+echo "== rl-bench summary"
+cat "$run/bench.out"
+echo "== request log: $(wc -l < "$run/requests.log" 2>/dev/null || echo 0) lines in $run/requests.log"
+echo "   try: $bin/rl-rebalance --config $conf --dry-run $run/requests.log"
