@@ -17,10 +17,13 @@
 
 #include "algo.h"
 
+/* The table (opaque). */
+struct rl_keytab;
+
 struct rl_keytab_entry {
-    uint64_t fp_hi;  /* fingerprint: 96 bits; never all-zero (keytab sets a bit) */
+    uint64_t fp_hi; /* fingerprint: 96 bits; never all-zero (keytab sets a bit) */
     uint32_t fp_lo;
-    uint16_t tier;   /* rl_tier.id: which parameters the state follows */
+    uint16_t tier; /* rl_tier.id: which parameters the state follows */
     uint16_t flags;
     struct rl_algo_state st;
 };
@@ -37,11 +40,11 @@ struct rl_keytab_ops {
 };
 
 struct rl_keytab_stats {
-    uint64_t keys;      /* entries held now */
-    uint64_t capacity;  /* slots */
-    uint64_t bytes;     /* bytes of the table itself */
-    uint64_t evicted;   /* entries dropped by the memory cap since start */
-    uint64_t expired;   /* entries forgotten by the sweep since start */
+    uint64_t keys;     /* entries held now */
+    uint64_t capacity; /* slots */
+    uint64_t bytes;    /* bytes of the table itself */
+    uint64_t evicted;  /* entries dropped by the memory cap since start */
+    uint64_t expired;  /* entries forgotten by the sweep since start */
     uint64_t resizes;
 };
 
@@ -54,7 +57,10 @@ int rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl
 /* Releases every entry through ops->release, then frees the table. */
 void rl_keytab_destroy(struct rl_keytab *t);
 
-/* Turns a 128-bit hash into a fingerprint (hi, lo) as entries store it. */
+/* Turns a 128-bit hash into a fingerprint (hi, lo) as entries store it: fp_hi is h_hi through
+ * a bijective 64-bit mixer (murmur3's finaliser), 0 mapped to 1; fp_lo is the two halves of
+ * h_lo xor-folded. The home slot comes from fp_hi's high bits (fastrange), the tag from its
+ * low 7 bits. Deterministic, the same in every process. */
 void rl_keytab_fingerprint(uint64_t h_hi, uint64_t h_lo, uint64_t *fp_hi, uint32_t *fp_lo);
 
 /* The entry with this fingerprint, or NULL. */
@@ -68,11 +74,13 @@ struct rl_keytab_entry *rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint
 struct rl_keytab_entry *rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo,
                                          uint16_t tier, uint64_t now);
 
-/* Drops an entry (after ops->release). */
+/* Drops an entry: calls ops->release on it, then removes it. */
 void rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e);
 
-/* Forgets entries that are full at now, examining at most `budget` slots from where the last
- * sweep stopped. Returns the number forgotten. */
+/* Forgets entries that are full at now (ops->release, then removal), examining at most
+ * `budget` slots from where the last sweep stopped. Returns the number forgotten. When the
+ * load has fallen under 1/4, it then shrinks the table to a load of 1/2, giving the memory
+ * back (a rehash of the remaining keys: a pause like a grow's). */
 size_t rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget);
 
 void rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s);
