@@ -62,8 +62,7 @@ point_cmp(const void *x, const void *y)
  * XXH3_64 of its 4 little-endian bytes and belongs to the first vnode at or after it.
  */
 static void
-ring_place(uint32_t *owner, uint32_t nshards, const struct rl_member *m, size_t n,
-           unsigned vnodes)
+ring_place(uint32_t *owner, uint32_t nshards, const struct rl_member *m, size_t n, unsigned vnodes)
 {
     struct point *pts = malloc(n * vnodes * sizeof(*pts));
     size_t np = n * vnodes, i, lo, hi, mid;
@@ -260,8 +259,8 @@ random_names(struct rl_member *m, size_t n, uint64_t *st)
 static bool
 report_n(size_t n)
 {
-    return n <= 8 || n == 10 || n == 12 || n == 16 || n == 20 || n == 24 || n == 32 ||
-           n == 40 || n == 48 || n == 56 || n == 64;
+    return n <= 8 || n == 10 || n == 12 || n == 16 || n == 20 || n == 24 || n == 32 || n == 40 ||
+           n == 48 || n == 56 || n == 64;
 }
 
 int
@@ -285,8 +284,8 @@ main(int argc, char **argv)
            nshards, sets);
     printf("max/mean shards per node (node-i names | random names: mean of sets, worst set "
            "| uniform random placement, mean)\n");
-    printf("%3s | %7s %7s %7s | %11s %11s %11s | %7s\n", "N", "hrw", "ring100", "ring200",
-           "hrw", "ring100", "ring200", "uniform");
+    printf("%3s | %7s %7s %7s | %11s %11s %11s | %7s\n", "N", "hrw", "ring100", "ring200", "hrw",
+           "ring100", "ring200", "uniform");
     node_names(named, NMAX);
     for (n = 2; n <= 64; n++) {
         memcpy(m, named, n * sizeof(*m));

@@ -24,7 +24,7 @@ uint64_t lib_xxh3_64bits(const void *data, size_t len) __asm__("XXH3_64bits");
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define NKEYS (1u << 16)  /* distinct keys, cycled: 64 Ki keys stay in L2 as a router's would */
+#define NKEYS (1u << 16)   /* distinct keys, cycled: 64 Ki keys stay in L2 as a router's would */
 #define LOOKUPS (1u << 22) /* per run */
 #define NSHARDS 4096u
 #define NNODES 64u
@@ -78,7 +78,7 @@ median(double *v, int n)
 static void
 make_keys(void)
 {
-    static const char *services[] = {"checkout", "search", "api", "login",
+    static const char *services[] = {"checkout", "search", "api",    "login",
                                      "payments", "feed",   "upload", "notifications"};
     uint64_t st = 1, r;
     uint32_t i;
@@ -172,9 +172,8 @@ time_path(enum path p, const struct rl_shardmap *sm)
         key = &keys[i & (NKEYS - 1)];
         switch (p) {
         case PATH_LOOKUP:
-            k = rl_shardmap_shard(rl_shardmap_key_hash(key->service, key->slen, key->user,
-                                                       key->ulen),
-                                  sm->nshards);
+            k = rl_shardmap_shard(
+                rl_shardmap_key_hash(key->service, key->slen, key->user, key->ulen), sm->nshards);
             acc += rl_shardmap_owner(sm, k);
             break;
         case PATH_HASH:

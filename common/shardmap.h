@@ -1,9 +1,10 @@
 /*
  * shardmap: which shard a (service, user) belongs to, and which node owns each shard.
- * shard = XXH3_64(service, user) mod S; shards are placed on the live members by
+ * shard = XXH3_64(service, 0x00, user) mod S; shards are placed on the live members by
  * rendezvous hashing (highest random weight), then overridden shard by shard by the
  * rebalance tool's assignment when it names a live member. Every router computes the same
  * table from the same members and assignment, whatever order it learnt them in.
+ * docs/SHARDING.md gives the exact hash inputs and the assignment text format.
  * Not for talking to ZooKeeper (zkm.h) or to nodes.
  */
 #ifndef RL_SHARDMAP_H
@@ -12,8 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RL_SHARDMAP_NAME_MAX 64
-#define RL_SHARDMAP_NONE UINT32_MAX /* no owner: no live member */
+#define RL_SHARDMAP_NAME_MAX 64         /* bytes of a name, with its NUL: names are 1..63 */
+#define RL_SHARDMAP_NONE UINT32_MAX     /* no owner: no live member */
+#define RL_SHARDMAP_SHARDS_MAX 1048576u /* the most shards a cluster may have (CONFIG.md) */
 
 /* A live member: its name (the znode's) and address "host:port". */
 struct rl_member {
@@ -21,7 +23,11 @@ struct rl_member {
     char addr[RL_SHARDMAP_NAME_MAX];
 };
 
-/* The 64-bit key hash of (service, user), as the router and the rebalance log use it. */
+/*
+ * The 64-bit key hash of (service, user), as the router and the rebalance log use it:
+ * XXH3_64bits (seed 0) of the service bytes, one 0x00 byte, then the user bytes. Any
+ * lengths work; keys within the protocol's bounds (128 + 256 bytes) hash from the stack.
+ */
 uint64_t rl_shardmap_key_hash(const char *service, size_t slen, const char *user, size_t ulen);
 
 /* The shard of a key hash. */
@@ -37,33 +43,53 @@ struct rl_assignment {
     char (*owner)[RL_SHARDMAP_NAME_MAX]; /* owner[s]: a node name, or "" for no override */
 };
 
-/* Allocates an assignment of nshards with no overrides. Returns 0 or -ENOMEM. */
+/*
+ * Allocates an assignment of nshards (1..RL_SHARDMAP_SHARDS_MAX) with no overrides.
+ * Returns 0, -EINVAL for a bad nshards, or -ENOMEM. Free with rl_assignment_deinit.
+ */
 int rl_assignment_init(struct rl_assignment *a, uint32_t nshards);
 void rl_assignment_deinit(struct rl_assignment *a);
 
 /*
- * Parses the text format (docs/OPERATIONS.md): a first line "rl-assignment 1 SHARDS", then
- * one "SHARD NODE" line per override; '#' starts a comment. Returns 0, or -EINVAL with err
- * set to "line N: what is wrong".
+ * Sets the override of shard to node, or clears it when node is NULL or "". A node name is
+ * 1..63 bytes, none of them a space, a control byte (below 0x21, or 0x7f) or '#', so that
+ * the text format can carry it. Returns 0, or -EINVAL for a shard out of range or a bad name.
+ */
+int rl_assignment_set(struct rl_assignment *a, uint32_t shard, const char *node);
+
+/*
+ * Parses the text format (docs/SHARDING.md) into a, which rl_assignment_init sized for the
+ * cluster: a first line "rl-assignment 1 SHARDS" whose SHARDS must equal a->nshards, then
+ * one "SHARD NODE" line per override; '#' starts a comment; blank lines are ignored.
+ * Returns 0 with a holding exactly the file's overrides, or -EINVAL with err set to
+ * "line N: what is wrong" (err may be NULL), or -ENOMEM; on error a is unchanged.
  */
 int rl_assignment_parse(struct rl_assignment *a, const char *text, size_t len, char *err,
                         size_t errlen);
 
-/* Writes the text format into a malloc'd string (*out, *outlen). Returns 0 or -ENOMEM. */
+/*
+ * Writes the text format, overrides in shard order, into a malloc'd NUL-terminated string
+ * (*out, the caller frees it; *outlen excludes the NUL). The same assignment always gives
+ * the same bytes. Returns 0, -EINVAL when an override is not a valid node name (see
+ * rl_assignment_set), or -ENOMEM.
+ */
 int rl_assignment_format(const struct rl_assignment *a, char **out, size_t *outlen);
 
-/* The table: owner index (into members) of every shard. */
+/* The table: owner index (into members) of every shard. Immutable once created. */
 struct rl_shardmap {
     uint32_t nshards;
     size_t nmembers;
-    struct rl_member *members; /* sorted by name */
+    struct rl_member *members; /* sorted by name (strcmp) */
     uint32_t *owner;           /* owner[s]: index into members, or RL_SHARDMAP_NONE */
     uint64_t version;          /* caller's: membership/assignment generation it was built from */
 };
 
 /*
  * Builds the table from members (any order; copied and sorted) and an optional assignment
- * (NULL for none). Returns 0 with *out set, or -ENOMEM.
+ * (NULL for none). Returns 0 with *out set (free with rl_shardmap_destroy, version 0), or
+ * -EINVAL when nshards is out of range, a member's name is empty, not NUL-terminated within
+ * RL_SHARDMAP_NAME_MAX or given twice, or the assignment has another nshards; or -ENOMEM.
+ * With no members every shard's owner is RL_SHARDMAP_NONE.
  */
 int rl_shardmap_create(struct rl_shardmap **out, uint32_t nshards, const struct rl_member *members,
                        size_t nmembers, const struct rl_assignment *assignment);
@@ -76,10 +102,20 @@ rl_shardmap_owner(const struct rl_shardmap *m, uint32_t shard)
     return m->owner[shard];
 }
 
-/* The rendezvous owner of shard s among members, ignoring any assignment. */
+/* The index of the member called name in m->members, or RL_SHARDMAP_NONE. O(log n). */
+uint32_t rl_shardmap_find(const struct rl_shardmap *m, const char *name);
+
+/*
+ * The rendezvous owner of shard s among members (any order), ignoring any assignment: an
+ * index into members, or RL_SHARDMAP_NONE when n is 0. Agrees with rl_shardmap_create.
+ * O(n) hashes of the names: for one shard; the table is the fast path.
+ */
 uint32_t rl_shardmap_hrw(uint32_t shard, const struct rl_member *members, size_t n);
 
-/* Balance: max and mean shards per member (max/mean is the figure docs report). */
+/*
+ * Balance: the most shards any member owns and the mean per member (max/mean is the figure
+ * docs report). Both 0 with no members.
+ */
 void rl_shardmap_balance(const struct rl_shardmap *m, uint32_t *max, double *mean);
 
 #endif
