@@ -63,7 +63,7 @@ on_signal(uv_signal_t *h, int signum)
     uv_close((uv_handle_t *)&n->sigterm, NULL);
     uv_close((uv_handle_t *)&n->sigint, NULL);
     if (n->zkm != NULL) {
-        rl_zkm_close(n->zkm);
+        rl_zkm_destroy(n->zkm);
         n->zkm = NULL;
     }
     rl_server_close(&n->server, on_server_closed);
@@ -178,7 +178,7 @@ main(int argc, char **argv)
                     strerror(-rc));
             rc = 1;
             if (n.zkm != NULL) {
-                rl_zkm_close(n.zkm);
+                rl_zkm_destroy(n.zkm);
             }
             rl_server_close(&n.server, on_server_closed);
             uv_run(&n.loop, UV_RUN_DEFAULT);

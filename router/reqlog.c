@@ -1,0 +1,294 @@
+/*
+ * reqlog: double-buffered request log. The loop thread formats into `fill`; a flush swaps it
+ * with `disk` and hands `disk` to uv_fs_write on the thread pool. While a write is in flight
+ * a full `fill` drops lines (counted): the router's latency never depends on the disk, and
+ * the log never holds more than two buffers.
+ */
+#include "reqlog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+/* A line is at most 20+1+10+1+64+1+3+1+16+1+3*128+1+3*256+1 bytes; 1400 leaves room. */
+#define REQLOG_LINE_MAX 1400u
+#define REQLOG_FLUSH_MS 1000u
+
+struct rl_reqlog {
+    uv_loop_t *loop;
+    uv_timer_t timer;
+    uv_fs_t wreq;
+    char *path;
+    uv_file fd;
+    uint32_t sample;
+    uint32_t sample_count;
+    char *fill;
+    size_t fill_len;
+    char *disk;
+    size_t disk_len;
+    bool writing;
+    bool reopen;
+    bool closing;
+    struct rl_reqlog_stats stats;
+};
+
+static int
+reqlog_open(struct rl_reqlog *l)
+{
+    uv_fs_t req;
+    int fd = uv_fs_open(NULL, &req, l->path, O_WRONLY | O_CREAT | O_APPEND, 0644, NULL);
+
+    uv_fs_req_cleanup(&req);
+    if (fd < 0) {
+        l->stats.errors++;
+        rl_log_error("request log %s: %s", l->path, uv_strerror(fd));
+        return fd;
+    }
+    l->fd = fd;
+    return 0;
+}
+
+static void
+reqlog_close_fd(struct rl_reqlog *l)
+{
+    uv_fs_t req;
+
+    if (l->fd >= 0) {
+        uv_fs_close(NULL, &req, l->fd, NULL);
+        uv_fs_req_cleanup(&req);
+        l->fd = -1;
+    }
+}
+
+static void
+reqlog_free(uv_handle_t *h)
+{
+    struct rl_reqlog *l = h->data;
+
+    free(l->fill);
+    free(l->disk);
+    free(l->path);
+    free(l);
+}
+
+/* Writes `fill` synchronously: only at close, when nothing else may wait on it. */
+static void
+reqlog_final(struct rl_reqlog *l)
+{
+    uv_fs_t req;
+    uv_buf_t b = uv_buf_init(l->fill, (unsigned)l->fill_len);
+
+    if (l->fd >= 0 && l->fill_len > 0) {
+        if (uv_fs_write(NULL, &req, l->fd, &b, 1, -1, NULL) < 0) {
+            l->stats.errors++;
+        }
+        uv_fs_req_cleanup(&req);
+    }
+    l->fill_len = 0;
+    reqlog_close_fd(l);
+    uv_close((uv_handle_t *)&l->timer, reqlog_free);
+}
+
+static void reqlog_flush(struct rl_reqlog *l);
+
+static void
+reqlog_written(uv_fs_t *req)
+{
+    struct rl_reqlog *l = req->data;
+
+    if (req->result < 0) {
+        l->stats.errors++;
+        rl_log_warn("request log %s: %s", l->path, uv_strerror((int)req->result));
+    }
+    uv_fs_req_cleanup(req);
+    l->writing = false;
+    l->disk_len = 0;
+    if (l->closing) {
+        reqlog_final(l);
+        return;
+    }
+    if (l->reopen) {
+        l->reopen = false;
+        reqlog_close_fd(l);
+        reqlog_open(l);
+    }
+    /* A buffer that filled while we wrote goes out now rather than at the next tick. */
+    if (l->fill_len >= RL_REQLOG_BUF / 2) {
+        reqlog_flush(l);
+    }
+}
+
+static void
+reqlog_flush(struct rl_reqlog *l)
+{
+    uv_buf_t b;
+    char *tmp;
+
+    if (l->writing || l->fill_len == 0) {
+        return;
+    }
+    if (l->fd < 0 && reqlog_open(l) != 0) {
+        /* The file cannot be opened (counted in errors); keep the newest lines for later. */
+        l->fill_len = 0;
+        return;
+    }
+    tmp = l->disk;
+    l->disk = l->fill;
+    l->disk_len = l->fill_len;
+    l->fill = tmp;
+    l->fill_len = 0;
+    b = uv_buf_init(l->disk, (unsigned)l->disk_len);
+    l->wreq.data = l;
+    if (uv_fs_write(l->loop, &l->wreq, l->fd, &b, 1, -1, reqlog_written) != 0) {
+        l->stats.errors++;
+        l->disk_len = 0;
+        return;
+    }
+    l->writing = true;
+}
+
+static void
+reqlog_tick(uv_timer_t *t)
+{
+    reqlog_flush(t->data);
+}
+
+int
+rl_reqlog_create(struct rl_reqlog **out, uv_loop_t *loop, const char *path, uint32_t sample)
+{
+    struct rl_reqlog *l = calloc(1, sizeof(*l));
+    int rc = -ENOMEM;
+
+    if (l == NULL) {
+        return -ENOMEM;
+    }
+    l->loop = loop;
+    l->fd = -1;
+    l->sample = sample ? sample : 1;
+    l->path = strdup(path);
+    l->fill = malloc(RL_REQLOG_BUF);
+    l->disk = malloc(RL_REQLOG_BUF);
+    if (l->path == NULL || l->fill == NULL || l->disk == NULL) {
+        goto fail;
+    }
+    rc = reqlog_open(l);
+    if (rc != 0) {
+        goto fail;
+    }
+    uv_timer_init(loop, &l->timer);
+    l->timer.data = l;
+    uv_timer_start(&l->timer, reqlog_tick, REQLOG_FLUSH_MS, REQLOG_FLUSH_MS);
+    *out = l;
+    return 0;
+fail:
+    free(l->fill);
+    free(l->disk);
+    free(l->path);
+    free(l);
+    return rc;
+}
+
+int
+rl_reqlog_sample(struct rl_reqlog *l)
+{
+    if (++l->sample_count >= l->sample) {
+        l->sample_count = 0;
+        return 1;
+    }
+    l->stats.skipped++;
+    return 0;
+}
+
+/* Appends s with bytes outside '!'..'~' and '%' written as %XX, so fields never hold a
+ * space or a newline; "-" for an empty field. */
+static char *
+put_escaped(char *p, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    if (n == 0) {
+        *p++ = '-';
+        return p;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c <= ' ' || c >= 0x7f || c == '%') {
+            *p++ = '%';
+            *p++ = hex[c >> 4];
+            *p++ = hex[c & 15];
+        } else {
+            *p++ = (char)c;
+        }
+    }
+    return p;
+}
+
+void
+rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *node,
+              uint32_t code, uint64_t key_hash, const char *service, size_t slen,
+              const char *user, size_t ulen)
+{
+    char *p;
+    int n;
+
+    if (l->closing) {
+        return;
+    }
+    if (RL_REQLOG_BUF - l->fill_len < REQLOG_LINE_MAX) {
+        reqlog_flush(l);
+        if (RL_REQLOG_BUF - l->fill_len < REQLOG_LINE_MAX) {
+            l->stats.dropped++;
+            return;
+        }
+    }
+    if (slen > 128) {
+        slen = 128;
+    }
+    if (ulen > 256) {
+        ulen = 256;
+    }
+    p = l->fill + l->fill_len;
+    n = snprintf(p, 128, "%llu %u %.64s %u %016llx ", (unsigned long long)ts_ms, shard,
+                 (node != NULL && node[0] != '\0') ? node : "-", code,
+                 (unsigned long long)key_hash);
+    p += n;
+    p = put_escaped(p, service, slen);
+    *p++ = ' ';
+    p = put_escaped(p, user, ulen);
+    *p++ = '\n';
+    l->fill_len = (size_t)(p - l->fill);
+    l->stats.lines++;
+}
+
+void
+rl_reqlog_reopen(struct rl_reqlog *l)
+{
+    if (l->writing) {
+        l->reopen = true;
+        return;
+    }
+    reqlog_close_fd(l);
+    reqlog_open(l);
+}
+
+void
+rl_reqlog_stats(const struct rl_reqlog *l, struct rl_reqlog_stats *s)
+{
+    *s = l->stats;
+}
+
+void
+rl_reqlog_close(struct rl_reqlog *l)
+{
+    l->closing = true;
+    uv_timer_stop(&l->timer);
+    if (!l->writing) {
+        reqlog_final(l);
+    }
+}

@@ -1,0 +1,81 @@
+/*
+ * router: the stateless layer-7 proxy of DESIGN.md. Accepts clients, hashes each CHECK's
+ * (service, user) to a shard and the shard to its owner, forwards it over the owner's
+ * pooled connections with a router-chosen id, and relays the reply under the client's id.
+ * A request whose owner is down, or that outlives the deadline, is answered by its service's
+ * failure policy. Answers PING and STATS itself. Membership and assignment come from
+ * ZooKeeper (or the static [node] list) through rl_router_set_members/_set_assignment,
+ * which swap the table without dropping requests in flight. Not for the ZooKeeper session
+ * itself (zkm.h) or the node connections' mechanics (upstream.h).
+ */
+#ifndef RL_ROUTER_H
+#define RL_ROUTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "conf.h"
+#include "shardmap.h"
+
+/* Router counters, X(name, text): reported by STATS. */
+#define RL_ROUTER_STATS_MAP(X)                                                                     \
+    X(checks, "checks")                                                                            \
+    X(forwarded, "forwarded")                                                                      \
+    X(allowed, "allowed")                                                                          \
+    X(limited, "limited")                                                                          \
+    X(queued, "queued")                                                                            \
+    X(fail_open, "fail_open")                                                                      \
+    X(fail_closed, "fail_closed")                                                                  \
+    X(no_rule, "no_rule")                                                                          \
+    X(deadline_expired, "deadline_expired")                                                        \
+    X(owner_down, "owner_down")                                                                    \
+    X(errors, "errors")                                                                            \
+    X(overloaded, "overloaded")                                                                    \
+    X(connections, "connections")                                                                  \
+    X(connections_total, "connections_total")                                                      \
+    X(table_builds, "table_builds")
+
+struct rl_router_stats {
+#define RL_ROUTER_FIELD(n, s) uint64_t n;
+    RL_ROUTER_STATS_MAP(RL_ROUTER_FIELD)
+#undef RL_ROUTER_FIELD
+};
+
+struct rl_router_opts {
+    const char *name; /* answered to PING */
+    const char *host;
+    uint16_t port;
+    uint32_t max_connections; /* 0: 10000 */
+    uint32_t max_pending;     /* requests in flight to nodes; 0: 262144 */
+};
+
+struct rl_router;
+
+/*
+ * Creates a router for conf (which must outlive it) and starts listening. Returns 0 or a
+ * negative errno. Membership starts empty: call rl_router_set_members.
+ */
+int rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *conf,
+                     const struct rl_router_opts *opts);
+
+/* Replaces the membership (copied) and rebuilds the table. */
+void rl_router_set_members(struct rl_router *r, const struct rl_member *members, size_t n);
+
+/* Replaces the assignment (text format of shardmap.h; len 0 = none) and rebuilds the table.
+ * A text that does not parse is logged and ignored (the previous table stays). */
+void rl_router_set_assignment(struct rl_router *r, const char *text, size_t len,
+                              int64_t version);
+
+/* Reopens the request log (SIGHUP). */
+void rl_router_reopen_log(struct rl_router *r);
+
+/* The owner of shard s now ("" when none): for tests and the demo. */
+const char *rl_router_owner(const struct rl_router *r, uint32_t shard);
+
+/* Stops listening, answers nothing more, closes every connection and the request log, and
+ * frees the router once all its handles are closed (run the loop to finish). */
+void rl_router_close(struct rl_router *r);
+
+#endif

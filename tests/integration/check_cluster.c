@@ -1,0 +1,364 @@
+/*
+ * check_cluster: the cluster of DESIGN.md with real parts: a ZooKeeper server, three
+ * rl-node processes and two rl-router processes on loopback. Checks that routers agree on
+ * owners, that a node's death costs exactly its users their counts (failure policy until
+ * ZooKeeper drops it, then zero on a survivor), that a restarted node takes exactly its
+ * shards back, that losing ZooKeeper changes no decision, and that every process exits 0
+ * on SIGTERM. Nodes run with the test clock fixed, so counts are exact.
+ */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "clock.h"
+#include "harness.h"
+#include "shardmap.h"
+
+#define T_TIMEOUT 5000
+#define NNODES 3
+#define NUSERS 60
+#define SHARDS 256
+#define DEADLINE_MS 50
+#define NOW_MS 1700000000000ull
+
+static struct rl_harness_zk zk;
+static struct rl_harness_server nodes[NNODES];
+static struct rl_harness_server routers[2];
+static int node_ports[NNODES];
+static int router_ports[2];
+static char config[4096];
+static const char *names[NNODES] = {"n1", "n2", "n3"};
+
+static void
+set_node_clock(int i)
+{
+    struct rl_client *c = NULL;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)node_ports[i], T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_clock(c, NOW_MS, T_TIMEOUT), 0);
+    rl_client_destroy(c);
+}
+
+static int64_t
+router_stat(int r, const char *key)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+    int64_t v;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT),
+                     0);
+    ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
+    v = rl_client_stat(&rep, key, -1);
+    rl_client_destroy(c);
+    return v;
+}
+
+/* Waits until both routers see `want` members and node `down` (or -1) is not up. */
+static void
+wait_members(int want)
+{
+    for (int i = 0; i < 200; i++) {
+        if (router_stat(0, "members") == want && router_stat(1, "members") == want) {
+            return;
+        }
+        usleep(50 * 1000);
+    }
+    ck_abort_msg("routers never saw %d members", want);
+}
+
+static void
+cluster_setup(void)
+{
+    char log[4096];
+
+    memset(&zk, 0, sizeof(zk));
+    memset(nodes, 0, sizeof(nodes));
+    memset(routers, 0, sizeof(routers));
+    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
+    for (int i = 0; i < NNODES; i++) {
+        node_ports[i] = rl_harness_free_port();
+    }
+    for (int i = 0; i < 2; i++) {
+        router_ports[i] = rl_harness_free_port();
+    }
+    ck_assert_int_eq(rl_harness_tmppath(config, sizeof(config), "cluster.conf"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(log, sizeof(log), "requests.log"), 0);
+    ck_assert_int_eq(rl_harness_write_file(config,
+                                           "[cluster]\n"
+                                           "name = it\n"
+                                           "zookeeper = %s\n"
+                                           "session_timeout = 1s\n"
+                                           "shards = %d\n"
+                                           "[router]\n"
+                                           "deadline = %dms\n"
+                                           "request_log = %s\n"
+                                           "[service fw]\n"
+                                           "limit = fixed_window 1000 per 1h\n"
+                                           "[service small]\n"
+                                           "limit = fixed_window 10 per 1h\n"
+                                           "[service closed]\n"
+                                           "failure = closed\n"
+                                           "limit = fixed_window 1000 per 1h\n",
+                                           zk.connect, SHARDS, DEADLINE_MS, log),
+                     0);
+    for (int i = 0; i < NNODES; i++) {
+        ck_assert_int_eq(rl_harness_node_start(&nodes[i], config, names[i], node_ports[i],
+                                               RL_HARNESS_TEST_CLOCK),
+                         0);
+        set_node_clock(i);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rl_harness_router_start(&routers[i], config, router_ports[i]), 0);
+    }
+    wait_members(NNODES);
+}
+
+static void
+cluster_teardown(void)
+{
+    rl_harness_cleanup();
+}
+
+/* The owner of a user of service svc, as every router must compute it. */
+static int
+owner_of(const char *svc, const char *user, const int *live, int nlive)
+{
+    struct rl_member members[NNODES];
+    uint64_t h = rl_shardmap_key_hash(svc, strlen(svc), user, strlen(user));
+    uint32_t shard = rl_shardmap_shard(h, SHARDS);
+    uint32_t o;
+
+    for (int i = 0; i < nlive; i++) {
+        snprintf(members[i].name, sizeof(members[i].name), "%s", names[live[i]]);
+        snprintf(members[i].addr, sizeof(members[i].addr), "127.0.0.1:%d", node_ports[live[i]]);
+    }
+    o = rl_shardmap_hrw(shard, members, (size_t)nlive);
+    ck_assert_uint_ne(o, RL_SHARDMAP_NONE);
+    for (int i = 0; i < NNODES; i++) {
+        if (strcmp(names[i], members[o].name) == 0) {
+            return i;
+        }
+    }
+    ck_abort_msg("no owner");
+    return -1;
+}
+
+static struct rl_client *
+connect_router(int r)
+{
+    struct rl_client *c = NULL;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT),
+                     0);
+    return c;
+}
+
+static struct rl_wire_check_reply
+check(struct rl_client *c, const char *svc, const char *user, uint32_t cost)
+{
+    struct rl_wire_reply rep;
+
+    ck_assert_int_eq(rl_client_check(c, svc, user, NULL, cost, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+    return rep.check;
+}
+
+START_TEST(test_exact_limit_across_routers)
+{
+    struct rl_client *r0 = connect_router(0), *r1 = connect_router(1);
+    struct rl_wire_reply rep;
+    int allowed = 0;
+
+    for (int i = 0; i < 25; i++) {
+        struct rl_wire_check_reply c = check(i % 2 ? r1 : r0, "small", "carol", 1);
+
+        allowed += c.code == RL_WIRE_ALLOWED;
+        ck_assert(c.code == RL_WIRE_ALLOWED || c.code == RL_WIRE_LIMITED);
+    }
+    ck_assert_int_eq(allowed, 10);
+    ck_assert_int_eq(rl_client_ping(r1, &rep, T_TIMEOUT), 0);
+    ck_assert_int_eq(memcmp(rep.name.ptr, "router@", 7), 0);
+    rl_client_destroy(r0);
+    rl_client_destroy(r1);
+}
+END_TEST
+
+static void
+users_fill(char users[NUSERS][16])
+{
+    for (int u = 0; u < NUSERS; u++) {
+        snprintf(users[u], 16, "user%d", u);
+    }
+}
+
+START_TEST(test_node_death_and_return)
+{
+    static const int all[NNODES] = {0, 1, 2}, survivors[2] = {0, 2};
+    struct rl_client *r0 = connect_router(0), *r1 = connect_router(1);
+    char users[NUSERS][16];
+    int owner[NUSERS], later[NUSERS], on_dead = 0;
+    uint64_t worst_ns = 0;
+    struct rl_wire_check_reply c;
+
+    users_fill(users);
+    /* Everyone spends 5 through alternating routers. */
+    for (int u = 0; u < NUSERS; u++) {
+        owner[u] = owner_of("fw", users[u], all, NNODES);
+        later[u] = owner_of("fw", users[u], survivors, 2);
+        on_dead += owner[u] == 1;
+        for (int k = 0; k < 5; k++) {
+            c = check(k % 2 ? r1 : r0, "fw", users[u], 1);
+            ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
+        }
+        ck_assert_uint_eq(c.remaining, 995);
+        /* Only the dead node's users move when it leaves. */
+        if (owner[u] != 1) {
+            ck_assert_int_eq(later[u], owner[u]);
+        }
+    }
+    ck_assert_int_gt(on_dead, 5);
+
+    ck_assert_int_eq(rl_harness_kill9(nodes[1].pid), 0);
+    nodes[1].pid = 0;
+    /* Until ZooKeeper drops n2: its users get the failure policy, fast; others keep counting. */
+    for (int round = 0; round < 3; round++) {
+        for (int u = 0; u < NUSERS; u++) {
+            uint64_t t0 = rl_clock_mono_ns(), dt;
+
+            c = check(u % 2 ? r1 : r0, "fw", users[u], 0);
+            dt = rl_clock_mono_ns() - t0;
+            worst_ns = dt > worst_ns ? dt : worst_ns;
+            if (owner[u] == 1) {
+                ck_assert_uint_eq(c.code, RL_WIRE_FAIL_OPEN);
+            } else {
+                ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
+                ck_assert_uint_eq(c.remaining, 995);
+            }
+        }
+    }
+    c = check(r0, "closed", users[0], 1);
+    if (owner_of("closed", users[0], all, NNODES) == 1) {
+        ck_assert_uint_eq(c.code, RL_WIRE_FAIL_CLOSED);
+    }
+    /* Every answer came within the deadline plus a margin for a loaded machine. */
+    ck_assert_msg(worst_ns < (DEADLINE_MS + 250) * 1000000ull, "slowest answer %llu ms",
+                  (unsigned long long)(worst_ns / 1000000));
+
+    wait_members(2);
+    for (int u = 0; u < NUSERS; u++) {
+        c = check(u % 2 ? r1 : r0, "fw", users[u], 1);
+        ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
+        /* The dead node's users start from zero on a survivor; the others keep their count. */
+        ck_assert_uint_eq(c.remaining, owner[u] == 1 ? 999 : 994);
+    }
+
+    /* n2 comes back: it takes exactly its shards back, from zero. */
+    ck_assert_int_eq(rl_harness_server_restart(&nodes[1]), 0);
+    set_node_clock(1);
+    wait_members(3);
+    ck_assert_int_eq(router_stat(0, "node.n2.up"), 1);
+    for (int u = 0; u < NUSERS; u++) {
+        c = check(u % 2 ? r0 : r1, "fw", users[u], 1);
+        ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
+        ck_assert_uint_eq(c.remaining, owner[u] == 1 ? 999 : 993);
+    }
+    rl_client_destroy(r0);
+    rl_client_destroy(r1);
+}
+END_TEST
+
+START_TEST(test_zookeeper_outage)
+{
+    struct rl_client *r0 = connect_router(0), *r1 = connect_router(1);
+    char users[NUSERS][16];
+    char kids[NNODES + 1][RL_HARNESS_ZK_NAME_MAX];
+    struct rl_wire_check_reply c;
+
+    users_fill(users);
+    for (int u = 0; u < NUSERS; u++) {
+        check(r0, "fw", users[u], 3);
+    }
+    ck_assert_int_eq(rl_harness_zk_stop(&zk), 0);
+    /* Longer than the session timeout: nothing about the decisions changes. */
+    usleep(1500 * 1000);
+    for (int u = 0; u < NUSERS; u++) {
+        c = check(u % 2 ? r1 : r0, "fw", users[u], 1);
+        ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
+        ck_assert_uint_eq(c.remaining, 996);
+    }
+    ck_assert_int_eq(router_stat(0, "members"), NNODES);
+    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
+    /* The nodes are registered again (same session, or a new one re-creating the znode). */
+    ck_assert_int_eq(rl_harness_zk_wait_children(zk.connect, "/ratelimiter/it/nodes", NNODES,
+                                                 20000),
+                     0);
+    ck_assert_int_eq(rl_harness_zk_children(zk.connect, "/ratelimiter/it/nodes", kids, NNODES + 1),
+                     NNODES);
+    ck_assert_str_eq(kids[0], "n1");
+    ck_assert_str_eq(kids[2], "n3");
+    wait_members(NNODES);
+    rl_client_destroy(r0);
+    rl_client_destroy(r1);
+}
+END_TEST
+
+START_TEST(test_sigterm_everything)
+{
+    char kids[NNODES + 1][RL_HARNESS_ZK_NAME_MAX];
+    char addr[64], want[64];
+
+    /* Each node's znode holds its address. */
+    ck_assert_int_ge(rl_harness_zk_get(zk.connect, "/ratelimiter/it/nodes/n3", addr, sizeof(addr)),
+                     0);
+    snprintf(want, sizeof(want), "127.0.0.1:%d", node_ports[2]);
+    ck_assert_str_eq(addr, want);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rl_harness_server_stop(&routers[i], SIGTERM, 10000), 0);
+        ck_assert(WIFEXITED(routers[i].status));
+        ck_assert_int_eq(WEXITSTATUS(routers[i].status), 0);
+    }
+    for (int i = 0; i < NNODES; i++) {
+        ck_assert_int_eq(rl_harness_server_stop(&nodes[i], SIGTERM, 10000), 0);
+        ck_assert(WIFEXITED(nodes[i].status));
+        ck_assert_int_eq(WEXITSTATUS(nodes[i].status), 0);
+    }
+    /* SIGTERM removed the znodes at once, not a session timeout later. */
+    ck_assert_int_eq(rl_harness_zk_children(zk.connect, "/ratelimiter/it/nodes", kids, NNODES + 1),
+                     0);
+}
+END_TEST
+
+static Suite *
+cluster_suite(void)
+{
+    Suite *s = suite_create("cluster");
+    TCase *tc = tcase_create("cluster");
+
+    tcase_add_checked_fixture(tc, cluster_setup, cluster_teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_exact_limit_across_routers);
+    tcase_add_test(tc, test_node_death_and_return);
+    tcase_add_test(tc, test_zookeeper_outage);
+    tcase_add_test(tc, test_sigterm_everything);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(cluster_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
