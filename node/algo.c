@@ -1,1 +1,504 @@
-typedef int rl_placeholder;
+/*
+ * algo: the six algorithms of DESIGN.md over a 16-byte state, exact in integers
+ * (docs/ALGORITHMS.md derives every formula). Each judge answers the PROTOCOL.md reply fields
+ * as exact "largest amount" and "smallest wait" quantities under the node clock, which the
+ * tests verify by brute force. Not for finding keys or combining tiers.
+ *
+ * Bounds: L, B and W are below 2^32, costs at most 10^6 and now below 2^62 ms, so products
+ * such as L*W or now*L are taken in 128 bits and every stored quantity fits its field.
+ *
+ * States, all zero when never seen (full allowance):
+ *   fixed_window            a = window index k, b = count in window k
+ *   sliding_window_log      a = struct rl_slog *, b = newest time + W (full at), 0 when empty
+ *   sliding_window_counter  a = window index k, b = previous count << 32 | current count
+ *   token_bucket            a = last update (ms), b = deficit D in 1/W token
+ *   gcra, leaky_bucket      a, b[0..31] = TAT*L (96 bits, ms scaled by L);
+ *                           b[32..63] = floor(TAT) - last update (ms, exact below 2^31)
+ */
+#include "algo.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "slog.h"
+
+__extension__ typedef unsigned __int128 u128;
+
+/* A finite retry is one less than RL_ALGO_NEVER at most, so the sentinel stays unambiguous;
+ * only a wait over 49.7 days is affected, and retrying early is merely refused again. */
+static uint64_t
+retry_wait(u128 w)
+{
+    return w >= RL_ALGO_NEVER ? RL_ALGO_NEVER - 1 : (uint64_t)w;
+}
+
+static uint64_t
+sat64(u128 x)
+{
+    return x > UINT64_MAX ? UINT64_MAX : (uint64_t)x;
+}
+
+static u128
+ceil_div(u128 a, u128 b)
+{
+    return a / b + (a % b != 0);
+}
+
+static uint64_t
+max64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* ---- fixed_window ---------------------------------------------------------------------- */
+
+static void
+fw_judge(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now, uint32_t cost,
+         struct rl_algo_result *r, struct rl_algo_state *next)
+{
+    uint64_t L = t->limit;
+    uint64_t W = t->window_ms;
+    uint64_t k = now / W;
+    uint64_t cnt = 0;
+    uint64_t after;
+    uint64_t end;
+
+    /* A stored window later than now's is a clock that stepped back: keep judging in it. */
+    if (s->b != 0 && s->a >= k) {
+        k = s->a;
+        cnt = s->b;
+    }
+    end = (k + 1) * W;
+    r->allowed = cost == 0 || cnt + cost <= L;
+    after = r->allowed ? cnt + cost : cnt;
+    r->limit = L;
+    r->remaining = after <= L ? L - after : 0;
+    r->reset_ms = after > 0 ? end - now : 0;
+    if (!r->allowed) {
+        /* Window k+1 starts empty, and cost <= L fits in it. */
+        r->retry_ms = cost > L ? RL_ALGO_NEVER : retry_wait(end - now);
+    } else if (cost > 0) {
+        next->a = k;
+        next->b = after;
+    }
+}
+
+static uint64_t
+fw_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
+{
+    return s->b == 0 ? 0 : (s->a + 1) * (uint64_t)t->window_ms;
+}
+
+/* ---- sliding_window_log ---------------------------------------------------------------- */
+
+static struct rl_slog *
+swl_log(const struct rl_algo_state *s)
+{
+    return (struct rl_slog *)(uintptr_t)s->a;
+}
+
+static void
+swl_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
+          struct rl_algo_result *r)
+{
+    struct rl_slog *g = swl_log(s);
+    uint64_t L = t->limit;
+    uint64_t W = t->window_ms;
+    uint64_t now_eff = rl_slog_prune(g, now, t->window_ms);
+    uint64_t sum = rl_slog_sum(g);
+    uint64_t after;
+    uint64_t newest = 0;
+    bool any;
+
+    if (sum == 0) {
+        s->b = 0; /* every entry left the window: the key is full and may be forgotten */
+    }
+    r->allowed = cost == 0 || sum + cost <= L;
+    after = r->allowed ? sum + cost : sum;
+    r->limit = L;
+    r->remaining = after <= L ? L - after : 0;
+    if (r->allowed && cost > 0) {
+        newest = now_eff;
+        any = true;
+    } else {
+        any = rl_slog_newest(g, &newest);
+    }
+    /* The newest entry is inside (now_eff - W, now_eff] and now <= now_eff: positive. */
+    r->reset_ms = any ? newest + W - now : 0;
+    if (!r->allowed) {
+        if (cost > L) {
+            r->retry_ms = RL_ALGO_NEVER;
+        } else {
+            /* The oldest entries must leave until `need` is freed; the last of them sets the
+             * wait. Nothing else frees anything, as refused requests are not logged. */
+            uint64_t need = sum + cost - L;
+
+            r->retry_ms = retry_wait((u128)rl_slog_reach(g, need) + W - now);
+        }
+    }
+}
+
+static int
+swl_commit(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
+           uint64_t room)
+{
+    struct rl_slog *g = swl_log(s);
+    uint64_t now_eff = rl_slog_prune(g, now, t->window_ms);
+    uint64_t newest;
+    int rc = rl_slog_append(&g, now_eff, cost, room);
+
+    s->a = (uintptr_t)g;
+    if (rc >= 0 && rl_slog_newest(g, &newest)) {
+        s->b = newest + t->window_ms;
+    }
+    return rc;
+}
+
+/* ---- sliding_window_counter ------------------------------------------------------------ */
+
+/* The window k of now (or of the state, if later), the elapsed e in it, and the counts of
+ * windows k-1 (p) and k (cur) as time alone has made them. */
+static void
+swc_load(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now, uint64_t *k,
+         uint64_t *e, uint64_t *p, uint64_t *cur)
+{
+    uint64_t W = t->window_ms;
+    uint64_t sp = s->b >> 32;
+    uint64_t sc = s->b & 0xffffffffu;
+
+    *k = now / W;
+    *p = 0;
+    *cur = 0;
+    if (s->b != 0) {
+        if (s->a >= *k) {
+            *k = s->a;
+            *p = sp;
+            *cur = sc;
+        } else if (s->a + 1 == *k) {
+            *p = sc;
+        }
+    }
+    *e = max64(now, *k * W) - *k * W;
+}
+
+/* The smallest wait for a refused request of cost <= L; usage only falls as time passes, so
+ * the first phase in which the test passes holds the answer. */
+static uint64_t
+swc_retry(uint64_t L, uint64_t W, uint64_t k, uint64_t p, uint64_t cur, uint64_t cost, uint64_t now)
+{
+    /* In window k: p(W - e') <= (L - cur - cost)W, smallest e' = W - floor(R/p), which is
+     * > e since the request is refused at e. */
+    if (L >= cur + cost && p > 0) {
+        u128 f = (u128)(L - cur - cost) * W / p;
+
+        if (f >= 1) {
+            return retry_wait((u128)k * W + (W - (uint64_t)f) - now);
+        }
+    }
+    /* In window k+1, where p' = cur and nothing is current: cur(W - e'') <= (L - cost)W. */
+    if (cur == 0) {
+        return retry_wait((u128)(k + 1) * W - now);
+    }
+    u128 f2 = (u128)(L - cost) * W / cur;
+    if (f2 >= 1) {
+        uint64_t e2 = f2 >= W ? 0 : W - (uint64_t)f2;
+
+        return retry_wait((u128)(k + 1) * W + e2 - now);
+    }
+    /* Window k+2 starts with nothing counted. */
+    return retry_wait((u128)(k + 2) * W - now);
+}
+
+static void
+swc_judge(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now, uint32_t cost,
+          struct rl_algo_result *r, struct rl_algo_state *next)
+{
+    uint64_t L = t->limit;
+    uint64_t W = t->window_ms;
+    uint64_t k, e, p, cur, after;
+    u128 LW = (u128)L * W;
+    u128 pw;
+    u128 q;
+
+    swc_load(t, s, now, &k, &e, &p, &cur);
+    pw = (u128)p * (W - e);
+    r->allowed = cost == 0 || pw + (u128)(cur + cost) * W <= LW;
+    after = r->allowed ? cur + cost : cur;
+    r->limit = L;
+    q = LW >= pw ? (LW - pw) / W : 0;
+    r->remaining = q > after ? (uint64_t)(q - after) : 0;
+    if (after > 0) {
+        r->reset_ms = (k + 2) * W - now; /* window k+1 still weighs what k counted */
+    } else if (pw > 0) {
+        r->reset_ms = (k + 1) * W - now;
+    } else {
+        r->reset_ms = 0;
+    }
+    if (!r->allowed) {
+        r->retry_ms = cost > L ? RL_ALGO_NEVER : swc_retry(L, W, k, p, cur, cost, now);
+    } else if (cost > 0) {
+        /* after <= L < 2^32 since the request fit; p < 2^32 as it was a stored count. */
+        next->a = k;
+        next->b = p << 32 | after;
+    }
+}
+
+static uint64_t
+swc_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
+{
+    uint64_t W = t->window_ms;
+
+    if ((s->b & 0xffffffffu) != 0) {
+        return (s->a + 2) * W;
+    }
+    return s->b != 0 ? (s->a + 1) * W : 0;
+}
+
+/* ---- token_bucket, gcra, leaky_bucket -------------------------------------------------- */
+
+/* The capacity: with no refill (L = 0) nothing could ever be given back, so none is given. */
+static uint64_t
+bucket_cap(const struct rl_tier *t)
+{
+    return t->limit == 0 ? 0 : t->burst;
+}
+
+/*
+ * The decision shared by the three buckets, from the deficit d (in 1/W token: B*W - d is the
+ * allowance times W) at now_eff = max(now, last update). Sets *da to the deficit after.
+ */
+static void
+bucket_decide(const struct rl_tier *t, u128 d, uint64_t now_eff, uint64_t now, uint32_t cost,
+              struct rl_algo_result *r, u128 *da)
+{
+    uint64_t L = t->limit;
+    uint64_t W = t->window_ms;
+    uint64_t B = bucket_cap(t);
+    u128 BW = (u128)B * W;
+    u128 cw = (u128)cost * W;
+    uint64_t delta = now_eff - now;
+
+    r->allowed = cost == 0 || d + cw <= BW;
+    *da = r->allowed ? d + cw : d;
+    r->limit = B;
+    r->remaining = BW > *da ? (uint64_t)((BW - *da) / W) : 0;
+    /* The deficit falls by L per ms once the clock is past now_eff. */
+    r->reset_ms = *da == 0 || L == 0 ? 0 : sat64(delta + ceil_div(*da, L));
+    if (!r->allowed) {
+        r->retry_ms =
+            cost > B ? RL_ALGO_NEVER : retry_wait(delta + ceil_div(d - (u128)(B - cost) * W, L));
+    }
+}
+
+static void
+tb_judge(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now, uint32_t cost,
+         struct rl_algo_result *r, struct rl_algo_state *next)
+{
+    uint64_t now_eff = max64(now, s->a);
+    u128 refill = (u128)(now_eff - s->a) * t->limit;
+    u128 d = s->b > refill ? s->b - refill : 0;
+    u128 da;
+
+    bucket_decide(t, d, now_eff, now, cost, r, &da);
+    if (r->allowed && cost > 0) {
+        next->a = now_eff;
+        next->b = (uint64_t)da; /* <= B*W < 2^64 */
+    }
+}
+
+static uint64_t
+tb_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
+{
+    if (s->b == 0) {
+        return 0;
+    }
+    return t->limit == 0 ? UINT64_MAX : sat64(s->a + ceil_div(s->b, t->limit));
+}
+
+static u128
+gcra_x(const struct rl_algo_state *s)
+{
+    return (u128)(s->b & 0xffffffffu) << 64 | s->a;
+}
+
+/*
+ * The offset from the last update to TAT in 32 bits: exact below 2^31 ms (24.8 days), above
+ * that a 25-bit mantissa and an exponent, rounded up, so the decoded last update is never
+ * later than the real one (a later one would refuse as if the clock had stepped back).
+ */
+static uint32_t
+gcra_off_encode(uint64_t off)
+{
+    uint32_t e = 0;
+    uint64_t m;
+
+    if (off < (1ull << 31)) {
+        return (uint32_t)off;
+    }
+    while ((off >> e) >= (1ull << 25)) {
+        e++;
+    }
+    m = (off >> e) + ((off & ((1ull << e) - 1)) != 0);
+    if (m == (1ull << 25)) {
+        m >>= 1;
+        e++;
+    }
+    return (uint32_t)(1u << 31 | e << 25 | m);
+}
+
+static uint64_t
+gcra_off_decode(uint32_t code)
+{
+    if (code < (1u << 31)) {
+        return code;
+    }
+    return (uint64_t)(code & ((1u << 25) - 1)) << ((code >> 25) & 63);
+}
+
+/*
+ * TAT*L = X is exact; the deficit at now_eff is X - now_eff*L, the very D of token_bucket, so
+ * both admit and answer alike. The last update time (kept as an offset behind TAT) is what
+ * makes them agree when the clock steps back too.
+ */
+static void
+gcra_judge(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now, uint32_t cost,
+           struct rl_algo_result *r, struct rl_algo_state *next)
+{
+    uint64_t L = t->limit;
+    u128 x = gcra_x(s);
+    uint64_t last = 0;
+    uint64_t now_eff;
+    u128 nl, d, da;
+
+    if (L > 0 && x != 0) {
+        /* TAT itself may pass 2^64 ms (L = 1 with B*W near 2^64); the last update cannot. */
+        u128 tat = x / L;
+        uint64_t off = gcra_off_decode((uint32_t)(s->b >> 32));
+
+        last = tat > off ? (uint64_t)(tat - off) : 0;
+    }
+    now_eff = max64(now, last);
+    nl = (u128)now_eff * L;
+    d = x > nl ? x - nl : 0;
+    bucket_decide(t, d, now_eff, now, cost, r, &da);
+    if (t->algo == RL_ALGO_LEAKY_BUCKET && r->allowed && cost > 0) {
+        /* The first unit departs at max(TAT, now_eff), d/L ms after now_eff. */
+        r->queue_ms = sat64((u128)(now_eff - now) + ceil_div(d, L));
+    }
+    if (r->allowed && cost > 0) {
+        u128 xa = nl + da;
+        uint64_t off = sat64(xa / L - now_eff);
+
+        next->a = (uint64_t)xa;
+        next->b = (uint64_t)(xa >> 64) | (uint64_t)gcra_off_encode(off) << 32;
+    }
+}
+
+static uint64_t
+gcra_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
+{
+    u128 x = gcra_x(s);
+
+    if (x == 0) {
+        return 0;
+    }
+    return t->limit == 0 ? UINT64_MAX : sat64(ceil_div(x, t->limit));
+}
+
+/* ---- the interface --------------------------------------------------------------------- */
+
+void
+rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
+              struct rl_algo_result *r, struct rl_algo_state *next)
+{
+    memset(r, 0, sizeof(*r));
+    *next = *s;
+    switch (t->algo) {
+    case RL_ALGO_FIXED_WINDOW:
+        fw_judge(t, s, now, cost, r, next);
+        break;
+    case RL_ALGO_SLIDING_WINDOW_LOG:
+        swl_judge(t, s, now, cost, r);
+        *next = *s;
+        break;
+    case RL_ALGO_SLIDING_WINDOW_COUNTER:
+        swc_judge(t, s, now, cost, r, next);
+        break;
+    case RL_ALGO_TOKEN_BUCKET:
+        tb_judge(t, s, now, cost, r, next);
+        break;
+    case RL_ALGO_GCRA:
+    case RL_ALGO_LEAKY_BUCKET:
+        gcra_judge(t, s, now, cost, r, next);
+        break;
+    default:
+        /* An unknown algorithm never refuses: the parser makes this unreachable. */
+        r->allowed = true;
+        break;
+    }
+}
+
+int
+rl_algo_commit_capped(const struct rl_tier *t, struct rl_algo_state *s,
+                      const struct rl_algo_state *next, uint64_t now, uint32_t cost, uint64_t room)
+{
+    if (cost == 0) {
+        return 0;
+    }
+    if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG) {
+        return swl_commit(t, s, now, cost, room);
+    }
+    *s = *next;
+    return 0;
+}
+
+int
+rl_algo_commit(const struct rl_tier *t, struct rl_algo_state *s, const struct rl_algo_state *next,
+               uint64_t now, uint32_t cost)
+{
+    return rl_algo_commit_capped(t, s, next, now, cost, UINT64_MAX);
+}
+
+uint64_t
+rl_algo_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
+{
+    switch (t->algo) {
+    case RL_ALGO_FIXED_WINDOW:
+        return fw_full_at(t, s);
+    case RL_ALGO_SLIDING_WINDOW_LOG:
+        return s->b;
+    case RL_ALGO_SLIDING_WINDOW_COUNTER:
+        return swc_full_at(t, s);
+    case RL_ALGO_TOKEN_BUCKET:
+        return tb_full_at(t, s);
+    case RL_ALGO_GCRA:
+    case RL_ALGO_LEAKY_BUCKET:
+        return gcra_full_at(t, s);
+    default:
+        return 0;
+    }
+}
+
+bool
+rl_algo_is_full(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now)
+{
+    /* Every state is frozen until now reaches the times it stores, and full_at is past them
+     * all, so a clock that stepped back is handled here as well. */
+    return now >= rl_algo_full_at(t, s);
+}
+
+void
+rl_algo_release(const struct rl_tier *t, struct rl_algo_state *s)
+{
+    if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG) {
+        rl_slog_destroy(swl_log(s));
+    }
+    s->a = 0;
+    s->b = 0;
+}
+
+uint64_t
+rl_algo_heap_bytes(const struct rl_tier *t, const struct rl_algo_state *s)
+{
+    return t->algo == RL_ALGO_SLIDING_WINDOW_LOG ? rl_slog_bytes(swl_log(s)) : 0;
+}

@@ -15,6 +15,10 @@
 
 #include "conf.h"
 
+/* retry_ms when a request can never be allowed (its cost exceeds the tier's capacity); the
+ * same value as RL_WIRE_RETRY_NEVER. A finite wait that large is reported one less. */
+#define RL_ALGO_NEVER 4294967295u
+
 /* The state of one key under one tier. Its meaning depends on the algorithm (algo.c). */
 struct rl_algo_state {
     uint64_t a;
@@ -44,10 +48,22 @@ void rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t no
 
 /*
  * Consumes: stores *next into *s, or for sliding_window_log appends (now, cost) to the log.
- * Returns 0, or -ENOMEM when the log could not grow (nothing consumed then).
+ * Call it only after rl_algo_judge allowed the same request at the same now. Returns as
+ * rl_algo_commit_capped with unlimited room (1 or -ENOMEM only when malloc fails).
  */
 int rl_algo_commit(const struct rl_tier *t, struct rl_algo_state *s,
                    const struct rl_algo_state *next, uint64_t now, uint32_t cost);
+
+/*
+ * As rl_algo_commit, but a sliding log may take at most `room` more heap bytes (the node's
+ * memory cap). A log that would need more keeps its size and adds the cost to its newest
+ * entry: counted, but leaving the window early, so it errs toward allowing. Returns 0 when
+ * consumed exactly, 1 when folded so, or -ENOMEM when nothing could be consumed (a key with
+ * no log yet, and no room or memory for one).
+ */
+int rl_algo_commit_capped(const struct rl_tier *t, struct rl_algo_state *s,
+                          const struct rl_algo_state *next, uint64_t now, uint32_t cost,
+                          uint64_t room);
 
 /* True when the state is back at full allowance at now, so the key can be forgotten. */
 bool rl_algo_is_full(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now);

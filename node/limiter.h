@@ -12,7 +12,11 @@
 #include "conf.h"
 #include "wire.h"
 
-/* Node counters, X(name, text): reported by STATS under these names. */
+/* Node counters, X(name, text): reported by STATS under these names. checks counts every
+ * CHECK answered and is allowed + limited + queued + no_rule (shadow-mode replies are
+ * allowed; shadow_limited counts those that enforce would have refused); peeks counts cost-0
+ * checks; log_folded counts sliding-log commits folded into an older entry at the memory cap
+ * (docs/ALGORITHMS.md). */
 #define RL_LIMITER_STATS_MAP(X)                                                                    \
     X(checks, "checks")                                                                            \
     X(allowed, "allowed")                                                                          \
@@ -20,7 +24,8 @@
     X(queued, "queued")                                                                            \
     X(no_rule, "no_rule")                                                                          \
     X(shadow_limited, "shadow_limited")                                                            \
-    X(peeks, "peeks")
+    X(peeks, "peeks")                                                                              \
+    X(log_folded, "log_folded")
 
 struct rl_limiter_stats {
 #define RL_LIMITER_FIELD(n, s) uint64_t n;

@@ -1,1 +1,241 @@
-typedef int rl_placeholder;
+/*
+ * slog: the ring buffer of (time, cost) entries behind sliding_window_log (slog.h). Times are
+ * 32-bit offsets from a base time: every entry held is within one window of the newest, and a
+ * window is shorter than 2^32 ms, so a rebase (rare: once per 49 days of a busy key) keeps
+ * the offsets in range. Not for judging requests (algo.c).
+ */
+#include "slog.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct rl_slog_ent {
+    uint32_t dt;   /* time - base */
+    uint32_t cost; /* merged costs of one ms: at most L < 2^32 */
+};
+
+struct rl_slog {
+    uint64_t base; /* entry times are base + dt */
+    uint64_t seen; /* the latest time pruned or appended at */
+    uint64_t sum;  /* total cost held */
+    uint32_t head; /* slot of the oldest entry */
+    uint32_t len;
+    uint32_t cap; /* a power of two */
+    uint32_t pad;
+    struct rl_slog_ent ent[];
+};
+
+static uint64_t
+slog_size(uint32_t cap)
+{
+    return sizeof(struct rl_slog) + (uint64_t)cap * sizeof(struct rl_slog_ent);
+}
+
+static struct rl_slog_ent *
+slog_at(struct rl_slog *g, uint32_t i)
+{
+    return &g->ent[(g->head + i) & (g->cap - 1)];
+}
+
+static const struct rl_slog_ent *
+slog_cat(const struct rl_slog *g, uint32_t i)
+{
+    return &g->ent[(g->head + i) & (g->cap - 1)];
+}
+
+/* Moves the entries, oldest first, into a new ring of newcap slots (>= len). */
+static int
+slog_resize(struct rl_slog **gp, uint32_t newcap)
+{
+    struct rl_slog *g = *gp;
+    struct rl_slog *n = malloc(slog_size(newcap));
+
+    if (n == NULL) {
+        return -ENOMEM;
+    }
+    memcpy(n, g, sizeof(*g));
+    for (uint32_t i = 0; i < g->len; i++) {
+        n->ent[i] = *slog_at(g, i);
+    }
+    n->head = 0;
+    n->cap = newcap;
+    free(g);
+    *gp = n;
+    return 0;
+}
+
+/* Makes every offset relative to the oldest entry, so that t - base fits again. */
+static void
+slog_rebase(struct rl_slog *g)
+{
+    uint32_t d = slog_at(g, 0)->dt;
+
+    for (uint32_t i = 0; i < g->len; i++) {
+        slog_at(g, i)->dt -= d;
+    }
+    g->base += d;
+}
+
+/* Adds cost to the newest entry; merged costs stay below 2^32 because the log holds at most
+ * L < 2^32 of them. */
+static void
+slog_fold(struct rl_slog *g, uint32_t cost)
+{
+    struct rl_slog_ent *n = slog_at(g, g->len - 1);
+
+    n->cost = (uint64_t)n->cost + cost > UINT32_MAX ? UINT32_MAX : n->cost + cost;
+    g->sum += cost;
+}
+
+uint64_t
+rl_slog_bytes(const struct rl_slog *g)
+{
+    return g == NULL ? 0 : slog_size(g->cap);
+}
+
+uint64_t
+rl_slog_prune(struct rl_slog *g, uint64_t now, uint32_t window_ms)
+{
+    if (g == NULL) {
+        return now;
+    }
+    if (now < g->seen) {
+        now = g->seen;
+    }
+    g->seen = now;
+    while (g->len > 0) {
+        const struct rl_slog_ent *o = slog_at(g, 0);
+
+        /* The window is (now - W, now]: an entry at t is out once t + W <= now. */
+        if (g->base + o->dt + window_ms > now) {
+            break;
+        }
+        g->sum -= o->cost;
+        g->head = (g->head + 1) & (g->cap - 1);
+        g->len--;
+    }
+    return now;
+}
+
+uint64_t
+rl_slog_sum(const struct rl_slog *g)
+{
+    return g == NULL ? 0 : g->sum;
+}
+
+bool
+rl_slog_newest(const struct rl_slog *g, uint64_t *t)
+{
+    if (g == NULL || g->len == 0) {
+        return false;
+    }
+    *t = g->base + slog_cat(g, g->len - 1)->dt;
+    return true;
+}
+
+uint64_t
+rl_slog_reach(const struct rl_slog *g, uint64_t need)
+{
+    uint64_t acc = 0;
+    uint32_t i;
+
+    /* Costs are >= 1, so at most `need` entries are visited: a refused request of cost c
+     * walks at most c (<= 10^6) entries, usually a handful. */
+    for (i = 0; i < g->len; i++) {
+        acc += slog_cat(g, i)->cost;
+        if (acc >= need) {
+            break;
+        }
+    }
+    if (i == g->len) {
+        i = g->len - 1;
+    }
+    return g->base + slog_cat(g, i)->dt;
+}
+
+int
+rl_slog_append(struct rl_slog **gp, uint64_t t, uint32_t cost, uint64_t room)
+{
+    struct rl_slog *g = *gp;
+    struct rl_slog_ent *n;
+
+    if (g == NULL) {
+        if (slog_size(RL_SLOG_MIN_CAP) > room) {
+            return -ENOMEM;
+        }
+        g = malloc(slog_size(RL_SLOG_MIN_CAP));
+        if (g == NULL) {
+            return -ENOMEM;
+        }
+        memset(g, 0, sizeof(*g));
+        g->base = t;
+        g->seen = t;
+        g->cap = RL_SLOG_MIN_CAP;
+        *gp = g;
+    }
+    if (t < g->seen) {
+        t = g->seen;
+    }
+    g->seen = t;
+    if (g->len == 0) {
+        g->head = 0;
+        g->base = t;
+    } else {
+        n = slog_at(g, g->len - 1);
+        if (g->base + n->dt == t && (uint64_t)n->cost + cost <= UINT32_MAX) {
+            n->cost += cost;
+            g->sum += cost;
+            return 0;
+        }
+        if (t - g->base > UINT32_MAX) {
+            slog_rebase(g);
+            if (t - g->base > UINT32_MAX) {
+                /* Only when the caller did not prune: the oldest entry is > 2^32 ms old. */
+                slog_fold(g, cost);
+                return 1;
+            }
+        }
+    }
+    /* Halve a ring three quarters empty, keeping room to grow back without a resize. */
+    if (g->cap > RL_SLOG_MIN_CAP && g->len + 1 <= g->cap / 4) {
+        if (slog_resize(gp, g->cap / 2) == 0) {
+            g = *gp;
+        }
+    }
+    if (g->len == g->cap) {
+        if (g->cap >= RL_SLOG_MAX_CAP || slog_size(g->cap * 2) - slog_size(g->cap) > room ||
+            slog_resize(gp, g->cap * 2) != 0) {
+            slog_fold(g, cost);
+            return 1;
+        }
+        g = *gp;
+    }
+    n = slog_at(g, g->len);
+    n->dt = (uint32_t)(t - g->base);
+    n->cost = cost;
+    g->len++;
+    g->sum += cost;
+    return 0;
+}
+
+struct rl_slog *
+rl_slog_dup(const struct rl_slog *g)
+{
+    struct rl_slog *n;
+
+    if (g == NULL) {
+        return NULL;
+    }
+    n = malloc(slog_size(g->cap));
+    if (n != NULL) {
+        memcpy(n, g, slog_size(g->cap));
+    }
+    return n;
+}
+
+void
+rl_slog_destroy(struct rl_slog *g)
+{
+    free(g);
+}

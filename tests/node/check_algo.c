@@ -1,1 +1,778 @@
-int main(void) { return 1; }
+/*
+ * check_algo: the algorithms of node/algo.c. Known answers worked by hand for each of them,
+ * then brute force: on random request sequences with small L, W and B under a simulated clock,
+ * every reply field is checked against its definition (the largest cost still allowed, the
+ * smallest wait until full, the smallest wait until the same request is allowed), and gcra
+ * against token_bucket. Needs no key table, config parser or codec: tiers are built by hand.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo.h"
+#include "slog.h"
+
+#define NEVER RL_ALGO_NEVER
+
+/* Names from the map itself: rl_algo_name lives in conf.c, which this suite must not need. */
+static const char *const algo_names[] = {
+#define ALGO_NAME(n, s, b) s,
+    RL_ALGO_MAP(ALGO_NAME)
+#undef ALGO_NAME
+};
+
+static const enum rl_algo all_algos[] = {
+    RL_ALGO_FIXED_WINDOW,
+    RL_ALGO_SLIDING_WINDOW_LOG,
+    RL_ALGO_SLIDING_WINDOW_COUNTER,
+    RL_ALGO_TOKEN_BUCKET,
+    RL_ALGO_GCRA,
+    RL_ALGO_LEAKY_BUCKET,
+};
+
+static struct rl_tier
+mk_tier(enum rl_algo a, uint32_t limit, uint32_t window_ms, uint32_t burst)
+{
+    struct rl_tier t;
+
+    memset(&t, 0, sizeof(t));
+    t.algo = a;
+    t.limit = limit;
+    t.window_ms = window_ms;
+    t.burst = burst;
+    return t;
+}
+
+static bool
+is_bucket(enum rl_algo a)
+{
+    return a == RL_ALGO_TOKEN_BUCKET || a == RL_ALGO_GCRA || a == RL_ALGO_LEAKY_BUCKET;
+}
+
+/* splitmix64: reproducible sequences from a seed printed on failure. */
+static uint64_t
+rnd(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t
+rnd_in(uint64_t *s, uint64_t lo, uint64_t hi)
+{
+    return lo + rnd(s) % (hi - lo + 1);
+}
+
+/* A copy that owns its own log, so probing other times leaves the original alone. */
+static struct rl_algo_state
+dup_state(const struct rl_tier *t, const struct rl_algo_state *s)
+{
+    struct rl_algo_state c = *s;
+
+    if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG && s->a != 0) {
+        c.a = (uintptr_t)rl_slog_dup((const struct rl_slog *)(uintptr_t)s->a);
+        ck_assert(c.a != 0);
+    }
+    return c;
+}
+
+/* Judges on a copy: a pure question about the state at now. */
+static struct rl_algo_result
+probe(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now, uint32_t cost)
+{
+    struct rl_algo_state c = dup_state(t, s);
+    struct rl_algo_state next;
+    struct rl_algo_result r;
+
+    rl_algo_judge(t, &c, now, cost, &r, &next);
+    rl_algo_release(t, &c);
+    return r;
+}
+
+/* A request for real: judges and, when allowed, consumes. */
+static struct rl_algo_result
+req(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost)
+{
+    struct rl_algo_state next;
+    struct rl_algo_result r;
+
+    rl_algo_judge(t, s, now, cost, &r, &next);
+    if (r.allowed && cost > 0) {
+        ck_assert_int_eq(rl_algo_commit(t, s, &next, now, cost), 0);
+    }
+    return r;
+}
+
+static uint64_t
+capacity(const struct rl_tier *t)
+{
+    if (is_bucket(t->algo)) {
+        return t->limit == 0 ? 0 : t->burst;
+    }
+    return t->limit;
+}
+
+static bool
+bf_full(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now)
+{
+    return probe(t, s, now, 0).remaining == capacity(t);
+}
+
+/* The smallest d >= 0 such that the state is at full allowance at now + d. */
+static uint64_t
+bf_reset(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now)
+{
+    for (uint64_t d = 0; d < 100000; d++) {
+        if (bf_full(t, s, now + d)) {
+            return d;
+        }
+    }
+    ck_abort_msg("never full");
+    return 0;
+}
+
+/*
+ * Checks every field of the judgment of (now, cost) on s by brute force, and the is_full and
+ * full_at of the state after it. ctx names the case on failure.
+ */
+static void
+verify(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now, uint32_t cost,
+       const char *ctx)
+{
+    struct rl_algo_result r = probe(t, s, now, cost);
+    struct rl_algo_state after = dup_state(t, s);
+    uint64_t rem = 0;
+    uint64_t reset;
+
+    if (r.allowed) {
+        req(t, &after, now, cost);
+    }
+    ck_assert_msg(cost > 0 || r.allowed, "%s: peek refused", ctx);
+    ck_assert_msg(r.limit == capacity(t), "%s: limit %llu", ctx, (unsigned long long)r.limit);
+
+    /* remaining: the largest x allowed right after, every smaller one allowed too. */
+    while (rem <= capacity(t) + 1 && probe(t, &after, now, (uint32_t)(rem + 1)).allowed) {
+        rem++;
+    }
+    ck_assert_msg(r.remaining == rem, "%s: remaining %llu, brute force %llu", ctx,
+                  (unsigned long long)r.remaining, (unsigned long long)rem);
+
+    /* reset_ms, and is_full / full_at against the same brute force. */
+    reset = bf_reset(t, &after, now);
+    ck_assert_msg(r.reset_ms == reset, "%s: reset %llu, brute force %llu", ctx,
+                  (unsigned long long)r.reset_ms, (unsigned long long)reset);
+    for (uint64_t d = 0; d <= reset + 2; d++) {
+        bool full = d >= reset;
+
+        ck_assert_msg(rl_algo_is_full(t, &after, now + d) == full, "%s: is_full at +%llu", ctx,
+                      (unsigned long long)d);
+        ck_assert_msg((now + d >= rl_algo_full_at(t, &after)) == full, "%s: full_at %llu", ctx,
+                      (unsigned long long)rl_algo_full_at(t, &after));
+    }
+
+    /* retry_ms: the smallest d with the same request allowed at now + d. */
+    if (r.allowed) {
+        ck_assert_msg(r.retry_ms == 0, "%s: allowed with retry", ctx);
+    } else if (cost > capacity(t)) {
+        ck_assert_msg(r.retry_ms == NEVER, "%s: retry %llu, want never", ctx,
+                      (unsigned long long)r.retry_ms);
+        for (uint64_t d = 1; d < 3 * (uint64_t)t->window_ms + 200; d += 7) {
+            ck_assert(!probe(t, s, now + d, cost).allowed);
+        }
+    } else {
+        uint64_t d = 1;
+
+        while (!probe(t, s, now + d, cost).allowed) {
+            d++;
+            ck_assert_msg(d < 100000, "%s: never allowed", ctx);
+        }
+        ck_assert_msg(r.retry_ms == d, "%s: retry %llu, brute force %llu", ctx,
+                      (unsigned long long)r.retry_ms, (unsigned long long)d);
+    }
+
+    /* queue_ms: a leaky request departs when the bucket before it would have drained. */
+    if (t->algo == RL_ALGO_LEAKY_BUCKET && r.allowed && cost > 0) {
+        uint64_t q = bf_reset(t, s, now);
+
+        ck_assert_msg(r.queue_ms == q, "%s: queue %llu, brute force %llu", ctx,
+                      (unsigned long long)r.queue_ms, (unsigned long long)q);
+    } else {
+        ck_assert_msg(r.queue_ms == 0, "%s: queue %llu", ctx, (unsigned long long)r.queue_ms);
+    }
+    rl_algo_release(t, &after);
+}
+
+/* ---- known answers --------------------------------------------------------------------- */
+
+START_TEST(test_fixed_window_boundary)
+{
+    struct rl_tier t = mk_tier(RL_ALGO_FIXED_WINDOW, 5, 1000, 5);
+    struct rl_algo_state s = {0, 0};
+    struct rl_algo_result r;
+
+    /* L at the very end of window 9, L more at the start of window 10: 2L in 2 ms. */
+    for (int i = 0; i < 5; i++) {
+        r = req(&t, &s, 9999, 1);
+        ck_assert(r.allowed);
+        ck_assert_uint_eq(r.remaining, 4 - i);
+        ck_assert_uint_eq(r.reset_ms, 1);
+    }
+    r = req(&t, &s, 9999, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 1);
+    ck_assert_uint_eq(r.limit, 5);
+    ck_assert_uint_eq(r.remaining, 0);
+    for (int i = 0; i < 5; i++) {
+        ck_assert(req(&t, &s, 10000, 1).allowed);
+    }
+    r = req(&t, &s, 10000, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 1000);
+    r = req(&t, &s, 10500, 6);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, NEVER);
+    r = req(&t, &s, 10500, 0);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_uint_eq(r.reset_ms, 500);
+}
+END_TEST
+
+START_TEST(test_sliding_log_refused_not_logged)
+{
+    struct rl_tier t = mk_tier(RL_ALGO_SLIDING_WINDOW_LOG, 2, 1000, 2);
+    struct rl_algo_state s = {0, 0};
+    struct rl_algo_result r;
+
+    ck_assert(req(&t, &s, 0, 1).allowed);
+    r = req(&t, &s, 500, 1);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_uint_eq(r.reset_ms, 1000);
+    r = req(&t, &s, 600, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 400);
+    r = req(&t, &s, 999, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 1);
+    /* The entry at 0 leaves at 1000; had 600 and 999 been logged, this would be refused. */
+    r = req(&t, &s, 1000, 1);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.reset_ms, 1000);
+    r = req(&t, &s, 1499, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 1);
+    ck_assert(req(&t, &s, 1500, 1).allowed);
+    /* Cost 2 needs both entries (1000 and 1500) gone: at 2500. */
+    r = req(&t, &s, 1600, 2);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 900);
+    ck_assert(!rl_algo_is_full(&t, &s, 2499));
+    ck_assert(rl_algo_is_full(&t, &s, 2500));
+    ck_assert_uint_eq(rl_algo_full_at(&t, &s), 2500);
+    rl_algo_release(&t, &s);
+    ck_assert(s.a == 0 && s.b == 0);
+}
+END_TEST
+
+START_TEST(test_sliding_counter_weighted)
+{
+    struct rl_tier t = mk_tier(RL_ALGO_SLIDING_WINDOW_COUNTER, 10, 1000, 10);
+    struct rl_algo_state s = {0, 0};
+    struct rl_algo_result r;
+
+    ck_assert(req(&t, &s, 100, 8).allowed);
+    /* At 1250: p = 8, e = 250, p(W-e) = 6000, so cur + cost <= 4. */
+    r = req(&t, &s, 1250, 5);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.remaining, 4);
+    /* 8(W-e') <= (10-0-5)*1000 from e' = 375: 125 ms. */
+    ck_assert_uint_eq(r.retry_ms, 125);
+    ck_assert_uint_eq(r.reset_ms, 750); /* p weighs until window 1 ends */
+    r = req(&t, &s, 1250, 4);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_uint_eq(r.reset_ms, 1750); /* cur = 4 weighs through window 2 */
+    r = req(&t, &s, 1250, 1);
+    ck_assert(!r.allowed);
+    /* 8(W-e') <= (10-4-1)*1000: e' = 375 again. */
+    ck_assert_uint_eq(r.retry_ms, 125);
+    r = req(&t, &s, 1375, 1);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.remaining, 0);
+    /* Window 2: p = 5, 5(W-e) + 1000c <= 10000: c = 5 from e = 0, c = 10 needs e = 1000. */
+    r = probe(&t, &s, 2000, 5);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.remaining, 0);
+    r = probe(&t, &s, 2000, 10);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 1000);
+    ck_assert_uint_eq(rl_algo_full_at(&t, &s), 3000);
+}
+END_TEST
+
+START_TEST(test_token_bucket_refill)
+{
+    struct rl_tier t = mk_tier(RL_ALGO_TOKEN_BUCKET, 10, 1000, 5);
+    struct rl_algo_state s = {0, 0};
+    struct rl_algo_result r;
+
+    r = req(&t, &s, 0, 5);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.limit, 5);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_uint_eq(r.reset_ms, 500);
+    r = req(&t, &s, 0, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 100);
+    r = req(&t, &s, 99, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 1);
+    ck_assert(req(&t, &s, 100, 1).allowed);
+    /* At 350: 2.5 tokens. */
+    r = req(&t, &s, 350, 3);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.remaining, 2);
+    ck_assert_uint_eq(r.retry_ms, 50);
+    ck_assert_uint_eq(r.reset_ms, 250);
+    r = req(&t, &s, 350, 6);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, NEVER);
+    ck_assert(rl_algo_is_full(&t, &s, 600));
+    ck_assert(!rl_algo_is_full(&t, &s, 599));
+}
+END_TEST
+
+START_TEST(test_leaky_bucket_queue)
+{
+    struct rl_tier t = mk_tier(RL_ALGO_LEAKY_BUCKET, 10, 1000, 5);
+    struct rl_algo_state s = {0, 0};
+    struct rl_algo_result r;
+
+    for (uint64_t i = 0; i < 5; i++) {
+        r = req(&t, &s, 0, 1);
+        ck_assert(r.allowed);
+        ck_assert_uint_eq(r.queue_ms, 100 * i);
+        ck_assert_uint_eq(r.retry_ms, 0);
+        ck_assert_uint_eq(r.remaining, 4 - i);
+    }
+    r = req(&t, &s, 0, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 100);
+    ck_assert_uint_eq(r.limit, 5);
+    /* At 100 one slot has been reached: the next departs at 500. */
+    r = req(&t, &s, 100, 1);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.queue_ms, 400);
+    r = req(&t, &s, 100, 0);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.queue_ms, 0);
+    /* Idle past the backlog: departs at once. */
+    r = req(&t, &s, 5000, 1);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.queue_ms, 0);
+    /* A fractional slot: L = 3 per 1000 ms, slots 333.3 ms apart, waits rounded up. */
+    t = mk_tier(RL_ALGO_LEAKY_BUCKET, 3, 1000, 3);
+    memset(&s, 0, sizeof(s));
+    ck_assert_uint_eq(req(&t, &s, 0, 1).queue_ms, 0);
+    ck_assert_uint_eq(req(&t, &s, 0, 1).queue_ms, 334);
+    ck_assert_uint_eq(req(&t, &s, 0, 1).queue_ms, 667);
+    r = req(&t, &s, 0, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 334);
+}
+END_TEST
+
+START_TEST(test_gcra_known)
+{
+    struct rl_tier t = mk_tier(RL_ALGO_GCRA, 3, 1000, 2);
+    struct rl_algo_state s = {0, 0};
+    struct rl_algo_result r;
+
+    ck_assert(req(&t, &s, 0, 2).allowed);
+    r = req(&t, &s, 0, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, 334); /* TAT = 666.7, limit at 333.3 ahead */
+    ck_assert_uint_eq(r.reset_ms, 667);
+    ck_assert_uint_eq(req(&t, &s, 334, 1).queue_ms, 0);
+    ck_assert_uint_eq(rl_algo_full_at(&t, &s), 1000);
+}
+END_TEST
+
+/* A state committed at T is judged at T - back as at T, its waits longer by back. */
+START_TEST(test_clock_step_back)
+{
+    for (size_t i = 0; i < sizeof(all_algos) / sizeof(all_algos[0]); i++) {
+        struct rl_tier t = mk_tier(all_algos[i], 4, 100, 4);
+        struct rl_algo_state s = {0, 0};
+        uint64_t T = 10000;
+
+        ck_assert(req(&t, &s, T, 3).allowed);
+        for (uint64_t back = 1; back < 250; back += 13) {
+            for (uint32_t cost = 0; cost <= 5; cost++) {
+                struct rl_algo_result a = probe(&t, &s, T, cost);
+                struct rl_algo_result b = probe(&t, &s, T - back, cost);
+
+                ck_assert_msg(a.allowed == b.allowed, "%s", algo_names[t.algo]);
+                ck_assert_uint_eq(a.remaining, b.remaining);
+                ck_assert_uint_eq(a.reset_ms + back, b.reset_ms);
+                if (a.retry_ms != 0 && a.retry_ms != NEVER) {
+                    ck_assert_uint_eq(a.retry_ms + back, b.retry_ms);
+                } else {
+                    ck_assert_uint_eq(a.retry_ms, b.retry_ms);
+                }
+                ck_assert(!rl_algo_is_full(&t, &s, T - back));
+                verify(&t, &s, T - back, cost, algo_names[t.algo]);
+            }
+        }
+        /* A log pruned at a later time stays pruned when the clock comes back. */
+        if (t.algo == RL_ALGO_SLIDING_WINDOW_LOG) {
+            ck_assert(req(&t, &s, T + 100, 0).allowed);
+            ck_assert_uint_eq(probe(&t, &s, T, 0).remaining, 4);
+        }
+        rl_algo_release(&t, &s);
+    }
+}
+END_TEST
+
+START_TEST(test_peek_never_consumes)
+{
+    for (size_t i = 0; i < sizeof(all_algos) / sizeof(all_algos[0]); i++) {
+        struct rl_tier t = mk_tier(all_algos[i], 3, 100, 3);
+        struct rl_algo_state s = {0, 0};
+        struct rl_algo_result r;
+
+        r = req(&t, &s, 50, 0);
+        ck_assert(r.allowed);
+        ck_assert_uint_eq(r.remaining, 3);
+        ck_assert_uint_eq(r.reset_ms, 0);
+        ck_assert(s.a == 0 && s.b == 0);
+        ck_assert(req(&t, &s, 50, 3).allowed);
+        r = req(&t, &s, 50, 0);
+        ck_assert(r.allowed);
+        ck_assert_uint_eq(r.remaining, 0);
+        ck_assert_uint_eq(r.queue_ms, 0);
+        ck_assert(!req(&t, &s, 50, 1).allowed);
+        rl_algo_release(&t, &s);
+    }
+}
+END_TEST
+
+START_TEST(test_zero_capacity)
+{
+    for (size_t i = 0; i < sizeof(all_algos) / sizeof(all_algos[0]); i++) {
+        struct rl_tier t = mk_tier(all_algos[i], 0, 100, 0);
+        struct rl_algo_state s = {0, 0};
+        struct rl_algo_result r = req(&t, &s, 50, 1);
+
+        ck_assert(!r.allowed);
+        ck_assert_uint_eq(r.retry_ms, NEVER);
+        ck_assert(req(&t, &s, 50, 0).allowed);
+        ck_assert(s.a == 0 && s.b == 0);
+        if (is_bucket(t.algo)) {
+            /* No refill: a burst alone would be a one-off, so it is not granted. */
+            t.burst = 5;
+            ck_assert(!req(&t, &s, 50, 1).allowed);
+            ck_assert_uint_eq(req(&t, &s, 50, 0).limit, 0);
+        }
+    }
+}
+END_TEST
+
+/* ---- brute force ----------------------------------------------------------------------- */
+
+/* Random sequences for one algorithm: steps forward, sometimes none, sometimes back. */
+static void
+brute_force(enum rl_algo algo, uint64_t seeds)
+{
+    for (uint64_t seed = 1; seed <= seeds; seed++) {
+        uint64_t rs = seed * 7919 + algo;
+        uint32_t L = rnd_in(&rs, 0, 9) == 0 ? 1 : (uint32_t)rnd_in(&rs, 0, 6);
+        uint32_t W = (uint32_t)rnd_in(&rs, 1, 12);
+        uint32_t B = is_bucket(algo) ? (uint32_t)rnd_in(&rs, 0, 7) : L;
+        struct rl_tier t = mk_tier(algo, L, W, B);
+        struct rl_algo_state s = {0, 0};
+        uint64_t now = rnd_in(&rs, 0, 50);
+        char ctx[128];
+
+        for (int step = 0; step < 60; step++) {
+            uint64_t kind = rnd_in(&rs, 0, 19);
+            uint32_t cost;
+
+            if (kind < 6) {
+                /* same ms */
+            } else if (kind < 16) {
+                now += rnd_in(&rs, 1, W);
+            } else if (kind < 19) {
+                now += rnd_in(&rs, W, 3 * (uint64_t)W);
+            } else if (now > 0) {
+                now -= rnd_in(&rs, 1, now < W ? now : W);
+            }
+            cost = rnd_in(&rs, 0, 9) == 0 ? 0 : (uint32_t)rnd_in(&rs, 1, capacity(&t) + 2);
+            snprintf(ctx, sizeof(ctx), "%s L=%u W=%u B=%u seed=%llu step=%d now=%llu cost=%u",
+                     algo_names[algo], L, W, B, (unsigned long long)seed, step,
+                     (unsigned long long)now, cost);
+            verify(&t, &s, now, cost, ctx);
+            req(&t, &s, now, cost);
+        }
+        rl_algo_release(&t, &s);
+    }
+}
+
+START_TEST(test_brute_force)
+{
+    brute_force(all_algos[_i], 400);
+}
+END_TEST
+
+static void
+assert_same(const struct rl_algo_result *a, const struct rl_algo_result *b, const char *ctx)
+{
+    ck_assert_msg(a->allowed == b->allowed, "%s: allowed", ctx);
+    ck_assert_msg(a->limit == b->limit, "%s: limit", ctx);
+    ck_assert_msg(a->remaining == b->remaining, "%s: remaining %llu %llu", ctx,
+                  (unsigned long long)a->remaining, (unsigned long long)b->remaining);
+    ck_assert_msg(a->reset_ms == b->reset_ms, "%s: reset %llu %llu", ctx,
+                  (unsigned long long)a->reset_ms, (unsigned long long)b->reset_ms);
+    ck_assert_msg(a->retry_ms == b->retry_ms, "%s: retry %llu %llu", ctx,
+                  (unsigned long long)a->retry_ms, (unsigned long long)b->retry_ms);
+}
+
+/* token_bucket, gcra and leaky_bucket side by side on one sequence. */
+static void
+buckets_agree(uint64_t seed, uint32_t L, uint32_t W, uint32_t B, uint64_t now, uint64_t maxstep,
+              bool back, int steps, uint64_t *rs)
+{
+    struct rl_tier tb = mk_tier(RL_ALGO_TOKEN_BUCKET, L, W, B);
+    struct rl_tier gc = mk_tier(RL_ALGO_GCRA, L, W, B);
+    struct rl_tier lb = mk_tier(RL_ALGO_LEAKY_BUCKET, L, W, B);
+    struct rl_algo_state s1 = {0, 0}, s2 = {0, 0}, s3 = {0, 0};
+    char ctx[128];
+
+    for (int step = 0; step < steps; step++) {
+        uint64_t kind = rnd_in(rs, 0, 19);
+        uint32_t cost;
+
+        if (kind < 5) {
+            /* same ms */
+        } else if (kind < 18) {
+            now += rnd_in(rs, 1, maxstep);
+        } else if (back && now > maxstep) {
+            now -= rnd_in(rs, 1, maxstep);
+        }
+        kind = rnd_in(rs, 0, 9);
+        if (kind == 0) {
+            cost = 0;
+        } else if (kind == 1) {
+            cost = B + 1 + (uint32_t)rnd_in(rs, 0, 3);
+        } else {
+            cost = (uint32_t)rnd_in(rs, 1, B < 1000000 ? B + 1 : 1000000);
+        }
+        if (cost > 1000000) {
+            cost = 1000000;
+        }
+        snprintf(ctx, sizeof(ctx), "L=%u W=%u B=%u seed=%llu step=%d", L, W, B,
+                 (unsigned long long)seed, step);
+        struct rl_algo_result a = req(&tb, &s1, now, cost);
+        struct rl_algo_result b = req(&gc, &s2, now, cost);
+        struct rl_algo_result c = req(&lb, &s3, now, cost);
+        assert_same(&a, &b, ctx);
+        assert_same(&a, &c, ctx);
+        ck_assert(rl_algo_is_full(&tb, &s1, now) == rl_algo_is_full(&gc, &s2, now));
+        ck_assert_uint_eq(rl_algo_full_at(&tb, &s1), rl_algo_full_at(&gc, &s2));
+    }
+}
+
+START_TEST(test_gcra_equals_token_bucket)
+{
+    for (uint64_t seed = 1; seed <= 3000; seed++) {
+        uint64_t rs = seed;
+        uint32_t L = (uint32_t)rnd_in(&rs, 1, 40);
+        uint32_t W = (uint32_t)rnd_in(&rs, 1, 3000);
+        uint32_t B = (uint32_t)rnd_in(&rs, 0, 50);
+
+        buckets_agree(seed, L, W, B, rnd_in(&rs, 0, 1ull << 41), 2 * (uint64_t)W / L + 1, true, 200,
+                      &rs);
+    }
+}
+END_TEST
+
+/* Parameters near 2^32 and a real clock exercise the 128-bit paths. The clock only goes
+ * forward: gcra keeps an offset past 2^31 ms rounded (algo.c), exact for a forward clock. */
+START_TEST(test_gcra_equals_token_bucket_large)
+{
+    for (uint64_t seed = 1; seed <= 500; seed++) {
+        uint64_t rs = seed ^ 0xabcdefull;
+        uint32_t L = (uint32_t)(rnd_in(&rs, 0, 3) == 0 ? 1 : rnd_in(&rs, 1, UINT32_MAX));
+        uint32_t W = (uint32_t)rnd_in(&rs, 1, UINT32_MAX);
+        uint32_t B = (uint32_t)rnd_in(&rs, 0, UINT32_MAX);
+        uint64_t step = (uint64_t)W / L + 1;
+
+        buckets_agree(seed, L, W, B, 1700000000000ull + rnd_in(&rs, 0, 1ull << 36),
+                      step > (1ull << 40) ? (1ull << 40) : step, false, 100, &rs);
+    }
+}
+END_TEST
+
+/* The largest burst in time: TAT goes past 2^64 ms, gcra still agrees with token_bucket. */
+START_TEST(test_gcra_extreme)
+{
+    uint64_t rs = 99;
+
+    buckets_agree(0, 1, UINT32_MAX, UINT32_MAX, 1700000000000ull, 1000, false, 12000, &rs);
+    buckets_agree(1, 1, UINT32_MAX, UINT32_MAX, 1700000000000ull, UINT32_MAX, false, 50, &rs);
+    buckets_agree(2, 2, UINT32_MAX, UINT32_MAX, 1ull << 61, 1ull << 40, false, 50, &rs);
+}
+END_TEST
+
+/* Large parameters through the window algorithms: no overflow in the products. */
+START_TEST(test_large_windows)
+{
+    uint64_t now = 1700000000123ull;
+    struct rl_tier t = mk_tier(RL_ALGO_SLIDING_WINDOW_COUNTER, UINT32_MAX, UINT32_MAX, 0);
+    struct rl_algo_state s = {0, 0};
+    struct rl_algo_result r;
+
+    r = req(&t, &s, now, 1000000);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.remaining, UINT32_MAX - 1000000ull);
+    t = mk_tier(RL_ALGO_SLIDING_WINDOW_COUNTER, 1, UINT32_MAX, 0);
+    memset(&s, 0, sizeof(s));
+    ck_assert(req(&t, &s, now, 1).allowed);
+    r = req(&t, &s, now, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.retry_ms, NEVER - 1); /* a finite wait past 49.7 days */
+    t = mk_tier(RL_ALGO_FIXED_WINDOW, UINT32_MAX, UINT32_MAX, 0);
+    memset(&s, 0, sizeof(s));
+    for (int i = 0; i < 100; i++) {
+        ck_assert(req(&t, &s, now, 1000000).allowed);
+    }
+    ck_assert_uint_eq(req(&t, &s, now, 0).remaining, UINT32_MAX - 100000000ull);
+}
+END_TEST
+
+/* ---- the sliding log's storage --------------------------------------------------------- */
+
+START_TEST(test_slog_growth_and_cap)
+{
+    struct rl_tier t = mk_tier(RL_ALGO_SLIDING_WINDOW_LOG, 100000, 1000, 0);
+    struct rl_algo_state s = {0, 0};
+    struct rl_algo_state next;
+    struct rl_algo_result r;
+    uint64_t peak;
+
+    /* Equal ms merge: 500 requests in one ms are one entry. */
+    for (int i = 0; i < 500; i++) {
+        ck_assert(req(&t, &s, 7, 1).allowed);
+    }
+    peak = rl_algo_heap_bytes(&t, &s);
+    ck_assert_uint_le(peak, 40 + 4 * 8);
+    /* One entry per ms: at most W entries. */
+    for (uint64_t now = 8; now < 3000; now++) {
+        ck_assert(req(&t, &s, now, 1).allowed);
+        ck_assert_uint_le(rl_algo_heap_bytes(&t, &s), 40 + 2048 * 8);
+    }
+    ck_assert_uint_eq(req(&t, &s, 2999, 0).remaining, 100000 - 1000);
+    peak = rl_algo_heap_bytes(&t, &s);
+    /* Sparse again: the ring shrinks. */
+    for (uint64_t now = 3000; now < 30000; now += 500) {
+        ck_assert(req(&t, &s, now, 1).allowed);
+    }
+    ck_assert_uint_lt(rl_algo_heap_bytes(&t, &s), peak / 8);
+    ck_assert_uint_eq(req(&t, &s, 29999, 0).remaining, 100000 - 2);
+
+    /* No room to grow: the cost folds into the newest entry and is still counted. */
+    rl_algo_release(&t, &s);
+    t = mk_tier(RL_ALGO_SLIDING_WINDOW_LOG, 10, 100, 0);
+    for (uint64_t now = 0; now < 4; now++) {
+        ck_assert(req(&t, &s, now, 1).allowed);
+    }
+    rl_algo_judge(&t, &s, 4, 2, &r, &next);
+    ck_assert(r.allowed);
+    ck_assert_int_eq(rl_algo_commit_capped(&t, &s, &next, 4, 2, 0), 1);
+    ck_assert_uint_eq(probe(&t, &s, 4, 0).remaining, 4);
+    /* The folded cost sits at time 3, so it leaves at 103: early, toward allowing. */
+    ck_assert_uint_eq(probe(&t, &s, 103, 0).remaining, 10);
+    rl_algo_release(&t, &s);
+    /* No log yet and no room for one: nothing consumed. */
+    rl_algo_judge(&t, &s, 4, 2, &r, &next);
+    ck_assert_int_eq(rl_algo_commit_capped(&t, &s, &next, 4, 2, 10), -ENOMEM);
+    ck_assert(s.a == 0 && s.b == 0);
+}
+END_TEST
+
+START_TEST(test_slog_rebase)
+{
+    /* A window of 2^32-1 ms: offsets must be rebased as time goes past 2^32 ms. */
+    struct rl_tier t = mk_tier(RL_ALGO_SLIDING_WINDOW_LOG, 1000, UINT32_MAX, 0);
+    struct rl_algo_state s = {0, 0};
+    uint64_t now = 1000;
+    struct rl_algo_result r;
+
+    for (int i = 0; i < 10; i++) {
+        ck_assert(req(&t, &s, now, 1).allowed);
+        now += 1000000000ull;
+    }
+    /* Entries at 1000 + i*1e9; now = 1000 + 10e9: those with t > now - W are in. */
+    r = req(&t, &s, now, 0);
+    uint64_t in = 0;
+    for (int i = 0; i < 10; i++) {
+        if (1000 + i * 1000000000ull > now - UINT32_MAX) {
+            in++;
+        }
+    }
+    ck_assert_uint_eq(r.remaining, 1000 - in);
+    ck_assert_uint_eq(r.reset_ms, 1000 + 9 * 1000000000ull + UINT32_MAX - now);
+    rl_algo_release(&t, &s);
+}
+END_TEST
+
+static Suite *
+algo_suite(void)
+{
+    Suite *s = suite_create("algo");
+    TCase *tc = tcase_create("known");
+    TCase *bf = tcase_create("brute_force");
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_fixed_window_boundary);
+    tcase_add_test(tc, test_sliding_log_refused_not_logged);
+    tcase_add_test(tc, test_sliding_counter_weighted);
+    tcase_add_test(tc, test_token_bucket_refill);
+    tcase_add_test(tc, test_leaky_bucket_queue);
+    tcase_add_test(tc, test_gcra_known);
+    tcase_add_test(tc, test_clock_step_back);
+    tcase_add_test(tc, test_peek_never_consumes);
+    tcase_add_test(tc, test_zero_capacity);
+    tcase_add_test(tc, test_large_windows);
+    tcase_add_test(tc, test_slog_growth_and_cap);
+    tcase_add_test(tc, test_slog_rebase);
+    suite_add_tcase(s, tc);
+
+    tcase_set_timeout(bf, 300);
+    tcase_add_loop_test(bf, test_brute_force, 0, sizeof(all_algos) / sizeof(all_algos[0]));
+    tcase_add_test(bf, test_gcra_equals_token_bucket);
+    tcase_add_test(bf, test_gcra_equals_token_bucket_large);
+    tcase_add_test(bf, test_gcra_extreme);
+    suite_add_tcase(s, bf);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(algo_suite());
+    int failed;
+
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
