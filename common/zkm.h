@@ -1,0 +1,144 @@
+/*
+ * zkm: ZooKeeper membership, shared by the node, the router and the rebalance tool. A node
+ * keeps one ephemeral znode /ratelimiter/<cluster>/nodes/<name> holding "host:port" for as
+ * long as it lives, across lost connections and expired sessions; a router watches the
+ * members and the assignment znode /ratelimiter/<cluster>/assignment and is told of every
+ * change; the tool reads and compare-and-sets the assignment, the replaced text going to
+ * /ratelimiter/<cluster>/assignment.prev in the same transaction (for rollback).
+ *
+ * The ZooKeeper client (zookeeper_mt) runs its callbacks on its own threads; zkm hands every
+ * event to the libuv loop through a uv_async_t, so the callbacks below run on the loop thread
+ * only, and every function here is called from the loop thread only. Nothing here blocks the
+ * loop except the calls documented as blocking (rl_zkm_destroy and the tool's calls).
+ *
+ * Not for computing owners (shardmap.h) nor for parsing the assignment (shardmap.h's text
+ * format is stored verbatim).
+ */
+#ifndef RL_ZKM_H
+#define RL_ZKM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "shardmap.h"
+
+#define RL_ZKM_STATE_MAP(X)                                                                        \
+    X(CONNECTED, "connected")   /* a session is up (a new one, or the old one back) */             \
+    X(CONNECTING, "connecting") /* the connection is lost; the client retries and the session      \
+                                   may survive: keep serving with what was last seen */            \
+    X(EXPIRED, "expired")       /* the session is gone (and the node's znode with it); a new       \
+                                   session is being made, CONNECTED follows when it is up */
+
+enum rl_zkm_state {
+#define RL_ZKM_STATE_ENUM(n, s) RL_ZKM_##n,
+    RL_ZKM_STATE_MAP(RL_ZKM_STATE_ENUM)
+#undef RL_ZKM_STATE_ENUM
+};
+
+/* Longest assignment text accepted, under ZooKeeper's default 1 MiB jute.maxbuffer. */
+#define RL_ZKM_DATA_MAX (1000u * 1024)
+
+/*
+ * Callbacks, each optional (NULL), each run on the loop thread. Data passed in is valid for
+ * the call only. A callback may call rl_zkm_destroy; no callback follows it.
+ */
+struct rl_zkm_cbs {
+    /* The full member list, sorted by name, after every change (and once after watch starts
+     * and the first read completes). A member whose name or address does not fit a struct
+     * rl_member is left out, with a warning. */
+    void (*on_members)(void *arg, const struct rl_member *members, size_t n);
+    /* The assignment text and its znode version, after every change (and once at first
+     * read); len 0 and version -1 when the znode does not exist. text is not NUL-terminated. */
+    void (*on_assignment)(void *arg, const char *text, size_t len, int64_t version);
+    /* The session's state, when it changes; it starts as CONNECTING, which is not told. */
+    void (*on_state)(void *arg, enum rl_zkm_state state);
+};
+
+struct rl_zkm;
+
+/*
+ * Starts a session with the ensemble hosts ("h1:2181,h2:2181", optionally with a /chroot) for
+ * cluster, whose name must be 1..64 bytes of [A-Za-z0-9._-], not "." or ".." (conf.c's rule).
+ * The connection is made in the background: create succeeds whether or not ZooKeeper is reachable,
+ * and the session comes up (and registration and watches happen) whenever it is. session_timeout_ms
+ * is asked of the server, which clamps it to [2, 20] of its tickTime. cbs is copied; arg is
+ * passed to every callback. Returns 0 with *out set, -EINVAL for a bad argument, -ENOMEM,
+ * or a libuv error.
+ */
+int rl_zkm_create(struct rl_zkm **out, uv_loop_t *loop, const char *hosts,
+                  uint32_t session_timeout_ms, const char *cluster, const struct rl_zkm_cbs *cbs,
+                  void *arg);
+
+/*
+ * Closes the session (deleting the node's znode at once when this session holds it, then
+ * closing the session, which removes it too) and closes the libuv handles; the memory is
+ * freed in their close callbacks, so run the loop afterwards (uv_loop_close then returns 0).
+ * No callback runs after this call. Blocks while the client says goodbye: a few ms with a
+ * healthy server; with one that stopped answering, up to about the session timeout plus the
+ * client's own close timeouts (4.5 s). NULL is a no-op.
+ */
+void rl_zkm_destroy(struct rl_zkm *z);
+
+/*
+ * Node side: keeps the ephemeral znode nodes/<name> with data addr from now on. name follows
+ * the cluster-name rule but has at most 63 bytes; addr has 1..63. On a lost connection nothing is
+ * done (the session may survive); on an expired session a new session re-creates the znode. If the
+ * znode exists and belongs to another session (a previous process of this node that died),
+ * zkm waits for that session to expire, watching the znode and retrying every
+ * RL_ZKM_RETRY_MS, and logs it: it never deletes another session's znode, because that
+ * process may be alive (a misconfigured twin, or a partitioned one whose session has not
+ * expired yet), and two live owners of one name would split the shards. Returns 0, -EINVAL,
+ * or -EALREADY when this rl_zkm has registered already.
+ */
+int rl_zkm_register(struct rl_zkm *z, const char *name, const char *addr);
+
+/* Retry period of a registration that waits for a previous session's znode to go. */
+#define RL_ZKM_RETRY_MS 500
+
+/* Whether the znode is known to be held by this rl_zkm's current session. */
+int rl_zkm_registered(const struct rl_zkm *z);
+
+/*
+ * Router side: from now on, watches nodes/ and the assignment and calls on_members and
+ * on_assignment on every change, again after every new session. Returns 0 or -EALREADY.
+ */
+int rl_zkm_watch(struct rl_zkm *z);
+
+/*
+ * The tool's calls, blocking: each waits up to timeout_ms for a session (-ETIMEDOUT when
+ * none comes), then makes its requests, each of which the client fails within about the
+ * session timeout when the server stops answering. Errors: -ETIMEDOUT, -ECONNRESET (the
+ * connection broke mid-request: the outcome of a write is unknown, read it back), -ENOTCONN,
+ * -EACCES, -EIO.
+ */
+
+/* Reads the members, sorted by name, into a malloc'd array (*out, free it; NULL when none). */
+int rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);
+
+/*
+ * Reads the assignment into a malloc'd, NUL-terminated *text of *len bytes (free it) and its
+ * version; *text NULL, *len 0 and *version -1 when the znode does not exist.
+ */
+int rl_zkm_get_assignment(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
+                          int timeout_ms);
+
+/*
+ * Compare-and-set of the assignment: creates it when expected_version is -1, else replaces it
+ * if its version is still expected_version, writing the replaced text to assignment.prev in
+ * the same transaction. Returns 0 with *new_version set (if not NULL), -EAGAIN when the
+ * assignment changed (or appeared, or went) since expected_version was read, and then
+ * nothing was written; -EMSGSIZE when len exceeds RL_ZKM_DATA_MAX; or an error above.
+ */
+int rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
+                          int64_t *new_version, int timeout_ms);
+
+/* Reads assignment.prev, as rl_zkm_get_assignment reads the assignment. */
+int rl_zkm_get_assignment_prev(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
+                               int timeout_ms);
+
+/* "connected", "connecting" or "expired". */
+const char *rl_zkm_state_name(enum rl_zkm_state state);
+
+#endif

@@ -1,0 +1,934 @@
+/*
+ * check_zkm: common/zkm.c against a real ZooKeeper server (Debian's zookeeper package, run
+ * with java from /usr/share/java), one fresh server per test on a free loopback port, in a
+ * directory of its own. Covers registration, member and assignment watches, the assignment's
+ * compare-and-set, session expiry (a node process frozen past its timeout), a server restart
+ * that sessions survive, a stale znode left by a dead process, a server that starts late, and
+ * a destroy from a callback. Node processes other than the test's are forked children. The
+ * server start is deliberately small and local; tests/harness.c may take it over.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+#include <zookeeper/zookeeper.h>
+
+#include "log.h"
+#include "zkm.h"
+
+/*
+ * The server's classes: zookeeper.jar's manifest names many more jars (netty, jetty,
+ * jackson...), but ZooKeeperServerMain with the NIO connection factory and the admin server
+ * off needs only these; slf4j-simple sends the server's log to zk.log at WARN.
+ */
+#define ZK_CLASSPATH                                                                               \
+    "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:"                            \
+    "/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:"                              \
+    "/usr/share/java/metrics-core.jar"
+#define ZK_TICK_MS 200
+/* Asked of the server by every rl_zkm here; within [2, 20] ticks. */
+#define SESSION_MS 2000
+/* The dead process's, in the stale znode test: long, to see the new one wait. */
+#define OLD_SESSION_MS 4000
+
+struct zksrv {
+    pid_t pid;
+    uint16_t port;
+    char dir[96];
+    char hosts[32];
+};
+
+static struct zksrv srv;
+
+static uint64_t
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint16_t
+free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static int
+port_open(uint16_t port)
+{
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+
+    close(fd);
+    return ok;
+}
+
+/* Starts the server on srv.port; a restart keeps its data, sessions included. */
+static void
+zk_start(void)
+{
+    char cfg[160], data[160], log[160], cp_arg[] = ZK_CLASSPATH;
+    pid_t parent = getpid();
+    FILE *f;
+
+    snprintf(data, sizeof(data), "%s/data", srv.dir);
+    snprintf(cfg, sizeof(cfg), "%s/zoo.cfg", srv.dir);
+    snprintf(log, sizeof(log), "%s/zk.log", srv.dir);
+    f = fopen(cfg, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "tickTime=%d\nminSessionTimeout=%d\nmaxSessionTimeout=%d\ndataDir=%s\n"
+            "clientPort=%u\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nforceSync=no\n",
+            ZK_TICK_MS, 2 * ZK_TICK_MS, 20 * ZK_TICK_MS, data, srv.port);
+    fclose(f);
+
+    srv.pid = fork();
+    ck_assert_int_ge(srv.pid, 0);
+    if (srv.pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+        /* Dies with the test, however the test ends. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) {
+            _exit(127);
+        }
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+        }
+        execlp("java", "java", "-Xmx128m", "-XX:TieredStopAtLevel=1",
+               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp_arg,
+               "org.apache.zookeeper.server.ZooKeeperServerMain", cfg, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300 && !port_open(srv.port); i++) {
+        ck_assert_msg(waitpid(srv.pid, NULL, WNOHANG) == 0, "zookeeper exited; see %s", log);
+        usleep(50 * 1000);
+    }
+    ck_assert_msg(port_open(srv.port), "zookeeper did not listen within 15 s; see %s", log);
+}
+
+static void
+zk_kill(void)
+{
+    if (srv.pid > 0) {
+        kill(srv.pid, SIGKILL);
+        waitpid(srv.pid, NULL, 0);
+        srv.pid = 0;
+    }
+}
+
+static int
+rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void
+rm_tree(const char *dir)
+{
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/*
+ * The suite's directory, made and removed by the runner process, which outlives every test:
+ * a test that fails exits without its teardown, and its server dies with it (PDEATHSIG), but
+ * its files are only removed here.
+ */
+static char suite_dir[64];
+
+static void
+suite_setup(void)
+{
+    snprintf(suite_dir, sizeof(suite_dir), "/tmp/check_zkm.XXXXXX");
+    if (mkdtemp(suite_dir) == NULL) {
+        suite_dir[0] = '\0';
+    }
+}
+
+static void
+suite_teardown(void)
+{
+    if (suite_dir[0] != '\0') {
+        rm_tree(suite_dir);
+    }
+}
+
+static void
+setup(void)
+{
+    rl_log_setup(RL_LOG_INFO, "check_zkm");
+    zoo_set_debug_level(ZOO_LOG_LEVEL_WARN);
+    ck_assert_msg(suite_dir[0] != '\0', "cannot make a temporary directory");
+    snprintf(srv.dir, sizeof(srv.dir), "%s/t.XXXXXX", suite_dir);
+    ck_assert_ptr_nonnull(mkdtemp(srv.dir));
+    srv.port = free_port();
+    snprintf(srv.hosts, sizeof(srv.hosts), "127.0.0.1:%u", srv.port);
+}
+
+static void
+teardown(void)
+{
+    zk_kill();
+    rm_tree(srv.dir);
+}
+
+/* What the callbacks saw. */
+struct obs {
+    struct rl_member m[8];
+    size_t n;
+    int nmembers_calls;
+    char asg[256];
+    size_t asg_len;
+    int64_t asg_version;
+    int nasg_calls;
+    enum rl_zkm_state states[64];
+    int nstates;
+};
+
+static void
+on_members(void *arg, const struct rl_member *m, size_t n)
+{
+    struct obs *o = arg;
+
+    ck_assert_uint_le(n, 8);
+    for (size_t i = 1; i < n; i++) {
+        ck_assert_int_lt(strcmp(m[i - 1].name, m[i].name), 0);
+    }
+    memcpy(o->m, m, n * sizeof(*m));
+    o->n = n;
+    o->nmembers_calls++;
+}
+
+static void
+on_assignment(void *arg, const char *text, size_t len, int64_t version)
+{
+    struct obs *o = arg;
+
+    ck_assert_uint_lt(len, sizeof(o->asg));
+    memcpy(o->asg, text, len);
+    o->asg[len] = '\0';
+    o->asg_len = len;
+    o->asg_version = version;
+    o->nasg_calls++;
+}
+
+static void
+on_state(void *arg, enum rl_zkm_state state)
+{
+    struct obs *o = arg;
+
+    if (o->nstates < 64) {
+        o->states[o->nstates++] = state;
+    }
+}
+
+static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state};
+
+static int
+saw_state(const struct obs *o, enum rl_zkm_state s)
+{
+    for (int i = 0; i < o->nstates; i++) {
+        if (o->states[i] == s) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void
+tick_cb(uv_timer_t *t)
+{
+    (void)t;
+}
+
+/* Runs the loop until pred(arg) holds or timeout_ms passes; returns pred's last value. */
+static int
+run_until(uv_loop_t *loop, int (*pred)(void *), void *arg, int timeout_ms)
+{
+    uv_timer_t tick;
+    uint64_t end = now_ms() + (uint64_t)timeout_ms;
+    int ok;
+
+    uv_timer_init(loop, &tick);
+    uv_timer_start(&tick, tick_cb, 5, 5);
+    while (!(ok = pred != NULL && pred(arg)) && now_ms() < end) {
+        uv_run(loop, UV_RUN_ONCE);
+    }
+    uv_close((uv_handle_t *)&tick, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    return ok;
+}
+
+static void
+run_for(uv_loop_t *loop, int ms)
+{
+    run_until(loop, NULL, NULL, ms);
+}
+
+static void
+close_loop(uv_loop_t *loop)
+{
+    uv_run(loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(loop), 0);
+}
+
+static int
+registered(void *z)
+{
+    return rl_zkm_registered(z);
+}
+
+/* A plain client, to look at the znodes behind zkm's back. */
+static void
+raw_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh;
+    (void)type;
+    (void)state;
+    (void)path;
+    (void)ctx;
+}
+
+static zhandle_t *
+raw_connect(void)
+{
+    zhandle_t *zh = zookeeper_init(srv.hosts, raw_watcher, SESSION_MS, NULL, NULL, 0);
+
+    ck_assert_ptr_nonnull(zh);
+    for (int i = 0; i < 200 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++) {
+        usleep(50 * 1000);
+    }
+    ck_assert_int_eq(zoo_state(zh), ZOO_CONNECTED_STATE);
+    return zh;
+}
+
+/* The data and owner of a znode; returns the ZooKeeper code. */
+static int
+raw_get(const char *path, char *buf, size_t size, int64_t *owner)
+{
+    zhandle_t *zh = raw_connect();
+    struct Stat st;
+    int len = (int)size - 1;
+    int rc = zoo_get(zh, path, 0, buf, &len, &st);
+
+    if (rc == ZOK) {
+        buf[len < 0 ? 0 : len] = '\0';
+        *owner = st.ephemeralOwner;
+    }
+    zookeeper_close(zh);
+    return rc;
+}
+
+START_TEST(test_register)
+{
+    uv_loop_t loop;
+    struct rl_zkm *z, *bad;
+    struct obs o = {0};
+    struct rl_member *m;
+    size_t n;
+    char buf[64];
+    int64_t owner = 0;
+    uint64_t t0;
+
+    zk_start();
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert_int_eq(rl_zkm_create(&bad, &loop, srv.hosts, SESSION_MS, "a/b", &cbs, &o), -EINVAL);
+    ck_assert_int_eq(rl_zkm_create(&bad, &loop, srv.hosts, SESSION_MS, "", &cbs, &o), -EINVAL);
+    ck_assert_int_eq(rl_zkm_create(&z, &loop, srv.hosts, SESSION_MS, "reg", &cbs, &o), 0);
+    ck_assert_int_eq(rl_zkm_register(z, "..", "127.0.0.1:7401"), -EINVAL);
+    ck_assert_int_eq(rl_zkm_register(z, "a", ""), -EINVAL);
+    t0 = now_ms();
+    ck_assert_int_eq(rl_zkm_register(z, "a", "127.0.0.1:7401"), 0);
+    ck_assert_int_eq(rl_zkm_register(z, "a", "127.0.0.1:7401"), -EALREADY);
+    ck_assert(run_until(&loop, registered, z, 10000));
+    fprintf(stderr, "check_zkm: registered %llu ms after register\n",
+            (unsigned long long)(now_ms() - t0));
+    ck_assert(saw_state(&o, RL_ZKM_CONNECTED));
+
+    ck_assert_int_eq(raw_get("/ratelimiter/reg/nodes/a", buf, sizeof(buf), &owner), ZOK);
+    ck_assert_str_eq(buf, "127.0.0.1:7401");
+    ck_assert(owner != 0); /* ephemeral */
+
+    ck_assert_int_eq(rl_zkm_read_members(z, &m, &n, 5000), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(m[0].name, "a");
+    ck_assert_str_eq(m[0].addr, "127.0.0.1:7401");
+    free(m);
+
+    /* Gone as soon as destroy returns, not a session timeout later. */
+    rl_zkm_destroy(z);
+    ck_assert_int_eq(raw_get("/ratelimiter/reg/nodes/a", buf, sizeof(buf), &owner), ZNONODE);
+    close_loop(&loop);
+}
+END_TEST
+
+static int
+members_are(struct obs *o, const char *a, const char *b)
+{
+    size_t want = (a != NULL) + (b != NULL);
+
+    return o->nmembers_calls > 0 && o->n == want && (a == NULL || strcmp(o->m[0].name, a) == 0) &&
+           (b == NULL || strcmp(o->m[1].name, b) == 0);
+}
+
+static int
+asg_seen(void *arg)
+{
+    return ((struct obs *)arg)->nasg_calls > 0;
+}
+
+static int
+members_none(void *arg)
+{
+    return members_are(arg, NULL, NULL);
+}
+
+static int
+members_ab(void *arg)
+{
+    return members_are(arg, "a", "b");
+}
+
+static int
+members_b(void *arg)
+{
+    return members_are(arg, "b", NULL);
+}
+
+static int
+members_a(void *arg)
+{
+    return members_are(arg, "a", NULL);
+}
+
+START_TEST(test_members)
+{
+    uv_loop_t loop;
+    struct rl_zkm *w, *a, *b;
+    struct obs ow = {0}, oa = {0}, ob = {0};
+    uint64_t t0;
+
+    zk_start();
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, srv.hosts, SESSION_MS, "mem", &cbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_watch(w), 0);
+    ck_assert_int_eq(rl_zkm_watch(w), -EALREADY);
+    /* The first read delivers the empty list (the nodes/ directory is created if need be). */
+    ck_assert(run_until(&loop, members_none, &ow, 10000));
+    /* ...and the absent assignment. */
+    ck_assert(run_until(&loop, asg_seen, &ow, 5000));
+    ck_assert_int_eq(ow.nasg_calls, 1);
+    ck_assert_int_eq(ow.asg_version, -1);
+    ck_assert_uint_eq(ow.asg_len, 0);
+
+    ck_assert_int_eq(rl_zkm_create(&b, &loop, srv.hosts, SESSION_MS, "mem", &cbs, &ob), 0);
+    ck_assert_int_eq(rl_zkm_register(b, "b", "127.0.0.1:7402"), 0);
+    ck_assert_int_eq(rl_zkm_create(&a, &loop, srv.hosts, SESSION_MS, "mem", &cbs, &oa), 0);
+    ck_assert_int_eq(rl_zkm_register(a, "a", "127.0.0.1:7401"), 0);
+    ck_assert(run_until(&loop, members_ab, &ow, 10000));
+    ck_assert_str_eq(ow.m[0].addr, "127.0.0.1:7401");
+    ck_assert_str_eq(ow.m[1].addr, "127.0.0.1:7402");
+
+    t0 = now_ms();
+    rl_zkm_destroy(a);
+    ck_assert(run_until(&loop, members_b, &ow, 5000));
+    fprintf(stderr, "check_zkm: member removed %llu ms after destroy\n",
+            (unsigned long long)(now_ms() - t0));
+    ck_assert_uint_lt(now_ms() - t0, 1000);
+
+    rl_zkm_destroy(b);
+    rl_zkm_destroy(w);
+    close_loop(&loop);
+}
+END_TEST
+
+struct want_asg {
+    struct obs *o;
+    const char *text;
+    int64_t version;
+};
+
+static int
+asg_is(void *arg)
+{
+    struct want_asg *w = arg;
+
+    return w->o->nasg_calls > 0 && w->o->asg_version == w->version &&
+           strcmp(w->o->asg, w->text) == 0;
+}
+
+static void
+expect_text(struct rl_zkm *t, int prev, const char *want, int64_t want_version)
+{
+    char *text;
+    size_t len;
+    int64_t version;
+
+    if (prev) {
+        ck_assert_int_eq(rl_zkm_get_assignment_prev(t, &text, &len, &version, 5000), 0);
+    } else {
+        ck_assert_int_eq(rl_zkm_get_assignment(t, &text, &len, &version, 5000), 0);
+    }
+    if (want == NULL) {
+        ck_assert_ptr_null(text);
+        ck_assert_uint_eq(len, 0);
+    } else {
+        ck_assert_ptr_nonnull(text);
+        ck_assert_str_eq(text, want);
+        ck_assert_uint_eq(len, strlen(want));
+    }
+    if (want_version != -2) {
+        ck_assert_int_eq(version, want_version);
+    }
+    free(text);
+}
+
+START_TEST(test_assignment)
+{
+    static const char v1[] = "rl-assignment 1 16\n3 a\n";
+    static const char v2[] = "rl-assignment 1 16\n3 b\n7 a\n";
+    static const char v3[] = "rl-assignment 1 16\n";
+    uv_loop_t loop;
+    struct rl_zkm *w, *t;
+    struct obs ow = {0}, ot = {0};
+    struct want_asg want = {&ow, "", -1};
+    int64_t nv = -7;
+    int calls;
+
+    zk_start();
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, srv.hosts, SESSION_MS, "asg", &cbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_watch(w), 0);
+    ck_assert_int_eq(rl_zkm_create(&t, &loop, srv.hosts, SESSION_MS, "asg", NULL, &ot), 0);
+
+    /* The tool's calls block and need no running loop. */
+    expect_text(t, 0, NULL, -1);
+    ck_assert(run_until(&loop, asg_is, &want, 10000));
+
+    ck_assert_int_eq(rl_zkm_set_assignment(t, v1, strlen(v1), -1, &nv, 5000), 0);
+    ck_assert_int_eq(nv, 0);
+    ck_assert_int_eq(rl_zkm_set_assignment(t, v2, strlen(v2), -1, &nv, 5000), -EAGAIN);
+    expect_text(t, 0, v1, 0);
+    expect_text(t, 1, NULL, -1);
+    want = (struct want_asg){&ow, v1, 0};
+    ck_assert(run_until(&loop, asg_is, &want, 5000));
+
+    ck_assert_int_eq(rl_zkm_set_assignment(t, v2, strlen(v2), 0, &nv, 5000), 0);
+    ck_assert_int_eq(nv, 1);
+    expect_text(t, 0, v2, 1);
+    expect_text(t, 1, v1, 0);
+    want = (struct want_asg){&ow, v2, 1};
+    ck_assert(run_until(&loop, asg_is, &want, 5000));
+
+    /* A stale version writes nothing: neither the assignment nor prev. */
+    calls = ow.nasg_calls;
+    ck_assert_int_eq(rl_zkm_set_assignment(t, v3, strlen(v3), 0, &nv, 5000), -EAGAIN);
+    ck_assert_int_eq(rl_zkm_set_assignment(t, v3, strlen(v3), 5, &nv, 5000), -EAGAIN);
+    expect_text(t, 0, v2, 1);
+    expect_text(t, 1, v1, 0);
+    run_for(&loop, 300);
+    ck_assert_int_eq(ow.nasg_calls, calls);
+
+    ck_assert_int_eq(rl_zkm_set_assignment(t, v3, strlen(v3), 1, &nv, 5000), 0);
+    ck_assert_int_eq(nv, 2);
+    expect_text(t, 0, v3, 2);
+    expect_text(t, 1, v2, 1);
+    want = (struct want_asg){&ow, v3, 2};
+    ck_assert(run_until(&loop, asg_is, &want, 5000));
+
+    ck_assert_int_eq(rl_zkm_set_assignment(t, "x", RL_ZKM_DATA_MAX + 1, 2, &nv, 5000), -EMSGSIZE);
+
+    rl_zkm_destroy(t);
+    rl_zkm_destroy(w);
+    close_loop(&loop);
+}
+END_TEST
+
+struct expiry {
+    struct rl_zkm *z;
+    struct obs *o;
+};
+
+static int
+expired_and_back(void *arg)
+{
+    struct expiry *e = arg;
+
+    return saw_state(e->o, RL_ZKM_EXPIRED) && rl_zkm_registered(e->z);
+}
+
+static int
+saw_connecting(void *arg)
+{
+    return saw_state(arg, RL_ZKM_CONNECTING);
+}
+
+static int
+saw_connected_again(void *arg)
+{
+    struct obs *o = arg;
+
+    return saw_state(o, RL_ZKM_CONNECTING) && o->states[o->nstates - 1] == RL_ZKM_CONNECTED;
+}
+
+/*
+ * Another process running node "a" (a child, so that it can be frozen or killed whole): it
+ * registers and writes 'r' to fd; if it then sees its session expire and registers again, it
+ * writes 'R'. It runs until it is killed.
+ */
+static void
+node_process(int fd, const char *cluster, const char *addr, uint32_t session_ms)
+{
+    uv_loop_t loop;
+    struct rl_zkm *z;
+    struct obs o = {0};
+    struct expiry e = {NULL, &o};
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (uv_loop_init(&loop) != 0 ||
+        rl_zkm_create(&z, &loop, srv.hosts, session_ms, cluster, &cbs, &o) != 0 ||
+        rl_zkm_register(z, "a", addr) != 0 || !run_until(&loop, registered, z, 15000) ||
+        write(fd, "r", 1) != 1) {
+        _exit(1);
+    }
+    e.z = z;
+    if (run_until(&loop, expired_and_back, &e, 60000) && write(fd, "R", 1) != 1) {
+        _exit(1);
+    }
+    for (;;) {
+        run_for(&loop, 1000);
+    }
+}
+
+static pid_t
+node_fork(int *fd, const char *cluster, const char *addr, uint32_t session_ms)
+{
+    int fds[2];
+    pid_t pid;
+
+    ck_assert_int_eq(pipe(fds), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        node_process(fds[1], cluster, addr, session_ms);
+    }
+    close(fds[1]);
+    *fd = fds[0];
+    return pid;
+}
+
+/* Whether the node process wrote c to fd (the loop runs meanwhile). */
+struct said {
+    int fd;
+    char c;
+};
+
+static int
+node_said(void *arg)
+{
+    struct said *s = arg;
+    struct pollfd pfd = {.fd = s->fd, .events = POLLIN};
+    char c;
+
+    return poll(&pfd, 1, 0) == 1 && read(s->fd, &c, 1) == 1 && c == s->c;
+}
+
+static void
+node_kill(pid_t pid, int fd)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(fd);
+}
+
+START_TEST(test_expiry)
+{
+    uv_loop_t loop;
+    struct rl_zkm *w;
+    struct obs ow = {0};
+    struct said said;
+    char buf[64];
+    int64_t owner1 = 0, owner2 = 0;
+    uint64_t t_stop, t_gone, t_cont;
+    int fd;
+    pid_t pid;
+
+    zk_start();
+    pid = node_fork(&fd, "exp", "127.0.0.1:7401", SESSION_MS);
+    said = (struct said){fd, 'r'};
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert(run_until(&loop, node_said, &said, 15000));
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, srv.hosts, SESSION_MS, "exp", &cbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_watch(w), 0);
+    ck_assert(run_until(&loop, members_a, &ow, 10000));
+    ck_assert_int_eq(raw_get("/ratelimiter/exp/nodes/a", buf, sizeof(buf), &owner1), ZOK);
+
+    /*
+     * The node freezes (a stopped VM, a long pause) past its session timeout: the server
+     * expires the session and its znode, and the watcher sees the member go. When the node
+     * thaws, its client learns the session expired; zkm makes a new one and registers again.
+     */
+    kill(pid, SIGSTOP);
+    t_stop = now_ms();
+    ck_assert(run_until(&loop, members_none, &ow, 2 * SESSION_MS + 2000));
+    t_gone = now_ms();
+    kill(pid, SIGCONT);
+    t_cont = now_ms();
+    said = (struct said){fd, 'R'};
+    ck_assert(run_until(&loop, node_said, &said, 15000));
+    fprintf(stderr,
+            "check_zkm: expiry: member gone %llu ms after the node froze (session %d ms); "
+            "re-registered %llu ms after it thawed\n",
+            (unsigned long long)(t_gone - t_stop), SESSION_MS,
+            (unsigned long long)(now_ms() - t_cont));
+    /* The session's clock started at its last ping, up to a third of the timeout earlier. */
+    ck_assert_uint_ge(t_gone - t_stop, SESSION_MS / 2);
+    ck_assert(run_until(&loop, members_a, &ow, 5000));
+    ck_assert_int_eq(raw_get("/ratelimiter/exp/nodes/a", buf, sizeof(buf), &owner2), ZOK);
+    ck_assert_str_eq(buf, "127.0.0.1:7401");
+    ck_assert(owner2 != 0 && owner2 != owner1);
+    ck_assert(!saw_state(&ow, RL_ZKM_EXPIRED));
+
+    node_kill(pid, fd);
+    rl_zkm_destroy(w);
+    close_loop(&loop);
+}
+END_TEST
+
+/*
+ * The server dies and comes back with its data after longer than the session timeout: it
+ * restores the sessions with a fresh timeout, so the clients reconnect into the same ones.
+ * Meanwhile everyone keeps what they had; afterwards the znode is the same one.
+ */
+START_TEST(test_server_restart)
+{
+    uv_loop_t loop;
+    struct rl_zkm *w, *a;
+    struct obs ow = {0}, oa = {0};
+    char buf[64];
+    int64_t owner1 = 0, owner2 = 0;
+    uint64_t t_kill, t_up;
+    int calls;
+
+    zk_start();
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, srv.hosts, SESSION_MS, "rst", &cbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_watch(w), 0);
+    ck_assert_int_eq(rl_zkm_create(&a, &loop, srv.hosts, SESSION_MS, "rst", &cbs, &oa), 0);
+    ck_assert_int_eq(rl_zkm_register(a, "a", "127.0.0.1:7401"), 0);
+    ck_assert(run_until(&loop, registered, a, 10000));
+    ck_assert(run_until(&loop, members_a, &ow, 10000));
+    ck_assert_int_eq(raw_get("/ratelimiter/rst/nodes/a", buf, sizeof(buf), &owner1), ZOK);
+
+    zk_kill();
+    t_kill = now_ms();
+    ck_assert(run_until(&loop, saw_connecting, &oa, 5000));
+    fprintf(stderr, "check_zkm: restart: connection loss seen %llu ms after the server died\n",
+            (unsigned long long)(now_ms() - t_kill));
+    calls = ow.nmembers_calls;
+    run_for(&loop, SESSION_MS + 500);
+    ck_assert(members_a(&ow));
+    ck_assert_int_eq(ow.nmembers_calls, calls);
+
+    zk_start();
+    t_up = now_ms();
+    ck_assert(run_until(&loop, saw_connected_again, &oa, 15000));
+    fprintf(stderr, "check_zkm: restart: reconnected %llu ms after the server listened\n",
+            (unsigned long long)(now_ms() - t_up));
+    ck_assert(!saw_state(&oa, RL_ZKM_EXPIRED));
+    ck_assert(rl_zkm_registered(a));
+    ck_assert_int_eq(raw_get("/ratelimiter/rst/nodes/a", buf, sizeof(buf), &owner2), ZOK);
+    ck_assert(owner2 == owner1);
+    run_for(&loop, 300);
+    ck_assert(members_a(&ow));
+
+    rl_zkm_destroy(a);
+    ck_assert(run_until(&loop, members_none, &ow, 5000));
+    rl_zkm_destroy(w);
+    close_loop(&loop);
+}
+END_TEST
+
+START_TEST(test_stale_znode)
+{
+    uv_loop_t loop;
+    struct rl_zkm *a;
+    struct obs oa = {0};
+    struct said said;
+    char buf[64];
+    int64_t owner = 0;
+    uint64_t t_kill, t_reg;
+    int fd;
+    pid_t pid;
+
+    zk_start();
+    pid = node_fork(&fd, "stale", "127.0.0.1:9999", OLD_SESSION_MS);
+    said = (struct said){fd, 'r'};
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert(run_until(&loop, node_said, &said, 15000));
+    /* Dies without closing its session: its znode stays until the session expires. */
+    node_kill(pid, fd);
+    t_kill = now_ms();
+
+    ck_assert_int_eq(rl_zkm_create(&a, &loop, srv.hosts, SESSION_MS, "stale", &cbs, &oa), 0);
+    ck_assert_int_eq(rl_zkm_register(a, "a", "127.0.0.1:7401"), 0);
+    /* Connected, so it has tried, and waits. */
+    run_for(&loop, OLD_SESSION_MS / 4);
+    ck_assert(saw_state(&oa, RL_ZKM_CONNECTED));
+    ck_assert(!rl_zkm_registered(a));
+    ck_assert_int_eq(raw_get("/ratelimiter/stale/nodes/a", buf, sizeof(buf), &owner), ZOK);
+    ck_assert_str_eq(buf, "127.0.0.1:9999");
+
+    ck_assert(run_until(&loop, registered, a, 2 * OLD_SESSION_MS + 5000));
+    t_reg = now_ms();
+    fprintf(stderr, "check_zkm: stale znode: registered %llu ms after the old process died\n",
+            (unsigned long long)(t_reg - t_kill));
+    /* Not before the old session could have expired: its clock started at its last ping, up
+     * to a third of its timeout before the kill. */
+    ck_assert_uint_ge(t_reg - t_kill, OLD_SESSION_MS / 2);
+    ck_assert_int_eq(raw_get("/ratelimiter/stale/nodes/a", buf, sizeof(buf), &owner), ZOK);
+    ck_assert_str_eq(buf, "127.0.0.1:7401");
+
+    rl_zkm_destroy(a);
+    close_loop(&loop);
+}
+END_TEST
+
+static void
+destroy_on_connect(void *arg, enum rl_zkm_state state)
+{
+    struct rl_zkm **z = arg;
+
+    if (state == RL_ZKM_CONNECTED) {
+        rl_zkm_destroy(*z);
+        *z = NULL;
+    }
+}
+
+/* A callback may destroy its rl_zkm; nothing runs after, and the loop closes clean. */
+START_TEST(test_destroy_in_callback)
+{
+    static const struct rl_zkm_cbs dcbs = {NULL, NULL, destroy_on_connect};
+    uv_loop_t loop;
+    struct rl_zkm *z;
+
+    zk_start();
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert_int_eq(rl_zkm_create(&z, &loop, srv.hosts, SESSION_MS, "cb", &dcbs, &z), 0);
+    ck_assert_int_eq(rl_zkm_register(z, "a", "127.0.0.1:7401"), 0);
+    ck_assert_int_eq(rl_zkm_watch(z), 0);
+    /* The loop ends by itself once the rl_zkm is gone. */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_ptr_null(z);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+struct late {
+    struct rl_zkm *a;
+    struct obs *ow;
+};
+
+static int
+late_ready(void *arg)
+{
+    struct late *l = arg;
+
+    return rl_zkm_registered(l->a) && members_a(l->ow);
+}
+
+START_TEST(test_server_late)
+{
+    uv_loop_t loop;
+    struct rl_zkm *w, *a;
+    struct obs ow = {0}, oa = {0};
+    struct late l;
+    uint64_t t_up;
+
+    /* No server yet: create, register and watch all succeed and wait for it. */
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, srv.hosts, SESSION_MS, "late", &cbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_watch(w), 0);
+    ck_assert_int_eq(rl_zkm_create(&a, &loop, srv.hosts, SESSION_MS, "late", &cbs, &oa), 0);
+    ck_assert_int_eq(rl_zkm_register(a, "a", "127.0.0.1:7401"), 0);
+    run_for(&loop, 1500);
+    ck_assert(!rl_zkm_registered(a));
+    ck_assert_int_eq(ow.nmembers_calls, 0);
+    ck_assert_int_eq(oa.nstates, 0);
+
+    zk_start();
+    t_up = now_ms();
+    l = (struct late){a, &ow};
+    ck_assert(run_until(&loop, late_ready, &l, 20000));
+    fprintf(stderr, "check_zkm: late server: registered and seen %llu ms after it listened\n",
+            (unsigned long long)(now_ms() - t_up));
+
+    rl_zkm_destroy(a);
+    rl_zkm_destroy(w);
+    close_loop(&loop);
+}
+END_TEST
+
+static Suite *
+zkm_suite(void)
+{
+    Suite *s = suite_create("zkm");
+    TCase *tc = tcase_create("zookeeper");
+
+    tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_register);
+    tcase_add_test(tc, test_members);
+    tcase_add_test(tc, test_assignment);
+    tcase_add_test(tc, test_expiry);
+    tcase_add_test(tc, test_server_restart);
+    tcase_add_test(tc, test_stale_znode);
+    tcase_add_test(tc, test_server_late);
+    tcase_add_test(tc, test_destroy_in_callback);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(zkm_suite());
+    int failed;
+
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
