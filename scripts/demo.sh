@@ -9,7 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
-bash scripts/build.sh release
+echo "== building (log: build/demo-build.log)"
+mkdir -p build
+bash scripts/build.sh release > build/demo-build.log 2>&1 || { tail -30 build/demo-build.log; exit 1; }
 bin=$top/build
 seconds=${DEMO_SECONDS:-30}
 rate=${DEMO_RATE:-20000}
@@ -51,7 +53,7 @@ for n in a b c; do start_node $n; done
 "$bin/rl-router" --config "$conf" 2>>"$run/router.log" &
 pids+=($!)
 for _ in $(seq 1 100); do
-    members=$("$bin/rl-cli" --target 127.0.0.1:7400 stats 2>/dev/null | awk '$1=="members"{print $2}')
+    members=$("$bin/rl-cli" --target 127.0.0.1:7400 stats 2>/dev/null | awk '$1=="members"{print $2}' || true)
     [ "${members:-0}" = 3 ] && break
     sleep 0.1
 done
@@ -81,6 +83,7 @@ for t in $(seq 1 "$seconds"); do
     sleep 1
     if [ "$t" = $((seconds / 4)) ]; then
         kill -9 "$pid_b"
+        wait "$pid_b" 2>/dev/null || true
         echo "---- kill -9 node b (its counters are gone; its users get the failure policy until ZooKeeper drops it)"
     fi
     if [ "$t" = $((seconds * 3 / 5)) ]; then
@@ -90,8 +93,7 @@ for t in $(seq 1 "$seconds"); do
     "$bin/rl-cli" --target 127.0.0.1:7400 stats > "$cur" || continue
     owners=""
     for n in a b c; do
-        s=$(stat "node.$n.shards" "$cur"); up=$(stat "node.$n.up" "$cur")
-        [ -n "$s" ] && owners="$owners $n=$s$([ "$up" = 1 ] && echo '*')" || owners="$owners $n=-"
+XX
     done
     d() { echo $(( $(stat "$1" "$cur") - $(stat "$1" "$prev") )); }
     printf '%4s %9s %9s %9s %9s %9s  %s\n' "${t}s" "$(d checks)" "$(d allowed)" "$(d limited)" \
