@@ -93,7 +93,15 @@ for t in $(seq 1 "$seconds"); do
     "$bin/rl-cli" --target 127.0.0.1:7400 stats > "$cur" || continue
     owners=""
     for n in a b c; do
-XX
+        s=$(stat "node.$n.shards" "$cur")
+        up=$(stat "node.$n.up" "$cur")
+        if [ -z "$s" ]; then
+            owners="$owners $n=-"
+        elif [ "$up" = 1 ]; then
+            owners="$owners $n=$s*"
+        else
+            owners="$owners $n=$s"
+        fi
     done
     d() { echo $(( $(stat "$1" "$cur") - $(stat "$1" "$prev") )); }
     printf '%4s %9s %9s %9s %9s %9s  %s\n' "${t}s" "$(d checks)" "$(d allowed)" "$(d limited)" \
