@@ -217,4 +217,32 @@ int rl_harness_server_stop(struct rl_harness_server *s, int sig, int timeout_ms)
 /* Stops the server if it runs (SIGTERM) and starts it again with the same arguments. */
 int rl_harness_server_restart(struct rl_harness_server *s);
 
+/* ---- Internal -------------------------------------------------------------------------- */
+
+/*
+ * What harness.c lends harness_zk.c (the ZooKeeper half), declared only for the files that
+ * define RL_HARNESS_INTERNAL before including this header. Tests do not call these.
+ */
+#ifdef RL_HARNESS_INTERNAL
+
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t rl_harness_now_ms(void);
+
+/* Sleeps ms milliseconds, resuming after signals. */
+void rl_harness_sleep_ms(int ms);
+
+/* Binds 127.0.0.1:port (0: any) without SO_REUSEADDR; returns the port bound or -errno. */
+int rl_harness_probe_bind(int port);
+
+/* Connects to 127.0.0.1:port within timeout_ms; returns the fd (non-blocking) or -errno. */
+int rl_harness_connect_loopback(int port, int timeout_ms);
+
+/*
+ * Waits until probe(port) returns 0 while watching pid, a process of ours. 0 when ready;
+ * -ECHILD if the process exited first (reaped, *status set); -ETIMEDOUT (it still runs).
+ */
+int rl_harness_wait_ready(pid_t pid, int (*probe)(int port), int port, int timeout_ms, int *status);
+
+#endif
+
 #endif

@@ -29,7 +29,11 @@
 
 #include "buf.h"
 #include "client.h"
+#include "hist.h"
+#include "mp.h"
+#include "rng.h"
 #include "wire.h"
+#include "zipf.h"
 
 /* Reply tallies: the six CHECK codes, then ERROR replies and requests never answered. */
 #define BENCH_ERRORS RL_WIRE_CODE_COUNT
@@ -47,22 +51,6 @@
 /* How long in-flight requests may take to come back once the run stops. */
 #define BENCH_DRAIN_NS (2000000000ull)
 #define BENCH_CONNECT_NS (5000000000ull)
-
-/*
- * Latency histogram, HDR style: values below 2^HIST_SUB_BITS ns are exact; above, each
- * power of two is cut into 2^(HIST_SUB_BITS-1) equal buckets, so a value is known within
- * 1/128 (0.8%) of itself, from 1 ns to 2^64 ns, in 59 KB.
- */
-#define HIST_SUB_BITS 8
-#define HIST_SUB (1u << HIST_SUB_BITS)
-#define HIST_HALF (HIST_SUB / 2)
-#define HIST_BUCKETS (HIST_SUB + (64 - HIST_SUB_BITS) * HIST_HALF)
-
-struct hist {
-    uint64_t counts[HIST_BUCKETS];
-    uint64_t total;
-    uint64_t max;
-};
 
 enum dist { DIST_UNIFORM, DIST_ZIPF };
 
@@ -83,16 +71,6 @@ struct opts {
     double report_every; /* seconds; 0: off */
     bool json;
     unsigned threads;
-};
-
-/* Zipf over ranks 1..n by rejection-inversion (Hörmann and Derflinger, 1996): O(1) memory
- * and time per sample whatever n, unlike a CDF table (80 MB of doubles for 10M keys). */
-struct zipf {
-    double s;
-    double n;
-    double h_x1;
-    double h_n;
-    double thresh;
 };
 
 struct worker;
@@ -152,10 +130,10 @@ struct worker {
     double interval_ns;
     uint64_t rng;
     uint64_t seq_next;
-    struct zipf zipf;
+    struct rl_zipf zipf;
     uint64_t counts[BENCH_NCOUNTS];
     _Atomic uint64_t published[BENCH_NCOUNTS];
-    struct hist hist;
+    struct rl_hist hist;
     struct rl_wire_decoder dec;
     struct rl_wire_reply *rep; /* slow-path decoding: the struct is large */
     char err[160];
@@ -190,169 +168,7 @@ static const char *const count_names[BENCH_NCOUNTS] = {
     "lost",
 };
 
-/* Histogram. */
-
-static unsigned
-hist_index(uint64_t v)
-{
-    unsigned msb, shift;
-
-    if (v < HIST_SUB) {
-        return (unsigned)v;
-    }
-    msb = 63u - (unsigned)__builtin_clzll(v);
-    shift = msb - HIST_SUB_BITS + 1;
-    return HIST_SUB + (shift - 1) * HIST_HALF + (unsigned)((v >> shift) - HIST_HALF);
-}
-
-/* The largest value that lands in bucket i. */
-static uint64_t
-hist_upper(unsigned i)
-{
-    unsigned shift;
-    uint64_t top;
-
-    if (i < HIST_SUB) {
-        return i;
-    }
-    shift = (i - HIST_SUB) / HIST_HALF + 1;
-    top = (i - HIST_SUB) % HIST_HALF + HIST_HALF;
-    return ((top + 1) << shift) - 1;
-}
-
-static inline void
-hist_record(struct hist *h, uint64_t v)
-{
-    h->counts[hist_index(v)]++;
-    h->total++;
-    if (v > h->max) {
-        h->max = v;
-    }
-}
-
-static void
-hist_merge(struct hist *into, const struct hist *from)
-{
-    unsigned i;
-
-    for (i = 0; i < HIST_BUCKETS; i++) {
-        into->counts[i] += from->counts[i];
-    }
-    into->total += from->total;
-    if (from->max > into->max) {
-        into->max = from->max;
-    }
-}
-
-static uint64_t
-hist_quantile(const struct hist *h, double q)
-{
-    uint64_t rank, seen = 0, v;
-    unsigned i;
-
-    if (h->total == 0) {
-        return 0;
-    }
-    rank = (uint64_t)ceil(q * (double)h->total);
-    if (rank < 1) {
-        rank = 1;
-    }
-    for (i = 0; i < HIST_BUCKETS; i++) {
-        seen += h->counts[i];
-        if (seen >= rank) {
-            v = hist_upper(i);
-            return v < h->max ? v : h->max;
-        }
-    }
-    return h->max;
-}
-
-/* Random numbers and keys. */
-
-static inline uint64_t
-rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static inline double
-rng_double(uint64_t *state)
-{
-    return (double)(rng_next(state) >> 11) * 0x1p-53;
-}
-
-static double
-zipf_helper1(double x)
-{
-    return fabs(x) > 1e-8 ? log1p(x) / x : 1.0 - x * (0.5 - x * (1.0 / 3.0 - x * 0.25));
-}
-
-static double
-zipf_helper2(double x)
-{
-    return fabs(x) > 1e-8 ? expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x / 3.0 * (1.0 + x * 0.25));
-}
-
-static double
-zipf_h_integral(const struct zipf *z, double x)
-{
-    double lx = log(x);
-
-    return zipf_helper2((1.0 - z->s) * lx) * lx;
-}
-
-static double
-zipf_h(const struct zipf *z, double x)
-{
-    return exp(-z->s * log(x));
-}
-
-static double
-zipf_h_integral_inv(const struct zipf *z, double x)
-{
-    double t = x * (1.0 - z->s);
-
-    /* Rounding can push t just below -1, where log1p is undefined. */
-    if (t < -1.0) {
-        t = -1.0;
-    }
-    return exp(zipf_helper1(t) * x);
-}
-
-static void
-zipf_init(struct zipf *z, uint32_t n, double s)
-{
-    z->s = s;
-    z->n = (double)n;
-    z->h_x1 = zipf_h_integral(z, 1.5) - 1.0;
-    z->h_n = zipf_h_integral(z, z->n + 0.5);
-    z->thresh = 2.0 - zipf_h_integral_inv(z, zipf_h_integral(z, 2.5) - zipf_h(z, 2.0));
-}
-
-/* A rank in 0..n-1, rank 0 the most frequent. */
-static uint32_t
-zipf_sample(const struct zipf *z, uint64_t *rng)
-{
-    double u, x, k;
-
-    for (;;) {
-        u = z->h_n + rng_double(rng) * (z->h_x1 - z->h_n);
-        x = zipf_h_integral_inv(z, u);
-        k = floor(x + 0.5);
-        if (k < 1.0) {
-            k = 1.0;
-        } else if (k > z->n) {
-            k = z->n;
-        }
-        if (k - x <= z->thresh || u >= zipf_h_integral(z, k + 0.5) - zipf_h(z, k)) {
-            return (uint32_t)k - 1;
-        }
-    }
-}
+/* Keys. */
 
 static inline uint32_t
 next_key(struct worker *w)
@@ -369,108 +185,10 @@ next_key(struct worker *w)
         return (uint32_t)k;
     }
     if (o->dist == DIST_ZIPF) {
-        return zipf_sample(&w->zipf, &w->rng);
+        return rl_zipf_sample(&w->zipf, &w->rng);
     }
     /* Lemire's multiply-shift: uniform enough for 32-bit ranges, and no division. */
-    return (uint32_t)(((rng_next(&w->rng) >> 32) * o->keys) >> 32);
-}
-
-/* Hand encoding of MessagePack: the same values msgpack-c would write, without a packer. */
-
-static char *
-mp_put_uint(char *p, uint64_t v)
-{
-    unsigned char *u = (unsigned char *)p;
-
-    if (v < 128) {
-        *u = (unsigned char)v;
-        return p + 1;
-    }
-    if (v < 256) {
-        u[0] = 0xcc;
-        u[1] = (unsigned char)v;
-        return p + 2;
-    }
-    if (v < 65536) {
-        u[0] = 0xcd;
-        u[1] = (unsigned char)(v >> 8);
-        u[2] = (unsigned char)v;
-        return p + 3;
-    }
-    if (v <= UINT32_MAX) {
-        u[0] = 0xce;
-        u[1] = (unsigned char)(v >> 24);
-        u[2] = (unsigned char)(v >> 16);
-        u[3] = (unsigned char)(v >> 8);
-        u[4] = (unsigned char)v;
-        return p + 5;
-    }
-    u[0] = 0xcf;
-    for (int i = 0; i < 8; i++) {
-        u[1 + i] = (unsigned char)(v >> (56 - 8 * i));
-    }
-    return p + 9;
-}
-
-/* Strings here are at most 255 bytes (checked when options are parsed). */
-static char *
-mp_put_str(char *p, const char *s, size_t n)
-{
-    unsigned char *u = (unsigned char *)p;
-
-    if (n < 32) {
-        *u = (unsigned char)(0xa0 | n);
-        p += 1;
-    } else {
-        u[0] = 0xd9;
-        u[1] = (unsigned char)n;
-        p += 2;
-    }
-    memcpy(p, s, n);
-    return p + n;
-}
-
-static inline int
-mp_get_uint(const unsigned char **pp, const unsigned char *end, uint64_t *v)
-{
-    const unsigned char *p = *pp;
-    uint64_t x = 0;
-    size_t n, i;
-
-    if (p >= end) {
-        return -1;
-    }
-    if (*p < 0x80) {
-        *v = *p;
-        *pp = p + 1;
-        return 0;
-    }
-    switch (*p) {
-    case 0xcc:
-        n = 1;
-        break;
-    case 0xcd:
-        n = 2;
-        break;
-    case 0xce:
-        n = 4;
-        break;
-    case 0xcf:
-        n = 8;
-        break;
-    default:
-        return -1;
-    }
-    p++;
-    if ((size_t)(end - p) < n) {
-        return -1;
-    }
-    for (i = 0; i < n; i++) {
-        x = (x << 8) | p[i];
-    }
-    *v = x;
-    *pp = p + n;
-    return 0;
+    return (uint32_t)(((rl_rng_next(&w->rng) >> 32) * o->keys) >> 32);
 }
 
 /* Decimal digits of v into buf (at least 10 bytes), returning their count. */
@@ -575,7 +293,7 @@ conn_send_one(struct conn *c, uint64_t t)
     p = start + RL_WIRE_HDR_LEN;
     *p++ = (char)0x96;
     *p++ = (char)RL_WIRE_OP_CHECK;
-    p = mp_put_uint(p, id);
+    p = rl_mp_put_uint(p, id);
     memcpy(p, b->prefix, b->prefix_len);
     p += b->prefix_len;
     {
@@ -614,30 +332,6 @@ worker_count(struct worker *w, unsigned what, uint64_t n)
     w->counts[what] += n;
 }
 
-/* Reads a CHECK reply [1, id, code, limit, remaining, reset_ms, retry_after_ms] in place.
- * Returns 0, or -1 for anything else (the general decoder then has a look). */
-static inline int
-decode_fast(const char *payload, size_t len, uint64_t *id, uint64_t *code)
-{
-    const unsigned char *p = (const unsigned char *)payload, *end = p + len;
-    uint64_t v;
-    int i;
-
-    if (len < 9 || p[0] != 0x97 || p[1] != RL_WIRE_OP_CHECK) {
-        return -1;
-    }
-    p += 2;
-    if (mp_get_uint(&p, end, id) != 0 || mp_get_uint(&p, end, code) != 0) {
-        return -1;
-    }
-    for (i = 0; i < 4; i++) {
-        if (mp_get_uint(&p, end, &v) != 0) {
-            return -1;
-        }
-    }
-    return p == end && *code < RL_WIRE_CODE_COUNT ? 0 : -1;
-}
-
 /* Files one reply. Returns 0, or -1 when the stream can no longer be trusted. */
 static int
 conn_reply(struct conn *c, const char *payload, size_t len, uint64_t now)
@@ -646,7 +340,7 @@ conn_reply(struct conn *c, const char *payload, size_t len, uint64_t now)
     uint64_t id, code;
     uint32_t slot;
 
-    if (decode_fast(payload, len, &id, &code) != 0) {
+    if (rl_mp_read_check(payload, len, &id, &code) != 0) {
         if (rl_wire_decode_reply(&w->dec, payload, len, w->rep) != 0) {
             return -1;
         }
@@ -660,7 +354,7 @@ conn_reply(struct conn *c, const char *payload, size_t len, uint64_t now)
         worker_count(w, BENCH_ERRORS, 1);
         return id == 0 ? 0 : -1;
     }
-    hist_record(&w->hist, now > c->slot_t[slot] ? now - c->slot_t[slot] : 0);
+    rl_hist_record(&w->hist, now > c->slot_t[slot] ? now - c->slot_t[slot] : 0);
     conn_release(c, slot);
     worker_count(w, (unsigned)code, 1);
     return 0;
@@ -1174,7 +868,7 @@ static void
 print_summary(struct bench *b)
 {
     const struct opts *o = &b->o;
-    struct hist *h = calloc(1, sizeof(*h));
+    struct rl_hist *h = calloc(1, sizeof(*h));
     uint64_t counts[BENCH_NCOUNTS] = {0}, decisions = 0, sent = 0, elapsed = 0;
     double secs, p50, p99, p999, pmax;
     unsigned i, k;
@@ -1185,7 +879,7 @@ print_summary(struct bench *b)
     for (i = 0; i < o->threads; i++) {
         struct worker *w = &b->workers[i];
 
-        hist_merge(h, &w->hist);
+        rl_hist_merge(h, &w->hist);
         for (k = 0; k < BENCH_NCOUNTS; k++) {
             counts[k] += w->counts[k];
         }
@@ -1198,9 +892,9 @@ print_summary(struct bench *b)
         decisions += counts[k];
     }
     secs = (double)elapsed / 1e9;
-    p50 = (double)hist_quantile(h, 0.50) / 1e3;
-    p99 = (double)hist_quantile(h, 0.99) / 1e3;
-    p999 = (double)hist_quantile(h, 0.999) / 1e3;
+    p50 = (double)rl_hist_quantile(h, 0.50) / 1e3;
+    p99 = (double)rl_hist_quantile(h, 0.99) / 1e3;
+    p999 = (double)rl_hist_quantile(h, 0.999) / 1e3;
     pmax = (double)h->max / 1e3;
     if (o->json) {
         printf("{\"type\":\"summary\",\"target\":\"%s\",\"threads\":%u,\"connections\":%u,"
@@ -1511,15 +1205,15 @@ encode_constants(struct bench *b)
     const struct opts *o = &b->o;
     char *p;
 
-    p = mp_put_str(b->prefix, o->service, strlen(o->service));
+    p = rl_mp_put_str(b->prefix, o->service, strlen(o->service));
     b->prefix_len = (size_t)(p - b->prefix);
     if (o->endpoint != NULL) {
-        p = mp_put_str(b->suffix, o->endpoint, strlen(o->endpoint));
+        p = rl_mp_put_str(b->suffix, o->endpoint, strlen(o->endpoint));
     } else {
         p = b->suffix;
         *p++ = (char)0xc0;
     }
-    p = mp_put_uint(p, o->cost);
+    p = rl_mp_put_uint(p, o->cost);
     b->suffix_len = (size_t)(p - b->suffix);
 }
 
@@ -1558,7 +1252,7 @@ workers_init(struct bench *b)
         w->rng = seed + 0x9e3779b97f4a7c15ull * (i + 1);
         w->seq_next = i % o->keys;
         if (o->dist == DIST_ZIPF) {
-            zipf_init(&w->zipf, o->keys, o->zipf_s);
+            rl_zipf_init(&w->zipf, o->keys, o->zipf_s);
         }
         if (o->rate > 0) {
             w->interval_ns = 1e9 / (o->rate * (double)w->nconns / (double)o->connections);
