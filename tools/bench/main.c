@@ -71,6 +71,7 @@ struct opts {
     double report_every; /* seconds; 0: off */
     bool json;
     unsigned threads;
+    uint64_t seed; /* 0: from the clock */
 };
 
 struct worker;
@@ -948,6 +949,7 @@ usage(FILE *f)
                "  --cost N             cost of each request (default 1)\n"
                "  --duration SECONDS   how long to send (default 5; fractions allowed)\n"
                "  --requests N         send N requests instead of running for a duration\n"
+               "  --seed N             fixed random seed: the same users in the same order\n"
                "  --rate R             open loop at R requests/s in all; latency counts from\n"
                "                       each request's scheduled time (default 0: closed loop)\n"
                "  --report-every SECS  print a line per interval\n"
@@ -1008,6 +1010,7 @@ enum {
     OPT_REPORT,
     OPT_JSON,
     OPT_THREADS,
+    OPT_SEED,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -1029,6 +1032,7 @@ static const struct option long_opts[] = {
     {"report-every", required_argument, NULL, OPT_REPORT},
     {"json", no_argument, NULL, OPT_JSON},
     {"threads", required_argument, NULL, OPT_THREADS},
+    {"seed", required_argument, NULL, OPT_SEED},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -1127,6 +1131,11 @@ parse_opts(int argc, char **argv, struct opts *o)
         case OPT_SEQUENTIAL:
             o->sequential = true;
             break;
+        case OPT_SEED:
+            if (parse_u64(optarg, UINT64_MAX, &o->seed) != 0 || o->seed == 0) {
+                bad = "--seed: expected a positive integer";
+            }
+            break;
         case OPT_REPORT:
             if (parse_double(optarg, &o->report_every) != 0 || o->report_every < 0.001) {
                 bad = "--report-every: expected seconds, at least 0.001";
@@ -1221,7 +1230,8 @@ static int
 workers_init(struct bench *b)
 {
     const struct opts *o = &b->o;
-    uint64_t seed = uv_hrtime() ^ ((uint64_t)getpid() << 32);
+    /* A fixed seed makes the sequence of users (not the timing) repeatable. */
+    uint64_t seed = o->seed != 0 ? o->seed : uv_hrtime() ^ ((uint64_t)getpid() << 32);
     unsigned i, k, conn_index = 0;
 
     b->workers = calloc(o->threads, sizeof(*b->workers));
