@@ -42,6 +42,28 @@ if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
     done
     med=$(printf '%s\n' "${tput[@]}" | median)
     echo "RESULT node token_bucket 1M keys pipelined: median $med decisions/s over $runs runs"
+    if [ "$what" != latency ] && [ "${NO_REDIS:-0}" != 1 ]; then
+        # Baseline in the same run: Redis + a Lua token bucket, same cores, same pipelining.
+        command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+        rport=$(free_port)
+        taskset -c 0 redis-server --port $rport --save "" --appendonly no --daemonize no \
+            --logfile "$work/redis.log" &
+        pids+=($!)
+        wait_port $rport
+        sha=$(redis-cli -p $rport SCRIPT LOAD "$(cat "$top/bench/redis_tb.lua")")
+        rtput=()
+        for i in $(seq 1 "$runs"); do
+            r=$(taskset -c 1 redis-benchmark -p $rport -c 4 -P 256 -n 3000000 -r 1000000 -q \
+                EVALSHA "$sha" 1 'tb:__rand_int__' 1000 1000 1000 1 | tr '\r' '\n' |
+                grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1)
+            rtput+=("$r")
+            echo "redis+lua run $i: $r decisions/s"
+        done
+        rmed=$(printf '%s\n' "${rtput[@]}" | median)
+        echo "RESULT redis+lua token bucket 1M keys pipelined: median $rmed decisions/s; rl-node/redis = $(awk -v a=$med -v b=$rmed 'BEGIN {printf "%.1f", a/b}')x"
+        redis-cli -p $rport shutdown nosave >/dev/null 2>&1 || true
+    fi
     if [ "$what" != throughput ]; then
         half=$(awk -v m="$med" 'BEGIN {printf "%d", m / 2}')
         p50s=(); p99s=(); p999s=()
