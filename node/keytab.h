@@ -6,7 +6,13 @@
  * entries the one that will be back at full allowance soonest, so eviction can only err
  * towards allowing. Not for judging requests (limiter.h).
  *
- * Entry pointers are valid until the next insert or delete.
+ * Resizes (grows, and shrinks by the sweep) are incremental: for a while the table keeps the
+ * old array beside the new one, and each insert and each sweep moves a bounded slice of the
+ * old into the new, so no call pauses for a whole rehash. Finds look in both and move
+ * nothing.
+ *
+ * Entry pointers are valid until the next insert or delete (a sweep deletes): both may move
+ * entries. Finds never do, so the pointers of several finds are valid together.
  */
 #ifndef RL_KEYTAB_H
 #define RL_KEYTAB_H
@@ -40,17 +46,20 @@ struct rl_keytab_ops {
 };
 
 struct rl_keytab_stats {
-    uint64_t keys;     /* entries held now */
-    uint64_t capacity; /* slots */
-    uint64_t bytes;    /* bytes of the table itself */
-    uint64_t evicted;  /* entries dropped by the memory cap since start */
-    uint64_t expired;  /* entries forgotten by the sweep since start */
-    uint64_t resizes;
+    uint64_t keys;         /* entries held now, in both arrays during a resize */
+    uint64_t capacity;     /* slots of the array inserts go to (the new one during a resize) */
+    uint64_t bytes;        /* bytes of the table itself: both arrays during a resize */
+    uint64_t evicted;      /* entries dropped by the memory cap since start */
+    uint64_t expired;      /* entries forgotten by the sweep since start */
+    uint64_t resizes;      /* resizes started since start */
+    uint64_t resize_steps; /* old slots visited by incremental resizes since start */
+    uint64_t resize_left;  /* old slots a resize has still to visit; 0: none running */
 };
 
 /*
- * Creates a table that never uses more than max_bytes for itself (min 64 KiB). Returns 0 or
- * -ENOMEM. ops is copied.
+ * Creates a table that uses no more than max_bytes for itself (min 64 KiB) outside resizes;
+ * while one runs, both arrays exist, at most old + new (2.5x the old at a 1.5x grow), less
+ * as the old is emptied. Returns 0 or -ENOMEM. ops is copied.
  */
 int rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_keytab_ops *ops);
 
@@ -63,13 +72,17 @@ void rl_keytab_destroy(struct rl_keytab *t);
  * low 7 bits. Deterministic, the same in every process. */
 void rl_keytab_fingerprint(uint64_t h_hi, uint64_t h_lo, uint64_t *fp_hi, uint32_t *fp_lo);
 
-/* The entry with this fingerprint, or NULL. */
+/* The entry with this fingerprint, or NULL. Moves no entry, so earlier pointers stay valid;
+ * during a resize it may probe both arrays. */
 struct rl_keytab_entry *rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo);
 
 /*
  * Adds an entry (the fingerprint must not be present) with a zeroed state, growing the
- * table or, at the cap, evicting another entry first. Returns the entry, or NULL only when
- * memory for the table's first allocation cannot be had.
+ * table or, at the cap, evicting another entry first. During a resize it first moves a
+ * bounded number of old slots (128) into the new array; a grow starts only once the previous
+ * resize has ended, so if the new array is full before the old is empty (only possible after
+ * a shrink) this insert moves the rest at once, and at the cap it evicts instead. Returns the
+ * entry, or NULL only when memory for the table's first allocation cannot be had.
  */
 struct rl_keytab_entry *rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo,
                                          uint16_t tier, uint64_t now);
@@ -78,9 +91,12 @@ struct rl_keytab_entry *rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, ui
 void rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e);
 
 /* Forgets entries that are full at now (ops->release, then removal), examining at most
- * `budget` slots from where the last sweep stopped. Returns the number forgotten. When the
- * load has fallen under 1/4, it then shrinks the table to a load of 1/2, giving the memory
- * back (a rehash of the remaining keys: a pause like a grow's). */
+ * `budget` slots from where the last sweep stopped. Returns the number forgotten. During a
+ * resize it first moves up to `budget` old slots into the new array (so a periodic sweep
+ * finishes a resize even without inserts); entries still in the old array are swept once
+ * they have moved. When no resize runs (and the last one's memory is given back) and the load
+ * has fallen under 1/4, it then starts a shrink to a load of 1/2, which gives the memory back
+ * as later sweeps and inserts move the keys. */
 size_t rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget);
 
 void rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s);

@@ -40,6 +40,9 @@
         }                                                                                          \
     } while (0)
 
+/* The most old slots an insert moves during a resize, as keytab.h documents. */
+#define INSERT_STEP 128
+
 /* What the fake ops saw. */
 struct fake {
     uint8_t *released; /* per key id: how many times released */
@@ -50,6 +53,9 @@ struct fake {
     int64_t sampled_id[64];
     size_t nsampled;
     uint64_t is_full_calls;
+    int64_t *log; /* key ids released since a test that reads it last emptied it */
+    size_t nlog;
+    uint64_t log_lost; /* releases past nids in the log (tests that ignore it) */
 };
 
 static bool
@@ -83,6 +89,11 @@ fake_release(void *arg, struct rl_keytab_entry *e)
     f->released[id]++;
     f->releases++;
     f->last_released = (int64_t)id;
+    if (f->nlog < f->nids) {
+        f->log[f->nlog++] = (int64_t)id;
+    } else {
+        f->log_lost++;
+    }
     memset(&e->st, 0, sizeof(e->st));
 }
 
@@ -92,6 +103,8 @@ fake_table(struct fake *f, size_t nids, uint64_t max_bytes)
     memset(f, 0, sizeof(*f));
     f->released = calloc(nids, 1);
     EXPECT(f->released != NULL);
+    f->log = malloc(nids * sizeof(*f->log));
+    EXPECT(f->log != NULL);
     f->nids = nids;
     f->last_released = -1;
     struct rl_keytab_ops ops = {fake_is_full, fake_full_at, fake_release, f};
@@ -194,6 +207,7 @@ finish(struct rl_keytab *t, struct fake *f, const uint8_t *inserted)
         EXPECT_U(f->released[id], ==, inserted[id]);
     }
     free(f->released);
+    free(f->log);
 }
 
 START_TEST(test_fingerprint)
@@ -383,29 +397,55 @@ START_TEST(test_million)
         perm[i] = perm[j];
         perm[j] = x;
     }
-    struct rl_keytab_stats s;
-    uint64_t last_cap = 0, resizes = 0;
+    struct rl_keytab_stats s, b;
+    rl_keytab_stats(t, &s);
+    uint64_t last_cap = 0, resizes = 0, mid = 0, mid_checks = 0, old_cap = 0;
+    bool checked = false;
     for (uint32_t i = 0; i < N; i++) {
         uint64_t id = perm[i], hi;
         uint32_t lo;
         key_fp(id, &hi, &lo);
+        b = s;
         insert_id(t, id, hi, lo, 0);
         present[id] = 1;
         rl_keytab_stats(t, &s);
         EXPECT_U(s.keys, ==, i + 1);
         /* The load never passes 7/8, and each grow is by 1.5x. */
         EXPECT_U(s.keys * 8, <=, s.capacity * 7);
+        /* No insert moves more than a step of a resize. */
+        EXPECT_U(s.resize_steps - b.resize_steps, <=, INSERT_STEP);
+        mid += s.resize_left > 0;
         if (s.capacity != last_cap) {
             if (last_cap != 0) {
                 EXPECT_U(s.capacity, ==, last_cap + last_cap / 2);
                 EXPECT_U(s.resizes, ==, resizes + 1);
+                /* The last move ended before this grow was due. */
+                EXPECT_U(b.resize_left, ==, 0);
+                EXPECT_U(s.resize_left, ==, last_cap);
             }
+            old_cap = last_cap;
             last_cap = s.capacity;
             resizes = s.resizes;
+            checked = false;
+        }
+        if (!checked && s.resize_left > 0 && s.resize_left < old_cap / 2) {
+            /* Half way through a move: every key so far, in either array. */
+            for (uint32_t k = 0; k <= i; k++) {
+                uint64_t khi;
+                uint32_t klo;
+                key_fp(perm[k], &khi, &klo);
+                check_id(t, perm[k], khi, klo, true);
+            }
+            checked = true;
+            mid_checks++;
         }
     }
     EXPECT_U(s.resizes, >, 10);
     EXPECT_U(s.evicted, ==, 0);
+    EXPECT_U(mid_checks, >, 10);
+    /* Inserts drive each move to its end within old_cap / 128 of them, at most. */
+    EXPECT_U(mid, >, 0);
+    EXPECT_U(mid, <=, s.resize_steps / INSERT_STEP + s.resizes);
     for (uint64_t id = 0; id < N; id++) {
         uint64_t hi;
         uint32_t lo;
@@ -464,8 +504,9 @@ START_TEST(test_cap_evicts)
     uint64_t seed = 99;
     struct rl_keytab_stats s, before;
     uint64_t id = 0;
-    /* Fill until the first eviction. */
-    for (;; id++) {
+    /* Fill until the first eviction. While a resize runs, and for the few inserts that then
+     * unmap what is left of the old arrays, both count: at most the cap twice. */
+    for (uint64_t since_resize = 0;; id++) {
         uint64_t hi;
         uint32_t lo;
         key_fp(id, &hi, &lo);
@@ -473,7 +514,8 @@ START_TEST(test_cap_evicts)
         insert_id(t, id, hi, lo, 1000 + splitmix(&seed) % 1000000);
         present[id] = 1;
         rl_keytab_stats(t, &s);
-        EXPECT_U(s.bytes, <=, cap_bytes);
+        since_resize = s.resize_left > 0 ? 0 : since_resize + 1;
+        EXPECT_U(s.bytes, <=, since_resize > 8 ? cap_bytes : 2 * cap_bytes);
         if (s.evicted > 0) {
             break;
         }
@@ -726,6 +768,507 @@ START_TEST(test_sweep_shrinks)
 }
 END_TEST
 
+/* Tests of incremental resizing. They read the table's progress from its stats: a resize
+ * moves the old array's slots in slot order, so old slots [0, capacity_before -
+ * resize_left) have been moved, and a key's home is its fingerprint through fastrange. */
+
+static struct rl_keytab_stats
+stats_of(const struct rl_keytab *t)
+{
+    struct rl_keytab_stats s;
+    rl_keytab_stats(t, &s);
+    return s;
+}
+
+/* A key's home slot in an array of cap slots (keytab.h: fastrange of fp_hi). */
+static uint64_t
+home_in(uint64_t hi, uint64_t cap)
+{
+    __extension__ typedef unsigned __int128 u128;
+    return (uint64_t)(((u128)hi * cap) >> 64);
+}
+
+/* The smallest fp_hi whose home is `slot` of `cap` slots, plus 1 + k * 128: every k gives the
+ * same tag (the low 7 bits), so finds must tell such keys apart by the entry. */
+static uint64_t
+hi_at(uint64_t slot, uint64_t cap, uint64_t k)
+{
+    __extension__ typedef unsigned __int128 u128;
+    uint64_t base = (uint64_t)((((u128)slot << 64) + cap - 1) / cap);
+    return base + 1 + k * 128;
+}
+
+static uint64_t
+page_round(uint64_t n)
+{
+    return (n + 4095) / 4096 * 4096;
+}
+
+/* A max_bytes under which the largest array has cap slots, or up to one page of entries more
+ * (127 slots). keytab.c: 33 bytes a slot plus 16 tag bytes, arrays of 64 KiB or more take
+ * whole pages, plus the table's struct, which a new table (64 malloc'd slots) shows. */
+static uint64_t
+bytes_for_cap(uint64_t cap)
+{
+    struct fake f;
+    struct rl_keytab *t = fake_table(&f, 1, 0);
+    struct rl_keytab_stats s = stats_of(t);
+    EXPECT_U(s.capacity, ==, 64);
+    uint64_t overhead = s.bytes - (64 * 32 + 64 + 16);
+    EXPECT_U(overhead, <, 4096);
+    uint8_t none = 0;
+    finish(t, &f, &none);
+    return overhead + page_round(cap * 32) + page_round(cap + 16);
+}
+
+/* Takes the ids the table released since the log was last emptied out of the model: each
+ * must have been present; returns how many. */
+static size_t
+drain_log(struct fake *f, uint8_t *present, uint64_t *nkeys)
+{
+    size_t n = f->nlog;
+    EXPECT_U(f->log_lost, ==, 0);
+    for (size_t k = 0; k < n; k++) {
+        int64_t id = f->log[k];
+        EXPECT(present[id]);
+        EXPECT_U(f->released[id], ==, 1);
+        f->released[id] = 0;
+        present[id] = 0;
+        (*nkeys)--;
+    }
+    f->nlog = 0;
+    return n;
+}
+
+/* Every state of a key during one grow, slot by slot: keys in old slots not yet moved, moved,
+ * deleted while in old, deleted after the move, and a run that wraps around the end of the
+ * old array, whose moved front the finds of its unmoved start must walk past. */
+START_TEST(test_resize_states)
+{
+    enum { N = 57, OLD = 64, NEW = 96 };
+    struct fake f;
+    struct rl_keytab *t = fake_table(&f, N + 2, 1 << 20);
+    uint64_t hi[N + 2];
+    uint32_t lo[N + 2];
+    uint8_t present[N + 2] = {0};
+    uint8_t deleted_in_old[N + 2] = {0};
+    uint64_t nkeys = 0;
+    /* Ids 0..11: home 63, all with one tag, so they fill slots 63 and 0..10. Ids 12..55:
+     * homes 12..55, one a slot. That is 56 keys, the most 64 slots hold (7/8); id 56 makes
+     * the table grow. Ids 57 and 58 are never inserted: home 63 (a miss that walks the whole
+     * wrapped run) and home 11 (an empty slot). */
+    for (uint64_t id = 0; id < N + 2; id++) {
+        uint64_t slot = id < 12 ? 63 : id < 56 ? id : id == 56 ? 60 : id == 57 ? 63 : 11;
+        hi[id] = hi_at(slot, OLD, id);
+        lo[id] = (uint32_t)(id * 7919);
+    }
+    for (uint64_t id = 0; id < 56; id++) {
+        insert_id(t, id, hi[id], lo[id], 1000);
+        present[id] = 1;
+        nkeys++;
+    }
+    struct rl_keytab_stats s = stats_of(t);
+    EXPECT_U(s.capacity, ==, OLD);
+    EXPECT_U(s.resize_left, ==, 0);
+    insert_id(t, 56, hi[56], lo[56], 1000);
+    present[56] = 1;
+    nkeys++;
+    s = stats_of(t);
+    EXPECT_U(s.capacity, ==, NEW);
+    EXPECT_U(s.resize_left, ==, OLD);
+    EXPECT_U(s.keys, ==, nkeys);
+    /* Both arrays count while the move runs. */
+    EXPECT_U(s.bytes, >, (uint64_t)(OLD + NEW) * 33);
+
+    /* A sweep of budget 1 moves one old slot (and, at 0, finds nothing full). */
+    for (uint64_t moved = 1; moved <= OLD; moved++) {
+        uint64_t calls = f.is_full_calls;
+        uint64_t steps = s.resize_steps;
+        EXPECT_U(rl_keytab_sweep(t, 0, 1), ==, 0);
+        EXPECT_U(f.is_full_calls - calls, <=, 1);
+        s = stats_of(t);
+        EXPECT_U(s.resize_steps, ==, steps + 1);
+        EXPECT_U(s.resize_left, ==, OLD - moved);
+        EXPECT_U(s.capacity, ==, NEW);
+        EXPECT_U(s.resizes, ==, 1);
+        if (moved == 3) {
+            /* Slots 0..2 (ids 1..3) have moved: id 2 is deleted from the new array; id 6
+             * (slot 5) in the middle of the wrapped run and id 20 (slot 20) from the old. */
+            static const uint64_t del[] = {2, 6, 20};
+            for (size_t k = 0; k < 3; k++) {
+                struct rl_keytab_entry *e = rl_keytab_find(t, hi[del[k]], lo[del[k]]);
+                EXPECT(e != NULL);
+                rl_keytab_delete(t, e);
+                EXPECT_I(f.last_released, ==, (int64_t)del[k]);
+                present[del[k]] = 0;
+                deleted_in_old[del[k]] = del[k] != 2;
+                nkeys--;
+            }
+        }
+        if (moved == 30) {
+            /* Id 9 (slot 8) has moved, id 40 (slot 40) has not. */
+            static const uint64_t del[] = {9, 40};
+            for (size_t k = 0; k < 2; k++) {
+                rl_keytab_delete(t, rl_keytab_find(t, hi[del[k]], lo[del[k]]));
+                EXPECT_I(f.last_released, ==, (int64_t)del[k]);
+                present[del[k]] = 0;
+                deleted_in_old[del[k]] = del[k] == 40;
+                nkeys--;
+            }
+        }
+        EXPECT_U(keys_of(t), ==, nkeys);
+        for (uint64_t id = 0; id < N + 2; id++) {
+            check_id(t, id, hi[id], lo[id], present[id]);
+        }
+    }
+    EXPECT(deleted_in_old[6] && deleted_in_old[20] && deleted_in_old[40]);
+    s = stats_of(t);
+    EXPECT_U(s.resize_left, ==, 0);
+    EXPECT_U(s.bytes, <, (uint64_t)(OLD + NEW) * 33);
+
+    /* Deleted keys come back, in the new array. */
+    static const uint64_t back[] = {2, 6, 20, 9, 40};
+    uint8_t inserted[N + 2] = {0};
+    for (size_t k = 0; k < 5; k++) {
+        f.released[back[k]] = 0;
+        insert_id(t, back[k], hi[back[k]], lo[back[k]], 1000);
+        present[back[k]] = 1;
+        nkeys++;
+    }
+    EXPECT_U(keys_of(t), ==, nkeys);
+    for (uint64_t id = 0; id < N + 2; id++) {
+        check_id(t, id, hi[id], lo[id], present[id]);
+        inserted[id] = present[id];
+    }
+    finish(t, &f, inserted);
+}
+END_TEST
+
+/* A grow to a max_cap just above the old capacity leaves room for a few dozen inserts: the
+ * inserts after that evict, from both arrays, while the move goes on at its usual pace. */
+START_TEST(test_evict_mid_resize)
+{
+    enum { N = 40000 };
+    const uint64_t max_bytes = bytes_for_cap(28000);
+    struct fake f;
+    struct rl_keytab *t = fake_table(&f, N, max_bytes);
+    uint8_t *present = calloc(N, 1);
+    uint64_t *full_at = calloc(N, sizeof(*full_at));
+    uint64_t *hi = malloc(N * sizeof(*hi));
+    uint32_t *lo = malloc(N * sizeof(*lo));
+    for (uint64_t id = 0; id < N; id++) {
+        key_fp(id, &hi[id], &lo[id]);
+    }
+    uint64_t seed = 5, id = 0, nkeys = 0;
+    struct rl_keytab_stats s = stats_of(t), b;
+    /* Grow until the capped grow. */
+    for (;; id++) {
+        b = s;
+        full_at[id] = 1000 + splitmix(&seed) % 1000000;
+        insert_id(t, id, hi[id], lo[id], full_at[id]);
+        present[id] = 1;
+        nkeys++;
+        s = stats_of(t);
+        EXPECT_U(s.evicted, ==, 0);
+        EXPECT_U(s.keys, ==, nkeys);
+        if (s.resizes != b.resizes && s.capacity != b.capacity + b.capacity / 2) {
+            break;
+        }
+    }
+    const uint64_t cap = s.capacity, old_cap = b.capacity;
+    EXPECT_U(cap, >, old_cap);
+    EXPECT_U(cap - old_cap, <, 200);
+    EXPECT_U(s.resize_left, ==, old_cap);
+
+    uint64_t mid_evictions = 0, since_end = 0;
+    for (id = id + 1; id < N && since_end < 1000; id++) {
+        b = s;
+        f.nsampled = 0;
+        f.nlog = 0;
+        full_at[id] = 1000 + splitmix(&seed) % 1000000;
+        insert_id(t, id, hi[id], lo[id], full_at[id]);
+        present[id] = 1;
+        nkeys++;
+        s = stats_of(t);
+        EXPECT_U(s.capacity, ==, cap);
+        EXPECT_U(s.resizes, ==, b.resizes);
+        EXPECT_U(s.resize_steps - b.resize_steps, <=, INSERT_STEP);
+        EXPECT_U(s.bytes, <=, 2 * max_bytes);
+        since_end = s.resize_left == 0 ? since_end + 1 : 0;
+        if (since_end > 8) {
+            /* What was left of the old arrays has been unmapped by now. */
+            EXPECT_U(s.bytes, <=, max_bytes);
+        }
+        if (s.evicted != b.evicted) {
+            EXPECT_U(s.evicted, ==, b.evicted + 1);
+            EXPECT_U(f.nlog, ==, 1);
+            int64_t victim = f.log[0];
+            EXPECT_I(victim, !=, (int64_t)id);
+            /* The sample: 8 distinct keys present before the insert; the victim, the one
+             * full soonest. */
+            EXPECT_U(f.nsampled, ==, 8);
+            bool in_sample = false;
+            for (size_t k = 0; k < 8; k++) {
+                EXPECT(present[f.sampled_id[k]]);
+                EXPECT_I(f.sampled_id[k], !=, (int64_t)id);
+                EXPECT_U(f.sampled[k], >=, full_at[victim]);
+                for (size_t m = 0; m < k; m++) {
+                    EXPECT_I(f.sampled_id[k], !=, f.sampled_id[m]);
+                }
+                in_sample |= f.sampled_id[k] == victim;
+            }
+            EXPECT(in_sample);
+            drain_log(&f, present, &nkeys);
+            mid_evictions += b.resize_left > 0 && s.resize_left > 0;
+        } else {
+            EXPECT_U(f.nlog, ==, 0);
+        }
+        EXPECT_U(s.keys, ==, nkeys);
+        if (s.resize_left > 0 && id % 16 == 0) {
+            for (uint64_t j = 0; j <= id; j++) {
+                check_id(t, j, hi[j], lo[j], present[j]);
+            }
+        }
+    }
+    EXPECT_U(since_end, ==, 1000);
+    /* The move takes old_cap / 128 inserts, all but the first few dozen of them evict. */
+    EXPECT_U(mid_evictions, >, old_cap / INSERT_STEP / 2);
+    for (uint64_t j = 0; j < N; j++) {
+        check_id(t, j, hi[j], lo[j], present[j]);
+    }
+    finish(t, &f, present);
+    free(present);
+    free(full_at);
+    free(hi);
+    free(lo);
+}
+END_TEST
+
+/* A shrink leaves a small array; inserts that fill it before the move has reached the last
+ * old keys make one insert move the rest at once, after which the table grows as usual. */
+START_TEST(test_shrink_outrun)
+{
+    enum { N = 20000, SURV = 10, MORE = 200, ALL = N + SURV + MORE };
+    struct fake f;
+    struct rl_keytab *t = fake_table(&f, ALL, UINT64_C(1) << 30);
+    uint8_t *present = calloc(ALL, 1);
+    uint64_t *hi = malloc(ALL * sizeof(*hi));
+    uint32_t *lo = malloc(ALL * sizeof(*lo));
+    uint64_t nkeys = 0;
+    for (uint64_t id = 0; id < ALL; id++) {
+        key_fp(id, &hi[id], &lo[id]);
+        if (id >= N && id < N + SURV) {
+            /* Survivors at the end of the array (97.5% to 99.75% of it), not wrapped. */
+            hi[id] = UINT64_MAX - (UINT64_MAX / 400) * (id - N + 1);
+        }
+    }
+    for (uint64_t id = 0; id < N + SURV; id++) {
+        insert_id(t, id, hi[id], lo[id], id < N ? 1 : 1000);
+        present[id] = 1;
+        nkeys++;
+    }
+    struct rl_keytab_stats s = stats_of(t), b;
+    EXPECT_U(s.resize_left, ==, 0);
+    const uint64_t big = s.capacity;
+    EXPECT_U(rl_keytab_sweep(t, 10, 1 << 20), ==, N);
+    EXPECT_U(drain_log(&f, present, &nkeys), ==, N);
+    b = s;
+    s = stats_of(t);
+    EXPECT_U(s.keys, ==, SURV);
+    EXPECT_U(s.resizes, ==, b.resizes + 1);
+    EXPECT_U(s.capacity, ==, 64);
+    EXPECT_U(s.resize_left, ==, big);
+
+    uint64_t outrun = 0;
+    for (uint64_t id = N + SURV; id < ALL; id++) {
+        b = s;
+        insert_id(t, id, hi[id], lo[id], 1000);
+        present[id] = 1;
+        nkeys++;
+        s = stats_of(t);
+        EXPECT_U(s.keys, ==, nkeys);
+        EXPECT_U(f.nlog, ==, 0);
+        if (b.keys < 56) {
+            /* The 64-slot array holds 56: until then, steps as usual. */
+            EXPECT_U(s.resize_steps - b.resize_steps, <=, INSERT_STEP);
+            EXPECT_U(s.capacity, ==, 64);
+            EXPECT_U(s.resize_left, >, 0);
+        } else if (b.keys == 56) {
+            EXPECT_U(s.resize_steps - b.resize_steps, >, INSERT_STEP);
+            EXPECT_U(s.resize_steps - b.resize_steps, <=, b.resize_left);
+            EXPECT_U(s.resizes, ==, b.resizes + 1);
+            EXPECT_U(s.capacity, ==, 96);
+            EXPECT_U(s.resize_left, ==, 64);
+            outrun++;
+        }
+        for (uint64_t j = N; j < ALL; j++) {
+            check_id(t, j, hi[j], lo[j], present[j]);
+        }
+    }
+    EXPECT_U(outrun, ==, 1);
+    for (uint64_t j = 0; j < ALL; j++) {
+        check_id(t, j, hi[j], lo[j], present[j]);
+    }
+    EXPECT_U(f.log_lost, ==, 0);
+    finish(t, &f, present);
+    free(present);
+    free(hi);
+    free(lo);
+}
+END_TEST
+
+/* Random finds, inserts, deletes and sweeps against the model while grows and shrinks are
+ * under way: keys in every state of a move, evictions from both arrays under a cap just
+ * above a grow step, expiry, clustered runs that wrap around the end. */
+START_TEST(test_random_resizing)
+{
+    enum { N = 36000, OPS = 1600000 };
+    const uint64_t max_bytes = bytes_for_cap(28000);
+    struct fake f;
+    struct rl_keytab *t = fake_table(&f, N, max_bytes);
+    uint8_t *present = calloc(N, 1);
+    uint64_t *full_at = calloc(N, sizeof(*full_at));
+    uint64_t *epoch = calloc(N, sizeof(*epoch));         /* resizes when last inserted */
+    uint64_t *del_epoch = calloc(N, sizeof(*del_epoch)); /* resizes + 1 if deleted in old */
+    uint64_t *hi = malloc(N * sizeof(*hi));
+    uint32_t *lo = malloc(N * sizeof(*lo));
+    for (uint64_t id = 0; id < N; id++) {
+        if (id % 8 == 0) {
+            clustered_fp(id, &hi[id], &lo[id]);
+        } else {
+            key_fp(id, &hi[id], &lo[id]);
+        }
+    }
+    /* Per phase: insert and delete odds (%), and how long a key lives. Two rounds of: fill
+     * past the cap, churn at the cap, empty (shrinks), fill again. */
+    static const struct {
+        unsigned ins, del;
+        uint64_t ttl;
+    } phases[4] = {{70, 10, 1000000000}, {70, 20, 400000}, {15, 85, 2000}, {70, 20, 50000}};
+    static const size_t budgets[] = {1, 16, 256, 3000};
+    uint64_t seed = 2024, nkeys = 0, old_cap = 0;
+    uint64_t grows = 0, shrinks = 0, outruns = 0, ops_mid = 0, evictions_mid = 0;
+    uint64_t sweeps_mid = 0, deletes_old = 0, deletes_new = 0, finds_unmoved = 0;
+    uint64_t finds_moved = 0, finds_deleted_old = 0;
+    struct rl_keytab_stats s = stats_of(t), b;
+    for (uint64_t op = 0; op < OPS; op++) {
+        const uint64_t now = op;
+        unsigned ph = (unsigned)(op * 8 / OPS) % 4;
+        uint64_t into = op % (OPS / 8);
+        uint64_t span = ph == 0   ? 200 + into * (N - 200) / (OPS / 8)
+                        : ph == 3 ? N / 8 + into * (N - N / 8) / (OPS / 8)
+                                  : N;
+        uint64_t id = splitmix(&seed) % span;
+        unsigned r = (unsigned)(splitmix(&seed) % 100);
+        b = s;
+        bool mid = b.resize_left > 0;
+        ops_mid += mid;
+
+        /* Where the key should be, for the counts: a key placed before this resize began
+         * whose home is well past the moved slots has not moved; well before them, has. Runs
+         * of plain keys are short, so 64 slots of margin make this near certain; clustered
+         * keys are left out. */
+        int where = 0; /* 1: not moved yet, 2: moved */
+        if (mid && id % 8 != 0 && present[id] && epoch[id] < b.resizes) {
+            uint64_t moved = old_cap - b.resize_left;
+            uint64_t h = home_in(hi[id], old_cap);
+            where = h >= moved + 64 && h + 64 < old_cap ? 1 : h + 64 < moved ? 2 : 0;
+        }
+        check_id(t, id, hi[id], lo[id], present[id]);
+        finds_unmoved += where == 1;
+        finds_moved += where == 2;
+        finds_deleted_old += mid && !present[id] && del_epoch[id] == b.resizes + 1;
+
+        bool swept = false;
+        if (present[id] && r < phases[ph].del) {
+            rl_keytab_delete(t, rl_keytab_find(t, hi[id], lo[id]));
+            EXPECT_U(f.nlog, ==, 1);
+            EXPECT_I(f.log[0], ==, (int64_t)id);
+            drain_log(&f, present, &nkeys);
+            deletes_old += where == 1;
+            deletes_new += mid && where != 1;
+            del_epoch[id] = where == 1 ? b.resizes + 1 : 0;
+            if (where == 1) {
+                /* Gone from the old array, which still holds its slot (a delete moves
+                 * nothing there). */
+                check_id(t, id, hi[id], lo[id], false);
+                finds_deleted_old++;
+            }
+        } else if (!present[id] && r < phases[ph].ins) {
+            full_at[id] = now + 1 + splitmix(&seed) % phases[ph].ttl;
+            insert_id(t, id, hi[id], lo[id], full_at[id]);
+            present[id] = 1;
+            nkeys++;
+            epoch[id] = stats_of(t).resizes;
+            /* An eviction, if any: another key, present until now. */
+            EXPECT_U(f.nlog, <=, 1);
+            if (f.nlog == 1) {
+                EXPECT_I(f.log[0], !=, (int64_t)id);
+                evictions_mid += mid && stats_of(t).resize_left > 0;
+                drain_log(&f, present, &nkeys);
+            }
+        } else if (op % 13 == 0) {
+            size_t budget = budgets[splitmix(&seed) % 4];
+            uint64_t calls = f.is_full_calls;
+            size_t n = rl_keytab_sweep(t, now, budget);
+            EXPECT_U(f.is_full_calls - calls, <=, budget);
+            EXPECT_U(f.nlog, ==, n);
+            for (size_t k = 0; k < f.nlog; k++) {
+                EXPECT_U(full_at[f.log[k]], <=, now);
+            }
+            drain_log(&f, present, &nkeys);
+            sweeps_mid += mid && n > 0;
+            swept = true;
+        }
+
+        s = stats_of(t);
+        EXPECT_U(s.keys, ==, nkeys);
+        EXPECT_U(s.bytes, <=, 2 * max_bytes);
+        uint64_t steps = s.resize_steps - b.resize_steps;
+        if (!swept && steps > INSERT_STEP) {
+            /* Only an insert that fills the array of a shrink before its move ends: it
+             * moves the rest, then grows. */
+            EXPECT_U(s.resizes, ==, b.resizes + 1);
+            EXPECT_U(s.capacity, >, b.capacity);
+            EXPECT_U(steps, <=, b.resize_left);
+            outruns++;
+        }
+        if (s.resizes != b.resizes) {
+            EXPECT_U(s.resizes, ==, b.resizes + 1);
+            grows += s.capacity > b.capacity;
+            shrinks += s.capacity < b.capacity;
+            old_cap = b.capacity;
+        }
+        if (op % 4000 == 0 || (s.resize_left > 0 && op % 300 == 0)) {
+            for (uint64_t j = 0; j < N; j++) {
+                check_id(t, j, hi[j], lo[j], present[j]);
+            }
+        }
+    }
+    for (uint64_t j = 0; j < N; j++) {
+        check_id(t, j, hi[j], lo[j], present[j]);
+    }
+    EXPECT_U(grows, >, 10);
+    EXPECT_U(shrinks, >, 0);
+    EXPECT_U(ops_mid, >, 1000);
+    EXPECT_U(evictions_mid, >, 0);
+    EXPECT_U(sweeps_mid, >, 0);
+    EXPECT_U(deletes_old, >, 0);
+    EXPECT_U(deletes_new, >, 0);
+    EXPECT_U(finds_unmoved, >, 0);
+    EXPECT_U(finds_moved, >, 0);
+    EXPECT_U(finds_deleted_old, >, 0);
+    (void)outruns;
+    finish(t, &f, present);
+    free(present);
+    free(full_at);
+    free(epoch);
+    free(del_epoch);
+    free(hi);
+    free(lo);
+}
+END_TEST
+
 /* One case per test, so CK_RUN_CASE=name runs one. */
 static void
 add_case(Suite *s, const char *name, const TTest *test)
@@ -749,6 +1292,10 @@ keytab_suite(void)
     add_case(s, "cap_prefers_soonest", test_cap_prefers_soonest);
     add_case(s, "sweep", test_sweep);
     add_case(s, "sweep_shrinks", test_sweep_shrinks);
+    add_case(s, "resize_states", test_resize_states);
+    add_case(s, "evict_mid_resize", test_evict_mid_resize);
+    add_case(s, "shrink_outrun", test_shrink_outrun);
+    add_case(s, "random_resizing", test_random_resizing);
     return s;
 }
 
