@@ -166,7 +166,9 @@ main(int argc, char **argv)
         rc = 1;
         goto out_limiter;
     }
-    snprintf(n.addr, sizeof(n.addr), "%s:%u", host, port);
+    /* An IPv6 host is bracketed so the address parses back as HOST:PORT. */
+    snprintf(n.addr, sizeof(n.addr), strchr(host, ':') != NULL ? "[%s]:%u" : "%s:%u", host,
+             port);
     if (n.conf->zookeeper[0] != '\0') {
         rc = rl_zkm_create(&n.zkm, &n.loop, n.conf->zookeeper, n.conf->session_timeout_ms,
                            n.conf->cluster_name, NULL, NULL);

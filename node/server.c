@@ -33,21 +33,31 @@ struct rl_conn {
     bool writing;
     bool reading;
     bool close_after_write; /* a framing error was answered: close once it is sent */
+    bool eof;               /* the client shut its side: close once the replies are sent */
     bool closing;
 };
 
 static void conn_close(struct rl_conn *c);
 static void conn_flush(struct rl_conn *c);
 
+/*
+ * Drops one handle of s (the listener, the timer, or a connection: each counts in
+ * pending_closes from its init to its close callback), so that on_closed runs exactly once,
+ * after the last close callback: s->conns empties at uv_close time, before the callbacks.
+ */
+static void
+server_unref(struct rl_server *s)
+{
+    s->pending_closes--;
+    if (s->closing && s->pending_closes == 0 && s->on_closed != NULL) {
+        s->on_closed(s);
+    }
+}
+
 static void
 server_handle_closed(uv_handle_t *h)
 {
-    struct rl_server *s = h->data;
-
-    s->pending_closes--;
-    if (s->closing && s->pending_closes == 0 && s->conns == NULL && s->on_closed != NULL) {
-        s->on_closed(s);
-    }
+    server_unref(h->data);
 }
 
 static void
@@ -61,9 +71,7 @@ conn_free(uv_handle_t *h)
     rl_buf_deinit(&c->inflight);
     rl_wire_decoder_deinit(&c->dec);
     free(c);
-    if (s->closing && s->pending_closes == 0 && s->conns == NULL && s->on_closed != NULL) {
-        s->on_closed(s);
-    }
+    server_unref(s);
 }
 
 static void
@@ -180,7 +188,18 @@ conn_handle(struct rl_conn *c, const struct rl_wire_req *req, uint64_t *now)
     }
 }
 
-/* Decodes and answers every whole frame in c->in. */
+/* Replies queued on c, written or not, past which c is answered no more until they drain. */
+static bool
+conn_backlogged(const struct rl_conn *c)
+{
+    return rl_buf_unread(&c->out) + rl_buf_unread(&c->inflight) > RL_SERVER_OUT_MAX;
+}
+
+/*
+ * Decodes and answers the whole frames in c->in until c is backlogged; conn_flush answers
+ * the rest once the replies drain. Stopping mid-batch bounds what one read can queue: 64 KiB
+ * of 7-byte STATS requests would otherwise be answered with megabytes at once.
+ */
 static void
 conn_process(struct rl_conn *c)
 {
@@ -191,7 +210,7 @@ conn_process(struct rl_conn *c)
     size_t plen;
     int rc;
 
-    while (!c->closing && !c->close_after_write) {
+    while (!c->closing && !c->close_after_write && !conn_backlogged(c)) {
         const char *p = c->in.data + c->in.pos;
         size_t n = rl_buf_unread(&c->in);
 
@@ -246,8 +265,15 @@ conn_flush(struct rl_conn *c)
     if (c->closing || c->writing) {
         return;
     }
+    if (rl_buf_unread(&c->out) == 0 && !c->reading && !c->close_after_write) {
+        /* Frames left in c->in when it backed up are answered before reading any more. */
+        conn_process(c);
+        if (c->closing) {
+            return;
+        }
+    }
     if (rl_buf_unread(&c->out) == 0) {
-        if (c->close_after_write) {
+        if (c->close_after_write || c->eof) {
             conn_close(c);
             return;
         }
@@ -275,6 +301,14 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     struct rl_conn *c = stream->data;
 
     (void)buf;
+    if (nread == UV_EOF) {
+        /* A half-closed client still gets the replies being written (libuv stopped reading);
+         * conn_flush closes once they are out. */
+        c->eof = true;
+        c->reading = false;
+        conn_flush(c);
+        return;
+    }
     if (nread < 0) {
         conn_close(c);
         return;
@@ -287,8 +321,7 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (c->closing) {
         return;
     }
-    if (c->close_after_write ||
-        rl_buf_unread(&c->out) + rl_buf_unread(&c->inflight) > RL_SERVER_OUT_MAX) {
+    if (c->close_after_write || conn_backlogged(c)) {
         /* The client reads slower than it asks: stop reading until the replies drain. */
         uv_read_stop(stream);
         c->reading = false;
@@ -316,6 +349,7 @@ server_accept(uv_stream_t *listener, int status)
     rl_buf_init(&c->inflight);
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
+    s->pending_closes++;
     c->next = s->conns;
     if (s->conns != NULL) {
         s->conns->prev = c;

@@ -100,7 +100,9 @@ static_members(struct router_main *m)
         const struct rl_node_conf *nc = &m->conf->nodes[i];
 
         snprintf(members[i].name, sizeof(members[i].name), "%s", nc->name);
-        snprintf(members[i].addr, sizeof(members[i].addr), "%s:%u", nc->host, nc->port);
+        /* An IPv6 host goes back in brackets, or "::1:7001" would not parse as HOST:PORT. */
+        snprintf(members[i].addr, sizeof(members[i].addr),
+                 strchr(nc->host, ':') != NULL ? "[%s]:%u" : "%s:%u", nc->host, nc->port);
     }
     rl_router_set_members(m->router, members, m->conf->nnodes);
     free(members);

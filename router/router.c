@@ -68,6 +68,7 @@ struct rl_cconn {
     bool writing;
     bool dirty;
     bool close_after_write;
+    bool eof; /* the client shut its side: answer what it sent, then close */
     bool closing;
 };
 
@@ -95,7 +96,7 @@ struct rl_router {
     /* pending requests */
     struct rl_pending *slab;
     uint32_t slab_cap;
-    struct rl_pending *free_list;
+    struct rl_pending *free_list, *free_tail;
     struct rl_pending *fifo_head, *fifo_tail;
     uint32_t npending;
 
@@ -122,6 +123,9 @@ pending_get(struct rl_router *r)
         return NULL;
     }
     r->free_list = p->fnext;
+    if (r->free_list == NULL) {
+        r->free_tail = NULL;
+    }
     p->used = true;
     p->gen++;
     r->npending++;
@@ -150,9 +154,14 @@ pending_by_id(struct rl_router *r, uint32_t id)
     return p;
 }
 
-/* Unlinks p from every list and returns it to the free list. */
+/*
+ * Unlinks p from every list and returns it to the free list. A record whose node may still
+ * answer it (late: the deadline answered it first) goes to the tail, so that its slot is the
+ * last to be reused: the 8-bit generation alone would let a late reply land on a request
+ * that reused the slot 256 allocations later, which the head of a LIFO list reaches fast.
+ */
 static void
-pending_put(struct rl_router *r, struct rl_pending *p)
+pending_put(struct rl_router *r, struct rl_pending *p, bool late_reply)
 {
     if (p->client != NULL) {
         struct rl_cconn *c = p->client;
@@ -192,9 +201,16 @@ pending_put(struct rl_router *r, struct rl_pending *p)
     p->client = NULL;
     p->uc = NULL;
     p->up = NULL;
-    p->cprev = p->cnext = p->uprev = p->unext = p->fprev = NULL;
-    p->fnext = r->free_list;
-    r->free_list = p;
+    p->cprev = p->cnext = p->uprev = p->unext = p->fprev = p->fnext = NULL;
+    if (r->free_list == NULL) {
+        r->free_list = r->free_tail = p;
+    } else if (late_reply) {
+        r->free_tail->fnext = p;
+        r->free_tail = p;
+    } else {
+        p->fnext = r->free_list;
+        r->free_list = p;
+    }
     r->npending--;
 }
 
@@ -236,13 +252,16 @@ fill_failure(const struct rl_router *r, const struct rl_rule *rule, uint32_t id,
 {
     memset(rep, 0, sizeof(*rep));
     rep->id = id;
-    rep->code = rule->fail_closed ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN;
-    rep->retry_after_ms = rule->fail_closed ? r->conf->session_timeout_ms : 0;
+    /* A shadow rule never refuses, not even by failure policy. */
+    bool closed = rule->fail_closed && !rule->shadow;
+
+    rep->code = closed ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN;
+    rep->retry_after_ms = closed ? r->conf->session_timeout_ms : 0;
 }
 
-/* Answers p by failure policy and frees it. */
+/* Answers p by failure policy and frees it; late_reply as for pending_put. */
 static void
-pending_fail(struct rl_router *r, struct rl_pending *p)
+pending_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
 {
     struct rl_wire_check_reply rep;
 
@@ -265,7 +284,7 @@ pending_fail(struct rl_router *r, struct rl_pending *p)
             cconn_close(c);
         }
     }
-    pending_put(r, p);
+    pending_put(r, p, late_reply);
 }
 
 static void
@@ -276,7 +295,7 @@ deadline_fire(uv_timer_t *t)
 
     while (r->fifo_head != NULL && r->fifo_head->deadline <= now) {
         r->stats.deadline_expired++;
-        pending_fail(r, r->fifo_head);
+        pending_fail(r, r->fifo_head, true);
     }
     if (r->fifo_head != NULL) {
         uv_timer_start(&r->deadline_timer, deadline_fire, r->fifo_head->deadline - now, 0);
@@ -374,6 +393,7 @@ cconn_backlogged(const struct rl_cconn *c)
 }
 
 static void cconn_flush(struct rl_cconn *c);
+static void cconn_process(struct rl_cconn *c);
 
 static void
 cconn_written(uv_write_t *w, int status)
@@ -398,18 +418,25 @@ cconn_flush(struct rl_cconn *c)
     struct rl_buf tmp;
     uv_buf_t b;
 
-    c->dirty = false;
     if (c->closing) {
         return;
     }
     if (!c->reading && !c->close_after_write && !cconn_backlogged(c)) {
-        c->reading = uv_read_start((uv_stream_t *)&c->tcp, cconn_alloc, cconn_read) == 0;
+        /* Frames left in c->in when it backed up are answered before reading any more. */
+        cconn_process(c);
+        if (c->closing) {
+            return;
+        }
+        if (!c->reading && !c->eof && !c->close_after_write && !cconn_backlogged(c)) {
+            c->reading = uv_read_start((uv_stream_t *)&c->tcp, cconn_alloc, cconn_read) == 0;
+        }
     }
     if (c->writing) {
         return;
     }
     if (rl_buf_unread(&c->out) == 0) {
-        if (c->close_after_write) {
+        /* Requests still at a node are answered first: the deadline bounds the wait. */
+        if ((c->close_after_write || c->eof) && c->npending == 0) {
             cconn_close(c);
         }
         return;
@@ -457,24 +484,30 @@ router_stats_reply(struct rl_cconn *c, uint32_t id)
     vals[n++] = (int64_t)ls.lines;
     keys[n] = "log_dropped";
     vals[n++] = (int64_t)ls.dropped;
-    /* Per node: "node.NAME.forwarded", ".failures", ".up", ".shards" for the first 64. */
-    for (size_t i = 0; r->map != NULL && i < r->map->nmembers && i < 64; i++) {
-        struct rl_upstream *u = r->owners[i];
+    /*
+     * Per node: "node.NAME.forwarded", ".failures", ".up", ".shards" for the first 64 that
+     * fit under the codec's RL_WIRE_STATS_MAX pairs (past it the reply would not encode). A
+     * member whose address did not parse has no upstream: it reports zeros.
+     */
+    for (size_t i = 0;
+         r->map != NULL && i < r->map->nmembers && i < 64 && n + 4 <= RL_WIRE_STATS_MAX; i++) {
+        const struct rl_upstream *u = r->owners[i];
+        const char *name = r->map->members[i].name;
         uint32_t shards = 0;
 
         for (uint32_t s = 0; s < r->map->nshards; s++) {
             shards += r->map->owner[s] == i;
         }
-        snprintf(names[nn], sizeof(names[nn]), "node.%s.forwarded", u->name);
+        snprintf(names[nn], sizeof(names[nn]), "node.%s.forwarded", name);
         keys[n] = names[nn++];
-        vals[n++] = (int64_t)u->stats.forwarded;
-        snprintf(names[nn], sizeof(names[nn]), "node.%s.failures", u->name);
+        vals[n++] = u != NULL ? (int64_t)u->stats.forwarded : 0;
+        snprintf(names[nn], sizeof(names[nn]), "node.%s.failures", name);
         keys[n] = names[nn++];
-        vals[n++] = (int64_t)u->stats.failures;
-        snprintf(names[nn], sizeof(names[nn]), "node.%s.up", u->name);
+        vals[n++] = u != NULL ? (int64_t)u->stats.failures : 0;
+        snprintf(names[nn], sizeof(names[nn]), "node.%s.up", name);
         keys[n] = names[nn++];
-        vals[n++] = rl_upstream_up(u);
-        snprintf(names[nn], sizeof(names[nn]), "node.%s.shards", u->name);
+        vals[n++] = u != NULL && rl_upstream_up(u);
+        snprintf(names[nn], sizeof(names[nn]), "node.%s.shards", name);
         keys[n] = names[nn++];
         vals[n++] = shards;
     }
@@ -495,8 +528,10 @@ answer_local(struct rl_cconn *c, const struct rl_wire_req *req, const struct rl_
     r->stats.checks++;
     count_code(r, rep->code);
     if (r->log != NULL && rl_reqlog_sample(r->log)) {
+        /* Cut as for forwarded requests (OPERATIONS.md: the first 64 bytes of the user). */
         log_answer(r, shard, node, rep->code, hash, req->service.ptr, req->service.len,
-                   req->user.ptr, req->user.len);
+                   req->user.ptr,
+                   req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED);
     }
     if (rl_wire_put_check_reply(&c->out, rep) != 0) {
         cconn_close(c);
@@ -593,7 +628,7 @@ router_check(struct rl_cconn *c, const struct rl_wire_req *req)
     fwd = *req;
     fwd.id = pending_id(r, p);
     if (rl_wire_put_check(&uc->out, &fwd) != 0) {
-        pending_fail(r, p);
+        pending_fail(r, p, false);
         return;
     }
     u->stats.forwarded++;
@@ -625,22 +660,20 @@ cconn_handle(struct rl_cconn *c, const struct rl_wire_req *req)
     }
 }
 
+/*
+ * Answers the whole frames in c->in while c is not backlogged, and stops reading c when it
+ * is (or must close). Stopping mid-batch bounds what one read can queue: 64 KiB of 7-byte
+ * STATS requests would otherwise be answered with tens of megabytes at once.
+ */
 static void
-cconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+cconn_process(struct rl_cconn *c)
 {
-    struct rl_cconn *c = s->data;
     struct rl_wire_req req;
     struct rl_wire_fault fault;
     size_t plen;
     int rc;
 
-    (void)buf;
-    if (nread < 0) {
-        cconn_close(c);
-        return;
-    }
-    c->in.len += (size_t)nread;
-    while (!c->closing && !c->close_after_write) {
+    while (!c->closing && !c->close_after_write && !cconn_backlogged(c)) {
         const char *p = c->in.data + c->in.pos;
 
         rc = rl_wire_frame(p, rl_buf_unread(&c->in), &plen);
@@ -664,10 +697,32 @@ cconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     rl_buf_compact(&c->in);
-    if (c->close_after_write || cconn_backlogged(c)) {
-        uv_read_stop(s);
+    if (c->reading && (c->close_after_write || cconn_backlogged(c))) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
     }
+}
+
+static void
+cconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct rl_cconn *c = s->data;
+
+    (void)buf;
+    if (nread == UV_EOF) {
+        /* A half-closed client still gets the replies to what it sent (libuv stopped
+         * reading); cconn_flush closes once they are out. */
+        c->eof = true;
+        c->reading = false;
+        cconn_mark(c);
+        return;
+    }
+    if (nread < 0) {
+        cconn_close(c);
+        return;
+    }
+    c->in.len += (size_t)nread;
+    cconn_process(c);
 }
 
 static void
@@ -757,10 +812,10 @@ up_on_frame(void *arg, struct rl_upconn *uc, const char *p, size_t n)
         }
     } else {
         rl_log_warn("node %s answered a CHECK with op %u", uc->up->name, rep.op);
-        pending_fail(r, pd);
+        pending_fail(r, pd, false);
         return;
     }
-    pending_put(r, pd);
+    pending_put(r, pd, false);
     if (c != NULL) {
         if (rc != 0) {
             cconn_close(c);
@@ -777,8 +832,9 @@ up_on_lost(void *arg, struct rl_upconn *uc)
     struct rl_router *r = arg;
 
     r->stats.owner_down += uc->npending;
+    /* The connection is closed: none of these can be answered late. */
     while (uc->pending != NULL) {
-        pending_fail(r, uc->pending);
+        pending_fail(r, uc->pending, false);
     }
 }
 
@@ -797,17 +853,28 @@ router_flush(uv_check_t *h)
 {
     struct rl_router *r = h->data;
 
-    while (r->dirty_upconns != NULL) {
-        struct rl_upconn *uc = r->dirty_upconns;
+    /*
+     * Only this loop clears `dirty`, as it unlinks: a flush from a write callback that
+     * cleared it would let the next mark push a connection that is still on the list, and
+     * the list would become a cycle. Flushing a client may answer frames it had left unread
+     * (cconn_process), which dirties node connections again: loop until both lists are
+     * empty, or they would wait for the next loop turn, which may be a deadline away.
+     */
+    while (r->dirty_upconns != NULL || r->dirty_clients != NULL) {
+        while (r->dirty_upconns != NULL) {
+            struct rl_upconn *uc = r->dirty_upconns;
 
-        r->dirty_upconns = uc->dirty_next;
-        rl_upstream_flush(uc);
-    }
-    while (r->dirty_clients != NULL) {
-        struct rl_cconn *c = r->dirty_clients;
+            r->dirty_upconns = uc->dirty_next;
+            uc->dirty = false;
+            rl_upstream_flush(uc);
+        }
+        while (r->dirty_clients != NULL) {
+            struct rl_cconn *c = r->dirty_clients;
 
-        r->dirty_clients = c->dirty_next;
-        cconn_flush(c);
+            r->dirty_clients = c->dirty_next;
+            c->dirty = false;
+            cconn_flush(c);
+        }
     }
 }
 
@@ -1061,6 +1128,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
         r->slab[i].fnext = r->free_list;
         r->free_list = &r->slab[i];
     }
+    r->free_tail = &r->slab[r->slab_cap - 1];
     rc = uv_ip4_addr(opts->host, opts->port, (struct sockaddr_in *)&addr);
     if (rc != 0) {
         rc = uv_ip6_addr(opts->host, opts->port, (struct sockaddr_in6 *)&addr);
@@ -1120,7 +1188,7 @@ rl_router_close(struct rl_router *r)
     }
     /* Whatever is still pending has no client left to answer (all closed above). */
     while (r->fifo_head != NULL) {
-        pending_put(r, r->fifo_head);
+        pending_put(r, r->fifo_head, false);
     }
     if (r->log != NULL) {
         rl_reqlog_close(r->log);

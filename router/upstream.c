@@ -80,6 +80,9 @@ upconn_lost(struct rl_upconn *c, int status)
     }
     rl_buf_reset(&c->in);
     rl_buf_reset(&c->out);
+    /* Requests of a write that failed must not go out on the next connection: they were
+     * answered by policy above. Resetting keeps the memory a cancelled write points into. */
+    rl_buf_reset(&c->inflight);
     uv_close((uv_handle_t *)&c->tcp, upconn_closed);
     schedule_retry(u);
 }
@@ -178,12 +181,20 @@ static void
 upstream_retry(uv_timer_t *t)
 {
     struct rl_upstream *u = t->data;
+    bool closing = false;
 
     for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
         upconn_connect(&u->conns[i]);
+        closing = closing || u->conns[i].closing;
     }
-    if (u->backoff_ms < RL_UPSTREAM_BACKOFF_MAX_MS) {
-        u->backoff_ms *= 2;
+    u->backoff_ms *= 2;
+    if (u->backoff_ms > RL_UPSTREAM_BACKOFF_MAX_MS) {
+        u->backoff_ms = RL_UPSTREAM_BACKOFF_MAX_MS;
+    }
+    /* A connection still closing (lost this loop turn, kicked at once) cannot be reopened
+     * yet; without another try it would stay down until some other connection fails. */
+    if (closing) {
+        schedule_retry(u);
     }
 }
 
@@ -259,7 +270,8 @@ rl_upstream_pick(struct rl_upstream *u)
     for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
         struct rl_upconn *c = &u->conns[u->rr++ % RL_UPSTREAM_CONNS];
 
-        if (c->connected) {
+        if (c->connected &&
+            rl_buf_unread(&c->out) + rl_buf_unread(&c->inflight) < RL_UPSTREAM_OUT_MAX) {
             return c;
         }
     }
@@ -297,7 +309,6 @@ rl_upstream_flush(struct rl_upconn *c)
     struct rl_buf tmp;
     uv_buf_t b;
 
-    c->dirty = false;
     if (!c->connected || c->writing || rl_buf_unread(&c->out) == 0) {
         return;
     }

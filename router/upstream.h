@@ -20,6 +20,10 @@
 #define RL_UPSTREAM_CONNS 2
 #define RL_UPSTREAM_BACKOFF_MIN_MS 50u
 #define RL_UPSTREAM_BACKOFF_MAX_MS 2000u
+/* Request bytes queued on one connection and not yet taken by the kernel past which the
+ * connection takes no more: a node that stops reading must not grow the router without bound
+ * (its requests are answered by the deadline anyway). */
+#define RL_UPSTREAM_OUT_MAX (1u << 20)
 
 struct rl_upstream;
 struct rl_pending;
@@ -39,7 +43,7 @@ struct rl_upconn {
     bool closing;   /* uv_close called, its callback not yet run */
     bool connected; /* usable for requests */
     bool writing;
-    bool dirty; /* on the dirty list: has output to write this turn */
+    bool dirty; /* on the owner's dirty list, which alone clears it as it unlinks c */
     struct rl_upconn *dirty_next;
 };
 
@@ -82,13 +86,15 @@ struct rl_upstream {
 int rl_upstream_create(struct rl_upstream **out, uv_loop_t *loop, const char *name,
                        const char *addr, const struct rl_upstream_ops *ops);
 
-/* A connected connection to send on (round-robin), or NULL when the node is down. */
+/* A connected connection to send on (round-robin), or NULL when the node is down or every
+ * connection has RL_UPSTREAM_OUT_MAX bytes queued (the node stopped reading). */
 struct rl_upconn *rl_upstream_pick(struct rl_upstream *u);
 
 /* True when at least one connection is up. */
 bool rl_upstream_up(const struct rl_upstream *u);
 
-/* Marks c as having output (calls ops.on_dirty once per turn). */
+/* Marks c as having output: calls ops.on_dirty unless c->dirty, which is set until the owner
+ * takes c off its list (and clears it) to call rl_upstream_flush. */
 void rl_upstream_mark(struct rl_upconn *c);
 
 /* Writes c's queued output. */
