@@ -122,6 +122,10 @@ struct rl_keytab {
     uint64_t expired;
     uint64_t resizes;
     uint64_t resize_steps;
+    /* The sweep's holes, as offsets from where it started, ascending (sweep_cur); grown on
+     * demand, at most one per slot. */
+    uint32_t *holes;
+    size_t holes_cap;
 };
 
 /* Bytes an array of n bytes really takes: mmap'd arrays take whole pages. */
@@ -565,6 +569,7 @@ rl_keytab_destroy(struct rl_keytab *t)
     }
     drain(t, SIZE_MAX);
     kt_array_deinit(&t->cur);
+    free(t->holes);
     free(t);
 }
 
@@ -738,6 +743,111 @@ rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e)
     drop(t, e);
 }
 
+/*
+ * Forgets the full entries among `budget` slots of cur from the cursor on, in one pass.
+ * Deleting them one by one with a backward shift each would walk the rest of their run for
+ * every deletion: quadratic in the run's length, which at a load of 7/8 and with most keys
+ * expiring together stalled the node for over a second. Instead the pass keeps the holes it
+ * made (ascending, holes[head..nh)) and moves each later entry of the run into the first
+ * hole at or after its home, which keeps every entry reachable from its home; past the
+ * budget it only keeps shifting, until the run ends (an empty slot) or no hole is left.
+ * Offsets are counted from the start of the pass, so a run across the end of the array or
+ * back across the start of the pass needs no special case. An entry not yet examined that moves back into the examined part makes the next
+ * pass start there, so it is not skipped.
+ */
+static size_t
+sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
+{
+    struct kt_array *a = &t->cur;
+    size_t cap = a->cap;
+    size_t start = t->cursor;
+    size_t n = 0, head = 0, nh = 0, examined = 0, stop = 0, resume = SIZE_MAX;
+    size_t p = start;
+
+    /* Past one lap only shifting goes on: a run that wraps past the start of the pass may
+     * continue into slots looked at first, whose entries must still reach their home. */
+    for (size_t off = 0; off < 2 * cap; off++, p = next_slot(a, p)) {
+        bool checking = examined < budget && off < cap;
+
+        if (checking) {
+            examined++;
+            stop = off + 1;
+        }
+        if (a->tags[p] == 0) {
+            /* The run ended: no later entry can use these holes. */
+            head = nh = 0;
+            if (!checking) {
+                break;
+            }
+            continue;
+        }
+        if (!checking && head == nh) {
+            break;
+        }
+        if (checking && t->ops.is_full(t->ops.arg, &a->ents[p], now)) {
+            if (nh == t->holes_cap) {
+                size_t ncap = t->holes_cap ? 2 * t->holes_cap : 256;
+                uint32_t *h = realloc(t->holes, ncap * sizeof(*h));
+                if (h == NULL) {
+                    /* Keep it for a later pass rather than break the run. */
+                    continue;
+                }
+                t->holes = h;
+                t->holes_cap = ncap;
+            }
+            t->ops.release(t->ops.arg, &a->ents[p]);
+            set_tag(a, p, 0);
+            t->keys--;
+            n++;
+            t->holes[nh++] = (uint32_t)off;
+            continue;
+        }
+        if (head == nh) {
+            continue;
+        }
+        /* The entry may move into the first hole at or after its home. */
+        size_t home = home_of(a->ents[p].fp_hi, cap);
+        size_t back = p >= home ? p - home : p + cap - home;
+        size_t k = head;
+        if (back < off) {
+            size_t home_off = off - back;
+            while (k < nh && t->holes[k] < home_off) {
+                k++;
+            }
+        }
+        if (k == nh) {
+            continue;
+        }
+        size_t hole = t->holes[k];
+        size_t to = start + hole;
+        if (to >= cap) {
+            to -= cap;
+        }
+        a->ents[to] = a->ents[p];
+        set_tag(a, to, a->tags[p]);
+        set_tag(a, p, 0);
+        if (!checking && hole < resume) {
+            resume = hole;
+        }
+        /* Usually the first hole is taken: drop it in O(1); else close the gap. The slot
+         * left behind is the newest hole, so the count stays the same. */
+        if (k == head) {
+            head++;
+            if (nh == t->holes_cap) {
+                memmove(t->holes, &t->holes[head], (nh - head) * sizeof(t->holes[0]));
+                nh -= head;
+                head = 0;
+            }
+        } else {
+            memmove(&t->holes[k], &t->holes[k + 1], (nh - k - 1) * sizeof(t->holes[0]));
+            nh--;
+        }
+        t->holes[nh++] = (uint32_t)off;
+    }
+    t->cursor = (start + (resume < stop ? resume : stop)) % cap;
+    return n;
+}
+
 size_t
 rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget)
 {
@@ -750,19 +860,7 @@ rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget)
 
     /* Only cur is swept: what is still in old is swept once it has moved. */
     struct kt_array *a = &t->cur;
-    size_t n = 0;
-    size_t i = t->cursor;
-    for (size_t k = 0; k < budget && t->keys > t->old_keys; k++) {
-        if (a->tags[i] != 0 && t->ops.is_full(t->ops.arg, &a->ents[i], now)) {
-            /* The backward shift may pull a not-yet-examined entry into slot i (from across
-             * the end of the array too): look at i again. */
-            drop(t, &a->ents[i]);
-            n++;
-            continue;
-        }
-        i = next_slot(a, i);
-    }
-    t->cursor = i;
+    size_t n = t->keys > t->old_keys ? sweep_cur(t, now, budget) : 0;
     t->expired += n;
 
     /* Give memory back once the load falls under 1/4: move to a load of 1/2, which leaves
