@@ -89,6 +89,14 @@
 /* The memory budget of 33 bytes a slot rests on it. */
 _Static_assert(sizeof(struct rl_keytab_entry) == 32, "keytab entries are 32 bytes");
 
+/* A hole the sweep made: its offset from where the pass started, and `up`, the index of a
+ * later hole to look at instead once this one is taken (a union-find towards the next free
+ * hole); up == its own index while it is free. */
+struct kt_hole {
+    uint32_t off;
+    uint32_t up;
+};
+
 /* One open-addressing array. */
 struct kt_array {
     struct rl_keytab_entry *ents;
@@ -122,10 +130,12 @@ struct rl_keytab {
     uint64_t expired;
     uint64_t resizes;
     uint64_t resize_steps;
-    /* The sweep's holes, as offsets from where it started, ascending (sweep_cur); grown on
-     * demand, at most one per slot. */
-    uint32_t *holes;
+    /* The sweep's holes in the current run (sweep_cur), ascending; grown on demand. */
+    struct kt_hole *holes;
     size_t holes_cap;
+    /* Steps the sweeps took since start: slots visited, hole searches and hole-list upkeep.
+     * For tests (rl_keytab_sweep_work), which check that a sweep does bounded work. */
+    uint64_t sweep_work;
 };
 
 /* Bytes an array of n bytes really takes: mmap'd arrays take whole pages. */
@@ -743,17 +753,133 @@ rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e)
     drop(t, e);
 }
 
+/* The hole list of a sweep pass (sweep_cur): holes[0, n) in ascending offset, `nfree` of
+ * them free (not yet filled by a later entry), none free before `head`. */
+struct kt_holes {
+    size_t n, nfree, head;
+};
+
+/* The first free hole at index i or after (n if none), halving the paths it walks. Taken
+ * holes point further on (a taken hole k points to k + 1 at first), and the last hole of the
+ * list is always free, so this ends. */
+static size_t
+hole_find(struct rl_keytab *t, const struct kt_holes *hl, size_t i)
+{
+    struct kt_hole *h = t->holes;
+    while (i < hl->n && h[i].up != i) {
+        size_t u = h[i].up;
+        h[i].up = h[u].up;
+        i = h[i].up;
+        t->sweep_work++;
+    }
+    return i;
+}
+
+/* The index of the first hole (taken or free) at offset home_off or after, from head on; n if
+ * none. Galloping back from the newest: the entry's home is near it, so this costs the log of
+ * the holes between its home and it, not of the whole list. */
+static size_t
+hole_search(struct rl_keytab *t, const struct kt_holes *hl, size_t home_off)
+{
+    const struct kt_hole *h = t->holes;
+    size_t lo = hl->head, hi = hl->n;
+    if (hi == lo || h[hi - 1].off < home_off) {
+        return hl->n;
+    }
+    /* h[hi].off >= home_off; the answer is in [lo, hi]. */
+    hi--;
+    for (size_t step = 1; hi > lo; step *= 2) {
+        size_t probe = hi - lo > step ? hi - step : lo;
+        t->sweep_work++;
+        if (h[probe].off >= home_off) {
+            hi = probe;
+        } else {
+            lo = probe + 1;
+            break;
+        }
+    }
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        t->sweep_work++;
+        if (h[mid].off < home_off) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* Makes room for one more hole: drops the taken ones when they are at least half the list
+ * (or when no memory can be had), else doubles the list. False only when the list is full of
+ * free holes and cannot grow. Amortised O(1) a hole. */
+static bool
+hole_room(struct rl_keytab *t, struct kt_holes *hl)
+{
+    if (hl->n < t->holes_cap) {
+        return true;
+    }
+    bool compact = hl->n > 0 && 2 * (hl->n - hl->nfree) >= hl->n;
+    if (!compact) {
+        size_t ncap = t->holes_cap ? 2 * t->holes_cap : 256;
+        struct kt_hole *h = realloc(t->holes, ncap * sizeof(*h));
+        if (h != NULL) {
+            t->holes = h;
+            t->holes_cap = ncap;
+            return true;
+        }
+    }
+    if (hl->nfree == hl->n) {
+        return false;
+    }
+    size_t m = 0;
+    for (size_t k = 0; k < hl->n; k++) {
+        if (t->holes[k].up == k) {
+            t->holes[m].off = t->holes[k].off;
+            t->holes[m].up = (uint32_t)m;
+            m++;
+        }
+    }
+    t->sweep_work += hl->n;
+    hl->n = m;
+    hl->head = 0;
+    return true;
+}
+
+static void
+hole_add(struct rl_keytab *t, struct kt_holes *hl, size_t off)
+{
+    t->holes[hl->n].off = (uint32_t)off;
+    t->holes[hl->n].up = (uint32_t)hl->n;
+    hl->n++;
+    hl->nfree++;
+}
+
 /*
  * Forgets the full entries among `budget` slots of cur from the cursor on, in one pass.
  * Deleting them one by one with a backward shift each would walk the rest of their run for
  * every deletion: quadratic in the run's length, which at a load of 7/8 and with most keys
  * expiring together stalled the node for over a second. Instead the pass keeps the holes it
- * made (ascending, holes[head..nh)) and moves each later entry of the run into the first
- * hole at or after its home, which keeps every entry reachable from its home; past the
- * budget it only keeps shifting, until the run ends (an empty slot) or no hole is left.
+ * made in the current run and moves each later entry of the run into the first free hole at
+ * or after its home, which keeps every entry reachable from its home; past the budget it goes
+ * on (examining, forgetting and shifting) until the run ends (an empty slot) or no hole is
+ * left, and the next pass starts there.
+ *
+ * Finding that hole must not cost more than a few steps either: runs can be tens of
+ * thousands of slots long, as the load is far from even across the table (the slots just
+ * swept are nearly empty, those the sweep comes to next hold every key used in a whole lap),
+ * and a pass that forgets most of such a run keeps tens of thousands of holes, most of them
+ * before the homes of the entries that follow. A linear search over them (with a memmove to
+ * drop a taken one from the middle) made one sweep take 10^9 steps, 0.3-3 s. So the holes
+ * stay in the list in ascending order once taken: a galloping search back from the newest
+ * finds the first at or after the home, and a union-find (each taken hole points at a later one, paths halved)
+ * skips the taken ones; taken holes are dropped in bulk when they make up half a full list.
+ * A pass thus costs O((budget + tail) log) where the tail is the rest of the run it ends in.
+ *
  * Offsets are counted from the start of the pass, so a run across the end of the array or
- * back across the start of the pass needs no special case. An entry not yet examined that moves back into the examined part makes the next
- * pass start there, so it is not skipped.
+ * back across the start of the pass needs no special case. Only examined entries move (the
+ * tail past the budget examines too), so the next pass skips none by starting where this one
+ * stopped.
  */
 static size_t
 sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
@@ -761,64 +887,65 @@ sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
     struct kt_array *a = &t->cur;
     size_t cap = a->cap;
     size_t start = t->cursor;
-    size_t n = 0, head = 0, nh = 0, examined = 0, stop = 0, resume = SIZE_MAX;
+    size_t n = 0, examined = 0, stop = 0;
+    struct kt_holes hl = {0, 0, 0};
     size_t p = start;
 
-    /* Past one lap only shifting goes on: a run that wraps past the start of the pass may
+    /* Past the budget the pass goes on only while it has free holes, to the end of the run,
+     * and keeps examining there: the entries it moves back must have been examined, or the
+     * next pass would have to start back where they went (it used to, which on long runs
+     * held the cursor nearly in place and let the slots ahead of it fill up further).
+     * Past one lap only shifting goes on: a run that wraps past the start of the pass may
      * continue into slots looked at first, whose entries must still reach their home. */
     for (size_t off = 0; off < 2 * cap; off++, p = next_slot(a, p)) {
-        bool checking = examined < budget && off < cap;
+        bool tail = examined >= budget || off >= cap;
+        bool checking = off < cap;
 
+        t->sweep_work++;
+        if (a->tags[p] == 0) {
+            /* The run ended: no later entry can use these holes. */
+            hl.n = hl.nfree = hl.head = 0;
+            if (tail) {
+                break;
+            }
+            examined++;
+            stop = off + 1;
+            continue;
+        }
+        if (tail && hl.nfree == 0) {
+            break;
+        }
         if (checking) {
             examined++;
             stop = off + 1;
         }
-        if (a->tags[p] == 0) {
-            /* The run ended: no later entry can use these holes. */
-            head = nh = 0;
-            if (!checking) {
-                break;
-            }
-            continue;
-        }
-        if (!checking && head == nh) {
-            break;
-        }
         if (checking && t->ops.is_full(t->ops.arg, &a->ents[p], now)) {
-            if (nh == t->holes_cap) {
-                size_t ncap = t->holes_cap ? 2 * t->holes_cap : 256;
-                uint32_t *h = realloc(t->holes, ncap * sizeof(*h));
-                if (h == NULL) {
-                    /* Keep it for a later pass rather than break the run. */
-                    continue;
-                }
-                t->holes = h;
-                t->holes_cap = ncap;
+            if (!hole_room(t, &hl)) {
+                /* Keep it for a later pass rather than break the run. */
+                continue;
             }
             t->ops.release(t->ops.arg, &a->ents[p]);
             set_tag(a, p, 0);
             t->keys--;
             n++;
-            t->holes[nh++] = (uint32_t)off;
+            hole_add(t, &hl, off);
             continue;
         }
-        if (head == nh) {
+        if (hl.nfree == 0) {
             continue;
         }
-        /* The entry may move into the first hole at or after its home. */
+        /* The entry may move into the first free hole at or after its home. */
         size_t home = home_of(a->ents[p].fp_hi, cap);
         size_t back = p >= home ? p - home : p + cap - home;
-        size_t k = head;
+        size_t k = hl.head;
         if (back < off) {
-            size_t home_off = off - back;
-            while (k < nh && t->holes[k] < home_off) {
-                k++;
-            }
+            k = hole_search(t, &hl, off - back);
         }
-        if (k == nh) {
+        k = hole_find(t, &hl, k);
+        if (k == hl.n) {
             continue;
         }
-        size_t hole = t->holes[k];
+        size_t hole = t->holes[k].off;
         size_t to = start + hole;
         if (to >= cap) {
             to -= cap;
@@ -826,26 +953,28 @@ sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
         a->ents[to] = a->ents[p];
         set_tag(a, to, a->tags[p]);
         set_tag(a, p, 0);
-        if (!checking && hole < resume) {
-            resume = hole;
+        /* Taken: later searches go on to the next hole. The slot left behind is the newest
+         * hole; the list has room for it, as dropping the taken ones frees at least k. */
+        t->holes[k].up = (uint32_t)(k + 1);
+        hl.nfree--;
+        if (k == hl.head) {
+            hl.head = k + 1;
         }
-        /* Usually the first hole is taken: drop it in O(1); else close the gap. The slot
-         * left behind is the newest hole, so the count stays the same. */
-        if (k == head) {
-            head++;
-            if (nh == t->holes_cap) {
-                memmove(t->holes, &t->holes[head], (nh - head) * sizeof(t->holes[0]));
-                nh -= head;
-                head = 0;
-            }
-        } else {
-            memmove(&t->holes[k], &t->holes[k + 1], (nh - k - 1) * sizeof(t->holes[0]));
-            nh--;
-        }
-        t->holes[nh++] = (uint32_t)off;
+        (void)hole_room(t, &hl);
+        hole_add(t, &hl, off);
     }
-    t->cursor = (start + (resume < stop ? resume : stop)) % cap;
+    t->cursor = (start + stop) % cap;
     return n;
+}
+
+/* Declared here only: the tests' window on how much work the sweeps did (keytab.h is the
+ * owner's interface and has no use for it). */
+uint64_t rl_keytab_sweep_work(const struct rl_keytab *t);
+
+uint64_t
+rl_keytab_sweep_work(const struct rl_keytab *t)
+{
+    return t->sweep_work;
 }
 
 size_t

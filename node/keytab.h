@@ -90,8 +90,10 @@ struct rl_keytab_entry *rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, ui
 /* Drops an entry: calls ops->release on it, then removes it. */
 void rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e);
 
-/* Forgets entries that are full at now (ops->release, then removal), examining at most
- * `budget` slots from where the last sweep stopped. Returns the number forgotten. During a
+/* Forgets entries that are full at now (ops->release, then removal), examining `budget` slots
+ * from where the last sweep stopped and, if it forgot entries of the run (of occupied slots)
+ * it ends in, the rest of that run too, as it must close the holes anyway; a few steps a
+ * slot. Returns the number forgotten. During a
  * resize it first moves up to `budget` old slots into the new array (so a periodic sweep
  * finishes a resize even without inserts); entries still in the old array are swept once
  * they have moved. When no resize runs (and the last one's memory is given back) and the load
