@@ -24,7 +24,7 @@ cat > "$work/tb.conf" <<CONF
 listen = 127.0.0.1:$port
 memory = 4g
 [service bench]
-limit = token_bucket 1000 per 1s
+limit = token_bucket 100 per 1m
 CONF
 
 if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
