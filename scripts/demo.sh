@@ -112,5 +112,7 @@ wait "$bench" || true
 echo
 echo "== rl-bench summary"
 cat "$run/bench.out"
+sleep 1.2 # the router flushes its request log at least once a second
 echo "== request log: $(wc -l < "$run/requests.log" 2>/dev/null || echo 0) lines in $run/requests.log"
-echo "   try: $bin/rl-rebalance --config $conf --dry-run $run/requests.log"
+echo "== what rl-rebalance would do with it (--dry-run: nothing is written)"
+"$bin/rl-rebalance" --config "$conf" --dry-run "$run/requests.log" || true
