@@ -20,6 +20,11 @@
 /* Slots of the key table examined per sweep tick, and the tick period. */
 #define SERVER_SWEEP_BUDGET 65536u
 #define SERVER_SWEEP_MS 100u
+/* A key is forgotten once it has been back at full allowance this long, not at once: a key
+ * used every few ms would otherwise be deleted and re-inserted over and over, churning the
+ * table (docs/BENCHMARKS.md, key churn). Full at now - grace implies full at now, since
+ * time without consumption only ever moves a state towards full. */
+#define SERVER_SWEEP_GRACE_MS 1000u
 
 struct rl_conn {
     uv_tcp_t tcp;
@@ -380,8 +385,11 @@ static void
 server_sweep(uv_timer_t *t)
 {
     struct rl_server *s = t->data;
+    uint64_t now = rl_clock_now_ms(&s->clock);
 
-    rl_limiter_sweep(s->limiter, rl_clock_now_ms(&s->clock), SERVER_SWEEP_BUDGET);
+    if (now > SERVER_SWEEP_GRACE_MS) {
+        rl_limiter_sweep(s->limiter, now - SERVER_SWEEP_GRACE_MS, SERVER_SWEEP_BUDGET);
+    }
 }
 
 int
