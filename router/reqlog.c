@@ -204,6 +204,23 @@ rl_reqlog_sample(struct rl_reqlog *l)
     return 0;
 }
 
+/* Appends v in decimal. */
+static char *
+put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0) {
+        *p++ = tmp[--n];
+    }
+    return p;
+}
+
 /* Appends s with bytes outside '!'..'~' and '%' written as %XX, so fields never hold a
  * space or a newline; "-" for an empty field. */
 static char *
@@ -235,7 +252,6 @@ rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *n
               const char *user, size_t ulen)
 {
     char *p;
-    int n;
 
     if (l->closing) {
         return;
@@ -254,10 +270,26 @@ rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *n
         ulen = 256;
     }
     p = l->fill + l->fill_len;
-    n = snprintf(p, 128, "%llu %u %.64s %u %016llx ", (unsigned long long)ts_ms, shard,
-                 (node != NULL && node[0] != '\0') ? node : "-", code,
-                 (unsigned long long)key_hash);
-    p += n;
+    /* Formatted by hand: snprintf alone cost a fifth of a core at a million lines a second. */
+    p = put_u64(p, ts_ms);
+    *p++ = ' ';
+    p = put_u64(p, shard);
+    *p++ = ' ';
+    if (node != NULL && node[0] != '\0') {
+        size_t nl = strnlen(node, 64);
+
+        memcpy(p, node, nl);
+        p += nl;
+    } else {
+        *p++ = '-';
+    }
+    *p++ = ' ';
+    p = put_u64(p, code);
+    *p++ = ' ';
+    for (int sh = 60; sh >= 0; sh -= 4) {
+        *p++ = "0123456789abcdef"[(key_hash >> sh) & 15];
+    }
+    *p++ = ' ';
     p = put_escaped(p, service, slen);
     *p++ = ' ';
     p = put_escaped(p, user, ulen);
