@@ -13,9 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include <xxhash.h>
-
 #include "client.h"
+#include "shardmap.h"
 #include "clock.h"
 #include "wire.h"
 
@@ -92,34 +91,6 @@ parse_u64(const char *s, uint64_t max, uint64_t *out)
     }
     *out = v;
     return 0;
-}
-
-/*
- * The key hash of PROTOCOL.md's sharding: XXH3_64bits (seed 0) of the service bytes, one
- * 0x00 byte, then the user bytes. Kept here, identical to rl_shardmap_key_hash, so this
- * tool does not depend on the shard map module.
- */
-static uint64_t
-key_hash(const char *service, size_t slen, const char *user, size_t ulen)
-{
-    char stack[512];
-    char *buf = stack;
-    uint64_t h;
-
-    if (slen + 1 + ulen > sizeof(stack)) {
-        buf = malloc(slen + 1 + ulen);
-        if (buf == NULL) {
-            return 0;
-        }
-    }
-    memcpy(buf, service, slen);
-    buf[slen] = '\0';
-    memcpy(buf + slen + 1, user, ulen);
-    h = XXH3_64bits(buf, slen + 1 + ulen);
-    if (buf != stack) {
-        free(buf);
-    }
-    return h;
 }
 
 static const char *
@@ -332,7 +303,7 @@ cmd_hash(const struct cli *o, int argc, char **argv)
     if (argc != 2) {
         return usage_error("%s: expected SERVICE USER", "hash");
     }
-    h = key_hash(argv[0], strlen(argv[0]), argv[1], strlen(argv[1]));
+    h = rl_shardmap_key_hash(argv[0], strlen(argv[0]), argv[1], strlen(argv[1]));
     printf("hash %s %s -> key_hash=0x%016llx shard=%u shards=%u\n", argv[0], argv[1],
            (unsigned long long)h, (unsigned)(h % o->shards), o->shards);
     return CLI_EXIT_OK;

@@ -15,10 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "reqlog.h"
 #include "shardmap.h"
 
 #define GENLOG_OUT_BUF (1u << 20)
-#define GENLOG_LINE_MAX 512u
 #define GENLOG_NODES_MAX 1024u
 
 struct genlog {
@@ -113,46 +113,6 @@ parse_nodes(struct genlog *g, const char *list)
     return 0;
 }
 
-static char *
-put_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    int n = 0;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0) {
-        *p++ = tmp[--n];
-    }
-    return p;
-}
-
-/* reqlog.c's escaping: bytes outside '!'..'~' and '%' as %XX, "-" when empty. */
-static char *
-put_escaped(char *p, const char *s, size_t n)
-{
-    static const char hexd[] = "0123456789abcdef";
-
-    if (n == 0) {
-        *p++ = '-';
-        return p;
-    }
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-
-        if (c <= ' ' || c >= 0x7f || c == '%') {
-            *p++ = '%';
-            *p++ = hexd[c >> 4];
-            *p++ = hexd[c & 15];
-        } else {
-            *p++ = (char)c;
-        }
-    }
-    return p;
-}
-
 static int
 write_all(const char *p, size_t n)
 {
@@ -230,29 +190,10 @@ generate(const struct genlog *g)
         key_name(g, k, svc, &slen, user, &ulen);
         shard = rl_shardmap_shard(hash[k], g->shards);
         o = rl_shardmap_owner(map, shard);
-        p = put_u64(p, g->start_ms + i * 1000 / g->rate);
-        *p++ = ' ';
-        p = put_u64(p, shard);
-        *p++ = ' ';
-        if (o == RL_SHARDMAP_NONE) {
-            *p++ = '-';
-        } else {
-            size_t n = strlen(map->members[o].name);
-
-            memcpy(p, map->members[o].name, n);
-            p += n;
-        }
-        memcpy(p, " 0 ", 3);
-        p += 3;
-        for (int b = 60; b >= 0; b -= 4) {
-            *p++ = "0123456789abcdef"[(hash[k] >> b) & 15];
-        }
-        *p++ = ' ';
-        p = put_escaped(p, svc, slen);
-        *p++ = ' ';
-        p = put_escaped(p, user, ulen);
-        *p++ = '\n';
-        if ((size_t)(p - out) > GENLOG_OUT_BUF - GENLOG_LINE_MAX) {
+        p += rl_reqlog_format(p, g->start_ms + i * 1000 / g->rate, shard,
+                              o == RL_SHARDMAP_NONE ? NULL : map->members[o].name, 0, hash[k], svc,
+                              slen, user, ulen);
+        if ((size_t)(p - out) > GENLOG_OUT_BUF - RL_REQLOG_LINE_MAX) {
             rc = write_all(out, (size_t)(p - out));
             if (rc != 0) {
                 goto out;
