@@ -161,12 +161,6 @@ is_alnum(int ch)
     return is_digit(ch) || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
 }
 
-static int
-lower(int ch)
-{
-    return (ch >= 'A' && ch <= 'Z') ? ch - 'A' + 'a' : ch;
-}
-
 /* A name that is also safe as a znode path component: [A-Za-z0-9_.-]{1,max}, not . or .. */
 static bool
 valid_name(const char *s, size_t max)
@@ -181,162 +175,6 @@ valid_name(const char *s, size_t max)
     return n >= 1 && n <= max && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
-/* Reads decimal digits from *s into *out; NULL, "not a number" or "too large". */
-static const char *
-scan_u64(const char **s, uint64_t *out)
-{
-    const char *q = *s;
-    uint64_t v = 0;
-
-    if (!is_digit((unsigned char)*q)) {
-        return "is not a number";
-    }
-    for (; is_digit((unsigned char)*q); q++) {
-        unsigned d = (unsigned)(*q - '0');
-
-        if (v > (UINT64_MAX - d) / 10) {
-            return "is too large";
-        }
-        v = v * 10 + d;
-    }
-    *s = q;
-    *out = v;
-    return NULL;
-}
-
-static const char *
-parse_u64(const char *s, uint64_t *out)
-{
-    const char *why = scan_u64(&s, out);
-
-    if (why == NULL && *s != '\0') {
-        return "is not a number";
-    }
-    return why;
-}
-
-/* The value parsers of conf.h. */
-
-const char *
-rl_conf_parse_duration_ms(const char *s, uint64_t *out)
-{
-    static const struct {
-        const char *unit;
-        uint64_t ms;
-    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
-    uint64_t v;
-    size_t i;
-
-    if (scan_u64(&s, &v) != NULL) {
-        return is_digit((unsigned char)*s) ? "is too large" : CONF_DURATION_PHRASE;
-    }
-    for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strcmp(s, units[i].unit) == 0) {
-            if (v > UINT64_MAX / units[i].ms) {
-                return "is too large";
-            }
-            *out = v * units[i].ms;
-            return NULL;
-        }
-    }
-    return CONF_DURATION_PHRASE;
-}
-
-const char *
-rl_conf_parse_size(const char *s, uint64_t *out)
-{
-    static const char *const phrase = "is not a size (use bytes or k, kb, m, mb, g or gb)";
-    unsigned shift;
-    uint64_t v;
-
-    if (scan_u64(&s, &v) != NULL) {
-        return is_digit((unsigned char)*s) ? "is too large" : phrase;
-    }
-    switch (lower((unsigned char)*s)) {
-    case '\0':
-        *out = v;
-        return NULL;
-    case 'k':
-        shift = 10;
-        break;
-    case 'm':
-        shift = 20;
-        break;
-    case 'g':
-        shift = 30;
-        break;
-    default:
-        return phrase;
-    }
-    s++;
-    if (lower((unsigned char)*s) == 'b') {
-        s++;
-    }
-    if (*s != '\0') {
-        return phrase;
-    }
-    if (v > (UINT64_MAX >> shift)) {
-        return "is too large";
-    }
-    *out = v << shift;
-    return NULL;
-}
-
-const char *
-rl_conf_parse_hostport(const char *s, char **host, uint16_t *port)
-{
-    static const char *const phrase = "is not HOST:PORT";
-    const char *h = s;
-    const char *colon;
-    const char *why;
-    size_t hlen;
-    uint64_t v;
-    size_t i;
-
-    if (*s == '[') {
-        /* [IPV6]:PORT, optionally with a zone ("[fe80::1%eth0]:7400"). */
-        const char *close = strchr(s, ']');
-
-        if (close == NULL || close[1] != ':') {
-            return phrase;
-        }
-        h = s + 1;
-        hlen = (size_t)(close - h);
-        colon = close + 1;
-        for (i = 0; i < hlen; i++) {
-            if (!is_alnum((unsigned char)h[i]) && h[i] != ':' && h[i] != '.' && h[i] != '%') {
-                return phrase;
-            }
-        }
-    } else {
-        colon = strchr(s, ':');
-        if (colon == NULL || strchr(colon + 1, ':') != NULL) {
-            return phrase;
-        }
-        hlen = (size_t)(colon - s);
-        for (i = 0; i < hlen; i++) {
-            if (!is_alnum((unsigned char)h[i]) && h[i] != '-' && h[i] != '.' && h[i] != '_') {
-                return phrase;
-            }
-        }
-    }
-    if (hlen == 0) {
-        return phrase;
-    }
-    why = parse_u64(colon + 1, &v);
-    if (why != NULL && strcmp(why, "is too large") != 0) {
-        return phrase;
-    }
-    if (why != NULL || v < 1 || v > 65535) {
-        return "has a port outside 1..65535";
-    }
-    *host = strndup(h, hlen);
-    if (*host == NULL) {
-        return "could not be stored: out of memory";
-    }
-    *port = (uint16_t)v;
-    return NULL;
-}
 
 /* Key setters: each returns NULL or the phrase that follows `KEY: "VALUE"`. */
 
@@ -361,7 +199,7 @@ set_bounded(struct conf_parser *p, uint32_t *field, const char *v, bool duration
     const char *why;
     uint64_t n;
 
-    why = duration ? rl_conf_parse_duration_ms(v, &n) : parse_u64(v, &n);
+    why = duration ? rl_parse_duration_ms(v, &n) : rl_parse_u64(v, 0, UINT64_MAX, &n);
     if (why == NULL && (n < min || n > max)) {
         snprintf(p->why, sizeof(p->why), "is out of range (%s)", range);
         why = p->why;
@@ -413,7 +251,7 @@ set_zookeeper(struct conf_parser *p, const char *v)
 
             memcpy(item, q, (size_t)(stop - q));
             item[stop - q] = '\0';
-            why = rl_conf_parse_hostport(item, &host, &port);
+            why = rl_parse_hostport(item, &host, &port);
             if (why != NULL) {
                 return strncmp(why, "has a port", 10) == 0 ? why : phrase;
             }
@@ -445,7 +283,7 @@ set_router_listen(struct conf_parser *p, const char *v)
 {
     char *host;
     uint16_t port;
-    const char *why = rl_conf_parse_hostport(v, &host, &port);
+    const char *why = rl_parse_hostport(v, &host, &port);
 
     if (why != NULL) {
         return why;
@@ -480,7 +318,7 @@ set_node_listen(struct conf_parser *p, const char *v)
     struct rl_node_conf *n = &p->c->nodes[p->sec.index];
     char *host;
     uint16_t port;
-    const char *why = rl_conf_parse_hostport(v, &host, &port);
+    const char *why = rl_parse_hostport(v, &host, &port);
 
     if (why != NULL) {
         return why;
@@ -495,7 +333,7 @@ static const char *
 set_node_memory(struct conf_parser *p, const char *v)
 {
     uint64_t bytes;
-    const char *why = rl_conf_parse_size(v, &bytes);
+    const char *why = rl_parse_size(v, &bytes);
 
     if (why != NULL) {
         return why;
@@ -542,7 +380,7 @@ static const char *
 limit_count(struct conf_parser *p, const char *what, const char *tok, uint32_t *out)
 {
     uint64_t n;
-    const char *why = parse_u64(tok, &n);
+    const char *why = rl_parse_u64(tok, 0, UINT64_MAX, &n);
 
     if (why != NULL && strcmp(why, "is not a number") == 0) {
         snprintf(p->why, sizeof(p->why), "has a %s \"%s\" that is not a number", what, tok);
@@ -620,7 +458,7 @@ parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
     if (why != NULL) {
         return why;
     }
-    why = rl_conf_parse_duration_ms(tok[3], &window);
+    why = rl_parse_duration_ms(tok[3], &window);
     if (why != NULL && strcmp(why, CONF_DURATION_PHRASE) == 0) {
         snprintf(p->why, sizeof(p->why), "has a window \"%s\" that %s", tok[3], why);
         return p->why;

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "parse.h"
+
 /* Algorithms: X(NAME, text, has_burst). */
 #define RL_ALGO_MAP(X)                                                                             \
     X(FIXED_WINDOW, "fixed_window", false)                                                         \
@@ -126,16 +128,5 @@ const struct rl_rule *rl_conf_rule(const struct rl_conf *c, const char *service,
 /* The [node NAME] section, or NULL. A linear scan: for start-up, not the hot path. */
 const struct rl_node_conf *rl_conf_node(const struct rl_conf *c, const char *name);
 
-/*
- * Value parsers, shared with the command lines. Each returns NULL on success, or a short
- * phrase to print after the value ("is not a duration (use ms, s, m, h or d)").
- *   duration: digits and a required unit ms, s, m, h or d ("50ms", "4s", "1h").
- *   size: digits, then nothing (bytes) or k, kb, m, mb, g, gb in any case (powers of 1024).
- *   hostport: HOST:PORT or [IPV6]:PORT, port 1..65535; on success *host is a malloc'd copy
- *   without brackets that the caller frees.
- */
-const char *rl_conf_parse_duration_ms(const char *s, uint64_t *out); /* "50ms", "4s", "1h" */
-const char *rl_conf_parse_size(const char *s, uint64_t *out);        /* "512mb", "1g", "4096" */
-const char *rl_conf_parse_hostport(const char *s, char **host, uint16_t *port);
 
 #endif

@@ -133,7 +133,7 @@ main(int argc, char **argv)
     nc = rl_conf_node(n.conf, name);
     memory = (nc != NULL && nc->memory != 0) ? nc->memory : RL_CONF_DEFAULT_MEMORY;
     if (listen != NULL) {
-        phrase = rl_conf_parse_hostport(listen, &host, &port);
+        phrase = rl_parse_hostport(listen, &host, &port);
         if (phrase != NULL) {
             fprintf(stderr, "rl-node: --listen: %s\n", phrase);
             rc = 2;

@@ -167,7 +167,7 @@ main(int argc, char **argv)
         return 2;
     }
     if (listen != NULL) {
-        phrase = rl_conf_parse_hostport(listen, &host, &port);
+        phrase = rl_parse_hostport(listen, &host, &port);
         if (phrase != NULL) {
             fprintf(stderr, "rl-router: --listen: %s\n", phrase);
             rl_conf_destroy(m.conf);

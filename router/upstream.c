@@ -207,7 +207,7 @@ rl_upstream_create(struct rl_upstream **out, uv_loop_t *loop, const char *name, 
     uint16_t port;
     int rc;
 
-    if (rl_conf_parse_hostport(addr, &host, &port) != NULL) {
+    if (rl_parse_hostport(addr, &host, &port) != NULL) {
         return -EINVAL;
     }
     u = calloc(1, sizeof(*u));

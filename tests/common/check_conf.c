@@ -554,7 +554,7 @@ static const struct {
 START_TEST(test_durations)
 {
     uint64_t ms = 12345;
-    const char *why = rl_conf_parse_duration_ms(durations[_i].in, &ms);
+    const char *why = rl_parse_duration_ms(durations[_i].in, &ms);
 
     if (durations[_i].phrase == NULL) {
         ck_assert_msg(why == NULL, "\"%s\": %s", durations[_i].in, why);
@@ -598,7 +598,7 @@ static const struct {
 START_TEST(test_sizes)
 {
     uint64_t bytes = 12345;
-    const char *why = rl_conf_parse_size(sizes[_i].in, &bytes);
+    const char *why = rl_parse_size(sizes[_i].in, &bytes);
 
     if (sizes[_i].phrase == NULL) {
         ck_assert_msg(why == NULL, "\"%s\": %s", sizes[_i].in, why);
@@ -643,7 +643,7 @@ START_TEST(test_hostports)
 {
     char *host = NULL;
     uint16_t port = 4242;
-    const char *why = rl_conf_parse_hostport(hostports[_i].in, &host, &port);
+    const char *why = rl_parse_hostport(hostports[_i].in, &host, &port);
 
     if (hostports[_i].phrase == NULL) {
         ck_assert_msg(why == NULL, "\"%s\": %s", hostports[_i].in, why);
