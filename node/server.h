@@ -1,9 +1,9 @@
 /*
- * server: the node's TCP front end on libuv. Accepts connections, splits frames, decodes
- * requests, asks the limiter, and writes every reply of one read batch in one write.
- * Bounds what a client can cost: input is at most one frame plus one read, queued output
- * stops reading from that client past RL_SERVER_OUT_MAX, and connections past
- * max_connections are refused with an OVERLOADED error. Not for ZooKeeper (zkm.h).
+ * server: the node's TCP front end: a listener of framed connections (conn.h), each frame
+ * decoded (wire.h) and answered by the limiter. Replies of one loop turn leave in one write
+ * per client; backpressure, half-close, the connection cap (an OVERLOADED error past
+ * max_connections) and protocol errors follow conn.h's one behaviour. Not for ZooKeeper
+ * (zkm.h).
  */
 #ifndef RL_SERVER_H
 #define RL_SERVER_H
@@ -15,24 +15,14 @@
 
 #include "clock.h"
 #include "conf.h"
+#include "conn.h"
 #include "limiter.h"
+#include "wire.h"
 
-#define RL_SERVER_OUT_MAX (1u << 20)     /* replies queued per client before we stop reading */
 #define RL_SERVER_MAX_CONNECTIONS 10000u /* default */
 
-/* Server counters, X(name, text): reported by STATS beside the limiter's. */
-#define RL_SERVER_STATS_MAP(X)                                                                     \
-    X(connections, "connections")                                                                  \
-    X(connections_total, "connections_total")                                                      \
-    X(connections_refused, "connections_refused")                                                  \
-    X(errors, "errors")                                                                            \
-    X(protocol_closes, "protocol_closes")
-
-struct rl_server_stats {
-#define RL_SERVER_FIELD(n, s) uint64_t n;
-    RL_SERVER_STATS_MAP(RL_SERVER_FIELD)
-#undef RL_SERVER_FIELD
-};
+/* Membership state for STATS (rl_server_set_membership). */
+#define RL_SERVER_ZK_NONE (-1) /* static membership: no ZooKeeper configured */
 
 struct rl_server_opts {
     const char *name; /* answered to PING */
@@ -42,18 +32,20 @@ struct rl_server_opts {
     uint32_t max_connections;
 };
 
-struct rl_conn;
-
 struct rl_server {
     uv_loop_t *loop;
-    uv_tcp_t listener;
+    struct rl_connq connq;
+    struct rl_listener listener;
+    struct rl_wire_decoder dec; /* one for all clients: frames are decoded one at a time */
     uv_timer_t sweep_timer;
     struct rl_limiter *limiter;
     struct rl_clock clock;
     struct rl_server_opts opts;
     char name[64];
-    struct rl_conn *conns; /* doubly linked list of open connections */
-    struct rl_server_stats stats;
+    uint64_t now_ms; /* the limiter's clock, read once per batch of frames */
+    uint64_t errors; /* ERROR replies sent */
+    int zk_state;    /* RL_SERVER_ZK_NONE or an enum rl_zkm_state */
+    int registered;  /* 1 while this node's znode is held (always 1 with static membership) */
     uint64_t started_ms;
     int pending_closes; /* handles still closing */
     bool closing;
@@ -66,6 +58,9 @@ struct rl_server {
  */
 int rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *limiter,
                     const struct rl_server_opts *opts);
+
+/* The membership state STATS reports as zk_state and registered (set by the node's main). */
+void rl_server_set_membership(struct rl_server *s, int zk_state, int registered);
 
 /* Stops listening and closes every connection; on_closed (may be NULL) runs when done. */
 void rl_server_close(struct rl_server *s, void (*on_closed)(struct rl_server *s));

@@ -6,8 +6,9 @@
  * client leaves), their node connection's (to answer them by failure policy the moment the
  * connection dies), and one FIFO ordered by deadline (every request gets the same deadline,
  * so creation order is deadline order and one timer on the head suffices).
- * Output to nodes and to clients is gathered per connection and written once per loop turn
- * from a uv_check handle.
+ * Connections to clients and to nodes are framed connections of conn.h: their output is
+ * gathered and written once per loop turn by the shared flusher, and a client whose requests
+ * in flight reach RL_CONN_HOLD_MAX, or whose replies pile up, is paused (conn.h's one rule).
  */
 #include "router.h"
 
@@ -19,14 +20,12 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "conn.h"
 #include "log.h"
 #include "reqlog.h"
 #include "upstream.h"
 #include "wire.h"
 
-#define ROUTER_READ_CHUNK (64u * 1024u)
-#define ROUTER_OUT_MAX (1u << 20)     /* client replies queued before we stop reading it */
-#define ROUTER_CLIENT_PENDING 4096u   /* client requests in flight before we stop reading it */
 #define ROUTER_USER_LOGGED 64u        /* user bytes kept per request for the request log */
 #define ROUTER_GEN_SHIFT 24           /* upstream id = gen << 24 | slab index */
 #define ROUTER_PENDING_MAX (1u << 24) /* so the index fits under the generation */
@@ -35,10 +34,9 @@ struct rl_cconn;
 
 struct rl_pending {
     struct rl_cconn *client; /* NULL once the client left */
-    struct rl_upconn *uc;
     struct rl_upstream *up;
+    struct rl_uplink link;            /* in flight on one of up's connections */
     struct rl_pending *cprev, *cnext; /* client's list */
-    struct rl_pending *uprev, *unext; /* upstream connection's list */
     struct rl_pending *fprev, *fnext; /* deadline FIFO, or the free list (fnext) */
     const struct rl_rule *rule;
     uint64_t deadline;
@@ -52,31 +50,17 @@ struct rl_pending {
     char user[ROUTER_USER_LOGGED];
 };
 
+/* A client connection: conn.h's, plus the requests it has in flight (one hold each). */
 struct rl_cconn {
-    uv_tcp_t tcp;
-    uv_write_t wreq;
-    struct rl_router *r;
-    struct rl_cconn *prev, *next;
-    struct rl_cconn *dirty_next;
-    struct rl_buf in;
-    struct rl_buf out;
-    struct rl_buf inflight;
-    struct rl_wire_decoder dec;
+    struct rl_conn conn; /* first: the listener allocates rl_cconn-sized connections */
     struct rl_pending *pending;
-    uint32_t npending;
-    bool reading;
-    bool writing;
-    bool dirty;
-    bool close_after_write;
-    bool eof; /* the client shut its side: answer what it sent, then close */
-    bool closing;
 };
 
 struct rl_router {
     uv_loop_t *loop;
-    uv_tcp_t listener;
+    struct rl_connq connq;
+    struct rl_listener listener;
     uv_timer_t deadline_timer;
-    uv_check_t flush_check;
     const struct rl_conf *conf;
     struct rl_router_opts opts;
     char name[64];
@@ -100,18 +84,13 @@ struct rl_router {
     struct rl_pending *fifo_head, *fifo_tail;
     uint32_t npending;
 
-    struct rl_cconn *clients;
-    struct rl_cconn *dirty_clients;
-    struct rl_upconn *dirty_upconns;
-    struct rl_wire_decoder updec;
+    struct rl_wire_decoder dec; /* client requests, one frame at a time */
     struct rl_reqlog *log;
     uint64_t log_anchor_real; /* wall clock (ms) at loop time log_anchor_loop */
     uint64_t log_anchor_loop;
     struct rl_router_stats stats;
 };
 
-static void cconn_close(struct rl_cconn *c);
-static void cconn_mark(struct rl_cconn *c);
 static void router_maybe_free(struct rl_router *r);
 
 /* ---- pending records ---------------------------------------------------------------- */
@@ -176,19 +155,9 @@ pending_put(struct rl_router *r, struct rl_pending *p, bool late_reply)
         if (p->cnext != NULL) {
             p->cnext->cprev = p->cprev;
         }
-        c->npending--;
+        rl_conn_release(&c->conn);
     }
-    if (p->uc != NULL) {
-        if (p->uprev != NULL) {
-            p->uprev->unext = p->unext;
-        } else {
-            p->uc->pending = p->unext;
-        }
-        if (p->unext != NULL) {
-            p->unext->uprev = p->uprev;
-        }
-        p->uc->npending--;
-    }
+    rl_upstream_done(&p->link);
     if (p->fprev != NULL) {
         p->fprev->fnext = p->fnext;
     } else {
@@ -201,9 +170,8 @@ pending_put(struct rl_router *r, struct rl_pending *p, bool late_reply)
     }
     p->used = false;
     p->client = NULL;
-    p->uc = NULL;
     p->up = NULL;
-    p->cprev = p->cnext = p->uprev = p->unext = p->fprev = p->fnext = NULL;
+    p->cprev = p->cnext = p->fprev = p->fnext = NULL;
     if (r->free_list == NULL) {
         r->free_list = r->free_tail = p;
     } else if (late_reply) {
@@ -280,19 +248,19 @@ pending_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
     count_code(r, rep.code);
     r->stats.checks++;
     if (p->up != NULL) {
-        p->up->stats.failures++;
+        rl_upstream_count_failure(p->up);
     }
     if (p->logged) {
         log_answer(r, p->shard, p->up != NULL ? p->up->name : "-", rep.code, p->key_hash,
                    p->rule->service, p->rule->service_len, p->user, p->ulen);
     }
     if (p->client != NULL) {
-        struct rl_cconn *c = p->client;
+        struct rl_conn *c = &p->client->conn;
 
         if (rl_wire_put_check_reply(&c->out, &rep) == 0) {
-            cconn_mark(c);
+            rl_conn_mark(c);
         } else {
-            cconn_close(c);
+            rl_conn_close(c, UV_ENOMEM);
         }
     }
     pending_put(r, p, late_reply);
@@ -316,160 +284,39 @@ deadline_fire(uv_timer_t *t)
 
 /* ---- client connections ----------------------------------------------------------------- */
 
+/* The client is closing: its requests still in flight are answered by the node later, to
+ * no one: orphan them. */
 static void
-cconn_free(uv_handle_t *h)
+cconn_on_close(struct rl_conn *conn, int status)
 {
-    struct rl_cconn *c = h->data;
-    struct rl_router *r = c->r;
+    struct rl_cconn *c = (struct rl_cconn *)conn;
 
-    rl_buf_deinit(&c->in);
-    rl_buf_deinit(&c->out);
-    rl_buf_deinit(&c->inflight);
-    rl_wire_decoder_deinit(&c->dec);
-    free(c);
-    r->handles--;
-    router_maybe_free(r);
-}
-
-static void
-cconn_close(struct rl_cconn *c)
-{
-    struct rl_router *r = c->r;
-
-    if (c->closing) {
-        return;
-    }
-    c->closing = true;
-    /* Its requests still in flight are answered by the node later: orphan them. */
+    (void)status;
     for (struct rl_pending *p = c->pending; p != NULL; p = p->cnext) {
         p->client = NULL;
     }
     c->pending = NULL;
-    c->npending = 0;
-    if (c->prev != NULL) {
-        c->prev->next = c->next;
-    } else {
-        r->clients = c->next;
-    }
-    if (c->next != NULL) {
-        c->next->prev = c->prev;
-    }
-    r->stats.connections--;
-    uv_close((uv_handle_t *)&c->tcp, cconn_free);
 }
 
 static void
-cconn_mark(struct rl_cconn *c)
+cconn_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg)
 {
-    if (!c->dirty && !c->closing) {
-        c->dirty = true;
-        c->dirty_next = c->r->dirty_clients;
-        c->r->dirty_clients = c;
-    }
-}
+    struct rl_router *r = c->data;
 
-static void
-cconn_error(struct rl_cconn *c, uint32_t id, uint32_t err, const char *msg)
-{
-    c->r->stats.errors++;
+    r->stats.errors++;
     if (rl_wire_put_error(&c->out, id, err, msg) != 0) {
-        cconn_close(c);
+        rl_conn_close(c, UV_ENOMEM);
         return;
     }
-    cconn_mark(c);
-}
-
-static void cconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
-
-static void
-cconn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-    struct rl_cconn *c = h->data;
-
-    (void)suggested;
-    if (rl_buf_reserve(&c->in, ROUTER_READ_CHUNK) != 0) {
-        buf->base = NULL;
-        buf->len = 0;
-        return;
-    }
-    buf->base = c->in.data + c->in.len;
-    buf->len = c->in.cap - c->in.len;
-}
-
-static bool
-cconn_backlogged(const struct rl_cconn *c)
-{
-    return rl_buf_unread(&c->out) + rl_buf_unread(&c->inflight) > ROUTER_OUT_MAX ||
-           c->npending >= ROUTER_CLIENT_PENDING;
-}
-
-static void cconn_flush(struct rl_cconn *c);
-static void cconn_process(struct rl_cconn *c);
-
-static void
-cconn_written(uv_write_t *w, int status)
-{
-    struct rl_cconn *c = w->data;
-
-    c->writing = false;
-    rl_buf_reset(&c->inflight);
-    if (c->closing) {
-        return;
-    }
-    if (status < 0) {
-        cconn_close(c);
-        return;
-    }
-    cconn_flush(c);
-}
-
-static void
-cconn_flush(struct rl_cconn *c)
-{
-    struct rl_buf tmp;
-    uv_buf_t b;
-
-    if (c->closing) {
-        return;
-    }
-    if (!c->reading && !c->close_after_write && !cconn_backlogged(c)) {
-        /* Frames left in c->in when it backed up are answered before reading any more. */
-        cconn_process(c);
-        if (c->closing) {
-            return;
-        }
-        if (!c->reading && !c->eof && !c->close_after_write && !cconn_backlogged(c)) {
-            c->reading = uv_read_start((uv_stream_t *)&c->tcp, cconn_alloc, cconn_read) == 0;
-        }
-    }
-    if (c->writing) {
-        return;
-    }
-    if (rl_buf_unread(&c->out) == 0) {
-        /* Requests still at a node are answered first: the deadline bounds the wait. */
-        if ((c->close_after_write || c->eof) && c->npending == 0) {
-            cconn_close(c);
-        }
-        return;
-    }
-    tmp = c->inflight;
-    c->inflight = c->out;
-    c->out = tmp;
-    b = uv_buf_init(c->inflight.data + c->inflight.pos, (unsigned)rl_buf_unread(&c->inflight));
-    c->wreq.data = c;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, cconn_written) != 0) {
-        cconn_close(c);
-        return;
-    }
-    c->writing = true;
+    rl_conn_mark(c);
 }
 
 /* ---- requests --------------------------------------------------------------------------- */
 
 static void
-router_stats_reply(struct rl_cconn *c, uint32_t id)
+router_stats_reply(struct rl_conn *c, uint32_t id)
 {
-    struct rl_router *r = c->r;
+    struct rl_router *r = c->data;
     enum { STATS_MAX = 40 + 4 * 64 };
     const char *keys[STATS_MAX];
     int64_t vals[STATS_MAX];
@@ -482,6 +329,14 @@ router_stats_reply(struct rl_cconn *c, uint32_t id)
     vals[n++] = (int64_t)r->stats.f;
     RL_ROUTER_STATS_MAP(RL_ROUTER_PUT)
 #undef RL_ROUTER_PUT
+    keys[n] = "connections";
+    vals[n++] = (int64_t)r->listener.stats.connections;
+    keys[n] = "connections_total";
+    vals[n++] = (int64_t)r->listener.stats.connections_total;
+    keys[n] = "connections_refused";
+    vals[n++] = (int64_t)r->listener.stats.connections_refused;
+    keys[n] = "protocol_closes";
+    vals[n++] = (int64_t)r->listener.stats.protocol_closes;
     keys[n] = "pending";
     vals[n++] = r->npending;
     keys[n] = "members";
@@ -523,18 +378,18 @@ router_stats_reply(struct rl_cconn *c, uint32_t id)
         vals[n++] = shards;
     }
     if (rl_wire_put_stats_reply(&c->out, id, keys, vals, n) != 0) {
-        cconn_close(c);
+        rl_conn_close(c, UV_ENOMEM);
         return;
     }
-    cconn_mark(c);
+    rl_conn_mark(c);
 }
 
 /* Answers a CHECK the router decides itself (NO_RULE, or failure policy). */
 static void
-answer_local(struct rl_cconn *c, const struct rl_wire_req *req, const struct rl_wire_check_reply *rep,
+answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_wire_check_reply *rep,
              uint32_t shard, const char *node, uint64_t hash)
 {
-    struct rl_router *r = c->r;
+    struct rl_router *r = c->data;
 
     r->stats.checks++;
     count_code(r, rep->code);
@@ -545,21 +400,21 @@ answer_local(struct rl_cconn *c, const struct rl_wire_req *req, const struct rl_
                    req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED);
     }
     if (rl_wire_put_check_reply(&c->out, rep) != 0) {
-        cconn_close(c);
+        rl_conn_close(c, UV_ENOMEM);
         return;
     }
-    cconn_mark(c);
+    rl_conn_mark(c);
 }
 
 static void
-router_check(struct rl_cconn *c, const struct rl_wire_req *req)
+router_check(struct rl_conn *conn, const struct rl_wire_req *req)
 {
-    struct rl_router *r = c->r;
+    struct rl_cconn *c = (struct rl_cconn *)conn;
+    struct rl_router *r = conn->data;
     const struct rl_rule *rule;
     struct rl_wire_check_reply rep;
     struct rl_wire_req fwd;
     struct rl_upstream *u = NULL;
-    struct rl_upconn *uc = NULL;
     struct rl_pending *p;
     uint64_t hash;
     uint32_t shard, owner = RL_SHARDMAP_NONE;
@@ -573,7 +428,7 @@ router_check(struct rl_cconn *c, const struct rl_wire_req *req)
         memset(&rep, 0, sizeof(rep));
         rep.id = req->id;
         rep.code = RL_WIRE_NO_RULE;
-        answer_local(c, req, &rep, shard, "-", hash);
+        answer_local(conn, req, &rep, shard, "-", hash);
         return;
     }
     if (r->map != NULL) {
@@ -581,21 +436,28 @@ router_check(struct rl_cconn *c, const struct rl_wire_req *req)
     }
     if (owner != RL_SHARDMAP_NONE) {
         u = r->owners[owner];
-        uc = rl_upstream_pick(u);
     }
-    if (uc == NULL) {
-        r->stats.owner_down++;
-        if (u != NULL) {
-            u->stats.failures++;
-        }
-        fill_failure(r, rule, req->id, &rep);
-        answer_local(c, req, &rep, shard, u != NULL ? u->name : "-", hash);
+    p = u != NULL ? pending_get(r) : NULL;
+    if (u != NULL && p == NULL) {
+        r->stats.overloaded++;
+        cconn_error(conn, req->id, RL_WIRE_ERR_OVERLOADED,
+                    "router has too many requests in flight");
         return;
     }
-    p = pending_get(r);
-    if (p == NULL) {
-        r->stats.overloaded++;
-        cconn_error(c, req->id, RL_WIRE_ERR_OVERLOADED, "router has too many requests in flight");
+    fwd = *req;
+    if (p != NULL) {
+        fwd.id = pending_id(r, p);
+    }
+    if (p == NULL || rl_upstream_send(u, &fwd, &p->link) != 0) {
+        if (p != NULL) {
+            pending_put(r, p, false);
+        }
+        r->stats.owner_down++;
+        if (u != NULL) {
+            rl_upstream_count_failure(u);
+        }
+        fill_failure(r, rule, req->id, &rep);
+        answer_local(conn, req, &rep, shard, u != NULL ? u->name : "-", hash);
         return;
     }
     p->client = c;
@@ -604,7 +466,6 @@ router_check(struct rl_cconn *c, const struct rl_wire_req *req)
     p->shard = shard;
     p->key_hash = hash;
     p->up = u;
-    p->uc = uc;
     p->deadline = uv_now(r->loop) + r->conf->deadline_ms;
     p->logged = r->log != NULL && rl_reqlog_sample(r->log);
     if (p->logged) {
@@ -618,14 +479,7 @@ router_check(struct rl_cconn *c, const struct rl_wire_req *req)
         c->pending->cprev = p;
     }
     c->pending = p;
-    c->npending++;
-    p->uprev = NULL;
-    p->unext = uc->pending;
-    if (uc->pending != NULL) {
-        uc->pending->uprev = p;
-    }
-    uc->pending = p;
-    uc->npending++;
+    rl_conn_hold(conn);
     p->fnext = NULL;
     p->fprev = r->fifo_tail;
     if (r->fifo_tail != NULL) {
@@ -635,258 +489,117 @@ router_check(struct rl_cconn *c, const struct rl_wire_req *req)
         uv_timer_start(&r->deadline_timer, deadline_fire, r->conf->deadline_ms, 0);
     }
     r->fifo_tail = p;
-
-    fwd = *req;
-    fwd.id = pending_id(r, p);
-    if (rl_wire_put_check(&uc->out, &fwd) != 0) {
-        pending_fail(r, p, false);
-        return;
-    }
-    u->stats.forwarded++;
     r->stats.forwarded++;
-    rl_upstream_mark(uc);
 }
 
+/* One frame of a client. */
 static void
-cconn_handle(struct rl_cconn *c, const struct rl_wire_req *req)
+cconn_frame(struct rl_conn *c, const char *p, size_t n)
 {
-    switch (req->op) {
+    struct rl_router *r = c->data;
+    struct rl_wire_fault fault;
+    struct rl_wire_req req;
+
+    if (rl_wire_decode_req(&r->dec, p, n, &req, &fault) != 0) {
+        if (fault.fatal) {
+            r->stats.errors++;
+            rl_conn_protocol_error(c, fault.id, fault.err, fault.msg, p, n);
+        } else {
+            cconn_error(c, fault.id, fault.err, fault.msg);
+        }
+        return;
+    }
+    switch (req.op) {
     case RL_WIRE_OP_CHECK:
-        router_check(c, req);
+        router_check(c, &req);
         break;
     case RL_WIRE_OP_PING:
-        if (rl_wire_put_ping_reply(&c->out, req->id, c->r->name) != 0) {
-            cconn_close(c);
+        if (rl_wire_put_ping_reply(&c->out, req.id, r->name) != 0) {
+            rl_conn_close(c, UV_ENOMEM);
             return;
         }
-        cconn_mark(c);
+        rl_conn_mark(c);
         break;
     case RL_WIRE_OP_STATS:
-        router_stats_reply(c, req->id);
+        router_stats_reply(c, req.id);
         break;
     default:
         /* CLOCK is a node's test hook; a router has no clock to set. */
-        cconn_error(c, req->id, RL_WIRE_ERR_UNKNOWN_OP, "unknown op");
+        cconn_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, "unknown op");
         break;
     }
 }
 
-/*
- * Answers the whole frames in c->in while c is not backlogged, and stops reading c when it
- * is (or must close). Stopping mid-batch bounds what one read can queue: 64 KiB of 7-byte
- * STATS requests would otherwise be answered with tens of megabytes at once.
- */
-static void
-cconn_process(struct rl_cconn *c)
-{
-    struct rl_wire_req req;
-    struct rl_wire_fault fault;
-    size_t plen;
-    int rc;
-
-    while (!c->closing && !c->close_after_write && !cconn_backlogged(c)) {
-        const char *p = c->in.data + c->in.pos;
-
-        rc = rl_wire_frame(p, rl_buf_unread(&c->in), &plen);
-        if (rc == 0) {
-            break;
-        }
-        if (rc < 0) {
-            cconn_error(c, 0, RL_WIRE_ERR_MALFORMED, "frame length must be 1..65536");
-            c->close_after_write = true;
-            break;
-        }
-        if (rl_wire_decode_req(&c->dec, p + RL_WIRE_HDR_LEN, plen, &req, &fault) == 0) {
-            cconn_handle(c, &req);
-        } else {
-            cconn_error(c, fault.id, fault.err, fault.msg);
-            c->close_after_write = fault.fatal;
-        }
-        c->in.pos += RL_WIRE_HDR_LEN + plen;
-    }
-    if (c->closing) {
-        return;
-    }
-    rl_buf_compact(&c->in);
-    if (c->reading && (c->close_after_write || cconn_backlogged(c))) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = false;
-    }
-}
-
-static void
-cconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    struct rl_cconn *c = s->data;
-
-    (void)buf;
-    if (nread == UV_EOF) {
-        /* A half-closed client still gets the replies to what it sent (libuv stopped
-         * reading); cconn_flush closes once they are out. */
-        c->eof = true;
-        c->reading = false;
-        cconn_mark(c);
-        return;
-    }
-    if (nread < 0) {
-        cconn_close(c);
-        return;
-    }
-    c->in.len += (size_t)nread;
-    cconn_process(c);
-}
-
-static void
-router_accept(uv_stream_t *listener, int status)
-{
-    struct rl_router *r = listener->data;
-    struct rl_cconn *c;
-
-    if (status < 0 || r->closing) {
-        return;
-    }
-    c = calloc(1, sizeof(*c));
-    if (c == NULL || rl_wire_decoder_init(&c->dec) != 0) {
-        free(c);
-        return;
-    }
-    c->r = r;
-    rl_buf_init(&c->in);
-    rl_buf_init(&c->out);
-    rl_buf_init(&c->inflight);
-    uv_tcp_init(r->loop, &c->tcp);
-    c->tcp.data = c;
-    r->handles++;
-    c->next = r->clients;
-    if (r->clients != NULL) {
-        r->clients->prev = c;
-    }
-    r->clients = c;
-    r->stats.connections++;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
-        cconn_close(c);
-        return;
-    }
-    r->stats.connections_total++;
-    uv_tcp_nodelay(&c->tcp, 1);
-    if (r->stats.connections > r->opts.max_connections) {
-        cconn_error(c, 0, RL_WIRE_ERR_OVERLOADED, "too many connections");
-        c->close_after_write = true;
-        return;
-    }
-    c->reading = uv_read_start((uv_stream_t *)&c->tcp, cconn_alloc, cconn_read) == 0;
-    if (!c->reading) {
-        cconn_close(c);
-    }
-}
+static const struct rl_conn_ops cconn_ops = {
+    .on_frame = cconn_frame,
+    .on_close = cconn_on_close,
+};
 
 /* ---- node connections --------------------------------------------------------------------- */
 
 static void
-up_on_frame(void *arg, struct rl_upconn *uc, const char *p, size_t n)
+up_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
+            const struct rl_wire_reply *rep)
 {
     struct rl_router *r = arg;
-    struct rl_wire_reply rep;
+    struct rl_wire_check_reply check;
     struct rl_pending *pd;
-    struct rl_cconn *c;
+    struct rl_conn *c;
     int rc = 0;
 
-    if (rl_wire_decode_reply(&r->updec, p, n, &rep) != 0) {
-        rl_log_warn("node %s sent an undecodable reply", uc->up->name);
+    pd = pending_by_id(r, rep->id);
+    if (pd == NULL || pd->link.conn != from) {
+        /* Already answered by the deadline (the node was late), or never ours. */
+        r->stats.late_replies++;
         return;
     }
-    pd = pending_by_id(r, rep.id);
-    if (pd == NULL || pd->uc != uc) {
-        /* Already answered by the deadline: the node was late. */
-        return;
-    }
-    c = pd->client;
-    if (rep.op == RL_WIRE_OP_CHECK) {
+    c = pd->client != NULL ? &pd->client->conn : NULL;
+    if (rep->op == RL_WIRE_OP_CHECK) {
         r->stats.checks++;
-        count_code(r, rep.check.code);
+        count_code(r, rep->check.code);
         if (pd->logged) {
-            log_answer(r, pd->shard, uc->up->name, rep.check.code, pd->key_hash,
-                       pd->rule->service, pd->rule->service_len, pd->user, pd->ulen);
+            log_answer(r, pd->shard, u->name, rep->check.code, pd->key_hash, pd->rule->service,
+                       pd->rule->service_len, pd->user, pd->ulen);
         }
         if (c != NULL) {
-            rep.check.id = pd->client_id;
-            rc = rl_wire_put_check_reply(&c->out, &rep.check);
+            check = rep->check;
+            check.id = pd->client_id;
+            rc = rl_wire_put_check_reply(&c->out, &check);
         }
-    } else if (rep.op == RL_WIRE_OP_ERROR) {
+    } else if (rep->op == RL_WIRE_OP_ERROR) {
         char msg[256];
 
         r->stats.errors++;
-        snprintf(msg, sizeof(msg), "%.*s", (int)rep.message.len,
-                 rep.message.ptr != NULL ? rep.message.ptr : "");
+        snprintf(msg, sizeof(msg), "%.*s", (int)rep->message.len,
+                 rep->message.ptr != NULL ? rep->message.ptr : "");
         if (c != NULL) {
-            rc = rl_wire_put_error(&c->out, pd->client_id, rep.err, msg);
+            rc = rl_wire_put_error(&c->out, pd->client_id, rep->err, msg);
         }
     } else {
-        rl_log_warn("node %s answered a CHECK with op %u", uc->up->name, rep.op);
+        rl_log_warn("node %s answered a CHECK with op %u", u->name, rep->op);
         pending_fail(r, pd, false);
         return;
     }
     pending_put(r, pd, false);
     if (c != NULL) {
         if (rc != 0) {
-            cconn_close(c);
+            rl_conn_close(c, UV_ENOMEM);
         } else {
-            cconn_mark(c);
+            rl_conn_mark(c);
         }
     }
-    router_maybe_free(r);
 }
 
+/* The connection l was sent on is closed: it cannot be answered late. */
 static void
-up_on_lost(void *arg, struct rl_upconn *uc)
+up_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l)
 {
     struct rl_router *r = arg;
+    struct rl_pending *p = (struct rl_pending *)((char *)l - offsetof(struct rl_pending, link));
 
-    r->stats.owner_down += uc->npending;
-    /* The connection is closed: none of these can be answered late. */
-    while (uc->pending != NULL) {
-        pending_fail(r, uc->pending, false);
-    }
-}
-
-static void
-up_on_dirty(void *arg, struct rl_upconn *uc)
-{
-    struct rl_router *r = arg;
-
-    uc->dirty_next = r->dirty_upconns;
-    r->dirty_upconns = uc;
-}
-
-/* Once per loop turn, after I/O: write what the turn produced, one write per connection. */
-static void
-router_flush(uv_check_t *h)
-{
-    struct rl_router *r = h->data;
-
-    /*
-     * Only this loop clears `dirty`, as it unlinks: a flush from a write callback that
-     * cleared it would let the next mark push a connection that is still on the list, and
-     * the list would become a cycle. Flushing a client may answer frames it had left unread
-     * (cconn_process), which dirties node connections again: loop until both lists are
-     * empty, or they would wait for the next loop turn, which may be a deadline away.
-     */
-    while (r->dirty_upconns != NULL || r->dirty_clients != NULL) {
-        while (r->dirty_upconns != NULL) {
-            struct rl_upconn *uc = r->dirty_upconns;
-
-            r->dirty_upconns = uc->dirty_next;
-            uc->dirty = false;
-            rl_upstream_flush(uc);
-        }
-        while (r->dirty_clients != NULL) {
-            struct rl_cconn *c = r->dirty_clients;
-
-            r->dirty_clients = c->dirty_next;
-            c->dirty = false;
-            cconn_flush(c);
-        }
-    }
+    (void)u;
+    r->stats.owner_down++;
+    pending_fail(r, p, false);
 }
 
 /* ---- the table ------------------------------------------------------------------------------ */
@@ -916,8 +629,7 @@ upstream_unlink(struct rl_router *r, struct rl_upstream *u)
 static void
 router_rebuild(struct rl_router *r)
 {
-    static const struct rl_upstream_ops ops_template = {up_on_frame, up_on_lost, up_on_dirty,
-                                                        NULL};
+    static const struct rl_upstream_ops ops_template = {up_on_reply, up_on_lost, NULL};
     struct rl_assignment a, *ap = NULL;
     struct rl_shardmap *map;
     struct rl_upstream **owners;
@@ -962,7 +674,7 @@ router_rebuild(struct rl_router *r)
             u = NULL;
         }
         if (u == NULL) {
-            if (rl_upstream_create(&u, r->loop, map->members[i].name, map->members[i].addr,
+            if (rl_upstream_create(&u, &r->connq, map->members[i].name, map->members[i].addr,
                                    &ops) != 0) {
                 rl_log_warn("node %s: bad address \"%s\"", map->members[i].name,
                             map->members[i].addr);
@@ -1091,6 +803,15 @@ router_handle_closed(uv_handle_t *h)
 }
 
 static void
+router_listener_closed(struct rl_listener *l)
+{
+    struct rl_router *r = l->data;
+
+    r->handles--;
+    router_maybe_free(r);
+}
+
+static void
 router_maybe_free(struct rl_router *r)
 {
     if (!r->closing || r->handles > 0) {
@@ -1101,7 +822,7 @@ router_maybe_free(struct rl_router *r)
     free(r->members);
     free(r->assignment_text);
     free(r->slab);
-    rl_wire_decoder_deinit(&r->updec);
+    rl_wire_decoder_deinit(&r->dec);
     free(r);
 }
 
@@ -1109,7 +830,6 @@ int
 rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *conf,
                  const struct rl_router_opts *opts)
 {
-    struct sockaddr_storage addr;
     struct rl_router *r;
     int rc;
 
@@ -1130,7 +850,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->assignment_version = -1;
     r->slab_cap = r->opts.max_pending;
     r->slab = calloc(r->slab_cap, sizeof(*r->slab));
-    if (r->slab == NULL || rl_wire_decoder_init(&r->updec) != 0) {
+    if (r->slab == NULL || rl_wire_decoder_init(&r->dec) != 0) {
         free(r->slab);
         free(r);
         return -ENOMEM;
@@ -1140,42 +860,36 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
         r->free_list = &r->slab[i];
     }
     r->free_tail = &r->slab[r->slab_cap - 1];
-    rc = uv_ip4_addr(opts->host, opts->port, (struct sockaddr_in *)&addr);
-    if (rc != 0) {
-        rc = uv_ip6_addr(opts->host, opts->port, (struct sockaddr_in6 *)&addr);
-    }
-    if (rc != 0) {
-        goto fail;
-    }
     if (conf->request_log != NULL && conf->request_log[0] != '\0') {
         rc = rl_reqlog_create(&r->log, loop, conf->request_log, conf->log_sample);
         if (rc != 0) {
-            goto fail;
+            rl_wire_decoder_deinit(&r->dec);
+            free(r->slab);
+            free(r);
+            return rc;
         }
     }
-    uv_tcp_init(loop, &r->listener);
-    uv_timer_init(loop, &r->deadline_timer);
-    uv_check_init(loop, &r->flush_check);
-    r->listener.data = r;
-    r->deadline_timer.data = r;
-    r->flush_check.data = r;
-    r->handles = 3;
-    rc = uv_tcp_bind(&r->listener, (const struct sockaddr *)&addr, 0);
-    if (rc == 0) {
-        rc = uv_listen((uv_stream_t *)&r->listener, 1024, router_accept);
+    rc = rl_connq_init(&r->connq, loop);
+    if (rc != 0) {
+        if (r->log != NULL) {
+            rl_reqlog_close(r->log);
+        }
+        rl_wire_decoder_deinit(&r->dec);
+        free(r->slab);
+        free(r);
+        return rc;
     }
+    uv_timer_init(loop, &r->deadline_timer);
+    r->deadline_timer.data = r;
+    r->handles = 3; /* the flusher, the deadline timer, the listener with its clients */
+    rc = rl_listener_start(&r->listener, &r->connq, opts->host, opts->port, &cconn_ops,
+                           sizeof(struct rl_cconn), r->opts.max_connections, r);
     if (rc != 0) {
         rl_router_close(r);
         return rc;
     }
-    uv_check_start(&r->flush_check, router_flush);
     *out = r;
     return 0;
-fail:
-    rl_wire_decoder_deinit(&r->updec);
-    free(r->slab);
-    free(r);
-    return rc;
 }
 
 void
@@ -1185,12 +899,8 @@ rl_router_close(struct rl_router *r)
         return;
     }
     r->closing = true;
-    uv_close((uv_handle_t *)&r->listener, router_handle_closed);
     uv_close((uv_handle_t *)&r->deadline_timer, router_handle_closed);
-    uv_close((uv_handle_t *)&r->flush_check, router_handle_closed);
-    while (r->clients != NULL) {
-        cconn_close(r->clients);
-    }
+    rl_listener_close(&r->listener, router_listener_closed);
     while (r->upstreams != NULL) {
         struct rl_upstream *u = r->upstreams;
 
@@ -1205,4 +915,5 @@ rl_router_close(struct rl_router *r)
         rl_reqlog_close(r->log);
         r->log = NULL;
     }
+    rl_connq_close(&r->connq, router_handle_closed, r);
 }

@@ -1,5 +1,5 @@
 /*
- * router: the stateless layer-7 proxy of DESIGN.md. Accepts clients, hashes each CHECK's
+ * router: the stateless layer-7 proxy of the cluster (docs/OPERATIONS.md). Accepts clients, hashes each CHECK's
  * (service, user) to a shard and the shard to its owner, forwards it over the owner's
  * pooled connections with a router-chosen id, and relays the reply under the client's id.
  * A request whose owner is down, or that outlives the deadline, is answered by its service's
@@ -33,8 +33,7 @@
     X(owner_down, "owner_down")                                                                    \
     X(errors, "errors")                                                                            \
     X(overloaded, "overloaded")                                                                    \
-    X(connections, "connections")                                                                  \
-    X(connections_total, "connections_total")                                                      \
+    X(late_replies, "late_replies")                                                                \
     X(table_builds, "table_builds")
 
 struct rl_router_stats {

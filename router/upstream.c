@@ -11,12 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conf.h"
 #include "log.h"
+#include "parse.h"
 
-#define UPSTREAM_READ_CHUNK (64u * 1024u)
-
-static void upconn_connect(struct rl_upconn *c);
 static void upstream_retry(uv_timer_t *t);
 
 /* Drops one open handle; the upstream is freed with its last handle once retired. */
@@ -26,11 +23,9 @@ upstream_unref(struct rl_upstream *u)
     u->handles--;
     if (u->retired && u->handles == 0) {
         for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
-            rl_buf_deinit(&u->conns[i].in);
-            rl_buf_deinit(&u->conns[i].out);
-            rl_buf_deinit(&u->conns[i].inflight);
-            rl_wire_decoder_deinit(&u->conns[i].dec);
+            rl_conn_deinit(&u->conns[i].conn);
         }
+        rl_wire_decoder_deinit(&u->dec);
         free(u);
     }
 }
@@ -42,15 +37,6 @@ upstream_handle_closed(uv_handle_t *h)
 }
 
 static void
-upconn_closed(uv_handle_t *h)
-{
-    struct rl_upconn *c = h->data;
-
-    c->closing = false;
-    upstream_unref(c->up);
-}
-
-static void
 schedule_retry(struct rl_upstream *u)
 {
     if (u->retired || uv_is_active((uv_handle_t *)&u->retry)) {
@@ -59,122 +45,116 @@ schedule_retry(struct rl_upstream *u)
     uv_timer_start(&u->retry, upstream_retry, u->backoff_ms, 0);
 }
 
-/* Closes c and hands its pending requests back to the router. */
 static void
-upconn_lost(struct rl_upconn *c, int status)
+uplink_unlink(struct rl_uplink *l)
 {
-    struct rl_upstream *u = c->up;
+    struct rl_upconn *uc = l->conn;
 
-    if (!c->open) {
+    if (l->prev != NULL) {
+        l->prev->next = l->next;
+    } else {
+        uc->pending = l->next;
+    }
+    if (l->next != NULL) {
+        l->next->prev = l->prev;
+    }
+    uc->npending--;
+    l->prev = l->next = NULL;
+    l->conn = NULL;
+}
+
+/* ---- connection callbacks ------------------------------------------------------------------ */
+
+static void
+upconn_frame(struct rl_conn *c, const char *p, size_t n)
+{
+    struct rl_upconn *uc = (struct rl_upconn *)c;
+    struct rl_upstream *u = uc->up;
+    struct rl_wire_reply rep;
+
+    if (rl_wire_decode_reply(&u->dec, p, n, &rep) != 0) {
+        rl_log_warn("node %s sent an undecodable reply", u->name);
         return;
     }
-    if (c->connected) {
+    u->stats.replies++;
+    u->ops.on_reply(u->ops.arg, u, uc, &rep);
+}
+
+static void
+upconn_connected(struct rl_conn *c, int status)
+{
+    struct rl_upconn *uc = (struct rl_upconn *)c;
+    struct rl_upstream *u = uc->up;
+
+    int up = 0;
+
+    if (status != 0) {
+        rl_log_debug("node %s (%s): connect: %s", u->name, u->addr, uv_strerror(status));
+        return;
+    }
+
+    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+        up += u->conns[i].conn.connected;
+    }
+    if (up == 1) {
+        rl_log_info("node %s (%s): connected", u->name, u->addr);
+    }
+    u->backoff_ms = RL_UPSTREAM_BACKOFF_MIN_MS;
+}
+
+/* c is lost: hand its requests back to the router, and try again later. */
+static void
+upconn_close(struct rl_conn *c, int status)
+{
+    struct rl_upconn *uc = (struct rl_upconn *)c;
+    struct rl_upstream *u = uc->up;
+
+    uc->closing = true;
+    if (c->peer[0] != '?' && !u->retired) {
         u->stats.downs++;
-        rl_log_warn("node %s (%s): connection lost: %s", u->name, u->addr, uv_strerror(status));
+        rl_log_warn("node %s (%s): connection lost: %s", u->name, u->addr,
+                    status != 0 ? uv_strerror(status) : "closed");
     }
-    c->open = false;
-    c->closing = true;
-    c->connected = false;
-    if (c->npending > 0) {
-        u->ops.on_lost(u->ops.arg, c);
+    while (uc->pending != NULL) {
+        struct rl_uplink *l = uc->pending;
+
+        uplink_unlink(l);
+        u->ops.on_lost(u->ops.arg, u, l);
     }
-    rl_buf_reset(&c->in);
-    rl_buf_reset(&c->out);
-    /* Requests of a write that failed must not go out on the next connection: they were
-     * answered by policy above. Resetting keeps the memory a cancelled write points into. */
-    rl_buf_reset(&c->inflight);
-    uv_close((uv_handle_t *)&c->tcp, upconn_closed);
     schedule_retry(u);
 }
 
 static void
-upconn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+upconn_closed(struct rl_conn *c)
 {
-    struct rl_upconn *c = h->data;
+    struct rl_upconn *uc = (struct rl_upconn *)c;
 
-    (void)suggested;
-    if (rl_buf_reserve(&c->in, UPSTREAM_READ_CHUNK) != 0) {
-        buf->base = NULL;
-        buf->len = 0;
-        return;
-    }
-    buf->base = c->in.data + c->in.len;
-    buf->len = c->in.cap - c->in.len;
+    uc->closing = false;
+    snprintf(c->peer, sizeof(c->peer), "?");
+    upstream_unref(uc->up);
 }
 
-static void
-upconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    struct rl_upconn *c = s->data;
-    struct rl_upstream *u = c->up;
-    size_t plen;
-    int rc;
-
-    (void)buf;
-    if (nread < 0) {
-        upconn_lost(c, (int)nread);
-        return;
-    }
-    c->in.len += (size_t)nread;
-    while (c->open) {
-        rc = rl_wire_frame(c->in.data + c->in.pos, rl_buf_unread(&c->in), &plen);
-        if (rc == 0) {
-            break;
-        }
-        if (rc < 0) {
-            upconn_lost(c, UV_EPROTO);
-            return;
-        }
-        u->stats.replies++;
-        u->ops.on_frame(u->ops.arg, c, c->in.data + c->in.pos + RL_WIRE_HDR_LEN, plen);
-        c->in.pos += RL_WIRE_HDR_LEN + plen;
-    }
-    rl_buf_compact(&c->in);
-}
+static const struct rl_conn_ops upconn_ops = {
+    .on_frame = upconn_frame,
+    .on_connect = upconn_connected,
+    .on_close = upconn_close,
+    .on_closed = upconn_closed,
+};
 
 static void
-upconn_connected(uv_connect_t *req, int status)
+upconn_connect(struct rl_upconn *uc)
 {
-    struct rl_upconn *c = req->data;
-    struct rl_upstream *u = c->up;
+    struct rl_upstream *u = uc->up;
 
-    if (!c->open) {
+    if (uc->conn.open || uc->closing || u->retired) {
         return;
     }
-    if (status < 0) {
-        rl_log_debug("node %s (%s): connect: %s", u->name, u->addr, uv_strerror(status));
-        upconn_lost(c, status);
-        return;
-    }
-    if (uv_read_start((uv_stream_t *)&c->tcp, upconn_alloc, upconn_read) != 0) {
-        upconn_lost(c, UV_EIO);
-        return;
-    }
-    uv_tcp_nodelay(&c->tcp, 1);
-    if (!rl_upstream_up(u)) {
-        rl_log_info("node %s (%s): connected", u->name, u->addr);
-    }
-    c->connected = true;
-    u->backoff_ms = RL_UPSTREAM_BACKOFF_MIN_MS;
-}
-
-static void
-upconn_connect(struct rl_upconn *c)
-{
-    struct rl_upstream *u = c->up;
-
-    if (c->open || c->closing || u->retired) {
-        return;
-    }
-    uv_tcp_init(u->loop, &c->tcp);
-    c->tcp.data = c;
-    c->open = true;
     u->handles++;
-    c->creq.data = c;
-    if (uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&u->sa, upconn_connected) !=
-        0) {
-        upconn_lost(c, UV_ECONNREFUSED);
-    }
+    /* A connection that stops reading would starve the replies that free its requests: the
+     * bound on what we queue for a node is rl_upstream_send's, not the reader's pause. */
+    uc->conn.out_max = SIZE_MAX;
+    uc->conn.hold_max = UINT32_MAX;
+    rl_conn_connect(&uc->conn, (const struct sockaddr *)&u->sa);
 }
 
 static void
@@ -198,9 +178,11 @@ upstream_retry(uv_timer_t *t)
     }
 }
 
+/* ---- the upstream --------------------------------------------------------------------------- */
+
 int
-rl_upstream_create(struct rl_upstream **out, uv_loop_t *loop, const char *name, const char *addr,
-                   const struct rl_upstream_ops *ops)
+rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *name,
+                   const char *addr, const struct rl_upstream_ops *ops)
 {
     struct rl_upstream *u;
     char *host = NULL;
@@ -220,31 +202,24 @@ rl_upstream_create(struct rl_upstream **out, uv_loop_t *loop, const char *name, 
         rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&u->sa);
     }
     free(host);
-    if (rc != 0) {
+    if (rc != 0 || rl_wire_decoder_init(&u->dec) != 0) {
         free(u);
-        return -EINVAL;
+        return rc != 0 ? -EINVAL : -ENOMEM;
     }
     snprintf(u->name, sizeof(u->name), "%s", name);
     snprintf(u->addr, sizeof(u->addr), "%s", addr);
-    u->loop = loop;
+    u->q = q;
     u->ops = *ops;
     u->backoff_ms = RL_UPSTREAM_BACKOFF_MIN_MS;
-    uv_timer_init(loop, &u->retry);
+    uv_timer_init(q->loop, &u->retry);
     u->retry.data = u;
     u->handles = 1;
     for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
-        struct rl_upconn *c = &u->conns[i];
-
-        c->up = u;
-        rl_buf_init(&c->in);
-        rl_buf_init(&c->out);
-        rl_buf_init(&c->inflight);
-        if (rl_wire_decoder_init(&c->dec) != 0) {
-            /* Nothing is open yet but the timer: retiring frees everything. */
-            rl_upstream_retire(u);
-            return -ENOMEM;
-        }
-        upconn_connect(c);
+        rl_conn_init(&u->conns[i].conn, q, &upconn_ops, u);
+        u->conns[i].up = u;
+    }
+    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+        upconn_connect(&u->conns[i]);
     }
     *out = u;
     return 0;
@@ -254,74 +229,59 @@ bool
 rl_upstream_up(const struct rl_upstream *u)
 {
     for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
-        if (u->conns[i].connected) {
+        if (u->conns[i].conn.connected) {
             return true;
         }
     }
     return false;
 }
 
-struct rl_upconn *
-rl_upstream_pick(struct rl_upstream *u)
+int
+rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl_uplink *l)
 {
+    struct rl_upconn *uc = NULL;
+
     if (u->retired) {
-        return NULL;
+        return -EAGAIN;
     }
-    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+    for (int i = 0; i < RL_UPSTREAM_CONNS && uc == NULL; i++) {
         struct rl_upconn *c = &u->conns[u->rr++ % RL_UPSTREAM_CONNS];
 
-        if (c->connected &&
-            rl_buf_unread(&c->out) + rl_buf_unread(&c->inflight) < RL_UPSTREAM_OUT_MAX) {
-            return c;
+        if (c->conn.connected && rl_conn_queued(&c->conn) < RL_UPSTREAM_OUT_MAX) {
+            uc = c;
         }
     }
-    return NULL;
+    if (uc == NULL) {
+        return -EAGAIN;
+    }
+    if (rl_wire_put_check(&uc->conn.out, req) != 0) {
+        return -ENOMEM;
+    }
+    l->conn = uc;
+    l->prev = NULL;
+    l->next = uc->pending;
+    if (uc->pending != NULL) {
+        uc->pending->prev = l;
+    }
+    uc->pending = l;
+    uc->npending++;
+    u->stats.forwarded++;
+    rl_conn_mark(&uc->conn);
+    return 0;
 }
 
 void
-rl_upstream_mark(struct rl_upconn *c)
+rl_upstream_done(struct rl_uplink *l)
 {
-    if (!c->dirty) {
-        c->dirty = true;
-        c->up->ops.on_dirty(c->up->ops.arg, c);
-    }
-}
-
-static void
-upconn_written(uv_write_t *w, int status)
-{
-    struct rl_upconn *c = w->data;
-
-    c->writing = false;
-    rl_buf_reset(&c->inflight);
-    if (status < 0) {
-        upconn_lost(c, status);
-        return;
-    }
-    if (rl_buf_unread(&c->out) > 0) {
-        rl_upstream_flush(c);
+    if (l->conn != NULL) {
+        uplink_unlink(l);
     }
 }
 
 void
-rl_upstream_flush(struct rl_upconn *c)
+rl_upstream_count_failure(struct rl_upstream *u)
 {
-    struct rl_buf tmp;
-    uv_buf_t b;
-
-    if (!c->connected || c->writing || rl_buf_unread(&c->out) == 0) {
-        return;
-    }
-    tmp = c->inflight;
-    c->inflight = c->out;
-    c->out = tmp;
-    b = uv_buf_init(c->inflight.data + c->inflight.pos, (unsigned)rl_buf_unread(&c->inflight));
-    c->wreq.data = c;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, upconn_written) != 0) {
-        upconn_lost(c, UV_EIO);
-        return;
-    }
-    c->writing = true;
+    u->stats.failures++;
 }
 
 void
@@ -344,7 +304,7 @@ rl_upstream_retire(struct rl_upstream *u)
     u->retired = true;
     uv_timer_stop(&u->retry);
     for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
-        upconn_lost(&u->conns[i], UV_ECANCELED);
+        rl_conn_close(&u->conns[i].conn, UV_ECANCELED);
     }
     uv_close((uv_handle_t *)&u->retry, upstream_handle_closed);
 }

@@ -1,10 +1,11 @@
 /*
- * upstream: the router's connections to one node. A few persistent TCP connections per
- * node, requests spread over them round-robin, each connection's output gathered and written
- * once per loop turn, replies split into frames and handed back to the router. A lost
- * connection is reported at once (so the router answers its requests by failure policy)
- * and reconnected with exponential backoff. Not for deciding where a request goes
- * (router.c, shardmap.h).
+ * upstream: the router's connections to one node. A few persistent framed connections
+ * (conn.h) per node, requests spread over them round-robin, each connection's output
+ * written once per loop turn by the shared flusher, replies decoded here and handed to the
+ * owner with the connection they came on. Every request in flight is linked to its
+ * connection (struct rl_uplink, embedded in the owner's record), so a lost connection hands
+ * each of them back at once (so the router answers them by failure policy) and reconnects
+ * with exponential backoff. Not for deciding where a request goes (router.c, shardmap.h).
  */
 #ifndef RL_UPSTREAM_H
 #define RL_UPSTREAM_H
@@ -14,7 +15,7 @@
 
 #include <uv.h>
 
-#include "buf.h"
+#include "conn.h"
 #include "wire.h"
 
 #define RL_UPSTREAM_CONNS 2
@@ -26,35 +27,29 @@
 #define RL_UPSTREAM_OUT_MAX (1u << 20)
 
 struct rl_upstream;
-struct rl_pending;
+struct rl_upconn;
+
+/* A request in flight to a node: embedded in the owner's record, managed here. */
+struct rl_uplink {
+    struct rl_uplink *prev, *next;
+    struct rl_upconn *conn; /* the connection it was sent on; NULL when not in flight */
+};
 
 struct rl_upconn {
-    uv_tcp_t tcp;
-    uv_connect_t creq;
-    uv_write_t wreq;
+    struct rl_conn conn;
     struct rl_upstream *up;
-    struct rl_buf in;
-    struct rl_buf out;      /* requests not yet handed to uv_write */
-    struct rl_buf inflight; /* bytes of the write in progress */
-    struct rl_wire_decoder dec;
-    struct rl_pending *pending; /* the router's requests waiting on this connection */
+    struct rl_uplink *pending; /* requests sent on this connection and not answered */
     uint32_t npending;
-    bool open;      /* the handle is initialised and not closed */
-    bool closing;   /* uv_close called, its callback not yet run */
-    bool connected; /* usable for requests */
-    bool writing;
-    bool dirty; /* on the owner's dirty list, which alone clears it as it unlinks c */
-    struct rl_upconn *dirty_next;
+    bool closing; /* closed, its handle's close callback not yet run */
 };
 
 /* What the upstream tells its owner. Both run on the loop thread. */
 struct rl_upstream_ops {
-    /* One reply frame's payload arrived on c. */
-    void (*on_frame)(void *arg, struct rl_upconn *c, const char *p, size_t n);
-    /* c is lost: every request pending on it must be answered otherwise now. */
-    void (*on_lost)(void *arg, struct rl_upconn *c);
-    /* c has output: put it on the list flushed at the end of this loop turn. */
-    void (*on_dirty)(void *arg, struct rl_upconn *c);
+    /* A reply arrived on connection `from` (compare with an uplink's conn). */
+    void (*on_reply)(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
+                     const struct rl_wire_reply *rep);
+    /* The connection of l is lost: l is already unlinked; answer its request otherwise now. */
+    void (*on_lost)(void *arg, struct rl_upstream *u, struct rl_uplink *l);
     void *arg;
 };
 
@@ -68,9 +63,10 @@ struct rl_upstream_stats {
 struct rl_upstream {
     char name[64];
     char addr[64];
-    uv_loop_t *loop;
+    struct rl_connq *q;
     struct sockaddr_storage sa;
     struct rl_upconn conns[RL_UPSTREAM_CONNS];
+    struct rl_wire_decoder dec;
     uv_timer_t retry;
     uint32_t backoff_ms;
     uint32_t rr;
@@ -81,30 +77,32 @@ struct rl_upstream {
     struct rl_upstream *next; /* the router's list */
 };
 
-/* Creates an upstream for node `name` at "host:port" and starts connecting. Returns 0 or a
- * negative errno (-EINVAL for a bad address). */
-int rl_upstream_create(struct rl_upstream **out, uv_loop_t *loop, const char *name,
+/* Creates an upstream for node `name` at "host:port" on q's loop and starts connecting.
+ * Returns 0 or a negative errno (-EINVAL for a bad address). */
+int rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *name,
                        const char *addr, const struct rl_upstream_ops *ops);
 
-/* A connected connection to send on (round-robin), or NULL when the node is down or every
- * connection has RL_UPSTREAM_OUT_MAX bytes queued (the node stopped reading). */
-struct rl_upconn *rl_upstream_pick(struct rl_upstream *u);
+/*
+ * Sends req on a connected connection (round-robin) and links l to it. Returns 0, -EAGAIN
+ * when the node is down or every connection has RL_UPSTREAM_OUT_MAX bytes queued (the node
+ * stopped reading), or -ENOMEM.
+ */
+int rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl_uplink *l);
+
+/* The request of l was answered, or given up: unlinks it (no-op when it is not linked). */
+void rl_upstream_done(struct rl_uplink *l);
+
+/* A request answered by failure policy because of this node (for STATS). */
+void rl_upstream_count_failure(struct rl_upstream *u);
 
 /* True when at least one connection is up. */
 bool rl_upstream_up(const struct rl_upstream *u);
 
-/* Marks c as having output: calls ops.on_dirty unless c->dirty, which is set until the owner
- * takes c off its list (and clears it) to call rl_upstream_flush. */
-void rl_upstream_mark(struct rl_upconn *c);
-
-/* Writes c's queued output. */
-void rl_upstream_flush(struct rl_upconn *c);
-
 /* Retries now instead of waiting out the backoff (the node re-registered). */
 void rl_upstream_kick(struct rl_upstream *u);
 
-/* Closes every connection (on_lost runs for those with pending requests) and frees the
- * upstream once its handles are closed. */
+/* Closes every connection (on_lost runs for each request in flight) and frees the upstream
+ * once its handles are closed. */
 void rl_upstream_retire(struct rl_upstream *u);
 
 #endif

@@ -1,0 +1,195 @@
+/*
+ * conn: one framed TCP connection on libuv, the only one in the tree. Every listener (the
+ * node's and the router's client side) and every outgoing connection (the router's node
+ * connections) is an rl_conn:
+ *
+ *   - reading: one growable input buffer, at most one frame plus one read chunk beyond
+ *     what is being processed; each read is split into frames (4-byte big-endian length
+ *     1..65536 and the payload) handed to ops->on_frame one by one;
+ *   - writing: whatever the owner appends to c->out is written once per loop turn, in one
+ *     uv_write per connection, from one uv_check handle per loop (struct rl_connq); the
+ *     owner only calls rl_conn_mark after appending;
+ *   - backpressure, one rule for every connection: c stops reading, and stops processing
+ *     frames it has already read, when its queued output (c->out plus the write in flight)
+ *     passes c->out_max or when it holds c->hold_max requests that will be answered later
+ *     (rl_conn_hold: the router's requests waiting at a node). It resumes once both are back
+ *     to half their bound: frames it had read are processed first, then reading restarts;
+ *   - half-close: when the peer shuts its side, every request it sent is still answered
+ *     (replies queued, requests held) and then the connection closes;
+ *   - refusals and protocol errors: rl_conn_refuse and rl_conn_protocol_error queue one
+ *     ERROR reply, stop reading, and close once it is written; a protocol error is logged
+ *     at warn once per peer address per minute, and says so when the bytes look like HTTP or
+ *     TLS;
+ *   - close accounting: ops->on_close runs once, synchronously, when the connection starts
+ *     closing (so its owner can answer what was pending on it), ops->on_closed once the
+ *     handle is closed (free or reuse it); a listener counts its connections and tells its
+ *     owner once the listener and every connection are closed.
+ *
+ * Everything runs on the loop thread. Not for the blocking client of tools and tests
+ * (client.h) nor for the codec (wire.h).
+ */
+#ifndef RL_CONN_H
+#define RL_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "buf.h"
+
+#define RL_CONN_READ_CHUNK (64u * 1024u) /* room offered to each read: a largest frame */
+#define RL_CONN_OUT_MAX (1u << 20)       /* default bound of queued output, bytes */
+#define RL_CONN_HOLD_MAX 4096u           /* default bound of held requests */
+#define RL_CONN_WARN_PEERS 64u           /* peers remembered for once-per-peer warnings */
+#define RL_CONN_WARN_INTERVAL_MS 60000u
+
+struct rl_conn;
+struct rl_listener;
+
+/* One per loop: the dirty list and the uv_check handle that flushes it each loop turn. */
+struct rl_connq {
+    uv_loop_t *loop;
+    uv_check_t check;
+    struct rl_conn *dirty;
+    bool closing;
+};
+
+struct rl_conn_ops {
+    /* Optional: a batch of frames is about to be handed over (once per read or resume). */
+    void (*on_batch)(struct rl_conn *c);
+    /* One frame's payload (n >= 1), valid during the call. The owner appends replies to
+     * c->out and calls rl_conn_mark, or closes c. */
+    void (*on_frame)(struct rl_conn *c, const char *p, size_t n);
+    /* Outgoing connections: the connect finished (status 0) or failed (then on_close). */
+    void (*on_connect)(struct rl_conn *c, int status);
+    /* Optional: c starts closing; status is 0 (orderly), UV_EOF, or a libuv error. Runs once,
+     * synchronously, before anything of c is released. */
+    void (*on_close)(struct rl_conn *c, int status);
+    /* Optional: the handle is closed and c's buffers emptied. A listener's connection is freed
+     * right after this returns; an outgoing one may be reconnected or rl_conn_deinit'ed. */
+    void (*on_closed)(struct rl_conn *c);
+};
+
+struct rl_conn {
+    uv_tcp_t tcp;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    struct rl_connq *q;
+    const struct rl_conn_ops *ops;
+    void *data;                  /* the owner's */
+    struct rl_listener *listener; /* NULL for outgoing connections */
+    struct rl_conn *prev, *next;  /* the listener's list */
+    struct rl_conn *dirty_next;
+    struct rl_buf in;
+    struct rl_buf out;      /* replies or requests not yet handed to uv_write */
+    struct rl_buf inflight; /* bytes of the write in progress */
+    size_t out_max;
+    uint32_t hold_max;
+    uint32_t holds;
+    int close_status;
+    bool open;       /* the handle is initialised and uv_close not called */
+    bool connected;  /* accepted, or connect succeeded: reads and writes may go */
+    bool reading;
+    bool writing;
+    bool dirty;
+    bool eof;        /* the peer shut its side */
+    bool finishing;  /* close once queued output is written and nothing is held */
+    char peer[64];   /* "ip:port" of the peer, for logs */
+};
+
+/* Listener counters: reported by STATS of the node and the router. */
+struct rl_listener_stats {
+    uint64_t connections;         /* open now */
+    uint64_t connections_total;   /* accepted */
+    uint64_t connections_refused; /* refused past max_connections */
+    uint64_t protocol_closes;     /* closed after a protocol error (bad frame or value) */
+};
+
+struct rl_listener_warned {
+    uint64_t peer_hash;
+    uint64_t at_ms;
+};
+
+struct rl_listener {
+    uv_tcp_t tcp;
+    struct rl_connq *q;
+    const struct rl_conn_ops *ops;
+    size_t conn_size; /* each connection is calloc'd this size: the owner's struct starts
+                         with a struct rl_conn */
+    void *data;       /* copied into each connection's data */
+    uint32_t max_connections;
+    struct rl_conn *conns;
+    struct rl_listener_stats stats;
+    struct rl_listener_warned warned[RL_CONN_WARN_PEERS];
+    int handles; /* the listener and each connection, until their close callbacks */
+    bool closing;
+    void (*on_closed)(struct rl_listener *l);
+};
+
+/* Starts the flusher of loop. Returns 0 or a libuv error. */
+int rl_connq_init(struct rl_connq *q, uv_loop_t *loop);
+
+/* Stops it; cb (may be NULL) runs when its handle is closed. Connections must be closed. */
+void rl_connq_close(struct rl_connq *q, uv_close_cb cb, void *data);
+
+/*
+ * Listens on host:port (IPv4 or IPv6 literal) with connections of conn_size bytes served by
+ * ops; past max_connections open, a new connection gets ERROR OVERLOADED and is closed.
+ * Returns 0 or a negative errno (-EINVAL for a bad address, -EADDRINUSE...), after which
+ * rl_listener_close must still be called.
+ */
+int rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, uint16_t port,
+                      const struct rl_conn_ops *ops, size_t conn_size, uint32_t max_connections,
+                      void *data);
+
+/* Stops listening and closes every connection; on_closed (may be NULL) runs once all the
+ * handles are closed. */
+void rl_listener_close(struct rl_listener *l, void (*on_closed)(struct rl_listener *l));
+
+/* Outgoing connections: init once, connect (again after each close), deinit once closed. */
+void rl_conn_init(struct rl_conn *c, struct rl_connq *q, const struct rl_conn_ops *ops,
+                  void *data);
+int rl_conn_connect(struct rl_conn *c, const struct sockaddr *sa);
+void rl_conn_deinit(struct rl_conn *c);
+
+/* Output was appended to c->out: write it this loop turn. */
+void rl_conn_mark(struct rl_conn *c);
+
+/* Closes c now; what is queued is dropped. */
+void rl_conn_close(struct rl_conn *c, int status);
+
+/* Reads no more; closes once queued output is written and nothing is held. */
+void rl_conn_finish(struct rl_conn *c);
+
+/* Queues ERROR err (id 0) with msg, then finishes c. */
+void rl_conn_refuse(struct rl_conn *c, uint32_t err, const char *msg);
+
+/*
+ * The peer broke the protocol (payload p[0..n) did not decode, or a bad length prefix):
+ * queues ERROR err for request id with msg, finishes c, counts it on the listener and logs
+ * it at warn once per peer address per RL_CONN_WARN_INTERVAL_MS.
+ */
+void rl_conn_protocol_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg,
+                            const char *p, size_t n);
+
+/* A request of c will be answered later (hold) or was answered (release). */
+void rl_conn_hold(struct rl_conn *c);
+void rl_conn_release(struct rl_conn *c);
+
+/* Bytes queued on c and not yet taken by the kernel. */
+static inline size_t
+rl_conn_queued(const struct rl_conn *c)
+{
+    return rl_buf_unread(&c->out) + rl_buf_unread(&c->inflight);
+}
+
+/* True when c takes no more work: its output or its held requests passed their bound. */
+static inline bool
+rl_conn_backlogged(const struct rl_conn *c)
+{
+    return rl_conn_queued(c) > c->out_max || c->holds >= c->hold_max;
+}
+
+#endif
