@@ -42,6 +42,23 @@ connq_flush(uv_check_t *h)
         c->dirty = false;
         conn_flush(c);
     }
+    uv_idle_stop(&q->idle);
+}
+
+static void
+connq_idle(uv_idle_t *h)
+{
+    (void)h; /* only there to keep poll from blocking while connections are dirty */
+}
+
+static void
+connq_handle_closed(uv_handle_t *h)
+{
+    struct rl_connq *q = h->data;
+
+    if (--q->handles == 0 && q->on_closed != NULL) {
+        q->on_closed(q->data);
+    }
 }
 
 int
@@ -56,21 +73,27 @@ rl_connq_init(struct rl_connq *q, uv_loop_t *loop)
         return rc;
     }
     q->check.data = q;
+    uv_idle_init(loop, &q->idle);
+    q->idle.data = q;
+    q->handles = 2;
     rc = uv_check_start(&q->check, connq_flush);
     /* The flusher alone must not keep the loop alive. */
     uv_unref((uv_handle_t *)&q->check);
+    uv_unref((uv_handle_t *)&q->idle);
     return rc;
 }
 
 void
-rl_connq_close(struct rl_connq *q, uv_close_cb cb, void *data)
+rl_connq_close(struct rl_connq *q, void (*on_closed)(void *data), void *data)
 {
     if (q->closing) {
         return;
     }
     q->closing = true;
-    q->check.data = data;
-    uv_close((uv_handle_t *)&q->check, cb);
+    q->on_closed = on_closed;
+    q->data = data;
+    uv_close((uv_handle_t *)&q->check, connq_handle_closed);
+    uv_close((uv_handle_t *)&q->idle, connq_handle_closed);
 }
 
 /* ---- one connection --------------------------------------------------------------------- */
@@ -196,6 +219,9 @@ rl_conn_mark(struct rl_conn *c)
 {
     if (c->dirty || !c->open) {
         return;
+    }
+    if (c->q->dirty == NULL && !c->q->closing) {
+        uv_idle_start(&c->q->idle, connq_idle);
     }
     c->dirty = true;
     c->dirty_next = c->q->dirty;

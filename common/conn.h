@@ -48,12 +48,20 @@
 struct rl_conn;
 struct rl_listener;
 
-/* One per loop: the dirty list and the uv_check handle that flushes it each loop turn. */
+/*
+ * One per loop: the dirty list and the uv_check handle that flushes it each loop turn. A
+ * connection marked outside the I/O phase (a timer, a write's completion) also starts an
+ * idle handle, so the loop does not block in poll before the flush.
+ */
 struct rl_connq {
     uv_loop_t *loop;
     uv_check_t check;
+    uv_idle_t idle;
     struct rl_conn *dirty;
+    int handles;
     bool closing;
+    void (*on_closed)(void *data);
+    void *data;
 };
 
 struct rl_conn_ops {
@@ -131,8 +139,8 @@ struct rl_listener {
 /* Starts the flusher of loop. Returns 0 or a libuv error. */
 int rl_connq_init(struct rl_connq *q, uv_loop_t *loop);
 
-/* Stops it; cb (may be NULL) runs when its handle is closed. Connections must be closed. */
-void rl_connq_close(struct rl_connq *q, uv_close_cb cb, void *data);
+/* Stops it; on_closed(data) (may be NULL) runs once its handles are closed. */
+void rl_connq_close(struct rl_connq *q, void (*on_closed)(void *data), void *data);
 
 /*
  * Listens on host:port (IPv4 or IPv6 literal) with connections of conn_size bytes served by

@@ -48,6 +48,12 @@ server_handle_closed(uv_handle_t *h)
 }
 
 static void
+server_connq_closed(void *data)
+{
+    server_unref(data);
+}
+
+static void
 server_listener_closed(struct rl_listener *l)
 {
     server_unref(l->data);
@@ -233,5 +239,5 @@ rl_server_close(struct rl_server *s, void (*on_closed)(struct rl_server *s))
     s->on_closed = on_closed;
     rl_listener_close(&s->listener, server_listener_closed);
     uv_close((uv_handle_t *)&s->sweep_timer, server_handle_closed);
-    rl_connq_close(&s->connq, server_handle_closed, s);
+    rl_connq_close(&s->connq, server_connq_closed, s);
 }

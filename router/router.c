@@ -803,6 +803,15 @@ router_handle_closed(uv_handle_t *h)
 }
 
 static void
+router_connq_closed(void *data)
+{
+    struct rl_router *r = data;
+
+    r->handles--;
+    router_maybe_free(r);
+}
+
+static void
 router_listener_closed(struct rl_listener *l)
 {
     struct rl_router *r = l->data;
@@ -915,5 +924,5 @@ rl_router_close(struct rl_router *r)
         rl_reqlog_close(r->log);
         r->log = NULL;
     }
-    rl_connq_close(&r->connq, router_handle_closed, r);
+    rl_connq_close(&r->connq, router_connq_closed, r);
 }
