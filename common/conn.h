@@ -26,7 +26,9 @@
  *     owner once the listener and every connection are closed.
  *
  * Everything runs on the loop thread. Not for the blocking client of tools and tests
- * (client.h) nor for the codec (wire.h).
+ * (client.h), nor for rl-bench's connections (tools/bench: a load generator that sends
+ * each paced request at once with uv_try_write to measure latency, into a fixed buffer),
+ * nor for the codec (wire.h).
  */
 #ifndef RL_CONN_H
 #define RL_CONN_H

@@ -231,8 +231,11 @@ peer_closed(int fd)
 static size_t
 put_frame(char *buf, unsigned seq)
 {
+    char pay[6];
+
+    snprintf(pay, sizeof(pay), "F%04u", seq % 10000);
     memcpy(buf, "\0\0\0\5", 4);
-    snprintf(buf + 4, 6, "F%04u", seq % 10000);
+    memcpy(buf + 4, pay, 5);
     return 9;
 }
 
