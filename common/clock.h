@@ -20,7 +20,7 @@ void rl_clock_init(struct rl_clock *c);
 /* Now, in ms since the epoch: the fixed time if set, else the real clock. */
 uint64_t rl_clock_now_ms(const struct rl_clock *c);
 
-/* Fixes the clock at now_ms until the next call (the CLOCK request of PROTOCOL.md). */
+/* Fixes the clock at now_ms until the next call (the CLOCK request of docs/PROTOCOL.md). */
 void rl_clock_set(struct rl_clock *c, uint64_t now_ms);
 
 /* The real clock in ms since the epoch, and a monotonic clock in ns for measurements. */

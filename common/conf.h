@@ -1,5 +1,5 @@
 /*
- * conf: cluster.conf (CONFIG.md, docs/CONFIG.md) parsed with libinih into one immutable
+ * conf: cluster.conf (docs/CONFIG.md) parsed with libinih into one immutable
  * struct, and the rule model: services, endpoints, tiers, failure policy and mode. Every
  * process loads the same file through this module. Not for command-line options, which each
  * main.c owns (it may use the value parsers at the bottom). After a successful load every

@@ -15,7 +15,7 @@
 
 #define RL_SHARDMAP_NAME_MAX 64         /* bytes of a name, with its NUL: names are 1..63 */
 #define RL_SHARDMAP_NONE UINT32_MAX     /* no owner: no live member */
-#define RL_SHARDMAP_SHARDS_MAX 1048576u /* the most shards a cluster may have (CONFIG.md) */
+#define RL_SHARDMAP_SHARDS_MAX 1048576u /* the most shards a cluster may have (docs/CONFIG.md) */
 
 /* A live member: its name (the znode's) and address "host:port". */
 struct rl_member {

@@ -1,5 +1,5 @@
 /*
- * wire: the codec and framing of PROTOCOL.md (v1), on msgpack-c.
+ * wire: the codec and framing of docs/PROTOCOL.md (v1), on msgpack-c.
  *
  * A frame is a 4-byte big-endian length N (1..65536) and N bytes holding exactly one
  * MessagePack value. This module splits frames out of a byte stream, decodes requests (node

@@ -1,6 +1,6 @@
 /*
- * algo: the six algorithms of DESIGN.md over a 16-byte state, exact in integers
- * (docs/ALGORITHMS.md derives every formula). Each judge answers the PROTOCOL.md reply fields
+ * algo: the six algorithms of docs/ALGORITHMS.md over a 16-byte state, exact in integers
+ * (which derives every formula). Each judge answers the docs/PROTOCOL.md reply fields
  * as exact "largest amount" and "smallest wait" quantities under the node clock, which the
  * tests verify by brute force. Not for finding keys or combining tiers.
  *

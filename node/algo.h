@@ -1,5 +1,5 @@
 /*
- * algo: the six algorithms of DESIGN.md as functions over a 16-byte per-key, per-tier state,
+ * algo: the six algorithms of docs/ALGORITHMS.md as functions over a 16-byte per-key, per-tier state,
  * in exact integer arithmetic. A zeroed state is a key never seen: full allowance.
  * Not for finding keys (keytab.h) or combining tiers (limiter.h).
  *

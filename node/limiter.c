@@ -2,7 +2,7 @@
  * limiter: a node's answer to CHECK (limiter.h). Finds the rule, judges every tier of it
  * against the key table without changing anything, and only when every tier allows does it
  * consume in each, so a refusal anywhere leaves every counter as it was. Builds the reply
- * fields of PROTOCOL.md from the tier that decided. Not for sockets or framing (server.c), nor
+ * fields of docs/PROTOCOL.md from the tier that decided. Not for sockets or framing (server.c), nor
  * for the arithmetic of the algorithms (algo.c).
  *
  * Memory: the cap is split between the key table and the sliding logs, which live outside

@@ -1,7 +1,7 @@
 /*
  * limiter: judges CHECK requests on a node: finds the rule, judges every tier of it
  * atomically (all allow, then all consume; one refuses, none consumes), applies shadow mode,
- * and builds the reply fields of PROTOCOL.md. Owns the key table and the node's counters.
+ * and builds the reply fields of docs/PROTOCOL.md. Owns the key table and the node's counters.
  * Not for sockets or framing (server.h).
  */
 #ifndef RL_LIMITER_H

@@ -394,7 +394,7 @@ answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_w
     r->stats.checks++;
     count_code(r, rep->code);
     if (r->log != NULL && rl_reqlog_sample(r->log)) {
-        /* Cut as for forwarded requests (OPERATIONS.md: the first 64 bytes of the user). */
+        /* Cut as for forwarded requests (docs/OPERATIONS.md: the first 64 bytes of the user). */
         log_answer(r, shard, node, rep->code, hash, req->service.ptr, req->service.len,
                    req->user.ptr,
                    req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED);
