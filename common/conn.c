@@ -6,8 +6,10 @@
  *   any     --(peer EOF, rl_conn_finish, refusal, protocol error)--> finishing
  *   finishing --(output written, nothing held)--> closed
  *
- * Writes happen only in connq_flush (a uv_check, after the loop's I/O), so every reply a
- * loop turn produced for a connection leaves in one uv_write, and the flush is where paused
+ * Writes happen at the end of the read that produced them, and otherwise in connq_flush (a
+ * uv_check, after the loop's I/O) or when the previous write completes, so the replies to
+ * one read leave in one uv_write, and output produced elsewhere (the router's replies from
+ * nodes) is gathered per connection for the loop turn; the flush is also where paused
  * connections resume and finished ones close.
  */
 #include "conn.h"
@@ -424,6 +426,12 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (c->open && (c->finishing || rl_conn_backlogged(c))) {
         /* The peer asks faster than it reads: stop reading until the output drains. */
         conn_pause(c);
+    }
+    if (c->dirty) {
+        /* The replies of this read leave now, in one write, rather than after every other
+         * connection's batch of the loop turn: a pipelining client gets them a batch
+         * earlier (c stays on the dirty list; its flush there finds nothing new). */
+        conn_flush(c);
     }
 }
 
