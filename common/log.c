@@ -1,10 +1,14 @@
 /*
  * log: leveled lines on stderr. One write(2) per line so lines from several threads (the
- * ZooKeeper client's) do not interleave. Not buffered: logs are for rare events.
+ * ZooKeeper client's) do not interleave. Not buffered: logs are for rare events. A log file
+ * is put in place of stderr with dup2(2), atomically, so a thread writing while the file is
+ * reopened never sees a closed descriptor, and whatever else writes to stderr (the
+ * ZooKeeper client's own warnings) lands in the file too.
  */
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +17,7 @@
 
 static enum rl_log_level log_level = RL_LOG_INFO;
 static char log_tag[32] = "rl";
+static char log_path[4096];
 
 static const char *const log_names[] = {
 #define RL_LOG_NAME(n, s) s,
@@ -27,6 +32,43 @@ rl_log_setup(enum rl_log_level level, const char *tag)
     if (tag != NULL) {
         snprintf(log_tag, sizeof(log_tag), "%s", tag);
     }
+}
+
+int
+rl_log_open(const char *path)
+{
+    int len = snprintf(log_path, sizeof(log_path), "%s", path);
+
+    if (len < 0 || (size_t)len >= sizeof(log_path)) {
+        log_path[0] = '\0';
+        errno = ENAMETOOLONG;
+        return -ENAMETOOLONG;
+    }
+    return rl_log_reopen();
+}
+
+int
+rl_log_reopen(void)
+{
+    int fd, saved;
+
+    if (log_path[0] == '\0') {
+        return 0;
+    }
+    fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        return -errno;
+    }
+    if (fd != STDERR_FILENO && dup2(fd, STDERR_FILENO) < 0) {
+        saved = errno;
+        close(fd);
+        errno = saved;
+        return -saved;
+    }
+    if (fd != STDERR_FILENO) {
+        close(fd);
+    }
+    return 0;
 }
 
 int

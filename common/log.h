@@ -20,6 +20,14 @@ enum rl_log_level {
 /* Sets the most verbose level printed (RL_LOG_INFO by default) and the process tag. */
 void rl_log_setup(enum rl_log_level level, const char *tag);
 
+/*
+ * Sends the log (and everything else written to stderr) to path from now on: opened for
+ * appending, created 0640. rl_log_reopen opens the same path again (after logrotate moved
+ * the file). Both return 0 or a negative errno (errno set too).
+ */
+int rl_log_open(const char *path);
+int rl_log_reopen(void);
+
 /* Parses "error", "warn", "info" or "debug"; returns 0 or -EINVAL. */
 int rl_log_level_parse(const char *s, enum rl_log_level *out);
 

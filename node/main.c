@@ -1,212 +1,222 @@
 /*
  * rl-node: the ratelimiter node. Reads cluster.conf, builds the limiter for its rules,
  * serves the wire protocol on its listen address and, when ZooKeeper is configured,
- * registers itself there. Exits 0 on SIGTERM/SIGINT after closing its connections and its
- * znode; exits 2 with one line on a bad command line or config.
+ * registers itself there, saying at warn (every RL_NODE_WARN_MS) for as long as it is not
+ * registered: routers send an unregistered node no traffic. Start-up, signals and exit
+ * statuses are daemon.h's: SIGTERM/SIGINT close the connections and the znode and exit 0;
+ * SIGHUP reopens the --log-file; no counter is touched by either.
  */
 #include <errno.h>
-#include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <uv.h>
 
-#include "conf.h"
+#include "daemon.h"
 #include "limiter.h"
 #include "log.h"
 #include "server.h"
 #include "zkm.h"
 
+#define RL_NODE_CHECK_MS 1000u /* how often the registration is looked at */
+#define RL_NODE_WARN_MS 10000u /* how often an unregistered node says so */
+#define RL_NODE_FIRST_WARN_MS 3000u
+
+enum { OPT_TEST_CLOCK = 0x2000 };
+
 struct node {
-    uv_loop_t loop;
-    uv_signal_t sigterm;
-    uv_signal_t sigint;
+    struct rl_daemon d;
     struct rl_server server;
     struct rl_limiter *limiter;
     struct rl_zkm *zkm;
-    struct rl_conf *conf;
-    char addr[128];
-    int exit_code;
+    uv_timer_t reg_timer;
+    bool test_clock;
+    int zk_state;          /* enum rl_zkm_state, as last told */
+    int registered;        /* as last seen */
+    uint64_t unreg_since;  /* loop time the node has been unregistered since */
+    uint64_t last_warn;    /* loop time of the last "not registered" warning */
 };
 
-static void
-usage(FILE *f)
+static const char usage[] =
+    "usage: rl-node --config FILE --name NAME [--listen HOST:PORT] [--test-clock]\n"
+    "               [--log-level error|warn|info|debug] [--log-file FILE]\n"
+    "\n"
+    "Serves the counters of the shards it owns over the ratelimiter wire protocol.\n"
+    "  --config FILE      cluster.conf to read (rules, [node NAME] defaults, ZooKeeper)\n"
+    "  --name NAME        this node's name: its znode and its [node NAME] section\n"
+    "  --listen HOST:PORT address to serve on (default: listen of [node NAME])\n"
+    "  --test-clock       accept CLOCK requests that set the node's clock (tests only)\n"
+    "  --log-level LEVEL  verbosity (default info)\n"
+    "  --log-file FILE    log there instead of stderr; SIGHUP reopens it\n"
+    "  --help, --version\n"
+    "Signals: TERM/INT stop (znode deleted at once), HUP reopens the log file.\n";
+
+static const struct option node_options[] = {{"test-clock", no_argument, NULL, OPT_TEST_CLOCK},
+                                             {NULL, 0, NULL, 0}};
+
+static int
+node_option(struct rl_daemon *d, int opt, const char *arg)
 {
-    fprintf(f, "usage: rl-node --config FILE --name NAME [--listen HOST:PORT] [--test-clock]\n"
-               "               [--log-level error|warn|info|debug]\n"
-               "\n"
-               "Serves the counters of the shards it owns over the ratelimiter wire protocol.\n"
-               "  --config FILE      cluster.conf to read (rules, [node NAME] defaults, ZooKeeper)\n"
-               "  --name NAME        this node's name: its znode and its [node NAME] section\n"
-               "  --listen HOST:PORT address to serve on (default: listen of [node NAME])\n"
-               "  --test-clock       accept CLOCK requests that set the node's clock (tests only)\n"
-               "  --log-level LEVEL  stderr verbosity (default info)\n"
-               "  --help, --version\n");
+    struct node *n = d->data;
+
+    (void)arg;
+    if (opt == OPT_TEST_CLOCK) {
+        n->test_clock = true;
+        return 0;
+    }
+    return 2;
 }
 
 static void
-on_server_closed(struct rl_server *s)
+node_stop(struct rl_daemon *d)
 {
-    (void)s;
-}
+    struct node *n = d->data;
 
-static void
-on_signal(uv_signal_t *h, int signum)
-{
-    struct node *n = h->data;
-
-    rl_log_info("signal %d: shutting down", signum);
-    uv_signal_stop(&n->sigterm);
-    uv_signal_stop(&n->sigint);
-    uv_close((uv_handle_t *)&n->sigterm, NULL);
-    uv_close((uv_handle_t *)&n->sigint, NULL);
     if (n->zkm != NULL) {
         rl_zkm_destroy(n->zkm);
         n->zkm = NULL;
+        uv_close((uv_handle_t *)&n->reg_timer, NULL);
     }
-    rl_server_close(&n->server, on_server_closed);
+    rl_server_close(&n->server, NULL);
+}
+
+/* Says what the registration is, when it changes and, while it is missing, periodically. */
+static void
+node_check_registration(uv_timer_t *t)
+{
+    struct node *n = t->data;
+    uint64_t now = uv_now(&n->d.loop);
+    int reg = n->zkm != NULL && rl_zkm_registered(n->zkm);
+
+    rl_server_set_membership(&n->server, n->zk_state, reg);
+    if (reg && !n->registered) {
+        rl_log_info("registered in ZooKeeper at %s as %s (%s): routers may send it traffic",
+                    n->d.conf->zookeeper, n->d.name, n->d.addr);
+    } else if (!reg && n->registered) {
+        rl_log_warn("no longer registered in ZooKeeper (session %s): routers move its shards "
+                    "away once the session expires",
+                    rl_zkm_state_name((enum rl_zkm_state)n->zk_state));
+        n->unreg_since = now;
+        n->last_warn = now;
+    } else if (!reg && now - n->last_warn >= RL_NODE_WARN_MS) {
+        rl_log_warn("not registered in ZooKeeper at %s yet (session %s, for %llu s): routers "
+                    "send this node no traffic until it is",
+                    n->d.conf->zookeeper, rl_zkm_state_name((enum rl_zkm_state)n->zk_state),
+                    (unsigned long long)((now - n->unreg_since) / 1000));
+        n->last_warn = now;
+    }
+    n->registered = reg;
+}
+
+static void
+node_zk_state(void *arg, enum rl_zkm_state state)
+{
+    struct node *n = arg;
+
+    n->zk_state = (int)state;
+    if (state == RL_ZKM_CONNECTED) {
+        rl_log_info("ZooKeeper session: %s", rl_zkm_state_name(state));
+    } else {
+        rl_log_warn("ZooKeeper session: %s", rl_zkm_state_name(state));
+    }
+    node_check_registration(&n->reg_timer);
+}
+
+static const struct rl_daemon_spec node_spec = {
+    .prog = "rl-node",
+    .usage = usage,
+    .name_required = true,
+    .extra = node_options,
+    .on_option = node_option,
+    .on_stop = node_stop,
+};
+
+/* Registers in ZooKeeper and starts watching the registration. Returns 0 or a negative errno. */
+static int
+node_register(struct node *n)
+{
+    static const struct rl_zkm_cbs cbs = {NULL, NULL, node_zk_state};
+    uv_loop_t *loop = &n->d.loop;
+    int rc;
+
+    n->zk_state = RL_ZKM_CONNECTING;
+    rc = rl_zkm_create(&n->zkm, loop, n->d.conf->zookeeper, n->d.conf->session_timeout_ms,
+                       n->d.conf->cluster_name, &cbs, n);
+    if (rc == 0) {
+        rc = rl_zkm_register(n->zkm, n->d.name, n->d.addr);
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    rl_server_set_membership(&n->server, n->zk_state, 0);
+    /* The first warning comes after RL_NODE_FIRST_WARN_MS, the next ones every
+     * RL_NODE_WARN_MS. */
+    n->unreg_since = uv_now(loop);
+    n->last_warn = n->unreg_since - (RL_NODE_WARN_MS - RL_NODE_FIRST_WARN_MS);
+    uv_timer_init(loop, &n->reg_timer);
+    n->reg_timer.data = n;
+    uv_timer_start(&n->reg_timer, node_check_registration, RL_NODE_CHECK_MS, RL_NODE_CHECK_MS);
+    return 0;
 }
 
 int
 main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'}, {"name", required_argument, NULL, 'n'},
-        {"listen", required_argument, NULL, 'l'}, {"test-clock", no_argument, NULL, 't'},
-        {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0}};
-    const char *config = NULL, *name = NULL, *listen = NULL;
-    struct rl_server_opts opts = {0};
-    enum rl_log_level level = RL_LOG_INFO;
+    static struct node n;
     const struct rl_node_conf *nc;
-    char err[512];
-    char *host = NULL;
-    uint16_t port = 0;
+    struct rl_server_opts opts = {0};
     uint64_t memory;
-    struct node n;
-    const char *phrase;
-    int opt, rc;
+    int rc;
 
-    memset(&n, 0, sizeof(n));
-    while ((opt = getopt_long(argc, argv, "c:n:l:th", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'c':
-            config = optarg;
-            break;
-        case 'n':
-            name = optarg;
-            break;
-        case 'l':
-            listen = optarg;
-            break;
-        case 't':
-            opts.test_clock = true;
-            break;
-        case 'L':
-            if (rl_log_level_parse(optarg, &level) != 0) {
-                fprintf(stderr, "rl-node: --log-level: unknown level \"%s\"\n", optarg);
-                return 2;
-            }
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'V':
-            printf("rl-node %s\n", RL_VERSION);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
+    rc = rl_daemon_init(&n.d, &node_spec, argc, argv, &n);
+    if (rc != RL_DAEMON_RUN) {
+        rl_daemon_destroy(&n.d);
+        return rc;
     }
-    if (config == NULL || name == NULL || optind != argc) {
-        usage(stderr);
-        return 2;
-    }
-    rl_log_setup(level, name);
-    if (rl_conf_load(config, &n.conf, err, sizeof(err)) != 0) {
-        fprintf(stderr, "%s\n", err);
-        return 2;
-    }
-    nc = rl_conf_node(n.conf, name);
+    nc = rl_conf_node(n.d.conf, n.d.name);
     memory = (nc != NULL && nc->memory != 0) ? nc->memory : RL_CONF_DEFAULT_MEMORY;
-    if (listen != NULL) {
-        phrase = rl_parse_hostport(listen, &host, &port);
-        if (phrase != NULL) {
-            fprintf(stderr, "rl-node: --listen: %s\n", phrase);
-            rc = 2;
-            goto out_conf;
-        }
-    } else if (nc != NULL) {
-        host = strdup(nc->host);
-        port = nc->port;
-    } else {
-        fprintf(stderr, "%s: no [node %s] section and no --listen: nowhere to listen\n", config,
-                name);
-        rc = 2;
-        goto out_conf;
+    if (rl_daemon_listen(&n.d, nc != NULL ? nc->host : NULL, nc != NULL ? nc->port : 0,
+                         "no [node NAME] section for this --name") != 0) {
+        rl_daemon_destroy(&n.d);
+        return 2;
     }
-    signal(SIGPIPE, SIG_IGN);
-    uv_loop_init(&n.loop);
-    rc = rl_limiter_create(&n.limiter, n.conf, memory);
+    rc = rl_limiter_create(&n.limiter, n.d.conf, memory);
     if (rc != 0) {
         fprintf(stderr, "rl-node: cannot create the limiter: %s\n", strerror(-rc));
-        rc = 1;
-        goto out_loop;
+        rl_daemon_destroy(&n.d);
+        return 1;
     }
-    opts.name = name;
-    opts.host = host;
-    opts.port = port;
-    rc = rl_server_start(&n.server, &n.loop, n.limiter, &opts);
+    opts.name = n.d.name;
+    opts.host = n.d.host;
+    opts.port = n.d.port;
+    opts.test_clock = n.test_clock;
+    rc = rl_server_start(&n.server, rl_daemon_loop(&n.d), n.limiter, &opts);
     if (rc != 0) {
-        fprintf(stderr, "rl-node: cannot listen on %s:%u: %s\n", host, port, uv_strerror(rc));
-        uv_run(&n.loop, UV_RUN_DEFAULT);
+        fprintf(stderr, "rl-node: cannot listen on %s: %s\n", n.d.addr, uv_strerror(rc));
         rc = 1;
-        goto out_limiter;
+        goto out;
     }
-    /* An IPv6 host is bracketed so the address parses back as HOST:PORT. */
-    snprintf(n.addr, sizeof(n.addr), strchr(host, ':') != NULL ? "[%s]:%u" : "%s:%u", host,
-             port);
-    if (n.conf->zookeeper[0] != '\0') {
-        rc = rl_zkm_create(&n.zkm, &n.loop, n.conf->zookeeper, n.conf->session_timeout_ms,
-                           n.conf->cluster_name, NULL, NULL);
-        if (rc == 0) {
-            rc = rl_zkm_register(n.zkm, name, n.addr);
-        }
+    if (n.d.conf->zookeeper[0] != '\0') {
+        rc = node_register(&n);
         if (rc != 0) {
-            fprintf(stderr, "rl-node: cannot use ZooKeeper at %s: %s\n", n.conf->zookeeper,
+            fprintf(stderr, "rl-node: cannot use ZooKeeper at %s: %s\n", n.d.conf->zookeeper,
                     strerror(-rc));
+            rl_zkm_destroy(n.zkm);
+            n.zkm = NULL;
+            rl_server_close(&n.server, NULL);
             rc = 1;
-            if (n.zkm != NULL) {
-                rl_zkm_destroy(n.zkm);
-            }
-            rl_server_close(&n.server, on_server_closed);
-            uv_run(&n.loop, UV_RUN_DEFAULT);
-            goto out_limiter;
+            goto out;
         }
     }
-    uv_signal_init(&n.loop, &n.sigterm);
-    uv_signal_init(&n.loop, &n.sigint);
-    n.sigterm.data = &n;
-    n.sigint.data = &n;
-    uv_signal_start(&n.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&n.sigint, on_signal, SIGINT);
-    rl_log_info("serving on %s (memory cap %llu bytes%s%s)", n.addr, (unsigned long long)memory,
-                opts.test_clock ? ", test clock" : "",
-                n.conf->zookeeper[0] != '\0' ? ", registered in ZooKeeper" : ", static membership");
-    uv_run(&n.loop, UV_RUN_DEFAULT);
-    rl_log_info("stopped");
+    rl_log_info("serving on %s (memory cap %llu bytes%s); %s", n.d.addr,
+                (unsigned long long)memory, n.test_clock ? ", test clock" : "",
+                n.zkm != NULL ? "registering in ZooKeeper (not registered yet)"
+                              : "static membership");
+    rl_daemon_run(&n.d);
     rc = 0;
-out_limiter:
+out:
+    rl_daemon_destroy(&n.d);
     rl_limiter_destroy(n.limiter);
-out_loop:
-    if (uv_loop_close(&n.loop) != 0) {
-        rl_log_warn("handles left open at exit");
-    }
-out_conf:
-    free(host);
-    rl_conf_destroy(n.conf);
     return rc;
 }

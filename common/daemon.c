@@ -1,0 +1,226 @@
+/*
+ * daemon: the shared start-up of rl-node and rl-router (daemon.h).
+ */
+#include "daemon.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parse.h"
+
+enum { OPT_LOG_LEVEL = 0x1000, OPT_LOG_FILE, OPT_VERSION };
+
+static const struct option common_options[] = {
+    {"config", required_argument, NULL, 'c'},
+    {"listen", required_argument, NULL, 'l'},
+    {"name", required_argument, NULL, 'n'},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"log-file", required_argument, NULL, OPT_LOG_FILE},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+};
+
+#define COMMON_COUNT (sizeof(common_options) / sizeof(common_options[0]))
+#define EXTRA_MAX 16
+
+int
+rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc, char **argv,
+               void *data)
+{
+    struct option longopts[COMMON_COUNT + EXTRA_MAX + 1];
+    size_t n = 0;
+    char err[512];
+    int opt, rc;
+
+    memset(d, 0, sizeof(*d));
+    d->spec = spec;
+    d->data = data;
+    d->level = RL_LOG_INFO;
+    memcpy(longopts, common_options, sizeof(common_options));
+    n = COMMON_COUNT;
+    for (size_t i = 0; spec->extra != NULL && spec->extra[i].name != NULL && i < EXTRA_MAX; i++) {
+        longopts[n++] = spec->extra[i];
+    }
+    memset(&longopts[n], 0, sizeof(longopts[n]));
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":c:l:n:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'c':
+            d->config_path = optarg;
+            break;
+        case 'l':
+            d->listen_opt = optarg;
+            break;
+        case 'n':
+            d->name = optarg;
+            break;
+        case OPT_LOG_LEVEL:
+            if (rl_log_level_parse(optarg, &d->level) != 0) {
+                fprintf(stderr, "%s: --log-level: unknown level \"%s\" (error, warn, info, debug)\n",
+                        spec->prog, optarg);
+                return 2;
+            }
+            break;
+        case OPT_LOG_FILE:
+            d->log_file = optarg;
+            break;
+        case 'h':
+            fputs(spec->usage, stdout);
+            return 0;
+        case OPT_VERSION:
+            printf("%s %s\n", spec->prog, RL_VERSION);
+            return 0;
+        case ':':
+            fprintf(stderr, "%s: %s needs a value (see --help)\n", spec->prog, argv[optind - 1]);
+            return 2;
+        case '?':
+            fprintf(stderr, "%s: unknown option \"%s\" (see --help)\n", spec->prog,
+                    argv[optind - 1]);
+            return 2;
+        default:
+            rc = spec->on_option != NULL ? spec->on_option(d, opt, optarg) : 2;
+            if (rc != 0) {
+                return rc;
+            }
+            break;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", spec->prog, argv[optind]);
+        return 2;
+    }
+    if (d->config_path == NULL) {
+        fprintf(stderr, "%s: --config FILE is required (see --help)\n", spec->prog);
+        return 2;
+    }
+    if (spec->name_required && d->name == NULL) {
+        fprintf(stderr, "%s: --name NAME is required (see --help)\n", spec->prog);
+        return 2;
+    }
+    rl_log_setup(d->level, spec->name_required ? d->name : spec->log_tag);
+    if (d->log_file != NULL && rl_log_open(d->log_file) != 0) {
+        fprintf(stderr, "%s: --log-file: cannot open \"%s\": %s\n", spec->prog, d->log_file,
+                strerror(errno));
+        return 2;
+    }
+    if (rl_conf_load(d->config_path, &d->conf, err, sizeof(err)) != 0) {
+        /* One line on stderr, and in the log file when there is one. */
+        fprintf(stderr, "%s\n", err);
+        if (d->log_file != NULL) {
+            rl_log_error("%s", err);
+        }
+        return 2;
+    }
+    return RL_DAEMON_RUN;
+}
+
+int
+rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const char *missing)
+{
+    const char *why;
+
+    if (d->listen_opt != NULL) {
+        why = rl_parse_hostport(d->listen_opt, &d->host, &d->port);
+        if (why != NULL) {
+            fprintf(stderr, "%s: --listen: \"%s\" %s\n", d->spec->prog, d->listen_opt, why);
+            return 2;
+        }
+    } else if (host != NULL) {
+        d->host = strdup(host);
+        d->port = port;
+        if (d->host == NULL) {
+            fprintf(stderr, "%s: out of memory\n", d->spec->prog);
+            return 2;
+        }
+    } else {
+        fprintf(stderr, "%s: %s and no --listen: nowhere to listen\n", d->config_path, missing);
+        return 2;
+    }
+    rl_format_hostport(d->addr, sizeof(d->addr), d->host, d->port);
+    return 0;
+}
+
+static void
+daemon_signal(uv_signal_t *h, int signum)
+{
+    struct rl_daemon *d = h->data;
+
+    if (signum == SIGHUP) {
+        if (d->log_file != NULL) {
+            if (rl_log_reopen() != 0) {
+                rl_log_error("SIGHUP: cannot reopen the log file %s: %s", d->log_file,
+                             strerror(errno));
+            } else {
+                rl_log_info("SIGHUP: log file %s reopened", d->log_file);
+            }
+        } else if (d->spec->on_hup == NULL) {
+            rl_log_info("SIGHUP: no --log-file to reopen; going on");
+        }
+        if (d->spec->on_hup != NULL) {
+            d->spec->on_hup(d);
+        }
+        return;
+    }
+    if (d->stopping) {
+        return;
+    }
+    d->stopping = true;
+    rl_log_info("signal %d: shutting down", signum);
+    uv_close((uv_handle_t *)&d->sigterm, NULL);
+    uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
+    d->signals = false;
+    d->spec->on_stop(d);
+}
+
+void
+rl_daemon_run(struct rl_daemon *d)
+{
+    uv_signal_init(&d->loop, &d->sigterm);
+    uv_signal_init(&d->loop, &d->sigint);
+    uv_signal_init(&d->loop, &d->sighup);
+    d->sigterm.data = d->sigint.data = d->sighup.data = d;
+    uv_signal_start(&d->sigterm, daemon_signal, SIGTERM);
+    uv_signal_start(&d->sigint, daemon_signal, SIGINT);
+    uv_signal_start(&d->sighup, daemon_signal, SIGHUP);
+    d->signals = true;
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    rl_log_info("stopped");
+}
+
+void
+rl_daemon_destroy(struct rl_daemon *d)
+{
+    if (d->loop.data == d) {
+        if (d->signals) {
+            uv_close((uv_handle_t *)&d->sigterm, NULL);
+            uv_close((uv_handle_t *)&d->sigint, NULL);
+            uv_close((uv_handle_t *)&d->sighup, NULL);
+            d->signals = false;
+        }
+        /* Whatever a failed start closed finishes closing. */
+        uv_run(&d->loop, UV_RUN_DEFAULT);
+        if (uv_loop_close(&d->loop) != 0) {
+            rl_log_warn("handles left open at exit");
+        }
+    }
+    free(d->host);
+    d->host = NULL;
+    rl_conf_destroy(d->conf);
+    d->conf = NULL;
+}
+
+/* The loop is set up by the first use: rl_daemon_loop. */
+uv_loop_t *
+rl_daemon_loop(struct rl_daemon *d)
+{
+    if (d->loop.data != d) {
+        signal(SIGPIPE, SIG_IGN);
+        uv_loop_init(&d->loop);
+        d->loop.data = d;
+    }
+    return &d->loop;
+}

@@ -1,0 +1,81 @@
+/*
+ * daemon: the start-up and life of a long-running ratelimiter process (rl-node, rl-router),
+ * in one place: the options both take (--config, --listen, --name, --log-level, --log-file,
+ * --help, --version) plus the program's own, the log, the config, the listen address, the
+ * signals and the loop. A program's main only adds what is its own.
+ *
+ * Signals: SIGTERM and SIGINT call the program's on_stop (close everything; the loop then
+ * ends); SIGHUP reopens the --log-file (for logrotate) and calls on_hup; SIGPIPE is
+ * ignored (a peer that hangs up mid-write is an error return, not a death).
+ * Exit statuses: 2 with one line on stderr for a bad command line or config, 0 after
+ * --help or --version. Not for the tools (rl-cli, rl-bench, rl-rebalance), which run once.
+ */
+#ifndef RL_DAEMON_H
+#define RL_DAEMON_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "conf.h"
+#include "log.h"
+
+#define RL_DAEMON_RUN (-1) /* rl_daemon_init: go on */
+
+struct rl_daemon;
+
+struct rl_daemon_spec {
+    const char *prog;           /* "rl-node" */
+    const char *usage;          /* the whole --help text */
+    bool name_required;         /* --name must be given (and tags the log lines) */
+    const char *log_tag;        /* tag when --name does not tag the log */
+    const struct option *extra; /* the program's own long options, {0}-terminated, or NULL */
+    /* One of the program's own options; returns 0, or 2 after printing one line. */
+    int (*on_option)(struct rl_daemon *d, int opt, const char *arg);
+    void (*on_stop)(struct rl_daemon *d); /* SIGTERM, SIGINT */
+    void (*on_hup)(struct rl_daemon *d);  /* SIGHUP, after the log file is reopened */
+};
+
+struct rl_daemon {
+    const struct rl_daemon_spec *spec;
+    void *data; /* the program's */
+    const char *config_path;
+    const char *listen_opt; /* --listen as given, or NULL */
+    const char *name;       /* --name, or NULL */
+    const char *log_file;   /* --log-file, or NULL */
+    enum rl_log_level level;
+    struct rl_conf *conf;
+    char *host; /* where to listen, from --listen or the config */
+    uint16_t port;
+    char addr[128]; /* host:port, an IPv6 host bracketed */
+    uv_loop_t loop;
+    uv_signal_t sigterm, sigint, sighup;
+    bool signals;
+    bool stopping;
+};
+
+/*
+ * Parses the command line, sets up the log and loads the config. Returns RL_DAEMON_RUN to
+ * go on, or the status to exit with (0 after --help/--version, 2 after one line on stderr).
+ */
+int rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc, char **argv,
+                   void *data);
+
+/*
+ * Settles the listen address: --listen if given, else host:port from the config (host NULL:
+ * none, which is an error naming what is missing). Returns 0, or 2 after one line.
+ */
+int rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const char *missing);
+
+/* The process's loop, set up at the first call (SIGPIPE is ignored from then on). */
+uv_loop_t *rl_daemon_loop(struct rl_daemon *d);
+
+/* Installs the signal handlers and runs the loop until everything is closed. */
+void rl_daemon_run(struct rl_daemon *d);
+
+/* Closes the loop (warning when handles are left) and frees the config and the address. */
+void rl_daemon_destroy(struct rl_daemon *d);
+
+#endif
