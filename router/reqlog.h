@@ -1,6 +1,6 @@
 /*
  * reqlog: the router's request log, the rebalance tool's input. One text line per logged
- * request (docs/OPERATIONS.md gives the format):
+ * request, formatted by reqline.h (docs/OPERATIONS.md gives the format):
  *
  *     TS_MS SHARD NODE CODE KEYHASH SERVICE USER
  *
@@ -43,19 +43,6 @@ void rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const ch
 
 /* Sampling: true for one call in `sample`; callers log only then. */
 int rl_reqlog_sample(struct rl_reqlog *l);
-
-/* The longest line rl_reqlog_format writes, newline included. */
-#define RL_REQLOG_LINE_MAX 1400u
-
-/*
- * Formats one log line (newline included) into buf, which has room for RL_REQLOG_LINE_MAX
- * bytes; returns its length. node NULL or "" is written "-"; service and user are cut to
- * 128 and 256 bytes and %-escaped. The one definition of the line format: the router's log
- * and the rebalance tool's log generator both write through it.
- */
-size_t rl_reqlog_format(char *buf, uint64_t ts_ms, uint32_t shard, const char *node, uint32_t code,
-                        uint64_t key_hash, const char *service, size_t slen, const char *user,
-                        size_t ulen);
 
 /* Reopens the file (after an external rename), once pending writes are done. */
 void rl_reqlog_reopen(struct rl_reqlog *l);

@@ -1,6 +1,8 @@
 /*
- * check_reqlog: the router's request log: the line format the rebalance tool reads,
- * escaping, sampling, flushing at close, and reopening after rotation. Every loop is
+ * check_reqlog: the router's request log: the line format the rebalance tool reads
+ * (reqline.h: every byte value escaped and parsed back, the cuts, each malformed-line
+ * reason), escaping, sampling, flushing at close, reopening after rotation, and a log
+ * written by the real writer read back whole by the rebalance scanner. Every loop is
  * closed and uv_loop_close() must return 0, so a leaked handle fails the test.
  */
 #include <check.h>
@@ -11,7 +13,10 @@
 #include <uv.h>
 
 #include "harness.h"
+#include "logscan.h"
+#include "reqline.h"
 #include "reqlog.h"
+#include "shardmap.h"
 
 static char *
 slurp(const char *path)
@@ -191,6 +196,140 @@ START_TEST(test_unwritable_path)
 }
 END_TEST
 
+START_TEST(test_every_byte_round_trips)
+{
+    char svc[RL_REQLINE_SERVICE_MAX], user[RL_REQLINE_USER_MAX], line[RL_REQLINE_MAX];
+    char un[RL_REQLINE_USER_MAX];
+    struct rl_reqline l;
+    size_t n;
+
+    for (size_t i = 0; i < sizeof(user); i++) {
+        user[i] = (char)i;
+    }
+    for (size_t i = 0; i < sizeof(svc); i++) {
+        svc[i] = (char)(255 - i);
+    }
+    n = rl_reqline_format(line, 1763795412345ull, 77, "node-b", 5, 0x0123456789abcdefull, svc,
+                          sizeof(svc), user, sizeof(user));
+    ck_assert_uint_le(n, RL_REQLINE_MAX);
+    ck_assert_int_eq(line[n - 1], '\n');
+    ck_assert_ptr_null(memchr(line, '\n', n - 1));
+    ck_assert_int_eq(rl_reqline_parse(line, n - 1, 0, &l), 0);
+    ck_assert_uint_eq(l.ts_ms, 1763795412345ull);
+    ck_assert_uint_eq(l.shard, 77);
+    ck_assert_uint_eq(l.code, 5);
+    ck_assert_uint_eq(l.key_hash, 0x0123456789abcdefull);
+    ck_assert_uint_eq(l.nlen, 6);
+    ck_assert(memcmp(l.node, "node-b", 6) == 0);
+    ck_assert_int_eq(rl_reqline_unescape(l.user, l.ulen, un), (int)sizeof(user));
+    ck_assert(memcmp(un, user, sizeof(user)) == 0);
+    ck_assert_int_eq(rl_reqline_unescape(l.service, l.slen, un), (int)sizeof(svc));
+    ck_assert(memcmp(un, svc, sizeof(svc)) == 0);
+}
+END_TEST
+
+START_TEST(test_cuts_and_empty_fields)
+{
+    char big[400], line[RL_REQLINE_MAX], un[400];
+    struct rl_reqline l;
+    size_t n;
+
+    memset(big, 'a', sizeof(big));
+    n = rl_reqline_format(line, 1, 2, NULL, 0, 2, big, sizeof(big), big, sizeof(big));
+    ck_assert_int_eq(rl_reqline_parse(line, n - 1, 0, &l), 0);
+    ck_assert_uint_eq(l.slen, RL_REQLINE_SERVICE_MAX);
+    ck_assert_uint_eq(l.ulen, RL_REQLINE_USER_MAX);
+    ck_assert_uint_eq(l.nlen, 1);
+    ck_assert_int_eq(l.node[0], '-');
+    n = rl_reqline_format(line, 1, 2, "", 0, 2, "s", 1, "", 0);
+    line[n] = '\0';
+    ck_assert_str_eq(line, "1 2 - 0 0000000000000002 s -\n");
+    ck_assert_int_eq(rl_reqline_parse(line, n - 1, 0, &l), 0);
+    ck_assert_int_eq(rl_reqline_unescape(l.user, l.ulen, un), 0);
+}
+END_TEST
+
+START_TEST(test_malformed_reasons)
+{
+    static const struct {
+        const char *line;
+        uint32_t nshards;
+        enum rl_reqline_reason why;
+    } cases[] = {
+        {"1 2 n 0 0000000000000002 s", 0, RL_REQLINE_FIELDS},
+        {"1 2 n 0 0000000000000002 s u x", 0, RL_REQLINE_FIELDS},
+        {"1  2 n 0 0000000000000002 s u", 0, RL_REQLINE_FIELDS},
+        {"x 2 n 0 0000000000000002 s u", 0, RL_REQLINE_TIMESTAMP},
+        {"1 2x n 0 0000000000000002 s u", 0, RL_REQLINE_SHARD},
+        {"1 9 n 0 0000000000000009 s u", 8, RL_REQLINE_SHARD_RANGE},
+        {"1 3 n 0 0000000000000002 s u", 8, RL_REQLINE_SHARD_MISMATCH},
+        {"1 2 n 0x 0000000000000002 s u", 0, RL_REQLINE_CODE},
+        {"1 2 n\x01 0 0000000000000002 s u", 0, RL_REQLINE_NODE},
+        {"1 2 n 0 00000000000000g2 s u", 0, RL_REQLINE_KEYHASH},
+        {"1 2 n 0 000000000000002 s u", 0, RL_REQLINE_KEYHASH},
+        {"1 2 n 0 0000000000000002 s\x80 u", 0, RL_REQLINE_NAME},
+        {"1 2 n 0 0000000000000002 s u\x7f", 0, RL_REQLINE_NAME},
+    };
+    struct rl_reqline l;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = rl_reqline_parse(cases[i].line, strlen(cases[i].line), cases[i].nshards, &l);
+
+        ck_assert_msg(rc == (int)cases[i].why + 1, "\"%s\": %d, want %s", cases[i].line, rc,
+                      rl_reqline_reason_text(cases[i].why));
+    }
+    ck_assert_int_eq(rl_reqline_parse("1 2 n 0 0000000000000002 s u\r", 29, 8, &l), 0);
+    ck_assert_str_eq(rl_reqline_reason_text(RL_REQLINE_REASON_COUNT), "unknown");
+}
+END_TEST
+
+/* The router's writer (file, buffers, escaping) read back by the rebalance scanner. */
+START_TEST(test_writer_read_by_scanner)
+{
+    enum { N = 20000, K = 500, SHARDS = 4096 };
+    char path[PATH_MAX], user[32];
+    uv_loop_t loop;
+    struct rl_reqlog *w = NULL;
+    struct rl_logscan *s = NULL;
+    const struct rl_logscan_result *r;
+    struct rl_logscan_key *keys = NULL;
+    size_t nkeys;
+
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "scan.log"), 0);
+    uv_loop_init(&loop);
+    ck_assert_int_eq(rl_reqlog_create(&w, &loop, path, 1), 0);
+    for (int i = 0; i < N; i++) {
+        int k = i % K;
+        int len = snprintf(user, sizeof(user), "user %d\n%%", k); /* space, newline, % */
+        uint64_t h = rl_shardmap_key_hash("svc", 3, user, (size_t)len);
+
+        ck_assert(rl_reqlog_sample(w));
+        rl_reqlog_add(w, 1763795412345ull + (uint64_t)i, rl_shardmap_shard(h, SHARDS),
+                      k % 2 ? "a" : NULL, 0, h, "svc", 3, user, (size_t)len);
+    }
+    rl_reqlog_close(w);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    ck_assert_uint_eq(count_lines(path), N);
+    ck_assert_int_eq(rl_logscan_create(&s, SHARDS), 0);
+    ck_assert_int_eq(rl_logscan_file(s, path), 0);
+    r = rl_logscan_result(s);
+    ck_assert_uint_eq(r->lines, N);
+    ck_assert_uint_eq(r->requests, N);
+    ck_assert_uint_eq(r->malformed, 0);
+    ck_assert_uint_eq(r->distinct, K);
+    ck_assert_uint_eq(r->unverified, 0);
+    ck_assert_int_eq(rl_logscan_keys_above(s, 0, &keys, &nkeys), 0);
+    ck_assert_uint_eq(nkeys, K);
+    for (size_t i = 0; i < nkeys; i++) {
+        ck_assert(keys[i].verified);
+        ck_assert_uint_eq(keys[i].count, N / K);
+    }
+    free(keys);
+    rl_logscan_destroy(s);
+}
+END_TEST
+
 static Suite *
 reqlog_suite(void)
 {
@@ -203,6 +342,10 @@ reqlog_suite(void)
     tcase_add_test(tc, test_many_lines_and_bounded);
     tcase_add_test(tc, test_reopen_after_rotation);
     tcase_add_test(tc, test_unwritable_path);
+    tcase_add_test(tc, test_every_byte_round_trips);
+    tcase_add_test(tc, test_cuts_and_empty_fields);
+    tcase_add_test(tc, test_malformed_reasons);
+    tcase_add_test(tc, test_writer_read_by_scanner);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "reqlog.h"
+#include "reqline.h"
 #include "shardmap.h"
 
 #define GENLOG_OUT_BUF (1u << 20)
@@ -190,10 +190,10 @@ generate(const struct genlog *g)
         key_name(g, k, svc, &slen, user, &ulen);
         shard = rl_shardmap_shard(hash[k], g->shards);
         o = rl_shardmap_owner(map, shard);
-        p += rl_reqlog_format(p, g->start_ms + i * 1000 / g->rate, shard,
+        p += rl_reqline_format(p, g->start_ms + i * 1000 / g->rate, shard,
                               o == RL_SHARDMAP_NONE ? NULL : map->members[o].name, 0, hash[k], svc,
                               slen, user, ulen);
-        if ((size_t)(p - out) > GENLOG_OUT_BUF - RL_REQLOG_LINE_MAX) {
+        if ((size_t)(p - out) > GENLOG_OUT_BUF - RL_REQLINE_MAX) {
             rc = write_all(out, (size_t)(p - out));
             if (rc != 0) {
                 goto out;

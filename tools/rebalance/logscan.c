@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "reqline.h"
 #include "shardmap.h"
 
 /* The table grows past 7/10 full: linear probing stays short up to there. */
@@ -103,28 +104,6 @@ rl_logscan_reason_text(enum rl_logscan_reason r)
     return reason_text[r];
 }
 
-/* Hex digit values plus one, so that the default 0 means "not a hex digit" (see hex()). */
-static const int8_t hexval[256] = {
-    ['0'] = 0 + 1,  ['1'] = 1 + 1,  ['2'] = 2 + 1,  ['3'] = 3 + 1,  ['4'] = 4 + 1,  ['5'] = 5 + 1,
-    ['6'] = 6 + 1,  ['7'] = 7 + 1,  ['8'] = 8 + 1,  ['9'] = 9 + 1,  ['a'] = 10 + 1, ['b'] = 11 + 1,
-    ['c'] = 12 + 1, ['d'] = 13 + 1, ['e'] = 14 + 1, ['f'] = 15 + 1, ['A'] = 10 + 1, ['B'] = 11 + 1,
-    ['C'] = 12 + 1, ['D'] = 13 + 1, ['E'] = 14 + 1, ['F'] = 15 + 1,
-};
-
-/* A hex digit's value, or -1. */
-static inline int
-hex(unsigned char c)
-{
-    return hexval[c] - 1;
-}
-
-/* A field byte of SERVICE or USER as the router writes them. */
-static inline bool
-name_byte(unsigned char c)
-{
-    return c > ' ' && c < 0x7f;
-}
-
 /* SplitMix64's finalizer, seeded: the table index, so crafted keys cannot pile up. */
 static inline uint64_t
 mix(uint64_t z)
@@ -206,33 +185,6 @@ rl_logscan_result(const struct rl_logscan *s)
     return &s->res;
 }
 
-int
-rl_logscan_unescape(const char *in, size_t len, char *out)
-{
-    size_t i, n = 0;
-
-    if (len == 1 && in[0] == '-') {
-        return 0;
-    }
-    for (i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)in[i];
-
-        if (!name_byte(c)) {
-            return -EINVAL;
-        }
-        if (c == '%') {
-            if (len - i < 3 || hex((unsigned char)in[i + 1]) < 0 ||
-                hex((unsigned char)in[i + 2]) < 0) {
-                return -EINVAL;
-            }
-            c = (unsigned char)(hex((unsigned char)in[i + 1]) << 4 | hex((unsigned char)in[i + 2]));
-            i += 2;
-        }
-        out[n++] = (char)c;
-    }
-    return (int)n;
-}
-
 /*
  * Counts a malformed line, and keeps it as an example if it is among the first ones: a
  * batched line may be judged after a later one, so the examples are kept in line order.
@@ -306,8 +258,8 @@ static int
 names_match(uint64_t hash, const char *sv, size_t sl, const char *us, size_t ul)
 {
     char sbuf[RL_LOGSCAN_LINE_MAX], ubuf[RL_LOGSCAN_LINE_MAX];
-    int sn = rl_logscan_unescape(sv, sl, sbuf);
-    int un = rl_logscan_unescape(us, ul, ubuf);
+    int sn = rl_reqline_unescape(sv, sl, sbuf);
+    int un = rl_reqline_unescape(us, ul, ubuf);
     int si, ui;
 
     if (sn < 0 || un < 0) {
@@ -409,130 +361,22 @@ count_key(struct rl_logscan *s, uint64_t hash, uint32_t shard, const char *sv, s
     return 0;
 }
 
-/* Skips a decimal field of 1..max digits followed by a space; its value in *v. */
-static inline const char *
-digits(const char *p, const char *e, unsigned max, uint64_t *v)
-{
-    const char *q = p;
-    uint64_t x = 0;
-
-    while (q < e && (unsigned)(*q - '0') < 10) {
-        x = x * 10 + (uint64_t)(*q - '0');
-        q++;
-    }
-    if (q == p || (size_t)(q - p) > max || q == e || *q != ' ') {
-        return NULL;
-    }
-    *v = x;
-    return q + 1;
-}
-
-/*
- * Why a digit field failed, as BAD(reason): a missing field is a field-count error, anything
- * else is the field's own.
- */
+/* Parses one line (no newline) into *out: 0, or BAD(reason) (reqline.h's reasons). */
 static inline int
-digits_reason(const char *p, const char *e, int own)
-{
-    const char *q = p;
-
-    while (q < e && (unsigned)(*q - '0') < 10) {
-        q++;
-    }
-    if (q == e || (q == p && *q == ' ')) {
-        return BAD(RL_LOGSCAN_FIELDS);
-    }
-    return BAD(own);
-}
-
-/* Parses one line (no newline) into *out: 0, or BAD(reason). */
-static int
 parse_line(const struct rl_logscan *s, const char *p, size_t n, struct parsed *out)
 {
-    const char *e = p + n, *q, *sv, *us;
-    uint64_t v, hash = 0;
-    uint32_t shard;
-    int i;
+    struct rl_reqline l;
+    int rc = rl_reqline_parse(p, n, s->nshards, &l);
 
-    if (n > 0 && e[-1] == '\r') {
-        e--;
+    if (rc != 0) {
+        return rc;
     }
-    /* TS_MS: at most 20 digits, what a uint64_t holds in decimal. */
-    q = digits(p, e, 20, &v);
-    if (q == NULL) {
-        return digits_reason(p, e, RL_LOGSCAN_TIMESTAMP);
-    }
-    p = q;
-    q = digits(p, e, 10, &v);
-    if (q == NULL) {
-        return digits_reason(p, e, RL_LOGSCAN_SHARD);
-    }
-    if (v >= s->nshards) {
-        return BAD(RL_LOGSCAN_SHARD_RANGE);
-    }
-    shard = (uint32_t)v;
-    p = q;
-    /* NODE: a name, or "-". */
-    for (q = p; q < e && *q != ' '; q++) {
-        if ((unsigned char)*q < ' ' || *q == 0x7f) {
-            return BAD(RL_LOGSCAN_NODE);
-        }
-    }
-    if (q == p || q == e) {
-        return BAD(RL_LOGSCAN_FIELDS);
-    }
-    p = q + 1;
-    q = digits(p, e, 10, &v);
-    if (q == NULL) {
-        return digits_reason(p, e, RL_LOGSCAN_CODE);
-    }
-    p = q;
-    /* KEYHASH: exactly 16 hex digits. */
-    if (e - p < 17) {
-        for (q = p; q < e && *q != ' '; q++) {
-        }
-        return q == e ? BAD(RL_LOGSCAN_FIELDS) : BAD(RL_LOGSCAN_KEYHASH);
-    }
-    for (i = 0; i < 16; i++) {
-        int d = hex((unsigned char)p[i]);
-
-        if (d < 0) {
-            return p[i] == ' ' && i == 0 ? BAD(RL_LOGSCAN_FIELDS) : BAD(RL_LOGSCAN_KEYHASH);
-        }
-        hash = hash << 4 | (uint64_t)d;
-    }
-    if (p[16] != ' ') {
-        return BAD(RL_LOGSCAN_KEYHASH);
-    }
-    p += 17;
-    /* SERVICE and USER: printable ASCII bytes; escapes are checked on a key's first line. */
-    sv = p;
-    for (q = p; q < e && *q != ' '; q++) {
-        if (!name_byte((unsigned char)*q)) {
-            return BAD(RL_LOGSCAN_NAME);
-        }
-    }
-    if (q == p || q == e) {
-        return BAD(RL_LOGSCAN_FIELDS);
-    }
-    us = q + 1;
-    for (q = us; q < e; q++) {
-        if (!name_byte((unsigned char)*q)) {
-            return *q == ' ' ? BAD(RL_LOGSCAN_FIELDS) : BAD(RL_LOGSCAN_NAME);
-        }
-    }
-    if (q == us) {
-        return BAD(RL_LOGSCAN_FIELDS);
-    }
-    if (hash % s->nshards != shard) {
-        return BAD(RL_LOGSCAN_SHARD_MISMATCH);
-    }
-    out->hash = hash;
-    out->shard = shard;
-    out->sv = sv;
-    out->slen = (uint32_t)(us - 1 - sv);
-    out->us = us;
-    out->ulen = (uint32_t)(e - us);
+    out->hash = l.key_hash;
+    out->shard = l.shard;
+    out->sv = l.service;
+    out->slen = l.slen;
+    out->us = l.user;
+    out->ulen = l.ulen;
     return 0;
 }
 

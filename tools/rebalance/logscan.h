@@ -5,9 +5,8 @@
  * user it was first seen with, so that a hot key can be named. A line it cannot trust is
  * counted as malformed, with its reason, and skipped: a bad line is never fatal.
  *
- * A line is `TS_MS SHARD NODE CODE KEYHASH SERVICE USER`, fields separated by one space:
- * TS_MS, SHARD and CODE decimal, NODE any token, KEYHASH 16 hex digits, SERVICE and USER
- * %-escaped (bytes outside '!'..'~' and '%' as %XX, "-" for an empty field). A line is kept
+ * A line is reqline.h's `TS_MS SHARD NODE CODE KEYHASH SERVICE USER`, parsed by
+ * rl_reqline_parse, the same module the router writes it with. A line is kept
  * only if SHARD < the cluster's shard count and SHARD == KEYHASH mod shards. The key hash is
  * what counts: the names are for naming hot keys, and a router may log them cut short, so
  * the first time a key hash is seen its names are checked against it and the key is marked
@@ -24,22 +23,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RL_LOGSCAN_LINE_MAX 4096u   /* bytes of a line, newline excluded; longer is malformed */
+#include "reqline.h"
+
+#define RL_LOGSCAN_LINE_MAX RL_REQLINE_READ_MAX /* longer lines are malformed (TOO_LONG) */
 #define RL_LOGSCAN_BLOCK (1u << 20) /* bytes per read(2) */
 #define RL_LOGSCAN_EXAMPLES 5       /* malformed lines remembered, the first ones */
 
-/* Why a line was skipped: X(NAME, phrase). */
-#define RL_LOGSCAN_REASON_MAP(X)                                                                   \
-    X(FIELDS, "not 7 fields separated by single spaces")                                           \
-    X(TIMESTAMP, "timestamp is not a number")                                                      \
-    X(SHARD, "shard is not a number")                                                              \
-    X(SHARD_RANGE, "shard is out of range for the cluster's shard count")                          \
-    X(SHARD_MISMATCH, "shard is not KEYHASH mod SHARDS (a log from another shard count?)")         \
-    X(CODE, "code is not a number")                                                                \
-    X(NODE, "node holds a control byte")                                                           \
-    X(KEYHASH, "key hash is not 16 hex digits")                                                    \
-    X(NAME, "service or user holds a raw byte outside '!'..'~' or a bad %-escape")                 \
-    X(TOO_LONG, "line is longer than 4096 bytes")
+/* Why a line was skipped: reqline.h's reasons, under the scanner's names. */
+#define RL_LOGSCAN_REASON_MAP(X) RL_REQLINE_REASON_MAP(X)
 
 enum rl_logscan_reason {
 #define RL_LOGSCAN_REASON_ENUM(n, s) RL_LOGSCAN_##n,
@@ -135,12 +126,5 @@ const struct rl_logscan_result *rl_logscan_result(const struct rl_logscan *s);
  */
 int rl_logscan_keys_above(const struct rl_logscan *s, uint64_t min, struct rl_logscan_key **out,
                           size_t *n);
-
-/*
- * Undoes the log's %-escaping of one field: "-" gives "", %XX gives the byte XX. out needs
- * len bytes. Returns the length written, or -EINVAL for a '%' not followed by two hex
- * digits, or a byte outside '!'..'~'.
- */
-int rl_logscan_unescape(const char *in, size_t len, char *out);
 
 #endif
