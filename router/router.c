@@ -184,6 +184,20 @@ pending_put(struct rl_router *r, struct rl_pending *p, bool late_reply)
     r->npending--;
 }
 
+/* Returns a record that pending_get gave and that was never linked anywhere (its request
+ * could not be sent) to the head of the free list. */
+static void
+pending_unget(struct rl_router *r, struct rl_pending *p)
+{
+    p->used = false;
+    p->fnext = r->free_list;
+    r->free_list = p;
+    if (r->free_tail == NULL) {
+        r->free_tail = p;
+    }
+    r->npending--;
+}
+
 /* ---- answers -------------------------------------------------------------------------- */
 
 static void
@@ -450,7 +464,7 @@ router_check(struct rl_conn *conn, const struct rl_wire_req *req)
     }
     if (p == NULL || rl_upstream_send(u, &fwd, &p->link) != 0) {
         if (p != NULL) {
-            pending_put(r, p, false);
+            pending_unget(r, p);
         }
         r->stats.owner_down++;
         if (u != NULL) {

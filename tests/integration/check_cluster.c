@@ -243,9 +243,24 @@ START_TEST(test_node_death_and_return)
             }
         }
     }
-    c = check(r0, "closed", users[0], 1);
-    if (owner_of("closed", users[0], all, NNODES) == 1) {
-        ck_assert_uint_eq(c.code, RL_WIRE_FAIL_CLOSED);
+    /* A FAIL_CLOSED service: exactly the users whose shard the dead node owns are refused
+     * (computed, not hoped for: at least one of them), with a retry after the session
+     * timeout; the others are judged as usual. */
+    {
+        int closed_dead = 0;
+
+        for (int u = 0; u < NUSERS; u++) {
+            c = check(u % 2 ? r1 : r0, "closed", users[u], 1);
+            if (owner_of("closed", users[u], all, NNODES) == 1) {
+                ck_assert_uint_eq(c.code, RL_WIRE_FAIL_CLOSED);
+                ck_assert_uint_gt(c.retry_after_ms, 0);
+                closed_dead++;
+            } else {
+                ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
+                ck_assert_uint_eq(c.remaining, 999);
+            }
+        }
+        ck_assert_int_gt(closed_dead, 0);
     }
     /* Every answer came within the deadline plus a margin for a loaded machine. */
     ck_assert_msg(worst_ns < (DEADLINE_MS + 250) * 1000000ull, "slowest answer %llu ms",
