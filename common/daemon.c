@@ -4,10 +4,13 @@
 #include "daemon.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parse.h"
 
@@ -26,6 +29,41 @@ static const struct option common_options[] = {
 #define COMMON_COUNT (sizeof(common_options) / sizeof(common_options[0]))
 #define EXTRA_MAX 16
 
+void
+rl_daemon_fail(struct rl_daemon *d, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        n = 0;
+    }
+    if ((size_t)n > sizeof(line) - 2) {
+        n = (int)sizeof(line) - 2;
+    }
+    /* With a log file in place of stderr: the file has it at error, the operator on the
+     * original stderr. Without one (or when that could not be kept), stderr only. */
+    if (d->console >= 0) {
+        rl_log_error("%.*s", n, line);
+    }
+    line[n++] = '\n';
+    ssize_t w = write(d->console >= 0 ? d->console : STDERR_FILENO, line, (size_t)n);
+    (void)w;
+}
+
+static void
+console_close(struct rl_daemon *d)
+{
+    if (d->console >= 0) {
+        close(d->console);
+        d->console = -1;
+    }
+}
+
 int
 rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc, char **argv,
                void *data)
@@ -39,6 +77,7 @@ rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc,
     d->spec = spec;
     d->data = data;
     d->level = RL_LOG_INFO;
+    d->console = -1;
     memcpy(longopts, common_options, sizeof(common_options));
     n = COMMON_COUNT;
     for (size_t i = 0; spec->extra != NULL && spec->extra[i].name != NULL && i < EXTRA_MAX; i++) {
@@ -59,8 +98,8 @@ rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc,
             break;
         case OPT_LOG_LEVEL:
             if (rl_log_level_parse(optarg, &d->level) != 0) {
-                fprintf(stderr, "%s: --log-level: unknown level \"%s\" (error, warn, info, debug)\n",
-                        spec->prog, optarg);
+                rl_daemon_fail(d, "%s: --log-level: unknown level \"%s\" (error, warn, info, debug)",
+                               spec->prog, optarg);
                 return 2;
             }
             break;
@@ -74,11 +113,11 @@ rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc,
             printf("%s %s\n", spec->prog, RL_VERSION);
             return 0;
         case ':':
-            fprintf(stderr, "%s: %s needs a value (see --help)\n", spec->prog, argv[optind - 1]);
+            rl_daemon_fail(d, "%s: %s needs a value (see --help)", spec->prog, argv[optind - 1]);
             return 2;
         case '?':
-            fprintf(stderr, "%s: unknown option \"%s\" (see --help)\n", spec->prog,
-                    argv[optind - 1]);
+            rl_daemon_fail(d, "%s: unknown option \"%s\" (see --help)", spec->prog,
+                           argv[optind - 1]);
             return 2;
         default:
             rc = spec->on_option != NULL ? spec->on_option(d, opt, optarg) : 2;
@@ -89,31 +128,34 @@ rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc,
         }
     }
     if (optind != argc) {
-        fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", spec->prog, argv[optind]);
+        rl_daemon_fail(d, "%s: unexpected argument \"%s\" (see --help)", spec->prog, argv[optind]);
         return 2;
     }
     if (d->config_path == NULL) {
-        fprintf(stderr, "%s: --config FILE is required (see --help)\n", spec->prog);
+        rl_daemon_fail(d, "%s: --config FILE is required (see --help)", spec->prog);
         return 2;
     }
     if (spec->name_required && d->name == NULL) {
-        fprintf(stderr, "%s: --name NAME is required (see --help)\n", spec->prog);
+        rl_daemon_fail(d, "%s: --name NAME is required (see --help)", spec->prog);
         return 2;
     }
     rl_log_setup(d->level, spec->name_required ? d->name : spec->log_tag);
-    if (d->log_file != NULL && rl_log_open(d->log_file) != 0) {
-        fprintf(stderr, "%s: --log-file: cannot open \"%s\": %s\n", spec->prog, d->log_file,
-                strerror(errno));
-        return 2;
+    if (d->log_file != NULL) {
+        /* Keep the original stderr for the start-up failures (rl_daemon_fail). */
+        d->console = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+        if (rl_log_open(d->log_file) != 0) {
+            rc = errno;
+            console_close(d);
+            rl_daemon_fail(d, "%s: --log-file: cannot open \"%s\": %s", spec->prog, d->log_file,
+                           strerror(rc));
+            return 2;
+        }
     }
     if (rl_conf_load(d->config_path, &d->conf, err, sizeof(err)) != 0) {
-        /* One line on stderr, and in the log file when there is one. */
-        fprintf(stderr, "%s\n", err);
-        if (d->log_file != NULL) {
-            rl_log_error("%s", err);
-        }
+        rl_daemon_fail(d, "%s", err);
         return 2;
     }
+    rl_daemon_loop(d); /* the signals are the loop's from now on */
     return RL_DAEMON_RUN;
 }
 
@@ -125,18 +167,18 @@ rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const cha
     if (d->listen_opt != NULL) {
         why = rl_parse_hostport(d->listen_opt, &d->host, &d->port);
         if (why != NULL) {
-            fprintf(stderr, "%s: --listen: \"%s\" %s\n", d->spec->prog, d->listen_opt, why);
+            rl_daemon_fail(d, "%s: --listen: \"%s\" %s", d->spec->prog, d->listen_opt, why);
             return 2;
         }
     } else if (host != NULL) {
         d->host = strdup(host);
         d->port = port;
         if (d->host == NULL) {
-            fprintf(stderr, "%s: out of memory\n", d->spec->prog);
+            rl_daemon_fail(d, "%s: out of memory", d->spec->prog);
             return 2;
         }
     } else {
-        fprintf(stderr, "%s: %s and no --listen: nowhere to listen\n", d->config_path, missing);
+        rl_daemon_fail(d, "%s: %s and no --listen: nowhere to listen", d->config_path, missing);
         return 2;
     }
     rl_format_hostport(d->addr, sizeof(d->addr), d->host, d->port);
@@ -151,13 +193,14 @@ daemon_signal(uv_signal_t *h, int signum)
     if (signum == SIGHUP) {
         if (d->log_file != NULL) {
             if (rl_log_reopen() != 0) {
-                rl_log_error("SIGHUP: cannot reopen the log file %s: %s", d->log_file,
-                             strerror(errno));
+                rl_log_error("SIGHUP: cannot reopen the log file %s: %s; still writing to the "
+                             "old one",
+                             d->log_file, strerror(errno));
             } else {
                 rl_log_info("SIGHUP: log file %s reopened", d->log_file);
             }
         } else if (d->spec->on_hup == NULL) {
-            rl_log_info("SIGHUP: no --log-file to reopen; going on");
+            rl_log_info("SIGHUP: nothing to reopen (no --log-file); going on");
         }
         if (d->spec->on_hup != NULL) {
             d->spec->on_hup(d);
@@ -179,14 +222,8 @@ daemon_signal(uv_signal_t *h, int signum)
 void
 rl_daemon_run(struct rl_daemon *d)
 {
-    uv_signal_init(&d->loop, &d->sigterm);
-    uv_signal_init(&d->loop, &d->sigint);
-    uv_signal_init(&d->loop, &d->sighup);
-    d->sigterm.data = d->sigint.data = d->sighup.data = d;
-    uv_signal_start(&d->sigterm, daemon_signal, SIGTERM);
-    uv_signal_start(&d->sigint, daemon_signal, SIGINT);
-    uv_signal_start(&d->sighup, daemon_signal, SIGHUP);
-    d->signals = true;
+    rl_daemon_loop(d);
+    console_close(d);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     rl_log_info("stopped");
 }
@@ -207,13 +244,17 @@ rl_daemon_destroy(struct rl_daemon *d)
             rl_log_warn("handles left open at exit");
         }
     }
+    console_close(d);
     free(d->host);
     d->host = NULL;
     rl_conf_destroy(d->conf);
     d->conf = NULL;
 }
 
-/* The loop is set up by the first use: rl_daemon_loop. */
+/*
+ * The loop is set up by the first use, with the signal handlers: from then on a signal is
+ * taken by the loop (and handled when it runs) rather than by its default action.
+ */
 uv_loop_t *
 rl_daemon_loop(struct rl_daemon *d)
 {
@@ -221,6 +262,14 @@ rl_daemon_loop(struct rl_daemon *d)
         signal(SIGPIPE, SIG_IGN);
         uv_loop_init(&d->loop);
         d->loop.data = d;
+        uv_signal_init(&d->loop, &d->sigterm);
+        uv_signal_init(&d->loop, &d->sigint);
+        uv_signal_init(&d->loop, &d->sighup);
+        d->sigterm.data = d->sigint.data = d->sighup.data = d;
+        uv_signal_start(&d->sigterm, daemon_signal, SIGTERM);
+        uv_signal_start(&d->sigint, daemon_signal, SIGINT);
+        uv_signal_start(&d->sighup, daemon_signal, SIGHUP);
+        d->signals = true;
     }
     return &d->loop;
 }

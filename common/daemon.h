@@ -6,9 +6,14 @@
  *
  * Signals: SIGTERM and SIGINT call the program's on_stop (close everything; the loop then
  * ends); SIGHUP reopens the --log-file (for logrotate) and calls on_hup; SIGPIPE is
- * ignored (a peer that hangs up mid-write is an error return, not a death).
- * Exit statuses: 2 with one line on stderr for a bad command line or config, 0 after
- * --help or --version. Not for the tools (rl-cli, rl-bench, rl-rebalance), which run once.
+ * ignored (a peer that hangs up mid-write is an error return, not a death). The handlers
+ * are in place from the loop's creation (rl_daemon_loop), so a signal that comes during
+ * start-up waits for the loop instead of killing the process.
+ * Exit statuses: 2 with one line on stderr for a bad command line or config, 1 when the
+ * program cannot start (cannot listen...), 0 after --help or --version. With --log-file,
+ * stderr is the log file (log.h) but those start-up lines still go to the original stderr
+ * (rl_daemon_fail), and into the log file too.
+ * Not for the tools (rl-cli, rl-bench, rl-rebalance), which run once.
  */
 #ifndef RL_DAEMON_H
 #define RL_DAEMON_H
@@ -54,6 +59,7 @@ struct rl_daemon {
     uv_signal_t sigterm, sigint, sighup;
     bool signals;
     bool stopping;
+    int console; /* the original stderr while starting with a --log-file, else -1 */
 };
 
 /*
@@ -69,10 +75,20 @@ int rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int a
  */
 int rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const char *missing);
 
-/* The process's loop, set up at the first call (SIGPIPE is ignored from then on). */
+/*
+ * The process's loop, set up at the first call with the signal handlers (SIGPIPE is
+ * ignored from then on).
+ */
 uv_loop_t *rl_daemon_loop(struct rl_daemon *d);
 
-/* Installs the signal handlers and runs the loop until everything is closed. */
+/*
+ * A start-up failure: one line (printf-style, no newline) on the original stderr, and at
+ * error in the log file when there is one. The caller then exits 1 or 2.
+ */
+void rl_daemon_fail(struct rl_daemon *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Runs the loop until everything is closed (start-up is over: rl_daemon_fail is not used). */
 void rl_daemon_run(struct rl_daemon *d);
 
 /* Closes the loop (warning when handles are left) and frees the config and the address. */

@@ -35,6 +35,7 @@ struct node {
     int zk_state;          /* enum rl_zkm_state, as last told */
     int registered;        /* as last seen */
     uint64_t unreg_since;  /* loop time the node has been unregistered since */
+    uint64_t lost_since;   /* loop time the session was lost (not CONNECTED) at, else 0 */
     uint64_t last_warn;    /* loop time of the last "not registered" warning */
 };
 
@@ -81,12 +82,18 @@ node_stop(struct rl_daemon *d)
     rl_server_close(&n->server, NULL);
 }
 
-/* Says what the registration is, when it changes and, while it is missing, periodically. */
+/*
+ * Says what the registration is, when it changes and, while it is missing, periodically.
+ * A session that stays lost past its timeout has expired on the server (its znode is gone
+ * and routers moved the node's shards away) though the client learns it only when it gets
+ * through again: that is said periodically too.
+ */
 static void
 node_check_registration(uv_timer_t *t)
 {
     struct node *n = t->data;
     uint64_t now = uv_now(&n->d.loop);
+    uint32_t timeout = n->d.conf->session_timeout_ms;
     int reg = n->zkm != NULL && rl_zkm_registered(n->zkm);
 
     rl_server_set_membership(&n->server, n->zk_state, reg);
@@ -94,10 +101,18 @@ node_check_registration(uv_timer_t *t)
         rl_log_info("registered in ZooKeeper at %s as %s (%s): routers may send it traffic",
                     n->d.conf->zookeeper, n->d.name, n->d.addr);
     } else if (!reg && n->registered) {
-        rl_log_warn("no longer registered in ZooKeeper (session %s): routers move its shards "
-                    "away once the session expires",
-                    rl_zkm_state_name((enum rl_zkm_state)n->zk_state));
+        rl_log_warn("lost its registration in ZooKeeper at %s (the session expired or the "
+                    "znode went): routers send this node no traffic until it registers again",
+                    n->d.conf->zookeeper);
         n->unreg_since = now;
+        n->last_warn = now;
+    } else if (reg && n->lost_since != 0 && now - n->lost_since >= timeout &&
+               now - n->last_warn >= RL_NODE_WARN_MS) {
+        rl_log_warn("ZooKeeper at %s unreachable for %llu s, past the %u ms session timeout: "
+                    "this node's znode has likely expired and routers send it no traffic; it "
+                    "registers again once it gets through",
+                    n->d.conf->zookeeper, (unsigned long long)((now - n->lost_since) / 1000),
+                    timeout);
         n->last_warn = now;
     } else if (!reg && now - n->last_warn >= RL_NODE_WARN_MS) {
         rl_log_warn("not registered in ZooKeeper at %s yet (session %s, for %llu s): routers "
@@ -116,8 +131,12 @@ node_zk_state(void *arg, enum rl_zkm_state state)
 
     n->zk_state = (int)state;
     if (state == RL_ZKM_CONNECTED) {
+        n->lost_since = 0;
         rl_log_info("ZooKeeper session: %s", rl_zkm_state_name(state));
     } else {
+        if (n->lost_since == 0) {
+            n->lost_since = uv_now(&n->d.loop);
+        }
         rl_log_warn("ZooKeeper session: %s", rl_zkm_state_name(state));
     }
     node_check_registration(&n->reg_timer);
@@ -183,7 +202,7 @@ main(int argc, char **argv)
     }
     rc = rl_limiter_create(&n.limiter, n.d.conf, memory);
     if (rc != 0) {
-        fprintf(stderr, "rl-node: cannot create the limiter: %s\n", strerror(-rc));
+        rl_daemon_fail(&n.d, "rl-node: cannot create the limiter: %s", strerror(-rc));
         rl_daemon_destroy(&n.d);
         return 1;
     }
@@ -193,15 +212,15 @@ main(int argc, char **argv)
     opts.test_clock = n.test_clock;
     rc = rl_server_start(&n.server, rl_daemon_loop(&n.d), n.limiter, &opts);
     if (rc != 0) {
-        fprintf(stderr, "rl-node: cannot listen on %s: %s\n", n.d.addr, uv_strerror(rc));
+        rl_daemon_fail(&n.d, "rl-node: cannot listen on %s: %s", n.d.addr, uv_strerror(rc));
         rc = 1;
         goto out;
     }
     if (n.d.conf->zookeeper[0] != '\0') {
         rc = node_register(&n);
         if (rc != 0) {
-            fprintf(stderr, "rl-node: cannot use ZooKeeper at %s: %s\n", n.d.conf->zookeeper,
-                    strerror(-rc));
+            rl_daemon_fail(&n.d, "rl-node: cannot use ZooKeeper at %s: %s",
+                           n.d.conf->zookeeper, strerror(-rc));
             rl_zkm_destroy(n.zkm);
             n.zkm = NULL;
             rl_server_close(&n.server, NULL);

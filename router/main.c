@@ -83,8 +83,12 @@ router_hup(struct rl_daemon *d)
 {
     struct router_main *m = d->data;
 
-    rl_log_info("SIGHUP: reopening the request log");
-    rl_router_reopen_log(m->router);
+    if (m->d.conf->request_log != NULL && m->d.conf->request_log[0] != '\0') {
+        rl_log_info("SIGHUP: reopening the request log %s", m->d.conf->request_log);
+        rl_router_reopen_log(m->router);
+    } else if (d->log_file == NULL) {
+        rl_log_info("SIGHUP: nothing to reopen (no --log-file, no request_log); going on");
+    }
 }
 
 /* Static membership: the [node] sections of the config. */
@@ -141,7 +145,7 @@ main(int argc, char **argv)
     opts.port = m.d.port;
     rc = rl_router_create(&m.router, rl_daemon_loop(&m.d), m.d.conf, &opts);
     if (rc != 0) {
-        fprintf(stderr, "rl-router: cannot serve on %s: %s\n", m.d.addr, uv_strerror(rc));
+        rl_daemon_fail(&m.d, "rl-router: cannot serve on %s: %s", m.d.addr, uv_strerror(rc));
         rl_daemon_destroy(&m.d);
         return 1;
     }
@@ -155,7 +159,7 @@ main(int argc, char **argv)
         }
     }
     if (rc != 0) {
-        fprintf(stderr, "rl-router: cannot learn the membership: %s\n", strerror(-rc));
+        rl_daemon_fail(&m.d, "rl-router: cannot learn the membership: %s", strerror(-rc));
         rl_zkm_destroy(m.zkm);
         rl_router_close(m.router);
         rl_daemon_destroy(&m.d);
