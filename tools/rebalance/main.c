@@ -1077,12 +1077,17 @@ rebalance(struct run *r)
     } else {
         rc = write_zk(r, text, len, &newv);
         if (rc == 0) {
+            char was[24];
+
+            if (r->version == -1) {
+                snprintf(was, sizeof(was), "none");
+            } else {
+                snprintf(was, sizeof(was), "%" PRId64, r->version);
+            }
             say(r,
-                "  written to ZooKeeper /ratelimiter/%s/assignment: version %s%" PRId64
-                " -> %" PRId64 " (%u overrides)\n",
-                r->conf->cluster_name, r->version == -1 ? "none" : "",
-                r->version == -1 ? (int64_t)0 : r->version, newv,
-                rl_plan_overrides(&r->plan.assignment));
+                "  written to ZooKeeper /ratelimiter/%s/assignment: version %s -> %" PRId64
+                " (%u overrides)\n",
+                r->conf->cluster_name, was, newv, rl_plan_overrides(&r->plan.assignment));
             if (r->version != -1) {
                 say(r, "  the replaced assignment is in /ratelimiter/%s/assignment.prev\n",
                     r->conf->cluster_name);
@@ -1200,15 +1205,20 @@ rollback(struct run *r)
     changed = owners_changed(r, &r->current, &prev);
     say(r, "Rollback\n");
     if (r->target == TARGET_ZK && pv == -1) {
-        say(r, "  no assignment.prev: the assignment was created by the first write, so the "
-               "previous one is \"no overrides\"\n");
+        /* The first write created the assignment: what it replaced was plain rendezvous
+         * hashing, which is what rolling back restores. */
+        say(r,
+            "  in force: %u overrides (%s)\n  previous: no overrides, the state before the "
+            "first rebalance (ZooKeeper holds no %s)\n",
+            rl_plan_overrides(&r->current), r->assignment_from, path);
+    } else {
+        say(r, "  in force: %u overrides (%s)\n  previous: %u overrides (%s)\n",
+            rl_plan_overrides(&r->current), r->assignment_from, rl_plan_overrides(&prev), path);
     }
     say(r,
-        "  in force: %u overrides (%s)\n  previous: %u overrides (%s)\n"
         "  %u shards change owner with the %zu live members (their counters restart from "
         "zero)\n",
-        rl_plan_overrides(&r->current), r->assignment_from, rl_plan_overrides(&prev), path, changed,
-        r->nmembers);
+        changed, r->nmembers);
     if (r->o.dry_run) {
         say(r, "  --dry-run: nothing was written\n");
         written = "dry-run";
