@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <xxhash.h>
 
 /*
@@ -322,6 +323,18 @@ set_node_listen(struct conf_parser *p, const char *v)
 
     if (why != NULL) {
         return why;
+    }
+    /* Two nodes on one address: the second could never listen, and ZooKeeper would
+     * publish one address under two names. */
+    for (size_t i = 0; i < p->c->nnodes; i++) {
+        const struct rl_node_conf *o = &p->c->nodes[i];
+
+        if (o != n && o->host != NULL && o->port == port && strcasecmp(o->host, host) == 0) {
+            snprintf(p->why, sizeof(p->why), "is also the listen address of [node %s] (line %d)",
+                     o->name, o->line);
+            free(host);
+            return p->why;
+        }
     }
     free(n->host);
     n->host = host;
