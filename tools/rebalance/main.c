@@ -33,6 +33,7 @@
 #include "conf.h"
 #include "log.h"
 #include "logscan.h"
+#include "parse.h"
 #include "plan.h"
 #include "shardmap.h"
 #include "zkm.h"
@@ -63,6 +64,8 @@ struct opts {
     double tolerance; /* a fraction: 0.05 */
     double budget;    /* a fraction: 1 = no cap */
     int timeout_ms;
+    bool expect_set;
+    int64_t expect_version; /* --expect-version: -1 for none */
     enum rl_log_level level;
     char **logs;
     int nlogs;
@@ -130,6 +133,9 @@ usage(FILE *f)
             "  --quiet             print only the summary line (and errors)\n"
             "  --ascii             draw the bars with '#' instead of Unicode blocks\n"
             "  --timeout MS        for ZooKeeper's session and each request (default %d)\n"
+            "  --expect-version V  write only if the assignment in ZooKeeper is still version V\n"
+            "                      (\"none\": not created yet), e.g. the one a --dry-run you\n"
+            "                      reviewed reported; exit 3 and write nothing otherwise\n"
             "  --log-level LEVEL   error, warn (default), info or debug\n"
             "  --help, --version\n"
             "\n"
@@ -1299,6 +1305,7 @@ enum {
     OPT_QUIET,
     OPT_ASCII,
     OPT_TIMEOUT,
+    OPT_EXPECT_VERSION,
     OPT_LOG_LEVEL,
     OPT_HELP,
     OPT_VERSION,
@@ -1319,6 +1326,7 @@ parse_opts(struct opts *o, int argc, char **argv, bool *done)
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"ascii", no_argument, NULL, OPT_ASCII},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"expect-version", required_argument, NULL, OPT_EXPECT_VERSION},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
@@ -1370,6 +1378,20 @@ parse_opts(struct opts *o, int argc, char **argv, bool *done)
         case OPT_ASCII:
             o->ascii = true;
             break;
+        case OPT_EXPECT_VERSION: {
+            uint64_t ev;
+
+            o->expect_set = true;
+            if (strcmp(optarg, "none") == 0) {
+                o->expect_version = -1;
+            } else if (rl_parse_u64(optarg, 0, INT64_MAX, &ev) == NULL) {
+                o->expect_version = (int64_t)ev;
+            } else {
+                return usage_error("--expect-version %s: expected a version number or \"none\"",
+                                   optarg);
+            }
+            break;
+        }
         case OPT_TIMEOUT:
             errno = 0;
             v = strtol(optarg, &end, 10);
@@ -1474,6 +1496,11 @@ main(int argc, char **argv)
     rc = load_members(&r);
     if (rc == 0) {
         rc = load_assignment(&r);
+    }
+    if (rc == 0 && r.o.expect_set && r.target == TARGET_ZK) {
+        /* The compare-and-set expects the version the operator reviewed, not the one read
+         * now: ZooKeeper itself refuses the write if they differ (exit 3). */
+        r.version = r.o.expect_version;
     }
     if (rc == 0) {
         say(&r, "rl-rebalance %s: cluster %s, %u shards, %zu live nodes (%s)\n", RL_VERSION,
