@@ -149,6 +149,14 @@ struct rl_harness_zk {
 int rl_harness_zk_start(struct rl_harness_zk *zk);
 
 /*
+ * Picks the port and the directory and writes zoo.cfg as the first rl_harness_zk_start()
+ * would, without starting the server: zk->connect is then known, for a test whose clients
+ * must exist before the server does. The start that follows uses that port (it cannot try
+ * another if someone took it meanwhile). 0 if already prepared; -EALREADY if it runs.
+ */
+int rl_harness_zk_prepare(struct rl_harness_zk *zk);
+
+/*
  * SIGTERM, wait, SIGKILL after RL_HARNESS_STOP_TIMEOUT_MS. Data stays for a restart.
  * For an outage without losing sessions, kill(zk->pid, SIGSTOP) and later SIGCONT.
  */

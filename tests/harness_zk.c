@@ -227,6 +227,15 @@ rl_harness_zk_start(struct rl_harness_zk *zk)
 }
 
 int
+rl_harness_zk_prepare(struct rl_harness_zk *zk)
+{
+    if (zk->pid > 0) {
+        return -EALREADY;
+    }
+    return zk->port != 0 ? 0 : zk_prepare(zk);
+}
+
+int
 rl_harness_zk_stop(struct rl_harness_zk *zk)
 {
     int rc;

@@ -19,6 +19,7 @@
 #include "buf.h"
 #include "client.h"
 #include "clock.h"
+#include "rltest.h"
 #include "wire.h"
 
 enum fake_mode {
@@ -120,15 +121,15 @@ fake_max_frame(struct rl_buf *out, uint32_t id)
 
     rl_buf_init(&probe);
     name = malloc(RL_WIRE_FRAME_MAX);
-    ck_assert_ptr_nonnull(name);
+    RL_CHECK(name != NULL);
     memset(name, 'n', RL_WIRE_FRAME_MAX - 1);
     name[base] = '\0';
-    ck_assert_int_eq(rl_wire_put_ping_reply(&probe, id, name), 0);
+    RL_CHECK_INT_EQ(rl_wire_put_ping_reply(&probe, id, name), 0);
     len = base + (RL_WIRE_FRAME_MAX - (probe.len - RL_WIRE_HDR_LEN));
     name[base] = 'n';
     name[len] = '\0';
-    ck_assert_int_eq(rl_wire_put_ping_reply(out, id, name), 0);
-    ck_assert_uint_eq(out->len, RL_WIRE_HDR_LEN + RL_WIRE_FRAME_MAX);
+    RL_CHECK_INT_EQ(rl_wire_put_ping_reply(out, id, name), 0);
+    RL_CHECK_UINT_EQ(out->len, RL_WIRE_HDR_LEN + RL_WIRE_FRAME_MAX);
     free(name);
     rl_buf_deinit(&probe);
 }
@@ -175,7 +176,7 @@ fake_serve(struct fake *f, int fd)
             if (nbatch == cap) {
                 cap = cap ? cap * 2 : 256;
                 batch = realloc(batch, cap * sizeof(*batch));
-                ck_assert_ptr_nonnull(batch);
+                RL_CHECK(batch != NULL);
             }
             batch[nbatch].op = req.op;
             batch[nbatch].id = req.id;
@@ -251,14 +252,14 @@ listen_loopback(int backlog, uint16_t *port)
     int fd, one = 1;
 
     fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
+    RL_CHECK_INT_GE(fd, 0);
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(listen(fd, backlog), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    RL_CHECK_INT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    RL_CHECK_INT_EQ(listen(fd, backlog), 0);
+    RL_CHECK_INT_EQ(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
     *port = ntohs(sa.sin_port);
     return fd;
 }
@@ -268,10 +269,10 @@ fake_start(enum fake_mode mode)
 {
     struct fake *f = calloc(1, sizeof(*f));
 
-    ck_assert_ptr_nonnull(f);
+    RL_CHECK(f != NULL);
     f->mode = mode;
     f->lfd = listen_loopback(16, &f->port);
-    ck_assert_int_eq(pthread_create(&f->thread, NULL, fake_main, f), 0);
+    RL_CHECK_INT_EQ(pthread_create(&f->thread, NULL, fake_main, f), 0);
     return f;
 }
 
@@ -290,8 +291,8 @@ connect_fake(const struct fake *f)
 {
     struct rl_client *c = NULL;
 
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", f->port, 2000), 0);
-    ck_assert_ptr_nonnull(c);
+    RL_CHECK_INT_EQ(rl_client_connect(&c, "127.0.0.1", f->port, 2000), 0);
+    RL_CHECK(c != NULL);
     return c;
 }
 
@@ -405,9 +406,9 @@ check_many_n(size_t n, size_t err_every)
     size_t i;
     int len;
 
-    ck_assert_ptr_nonnull(reqs);
-    ck_assert_ptr_nonnull(reps);
-    ck_assert_ptr_nonnull(users);
+    RL_CHECK(reqs != NULL);
+    RL_CHECK(reps != NULL);
+    RL_CHECK(users != NULL);
     for (i = 0; i < n; i++) {
         int err = err_every != 0 && i % err_every == 1;
 
@@ -419,27 +420,27 @@ check_many_n(size_t n, size_t err_every)
         reqs[i].cost = (uint32_t)i;
         reqs[i].id = 77; /* overwritten */
     }
-    ck_assert_int_eq(rl_client_check_many(c, reqs, n, reps, 20000), 0);
+    RL_CHECK_INT_EQ(rl_client_check_many(c, reqs, n, reps, 20000), 0);
     for (i = 0; i < n; i++) {
-        ck_assert_uint_eq(reqs[i].id, i + 1);
-        ck_assert_uint_eq(reps[i].id, i + 1);
+        RL_CHECK_UINT_EQ(reqs[i].id, i + 1);
+        RL_CHECK_UINT_EQ(reps[i].id, i + 1);
         if (err_every != 0 && i % err_every == 1) {
-            ck_assert_uint_eq(reps[i].code, RL_CLIENT_CODE_ERROR);
-            ck_assert_uint_eq(reps[i].limit, RL_WIRE_ERR_BAD_FIELD);
+            RL_CHECK_UINT_EQ(reps[i].code, RL_CLIENT_CODE_ERROR);
+            RL_CHECK_UINT_EQ(reps[i].limit, RL_WIRE_ERR_BAD_FIELD);
             continue;
         }
-        ck_assert_uint_eq(reps[i].code, i % 6);
-        ck_assert_uint_eq(reps[i].limit, 1000 + i);
-        ck_assert_uint_eq(reps[i].remaining, 2 * i);
-        ck_assert_uint_eq(reps[i].reset_ms, 3 * i);
-        ck_assert_uint_eq(reps[i].retry_after_ms, strlen(users + i * 16));
+        RL_CHECK_UINT_EQ(reps[i].code, i % 6);
+        RL_CHECK_UINT_EQ(reps[i].limit, 1000 + i);
+        RL_CHECK_UINT_EQ(reps[i].remaining, 2 * i);
+        RL_CHECK_UINT_EQ(reps[i].reset_ms, 3 * i);
+        RL_CHECK_UINT_EQ(reps[i].retry_after_ms, strlen(users + i * 16));
     }
     /* The connection is still in step: a single call after the batch works. */
     {
         struct rl_wire_reply rep;
 
-        ck_assert_int_eq(rl_client_ping(c, &rep, 2000), 0);
-        ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
+        RL_CHECK_INT_EQ(rl_client_ping(c, &rep, 2000), 0);
+        RL_CHECK_UINT_EQ(rep.op, RL_WIRE_OP_PING);
     }
     rl_client_destroy(c);
     free(users);
@@ -562,7 +563,7 @@ START_TEST(test_max_frame)
     ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
     ck_assert_uint_gt(rep.name.len, 65500);
     for (i = 0; i < rep.name.len; i++) {
-        ck_assert_int_eq(rep.name.ptr[i], 'n');
+        RL_CHECK_INT_EQ(rep.name.ptr[i], 'n');
     }
     rl_client_destroy(c);
     fake_stop(f);
@@ -637,14 +638,14 @@ START_TEST(test_queue_raw_recv)
     ck_assert_int_eq(rl_client_queue(c, &req), -EINVAL);
     ck_assert_int_eq(rl_client_flush(c, 2000), 0);
     for (i = 0; i < 2; i++) {
-        ck_assert_int_eq(rl_client_recv(c, &rep, 2000), 0);
+        RL_CHECK_INT_EQ(rl_client_recv(c, &rep, 2000), 0);
         if (rep.id == 9) {
-            ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
+            RL_CHECK_UINT_EQ(rep.op, RL_WIRE_OP_PING);
             seen9++;
         } else {
-            ck_assert_uint_eq(rep.id, 10);
-            ck_assert_uint_eq(rep.op, RL_WIRE_OP_CLOCK);
-            ck_assert_uint_eq(rep.now_ms, 5);
+            RL_CHECK_UINT_EQ(rep.id, 10);
+            RL_CHECK_UINT_EQ(rep.op, RL_WIRE_OP_CLOCK);
+            RL_CHECK_UINT_EQ(rep.now_ms, 5);
             seen10++;
         }
     }
@@ -695,15 +696,4 @@ client_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(client_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(client_suite)

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rltest.h"
+
 /* The example of CONFIG.md, verbatim. */
 static const char example[] =
     "[cluster]\n"
@@ -319,6 +321,9 @@ static const struct {
      5, "duplicate section [service s] (first at line 1)"},
     {"[cluster]\n[router]\n[cluster]\n", 3, "duplicate section [cluster] (first at line 1)"},
     {"[router]\n[router]\n", 2, "duplicate section [router] (first at line 1)"},
+    /* Two nodes on one address (the host compared without case). */
+    {"[node a]\nlisten = h:1\n[node b]\nlisten = H:1\n", 4,
+     "listen: \"H:1\" is also the listen address of [node a] (line 1)"},
     /* Duplicate keys. */
     {"[service s]\nmode = shadow\nlimit = gcra 1 per 1s\nmode = enforce\n", 4,
      "duplicate key \"mode\" (first at line 2)"},
@@ -1021,18 +1026,4 @@ conf_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(conf_suite());
-    int failed;
-
-    /* Fork mode unless CK_FORK=no asks otherwise (one process: for gdb, and for LSan). */
-    if (getenv("CK_FORK") == NULL) {
-        srunner_set_fork_status(sr, CK_FORK);
-    }
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(conf_suite)

@@ -25,6 +25,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "rltest.h"
 #include "wire.h"
 
 #define HOLD_MAX 16u
@@ -145,18 +146,18 @@ srv_start(int amplify, uint32_t max_connections)
     struct sockaddr_in sa;
     int len = sizeof(sa);
 
-    ck_assert_ptr_nonnull(s);
+    RL_CHECK(s != NULL);
     s->amplify = amplify;
-    ck_assert_int_eq(uv_loop_init(&s->loop), 0);
-    ck_assert_int_eq(rl_connq_init(&s->q, &s->loop), 0);
-    ck_assert_int_eq(rl_listener_start(&s->l, &s->q, "127.0.0.1", 0, &srv_ops,
-                                       sizeof(struct rl_conn), max_connections, s),
-                     0);
-    ck_assert_int_eq(uv_tcp_getsockname(&s->l.tcp, (struct sockaddr *)&sa, &len), 0);
+    RL_CHECK_INT_EQ(uv_loop_init(&s->loop), 0);
+    RL_CHECK_INT_EQ(rl_connq_init(&s->q, &s->loop), 0);
+    RL_CHECK_INT_EQ(rl_listener_start(&s->l, &s->q, "127.0.0.1", 0, &srv_ops,
+                                      sizeof(struct rl_conn), max_connections, s),
+                    0);
+    RL_CHECK_INT_EQ(uv_tcp_getsockname(&s->l.tcp, (struct sockaddr *)&sa, &len), 0);
     s->port = ntohs(sa.sin_port);
     uv_async_init(&s->loop, &s->wake, srv_wake);
     s->wake.data = s;
-    ck_assert_int_eq(pthread_create(&s->thread, NULL, srv_main, s), 0);
+    RL_CHECK_INT_EQ(pthread_create(&s->thread, NULL, srv_main, s), 0);
     return s;
 }
 
@@ -166,7 +167,7 @@ srv_stop(struct srv *s)
     atomic_store(&s->stop, 1);
     uv_async_send(&s->wake);
     pthread_join(s->thread, NULL);
-    ck_assert_int_eq(uv_loop_close(&s->loop), 0);
+    RL_CHECK_INT_EQ(uv_loop_close(&s->loop), 0);
     free(s);
 }
 
@@ -177,8 +178,8 @@ dial(uint16_t port)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
 
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    RL_CHECK_INT_GE(fd, 0);
+    RL_CHECK_INT_EQ(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
     return fd;
 }
 
@@ -190,7 +191,7 @@ send_all(int fd, const void *p, size_t n)
     while (n > 0) {
         ssize_t w = send(fd, q, n, MSG_NOSIGNAL);
 
-        ck_assert_msg(w > 0, "send: %s", strerror(errno));
+        RL_CHECK(w > 0, "send: %s", strerror(errno));
         q += w;
         n -= (size_t)w;
     }
@@ -207,7 +208,7 @@ recv_n(int fd, void *p, size_t n)
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         ssize_t r;
 
-        ck_assert_msg(poll(&pfd, 1, 10000) == 1, "no data within 10 s (%zu of %zu)", got, n);
+        RL_CHECK(poll(&pfd, 1, 10000) == 1, "no data within 10 s (%zu of %zu)", got, n);
         r = recv(fd, q + got, n - got, 0);
         if (r <= 0) {
             break;
@@ -249,14 +250,14 @@ recv_error(int fd)
     size_t plen;
     uint32_t err;
 
-    ck_assert_uint_eq(recv_n(fd, buf, 4), 4);
+    RL_CHECK_UINT_EQ(recv_n(fd, buf, 4), 4);
     plen = (size_t)(unsigned char)buf[0] << 24 | (size_t)(unsigned char)buf[1] << 16 |
            (size_t)(unsigned char)buf[2] << 8 | (unsigned char)buf[3];
-    ck_assert_uint_lt(plen, sizeof(buf) - 4);
-    ck_assert_uint_eq(recv_n(fd, buf + 4, plen), plen);
-    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
-    ck_assert_int_eq(rl_wire_decode_reply(&d, buf + 4, plen, &rep), 0);
-    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+    RL_CHECK_UINT_LT(plen, sizeof(buf) - 4);
+    RL_CHECK_UINT_EQ(recv_n(fd, buf + 4, plen), plen);
+    RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
+    RL_CHECK_INT_EQ(rl_wire_decode_reply(&d, buf + 4, plen, &rep), 0);
+    RL_CHECK_UINT_EQ(rep.op, RL_WIRE_OP_ERROR);
     err = rep.err;
     rl_wire_decoder_deinit(&d);
     return err;
@@ -322,7 +323,7 @@ START_TEST(test_slow_reader_paused_then_resumed)
             sent += (size_t)w;
             idle = 0;
         } else {
-            ck_assert_msg(errno == EAGAIN, "send: %s", strerror(errno));
+            RL_CHECK(errno == EAGAIN, "send: %s", strerror(errno));
             usleep(10000);
             idle++;
         }
@@ -345,7 +346,7 @@ START_TEST(test_slow_reader_paused_then_resumed)
             }
             sent += (size_t)w;
         }
-        ck_assert_uint_eq(recv_n(fd, in, AMPLIFY * BIG), AMPLIFY * BIG);
+        RL_CHECK_UINT_EQ(recv_n(fd, in, AMPLIFY * BIG), AMPLIFY * BIG);
         for (int k = 0; k < AMPLIFY; k++) {
             if (memcmp(in + k * BIG, out + (size_t)i * BIG, BIG) != 0) {
                 ck_abort_msg("reply %u copy %d is not frame %u's", i, k, i);
@@ -383,7 +384,7 @@ START_TEST(test_holds_pause_and_release_resumes)
     uv_async_send(&s->wake);
     ck_assert_uint_eq(recv_n(fd, rep, sizeof(rep)), sizeof(rep));
     for (int i = 0; i < 64; i++) {
-        ck_assert_int_eq(rep[i * 5 + 4], 'R');
+        RL_CHECK_INT_EQ(rep[i * 5 + 4], 'R');
     }
     close(fd);
     srv_stop(s);
@@ -413,8 +414,7 @@ START_TEST(test_hold_max_pauses_reading)
      * had read, which are held again; a second release answers them. */
     atomic_store(&s->release, 1);
     uv_async_send(&s->wake);
-    ck_assert_uint_eq(recv_n(fd, rep, (size_t)RL_CONN_HOLD_MAX * 5),
-                      (size_t)RL_CONN_HOLD_MAX * 5);
+    ck_assert_uint_eq(recv_n(fd, rep, (size_t)RL_CONN_HOLD_MAX * 5), (size_t)RL_CONN_HOLD_MAX * 5);
     for (int i = 0; i < 200 && atomic_load(&s->frames) < N; i++) {
         usleep(5000);
     }
@@ -617,14 +617,4 @@ conn_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(conn_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(conn_suite)

@@ -7,6 +7,7 @@
  * Not a test of the project's programs: the integration suites do that.
  */
 #include "harness.h"
+#include "rltest.h"
 
 #include <check.h>
 #include <errno.h>
@@ -492,9 +493,9 @@ START_TEST(test_free_ports)
     for (int i = 0; i < 500; i++) {
         int port = rl_harness_free_port();
 
-        ck_assert_int_gt(port, 1023);
-        ck_assert_int_lt(port, 65536);
-        ck_assert_msg(!seen[port], "port %d handed out twice", port);
+        RL_CHECK_INT_GT(port, 1023);
+        RL_CHECK_INT_LT(port, 65536);
+        RL_CHECK(!seen[port], "port %d handed out twice", port);
         seen[port] = true;
     }
     /* A port handed out is bindable, and one in use is never handed out. */
@@ -833,8 +834,6 @@ int
 main(int argc, char **argv)
 {
     const char *base = strrchr(argv[0], '/');
-    SRunner *sr;
-    int failed;
 
     base = base != NULL ? base + 1 : argv[0];
     if (strcmp(base, "rl-node") == 0 || strcmp(base, "rl-router") == 0) {
@@ -843,10 +842,5 @@ main(int argc, char **argv)
     if (getenv("RL_HARNESS_INNER") != NULL) {
         return run_inner();
     }
-    sr = srunner_create(harness_suite());
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_test_run(harness_suite());
 }

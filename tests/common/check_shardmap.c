@@ -5,6 +5,7 @@
  * independence, minimal movement on leave and join, overrides, the text format and balance.
  * Not a benchmark: bench/shardmap_balance.c and bench/shardmap_bench.c measure.
  */
+#include "rltest.h"
 #include "shardmap.h"
 
 #include <check.h>
@@ -60,8 +61,8 @@ build(const struct rl_member *m, size_t n, const struct rl_assignment *a)
 {
     struct rl_shardmap *sm = NULL;
 
-    ck_assert_int_eq(rl_shardmap_create(&sm, NSHARDS, m, n, a), 0);
-    ck_assert_ptr_nonnull(sm);
+    RL_CHECK_INT_EQ(rl_shardmap_create(&sm, NSHARDS, m, n, a), 0);
+    RL_CHECK(sm != NULL);
     return sm;
 }
 
@@ -119,8 +120,8 @@ START_TEST(test_key_hash_lengths)
             memcpy(cat, s, lens[i]);
             cat[lens[i]] = '\0';
             memcpy(cat + lens[i] + 1, u, lens[j]);
-            ck_assert_uint_eq(rl_shardmap_key_hash(s, lens[i], u, lens[j]),
-                              XXH3_64bits(cat, lens[i] + 1 + lens[j]));
+            RL_CHECK_UINT_EQ(rl_shardmap_key_hash(s, lens[i], u, lens[j]),
+                             XXH3_64bits(cat, lens[i] + 1 + lens[j]));
         }
     }
     free(s);
@@ -143,8 +144,8 @@ START_TEST(test_owner_known)
     ck_assert_str_eq(sm->members[2].name, "c");
     for (s = 0; s < 12; s++) {
         name[0] = want[s];
-        ck_assert_msg(strcmp(owner_name(sm, s), name) == 0, "shard %u: %s, want %s", s,
-                      owner_name(sm, s), name);
+        RL_CHECK(strcmp(owner_name(sm, s), name) == 0, "shard %u: %s, want %s", s,
+                 owner_name(sm, s), name);
     }
     ck_assert_str_eq(owner_name(sm, 4095), "c");
     /* The shards of the known keys above: checkout/u42, search/203.0.113.7, api/key_... */
@@ -175,7 +176,7 @@ START_TEST(test_order_independent)
         shuffle(m, 10, &st);
         sm = build(m, 10, &a);
         for (s = 0; s < NSHARDS; s++) {
-            ck_assert_str_eq(owner_name(sm, s), owner_name(ref, s));
+            RL_CHECK_STR_EQ(owner_name(sm, s), owner_name(ref, s));
         }
         rl_shardmap_destroy(sm);
     }
@@ -196,8 +197,8 @@ START_TEST(test_hrw_agrees)
     sm = build(m, 13, NULL);
     for (s = 0; s < NSHARDS; s++) {
         o = rl_shardmap_hrw(s, m, 13);
-        ck_assert_uint_ne(o, RL_SHARDMAP_NONE);
-        ck_assert_str_eq(m[o].name, owner_name(sm, s));
+        RL_CHECK_UINT_NE(o, RL_SHARDMAP_NONE);
+        RL_CHECK_STR_EQ(m[o].name, owner_name(sm, s));
     }
     ck_assert_uint_eq(rl_shardmap_hrw(0, m, 0), RL_SHARDMAP_NONE);
     rl_shardmap_destroy(sm);
@@ -228,10 +229,10 @@ START_TEST(test_leave_moves_only_its_shards)
 
                 owned += was_gone;
                 moved += changed;
-                ck_assert_msg(changed == was_gone, "n=%zu, %s left: shard %u moved %s -> %s", n,
-                              m[gone].name, s, owner_name(all, s), owner_name(sm, s));
+                RL_CHECK(changed == was_gone, "n=%zu, %s left: shard %u moved %s -> %s", n,
+                         m[gone].name, s, owner_name(all, s), owner_name(sm, s));
             }
-            ck_assert_uint_eq(moved, owned);
+            RL_CHECK_UINT_EQ(moved, owned);
             rl_shardmap_destroy(sm);
         }
         rl_shardmap_destroy(all);
@@ -253,16 +254,16 @@ START_TEST(test_join_moves_only_to_it)
         taken = 0;
         for (s = 0; s < NSHARDS; s++) {
             if (strcmp(owner_name(before, s), owner_name(after, s)) != 0) {
-                ck_assert_str_eq(owner_name(after, s), m[n].name);
+                RL_CHECK_STR_EQ(owner_name(after, s), m[n].name);
                 taken++;
             }
         }
         if (n + 1 == 8) {
             /* About S/N: 512 for N = 8, within +-35%. */
-            ck_assert_uint_ge(taken, 512 * 65 / 100);
-            ck_assert_uint_le(taken, 512 * 135 / 100);
+            RL_CHECK_UINT_GE(taken, 512 * 65 / 100);
+            RL_CHECK_UINT_LE(taken, 512 * 135 / 100);
         }
-        ck_assert_uint_gt(taken, 0);
+        RL_CHECK_UINT_GT(taken, 0);
         rl_shardmap_destroy(before);
         rl_shardmap_destroy(after);
     }
@@ -290,7 +291,7 @@ START_TEST(test_overrides)
     ck_assert_str_eq(owner_name(sm, 4095), "a");
     for (s = 0; s < NSHARDS; s++) {
         if (s != 0 && s != 4095) {
-            ck_assert_str_eq(owner_name(sm, s), owner_name(hrw, s));
+            RL_CHECK_STR_EQ(owner_name(sm, s), owner_name(hrw, s));
         }
     }
     /* c leaves: its overrides fall back to HRW among a and b. */
@@ -298,7 +299,7 @@ START_TEST(test_overrides)
     ck_assert_str_eq(owner_name(two, 0), "b");
     ck_assert_str_eq(owner_name(two, 4095), "a");
     for (s = 0; s < NSHARDS; s++) {
-        ck_assert_str_eq(owner_name(two, s), s == 4095 ? "a" : m[rl_shardmap_hrw(s, m, 2)].name);
+        RL_CHECK_STR_EQ(owner_name(two, s), s == 4095 ? "a" : m[rl_shardmap_hrw(s, m, 2)].name);
     }
     rl_shardmap_destroy(two);
     rl_shardmap_destroy(sm);
@@ -354,12 +355,12 @@ START_TEST(test_find)
     sm = build(m, 20, NULL);
     for (i = 0; i < 20; i++) {
         k = rl_shardmap_find(sm, m[i].name);
-        ck_assert_uint_ne(k, RL_SHARDMAP_NONE);
-        ck_assert_str_eq(sm->members[k].name, m[i].name);
-        ck_assert_str_eq(sm->members[k].addr, m[i].addr);
+        RL_CHECK_UINT_NE(k, RL_SHARDMAP_NONE);
+        RL_CHECK_STR_EQ(sm->members[k].name, m[i].name);
+        RL_CHECK_STR_EQ(sm->members[k].addr, m[i].addr);
     }
     for (i = 1; i < 20; i++) {
-        ck_assert_int_lt(strcmp(sm->members[i - 1].name, sm->members[i].name), 0);
+        RL_CHECK_INT_LT(strcmp(sm->members[i - 1].name, sm->members[i].name), 0);
     }
     ck_assert_uint_eq(rl_shardmap_find(sm, "node-0"), RL_SHARDMAP_NONE);
     ck_assert_uint_eq(rl_shardmap_find(sm, "node-21"), RL_SHARDMAP_NONE);
@@ -423,7 +424,7 @@ START_TEST(test_format_parse_roundtrip)
 
     ck_assert_int_eq(rl_assignment_parse(&b, out, len, err, sizeof(err)), 0);
     for (s = 0; s < NSHARDS; s++) {
-        ck_assert_str_eq(a.owner[s], b.owner[s]);
+        RL_CHECK_STR_EQ(a.owner[s], b.owner[s]);
     }
     ck_assert_int_eq(rl_assignment_format(&b, &out2, &len2), 0);
     ck_assert_str_eq(out2, out);
@@ -539,7 +540,7 @@ START_TEST(test_balance)
         sm = build(m, n, NULL);
         rl_shardmap_balance(sm, &max, &mean);
         ck_assert_double_eq_tol(mean, (double)NSHARDS / (double)n, 1e-9);
-        ck_assert_msg(max / mean <= (n <= 16 ? 1.25 : 1.5), "n=%zu: max/mean %.3f", n, max / mean);
+        RL_CHECK(max / mean <= (n <= 16 ? 1.25 : 1.5), "n=%zu: max/mean %.3f", n, max / mean);
         rl_shardmap_destroy(sm);
     }
 }
@@ -576,15 +577,4 @@ shardmap_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(shardmap_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(shardmap_suite)

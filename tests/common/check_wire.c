@@ -14,6 +14,7 @@
 #include <msgpack.h>
 
 #include "buf.h"
+#include "rltest.h"
 #include "wire.h"
 
 /* A byte literal and its length, as two arguments. */
@@ -59,20 +60,19 @@ expect_fault(const char *what, const char *p, size_t n, uint32_t err, bool fatal
     struct rl_wire_fault f;
     int rc;
 
-    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
     rc = rl_wire_decode_req(&d, p, n, &req, &f);
-    ck_assert_msg(rc == -1, "%s: decoded (rc %d)", what, rc);
-    ck_assert_msg(f.err == err, "%s: err %u (%s), want %u", what, f.err, f.msg, err);
-    ck_assert_msg(f.fatal == fatal, "%s: fatal %d (%s)", what, f.fatal, f.msg);
-    ck_assert_msg(f.id == id, "%s: id %u, want %u", what, f.id, id);
-    ck_assert_msg(f.msg[0] != '\0', "%s: empty message", what);
+    RL_CHECK(rc == -1, "%s: decoded (rc %d)", what, rc);
+    RL_CHECK(f.err == err, "%s: err %u (%s), want %u", what, f.err, f.msg, err);
+    RL_CHECK(f.fatal == fatal, "%s: fatal %d (%s)", what, f.fatal, f.msg);
+    RL_CHECK(f.id == id, "%s: id %u, want %u", what, f.id, id);
+    RL_CHECK(f.msg[0] != '\0', "%s: empty message", what);
     if (needle != NULL) {
-        ck_assert_msg(strstr(f.msg, needle) != NULL, "%s: message '%s' lacks '%s'", what, f.msg,
-                      needle);
+        RL_CHECK(strstr(f.msg, needle) != NULL, "%s: message '%s' lacks '%s'", what, f.msg, needle);
     }
     /* A frame rejected as not one value never reached msgpack-c, so it allocated nothing. */
     if (fatal) {
-        ck_assert_msg(msgpack_zone_is_empty(&d.zone), "%s: reached msgpack-c", what);
+        RL_CHECK(msgpack_zone_is_empty(&d.zone), "%s: reached msgpack-c", what);
     }
     rl_wire_decoder_deinit(&d);
 }
@@ -84,9 +84,9 @@ expect_req(const char *what, const char *p, size_t n, struct rl_wire_req *req)
     struct rl_wire_fault f;
     int rc;
 
-    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
     rc = rl_wire_decode_req(&d, p, n, req, &f);
-    ck_assert_msg(rc == 0, "%s: rc %d err %u %s", what, rc, f.err, f.msg);
+    RL_CHECK(rc == 0, "%s: rc %d err %u %s", what, rc, f.err, f.msg);
     rl_wire_decoder_deinit(&d);
 }
 
@@ -100,8 +100,8 @@ str_is(struct rl_wire_str s, const char *want)
 static const char *
 one_frame(const struct rl_buf *out, size_t *n)
 {
-    ck_assert_int_eq(rl_wire_frame(out->data, out->len, n), 1);
-    ck_assert_uint_eq(*n + RL_WIRE_HDR_LEN, out->len);
+    RL_CHECK_INT_EQ(rl_wire_frame(out->data, out->len, n), 1);
+    RL_CHECK_UINT_EQ(*n + RL_WIRE_HDR_LEN, out->len);
     return out->data + RL_WIRE_HDR_LEN;
 }
 
@@ -274,11 +274,11 @@ START_TEST(test_roundtrip_requests)
 
         for (i = 0; i < (int)(sizeof(ids) / sizeof(ids[0])); i++) {
             rl_buf_reset(&out);
-            ck_assert_int_eq(rl_wire_put_ping(&out, ids[i]), 0);
+            RL_CHECK_INT_EQ(rl_wire_put_ping(&out, ids[i]), 0);
             p = one_frame(&out, &n);
             expect_req("ping", p, n, &req);
-            ck_assert_uint_eq(req.op, RL_WIRE_OP_PING);
-            ck_assert_uint_eq(req.id, ids[i]);
+            RL_CHECK_UINT_EQ(req.op, RL_WIRE_OP_PING);
+            RL_CHECK_UINT_EQ(req.id, ids[i]);
         }
     }
 
@@ -294,12 +294,12 @@ START_TEST(test_roundtrip_requests)
 
         for (i = 0; i < (int)(sizeof(nows) / sizeof(nows[0])); i++) {
             rl_buf_reset(&out);
-            ck_assert_int_eq(rl_wire_put_clock(&out, 9, nows[i]), 0);
+            RL_CHECK_INT_EQ(rl_wire_put_clock(&out, 9, nows[i]), 0);
             p = one_frame(&out, &n);
             expect_req("clock", p, n, &req);
-            ck_assert_uint_eq(req.op, RL_WIRE_OP_CLOCK);
-            ck_assert_uint_eq(req.id, 9);
-            ck_assert_uint_eq(req.now_ms, nows[i]);
+            RL_CHECK_UINT_EQ(req.op, RL_WIRE_OP_CLOCK);
+            RL_CHECK_UINT_EQ(req.id, 9);
+            RL_CHECK_UINT_EQ(req.now_ms, nows[i]);
         }
     }
     rl_buf_deinit(&out);
@@ -331,16 +331,16 @@ START_TEST(test_roundtrip_replies)
         rin.reset_ms = UINT32_MAX + 1ull;
         rin.retry_after_ms = RL_WIRE_RETRY_NEVER;
         rl_buf_reset(&out);
-        ck_assert_int_eq(rl_wire_put_check_reply(&out, &rin), 0);
+        RL_CHECK_INT_EQ(rl_wire_put_check_reply(&out, &rin), 0);
         p = one_frame(&out, &n);
-        ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
-        ck_assert_uint_eq(rep->op, RL_WIRE_OP_CHECK);
-        ck_assert_uint_eq(rep->id, 1000 + c);
-        ck_assert_uint_eq(rep->check.code, c);
-        ck_assert_uint_eq(rep->check.limit, UINT64_MAX);
-        ck_assert_uint_eq(rep->check.remaining, c);
-        ck_assert_uint_eq(rep->check.reset_ms, UINT32_MAX + 1ull);
-        ck_assert_uint_eq(rep->check.retry_after_ms, RL_WIRE_RETRY_NEVER);
+        RL_CHECK_INT_EQ(rl_wire_decode_reply(&d, p, n, rep), 0);
+        RL_CHECK_UINT_EQ(rep->op, RL_WIRE_OP_CHECK);
+        RL_CHECK_UINT_EQ(rep->id, 1000 + c);
+        RL_CHECK_UINT_EQ(rep->check.code, c);
+        RL_CHECK_UINT_EQ(rep->check.limit, UINT64_MAX);
+        RL_CHECK_UINT_EQ(rep->check.remaining, c);
+        RL_CHECK_UINT_EQ(rep->check.reset_ms, UINT32_MAX + 1ull);
+        RL_CHECK_UINT_EQ(rep->check.retry_after_ms, RL_WIRE_RETRY_NEVER);
     }
 
     rl_buf_reset(&out);
@@ -359,9 +359,9 @@ START_TEST(test_roundtrip_replies)
     ck_assert_uint_eq(rep->id, 4);
     ck_assert_uint_eq(rep->nstats, 6);
     for (i = 0; i < 6; i++) {
-        ck_assert_uint_eq(rep->stat_keys[i].len, strlen(keys[i]));
+        RL_CHECK_UINT_EQ(rep->stat_keys[i].len, strlen(keys[i]));
         ck_assert_mem_eq(rep->stat_keys[i].ptr, keys[i], strlen(keys[i]));
-        ck_assert_int_eq(rep->stat_vals[i], vals[i]);
+        RL_CHECK_INT_EQ(rep->stat_vals[i], vals[i]);
     }
 
     rl_buf_reset(&out);
@@ -392,13 +392,13 @@ START_TEST(test_roundtrip_replies)
 
     for (c = RL_WIRE_ERR_MALFORMED; c <= RL_WIRE_ERR_UNAUTHORIZED; c++) {
         rl_buf_reset(&out);
-        ck_assert_int_eq(rl_wire_put_error(&out, c == 1 ? 0 : 77, c, "cost must be ..."), 0);
+        RL_CHECK_INT_EQ(rl_wire_put_error(&out, c == 1 ? 0 : 77, c, "cost must be ..."), 0);
         p = one_frame(&out, &n);
-        ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
-        ck_assert_uint_eq(rep->op, RL_WIRE_OP_ERROR);
-        ck_assert_uint_eq(rep->id, c == 1 ? 0 : 77);
-        ck_assert_uint_eq(rep->err, c);
-        ck_assert(str_is(rep->message, "cost must be ..."));
+        RL_CHECK_INT_EQ(rl_wire_decode_reply(&d, p, n, rep), 0);
+        RL_CHECK_UINT_EQ(rep->op, RL_WIRE_OP_ERROR);
+        RL_CHECK_UINT_EQ(rep->id, c == 1 ? 0 : 77);
+        RL_CHECK_UINT_EQ(rep->err, c);
+        RL_CHECK(str_is(rep->message, "cost must be ..."));
     }
 
     rl_wire_decoder_deinit(&d);
@@ -491,20 +491,17 @@ START_TEST(test_frame_split)
         pos = 0;
         got = 0;
         while ((rc = rl_wire_frame(out.data + pos, k - pos, &n)) == 1) {
-            ck_assert_int_eq(rl_wire_decode_req(&d, out.data + pos + RL_WIRE_HDR_LEN, n, &req, &f),
-                             0);
-            ck_assert_uint_eq(req.op, want_ops[got]);
-            ck_assert_uint_eq(req.id, (uint32_t)got + 1);
+            RL_CHECK_INT_EQ(rl_wire_decode_req(&d, out.data + pos + RL_WIRE_HDR_LEN, n, &req, &f),
+                            0);
+            RL_CHECK_UINT_EQ(req.op, want_ops[got]);
+            RL_CHECK_UINT_EQ(req.id, (uint32_t)got + 1);
             pos += RL_WIRE_HDR_LEN + n;
-            ck_assert_uint_eq(pos, ends[got]);
+            RL_CHECK_UINT_EQ(pos, ends[got]);
             got++;
         }
-        ck_assert_int_eq(rc, 0);
-        ck_assert_uint_le(pos, k);
-        ck_assert_int_eq(got, k >= ends[3]   ? 4
-                              : k >= ends[2] ? 3
-                              : k >= ends[1] ? 2
-                                             : k >= ends[0]);
+        RL_CHECK_INT_EQ(rc, 0);
+        RL_CHECK_UINT_LE(pos, k);
+        RL_CHECK_INT_EQ(got, k >= ends[3] ? 4 : k >= ends[2] ? 3 : k >= ends[1] ? 2 : k >= ends[0]);
     }
     rl_wire_decoder_deinit(&d);
     rl_buf_deinit(&out);
@@ -886,7 +883,7 @@ reply_rc(const char *p, size_t n)
     struct rl_wire_reply *rep = malloc(sizeof(*rep));
     int rc;
 
-    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
     rc = rl_wire_decode_reply(&d, p, n, rep);
     rl_wire_decoder_deinit(&d);
     free(rep);
@@ -1027,28 +1024,28 @@ fuzz_one(struct rl_wire_decoder *d, struct rl_wire_reply *rep, const char *p, si
 
     memset(&f, 0xa5, sizeof(f));
     rc = rl_wire_decode_req(d, p, n, &req, &f);
-    ck_assert(rc == 0 || rc == -1);
+    RL_CHECK(rc == 0 || rc == -1);
     if (rc == 0) {
-        ck_assert(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_CLOCK);
+        RL_CHECK(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_CLOCK);
         if (req.op == RL_WIRE_OP_CHECK) {
-            ck_assert(req.service.len >= 1 && req.service.len <= RL_WIRE_SERVICE_MAX);
-            ck_assert(req.user.len >= 1 && req.user.len <= RL_WIRE_USER_MAX);
-            ck_assert(req.endpoint.len <= RL_WIRE_ENDPOINT_MAX);
-            ck_assert(req.cost <= RL_WIRE_COST_MAX);
-            ck_assert(req.service.ptr >= p && req.service.ptr + req.service.len <= p + n);
-            ck_assert(req.user.ptr >= p && req.user.ptr + req.user.len <= p + n);
+            RL_CHECK(req.service.len >= 1 && req.service.len <= RL_WIRE_SERVICE_MAX);
+            RL_CHECK(req.user.len >= 1 && req.user.len <= RL_WIRE_USER_MAX);
+            RL_CHECK(req.endpoint.len <= RL_WIRE_ENDPOINT_MAX);
+            RL_CHECK(req.cost <= RL_WIRE_COST_MAX);
+            RL_CHECK(req.service.ptr >= p && req.service.ptr + req.service.len <= p + n);
+            RL_CHECK(req.user.ptr >= p && req.user.ptr + req.user.len <= p + n);
         }
     } else {
-        ck_assert(f.err == RL_WIRE_ERR_MALFORMED || f.err == RL_WIRE_ERR_UNKNOWN_OP ||
-                  f.err == RL_WIRE_ERR_BAD_FIELD);
-        ck_assert(!f.fatal || f.err == RL_WIRE_ERR_MALFORMED);
-        ck_assert(f.err != RL_WIRE_ERR_MALFORMED || f.id == 0);
-        ck_assert(memchr(f.msg, '\0', sizeof(f.msg)) != NULL && f.msg[0] != '\0');
+        RL_CHECK(f.err == RL_WIRE_ERR_MALFORMED || f.err == RL_WIRE_ERR_UNKNOWN_OP ||
+                 f.err == RL_WIRE_ERR_BAD_FIELD);
+        RL_CHECK(!f.fatal || f.err == RL_WIRE_ERR_MALFORMED);
+        RL_CHECK(f.err != RL_WIRE_ERR_MALFORMED || f.id == 0);
+        RL_CHECK(memchr(f.msg, '\0', sizeof(f.msg)) != NULL && f.msg[0] != '\0');
     }
     rrc = rl_wire_decode_reply(d, p, n, rep);
-    ck_assert(rrc == 0 || rrc == -EPROTO);
+    RL_CHECK(rrc == 0 || rrc == -EPROTO);
     if (rrc == 0 && rep->op == RL_WIRE_OP_STATS) {
-        ck_assert_uint_le(rep->nstats, RL_WIRE_STATS_MAX);
+        RL_CHECK_UINT_LE(rep->nstats, RL_WIRE_STATS_MAX);
     }
 }
 
@@ -1141,16 +1138,15 @@ START_TEST(test_fuzz)
             msgpack_sbuffer_init(&sb);
             msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
             gen_value(&pk, &s, (r & 3) == 0 ? 32 : 4, &budget);
-            ck_assert_int_eq(rl_wire_decode_req(&d, sb.data, sb.size, &req, &f) == -1 && f.fatal,
-                             0);
+            RL_CHECK_INT_EQ(rl_wire_decode_req(&d, sb.data, sb.size, &req, &f) == -1 && f.fatal, 0);
             fuzz_one(&d, rep, sb.data, sb.size);
             j = rnd(&s) % sb.size;
-            ck_assert_int_eq(rl_wire_decode_req(&d, sb.data, j, &req, &f), -1);
-            ck_assert_msg(f.fatal && f.err == RL_WIRE_ERR_MALFORMED, "prefix %zu of %zu: %s", j,
-                          sb.size, f.msg);
+            RL_CHECK_INT_EQ(rl_wire_decode_req(&d, sb.data, j, &req, &f), -1);
+            RL_CHECK(f.fatal && f.err == RL_WIRE_ERR_MALFORMED, "prefix %zu of %zu: %s", j, sb.size,
+                     f.msg);
             msgpack_pack_nil(&pk);
-            ck_assert_int_eq(rl_wire_decode_req(&d, sb.data, sb.size, &req, &f), -1);
-            ck_assert(f.fatal && f.err == RL_WIRE_ERR_MALFORMED);
+            RL_CHECK_INT_EQ(rl_wire_decode_req(&d, sb.data, sb.size, &req, &f), -1);
+            RL_CHECK(f.fatal && f.err == RL_WIRE_ERR_MALFORMED);
             msgpack_sbuffer_destroy(&sb);
             valid++;
         }
@@ -1197,14 +1193,4 @@ wire_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(wire_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(wire_suite)

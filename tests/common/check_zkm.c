@@ -1,24 +1,20 @@
 /*
- * check_zkm: common/zkm.c against a real ZooKeeper server (Debian's zookeeper package, run
- * with java from /usr/share/java), one fresh server per test on a free loopback port, in a
- * directory of its own. Covers registration, member and assignment watches, the assignment's
- * compare-and-set, session expiry (a node process frozen past its timeout), a server restart
- * that sessions survive, a stale znode left by a dead process, a server that starts late, and
- * a destroy from a callback. Node processes other than the test's are forked children. The
- * server start is deliberately small and local; tests/harness.c may take it over.
+ * check_zkm: common/zkm.c against a real ZooKeeper server, one fresh server per test. Covers
+ * registration, member and assignment watches, the assignment's compare-and-set, session expiry (a
+ * node process frozen past its timeout), a server restart that sessions survive, a stale znode left
+ * by a dead process, a server that starts late, and a destroy from a callback. The server is the
+ * test harness's (harness.h: Debian's jars under java, a fresh one per test on a free loopback port
+ * in the test's temp directory, killed with the test however it ends); node processes other than
+ * the test's are forked children.
  */
 #include <check.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,32 +22,18 @@
 #include <uv.h>
 #include <zookeeper/zookeeper.h>
 
+#include "harness.h"
 #include "log.h"
+#include "rltest.h"
 #include "zkm.h"
 
-/*
- * The server's classes: zookeeper.jar's manifest names many more jars (netty, jetty,
- * jackson...), but ZooKeeperServerMain with the NIO connection factory and the admin server
- * off needs only these; slf4j-simple sends the server's log to zk.log at WARN.
- */
-#define ZK_CLASSPATH                                                                               \
-    "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:"                            \
-    "/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:"                              \
-    "/usr/share/java/metrics-core.jar"
-#define ZK_TICK_MS 200
-/* Asked of the server by every rl_zkm here; within [2, 20] ticks. */
+/* Asked of the server by every rl_zkm here; within the harness server's 400 ms..30 s. */
 #define SESSION_MS 2000
 /* The dead process's, in the stale znode test: long, to see the new one wait. */
 #define OLD_SESSION_MS 4000
 
-struct zksrv {
-    pid_t pid;
-    uint16_t port;
-    char dir[96];
-    char hosts[32];
-};
-
-static struct zksrv srv;
+/* This test's server (the harness's: a fresh one per test, in the test's temp directory). */
+static struct rl_harness_zk zk;
 
 static uint64_t
 now_ms(void)
@@ -62,123 +44,21 @@ now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static uint16_t
-free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-static int
-port_open(uint16_t port)
-{
-    struct sockaddr_in sa = {
-        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-
-    close(fd);
-    return ok;
-}
-
-/* Starts the server on srv.port; a restart keeps its data, sessions included. */
+/* Starts the server; again after zk_kill(), on the same port with its data, sessions
+ * included. */
 static void
 zk_start(void)
 {
-    char cfg[160], data[160], log[160], cp_arg[] = ZK_CLASSPATH;
-    pid_t parent = getpid();
-    FILE *f;
-
-    snprintf(data, sizeof(data), "%s/data", srv.dir);
-    snprintf(cfg, sizeof(cfg), "%s/zoo.cfg", srv.dir);
-    snprintf(log, sizeof(log), "%s/zk.log", srv.dir);
-    f = fopen(cfg, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f,
-            "tickTime=%d\nminSessionTimeout=%d\nmaxSessionTimeout=%d\ndataDir=%s\n"
-            "clientPort=%u\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nforceSync=no\n",
-            ZK_TICK_MS, 2 * ZK_TICK_MS, 20 * ZK_TICK_MS, data, srv.port);
-    fclose(f);
-
-    srv.pid = fork();
-    ck_assert_int_ge(srv.pid, 0);
-    if (srv.pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-        /* Dies with the test, however the test ends. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) {
-            _exit(127);
-        }
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-        }
-        execlp("java", "java", "-Xmx128m", "-XX:TieredStopAtLevel=1",
-               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp_arg,
-               "org.apache.zookeeper.server.ZooKeeperServerMain", cfg, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 300 && !port_open(srv.port); i++) {
-        ck_assert_msg(waitpid(srv.pid, NULL, WNOHANG) == 0, "zookeeper exited; see %s", log);
-        usleep(50 * 1000);
-    }
-    ck_assert_msg(port_open(srv.port), "zookeeper did not listen within 15 s; see %s", log);
+    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
 }
 
+/* The server dies (SIGKILL: no clean shutdown). */
 static void
 zk_kill(void)
 {
-    if (srv.pid > 0) {
-        kill(srv.pid, SIGKILL);
-        waitpid(srv.pid, NULL, 0);
-        srv.pid = 0;
-    }
-}
-
-static int
-rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void
-rm_tree(const char *dir)
-{
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/*
- * The suite's directory, made and removed by the runner process, which outlives every test:
- * a test that fails exits without its teardown, and its server dies with it (PDEATHSIG), but
- * its files are only removed here.
- */
-static char suite_dir[64];
-
-static void
-suite_setup(void)
-{
-    snprintf(suite_dir, sizeof(suite_dir), "/tmp/check_zkm.XXXXXX");
-    if (mkdtemp(suite_dir) == NULL) {
-        suite_dir[0] = '\0';
-    }
-}
-
-static void
-suite_teardown(void)
-{
-    if (suite_dir[0] != '\0') {
-        rm_tree(suite_dir);
+    if (zk.pid > 0) {
+        ck_assert_int_eq(rl_harness_kill9(zk.pid), 0);
+        zk.pid = 0;
     }
 }
 
@@ -187,18 +67,13 @@ setup(void)
 {
     rl_log_setup(RL_LOG_INFO, "check_zkm");
     zoo_set_debug_level(ZOO_LOG_LEVEL_WARN);
-    ck_assert_msg(suite_dir[0] != '\0', "cannot make a temporary directory");
-    snprintf(srv.dir, sizeof(srv.dir), "%s/t.XXXXXX", suite_dir);
-    ck_assert_ptr_nonnull(mkdtemp(srv.dir));
-    srv.port = free_port();
-    snprintf(srv.hosts, sizeof(srv.hosts), "127.0.0.1:%u", srv.port);
+    memset(&zk, 0, sizeof(zk));
 }
 
 static void
 teardown(void)
 {
-    zk_kill();
-    rm_tree(srv.dir);
+    rl_harness_cleanup();
 }
 
 /* What the callbacks saw. */
@@ -321,7 +196,7 @@ raw_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 static zhandle_t *
 raw_connect(void)
 {
-    zhandle_t *zh = zookeeper_init(srv.hosts, raw_watcher, SESSION_MS, NULL, NULL, 0);
+    zhandle_t *zh = zookeeper_init(zk.connect, raw_watcher, SESSION_MS, NULL, NULL, 0);
 
     ck_assert_ptr_nonnull(zh);
     for (int i = 0; i < 200 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++) {
@@ -361,9 +236,9 @@ START_TEST(test_register)
 
     zk_start();
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_int_eq(rl_zkm_create(&bad, &loop, srv.hosts, SESSION_MS, "a/b", &cbs, &o), -EINVAL);
-    ck_assert_int_eq(rl_zkm_create(&bad, &loop, srv.hosts, SESSION_MS, "", &cbs, &o), -EINVAL);
-    ck_assert_int_eq(rl_zkm_create(&z, &loop, srv.hosts, SESSION_MS, "reg", &cbs, &o), 0);
+    ck_assert_int_eq(rl_zkm_create(&bad, &loop, zk.connect, SESSION_MS, "a/b", &cbs, &o), -EINVAL);
+    ck_assert_int_eq(rl_zkm_create(&bad, &loop, zk.connect, SESSION_MS, "", &cbs, &o), -EINVAL);
+    ck_assert_int_eq(rl_zkm_create(&z, &loop, zk.connect, SESSION_MS, "reg", &cbs, &o), 0);
     ck_assert_int_eq(rl_zkm_register(z, "..", "127.0.0.1:7401"), -EINVAL);
     ck_assert_int_eq(rl_zkm_register(z, "a", ""), -EINVAL);
     t0 = now_ms();
@@ -439,7 +314,7 @@ START_TEST(test_members)
 
     zk_start();
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_int_eq(rl_zkm_create(&w, &loop, srv.hosts, SESSION_MS, "mem", &cbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "mem", &cbs, &ow), 0);
     ck_assert_int_eq(rl_zkm_watch(w), 0);
     ck_assert_int_eq(rl_zkm_watch(w), -EALREADY);
     /* The first read delivers the empty list (the nodes/ directory is created if need be). */
@@ -450,9 +325,9 @@ START_TEST(test_members)
     ck_assert_int_eq(ow.asg_version, -1);
     ck_assert_uint_eq(ow.asg_len, 0);
 
-    ck_assert_int_eq(rl_zkm_create(&b, &loop, srv.hosts, SESSION_MS, "mem", &cbs, &ob), 0);
+    ck_assert_int_eq(rl_zkm_create(&b, &loop, zk.connect, SESSION_MS, "mem", &cbs, &ob), 0);
     ck_assert_int_eq(rl_zkm_register(b, "b", "127.0.0.1:7402"), 0);
-    ck_assert_int_eq(rl_zkm_create(&a, &loop, srv.hosts, SESSION_MS, "mem", &cbs, &oa), 0);
+    ck_assert_int_eq(rl_zkm_create(&a, &loop, zk.connect, SESSION_MS, "mem", &cbs, &oa), 0);
     ck_assert_int_eq(rl_zkm_register(a, "a", "127.0.0.1:7401"), 0);
     ck_assert(run_until(&loop, members_ab, &ow, 10000));
     ck_assert_str_eq(ow.m[0].addr, "127.0.0.1:7401");
@@ -526,9 +401,9 @@ START_TEST(test_assignment)
 
     zk_start();
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_int_eq(rl_zkm_create(&w, &loop, srv.hosts, SESSION_MS, "asg", &cbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "asg", &cbs, &ow), 0);
     ck_assert_int_eq(rl_zkm_watch(w), 0);
-    ck_assert_int_eq(rl_zkm_create(&t, &loop, srv.hosts, SESSION_MS, "asg", NULL, &ot), 0);
+    ck_assert_int_eq(rl_zkm_create(&t, &loop, zk.connect, SESSION_MS, "asg", NULL, &ot), 0);
 
     /* The tool's calls block and need no running loop. */
     expect_text(t, 0, NULL, -1);
@@ -615,7 +490,7 @@ node_process(int fd, const char *cluster, const char *addr, uint32_t session_ms)
 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (uv_loop_init(&loop) != 0 ||
-        rl_zkm_create(&z, &loop, srv.hosts, session_ms, cluster, &cbs, &o) != 0 ||
+        rl_zkm_create(&z, &loop, zk.connect, session_ms, cluster, &cbs, &o) != 0 ||
         rl_zkm_register(z, "a", addr) != 0 || !run_until(&loop, registered, z, 15000) ||
         write(fd, "r", 1) != 1) {
         _exit(1);
@@ -688,7 +563,7 @@ START_TEST(test_expiry)
     said = (struct said){fd, 'r'};
     ck_assert_int_eq(uv_loop_init(&loop), 0);
     ck_assert(run_until(&loop, node_said, &said, 15000));
-    ck_assert_int_eq(rl_zkm_create(&w, &loop, srv.hosts, SESSION_MS, "exp", &cbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "exp", &cbs, &ow), 0);
     ck_assert_int_eq(rl_zkm_watch(w), 0);
     ck_assert(run_until(&loop, members_a, &ow, 10000));
     ck_assert_int_eq(raw_get("/ratelimiter/exp/nodes/a", buf, sizeof(buf), &owner1), ZOK);
@@ -742,9 +617,9 @@ START_TEST(test_server_restart)
 
     zk_start();
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_int_eq(rl_zkm_create(&w, &loop, srv.hosts, SESSION_MS, "rst", &cbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "rst", &cbs, &ow), 0);
     ck_assert_int_eq(rl_zkm_watch(w), 0);
-    ck_assert_int_eq(rl_zkm_create(&a, &loop, srv.hosts, SESSION_MS, "rst", &cbs, &oa), 0);
+    ck_assert_int_eq(rl_zkm_create(&a, &loop, zk.connect, SESSION_MS, "rst", &cbs, &oa), 0);
     ck_assert_int_eq(rl_zkm_register(a, "a", "127.0.0.1:7401"), 0);
     ck_assert(run_until(&loop, registered, a, 10000));
     ck_assert(run_until(&loop, members_a, &ow, 10000));
@@ -800,7 +675,7 @@ START_TEST(test_stale_znode)
     node_kill(pid, fd);
     t_kill = now_ms();
 
-    ck_assert_int_eq(rl_zkm_create(&a, &loop, srv.hosts, SESSION_MS, "stale", &cbs, &oa), 0);
+    ck_assert_int_eq(rl_zkm_create(&a, &loop, zk.connect, SESSION_MS, "stale", &cbs, &oa), 0);
     ck_assert_int_eq(rl_zkm_register(a, "a", "127.0.0.1:7401"), 0);
     /* Connected, so it has tried, and waits. */
     run_for(&loop, OLD_SESSION_MS / 4);
@@ -844,7 +719,7 @@ START_TEST(test_destroy_in_callback)
 
     zk_start();
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_int_eq(rl_zkm_create(&z, &loop, srv.hosts, SESSION_MS, "cb", &dcbs, &z), 0);
+    ck_assert_int_eq(rl_zkm_create(&z, &loop, zk.connect, SESSION_MS, "cb", &dcbs, &z), 0);
     ck_assert_int_eq(rl_zkm_register(z, "a", "127.0.0.1:7401"), 0);
     ck_assert_int_eq(rl_zkm_watch(z), 0);
     /* The loop ends by itself once the rl_zkm is gone. */
@@ -875,11 +750,12 @@ START_TEST(test_server_late)
     struct late l;
     uint64_t t_up;
 
-    /* No server yet: create, register and watch all succeed and wait for it. */
+    /* No server yet (only its address): create, register and watch all succeed and wait. */
+    ck_assert_int_eq(rl_harness_zk_prepare(&zk), 0);
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_int_eq(rl_zkm_create(&w, &loop, srv.hosts, SESSION_MS, "late", &cbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "late", &cbs, &ow), 0);
     ck_assert_int_eq(rl_zkm_watch(w), 0);
-    ck_assert_int_eq(rl_zkm_create(&a, &loop, srv.hosts, SESSION_MS, "late", &cbs, &oa), 0);
+    ck_assert_int_eq(rl_zkm_create(&a, &loop, zk.connect, SESSION_MS, "late", &cbs, &oa), 0);
     ck_assert_int_eq(rl_zkm_register(a, "a", "127.0.0.1:7401"), 0);
     run_for(&loop, 1500);
     ck_assert(!rl_zkm_registered(a));
@@ -905,7 +781,6 @@ zkm_suite(void)
     Suite *s = suite_create("zkm");
     TCase *tc = tcase_create("zookeeper");
 
-    tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_register);
@@ -920,15 +795,4 @@ zkm_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(zkm_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(zkm_suite)

@@ -18,6 +18,7 @@
 #include "client.h"
 #include "clock.h"
 #include "harness.h"
+#include "rltest.h"
 #include "shardmap.h"
 
 #define T_TIMEOUT 5000
@@ -25,6 +26,7 @@
 #define NUSERS 60
 #define SHARDS 256
 #define DEADLINE_MS 50
+#define SESSION_MS 1000
 #define NOW_MS 1700000000000ull
 
 static struct rl_harness_zk zk;
@@ -52,8 +54,7 @@ router_stat(int r, const char *key)
     struct rl_wire_reply rep;
     int64_t v;
 
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT),
-                     0);
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT), 0);
     ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
     v = rl_client_stat(&rep, key, -1);
     rl_client_destroy(c);
@@ -94,7 +95,7 @@ cluster_setup(void)
                                            "[cluster]\n"
                                            "name = it\n"
                                            "zookeeper = %s\n"
-                                           "session_timeout = 1s\n"
+                                           "session_timeout = %dms\n"
                                            "shards = %d\n"
                                            "[router]\n"
                                            "deadline = %dms\n"
@@ -106,7 +107,7 @@ cluster_setup(void)
                                            "[service closed]\n"
                                            "failure = closed\n"
                                            "limit = fixed_window 1000 per 1h\n",
-                                           zk.connect, SHARDS, DEADLINE_MS, log),
+                                           zk.connect, SESSION_MS, SHARDS, DEADLINE_MS, log),
                      0);
     for (int i = 0; i < NNODES; i++) {
         ck_assert_int_eq(rl_harness_node_start(&nodes[i], config, names[i], node_ports[i],
@@ -126,28 +127,89 @@ cluster_teardown(void)
     rl_harness_cleanup();
 }
 
-/* The owner of a user of service svc, as every router must compute it. */
-static int
-owner_of(const char *svc, const char *user, const int *live, int nlive)
+/*
+ * The table every router builds when the live members are live[0..nlive): the names and
+ * addresses the nodes registered in ZooKeeper, through rl_shardmap_create as router.c does.
+ */
+static struct rl_shardmap *
+table_of(const int *live, int nlive)
 {
     struct rl_member members[NNODES];
-    uint64_t h = rl_shardmap_key_hash(svc, strlen(svc), user, strlen(user));
-    uint32_t shard = rl_shardmap_shard(h, SHARDS);
-    uint32_t o;
+    struct rl_shardmap *m = NULL;
 
     for (int i = 0; i < nlive; i++) {
         snprintf(members[i].name, sizeof(members[i].name), "%s", names[live[i]]);
         snprintf(members[i].addr, sizeof(members[i].addr), "127.0.0.1:%d", node_ports[live[i]]);
     }
-    o = rl_shardmap_hrw(shard, members, (size_t)nlive);
-    ck_assert_uint_ne(o, RL_SHARDMAP_NONE);
+    RL_CHECK_INT_EQ(rl_shardmap_create(&m, SHARDS, members, (size_t)nlive, NULL), 0);
+    return m;
+}
+
+/* The node (index into names) owning (svc, user) by table m. */
+static int
+owner_in(const struct rl_shardmap *m, const char *svc, const char *user)
+{
+    uint64_t h = rl_shardmap_key_hash(svc, strlen(svc), user, strlen(user));
+    uint32_t o = rl_shardmap_owner(m, rl_shardmap_shard(h, SHARDS));
+
+    RL_CHECK(o != RL_SHARDMAP_NONE, "no owner for %s/%s", svc, user);
     for (int i = 0; i < NNODES; i++) {
-        if (strcmp(names[i], members[o].name) == 0) {
+        if (strcmp(names[i], m->members[o].name) == 0) {
             return i;
         }
     }
-    ck_abort_msg("no owner");
+    ck_abort_msg("owner %s is no node of the test", m->members[o].name);
     return -1;
+}
+
+/* The owner of a user of service svc, as every router must compute it. */
+static int
+owner_of(const char *svc, const char *user, const int *live, int nlive)
+{
+    struct rl_shardmap *m = table_of(live, nlive);
+    int o = owner_in(m, svc, user);
+
+    rl_shardmap_destroy(m);
+    return o;
+}
+
+/* Both routers report, per live node, the shard count of the table computed here: the
+ * test and the routers compute owners over the same members. */
+static void
+assert_routers_agree(const int *live, int nlive)
+{
+    struct rl_shardmap *m = table_of(live, nlive);
+    char key[64];
+
+    for (int i = 0; i < nlive; i++) {
+        uint32_t mine = 0;
+
+        for (uint32_t s = 0; s < SHARDS; s++) {
+            mine += strcmp(m->members[rl_shardmap_owner(m, s)].name, names[live[i]]) == 0;
+        }
+        snprintf(key, sizeof(key), "node.%s.shards", names[live[i]]);
+        for (int r = 0; r < 2; r++) {
+            ck_assert_msg(router_stat(r, key) == mine, "router %d: %s = %lld, computed %u", r, key,
+                          (long long)router_stat(r, key), mine);
+        }
+    }
+    rl_shardmap_destroy(m);
+}
+
+/* A failure-policy answer to a user of the dead node, while it is still a member. */
+static void
+assert_policy(const struct rl_wire_check_reply *c, uint32_t want, const char *svc, const char *user)
+{
+    if (c->code != want) {
+        ck_abort_msg("%s/%s, owned by the dead node: code %u (%s), want %s; the routers see %lld "
+                     "and %lld members (if 2: its session expired before this answer)",
+                     svc, user, c->code, rl_wire_code_name(c->code), rl_wire_code_name(want),
+                     (long long)router_stat(0, "members"), (long long)router_stat(1, "members"));
+    }
+    ck_assert_uint_eq(c->limit, 0);
+    ck_assert_uint_eq(c->remaining, 0);
+    /* FAIL_CLOSED: retry once ZooKeeper has moved the shard (the session timeout). */
+    ck_assert_uint_eq(c->retry_after_ms, want == RL_WIRE_FAIL_CLOSED ? SESSION_MS : 0);
 }
 
 static struct rl_client *
@@ -155,8 +217,7 @@ connect_router(int r)
 {
     struct rl_client *c = NULL;
 
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT),
-                     0);
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT), 0);
     return c;
 }
 
@@ -203,7 +264,7 @@ START_TEST(test_node_death_and_return)
     static const int all[NNODES] = {0, 1, 2}, survivors[2] = {0, 2};
     struct rl_client *r0 = connect_router(0), *r1 = connect_router(1);
     char users[NUSERS][16];
-    int owner[NUSERS], later[NUSERS], on_dead = 0;
+    int owner[NUSERS], later[NUSERS], closed_owner[NUSERS], on_dead = 0, closed_dead = 0;
     uint64_t worst_ns = 0;
     struct rl_wire_check_reply c;
 
@@ -224,49 +285,52 @@ START_TEST(test_node_death_and_return)
         }
     }
     ck_assert_int_gt(on_dead, 5);
+    for (int u = 0; u < NUSERS; u++) {
+        closed_owner[u] = owner_of("closed", users[u], all, NNODES);
+        closed_dead += closed_owner[u] == 1;
+    }
+    ck_assert_int_gt(closed_dead, 0);
+    /* The routers' tables are the one computed here. */
+    assert_routers_agree(all, NNODES);
 
     ck_assert_int_eq(rl_harness_kill9(nodes[1].pid), 0);
     nodes[1].pid = 0;
-    /* Until ZooKeeper drops n2: its users get the failure policy, fast; others keep counting. */
+    /*
+     * Until ZooKeeper drops n2 (its session expires SESSION_MS after its last heartbeat),
+     * exactly the users whose shard n2 owns (computed, not hoped for) get their service's
+     * failure policy, fast: FAIL_CLOSED for the closed service, with a retry after the
+     * session timeout, FAIL_OPEN for the others; everyone else is judged as usual.
+     */
     for (int round = 0; round < 3; round++) {
         for (int u = 0; u < NUSERS; u++) {
+            const char *svc = round == 0 ? "closed" : "fw";
+            int o = round == 0 ? closed_owner[u] : owner[u];
             uint64_t t0 = rl_clock_mono_ns(), dt;
 
-            c = check(u % 2 ? r1 : r0, "fw", users[u], 0);
+            c = check(u % 2 ? r1 : r0, svc, users[u], round == 0 ? 1 : 0);
             dt = rl_clock_mono_ns() - t0;
             worst_ns = dt > worst_ns ? dt : worst_ns;
-            if (owner[u] == 1) {
-                ck_assert_uint_eq(c.code, RL_WIRE_FAIL_OPEN);
+            if (o == 1) {
+                assert_policy(&c, round == 0 ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN, svc,
+                              users[u]);
             } else {
                 ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
-                ck_assert_uint_eq(c.remaining, 995);
+                ck_assert_uint_eq(c.remaining, round == 0 ? 999 : 995);
             }
         }
     }
-    /* A FAIL_CLOSED service: exactly the users whose shard the dead node owns are refused
-     * (computed, not hoped for: at least one of them), with a retry after the session
-     * timeout; the others are judged as usual. */
-    {
-        int closed_dead = 0;
-
-        for (int u = 0; u < NUSERS; u++) {
-            c = check(u % 2 ? r1 : r0, "closed", users[u], 1);
-            if (owner_of("closed", users[u], all, NNODES) == 1) {
-                ck_assert_uint_eq(c.code, RL_WIRE_FAIL_CLOSED);
-                ck_assert_uint_gt(c.retry_after_ms, 0);
-                closed_dead++;
-            } else {
-                ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
-                ck_assert_uint_eq(c.remaining, 999);
-            }
-        }
-        ck_assert_int_gt(closed_dead, 0);
+    /* All of that happened while n2 was down but still a member. */
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(router_stat(r, "node.n2.up"), 0);
+        ck_assert_msg(router_stat(r, "members") == NNODES,
+                      "router %d dropped n2 during the test of its failure policy", r);
     }
     /* Every answer came within the deadline plus a margin for a loaded machine. */
     ck_assert_msg(worst_ns < (DEADLINE_MS + 250) * 1000000ull, "slowest answer %llu ms",
                   (unsigned long long)(worst_ns / 1000000));
 
     wait_members(2);
+    assert_routers_agree(survivors, 2);
     for (int u = 0; u < NUSERS; u++) {
         c = check(u % 2 ? r1 : r0, "fw", users[u], 1);
         ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
@@ -311,9 +375,8 @@ START_TEST(test_zookeeper_outage)
     ck_assert_int_eq(router_stat(0, "members"), NNODES);
     ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
     /* The nodes are registered again (same session, or a new one re-creating the znode). */
-    ck_assert_int_eq(rl_harness_zk_wait_children(zk.connect, "/ratelimiter/it/nodes", NNODES,
-                                                 20000),
-                     0);
+    ck_assert_int_eq(
+        rl_harness_zk_wait_children(zk.connect, "/ratelimiter/it/nodes", NNODES, 20000), 0);
     ck_assert_int_eq(rl_harness_zk_children(zk.connect, "/ratelimiter/it/nodes", kids, NNODES + 1),
                      NNODES);
     ck_assert_str_eq(kids[0], "n1");
@@ -366,14 +429,4 @@ cluster_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(cluster_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(cluster_suite)

@@ -18,6 +18,7 @@
 
 #include "client.h"
 #include "harness.h"
+#include "rltest.h"
 
 #define T_TIMEOUT 5000
 
@@ -155,10 +156,10 @@ START_TEST(test_pipelined)
     }
     ck_assert_int_eq(rl_client_check_many(c, reqs, N, reps, 20000), 0);
     for (int i = 0; i < N; i++) {
-        ck_assert_uint_eq(reps[i].id, reqs[i].id);
+        RL_CHECK_UINT_EQ(reps[i].id, reqs[i].id);
         allowed += reps[i].code == RL_WIRE_ALLOWED;
         /* The k-th request of a user sees 1000 - k remaining: replies matched the requests. */
-        ck_assert_uint_eq(reps[i].remaining, (uint64_t)(1000 - (i / 20 + 1)));
+        RL_CHECK_UINT_EQ(reps[i].remaining, (uint64_t)(1000 - (i / 20 + 1)));
     }
     ck_assert_int_eq(allowed, N);
     free(reqs);
@@ -413,14 +414,4 @@ node_tcp_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(node_tcp_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(node_tcp_suite)

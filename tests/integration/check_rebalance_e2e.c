@@ -17,6 +17,7 @@
 
 #include "client.h"
 #include "harness.h"
+#include "rltest.h"
 
 #define T_TIMEOUT 5000
 #define NNODES 4
@@ -179,6 +180,27 @@ START_TEST(test_rebalance_levels_load)
     }
     ck_assert_int_ge(stat_of(router_port, "assignment_version"), 0);
 
+    /* A second writer that planned against the assignment before the first write (none)
+     * must lose the compare-and-set: exit 3, and the assignment is left as it was. */
+    {
+        const char *stale[] = {"rl-rebalance", "--config", config, "--expect-version", "none",
+                               reqlog, NULL};
+        static char again[65536];
+        int64_t version = stat_of(router_port, "assignment_version");
+        int len = rl_harness_zk_get(zk.connect, "/ratelimiter/rb/assignment", buf, sizeof(buf));
+
+        ck_assert_int_eq(run(stale, "stale.log"), 3);
+        ck_assert_int_eq(rl_harness_zk_get(zk.connect, "/ratelimiter/rb/assignment", again,
+                                           sizeof(again)),
+                         len);
+        ck_assert(memcmp(buf, again, (size_t)len) == 0);
+        ck_assert_int_eq(rl_harness_zk_get(zk.connect, "/ratelimiter/rb/assignment.prev", again,
+                                           sizeof(again)),
+                         -ENOENT);
+        usleep(300 * 1000);
+        ck_assert_int_eq(stat_of(router_port, "assignment_version"), version);
+    }
+
     after = traffic();
     fprintf(stderr, "rebalance e2e: node max/mean before %.3f, after %.3f\n", before, after);
     ck_assert_msg(after <= 1.10, "after rebalancing max/mean is %.3f", after);
@@ -200,14 +222,4 @@ rebalance_e2e_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(rebalance_e2e_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(rebalance_e2e_suite)

@@ -1,10 +1,21 @@
 /*
- * check_router: the router's own promises, with a real rl-node and rl-router (static
- * membership, one node, deadline 200 ms): a request past its deadline gets its service's
- * failure policy; the late replies of a node that was paused (SIGSTOP) and resumed are
- * dropped, neither sent to the client nor to requests that reuse their slots; a service with
- * no rule gets NO_RULE from the router itself; a client that asks without reading is paused,
- * not buffered without bound, while another client is served.
+ * check_router: the router's own promises, with real rl-node and rl-router processes (static
+ * membership: nodes a and b, deadline 300 ms). The test computes which node owns a user the
+ * way the router does (rl_shardmap_create over the [node] names and addresses) and checks
+ * the router agrees (its STATS per-node shard counts and forwards). Asserted:
+ *   - a request whose owner is paused (SIGSTOP) gets its service's failure policy at the
+ *     deadline, FAIL_CLOSED or FAIL_OPEN, while the other node's users are served;
+ *   - the late replies of a node paused and resumed are dropped: not sent to the client
+ *     (no extra frame arrives; the next request gets its own reply and id), and not to the
+ *     requests in flight on the same node when they arrive, which would have reused their
+ *     slots had the router not kept them apart (each reply's limit and remaining are its
+ *     own request's);
+ *   - a service with no rule gets NO_RULE from the router itself, even with every node
+ *     paused;
+ *   - a client that sends without reading is paused, not buffered: its sends block, the
+ *     router's RSS stays within tens of MB while it owes that client hundreds of MB of
+ *     replies, another client is answered at once; then the slow client reads and gets
+ *     every reply exactly once, the router's own in order.
  */
 #include <check.h>
 #include <errno.h>
@@ -18,45 +29,110 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "client.h"
 #include "clock.h"
 #include "harness.h"
+#include "rltest.h"
+#include "shardmap.h"
 #include "wire.h"
 
-#define DEADLINE_MS 200
+#define DEADLINE_MS 300
+#define SESSION_MS 3000 /* the config's session_timeout: FAIL_CLOSED's retry_after */
+#define SHARDS 64
 #define T_TIMEOUT 5000
 
+enum { NODE_A, NODE_B, NNODES };
+
+static const char *const node_names[NNODES] = {"a", "b"};
 static char conf_path[PATH_MAX];
-static int node_port, router_port;
-static struct rl_harness_server node, router;
+static int node_ports[NNODES], router_port;
+static struct rl_harness_server nodes[NNODES], router;
+static struct rl_shardmap *map; /* the router's table, as computed here */
+
+static int64_t
+now_ms(void)
+{
+    return (int64_t)(rl_clock_mono_ns() / 1000000);
+}
 
 static void
 setup(void)
 {
-    node_port = rl_harness_free_port();
+    struct rl_member members[NNODES];
+
+    for (int i = 0; i < NNODES; i++) {
+        node_ports[i] = rl_harness_free_port();
+        ck_assert_int_gt(node_ports[i], 0);
+    }
     router_port = rl_harness_free_port();
+    ck_assert_int_gt(router_port, 0);
     ck_assert_int_eq(rl_harness_tmppath(conf_path, sizeof(conf_path), "router.conf"), 0);
     ck_assert_int_eq(rl_harness_write_file(conf_path,
+                                           "[cluster]\nname = rt\nshards = %d\n"
+                                           "session_timeout = %dms\n"
                                            "[router]\nlisten = 127.0.0.1:%d\ndeadline = %dms\n"
                                            "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[node b]\nlisten = 127.0.0.1:%d\n"
                                            "[service open]\nlimit = fixed_window 100 per 1h\n"
                                            "[service closed]\nfailure = closed\n"
-                                           "limit = fixed_window 100 per 1h\n",
-                                           router_port, DEADLINE_MS, node_port),
+                                           "limit = fixed_window 100 per 1h\n"
+                                           "[service big]\nlimit = fixed_window 1000 per 1h\n"
+                                           "[service ep /x]\nlimit = fixed_window 5 per 1h\n",
+                                           SHARDS, SESSION_MS, router_port, DEADLINE_MS,
+                                           node_ports[NODE_A], node_ports[NODE_B]),
                      0);
-    memset(&node, 0, sizeof(node));
+    /* The members the router builds from that config: the [node] names and addresses. */
+    for (int i = 0; i < NNODES; i++) {
+        snprintf(members[i].name, sizeof(members[i].name), "%s", node_names[i]);
+        snprintf(members[i].addr, sizeof(members[i].addr), "127.0.0.1:%d", node_ports[i]);
+    }
+    ck_assert_int_eq(rl_shardmap_create(&map, SHARDS, members, NNODES, NULL), 0);
+    memset(nodes, 0, sizeof(nodes));
     memset(&router, 0, sizeof(router));
-    ck_assert_int_eq(rl_harness_node_start(&node, conf_path, "a", node_port, 0), 0);
+    for (int i = 0; i < NNODES; i++) {
+        ck_assert_int_eq(
+            rl_harness_node_start(&nodes[i], conf_path, node_names[i], node_ports[i], 0), 0);
+    }
     ck_assert_int_eq(rl_harness_router_start(&router, conf_path, router_port), 0);
 }
 
 static void
 teardown(void)
 {
-    if (node.pid > 0) {
-        kill(node.pid, SIGCONT);
-    }
     rl_harness_cleanup();
+    rl_shardmap_destroy(map);
+    map = NULL;
+}
+
+/* The node (NODE_A, NODE_B) owning (svc, user), by the table computed in setup(). */
+static int
+owner_of(const char *svc, const char *user)
+{
+    uint64_t h = rl_shardmap_key_hash(svc, strlen(svc), user, strlen(user));
+    uint32_t o = rl_shardmap_owner(map, rl_shardmap_shard(h, SHARDS));
+
+    RL_CHECK(o != RL_SHARDMAP_NONE, "no owner for %s/%s", svc, user);
+    for (int i = 0; i < NNODES; i++) {
+        if (strcmp(map->members[o].name, node_names[i]) == 0) {
+            return i;
+        }
+    }
+    ck_abort_msg("owner %s is not a node of the config", map->members[o].name);
+    return -1;
+}
+
+/* Writes into buf the k-th name "prefixN" (k from 0) whose (svc, name) node owns. */
+static void
+user_on(int node, const char *svc, const char *prefix, int k, char *buf, size_t len)
+{
+    for (int n = 0; n < 100000; n++) {
+        snprintf(buf, len, "%s%d", prefix, n);
+        if (owner_of(svc, buf) == node && k-- == 0) {
+            return;
+        }
+    }
+    ck_abort_msg("no user on node %s", node_names[node]);
 }
 
 static struct rl_client *
@@ -72,107 +148,315 @@ static int64_t
 stat_of(struct rl_client *c, const char *key)
 {
     struct rl_wire_reply rep;
+    int64_t v;
 
     ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
-    return rl_client_stat(&rep, key, -1);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_STATS);
+    v = rl_client_stat(&rep, key, -1);
+    ck_assert_msg(v >= 0, "router STATS has no %s", key);
+    return v;
+}
+
+static int64_t
+node_stat(struct rl_client *c, int node, const char *what)
+{
+    char key[64];
+
+    snprintf(key, sizeof(key), "node.%s.%s", node_names[node], what);
+    return stat_of(c, key);
 }
 
 static struct rl_wire_check_reply
-check(struct rl_client *c, const char *svc, const char *user)
+check(struct rl_client *c, const char *svc, const char *user, uint32_t cost)
 {
     struct rl_wire_reply rep;
 
-    ck_assert_int_eq(rl_client_check(c, svc, user, NULL, 1, &rep, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_check(c, svc, user, NULL, cost, &rep, T_TIMEOUT), 0);
     ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
     return rep.check;
+}
+
+static void
+set_check(struct rl_wire_req *r, uint32_t id, const char *svc, const char *user, uint32_t cost)
+{
+    memset(r, 0, sizeof(*r));
+    r->op = RL_WIRE_OP_CHECK;
+    r->id = id;
+    r->service.ptr = svc;
+    r->service.len = (uint32_t)strlen(svc);
+    r->user.ptr = user;
+    r->user.len = (uint32_t)strlen(user);
+    r->cost = cost;
+}
+
+static void
+pause_node(int node)
+{
+    ck_assert_int_eq(kill(nodes[node].pid, SIGSTOP), 0);
+}
+
+static void
+resume_node(int node)
+{
+    ck_assert_int_eq(kill(nodes[node].pid, SIGCONT), 0);
+}
+
+/* The router's table is the one computed here: same shard counts, and a user computed to
+ * be a's is forwarded to a. */
+START_TEST(test_router_agrees_on_owners)
+{
+    struct rl_client *c = connect_router();
+    int64_t before[NNODES];
+    char user[32];
+
+    for (int i = 0; i < NNODES; i++) {
+        uint32_t mine = 0;
+
+        for (uint32_t s = 0; s < SHARDS; s++) {
+            mine += strcmp(map->members[rl_shardmap_owner(map, s)].name, node_names[i]) == 0;
+        }
+        ck_assert_int_gt(mine, 0);
+        ck_assert_int_eq(node_stat(c, i, "shards"), mine);
+        ck_assert_int_eq(node_stat(c, i, "up"), 1);
+    }
+    for (int i = 0; i < NNODES; i++) {
+        before[i] = node_stat(c, i, "forwarded");
+    }
+    for (int k = 0; k < 10; k++) {
+        user_on(NODE_A, "open", "own", k, user, sizeof(user));
+        ck_assert_uint_eq(check(c, "open", user, 1).code, RL_WIRE_ALLOWED);
+    }
+    ck_assert_int_eq(node_stat(c, NODE_A, "forwarded"), before[NODE_A] + 10);
+    ck_assert_int_eq(node_stat(c, NODE_B, "forwarded"), before[NODE_B]);
+    rl_client_destroy(c);
+}
+END_TEST
+
+/* Sends one CHECK and waits for its reply: the reply, and how long it took in *ms. */
+static struct rl_wire_check_reply
+timed_check(struct rl_client *c, const char *svc, const char *user, int64_t *ms)
+{
+    int64_t t0 = now_ms();
+    struct rl_wire_check_reply r = check(c, svc, user, 1);
+
+    *ms = now_ms() - t0;
+    return r;
 }
 
 START_TEST(test_deadline_gives_policy_reply)
 {
     struct rl_client *c = connect_router();
     struct rl_wire_check_reply r;
-    uint64_t t0, ms;
+    char ua[32], uc[32], ub[32];
+    int64_t ms;
 
-    ck_assert_uint_eq(check(c, "open", "u").code, RL_WIRE_ALLOWED);
-    ck_assert_int_eq(kill(node.pid, SIGSTOP), 0);
-    t0 = rl_clock_mono_ns();
-    r = check(c, "closed", "u");
-    ms = (rl_clock_mono_ns() - t0) / 1000000;
-    ck_assert_uint_eq(r.code, RL_WIRE_FAIL_CLOSED);
-    ck_assert_uint_gt(r.retry_after_ms, 0);
-    ck_assert_msg(ms >= DEADLINE_MS - 5 && ms < DEADLINE_MS + 500, "answered after %llu ms",
-                  (unsigned long long)ms);
-    r = check(c, "open", "u");
-    ck_assert_uint_eq(r.code, RL_WIRE_FAIL_OPEN);
+    user_on(NODE_A, "open", "u", 0, ua, sizeof(ua));
+    user_on(NODE_A, "closed", "u", 0, uc, sizeof(uc));
+    user_on(NODE_B, "open", "u", 0, ub, sizeof(ub));
+    /* Connections to both nodes are up: what follows is the deadline, not a connect. */
+    ck_assert_uint_eq(check(c, "open", ua, 1).code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(check(c, "closed", uc, 1).code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(check(c, "open", ub, 1).code, RL_WIRE_ALLOWED);
+
+    pause_node(NODE_A);
+    r = timed_check(c, "closed", uc, &ms);
+    ck_assert_msg(r.code == RL_WIRE_FAIL_CLOSED, "closed service, owner paused: code %u (%s)",
+                  r.code, rl_wire_code_name(r.code));
+    ck_assert_uint_eq(r.retry_after_ms, SESSION_MS);
+    ck_assert_uint_eq(r.limit, 0);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_msg(ms >= DEADLINE_MS - 5 && ms < DEADLINE_MS + 500,
+                  "FAIL_CLOSED after %lld ms, deadline %d", (long long)ms, DEADLINE_MS);
+
+    r = timed_check(c, "open", ua, &ms);
+    ck_assert_msg(r.code == RL_WIRE_FAIL_OPEN, "open service, owner paused: code %u (%s)", r.code,
+                  rl_wire_code_name(r.code));
     ck_assert_uint_eq(r.retry_after_ms, 0);
+    ck_assert_uint_eq(r.limit, 0);
+    ck_assert_msg(ms >= DEADLINE_MS - 5 && ms < DEADLINE_MS + 500,
+                  "FAIL_OPEN after %lld ms, deadline %d", (long long)ms, DEADLINE_MS);
+
+    /* The other node's users are judged as usual, and at once. */
+    r = timed_check(c, "open", ub, &ms);
+    ck_assert_uint_eq(r.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(r.remaining, 98);
+    ck_assert_msg(ms < DEADLINE_MS, "a user of the running node waited %lld ms", (long long)ms);
+
     ck_assert_int_eq(stat_of(c, "deadline_expired"), 2);
-    ck_assert_int_eq(kill(node.pid, SIGCONT), 0);
+    ck_assert_int_eq(stat_of(c, "fail_closed"), 1);
+    ck_assert_int_eq(stat_of(c, "fail_open"), 1);
+    resume_node(NODE_A);
     rl_client_destroy(c);
 }
 END_TEST
 
+/*
+ * LATE requests of user "late" (service open: limit 100) wait on paused node a and get
+ * FAIL_OPEN at the deadline. Then FRESH requests of other users of a (service big: limit
+ * 1000) are forwarded to a while it is still paused, and a resumes: it answers the LATE ones
+ * first, while the FRESH ones are in flight on the same connections. Each late reply must be
+ * dropped; had one been taken for the request now in its slot, that request would show
+ * limit 100 or the wrong remaining.
+ *
+ * Between the two, one request to node b (paused too) takes a slot without taking a turn of
+ * a's round robin over its two connections. A router that reused the LATE slots at once
+ * (last freed, first reused) would thus send each FRESH request on the very connection its
+ * slot's LATE request went out on: the case where only the generation in the id tells the
+ * late reply from the awaited one. Without that request, each would go out on the other
+ * connection, and the connection check alone would hide a missing generation.
+ */
 START_TEST(test_late_replies_dropped)
 {
-    enum { LATE = 50, FRESH = 300 };
-    struct rl_client *c = connect_router();
-    struct rl_wire_req reqs[LATE];
-    struct rl_wire_check_reply reps[LATE];
+    enum { LATE = 50, FRESH = 50, FRESH_ID = 1001, AFTER = 200 };
+    struct rl_client *c = connect_router(), *watch = connect_router(), *spacer = connect_router();
+    struct rl_wire_req reqs[AFTER];
+    struct rl_wire_check_reply reps[AFTER];
+    struct rl_wire_reply rep;
+    static char users[AFTER][32];
+    char late[32], ub[32];
+    int seen[FRESH] = {0};
+    int64_t forwarded, t0;
     struct pollfd pfd;
-    char user[32];
 
-    ck_assert_int_eq(kill(node.pid, SIGSTOP), 0);
+    user_on(NODE_A, "open", "late", 0, late, sizeof(late));
+    for (int i = 0; i < FRESH; i++) {
+        user_on(NODE_A, "big", "fresh", i, users[i], sizeof(users[i]));
+    }
+    user_on(NODE_B, "open", "spacer", 0, ub, sizeof(ub));
+    /* Connections to both nodes up. */
+    ck_assert_uint_eq(check(c, "open", late, 0).code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(check(spacer, "open", ub, 0).code, RL_WIRE_ALLOWED);
+
+    pause_node(NODE_A);
     for (int i = 0; i < LATE; i++) {
-        memset(&reqs[i], 0, sizeof(reqs[i]));
-        reqs[i].op = RL_WIRE_OP_CHECK;
-        reqs[i].service.ptr = "open";
-        reqs[i].service.len = 4;
-        reqs[i].user.ptr = "late";
-        reqs[i].user.len = 4;
-        reqs[i].cost = 1;
+        set_check(&reqs[i], 0, "open", late, 1);
     }
     ck_assert_int_eq(rl_client_check_many(c, reqs, LATE, reps, T_TIMEOUT), 0);
     for (int i = 0; i < LATE; i++) {
-        ck_assert_uint_eq(reps[i].code, RL_WIRE_FAIL_OPEN);
+        RL_CHECK_UINT_EQ(reps[i].code, RL_WIRE_FAIL_OPEN);
     }
-    /* The node wakes up and answers all 50: the router must drop every one. */
-    ck_assert_int_eq(kill(node.pid, SIGCONT), 0);
-    for (int i = 0; i < 100 && stat_of(c, "late_replies") < LATE; i++) {
-        usleep(20000);
+
+    /* The spacer, to paused node b; then FRESH requests in flight to paused node a. */
+    pause_node(NODE_B);
+    forwarded = stat_of(watch, "forwarded");
+    set_check(&reqs[0], 77, "open", ub, 1);
+    ck_assert_int_eq(rl_client_queue(spacer, &reqs[0]), 0);
+    ck_assert_int_eq(rl_client_flush(spacer, T_TIMEOUT), 0);
+    t0 = now_ms();
+    while (stat_of(watch, "forwarded") < forwarded + 1) {
+        ck_assert_msg(now_ms() - t0 < DEADLINE_MS / 2, "the router did not forward in time");
+        usleep(2000);
     }
-    ck_assert_int_eq(stat_of(c, "late_replies"), LATE);
+    for (int i = 0; i < FRESH; i++) {
+        set_check(&reqs[i], FRESH_ID + (uint32_t)i, "big", users[i], 1);
+        ck_assert_int_eq(rl_client_queue(c, &reqs[i]), 0);
+    }
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    t0 = now_ms();
+    while (stat_of(watch, "forwarded") < forwarded + 1 + FRESH) {
+        ck_assert_msg(now_ms() - t0 < DEADLINE_MS / 2, "the router did not forward in time");
+        usleep(2000);
+    }
+    resume_node(NODE_A);
+    for (int n = 0; n < FRESH; n++) {
+        uint32_t k;
+
+        ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+        k = rep.id - FRESH_ID;
+        ck_assert_msg(rep.id >= FRESH_ID && k < FRESH && !seen[k],
+                      "reply id %u (op %u, code %u, limit %llu): no request in flight has it",
+                      rep.id, rep.op, rep.check.code, (unsigned long long)rep.check.limit);
+        seen[k] = 1;
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+        ck_assert_msg(rep.check.code == RL_WIRE_ALLOWED && rep.check.limit == 1000 &&
+                          rep.check.remaining == 999,
+                      "request %u (%s) got code %u limit %llu remaining %llu: another's reply",
+                      rep.id, users[k], rep.check.code, (unsigned long long)rep.check.limit,
+                      (unsigned long long)rep.check.remaining);
+    }
+
+    /* The spacer gets its policy reply; then b wakes up and answers it late too. */
+    ck_assert_int_eq(rl_client_recv(spacer, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.id, 77);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_FAIL_OPEN);
+    resume_node(NODE_B);
+
+    /* The nodes answered every late request; the router dropped them all. */
+    t0 = now_ms();
+    while (stat_of(watch, "late_replies") < LATE + 1 && now_ms() - t0 < T_TIMEOUT) {
+        usleep(10000);
+    }
+    ck_assert_int_eq(stat_of(watch, "late_replies"), LATE + 1);
     pfd.fd = rl_client_fd(c);
     pfd.events = POLLIN;
     ck_assert_msg(poll(&pfd, 1, 300) == 0, "a frame arrived that no request asked for");
-    /* New requests reuse the slots: each gets its own answer (a fresh user: 99 left). */
-    for (int i = 0; i < FRESH; i++) {
-        struct rl_wire_check_reply r;
 
-        snprintf(user, sizeof(user), "fresh%d", i);
-        r = check(c, "open", user);
-        ck_assert_msg(r.code == RL_WIRE_ALLOWED && r.remaining == 99,
-                      "request %d got code %u remaining %llu", i, r.code,
-                      (unsigned long long)r.remaining);
+    /* The next request on that connection: the first frame back is its reply. */
+    set_check(&reqs[0], 4242, "big", users[0], 1);
+    ck_assert_int_eq(rl_client_queue(c, &reqs[0]), 0);
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.id, 4242);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.remaining, 998);
+
+    /* Many more, pipelined (ids 1..AFTER), each with a count only its own reply carries. */
+    for (int i = 0; i < AFTER; i++) {
+        snprintf(users[i], sizeof(users[i]), "after%d", i);
+        set_check(&reqs[i], 0, "big", users[i], 1 + (uint32_t)(i % 7));
     }
-    /* The node did count the requests it answered late: they were sent to it. */
-    ck_assert_uint_eq(check(c, "open", "late").remaining, 100 - LATE - 1);
-    ck_assert_int_eq(stat_of(c, "late_replies"), LATE);
+    ck_assert_int_eq(rl_client_check_many(c, reqs, AFTER, reps, T_TIMEOUT), 0);
+    for (int i = 0; i < AFTER; i++) {
+        RL_CHECK_UINT_EQ(reps[i].id, reqs[i].id);
+        RL_CHECK_UINT_EQ(reps[i].code, RL_WIRE_ALLOWED);
+        RL_CHECK_UINT_EQ(reps[i].remaining, 1000 - 1 - (uint32_t)(i % 7));
+    }
+    /* The node did count the late requests: they reached it. */
+    ck_assert_uint_eq(check(c, "open", late, 0).remaining, 100 - LATE);
+    ck_assert_int_eq(stat_of(watch, "late_replies"), LATE + 1);
     rl_client_destroy(c);
+    rl_client_destroy(watch);
+    rl_client_destroy(spacer);
 }
 END_TEST
 
 START_TEST(test_no_rule)
 {
     struct rl_client *c = connect_router();
-    struct rl_wire_check_reply r = check(c, "nosuch", "u");
+    struct rl_wire_check_reply r;
+    struct rl_wire_reply rep;
+    int64_t ms;
 
-    ck_assert_uint_eq(r.code, RL_WIRE_NO_RULE);
+    /* Every node paused: the router answers by itself, at once. */
+    pause_node(NODE_A);
+    pause_node(NODE_B);
+    r = timed_check(c, "nosuch", "u", &ms);
+    ck_assert_msg(r.code == RL_WIRE_NO_RULE, "code %u (%s)", r.code, rl_wire_code_name(r.code));
     ck_assert_uint_eq(r.limit, 0);
-    ck_assert_int_eq(stat_of(c, "no_rule"), 1);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_uint_eq(r.retry_after_ms, 0);
+    ck_assert_msg(ms < DEADLINE_MS, "NO_RULE after %lld ms", (long long)ms);
+    /* A service with rules for one endpoint only: the others have none. */
+    ck_assert_int_eq(rl_client_check(c, "ep", "u", "/y", 1, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_NO_RULE);
+    ck_assert_int_eq(rl_client_check(c, "ep", "u", NULL, 1, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_NO_RULE);
+    ck_assert_int_eq(stat_of(c, "no_rule"), 3);
     ck_assert_int_eq(stat_of(c, "forwarded"), 0);
+    resume_node(NODE_A);
+    resume_node(NODE_B);
+    /* ...and the endpoint that has a rule is judged by its owner. */
+    ck_assert_int_eq(rl_client_check(c, "ep", "u", "/x", 1, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.limit, 5);
+    ck_assert_int_eq(stat_of(c, "forwarded"), 1);
     rl_client_destroy(c);
 }
 END_TEST
 
+/* ---- a client that does not read --------------------------------------------------------- */
+
+/* The router's resident memory, kB. */
 static long
 rss_kb(pid_t pid)
 {
@@ -180,105 +464,300 @@ rss_kb(pid_t pid)
     const char *p;
 
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    ck_assert_int_gt(rl_harness_read_file(path, buf, sizeof(buf)), 0);
+    RL_CHECK(rl_harness_read_file(path, buf, sizeof(buf)) > 0, "cannot read %s", path);
     p = strstr(buf, "VmRSS:");
-    ck_assert_ptr_nonnull(p);
+    RL_CHECK(p != NULL);
     return strtol(p + 6, NULL, 10);
+}
+
+/*
+ * The slow client's request stream: units of SLOW_UNIT_FRAMES requests, mostly STATS (7
+ * bytes of payload answered with hundreds), a PING, and a CHECK (service big, cost 0: a
+ * peek the node answers ALLOWED with remaining 1000), with ids SLOW_ID0, SLOW_ID0 + 1, ...
+ * so that every id encodes in 5 bytes and every unit has the same size and frame
+ * boundaries.
+ */
+#define SLOW_ID0 (1u << 20)
+#define SLOW_UNIT_FRAMES 8
+#define SLOW_CHECK_AT 3 /* the CHECK's place in a unit */
+#define SLOW_UNITS_PER_CHUNK 2048
+
+static const uint32_t slow_ops[SLOW_UNIT_FRAMES] = {
+    RL_WIRE_OP_STATS, RL_WIRE_OP_PING,  RL_WIRE_OP_STATS, RL_WIRE_OP_CHECK,
+    RL_WIRE_OP_STATS, RL_WIRE_OP_STATS, RL_WIRE_OP_STATS, RL_WIRE_OP_STATS};
+
+struct slow_stream {
+    int fd;
+    struct rl_buf chunk;                /* the unit being sent and the ones after it */
+    uint64_t next_unit;                 /* first unit not yet in chunk */
+    uint64_t sent;                      /* bytes sent */
+    size_t frame_end[SLOW_UNIT_FRAMES]; /* end offsets of the frames within a unit */
+    size_t unit_len;
+    const char *user;
+};
+
+static void
+slow_put_unit(struct rl_buf *b, uint64_t unit, const char *user)
+{
+    uint32_t id = SLOW_ID0 + (uint32_t)(unit * SLOW_UNIT_FRAMES);
+    struct rl_wire_req req;
+
+    for (uint32_t i = 0; i < SLOW_UNIT_FRAMES; i++) {
+        if (slow_ops[i] == RL_WIRE_OP_STATS) {
+            RL_CHECK_INT_EQ(rl_wire_put_stats(b, id + i), 0);
+        } else if (slow_ops[i] == RL_WIRE_OP_PING) {
+            RL_CHECK_INT_EQ(rl_wire_put_ping(b, id + i), 0);
+        } else {
+            set_check(&req, id + i, "big", user, 0);
+            RL_CHECK_INT_EQ(rl_wire_put_check(b, &req), 0);
+        }
+    }
+}
+
+static void
+slow_init(struct slow_stream *s, int fd, const char *user)
+{
+    struct rl_buf b;
+    size_t prev = 0;
+
+    memset(s, 0, sizeof(*s));
+    s->fd = fd;
+    s->user = user;
+    rl_buf_init(&s->chunk);
+    rl_buf_init(&b);
+    /* The frame boundaries of one unit (any unit: every id takes 5 bytes). */
+    slow_put_unit(&b, 0, user);
+    s->unit_len = b.len;
+    for (int i = 0; i < SLOW_UNIT_FRAMES; i++) {
+        size_t len = 0;
+
+        ck_assert_int_eq(rl_wire_frame(b.data + prev, b.len - prev, &len), 1);
+        prev += RL_WIRE_HDR_LEN + len;
+        s->frame_end[i] = prev;
+    }
+    ck_assert_uint_eq(prev, s->unit_len);
+    rl_buf_deinit(&b);
+}
+
+/* Whole frames among the bytes sent so far. */
+static uint64_t
+slow_frames_sent(const struct slow_stream *s)
+{
+    uint64_t frames = s->sent / s->unit_len * SLOW_UNIT_FRAMES;
+    size_t rest = (size_t)(s->sent % s->unit_len);
+
+    for (int i = 0; i < SLOW_UNIT_FRAMES && s->frame_end[i] <= rest; i++) {
+        frames++;
+    }
+    return frames;
+}
+
+/* Bytes to send to finish the frame cut by the last send (0 when none is cut). */
+static size_t
+slow_cut(const struct slow_stream *s)
+{
+    size_t rest = (size_t)(s->sent % s->unit_len);
+
+    for (int i = 0; i < SLOW_UNIT_FRAMES; i++) {
+        if (rest <= s->frame_end[i]) {
+            return rest == 0 ? 0 : s->frame_end[i] - rest;
+        }
+    }
+    return 0;
+}
+
+/* One non-blocking send of at most max bytes of the stream; returns what send(2) did. */
+static ssize_t
+slow_send(struct slow_stream *s, size_t max)
+{
+    ssize_t w;
+
+    if (rl_buf_unread(&s->chunk) == 0) {
+        rl_buf_reset(&s->chunk);
+        for (int i = 0; i < SLOW_UNITS_PER_CHUNK; i++) {
+            slow_put_unit(&s->chunk, s->next_unit++, s->user);
+        }
+    }
+    w = send(s->fd, s->chunk.data + s->chunk.pos,
+             rl_buf_unread(&s->chunk) < max ? rl_buf_unread(&s->chunk) : max,
+             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+        s->chunk.pos += (size_t)w;
+        s->sent += (uint64_t)w;
+    }
+    return w;
 }
 
 START_TEST(test_slow_reader_paused)
 {
-    /* STATS: a 7-byte request answered with several hundred bytes. */
-    static const char stats_req[] = {0, 0, 0, 3, (char)0x92, 3, 1};
-    enum { CHUNK = 7 * 4096, MAX_SENT = 16 << 20 };
+    /* The router may keep this much more memory for the slow client (it owes far more). */
+    enum { RSS_GROWTH_MAX_KB = 24 * 1024, IDLE_MS = 1000 };
+    const uint64_t send_max = 256ull << 20; /* the client gives up asking after this */
     struct rl_client *other = connect_router();
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)router_port)};
+    struct slow_stream s;
+    struct rl_wire_decoder dec;
     struct rl_wire_reply rep;
-    char *chunk = malloc(CHUNK), *in = malloc(1 << 16);
-    size_t sent = 0, reply_len, got = 0, frames = 0, want;
-    long rss0, rss1;
-    int fd, small = 4096, idle = 0;
-    uint64_t t0;
+    struct rl_buf in;
+    char user[32];
+    uint64_t frames, want_local, want_checks, got_local = 0, got_checks = 0, owed;
+    uint32_t last_local = 0;
+    uint8_t *check_seen;
+    uint64_t stats_len = 0;
+    long rss0, rss;
+    int fd, small = 4096;
+    int64_t idle_since, t0;
 
-    for (int i = 0; i < CHUNK / 7; i++) {
-        memcpy(chunk + i * 7, stats_req, 7);
+    user_on(NODE_A, "big", "slow", 0, user, sizeof(user));
+    /* The size of the router's STATS reply, re-encoded from one (the counters grow, so the
+     * replies to come are at least this big). */
+    {
+        static char names[RL_WIRE_STATS_MAX][128];
+        const char *keys[RL_WIRE_STATS_MAX];
+        struct rl_buf b;
+
+        ck_assert_int_eq(rl_client_stats(other, &rep, T_TIMEOUT), 0);
+        for (size_t i = 0; i < rep.nstats; i++) {
+            snprintf(names[i], sizeof(names[i]), "%.*s", (int)rep.stat_keys[i].len,
+                     rep.stat_keys[i].ptr);
+            keys[i] = names[i];
+        }
+        rl_buf_init(&b);
+        ck_assert_int_eq(rl_wire_put_stats_reply(&b, SLOW_ID0, keys, rep.stat_vals, rep.nstats), 0);
+        stats_len = b.len;
+        rl_buf_deinit(&b);
     }
-    ck_assert_int_eq(rl_client_stats(other, &rep, T_TIMEOUT), 0);
-    reply_len = 200; /* a floor: the reply holds ~25 keys with their names */
+    ck_assert_uint_eq(check(other, "big", user, 0).code, RL_WIRE_ALLOWED);
     rss0 = rss_kb(router.pid);
+
     fd = socket(AF_INET, SOCK_STREAM, 0);
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    fcntl(fd, F_SETFL, O_NONBLOCK);
-    /* Ask without reading until the router stops taking requests for a second. */
-    while (sent < MAX_SENT && idle < 100) {
-        size_t off = sent % CHUNK; /* a partial send leaves the next frame cut: go on from it */
-        ssize_t w = send(fd, chunk + off, CHUNK - off, MSG_NOSIGNAL);
+    slow_init(&s, fd, user);
+
+    /* Ask without reading until the router has taken nothing for IDLE_MS. */
+    idle_since = now_ms();
+    for (uint64_t checked = 0;;) {
+        ssize_t w = slow_send(&s, SIZE_MAX);
 
         if (w > 0) {
-            sent += (size_t)w;
-            idle = 0;
+            idle_since = now_ms();
         } else {
-            ck_assert_int_eq(errno, EAGAIN);
-            usleep(10000);
-            idle++;
-        }
-    }
-    ck_assert_msg(sent < MAX_SENT, "the router read %zu bytes from a client that reads nothing",
-                  sent);
-    rss1 = rss_kb(router.pid);
-    /* What it owes that client is far beyond what it holds for it. */
-    ck_assert_msg(sent / 7 * reply_len > 64u << 20, "only %zu requests sent", sent / 7);
-    ck_assert_msg(rss1 - rss0 < 24 * 1024, "router RSS grew by %ld kB", rss1 - rss0);
-    /* Meanwhile another client is answered at once. */
-    t0 = rl_clock_mono_ns();
-    ck_assert_int_eq(rl_client_ping(other, &rep, T_TIMEOUT), 0);
-    ck_assert_uint_lt((rl_clock_mono_ns() - t0) / 1000000, 1000);
-    ck_assert_uint_eq(check(other, "open", "v").code, RL_WIRE_ALLOWED);
-    /* The slow client reads: every request is answered, none dropped. Frames are counted
-     * by their length prefixes. */
-    want = sent / 7;
-    fcntl(fd, F_SETFL, 0);
-    {
-        char hdr[4];
-        size_t need = 0, hdr_have = 0;
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
 
-        while (frames < want) {
-            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            RL_CHECK(w < 0 && errno == EAGAIN, "send: %zd (%s)", w, strerror(errno));
+            if (now_ms() - idle_since >= IDLE_MS) {
+                break;
+            }
+            poll(&pfd, 1, 50);
+        }
+        if (s.sent - checked >= (1u << 20)) {
+            checked = s.sent;
+            rss = rss_kb(router.pid);
+            RL_CHECK(rss - rss0 < RSS_GROWTH_MAX_KB,
+                     "router RSS grew by %ld kB after %llu bytes from a client that reads "
+                     "nothing",
+                     rss - rss0, (unsigned long long)s.sent);
+        }
+        RL_CHECK(s.sent < send_max, "the router read %llu bytes from a client that reads nothing",
+                 (unsigned long long)s.sent);
+    }
+    frames = slow_frames_sent(&s);
+    owed = frames / SLOW_UNIT_FRAMES * (SLOW_UNIT_FRAMES - 2) * stats_len;
+    rss = rss_kb(router.pid);
+    fprintf(stderr,
+            "check_router: slow client blocked after %llu bytes (%llu requests, over %llu MB "
+            "of replies owed); router RSS %ld kB -> %ld kB\n",
+            (unsigned long long)s.sent, (unsigned long long)frames,
+            (unsigned long long)(owed >> 20), rss0, rss);
+    ck_assert_msg(rss - rss0 < RSS_GROWTH_MAX_KB, "router RSS grew by %ld kB", rss - rss0);
+    /* The test means something: the router owes far more than it may hold. */
+    ck_assert_msg(owed > 4 * (uint64_t)RSS_GROWTH_MAX_KB * 1024, "only %llu MB of replies owed",
+                  (unsigned long long)(owed >> 20));
+
+    /* Meanwhile another client is answered at once. */
+    t0 = now_ms();
+    ck_assert_int_eq(rl_client_ping(other, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(check(other, "big", user, 0).code, RL_WIRE_ALLOWED);
+    ck_assert_msg(now_ms() - t0 < 500, "another client waited %lld ms", (long long)(now_ms() - t0));
+
+    /* The slow client finishes the frame it had cut, and reads: every request is answered
+     * exactly once; the router's own answers (STATS, PING) come in request order. */
+    {
+        size_t cut = slow_cut(&s);
+
+        frames += cut > 0;
+        want_checks = frames / SLOW_UNIT_FRAMES + (frames % SLOW_UNIT_FRAMES > SLOW_CHECK_AT);
+        want_local = frames - want_checks;
+        check_seen = calloc(frames / SLOW_UNIT_FRAMES + 1, 1);
+        ck_assert_ptr_nonnull(check_seen);
+        ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+        rl_buf_init(&in);
+        t0 = now_ms();
+        while (got_local + got_checks < frames) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN | (cut > 0 ? POLLOUT : 0)};
+            size_t len;
             ssize_t r;
 
-            ck_assert_msg(poll(&pfd, 1, 10000) == 1, "stalled at %zu of %zu replies", frames,
-                          want);
-            r = recv(fd, in, 1 << 16, 0);
-            ck_assert_msg(r > 0, "recv: %zd (%s) after %zu of %zu replies", r,
-                          r < 0 ? strerror(errno) : "closed", frames, want);
-            got += (size_t)r;
-            for (ssize_t i = 0; i < r;) {
-                if (need == 0) {
-                    hdr[hdr_have++] = in[i++];
-                    if (hdr_have == 4) {
-                        need = (size_t)(unsigned char)hdr[0] << 24 |
-                               (size_t)(unsigned char)hdr[1] << 16 |
-                               (size_t)(unsigned char)hdr[2] << 8 | (unsigned char)hdr[3];
-                        ck_assert_uint_gt(need, 0);
-                        hdr_have = 0;
-                    }
-                } else {
-                    size_t take = (size_t)(r - i) < need ? (size_t)(r - i) : need;
+            RL_CHECK(poll(&pfd, 1, 10000) == 1, "stalled after %llu of %llu replies",
+                     (unsigned long long)(got_local + got_checks), (unsigned long long)frames);
+            if (cut > 0 && (pfd.revents & POLLOUT)) {
+                r = slow_send(&s, cut);
+                RL_CHECK(r > 0 || errno == EAGAIN, "send: %s", strerror(errno));
+                cut -= r > 0 ? (size_t)r : 0;
+            }
+            if (!(pfd.revents & POLLIN)) {
+                continue;
+            }
+            rl_buf_compact(&in);
+            RL_CHECK_INT_EQ(rl_buf_reserve(&in, 1 << 16), 0);
+            r = recv(fd, in.data + in.len, in.cap - in.len, 0);
+            RL_CHECK(r > 0, "recv: %zd (%s) after %llu of %llu replies", r,
+                     r < 0 ? strerror(errno) : "closed",
+                     (unsigned long long)(got_local + got_checks), (unsigned long long)frames);
+            in.len += (size_t)r;
+            while (rl_wire_frame(in.data + in.pos, rl_buf_unread(&in), &len) == 1) {
+                const char *p = in.data + in.pos + RL_WIRE_HDR_LEN;
+                uint32_t k;
 
-                    i += (ssize_t)take;
-                    need -= take;
-                    frames += need == 0;
+                in.pos += RL_WIRE_HDR_LEN + len;
+                RL_CHECK_INT_EQ(rl_wire_decode_reply(&dec, p, len, &rep), 0);
+                k = rep.id - SLOW_ID0;
+                RL_CHECK(rep.id >= SLOW_ID0 && k < frames, "reply id %u: never asked", rep.id);
+                RL_CHECK_UINT_EQ(rep.op, slow_ops[k % SLOW_UNIT_FRAMES]);
+                if (rep.op == RL_WIRE_OP_CHECK) {
+                    RL_CHECK(!check_seen[k / SLOW_UNIT_FRAMES], "CHECK %u answered twice", rep.id);
+                    check_seen[k / SLOW_UNIT_FRAMES] = 1;
+                    RL_CHECK_UINT_EQ(rep.check.code, RL_WIRE_ALLOWED);
+                    RL_CHECK_UINT_EQ(rep.check.remaining, 1000);
+                    got_checks++;
+                } else {
+                    RL_CHECK(rep.id > last_local, "reply %u after reply %u", rep.id, last_local);
+                    last_local = rep.id;
+                    got_local++;
                 }
             }
         }
+        fprintf(stderr, "check_router: slow client read %llu replies in %lld ms\n",
+                (unsigned long long)frames, (long long)(now_ms() - t0));
     }
-    ck_assert_uint_eq(frames, want);
+    ck_assert_uint_eq(got_checks, want_checks);
+    ck_assert_uint_eq(got_local, want_local);
+    ck_assert_uint_eq(rl_buf_unread(&in), 0);
+    /* Nothing more: no reply to a request never sent. */
+    {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+        ck_assert_int_eq(poll(&pfd, 1, 200), 0);
+    }
+    rl_wire_decoder_deinit(&dec);
+    rl_buf_deinit(&in);
+    rl_buf_deinit(&s.chunk);
+    free(check_seen);
     close(fd);
     rl_client_destroy(other);
-    free(chunk);
-    free(in);
 }
 END_TEST
 
@@ -290,6 +769,7 @@ router_suite(void)
 
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_router_agrees_on_owners);
     tcase_add_test(tc, test_deadline_gives_policy_reply);
     tcase_add_test(tc, test_late_replies_dropped);
     tcase_add_test(tc, test_no_rule);
@@ -298,15 +778,4 @@ router_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(router_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rl_harness_cleanup();
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(router_suite)

@@ -17,6 +17,7 @@
 
 #include "client.h"
 #include "harness.h"
+#include "rltest.h"
 #include "wire.h"
 
 static char conf_path[PATH_MAX];
@@ -124,15 +125,4 @@ stray_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(stray_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rl_harness_cleanup();
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(stray_suite)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "algo.h"
+#include "rltest.h"
 #include "slog.h"
 
 #define NEVER RL_ALGO_NEVER
@@ -77,7 +78,7 @@ dup_state(const struct rl_tier *t, const struct rl_algo_state *s)
 
     if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG && s->a != 0) {
         c.a = (uintptr_t)rl_slog_dup((const struct rl_slog *)(uintptr_t)s->a);
-        ck_assert(c.a != 0);
+        RL_CHECK(c.a != 0);
     }
     return c;
 }
@@ -104,7 +105,7 @@ req(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cos
 
     rl_algo_judge(t, s, now, cost, &r, &next);
     if (r.allowed && cost > 0) {
-        ck_assert_int_eq(rl_algo_commit(t, s, &next, now, cost), 0);
+        RL_CHECK_INT_EQ(rl_algo_commit(t, s, &next, now, cost), 0);
     }
     return r;
 }
@@ -153,57 +154,58 @@ verify(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now, uin
     if (r.allowed) {
         req(t, &after, now, cost);
     }
-    ck_assert_msg(cost > 0 || r.allowed, "%s: peek refused", ctx);
-    ck_assert_msg(r.limit == capacity(t), "%s: limit %llu", ctx, (unsigned long long)r.limit);
+    RL_CHECK(cost > 0 || r.allowed, "%s: peek refused", ctx);
+    RL_CHECK(r.limit == capacity(t), "%s: limit %llu", ctx, (unsigned long long)r.limit);
 
     /* remaining: the largest x allowed right after, every smaller one allowed too. */
     while (rem <= capacity(t) + 1 && probe(t, &after, now, (uint32_t)(rem + 1)).allowed) {
         rem++;
     }
-    ck_assert_msg(r.remaining == rem, "%s: remaining %llu, brute force %llu", ctx,
-                  (unsigned long long)r.remaining, (unsigned long long)rem);
+    RL_CHECK(r.remaining == rem, "%s: remaining %llu, brute force %llu", ctx,
+             (unsigned long long)r.remaining, (unsigned long long)rem);
 
     /* reset_ms, and is_full / full_at against the same brute force. */
     reset = bf_reset(t, &after, now);
-    ck_assert_msg(r.reset_ms == reset, "%s: reset %llu, brute force %llu", ctx,
-                  (unsigned long long)r.reset_ms, (unsigned long long)reset);
+    RL_CHECK(r.reset_ms == reset, "%s: reset %llu, brute force %llu", ctx,
+             (unsigned long long)r.reset_ms, (unsigned long long)reset);
     for (uint64_t d = 0; d <= reset + 2; d++) {
         bool full = d >= reset;
 
-        ck_assert_msg(rl_algo_is_full(t, &after, now + d) == full, "%s: is_full at +%llu", ctx,
-                      (unsigned long long)d);
-        ck_assert_msg((now + d >= rl_algo_full_at(t, &after)) == full, "%s: full_at %llu", ctx,
-                      (unsigned long long)rl_algo_full_at(t, &after));
+        RL_CHECK(rl_algo_is_full(t, &after, now + d) == full, "%s: is_full at +%llu", ctx,
+                 (unsigned long long)d);
+        RL_CHECK((now + d >= rl_algo_full_at(t, &after)) == full, "%s: full_at %llu", ctx,
+                 (unsigned long long)rl_algo_full_at(t, &after));
     }
 
     /* retry_ms: the smallest d with the same request allowed at now + d. */
     if (r.allowed) {
-        ck_assert_msg(r.retry_ms == 0, "%s: allowed with retry", ctx);
+        RL_CHECK(r.retry_ms == 0, "%s: allowed with retry", ctx);
     } else if (cost > capacity(t)) {
-        ck_assert_msg(r.retry_ms == NEVER, "%s: retry %llu, want never", ctx,
-                      (unsigned long long)r.retry_ms);
+        RL_CHECK(r.retry_ms == NEVER, "%s: retry %llu, want never", ctx,
+                 (unsigned long long)r.retry_ms);
         for (uint64_t d = 1; d < 3 * (uint64_t)t->window_ms + 200; d += 7) {
-            ck_assert(!probe(t, s, now + d, cost).allowed);
+            RL_CHECK(!probe(t, s, now + d, cost).allowed, "%s: allowed at +%llu", ctx,
+                     (unsigned long long)d);
         }
     } else {
         uint64_t d = 1;
 
         while (!probe(t, s, now + d, cost).allowed) {
             d++;
-            ck_assert_msg(d < 100000, "%s: never allowed", ctx);
+            RL_CHECK(d < 100000, "%s: never allowed", ctx);
         }
-        ck_assert_msg(r.retry_ms == d, "%s: retry %llu, brute force %llu", ctx,
-                      (unsigned long long)r.retry_ms, (unsigned long long)d);
+        RL_CHECK(r.retry_ms == d, "%s: retry %llu, brute force %llu", ctx,
+                 (unsigned long long)r.retry_ms, (unsigned long long)d);
     }
 
     /* queue_ms: a leaky request departs when the bucket before it would have drained. */
     if (t->algo == RL_ALGO_LEAKY_BUCKET && r.allowed && cost > 0) {
         uint64_t q = bf_reset(t, s, now);
 
-        ck_assert_msg(r.queue_ms == q, "%s: queue %llu, brute force %llu", ctx,
-                      (unsigned long long)r.queue_ms, (unsigned long long)q);
+        RL_CHECK(r.queue_ms == q, "%s: queue %llu, brute force %llu", ctx,
+                 (unsigned long long)r.queue_ms, (unsigned long long)q);
     } else {
-        ck_assert_msg(r.queue_ms == 0, "%s: queue %llu", ctx, (unsigned long long)r.queue_ms);
+        RL_CHECK(r.queue_ms == 0, "%s: queue %llu", ctx, (unsigned long long)r.queue_ms);
     }
     rl_algo_release(t, &after);
 }
@@ -219,9 +221,9 @@ START_TEST(test_fixed_window_boundary)
     /* L at the very end of window 9, L more at the start of window 10: 2L in 2 ms. */
     for (int i = 0; i < 5; i++) {
         r = req(&t, &s, 9999, 1);
-        ck_assert(r.allowed);
-        ck_assert_uint_eq(r.remaining, 4 - i);
-        ck_assert_uint_eq(r.reset_ms, 1);
+        RL_CHECK(r.allowed);
+        RL_CHECK_UINT_EQ(r.remaining, 4 - i);
+        RL_CHECK_UINT_EQ(r.reset_ms, 1);
     }
     r = req(&t, &s, 9999, 1);
     ck_assert(!r.allowed);
@@ -229,7 +231,7 @@ START_TEST(test_fixed_window_boundary)
     ck_assert_uint_eq(r.limit, 5);
     ck_assert_uint_eq(r.remaining, 0);
     for (int i = 0; i < 5; i++) {
-        ck_assert(req(&t, &s, 10000, 1).allowed);
+        RL_CHECK(req(&t, &s, 10000, 1).allowed);
     }
     r = req(&t, &s, 10000, 1);
     ck_assert(!r.allowed);
@@ -357,10 +359,10 @@ START_TEST(test_leaky_bucket_queue)
 
     for (uint64_t i = 0; i < 5; i++) {
         r = req(&t, &s, 0, 1);
-        ck_assert(r.allowed);
-        ck_assert_uint_eq(r.queue_ms, 100 * i);
-        ck_assert_uint_eq(r.retry_ms, 0);
-        ck_assert_uint_eq(r.remaining, 4 - i);
+        RL_CHECK(r.allowed);
+        RL_CHECK_UINT_EQ(r.queue_ms, 100 * i);
+        RL_CHECK_UINT_EQ(r.retry_ms, 0);
+        RL_CHECK_UINT_EQ(r.remaining, 4 - i);
     }
     r = req(&t, &s, 0, 1);
     ck_assert(!r.allowed);
@@ -413,28 +415,29 @@ START_TEST(test_clock_step_back)
         struct rl_algo_state s = {0, 0};
         uint64_t T = 10000;
 
-        ck_assert(req(&t, &s, T, 3).allowed);
+        RL_CHECK(req(&t, &s, T, 3).allowed);
         for (uint64_t back = 1; back < 250; back += 13) {
             for (uint32_t cost = 0; cost <= 5; cost++) {
                 struct rl_algo_result a = probe(&t, &s, T, cost);
                 struct rl_algo_result b = probe(&t, &s, T - back, cost);
 
-                ck_assert_msg(a.allowed == b.allowed, "%s", algo_names[t.algo]);
-                ck_assert_uint_eq(a.remaining, b.remaining);
-                ck_assert_uint_eq(a.reset_ms + back, b.reset_ms);
+                RL_CHECK(a.allowed == b.allowed, "%s", algo_names[t.algo]);
+                RL_CHECK_UINT_EQ(a.remaining, b.remaining);
+                RL_CHECK_UINT_EQ(a.reset_ms + back, b.reset_ms);
                 if (a.retry_ms != 0 && a.retry_ms != NEVER) {
-                    ck_assert_uint_eq(a.retry_ms + back, b.retry_ms);
+                    RL_CHECK_UINT_EQ(a.retry_ms + back, b.retry_ms);
                 } else {
-                    ck_assert_uint_eq(a.retry_ms, b.retry_ms);
+                    RL_CHECK_UINT_EQ(a.retry_ms, b.retry_ms);
                 }
-                ck_assert(!rl_algo_is_full(&t, &s, T - back));
+                RL_CHECK(!rl_algo_is_full(&t, &s, T - back), "%s: full at T - %llu",
+                         algo_names[t.algo], (unsigned long long)back);
                 verify(&t, &s, T - back, cost, algo_names[t.algo]);
             }
         }
         /* A log pruned at a later time stays pruned when the clock comes back. */
         if (t.algo == RL_ALGO_SLIDING_WINDOW_LOG) {
-            ck_assert(req(&t, &s, T + 100, 0).allowed);
-            ck_assert_uint_eq(probe(&t, &s, T, 0).remaining, 4);
+            RL_CHECK(req(&t, &s, T + 100, 0).allowed);
+            RL_CHECK_UINT_EQ(probe(&t, &s, T, 0).remaining, 4);
         }
         rl_algo_release(&t, &s);
     }
@@ -449,16 +452,16 @@ START_TEST(test_peek_never_consumes)
         struct rl_algo_result r;
 
         r = req(&t, &s, 50, 0);
-        ck_assert(r.allowed);
-        ck_assert_uint_eq(r.remaining, 3);
-        ck_assert_uint_eq(r.reset_ms, 0);
-        ck_assert(s.a == 0 && s.b == 0);
-        ck_assert(req(&t, &s, 50, 3).allowed);
+        RL_CHECK(r.allowed);
+        RL_CHECK_UINT_EQ(r.remaining, 3);
+        RL_CHECK_UINT_EQ(r.reset_ms, 0);
+        RL_CHECK(s.a == 0 && s.b == 0);
+        RL_CHECK(req(&t, &s, 50, 3).allowed);
         r = req(&t, &s, 50, 0);
-        ck_assert(r.allowed);
-        ck_assert_uint_eq(r.remaining, 0);
-        ck_assert_uint_eq(r.queue_ms, 0);
-        ck_assert(!req(&t, &s, 50, 1).allowed);
+        RL_CHECK(r.allowed);
+        RL_CHECK_UINT_EQ(r.remaining, 0);
+        RL_CHECK_UINT_EQ(r.queue_ms, 0);
+        RL_CHECK(!req(&t, &s, 50, 1).allowed);
         rl_algo_release(&t, &s);
     }
 }
@@ -471,15 +474,15 @@ START_TEST(test_zero_capacity)
         struct rl_algo_state s = {0, 0};
         struct rl_algo_result r = req(&t, &s, 50, 1);
 
-        ck_assert(!r.allowed);
-        ck_assert_uint_eq(r.retry_ms, NEVER);
-        ck_assert(req(&t, &s, 50, 0).allowed);
-        ck_assert(s.a == 0 && s.b == 0);
+        RL_CHECK(!r.allowed);
+        RL_CHECK_UINT_EQ(r.retry_ms, NEVER);
+        RL_CHECK(req(&t, &s, 50, 0).allowed);
+        RL_CHECK(s.a == 0 && s.b == 0);
         if (is_bucket(t.algo)) {
             /* No refill: a burst alone would be a one-off, so it is not granted. */
             t.burst = 5;
-            ck_assert(!req(&t, &s, 50, 1).allowed);
-            ck_assert_uint_eq(req(&t, &s, 50, 0).limit, 0);
+            RL_CHECK(!req(&t, &s, 50, 1).allowed);
+            RL_CHECK_UINT_EQ(req(&t, &s, 50, 0).limit, 0);
         }
     }
 }
@@ -534,14 +537,14 @@ END_TEST
 static void
 assert_same(const struct rl_algo_result *a, const struct rl_algo_result *b, const char *ctx)
 {
-    ck_assert_msg(a->allowed == b->allowed, "%s: allowed", ctx);
-    ck_assert_msg(a->limit == b->limit, "%s: limit", ctx);
-    ck_assert_msg(a->remaining == b->remaining, "%s: remaining %llu %llu", ctx,
-                  (unsigned long long)a->remaining, (unsigned long long)b->remaining);
-    ck_assert_msg(a->reset_ms == b->reset_ms, "%s: reset %llu %llu", ctx,
-                  (unsigned long long)a->reset_ms, (unsigned long long)b->reset_ms);
-    ck_assert_msg(a->retry_ms == b->retry_ms, "%s: retry %llu %llu", ctx,
-                  (unsigned long long)a->retry_ms, (unsigned long long)b->retry_ms);
+    RL_CHECK(a->allowed == b->allowed, "%s: allowed", ctx);
+    RL_CHECK(a->limit == b->limit, "%s: limit", ctx);
+    RL_CHECK(a->remaining == b->remaining, "%s: remaining %llu %llu", ctx,
+             (unsigned long long)a->remaining, (unsigned long long)b->remaining);
+    RL_CHECK(a->reset_ms == b->reset_ms, "%s: reset %llu %llu", ctx,
+             (unsigned long long)a->reset_ms, (unsigned long long)b->reset_ms);
+    RL_CHECK(a->retry_ms == b->retry_ms, "%s: retry %llu %llu", ctx,
+             (unsigned long long)a->retry_ms, (unsigned long long)b->retry_ms);
 }
 
 /* token_bucket, gcra and leaky_bucket side by side on one sequence. */
@@ -584,8 +587,11 @@ buckets_agree(uint64_t seed, uint32_t L, uint32_t W, uint32_t B, uint64_t now, u
         struct rl_algo_result c = req(&lb, &s3, now, cost);
         assert_same(&a, &b, ctx);
         assert_same(&a, &c, ctx);
-        ck_assert(rl_algo_is_full(&tb, &s1, now) == rl_algo_is_full(&gc, &s2, now));
-        ck_assert_uint_eq(rl_algo_full_at(&tb, &s1), rl_algo_full_at(&gc, &s2));
+        RL_CHECK(rl_algo_is_full(&tb, &s1, now) == rl_algo_is_full(&gc, &s2, now), "%s: is_full",
+                 ctx);
+        RL_CHECK(rl_algo_full_at(&tb, &s1) == rl_algo_full_at(&gc, &s2), "%s: full_at %llu %llu",
+                 ctx, (unsigned long long)rl_algo_full_at(&tb, &s1),
+                 (unsigned long long)rl_algo_full_at(&gc, &s2));
     }
 }
 
@@ -651,7 +657,7 @@ START_TEST(test_large_windows)
     t = mk_tier(RL_ALGO_FIXED_WINDOW, UINT32_MAX, UINT32_MAX, 0);
     memset(&s, 0, sizeof(s));
     for (int i = 0; i < 100; i++) {
-        ck_assert(req(&t, &s, now, 1000000).allowed);
+        RL_CHECK(req(&t, &s, now, 1000000).allowed);
     }
     ck_assert_uint_eq(req(&t, &s, now, 0).remaining, UINT32_MAX - 100000000ull);
 }
@@ -669,20 +675,20 @@ START_TEST(test_slog_growth_and_cap)
 
     /* Equal ms merge: 500 requests in one ms are one entry. */
     for (int i = 0; i < 500; i++) {
-        ck_assert(req(&t, &s, 7, 1).allowed);
+        RL_CHECK(req(&t, &s, 7, 1).allowed);
     }
     peak = rl_algo_heap_bytes(&t, &s);
     ck_assert_uint_le(peak, 40 + 4 * 8);
     /* One entry per ms: at most W entries. */
     for (uint64_t now = 8; now < 3000; now++) {
-        ck_assert(req(&t, &s, now, 1).allowed);
-        ck_assert_uint_le(rl_algo_heap_bytes(&t, &s), 40 + 2048 * 8);
+        RL_CHECK(req(&t, &s, now, 1).allowed);
+        RL_CHECK_UINT_LE(rl_algo_heap_bytes(&t, &s), 40 + 2048 * 8);
     }
-    ck_assert_uint_eq(req(&t, &s, 2999, 0).remaining, 100000 - 1000);
+    RL_CHECK_UINT_EQ(req(&t, &s, 2999, 0).remaining, 100000 - 1000);
     peak = rl_algo_heap_bytes(&t, &s);
     /* Sparse again: the ring shrinks. */
     for (uint64_t now = 3000; now < 30000; now += 500) {
-        ck_assert(req(&t, &s, now, 1).allowed);
+        RL_CHECK(req(&t, &s, now, 1).allowed);
     }
     ck_assert_uint_lt(rl_algo_heap_bytes(&t, &s), peak / 8);
     ck_assert_uint_eq(req(&t, &s, 29999, 0).remaining, 100000 - 2);
@@ -691,7 +697,7 @@ START_TEST(test_slog_growth_and_cap)
     rl_algo_release(&t, &s);
     t = mk_tier(RL_ALGO_SLIDING_WINDOW_LOG, 10, 100, 0);
     for (uint64_t now = 0; now < 4; now++) {
-        ck_assert(req(&t, &s, now, 1).allowed);
+        RL_CHECK(req(&t, &s, now, 1).allowed);
     }
     rl_algo_judge(&t, &s, 4, 2, &r, &next);
     ck_assert(r.allowed);
@@ -716,7 +722,7 @@ START_TEST(test_slog_rebase)
     struct rl_algo_result r;
 
     for (int i = 0; i < 10; i++) {
-        ck_assert(req(&t, &s, now, 1).allowed);
+        RL_CHECK(req(&t, &s, now, 1).allowed);
         now += 1000000000ull;
     }
     /* Entries at 1000 + i*1e9; now = 1000 + 10e9: those with t > now - W are in. */
@@ -764,15 +770,4 @@ algo_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(algo_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(algo_suite)

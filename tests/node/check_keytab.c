@@ -13,32 +13,7 @@
 #include <string.h>
 
 #include "keytab.h"
-
-/* Check's own assertions write to the parent process on every call, even when they pass,
- * which turns millions of them into minutes of system time: these only call into Check
- * when they fail. */
-#define EXPECT(c)                                                                                  \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            ck_abort_msg("Assertion '%s' failed", #c);                                             \
-        }                                                                                          \
-    } while (0)
-#define EXPECT_U(a, op, b)                                                                         \
-    do {                                                                                           \
-        uint64_t a_ = (a), b_ = (b);                                                               \
-        if (!(a_ op b_)) {                                                                         \
-            ck_abort_msg("Assertion '%s %s %s' failed: %" PRIu64 " vs %" PRIu64, #a, #op, #b, a_,  \
-                         b_);                                                                      \
-        }                                                                                          \
-    } while (0)
-#define EXPECT_I(a, op, b)                                                                         \
-    do {                                                                                           \
-        int64_t a_ = (a), b_ = (b);                                                                \
-        if (!(a_ op b_)) {                                                                         \
-            ck_abort_msg("Assertion '%s %s %s' failed: %" PRId64 " vs %" PRId64, #a, #op, #b, a_,  \
-                         b_);                                                                      \
-        }                                                                                          \
-    } while (0)
+#include "rltest.h"
 
 /* The most old slots an insert moves during a resize, as keytab.h documents. */
 #define INSERT_STEP 128
@@ -82,10 +57,10 @@ static void
 fake_release(void *arg, struct rl_keytab_entry *e)
 {
     struct fake *f = arg;
-    EXPECT_U(e->st.b, !=, 0);
+    RL_CHECK_UINT(e->st.b, !=, 0);
     uint64_t id = e->st.b - 1;
-    EXPECT_U(id, <, f->nids);
-    EXPECT_U(f->released[id], ==, 0);
+    RL_CHECK_UINT(id, <, f->nids);
+    RL_CHECK_UINT(f->released[id], ==, 0);
     f->released[id]++;
     f->releases++;
     f->last_released = (int64_t)id;
@@ -102,15 +77,15 @@ fake_table(struct fake *f, size_t nids, uint64_t max_bytes)
 {
     memset(f, 0, sizeof(*f));
     f->released = calloc(nids, 1);
-    EXPECT(f->released != NULL);
+    RL_CHECK(f->released != NULL);
     f->log = malloc(nids * sizeof(*f->log));
-    EXPECT(f->log != NULL);
+    RL_CHECK(f->log != NULL);
     f->nids = nids;
     f->last_released = -1;
     struct rl_keytab_ops ops = {fake_is_full, fake_full_at, fake_release, f};
     struct rl_keytab *t = NULL;
-    EXPECT_I(rl_keytab_create(&t, max_bytes, &ops), ==, 0);
-    EXPECT(t != NULL);
+    RL_CHECK_INT(rl_keytab_create(&t, max_bytes, &ops), ==, 0);
+    RL_CHECK(t != NULL);
     return t;
 }
 
@@ -164,12 +139,12 @@ static struct rl_keytab_entry *
 insert_id(struct rl_keytab *t, uint64_t id, uint64_t hi, uint32_t lo, uint64_t full_at)
 {
     struct rl_keytab_entry *e = rl_keytab_insert(t, hi, lo, (uint16_t)(id & 0xffff), 0);
-    EXPECT(e != NULL);
-    EXPECT_U(e->fp_hi, ==, hi);
-    EXPECT_U(e->fp_lo, ==, lo);
-    EXPECT_U(e->tier, ==, id & 0xffff);
-    EXPECT_U(e->st.a, ==, 0);
-    EXPECT_U(e->st.b, ==, 0);
+    RL_CHECK(e != NULL);
+    RL_CHECK_UINT(e->fp_hi, ==, hi);
+    RL_CHECK_UINT(e->fp_lo, ==, lo);
+    RL_CHECK_UINT(e->tier, ==, id & 0xffff);
+    RL_CHECK_UINT(e->st.a, ==, 0);
+    RL_CHECK_UINT(e->st.b, ==, 0);
     e->st.a = full_at;
     e->st.b = id + 1;
     return e;
@@ -189,12 +164,12 @@ check_id(struct rl_keytab *t, uint64_t id, uint64_t hi, uint32_t lo, bool presen
 {
     struct rl_keytab_entry *e = rl_keytab_find(t, hi, lo);
     if (present) {
-        EXPECT(e != NULL);
-        EXPECT_U(e->st.b, ==, id + 1);
-        EXPECT_U(e->fp_hi, ==, hi);
-        EXPECT_U(e->fp_lo, ==, lo);
+        RL_CHECK(e != NULL);
+        RL_CHECK_UINT(e->st.b, ==, id + 1);
+        RL_CHECK_UINT(e->fp_hi, ==, hi);
+        RL_CHECK_UINT(e->fp_lo, ==, lo);
     } else {
-        EXPECT(e == NULL);
+        RL_CHECK(e == NULL);
     }
 }
 
@@ -204,7 +179,7 @@ finish(struct rl_keytab *t, struct fake *f, const uint8_t *inserted)
 {
     rl_keytab_destroy(t);
     for (size_t id = 0; id < f->nids; id++) {
-        EXPECT_U(f->released[id], ==, inserted[id]);
+        RL_CHECK_UINT(f->released[id], ==, inserted[id]);
     }
     free(f->released);
     free(f->log);
@@ -215,19 +190,19 @@ START_TEST(test_fingerprint)
     uint64_t hi;
     uint32_t lo;
     rl_keytab_fingerprint(0, 0, &hi, &lo);
-    EXPECT_U(hi, !=, 0);
+    RL_CHECK_UINT(hi, !=, 0);
     /* Deterministic: every process must agree on where a key lives. */
     uint64_t hi2;
     uint32_t lo2;
     rl_keytab_fingerprint(0x0123456789abcdefu, 0xfedcba9876543210u, &hi, &lo);
     rl_keytab_fingerprint(0x0123456789abcdefu, 0xfedcba9876543210u, &hi2, &lo2);
-    EXPECT_U(hi, ==, hi2);
-    EXPECT_U(lo, ==, lo2);
+    RL_CHECK_UINT(hi, ==, hi2);
+    RL_CHECK_UINT(lo, ==, lo2);
     /* Both halves of the hash count. */
     rl_keytab_fingerprint(0x0123456789abcdefu, 0xfedcba9876543211u, &hi2, &lo2);
-    EXPECT(hi != hi2 || lo != lo2);
+    RL_CHECK(hi != hi2 || lo != lo2);
     rl_keytab_fingerprint(0x0123456789abcdeeu, 0xfedcba9876543210u, &hi2, &lo2);
-    EXPECT(hi != hi2 || lo != lo2);
+    RL_CHECK(hi != hi2 || lo != lo2);
     /* Tags take the low 7 bits of fp_hi: a hash whose low bits are constant must still give
      * spread ones. */
     unsigned seen = 0;
@@ -235,7 +210,7 @@ START_TEST(test_fingerprint)
         rl_keytab_fingerprint(i << 20, 0, &hi, &lo);
         seen |= 1u << (hi & 31);
     }
-    EXPECT_U(seen, ==, 0xffffffffu);
+    RL_CHECK_UINT(seen, ==, 0xffffffffu);
 }
 END_TEST
 
@@ -245,20 +220,20 @@ START_TEST(test_empty)
     struct rl_keytab *t = fake_table(&f, 1, 0);
     struct rl_keytab_stats s;
     rl_keytab_stats(t, &s);
-    EXPECT_U(s.keys, ==, 0);
-    EXPECT_U(s.capacity, >=, 16);
+    RL_CHECK_UINT(s.keys, ==, 0);
+    RL_CHECK_UINT(s.capacity, >=, 16);
     /* Below the minimum, the cap is 64 KiB. */
-    EXPECT_U(s.bytes, <=, 64 * 1024);
+    RL_CHECK_UINT(s.bytes, <=, 64 * 1024);
     for (uint64_t id = 0; id < 1000; id++) {
         uint64_t hi;
         uint32_t lo;
         key_fp(id, &hi, &lo);
-        EXPECT(rl_keytab_find(t, hi, lo) == NULL);
+        RL_CHECK(rl_keytab_find(t, hi, lo) == NULL);
     }
-    EXPECT_U(rl_keytab_sweep(t, 100, 1000), ==, 0);
+    RL_CHECK_UINT(rl_keytab_sweep(t, 100, 1000), ==, 0);
     uint8_t none = 0;
     finish(t, &f, &none);
-    EXPECT_U(f.releases, ==, 0);
+    RL_CHECK_UINT(f.releases, ==, 0);
 }
 END_TEST
 
@@ -289,8 +264,8 @@ START_TEST(test_wrap_delete)
         }
         struct rl_keytab_stats s;
         rl_keytab_stats(t, &s);
-        EXPECT_U(s.capacity, ==, 64);
-        EXPECT_U(s.keys, ==, N);
+        RL_CHECK_UINT(s.capacity, ==, 64);
+        RL_CHECK_UINT(s.keys, ==, N);
         uint64_t seed = 7 + order;
         for (unsigned k = 0; k < N; k++) {
             uint64_t id;
@@ -304,11 +279,11 @@ START_TEST(test_wrap_delete)
                 } while (!present[id]);
             }
             struct rl_keytab_entry *e = rl_keytab_find(t, hi[id], lo[id]);
-            EXPECT(e != NULL);
+            RL_CHECK(e != NULL);
             rl_keytab_delete(t, e);
             present[id] = 0;
-            EXPECT_I(f.last_released, ==, (int64_t)id);
-            EXPECT_U(keys_of(t), ==, N - 1 - k);
+            RL_CHECK_INT(f.last_released, ==, (int64_t)id);
+            RL_CHECK_UINT(keys_of(t), ==, N - 1 - k);
             for (uint64_t j = 0; j < N; j++) {
                 check_id(t, j, hi[j], lo[j], present[j]);
             }
@@ -342,7 +317,7 @@ START_TEST(test_random_clustered)
             rl_keytab_delete(t, rl_keytab_find(t, hi[id], lo[id]));
             present[id] = 0;
             nkeys--;
-            EXPECT_I(f.last_released, ==, (int64_t)id);
+            RL_CHECK_INT(f.last_released, ==, (int64_t)id);
         } else if (!present[id] && r < 70) {
             if (inserted[id]) {
                 /* Released once already: a new life for the same key. */
@@ -353,7 +328,7 @@ START_TEST(test_random_clustered)
             present[id] = inserted[id] = 1;
             nkeys++;
         }
-        EXPECT_U(keys_of(t), ==, nkeys);
+        RL_CHECK_UINT(keys_of(t), ==, nkeys);
         if (op % 50000 == 0) {
             for (uint64_t j = 0; j < N; j++) {
                 check_id(t, j, hi[j], lo[j], present[j]);
@@ -366,7 +341,7 @@ START_TEST(test_random_clustered)
     /* Ids deleted before the end were released already; those left, by destroy. */
     for (uint64_t j = 0; j < N; j++) {
         if (inserted[j] && !present[j]) {
-            EXPECT_U(f.released[j], ==, 1);
+            RL_CHECK_UINT(f.released[j], ==, 1);
             f.released[j] = 0;
             inserted[j] = 0;
         }
@@ -409,19 +384,19 @@ START_TEST(test_million)
         insert_id(t, id, hi, lo, 0);
         present[id] = 1;
         rl_keytab_stats(t, &s);
-        EXPECT_U(s.keys, ==, i + 1);
+        RL_CHECK_UINT(s.keys, ==, i + 1);
         /* The load never passes 7/8, and each grow is by 1.5x. */
-        EXPECT_U(s.keys * 8, <=, s.capacity * 7);
+        RL_CHECK_UINT(s.keys * 8, <=, s.capacity * 7);
         /* No insert moves more than a step of a resize. */
-        EXPECT_U(s.resize_steps - b.resize_steps, <=, INSERT_STEP);
+        RL_CHECK_UINT(s.resize_steps - b.resize_steps, <=, INSERT_STEP);
         mid += s.resize_left > 0;
         if (s.capacity != last_cap) {
             if (last_cap != 0) {
-                EXPECT_U(s.capacity, ==, last_cap + last_cap / 2);
-                EXPECT_U(s.resizes, ==, resizes + 1);
+                RL_CHECK_UINT(s.capacity, ==, last_cap + last_cap / 2);
+                RL_CHECK_UINT(s.resizes, ==, resizes + 1);
                 /* The last move ended before this grow was due. */
-                EXPECT_U(b.resize_left, ==, 0);
-                EXPECT_U(s.resize_left, ==, last_cap);
+                RL_CHECK_UINT(b.resize_left, ==, 0);
+                RL_CHECK_UINT(s.resize_left, ==, last_cap);
             }
             old_cap = last_cap;
             last_cap = s.capacity;
@@ -440,12 +415,12 @@ START_TEST(test_million)
             mid_checks++;
         }
     }
-    EXPECT_U(s.resizes, >, 10);
-    EXPECT_U(s.evicted, ==, 0);
-    EXPECT_U(mid_checks, >, 10);
+    RL_CHECK_UINT(s.resizes, >, 10);
+    RL_CHECK_UINT(s.evicted, ==, 0);
+    RL_CHECK_UINT(mid_checks, >, 10);
     /* Inserts drive each move to its end within old_cap / 128 of them, at most. */
-    EXPECT_U(mid, >, 0);
-    EXPECT_U(mid, <=, s.resize_steps / INSERT_STEP + s.resizes);
+    RL_CHECK_UINT(mid, >, 0);
+    RL_CHECK_UINT(mid, <=, s.resize_steps / INSERT_STEP + s.resizes);
     for (uint64_t id = 0; id < N; id++) {
         uint64_t hi;
         uint32_t lo;
@@ -457,7 +432,7 @@ START_TEST(test_million)
         uint64_t hi;
         uint32_t lo;
         key_fp(id, &hi, &lo);
-        EXPECT(rl_keytab_find(t, hi, lo) == NULL);
+        RL_CHECK(rl_keytab_find(t, hi, lo) == NULL);
     }
     uint64_t nkeys = N;
     for (unsigned op = 0; op < 2 * N; op++) {
@@ -465,11 +440,11 @@ START_TEST(test_million)
         uint32_t lo;
         key_fp(id, &hi, &lo);
         struct rl_keytab_entry *e = rl_keytab_find(t, hi, lo);
-        EXPECT(present[id] == (e != NULL));
+        RL_CHECK(present[id] == (e != NULL));
         if (e != NULL) {
-            EXPECT_U(e->st.b, ==, id + 1);
+            RL_CHECK_UINT(e->st.b, ==, id + 1);
             rl_keytab_delete(t, e);
-            EXPECT_U(f.released[id], ==, 1);
+            RL_CHECK_UINT(f.released[id], ==, 1);
             f.released[id] = 0;
             present[id] = 0;
             nkeys--;
@@ -479,7 +454,7 @@ START_TEST(test_million)
             nkeys++;
         }
     }
-    EXPECT_U(keys_of(t), ==, nkeys);
+    RL_CHECK_UINT(keys_of(t), ==, nkeys);
     for (uint64_t id = 0; id < N; id++) {
         uint64_t hi;
         uint32_t lo;
@@ -515,20 +490,20 @@ START_TEST(test_cap_evicts)
         present[id] = 1;
         rl_keytab_stats(t, &s);
         since_resize = s.resize_left > 0 ? 0 : since_resize + 1;
-        EXPECT_U(s.bytes, <=, since_resize > 8 ? cap_bytes : 2 * cap_bytes);
+        RL_CHECK_UINT(s.bytes, <=, since_resize > 8 ? cap_bytes : 2 * cap_bytes);
         if (s.evicted > 0) {
             break;
         }
-        EXPECT_U(s.keys, ==, id + 1);
+        RL_CHECK_UINT(s.keys, ==, id + 1);
     }
-    EXPECT_I(f.last_released, >=, 0);
+    RL_CHECK_INT(f.last_released, >=, 0);
     present[f.last_released] = 0;
     uint64_t full_keys = s.keys;
     uint64_t full_cap = s.capacity;
-    EXPECT_U(full_keys, ==, before.keys);
+    RL_CHECK_UINT(full_keys, ==, before.keys);
     /* The cap holds 1 MiB / 33 B: over 30,000 slots, loaded to 7/8. */
-    EXPECT_U(full_keys, >, 25000);
-    EXPECT_U(full_keys * 8, <=, full_cap * 7);
+    RL_CHECK_UINT(full_keys, >, 25000);
+    RL_CHECK_UINT(full_keys * 8, <=, full_cap * 7);
 
     for (id = id + 1; id < N; id++) {
         uint64_t hi;
@@ -539,20 +514,20 @@ START_TEST(test_cap_evicts)
         insert_id(t, id, hi, lo, 1000 + splitmix(&seed) % 1000000);
         present[id] = 1;
         rl_keytab_stats(t, &s);
-        EXPECT_U(s.bytes, <=, cap_bytes);
-        EXPECT_U(s.capacity, ==, full_cap);
-        EXPECT_U(s.keys, ==, full_keys);
-        EXPECT_U(s.evicted, ==, id + 1 - full_keys);
-        EXPECT_U(f.releases, ==, releases + 1);
+        RL_CHECK_UINT(s.bytes, <=, cap_bytes);
+        RL_CHECK_UINT(s.capacity, ==, full_cap);
+        RL_CHECK_UINT(s.keys, ==, full_keys);
+        RL_CHECK_UINT(s.evicted, ==, id + 1 - full_keys);
+        RL_CHECK_UINT(f.releases, ==, releases + 1);
         /* The sample: 8 distinct entries present in the table before the insert. */
-        EXPECT_U(f.nsampled, ==, 8);
+        RL_CHECK_UINT(f.nsampled, ==, 8);
         uint64_t best = UINT64_MAX;
         for (size_t k = 0; k < f.nsampled; k++) {
-            EXPECT_I(f.sampled_id[k], >=, 0);
-            EXPECT_I(f.sampled_id[k], <, (int64_t)id);
-            EXPECT(present[f.sampled_id[k]]);
+            RL_CHECK_INT(f.sampled_id[k], >=, 0);
+            RL_CHECK_INT(f.sampled_id[k], <, (int64_t)id);
+            RL_CHECK(present[f.sampled_id[k]]);
             for (size_t m = 0; m < k; m++) {
-                EXPECT_I(f.sampled_id[k], !=, f.sampled_id[m]);
+                RL_CHECK_INT(f.sampled_id[k], !=, f.sampled_id[m]);
             }
             if (f.sampled[k] < best) {
                 best = f.sampled[k];
@@ -563,16 +538,16 @@ START_TEST(test_cap_evicts)
         for (size_t k = 0; k < f.nsampled; k++) {
             in_sample |= f.sampled_id[k] == victim;
         }
-        EXPECT(in_sample);
+        RL_CHECK(in_sample);
         uint64_t vhi;
         uint32_t vlo;
         key_fp((uint64_t)victim, &vhi, &vlo);
-        EXPECT(rl_keytab_find(t, vhi, vlo) == NULL);
+        RL_CHECK(rl_keytab_find(t, vhi, vlo) == NULL);
         present[victim] = 0;
         /* The victim's full_at: the sample's smallest. */
         for (size_t k = 0; k < f.nsampled; k++) {
             if (f.sampled_id[k] == victim) {
-                EXPECT_U(f.sampled[k], ==, best);
+                RL_CHECK_UINT(f.sampled[k], ==, best);
             }
         }
         check_id(t, id, hi, lo, true);
@@ -586,13 +561,13 @@ START_TEST(test_cap_evicts)
         check_id(t, j, hi, lo, present[j]);
         left += present[j];
     }
-    EXPECT_U(left, ==, full_keys);
+    RL_CHECK_UINT(left, ==, full_keys);
     uint8_t *inserted = malloc(N);
     memset(inserted, 1, N);
     /* Evicted ids were released already, the rest will be by destroy. */
     for (uint64_t j = 0; j < N; j++) {
         if (!present[j]) {
-            EXPECT_U(f.released[j], ==, 1);
+            RL_CHECK_UINT(f.released[j], ==, 1);
         }
         f.released[j] = 0;
         inserted[j] = present[j];
@@ -629,8 +604,8 @@ START_TEST(test_cap_prefers_soonest)
             far += !near_of[f.last_released];
         }
     }
-    EXPECT_U(evictions, ==, MORE);
-    EXPECT_U(far * 20, <, evictions);
+    RL_CHECK_UINT(evictions, ==, MORE);
+    RL_CHECK_UINT(far * 20, <, evictions);
     for (uint64_t j = 0; j < N; j++) {
         if (f.released[j]) {
             f.released[j] = 0;
@@ -678,14 +653,14 @@ sweep_case(bool clustered, size_t budget, uint64_t n)
         uint64_t calls = f.is_full_calls;
         size_t k = rl_keytab_sweep(t, now, budget);
         /* Past the budget a sweep examines only the rest of the run it ended in. */
-        EXPECT_U(f.is_full_calls - calls, <=, budget + s.capacity);
+        RL_CHECK_UINT(f.is_full_calls - calls, <=, budget + s.capacity);
         gone += k;
-        EXPECT_U(keys_of(t), ==, n - gone);
+        RL_CHECK_UINT(keys_of(t), ==, n - gone);
     }
-    EXPECT_U(gone, ==, want_full);
+    RL_CHECK_UINT(gone, ==, want_full);
     rl_keytab_stats(t, &s);
-    EXPECT_U(s.expired, ==, want_full);
-    EXPECT_U(f.releases, ==, want_full);
+    RL_CHECK_UINT(s.expired, ==, want_full);
+    RL_CHECK_UINT(f.releases, ==, want_full);
     for (uint64_t id = 0; id < n; id++) {
         uint64_t hi;
         uint32_t lo;
@@ -696,14 +671,14 @@ sweep_case(bool clustered, size_t budget, uint64_t n)
         }
         bool left = full_at[id] > now;
         check_id(t, id, hi, lo, left);
-        EXPECT_U(f.released[id], ==, !left);
+        RL_CHECK_UINT(f.released[id], ==, !left);
         if (!left) {
             f.released[id] = 0;
             inserted[id] = 0;
         }
     }
     /* Later sweeps at the same time find nothing more. */
-    EXPECT_U(rl_keytab_sweep(t, now, 1 << 20), ==, 0);
+    RL_CHECK_UINT(rl_keytab_sweep(t, now, 1 << 20), ==, 0);
     finish(t, &f, inserted);
     free(present);
     free(inserted);
@@ -741,11 +716,11 @@ START_TEST(test_sweep_shrinks)
         rl_keytab_sweep(t, 10, 10000);
     }
     rl_keytab_stats(t, &s);
-    EXPECT_U(s.keys, ==, 10);
-    EXPECT_U(s.expired, ==, N - 10);
-    EXPECT_U(s.capacity, <, 1000);
-    EXPECT_U(s.bytes, <, big.bytes / 100);
-    EXPECT_U(s.resizes, >, big.resizes);
+    RL_CHECK_UINT(s.keys, ==, 10);
+    RL_CHECK_UINT(s.expired, ==, N - 10);
+    RL_CHECK_UINT(s.capacity, <, 1000);
+    RL_CHECK_UINT(s.bytes, <, big.bytes / 100);
+    RL_CHECK_UINT(s.resizes, >, big.resizes);
     for (uint64_t id = 0; id < 2 * N; id++) {
         uint64_t hi;
         uint32_t lo;
@@ -763,7 +738,7 @@ START_TEST(test_sweep_shrinks)
         insert_id(t, id, hi, lo, 1000);
         inserted[id] = 1;
     }
-    EXPECT_U(keys_of(t), ==, N + 10);
+    RL_CHECK_UINT(keys_of(t), ==, N + 10);
     finish(t, &f, inserted);
     free(inserted);
 }
@@ -814,9 +789,9 @@ bytes_for_cap(uint64_t cap)
     struct fake f;
     struct rl_keytab *t = fake_table(&f, 1, 0);
     struct rl_keytab_stats s = stats_of(t);
-    EXPECT_U(s.capacity, ==, 64);
+    RL_CHECK_UINT(s.capacity, ==, 64);
     uint64_t overhead = s.bytes - (64 * 32 + 64 + 16);
-    EXPECT_U(overhead, <, 4096);
+    RL_CHECK_UINT(overhead, <, 4096);
     uint8_t none = 0;
     finish(t, &f, &none);
     return overhead + page_round(cap * 32) + page_round(cap + 16);
@@ -828,11 +803,11 @@ static size_t
 drain_log(struct fake *f, uint8_t *present, uint64_t *nkeys)
 {
     size_t n = f->nlog;
-    EXPECT_U(f->log_lost, ==, 0);
+    RL_CHECK_UINT(f->log_lost, ==, 0);
     for (size_t k = 0; k < n; k++) {
         int64_t id = f->log[k];
-        EXPECT(present[id]);
-        EXPECT_U(f->released[id], ==, 1);
+        RL_CHECK(present[id]);
+        RL_CHECK_UINT(f->released[id], ==, 1);
         f->released[id] = 0;
         present[id] = 0;
         (*nkeys)--;
@@ -869,38 +844,38 @@ START_TEST(test_resize_states)
         nkeys++;
     }
     struct rl_keytab_stats s = stats_of(t);
-    EXPECT_U(s.capacity, ==, OLD);
-    EXPECT_U(s.resize_left, ==, 0);
+    RL_CHECK_UINT(s.capacity, ==, OLD);
+    RL_CHECK_UINT(s.resize_left, ==, 0);
     insert_id(t, 56, hi[56], lo[56], 1000);
     present[56] = 1;
     nkeys++;
     s = stats_of(t);
-    EXPECT_U(s.capacity, ==, NEW);
-    EXPECT_U(s.resize_left, ==, OLD);
-    EXPECT_U(s.keys, ==, nkeys);
+    RL_CHECK_UINT(s.capacity, ==, NEW);
+    RL_CHECK_UINT(s.resize_left, ==, OLD);
+    RL_CHECK_UINT(s.keys, ==, nkeys);
     /* Both arrays count while the move runs. */
-    EXPECT_U(s.bytes, >, (uint64_t)(OLD + NEW) * 33);
+    RL_CHECK_UINT(s.bytes, >, (uint64_t)(OLD + NEW) * 33);
 
     /* A sweep of budget 1 moves one old slot (and, at 0, finds nothing full). */
     for (uint64_t moved = 1; moved <= OLD; moved++) {
         uint64_t calls = f.is_full_calls;
         uint64_t steps = s.resize_steps;
-        EXPECT_U(rl_keytab_sweep(t, 0, 1), ==, 0);
-        EXPECT_U(f.is_full_calls - calls, <=, 1);
+        RL_CHECK_UINT(rl_keytab_sweep(t, 0, 1), ==, 0);
+        RL_CHECK_UINT(f.is_full_calls - calls, <=, 1);
         s = stats_of(t);
-        EXPECT_U(s.resize_steps, ==, steps + 1);
-        EXPECT_U(s.resize_left, ==, OLD - moved);
-        EXPECT_U(s.capacity, ==, NEW);
-        EXPECT_U(s.resizes, ==, 1);
+        RL_CHECK_UINT(s.resize_steps, ==, steps + 1);
+        RL_CHECK_UINT(s.resize_left, ==, OLD - moved);
+        RL_CHECK_UINT(s.capacity, ==, NEW);
+        RL_CHECK_UINT(s.resizes, ==, 1);
         if (moved == 3) {
             /* Slots 0..2 (ids 1..3) have moved: id 2 is deleted from the new array; id 6
              * (slot 5) in the middle of the wrapped run and id 20 (slot 20) from the old. */
             static const uint64_t del[] = {2, 6, 20};
             for (size_t k = 0; k < 3; k++) {
                 struct rl_keytab_entry *e = rl_keytab_find(t, hi[del[k]], lo[del[k]]);
-                EXPECT(e != NULL);
+                RL_CHECK(e != NULL);
                 rl_keytab_delete(t, e);
-                EXPECT_I(f.last_released, ==, (int64_t)del[k]);
+                RL_CHECK_INT(f.last_released, ==, (int64_t)del[k]);
                 present[del[k]] = 0;
                 deleted_in_old[del[k]] = del[k] != 2;
                 nkeys--;
@@ -911,21 +886,21 @@ START_TEST(test_resize_states)
             static const uint64_t del[] = {9, 40};
             for (size_t k = 0; k < 2; k++) {
                 rl_keytab_delete(t, rl_keytab_find(t, hi[del[k]], lo[del[k]]));
-                EXPECT_I(f.last_released, ==, (int64_t)del[k]);
+                RL_CHECK_INT(f.last_released, ==, (int64_t)del[k]);
                 present[del[k]] = 0;
                 deleted_in_old[del[k]] = del[k] == 40;
                 nkeys--;
             }
         }
-        EXPECT_U(keys_of(t), ==, nkeys);
+        RL_CHECK_UINT(keys_of(t), ==, nkeys);
         for (uint64_t id = 0; id < N + 2; id++) {
             check_id(t, id, hi[id], lo[id], present[id]);
         }
     }
-    EXPECT(deleted_in_old[6] && deleted_in_old[20] && deleted_in_old[40]);
+    RL_CHECK(deleted_in_old[6] && deleted_in_old[20] && deleted_in_old[40]);
     s = stats_of(t);
-    EXPECT_U(s.resize_left, ==, 0);
-    EXPECT_U(s.bytes, <, (uint64_t)(OLD + NEW) * 33);
+    RL_CHECK_UINT(s.resize_left, ==, 0);
+    RL_CHECK_UINT(s.bytes, <, (uint64_t)(OLD + NEW) * 33);
 
     /* Deleted keys come back, in the new array. */
     static const uint64_t back[] = {2, 6, 20, 9, 40};
@@ -936,7 +911,7 @@ START_TEST(test_resize_states)
         present[back[k]] = 1;
         nkeys++;
     }
-    EXPECT_U(keys_of(t), ==, nkeys);
+    RL_CHECK_UINT(keys_of(t), ==, nkeys);
     for (uint64_t id = 0; id < N + 2; id++) {
         check_id(t, id, hi[id], lo[id], present[id]);
         inserted[id] = present[id];
@@ -970,16 +945,16 @@ START_TEST(test_evict_mid_resize)
         present[id] = 1;
         nkeys++;
         s = stats_of(t);
-        EXPECT_U(s.evicted, ==, 0);
-        EXPECT_U(s.keys, ==, nkeys);
+        RL_CHECK_UINT(s.evicted, ==, 0);
+        RL_CHECK_UINT(s.keys, ==, nkeys);
         if (s.resizes != b.resizes && s.capacity != b.capacity + b.capacity / 2) {
             break;
         }
     }
     const uint64_t cap = s.capacity, old_cap = b.capacity;
-    EXPECT_U(cap, >, old_cap);
-    EXPECT_U(cap - old_cap, <, 200);
-    EXPECT_U(s.resize_left, ==, old_cap);
+    RL_CHECK_UINT(cap, >, old_cap);
+    RL_CHECK_UINT(cap - old_cap, <, 200);
+    RL_CHECK_UINT(s.resize_left, ==, old_cap);
 
     uint64_t mid_evictions = 0, since_end = 0;
     for (id = id + 1; id < N && since_end < 1000; id++) {
@@ -991,49 +966,49 @@ START_TEST(test_evict_mid_resize)
         present[id] = 1;
         nkeys++;
         s = stats_of(t);
-        EXPECT_U(s.capacity, ==, cap);
-        EXPECT_U(s.resizes, ==, b.resizes);
-        EXPECT_U(s.resize_steps - b.resize_steps, <=, INSERT_STEP);
-        EXPECT_U(s.bytes, <=, 2 * max_bytes);
+        RL_CHECK_UINT(s.capacity, ==, cap);
+        RL_CHECK_UINT(s.resizes, ==, b.resizes);
+        RL_CHECK_UINT(s.resize_steps - b.resize_steps, <=, INSERT_STEP);
+        RL_CHECK_UINT(s.bytes, <=, 2 * max_bytes);
         since_end = s.resize_left == 0 ? since_end + 1 : 0;
         if (since_end > 8) {
             /* What was left of the old arrays has been unmapped by now. */
-            EXPECT_U(s.bytes, <=, max_bytes);
+            RL_CHECK_UINT(s.bytes, <=, max_bytes);
         }
         if (s.evicted != b.evicted) {
-            EXPECT_U(s.evicted, ==, b.evicted + 1);
-            EXPECT_U(f.nlog, ==, 1);
+            RL_CHECK_UINT(s.evicted, ==, b.evicted + 1);
+            RL_CHECK_UINT(f.nlog, ==, 1);
             int64_t victim = f.log[0];
-            EXPECT_I(victim, !=, (int64_t)id);
+            RL_CHECK_INT(victim, !=, (int64_t)id);
             /* The sample: 8 distinct keys present before the insert; the victim, the one
              * full soonest. */
-            EXPECT_U(f.nsampled, ==, 8);
+            RL_CHECK_UINT(f.nsampled, ==, 8);
             bool in_sample = false;
             for (size_t k = 0; k < 8; k++) {
-                EXPECT(present[f.sampled_id[k]]);
-                EXPECT_I(f.sampled_id[k], !=, (int64_t)id);
-                EXPECT_U(f.sampled[k], >=, full_at[victim]);
+                RL_CHECK(present[f.sampled_id[k]]);
+                RL_CHECK_INT(f.sampled_id[k], !=, (int64_t)id);
+                RL_CHECK_UINT(f.sampled[k], >=, full_at[victim]);
                 for (size_t m = 0; m < k; m++) {
-                    EXPECT_I(f.sampled_id[k], !=, f.sampled_id[m]);
+                    RL_CHECK_INT(f.sampled_id[k], !=, f.sampled_id[m]);
                 }
                 in_sample |= f.sampled_id[k] == victim;
             }
-            EXPECT(in_sample);
+            RL_CHECK(in_sample);
             drain_log(&f, present, &nkeys);
             mid_evictions += b.resize_left > 0 && s.resize_left > 0;
         } else {
-            EXPECT_U(f.nlog, ==, 0);
+            RL_CHECK_UINT(f.nlog, ==, 0);
         }
-        EXPECT_U(s.keys, ==, nkeys);
+        RL_CHECK_UINT(s.keys, ==, nkeys);
         if (s.resize_left > 0 && id % 16 == 0) {
             for (uint64_t j = 0; j <= id; j++) {
                 check_id(t, j, hi[j], lo[j], present[j]);
             }
         }
     }
-    EXPECT_U(since_end, ==, 1000);
+    RL_CHECK_UINT(since_end, ==, 1000);
     /* The move takes old_cap / 128 inserts, all but the first few dozen of them evict. */
-    EXPECT_U(mid_evictions, >, old_cap / INSERT_STEP / 2);
+    RL_CHECK_UINT(mid_evictions, >, old_cap / INSERT_STEP / 2);
     for (uint64_t j = 0; j < N; j++) {
         check_id(t, j, hi[j], lo[j], present[j]);
     }
@@ -1069,16 +1044,16 @@ START_TEST(test_shrink_outrun)
         nkeys++;
     }
     struct rl_keytab_stats s = stats_of(t), b;
-    EXPECT_U(s.resize_left, ==, 0);
+    RL_CHECK_UINT(s.resize_left, ==, 0);
     const uint64_t big = s.capacity;
-    EXPECT_U(rl_keytab_sweep(t, 10, 1 << 20), ==, N);
-    EXPECT_U(drain_log(&f, present, &nkeys), ==, N);
+    RL_CHECK_UINT(rl_keytab_sweep(t, 10, 1 << 20), ==, N);
+    RL_CHECK_UINT(drain_log(&f, present, &nkeys), ==, N);
     b = s;
     s = stats_of(t);
-    EXPECT_U(s.keys, ==, SURV);
-    EXPECT_U(s.resizes, ==, b.resizes + 1);
-    EXPECT_U(s.capacity, ==, 64);
-    EXPECT_U(s.resize_left, ==, big);
+    RL_CHECK_UINT(s.keys, ==, SURV);
+    RL_CHECK_UINT(s.resizes, ==, b.resizes + 1);
+    RL_CHECK_UINT(s.capacity, ==, 64);
+    RL_CHECK_UINT(s.resize_left, ==, big);
 
     uint64_t outrun = 0;
     for (uint64_t id = N + SURV; id < ALL; id++) {
@@ -1087,30 +1062,30 @@ START_TEST(test_shrink_outrun)
         present[id] = 1;
         nkeys++;
         s = stats_of(t);
-        EXPECT_U(s.keys, ==, nkeys);
-        EXPECT_U(f.nlog, ==, 0);
+        RL_CHECK_UINT(s.keys, ==, nkeys);
+        RL_CHECK_UINT(f.nlog, ==, 0);
         if (b.keys < 56) {
             /* The 64-slot array holds 56: until then, steps as usual. */
-            EXPECT_U(s.resize_steps - b.resize_steps, <=, INSERT_STEP);
-            EXPECT_U(s.capacity, ==, 64);
-            EXPECT_U(s.resize_left, >, 0);
+            RL_CHECK_UINT(s.resize_steps - b.resize_steps, <=, INSERT_STEP);
+            RL_CHECK_UINT(s.capacity, ==, 64);
+            RL_CHECK_UINT(s.resize_left, >, 0);
         } else if (b.keys == 56) {
-            EXPECT_U(s.resize_steps - b.resize_steps, >, INSERT_STEP);
-            EXPECT_U(s.resize_steps - b.resize_steps, <=, b.resize_left);
-            EXPECT_U(s.resizes, ==, b.resizes + 1);
-            EXPECT_U(s.capacity, ==, 96);
-            EXPECT_U(s.resize_left, ==, 64);
+            RL_CHECK_UINT(s.resize_steps - b.resize_steps, >, INSERT_STEP);
+            RL_CHECK_UINT(s.resize_steps - b.resize_steps, <=, b.resize_left);
+            RL_CHECK_UINT(s.resizes, ==, b.resizes + 1);
+            RL_CHECK_UINT(s.capacity, ==, 96);
+            RL_CHECK_UINT(s.resize_left, ==, 64);
             outrun++;
         }
         for (uint64_t j = N; j < ALL; j++) {
             check_id(t, j, hi[j], lo[j], present[j]);
         }
     }
-    EXPECT_U(outrun, ==, 1);
+    RL_CHECK_UINT(outrun, ==, 1);
     for (uint64_t j = 0; j < ALL; j++) {
         check_id(t, j, hi[j], lo[j], present[j]);
     }
-    EXPECT_U(f.log_lost, ==, 0);
+    RL_CHECK_UINT(f.log_lost, ==, 0);
     finish(t, &f, present);
     free(present);
     free(hi);
@@ -1183,8 +1158,8 @@ START_TEST(test_random_resizing)
         bool swept = false;
         if (present[id] && r < phases[ph].del) {
             rl_keytab_delete(t, rl_keytab_find(t, hi[id], lo[id]));
-            EXPECT_U(f.nlog, ==, 1);
-            EXPECT_I(f.log[0], ==, (int64_t)id);
+            RL_CHECK_UINT(f.nlog, ==, 1);
+            RL_CHECK_INT(f.log[0], ==, (int64_t)id);
             drain_log(&f, present, &nkeys);
             deletes_old += where == 1;
             deletes_new += mid && where != 1;
@@ -1202,9 +1177,9 @@ START_TEST(test_random_resizing)
             nkeys++;
             epoch[id] = stats_of(t).resizes;
             /* An eviction, if any: another key, present until now. */
-            EXPECT_U(f.nlog, <=, 1);
+            RL_CHECK_UINT(f.nlog, <=, 1);
             if (f.nlog == 1) {
-                EXPECT_I(f.log[0], !=, (int64_t)id);
+                RL_CHECK_INT(f.log[0], !=, (int64_t)id);
                 evictions_mid += mid && stats_of(t).resize_left > 0;
                 drain_log(&f, present, &nkeys);
             }
@@ -1213,10 +1188,10 @@ START_TEST(test_random_resizing)
             uint64_t calls = f.is_full_calls;
             size_t n = rl_keytab_sweep(t, now, budget);
             /* Past the budget a sweep examines only the rest of the run it ended in. */
-            EXPECT_U(f.is_full_calls - calls, <=, budget + stats_of(t).capacity);
-            EXPECT_U(f.nlog, ==, n);
+            RL_CHECK_UINT(f.is_full_calls - calls, <=, budget + stats_of(t).capacity);
+            RL_CHECK_UINT(f.nlog, ==, n);
             for (size_t k = 0; k < f.nlog; k++) {
-                EXPECT_U(full_at[f.log[k]], <=, now);
+                RL_CHECK_UINT(full_at[f.log[k]], <=, now);
             }
             drain_log(&f, present, &nkeys);
             sweeps_mid += mid && n > 0;
@@ -1224,19 +1199,19 @@ START_TEST(test_random_resizing)
         }
 
         s = stats_of(t);
-        EXPECT_U(s.keys, ==, nkeys);
-        EXPECT_U(s.bytes, <=, 2 * max_bytes);
+        RL_CHECK_UINT(s.keys, ==, nkeys);
+        RL_CHECK_UINT(s.bytes, <=, 2 * max_bytes);
         uint64_t steps = s.resize_steps - b.resize_steps;
         if (!swept && steps > INSERT_STEP) {
             /* Only an insert that fills the array of a shrink before its move ends: it
              * moves the rest, then grows. */
-            EXPECT_U(s.resizes, ==, b.resizes + 1);
-            EXPECT_U(s.capacity, >, b.capacity);
-            EXPECT_U(steps, <=, b.resize_left);
+            RL_CHECK_UINT(s.resizes, ==, b.resizes + 1);
+            RL_CHECK_UINT(s.capacity, >, b.capacity);
+            RL_CHECK_UINT(steps, <=, b.resize_left);
             outruns++;
         }
         if (s.resizes != b.resizes) {
-            EXPECT_U(s.resizes, ==, b.resizes + 1);
+            RL_CHECK_UINT(s.resizes, ==, b.resizes + 1);
             grows += s.capacity > b.capacity;
             shrinks += s.capacity < b.capacity;
             old_cap = b.capacity;
@@ -1250,16 +1225,16 @@ START_TEST(test_random_resizing)
     for (uint64_t j = 0; j < N; j++) {
         check_id(t, j, hi[j], lo[j], present[j]);
     }
-    EXPECT_U(grows, >, 10);
-    EXPECT_U(shrinks, >, 0);
-    EXPECT_U(ops_mid, >, 1000);
-    EXPECT_U(evictions_mid, >, 0);
-    EXPECT_U(sweeps_mid, >, 0);
-    EXPECT_U(deletes_old, >, 0);
-    EXPECT_U(deletes_new, >, 0);
-    EXPECT_U(finds_unmoved, >, 0);
-    EXPECT_U(finds_moved, >, 0);
-    EXPECT_U(finds_deleted_old, >, 0);
+    RL_CHECK_UINT(grows, >, 10);
+    RL_CHECK_UINT(shrinks, >, 0);
+    RL_CHECK_UINT(ops_mid, >, 1000);
+    RL_CHECK_UINT(evictions_mid, >, 0);
+    RL_CHECK_UINT(sweeps_mid, >, 0);
+    RL_CHECK_UINT(deletes_old, >, 0);
+    RL_CHECK_UINT(deletes_new, >, 0);
+    RL_CHECK_UINT(finds_unmoved, >, 0);
+    RL_CHECK_UINT(finds_moved, >, 0);
+    RL_CHECK_UINT(finds_deleted_old, >, 0);
     (void)outruns;
     finish(t, &f, present);
     free(present);
@@ -1312,11 +1287,11 @@ START_TEST(test_sweep_long_run_work)
             uint64_t w = rl_keytab_sweep_work(t);
             gone += rl_keytab_sweep(t, now, budgets[b]);
             uint64_t visited_max = 2 * s.capacity + budgets[b];
-            EXPECT_U(rl_keytab_sweep_work(t) - w, <=, 48 * visited_max);
+            RL_CHECK_UINT(rl_keytab_sweep_work(t) - w, <=, 48 * visited_max);
         }
     }
-    EXPECT_U(gone, ==, want_full);
-    EXPECT_U(keys_of(t), ==, N - want_full);
+    RL_CHECK_UINT(gone, ==, want_full);
+    RL_CHECK_UINT(keys_of(t), ==, N - want_full);
     seed = 7;
     for (uint64_t id = 0; id < N; id++) {
         uint64_t hi = (UINT64_C(1) << 62) + (splitmix(&seed) >> 3);
@@ -1360,13 +1335,4 @@ keytab_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(keytab_suite());
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(keytab_suite)

@@ -12,6 +12,7 @@
 
 #include "conf.h"
 #include "limiter.h"
+#include "rltest.h"
 #include "wire.h"
 
 static struct rl_conf *
@@ -21,7 +22,7 @@ conf_from(const char *text)
     char err[256] = "";
     int rc = rl_conf_parse("test.conf", text, &c, err, sizeof(err));
 
-    ck_assert_msg(rc == 0, "conf: %s", err);
+    RL_CHECK(rc == 0, "conf: %s", err);
     return c;
 }
 
@@ -30,7 +31,7 @@ limiter_from(const struct rl_conf *c, uint64_t memory)
 {
     struct rl_limiter *l = NULL;
 
-    ck_assert_int_eq(rl_limiter_create(&l, c, memory), 0);
+    RL_CHECK_INT_EQ(rl_limiter_create(&l, c, memory), 0);
     return l;
 }
 
@@ -53,7 +54,7 @@ check(struct rl_limiter *l, const char *service, const char *user, const char *e
     req.endpoint.len = endpoint == NULL ? 0 : (uint32_t)strlen(endpoint);
     req.cost = cost;
     rl_limiter_check(l, &req, now, &rep);
-    ck_assert_uint_eq(rep.id, 77);
+    RL_CHECK_UINT_EQ(rep.id, 77);
     return rep;
 }
 
@@ -63,7 +64,7 @@ stats(const struct rl_limiter *l)
     struct rl_limiter_stats s;
 
     rl_limiter_stats(l, &s);
-    ck_assert_uint_eq(s.checks, s.allowed + s.limited + s.queued + s.no_rule);
+    RL_CHECK_UINT_EQ(s.checks, s.allowed + s.limited + s.queued + s.no_rule);
     return s;
 }
 
@@ -71,13 +72,13 @@ static void
 assert_reply(const struct rl_wire_check_reply *r, uint32_t code, uint64_t limit, uint64_t remaining,
              uint64_t reset, uint64_t retry)
 {
-    ck_assert_msg(r->code == code && r->limit == limit && r->remaining == remaining &&
-                      r->reset_ms == reset && r->retry_after_ms == retry,
-                  "reply [%u %llu %llu %llu %llu], want [%u %llu %llu %llu %llu]", r->code,
-                  (unsigned long long)r->limit, (unsigned long long)r->remaining,
-                  (unsigned long long)r->reset_ms, (unsigned long long)r->retry_after_ms, code,
-                  (unsigned long long)limit, (unsigned long long)remaining,
-                  (unsigned long long)reset, (unsigned long long)retry);
+    RL_CHECK(r->code == code && r->limit == limit && r->remaining == remaining &&
+                 r->reset_ms == reset && r->retry_after_ms == retry,
+             "reply [%u %llu %llu %llu %llu], want [%u %llu %llu %llu %llu]", r->code,
+             (unsigned long long)r->limit, (unsigned long long)r->remaining,
+             (unsigned long long)r->reset_ms, (unsigned long long)r->retry_after_ms, code,
+             (unsigned long long)limit, (unsigned long long)remaining, (unsigned long long)reset,
+             (unsigned long long)retry);
 }
 
 #define T0 1699999200000ull /* a window boundary for windows of 1 s, 10 s, 1 min and 1 h */
@@ -288,7 +289,7 @@ START_TEST(test_sweep_forgets)
 
     for (int i = 0; i < 100; i++) {
         snprintf(user, sizeof(user), "user-%d", i);
-        ck_assert_uint_eq(check(l, "w", user, NULL, 1, T0).code, RL_WIRE_ALLOWED);
+        RL_CHECK_UINT_EQ(check(l, "w", user, NULL, 1, T0).code, RL_WIRE_ALLOWED);
     }
     s = stats(l);
     ck_assert_uint_eq(s.keys, 300);
@@ -357,8 +358,8 @@ START_TEST(test_memory_cap)
         b = check(capped, "c", user, NULL, 1, now);
         refused_free += a.code == RL_WIRE_LIMITED;
         refused_capped += b.code == RL_WIRE_LIMITED;
-        ck_assert_msg(b.code == RL_WIRE_ALLOWED || a.code == RL_WIRE_LIMITED,
-                      "capped refused %s at step %d, unlimited allowed", user, i);
+        RL_CHECK(b.code == RL_WIRE_ALLOWED || a.code == RL_WIRE_LIMITED,
+                 "capped refused %s at step %d, unlimited allowed", user, i);
         if (i % 1000 == 0) {
             rl_limiter_sweep(capped, now, 4096);
             rl_limiter_sweep(free_, now, 4096);
@@ -423,15 +424,4 @@ limiter_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(limiter_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(limiter_suite)

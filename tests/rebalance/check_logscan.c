@@ -19,16 +19,13 @@
 #include <unistd.h>
 
 #include "reqline.h"
+#include "rltest.h"
 #include "shardmap.h"
 
 #define NSHARDS 4096u
 
-#define EXPECT(c)                                                                                  \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            ck_abort_msg("Assertion '%s' failed", #c);                                             \
-        }                                                                                          \
-    } while (0)
+/* The cheap assertion of rltest.h (calls into Check only when it fails). */
+#define EXPECT(c) RL_CHECK(c)
 
 /* One log line for (service, user), newline included, written by the router's own
  * formatter: the scanner is tested on what the writer really writes. */
@@ -703,15 +700,4 @@ logscan_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(logscan_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(logscan_suite)

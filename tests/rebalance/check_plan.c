@@ -7,6 +7,7 @@
  * computed, not sampled, so every expectation is exact. No timing assertions.
  */
 #include "plan.h"
+#include "rltest.h"
 
 #include <check.h>
 #include <errno.h>
@@ -18,14 +19,6 @@
 #include <string.h>
 
 #define NSHARDS 4096u
-
-/* Check's assertions talk to the parent on every call: these only call it when they fail. */
-#define EXPECT(c)                                                                                  \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            ck_abort_msg("Assertion '%s' failed", #c);                                             \
-        }                                                                                          \
-    } while (0)
 
 static uint64_t
 rand64(uint64_t *state)
@@ -44,7 +37,7 @@ nodes(size_t n)
     struct rl_member *m = calloc(n, sizeof(*m));
     size_t i;
 
-    ck_assert_ptr_nonnull(m);
+    RL_CHECK(m != NULL);
     for (i = 0; i < n; i++) {
         snprintf(m[i].name, sizeof(m[i].name), "node-%zu", i + 1);
         snprintf(m[i].addr, sizeof(m[i].addr), "127.0.0.1:%zu", 7401 + i);
@@ -73,8 +66,8 @@ zipf_shards(uint32_t nshards, double s, uint64_t seed)
     uint64_t *load = calloc(nshards, sizeof(*load));
     uint32_t *rank = malloc(nshards * sizeof(*rank)), i, j, t;
 
-    ck_assert_ptr_nonnull(load);
-    ck_assert_ptr_nonnull(rank);
+    RL_CHECK(load != NULL);
+    RL_CHECK(rank != NULL);
     for (i = 0; i < nshards; i++) {
         rank[i] = i;
     }
@@ -99,7 +92,7 @@ zipf_keys(uint32_t nshards, uint32_t nkeys, double s, uint64_t seed)
     char user[32];
     uint32_t k;
 
-    ck_assert_ptr_nonnull(load);
+    RL_CHECK(load != NULL);
     for (k = 0; k < nkeys; k++) {
         int n = snprintf(user, sizeof(user), "u%u-%" PRIu64, k, seed);
         uint64_t h = rl_shardmap_key_hash("svc", 3, user, (size_t)n);
@@ -121,7 +114,7 @@ compute(struct rl_plan *p, const uint64_t *load, const struct rl_member *m, size
                                .tolerance = tol,
                                .budget = budget};
 
-    ck_assert_int_eq(rl_plan_compute(&in, p), 0);
+    RL_CHECK_INT_EQ(rl_plan_compute(&in, p), 0);
 }
 
 /* The invariants every plan keeps, whatever its inputs. */
@@ -133,42 +126,42 @@ check_invariants(const struct rl_plan *p, const uint64_t *load)
     struct rl_shardmap *map = NULL;
     uint32_t s, i, changed = 0;
 
-    EXPECT(after != NULL && seen != NULL);
+    RL_CHECK(after != NULL && seen != NULL);
     for (s = 0; s < p->nshards; s++) {
-        EXPECT(p->owner[s] < p->nmembers);
+        RL_CHECK(p->owner[s] < p->nmembers);
         after[p->owner[s]] += load[s];
         total += load[s];
         if (p->owner[s] != p->before_owner[s]) {
             changed++;
             moved += load[s];
-            EXPECT(load[s] > 0); /* a shard with no load never moves */
+            RL_CHECK(load[s] > 0); /* a shard with no load never moves */
         }
         /* An override exactly where the owner is not the rendezvous owner. */
-        EXPECT((p->assignment.owner[s][0] != '\0') == (p->owner[s] != p->hrw[s]));
+        RL_CHECK((p->assignment.owner[s][0] != '\0') == (p->owner[s] != p->hrw[s]));
     }
-    EXPECT(total == p->total);
-    EXPECT(changed == p->moved_shards);
-    EXPECT(moved == p->moved_load);
-    EXPECT(p->moved_load <= p->budget_load);
+    RL_CHECK(total == p->total);
+    RL_CHECK(changed == p->moved_shards);
+    RL_CHECK(moved == p->moved_load);
+    RL_CHECK(p->moved_load <= p->budget_load);
     for (i = 0; i < p->moved_shards; i++) {
         const struct rl_plan_move *mv = &p->moves[i];
 
-        EXPECT(!seen[mv->shard]); /* never moved twice */
+        RL_CHECK(!seen[mv->shard]); /* never moved twice */
         seen[mv->shard] = 1;
-        EXPECT(mv->from == p->before_owner[mv->shard] && mv->to == p->owner[mv->shard]);
-        EXPECT(mv->load == load[mv->shard]);
+        RL_CHECK(mv->from == p->before_owner[mv->shard] && mv->to == p->owner[mv->shard]);
+        RL_CHECK(mv->load == load[mv->shard]);
     }
     for (i = 0; i < p->nmembers; i++) {
-        EXPECT(after[i] == p->after[i]);
+        RL_CHECK(after[i] == p->after[i]);
         maxb = p->before[i] > maxb ? p->before[i] : maxb;
         maxa = p->after[i] > maxa ? p->after[i] : maxa;
     }
-    EXPECT(maxa <= maxb);
+    RL_CHECK(maxa <= maxb);
     /* The assignment, through its text, gives routers exactly the plan's owners. */
-    ck_assert_int_eq(rl_shardmap_create(&map, p->nshards, p->members, p->nmembers, &p->assignment),
-                     0);
+    RL_CHECK_INT_EQ(rl_shardmap_create(&map, p->nshards, p->members, p->nmembers, &p->assignment),
+                    0);
     for (s = 0; s < p->nshards; s++) {
-        EXPECT(map->owner[s] == p->owner[s]);
+        RL_CHECK(map->owner[s] == p->owner[s]);
     }
     rl_shardmap_destroy(map);
     free(after);
@@ -270,19 +263,18 @@ START_TEST(test_budget_respected)
     for (i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
         compute(&p, load, m, 8, NULL, 0.05, budgets[i]);
         check_invariants(&p, load);
-        ck_assert_msg((long double)p.moved_load <= (long double)budgets[i] * p.total,
-                      "budget %.3f: moved %" PRIu64 " of %" PRIu64, budgets[i], p.moved_load,
-                      p.total);
+        RL_CHECK((long double)p.moved_load <= (long double)budgets[i] * p.total,
+                 "budget %.3f: moved %" PRIu64 " of %" PRIu64, budgets[i], p.moved_load, p.total);
         if (budgets[i] == 0) {
-            ck_assert_uint_eq(p.moved_shards, 0);
-            ck_assert(p.budget_hit);
+            RL_CHECK_UINT_EQ(p.moved_shards, 0);
+            RL_CHECK(p.budget_hit);
         }
         if (rl_plan_ratio(p.after, 8) > 1.05) {
-            ck_assert_msg(p.budget_hit, "budget %.3f: stopped above the aim without a reason",
-                          budgets[i]);
+            RL_CHECK(p.budget_hit, "budget %.3f: stopped above the aim without a reason",
+                     budgets[i]);
         }
         /* A larger budget never ends worse. */
-        ck_assert(rl_plan_ratio(p.after, 8) <= prev_after + 1e-12);
+        RL_CHECK(rl_plan_ratio(p.after, 8) <= prev_after + 1e-12);
         prev_after = rl_plan_ratio(p.after, 8);
         rl_plan_deinit(&p);
     }
@@ -310,14 +302,14 @@ START_TEST(test_deterministic)
         compute(&b, load, m, 12, &cur, 0.05, 0.5);
         shuffle(m2, 12, &seed);
         compute(&c, load, m2, 12, &cur, 0.05, 0.5);
-        ck_assert_int_eq(rl_assignment_format(&b.assignment, &tb, &lb), 0);
-        ck_assert_int_eq(rl_assignment_format(&c.assignment, &tc, &lc), 0);
-        ck_assert(memcmp(a.owner, b.owner, NSHARDS * sizeof(*a.owner)) == 0);
-        ck_assert(memcmp(a.owner, c.owner, NSHARDS * sizeof(*a.owner)) == 0);
-        ck_assert(memcmp(a.members, c.members, 12 * sizeof(*a.members)) == 0);
-        ck_assert(memcmp(a.moves, c.moves, a.moved_shards * sizeof(*a.moves)) == 0);
-        ck_assert_uint_eq(la, lc);
-        ck_assert(memcmp(ta, tb, la) == 0 && memcmp(ta, tc, la) == 0);
+        RL_CHECK_INT_EQ(rl_assignment_format(&b.assignment, &tb, &lb), 0);
+        RL_CHECK_INT_EQ(rl_assignment_format(&c.assignment, &tc, &lc), 0);
+        RL_CHECK(memcmp(a.owner, b.owner, NSHARDS * sizeof(*a.owner)) == 0);
+        RL_CHECK(memcmp(a.owner, c.owner, NSHARDS * sizeof(*a.owner)) == 0);
+        RL_CHECK(memcmp(a.members, c.members, 12 * sizeof(*a.members)) == 0);
+        RL_CHECK(memcmp(a.moves, c.moves, a.moved_shards * sizeof(*a.moves)) == 0);
+        RL_CHECK_UINT_EQ(la, lc);
+        RL_CHECK(memcmp(ta, tb, la) == 0 && memcmp(ta, tc, la) == 0);
         free(tb);
         free(tc);
         rl_plan_deinit(&b);
@@ -348,7 +340,7 @@ START_TEST(test_dead_nodes_ignored)
     }
     ck_assert_int_eq(rl_assignment_init(&cur, NSHARDS), 0);
     for (s = 0; s < 64; s++) {
-        ck_assert_int_eq(rl_assignment_set(&cur, s, "ghost"), 0);
+        RL_CHECK_INT_EQ(rl_assignment_set(&cur, s, "ghost"), 0);
     }
     hrw = rl_shardmap_hrw(100, m, 4);
     ck_assert_int_eq(rl_assignment_set(&cur, 100, m[hrw].name), 0); /* unnecessary */
@@ -359,8 +351,8 @@ START_TEST(test_dead_nodes_ignored)
     check_invariants(&p, load);
     ck_assert_uint_eq(p.moved_shards, 0);
     for (s = 0; s < 64; s++) {
-        ck_assert_uint_eq(p.before_owner[s], p.hrw[s]);
-        ck_assert_str_eq(p.assignment.owner[s], "");
+        RL_CHECK_UINT_EQ(p.before_owner[s], p.hrw[s]);
+        RL_CHECK_STR_EQ(p.assignment.owner[s], "");
     }
     ck_assert_str_eq(p.assignment.owner[100], "");
     ck_assert_str_eq(p.members[p.owner[101]].name, m[other].name);
@@ -461,7 +453,7 @@ START_TEST(test_hot_shard)
     /* Without the hot shard, every other node is within the aim. */
     for (s = 0; s < 4; s++) {
         if (s != node) {
-            ck_assert_uint_le(p.after[s], p.target);
+            RL_CHECK_UINT_LE(p.after[s], p.target);
         }
     }
     rl_plan_deinit(&p);
@@ -536,14 +528,14 @@ START_TEST(test_random_invariants)
     ck_assert_int_eq(rl_assignment_init(&cur, NSHARDS), 0);
     for (k = 0; k < 200; k++) {
         /* Overrides to live nodes and to m[n], which is not a member. */
-        ck_assert_int_eq(rl_assignment_set(&cur, (uint32_t)(rand64(&seed) % NSHARDS),
-                                           m[rand64(&seed) % (n + 1)].name),
-                         0);
+        RL_CHECK_INT_EQ(rl_assignment_set(&cur, (uint32_t)(rand64(&seed) % NSHARDS),
+                                          m[rand64(&seed) % (n + 1)].name),
+                        0);
     }
     compute(&p, load, m, n, &cur, tol, budget);
     check_invariants(&p, load);
     for (k = 0; k < NSHARDS; k++) {
-        EXPECT(strcmp(p.assignment.owner[k], m[n].name) != 0);
+        RL_CHECK(strcmp(p.assignment.owner[k], m[n].name) != 0);
     }
     if (!p.budget_hit && !p.hot_shard && rl_plan_ratio(p.after, n) > 1 + tol + 0.10) {
         ck_abort_msg("seed %d: n=%zu s=%.2f tol=%.2f: %.3f -> %.3f", _i, n, s, tol,
@@ -583,15 +575,4 @@ plan_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(plan_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(plan_suite)

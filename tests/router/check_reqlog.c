@@ -16,6 +16,7 @@
 #include "logscan.h"
 #include "reqline.h"
 #include "reqlog.h"
+#include "rltest.h"
 #include "shardmap.h"
 
 static char *
@@ -350,14 +351,4 @@ reqlog_suite(void)
     return s;
 }
 
-int
-main(void)
-{
-    SRunner *sr = srunner_create(reqlog_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+RL_TEST_MAIN(reqlog_suite)

@@ -1,0 +1,47 @@
+/*
+ * rltest: the failure path of the RL_CHECK macros and the common main() of the suites
+ * (rltest.h). Linked into every test binary through the rlharness library.
+ */
+#include "rltest.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+void
+rl_test_fail(const char *file, int line, const char *expr, const char *fmt, ...)
+{
+    char detail[2048];
+    va_list ap;
+
+    detail[0] = '\0';
+    if (strcmp(fmt, ": ") != 0) {
+        va_start(ap, fmt);
+        vsnprintf(detail, sizeof(detail), fmt, ap);
+        va_end(ap);
+    }
+    /* Check records this file and line, then ends the test (exit, or longjmp with CK_FORK=no). */
+    _ck_assert_failed(file, line, expr, "Assertion '%s' failed%s", expr, detail);
+}
+
+int
+rl_test_run(Suite *suite)
+{
+    SRunner *sr = srunner_create(suite);
+    int failed;
+
+    /*
+     * No srunner_set_fork_status: Check's default reads CK_FORK (fork unless "no"), and
+     * CK_ENV reads CK_VERBOSITY (normal unless set). The other CK_ variables are read by
+     * srunner_run_all and tcase timeouts themselves.
+     */
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    /* Whatever the harness started in this (the runner) process, and its temp directory. */
+    rl_harness_cleanup();
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

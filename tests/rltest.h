@@ -1,0 +1,105 @@
+/*
+ * rltest: what every Check suite of the tree shares: assertions cheap enough for hot loops,
+ * and the one main() of a suite.
+ *
+ * Why not ck_assert* everywhere: every ck_assert*, passing or not, calls _mark_point(),
+ * which sends the file and line to Check's runner (a write to the runner's message file in
+ * fork mode), so a loop of a million passing checks costs a million writes: minutes under
+ * ASan. The RL_CHECK* macros evaluate their operands once, compare inline, and call into
+ * Check only when the comparison fails, with the same message ck_assert_* would give (the
+ * expression, and each operand's text and value). Use them in loops and helpers that run
+ * many times; ck_assert* stays fine for straight-line code. The one thing they give up is
+ * the mark point: a test that crashes after passing RL_CHECKs is reported at the last
+ * ck_assert or mark_point() before them, not at the last RL_CHECK.
+ *
+ * RL_CHECK(cond) or RL_CHECK(cond, "fmt", ...): fails with "Assertion 'cond' failed" and
+ * the formatted message (fmt must be a string literal).
+ * RL_CHECK_INT_EQ(a, b) ... _NE, _LT, _LE, _GT, _GE: as ck_assert_int_*, intmax_t;
+ * RL_CHECK_INT(a, OP, b) for any comparison operator OP.
+ * RL_CHECK_UINT_EQ(a, b) ..., RL_CHECK_UINT(a, OP, b): as ck_assert_uint_*, uintmax_t.
+ * RL_CHECK_STR_EQ(a, b): as ck_assert_str_eq (neither may be NULL).
+ *
+ * rl_test_run(suite) / RL_TEST_MAIN(suite_fn): runs a suite as every test binary here does:
+ * Check's environment is honoured, CK_FORK=no (one process: for gdb and for LSan),
+ * CK_VERBOSITY (silent, minimal, normal (default), verbose), CK_RUN_SUITE, CK_RUN_CASE,
+ * CK_INCLUDE_TAGS, CK_EXCLUDE_TAGS, CK_DEFAULT_TIMEOUT, CK_TIMEOUT_MULTIPLIER,
+ * CK_LOG_FILE_NAME, CK_XML_LOG_FILE_NAME, CK_TAP_LOG_FILE_NAME; prints Check's summary;
+ * stops whatever the harness started in this process and removes its temp directory; and
+ * returns EXIT_SUCCESS only if no test failed.
+ */
+#ifndef RL_RLTEST_H
+#define RL_RLTEST_H
+
+#include <check.h>
+#include <stdint.h>
+#include <string.h>
+
+/*
+ * Fails the running test with "Assertion 'expr' failed", followed by fmt formatted when fmt
+ * is more than ": " (the macros pass ": " "their format", so that an RL_CHECK without a
+ * message still has a format string that is not empty).
+ */
+void rl_test_fail(const char *file, int line, const char *expr, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 4, 5)));
+
+/* Runs the suite (see above) and frees it; returns the process's exit status. */
+int rl_test_run(Suite *suite);
+
+/* The main() of a test binary whose suite is built by suite_fn(). */
+#define RL_TEST_MAIN(suite_fn)                                                                     \
+    int main(void)                                                                                 \
+    {                                                                                              \
+        return rl_test_run(suite_fn());                                                            \
+    }
+
+#define RL_CHECK(cond, ...)                                                                        \
+    do {                                                                                           \
+        if (__builtin_expect(!(cond), 0)) {                                                        \
+            rl_test_fail(__FILE__, __LINE__, #cond, ": " __VA_ARGS__);                             \
+        }                                                                                          \
+    } while (0)
+
+#define RL_CHECK_INT(X, OP, Y)                                                                     \
+    do {                                                                                           \
+        intmax_t rl_check_x_ = (X);                                                                \
+        intmax_t rl_check_y_ = (Y);                                                                \
+        if (__builtin_expect(!(rl_check_x_ OP rl_check_y_), 0)) {                                  \
+            rl_test_fail(__FILE__, __LINE__, #X " " #OP " " #Y, ": %s == %jd, %s == %jd", #X,      \
+                         rl_check_x_, #Y, rl_check_y_);                                            \
+        }                                                                                          \
+    } while (0)
+
+#define RL_CHECK_UINT(X, OP, Y)                                                                    \
+    do {                                                                                           \
+        uintmax_t rl_check_x_ = (X);                                                               \
+        uintmax_t rl_check_y_ = (Y);                                                               \
+        if (__builtin_expect(!(rl_check_x_ OP rl_check_y_), 0)) {                                  \
+            rl_test_fail(__FILE__, __LINE__, #X " " #OP " " #Y, ": %s == %ju, %s == %ju", #X,      \
+                         rl_check_x_, #Y, rl_check_y_);                                            \
+        }                                                                                          \
+    } while (0)
+
+#define RL_CHECK_INT_EQ(X, Y) RL_CHECK_INT(X, ==, Y)
+#define RL_CHECK_INT_NE(X, Y) RL_CHECK_INT(X, !=, Y)
+#define RL_CHECK_INT_LT(X, Y) RL_CHECK_INT(X, <, Y)
+#define RL_CHECK_INT_LE(X, Y) RL_CHECK_INT(X, <=, Y)
+#define RL_CHECK_INT_GT(X, Y) RL_CHECK_INT(X, >, Y)
+#define RL_CHECK_INT_GE(X, Y) RL_CHECK_INT(X, >=, Y)
+#define RL_CHECK_UINT_EQ(X, Y) RL_CHECK_UINT(X, ==, Y)
+#define RL_CHECK_UINT_NE(X, Y) RL_CHECK_UINT(X, !=, Y)
+#define RL_CHECK_UINT_LT(X, Y) RL_CHECK_UINT(X, <, Y)
+#define RL_CHECK_UINT_LE(X, Y) RL_CHECK_UINT(X, <=, Y)
+#define RL_CHECK_UINT_GT(X, Y) RL_CHECK_UINT(X, >, Y)
+#define RL_CHECK_UINT_GE(X, Y) RL_CHECK_UINT(X, >=, Y)
+
+#define RL_CHECK_STR_EQ(X, Y)                                                                      \
+    do {                                                                                           \
+        const char *rl_check_s_ = (X);                                                             \
+        const char *rl_check_t_ = (Y);                                                             \
+        if (__builtin_expect(strcmp(rl_check_s_, rl_check_t_) != 0, 0)) {                          \
+            rl_test_fail(__FILE__, __LINE__, #X " == " #Y, ": %s == \"%s\", %s == \"%s\"", #X,     \
+                         rl_check_s_, #Y, rl_check_t_);                                            \
+        }                                                                                          \
+    } while (0)
+
+#endif
