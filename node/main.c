@@ -235,7 +235,9 @@ main(int argc, char **argv)
     rl_daemon_run(&n.d);
     rc = 0;
 out:
-    rl_daemon_destroy(&n.d);
+    /* The limiter's rules point into the config, which rl_daemon_destroy frees; the server's
+     * handles are closed (or only closing, which touches no limiter) by now. */
     rl_limiter_destroy(n.limiter);
+    rl_daemon_destroy(&n.d);
     return rc;
 }

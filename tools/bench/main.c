@@ -29,6 +29,7 @@
 
 #include "buf.h"
 #include "client.h"
+#include "parse.h"
 #include "hist.h"
 #include "mp.h"
 #include "rng.h"
@@ -936,7 +937,7 @@ usage(FILE *f)
                "Sends CHECK requests to a ratelimiter node or router and reports throughput,\n"
                "reply codes and latency.\n"
                "\n"
-               "  --target HOST:PORT   server (default 127.0.0.1:7401)\n"
+               "  --target HOST:PORT   server (default 127.0.0.1:7400, the router, as rl-cli)\n"
                "  --connections C      TCP connections in all (default 4)\n"
                "  --pipeline P         requests in flight per connection (default 64, <= 65536)\n"
                "  --threads N          worker threads, each with its own loop (default 1)\n"
@@ -960,22 +961,11 @@ usage(FILE *f)
                "^C stops sending, waits for the replies in flight, and prints the summary.\n");
 }
 
+/* A number in 0..max for an option: rl_parse_u64, 0 or -1. */
 static int
 parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
-    char *end;
-    unsigned long long v;
-
-    if (s[0] < '0' || s[0] > '9') {
-        return -1;
-    }
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v > max) {
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return rl_parse_u64(s, 0, max, out) == NULL ? 0 : -1;
 }
 
 static int
@@ -1046,7 +1036,7 @@ parse_opts(int argc, char **argv, struct opts *o)
     int ch;
     const char *bad = NULL;
 
-    o->target = "127.0.0.1:7401";
+    o->target = "127.0.0.1:7400";
     o->connections = 4;
     o->pipeline = 64;
     o->keys = 1000000;

@@ -13,14 +13,25 @@
 #include <string.h>
 #include <time.h>
 
+#include <uv.h>
+
 #include "client.h"
+#include "conf.h"
+#include "parse.h"
+#include "zkm.h"
 #include "shardmap.h"
 #include "clock.h"
 #include "wire.h"
 
-#define CLI_EXIT_OK 0
-#define CLI_EXIT_FAIL 1
-#define CLI_EXIT_USAGE 2
+/* Exit statuses (documented in --help and docs/CONFIG.md): a script branches on them. */
+#define CLI_EXIT_OK 0    /* done; for check: ALLOWED */
+#define CLI_EXIT_FAIL 1  /* server unreachable, ERROR reply, broken protocol */
+#define CLI_EXIT_USAGE 2 /* bad command line or config */
+#define CLI_EXIT_LIMITED 3
+#define CLI_EXIT_QUEUED 4
+#define CLI_EXIT_FAIL_OPEN 5
+#define CLI_EXIT_FAIL_CLOSED 6
+#define CLI_EXIT_NO_RULE 7
 
 #define CLI_DEFAULT_TARGET "127.0.0.1:7400"
 #define CLI_DEFAULT_SHARDS 4096u
@@ -33,6 +44,7 @@ struct cli {
     uint64_t repeat;
     uint64_t interval_ms;
     uint32_t shards;
+    const char *config;
     bool cost_set;
     bool repeat_set;
     bool interval_set;
@@ -50,8 +62,11 @@ usage(FILE *f)
                "  ping           who answers (a router or a node's name)\n"
                "  stats          the server's counters, one \"key value\" per line\n"
                "  clock NOW_MS   set a --test-clock node's clock (ms since the epoch)\n"
-               "  hash SERVICE USER [--shards S]\n"
-               "                 the key hash and shard of a (service, user) pair; no server\n"
+               "  hash SERVICE USER [--shards S | --config FILE]\n"
+               "                 the key hash and shard of a (service, user) pair; with\n"
+               "                 --config, the cluster's shard count and the node that owns it\n"
+               "                 ([node] sections, or the live members and assignment in\n"
+               "                 ZooKeeper)\n"
                "\n"
                "options:\n"
                "  --target HOST:PORT  server (default " CLI_DEFAULT_TARGET ", the router)\n"
@@ -60,10 +75,14 @@ usage(FILE *f)
                "  --repeat N          send the CHECK N times (default 1)\n"
                "  --interval-ms MS    pause between repeated CHECKs (default 0)\n"
                "  --shards S          shard count for hash (default 4096)\n"
+               "  --config FILE       cluster.conf for hash\n"
                "  --help, --version\n"
                "\n"
-               "Exits 0 on success, 1 when the server cannot be reached, answers ERROR or\n"
-               "breaks the protocol, and 2 on a usage error.\n");
+               "Exit status: 0 success (check: ALLOWED), 1 the server cannot be reached, answers\n"
+               "ERROR or breaks the protocol, 2 usage or config error; check, by its (last)\n"
+               "answer: 3 LIMITED, 4 QUEUED, 5 FAIL_OPEN, 6 FAIL_CLOSED, 7 NO_RULE.\n"
+               "rl-cli and rl-bench both default to 127.0.0.1:7400, the router of the shipped\n"
+               "cluster.conf.\n");
 }
 
 static int
@@ -75,22 +94,11 @@ usage_error(const char *fmt, const char *arg)
     return CLI_EXIT_USAGE;
 }
 
+/* A number in 0..max for an option: rl_parse_u64, 0 or -1. */
 static int
 parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
-    char *end;
-    unsigned long long v;
-
-    if (s[0] < '0' || s[0] > '9') {
-        return -1;
-    }
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v > max) {
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return rl_parse_u64(s, 0, max, out) == NULL ? 0 : -1;
 }
 
 static const char *
@@ -174,7 +182,7 @@ cmd_check(const struct cli *o, int argc, char **argv)
         return CLI_EXIT_FAIL;
     }
     status = connect_target(o, &c);
-    for (i = 0; status == CLI_EXIT_OK && i < o->repeat; i++) {
+    for (i = 0; c != NULL && status != CLI_EXIT_FAIL && i < o->repeat; i++) {
         if (i > 0 && o->interval_ms > 0) {
             sleep_ms(o->interval_ms);
         }
@@ -189,6 +197,16 @@ cmd_check(const struct cli *o, int argc, char **argv)
             print_error_reply(rep);
             status = CLI_EXIT_FAIL;
         } else {
+            static const int by_code[] = {
+                [RL_WIRE_ALLOWED] = CLI_EXIT_OK,          [RL_WIRE_LIMITED] = CLI_EXIT_LIMITED,
+                [RL_WIRE_FAIL_OPEN] = CLI_EXIT_FAIL_OPEN, [RL_WIRE_FAIL_CLOSED] = CLI_EXIT_FAIL_CLOSED,
+                [RL_WIRE_NO_RULE] = CLI_EXIT_NO_RULE,     [RL_WIRE_QUEUED] = CLI_EXIT_QUEUED,
+            };
+
+            /* The last answer decides; a later one replaces an earlier one. */
+            status = rep->check.code < sizeof(by_code) / sizeof(by_code[0])
+                         ? by_code[rep->check.code]
+                         : CLI_EXIT_FAIL;
             print_upper(rl_wire_code_name(rep->check.code));
             printf(" limit=%llu remaining=%llu reset_ms=%llu retry_after_ms=%llu\n",
                    (unsigned long long)rep->check.limit, (unsigned long long)rep->check.remaining,
@@ -295,18 +313,121 @@ cmd_clock(const struct cli *o, int argc, char **argv)
     return status;
 }
 
+/* The members of the cluster in config: the [node] sections, or ZooKeeper's live ones
+ * (with the assignment in force, into *a). Returns 0 or an exit status after a message. */
+static int
+hash_members(const struct rl_conf *conf, struct rl_member **members, size_t *n,
+             struct rl_assignment *a, bool *have_a, const char **from)
+{
+    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL};
+    struct rl_zkm *z = NULL;
+    uv_loop_t loop;
+    char *text = NULL, err[256];
+    size_t len = 0;
+    int64_t version = -1;
+    int rc;
+
+    *have_a = false;
+    if (conf->zookeeper[0] == '\0') {
+        *members = calloc(conf->nnodes ? conf->nnodes : 1, sizeof(**members));
+        if (*members == NULL) {
+            fprintf(stderr, "rl-cli: out of memory\n");
+            return CLI_EXIT_FAIL;
+        }
+        for (size_t i = 0; i < conf->nnodes; i++) {
+            snprintf((*members)[i].name, sizeof((*members)[i].name), "%s", conf->nodes[i].name);
+            rl_format_hostport((*members)[i].addr, sizeof((*members)[i].addr),
+                               conf->nodes[i].host, conf->nodes[i].port);
+        }
+        *n = conf->nnodes;
+        *from = "static membership, the [node] sections";
+        return CLI_EXIT_OK;
+    }
+    uv_loop_init(&loop);
+    rc = rl_zkm_create(&z, &loop, conf->zookeeper, conf->session_timeout_ms, conf->cluster_name,
+                       &no_cbs, NULL);
+    if (rc == 0) {
+        rc = rl_zkm_read_members(z, members, n, 5000);
+    }
+    if (rc == 0) {
+        rc = rl_zkm_get_assignment(z, &text, &len, &version, 5000);
+    }
+    rl_zkm_destroy(z);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    if (rc != 0) {
+        fprintf(stderr, "rl-cli: cannot read the membership from ZooKeeper %s: %s\n",
+                conf->zookeeper, strerror(-rc));
+        free(text);
+        return CLI_EXIT_FAIL;
+    }
+    if (len > 0 && rl_assignment_parse(a, text, len, err, sizeof(err)) == 0) {
+        *have_a = true;
+    } else if (len > 0) {
+        fprintf(stderr, "rl-cli: warning: the assignment in ZooKeeper does not parse (%s); "
+                        "routers ignore it, and so does this answer\n", err);
+    }
+    free(text);
+    *from = *have_a ? "live members and assignment in ZooKeeper" : "live members in ZooKeeper";
+    return CLI_EXIT_OK;
+}
+
 static int
 cmd_hash(const struct cli *o, int argc, char **argv)
 {
+    struct rl_conf *conf = NULL;
+    struct rl_member *members = NULL;
+    struct rl_shardmap *map = NULL;
+    struct rl_assignment a;
+    bool have_a = false;
+    const char *from = "";
+    uint32_t shards = o->shards, shard, owner;
+    char err[512];
+    size_t n = 0;
     uint64_t h;
+    int status;
 
     if (argc != 2) {
         return usage_error("%s: expected SERVICE USER", "hash");
     }
+    if (o->config != NULL) {
+        if (rl_conf_load(o->config, &conf, err, sizeof(err)) != 0) {
+            fprintf(stderr, "%s\n", err);
+            return CLI_EXIT_USAGE;
+        }
+        shards = conf->shards;
+    }
     h = rl_shardmap_key_hash(argv[0], strlen(argv[0]), argv[1], strlen(argv[1]));
+    shard = rl_shardmap_shard(h, shards);
     printf("hash %s %s -> key_hash=0x%016llx shard=%u shards=%u\n", argv[0], argv[1],
-           (unsigned long long)h, (unsigned)(h % o->shards), o->shards);
-    return CLI_EXIT_OK;
+           (unsigned long long)h, (unsigned)shard, shards);
+    if (conf == NULL) {
+        return CLI_EXIT_OK;
+    }
+    if (rl_assignment_init(&a, shards) != 0) {
+        rl_conf_destroy(conf);
+        return CLI_EXIT_FAIL;
+    }
+    status = hash_members(conf, &members, &n, &a, &have_a, &from);
+    if (status == CLI_EXIT_OK &&
+        rl_shardmap_create(&map, shards, members, n, have_a ? &a : NULL) != 0) {
+        fprintf(stderr, "rl-cli: cannot build the shard table\n");
+        status = CLI_EXIT_FAIL;
+    }
+    if (status == CLI_EXIT_OK) {
+        owner = rl_shardmap_owner(map, shard);
+        if (owner == RL_SHARDMAP_NONE) {
+            printf("owner: none (no live node; %s)\n", from);
+        } else {
+            printf("owner: %s %s (%s)\n", map->members[owner].name, map->members[owner].addr,
+                   from);
+        }
+    }
+    rl_shardmap_destroy(map);
+    free(members);
+    rl_assignment_deinit(&a);
+    rl_conf_destroy(conf);
+    return status;
 }
 
 enum {
@@ -316,6 +437,7 @@ enum {
     OPT_REPEAT,
     OPT_INTERVAL,
     OPT_SHARDS,
+    OPT_CONFIG,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -327,6 +449,7 @@ static const struct option long_opts[] = {
     {"repeat", required_argument, NULL, OPT_REPEAT},
     {"interval-ms", required_argument, NULL, OPT_INTERVAL},
     {"shards", required_argument, NULL, OPT_SHARDS},
+    {"config", required_argument, NULL, OPT_CONFIG},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -387,6 +510,9 @@ main(int argc, char **argv)
             o.shards = (uint32_t)v;
             o.shards_set = true;
             break;
+        case OPT_CONFIG:
+            o.config = optarg;
+            break;
         case OPT_HELP:
             usage(stdout);
             return CLI_EXIT_OK;
@@ -406,8 +532,12 @@ main(int argc, char **argv)
     if (strcmp(cmd, "check") != 0 && (o.cost_set || o.repeat_set || o.interval_set)) {
         return usage_error("%s: --cost, --repeat and --interval-ms go with check", cmd);
     }
-    if (strcmp(cmd, "hash") != 0 && o.shards_set) {
-        return usage_error("%s: --shards goes with hash", cmd);
+    if (strcmp(cmd, "hash") != 0 && (o.shards_set || o.config != NULL)) {
+        return usage_error("%s: --shards and --config go with hash", cmd);
+    }
+    if (o.shards_set && o.config != NULL) {
+        return usage_error("%s: --shards or --config, not both (the config has the count)",
+                           cmd);
     }
     if (strcmp(cmd, "check") == 0) {
         return cmd_check(&o, nargs, args);

@@ -1,0 +1,119 @@
+/*
+ * check_cli: rl-cli as a script uses it, against a real rl-node: its exit status tells the
+ * answer (0 ALLOWED, 3 LIMITED, 7 NO_RULE, 1 unreachable, 2 usage), and `hash --config`
+ * names the node that owns a key, the same one the shard map computes from the config.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "conf.h"
+#include "harness.h"
+#include "rltest.h"
+#include "shardmap.h"
+
+static char conf_path[PATH_MAX];
+static int node_ports[2];
+
+/* Runs rl-cli with args; returns its exit status, its output in out. */
+static int
+cli(char *out, size_t len, const char *const argv[])
+{
+    char log[PATH_MAX];
+    static int seq;
+    int status;
+    pid_t pid;
+
+    ck_assert_int_eq(rl_harness_tmppath(log, sizeof(log), "cli-%d.out", seq++), 0);
+    ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
+    ck_assert_int_eq(rl_harness_wait(pid, 10000, &status), 0);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_ge(rl_harness_read_file(log, out, len), 0);
+    return WEXITSTATUS(status);
+}
+
+START_TEST(test_exit_codes_and_owner)
+{
+    struct rl_harness_server node = {0};
+    char out[4096], target[64], expect[256];
+    struct rl_conf *conf = NULL;
+    struct rl_shardmap *map = NULL;
+    struct rl_member members[2];
+    char err[256];
+    uint64_t h;
+    uint32_t owner;
+
+    node_ports[0] = rl_harness_free_port();
+    node_ports[1] = rl_harness_free_port();
+    ck_assert_int_eq(rl_harness_tmppath(conf_path, sizeof(conf_path), "cli.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf_path,
+                                           "[cluster]\nshards = 64\n"
+                                           "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[node b]\nlisten = 127.0.0.1:%d\n"
+                                           "[service web]\nlimit = fixed_window 1 per 1h\n",
+                                           node_ports[0], node_ports[1]),
+                     0);
+    ck_assert_int_eq(rl_harness_node_start(&node, conf_path, "a", node_ports[0], 0), 0);
+    snprintf(target, sizeof(target), "127.0.0.1:%d", node_ports[0]);
+    {
+        const char *check[] = {"rl-cli", "--target", target, "check", "web", "u", NULL};
+        const char *nope[] = {"rl-cli", "--target", target, "check", "nope", "u", NULL};
+        const char *twice[] = {"rl-cli", "--target", target, "check", "web", "v", "--repeat", "2",
+                               NULL};
+        const char *down[] = {"rl-cli", "--target", "127.0.0.1:1", "check", "web", "u", NULL};
+        const char *bad[] = {"rl-cli", "--target", target, "check", "web", NULL};
+
+        ck_assert_int_eq(cli(out, sizeof(out), check), 0);
+        ck_assert_ptr_nonnull(strstr(out, "-> ALLOWED"));
+        ck_assert_int_eq(cli(out, sizeof(out), check), 3);
+        ck_assert_ptr_nonnull(strstr(out, "-> LIMITED"));
+        ck_assert_int_eq(cli(out, sizeof(out), nope), 7);
+        ck_assert_ptr_nonnull(strstr(out, "-> NO_RULE"));
+        /* With --repeat the last answer decides: allowed, then limited. */
+        ck_assert_int_eq(cli(out, sizeof(out), twice), 3);
+        ck_assert_int_eq(cli(out, sizeof(out), down), 1);
+        ck_assert_int_eq(cli(out, sizeof(out), bad), 2);
+    }
+    /* hash --config: the shard count and the owner come from the config. */
+    ck_assert_int_eq(rl_conf_load(conf_path, &conf, err, sizeof(err)), 0);
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(members[i].name, sizeof(members[i].name), "%s", conf->nodes[i].name);
+        snprintf(members[i].addr, sizeof(members[i].addr), "127.0.0.1:%d", node_ports[i]);
+    }
+    ck_assert_int_eq(rl_shardmap_create(&map, conf->shards, members, 2, NULL), 0);
+    for (int u = 0; u < 8; u++) {
+        char user[16];
+        const char *hash[] = {"rl-cli", "hash", "web", user, "--config", conf_path, NULL};
+
+        snprintf(user, sizeof(user), "user%d", u);
+        h = rl_shardmap_key_hash("web", 3, user, strlen(user));
+        owner = rl_shardmap_owner(map, rl_shardmap_shard(h, 64));
+        ck_assert_int_eq(cli(out, sizeof(out), hash), 0);
+        snprintf(expect, sizeof(expect), "shard=%u shards=64", rl_shardmap_shard(h, 64));
+        ck_assert_msg(strstr(out, expect) != NULL, "\"%s\" lacks \"%s\"", out, expect);
+        snprintf(expect, sizeof(expect), "owner: %s %s", map->members[owner].name,
+                 map->members[owner].addr);
+        ck_assert_msg(strstr(out, expect) != NULL, "\"%s\" lacks \"%s\"", out, expect);
+    }
+    rl_shardmap_destroy(map);
+    rl_conf_destroy(conf);
+    ck_assert_int_eq(rl_harness_server_stop(&node, SIGTERM, 10000), 0);
+}
+END_TEST
+
+static Suite *
+cli_suite(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("cli");
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_exit_codes_and_owner);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RL_TEST_MAIN(cli_suite)
