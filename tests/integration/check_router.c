@@ -674,7 +674,7 @@ START_TEST(test_slow_reader_paused)
             (unsigned long long)(owed >> 20), rss0, rss);
     ck_assert_msg(rss - rss0 < RSS_GROWTH_MAX_KB, "router RSS grew by %ld kB", rss - rss0);
     /* The test means something: the router owes far more than it may hold. */
-    ck_assert_msg(owed > 4 * (uint64_t)RSS_GROWTH_MAX_KB * 1024, "only %llu MB of replies owed",
+    ck_assert_msg(owed > 3 * (uint64_t)RSS_GROWTH_MAX_KB * 1024, "only %llu MB of replies owed",
                   (unsigned long long)(owed >> 20));
 
     /* Meanwhile another client is answered at once. */
