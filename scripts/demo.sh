@@ -60,10 +60,11 @@ done
 echo "== the router sees ${members:-0} nodes"
 
 echo "== a few requests by hand (rl-cli), service \"checkout\": token_bucket 100/min burst 20"
-"$bin/rl-cli" --target 127.0.0.1:7400 check checkout alice --repeat 22 | sed -n '1,3p;19,22p'
-echo "   ... alice got her burst of 20, then LIMITED with a retry-after."
-"$bin/rl-cli" --target 127.0.0.1:7400 check checkout alice /pay
-"$bin/rl-cli" --target 127.0.0.1:7400 check unknown-service bob
+# rl-cli's exit status is the answer (3 LIMITED, 7 NO_RULE): not a failure here.
+{ "$bin/rl-cli" --target 127.0.0.1:7400 check checkout alice --repeat 22 || true; } | sed -n '1,3p;19,22p'
+echo "   ... alice got her burst of 20, then LIMITED with a retry-after (rl-cli exits 3)."
+"$bin/rl-cli" --target 127.0.0.1:7400 check checkout alice /pay || true
+"$bin/rl-cli" --target 127.0.0.1:7400 check unknown-service bob || echo "   (rl-cli exit status $?: NO_RULE)"
 echo
 
 echo "== ${seconds}s of rl-bench traffic through the router at ${rate} req/s (service \"bench\")"
@@ -74,23 +75,22 @@ bench=$!
 pids+=($bench)
 
 stat() { awk -v k="$1" '$1==k{print $2}' "$2"; }
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 prev=$run/stats.prev
 cur=$run/stats.cur
+# Each row is one real second of traffic: the snapshots are taken on a fixed schedule
+# (t0 + 1 s, t0 + 2 s, ...), whatever the previous row cost, and each row's rates are
+# divided by the time that really passed between its two snapshots.
+t0=$(now_ms)
 "$bin/rl-cli" --target 127.0.0.1:7400 stats > "$prev"
-printf '%4s %9s %9s %9s %9s %9s   %s\n' t "checks/s" allowed limited fail_open fail_clsd \
+prev_ms=$(now_ms)
+printf '%6s %9s %9s %9s %9s %9s   %s\n' t "checks/s" allowed/s limited/s fail_open fail_clsd \
     "owners (shards; * = connected)"
 for t in $(seq 1 "$seconds"); do
-    sleep 1
-    if [ "$t" = $((seconds / 4)) ]; then
-        kill -9 "$pid_b"
-        wait "$pid_b" 2>/dev/null || true
-        echo "---- kill -9 node b (its counters are gone; its users get the failure policy until ZooKeeper drops it)"
-    fi
-    if [ "$t" = $((seconds * 3 / 5)) ]; then
-        start_node b
-        echo "---- node b restarted (re-registers, takes its shards back from zero)"
-    fi
+    left=$(( t0 + t * 1000 - $(now_ms) ))
+    [ "$left" -gt 0 ] && sleep "$(awk -v l="$left" 'BEGIN {printf "%.3f", l / 1000}')"
     "$bin/rl-cli" --target 127.0.0.1:7400 stats > "$cur" || continue
+    cur_ms=$(now_ms)
     owners=""
     for n in a b c; do
         s=$(stat "node.$n.shards" "$cur")
@@ -103,10 +103,23 @@ for t in $(seq 1 "$seconds"); do
             owners="$owners $n=$s"
         fi
     done
-    d() { echo $(( $(stat "$1" "$cur") - $(stat "$1" "$prev") )); }
-    printf '%4s %9s %9s %9s %9s %9s  %s\n' "${t}s" "$(d checks)" "$(d allowed)" "$(d limited)" \
-        "$(d fail_open)" "$(d fail_closed)" "$owners"
+    span=$(( cur_ms - prev_ms ))
+    d() { awk -v a="$(stat "$1" "$cur")" -v b="$(stat "$1" "$prev")" -v ms="$span" \
+        'BEGIN {printf "%d", (a - b) * 1000 / (ms > 0 ? ms : 1)}'; }
+    printf '%6s %9s %9s %9s %9s %9s  %s\n' \
+        "$(awk -v ms=$(( cur_ms - t0 )) 'BEGIN {printf "%.1fs", ms / 1000}')" "$(d checks)" \
+        "$(d allowed)" "$(d limited)" "$(d fail_open)" "$(d fail_closed)" "$owners"
     cp "$cur" "$prev"
+    prev_ms=$cur_ms
+    if [ "$t" = $((seconds / 4)) ]; then
+        kill -9 "$pid_b"
+        wait "$pid_b" 2>/dev/null || true
+        echo "---- $(awk -v ms=$(( $(now_ms) - t0 )) 'BEGIN {printf "%.1fs", ms / 1000}'): kill -9 node b (its counters are gone; its users get the failure policy until ZooKeeper drops it)"
+    fi
+    if [ "$t" = $((seconds * 3 / 5)) ]; then
+        start_node b
+        echo "---- $(awk -v ms=$(( $(now_ms) - t0 )) 'BEGIN {printf "%.1fs", ms / 1000}'): node b restarted (re-registers, takes its shards back from zero)"
+    fi
 done
 wait "$bench" || true
 echo
