@@ -150,17 +150,6 @@ is_blank(int ch)
     return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n' || ch == '\v' || ch == '\f';
 }
 
-static bool
-is_digit(int ch)
-{
-    return ch >= '0' && ch <= '9';
-}
-
-static bool
-is_alnum(int ch)
-{
-    return is_digit(ch) || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
-}
 
 /* A name that is also safe as a znode path component: [A-Za-z0-9_.-]{1,max}, not . or .. */
 static bool
@@ -169,7 +158,7 @@ valid_name(const char *s, size_t max)
     size_t n;
 
     for (n = 0; s[n] != '\0'; n++) {
-        if (!is_alnum((unsigned char)s[n]) && s[n] != '_' && s[n] != '.' && s[n] != '-') {
+        if (!rl_is_alnum((unsigned char)s[n]) && s[n] != '_' && s[n] != '.' && s[n] != '-') {
             return false;
         }
     }

@@ -10,17 +10,6 @@
 
 #define PARSE_DURATION_PHRASE "is not a duration (use ms, s, m, h or d)"
 
-static bool
-is_digit(int ch)
-{
-    return ch >= '0' && ch <= '9';
-}
-
-static bool
-is_alnum(int ch)
-{
-    return is_digit(ch) || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
-}
 
 static int
 lower(int ch)
@@ -35,10 +24,10 @@ scan_u64(const char **s, uint64_t *out)
     const char *q = *s;
     uint64_t v = 0;
 
-    if (!is_digit((unsigned char)*q)) {
+    if (!rl_is_digit((unsigned char)*q)) {
         return "is not a number";
     }
-    for (; is_digit((unsigned char)*q); q++) {
+    for (; rl_is_digit((unsigned char)*q); q++) {
         unsigned d = (unsigned)(*q - '0');
 
         if (v > (UINT64_MAX - d) / 10) {
@@ -78,7 +67,7 @@ rl_parse_duration_ms(const char *s, uint64_t *out)
     size_t i;
 
     if (scan_u64(&s, &v) != NULL) {
-        return is_digit((unsigned char)*s) ? "is too large" : PARSE_DURATION_PHRASE;
+        return rl_is_digit((unsigned char)*s) ? "is too large" : PARSE_DURATION_PHRASE;
     }
     for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
         if (strcmp(s, units[i].unit) == 0) {
@@ -100,7 +89,7 @@ rl_parse_size(const char *s, uint64_t *out)
     uint64_t v;
 
     if (scan_u64(&s, &v) != NULL) {
-        return is_digit((unsigned char)*s) ? "is too large" : phrase;
+        return rl_is_digit((unsigned char)*s) ? "is too large" : phrase;
     }
     switch (lower((unsigned char)*s)) {
     case '\0':
@@ -154,7 +143,7 @@ rl_parse_hostport(const char *s, char **host, uint16_t *port)
         hlen = (size_t)(close - h);
         colon = close + 1;
         for (i = 0; i < hlen; i++) {
-            if (!is_alnum((unsigned char)h[i]) && h[i] != ':' && h[i] != '.' && h[i] != '%') {
+            if (!rl_is_alnum((unsigned char)h[i]) && h[i] != ':' && h[i] != '.' && h[i] != '%') {
                 return phrase;
             }
         }
@@ -165,7 +154,7 @@ rl_parse_hostport(const char *s, char **host, uint16_t *port)
         }
         hlen = (size_t)(colon - s);
         for (i = 0; i < hlen; i++) {
-            if (!is_alnum((unsigned char)h[i]) && h[i] != '-' && h[i] != '.' && h[i] != '_') {
+            if (!rl_is_alnum((unsigned char)h[i]) && h[i] != '-' && h[i] != '.' && h[i] != '_') {
                 return phrase;
             }
         }

@@ -10,6 +10,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Character classes of the parsers, ASCII only (no locale). */
+static inline int
+rl_is_digit(int ch)
+{
+    return ch >= '0' && ch <= '9';
+}
+
+static inline int
+rl_is_alnum(int ch)
+{
+    return rl_is_digit(ch) || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+}
+
 /*
  * Decimal digits only (no sign, no blanks, no 0x), in [min, max]. Phrases: "is not a
  * number", "is too large" (past 2^64-1), "is out of range" (outside [min, max]).

@@ -89,19 +89,10 @@ struct rl_logscan {
     uint64_t src_lines0; /* lines read before this source */
 };
 
-static const char *const reason_text[] = {
-#define RL_LOGSCAN_REASON_TEXT(n, s) s,
-    RL_LOGSCAN_REASON_MAP(RL_LOGSCAN_REASON_TEXT)
-#undef RL_LOGSCAN_REASON_TEXT
-};
-
 const char *
 rl_logscan_reason_text(enum rl_logscan_reason r)
 {
-    if ((unsigned)r >= RL_LOGSCAN_REASON_COUNT) {
-        return "unknown";
-    }
-    return reason_text[r];
+    return rl_reqline_reason_text((enum rl_reqline_reason)r);
 }
 
 /* SplitMix64's finalizer, seeded: the table index, so crafted keys cannot pile up. */
