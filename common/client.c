@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "parse.h"
 
 /* Bytes asked of each recv(2): a few hundred CHECK replies, and more than a largest frame. */
 #define CLIENT_READ_CHUNK (64u * 1024)
@@ -214,43 +215,18 @@ fail:
 int
 rl_client_connect_addr(struct rl_client **out, const char *hostport, int timeout_ms)
 {
-    char host[256];
-    const char *colon, *h = hostport;
-    size_t hlen;
-    char *end;
-    unsigned long port;
+    char *host = NULL;
+    uint16_t port;
+    int rc;
 
     *out = NULL;
-    if (hostport == NULL) {
+    /* The one HOST:PORT / [IPV6]:PORT parser of the tree (parse.h). */
+    if (hostport == NULL || rl_parse_hostport(hostport, &host, &port) != NULL) {
         return -EINVAL;
     }
-    colon = strrchr(hostport, ':');
-    if (colon == NULL || colon == hostport) {
-        return -EINVAL;
-    }
-    hlen = (size_t)(colon - hostport);
-    /* "[::1]:7401": the brackets are there only to tell the port's colon apart. */
-    if (h[0] == '[') {
-        if (hlen < 3 || h[hlen - 1] != ']') {
-            return -EINVAL;
-        }
-        h++;
-        hlen -= 2;
-    }
-    if (hlen >= sizeof(host)) {
-        return -EINVAL;
-    }
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    if (colon[1] < '0' || colon[1] > '9') {
-        return -EINVAL;
-    }
-    errno = 0;
-    port = strtoul(colon + 1, &end, 10);
-    if (errno != 0 || *end != '\0' || port == 0 || port > 65535) {
-        return -EINVAL;
-    }
-    return rl_client_connect(out, host, (uint16_t)port, timeout_ms);
+    rc = rl_client_connect(out, host, port, timeout_ms);
+    free(host);
+    return rc;
 }
 
 void
