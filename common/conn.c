@@ -404,6 +404,7 @@ static void
 conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct rl_conn *c = stream->data;
+    bool was_dirty = c->dirty;
 
     (void)buf;
     if (nread == UV_EOF && c->listener != NULL) {
@@ -427,10 +428,12 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         /* The peer asks faster than it reads: stop reading until the output drains. */
         conn_pause(c);
     }
-    if (c->dirty) {
+    if (c->dirty && !was_dirty) {
         /* The replies of this read leave now, in one write, rather than after every other
          * connection's batch of the loop turn: a pipelining client gets them a batch
-         * earlier (c stays on the dirty list; its flush there finds nothing new). */
+         * earlier (c stays on the dirty list; its flush there finds nothing new). Output
+         * that was already waiting (the router's requests to a node, gathered from several
+         * clients' reads) keeps waiting for the loop turn's flush, which batches it. */
         conn_flush(c);
     }
 }
