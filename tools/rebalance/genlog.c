@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "parse.h"
 #include "reqline.h"
 #include "shardmap.h"
 
@@ -71,22 +72,11 @@ next64(uint64_t *state)
     return mix64(*state += 0x9e3779b97f4a7c15ull);
 }
 
+/* A number in min..max for an option: rl_parse_u64, 0 or -EINVAL. */
 static int
 parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-    char *end;
-    unsigned long long v;
-
-    if (s[0] < '0' || s[0] > '9') {
-        return -EINVAL;
-    }
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max) {
-        return -EINVAL;
-    }
-    *out = v;
-    return 0;
+    return rl_parse_u64(s, min, max, out) == NULL ? 0 : -EINVAL;
 }
 
 static int
