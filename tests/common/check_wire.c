@@ -1014,7 +1014,7 @@ gen_value(msgpack_packer *pk, uint64_t *s, int max_depth, int *budget)
     }
 }
 
-/* Decodes p as a request and a reply and checks the outcome is one the contract allows. */
+/* Decodes p as a request and a reply and checks the outcome is one docs/PROTOCOL.md allows. */
 static void
 fuzz_one(struct rl_wire_decoder *d, struct rl_wire_reply *rep, const char *p, size_t n)
 {

@@ -1,5 +1,5 @@
 /*
- * check_cluster: the cluster of DESIGN.md with real parts: a ZooKeeper server, three
+ * check_cluster: the cluster (docs/OPERATIONS.md) with real parts: a ZooKeeper server, three
  * rl-node processes and two rl-router processes on loopback. Checks that routers agree on
  * owners, that a node's death costs exactly its users their counts (failure policy until
  * ZooKeeper drops it, then zero on a survivor), that a restarted node takes exactly its

@@ -1,7 +1,7 @@
 /*
  * check_node_tcp: rl-node as a black box over TCP. Starts the real binary on a free
- * loopback port (test clock on, so decisions are exact) and checks what PROTOCOL.md and
- * DESIGN.md promise a client: the answers, pipelining, many clients at once, bad clients
+ * loopback port (test clock on, so decisions are exact) and checks what docs/PROTOCOL.md and
+ * docs/OPERATIONS.md promise a client: the answers, pipelining, many clients at once, bad clients
  * that never disturb good ones, and a clean exit on SIGTERM. Not for the algorithms' edge
  * cases (check_algo, check_limiter) or the cluster (check_cluster).
  */
