@@ -38,7 +38,7 @@
 #define CONF_DURATION_PHRASE "is not a duration (use ms, s, m, h or d)"
 #define CONF_LIMIT_PHRASE "is not \"ALGORITHM N per DURATION [burst B]\""
 
-enum conf_kind { CONF_CLUSTER, CONF_ROUTER, CONF_NODE, CONF_SERVICE };
+enum conf_kind { CONF_CLUSTER, CONF_ROUTER, CONF_CLIENTS, CONF_NODE, CONF_SERVICE };
 
 struct conf_parser;
 
@@ -77,6 +77,7 @@ struct conf_parser {
     struct conf_section sec;
     int cluster_line; /* where [cluster] and [router] were, 0 if not yet */
     int router_line;
+    int clients_line;
     size_t nodes_cap;
     size_t rules_cap;
     size_t tiers_cap;
@@ -300,6 +301,75 @@ static const char *
 set_request_log_sample(struct conf_parser *p, const char *v)
 {
     return set_bounded(p, &p->c->log_sample, v, false, 1, UINT32_MAX, "1..4294967295");
+}
+
+static const char *
+set_u64_bounded(struct conf_parser *p, uint64_t *field, const char *v, bool duration,
+                uint64_t min, uint64_t max, const char *range)
+{
+    const char *why;
+    uint64_t n;
+
+    why = duration ? rl_parse_duration_ms(v, &n) : rl_parse_u64(v, 0, UINT64_MAX, &n);
+    if (why == NULL && (n < min || n > max)) {
+        snprintf(p->why, sizeof(p->why), "is out of range (%s)", range);
+        why = p->why;
+    }
+    if (why == NULL) {
+        *field = n;
+    }
+    return why;
+}
+
+static const char *
+set_max_connections(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->clients.max_connections, v, false, 1, 1000000, "1..1000000");
+}
+
+static const char *
+set_max_per_peer(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->clients.max_per_peer, v, false, 1, 1000000, "1..1000000");
+}
+
+static const char *
+set_router_reserve(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->clients.router_reserve, v, false, 0, 10000, "0..10000");
+}
+
+static const char *
+set_idle_timeout(struct conf_parser *p, const char *v)
+{
+    if (strcmp(v, "0") == 0) {
+        p->c->clients.idle_timeout_ms = 0;
+        return NULL;
+    }
+    return set_u64_bounded(p, &p->c->clients.idle_timeout_ms, v, true, 1000, 7ull * 86400000,
+                           "0 (never), or 1s..7d");
+}
+
+static const char *
+set_frame_timeout(struct conf_parser *p, const char *v)
+{
+    return set_u64_bounded(p, &p->c->clients.frame_timeout_ms, v, true, 100, 3600000, "100ms..1h");
+}
+
+static const char *
+set_buffer_memory(struct conf_parser *p, const char *v)
+{
+    uint64_t bytes;
+    const char *why = rl_parse_size(v, &bytes);
+
+    if (why != NULL) {
+        return why;
+    }
+    if (bytes < CONF_MEMORY_MIN) {
+        return "is below the minimum of 1mb";
+    }
+    p->c->clients.buffer_memory = bytes;
+    return NULL;
 }
 
 static const char *
@@ -536,6 +606,16 @@ static const struct conf_key router_keys[] = {
     {NULL, NULL, false},
 };
 
+static const struct conf_key clients_keys[] = {
+    {"max_connections", set_max_connections, false},
+    {"max_connections_per_peer", set_max_per_peer, false},
+    {"router_reserve", set_router_reserve, false},
+    {"idle_timeout", set_idle_timeout, false},
+    {"frame_timeout", set_frame_timeout, false},
+    {"buffer_memory", set_buffer_memory, false},
+    {NULL, NULL, false},
+};
+
 static const struct conf_key node_keys[] = {
     {"listen", set_node_listen, false},
     {"memory", set_node_memory, false},
@@ -552,6 +632,7 @@ static const struct conf_key service_keys[] = {
 static const struct conf_kind_def conf_kinds[] = {
     [CONF_CLUSTER] = {"cluster", 0, 0, "[cluster]", cluster_keys},
     [CONF_ROUTER] = {"router", 0, 0, "[router]", router_keys},
+    [CONF_CLIENTS] = {"clients", 0, 0, "[clients]", clients_keys},
     [CONF_NODE] = {"node", 1, 1, "[node NAME]", node_keys},
     [CONF_SERVICE] = {"service", 1, 2, "[service SERVICE] or [service SERVICE ENDPOINT]",
                       service_keys},
@@ -821,7 +902,7 @@ section_open(struct conf_parser *p, char *s, char *e)
     }
     if (kind > CONF_SERVICE) {
         conf_fail(p, p->line, -EINVAL,
-                  "unknown section [%s] (use cluster, router, node or service)", arg[0]);
+                  "unknown section [%s] (use cluster, router, clients, node or service)", arg[0]);
         return;
     }
     if (nargs - 1 < conf_kinds[kind].min_args || nargs - 1 > conf_kinds[kind].max_args) {
@@ -835,7 +916,10 @@ section_open(struct conf_parser *p, char *s, char *e)
     switch (p->sec.kind) {
     case CONF_CLUSTER:
     case CONF_ROUTER:
-        seen_line = p->sec.kind == CONF_CLUSTER ? &p->cluster_line : &p->router_line;
+    case CONF_CLIENTS:
+        seen_line = p->sec.kind == CONF_CLUSTER  ? &p->cluster_line
+                    : p->sec.kind == CONF_ROUTER ? &p->router_line
+                                                 : &p->clients_line;
         if (*seen_line != 0) {
             conf_fail(p, p->line, -EINVAL, "duplicate section [%s] (first at line %d)", arg[0],
                       *seen_line);
@@ -1032,6 +1116,7 @@ conf_create(const char *name)
     c->deadline_ms = 50;
     c->request_log = strdup("");
     c->log_sample = 1;
+    c->clients = rl_conn_limits_default();
     if (c->path == NULL || c->cluster_name == NULL || c->zookeeper == NULL ||
         c->router_host == NULL || c->request_log == NULL) {
         rl_conf_destroy(c);

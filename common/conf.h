@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "connlimits.h"
+
 #include "parse.h"
 
 /* Algorithms: X(NAME, text, has_burst). */
@@ -85,6 +87,8 @@ struct rl_conf {
     uint32_t deadline_ms; /* default 50 */
     char *request_log;    /* "" = off */
     uint32_t log_sample;  /* log one request in N; default 1 */
+    /* [clients]: what each process's listener allows its clients (connlimits.h) */
+    struct rl_conn_limits clients;
     /* [node NAME] sections, in file order */
     struct rl_node_conf *nodes;
     size_t nnodes;

@@ -15,9 +15,11 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <xxhash.h>
 
@@ -34,6 +36,16 @@ connq_flush(uv_check_t *h)
 {
     struct rl_connq *q = h->data;
 
+    /* A new turn: connections that spent their input budget in the last one go on. */
+    q->turn++;
+    while (q->throttled != NULL) {
+        struct rl_conn *c = q->throttled;
+
+        q->throttled = c->dirty_next;
+        c->dirty_next = NULL;
+        c->throttled = false;
+        rl_conn_mark(c);
+    }
     /* Flushing a connection may process frames it had left unread, which dirties others
      * (the router forwards them to nodes): drain until nothing is dirty. */
     while (q->dirty != NULL) {
@@ -58,8 +70,12 @@ connq_handle_closed(uv_handle_t *h)
 {
     struct rl_connq *q = h->data;
 
-    if (--q->handles == 0 && q->on_closed != NULL) {
-        q->on_closed(q->data);
+    if (--q->handles == 0) {
+        free(q->slab);
+        q->slab = NULL;
+        if (q->on_closed != NULL) {
+            q->on_closed(q->data);
+        }
     }
 }
 
@@ -70,8 +86,15 @@ rl_connq_init(struct rl_connq *q, uv_loop_t *loop)
 
     memset(q, 0, sizeof(*q));
     q->loop = loop;
+    q->client_budget = RL_CONN_DEFAULT_BUFFER_MEMORY;
+    q->slab = malloc(RL_CONN_READ_CHUNK);
+    if (q->slab == NULL) {
+        return UV_ENOMEM;
+    }
     rc = uv_check_init(loop, &q->check);
     if (rc != 0) {
+        free(q->slab);
+        q->slab = NULL;
         return rc;
     }
     q->check.data = q;
@@ -129,14 +152,47 @@ rl_conn_deinit(struct rl_conn *c)
     rl_buf_deinit(&c->inflight);
 }
 
+/* Brings q->client_bytes up to date with the buffers of c (a listener's connection). */
 static void
-conn_peer_name(struct rl_conn *c)
+conn_account(struct rl_conn *c)
+{
+    uint64_t bytes;
+
+    if (c->listener == NULL) {
+        return;
+    }
+    bytes = (uint64_t)c->in.cap + c->out.cap + c->inflight.cap;
+    c->q->client_bytes = c->q->client_bytes - c->acct_bytes + bytes;
+    c->acct_bytes = bytes;
+}
+
+/* Empties b, and gives its memory back when it grew past what an idle connection keeps. */
+static void
+buf_trim(struct rl_buf *b)
+{
+    if (rl_buf_unread(b) != 0) {
+        return;
+    }
+    if (b->cap > RL_CONN_KEEP_BYTES) {
+        rl_buf_deinit(b);
+    } else {
+        rl_buf_reset(b);
+    }
+}
+
+/* Fills c->peer ("ip:port") and, when addr is not NULL, the address as 16 bytes (IPv4
+ * mapped into IPv6). */
+static void
+conn_peer_name(struct rl_conn *c, uint8_t *addr)
 {
     struct sockaddr_storage sa;
     int len = sizeof(sa);
     char ip[INET6_ADDRSTRLEN];
 
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &len) != 0) {
+        if (addr != NULL) {
+            memset(addr, 0, 16);
+        }
         return;
     }
     if (sa.ss_family == AF_INET6) {
@@ -144,11 +200,81 @@ conn_peer_name(struct rl_conn *c)
 
         uv_ip6_name(a, ip, sizeof(ip));
         snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(a->sin6_port));
+        if (addr != NULL) {
+            memcpy(addr, &a->sin6_addr, 16);
+        }
     } else {
         const struct sockaddr_in *a = (const struct sockaddr_in *)&sa;
 
         uv_ip4_name(a, ip, sizeof(ip));
         snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(a->sin_port));
+        if (addr != NULL) {
+            memset(addr, 0, 10);
+            addr[10] = addr[11] = 0xff;
+            memcpy(addr + 12, &a->sin_addr, 4);
+        }
+    }
+}
+
+/* ---- peers: client connections per address ----------------------------------------------- */
+
+static size_t
+peer_bucket(const uint8_t *addr)
+{
+    return (size_t)(XXH3_64bits(addr, 16) % RL_CONN_PEER_BUCKETS);
+}
+
+/* The count of addr, created at 0 if absent; NULL when out of memory. */
+static struct rl_conn_peer *
+peer_get(struct rl_listener *l, const uint8_t *addr)
+{
+    struct rl_conn_peer **head = &l->peers[peer_bucket(addr)];
+    struct rl_conn_peer *p;
+
+    for (p = *head; p != NULL; p = p->next) {
+        if (memcmp(p->addr, addr, 16) == 0) {
+            return p;
+        }
+    }
+    p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        return NULL;
+    }
+    memcpy(p->addr, addr, 16);
+    p->next = *head;
+    *head = p;
+    l->stats.peers++;
+    return p;
+}
+
+/* Frees the count of p's address once no connection holds it. */
+static void
+peer_drop(struct rl_listener *l, struct rl_conn_peer *p)
+{
+    struct rl_conn_peer **pp = &l->peers[peer_bucket(p->addr)];
+
+    if (p->count > 0) {
+        return;
+    }
+    while (*pp != p) {
+        pp = &(*pp)->next;
+    }
+    *pp = p->next;
+    free(p);
+    l->stats.peers--;
+}
+
+/* c stops counting as a client of its listener (closing, or turned router). */
+static void
+conn_unclient(struct rl_conn *c)
+{
+    struct rl_listener *l = c->listener;
+
+    if (c->peer_entry != NULL) {
+        c->peer_entry->count--;
+        peer_drop(l, c->peer_entry);
+        c->peer_entry = NULL;
+        l->clients--;
     }
 }
 
@@ -160,6 +286,8 @@ listener_unref(struct rl_listener *l)
         l->on_closed(l);
     }
 }
+
+static void listener_accept(uv_stream_t *server, int status);
 
 static void
 conn_closed(uv_handle_t *h)
@@ -179,9 +307,31 @@ conn_closed(uv_handle_t *h)
     }
     if (l != NULL) {
         rl_conn_deinit(c);
+        conn_account(c);
         free(c);
         listener_unref(l);
+        if (l->accept_paused && !l->closing) {
+            /* A descriptor is free again: take the connection accept(2) left waiting. */
+            l->accept_paused = false;
+            listener_accept((uv_stream_t *)&l->tcp, 0);
+        }
     }
+}
+
+static void
+conn_unthrottle(struct rl_conn *c)
+{
+    struct rl_conn **pp = &c->q->throttled;
+
+    if (!c->throttled) {
+        return;
+    }
+    while (*pp != c) {
+        pp = &(*pp)->throttle_next;
+    }
+    *pp = c->throttle_next;
+    c->throttle_next = NULL;
+    c->throttled = false;
 }
 
 void
@@ -196,6 +346,8 @@ rl_conn_close(struct rl_conn *c, int status)
     c->connected = false;
     c->reading = false;
     c->close_status = status;
+    /* The throttled list outlives this loop turn, the handle does not. */
+    conn_unthrottle(c);
     if (l != NULL) {
         if (c->prev != NULL) {
             c->prev->next = c->next;
@@ -207,6 +359,12 @@ rl_conn_close(struct rl_conn *c, int status)
         }
         c->prev = c->next = NULL;
         l->stats.connections--;
+        conn_unclient(c);
+        if (c->router || c->probation) {
+            l->reserve_used--;
+            l->stats.routers -= c->router;
+            c->router = c->probation = false;
+        }
     }
     if (c->ops->on_close != NULL) {
         c->ops->on_close(c, status);
@@ -236,6 +394,25 @@ conn_pause(struct rl_conn *c)
     if (c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
+    }
+}
+
+/* c handled its share of input for this loop turn: it waits for the next flush. */
+static void
+conn_throttle(struct rl_conn *c)
+{
+    conn_pause(c);
+    if (c->throttled) {
+        return;
+    }
+    if (c->listener != NULL) {
+        c->listener->stats.throttled++;
+    }
+    c->throttled = true;
+    c->throttle_next = c->q->throttled;
+    c->q->throttled = c;
+    if (!c->q->closing) {
+        uv_idle_start(&c->q->idle, connq_idle); /* the next turn must not block in poll */
     }
 }
 
@@ -276,7 +453,7 @@ rl_conn_release(struct rl_conn *c)
     rl_conn_mark(c);
 }
 
-/* ---- protocol errors ---------------------------------------------------------------------- */
+/* ---- protocol errors and refusals --------------------------------------------------------- */
 
 /* What the first bytes of a stream that broke the protocol look like, for the warning. */
 static const char *
@@ -298,13 +475,14 @@ conn_sniff(const char *p, size_t n)
     return "";
 }
 
-/* True when a protocol error from c's peer address should be logged at warn now. */
+/* True when an event of `kind` from c's peer address should be logged at warn now: once per
+ * address and kind per RL_CONN_WARN_INTERVAL_MS (as far as 64 slots remember). */
 static bool
-listener_should_warn(struct rl_listener *l, const struct rl_conn *c)
+listener_should_warn(struct rl_listener *l, const struct rl_conn *c, uint64_t kind)
 {
     const char *colon = strrchr(c->peer, ':');
     size_t len = colon != NULL ? (size_t)(colon - c->peer) : strlen(c->peer);
-    uint64_t h = XXH3_64bits(c->peer, len);
+    uint64_t h = XXH3_64bits_withSeed(c->peer, len, kind);
     struct rl_listener_warned *w = &l->warned[h % RL_CONN_WARN_PEERS];
     uint64_t now = uv_now(c->q->loop);
 
@@ -331,7 +509,7 @@ rl_conn_protocol_error(struct rl_conn *c, uint32_t id, uint32_t err, const char 
         return;
     }
     l->stats.protocol_closes++;
-    if (listener_should_warn(l, c)) {
+    if (listener_should_warn(l, c, 1)) {
         rl_log_warn("client %s: protocol error, answered and closed: %s%s (further errors from "
                     "this address are logged at debug for a minute)",
                     c->peer, msg, conn_sniff(p, n));
@@ -345,16 +523,79 @@ rl_conn_protocol_error(struct rl_conn *c, uint32_t id, uint32_t err, const char 
     rl_conn_finish(c);
 }
 
+/* Refuses c (ERROR err, then close), counting it in *counter and logging it at warn once per
+ * address and kind a minute. */
+static void
+conn_refuse_counted(struct rl_conn *c, uint64_t *counter, uint64_t kind, uint32_t err,
+                    const char *msg)
+{
+    struct rl_listener *l = c->listener;
+
+    (*counter)++;
+    if (counter != &l->stats.frame_timeouts && counter != &l->stats.idle_closes) {
+        l->stats.connections_refused++;
+    }
+    if (listener_should_warn(l, c, kind)) {
+        rl_log_warn("client %s: %s; answered ERROR and closed (further cases from this address "
+                    "are logged at debug for a minute)",
+                    c->peer, msg);
+    } else {
+        rl_log_debug("client %s: %s; answered ERROR and closed", c->peer, msg);
+    }
+    rl_conn_refuse(c, err, msg);
+}
+
 /* ---- reading ---------------------------------------------------------------------------- */
 
+/* Bytes the unfinished frame at the head of c->in still needs (a header: 4 at most). */
+static size_t
+conn_frame_need(const struct rl_conn *c)
+{
+    size_t have = rl_buf_unread(&c->in);
+    const unsigned char *p = (const unsigned char *)c->in.data + c->in.pos;
+    size_t total;
+
+    if (have < RL_WIRE_HDR_LEN) {
+        return RL_WIRE_HDR_LEN - have;
+    }
+    total = RL_WIRE_HDR_LEN +
+            (((size_t)p[0] << 24) | ((size_t)p[1] << 16) | ((size_t)p[2] << 8) | (size_t)p[3]);
+    return total > have ? total - have : 0;
+}
+
+/* True when growing c's buffers by n bytes would pass the clients' buffer memory. */
+static bool
+conn_over_budget(const struct rl_conn *c, size_t n)
+{
+    return c->listener != NULL && c->q->client_bytes + n > c->q->client_budget;
+}
+
+/*
+ * A connection with no unfinished input reads into the loop's slab, so it holds no input
+ * buffer between requests; one with an unfinished frame reads into its own buffer, grown
+ * only to what the frame still needs (within the clients' buffer memory).
+ */
 static void
 conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct rl_conn *c = h->data;
+    size_t want;
 
     (void)suggested;
-    if (rl_buf_reserve(&c->in, RL_CONN_READ_CHUNK) != 0) {
-        buf->base = NULL;
+    if (rl_buf_unread(&c->in) == 0 && c->q->slab != NULL) {
+        rl_buf_reset(&c->in);
+        buf->base = c->q->slab;
+        buf->len = RL_CONN_READ_CHUNK;
+        return;
+    }
+    rl_buf_compact(&c->in);
+    want = conn_frame_need(c);
+    if (want < RL_CONN_KEEP_BYTES) {
+        want = RL_CONN_KEEP_BYTES;
+    }
+    if (c->in.cap - c->in.len < want &&
+        (conn_over_budget(c, want) || rl_buf_reserve(&c->in, want) != 0)) {
+        buf->base = NULL; /* libuv answers UV_ENOBUFS */
         buf->len = 0;
         return;
     }
@@ -363,41 +604,76 @@ conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 }
 
 /*
- * Hands the whole frames in c->in to the owner until c is backlogged, finishing or closed;
- * what is left waits for the flush that resumes c. Stopping mid-batch bounds what one read
- * can queue: 64 KiB of 7-byte STATS requests would otherwise be answered with megabytes.
+ * Hands the whole frames of p[0..n) to the owner until c is backlogged, finishing, closed or
+ * through its input share of the loop turn; returns the bytes taken. Stopping mid-batch
+ * bounds what one read can queue (64 KiB of 7-byte STATS requests would otherwise be
+ * answered with megabytes) and what one client streaming large frames costs the others.
  */
-static void
-conn_process(struct rl_conn *c)
+static size_t
+conn_frames(struct rl_conn *c, const char *p, size_t n)
 {
     bool batch = false;
+    size_t used = 0;
     size_t plen;
     int rc;
 
+    if (c->turn != c->q->turn) {
+        c->turn = c->q->turn;
+        c->turn_bytes = 0;
+    }
     while (c->connected && !c->finishing && !rl_conn_backlogged(c)) {
-        const char *p = c->in.data + c->in.pos;
-        size_t n = rl_buf_unread(&c->in);
-
-        rc = rl_wire_frame(p, n, &plen);
+        /* Outgoing connections (the router's to nodes) carry replies the process asked for;
+         * a router's connection to a node carries many clients: both get more. */
+        if (c->turn_bytes >= (c->listener == NULL || c->router ? 16u : 1u) * RL_CONN_TURN_BYTES) {
+            conn_throttle(c);
+            break;
+        }
+        rc = rl_wire_frame(p + used, n - used, &plen);
         if (rc == 0) {
             break;
         }
         if (rc < 0) {
             rl_conn_protocol_error(c, 0, RL_WIRE_ERR_MALFORMED, "frame length must be 1..65536",
-                                   p, n);
+                                   p + used, n - used);
             break;
         }
         if (!batch && c->ops->on_batch != NULL) {
             c->ops->on_batch(c);
             batch = true;
         }
-        /* The payload stays valid even if on_frame closes c: buffers live until conn_closed. */
-        c->in.pos += RL_WIRE_HDR_LEN + plen;
-        c->ops->on_frame(c, p + RL_WIRE_HDR_LEN, plen);
+        /* The payload stays valid even if on_frame closes c: buffers live until conn_closed,
+         * and the slab until the loop's flusher closes. */
+        used += RL_WIRE_HDR_LEN + plen;
+        c->turn_bytes += RL_WIRE_HDR_LEN + plen;
+        c->ops->on_frame(c, p + used - plen, plen);
     }
-    if (c->open) {
-        rl_buf_compact(&c->in);
+    return used;
+}
+
+/* After c->in was consumed up to its pos: compact it, free it when empty, and keep the time
+ * the unfinished frame in it began. */
+static void
+conn_input_done(struct rl_conn *c)
+{
+    if (!c->open) {
+        return;
     }
+    rl_buf_compact(&c->in);
+    if (rl_buf_unread(&c->in) == 0) {
+        buf_trim(&c->in);
+        c->partial_ms = 0;
+    } else if (c->partial_ms == 0) {
+        c->partial_ms = uv_now(c->q->loop);
+    }
+    conn_account(c);
+}
+
+/* Processes the frames waiting in c->in. */
+static void
+conn_process(struct rl_conn *c)
+{
+    c->in.pos += conn_frames(c, c->in.data + c->in.pos, rl_buf_unread(&c->in));
+    conn_input_done(c);
 }
 
 static void
@@ -406,13 +682,18 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     struct rl_conn *c = stream->data;
     bool was_dirty = c->dirty;
 
-    (void)buf;
     if (nread == UV_EOF && c->listener != NULL) {
         /* A half-closed client still gets the replies to what it sent (libuv stopped
          * reading); the flush closes once they are out. */
         c->eof = true;
         c->reading = false;
         rl_conn_mark(c);
+        return;
+    }
+    if (nread == UV_ENOBUFS && c->listener != NULL) {
+        conn_pause(c);
+        conn_refuse_counted(c, &c->listener->stats.refused_buffers, 2, RL_WIRE_ERR_OVERLOADED,
+                            "server busy: the memory for client buffers (buffer_memory) is spent");
         return;
     }
     if (nread < 0) {
@@ -422,8 +703,26 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0) {
         return;
     }
-    c->in.len += (size_t)nread;
-    conn_process(c);
+    c->active_ms = uv_now(c->q->loop);
+    if (buf->base == c->q->slab) {
+        size_t used = conn_frames(c, buf->base, (size_t)nread);
+        size_t left = (size_t)nread - used;
+
+        if (c->open && left > 0) {
+            /* An unfinished frame, or frames left for the next turn: only they take memory. */
+            if (conn_over_budget(c, left) || rl_buf_append(&c->in, buf->base + used, left) != 0) {
+                conn_pause(c);
+                conn_refuse_counted(
+                    c, &c->listener->stats.refused_buffers, 2, RL_WIRE_ERR_OVERLOADED,
+                    "server busy: the memory for client buffers (buffer_memory) is spent");
+                return;
+            }
+        }
+        conn_input_done(c);
+    } else {
+        c->in.len += (size_t)nread;
+        conn_process(c);
+    }
     if (c->open && (c->finishing || rl_conn_backlogged(c))) {
         /* The peer asks faster than it reads: stop reading until the output drains. */
         conn_pause(c);
@@ -463,9 +762,25 @@ conn_written(uv_write_t *w, int status)
         rl_conn_close(c, status);
         return;
     }
+    c->active_ms = uv_now(c->q->loop);
+    buf_trim(&c->inflight);
     /* Straight on, not through the dirty list: what piled up meanwhile goes now, and a
      * paused connection resumes without costing the loop another turn. */
     conn_flush(c);
+    conn_account(c);
+}
+
+/* True when a paused c may take work again: its output and held requests are back to half
+ * their bound, and it is not waiting for the next turn. */
+static bool
+conn_may_resume(const struct rl_conn *c)
+{
+    size_t queued = rl_conn_queued(c);
+
+    return !c->reading && !c->eof && !c->finishing && !c->throttled &&
+           queued <= c->out_max / 2 && c->holds <= c->hold_max / 2 &&
+           !(c->listener != NULL && c->q->client_bytes > c->q->client_budget &&
+             queued > RL_CONN_KEEP_BYTES / 2);
 }
 
 static void
@@ -477,14 +792,14 @@ conn_flush(struct rl_conn *c)
     if (!c->connected) {
         return;
     }
-    if (!c->reading && !c->eof && !c->finishing && rl_conn_queued(c) <= c->out_max / 2 &&
-        c->holds <= c->hold_max / 2) {
+    if (conn_may_resume(c)) {
         /* Resume: first the frames read before the pause, then the socket. */
         conn_process(c);
         if (!c->connected) {
             return;
         }
-        if (!c->finishing && !rl_conn_backlogged(c) && conn_start_reading(c) != 0) {
+        if (!c->finishing && !c->throttled && !rl_conn_backlogged(c) &&
+            conn_start_reading(c) != 0) {
             rl_conn_close(c, UV_EIO);
             return;
         }
@@ -509,6 +824,7 @@ conn_flush(struct rl_conn *c)
         return;
     }
     c->writing = true;
+    conn_account(c);
 }
 
 /* ---- outgoing ---------------------------------------------------------------------------- */
@@ -533,7 +849,7 @@ conn_connected(uv_connect_t *req, int status)
         return;
     }
     c->connected = true;
-    conn_peer_name(c);
+    conn_peer_name(c, NULL);
     if (c->ops->on_connect != NULL) {
         c->ops->on_connect(c, 0);
     }
@@ -561,29 +877,72 @@ rl_conn_connect(struct rl_conn *c, const struct sockaddr *sa)
 
 /* ---- listeners -------------------------------------------------------------------------- */
 
+/* How long a connection taken from the router reserve has to say HELLO. */
+#define RL_CONN_PROBATION_MS 2000u
+
+uint64_t
+rl_conn_raise_fd_limit(void)
+{
+    struct rlimit r;
+
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0) {
+        return 1024;
+    }
+    if (r.rlim_cur < r.rlim_max) {
+        rlim_t want = r.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : r.rlim_max;
+        struct rlimit n = {want, r.rlim_max};
+
+        if (setrlimit(RLIMIT_NOFILE, &n) == 0) {
+            r.rlim_cur = want;
+        }
+    }
+    return r.rlim_cur == RLIM_INFINITY ? (uint64_t)1 << 20 : (uint64_t)r.rlim_cur;
+}
+
 static void
 listener_handle_closed(uv_handle_t *h)
 {
     listener_unref(h->data);
 }
 
+/* Descriptors this listener may hold open at once, refusals in progress included. */
+static uint64_t
+listener_fd_ceiling(const struct rl_listener *l)
+{
+    return l->fd_limit > RL_CONN_FD_SLACK / 2 ? l->fd_limit - RL_CONN_FD_SLACK / 2 : 1;
+}
+
 static void
 listener_accept(uv_stream_t *server, int status)
 {
-    static uint64_t last_warn;
     struct rl_listener *l = server->data;
+    struct rl_conn_peer *peer = NULL;
+    const char *why = NULL;
+    uint64_t *counter = NULL;
+    uint8_t addr[16];
+    uint64_t now = uv_now(l->q->loop);
     struct rl_conn *c;
 
     if (status < 0) {
-        uint64_t now = uv_now(l->q->loop);
-
-        if (now - last_warn >= 1000 || last_warn == 0) {
-            last_warn = now != 0 ? now : 1;
-            rl_log_warn("accept: %s", uv_strerror(status));
+        /* libuv met EMFILE or ENFILE (descriptors taken by something else than clients) and
+         * closed what was waiting: count it, and say so. */
+        l->stats.accept_errors++;
+        if (now - l->accept_warned_ms >= 10000 || l->accept_warned_ms == 0) {
+            l->accept_warned_ms = now != 0 ? now : 1;
+            rl_log_warn("accept: %s; connections waiting to be accepted were closed (%" PRIu64
+                        " accept errors so far; descriptor limit %" PRIu64 ")",
+                        uv_strerror(status), l->stats.accept_errors, l->fd_limit);
         }
         return;
     }
     if (l->closing) {
+        return;
+    }
+    if (l->stats.connections >= listener_fd_ceiling(l)) {
+        /* At the descriptor limit: leave the connection in the kernel's queue (libuv stops
+         * watching the listener until uv_accept) rather than let accept(2) fail and libuv
+         * close the queue silently; the next close takes it. */
+        l->accept_paused = true;
         return;
     }
     c = calloc(1, l->conn_size);
@@ -609,25 +968,105 @@ listener_accept(uv_stream_t *server, int status)
     }
     l->stats.connections_total++;
     c->connected = true;
+    c->accepted_ms = c->active_ms = now;
     uv_tcp_nodelay(&c->tcp, 1);
-    conn_peer_name(c);
-    if (l->stats.connections > l->max_connections) {
-        /* Refuse politely: one ERROR the client can read, then close. */
-        l->stats.connections_refused++;
-        rl_conn_refuse(c, RL_WIRE_ERR_OVERLOADED, "too many connections");
-        return;
+    conn_peer_name(c, addr);
+    if (l->clients >= l->max_clients) {
+        why = "server busy: too many connections (max_connections)";
+        counter = &l->stats.refused_max;
+    } else if ((peer = peer_get(l, addr)) != NULL && peer->count >= l->lim.max_per_peer) {
+        why = "server busy: too many connections from this address (max_connections_per_peer)";
+        counter = &l->stats.refused_peer;
+    }
+    if (why != NULL) {
+        if (peer != NULL) {
+            peer_drop(l, peer);
+        }
+        if (l->reserve_used < l->lim.router_reserve) {
+            /* A router's connection must not be refused for clients' numbers: it may say
+             * HELLO from the reserve first; anything else gets the refusal. */
+            c->probation = true;
+            c->refusal = why;
+            l->reserve_used++;
+        } else {
+            conn_refuse_counted(c, counter, 3, RL_WIRE_ERR_OVERLOADED, why);
+            return;
+        }
+    } else if (peer != NULL) {
+        peer->count++;
+        c->peer_entry = peer;
+        l->clients++;
     }
     if (conn_start_reading(c) != 0) {
         rl_conn_close(c, UV_EIO);
     }
 }
 
+bool
+rl_conn_set_router(struct rl_conn *c)
+{
+    struct rl_listener *l = c->listener;
+
+    if (l == NULL || c->router) {
+        return true;
+    }
+    if (c->probation) {
+        c->probation = false;
+    } else {
+        if (l->reserve_used >= l->lim.router_reserve) {
+            return l->lim.router_reserve == 0; /* no reserve: it stays a client */
+        }
+        conn_unclient(c);
+        l->reserve_used++;
+    }
+    c->router = true;
+    l->stats.routers++;
+    return true;
+}
+
+/* Refuses what waited too long in the router reserve, closes idle connections, and times out
+ * unfinished frames. */
+static void
+listener_tick(uv_timer_t *t)
+{
+    struct rl_listener *l = t->data;
+    uint64_t now = uv_now(l->q->loop);
+    struct rl_conn *next;
+    char msg[128];
+
+    for (struct rl_conn *c = l->conns; c != NULL; c = next) {
+        next = c->next;
+        if (!c->connected || c->finishing) {
+            continue;
+        }
+        if (c->probation && now - c->accepted_ms >= RL_CONN_PROBATION_MS) {
+            uint64_t *counter = strstr(c->refusal, "per_peer") != NULL ? &l->stats.refused_peer
+                                                                        : &l->stats.refused_max;
+
+            conn_refuse_counted(c, counter, 3, RL_WIRE_ERR_OVERLOADED, c->refusal);
+        } else if (c->partial_ms != 0 && c->reading && l->lim.frame_timeout_ms != 0 &&
+                   now - c->partial_ms >= l->lim.frame_timeout_ms) {
+            snprintf(msg, sizeof(msg), "frame not completed within %" PRIu64 " ms (frame_timeout)",
+                     l->lim.frame_timeout_ms);
+            conn_pause(c);
+            conn_refuse_counted(c, &l->stats.frame_timeouts, 4, RL_WIRE_ERR_MALFORMED, msg);
+        } else if (l->lim.idle_timeout_ms != 0 && c->holds == 0 && !c->router &&
+                   now - c->active_ms >= l->lim.idle_timeout_ms) {
+            l->stats.idle_closes++;
+            rl_log_debug("client %s: idle for %" PRIu64 " ms (idle_timeout), closed", c->peer,
+                         now - c->active_ms);
+            rl_conn_close(c, 0);
+        }
+    }
+}
+
 int
 rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, uint16_t port,
-                  const struct rl_conn_ops *ops, size_t conn_size, uint32_t max_connections,
-                  void *data)
+                  const struct rl_conn_ops *ops, size_t conn_size,
+                  const struct rl_conn_limits *lim, void *data)
 {
     struct sockaddr_storage addr;
+    uint64_t room;
     int rc;
 
     memset(l, 0, sizeof(*l));
@@ -635,10 +1074,37 @@ rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, u
     l->ops = ops;
     l->conn_size = conn_size < sizeof(struct rl_conn) ? sizeof(struct rl_conn) : conn_size;
     l->data = data;
-    l->max_connections = max_connections != 0 ? max_connections : 10000;
+    l->lim = lim != NULL ? *lim : rl_conn_limits_default();
+    if (l->lim.max_connections == 0) {
+        l->lim.max_connections = RL_CONN_DEFAULT_MAX_CONNECTIONS;
+    }
+    if (l->lim.max_per_peer == 0) {
+        l->lim.max_per_peer = l->lim.max_connections;
+    }
+    if (l->lim.buffer_memory != 0 &&
+        (q->client_budget == RL_CONN_DEFAULT_BUFFER_MEMORY || l->lim.buffer_memory > q->client_budget)) {
+        q->client_budget = l->lim.buffer_memory;
+    }
+    /* Every client, router and refusal in progress needs a descriptor: fit them under the
+     * limit, so a refusal is an ERROR the client reads, never a silent close. */
+    l->fd_limit = rl_conn_raise_fd_limit();
+    room = l->fd_limit > RL_CONN_FD_SLACK + l->lim.router_reserve
+               ? l->fd_limit - RL_CONN_FD_SLACK - l->lim.router_reserve
+               : 1;
+    l->max_clients = l->lim.max_connections <= room ? l->lim.max_connections : (uint32_t)room;
+    if (l->max_clients < l->lim.max_connections) {
+        rl_log_warn("the descriptor limit (%" PRIu64 ", ulimit -n) is below max_connections "
+                    "(%" PRIu32 ") + router_reserve (%" PRIu32 ") + %u for the rest: taking at "
+                    "most %" PRIu32 " clients, refusing more with ERROR OVERLOADED; raise the "
+                    "hard limit (LimitNOFILE=, ulimit -Hn) or lower max_connections",
+                    l->fd_limit, l->lim.max_connections, l->lim.router_reserve, RL_CONN_FD_SLACK,
+                    l->max_clients);
+    }
     uv_tcp_init(q->loop, &l->tcp);
     l->tcp.data = l;
-    l->handles = 1;
+    uv_timer_init(q->loop, &l->tick);
+    l->tick.data = l;
+    l->handles = 2;
     rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
     if (rc != 0) {
         rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr);
@@ -649,7 +1115,17 @@ rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, u
     if (rc == 0) {
         rc = uv_listen((uv_stream_t *)&l->tcp, 1024, listener_accept);
     }
+    if (rc == 0) {
+        uv_timer_start(&l->tick, listener_tick, RL_CONN_TICK_MS, RL_CONN_TICK_MS);
+    }
     return rc;
+}
+
+void
+rl_listener_stats(const struct rl_listener *l, struct rl_listener_stats *s)
+{
+    *s = l->stats;
+    s->buffer_bytes = l->q->client_bytes;
 }
 
 void
@@ -661,6 +1137,7 @@ rl_listener_close(struct rl_listener *l, void (*on_closed)(struct rl_listener *l
     l->closing = true;
     l->on_closed = on_closed;
     uv_close((uv_handle_t *)&l->tcp, listener_handle_closed);
+    uv_close((uv_handle_t *)&l->tick, listener_handle_closed);
     while (l->conns != NULL) {
         rl_conn_close(l->conns, 0);
     }

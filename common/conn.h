@@ -42,14 +42,22 @@
 #include <uv.h>
 
 #include "buf.h"
+#include "connlimits.h"
 
 #define RL_CONN_READ_CHUNK (64u * 1024u) /* room offered to each read: a largest frame */
+#define RL_CONN_KEEP_BYTES 4096u         /* an emptied buffer larger than this is freed */
+#define RL_CONN_TURN_BYTES (64u * 1024u) /* input one connection may have handled per loop
+                                            turn before others get theirs */
+#define RL_CONN_TICK_MS 250u             /* how often a listener looks for expired deadlines */
+#define RL_CONN_FD_SLACK 64u             /* descriptors kept for everything but clients */
+#define RL_CONN_PEER_BUCKETS 4096u
 #define RL_CONN_OUT_MAX (1u << 20)       /* default bound of queued output, bytes */
 #define RL_CONN_HOLD_MAX 4096u           /* default bound of held requests */
 #define RL_CONN_WARN_PEERS 64u           /* peers remembered for once-per-peer warnings */
 #define RL_CONN_WARN_INTERVAL_MS 60000u
 
 struct rl_conn;
+struct rl_conn_peer;
 struct rl_listener;
 
 /*
@@ -62,6 +70,12 @@ struct rl_connq {
     uv_check_t check;
     uv_idle_t idle;
     struct rl_conn *dirty;
+    struct rl_conn *throttled; /* used their input budget this turn: resumed by the next flush */
+    uint64_t turn;             /* flushes so far: a loop turn's number */
+    char *slab;                /* RL_CONN_READ_CHUNK: where a connection with no partial
+                                  input reads, so an idle connection holds no input buffer */
+    uint64_t client_bytes;     /* buffer bytes of every listener's connections */
+    uint64_t client_budget;    /* their bound (the largest buffer_memory of the listeners) */
     int handles;
     bool closing;
     void (*on_closed)(void *data);
@@ -94,6 +108,8 @@ struct rl_conn {
     struct rl_listener *listener; /* NULL for outgoing connections */
     struct rl_conn *prev, *next;  /* the listener's list */
     struct rl_conn *dirty_next;
+    struct rl_conn *throttle_next;
+    struct rl_conn_peer *peer_entry; /* the listener's count for this address; NULL if none */
     struct rl_buf in;
     struct rl_buf out;      /* replies or requests not yet handed to uv_write */
     struct rl_buf inflight; /* bytes of the write in progress */
@@ -101,6 +117,13 @@ struct rl_conn {
     uint32_t hold_max;
     uint32_t holds;
     int close_status;
+    uint64_t active_ms;  /* last progress: bytes read or a write completed */
+    uint64_t partial_ms; /* when the unfinished frame in `in` began; 0: none */
+    uint64_t turn;       /* q->turn when turn_bytes was last reset */
+    size_t turn_bytes;   /* input handled in that turn */
+    uint64_t acct_bytes; /* what this connection adds to q->client_bytes */
+    uint64_t accepted_ms;
+    const char *refusal; /* on probation: why it is refused unless it says HELLO */
     bool open;       /* the handle is initialised and uv_close not called */
     bool connected;  /* accepted, or connect succeeded: reads and writes may go */
     bool reading;
@@ -108,15 +131,40 @@ struct rl_conn {
     bool dirty;
     bool eof;        /* the peer shut its side */
     bool finishing;  /* close once queued output is written and nothing is held */
+    bool throttled;  /* on q->throttled */
+    bool router;     /* said HELLO as a router: counted apart from clients */
+    bool probation;  /* taken from the router reserve: must say HELLO first */
     char peer[64];   /* "ip:port" of the peer, for logs */
 };
 
-/* Listener counters: reported by STATS of the node and the router. */
+/* Listener counters: reported by STATS of the node and the router (docs/OPERATIONS.md). */
+#define RL_LISTENER_STATS_MAP(X)                                                                   \
+    X(connections, "connections")                 /* open now, every kind */                      \
+    X(connections_total, "connections_total")     /* accepted */                                  \
+    X(connections_refused, "connections_refused") /* every refusal below together */              \
+    X(refused_max, "refused_max_connections")     /* past max_connections (or the fd limit) */    \
+    X(refused_peer, "refused_per_peer")           /* past max_connections_per_peer */             \
+    X(refused_buffers, "refused_buffer_memory")   /* buffer_memory spent: frame not taken */      \
+    X(protocol_closes, "protocol_closes")         /* closed after a protocol error */             \
+    X(idle_closes, "idle_closes")                 /* closed after idle_timeout */                 \
+    X(frame_timeouts, "frame_timeouts")           /* closed after frame_timeout */                \
+    X(accept_errors, "accept_errors")             /* accept(2) failed (out of descriptors) */     \
+    X(throttled, "throttled")                     /* turns a connection was made to wait */       \
+    X(routers, "router_connections")              /* open now that said HELLO as a router */      \
+    X(peers, "peers")                             /* distinct client addresses now */             \
+    X(buffer_bytes, "buffer_bytes")               /* client buffer memory now */
+
 struct rl_listener_stats {
-    uint64_t connections;         /* open now */
-    uint64_t connections_total;   /* accepted */
-    uint64_t connections_refused; /* refused past max_connections */
-    uint64_t protocol_closes;     /* closed after a protocol error (bad frame or value) */
+#define RL_LISTENER_STAT_FIELD(f, name) uint64_t f;
+    RL_LISTENER_STATS_MAP(RL_LISTENER_STAT_FIELD)
+#undef RL_LISTENER_STAT_FIELD
+};
+
+/* Client connections open from one address (IPv4 as IPv4-mapped IPv6). */
+struct rl_conn_peer {
+    struct rl_conn_peer *next;
+    uint8_t addr[16];
+    uint32_t count;
 };
 
 struct rl_listener_warned {
@@ -131,10 +179,18 @@ struct rl_listener {
     size_t conn_size; /* each connection is calloc'd this size: the owner's struct starts
                          with a struct rl_conn */
     void *data;       /* copied into each connection's data */
-    uint32_t max_connections;
+    struct rl_conn_limits lim;
+    uint32_t max_clients; /* lim.max_connections, lowered to fit the descriptor limit */
+    uint32_t clients;     /* open client connections (not refused, not routers) */
+    uint32_t reserve_used; /* routers and connections on probation */
     struct rl_conn *conns;
+    struct rl_conn_peer *peers[RL_CONN_PEER_BUCKETS];
+    uv_timer_t tick;
+    uint64_t fd_limit;     /* the descriptor limit when the listener started */
+    uint64_t accept_warned_ms;
+    bool accept_paused;    /* at the descriptor ceiling: accept(2) waits for a close */
     struct rl_listener_stats stats;
-    struct rl_listener_warned warned[RL_CONN_WARN_PEERS];
+    struct rl_listener_warned warned[RL_CONN_WARN_PEERS]; /* protocol errors, refusals */
     int handles; /* the listener and each connection, until their close callbacks */
     bool closing;
     void (*on_closed)(struct rl_listener *l);
@@ -148,13 +204,27 @@ void rl_connq_close(struct rl_connq *q, void (*on_closed)(void *data), void *dat
 
 /*
  * Listens on host:port (IPv4 or IPv6 literal) with connections of conn_size bytes served by
- * ops; past max_connections open, a new connection gets ERROR OVERLOADED and is closed.
- * Returns 0 or a negative errno (-EINVAL for a bad address, -EADDRINUSE...), after which
- * rl_listener_close must still be called.
+ * ops, within lim (NULL: the defaults): past max_connections open clients, or
+ * max_per_peer from one address, a new connection gets ERROR OVERLOADED and is closed (a
+ * listener with a router_reserve first gives it that long to say HELLO as a router); an
+ * unfinished frame older than frame_timeout, or no progress for idle_timeout, closes it; its
+ * buffers count against buffer_memory. max_connections is lowered, with a warning, when the
+ * descriptor limit could not hold it. Returns 0 or a negative errno (-EINVAL for a bad
+ * address, -EADDRINUSE...), after which rl_listener_close must still be called.
  */
 int rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, uint16_t port,
-                      const struct rl_conn_ops *ops, size_t conn_size, uint32_t max_connections,
-                      void *data);
+                      const struct rl_conn_ops *ops, size_t conn_size,
+                      const struct rl_conn_limits *lim, void *data);
+
+/* Raises the soft descriptor limit to the hard one; returns the soft limit now. */
+uint64_t rl_conn_raise_fd_limit(void);
+
+/* c said HELLO as a router: it leaves the client counts (and probation) for the reserve.
+ * Returns false when the reserve is full (the caller refuses c). */
+bool rl_conn_set_router(struct rl_conn *c);
+
+/* Fills s with the listener's counters (buffer_bytes: of the whole loop). */
+void rl_listener_stats(const struct rl_listener *l, struct rl_listener_stats *s);
 
 /* Stops listening and closes every connection; on_closed (may be NULL) runs once all the
  * handles are closed. */
@@ -197,11 +267,16 @@ rl_conn_queued(const struct rl_conn *c)
     return rl_buf_unread(&c->out) + rl_buf_unread(&c->inflight);
 }
 
-/* True when c takes no more work: its output or its held requests passed their bound. */
+/* True when c takes no more work: its output or its held requests passed their bound, or
+ * the clients' buffer memory is spent and c has output waiting. */
 static inline bool
 rl_conn_backlogged(const struct rl_conn *c)
 {
-    return rl_conn_queued(c) > c->out_max || c->holds >= c->hold_max;
+    size_t queued = rl_conn_queued(c);
+
+    return queued > c->out_max || c->holds >= c->hold_max ||
+           (c->listener != NULL && c->q->client_bytes > c->q->client_budget &&
+            queued > RL_CONN_KEEP_BYTES);
 }
 
 #endif

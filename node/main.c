@@ -210,6 +210,7 @@ main(int argc, char **argv)
     opts.host = n.d.host;
     opts.port = n.d.port;
     opts.test_clock = n.test_clock;
+    opts.limits = n.d.conf->clients;
     rc = rl_server_start(&n.server, rl_daemon_loop(&n.d), n.limiter, &opts);
     if (rc != 0) {
         rl_daemon_fail(&n.d, "rl-node: cannot listen on %s: %s", n.d.addr, uv_strerror(rc));

@@ -74,13 +74,14 @@ static void
 reply_stats(struct rl_conn *c, uint32_t id)
 {
     struct rl_server *s = c->data;
-    const struct rl_listener_stats *cs = &s->listener.stats;
+    struct rl_listener_stats cs;
     struct rl_limiter_stats ls;
-    const char *keys[40];
-    int64_t vals[40];
+    const char *keys[64];
+    int64_t vals[64];
     size_t n = 0;
 
     rl_limiter_stats(s->limiter, &ls);
+    rl_listener_stats(&s->listener, &cs);
 #define RL_SERVER_PUT(key, val)                                                                    \
     keys[n] = key;                                                                                 \
     vals[n++] = (int64_t)(val);
@@ -91,11 +92,10 @@ reply_stats(struct rl_conn *c, uint32_t id)
     RL_SERVER_PUT("evicted", ls.evicted)
     RL_SERVER_PUT("expired", ls.expired)
     RL_SERVER_PUT("memory_bytes", ls.memory_bytes)
-    RL_SERVER_PUT("connections", cs->connections)
-    RL_SERVER_PUT("connections_total", cs->connections_total)
-    RL_SERVER_PUT("connections_refused", cs->connections_refused)
+#define RL_SERVER_PUT_CONN(f, str) RL_SERVER_PUT(str, cs.f)
+    RL_LISTENER_STATS_MAP(RL_SERVER_PUT_CONN)
+#undef RL_SERVER_PUT_CONN
     RL_SERVER_PUT("errors", s->errors)
-    RL_SERVER_PUT("protocol_closes", cs->protocol_closes)
     RL_SERVER_PUT("zk_state", s->zk_state)
     RL_SERVER_PUT("registered", s->registered)
     RL_SERVER_PUT("uptime_ms", uv_now(s->loop) - s->started_ms)
@@ -191,8 +191,8 @@ rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *limiter
     s->loop = loop;
     s->limiter = limiter;
     s->opts = *opts;
-    if (s->opts.max_connections == 0) {
-        s->opts.max_connections = RL_SERVER_MAX_CONNECTIONS;
+    if (s->opts.limits.max_connections == 0) {
+        s->opts.limits = rl_conn_limits_default();
     }
     snprintf(s->name, sizeof(s->name), "%s", opts->name);
     s->opts.name = s->name;
@@ -213,7 +213,7 @@ rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *limiter
     uv_timer_init(loop, &s->sweep_timer);
     s->sweep_timer.data = s;
     rc = rl_listener_start(&s->listener, &s->connq, opts->host, opts->port, &server_conn_ops,
-                           sizeof(struct rl_conn), s->opts.max_connections, s);
+                           sizeof(struct rl_conn), &s->opts.limits, s);
     if (rc != 0) {
         rl_server_close(s, NULL);
         return rc;

@@ -19,7 +19,6 @@
 #include "limiter.h"
 #include "wire.h"
 
-#define RL_SERVER_MAX_CONNECTIONS 10000u /* default */
 
 /* Membership state for STATS (rl_server_set_membership). */
 #define RL_SERVER_ZK_NONE (-1) /* static membership: no ZooKeeper configured */
@@ -29,7 +28,7 @@ struct rl_server_opts {
     const char *host;
     uint16_t port;
     bool test_clock; /* accept CLOCK (op 4) */
-    uint32_t max_connections;
+    struct rl_conn_limits limits; /* cluster.conf [clients]; zero: the defaults */
 };
 
 struct rl_server {

@@ -143,6 +143,7 @@ main(int argc, char **argv)
     opts.name = m.d.name != NULL ? m.d.name : defname;
     opts.host = m.d.host;
     opts.port = m.d.port;
+    opts.limits = m.d.conf->clients;
     rc = rl_router_create(&m.router, rl_daemon_loop(&m.d), m.d.conf, &opts);
     if (rc != 0) {
         rl_daemon_fail(&m.d, "rl-router: cannot serve on %s: %s", m.d.addr, uv_strerror(rc));

@@ -331,26 +331,25 @@ static void
 router_stats_reply(struct rl_conn *c, uint32_t id)
 {
     struct rl_router *r = c->data;
-    enum { STATS_MAX = 40 + 4 * 64 };
+    enum { STATS_MAX = 64 + 4 * 64 };
     const char *keys[STATS_MAX];
     int64_t vals[STATS_MAX];
     char names[4 * 64][96];
     size_t n = 0, nn = 0;
     struct rl_reqlog_stats ls = {0};
+    struct rl_listener_stats cs;
 
 #define RL_ROUTER_PUT(f, s)                                                                        \
     keys[n] = s;                                                                                   \
     vals[n++] = (int64_t)r->stats.f;
     RL_ROUTER_STATS_MAP(RL_ROUTER_PUT)
 #undef RL_ROUTER_PUT
-    keys[n] = "connections";
-    vals[n++] = (int64_t)r->listener.stats.connections;
-    keys[n] = "connections_total";
-    vals[n++] = (int64_t)r->listener.stats.connections_total;
-    keys[n] = "connections_refused";
-    vals[n++] = (int64_t)r->listener.stats.connections_refused;
-    keys[n] = "protocol_closes";
-    vals[n++] = (int64_t)r->listener.stats.protocol_closes;
+    rl_listener_stats(&r->listener, &cs);
+#define RL_ROUTER_PUT_CONN(f, s)                                                                   \
+    keys[n] = s;                                                                                   \
+    vals[n++] = (int64_t)cs.f;
+    RL_LISTENER_STATS_MAP(RL_ROUTER_PUT_CONN)
+#undef RL_ROUTER_PUT_CONN
     keys[n] = "pending";
     vals[n++] = r->npending;
     keys[n] = "members";
@@ -863,9 +862,10 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->loop = loop;
     r->conf = conf;
     r->opts = *opts;
-    if (r->opts.max_connections == 0) {
-        r->opts.max_connections = 10000;
+    if (r->opts.limits.max_connections == 0) {
+        r->opts.limits = rl_conn_limits_default();
     }
+    r->opts.limits.router_reserve = 0; /* a router's clients are applications */
     if (r->opts.max_pending == 0 || r->opts.max_pending > ROUTER_PENDING_MAX) {
         r->opts.max_pending = 262144;
     }
@@ -906,7 +906,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->deadline_timer.data = r;
     r->handles = 3; /* the flusher, the deadline timer, the listener with its clients */
     rc = rl_listener_start(&r->listener, &r->connq, opts->host, opts->port, &cconn_ops,
-                           sizeof(struct rl_cconn), r->opts.max_connections, r);
+                           sizeof(struct rl_cconn), &r->opts.limits, r);
     if (rc != 0) {
         rl_router_close(r);
         return rc;

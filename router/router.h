@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "conf.h"
+#include "connlimits.h"
 #include "shardmap.h"
 
 /* Router counters, X(name, text): reported by STATS. */
@@ -46,7 +47,7 @@ struct rl_router_opts {
     const char *name; /* answered to PING */
     const char *host;
     uint16_t port;
-    uint32_t max_connections; /* 0: 10000 */
+    struct rl_conn_limits limits; /* cluster.conf [clients]; zero: the defaults */
     uint32_t max_pending;     /* requests in flight to nodes; 0: 262144 */
 };
 

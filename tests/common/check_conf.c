@@ -192,6 +192,13 @@ START_TEST(test_every_key)
                                  "deadline = 1ms\n"
                                  "request_log =\n"
                                  "request_log_sample = 100\n"
+                                 "[clients]\n"
+                                 "max_connections = 500\n"
+                                 "max_connections_per_peer = 20\n"
+                                 "router_reserve = 0\n"
+                                 "idle_timeout = 0\n"
+                                 "frame_timeout = 2s\n"
+                                 "buffer_memory = 32mb\n"
                                  "[node n1]\n"
                                  "memory = 512MB\n"
                                  "listen = host-1.example:7401\n"
@@ -214,6 +221,12 @@ START_TEST(test_every_key)
     ck_assert_uint_eq(c->deadline_ms, 1);
     ck_assert_str_eq(c->request_log, "");
     ck_assert_uint_eq(c->log_sample, 100);
+    ck_assert_uint_eq(c->clients.max_connections, 500);
+    ck_assert_uint_eq(c->clients.max_per_peer, 20);
+    ck_assert_uint_eq(c->clients.router_reserve, 0);
+    ck_assert_uint_eq(c->clients.idle_timeout_ms, 0);
+    ck_assert_uint_eq(c->clients.frame_timeout_ms, 2000);
+    ck_assert_uint_eq(c->clients.buffer_memory, 32ull << 20);
     ck_assert_uint_eq(c->nnodes, 2);
     ck_assert_str_eq(c->nodes[0].host, "host-1.example");
     ck_assert_uint_eq(c->nodes[0].memory, 512ull << 20);
@@ -240,7 +253,7 @@ static const struct {
     const char *phrase;
 } errors[] = {
     /* Unknown sections and keys. */
-    {"[foo]\n", 1, "unknown section [foo] (use cluster, router, node or service)"},
+    {"[foo]\n", 1, "unknown section [foo] (use cluster, router, clients, node or service)"},
     {"\n\n[cluster]\nnmae = x\n", 4, "unknown key \"nmae\" in a [cluster] section"},
     {"[node a]\nlisten = h:1\nlimit = gcra 1 per 1s\n", 3, "unknown key \"limit\""},
     {"[service s]\nlisten = h:1\n", 2, "unknown key \"listen\" in a [service] section"},
@@ -270,6 +283,13 @@ static const struct {
     {"[cluster]\nshards = -1\n", 2, "is not a number"},
     /* Bad values, [router]. */
     {"[router]\nlisten = localhost\n", 2, "listen: \"localhost\" is not HOST:PORT"},
+    {"[clients]\nmax_connections = 0\n", 2, "is out of range (1..1000000)"},
+    {"[clients]\nmax_connections_per_peer = many\n", 2, "max_connections_per_peer"},
+    {"[clients]\nidle_timeout = 5\n", 2, "idle_timeout"},
+    {"[clients]\nframe_timeout = 10ms\n", 2, "is out of range (100ms..1h)"},
+    {"[clients]\nbuffer_memory = 10kb\n", 2, "is below the minimum of 1mb"},
+    {"[clients]\nmax_conns = 5\n", 2, "max_conns"},
+    {"[clients]\n[clients]\n", 2, "duplicate section [clients] (first at line 1)"},
     {"[router]\nlisten = 127.0.0.1:0\n", 2, "has a port outside 1..65535"},
     {"[router]\nlisten = 127.0.0.1:7400;x\n", 2, "is not HOST:PORT"},
     {"[router]\ndeadline = 0ms\n", 2, "deadline: \"0ms\" is out of range (1ms..10m)"},

@@ -145,13 +145,16 @@ srv_start(int amplify, uint32_t max_connections)
     struct srv *s = calloc(1, sizeof(*s));
     struct sockaddr_in sa;
     int len = sizeof(sa);
+    struct rl_conn_limits lim = rl_conn_limits_default();
 
     RL_CHECK(s != NULL);
+    lim.max_connections = max_connections;
+    lim.router_reserve = 0;
     s->amplify = amplify;
     RL_CHECK_INT_EQ(uv_loop_init(&s->loop), 0);
     RL_CHECK_INT_EQ(rl_connq_init(&s->q, &s->loop), 0);
     RL_CHECK_INT_EQ(rl_listener_start(&s->l, &s->q, "127.0.0.1", 0, &srv_ops,
-                                      sizeof(struct rl_conn), max_connections, s),
+                                      sizeof(struct rl_conn), &lim, s),
                     0);
     RL_CHECK_INT_EQ(uv_tcp_getsockname(&s->l.tcp, (struct sockaddr *)&sa, &len), 0);
     s->port = ntohs(sa.sin_port);

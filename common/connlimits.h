@@ -1,0 +1,39 @@
+/*
+ * connlimits: what a listener allows its clients (cluster.conf's [clients] section, read by
+ * conf.c and enforced by conn.c). One plain struct so the config parser needs no libuv.
+ * docs/CONFIG.md and docs/OPERATIONS.md ("Limits on clients") describe each field.
+ */
+#ifndef RL_CONNLIMITS_H
+#define RL_CONNLIMITS_H
+
+#include <stdint.h>
+
+#define RL_CONN_DEFAULT_MAX_CONNECTIONS 10000u
+#define RL_CONN_DEFAULT_MAX_PER_PEER 1000u
+#define RL_CONN_DEFAULT_ROUTER_RESERVE 64u
+#define RL_CONN_DEFAULT_IDLE_TIMEOUT_MS (300u * 1000u)
+#define RL_CONN_DEFAULT_FRAME_TIMEOUT_MS (10u * 1000u)
+#define RL_CONN_DEFAULT_BUFFER_MEMORY (256ull * 1024 * 1024)
+
+struct rl_conn_limits {
+    uint32_t max_connections;  /* client connections open at once */
+    uint32_t max_per_peer;     /* client connections open at once from one IP address */
+    uint32_t router_reserve;   /* further connections only routers (HELLO) may take: nodes */
+    uint64_t idle_timeout_ms;  /* closed after this long without progress; 0: never */
+    uint64_t frame_timeout_ms; /* a frame must be complete this long after its first byte */
+    uint64_t buffer_memory;    /* bytes of buffers of every client connection together */
+};
+
+/* The defaults above. */
+static inline struct rl_conn_limits
+rl_conn_limits_default(void)
+{
+    struct rl_conn_limits l = {
+        RL_CONN_DEFAULT_MAX_CONNECTIONS,  RL_CONN_DEFAULT_MAX_PER_PEER,
+        RL_CONN_DEFAULT_ROUTER_RESERVE,   RL_CONN_DEFAULT_IDLE_TIMEOUT_MS,
+        RL_CONN_DEFAULT_FRAME_TIMEOUT_MS, RL_CONN_DEFAULT_BUFFER_MEMORY,
+    };
+    return l;
+}
+
+#endif
