@@ -545,6 +545,19 @@ conn_refuse_counted(struct rl_conn *c, uint64_t *counter, uint64_t kind, uint32_
     rl_conn_refuse(c, err, msg);
 }
 
+/* c, taken from the router reserve, did not say HELLO in time: it gets the refusal its
+ * numbers earned. */
+static void
+conn_refuse_probation(struct rl_conn *c)
+{
+    struct rl_listener *l = c->listener;
+    uint64_t *counter = strstr(c->refusal, "per_peer") != NULL ? &l->stats.refused_peer
+                                                                : &l->stats.refused_max;
+
+    conn_pause(c);
+    conn_refuse_counted(c, counter, 3, RL_WIRE_ERR_OVERLOADED, c->refusal);
+}
+
 /* ---- reading ---------------------------------------------------------------------------- */
 
 /* Bytes the unfinished frame at the head of c->in still needs (a header: 4 at most). */
@@ -645,6 +658,12 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
          * and the slab until the loop's flusher closes. */
         used += RL_WIRE_HDR_LEN + plen;
         c->turn_bytes += RL_WIRE_HDR_LEN + plen;
+        if (c->probation && !(plen >= 2 && (unsigned char)p[used - plen] == 0x93 &&
+                              (unsigned char)p[used - plen + 1] == RL_WIRE_OP_HELLO)) {
+            /* Taken from the router reserve, it had to open with HELLO ([5, id, role]). */
+            conn_refuse_probation(c);
+            break;
+        }
         c->ops->on_frame(c, p + used - plen, plen);
     }
     return used;
@@ -1040,10 +1059,7 @@ listener_tick(uv_timer_t *t)
             continue;
         }
         if (c->probation && now - c->accepted_ms >= RL_CONN_PROBATION_MS) {
-            uint64_t *counter = strstr(c->refusal, "per_peer") != NULL ? &l->stats.refused_peer
-                                                                        : &l->stats.refused_max;
-
-            conn_refuse_counted(c, counter, 3, RL_WIRE_ERR_OVERLOADED, c->refusal);
+            conn_refuse_probation(c);
         } else if (c->partial_ms != 0 && c->reading && l->lim.frame_timeout_ms != 0 &&
                    now - c->partial_ms >= l->lim.frame_timeout_ms) {
             snprintf(msg, sizeof(msg), "frame not completed within %" PRIu64 " ms (frame_timeout)",

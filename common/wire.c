@@ -451,6 +451,16 @@ rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl
                               "now_ms must be an unsigned integer");
         }
         return 0;
+    case RL_WIRE_OP_HELLO:
+        if (a->via.array.size != 3) {
+            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "HELLO takes 3 elements");
+        }
+        if (!wire_str(&a->via.array.ptr[2], 1, RL_WIRE_ROLE_MAX, &req->role)) {
+            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "role must be a string of 1..32 bytes");
+        }
+        return 0;
     case RL_WIRE_OP_ERROR:
         return wire_fault(fault, req->id, RL_WIRE_ERR_UNKNOWN_OP, false,
                           "op 255 (ERROR) is never a request");
@@ -564,6 +574,7 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
         rep->check.code = (uint32_t)v;
         return 0;
     case RL_WIRE_OP_PING:
+    case RL_WIRE_OP_HELLO:
         if (size != 3 || !wire_str(&e[2], 0, UINT32_MAX, &rep->name)) {
             return -EPROTO;
         }
@@ -742,8 +753,9 @@ rl_wire_put_check_reply(struct rl_buf *out, const struct rl_wire_check_reply *re
     return wire_end(out, start, ok);
 }
 
-int
-rl_wire_put_ping_reply(struct rl_buf *out, uint32_t id, const char *name)
+/* [op, id, s]: PING and HELLO replies, HELLO requests. */
+static int
+wire_put_named(struct rl_buf *out, uint32_t op, uint32_t id, const char *name)
 {
     msgpack_packer pk;
     size_t start;
@@ -756,9 +768,27 @@ rl_wire_put_ping_reply(struct rl_buf *out, uint32_t id, const char *name)
     if (wire_begin(out, WIRE_HINT + len, &pk, &start) != 0) {
         return -ENOMEM;
     }
-    ok = msgpack_pack_array(&pk, 3) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_PING) == 0 &&
+    ok = msgpack_pack_array(&pk, 3) == 0 && msgpack_pack_uint8(&pk, (uint8_t)op) == 0 &&
          msgpack_pack_uint32(&pk, id) == 0 && wire_pack_str(&pk, name, len);
     return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_ping_reply(struct rl_buf *out, uint32_t id, const char *name)
+{
+    return wire_put_named(out, RL_WIRE_OP_PING, id, name);
+}
+
+int
+rl_wire_put_hello(struct rl_buf *out, uint32_t id, const char *role)
+{
+    return wire_put_named(out, RL_WIRE_OP_HELLO, id, role);
+}
+
+int
+rl_wire_put_hello_reply(struct rl_buf *out, uint32_t id, const char *name)
+{
+    return wire_put_named(out, RL_WIRE_OP_HELLO, id, name);
 }
 
 int

@@ -26,6 +26,7 @@
 #define RL_WIRE_ENDPOINT_MAX 128u
 #define RL_WIRE_COST_MAX 1000000u
 #define RL_WIRE_RETRY_NEVER 4294967295u
+#define RL_WIRE_ROLE_MAX 32u
 
 /* Opcodes: X(name, value, text). */
 #define RL_WIRE_OP_MAP(X)                                                                          \
@@ -33,6 +34,7 @@
     X(PING, 2, "ping")                                                                             \
     X(STATS, 3, "stats")                                                                           \
     X(CLOCK, 4, "clock")                                                                           \
+    X(HELLO, 5, "hello")                                                                           \
     X(ERROR, 255, "error")
 
 /* CHECK reply codes: X(name, value, text). */
@@ -89,6 +91,7 @@ struct rl_wire_req {
     struct rl_wire_str endpoint; /* ptr NULL when nil; nil and "" both mean the whole service */
     uint32_t cost;
     uint64_t now_ms; /* CLOCK */
+    struct rl_wire_str role; /* HELLO: "router" */
 };
 
 struct rl_wire_check_reply {
@@ -107,7 +110,7 @@ struct rl_wire_reply {
     uint32_t op;
     uint32_t id;
     struct rl_wire_check_reply check; /* CHECK */
-    struct rl_wire_str name;          /* PING: who answered */
+    struct rl_wire_str name;          /* PING, HELLO: who answered */
     uint64_t now_ms;                  /* CLOCK */
     uint32_t err;                     /* ERROR: code and message */
     struct rl_wire_str message;
@@ -173,6 +176,9 @@ int rl_wire_put_stats(struct rl_buf *out, uint32_t id);
 int rl_wire_put_clock(struct rl_buf *out, uint32_t id, uint64_t now_ms);
 int rl_wire_put_check_reply(struct rl_buf *out, const struct rl_wire_check_reply *rep);
 int rl_wire_put_ping_reply(struct rl_buf *out, uint32_t id, const char *name);
+/* HELLO [5, id, role] and its reply [5, id, name] (docs/PROTOCOL.md, "HELLO"). */
+int rl_wire_put_hello(struct rl_buf *out, uint32_t id, const char *role);
+int rl_wire_put_hello_reply(struct rl_buf *out, uint32_t id, const char *name);
 int rl_wire_put_clock_reply(struct rl_buf *out, uint32_t id, uint64_t now_ms);
 int rl_wire_put_error(struct rl_buf *out, uint32_t id, uint32_t err, const char *msg);
 int rl_wire_put_stats_reply(struct rl_buf *out, uint32_t id, const char *const *keys,

@@ -144,6 +144,18 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
     case RL_WIRE_OP_STATS:
         reply_stats(c, req.id);
         break;
+    case RL_WIRE_OP_HELLO:
+        if (req.role.len != 6 || memcmp(req.role.ptr, "router", 6) != 0) {
+            reply_error(c, req.id, RL_WIRE_ERR_BAD_FIELD, "role must be \"router\"");
+            break;
+        }
+        if (!rl_conn_set_router(c)) {
+            rl_conn_refuse(c, RL_WIRE_ERR_OVERLOADED,
+                           "server busy: the router reserve is full (router_reserve)");
+            return;
+        }
+        rc = rl_wire_put_hello_reply(&c->out, req.id, s->name);
+        break;
     case RL_WIRE_OP_CLOCK:
         if (!s->opts.test_clock) {
             reply_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP,

@@ -76,6 +76,18 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
         rl_log_warn("node %s sent an undecodable reply", u->name);
         return;
     }
+    if (uc->hello_pending && rep.id == 0 &&
+        (rep.op == RL_WIRE_OP_HELLO || rep.op == RL_WIRE_OP_ERROR)) {
+        /* The answer to this connection's HELLO: a node that refuses it (or predates it)
+         * still serves the connection as a client's. */
+        uc->hello_pending = false;
+        if (rep.op == RL_WIRE_OP_ERROR) {
+            rl_log_info("node %s (%s): HELLO not taken (%.*s): counted as a client there",
+                        u->name, u->addr, (int)rep.message.len,
+                        rep.message.ptr != NULL ? rep.message.ptr : "");
+        }
+        return;
+    }
     u->stats.replies++;
     u->ops.on_reply(u->ops.arg, u, uc, &rep);
 }
@@ -91,6 +103,11 @@ upconn_connected(struct rl_conn *c, int status)
     if (status != 0) {
         rl_log_debug("node %s (%s): connect: %s", u->name, u->addr, uv_strerror(status));
         return;
+    }
+    /* First on the wire: the node then counts this connection apart from its clients. */
+    if (rl_wire_put_hello(&c->out, 0, "router") == 0) {
+        uc->hello_pending = true;
+        rl_conn_mark(c);
     }
 
     for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {

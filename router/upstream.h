@@ -41,6 +41,7 @@ struct rl_upconn {
     struct rl_uplink *pending; /* requests sent on this connection and not answered */
     uint32_t npending;
     bool closing; /* closed, its handle's close callback not yet run */
+    bool hello_pending; /* HELLO sent, its answer not yet read */
 };
 
 /* What the upstream tells its owner. Both run on the loop thread. */

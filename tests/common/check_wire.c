@@ -1026,7 +1026,7 @@ fuzz_one(struct rl_wire_decoder *d, struct rl_wire_reply *rep, const char *p, si
     rc = rl_wire_decode_req(d, p, n, &req, &f);
     RL_CHECK(rc == 0 || rc == -1);
     if (rc == 0) {
-        RL_CHECK(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_CLOCK);
+        RL_CHECK(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_HELLO);
         if (req.op == RL_WIRE_OP_CHECK) {
             RL_CHECK(req.service.len >= 1 && req.service.len <= RL_WIRE_SERVICE_MAX);
             RL_CHECK(req.user.len >= 1 && req.user.len <= RL_WIRE_USER_MAX);
