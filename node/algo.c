@@ -9,7 +9,9 @@
  *
  * States, all zero when never seen (full allowance):
  *   fixed_window            a = window index k, b = count in window k
- *   sliding_window_log      a = struct rl_slog *, b = newest time + W (full at), 0 when empty
+ *   sliding_window_log      a = struct rl_slog *, b = newest time + W (full at), 0 when empty;
+ *                           degraded (a log the memory cap could not keep): a = k << 1 | 1,
+ *                           b as sliding_window_counter (a log pointer has bit 0 clear)
  *   sliding_window_counter  a = window index k, b = previous count << 32 | current count
  *   token_bucket            a = last update (ms), b = deficit D in 1/W token
  *   gcra, leaky_bucket      a, b[0..31] = TAT*L (96 bits, ms scaled by L);
@@ -91,11 +93,67 @@ fw_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
 
 /* ---- sliding_window_log ---------------------------------------------------------------- */
 
+static void swc_judge(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now,
+                      uint32_t cost, struct rl_algo_result *r, struct rl_algo_state *next);
+static uint64_t swc_full_at(const struct rl_tier *t, const struct rl_algo_state *s);
+
 static struct rl_slog *
 swl_log(const struct rl_algo_state *s)
 {
     return (struct rl_slog *)(uintptr_t)s->a;
 }
+
+/* A degraded log: the sliding_window_counter state it became, tagged in bit 0 of a. */
+static bool
+swl_degraded(const struct rl_algo_state *s)
+{
+    return (s->a & 1) != 0;
+}
+
+static struct rl_algo_state
+swl_counter(const struct rl_algo_state *s)
+{
+    struct rl_algo_state c = {s->a >> 1, s->b};
+
+    return c;
+}
+
+static void
+swl_tag(struct rl_algo_state *s, const struct rl_algo_state *c)
+{
+    s->a = c->a << 1 | 1;
+    s->b = c->b;
+}
+
+/*
+ * Turns the log of *s (pruned at now_eff) into the sliding_window_counter state of the same
+ * history and frees it: the costs at or after the start of now_eff's window k are window k's
+ * count, the rest (all after now_eff - W, so in window k - 1) the previous count. `folded` is
+ * a cost rl_slog_append just added to the newest entry instead of logging it at now_eff: it
+ * is moved to window k, where it belongs.
+ */
+static void
+swl_degrade(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now_eff, uint32_t folded)
+{
+    struct rl_slog *g = swl_log(s);
+    uint64_t W = t->window_ms;
+    uint64_t k = now_eff / W;
+    uint64_t cur = rl_slog_sum_since(g, k * W);
+    uint64_t prev = rl_slog_sum(g) - cur;
+    uint64_t newest;
+    struct rl_algo_state c;
+
+    if (folded > 0 && rl_slog_newest(g, &newest) && newest < k * W) {
+        prev -= folded;
+        cur += folded;
+    }
+    rl_slog_destroy(g);
+    /* Both are at most L < 2^32: the log held at most L once the request was allowed. */
+    c.a = k;
+    c.b = (prev > UINT32_MAX ? UINT32_MAX : prev) << 32 | (cur > UINT32_MAX ? UINT32_MAX : cur);
+    swl_tag(s, &c);
+}
+
 
 static void
 swl_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
@@ -138,20 +196,39 @@ swl_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32
     }
 }
 
+/* Returns 0 when logged, 1 when the key is (now) degraded. */
 static int
-swl_commit(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
-           uint64_t room)
+swl_commit(const struct rl_tier *t, struct rl_algo_state *s, const struct rl_algo_state *next,
+           uint64_t now, uint32_t cost, uint64_t room)
 {
-    struct rl_slog *g = swl_log(s);
-    uint64_t now_eff = rl_slog_prune(g, now, t->window_ms);
+    struct rl_slog *g;
+    uint64_t now_eff;
     uint64_t newest;
-    int rc = rl_slog_append(&g, now_eff, cost, room);
+    int rc;
 
-    s->a = (uintptr_t)g;
-    if (rc >= 0 && rl_slog_newest(g, &newest)) {
-        s->b = newest + t->window_ms;
+    if (swl_degraded(s)) {
+        *s = *next; /* judged as a sliding_window_counter */
+        return 1;
     }
-    return rc;
+    g = swl_log(s);
+    now_eff = rl_slog_prune(g, now, t->window_ms);
+    rc = rl_slog_append(&g, now_eff, cost, room);
+    s->a = (uintptr_t)g;
+    if (rc == 0) {
+        if (rl_slog_newest(g, &newest)) {
+            s->b = newest + t->window_ms;
+        }
+        return 0;
+    }
+    if (rc < 0) {
+        /* No log could be had: the key starts degraded, with this cost counted. */
+        struct rl_algo_state c = {now_eff / t->window_ms, cost};
+
+        swl_tag(s, &c);
+        return 1;
+    }
+    swl_degrade(t, s, now_eff, cost);
+    return 1;
 }
 
 /* ---- sliding_window_counter ------------------------------------------------------------ */
@@ -418,6 +495,14 @@ rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, ui
         fw_judge(t, s, now, cost, r, next);
         break;
     case RL_ALGO_SLIDING_WINDOW_LOG:
+        if (swl_degraded(s)) {
+            struct rl_algo_state c = swl_counter(s);
+            struct rl_algo_state n = c;
+
+            swc_judge(t, &c, now, cost, r, &n);
+            swl_tag(next, &n);
+            break;
+        }
         swl_judge(t, s, now, cost, r);
         *next = *s;
         break;
@@ -446,7 +531,7 @@ rl_algo_commit_capped(const struct rl_tier *t, struct rl_algo_state *s,
         return 0;
     }
     if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG) {
-        return swl_commit(t, s, now, cost, room);
+        return swl_commit(t, s, next, now, cost, room);
     }
     *s = *next;
     return 0;
@@ -466,6 +551,11 @@ rl_algo_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
     case RL_ALGO_FIXED_WINDOW:
         return fw_full_at(t, s);
     case RL_ALGO_SLIDING_WINDOW_LOG:
+        if (swl_degraded(s)) {
+            struct rl_algo_state c = swl_counter(s);
+
+            return swc_full_at(t, &c);
+        }
         return s->b;
     case RL_ALGO_SLIDING_WINDOW_COUNTER:
         return swc_full_at(t, s);
@@ -490,7 +580,7 @@ rl_algo_is_full(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t
 void
 rl_algo_release(const struct rl_tier *t, struct rl_algo_state *s)
 {
-    if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG) {
+    if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG && !swl_degraded(s)) {
         rl_slog_destroy(swl_log(s));
     }
     s->a = 0;
@@ -500,5 +590,12 @@ rl_algo_release(const struct rl_tier *t, struct rl_algo_state *s)
 uint64_t
 rl_algo_heap_bytes(const struct rl_tier *t, const struct rl_algo_state *s)
 {
-    return t->algo == RL_ALGO_SLIDING_WINDOW_LOG ? rl_slog_bytes(swl_log(s)) : 0;
+    return t->algo == RL_ALGO_SLIDING_WINDOW_LOG && !swl_degraded(s) ? rl_slog_bytes(swl_log(s))
+                                                                       : 0;
+}
+
+bool
+rl_algo_degraded(const struct rl_tier *t, const struct rl_algo_state *s)
+{
+    return t->algo == RL_ALGO_SLIDING_WINDOW_LOG && swl_degraded(s);
 }

@@ -49,17 +49,18 @@ void rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t no
 /*
  * Consumes: stores *next into *s, or for sliding_window_log appends (now, cost) to the log.
  * Call it only after rl_algo_judge allowed the same request at the same now. Returns as
- * rl_algo_commit_capped with unlimited room (1 or -ENOMEM only when malloc fails).
+ * rl_algo_commit_capped with unlimited room (1 only when malloc fails).
  */
 int rl_algo_commit(const struct rl_tier *t, struct rl_algo_state *s,
                    const struct rl_algo_state *next, uint64_t now, uint32_t cost);
 
 /*
  * As rl_algo_commit, but a sliding log may take at most `room` more heap bytes (the node's
- * memory cap). A log that would need more keeps its size and adds the cost to its newest
- * entry: counted, but leaving the window early, so it errs toward allowing. Returns 0 when
- * consumed exactly, 1 when folded so, or -ENOMEM when nothing could be consumed (a key with
- * no log yet, and no room or memory for one).
+ * memory cap). A log that would need more, or a new key that cannot have one, is degraded:
+ * its history becomes the sliding_window_counter state of the same counts (previous and
+ * current fixed window), its log is freed, and from then on it is judged and consumed as a
+ * sliding_window_counter (docs/ALGORITHMS.md, "Under memory pressure") until it is full and
+ * forgotten. Returns 0 when logged exactly, 1 when the key is degraded.
  */
 int rl_algo_commit_capped(const struct rl_tier *t, struct rl_algo_state *s,
                           const struct rl_algo_state *next, uint64_t now, uint32_t cost,
@@ -74,6 +75,9 @@ uint64_t rl_algo_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
 
 /* Frees what the state owns beyond its 16 bytes (a sliding log); leaves it zeroed. */
 void rl_algo_release(const struct rl_tier *t, struct rl_algo_state *s);
+
+/* True when a sliding_window_log state was degraded to a counter at the memory cap. */
+bool rl_algo_degraded(const struct rl_tier *t, const struct rl_algo_state *s);
 
 /* Heap bytes the state owns beyond its 16 bytes. */
 uint64_t rl_algo_heap_bytes(const struct rl_tier *t, const struct rl_algo_state *s);

@@ -648,11 +648,11 @@ xorshift(struct rl_keytab *t)
 }
 
 /* Offers the first `want` live entries of a from slot pos on (wrapping from the end of the
- * array to slot lo) to the eviction, keeping in *victim the one that is full soonest, the
- * first on a tie. a must hold at least want live entries in [lo, cap). */
+ * array to slot lo) to the eviction, keeping in *victim the one scored lowest, the first on
+ * a tie. a must hold at least want live entries in [lo, cap). */
 static void
 sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, size_t want,
-       struct rl_keytab_entry **victim, uint64_t *best)
+       uint64_t now, uint16_t tier, struct rl_keytab_entry **victim, uint64_t *best)
 {
     size_t seen = 0;
     while (seen < want) {
@@ -660,9 +660,9 @@ sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, siz
         uint32_t full = group_full(a->tags + pos) & first_bits(n);
         while (full != 0 && seen < want) {
             struct rl_keytab_entry *e = &a->ents[pos + (size_t)__builtin_ctz(full)];
-            uint64_t at = t->ops.full_at(t->ops.arg, e);
-            if (*victim == NULL || at < *best) {
-                *best = at;
+            uint64_t sc = t->ops.score(t->ops.arg, e, now, tier);
+            if (*victim == NULL || sc < *best) {
+                *best = sc;
                 *victim = e;
             }
             seen++;
@@ -675,12 +675,13 @@ sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, siz
     }
 }
 
-/* Drops the entry that will be full soonest among EVICT_SAMPLE live entries from a random
- * position (fewer if the table holds fewer). During a resize the sample comes from both
+/* Drops the entry scored lowest among EVICT_SAMPLE live entries from a random position (fewer
+ * if the table holds fewer), drawing up to RL_KEYTAB_EVICT_ROUNDS such samples while the best
+ * is of class RL_KEYTAB_CLASS_RESAMPLE or worse. During a resize each sample comes from both
  * arrays in proportion to the keys each holds, so every key is about as likely a candidate.
  * Needs keys > 0. */
 static void
-evict_one(struct rl_keytab *t)
+evict_one(struct rl_keytab *t, uint64_t now, uint16_t tier)
 {
     size_t want = t->keys < EVICT_SAMPLE ? t->keys : EVICT_SAMPLE;
     size_t cur_keys = t->keys - t->old_keys;
@@ -696,11 +697,20 @@ evict_one(struct rl_keytab *t)
     }
     struct rl_keytab_entry *victim = NULL;
     uint64_t best = UINT64_MAX;
-    sample(t, &t->cur, 0, home_of(xorshift(t), t->cur.cap), want - want_old, &victim, &best);
-    if (want_old > 0) {
-        /* Live old entries are all at or after `moved`: start among them. */
-        size_t pos = t->moved + home_of(xorshift(t), t->old.cap - t->moved);
-        sample(t, &t->old, t->moved, pos, want_old, &victim, &best);
+    for (unsigned round = 0; round < RL_KEYTAB_EVICT_ROUNDS; round++) {
+        sample(t, &t->cur, 0, home_of(xorshift(t), t->cur.cap), want - want_old, now, tier,
+               &victim, &best);
+        if (want_old > 0) {
+            /* Live old entries are all at or after `moved`: start among them. */
+            size_t pos = t->moved + home_of(xorshift(t), t->old.cap - t->moved);
+            sample(t, &t->old, t->moved, pos, want_old, now, tier, &victim, &best);
+        }
+        if ((best >> RL_KEYTAB_CLASS_SHIFT) < RL_KEYTAB_CLASS_RESAMPLE) {
+            break;
+        }
+    }
+    if (t->ops.evicted != NULL) {
+        t->ops.evicted(t->ops.arg, victim, best);
     }
     drop(t, victim);
     t->evicted++;
@@ -709,7 +719,6 @@ evict_one(struct rl_keytab *t)
 struct rl_keytab_entry *
 rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint16_t tier, uint64_t now)
 {
-    (void)now;
     if (resizing(t)) {
         migrate(t, INSERT_STEP);
     } else if (grave_bytes(t) > 0) {
@@ -722,7 +731,7 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint16_t t
         }
         if (resizing(t)) {
             /* Growing to max_cap: evict now, as the end of the move would. */
-            evict_one(t);
+            evict_one(t, now, tier);
         } else {
             size_t new_cap = t->cur.cap + t->cur.cap / 2;
             if (new_cap > t->max_cap) {
@@ -731,7 +740,7 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint16_t t
             /* At the cap, or with no memory for a bigger array, make room instead: never
              * fail once the table exists. */
             if (new_cap <= t->cur.cap || start_resize(t, new_cap) != 0) {
-                evict_one(t);
+                evict_one(t, now, tier);
             }
         }
     }

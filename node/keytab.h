@@ -3,8 +3,9 @@
  * (rule, tier, user), in one open-addressing array with linear probing, a byte of hash tag
  * per slot scanned 16 at a time, and backward-shift deletion (no tombstones).
  * It grows by 1.5x up to a memory cap; at the cap it evicts, picking from a few sampled
- * entries the one that will be back at full allowance soonest, so eviction can only err
- * towards allowing. Not for judging requests (limiter.h).
+ * entries the one its owner scores lowest (the limiter: a key back at full allowance, else
+ * one of a service over its share that limits nobody now, soonest full), sampling again
+ * while the best it found is one it should not take. Not for judging requests (limiter.h).
  *
  * Resizes (grows, and shrinks by the sweep) are incremental: for a while the table keeps the
  * old array beside the new one, and each insert and each sweep moves a bounded slice of the
@@ -38,12 +39,21 @@ struct rl_keytab_entry {
 struct rl_keytab_ops {
     /* True when the entry can be forgotten at now. */
     bool (*is_full)(void *arg, const struct rl_keytab_entry *e, uint64_t now);
-    /* When the entry will be full again (eviction victim: the smallest). */
-    uint64_t (*full_at)(void *arg, const struct rl_keytab_entry *e);
+    /* How good a victim the entry is for an insert of `tier` at now: the smallest score is
+     * evicted. Its class, score >> RL_KEYTAB_CLASS_SHIFT, says what losing it costs (the
+     * RL_KEYTAB_CLASS_* below); a sample whose best class is RL_KEYTAB_CLASS_RESAMPLE or
+     * worse is drawn again, up to RL_KEYTAB_EVICT_ROUNDS samples, before one is taken. */
+    uint64_t (*score)(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint16_t tier);
+    /* Optional: e is about to be evicted with that score (before release). */
+    void (*evicted)(void *arg, const struct rl_keytab_entry *e, uint64_t score);
     /* Frees what the entry's state owns (before the entry is dropped). */
     void (*release)(void *arg, struct rl_keytab_entry *e);
     void *arg;
 };
+
+#define RL_KEYTAB_CLASS_SHIFT 60
+#define RL_KEYTAB_CLASS_RESAMPLE 2u
+#define RL_KEYTAB_EVICT_ROUNDS 8u
 
 struct rl_keytab_stats {
     uint64_t keys;         /* entries held now, in both arrays during a resize */

@@ -5,11 +5,15 @@
  * fields of docs/PROTOCOL.md from the tier that decided. Not for sockets or framing (server.c), nor
  * for the arithmetic of the algorithms (algo.c).
  *
- * Memory: the cap is split between the key table and the sliding logs, which live outside
- * it. When the rules have a sliding_window_log tier, half the cap is kept for logs; a log that
- * would go past its share stops growing and folds further costs into its newest entry (still
- * counted, but leaving the window early), and a new log that cannot be had at all is not
- * kept: both err toward allowing, never toward a wrong refusal.
+ * Memory (docs/ALGORITHMS.md, "Under memory pressure"): the cap is split between the key
+ * table and the sliding logs, which live outside it. When the rules have a sliding_window_log
+ * tier, half the cap is kept for logs, shared equally by the services that hold logs; a log
+ * that would grow past its service's share, or a new one that cannot be had, is degraded to
+ * a sliding_window_counter of the same counts (algo.h): approximate, never unlimited. At the
+ * table's cap the eviction takes, from a sample, a key back at full allowance if there is
+ * one, else a key of a service holding at least its equal share of the keys that limits
+ * nobody now, soonest full; a key in force, or a key of a service under its share, only when
+ * several samples found nothing else.
  */
 #include "limiter.h"
 
@@ -31,11 +35,23 @@ struct lim_tier {
     struct rl_algo_result r;
 };
 
+/* One service (the rules of [service S] and [service S E] together). */
+struct lim_svc {
+    const char *name;
+    struct rl_limiter_service_stats st;
+};
+
 struct rl_limiter {
     const struct rl_conf *conf;
     struct rl_keytab *tab;
     uint64_t log_cap;   /* bytes the sliding logs may hold */
     uint64_t log_bytes; /* bytes they hold now */
+    struct lim_svc *svcs;
+    uint32_t nsvcs;
+    uint32_t *svc_of_tier; /* conf->ntiers of them */
+    uint32_t nactive;      /* services holding keys */
+    uint32_t nlogging;     /* services holding log bytes */
+    uint64_t nkeys;        /* keys held, all services */
     struct rl_limiter_stats st;
     uint32_t maxtiers;
     struct lim_tier *scratch; /* maxtiers of them, so a check never allocates */
@@ -55,6 +71,41 @@ lim_entry_tier(const struct rl_limiter *l, const struct rl_keytab_entry *e)
     return e->tier < l->conf->ntiers ? &l->conf->tiers[e->tier] : NULL;
 }
 
+static struct lim_svc *
+lim_svc_of(const struct rl_limiter *l, const struct rl_tier *t)
+{
+    return &l->svcs[l->svc_of_tier[t->id]];
+}
+
+/* A key of t's service was added (+1) or dropped (-1). */
+static void
+lim_count_key(struct rl_limiter *l, const struct rl_tier *t, int delta)
+{
+    struct lim_svc *v = lim_svc_of(l, t);
+
+    if (delta > 0) {
+        l->nactive += v->st.keys == 0;
+        v->st.keys++;
+        l->nkeys++;
+    } else {
+        v->st.keys--;
+        l->nkeys--;
+        l->nactive -= v->st.keys == 0;
+    }
+}
+
+/* The log bytes of t's service changed by delta (wrapping arithmetic for a decrease). */
+static void
+lim_count_log(struct rl_limiter *l, const struct rl_tier *t, uint64_t delta)
+{
+    struct lim_svc *v = lim_svc_of(l, t);
+    bool had = v->st.log_bytes != 0;
+
+    v->st.log_bytes += delta;
+    l->log_bytes += delta;
+    l->nlogging += (v->st.log_bytes != 0) - had;
+}
+
 static bool
 lim_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
 {
@@ -63,18 +114,66 @@ lim_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
     return t == NULL || rl_algo_is_full(t, &e->st, now);
 }
 
+/*
+ * The eviction's score of e for an insert of tier `for_tier` (keytab.h): class 0, a key back
+ * at full allowance (losing it changes nothing); 1, a key of a service holding at least an
+ * equal share of the keys (counting the inserting service) that would allow a request of
+ * cost 1 now; 2, such a key that would not (its limit is in force); 3 and 4, the same for a
+ * service under its share. Within a class, the key full soonest goes first.
+ */
 static uint64_t
-lim_full_at(void *arg, const struct rl_keytab_entry *e)
+lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint16_t for_tier)
 {
-    const struct rl_tier *t = lim_entry_tier(arg, e);
+    struct rl_limiter *l = arg;
+    const struct rl_tier *t = lim_entry_tier(l, e);
+    const uint64_t mask = (UINT64_C(1) << RL_KEYTAB_CLASS_SHIFT) - 1;
+    struct rl_algo_state st, next;
+    struct rl_algo_result r;
+    uint64_t at, n, cls;
+    const struct lim_svc *v;
 
-    return t == NULL ? 0 : rl_algo_full_at(t, &e->st);
+    if (t == NULL || rl_algo_is_full(t, &e->st, now)) {
+        return 0;
+    }
+    v = lim_svc_of(l, t);
+    n = l->nactive;
+    if (for_tier < l->conf->ntiers && lim_svc_of(l, &l->conf->tiers[for_tier])->st.keys == 0) {
+        n++; /* the inserting service is about to hold a key */
+    }
+    st = e->st; /* a log's judge prunes it: a pure effect of time */
+    rl_algo_judge(t, &st, now, 1, &r, &next);
+    cls = v->st.keys * n >= l->nkeys ? 1 : 3;
+    cls += !r.allowed;
+    at = rl_algo_full_at(t, &e->st);
+    return cls << RL_KEYTAB_CLASS_SHIFT | (at < mask ? at : mask);
+}
+
+static void
+lim_evicted(void *arg, const struct rl_keytab_entry *e, uint64_t score)
+{
+    struct rl_limiter *l = arg;
+    const struct rl_tier *t = lim_entry_tier(l, e);
+    uint64_t cls = score >> RL_KEYTAB_CLASS_SHIFT;
+    struct lim_svc *v;
+
+    if (t == NULL) {
+        return;
+    }
+    v = lim_svc_of(l, t);
+    v->st.evicted++;
+    if (cls == 2 || cls == 4) {
+        v->st.evicted_in_force++;
+        l->st.evicted_in_force++;
+    }
+    if (cls >= 3) {
+        l->st.evicted_under_share++;
+    }
 }
 
 static void
 lim_release_state(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s)
 {
-    l->log_bytes -= rl_algo_heap_bytes(t, s);
+    lim_count_log(l, t, -rl_algo_heap_bytes(t, s));
     rl_algo_release(t, s);
 }
 
@@ -86,14 +185,42 @@ lim_release(void *arg, struct rl_keytab_entry *e)
 
     if (t != NULL) {
         lim_release_state(l, t, &e->st);
+        lim_count_key(l, t, -1);
     }
+}
+
+/* Groups the rules by service: svcs, and each tier's service. */
+static int
+lim_services(struct rl_limiter *l)
+{
+    const struct rl_conf *c = l->conf;
+
+    l->svcs = calloc(c->nrules + 1, sizeof(*l->svcs));
+    l->svc_of_tier = calloc(c->ntiers + 1, sizeof(*l->svc_of_tier));
+    if (l->svcs == NULL || l->svc_of_tier == NULL) {
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < c->nrules; i++) {
+        const struct rl_rule *r = &c->rules[i];
+        uint32_t v;
+
+        for (v = 0; v < l->nsvcs && strcmp(l->svcs[v].name, r->service) != 0; v++) {
+        }
+        if (v == l->nsvcs) {
+            l->svcs[l->nsvcs++].name = r->service;
+        }
+        for (uint32_t k = 0; k < r->ntiers; k++) {
+            l->svc_of_tier[r->first_tier + k] = v;
+        }
+    }
+    return 0;
 }
 
 int
 rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t memory_bytes)
 {
     struct rl_limiter *l = calloc(1, sizeof(*l));
-    struct rl_keytab_ops ops = {lim_is_full, lim_full_at, lim_release, l};
+    struct rl_keytab_ops ops = {lim_is_full, lim_score, lim_evicted, lim_release, l};
     bool logs = false;
     int rc = -ENOMEM;
 
@@ -115,8 +242,8 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
         }
     }
     l->scratch = calloc(l->maxtiers, sizeof(*l->scratch));
-    if (l->scratch == NULL) {
-        goto fail;
+    if (l->scratch == NULL || lim_services(l) != 0) {
+        goto fail_scratch;
     }
     rc = rl_keytab_create(&l->tab, memory_bytes - l->log_cap, &ops);
     if (rc != 0) {
@@ -127,7 +254,8 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
 
 fail_scratch:
     free(l->scratch);
-fail:
+    free(l->svcs);
+    free(l->svc_of_tier);
     free(l);
     return rc;
 }
@@ -140,6 +268,8 @@ rl_limiter_destroy(struct rl_limiter *l)
     }
     rl_keytab_destroy(l->tab);
     free(l->scratch);
+    free(l->svcs);
+    free(l->svc_of_tier);
     free(l);
 }
 
@@ -148,20 +278,32 @@ static void
 lim_commit(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
            const struct rl_algo_state *next, uint64_t now, uint32_t cost)
 {
-    uint64_t before;
-    uint64_t room;
+    struct lim_svc *v;
+    uint64_t before, room, share;
+    bool was;
 
     if (t->algo != RL_ALGO_SLIDING_WINDOW_LOG) {
         rl_algo_commit(t, s, next, now, cost);
         return;
     }
+    v = lim_svc_of(l, t);
+    was = rl_algo_degraded(t, s);
     before = rl_algo_heap_bytes(t, s);
     room = l->log_cap > l->log_bytes ? l->log_cap - l->log_bytes : 0;
-    if (rl_algo_commit_capped(t, s, next, now, cost, room) != 0) {
-        l->st.log_folded++;
+    /* An equal share of the log memory for each service holding logs (this one included). */
+    share = l->log_cap / (l->nlogging + (v->st.log_bytes == 0));
+    if (v->st.log_bytes >= share) {
+        room = 0;
+    } else if (share - v->st.log_bytes < room) {
+        room = share - v->st.log_bytes;
+    }
+    rl_algo_commit_capped(t, s, next, now, cost, room);
+    if (!was && rl_algo_degraded(t, s)) {
+        v->st.log_degraded++;
+        l->st.log_degraded++;
     }
     /* Unsigned arithmetic wraps back correctly when the log shrank. */
-    l->log_bytes += rl_algo_heap_bytes(t, s) - before;
+    lim_count_log(l, t, rl_algo_heap_bytes(t, s) - before);
 }
 
 /* Every tier allowed: consume in each, adding keys that were not in the table. */
@@ -196,6 +338,7 @@ lim_consume(struct rl_limiter *l, const struct rl_rule *rule, uint64_t now, uint
             continue;
         }
         e->st = s;
+        lim_count_key(l, t, +1);
     }
 }
 
@@ -315,4 +458,18 @@ rl_limiter_stats(const struct rl_limiter *l, struct rl_limiter_stats *s)
     s->evicted = ks.evicted;
     s->expired = ks.expired;
     s->memory_bytes = ks.bytes + l->log_bytes;
+}
+
+size_t
+rl_limiter_services(const struct rl_limiter *l)
+{
+    return l->nsvcs;
+}
+
+const char *
+rl_limiter_service_stats(const struct rl_limiter *l, size_t i,
+                         struct rl_limiter_service_stats *s)
+{
+    *s = l->svcs[i].st;
+    return l->svcs[i].name;
 }

@@ -15,8 +15,9 @@
 /* Node counters, X(name, text): reported by STATS under these names. checks counts every
  * CHECK answered and is allowed + limited + queued + no_rule (shadow-mode replies are
  * allowed; shadow_limited counts those that enforce would have refused); peeks counts cost-0
- * checks; log_folded counts sliding-log commits folded into an older entry at the memory cap
- * (docs/ALGORITHMS.md). */
+ * checks; log_degraded counts sliding logs degraded to counters at the memory cap,
+ * evicted_in_force the evictions of keys whose limit was in force, evicted_under_share those
+ * of keys of a service under its share (docs/ALGORITHMS.md, "Under memory pressure"). */
 #define RL_LIMITER_STATS_MAP(X)                                                                    \
     X(checks, "checks")                                                                            \
     X(allowed, "allowed")                                                                          \
@@ -25,7 +26,9 @@
     X(no_rule, "no_rule")                                                                          \
     X(shadow_limited, "shadow_limited")                                                            \
     X(peeks, "peeks")                                                                              \
-    X(log_folded, "log_folded")
+    X(log_degraded, "log_degraded")                                                                \
+    X(evicted_in_force, "evicted_in_force")                                                        \
+    X(evicted_under_share, "evicted_under_share")
 
 struct rl_limiter_stats {
 #define RL_LIMITER_FIELD(n, s) uint64_t n;
@@ -36,6 +39,20 @@ struct rl_limiter_stats {
     uint64_t evicted;
     uint64_t expired;
     uint64_t memory_bytes; /* table plus sliding logs */
+};
+
+/* One service's share of the memory: STATS reports them as service.NAME.KEY. */
+#define RL_LIMITER_SERVICE_STATS_MAP(X)                                                            \
+    X(keys, "keys")                                                                                \
+    X(evicted, "evicted")                                                                          \
+    X(evicted_in_force, "evicted_in_force")                                                        \
+    X(log_bytes, "log_bytes")                                                                      \
+    X(log_degraded, "log_degraded")
+
+struct rl_limiter_service_stats {
+#define RL_LIMITER_FIELD(n, s) uint64_t n;
+    RL_LIMITER_SERVICE_STATS_MAP(RL_LIMITER_FIELD)
+#undef RL_LIMITER_FIELD
 };
 
 struct rl_limiter;
@@ -53,5 +70,10 @@ void rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint6
 void rl_limiter_sweep(struct rl_limiter *l, uint64_t now, size_t budget);
 
 void rl_limiter_stats(const struct rl_limiter *l, struct rl_limiter_stats *s);
+
+/* The number of services, and service i's name and counters. */
+size_t rl_limiter_services(const struct rl_limiter *l);
+const char *rl_limiter_service_stats(const struct rl_limiter *l, size_t i,
+                                     struct rl_limiter_service_stats *s);
 
 #endif

@@ -76,9 +76,11 @@ reply_stats(struct rl_conn *c, uint32_t id)
     struct rl_server *s = c->data;
     struct rl_listener_stats cs;
     struct rl_limiter_stats ls;
-    const char *keys[64];
-    int64_t vals[64];
-    size_t n = 0;
+    struct rl_limiter_service_stats vs;
+    const char *keys[RL_WIRE_STATS_MAX];
+    int64_t vals[RL_WIRE_STATS_MAX];
+    static char names[RL_WIRE_STATS_MAX][160];
+    size_t n = 0, nn = 0;
 
     rl_limiter_stats(s->limiter, &ls);
     rl_listener_stats(&s->listener, &cs);
@@ -99,6 +101,21 @@ reply_stats(struct rl_conn *c, uint32_t id)
     RL_SERVER_PUT("zk_state", s->zk_state)
     RL_SERVER_PUT("registered", s->registered)
     RL_SERVER_PUT("uptime_ms", uv_now(s->loop) - s->started_ms)
+    /* Memory pressure per service, "service.NAME.KEY", for the services that fit in the
+     * reply's 256 pairs (5 keys each: about 40 services), in config order. */
+    for (size_t i = 0; i < rl_limiter_services(s->limiter); i++) {
+        const char *svc = rl_limiter_service_stats(s->limiter, i, &vs);
+
+        if (n + 5 > RL_WIRE_STATS_MAX) {
+            break;
+        }
+#define RL_SERVER_PUT_SVC(f, str)                                                                  \
+    snprintf(names[nn], sizeof(names[nn]), "service.%s.%s", svc, str);                             \
+    RL_SERVER_PUT(names[nn], vs.f)                                                                 \
+    nn++;
+        RL_LIMITER_SERVICE_STATS_MAP(RL_SERVER_PUT_SVC)
+#undef RL_SERVER_PUT_SVC
+    }
 #undef RL_SERVER_PUT
     if (rl_wire_put_stats_reply(&c->out, id, keys, vals, n) != 0) {
         rl_conn_close(c, UV_ENOMEM);

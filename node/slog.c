@@ -124,6 +124,22 @@ rl_slog_sum(const struct rl_slog *g)
     return g == NULL ? 0 : g->sum;
 }
 
+uint64_t
+rl_slog_sum_since(const struct rl_slog *g, uint64_t t)
+{
+    uint64_t acc = 0;
+
+    for (uint32_t i = g == NULL ? 0 : g->len; i > 0; i--) {
+        const struct rl_slog_ent *e = slog_cat(g, i - 1);
+
+        if (g->base + e->dt < t) {
+            break;
+        }
+        acc += e->cost;
+    }
+    return acc;
+}
+
 bool
 rl_slog_newest(const struct rl_slog *g, uint64_t *t)
 {

@@ -35,6 +35,9 @@ uint64_t rl_slog_prune(struct rl_slog *g, uint64_t now, uint32_t window_ms);
 /* Total cost of the entries held. */
 uint64_t rl_slog_sum(const struct rl_slog *g);
 
+/* Total cost of the entries at or after time t. */
+uint64_t rl_slog_sum_since(const struct rl_slog *g, uint64_t t);
+
 /* Whether the log holds entries, and the time of the newest one. */
 bool rl_slog_newest(const struct rl_slog *g, uint64_t *t);
 

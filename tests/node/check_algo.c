@@ -76,7 +76,7 @@ dup_state(const struct rl_tier *t, const struct rl_algo_state *s)
 {
     struct rl_algo_state c = *s;
 
-    if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG && s->a != 0) {
+    if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG && s->a != 0 && !rl_algo_degraded(t, s)) {
         c.a = (uintptr_t)rl_slog_dup((const struct rl_slog *)(uintptr_t)s->a);
         RL_CHECK(c.a != 0);
     }
@@ -693,7 +693,8 @@ START_TEST(test_slog_growth_and_cap)
     ck_assert_uint_lt(rl_algo_heap_bytes(&t, &s), peak / 8);
     ck_assert_uint_eq(req(&t, &s, 29999, 0).remaining, 100000 - 2);
 
-    /* No room to grow: the cost folds into the newest entry and is still counted. */
+    /* No room to grow: the log becomes a sliding_window_counter of the same counts, the
+     * request included, and gives its memory back. */
     rl_algo_release(&t, &s);
     t = mk_tier(RL_ALGO_SLIDING_WINDOW_LOG, 10, 100, 0);
     for (uint64_t now = 0; now < 4; now++) {
@@ -701,15 +702,32 @@ START_TEST(test_slog_growth_and_cap)
     }
     rl_algo_judge(&t, &s, 4, 2, &r, &next);
     ck_assert(r.allowed);
+    ck_assert(!rl_algo_degraded(&t, &s));
     ck_assert_int_eq(rl_algo_commit_capped(&t, &s, &next, 4, 2, 0), 1);
+    ck_assert(rl_algo_degraded(&t, &s));
+    ck_assert_uint_eq(rl_algo_heap_bytes(&t, &s), 0);
     ck_assert_uint_eq(probe(&t, &s, 4, 0).remaining, 4);
-    /* The folded cost sits at time 3, so it leaves at 103: early, toward allowing. */
-    ck_assert_uint_eq(probe(&t, &s, 103, 0).remaining, 10);
+    ck_assert(!probe(&t, &s, 99, 5).allowed);
+    /* At 103 window 0's 6 weigh 97%: 5.82 of 10 used, 4 whole requests left (the exact log
+     * would have 8: the degraded key errs toward refusing here, toward allowing when the
+     * previous window's requests came late). */
+    ck_assert_uint_eq(probe(&t, &s, 103, 0).remaining, 4);
+    /* Consumed and judged as a counter from now on; full (forgettable) at 300. */
+    rl_algo_judge(&t, &s, 150, 1, &r, &next);
+    ck_assert(r.allowed);
+    ck_assert_int_eq(rl_algo_commit(&t, &s, &next, 150, 1), 1);
+    ck_assert(rl_algo_degraded(&t, &s));
+    ck_assert_uint_eq(probe(&t, &s, 150, 0).remaining, 10 - 3 - 1);
+    ck_assert(!rl_algo_is_full(&t, &s, 250));
+    ck_assert(rl_algo_is_full(&t, &s, 300));
     rl_algo_release(&t, &s);
-    /* No log yet and no room for one: nothing consumed. */
-    rl_algo_judge(&t, &s, 4, 2, &r, &next);
-    ck_assert_int_eq(rl_algo_commit_capped(&t, &s, &next, 4, 2, 10), -ENOMEM);
     ck_assert(s.a == 0 && s.b == 0);
+    /* No log yet and no room for one: a degraded key from the start, the cost counted. */
+    rl_algo_judge(&t, &s, 4, 2, &r, &next);
+    ck_assert_int_eq(rl_algo_commit_capped(&t, &s, &next, 4, 2, 10), 1);
+    ck_assert(rl_algo_degraded(&t, &s));
+    ck_assert_uint_eq(probe(&t, &s, 4, 0).remaining, 8);
+    rl_algo_release(&t, &s);
 }
 END_TEST
 

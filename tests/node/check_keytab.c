@@ -42,9 +42,11 @@ fake_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
 }
 
 static uint64_t
-fake_full_at(void *arg, const struct rl_keytab_entry *e)
+fake_full_at(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint16_t tier)
 {
     struct fake *f = arg;
+    (void)now;
+    (void)tier;
     if (f->nsampled < 64) {
         f->sampled[f->nsampled] = e->st.a;
         f->sampled_id[f->nsampled] = (int64_t)e->st.b - 1;
@@ -82,7 +84,7 @@ fake_table(struct fake *f, size_t nids, uint64_t max_bytes)
     RL_CHECK(f->log != NULL);
     f->nids = nids;
     f->last_released = -1;
-    struct rl_keytab_ops ops = {fake_is_full, fake_full_at, fake_release, f};
+    struct rl_keytab_ops ops = {fake_is_full, fake_full_at, NULL, fake_release, f};
     struct rl_keytab *t = NULL;
     RL_CHECK_INT(rl_keytab_create(&t, max_bytes, &ops), ==, 0);
     RL_CHECK(t != NULL);

@@ -377,7 +377,7 @@ START_TEST(test_memory_cap)
 }
 END_TEST
 
-/* Sliding logs past their share of the cap stop growing, fold, and still count. */
+/* Sliding logs past their share of the cap are degraded to counters, and still count. */
 START_TEST(test_log_cap)
 {
     struct rl_conf *c = conf_from("[service g]\nlimit = sliding_window_log 100000 per 1h\n");
@@ -394,11 +394,77 @@ START_TEST(test_log_cap)
     }
     ck_assert_uint_eq(allowed, 20000);
     struct rl_limiter_stats s = stats(l);
-    ck_assert_uint_gt(s.log_folded, 0);
+    ck_assert_uint_gt(s.log_degraded, 0);
     ck_assert_uint_le(s.memory_bytes, 256 * 1024);
-    /* Folded costs still count: each user has used 2500 of its 100000. */
+    /* Degraded keys still count, exactly within one window: each user has used 2500. */
     r = check(l, "g", "g3", NULL, 0, T0 + 20000);
     ck_assert_uint_eq(r.remaining, 100000 - 2500);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/*
+ * A flood of distinct users of one service, far past the memory cap, neither lifts the limit
+ * of a user of another service already limited, nor lets a new user of the flooded service
+ * pass its limit (a sliding log with no memory left is degraded, not waved through). Per
+ * algorithm.
+ */
+static const char *const flood_algos[] = {"fixed_window",           "sliding_window_log",
+                                          "sliding_window_counter", "token_bucket",
+                                          "gcra",                   "leaky_bucket"};
+
+START_TEST(test_flood_isolation)
+{
+    char text[512];
+    char user[32];
+    struct rl_wire_check_reply r;
+    uint64_t now = T0;
+    int allowed = 0;
+
+    snprintf(text, sizeof(text),
+             "[service victim]\nlimit = %s 5 per 1h\n[service flood]\nlimit = %s 100 per 1h\n",
+             flood_algos[_i], flood_algos[_i]);
+    struct rl_conf *c = conf_from(text);
+    struct rl_limiter *l = limiter_from(c, 1024 * 1024);
+
+    for (int i = 0; i < 5; i++) {
+        r = check(l, "victim", "v", NULL, 1, now);
+        RL_CHECK(r.code == RL_WIRE_ALLOWED || r.code == RL_WIRE_QUEUED, "%s: victim request %d",
+                 flood_algos[_i], i);
+    }
+    r = check(l, "victim", "v", NULL, 1, now);
+    ck_assert_int_eq(r.code, RL_WIRE_LIMITED);
+    /* 200,000 users of 33+ bytes of state each: several times the 1 MiB cap. Some flood
+     * users exhaust their own limit, so the flood holds keys in force too. */
+    for (int i = 0; i < 200000; i++) {
+        snprintf(user, sizeof(user), "f%d", i);
+        check(l, "flood", user, NULL, i % 7 == 0 ? 100 : 1, now + (uint64_t)i / 1000);
+    }
+    struct rl_limiter_stats st = stats(l);
+    ck_assert_uint_gt(st.evicted, 10000);
+    now += 200;
+    r = check(l, "victim", "v", NULL, 1, now);
+    RL_CHECK(r.code == RL_WIRE_LIMITED, "%s: the flood lifted victim's limit (code %u)",
+             flood_algos[_i], r.code);
+    /* A new user of the flooded service is judged against its limit. */
+    for (int i = 0; i < 150; i++) {
+        r = check(l, "flood", "newcomer", NULL, 1, now);
+        allowed += r.code == RL_WIRE_ALLOWED || r.code == RL_WIRE_QUEUED;
+    }
+    RL_CHECK(allowed == 100, "%s: %d of 150 allowed on 100/h", flood_algos[_i], allowed);
+    st = stats(l);
+    ck_assert_uint_le(st.memory_bytes, 1024 * 1024);
+    /* Every eviction came from the flooded service. */
+    struct rl_limiter_service_stats vs, fs;
+    size_t vi = strcmp(rl_limiter_service_stats(l, 0, &vs), "victim") == 0 ? 0 : 1;
+
+    rl_limiter_service_stats(l, vi, &vs);
+    rl_limiter_service_stats(l, 1 - vi, &fs);
+    ck_assert_uint_eq(vs.evicted, 0);
+    ck_assert_uint_eq(vs.keys, 1);
+    ck_assert_uint_eq(fs.evicted, st.evicted);
+    ck_assert_uint_eq(st.evicted_under_share, 0);
     rl_limiter_destroy(l);
     rl_conf_destroy(c);
 }
@@ -412,6 +478,8 @@ limiter_suite(void)
 
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_no_rule);
+    tcase_add_loop_test(tc, test_flood_isolation, 0,
+                        (int)(sizeof(flood_algos) / sizeof(flood_algos[0])));
     tcase_add_test(tc, test_endpoint_fallback);
     tcase_add_test(tc, test_multi_tier_atomic);
     tcase_add_test(tc, test_deciding_tier);
