@@ -41,8 +41,8 @@ connq_flush(uv_check_t *h)
     while (q->throttled != NULL) {
         struct rl_conn *c = q->throttled;
 
-        q->throttled = c->dirty_next;
-        c->dirty_next = NULL;
+        q->throttled = c->throttle_next;
+        c->throttle_next = NULL;
         c->throttled = false;
         rl_conn_mark(c);
     }
@@ -56,7 +56,9 @@ connq_flush(uv_check_t *h)
         c->dirty = false;
         conn_flush(c);
     }
-    uv_idle_stop(&q->idle);
+    if (q->throttled == NULL) {
+        uv_idle_stop(&q->idle);
+    }
 }
 
 static void
@@ -665,6 +667,9 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
             break;
         }
         c->ops->on_frame(c, p + used - plen, plen);
+    }
+    if (used > 0) {
+        c->partial_ms = 0; /* a frame completed: what is left is a new one */
     }
     return used;
 }

@@ -1,0 +1,718 @@
+/*
+ * check_abuse: rl-node and rl-router under the attacks of docs/OPERATIONS.md ("Limits on
+ * clients") and docs/ALGORITHMS.md ("Under memory pressure"), run the way an attacker runs
+ * them: real processes, real sockets on loopback. Each test states the bound it holds:
+ * memory of idle connections that sent a large frame, a neighbour's PING latency meanwhile,
+ * per-address and global caps answered with ERROR OVERLOADED (a second loopback address is
+ * not locked out), the descriptor limit, idle and frame timeouts, a router never locked out
+ * of a full node, and key floods that keep every limit in force, for every algorithm.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "client.h"
+#include "harness.h"
+#include "rltest.h"
+#include "wire.h"
+
+#define T_TIMEOUT 5000
+#define IDLE_CONNS 1000
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RL_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RL_UNDER_ASAN 1
+#endif
+#endif
+
+static struct rl_harness_server node, router;
+static char config[4096];
+static int node_port, router_port;
+
+static const char *const algos[] = {"fixed_window",           "sliding_window_log",
+                                    "sliding_window_counter", "token_bucket",
+                                    "gcra",                   "leaky_bucket"};
+
+static int64_t
+now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void
+raise_fd_limit(void)
+{
+    struct rlimit r;
+
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &r), 0);
+    r.rlim_cur = r.rlim_max;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &r), 0);
+    ck_assert_uint_ge(r.rlim_cur, 3 * IDLE_CONNS);
+}
+
+/* Writes the config: the [clients] lines given, a node, and 12 services (victim_ALGO at 5
+ * per hour and flood_ALGO at 100 per hour, for each algorithm). */
+static void
+write_config(const char *clients, const char *node_extra)
+{
+    char services[2048] = "";
+    size_t off = 0;
+
+    for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
+        off += (size_t)snprintf(services + off, sizeof(services) - off,
+                                "[service victim_%s]\nlimit = %s 5 per 1h\n"
+                                "[service flood_%s]\nlimit = %s 100 per 1h\n",
+                                algos[i], algos[i], algos[i], algos[i]);
+    }
+    node_port = rl_harness_free_port();
+    router_port = rl_harness_free_port();
+    ck_assert_int_gt(node_port, 0);
+    ck_assert_int_gt(router_port, 0);
+    ck_assert_int_eq(rl_harness_tmppath(config, sizeof(config), "abuse.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(config,
+                                           "[cluster]\nname = abuse\n"
+                                           "[router]\nlisten = 127.0.0.1:%d\n"
+                                           "[clients]\n%s"
+                                           "[node n1]\nlisten = 127.0.0.1:%d\n%s"
+                                           "%s",
+                                           router_port, clients, node_port, node_extra, services),
+                     0);
+}
+
+static void
+teardown(void)
+{
+    rl_harness_server_stop(&router, SIGKILL, 2000);
+    rl_harness_server_stop(&node, SIGKILL, 2000);
+    rl_harness_cleanup();
+}
+
+/* A blocking TCP connection to 127.0.0.1:port from src (NULL: the kernel's choice). */
+static int
+raw_connect(const char *src, int port)
+{
+    struct sockaddr_in a = {0};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    ck_assert_int_ge(fd, 0);
+    if (src != NULL) {
+        struct sockaddr_in s = {0};
+
+        s.sin_family = AF_INET;
+        ck_assert_int_eq(inet_pton(AF_INET, src, &s.sin_addr), 1);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&s, sizeof(s)), 0);
+    }
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    RL_CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+static void
+send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+
+    while (n > 0) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+
+        RL_CHECK(w > 0, "send: %s", strerror(errno));
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+/*
+ * Reads one frame from fd within timeout_ms into buf and decodes it into *rep (strings point
+ * into buf). Returns 0, -ECONNRESET on EOF or reset, -ETIMEDOUT, or -EPROTO.
+ */
+static int
+read_reply(int fd, struct rl_wire_decoder *dec, char *buf, size_t cap, struct rl_wire_reply *rep,
+           int timeout_ms)
+{
+    size_t have = 0, plen = 0;
+    int64_t end = now_us() + (int64_t)timeout_ms * 1000;
+
+    for (;;) {
+        int rc = rl_wire_frame(buf, have, &plen);
+
+        if (rc > 0) {
+            return rl_wire_decode_reply(dec, buf + RL_WIRE_HDR_LEN, plen, rep) == 0 ? 0 : -EPROTO;
+        }
+        if (rc < 0 || have == cap) {
+            return -EPROTO;
+        }
+        int64_t left = (end - now_us()) / 1000;
+        struct pollfd p = {fd, POLLIN, 0};
+
+        if (left <= 0 || poll(&p, 1, (int)left) == 0) {
+            return -ETIMEDOUT;
+        }
+        /* One byte at a time past the header would be slow; read what the frame needs. */
+        size_t want = have < RL_WIRE_HDR_LEN ? RL_WIRE_HDR_LEN - have : 0;
+        if (want == 0) {
+            const unsigned char *h = (const unsigned char *)buf;
+            size_t total = RL_WIRE_HDR_LEN + ((size_t)h[0] << 24 | (size_t)h[1] << 16 |
+                                              (size_t)h[2] << 8 | h[3]);
+            want = total - have;
+        }
+        if (want > cap - have) {
+            want = cap - have;
+        }
+        ssize_t r = recv(fd, buf + have, want, 0);
+        if (r <= 0) {
+            return -ECONNRESET;
+        }
+        have += (size_t)r;
+    }
+}
+
+/* True when fd is closed by the peer within timeout_ms (EOF after any pending replies). */
+static bool
+closed_within(int fd, int timeout_ms)
+{
+    char b[4096];
+    int64_t end = now_us() + (int64_t)timeout_ms * 1000;
+
+    for (;;) {
+        int64_t left = (end - now_us()) / 1000;
+        struct pollfd p = {fd, POLLIN, 0};
+
+        if (left <= 0 || poll(&p, 1, (int)left) == 0) {
+            return false;
+        }
+        ssize_t r = recv(fd, b, sizeof(b), 0);
+        if (r <= 0) {
+            return true;
+        }
+    }
+}
+
+/* A PING frame with id. */
+static void
+send_ping(int fd, uint32_t id)
+{
+    struct rl_buf b;
+
+    rl_buf_init(&b);
+    ck_assert_int_eq(rl_wire_put_ping(&b, id), 0);
+    send_all(fd, b.data, b.len);
+    rl_buf_deinit(&b);
+}
+
+/* One legal frame of the largest size: a CHECK whose user is 65,000 bytes too long (the
+ * server answers BAD_FIELD and keeps the connection). */
+static size_t
+big_frame(char *out)
+{
+    static const char svc[] = "flood_token_bucket";
+    size_t head = 3 + 1 + (sizeof(svc) - 1);
+    size_t ulen = 65536 - head - 5;
+    char *p = out;
+
+    *p++ = 0x00;
+    *p++ = 0x01;
+    *p++ = 0x00;
+    *p++ = 0x00; /* length 65536 */
+    *p++ = (char)0x94;
+    *p++ = 0x01;
+    *p++ = 0x01;
+    *p++ = (char)(0xa0 | (sizeof(svc) - 1));
+    memcpy(p, svc, sizeof(svc) - 1);
+    p += sizeof(svc) - 1;
+    *p++ = (char)0xdb;
+    *p++ = (char)(ulen >> 24);
+    *p++ = (char)(ulen >> 16);
+    *p++ = (char)(ulen >> 8);
+    *p++ = (char)ulen;
+    memset(p, 'u', ulen);
+    return (size_t)(p - out) + ulen;
+}
+
+static long
+rss_kib(pid_t pid)
+{
+    char path[64], buf[4096];
+    long kib = -1;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    ck_assert_int_gt(rl_harness_read_file(path, buf, sizeof(buf)), 0);
+    char *v = strstr(buf, "VmRSS:");
+    ck_assert_ptr_nonnull(v);
+    sscanf(v + 6, "%ld", &kib);
+    return kib;
+}
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The median round trip of n PINGs on c, in microseconds. */
+static int64_t
+ping_median_us(struct rl_client *c, int n)
+{
+    int64_t *lat = calloc((size_t)n, sizeof(*lat));
+    struct rl_wire_reply rep;
+    int64_t med;
+
+    ck_assert_ptr_nonnull(lat);
+    for (int i = 0; i < n; i++) {
+        int64_t t0 = now_us();
+
+        ck_assert_int_eq(rl_client_ping(c, &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
+        lat[i] = now_us() - t0;
+    }
+    qsort(lat, (size_t)n, sizeof(*lat), cmp_i64);
+    med = lat[n / 2];
+    free(lat);
+    return med;
+}
+
+static int64_t
+stat_of(int port, const char *key)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+    int64_t v;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)port, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
+    v = rl_client_stat(&rep, key, -1);
+    rl_client_destroy(c);
+    return v;
+}
+
+static void
+start_both(void)
+{
+    ck_assert_int_eq(rl_harness_node_start(&node, config, "n1", node_port, 0), 0);
+    ck_assert_int_eq(rl_harness_router_start(&router, config, router_port), 0);
+}
+
+/*
+ * 1,000 connections each send one legal 64 KiB frame and stay idle: the server's RSS grows
+ * by at most 24 MiB (it grew by 73 MiB before the connection module gave buffers back, and
+ * by 1.6 GB before that), and a neighbour's PINGs keep a sub-millisecond median meanwhile.
+ * _i: 0 the node, 1 the router.
+ */
+START_TEST(test_idle_large_frames)
+{
+    static char frame[RL_WIRE_HDR_LEN + 65536];
+    struct rl_harness_server *s = _i == 0 ? &node : &router;
+    int port;
+    size_t n = big_frame(frame);
+    struct rl_wire_decoder dec;
+    struct rl_wire_reply rep;
+    static char buf[70000];
+    static int fds[IDLE_CONNS];
+    struct rl_client *nb = NULL;
+    long before, after;
+
+    raise_fd_limit();
+    write_config("max_connections_per_peer = 5000\n", "");
+    start_both();
+    port = _i == 0 ? node_port : router_port;
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    ck_assert_int_eq(rl_client_connect(&nb, "127.0.0.1", (uint16_t)port, T_TIMEOUT), 0);
+    ping_median_us(nb, 50);
+    before = rss_kib(s->pid);
+    for (int i = 0; i < IDLE_CONNS; i++) {
+        fds[i] = raw_connect(NULL, port);
+        send_all(fds[i], frame, n);
+    }
+    for (int i = 0; i < IDLE_CONNS; i++) {
+        ck_assert_int_eq(read_reply(fds[i], &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+        ck_assert_uint_eq(rep.err, RL_WIRE_ERR_BAD_FIELD);
+    }
+    int64_t med = ping_median_us(nb, 200);
+    after = rss_kib(s->pid);
+    fprintf(stderr, "%s: RSS %ld -> %ld KiB with %d idle connections; neighbour PING median %lld us\n",
+            _i == 0 ? "rl-node" : "rl-router", before, after, IDLE_CONNS, (long long)med);
+#ifndef RL_UNDER_ASAN
+    ck_assert_int_le(after - before, 24 * 1024);
+#endif
+    ck_assert_int_lt(med, 1000);
+    /* What the server says it holds agrees: a few KiB a connection at most. */
+    ck_assert_int_le(stat_of(port, "buffer_bytes"), (int64_t)(IDLE_CONNS + 2) * 8192);
+    ck_assert_int_ge(stat_of(port, "connections"), IDLE_CONNS);
+    for (int i = 0; i < IDLE_CONNS; i++) {
+        close(fds[i]);
+    }
+    rl_client_destroy(nb);
+    rl_wire_decoder_deinit(&dec);
+}
+END_TEST
+
+/*
+ * One client streaming large frames does not starve another: the other's PINGs keep a
+ * sub-millisecond median while 200 MiB of 64 KiB frames arrive on one connection.
+ */
+START_TEST(test_streaming_client_is_fair)
+{
+    static char frame[RL_WIRE_HDR_LEN + 65536];
+    size_t n = big_frame(frame);
+    struct rl_client *nb = NULL;
+    int fd;
+    pid_t pid;
+
+    write_config("", "");
+    start_both();
+    fd = raw_connect(NULL, node_port);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        /* The streamer: write frames, drain replies, until killed. */
+        char sink[65536];
+
+        for (;;) {
+            if (send(fd, frame, n, MSG_NOSIGNAL) <= 0) {
+                _exit(0);
+            }
+            while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+            }
+        }
+    }
+    close(fd);
+    ck_assert_int_eq(rl_client_connect(&nb, "127.0.0.1", (uint16_t)node_port, T_TIMEOUT), 0);
+    usleep(200 * 1000);
+    int64_t med = ping_median_us(nb, 300);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fprintf(stderr, "neighbour PING median %lld us while one client streams 64 KiB frames\n",
+            (long long)med);
+    ck_assert_int_lt(med, 1000);
+    ck_assert_int_gt(stat_of(node_port, "throttled"), 0);
+    rl_client_destroy(nb);
+}
+END_TEST
+
+/*
+ * Past max_connections_per_peer from 127.0.0.1, a new connection gets ERROR OVERLOADED and a
+ * close, counted; 127.0.0.2 is served all along. _i: 0 the node (whose router reserve holds
+ * the connection until its first frame), 1 the router.
+ */
+START_TEST(test_per_peer_cap)
+{
+    int port;
+    struct rl_wire_decoder dec;
+    struct rl_wire_reply rep;
+    char buf[4096];
+    int fds[8];
+    int extra, other;
+
+    write_config("max_connections_per_peer = 8\n", "");
+    start_both();
+    port = _i == 0 ? node_port : router_port;
+    usleep(300 * 1000); /* the start-up probes' connections are gone, the router's said HELLO */
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    for (int i = 0; i < 8; i++) {
+        fds[i] = raw_connect("127.0.0.1", port);
+        send_ping(fds[i], (uint32_t)i + 1);
+        ck_assert_int_eq(read_reply(fds[i], &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
+    }
+    extra = raw_connect("127.0.0.1", port);
+    send_ping(extra, 99);
+    ck_assert_int_eq(read_reply(extra, &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep.err, RL_WIRE_ERR_OVERLOADED);
+    RL_CHECK(rep.message.len > 0 && memmem(rep.message.ptr, rep.message.len,
+                                           "max_connections_per_peer", 24) != NULL,
+             "the refusal names its cause");
+    ck_assert(closed_within(extra, T_TIMEOUT));
+    close(extra);
+    /* Another address is not locked out. */
+    other = raw_connect("127.0.0.2", port);
+    send_ping(other, 7);
+    ck_assert_int_eq(read_reply(other, &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
+    close(other);
+    /* A slot freed is a slot taken again. */
+    close(fds[0]);
+    usleep(100 * 1000);
+    fds[0] = raw_connect("127.0.0.1", port);
+    send_ping(fds[0], 1);
+    ck_assert_int_eq(read_reply(fds[0], &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
+    /* Counted (STATS comes from 127.0.0.2's allowance: the client library binds no source,
+     * so ask from there). */
+    {
+        int s = raw_connect("127.0.0.2", port);
+        struct rl_buf b;
+
+        rl_buf_init(&b);
+        ck_assert_int_eq(rl_wire_put_stats(&b, 5), 0);
+        send_all(s, b.data, b.len);
+        rl_buf_deinit(&b);
+        ck_assert_int_eq(read_reply(s, &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+        ck_assert_int_eq(rl_client_stat(&rep, "refused_per_peer", -1), 1);
+        ck_assert_int_eq(rl_client_stat(&rep, "connections_refused", -1), 1);
+        ck_assert_int_eq(rl_client_stat(&rep, "peers", -1), 2);
+        close(s);
+    }
+    for (int i = 0; i < 8; i++) {
+        close(fds[i]);
+    }
+    rl_wire_decoder_deinit(&dec);
+}
+END_TEST
+
+/*
+ * A node whose descriptor limit (ulimit -n 200) cannot hold its caps says so at start and
+ * refuses what does not fit with ERROR OVERLOADED: of 100 connections, 200 - 64 (kept for
+ * the process) - 64 (router reserve) = 72 are served and 28 refused, none dropped silently.
+ */
+START_TEST(test_fd_limit)
+{
+    char cmd[8192], log[PATH_MAX], text[65536];
+    struct rl_wire_decoder dec;
+    struct rl_wire_reply rep;
+    char buf[4096];
+    int fds[100];
+    int served = 0, refused = 0;
+    pid_t pid;
+
+    raise_fd_limit();
+    write_config("", "");
+    ck_assert_int_eq(rl_harness_tmppath(log, sizeof(log), "node-fd.log"), 0);
+    snprintf(cmd, sizeof(cmd), "ulimit -n 200 && exec '%s/rl-node' --config '%s' --name n1",
+             RL_BIN_DIR, config);
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
+    ck_assert_int_eq(rl_harness_wait_port("127.0.0.1", node_port, 15000), 0);
+    usleep(300 * 1000); /* the probe's connection is closed on the node's side too */
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    for (int i = 0; i < 100; i++) {
+        fds[i] = raw_connect(NULL, node_port);
+    }
+    for (int i = 0; i < 100; i++) {
+        send_ping(fds[i], (uint32_t)i + 1);
+        ck_assert_int_eq(read_reply(fds[i], &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+        if (rep.op == RL_WIRE_OP_PING) {
+            served++;
+        } else {
+            ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+            ck_assert_uint_eq(rep.err, RL_WIRE_ERR_OVERLOADED);
+            refused++;
+        }
+    }
+    ck_assert_int_eq(served, 72);
+    ck_assert_int_eq(refused, 28);
+    ck_assert_int_gt(rl_harness_read_file(log, text, sizeof(text)), 0);
+    RL_CHECK(strstr(text, "descriptor limit (200, ulimit -n) is below max_connections") != NULL,
+             "no warning about the descriptor limit in:\n%s", text);
+    for (int i = 0; i < 100; i++) {
+        close(fds[i]);
+    }
+    usleep(200 * 1000);
+    ck_assert_int_eq(stat_of(node_port, "refused_max_connections"), 28);
+    rl_harness_stop(pid, SIGTERM, 5000, NULL);
+    rl_wire_decoder_deinit(&dec);
+}
+END_TEST
+
+/* idle_timeout closes a silent connection, frame_timeout one that never finishes its frame
+ * (after an ERROR MALFORMED naming it); a client that keeps talking stays. */
+START_TEST(test_timeouts)
+{
+    struct rl_wire_decoder dec;
+    struct rl_wire_reply rep;
+    char buf[4096];
+    const char partial[] = {0, 0, 0, 100, (char)0x94, 1, 1};
+    int idle, slow, busy;
+
+    write_config("idle_timeout = 1s\nframe_timeout = 500ms\n", "");
+    start_both();
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    idle = raw_connect(NULL, node_port);
+    slow = raw_connect(NULL, node_port);
+    busy = raw_connect(NULL, node_port);
+    send_all(slow, partial, sizeof(partial));
+    ck_assert_int_eq(read_reply(slow, &dec, buf, sizeof(buf), &rep, 1500), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep.err, RL_WIRE_ERR_MALFORMED);
+    RL_CHECK(memmem(rep.message.ptr, rep.message.len, "frame_timeout", 13) != NULL,
+             "the error names frame_timeout");
+    ck_assert(closed_within(slow, 1000));
+    for (int i = 0; i < 8; i++) {
+        send_ping(busy, (uint32_t)i + 1);
+        ck_assert_int_eq(read_reply(busy, &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+        usleep(250 * 1000);
+    }
+    ck_assert(closed_within(idle, 1000));
+    send_ping(busy, 100);
+    ck_assert_int_eq(read_reply(busy, &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
+    ck_assert_int_ge(stat_of(node_port, "idle_closes"), 1);
+    ck_assert_int_eq(stat_of(node_port, "frame_timeouts"), 1);
+    close(idle);
+    close(slow);
+    close(busy);
+    rl_wire_decoder_deinit(&dec);
+}
+END_TEST
+
+/* A node full of idle clients (max_connections = 4) still takes a router that starts after
+ * them: the router says HELLO from the reserve, and CHECKs through it are decided. */
+START_TEST(test_router_not_locked_out)
+{
+    struct rl_wire_decoder dec;
+    struct rl_wire_reply rep;
+    struct rl_client *c = NULL;
+    char buf[4096];
+    int fds[5];
+
+    write_config("max_connections = 4\n", "");
+    ck_assert_int_eq(rl_harness_node_start(&node, config, "n1", node_port, 0), 0);
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    for (int i = 0; i < 4; i++) {
+        fds[i] = raw_connect(NULL, node_port);
+        send_ping(fds[i], 1);
+        ck_assert_int_eq(read_reply(fds[i], &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
+    }
+    fds[4] = raw_connect(NULL, node_port);
+    send_ping(fds[4], 1);
+    ck_assert_int_eq(read_reply(fds[4], &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.err, RL_WIRE_ERR_OVERLOADED);
+    ck_assert_int_eq(rl_harness_router_start(&router, config, router_port), 0);
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    for (int tries = 0;; tries++) {
+        ck_assert_int_eq(rl_client_check(c, "victim_gcra", "u", NULL, 1, &rep, T_TIMEOUT), 0);
+        if (rep.check.code == RL_WIRE_ALLOWED || tries > 50) {
+            break;
+        }
+        usleep(100 * 1000); /* the router's first connect may still be under way */
+    }
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.remaining, 4);
+    rl_client_destroy(c);
+    /* The node counts the router apart. */
+    for (int i = 0; i < 4; i++) {
+        close(fds[i]);
+    }
+    close(fds[4]);
+    usleep(100 * 1000);
+    ck_assert_int_ge(stat_of(node_port, "router_connections"), 1);
+    rl_wire_decoder_deinit(&dec);
+}
+END_TEST
+
+/* Sends n CHECKs of service svc for users "PREFIXi" (i from first), cost each. */
+static void
+check_users(struct rl_client *c, const char *svc, const char *prefix, int first, int n,
+            uint32_t cost)
+{
+    enum { BATCH = 5000 };
+    static struct rl_wire_req reqs[BATCH];
+    static struct rl_wire_check_reply reps[BATCH];
+    static char users[BATCH][32];
+
+    for (int done = 0; done < n;) {
+        int k = n - done < BATCH ? n - done : BATCH;
+
+        for (int i = 0; i < k; i++) {
+            int len = snprintf(users[i], sizeof(users[i]), "%s%d", prefix, first + done + i);
+
+            memset(&reqs[i], 0, sizeof(reqs[i]));
+            reqs[i].op = RL_WIRE_OP_CHECK;
+            reqs[i].service.ptr = svc;
+            reqs[i].service.len = (uint32_t)strlen(svc);
+            reqs[i].user.ptr = users[i];
+            reqs[i].user.len = (uint32_t)len;
+            reqs[i].cost = (first + done + i) % 7 == 0 ? cost * 100 : cost;
+        }
+        ck_assert_int_eq(rl_client_check_many(c, reqs, (size_t)k, reps, 30000), 0);
+        done += k;
+    }
+}
+
+/*
+ * A node at its 1 MiB memory cap, flooded with 100,000 distinct users per algorithm's
+ * service: a user of another service who was limited stays limited, and a new user of the
+ * flooded service gets exactly its limit of 100 (before: 13x the limit for fixed_window, and
+ * 150 of 150 with remaining=99 after a sliding-log flood). _i: the algorithm.
+ */
+START_TEST(test_key_flood_keeps_limits)
+{
+    char victim[64], flood[64], key[128];
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+    int allowed = 0;
+
+    write_config("", "memory = 1mb\n");
+    ck_assert_int_eq(rl_harness_node_start(&node, config, "n1", node_port, 0), 0);
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)node_port, T_TIMEOUT), 0);
+    snprintf(victim, sizeof(victim), "victim_%s", algos[_i]);
+    snprintf(flood, sizeof(flood), "flood_%s", algos[_i]);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(rl_client_check(c, victim, "v", NULL, 1, &rep, T_TIMEOUT), 0);
+        ck_assert(rep.check.code == RL_WIRE_ALLOWED || rep.check.code == RL_WIRE_QUEUED);
+    }
+    ck_assert_int_eq(rl_client_check(c, victim, "v", NULL, 1, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_LIMITED);
+    check_users(c, flood, "f", 0, 100000, 1);
+    ck_assert_int_eq(rl_client_check(c, victim, "v", NULL, 1, &rep, T_TIMEOUT), 0);
+    RL_CHECK(rep.check.code == RL_WIRE_LIMITED, "%s: the flood lifted a limit in force",
+             algos[_i]);
+    for (int i = 0; i < 150; i++) {
+        ck_assert_int_eq(rl_client_check(c, flood, "newcomer", NULL, 1, &rep, T_TIMEOUT), 0);
+        allowed += rep.check.code == RL_WIRE_ALLOWED || rep.check.code == RL_WIRE_QUEUED;
+    }
+    RL_CHECK(allowed == 100, "%s: %d of 150 allowed on 100 per hour", algos[_i], allowed);
+    ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
+    ck_assert_int_gt(rl_client_stat(&rep, "evicted", -1), 1000);
+    ck_assert_int_le(rl_client_stat(&rep, "memory_bytes", -1), 1 << 20);
+    snprintf(key, sizeof(key), "service.%s.evicted", victim);
+    ck_assert_int_eq(rl_client_stat(&rep, key, -1), 0);
+    snprintf(key, sizeof(key), "service.%s.evicted", flood);
+    ck_assert_int_gt(rl_client_stat(&rep, key, -1), 1000);
+    rl_client_destroy(c);
+}
+END_TEST
+
+static Suite *
+abuse_suite(void)
+{
+    Suite *s = suite_create("abuse");
+    TCase *tc = tcase_create("abuse");
+    int nalgos = (int)(sizeof(algos) / sizeof(algos[0]));
+
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_idle_large_frames, 0, 2);
+    tcase_add_test(tc, test_streaming_client_is_fair);
+    tcase_add_loop_test(tc, test_per_peer_cap, 0, 2);
+    tcase_add_test(tc, test_fd_limit);
+    tcase_add_test(tc, test_timeouts);
+    tcase_add_test(tc, test_router_not_locked_out);
+    tcase_add_loop_test(tc, test_key_flood_keeps_limits, 0, nalgos);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RL_TEST_MAIN(abuse_suite)
