@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Hostile clients against a real rl-node and rl-router (docs/BENCHMARKS.md, "Under abuse"):
+#   bench/abuse.sh [idle|stream|flood|all]        (RUNS rounds, 3 by default; BIN=build dir)
+# idle:   RSS growth of a node and of a router holding 1,000 idle connections that each sent
+#         one legal 64 KiB frame, and a neighbour's PING p50/p99 meanwhile;
+# stream: a neighbour's PING p50/p99 while one client streams 64 KiB frames at a node;
+# flood:  per algorithm, a node with memory = 1mb flooded with 100,000 users of one service:
+#         does a limited user of another service stay limited, and how many of 150 requests
+#         of a new user pass a limit of 100.
+# Prints RESULT lines, then the median of each figure over the rounds. Runs against any
+# build of the project (BIN=/path/to/build), so an older revision can be measured the same
+# way: the config uses no section that revision may lack.
+source "$(dirname "$0")/lib.sh"
+bin=${BIN:-$bin}
+what=${1:-all}
+runs=${RUNS:-3}
+tmp=$(mktemp -d)
+trap 'bench_cleanup; rm -rf "$tmp"' EXIT
+probe=$top/bench/abuse_probe.py
+algos="fixed_window sliding_window_log sliding_window_counter token_bucket gcra leaky_bucket"
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+start_cluster() {
+    local s
+    node_port=$(free_port)
+    router_port=$(free_port)
+    {
+        printf '[cluster]\nname = abuse\n[router]\nlisten = 127.0.0.1:%s\n' "$router_port"
+        printf '[node n1]\nlisten = 127.0.0.1:%s\nmemory = %s\n' "$node_port" "$1"
+        for s in $algos; do
+            printf '[service victim_%s]\nlimit = %s 5 per 1h\n' "$s" "$s"
+            printf '[service flood_%s]\nlimit = %s 100 per 1h\n' "$s" "$s"
+        done
+    } >"$tmp/abuse.conf"
+    "$bin/rl-node" --config "$tmp/abuse.conf" --name n1 --log-level error 2>"$tmp/node.log" &
+    node_pid=$!
+    pids+=($node_pid)
+    "$bin/rl-router" --config "$tmp/abuse.conf" --log-level error 2>"$tmp/router.log" &
+    router_pid=$!
+    pids+=($router_pid)
+    wait_port "$node_port"
+    wait_port "$router_port"
+}
+
+machine
+echo "binaries: $bin ($("$bin/rl-node" --version 2>&1 | head -1))"
+for round in $(seq 1 "$runs"); do
+    if [ "$what" = idle ] || [ "$what" = all ]; then
+        start_cluster 1gb
+        python3 "$probe" idle "$node_port" "$node_pid" 1000 | sed 's/^RESULT idle/RESULT idle node/'
+        python3 "$probe" idle "$router_port" "$router_pid" 1000 | sed 's/^RESULT idle/RESULT idle router/'
+        bench_cleanup
+    fi
+    if [ "$what" = stream ] || [ "$what" = all ]; then
+        start_cluster 1gb
+        timeout 60 python3 "$probe" stream "$node_port" | sed 's/^RESULT stream/RESULT stream node/'
+        bench_cleanup
+    fi
+    if [ "$what" = flood ] || [ "$what" = all ]; then
+        for a in $algos; do
+            start_cluster 1mb
+            timeout 120 python3 "$probe" flood "$node_port" "$a"
+            bench_cleanup
+        done
+    fi
+done | tee "$tmp/results"
+echo "medians over $runs rounds:"
+grep '^RESULT' "$tmp/results" | python3 -c '
+import statistics, sys
+rows = {}
+for line in sys.stdin:
+    f = line.split()[1:]
+    key = " ".join(f[:2]) if f[0] != "flood" else " ".join(f[:2])
+    for kv in f[2:]:
+        k, _, v = kv.partition("=")
+        try:
+            rows.setdefault(key, {}).setdefault(k, []).append(float(v))
+        except ValueError:
+            pass
+for key in sorted(rows):
+    print(key, " ".join("%s=%g" % (k, statistics.median(v)) for k, v in rows[key].items()))
+'

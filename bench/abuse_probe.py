@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Hostile clients for bench/abuse.sh, in plain sockets (no MessagePack library: the few
+messages are spelled out in bytes, as docs/PROTOCOL.md's example does).
+
+  abuse_probe.py idle PORT PID N     N connections each send one legal 64 KiB frame and stay
+                                     idle; prints the server's RSS growth and a neighbour's
+                                     PING p50/p99 meanwhile
+  abuse_probe.py stream PORT         one client streams 64 KiB frames; a neighbour's PING
+                                     p50/p99 meanwhile
+  abuse_probe.py flood PORT ALGO     a user of victim_ALGO exhausts its 5/h, 100,000 users of
+                                     flood_ALGO follow, then: is the victim still limited,
+                                     and how many of 150 requests of a new flood user pass
+                                     its 100/h
+"""
+import resource
+import socket
+import struct
+import sys
+import threading
+import time
+
+
+def frame(payload):
+    return struct.pack(">I", len(payload)) + payload
+
+
+def mp_str(b):
+    if len(b) < 32:
+        return bytes([0xA0 | len(b)]) + b
+    if len(b) < 256:
+        return bytes([0xD9, len(b)]) + b
+    return b"\xdb" + struct.pack(">I", len(b)) + b
+
+
+def mp_uint(n):
+    if n < 128:
+        return bytes([n])
+    return b"\xce" + struct.pack(">I", n)
+
+
+def check(rid, svc, user, cost=1):
+    # [1, id, service, user, nil, cost]
+    return frame(b"\x96\x01" + mp_uint(rid) + mp_str(svc) + mp_str(user) + b"\xc0" + mp_uint(cost))
+
+
+PING = frame(b"\x92\x02\x07")
+
+
+def big_frame():
+    svc = b"flood_token_bucket"
+    head = b"\x94\x01\x01" + mp_str(svc)
+    ulen = 65536 - len(head) - 5
+    return frame(head + b"\xdb" + struct.pack(">I", ulen) + b"u" * ulen)
+
+
+def read_frame(s):
+    def exact(n):
+        b = b""
+        while len(b) < n:
+            c = s.recv(n - len(b))
+            if not c:
+                raise ConnectionError("closed")
+            b += c
+        return b
+    (n,) = struct.unpack(">I", exact(4))
+    return exact(n)
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1])
+    return -1
+
+
+def pings(port, n=300):
+    p = socket.create_connection(("127.0.0.1", port))
+    p.settimeout(10)
+    p.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter()
+        p.sendall(PING)
+        read_frame(p)
+        lat.append((time.perf_counter() - t) * 1e3)
+    p.close()
+    lat.sort()
+    return lat[len(lat) // 2], lat[int(len(lat) * 0.99)]
+
+
+def idle(port, pid, n):
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n + 100, max(n + 100, resource.getrlimit(resource.RLIMIT_NOFILE)[1])))
+    before = rss_kib(pid)
+    f = big_frame()
+    socks = []
+    for i in range(n):
+        s = socket.socket()
+        s.bind((f"127.0.0.{2 + i % 4}", 0))  # 4 addresses: under any per-address cap
+        s.connect(("127.0.0.1", port))
+        s.sendall(f)
+        socks.append(s)
+    for s in socks:
+        s.settimeout(10)
+        read_frame(s)
+    time.sleep(0.5)
+    p50, p99 = pings(port)
+    after = rss_kib(pid)
+    print(f"RESULT idle conns={n} rss_before_kib={before} rss_after_kib={after} "
+          f"rss_growth_kib={after - before} ping_p50_ms={p50:.3f} ping_p99_ms={p99:.3f}")
+
+
+def stream(port):
+    f = big_frame()
+    s = socket.create_connection(("127.0.0.1", port))
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                if not s.recv(65536):
+                    return
+            except OSError:
+                return
+
+    def writer():
+        while not stop.is_set():
+            try:
+                s.sendall(f)
+            except OSError:
+                return
+    threading.Thread(target=reader, daemon=True).start()
+    threading.Thread(target=writer, daemon=True).start()
+    time.sleep(0.3)
+    try:
+        p50, p99 = pings(port)
+        print(f"RESULT stream ping_p50_ms={p50:.3f} ping_p99_ms={p99:.3f}")
+    except OSError as e:
+        print(f"RESULT stream ping_p50_ms=timeout ping_p99_ms=timeout ({e})")
+    stop.set()
+
+
+def decode_check(payload):
+    # [1, id, code, limit, remaining, reset_ms, retry_after_ms] or an ERROR
+    if payload[1] != 0x01:
+        return -1
+    i = 2
+    b = payload[i]
+    i += 1 if b < 128 else 5  # id: fixint or uint32 (the server's shortest form)
+    if b == 0xCC:
+        i -= 3
+    elif b == 0xCD:
+        i -= 2
+    return payload[i]
+
+
+def flood(port, algo):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(30)
+    victim = f"victim_{algo}".encode()
+    fl = f"flood_{algo}".encode()
+
+    def one(svc, user, cost=1):
+        s.sendall(check(1, svc, user, cost))
+        return decode_check(read_frame(s))
+    for _ in range(5):
+        one(victim, b"v")
+    before = one(victim, b"v")
+    batch = 5000
+    for start in range(0, 100000, batch):
+        buf = b"".join(check(2, fl, b"f%d" % i, 100 if i % 7 == 0 else 1)
+                       for i in range(start, start + batch))
+        s.sendall(buf)
+        for _ in range(batch):
+            read_frame(s)
+    after = one(victim, b"v")
+    allowed = sum(1 for _ in range(150) if one(fl, b"newcomer") in (0, 5))
+    print(f"RESULT flood algo={algo} victim_limited_before={int(before == 1)} "
+          f"victim_limited_after={int(after == 1)} newcomer_allowed_of_150={allowed} limit=100")
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "idle":
+        idle(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    elif cmd == "stream":
+        stream(int(sys.argv[2]))
+    elif cmd == "flood":
+        flood(int(sys.argv[2]), sys.argv[3])
+    else:
+        sys.exit(__doc__)
