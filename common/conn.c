@@ -562,22 +562,6 @@ conn_refuse_probation(struct rl_conn *c)
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
-/* Bytes the unfinished frame at the head of c->in still needs (a header: 4 at most). */
-static size_t
-conn_frame_need(const struct rl_conn *c)
-{
-    size_t have = rl_buf_unread(&c->in);
-    const unsigned char *p = (const unsigned char *)c->in.data + c->in.pos;
-    size_t total;
-
-    if (have < RL_WIRE_HDR_LEN) {
-        return RL_WIRE_HDR_LEN - have;
-    }
-    total = RL_WIRE_HDR_LEN +
-            (((size_t)p[0] << 24) | ((size_t)p[1] << 16) | ((size_t)p[2] << 8) | (size_t)p[3]);
-    return total > have ? total - have : 0;
-}
-
 /* True when growing c's buffers by n bytes would pass the clients' buffer memory. */
 static bool
 conn_over_budget(const struct rl_conn *c, size_t n)
@@ -586,30 +570,25 @@ conn_over_budget(const struct rl_conn *c, size_t n)
 }
 
 /*
- * A connection with no unfinished input reads into the loop's slab, so it holds no input
- * buffer between requests; one with an unfinished frame reads into its own buffer, grown
- * only to what the frame still needs (within the clients' buffer memory).
+ * Every read lands in the loop's slab (one largest read), so a connection holds no input
+ * buffer of its own between requests: only what a read leaves unprocessed (an unfinished
+ * frame, or frames left for the next turn) is copied into c->in, within the clients' buffer
+ * memory (conn_read).
  */
 static void
 conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct rl_conn *c = h->data;
-    size_t want;
 
     (void)suggested;
-    if (rl_buf_unread(&c->in) == 0 && c->q->slab != NULL) {
-        rl_buf_reset(&c->in);
+    if (c->q->slab != NULL) {
         buf->base = c->q->slab;
         buf->len = RL_CONN_READ_CHUNK;
         return;
     }
+    /* The flusher is closing: read into the connection's own buffer. */
     rl_buf_compact(&c->in);
-    want = conn_frame_need(c);
-    if (want < RL_CONN_KEEP_BYTES) {
-        want = RL_CONN_KEEP_BYTES;
-    }
-    if (c->in.cap - c->in.len < want &&
-        (conn_over_budget(c, want) || rl_buf_reserve(&c->in, want) != 0)) {
+    if (rl_buf_reserve(&c->in, RL_CONN_READ_CHUNK) != 0) {
         buf->base = NULL; /* libuv answers UV_ENOBUFS */
         buf->len = 0;
         return;
@@ -700,6 +679,23 @@ conn_process(struct rl_conn *c)
     conn_input_done(c);
 }
 
+/* Appends p[0..n) to c->in, or refuses c when that would pass the clients' buffer memory. */
+static bool
+conn_keep_input(struct rl_conn *c, const char *p, size_t n)
+{
+    if (conn_over_budget(c, n) || rl_buf_append(&c->in, p, n) != 0) {
+        if (c->listener == NULL) {
+            rl_conn_close(c, UV_ENOMEM);
+            return false;
+        }
+        conn_pause(c);
+        conn_refuse_counted(c, &c->listener->stats.refused_buffers, 2, RL_WIRE_ERR_OVERLOADED,
+                            "server busy: the memory for client buffers (buffer_memory) is spent");
+        return false;
+    }
+    return true;
+}
+
 static void
 conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
@@ -728,23 +724,22 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     c->active_ms = uv_now(c->q->loop);
-    if (buf->base == c->q->slab) {
+    if (buf->base == c->q->slab && rl_buf_unread(&c->in) == 0) {
+        /* Nothing waiting: the frames are handled where they landed. */
         size_t used = conn_frames(c, buf->base, (size_t)nread);
         size_t left = (size_t)nread - used;
 
-        if (c->open && left > 0) {
-            /* An unfinished frame, or frames left for the next turn: only they take memory. */
-            if (conn_over_budget(c, left) || rl_buf_append(&c->in, buf->base + used, left) != 0) {
-                conn_pause(c);
-                conn_refuse_counted(
-                    c, &c->listener->stats.refused_buffers, 2, RL_WIRE_ERR_OVERLOADED,
-                    "server busy: the memory for client buffers (buffer_memory) is spent");
-                return;
-            }
+        if (c->open && left > 0 && !conn_keep_input(c, buf->base + used, left)) {
+            return;
         }
         conn_input_done(c);
     } else {
-        c->in.len += (size_t)nread;
+        if (buf->base == c->q->slab && !conn_keep_input(c, buf->base, (size_t)nread)) {
+            return;
+        }
+        if (buf->base != c->q->slab) {
+            c->in.len += (size_t)nread;
+        }
         conn_process(c);
     }
     if (c->open && (c->finishing || rl_conn_backlogged(c))) {
