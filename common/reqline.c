@@ -57,7 +57,8 @@ rl_reqline_escape(char *out, const char *s, size_t n)
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
 
-        if (c <= ' ' || c >= 0x7f || c == '%') {
+        /* A field of just "-" reads back as empty: the one byte "-" is escaped. */
+        if (c <= ' ' || c >= 0x7f || c == '%' || (n == 1 && c == '-')) {
             *p++ = '%';
             *p++ = hex[c >> 4];
             *p++ = hex[c & 15];

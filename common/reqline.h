@@ -8,8 +8,8 @@
  * fields separated by one space, ended by '\n': TS_MS (ms since the epoch), SHARD and CODE
  * decimal, NODE a name or "-" when no node was involved, KEYHASH the 16 lower-case hex
  * digits of the key hash (shardmap.h), SERVICE and USER %-escaped (every byte outside '!'..'~',
- * and '%' itself, as %XX with lower-case hex digits) and cut to 128 and 256 bytes before
- * escaping, "-" for an empty field. Not for the writing (reqlog.h) or counting (logscan.h).
+ * and '%' itself, as %XX with lower-case hex digits; a field that is the one byte "-" as
+ * %2d) and cut to 128 and 256 bytes before escaping, "-" for an empty field. Not for the writing (reqlog.h) or counting (logscan.h).
  */
 #ifndef RL_REQLINE_H
 #define RL_REQLINE_H

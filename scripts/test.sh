@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: the unit and integration suites on the Release
-# build, then all of them again under AddressSanitizer+UBSan.
-#   scripts/test.sh            both builds
+# build, then all of them again under AddressSanitizer+UBSan, then a short run of every
+# libFuzzer harness (scripts/fuzz.sh; FUZZ_SECONDS each, 15 by default).
+#   scripts/test.sh            all three
 #   scripts/test.sh release    Release only (quicker while developing)
+#   scripts/test.sh fuzz       the fuzzers only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all}
@@ -19,4 +21,8 @@ for kind in release asan; do
     echo "== $kind tests =="
     (cd "$dir" && ctest --output-on-failure --timeout 900) || status=1
 done
+if [ "$which" = all ] || [ "$which" = fuzz ]; then
+    echo "== fuzzers (${FUZZ_SECONDS:-15} s each) =="
+    bash scripts/fuzz.sh "${FUZZ_SECONDS:-15}" || status=1
+fi
 exit $status

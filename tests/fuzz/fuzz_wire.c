@@ -1,0 +1,106 @@
+/*
+ * fuzz_wire: the frame splitter and the request and reply decoders of common/wire.h on any
+ * bytes, as a server and a client read them from a socket. Invariants: a frame never
+ * claims more than the input holds; a decoded request's strings lie inside its frame and
+ * keep the documented bounds; a request that decodes re-encodes (CHECK, PING, STATS,
+ * CLOCK, HELLO) and decodes again to the same values.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "wire.h"
+
+static struct rl_wire_decoder dec;
+static struct rl_wire_reply rep;
+static int ready;
+
+#define MUST(x)                                                                                    \
+    do {                                                                                           \
+        if (!(x)) {                                                                                \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void
+str_inside(struct rl_wire_str s, const char *p, size_t n, uint32_t max)
+{
+    if (s.ptr == NULL) {
+        return;
+    }
+    MUST(s.len <= max);
+    MUST(s.ptr >= p && s.ptr + s.len <= p + n);
+}
+
+/* Re-encodes a decoded CHECK and decodes it again: the same fields. */
+static void
+roundtrip_check(const struct rl_wire_req *r)
+{
+    struct rl_wire_req again;
+    struct rl_wire_fault fault;
+    struct rl_buf b;
+    size_t plen;
+
+    rl_buf_init(&b);
+    if (rl_wire_put_check(&b, r) == 0) {
+        MUST(rl_wire_frame(b.data, b.len, &plen) == 1);
+        MUST(plen + RL_WIRE_HDR_LEN == b.len);
+        MUST(rl_wire_decode_req(&dec, b.data + RL_WIRE_HDR_LEN, plen, &again, &fault) == 0);
+        MUST(again.op == RL_WIRE_OP_CHECK && again.id == r->id && again.cost == r->cost);
+        MUST(again.service.len == r->service.len &&
+             memcmp(again.service.ptr, r->service.ptr, r->service.len) == 0);
+        MUST(again.user.len == r->user.len &&
+             memcmp(again.user.ptr, r->user.ptr, r->user.len) == 0);
+    }
+    rl_buf_deinit(&b);
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *p = (const char *)data;
+    size_t off = 0, plen;
+    int rc;
+
+    if (!ready) {
+        MUST(rl_wire_decoder_init(&dec) == 0);
+        ready = 1;
+    }
+    while (off < size) {
+        rc = rl_wire_frame(p + off, size - off, &plen);
+        if (rc <= 0) {
+            MUST(rc == 0 || rc == -EPROTO);
+            break;
+        }
+        MUST(plen >= 1 && plen <= RL_WIRE_FRAME_MAX);
+        MUST(RL_WIRE_HDR_LEN + plen <= size - off);
+        const char *f = p + off + RL_WIRE_HDR_LEN;
+        struct rl_wire_req req;
+        struct rl_wire_fault fault;
+
+        if (rl_wire_decode_req(&dec, f, plen, &req, &fault) == 0) {
+            MUST(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_HELLO);
+            str_inside(req.service, f, plen, RL_WIRE_SERVICE_MAX);
+            str_inside(req.user, f, plen, RL_WIRE_USER_MAX);
+            str_inside(req.endpoint, f, plen, RL_WIRE_ENDPOINT_MAX);
+            str_inside(req.role, f, plen, RL_WIRE_ROLE_MAX);
+            if (req.op == RL_WIRE_OP_CHECK) {
+                MUST(req.cost <= RL_WIRE_COST_MAX);
+                MUST(req.service.len >= 1 && req.user.len >= 1);
+                roundtrip_check(&req);
+            }
+        } else {
+            MUST(fault.err >= RL_WIRE_ERR_MALFORMED && fault.err <= RL_WIRE_ERR_UNAUTHORIZED);
+            MUST(memchr(fault.msg, '\0', sizeof(fault.msg)) != NULL);
+        }
+        if (rl_wire_decode_reply(&dec, f, plen, &rep) == 0) {
+            MUST(rep.nstats <= RL_WIRE_STATS_MAX);
+            str_inside(rep.name, f, plen, UINT32_MAX);
+            str_inside(rep.message, f, plen, UINT32_MAX);
+        }
+        off += RL_WIRE_HDR_LEN + plen;
+    }
+    return 0;
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of tests/fuzz/corpus/ (committed; rerun after a format change):
+real frames of every op and the edge cases of docs/PROTOCOL.md for wire, configs for conf,
+assignments for assign, log lines for reqline. Plain bytes: no MessagePack library."""
+import os
+import struct
+
+top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(kind, name, data):
+    d = os.path.join(top, kind)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def frame(p):
+    return struct.pack(">I", len(p)) + p
+
+
+def s(b):
+    return bytes([0xA0 | len(b)]) + b if len(b) < 32 else bytes([0xD9, len(b)]) + b
+
+
+wire = {
+    "check": frame(b"\x96\x01\x07" + s(b"checkout") + s(b"alice") + b"\xc0\x01"),
+    "check_endpoint": frame(b"\x96\x01\xce\xff\xff\xff\xff" + s(b"checkout") + s(b"u") + s(b"/pay") + b"\xce\x00\x0f\x42\x40"),
+    "ping": frame(b"\x92\x02\x01"),
+    "stats": frame(b"\x92\x03\x02"),
+    "clock": frame(b"\x93\x04\x03\xcf" + struct.pack(">Q", 1700000000000)),
+    "hello": frame(b"\x93\x05\x00" + s(b"router")),
+    "pipelined": frame(b"\x92\x02\x01") * 3 + frame(b"\x96\x01\x07" + s(b"s") + s(b"u") + b"\xc0\x00"),
+    "check_reply": frame(b"\x97\x01\x07\x00\x0a\x09\xcd\x03\xe8\x00"),
+    "ping_reply": frame(b"\x93\x02\x01" + s(b"n1")),
+    "stats_reply": frame(b"\x93\x03\x02\x82" + s(b"checks") + b"\x05" + s(b"keys") + b"\xd3" + struct.pack(">q", -1)),
+    "error_reply": frame(b"\x94\xcc\xff\x00\x01" + s(b"frame length must be 1..65536")),
+    "zero_length": b"\x00\x00\x00\x00",
+    "too_long": b"\x00\x01\x00\x01" + b"\x90",
+    "truncated": frame(b"\x96\x01\x07\xd9\x10abc"),
+    "nested": frame(b"\x91" * 40 + b"\x00"),
+    "map32_huge": frame(b"\xdf\xff\xff\xff\xff\x01"),
+    "bin_user": frame(b"\x96\x01\x07" + s(b"s") + b"\xc4\x01u\xc0\x01"),
+    "http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    "tls": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+}
+for k, v in wire.items():
+    put("wire", k, v)
+
+conf_base = open(os.path.join(os.path.dirname(top), "..", "..", "cluster.conf")).read()
+confs = {
+    "cluster": conf_base,
+    "minimal": "[node a]\nlisten = 127.0.0.1:7401\n",
+    "clients": "[clients]\nmax_connections = 10\nmax_connections_per_peer = 2\nidle_timeout = 0\n"
+               "frame_timeout = 1s\nbuffer_memory = 2mb\nrouter_reserve = 0\n",
+    "tiers": "[service s]\nfailure = closed\nmode = shadow\nlimit = token_bucket 100 per 1m burst 20\n"
+             "limit = fixed_window 1000 per 1h\n[service s /pay]\nlimit = gcra 5 per 1s\n",
+    "all_algos": "".join(f"[service {a}]\nlimit = {a} 10 per 1s\n" for a in (
+        "fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket",
+        "gcra", "leaky_bucket")),
+    "errors": "[cluster]\nshards = 0\n",
+    "dup": "[router]\n[router]\n",
+    "ipv6": "[router]\nlisten = [::1]:7400\n[node b]\nlisten = [fe80::1%eth0]:7401\nmemory = 64mb\n",
+    "zk": "[cluster]\nname = prod\nzookeeper = zk1:2181,zk2:2181/chroot\nsession_timeout = 10s\n",
+    "continuation": "[service s]\nlimit = fixed_window 1 per 1ms ; comment\n# comment\n",
+}
+for k, v in confs.items():
+    put("conf", k, v)
+
+assigns = {
+    "empty": "rl-assignment 1 64\n",
+    "some": "rl-assignment 1 64\n0 a\n3 node-b\n63 c.d_e\n",
+    "comments": "# made by rl-rebalance\nrl-assignment 1 64\n\n5 a # hot\n",
+    "wrong_shards": "rl-assignment 1 4096\n",
+    "bad_line": "rl-assignment 1 64\n64 a\nx y\n",
+    "dup": "rl-assignment 1 64\n1 a\n1 b\n",
+}
+for k, v in assigns.items():
+    put("assign", k, v)
+
+lines = {
+    "plain": "1700000000000 17 n1 0 0123456789abcdef checkout alice",
+    "no_node": "1700000000001 0 - 2 fedcba9876543210 s -",
+    "escaped": "1700000000002 5 n2 1 00000000000000ff svc%20x us%25er%0a",
+    "crlf": "1700000000003 1 a 4 0000000000000001 s u\r",
+    "bad_hex": "1700000000004 1 a 0 zz s u",
+    "short": "1700000000005 1",
+}
+for k, v in lines.items():
+    put("reqline", k, v)
