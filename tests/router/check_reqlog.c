@@ -247,6 +247,13 @@ START_TEST(test_cuts_and_empty_fields)
     ck_assert_str_eq(line, "1 2 - 0 0000000000000002 s -\n");
     ck_assert_int_eq(rl_reqline_parse(line, n - 1, 0, &l), 0);
     ck_assert_int_eq(rl_reqline_unescape(l.user, l.ulen, un), 0);
+    /* A user that is the one byte "-" is not the empty user (found by fuzz_reqline). */
+    n = rl_reqline_format(line, 1, 2, "", 0, 2, "s", 1, "-", 1);
+    line[n] = '\0';
+    ck_assert_str_eq(line, "1 2 - 0 0000000000000002 s %2d\n");
+    ck_assert_int_eq(rl_reqline_parse(line, n - 1, 0, &l), 0);
+    ck_assert_int_eq(rl_reqline_unescape(l.user, l.ulen, un), 1);
+    ck_assert_int_eq(un[0], '-');
 }
 END_TEST
 
