@@ -184,8 +184,8 @@ set_string(struct conf_parser *p, char **field, const char *v)
 
 /* An integer or duration that must lie in [min, max]; range is how the phrase shows them. */
 static const char *
-set_bounded(struct conf_parser *p, uint32_t *field, const char *v, bool duration, uint64_t min,
-            uint64_t max, const char *range)
+set_u64_bounded(struct conf_parser *p, uint64_t *field, const char *v, bool duration,
+                uint64_t min, uint64_t max, const char *range)
 {
     const char *why;
     uint64_t n;
@@ -195,6 +195,20 @@ set_bounded(struct conf_parser *p, uint32_t *field, const char *v, bool duration
         snprintf(p->why, sizeof(p->why), "is out of range (%s)", range);
         why = p->why;
     }
+    if (why == NULL) {
+        *field = n;
+    }
+    return why;
+}
+
+/* The same into a 32-bit field (max below 2^32). */
+static const char *
+set_bounded(struct conf_parser *p, uint32_t *field, const char *v, bool duration, uint64_t min,
+            uint64_t max, const char *range)
+{
+    uint64_t n = 0;
+    const char *why = set_u64_bounded(p, &n, v, duration, min, max, range);
+
     if (why == NULL) {
         *field = (uint32_t)n;
     }
@@ -301,24 +315,6 @@ static const char *
 set_request_log_sample(struct conf_parser *p, const char *v)
 {
     return set_bounded(p, &p->c->log_sample, v, false, 1, UINT32_MAX, "1..4294967295");
-}
-
-static const char *
-set_u64_bounded(struct conf_parser *p, uint64_t *field, const char *v, bool duration,
-                uint64_t min, uint64_t max, const char *range)
-{
-    const char *why;
-    uint64_t n;
-
-    why = duration ? rl_parse_duration_ms(v, &n) : rl_parse_u64(v, 0, UINT64_MAX, &n);
-    if (why == NULL && (n < min || n > max)) {
-        snprintf(p->why, sizeof(p->why), "is out of range (%s)", range);
-        why = p->why;
-    }
-    if (why == NULL) {
-        *field = n;
-    }
-    return why;
 }
 
 static const char *

@@ -9,13 +9,7 @@
 #include <string.h>
 
 #include "shardmap.h"
-
-#define MUST(x)                                                                                    \
-    do {                                                                                           \
-        if (!(x)) {                                                                                \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz.h"
 
 #define SHARDS 64u
 

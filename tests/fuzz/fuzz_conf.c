@@ -9,13 +9,7 @@
 #include <string.h>
 
 #include "conf.h"
-
-#define MUST(x)                                                                                    \
-    do {                                                                                           \
-        if (!(x)) {                                                                                \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz.h"
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -9,13 +9,7 @@
 #include <string.h>
 
 #include "reqline.h"
-
-#define MUST(x)                                                                                    \
-    do {                                                                                           \
-        if (!(x)) {                                                                                \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz.h"
 
 static void
 inside(const char *f, uint32_t len, const char *p, size_t n)

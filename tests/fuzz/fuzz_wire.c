@@ -12,17 +12,11 @@
 
 #include "buf.h"
 #include "wire.h"
+#include "fuzz.h"
 
 static struct rl_wire_decoder dec;
 static struct rl_wire_reply rep;
 static int ready;
-
-#define MUST(x)                                                                                    \
-    do {                                                                                           \
-        if (!(x)) {                                                                                \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static void
 str_inside(struct rl_wire_str s, const char *p, size_t n, uint32_t max)
