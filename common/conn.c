@@ -552,12 +552,8 @@ conn_refuse_counted(struct rl_conn *c, uint64_t *counter, uint64_t kind, uint32_
 static void
 conn_refuse_probation(struct rl_conn *c)
 {
-    struct rl_listener *l = c->listener;
-    uint64_t *counter = strstr(c->refusal, "per_peer") != NULL ? &l->stats.refused_peer
-                                                                : &l->stats.refused_max;
-
     conn_pause(c);
-    conn_refuse_counted(c, counter, 3, RL_WIRE_ERR_OVERLOADED, c->refusal);
+    conn_refuse_counted(c, c->refusal_counter, 3, RL_WIRE_ERR_OVERLOADED, c->refusal);
 }
 
 /* ---- reading ---------------------------------------------------------------------------- */
@@ -1006,6 +1002,7 @@ listener_accept(uv_stream_t *server, int status)
              * HELLO from the reserve first; anything else gets the refusal. */
             c->probation = true;
             c->refusal = why;
+            c->refusal_counter = counter;
             l->reserve_used++;
         } else {
             conn_refuse_counted(c, counter, 3, RL_WIRE_ERR_OVERLOADED, why);

@@ -123,7 +123,8 @@ struct rl_conn {
     size_t turn_bytes;   /* input handled in that turn */
     uint64_t acct_bytes; /* what this connection adds to q->client_bytes */
     uint64_t accepted_ms;
-    const char *refusal; /* on probation: why it is refused unless it says HELLO */
+    const char *refusal;       /* on probation: why it is refused unless it says HELLO */
+    uint64_t *refusal_counter; /* and the listener's counter of that refusal */
     bool open;       /* the handle is initialised and uv_close not called */
     bool connected;  /* accepted, or connect succeeded: reads and writes may go */
     bool reading;
