@@ -42,7 +42,8 @@ static int
 reqlog_open(struct rl_reqlog *l)
 {
     uv_fs_t req;
-    int fd = uv_fs_open(NULL, &req, l->path, O_WRONLY | O_CREAT | O_APPEND, 0644, NULL);
+    /* It holds user ids: readable by the owner and its group, not by everyone. */
+    int fd = uv_fs_open(NULL, &req, l->path, O_WRONLY | O_CREAT | O_APPEND, 0640, NULL);
 
     uv_fs_req_cleanup(&req);
     if (fd < 0) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <uv.h>
 
@@ -183,6 +184,12 @@ START_TEST(test_reopen_after_rotation)
     s = slurp(rot_path);
     ck_assert_ptr_nonnull(strstr(s, "after"));
     ck_assert_ptr_null(strstr(s, "before"));
+    /* Both files were created without read access for others (they hold user ids). */
+    struct stat st;
+    ck_assert_int_eq(stat(rot_path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0007, 0);
+    ck_assert_int_eq(stat(rot_old, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0007, 0);
 }
 END_TEST
 
