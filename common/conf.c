@@ -398,6 +398,27 @@ set_node_listen(struct conf_parser *p, const char *v)
 }
 
 static const char *
+set_node_advertise(struct conf_parser *p, const char *v)
+{
+    struct rl_node_conf *n = &p->c->nodes[p->sec.index];
+    char *host;
+    uint16_t port;
+    const char *why = rl_parse_hostport(v, &host, &port);
+
+    if (why != NULL) {
+        return why;
+    }
+    if (rl_conf_is_wildcard(host)) {
+        free(host);
+        return "is a wildcard address: advertise is the address other hosts dial";
+    }
+    free(n->adv_host);
+    n->adv_host = host;
+    n->adv_port = port;
+    return NULL;
+}
+
+static const char *
 set_node_memory(struct conf_parser *p, const char *v)
 {
     uint64_t bytes;
@@ -614,6 +635,7 @@ static const struct conf_key clients_keys[] = {
 
 static const struct conf_key node_keys[] = {
     {"listen", set_node_listen, false},
+    {"advertise", set_node_advertise, false},
     {"memory", set_node_memory, false},
     {NULL, NULL, false},
 };
@@ -721,6 +743,20 @@ rl_conf_rule(const struct rl_conf *c, const char *service, size_t slen, const ch
     return index_find(c, h, service, slen, NULL, 0);
 }
 
+const char *
+rl_conf_node_dial(const struct rl_node_conf *n, uint16_t *port)
+{
+    *port = n->adv_host != NULL ? n->adv_port : n->port;
+    return n->adv_host != NULL ? n->adv_host : n->host;
+}
+
+bool
+rl_conf_is_wildcard(const char *host)
+{
+    return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 ||
+           strcmp(host, "0:0:0:0:0:0:0:0") == 0;
+}
+
 const struct rl_node_conf *
 rl_conf_node(const struct rl_conf *c, const char *name)
 {
@@ -748,6 +784,12 @@ section_close(struct conf_parser *p)
     p->in_section = false;
     if (p->sec.kind == CONF_NODE && c->nodes[p->sec.index].host == NULL) {
         conf_fail(p, p->sec.line, -EINVAL, "[node %s] has no listen", c->nodes[p->sec.index].name);
+    } else if (p->sec.kind == CONF_NODE && rl_conf_is_wildcard(c->nodes[p->sec.index].host) &&
+               c->nodes[p->sec.index].adv_host == NULL) {
+        conf_fail(p, p->sec.line, -EINVAL,
+                  "[node %s] listens on the wildcard address %s: add advertise = HOST:PORT, "
+                  "the address routers dial",
+                  c->nodes[p->sec.index].name, c->nodes[p->sec.index].host);
     } else if (p->sec.kind == CONF_SERVICE && c->rules[p->sec.index].ntiers == 0) {
         const struct rl_rule *r = &c->rules[p->sec.index];
 
@@ -1208,6 +1250,7 @@ rl_conf_destroy(struct rl_conf *c)
     for (i = 0; i < c->nnodes; i++) {
         free(c->nodes[i].name);
         free(c->nodes[i].host);
+        free(c->nodes[i].adv_host);
     }
     for (i = 0; i < c->nrules; i++) {
         free(c->rules[i].service);

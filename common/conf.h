@@ -68,6 +68,8 @@ struct rl_node_conf {
     char *name;
     char *host; /* from listen */
     uint16_t port;
+    char *adv_host; /* from advertise: what others dial; NULL when not set (then listen) */
+    uint16_t adv_port;
     uint64_t memory; /* bytes of counters before eviction; RL_CONF_DEFAULT_MEMORY if unset */
     int line;
 };
@@ -128,6 +130,12 @@ void rl_conf_destroy(struct rl_conf *c);
  */
 const struct rl_rule *rl_conf_rule(const struct rl_conf *c, const char *service, size_t slen,
                                    const char *endpoint, size_t elen);
+
+/* The address others dial to reach node n: its advertise, else its listen. */
+const char *rl_conf_node_dial(const struct rl_node_conf *n, uint16_t *port);
+
+/* True for a wildcard host (0.0.0.0, ::, [::]): fine to listen on, never an address to dial. */
+bool rl_conf_is_wildcard(const char *host);
 
 /* The [node NAME] section, or NULL. A linear scan: for start-up, not the hot path. */
 const struct rl_node_conf *rl_conf_node(const struct rl_conf *c, const char *name);

@@ -37,6 +37,7 @@ struct node {
     uint64_t unreg_since;  /* loop time the node has been unregistered since */
     uint64_t lost_since;   /* loop time the session was lost (not CONNECTED) at, else 0 */
     uint64_t last_warn;    /* loop time of the last "not registered" warning */
+    char dial[128];        /* the address registered for routers: advertise, else listen */
 };
 
 static const char usage[] =
@@ -99,7 +100,7 @@ node_check_registration(uv_timer_t *t)
     rl_server_set_membership(&n->server, n->zk_state, reg);
     if (reg && !n->registered) {
         rl_log_info("registered in ZooKeeper at %s as %s (%s): routers may send it traffic",
-                    n->d.conf->zookeeper, n->d.name, n->d.addr);
+                    n->d.conf->zookeeper, n->d.name, n->dial);
     } else if (!reg && n->registered) {
         rl_log_warn("lost its registration in ZooKeeper at %s (the session expired or the "
                     "znode went): routers send this node no traffic until it registers again",
@@ -163,7 +164,7 @@ node_register(struct node *n)
     rc = rl_zkm_create(&n->zkm, loop, n->d.conf->zookeeper, n->d.conf->session_timeout_ms,
                        n->d.conf->cluster_name, &cbs, n);
     if (rc == 0) {
-        rc = rl_zkm_register(n->zkm, n->d.name, n->d.addr);
+        rc = rl_zkm_register(n->zkm, n->d.name, n->dial);
     }
     if (rc != 0) {
         return rc;
@@ -199,6 +200,18 @@ main(int argc, char **argv)
                          "no [node NAME] section for this --name") != 0) {
         rl_daemon_destroy(&n.d);
         return 2;
+    }
+    if (nc != NULL && nc->adv_host != NULL) {
+        rl_format_hostport(n.dial, sizeof(n.dial), nc->adv_host, nc->adv_port);
+    } else if (rl_conf_is_wildcard(n.d.host) && n.d.conf->zookeeper[0] != '\0') {
+        rl_daemon_fail(&n.d,
+                       "rl-node: %s is a wildcard address, which routers cannot dial: set "
+                       "advertise = HOST:PORT in [node %s]",
+                       n.d.addr, n.d.name);
+        rl_daemon_destroy(&n.d);
+        return 2;
+    } else {
+        snprintf(n.dial, sizeof(n.dial), "%s", n.d.addr);
     }
     rc = rl_limiter_create(&n.limiter, n.d.conf, memory);
     if (rc != 0) {

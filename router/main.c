@@ -103,9 +103,11 @@ static_members(struct router_main *m)
     }
     for (size_t i = 0; i < conf->nnodes; i++) {
         const struct rl_node_conf *nc = &conf->nodes[i];
+        uint16_t port;
+        const char *host = rl_conf_node_dial(nc, &port);
 
         snprintf(members[i].name, sizeof(members[i].name), "%s", nc->name);
-        rl_format_hostport(members[i].addr, sizeof(members[i].addr), nc->host, nc->port);
+        rl_format_hostport(members[i].addr, sizeof(members[i].addr), host, port);
     }
     rl_router_set_members(m->router, members, conf->nnodes);
     free(members);

@@ -201,7 +201,8 @@ START_TEST(test_every_key)
                                  "buffer_memory = 32mb\n"
                                  "[node n1]\n"
                                  "memory = 512MB\n"
-                                 "listen = host-1.example:7401\n"
+                                 "listen = 0.0.0.0:7401\n"
+                                 "advertise = host-1.example:7411\n"
                                  "[node n2]\n"
                                  "listen = 127.0.0.1:7402\n"
                                  "memory = 1mb\n"
@@ -228,7 +229,15 @@ START_TEST(test_every_key)
     ck_assert_uint_eq(c->clients.frame_timeout_ms, 2000);
     ck_assert_uint_eq(c->clients.buffer_memory, 32ull << 20);
     ck_assert_uint_eq(c->nnodes, 2);
-    ck_assert_str_eq(c->nodes[0].host, "host-1.example");
+    ck_assert_str_eq(c->nodes[0].host, "0.0.0.0");
+    {
+        uint16_t port;
+
+        ck_assert_str_eq(rl_conf_node_dial(&c->nodes[0], &port), "host-1.example");
+        ck_assert_uint_eq(port, 7411);
+        ck_assert_str_eq(rl_conf_node_dial(&c->nodes[1], &port), "127.0.0.1");
+        ck_assert_uint_eq(port, 7402);
+    }
     ck_assert_uint_eq(c->nodes[0].memory, 512ull << 20);
     ck_assert_uint_eq(c->nodes[1].memory, 1ull << 20);
     ck_assert_ptr_eq(rl_conf_node(c, "n2"), &c->nodes[1]);
@@ -284,6 +293,11 @@ static const struct {
     /* Bad values, [router]. */
     {"[router]\nlisten = localhost\n", 2, "listen: \"localhost\" is not HOST:PORT"},
     {"[clients]\nmax_connections = 0\n", 2, "is out of range (1..1000000)"},
+    {"[node a]\nlisten = 0.0.0.0:7401\n", 1,
+     "[node a] listens on the wildcard address 0.0.0.0: add advertise = HOST:PORT"},
+    {"[node a]\nlisten = [::]:7401\n", 1, "wildcard address ::"},
+    {"[node a]\nlisten = 0.0.0.0:7401\nadvertise = 0.0.0.0:7401\n", 3,
+     "advertise: \"0.0.0.0:7401\" is a wildcard address"},
     {"[clients]\nmax_connections_per_peer = many\n", 2, "max_connections_per_peer"},
     {"[clients]\nidle_timeout = 5\n", 2, "idle_timeout"},
     {"[clients]\nframe_timeout = 10ms\n", 2, "is out of range (100ms..1h)"},

@@ -323,6 +323,24 @@ START_TEST(test_bad_command_lines_exit_2)
 
         run_one_line(argv, 2, "nowhere to listen");
     }
+    /* A wildcard listen is fine to bind, never an address to publish in ZooKeeper. */
+    ck_assert_int_eq(rl_harness_tmppath(bad, sizeof(bad), "zk.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(bad, "[cluster]\nzookeeper = 127.0.0.1:1\n"
+                                                "[node a]\nlisten = 127.0.0.1:7401\n"),
+                     0);
+    {
+        const char *argv[] = {"rl-node", "--config", bad, "--name", "a", "--listen",
+                              "0.0.0.0:7401", NULL};
+
+        run_one_line(argv, 2, "0.0.0.0:7401 is a wildcard address, which routers cannot dial: "
+                              "set advertise = HOST:PORT in [node a]");
+    }
+    ck_assert_int_eq(rl_harness_write_file(bad, "[node a]\nlisten = 0.0.0.0:7401\n"), 0);
+    {
+        const char *argv[] = {"rl-node", "--config", bad, "--name", "a", NULL};
+
+        run_one_line(argv, 2, "[node a] listens on the wildcard address 0.0.0.0: add advertise");
+    }
     ck_assert_int_eq(rl_harness_tmppath(bad, sizeof(bad), "bad.conf"), 0);
     ck_assert_int_eq(rl_harness_write_file(bad, "[cluster]\nshards = 0\n"), 0);
     ck_assert_int_eq(rl_harness_tmppath(log, sizeof(log), "bad.log"), 0);

@@ -335,9 +335,11 @@ hash_members(const struct rl_conf *conf, struct rl_member **members, size_t *n,
             return CLI_EXIT_FAIL;
         }
         for (size_t i = 0; i < conf->nnodes; i++) {
+            uint16_t port;
+            const char *host = rl_conf_node_dial(&conf->nodes[i], &port);
+
             snprintf((*members)[i].name, sizeof((*members)[i].name), "%s", conf->nodes[i].name);
-            rl_format_hostport((*members)[i].addr, sizeof((*members)[i].addr),
-                               conf->nodes[i].host, conf->nodes[i].port);
+            rl_format_hostport((*members)[i].addr, sizeof((*members)[i].addr), host, port);
         }
         *n = conf->nnodes;
         *from = "static membership, the [node] sections";

@@ -527,9 +527,11 @@ load_members(struct run *r)
         }
         for (i = 0; i < r->conf->nnodes; i++) {
             const struct rl_node_conf *nc = &r->conf->nodes[i];
+            uint16_t port;
+            const char *host = rl_conf_node_dial(nc, &port);
 
             snprintf(r->members[i].name, sizeof(r->members[i].name), "%s", nc->name);
-            snprintf(r->members[i].addr, sizeof(r->members[i].addr), "%s:%u", nc->host, nc->port);
+            rl_format_hostport(r->members[i].addr, sizeof(r->members[i].addr), host, port);
         }
         r->nmembers = r->conf->nnodes;
         snprintf(r->members_from, sizeof(r->members_from), "static, from the [node] sections");
