@@ -369,6 +369,22 @@ set_buffer_memory(struct conf_parser *p, const char *v)
 }
 
 static const char *
+set_request_log_max_size(struct conf_parser *p, const char *v)
+{
+    if (strcmp(v, "0") == 0) {
+        p->c->log_max_size = 0;
+        return NULL;
+    }
+    return rl_parse_size(v, &p->c->log_max_size);
+}
+
+static const char *
+set_request_log_keep(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->log_keep, v, false, 0, 1000, "0..1000");
+}
+
+static const char *
 set_node_listen(struct conf_parser *p, const char *v)
 {
     struct rl_node_conf *n = &p->c->nodes[p->sec.index];
@@ -620,6 +636,8 @@ static const struct conf_key router_keys[] = {
     {"deadline", set_deadline, false},
     {"request_log", set_request_log, false},
     {"request_log_sample", set_request_log_sample, false},
+    {"request_log_max_size", set_request_log_max_size, false},
+    {"request_log_keep", set_request_log_keep, false},
     {NULL, NULL, false},
 };
 
@@ -1154,6 +1172,8 @@ conf_create(const char *name)
     c->deadline_ms = 50;
     c->request_log = strdup("");
     c->log_sample = 1;
+    c->log_max_size = 256ull << 20;
+    c->log_keep = 4;
     c->clients = rl_conn_limits_default();
     if (c->path == NULL || c->cluster_name == NULL || c->zookeeper == NULL ||
         c->router_host == NULL || c->request_log == NULL) {

@@ -89,6 +89,8 @@ struct rl_conf {
     uint32_t deadline_ms; /* default 50 */
     char *request_log;    /* "" = off */
     uint32_t log_sample;  /* log one request in N; default 1 */
+    uint64_t log_max_size; /* rotate the request log at this size; 0 = never; default 256 MiB */
+    uint32_t log_keep;     /* rotated request logs kept; default 4 */
     /* [clients]: what each process's listener allows its clients (connlimits.h) */
     struct rl_conn_limits clients;
     /* [node NAME] sections, in file order */

@@ -35,6 +35,9 @@ struct rl_reqlog {
     bool writing;
     bool reopen;
     bool closing;
+    uint64_t size;     /* bytes in the file now (as opened, plus what was written) */
+    uint64_t max_size; /* rotate once the file reaches it; 0: never */
+    uint32_t keep;     /* rotated files kept: PATH.1 .. PATH.keep */
     struct rl_reqlog_stats stats;
 };
 
@@ -52,7 +55,51 @@ reqlog_open(struct rl_reqlog *l)
         return fd;
     }
     l->fd = fd;
+    {
+        uv_fs_t st;
+
+        l->size = uv_fs_fstat(NULL, &st, fd, NULL) == 0 ? st.statbuf.st_size : 0;
+        uv_fs_req_cleanup(&st);
+    }
     return 0;
+}
+
+static void reqlog_close_fd(struct rl_reqlog *l);
+
+/* PATH.i, or PATH for i = 0. */
+static void
+reqlog_name(const struct rl_reqlog *l, uint32_t i, char *buf, size_t len)
+{
+    if (i == 0) {
+        snprintf(buf, len, "%s", l->path);
+    } else {
+        snprintf(buf, len, "%s.%u", l->path, i);
+    }
+}
+
+/* Shifts PATH.(keep-1) to PATH.keep, ..., PATH to PATH.1 (the oldest is overwritten), and
+ * starts a new PATH. Synchronous renames on the loop thread: a few syscalls per rotation. */
+static void
+reqlog_rotate(struct rl_reqlog *l)
+{
+    char from[4096], to[4096];
+    uv_fs_t req;
+
+    for (uint32_t i = l->keep; i > 0; i--) {
+        reqlog_name(l, i - 1, from, sizeof(from));
+        reqlog_name(l, i, to, sizeof(to));
+        if (uv_fs_rename(NULL, &req, from, to, NULL) < 0 && i == 1) {
+            l->stats.errors++;
+        }
+        uv_fs_req_cleanup(&req);
+    }
+    if (l->keep == 0) {
+        uv_fs_unlink(NULL, &req, l->path, NULL);
+        uv_fs_req_cleanup(&req);
+    }
+    l->stats.rotations++;
+    reqlog_close_fd(l);
+    reqlog_open(l);
 }
 
 static void
@@ -106,6 +153,8 @@ reqlog_written(uv_fs_t *req)
     if (req->result < 0) {
         l->stats.errors++;
         rl_log_warn("request log %s: %s", l->path, uv_strerror((int)req->result));
+    } else {
+        l->size += (uint64_t)req->result;
     }
     uv_fs_req_cleanup(req);
     l->writing = false;
@@ -114,7 +163,10 @@ reqlog_written(uv_fs_t *req)
         reqlog_final(l);
         return;
     }
-    if (l->reopen) {
+    if (l->max_size != 0 && l->size >= l->max_size) {
+        l->reopen = false;
+        reqlog_rotate(l);
+    } else if (l->reopen) {
         l->reopen = false;
         reqlog_close_fd(l);
         reqlog_open(l);
@@ -223,6 +275,13 @@ rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *n
     l->fill_len += rl_reqline_format(l->fill + l->fill_len, ts_ms, shard, node, code, key_hash,
                                     service, slen, user, ulen);
     l->stats.lines++;
+}
+
+void
+rl_reqlog_set_rotation(struct rl_reqlog *l, uint64_t max_size, uint32_t keep)
+{
+    l->max_size = max_size;
+    l->keep = keep;
 }
 
 void

@@ -25,6 +25,7 @@ struct rl_reqlog_stats {
     uint64_t dropped; /* lines dropped because the disk fell behind */
     uint64_t skipped; /* requests not logged because of sampling */
     uint64_t errors;  /* failed writes or opens */
+    uint64_t rotations; /* files rotated for their size */
 };
 
 struct rl_reqlog;
@@ -48,6 +49,11 @@ int rl_reqlog_sample(struct rl_reqlog *l);
 void rl_reqlog_reopen(struct rl_reqlog *l);
 
 void rl_reqlog_stats(const struct rl_reqlog *l, struct rl_reqlog_stats *s);
+
+/* Once the file reaches max_size bytes (0: never), after the write that reached it, it is
+ * renamed PATH.1 (PATH.1 to PATH.2 ..., keeping `keep`; 0 keeps none) and a new PATH is
+ * started. */
+void rl_reqlog_set_rotation(struct rl_reqlog *l, uint64_t max_size, uint32_t keep);
 
 /* Flushes what is buffered, closes the file and frees everything; the loop must run for it
  * to finish (handles close asynchronously). */

@@ -363,6 +363,8 @@ router_stats_reply(struct rl_conn *c, uint32_t id)
     vals[n++] = (int64_t)ls.lines;
     keys[n] = "log_dropped";
     vals[n++] = (int64_t)ls.dropped;
+    keys[n] = "log_rotations";
+    vals[n++] = (int64_t)ls.rotations;
     /*
      * Per node: "node.NAME.forwarded", ".failures", ".up", ".shards" for the first 64 that
      * fit under the codec's RL_WIRE_STATS_MAX pairs (past it the reply would not encode). A
@@ -885,6 +887,9 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->free_tail = &r->slab[r->slab_cap - 1];
     if (conf->request_log != NULL && conf->request_log[0] != '\0') {
         rc = rl_reqlog_create(&r->log, loop, conf->request_log, conf->log_sample);
+        if (rc == 0) {
+            rl_reqlog_set_rotation(r->log, conf->log_max_size, conf->log_keep);
+        }
         if (rc != 0) {
             rl_wire_decoder_deinit(&r->dec);
             free(r->slab);

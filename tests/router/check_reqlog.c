@@ -140,6 +140,57 @@ START_TEST(test_many_lines_and_bounded)
 }
 END_TEST
 
+static struct rl_reqlog *size_log;
+static int size_ticks;
+static struct rl_reqlog_stats size_stats;
+
+static void
+size_tick(uv_timer_t *t)
+{
+    /* 2,000 lines of about 60 bytes a tick, one write a tick: a file of 100 KB fills in
+     * one write, so each tick past the first rotates. */
+    for (int i = 0; i < 2000; i++) {
+        rl_reqlog_add(size_log, 1, 1, "node", 0, 42, "service", 7, "some-user-name", 14);
+    }
+    if (++size_ticks == 6) {
+        rl_reqlog_stats(size_log, &size_stats);
+        uv_close((uv_handle_t *)t, NULL);
+        rl_reqlog_close(size_log);
+    }
+}
+
+/* request_log_max_size: the file is renamed PATH.1 (PATH.1 to PATH.2) once it reaches the
+ * size, and only `keep` of them stay. */
+START_TEST(test_rotation_by_size)
+{
+    uv_loop_t loop;
+    uv_timer_t t;
+    char path[4096], p1[4200], p2[4200], p3[4200];
+    struct stat st;
+
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "size.log"), 0);
+    snprintf(p1, sizeof(p1), "%s.1", path);
+    snprintf(p2, sizeof(p2), "%s.2", path);
+    snprintf(p3, sizeof(p3), "%s.3", path);
+    uv_loop_init(&loop);
+    ck_assert_int_eq(rl_reqlog_create(&size_log, &loop, path, 1), 0);
+    rl_reqlog_set_rotation(size_log, 100000, 2);
+    uv_timer_init(&loop, &t);
+    uv_timer_start(&t, size_tick, 1, 1100);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    ck_assert_uint_ge(size_stats.rotations, 3);
+    ck_assert_int_eq(stat(p1, &st), 0);
+    ck_assert_int_eq(stat(p2, &st), 0);
+    ck_assert_int_ne(stat(p3, &st), 0);
+    /* A rotated file passed the size by at most the write that reached it. */
+    ck_assert_int_eq(stat(p1, &st), 0);
+    ck_assert_int_ge(st.st_size, 100000);
+    ck_assert_int_le(st.st_size, 100000 + 2000 * 64);
+    ck_assert_uint_eq(count_lines(p1), 2000);
+}
+END_TEST
+
 static struct rl_reqlog *rot_log;
 static char rot_path[4096], rot_old[4096];
 
@@ -353,6 +404,7 @@ reqlog_suite(void)
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_format_and_escape);
+    tcase_add_test(tc, test_rotation_by_size);
     tcase_add_test(tc, test_sampling);
     tcase_add_test(tc, test_many_lines_and_bounded);
     tcase_add_test(tc, test_reopen_after_rotation);
