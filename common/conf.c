@@ -284,6 +284,19 @@ set_shards(struct conf_parser *p, const char *v)
 }
 
 static const char *
+set_insecure(struct conf_parser *p, const char *v)
+{
+    if (strcmp(v, "yes") == 0) {
+        p->c->insecure = true;
+    } else if (strcmp(v, "no") == 0) {
+        p->c->insecure = false;
+    } else {
+        return "is not yes or no";
+    }
+    return NULL;
+}
+
+static const char *
 set_router_listen(struct conf_parser *p, const char *v)
 {
     char *host;
@@ -628,6 +641,7 @@ static const struct conf_key cluster_keys[] = {
     {"zookeeper", set_zookeeper, false},
     {"session_timeout", set_session_timeout, false},
     {"shards", set_shards, false},
+    {"insecure", set_insecure, false},
     {NULL, NULL, false},
 };
 

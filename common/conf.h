@@ -83,6 +83,7 @@ struct rl_conf {
     char *zookeeper;             /* "" = static membership */
     uint32_t session_timeout_ms; /* default 4000 */
     uint32_t shards;             /* default 4096, 1..1048576 */
+    bool insecure;               /* serve non-loopback addresses with no authentication */
     /* [router] */
     char *router_host;    /* default 127.0.0.1; an IPv6 address comes without brackets */
     uint16_t router_port; /* default 7400 */

@@ -182,6 +182,14 @@ rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const cha
         return 2;
     }
     rl_format_hostport(d->addr, sizeof(d->addr), d->host, d->port);
+    if (!rl_parse_is_loopback(d->host) && !d->conf->insecure) {
+        rl_daemon_fail(d,
+                       "%s: %s is not a loopback address, and nothing authenticates clients: "
+                       "anyone who reaches it could spend any user's quota. Set [cluster] "
+                       "insecure = yes to serve it anyway (docs/OPERATIONS.md, \"Security\")",
+                       d->spec->prog, d->addr);
+        return 2;
+    }
     return 0;
 }
 

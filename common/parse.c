@@ -3,6 +3,9 @@
  */
 #include "parse.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,4 +185,24 @@ rl_format_hostport(char *buf, size_t len, const char *host, uint16_t port)
 {
     return snprintf(buf, len, strchr(host, ':') != NULL ? "[%s]:%u" : "%s:%u", host,
                     (unsigned)port);
+}
+
+bool
+rl_parse_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+
+    if (inet_pton(AF_INET, host, &a4) == 1) {
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    }
+    if (inet_pton(AF_INET6, host, &a6) == 1) {
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+        if (IN6_IS_ADDR_LOOPBACK(&a6)) {
+            return true;
+        }
+        return memcmp(a6.s6_addr, mapped, 12) == 0 && a6.s6_addr[12] == 127;
+    }
+    return false;
 }

@@ -7,6 +7,7 @@
 #ifndef RL_PARSE_H
 #define RL_PARSE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,9 @@ const char *rl_parse_size(const char *s, uint64_t *out);
  * success *host is a malloc'd copy without brackets that the caller frees.
  */
 const char *rl_parse_hostport(const char *s, char **host, uint16_t *port);
+
+/* True when host is a loopback address literal: 127.0.0.0/8, ::1, or ::ffff:127.x.y.z. */
+bool rl_parse_is_loopback(const char *host);
 
 /* Formats host and port back into "HOST:PORT", bracketing an IPv6 host; returns snprintf's. */
 int rl_format_hostport(char *buf, size_t len, const char *host, uint16_t port);

@@ -187,6 +187,7 @@ START_TEST(test_every_key)
                                  "zookeeper = zk1:2181,zk2:2181,10.0.0.3:2181/chroot\n"
                                  "session_timeout = 10m\n"
                                  "shards = 1048576\n"
+                                 "insecure = yes\n"
                                  "[router]\n"
                                  "listen = 0.0.0.0:8000\n"
                                  "deadline = 1ms\n"
@@ -217,6 +218,7 @@ START_TEST(test_every_key)
     ck_assert_str_eq(c->zookeeper, "zk1:2181,zk2:2181,10.0.0.3:2181/chroot");
     ck_assert_uint_eq(c->session_timeout_ms, 600000);
     ck_assert_uint_eq(c->shards, 1048576);
+    ck_assert(c->insecure);
     ck_assert_str_eq(c->router_host, "0.0.0.0");
     ck_assert_uint_eq(c->router_port, 8000);
     ck_assert_uint_eq(c->deadline_ms, 1);
@@ -293,6 +295,7 @@ static const struct {
     /* Bad values, [router]. */
     {"[router]\nlisten = localhost\n", 2, "listen: \"localhost\" is not HOST:PORT"},
     {"[clients]\nmax_connections = 0\n", 2, "is out of range (1..1000000)"},
+    {"[cluster]\ninsecure = maybe\n", 2, "insecure: \"maybe\" is not yes or no"},
     {"[node a]\nlisten = 0.0.0.0:7401\n", 1,
      "[node a] listens on the wildcard address 0.0.0.0: add advertise = HOST:PORT"},
     {"[node a]\nlisten = [::]:7401\n", 1, "wildcard address ::"},
@@ -678,6 +681,25 @@ static const struct {
     {"a/b:80", NULL, 0, "is not HOST:PORT"},
 };
 
+/* What may be served without authentication (and what a wildcard is). */
+START_TEST(test_loopback_and_wildcard)
+{
+    static const char *const loop[] = {"127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.2"};
+    static const char *const not_loop[] = {"0.0.0.0", "10.0.0.1", "128.0.0.1", "::",
+                                           "fe80::1", "::ffff:10.0.0.1", "localhost", ""};
+
+    for (size_t i = 0; i < sizeof(loop) / sizeof(loop[0]); i++) {
+        ck_assert_msg(rl_parse_is_loopback(loop[i]), "%s", loop[i]);
+    }
+    for (size_t i = 0; i < sizeof(not_loop) / sizeof(not_loop[0]); i++) {
+        ck_assert_msg(!rl_parse_is_loopback(not_loop[i]), "%s", not_loop[i]);
+    }
+    ck_assert(rl_conf_is_wildcard("0.0.0.0"));
+    ck_assert(rl_conf_is_wildcard("::"));
+    ck_assert(!rl_conf_is_wildcard("127.0.0.1"));
+}
+END_TEST
+
 START_TEST(test_hostports)
 {
     char *host = NULL;
@@ -1044,6 +1066,7 @@ conf_suite(void)
     tcase_set_timeout(values, 10);
     tcase_add_loop_test(values, test_durations, 0, (int)(sizeof(durations) / sizeof(durations[0])));
     tcase_add_loop_test(values, test_sizes, 0, (int)(sizeof(sizes) / sizeof(sizes[0])));
+    tcase_add_test(values, test_loopback_and_wildcard);
     tcase_add_loop_test(values, test_hostports, 0, (int)(sizeof(hostports) / sizeof(hostports[0])));
     tcase_add_test(values, test_algo_names);
     suite_add_tcase(s, values);

@@ -326,6 +326,7 @@ START_TEST(test_bad_command_lines_exit_2)
     /* A wildcard listen is fine to bind, never an address to publish in ZooKeeper. */
     ck_assert_int_eq(rl_harness_tmppath(bad, sizeof(bad), "zk.conf"), 0);
     ck_assert_int_eq(rl_harness_write_file(bad, "[cluster]\nzookeeper = 127.0.0.1:1\n"
+                                                "insecure = yes\n"
                                                 "[node a]\nlisten = 127.0.0.1:7401\n"),
                      0);
     {
@@ -334,6 +335,20 @@ START_TEST(test_bad_command_lines_exit_2)
 
         run_one_line(argv, 2, "0.0.0.0:7401 is a wildcard address, which routers cannot dial: "
                               "set advertise = HOST:PORT in [node a]");
+    }
+    /* With nothing to authenticate clients, only loopback is served unless insecure = yes. */
+    ck_assert_int_eq(rl_harness_write_file(bad, "[node a]\nlisten = 127.0.0.1:7401\n"), 0);
+    {
+        const char *argv[] = {"rl-node", "--config", bad, "--name", "a", "--listen",
+                              "0.0.0.0:7401", NULL};
+
+        run_one_line(argv, 2, "rl-node: 0.0.0.0:7401 is not a loopback address, and nothing "
+                              "authenticates clients");
+    }
+    {
+        const char *argv[] = {"rl-router", "--config", bad, "--listen", "[::]:7400", NULL};
+
+        run_one_line(argv, 2, "rl-router: [::]:7400 is not a loopback address");
     }
     ck_assert_int_eq(rl_harness_write_file(bad, "[node a]\nlisten = 0.0.0.0:7401\n"), 0);
     {
