@@ -330,6 +330,23 @@ set_request_log_sample(struct conf_parser *p, const char *v)
     return set_bounded(p, &p->c->log_sample, v, false, 1, UINT32_MAX, "1..4294967295");
 }
 
+/* A size of memory: at least 1 MiB. */
+static const char *
+set_memory(uint64_t *field, const char *v)
+{
+    uint64_t bytes;
+    const char *why = rl_parse_size(v, &bytes);
+
+    if (why != NULL) {
+        return why;
+    }
+    if (bytes < CONF_MEMORY_MIN) {
+        return "is below the minimum of 1mb";
+    }
+    *field = bytes;
+    return NULL;
+}
+
 static const char *
 set_max_connections(struct conf_parser *p, const char *v)
 {
@@ -368,17 +385,7 @@ set_frame_timeout(struct conf_parser *p, const char *v)
 static const char *
 set_buffer_memory(struct conf_parser *p, const char *v)
 {
-    uint64_t bytes;
-    const char *why = rl_parse_size(v, &bytes);
-
-    if (why != NULL) {
-        return why;
-    }
-    if (bytes < CONF_MEMORY_MIN) {
-        return "is below the minimum of 1mb";
-    }
-    p->c->clients.buffer_memory = bytes;
-    return NULL;
+    return set_memory(&p->c->clients.buffer_memory, v);
 }
 
 static const char *
@@ -450,17 +457,7 @@ set_node_advertise(struct conf_parser *p, const char *v)
 static const char *
 set_node_memory(struct conf_parser *p, const char *v)
 {
-    uint64_t bytes;
-    const char *why = rl_parse_size(v, &bytes);
-
-    if (why != NULL) {
-        return why;
-    }
-    if (bytes < CONF_MEMORY_MIN) {
-        return "is below the minimum of 1mb";
-    }
-    p->c->nodes[p->sec.index].memory = bytes;
-    return NULL;
+    return set_memory(&p->c->nodes[p->sec.index].memory, v);
 }
 
 static const char *

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client.h"
 #include "harness.h"
 
 void
@@ -44,4 +45,20 @@ rl_test_run(Suite *suite)
     /* Whatever the harness started in this (the runner) process, and its temp directory. */
     rl_harness_cleanup();
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+int64_t
+rl_test_stat(int port, const char *key)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+    int64_t v;
+    int rc = rl_client_connect(&c, "127.0.0.1", (uint16_t)port, 5000);
+
+    RL_CHECK(rc == 0, "connect to 127.0.0.1:%d: %s", port, strerror(-rc));
+    rc = rl_client_stats(c, &rep, 5000);
+    RL_CHECK(rc == 0, "STATS from 127.0.0.1:%d: %s", port, strerror(-rc));
+    v = rl_client_stat(&rep, key, -1);
+    rl_client_destroy(c);
+    return v;
 }

@@ -45,6 +45,10 @@ void rl_test_fail(const char *file, int line, const char *expr, const char *fmt,
 /* Runs the suite (see above) and frees it; returns the process's exit status. */
 int rl_test_run(Suite *suite);
 
+/* STATS value `key` of the server on 127.0.0.1:port (-1 when absent), from a connection of
+ * its own; fails the test when the server does not answer within 5 s. */
+int64_t rl_test_stat(int port, const char *key);
+
 /* The main() of a test binary whose suite is built by suite_fn(). */
 #define RL_TEST_MAIN(suite_fn)                                                                     \
     int main(void)                                                                                 \

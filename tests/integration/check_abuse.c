@@ -291,20 +291,6 @@ ping_median_us(struct rl_client *c, int n)
     return med;
 }
 
-static int64_t
-stat_of(int port, const char *key)
-{
-    struct rl_client *c = NULL;
-    struct rl_wire_reply rep;
-    int64_t v;
-
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)port, T_TIMEOUT), 0);
-    ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
-    v = rl_client_stat(&rep, key, -1);
-    rl_client_destroy(c);
-    return v;
-}
-
 static void
 start_both(void)
 {
@@ -357,8 +343,8 @@ START_TEST(test_idle_large_frames)
 #endif
     ck_assert_int_lt(med, 1000);
     /* What the server says it holds agrees: a few KiB a connection at most. */
-    ck_assert_int_le(stat_of(port, "buffer_bytes"), (int64_t)(IDLE_CONNS + 2) * 8192);
-    ck_assert_int_ge(stat_of(port, "connections"), IDLE_CONNS);
+    ck_assert_int_le(rl_test_stat(port, "buffer_bytes"), (int64_t)(IDLE_CONNS + 2) * 8192);
+    ck_assert_int_ge(rl_test_stat(port, "connections"), IDLE_CONNS);
     for (int i = 0; i < IDLE_CONNS; i++) {
         close(fds[i]);
     }
@@ -405,7 +391,7 @@ START_TEST(test_streaming_client_is_fair)
     fprintf(stderr, "neighbour PING median %lld us while one client streams 64 KiB frames\n",
             (long long)med);
     ck_assert_int_lt(med, 1000);
-    ck_assert_int_gt(stat_of(node_port, "throttled"), 0);
+    ck_assert_int_gt(rl_test_stat(node_port, "throttled"), 0);
     rl_client_destroy(nb);
 }
 END_TEST
@@ -529,7 +515,7 @@ START_TEST(test_fd_limit)
         close(fds[i]);
     }
     usleep(200 * 1000);
-    ck_assert_int_eq(stat_of(node_port, "refused_max_connections"), 28);
+    ck_assert_int_eq(rl_test_stat(node_port, "refused_max_connections"), 28);
     rl_harness_stop(pid, SIGTERM, 5000, NULL);
     rl_wire_decoder_deinit(&dec);
 }
@@ -567,8 +553,8 @@ START_TEST(test_timeouts)
     send_ping(busy, 100);
     ck_assert_int_eq(read_reply(busy, &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
     ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
-    ck_assert_int_ge(stat_of(node_port, "idle_closes"), 1);
-    ck_assert_int_eq(stat_of(node_port, "frame_timeouts"), 1);
+    ck_assert_int_ge(rl_test_stat(node_port, "idle_closes"), 1);
+    ck_assert_int_eq(rl_test_stat(node_port, "frame_timeouts"), 1);
     close(idle);
     close(slow);
     close(busy);
@@ -617,7 +603,7 @@ START_TEST(test_router_not_locked_out)
     }
     close(fds[4]);
     usleep(100 * 1000);
-    ck_assert_int_ge(stat_of(node_port, "router_connections"), 1);
+    ck_assert_int_ge(rl_test_stat(node_port, "router_connections"), 1);
     rl_wire_decoder_deinit(&dec);
 }
 END_TEST

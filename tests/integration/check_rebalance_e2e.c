@@ -30,20 +30,6 @@ static int router_port;
 static char config[4096], reqlog[4096];
 static const char *names[NNODES] = {"n1", "n2", "n3", "n4"};
 
-static int64_t
-stat_of(int port, const char *key)
-{
-    struct rl_client *c = NULL;
-    struct rl_wire_reply rep;
-    int64_t v;
-
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)port, T_TIMEOUT), 0);
-    ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
-    v = rl_client_stat(&rep, key, -1);
-    rl_client_destroy(c);
-    return v;
-}
-
 static int
 run(const char *const argv[], const char *logname)
 {
@@ -89,11 +75,11 @@ traffic(void)
 
     snprintf(target, sizeof(target), "127.0.0.1:%d", router_port);
     for (int i = 0; i < NNODES; i++) {
-        before[i] = stat_of(node_ports[i], "checks");
+        before[i] = rl_test_stat(node_ports[i], "checks");
     }
     ck_assert_int_eq(run(argv, "bench.log"), 0);
     for (int i = 0; i < NNODES; i++) {
-        int64_t d = stat_of(node_ports[i], "checks") - before[i];
+        int64_t d = rl_test_stat(node_ports[i], "checks") - before[i];
 
         sum += d;
         max = d > max ? d : max;
@@ -132,10 +118,10 @@ setup(void)
         ck_assert_int_eq(rl_harness_node_start(&nodes[i], config, names[i], node_ports[i], 0), 0);
     }
     ck_assert_int_eq(rl_harness_router_start(&router, config, router_port), 0);
-    for (int i = 0; i < 200 && stat_of(router_port, "members") != NNODES; i++) {
+    for (int i = 0; i < 200 && rl_test_stat(router_port, "members") != NNODES; i++) {
         usleep(50 * 1000);
     }
-    ck_assert_int_eq(stat_of(router_port, "members"), NNODES);
+    ck_assert_int_eq(rl_test_stat(router_port, "members"), NNODES);
 }
 
 static void
@@ -162,7 +148,7 @@ START_TEST(test_rebalance_levels_load)
     ck_assert_int_eq(run(dry, "dry.log"), 0);
     ck_assert_int_eq(rl_harness_zk_get(zk.connect, "/ratelimiter/rb/assignment", buf, sizeof(buf)),
                      -ENOENT);
-    ck_assert_int_eq(stat_of(router_port, "assignment_version"), -1);
+    ck_assert_int_eq(rl_test_stat(router_port, "assignment_version"), -1);
 
     ck_assert_int_eq(rl_harness_tmppath(out, sizeof(out), "assignment.txt"), 0);
     ck_assert_int_eq(run(to_file, "tofile.log"), 0);
@@ -175,10 +161,10 @@ START_TEST(test_rebalance_levels_load)
     ck_assert_int_gt(rl_harness_zk_get(zk.connect, "/ratelimiter/rb/assignment", buf, sizeof(buf)),
                      0);
     ck_assert_int_eq(strncmp(buf, "rl-assignment 1 64", 18), 0);
-    for (int i = 0; i < 100 && stat_of(router_port, "assignment_version") < 0; i++) {
+    for (int i = 0; i < 100 && rl_test_stat(router_port, "assignment_version") < 0; i++) {
         usleep(50 * 1000);
     }
-    ck_assert_int_ge(stat_of(router_port, "assignment_version"), 0);
+    ck_assert_int_ge(rl_test_stat(router_port, "assignment_version"), 0);
 
     /* A second writer that planned against the assignment before the first write (none)
      * must lose the compare-and-set: exit 3, and the assignment is left as it was. */
@@ -186,7 +172,7 @@ START_TEST(test_rebalance_levels_load)
         const char *stale[] = {"rl-rebalance", "--config", config, "--expect-version", "none",
                                reqlog, NULL};
         static char again[65536];
-        int64_t version = stat_of(router_port, "assignment_version");
+        int64_t version = rl_test_stat(router_port, "assignment_version");
         int len = rl_harness_zk_get(zk.connect, "/ratelimiter/rb/assignment", buf, sizeof(buf));
 
         ck_assert_int_eq(run(stale, "stale.log"), 3);
@@ -198,7 +184,7 @@ START_TEST(test_rebalance_levels_load)
                                            sizeof(again)),
                          -ENOENT);
         usleep(300 * 1000);
-        ck_assert_int_eq(stat_of(router_port, "assignment_version"), version);
+        ck_assert_int_eq(rl_test_stat(router_port, "assignment_version"), version);
     }
 
     after = traffic();
