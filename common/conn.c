@@ -477,10 +477,13 @@ conn_sniff(const char *p, size_t n)
     return "";
 }
 
+/* What a warning is about: each is logged at warn once per address a minute. */
+enum conn_warn { WARN_PROTOCOL = 1, WARN_BUFFERS, WARN_REFUSED, WARN_FRAME_TIMEOUT };
+
 /* True when an event of `kind` from c's peer address should be logged at warn now: once per
  * address and kind per RL_CONN_WARN_INTERVAL_MS (as far as 64 slots remember). */
 static bool
-listener_should_warn(struct rl_listener *l, const struct rl_conn *c, uint64_t kind)
+listener_should_warn(struct rl_listener *l, const struct rl_conn *c, enum conn_warn kind)
 {
     const char *colon = strrchr(c->peer, ':');
     size_t len = colon != NULL ? (size_t)(colon - c->peer) : strlen(c->peer);
@@ -511,7 +514,7 @@ rl_conn_protocol_error(struct rl_conn *c, uint32_t id, uint32_t err, const char 
         return;
     }
     l->stats.protocol_closes++;
-    if (listener_should_warn(l, c, 1)) {
+    if (listener_should_warn(l, c, WARN_PROTOCOL)) {
         rl_log_warn("client %s: protocol error, answered and closed: %s%s (further errors from "
                     "this address are logged at debug for a minute)",
                     c->peer, msg, conn_sniff(p, n));
@@ -525,16 +528,17 @@ rl_conn_protocol_error(struct rl_conn *c, uint32_t id, uint32_t err, const char 
     rl_conn_finish(c);
 }
 
-/* Refuses c (ERROR err, then close), counting it in *counter and logging it at warn once per
- * address and kind a minute. */
+/* Answers c ERROR err and closes it, counting it in *counter (and, unless it is a frame
+ * timeout, in connections_refused) and logging it at warn once per address and kind a
+ * minute. */
 static void
-conn_refuse_counted(struct rl_conn *c, uint64_t *counter, uint64_t kind, uint32_t err,
+conn_refuse_counted(struct rl_conn *c, uint64_t *counter, enum conn_warn kind, uint32_t err,
                     const char *msg)
 {
     struct rl_listener *l = c->listener;
 
     (*counter)++;
-    if (counter != &l->stats.frame_timeouts && counter != &l->stats.idle_closes) {
+    if (kind != WARN_FRAME_TIMEOUT) {
         l->stats.connections_refused++;
     }
     if (listener_should_warn(l, c, kind)) {
@@ -553,7 +557,7 @@ static void
 conn_refuse_probation(struct rl_conn *c)
 {
     conn_pause(c);
-    conn_refuse_counted(c, c->refusal_counter, 3, RL_WIRE_ERR_OVERLOADED, c->refusal);
+    conn_refuse_counted(c, c->refusal_counter, WARN_REFUSED, RL_WIRE_ERR_OVERLOADED, c->refusal);
 }
 
 /* ---- reading ---------------------------------------------------------------------------- */
@@ -675,6 +679,16 @@ conn_process(struct rl_conn *c)
     conn_input_done(c);
 }
 
+/* c needs buffer memory the clients' budget (buffer_memory) no longer has. */
+static void
+conn_refuse_buffers(struct rl_conn *c)
+{
+    conn_pause(c);
+    conn_refuse_counted(c, &c->listener->stats.refused_buffers, WARN_BUFFERS,
+                        RL_WIRE_ERR_OVERLOADED,
+                        "server busy: the memory for client buffers (buffer_memory) is spent");
+}
+
 /* Appends p[0..n) to c->in, or refuses c when that would pass the clients' buffer memory. */
 static bool
 conn_keep_input(struct rl_conn *c, const char *p, size_t n)
@@ -684,9 +698,7 @@ conn_keep_input(struct rl_conn *c, const char *p, size_t n)
             rl_conn_close(c, UV_ENOMEM);
             return false;
         }
-        conn_pause(c);
-        conn_refuse_counted(c, &c->listener->stats.refused_buffers, 2, RL_WIRE_ERR_OVERLOADED,
-                            "server busy: the memory for client buffers (buffer_memory) is spent");
+        conn_refuse_buffers(c);
         return false;
     }
     return true;
@@ -707,9 +719,7 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread == UV_ENOBUFS && c->listener != NULL) {
-        conn_pause(c);
-        conn_refuse_counted(c, &c->listener->stats.refused_buffers, 2, RL_WIRE_ERR_OVERLOADED,
-                            "server busy: the memory for client buffers (buffer_memory) is spent");
+        conn_refuse_buffers(c);
         return;
     }
     if (nread < 0) {
@@ -794,8 +804,7 @@ conn_may_resume(const struct rl_conn *c)
 
     return !c->reading && !c->eof && !c->finishing && !c->throttled &&
            queued <= c->out_max / 2 && c->holds <= c->hold_max / 2 &&
-           !(c->listener != NULL && c->q->client_bytes > c->q->client_budget &&
-             queued > RL_CONN_KEEP_BYTES / 2);
+           !(rl_conn_budget_spent(c) && queued > RL_CONN_KEEP_BYTES / 2);
 }
 
 static void
@@ -1005,7 +1014,7 @@ listener_accept(uv_stream_t *server, int status)
             c->refusal_counter = counter;
             l->reserve_used++;
         } else {
-            conn_refuse_counted(c, counter, 3, RL_WIRE_ERR_OVERLOADED, why);
+            conn_refuse_counted(c, counter, WARN_REFUSED, RL_WIRE_ERR_OVERLOADED, why);
             return;
         }
     } else if (peer != NULL) {
@@ -1062,7 +1071,8 @@ listener_tick(uv_timer_t *t)
             snprintf(msg, sizeof(msg), "frame not completed within %" PRIu64 " ms (frame_timeout)",
                      l->lim.frame_timeout_ms);
             conn_pause(c);
-            conn_refuse_counted(c, &l->stats.frame_timeouts, 4, RL_WIRE_ERR_MALFORMED, msg);
+            conn_refuse_counted(c, &l->stats.frame_timeouts, WARN_FRAME_TIMEOUT,
+                                RL_WIRE_ERR_MALFORMED, msg);
         } else if (l->lim.idle_timeout_ms != 0 && c->holds == 0 && !c->router &&
                    now - c->active_ms >= l->lim.idle_timeout_ms) {
             l->stats.idle_closes++;
@@ -1094,9 +1104,8 @@ rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, u
     if (l->lim.max_per_peer == 0) {
         l->lim.max_per_peer = l->lim.max_connections;
     }
-    if (l->lim.buffer_memory != 0 &&
-        (q->client_budget == RL_CONN_DEFAULT_BUFFER_MEMORY || l->lim.buffer_memory > q->client_budget)) {
-        q->client_budget = l->lim.buffer_memory;
+    if (l->lim.buffer_memory != 0) {
+        q->client_budget = l->lim.buffer_memory; /* one listener per loop in every program */
     }
     /* Every client, router and refusal in progress needs a descriptor: fit them under the
      * limit, so a refusal is an ERROR the client reads, never a silent close. */

@@ -75,7 +75,7 @@ struct rl_connq {
     char *slab;                /* RL_CONN_READ_CHUNK: where a connection with no partial
                                   input reads, so an idle connection holds no input buffer */
     uint64_t client_bytes;     /* buffer bytes of every listener's connections */
-    uint64_t client_budget;    /* their bound (the largest buffer_memory of the listeners) */
+    uint64_t client_budget;    /* their bound: the listener's buffer_memory */
     int handles;
     bool closing;
     void (*on_closed)(void *data);
@@ -268,6 +268,13 @@ rl_conn_queued(const struct rl_conn *c)
     return rl_buf_unread(&c->out) + rl_buf_unread(&c->inflight);
 }
 
+/* True when c is a client and the clients' buffer memory (buffer_memory) is spent. */
+static inline bool
+rl_conn_budget_spent(const struct rl_conn *c)
+{
+    return c->listener != NULL && c->q->client_bytes > c->q->client_budget;
+}
+
 /* True when c takes no more work: its output or its held requests passed their bound, or
  * the clients' buffer memory is spent and c has output waiting. */
 static inline bool
@@ -276,8 +283,7 @@ rl_conn_backlogged(const struct rl_conn *c)
     size_t queued = rl_conn_queued(c);
 
     return queued > c->out_max || c->holds >= c->hold_max ||
-           (c->listener != NULL && c->q->client_bytes > c->q->client_budget &&
-            queued > RL_CONN_KEEP_BYTES);
+           (rl_conn_budget_spent(c) && queued > RL_CONN_KEEP_BYTES);
 }
 
 #endif
