@@ -31,6 +31,7 @@
 
 #include "clock.h"
 #include "conf.h"
+#include "files.h"
 #include "log.h"
 #include "logscan.h"
 #include "parse.h"
@@ -240,107 +241,6 @@ print_bar(const struct run *r, uint64_t v, uint64_t max)
     }
 }
 
-/* ---- Files ------------------------------------------------------------------------------- */
-
-/* Reads a whole small file into a NUL-terminated malloc'd buffer. 0 or a negative errno. */
-static int
-read_small_file(const char *path, char **text, size_t *len)
-{
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
-
-    *text = NULL;
-    *len = 0;
-    if (fd < 0 || buf == NULL) {
-        rc = fd < 0 ? -errno : -ENOMEM;
-        goto out;
-    }
-    for (;;) {
-        ssize_t got;
-
-        if (cap - n < 2) {
-            char *b;
-
-            if (cap >= SMALL_FILE_MAX) {
-                rc = -EFBIG;
-                goto out;
-            }
-            b = realloc(buf, cap * 2);
-            if (b == NULL) {
-                rc = -ENOMEM;
-                goto out;
-            }
-            buf = b;
-            cap *= 2;
-        }
-        got = read(fd, buf + n, cap - n - 1);
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got < 0) {
-            rc = -errno;
-            goto out;
-        }
-        if (got == 0) {
-            break;
-        }
-        n += (size_t)got;
-    }
-    buf[n] = '\0';
-    *text = buf;
-    *len = n;
-    buf = NULL;
-out:
-    if (fd >= 0) {
-        close(fd);
-    }
-    free(buf);
-    return rc;
-}
-
-/* Replaces path with text: a temporary beside it, fsync, then rename(2). */
-static int
-write_file_atomic(const char *path, const char *text, size_t len)
-{
-    char tmp[4096];
-    size_t off = 0;
-    int fd, rc = 0;
-
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= sizeof(tmp)) {
-        return -ENAMETOOLONG;
-    }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        return -errno;
-    }
-    while (off < len) {
-        ssize_t w = write(fd, text + off, len - off);
-
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w < 0) {
-            rc = -errno;
-            break;
-        }
-        off += (size_t)w;
-    }
-    if (rc == 0 && fsync(fd) != 0) {
-        rc = -errno;
-    }
-    if (close(fd) != 0 && rc == 0) {
-        rc = -errno;
-    }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        rc = -errno;
-    }
-    if (rc != 0) {
-        unlink(tmp);
-    }
-    return rc;
-}
-
 /* A byte of a node name in the assignment format (shardmap.h). */
 static bool
 name_byte(unsigned char c)
@@ -495,7 +395,7 @@ load_members(struct run *r)
     int rc;
 
     if (r->o.members_file != NULL) {
-        rc = read_small_file(r->o.members_file, &text, &len);
+        rc = rl_read_small_file(r->o.members_file, SMALL_FILE_MAX, &text, &len);
         if (rc != 0) {
             return fail("cannot read %s: %s", r->o.members_file, strerror(-rc));
         }
@@ -572,7 +472,7 @@ load_assignment(struct run *r)
     }
     if (r->o.assignment_file != NULL) {
         free(zk_text);
-        rc = read_small_file(r->o.assignment_file, &r->cur_text, &r->cur_len);
+        rc = rl_read_small_file(r->o.assignment_file, SMALL_FILE_MAX, &r->cur_text, &r->cur_len);
         if (rc != 0) {
             return fail("cannot read %s: %s", r->o.assignment_file, strerror(-rc));
         }
@@ -899,7 +799,7 @@ write_out_file(const struct run *r, const char *text, size_t len, bool *had_old)
     if ((size_t)snprintf(prev, sizeof(prev), "%s.prev", r->o.out) >= sizeof(prev)) {
         return fail("%s: name too long", r->o.out);
     }
-    rc = read_small_file(r->o.out, &old, &oldlen);
+    rc = rl_read_small_file(r->o.out, SMALL_FILE_MAX, &old, &oldlen);
     if (rc == -ENOENT) {
         char header[64];
 
@@ -912,12 +812,12 @@ write_out_file(const struct run *r, const char *text, size_t len, bool *had_old)
     if (rc != 0) {
         return fail("cannot read %s: %s; nothing was written", r->o.out, strerror(-rc));
     }
-    rc = write_file_atomic(prev, old, oldlen);
+    rc = rl_write_file_atomic(prev, old, oldlen);
     free(old);
     if (rc != 0) {
         return fail("cannot write %s: %s; nothing was written", prev, strerror(-rc));
     }
-    rc = write_file_atomic(r->o.out, text, len);
+    rc = rl_write_file_atomic(r->o.out, text, len);
     if (rc != 0) {
         return fail("cannot write %s: %s", r->o.out, strerror(-rc));
     }
@@ -1165,13 +1065,13 @@ rollback(struct run *r)
         size_t clen;
 
         snprintf(path, sizeof(path), "%s.prev", r->o.out);
-        rc = read_small_file(path, &ptext, &plen);
+        rc = rl_read_small_file(path, SMALL_FILE_MAX, &ptext, &plen);
         if (rc != 0) {
             rc = fail("cannot read %s: %s; nothing to roll back to", path, strerror(-rc));
             goto out;
         }
         /* In force, as far as this file goes: its own text. */
-        rc = read_small_file(r->o.out, &cur, &clen);
+        rc = rl_read_small_file(r->o.out, SMALL_FILE_MAX, &cur, &clen);
         if (rc == 0 && rl_assignment_parse(&r->current, cur, clen, err, sizeof(err)) != 0) {
             fprintf(stderr, "rl-rebalance: warning: %s: %s; taken as no overrides\n", r->o.out,
                     err);

@@ -1,0 +1,108 @@
+/*
+ * files: whole-file reads and atomic replacements for rl-rebalance's members, assignment and
+ * --out files (files.h).
+ */
+#include "files.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+int
+rl_read_small_file(const char *path, size_t max, char **text, size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+
+    *text = NULL;
+    *len = 0;
+    if (fd < 0 || buf == NULL) {
+        rc = fd < 0 ? -errno : -ENOMEM;
+        goto out;
+    }
+    for (;;) {
+        ssize_t got;
+
+        if (cap - n < 2) {
+            char *b;
+
+            if (cap >= max) {
+                rc = -EFBIG;
+                goto out;
+            }
+            b = realloc(buf, cap * 2);
+            if (b == NULL) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        got = read(fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            rc = -errno;
+            goto out;
+        }
+        if (got == 0) {
+            break;
+        }
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    buf = NULL;
+out:
+    if (fd >= 0) {
+        close(fd);
+    }
+    free(buf);
+    return rc;
+}
+
+int
+rl_write_file_atomic(const char *path, const char *text, size_t len)
+{
+    char tmp[4096];
+    size_t off = 0;
+    int fd, rc = 0;
+
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= sizeof(tmp)) {
+        return -ENAMETOOLONG;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return -errno;
+    }
+    while (off < len) {
+        ssize_t w = write(fd, text + off, len - off);
+
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w < 0) {
+            rc = -errno;
+            break;
+        }
+        off += (size_t)w;
+    }
+    if (rc == 0 && fsync(fd) != 0) {
+        rc = -errno;
+    }
+    if (close(fd) != 0 && rc == 0) {
+        rc = -errno;
+    }
+    if (rc == 0 && rename(tmp, path) != 0) {
+        rc = -errno;
+    }
+    if (rc != 0) {
+        unlink(tmp);
+    }
+    return rc;
+}
