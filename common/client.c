@@ -7,6 +7,8 @@
  */
 #include "client.h"
 
+#include "auth.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
@@ -574,6 +576,54 @@ int
 rl_client_ping(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms)
 {
     return simple_call(c, RL_WIRE_OP_PING, 0, rep, timeout_ms);
+}
+
+int
+rl_client_auth(struct rl_client *c, const char *token, size_t len, struct rl_wire_reply *rep,
+               int timeout_ms)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    uint32_t id;
+    int rc;
+
+    release_held(c);
+    id = take_id(c);
+    rc = rl_wire_put_auth(&c->out, id, token, len);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = call(c, id, RL_WIRE_OP_AUTH, rep, deadline);
+    if (rc == 0 && rep->op == RL_WIRE_OP_ERROR) {
+        return rep->err == RL_WIRE_ERR_UNAUTHORIZED ? -EACCES : -EPROTO;
+    }
+    return rc;
+}
+
+int
+rl_client_auth_file(struct rl_client *c, const char *path, int timeout_ms, char *why,
+                    size_t whylen)
+{
+    char token[RL_AUTH_TOKEN_MAX];
+    size_t len;
+    int rc;
+
+    if (path == NULL) {
+        path = getenv("RL_TOKEN_FILE");
+    }
+    if (path == NULL || path[0] == '\0') {
+        return 0;
+    }
+    rc = rl_auth_read_secret(path, 1, token, sizeof(token), &len, why, whylen);
+    if (rc == 0) {
+        rc = rl_client_auth(c, token, len, &c->scratch, timeout_ms);
+        if (rc == -EACCES) {
+            snprintf(why, whylen, "the server refused the token in %s", path);
+        } else if (rc != 0) {
+            snprintf(why, whylen, "AUTH failed: %s", strerror(-rc));
+        }
+    }
+    rl_auth_wipe(token, sizeof(token));
+    return rc;
 }
 
 int

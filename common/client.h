@@ -72,6 +72,22 @@ int rl_client_check_many(struct rl_client *c, struct rl_wire_req *reqs, size_t n
  * server echoed now_ms, -EOPNOTSUPP when it answered UNKNOWN_OP (no --test-clock), else
  * -EPROTO or the transport's error. */
 int rl_client_ping(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
+
+/*
+ * AUTH with token[0..len): the first request on a connection to a server that wants one.
+ * Returns 0 with rep->name the principal the server took the token for, -EACCES when it
+ * refused (ERROR UNAUTHORIZED: it then closes the connection), or a negative errno.
+ */
+int rl_client_auth(struct rl_client *c, const char *token, size_t len, struct rl_wire_reply *rep,
+                   int timeout_ms);
+
+/*
+ * The same with the token read from a file that only its owner may read (auth.h's rule),
+ * or from the file named by $RL_TOKEN_FILE when path is NULL; a no-op returning 0 when both
+ * are absent. On a file error, -EACCES/-EINVAL/-ENOENT... with why filled.
+ */
+int rl_client_auth_file(struct rl_client *c, const char *path, int timeout_ms, char *why,
+                        size_t whylen);
 int rl_client_stats(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
 int rl_client_clock(struct rl_client *c, uint64_t now_ms, int timeout_ms);
 

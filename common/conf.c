@@ -9,6 +9,8 @@
  */
 #include "conf.h"
 
+#include "auth.h"
+
 #include <errno.h>
 #include <ini.h>
 #include <stdarg.h>
@@ -38,7 +40,7 @@
 #define CONF_DURATION_PHRASE "is not a duration (use ms, s, m, h or d)"
 #define CONF_LIMIT_PHRASE "is not \"ALGORITHM N per DURATION [burst B]\""
 
-enum conf_kind { CONF_CLUSTER, CONF_ROUTER, CONF_CLIENTS, CONF_NODE, CONF_SERVICE };
+enum conf_kind { CONF_CLUSTER, CONF_ROUTER, CONF_CLIENTS, CONF_NODE, CONF_SERVICE, CONF_CLIENT };
 
 struct conf_parser;
 
@@ -60,7 +62,7 @@ struct conf_kind_def {
 struct conf_section {
     enum conf_kind kind;
     int line;
-    size_t index;            /* into c->nodes or c->rules */
+    size_t index;            /* into c->nodes, c->rules or c->auth_clients */
     int seen[CONF_KEYS_MAX]; /* line where each key was set, 0 if not yet */
 };
 
@@ -79,6 +81,8 @@ struct conf_parser {
     int router_line;
     int clients_line;
     size_t nodes_cap;
+    size_t auth_cap;
+    int secret_line;
     size_t rules_cap;
     size_t tiers_cap;
     int err; /* 0, or the negative errno of the first error */
@@ -284,16 +288,63 @@ set_shards(struct conf_parser *p, const char *v)
 }
 
 static const char *
-set_insecure(struct conf_parser *p, const char *v)
+set_yesno(bool *field, const char *v)
 {
     if (strcmp(v, "yes") == 0) {
-        p->c->insecure = true;
+        *field = true;
     } else if (strcmp(v, "no") == 0) {
-        p->c->insecure = false;
+        *field = false;
     } else {
         return "is not yes or no";
     }
     return NULL;
+}
+
+static const char *
+set_insecure(struct conf_parser *p, const char *v)
+{
+    return set_yesno(&p->c->insecure, v);
+}
+
+/* Only the path here: the file is read once the whole config is in (conf_finish). */
+static const char *
+set_secret_file(struct conf_parser *p, const char *v)
+{
+    p->secret_line = p->line;
+    return set_string(p, &p->c->secret_file, v);
+}
+
+static const char *
+set_client_token(struct conf_parser *p, const char *v)
+{
+    struct rl_client_conf *cl = &p->c->auth_clients[p->sec.index];
+
+    if (cl->nhashes == RL_CONF_CLIENT_HASHES) {
+        return "is one token too many: a client has at most 4 (for rotation)";
+    }
+    if (rl_auth_parse_hash(v, cl->hashes[cl->nhashes]) != 0) {
+        return "is not 64 hex digits (the SHA-256 of the token: rl-cli hash-token)";
+    }
+    cl->nhashes++;
+    return NULL;
+}
+
+static const char *
+set_client_services(struct conf_parser *p, const char *v)
+{
+    struct rl_client_conf *cl = &p->c->auth_clients[p->sec.index];
+
+    if (v[strspn(v, " \t,")] == '\0') {
+        return "names no service (list them, or * for every service)";
+    }
+    cl->services_line = p->line;
+    return set_string(p, &cl->services, v);
+}
+
+static const char *
+set_client_stats(struct conf_parser *p, const char *v)
+{
+    return set_yesno(&p->c->auth_clients[p->sec.index].stats, v);
 }
 
 static const char *
@@ -639,6 +690,7 @@ static const struct conf_key cluster_keys[] = {
     {"session_timeout", set_session_timeout, false},
     {"shards", set_shards, false},
     {"insecure", set_insecure, false},
+    {"secret_file", set_secret_file, false},
     {NULL, NULL, false},
 };
 
@@ -676,6 +728,13 @@ static const struct conf_key service_keys[] = {
     {NULL, NULL, false},
 };
 
+static const struct conf_key client_keys[] = {
+    {"token_sha256", set_client_token, true},
+    {"services", set_client_services, false},
+    {"stats", set_client_stats, false},
+    {NULL, NULL, false},
+};
+
 static const struct conf_kind_def conf_kinds[] = {
     [CONF_CLUSTER] = {"cluster", 0, 0, "[cluster]", cluster_keys},
     [CONF_ROUTER] = {"router", 0, 0, "[router]", router_keys},
@@ -683,6 +742,7 @@ static const struct conf_kind_def conf_kinds[] = {
     [CONF_NODE] = {"node", 1, 1, "[node NAME]", node_keys},
     [CONF_SERVICE] = {"service", 1, 2, "[service SERVICE] or [service SERVICE ENDPOINT]",
                       service_keys},
+    [CONF_CLIENT] = {"client", 1, 1, "[client NAME]", client_keys},
 };
 
 /* The (service, endpoint) -> rule index: open addressing, linear probing, load <= 1/2. */
@@ -819,6 +879,13 @@ section_close(struct conf_parser *p)
                   "[node %s] listens on the wildcard address %s: add advertise = HOST:PORT, "
                   "the address routers dial",
                   c->nodes[p->sec.index].name, c->nodes[p->sec.index].host);
+    } else if (p->sec.kind == CONF_CLIENT && c->auth_clients[p->sec.index].nhashes == 0) {
+        conf_fail(p, p->sec.line, -EINVAL, "[client %s] has no token_sha256",
+                  c->auth_clients[p->sec.index].name);
+    } else if (p->sec.kind == CONF_CLIENT && c->auth_clients[p->sec.index].services == NULL) {
+        conf_fail(p, p->sec.line, -EINVAL,
+                  "[client %s] has no services (list them, or * for every service)",
+                  c->auth_clients[p->sec.index].name);
     } else if (p->sec.kind == CONF_SERVICE && c->rules[p->sec.index].ntiers == 0) {
         const struct rl_rule *r = &c->rules[p->sec.index];
 
@@ -866,6 +933,49 @@ section_node(struct conf_parser *p, const char *name)
     n->memory = RL_CONF_DEFAULT_MEMORY;
     n->line = p->line;
     p->sec.index = c->nnodes++;
+    return 0;
+}
+
+static int
+section_client(struct conf_parser *p, const char *name)
+{
+    struct rl_conf *c = p->c;
+    struct rl_client_conf *cl;
+
+    if (!valid_name(name, CONF_NODE_NAME_MAX) || strcmp(name, "cluster") == 0) {
+        conf_fail(p, p->line, -EINVAL,
+                  "client name \"%s\" is not 1..63 characters of A-Z a-z 0-9 _ . - (nor . or "
+                  ".., nor \"cluster\", the name of the cluster secret)",
+                  name);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < c->nauth_clients; i++) {
+        if (strcmp(c->auth_clients[i].name, name) == 0) {
+            conf_fail(p, p->line, -EINVAL, "duplicate section [client %s] (first at line %d)",
+                      name, c->auth_clients[i].line);
+            return -EINVAL;
+        }
+    }
+    if (c->nauth_clients == p->auth_cap) {
+        size_t cap = p->auth_cap != 0 ? p->auth_cap * 2 : 4;
+
+        cl = realloc(c->auth_clients, cap * sizeof(*cl));
+        if (cl == NULL) {
+            conf_nomem(p);
+            return -ENOMEM;
+        }
+        c->auth_clients = cl;
+        p->auth_cap = cap;
+    }
+    cl = &c->auth_clients[c->nauth_clients];
+    memset(cl, 0, sizeof(*cl));
+    cl->name = strdup(name);
+    if (cl->name == NULL) {
+        conf_nomem(p);
+        return -ENOMEM;
+    }
+    cl->line = p->line;
+    p->sec.index = c->nauth_clients++;
     return 0;
 }
 
@@ -965,11 +1075,12 @@ section_open(struct conf_parser *p, char *s, char *e)
         conf_fail(p, p->line, -EINVAL, "malformed section header");
         return;
     }
-    for (kind = 0; kind <= CONF_SERVICE && strcmp(arg[0], conf_kinds[kind].name) != 0; kind++) {
+    for (kind = 0; kind <= CONF_CLIENT && strcmp(arg[0], conf_kinds[kind].name) != 0; kind++) {
     }
-    if (kind > CONF_SERVICE) {
+    if (kind > CONF_CLIENT) {
         conf_fail(p, p->line, -EINVAL,
-                  "unknown section [%s] (use cluster, router, clients, node or service)", arg[0]);
+                  "unknown section [%s] (use cluster, router, clients, node, service or client)",
+                  arg[0]);
         return;
     }
     if (nargs - 1 < conf_kinds[kind].min_args || nargs - 1 > conf_kinds[kind].max_args) {
@@ -999,6 +1110,9 @@ section_open(struct conf_parser *p, char *s, char *e)
         break;
     case CONF_SERVICE:
         rc = section_service(p, arg[1], nargs == 3 ? arg[2] : NULL);
+        break;
+    case CONF_CLIENT:
+        rc = section_client(p, arg[1]);
         break;
     }
     p->in_section = rc == 0;
@@ -1182,16 +1296,126 @@ conf_create(const char *name)
     c->router_port = 7400;
     c->deadline_ms = 50;
     c->request_log = strdup("");
+    c->secret_file = strdup("");
     c->log_sample = 1;
     c->log_max_size = 256ull << 20;
     c->log_keep = 4;
     c->clients = rl_conn_limits_default();
     if (c->path == NULL || c->cluster_name == NULL || c->zookeeper == NULL ||
-        c->router_host == NULL || c->request_log == NULL) {
+        c->router_host == NULL || c->request_log == NULL || c->secret_file == NULL) {
         rl_conf_destroy(c);
         return NULL;
     }
     return c;
+}
+
+/* Resolves a client's services line into its rules[] once every [service] is known. */
+static void
+client_resolve(struct conf_parser *p, struct rl_client_conf *cl)
+{
+    const struct rl_conf *c = p->c;
+    char *words = strdup(cl->services), *save = NULL;
+
+    if (words == NULL) {
+        conf_nomem(p);
+        return;
+    }
+    cl->rules = calloc(c->nrules != 0 ? c->nrules : 1, sizeof(*cl->rules));
+    if (cl->rules == NULL) {
+        free(words);
+        conf_nomem(p);
+        return;
+    }
+    for (char *w = strtok_r(words, " \t,", &save); w != NULL && p->err == 0;
+         w = strtok_r(NULL, " \t,", &save)) {
+        bool found = false;
+
+        if (strcmp(w, "*") == 0) {
+            cl->all_services = true;
+            continue;
+        }
+        for (size_t i = 0; i < c->nrules; i++) {
+            if (strcmp(c->rules[i].service, w) == 0) {
+                cl->rules[i] = true;
+                found = true;
+            }
+        }
+        if (!found) {
+            conf_fail(p, cl->services_line, -EINVAL,
+                      "services: \"%s\" has no [service %s] section in this file", w, w);
+        }
+    }
+    free(words);
+}
+
+/* What needs the whole file: clients' services, and the cluster secret's file. */
+static void
+conf_finish(struct conf_parser *p)
+{
+    struct rl_conf *c = p->c;
+    char why[320];
+    int rc;
+
+    for (size_t i = 0; i < c->nauth_clients && p->err == 0; i++) {
+        client_resolve(p, &c->auth_clients[i]);
+    }
+    c->cluster_client.name = (char *)"cluster";
+    c->cluster_client.all_services = true;
+    c->cluster_client.stats = true;
+    if (p->err != 0 || c->secret_file[0] == '\0') {
+        return;
+    }
+    c->secret = malloc(RL_AUTH_TOKEN_MAX);
+    if (c->secret == NULL) {
+        conf_nomem(p);
+        return;
+    }
+    rc = rl_auth_read_secret(c->secret_file, RL_AUTH_SECRET_MIN, c->secret, RL_AUTH_TOKEN_MAX,
+                             &c->secret_len, why, sizeof(why));
+    if (rc != 0) {
+        conf_fail(p, p->secret_line, rc, "secret_file: %s", why);
+        return;
+    }
+    rl_auth_sha256(c->secret, c->secret_len, c->secret_hash);
+}
+
+const struct rl_client_conf *
+rl_conf_client_by_token(const struct rl_conf *c, const char *token, size_t len)
+{
+    const struct rl_client_conf *found = NULL;
+    uint8_t h[RL_AUTH_HASH_LEN];
+
+    rl_auth_sha256(token, len, h);
+    /* Every hash is compared, whatever matched first. */
+    for (size_t i = 0; i < c->nauth_clients; i++) {
+        for (uint32_t j = 0; j < c->auth_clients[i].nhashes; j++) {
+            if (rl_auth_equal(h, c->auth_clients[i].hashes[j], RL_AUTH_HASH_LEN) &&
+                found == NULL) {
+                found = &c->auth_clients[i];
+            }
+        }
+    }
+    if (c->secret != NULL && rl_auth_equal(h, c->secret_hash, RL_AUTH_HASH_LEN) &&
+        found == NULL) {
+        found = &c->cluster_client;
+    }
+    rl_auth_wipe(h, sizeof(h));
+    return found;
+}
+
+bool
+rl_conf_is_secret(const struct rl_conf *c, const char *token, size_t len)
+{
+    uint8_t h[RL_AUTH_HASH_LEN];
+    bool ok;
+
+    if (c->secret == NULL) {
+        return false;
+    }
+    rl_auth_sha256(token, len, h);
+    ok = rl_auth_equal(h, c->secret_hash, RL_AUTH_HASH_LEN);
+    rl_auth_wipe(h, sizeof(h));
+    return ok;
 }
 
 static int
@@ -1226,6 +1450,9 @@ conf_run(struct conf_parser *p, struct rl_conf **out)
     }
     free(p->buf);
     p->buf = NULL;
+    if (p->err == 0) {
+        conf_finish(p);
+    }
     if (p->err != 0) {
         rl_conf_destroy(p->c);
         return p->err;
@@ -1287,6 +1514,18 @@ rl_conf_destroy(struct rl_conf *c)
         free(c->rules[i].service);
         free(c->rules[i].endpoint);
     }
+    for (i = 0; i < c->nauth_clients; i++) {
+        free(c->auth_clients[i].name);
+        free(c->auth_clients[i].services);
+        free(c->auth_clients[i].rules);
+        rl_auth_wipe(c->auth_clients[i].hashes, sizeof(c->auth_clients[i].hashes));
+    }
+    free(c->auth_clients);
+    if (c->secret != NULL) {
+        rl_auth_wipe(c->secret, RL_AUTH_TOKEN_MAX);
+        free(c->secret);
+    }
+    free(c->secret_file);
     free(c->nodes);
     free(c->rules);
     free(c->tiers);

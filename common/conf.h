@@ -64,6 +64,20 @@ struct rl_rule {
     int line; /* where the section starts, for messages */
 };
 
+/* One `[client NAME]` section: who may use a router, and for what (docs/CONFIG.md). */
+#define RL_CONF_CLIENT_HASHES 4 /* token_sha256 lines per client, for rotation */
+struct rl_client_conf {
+    char *name;
+    uint8_t hashes[RL_CONF_CLIENT_HASHES][32]; /* SHA-256 of each accepted token */
+    uint32_t nhashes;
+    bool all_services; /* services = * */
+    bool stats;        /* may ask STATS */
+    char *services;    /* as written; NULL when not set */
+    bool *rules;       /* rules[i]: may CHECK under rule i (every rule when all_services) */
+    int line;
+    int services_line;
+};
+
 struct rl_node_conf {
     char *name;
     char *host; /* from listen */
@@ -84,6 +98,10 @@ struct rl_conf {
     uint32_t session_timeout_ms; /* default 4000 */
     uint32_t shards;             /* default 4096, 1..1048576 */
     bool insecure;               /* serve non-loopback addresses with no authentication */
+    char *secret_file;           /* "" = no cluster secret */
+    char *secret;                /* the secret read from it at load; NULL when none */
+    size_t secret_len;
+    uint8_t secret_hash[32];     /* its SHA-256, to compare AUTH tokens with */
     /* [router] */
     char *router_host;    /* default 127.0.0.1; an IPv6 address comes without brackets */
     uint16_t router_port; /* default 7400 */
@@ -94,6 +112,11 @@ struct rl_conf {
     uint32_t log_keep;     /* rotated request logs kept; default 4 */
     /* [clients]: what each process's listener allows its clients (connlimits.h) */
     struct rl_conn_limits clients;
+    /* [client NAME] sections, in file order; when there is one, a router's clients must AUTH */
+    struct rl_client_conf *auth_clients;
+    size_t nauth_clients;
+    /* the principal a router's client has when it presents the cluster secret */
+    struct rl_client_conf cluster_client;
     /* [node NAME] sections, in file order */
     struct rl_node_conf *nodes;
     size_t nnodes;
@@ -139,6 +162,24 @@ const char *rl_conf_node_dial(const struct rl_node_conf *n, uint16_t *port);
 
 /* True for a wildcard host (0.0.0.0, ::, [::]): fine to listen on, never an address to dial. */
 bool rl_conf_is_wildcard(const char *host);
+
+/*
+ * Who presents token[0..len) to a router: the [client NAME] one of whose token_sha256 lines
+ * is the token's SHA-256, &c->cluster_client for the cluster secret, else NULL. Compares with
+ * every hash in constant time, so the time taken says nothing about which part matched.
+ */
+const struct rl_client_conf *rl_conf_client_by_token(const struct rl_conf *c, const char *token,
+                                                     size_t len);
+
+/* Whether token[0..len) is the cluster secret (constant time); false when there is none. */
+bool rl_conf_is_secret(const struct rl_conf *c, const char *token, size_t len);
+
+/* Whether client cl may CHECK under rule r. */
+static inline bool
+rl_conf_client_may(const struct rl_client_conf *cl, const struct rl_rule *r)
+{
+    return cl->all_services || (r != NULL && cl->rules[r->id]);
+}
 
 /* The [node NAME] section, or NULL. A linear scan: for start-up, not the hot path. */
 const struct rl_node_conf *rl_conf_node(const struct rl_conf *c, const char *name);

@@ -640,8 +640,10 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
         used += RL_WIRE_HDR_LEN + plen;
         c->turn_bytes += RL_WIRE_HDR_LEN + plen;
         if (c->probation && !(plen >= 2 && (unsigned char)p[used - plen] == 0x93 &&
-                              (unsigned char)p[used - plen + 1] == RL_WIRE_OP_HELLO)) {
-            /* Taken from the router reserve, it had to open with HELLO ([5, id, role]). */
+                              ((unsigned char)p[used - plen + 1] == RL_WIRE_OP_HELLO ||
+                               (unsigned char)p[used - plen + 1] == RL_WIRE_OP_AUTH))) {
+            /* Taken from the router reserve, it had to open with HELLO ([5, id, role]), or
+             * with the AUTH ([6, id, token]) a node with a cluster secret needs first. */
             conn_refuse_probation(c);
             break;
         }

@@ -135,6 +135,7 @@ struct rl_conn {
     bool throttled;  /* on q->throttled */
     bool router;     /* said HELLO as a router: counted apart from clients */
     bool probation;  /* taken from the router reserve: must say HELLO first */
+    const void *principal; /* the owner's: who the peer authenticated as; NULL: nobody yet */
     char peer[64];   /* "ip:port" of the peer, for logs */
 };
 

@@ -160,7 +160,8 @@ rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc,
 }
 
 int
-rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const char *missing)
+rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const char *missing,
+                 bool authenticated)
 {
     const char *why;
 
@@ -182,9 +183,10 @@ rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const cha
         return 2;
     }
     rl_format_hostport(d->addr, sizeof(d->addr), d->host, d->port);
-    if (!rl_parse_is_loopback(d->host) && !d->conf->insecure) {
+    if (!rl_parse_is_loopback(d->host) && !d->conf->insecure && !authenticated) {
         rl_daemon_fail(d,
-                       "%s: %s is not a loopback address, and nothing authenticates clients: "
+                       "%s: %s is not a loopback address, and nothing authenticates its clients "
+                       "(a router needs [client NAME] sections, a node [cluster] secret_file): "
                        "anyone who reaches it could spend any user's quota. Set [cluster] "
                        "insecure = yes to serve it anyway (docs/OPERATIONS.md, \"Security\")",
                        d->spec->prog, d->addr);

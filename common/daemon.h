@@ -71,9 +71,12 @@ int rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int a
 
 /*
  * Settles the listen address: --listen if given, else host:port from the config (host NULL:
- * none, which is an error naming what is missing). Returns 0, or 2 after one line.
+ * none, which is an error naming what is missing). A non-loopback address is refused unless
+ * authenticated (this process's clients must AUTH) or [cluster] insecure = yes. Returns 0, or
+ * 2 after one line.
  */
-int rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const char *missing);
+int rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const char *missing,
+                     bool authenticated);
 
 /*
  * The process's loop, set up at the first call with the signal handlers (SIGPIPE is

@@ -593,3 +593,32 @@ rl_shardmap_balance(const struct rl_shardmap *m, uint32_t *max, double *mean)
     }
     *mean = (double)owned / (double)m->nmembers;
 }
+
+int
+rl_shardmap_build(struct rl_shardmap **out, uint32_t nshards, const struct rl_member *members,
+                  size_t nmembers, const char *text, size_t len, char *err, size_t errlen)
+{
+    struct rl_assignment a;
+    bool have = false;
+    int rc;
+
+    if (errlen > 0) {
+        err[0] = '\0';
+    }
+    if (len > 0) {
+        rc = rl_assignment_init(&a, nshards);
+        if (rc != 0) {
+            return rc;
+        }
+        if (rl_assignment_parse(&a, text, len, err, errlen) == 0) {
+            have = true;
+        } else {
+            rl_assignment_deinit(&a);
+        }
+    }
+    rc = rl_shardmap_create(out, nshards, members, nmembers, have ? &a : NULL);
+    if (have) {
+        rl_assignment_deinit(&a);
+    }
+    return rc;
+}

@@ -95,6 +95,15 @@ int rl_shardmap_create(struct rl_shardmap **out, uint32_t nshards, const struct 
                        size_t nmembers, const struct rl_assignment *assignment);
 void rl_shardmap_destroy(struct rl_shardmap *m);
 
+/*
+ * The same from an assignment in its text format (len 0: none), as the router and the node
+ * both read it from ZooKeeper: an assignment that does not parse is left out, with why in
+ * err (err[0] is '\0' otherwise), and the table is built from the members alone. Returns 0
+ * with *out set, or an error of rl_shardmap_create.
+ */
+int rl_shardmap_build(struct rl_shardmap **out, uint32_t nshards, const struct rl_member *members,
+                      size_t nmembers, const char *text, size_t len, char *err, size_t errlen);
+
 /* The owner of shard s: an index into m->members, or RL_SHARDMAP_NONE. */
 static inline uint32_t
 rl_shardmap_owner(const struct rl_shardmap *m, uint32_t shard)

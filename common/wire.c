@@ -350,6 +350,19 @@ wire_str(const msgpack_object *o, uint32_t min, uint32_t max, struct rl_wire_str
     return true;
 }
 
+/* A token: str or bin, 1..RL_WIRE_TOKEN_MAX bytes (msgpack keeps both as one union). */
+static bool
+wire_token(const msgpack_object *o, struct rl_wire_str *s)
+{
+    if (o->type == MSGPACK_OBJECT_BIN && o->via.bin.size >= 1 &&
+        o->via.bin.size <= RL_WIRE_TOKEN_MAX) {
+        s->ptr = o->via.bin.ptr;
+        s->len = o->via.bin.size;
+        return true;
+    }
+    return wire_str(o, 1, RL_WIRE_TOKEN_MAX, s);
+}
+
 static int
 wire_fault(struct rl_wire_fault *f, uint32_t id, uint32_t err, bool fatal, const char *msg)
 {
@@ -459,6 +472,16 @@ rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl
         if (!wire_str(&a->via.array.ptr[2], 1, RL_WIRE_ROLE_MAX, &req->role)) {
             return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
                               "role must be a string of 1..32 bytes");
+        }
+        return 0;
+    case RL_WIRE_OP_AUTH:
+        if (a->via.array.size != 3) {
+            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "AUTH takes 3 elements");
+        }
+        if (!wire_token(&a->via.array.ptr[2], &req->token)) {
+            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "token must be a string or binary of 1..256 bytes");
         }
         return 0;
     case RL_WIRE_OP_ERROR:
@@ -575,6 +598,7 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
         return 0;
     case RL_WIRE_OP_PING:
     case RL_WIRE_OP_HELLO:
+    case RL_WIRE_OP_AUTH:
         if (size != 3 || !wire_str(&e[2], 0, UINT32_MAX, &rep->name)) {
             return -EPROTO;
         }
@@ -789,6 +813,30 @@ int
 rl_wire_put_hello_reply(struct rl_buf *out, uint32_t id, const char *name)
 {
     return wire_put_named(out, RL_WIRE_OP_HELLO, id, name);
+}
+
+int
+rl_wire_put_auth(struct rl_buf *out, uint32_t id, const char *token, size_t len)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (len > RL_WIRE_TOKEN_MAX) {
+        return -EMSGSIZE;
+    }
+    if (wire_begin(out, WIRE_HINT + len, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 3) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_AUTH) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0 && wire_pack_str(&pk, token, len);
+    return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_auth_reply(struct rl_buf *out, uint32_t id, const char *principal)
+{
+    return wire_put_named(out, RL_WIRE_OP_AUTH, id, principal);
 }
 
 int

@@ -27,6 +27,7 @@
 #define RL_WIRE_COST_MAX 1000000u
 #define RL_WIRE_RETRY_NEVER 4294967295u
 #define RL_WIRE_ROLE_MAX 32u
+#define RL_WIRE_TOKEN_MAX 256u
 
 /* Opcodes: X(name, value, text). */
 #define RL_WIRE_OP_MAP(X)                                                                          \
@@ -35,6 +36,7 @@
     X(STATS, 3, "stats")                                                                           \
     X(CLOCK, 4, "clock")                                                                           \
     X(HELLO, 5, "hello")                                                                           \
+    X(AUTH, 6, "auth")                                                                             \
     X(ERROR, 255, "error")
 
 /* CHECK reply codes: X(name, value, text). */
@@ -52,7 +54,8 @@
     X(UNKNOWN_OP, 2, "unknown_op")                                                                 \
     X(BAD_FIELD, 3, "bad_field")                                                                   \
     X(OVERLOADED, 4, "overloaded")                                                                 \
-    X(UNAUTHORIZED, 5, "unauthorized")
+    X(UNAUTHORIZED, 5, "unauthorized")                                                             \
+    X(NOT_OWNER, 6, "not_owner")
 
 enum rl_wire_op {
 #define RL_WIRE_ENUM(n, v, s) RL_WIRE_OP_##n = v,
@@ -92,6 +95,7 @@ struct rl_wire_req {
     uint32_t cost;
     uint64_t now_ms; /* CLOCK */
     struct rl_wire_str role; /* HELLO: "router" */
+    struct rl_wire_str token; /* AUTH: 1..256 bytes, string or binary */
 };
 
 struct rl_wire_check_reply {
@@ -110,7 +114,7 @@ struct rl_wire_reply {
     uint32_t op;
     uint32_t id;
     struct rl_wire_check_reply check; /* CHECK */
-    struct rl_wire_str name;          /* PING, HELLO: who answered */
+    struct rl_wire_str name;          /* PING, HELLO: who answered; AUTH: who you are */
     uint64_t now_ms;                  /* CLOCK */
     uint32_t err;                     /* ERROR: code and message */
     struct rl_wire_str message;
@@ -179,6 +183,9 @@ int rl_wire_put_ping_reply(struct rl_buf *out, uint32_t id, const char *name);
 /* HELLO [5, id, role] and its reply [5, id, name] (docs/PROTOCOL.md, "HELLO"). */
 int rl_wire_put_hello(struct rl_buf *out, uint32_t id, const char *role);
 int rl_wire_put_hello_reply(struct rl_buf *out, uint32_t id, const char *name);
+/* AUTH [6, id, token] and its reply [6, id, principal] (docs/PROTOCOL.md, "AUTH"). */
+int rl_wire_put_auth(struct rl_buf *out, uint32_t id, const char *token, size_t len);
+int rl_wire_put_auth_reply(struct rl_buf *out, uint32_t id, const char *principal);
 int rl_wire_put_clock_reply(struct rl_buf *out, uint32_t id, uint64_t now_ms);
 int rl_wire_put_error(struct rl_buf *out, uint32_t id, uint32_t err, const char *msg);
 int rl_wire_put_stats_reply(struct rl_buf *out, uint32_t id, const char *const *keys,

@@ -141,6 +141,7 @@ static const char *const zkm_state_names[] = {
 };
 
 static void zkm_new_session(struct rl_zkm *z);
+static void zkm_set_reg(struct rl_zkm *z, int reg);
 static void zkm_reg_step(struct rl_zkm *z);
 static void zkm_members_refresh(struct rl_zkm *z);
 static void zkm_asg_refresh(struct rl_zkm *z);
@@ -379,7 +380,7 @@ zkm_timer_cb(uv_timer_t *t)
         return; /* the CONNECTED event will redo everything */
     }
     if (z->reg == ZKM_REG_WAIT) {
-        z->reg = ZKM_REG_IDLE;
+        zkm_set_reg(z, ZKM_REG_IDLE);
     }
     zkm_reg_step(z);
     if (z->mem_dirty) {
@@ -426,6 +427,18 @@ zkm_sent(struct rl_zkm *z, struct zkm_ev *ev, int rc)
     }
 }
 
+/* Every change of z->reg goes through here, so on_registered hears when HELD begins or ends. */
+static void
+zkm_set_reg(struct rl_zkm *z, int reg)
+{
+    int was = z->reg == ZKM_REG_HELD;
+
+    z->reg = (enum zkm_reg)reg;
+    if (!z->closing && was != (reg == ZKM_REG_HELD) && z->cbs.on_registered != NULL) {
+        z->cbs.on_registered(z->arg, reg == ZKM_REG_HELD);
+    }
+}
+
 static void
 zkm_set_state(struct rl_zkm *z, enum rl_zkm_state state)
 {
@@ -463,7 +476,7 @@ zkm_reg_check(struct rl_zkm *z)
 
     if (ev == NULL) {
         if (z->reg == ZKM_REG_BUSY) {
-            z->reg = ZKM_REG_IDLE;
+            zkm_set_reg(z, ZKM_REG_IDLE);
         }
         return;
     }
@@ -483,7 +496,7 @@ zkm_reg_step(struct rl_zkm *z)
         return;
     }
     zkm_parents(z);
-    z->reg = ZKM_REG_BUSY;
+    zkm_set_reg(z, ZKM_REG_BUSY);
     zkm_sent(z, ev,
              zoo_acreate(z->zh, z->reg_path, z->addr, (int)strlen(z->addr), &ZOO_OPEN_ACL_UNSAFE,
                          ZOO_EPHEMERAL, zkm_string_done, ev));
@@ -498,7 +511,7 @@ zkm_reg_created(struct rl_zkm *z, int rc)
     if (rc == ZOK) {
         rl_log_info("zk: registered nodes/%s = %s (session 0x%" PRIx64 ")", z->name, z->addr,
                     (uint64_t)z->session_id);
-        z->reg = ZKM_REG_HELD;
+        zkm_set_reg(z, ZKM_REG_HELD);
         z->reg_version = 0;
         z->wait_since = 0;
         zkm_reg_check(z); /* to watch it: someone deleting it by hand is noticed */
@@ -511,7 +524,7 @@ zkm_reg_created(struct rl_zkm *z, int rc)
         if (rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT) {
             rl_log_warn("zk: cannot create nodes/%s: %s; retrying", z->name, zerror(rc));
         }
-        z->reg = ZKM_REG_IDLE;
+        zkm_set_reg(z, ZKM_REG_IDLE);
         zkm_retry_later(z, RL_ZKM_RETRY_MS);
     }
 }
@@ -528,7 +541,7 @@ zkm_reg_checked(struct rl_zkm *z, int rc, const struct Stat *st)
         if (z->reg == ZKM_REG_HELD) {
             rl_log_warn("zk: nodes/%s was deleted under us; creating it again", z->name);
         }
-        z->reg = ZKM_REG_IDLE;
+        zkm_set_reg(z, ZKM_REG_IDLE);
         zkm_reg_step(z);
         return;
     }
@@ -536,7 +549,7 @@ zkm_reg_checked(struct rl_zkm *z, int rc, const struct Stat *st)
         /* A HELD znode stays ours whatever this read did; the watch comes back with the
          * reconnection (the CONNECTED event checks again). */
         if (z->reg == ZKM_REG_BUSY) {
-            z->reg = ZKM_REG_IDLE;
+            zkm_set_reg(z, ZKM_REG_IDLE);
             zkm_retry_later(z, RL_ZKM_RETRY_MS);
         }
         return;
@@ -546,7 +559,7 @@ zkm_reg_checked(struct rl_zkm *z, int rc, const struct Stat *st)
             rl_log_info("zk: nodes/%s is already this session's (0x%" PRIx64 ")", z->name,
                         (uint64_t)z->session_id);
         }
-        z->reg = ZKM_REG_HELD;
+        zkm_set_reg(z, ZKM_REG_HELD);
         z->reg_version = st->version;
         z->wait_since = 0;
         return;
@@ -573,7 +586,7 @@ zkm_reg_checked(struct rl_zkm *z, int rc, const struct Stat *st)
         rl_log_warn("zk: still waiting for nodes/%s, held by session 0x%" PRIx64 " (%" PRIu64 " s)",
                     z->name, (uint64_t)st->ephemeralOwner, (now - z->wait_since) / 1000);
     }
-    z->reg = ZKM_REG_WAIT;
+    zkm_set_reg(z, ZKM_REG_WAIT);
     zkm_retry_later(z, RL_ZKM_RETRY_MS);
 }
 
@@ -827,7 +840,7 @@ static void
 zkm_resync(struct rl_zkm *z)
 {
     if (z->reg == ZKM_REG_WAIT) {
-        z->reg = ZKM_REG_IDLE;
+        zkm_set_reg(z, ZKM_REG_IDLE);
     }
     if (z->reg == ZKM_REG_IDLE) {
         zkm_reg_step(z);
@@ -873,7 +886,7 @@ zkm_new_session(struct rl_zkm *z)
     z->connected_before = 0;
     z->session_id = 0;
     if (z->reg != ZKM_REG_OFF) {
-        z->reg = ZKM_REG_IDLE;
+        zkm_set_reg(z, ZKM_REG_IDLE);
     }
     z->wait_since = 0;
     zkm_scan_free(z->scan);
@@ -980,7 +993,7 @@ zkm_on_watch(struct rl_zkm *z, int type, const char *path)
             rl_log_warn("zk: nodes/%s was deleted under us; creating it again", z->name);
         }
         if (z->reg == ZKM_REG_HELD || z->reg == ZKM_REG_WAIT) {
-            z->reg = ZKM_REG_IDLE;
+            zkm_set_reg(z, ZKM_REG_IDLE);
             zkm_reg_step(z);
         }
     }
@@ -1180,7 +1193,7 @@ rl_zkm_register(struct rl_zkm *z, const char *name, const char *addr)
     snprintf(z->name, sizeof(z->name), "%s", name);
     snprintf(z->addr, sizeof(z->addr), "%s", addr);
     snprintf(z->reg_path, sizeof(z->reg_path), "%s/%s", z->nodes_path, name);
-    z->reg = ZKM_REG_IDLE;
+    zkm_set_reg(z, ZKM_REG_IDLE);
     zkm_reg_step(z);
     return 0;
 }
@@ -1201,6 +1214,13 @@ rl_zkm_watch(struct rl_zkm *z)
     zkm_members_refresh(z);
     zkm_asg_refresh(z);
     return 0;
+}
+
+void
+rl_zkm_refresh(struct rl_zkm *z)
+{
+    zkm_members_refresh(z);
+    zkm_asg_refresh(z);
 }
 
 /* The blocking calls. */

@@ -54,6 +54,8 @@ struct rl_zkm_cbs {
     void (*on_assignment)(void *arg, const char *text, size_t len, int64_t version);
     /* The session's state, when it changes; it starts as CONNECTING, which is not told. */
     void (*on_state)(void *arg, enum rl_zkm_state state);
+    /* Node side: the znode became held by this session (1) or stopped being (0). */
+    void (*on_registered)(void *arg, int registered);
 };
 
 struct rl_zkm;
@@ -105,6 +107,13 @@ int rl_zkm_registered(const struct rl_zkm *z);
  * on_assignment on every change, again after every new session. Returns 0 or -EALREADY.
  */
 int rl_zkm_watch(struct rl_zkm *z);
+
+/*
+ * Reads the members and the assignment again now (or as soon as the session is up), as if
+ * their watches had fired: for a router a node told that its view is stale. Callbacks follow
+ * only for what changed. No-op unless watching.
+ */
+void rl_zkm_refresh(struct rl_zkm *z);
 
 /*
  * The tool's calls, blocking: each waits up to timeout_ms for a session (-ETIMEDOUT when

@@ -17,6 +17,7 @@
 #include "limiter.h"
 #include "log.h"
 #include "server.h"
+#include "shardmap.h"
 #include "zkm.h"
 
 #define RL_NODE_CHECK_MS 1000u /* how often the registration is looked at */
@@ -38,6 +39,14 @@ struct node {
     uint64_t lost_since;   /* loop time the session was lost (not CONNECTED) at, else 0 */
     uint64_t last_warn;    /* loop time of the last "not registered" warning */
     char dial[128];        /* the address registered for routers: advertise, else listen */
+    /* the view of the cluster the routers have, to answer only for this node's shards */
+    struct rl_member *members;
+    size_t nmembers;
+    char *asg_text;
+    size_t asg_len;
+    int64_t asg_version;
+    uint8_t *owned; /* bit s: shard s is this node's in that view (rl_server_set_owned) */
+    uint32_t nowned;
 };
 
 static const char usage[] =
@@ -125,6 +134,103 @@ node_check_registration(uv_timer_t *t)
     n->registered = reg;
 }
 
+/*
+ * Rebuilds the table from the members and assignment last seen, exactly as the routers do,
+ * and hands the server the shards this node owns in it.
+ */
+static void
+node_rebuild(struct node *n)
+{
+    const struct rl_conf *conf = n->d.conf;
+    struct rl_shardmap *map;
+    uint32_t self, count = 0;
+    uint8_t *owned;
+    char err[128];
+
+    if (rl_shardmap_build(&map, conf->shards, n->members, n->nmembers, n->asg_text, n->asg_len,
+                          err, sizeof(err)) != 0) {
+        rl_log_error("cannot build the shard table: out of memory; keeping the old one");
+        return;
+    }
+    if (err[0] != '\0') {
+        rl_log_warn("assignment version %lld ignored: %s", (long long)n->asg_version, err);
+    }
+    owned = calloc((conf->shards + 7) / 8, 1);
+    if (owned == NULL) {
+        rl_shardmap_destroy(map);
+        rl_log_error("cannot build the shard table: out of memory; keeping the old one");
+        return;
+    }
+    self = rl_shardmap_find(map, n->d.name);
+    for (uint32_t s = 0; self != RL_SHARDMAP_NONE && s < conf->shards; s++) {
+        if (rl_shardmap_owner(map, s) == self) {
+            owned[s >> 3] |= (uint8_t)(1u << (s & 7));
+            count++;
+        }
+    }
+    rl_server_set_owned(&n->server, owned, conf->shards);
+    free(n->owned);
+    n->owned = owned;
+    if (count != n->nowned || self == RL_SHARDMAP_NONE) {
+        rl_log_info("owns %u of %u shards (%zu members, assignment version %lld)%s", count,
+                    conf->shards, map->nmembers, (long long)n->asg_version,
+                    self == RL_SHARDMAP_NONE ? "; not a member in this view yet" : "");
+    }
+    n->nowned = count;
+    rl_shardmap_destroy(map);
+}
+
+static void
+node_members(void *arg, const struct rl_member *members, size_t count)
+{
+    struct node *n = arg;
+    struct rl_member *copy = NULL;
+
+    if (count > 0) {
+        copy = malloc(count * sizeof(*copy));
+        if (copy == NULL) {
+            rl_log_error("membership update lost: out of memory");
+            return;
+        }
+        memcpy(copy, members, count * sizeof(*copy));
+    }
+    free(n->members);
+    n->members = copy;
+    n->nmembers = count;
+    node_rebuild(n);
+}
+
+static void
+node_assignment(void *arg, const char *text, size_t len, int64_t version)
+{
+    struct node *n = arg;
+    char *copy = NULL;
+
+    if (len > 0) {
+        copy = malloc(len);
+        if (copy == NULL) {
+            rl_log_error("assignment update lost: out of memory");
+            return;
+        }
+        memcpy(copy, text, len);
+    }
+    free(n->asg_text);
+    n->asg_text = copy;
+    n->asg_len = len;
+    n->asg_version = version;
+    node_rebuild(n);
+}
+
+/* The registration changed: the server answers CHECKs only while it is held (fencing). */
+static void
+node_registered(void *arg, int registered)
+{
+    struct node *n = arg;
+
+    node_check_registration(&n->reg_timer);
+    (void)registered;
+}
+
 static void
 node_zk_state(void *arg, enum rl_zkm_state state)
 {
@@ -156,7 +262,8 @@ static const struct rl_daemon_spec node_spec = {
 static int
 node_register(struct node *n)
 {
-    static const struct rl_zkm_cbs cbs = {NULL, NULL, node_zk_state};
+    static const struct rl_zkm_cbs cbs = {node_members, node_assignment, node_zk_state,
+                                          node_registered};
     uv_loop_t *loop = &n->d.loop;
     int rc;
 
@@ -165,6 +272,9 @@ node_register(struct node *n)
                        n->d.conf->cluster_name, &cbs, n);
     if (rc == 0) {
         rc = rl_zkm_register(n->zkm, n->d.name, n->dial);
+    }
+    if (rc == 0) {
+        rc = rl_zkm_watch(n->zkm);
     }
     if (rc != 0) {
         return rc;
@@ -197,7 +307,8 @@ main(int argc, char **argv)
     nc = rl_conf_node(n.d.conf, n.d.name);
     memory = (nc != NULL && nc->memory != 0) ? nc->memory : RL_CONF_DEFAULT_MEMORY;
     if (rl_daemon_listen(&n.d, nc != NULL ? nc->host : NULL, nc != NULL ? nc->port : 0,
-                         "no [node NAME] section for this --name") != 0) {
+                         "no [node NAME] section for this --name",
+                         n.d.conf->secret != NULL) != 0) {
         rl_daemon_destroy(&n.d);
         return 2;
     }
@@ -224,6 +335,7 @@ main(int argc, char **argv)
     opts.port = n.d.port;
     opts.test_clock = n.test_clock;
     opts.limits = n.d.conf->clients;
+    opts.conf = n.d.conf;
     rc = rl_server_start(&n.server, rl_daemon_loop(&n.d), n.limiter, &opts);
     if (rc != 0) {
         rl_daemon_fail(&n.d, "rl-node: cannot listen on %s: %s", n.d.addr, uv_strerror(rc));
@@ -252,6 +364,9 @@ out:
     /* The limiter's rules point into the config, which rl_daemon_destroy frees; the server's
      * handles are closed (or only closing, which touches no limiter) by now. */
     rl_limiter_destroy(n.limiter);
+    free(n.members);
+    free(n.asg_text);
+    free(n.owned);
     rl_daemon_destroy(&n.d);
     return rc;
 }

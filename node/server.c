@@ -13,7 +13,10 @@
 
 #include "buf.h"
 #include "log.h"
+#include "shardmap.h"
 #include "wire.h"
+
+#define SERVER_AUTH_WARN_MS 10000u /* failed AUTHs are said at most this often */
 
 /* Slots of the key table examined per sweep tick, and the tick period. */
 #define SERVER_SWEEP_BUDGET 65536u
@@ -98,6 +101,8 @@ reply_stats(struct rl_conn *c, uint32_t id)
     RL_LISTENER_STATS_MAP(RL_SERVER_PUT_CONN)
 #undef RL_SERVER_PUT_CONN
     RL_SERVER_PUT("errors", s->errors)
+    RL_SERVER_PUT("not_owner", s->not_owner)
+    RL_SERVER_PUT("auth_failures", s->auth_failures)
     RL_SERVER_PUT("zk_state", s->zk_state)
     RL_SERVER_PUT("registered", s->registered)
     RL_SERVER_PUT("uptime_ms", uv_now(s->loop) - s->started_ms)
@@ -130,6 +135,65 @@ server_batch(struct rl_conn *c)
     s->now_ms = rl_clock_now_ms(&s->clock);
 }
 
+/*
+ * A connection that has not authenticated sent something (or a wrong token): ERROR
+ * UNAUTHORIZED, then the connection closes once it is written.
+ */
+static void
+server_unauthorized(struct rl_conn *c, uint32_t id, const char *msg)
+{
+    struct rl_server *s = c->data;
+    uint64_t now = uv_now(s->loop);
+
+    s->auth_failures++;
+    s->errors++;
+    if (s->auth_warned_ms == 0 || now - s->auth_warned_ms >= SERVER_AUTH_WARN_MS) {
+        rl_log_warn("%s: %s (%llu refused so far; said at most every %u s)", c->peer, msg,
+                    (unsigned long long)s->auth_failures, SERVER_AUTH_WARN_MS / 1000);
+        s->auth_warned_ms = now;
+    }
+    if (rl_wire_put_error(&c->out, id, RL_WIRE_ERR_UNAUTHORIZED, msg) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    rl_conn_finish(c);
+}
+
+/* Whether this node answers a CHECK for req's key; if not, the refusal is in c->out. */
+static bool
+server_owns(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_server *s = c->data;
+    char msg[128];
+    uint32_t shard;
+
+    if (s->zk_state == RL_SERVER_ZK_NONE) {
+        return true; /* static membership: every node is trusted with every key */
+    }
+    shard = rl_shardmap_shard(
+        rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len),
+        s->nshards != 0 ? s->nshards : 1);
+    if (s->registered && s->owned != NULL && (s->owned[shard >> 3] >> (shard & 7) & 1) != 0) {
+        return true;
+    }
+    s->not_owner++;
+    s->errors++;
+    if (!s->registered) {
+        snprintf(msg, sizeof(msg), "node %s is not registered in ZooKeeper: it answers nothing",
+                 s->name);
+    } else if (s->owned == NULL) {
+        snprintf(msg, sizeof(msg), "node %s has no membership view yet", s->name);
+    } else {
+        snprintf(msg, sizeof(msg), "shard %u is not owned by node %s", shard, s->name);
+    }
+    if (rl_wire_put_error(&c->out, req->id, RL_WIRE_ERR_NOT_OWNER, msg) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return false;
+    }
+    rl_conn_mark(c);
+    return false;
+}
+
 /* Answers one frame into c->out. */
 static void
 server_frame(struct rl_conn *c, const char *p, size_t n)
@@ -150,8 +214,17 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
         }
         return;
     }
+    if (s->opts.conf != NULL && s->opts.conf->secret != NULL && c->principal == NULL &&
+        req.op != RL_WIRE_OP_AUTH) {
+        server_unauthorized(c, req.id,
+                            "this node needs AUTH with the cluster secret before anything else");
+        return;
+    }
     switch (req.op) {
     case RL_WIRE_OP_CHECK:
+        if (!server_owns(c, &req)) {
+            return;
+        }
         rl_limiter_check(s->limiter, &req, s->now_ms, &rep);
         rc = rl_wire_put_check_reply(&c->out, &rep);
         break;
@@ -172,6 +245,20 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
             return;
         }
         rc = rl_wire_put_hello_reply(&c->out, req.id, s->name);
+        break;
+    case RL_WIRE_OP_AUTH:
+        if (s->opts.conf == NULL || s->opts.conf->secret == NULL) {
+            /* Nothing to check against: say so, and serve as before. */
+            rc = rl_wire_put_auth_reply(&c->out, req.id, "anonymous");
+            break;
+        }
+        if (!rl_conf_is_secret(s->opts.conf, req.token.ptr, req.token.len)) {
+            c->principal = NULL;
+            server_unauthorized(c, req.id, "AUTH refused: not the cluster secret");
+            return;
+        }
+        c->principal = &s->opts.conf->cluster_client;
+        rc = rl_wire_put_auth_reply(&c->out, req.id, "cluster");
         break;
     case RL_WIRE_OP_CLOCK:
         if (!s->opts.test_clock) {
@@ -256,6 +343,13 @@ rl_server_set_membership(struct rl_server *s, int zk_state, int registered)
 {
     s->zk_state = zk_state;
     s->registered = registered;
+}
+
+void
+rl_server_set_owned(struct rl_server *s, const uint8_t *owned, uint32_t nshards)
+{
+    s->owned = owned;
+    s->nshards = nshards;
 }
 
 void

@@ -29,6 +29,8 @@ struct rl_server_opts {
     uint16_t port;
     bool test_clock; /* accept CLOCK (op 4) */
     struct rl_conn_limits limits; /* cluster.conf [clients]; zero: the defaults */
+    const struct rl_conf *conf;   /* its cluster secret, if any, must open every connection
+                                     (AUTH); NULL: nobody authenticates */
 };
 
 struct rl_server {
@@ -45,6 +47,12 @@ struct rl_server {
     uint64_t errors; /* ERROR replies sent */
     int zk_state;    /* RL_SERVER_ZK_NONE or an enum rl_zkm_state */
     int registered;  /* 1 while this node's znode is held (always 1 with static membership) */
+    const uint8_t *owned; /* ZooKeeper mode: bit s set when this node owns shard s in its
+                             view of the membership and assignment; NULL: no view yet */
+    uint32_t nshards;
+    uint64_t not_owner;     /* CHECKs refused: shard not ours, or fenced */
+    uint64_t auth_failures; /* connections closed for a wrong or missing AUTH */
+    uint64_t auth_warned_ms;
     uint64_t started_ms;
     int pending_closes; /* handles still closing */
     bool closing;
@@ -60,6 +68,14 @@ int rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *lim
 
 /* The membership state STATS reports as zk_state and registered (set by the node's main). */
 void rl_server_set_membership(struct rl_server *s, int zk_state, int registered);
+
+/*
+ * ZooKeeper mode: from now on a CHECK is answered only for a shard whose bit is set in owned
+ * (nshards bits, the caller's, kept alive until the next call), and only while registered;
+ * anything else gets ERROR NOT_OWNER. Never called with static membership: then every CHECK
+ * is answered.
+ */
+void rl_server_set_owned(struct rl_server *s, const uint8_t *owned, uint32_t nshards);
 
 /* Stops listening and closes every connection; on_closed (may be NULL) runs when done. */
 void rl_server_close(struct rl_server *s, void (*on_closed)(struct rl_server *s));

@@ -18,10 +18,13 @@
 #include "router.h"
 #include "zkm.h"
 
+#define ROUTER_REFRESH_MS 500u
+
 struct router_main {
     struct rl_daemon d;
     struct rl_router *router;
     struct rl_zkm *zkm;
+    uint64_t refreshed_ms; /* loop time of the last refresh a node asked for */
 };
 
 static const char usage[] =
@@ -64,6 +67,21 @@ on_state(void *arg, enum rl_zkm_state state)
     } else {
         rl_log_warn("ZooKeeper session: %s", rl_zkm_state_name(state));
     }
+}
+
+/* A node said this router's view is stale: read ZooKeeper again, at most every
+ * ROUTER_REFRESH_MS however many nodes say so. */
+static void
+on_stale(void *arg)
+{
+    struct router_main *m = arg;
+    uint64_t now = uv_now(&m->d.loop);
+
+    if (m->zkm == NULL || (m->refreshed_ms != 0 && now - m->refreshed_ms < ROUTER_REFRESH_MS)) {
+        return;
+    }
+    m->refreshed_ms = now;
+    rl_zkm_refresh(m->zkm);
 }
 
 static void
@@ -125,7 +143,7 @@ static const struct rl_daemon_spec router_spec = {
 int
 main(int argc, char **argv)
 {
-    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state};
+    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL};
     static struct router_main m;
     struct rl_router_opts opts = {0};
     char defname[160];
@@ -137,7 +155,7 @@ main(int argc, char **argv)
         return rc;
     }
     if (rl_daemon_listen(&m.d, m.d.conf->router_host, m.d.conf->router_port,
-                         "no [router] listen") != 0) {
+                         "no [router] listen", m.d.conf->nauth_clients > 0) != 0) {
         rl_daemon_destroy(&m.d);
         return 2;
     }
@@ -146,6 +164,8 @@ main(int argc, char **argv)
     opts.host = m.d.host;
     opts.port = m.d.port;
     opts.limits = m.d.conf->clients;
+    opts.on_stale = on_stale;
+    opts.arg = &m;
     rc = rl_router_create(&m.router, rl_daemon_loop(&m.d), m.d.conf, &opts);
     if (rc != 0) {
         rl_daemon_fail(&m.d, "rl-router: cannot serve on %s: %s", m.d.addr, uv_strerror(rc));

@@ -29,6 +29,7 @@
 #define ROUTER_USER_LOGGED 64u        /* user bytes kept per request for the request log */
 #define ROUTER_GEN_SHIFT 24           /* upstream id = gen << 24 | slab index */
 #define ROUTER_PENDING_MAX (1u << 24) /* so the index fits under the generation */
+#define ROUTER_AUTH_WARN_MS 10000u    /* failed AUTHs are said at most this often */
 
 struct rl_cconn;
 
@@ -89,6 +90,7 @@ struct rl_router {
     uint64_t log_anchor_real; /* wall clock (ms) at loop time log_anchor_loop */
     uint64_t log_anchor_loop;
     struct rl_router_stats stats;
+    uint64_t auth_warned_ms;
 };
 
 static void router_maybe_free(struct rl_router *r);
@@ -421,6 +423,59 @@ answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_w
     rl_conn_mark(c);
 }
 
+/*
+ * A client that has not authenticated sent something else first, or a wrong token: ERROR
+ * UNAUTHORIZED, then the connection closes once that is written.
+ */
+static void
+cconn_unauthorized(struct rl_conn *c, uint32_t id, const char *msg)
+{
+    struct rl_router *r = c->data;
+    uint64_t now = uv_now(r->loop);
+
+    r->stats.auth_failures++;
+    r->stats.errors++;
+    if (r->auth_warned_ms == 0 || now - r->auth_warned_ms >= ROUTER_AUTH_WARN_MS) {
+        rl_log_warn("%s: %s (%llu refused so far; said at most every %u s)", c->peer, msg,
+                    (unsigned long long)r->stats.auth_failures, ROUTER_AUTH_WARN_MS / 1000);
+        r->auth_warned_ms = now;
+    }
+    if (rl_wire_put_error(&c->out, id, RL_WIRE_ERR_UNAUTHORIZED, msg) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    rl_conn_finish(c);
+}
+
+/* AUTH: who the token says the client is. A wrong token closes the connection. */
+static void
+cconn_auth(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_router *r = c->data;
+    const struct rl_client_conf *cl;
+
+    if (r->conf->nauth_clients == 0 && r->conf->secret == NULL) {
+        /* Nothing to check against: the router is open, and says so. */
+        if (rl_wire_put_auth_reply(&c->out, req->id, "anonymous") != 0) {
+            rl_conn_close(c, UV_ENOMEM);
+            return;
+        }
+        rl_conn_mark(c);
+        return;
+    }
+    cl = rl_conf_client_by_token(r->conf, req->token.ptr, req->token.len);
+    c->principal = cl;
+    if (cl == NULL) {
+        cconn_unauthorized(c, req->id, "AUTH refused: unknown token");
+        return;
+    }
+    if (rl_wire_put_auth_reply(&c->out, req->id, cl->name) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    rl_conn_mark(c);
+}
+
 static void
 router_check(struct rl_conn *conn, const struct rl_wire_req *req)
 {
@@ -438,6 +493,13 @@ router_check(struct rl_conn *conn, const struct rl_wire_req *req)
     shard = rl_shardmap_shard(hash, r->conf->shards);
     rule = rl_conf_rule(r->conf, req->service.ptr, req->service.len, req->endpoint.ptr,
                         req->endpoint.len);
+    if (conn->principal != NULL &&
+        !rl_conf_client_may((const struct rl_client_conf *)conn->principal, rule)) {
+        r->stats.unauthorized++;
+        cconn_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
+                    "this client's token does not allow that service");
+        return;
+    }
     if (rule == NULL) {
         /* Every process reads the same rules: no node would find one either. */
         memset(&rep, 0, sizeof(rep));
@@ -524,7 +586,14 @@ cconn_frame(struct rl_conn *c, const char *p, size_t n)
         }
         return;
     }
+    if (c->principal == NULL && r->conf->nauth_clients > 0 && req.op != RL_WIRE_OP_AUTH) {
+        cconn_unauthorized(c, req.id, "this router needs AUTH with a client token first");
+        return;
+    }
     switch (req.op) {
+    case RL_WIRE_OP_AUTH:
+        cconn_auth(c, &req);
+        break;
     case RL_WIRE_OP_CHECK:
         router_check(c, &req);
         break;
@@ -536,6 +605,12 @@ cconn_frame(struct rl_conn *c, const char *p, size_t n)
         rl_conn_mark(c);
         break;
     case RL_WIRE_OP_STATS:
+        if (c->principal != NULL && !((const struct rl_client_conf *)c->principal)->stats) {
+            r->stats.unauthorized++;
+            cconn_error(c, req.id, RL_WIRE_ERR_UNAUTHORIZED,
+                        "this client's token does not allow STATS (stats = yes)");
+            break;
+        }
         router_stats_reply(c, req.id);
         break;
     default:
@@ -581,6 +656,17 @@ up_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
             check.id = pd->client_id;
             rc = rl_wire_put_check_reply(&c->out, &check);
         }
+    } else if (rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_NOT_OWNER) {
+        /* The node sees another owner (or is fenced): the views differ for now. Answer by
+         * policy, as for an owner that cannot be reached, and read the cluster again. */
+        r->stats.not_owner++;
+        rl_log_debug("node %s: %.*s", u->name, (int)rep->message.len,
+                     rep->message.ptr != NULL ? rep->message.ptr : "");
+        pending_fail(r, pd, false);
+        if (r->opts.on_stale != NULL) {
+            r->opts.on_stale(r->opts.arg);
+        }
+        return;
     } else if (rep->op == RL_WIRE_OP_ERROR) {
         char msg[256];
 
@@ -644,35 +730,22 @@ upstream_unlink(struct rl_router *r, struct rl_upstream *u)
 static void
 router_rebuild(struct rl_router *r)
 {
-    static const struct rl_upstream_ops ops_template = {up_on_reply, up_on_lost, NULL};
-    struct rl_assignment a, *ap = NULL;
+    static const struct rl_upstream_ops ops_template = {up_on_reply, up_on_lost, NULL, NULL, 0};
     struct rl_shardmap *map;
     struct rl_upstream **owners;
     struct rl_upstream_ops ops = ops_template;
     char err[128];
 
     ops.arg = r;
-    if (r->assignment_len > 0) {
-        if (rl_assignment_init(&a, r->conf->shards) == 0) {
-            if (rl_assignment_parse(&a, r->assignment_text, r->assignment_len, err,
-                                    sizeof(err)) == 0) {
-                ap = &a;
-            } else {
-                rl_log_warn("assignment version %lld ignored: %s",
-                            (long long)r->assignment_version, err);
-                rl_assignment_deinit(&a);
-            }
-        }
-    }
-    if (rl_shardmap_create(&map, r->conf->shards, r->members, r->nmembers, ap) != 0) {
+    ops.secret = r->conf->secret;
+    ops.secret_len = r->conf->secret_len;
+    if (rl_shardmap_build(&map, r->conf->shards, r->members, r->nmembers, r->assignment_text,
+                          r->assignment_len, err, sizeof(err)) != 0) {
         rl_log_error("cannot build the shard table: out of memory; keeping the old one");
-        if (ap != NULL) {
-            rl_assignment_deinit(ap);
-        }
         return;
     }
-    if (ap != NULL) {
-        rl_assignment_deinit(ap);
+    if (err[0] != '\0') {
+        rl_log_warn("assignment version %lld ignored: %s", (long long)r->assignment_version, err);
     }
     owners = calloc(map->nmembers ? map->nmembers : 1, sizeof(*owners));
     if (owners == NULL) {

@@ -35,6 +35,9 @@
     X(errors, "errors")                                                                            \
     X(overloaded, "overloaded")                                                                    \
     X(late_replies, "late_replies")                                                                \
+    X(not_owner, "not_owner")             /* nodes refused a shard: views differed */             \
+    X(unauthorized, "unauthorized")       /* requests a client's token does not allow */          \
+    X(auth_failures, "auth_failures")     /* connections closed: no AUTH, or a wrong token */     \
     X(table_builds, "table_builds")
 
 struct rl_router_stats {
@@ -49,6 +52,9 @@ struct rl_router_opts {
     uint16_t port;
     struct rl_conn_limits limits; /* cluster.conf [clients]; zero: the defaults */
     uint32_t max_pending;     /* requests in flight to nodes; 0: 262144 */
+    /* Optional: a node said this router's view of the cluster is stale (NOT_OWNER). */
+    void (*on_stale)(void *arg);
+    void *arg;
 };
 
 struct rl_router;

@@ -76,6 +76,18 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
         rl_log_warn("node %s sent an undecodable reply", u->name);
         return;
     }
+    if (uc->auth_pending && rep.id == 0 &&
+        (rep.op == RL_WIRE_OP_AUTH || rep.op == RL_WIRE_OP_ERROR)) {
+        /* The answer to this connection's AUTH: refused, the node closes the connection. */
+        uc->auth_pending = false;
+        if (rep.op == RL_WIRE_OP_ERROR) {
+            rl_log_error("node %s (%s) refused this router's AUTH (%.*s): is [cluster] "
+                         "secret_file the same file on both?",
+                         u->name, u->addr, (int)rep.message.len,
+                         rep.message.ptr != NULL ? rep.message.ptr : "");
+        }
+        return;
+    }
     if (uc->hello_pending && rep.id == 0 &&
         (rep.op == RL_WIRE_OP_HELLO || rep.op == RL_WIRE_OP_ERROR)) {
         /* The answer to this connection's HELLO: a node that refuses it (or predates it)
@@ -104,7 +116,13 @@ upconn_connected(struct rl_conn *c, int status)
         rl_log_debug("node %s (%s): connect: %s", u->name, u->addr, uv_strerror(status));
         return;
     }
-    /* First on the wire: the node then counts this connection apart from its clients. */
+    /* First on the wire: the cluster secret when there is one, then HELLO, so the node
+     * counts this connection apart from its clients. Requests may follow at once: the node
+     * reads them in order. */
+    if (u->ops.secret != NULL &&
+        rl_wire_put_auth(&c->out, 0, u->ops.secret, u->ops.secret_len) == 0) {
+        uc->auth_pending = true;
+    }
     if (rl_wire_put_hello(&c->out, 0, "router") == 0) {
         uc->hello_pending = true;
         rl_conn_mark(c);

@@ -42,6 +42,7 @@ struct rl_upconn {
     uint32_t npending;
     bool closing; /* closed, its handle's close callback not yet run */
     bool hello_pending; /* HELLO sent, its answer not yet read */
+    bool auth_pending;  /* AUTH sent, its answer not yet read */
 };
 
 /* What the upstream tells its owner. Both run on the loop thread. */
@@ -52,6 +53,9 @@ struct rl_upstream_ops {
     /* The connection of l is lost: l is already unlinked; answer its request otherwise now. */
     void (*on_lost)(void *arg, struct rl_upstream *u, struct rl_uplink *l);
     void *arg;
+    /* The cluster secret, sent in an AUTH first on every connection; NULL: none. */
+    const char *secret;
+    size_t secret_len;
 };
 
 struct rl_upstream_stats {

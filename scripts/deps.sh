@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libuv1-dev libmsgpack-dev libzookeeper-mt-dev
       check libsubunit-dev libxxhash-dev libinih-dev zookeeper default-jre-headless
-      procps clang libclang-rt-dev python3)
+      procps clang libclang-rt-dev python3 libssl-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -264,7 +264,7 @@ static const struct {
     const char *phrase;
 } errors[] = {
     /* Unknown sections and keys. */
-    {"[foo]\n", 1, "unknown section [foo] (use cluster, router, clients, node or service)"},
+    {"[foo]\n", 1, "unknown section [foo] (use cluster, router, clients, node, service or client)"},
     {"\n\n[cluster]\nnmae = x\n", 4, "unknown key \"nmae\" in a [cluster] section"},
     {"[node a]\nlisten = h:1\nlimit = gcra 1 per 1s\n", 3, "unknown key \"limit\""},
     {"[service s]\nlisten = h:1\n", 2, "unknown key \"listen\" in a [service] section"},

@@ -343,7 +343,7 @@ START_TEST(test_bad_command_lines_exit_2)
                               "0.0.0.0:7401", NULL};
 
         run_one_line(argv, 2, "rl-node: 0.0.0.0:7401 is not a loopback address, and nothing "
-                              "authenticates clients");
+                              "authenticates its clients");
     }
     {
         const char *argv[] = {"rl-router", "--config", bad, "--listen", "[::]:7400", NULL};

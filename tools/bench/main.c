@@ -27,6 +27,7 @@
 
 #include <uv.h>
 
+#include "auth.h"
 #include "buf.h"
 #include "client.h"
 #include "parse.h"
@@ -57,6 +58,9 @@ enum dist { DIST_UNIFORM, DIST_ZIPF };
 
 struct opts {
     char *target;
+    const char *token_file; /* --token-file, else $RL_TOKEN_FILE; NULL: no AUTH */
+    char token[RL_AUTH_TOKEN_MAX];
+    size_t token_len;       /* 0: no AUTH */
     unsigned connections;
     unsigned pipeline;
     uint32_t keys;
@@ -347,6 +351,9 @@ conn_reply(struct conn *c, const char *payload, size_t len, uint64_t now)
             return -1;
         }
         id = w->rep->id;
+        if (w->rep->op == RL_WIRE_OP_AUTH && id == 0) {
+            return 0; /* the answer to this connection's AUTH */
+        }
         code = w->rep->op == RL_WIRE_OP_CHECK ? w->rep->check.code : BENCH_ERRORS;
     }
     slot = (uint32_t)(id & 0xffff);
@@ -685,6 +692,12 @@ on_connect(uv_connect_t *req, int status)
     }
     c->connected = true;
     uv_tcp_nodelay(&c->tcp, 1);
+    /* AUTH goes first; its reply (id 0) is skipped by conn_reply. */
+    if (w->b->o.token_len > 0 &&
+        rl_wire_put_auth(&c->out, 0, w->b->o.token, w->b->o.token_len) != 0) {
+        conn_kill(c, "auth", UV_ENOMEM);
+        return;
+    }
     status = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (status < 0) {
         conn_kill(c, "read", status);
@@ -955,6 +968,8 @@ usage(FILE *f)
                "                       each request's scheduled time (default 0: closed loop)\n"
                "  --report-every SECS  print a line per interval\n"
                "  --json               print the summary (and interval lines) as JSON\n"
+               "  --token-file FILE    AUTH with the token in FILE on every connection (mode\n"
+               "                       0600); default $RL_TOKEN_FILE, none when unset\n"
                "  --help, --version\n"
                "\n"
                "Exits 1 when it cannot connect or a connection fails, 2 on a usage error.\n"
@@ -1001,6 +1016,7 @@ enum {
     OPT_JSON,
     OPT_THREADS,
     OPT_SEED,
+    OPT_TOKEN_FILE,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -1023,6 +1039,7 @@ static const struct option long_opts[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"seed", required_argument, NULL, OPT_SEED},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -1052,6 +1069,9 @@ parse_opts(int argc, char **argv, struct opts *o)
         switch (ch) {
         case OPT_TARGET:
             o->target = optarg;
+            break;
+        case OPT_TOKEN_FILE:
+            o->token_file = optarg;
             break;
         case OPT_CONNECTIONS:
             if (parse_u64(optarg, 100000, &v) != 0 || v == 0) {
@@ -1165,6 +1185,17 @@ parse_opts(int argc, char **argv, struct opts *o)
     if (bad == NULL && o->threads > o->connections) {
         bad = "--threads: at most one thread per connection";
     }
+    if (bad == NULL && o->token_file == NULL) {
+        o->token_file = getenv("RL_TOKEN_FILE");
+    }
+    if (bad == NULL && o->token_file != NULL && o->token_file[0] != '\0') {
+        static char why[320];
+
+        if (rl_auth_read_secret(o->token_file, 1, o->token, sizeof(o->token), &o->token_len, why,
+                                sizeof(why)) != 0) {
+            bad = why;
+        }
+    }
     if (bad != NULL) {
         if (*bad != '\0') {
             fprintf(stderr, "rl-bench: %s\n", bad);
@@ -1189,6 +1220,19 @@ resolve_target(struct bench *b)
         fprintf(stderr, "rl-bench: cannot connect to %s: %s\n", b->o.target,
                 rc == -EINVAL ? "expected HOST:PORT" : strerror(-rc));
         return rc;
+    }
+    if (b->o.token_len > 0) {
+        struct rl_wire_reply *rep = malloc(sizeof(*rep));
+
+        rc = rep == NULL ? -ENOMEM
+                         : rl_client_auth(c, b->o.token, b->o.token_len, rep, 5000);
+        free(rep);
+        if (rc != 0) {
+            fprintf(stderr, "rl-bench: %s: AUTH %s\n", b->o.target,
+                    rc == -EACCES ? "refused: not a token this server takes" : strerror(-rc));
+            rl_client_destroy(c);
+            return rc;
+        }
     }
     rc = getpeername(rl_client_fd(c), (struct sockaddr *)&b->addr, &len) == 0 ? 0 : -errno;
     rl_client_destroy(c);

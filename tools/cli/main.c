@@ -12,9 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <uv.h>
 
+#include "auth.h"
 #include "client.h"
 #include "conf.h"
 #include "parse.h"
@@ -45,6 +48,7 @@ struct cli {
     uint64_t interval_ms;
     uint32_t shards;
     const char *config;
+    const char *token_file; /* --token-file, else $RL_TOKEN_FILE */
     bool cost_set;
     bool repeat_set;
     bool interval_set;
@@ -67,6 +71,11 @@ usage(FILE *f)
                "                 --config, the cluster's shard count and the node that owns it\n"
                "                 ([node] sections, or the live members and assignment in\n"
                "                 ZooKeeper)\n"
+               "  gen-token FILE  write a new random token to FILE (mode 0600, must not exist)\n"
+               "                 and print the token_sha256 line of its [client NAME] section\n"
+               "  hash-token [FILE]\n"
+               "                 print the token_sha256 line for the token in FILE (default:\n"
+               "                 --token-file), never the token itself\n"
                "\n"
                "options:\n"
                "  --target HOST:PORT  server (default " CLI_DEFAULT_TARGET ", the router)\n"
@@ -76,6 +85,9 @@ usage(FILE *f)
                "  --interval-ms MS    pause between repeated CHECKs (default 0)\n"
                "  --shards S          shard count for hash (default 4096)\n"
                "  --config FILE       cluster.conf for hash\n"
+               "  --token-file FILE   AUTH with the token in FILE first (a router's client\n"
+               "                      token, or a node's cluster secret; mode 0600); default\n"
+               "                      $RL_TOKEN_FILE, none when unset\n"
                "  --help, --version\n"
                "\n"
                "Exit status: 0 success (check: ALLOWED), 1 the server cannot be reached, answers\n"
@@ -124,10 +136,18 @@ static int
 connect_target(const struct cli *o, struct rl_client **c)
 {
     int rc = rl_client_connect_addr(c, o->target, o->timeout_ms);
+    char why[320];
 
     if (rc != 0) {
         fprintf(stderr, "rl-cli: cannot connect to %s: %s\n", o->target, errno_text(rc));
         return CLI_EXIT_FAIL;
+    }
+    rc = rl_client_auth_file(*c, o->token_file, o->timeout_ms, why, sizeof(why));
+    if (rc != 0) {
+        fprintf(stderr, "rl-cli: %s: %s\n", o->target, why);
+        rl_client_destroy(*c);
+        *c = NULL;
+        return rc == -EACCES || rc == -EINVAL || rc == -ENOENT ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
     }
     return CLI_EXIT_OK;
 }
@@ -319,7 +339,7 @@ static int
 hash_members(const struct rl_conf *conf, struct rl_member **members, size_t *n,
              struct rl_assignment *a, bool *have_a, const char **from)
 {
-    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL};
+    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL};
     struct rl_zkm *z = NULL;
     uv_loop_t loop;
     char *text = NULL, err[256];
@@ -440,6 +460,7 @@ enum {
     OPT_INTERVAL,
     OPT_SHARDS,
     OPT_CONFIG,
+    OPT_TOKEN_FILE,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -452,10 +473,63 @@ static const struct option long_opts[] = {
     {"interval-ms", required_argument, NULL, OPT_INTERVAL},
     {"shards", required_argument, NULL, OPT_SHARDS},
     {"config", required_argument, NULL, OPT_CONFIG},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
+
+/* gen-token FILE, hash-token [FILE]: tokens for [client NAME] sections. */
+static int
+cmd_token(const struct cli *o, const char *cmd, int nargs, char **args)
+{
+    uint8_t raw[32], h[RL_AUTH_HASH_LEN];
+    char token[RL_AUTH_TOKEN_MAX], hex[2 * RL_AUTH_HASH_LEN + 1], why[320];
+    size_t len;
+    int rc;
+
+    if (strcmp(cmd, "gen-token") == 0) {
+        FILE *f;
+        int fd;
+
+        if (nargs != 1) {
+            return usage_error("%s: expected FILE", cmd);
+        }
+        if (getentropy(raw, sizeof(raw)) != 0) {
+            fprintf(stderr, "rl-cli: no randomness: %s\n", strerror(errno));
+            return CLI_EXIT_FAIL;
+        }
+        rl_auth_format_hash(raw, token); /* 64 hex digits: 256 random bits */
+        len = 2 * sizeof(raw);
+        fd = open(args[0], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (f == NULL || fprintf(f, "%.*s\n", (int)len, token) < 0 || fclose(f) != 0) {
+            fprintf(stderr, "rl-cli: cannot write %s: %s\n", args[0], strerror(errno));
+            if (f == NULL && fd >= 0) {
+                close(fd);
+            }
+            rl_auth_wipe(token, sizeof(token));
+            return CLI_EXIT_FAIL;
+        }
+    } else {
+        const char *path = nargs == 1 ? args[0] : o->token_file;
+
+        if (nargs > 1 || path == NULL) {
+            return usage_error("%s: expected FILE (or --token-file FILE)", cmd);
+        }
+        rc = rl_auth_read_secret(path, 1, token, sizeof(token), &len, why, sizeof(why));
+        if (rc != 0) {
+            fprintf(stderr, "rl-cli: %s\n", why);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    rl_auth_sha256(token, len, h);
+    rl_auth_format_hash(h, hex);
+    printf("token_sha256 = %s\n", hex);
+    rl_auth_wipe(token, sizeof(token));
+    rl_auth_wipe(raw, sizeof(raw));
+    return CLI_EXIT_OK;
+}
 
 int
 main(int argc, char **argv)
@@ -515,6 +589,9 @@ main(int argc, char **argv)
         case OPT_CONFIG:
             o.config = optarg;
             break;
+        case OPT_TOKEN_FILE:
+            o.token_file = optarg;
+            break;
         case OPT_HELP:
             usage(stdout);
             return CLI_EXIT_OK;
@@ -526,7 +603,8 @@ main(int argc, char **argv)
         }
     }
     if (optind >= argc) {
-        return usage_error("%s", "expected a command: check, ping, stats, clock or hash");
+        return usage_error("%s", "expected a command: check, ping, stats, clock, hash, "
+                                 "gen-token or hash-token");
     }
     cmd = argv[optind];
     args = argv + optind + 1;
@@ -555,6 +633,9 @@ main(int argc, char **argv)
     }
     if (strcmp(cmd, "hash") == 0) {
         return cmd_hash(&o, nargs, args);
+    }
+    if (strcmp(cmd, "gen-token") == 0 || strcmp(cmd, "hash-token") == 0) {
+        return cmd_token(&o, cmd, nargs, args);
     }
     return usage_error("unknown command %s", cmd);
 }
