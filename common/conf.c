@@ -306,6 +306,19 @@ set_insecure(struct conf_parser *p, const char *v)
     return set_yesno(&p->c->insecure, v);
 }
 
+static const char *
+set_fencing(struct conf_parser *p, const char *v)
+{
+    if (strcmp(v, "expiry") == 0) {
+        p->c->fence_disconnect = false;
+    } else if (strcmp(v, "disconnect") == 0) {
+        p->c->fence_disconnect = true;
+    } else {
+        return "is not expiry or disconnect";
+    }
+    return NULL;
+}
+
 /* Only the path here: the file is read once the whole config is in (conf_finish). */
 static const char *
 set_secret_file(struct conf_parser *p, const char *v)
@@ -691,6 +704,7 @@ static const struct conf_key cluster_keys[] = {
     {"shards", set_shards, false},
     {"insecure", set_insecure, false},
     {"secret_file", set_secret_file, false},
+    {"fencing", set_fencing, false},
     {NULL, NULL, false},
 };
 

@@ -98,6 +98,9 @@ struct rl_conf {
     uint32_t session_timeout_ms; /* default 4000 */
     uint32_t shards;             /* default 4096, 1..1048576 */
     bool insecure;               /* serve non-loopback addresses with no authentication */
+    bool fence_disconnect;       /* fencing = disconnect: nodes answer no CHECK while their
+                                    ZooKeeper session is not connected (else: while it is
+                                    known lost, "expiry") */
     char *secret_file;           /* "" = no cluster secret */
     char *secret;                /* the secret read from it at load; NULL when none */
     size_t secret_len;

@@ -9,6 +9,8 @@
  */
 #include "zkm.h"
 
+#include "auth.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -40,7 +42,9 @@ enum zkm_kind {
     ZKM_OP_REG_CHECK,
     ZKM_OP_CHILDREN,
     ZKM_OP_MEMBER,
+    ZKM_OP_MEMBER_ACL,
     ZKM_OP_ASG_EXISTS,
+    ZKM_OP_ASG_ACL,
     ZKM_OP_ASG_GET,
 };
 
@@ -64,6 +68,7 @@ struct zkm_ev {
     size_t nnames;
     uint64_t seq; /* ZKM_OP_MEMBER: the scan, and its slot */
     size_t slot;
+    int acl_ours; /* ZKM_OP_*_ACL: the znode's ACL is the cluster's (zkm_acl_ours) */
 };
 
 /* A handle's context: which rl_zkm and generation its watcher events belong to. */
@@ -78,7 +83,7 @@ struct zkm_scan {
     size_t n, pending;
     int failed;
     struct rl_member *m;
-    unsigned char *ok;
+    unsigned char *ok; /* bit 0: address read; bit 1: ACL the cluster's (secure only) */
 };
 
 struct rl_zkm {
@@ -95,6 +100,15 @@ struct rl_zkm {
     char nodes_path[ZKM_DIR_MAX];
     char asg_path[ZKM_DIR_MAX];
     char prev_path[ZKM_DIR_MAX];
+
+    /* rl_zkm_secure: the digest credential and the ACLs made from it; immutable after. */
+    int secure;
+    char zk_cred[RL_AUTH_ZK_CRED_MAX];
+    char zk_id[RL_AUTH_ZK_ID_MAX];
+    struct ACL acl_entries[2];
+    struct ACL_vector acl;      /* the cluster's znodes: the digest may do all, world read */
+    struct ACL top_entries[2];
+    struct ACL_vector top_acl;  /* /ratelimiter, shared by clusters: world may also create */
 
     /* The session, loop thread only. */
     zhandle_t *zh;
@@ -451,7 +465,73 @@ zkm_set_state(struct rl_zkm *z, enum rl_zkm_state state)
     }
 }
 
-/* Creates /ratelimiter, its cluster and nodes/ once per session; existing ones are fine. */
+/* The ACL of a znode the cluster creates: the top one, or one of its own. */
+static struct ACL_vector *
+zkm_acl(struct rl_zkm *z, int top)
+{
+    if (!z->secure) {
+        return &ZOO_OPEN_ACL_UNSAFE;
+    }
+    return top ? &z->top_acl : &z->acl;
+}
+
+/*
+ * Whether v is an ACL the cluster wrote: it names the cluster's digest with every
+ * permission, and gives world at most READ. A znode anyone could write, or that names no
+ * digest of this cluster's secret, was not written by this cluster (or was opened since).
+ * Called on the client's threads: reads only what rl_zkm_secure set.
+ */
+static int
+zkm_acl_ours(const struct rl_zkm *z, const struct ACL_vector *v)
+{
+    int ours = 0;
+
+    for (int32_t i = 0; v != NULL && i < v->count; i++) {
+        const struct ACL *a = &v->data[i];
+
+        if (a->id.scheme == NULL || a->id.id == NULL) {
+            return 0;
+        }
+        if (strcmp(a->id.scheme, "digest") == 0 && strcmp(a->id.id, z->zk_id) == 0 &&
+            (a->perms & ZOO_PERM_ALL) == ZOO_PERM_ALL) {
+            ours = 1;
+        } else if (strcmp(a->id.scheme, "digest") != 0 && (a->perms & ~ZOO_PERM_READ) != 0) {
+            return 0; /* world, ip, ...: someone else may write it */
+        }
+    }
+    return ours;
+}
+
+static void
+zkm_acl_done(int rc, struct ACL_vector *acl, struct Stat *stat, const void *data)
+{
+    struct zkm_ev *ev = (struct zkm_ev *)data;
+
+    ev->rc = rc;
+    if (rc == ZOK) {
+        ev->acl_ours = zkm_acl_ours(ev->z, acl);
+        if (stat != NULL) {
+            ev->stat = *stat;
+        }
+    }
+    zkm_push(ev->z, ev);
+}
+
+static void
+zkm_close_done(int rc, const void *data)
+{
+    if (rc != ZOK && rc != ZNONODE && rc != ZCLOSING) {
+        rl_log_warn("zk: cannot close %s to strangers (set its ACL): %s", (const char *)data,
+                    zerror(rc));
+    }
+}
+
+/*
+ * Creates /ratelimiter, its cluster and nodes/ once per session; existing ones are fine.
+ * With a secret, the cluster's two are also given its ACL, which closes a subtree made
+ * before the secret was set (an open ACL lets anyone set it; a stranger's lets nobody, and
+ * that is said at warn).
+ */
 static void
 zkm_parents(struct rl_zkm *z)
 {
@@ -462,8 +542,11 @@ zkm_parents(struct rl_zkm *z)
     }
     z->parents_gen = z->gen;
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-        zoo_acreate(z->zh, paths[i], "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, zkm_ignore_done,
+        zoo_acreate(z->zh, paths[i], "", 0, zkm_acl(z, i == 0), ZOO_PERSISTENT, zkm_ignore_done,
                     NULL);
+        if (z->secure && i > 0) {
+            zoo_aset_acl(z->zh, paths[i], -1, &z->acl, zkm_close_done, paths[i]);
+        }
     }
 }
 
@@ -498,7 +581,7 @@ zkm_reg_step(struct rl_zkm *z)
     zkm_parents(z);
     zkm_set_reg(z, ZKM_REG_BUSY);
     zkm_sent(z, ev,
-             zoo_acreate(z->zh, z->reg_path, z->addr, (int)strlen(z->addr), &ZOO_OPEN_ACL_UNSAFE,
+             zoo_acreate(z->zh, z->reg_path, z->addr, (int)strlen(z->addr), zkm_acl(z, 0),
                          ZOO_EPHEMERAL, zkm_string_done, ev));
 }
 
@@ -660,7 +743,7 @@ zkm_scan_finish(struct rl_zkm *z)
         return;
     }
     for (size_t i = 0; i < s->n; i++) {
-        if (s->ok[i]) {
+        if (s->ok[i] == (z->secure ? 3 : 1)) {
             s->m[n++] = s->m[i];
         }
     }
@@ -734,6 +817,17 @@ zkm_children_done(struct rl_zkm *z, struct zkm_ev *ev)
         s->pending++;
         snprintf(path, sizeof(path), "%s/%s", z->nodes_path, ev->names[i]);
         zkm_sent(z, op, zoo_aget(z->zh, path, 0, zkm_data_done, op));
+        if (z->secure) {
+            op = zkm_op(z, ZKM_OP_MEMBER_ACL);
+            if (op == NULL) {
+                s->failed = 1;
+                break;
+            }
+            op->seq = s->seq;
+            op->slot = i;
+            s->pending++;
+            zkm_sent(z, op, zoo_aget_acl(z->zh, path, zkm_acl_done, op));
+        }
     }
     if (--s->pending == 0) {
         zkm_scan_finish(z);
@@ -748,13 +842,21 @@ zkm_member_done(struct rl_zkm *z, struct zkm_ev *ev)
     if (s == NULL || ev->seq != s->seq) {
         return;
     }
-    if (ev->rc == ZOK) {
+    if (ev->rc == ZOK && ev->kind == ZKM_OP_MEMBER_ACL) {
+        if (ev->acl_ours) {
+            s->ok[ev->slot] |= 2;
+        } else {
+            rl_log_warn("zk: nodes/%s was not written by this cluster (its ACL is not the "
+                        "cluster secret's): ignored, given no shards",
+                        s->m[ev->slot].name);
+        }
+    } else if (ev->rc == ZOK) {
         if (ev->len == 0 || ev->len >= RL_SHARDMAP_NAME_MAX || memchr(ev->data, 0, ev->len)) {
             rl_log_warn("zk: member nodes/%s has a bad address (%zu bytes); ignored",
                         s->m[ev->slot].name, ev->len);
         } else {
             memcpy(s->m[ev->slot].addr, ev->data, ev->len);
-            s->ok[ev->slot] = 1;
+            s->ok[ev->slot] |= 1;
         }
     } else if (ev->rc != ZNONODE) {
         s->failed = 1; /* ZNONODE: gone since the listing; its child event follows */
@@ -809,7 +911,30 @@ zkm_asg_done(struct rl_zkm *z, struct zkm_ev *ev)
 {
     struct zkm_ev *op;
 
-    if (ev->kind == ZKM_OP_ASG_EXISTS && ev->rc == ZOK) {
+    if (ev->kind == ZKM_OP_ASG_EXISTS && ev->rc == ZOK && z->secure) {
+        /* Whose it is first: a stranger's assignment is never read. */
+        op = zkm_op(z, ZKM_OP_ASG_ACL);
+        if (op == NULL) {
+            z->asg_busy = 0;
+            z->asg_dirty = 1;
+            return;
+        }
+        zkm_sent(z, op, zoo_aget_acl(z->zh, z->asg_path, zkm_acl_done, op));
+        return;
+    }
+    if (ev->kind == ZKM_OP_ASG_ACL && ev->rc == ZOK && !ev->acl_ours) {
+        z->asg_busy = 0;
+        if (!z->asg_known || z->asg_key != ev->stat.mzxid) {
+            rl_log_warn("zk: the assignment was not written by this cluster (its ACL is not the "
+                        "cluster secret's): ignored, as if there were none");
+        }
+        zkm_asg_deliver(z, NULL, 0, -1, ev->stat.mzxid);
+        if (!z->closing && z->asg_dirty) {
+            zkm_asg_refresh(z);
+        }
+        return;
+    }
+    if ((ev->kind == ZKM_OP_ASG_EXISTS || ev->kind == ZKM_OP_ASG_ACL) && ev->rc == ZOK) {
         op = zkm_op(z, ZKM_OP_ASG_GET);
         if (op == NULL) {
             z->asg_busy = 0;
@@ -924,6 +1049,10 @@ zkm_new_session(struct rl_zkm *z)
     z->init_failures = 0;
     z->zh = zh;
     z->sess = s;
+    if (z->secure) {
+        /* Sent before any request of the session, and again by the client on reconnects. */
+        zoo_add_auth(zh, "digest", z->zk_cred, (int)strlen(z->zk_cred), NULL, NULL);
+    }
 }
 
 static void
@@ -1022,9 +1151,11 @@ zkm_handle(struct rl_zkm *z, struct zkm_ev *ev)
         zkm_children_done(z, ev);
         break;
     case ZKM_OP_MEMBER:
+    case ZKM_OP_MEMBER_ACL:
         zkm_member_done(z, ev);
         break;
     case ZKM_OP_ASG_EXISTS:
+    case ZKM_OP_ASG_ACL:
     case ZKM_OP_ASG_GET:
         zkm_asg_done(z, ev);
         break;
@@ -1217,6 +1348,34 @@ rl_zkm_watch(struct rl_zkm *z)
 }
 
 void
+rl_zkm_secure(struct rl_zkm *z, const char *secret, size_t len)
+{
+    static char world[] = "world", anyone[] = "anyone", digest[] = "digest";
+
+    if (secret == NULL || z->secure) {
+        return;
+    }
+    rl_auth_zk_digest(secret, len, z->zk_cred, z->zk_id);
+    z->acl_entries[0].perms = ZOO_PERM_ALL;
+    z->acl_entries[0].id.scheme = digest;
+    z->acl_entries[0].id.id = z->zk_id;
+    z->acl_entries[1].perms = ZOO_PERM_READ;
+    z->acl_entries[1].id.scheme = world;
+    z->acl_entries[1].id.id = anyone;
+    z->acl.count = 2;
+    z->acl.data = z->acl_entries;
+    z->top_entries[0] = z->acl_entries[0];
+    z->top_entries[1] = z->acl_entries[1];
+    z->top_entries[1].perms = ZOO_PERM_READ | ZOO_PERM_CREATE;
+    z->top_acl.count = 2;
+    z->top_acl.data = z->top_entries;
+    z->secure = 1;
+    if (z->zh != NULL) {
+        zoo_add_auth(z->zh, "digest", z->zk_cred, (int)strlen(z->zk_cred), NULL, NULL);
+    }
+}
+
+void
 rl_zkm_refresh(struct rl_zkm *z)
 {
     zkm_members_refresh(z);
@@ -1277,9 +1436,16 @@ zkm_sync_parents(struct rl_zkm *z)
     const char *paths[] = {"/ratelimiter", z->root, z->nodes_path};
 
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-        int rc = zoo_create(z->zh, paths[i], "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+        int rc = zoo_create(z->zh, paths[i], "", 0, zkm_acl(z, i == 0), ZOO_PERSISTENT, NULL, 0);
         if (rc != ZOK && rc != ZNODEEXISTS) {
             return zkm_errno(rc);
+        }
+        if (z->secure && i > 0) {
+            rc = zoo_set_acl(z->zh, paths[i], -1, &z->acl);
+            if (rc != ZOK) {
+                rl_log_error("zk: cannot set the cluster's ACL on %s: %s", paths[i], zerror(rc));
+                return zkm_errno(rc);
+            }
         }
     }
     return 0;
@@ -1377,6 +1543,27 @@ rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int tim
             rl_log_warn("zk: member nodes/%s has a bad address; ignored", sv.data[i]);
             continue;
         }
+        if (z->secure) {
+            struct ACL_vector acl = {0, NULL};
+            int ours;
+
+            rc = zoo_get_acl(z->zh, path, &acl, &st);
+            if (rc == ZNONODE) {
+                continue;
+            }
+            if (rc != ZOK) {
+                rc = zkm_errno(rc);
+                goto out;
+            }
+            ours = zkm_acl_ours(z, &acl);
+            deallocate_ACL_vector(&acl);
+            if (!ours) {
+                rl_log_warn("zk: nodes/%s was not written by this cluster (its ACL is not the "
+                            "cluster secret's): ignored",
+                            sv.data[i]);
+                continue;
+            }
+        }
         buf[blen] = '\0';
         snprintf(m[k].name, sizeof(m[k].name), "%s", sv.data[i]);
         snprintf(m[k].addr, sizeof(m[k].addr), "%s", buf);
@@ -1450,7 +1637,7 @@ rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t ex
     memset(st, 0, sizeof(st));
     if (expected_version == -1) {
         zoo_create_op_init(&ops[0], z->asg_path, text != NULL ? text : "", (int)len,
-                           &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, pbuf[0], sizeof(pbuf[0]));
+                           zkm_acl(z, 0), ZOO_PERSISTENT, pbuf[0], sizeof(pbuf[0]));
         nops = 1;
     } else {
         /* The replaced text goes to prev in the same multi, which only commits if the
@@ -1465,11 +1652,20 @@ rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t ex
         }
         zoo_set_op_init(&ops[0], z->asg_path, text != NULL ? text : "", (int)len,
                         (int)expected_version, &st[0]);
+        /* The text written now is the cluster's: so is the ACL (an assignment left from before
+         * the secret, or by a stranger, is closed as it is replaced). */
+        for (int k = 0; z->secure && k < 2; k++) {
+            rc = zoo_set_acl(z->zh, k == 0 ? z->asg_path : z->prev_path, -1, &z->acl);
+            if (rc != ZOK && rc != ZNONODE) {
+                free(old);
+                return zkm_errno(rc);
+            }
+        }
         rc = zoo_exists(z->zh, z->prev_path, 0, &pst);
         if (rc == ZOK) {
             zoo_set_op_init(&ops[1], z->prev_path, old, (int)oldlen, -1, &st[1]);
         } else if (rc == ZNONODE) {
-            zoo_create_op_init(&ops[1], z->prev_path, old, (int)oldlen, &ZOO_OPEN_ACL_UNSAFE,
+            zoo_create_op_init(&ops[1], z->prev_path, old, (int)oldlen, zkm_acl(z, 0),
                                ZOO_PERSISTENT, pbuf[1], sizeof(pbuf[1]));
         } else {
             free(old);

@@ -109,6 +109,16 @@ int rl_zkm_registered(const struct rl_zkm *z);
 int rl_zkm_watch(struct rl_zkm *z);
 
 /*
+ * Closes the cluster's subtree to strangers with the cluster secret (docs/OPERATIONS.md,
+ * "ZooKeeper ACLs"): the session authenticates with a digest credential derived from it,
+ * every znode this rl_zkm creates gets the ACL "that digest may do all, world may read"
+ * (/ratelimiter itself: world may also create, for other clusters), the cluster's parents are
+ * given that ACL, and a member znode or assignment whose ACL is not that is ignored with a
+ * warning. Call right after rl_zkm_create, before the loop runs; secret NULL is a no-op.
+ */
+void rl_zkm_secure(struct rl_zkm *z, const char *secret, size_t len);
+
+/*
  * Reads the members and the assignment again now (or as soon as the session is up), as if
  * their watches had fired: for a router a node told that its view is stale. Callbacks follow
  * only for what changed. No-op unless watching.

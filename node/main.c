@@ -271,6 +271,7 @@ node_register(struct node *n)
     rc = rl_zkm_create(&n->zkm, loop, n->d.conf->zookeeper, n->d.conf->session_timeout_ms,
                        n->d.conf->cluster_name, &cbs, n);
     if (rc == 0) {
+        rl_zkm_secure(n->zkm, n->d.conf->secret, n->d.conf->secret_len);
         rc = rl_zkm_register(n->zkm, n->d.name, n->dial);
     }
     if (rc == 0) {

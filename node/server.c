@@ -14,6 +14,7 @@
 #include "buf.h"
 #include "log.h"
 #include "shardmap.h"
+#include "zkm.h"
 #include "wire.h"
 
 #define SERVER_AUTH_WARN_MS 10000u /* failed AUTHs are said at most this often */
@@ -164,7 +165,7 @@ static bool
 server_owns(struct rl_conn *c, const struct rl_wire_req *req)
 {
     struct rl_server *s = c->data;
-    char msg[128];
+    char msg[192];
     uint32_t shard;
 
     if (s->zk_state == RL_SERVER_ZK_NONE) {
@@ -173,13 +174,19 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req)
     shard = rl_shardmap_shard(
         rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len),
         s->nshards != 0 ? s->nshards : 1);
-    if (s->registered && s->owned != NULL && (s->owned[shard >> 3] >> (shard & 7) & 1) != 0) {
+    if (s->registered && (!s->fence_disconnect || s->zk_state == RL_ZKM_CONNECTED) &&
+        s->owned != NULL && (s->owned[shard >> 3] >> (shard & 7) & 1) != 0) {
         return true;
     }
     s->not_owner++;
     s->errors++;
     if (!s->registered) {
         snprintf(msg, sizeof(msg), "node %s is not registered in ZooKeeper: it answers nothing",
+                 s->name);
+    } else if (s->fence_disconnect && s->zk_state != RL_ZKM_CONNECTED) {
+        snprintf(msg, sizeof(msg),
+                 "node %s is not connected to ZooKeeper (fencing = disconnect): it answers "
+                 "nothing",
                  s->name);
     } else if (s->owned == NULL) {
         snprintf(msg, sizeof(msg), "node %s has no membership view yet", s->name);
@@ -314,6 +321,7 @@ rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *limiter
     s->opts.name = s->name;
     s->zk_state = RL_SERVER_ZK_NONE;
     s->registered = 1;
+    s->fence_disconnect = opts->conf != NULL && opts->conf->fence_disconnect;
     rl_clock_init(&s->clock);
     s->started_ms = uv_now(loop);
     rc = rl_wire_decoder_init(&s->dec);

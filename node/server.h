@@ -50,6 +50,7 @@ struct rl_server {
     const uint8_t *owned; /* ZooKeeper mode: bit s set when this node owns shard s in its
                              view of the membership and assignment; NULL: no view yet */
     uint32_t nshards;
+    bool fence_disconnect; /* [cluster] fencing = disconnect */
     uint64_t not_owner;     /* CHECKs refused: shard not ours, or fenced */
     uint64_t auth_failures; /* connections closed for a wrong or missing AUTH */
     uint64_t auth_warned_ms;

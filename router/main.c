@@ -178,6 +178,7 @@ main(int argc, char **argv)
         rc = rl_zkm_create(&m.zkm, &m.d.loop, m.d.conf->zookeeper, m.d.conf->session_timeout_ms,
                            m.d.conf->cluster_name, &cbs, &m);
         if (rc == 0) {
+            rl_zkm_secure(m.zkm, m.d.conf->secret, m.d.conf->secret_len);
             rc = rl_zkm_watch(m.zkm);
         }
     }

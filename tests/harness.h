@@ -183,6 +183,9 @@ int rl_harness_zk_get(const char *connect, const char *path, char *buf, size_t l
 /* Creates path (and missing parents, empty) as a persistent znode holding data, or sets it. */
 int rl_harness_zk_put(const char *connect, const char *path, const void *data, size_t len);
 
+/* Deletes path as an unauthenticated client: 0, or the errno of zk_errno (-EACCES: ACL). */
+int rl_harness_zk_delete(const char *connect, const char *path);
+
 /* Polls until path has exactly want children (no path counts as none); -ETIMEDOUT. */
 int rl_harness_zk_wait_children(const char *connect, const char *path, int want, int timeout_ms);
 

@@ -465,6 +465,21 @@ out:
 }
 
 int
+rl_harness_zk_delete(const char *connect, const char *path)
+{
+    struct zk_client c;
+    int zrc, rc;
+
+    rc = zk_open(&c, connect);
+    if (rc < 0) {
+        return rc;
+    }
+    zrc = zoo_delete(c.zh, path, -1);
+    zk_close(&c);
+    return zk_errno(zrc);
+}
+
+int
 rl_harness_zk_wait_children(const char *connect, const char *path, int want, int timeout_ms)
 {
     int64_t deadline = rl_harness_now_ms() + timeout_ms;

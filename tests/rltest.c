@@ -52,10 +52,14 @@ rl_test_stat(int port, const char *key)
 {
     struct rl_client *c = NULL;
     struct rl_wire_reply rep;
+    char why[320];
     int64_t v;
     int rc = rl_client_connect(&c, "127.0.0.1", (uint16_t)port, 5000);
 
     RL_CHECK(rc == 0, "connect to 127.0.0.1:%d: %s", port, strerror(-rc));
+    /* A suite whose servers want AUTH points $RL_TOKEN_FILE at a token with STATS. */
+    rc = rl_client_auth_file(c, NULL, 5000, why, sizeof(why));
+    RL_CHECK(rc == 0, "AUTH to 127.0.0.1:%d: %s", port, why);
     rc = rl_client_stats(c, &rep, 5000);
     RL_CHECK(rc == 0, "STATS from 127.0.0.1:%d: %s", port, strerror(-rc));
     v = rl_client_stat(&rep, key, -1);

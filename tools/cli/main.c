@@ -369,6 +369,7 @@ hash_members(const struct rl_conf *conf, struct rl_member **members, size_t *n,
     rc = rl_zkm_create(&z, &loop, conf->zookeeper, conf->session_timeout_ms, conf->cluster_name,
                        &no_cbs, NULL);
     if (rc == 0) {
+        rl_zkm_secure(z, conf->secret, conf->secret_len);
         rc = rl_zkm_read_members(z, members, n, 5000);
     }
     if (rc == 0) {

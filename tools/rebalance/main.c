@@ -362,6 +362,9 @@ zk_connect(struct run *r)
     r->loop_ready = true;
     rc = rl_zkm_create(&r->zkm, &r->loop, r->conf->zookeeper, r->conf->session_timeout_ms,
                        r->conf->cluster_name, &no_cbs, NULL);
+    if (rc == 0) {
+        rl_zkm_secure(r->zkm, r->conf->secret, r->conf->secret_len);
+    }
     if (rc != 0) {
         r->zkm = NULL;
         return fail("cannot start a ZooKeeper session with %s: %s", r->conf->zookeeper,
