@@ -91,7 +91,8 @@ rl_auth_read_secret(const char *path, size_t min_len, char *out, size_t cap, siz
     int fd, rc = 0;
 
     *len = 0;
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    /* O_NONBLOCK: a FIFO or device named by mistake must not hang the start. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         rc = -errno;
         snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));

@@ -1387,7 +1387,7 @@ conf_finish(struct conf_parser *p)
     rc = rl_auth_read_secret(c->secret_file, RL_AUTH_SECRET_MIN, c->secret, RL_AUTH_TOKEN_MAX,
                              &c->secret_len, why, sizeof(why));
     if (rc != 0) {
-        conf_fail(p, p->secret_line, rc, "secret_file: %s", why);
+        conf_fail(p, p->secret_line, -EINVAL, "secret_file: %s", why);
         return;
     }
     rl_auth_sha256(c->secret, c->secret_len, c->secret_hash);

@@ -11,7 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "auth.h"
+#include "harness.h"
 
 #include "rltest.h"
 
@@ -266,6 +270,24 @@ static const struct {
     /* Unknown sections and keys. */
     {"[foo]\n", 1, "unknown section [foo] (use cluster, router, clients, node, service or client)"},
     {"\n\n[cluster]\nnmae = x\n", 4, "unknown key \"nmae\" in a [cluster] section"},
+    /* [client NAME] and the cluster secret. */
+    {"[client web]\nservices = s\n[service s]\nlimit = gcra 1 per 1s\n", 1,
+     "[client web] has no token_sha256"},
+    {"[client web]\ntoken_sha256 = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", 1, "[client web] has no services"},
+    {"[client web]\ntoken_sha256 = abc\n", 2,
+     "token_sha256: \"abc\" is not 64 hex digits (the SHA-256 of the token: rl-cli hash-token)"},
+    {"[client web]\ntoken_sha256 = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\nservices = nosuch\n", 3,
+     "services: \"nosuch\" has no [service nosuch] section in this file"},
+    {"[client web]\nservices = ,\n", 2, "services: \",\" names no service"},
+    {"[client cluster]\n", 1, "nor \"cluster\", the name of the cluster secret"},
+    {"[client a]\ntoken_sha256 = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\nservices = *\n[client a]\n", 4,
+     "duplicate section [client a] (first at line 1)"},
+    {"[client a]\ntoken_sha256 = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\ntoken_sha256 = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\ntoken_sha256 = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n"
+     "token_sha256 = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\ntoken_sha256 = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", 6, "is one token too many"},
+    {"[client a]\nstats = maybe\n", 2, "stats: \"maybe\" is not yes or no"},
+    {"[cluster]\nsecret_file = /nonexistent/secret\n", 2,
+     "secret_file: cannot open /nonexistent/secret: No such file or directory"},
+    {"[cluster]\nfencing = sometimes\n", 2, "fencing: \"sometimes\" is not expiry or disconnect"},
     {"[node a]\nlisten = h:1\nlimit = gcra 1 per 1s\n", 3, "unknown key \"limit\""},
     {"[service s]\nlisten = h:1\n", 2, "unknown key \"listen\" in a [service] section"},
     /* Bad values, [cluster]. */
@@ -419,6 +441,58 @@ static const struct {
      "limit = gcra 1 per 1s\nlimit = gcra 2 per 1s\n",
      18, "limit: \"gcra 2 per 1s\" is one tier too many: a section has at most 16"},
 };
+
+/* Client sections resolve to rules; tokens match by hash, in constant time; the secret is
+ * read from its file and answers as "cluster". */
+START_TEST(test_clients_and_secret)
+{
+    char secret[PATH_MAX], text[PATH_MAX + 1024], web[65], err[256];
+    uint8_t h[32];
+    struct rl_conf *c = NULL;
+    const struct rl_rule *shop, *other;
+
+    ck_assert_int_eq(rl_harness_tmppath(secret, sizeof(secret), "secret"), 0);
+    ck_assert_int_eq(rl_harness_write_file(secret, "0123456789abcdef0123\n"), 0);
+    ck_assert_int_eq(chmod(secret, 0600), 0);
+    rl_auth_sha256("tok-web", 7, h);
+    rl_auth_format_hash(h, web);
+    snprintf(text, sizeof(text),
+             "[cluster]\nsecret_file = %s\nfencing = disconnect\n[client web]\n"
+             "token_sha256 = %s\ntoken_sha256 = %s\nservices = shop, x\n"
+             "[service shop]\nlimit = gcra 1 per 1s\n[service shop e]\nlimit = gcra 1 per 1s\n"
+             "[service other]\nlimit = gcra 1 per 1s\n[service x]\nlimit = gcra 1 per 1s\n",
+             secret, "00000000000000000000000000000000000000000000000000000000000000ff", web);
+    ck_assert_msg(rl_conf_parse("t.conf", text, &c, err, sizeof(err)) == 0, "%s", err);
+    ck_assert(c->fence_disconnect);
+    ck_assert_uint_eq(c->secret_len, 20);
+    ck_assert_int_eq(memcmp(c->secret, "0123456789abcdef0123", 20), 0);
+    ck_assert_uint_eq(c->nauth_clients, 1);
+    ck_assert_uint_eq(c->auth_clients[0].nhashes, 2);
+    ck_assert_ptr_eq(rl_conf_client_by_token(c, "tok-web", 7), &c->auth_clients[0]);
+    ck_assert_ptr_null(rl_conf_client_by_token(c, "tok-web ", 8));
+    ck_assert_ptr_eq(rl_conf_client_by_token(c, "0123456789abcdef0123", 20), &c->cluster_client);
+    ck_assert(rl_conf_is_secret(c, "0123456789abcdef0123", 20));
+    ck_assert(!rl_conf_is_secret(c, "0123456789abcdef012", 19));
+    shop = rl_conf_rule(c, "shop", 4, "e", 1);
+    other = rl_conf_rule(c, "other", 5, NULL, 0);
+    ck_assert(rl_conf_client_may(&c->auth_clients[0], shop));
+    ck_assert(rl_conf_client_may(&c->auth_clients[0], rl_conf_rule(c, "shop", 4, NULL, 0)));
+    ck_assert(!rl_conf_client_may(&c->auth_clients[0], other));
+    ck_assert(!rl_conf_client_may(&c->auth_clients[0], NULL));
+    ck_assert(rl_conf_client_may(&c->cluster_client, other));
+    rl_conf_destroy(c);
+    /* Readable by others: refused, and the message never holds the secret. */
+    ck_assert_int_eq(chmod(secret, 0640), 0);
+    ck_assert_int_eq(rl_conf_parse("t.conf", text, &c, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "(mode 0640): chmod 600 it") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "0123456789") == NULL, "%s", err);
+    /* Too short to be a secret. */
+    ck_assert_int_eq(rl_harness_write_file(secret, "short\n"), 0);
+    ck_assert_int_eq(chmod(secret, 0600), 0);
+    ck_assert_int_eq(rl_conf_parse("t.conf", text, &c, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "holds 5 bytes; at least 16 are needed") != NULL, "%s", err);
+}
+END_TEST
 
 START_TEST(test_errors)
 {
@@ -1055,6 +1129,7 @@ conf_suite(void)
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_every_key);
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof(errors) / sizeof(errors[0])));
+    tcase_add_test(tc, test_clients_and_secret);
     tcase_add_test(tc, test_error_buffers);
     tcase_add_test(tc, test_long_lines);
     tcase_add_test(tc, test_too_many_tiers);

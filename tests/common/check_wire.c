@@ -876,6 +876,54 @@ START_TEST(test_clock_field)
 }
 END_TEST
 
+/* AUTH: a token of 1..256 bytes, str or bin; its encoder and reply round-trip. */
+START_TEST(test_auth_field)
+{
+    struct rl_wire_req req;
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_buf out;
+    char big[300];
+    const char *f;
+    size_t n;
+
+    expect_req("auth str", RAW(0x93, 0x06, 0x07, 0xa3, 'a', 'b', 'c'), &req);
+    ck_assert_uint_eq(req.op, RL_WIRE_OP_AUTH);
+    ck_assert(str_is(req.token, "abc"));
+    expect_req("auth bin", RAW(0x93, 0x06, 0x07, 0xc4, 0x02, 0x00, 0xff), &req);
+    ck_assert_uint_eq(req.token.len, 2);
+    expect_fault("auth empty", RAW(0x93, 0x06, 0x07, 0xa0), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "token must be a string or binary of 1..256 bytes");
+    expect_fault("auth int", RAW(0x93, 0x06, 0x07, 0x01), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "token");
+    expect_fault("auth arity", RAW(0x92, 0x06, 0x07), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "AUTH takes 3 elements");
+    rl_buf_init(&out);
+    memset(big, 'x', sizeof(big));
+    ck_assert_int_eq(rl_wire_put_auth(&out, 1, big, 257), -EMSGSIZE);
+    ck_assert_int_eq(rl_wire_put_auth(&out, 9, big, 256), 0);
+    f = one_frame(&out, &n);
+    expect_req("auth 256", f, n, &req);
+    ck_assert_uint_eq(req.id, 9);
+    ck_assert_uint_eq(req.token.len, 256);
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_auth_reply(&out, 9, "web"), 0);
+    f = one_frame(&out, &n);
+    RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, f, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_AUTH);
+    ck_assert(str_is(rep->name, "web"));
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_error(&out, 9, RL_WIRE_ERR_NOT_OWNER, "shard 1"), 0);
+    f = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, f, n, rep), 0);
+    ck_assert_uint_eq(rep->err, RL_WIRE_ERR_NOT_OWNER);
+    rl_wire_decoder_deinit(&d);
+    rl_buf_deinit(&out);
+    free(rep);
+}
+END_TEST
+
 static int
 reply_rc(const char *p, size_t n)
 {
@@ -1026,7 +1074,11 @@ fuzz_one(struct rl_wire_decoder *d, struct rl_wire_reply *rep, const char *p, si
     rc = rl_wire_decode_req(d, p, n, &req, &f);
     RL_CHECK(rc == 0 || rc == -1);
     if (rc == 0) {
-        RL_CHECK(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_HELLO);
+        RL_CHECK(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_AUTH);
+        if (req.op == RL_WIRE_OP_AUTH) {
+            RL_CHECK(req.token.len >= 1 && req.token.len <= RL_WIRE_TOKEN_MAX);
+            RL_CHECK(req.token.ptr >= p && req.token.ptr + req.token.len <= p + n);
+        }
         if (req.op == RL_WIRE_OP_CHECK) {
             RL_CHECK(req.service.len >= 1 && req.service.len <= RL_WIRE_SERVICE_MAX);
             RL_CHECK(req.user.len >= 1 && req.user.len <= RL_WIRE_USER_MAX);
@@ -1184,6 +1236,7 @@ wire_suite(void)
     tcase_add_test(tc, test_check_types);
     tcase_add_test(tc, test_check_bounds);
     tcase_add_test(tc, test_clock_field);
+    tcase_add_test(tc, test_auth_field);
     tcase_add_test(tc, test_reply_strict);
     suite_add_tcase(s, tc);
     /* 100k decodes take well under a second, but several under the sanitizers. */

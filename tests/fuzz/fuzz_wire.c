@@ -3,7 +3,7 @@
  * bytes, as a server and a client read them from a socket. Invariants: a frame never
  * claims more than the input holds; a decoded request's strings lie inside its frame and
  * keep the documented bounds; a request that decodes re-encodes (CHECK, PING, STATS,
- * CLOCK, HELLO) and decodes again to the same values.
+ * CLOCK, HELLO, AUTH) and decodes again to the same values.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -75,18 +75,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct rl_wire_fault fault;
 
         if (rl_wire_decode_req(&dec, f, plen, &req, &fault) == 0) {
-            MUST(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_HELLO);
+            MUST(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_AUTH);
             str_inside(req.service, f, plen, RL_WIRE_SERVICE_MAX);
             str_inside(req.user, f, plen, RL_WIRE_USER_MAX);
             str_inside(req.endpoint, f, plen, RL_WIRE_ENDPOINT_MAX);
             str_inside(req.role, f, plen, RL_WIRE_ROLE_MAX);
+            str_inside(req.token, f, plen, RL_WIRE_TOKEN_MAX);
             if (req.op == RL_WIRE_OP_CHECK) {
                 MUST(req.cost <= RL_WIRE_COST_MAX);
                 MUST(req.service.len >= 1 && req.user.len >= 1);
                 roundtrip_check(&req);
             }
         } else {
-            MUST(fault.err >= RL_WIRE_ERR_MALFORMED && fault.err <= RL_WIRE_ERR_UNAUTHORIZED);
+            MUST(fault.err >= RL_WIRE_ERR_MALFORMED && fault.err <= RL_WIRE_ERR_OVERLOADED);
             MUST(memchr(fault.msg, '\0', sizeof(fault.msg)) != NULL);
         }
         if (rl_wire_decode_reply(&dec, f, plen, &rep) == 0) {

@@ -30,6 +30,9 @@ wire = {
     "stats": frame(b"\x92\x03\x02"),
     "clock": frame(b"\x93\x04\x03\xcf" + struct.pack(">Q", 1700000000000)),
     "hello": frame(b"\x93\x05\x00" + s(b"router")),
+    "auth": frame(b"\x93\x06\x00" + s(b"token-0123456789")),
+    "auth_bin": frame(b"\x93\x06\x01\xc4\x04\x00\x01\x02\x03"),
+    "auth_reply": frame(b"\x93\x06\x00" + s(b"web")),
     "pipelined": frame(b"\x92\x02\x01") * 3 + frame(b"\x96\x01\x07" + s(b"s") + s(b"u") + b"\xc0\x00"),
     "check_reply": frame(b"\x97\x01\x07\x00\x0a\x09\xcd\x03\xe8\x00"),
     "ping_reply": frame(b"\x93\x02\x01" + s(b"n1")),
@@ -51,6 +54,7 @@ conf_base = open(os.path.join(os.path.dirname(top), "..", "..", "cluster.conf"))
 confs = {
     "cluster": conf_base,
     "minimal": "[node a]\nlisten = 127.0.0.1:7401\n",
+    "client_sections": "[client web]\ntoken_sha256 = abababababababababababababababababababababababababababababababab\nservices = shop, *\nstats = yes\n[service shop]\nlimit = gcra 1 per 1s\n[cluster]\nfencing = disconnect\n",
     "clients": "[clients]\nmax_connections = 10\nmax_connections_per_peer = 2\nidle_timeout = 0\n"
                "frame_timeout = 1s\nbuffer_memory = 2mb\nrouter_reserve = 0\n",
     "tiers": "[service s]\nfailure = closed\nmode = shadow\nlimit = token_bucket 100 per 1m burst 20\n"
