@@ -11,7 +11,10 @@ messages are spelled out in bytes, as docs/PROTOCOL.md's example does).
                                      flood_ALGO follow, then: is the victim still limited,
                                      and how many of 150 requests of a new flood user pass
                                      its 100/h
+With $RL_TOKEN_FILE set, every connection first sends AUTH with that file's token
+([6, 0, token]) and reads its reply, for servers that want one.
 """
+import os
 import resource
 import socket
 import struct
@@ -53,6 +56,24 @@ def big_frame():
     return frame(head + b"\xdb" + struct.pack(">I", ulen) + b"u" * ulen)
 
 
+def auth(s):
+    """AUTH with $RL_TOKEN_FILE's token when it is set; the reply is read and must be AUTH."""
+    path = os.environ.get("RL_TOKEN_FILE")
+    if not path:
+        return s
+    with open(path, "rb") as f:
+        token = f.read().rstrip(b"\r\n")
+    s.sendall(frame(b"\x93\x06\x00" + mp_str(token)))
+    reply = read_frame(s)
+    if reply[1] != 0x06:
+        raise SystemExit(f"AUTH refused: {reply!r}")
+    return s
+
+
+def dial(port):
+    return auth(socket.create_connection(("127.0.0.1", port)))
+
+
 def read_frame(s):
     def exact(n):
         b = b""
@@ -74,7 +95,7 @@ def rss_kib(pid):
 
 
 def pings(port, n=300):
-    p = socket.create_connection(("127.0.0.1", port))
+    p = dial(port)
     p.settimeout(10)
     p.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     lat = []
@@ -97,6 +118,7 @@ def idle(port, pid, n):
         s = socket.socket()
         s.bind((f"127.0.0.{2 + i % 4}", 0))  # 4 addresses: under any per-address cap
         s.connect(("127.0.0.1", port))
+        auth(s)
         s.sendall(f)
         socks.append(s)
     for s in socks:
@@ -111,7 +133,7 @@ def idle(port, pid, n):
 
 def stream(port):
     f = big_frame()
-    s = socket.create_connection(("127.0.0.1", port))
+    s = dial(port)
     stop = threading.Event()
 
     def reader():
@@ -154,7 +176,7 @@ def decode_check(payload):
 
 
 def flood(port, algo):
-    s = socket.create_connection(("127.0.0.1", port))
+    s = dial(port)
     s.settimeout(30)
     victim = f"victim_{algo}".encode()
     fl = f"flood_{algo}".encode()
