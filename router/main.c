@@ -18,13 +18,10 @@
 #include "router.h"
 #include "zkm.h"
 
-#define ROUTER_REFRESH_MS 500u
-
 struct router_main {
     struct rl_daemon d;
     struct rl_router *router;
     struct rl_zkm *zkm;
-    uint64_t refreshed_ms; /* loop time of the last refresh a node asked for */
 };
 
 static const char usage[] =
@@ -69,19 +66,16 @@ on_state(void *arg, enum rl_zkm_state state)
     }
 }
 
-/* A node said this router's view is stale: read ZooKeeper again, at most every
- * ROUTER_REFRESH_MS however many nodes say so. */
+/* A node said this router's view is stale: read ZooKeeper again (the router calls this at
+ * most every RL_ROUTER_REFRESH_MS however many nodes say so). */
 static void
 on_stale(void *arg)
 {
     struct router_main *m = arg;
-    uint64_t now = uv_now(&m->d.loop);
 
-    if (m->zkm == NULL || (m->refreshed_ms != 0 && now - m->refreshed_ms < ROUTER_REFRESH_MS)) {
-        return;
+    if (m->zkm != NULL) {
+        rl_zkm_refresh(m->zkm);
     }
-    m->refreshed_ms = now;
-    rl_zkm_refresh(m->zkm);
 }
 
 static void

@@ -91,6 +91,7 @@ struct rl_router {
     uint64_t log_anchor_loop;
     struct rl_router_stats stats;
     uint64_t auth_warned_ms;
+    uint64_t refreshed_ms; /* loop time on_stale was last called */
 };
 
 static void router_maybe_free(struct rl_router *r);
@@ -663,7 +664,10 @@ up_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
         rl_log_debug("node %s: %.*s", u->name, (int)rep->message.len,
                      rep->message.ptr != NULL ? rep->message.ptr : "");
         pending_fail(r, pd, false);
-        if (r->opts.on_stale != NULL) {
+        if (r->opts.on_stale != NULL &&
+            (r->refreshed_ms == 0 || uv_now(r->loop) - r->refreshed_ms >= RL_ROUTER_REFRESH_MS)) {
+            r->refreshed_ms = uv_now(r->loop);
+            r->stats.view_refreshes++;
             r->opts.on_stale(r->opts.arg);
         }
         return;

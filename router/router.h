@@ -36,6 +36,7 @@
     X(overloaded, "overloaded")                                                                    \
     X(late_replies, "late_replies")                                                                \
     X(not_owner, "not_owner")             /* nodes refused a shard: views differed */             \
+    X(view_refreshes, "view_refreshes")   /* ZooKeeper re-reads asked for after NOT_OWNER */       \
     X(unauthorized, "unauthorized")       /* requests a client's token does not allow */          \
     X(auth_failures, "auth_failures")     /* connections closed: no AUTH, or a wrong token */     \
     X(table_builds, "table_builds")
@@ -46,13 +47,16 @@ struct rl_router_stats {
 #undef RL_ROUTER_FIELD
 };
 
+#define RL_ROUTER_REFRESH_MS 500u
+
 struct rl_router_opts {
     const char *name; /* answered to PING */
     const char *host;
     uint16_t port;
     struct rl_conn_limits limits; /* cluster.conf [clients]; zero: the defaults */
     uint32_t max_pending;     /* requests in flight to nodes; 0: 262144 */
-    /* Optional: a node said this router's view of the cluster is stale (NOT_OWNER). */
+    /* Optional: a node said this router's view of the cluster is stale (NOT_OWNER): read
+     * it again. Called at most every RL_ROUTER_REFRESH_MS. */
     void (*on_stale)(void *arg);
     void *arg;
 };

@@ -362,6 +362,7 @@ START_TEST(test_router_on_not_owner)
     ck_assert_uint_eq(check_code(c, "other", u2, 1), RL_WIRE_FAIL_OPEN);
     rl_client_destroy(c);
     ck_assert_int_ge(rl_test_stat(rp, "not_owner"), 1);
+    ck_assert_int_ge(rl_test_stat(rp, "view_refreshes"), 1);
     ck_assert_int_ge(rl_test_stat(node_ports[0], "not_owner"), 1);
 }
 END_TEST
