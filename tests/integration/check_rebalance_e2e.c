@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,7 +28,7 @@ static struct rl_harness_server nodes[NNODES];
 static struct rl_harness_server router;
 static int node_ports[NNODES];
 static int router_port;
-static char config[4096], reqlog[4096];
+static char config[4096], reqlog[4096], secret[4096];
 static const char *names[NNODES] = {"n1", "n2", "n3", "n4"};
 
 static int
@@ -101,9 +102,17 @@ setup(void)
     router_port = rl_harness_free_port();
     ck_assert_int_eq(rl_harness_tmppath(config, sizeof(config), "cluster.conf"), 0);
     ck_assert_int_eq(rl_harness_tmppath(reqlog, sizeof(reqlog), "requests.log"), 0);
+    /* The whole job runs locked down (docs/OPERATIONS.md, "Security"): the nodes take only
+     * the router's AUTH, ZooKeeper only the cluster's writes, and rl-rebalance, rl-bench and
+     * rl_test_stat present the secret ($RL_TOKEN_FILE). */
+    ck_assert_int_eq(rl_harness_tmppath(secret, sizeof(secret), "secret"), 0);
+    ck_assert_int_eq(rl_harness_write_file(secret, "rebalance-e2e-secret-0123456789\n"), 0);
+    ck_assert_int_eq(chmod(secret, 0600), 0);
+    ck_assert_int_eq(setenv("RL_TOKEN_FILE", secret, 1), 0);
     ck_assert_int_eq(rl_harness_write_file(config,
                                            "[cluster]\n"
                                            "name = rb\n"
+                                           "secret_file = %s\n"
                                            "zookeeper = %s\n"
                                            "session_timeout = 2s\n"
                                            "shards = 64\n"
@@ -112,7 +121,7 @@ setup(void)
                                            "request_log = %s\n"
                                            "[service bench]\n"
                                            "limit = token_bucket 1000000 per 1s\n",
-                                           zk.connect, reqlog),
+                                           secret, zk.connect, reqlog),
                      0);
     for (int i = 0; i < NNODES; i++) {
         ck_assert_int_eq(rl_harness_node_start(&nodes[i], config, names[i], node_ports[i], 0), 0);
@@ -127,6 +136,7 @@ setup(void)
 static void
 teardown(void)
 {
+    unsetenv("RL_TOKEN_FILE");
     rl_harness_cleanup();
 }
 
@@ -165,6 +175,8 @@ START_TEST(test_rebalance_levels_load)
         usleep(50 * 1000);
     }
     ck_assert_int_ge(rl_test_stat(router_port, "assignment_version"), 0);
+    /* What rl-rebalance wrote is the cluster's: a stranger cannot rewrite it. */
+    ck_assert_int_eq(rl_harness_zk_put(zk.connect, "/ratelimiter/rb/assignment", "x", 1), -EACCES);
 
     /* A second writer that planned against the assignment before the first write (none)
      * must lose the compare-and-set: exit 3, and the assignment is left as it was. */
