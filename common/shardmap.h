@@ -96,13 +96,30 @@ int rl_shardmap_create(struct rl_shardmap **out, uint32_t nshards, const struct 
 void rl_shardmap_destroy(struct rl_shardmap *m);
 
 /*
- * The same from an assignment in its text format (len 0: none), as the router and the node
- * both read it from ZooKeeper: an assignment that does not parse is left out, with why in
- * err (err[0] is '\0' otherwise), and the table is built from the members alone. Returns 0
- * with *out set, or an error of rl_shardmap_create.
+ * What a table is built from, as ZooKeeper last told it: the members and the assignment's
+ * text (shardmap.h's format, len 0: none) and znode version. Routers and nodes both keep one
+ * and rebuild their table from it on every change. Zero-initialise; rl_view_deinit frees.
  */
-int rl_shardmap_build(struct rl_shardmap **out, uint32_t nshards, const struct rl_member *members,
-                      size_t nmembers, const char *text, size_t len, char *err, size_t errlen);
+struct rl_view {
+    struct rl_member *members;
+    size_t nmembers;
+    char *asg_text;
+    size_t asg_len;
+    int64_t asg_version; /* -1: none */
+};
+
+/* Replace the members (copied) or the assignment (copied). 0, or -ENOMEM with v unchanged. */
+int rl_view_set_members(struct rl_view *v, const struct rl_member *members, size_t n);
+int rl_view_set_assignment(struct rl_view *v, const char *text, size_t len, int64_t version);
+void rl_view_deinit(struct rl_view *v);
+
+/*
+ * The table of a view: an assignment that does not parse is left out, with why in err
+ * (err[0] is '\0' otherwise), and the table is built from the members alone. Returns 0 with
+ * *out set, or an error of rl_shardmap_create.
+ */
+int rl_shardmap_build(struct rl_shardmap **out, uint32_t nshards, const struct rl_view *v,
+                      char *err, size_t errlen);
 
 /* The owner of shard s: an index into m->members, or RL_SHARDMAP_NONE. */
 static inline uint32_t

@@ -40,11 +40,7 @@ struct node {
     uint64_t last_warn;    /* loop time of the last "not registered" warning */
     char dial[128];        /* the address registered for routers: advertise, else listen */
     /* the view of the cluster the routers have, to answer only for this node's shards */
-    struct rl_member *members;
-    size_t nmembers;
-    char *asg_text;
-    size_t asg_len;
-    int64_t asg_version;
+    struct rl_view view;
     uint8_t *owned; /* bit s: shard s is this node's in that view (rl_server_set_owned) */
     uint32_t nowned;
 };
@@ -147,13 +143,12 @@ node_rebuild(struct node *n)
     uint8_t *owned;
     char err[128];
 
-    if (rl_shardmap_build(&map, conf->shards, n->members, n->nmembers, n->asg_text, n->asg_len,
-                          err, sizeof(err)) != 0) {
+    if (rl_shardmap_build(&map, conf->shards, &n->view, err, sizeof(err)) != 0) {
         rl_log_error("cannot build the shard table: out of memory; keeping the old one");
         return;
     }
     if (err[0] != '\0') {
-        rl_log_warn("assignment version %lld ignored: %s", (long long)n->asg_version, err);
+        rl_log_warn("assignment version %lld ignored: %s", (long long)n->view.asg_version, err);
     }
     owned = calloc((conf->shards + 7) / 8, 1);
     if (owned == NULL) {
@@ -173,7 +168,7 @@ node_rebuild(struct node *n)
     n->owned = owned;
     if (count != n->nowned || self == RL_SHARDMAP_NONE) {
         rl_log_info("owns %u of %u shards (%zu members, assignment version %lld)%s", count,
-                    conf->shards, map->nmembers, (long long)n->asg_version,
+                    conf->shards, map->nmembers, (long long)n->view.asg_version,
                     self == RL_SHARDMAP_NONE ? "; not a member in this view yet" : "");
     }
     n->nowned = count;
@@ -184,19 +179,11 @@ static void
 node_members(void *arg, const struct rl_member *members, size_t count)
 {
     struct node *n = arg;
-    struct rl_member *copy = NULL;
 
-    if (count > 0) {
-        copy = malloc(count * sizeof(*copy));
-        if (copy == NULL) {
-            rl_log_error("membership update lost: out of memory");
-            return;
-        }
-        memcpy(copy, members, count * sizeof(*copy));
+    if (rl_view_set_members(&n->view, members, count) != 0) {
+        rl_log_error("membership update lost: out of memory");
+        return;
     }
-    free(n->members);
-    n->members = copy;
-    n->nmembers = count;
     node_rebuild(n);
 }
 
@@ -204,20 +191,11 @@ static void
 node_assignment(void *arg, const char *text, size_t len, int64_t version)
 {
     struct node *n = arg;
-    char *copy = NULL;
 
-    if (len > 0) {
-        copy = malloc(len);
-        if (copy == NULL) {
-            rl_log_error("assignment update lost: out of memory");
-            return;
-        }
-        memcpy(copy, text, len);
+    if (rl_view_set_assignment(&n->view, text, len, version) != 0) {
+        rl_log_error("assignment update lost: out of memory");
+        return;
     }
-    free(n->asg_text);
-    n->asg_text = copy;
-    n->asg_len = len;
-    n->asg_version = version;
     node_rebuild(n);
 }
 
@@ -300,6 +278,7 @@ main(int argc, char **argv)
     uint64_t memory;
     int rc;
 
+    n.view.asg_version = -1;
     rc = rl_daemon_init(&n.d, &node_spec, argc, argv, &n);
     if (rc != RL_DAEMON_RUN) {
         rl_daemon_destroy(&n.d);
@@ -365,8 +344,7 @@ out:
     /* The limiter's rules point into the config, which rl_daemon_destroy frees; the server's
      * handles are closed (or only closing, which touches no limiter) by now. */
     rl_limiter_destroy(n.limiter);
-    free(n.members);
-    free(n.asg_text);
+    rl_view_deinit(&n.view);
     free(n.owned);
     rl_daemon_destroy(&n.d);
     return rc;

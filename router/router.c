@@ -69,11 +69,7 @@ struct rl_router {
     bool closing;
 
     /* membership, assignment and the table built from them */
-    struct rl_member *members;
-    size_t nmembers;
-    char *assignment_text;
-    size_t assignment_len;
-    int64_t assignment_version;
+    struct rl_view view;
     struct rl_shardmap *map;
     struct rl_upstream **owners; /* owners[i]: the upstream of map->members[i] */
     struct rl_upstream *upstreams;
@@ -356,9 +352,9 @@ router_stats_reply(struct rl_conn *c, uint32_t id)
     keys[n] = "pending";
     vals[n++] = r->npending;
     keys[n] = "members";
-    vals[n++] = (int64_t)r->nmembers;
+    vals[n++] = (int64_t)r->view.nmembers;
     keys[n] = "assignment_version";
-    vals[n++] = r->assignment_version;
+    vals[n++] = r->view.asg_version;
     if (r->log != NULL) {
         rl_reqlog_stats(r->log, &ls);
     }
@@ -743,13 +739,12 @@ router_rebuild(struct rl_router *r)
     ops.arg = r;
     ops.secret = r->conf->secret;
     ops.secret_len = r->conf->secret_len;
-    if (rl_shardmap_build(&map, r->conf->shards, r->members, r->nmembers, r->assignment_text,
-                          r->assignment_len, err, sizeof(err)) != 0) {
+    if (rl_shardmap_build(&map, r->conf->shards, &r->view, err, sizeof(err)) != 0) {
         rl_log_error("cannot build the shard table: out of memory; keeping the old one");
         return;
     }
     if (err[0] != '\0') {
-        rl_log_warn("assignment version %lld ignored: %s", (long long)r->assignment_version, err);
+        rl_log_warn("assignment version %lld ignored: %s", (long long)r->view.asg_version, err);
     }
     owners = calloc(map->nmembers ? map->nmembers : 1, sizeof(*owners));
     if (owners == NULL) {
@@ -814,52 +809,33 @@ router_rebuild(struct rl_router *r)
 
         rl_shardmap_balance(map, &max, &mean);
         rl_log_info("shard table rebuilt: %zu members, assignment version %lld, max/mean %.2f",
-                    map->nmembers, (long long)r->assignment_version, mean > 0 ? max / mean : 0.0);
+                    map->nmembers, (long long)r->view.asg_version, mean > 0 ? max / mean : 0.0);
     }
 }
 
 void
 rl_router_set_members(struct rl_router *r, const struct rl_member *members, size_t n)
 {
-    struct rl_member *copy = NULL;
-
     if (r->closing) {
         return;
     }
-    if (n > 0) {
-        copy = malloc(n * sizeof(*copy));
-        if (copy == NULL) {
-            rl_log_error("membership update lost: out of memory");
-            return;
-        }
-        memcpy(copy, members, n * sizeof(*copy));
+    if (rl_view_set_members(&r->view, members, n) != 0) {
+        rl_log_error("membership update lost: out of memory");
+        return;
     }
-    free(r->members);
-    r->members = copy;
-    r->nmembers = n;
     router_rebuild(r);
 }
 
 void
 rl_router_set_assignment(struct rl_router *r, const char *text, size_t len, int64_t version)
 {
-    char *copy = NULL;
-
     if (r->closing) {
         return;
     }
-    if (len > 0) {
-        copy = malloc(len);
-        if (copy == NULL) {
-            rl_log_error("assignment update lost: out of memory");
-            return;
-        }
-        memcpy(copy, text, len);
+    if (rl_view_set_assignment(&r->view, text, len, version) != 0) {
+        rl_log_error("assignment update lost: out of memory");
+        return;
     }
-    free(r->assignment_text);
-    r->assignment_text = copy;
-    r->assignment_len = len;
-    r->assignment_version = version;
     router_rebuild(r);
 }
 
@@ -920,8 +896,7 @@ router_maybe_free(struct rl_router *r)
     }
     rl_shardmap_destroy(r->map);
     free(r->owners);
-    free(r->members);
-    free(r->assignment_text);
+    rl_view_deinit(&r->view);
     free(r->slab);
     rl_wire_decoder_deinit(&r->dec);
     free(r);
@@ -949,7 +924,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
         r->opts.max_pending = 262144;
     }
     snprintf(r->name, sizeof(r->name), "%s", opts->name);
-    r->assignment_version = -1;
+    r->view.asg_version = -1;
     r->slab_cap = r->opts.max_pending;
     r->slab = calloc(r->slab_cap, sizeof(*r->slab));
     if (r->slab == NULL || rl_wire_decoder_init(&r->dec) != 0) {
