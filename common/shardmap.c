@@ -517,6 +517,39 @@ rl_shardmap_destroy(struct rl_shardmap *m)
     free(m);
 }
 
+uint64_t
+rl_shardmap_digest(const struct rl_shardmap *m)
+{
+    XXH3_state_t st;
+    unsigned char buf[4096];
+    size_t len = 4, nl;
+    uint32_t s, o;
+
+    XXH3_INITSTATE(&st);
+    XXH3_64bits_reset(&st);
+    buf[0] = (unsigned char)m->nshards; /* little-endian, whatever the host's order */
+    buf[1] = (unsigned char)(m->nshards >> 8);
+    buf[2] = (unsigned char)(m->nshards >> 16);
+    buf[3] = (unsigned char)(m->nshards >> 24);
+    /* Batched through buf: one update per few hundred shards, not one per name. */
+    for (s = 0; s < m->nshards; s++) {
+        if (len > sizeof(buf) - RL_SHARDMAP_NAME_MAX) {
+            XXH3_64bits_update(&st, buf, len);
+            len = 0;
+        }
+        o = m->owner[s];
+        if (o != RL_SHARDMAP_NONE) {
+            /* A member's name is NUL-terminated within RL_SHARDMAP_NAME_MAX (create). */
+            nl = strnlen(m->members[o].name, RL_SHARDMAP_NAME_MAX - 1);
+            memcpy(buf + len, m->members[o].name, nl);
+            len += nl;
+        }
+        buf[len++] = 0;
+    }
+    XXH3_64bits_update(&st, buf, len);
+    return XXH3_64bits_digest(&st);
+}
+
 uint32_t
 rl_shardmap_find(const struct rl_shardmap *m, const char *name)
 {

@@ -128,6 +128,30 @@ rl_shardmap_owner(const struct rl_shardmap *m, uint32_t shard)
     return m->owner[shard];
 }
 
+/*
+ * The table's digest, for comparing tables across processes: a router's or a node's STATS
+ * `table_digest` against another's, or against the table a tool builds (rl_shardmap_build)
+ * from its own read of ZooKeeper. XXH3_64bits (seed 0) over nshards as 4 little-endian
+ * bytes, then for each shard in order its owner's name bytes and one 0x00 byte (just the
+ * 0x00 for RL_SHARDMAP_NONE). It depends only on who owns each shard: the same members in
+ * any order with the same assignment give the same digest, a shard with another owner (or
+ * a different shard count) another digest; members that own no shard and m->version do
+ * not count. O(nshards); a caller that reports it often keeps it (docs/PROTOCOL.md, STATS).
+ */
+uint64_t rl_shardmap_digest(const struct rl_shardmap *m);
+
+/*
+ * The digest as STATS reports it (`table_digest`, routers and nodes alike): STATS values
+ * are signed 64-bit, so the digest's top 63 bits, `(int64_t)(digest >> 1)`, never negative.
+ * 0 for no table (m NULL); a table's is 0 only with odds of 2^-63. The one conversion:
+ * router, node and tools all go through it.
+ */
+static inline int64_t
+rl_shardmap_digest_stat(const struct rl_shardmap *m)
+{
+    return m == NULL ? 0 : (int64_t)(rl_shardmap_digest(m) >> 1);
+}
+
 /* The index of the member called name in m->members, or RL_SHARDMAP_NONE. O(log n). */
 uint32_t rl_shardmap_find(const struct rl_shardmap *m, const char *name);
 

@@ -132,7 +132,8 @@ node_check_registration(uv_timer_t *t)
 
 /*
  * Rebuilds the table from the members and assignment last seen, exactly as the routers do,
- * and hands the server the shards this node owns in it.
+ * and hands the server the shards this node owns in it and the table's digest (STATS
+ * table_digest, to compare with the routers').
  */
 static void
 node_rebuild(struct node *n)
@@ -163,7 +164,7 @@ node_rebuild(struct node *n)
             count++;
         }
     }
-    rl_server_set_owned(&n->server, owned, conf->shards);
+    rl_server_set_owned(&n->server, owned, conf->shards, rl_shardmap_digest_stat(map));
     free(n->owned);
     n->owned = owned;
     if (count != n->nowned || self == RL_SHARDMAP_NONE) {

@@ -106,6 +106,7 @@ reply_stats(struct rl_conn *c, uint32_t id)
     RL_SERVER_PUT("auth_failures", s->auth_failures)
     RL_SERVER_PUT("zk_state", s->zk_state)
     RL_SERVER_PUT("registered", s->registered)
+    RL_SERVER_PUT("table_digest", s->table_digest)
     RL_SERVER_PUT("uptime_ms", uv_now(s->loop) - s->started_ms)
     /* Memory pressure per service, "service.NAME.KEY", for the services that fit in the
      * reply's 256 pairs (5 keys each: about 40 services), in config order. */
@@ -354,10 +355,12 @@ rl_server_set_membership(struct rl_server *s, int zk_state, int registered)
 }
 
 void
-rl_server_set_owned(struct rl_server *s, const uint8_t *owned, uint32_t nshards)
+rl_server_set_owned(struct rl_server *s, const uint8_t *owned, uint32_t nshards,
+                    int64_t table_digest)
 {
     s->owned = owned;
     s->nshards = nshards;
+    s->table_digest = table_digest;
 }
 
 void

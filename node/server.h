@@ -50,6 +50,9 @@ struct rl_server {
     const uint8_t *owned; /* ZooKeeper mode: bit s set when this node owns shard s in its
                              view of the membership and assignment; NULL: no view yet */
     uint32_t nshards;
+    /* STATS table_digest: rl_shardmap_digest_stat() of the table owned came from; 0: no
+     * view yet (always, with static membership) */
+    int64_t table_digest;
     bool fence_disconnect; /* [cluster] fencing = disconnect */
     uint64_t not_owner;     /* CHECKs refused: shard not ours, or fenced */
     uint64_t auth_failures; /* connections closed for a wrong or missing AUTH */
@@ -73,10 +76,12 @@ void rl_server_set_membership(struct rl_server *s, int zk_state, int registered)
 /*
  * ZooKeeper mode: from now on a CHECK is answered only for a shard whose bit is set in owned
  * (nshards bits, the caller's, kept alive until the next call), and only while registered;
- * anything else gets ERROR NOT_OWNER. Never called with static membership: then every CHECK
- * is answered.
+ * anything else gets ERROR NOT_OWNER. table_digest is the rl_shardmap_digest_stat() of the
+ * table owned was taken from, which STATS reports as `table_digest`. Never called with
+ * static membership: then every CHECK is answered and `table_digest` is 0.
  */
-void rl_server_set_owned(struct rl_server *s, const uint8_t *owned, uint32_t nshards);
+void rl_server_set_owned(struct rl_server *s, const uint8_t *owned, uint32_t nshards,
+                         int64_t table_digest);
 
 /* Stops listening and closes every connection; on_closed (may be NULL) runs when done. */
 void rl_server_close(struct rl_server *s, void (*on_closed)(struct rl_server *s));

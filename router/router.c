@@ -73,6 +73,7 @@ struct rl_router {
     struct rl_shardmap *map;
     struct rl_upstream **owners; /* owners[i]: the upstream of map->members[i] */
     struct rl_upstream *upstreams;
+    int64_t table_digest; /* STATS: rl_shardmap_digest_stat(map), kept at each rebuild */
 
     /* pending requests */
     struct rl_pending *slab;
@@ -355,6 +356,8 @@ router_stats_reply(struct rl_conn *c, uint32_t id)
     vals[n++] = (int64_t)r->view.nmembers;
     keys[n] = "assignment_version";
     vals[n++] = r->view.asg_version;
+    keys[n] = "table_digest";
+    vals[n++] = r->table_digest;
     if (r->log != NULL) {
         rl_reqlog_stats(r->log, &ls);
     }
@@ -802,6 +805,8 @@ router_rebuild(struct rl_router *r)
     free(r->owners);
     r->map = map;
     r->owners = owners;
+    /* Of the table as routed: a member without an upstream owns nothing in it (above). */
+    r->table_digest = rl_shardmap_digest_stat(map);
     r->stats.table_builds++;
     {
         uint32_t max;

@@ -546,6 +546,176 @@ START_TEST(test_balance)
 }
 END_TEST
 
+/* The digest as shardmap.h defines it, spelt out byte by byte: the reference. */
+static uint64_t
+digest_ref(const struct rl_shardmap *sm)
+{
+    unsigned char *buf = malloc(4 + (size_t)sm->nshards * RL_SHARDMAP_NAME_MAX);
+    size_t len = 0, nl;
+    uint64_t d;
+    uint32_t s;
+
+    ck_assert_ptr_nonnull(buf);
+    buf[len++] = (unsigned char)(sm->nshards & 0xff);
+    buf[len++] = (unsigned char)(sm->nshards >> 8 & 0xff);
+    buf[len++] = (unsigned char)(sm->nshards >> 16 & 0xff);
+    buf[len++] = (unsigned char)(sm->nshards >> 24 & 0xff);
+    for (s = 0; s < sm->nshards; s++) {
+        nl = strlen(owner_name(sm, s));
+        memcpy(buf + len, owner_name(sm, s), nl);
+        len += nl;
+        buf[len++] = 0;
+    }
+    d = XXH3_64bits(buf, len);
+    free(buf);
+    return d;
+}
+
+START_TEST(test_digest_known)
+{
+    /* {a, b, c} over 12 shards: owners "bbcababaaacc" (test_owner_known). */
+    /* 12 as 4 little-endian bytes, then the owners; the last 0x00 is the literal's NUL. */
+    static const char bytes[] = "\x0c\x00\x00\x00"
+                                "b\0b\0c\0a\0b\0a\0b\0a\0a\0a\0c\0c";
+    static const char none[4 + 12] = "\x0c";
+    struct rl_member m[3] = {{"c", "h:3"}, {"a", "h:1"}, {"b", "h:2"}};
+    struct rl_member longm[5];
+    struct rl_shardmap *sm = NULL;
+    uint64_t d;
+    uint32_t ns;
+
+    ck_assert_int_eq(rl_shardmap_create(&sm, 12, m, 3, NULL), 0);
+    d = rl_shardmap_digest(sm);
+    ck_assert_uint_eq(d, XXH3_64bits(bytes, sizeof(bytes)));
+    ck_assert_uint_eq(d, 0x4fadf9fcbdb8fc72ull); /* the shared libxxhash agrees */
+    ck_assert_int_eq(rl_shardmap_digest_stat(sm), (int64_t)(d >> 1));
+    rl_shardmap_destroy(sm);
+
+    /* No members: every shard contributes just its 0x00. */
+    ck_assert_int_eq(rl_shardmap_create(&sm, 12, m, 0, NULL), 0);
+    ck_assert_uint_eq(rl_shardmap_digest(sm), XXH3_64bits(none, sizeof(none)));
+    rl_shardmap_destroy(sm);
+    ck_assert_int_eq(rl_shardmap_digest_stat(NULL), 0);
+
+    /* Whole tables, many times the function's internal buffer, also with the longest names
+     * (63 bytes), which fill it fastest, and with shard counts around its size. */
+    sm = build(m, 3, NULL);
+    ck_assert_uint_eq(rl_shardmap_digest(sm), digest_ref(sm));
+    ck_assert_int_ge(rl_shardmap_digest_stat(sm), 0);
+    rl_shardmap_destroy(sm);
+    memset(longm, 0, sizeof(longm));
+    memset(longm[0].name, 'a', 1);
+    memset(longm[1].name, 'b', RL_SHARDMAP_NAME_MAX - 2);
+    memset(longm[2].name, 'c', RL_SHARDMAP_NAME_MAX - 1);
+    memset(longm[3].name, 'd', RL_SHARDMAP_NAME_MAX - 1);
+    memset(longm[4].name, 'e', RL_SHARDMAP_NAME_MAX - 1);
+    for (ns = 1; ns <= NSHARDS; ns = ns * 3 + 1) {
+        ck_assert_int_eq(rl_shardmap_create(&sm, ns, longm, 5, NULL), 0);
+        RL_CHECK_UINT_EQ(rl_shardmap_digest(sm), digest_ref(sm));
+        rl_shardmap_destroy(sm);
+    }
+    sm = build(longm, 5, NULL);
+    ck_assert_uint_eq(rl_shardmap_digest(sm), digest_ref(sm));
+    rl_shardmap_destroy(sm);
+}
+END_TEST
+
+START_TEST(test_digest_order_and_moves)
+{
+    struct rl_member m[10];
+    struct rl_assignment a;
+    struct rl_shardmap *sm;
+    uint64_t st = 11, ref, d;
+    const char *hrw5, *other;
+    int k;
+
+    nodes(m, 10);
+    ck_assert_int_eq(rl_assignment_init(&a, NSHARDS), 0);
+    ck_assert_int_eq(rl_assignment_set(&a, 3, "node-4"), 0);
+    ck_assert_int_eq(rl_assignment_set(&a, 4000, "gone"), 0);
+    sm = build(m, 10, &a);
+    ref = rl_shardmap_digest(sm);
+    hrw5 = m[rl_shardmap_hrw(5, m, 10)].name;
+    other = strcmp(hrw5, "node-1") == 0 ? "node-2" : "node-1";
+    rl_shardmap_destroy(sm);
+    /* The same members in any order, with the same assignment: the same digest. */
+    for (k = 0; k < 20; k++) {
+        shuffle(m, 10, &st);
+        sm = build(m, 10, &a);
+        RL_CHECK_UINT_EQ(rl_shardmap_digest(sm), ref);
+        rl_shardmap_destroy(sm);
+    }
+    nodes(m, 10);
+    /* An override that names the owner HRW gives anyway moves nothing: same digest. */
+    ck_assert_int_eq(rl_assignment_set(&a, 5, hrw5), 0);
+    sm = build(m, 10, &a);
+    ck_assert_uint_eq(rl_shardmap_digest(sm), ref);
+    rl_shardmap_destroy(sm);
+    /* One shard moved to another member: another digest; moved back: the same again. */
+    ck_assert_int_eq(rl_assignment_set(&a, 5, other), 0);
+    sm = build(m, 10, &a);
+    ck_assert_str_eq(owner_name(sm, 5), other);
+    d = rl_shardmap_digest(sm);
+    ck_assert_uint_ne(d, ref);
+    ck_assert_int_ne(rl_shardmap_digest_stat(sm), (int64_t)(ref >> 1));
+    rl_shardmap_destroy(sm);
+    ck_assert_int_eq(rl_assignment_set(&a, 5, NULL), 0);
+    sm = build(m, 10, &a);
+    ck_assert_uint_eq(rl_shardmap_digest(sm), ref);
+    rl_shardmap_destroy(sm);
+    /* A member gone, or another shard count: another digest. */
+    sm = build(m, 9, &a);
+    ck_assert_uint_ne(rl_shardmap_digest(sm), ref);
+    rl_shardmap_destroy(sm);
+    ck_assert_int_eq(rl_shardmap_create(&sm, NSHARDS / 2, m, 10, NULL), 0);
+    ck_assert_uint_ne(rl_shardmap_digest(sm), ref);
+    rl_shardmap_destroy(sm);
+    rl_assignment_deinit(&a);
+}
+END_TEST
+
+START_TEST(test_digest_build_equals_create)
+{
+    static const char text[] = "rl-assignment 1 4096\n5 node-2\n77 node-7\n4000 gone\n";
+    struct rl_member m[7];
+    struct rl_view v = {.asg_version = -1};
+    struct rl_assignment a;
+    struct rl_shardmap *built, *made;
+    char err[128];
+    uint64_t st = 13;
+
+    /* A view as ZooKeeper gives it (members in any order), and the same by hand. */
+    nodes(m, 7);
+    ck_assert_int_eq(rl_assignment_init(&a, NSHARDS), 0);
+    ck_assert_int_eq(rl_assignment_parse(&a, text, strlen(text), NULL, 0), 0);
+    made = build(m, 7, &a);
+    shuffle(m, 7, &st);
+    ck_assert_int_eq(rl_view_set_members(&v, m, 7), 0);
+    ck_assert_int_eq(rl_view_set_assignment(&v, text, strlen(text), 3), 0);
+    ck_assert_int_eq(rl_shardmap_build(&built, NSHARDS, &v, err, sizeof(err)), 0);
+    ck_assert_str_eq(err, "");
+    ck_assert_uint_eq(rl_shardmap_digest(built), rl_shardmap_digest(made));
+    ck_assert_int_eq(rl_shardmap_digest_stat(built), rl_shardmap_digest_stat(made));
+    rl_shardmap_destroy(built);
+    rl_shardmap_destroy(made);
+
+    /* No assignment, and one that does not parse (left out): the members' table alone. */
+    made = build(m, 7, NULL);
+    ck_assert_int_eq(rl_view_set_assignment(&v, NULL, 0, -1), 0);
+    ck_assert_int_eq(rl_shardmap_build(&built, NSHARDS, &v, err, sizeof(err)), 0);
+    ck_assert_uint_eq(rl_shardmap_digest(built), rl_shardmap_digest(made));
+    rl_shardmap_destroy(built);
+    ck_assert_int_eq(rl_view_set_assignment(&v, "rl-assignment 1 12\n", 19, 4), 0);
+    ck_assert_int_eq(rl_shardmap_build(&built, NSHARDS, &v, err, sizeof(err)), 0);
+    ck_assert_str_ne(err, "");
+    ck_assert_uint_eq(rl_shardmap_digest(built), rl_shardmap_digest(made));
+    rl_shardmap_destroy(built);
+    rl_shardmap_destroy(made);
+    rl_view_deinit(&v);
+    rl_assignment_deinit(&a);
+}
+END_TEST
+
 static Suite *
 shardmap_suite(void)
 {
@@ -564,6 +734,9 @@ shardmap_suite(void)
     tcase_add_test(tc, test_create_errors);
     tcase_add_test(tc, test_find);
     tcase_add_test(tc, test_balance);
+    tcase_add_test(tc, test_digest_known);
+    tcase_add_test(tc, test_digest_order_and_moves);
+    tcase_add_test(tc, test_digest_build_equals_create);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("assignment");

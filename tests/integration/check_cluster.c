@@ -1,10 +1,11 @@
 /*
  * check_cluster: the cluster (docs/OPERATIONS.md) with real parts: a ZooKeeper server, three
  * rl-node processes and two rl-router processes on loopback. Checks that routers agree on
- * owners, that a node's death costs exactly its users their counts (failure policy until
- * ZooKeeper drops it, then zero on a survivor), that a restarted node takes exactly its
- * shards back, that losing ZooKeeper changes no decision, and that every process exits 0
- * on SIGTERM. Nodes run with the test clock fixed, so counts are exact.
+ * owners, that routers and nodes report the table digest of ZooKeeper's members, that a
+ * node's death costs exactly its users their counts (failure policy until ZooKeeper drops
+ * it, then zero on a survivor), that a restarted node takes exactly its shards back, that
+ * losing ZooKeeper changes no decision, and that every process exits 0 on SIGTERM. Nodes
+ * run with the test clock fixed, so counts are exact.
  */
 #include <check.h>
 #include <errno.h>
@@ -196,6 +197,82 @@ assert_routers_agree(const int *live, int nlive)
     rl_shardmap_destroy(m);
 }
 
+/*
+ * The STATS table_digest of the table built from what ZooKeeper says now, as a tool watching
+ * the cluster computes it: the members listed under nodes/ with the addresses their znodes
+ * hold, and no assignment (this cluster has none). Sets *nmembers to how many there are.
+ */
+static int64_t
+zk_digest(int *nmembers)
+{
+    char kids[NNODES + 1][RL_HARNESS_ZK_NAME_MAX];
+    char path[RL_HARNESS_ZK_NAME_MAX + 32], asg[8];
+    struct rl_member members[NNODES];
+    struct rl_shardmap *m = NULL;
+    int64_t d;
+    int n;
+
+    n = rl_harness_zk_children(zk.connect, "/ratelimiter/it/nodes", kids, NNODES + 1);
+    ck_assert_int_ge(n, 0);
+    ck_assert_int_le(n, NNODES);
+    memset(members, 0, sizeof(members));
+    for (int i = 0; i < n; i++) {
+        ck_assert_uint_lt(strlen(kids[i]), sizeof(members[i].name));
+        snprintf(members[i].name, sizeof(members[i].name), "%.*s", RL_SHARDMAP_NAME_MAX - 1,
+                 kids[i]);
+        snprintf(path, sizeof(path), "/ratelimiter/it/nodes/%.*s", RL_HARNESS_ZK_NAME_MAX - 1,
+                 kids[i]);
+        ck_assert_int_gt(
+            rl_harness_zk_get(zk.connect, path, members[i].addr, sizeof(members[i].addr)), 0);
+    }
+    ck_assert_int_eq(rl_harness_zk_get(zk.connect, "/ratelimiter/it/assignment", asg, sizeof(asg)),
+                     -ENOENT);
+    ck_assert_int_eq(rl_shardmap_create(&m, SHARDS, members, (size_t)n, NULL), 0);
+    d = rl_shardmap_digest_stat(m);
+    rl_shardmap_destroy(m);
+    *nmembers = n;
+    return d;
+}
+
+/*
+ * Once the membership has settled on live[0..nlive) (polled for up to 5 s: routers and nodes
+ * learn of members asynchronously), both routers and every live node report one non-zero
+ * table_digest in STATS: that of the table built from ZooKeeper's members, which is also
+ * the table this test computes for the live nodes.
+ */
+static void
+assert_digests_agree(const int *live, int nlive)
+{
+    struct rl_shardmap *mine = table_of(live, nlive);
+    int64_t want = 0, got[2 + NNODES];
+    int nzk = -1, ngot = 0, t, same = 0;
+
+    for (t = 0; t < 100 && !same; t++) {
+        if (t > 0) {
+            usleep(50 * 1000);
+        }
+        want = zk_digest(&nzk);
+        ngot = 0;
+        for (int r = 0; r < 2; r++) {
+            got[ngot++] = router_stat(r, "table_digest");
+        }
+        for (int i = 0; i < nlive; i++) {
+            got[ngot++] = rl_test_stat(node_ports[live[i]], "table_digest");
+        }
+        same = nzk == nlive && want != 0;
+        for (int k = 0; k < ngot; k++) {
+            same = same && got[k] == want;
+        }
+    }
+    ck_assert_msg(same,
+                  "after %d polls: ZooKeeper lists %d members (want %d), digest %lld; routers "
+                  "report %lld and %lld, the first live node %lld",
+                  t, nzk, nlive, (long long)want, (long long)got[0], (long long)got[1],
+                  (long long)got[2]);
+    ck_assert_int_eq(want, rl_shardmap_digest_stat(mine));
+    rl_shardmap_destroy(mine);
+}
+
 /* A failure-policy answer to a user of the dead node, while it is still a member. */
 static void
 assert_policy(const struct rl_wire_check_reply *c, uint32_t want, const char *svc, const char *user)
@@ -259,6 +336,15 @@ users_fill(char users[NUSERS][16])
     }
 }
 
+/* Routers and nodes report the table_digest of ZooKeeper's view, for a watcher to compare. */
+START_TEST(test_table_digest)
+{
+    static const int all[NNODES] = {0, 1, 2};
+
+    assert_digests_agree(all, NNODES);
+}
+END_TEST
+
 START_TEST(test_node_death_and_return)
 {
     static const int all[NNODES] = {0, 1, 2}, survivors[2] = {0, 2};
@@ -266,6 +352,7 @@ START_TEST(test_node_death_and_return)
     char users[NUSERS][16];
     int owner[NUSERS], later[NUSERS], closed_owner[NUSERS], on_dead = 0, closed_dead = 0;
     uint64_t worst_ns = 0;
+    int64_t digest_all;
     struct rl_wire_check_reply c;
 
     users_fill(users);
@@ -292,6 +379,8 @@ START_TEST(test_node_death_and_return)
     ck_assert_int_gt(closed_dead, 0);
     /* The routers' tables are the one computed here. */
     assert_routers_agree(all, NNODES);
+    assert_digests_agree(all, NNODES);
+    digest_all = router_stat(0, "table_digest");
 
     ck_assert_int_eq(rl_harness_kill9(nodes[1].pid), 0);
     nodes[1].pid = 0;
@@ -331,6 +420,8 @@ START_TEST(test_node_death_and_return)
 
     wait_members(2);
     assert_routers_agree(survivors, 2);
+    assert_digests_agree(survivors, 2);
+    ck_assert_int_ne(router_stat(0, "table_digest"), digest_all);
     for (int u = 0; u < NUSERS; u++) {
         c = check(u % 2 ? r1 : r0, "fw", users[u], 1);
         ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
@@ -342,6 +433,9 @@ START_TEST(test_node_death_and_return)
     ck_assert_int_eq(rl_harness_server_restart(&nodes[1]), 0);
     set_node_clock(1);
     wait_members(3);
+    /* The same members as before: the same table, so the same digest. */
+    assert_digests_agree(all, NNODES);
+    ck_assert_int_eq(router_stat(0, "table_digest"), digest_all);
     ck_assert_int_eq(router_stat(0, "node.n2.up"), 1);
     for (int u = 0; u < NUSERS; u++) {
         c = check(u % 2 ? r0 : r1, "fw", users[u], 1);
@@ -422,6 +516,7 @@ cluster_suite(void)
     tcase_add_checked_fixture(tc, cluster_setup, cluster_teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_exact_limit_across_routers);
+    tcase_add_test(tc, test_table_digest);
     tcase_add_test(tc, test_node_death_and_return);
     tcase_add_test(tc, test_zookeeper_outage);
     tcase_add_test(tc, test_sigterm_everything);
