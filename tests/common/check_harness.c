@@ -4,17 +4,24 @@
  * ports are distinct; ZooKeeper starts, serves the C client, keeps persistent znodes across
  * a restart and leaves no JVM behind. The rl-node/rl-router wrappers are tested against
  * this very binary run as a fake server, so the suite does not depend on those programs.
+ * The fault proxy (proxy.h) is tested in front of an echo server, one test per mode.
  * Not a test of the project's programs: the integration suites do that.
  */
 #include "harness.h"
+#include "proxy.h"
 #include "rltest.h"
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -791,6 +798,620 @@ START_TEST(test_server_wrappers)
 }
 END_TEST
 
+/* ---- Fault proxy ----------------------------------------------------------------------- */
+
+#define ECHO_CONNS 512
+
+/* An echo server on 127.0.0.1 (a thread): writes back whatever it reads, and counts it. */
+struct echo {
+    int lfd, port;
+    atomic_int stop;
+    atomic_long received; /* bytes read, every connection */
+    atomic_int accepted;
+    atomic_int open;   /* connections now */
+    atomic_int resets; /* connections that ended with ECONNRESET */
+    pthread_t thread;
+};
+
+static void *
+echo_main(void *arg)
+{
+    struct echo *e = arg;
+    struct pollfd pfd[1 + ECHO_CONNS];
+    char buf[65536];
+    int n = 1;
+
+    pfd[0].fd = e->lfd;
+    pfd[0].events = POLLIN;
+    while (!atomic_load(&e->stop)) {
+        if (poll(pfd, (nfds_t)n, 20) <= 0) {
+            continue;
+        }
+        /* Backwards, so that the last entry moved into a closed one's place was seen. */
+        for (int j = n - 1; j >= 1; j--) {
+            ssize_t got = 0, sent = 0;
+
+            if (pfd[j].revents == 0) {
+                continue;
+            }
+            got = read(pfd[j].fd, buf, sizeof(buf));
+            if (got < 0 && errno == ECONNRESET) {
+                atomic_fetch_add(&e->resets, 1);
+            }
+            if (got > 0) {
+                atomic_fetch_add(&e->received, got);
+            }
+            while (got > 0 && sent < got) {
+                ssize_t w = send(pfd[j].fd, buf + sent, (size_t)(got - sent), MSG_NOSIGNAL);
+
+                if (w <= 0) {
+                    break;
+                }
+                sent += w;
+            }
+            if (got <= 0 || sent < got) {
+                close(pfd[j].fd);
+                pfd[j] = pfd[--n];
+                atomic_fetch_sub(&e->open, 1);
+            }
+        }
+        if (pfd[0].revents & POLLIN) {
+            int c = accept4(e->lfd, NULL, NULL, SOCK_CLOEXEC);
+
+            if (c >= 0 && n < 1 + ECHO_CONNS) {
+                pfd[n].fd = c;
+                pfd[n].events = POLLIN;
+                pfd[n++].revents = 0;
+                atomic_fetch_add(&e->accepted, 1);
+                atomic_fetch_add(&e->open, 1);
+            } else if (c >= 0) {
+                close(c);
+            }
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        close(pfd[j].fd);
+    }
+    return NULL;
+}
+
+static void
+echo_start(struct echo *e)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sin);
+
+    memset(e, 0, sizeof(*e));
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    e->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(e->lfd, 0);
+    ck_assert_int_eq(bind(e->lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    ck_assert_int_eq(listen(e->lfd, SOMAXCONN), 0);
+    ck_assert_int_eq(getsockname(e->lfd, (struct sockaddr *)&sin, &len), 0);
+    e->port = ntohs(sin.sin_port);
+    ck_assert_int_eq(pthread_create(&e->thread, NULL, echo_main, e), 0);
+}
+
+static void
+echo_stop(struct echo *e)
+{
+    atomic_store(&e->stop, 1);
+    pthread_join(e->thread, NULL);
+}
+
+/* A blocking connection to 127.0.0.1:port. */
+static int
+dial(int port)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sin.sin_port = htons((uint16_t)port);
+    RL_CHECK_INT_GE(fd, 0);
+    RL_CHECK_INT_EQ(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    return fd;
+}
+
+static void
+send_str(int fd, const char *s)
+{
+    ck_assert_int_eq(send(fd, s, strlen(s), MSG_NOSIGNAL), (ssize_t)strlen(s));
+}
+
+/* One read within ms: the bytes read, 0 at EOF, -errno, or -ETIMEDOUT if nothing came. */
+static ssize_t
+recv_within(int fd, char *buf, size_t len, int ms)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    ssize_t n;
+
+    if (poll(&pfd, 1, ms) == 0) {
+        return -ETIMEDOUT;
+    }
+    n = recv(fd, buf, len, MSG_DONTWAIT);
+    return n < 0 ? -errno : n;
+}
+
+/* Sends s and reads it back, whole, within 5 s. */
+static void
+expect_echo(int fd, const char *s)
+{
+    char buf[256] = {0};
+    size_t want = strlen(s), got = 0;
+    int64_t deadline = mono_ms() + 5000;
+
+    send_str(fd, s);
+    while (got < want) {
+        int left = (int)(deadline - mono_ms());
+        ssize_t n = recv_within(fd, buf + got, want - got, left > 0 ? left : 0);
+
+        ck_assert_msg(n > 0, "echo of \"%s\": %zd after %zu bytes", s, n, got);
+        got += (size_t)n;
+    }
+    ck_assert_str_eq(buf, s);
+}
+
+/* Nothing arrives within ms. */
+static void
+expect_silence(int fd, int ms)
+{
+    char buf[64];
+
+    ck_assert_int_eq(recv_within(fd, buf, sizeof(buf), ms), -ETIMEDOUT);
+}
+
+/* The connection is closed by the far end within 5 s: reset, or (!must_reset) EOF. */
+static void
+expect_closed(int fd, bool must_reset)
+{
+    char buf[64];
+    ssize_t n = recv_within(fd, buf, sizeof(buf), 5000);
+
+    ck_assert_msg(n == -ECONNRESET || (n == 0 && !must_reset), "read %zd, not a %s", n,
+                  must_reset ? "reset" : "close");
+}
+
+static struct rl_proxy_stats
+stats_of(struct rl_proxy *p)
+{
+    struct rl_proxy_stats st;
+
+    rl_proxy_stats(p, &st);
+    return st;
+}
+
+/* Waits up to 5 s for a condition on the proxy's stats (st) or anything else. */
+#define WAIT_FOR(cond)                                                                             \
+    do {                                                                                           \
+        int64_t wait_deadline_ = mono_ms() + 5000;                                                 \
+        while (!(cond) && mono_ms() < wait_deadline_) {                                            \
+            usleep(5000);                                                                          \
+        }                                                                                          \
+        ck_assert(cond);                                                                           \
+    } while (0)
+
+static struct rl_proxy *
+proxy_before(const struct echo *e, int *port)
+{
+    struct rl_proxy *p = NULL;
+
+    *port = 0;
+    ck_assert_int_eq(rl_proxy_start(&p, e->port, port), 0);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_gt(*port, 0);
+    return p;
+}
+
+START_TEST(test_proxy_pass)
+{
+    struct echo e;
+    struct rl_proxy *p, *q;
+    int port, qport = 0, fd;
+
+    echo_start(&e);
+    p = proxy_before(&e, &port);
+    fd = dial(port);
+    expect_echo(fd, "hello");
+    expect_echo(fd, "again");
+    WAIT_FOR(stats_of(p).bytes_down == 10);
+    ck_assert_uint_eq(stats_of(p).bytes_up, 10);
+    ck_assert_uint_eq(stats_of(p).accepted, 1);
+    ck_assert_int_eq(stats_of(p).open, 1);
+    ck_assert_int_eq(e.accepted, 1);
+    /* A close on one side closes the pair: the target sees it too. */
+    close(fd);
+    WAIT_FOR(stats_of(p).open == 0);
+    WAIT_FOR(e.open == 0);
+
+    /* A target that refuses the dial: the client sees a close. */
+    ck_assert_int_eq(rl_proxy_start(&q, rl_harness_free_port(), &qport), 0);
+    fd = dial(qport);
+    expect_closed(fd, false);
+    close(fd);
+    WAIT_FOR(stats_of(q).accepted == 1 && stats_of(q).open == 0);
+    rl_proxy_stop(q);
+    rl_proxy_stop(p);
+    rl_proxy_stop(NULL);
+    echo_stop(&e);
+}
+END_TEST
+
+/*
+ * 4 MiB both ways through one pair, the client reading only when it cannot write: the
+ * proxy's queues fill, it stops reading and resumes, and every byte arrives in order.
+ */
+START_TEST(test_proxy_bulk)
+{
+    enum { TOTAL = 4 << 20 };
+    struct echo e;
+    struct rl_proxy *p;
+    unsigned char *out = malloc(TOTAL), *in = malloc(TOTAL);
+    size_t sent = 0, got = 0;
+    int64_t deadline = mono_ms() + 20000;
+    int port, fd;
+
+    ck_assert(out != NULL && in != NULL);
+    for (size_t i = 0; i < TOTAL; i++) {
+        out[i] = (unsigned char)(i * 2654435761u >> 13);
+    }
+    echo_start(&e);
+    p = proxy_before(&e, &port);
+    rl_proxy_set_delay(p, 5);
+    fd = dial(port);
+    ck_assert_int_eq(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    while (got < TOTAL) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN | (sent < TOTAL ? POLLOUT : 0)};
+        ssize_t n = -1;
+
+        ck_assert_msg(mono_ms() < deadline, "stuck at %zu sent, %zu received", sent, got);
+        ck_assert_int_ge(poll(&pfd, 1, 1000), 0);
+        if (sent < TOTAL && (pfd.revents & POLLOUT)) {
+            n = send(fd, out + sent, TOTAL - sent, MSG_NOSIGNAL);
+            if (n > 0) {
+                sent += (size_t)n;
+                continue;
+            }
+            ck_assert_int_eq(errno, EAGAIN);
+        }
+        if (pfd.revents & POLLIN) {
+            n = recv(fd, in + got, TOTAL - got, 0);
+            ck_assert_int_gt(n, 0);
+            got += (size_t)n;
+        }
+    }
+    ck_assert(memcmp(in, out, TOTAL) == 0);
+    WAIT_FOR(stats_of(p).bytes_down == TOTAL);
+    ck_assert_uint_eq(stats_of(p).bytes_up, TOTAL);
+    close(fd);
+    rl_proxy_stop(p);
+    echo_stop(&e);
+    free(in);
+    free(out);
+}
+END_TEST
+
+/* Sends from a non-blocking fd until 500 ms pass without progress or limit bytes went. */
+static size_t
+send_until_stalled(int fd, size_t limit)
+{
+    static const char zeros[65536];
+    size_t total = 0;
+
+    while (total < limit) {
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        ssize_t n;
+
+        if (poll(&pfd, 1, 500) == 0) {
+            break;
+        }
+        n = send(fd, zeros, sizeof(zeros), MSG_NOSIGNAL);
+        if (n < 0) {
+            RL_CHECK(errno == EAGAIN, "send: errno %d", errno);
+            continue;
+        }
+        total += (size_t)n;
+    }
+    return total;
+}
+
+/*
+ * A target that reads nothing: the proxy's queue stops at 1 MiB and the client is stalled,
+ * after what the kernel's socket buffers hold (tens of MiB at most), not at 256 MiB. In
+ * DROP_UP the client is read again whatever the queue holds.
+ */
+START_TEST(test_proxy_backpressure)
+{
+    enum { LIMIT = 256 << 20, MORE = 16 << 20 };
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sin);
+    struct rl_proxy *p = NULL;
+    int sink, small = 65536, port = 0, fd;
+    size_t sent;
+
+    /* Listens and never accepts: connections complete in the backlog and are never read. */
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sink = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_eq(setsockopt(sink, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+    ck_assert_int_eq(bind(sink, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    ck_assert_int_eq(listen(sink, 8), 0);
+    ck_assert_int_eq(getsockname(sink, (struct sockaddr *)&sin, &len), 0);
+    ck_assert_int_eq(rl_proxy_start(&p, ntohs(sin.sin_port), &port), 0);
+    fd = dial(port);
+    ck_assert_int_eq(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    sent = send_until_stalled(fd, LIMIT);
+    fprintf(stderr,
+            "check_harness: a client of a target that reads nothing stalled after %zu KiB\n",
+            sent >> 10);
+    ck_assert_uint_lt(sent, LIMIT);
+    ck_assert_uint_gt(sent, 1 << 20);
+    ck_assert_uint_lt(stats_of(p).bytes_up, LIMIT);
+
+    rl_proxy_set_mode(p, RL_PROXY_DROP_UP);
+    ck_assert_uint_eq(send_until_stalled(fd, MORE), MORE);
+    WAIT_FOR(stats_of(p).dropped_up >= MORE);
+    close(fd);
+    rl_proxy_stop(p);
+    close(sink);
+}
+END_TEST
+
+START_TEST(test_proxy_delay)
+{
+    struct echo e;
+    struct rl_proxy *p;
+    char buf[8] = {0};
+    int port, fd;
+    size_t got = 0;
+    int64_t t0, took;
+
+    echo_start(&e);
+    p = proxy_before(&e, &port);
+    fd = dial(port);
+    expect_echo(fd, "warm");
+    rl_proxy_set_delay(p, 200);
+    t0 = mono_ms();
+    expect_echo(fd, "ping");
+    took = mono_ms() - t0;
+    fprintf(stderr, "check_harness: round trip through a 200 ms proxy: %lld ms\n", (long long)took);
+    ck_assert_int_ge(took, 400);
+    ck_assert_int_lt(took, 5000);
+
+    /* Order is kept: three writes 20 ms apart come back as written. */
+    for (int i = 0; i < 3; i++) {
+        send_str(fd, (const char[]){(char)('a' + i), '\0'});
+        usleep(20 * 1000);
+    }
+    while (got < 3) {
+        ssize_t n = recv_within(fd, buf + got, 3 - got, 5000);
+
+        ck_assert_int_gt(n, 0);
+        got += (size_t)n;
+    }
+    ck_assert_str_eq(buf, "abc");
+
+    rl_proxy_set_delay(p, 0);
+    expect_echo(fd, "fast");
+    close(fd);
+    rl_proxy_stop(p);
+    echo_stop(&e);
+}
+END_TEST
+
+START_TEST(test_proxy_blackhole)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    struct echo e;
+    struct rl_proxy *p;
+    int port, fd, gone, late;
+
+    echo_start(&e);
+    p = proxy_before(&e, &port);
+    fd = dial(port);
+    expect_echo(fd, "a");
+    gone = dial(port);
+    expect_echo(gone, "g");
+    rl_proxy_set_mode(p, RL_PROXY_BLACKHOLE);
+    send_str(fd, "b");
+    /* A client that resets its connection: the target must not hear of it yet. */
+    ck_assert_int_eq(setsockopt(gone, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+    close(gone);
+    expect_silence(fd, 300);
+    ck_assert_int_eq(e.received, 2);
+    ck_assert_int_eq(e.open, 2);
+
+    /* A new connection is accepted, but the target is not dialed. */
+    late = dial(port);
+    send_str(late, "c");
+    WAIT_FOR(stats_of(p).accepted == 3);
+    ck_assert_int_eq(stats_of(p).open, 3);
+    expect_silence(late, 100);
+    ck_assert_int_eq(e.accepted, 2);
+    ck_assert_int_eq(e.received, 2);
+    ck_assert_int_eq(e.open, 2);
+
+    /* Healed: what was held goes through, on the same connections; the reset one closes. */
+    rl_proxy_set_mode(p, RL_PROXY_PASS);
+    {
+        char buf[4] = {0};
+
+        ck_assert_int_eq(recv_within(fd, buf, sizeof(buf) - 1, 5000), 1);
+        ck_assert_str_eq(buf, "b");
+        ck_assert_int_eq(recv_within(late, buf, sizeof(buf) - 1, 5000), 1);
+        ck_assert_str_eq(buf, "c");
+    }
+    ck_assert_int_eq(e.accepted, 3);
+    WAIT_FOR(stats_of(p).open == 2);
+    WAIT_FOR(e.open == 2);
+    expect_echo(fd, "d");
+    expect_echo(late, "e");
+    close(fd);
+    close(late);
+    rl_proxy_stop(p);
+    echo_stop(&e);
+}
+END_TEST
+
+START_TEST(test_proxy_reset)
+{
+    struct echo e;
+    struct rl_proxy *p;
+    int port, fd, late;
+    int64_t t0;
+
+    echo_start(&e);
+    p = proxy_before(&e, &port);
+    fd = dial(port);
+    expect_echo(fd, "a");
+    t0 = mono_ms();
+    rl_proxy_set_mode(p, RL_PROXY_RESET);
+    expect_closed(fd, true);
+    fprintf(stderr, "check_harness: RESET seen by the client in %lld ms\n",
+            (long long)(mono_ms() - t0));
+    /* A connection accepted in RESET is reset at once. */
+    late = dial(port);
+    expect_closed(late, true);
+    WAIT_FOR(stats_of(p).resets == 2);
+    ck_assert_int_eq(stats_of(p).open, 0);
+    /* The target's side was reset too (the late one never reached it). */
+    WAIT_FOR(e.open == 0);
+    ck_assert_int_eq(e.resets, 1);
+    ck_assert_int_eq(e.accepted, 1);
+    close(fd);
+    close(late);
+
+    /* A pulse (RESET, then PASS at once) still resets the pairs open then. */
+    rl_proxy_set_mode(p, RL_PROXY_PASS);
+    fd = dial(port);
+    expect_echo(fd, "b");
+    rl_proxy_set_mode(p, RL_PROXY_RESET);
+    rl_proxy_set_mode(p, RL_PROXY_PASS);
+    expect_closed(fd, true);
+    close(fd);
+    fd = dial(port);
+    expect_echo(fd, "c");
+    close(fd);
+    rl_proxy_stop(p);
+    echo_stop(&e);
+}
+END_TEST
+
+START_TEST(test_proxy_drop_up)
+{
+    struct echo e;
+    struct rl_proxy *p;
+    int port, fd;
+
+    echo_start(&e);
+    p = proxy_before(&e, &port);
+    fd = dial(port);
+    expect_echo(fd, "a");
+    rl_proxy_set_mode(p, RL_PROXY_DROP_UP);
+    send_str(fd, "hello");
+    WAIT_FOR(stats_of(p).dropped_up == 5);
+    expect_silence(fd, 300);
+    ck_assert_int_eq(e.received, 1);
+    ck_assert_uint_eq(stats_of(p).bytes_up, 1);
+    /* Back to PASS: the dropped bytes are gone, not late. */
+    rl_proxy_set_mode(p, RL_PROXY_PASS);
+    expect_echo(fd, "x");
+    expect_silence(fd, 200);
+    ck_assert_int_eq(e.received, 2);
+    close(fd);
+    rl_proxy_stop(p);
+    echo_stop(&e);
+}
+END_TEST
+
+START_TEST(test_proxy_drop_down)
+{
+    struct echo e;
+    struct rl_proxy *p;
+    int port, fd;
+
+    echo_start(&e);
+    p = proxy_before(&e, &port);
+    fd = dial(port);
+    expect_echo(fd, "a");
+    rl_proxy_set_mode(p, RL_PROXY_DROP_DOWN);
+    send_str(fd, "hello");
+    WAIT_FOR(e.received == 6);
+    WAIT_FOR(stats_of(p).dropped_down == 5);
+    expect_silence(fd, 300);
+    ck_assert_uint_eq(stats_of(p).bytes_up, 6);
+    ck_assert_uint_eq(stats_of(p).bytes_down, 1);
+    rl_proxy_set_mode(p, RL_PROXY_PASS);
+    expect_echo(fd, "y");
+    expect_silence(fd, 200);
+    close(fd);
+    rl_proxy_stop(p);
+    echo_stop(&e);
+}
+END_TEST
+
+/* 300 connections at once: RL_PROXY_PAIRS are served, the rest closed. */
+START_TEST(test_proxy_pairs_cap)
+{
+    enum { N = 300 };
+    struct echo e;
+    struct rl_proxy *p;
+    struct rlimit rl;
+    struct pollfd pfd[N];
+    int port, served = 0, closed = 0, fd;
+    int64_t deadline;
+
+    /* 300 clients, 512 proxy sockets, 256 echo sockets: past a soft limit of 1024. */
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < 2048) {
+        rl.rlim_cur = rl.rlim_max < 2048 ? rl.rlim_max : 2048;
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    }
+    ck_assert_uint_ge(rl.rlim_cur, 1200);
+    echo_start(&e);
+    p = proxy_before(&e, &port);
+    for (int i = 0; i < N; i++) {
+        pfd[i].fd = dial(port);
+        pfd[i].events = POLLIN;
+    }
+    WAIT_FOR(stats_of(p).accepted == N);
+    ck_assert_int_eq(stats_of(p).open, RL_PROXY_PAIRS);
+    for (int i = 0; i < N; i++) {
+        (void)send(pfd[i].fd, "z", 1, MSG_NOSIGNAL); /* fails on the closed ones, or not */
+    }
+    deadline = mono_ms() + 5000;
+    while (served + closed < N && mono_ms() < deadline) {
+        ck_assert_int_ge(poll(pfd, N, 100), 0);
+        for (int i = 0; i < N; i++) {
+            char c;
+            ssize_t n;
+
+            if (pfd[i].fd < 0 || pfd[i].revents == 0) {
+                continue;
+            }
+            n = recv(pfd[i].fd, &c, 1, MSG_DONTWAIT);
+            if (n == 1) {
+                RL_CHECK(c == 'z');
+                served++;
+            } else {
+                RL_CHECK(n == 0 || errno == ECONNRESET, "read %zd, errno %d", n, errno);
+                closed++;
+            }
+            close(pfd[i].fd);
+            pfd[i].fd = -1;
+        }
+    }
+    ck_assert_int_eq(served, RL_PROXY_PAIRS);
+    ck_assert_int_eq(closed, N - RL_PROXY_PAIRS);
+    ck_assert_int_eq(e.accepted, RL_PROXY_PAIRS);
+    WAIT_FOR(stats_of(p).open == 0);
+    fd = dial(port);
+    expect_echo(fd, "after");
+    close(fd);
+    rl_proxy_stop(p);
+    echo_stop(&e);
+}
+END_TEST
+
 static Suite *
 harness_suite(void)
 {
@@ -798,6 +1419,7 @@ harness_suite(void)
     TCase *proc = tcase_create("process");
     TCase *files = tcase_create("files");
     TCase *zk = tcase_create("zookeeper");
+    TCase *proxy = tcase_create("proxy");
 
     tcase_add_checked_fixture(proc, NULL, teardown);
     tcase_set_timeout(proc, 20);
@@ -827,6 +1449,19 @@ harness_suite(void)
     tcase_add_test(zk, test_zk_pdeathsig);
     tcase_add_test(zk, test_cleanup_everything);
     suite_add_tcase(s, zk);
+
+    tcase_add_checked_fixture(proxy, NULL, teardown);
+    tcase_set_timeout(proxy, 30);
+    tcase_add_test(proxy, test_proxy_pass);
+    tcase_add_test(proxy, test_proxy_bulk);
+    tcase_add_test(proxy, test_proxy_backpressure);
+    tcase_add_test(proxy, test_proxy_delay);
+    tcase_add_test(proxy, test_proxy_blackhole);
+    tcase_add_test(proxy, test_proxy_reset);
+    tcase_add_test(proxy, test_proxy_drop_up);
+    tcase_add_test(proxy, test_proxy_drop_down);
+    tcase_add_test(proxy, test_proxy_pairs_cap);
+    suite_add_tcase(s, proxy);
     return s;
 }
 

@@ -1,0 +1,152 @@
+/*
+ * chaos: what the parts of rl-chaos share while a scenario runs: every request the traffic
+ * threads sent and what came back, the ownership timeline the observer read from ZooKeeper,
+ * the routers' tables as sampled, the faults as they were injected, and the event log.
+ * main.c runs the cluster and the steps, traffic.c drives requests through the routers,
+ * observer.c watches ZooKeeper, verdict.c judges the run (docs/CHAOS.md).
+ */
+#ifndef RL_CHAOS_H
+#define RL_CHAOS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "scenario.h"
+
+/* Request outcomes beyond the wire's CHECK codes (rl_wire_code). */
+#define CH_CODE_ERROR 200   /* an ERROR reply */
+#define CH_CODE_LOST 201    /* the connection to the router broke before the answer */
+#define CH_CODE_PENDING 255 /* no answer (yet) */
+#define CH_NONE 255         /* no owner */
+
+/* One request, as the client saw it. */
+struct ch_req {
+    int64_t t_send_ms;  /* wall clock (CLOCK_REALTIME, as the nodes' windows) */
+    int64_t t_done_us;  /* monotonic, when answered or lost; 0 while pending */
+    int64_t t_send_us;  /* monotonic */
+    uint32_t user;
+    uint32_t remaining;
+    uint32_t reset_ms;
+    uint32_t shard;
+    uint8_t service;
+    uint8_t router;
+    uint8_t code;
+    uint8_t err;
+};
+
+/* One traffic thread: one router, its share of the rate. */
+struct ch_traffic {
+    struct ch_run *run;
+    int router;
+    pthread_t thread;
+    struct ch_req *reqs; /* id = index + 1 */
+    size_t cap;
+    atomic_size_t n;            /* requests created */
+    atomic_ullong by_code[8];   /* answered, per wire code (0..5), [6] errors, [7] lost */
+    atomic_ullong late;         /* answered after deadline + margin */
+    atomic_ullong unsent;       /* due while the router could not be reached */
+    atomic_bool stop;
+    bool started;
+};
+
+/* What ZooKeeper said at a moment: the members and the table they make. */
+struct ch_view {
+    int64_t t_ms; /* wall clock */
+    uint64_t digest;
+    int nmembers;
+    uint8_t members; /* bit i: node i is a member */
+    int64_t asg_version;
+    uint8_t *owner; /* per shard: node index, or CH_NONE */
+};
+
+/* A fault on a node that makes its shards' failure-policy answers legitimate. */
+struct ch_impair {
+    int node; /* -1: every node */
+    int64_t from_ms, to_ms; /* wall clock; to INT64_MAX while open */
+    char what[64];
+};
+
+struct ch_event {
+    int64_t t_ms;
+    char text[160];
+};
+
+/* A router's table as sampled through STATS (table_digest). */
+struct ch_sample {
+    int64_t t_ms;
+    int router;
+    uint64_t digest;
+};
+
+/* A direct probe of a node cut off from ZooKeeper: did it still answer? */
+struct ch_probe {
+    int64_t t_ms;
+    int node;
+    bool answered; /* ALLOWED or LIMITED: it decided */
+    bool member;   /* ZooKeeper had it as a member then */
+};
+
+#define CH_VIEWS_MAX 1024
+#define CH_EVENTS_MAX 4096
+#define CH_SAMPLES_MAX 65536
+#define CH_IMPAIRS_MAX 256
+#define CH_PROBES_MAX 8192
+
+struct ch_run {
+    const struct ch_scenario *sc;
+    int64_t t0_ms; /* wall clock when traffic started */
+    int router_port[CH_ROUTERS_MAX];
+    int node_port[CH_NODES_MAX]; /* the node's own listener (direct) */
+    bool verbose;
+
+    pthread_mutex_t lock; /* guards everything below */
+    struct ch_view views[CH_VIEWS_MAX];
+    int nviews;
+    struct ch_event events[CH_EVENTS_MAX];
+    int nevents;
+    struct ch_sample samples[CH_SAMPLES_MAX];
+    int nsamples;
+    struct ch_impair impairs[CH_IMPAIRS_MAX];
+    int nimpairs;
+    struct ch_probe probes[CH_PROBES_MAX];
+    int nprobes;
+    /* router kills: requests lost on a router around these times are excused */
+    int64_t router_down_from[CH_ROUTERS_MAX][16];
+    int64_t router_down_to[CH_ROUTERS_MAX][16];
+    int nrouter_down[CH_ROUTERS_MAX];
+    /* processes that died unasked (name and status), for the verdict */
+    char deaths[8][128];
+    int ndeaths;
+
+    struct ch_traffic traffic[CH_ROUTERS_MAX];
+};
+
+/* Wall clock and monotonic clock. */
+int64_t ch_now_ms(void);
+int64_t ch_mono_us(void);
+
+/* Appends to the event log (and prints it with --verbose). */
+void ch_event(struct ch_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The user name of index u ("u17"), into buf. */
+void ch_user_name(char *buf, size_t len, uint32_t u);
+
+/* traffic.c: starts and stops the thread of one router. */
+int ch_traffic_start(struct ch_traffic *t, struct ch_run *r, int router);
+void ch_traffic_stop(struct ch_traffic *t);
+
+/* observer.c: watches the cluster's znodes; views are appended to r->views. */
+struct ch_observer;
+int ch_observer_start(struct ch_observer **out, struct ch_run *r, const char *zk_connect,
+                      const char *cluster);
+void ch_observer_stop(struct ch_observer *o);
+/* The last view (copied under the lock): digest, members; 0 when none yet. */
+uint64_t ch_observer_digest(struct ch_run *r, int *nmembers);
+
+/* verdict.c: judges the run; prints the report; writes JSON when json_path is set.
+ * Returns true when every invariant and every [expect] bound held. */
+bool ch_verdict(struct ch_run *r, const char *json_path);
+
+#endif
