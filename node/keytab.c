@@ -749,7 +749,7 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint16_t t
     e->fp_hi = fp_hi;
     e->fp_lo = fp_lo;
     e->tier = tier;
-    e->flags = 0;
+    e->epoch = 0;
     memset(&e->st, 0, sizeof(e->st));
     set_tag(&t->cur, i, tag_of(fp_hi));
     t->keys++;

@@ -31,7 +31,8 @@ struct rl_keytab_entry {
     uint64_t fp_hi; /* fingerprint: 96 bits; never all-zero (keytab sets a bit) */
     uint32_t fp_lo;
     uint16_t tier; /* rl_tier.id: which parameters the state follows */
-    uint16_t flags;
+    uint16_t epoch; /* the owner's: the ownership epoch of the key's shard when the state was
+                       last written (limiter.h, rl_limiter_check_epoch); 0 at insert */
     struct rl_algo_state st;
 };
 

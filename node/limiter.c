@@ -308,7 +308,8 @@ lim_commit(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *
 
 /* Every tier allowed: consume in each, adding keys that were not in the table. */
 static void
-lim_consume(struct rl_limiter *l, const struct rl_rule *rule, uint64_t now, uint32_t cost)
+lim_consume(struct rl_limiter *l, const struct rl_rule *rule, uint64_t now, uint32_t cost,
+            uint16_t epoch)
 {
     const struct rl_tier *tiers = &l->conf->tiers[rule->first_tier];
     bool moved = false; /* an insert may move every entry: find again after one */
@@ -320,6 +321,12 @@ lim_consume(struct rl_limiter *l, const struct rl_rule *rule, uint64_t now, uint
         struct rl_algo_state s;
 
         if (e != NULL) {
+            if (e->epoch != epoch) {
+                /* a state of an earlier tenure: judged as absent, so start it afresh */
+                lim_release_state(l, t, &e->st);
+                memset(&e->st, 0, sizeof(e->st));
+                e->epoch = epoch;
+            }
             lim_commit(l, t, &e->st, &x->next, now, cost);
             continue;
         }
@@ -338,6 +345,7 @@ lim_consume(struct rl_limiter *l, const struct rl_rule *rule, uint64_t now, uint
             continue;
         }
         e->st = s;
+        e->epoch = epoch;
         lim_count_key(l, t, +1);
     }
 }
@@ -345,6 +353,13 @@ lim_consume(struct rl_limiter *l, const struct rl_rule *rule, uint64_t now, uint
 void
 rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
                  struct rl_wire_check_reply *rep)
+{
+    rl_limiter_check_epoch(l, req, now, 0, rep);
+}
+
+void
+rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
+                       uint16_t epoch, struct rl_wire_check_reply *rep)
 {
     const struct rl_rule *rule;
     const struct rl_tier *tiers;
@@ -377,7 +392,7 @@ rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t n
 
         rl_keytab_fingerprint(h.high64, h.low64, &x->fp_hi, &x->fp_lo);
         x->e = rl_keytab_find(l->tab, x->fp_hi, x->fp_lo);
-        if (x->e != NULL) {
+        if (x->e != NULL && x->e->epoch == epoch) {
             s = &x->e->st;
         } else {
             memset(&x->blank, 0, sizeof(x->blank));
@@ -401,7 +416,7 @@ rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t n
         }
         remaining = dec->remaining;
         if (req->cost > 0) {
-            lim_consume(l, rule, now, req->cost);
+            lim_consume(l, rule, now, req->cost, epoch);
         }
     } else {
         /* The request waits for its slowest refusing tier, as time alone only ever frees

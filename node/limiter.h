@@ -66,6 +66,18 @@ void rl_limiter_destroy(struct rl_limiter *l);
 void rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
                       struct rl_wire_check_reply *rep);
 
+/*
+ * The same, for a key whose shard this node has owned since ownership epoch `epoch`: state
+ * written under another epoch belongs to an earlier tenure of the shard (the node lost it,
+ * another node counted meanwhile, and it came back) and is judged as if absent, so a shard
+ * that returns starts from full allowance like any shard that moves, never from a count
+ * that is out of date. The node bumps a shard's epoch each time it gains the shard
+ * (node/main.c). Epochs are 16 bits: a key would need to outlive 65,536 returns of its
+ * shard for a stale state to be taken as current. rl_limiter_check is epoch 0.
+ */
+void rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
+                            uint16_t epoch, struct rl_wire_check_reply *rep);
+
 /* Forgets keys back at full allowance, examining at most budget slots. */
 void rl_limiter_sweep(struct rl_limiter *l, uint64_t now, size_t budget);
 

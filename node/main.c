@@ -43,6 +43,10 @@ struct node {
     struct rl_view view;
     uint8_t *owned; /* bit s: shard s is this node's in that view (rl_server_set_owned) */
     uint32_t nowned;
+    /* per shard: bumped each time this node gains it, and for every shard when its
+     * registration is lost, so a shard that comes back starts from full allowance
+     * (rl_limiter_check_epoch): its counters here are from an earlier tenure */
+    uint16_t *epochs;
 };
 
 static const char usage[] =
@@ -110,6 +114,10 @@ node_check_registration(uv_timer_t *t)
         rl_log_warn("lost its registration in ZooKeeper at %s (the session expired or the "
                     "znode went): routers send this node no traffic until it registers again",
                     n->d.conf->zookeeper);
+        /* Its shards went to others meanwhile: what it counted is no longer current. */
+        for (uint32_t s = 0; n->epochs != NULL && s < n->d.conf->shards; s++) {
+            n->epochs[s]++;
+        }
         n->unreg_since = now;
         n->last_warn = now;
     } else if (reg && n->lost_since != 0 && now - n->lost_since >= timeout &&
@@ -157,11 +165,24 @@ node_rebuild(struct node *n)
         rl_log_error("cannot build the shard table: out of memory; keeping the old one");
         return;
     }
+    if (n->epochs == NULL) {
+        n->epochs = calloc(conf->shards, sizeof(*n->epochs));
+        if (n->epochs == NULL) {
+            free(owned);
+            rl_shardmap_destroy(map);
+            rl_log_error("cannot build the shard table: out of memory; keeping the old one");
+            return;
+        }
+        rl_server_set_epochs(&n->server, n->epochs);
+    }
     self = rl_shardmap_find(map, n->d.name);
     for (uint32_t s = 0; self != RL_SHARDMAP_NONE && s < conf->shards; s++) {
         if (rl_shardmap_owner(map, s) == self) {
             owned[s >> 3] |= (uint8_t)(1u << (s & 7));
             count++;
+            if (n->owned == NULL || (n->owned[s >> 3] >> (s & 7) & 1) == 0) {
+                n->epochs[s]++; /* gained: a new tenure */
+            }
         }
     }
     rl_server_set_owned(&n->server, owned, conf->shards, rl_shardmap_digest_stat(map));
@@ -347,6 +368,7 @@ out:
     rl_limiter_destroy(n.limiter);
     rl_view_deinit(&n.view);
     free(n.owned);
+    free(n.epochs);
     rl_daemon_destroy(&n.d);
     return rc;
 }

@@ -163,12 +163,13 @@ server_unauthorized(struct rl_conn *c, uint32_t id, const char *msg)
 
 /* Whether this node answers a CHECK for req's key; if not, the refusal is in c->out. */
 static bool
-server_owns(struct rl_conn *c, const struct rl_wire_req *req)
+server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch)
 {
     struct rl_server *s = c->data;
     char msg[192];
     uint32_t shard;
 
+    *epoch = 0;
     if (s->zk_state == RL_SERVER_ZK_NONE) {
         return true; /* static membership: every node is trusted with every key */
     }
@@ -177,6 +178,7 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req)
         s->nshards != 0 ? s->nshards : 1);
     if (s->registered && (!s->fence_disconnect || s->zk_state == RL_ZKM_CONNECTED) &&
         s->owned != NULL && (s->owned[shard >> 3] >> (shard & 7) & 1) != 0) {
+        *epoch = s->epochs != NULL ? s->epochs[shard] : 0;
         return true;
     }
     s->not_owner++;
@@ -208,6 +210,7 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
 {
     struct rl_server *s = c->data;
     struct rl_wire_check_reply rep;
+    uint16_t epoch;
     struct rl_wire_fault fault;
     struct rl_wire_req req;
     int rc = 0;
@@ -230,10 +233,10 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
     }
     switch (req.op) {
     case RL_WIRE_OP_CHECK:
-        if (!server_owns(c, &req)) {
+        if (!server_owns(c, &req, &epoch)) {
             return;
         }
-        rl_limiter_check(s->limiter, &req, s->now_ms, &rep);
+        rl_limiter_check_epoch(s->limiter, &req, s->now_ms, epoch, &rep);
         rc = rl_wire_put_check_reply(&c->out, &rep);
         break;
     case RL_WIRE_OP_PING:
@@ -361,6 +364,12 @@ rl_server_set_owned(struct rl_server *s, const uint8_t *owned, uint32_t nshards,
     s->owned = owned;
     s->nshards = nshards;
     s->table_digest = table_digest;
+}
+
+void
+rl_server_set_epochs(struct rl_server *s, const uint16_t *epochs)
+{
+    s->epochs = epochs;
 }
 
 void

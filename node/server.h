@@ -53,6 +53,9 @@ struct rl_server {
     /* STATS table_digest: rl_shardmap_digest_stat() of the table owned came from; 0: no
      * view yet (always, with static membership) */
     int64_t table_digest;
+    /* ZooKeeper mode: per shard, the ownership epoch CHECKs are judged under
+     * (rl_limiter_check_epoch); NULL: epoch 0 for all */
+    const uint16_t *epochs;
     bool fence_disconnect; /* [cluster] fencing = disconnect */
     uint64_t not_owner;     /* CHECKs refused: shard not ours, or fenced */
     uint64_t auth_failures; /* connections closed for a wrong or missing AUTH */
@@ -82,6 +85,10 @@ void rl_server_set_membership(struct rl_server *s, int zk_state, int registered)
  */
 void rl_server_set_owned(struct rl_server *s, const uint8_t *owned, uint32_t nshards,
                          int64_t table_digest);
+
+/* The per-shard ownership epochs (nshards of them, the caller's, kept alive and updated by
+ * it): a CHECK of shard s is judged under epochs[s]. NULL: epoch 0 for all. */
+void rl_server_set_epochs(struct rl_server *s, const uint16_t *epochs);
 
 /* Stops listening and closes every connection; on_closed (may be NULL) runs when done. */
 void rl_server_close(struct rl_server *s, void (*on_closed)(struct rl_server *s));
