@@ -35,13 +35,11 @@ limiter_from(const struct rl_conf *c, uint64_t memory)
     return l;
 }
 
-/* One CHECK; endpoint NULL is nil. */
-static struct rl_wire_check_reply
-check(struct rl_limiter *l, const char *service, const char *user, const char *endpoint,
-      uint32_t cost, uint64_t now)
+/* A CHECK request (id 77); endpoint NULL is nil. */
+static struct rl_wire_req
+req_for(const char *service, const char *user, const char *endpoint, uint32_t cost)
 {
     struct rl_wire_req req;
-    struct rl_wire_check_reply rep;
 
     memset(&req, 0, sizeof(req));
     req.op = RL_WIRE_OP_CHECK;
@@ -53,9 +51,48 @@ check(struct rl_limiter *l, const char *service, const char *user, const char *e
     req.endpoint.ptr = endpoint;
     req.endpoint.len = endpoint == NULL ? 0 : (uint32_t)strlen(endpoint);
     req.cost = cost;
+    return req;
+}
+
+/* One CHECK; endpoint NULL is nil. */
+static struct rl_wire_check_reply
+check(struct rl_limiter *l, const char *service, const char *user, const char *endpoint,
+      uint32_t cost, uint64_t now)
+{
+    struct rl_wire_req req = req_for(service, user, endpoint, cost);
+    struct rl_wire_check_reply rep;
+
     rl_limiter_check(l, &req, now, &rep);
     RL_CHECK_UINT_EQ(rep.id, 77);
     return rep;
+}
+
+/* One CHECK of a key whose shard is owned since ownership epoch `epoch`. */
+static struct rl_wire_check_reply
+check_ep(struct rl_limiter *l, const char *service, const char *user, const char *endpoint,
+         uint32_t cost, uint64_t now, uint16_t epoch)
+{
+    struct rl_wire_req req = req_for(service, user, endpoint, cost);
+    struct rl_wire_check_reply rep;
+
+    rl_limiter_check_epoch(l, &req, now, epoch, &rep);
+    RL_CHECK_UINT_EQ(rep.id, 77);
+    return rep;
+}
+
+/* The counters of service `name`. */
+static struct rl_limiter_service_stats
+svc_stats(const struct rl_limiter *l, const char *name)
+{
+    struct rl_limiter_service_stats s;
+
+    for (size_t i = 0; i < rl_limiter_services(l); i++) {
+        if (strcmp(rl_limiter_service_stats(l, i, &s), name) == 0) {
+            return s;
+        }
+    }
+    ck_abort_msg("no service %s", name);
+    return s;
 }
 
 static struct rl_limiter_stats
@@ -470,6 +507,270 @@ START_TEST(test_flood_isolation)
 }
 END_TEST
 
+/*
+ * Ownership epochs (rl_limiter_check_epoch): a state written under another epoch is judged
+ * as absent, and is overwritten afresh under the new epoch once a request there is allowed;
+ * under an unchanged epoch it keeps counting. Going back to an earlier epoch number is a new
+ * tenure too: what counts is "the epoch the state was written under", not "a newer one".
+ */
+START_TEST(test_epoch_fresh_tenure)
+{
+    struct rl_conf *c = conf_from("[service e]\nlimit = fixed_window 5 per 1h\n");
+    struct rl_limiter *l = limiter_from(c, 0);
+    struct rl_wire_check_reply r;
+
+    for (uint64_t i = 0; i < 5; i++) {
+        r = check_ep(l, "e", "u", NULL, 1, T0 + i, 1);
+        assert_reply(&r, RL_WIRE_ALLOWED, 5, 4 - i, 3600000 - i, 0);
+    }
+    r = check_ep(l, "e", "u", NULL, 1, T0 + 5, 1);
+    assert_reply(&r, RL_WIRE_LIMITED, 5, 0, 3600000 - 5, 3600000 - 5);
+
+    /* Epoch 2: a new tenure, full allowance at once (a peek sees it, then a request). */
+    r = check_ep(l, "e", "u", NULL, 0, T0 + 10, 2);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 5, 0, 0);
+    r = check_ep(l, "e", "u", NULL, 1, T0 + 10, 2);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 4, 3600000 - 10, 0);
+    /* ... and it keeps counting under epoch 2. */
+    for (uint64_t i = 0; i < 4; i++) {
+        r = check_ep(l, "e", "u", NULL, 1, T0 + 11 + i, 2);
+        assert_reply(&r, RL_WIRE_ALLOWED, 5, 3 - i, 3600000 - 11 - i, 0);
+    }
+    r = check_ep(l, "e", "u", NULL, 1, T0 + 20, 2);
+    assert_reply(&r, RL_WIRE_LIMITED, 5, 0, 3600000 - 20, 3600000 - 20);
+    /* Overwritten in place: still one key. */
+    ck_assert_uint_eq(stats(l).keys, 1);
+
+    /* Back to epoch 1: not the state of the first tenure, a fresh one. */
+    r = check_ep(l, "e", "u", NULL, 0, T0 + 30, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 5, 0, 0);
+    r = check_ep(l, "e", "u", NULL, 1, T0 + 30, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 4, 3600000 - 30, 0);
+    r = check_ep(l, "e", "u", NULL, 1, T0 + 31, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 3, 3600000 - 31, 0);
+    /* Epoch 2's count is gone with it, and rl_limiter_check (epoch 0) is another epoch. */
+    r = check_ep(l, "e", "u", NULL, 0, T0 + 40, 2);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 5, 0, 0);
+    r = check(l, "e", "u", NULL, 0, T0 + 40);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 5, 0, 0);
+    r = check_ep(l, "e", "u", NULL, 0, T0 + 40, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 3, 3600000 - 40, 0);
+    struct rl_limiter_stats s = stats(l);
+    ck_assert_uint_eq(s.keys, 1);
+    ck_assert_uint_eq(s.limited, 2);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* Per algorithm (flood_algos): a user exhausted under epoch 7 is allowed at once under epoch
+ * 8 and counts on from there; a user never exhausted keeps counting under epoch 7. */
+START_TEST(test_epoch_each_algo)
+{
+    const char *algo = flood_algos[_i];
+    char text[128];
+    struct rl_wire_check_reply r;
+
+    snprintf(text, sizeof(text), "[service a]\nlimit = %s 5 per 1h\n", algo);
+    struct rl_conf *c = conf_from(text);
+    struct rl_limiter *l = limiter_from(c, 0);
+
+    for (uint64_t i = 0; i < 5; i++) {
+        r = check_ep(l, "a", "u", NULL, 1, T0, 7);
+        RL_CHECK(r.code == RL_WIRE_ALLOWED || r.code == RL_WIRE_QUEUED, "%s: request %d code %u",
+                 algo, (int)i, r.code);
+        RL_CHECK(r.limit == 5 && r.remaining == 4 - i, "%s: request %d: limit %llu remaining %llu",
+                 algo, (int)i, (unsigned long long)r.limit, (unsigned long long)r.remaining);
+    }
+    r = check_ep(l, "a", "u", NULL, 1, T0, 7);
+    RL_CHECK(r.code == RL_WIRE_LIMITED && r.remaining == 0, "%s: 6th: code %u remaining %llu", algo,
+             r.code, (unsigned long long)r.remaining);
+    /* w uses 2 of 5 under epoch 7. */
+    r = check_ep(l, "a", "w", NULL, 1, T0, 7);
+    RL_CHECK(r.remaining == 4, "%s: w remaining %llu", algo, (unsigned long long)r.remaining);
+    r = check_ep(l, "a", "w", NULL, 1, T0, 7);
+    RL_CHECK(r.remaining == 3, "%s: w remaining %llu", algo, (unsigned long long)r.remaining);
+
+    /* Epoch 8: u starts afresh, allowed at once (not even queued behind the old backlog). */
+    r = check_ep(l, "a", "u", NULL, 1, T0, 8);
+    RL_CHECK(r.code == RL_WIRE_ALLOWED && r.retry_after_ms == 0 && r.limit == 5 && r.remaining == 4,
+             "%s: epoch 8: code %u retry %llu limit %llu remaining %llu", algo, r.code,
+             (unsigned long long)r.retry_after_ms, (unsigned long long)r.limit,
+             (unsigned long long)r.remaining);
+    r = check_ep(l, "a", "u", NULL, 1, T0, 8);
+    RL_CHECK((r.code == RL_WIRE_ALLOWED || r.code == RL_WIRE_QUEUED) && r.remaining == 3,
+             "%s: epoch 8, 2nd: code %u remaining %llu", algo, r.code,
+             (unsigned long long)r.remaining);
+    for (int i = 0; i < 3; i++) {
+        r = check_ep(l, "a", "u", NULL, 0, T0, 8);
+        RL_CHECK(r.code == RL_WIRE_ALLOWED && r.remaining == 3, "%s: epoch 8 peek: remaining %llu",
+                 algo, (unsigned long long)r.remaining);
+    }
+    /* w's epoch did not change: no reset, it counts on from 3 to exhaustion. */
+    for (uint64_t left = 2; left != UINT64_MAX; left--) {
+        r = check_ep(l, "a", "w", NULL, 1, T0, 7);
+        RL_CHECK((r.code == RL_WIRE_ALLOWED || r.code == RL_WIRE_QUEUED) && r.remaining == left,
+                 "%s: w under epoch 7: code %u remaining %llu, want %llu", algo, r.code,
+                 (unsigned long long)r.remaining, (unsigned long long)left);
+    }
+    r = check_ep(l, "a", "w", NULL, 1, T0, 7);
+    RL_CHECK(r.code == RL_WIRE_LIMITED, "%s: w, 6th under epoch 7: code %u", algo, r.code);
+    ck_assert_uint_eq(stats(l).keys, 2);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* A sliding log of an earlier tenure is freed when the key starts afresh, not kept beside the
+ * new one (log_bytes would double; LSan would see the leak); requests refused or peeked under
+ * the new epoch free nothing. */
+START_TEST(test_epoch_log_released)
+{
+    struct rl_conf *c = conf_from("[service g]\nlimit = sliding_window_log 1000 per 1h\n");
+    struct rl_limiter *l = limiter_from(c, 0);
+    struct rl_wire_check_reply r;
+    struct rl_limiter_stats s1, s2;
+    uint64_t lb1;
+
+    ck_assert_uint_eq(svc_stats(l, "g").log_bytes, 0);
+    /* One entry per ms: a log of 1000 entries. */
+    for (uint64_t t = 0; t < 1000; t++) {
+        r = check_ep(l, "g", "u", NULL, 1, T0 + t, 1);
+        RL_CHECK(r.code == RL_WIRE_ALLOWED && r.remaining == 999 - t, "tenure 1, request %llu",
+                 (unsigned long long)t);
+    }
+    r = check_ep(l, "g", "u", NULL, 1, T0 + 1000, 1);
+    ck_assert_uint_eq(r.code, RL_WIRE_LIMITED);
+    s1 = stats(l);
+    lb1 = svc_stats(l, "g").log_bytes;
+    ck_assert_uint_ge(lb1, 1000 * 8);
+
+    /* Under epoch 2 a peek and a request refused even when fresh free nothing... */
+    r = check_ep(l, "g", "u", NULL, 0, T0 + 1000, 2);
+    assert_reply(&r, RL_WIRE_ALLOWED, 1000, 1000, 0, 0);
+    r = check_ep(l, "g", "u", NULL, 1001, T0 + 1000, 2);
+    assert_reply(&r, RL_WIRE_LIMITED, 1000, 1000, 0, RL_WIRE_RETRY_NEVER);
+    ck_assert_uint_eq(svc_stats(l, "g").log_bytes, lb1);
+    r = check_ep(l, "g", "u", NULL, 0, T0 + 1000, 1);
+    ck_assert_uint_eq(r.remaining, 0);
+
+    /* ... the first allowed one frees the old log: a new one of a single entry. */
+    r = check_ep(l, "g", "u", NULL, 1, T0 + 1000, 2);
+    assert_reply(&r, RL_WIRE_ALLOWED, 1000, 999, 3600000, 0);
+    ck_assert_uint_lt(svc_stats(l, "g").log_bytes, lb1 / 8);
+    for (uint64_t t = 1; t < 1000; t++) {
+        r = check_ep(l, "g", "u", NULL, 1, T0 + 1000 + t, 2);
+        RL_CHECK(r.code == RL_WIRE_ALLOWED && r.remaining == 999 - t, "tenure 2, request %llu",
+                 (unsigned long long)t);
+    }
+    r = check_ep(l, "g", "u", NULL, 1, T0 + 2000, 2);
+    ck_assert_uint_eq(r.code, RL_WIRE_LIMITED);
+    /* Both tenures' 2000 entries are within the hour: had the first log been kept, twice. */
+    s2 = stats(l);
+    ck_assert_uint_le(svc_stats(l, "g").log_bytes, lb1 + 64);
+    ck_assert_uint_le(s2.memory_bytes, s1.memory_bytes + 64);
+    ck_assert_uint_eq(s2.keys, 1);
+    ck_assert_uint_eq(s2.log_degraded, 0);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* A request refused under a new epoch (cost past a tier's capacity: refused even when fresh)
+ * consumes nothing, so it does not start the key afresh either: the old tenure's counts,
+ * of the refusing tier and of a tier that allowed, are still there under the old epoch. */
+START_TEST(test_epoch_refused_keeps_old)
+{
+    struct rl_conf *c = conf_from("[service e]\nlimit = fixed_window 5 per 1h\n"
+                                  "[service m]\n"
+                                  "limit = fixed_window 4 per 1h\n"
+                                  "limit = fixed_window 3 per 1m\n");
+    struct rl_limiter *l = limiter_from(c, 0);
+    struct rl_wire_check_reply r;
+
+    r = check_ep(l, "e", "u", NULL, 3, T0, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 2, 3600000, 0);
+    /* Epoch 2, cost 6 > 5: judged fresh (remaining 5), never allowed. */
+    r = check_ep(l, "e", "u", NULL, 6, T0 + 10, 2);
+    assert_reply(&r, RL_WIRE_LIMITED, 5, 5, 0, RL_WIRE_RETRY_NEVER);
+    r = check_ep(l, "e", "u", NULL, 0, T0 + 10, 2);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 5, 0, 0);
+    /* Epoch 1 still sees its 3. */
+    r = check_ep(l, "e", "u", NULL, 0, T0 + 20, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 2, 3600000 - 20, 0);
+    r = check_ep(l, "e", "u", NULL, 2, T0 + 20, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 0, 3600000 - 20, 0);
+    r = check_ep(l, "e", "u", NULL, 1, T0 + 20, 1);
+    assert_reply(&r, RL_WIRE_LIMITED, 5, 0, 3600000 - 20, 3600000 - 20);
+
+    /* Two tiers: 4/h holds 1, 3/min holds 0 after epoch 1. */
+    r = check_ep(l, "m", "u", NULL, 3, T0, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 3, 0, 60000, 0);
+    /* Epoch 2, cost 4: the hour tier (fresh) allows, the minute tier refuses for ever. */
+    r = check_ep(l, "m", "u", NULL, 4, T0 + 10, 2);
+    assert_reply(&r, RL_WIRE_LIMITED, 3, 3, 0, RL_WIRE_RETRY_NEVER);
+    /* A minute later under epoch 1: the minute tier is in a new window, the hour tier still
+     * holds only 1 (the allowing tier was not started afresh by the refused request). */
+    r = check_ep(l, "m", "u", NULL, 0, T0 + 60000, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 4, 1, 3600000 - 60000, 0);
+    r = check_ep(l, "m", "u", NULL, 2, T0 + 60000, 1);
+    assert_reply(&r, RL_WIRE_LIMITED, 4, 1, 3600000 - 60000, 3600000 - 60000);
+    ck_assert_uint_eq(stats(l).keys, 3);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* Every tier of a rule starts afresh together under a new epoch, including when one tier's
+ * key was forgotten meanwhile and is inserted again (an insert before the stale tier). */
+START_TEST(test_epoch_multi_tier)
+{
+    struct rl_conf *c = conf_from("[service m]\n"
+                                  "limit = fixed_window 4 per 1m\n"
+                                  "limit = fixed_window 6 per 1h\n");
+    struct rl_limiter *l = limiter_from(c, 0);
+    struct rl_wire_check_reply r;
+
+    /* Epoch 1: both tiers used up (the minute tier then the hour one). */
+    r = check_ep(l, "m", "u", NULL, 4, T0, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 4, 0, 60000, 0);
+    r = check_ep(l, "m", "u", NULL, 2, T0 + 60000, 1);
+    assert_reply(&r, RL_WIRE_ALLOWED, 6, 0, 3540000, 0);
+    r = check_ep(l, "m", "u", NULL, 1, T0 + 60000, 1);
+    assert_reply(&r, RL_WIRE_LIMITED, 6, 0, 3540000, 3540000);
+
+    /* Epoch 2: both fresh (4 and 6; had either kept its count, remaining would be 2 or 0). */
+    r = check_ep(l, "m", "u", NULL, 0, T0 + 60000, 2);
+    assert_reply(&r, RL_WIRE_ALLOWED, 4, 4, 0, 0);
+    r = check_ep(l, "m", "u", NULL, 4, T0 + 60000, 2);
+    assert_reply(&r, RL_WIRE_ALLOWED, 4, 0, 60000, 0);
+    r = check_ep(l, "m", "u", NULL, 1, T0 + 60000, 2);
+    assert_reply(&r, RL_WIRE_LIMITED, 4, 0, 60000, 60000);
+    /* Both count on under epoch 2: the hour tier holds 6 - 4 = 2. */
+    r = check_ep(l, "m", "u", NULL, 2, T0 + 120000, 2);
+    assert_reply(&r, RL_WIRE_ALLOWED, 6, 0, 3480000, 0);
+    r = check_ep(l, "m", "u", NULL, 1, T0 + 120000, 2);
+    assert_reply(&r, RL_WIRE_LIMITED, 6, 0, 3480000, 3480000);
+    ck_assert_uint_eq(stats(l).keys, 2);
+
+    /* The minute tier's key is full and forgotten; the hour tier's stays (used up). */
+    rl_limiter_sweep(l, T0 + 180000, 1u << 20);
+    ck_assert_uint_eq(stats(l).keys, 1);
+    /* Epoch 3: the minute tier is inserted, then the hour tier is found stale and restarts. */
+    r = check_ep(l, "m", "u", NULL, 1, T0 + 180000, 3);
+    assert_reply(&r, RL_WIRE_ALLOWED, 4, 3, 60000, 0);
+    ck_assert_uint_eq(stats(l).keys, 2);
+    r = check_ep(l, "m", "u", NULL, 4, T0 + 240000, 3);
+    assert_reply(&r, RL_WIRE_ALLOWED, 4, 0, 60000, 0);
+    r = check_ep(l, "m", "u", NULL, 1, T0 + 300000, 3);
+    assert_reply(&r, RL_WIRE_ALLOWED, 6, 0, 3300000, 0);
+    r = check_ep(l, "m", "u", NULL, 1, T0 + 300000, 3);
+    assert_reply(&r, RL_WIRE_LIMITED, 6, 0, 3300000, 3300000);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 static Suite *
 limiter_suite(void)
 {
@@ -488,6 +789,12 @@ limiter_suite(void)
     tcase_add_test(tc, test_sweep_forgets);
     tcase_add_test(tc, test_memory_cap);
     tcase_add_test(tc, test_log_cap);
+    tcase_add_test(tc, test_epoch_fresh_tenure);
+    tcase_add_loop_test(tc, test_epoch_each_algo, 0,
+                        (int)(sizeof(flood_algos) / sizeof(flood_algos[0])));
+    tcase_add_test(tc, test_epoch_log_released);
+    tcase_add_test(tc, test_epoch_refused_keeps_old);
+    tcase_add_test(tc, test_epoch_multi_tier);
     suite_add_tcase(s, tc);
     return s;
 }
