@@ -17,10 +17,17 @@
 #define RL_SHARDMAP_NONE UINT32_MAX     /* no owner: no live member */
 #define RL_SHARDMAP_SHARDS_MAX 1048576u /* the most shards a cluster may have (docs/CONFIG.md) */
 
-/* A live member: its name (the znode's) and address "host:port". */
+/*
+ * A live member: its name (the znode's) and address "host:port", and which registration it
+ * is: the zxid that created its znode (ZooKeeper's czxid; 0 when unknown, as for static
+ * members). A node that lost its session and registered again has a new one, although its
+ * name and address are the same: it is a new tenure (its counters restarted). Owners are
+ * computed from names only.
+ */
 struct rl_member {
     char name[RL_SHARDMAP_NAME_MAX];
     char addr[RL_SHARDMAP_NAME_MAX];
+    int64_t since;
 };
 
 /*

@@ -698,7 +698,8 @@ zkm_members_same(const struct rl_member *a, size_t na, const struct rl_member *b
         return 0;
     }
     for (size_t i = 0; i < na; i++) {
-        if (strcmp(a[i].name, b[i].name) != 0 || strcmp(a[i].addr, b[i].addr) != 0) {
+        if (strcmp(a[i].name, b[i].name) != 0 || strcmp(a[i].addr, b[i].addr) != 0 ||
+            a[i].since != b[i].since) {
             return 0;
         }
     }
@@ -856,6 +857,7 @@ zkm_member_done(struct rl_zkm *z, struct zkm_ev *ev)
                         s->m[ev->slot].name, ev->len);
         } else {
             memcpy(s->m[ev->slot].addr, ev->data, ev->len);
+            s->m[ev->slot].since = ev->stat.czxid;
             s->ok[ev->slot] |= 1;
         }
     } else if (ev->rc != ZNONODE) {

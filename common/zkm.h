@@ -46,8 +46,9 @@ enum rl_zkm_state {
  */
 struct rl_zkm_cbs {
     /* The full member list, sorted by name, after every change (and once after watch starts
-     * and the first read completes). A member whose name or address does not fit a struct
-     * rl_member is left out, with a warning. */
+     * and the first read completes): a member joins, leaves, changes address or registers
+     * again (a new znode: `since` differs). A member whose name or address does not fit a
+     * struct rl_member is left out, with a warning. */
     void (*on_members)(void *arg, const struct rl_member *members, size_t n);
     /* The assignment text and its znode version, after every change (and once at first
      * read); len 0 and version -1 when the znode does not exist. text is not NUL-terminated. */

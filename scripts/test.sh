@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: the unit and integration suites on the Release
 # build, then all of them again under AddressSanitizer+UBSan, then a short run of every
-# libFuzzer harness (scripts/fuzz.sh; FUZZ_SECONDS each, 15 by default).
-#   scripts/test.sh            all three
+# libFuzzer harness (scripts/fuzz.sh; FUZZ_SECONDS each, 15 by default), then every
+# rl-chaos scenario against the Release build (scripts/chaos.sh).
+#   scripts/test.sh            all four
 #   scripts/test.sh release    Release only (quicker while developing)
 #   scripts/test.sh fuzz       the fuzzers only
+#   scripts/test.sh chaos      the chaos scenarios only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all}
@@ -24,5 +26,9 @@ done
 if [ "$which" = all ] || [ "$which" = fuzz ]; then
     echo "== fuzzers (${FUZZ_SECONDS:-15} s each) =="
     bash scripts/fuzz.sh "${FUZZ_SECONDS:-15}" || status=1
+fi
+if [ "$which" = all ] || [ "$which" = chaos ]; then
+    echo "== chaos scenarios (scripts/chaos.sh) =="
+    bash scripts/chaos.sh || status=1
 fi
 exit $status

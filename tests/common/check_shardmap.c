@@ -134,7 +134,7 @@ START_TEST(test_owner_known)
 {
     /* Cross-checked with an independent Python implementation of docs/SHARDING.md. */
     static const char want[] = "bbcababaaacc";
-    struct rl_member m[3] = {{"c", "h:3"}, {"a", "h:1"}, {"b", "h:2"}};
+    struct rl_member m[3] = {{"c", "h:3", 0}, {"a", "h:1", 0}, {"b", "h:2", 0}};
     struct rl_shardmap *sm = build(m, 3, NULL);
     uint32_t s;
     char name[2] = {0};
@@ -272,7 +272,7 @@ END_TEST
 
 START_TEST(test_overrides)
 {
-    struct rl_member m[3] = {{"a", ""}, {"b", ""}, {"c", ""}};
+    struct rl_member m[3] = {{"a", "", 0}, {"b", "", 0}, {"c", "", 0}};
     struct rl_assignment a;
     struct rl_shardmap *hrw, *sm, *two;
     uint32_t s;
@@ -310,7 +310,7 @@ END_TEST
 
 START_TEST(test_create_errors)
 {
-    struct rl_member m[3] = {{"a", ""}, {"b", ""}, {"a", "other"}};
+    struct rl_member m[3] = {{"a", "", 0}, {"b", "", 0}, {"a", "other", 0}};
     struct rl_member bad;
     struct rl_assignment a;
     struct rl_shardmap *sm = (struct rl_shardmap *)1;
@@ -578,7 +578,7 @@ START_TEST(test_digest_known)
     static const char bytes[] = "\x0c\x00\x00\x00"
                                 "b\0b\0c\0a\0b\0a\0b\0a\0a\0a\0c\0c";
     static const char none[4 + 12] = "\x0c";
-    struct rl_member m[3] = {{"c", "h:3"}, {"a", "h:1"}, {"b", "h:2"}};
+    struct rl_member m[3] = {{"c", "h:3", 0}, {"a", "h:1", 0}, {"b", "h:2", 0}};
     struct rl_member longm[5];
     struct rl_shardmap *sm = NULL;
     uint64_t d;

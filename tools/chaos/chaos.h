@@ -58,6 +58,7 @@ struct ch_view {
     int nmembers;
     uint8_t members; /* bit i: node i is a member */
     int64_t asg_version;
+    int64_t since[CH_NODES_MAX]; /* per node: which registration (its znode's czxid), 0 absent */
     uint8_t *owner; /* per shard: node index, or CH_NONE */
 };
 
@@ -116,6 +117,11 @@ struct ch_run {
     int64_t router_down_from[CH_ROUTERS_MAX][16];
     int64_t router_down_to[CH_ROUTERS_MAX][16];
     int nrouter_down[CH_ROUTERS_MAX];
+    /* node (re)starts: a restarted node has no counters, whatever ZooKeeper saw (a quick
+     * restart may re-create the znode before a watcher notices it went) */
+    int restart_node[64];
+    int64_t restart_ms[64];
+    int nrestarts;
     /* processes that died unasked (name and status), for the verdict */
     char deaths[8][128];
     int ndeaths;

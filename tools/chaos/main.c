@@ -25,6 +25,7 @@
 #include "client.h"
 #include "harness.h"
 #include "log.h"
+#include "parse.h"
 #include "proxy.h"
 #include "shardmap.h"
 
@@ -38,9 +39,10 @@
 #define CLUSTER_NAME "chaos"
 
 static const char usage[] =
-    "usage: rl-chaos run SCENARIO [--build DIR] [--json FILE] [--verbose]\n"
+    "usage: rl-chaos run SCENARIO [--build DIR] [--json FILE] [--verbose] [--duration D]\n"
+    "                             [--rate N]\n"
     "       rl-chaos list\n"
-    "       rl-chaos --help | --help-scenario\n"
+    "       rl-chaos --help          (this, and the scenario format; --help-scenario: that alone)\n"
     "\n"
     "Starts a throwaway cluster (ZooKeeper, nodes, routers on loopback), drives traffic through\n"
     "every router, injects the scenario's faults, checks the invariants (liveness, exactness,\n"
@@ -51,6 +53,8 @@ static const char usage[] =
     "  --build DIR    where rl-node and rl-router are (default: beside rl-chaos)\n"
     "  --json FILE    also write the verdict and the figures as JSON\n"
     "  --verbose      print every event as it happens\n"
+    "  --duration D   run this long instead (at least until the last step ends), e.g. 60s\n"
+    "  --rate N       requests per second instead of the scenario's\n"
     "Environment: RL_CHAOS_SCENARIOS (directory of shipped scenarios), RL_KEEP_TMP=1 keeps the\n"
     "cluster's logs and configs (their directory is printed).\n";
 
@@ -62,6 +66,7 @@ struct cluster {
     bool node_expected_down[CH_NODES_MAX];
     bool router_expected_down[CH_ROUTERS_MAX];
     bool zk_down, zk_paused;
+    int64_t zk_down_since; /* wall clock of the outage's start, 0 while it serves */
     struct rl_proxy *px_routers[CH_NODES_MAX]; /* routers -> node */
     struct rl_proxy *px_zk[CH_NODES_MAX];      /* node -> ZooKeeper */
     char node_conf[CH_NODES_MAX][PATH_MAX];
@@ -454,6 +459,19 @@ zk_outage_impairs(struct cluster *c, int64_t now, int64_t until, const char *wha
     if (c->run->sc->fence_disconnect) {
         impair(c->run, -1, now, until, what);
     }
+    c->zk_down_since = now;
+}
+
+/* ZooKeeper is back. After an outage of a session timeout or more it may expire every
+ * session at once (a server frozen that long does, on waking): every node loses its
+ * registration until it registers again, and answers nothing meanwhile. */
+static void
+zk_back(struct cluster *c, int64_t now)
+{
+    if (c->zk_down_since != 0 && now - c->zk_down_since >= c->run->sc->session_timeout_ms) {
+        impair(c->run, -1, now, now, "zookeeper back after the session timeout");
+    }
+    c->zk_down_since = 0;
 }
 
 static void
@@ -503,6 +521,12 @@ do_step(struct cluster *c, int si)
             }
             rc = rl_harness_node_start(s, c->node_conf[st->index], ch_node_name(st->index),
                                        r->node_port[st->index], 0);
+            pthread_mutex_lock(&r->lock);
+            if (r->nrestarts < 64) {
+                r->restart_node[r->nrestarts] = st->index;
+                r->restart_ms[r->nrestarts++] = now;
+            }
+            pthread_mutex_unlock(&r->lock);
             if (c->open_impair[st->index] >= 0) {
                 pthread_mutex_lock(&r->lock);
                 r->impairs[c->open_impair[st->index]].to_ms = ch_now_ms();
@@ -543,6 +567,7 @@ do_step(struct cluster *c, int si)
     case CH_START:
         rc = rl_harness_zk_start(&c->zk);
         c->zk_down = false;
+        zk_back(c, ch_now_ms());
         break;
     case CH_PARTITION:
     case CH_ONEWAY:
@@ -586,6 +611,7 @@ undo_step(struct cluster *c, int si)
         } else {
             kill(c->zk.pid, SIGCONT);
             c->zk_paused = false;
+            zk_back(c, ch_now_ms());
         }
         break;
     case CH_STOP:
@@ -593,6 +619,7 @@ undo_step(struct cluster *c, int si)
             ch_event(r, "ZooKeeper did not start again");
         }
         c->zk_down = false;
+        zk_back(c, ch_now_ms());
         break;
     case CH_PARTITION:
     case CH_ONEWAY:
@@ -867,8 +894,10 @@ main(int argc, char **argv)
                                          {"verbose", no_argument, NULL, 'v'},
                                          {"help", no_argument, NULL, 'h'},
                                          {"help-scenario", no_argument, NULL, 's'},
+                                         {"duration", required_argument, NULL, 'd'},
+                                         {"rate", required_argument, NULL, 'r'},
                                          {NULL, 0, NULL, 0}};
-    const char *build = NULL, *json = NULL;
+    const char *build = NULL, *json = NULL, *duration = NULL, *rate = NULL;
     struct ch_scenario *sc;
     struct ch_run *r;
     char path[PATH_MAX], err[512];
@@ -887,8 +916,16 @@ main(int argc, char **argv)
         case 'v':
             verbose = true;
             break;
+        case 'd':
+            duration = optarg;
+            break;
+        case 'r':
+            rate = optarg;
+            break;
         case 'h':
             fputs(usage, stdout);
+            fputs("\n", stdout);
+            fputs(ch_scenario_help, stdout);
             return 0;
         case 's':
             fputs(ch_scenario_help, stdout);
@@ -917,6 +954,32 @@ main(int argc, char **argv)
     if (ch_scenario_load(sc, path, err, sizeof(err)) != 0) {
         fprintf(stderr, "rl-chaos: %s\n", err);
         return 2;
+    }
+    if (duration != NULL || rate != NULL) {
+        uint64_t v;
+        const char *why = duration != NULL ? rl_parse_duration_ms(duration, &v) : NULL;
+
+        if (why != NULL) {
+            fprintf(stderr, "rl-chaos: --duration \"%s\" %s\n", duration, why);
+            return 2;
+        }
+        if (duration != NULL) {
+            for (int i = 0; i < sc->nsteps; i++) {
+                if (sc->steps[i].at_ms + sc->steps[i].for_ms > (int64_t)v) {
+                    fprintf(stderr, "rl-chaos: --duration %s ends before step \"%s\"\n",
+                            duration, sc->steps[i].text);
+                    return 2;
+                }
+            }
+            sc->duration_ms = (int64_t)v;
+        }
+        if (rate != NULL && (why = rl_parse_u64(rate, 1, 200000, &v)) != NULL) {
+            fprintf(stderr, "rl-chaos: --rate \"%s\" %s (1..200000)\n", rate, why);
+            return 2;
+        }
+        if (rate != NULL) {
+            sc->rate = (uint32_t)v;
+        }
     }
     set_bin_dir(build);
     rl_log_setup(RL_LOG_ERROR, "rl-chaos");

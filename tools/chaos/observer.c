@@ -63,6 +63,7 @@ publish(struct ch_observer *o)
             if (strcmp(map->members[i].name, ch_node_name(k)) == 0) {
                 node_of[i] = (uint8_t)k;
                 v->members |= (uint8_t)(1u << k);
+                v->since[k] = map->members[i].since;
                 v->nmembers++;
                 snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
                          names[0] != '\0' ? "," : "", map->members[i].name);

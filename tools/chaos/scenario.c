@@ -417,6 +417,7 @@ ch_scenario_load(struct ch_scenario *sc, const char *path, char *err, size_t err
     struct ctx c = {sc, path, 0, err, errlen};
     char line[512], section[64] = "";
     struct ch_service *svc = NULL;
+    int svc_line[CH_SERVICES_MAX] = {0}; /* where each [service NAME] is, for errors */
     FILE *f = fopen(path, "r");
     int rc = 0;
 
@@ -462,6 +463,7 @@ ch_scenario_load(struct ch_scenario *sc, const char *path, char *err, size_t err
                               CH_NAME_MAX);
                     break;
                 }
+                svc_line[sc->nservices] = c.line;
                 svc = &sc->services[sc->nservices++];
                 snprintf(svc->name, sizeof(svc->name), "%s", name);
                 svc->weight = 1;
@@ -500,6 +502,7 @@ ch_scenario_load(struct ch_scenario *sc, const char *path, char *err, size_t err
     }
     for (int i = 0; i < sc->nservices; i++) {
         if (sc->services[i].limit[0] == '\0') {
+            c.line = svc_line[i];
             return fail(&c, "[service %s] has no limit", sc->services[i].name);
         }
     }

@@ -23,6 +23,9 @@
 /* Requests sent this long before ZooKeeper's change was seen by the observer may already
  * have reached the new owner (other watchers may hear of it first). */
 #define FRESH_SLACK_MS 250
+/* Requests of one user through different routers may reach the node in another order than
+ * they were sent in, by this much. */
+#define REORDER_MS 100
 #define EXAMPLES 5
 
 enum inv { INV_LIVENESS, INV_EXACT, INV_LOSS, INV_FRESH, INV_POLICY, INV_CONVERGE, INV_DEATHS,
@@ -234,17 +237,27 @@ is_decision(const struct ch_req *q)
     return q->code == RL_WIRE_ALLOWED || q->code == RL_WIRE_LIMITED;
 }
 
-/* Times at which shard's owner changed to a node (a new owner starts from zero). */
+/* Times at which shard's owner changed to a node, or its owner was restarted: either way
+ * the owner from then on starts from zero. */
 static int
 changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, int max)
 {
     int n = 0;
 
+    for (int i = 0; i < r->nrestarts && n < max; i++) {
+        int k = view_at(r, r->restart_ms[i]);
+
+        if (k >= 0 && r->views[k].owner[shard] == r->restart_node[i]) {
+            at[n++] = r->restart_ms[i];
+        }
+    }
     for (int k = 1; k < r->nviews && n < max; k++) {
         uint8_t was = r->views[k - 1].owner[shard], now = r->views[k].owner[shard];
 
-        /* the cluster forming before traffic started is no change */
-        if (now != was && now != CH_NONE && r->views[k].t_ms >= r->t0_ms) {
+        /* the cluster forming before traffic started is no change; an owner that registered
+         * again (a new znode under the same name) is a new tenure, as a new owner is */
+        if (now != CH_NONE && r->views[k].t_ms >= r->t0_ms &&
+            (now != was || r->views[k].since[now] != r->views[k - 1].since[now])) {
             at[n++] = r->views[k].t_ms;
         }
     }
@@ -321,9 +334,15 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
             for (size_t x = a; x < b; x++) {
                 const struct ch_req *q = all[x].q;
 
-                sent_since += q->t_send_ms >= t_c - FRESH_SLACK_MS;
                 if (q->t_send_ms >= t_c + LAG_MS && q->code == RL_WIRE_ALLOWED) {
                     int64_t counted = L - (int64_t)q->remaining;
+
+                    /* what may have reached the new owner before this one: sent since the
+                     * change, up to a little after it (another router may have been quicker) */
+                    for (size_t y = a; y < b; y++) {
+                        sent_since += all[y].q->t_send_ms >= t_c - FRESH_SLACK_MS &&
+                                      all[y].q->t_send_ms <= q->t_send_ms + REORDER_MS;
+                    }
 
                     j->inv[INV_FRESH].checked++;
                     if (counted > sent_since) {
