@@ -553,7 +553,7 @@ START_TEST(test_expiry)
     struct obs ow = {0};
     struct said said;
     char buf[64];
-    int64_t owner1 = 0, owner2 = 0;
+    int64_t owner1 = 0, owner2 = 0, since1;
     uint64_t t_stop, t_gone, t_cont;
     int fd;
     pid_t pid;
@@ -567,6 +567,8 @@ START_TEST(test_expiry)
     ck_assert_int_eq(rl_zkm_watch(w), 0);
     ck_assert(run_until(&loop, members_a, &ow, 10000));
     ck_assert_int_eq(raw_get("/ratelimiter/exp/nodes/a", buf, sizeof(buf), &owner1), ZOK);
+    since1 = ow.m[0].since;
+    ck_assert(since1 != 0); /* the znode's czxid: which registration this is */
 
     /*
      * The node freezes (a stopped VM, a long pause) past its session timeout: the server
@@ -592,6 +594,8 @@ START_TEST(test_expiry)
     ck_assert_int_eq(raw_get("/ratelimiter/exp/nodes/a", buf, sizeof(buf), &owner2), ZOK);
     ck_assert_str_eq(buf, "127.0.0.1:7401");
     ck_assert(owner2 != 0 && owner2 != owner1);
+    /* Same name, same address, but a new registration: the watcher is told, with a new since. */
+    ck_assert(ow.m[0].since != 0 && ow.m[0].since != since1);
     ck_assert(!saw_state(&ow, RL_ZKM_EXPIRED));
 
     node_kill(pid, fd);
