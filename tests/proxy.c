@@ -1,6 +1,8 @@
 /* proxy: see proxy.h. */
 #include "proxy.h"
 
+#include "clock.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -71,10 +73,7 @@ struct rl_proxy {
 static int64_t
 now_us(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return (int64_t)(rl_clock_mono_ns() / 1000);
 }
 
 static void

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "scenario.h"
 
 /* Request outcomes beyond the wire's CHECK codes (rl_wire_code). */
@@ -129,9 +130,18 @@ struct ch_run {
     struct ch_traffic traffic[CH_ROUTERS_MAX];
 };
 
-/* Wall clock and monotonic clock. */
-int64_t ch_now_ms(void);
-int64_t ch_mono_us(void);
+/* Wall clock in ms (the nodes' windows follow it) and monotonic clock in us. */
+static inline int64_t
+ch_now_ms(void)
+{
+    return (int64_t)rl_clock_real_ms();
+}
+
+static inline int64_t
+ch_mono_us(void)
+{
+    return (int64_t)(rl_clock_mono_ns() / 1000);
+}
 
 /* Appends to the event log (and prints it with --verbose). */
 void ch_event(struct ch_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

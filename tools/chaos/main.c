@@ -48,7 +48,8 @@ static const char usage[] =
     "every router, injects the scenario's faults, checks the invariants (liveness, exactness,\n"
     "bounded loss, failure policy, convergence, no unexpected deaths) and prints a verdict.\n"
     "Exit status: 0 every invariant held, 1 one failed, 2 bad usage or scenario, 3 the cluster\n"
-    "could not be started.\n"
+    "could not be started, 130 interrupted (SIGINT, SIGTERM: the cluster is stopped, no\n"
+    "verdict; a second signal ends rl-chaos at once, its children with it).\n"
     "  SCENARIO       a file, or the name of a shipped one (rl-chaos list)\n"
     "  --build DIR    where rl-node and rl-router are (default: beside rl-chaos)\n"
     "  --json FILE    also write the verdict and the figures as JSON\n"
@@ -82,24 +83,6 @@ struct cluster {
 };
 
 /* ---- shared helpers ------------------------------------------------------------------ */
-
-int64_t
-ch_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t
-ch_mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 void
 ch_user_name(char *buf, size_t len, uint32_t u)
@@ -662,6 +645,71 @@ live_line(struct cluster *c, int64_t t_ms, unsigned long long *last_total)
     *last_total = total;
 }
 
+/* Set by SIGINT or SIGTERM: the run stops early, everything is stopped, no verdict. */
+static volatile sig_atomic_t interrupted;
+
+static void
+on_interrupt(int sig)
+{
+    interrupted = 1;
+    signal(sig, SIG_DFL); /* a second one ends rl-chaos at once (its children die with it) */
+}
+
+/*
+ * Stops what the run started: traffic, the observer, the routers and the nodes (SIGTERM,
+ * and with `judge` a survivor that does not exit 0 is a violation), the proxies and
+ * ZooKeeper. Safe on a cluster that was only partly started.
+ */
+static void
+teardown(struct cluster *c, bool judge)
+{
+    struct ch_run *r = c->run;
+    const struct ch_scenario *sc = r->sc;
+
+    for (int i = 0; i < sc->routers; i++) {
+        ch_traffic_stop(&r->traffic[i]);
+    }
+    ch_observer_stop(c->observer);
+    c->observer = NULL;
+    for (int i = 0; i < sc->routers; i++) {
+        rl_client_destroy(c->stats_client[i]);
+        c->stats_client[i] = NULL;
+    }
+    for (int i = 0; i < sc->routers; i++) {
+        if (c->router[i].pid != 0 &&
+            (rl_harness_server_stop(&c->router[i], SIGTERM, 10000) != 0 ||
+             !WIFEXITED(c->router[i].status) || WEXITSTATUS(c->router[i].status) != 0) &&
+            judge) {
+            snprintf(r->deaths[r->ndeaths < 8 ? r->ndeaths++ : 7], sizeof(r->deaths[0]),
+                     "router %d did not stop cleanly on SIGTERM (status 0x%x)", i + 1,
+                     c->router[i].status);
+        }
+    }
+    for (int i = 0; i < sc->nodes; i++) {
+        if (c->node[i].pid != 0 &&
+            (rl_harness_server_stop(&c->node[i], SIGTERM, 10000) != 0 ||
+             !WIFEXITED(c->node[i].status) || WEXITSTATUS(c->node[i].status) != 0) &&
+            judge) {
+            snprintf(r->deaths[r->ndeaths < 8 ? r->ndeaths++ : 7], sizeof(r->deaths[0]),
+                     "node %s did not stop cleanly on SIGTERM (status 0x%x)", ch_node_name(i),
+                     c->node[i].status);
+        }
+    }
+    for (int i = 0; i < sc->nodes; i++) {
+        rl_proxy_stop(c->px_routers[i]);
+        rl_proxy_stop(c->px_zk[i]);
+        c->px_routers[i] = c->px_zk[i] = NULL;
+    }
+    if (c->zk.pid != 0) {
+        if (c->zk_paused) {
+            kill(c->zk.pid, SIGCONT);
+        }
+        rl_harness_zk_stop(&c->zk);
+    }
+}
+
+/* Runs the scenario: 0 when it ran to the end (the verdict follows), 3 when the cluster
+ * could not be started, 130 when interrupted. */
 static int
 run_scenario(struct ch_run *r)
 {
@@ -669,7 +717,7 @@ run_scenario(struct ch_run *r)
     struct cluster *c = calloc(1, sizeof(*c));
     int64_t end, next_sample, next_line, next_probe, settle_end;
     unsigned long long last_total = 0;
-    int alive, nm;
+    int alive, nm, rc = 3;
 
     if (c == NULL) {
         return 3;
@@ -682,10 +730,9 @@ run_scenario(struct ch_run *r)
     if (sc->description[0] != '\0') {
         printf("  %s\n", sc->description);
     }
+    fflush(stdout);
     if (cluster_start(c) != 0) {
-        rl_harness_cleanup();
-        free(c);
-        return 3;
+        goto out;
     }
     /* Every router agrees with ZooKeeper before traffic starts. */
     for (int64_t until = ch_now_ms() + 15000;; sleep_ms(100)) {
@@ -694,11 +741,11 @@ run_scenario(struct ch_run *r)
         if (d != 0 && nm == sc->nodes && sample_routers(c, &alive) == sc->routers) {
             break;
         }
-        if (ch_now_ms() > until) {
-            fprintf(stderr, "rl-chaos: the routers did not agree with ZooKeeper within 15 s\n");
-            rl_harness_cleanup();
-            free(c);
-            return 3;
+        if (ch_now_ms() > until || interrupted) {
+            fprintf(stderr, "rl-chaos: %s\n",
+                    interrupted ? "interrupted"
+                                : "the routers did not agree with ZooKeeper within 15 s");
+            goto out;
         }
     }
     r->t0_ms = ch_now_ms();
@@ -706,18 +753,16 @@ run_scenario(struct ch_run *r)
     for (int i = 0; i < sc->routers; i++) {
         if (ch_traffic_start(&r->traffic[i], r, i) != 0) {
             fprintf(stderr, "rl-chaos: cannot start traffic\n");
-            rl_harness_cleanup();
-            free(c);
-            return 3;
+            goto out;
         }
     }
     end = r->t0_ms + sc->duration_ms;
     next_sample = next_probe = r->t0_ms;
     next_line = r->t0_ms + 1000;
-    for (int64_t now = ch_now_ms(); now < end; now = ch_now_ms()) {
+    for (int64_t now = ch_now_ms(); now < end && !interrupted; now = ch_now_ms()) {
         for (int i = 0; i < sc->nsteps; i++) {
             if (sc->steps[i].at_ms >= 0 && r->t0_ms + sc->steps[i].at_ms <= now &&
-                c->undo_at[i] == 0 && !(c->undo_at[i] < 0)) {
+                c->undo_at[i] == 0) {
                 do_step(c, i);
                 if (c->undo_at[i] == 0) {
                     c->undo_at[i] = -1; /* done, nothing to undo */
@@ -755,9 +800,15 @@ run_scenario(struct ch_run *r)
     for (int i = 0; i < sc->routers; i++) {
         ch_traffic_stop(&r->traffic[i]);
     }
+    if (interrupted) {
+        fprintf(stderr, "rl-chaos: interrupted at %.1f s: stopping the cluster, no verdict\n",
+                (double)(ch_now_ms() - r->t0_ms) / 1000.0);
+        rc = 130;
+        goto out;
+    }
     /* Settling: the routers still up must agree with ZooKeeper within the bound. */
     settle_end = ch_now_ms() + sc->converge_ms;
-    while (ch_now_ms() < settle_end) {
+    while (ch_now_ms() < settle_end && !interrupted) {
         uint64_t d = ch_observer_digest(r, &nm);
         int agree = sample_routers(c, &alive);
 
@@ -769,41 +820,11 @@ run_scenario(struct ch_run *r)
     }
     live_line(c, ch_now_ms() - r->t0_ms, &last_total);
     print_router_causes(c);
-    ch_observer_stop(c->observer);
-    for (int i = 0; i < sc->routers; i++) {
-        rl_client_destroy(c->stats_client[i]);
-    }
-    /* A clean stop must be clean: exit 0 from SIGTERM. */
-    for (int i = 0; i < sc->routers; i++) {
-        if (c->router[i].pid != 0 &&
-            (rl_harness_server_stop(&c->router[i], SIGTERM, 10000) != 0 ||
-             !WIFEXITED(c->router[i].status) || WEXITSTATUS(c->router[i].status) != 0)) {
-            snprintf(r->deaths[r->ndeaths < 8 ? r->ndeaths++ : 7], sizeof(r->deaths[0]),
-                     "router %d did not stop cleanly on SIGTERM (status 0x%x)", i + 1,
-                     c->router[i].status);
-        }
-    }
-    for (int i = 0; i < sc->nodes; i++) {
-        if (c->node[i].pid != 0 &&
-            (rl_harness_server_stop(&c->node[i], SIGTERM, 10000) != 0 ||
-             !WIFEXITED(c->node[i].status) || WEXITSTATUS(c->node[i].status) != 0)) {
-            snprintf(r->deaths[r->ndeaths < 8 ? r->ndeaths++ : 7], sizeof(r->deaths[0]),
-                     "node %s did not stop cleanly on SIGTERM (status 0x%x)", ch_node_name(i),
-                     c->node[i].status);
-        }
-    }
-    for (int i = 0; i < sc->nodes; i++) {
-        rl_proxy_stop(c->px_routers[i]);
-        rl_proxy_stop(c->px_zk[i]);
-    }
-    if (c->zk.pid != 0) {
-        if (c->zk_paused) {
-            kill(c->zk.pid, SIGCONT);
-        }
-        rl_harness_zk_stop(&c->zk);
-    }
+    rc = 0;
+out:
+    teardown(c, rc == 0);
     free(c);
-    return 0;
+    return rc;
 }
 
 /* ---- command line --------------------------------------------------------------------- */
@@ -949,50 +970,56 @@ main(int argc, char **argv)
     sc = calloc(1, sizeof(*sc));
     r = calloc(1, sizeof(*r));
     if (sc == NULL || r == NULL) {
+        free(sc);
+        free(r);
         return 3;
     }
+    pthread_mutex_init(&r->lock, NULL);
+    rc = 2;
     if (ch_scenario_load(sc, path, err, sizeof(err)) != 0) {
         fprintf(stderr, "rl-chaos: %s\n", err);
-        return 2;
+        goto out;
     }
-    if (duration != NULL || rate != NULL) {
+    if (duration != NULL) {
         uint64_t v;
-        const char *why = duration != NULL ? rl_parse_duration_ms(duration, &v) : NULL;
+        const char *why = rl_parse_duration_ms(duration, &v);
 
         if (why != NULL) {
             fprintf(stderr, "rl-chaos: --duration \"%s\" %s\n", duration, why);
-            return 2;
+            goto out;
         }
-        if (duration != NULL) {
-            for (int i = 0; i < sc->nsteps; i++) {
-                if (sc->steps[i].at_ms + sc->steps[i].for_ms > (int64_t)v) {
-                    fprintf(stderr, "rl-chaos: --duration %s ends before step \"%s\"\n",
-                            duration, sc->steps[i].text);
-                    return 2;
-                }
+        for (int i = 0; i < sc->nsteps; i++) {
+            if (sc->steps[i].at_ms + sc->steps[i].for_ms > (int64_t)v) {
+                fprintf(stderr, "rl-chaos: --duration %s ends before step \"%s\"\n", duration,
+                        sc->steps[i].text);
+                goto out;
             }
-            sc->duration_ms = (int64_t)v;
         }
-        if (rate != NULL && (why = rl_parse_u64(rate, 1, 200000, &v)) != NULL) {
+        sc->duration_ms = (int64_t)v;
+    }
+    if (rate != NULL) {
+        uint64_t v;
+        const char *why = rl_parse_u64(rate, 1, 200000, &v);
+
+        if (why != NULL) {
             fprintf(stderr, "rl-chaos: --rate \"%s\" %s (1..200000)\n", rate, why);
-            return 2;
+            goto out;
         }
-        if (rate != NULL) {
-            sc->rate = (uint32_t)v;
-        }
+        sc->rate = (uint32_t)v;
     }
     set_bin_dir(build);
     rl_log_setup(RL_LOG_ERROR, "rl-chaos");
     signal(SIGPIPE, SIG_IGN);
-    pthread_mutex_init(&r->lock, NULL);
+    signal(SIGINT, on_interrupt);
+    signal(SIGTERM, on_interrupt);
     r->sc = sc;
     r->verbose = verbose;
     rc = run_scenario(r);
-    if (rc == 3) {
-        return 3;
+    if (rc == 0) {
+        rc = ch_verdict(r, json) ? 0 : 1;
     }
-    rc = ch_verdict(r, json) ? 0 : 1;
-    for (int i = 0; i < sc->routers; i++) {
+out:
+    for (int i = 0; i < CH_ROUTERS_MAX; i++) {
         free(r->traffic[i].reqs);
     }
     for (int i = 0; i < r->nviews; i++) {

@@ -125,6 +125,9 @@ service_limit(struct ctx *c, struct ch_service *s, const char *v)
     if (duration(c, "limit", dur, &w) != 0) {
         return -1;
     }
+    if (n == 0 || w == 0) {
+        return fail(c, "limit \"%s\" needs N >= 1 per a duration >= 1ms", v);
+    }
     s->windowed = strcmp(algo, "fixed_window") == 0;
     s->limit_n = n;
     s->window_ms = (uint64_t)w;

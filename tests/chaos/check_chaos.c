@@ -1,0 +1,1069 @@
+/*
+ * check_chaos: the two parts of rl-chaos that judge, without a cluster. The scenario reader:
+ * every shipped scenario loads, the defaults are the documented ones, a step line is read
+ * into the right fields, and a bad file is refused naming its line. The verdict: made-up
+ * runs (requests, ownership views, faults, router samples) where exactly one invariant is
+ * broken make exactly that invariant fail, and a run that keeps them all passes.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chaos.h"
+#include "harness.h"
+#include "rltest.h"
+#include "scenario.h"
+#include "wire.h"
+
+/* ---- scenario reader ------------------------------------------------------------------ */
+
+static const char *const shipped_dir = RL_SOURCE_DIR "/tools/chaos/scenarios";
+
+/* Writes body to a fresh file of the test's temp directory; its path into path. */
+static void
+write_scenario(char *path, size_t len, const char *name, const char *body)
+{
+    ck_assert_int_eq(rl_harness_tmppath(path, len, "%s", name), 0);
+    ck_assert_int_eq(rl_harness_write_file(path, "%s", body), 0);
+}
+
+/* A file that must be refused with "PATH:LINE: ..." naming line, and saying what. */
+static void
+refused(const char *name, const char *body, int line, const char *what)
+{
+    struct ch_scenario *sc = calloc(1, sizeof(*sc));
+    char path[PATH_MAX], err[512], prefix[PATH_MAX + 32];
+
+    ck_assert_ptr_nonnull(sc);
+    write_scenario(path, sizeof(path), name, body);
+    memset(err, 0, sizeof(err));
+    ck_assert_msg(ch_scenario_load(sc, path, err, sizeof(err)) == -1, "%s loaded", name);
+    snprintf(prefix, sizeof(prefix), "%s:%d: ", path, line);
+    ck_assert_msg(strncmp(err, prefix, strlen(prefix)) == 0, "%s: \"%s\" does not start with \"%s\"",
+                  name, err, prefix);
+    ck_assert_msg(strstr(err + strlen(prefix), what) != NULL, "%s: \"%s\" does not say \"%s\"",
+                  name, err, what);
+    free(sc);
+}
+
+START_TEST(test_shipped_scenarios_load)
+{
+    struct ch_scenario *sc = calloc(1, sizeof(*sc));
+    DIR *d = opendir(shipped_dir);
+    struct dirent *e;
+    int n = 0;
+    bool node_kill = false, partition_zk = false;
+
+    ck_assert_ptr_nonnull(sc);
+    ck_assert_msg(d != NULL, "%s cannot be read", shipped_dir);
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        char path[PATH_MAX], err[512] = "";
+
+        if (len <= 4 || strcmp(e->d_name + len - 4, ".ini") != 0) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", shipped_dir, e->d_name);
+        ck_assert_msg(ch_scenario_load(sc, path, err, sizeof(err)) == 0, "%s: %s", path, err);
+        ck_assert_msg(sc->nsteps >= 1, "%s has no steps", path);
+        ck_assert_msg(sc->nservices >= 1 && sc->name[0] != '\0', "%s", path);
+        for (int i = 0; i < sc->nsteps; i++) {
+            ck_assert_msg(sc->steps[i].at_ms + sc->steps[i].for_ms <= sc->duration_ms, "%s: %s",
+                          path, sc->steps[i].text);
+        }
+        node_kill = node_kill || strcmp(sc->name, "node-kill") == 0;
+        partition_zk = partition_zk || strcmp(sc->name, "partition-node-zk") == 0;
+        n++;
+    }
+    closedir(d);
+    ck_assert_int_ge(n, 10);
+    ck_assert(node_kill);
+    ck_assert(partition_zk);
+    free(sc);
+}
+END_TEST
+
+START_TEST(test_defaults)
+{
+    struct ch_scenario *sc = calloc(1, sizeof(*sc));
+    char path[PATH_MAX], err[512] = "";
+    const struct ch_service *s;
+
+    ck_assert_ptr_nonnull(sc);
+    /* Only comments and empty sections: everything comes from the defaults. */
+    write_scenario(path, sizeof(path), "defaults.ini",
+                   "; nothing set\n[scenario]\n# still nothing\n[cluster]\n[traffic]\n[check]\n"
+                   "[expect]\n[steps]\n");
+    ck_assert_msg(ch_scenario_load(sc, path, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(sc->name, "defaults"); /* the file's name without .ini */
+    ck_assert_str_eq(sc->path, path);
+    ck_assert_str_eq(sc->description, "");
+    ck_assert_int_eq(sc->nodes, 3);
+    ck_assert_int_eq(sc->routers, 2);
+    ck_assert_uint_eq(sc->shards, 256);
+    ck_assert_int_eq(sc->session_timeout_ms, 2000);
+    ck_assert_int_eq(sc->deadline_ms, 50);
+    ck_assert(!sc->fence_disconnect);
+    ck_assert_int_eq(sc->duration_ms, 20000);
+    ck_assert_int_eq(sc->margin_ms, 250);
+    ck_assert_int_eq(sc->converge_ms, 3000); /* session + 1 s */
+    ck_assert_uint_eq(sc->rate, 2000);
+    ck_assert_uint_eq(sc->users, 100);
+    ck_assert(!sc->zipf);
+    ck_assert_int_eq(sc->nsteps, 0);
+    ck_assert_int_eq(sc->nservices, 1);
+    s = &sc->services[0];
+    ck_assert_str_eq(s->name, "api");
+    ck_assert_str_eq(s->limit, "fixed_window 10 per 1s");
+    ck_assert(s->windowed);
+    ck_assert(!s->fail_closed);
+    ck_assert_uint_eq(s->limit_n, 10);
+    ck_assert_uint_eq(s->window_ms, 1000);
+    ck_assert_uint_eq(s->weight, 1);
+    ck_assert_int_eq(sc->expect.max_policy, -1);
+    ck_assert_int_eq(sc->expect.min_policy, -1);
+    ck_assert_int_eq(sc->expect.max_extra, -1);
+    ck_assert_int_eq(sc->expect.max_latency_ms, -1);
+    ck_assert_int_eq(sc->expect.max_move_ms, -1);
+    ck_assert_int_eq(sc->expect.max_stale_ms, -1);
+    ck_assert_int_eq(sc->expect.max_view_changes, -1);
+
+    /* converge follows the session timeout unless set; a service's settings are its own. */
+    write_scenario(path, sizeof(path), "set.ini",
+                   "[scenario]\nname = set   ; a comment\nduration = 1m\n"
+                   "[cluster]\nsession_timeout = 5s\nfencing = disconnect\nnodes = 5\n"
+                   "[traffic]\ndistribution = zipf\n"
+                   "[service pay]\nlimit = token_bucket 5 per 1s\nfailure = closed\nweight = 3\n"
+                   "[expect]\nmax_policy_answers = 0\nmax_latency = 2s\n");
+    ck_assert_msg(ch_scenario_load(sc, path, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(sc->name, "set");
+    ck_assert_int_eq(sc->duration_ms, 60000);
+    ck_assert_int_eq(sc->converge_ms, 6000);
+    ck_assert(sc->fence_disconnect);
+    ck_assert(sc->zipf);
+    ck_assert_int_eq(sc->nodes, 5);
+    ck_assert_int_eq(sc->nservices, 1);
+    ck_assert_str_eq(sc->services[0].name, "pay");
+    ck_assert(!sc->services[0].windowed);
+    ck_assert(sc->services[0].fail_closed);
+    ck_assert_uint_eq(sc->services[0].weight, 3);
+    ck_assert_int_eq(sc->expect.max_policy, 0);
+    ck_assert_int_eq(sc->expect.max_latency_ms, 2000);
+    ck_assert_int_eq(sc->expect.min_policy, -1);
+    free(sc);
+}
+END_TEST
+
+START_TEST(test_step_parsed)
+{
+    struct ch_scenario *sc = calloc(1, sizeof(*sc));
+    char path[PATH_MAX], err[512] = "";
+    const struct ch_step *st;
+
+    ck_assert_ptr_nonnull(sc);
+    write_scenario(path, sizeof(path), "steps.ini",
+                   "[cluster]\nnodes = 3\nrouters = 2\n[steps]\n"
+                   "at 5s partition node b from zookeeper for 6s\n"
+                   "at 2s delay node a from routers 30ms for 4s\n"
+                   "\n"
+                   "at 1500ms kill router 2   ; the second router\n"
+                   "at 3s stop zookeeper for 2s\n");
+    ck_assert_msg(ch_scenario_load(sc, path, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(sc->nsteps, 4);
+    st = &sc->steps[0];
+    ck_assert_int_eq(st->at_ms, 5000);
+    ck_assert_int_eq(st->for_ms, 6000);
+    ck_assert_int_eq(st->arg_ms, 0);
+    ck_assert_int_eq(st->action, CH_PARTITION);
+    ck_assert_int_eq(st->target, CH_NODE);
+    ck_assert_int_eq(st->index, 1);
+    ck_assert_int_eq(st->path, CH_PATH_ZK);
+    ck_assert_int_eq(st->line, 5);
+    ck_assert_str_eq(st->text, "at 5s partition node b from zookeeper for 6s");
+    st = &sc->steps[1];
+    ck_assert_int_eq(st->at_ms, 2000);
+    ck_assert_int_eq(st->for_ms, 4000);
+    ck_assert_int_eq(st->arg_ms, 30);
+    ck_assert_int_eq(st->action, CH_DELAY);
+    ck_assert_int_eq(st->target, CH_NODE);
+    ck_assert_int_eq(st->index, 0);
+    ck_assert_int_eq(st->path, CH_PATH_ROUTERS);
+    ck_assert_int_eq(st->line, 6);
+    st = &sc->steps[2];
+    ck_assert_int_eq(st->at_ms, 1500);
+    ck_assert_int_eq(st->action, CH_KILL);
+    ck_assert_int_eq(st->target, CH_ROUTER);
+    ck_assert_int_eq(st->index, 1);
+    ck_assert_int_eq(st->for_ms, 0);
+    ck_assert_int_eq(st->line, 8);
+    st = &sc->steps[3];
+    ck_assert_int_eq(st->action, CH_STOP);
+    ck_assert_int_eq(st->target, CH_ZOOKEEPER);
+    ck_assert_int_eq(st->for_ms, 2000);
+    free(sc);
+}
+END_TEST
+
+START_TEST(test_bad_files)
+{
+    struct ch_scenario *sc = calloc(1, sizeof(*sc));
+    char err[512] = "";
+
+    ck_assert_ptr_nonnull(sc);
+    refused("section.ini", "[scenario]\nname = x\n[bogus]\nfoo = 1\n", 3, "unknown section");
+    refused("key.ini", "[cluster]\nnodes = 3\ncolour = red\n", 3, "unknown key \"colour\"");
+    refused("servicekey.ini", "[service web]\nlimit = fixed_window 1 per 1s\nburst = 2\n", 3,
+            "unknown key \"burst\"");
+    refused("duration.ini", "; a comment\n[scenario]\nduration = soon\n", 3, "duration \"soon\"");
+    refused("steptime.ini", "[steps]\nat 1s kill node a\nat later kill node b\n", 3, "at \"later\"");
+    refused("action.ini", "[scenario]\nduration = 10s\n[steps]\nat 1s explode node b\n", 4,
+            "unknown action \"explode\"");
+    refused("nodename.ini", "[cluster]\nnodes = 3\n\n[steps]\nat 1s kill node z\n", 5, "no node \"z\"");
+    /* a name that exists, but not in a cluster of 3 */
+    refused("noded.ini", "[cluster]\nnodes = 3\n[steps]\nat 1s kill node d\n", 4, "no node \"d\"");
+    refused("router.ini", "[cluster]\nrouters = 2\n[steps]\nat 1s restart router 1\n"
+            "at 2s kill router 3\n", 5, "router \"3\"");
+    refused("router0.ini", "[cluster]\nrouters = 2\n[steps]\nat 2s kill router 0\n", 4,
+            "router \"0\"");
+    refused("pause.ini", "[steps]\nat 1s pause node a\n", 2, "pause");
+    refused("delay.ini", "[steps]\nat 1s reset node a from routers\nat 2s delay node a from routers\n",
+            3, "delay needs a latency");
+    refused("delayfor.ini", "[steps]\nat 1s delay node a from routers for 2s\n", 2, "latency");
+    refused("from.ini", "[steps]\nat 1s partition node a for 2s\n", 2, "from");
+    refused("killfor.ini", "[steps]\nat 1s kill node a for 2s\n", 2, "no \"for\"");
+    refused("late.ini", "[scenario]\nduration = 10s\n[steps]\nat 1s kill node b\n"
+            "at 8s pause node a for 3s\nat 9s restart node b\n", 5, "ends after");
+    /* the default duration (20 s) counts too, and a step may end exactly at the end */
+    refused("late20.ini", "[steps]\nat 19s partition node a from routers for 2s\n", 2, "ends after");
+    refused("nolimit.ini", "[scenario]\nname = x\n\n[service web]\nfailure = open\n"
+            "[service pay]\nlimit = fixed_window 1 per 1s\n", 4, "[service web] has no limit");
+    refused("fencing.ini", "[cluster]\nnodes = 2\nfencing = maybe\n", 3, "fencing");
+    refused("nodes.ini", "[cluster]\nnodes = 9\n", 2, "nodes \"9\"");
+    refused("failure.ini", "[service web]\nlimit = fixed_window 1 per 1s\nfailure = sometimes\n", 3,
+            "failure");
+    refused("cluster.ini", "[steps]\nat 1s kill node a\n[cluster]\nnodes = 2\n", 4,
+            "before [steps]");
+    refused("noeq.ini", "[scenario]\nname x\n", 2, "KEY = VALUE");
+    refused("outside.ini", "name = x\n", 1, "outside a known section");
+
+    {
+        char path[PATH_MAX];
+
+        write_scenario(path, sizeof(path), "edge.ini",
+                       "[scenario]\nduration = 10s\n[steps]\nat 7s pause node a for 3s\n");
+        ck_assert_msg(ch_scenario_load(sc, path, err, sizeof(err)) == 0, "%s", err);
+        ck_assert_int_eq(sc->nsteps, 1);
+    }
+    ck_assert_int_eq(ch_scenario_load(sc, "/nonexistent/chaos.ini", err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/chaos.ini: "));
+    free(sc);
+}
+END_TEST
+
+/* ---- verdict -------------------------------------------------------------------------- */
+
+/*
+ * The made-up runs: 3 nodes, 1 router, 16 shards, one fail-open service of 5 per second
+ * (fixed_window), deadline 50 + margin 250 ms, converge 3 s. Traffic starts at T0, a whole
+ * second, so window k of the run is [T0 + k s, T0 + (k + 1) s). The user under test, u7,
+ * has shard 3, which node a (0) owns in the first view.
+ */
+#define T0 INT64_C(1700000000000)
+#define MONO0 INT64_C(5000000000)
+#define NSHARDS 16
+#define USER 7
+#define SHARD 3
+#define MAXREQ 256
+#define LAT_US 2000
+
+static struct ch_run *
+run_new(void)
+{
+    struct ch_scenario *sc = calloc(1, sizeof(*sc));
+    struct ch_run *r = calloc(1, sizeof(*r));
+    struct ch_service *s = &sc->services[0];
+
+    ck_assert_ptr_nonnull(sc);
+    ck_assert_ptr_nonnull(r);
+    snprintf(sc->name, sizeof(sc->name), "made-up");
+    sc->nodes = 3;
+    sc->routers = 1;
+    sc->shards = NSHARDS;
+    sc->session_timeout_ms = 2000;
+    sc->deadline_ms = 50;
+    sc->margin_ms = 250;
+    sc->converge_ms = 3000;
+    sc->duration_ms = 20000;
+    sc->rate = 100;
+    sc->users = 10;
+    sc->nservices = 1;
+    snprintf(s->name, sizeof(s->name), "api");
+    snprintf(s->limit, sizeof(s->limit), "fixed_window 5 per 1s");
+    s->windowed = true;
+    s->limit_n = 5;
+    s->window_ms = 1000;
+    s->weight = 1;
+    sc->expect = (struct ch_expect){-1, -1, -1, -1, -1, -1, -1};
+    r->sc = sc;
+    r->t0_ms = T0;
+    r->traffic[0].run = r;
+    r->traffic[0].router = 0;
+    r->traffic[0].reqs = calloc(MAXREQ, sizeof(struct ch_req));
+    ck_assert_ptr_nonnull(r->traffic[0].reqs);
+    r->traffic[0].cap = MAXREQ;
+    atomic_store(&r->traffic[0].n, 0);
+    return r;
+}
+
+static void
+run_free(struct ch_run *r)
+{
+    for (int i = 0; i < r->nviews; i++) {
+        free(r->views[i].owner);
+    }
+    free(r->traffic[0].reqs);
+    free((void *)r->sc);
+    free(r);
+}
+
+static struct ch_scenario *
+scenario_of(struct ch_run *r)
+{
+    return (struct ch_scenario *)r->sc;
+}
+
+/*
+ * Appends a view at T0 + at_ms: the previous one's table (the first: shard s owned by node
+ * s % 3), with shard moved to node to when shard >= 0.
+ */
+static void
+view_add(struct ch_run *r, int64_t at_ms, int shard, int to)
+{
+    struct ch_view *v = &r->views[r->nviews];
+
+    ck_assert_int_lt(r->nviews, CH_VIEWS_MAX);
+    v->owner = malloc(NSHARDS);
+    ck_assert_ptr_nonnull(v->owner);
+    for (int s = 0; s < NSHARDS; s++) {
+        v->owner[s] = r->nviews > 0 ? r->views[r->nviews - 1].owner[s] : (uint8_t)(s % 3);
+    }
+    for (int i = 0; i < CH_NODES_MAX; i++) {
+        v->since[i] = r->nviews > 0 ? r->views[r->nviews - 1].since[i] : (i < 3 ? 100 + i : 0);
+    }
+    if (shard >= 0) {
+        v->owner[shard] = (uint8_t)to;
+    }
+    v->t_ms = T0 + at_ms;
+    v->members = 0x7;
+    v->nmembers = 3;
+    v->asg_version = r->nviews + 1;
+    v->digest = UINT64_C(0xd1650000) + (uint64_t)r->nviews;
+    r->nviews++;
+}
+
+/* Appends a view at T0 + at_ms where node registered again (a new znode, the same table). */
+static void
+view_reregistered(struct ch_run *r, int64_t at_ms, int node)
+{
+    view_add(r, at_ms, -1, 0);
+    r->views[r->nviews - 1].since[node] = 1000 + r->nviews;
+}
+
+/*
+ * A request of user (shard) sent at T0 + at_ms through router 0, answered code after lat_us
+ * (PENDING: never). Decisions carry remaining, and reset_ms as the node computes it: from
+ * when it got the request (half the round trip) to the end of its window.
+ */
+static struct ch_req *
+req_full(struct ch_run *r, int64_t at_ms, uint32_t user, uint32_t shard, uint8_t code,
+         uint32_t remaining, int64_t lat_us)
+{
+    size_t n = atomic_load(&r->traffic[0].n);
+    struct ch_req *q = &r->traffic[0].reqs[n];
+
+    ck_assert_uint_lt(n, MAXREQ);
+    memset(q, 0, sizeof(*q));
+    q->t_send_ms = T0 + at_ms;
+    q->t_send_us = MONO0 + at_ms * 1000;
+    q->t_done_us = code == CH_CODE_PENDING ? 0 : q->t_send_us + lat_us;
+    q->user = user;
+    q->shard = shard;
+    q->service = 0;
+    q->router = 0;
+    q->code = code;
+    if (code == RL_WIRE_ALLOWED || code == RL_WIRE_LIMITED) {
+        int64_t at_node = q->t_send_ms + lat_us / 2000, end = (at_node / 1000 + 1) * 1000;
+
+        q->remaining = remaining;
+        q->reset_ms = (uint32_t)(end - at_node);
+    }
+    atomic_store(&r->traffic[0].n, n + 1);
+    return q;
+}
+
+static struct ch_req *
+req(struct ch_run *r, int64_t at_ms, uint8_t code, uint32_t remaining)
+{
+    return req_full(r, at_ms, USER, SHARD, code, remaining, LAT_US);
+}
+
+/* n ALLOWED from at_ms, 20 ms apart, remaining counting down from first_remaining (to 0). */
+static int64_t
+allowed(struct ch_run *r, int64_t at_ms, int n, int first_remaining)
+{
+    for (int i = 0; i < n; i++, at_ms += 20) {
+        req(r, at_ms, RL_WIRE_ALLOWED, (uint32_t)(first_remaining - i > 0 ? first_remaining - i : 0));
+    }
+    return at_ms;
+}
+
+static void
+impair_add(struct ch_run *r, int node, int64_t from_ms, int64_t to_ms, const char *what)
+{
+    struct ch_impair *m = &r->impairs[r->nimpairs++];
+
+    m->node = node;
+    m->from_ms = T0 + from_ms;
+    m->to_ms = to_ms == INT64_MAX ? INT64_MAX : T0 + to_ms;
+    snprintf(m->what, sizeof(m->what), "%s", what);
+}
+
+static void
+sample_add(struct ch_run *r, int64_t at_ms, int router, uint64_t digest)
+{
+    r->samples[r->nsamples++] = (struct ch_sample){T0 + at_ms, router, digest};
+}
+
+/* An invariant as the JSON has it. */
+struct inv {
+    bool held;
+    unsigned long long checked, violations;
+};
+
+static const char *const inv_names[] = {"liveness", "exactness",   "bounded-loss", "fresh-start",
+                                        "policy",   "convergence", "no-deaths",    "expect"};
+#define NINV (sizeof(inv_names) / sizeof(inv_names[0]))
+
+static struct inv
+inv_of(const char *json, const char *name)
+{
+    char key[96];
+    const char *p;
+    struct inv v = {false, 0, 0};
+
+    snprintf(key, sizeof(key), "{\"name\": \"%s\", \"held\": ", name);
+    p = strstr(json, key);
+    ck_assert_msg(p != NULL, "no invariant \"%s\" in %s", name, json);
+    p += strlen(key);
+    ck_assert_msg(strncmp(p, "true", 4) == 0 || strncmp(p, "false", 5) == 0, "%s", p);
+    v.held = strncmp(p, "true", 4) == 0;
+    p = strstr(p, "\"checked\": ");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(sscanf(p, "\"checked\": %llu, \"violations\": %llu", &v.checked,
+                            &v.violations),
+                     2);
+    ck_assert_msg(v.held == (v.violations == 0), "%s: held and violations disagree", name);
+    return v;
+}
+
+static char json[1 << 16];
+
+/*
+ * Judges the run; returns the verdict, checks that the JSON says the same, and that exactly
+ * the invariant failing (NULL: none) failed, with violations of it.
+ */
+static bool
+judge(struct ch_run *r, const char *failing, unsigned long long violations)
+{
+    static int seq;
+    char path[PATH_MAX];
+    bool pass;
+
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "verdict-%d.json", seq++), 0);
+    pass = ch_verdict(r, path);
+    fflush(stdout);
+    ck_assert_int_gt(rl_harness_read_file(path, json, sizeof(json)), 0);
+    ck_assert_ptr_nonnull(strstr(json, "\"scenario\": \"made-up\""));
+    ck_assert_ptr_nonnull(strstr(json, pass ? "\"pass\": true" : "\"pass\": false"));
+    for (size_t i = 0; i < NINV; i++) {
+        struct inv v = inv_of(json, inv_names[i]);
+        bool fails = failing != NULL && strcmp(failing, inv_names[i]) == 0;
+
+        ck_assert_msg(v.held == !fails, "invariant %s %s, expected it to %s", inv_names[i],
+                      v.held ? "held" : "failed", fails ? "fail" : "hold");
+        if (fails) {
+            ck_assert_msg(v.violations == violations, "%s: %llu violations, expected %llu",
+                          inv_names[i], v.violations, violations);
+        }
+    }
+    ck_assert(pass == (failing == NULL));
+    return pass;
+}
+
+START_TEST(test_control_passes)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    /* window 1: the limit exactly, then refused */
+    allowed(r, 1100, 5, 4);
+    req(r, 1300, RL_WIRE_LIMITED, 0);
+    /* window 2: another user's requests, and u7 again from a full allowance */
+    req_full(r, 2050, 8, 4, RL_WIRE_ALLOWED, 4, LAT_US);
+    allowed(r, 2100, 2, 4);
+    /* a request answered within deadline + margin, to the millisecond */
+    req_full(r, 3000, USER, SHARD, RL_WIRE_ALLOWED, 4, 300 * 1000);
+    ck_assert(judge(r, NULL, 0));
+    ck_assert_uint_eq(inv_of(json, "liveness").checked, 10);
+    ck_assert_uint_eq(inv_of(json, "exactness").checked, 4); /* u7: 3 windows, u8: 1 */
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 0);
+    ck_assert_uint_eq(inv_of(json, "no-deaths").checked, 1);
+    ck_assert_ptr_nonnull(strstr(json, "\"sent\": 10, \"answered\": 10, \"allowed\": 9, "
+                                       "\"limited\": 1"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_exactness_over_limit)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    allowed(r, 1100, 6, 4); /* remaining 4, 3, 2, 1, 0, 0 */
+    judge(r, "exactness", 1);
+    ck_assert_ptr_nonnull(strstr(json, "allowed past the limit"));
+    ck_assert_ptr_nonnull(strstr(json, "\"extra_allowed\": 1"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_exactness_refused_below_limit)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    allowed(r, 1100, 3, 4);
+    req(r, 1200, RL_WIRE_LIMITED, 0);
+    /* another window, at the limit and refused: fine */
+    allowed(r, 2100, 5, 4);
+    req(r, 2300, RL_WIRE_LIMITED, 0);
+    judge(r, "exactness", 1);
+    ck_assert_ptr_nonnull(strstr(json, "refused below the limit"));
+    run_free(r);
+}
+END_TEST
+
+/* A failure-policy answer in the window: the node may have counted it; not judged below. */
+/* A request sent at the end of a window that reached the node in the next one counts there:
+ * the window is the node's, read from reset_ms, not the client's send time. */
+START_TEST(test_window_of_node)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    allowed(r, 1100, 5, 4);
+    req_full(r, 1995, USER, SHARD, RL_WIRE_ALLOWED, 4, 20 * 1000); /* at the node at 2.005 s */
+    ck_assert_uint_eq(r->traffic[0].reqs[5].reset_ms, 995);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "exactness").checked, 2);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_exactness_policy_excludes)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    impair_add(r, 0, 1000, 1200, "paused");
+    allowed(r, 1100, 3, 4);
+    req(r, 1150, RL_WIRE_FAIL_OPEN, 0);
+    req(r, 1200, RL_WIRE_LIMITED, 0);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "exactness").checked, 1);
+    ck_assert_uint_eq(inv_of(json, "policy").checked, 1);
+    run_free(r);
+}
+END_TEST
+
+/* ... also when it came up to LOOKBACK (10 s) before the window. */
+START_TEST(test_exactness_policy_lookback)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    impair_add(r, 0, 1000, 1200, "paused");
+    req(r, 1150, RL_WIRE_FAIL_OPEN, 0);
+    allowed(r, 9100, 3, 4);
+    req(r, 9200, RL_WIRE_LIMITED, 0);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "exactness").checked, 2);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_exactness_lost_excludes)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    r->router_down_from[0][0] = T0 + 1000;
+    r->router_down_to[0][0] = T0 + 1100;
+    r->nrouter_down[0] = 1;
+    req_full(r, 1050, USER, SHARD, CH_CODE_LOST, 0, 5000);
+    allowed(r, 1300, 3, 3);
+    req(r, 1400, RL_WIRE_LIMITED, 0);
+    judge(r, NULL, 0);
+    ck_assert_ptr_nonnull(strstr(json, "\"lost_with_killed_router\": 1"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_bounded_loss_holds)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 1500, SHARD, 1); /* mid-window: shard 3 from a to b */
+    allowed(r, 1100, 5, 4);      /* a */
+    allowed(r, 1600, 5, 4);      /* b, from zero */
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    ck_assert_uint_eq(inv_of(json, "exactness").checked, 0);
+    ck_assert_ptr_nonnull(strstr(json, "\"extra_allowed\": 5"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_bounded_loss_violated)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 1500, SHARD, 1);
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 6, 4); /* 11 > 5 x (1 + 1) */
+    judge(r, "bounded-loss", 1);
+    ck_assert_ptr_nonnull(strstr(json, "allowed past L x (1 + changes)"));
+    run_free(r);
+}
+END_TEST
+
+/* A restart of the owner resets its counters as a move does, even with no view change. */
+START_TEST(test_bounded_loss_restart)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    r->restart_node[0] = 0;
+    r->restart_ms[0] = T0 + 1500;
+    r->nrestarts = 1;
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 5, 4);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    /* a restart of another node changes nothing for shard 3 */
+    r->restart_node[0] = 1;
+    judge(r, "exactness", 1);
+    run_free(r);
+}
+END_TEST
+
+/* The owner registered again (a quick restart ZooKeeper saw as a new znode): a new tenure. */
+START_TEST(test_bounded_loss_reregistered)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_reregistered(r, 1500, 0);
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 5, 4);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    /* another node registering again changes nothing for shard 3 */
+    r->views[1].since[0] = r->views[0].since[0];
+    r->views[1].since[1] = 2000;
+    judge(r, "exactness", 1);
+    run_free(r);
+}
+END_TEST
+
+/*
+ * After shard 3 moved at 1.5 s, the first ALLOWED sent a second (LAG) after the move, at 2.6 s,
+ * may count what was sent in its window since (2.1 s, 2.2 s and itself): 3, remaining 2.
+ */
+static struct ch_run *
+fresh_run(uint32_t remaining)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 1500, SHARD, 2);
+    allowed(r, 1100, 2, 4);
+    allowed(r, 1600, 2, 4);
+    req(r, 2100, RL_WIRE_ALLOWED, 4);
+    req(r, 2200, RL_WIRE_ALLOWED, 3);
+    req(r, 2600, RL_WIRE_ALLOWED, remaining);
+    req(r, 2800, RL_WIRE_ALLOWED, remaining > 0 ? remaining - 1 : 0); /* after REORDER (100 ms) */
+    return r;
+}
+
+START_TEST(test_fresh_start_holds)
+{
+    struct ch_run *r = fresh_run(2);
+
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "fresh-start").checked, 1);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_fresh_start_violated)
+{
+    struct ch_run *r = fresh_run(1); /* counted 4 > 3 sent since the move */
+
+    judge(r, "fresh-start", 1);
+    ck_assert_ptr_nonnull(strstr(json, "inherited count"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_fresh_start_inherited_all)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 1500, SHARD, 1);
+    req(r, 2600, RL_WIRE_ALLOWED, 0); /* the first there, yet 5 counted */
+    judge(r, "fresh-start", 1);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_policy_unimpaired)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    req(r, 1100, RL_WIRE_FAIL_OPEN, 0);
+    judge(r, "policy", 1);
+    ck_assert_ptr_nonnull(strstr(json, "while its owner was not impaired"));
+    /* a fault on another node than the owner is no excuse */
+    impair_add(r, 1, 1000, 1200, "killed");
+    judge(r, "policy", 1);
+    /* nor one that ended (with converge_ms) long before */
+    impair_add(r, 0, -9000, -5000, "killed");
+    judge(r, "policy", 1);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_policy_impaired)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    impair_add(r, 0, 1000, 1200, "killed");
+    req(r, 1100, RL_WIRE_FAIL_OPEN, 0);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "policy").checked, 1);
+    ck_assert_ptr_nonnull(strstr(json, "\"fail_open\": 1"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_policy_every_node_impaired)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    impair_add(r, -1, 1000, INT64_MAX, "zookeeper stopped");
+    req(r, 1100, RL_WIRE_FAIL_OPEN, 0);
+    judge(r, NULL, 0);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_policy_wrong_kind)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    impair_add(r, 0, 1000, 1200, "killed");
+    req(r, 1100, RL_WIRE_FAIL_CLOSED, 0); /* the service fails open */
+    judge(r, "policy", 1);
+    ck_assert_ptr_nonnull(strstr(json, "but the service fails open"));
+    /* and for a service that fails closed, FAIL_OPEN is as wrong */
+    scenario_of(r)->services[0].fail_closed = true;
+    r->traffic[0].reqs[0].code = RL_WIRE_FAIL_OPEN;
+    judge(r, "policy", 1);
+    r->traffic[0].reqs[0].code = RL_WIRE_FAIL_CLOSED;
+    judge(r, NULL, 0);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_liveness_late)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    req_full(r, 1100, USER, SHARD, RL_WIRE_ALLOWED, 4, 400 * 1000);
+    judge(r, "liveness", 1);
+    ck_assert_ptr_nonnull(strstr(json, "after 400.0 ms (deadline 50 + margin 250)"));
+    ck_assert_ptr_nonnull(strstr(json, "\"late\": 1"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_liveness_just_late)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    req_full(r, 1100, USER, SHARD, RL_WIRE_ALLOWED, 4, 300 * 1000 + 1);
+    judge(r, "liveness", 1);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_liveness_lost_excused)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    r->router_down_from[0][0] = T0 + 1000;
+    r->router_down_to[0][0] = T0 + 1500;
+    r->nrouter_down[0] = 1;
+    req_full(r, 1200, USER, SHARD, CH_CODE_LOST, 0, 5000);
+    /* up to a second around the router's down time */
+    req_full(r, 2400, USER, SHARD, CH_CODE_LOST, 0, 5000);
+    judge(r, NULL, 0);
+    ck_assert_ptr_nonnull(strstr(json, "\"lost_with_killed_router\": 2"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_liveness_lost)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    req_full(r, 1200, USER, SHARD, CH_CODE_LOST, 0, 5000);
+    judge(r, "liveness", 1);
+    ck_assert_ptr_nonnull(strstr(json, "lost: the router closed the connection"));
+    /* a router down long before (more than a second) is no excuse */
+    r->router_down_from[0][0] = T0 - 5000;
+    r->router_down_to[0][0] = T0 - 1000;
+    r->nrouter_down[0] = 1;
+    judge(r, "liveness", 1);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_liveness_pending)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    req(r, 1100, RL_WIRE_ALLOWED, 4);
+    req(r, 1200, CH_CODE_PENDING, 0);
+    judge(r, "liveness", 1);
+    ck_assert_ptr_nonnull(strstr(json, "never answered"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_liveness_error)
+{
+    struct ch_run *r = run_new();
+    struct ch_req *q;
+
+    view_add(r, -5000, -1, 0);
+    q = req(r, 1100, CH_CODE_ERROR, 0);
+    q->err = 4; /* overloaded */
+    judge(r, "liveness", 1);
+    ck_assert_ptr_nonnull(strstr(json, "answered ERROR"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_convergence_violated)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    /* the view at -5 s; converge 3 s: from -2 s on the router must agree */
+    sample_add(r, -4000, 0, 0xbad);
+    sample_add(r, -1500, 0, 0xbad);
+    judge(r, "convergence", 1);
+    ck_assert_ptr_nonnull(strstr(json, "still routes by another table"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_convergence_holds)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    sample_add(r, -4000, 0, 0xbad);         /* within converge_ms: not judged */
+    sample_add(r, -2000 - 1, 0, 0xbad);     /* still within */
+    sample_add(r, -1500, 0, r->views[0].digest);
+    sample_add(r, 3000, 0, r->views[0].digest);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "convergence").checked, 2);
+    run_free(r);
+}
+END_TEST
+
+/* A later view: judged from when it came, by its own digest. */
+START_TEST(test_convergence_second_view)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 1500, 5, 1);
+    sample_add(r, 2000, 0, r->views[0].digest); /* the old table, within converge_ms */
+    sample_add(r, 4600, 0, r->views[1].digest);
+    judge(r, NULL, 0);
+    sample_add(r, 4700, 0, r->views[0].digest); /* the old table, too late */
+    judge(r, "convergence", 1);
+    run_free(r);
+}
+END_TEST
+
+/* A router restarted: converge_ms counts from when it came back. */
+START_TEST(test_convergence_router_restarted)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    r->router_down_from[0][0] = T0 + 1000;
+    r->router_down_to[0][0] = T0 + 2000;
+    r->nrouter_down[0] = 1;
+    sample_add(r, 4500, 0, 0xbad);
+    judge(r, NULL, 0);
+    sample_add(r, 5100, 0, 0xbad);
+    judge(r, "convergence", 1);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_deaths)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    req(r, 1100, RL_WIRE_ALLOWED, 4);
+    r->ndeaths = 1;
+    snprintf(r->deaths[0], sizeof(r->deaths[0]), "rl-node b (status 0x9)");
+    judge(r, "no-deaths", 1);
+    ck_assert_ptr_nonnull(strstr(json, "\"examples\": [\"rl-node b (status 0x9)\"]"));
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_expect)
+{
+    struct ch_run *r = run_new();
+    struct ch_scenario *sc = scenario_of(r);
+
+    view_add(r, -5000, -1, 0);
+    impair_add(r, 0, 1000, 1200, "killed");
+    req(r, 1100, RL_WIRE_FAIL_OPEN, 0);
+    sc->expect.max_policy = 0;
+    judge(r, "expect", 1);
+    ck_assert_ptr_nonnull(strstr(json, "max_policy_answers: 1 > 0"));
+    sc->expect.max_policy = 1;
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "expect").checked, 1);
+    sc->expect.min_policy = 2;
+    judge(r, "expect", 1);
+    ck_assert_ptr_nonnull(strstr(json, "min_policy_answers: 1 < 2"));
+    sc->expect.min_policy = 1;
+    judge(r, NULL, 0);
+    run_free(r);
+}
+END_TEST
+
+START_TEST(test_expect_latency_and_extra)
+{
+    struct ch_run *r = run_new();
+    struct ch_scenario *sc = scenario_of(r);
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 1500, SHARD, 1);
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 3, 4); /* 3 past L, within L x 2 */
+    req_full(r, 3100, 8, 4, RL_WIRE_ALLOWED, 4, 120 * 1000);
+    sc->expect.max_extra = 3;
+    sc->expect.max_latency_ms = 120;
+    sc->expect.max_view_changes = 1;
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "expect").checked, 3);
+    sc->expect.max_extra = 2;
+    judge(r, "expect", 1);
+    sc->expect.max_extra = 3;
+    sc->expect.max_latency_ms = 119;
+    judge(r, "expect", 1);
+    sc->expect.max_latency_ms = -1;
+    sc->expect.max_view_changes = 0;
+    judge(r, "expect", 1);
+    run_free(r);
+}
+END_TEST
+
+static Suite *
+chaos_suite(void)
+{
+    Suite *s = suite_create("chaos");
+    TCase *tc = tcase_create("scenario");
+
+    tcase_add_test(tc, test_shipped_scenarios_load);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_step_parsed);
+    tcase_add_test(tc, test_bad_files);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("verdict");
+    tcase_set_timeout(tc, 20);
+    tcase_add_test(tc, test_control_passes);
+    tcase_add_test(tc, test_exactness_over_limit);
+    tcase_add_test(tc, test_exactness_refused_below_limit);
+    tcase_add_test(tc, test_window_of_node);
+    tcase_add_test(tc, test_exactness_policy_excludes);
+    tcase_add_test(tc, test_exactness_policy_lookback);
+    tcase_add_test(tc, test_exactness_lost_excludes);
+    tcase_add_test(tc, test_bounded_loss_holds);
+    tcase_add_test(tc, test_bounded_loss_violated);
+    tcase_add_test(tc, test_bounded_loss_restart);
+    tcase_add_test(tc, test_bounded_loss_reregistered);
+    tcase_add_test(tc, test_fresh_start_holds);
+    tcase_add_test(tc, test_fresh_start_violated);
+    tcase_add_test(tc, test_fresh_start_inherited_all);
+    tcase_add_test(tc, test_policy_unimpaired);
+    tcase_add_test(tc, test_policy_impaired);
+    tcase_add_test(tc, test_policy_every_node_impaired);
+    tcase_add_test(tc, test_policy_wrong_kind);
+    tcase_add_test(tc, test_liveness_late);
+    tcase_add_test(tc, test_liveness_just_late);
+    tcase_add_test(tc, test_liveness_lost_excused);
+    tcase_add_test(tc, test_liveness_lost);
+    tcase_add_test(tc, test_liveness_pending);
+    tcase_add_test(tc, test_liveness_error);
+    tcase_add_test(tc, test_convergence_violated);
+    tcase_add_test(tc, test_convergence_holds);
+    tcase_add_test(tc, test_convergence_second_view);
+    tcase_add_test(tc, test_convergence_router_restarted);
+    tcase_add_test(tc, test_deaths);
+    tcase_add_test(tc, test_expect);
+    tcase_add_test(tc, test_expect_latency_and_extra);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RL_TEST_MAIN(chaos_suite)
