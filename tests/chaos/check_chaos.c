@@ -937,6 +937,22 @@ START_TEST(test_convergence_second_view)
 }
 END_TEST
 
+/* A router that heard of a change before the observer did is not behind: a sample showing
+ * the next view up to 1 s before the observer saw it is no violation; earlier, it is. */
+START_TEST(test_convergence_router_ahead)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 5000, 5, 1);
+    sample_add(r, 4950, 0, r->views[1].digest);
+    judge(r, NULL, 0);
+    sample_add(r, 3000, 0, r->views[1].digest);
+    judge(r, "convergence", 1);
+    run_free(r);
+}
+END_TEST
+
 /* A router restarted: converge_ms counts from when it came back. */
 START_TEST(test_convergence_router_restarted)
 {
@@ -1058,6 +1074,7 @@ chaos_suite(void)
     tcase_add_test(tc, test_convergence_violated);
     tcase_add_test(tc, test_convergence_holds);
     tcase_add_test(tc, test_convergence_second_view);
+    tcase_add_test(tc, test_convergence_router_ahead);
     tcase_add_test(tc, test_convergence_router_restarted);
     tcase_add_test(tc, test_deaths);
     tcase_add_test(tc, test_expect);

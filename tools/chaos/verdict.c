@@ -465,6 +465,19 @@ router_up_since(const struct ch_run *r, int router, int64_t t)
     return up;
 }
 
+/* Whether sample m, taken while view k stood, shows a later view that the observer saw
+ * within LAG_MS of the sample: the router heard of the change first, it is not behind. */
+static bool
+ahead_of_observer(const struct ch_run *r, int k, const struct ch_sample *m)
+{
+    for (int n = k + 1; n < r->nviews && r->views[n].t_ms <= m->t_ms + LAG_MS; n++) {
+        if ((int64_t)r->views[n].digest == (int64_t)m->digest) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static void
 judge_convergence(struct judge *j)
 {
@@ -491,7 +504,7 @@ judge_convergence(struct judge *j)
                 continue;
             }
             j->inv[INV_CONVERGE].checked++;
-            if ((int64_t)m->digest != want) {
+            if ((int64_t)m->digest != want && !ahead_of_observer(r, k, m)) {
                 char buf[512];
 
                 snprintf(buf, sizeof(buf),
