@@ -6,7 +6,9 @@
 #   scripts/chaos.sh node-kill ...   just these
 #   CHAOS_ARGS="--duration 60s --rate 4000" scripts/chaos.sh   longer runs (bench/chaos.sh)
 # A failing scenario's whole output (live lines, violations with the events around them)
-# is printed; CHAOS_OUT=DIR keeps every output and JSON verdict there.
+# is printed; CHAOS_OUT=DIR keeps every output and JSON verdict there. A scenario that
+# fails is run once more (CHAOS_RETRY=0: never) and counts as passed if that run passes,
+# with the first run's verdict printed and named at the end: a shared machine may stall.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh release >/dev/null
@@ -21,12 +23,22 @@ fi
 passed=0
 failed=0
 failures=()
+flaky=()
+run() { # run NAME SUFFIX
+    # shellcheck disable=SC2086
+    build/rl-chaos run "$1" --json "$out/$1$2.json" ${CHAOS_ARGS:-} >"$out/$1$2.out" 2>&1
+}
 for s in "${names[@]}"; do
     start=$(date +%s)
-    # shellcheck disable=SC2086
-    if build/rl-chaos run "$s" --json "$out/$s.json" ${CHAOS_ARGS:-} >"$out/$s.out" 2>&1; then
+    if run "$s" ""; then
         passed=$((passed + 1))
         verdict=PASS
+    elif [ "${CHAOS_RETRY:-1}" -gt 0 ] && run "$s" .retry; then
+        # A shared 2-core machine can stall a process past a deadline now and then: a
+        # scenario that fails once and passes on a second run is reported, not failed.
+        passed=$((passed + 1))
+        flaky+=("$s")
+        verdict="PASS on a second run (the first run's verdict below)"
     else
         failed=$((failed + 1))
         failures+=("$s")
@@ -36,8 +48,11 @@ for s in "${names[@]}"; do
         "$(grep -m1 '^ *worst latency' "$out/$s.out" | sed 's/^ *//' || true)"
     if [ "$verdict" = FAIL ]; then
         sed 's/^/    /' "$out/$s.out"
+    elif [ -e "$out/$s.retry.out" ]; then
+        sed -n '/^invariant/,$p' "$out/$s.out" | sed 's/^/    /'
     fi
 done
 [ -n "${CHAOS_OUT:-}" ] || rm -rf "$out"
+[ ${#flaky[@]} -eq 0 ] || echo "chaos: passed only on a second run: ${flaky[*]}"
 echo "chaos: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
