@@ -692,6 +692,26 @@ START_TEST(test_bounded_loss_reregistered)
 }
 END_TEST
 
+/* While the observer had no session of its own it saw no change; the routers may have seen
+ * any node hold the shard for a moment: such a window is judged with one change per node. */
+START_TEST(test_bounded_loss_blind)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 5, 4);
+    allowed(r, 1700, 5, 4);
+    judge(r, "exactness", 1);
+    r->blind_from[0] = T0 + 1200;
+    r->blind_to[0] = T0 + 1500;
+    r->nblind = 1;
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    run_free(r);
+}
+END_TEST
+
 /*
  * After shard 3 moved at 1.5 s, the first ALLOWED sent a second (LAG) after the move, at 2.6 s,
  * may count what was sent in its window since (2.1 s, 2.2 s and itself): 3, remaining 2.
@@ -1058,6 +1078,7 @@ chaos_suite(void)
     tcase_add_test(tc, test_bounded_loss_violated);
     tcase_add_test(tc, test_bounded_loss_restart);
     tcase_add_test(tc, test_bounded_loss_reregistered);
+    tcase_add_test(tc, test_bounded_loss_blind);
     tcase_add_test(tc, test_fresh_start_holds);
     tcase_add_test(tc, test_fresh_start_violated);
     tcase_add_test(tc, test_fresh_start_inherited_all);

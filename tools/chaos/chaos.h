@@ -123,6 +123,11 @@ struct ch_run {
     int restart_node[64];
     int64_t restart_ms[64];
     int nrestarts;
+    /* when the observer itself had no ZooKeeper session: it saw no change then, though the
+     * routers may have (every session expires at once when a frozen ZooKeeper wakes) */
+    int64_t blind_from[64];
+    int64_t blind_to[64]; /* INT64_MAX while blind */
+    int nblind;
     /* processes that died unasked (name and status), for the verdict */
     char deaths[8][128];
     int ndeaths;

@@ -102,6 +102,27 @@ on_assignment(void *arg, const char *text, size_t len, int64_t version)
     }
 }
 
+/* The observer's own session: while it is not connected, the timeline is blind. */
+static void
+on_state(void *arg, enum rl_zkm_state state)
+{
+    struct ch_observer *o = arg;
+    struct ch_run *r = o->run;
+    int64_t now = ch_now_ms();
+
+    pthread_mutex_lock(&r->lock);
+    if (state != RL_ZKM_CONNECTED && (r->nblind == 0 || r->blind_to[r->nblind - 1] != INT64_MAX) &&
+        r->nblind < 64) {
+        r->blind_from[r->nblind] = now;
+        r->blind_to[r->nblind++] = INT64_MAX;
+    } else if (state == RL_ZKM_CONNECTED && r->nblind > 0 &&
+               r->blind_to[r->nblind - 1] == INT64_MAX) {
+        r->blind_to[r->nblind - 1] = now;
+    }
+    pthread_mutex_unlock(&r->lock);
+    ch_event(r, "observer's ZooKeeper session: %s", rl_zkm_state_name(state));
+}
+
 static void
 on_stop(uv_async_t *a)
 {
@@ -125,7 +146,7 @@ int
 ch_observer_start(struct ch_observer **out, struct ch_run *r, const char *zk_connect,
                   const char *cluster)
 {
-    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, NULL, NULL};
+    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL};
     struct ch_observer *o = calloc(1, sizeof(*o));
     int rc;
 

@@ -298,6 +298,16 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
         for (int i = 0; i < nchanges; i++) {
             c += changes[i] - 100 < we && changes[i] + LAG_MS >= ws;
         }
+        /* While the observer had no session it saw nothing the routers may have: any node
+         * may have held the shard for a moment, each from zero. */
+        for (int i = 0; i < j->r->nblind; i++) {
+            int64_t blind_end =
+                j->r->blind_to[i] == INT64_MAX ? INT64_MAX : j->r->blind_to[i] + LAG_MS;
+
+            if (j->r->blind_from[i] < we && blind_end >= ws && j->r->blind_from[i] >= j->r->t0_ms) {
+                c += j->sc->nodes;
+            }
+        }
         if (allowed > L) {
             j->extra_allowed += (uint64_t)(allowed - L);
         }
