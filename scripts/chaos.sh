@@ -30,10 +30,15 @@ run() { # run NAME SUFFIX
 }
 for s in "${names[@]}"; do
     start=$(date +%s)
-    if run "$s" ""; then
+    code=0
+    run "$s" "" || code=$?
+    if [ "$code" -eq 0 ]; then
         passed=$((passed + 1))
         verdict=PASS
-    elif [ "${CHAOS_RETRY:-1}" -gt 0 ] && run "$s" .retry; then
+    elif [ "$code" -eq 130 ]; then
+        echo "chaos: interrupted"
+        exit 130
+    elif [ "$code" -eq 1 ] && [ "${CHAOS_RETRY:-1}" -gt 0 ] && run "$s" .retry; then
         # A shared 2-core machine can stall a process past a deadline now and then: a
         # scenario that fails once and passes on a second run is reported, not failed.
         passed=$((passed + 1))

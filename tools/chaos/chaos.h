@@ -98,12 +98,14 @@ struct ch_probe {
 
 struct ch_run {
     const struct ch_scenario *sc;
-    int64_t t0_ms; /* wall clock when traffic started */
+    _Atomic int64_t t0_ms; /* wall clock when traffic started (the observer reads it) */
     int router_port[CH_ROUTERS_MAX];
     int node_port[CH_NODES_MAX]; /* the node's own listener (direct) */
     bool verbose;
 
-    pthread_mutex_t lock; /* guards everything below */
+    /* guards the views, events, samples, impairs, probes, restarts and blind periods, which
+     * several threads write; the router downs and deaths are the main thread's alone */
+    pthread_mutex_t lock;
     struct ch_view views[CH_VIEWS_MAX];
     int nviews;
     struct ch_event events[CH_EVENTS_MAX];

@@ -468,7 +468,9 @@ do_step(struct cluster *c, int si)
 
     ch_event(r, "step: %s", st->text);
     if (st->for_ms > 0) {
-        c->undo_at[si] = now + st->for_ms;
+        /* on the scenario's clock, not the step's start: a late start must not push its
+         * end past a later step's start on the same target */
+        c->undo_at[si] = c->run->t0_ms + st->at_ms + st->for_ms;
     }
     switch (st->action) {
     case CH_KILL:
@@ -535,11 +537,14 @@ do_step(struct cluster *c, int si)
     case CH_PAUSE:
         if (st->target == CH_NODE) {
             impair(r, st->index, now, until, "paused");
-            rc = kill(c->node[st->index].pid, SIGSTOP);
+            /* pid 0 (not running) would stop rl-chaos's own process group */
+            rc = c->node[st->index].pid > 0 && kill(c->node[st->index].pid, SIGSTOP) == 0
+                     ? 0
+                     : -ESRCH;
         } else {
             zk_outage_impairs(c, now, until, "zookeeper paused");
-            c->zk_paused = true;
-            rc = kill(c->zk.pid, SIGSTOP);
+            c->zk_paused = c->zk.pid > 0;
+            rc = c->zk.pid > 0 && kill(c->zk.pid, SIGSTOP) == 0 ? 0 : -ESRCH;
         }
         break;
     case CH_STOP:
@@ -576,7 +581,7 @@ do_step(struct cluster *c, int si)
         break;
     }
     if (rc != 0 && !(st->action == CH_KILL && rc == -ETIMEDOUT)) {
-        ch_event(r, "step \"%s\" failed: %s", st->text, strerror(rc < 0 ? -rc : errno));
+        ch_event(r, "step \"%s\" failed: %s", st->text, strerror(rc < 0 ? -rc : rc));
     }
 }
 
@@ -590,9 +595,13 @@ undo_step(struct cluster *c, int si)
     switch (st->action) {
     case CH_PAUSE:
         if (st->target == CH_NODE) {
-            kill(c->node[st->index].pid, SIGCONT);
+            if (c->node[st->index].pid > 0) {
+                kill(c->node[st->index].pid, SIGCONT);
+            }
         } else {
-            kill(c->zk.pid, SIGCONT);
+            if (c->zk_paused && c->zk.pid > 0) {
+                kill(c->zk.pid, SIGCONT);
+            }
             c->zk_paused = false;
             zk_back(c, ch_now_ms());
         }
@@ -701,7 +710,7 @@ teardown(struct cluster *c, bool judge)
         c->px_routers[i] = c->px_zk[i] = NULL;
     }
     if (c->zk.pid != 0) {
-        if (c->zk_paused) {
+        if (c->zk_paused && c->zk.pid > 0) {
             kill(c->zk.pid, SIGCONT);
         }
         rl_harness_zk_stop(&c->zk);
@@ -732,6 +741,7 @@ run_scenario(struct ch_run *r)
     }
     fflush(stdout);
     if (cluster_start(c) != 0) {
+        rc = interrupted ? 130 : 3;
         goto out;
     }
     /* Every router agrees with ZooKeeper before traffic starts. */
@@ -743,8 +753,9 @@ run_scenario(struct ch_run *r)
         }
         if (ch_now_ms() > until || interrupted) {
             fprintf(stderr, "rl-chaos: %s\n",
-                    interrupted ? "interrupted"
+                    interrupted ? "interrupted: stopping the cluster, no verdict"
                                 : "the routers did not agree with ZooKeeper within 15 s");
+            rc = interrupted ? 130 : 3;
             goto out;
         }
     }
@@ -760,16 +771,20 @@ run_scenario(struct ch_run *r)
     next_sample = next_probe = r->t0_ms;
     next_line = r->t0_ms + 1000;
     for (int64_t now = ch_now_ms(); now < end && !interrupted; now = ch_now_ms()) {
+        /* the ends that are due first, then the starts: a step that ends when the next on
+         * the same target begins must not undo it */
         for (int i = 0; i < sc->nsteps; i++) {
-            if (sc->steps[i].at_ms >= 0 && r->t0_ms + sc->steps[i].at_ms <= now &&
-                c->undo_at[i] == 0) {
+            if (c->undo_at[i] > 0 && c->undo_at[i] <= now) {
+                undo_step(c, i);
+                c->undo_at[i] = -1;
+            }
+        }
+        for (int i = 0; i < sc->nsteps; i++) {
+            if (r->t0_ms + sc->steps[i].at_ms <= now && c->undo_at[i] == 0) {
                 do_step(c, i);
                 if (c->undo_at[i] == 0) {
                     c->undo_at[i] = -1; /* done, nothing to undo */
                 }
-            } else if (c->undo_at[i] > 0 && c->undo_at[i] <= now) {
-                undo_step(c, i);
-                c->undo_at[i] = -1;
             }
         }
         reap_unexpected(c);
@@ -817,6 +832,12 @@ run_scenario(struct ch_run *r)
             break;
         }
         sleep_ms(100);
+    }
+    if (interrupted) {
+        fprintf(stderr, "rl-chaos: interrupted while settling: stopping the cluster, no "
+                        "verdict\n");
+        rc = 130;
+        goto out;
     }
     live_line(c, ch_now_ms() - r->t0_ms, &last_total);
     print_router_causes(c);

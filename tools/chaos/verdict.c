@@ -117,6 +117,20 @@ view_at(const struct ch_run *r, int64_t t)
     return k;
 }
 
+/* Whether the observer had no session of its own at t (or up to LAG_MS before): what the
+ * routers saw then, it may not have. */
+static bool
+blind_at(const struct ch_run *r, int64_t t)
+{
+    for (int i = 0; i < r->nblind; i++) {
+        if (t >= r->blind_from[i] &&
+            (r->blind_to[i] == INT64_MAX || t <= r->blind_to[i] + LAG_MS)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Whether a fault on node overlapped the life of a request sent at t (until its deadline
  * and margin), the fault counted until the cluster has had time to converge after it. */
 static bool
@@ -296,7 +310,7 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
             }
         }
         for (int i = 0; i < nchanges; i++) {
-            c += changes[i] - 100 < we && changes[i] + LAG_MS >= ws;
+            c += changes[i] - FRESH_SLACK_MS < we && changes[i] + LAG_MS >= ws;
         }
         /* While the observer had no session it saw nothing the routers may have: any node
          * may have held the shard for a moment, each from zero. */
@@ -338,7 +352,8 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
             int64_t t_c = changes[i];
             int64_t sent_since = 0;
 
-            if (t_c + LAG_MS < ws || t_c + LAG_MS >= we) {
+            /* a change seen late by a blind observer has no known time */
+            if (t_c + LAG_MS < ws || t_c + LAG_MS >= we || blind_at(j->r, t_c)) {
                 continue;
             }
             for (size_t x = a; x < b; x++) {
@@ -514,7 +529,8 @@ judge_convergence(struct judge *j)
                 continue;
             }
             j->inv[INV_CONVERGE].checked++;
-            if ((int64_t)m->digest != want && !ahead_of_observer(r, k, m)) {
+            if ((int64_t)m->digest != want && !ahead_of_observer(r, k, m) &&
+                !blind_at(r, m->t_ms)) {
                 char buf[512];
 
                 snprintf(buf, sizeof(buf),
