@@ -115,7 +115,7 @@ node_check_registration(uv_timer_t *t)
                     "znode went): routers send this node no traffic until it registers again",
                     n->d.conf->zookeeper);
         /* Its shards went to others meanwhile: what it counted is no longer current. */
-        for (uint32_t s = 0; n->epochs != NULL && s < n->d.conf->shards; s++) {
+        for (uint32_t s = 0; s < n->d.conf->shards; s++) {
             n->epochs[s]++;
         }
         n->unreg_since = now;
@@ -164,16 +164,6 @@ node_rebuild(struct node *n)
         rl_shardmap_destroy(map);
         rl_log_error("cannot build the shard table: out of memory; keeping the old one");
         return;
-    }
-    if (n->epochs == NULL) {
-        n->epochs = calloc(conf->shards, sizeof(*n->epochs));
-        if (n->epochs == NULL) {
-            free(owned);
-            rl_shardmap_destroy(map);
-            rl_log_error("cannot build the shard table: out of memory; keeping the old one");
-            return;
-        }
-        rl_server_set_epochs(&n->server, n->epochs);
     }
     self = rl_shardmap_find(map, n->d.name);
     for (uint32_t s = 0; self != RL_SHARDMAP_NONE && s < conf->shards; s++) {
@@ -268,6 +258,11 @@ node_register(struct node *n)
     int rc;
 
     n->zk_state = RL_ZKM_CONNECTING;
+    n->epochs = calloc(n->d.conf->shards, sizeof(*n->epochs));
+    if (n->epochs == NULL) {
+        return -ENOMEM;
+    }
+    rl_server_set_epochs(&n->server, n->epochs);
     rc = rl_zkm_create(&n->zkm, loop, n->d.conf->zookeeper, n->d.conf->session_timeout_ms,
                        n->d.conf->cluster_name, &cbs, n);
     if (rc == 0) {

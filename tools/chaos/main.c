@@ -247,29 +247,38 @@ cluster_start(struct cluster *c)
     return 0;
 }
 
-/* A router's table digest through STATS; 0 when it cannot be read now. */
-static uint64_t
-router_digest(struct cluster *c, int i)
+/* Router i's STATS into *rep through its kept connection, dialled when needed: 0, or -1
+ * when it cannot be read now (the connection is dropped, to be dialled again). */
+static int
+router_stats(struct cluster *c, int i, struct rl_wire_reply *rep)
 {
-    struct rl_wire_reply rep;
     char addr[32];
 
     if (c->router[i].pid == 0) {
-        return 0;
+        return -1;
     }
     if (c->stats_client[i] == NULL) {
         snprintf(addr, sizeof(addr), "127.0.0.1:%d", c->run->router_port[i]);
         if (rl_client_connect_addr(&c->stats_client[i], addr, 100) != 0) {
             c->stats_client[i] = NULL;
-            return 0;
+            return -1;
         }
     }
-    if (rl_client_stats(c->stats_client[i], &rep, 300) != 0 || rep.op != RL_WIRE_OP_STATS) {
+    if (rl_client_stats(c->stats_client[i], rep, 300) != 0 || rep->op != RL_WIRE_OP_STATS) {
         rl_client_destroy(c->stats_client[i]);
         c->stats_client[i] = NULL;
-        return 0;
+        return -1;
     }
-    return (uint64_t)rl_client_stat(&rep, "table_digest", 0);
+    return 0;
+}
+
+/* A router's table digest through STATS; 0 when it cannot be read now. */
+static uint64_t
+router_digest(struct cluster *c, int i)
+{
+    struct rl_wire_reply rep;
+
+    return router_stats(c, i, &rep) == 0 ? (uint64_t)rl_client_stat(&rep, "table_digest", 0) : 0;
 }
 
 /* Why the routers answered by policy, from their STATS: for reading a failure. */
@@ -279,10 +288,7 @@ print_router_causes(struct cluster *c)
     for (int i = 0; i < c->run->sc->routers; i++) {
         struct rl_wire_reply rep;
 
-        if (c->stats_client[i] == NULL && router_digest(c, i) == 0) {
-            continue;
-        }
-        if (rl_client_stats(c->stats_client[i], &rep, 300) != 0 || rep.op != RL_WIRE_OP_STATS) {
+        if (router_stats(c, i, &rep) != 0) {
             continue;
         }
         printf("router %d (since its last start): checks %lld, failure-policy answers because "
@@ -327,43 +333,61 @@ sample_routers(struct cluster *c, int *alive)
     return agree;
 }
 
+/* A process that died or stopped badly: a violation of no-deaths (the first 8 are kept). */
+static void
+record_death(struct ch_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+record_death(struct ch_run *r, const char *fmt, ...)
+{
+    va_list ap;
+
+    pthread_mutex_lock(&r->lock);
+    if (r->ndeaths < 8) {
+        va_start(ap, fmt);
+        vsnprintf(r->deaths[r->ndeaths++], sizeof(r->deaths[0]), fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The routers, then the nodes, into s; returns how many. */
+static int
+servers(struct cluster *c, struct rl_harness_server **s)
+{
+    int n = 0;
+
+    for (int i = 0; i < c->run->sc->routers; i++) {
+        s[n++] = &c->router[i];
+    }
+    for (int i = 0; i < c->run->sc->nodes; i++) {
+        s[n++] = &c->node[i];
+    }
+    return n;
+}
+
 /* Processes that exited without a step asking them to: each is a violation. */
 static void
 reap_unexpected(struct cluster *c)
 {
     struct ch_run *r = c->run;
     struct rl_harness_server *s[CH_NODES_MAX + CH_ROUTERS_MAX];
-    int n = 0, status;
+    int n = servers(c, s), status;
 
-    for (int i = 0; i < r->sc->nodes; i++) {
-        s[n++] = &c->node[i];
-    }
-    for (int i = 0; i < r->sc->routers; i++) {
-        s[n++] = &c->router[i];
-    }
     for (int i = 0; i < n; i++) {
         if (s[i]->pid != 0 && rl_harness_wait(s[i]->pid, 0, &status) == 0) {
             s[i]->pid = 0;
             s[i]->status = status;
             ch_event(r, "%s %s died unasked (status 0x%x); log %s", s[i]->program,
-                     s[i]->name[0] != '\0' ? s[i]->name : "", status, s[i]->log_path);
-            pthread_mutex_lock(&r->lock);
-            if (r->ndeaths < 8) {
-                snprintf(r->deaths[r->ndeaths++], sizeof(r->deaths[0]), "%s %s (status 0x%x)",
-                         s[i]->program, s[i]->name, status);
-            }
-            pthread_mutex_unlock(&r->lock);
+                     s[i]->name, status, s[i]->log_path);
+            record_death(r, "%s %s died unasked (status 0x%x)", s[i]->program, s[i]->name,
+                         status);
         }
     }
     if (c->zk.pid != 0 && !c->zk_down && rl_harness_wait(c->zk.pid, 0, &status) == 0) {
         c->zk.pid = 0;
         ch_event(r, "ZooKeeper died unasked (status 0x%x)", status);
-        pthread_mutex_lock(&r->lock);
-        if (r->ndeaths < 8) {
-            snprintf(r->deaths[r->ndeaths++], sizeof(r->deaths[0]), "zookeeper (status 0x%x)",
-                     status);
-        }
-        pthread_mutex_unlock(&r->lock);
+        record_death(r, "zookeeper died unasked (status 0x%x)", status);
     }
 }
 
@@ -674,6 +698,8 @@ teardown(struct cluster *c, bool judge)
 {
     struct ch_run *r = c->run;
     const struct ch_scenario *sc = r->sc;
+    struct rl_harness_server *s[CH_NODES_MAX + CH_ROUTERS_MAX];
+    int n;
 
     for (int i = 0; i < sc->routers; i++) {
         ch_traffic_stop(&r->traffic[i]);
@@ -684,24 +710,14 @@ teardown(struct cluster *c, bool judge)
         rl_client_destroy(c->stats_client[i]);
         c->stats_client[i] = NULL;
     }
-    for (int i = 0; i < sc->routers; i++) {
-        if (c->router[i].pid != 0 &&
-            (rl_harness_server_stop(&c->router[i], SIGTERM, 10000) != 0 ||
-             !WIFEXITED(c->router[i].status) || WEXITSTATUS(c->router[i].status) != 0) &&
+    n = servers(c, s);
+    for (int i = 0; i < n; i++) {
+        if (s[i]->pid != 0 &&
+            (rl_harness_server_stop(s[i], SIGTERM, 10000) != 0 || !WIFEXITED(s[i]->status) ||
+             WEXITSTATUS(s[i]->status) != 0) &&
             judge) {
-            snprintf(r->deaths[r->ndeaths < 8 ? r->ndeaths++ : 7], sizeof(r->deaths[0]),
-                     "router %d did not stop cleanly on SIGTERM (status 0x%x)", i + 1,
-                     c->router[i].status);
-        }
-    }
-    for (int i = 0; i < sc->nodes; i++) {
-        if (c->node[i].pid != 0 &&
-            (rl_harness_server_stop(&c->node[i], SIGTERM, 10000) != 0 ||
-             !WIFEXITED(c->node[i].status) || WEXITSTATUS(c->node[i].status) != 0) &&
-            judge) {
-            snprintf(r->deaths[r->ndeaths < 8 ? r->ndeaths++ : 7], sizeof(r->deaths[0]),
-                     "node %s did not stop cleanly on SIGTERM (status 0x%x)", ch_node_name(i),
-                     c->node[i].status);
+            record_death(r, "%s %s did not stop cleanly on SIGTERM (status 0x%x)", s[i]->program,
+                         s[i]->name, s[i]->status);
         }
     }
     for (int i = 0; i < sc->nodes; i++) {

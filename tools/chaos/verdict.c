@@ -245,6 +245,41 @@ cmp_wref(const void *a, const void *b)
     return 0;
 }
 
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The index of the first of the sorted t[0..n) that is >= v (n when none is). */
+static size_t
+lower_bound(const int64_t *t, size_t n, int64_t v)
+{
+    size_t lo = 0, hi = n;
+
+    while (lo < hi) {
+        size_t m = lo + (hi - lo) / 2;
+
+        if (t[m] < v) {
+            lo = m + 1;
+        } else {
+            hi = m;
+        }
+    }
+    return lo;
+}
+
+/* How many of the sorted t[0..n) lie in [lo, hi). */
+static size_t
+count_in(const int64_t *t, size_t n, int64_t lo, int64_t hi)
+{
+    size_t a = lower_bound(t, n, lo), b = lower_bound(t, n, hi);
+
+    return b > a ? b - a : 0;
+}
+
 static bool
 is_decision(const struct ch_req *q)
 {
@@ -286,6 +321,28 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
     const uint32_t shard = all[from].q->shard;
     int64_t changes[CH_VIEWS_MAX];
     int nchanges = changes_of(j->r, shard, changes, CH_VIEWS_MAX);
+    /* the send times of the user's answers that were no decision, policy apart, sorted:
+     * each window counts those near it by two binary searches, not a pass over them all */
+    int64_t *nd_policy = malloc((to - from) * sizeof(*nd_policy));
+    int64_t *nd_other = malloc((to - from) * sizeof(*nd_other));
+    size_t npolicy = 0, nother = 0;
+
+    if (nd_policy == NULL || nd_other == NULL) {
+        free(nd_policy);
+        free(nd_other);
+        return;
+    }
+    for (size_t i = from; i < to; i++) {
+        const struct ch_req *q = all[i].q;
+
+        if (q->code == RL_WIRE_FAIL_OPEN || q->code == RL_WIRE_FAIL_CLOSED) {
+            nd_policy[npolicy++] = q->t_send_ms;
+        } else if (!is_decision(q)) {
+            nd_other[nother++] = q->t_send_ms;
+        }
+    }
+    qsort(nd_policy, npolicy, sizeof(*nd_policy), cmp_i64);
+    qsort(nd_other, nother, sizeof(*nd_other), cmp_i64);
 
     for (size_t a = from; a < to;) {
         int64_t k = all[a].window, ws = k * w, we = ws + w, allowed = 0, limited = 0, policy = 0,
@@ -301,14 +358,8 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
             b++;
         }
         /* answers that were no decision, in the window or shortly before it */
-        for (size_t i = from; i < to; i++) {
-            const struct ch_req *q = all[i].q;
-
-            if (!is_decision(q) && q->t_send_ms >= ws - LOOKBACK_MS && q->t_send_ms < we) {
-                policy += q->code == RL_WIRE_FAIL_OPEN || q->code == RL_WIRE_FAIL_CLOSED;
-                other += q->code != RL_WIRE_FAIL_OPEN && q->code != RL_WIRE_FAIL_CLOSED;
-            }
-        }
+        policy = (int64_t)count_in(nd_policy, npolicy, ws - LOOKBACK_MS, we);
+        other = (int64_t)count_in(nd_other, nother, ws - LOOKBACK_MS, we);
         for (int i = 0; i < nchanges; i++) {
             c += changes[i] - FRESH_SLACK_MS < we && changes[i] + LAG_MS >= ws;
         }
@@ -389,6 +440,8 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
         }
         a = b;
     }
+    free(nd_policy);
+    free(nd_other);
 }
 
 static void
