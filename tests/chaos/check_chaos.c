@@ -973,6 +973,33 @@ START_TEST(test_convergence_router_ahead)
 }
 END_TEST
 
+/*
+ * Stale answers: node 0 leaves ZooKeeper's view at 1 s and comes back at 4 s; a direct probe
+ * it answered at 3 s is 2 s stale, one it answered 50 ms before the view that brings it back
+ * is not stale (it registered again before the observer heard of it).
+ */
+START_TEST(test_stale_answers)
+{
+    struct ch_run *r = run_new();
+    struct ch_scenario *sc = scenario_of(r);
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 1000, -1, 0);
+    r->views[1].members = 0x6;
+    view_add(r, 4000, -1, 0);
+    r->probes[r->nprobes++] = (struct ch_probe){T0 + 2000, 0, true, false};
+    r->probes[r->nprobes++] = (struct ch_probe){T0 + 3000, 0, true, false};
+    r->probes[r->nprobes++] = (struct ch_probe){T0 + 3950, 0, true, false};
+    r->probes[r->nprobes++] = (struct ch_probe){T0 + 3960, 1, true, true};
+    sc->expect.max_stale_ms = 2000;
+    judge(r, NULL, 0);
+    ck_assert_ptr_nonnull(strstr(json, "\"stale_answers_ms\": 2000,"));
+    sc->expect.max_stale_ms = 1999;
+    judge(r, "expect", 1);
+    run_free(r);
+}
+END_TEST
+
 /* A router restarted: converge_ms counts from when it came back. */
 START_TEST(test_convergence_router_restarted)
 {
@@ -1097,6 +1124,7 @@ chaos_suite(void)
     tcase_add_test(tc, test_convergence_second_view);
     tcase_add_test(tc, test_convergence_router_ahead);
     tcase_add_test(tc, test_convergence_router_restarted);
+    tcase_add_test(tc, test_stale_answers);
     tcase_add_test(tc, test_deaths);
     tcase_add_test(tc, test_expect);
     tcase_add_test(tc, test_expect_latency_and_extra);

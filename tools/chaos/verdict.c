@@ -645,6 +645,12 @@ judge_figures(struct judge *j)
         if (dropped_at[b->node] == 0) {
             dropped_at[b->node] = r->views[k].t_ms;
         }
+        /* A node that registered again may answer a few ms before the observer hears of
+         * it: an answer just before the view that brings it back is not a stale one. */
+        if (k + 1 < r->nviews && r->views[k + 1].t_ms <= b->t_ms + FRESH_SLACK_MS &&
+            (r->views[k + 1].members >> b->node & 1) != 0) {
+            continue;
+        }
         if (b->answered && b->t_ms - dropped_at[b->node] > j->stale_ms) {
             j->stale_ms = b->t_ms - dropped_at[b->node];
         }
