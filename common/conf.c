@@ -376,6 +376,56 @@ set_router_listen(struct conf_parser *p, const char *v)
     return NULL;
 }
 
+/*
+ * `metrics = HOST:PORT`: an operator's HTTP listener (metrics.h). Empty: off. A bare PORT
+ * binds 127.0.0.1, so the listener is loopback unless an address is written out.
+ */
+static const char *
+set_metrics(char **host, uint16_t *port, const char *v)
+{
+    char *h;
+    uint16_t pt;
+    const char *why;
+    size_t i;
+
+    free(*host);
+    *host = NULL;
+    *port = 0;
+    if (*v == '\0') {
+        return NULL;
+    }
+    for (i = 0; v[i] >= '0' && v[i] <= '9'; i++) {
+    }
+    if (v[i] == '\0') {
+        char buf[32];
+
+        snprintf(buf, sizeof(buf), "127.0.0.1:%s", v);
+        why = rl_parse_hostport(buf, &h, &pt);
+    } else {
+        why = rl_parse_hostport(v, &h, &pt);
+    }
+    if (why != NULL) {
+        return why;
+    }
+    *host = h;
+    *port = pt;
+    return NULL;
+}
+
+static const char *
+set_router_metrics(struct conf_parser *p, const char *v)
+{
+    return set_metrics(&p->c->router_metrics_host, &p->c->router_metrics_port, v);
+}
+
+static const char *
+set_node_metrics(struct conf_parser *p, const char *v)
+{
+    struct rl_node_conf *n = &p->c->nodes[p->sec.index];
+
+    return set_metrics(&n->metrics_host, &n->metrics_port, v);
+}
+
 static const char *
 set_deadline(struct conf_parser *p, const char *v)
 {
@@ -715,6 +765,7 @@ static const struct conf_key router_keys[] = {
     {"request_log_sample", set_request_log_sample, false},
     {"request_log_max_size", set_request_log_max_size, false},
     {"request_log_keep", set_request_log_keep, false},
+    {"metrics", set_router_metrics, false},
     {NULL, NULL, false},
 };
 
@@ -732,6 +783,7 @@ static const struct conf_key node_keys[] = {
     {"listen", set_node_listen, false},
     {"advertise", set_node_advertise, false},
     {"memory", set_node_memory, false},
+    {"metrics", set_node_metrics, false},
     {NULL, NULL, false},
 };
 
@@ -1523,6 +1575,7 @@ rl_conf_destroy(struct rl_conf *c)
         free(c->nodes[i].name);
         free(c->nodes[i].host);
         free(c->nodes[i].adv_host);
+        free(c->nodes[i].metrics_host);
     }
     for (i = 0; i < c->nrules; i++) {
         free(c->rules[i].service);
@@ -1546,6 +1599,7 @@ rl_conf_destroy(struct rl_conf *c)
     free(c->index);
     free(c->request_log);
     free(c->router_host);
+    free(c->router_metrics_host);
     free(c->zookeeper);
     free(c->cluster_name);
     free(c->path);

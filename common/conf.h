@@ -85,6 +85,8 @@ struct rl_node_conf {
     char *adv_host; /* from advertise: what others dial; NULL when not set (then listen) */
     uint16_t adv_port;
     uint64_t memory; /* bytes of counters before eviction; RL_CONF_DEFAULT_MEMORY if unset */
+    char *metrics_host; /* `metrics`: the operator's HTTP listener (metrics.h); NULL: off */
+    uint16_t metrics_port;
     int line;
 };
 
@@ -113,6 +115,8 @@ struct rl_conf {
     uint32_t log_sample;  /* log one request in N; default 1 */
     uint64_t log_max_size; /* rotate the request log at this size; 0 = never; default 256 MiB */
     uint32_t log_keep;     /* rotated request logs kept; default 4 */
+    char *router_metrics_host; /* [router] metrics: HTTP listener (metrics.h); NULL: off */
+    uint16_t router_metrics_port;
     /* [clients]: what each process's listener allows its clients (connlimits.h) */
     struct rl_conn_limits clients;
     /* [client NAME] sections, in file order; when there is one, a router's clients must AUTH */

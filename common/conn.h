@@ -88,6 +88,8 @@ struct rl_conn_ops {
     /* One frame's payload (n >= 1), valid during the call. The owner appends replies to
      * c->out and calls rl_conn_mark, or closes c. */
     void (*on_frame)(struct rl_conn *c, const char *p, size_t n);
+    /* Optional: the batch on_batch began has been handed over (c may be closing by now). */
+    void (*on_batch_end)(struct rl_conn *c);
     /* Outgoing connections: the connect finished (status 0) or failed (then on_close). */
     void (*on_connect)(struct rl_conn *c, int status);
     /* Optional: c starts closing; status is 0 (orderly), UV_EOF, or a libuv error. Runs once,
@@ -161,6 +163,11 @@ struct rl_listener_stats {
     RL_LISTENER_STATS_MAP(RL_LISTENER_STAT_FIELD)
 #undef RL_LISTENER_STAT_FIELD
 };
+
+struct rl_prom;
+/* Appends the rl_connection* metric families of a listener's stats (metrics.h). */
+void rl_listener_metrics(const struct rl_listener_stats *st, struct rl_prom *p);
+
 
 /* Client connections open from one address (IPv4 as IPv4-mapped IPv6). */
 struct rl_conn_peer {

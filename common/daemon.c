@@ -14,7 +14,7 @@
 
 #include "parse.h"
 
-enum { OPT_LOG_LEVEL = 0x1000, OPT_LOG_FILE, OPT_VERSION };
+enum { OPT_LOG_LEVEL = 0x1000, OPT_LOG_FILE, OPT_VERSION, OPT_METRICS };
 
 static const struct option common_options[] = {
     {"config", required_argument, NULL, 'c'},
@@ -22,6 +22,7 @@ static const struct option common_options[] = {
     {"name", required_argument, NULL, 'n'},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"log-file", required_argument, NULL, OPT_LOG_FILE},
+    {"metrics", required_argument, NULL, OPT_METRICS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
 };
@@ -105,6 +106,9 @@ rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc,
             break;
         case OPT_LOG_FILE:
             d->log_file = optarg;
+            break;
+        case OPT_METRICS:
+            d->metrics_opt = optarg;
             break;
         case 'h':
             fputs(spec->usage, stdout);
@@ -222,6 +226,8 @@ daemon_signal(uv_signal_t *h, int signum)
     }
     d->stopping = true;
     rl_log_info("signal %d: shutting down", signum);
+    rl_metrics_stop(d->metrics);
+    d->metrics = NULL;
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sighup, NULL);
@@ -238,9 +244,53 @@ rl_daemon_run(struct rl_daemon *d)
     rl_log_info("stopped");
 }
 
+int
+rl_daemon_metrics(struct rl_daemon *d, const char *host, uint16_t port,
+                  const struct rl_metrics_ops *ops)
+{
+    char *h = NULL;
+    char err[256], addr[160];
+    const char *why;
+    int rc;
+
+    if (d->metrics_opt != NULL) {
+        if (d->metrics_opt[0] == '\0' || strcmp(d->metrics_opt, "off") == 0) {
+            return 0;
+        }
+        why = rl_parse_hostport(d->metrics_opt, &h, &port);
+        if (why != NULL) {
+            rl_daemon_fail(d, "%s: --metrics: \"%s\" %s", d->spec->prog, d->metrics_opt, why);
+            return 2;
+        }
+        host = h;
+    }
+    if (host == NULL) {
+        return 0;
+    }
+    rl_format_hostport(addr, sizeof(addr), host, port);
+    rc = rl_metrics_start(&d->metrics, rl_daemon_loop(d), host, port, ops, err, sizeof(err));
+    free(h);
+    if (rc != 0) {
+        rl_daemon_fail(d, "%s: %s", d->spec->prog, err);
+        return 1;
+    }
+    if (port == 0) {
+        char *colon = strrchr(addr, ':');
+
+        if (colon != NULL) {
+            snprintf(colon + 1, sizeof(addr) - (size_t)(colon + 1 - addr), "%u",
+                     rl_metrics_port(d->metrics));
+        }
+    }
+    rl_log_info("metrics on http://%s/metrics (also /healthz, /readyz)", addr);
+    return 0;
+}
+
 void
 rl_daemon_destroy(struct rl_daemon *d)
 {
+    rl_metrics_stop(d->metrics);
+    d->metrics = NULL;
     if (d->loop.data == d) {
         if (d->signals) {
             uv_close((uv_handle_t *)&d->sigterm, NULL);

@@ -26,6 +26,7 @@
 
 #include "conf.h"
 #include "log.h"
+#include "metrics.h"
 
 #define RL_DAEMON_RUN (-1) /* rl_daemon_init: go on */
 
@@ -50,6 +51,8 @@ struct rl_daemon {
     const char *listen_opt; /* --listen as given, or NULL */
     const char *name;       /* --name, or NULL */
     const char *log_file;   /* --log-file, or NULL */
+    const char *metrics_opt; /* --metrics HOST:PORT as given ("" or "off": none), or NULL */
+    struct rl_metrics *metrics; /* the operator's HTTP listener, or NULL */
     enum rl_log_level level;
     struct rl_conf *conf;
     char *host; /* where to listen, from --listen or the config */
@@ -77,6 +80,14 @@ int rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int a
  */
 int rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const char *missing,
                      bool authenticated);
+
+/*
+ * Starts the operator's HTTP listener (metrics.h) at --metrics if given, else at host:port
+ * from the config (host NULL: off). Returns 0 (also when off), or 1 after one line when it
+ * cannot listen, 2 for a bad --metrics. SIGTERM/SIGINT stop it before on_stop runs.
+ */
+int rl_daemon_metrics(struct rl_daemon *d, const char *host, uint16_t port,
+                      const struct rl_metrics_ops *ops);
 
 /*
  * The process's loop, set up at the first call with the signal handlers (SIGPIPE is

@@ -45,6 +45,7 @@ struct rl_limiter {
     const struct rl_conf *conf;
     struct rl_keytab *tab;
     uint64_t log_cap;   /* bytes the sliding logs may hold */
+    uint64_t memory_cap; /* memory_bytes as created */
     uint64_t log_bytes; /* bytes they hold now */
     struct lim_svc *svcs;
     uint32_t nsvcs;
@@ -235,6 +236,7 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
         logs |= conf->tiers[i].algo == RL_ALGO_SLIDING_WINDOW_LOG;
     }
     l->log_cap = logs ? memory_bytes / 2 : 0;
+    l->memory_cap = memory_bytes;
     l->maxtiers = 1;
     for (size_t i = 0; i < conf->nrules; i++) {
         if (conf->rules[i].ntiers > l->maxtiers) {
@@ -454,6 +456,7 @@ rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint
         l->st.allowed++;
         rep->code = RL_WIRE_ALLOWED;
     }
+    l->svcs[l->svc_of_tier[rule->first_tier]].st.decisions[rep->code]++;
 }
 
 void
@@ -473,6 +476,12 @@ rl_limiter_stats(const struct rl_limiter *l, struct rl_limiter_stats *s)
     s->evicted = ks.evicted;
     s->expired = ks.expired;
     s->memory_bytes = ks.bytes + l->log_bytes;
+}
+
+uint64_t
+rl_limiter_memory_cap(const struct rl_limiter *l)
+{
+    return l->memory_cap;
 }
 
 size_t

@@ -53,6 +53,8 @@ struct rl_limiter_service_stats {
 #define RL_LIMITER_FIELD(n, s) uint64_t n;
     RL_LIMITER_SERVICE_STATS_MAP(RL_LIMITER_FIELD)
 #undef RL_LIMITER_FIELD
+    /* CHECKs answered under the service's rules, by reply code (metrics; not in STATS) */
+    uint64_t decisions[RL_WIRE_CODE_COUNT];
 };
 
 struct rl_limiter;
@@ -82,6 +84,9 @@ void rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req,
 void rl_limiter_sweep(struct rl_limiter *l, uint64_t now, size_t budget);
 
 void rl_limiter_stats(const struct rl_limiter *l, struct rl_limiter_stats *s);
+
+/* The memory_bytes it was created with. */
+uint64_t rl_limiter_memory_cap(const struct rl_limiter *l);
 
 /* The number of services, and service i's name and counters. */
 size_t rl_limiter_services(const struct rl_limiter *l);

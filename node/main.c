@@ -52,6 +52,7 @@ struct node {
 static const char usage[] =
     "usage: rl-node --config FILE --name NAME [--listen HOST:PORT] [--test-clock]\n"
     "               [--log-level error|warn|info|debug] [--log-file FILE]\n"
+    "               [--metrics HOST:PORT]\n"
     "\n"
     "Serves the counters of the shards it owns over the ratelimiter wire protocol.\n"
     "  --config FILE      cluster.conf to read (rules, [node NAME] defaults, ZooKeeper)\n"
@@ -60,6 +61,8 @@ static const char usage[] =
     "  --test-clock       accept CLOCK requests that set the node's clock (tests only)\n"
     "  --log-level LEVEL  verbosity (default info)\n"
     "  --log-file FILE    log there instead of stderr; SIGHUP reopens it\n"
+    "  --metrics HOST:PORT  serve /metrics, /healthz, /readyz there (default: metrics of\n"
+    "                     [node NAME]; \"off\": none)\n"
     "  --help, --version\n"
     "Signals: TERM/INT stop (znode deleted at once), HUP reopens the log file.\n";
 
@@ -184,6 +187,7 @@ node_rebuild(struct node *n)
                     self == RL_SHARDMAP_NONE ? "; not a member in this view yet" : "");
     }
     n->nowned = count;
+    n->server.shards_owned = count;
     rl_shardmap_destroy(map);
 }
 
@@ -227,6 +231,9 @@ node_zk_state(void *arg, enum rl_zkm_state state)
     struct node *n = arg;
 
     n->zk_state = (int)state;
+    if (state == RL_ZKM_EXPIRED) {
+        n->server.zk_expiries++;
+    }
     if (state == RL_ZKM_CONNECTED) {
         n->lost_since = 0;
         rl_log_info("ZooKeeper session: %s", rl_zkm_state_name(state));
@@ -237,6 +244,29 @@ node_zk_state(void *arg, enum rl_zkm_state state)
         rl_log_warn("ZooKeeper session: %s", rl_zkm_state_name(state));
     }
     node_check_registration(&n->reg_timer);
+}
+
+/* /metrics, on the loop thread (metrics.h). */
+static void
+node_metrics(void *arg, struct rl_prom *p)
+{
+    struct node *n = arg;
+    char lab[160];
+
+    rl_prom_family(p, "rl_build_info", "gauge", "The program and version running; always 1.");
+    rl_prom_u64(p, "rl_build_info",
+                rl_prom_labels(lab, sizeof(lab), "program", "rl-node", "version", RL_VERSION,
+                               "name", n->d.name, NULL),
+                1);
+    rl_server_metrics(&n->server, p);
+}
+
+static bool
+node_ready(void *arg, char *why, size_t len)
+{
+    struct node *n = arg;
+
+    return rl_server_ready(&n->server, why, len);
 }
 
 static const struct rl_daemon_spec node_spec = {
@@ -348,6 +378,16 @@ main(int argc, char **argv)
             n.zkm = NULL;
             rl_server_close(&n.server, NULL);
             rc = 1;
+            goto out;
+        }
+    }
+    {
+        const struct rl_metrics_ops mops = {node_metrics, node_ready, &n};
+
+        rc = rl_daemon_metrics(&n.d, nc != NULL ? nc->metrics_host : NULL,
+                               nc != NULL ? nc->metrics_port : 0, &mops);
+        if (rc != 0) {
+            node_stop(&n.d);
             goto out;
         }
     }

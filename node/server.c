@@ -135,6 +135,18 @@ server_batch(struct rl_conn *c)
     struct rl_server *s = c->data;
 
     s->now_ms = rl_clock_now_ms(&s->clock);
+    s->batch_start_ns = uv_hrtime();
+    s->batch_checks = 0;
+}
+
+static void
+server_batch_end(struct rl_conn *c)
+{
+    struct rl_server *s = c->data;
+
+    if (s->batch_checks > 0) {
+        rl_hist_observe(&s->latency, uv_hrtime() - s->batch_start_ns, s->batch_checks);
+    }
 }
 
 /*
@@ -237,6 +249,7 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
             return;
         }
         rl_limiter_check_epoch(s->limiter, &req, s->now_ms, epoch, &rep);
+        s->batch_checks++;
         rc = rl_wire_put_check_reply(&c->out, &rep);
         break;
     case RL_WIRE_OP_PING:
@@ -306,6 +319,7 @@ server_sweep(uv_timer_t *t)
 static const struct rl_conn_ops server_conn_ops = {
     .on_batch = server_batch,
     .on_frame = server_frame,
+    .on_batch_end = server_batch_end,
 };
 
 int
@@ -383,4 +397,128 @@ rl_server_close(struct rl_server *s, void (*on_closed)(struct rl_server *s))
     rl_listener_close(&s->listener, server_listener_closed);
     uv_close((uv_handle_t *)&s->sweep_timer, server_handle_closed);
     rl_connq_close(&s->connq, server_connq_closed, s);
+}
+
+bool
+rl_server_ready(const struct rl_server *s, char *why, size_t len)
+{
+    if (s->closing) {
+        snprintf(why, len, "shutting down");
+        return false;
+    }
+    if (s->zk_state == RL_SERVER_ZK_NONE) {
+        return true; /* static membership: serving is being ready */
+    }
+    if (!s->registered) {
+        snprintf(why, len, "not registered in ZooKeeper (session %s)",
+                 rl_zkm_state_name((enum rl_zkm_state)s->zk_state));
+        return false;
+    }
+    if (s->fence_disconnect && s->zk_state != RL_ZKM_CONNECTED) {
+        snprintf(why, len, "fenced: not connected to ZooKeeper (fencing = disconnect)");
+        return false;
+    }
+    if (s->owned == NULL) {
+        snprintf(why, len, "no membership view yet");
+        return false;
+    }
+    return true;
+}
+
+void
+rl_server_metrics(struct rl_server *s, struct rl_prom *p)
+{
+    struct rl_limiter_stats ls;
+    struct rl_limiter_service_stats vs;
+    struct rl_listener_stats cs;
+    char lab[320];
+    size_t nsvc = rl_limiter_services(s->limiter);
+
+    rl_limiter_stats(s->limiter, &ls);
+    rl_listener_stats(&s->listener, &cs);
+
+    rl_prom_family(p, "rl_node_decisions_total", "counter",
+                   "CHECK requests answered, by service (from the config; \"\" when no rule "
+                   "matched) and reply code.");
+    for (size_t i = 0; i < nsvc; i++) {
+        const char *svc = rl_limiter_service_stats(s->limiter, i, &vs);
+
+        for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+            if (code == RL_WIRE_FAIL_OPEN || code == RL_WIRE_FAIL_CLOSED ||
+                code == RL_WIRE_NO_RULE) {
+                continue; /* a node never answers these under a rule */
+            }
+            rl_prom_u64(p, "rl_node_decisions_total",
+                        rl_prom_labels(lab, sizeof(lab), "service", svc, "code",
+                                       rl_wire_code_name(code), NULL),
+                        vs.decisions[code]);
+        }
+    }
+    rl_prom_u64(p, "rl_node_decisions_total",
+                rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
+                ls.no_rule);
+    rl_prom_family(p, "rl_node_shadow_limited_total", "counter",
+                   "CHECKs of shadow-mode services answered allowed that enforce would refuse.");
+    rl_prom_u64(p, "rl_node_shadow_limited_total", NULL, ls.shadow_limited);
+    rl_prom_family(p, "rl_node_decision_duration_seconds", "histogram",
+                   "Time a CHECK spends in the node, from the read that brought it to its "
+                   "reply being queued for writing.");
+    rl_prom_hist(p, "rl_node_decision_duration_seconds", NULL, &s->latency);
+
+    rl_prom_family(p, "rl_node_keys", "gauge", "Counters (keys) held, by service.");
+    for (size_t i = 0; i < nsvc; i++) {
+        const char *svc = rl_limiter_service_stats(s->limiter, i, &vs);
+
+        rl_prom_u64(p, "rl_node_keys", rl_prom_labels(lab, sizeof(lab), "service", svc, NULL),
+                    vs.keys);
+    }
+    rl_prom_family(p, "rl_node_memory_bytes", "gauge",
+                   "Bytes used by counters: the key table and the sliding logs.");
+    rl_prom_u64(p, "rl_node_memory_bytes", NULL, ls.memory_bytes);
+    rl_prom_family(p, "rl_node_memory_limit_bytes", "gauge",
+                   "The node's memory cap for counters ([node NAME] memory).");
+    rl_prom_u64(p, "rl_node_memory_limit_bytes", NULL, rl_limiter_memory_cap(s->limiter));
+    rl_prom_family(p, "rl_node_evictions_total", "counter",
+                   "Keys dropped at the memory cap to make room, by whether their limit was in "
+                   "force.");
+    rl_prom_u64(p, "rl_node_evictions_total",
+                rl_prom_labels(lab, sizeof(lab), "in_force", "true", NULL), ls.evicted_in_force);
+    rl_prom_u64(p, "rl_node_evictions_total",
+                rl_prom_labels(lab, sizeof(lab), "in_force", "false", NULL),
+                ls.evicted - (ls.evicted_in_force < ls.evicted ? ls.evicted_in_force : ls.evicted));
+    rl_prom_family(p, "rl_node_expirations_total", "counter",
+                   "Keys forgotten by the sweep once back at full allowance.");
+    rl_prom_u64(p, "rl_node_expirations_total", NULL, ls.expired);
+
+    rl_prom_family(p, "rl_node_errors_total", "counter",
+                   "ERROR replies sent, by kind: not_owner (shard not this node's, or fenced), "
+                   "auth (failed AUTH), other.");
+    rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "not_owner", NULL),
+                s->not_owner);
+    rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "auth", NULL),
+                s->auth_failures);
+    rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL),
+                s->errors - s->not_owner - s->auth_failures);
+    rl_listener_metrics(&cs, p);
+
+    rl_prom_family(p, "rl_zookeeper_connected", "gauge",
+                   "1 while the ZooKeeper session is connected (absent with static membership).");
+    rl_prom_family(p, "rl_node_registered", "gauge",
+                   "1 while this node's znode is held (always 1 with static membership).");
+    rl_prom_u64(p, "rl_node_registered", NULL, s->registered ? 1 : 0);
+    if (s->zk_state != RL_SERVER_ZK_NONE) {
+        rl_prom_u64(p, "rl_zookeeper_connected", NULL, s->zk_state == RL_ZKM_CONNECTED);
+        rl_prom_family(p, "rl_zookeeper_session_expiries_total", "counter",
+                       "ZooKeeper sessions lost for good (each costs the node its znode).");
+        rl_prom_u64(p, "rl_zookeeper_session_expiries_total", NULL, s->zk_expiries);
+        rl_prom_family(p, "rl_node_shards_owned", "gauge",
+                       "Shards this node owns in its view of the membership and assignment.");
+        rl_prom_u64(p, "rl_node_shards_owned", NULL, s->shards_owned);
+    }
+    rl_prom_family(p, "rl_node_ready", "gauge", "1 while /readyz answers 200.");
+    {
+        char why[160];
+
+        rl_prom_u64(p, "rl_node_ready", NULL, rl_server_ready(s, why, sizeof(why)) ? 1 : 0);
+    }
 }

@@ -17,6 +17,7 @@
 #include "conf.h"
 #include "conn.h"
 #include "limiter.h"
+#include "metrics.h"
 #include "wire.h"
 
 
@@ -61,6 +62,14 @@ struct rl_server {
     uint64_t auth_failures; /* connections closed for a wrong or missing AUTH */
     uint64_t auth_warned_ms;
     uint64_t started_ms;
+    /* metrics: the time each CHECK spent in the node, from the read that brought it to its
+     * reply's place in the output (per read batch: every CHECK of a batch is observed with
+     * the batch's duration, so the hot path reads no clock) */
+    struct rl_hist latency;
+    uint64_t batch_start_ns; /* uv_hrtime() at on_batch */
+    uint64_t batch_checks;   /* CHECKs answered in this batch so far */
+    uint64_t zk_expiries;    /* ZooKeeper sessions lost for good (set by the node's main) */
+    uint32_t shards_owned;   /* in the current view (set by the node's main) */
     int pending_closes; /* handles still closing */
     bool closing;
     void (*on_closed)(struct rl_server *s); /* after rl_server_close, once all is closed */
@@ -89,6 +98,12 @@ void rl_server_set_owned(struct rl_server *s, const uint8_t *owned, uint32_t nsh
 /* The per-shard ownership epochs (nshards of them, the caller's, kept alive and updated by
  * it): a CHECK of shard s is judged under epochs[s]. NULL: epoch 0 for all. */
 void rl_server_set_epochs(struct rl_server *s, const uint16_t *epochs);
+
+/* Appends the node's rl_ metric families (docs/OPERATIONS.md, "Metrics") to p. */
+void rl_server_metrics(struct rl_server *s, struct rl_prom *p);
+
+/* Whether the node is ready for traffic (/readyz): registered and serving; if not, why. */
+bool rl_server_ready(const struct rl_server *s, char *why, size_t len);
 
 /* Stops listening and closes every connection; on_closed (may be NULL) runs when done. */
 void rl_server_close(struct rl_server *s, void (*on_closed)(struct rl_server *s));

@@ -22,11 +22,15 @@ struct router_main {
     struct rl_daemon d;
     struct rl_router *router;
     struct rl_zkm *zkm;
+    const char *name;
+    int zk_state;         /* enum rl_zkm_state as last told; -1 with static membership */
+    uint64_t zk_expiries; /* sessions lost for good */
 };
 
 static const char usage[] =
     "usage: rl-router --config FILE [--listen HOST:PORT] [--name NAME]\n"
     "                 [--log-level error|warn|info|debug] [--log-file FILE]\n"
+    "                 [--metrics HOST:PORT]\n"
     "\n"
     "Routes CHECK requests to the node owning each (service, user) shard.\n"
     "  --config FILE      cluster.conf to read\n"
@@ -34,6 +38,8 @@ static const char usage[] =
     "  --name NAME        name answered to PING (default router@HOST:PORT)\n"
     "  --log-level LEVEL  verbosity (default info)\n"
     "  --log-file FILE    log there instead of stderr; SIGHUP reopens it\n"
+    "  --metrics HOST:PORT  serve /metrics, /healthz, /readyz there (default: [router]\n"
+    "                     metrics; \"off\": none)\n"
     "  --help, --version\n"
     "Signals: TERM/INT stop, HUP reopens the log file and the request log.\n";
 
@@ -58,7 +64,10 @@ on_assignment(void *arg, const char *text, size_t len, int64_t version)
 static void
 on_state(void *arg, enum rl_zkm_state state)
 {
-    (void)arg;
+    struct router_main *m = arg;
+
+    m->zk_state = (int)state;
+    m->zk_expiries += state == RL_ZKM_EXPIRED;
     if (state == RL_ZKM_CONNECTED) {
         rl_log_info("ZooKeeper session: %s", rl_zkm_state_name(state));
     } else {
@@ -126,6 +135,38 @@ static_members(struct router_main *m)
     return 0;
 }
 
+/* /metrics, on the loop thread (metrics.h). */
+static void
+router_metrics(void *arg, struct rl_prom *p)
+{
+    struct router_main *m = arg;
+    char lab[256];
+
+    rl_prom_family(p, "rl_build_info", "gauge", "The program and version running; always 1.");
+    rl_prom_u64(p, "rl_build_info",
+                rl_prom_labels(lab, sizeof(lab), "program", "rl-router", "version", RL_VERSION,
+                               "name", m->name, NULL),
+                1);
+    if (m->zk_state >= 0) {
+        rl_prom_family(p, "rl_zookeeper_connected", "gauge",
+                       "1 while the ZooKeeper session is connected (absent with static "
+                       "membership).");
+        rl_prom_u64(p, "rl_zookeeper_connected", NULL, m->zk_state == RL_ZKM_CONNECTED);
+        rl_prom_family(p, "rl_zookeeper_session_expiries_total", "counter",
+                       "ZooKeeper sessions lost for good.");
+        rl_prom_u64(p, "rl_zookeeper_session_expiries_total", NULL, m->zk_expiries);
+    }
+    rl_router_metrics(m->router, p);
+}
+
+static bool
+router_ready(void *arg, char *why, size_t len)
+{
+    struct router_main *m = arg;
+
+    return rl_router_ready(m->router, why, len);
+}
+
 static const struct rl_daemon_spec router_spec = {
     .prog = "rl-router",
     .usage = usage,
@@ -155,6 +196,8 @@ main(int argc, char **argv)
     }
     snprintf(defname, sizeof(defname), "router@%s", m.d.addr);
     opts.name = m.d.name != NULL ? m.d.name : defname;
+    m.name = opts.name;
+    m.zk_state = m.d.conf->zookeeper[0] != '\0' ? RL_ZKM_CONNECTING : -1;
     opts.host = m.d.host;
     opts.port = m.d.port;
     opts.limits = m.d.conf->clients;
@@ -182,6 +225,17 @@ main(int argc, char **argv)
         rl_router_close(m.router);
         rl_daemon_destroy(&m.d);
         return 1;
+    }
+    {
+        const struct rl_metrics_ops mops = {router_metrics, router_ready, &m};
+
+        rc = rl_daemon_metrics(&m.d, m.d.conf->router_metrics_host,
+                               m.d.conf->router_metrics_port, &mops);
+        if (rc != 0) {
+            router_stop(&m.d);
+            rl_daemon_destroy(&m.d);
+            return rc;
+        }
     }
     rl_log_info("%s serving on %s, %s membership, deadline %u ms", opts.name, m.d.addr,
                 m.d.conf->zookeeper[0] ? "ZooKeeper" : "static", m.d.conf->deadline_ms);

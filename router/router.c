@@ -41,6 +41,7 @@ struct rl_pending {
     struct rl_pending *fprev, *fnext; /* deadline FIFO, or the free list (fnext) */
     const struct rl_rule *rule;
     uint64_t deadline;
+    uint64_t start_ns; /* uv_hrtime() of the read that brought the request */
     uint64_t key_hash;
     uint32_t client_id;
     uint32_t shard;
@@ -89,6 +90,13 @@ struct rl_router {
     struct rl_router_stats stats;
     uint64_t auth_warned_ms;
     uint64_t refreshed_ms; /* loop time on_stale was last called */
+
+    /* metrics */
+    uint64_t (*rule_codes)[RL_WIRE_CODE_COUNT]; /* per rule id, answers by code; the last
+                                                   row (conf->nrules): no rule matched */
+    struct rl_hist latency; /* end to end: from the read that brought a CHECK to its reply */
+    uint64_t batch_ns;      /* uv_hrtime() at the client batch being read */
+    uint32_t unowned;       /* shards with no owner in the table (all, before one is built) */
 };
 
 static void router_maybe_free(struct rl_router *r);
@@ -217,8 +225,12 @@ log_answer(struct rl_router *r, uint32_t shard, const char *node, uint32_t code,
 }
 
 static void
-count_code(struct rl_router *r, uint32_t code)
+count_code(struct rl_router *r, const struct rl_rule *rule, uint32_t code, uint64_t start_ns)
 {
+    if (code < RL_WIRE_CODE_COUNT) {
+        r->rule_codes[rule != NULL ? rule->id : r->conf->nrules][code]++;
+    }
+    rl_hist_observe(&r->latency, uv_hrtime() - start_ns, 1);
     if (code == RL_WIRE_ALLOWED) {
         r->stats.allowed++;
     } else if (code == RL_WIRE_LIMITED) {
@@ -259,7 +271,7 @@ pending_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
     struct rl_wire_check_reply rep;
 
     fill_failure(r, p->rule, p->client_id, &rep);
-    count_code(r, rep.code);
+    count_code(r, p->rule, rep.code, p->start_ns);
     r->stats.checks++;
     if (p->up != NULL) {
         rl_upstream_count_failure(p->up);
@@ -403,13 +415,14 @@ router_stats_reply(struct rl_conn *c, uint32_t id)
 
 /* Answers a CHECK the router decides itself (NO_RULE, or failure policy). */
 static void
-answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_wire_check_reply *rep,
-             uint32_t shard, const char *node, uint64_t hash)
+answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_rule *rule,
+             const struct rl_wire_check_reply *rep, uint32_t shard, const char *node,
+             uint64_t hash)
 {
     struct rl_router *r = c->data;
 
     r->stats.checks++;
-    count_code(r, rep->code);
+    count_code(r, rule, rep->code, r->batch_ns);
     if (r->log != NULL && rl_reqlog_sample(r->log)) {
         /* Cut as for forwarded requests (docs/OPERATIONS.md: the first 64 bytes of the user). */
         log_answer(r, shard, node, rep->code, hash, req->service.ptr, req->service.len,
@@ -505,7 +518,7 @@ router_check(struct rl_conn *conn, const struct rl_wire_req *req)
         memset(&rep, 0, sizeof(rep));
         rep.id = req->id;
         rep.code = RL_WIRE_NO_RULE;
-        answer_local(conn, req, &rep, shard, "-", hash);
+        answer_local(conn, req, NULL, &rep, shard, "-", hash);
         return;
     }
     if (r->map != NULL) {
@@ -534,7 +547,7 @@ router_check(struct rl_conn *conn, const struct rl_wire_req *req)
             rl_upstream_count_failure(u);
         }
         fill_failure(r, rule, req->id, &rep);
-        answer_local(conn, req, &rep, shard, u != NULL ? u->name : "-", hash);
+        answer_local(conn, req, rule, &rep, shard, u != NULL ? u->name : "-", hash);
         return;
     }
     p->client = c;
@@ -544,6 +557,7 @@ router_check(struct rl_conn *conn, const struct rl_wire_req *req)
     p->key_hash = hash;
     p->up = u;
     p->deadline = uv_now(r->loop) + r->conf->deadline_ms;
+    p->start_ns = r->batch_ns;
     p->logged = r->log != NULL && rl_reqlog_sample(r->log);
     if (p->logged) {
         p->ulen = (uint8_t)(req->user.len < ROUTER_USER_LOGGED ? req->user.len
@@ -620,7 +634,16 @@ cconn_frame(struct rl_conn *c, const char *p, size_t n)
     }
 }
 
+static void
+cconn_batch(struct rl_conn *c)
+{
+    struct rl_router *r = c->data;
+
+    r->batch_ns = uv_hrtime();
+}
+
 static const struct rl_conn_ops cconn_ops = {
+    .on_batch = cconn_batch,
     .on_frame = cconn_frame,
     .on_close = cconn_on_close,
 };
@@ -646,7 +669,7 @@ up_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
     c = pd->client != NULL ? &pd->client->conn : NULL;
     if (rep->op == RL_WIRE_OP_CHECK) {
         r->stats.checks++;
-        count_code(r, rep->check.code);
+        count_code(r, pd->rule, rep->check.code, pd->start_ns);
         if (pd->logged) {
             log_answer(r, pd->shard, u->name, rep->check.code, pd->key_hash, pd->rule->service,
                        pd->rule->service_len, pd->user, pd->ulen);
@@ -808,6 +831,10 @@ router_rebuild(struct rl_router *r)
     /* Of the table as routed: a member without an upstream owns nothing in it (above). */
     r->table_digest = rl_shardmap_digest_stat(map);
     r->stats.table_builds++;
+    r->unowned = 0;
+    for (uint32_t sh = 0; sh < map->nshards; sh++) {
+        r->unowned += map->owner[sh] == RL_SHARDMAP_NONE;
+    }
     {
         uint32_t max;
         double mean;
@@ -903,6 +930,7 @@ router_maybe_free(struct rl_router *r)
     free(r->owners);
     rl_view_deinit(&r->view);
     free(r->slab);
+    free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
     free(r);
 }
@@ -932,8 +960,11 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->view.asg_version = -1;
     r->slab_cap = r->opts.max_pending;
     r->slab = calloc(r->slab_cap, sizeof(*r->slab));
-    if (r->slab == NULL || rl_wire_decoder_init(&r->dec) != 0) {
+    r->rule_codes = calloc(conf->nrules + 1, sizeof(*r->rule_codes));
+    r->unowned = conf->shards;
+    if (r->slab == NULL || r->rule_codes == NULL || rl_wire_decoder_init(&r->dec) != 0) {
         free(r->slab);
+        free(r->rule_codes);
         free(r);
         return -ENOMEM;
     }
@@ -950,6 +981,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
         if (rc != 0) {
             rl_wire_decoder_deinit(&r->dec);
             free(r->slab);
+            free(r->rule_codes);
             free(r);
             return rc;
         }
@@ -961,6 +993,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
         }
         rl_wire_decoder_deinit(&r->dec);
         free(r->slab);
+        free(r->rule_codes);
         free(r);
         return rc;
     }
@@ -1001,4 +1034,180 @@ rl_router_close(struct rl_router *r)
         r->log = NULL;
     }
     rl_connq_close(&r->connq, router_connq_closed, r);
+}
+
+/* ---- metrics ----------------------------------------------------------------------------- */
+
+bool
+rl_router_ready(const struct rl_router *r, char *why, size_t len)
+{
+    if (r->closing) {
+        snprintf(why, len, "shutting down");
+        return false;
+    }
+    if (r->map == NULL || r->map->nmembers == 0) {
+        snprintf(why, len, "no members: no shard has an owner");
+        return false;
+    }
+    if (r->unowned > 0) {
+        snprintf(why, len, "%u of %u shards have no owner", r->unowned,
+                 r->conf->shards);
+        return false;
+    }
+    return true;
+}
+
+void
+rl_router_metrics(struct rl_router *r, struct rl_prom *p)
+{
+    const struct rl_conf *c = r->conf;
+    struct rl_listener_stats cs;
+    struct rl_reqlog_stats ls = {0};
+    char lab[512], digest[32];
+
+    rl_prom_family(p, "rl_router_decisions_total", "counter",
+                   "CHECK requests answered, by service (from the config; \"\" when no rule "
+                   "matched) and reply code (fail_open and fail_closed: by failure policy).");
+    for (size_t i = 0; i < c->nrules; i++) {
+        bool first = true;
+
+        /* One series per service: its endpoint sections add to it. */
+        for (size_t j = 0; j < i && first; j++) {
+            first = strcmp(c->rules[j].service, c->rules[i].service) != 0;
+        }
+        if (!first) {
+            continue;
+        }
+        for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+            uint64_t v = 0;
+
+            if (code == RL_WIRE_NO_RULE) {
+                continue;
+            }
+            for (size_t j = i; j < c->nrules; j++) {
+                if (strcmp(c->rules[j].service, c->rules[i].service) == 0) {
+                    v += r->rule_codes[j][code];
+                }
+            }
+            rl_prom_u64(p, "rl_router_decisions_total",
+                        rl_prom_labels(lab, sizeof(lab), "service", c->rules[i].service, "code",
+                                       rl_wire_code_name(code), NULL),
+                        v);
+        }
+    }
+    rl_prom_u64(p, "rl_router_decisions_total",
+                rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
+                r->rule_codes[c->nrules][RL_WIRE_NO_RULE]);
+    rl_prom_family(p, "rl_router_request_duration_seconds", "histogram",
+                   "End-to-end time of a CHECK in the router: from the read that brought it to "
+                   "its answer (the node's, or the failure policy's).");
+    rl_prom_hist(p, "rl_router_request_duration_seconds", NULL, &r->latency);
+    rl_prom_family(p, "rl_router_policy_answers_total", "counter",
+                   "CHECKs answered by failure policy, by cause: owner_down (no owner, or its "
+                   "connection is down or lost), deadline (the node did not answer in time), "
+                   "not_owner (the node saw another owner).");
+    rl_prom_u64(p, "rl_router_policy_answers_total",
+                rl_prom_labels(lab, sizeof(lab), "cause", "owner_down", NULL), r->stats.owner_down);
+    rl_prom_u64(p, "rl_router_policy_answers_total",
+                rl_prom_labels(lab, sizeof(lab), "cause", "deadline", NULL),
+                r->stats.deadline_expired);
+    rl_prom_u64(p, "rl_router_policy_answers_total",
+                rl_prom_labels(lab, sizeof(lab), "cause", "not_owner", NULL), r->stats.not_owner);
+    rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
+                   "CHECKs forwarded to nodes and not answered yet.");
+    rl_prom_u64(p, "rl_router_requests_in_flight", NULL, r->npending);
+    rl_prom_family(p, "rl_router_late_replies_total", "counter",
+                   "Node replies that came after the deadline had answered.");
+    rl_prom_u64(p, "rl_router_late_replies_total", NULL, r->stats.late_replies);
+    rl_prom_family(p, "rl_router_errors_total", "counter",
+                   "ERROR replies and refusals, by kind: unauthorized (token does not allow "
+                   "it), auth (connection closed for a missing or wrong AUTH), overloaded (too "
+                   "many in flight), other.");
+    rl_prom_u64(p, "rl_router_errors_total",
+                rl_prom_labels(lab, sizeof(lab), "kind", "unauthorized", NULL),
+                r->stats.unauthorized);
+    rl_prom_u64(p, "rl_router_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "auth", NULL),
+                r->stats.auth_failures);
+    rl_prom_u64(p, "rl_router_errors_total",
+                rl_prom_labels(lab, sizeof(lab), "kind", "overloaded", NULL), r->stats.overloaded);
+    rl_prom_u64(p, "rl_router_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL),
+                r->stats.errors);
+
+    rl_prom_family(p, "rl_router_forwarded_total", "counter", "CHECKs forwarded, by node.");
+    for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+        rl_prom_u64(p, "rl_router_forwarded_total",
+                    rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), u->stats.forwarded);
+    }
+    rl_prom_family(p, "rl_router_node_failures_total", "counter",
+                   "CHECKs answered by failure policy because of this node.");
+    for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+        rl_prom_u64(p, "rl_router_node_failures_total",
+                    rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), u->stats.failures);
+    }
+    rl_prom_family(p, "rl_router_node_up", "gauge",
+                   "1 while at least one connection to the node is up.");
+    for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+        rl_prom_u64(p, "rl_router_node_up", rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL),
+                    rl_upstream_up(u) ? 1 : 0);
+    }
+    rl_prom_family(p, "rl_router_upstream_connects_total", "counter",
+                   "Connections made to the node: the first ones and every reconnect.");
+    for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+        rl_prom_u64(p, "rl_router_upstream_connects_total",
+                    rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), u->stats.connects);
+    }
+    rl_prom_family(p, "rl_router_upstream_disconnects_total", "counter",
+                   "Connections to the node lost (each is followed by reconnect attempts).");
+    for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+        rl_prom_u64(p, "rl_router_upstream_disconnects_total",
+                    rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), u->stats.downs);
+    }
+    rl_prom_family(p, "rl_router_node_shards", "gauge", "Shards the node owns in this router's table.");
+    for (size_t i = 0; r->map != NULL && i < r->map->nmembers; i++) {
+        uint32_t n = 0;
+
+        for (uint32_t sh = 0; sh < r->map->nshards; sh++) {
+            n += r->map->owner[sh] == i;
+        }
+        rl_prom_u64(p, "rl_router_node_shards",
+                    rl_prom_labels(lab, sizeof(lab), "node", r->map->members[i].name, NULL), n);
+    }
+    rl_prom_family(p, "rl_router_members", "gauge", "Nodes in the membership.");
+    rl_prom_u64(p, "rl_router_members", NULL, r->view.nmembers);
+    rl_prom_family(p, "rl_router_shards_unowned", "gauge",
+                   "Shards with no reachable owner in the table (answered by failure policy).");
+    rl_prom_u64(p, "rl_router_shards_unowned", NULL, r->unowned);
+    rl_prom_family(p, "rl_router_assignment_version", "gauge",
+                   "Version of the assignment znode in use; -1 when there is none.");
+    rl_prom_f64(p, "rl_router_assignment_version", NULL, (double)r->view.asg_version);
+    rl_prom_family(p, "rl_router_table_builds_total", "counter", "Shard tables built.");
+    rl_prom_u64(p, "rl_router_table_builds_total", NULL, r->stats.table_builds);
+    rl_prom_family(p, "rl_router_table_info", "gauge",
+                   "The digest of the shard table in use (as STATS table_digest, in hex); "
+                   "routers that route alike show the same.");
+    snprintf(digest, sizeof(digest), "%016llx", (unsigned long long)r->table_digest);
+    rl_prom_u64(p, "rl_router_table_info", rl_prom_labels(lab, sizeof(lab), "digest", digest, NULL),
+                1);
+    rl_prom_family(p, "rl_router_ready", "gauge", "1 while /readyz answers 200.");
+    {
+        char why[160];
+
+        rl_prom_u64(p, "rl_router_ready", NULL, rl_router_ready(r, why, sizeof(why)) ? 1 : 0);
+    }
+
+    if (r->log != NULL) {
+        rl_reqlog_stats(r->log, &ls);
+    }
+    rl_prom_family(p, "rl_router_request_log_lines_total", "counter",
+                   "Lines written to the request log.");
+    rl_prom_u64(p, "rl_router_request_log_lines_total", NULL, ls.lines);
+    rl_prom_family(p, "rl_router_request_log_dropped_total", "counter",
+                   "Request-log lines dropped because the writer fell behind.");
+    rl_prom_u64(p, "rl_router_request_log_dropped_total", NULL, ls.dropped);
+    rl_prom_family(p, "rl_router_request_log_rotations_total", "counter",
+                   "Request-log rotations.");
+    rl_prom_u64(p, "rl_router_request_log_rotations_total", NULL, ls.rotations);
+
+    rl_listener_stats(&r->listener, &cs);
+    rl_listener_metrics(&cs, p);
 }

@@ -11,6 +11,7 @@
 #ifndef RL_ROUTER_H
 #define RL_ROUTER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,7 @@
 
 #include "conf.h"
 #include "connlimits.h"
+#include "metrics.h"
 #include "shardmap.h"
 
 /* Router counters, X(name, text): reported by STATS. */
@@ -83,6 +85,13 @@ void rl_router_reopen_log(struct rl_router *r);
 
 /* The owner of shard s now ("" when none): for tests and the demo. */
 const char *rl_router_owner(const struct rl_router *r, uint32_t shard);
+
+/* Appends the router's rl_ metric families (docs/OPERATIONS.md, "Metrics") to p. */
+void rl_router_metrics(struct rl_router *r, struct rl_prom *p);
+
+/* Whether the router is ready (/readyz): it has a table in which every shard has a reachable
+ * owner; if not, why. */
+bool rl_router_ready(const struct rl_router *r, char *why, size_t len);
 
 /* Stops listening, answers nothing more, closes every connection and the request log, and
  * frees the router once all its handles are closed (run the loop to finish). */

@@ -134,6 +134,7 @@ upconn_connected(struct rl_conn *c, int status)
     if (up == 1) {
         rl_log_info("node %s (%s): connected", u->name, u->addr);
     }
+    u->stats.connects++;
     u->backoff_ms = RL_UPSTREAM_BACKOFF_MIN_MS;
 }
 

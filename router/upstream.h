@@ -63,6 +63,7 @@ struct rl_upstream_stats {
     uint64_t replies;
     uint64_t failures; /* requests answered by failure policy because of this node */
     uint64_t downs;    /* connections lost */
+    uint64_t connects; /* connections made (the first ones and every reconnect) */
 };
 
 struct rl_upstream {

@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libuv1-dev libmsgpack-dev libzookeeper-mt-dev
       check libsubunit-dev libxxhash-dev libinih-dev zookeeper default-jre-headless
-      procps clang libclang-rt-dev python3 libssl-dev)
+      procps clang libclang-rt-dev python3 libssl-dev
+      libmicrohttpd-dev prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,589 @@
+/*
+ * metrics: the HTTP listener for operators on libmicrohttpd, the exposition writer and the
+ * latency histogram (metrics.h). The HTTP thread never reads the owner's counters: it asks
+ * the loop for a snapshot (uv_async) and waits on a condition variable, with a deadline.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "metrics.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "log.h"
+
+/* ---- the exposition writer ---- */
+
+static void
+prom_append(struct rl_prom *p, const char *s, size_t n)
+{
+    if (p->err == 0 && rl_buf_append(p->out, s, n) != 0) {
+        p->err = -ENOMEM;
+    }
+}
+
+static void
+prom_printf(struct rl_prom *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+prom_printf(struct rl_prom *p, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        return;
+    }
+    prom_append(p, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+void
+rl_prom_family(struct rl_prom *p, const char *name, const char *type, const char *help)
+{
+    prom_printf(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void
+rl_prom_u64(struct rl_prom *p, const char *name, const char *labels, uint64_t v)
+{
+    if (labels != NULL && labels[0] != '\0') {
+        prom_printf(p, "%s{%s} %llu\n", name, labels, (unsigned long long)v);
+    } else {
+        prom_printf(p, "%s %llu\n", name, (unsigned long long)v);
+    }
+}
+
+void
+rl_prom_f64(struct rl_prom *p, const char *name, const char *labels, double v)
+{
+    if (labels != NULL && labels[0] != '\0') {
+        prom_printf(p, "%s{%s} %.15g\n", name, labels, v);
+    } else {
+        prom_printf(p, "%s %.15g\n", name, v);
+    }
+}
+
+const char *
+rl_prom_labels(char *dst, size_t cap, ...)
+{
+    va_list ap;
+    size_t n = 0;
+    const char *k;
+
+    if (cap == 0) {
+        return dst;
+    }
+    dst[0] = '\0';
+    va_start(ap, cap);
+    while ((k = va_arg(ap, const char *)) != NULL) {
+        const char *v = va_arg(ap, const char *);
+        int w = snprintf(dst + n, cap - n, "%s%s=\"", n > 0 ? "," : "", k);
+
+        if (w < 0 || (size_t)w >= cap - n) {
+            break;
+        }
+        n += (size_t)w;
+        for (; v != NULL && *v != '\0' && n + 3 < cap; v++) {
+            if (*v == '\\' || *v == '"') {
+                dst[n++] = '\\';
+                dst[n++] = *v;
+            } else if (*v == '\n') {
+                dst[n++] = '\\';
+                dst[n++] = 'n';
+            } else {
+                dst[n++] = *v;
+            }
+        }
+        if (n + 2 > cap) {
+            break;
+        }
+        dst[n++] = '"';
+        dst[n] = '\0';
+    }
+    va_end(ap);
+    dst[cap - 1] = '\0';
+    return dst;
+}
+
+/* ---- the histogram ---- */
+
+const uint64_t rl_hist_bounds_ns[RL_HIST_BUCKETS] = {
+    1000,     2500,     5000,      10000,     25000,     50000,
+    100000,   250000,   500000,    1000000,   2500000,   5000000,
+    10000000, 25000000, 50000000,  100000000, 250000000, 1000000000,
+};
+
+void
+rl_hist_observe(struct rl_hist *h, uint64_t ns, uint64_t n)
+{
+    unsigned i = 0;
+
+    while (i < RL_HIST_BUCKETS && ns > rl_hist_bounds_ns[i]) {
+        i++;
+    }
+    h->counts[i] += n;
+    h->count += n;
+    h->sum_ns += ns * n;
+}
+
+void
+rl_prom_hist(struct rl_prom *p, const char *name, const char *labels, const struct rl_hist *h)
+{
+    char series[160], lab[512];
+    uint64_t cum = 0;
+    const char *sep = labels != NULL && labels[0] != '\0' ? "," : "";
+    const char *pre = labels != NULL ? labels : "";
+
+    snprintf(series, sizeof(series), "%s_bucket", name);
+    for (unsigned i = 0; i <= RL_HIST_BUCKETS; i++) {
+        cum += h->counts[i];
+        if (i < RL_HIST_BUCKETS) {
+            snprintf(lab, sizeof(lab), "%s%sle=\"%.9g\"", pre, sep,
+                     (double)rl_hist_bounds_ns[i] / 1e9);
+        } else {
+            snprintf(lab, sizeof(lab), "%s%sle=\"+Inf\"", pre, sep);
+        }
+        rl_prom_u64(p, series, lab, cum);
+    }
+    snprintf(series, sizeof(series), "%s_sum", name);
+    rl_prom_f64(p, series, labels, (double)h->sum_ns / 1e9);
+    snprintf(series, sizeof(series), "%s_count", name);
+    rl_prom_u64(p, series, labels, h->count);
+}
+
+/* ---- process figures ---- */
+
+/* btime from /proc/stat: when the machine booted, in Unix seconds; 0 if unknown. */
+static uint64_t
+boot_time(void)
+{
+    FILE *f = fopen("/proc/stat", "re");
+    char line[256];
+    unsigned long long bt = 0;
+
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "btime %llu", &bt) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return bt;
+}
+
+void
+rl_prom_process(struct rl_prom *p)
+{
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "re");
+    size_t n = 0;
+    long tick = sysconf(_SC_CLK_TCK);
+    long page = sysconf(_SC_PAGESIZE);
+    struct rlimit rl;
+    DIR *d;
+    uint64_t fds = 0;
+
+    if (f != NULL) {
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+    /* Fields after the command name, which is in parentheses and may hold anything. */
+    const char *rp = strrchr(buf, ')');
+    unsigned long long utime = 0, stime = 0, start = 0, vsize = 0;
+    long long rss = 0;
+    if (rp != NULL && tick > 0 &&
+        sscanf(rp + 2,
+               "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d "
+               "%llu %llu %lld",
+               &utime, &stime, &start, &vsize, &rss) == 5) {
+        rl_prom_family(p, "process_cpu_seconds_total", "counter",
+                       "User and system CPU time spent, in seconds.");
+        rl_prom_f64(p, "process_cpu_seconds_total", NULL, (double)(utime + stime) / (double)tick);
+        rl_prom_family(p, "process_resident_memory_bytes", "gauge",
+                       "Resident memory size in bytes.");
+        rl_prom_u64(p, "process_resident_memory_bytes", NULL,
+                    (uint64_t)(rss > 0 ? rss : 0) * (uint64_t)(page > 0 ? page : 4096));
+        rl_prom_family(p, "process_virtual_memory_bytes", "gauge",
+                       "Virtual memory size in bytes.");
+        rl_prom_u64(p, "process_virtual_memory_bytes", NULL, vsize);
+        rl_prom_family(p, "process_start_time_seconds", "gauge",
+                       "Start time of the process since the Unix epoch, in seconds.");
+        rl_prom_f64(p, "process_start_time_seconds", NULL,
+                    (double)boot_time() + (double)start / (double)tick);
+    }
+    d = opendir("/proc/self/fd");
+    if (d != NULL) {
+        struct dirent *de;
+
+        while ((de = readdir(d)) != NULL) {
+            fds += de->d_name[0] != '.';
+        }
+        closedir(d);
+        rl_prom_family(p, "process_open_fds", "gauge", "Number of open file descriptors.");
+        rl_prom_u64(p, "process_open_fds", NULL, fds > 0 ? fds - 1 : 0); /* less opendir's */
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl_prom_family(p, "process_max_fds", "gauge",
+                       "Maximum number of open file descriptors.");
+        rl_prom_u64(p, "process_max_fds", NULL,
+                    rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur);
+    }
+}
+
+/* ---- the listener ---- */
+
+struct rl_metrics {
+    uv_loop_t *loop;
+    uv_async_t async;
+    struct MHD_Daemon *daemon;
+    struct rl_metrics_ops ops;
+    uint16_t port;
+    atomic_uint_fast64_t requests;
+    /* the loop's scratch, owned by the loop thread */
+    struct rl_buf work;
+    /* shared with the HTTP thread, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t asked;    /* snapshots asked for */
+    uint64_t answered; /* the last snapshot covers every ask up to this one */
+    bool stopping;
+    struct rl_buf snap; /* the last rendering */
+    bool ready;
+    char why[256];
+};
+
+static void
+metrics_async(uv_async_t *a)
+{
+    struct rl_metrics *m = a->data;
+    struct rl_prom p = {.out = &m->work, .err = 0};
+    uint64_t target;
+    char why[256] = "";
+    bool ready;
+    struct rl_buf tmp;
+
+    pthread_mutex_lock(&m->mu);
+    target = m->asked;
+    pthread_mutex_unlock(&m->mu);
+
+    rl_buf_reset(&m->work);
+    m->ops.render(m->ops.arg, &p);
+    ready = m->ops.ready(m->ops.arg, why, sizeof(why));
+    if (p.err != 0) {
+        rl_buf_reset(&m->work); /* out of memory: an empty page rather than half of one */
+    }
+
+    pthread_mutex_lock(&m->mu);
+    tmp = m->snap;
+    m->snap = m->work;
+    m->work = tmp;
+    m->ready = ready;
+    snprintf(m->why, sizeof(m->why), "%s", why);
+    m->answered = target;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static enum MHD_Result
+metrics_send(struct MHD_Connection *conn, unsigned status, const char *type, const char *body,
+             size_t len)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
+    enum MHD_Result rc;
+
+    if (r == NULL) {
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    rc = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result
+metrics_text(struct MHD_Connection *conn, unsigned status, const char *text)
+{
+    return metrics_send(conn, status, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+/* Asks the loop for a snapshot and waits for it; false when the loop did not answer in time
+ * (or the listener is stopping). Returns with mu held when true. */
+static bool
+metrics_snapshot(struct rl_metrics *m)
+{
+    struct timespec until;
+    uint64_t mine;
+
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += RL_METRICS_LOOP_WAIT_MS / 1000;
+    until.tv_nsec += (long)(RL_METRICS_LOOP_WAIT_MS % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&m->mu);
+    mine = ++m->asked;
+    pthread_mutex_unlock(&m->mu);
+    uv_async_send(&m->async);
+    pthread_mutex_lock(&m->mu);
+    while (m->answered < mine && !m->stopping) {
+        if (pthread_cond_timedwait(&m->cv, &m->mu, &until) == ETIMEDOUT) {
+            break;
+        }
+    }
+    if (m->answered >= mine && !m->stopping) {
+        return true;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return false;
+}
+
+static enum MHD_Result
+metrics_page(struct rl_metrics *m, struct MHD_Connection *conn)
+{
+    struct rl_buf body;
+    struct rl_prom p = {.out = &body, .err = 0};
+    enum MHD_Result rc;
+
+    rl_buf_init(&body);
+    if (!metrics_snapshot(m)) {
+        return metrics_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
+                            "the event loop did not answer within 1 s\n");
+    }
+    if (rl_buf_append(&body, m->snap.data, m->snap.len) != 0) {
+        p.err = -ENOMEM;
+    }
+    pthread_mutex_unlock(&m->mu);
+    rl_prom_process(&p);
+    if (p.err != 0) {
+        rl_buf_deinit(&body);
+        return metrics_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+    }
+    rc = metrics_send(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", body.data,
+                      body.len);
+    rl_buf_deinit(&body);
+    return rc;
+}
+
+static enum MHD_Result
+metrics_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                const char *version, const char *upload_data, size_t *upload_data_size,
+                void **con_cls)
+{
+    struct rl_metrics *m = cls;
+    char line[320];
+    bool ready;
+
+    (void)version;
+    (void)upload_data;
+    if (*con_cls == NULL) {
+        *con_cls = m; /* headers only so far: wait for the body, if any */
+        return MHD_YES;
+    }
+    if (*upload_data_size != 0) {
+        *upload_data_size = 0; /* a body is never wanted: drop it */
+        return MHD_YES;
+    }
+    atomic_fetch_add(&m->requests, 1);
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+        struct MHD_Response *r = MHD_create_response_from_buffer(
+            sizeof("only GET and HEAD\n") - 1, (void *)"only GET and HEAD\n",
+            MHD_RESPMEM_PERSISTENT);
+        enum MHD_Result rc;
+
+        if (r == NULL) {
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+        rc = MHD_queue_response(conn, MHD_HTTP_METHOD_NOT_ALLOWED, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
+    if (strcmp(url, "/metrics") == 0) {
+        return metrics_page(m, conn);
+    }
+    if (strcmp(url, "/healthz") == 0) {
+        if (!metrics_snapshot(m)) {
+            return metrics_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
+                                "not alive: the event loop did not answer within 1 s\n");
+        }
+        pthread_mutex_unlock(&m->mu);
+        return metrics_text(conn, MHD_HTTP_OK, "ok\n");
+    }
+    if (strcmp(url, "/readyz") == 0) {
+        if (!metrics_snapshot(m)) {
+            return metrics_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
+                                "not ready: the event loop did not answer within 1 s\n");
+        }
+        ready = m->ready;
+        snprintf(line, sizeof(line), "not ready: %s\n", m->why);
+        pthread_mutex_unlock(&m->mu);
+        return ready ? metrics_text(conn, MHD_HTTP_OK, "ready\n")
+                     : metrics_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, line);
+    }
+    return metrics_text(conn, MHD_HTTP_NOT_FOUND,
+                        "not found: this listener serves /metrics, /healthz and /readyz\n");
+}
+
+static void
+metrics_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[256];
+
+    (void)cls;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    line[strcspn(line, "\n")] = '\0';
+    rl_log_debug("metrics listener: %s", line);
+}
+
+/* A listening socket on host:port; returns the fd or a negative errno. */
+static int
+metrics_listen(const char *host, uint16_t port, uint16_t *bound, char *err, size_t errlen)
+{
+    struct addrinfo hints, *ai = NULL;
+    char ports[8];
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int fd, one = 1, rc;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(ports, sizeof(ports), "%u", port);
+    rc = getaddrinfo(host, ports, &hints, &ai);
+    if (rc != 0 || ai == NULL) {
+        snprintf(err, errlen, "metrics: bad address %s:%u: %s", host, port, gai_strerror(rc));
+        return -EINVAL;
+    }
+    fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        rc = -errno;
+        freeaddrinfo(ai);
+        snprintf(err, errlen, "metrics: socket: %s", strerror(-rc));
+        return rc;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+        rc = -errno;
+        freeaddrinfo(ai);
+        close(fd);
+        snprintf(err, errlen, "metrics: cannot listen on %s:%u: %s", host, port, strerror(-rc));
+        return rc;
+    }
+    freeaddrinfo(ai);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        *bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                : ((struct sockaddr_in *)&ss)->sin_port);
+    }
+    return fd;
+}
+
+static void
+metrics_closed(uv_handle_t *h)
+{
+    struct rl_metrics *m = h->data;
+
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
+    rl_buf_deinit(&m->work);
+    rl_buf_deinit(&m->snap);
+    free(m);
+}
+
+int
+rl_metrics_start(struct rl_metrics **out, uv_loop_t *loop, const char *host, uint16_t port,
+                 const struct rl_metrics_ops *ops, char *err, size_t errlen)
+{
+    struct rl_metrics *m;
+    pthread_condattr_t ca;
+    int fd;
+
+    *out = NULL;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        snprintf(err, errlen, "metrics: out of memory");
+        return -ENOMEM;
+    }
+    m->loop = loop;
+    m->ops = *ops;
+    rl_buf_init(&m->work);
+    rl_buf_init(&m->snap);
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    fd = metrics_listen(host, port, &m->port, err, errlen);
+    if (fd < 0) {
+        pthread_cond_destroy(&m->cv);
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        return fd;
+    }
+    uv_async_init(loop, &m->async, metrics_async);
+    m->async.data = m;
+    m->daemon = MHD_start_daemon(
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, metrics_handler, m,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)RL_METRICS_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)RL_METRICS_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768,
+        MHD_OPTION_EXTERNAL_LOGGER, metrics_mhd_log, NULL, MHD_OPTION_END);
+    if (m->daemon == NULL) {
+        close(fd);
+        snprintf(err, errlen, "metrics: libmicrohttpd would not start on %s:%u", host, port);
+        uv_close((uv_handle_t *)&m->async, metrics_closed);
+        return -EIO;
+    }
+    *out = m;
+    return 0;
+}
+
+uint16_t
+rl_metrics_port(const struct rl_metrics *m)
+{
+    return m->port;
+}
+
+uint64_t
+rl_metrics_requests(const struct rl_metrics *m)
+{
+    return atomic_load(&((struct rl_metrics *)m)->requests);
+}
+
+void
+rl_metrics_stop(struct rl_metrics *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
+    m->stopping = true; /* a request waiting for this (busy) loop gives up now */
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    MHD_stop_daemon(m->daemon); /* joins the HTTP thread; closes the listening socket */
+    uv_close((uv_handle_t *)&m->async, metrics_closed);
+}

@@ -1,0 +1,101 @@
+/*
+ * metrics: a process's HTTP listener for operators (docs/OPERATIONS.md, "Metrics"):
+ * GET /metrics (Prometheus text exposition format 0.0.4), GET /healthz (alive: the event
+ * loop answers) and GET /readyz (the owner's readiness), served by libmicrohttpd on a thread
+ * of its own. Only the loop thread may read the process's counters, so a request asks the
+ * loop (uv_async) to render a snapshot and waits for it at most RL_METRICS_LOOP_WAIT_MS: the
+ * loop spends one render per scrape (tens of microseconds), never a socket operation or a
+ * wait, and a loop that is stuck gets 503 answers instead of a stuck scraper. Process
+ * figures (CPU, RSS, descriptors) are read from /proc on the HTTP thread.
+ *
+ * Also the exposition writer (rl_prom_*) and a fixed-bucket latency histogram, used by the
+ * node's and the router's render functions. Not for the framed protocol (conn.h).
+ */
+#ifndef RL_METRICS_H
+#define RL_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "buf.h"
+
+#define RL_METRICS_LOOP_WAIT_MS 1000u /* a request waits this long for the loop's snapshot */
+#define RL_METRICS_MAX_CONNECTIONS 32u /* HTTP connections at once; more are refused */
+#define RL_METRICS_TIMEOUT_S 10u       /* an idle HTTP connection is closed after this */
+
+/* The exposition writer: appends to out; the first allocation failure sticks in err. */
+struct rl_prom {
+    struct rl_buf *out;
+    int err;
+};
+
+/* "# HELP name help" and "# TYPE name type" (type: counter, gauge, histogram). */
+void rl_prom_family(struct rl_prom *p, const char *name, const char *type, const char *help);
+
+/* One sample: `name{labels} value`. labels is NULL or the inside of the braces, as built
+ * by rl_prom_labels. */
+void rl_prom_u64(struct rl_prom *p, const char *name, const char *labels, uint64_t v);
+void rl_prom_f64(struct rl_prom *p, const char *name, const char *labels, double v);
+
+/* Builds `k1="v1",k2="v2"` into dst (cap bytes, always terminated) from NULL-ended pairs of
+ * label names and values, escaping backslash, double quote and newline in values. Returns
+ * dst. */
+const char *rl_prom_labels(char *dst, size_t cap, ...);
+
+/* A latency histogram in fixed buckets (upper bounds in rl_hist_bounds_ns), in nanoseconds;
+ * exposed in seconds. Owned by one thread. */
+#define RL_HIST_BUCKETS 18
+struct rl_hist {
+    uint64_t counts[RL_HIST_BUCKETS + 1]; /* the last: above every bound (+Inf) */
+    uint64_t count;
+    uint64_t sum_ns;
+};
+
+extern const uint64_t rl_hist_bounds_ns[RL_HIST_BUCKETS];
+
+/* Records n observations of ns each. */
+void rl_hist_observe(struct rl_hist *h, uint64_t ns, uint64_t n);
+
+/* The family and its _bucket, _sum and _count series (cumulative), with extra labels (or
+ * NULL). Call rl_prom_family(p, name, "histogram", help) first. */
+void rl_prom_hist(struct rl_prom *p, const char *name, const char *labels,
+                  const struct rl_hist *h);
+
+/* What the listener asks of its owner, on the loop thread. */
+struct rl_metrics_ops {
+    /* Appends the process's own families (the rl_ ones) to p. */
+    void (*render)(void *arg, struct rl_prom *p);
+    /* Whether the process is ready to serve; if not, why, in why (why_len bytes). */
+    bool (*ready)(void *arg, char *why, size_t why_len);
+    void *arg;
+};
+
+struct rl_metrics;
+
+/*
+ * Starts serving on host:port (an IPv4 or IPv6 literal, or "localhost"), port 0 meaning any
+ * free port (rl_metrics_port tells which). Returns 0, or a negative errno with a one-line
+ * reason in err: -EINVAL for a bad address, -EADDRINUSE, ... Must be called on the loop
+ * thread; the loop must run for requests to be answered.
+ */
+int rl_metrics_start(struct rl_metrics **out, uv_loop_t *loop, const char *host, uint16_t port,
+                     const struct rl_metrics_ops *ops, char *err, size_t errlen);
+
+/* The port it listens on. */
+uint16_t rl_metrics_port(const struct rl_metrics *m);
+
+/* Scrapes answered since start (any path), for the owner's own figures. */
+uint64_t rl_metrics_requests(const struct rl_metrics *m);
+
+/* Stops the HTTP thread (waiting for it), then closes the loop handle and frees m once it is
+ * closed (the loop must run for that). NULL is a no-op. On the loop thread. */
+void rl_metrics_stop(struct rl_metrics *m);
+
+/* Appends the process_* families (CPU seconds, resident and virtual memory, open and max
+ * descriptors, start time) read from /proc/self; any thread. */
+void rl_prom_process(struct rl_prom *p);
+
+#endif
