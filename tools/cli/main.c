@@ -26,34 +26,7 @@
 #include "clock.h"
 #include "wire.h"
 
-/* Exit statuses (documented in --help and docs/CONFIG.md): a script branches on them. */
-#define CLI_EXIT_OK 0    /* done; for check: ALLOWED */
-#define CLI_EXIT_FAIL 1  /* server unreachable, ERROR reply, broken protocol */
-#define CLI_EXIT_USAGE 2 /* bad command line or config */
-#define CLI_EXIT_LIMITED 3
-#define CLI_EXIT_QUEUED 4
-#define CLI_EXIT_FAIL_OPEN 5
-#define CLI_EXIT_FAIL_CLOSED 6
-#define CLI_EXIT_NO_RULE 7
-
-#define CLI_DEFAULT_TARGET "127.0.0.1:7400"
-#define CLI_DEFAULT_SHARDS 4096u
-#define CLI_SHARDS_MAX 1048576u
-
-struct cli {
-    const char *target;
-    int timeout_ms;
-    uint32_t cost;
-    uint64_t repeat;
-    uint64_t interval_ms;
-    uint32_t shards;
-    const char *config;
-    const char *token_file; /* --token-file, else $RL_TOKEN_FILE */
-    bool cost_set;
-    bool repeat_set;
-    bool interval_set;
-    bool shards_set;
-};
+#include "cli.h"
 
 static void
 usage(FILE *f)
@@ -65,6 +38,11 @@ usage(FILE *f)
                "                 ask for a decision; one line per reply\n"
                "  ping           who answers (a router or a node's name)\n"
                "  stats          the server's counters, one \"key value\" per line\n"
+               "  status [--config FILE] [--json] [--interval-ms MS]\n"
+               "                 the cluster on one screen: the router's view and, with\n"
+               "                 --config, every member's shards, keys, decisions/s (over\n"
+               "                 --interval-ms, default 1000), memory and rules version, and\n"
+               "                 who is missing; exit 1 when something is\n"
                "  clock NOW_MS   set a --test-clock node's clock (ms since the epoch)\n"
                "  hash SERVICE USER [--shards S | --config FILE]\n"
                "                 the key hash and shard of a (service, user) pair; with\n"
@@ -84,7 +62,7 @@ usage(FILE *f)
                "  --repeat N          send the CHECK N times (default 1)\n"
                "  --interval-ms MS    pause between repeated CHECKs (default 0)\n"
                "  --shards S          shard count for hash (default 4096)\n"
-               "  --config FILE       cluster.conf for hash\n"
+               "  --config FILE       cluster.conf for hash and status\n"
                "  --token-file FILE   AUTH with the token in FILE first (a router's client\n"
                "                      token, or a node's cluster secret; mode 0600); default\n"
                "                      $RL_TOKEN_FILE, none when unset\n"
@@ -113,8 +91,8 @@ parse_u64(const char *s, uint64_t max, uint64_t *out)
     return rl_parse_u64(s, 0, max, out) == NULL ? 0 : -1;
 }
 
-static const char *
-errno_text(int rc)
+const char *
+cli_errno_text(int rc)
 {
     switch (rc) {
     case -EINVAL:
@@ -139,7 +117,7 @@ connect_target(const struct cli *o, struct rl_client **c)
     char why[320];
 
     if (rc != 0) {
-        fprintf(stderr, "rl-cli: cannot connect to %s: %s\n", o->target, errno_text(rc));
+        fprintf(stderr, "rl-cli: cannot connect to %s: %s\n", o->target, cli_errno_text(rc));
         return CLI_EXIT_FAIL;
     }
     rc = rl_client_auth_file(*c, o->token_file, o->timeout_ms, why, sizeof(why));
@@ -155,7 +133,7 @@ connect_target(const struct cli *o, struct rl_client **c)
 static int
 request_failed(const struct cli *o, const char *what, int rc)
 {
-    fprintf(stderr, "rl-cli: %s to %s: %s\n", what, o->target, errno_text(rc));
+    fprintf(stderr, "rl-cli: %s to %s: %s\n", what, o->target, cli_errno_text(rc));
     return CLI_EXIT_FAIL;
 }
 
@@ -335,8 +313,8 @@ cmd_clock(const struct cli *o, int argc, char **argv)
 
 /* The members of the cluster in config: the [node] sections, or ZooKeeper's live ones
  * (with the assignment in force, into *a). Returns 0 or an exit status after a message. */
-static int
-hash_members(const struct rl_conf *conf, struct rl_member **members, size_t *n,
+int
+cli_members(const struct rl_conf *conf, struct rl_member **members, size_t *n,
              struct rl_assignment *a, bool *have_a, const char **from)
 {
     static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL};
@@ -431,7 +409,7 @@ cmd_hash(const struct cli *o, int argc, char **argv)
         rl_conf_destroy(conf);
         return CLI_EXIT_FAIL;
     }
-    status = hash_members(conf, &members, &n, &a, &have_a, &from);
+    status = cli_members(conf, &members, &n, &a, &have_a, &from);
     if (status == CLI_EXIT_OK &&
         rl_shardmap_create(&map, shards, members, n, have_a ? &a : NULL) != 0) {
         fprintf(stderr, "rl-cli: cannot build the shard table\n");
@@ -464,10 +442,12 @@ enum {
     OPT_TOKEN_FILE,
     OPT_HELP,
     OPT_VERSION,
+    OPT_JSON,
 };
 
 static const struct option long_opts[] = {
     {"target", required_argument, NULL, OPT_TARGET},
+    {"json", no_argument, NULL, OPT_JSON},
     {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
     {"cost", required_argument, NULL, OPT_COST},
     {"repeat", required_argument, NULL, OPT_REPEAT},
@@ -593,6 +573,9 @@ main(int argc, char **argv)
         case OPT_TOKEN_FILE:
             o.token_file = optarg;
             break;
+        case OPT_JSON:
+            o.json = true;
+            break;
         case OPT_HELP:
             usage(stdout);
             return CLI_EXIT_OK;
@@ -604,17 +587,26 @@ main(int argc, char **argv)
         }
     }
     if (optind >= argc) {
-        return usage_error("%s", "expected a command: check, ping, stats, clock, hash, "
+        return usage_error("%s", "expected a command: check, ping, stats, status, clock, hash, "
                                  "gen-token or hash-token");
     }
     cmd = argv[optind];
     args = argv + optind + 1;
     nargs = argc - optind - 1;
-    if (strcmp(cmd, "check") != 0 && (o.cost_set || o.repeat_set || o.interval_set)) {
-        return usage_error("%s: --cost, --repeat and --interval-ms go with check", cmd);
+    if (strcmp(cmd, "check") != 0 && (o.cost_set || o.repeat_set)) {
+        return usage_error("%s: --cost and --repeat go with check", cmd);
     }
-    if (strcmp(cmd, "hash") != 0 && (o.shards_set || o.config != NULL)) {
-        return usage_error("%s: --shards and --config go with hash", cmd);
+    if (strcmp(cmd, "check") != 0 && strcmp(cmd, "status") != 0 && o.interval_set) {
+        return usage_error("%s: --interval-ms goes with check and status", cmd);
+    }
+    if (strcmp(cmd, "hash") != 0 && o.shards_set) {
+        return usage_error("%s: --shards goes with hash", cmd);
+    }
+    if (strcmp(cmd, "hash") != 0 && strcmp(cmd, "status") != 0 && o.config != NULL) {
+        return usage_error("%s: --config goes with hash and status", cmd);
+    }
+    if (strcmp(cmd, "status") != 0 && o.json) {
+        return usage_error("%s: --json goes with status", cmd);
     }
     if (o.shards_set && o.config != NULL) {
         return usage_error("%s: --shards or --config, not both (the config has the count)",
@@ -631,6 +623,12 @@ main(int argc, char **argv)
     }
     if (strcmp(cmd, "clock") == 0) {
         return cmd_clock(&o, nargs, args);
+    }
+    if (strcmp(cmd, "status") == 0) {
+        if (nargs != 0) {
+            return usage_error("%s: takes no arguments", cmd);
+        }
+        return cli_status(&o, o.json);
     }
     if (strcmp(cmd, "hash") == 0) {
         return cmd_hash(&o, nargs, args);
