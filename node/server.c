@@ -107,6 +107,12 @@ reply_stats(struct rl_conn *c, uint32_t id)
     RL_SERVER_PUT("zk_state", s->zk_state)
     RL_SERVER_PUT("registered", s->registered)
     RL_SERVER_PUT("table_digest", s->table_digest)
+    RL_SERVER_PUT("rules_version", s->opts.rules != NULL ? s->opts.rules->version : 0)
+    RL_SERVER_PUT("rules_digest", s->opts.rules != NULL    ? s->opts.rules->digest
+                                  : s->opts.conf != NULL ? (int64_t)s->opts.conf->rules_digest
+                                                         : 0)
+    RL_SERVER_PUT("rules_reloads", s->opts.rules != NULL ? s->opts.rules->reloads : 0)
+    RL_SERVER_PUT("rules_reload_failures", s->opts.rules != NULL ? s->opts.rules->failures : 0)
     RL_SERVER_PUT("uptime_ms", uv_now(s->loop) - s->started_ms)
     /* Memory pressure per service, "service.NAME.KEY", for the services that fit in the
      * reply's 256 pairs (5 keys each: about 40 services), in config order. */

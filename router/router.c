@@ -89,6 +89,17 @@ struct rl_router {
     struct rl_router_stats stats;
     uint64_t auth_warned_ms;
     uint64_t refreshed_ms; /* loop time on_stale was last called */
+
+    /* rules replaced while requests pointed to them (rl_router_rules_changed), oldest
+     * first, each freed once no request from before its swap is in flight */
+    struct router_retired *retired;
+    uv_timer_t retire_timer;
+};
+
+struct router_retired {
+    struct router_retired *next;
+    struct rl_conf *conf;
+    uint64_t until; /* deadline of the last request that may point into it */
 };
 
 static void router_maybe_free(struct rl_router *r);
@@ -358,6 +369,14 @@ router_stats_reply(struct rl_conn *c, uint32_t id)
     vals[n++] = r->view.asg_version;
     keys[n] = "table_digest";
     vals[n++] = r->table_digest;
+    keys[n] = "rules_version";
+    vals[n++] = r->opts.rules != NULL ? r->opts.rules->version : 0;
+    keys[n] = "rules_digest";
+    vals[n++] = r->opts.rules != NULL ? r->opts.rules->digest : (int64_t)r->conf->rules_digest;
+    keys[n] = "rules_reloads";
+    vals[n++] = r->opts.rules != NULL ? (int64_t)r->opts.rules->reloads : 0;
+    keys[n] = "rules_reload_failures";
+    vals[n++] = r->opts.rules != NULL ? (int64_t)r->opts.rules->failures : 0;
     if (r->log != NULL) {
         rl_reqlog_stats(r->log, &ls);
     }
@@ -856,6 +875,63 @@ rl_router_owner(const struct rl_router *r, uint32_t shard)
     return o == RL_SHARDMAP_NONE ? "" : r->map->members[o].name;
 }
 
+/* Frees the retired rules no request in flight can point to: every request created before a
+ * swap has a deadline at or before the swap's `until`, and leaves the FIFO by then. */
+static void
+retire_fire(uv_timer_t *t)
+{
+    struct rl_router *r = t->data;
+    uint64_t now = uv_now(r->loop);
+
+    while (r->retired != NULL && r->retired->until < now &&
+           (r->fifo_head == NULL || r->fifo_head->deadline > r->retired->until)) {
+        struct router_retired *x = r->retired;
+
+        r->retired = x->next;
+        rl_conf_destroy(x->conf);
+        free(x);
+    }
+    if (r->retired != NULL) {
+        uint64_t wait = r->retired->until >= now ? r->retired->until - now + 1 : 1;
+
+        uv_timer_start(&r->retire_timer, retire_fire, wait, 0);
+    }
+}
+
+void
+rl_router_rules_changed(struct rl_router *r, struct rl_conf *old)
+{
+    struct router_retired *x, **pp;
+
+    if (old == NULL) {
+        return;
+    }
+    if (r->npending == 0 || r->closing) {
+        rl_conf_destroy(old);
+        return;
+    }
+    x = calloc(1, sizeof(*x));
+    if (x == NULL) {
+        /* Never free rules a request may still read: keep them for good. */
+        rl_log_error("out of memory: the replaced rules are kept until exit");
+        return;
+    }
+    x->conf = old;
+    x->until = uv_now(r->loop) + r->conf->deadline_ms;
+    for (pp = &r->retired; *pp != NULL; pp = &(*pp)->next) {
+    }
+    *pp = x;
+    if (!uv_is_active((uv_handle_t *)&r->retire_timer)) {
+        uv_timer_start(&r->retire_timer, retire_fire, r->conf->deadline_ms + 1, 0);
+    }
+}
+
+const struct rl_rules_status *
+rl_router_rules_status(const struct rl_router *r)
+{
+    return r->opts.rules;
+}
+
 void
 rl_router_reopen_log(struct rl_router *r)
 {
@@ -902,6 +978,13 @@ router_maybe_free(struct rl_router *r)
     rl_shardmap_destroy(r->map);
     free(r->owners);
     rl_view_deinit(&r->view);
+    while (r->retired != NULL) {
+        struct router_retired *x = r->retired;
+
+        r->retired = x->next;
+        rl_conf_destroy(x->conf);
+        free(x);
+    }
     free(r->slab);
     rl_wire_decoder_deinit(&r->dec);
     free(r);
@@ -966,7 +1049,10 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     }
     uv_timer_init(loop, &r->deadline_timer);
     r->deadline_timer.data = r;
-    r->handles = 3; /* the flusher, the deadline timer, the listener with its clients */
+    uv_timer_init(loop, &r->retire_timer);
+    r->retire_timer.data = r;
+    /* the flusher, the deadline and retire timers, the listener with its clients */
+    r->handles = 4;
     rc = rl_listener_start(&r->listener, &r->connq, opts->host, opts->port, &cconn_ops,
                            sizeof(struct rl_cconn), &r->opts.limits, r);
     if (rc != 0) {
@@ -985,6 +1071,7 @@ rl_router_close(struct rl_router *r)
     }
     r->closing = true;
     uv_close((uv_handle_t *)&r->deadline_timer, router_handle_closed);
+    uv_close((uv_handle_t *)&r->retire_timer, router_handle_closed);
     rl_listener_close(&r->listener, router_listener_closed);
     while (r->upstreams != NULL) {
         struct rl_upstream *u = r->upstreams;
