@@ -85,6 +85,7 @@ struct conf_parser {
     int secret_line;
     size_t rules_cap;
     size_t tiers_cap;
+    bool rules_only; /* a rules file: [service] sections only */
     int err; /* 0, or the negative errno of the first error */
     char *msg;
     size_t msglen;
@@ -713,6 +714,20 @@ parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
     return NULL;
 }
 
+/* rl_tier.seed: the tier's section, its position there and its parameters. */
+static uint64_t
+tier_seed(const struct rl_rule *r, uint32_t pos, const struct rl_tier *t)
+{
+    uint64_t v[6] = {pos, (uint64_t)t->algo, t->limit, t->window_ms, t->burst,
+                     r->endpoint != NULL};
+    uint64_t h = XXH3_64bits_withSeed(r->service, r->service_len, UINT64_C(0x726c2d7469657231));
+
+    if (r->endpoint != NULL) {
+        h = XXH3_64bits_withSeed(r->endpoint, r->endpoint_len, h);
+    }
+    return XXH3_64bits_withSeed(v, sizeof(v), h);
+}
+
 static const char *
 set_limit(struct conf_parser *p, const char *v)
 {
@@ -742,6 +757,7 @@ set_limit(struct conf_parser *p, const char *v)
     }
     /* Tiers of one section are contiguous: only the current section appends. */
     t.id = (uint16_t)c->ntiers;
+    t.seed = tier_seed(r, r->ntiers, &t);
     c->tiers[c->ntiers++] = t;
     r->ntiers++;
     return NULL;
@@ -1154,6 +1170,11 @@ section_open(struct conf_parser *p, char *s, char *e)
                   conf_kinds[kind].usage);
         return;
     }
+    if (p->rules_only && kind != CONF_SERVICE) {
+        conf_fail(p, p->line, -EINVAL,
+                  "[%s] in a rules file, which holds only [service ...] sections", arg[0]);
+        return;
+    }
     memset(&p->sec, 0, sizeof(p->sec));
     p->sec.kind = (enum conf_kind)kind;
     p->sec.line = p->line;
@@ -1375,43 +1396,101 @@ conf_create(const char *name)
     return c;
 }
 
+/*
+ * Resolves a services line against the rules of c into rules (c->nrules of them, zeroed by
+ * the caller) and *all. Returns 0, -ENOMEM, or -ENOENT when a name has no [service] section
+ * (the first such name in missing; the others are resolved all the same).
+ */
+static int
+services_resolve(const char *services, const struct rl_conf *c, bool *rules, bool *all,
+                 char *missing, size_t mlen)
+{
+    char *words = strdup(services), *save = NULL;
+    int rc = 0;
+
+    if (words == NULL) {
+        return -ENOMEM;
+    }
+    for (char *w = strtok_r(words, " \t,", &save); w != NULL; w = strtok_r(NULL, " \t,", &save)) {
+        bool found = false;
+
+        if (strcmp(w, "*") == 0) {
+            *all = true;
+            continue;
+        }
+        for (size_t i = 0; i < c->nrules; i++) {
+            if (strcmp(c->rules[i].service, w) == 0) {
+                rules[i] = true;
+                found = true;
+            }
+        }
+        if (!found && rc == 0) {
+            snprintf(missing, mlen, "%s", w);
+            rc = -ENOENT;
+        }
+    }
+    free(words);
+    return rc;
+}
+
 /* Resolves a client's services line into its rules[] once every [service] is known. */
 static void
 client_resolve(struct conf_parser *p, struct rl_client_conf *cl)
 {
     const struct rl_conf *c = p->c;
-    char *words = strdup(cl->services), *save = NULL;
+    char missing[CONF_LINE_MAX + 1];
+    int rc;
 
-    if (words == NULL) {
-        conf_nomem(p);
-        return;
-    }
     cl->rules = calloc(c->nrules != 0 ? c->nrules : 1, sizeof(*cl->rules));
     if (cl->rules == NULL) {
-        free(words);
         conf_nomem(p);
         return;
     }
-    for (char *w = strtok_r(words, " \t,", &save); w != NULL && p->err == 0;
-         w = strtok_r(NULL, " \t,", &save)) {
-        bool found = false;
+    rc = services_resolve(cl->services, c, cl->rules, &cl->all_services, missing,
+                          sizeof(missing));
+    if (rc == -ENOMEM) {
+        conf_nomem(p);
+    } else if (rc != 0) {
+        conf_fail(p, cl->services_line, -EINVAL,
+                  "services: \"%s\" has no [service %s] section in this file", missing, missing);
+    }
+}
 
-        if (strcmp(w, "*") == 0) {
-            cl->all_services = true;
-            continue;
+/* rl_conf.rules_digest: every rule's failure and mode, and its tiers' seeds (which hold its
+ * service, endpoint and every tier's parameters), in file order; 63 bits, so STATS can
+ * carry it as a non-negative integer. */
+static uint64_t
+rules_digest(const struct rl_conf *c)
+{
+    XXH3_state_t *st = XXH3_createState();
+    uint64_t h, v[4];
+
+    if (st == NULL) {
+        return 0;
+    }
+    XXH3_64bits_reset_withSeed(st, UINT64_C(0x726c2d72756c6573));
+    v[0] = c->nrules;
+    XXH3_64bits_update(st, v, sizeof(v[0]));
+    for (size_t i = 0; i < c->nrules; i++) {
+        const struct rl_rule *r = &c->rules[i];
+
+        v[0] = r->fail_closed;
+        v[1] = r->shadow;
+        v[2] = r->ntiers;
+        v[3] = r->endpoint != NULL;
+        XXH3_64bits_update(st, v, sizeof(v));
+        /* the names too: a rule with no tier would otherwise leave no trace of them */
+        XXH3_64bits_update(st, r->service, r->service_len + 1);
+        if (r->endpoint != NULL) {
+            XXH3_64bits_update(st, r->endpoint, r->endpoint_len + 1);
         }
-        for (size_t i = 0; i < c->nrules; i++) {
-            if (strcmp(c->rules[i].service, w) == 0) {
-                cl->rules[i] = true;
-                found = true;
-            }
-        }
-        if (!found) {
-            conf_fail(p, cl->services_line, -EINVAL,
-                      "services: \"%s\" has no [service %s] section in this file", w, w);
+        for (uint32_t k = 0; k < r->ntiers; k++) {
+            XXH3_64bits_update(st, &c->tiers[r->first_tier + k].seed, sizeof(uint64_t));
         }
     }
-    free(words);
+    h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h & (UINT64_MAX >> 1);
 }
 
 /* What needs the whole file: clients' services, and the cluster secret's file. */
@@ -1425,6 +1504,7 @@ conf_finish(struct conf_parser *p)
     for (size_t i = 0; i < c->nauth_clients && p->err == 0; i++) {
         client_resolve(p, &c->auth_clients[i]);
     }
+    c->rules_digest = rules_digest(c);
     c->cluster_client.name = (char *)"cluster";
     c->cluster_client.all_services = true;
     c->cluster_client.stats = true;
@@ -1561,6 +1641,110 @@ rl_conf_parse(const char *name, const char *text, struct rl_conf **out, char *er
     p.msg = err;
     p.msglen = errlen;
     return conf_run(&p, out);
+}
+
+int
+rl_conf_parse_rules(const char *name, const char *text, struct rl_conf **out, char *err,
+                    size_t errlen)
+{
+    struct conf_parser p;
+
+    memset(&p, 0, sizeof(p));
+    p.name = name;
+    p.text = text;
+    p.msg = err;
+    p.msglen = errlen;
+    p.rules_only = true;
+    return conf_run(&p, out);
+}
+
+int
+rl_conf_load_rules(const char *path, struct rl_conf **out, char *err, size_t errlen)
+{
+    struct conf_parser p;
+    int rc;
+
+    memset(&p, 0, sizeof(p));
+    p.name = path;
+    p.msg = err;
+    p.msglen = errlen;
+    p.rules_only = true;
+    p.fp = fopen(path, "re");
+    if (p.fp == NULL) {
+        rc = -errno;
+        conf_fail(&p, 0, rc, "%s", strerror(errno));
+        *out = NULL;
+        return rc;
+    }
+    rc = conf_run(&p, out);
+    fclose(p.fp);
+    return rc;
+}
+
+#define CONF_SWAP(a, b)                                                                            \
+    do {                                                                                           \
+        __typeof__(a) conf_swap_tmp_ = (a);                                                        \
+        (a) = (b);                                                                                 \
+        (b) = conf_swap_tmp_;                                                                      \
+    } while (0)
+
+int
+rl_conf_swap_rules(struct rl_conf *live, struct rl_conf *fresh, char *warn, size_t warnlen)
+{
+    bool **arrays = calloc(live->nauth_clients + 1, sizeof(*arrays));
+    char missing[CONF_LINE_MAX + 1];
+    size_t i;
+
+    if (warn != NULL && warnlen > 0) {
+        warn[0] = '\0';
+    }
+    if (arrays == NULL) {
+        return -ENOMEM;
+    }
+    /* Everything that can fail first, so that a failure changes nothing. */
+    for (i = 0; i < live->nauth_clients; i++) {
+        struct rl_client_conf *cl = &live->auth_clients[i];
+        bool all = cl->all_services;
+        int rc;
+
+        arrays[i] = calloc(fresh->nrules != 0 ? fresh->nrules : 1, sizeof(**arrays));
+        if (arrays[i] == NULL) {
+            goto nomem;
+        }
+        rc = cl->services == NULL ? 0
+                                  : services_resolve(cl->services, fresh, arrays[i], &all, missing,
+                                                     sizeof(missing));
+        if (rc == -ENOMEM) {
+            i++;
+            goto nomem;
+        }
+        if (rc != 0 && warn != NULL && warnlen > 0 && warn[0] == '\0') {
+            snprintf(warn, warnlen,
+                     "[client %s] names service \"%s\", which has no rule now: its CHECKs of it "
+                     "get ERROR UNAUTHORIZED",
+                     cl->name, missing);
+        }
+    }
+    CONF_SWAP(live->rules, fresh->rules);
+    CONF_SWAP(live->nrules, fresh->nrules);
+    CONF_SWAP(live->tiers, fresh->tiers);
+    CONF_SWAP(live->ntiers, fresh->ntiers);
+    CONF_SWAP(live->index, fresh->index);
+    CONF_SWAP(live->index_cap, fresh->index_cap);
+    CONF_SWAP(live->rules_digest, fresh->rules_digest);
+    for (i = 0; i < live->nauth_clients; i++) {
+        free(live->auth_clients[i].rules);
+        live->auth_clients[i].rules = arrays[i];
+    }
+    free(arrays);
+    return 0;
+
+nomem:
+    while (i-- > 0) {
+        free(arrays[i]);
+    }
+    free(arrays);
+    return -ENOMEM;
 }
 
 void

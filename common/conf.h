@@ -48,6 +48,12 @@ struct rl_tier {
     uint32_t window_ms; /* W, >= 1 */
     uint32_t burst;     /* B; N when not given; meaningful for the bucket algorithms */
     uint16_t id;        /* index in rl_conf.tiers: unique across the whole file */
+    /* The tier's identity for counters (added): a 64-bit hash of its section (service,
+     * endpoint), its position in the section, algo, limit, window and burst. Unchanged by
+     * edits elsewhere in the file, so a reload keeps the counters of a tier whose seed it
+     * finds again (node/limiter.h, rl_limiter_set_rules); any change to the tier or its
+     * place in its section gives another seed, and its keys restart from full allowance. */
+    uint64_t seed;
 };
 
 /* One `[service S]` or `[service S E]` section. */
@@ -135,6 +141,21 @@ struct rl_conf {
     /* private: the (service, endpoint) -> rule index */
     uint32_t *index;
     size_t index_cap;
+    /* A 63-bit hash of the rules as parsed (every section's service, endpoint, failure, mode
+     * and tiers, in file order; not comments nor layout): equal on every process that runs
+     * the same rules. STATS rules_digest. */
+    uint64_t rules_digest;
+};
+
+/* Where the rules a process runs came from, and how reloads went: STATS rules_version,
+ * rules_digest, rules_reloads and rules_reload_failures (docs/OPERATIONS.md, "Changing
+ * rules live"). version 0: the --config file; N >= 1: the rules znode of ZooKeeper at data
+ * version N - 1. */
+struct rl_rules_status {
+    int64_t version;
+    int64_t digest;      /* rl_conf.rules_digest */
+    uint64_t reloads;    /* rule sets applied since start (SIGHUP or ZooKeeper) */
+    uint64_t failures;   /* rule sets refused (did not parse, or no memory) */
 };
 
 /*
@@ -151,6 +172,29 @@ int rl_conf_load(const char *path, struct rl_conf **out, char *err, size_t errle
 /* The same from a NUL-terminated string, naming it `name` in errors (tests). */
 int rl_conf_parse(const char *name, const char *text, struct rl_conf **out, char *err,
                   size_t errlen);
+
+/*
+ * A rules file (docs/CONFIG.md, "Rules files"): text holding only [service ...] sections,
+ * parsed and checked as rl_conf_parse does them; any other section is an error
+ * "NAME:LINE: ...". Returns 0 with *out a conf holding only those rules (every other field
+ * at its default), or as rl_conf_parse. rl_conf_load_rules reads a file.
+ */
+int rl_conf_parse_rules(const char *name, const char *text, struct rl_conf **out, char *err,
+                        size_t errlen);
+int rl_conf_load_rules(const char *path, struct rl_conf **out, char *err, size_t errlen);
+
+/*
+ * Puts the rules of fresh (a conf from rl_conf_load, rl_conf_parse or rl_conf_parse_rules)
+ * in force in live: exchanges rules, nrules, tiers, ntiers, the index and rules_digest of
+ * the two, and resolves every [client NAME] of live again against the new rules (its
+ * rules[] array is replaced). Nothing else of either changes, so pointers to live and to its
+ * clients stay valid; fresh then holds the old rules: destroy it once nothing points to them
+ * (a router's requests in flight, a limiter's tiers). A client naming a service that has no
+ * rule any more keeps its other services; the first such name is described in warn (""
+ * when none; warn may be NULL with warnlen 0). Returns 0, or -ENOMEM with both unchanged.
+ * Not thread-safe: call it from the thread that reads live.
+ */
+int rl_conf_swap_rules(struct rl_conf *live, struct rl_conf *fresh, char *warn, size_t warnlen);
 
 /* Frees c and everything it holds; NULL is a no-op. */
 void rl_conf_destroy(struct rl_conf *c);

@@ -71,6 +71,16 @@ struct zkm_ev {
     int acl_ours; /* ZKM_OP_*_ACL: the znode's ACL is the cluster's (zkm_acl_ours) */
 };
 
+/* A znode whose data is watched and delivered on every change (by mzxid). */
+enum { ZKM_DW_ASG, ZKM_DW_RULES, ZKM_DW_COUNT };
+struct zkm_dw {
+    const char *path;
+    const char *what; /* for the log */
+    int on;           /* watched */
+    int busy, dirty, known;
+    int64_t key; /* mzxid of the data last delivered, -1 when absent */
+};
+
 /* A handle's context: which rl_zkm and generation its watcher events belong to. */
 struct zkm_sess {
     struct rl_zkm *z;
@@ -100,6 +110,7 @@ struct rl_zkm {
     char nodes_path[ZKM_DIR_MAX];
     char asg_path[ZKM_DIR_MAX];
     char prev_path[ZKM_DIR_MAX];
+    char rules_path[ZKM_DIR_MAX];
 
     /* rl_zkm_secure: the digest credential and the ACLs made from it; immutable after. */
     int secure;
@@ -136,8 +147,7 @@ struct rl_zkm {
     struct zkm_scan *scan;
     struct rl_member *members; /* as last delivered */
     size_t nmembers;
-    int asg_busy, asg_dirty, asg_known;
-    int64_t asg_key; /* mzxid of the assignment last delivered, -1 when absent */
+    struct zkm_dw dw[ZKM_DW_COUNT]; /* the assignment and the rules */
 
     /* Shared with the client's threads, under mu. */
     pthread_mutex_t mu;
@@ -159,6 +169,7 @@ static void zkm_set_reg(struct rl_zkm *z, int reg);
 static void zkm_reg_step(struct rl_zkm *z);
 static void zkm_members_refresh(struct rl_zkm *z);
 static void zkm_asg_refresh(struct rl_zkm *z);
+static void zkm_dw_refresh(struct rl_zkm *z, int which);
 
 const char *
 rl_zkm_state_name(enum rl_zkm_state state)
@@ -400,8 +411,10 @@ zkm_timer_cb(uv_timer_t *t)
     if (z->mem_dirty) {
         zkm_members_refresh(z);
     }
-    if (z->asg_dirty) {
-        zkm_asg_refresh(z);
+    for (int k = 0; k < ZKM_DW_COUNT; k++) {
+        if (z->dw[k].dirty) {
+            zkm_dw_refresh(z, k);
+        }
     }
 }
 
@@ -868,96 +881,115 @@ zkm_member_done(struct rl_zkm *z, struct zkm_ev *ev)
     }
 }
 
-/* Assignment. */
+/* Watched data: the assignment (ZKM_DW_ASG), and the rules (ZKM_DW_RULES). The same steps
+ * for both: exists (leaves a watch), then with a secret whose it is, then get. */
 
 static void
-zkm_asg_refresh(struct rl_zkm *z)
+zkm_dw_refresh(struct rl_zkm *z, int which)
 {
+    struct zkm_dw *w = &z->dw[which];
     struct zkm_ev *ev;
 
-    if (!z->watching) {
+    if (!w->on) {
         return;
     }
-    if (z->asg_busy || !z->connected || z->zh == NULL) {
-        z->asg_dirty = 1;
+    if (w->busy || !z->connected || z->zh == NULL) {
+        w->dirty = 1;
         return;
     }
     ev = zkm_op(z, ZKM_OP_ASG_EXISTS);
     if (ev == NULL) {
-        z->asg_dirty = 1;
+        w->dirty = 1;
         return;
     }
-    z->asg_busy = 1;
-    z->asg_dirty = 0;
+    ev->slot = (size_t)which;
+    w->busy = 1;
+    w->dirty = 0;
     zkm_parents(z);
     /* exists leaves a watch whether or not the znode is there; get only when it is. */
-    zkm_sent(z, ev, zoo_aexists(z->zh, z->asg_path, 1, zkm_stat_done, ev));
+    zkm_sent(z, ev, zoo_aexists(z->zh, w->path, 1, zkm_stat_done, ev));
 }
 
 static void
-zkm_asg_deliver(struct rl_zkm *z, const char *text, size_t len, int64_t version, int64_t key)
+zkm_asg_refresh(struct rl_zkm *z)
 {
-    if (z->asg_known && z->asg_key == key) {
+    zkm_dw_refresh(z, ZKM_DW_ASG);
+}
+
+static void
+zkm_dw_deliver(struct rl_zkm *z, int which, const char *text, size_t len, int64_t version,
+               int64_t key)
+{
+    struct zkm_dw *w = &z->dw[which];
+    void (*cb)(void *, const char *, size_t, int64_t) =
+        which == ZKM_DW_ASG ? z->cbs.on_assignment : z->cbs.on_rules;
+
+    if (w->known && w->key == key) {
         return;
     }
-    z->asg_known = 1;
-    z->asg_key = key;
-    rl_log_debug("zk: assignment version %" PRId64 ", %zu bytes", version, len);
-    if (z->cbs.on_assignment != NULL) {
-        z->cbs.on_assignment(z->arg, text != NULL ? text : "", len, version);
+    w->known = 1;
+    w->key = key;
+    rl_log_debug("zk: %s version %" PRId64 ", %zu bytes", w->what, version, len);
+    if (cb != NULL) {
+        cb(z->arg, text != NULL ? text : "", len, version);
     }
 }
 
 static void
 zkm_asg_done(struct rl_zkm *z, struct zkm_ev *ev)
 {
+    int which = (int)ev->slot;
+    struct zkm_dw *w = &z->dw[which];
     struct zkm_ev *op;
 
     if (ev->kind == ZKM_OP_ASG_EXISTS && ev->rc == ZOK && z->secure) {
-        /* Whose it is first: a stranger's assignment is never read. */
+        /* Whose it is first: a stranger's assignment (or rules) is never read. */
         op = zkm_op(z, ZKM_OP_ASG_ACL);
         if (op == NULL) {
-            z->asg_busy = 0;
-            z->asg_dirty = 1;
+            w->busy = 0;
+            w->dirty = 1;
             return;
         }
-        zkm_sent(z, op, zoo_aget_acl(z->zh, z->asg_path, zkm_acl_done, op));
+        op->slot = (size_t)which;
+        zkm_sent(z, op, zoo_aget_acl(z->zh, w->path, zkm_acl_done, op));
         return;
     }
     if (ev->kind == ZKM_OP_ASG_ACL && ev->rc == ZOK && !ev->acl_ours) {
-        z->asg_busy = 0;
-        if (!z->asg_known || z->asg_key != ev->stat.mzxid) {
-            rl_log_warn("zk: the assignment was not written by this cluster (its ACL is not the "
-                        "cluster secret's): ignored, as if there were none");
+        w->busy = 0;
+        if (!w->known || w->key != ev->stat.mzxid) {
+            rl_log_warn("zk: the %s was not written by this cluster (its ACL is not the "
+                        "cluster secret's): ignored, as if there were none",
+                        w->what);
         }
-        zkm_asg_deliver(z, NULL, 0, -1, ev->stat.mzxid);
-        if (!z->closing && z->asg_dirty) {
-            zkm_asg_refresh(z);
+        zkm_dw_deliver(z, which, NULL, 0, -1, ev->stat.mzxid);
+        if (!z->closing && w->dirty) {
+            zkm_dw_refresh(z, which);
         }
         return;
     }
     if ((ev->kind == ZKM_OP_ASG_EXISTS || ev->kind == ZKM_OP_ASG_ACL) && ev->rc == ZOK) {
         op = zkm_op(z, ZKM_OP_ASG_GET);
         if (op == NULL) {
-            z->asg_busy = 0;
-            z->asg_dirty = 1;
+            w->busy = 0;
+            w->dirty = 1;
             return;
         }
-        zkm_sent(z, op, zoo_aget(z->zh, z->asg_path, 1, zkm_data_done, op));
+        op->slot = (size_t)which;
+        zkm_sent(z, op, zoo_aget(z->zh, w->path, 1, zkm_data_done, op));
         return;
     }
-    z->asg_busy = 0;
+    w->busy = 0;
     if (ev->rc == ZNONODE) {
-        zkm_asg_deliver(z, NULL, 0, -1, -1);
+        zkm_dw_deliver(z, which, NULL, 0, -1, -1);
     } else if (ev->rc == ZOK) {
-        zkm_asg_deliver(z, ev->data, ev->len, ev->stat.version, ev->stat.mzxid);
+        zkm_dw_deliver(z, which, ev->data, ev->len, ev->stat.version, ev->stat.mzxid);
     } else {
-        z->asg_dirty = 1;
+        w->dirty = 1;
         zkm_retry_later(z, RL_ZKM_RETRY_MS);
         return;
     }
-    if (!z->closing && z->asg_dirty) {
-        zkm_asg_refresh(z);
+    if (!z->closing && w->dirty) {
+        zkm_dw_refresh(z, which);
     }
 }
 
@@ -976,7 +1008,9 @@ zkm_resync(struct rl_zkm *z)
     }
     if (z->watching) {
         zkm_members_refresh(z);
-        zkm_asg_refresh(z);
+    }
+    for (int k = 0; k < ZKM_DW_COUNT; k++) {
+        zkm_dw_refresh(z, k);
     }
 }
 
@@ -1020,8 +1054,10 @@ zkm_new_session(struct rl_zkm *z)
     z->scan = NULL;
     z->mem_busy = 0;
     z->mem_dirty = z->watching;
-    z->asg_busy = 0;
-    z->asg_dirty = z->watching;
+    for (int k = 0; k < ZKM_DW_COUNT; k++) {
+        z->dw[k].busy = 0;
+        z->dw[k].dirty = z->dw[k].on;
+    }
 
     s = malloc(sizeof(*s));
     if (s == NULL) {
@@ -1117,6 +1153,8 @@ zkm_on_watch(struct rl_zkm *z, int type, const char *path)
         zkm_members_refresh(z);
     } else if (strcmp(path, z->asg_path) == 0) {
         zkm_asg_refresh(z);
+    } else if (strcmp(path, z->rules_path) == 0) {
+        zkm_dw_refresh(z, ZKM_DW_RULES);
     } else if (z->reg != ZKM_REG_OFF && strcmp(path, z->reg_path) == 0) {
         /* Deleted (ours, or the old session's we wait for), created or changed: creating
          * again sorts it out (created, or exists and then whose it is). */
@@ -1245,12 +1283,17 @@ rl_zkm_create(struct rl_zkm **out, uv_loop_t *loop, const char *hosts, uint32_t 
     }
     z->arg = arg;
     z->state = RL_ZKM_CONNECTING;
-    z->asg_key = -1;
     z->tail = &z->head;
     snprintf(z->root, sizeof(z->root), "/ratelimiter/%s", cluster);
     snprintf(z->nodes_path, sizeof(z->nodes_path), "%s/nodes", z->root);
     snprintf(z->asg_path, sizeof(z->asg_path), "%s/assignment", z->root);
     snprintf(z->prev_path, sizeof(z->prev_path), "%s/assignment.prev", z->root);
+    snprintf(z->rules_path, sizeof(z->rules_path), "%s/rules", z->root);
+    z->dw[ZKM_DW_ASG].path = z->asg_path;
+    z->dw[ZKM_DW_ASG].what = "assignment";
+    z->dw[ZKM_DW_RULES].path = z->rules_path;
+    z->dw[ZKM_DW_RULES].what = "rules";
+    z->dw[ZKM_DW_ASG].key = z->dw[ZKM_DW_RULES].key = -1;
 
     rc = -pthread_mutex_init(&z->mu, NULL);
     if (rc != 0) {
@@ -1344,8 +1387,20 @@ rl_zkm_watch(struct rl_zkm *z)
         return -EALREADY;
     }
     z->watching = 1;
+    z->dw[ZKM_DW_ASG].on = 1;
     zkm_members_refresh(z);
     zkm_asg_refresh(z);
+    return 0;
+}
+
+int
+rl_zkm_watch_rules(struct rl_zkm *z)
+{
+    if (z->dw[ZKM_DW_RULES].on) {
+        return -EALREADY;
+    }
+    z->dw[ZKM_DW_RULES].on = 1;
+    zkm_dw_refresh(z, ZKM_DW_RULES);
     return 0;
 }
 
@@ -1689,5 +1744,71 @@ rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t ex
     }
     rl_log_info("zk: assignment written, version %" PRId64 " (%zu bytes)",
                 expected_version == -1 ? (int64_t)0 : (int64_t)st[0].version, len);
+    return 0;
+}
+
+int
+rl_zkm_get_rules(struct rl_zkm *z, char **text, size_t *len, int64_t *version, int timeout_ms)
+{
+    int rc;
+
+    *text = NULL;
+    *len = 0;
+    *version = -1;
+    rc = zkm_ready(z, timeout_ms);
+    return rc != 0 ? rc : zkm_sync_get(z, z->rules_path, text, len, version);
+}
+
+int
+rl_zkm_set_rules(struct rl_zkm *z, const char *text, size_t len, int64_t *new_version,
+                 int timeout_ms)
+{
+    struct Stat st;
+    int rc;
+
+    if (len > RL_ZKM_DATA_MAX) {
+        return -EMSGSIZE;
+    }
+    if (text == NULL && len > 0) {
+        return -EINVAL;
+    }
+    rc = zkm_ready(z, timeout_ms);
+    if (rc == 0) {
+        rc = zkm_sync_parents(z);
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    rc = zoo_create(z->zh, z->rules_path, text != NULL ? text : "", (int)len, zkm_acl(z, 0),
+                    ZOO_PERSISTENT, NULL, 0);
+    if (rc == ZOK) {
+        if (new_version != NULL) {
+            *new_version = 0;
+        }
+    } else if (rc == ZNODEEXISTS) {
+        /* The text written now is the cluster's: so is the ACL (rules left from before the
+         * secret, or by a stranger, are closed as they are replaced). */
+        if (z->secure) {
+            rc = zoo_set_acl(z->zh, z->rules_path, -1, &z->acl);
+            if (rc != ZOK && rc != ZNONODE) {
+                return zkm_errno(rc);
+            }
+        }
+        memset(&st, 0, sizeof(st));
+        rc = zoo_set2(z->zh, z->rules_path, text != NULL ? text : "", (int)len, -1, &st);
+        if (rc == ZNONODE) {
+            return -EAGAIN; /* deleted meanwhile: push again */
+        }
+        if (rc != ZOK) {
+            return zkm_errno(rc);
+        }
+        if (new_version != NULL) {
+            *new_version = st.version;
+        }
+    } else {
+        return zkm_errno(rc);
+    }
+    rl_log_info("zk: rules written, version %" PRId64 " (%zu bytes)",
+                new_version != NULL ? *new_version : (int64_t)-1, len);
     return 0;
 }

@@ -57,6 +57,11 @@ struct rl_zkm_cbs {
     void (*on_state)(void *arg, enum rl_zkm_state state);
     /* Node side: the znode became held by this session (1) or stopped being (0). */
     void (*on_registered)(void *arg, int registered);
+    /* After rl_zkm_watch_rules: the rules znode /ratelimiter/<cluster>/rules, its text and
+     * data version, after every change (and once at first read, and after a new session when
+     * it changed meanwhile); len 0 and version -1 when it does not exist (or, with a secret,
+     * was not written by this cluster). text is not NUL-terminated. */
+    void (*on_rules)(void *arg, const char *text, size_t len, int64_t version);
 };
 
 struct rl_zkm;
@@ -110,6 +115,13 @@ int rl_zkm_registered(const struct rl_zkm *z);
 int rl_zkm_watch(struct rl_zkm *z);
 
 /*
+ * Node and router side: from now on, watches the rules znode and calls on_rules on every
+ * change, again after every new session (docs/OPERATIONS.md, "Changing rules live").
+ * Returns 0 or -EALREADY.
+ */
+int rl_zkm_watch_rules(struct rl_zkm *z);
+
+/*
  * Closes the cluster's subtree to strangers with the cluster secret (docs/OPERATIONS.md,
  * "ZooKeeper ACLs"): the session authenticates with a digest credential derived from it,
  * every znode this rl_zkm creates gets the ACL "that digest may do all, world may read"
@@ -157,6 +169,20 @@ int rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_
 /* Reads assignment.prev, as rl_zkm_get_assignment reads the assignment. */
 int rl_zkm_get_assignment_prev(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
                                int timeout_ms);
+
+/* Reads the rules znode as rl_zkm_get_assignment reads the assignment. */
+int rl_zkm_get_rules(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
+                     int timeout_ms);
+
+/*
+ * Writes the rules znode (blocking): creates it (version 0) or replaces its data whatever
+ * its version, with the cluster's ACL. Returns 0 with *new_version (if not NULL) the znode's
+ * data version now, -EMSGSIZE past RL_ZKM_DATA_MAX, -EAGAIN when it was deleted meanwhile,
+ * or an error of the tool's calls above. The caller validates the text first: processes
+ * refuse rules that do not parse, and keep the ones they have.
+ */
+int rl_zkm_set_rules(struct rl_zkm *z, const char *text, size_t len, int64_t *new_version,
+                     int timeout_ms);
 
 /* "connected", "connecting" or "expired". */
 const char *rl_zkm_state_name(enum rl_zkm_state state);

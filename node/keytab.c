@@ -1018,6 +1018,39 @@ rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget)
     return n;
 }
 
+size_t
+rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keytab_entry *e), void *arg)
+{
+    struct kt_array *a;
+    size_t start, i, left, dropped = 0;
+
+    if (resizing(t)) {
+        migrate(t, SIZE_MAX);
+    }
+    a = &t->cur;
+    /* An empty slot: the load is at most 7/8, so there is one. No run crosses it, so a
+     * backward shift never moves an entry from before it (visited) to after it, nor back. */
+    for (start = 0; start < a->cap && a->tags[start] != 0; start++) {
+    }
+    if (start == a->cap) {
+        return 0; /* cannot happen: no table is full */
+    }
+    i = next_slot(a, start);
+    for (left = a->cap - 1; left > 0;) {
+        if (a->tags[i] == 0 || fn(arg, &a->ents[i])) {
+            i = next_slot(a, i);
+            left--;
+            continue;
+        }
+        /* Dropped: the shift may bring a later, unvisited entry into slot i; look at it
+         * again. The slots visited so far are unchanged: shifts move entries only back to
+         * the hole, and each visit of slot i either advances or removes an entry. */
+        remove_slot(t, i);
+        dropped++;
+    }
+    return dropped;
+}
+
 void
 rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s)
 {

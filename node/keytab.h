@@ -112,6 +112,18 @@ void rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e);
  * as later sweeps and inserts move the keys. */
 size_t rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget);
 
+/*
+ * Visits every entry once (for a change of the owner's rules): fn may change e->tier and
+ * e->st and returns true to keep the entry, or false to drop it, in which case fn has freed
+ * what its state owns already (ops->release is not called: the owner's rules may have
+ * changed under it) and the table removes it. A running resize is finished first (one pass
+ * over the rest of the old array), so the walk sees one array; removal is the usual backward
+ * shift, and the walk starts at an empty slot so that no entry is visited twice nor skipped.
+ * Returns the number of entries dropped. Invalidates entry pointers.
+ */
+size_t rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keytab_entry *e),
+                       void *arg);
+
 void rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s);
 
 #endif

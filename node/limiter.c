@@ -56,14 +56,23 @@ struct rl_limiter {
     struct rl_limiter_stats st;
     uint32_t maxtiers;
     struct lim_tier *scratch; /* maxtiers of them, so a check never allocates */
+    /* a copy of the tiers the table's entries follow (conf->tiers, until the next
+     * rl_limiter_set_rules, which needs the old ones once conf holds the new) */
+    struct rl_tier *tiers;
+    size_t ntiers;
+    /* rl_limiter_set_rules, during its walk: old tier index -> new, or LIM_GONE */
+    uint32_t *remap;
 };
 
-/* Seeds the key hash with the rule (the service, or its endpoint section) and the tier, so
- * each user gets one counter per section and per tier. */
+#define LIM_GONE UINT32_MAX
+
+/* Seeds the key hash with the tier's seed (conf.h: its section, its place there and its
+ * parameters), so each user gets one counter per section and per tier, and the counter
+ * keeps its identity across reloads that leave the tier as it was. */
 static uint64_t
-lim_seed(const struct rl_rule *rule, const struct rl_tier *t)
+lim_seed(const struct rl_tier *t)
 {
-    return UINT64_C(0x726c2d6b65792d31) ^ ((uint64_t)rule->id << 32) ^ t->id;
+    return t->seed;
 }
 
 static const struct rl_tier *
@@ -190,31 +199,67 @@ lim_release(void *arg, struct rl_keytab_entry *e)
     }
 }
 
-/* Groups the rules by service: svcs, and each tier's service. */
+/* Groups the rules of c by service: *svcs (*nsvcs of them), and each tier's service. */
 static int
-lim_services(struct rl_limiter *l)
+lim_group(const struct rl_conf *c, struct lim_svc **svcs, uint32_t *nsvcs, uint32_t **svc_of_tier)
 {
-    const struct rl_conf *c = l->conf;
+    struct lim_svc *v = calloc(c->nrules + 1, sizeof(*v));
+    uint32_t *of = calloc(c->ntiers + 1, sizeof(*of));
+    uint32_t n = 0;
 
-    l->svcs = calloc(c->nrules + 1, sizeof(*l->svcs));
-    l->svc_of_tier = calloc(c->ntiers + 1, sizeof(*l->svc_of_tier));
-    if (l->svcs == NULL || l->svc_of_tier == NULL) {
+    if (v == NULL || of == NULL) {
+        free(v);
+        free(of);
         return -ENOMEM;
     }
     for (size_t i = 0; i < c->nrules; i++) {
         const struct rl_rule *r = &c->rules[i];
-        uint32_t v;
+        uint32_t k;
 
-        for (v = 0; v < l->nsvcs && strcmp(l->svcs[v].name, r->service) != 0; v++) {
+        for (k = 0; k < n && strcmp(v[k].name, r->service) != 0; k++) {
         }
-        if (v == l->nsvcs) {
-            l->svcs[l->nsvcs++].name = r->service;
+        if (k == n) {
+            v[n++].name = r->service;
         }
-        for (uint32_t k = 0; k < r->ntiers; k++) {
-            l->svc_of_tier[r->first_tier + k] = v;
+        for (uint32_t t = 0; t < r->ntiers; t++) {
+            of[r->first_tier + t] = k;
         }
     }
+    *svcs = v;
+    *nsvcs = n;
+    *svc_of_tier = of;
     return 0;
+}
+
+static int
+lim_services(struct rl_limiter *l)
+{
+    return lim_group(l->conf, &l->svcs, &l->nsvcs, &l->svc_of_tier);
+}
+
+static uint32_t
+lim_maxtiers(const struct rl_conf *c)
+{
+    uint32_t m = 1;
+
+    for (size_t i = 0; i < c->nrules; i++) {
+        if (c->rules[i].ntiers > m) {
+            m = c->rules[i].ntiers;
+        }
+    }
+    return m;
+}
+
+/* A copy of c's tiers (at least one element, so never NULL on success). */
+static struct rl_tier *
+lim_copy_tiers(const struct rl_conf *c)
+{
+    struct rl_tier *t = calloc(c->ntiers + 1, sizeof(*t));
+
+    if (t != NULL && c->ntiers > 0) {
+        memcpy(t, c->tiers, c->ntiers * sizeof(*t));
+    }
+    return t;
 }
 
 int
@@ -237,14 +282,11 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
     }
     l->log_cap = logs ? memory_bytes / 2 : 0;
     l->memory_cap = memory_bytes;
-    l->maxtiers = 1;
-    for (size_t i = 0; i < conf->nrules; i++) {
-        if (conf->rules[i].ntiers > l->maxtiers) {
-            l->maxtiers = conf->rules[i].ntiers;
-        }
-    }
+    l->maxtiers = lim_maxtiers(conf);
     l->scratch = calloc(l->maxtiers, sizeof(*l->scratch));
-    if (l->scratch == NULL || lim_services(l) != 0) {
+    l->tiers = lim_copy_tiers(conf);
+    l->ntiers = conf->ntiers;
+    if (l->scratch == NULL || l->tiers == NULL || lim_services(l) != 0) {
         goto fail_scratch;
     }
     rc = rl_keytab_create(&l->tab, memory_bytes - l->log_cap, &ops);
@@ -256,6 +298,7 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
 
 fail_scratch:
     free(l->scratch);
+    free(l->tiers);
     free(l->svcs);
     free(l->svc_of_tier);
     free(l);
@@ -270,6 +313,7 @@ rl_limiter_destroy(struct rl_limiter *l)
     }
     rl_keytab_destroy(l->tab);
     free(l->scratch);
+    free(l->tiers);
     free(l->svcs);
     free(l->svc_of_tier);
     free(l);
@@ -389,7 +433,7 @@ rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint
     for (uint32_t i = 0; i < rule->ntiers; i++) {
         const struct rl_tier *t = &tiers[i];
         struct lim_tier *x = &l->scratch[i];
-        XXH128_hash_t h = XXH3_128bits_withSeed(req->user.ptr, req->user.len, lim_seed(rule, t));
+        XXH128_hash_t h = XXH3_128bits_withSeed(req->user.ptr, req->user.len, lim_seed(t));
         struct rl_algo_state *s;
 
         rl_keytab_fingerprint(h.high64, h.low64, &x->fp_hi, &x->fp_lo);
@@ -496,4 +540,126 @@ rl_limiter_service_stats(const struct rl_limiter *l, size_t i,
 {
     *s = l->svcs[i].st;
     return l->svcs[i].name;
+}
+
+/* New seed -> index, sorted by seed, for the remap. */
+struct lim_seed_ix {
+    uint64_t seed;
+    uint32_t ix;
+};
+
+static int
+lim_seed_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const struct lim_seed_ix *)a)->seed, y = ((const struct lim_seed_ix *)b)->seed;
+
+    return x < y ? -1 : x > y;
+}
+
+/* One entry of the walk: to its tier's new index, or dropped (its state freed here, under
+ * the old tier it follows). Counts what is kept in its new service. */
+static bool
+lim_remap_entry(void *arg, struct rl_keytab_entry *e)
+{
+    struct rl_limiter *l = arg;
+    uint32_t to = e->tier < l->ntiers ? l->remap[e->tier] : LIM_GONE;
+    const struct rl_tier *t;
+
+    if (to == LIM_GONE) {
+        if (e->tier < l->ntiers) {
+            rl_algo_release(&l->tiers[e->tier], &e->st);
+        }
+        return false;
+    }
+    e->tier = (uint16_t)to;
+    t = &l->conf->tiers[to];
+    lim_count_key(l, t, +1);
+    lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st));
+    return true;
+}
+
+int
+rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
+                     struct rl_limiter_reload *out)
+{
+    struct lim_seed_ix *ix = calloc(conf->ntiers + 1, sizeof(*ix));
+    uint32_t *remap = calloc(l->ntiers + 1, sizeof(*remap));
+    struct rl_tier *tiers = lim_copy_tiers(conf);
+    uint32_t maxtiers = lim_maxtiers(conf);
+    struct lim_tier *scratch = NULL;
+    struct lim_svc *svcs = NULL;
+    uint32_t nsvcs = 0, *svc_of_tier = NULL;
+    struct rl_limiter_reload res;
+    struct rl_keytab_stats ks;
+    bool logs = false;
+
+    memset(&res, 0, sizeof(res));
+    if (maxtiers > l->maxtiers) {
+        scratch = calloc(maxtiers, sizeof(*scratch));
+    }
+    if (ix == NULL || remap == NULL || tiers == NULL || (maxtiers > l->maxtiers && scratch == NULL) ||
+        lim_group(conf, &svcs, &nsvcs, &svc_of_tier) != 0) {
+        free(ix);
+        free(remap);
+        free(tiers);
+        free(scratch);
+        return -ENOMEM;
+    }
+    /* Nothing can fail from here on. Old tier -> new tier with the same seed. */
+    for (size_t i = 0; i < conf->ntiers; i++) {
+        ix[i].seed = conf->tiers[i].seed;
+        ix[i].ix = (uint32_t)i;
+        logs |= conf->tiers[i].algo == RL_ALGO_SLIDING_WINDOW_LOG;
+    }
+    qsort(ix, conf->ntiers, sizeof(*ix), lim_seed_cmp);
+    for (size_t i = 0; i < l->ntiers; i++) {
+        struct lim_seed_ix key = {l->tiers[i].seed, 0};
+        const struct lim_seed_ix *hit =
+            conf->ntiers == 0 ? NULL : bsearch(&key, ix, conf->ntiers, sizeof(*ix), lim_seed_cmp);
+
+        remap[i] = hit != NULL ? hit->ix : LIM_GONE;
+        res.tiers_kept += hit != NULL;
+    }
+    free(ix);
+    /* The services' cumulative counters follow their names; what they hold is counted
+     * again by the walk. */
+    for (uint32_t k = 0; k < nsvcs; k++) {
+        for (uint32_t o = 0; o < l->nsvcs; o++) {
+            if (strcmp(l->svcs[o].name, svcs[k].name) == 0) {
+                svcs[k].st = l->svcs[o].st;
+                svcs[k].st.keys = 0;
+                svcs[k].st.log_bytes = 0;
+                break;
+            }
+        }
+    }
+    l->conf = conf;
+    free(l->svcs);
+    free(l->svc_of_tier);
+    l->svcs = svcs;
+    l->nsvcs = nsvcs;
+    l->svc_of_tier = svc_of_tier;
+    l->nactive = 0;
+    l->nlogging = 0;
+    l->nkeys = 0;
+    l->log_bytes = 0;
+    if (scratch != NULL) {
+        free(l->scratch);
+        l->scratch = scratch;
+        l->maxtiers = maxtiers;
+    }
+    l->remap = remap;
+    res.keys_dropped = rl_keytab_remap(l->tab, lim_remap_entry, l);
+    l->remap = NULL;
+    free(remap);
+    free(l->tiers);
+    l->tiers = tiers;
+    l->ntiers = conf->ntiers;
+    rl_keytab_stats(l->tab, &ks);
+    res.keys_kept = ks.keys;
+    res.log_memory_missing = logs && l->log_cap == 0;
+    if (out != NULL) {
+        *out = res;
+    }
+    return 0;
 }

@@ -7,6 +7,7 @@
 #ifndef RL_LIMITER_H
 #define RL_LIMITER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "conf.h"
@@ -79,6 +80,30 @@ void rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint6
  */
 void rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
                             uint16_t epoch, struct rl_wire_check_reply *rep);
+
+/* What rl_limiter_set_rules did. */
+struct rl_limiter_reload {
+    uint64_t tiers_kept;   /* old tiers found unchanged in the new rules */
+    uint64_t keys_kept;    /* keys that keep their counters */
+    uint64_t keys_dropped; /* keys of tiers that changed or went: forgotten (full allowance) */
+    bool log_memory_missing; /* the new rules have a sliding_window_log tier but the limiter
+                                was created without one: it has no log memory (its logs are
+                                degraded to counters) until the node restarts */
+};
+
+/*
+ * The rules of conf changed (rl_conf_swap_rules on the conf the limiter was created with,
+ * which must still be that conf): from now on the limiter judges by them. Every key whose
+ * tier (rl_tier.seed: section, position, algorithm, limit, window, burst) is still in the
+ * rules keeps its counter, whatever moved around it; every other key is forgotten, so it
+ * starts again from full allowance. The per-service accounting (STATS service.*) is rebuilt
+ * for the new services; a service that stays keeps its cumulative counters. One pass over
+ * the key table (finishing a resize first): the node pauses for it (docs/OPERATIONS.md,
+ * "Changing rules live"). Returns 0 with *out (may be NULL) filled, or -ENOMEM with
+ * nothing changed (then put the old rules back).
+ */
+int rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
+                         struct rl_limiter_reload *out);
 
 /* Forgets keys back at full allowance, examining at most budget slots. */
 void rl_limiter_sweep(struct rl_limiter *l, uint64_t now, size_t budget);

@@ -4,7 +4,8 @@
  * registers itself there, saying at warn (every RL_NODE_WARN_MS) for as long as it is not
  * registered: routers send an unregistered node no traffic. Start-up, signals and exit
  * statuses are daemon.h's: SIGTERM/SIGINT close the connections and the znode and exit 0;
- * SIGHUP reopens the --log-file; no counter is touched by either.
+ * SIGHUP reopens the --log-file and reloads the [service] rules (rules.h), which may also
+ * come from the rules znode in ZooKeeper: counters of unchanged tiers are kept.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "daemon.h"
 #include "limiter.h"
 #include "log.h"
+#include "rules.h"
 #include "server.h"
 #include "shardmap.h"
 #include "zkm.h"
@@ -31,6 +33,7 @@ struct node {
     struct rl_server server;
     struct rl_limiter *limiter;
     struct rl_zkm *zkm;
+    struct rl_rules rules; /* where the rules in force came from (STATS rules_*) */
     uv_timer_t reg_timer;
     bool test_clock;
     int zk_state;          /* enum rl_zkm_state, as last told */
@@ -64,7 +67,8 @@ static const char usage[] =
     "  --metrics HOST:PORT  serve /metrics, /healthz, /readyz there (default: metrics of\n"
     "                     [node NAME]; \"off\": none)\n"
     "  --help, --version\n"
-    "Signals: TERM/INT stop (znode deleted at once), HUP reopens the log file.\n";
+    "Signals: TERM/INT stop (znode deleted at once), HUP reopens the log file and reloads\n"
+    "the [service] rules of --config (unless they come from ZooKeeper: rl-cli rules push).\n";
 
 static const struct option node_options[] = {{"test-clock", no_argument, NULL, OPT_TEST_CLOCK},
                                              {NULL, 0, NULL, 0}};
@@ -269,6 +273,50 @@ node_ready(void *arg, char *why, size_t len)
     return rl_server_ready(&n->server, why, len);
 }
 
+/* The rules of the live conf were swapped: the limiter follows, keeping the counters of
+ * the tiers that stayed. The pause is one pass over the key table. */
+static int
+node_apply_rules(void *arg, struct rl_conf **old)
+{
+    struct node *n = arg;
+    struct rl_limiter_reload res;
+    uint64_t t0 = uv_hrtime();
+    int rc;
+
+    (void)old;
+    rc = rl_limiter_set_rules(n->limiter, n->d.conf, &res);
+    if (rc != 0) {
+        rl_log_error("cannot switch the limiter to the new rules: %s", strerror(-rc));
+        return rc;
+    }
+    rl_log_info("limiter: %llu tiers unchanged, %llu keys keep their counters, %llu keys of "
+                "changed or removed tiers restart from full allowance (%.1f ms)",
+                (unsigned long long)res.tiers_kept, (unsigned long long)res.keys_kept,
+                (unsigned long long)res.keys_dropped, (double)(uv_hrtime() - t0) / 1e6);
+    if (res.log_memory_missing) {
+        rl_log_warn("the new rules have a sliding_window_log tier but this node started without "
+                    "one: it has no memory set aside for logs, so they are degraded to "
+                    "sliding_window_counter until it restarts");
+    }
+    return 0;
+}
+
+static void
+node_rules_zk(void *arg, const char *text, size_t len, int64_t version)
+{
+    struct node *n = arg;
+
+    rl_rules_from_zk(&n->rules, text, len, version);
+}
+
+static void
+node_hup(struct rl_daemon *d)
+{
+    struct node *n = d->data;
+
+    rl_rules_reload_file(&n->rules);
+}
+
 static const struct rl_daemon_spec node_spec = {
     .prog = "rl-node",
     .usage = usage,
@@ -276,6 +324,7 @@ static const struct rl_daemon_spec node_spec = {
     .extra = node_options,
     .on_option = node_option,
     .on_stop = node_stop,
+    .on_hup = node_hup,
 };
 
 /* Registers in ZooKeeper and starts watching the registration. Returns 0 or a negative errno. */
@@ -283,7 +332,7 @@ static int
 node_register(struct node *n)
 {
     static const struct rl_zkm_cbs cbs = {node_members, node_assignment, node_zk_state,
-                                          node_registered};
+                                          node_registered, node_rules_zk};
     uv_loop_t *loop = &n->d.loop;
     int rc;
 
@@ -301,6 +350,9 @@ node_register(struct node *n)
     }
     if (rc == 0) {
         rc = rl_zkm_watch(n->zkm);
+    }
+    if (rc == 0) {
+        rc = rl_zkm_watch_rules(n->zkm);
     }
     if (rc != 0) {
         return rc;
@@ -363,6 +415,8 @@ main(int argc, char **argv)
     opts.test_clock = n.test_clock;
     opts.limits = n.d.conf->clients;
     opts.conf = n.d.conf;
+    rl_rules_init(&n.rules, n.d.conf, n.d.config_path, node_apply_rules, &n);
+    opts.rules = &n.rules.st;
     rc = rl_server_start(&n.server, rl_daemon_loop(&n.d), n.limiter, &opts);
     if (rc != 0) {
         rl_daemon_fail(&n.d, "rl-node: cannot listen on %s: %s", n.d.addr, uv_strerror(rc));

@@ -13,6 +13,7 @@
 
 #include "buf.h"
 #include "log.h"
+#include "rules.h"
 #include "shardmap.h"
 #include "zkm.h"
 #include "wire.h"
@@ -107,6 +108,12 @@ reply_stats(struct rl_conn *c, uint32_t id)
     RL_SERVER_PUT("zk_state", s->zk_state)
     RL_SERVER_PUT("registered", s->registered)
     RL_SERVER_PUT("table_digest", s->table_digest)
+    RL_SERVER_PUT("rules_version", s->opts.rules != NULL ? s->opts.rules->version : 0)
+    RL_SERVER_PUT("rules_digest", s->opts.rules != NULL    ? s->opts.rules->digest
+                                  : s->opts.conf != NULL ? (int64_t)s->opts.conf->rules_digest
+                                                         : 0)
+    RL_SERVER_PUT("rules_reloads", s->opts.rules != NULL ? s->opts.rules->reloads : 0)
+    RL_SERVER_PUT("rules_reload_failures", s->opts.rules != NULL ? s->opts.rules->failures : 0)
     RL_SERVER_PUT("uptime_ms", uv_now(s->loop) - s->started_ms)
     /* Memory pressure per service, "service.NAME.KEY", for the services that fit in the
      * reply's 256 pairs (5 keys each: about 40 services), in config order. */
@@ -500,6 +507,7 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL),
                 s->errors - s->not_owner - s->auth_failures);
     rl_listener_metrics(&cs, p);
+    rl_rules_metrics(s->opts.rules, s->opts.conf != NULL ? s->opts.conf->rules_digest : 0, p);
 
     rl_prom_family(p, "rl_zookeeper_connected", "gauge",
                    "1 while the ZooKeeper session is connected (absent with static membership).");

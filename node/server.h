@@ -32,6 +32,10 @@ struct rl_server_opts {
     struct rl_conn_limits limits; /* cluster.conf [clients]; zero: the defaults */
     const struct rl_conf *conf;   /* its cluster secret, if any, must open every connection
                                      (AUTH); NULL: nobody authenticates */
+    /* where the rules in force came from (rules.h), kept up to date by the caller: STATS
+     * rules_version, rules_digest, rules_reloads, rules_reload_failures; NULL: version 0 and
+     * the digest of conf (0 without conf). Also read by metrics. */
+    const struct rl_rules_status *rules;
 };
 
 struct rl_server {

@@ -3,7 +3,8 @@
  * assignment from ZooKeeper (or the static [node] list when `zookeeper` is empty), and
  * proxies the wire protocol to the owning nodes. Start-up, signals and exit statuses are
  * daemon.h's: SIGTERM/SIGINT close and exit 0; SIGHUP reopens the --log-file and the
- * request log (after they were moved aside for rotation).
+ * request log (after they were moved aside for rotation) and reloads the [service] rules
+ * (rules.h), which may also come from the rules znode in ZooKeeper.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "log.h"
 #include "parse.h"
 #include "router.h"
+#include "rules.h"
 #include "zkm.h"
 
 struct router_main {
@@ -25,6 +27,7 @@ struct router_main {
     const char *name;
     int zk_state;         /* enum rl_zkm_state as last told; -1 with static membership */
     uint64_t zk_expiries; /* sessions lost for good */
+    struct rl_rules rules; /* where the rules in force came from (STATS rules_*) */
 };
 
 static const char usage[] =
@@ -41,7 +44,8 @@ static const char usage[] =
     "  --metrics HOST:PORT  serve /metrics, /healthz, /readyz there (default: [router]\n"
     "                     metrics; \"off\": none)\n"
     "  --help, --version\n"
-    "Signals: TERM/INT stop, HUP reopens the log file and the request log.\n";
+    "Signals: TERM/INT stop, HUP reopens the log file and the request log and reloads the\n"
+    "[service] rules of --config (unless they come from ZooKeeper: rl-cli rules push).\n";
 
 static void
 on_members(void *arg, const struct rl_member *members, size_t n)
@@ -73,6 +77,27 @@ on_state(void *arg, enum rl_zkm_state state)
     } else {
         rl_log_warn("ZooKeeper session: %s", rl_zkm_state_name(state));
     }
+}
+
+/* The rules znode changed. */
+static void
+on_rules(void *arg, const char *text, size_t len, int64_t version)
+{
+    struct router_main *m = arg;
+
+    rl_rules_from_zk(&m->rules, text, len, version);
+}
+
+/* The rules of the live conf were swapped: requests in flight keep the old ones until they
+ * are answered, so the router frees them. */
+static int
+router_apply_rules(void *arg, struct rl_conf **old)
+{
+    struct router_main *m = arg;
+
+    rl_router_rules_changed(m->router, *old);
+    *old = NULL;
+    return 0;
 }
 
 /* A node said this router's view is stale: read ZooKeeper again (the router calls this at
@@ -107,9 +132,8 @@ router_hup(struct rl_daemon *d)
     if (m->d.conf->request_log != NULL && m->d.conf->request_log[0] != '\0') {
         rl_log_info("SIGHUP: reopening the request log %s", m->d.conf->request_log);
         rl_router_reopen_log(m->router);
-    } else if (d->log_file == NULL) {
-        rl_log_info("SIGHUP: nothing to reopen (no --log-file, no request_log); going on");
     }
+    rl_rules_reload_file(&m->rules);
 }
 
 /* Static membership: the [node] sections of the config. */
@@ -178,7 +202,7 @@ static const struct rl_daemon_spec router_spec = {
 int
 main(int argc, char **argv)
 {
-    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL};
+    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, on_rules};
     static struct router_main m;
     struct rl_router_opts opts = {0};
     char defname[160];
@@ -203,6 +227,8 @@ main(int argc, char **argv)
     opts.limits = m.d.conf->clients;
     opts.on_stale = on_stale;
     opts.arg = &m;
+    rl_rules_init(&m.rules, m.d.conf, m.d.config_path, router_apply_rules, &m);
+    opts.rules = &m.rules.st;
     rc = rl_router_create(&m.router, rl_daemon_loop(&m.d), m.d.conf, &opts);
     if (rc != 0) {
         rl_daemon_fail(&m.d, "rl-router: cannot serve on %s: %s", m.d.addr, uv_strerror(rc));
@@ -217,6 +243,9 @@ main(int argc, char **argv)
         if (rc == 0) {
             rl_zkm_secure(m.zkm, m.d.conf->secret, m.d.conf->secret_len);
             rc = rl_zkm_watch(m.zkm);
+        }
+        if (rc == 0) {
+            rc = rl_zkm_watch_rules(m.zkm);
         }
     }
     if (rc != 0) {

@@ -23,6 +23,7 @@
 #include "conn.h"
 #include "log.h"
 #include "reqlog.h"
+#include "rules.h"
 #include "upstream.h"
 #include "wire.h"
 
@@ -94,9 +95,20 @@ struct rl_router {
     /* metrics */
     uint64_t (*rule_codes)[RL_WIRE_CODE_COUNT]; /* per rule id, answers by code; the last
                                                    row (conf->nrules): no rule matched */
+    size_t rule_rows; /* conf->nrules + 1, unless memory for new rules' rows was lacking */
     struct rl_hist latency; /* end to end: from the read that brought a CHECK to its reply */
     uint64_t batch_ns;      /* uv_hrtime() at the client batch being read */
     uint32_t unowned;       /* shards with no owner in the table (all, before one is built) */
+    /* rules replaced while requests pointed to them (rl_router_rules_changed), oldest
+     * first, each freed once no request from before its swap is in flight */
+    struct router_retired *retired;
+    uv_timer_t retire_timer;
+};
+
+struct router_retired {
+    struct router_retired *next;
+    struct rl_conf *conf;
+    uint64_t until; /* deadline of the last request that may point into it */
 };
 
 static void router_maybe_free(struct rl_router *r);
@@ -227,8 +239,10 @@ log_answer(struct rl_router *r, uint32_t shard, const char *node, uint32_t code,
 static void
 count_code(struct rl_router *r, const struct rl_rule *rule, uint32_t code, uint64_t start_ns)
 {
-    if (code < RL_WIRE_CODE_COUNT) {
-        r->rule_codes[rule != NULL ? rule->id : r->conf->nrules][code]++;
+    size_t row = rule != NULL ? rule->id : r->conf->nrules;
+
+    if (code < RL_WIRE_CODE_COUNT && row < r->rule_rows) {
+        r->rule_codes[row][code]++;
     }
     rl_hist_observe(&r->latency, uv_hrtime() - start_ns, 1);
     if (code == RL_WIRE_ALLOWED) {
@@ -370,6 +384,14 @@ router_stats_reply(struct rl_conn *c, uint32_t id)
     vals[n++] = r->view.asg_version;
     keys[n] = "table_digest";
     vals[n++] = r->table_digest;
+    keys[n] = "rules_version";
+    vals[n++] = r->opts.rules != NULL ? r->opts.rules->version : 0;
+    keys[n] = "rules_digest";
+    vals[n++] = r->opts.rules != NULL ? r->opts.rules->digest : (int64_t)r->conf->rules_digest;
+    keys[n] = "rules_reloads";
+    vals[n++] = r->opts.rules != NULL ? (int64_t)r->opts.rules->reloads : 0;
+    keys[n] = "rules_reload_failures";
+    vals[n++] = r->opts.rules != NULL ? (int64_t)r->opts.rules->failures : 0;
     if (r->log != NULL) {
         rl_reqlog_stats(r->log, &ls);
     }
@@ -883,6 +905,102 @@ rl_router_owner(const struct rl_router *r, uint32_t shard)
     return o == RL_SHARDMAP_NONE ? "" : r->map->members[o].name;
 }
 
+/* Frees the retired rules no request in flight can point to: every request created before a
+ * swap has a deadline at or before the swap's `until`, and leaves the FIFO by then. */
+static void
+retire_fire(uv_timer_t *t)
+{
+    struct rl_router *r = t->data;
+    uint64_t now = uv_now(r->loop);
+
+    while (r->retired != NULL && r->retired->until < now &&
+           (r->fifo_head == NULL || r->fifo_head->deadline > r->retired->until)) {
+        struct router_retired *x = r->retired;
+
+        r->retired = x->next;
+        rl_conf_destroy(x->conf);
+        free(x);
+    }
+    if (r->retired != NULL) {
+        uint64_t wait = r->retired->until >= now ? r->retired->until - now + 1 : 1;
+
+        uv_timer_start(&r->retire_timer, retire_fire, wait, 0);
+    }
+}
+
+/*
+ * The metrics' answers per rule follow the new rules: a rule of the same service and
+ * endpoint keeps its counts, a new one starts at zero, a removed one's go (its series ends).
+ * Out of memory, the old counts are kept only where they fit.
+ */
+static void
+router_recount_rules(struct rl_router *r, const struct rl_conf *old)
+{
+    const struct rl_conf *c = r->conf;
+    uint64_t (*codes)[RL_WIRE_CODE_COUNT] = calloc(c->nrules + 1, sizeof(*codes));
+
+    if (codes == NULL) {
+        /* Keep the old rows: counts land where the rule ids still fit, metrics show what
+         * the rows hold. */
+        rl_log_error("out of memory: the per-service answer counts may be wrong until a "
+                     "restart");
+        return;
+    }
+    for (size_t i = 0; i < c->nrules; i++) {
+        const struct rl_rule *n = &c->rules[i];
+
+        for (size_t j = 0; j < old->nrules && j + 1 < r->rule_rows; j++) {
+            const struct rl_rule *o = &old->rules[j];
+
+            if (strcmp(n->service, o->service) == 0 &&
+                (n->endpoint == NULL) == (o->endpoint == NULL) &&
+                (n->endpoint == NULL || strcmp(n->endpoint, o->endpoint) == 0)) {
+                memcpy(codes[i], r->rule_codes[j], sizeof(codes[i]));
+                break;
+            }
+        }
+    }
+    memcpy(codes[c->nrules], r->rule_codes[r->rule_rows - 1], sizeof(codes[c->nrules]));
+    free(r->rule_codes);
+    r->rule_codes = codes;
+    r->rule_rows = c->nrules + 1;
+}
+
+void
+rl_router_rules_changed(struct rl_router *r, struct rl_conf *old)
+{
+    struct router_retired *x, **pp;
+
+    if (old == NULL) {
+        return;
+    }
+    router_recount_rules(r, old);
+    if (r->npending == 0 || r->closing) {
+        rl_conf_destroy(old);
+        return;
+    }
+    x = calloc(1, sizeof(*x));
+    if (x == NULL) {
+        /* Never free rules a request may still read: keep them for good. */
+        rl_log_error("out of memory: the replaced rules are kept until exit");
+        return;
+    }
+    x->conf = old;
+    x->until = uv_now(r->loop) + r->conf->deadline_ms;
+    for (pp = &r->retired; *pp != NULL; pp = &(*pp)->next) {
+    }
+    *pp = x;
+    if (!uv_is_active((uv_handle_t *)&r->retire_timer)) {
+        uv_timer_start(&r->retire_timer, retire_fire, r->conf->deadline_ms + 1, 0);
+    }
+}
+
+const struct rl_rules_status *
+rl_router_rules_status(const struct rl_router *r)
+{
+    return r->opts.rules;
+}
+
 void
 rl_router_reopen_log(struct rl_router *r)
 {
@@ -929,6 +1047,13 @@ router_maybe_free(struct rl_router *r)
     rl_shardmap_destroy(r->map);
     free(r->owners);
     rl_view_deinit(&r->view);
+    while (r->retired != NULL) {
+        struct router_retired *x = r->retired;
+
+        r->retired = x->next;
+        rl_conf_destroy(x->conf);
+        free(x);
+    }
     free(r->slab);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
@@ -961,6 +1086,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->slab_cap = r->opts.max_pending;
     r->slab = calloc(r->slab_cap, sizeof(*r->slab));
     r->rule_codes = calloc(conf->nrules + 1, sizeof(*r->rule_codes));
+    r->rule_rows = conf->nrules + 1;
     r->unowned = conf->shards;
     if (r->slab == NULL || r->rule_codes == NULL || rl_wire_decoder_init(&r->dec) != 0) {
         free(r->slab);
@@ -999,7 +1125,10 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     }
     uv_timer_init(loop, &r->deadline_timer);
     r->deadline_timer.data = r;
-    r->handles = 3; /* the flusher, the deadline timer, the listener with its clients */
+    uv_timer_init(loop, &r->retire_timer);
+    r->retire_timer.data = r;
+    /* the flusher, the deadline and retire timers, the listener with its clients */
+    r->handles = 4;
     rc = rl_listener_start(&r->listener, &r->connq, opts->host, opts->port, &cconn_ops,
                            sizeof(struct rl_cconn), &r->opts.limits, r);
     if (rc != 0) {
@@ -1018,6 +1147,7 @@ rl_router_close(struct rl_router *r)
     }
     r->closing = true;
     uv_close((uv_handle_t *)&r->deadline_timer, router_handle_closed);
+    uv_close((uv_handle_t *)&r->retire_timer, router_handle_closed);
     rl_listener_close(&r->listener, router_listener_closed);
     while (r->upstreams != NULL) {
         struct rl_upstream *u = r->upstreams;
@@ -1068,7 +1198,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
     rl_prom_family(p, "rl_router_decisions_total", "counter",
                    "CHECK requests answered, by service (from the config; \"\" when no rule "
                    "matched) and reply code (fail_open and fail_closed: by failure policy).");
-    for (size_t i = 0; i < c->nrules; i++) {
+    for (size_t i = 0; i < c->nrules && i + 1 < r->rule_rows; i++) {
         bool first = true;
 
         /* One series per service: its endpoint sections add to it. */
@@ -1084,7 +1214,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
             if (code == RL_WIRE_NO_RULE) {
                 continue;
             }
-            for (size_t j = i; j < c->nrules; j++) {
+            for (size_t j = i; j < c->nrules && j + 1 < r->rule_rows; j++) {
                 if (strcmp(c->rules[j].service, c->rules[i].service) == 0) {
                     v += r->rule_codes[j][code];
                 }
@@ -1097,7 +1227,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
     }
     rl_prom_u64(p, "rl_router_decisions_total",
                 rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
-                r->rule_codes[c->nrules][RL_WIRE_NO_RULE]);
+                r->rule_codes[r->rule_rows - 1][RL_WIRE_NO_RULE]);
     rl_prom_family(p, "rl_router_request_duration_seconds", "histogram",
                    "End-to-end time of a CHECK in the router: from the read that brought it to "
                    "its answer (the node's, or the failure policy's).");
@@ -1210,4 +1340,5 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
 
     rl_listener_stats(&r->listener, &cs);
     rl_listener_metrics(&cs, p);
+    rl_rules_metrics(r->opts.rules, r->conf->rules_digest, p);
 }

@@ -61,6 +61,10 @@ struct rl_router_opts {
      * it again. Called at most every RL_ROUTER_REFRESH_MS. */
     void (*on_stale)(void *arg);
     void *arg;
+    /* Optional: where the rules in force came from (rules.h), kept up to date by the caller:
+     * STATS rules_version, rules_digest, rules_reloads, rules_reload_failures. NULL: version
+     * 0 and the digest of conf. */
+    const struct rl_rules_status *rules;
 };
 
 struct rl_router;
@@ -79,6 +83,17 @@ void rl_router_set_members(struct rl_router *r, const struct rl_member *members,
  * A text that does not parse is logged and ignored (the previous table stays). */
 void rl_router_set_assignment(struct rl_router *r, const char *text, size_t len,
                               int64_t version);
+
+/*
+ * The rules of conf have just been swapped (rl_conf_swap_rules): old holds the rules
+ * replaced, which requests still in flight point to. The router takes it and destroys it
+ * once no request from before the swap is in flight (within the deadline). New requests use
+ * the new rules at once: their failure policy, mode and the clients' permissions.
+ */
+void rl_router_rules_changed(struct rl_router *r, struct rl_conf *old);
+
+/* The rules status STATS reports (opts.rules), or NULL when none was given: for metrics. */
+const struct rl_rules_status *rl_router_rules_status(const struct rl_router *r);
 
 /* Reopens the request log (SIGHUP). */
 void rl_router_reopen_log(struct rl_router *r);

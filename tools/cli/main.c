@@ -54,6 +54,13 @@ usage(FILE *f)
                "  hash-token [FILE]\n"
                "                 print the token_sha256 line for the token in FILE (default:\n"
                "                 --token-file), never the token itself\n"
+               "  rules check FILE [--config FILE]\n"
+               "                 validate a rules file ([service] sections only)\n"
+               "  rules push FILE --config FILE\n"
+               "                 validate FILE, then write it to the cluster's rules znode in\n"
+               "                 ZooKeeper: every node and router switches to it\n"
+               "  rules show --config FILE\n"
+               "                 the rules znode's version, digest and text\n"
                "\n"
                "options:\n"
                "  --target HOST:PORT  server (default " CLI_DEFAULT_TARGET ", the router)\n"
@@ -62,7 +69,7 @@ usage(FILE *f)
                "  --repeat N          send the CHECK N times (default 1)\n"
                "  --interval-ms MS    pause between repeated CHECKs (default 0)\n"
                "  --shards S          shard count for hash (default 4096)\n"
-               "  --config FILE       cluster.conf for hash and status\n"
+               "  --config FILE       cluster.conf for hash, status and rules\n"
                "  --token-file FILE   AUTH with the token in FILE first (a router's client\n"
                "                      token, or a node's cluster secret; mode 0600); default\n"
                "                      $RL_TOKEN_FILE, none when unset\n"
@@ -317,7 +324,7 @@ int
 cli_members(const struct rl_conf *conf, struct rl_member **members, size_t *n,
              struct rl_assignment *a, bool *have_a, const char **from)
 {
-    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL};
+    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL, NULL};
     struct rl_zkm *z = NULL;
     uv_loop_t loop;
     char *text = NULL, err[256];
@@ -460,6 +467,186 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* Reads a whole file of at most max bytes into a NUL-terminated buffer (free it). */
+static int
+read_text(const char *path, size_t max, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "re");
+    char *buf;
+    size_t n;
+
+    *out = NULL;
+    if (f == NULL) {
+        return -errno;
+    }
+    buf = malloc(max + 2);
+    if (buf == NULL) {
+        fclose(f);
+        return -ENOMEM;
+    }
+    n = fread(buf, 1, max + 1, f);
+    if (ferror(f)) {
+        int e = errno != 0 ? errno : EIO;
+
+        fclose(f);
+        free(buf);
+        return -e;
+    }
+    fclose(f);
+    if (n > max) {
+        free(buf);
+        return -EMSGSIZE;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* Loads the --config for a rules command; exit status on failure, after a message. */
+static int
+rules_config(const struct cli *o, const char *sub, bool zk, struct rl_conf **conf)
+{
+    char err[512];
+
+    *conf = NULL;
+    if (o->config == NULL) {
+        if (!zk) {
+            return CLI_EXIT_OK;
+        }
+        fprintf(stderr, "rl-cli: rules %s: needs --config FILE (the cluster's ZooKeeper)\n", sub);
+        return CLI_EXIT_USAGE;
+    }
+    if (rl_conf_load(o->config, conf, err, sizeof(err)) != 0) {
+        fprintf(stderr, "rl-cli: %s\n", err);
+        return CLI_EXIT_USAGE;
+    }
+    if (zk && (*conf)->zookeeper[0] == '\0') {
+        fprintf(stderr,
+                "rl-cli: rules %s: %s has no zookeeper: with static membership, edit the "
+                "[service] sections of each process's config and send it SIGHUP\n",
+                sub, o->config);
+        rl_conf_destroy(*conf);
+        *conf = NULL;
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* rules check FILE, rules push FILE, rules show: the rules znode (docs/OPERATIONS.md). */
+static int
+cmd_rules(const struct cli *o, int nargs, char **args)
+{
+    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL, NULL};
+    const char *sub = nargs > 0 ? args[0] : "";
+    struct rl_conf *conf = NULL, *fresh = NULL;
+    struct rl_zkm *z = NULL;
+    char *text = NULL, err[512], warn[512];
+    size_t len = 0;
+    int64_t version = -1;
+    uv_loop_t loop;
+    int rc, status;
+    bool push = strcmp(sub, "push") == 0, check = strcmp(sub, "check") == 0;
+
+    if (!push && !check && strcmp(sub, "show") != 0) {
+        return usage_error("rules: expected check FILE, push FILE or show, not \"%s\"", sub);
+    }
+    if ((push || check) != (nargs == 2) || nargs > 2) {
+        return usage_error("rules %s: wrong number of arguments", sub);
+    }
+    if (push || check) {
+        rc = read_text(args[1], RL_ZKM_DATA_MAX, &text, &len);
+        if (rc != 0) {
+            fprintf(stderr, "rl-cli: %s: %s\n", args[1],
+                    rc == -EMSGSIZE ? "larger than a znode may hold (1000 KiB)" : strerror(-rc));
+            return CLI_EXIT_USAGE;
+        }
+        if (memchr(text, '\0', len) != NULL) {
+            fprintf(stderr, "rl-cli: %s: contains a NUL byte\n", args[1]);
+            free(text);
+            return CLI_EXIT_USAGE;
+        }
+        if (rl_conf_parse_rules(args[1], text, &fresh, err, sizeof(err)) != 0) {
+            fprintf(stderr, "rl-cli: %s\nrl-cli: rules refused whole: nothing written\n", err);
+            free(text);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    status = rules_config(o, sub, !check, &conf);
+    if (status != CLI_EXIT_OK) {
+        free(text);
+        rl_conf_destroy(fresh);
+        return status;
+    }
+    if (fresh != NULL && conf != NULL) {
+        /* The [client] sections of the config against the new rules: a warning, as the
+         * routers would log it. The swap is of this process's copy only. */
+        if (rl_conf_swap_rules(conf, fresh, warn, sizeof(warn)) == 0 && warn[0] != '\0') {
+            fprintf(stderr, "rl-cli: warning: %s\n", warn);
+        }
+        /* swap back: conf's digest and counts are printed from fresh below */
+        (void)rl_conf_swap_rules(conf, fresh, NULL, 0);
+    }
+    if (check) {
+        printf("%s: %zu sections, %zu tiers, rules_digest %lld: valid\n", args[1], fresh->nrules,
+               fresh->ntiers, (long long)fresh->rules_digest);
+        free(text);
+        rl_conf_destroy(fresh);
+        rl_conf_destroy(conf);
+        return CLI_EXIT_OK;
+    }
+    uv_loop_init(&loop);
+    rc = rl_zkm_create(&z, &loop, conf->zookeeper, conf->session_timeout_ms, conf->cluster_name,
+                       &no_cbs, NULL);
+    if (rc == 0) {
+        rl_zkm_secure(z, conf->secret, conf->secret_len);
+        if (push) {
+            rc = rl_zkm_set_rules(z, text, len, &version, o->timeout_ms > 5000 ? o->timeout_ms
+                                                                                : 5000);
+        } else {
+            free(text);
+            text = NULL;
+            rc = rl_zkm_get_rules(z, &text, &len, &version,
+                                  o->timeout_ms > 5000 ? o->timeout_ms : 5000);
+        }
+    }
+    rl_zkm_destroy(z);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    if (rc != 0) {
+        fprintf(stderr, "rl-cli: rules %s: ZooKeeper %s: %s\n", sub, conf->zookeeper,
+                strerror(-rc));
+        status = CLI_EXIT_FAIL;
+    } else if (push) {
+        printf("rules pushed to /ratelimiter/%s/rules: znode version %lld, rules_version %lld, "
+               "rules_digest %lld (%zu sections, %zu tiers)\n",
+               conf->cluster_name, (long long)version, (long long)version + 1,
+               (long long)fresh->rules_digest, fresh->nrules, fresh->ntiers);
+    } else if (version < 0) {
+        printf("no rules znode: every process runs the [service] sections of its config "
+               "(rules_version 0)\n");
+    } else {
+        struct rl_conf *shown = NULL;
+
+        if (rl_conf_parse_rules("znode", text, &shown, err, sizeof(err)) == 0) {
+            printf("znode version %lld, rules_version %lld, rules_digest %lld\n",
+                   (long long)version, (long long)version + 1, (long long)shown->rules_digest);
+        } else {
+            printf("znode version %lld: does not parse (%s): processes keep their rules\n",
+                   (long long)version, err);
+        }
+        rl_conf_destroy(shown);
+        fwrite(text, 1, len, stdout);
+        if (len > 0 && text[len - 1] != '\n') {
+            putchar('\n');
+        }
+    }
+    free(text);
+    rl_conf_destroy(fresh);
+    rl_conf_destroy(conf);
+    return status;
+}
+
 /* gen-token FILE, hash-token [FILE]: tokens for [client NAME] sections. */
 static int
 cmd_token(const struct cli *o, const char *cmd, int nargs, char **args)
@@ -588,7 +775,7 @@ main(int argc, char **argv)
     }
     if (optind >= argc) {
         return usage_error("%s", "expected a command: check, ping, stats, status, clock, hash, "
-                                 "gen-token or hash-token");
+                                 "gen-token, hash-token or rules");
     }
     cmd = argv[optind];
     args = argv + optind + 1;
@@ -602,8 +789,9 @@ main(int argc, char **argv)
     if (strcmp(cmd, "hash") != 0 && o.shards_set) {
         return usage_error("%s: --shards goes with hash", cmd);
     }
-    if (strcmp(cmd, "hash") != 0 && strcmp(cmd, "status") != 0 && o.config != NULL) {
-        return usage_error("%s: --config goes with hash and status", cmd);
+    if (strcmp(cmd, "hash") != 0 && strcmp(cmd, "status") != 0 && strcmp(cmd, "rules") != 0 &&
+        o.config != NULL) {
+        return usage_error("%s: --config goes with hash, status and rules", cmd);
     }
     if (strcmp(cmd, "status") != 0 && o.json) {
         return usage_error("%s: --json goes with status", cmd);
@@ -635,6 +823,9 @@ main(int argc, char **argv)
     }
     if (strcmp(cmd, "gen-token") == 0 || strcmp(cmd, "hash-token") == 0) {
         return cmd_token(&o, cmd, nargs, args);
+    }
+    if (strcmp(cmd, "rules") == 0) {
+        return cmd_rules(&o, nargs, args);
     }
     return usage_error("unknown command %s", cmd);
 }

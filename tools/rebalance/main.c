@@ -349,7 +349,7 @@ zk_error(int rc)
 static int
 zk_connect(struct run *r)
 {
-    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL};
+    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL, NULL};
     int rc;
 
     if (r->zkm != NULL) {

@@ -1,0 +1,481 @@
+/*
+ * check_rules_live: changing rules on a running cluster (docs/OPERATIONS.md, "Changing rules
+ * live") with real processes. With ZooKeeper, two nodes and two routers: `rl-cli rules push`
+ * of a file that changes service b's limit only, while CHECKs keep flowing: every user of a
+ * continues from its count, every user of b restarts from b's new full allowance, an invalid
+ * file is refused whole (rl-cli exits 2 naming FILE:LINE, the version stays), and every
+ * process's STATS rules_version and rules_digest converge. With static membership: SIGHUP
+ * after editing the config does the same, and a config that does not load is refused.
+ * Nodes run with the test clock fixed, so counts are exact.
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "harness.h"
+#include "rltest.h"
+
+#define T_TIMEOUT 5000
+#define NNODES 2
+#define NUSERS 20
+#define USES 5
+#define NOW_MS 1700000000000ull
+
+static struct rl_harness_zk zk;
+static struct rl_harness_server nodes[NNODES];
+static struct rl_harness_server routers[2];
+static int node_ports[NNODES];
+static int router_ports[2];
+static char config[4096];
+static const char *names[NNODES] = {"n1", "n2"};
+
+static void
+set_node_clock(int i)
+{
+    struct rl_client *c = NULL;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)node_ports[i], T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_clock(c, NOW_MS, T_TIMEOUT), 0);
+    rl_client_destroy(c);
+}
+
+/* One CHECK through router r: its code, and its remaining in *rem. */
+static uint32_t
+check_via(int r, const char *svc, const char *user, uint64_t *rem)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT),
+                     0);
+    ck_assert_int_eq(rl_client_check(c, svc, user, NULL, 1, &rep, T_TIMEOUT), 0);
+    rl_client_destroy(c);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+    if (rem != NULL) {
+        *rem = rep.check.remaining;
+    }
+    return rep.check.code;
+}
+
+/* Runs rl-cli with args; returns its exit status, its output (stdout and stderr) in out. */
+static int
+cli(char *out, size_t len, const char *const argv[])
+{
+    char log[PATH_MAX];
+    static int seq;
+    int status;
+    pid_t pid;
+
+    ck_assert_int_eq(rl_harness_tmppath(log, sizeof(log), "cli-%d.out", seq++), 0);
+    ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
+    ck_assert_int_eq(rl_harness_wait(pid, 20000, &status), 0);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_ge(rl_harness_read_file(log, out, len), 0);
+    return WEXITSTATUS(status);
+}
+
+/* Every process's STATS key, nodes then routers; -2 for a process not running. */
+static void
+all_stats(const char *key, int64_t *v, int nn, int nr)
+{
+    for (int i = 0; i < nn; i++) {
+        v[i] = rl_test_stat(node_ports[i], key);
+    }
+    for (int r = 0; r < nr; r++) {
+        v[nn + r] = rl_test_stat(router_ports[r], key);
+    }
+}
+
+/* Waits until every process reports key == want; fails after timeout_ms. */
+static void
+wait_all(const char *key, int64_t want, int nn, int nr, int timeout_ms)
+{
+    int64_t v[NNODES + 2];
+
+    for (int waited = 0;; waited += 50) {
+        bool ok = true;
+
+        all_stats(key, v, nn, nr);
+        for (int i = 0; i < nn + nr; i++) {
+            ok = ok && v[i] == want;
+        }
+        if (ok) {
+            return;
+        }
+        if (waited >= timeout_ms) {
+            ck_abort_msg("%s: want %lld, have %lld %lld %lld %lld", key, (long long)want,
+                         (long long)v[0], (long long)v[1], (long long)v[2],
+                         (long long)(nn + nr > 3 ? v[3] : 0));
+        }
+        usleep(50 * 1000);
+    }
+}
+
+/* Both routers route every shard (their CHECKs get answers, not failure policy). */
+static void
+wait_routable(void)
+{
+    for (int i = 0; i < 200; i++) {
+        bool ok = true;
+
+        for (int r = 0; r < 2; r++) {
+            ok = ok && rl_test_stat(router_ports[r], "members") == NNODES;
+        }
+        for (int u = 0; ok && u < 10; u++) {
+            char user[32];
+
+            snprintf(user, sizeof(user), "probe%d", u);
+            for (int r = 0; ok && r < 2; r++) {
+                ok = check_via(r, "probe", user, NULL) == RL_WIRE_ALLOWED;
+            }
+        }
+        if (ok) {
+            return;
+        }
+        usleep(50 * 1000);
+    }
+    ck_abort_msg("the routers never routed to both nodes");
+}
+
+/* Uses every user of a and b USES times, alternating routers. */
+static void
+use_all(void)
+{
+    char user[32];
+    uint64_t rem;
+
+    for (int u = 0; u < NUSERS; u++) {
+        for (int k = 0; k < USES; k++) {
+            snprintf(user, sizeof(user), "a%d", u);
+            ck_assert_uint_eq(check_via(k % 2, "a", user, &rem), RL_WIRE_ALLOWED);
+            ck_assert_uint_eq(rem, 100u - (uint64_t)k - 1);
+            snprintf(user, sizeof(user), "b%d", u);
+            ck_assert_uint_eq(check_via(k % 2, "b", user, &rem), RL_WIRE_ALLOWED);
+            ck_assert_uint_eq(rem, 50u - (uint64_t)k - 1);
+        }
+    }
+}
+
+/* After b became 80 per hour: a continues from USES, b restarts from full. */
+static void
+assert_after_switch(void)
+{
+    char user[32];
+    uint64_t rem;
+
+    for (int u = 0; u < NUSERS; u++) {
+        snprintf(user, sizeof(user), "a%d", u);
+        ck_assert_uint_eq(check_via(u % 2, "a", user, &rem), RL_WIRE_ALLOWED);
+        ck_assert_msg(rem == 100u - USES - 1, "a%d: remaining %llu, not %u: its count was lost",
+                      u, (unsigned long long)rem, 100u - USES - 1);
+        snprintf(user, sizeof(user), "b%d", u);
+        ck_assert_uint_eq(check_via(u % 2, "b", user, &rem), RL_WIRE_ALLOWED);
+        ck_assert_msg(rem == 80u - 1, "b%d: remaining %llu, not 79 (new full allowance)", u,
+                      (unsigned long long)rem);
+    }
+}
+
+/* ---- traffic during the change ------------------------------------------------------------ */
+
+static atomic_int traffic_stop;
+static atomic_int traffic_bad;
+static atomic_int traffic_done;
+
+/* CHECKs of service a (users t0..t49, far below the limit) through router 1 until stopped:
+ * every one must be decided (ALLOWED), none answered by failure policy or ERROR. */
+static void *
+traffic(void *arg)
+{
+    struct rl_client *c = NULL;
+    char user[32];
+
+    (void)arg;
+    if (rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[1], T_TIMEOUT) != 0) {
+        atomic_fetch_add(&traffic_bad, 1);
+        return NULL;
+    }
+    for (int i = 0; !atomic_load(&traffic_stop) && i < 100000; i++) {
+        struct rl_wire_reply rep;
+
+        snprintf(user, sizeof(user), "t%d", i % 50);
+        if (rl_client_check(c, "a", user, NULL, 0, &rep, T_TIMEOUT) != 0 ||
+            rep.op != RL_WIRE_OP_CHECK || rep.check.code != RL_WIRE_ALLOWED) {
+            atomic_fetch_add(&traffic_bad, 1);
+        }
+        atomic_fetch_add(&traffic_done, 1);
+        usleep(2000);
+    }
+    rl_client_destroy(c);
+    return NULL;
+}
+
+/* ---- ZooKeeper: rl-cli rules push --------------------------------------------------------- */
+
+static void
+zk_setup(void)
+{
+    memset(&zk, 0, sizeof(zk));
+    memset(nodes, 0, sizeof(nodes));
+    memset(routers, 0, sizeof(routers));
+    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
+    for (int i = 0; i < NNODES; i++) {
+        node_ports[i] = rl_harness_free_port();
+    }
+    for (int i = 0; i < 2; i++) {
+        router_ports[i] = rl_harness_free_port();
+    }
+    ck_assert_int_eq(rl_harness_tmppath(config, sizeof(config), "cluster.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(config,
+                                           "[cluster]\n"
+                                           "name = rules\n"
+                                           "zookeeper = %s\n"
+                                           "session_timeout = 2s\n"
+                                           "shards = 64\n"
+                                           "[router]\n"
+                                           "deadline = 2s\n"
+                                           "[service a]\n"
+                                           "limit = fixed_window 100 per 1h\n"
+                                           "[service b]\n"
+                                           "limit = fixed_window 50 per 1h\n"
+                                           "[service probe]\n"
+                                           "limit = fixed_window 1000000 per 1h\n",
+                                           zk.connect),
+                     0);
+    for (int i = 0; i < NNODES; i++) {
+        ck_assert_int_eq(rl_harness_node_start(&nodes[i], config, names[i], node_ports[i],
+                                               RL_HARNESS_TEST_CLOCK),
+                         0);
+        set_node_clock(i);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rl_harness_router_start(&routers[i], config, router_ports[i]), 0);
+    }
+    wait_routable();
+}
+
+static void
+teardown(void)
+{
+    rl_harness_cleanup();
+}
+
+START_TEST(test_push)
+{
+    char bad[PATH_MAX], good[PATH_MAX], out[8192];
+    int64_t d[NNODES + 2];
+    pthread_t th;
+
+    ck_assert_int_eq(rl_harness_tmppath(bad, sizeof(bad), "bad.rules"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(good, sizeof(good), "good.rules"), 0);
+    wait_all("rules_version", 0, NNODES, 2, T_TIMEOUT);
+    use_all();
+
+    atomic_store(&traffic_stop, 0);
+    atomic_store(&traffic_bad, 0);
+    atomic_store(&traffic_done, 0);
+    ck_assert_int_eq(pthread_create(&th, NULL, traffic, NULL), 0);
+
+    /* Refused whole: nothing is written, every process keeps version 0. */
+    ck_assert_int_eq(rl_harness_write_file(bad,
+                                           "[service a]\n"
+                                           "limit = fixed_window 100 per 1h\n"
+                                           "[service b]\n"
+                                           "limit = fixed_window 80 per\n"),
+                     0);
+    {
+        const char *argv[] = {"rl-cli", "rules", "push", bad, "--config", config, NULL};
+        char want[PATH_MAX + 64];
+
+        ck_assert_int_eq(cli(out, sizeof(out), argv), 2);
+        snprintf(want, sizeof(want), "%s:4: limit:", bad);
+        ck_assert_msg(strstr(out, want) != NULL, "no %s in: %s", want, out);
+    }
+    ck_assert_int_eq(rl_harness_zk_get(zk.connect, "/ratelimiter/rules/rules", out, sizeof(out)),
+                     -ENOENT);
+    ck_assert_int_eq(rl_harness_write_file(bad, "[service b]\nlimit = gcra 1 per 1s\n"
+                                                "[router]\ndeadline = 1s\n"),
+                     0);
+    {
+        const char *argv[] = {"rl-cli", "rules", "push", bad, "--config", config, NULL};
+        char want[PATH_MAX + 64];
+
+        ck_assert_int_eq(cli(out, sizeof(out), argv), 2);
+        snprintf(want, sizeof(want), "%s:3: [router] in a rules file", bad);
+        ck_assert_msg(strstr(out, want) != NULL, "no %s in: %s", want, out);
+    }
+
+    /* b changes, a does not (it moves below b, which keeps its counts all the same). */
+    ck_assert_int_eq(rl_harness_write_file(good,
+                                           "; rules pushed by the test\n"
+                                           "[service probe]\n"
+                                           "limit = fixed_window 1000000 per 1h\n"
+                                           "[service b]\n"
+                                           "limit = fixed_window 80 per 1h\n"
+                                           "[service a]\n"
+                                           "limit = fixed_window 100 per 1h\n"),
+                     0);
+    {
+        const char *argv[] = {"rl-cli", "rules", "push", good, "--config", config, NULL};
+
+        ck_assert_int_eq(cli(out, sizeof(out), argv), 0);
+        ck_assert_msg(strstr(out, "rules_version 1") != NULL, "%s", out);
+    }
+    wait_all("rules_version", 1, NNODES, 2, 5000);
+    all_stats("rules_digest", d, NNODES, 2);
+    for (int i = 1; i < NNODES + 2; i++) {
+        ck_assert_int_eq(d[i], d[0]);
+    }
+    wait_all("rules_reloads", 1, NNODES, 2, T_TIMEOUT);
+    wait_all("rules_reload_failures", 0, NNODES, 2, T_TIMEOUT);
+    usleep(100 * 1000);
+    atomic_store(&traffic_stop, 1);
+    pthread_join(th, NULL);
+    ck_assert_int_gt(atomic_load(&traffic_done), 10);
+    ck_assert_int_eq(atomic_load(&traffic_bad), 0);
+
+    assert_after_switch();
+
+    {
+        const char *argv[] = {"rl-cli", "rules", "show", "--config", config, NULL};
+        char want[64];
+
+        ck_assert_int_eq(cli(out, sizeof(out), argv), 0);
+        snprintf(want, sizeof(want), "rules_digest %lld", (long long)d[0]);
+        ck_assert_msg(strstr(out, "znode version 0, rules_version 1") != NULL, "%s", out);
+        ck_assert_msg(strstr(out, want) != NULL, "%s", out);
+        ck_assert_msg(strstr(out, "limit = fixed_window 80 per 1h") != NULL, "%s", out);
+    }
+
+    /* A SIGHUP now only says the rules come from ZooKeeper. */
+    ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
+    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
+    usleep(300 * 1000);
+    wait_all("rules_version", 1, NNODES, 2, T_TIMEOUT);
+    wait_all("rules_reloads", 1, NNODES, 2, T_TIMEOUT);
+
+    /* Something that is not rules written to the znode behind rl-cli's back: refused by
+     * every process, which keeps version 1. */
+    ck_assert_int_eq(rl_harness_zk_put(zk.connect, "/ratelimiter/rules/rules", "[node x]\n", 9),
+                     0);
+    wait_all("rules_reload_failures", 1, NNODES, 2, 5000);
+    wait_all("rules_version", 1, NNODES, 2, T_TIMEOUT);
+    {
+        char user[32];
+        uint64_t rem;
+
+        snprintf(user, sizeof(user), "b%d", 0);
+        ck_assert_uint_eq(check_via(0, "b", user, &rem), RL_WIRE_ALLOWED);
+        ck_assert_uint_eq(rem, 78);
+    }
+}
+END_TEST
+
+/* ---- static membership: SIGHUP ------------------------------------------------------------ */
+
+static void
+write_static(int b_limit, const char *extra)
+{
+    ck_assert_int_eq(rl_harness_write_file(config,
+                                           "[cluster]\n"
+                                           "shards = 64\n"
+                                           "[router]\n"
+                                           "deadline = 2s\n"
+                                           "[node n1]\n"
+                                           "listen = 127.0.0.1:%d\n"
+                                           "[service a]\n"
+                                           "limit = fixed_window 100 per 1h\n"
+                                           "[service b]\n"
+                                           "limit = fixed_window %d per 1h\n"
+                                           "[service probe]\n"
+                                           "limit = fixed_window 1000000 per 1h\n"
+                                           "%s",
+                                           node_ports[0], b_limit, extra),
+                     0);
+}
+
+static void
+static_setup(void)
+{
+    memset(nodes, 0, sizeof(nodes));
+    memset(routers, 0, sizeof(routers));
+    node_ports[0] = rl_harness_free_port();
+    router_ports[0] = rl_harness_free_port();
+    router_ports[1] = router_ports[0];
+    ck_assert_int_eq(rl_harness_tmppath(config, sizeof(config), "static.conf"), 0);
+    write_static(50, "");
+    ck_assert_int_eq(rl_harness_node_start(&nodes[0], config, "n1", node_ports[0],
+                                           RL_HARNESS_TEST_CLOCK),
+                     0);
+    set_node_clock(0);
+    ck_assert_int_eq(rl_harness_router_start(&routers[0], config, router_ports[0]), 0);
+    for (int i = 0; check_via(0, "probe", "p", NULL) != RL_WIRE_ALLOWED; i++) {
+        ck_assert_int_lt(i, 200);
+        usleep(50 * 1000);
+    }
+}
+
+START_TEST(test_sighup)
+{
+    int64_t d0[2], d1[2];
+
+    wait_all("rules_version", 0, 1, 1, T_TIMEOUT);
+    all_stats("rules_digest", d0, 1, 1);
+    ck_assert_int_eq(d0[0], d0[1]);
+    use_all();
+
+    /* A config that does not load: refused whole, nothing changes. */
+    write_static(80, "[service c]\nlimit = fixed_window 10 per\n");
+    ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
+    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
+    wait_all("rules_reload_failures", 1, 1, 1, 5000);
+    all_stats("rules_digest", d1, 1, 1);
+    ck_assert_int_eq(d1[0], d0[0]);
+    ck_assert_int_eq(d1[1], d0[0]);
+
+    /* b's limit changes: a keeps its counts, b restarts from its new allowance. */
+    write_static(80, "");
+    ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
+    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
+    wait_all("rules_reloads", 1, 1, 1, 5000);
+    wait_all("rules_version", 0, 1, 1, T_TIMEOUT);
+    all_stats("rules_digest", d1, 1, 1);
+    ck_assert_int_ne(d1[0], d0[0]);
+    ck_assert_int_eq(d1[1], d1[0]);
+    assert_after_switch();
+
+    /* The same rules again (a log rotation): nothing to switch. */
+    ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
+    usleep(300 * 1000);
+    ck_assert_int_eq(rl_test_stat(node_ports[0], "rules_reloads"), 1);
+    ck_assert_int_eq(rl_harness_server_stop(&nodes[0], SIGTERM, 10000), 0);
+    ck_assert(WIFEXITED(nodes[0].status) && WEXITSTATUS(nodes[0].status) == 0);
+}
+END_TEST
+
+static Suite *
+rules_live_suite(void)
+{
+    Suite *s = suite_create("rules_live");
+    TCase *tc = tcase_create("zookeeper");
+    TCase *st = tcase_create("static");
+
+    tcase_add_checked_fixture(tc, zk_setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_push);
+    suite_add_tcase(s, tc);
+    tcase_add_checked_fixture(st, static_setup, teardown);
+    tcase_set_timeout(st, 60);
+    tcase_add_test(st, test_sighup);
+    suite_add_tcase(s, st);
+    return s;
+}
+
+RL_TEST_MAIN(rules_live_suite)
