@@ -111,6 +111,10 @@ struct rl_zkm {
     char asg_path[ZKM_DIR_MAX];
     char prev_path[ZKM_DIR_MAX];
     char rules_path[ZKM_DIR_MAX];
+    char routers_path[ZKM_DIR_MAX];
+    char announce_path[ZKM_PATH_MAX]; /* rl_zkm_announce_router: routers/<name>; "" if none */
+    char announce_data[RL_SHARDMAP_NAME_MAX];
+    uint64_t announced_gen; /* the session that created it */
 
     /* rl_zkm_secure: the digest credential and the ACLs made from it; immutable after. */
     int secure;
@@ -996,8 +1000,37 @@ zkm_asg_done(struct rl_zkm *z, struct zkm_ev *ev)
 /* Sessions. */
 
 static void
+zkm_announce_done(int rc, const char *value, const void *data)
+{
+    (void)value;
+    if (rc == ZNODEEXISTS) {
+        rl_log_warn("zk: %s is held by another router's session: two routers announce one "
+                    "name (give each its own --name)",
+                    (const char *)data);
+    } else if (rc != ZOK && rc != ZCLOSING && rc != ZCONNECTIONLOSS && rc != ZSESSIONEXPIRED) {
+        rl_log_warn("zk: cannot announce %s: %s", (const char *)data, zerror(rc));
+    }
+}
+
+/* Router side: the ephemeral routers/<name>, once per session (rl_zkm_announce_router). */
+static void
+zkm_announce(struct rl_zkm *z)
+{
+    if (z->announce_path[0] == '\0' || z->announced_gen == z->gen) {
+        return;
+    }
+    z->announced_gen = z->gen;
+    zkm_parents(z);
+    zoo_acreate(z->zh, z->routers_path, "", 0, zkm_acl(z, 0), ZOO_PERSISTENT, zkm_ignore_done,
+                NULL);
+    zoo_acreate(z->zh, z->announce_path, z->announce_data, (int)strlen(z->announce_data),
+                zkm_acl(z, 0), ZOO_EPHEMERAL, zkm_announce_done, z->announce_path);
+}
+
+static void
 zkm_resync(struct rl_zkm *z)
 {
+    zkm_announce(z);
     if (z->reg == ZKM_REG_WAIT) {
         zkm_set_reg(z, ZKM_REG_IDLE);
     }
@@ -1286,6 +1319,7 @@ rl_zkm_create(struct rl_zkm **out, uv_loop_t *loop, const char *hosts, uint32_t 
     z->tail = &z->head;
     snprintf(z->root, sizeof(z->root), "/ratelimiter/%s", cluster);
     snprintf(z->nodes_path, sizeof(z->nodes_path), "%s/nodes", z->root);
+    snprintf(z->routers_path, sizeof(z->routers_path), "%s/routers", z->root);
     snprintf(z->asg_path, sizeof(z->asg_path), "%s/assignment", z->root);
     snprintf(z->prev_path, sizeof(z->prev_path), "%s/assignment.prev", z->root);
     snprintf(z->rules_path, sizeof(z->rules_path), "%s/rules", z->root);
@@ -1550,8 +1584,52 @@ zkm_sync_get(struct rl_zkm *z, const char *path, char **text, size_t *len, int64
     return -EAGAIN;
 }
 
+/* The children of dir (nodes/ or routers/) with their data, sorted by name. */
+static int
+zkm_read_dir(struct rl_zkm *z, const char *dir, struct rl_member **out, size_t *n,
+             int timeout_ms);
+
 int
 rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms)
+{
+    return zkm_read_dir(z, z->nodes_path, out, n, timeout_ms);
+}
+
+int
+rl_zkm_read_routers(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms)
+{
+    return zkm_read_dir(z, z->routers_path, out, n, timeout_ms);
+}
+
+int
+rl_zkm_announce_router(struct rl_zkm *z, const char *name, const char *addr)
+{
+    char clean[RL_SHARDMAP_NAME_MAX];
+    size_t i;
+
+    if (name == NULL || addr == NULL || name[0] == '\0' ||
+        strlen(addr) >= sizeof(z->announce_data)) {
+        return -EINVAL;
+    }
+    /* A znode name: no '/', and not "." or "..". */
+    for (i = 0; name[i] != '\0' && i + 1 < sizeof(clean); i++) {
+        clean[i] = name[i] == '/' ? '_' : name[i];
+    }
+    clean[i] = '\0';
+    if (strcmp(clean, ".") == 0 || strcmp(clean, "..") == 0) {
+        return -EINVAL;
+    }
+    snprintf(z->announce_path, sizeof(z->announce_path), "%s/%s", z->routers_path, clean);
+    snprintf(z->announce_data, sizeof(z->announce_data), "%s", addr);
+    if (z->zh != NULL && z->connected) {
+        zkm_announce(z);
+    }
+    return 0;
+}
+
+static int
+zkm_read_dir(struct rl_zkm *z, const char *dir, struct rl_member **out, size_t *n,
+             int timeout_ms)
 {
     struct String_vector sv = {0, NULL};
     struct rl_member *m = NULL;
@@ -1564,7 +1642,7 @@ rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int tim
     if (rc != 0) {
         return rc;
     }
-    rc = zoo_get_children(z->zh, z->nodes_path, 0, &sv);
+    rc = zoo_get_children(z->zh, dir, 0, &sv);
     if (rc == ZNONODE) {
         return 0;
     }
@@ -1587,7 +1665,7 @@ rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int tim
         if (strlen(sv.data[i]) >= RL_SHARDMAP_NAME_MAX) {
             continue;
         }
-        snprintf(path, sizeof(path), "%s/%s", z->nodes_path, sv.data[i]);
+        snprintf(path, sizeof(path), "%s/%s", dir, sv.data[i]);
         rc = zoo_get(z->zh, path, 0, buf, &blen, &st);
         if (rc == ZNONODE) {
             continue;
@@ -1597,7 +1675,7 @@ rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int tim
             goto out;
         }
         if (blen <= 0 || st.dataLength >= RL_SHARDMAP_NAME_MAX) {
-            rl_log_warn("zk: member nodes/%s has a bad address; ignored", sv.data[i]);
+            rl_log_warn("zk: %s/%s has a bad address; ignored", dir, sv.data[i]);
             continue;
         }
         if (z->secure) {
@@ -1615,9 +1693,9 @@ rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int tim
             ours = zkm_acl_ours(z, &acl);
             deallocate_ACL_vector(&acl);
             if (!ours) {
-                rl_log_warn("zk: nodes/%s was not written by this cluster (its ACL is not the "
+                rl_log_warn("zk: %s/%s was not written by this cluster (its ACL is not the "
                             "cluster secret's): ignored",
-                            sv.data[i]);
+                            dir, sv.data[i]);
                 continue;
             }
         }

@@ -109,6 +109,17 @@ int rl_zkm_register(struct rl_zkm *z, const char *name, const char *addr);
 int rl_zkm_registered(const struct rl_zkm *z);
 
 /*
+ * Router side: keeps the ephemeral znode routers/<name> (a '/' in name becomes '_') with
+ * data addr, created again with every new session, so operators and rl-cli status see the
+ * routers that run. Another session holding the same name is logged, never deleted.
+ * Returns 0 or -EINVAL.
+ */
+int rl_zkm_announce_router(struct rl_zkm *z, const char *name, const char *addr);
+
+/* The routers announced (name, and the address in addr), as rl_zkm_read_members. */
+int rl_zkm_read_routers(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);
+
+/*
  * Router side: from now on, watches nodes/ and the assignment and calls on_members and
  * on_assignment on every change, again after every new session. Returns 0 or -EALREADY.
  */

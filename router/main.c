@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -246,6 +247,18 @@ main(int argc, char **argv)
         }
         if (rc == 0) {
             rc = rl_zkm_watch_rules(m.zkm);
+        }
+        if (rc == 0) {
+            /* routers/<name>: who runs, for rl-cli status. */
+            char host[64] = "", aname[200];
+
+            if (m.d.name != NULL) {
+                snprintf(aname, sizeof(aname), "%s", m.d.name);
+            } else {
+                gethostname(host, sizeof(host) - 1);
+                snprintf(aname, sizeof(aname), "%s@%s", host[0] ? host : "router", m.d.addr);
+            }
+            rc = rl_zkm_announce_router(m.zkm, aname, m.d.addr);
         }
     }
     if (rc != 0) {

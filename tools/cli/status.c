@@ -51,7 +51,12 @@ struct status {
     const struct rl_conf *conf;
     struct status_node *nodes;
     size_t n, cap;
-    struct rl_wire_reply *rep; /* the router's STATS */
+    struct rl_wire_reply *rep; /* the router's STATS, valid while its client is open */
+    struct status_stat {
+        char key[160];
+        int64_t val;
+    } *rstats; /* a copy of them, for after */
+    size_t nrstats;
     bool router_ok;
     char router_name[128];
     char router_why[330];
@@ -59,6 +64,9 @@ struct status {
     size_t overrides;
     bool have_members;
     const char *from;
+    struct rl_member *routers; /* announced in ZooKeeper (routers/); NULL: none or static */
+    size_t nrouters;
+    bool have_routers;
 };
 
 static struct status_node *
@@ -83,6 +91,18 @@ status_node(struct status *s, const char *name)
     snprintf(s->nodes[s->n].name, sizeof(s->nodes[s->n].name), "%s", name);
     s->nodes[s->n].rules_version = -1;
     return &s->nodes[s->n++];
+}
+
+/* A value of the router's STATS, or def. */
+static int64_t
+router_stat(const struct status *s, const char *key, int64_t def)
+{
+    for (size_t i = 0; s->router_ok && i < s->nrstats; i++) {
+        if (strcmp(s->rstats[i].key, key) == 0) {
+            return s->rstats[i].val;
+        }
+    }
+    return def;
 }
 
 /* The router's STATS, and its per-node keys (node.NAME.KEY). */
@@ -124,22 +144,29 @@ status_router(struct status *s)
     } else {
         s->router_ok = true;
     }
-    rl_client_destroy(c);
+    if (s->router_ok) {
+        s->rstats = calloc(s->rep->nstats + 1, sizeof(*s->rstats));
+        for (size_t i = 0; s->rstats != NULL && i < s->rep->nstats; i++) {
+            snprintf(s->rstats[i].key, sizeof(s->rstats[i].key), "%.*s",
+                     (int)s->rep->stat_keys[i].len, s->rep->stat_keys[i].ptr);
+            s->rstats[i].val = s->rep->stat_vals[i];
+        }
+        s->nrstats = s->rstats != NULL ? s->rep->nstats : 0;
+    }
+    rl_client_destroy(c); /* the reply's strings were in its buffer */
     if (!s->router_ok) {
         return;
     }
-    s->asg_version = rl_client_stat(s->rep, "assignment_version", -1);
-    for (size_t i = 0; i < s->rep->nstats; i++) {
-        const struct rl_wire_str *k = &s->rep->stat_keys[i];
-        char key[160], name[RL_SHARDMAP_NAME_MAX];
+    s->asg_version = router_stat(s, "assignment_version", -1);
+    for (size_t i = 0; i < s->nrstats; i++) {
+        const char *key = s->rstats[i].key;
+        char name[RL_SHARDMAP_NAME_MAX];
         const char *dot;
         struct status_node *nd;
 
-        if (k->len < 6 || k->len >= sizeof(key) || memcmp(k->ptr, "node.", 5) != 0) {
+        if (strncmp(key, "node.", 5) != 0) {
             continue;
         }
-        memcpy(key, k->ptr, k->len);
-        key[k->len] = '\0';
         dot = strrchr(key, '.');
         if (dot == NULL || dot <= key + 5 || (size_t)(dot - key - 5) >= sizeof(name)) {
             continue;
@@ -151,13 +178,13 @@ status_router(struct status *s)
         }
         nd->in_router = true;
         if (strcmp(dot + 1, "up") == 0) {
-            nd->r_up = s->rep->stat_vals[i];
+            nd->r_up = s->rstats[i].val;
         } else if (strcmp(dot + 1, "shards") == 0) {
-            nd->r_shards = s->rep->stat_vals[i];
+            nd->r_shards = s->rstats[i].val;
         } else if (strcmp(dot + 1, "forwarded") == 0) {
-            nd->r_forwarded = s->rep->stat_vals[i];
+            nd->r_forwarded = s->rstats[i].val;
         } else if (strcmp(dot + 1, "failures") == 0) {
-            nd->r_failures = s->rep->stat_vals[i];
+            nd->r_failures = s->rstats[i].val;
         }
     }
 }
@@ -210,6 +237,31 @@ status_members(struct status *s)
     free(members);
     rl_assignment_deinit(&a);
     return CLI_EXIT_OK;
+}
+
+/* The routers announced in ZooKeeper (rl_zkm_announce_router). */
+static void
+status_routers(struct status *s)
+{
+    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL, NULL};
+    struct rl_zkm *z = NULL;
+    uv_loop_t loop;
+    int rc;
+
+    if (s->conf->zookeeper[0] == '\0') {
+        return;
+    }
+    uv_loop_init(&loop);
+    rc = rl_zkm_create(&z, &loop, s->conf->zookeeper, s->conf->session_timeout_ms,
+                       s->conf->cluster_name, &no_cbs, NULL);
+    if (rc == 0) {
+        rl_zkm_secure(z, s->conf->secret, s->conf->secret_len);
+        rc = rl_zkm_read_routers(z, &s->routers, &s->nrouters, 5000);
+    }
+    rl_zkm_destroy(z);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    s->have_routers = rc == 0;
 }
 
 /* One STATS sample of a member: the first connects (and AUTHs with the cluster secret). */
@@ -323,11 +375,6 @@ json_str(const char *v)
     putchar('"');
 }
 
-static int64_t
-router_stat(const struct status *s, const char *key, int64_t def)
-{
-    return s->router_ok ? rl_client_stat(s->rep, key, def) : def;
-}
 
 /* Whether every process that reports a rules version reports the same; *version set to it. */
 static bool
@@ -376,7 +423,21 @@ print_json(const struct status *s, bool ok)
            (long long)router_stat(s, "fail_closed", 0),
            (long long)router_stat(s, "rules_version", -1));
     printf(",\"routers\":[");
-    json_str(s->o->target);
+    if (s->have_routers) {
+        for (size_t i = 0; i < s->nrouters; i++) {
+            printf("%s{\"name\":", i > 0 ? "," : "");
+            json_str(s->routers[i].name);
+            printf(",\"address\":");
+            json_str(s->routers[i].addr);
+            putchar('}');
+        }
+    } else {
+        printf("{\"name\":");
+        json_str(s->router_name);
+        printf(",\"address\":");
+        json_str(s->o->target);
+        putchar('}');
+    }
     printf("],\"membership\":");
     json_str(s->have_members ? s->from : "");
     printf(",\"shards\":%u,\"assignment_overrides\":%zu,\"rules_version\":%lld,"
@@ -451,7 +512,15 @@ print_text(const struct status *s)
     } else {
         printf("router %s: UNREACHABLE (%s)\n", s->o->target, s->router_why);
     }
-    printf("routers known: %s\n", s->o->target);
+    if (s->have_routers) {
+        printf("routers known (ZooKeeper): %zu%s", s->nrouters, s->nrouters > 0 ? ":" : "");
+        for (size_t i = 0; i < s->nrouters; i++) {
+            printf("%s %s (%s)", i > 0 ? "," : "", s->routers[i].name, s->routers[i].addr);
+        }
+        printf("\n");
+    } else {
+        printf("routers known: %s (the one asked)\n", s->o->target);
+    }
     if (rv >= 0) {
         printf("rules: version %lld%s\n", (long long)rv,
                agree ? ", the same on every process that answered"
@@ -509,6 +578,7 @@ cli_status(const struct cli *o, bool json)
     status_router(&s);
     if (conf != NULL) {
         rc = status_members(&s);
+        status_routers(&s);
         rep = malloc(sizeof(*rep));
         for (size_t i = 0; rep != NULL && i < s.n; i++) {
             if (s.nodes[i].member) {
@@ -533,6 +603,8 @@ cli_status(const struct cli *o, bool json)
         print_text(&s);
     }
     free(s.nodes);
+    free(s.routers);
+    free(s.rstats);
     free(s.rep);
     rl_conf_destroy(conf);
     return ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
