@@ -382,6 +382,23 @@ set_deadline(struct conf_parser *p, const char *v)
     return set_bounded(p, &p->c->deadline_ms, v, true, 1, CONF_DEADLINE_MAX, "1ms..10m");
 }
 
+/* [cluster] throttle_events: node/throttle.h's RL_THROTTLE_MAX, repeated to keep common/
+ * free of node headers. */
+#define CONF_THROTTLE_EVENTS_MAX 16384u
+
+static const char *
+set_throttle_events(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->throttle_events, v, false, 0, CONF_THROTTLE_EVENTS_MAX,
+                       "0..16384");
+}
+
+static const char *
+set_events_log(struct conf_parser *p, const char *v)
+{
+    return set_string(p, &p->c->events_log, v);
+}
+
 static const char *
 set_request_log(struct conf_parser *p, const char *v)
 {
@@ -705,6 +722,8 @@ static const struct conf_key cluster_keys[] = {
     {"insecure", set_insecure, false},
     {"secret_file", set_secret_file, false},
     {"fencing", set_fencing, false},
+    {"throttle_events", set_throttle_events, false},
+    {"events_log", set_events_log, false},
     {NULL, NULL, false},
 };
 
@@ -1310,13 +1329,16 @@ conf_create(const char *name)
     c->router_port = 7400;
     c->deadline_ms = 50;
     c->request_log = strdup("");
+    c->events_log = strdup("");
+    c->throttle_events = 1024;
     c->secret_file = strdup("");
     c->log_sample = 1;
     c->log_max_size = 256ull << 20;
     c->log_keep = 4;
     c->clients = rl_conn_limits_default();
     if (c->path == NULL || c->cluster_name == NULL || c->zookeeper == NULL ||
-        c->router_host == NULL || c->request_log == NULL || c->secret_file == NULL) {
+        c->router_host == NULL || c->request_log == NULL || c->secret_file == NULL ||
+        c->events_log == NULL) {
         rl_conf_destroy(c);
         return NULL;
     }
@@ -1545,6 +1567,7 @@ rl_conf_destroy(struct rl_conf *c)
     free(c->tiers);
     free(c->index);
     free(c->request_log);
+    free(c->events_log);
     free(c->router_host);
     free(c->zookeeper);
     free(c->cluster_name);
