@@ -35,7 +35,7 @@
 #define CONF_SESSION_MAX 600000u
 #define CONF_DEADLINE_MAX 600000u
 #define CONF_MEMORY_MIN (1024ull * 1024)
-#define CONF_KEYS_MAX 8 /* keys of the widest section kind */
+#define CONF_KEYS_MAX 16 /* keys of the widest section kind */
 
 #define CONF_DURATION_PHRASE "is not a duration (use ms, s, m, h or d)"
 #define CONF_LIMIT_PHRASE "is not \"ALGORITHM N per DURATION [burst B]\""
