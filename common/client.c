@@ -443,6 +443,8 @@ rl_client_queue(struct rl_client *c, const struct rl_wire_req *req)
         return rl_wire_put_stats(&c->out, req->id);
     case RL_WIRE_OP_CLOCK:
         return rl_wire_put_clock(&c->out, req->id, req->now_ms);
+    case RL_WIRE_OP_THROTTLED:
+        return rl_wire_put_throttled(&c->out, req);
     default:
         return -EINVAL;
     }
@@ -630,6 +632,34 @@ int
 rl_client_stats(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms)
 {
     return simple_call(c, RL_WIRE_OP_STATS, 0, rep, timeout_ms);
+}
+
+int
+rl_client_throttled(struct rl_client *c, const char *service, const uint64_t *since_ms,
+                    uint32_t top, struct rl_wire_reply *rep, int timeout_ms)
+{
+    struct rl_wire_req req;
+    int64_t deadline = deadline_after(timeout_ms);
+    int rc;
+
+    release_held(c);
+    memset(&req, 0, sizeof(req));
+    req.op = RL_WIRE_OP_THROTTLED;
+    req.id = take_id(c);
+    if (service != NULL) {
+        req.service.ptr = service;
+        req.service.len = (uint32_t)strlen(service);
+    }
+    if (since_ms != NULL) {
+        req.has_since = true;
+        req.since_ms = *since_ms;
+    }
+    req.top = top;
+    rc = rl_client_queue(c, &req);
+    if (rc != 0) {
+        return rc;
+    }
+    return call(c, req.id, RL_WIRE_OP_THROTTLED, rep, deadline);
 }
 
 int

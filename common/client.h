@@ -91,6 +91,15 @@ int rl_client_auth_file(struct rl_client *c, const char *path, int timeout_ms, c
 int rl_client_stats(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
 int rl_client_clock(struct rl_client *c, uint64_t now_ms, int timeout_ms);
 
+/*
+ * THROTTLED (docs/PROTOCOL.md): the throttling episodes of a node, or of every node behind a
+ * router. service (NULL: any) and since_ms (NULL: no bound) filter; top 0 asks for the
+ * server's default. Returns 0 with *rep holding the episodes (rep->op RL_WIRE_OP_ERROR when
+ * the server answered ERROR), or a negative errno.
+ */
+int rl_client_throttled(struct rl_client *c, const char *service, const uint64_t *since_ms,
+                        uint32_t top, struct rl_wire_reply *rep, int timeout_ms);
+
 /* A STATS value by key, or def when absent (or when rep is not a STATS reply). */
 int64_t rl_client_stat(const struct rl_wire_reply *rep, const char *key, int64_t def);
 

@@ -35,7 +35,7 @@
 #define CONF_SESSION_MAX 600000u
 #define CONF_DEADLINE_MAX 600000u
 #define CONF_MEMORY_MIN (1024ull * 1024)
-#define CONF_KEYS_MAX 8 /* keys of the widest section kind */
+#define CONF_KEYS_MAX 16 /* keys of the widest section kind */
 
 #define CONF_DURATION_PHRASE "is not a duration (use ms, s, m, h or d)"
 #define CONF_LIMIT_PHRASE "is not \"ALGORITHM N per DURATION [burst B]\""
@@ -433,6 +433,23 @@ set_deadline(struct conf_parser *p, const char *v)
     return set_bounded(p, &p->c->deadline_ms, v, true, 1, CONF_DEADLINE_MAX, "1ms..10m");
 }
 
+/* [cluster] throttle_events: node/throttle.h's RL_THROTTLE_MAX, repeated to keep common/
+ * free of node headers. */
+#define CONF_THROTTLE_EVENTS_MAX 16384u
+
+static const char *
+set_throttle_events(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->throttle_events, v, false, 0, CONF_THROTTLE_EVENTS_MAX,
+                       "0..16384");
+}
+
+static const char *
+set_events_log(struct conf_parser *p, const char *v)
+{
+    return set_string(p, &p->c->events_log, v);
+}
+
 static const char *
 set_request_log(struct conf_parser *p, const char *v)
 {
@@ -771,6 +788,8 @@ static const struct conf_key cluster_keys[] = {
     {"insecure", set_insecure, false},
     {"secret_file", set_secret_file, false},
     {"fencing", set_fencing, false},
+    {"throttle_events", set_throttle_events, false},
+    {"events_log", set_events_log, false},
     {NULL, NULL, false},
 };
 
@@ -1383,13 +1402,16 @@ conf_create(const char *name)
     c->router_port = 7400;
     c->deadline_ms = 50;
     c->request_log = strdup("");
+    c->events_log = strdup("");
+    c->throttle_events = 1024;
     c->secret_file = strdup("");
     c->log_sample = 1;
     c->log_max_size = 256ull << 20;
     c->log_keep = 4;
     c->clients = rl_conn_limits_default();
     if (c->path == NULL || c->cluster_name == NULL || c->zookeeper == NULL ||
-        c->router_host == NULL || c->request_log == NULL || c->secret_file == NULL) {
+        c->router_host == NULL || c->request_log == NULL || c->secret_file == NULL ||
+        c->events_log == NULL) {
         rl_conf_destroy(c);
         return NULL;
     }
@@ -1782,6 +1804,7 @@ rl_conf_destroy(struct rl_conf *c)
     free(c->tiers);
     free(c->index);
     free(c->request_log);
+    free(c->events_log);
     free(c->router_host);
     free(c->router_metrics_host);
     free(c->zookeeper);

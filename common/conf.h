@@ -113,6 +113,10 @@ struct rl_conf {
     char *secret;                /* the secret read from it at load; NULL when none */
     size_t secret_len;
     uint8_t secret_hash[32];     /* its SHA-256, to compare AUTH tokens with */
+    uint32_t throttle_events;    /* throttling episodes a node keeps (node/throttle.h): open
+                                    and closed each; default 1024, 0 = off, max 16384 */
+    char *events_log;            /* closed episodes appended as JSON lines; "" = off; %n is
+                                    the node's name */
     /* [router] */
     char *router_host;    /* default 127.0.0.1; an IPv6 address comes without brackets */
     uint16_t router_port; /* default 7400 */

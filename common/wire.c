@@ -71,6 +71,20 @@ rl_wire_err_name(uint32_t err)
     }
 }
 
+const char *
+rl_wire_ended_name(uint32_t ended)
+{
+    switch (ended) {
+#define RL_WIRE_NAME(n, v, s)                                                                      \
+    case v:                                                                                        \
+        return s;
+        RL_WIRE_ENDED_MAP(RL_WIRE_NAME)
+#undef RL_WIRE_NAME
+    default:
+        return "?";
+    }
+}
+
 static uint32_t
 wire_load_be(const unsigned char *p, size_t n)
 {
@@ -402,6 +416,40 @@ wire_check_req(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_
     return 0;
 }
 
+/* [7, id, service|nil, since_ms|nil, top|nil]: the trailing ones may be left out. */
+static int
+wire_throttled_req(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    uint32_t size = a->via.array.size;
+    uint64_t v;
+
+    req->top = RL_WIRE_TOP_DEFAULT;
+    if (size > 5) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "THROTTLED takes 2..5 elements");
+    }
+    if (size > 2 && a->via.array.ptr[2].type != MSGPACK_OBJECT_NIL &&
+        !wire_str(&a->via.array.ptr[2], 1, RL_WIRE_SERVICE_MAX, &req->service)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "service must be nil or a string of 1..128 bytes");
+    }
+    if (size > 3 && a->via.array.ptr[3].type != MSGPACK_OBJECT_NIL) {
+        if (!wire_uint(&a->via.array.ptr[3], UINT64_MAX, &req->since_ms)) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "since_ms must be nil or an unsigned integer");
+        }
+        req->has_since = true;
+    }
+    if (size > 4 && a->via.array.ptr[4].type != MSGPACK_OBJECT_NIL) {
+        if (!wire_uint(&a->via.array.ptr[4], RL_WIRE_TOP_MAX, &v) || v == 0) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "top must be nil or an unsigned integer of 1..100");
+        }
+        req->top = (uint32_t)v;
+    }
+    return 0;
+}
+
 int
 rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl_wire_req *req,
                    struct rl_wire_fault *fault)
@@ -484,6 +532,8 @@ rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl
                               "token must be a string or binary of 1..256 bytes");
         }
         return 0;
+    case RL_WIRE_OP_THROTTLED:
+        return wire_throttled_req(a, req, fault);
     case RL_WIRE_OP_ERROR:
         return wire_fault(fault, req->id, RL_WIRE_ERR_UNKNOWN_OP, false,
                           "op 255 (ERROR) is never a request");
@@ -548,6 +598,109 @@ wire_stats_reply(const msgpack_object *m, struct rl_wire_reply *rep)
     return 0;
 }
 
+static bool
+wire_key_is(const msgpack_object *k, const char *name)
+{
+    size_t n = strlen(name);
+
+    return k->via.str.size == n && memcmp(k->via.str.ptr, name, n) == 0;
+}
+
+/* One episode: a map of exactly the 8 keys, each once, in any order. */
+static int
+wire_episode(const msgpack_object *m, struct rl_wire_episode *ep)
+{
+    static const char *const keys[8] = {"service", "endpoint", "user",  "start_ms",
+                                        "end_ms",  "refused",  "ended", "node"};
+    unsigned seen = 0;
+    struct rl_wire_str ended = {NULL, 0};
+
+    if (m->type != MSGPACK_OBJECT_MAP || m->via.map.size != 8) {
+        return -EPROTO;
+    }
+    memset(ep, 0, sizeof(*ep));
+    for (uint32_t i = 0; i < 8; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key;
+        const msgpack_object *v = &m->via.map.ptr[i].val;
+        unsigned which = 8;
+        bool ok;
+
+        if (k->type != MSGPACK_OBJECT_STR) {
+            return -EPROTO;
+        }
+        for (unsigned j = 0; j < 8 && which == 8; j++) {
+            if (wire_key_is(k, keys[j])) {
+                which = j;
+            }
+        }
+        if (which == 8 || (seen & (1u << which)) != 0) {
+            return -EPROTO;
+        }
+        seen |= 1u << which;
+        switch (which) {
+        case 0:
+            ok = wire_str(v, 1, RL_WIRE_SERVICE_MAX, &ep->service);
+            break;
+        case 1:
+            ok = v->type == MSGPACK_OBJECT_NIL ||
+                 wire_str(v, 1, RL_WIRE_ENDPOINT_MAX, &ep->endpoint);
+            break;
+        case 2:
+            ok = wire_str(v, 1, RL_WIRE_USER_MAX, &ep->user);
+            break;
+        case 3:
+            ok = wire_uint(v, UINT64_MAX, &ep->start_ms);
+            break;
+        case 4:
+            ok = wire_uint(v, UINT64_MAX, &ep->end_ms);
+            break;
+        case 5:
+            ok = wire_uint(v, UINT64_MAX, &ep->refused);
+            break;
+        case 6:
+            ok = wire_str(v, 1, 16, &ended);
+            ep->ended = UINT32_MAX;
+#define RL_WIRE_ENDED_IS(n, val, str)                                                              \
+    if (ok && ended.len == sizeof(str) - 1 && memcmp(ended.ptr, str, ended.len) == 0) {            \
+        ep->ended = val;                                                                           \
+    }
+            RL_WIRE_ENDED_MAP(RL_WIRE_ENDED_IS)
+#undef RL_WIRE_ENDED_IS
+            ok = ok && ep->ended != UINT32_MAX;
+            break;
+        default:
+            ok = wire_str(v, 0, RL_WIRE_NODE_MAX, &ep->node);
+            break;
+        }
+        if (!ok) {
+            return -EPROTO;
+        }
+    }
+    return 0;
+}
+
+static int
+wire_throttled_reply(const msgpack_object *e, struct rl_wire_reply *rep)
+{
+    if (e[2].type != MSGPACK_OBJECT_ARRAY || e[2].via.array.size > RL_WIRE_TOP_MAX ||
+        e[3].type != MSGPACK_OBJECT_ARRAY || e[3].via.array.size > RL_WIRE_MISSING_MAX) {
+        return -EPROTO;
+    }
+    for (uint32_t i = 0; i < e[2].via.array.size; i++) {
+        if (wire_episode(&e[2].via.array.ptr[i], &rep->episodes[i]) != 0) {
+            return -EPROTO;
+        }
+    }
+    for (uint32_t i = 0; i < e[3].via.array.size; i++) {
+        if (!wire_str(&e[3].via.array.ptr[i], 0, RL_WIRE_NODE_MAX, &rep->missing[i])) {
+            return -EPROTO;
+        }
+    }
+    rep->nepisodes = e[2].via.array.size;
+    rep->nmissing = e[3].via.array.size;
+    return 0;
+}
+
 int
 rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct rl_wire_reply *rep)
 {
@@ -568,6 +721,8 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
     rep->message.ptr = NULL;
     rep->message.len = 0;
     rep->nstats = 0;
+    rep->nepisodes = 0;
+    rep->nmissing = 0;
     if (wire_unpack(d, p, n, &obj, &nomem) != NULL) {
         return nomem ? -ENOMEM : -EPROTO;
     }
@@ -613,6 +768,11 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
             return -EPROTO;
         }
         return 0;
+    case RL_WIRE_OP_THROTTLED:
+        if (size != 4) {
+            return -EPROTO;
+        }
+        return wire_throttled_reply(e, rep);
     case RL_WIRE_OP_ERROR:
         if (size != 4 || !wire_uint(&e[2], UINT32_MAX, &v) || !wire_err_known((uint32_t)v) ||
             !wire_str(&e[3], 0, UINT32_MAX, &rep->message)) {
@@ -886,4 +1046,130 @@ rl_wire_put_stats_reply(struct rl_buf *out, uint32_t id, const char *const *keys
         ok = wire_pack_str(&pk, keys[i], strlen(keys[i])) && msgpack_pack_int64(&pk, vals[i]) == 0;
     }
     return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_throttled(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (req->service.ptr != NULL && req->service.len > RL_WIRE_SERVICE_MAX) {
+        return -EMSGSIZE;
+    }
+    if (wire_begin(out, WIRE_HINT + (size_t)req->service.len, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 5) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_THROTTLED) == 0 &&
+         msgpack_pack_uint32(&pk, req->id) == 0 &&
+         (req->service.ptr == NULL ? msgpack_pack_nil(&pk) == 0
+                                   : wire_pack_str(&pk, req->service.ptr, req->service.len)) &&
+         (!req->has_since ? msgpack_pack_nil(&pk) == 0
+                          : msgpack_pack_uint64(&pk, req->since_ms) == 0) &&
+         (req->top == 0 ? msgpack_pack_nil(&pk) == 0 : msgpack_pack_uint32(&pk, req->top) == 0);
+    return wire_end(out, start, ok);
+}
+
+/* Upper bounds of what msgpack takes for a str of n bytes and for any unsigned integer. */
+static size_t
+wire_str_size(size_t n)
+{
+    return n + (n < 32 ? 1 : n < 256 ? 2 : n < 65536 ? 3 : 5);
+}
+
+#define WIRE_UINT_SIZE 9u
+
+/* The 8 keys of an episode map: "service" ... "node", each a fixstr. */
+#define WIRE_EPISODE_KEYS (8u + 9u + 5u + 9u + 7u + 8u + 6u + 5u)
+
+static size_t
+wire_episode_size(const struct rl_wire_episode *ep)
+{
+    return 1 + WIRE_EPISODE_KEYS + wire_str_size(ep->service.len) +
+           (ep->endpoint.ptr == NULL ? 1 : wire_str_size(ep->endpoint.len)) +
+           wire_str_size(ep->user.len) + wire_str_size(ep->node.len) + 3 * WIRE_UINT_SIZE +
+           wire_str_size(7);
+}
+
+static bool
+wire_pack_episode(msgpack_packer *pk, const struct rl_wire_episode *ep)
+{
+    const char *ended = rl_wire_ended_name(ep->ended);
+
+    return msgpack_pack_map(pk, 8) == 0 && wire_pack_str(pk, "service", 7) &&
+           wire_pack_str(pk, ep->service.ptr, ep->service.len) &&
+           wire_pack_str(pk, "endpoint", 8) &&
+           (ep->endpoint.ptr == NULL ? msgpack_pack_nil(pk) == 0
+                                     : wire_pack_str(pk, ep->endpoint.ptr, ep->endpoint.len)) &&
+           wire_pack_str(pk, "user", 4) && wire_pack_str(pk, ep->user.ptr, ep->user.len) &&
+           wire_pack_str(pk, "start_ms", 8) && msgpack_pack_uint64(pk, ep->start_ms) == 0 &&
+           wire_pack_str(pk, "end_ms", 6) && msgpack_pack_uint64(pk, ep->end_ms) == 0 &&
+           wire_pack_str(pk, "refused", 7) && msgpack_pack_uint64(pk, ep->refused) == 0 &&
+           wire_pack_str(pk, "ended", 5) && wire_pack_str(pk, ended, strlen(ended)) &&
+           wire_pack_str(pk, "node", 4) && wire_pack_str(pk, ep->node.ptr, ep->node.len);
+}
+
+int
+rl_wire_put_throttled_reply(struct rl_buf *out, uint32_t id, const struct rl_wire_episode *eps,
+                            size_t n, const struct rl_wire_str *missing, size_t nmissing,
+                            size_t *nput)
+{
+    msgpack_packer pk;
+    size_t start, i, fit = 0;
+    /* [7, id, array16, array16]: the outer header, op, a uint32 id, two array headers */
+    size_t total = 1 + 1 + 5 + 3 + 3;
+    bool ok;
+    int rc;
+
+    if (nput != NULL) {
+        *nput = 0;
+    }
+    if (nmissing > RL_WIRE_MISSING_MAX) {
+        nmissing = RL_WIRE_MISSING_MAX;
+    }
+    if (n > RL_WIRE_TOP_MAX) {
+        n = RL_WIRE_TOP_MAX;
+    }
+    for (i = 0; i < nmissing; i++) {
+        if (missing[i].len > RL_WIRE_NODE_MAX) {
+            return -EMSGSIZE;
+        }
+        total += wire_str_size(missing[i].len);
+    }
+    for (i = 0; i < n; i++) {
+        const struct rl_wire_episode *ep = &eps[i];
+
+        if (ep->service.len == 0 || ep->service.len > RL_WIRE_SERVICE_MAX ||
+            ep->user.len == 0 || ep->user.len > RL_WIRE_USER_MAX ||
+            ep->node.len > RL_WIRE_NODE_MAX ||
+            (ep->endpoint.ptr != NULL &&
+             (ep->endpoint.len == 0 || ep->endpoint.len > RL_WIRE_ENDPOINT_MAX)) ||
+            ep->ended > RL_WIRE_ENDED_IDLE) {
+            return -EMSGSIZE;
+        }
+    }
+    for (fit = 0; fit < n && total + wire_episode_size(&eps[fit]) <= RL_WIRE_FRAME_MAX; fit++) {
+        total += wire_episode_size(&eps[fit]);
+    }
+    if (wire_begin(out, total, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 4) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_THROTTLED) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0 && msgpack_pack_array(&pk, fit) == 0;
+    for (i = 0; ok && i < fit; i++) {
+        ok = wire_pack_episode(&pk, &eps[i]);
+    }
+    ok = ok && msgpack_pack_array(&pk, nmissing) == 0;
+    for (i = 0; ok && i < nmissing; i++) {
+        ok = wire_pack_str(&pk, missing[i].ptr, missing[i].len);
+    }
+    rc = wire_end(out, start, ok);
+    if (rc != 0) {
+        return rc;
+    }
+    if (nput != NULL) {
+        *nput = fit;
+    }
+    return 0;
 }

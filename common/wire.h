@@ -28,6 +28,12 @@
 #define RL_WIRE_RETRY_NEVER 4294967295u
 #define RL_WIRE_ROLE_MAX 32u
 #define RL_WIRE_TOKEN_MAX 256u
+/* THROTTLED (docs/PROTOCOL.md, "THROTTLED"): node names in a reply, how many episodes a
+ * reply holds at most (and by default), and how many missing nodes it names at most. */
+#define RL_WIRE_NODE_MAX 64u
+#define RL_WIRE_TOP_MAX 100u
+#define RL_WIRE_TOP_DEFAULT 20u
+#define RL_WIRE_MISSING_MAX 64u
 
 /* Opcodes: X(name, value, text). */
 #define RL_WIRE_OP_MAP(X)                                                                          \
@@ -37,6 +43,7 @@
     X(CLOCK, 4, "clock")                                                                           \
     X(HELLO, 5, "hello")                                                                           \
     X(AUTH, 6, "auth")                                                                             \
+    X(THROTTLED, 7, "throttled")                                                                   \
     X(ERROR, 255, "error")
 
 /* CHECK reply codes: X(name, value, text). */
@@ -56,6 +63,18 @@
     X(OVERLOADED, 4, "overloaded")                                                                 \
     X(UNAUTHORIZED, 5, "unauthorized")                                                             \
     X(NOT_OWNER, 6, "not_owner")
+
+/* How a throttling episode ended (THROTTLED's `ended`): X(name, value, text). */
+#define RL_WIRE_ENDED_MAP(X)                                                                       \
+    X(OPEN, 0, "open")                                                                             \
+    X(ALLOWED, 1, "allowed")                                                                       \
+    X(IDLE, 2, "idle")
+
+enum rl_wire_ended {
+#define RL_WIRE_ENUM(n, v, s) RL_WIRE_ENDED_##n = v,
+    RL_WIRE_ENDED_MAP(RL_WIRE_ENUM)
+#undef RL_WIRE_ENUM
+};
 
 enum rl_wire_op {
 #define RL_WIRE_ENUM(n, v, s) RL_WIRE_OP_##n = v,
@@ -78,6 +97,7 @@ enum rl_wire_err {
 const char *rl_wire_op_name(uint32_t op);
 const char *rl_wire_code_name(uint32_t code);
 const char *rl_wire_err_name(uint32_t err);
+const char *rl_wire_ended_name(uint32_t ended);
 
 /* A string inside a decoded frame: not NUL-terminated, valid while the frame's bytes are. */
 struct rl_wire_str {
@@ -96,6 +116,24 @@ struct rl_wire_req {
     uint64_t now_ms; /* CLOCK */
     struct rl_wire_str role; /* HELLO: "router" */
     struct rl_wire_str token; /* AUTH: 1..256 bytes, string or binary */
+    /* THROTTLED: service (above, ptr NULL: any) filters; since_ms when has_since; top
+     * 1..RL_WIRE_TOP_MAX (RL_WIRE_TOP_DEFAULT when not given) */
+    uint64_t since_ms;
+    bool has_since;
+    uint32_t top;
+};
+
+/* One throttling episode in a THROTTLED reply. Strings point into the frame (decoded) or
+ * the caller's memory (encoded). */
+struct rl_wire_episode {
+    struct rl_wire_str service;  /* 1..128 bytes */
+    struct rl_wire_str endpoint; /* ptr NULL: nil (the service as a whole); 1..128 bytes */
+    struct rl_wire_str user;     /* 1..256 bytes */
+    struct rl_wire_str node;     /* 0..64 bytes: the node that recorded it */
+    uint64_t start_ms;           /* the first refusal */
+    uint64_t end_ms;             /* when it ended; 0 while open */
+    uint64_t refused;            /* requests refused (LIMITED) in it */
+    uint32_t ended;              /* enum rl_wire_ended */
 };
 
 struct rl_wire_check_reply {
@@ -121,6 +159,11 @@ struct rl_wire_reply {
     size_t nstats; /* STATS: pairs, at most RL_WIRE_STATS_MAX, in the order received */
     struct rl_wire_str stat_keys[RL_WIRE_STATS_MAX];
     int64_t stat_vals[RL_WIRE_STATS_MAX];
+    size_t nepisodes; /* THROTTLED: at most RL_WIRE_TOP_MAX, in the order received */
+    struct rl_wire_episode episodes[RL_WIRE_TOP_MAX];
+    size_t nmissing; /* THROTTLED: nodes that did not answer (router), at most
+                        RL_WIRE_MISSING_MAX */
+    struct rl_wire_str missing[RL_WIRE_MISSING_MAX];
 };
 
 /* What went wrong with a request, ready to be sent back as an ERROR reply. */
@@ -190,5 +233,17 @@ int rl_wire_put_clock_reply(struct rl_buf *out, uint32_t id, uint64_t now_ms);
 int rl_wire_put_error(struct rl_buf *out, uint32_t id, uint32_t err, const char *msg);
 int rl_wire_put_stats_reply(struct rl_buf *out, uint32_t id, const char *const *keys,
                             const int64_t *vals, size_t n);
+/*
+ * THROTTLED [7, id, service|nil, since_ms|nil, top] from req (service.ptr NULL: nil; since_ms
+ * nil unless has_since; top 0 is sent as nil), and its reply [7, id, [episode...],
+ * [missing...]]. The reply holds eps[0..n) in the order given, but at most RL_WIRE_TOP_MAX
+ * and only as many as fit the frame: it stops before the first that would not fit, and
+ * *nput (may be NULL) says how many went in. At most RL_WIRE_MISSING_MAX names of missing
+ * are sent. Strings past their bounds are -EMSGSIZE.
+ */
+int rl_wire_put_throttled(struct rl_buf *out, const struct rl_wire_req *req);
+int rl_wire_put_throttled_reply(struct rl_buf *out, uint32_t id, const struct rl_wire_episode *eps,
+                                size_t n, const struct rl_wire_str *missing, size_t nmissing,
+                                size_t *nput);
 
 #endif

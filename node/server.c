@@ -15,6 +15,7 @@
 #include "log.h"
 #include "rules.h"
 #include "shardmap.h"
+#include "throttle.h"
 #include "zkm.h"
 #include "wire.h"
 
@@ -28,6 +29,8 @@
  * table (docs/BENCHMARKS.md, key churn). Full at now - grace implies full at now, since
  * time without consumption only ever moves a state towards full. */
 #define SERVER_SWEEP_GRACE_MS 1000u
+/* How often open throttling episodes are looked at for an idle close (throttle.h). */
+#define SERVER_THROTTLE_TICK_MS 1000u
 
 /*
  * Drops one handle of s (the listener with its connections, the flusher, the timer: each
@@ -40,6 +43,10 @@ server_unref(struct rl_server *s)
     s->pending_closes--;
     if (s->closing && s->pending_closes == 0) {
         rl_wire_decoder_deinit(&s->dec);
+        rl_throttle_destroy(s->throttle);
+        s->throttle = NULL;
+        free(s->episodes);
+        s->episodes = NULL;
         if (s->on_closed != NULL) {
             s->on_closed(s);
         }
@@ -115,6 +122,14 @@ reply_stats(struct rl_conn *c, uint32_t id)
     RL_SERVER_PUT("rules_reloads", s->opts.rules != NULL ? s->opts.rules->reloads : 0)
     RL_SERVER_PUT("rules_reload_failures", s->opts.rules != NULL ? s->opts.rules->failures : 0)
     RL_SERVER_PUT("uptime_ms", uv_now(s->loop) - s->started_ms)
+    {
+        struct rl_throttle_stats ts;
+
+        rl_throttle_stats(s->throttle, &ts);
+        RL_SERVER_PUT("throttle_open", ts.open)
+        RL_SERVER_PUT("throttle_recorded", ts.recorded)
+        RL_SERVER_PUT("throttle_dropped", ts.dropped)
+    }
     /* Memory pressure per service, "service.NAME.KEY", for the services that fit in the
      * reply's 256 pairs (5 keys each: about 40 services), in config order. */
     for (size_t i = 0; i < rl_limiter_services(s->limiter); i++) {
@@ -133,6 +148,38 @@ reply_stats(struct rl_conn *c, uint32_t id)
 #undef RL_SERVER_PUT
     if (rl_wire_put_stats_reply(&c->out, id, keys, vals, n) != 0) {
         rl_conn_close(c, UV_ENOMEM);
+    }
+}
+
+/* THROTTLED: this node's episodes, by refused descending (docs/PROTOCOL.md). */
+static void
+reply_throttled(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_server *s = c->data;
+    size_t n;
+
+    n = rl_throttle_query(s->throttle, req->service.ptr, req->service.len,
+                          req->has_since ? &req->since_ms : NULL, s->now_ms, req->top,
+                          s->episodes);
+    if (rl_wire_put_throttled_reply(&c->out, req->id, s->episodes, n, NULL, 0, NULL) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+    }
+}
+
+/* Right after the limiter's answer: a refusal opens or extends the key's episode; an
+ * allowance closes it, and costs one test when no episode is open. */
+static inline void
+server_throttle_hook(struct rl_server *s, const struct rl_wire_req *req,
+                     const struct rl_wire_check_reply *rep)
+{
+    if (rep->code == RL_WIRE_LIMITED) {
+        rl_throttle_limited(s->throttle, req->service.ptr, req->service.len, req->endpoint.ptr,
+                            req->endpoint.len, req->user.ptr, req->user.len, s->now_ms,
+                            rep->retry_after_ms);
+    } else if (rl_throttle_any_open(s->throttle) &&
+               (rep->code == RL_WIRE_ALLOWED || rep->code == RL_WIRE_QUEUED)) {
+        rl_throttle_allowed(s->throttle, req->service.ptr, req->service.len, req->endpoint.ptr,
+                            req->endpoint.len, req->user.ptr, req->user.len, s->now_ms);
     }
 }
 
@@ -257,6 +304,7 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
         }
         rl_limiter_check_epoch(s->limiter, &req, s->now_ms, epoch, &rep);
         s->batch_checks++;
+        server_throttle_hook(s, &req, &rep);
         rc = rl_wire_put_check_reply(&c->out, &rep);
         break;
     case RL_WIRE_OP_PING:
@@ -264,6 +312,9 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
         break;
     case RL_WIRE_OP_STATS:
         reply_stats(c, req.id);
+        break;
+    case RL_WIRE_OP_THROTTLED:
+        reply_throttled(c, &req);
         break;
     case RL_WIRE_OP_HELLO:
         if (req.role.len != 6 || memcmp(req.role.ptr, "router", 6) != 0) {
@@ -323,6 +374,62 @@ server_sweep(uv_timer_t *t)
     }
 }
 
+static void
+server_throttle_tick(uv_timer_t *t)
+{
+    struct rl_server *s = t->data;
+
+    rl_throttle_tick(s->throttle, rl_clock_now_ms(&s->clock));
+}
+
+/* The events log's path: the config's, with each %n replaced by the node's name. */
+static void
+events_log_path(char *buf, size_t len, const char *tmpl, const char *name)
+{
+    size_t n = 0;
+
+    for (; *tmpl != '\0' && n + 1 < len; tmpl++) {
+        if (tmpl[0] == '%' && tmpl[1] == 'n') {
+            n += (size_t)snprintf(buf + n, len - n, "%s", name);
+            tmpl++;
+            if (n >= len) {
+                n = len - 1;
+            }
+        } else {
+            buf[n++] = *tmpl;
+        }
+    }
+    buf[n] = '\0';
+}
+
+static int
+server_throttle_create(struct rl_server *s)
+{
+    const struct rl_conf *conf = s->opts.conf;
+    uint32_t cap = conf != NULL ? conf->throttle_events : RL_THROTTLE_DEFAULT;
+    char path[4096] = "";
+    int rc;
+
+    if (conf != NULL && conf->events_log != NULL) {
+        events_log_path(path, sizeof(path), conf->events_log, s->name);
+    }
+    rc = rl_throttle_create(&s->throttle, cap, s->name, path);
+    if (rc != 0) {
+        rl_log_error("throttle events: cannot start (%s%s%s)", strerror(-rc),
+                     path[0] != '\0' ? ", events_log " : "", path);
+        return rc;
+    }
+    if (cap > 0) {
+        s->episodes = calloc(RL_WIRE_TOP_MAX, sizeof(*s->episodes));
+        if (s->episodes == NULL) {
+            rl_throttle_destroy(s->throttle);
+            s->throttle = NULL;
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
 static const struct rl_conn_ops server_conn_ops = {
     .on_batch = server_batch,
     .on_frame = server_frame,
@@ -349,18 +456,28 @@ rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *limiter
     s->fence_disconnect = opts->conf != NULL && opts->conf->fence_disconnect;
     rl_clock_init(&s->clock);
     s->started_ms = uv_now(loop);
+    rc = server_throttle_create(s);
+    if (rc != 0) {
+        return rc;
+    }
     rc = rl_wire_decoder_init(&s->dec);
     if (rc != 0) {
+        rl_throttle_destroy(s->throttle);
+        free(s->episodes);
         return rc;
     }
     rc = rl_connq_init(&s->connq, loop);
     if (rc != 0) {
         rl_wire_decoder_deinit(&s->dec);
+        rl_throttle_destroy(s->throttle);
+        free(s->episodes);
         return rc;
     }
-    s->pending_closes = 3; /* the flusher, the listener, the sweep timer */
+    s->pending_closes = 4; /* the flusher, the listener, the sweep and throttle timers */
     uv_timer_init(loop, &s->sweep_timer);
     s->sweep_timer.data = s;
+    uv_timer_init(loop, &s->throttle_timer);
+    s->throttle_timer.data = s;
     rc = rl_listener_start(&s->listener, &s->connq, opts->host, opts->port, &server_conn_ops,
                            sizeof(struct rl_conn), &s->opts.limits, s);
     if (rc != 0) {
@@ -368,6 +485,10 @@ rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *limiter
         return rc;
     }
     uv_timer_start(&s->sweep_timer, server_sweep, SERVER_SWEEP_MS, SERVER_SWEEP_MS);
+    if (s->throttle != NULL) {
+        uv_timer_start(&s->throttle_timer, server_throttle_tick, SERVER_THROTTLE_TICK_MS,
+                       SERVER_THROTTLE_TICK_MS);
+    }
     return 0;
 }
 
@@ -403,6 +524,7 @@ rl_server_close(struct rl_server *s, void (*on_closed)(struct rl_server *s))
     s->on_closed = on_closed;
     rl_listener_close(&s->listener, server_listener_closed);
     uv_close((uv_handle_t *)&s->sweep_timer, server_handle_closed);
+    uv_close((uv_handle_t *)&s->throttle_timer, server_handle_closed);
     rl_connq_close(&s->connq, server_connq_closed, s);
 }
 
@@ -506,6 +628,22 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
                 s->auth_failures);
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL),
                 s->errors - s->not_owner - s->auth_failures);
+    {
+        struct rl_throttle_stats ts = {0};
+
+        if (s->throttle != NULL) {
+            rl_throttle_stats(s->throttle, &ts);
+        }
+        rl_prom_family(p, "rl_node_throttle_open", "gauge",
+                       "Throttling episodes open now (keys refused and not allowed since).");
+        rl_prom_u64(p, "rl_node_throttle_open", NULL, ts.open);
+        rl_prom_family(p, "rl_node_throttle_episodes_total", "counter",
+                       "Throttling episodes opened (a key's first refusal after being allowed).");
+        rl_prom_u64(p, "rl_node_throttle_episodes_total", NULL, ts.recorded);
+        rl_prom_family(p, "rl_node_throttle_dropped_total", "counter",
+                       "Refusals not recorded because throttle_events episodes were open.");
+        rl_prom_u64(p, "rl_node_throttle_dropped_total", NULL, ts.dropped);
+    }
     rl_listener_metrics(&cs, p);
     rl_rules_metrics(s->opts.rules, s->opts.conf != NULL ? s->opts.conf->rules_digest : 0, p);
 

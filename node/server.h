@@ -18,6 +18,7 @@
 #include "conn.h"
 #include "limiter.h"
 #include "metrics.h"
+#include "throttle.h"
 #include "wire.h"
 
 
@@ -44,7 +45,10 @@ struct rl_server {
     struct rl_listener listener;
     struct rl_wire_decoder dec; /* one for all clients: frames are decoded one at a time */
     uv_timer_t sweep_timer;
+    uv_timer_t throttle_timer; /* idle closes of throttling episodes */
     struct rl_limiter *limiter;
+    struct rl_throttle *throttle;        /* NULL: [cluster] throttle_events = 0 */
+    struct rl_wire_episode *episodes;    /* RL_WIRE_TOP_MAX, for THROTTLED replies */
     struct rl_clock clock;
     struct rl_server_opts opts;
     char name[64];

@@ -31,8 +31,15 @@
 #define ROUTER_GEN_SHIFT 24           /* upstream id = gen << 24 | slab index */
 #define ROUTER_PENDING_MAX (1u << 24) /* so the index fits under the generation */
 #define ROUTER_AUTH_WARN_MS 10000u    /* failed AUTHs are said at most this often */
+/* THROTTLED fan-outs (docs/PROTOCOL.md, "THROTTLED"): how long the nodes are waited for, and
+ * how many may be in flight per client and in the whole router (OVERLOADED past either).
+ * Each holds up to RL_WIRE_TOP_MAX episodes copied out of the nodes' replies (~60 KiB). */
+#define ROUTER_ADMIN_TIMEOUT_MS 1000u
+#define ROUTER_FANOUT_PER_CLIENT 4u
+#define ROUTER_FANOUT_MAX 64u
 
 struct rl_cconn;
+struct rl_fanout;
 
 struct rl_pending {
     struct rl_cconn *client; /* NULL once the client left */
@@ -40,6 +47,9 @@ struct rl_pending {
     struct rl_uplink link;            /* in flight on one of up's connections */
     struct rl_pending *cprev, *cnext; /* client's list */
     struct rl_pending *fprev, *fnext; /* deadline FIFO, or the free list (fnext) */
+    /* THROTTLED: the fan-out this is one node's part of (then cprev/cnext link the fan-out's
+     * parts, and the record is in neither the client's list nor the FIFO); NULL: a CHECK */
+    struct rl_fanout *fan;
     const struct rl_rule *rule;
     uint64_t deadline;
     uint64_t start_ns; /* uv_hrtime() of the read that brought the request */
@@ -57,6 +67,37 @@ struct rl_pending {
 struct rl_cconn {
     struct rl_conn conn; /* first: the listener allocates rl_cconn-sized connections */
     struct rl_pending *pending;
+    struct rl_fanout *fanouts; /* THROTTLED fan-outs in flight */
+    uint32_t nfanouts;
+};
+
+/* An episode copied out of a node's THROTTLED reply. */
+struct rl_fan_ep {
+    uint64_t start_ms, end_ms, refused;
+    uint32_t ended;
+    uint16_t slen, elen, ulen, nlen;
+    bool has_endpoint;
+    char service[RL_WIRE_SERVICE_MAX];
+    char endpoint[RL_WIRE_ENDPOINT_MAX];
+    char user[RL_WIRE_USER_MAX];
+    char node[RL_WIRE_NODE_MAX];
+};
+
+/* One THROTTLED request of a client, sent to every node: the best `top` episodes so far and
+ * the nodes that did not answer. */
+struct rl_fanout {
+    struct rl_router *r;
+    struct rl_cconn *client; /* NULL once the client left */
+    struct rl_fanout *cprev, *cnext;
+    struct rl_pending *parts; /* one per node still to answer, linked by cprev/cnext */
+    uint32_t outstanding;
+    uint32_t client_id;
+    uint32_t top;
+    uv_timer_t timer;
+    size_t nmissing;
+    char missing[RL_WIRE_MISSING_MAX][RL_WIRE_NODE_MAX + 1];
+    size_t neps;
+    struct rl_fan_ep eps[RL_WIRE_TOP_MAX];
 };
 
 struct rl_router {
@@ -103,6 +144,7 @@ struct rl_router {
      * first, each freed once no request from before its swap is in flight */
     struct router_retired *retired;
     uv_timer_t retire_timer;
+    uint32_t nfanouts;     /* THROTTLED fan-outs in flight */
 };
 
 struct router_retired {
@@ -112,6 +154,7 @@ struct router_retired {
 };
 
 static void router_maybe_free(struct rl_router *r);
+static void router_throttled(struct rl_conn *conn, const struct rl_wire_req *req);
 
 /* ---- pending records ---------------------------------------------------------------- */
 
@@ -161,6 +204,8 @@ pending_by_id(struct rl_router *r, uint32_t id)
  * last to be reused: the 8-bit generation alone would let a late reply land on a request
  * that reused the slot 256 allocations later, which the head of a LIFO list reaches fast.
  */
+static void pending_free(struct rl_router *r, struct rl_pending *p, bool late_reply);
+
 static void
 pending_put(struct rl_router *r, struct rl_pending *p, bool late_reply)
 {
@@ -188,7 +233,15 @@ pending_put(struct rl_router *r, struct rl_pending *p, bool late_reply)
     } else {
         r->fifo_tail = p->fprev;
     }
+    pending_free(r, p, late_reply);
+}
+
+/* Returns p, unlinked from every list, to the free list; late_reply as for pending_put. */
+static void
+pending_free(struct rl_router *r, struct rl_pending *p, bool late_reply)
+{
     p->used = false;
+    p->fan = NULL;
     p->client = NULL;
     p->up = NULL;
     p->cprev = p->cnext = p->fprev = p->fnext = NULL;
@@ -336,6 +389,11 @@ cconn_on_close(struct rl_conn *conn, int status)
         p->client = NULL;
     }
     c->pending = NULL;
+    for (struct rl_fanout *f = c->fanouts; f != NULL; f = f->cnext) {
+        f->client = NULL;
+    }
+    c->fanouts = NULL;
+    c->nfanouts = 0;
 }
 
 static void
@@ -649,6 +707,16 @@ cconn_frame(struct rl_conn *c, const char *p, size_t n)
         }
         router_stats_reply(c, req.id);
         break;
+    case RL_WIRE_OP_THROTTLED:
+        /* The same permission as STATS: both show what clients do. */
+        if (c->principal != NULL && !((const struct rl_client_conf *)c->principal)->stats) {
+            r->stats.unauthorized++;
+            cconn_error(c, req.id, RL_WIRE_ERR_UNAUTHORIZED,
+                        "this client's token does not allow THROTTLED (stats = yes)");
+            break;
+        }
+        router_throttled(c, &req);
+        break;
     default:
         /* CLOCK is a node's test hook; a router has no clock to set. */
         cconn_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, "unknown op");
@@ -670,6 +738,248 @@ static const struct rl_conn_ops cconn_ops = {
     .on_close = cconn_on_close,
 };
 
+/* ---- THROTTLED fan-outs ------------------------------------------------------------------ */
+
+static void
+fan_timer_closed(uv_handle_t *h)
+{
+    struct rl_fanout *f = h->data;
+    struct rl_router *r = f->r;
+
+    free(f);
+    r->handles--;
+    router_maybe_free(r);
+}
+
+static void
+fan_missing(struct rl_fanout *f, const char *name)
+{
+    if (f->nmissing < RL_WIRE_MISSING_MAX) {
+        snprintf(f->missing[f->nmissing++], sizeof(f->missing[0]), "%s", name);
+    }
+}
+
+/* Orders episodes by refused descending, then the earlier start, then the node's name. */
+static int
+fan_ep_cmp(const void *a, const void *b)
+{
+    const struct rl_fan_ep *x = a, *y = b;
+
+    if (x->refused != y->refused) {
+        return x->refused > y->refused ? -1 : 1;
+    }
+    if (x->start_ms != y->start_ms) {
+        return x->start_ms < y->start_ms ? -1 : 1;
+    }
+    return strncmp(x->node, y->node, RL_WIRE_NODE_MAX);
+}
+
+/* Keeps the node's episode if it is among the best f->top so far. */
+static void
+fan_merge(struct rl_fanout *f, const struct rl_wire_episode *ep)
+{
+    struct rl_fan_ep tmp, *slot;
+
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.start_ms = ep->start_ms;
+    tmp.end_ms = ep->end_ms;
+    tmp.refused = ep->refused;
+    tmp.ended = ep->ended;
+    tmp.slen = (uint16_t)ep->service.len;
+    tmp.elen = ep->endpoint.ptr != NULL ? (uint16_t)ep->endpoint.len : 0;
+    tmp.has_endpoint = ep->endpoint.ptr != NULL;
+    tmp.ulen = (uint16_t)ep->user.len;
+    tmp.nlen = (uint16_t)ep->node.len;
+    memcpy(tmp.node, ep->node.ptr, ep->node.len);
+    if (f->neps < f->top) {
+        slot = &f->eps[f->neps++];
+    } else {
+        /* Full: replace the worst, if this one is better. */
+        slot = &f->eps[0];
+        for (size_t i = 1; i < f->neps; i++) {
+            if (fan_ep_cmp(&f->eps[i], slot) > 0) {
+                slot = &f->eps[i];
+            }
+        }
+        if (fan_ep_cmp(&tmp, slot) >= 0) {
+            return;
+        }
+    }
+    *slot = tmp;
+    memcpy(slot->service, ep->service.ptr, ep->service.len);
+    if (tmp.has_endpoint) {
+        memcpy(slot->endpoint, ep->endpoint.ptr, ep->endpoint.len);
+    }
+    memcpy(slot->user, ep->user.ptr, ep->user.len);
+}
+
+/* Every node answered or was given up: reply to the client (if still there) and free f. */
+static void
+fan_finish(struct rl_fanout *f)
+{
+    struct rl_router *r = f->r;
+    struct rl_cconn *c = f->client;
+
+    uv_timer_stop(&f->timer);
+    if (c != NULL) {
+        struct rl_wire_episode eps[RL_WIRE_TOP_MAX];
+        struct rl_wire_str missing[RL_WIRE_MISSING_MAX];
+
+        qsort(f->eps, f->neps, sizeof(f->eps[0]), fan_ep_cmp);
+        for (size_t i = 0; i < f->neps; i++) {
+            const struct rl_fan_ep *e = &f->eps[i];
+
+            eps[i].service.ptr = e->service;
+            eps[i].service.len = e->slen;
+            eps[i].endpoint.ptr = e->has_endpoint ? e->endpoint : NULL;
+            eps[i].endpoint.len = e->elen;
+            eps[i].user.ptr = e->user;
+            eps[i].user.len = e->ulen;
+            eps[i].node.ptr = e->node;
+            eps[i].node.len = e->nlen;
+            eps[i].start_ms = e->start_ms;
+            eps[i].end_ms = e->end_ms;
+            eps[i].refused = e->refused;
+            eps[i].ended = e->ended;
+        }
+        for (size_t i = 0; i < f->nmissing; i++) {
+            missing[i].ptr = f->missing[i];
+            missing[i].len = (uint32_t)strlen(f->missing[i]);
+        }
+        if (rl_wire_put_throttled_reply(&c->conn.out, f->client_id, eps, f->neps, missing,
+                                        f->nmissing, NULL) != 0) {
+            rl_conn_close(&c->conn, UV_ENOMEM);
+        } else {
+            rl_conn_mark(&c->conn);
+        }
+        if (f->cprev != NULL) {
+            f->cprev->cnext = f->cnext;
+        } else {
+            c->fanouts = f->cnext;
+        }
+        if (f->cnext != NULL) {
+            f->cnext->cprev = f->cprev;
+        }
+        c->nfanouts--;
+        rl_conn_release(&c->conn);
+    }
+    r->nfanouts--;
+    uv_close((uv_handle_t *)&f->timer, fan_timer_closed);
+}
+
+/* One node's part of f is done: answered (rep, a THROTTLED reply) or not (rep NULL, or an
+ * ERROR: the node is listed as missing). */
+static void
+fan_part_done(struct rl_router *r, struct rl_pending *p, const struct rl_wire_reply *rep,
+              bool late_reply)
+{
+    struct rl_fanout *f = p->fan;
+
+    if (rep != NULL && rep->op == RL_WIRE_OP_THROTTLED) {
+        for (size_t i = 0; i < rep->nepisodes; i++) {
+            fan_merge(f, &rep->episodes[i]);
+        }
+    } else {
+        fan_missing(f, p->up != NULL ? p->up->name : "?");
+    }
+    if (p->cprev != NULL) {
+        p->cprev->cnext = p->cnext;
+    } else {
+        f->parts = p->cnext;
+    }
+    if (p->cnext != NULL) {
+        p->cnext->cprev = p->cprev;
+    }
+    rl_upstream_done(&p->link);
+    pending_free(r, p, late_reply);
+    if (--f->outstanding == 0) {
+        fan_finish(f);
+    }
+}
+
+static void
+fan_timeout(uv_timer_t *t)
+{
+    struct rl_fanout *f = t->data;
+
+    /* The last part finishes f: stop before touching it again. */
+    while (f->parts != NULL) {
+        bool last = f->outstanding == 1;
+
+        fan_part_done(f->r, f->parts, NULL, true);
+        if (last) {
+            break;
+        }
+    }
+}
+
+/* THROTTLED from a client: ask every node, answer when all did or the admin timeout. */
+static void
+router_throttled(struct rl_conn *conn, const struct rl_wire_req *req)
+{
+    struct rl_cconn *c = (struct rl_cconn *)conn;
+    struct rl_router *r = conn->data;
+    struct rl_fanout *f;
+    struct rl_wire_req fwd;
+
+    if (c->nfanouts >= ROUTER_FANOUT_PER_CLIENT || r->nfanouts >= ROUTER_FANOUT_MAX) {
+        r->stats.overloaded++;
+        cconn_error(conn, req->id, RL_WIRE_ERR_OVERLOADED,
+                    "too many THROTTLED requests in flight");
+        return;
+    }
+    f = calloc(1, sizeof(*f));
+    if (f == NULL) {
+        r->stats.overloaded++;
+        cconn_error(conn, req->id, RL_WIRE_ERR_OVERLOADED, "router out of memory");
+        return;
+    }
+    f->r = r;
+    f->client = c;
+    f->client_id = req->id;
+    f->top = req->top != 0 ? req->top : RL_WIRE_TOP_DEFAULT;
+    uv_timer_init(r->loop, &f->timer);
+    f->timer.data = f;
+    r->handles++;
+    r->nfanouts++;
+    c->nfanouts++;
+    f->cnext = c->fanouts;
+    if (c->fanouts != NULL) {
+        c->fanouts->cprev = f;
+    }
+    c->fanouts = f;
+    rl_conn_hold(conn);
+    fwd = *req;
+    for (struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+        struct rl_pending *p = pending_get(r);
+
+        if (p == NULL) {
+            fan_missing(f, u->name);
+            continue;
+        }
+        fwd.id = pending_id(r, p);
+        if (rl_upstream_send(u, &fwd, &p->link) != 0) {
+            pending_unget(r, p);
+            fan_missing(f, u->name);
+            continue;
+        }
+        p->fan = f;
+        p->up = u;
+        p->cprev = NULL;
+        p->cnext = f->parts;
+        if (f->parts != NULL) {
+            f->parts->cprev = p;
+        }
+        f->parts = p;
+        f->outstanding++;
+    }
+    if (f->outstanding == 0) {
+        fan_finish(f);
+        return;
+    }
+    uv_timer_start(&f->timer, fan_timeout, ROUTER_ADMIN_TIMEOUT_MS, 0);
+}
+
 /* ---- node connections --------------------------------------------------------------------- */
 
 static void
@@ -686,6 +996,10 @@ up_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
     if (pd == NULL || pd->link.conn != from) {
         /* Already answered by the deadline (the node was late), or never ours. */
         r->stats.late_replies++;
+        return;
+    }
+    if (pd->fan != NULL) {
+        fan_part_done(r, pd, rep, false);
         return;
     }
     c = pd->client != NULL ? &pd->client->conn : NULL;
@@ -747,6 +1061,10 @@ up_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l)
     struct rl_pending *p = (struct rl_pending *)((char *)l - offsetof(struct rl_pending, link));
 
     (void)u;
+    if (p->fan != NULL) {
+        fan_part_done(r, p, NULL, false);
+        return;
+    }
     r->stats.owner_down++;
     pending_fail(r, p, false);
 }

@@ -290,7 +290,8 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
     if (uc == NULL) {
         return -EAGAIN;
     }
-    if (rl_wire_put_check(&uc->conn.out, req) != 0) {
+    if ((req->op == RL_WIRE_OP_THROTTLED ? rl_wire_put_throttled(&uc->conn.out, req)
+                                         : rl_wire_put_check(&uc->conn.out, req)) != 0) {
         return -ENOMEM;
     }
     l->conn = uc;

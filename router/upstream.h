@@ -89,7 +89,8 @@ int rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char 
                        const char *addr, const struct rl_upstream_ops *ops);
 
 /*
- * Sends req on a connected connection (round-robin) and links l to it. Returns 0, -EAGAIN
+ * Sends req (a CHECK, or a THROTTLED) on a connected connection (round-robin) and links l
+ * to it. Returns 0, -EAGAIN
  * when the node is down or every connection has RL_UPSTREAM_OUT_MAX bytes queued (the node
  * stopped reading), or -ENOMEM.
  */

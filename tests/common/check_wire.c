@@ -1212,6 +1212,288 @@ START_TEST(test_fuzz)
 }
 END_TEST
 
+/* ---- THROTTLED ---------------------------------------------------------------------------- */
+
+START_TEST(test_throttled_roundtrip_request)
+{
+    struct rl_wire_req in, req;
+    struct rl_buf out;
+    const char *p;
+    size_t n;
+
+    rl_buf_init(&out);
+    memset(&in, 0, sizeof(in));
+    in.op = RL_WIRE_OP_THROTTLED;
+    in.id = 77;
+    /* Everything absent: nil, nil, nil, and the default top. */
+    ck_assert_int_eq(rl_wire_put_throttled(&out, &in), 0);
+    p = one_frame(&out, &n);
+    ck_assert_uint_eq(n, 6); /* 95 07 4d c0 c0 c0 */
+    expect_req("throttled bare", p, n, &req);
+    ck_assert_uint_eq(req.op, RL_WIRE_OP_THROTTLED);
+    ck_assert_uint_eq(req.id, 77);
+    ck_assert_ptr_null(req.service.ptr);
+    ck_assert(!req.has_since);
+    ck_assert_uint_eq(req.top, RL_WIRE_TOP_DEFAULT);
+    /* Everything given. */
+    in.service = mkstr("checkout", 8);
+    in.has_since = true;
+    in.since_ms = 600000;
+    in.top = RL_WIRE_TOP_MAX;
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_throttled(&out, &in), 0);
+    p = one_frame(&out, &n);
+    expect_req("throttled full", p, n, &req);
+    ck_assert(str_is(req.service, "checkout"));
+    ck_assert(req.has_since);
+    ck_assert_uint_eq(req.since_ms, 600000);
+    ck_assert_uint_eq(req.top, RL_WIRE_TOP_MAX);
+    /* Trailing fields may be left out. */
+    expect_req("throttled 2", RAW(0x92, 0x07, 0x01), &req);
+    ck_assert_uint_eq(req.top, RL_WIRE_TOP_DEFAULT);
+    expect_req("throttled 3", RAW(0x93, 0x07, 0x01, 0xa1, 's'), &req);
+    ck_assert(str_is(req.service, "s"));
+    ck_assert(!req.has_since);
+    expect_req("throttled 4", RAW(0x94, 0x07, 0x01, 0xc0, 0x00), &req);
+    ck_assert(req.has_since);
+    ck_assert_uint_eq(req.since_ms, 0);
+    expect_req("throttled top 1", RAW(0x95, 0x07, 0x01, 0xc0, 0xc0, 0x01), &req);
+    ck_assert_uint_eq(req.top, 1);
+    rl_buf_deinit(&out);
+}
+END_TEST
+
+START_TEST(test_throttled_bad_requests)
+{
+    char big[RL_WIRE_SERVICE_MAX + 3];
+
+    expect_fault("throttled 6", RAW(0x96, 0x07, 0x05, 0xc0, 0xc0, 0xc0, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "THROTTLED takes 2..5 elements");
+    expect_fault("service int", RAW(0x93, 0x07, 0x05, 0x01), RL_WIRE_ERR_BAD_FIELD, false, 5,
+                 "service must be nil or a string of 1..128 bytes");
+    expect_fault("service empty", RAW(0x93, 0x07, 0x05, 0xa0), RL_WIRE_ERR_BAD_FIELD, false, 5,
+                 "service must be nil");
+    expect_fault("service bin", RAW(0x93, 0x07, 0x05, 0xc4, 0x01, 's'), RL_WIRE_ERR_BAD_FIELD,
+                 false, 5, "service must be nil");
+    big[0] = (char)0xd9;
+    big[1] = (char)(RL_WIRE_SERVICE_MAX + 1);
+    memset(big + 2, 'x', RL_WIRE_SERVICE_MAX + 1);
+    {
+        char p[sizeof(big) + 3] = {(char)0x93, 0x07, 0x05};
+
+        memcpy(p + 3, big, sizeof(big));
+        expect_fault("service 129", p, sizeof(p), RL_WIRE_ERR_BAD_FIELD, false, 5,
+                     "service must be nil");
+    }
+    expect_fault("since negative", RAW(0x94, 0x07, 0x05, 0xc0, 0xff), RL_WIRE_ERR_BAD_FIELD,
+                 false, 5, "since_ms must be nil or an unsigned integer");
+    expect_fault("since str", RAW(0x94, 0x07, 0x05, 0xc0, 0xa1, '1'), RL_WIRE_ERR_BAD_FIELD,
+                 false, 5, "since_ms");
+    expect_fault("since float", RAW(0x94, 0x07, 0x05, 0xc0, 0xca, 0x3f, 0x80, 0, 0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "since_ms");
+    expect_fault("top 0", RAW(0x95, 0x07, 0x05, 0xc0, 0xc0, 0x00), RL_WIRE_ERR_BAD_FIELD, false,
+                 5, "top must be nil or an unsigned integer of 1..100");
+    expect_fault("top 101", RAW(0x95, 0x07, 0x05, 0xc0, 0xc0, 0x65), RL_WIRE_ERR_BAD_FIELD, false,
+                 5, "top must be");
+    expect_fault("top 2^32", RAW(0x95, 0x07, 0x05, 0xc0, 0xc0, 0xcf, 0, 0, 0, 1, 0, 0, 0, 0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "top must be");
+    /* A hostile count in the request is still the scan's. */
+    expect_fault("throttled claims", RAW(0xdd, 0xff, 0xff, 0xff, 0xff, 0x07, 0x05),
+                 RL_WIRE_ERR_MALFORMED, true, 0, "count exceeds the frame");
+}
+END_TEST
+
+static void
+fill_ep(struct rl_wire_episode *e, const char *svc, const char *ep, const char *user,
+        const char *node, uint64_t refused, uint32_t ended)
+{
+    memset(e, 0, sizeof(*e));
+    e->service = mkstr(svc, strlen(svc));
+    if (ep != NULL) {
+        e->endpoint = mkstr(ep, strlen(ep));
+    }
+    e->user = mkstr(user, strlen(user));
+    e->node = mkstr(node, strlen(node));
+    e->start_ms = 1700000000000ull + refused;
+    e->end_ms = ended == RL_WIRE_ENDED_OPEN ? 0 : UINT64_MAX;
+    e->refused = refused;
+    e->ended = ended;
+}
+
+START_TEST(test_throttled_roundtrip_reply)
+{
+    struct rl_wire_episode eps[3];
+    struct rl_wire_str missing[2] = {{"c", 1}, {"", 0}};
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_buf out;
+    const char *p;
+    size_t n, nput;
+
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    rl_buf_init(&out);
+    fill_ep(&eps[0], "web", NULL, "bob", "a", 12, RL_WIRE_ENDED_OPEN);
+    fill_ep(&eps[1], "web", "/login", "alice", "b", 5, RL_WIRE_ENDED_ALLOWED);
+    fill_ep(&eps[2], "api", NULL, "carol", "a", 1, RL_WIRE_ENDED_IDLE);
+    ck_assert_int_eq(rl_wire_put_throttled_reply(&out, 9, eps, 3, missing, 2, &nput), 0);
+    ck_assert_uint_eq(nput, 3);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_THROTTLED);
+    ck_assert_uint_eq(rep->id, 9);
+    ck_assert_uint_eq(rep->nepisodes, 3);
+    for (size_t i = 0; i < 3; i++) {
+        const struct rl_wire_episode *e = &rep->episodes[i];
+
+        ck_assert(str_is(e->service, eps[i].service.ptr));
+        ck_assert(str_is(e->user, eps[i].user.ptr));
+        ck_assert(str_is(e->node, eps[i].node.ptr));
+        if (eps[i].endpoint.ptr == NULL) {
+            ck_assert_ptr_null(e->endpoint.ptr);
+        } else {
+            ck_assert(str_is(e->endpoint, eps[i].endpoint.ptr));
+        }
+        ck_assert_uint_eq(e->start_ms, eps[i].start_ms);
+        ck_assert_uint_eq(e->end_ms, eps[i].end_ms);
+        ck_assert_uint_eq(e->refused, eps[i].refused);
+        ck_assert_uint_eq(e->ended, eps[i].ended);
+    }
+    ck_assert_uint_eq(rep->nmissing, 2);
+    ck_assert(str_is(rep->missing[0], "c"));
+    ck_assert_uint_eq(rep->missing[1].len, 0);
+    /* No episodes at all (a node with recording off). */
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_throttled_reply(&out, 1, NULL, 0, NULL, 0, NULL), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->nepisodes, 0);
+    ck_assert_uint_eq(rep->nmissing, 0);
+    /* Strings past the protocol's bounds are the caller's bug. */
+    rl_buf_reset(&out);
+    eps[0].service.len = RL_WIRE_SERVICE_MAX + 1;
+    ck_assert_int_eq(rl_wire_put_throttled_reply(&out, 1, eps, 1, NULL, 0, NULL), -EMSGSIZE);
+    ck_assert_uint_eq(out.len, 0);
+    rl_wire_decoder_deinit(&d);
+    rl_buf_deinit(&out);
+    free(rep);
+}
+END_TEST
+
+/* The largest episodes there can be, as many as asked: the reply stops before the frame
+ * limit and says how many it holds; those decode. */
+START_TEST(test_throttled_reply_fits_frame)
+{
+    static char svc[RL_WIRE_SERVICE_MAX], ep[RL_WIRE_ENDPOINT_MAX], user[RL_WIRE_USER_MAX],
+        node[RL_WIRE_NODE_MAX];
+    static struct rl_wire_episode eps[RL_WIRE_TOP_MAX + 5];
+    static struct rl_wire_str missing[RL_WIRE_MISSING_MAX + 3];
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_buf out;
+    const char *p;
+    size_t n, nput;
+
+    memset(svc, 's', sizeof(svc));
+    memset(ep, 'e', sizeof(ep));
+    memset(user, 'u', sizeof(user));
+    memset(node, 'n', sizeof(node));
+    for (size_t i = 0; i < RL_WIRE_TOP_MAX + 5; i++) {
+        eps[i].service = mkstr(svc, sizeof(svc));
+        eps[i].endpoint = mkstr(ep, sizeof(ep));
+        eps[i].user = mkstr(user, sizeof(user));
+        eps[i].node = mkstr(node, sizeof(node));
+        eps[i].start_ms = eps[i].end_ms = eps[i].refused = UINT64_MAX;
+        eps[i].ended = RL_WIRE_ENDED_ALLOWED;
+    }
+    for (size_t i = 0; i < RL_WIRE_MISSING_MAX + 3; i++) {
+        missing[i] = mkstr(node, sizeof(node));
+    }
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    rl_buf_init(&out);
+    ck_assert_int_eq(rl_wire_put_throttled_reply(&out, 3, eps, RL_WIRE_TOP_MAX + 5, missing,
+                                                 RL_WIRE_MISSING_MAX + 3, &nput),
+                     0);
+    ck_assert_uint_gt(nput, 50);
+    ck_assert_uint_lt(nput, RL_WIRE_TOP_MAX);
+    p = one_frame(&out, &n);
+    ck_assert_uint_le(n, RL_WIRE_FRAME_MAX);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->nepisodes, nput);
+    ck_assert_uint_eq(rep->nmissing, RL_WIRE_MISSING_MAX);
+    /* Small ones: at most RL_WIRE_TOP_MAX go in. */
+    for (size_t i = 0; i < RL_WIRE_TOP_MAX + 5; i++) {
+        fill_ep(&eps[i], "s", NULL, "u", "n", i, RL_WIRE_ENDED_OPEN);
+    }
+    rl_buf_reset(&out);
+    ck_assert_int_eq(
+        rl_wire_put_throttled_reply(&out, 3, eps, RL_WIRE_TOP_MAX + 5, NULL, 0, &nput), 0);
+    ck_assert_uint_eq(nput, RL_WIRE_TOP_MAX);
+    rl_wire_decoder_deinit(&d);
+    rl_buf_deinit(&out);
+    free(rep);
+}
+END_TEST
+
+START_TEST(test_throttled_reply_strict)
+{
+    /* [7, 1, [], []] */
+    ck_assert_int_eq(reply_rc(RAW(0x94, 0x07, 0x01, 0x90, 0x90)), 0);
+    ck_assert_int_eq(reply_rc(RAW(0x93, 0x07, 0x01, 0x90)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x95, 0x07, 0x01, 0x90, 0x90, 0x90)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x94, 0x07, 0x01, 0x80, 0x90)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x94, 0x07, 0x01, 0x90, 0x91, 0x01)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x94, 0x07, 0x01, 0x91, 0x80, 0x90)), -EPROTO);
+    {
+        /* One good episode, then each way of breaking it. */
+        static const unsigned char good[] = {
+            0x94, 0x07, 0x01, 0x91, 0x88,
+            0xa7, 's', 'e', 'r', 'v', 'i', 'c', 'e', 0xa1, 's',
+            0xa8, 'e', 'n', 'd', 'p', 'o', 'i', 'n', 't', 0xc0,
+            0xa4, 'u', 's', 'e', 'r', 0xa1, 'u',
+            0xa8, 's', 't', 'a', 'r', 't', '_', 'm', 's', 0x01,
+            0xa6, 'e', 'n', 'd', '_', 'm', 's', 0x00,
+            0xa7, 'r', 'e', 'f', 'u', 's', 'e', 'd', 0x05,
+            0xa5, 'e', 'n', 'd', 'e', 'd', 0xa4, 'o', 'p', 'e', 'n',
+            0xa4, 'n', 'o', 'd', 'e', 0xa1, 'a',
+            0x91, 0xa1, 'b'};
+        unsigned char bad[sizeof(good)];
+        struct rl_wire_decoder d;
+        struct rl_wire_reply *rep = malloc(sizeof(*rep));
+
+        ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+        ck_assert_int_eq(rl_wire_decode_reply(&d, (const char *)good, sizeof(good), rep), 0);
+        ck_assert_uint_eq(rep->nepisodes, 1);
+        ck_assert_uint_eq(rep->episodes[0].refused, 5);
+        ck_assert_uint_eq(rep->episodes[0].ended, RL_WIRE_ENDED_OPEN);
+        ck_assert_ptr_null(rep->episodes[0].endpoint.ptr);
+        ck_assert(str_is(rep->missing[0], "b"));
+        /* "ended" not one of the three */
+        memcpy(bad, good, sizeof(good));
+        bad[sizeof(good) - 13] = 'x';
+        ck_assert_int_eq(reply_rc((const char *)bad, sizeof(bad)), -EPROTO);
+        /* an unknown key ("xode" for "node") */
+        memcpy(bad, good, sizeof(good));
+        bad[sizeof(good) - 8] = 'x';
+        ck_assert_int_eq(reply_rc((const char *)bad, sizeof(bad)), -EPROTO);
+        /* a key twice */
+        memcpy(bad, good, sizeof(good));
+        memcpy(bad + sizeof(good) - 10, "\xa4user", 5); /* "node" -> "user" again */
+        ck_assert_int_eq(reply_rc((const char *)bad, sizeof(bad)), -EPROTO);
+        /* refused negative */
+        memcpy(bad, good, sizeof(good));
+        bad[sizeof(good) - 22] = 0xff;
+        ck_assert_int_eq(reply_rc((const char *)bad, sizeof(bad)), -EPROTO);
+        /* missing name as a number */
+        memcpy(bad, good, sizeof(good));
+        bad[sizeof(good) - 2] = 0x01;
+        bad[sizeof(good) - 1] = 0x01;
+        ck_assert_int_eq(reply_rc((const char *)bad, sizeof(bad) - 1), -EPROTO);
+        rl_wire_decoder_deinit(&d);
+        free(rep);
+    }
+}
+END_TEST
+
 static Suite *
 wire_suite(void)
 {
@@ -1238,6 +1520,11 @@ wire_suite(void)
     tcase_add_test(tc, test_clock_field);
     tcase_add_test(tc, test_auth_field);
     tcase_add_test(tc, test_reply_strict);
+    tcase_add_test(tc, test_throttled_roundtrip_request);
+    tcase_add_test(tc, test_throttled_bad_requests);
+    tcase_add_test(tc, test_throttled_roundtrip_reply);
+    tcase_add_test(tc, test_throttled_reply_fits_frame);
+    tcase_add_test(tc, test_throttled_reply_strict);
     suite_add_tcase(s, tc);
     /* 100k decodes take well under a second, but several under the sanitizers. */
     tcase_set_timeout(fz, 120);

@@ -51,6 +51,29 @@ roundtrip_check(const struct rl_wire_req *r)
     rl_buf_deinit(&b);
 }
 
+/* Re-encodes a decoded THROTTLED and decodes it again: the same fields. */
+static void
+roundtrip_throttled(const struct rl_wire_req *r)
+{
+    struct rl_wire_req again;
+    struct rl_wire_fault fault;
+    struct rl_buf b;
+    size_t plen;
+
+    rl_buf_init(&b);
+    if (rl_wire_put_throttled(&b, r) == 0) {
+        MUST(rl_wire_frame(b.data, b.len, &plen) == 1);
+        MUST(rl_wire_decode_req(&dec, b.data + RL_WIRE_HDR_LEN, plen, &again, &fault) == 0);
+        MUST(again.op == RL_WIRE_OP_THROTTLED && again.id == r->id && again.top == r->top &&
+             again.has_since == r->has_since && again.since_ms == r->since_ms);
+        MUST((again.service.ptr == NULL) == (r->service.ptr == NULL) &&
+             again.service.len == r->service.len &&
+             (r->service.ptr == NULL ||
+              memcmp(again.service.ptr, r->service.ptr, r->service.len) == 0));
+    }
+    rl_buf_deinit(&b);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -75,7 +98,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct rl_wire_fault fault;
 
         if (rl_wire_decode_req(&dec, f, plen, &req, &fault) == 0) {
-            MUST(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_AUTH);
+            MUST(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_THROTTLED);
             str_inside(req.service, f, plen, RL_WIRE_SERVICE_MAX);
             str_inside(req.user, f, plen, RL_WIRE_USER_MAX);
             str_inside(req.endpoint, f, plen, RL_WIRE_ENDPOINT_MAX);
@@ -86,12 +109,27 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 MUST(req.service.len >= 1 && req.user.len >= 1);
                 roundtrip_check(&req);
             }
+            if (req.op == RL_WIRE_OP_THROTTLED) {
+                MUST(req.top >= 1 && req.top <= RL_WIRE_TOP_MAX);
+                roundtrip_throttled(&req);
+            }
         } else {
             MUST(fault.err >= RL_WIRE_ERR_MALFORMED && fault.err <= RL_WIRE_ERR_OVERLOADED);
             MUST(memchr(fault.msg, '\0', sizeof(fault.msg)) != NULL);
         }
         if (rl_wire_decode_reply(&dec, f, plen, &rep) == 0) {
             MUST(rep.nstats <= RL_WIRE_STATS_MAX);
+            MUST(rep.nepisodes <= RL_WIRE_TOP_MAX && rep.nmissing <= RL_WIRE_MISSING_MAX);
+            for (size_t i = 0; i < rep.nepisodes; i++) {
+                str_inside(rep.episodes[i].service, f, plen, RL_WIRE_SERVICE_MAX);
+                str_inside(rep.episodes[i].endpoint, f, plen, RL_WIRE_ENDPOINT_MAX);
+                str_inside(rep.episodes[i].user, f, plen, RL_WIRE_USER_MAX);
+                str_inside(rep.episodes[i].node, f, plen, RL_WIRE_NODE_MAX);
+                MUST(rep.episodes[i].ended <= RL_WIRE_ENDED_IDLE);
+            }
+            for (size_t i = 0; i < rep.nmissing; i++) {
+                str_inside(rep.missing[i], f, plen, RL_WIRE_NODE_MAX);
+            }
             str_inside(rep.name, f, plen, UINT32_MAX);
             str_inside(rep.message, f, plen, UINT32_MAX);
         }

@@ -35,11 +35,15 @@ struct cli {
     uint32_t shards;
     const char *config;
     const char *token_file; /* --token-file, else $RL_TOKEN_FILE */
+    const char *service; /* throttled --service */
+    uint64_t since_ms;   /* throttled --since */
+    uint32_t top;        /* throttled --top; 0: the server's default */
+    bool since_set;
     bool cost_set;
     bool repeat_set;
     bool interval_set;
     bool shards_set;
-    bool json; /* --json (status) */
+    bool json; /* --json (status, throttled) */
 };
 
 /* A client call's negative errno in words. */

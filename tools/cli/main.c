@@ -49,6 +49,10 @@ usage(FILE *f)
                "                 --config, the cluster's shard count and the node that owns it\n"
                "                 ([node] sections, or the live members and assignment in\n"
                "                 ZooKeeper)\n"
+               "  throttled [--service S] [--since DURATION] [--top N] [--json]\n"
+               "                 throttling episodes (a node's, or every node's through a\n"
+               "                 router): service, endpoint, user, start, end, duration,\n"
+               "                 refused, node; most refused first\n"
                "  gen-token FILE  write a new random token to FILE (mode 0600, must not exist)\n"
                "                 and print the token_sha256 line of its [client NAME] section\n"
                "  hash-token [FILE]\n"
@@ -70,6 +74,11 @@ usage(FILE *f)
                "  --interval-ms MS    pause between repeated CHECKs (default 0)\n"
                "  --shards S          shard count for hash (default 4096)\n"
                "  --config FILE       cluster.conf for hash, status and rules\n"
+               "  --service S         throttled: only service S\n"
+               "  --since DURATION    throttled: only episodes open or ended within DURATION\n"
+               "                      (500ms, 10s, 10m, 2h...)\n"
+               "  --top N             throttled: at most N episodes, 1..100 (default 20)\n"
+               "  --json              throttled, status: one JSON object instead of a table\n"
                "  --token-file FILE   AUTH with the token in FILE first (a router's client\n"
                "                      token, or a node's cluster secret; mode 0600); default\n"
                "                      $RL_TOKEN_FILE, none when unset\n"
@@ -77,7 +86,9 @@ usage(FILE *f)
                "\n"
                "Exit status: 0 success (check: ALLOWED), 1 the server cannot be reached, answers\n"
                "ERROR or breaks the protocol, 2 usage or config error; check, by its (last)\n"
-               "answer: 3 LIMITED, 4 QUEUED, 5 FAIL_OPEN, 6 FAIL_CLOSED, 7 NO_RULE.\n"
+               "answer: 3 LIMITED, 4 QUEUED, 5 FAIL_OPEN, 6 FAIL_CLOSED, 7 NO_RULE. throttled exits 0\n"
+               "also when some nodes did not answer (a router lists them as missing, on stderr\n"
+               "and in the JSON).\n"
                "rl-cli and rl-bench both default to 127.0.0.1:7400, the router of the shipped\n"
                "cluster.conf.\n");
 }
@@ -318,6 +329,180 @@ cmd_clock(const struct cli *o, int argc, char **argv)
     return status;
 }
 
+/* Prints n bytes for a table cell: control bytes as '?'. */
+static void
+print_cell(const struct rl_wire_str *v, const char *none, int width)
+{
+    int n = 0;
+
+    if (v->ptr == NULL) {
+        n = printf("%s", none);
+    } else {
+        for (uint32_t i = 0; i < v->len; i++, n++) {
+            unsigned char ch = (unsigned char)v->ptr[i];
+
+            putchar(ch < 0x20 || ch == 0x7f ? '?' : ch);
+        }
+    }
+    printf("%*s", n < width ? width - n + 1 : 1, "");
+}
+
+static void
+print_json_str(const struct rl_wire_str *v)
+{
+    if (v->ptr == NULL) {
+        printf("null");
+        return;
+    }
+    putchar('"');
+    for (uint32_t i = 0; i < v->len; i++) {
+        unsigned char ch = (unsigned char)v->ptr[i];
+
+        if (ch == '"' || ch == '\\') {
+            printf("\\%c", ch);
+        } else if (ch < 0x20 || ch >= 0x7f) {
+            printf("\\u%04x", ch);
+        } else {
+            putchar(ch);
+        }
+    }
+    putchar('"');
+}
+
+/* ms since the epoch as UTC "2024-05-01T12:00:00.123Z". */
+static void
+format_ms(uint64_t ms, char *buf, size_t len)
+{
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+
+    if (gmtime_r(&secs, &tm) == NULL) {
+        snprintf(buf, len, "%llu", (unsigned long long)ms);
+        return;
+    }
+    snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (unsigned)(ms % 1000));
+}
+
+static void
+format_duration(uint64_t ms, char *buf, size_t len)
+{
+    if (ms < 10000) {
+        snprintf(buf, len, "%llums", (unsigned long long)ms);
+    } else if (ms < 600000) {
+        snprintf(buf, len, "%.1fs", (double)ms / 1000);
+    } else {
+        snprintf(buf, len, "%llum%02llus", (unsigned long long)(ms / 60000),
+                 (unsigned long long)(ms / 1000 % 60));
+    }
+}
+
+static void
+print_throttled(const struct rl_wire_reply *rep, bool json)
+{
+    uint64_t now = rl_clock_real_ms();
+    char start[96], end[96], dur[48];
+
+    if (json) {
+        printf("{\"episodes\":[");
+        for (size_t i = 0; i < rep->nepisodes; i++) {
+            const struct rl_wire_episode *e = &rep->episodes[i];
+
+            printf("%s{\"service\":", i > 0 ? "," : "");
+            print_json_str(&e->service);
+            printf(",\"endpoint\":");
+            print_json_str(&e->endpoint);
+            printf(",\"user\":");
+            print_json_str(&e->user);
+            printf(",\"start_ms\":%llu,\"end_ms\":%llu,\"refused\":%llu,\"ended\":\"%s\","
+                   "\"node\":",
+                   (unsigned long long)e->start_ms, (unsigned long long)e->end_ms,
+                   (unsigned long long)e->refused, rl_wire_ended_name(e->ended));
+            print_json_str(&e->node);
+            putchar('}');
+        }
+        printf("],\"missing\":[");
+        for (size_t i = 0; i < rep->nmissing; i++) {
+            printf("%s", i > 0 ? "," : "");
+            print_json_str(&rep->missing[i]);
+        }
+        printf("]}\n");
+        return;
+    }
+    printf("%-16s %-16s %-20s %-24s %-24s %-10s %8s  %s\n", "SERVICE", "ENDPOINT", "USER", "START",
+           "END", "DURATION", "REFUSED", "NODE");
+    for (size_t i = 0; i < rep->nepisodes; i++) {
+        const struct rl_wire_episode *e = &rep->episodes[i];
+        bool open = e->ended == RL_WIRE_ENDED_OPEN;
+        uint64_t until = open ? now : e->end_ms;
+
+        format_ms(e->start_ms, start, sizeof(start));
+        if (open) {
+            snprintf(end, sizeof(end), "open");
+        } else {
+            format_ms(e->end_ms, end, sizeof(end));
+            /* say how it ended: "...Z allowed" would not fit the column; the JSON has it */
+        }
+        if (until >= e->start_ms) {
+            format_duration(until - e->start_ms, dur, sizeof(dur));
+        } else {
+            snprintf(dur, sizeof(dur), "-");
+        }
+        print_cell(&e->service, "-", 16);
+        print_cell(&e->endpoint, "-", 16);
+        print_cell(&e->user, "-", 20);
+        printf("%-24s %-24s %-10s %8llu  ", start, end, dur, (unsigned long long)e->refused);
+        print_cell(&e->node, "-", 0);
+        printf("(%s)\n", rl_wire_ended_name(e->ended));
+    }
+    if (rep->nepisodes == 0) {
+        printf("(no throttling episodes)\n");
+    }
+}
+
+static int
+cmd_throttled(const struct cli *o, int argc, char **argv)
+{
+    struct rl_wire_reply *rep;
+    struct rl_client *c = NULL;
+    int rc, status;
+
+    (void)argv;
+    if (argc != 0) {
+        return usage_error("%s: takes no arguments (--service, --since, --top, --json)",
+                           "throttled");
+    }
+    rep = malloc(sizeof(*rep));
+    if (rep == NULL) {
+        fprintf(stderr, "rl-cli: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    status = connect_target(o, &c);
+    if (status == CLI_EXIT_OK) {
+        rc = rl_client_throttled(c, o->service, o->since_set ? &o->since_ms : NULL, o->top, rep,
+                                 o->timeout_ms);
+        if (rc != 0) {
+            status = request_failed(o, "throttled", rc);
+        } else if (rep->op == RL_WIRE_OP_ERROR) {
+            printf("throttled -> ");
+            print_error_reply(rep);
+            status = CLI_EXIT_FAIL;
+        } else {
+            print_throttled(rep, o->json);
+            if (rep->nmissing > 0) {
+                fprintf(stderr, "rl-cli: throttled: no answer from %zu node(s):", rep->nmissing);
+                for (size_t i = 0; i < rep->nmissing; i++) {
+                    fprintf(stderr, " %.*s", (int)rep->missing[i].len, rep->missing[i].ptr);
+                }
+                fprintf(stderr, "\n");
+            }
+        }
+    }
+    rl_client_destroy(c);
+    free(rep);
+    return status;
+}
+
 /* The members of the cluster in config: the [node] sections, or ZooKeeper's live ones
  * (with the assignment in force, into *a). Returns 0 or an exit status after a message. */
 int
@@ -447,14 +632,16 @@ enum {
     OPT_SHARDS,
     OPT_CONFIG,
     OPT_TOKEN_FILE,
+    OPT_SERVICE,
+    OPT_SINCE,
+    OPT_TOP,
+    OPT_JSON,
     OPT_HELP,
     OPT_VERSION,
-    OPT_JSON,
 };
 
 static const struct option long_opts[] = {
     {"target", required_argument, NULL, OPT_TARGET},
-    {"json", no_argument, NULL, OPT_JSON},
     {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
     {"cost", required_argument, NULL, OPT_COST},
     {"repeat", required_argument, NULL, OPT_REPEAT},
@@ -462,6 +649,10 @@ static const struct option long_opts[] = {
     {"shards", required_argument, NULL, OPT_SHARDS},
     {"config", required_argument, NULL, OPT_CONFIG},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"service", required_argument, NULL, OPT_SERVICE},
+    {"since", required_argument, NULL, OPT_SINCE},
+    {"top", required_argument, NULL, OPT_TOP},
+    {"json", no_argument, NULL, OPT_JSON},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -760,6 +951,25 @@ main(int argc, char **argv)
         case OPT_TOKEN_FILE:
             o.token_file = optarg;
             break;
+        case OPT_SERVICE:
+            if (optarg[0] == '\0' || strlen(optarg) > RL_WIRE_SERVICE_MAX) {
+                return usage_error("--service: expected 1..128 bytes, not \"%s\"", optarg);
+            }
+            o.service = optarg;
+            break;
+        case OPT_SINCE:
+            if (rl_parse_duration_ms(optarg, &v) != NULL) {
+                return usage_error("--since: expected a duration (10s, 10m, 2h), not %s", optarg);
+            }
+            o.since_ms = v;
+            o.since_set = true;
+            break;
+        case OPT_TOP:
+            if (parse_u64(optarg, RL_WIRE_TOP_MAX, &v) != 0 || v == 0) {
+                return usage_error("--top: expected 1..100, not %s", optarg);
+            }
+            o.top = (uint32_t)v;
+            break;
         case OPT_JSON:
             o.json = true;
             break;
@@ -774,8 +984,8 @@ main(int argc, char **argv)
         }
     }
     if (optind >= argc) {
-        return usage_error("%s", "expected a command: check, ping, stats, status, clock, hash, "
-                                 "gen-token, hash-token or rules");
+        return usage_error("%s", "expected a command: check, ping, stats, status, clock, "
+                                 "throttled, hash, gen-token, hash-token or rules");
     }
     cmd = argv[optind];
     args = argv + optind + 1;
@@ -793,8 +1003,11 @@ main(int argc, char **argv)
         o.config != NULL) {
         return usage_error("%s: --config goes with hash, status and rules", cmd);
     }
-    if (strcmp(cmd, "status") != 0 && o.json) {
-        return usage_error("%s: --json goes with status", cmd);
+    if (strcmp(cmd, "status") != 0 && strcmp(cmd, "throttled") != 0 && o.json) {
+        return usage_error("%s: --json goes with status and throttled", cmd);
+    }
+    if (strcmp(cmd, "throttled") != 0 && (o.service != NULL || o.since_set || o.top != 0)) {
+        return usage_error("%s: --service, --since and --top go with throttled", cmd);
     }
     if (o.shards_set && o.config != NULL) {
         return usage_error("%s: --shards or --config, not both (the config has the count)",
@@ -817,6 +1030,9 @@ main(int argc, char **argv)
             return usage_error("%s: takes no arguments", cmd);
         }
         return cli_status(&o, o.json);
+    }
+    if (strcmp(cmd, "throttled") == 0) {
+        return cmd_throttled(&o, nargs, args);
     }
     if (strcmp(cmd, "hash") == 0) {
         return cmd_hash(&o, nargs, args);

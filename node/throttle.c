@@ -1,0 +1,390 @@
+/*
+ * throttle: open episodes in a fixed array with a free list, found by an open-addressing
+ * index (linear probing, backward-shift deletion) on XXH3 of the key; closed episodes in a
+ * ring. See throttle.h.
+ */
+#include "throttle.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+static uint64_t
+key_hash(const char *service, size_t slen, const char *endpoint, size_t elen, const char *user,
+         size_t ulen)
+{
+    char buf[RL_WIRE_SERVICE_MAX + RL_WIRE_ENDPOINT_MAX + RL_WIRE_USER_MAX + 2];
+    size_t n = 0;
+
+    memcpy(buf + n, service, slen);
+    n += slen;
+    buf[n++] = '\0';
+    if (elen > 0) {
+        memcpy(buf + n, endpoint, elen);
+        n += elen;
+    }
+    buf[n++] = '\0';
+    memcpy(buf + n, user, ulen);
+    n += ulen;
+    return XXH3_64bits(buf, n);
+}
+
+int
+rl_throttle_create(struct rl_throttle **out, uint32_t capacity, const char *node,
+                   const char *events_log)
+{
+    struct rl_throttle *t;
+
+    *out = NULL;
+    if (capacity == 0) {
+        return 0;
+    }
+    if (capacity > RL_THROTTLE_MAX) {
+        return -EINVAL;
+    }
+    t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        return -ENOMEM;
+    }
+    t->cap = capacity;
+    t->nslots = 1;
+    while (t->nslots < 2 * capacity) {
+        t->nslots <<= 1;
+    }
+    t->open = calloc(capacity, sizeof(*t->open));
+    t->ring = calloc(capacity, sizeof(*t->ring));
+    t->slots = calloc(t->nslots, sizeof(*t->slots));
+    t->scratch = calloc(2 * (size_t)capacity, sizeof(*t->scratch));
+    if (t->open == NULL || t->ring == NULL || t->slots == NULL || t->scratch == NULL) {
+        rl_throttle_destroy(t);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < capacity; i++) {
+        t->open[i].next = i + 1;
+    }
+    t->free_head = 0;
+    snprintf(t->node, sizeof(t->node), "%s", node != NULL ? node : "");
+    if (events_log != NULL && events_log[0] != '\0') {
+        t->log = fopen(events_log, "ae");
+        if (t->log == NULL) {
+            int rc = -errno;
+
+            rl_throttle_destroy(t);
+            return rc;
+        }
+    }
+    *out = t;
+    return 0;
+}
+
+void
+rl_throttle_destroy(struct rl_throttle *t)
+{
+    if (t == NULL) {
+        return;
+    }
+    if (t->log != NULL) {
+        fclose(t->log);
+    }
+    free(t->open);
+    free(t->ring);
+    free(t->slots);
+    free(t->scratch);
+    free(t);
+}
+
+static bool
+ep_is(const struct rl_throttle_ep *e, uint64_t h, const char *service, size_t slen,
+      const char *endpoint, size_t elen, const char *user, size_t ulen)
+{
+    return e->hash == h && e->slen == slen && e->elen == elen && e->ulen == ulen &&
+           memcmp(e->service, service, slen) == 0 && memcmp(e->user, user, ulen) == 0 &&
+           (elen == 0 || memcmp(e->endpoint, endpoint, elen) == 0);
+}
+
+/* The slot of the key's open episode, or of the empty slot that ends its probe. */
+static uint32_t
+find_slot(const struct rl_throttle *t, uint64_t h, const char *service, size_t slen,
+          const char *endpoint, size_t elen, const char *user, size_t ulen)
+{
+    uint32_t mask = t->nslots - 1, i = (uint32_t)h & mask;
+
+    while (t->slots[i] != 0 &&
+           !ep_is(&t->open[t->slots[i] - 1], h, service, slen, endpoint, elen, user, ulen)) {
+        i = (i + 1) & mask;
+    }
+    return i;
+}
+
+/* Removes slot i from the index, shifting back the entries its removal would hide. */
+static void
+slot_delete(struct rl_throttle *t, uint32_t i)
+{
+    uint32_t mask = t->nslots - 1, j = i;
+
+    for (;;) {
+        uint32_t home;
+
+        j = (j + 1) & mask;
+        if (t->slots[j] == 0) {
+            break;
+        }
+        home = (uint32_t)t->open[t->slots[j] - 1].hash & mask;
+        /* Entry j may move to i when i lies cyclically in [home, j). */
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            t->slots[i] = t->slots[j];
+            i = j;
+        }
+    }
+    t->slots[i] = 0;
+}
+
+/* Appends s to f as a JSON string. */
+static void
+json_str(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c == '"' || c == '\\') {
+            fputc('\\', f);
+            fputc(c, f);
+        } else if (c < 0x20 || c >= 0x7f) {
+            /* Bytes, not text: each one outside printable ASCII as \u00XX, so any user
+             * reads back byte for byte. */
+            fprintf(f, "\\u%04x", c);
+        } else {
+            fputc(c, f);
+        }
+    }
+    fputc('"', f);
+}
+
+static void
+log_episode(struct rl_throttle *t, const struct rl_throttle_ep *e)
+{
+    FILE *f = t->log;
+
+    fputs("{\"service\":", f);
+    json_str(f, e->service, e->slen);
+    fputs(",\"endpoint\":", f);
+    if (e->has_endpoint) {
+        json_str(f, e->endpoint, e->elen);
+    } else {
+        fputs("null", f);
+    }
+    fputs(",\"user\":", f);
+    json_str(f, e->user, e->ulen);
+    fprintf(f, ",\"start_ms\":%llu,\"end_ms\":%llu,\"refused\":%llu,\"ended\":\"%s\",\"node\":",
+            (unsigned long long)e->start_ms, (unsigned long long)e->end_ms,
+            (unsigned long long)e->refused, rl_wire_ended_name(e->ended));
+    json_str(f, t->node, strlen(t->node));
+    fputs("}\n", f);
+}
+
+/* Moves the open episode in slot i to the ring, ended at end_ms. */
+static void
+close_slot(struct rl_throttle *t, uint32_t i, uint64_t end_ms, uint32_t ended)
+{
+    uint32_t idx = t->slots[i] - 1;
+    struct rl_throttle_ep *e = &t->open[idx];
+    struct rl_throttle_ep *r = &t->ring[t->ring_head];
+
+    e->end_ms = end_ms;
+    e->ended = ended;
+    /* Only the used bytes: an episode is mostly its string buffers. */
+    memcpy(r, e, offsetof(struct rl_throttle_ep, service));
+    memcpy(r->service, e->service, e->slen);
+    memcpy(r->endpoint, e->endpoint, e->elen);
+    memcpy(r->user, e->user, e->ulen);
+    if (t->log != NULL) {
+        log_episode(t, r);
+    }
+    t->ring_head = t->ring_head + 1 == t->cap ? 0 : t->ring_head + 1;
+    if (t->ring_len < t->cap) {
+        t->ring_len++;
+    }
+    slot_delete(t, i);
+    e->next = t->free_head;
+    t->free_head = idx;
+    t->nopen--;
+    t->stats.closed++;
+}
+
+void
+rl_throttle_limited(struct rl_throttle *t, const char *service, size_t slen, const char *endpoint,
+                    size_t elen, const char *user, size_t ulen, uint64_t now,
+                    uint64_t retry_after_ms)
+{
+    uint64_t h;
+    uint32_t i, idx;
+    struct rl_throttle_ep *e;
+
+    if (t == NULL || slen > RL_WIRE_SERVICE_MAX || elen > RL_WIRE_ENDPOINT_MAX ||
+        ulen > RL_WIRE_USER_MAX) {
+        return;
+    }
+    h = key_hash(service, slen, endpoint, elen, user, ulen);
+    i = find_slot(t, h, service, slen, endpoint, elen, user, ulen);
+    if (t->slots[i] != 0) {
+        e = &t->open[t->slots[i] - 1];
+    } else if (t->free_head == t->cap) {
+        t->stats.dropped++;
+        return;
+    } else {
+        idx = t->free_head;
+        e = &t->open[idx];
+        t->free_head = e->next;
+        t->slots[i] = idx + 1;
+        t->nopen++;
+        t->stats.recorded++;
+        e->hash = h;
+        e->start_ms = now;
+        e->end_ms = 0;
+        e->refused = 0;
+        e->ended = RL_WIRE_ENDED_OPEN;
+        e->slen = (uint16_t)slen;
+        e->elen = (uint16_t)elen;
+        e->ulen = (uint16_t)ulen;
+        e->has_endpoint = elen > 0;
+        memcpy(e->service, service, slen);
+        if (elen > 0) {
+            memcpy(e->endpoint, endpoint, elen);
+        }
+        memcpy(e->user, user, ulen);
+    }
+    e->refused++;
+    e->last_ms = now;
+    e->until_ms = now + retry_after_ms < now ? UINT64_MAX : now + retry_after_ms;
+}
+
+void
+rl_throttle_allowed(struct rl_throttle *t, const char *service, size_t slen, const char *endpoint,
+                    size_t elen, const char *user, size_t ulen, uint64_t now)
+{
+    uint64_t h;
+    uint32_t i;
+
+    if (!rl_throttle_any_open(t) || slen > RL_WIRE_SERVICE_MAX || elen > RL_WIRE_ENDPOINT_MAX ||
+        ulen > RL_WIRE_USER_MAX) {
+        return;
+    }
+    h = key_hash(service, slen, endpoint, elen, user, ulen);
+    i = find_slot(t, h, service, slen, endpoint, elen, user, ulen);
+    if (t->slots[i] != 0) {
+        close_slot(t, i, now, RL_WIRE_ENDED_ALLOWED);
+    }
+}
+
+void
+rl_throttle_tick(struct rl_throttle *t, uint64_t now)
+{
+    if (t == NULL) {
+        return;
+    }
+    /* Walk the index rather than the entries: closing needs the slot. A deletion shifts a
+     * later entry back into slot i, so i is looked at again before moving on. The entry that
+     * wraps from the end to the start may be seen twice or missed: it is only a tick. */
+    for (uint32_t i = 0; t->nopen > 0 && i < t->nslots;) {
+        const struct rl_throttle_ep *e;
+
+        if (t->slots[i] == 0) {
+            i++;
+            continue;
+        }
+        e = &t->open[t->slots[i] - 1];
+        if (e->until_ms <= UINT64_MAX - RL_THROTTLE_IDLE_GRACE_MS &&
+            e->until_ms + RL_THROTTLE_IDLE_GRACE_MS <= now) {
+            close_slot(t, i, e->until_ms, RL_WIRE_ENDED_IDLE);
+            continue;
+        }
+        i++;
+    }
+    if (t->log != NULL) {
+        fflush(t->log);
+    }
+}
+
+static int
+ep_cmp(const void *a, const void *b)
+{
+    const struct rl_throttle_ep *x = *(const struct rl_throttle_ep *const *)a;
+    const struct rl_throttle_ep *y = *(const struct rl_throttle_ep *const *)b;
+
+    if (x->refused != y->refused) {
+        return x->refused > y->refused ? -1 : 1;
+    }
+    if (x->start_ms != y->start_ms) {
+        return x->start_ms < y->start_ms ? -1 : 1;
+    }
+    return 0;
+}
+
+static bool
+ep_match(const struct rl_throttle_ep *e, const char *service, size_t slen, bool open,
+         const uint64_t *since_ms, uint64_t now)
+{
+    if (service != NULL && (e->slen != slen || memcmp(e->service, service, slen) != 0)) {
+        return false;
+    }
+    if (since_ms == NULL || open) {
+        return true;
+    }
+    return *since_ms >= now || e->end_ms >= now - *since_ms;
+}
+
+size_t
+rl_throttle_query(struct rl_throttle *t, const char *service, size_t slen,
+                  const uint64_t *since_ms, uint64_t now, uint32_t top,
+                  struct rl_wire_episode *out)
+{
+    size_t n = 0, k;
+
+    if (t == NULL) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < t->nslots; i++) {
+        if (t->slots[i] != 0 &&
+            ep_match(&t->open[t->slots[i] - 1], service, slen, true, since_ms, now)) {
+            t->scratch[n++] = &t->open[t->slots[i] - 1];
+        }
+    }
+    for (uint32_t i = 0; i < t->ring_len; i++) {
+        if (ep_match(&t->ring[i], service, slen, false, since_ms, now)) {
+            t->scratch[n++] = &t->ring[i];
+        }
+    }
+    qsort(t->scratch, n, sizeof(*t->scratch), ep_cmp);
+    for (k = 0; k < n && k < top; k++) {
+        const struct rl_throttle_ep *e = t->scratch[k];
+        struct rl_wire_episode *w = &out[k];
+
+        w->service.ptr = e->service;
+        w->service.len = e->slen;
+        w->endpoint.ptr = e->has_endpoint ? e->endpoint : NULL;
+        w->endpoint.len = e->elen;
+        w->user.ptr = e->user;
+        w->user.len = e->ulen;
+        w->node.ptr = t->node;
+        w->node.len = (uint32_t)strlen(t->node);
+        w->start_ms = e->start_ms;
+        w->end_ms = e->end_ms;
+        w->refused = e->refused;
+        w->ended = e->ended;
+    }
+    return k;
+}
+
+void
+rl_throttle_stats(const struct rl_throttle *t, struct rl_throttle_stats *s)
+{
+    if (t == NULL) {
+        memset(s, 0, sizeof(*s));
+        return;
+    }
+    *s = t->stats;
+    s->open = t->nopen;
+}

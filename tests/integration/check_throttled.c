@@ -1,0 +1,389 @@
+/*
+ * check_throttled: throttling episodes end to end, with real rl-node (--test-clock) and
+ * rl-router processes (static membership: nodes a and b). Asserted:
+ *   - a user driven past its limit through the router shows up in THROTTLED through the
+ *     router, and through rl-cli (table and --json), with its service, user, owner node and
+ *     exactly the number of refusals sent, open; the service filter and top apply;
+ *   - once the window has passed, the next request is allowed and the episode is closed
+ *     "allowed" at that time, with the same count; the node's STATS say so;
+ *   - a hostile client throttling many distinct users cannot grow a node's record: each
+ *     node records at most throttle_events open episodes and counts the rest as dropped;
+ *   - a client pipelining THROTTLED requests gets OVERLOADED past the per-client bound of
+ *     fan-outs in flight, and an answer to every request.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "client.h"
+#include "harness.h"
+#include "rltest.h"
+#include "shardmap.h"
+#include "wire.h"
+
+#define SHARDS 64
+#define EVENTS 8 /* throttle_events */
+#define T0 1700000000000ull
+#define WINDOW_MS 10000
+#define T_TIMEOUT 5000
+
+enum { NODE_A, NODE_B, NNODES };
+
+static const char *const node_names[NNODES] = {"a", "b"};
+static char conf_path[PATH_MAX];
+static int node_ports[NNODES], router_port;
+static struct rl_harness_server nodes[NNODES], router;
+static struct rl_shardmap *map;
+
+static void
+setup(void)
+{
+    struct rl_member members[NNODES];
+
+    for (int i = 0; i < NNODES; i++) {
+        node_ports[i] = rl_harness_free_port();
+        ck_assert_int_gt(node_ports[i], 0);
+    }
+    router_port = rl_harness_free_port();
+    ck_assert_int_gt(router_port, 0);
+    ck_assert_int_eq(rl_harness_tmppath(conf_path, sizeof(conf_path), "throttled.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf_path,
+                                           "[cluster]\nname = th\nshards = %d\n"
+                                           "throttle_events = %d\n"
+                                           "[router]\nlisten = 127.0.0.1:%d\ndeadline = 300ms\n"
+                                           "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[node b]\nlisten = 127.0.0.1:%d\n"
+                                           "[service web]\nlimit = fixed_window 3 per 10s\n"
+                                           "[service tiny]\nlimit = fixed_window 1 per 1h\n",
+                                           SHARDS, EVENTS, router_port, node_ports[NODE_A],
+                                           node_ports[NODE_B]),
+                     0);
+    for (int i = 0; i < NNODES; i++) {
+        snprintf(members[i].name, sizeof(members[i].name), "%s", node_names[i]);
+        snprintf(members[i].addr, sizeof(members[i].addr), "127.0.0.1:%d", node_ports[i]);
+    }
+    ck_assert_int_eq(rl_shardmap_create(&map, SHARDS, members, NNODES, NULL), 0);
+    memset(nodes, 0, sizeof(nodes));
+    memset(&router, 0, sizeof(router));
+    for (int i = 0; i < NNODES; i++) {
+        ck_assert_int_eq(rl_harness_node_start(&nodes[i], conf_path, node_names[i],
+                                               node_ports[i], RL_HARNESS_TEST_CLOCK),
+                         0);
+    }
+    ck_assert_int_eq(rl_harness_router_start(&router, conf_path, router_port), 0);
+}
+
+static void
+teardown(void)
+{
+    rl_harness_cleanup();
+    rl_shardmap_destroy(map);
+    map = NULL;
+}
+
+static int
+owner_of(const char *svc, const char *user)
+{
+    uint64_t h = rl_shardmap_key_hash(svc, strlen(svc), user, strlen(user));
+    uint32_t o = rl_shardmap_owner(map, rl_shardmap_shard(h, SHARDS));
+
+    RL_CHECK(o != RL_SHARDMAP_NONE, "no owner for %s/%s", svc, user);
+    return strcmp(map->members[o].name, "a") == 0 ? NODE_A : NODE_B;
+}
+
+/* Sets every node's clock. */
+static void
+set_clock(uint64_t now)
+{
+    for (int i = 0; i < NNODES; i++) {
+        struct rl_client *c = NULL;
+
+        ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)node_ports[i], T_TIMEOUT),
+                         0);
+        ck_assert_int_eq(rl_client_clock(c, now, T_TIMEOUT), 0);
+        rl_client_destroy(c);
+    }
+}
+
+static struct rl_client *
+connect_router(void)
+{
+    struct rl_client *c = NULL;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    return c;
+}
+
+static uint32_t
+check_code(struct rl_client *c, const char *svc, const char *user, struct rl_wire_reply *rep)
+{
+    ck_assert_int_eq(rl_client_check(c, svc, user, NULL, 1, rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_CHECK);
+    return rep->check.code;
+}
+
+static bool
+str_is(struct rl_wire_str s, const char *want)
+{
+    return s.ptr != NULL && s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0;
+}
+
+static const struct rl_wire_episode *
+find_ep(const struct rl_wire_reply *rep, const char *user)
+{
+    for (size_t i = 0; i < rep->nepisodes; i++) {
+        if (str_is(rep->episodes[i].user, user)) {
+            return &rep->episodes[i];
+        }
+    }
+    return NULL;
+}
+
+/* Runs rl-cli with args; returns its exit status, its stdout and stderr in out. */
+static int
+cli(char *out, size_t len, const char *const argv[])
+{
+    char log[PATH_MAX];
+    static int seq;
+    int status;
+    pid_t pid;
+
+    ck_assert_int_eq(rl_harness_tmppath(log, sizeof(log), "cli-%d.out", seq++), 0);
+    ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
+    ck_assert_int_eq(rl_harness_wait(pid, 10000, &status), 0);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_ge(rl_harness_read_file(log, out, len), 0);
+    return WEXITSTATUS(status);
+}
+
+START_TEST(test_episode_through_router)
+{
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_client *c;
+    const struct rl_wire_episode *e;
+    const char *bob = "bob", *eve = NULL;
+    char eve_buf[32], target[64], out[8192], want[256];
+    int bob_node, eve_node;
+    uint64_t since = 60000;
+
+    set_clock(T0);
+    bob_node = owner_of("web", bob);
+    /* eve: a user on the other node, so the router has to merge both. */
+    for (int i = 0; eve == NULL; i++) {
+        snprintf(eve_buf, sizeof(eve_buf), "eve%d", i);
+        if (owner_of("web", eve_buf) != bob_node) {
+            eve = eve_buf;
+        }
+    }
+    eve_node = owner_of("web", eve);
+    c = connect_router();
+    for (int i = 0; i < 3; i++) {
+        ck_assert_uint_eq(check_code(c, "web", bob, rep), RL_WIRE_ALLOWED);
+        ck_assert_uint_eq(check_code(c, "web", eve, rep), RL_WIRE_ALLOWED);
+    }
+    for (int i = 0; i < 5; i++) {
+        ck_assert_uint_eq(check_code(c, "web", bob, rep), RL_WIRE_LIMITED);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_uint_eq(check_code(c, "web", eve, rep), RL_WIRE_LIMITED);
+    }
+    /* Through the router: both nodes' episodes, most refused first. */
+    ck_assert_int_eq(rl_client_throttled(c, NULL, NULL, 0, rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_THROTTLED);
+    ck_assert_uint_eq(rep->nmissing, 0);
+    ck_assert_uint_eq(rep->nepisodes, 2);
+    e = &rep->episodes[0];
+    ck_assert(str_is(e->service, "web"));
+    ck_assert_ptr_null(e->endpoint.ptr);
+    ck_assert(str_is(e->user, bob));
+    ck_assert(str_is(e->node, node_names[bob_node]));
+    ck_assert_uint_eq(e->refused, 5);
+    ck_assert_uint_eq(e->start_ms, T0);
+    ck_assert_uint_eq(e->end_ms, 0);
+    ck_assert_uint_eq(e->ended, RL_WIRE_ENDED_OPEN);
+    e = &rep->episodes[1];
+    ck_assert(str_is(e->user, eve));
+    ck_assert(str_is(e->node, node_names[eve_node]));
+    ck_assert_uint_eq(e->refused, 2);
+    /* Filters. */
+    ck_assert_int_eq(rl_client_throttled(c, "nope", NULL, 0, rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep->nepisodes, 0);
+    ck_assert_int_eq(rl_client_throttled(c, "web", &since, 1, rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep->nepisodes, 1);
+    ck_assert(str_is(rep->episodes[0].user, bob));
+    ck_assert_int_eq(rl_test_stat(node_ports[bob_node], "throttle_open"), 1);
+    ck_assert_int_eq(rl_test_stat(node_ports[bob_node], "throttle_recorded"), 1);
+    ck_assert_int_eq(rl_test_stat(node_ports[bob_node], "throttle_dropped"), 0);
+
+    /* Through rl-cli: JSON and the table. */
+    snprintf(target, sizeof(target), "127.0.0.1:%d", router_port);
+    {
+        const char *json[] = {"rl-cli", "--target", target, "throttled", "--json", NULL};
+        const char *table[] = {"rl-cli", "--target", target, "throttled", "--service", "web",
+                               "--since", "10m", "--top", "5", NULL};
+        const char *bad[] = {"rl-cli", "--target", target, "throttled", "--top", "0", NULL};
+
+        ck_assert_int_eq(cli(out, sizeof(out), json), 0);
+        snprintf(want, sizeof(want),
+                 "{\"service\":\"web\",\"endpoint\":null,\"user\":\"%s\",\"start_ms\":%llu,"
+                 "\"end_ms\":0,\"refused\":5,\"ended\":\"open\",\"node\":\"%s\"}",
+                 bob, (unsigned long long)T0, node_names[bob_node]);
+        ck_assert_msg(strstr(out, want) != NULL, "\"%s\" lacks \"%s\"", out, want);
+        ck_assert_ptr_nonnull(strstr(out, "\"missing\":[]"));
+        ck_assert_int_eq(cli(out, sizeof(out), table), 0);
+        ck_assert_ptr_nonnull(strstr(out, "SERVICE"));
+        ck_assert_ptr_nonnull(strstr(out, "2023-11-14T22:13:20.000Z"));
+        ck_assert_msg(strstr(out, " open ") != NULL, "%s", out);
+        ck_assert_int_eq(cli(out, sizeof(out), bad), 2);
+    }
+
+    /* The window passes: bob is allowed again, and his episode ends then. */
+    set_clock(T0 + WINDOW_MS);
+    ck_assert_uint_eq(check_code(c, "web", bob, rep), RL_WIRE_ALLOWED);
+    ck_assert_int_eq(rl_client_throttled(c, NULL, NULL, 0, rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep->nepisodes, 2);
+    e = find_ep(rep, bob);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_uint_eq(e->ended, RL_WIRE_ENDED_ALLOWED);
+    ck_assert_uint_eq(e->start_ms, T0);
+    ck_assert_uint_eq(e->end_ms, T0 + WINDOW_MS);
+    ck_assert_uint_eq(e->refused, 5);
+    e = find_ep(rep, eve);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_uint_eq(e->ended, RL_WIRE_ENDED_OPEN);
+    ck_assert_int_eq(rl_test_stat(node_ports[bob_node], "throttle_open"), 0);
+    {
+        const char *json[] = {"rl-cli", "--target", target, "throttled", "--json", NULL};
+
+        ck_assert_int_eq(cli(out, sizeof(out), json), 0);
+        snprintf(want, sizeof(want), "\"user\":\"%s\",\"start_ms\":%llu,\"end_ms\":%llu,"
+                 "\"refused\":5,\"ended\":\"allowed\"",
+                 bob, (unsigned long long)T0, (unsigned long long)(T0 + WINDOW_MS));
+        ck_assert_msg(strstr(out, want) != NULL, "\"%s\" lacks \"%s\"", out, want);
+    }
+    rl_client_destroy(c);
+    free(rep);
+}
+END_TEST
+
+START_TEST(test_many_users_bounded)
+{
+    enum { USERS = 100 };
+    struct rl_wire_req *reqs = calloc(2 * USERS, sizeof(*reqs));
+    struct rl_wire_check_reply *reps = calloc(2 * USERS, sizeof(*reps));
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    static char users[USERS][16];
+    int per_node[NNODES] = {0};
+    struct rl_client *c;
+
+    set_clock(T0);
+    for (int i = 0; i < USERS; i++) {
+        snprintf(users[i], sizeof(users[i]), "h%d", i);
+        per_node[owner_of("tiny", users[i])]++;
+        for (int k = 0; k < 2; k++) {
+            struct rl_wire_req *r = &reqs[2 * i + k];
+
+            r->op = RL_WIRE_OP_CHECK;
+            r->service.ptr = "tiny";
+            r->service.len = 4;
+            r->user.ptr = users[i];
+            r->user.len = (uint32_t)strlen(users[i]);
+            r->cost = 1;
+        }
+    }
+    ck_assert_int_gt(per_node[NODE_A], EVENTS);
+    ck_assert_int_gt(per_node[NODE_B], EVENTS);
+    c = connect_router();
+    /* Each user allowed once, then refused once: 100 episodes, at most 8 per node kept. */
+    ck_assert_int_eq(rl_client_check_many(c, reqs, 2 * USERS, reps, T_TIMEOUT), 0);
+    /* (The router spreads a user's two requests over its two connections to the node, so
+     * either may be the one allowed.) */
+    for (int i = 0; i < USERS; i++) {
+        ck_assert_uint_eq(reps[2 * i].code + reps[2 * i + 1].code,
+                          RL_WIRE_ALLOWED + RL_WIRE_LIMITED);
+        ck_assert_uint_ne(reps[2 * i].code, reps[2 * i + 1].code);
+    }
+    for (int n = 0; n < NNODES; n++) {
+        ck_assert_int_eq(rl_test_stat(node_ports[n], "throttle_open"), EVENTS);
+        ck_assert_int_eq(rl_test_stat(node_ports[n], "throttle_recorded"), EVENTS);
+        ck_assert_int_eq(rl_test_stat(node_ports[n], "throttle_dropped"), per_node[n] - EVENTS);
+    }
+    ck_assert_int_eq(rl_client_throttled(c, "tiny", NULL, 100, rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep->nepisodes, 2 * EVENTS);
+    for (size_t i = 0; i < rep->nepisodes; i++) {
+        ck_assert_uint_eq(rep->episodes[i].refused, 1);
+    }
+    rl_client_destroy(c);
+
+    /* Fan-outs in flight per client are bounded: a pipelined burst gets OVERLOADED past 4,
+     * and every request an answer. */
+    c = connect_router();
+    {
+        int answered = 0, overloaded = 0;
+
+        for (uint32_t i = 0; i < 12; i++) {
+            struct rl_wire_req r = {0};
+
+            r.op = RL_WIRE_OP_THROTTLED;
+            r.id = 1000 + i;
+            r.top = 1;
+            ck_assert_int_eq(rl_client_queue(c, &r), 0);
+        }
+        ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+        for (int i = 0; i < 12; i++) {
+            ck_assert_int_eq(rl_client_recv(c, rep, T_TIMEOUT), 0);
+            if (rep->op == RL_WIRE_OP_THROTTLED) {
+                ck_assert_uint_eq(rep->nepisodes, 1);
+                answered++;
+            } else {
+                ck_assert_uint_eq(rep->op, RL_WIRE_OP_ERROR);
+                ck_assert_uint_eq(rep->err, RL_WIRE_ERR_OVERLOADED);
+                overloaded++;
+            }
+        }
+        ck_assert_int_ge(answered, 4);
+        ck_assert_int_ge(overloaded, 1);
+    }
+    rl_client_destroy(c);
+    free(reqs);
+    free(reps);
+    free(rep);
+}
+END_TEST
+
+/* A node that is down is listed as missing; the other node's episodes still come. */
+START_TEST(test_missing_node)
+{
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_client *c;
+
+    ck_assert_int_eq(rl_harness_server_stop(&nodes[NODE_B], SIGKILL, 5000), 0);
+    c = connect_router();
+    ck_assert_int_eq(rl_client_throttled(c, NULL, NULL, 0, rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_THROTTLED);
+    ck_assert_uint_eq(rep->nmissing, 1);
+    ck_assert(str_is(rep->missing[0], "b"));
+    rl_client_destroy(c);
+    free(rep);
+}
+END_TEST
+
+static Suite *
+throttled_suite(void)
+{
+    Suite *s = suite_create("throttled");
+    TCase *tc = tcase_create("throttled");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_episode_through_router);
+    tcase_add_test(tc, test_many_users_bounded);
+    tcase_add_test(tc, test_missing_node);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RL_TEST_MAIN(throttled_suite)
