@@ -95,31 +95,38 @@ rl_prom_labels(char *dst, size_t cap, ...)
     va_start(ap, cap);
     while ((k = va_arg(ap, const char *)) != NULL) {
         const char *v = va_arg(ap, const char *);
+        size_t start = n; /* where this pair begins: cut back here if it cannot end */
         int w = snprintf(dst + n, cap - n, "%s%s=\"", n > 0 ? "," : "", k);
 
-        if (w < 0 || (size_t)w >= cap - n) {
+        if (w < 0 || (size_t)w + 2 > cap - n) { /* the name, and room for `"` and NUL */
+            dst[start] = '\0';
             break;
         }
         n += (size_t)w;
-        for (; v != NULL && *v != '\0' && n + 3 < cap; v++) {
-            if (*v == '\\' || *v == '"') {
+        for (; v != NULL && *v != '\0'; v++) {
+            size_t need = (*v == '\\' || *v == '"' || *v == '\n') ? 2 : 1;
+
+            if (n + need + 2 > cap) { /* the character, then `"` and NUL */
+                /* Never leave half of a UTF-8 character. */
+                while (n > start && ((unsigned char)dst[n - 1] & 0xC0) == 0x80) {
+                    n--;
+                }
+                if (n > start && ((unsigned char)dst[n - 1] & 0xC0) == 0xC0) {
+                    n--;
+                }
+                break;
+            }
+            if (need == 2) {
                 dst[n++] = '\\';
-                dst[n++] = *v;
-            } else if (*v == '\n') {
-                dst[n++] = '\\';
-                dst[n++] = 'n';
+                dst[n++] = *v == '\n' ? 'n' : *v;
             } else {
                 dst[n++] = *v;
             }
-        }
-        if (n + 2 > cap) {
-            break;
         }
         dst[n++] = '"';
         dst[n] = '\0';
     }
     va_end(ap);
-    dst[cap - 1] = '\0';
     return dst;
 }
 
@@ -267,6 +274,8 @@ struct rl_metrics {
     pthread_cond_t cv;
     uint64_t asked;    /* snapshots asked for */
     uint64_t answered; /* the last snapshot covers every ask up to this one */
+    uint64_t timed_out; /* the last ask whose wait ran out: while it is unanswered the loop
+                           is stuck, and later asks are refused at once, not one by one */
     bool stopping;
     struct rl_buf snap; /* the last rendering */
     bool ready;
@@ -335,18 +344,22 @@ static bool
 metrics_snapshot(struct rl_metrics *m)
 {
     struct timespec until;
-    uint64_t mine;
+    uint64_t mine, wait_ms;
 
+    pthread_mutex_lock(&m->mu);
+    /* An earlier ask ran out and is still unanswered: the loop is stuck. Give it a moment
+     * (it may just have woken) rather than the full wait, so that queued requests are not
+     * refused one second at a time. */
+    wait_ms = m->answered < m->timed_out ? RL_METRICS_STUCK_WAIT_MS : RL_METRICS_LOOP_WAIT_MS;
+    mine = ++m->asked;
+    pthread_mutex_unlock(&m->mu);
     clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += RL_METRICS_LOOP_WAIT_MS / 1000;
-    until.tv_nsec += (long)(RL_METRICS_LOOP_WAIT_MS % 1000) * 1000000L;
+    until.tv_sec += (time_t)(wait_ms / 1000);
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) {
         until.tv_sec++;
         until.tv_nsec -= 1000000000L;
     }
-    pthread_mutex_lock(&m->mu);
-    mine = ++m->asked;
-    pthread_mutex_unlock(&m->mu);
     uv_async_send(&m->async);
     pthread_mutex_lock(&m->mu);
     while (m->answered < mine && !m->stopping) {
@@ -356,6 +369,9 @@ metrics_snapshot(struct rl_metrics *m)
     }
     if (m->answered >= mine && !m->stopping) {
         return true;
+    }
+    if (m->answered < mine && mine > m->timed_out) {
+        m->timed_out = mine;
     }
     pthread_mutex_unlock(&m->mu);
     return false;

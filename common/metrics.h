@@ -23,6 +23,7 @@
 #include "buf.h"
 
 #define RL_METRICS_LOOP_WAIT_MS 1000u /* a request waits this long for the loop's snapshot */
+#define RL_METRICS_STUCK_WAIT_MS 50u  /* ... or this long while an earlier wait ran out */
 #define RL_METRICS_MAX_CONNECTIONS 32u /* HTTP connections at once; more are refused */
 #define RL_METRICS_TIMEOUT_S 10u       /* an idle HTTP connection is closed after this */
 

@@ -647,12 +647,13 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
     rl_listener_metrics(&cs, p);
     rl_rules_metrics(s->opts.rules, s->opts.conf != NULL ? s->opts.conf->rules_digest : 0, p);
 
-    rl_prom_family(p, "rl_zookeeper_connected", "gauge",
-                   "1 while the ZooKeeper session is connected (absent with static membership).");
     rl_prom_family(p, "rl_node_registered", "gauge",
                    "1 while this node's znode is held (always 1 with static membership).");
     rl_prom_u64(p, "rl_node_registered", NULL, s->registered ? 1 : 0);
     if (s->zk_state != RL_SERVER_ZK_NONE) {
+        rl_prom_family(p, "rl_zookeeper_connected", "gauge",
+                       "1 while the ZooKeeper session is connected (absent with static "
+                       "membership).");
         rl_prom_u64(p, "rl_zookeeper_connected", NULL, s->zk_state == RL_ZKM_CONNECTED);
         rl_prom_family(p, "rl_zookeeper_session_expiries_total", "counter",
                        "ZooKeeper sessions lost for good (each costs the node its znode).");

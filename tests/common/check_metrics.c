@@ -1,0 +1,799 @@
+/*
+ * check_metrics: common/metrics.{c,h}, the exposition writer, the histogram and the HTTP
+ * listener on a real loopback socket (tests/http.h as the client). Asserted:
+ *   - rl_prom_labels escapes backslash, double quote and newline in values, joins pairs with
+ *     commas, takes a NULL value as empty; at every capacity from 0 up it writes nothing past
+ *     cap, always terminates, and never leaves an escape cut in half;
+ *   - rl_prom_family/u64/f64 write the exposition lines (braces only with labels);
+ *   - rl_hist_observe puts a value equal to a bound in that bound's bucket and one above it in
+ *     the next (above the last: +Inf), counts n observations, sums ns * n; rl_prom_hist
+ *     writes cumulative _bucket series with the documented le values (seconds), the +Inf one
+ *     equal to _count, _sum in seconds, and the owner's labels before le;
+ *   - the listener, its loop run by a thread of the test: GET /metrics is 200 with
+ *     Content-Type text/plain; version=0.0.4, the render callback's text first, then the
+ *     process_* families; HEAD has no body; /healthz 200 "ok"; /readyz 200 "ready" or 503
+ *     "not ready: <the ready callback's reason>"; an unknown path 404; POST 405 with
+ *     Allow: GET, HEAD; rl_metrics_requests counts them; port 0 binds a free port that
+ *     rl_metrics_port reports; a bad address is -EINVAL, a port in use -EADDRINUSE;
+ *   - a loop that does not run: /metrics and /healthz answer 503 after about
+ *     RL_METRICS_LOOP_WAIT_MS (not hang), and 200 once the loop runs;
+ *   - 200 idle connections (the limit is RL_METRICS_MAX_CONNECTIONS) neither crash the
+ *     listener nor keep it from answering a GET once they are closed.
+ */
+#include <check.h>
+#include <stdbool.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "buf.h"
+#include "http.h"
+#include "metrics.h"
+#include "rltest.h"
+
+#define T_HTTP_MS 5000
+
+static int64_t
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- rl_prom_labels ---- */
+
+START_TEST(labels_escape)
+{
+    char dst[256];
+
+    ck_assert_str_eq(rl_prom_labels(dst, sizeof(dst), NULL), "");
+    ck_assert_str_eq(rl_prom_labels(dst, sizeof(dst), "service", "api", NULL), "service=\"api\"");
+    ck_assert_str_eq(rl_prom_labels(dst, sizeof(dst), "service", "api", "code", "allowed", NULL),
+                     "service=\"api\",code=\"allowed\"");
+    ck_assert_str_eq(rl_prom_labels(dst, sizeof(dst), "v", "a\\b\"c\nd", NULL),
+                     "v=\"a\\\\b\\\"c\\nd\"");
+    ck_assert_str_eq(rl_prom_labels(dst, sizeof(dst), "v", "\\\\\"\"\n\n", NULL),
+                     "v=\"\\\\\\\\\\\"\\\"\\n\\n\"");
+    ck_assert_str_eq(rl_prom_labels(dst, sizeof(dst), "empty", "", "none", NULL, NULL),
+                     "empty=\"\",none=\"\"");
+    /* Other bytes pass as they are (UTF-8, tabs, braces, commas). */
+    ck_assert_str_eq(rl_prom_labels(dst, sizeof(dst), "u", "é\t{},=", NULL), "u=\"é\t{},=\"");
+}
+END_TEST
+
+/*
+ * Whether s is a prefix-closed run of complete escapes: no backslash without the character
+ * it escapes, nothing but \\ \" \n after a backslash, and no bare '"' or newline inside a
+ * value. Returns false with *where set at the first bad byte.
+ */
+static bool
+labels_escapes_whole(const char *s, size_t *where)
+{
+    bool in_value = false;
+
+    for (size_t i = 0; s[i] != '\0'; i++) {
+        if (!in_value) {
+            if (s[i] == '"') {
+                in_value = true;
+            } else if (s[i] == '\n' || s[i] == '\\') {
+                *where = i;
+                return false;
+            }
+            continue;
+        }
+        if (s[i] == '\\') {
+            if (s[i + 1] != '\\' && s[i + 1] != '"' && s[i + 1] != 'n') {
+                *where = i;
+                return false;
+            }
+            i++;
+        } else if (s[i] == '"') {
+            in_value = false;
+        } else if (s[i] == '\n') {
+            *where = i;
+            return false;
+        }
+    }
+    return true;
+}
+
+/* True when s is `k="v"` pairs, joined by commas, each quote closed (or s is empty). */
+static bool
+labels_pairs_whole(const char *s)
+{
+    bool in = false;
+    size_t quotes = 0;
+
+    for (const char *p = s; *p != '\0'; p++) {
+        if (in && *p == '\\' && p[1] != '\0') {
+            p++;
+            continue;
+        }
+        if (*p == '"') {
+            in = !in;
+            quotes++;
+        }
+    }
+    return !in && quotes % 2 == 0 && (s[0] == '\0' || s[strlen(s) - 1] == '"');
+}
+
+/* A cut value never leaves half of a UTF-8 character. */
+START_TEST(labels_utf8_cut)
+{
+    const char *v = "\xc3\xa9\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"; /* é é € 😀 */
+    char dst[64];
+
+    for (size_t cap = 1; cap < 32; cap++) {
+        size_t len;
+
+        rl_prom_labels(dst, cap, "k", v, NULL);
+        len = strlen(dst);
+        RL_CHECK(labels_pairs_whole(dst), "cap %zu: [%s]", cap, dst);
+        if (len >= 2) {
+            /* The byte before the closing quote ends a character: ASCII or a last
+             * continuation byte of a complete sequence. */
+            const char *q = strchr(dst, '"');
+            size_t vlen = len - (size_t)(q + 1 - dst) - 1;
+
+            for (size_t i = 0; i < vlen;) {
+                unsigned char c = (unsigned char)q[1 + i];
+                size_t w = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+
+                RL_CHECK(i + w <= vlen, "cap %zu: character cut in [%s]", cap, dst);
+                i += w;
+            }
+        }
+    }
+}
+END_TEST
+
+START_TEST(labels_truncation)
+{
+    static const char *const values[] = {"plain", "a\\b\"c\nd", "\\\\\\\\", "\"\"\"\"\"\"",
+                                         "\n\n\n"};
+    char full[512], dst[600];
+
+    for (size_t vi = 0; vi < sizeof(values) / sizeof(values[0]); vi++) {
+        const char *v = values[vi];
+        size_t full_len;
+
+        rl_prom_labels(full, sizeof(full), "key", v, "second", v, NULL);
+        full_len = strlen(full);
+        for (size_t cap = 0; cap <= full_len + 4; cap++) {
+            size_t where = 0, len;
+
+            memset(dst, 0x5a, sizeof(dst));
+            RL_CHECK(rl_prom_labels(dst, cap, "key", v, "second", v, NULL) == dst);
+            for (size_t i = cap; i < sizeof(dst); i++) {
+                RL_CHECK(dst[i] == 0x5a, "cap %zu: byte %zu written (value %zu)", cap, i, vi);
+            }
+            if (cap == 0) {
+                continue;
+            }
+            len = strnlen(dst, cap);
+            RL_CHECK(len < cap, "cap %zu: not terminated (value %zu)", cap, vi);
+            RL_CHECK(labels_escapes_whole(dst, &where), "cap %zu: escape cut at %zu in [%s]", cap,
+                     where, dst);
+            /* Whatever is cut, what is left is whole pairs: every quote opened is closed,
+             * and it never ends inside a pair (after `,` or `=`). */
+            RL_CHECK(labels_pairs_whole(dst), "cap %zu: a pair left open in [%s]", cap, dst);
+            /* Room for it all gives it all: cap == full_len + 1 is exactly enough. */
+            if (cap > full_len) {
+                RL_CHECK_STR_EQ(dst, full);
+            }
+        }
+    }
+}
+END_TEST
+
+/* ---- the writer and the histogram ---- */
+
+START_TEST(prom_lines)
+{
+    struct rl_buf out;
+    struct rl_prom p = {.out = &out, .err = 0};
+    char lab[64];
+
+    rl_buf_init(&out);
+    rl_prom_family(&p, "rl_x_total", "counter", "Things done.");
+    rl_prom_u64(&p, "rl_x_total", NULL, 7);
+    rl_prom_u64(&p, "rl_x_total", "", 8);
+    rl_prom_u64(&p, "rl_x_total", rl_prom_labels(lab, sizeof(lab), "k", "v", NULL), UINT64_MAX);
+    rl_prom_f64(&p, "rl_y", NULL, 0.25);
+    rl_prom_f64(&p, "rl_y", "k=\"v\"", -1);
+    ck_assert_int_eq(p.err, 0);
+    ck_assert_int_eq(rl_buf_append(&out, "", 1), 0);
+    ck_assert_str_eq((const char *)out.data, "# HELP rl_x_total Things done.\n"
+                                             "# TYPE rl_x_total counter\n"
+                                             "rl_x_total 7\n"
+                                             "rl_x_total 8\n"
+                                             "rl_x_total{k=\"v\"} 18446744073709551615\n"
+                                             "rl_y 0.25\n"
+                                             "rl_y{k=\"v\"} -1\n");
+    rl_buf_deinit(&out);
+}
+END_TEST
+
+/* The le values rl_prom_hist writes, one per rl_hist_bounds_ns. */
+static const char *const le_text[RL_HIST_BUCKETS] = {
+    "1e-06", "2.5e-06", "5e-06", "1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005",
+    "0.001", "0.0025",  "0.005", "0.01",  "0.025",   "0.05",  "0.1",    "0.25",    "1",
+};
+
+START_TEST(hist_buckets)
+{
+    struct rl_hist h;
+
+    /* Each bound belongs to its own bucket (le: less or equal), one more to the next. */
+    for (unsigned i = 0; i < RL_HIST_BUCKETS; i++) {
+        memset(&h, 0, sizeof(h));
+        rl_hist_observe(&h, rl_hist_bounds_ns[i], 1);
+        RL_CHECK_UINT_EQ(h.counts[i], 1);
+        rl_hist_observe(&h, rl_hist_bounds_ns[i] + 1, 2);
+        RL_CHECK_UINT_EQ(h.counts[i + 1], 2);
+        if (i > 0) {
+            rl_hist_observe(&h, rl_hist_bounds_ns[i - 1] + 1, 4);
+            RL_CHECK_UINT_EQ(h.counts[i], 5);
+        }
+        RL_CHECK_UINT_EQ(h.count, i > 0 ? 7 : 3);
+        RL_CHECK(le_text[i] != NULL &&
+                     strtod(le_text[i], NULL) * 1e9 == (double)rl_hist_bounds_ns[i],
+                 "bound %u", i);
+    }
+    memset(&h, 0, sizeof(h));
+    rl_hist_observe(&h, 0, 1);
+    rl_hist_observe(&h, 1000, 2);
+    rl_hist_observe(&h, 1001, 1);
+    rl_hist_observe(&h, 1000000000, 1);
+    rl_hist_observe(&h, 1000000001, 3);
+    rl_hist_observe(&h, UINT64_C(3600) * 1000000000, 1);
+    rl_hist_observe(&h, 5000, 0);
+    ck_assert_uint_eq(h.counts[0], 3);
+    ck_assert_uint_eq(h.counts[1], 1);
+    ck_assert_uint_eq(h.counts[RL_HIST_BUCKETS - 1], 1);
+    ck_assert_uint_eq(h.counts[RL_HIST_BUCKETS], 4);
+    ck_assert_uint_eq(h.count, 9);
+    ck_assert_uint_eq(h.sum_ns, 2000u + 1001u + 1000000000u + 3u * 1000000001u +
+                                    UINT64_C(3600) * 1000000000u);
+}
+END_TEST
+
+/* Renders h as name with labels (or NULL) and checks every line against what it must be. */
+static void
+check_hist_text(const struct rl_hist *h, const char *labels)
+{
+    struct rl_buf out, want;
+    struct rl_prom p = {.out = &out, .err = 0};
+    char line[512];
+    uint64_t cum = 0;
+    const char *pre = labels != NULL && labels[0] != '\0' ? labels : NULL;
+    const char *sum_line, *nl;
+    double sum;
+
+    rl_buf_init(&out);
+    rl_buf_init(&want);
+    rl_prom_family(&p, "rl_t_seconds", "histogram", "Latency.");
+    rl_prom_hist(&p, "rl_t_seconds", labels, h);
+    ck_assert_int_eq(p.err, 0);
+    ck_assert_int_eq(rl_buf_append(&out, "", 1), 0);
+
+    snprintf(line, sizeof(line), "# HELP rl_t_seconds Latency.\n# TYPE rl_t_seconds histogram\n");
+    ck_assert_int_eq(rl_buf_append(&want, line, strlen(line)), 0);
+    for (unsigned i = 0; i <= RL_HIST_BUCKETS; i++) {
+        cum += h->counts[i];
+        snprintf(line, sizeof(line), "rl_t_seconds_bucket{%s%sle=\"%s\"} %llu\n",
+                 pre != NULL ? pre : "", pre != NULL ? "," : "",
+                 i < RL_HIST_BUCKETS ? le_text[i] : "+Inf", (unsigned long long)cum);
+        ck_assert_int_eq(rl_buf_append(&want, line, strlen(line)), 0);
+    }
+    ck_assert_uint_eq(cum, h->count);
+    ck_assert_int_eq(rl_buf_append(&want, "", 1), 0);
+    /* The buckets, exactly; then _sum (a float) and _count. */
+    ck_assert_int_eq(strncmp((const char *)out.data, (const char *)want.data, want.len - 1), 0);
+    sum_line = (const char *)out.data + want.len - 1;
+    snprintf(line, sizeof(line), "rl_t_seconds_sum%s%s%s ", pre != NULL ? "{" : "",
+             pre != NULL ? pre : "", pre != NULL ? "}" : "");
+    ck_assert_msg(strncmp(sum_line, line, strlen(line)) == 0, "sum line: %s", sum_line);
+    sum = strtod(sum_line + strlen(line), NULL);
+    ck_assert_msg(fabs(sum - (double)h->sum_ns / 1e9) <= 1e-9 * fmax(1.0, sum), "sum %.17g", sum);
+    nl = strchr(sum_line, '\n');
+    ck_assert_ptr_nonnull(nl);
+    snprintf(line, sizeof(line), "rl_t_seconds_count%s%s%s %llu\n", pre != NULL ? "{" : "",
+             pre != NULL ? pre : "", pre != NULL ? "}" : "", (unsigned long long)h->count);
+    ck_assert_str_eq(nl + 1, line);
+    rl_buf_deinit(&out);
+    rl_buf_deinit(&want);
+}
+
+START_TEST(hist_output)
+{
+    struct rl_hist h;
+
+    memset(&h, 0, sizeof(h));
+    check_hist_text(&h, NULL); /* all zero */
+    rl_hist_observe(&h, 0, 1);
+    rl_hist_observe(&h, 1000, 2);
+    rl_hist_observe(&h, 7000, 5);
+    rl_hist_observe(&h, 300000, 1);
+    rl_hist_observe(&h, 999999999, 1);
+    rl_hist_observe(&h, 2000000000, 2);
+    check_hist_text(&h, NULL);
+    check_hist_text(&h, "");
+    check_hist_text(&h, "service=\"api\",node=\"a\"");
+}
+END_TEST
+
+/* ---- the listener ---- */
+
+/* What the owner's callbacks show; set by the test thread, read on the loop thread. */
+static atomic_int t_ready = 1;
+static atomic_uint t_renders;
+static const char t_why[] = "warming up: 3 of 16 shards";
+
+#define T_RENDER_TEXT                                                                              \
+    "# HELP rl_test_things Things.\n# TYPE rl_test_things gauge\n"                                 \
+    "rl_test_things{v=\"q\\\"\\\\\\n\"} 42\n"
+
+static void
+t_render(void *arg, struct rl_prom *p)
+{
+    char lab[64];
+
+    (void)arg;
+    atomic_fetch_add(&t_renders, 1);
+    rl_prom_family(p, "rl_test_things", "gauge", "Things.");
+    rl_prom_u64(p, "rl_test_things", rl_prom_labels(lab, sizeof(lab), "v", "q\"\\\n", NULL), 42);
+}
+
+static bool
+t_is_ready(void *arg, char *why, size_t len)
+{
+    (void)arg;
+    if (atomic_load(&t_ready)) {
+        return true;
+    }
+    snprintf(why, len, "%s", t_why);
+    return false;
+}
+
+static const struct rl_metrics_ops t_ops = {t_render, t_is_ready, NULL};
+
+/* A loop with a listener, run by a thread until lt_stop(). */
+struct lt {
+    uv_loop_t loop;
+    uv_async_t stop;
+    uv_thread_t thread;
+    bool running;
+    struct rl_metrics *m;
+    int port;
+};
+
+static void
+lt_stop_cb(uv_async_t *a)
+{
+    struct lt *t = a->data;
+
+    rl_metrics_stop(t->m); /* on the loop thread, as metrics.h wants */
+    t->m = NULL;
+    uv_close((uv_handle_t *)a, NULL);
+}
+
+static void
+lt_thread(void *arg)
+{
+    struct lt *t = arg;
+
+    uv_run(&t->loop, UV_RUN_DEFAULT);
+}
+
+/* Starts the listener on 127.0.0.1:port (0: any); the loop runs only if run. */
+static void
+lt_start(struct lt *t, uint16_t port, bool run)
+{
+    char err[256] = "";
+    int rc;
+
+    memset(t, 0, sizeof(*t));
+    ck_assert_int_eq(uv_loop_init(&t->loop), 0);
+    ck_assert_int_eq(uv_async_init(&t->loop, &t->stop, lt_stop_cb), 0);
+    t->stop.data = t;
+    rc = rl_metrics_start(&t->m, &t->loop, "127.0.0.1", port, &t_ops, err, sizeof(err));
+    ck_assert_msg(rc == 0, "rl_metrics_start: %d %s", rc, err);
+    t->port = rl_metrics_port(t->m);
+    ck_assert_int_gt(t->port, 0);
+    if (port != 0) {
+        ck_assert_int_eq(t->port, port);
+    }
+    if (run) {
+        ck_assert_int_eq(uv_thread_create(&t->thread, lt_thread, t), 0);
+        t->running = true;
+    }
+}
+
+static void
+lt_run(struct lt *t)
+{
+    ck_assert(!t->running);
+    ck_assert_int_eq(uv_thread_create(&t->thread, lt_thread, t), 0);
+    t->running = true;
+}
+
+static void
+lt_stop(struct lt *t)
+{
+    if (t->running) {
+        ck_assert_int_eq(uv_async_send(&t->stop), 0);
+        ck_assert_int_eq(uv_thread_join(&t->thread), 0);
+        t->running = false;
+    } else {
+        rl_metrics_stop(t->m);
+        t->m = NULL;
+        uv_close((uv_handle_t *)&t->stop, NULL);
+        uv_run(&t->loop, UV_RUN_DEFAULT);
+    }
+    ck_assert_ptr_null(t->m);
+    ck_assert_int_eq(uv_loop_close(&t->loop), 0);
+}
+
+static void
+get(int port, const char *path, struct rl_http_resp *r)
+{
+    int rc = rl_http_get(port, path, T_HTTP_MS, r);
+
+    ck_assert_msg(rc == 0, "GET %s: %s", path, strerror(-rc));
+}
+
+START_TEST(listener_pages)
+{
+    struct lt t;
+    struct rl_http_resp r;
+    char h[256];
+    static const char *const process_families[] = {
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_virtual_memory_bytes ",
+        "process_start_time_seconds ",
+        "process_open_fds ",
+        "process_max_fds ",
+    };
+    unsigned renders;
+
+    atomic_store(&t_ready, 1);
+    lt_start(&t, 0, true);
+
+    get(t.port, "/metrics", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(rl_http_header(&r, "Content-Type", h, sizeof(h)));
+    ck_assert_msg(strncmp(h, "text/plain; version=0.0.4", 25) == 0, "Content-Type: %s", h);
+    ck_assert_msg(strncmp(r.body, T_RENDER_TEXT, strlen(T_RENDER_TEXT)) == 0, "body:\n%s", r.body);
+    for (size_t i = 0; i < sizeof(process_families) / sizeof(process_families[0]); i++) {
+        char want[96];
+
+        snprintf(want, sizeof(want), "\n%s", process_families[i]);
+        ck_assert_msg(strstr(r.body, want) != NULL, "no %s in:\n%s", process_families[i], r.body);
+        snprintf(want, sizeof(want), "# TYPE %.*s", (int)strlen(process_families[i]) - 1,
+                 process_families[i]);
+        ck_assert_msg(strstr(r.body, want) != NULL, "no %s", want);
+    }
+    ck_assert_uint_eq(strlen(r.body), r.body_len);
+    ck_assert_int_eq(r.body[r.body_len - 1], '\n');
+    renders = atomic_load(&t_renders);
+    ck_assert_uint_ge(renders, 1);
+    rl_http_free(&r);
+
+    /* Every scrape renders anew. */
+    get(t.port, "/metrics", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_gt(atomic_load(&t_renders), renders);
+    rl_http_free(&r);
+
+    /* A query string does not change the path. */
+    get(t.port, "/metrics?debug=1", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.body, "rl_test_things"));
+    rl_http_free(&r);
+
+    ck_assert_int_eq(rl_http_request(t.port, "HEAD", "/metrics", T_HTTP_MS, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.body_len, 0);
+    rl_http_free(&r);
+
+    get(t.port, "/healthz", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "ok\n");
+    rl_http_free(&r);
+
+    get(t.port, "/readyz", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "ready\n");
+    rl_http_free(&r);
+
+    atomic_store(&t_ready, 0);
+    get(t.port, "/readyz", &r);
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_str_eq(r.body, "not ready: warming up: 3 of 16 shards\n");
+    rl_http_free(&r);
+    /* Not ready is not dead. */
+    get(t.port, "/healthz", &r);
+    ck_assert_int_eq(r.status, 200);
+    rl_http_free(&r);
+    atomic_store(&t_ready, 1);
+    get(t.port, "/readyz", &r);
+    ck_assert_int_eq(r.status, 200);
+    rl_http_free(&r);
+
+    get(t.port, "/nope", &r);
+    ck_assert_int_eq(r.status, 404);
+    rl_http_free(&r);
+    get(t.port, "/metrics/", &r);
+    ck_assert_int_eq(r.status, 404);
+    rl_http_free(&r);
+
+    ck_assert_int_eq(rl_http_request(t.port, "POST", "/metrics", T_HTTP_MS, &r), 0);
+    ck_assert_int_eq(r.status, 405);
+    ck_assert_ptr_nonnull(rl_http_header(&r, "Allow", h, sizeof(h)));
+    ck_assert_str_eq(h, "GET, HEAD");
+    rl_http_free(&r);
+    ck_assert_int_eq(rl_http_request(t.port, "DELETE", "/healthz", T_HTTP_MS, &r), 0);
+    ck_assert_int_eq(r.status, 405);
+    rl_http_free(&r);
+
+    /* 13 answered so far, whatever the path or method. */
+    ck_assert_uint_eq(rl_metrics_requests(t.m), 13);
+    lt_stop(&t);
+}
+END_TEST
+
+START_TEST(listener_ports)
+{
+    struct lt t, t2;
+    struct rl_metrics *m = NULL;
+    struct rl_http_resp r;
+    char err[256];
+    uv_loop_t loop;
+    int rc;
+
+    /* Port 0 picks a free port, and a second listener gets another. */
+    lt_start(&t, 0, true);
+    lt_start(&t2, 0, true);
+    ck_assert_int_ne(t.port, t2.port);
+    get(t2.port, "/healthz", &r);
+    ck_assert_int_eq(r.status, 200);
+    rl_http_free(&r);
+    lt_stop(&t2);
+
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    err[0] = '\0';
+    rc = rl_metrics_start(&m, &loop, "127.0.0.1", (uint16_t)t.port, &t_ops, err, sizeof(err));
+    ck_assert_int_eq(rc, -EADDRINUSE);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(err[0] != '\0', "no reason given");
+    err[0] = '\0';
+    rc = rl_metrics_start(&m, &loop, "not an address", 0, &t_ops, err, sizeof(err));
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(err[0] != '\0', "no reason given");
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+
+    /* The listener that holds the port still serves. */
+    get(t.port, "/healthz", &r);
+    ck_assert_int_eq(r.status, 200);
+    rl_http_free(&r);
+    lt_stop(&t);
+
+    /* A fixed port, once freed, can be listened on again (SO_REUSEADDR). */
+    lt_start(&t2, (uint16_t)t.port, true);
+    get(t2.port, "/healthz", &r);
+    ck_assert_int_eq(r.status, 200);
+    rl_http_free(&r);
+    lt_stop(&t2);
+}
+END_TEST
+
+START_TEST(listener_stuck_loop)
+{
+    struct lt t;
+    struct rl_http_resp r;
+    int64_t t0, took;
+    unsigned renders;
+
+    lt_start(&t, 0, false);            /* the loop does not run */
+    renders = atomic_load(&t_renders); /* (other tests' renders, with CK_FORK=no) */
+    t0 = now_ms();
+    get(t.port, "/metrics", &r);
+    took = now_ms() - t0;
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_ptr_nonnull(strstr(r.body, "did not answer"));
+    ck_assert_msg(took >= (int64_t)RL_METRICS_LOOP_WAIT_MS - 50 &&
+                      took <= (int64_t)RL_METRICS_LOOP_WAIT_MS + 1500,
+                  "answered after %lld ms", (long long)took);
+    rl_http_free(&r);
+
+    t0 = now_ms();
+    get(t.port, "/healthz", &r);
+    took = now_ms() - t0;
+    ck_assert_int_eq(r.status, 503);
+    /* A loop known stuck does not make each request wait the full second. */
+    ck_assert_msg(took < (int64_t)RL_METRICS_LOOP_WAIT_MS / 2, "answered after %lld ms",
+                  (long long)took);
+    rl_http_free(&r);
+    get(t.port, "/readyz", &r);
+    ck_assert_int_eq(r.status, 503);
+    rl_http_free(&r);
+    ck_assert_uint_eq(atomic_load(&t_renders), renders); /* nothing rendered off the loop */
+
+    /* Once the loop runs, the same listener answers. */
+    lt_run(&t);
+    t0 = now_ms();
+    get(t.port, "/metrics", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.body, "rl_test_things"));
+    ck_assert_int_lt(now_ms() - t0, (int64_t)RL_METRICS_LOOP_WAIT_MS);
+    rl_http_free(&r);
+    get(t.port, "/healthz", &r);
+    ck_assert_int_eq(r.status, 200);
+    rl_http_free(&r);
+    lt_stop(&t);
+}
+END_TEST
+
+/* A GET from a thread of its own, for requests in flight while the test does something. */
+struct bg_get {
+    uv_thread_t thread;
+    int port;
+    const char *path;
+    int rc;
+    int status;
+    int64_t took_ms;
+    bool page_whole; /* for /metrics: the render's text and the process_* families */
+};
+
+static void
+bg_get_thread(void *arg)
+{
+    struct bg_get *g = arg;
+    struct rl_http_resp r;
+    int64_t t0 = now_ms();
+
+    g->rc = rl_http_get(g->port, g->path, 15000, &r);
+    g->took_ms = now_ms() - t0;
+    if (g->rc == 0) {
+        g->status = r.status;
+        g->page_whole = strncmp(r.body, T_RENDER_TEXT, strlen(T_RENDER_TEXT)) == 0 &&
+                        strstr(r.body, "\nprocess_max_fds ") != NULL;
+        rl_http_free(&r);
+    }
+}
+
+/* A listener whose loop never runs, stopped while a request waits for the loop: the stop
+ * releases the request at once (503) instead of waiting out RL_METRICS_LOOP_WAIT_MS. */
+START_TEST(listener_stop_stuck)
+{
+    struct lt t;
+    struct bg_get g = {.path = "/metrics"};
+    int64_t t0;
+
+    lt_start(&t, 0, false);
+    g.port = t.port;
+    ck_assert_int_eq(uv_thread_create(&g.thread, bg_get_thread, &g), 0);
+    usleep(300 * 1000);
+    t0 = now_ms();
+    lt_stop(&t);
+    ck_assert_int_lt(now_ms() - t0, (int64_t)RL_METRICS_LOOP_WAIT_MS);
+    ck_assert_int_eq(uv_thread_join(&g.thread), 0);
+    ck_assert_msg(g.rc != 0 || g.status == 503, "rc %d status %d", g.rc, g.status);
+    ck_assert_int_lt(g.took_ms, (int64_t)RL_METRICS_LOOP_WAIT_MS + 500);
+}
+END_TEST
+
+#define FLOOD 200
+
+START_TEST(listener_flood)
+{
+    struct lt t;
+    struct rl_http_resp r;
+    int fds[FLOOD];
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    int64_t t0;
+
+    lt_start(&t, 0, true);
+    sin.sin_port = htons((uint16_t)t.port);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < FLOOD; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(fds[i], 0);
+        if (connect(fds[i], (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+            ck_assert_msg(errno == EINPROGRESS || errno == EAGAIN, "connect: %s", strerror(errno));
+        }
+    }
+    /* Some send half a request, and stay. */
+    for (int i = 0; i < FLOOD; i += 7) {
+        (void)send(fds[i], "GET /metr", 9, MSG_NOSIGNAL);
+    }
+    usleep(300 * 1000); /* the listener takes what it takes */
+    for (int i = 0; i < FLOOD; i++) {
+        close(fds[i]);
+    }
+    t0 = now_ms();
+    ck_assert_int_eq(rl_http_get(t.port, "/metrics", 15000, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.body, "rl_test_things"));
+    rl_http_free(&r);
+    /* And the next one at once. */
+    ck_assert_int_eq(rl_http_get(t.port, "/healthz", 2000, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    rl_http_free(&r);
+    fprintf(stderr, "check_metrics: GET after a flood of %d answered in %lld ms\n", FLOOD,
+            (long long)(now_ms() - t0));
+    lt_stop(&t);
+}
+END_TEST
+
+/* More concurrent scrapers than the connection limit allows at once: every one of them gets
+ * a whole page (MHD queues the rest in the listen backlog). */
+#define SCRAPERS 40
+
+START_TEST(listener_concurrent)
+{
+    struct lt t;
+    static struct bg_get g[SCRAPERS];
+
+    lt_start(&t, 0, true);
+    for (int i = 0; i < SCRAPERS; i++) {
+        g[i] = (struct bg_get){.port = t.port, .path = "/metrics"};
+        ck_assert_int_eq(uv_thread_create(&g[i].thread, bg_get_thread, &g[i]), 0);
+    }
+    for (int i = 0; i < SCRAPERS; i++) {
+        ck_assert_int_eq(uv_thread_join(&g[i].thread), 0);
+    }
+    for (int i = 0; i < SCRAPERS; i++) {
+        ck_assert_msg(g[i].rc == 0, "scraper %d: %s", i, strerror(-g[i].rc));
+        ck_assert_int_eq(g[i].status, 200);
+        ck_assert_msg(g[i].page_whole, "scraper %d: page not whole", i);
+    }
+    ck_assert_uint_eq(rl_metrics_requests(t.m), SCRAPERS);
+    lt_stop(&t);
+}
+END_TEST
+
+static Suite *
+metrics_suite(void)
+{
+    Suite *s = suite_create("metrics");
+    TCase *tc = tcase_create("writer");
+    TCase *tl = tcase_create("listener");
+
+    tcase_add_test(tc, labels_escape);
+    tcase_add_test(tc, labels_truncation);
+    tcase_add_test(tc, labels_utf8_cut);
+    tcase_add_test(tc, prom_lines);
+    tcase_add_test(tc, hist_buckets);
+    tcase_add_test(tc, hist_output);
+    suite_add_tcase(s, tc);
+
+    tcase_set_timeout(tl, 60);
+    tcase_add_test(tl, listener_pages);
+    tcase_add_test(tl, listener_ports);
+    tcase_add_test(tl, listener_stuck_loop);
+    tcase_add_test(tl, listener_stop_stuck);
+    tcase_add_test(tl, listener_flood);
+    tcase_add_test(tl, listener_concurrent);
+    suite_add_tcase(s, tl);
+    return s;
+}
+
+RL_TEST_MAIN(metrics_suite)
