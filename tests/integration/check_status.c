@@ -1,0 +1,280 @@
+/*
+ * check_status: `rl-cli status` against a real cluster (ZooKeeper, nodes a and b running and
+ * c configured but not started, two routers). Asserted, from its --json output and its exit
+ * status:
+ *   - both routers are listed (they announce themselves in ZooKeeper), with their addresses;
+ *   - every member answered; the keys they report add up to the users sent; the shards
+ *     they own add up to the cluster's; the decisions/s of a node under load is non-zero;
+ *   - c is missing ("missing": ["c"], exit 1), and the text screen says so;
+ *   - once c starts and registers, nothing is missing (exit 0) and c owns shards;
+ *   - a node killed with -9 shows as unreachable at once (exit 1), before ZooKeeper
+ *     expires it;
+ *   - without --config the router's view alone is shown (exit 0 while every node it routes
+ *     to is up).
+ */
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "clock.h"
+#include "harness.h"
+#include "rltest.h"
+
+#define SHARDS 64
+#define USERS 30
+
+enum { A, B, C, NNODES };
+
+static struct rl_harness_zk zk;
+static struct rl_harness_server nodes[NNODES], routers[2];
+static int node_ports[NNODES], router_ports[2];
+static char config[4096];
+static const char *const names[NNODES] = {"a", "b", "c"};
+
+/* Runs rl-cli with args; returns its exit status, its output in out. */
+static int
+cli(char *out, size_t len, const char *const argv[])
+{
+    char log[PATH_MAX];
+    static int seq;
+    int status;
+    pid_t pid;
+
+    ck_assert_int_eq(rl_harness_tmppath(log, sizeof(log), "status-%d.out", seq++), 0);
+    ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
+    ck_assert_int_eq(rl_harness_wait(pid, 20000, &status), 0);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_ge(rl_harness_read_file(log, out, len), 0);
+    return WEXITSTATUS(status);
+}
+
+/* The integer after "field": in the JSON object of node NAME, or def. */
+static long long
+node_int(const char *json, const char *name, const char *field, long long def)
+{
+    char key[64];
+    const char *p, *end, *f;
+
+    snprintf(key, sizeof(key), "{\"name\":\"%s\"", name);
+    p = strstr(json, key);
+    if (p == NULL) {
+        return def;
+    }
+    end = strstr(p + 1, "{\"name\":");
+    snprintf(key, sizeof(key), "\"%s\":", field);
+    f = strstr(p, key);
+    if (f == NULL || (end != NULL && f > end)) {
+        return def;
+    }
+    f += strlen(key);
+    if (strncmp(f, "true", 4) == 0) {
+        return 1;
+    }
+    if (strncmp(f, "false", 5) == 0) {
+        return 0;
+    }
+    return strtoll(f, NULL, 10);
+}
+
+static int
+router_members(int port)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+    int64_t v = -1;
+
+    if (rl_client_connect(&c, "127.0.0.1", (uint16_t)port, 1000) == 0 &&
+        rl_client_stats(c, &rep, 1000) == 0) {
+        v = rl_client_stat(&rep, "members", -1);
+    }
+    rl_client_destroy(c);
+    return (int)v;
+}
+
+static void
+wait_members(int want)
+{
+    uint64_t until = rl_clock_mono_ns() + 20000000000ull;
+
+    while (rl_clock_mono_ns() < until) {
+        if (router_members(router_ports[0]) == want && router_members(router_ports[1]) == want) {
+            return;
+        }
+        usleep(50000);
+    }
+    ck_abort_msg("routers did not see %d members", want);
+}
+
+/* One CHECK for each of USERS users through router 0, each allowed. */
+static void
+send_users(void)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[0], 2000), 0);
+    for (int u = 0; u < USERS; u++) {
+        char user[16];
+
+        snprintf(user, sizeof(user), "user%d", u);
+        ck_assert_int_eq(rl_client_check(c, "web", user, NULL, 1, &rep, 2000), 0);
+        ck_assert_uint_eq(rep.check.code, 0);
+    }
+    rl_client_destroy(c);
+}
+
+/* Load on the nodes while status measures their rate. */
+static atomic_bool load_on;
+
+static void *
+load(void *arg)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+    unsigned n = 0;
+
+    (void)arg;
+    if (rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[1], 2000) != 0) {
+        return NULL;
+    }
+    while (atomic_load(&load_on)) {
+        if (rl_client_check(c, "load", "u", NULL, 0, &rep, 2000) != 0) {
+            break;
+        }
+        n++;
+    }
+    rl_client_destroy(c);
+    return NULL;
+}
+
+static void
+setup(void)
+{
+    memset(&zk, 0, sizeof(zk));
+    memset(nodes, 0, sizeof(nodes));
+    memset(routers, 0, sizeof(routers));
+    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
+    for (int i = 0; i < NNODES; i++) {
+        node_ports[i] = rl_harness_free_port();
+    }
+    for (int i = 0; i < 2; i++) {
+        router_ports[i] = rl_harness_free_port();
+    }
+    ck_assert_int_eq(rl_harness_tmppath(config, sizeof(config), "cluster.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(config,
+                                           "[cluster]\nname = status\nzookeeper = %s\n"
+                                           "session_timeout = 4s\nshards = %d\n"
+                                           "[router]\ndeadline = 1s\n"
+                                           "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[node b]\nlisten = 127.0.0.1:%d\n"
+                                           "[node c]\nlisten = 127.0.0.1:%d\n"
+                                           "[service web]\nlimit = fixed_window 10 per 1h\n"
+                                           "[service load]\nlimit = fixed_window 1 per 1h\n",
+                                           zk.connect, SHARDS, node_ports[A], node_ports[B],
+                                           node_ports[C]),
+                     0);
+    for (int i = A; i <= B; i++) {
+        ck_assert_int_eq(rl_harness_node_start(&nodes[i], config, names[i], node_ports[i], 0), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rl_harness_router_start(&routers[i], config, router_ports[i]), 0);
+    }
+    wait_members(2);
+}
+
+static void
+teardown(void)
+{
+    rl_harness_cleanup();
+}
+
+START_TEST(test_status)
+{
+    static char out[65536];
+    char target[64], addr[64], expect[160];
+    const char *json[] = {"rl-cli", "--target", target, "status", "--config", config,
+                          "--json", "--interval-ms", "500", NULL};
+    const char *text[] = {"rl-cli", "--target", target, "status", "--config", config, NULL};
+    const char *bare[] = {"rl-cli", "--target", target, "status", NULL};
+    pthread_t th;
+    long long keys, shards;
+
+    snprintf(target, sizeof(target), "127.0.0.1:%d", router_ports[0]);
+    send_users();
+
+    /* c is configured, not running: missing, exit 1. Load runs meanwhile. */
+    atomic_store(&load_on, true);
+    ck_assert_int_eq(pthread_create(&th, NULL, load, NULL), 0);
+    ck_assert_int_eq(cli(out, sizeof(out), json), 1);
+    atomic_store(&load_on, false);
+    pthread_join(th, NULL);
+    ck_assert_msg(strstr(out, "\"missing\":[\"c\"]") != NULL, "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "\"ok\":false"));
+    for (int i = 0; i < 2; i++) {
+        snprintf(expect, sizeof(expect), "\"address\":\"127.0.0.1:%d\"}", router_ports[i]);
+        ck_assert_msg(strstr(out, expect) != NULL, "router %d not listed: %s", i, out);
+    }
+    keys = node_int(out, "a", "keys", -1) + node_int(out, "b", "keys", -1);
+    /* USERS web keys, and one load key (cost 0 peeks insert nothing) */
+    ck_assert_msg(keys == USERS, "keys %lld, want %d: %s", keys, USERS, out);
+    shards = node_int(out, "a", "shards", -1) + node_int(out, "b", "shards", -1);
+    ck_assert_int_eq(shards, SHARDS);
+    ck_assert_int_eq(node_int(out, "a", "router_shards", -1), node_int(out, "a", "shards", -2));
+    ck_assert_int_eq(node_int(out, "a", "answered", 0), 1);
+    ck_assert_int_eq(node_int(out, "b", "answered", 0), 1);
+    ck_assert_int_eq(node_int(out, "c", "answered", 1), 0);
+    /* The load's key lives on one node: its rate is measured there. */
+    ck_assert_msg(node_int(out, "a", "decisions_per_s", 0) + node_int(out, "b", "decisions_per_s", 0) > 0,
+                  "no rate measured: %s", out);
+    snprintf(addr, sizeof(addr), "\"address\":\"127.0.0.1:%d\"", node_ports[A]);
+    ck_assert_ptr_nonnull(strstr(out, addr));
+
+    ck_assert_int_eq(cli(out, sizeof(out), text), 1);
+    ck_assert_msg(strstr(out, "missing: not registered in ZooKeeper") != NULL, "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "NODE"));
+    ck_assert_ptr_nonnull(strstr(out, "2 of 3 nodes up"));
+
+    /* The router's view alone: both nodes it routes to are up. */
+    ck_assert_int_eq(cli(out, sizeof(out), bare), 0);
+    ck_assert_ptr_nonnull(strstr(out, "give --config"));
+
+    /* c starts: nothing missing. */
+    ck_assert_int_eq(rl_harness_node_start(&nodes[C], config, names[C], node_ports[C], 0), 0);
+    wait_members(3);
+    ck_assert_int_eq(cli(out, sizeof(out), json), 0);
+    ck_assert_msg(strstr(out, "\"missing\":[]") != NULL, "%s", out);
+    ck_assert_int_gt(node_int(out, "c", "shards", 0), 0);
+    ck_assert_int_eq(node_int(out, "a", "shards", 0) + node_int(out, "b", "shards", 0) +
+                         node_int(out, "c", "shards", 0),
+                     SHARDS);
+
+    /* b dies: unreachable at once, while ZooKeeper still lists it. */
+    ck_assert_int_eq(rl_harness_server_stop(&nodes[B], SIGKILL, 5000), 0);
+    ck_assert_int_eq(cli(out, sizeof(out), json), 1);
+    ck_assert_msg(strstr(out, "\"missing\":[\"b\"]") != NULL, "%s", out);
+    ck_assert_int_eq(node_int(out, "b", "member", 0), 1);
+    ck_assert_int_eq(node_int(out, "b", "answered", 1), 0);
+}
+END_TEST
+
+static Suite *
+status_suite(void)
+{
+    Suite *s = suite_create("status");
+    TCase *tc = tcase_create("status");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_status);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RL_TEST_MAIN(status_suite)
