@@ -4,8 +4,9 @@
 # through the router. Midway node b is killed with SIGKILL and later restarted, and the
 # script prints, second by second, decisions/s, reply codes and which node owns how many
 # shards, so you watch the cluster serve, lose a node and heal. Everything it started is
-# stopped on exit (Ctrl-C included). Ports: ZooKeeper 2191, router 7400, nodes 7401-7403
-# (from cluster.conf). Options: DEMO_SECONDS (default 30), DEMO_RATE (requests/s, 20000).
+# stopped on exit (Ctrl-C included). Ports: ZooKeeper 2191, router 7400, nodes 7401-7403,
+# their Prometheus metrics 9400-9403 (from cluster.conf). At the end it shows the cluster's
+# status, the throttling episodes and a few metrics. Options: DEMO_SECONDS (default 30), DEMO_RATE (requests/s, 20000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
@@ -19,7 +20,7 @@ run=$top/run/demo
 rm -rf "$run"
 mkdir -p "$run"
 zkport=2191
-for p in $zkport 7400 7401 7402 7403; do
+for p in $zkport 7400 7401 7402 7403 9400 9401 9402 9403; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
         echo "demo: port $p is in use; stop what listens there first" >&2
         exit 1
@@ -129,3 +130,20 @@ sleep 1.2 # the router flushes its request log at least once a second
 echo "== request log: $(wc -l < "$run/requests.log" 2>/dev/null || echo 0) lines in $run/requests.log"
 echo "== what rl-rebalance would do with it (--dry-run: nothing is written)"
 "$bin/rl-rebalance" --config "$conf" --dry-run "$run/requests.log" || true
+echo
+echo "== rl-cli status (the cluster on one screen)"
+"$bin/rl-cli" --target 127.0.0.1:7400 status --config "$conf" || true
+echo
+echo "== rl-cli throttled --top 5 (who was refused, from when, how often)"
+"$bin/rl-cli" --target 127.0.0.1:7400 throttled --top 5 || true
+echo
+echo "== a few of the router's Prometheus metrics (http://127.0.0.1:9400/metrics)"
+python3 - <<'PY' || true
+import urllib.request
+text = urllib.request.urlopen("http://127.0.0.1:9400/metrics", timeout=5).read().decode()
+for line in text.splitlines():
+    if line.startswith(("rl_router_decisions_total", "rl_router_policy_answers_total",
+                        "rl_router_request_duration_seconds_count", "rl_router_members")) \
+            and not line.endswith(" 0"):
+        print("   " + line)
+PY
