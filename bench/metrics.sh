@@ -58,7 +58,7 @@ for round in $(seq 1 "$runs"); do
         scraper=
         if [ "$side" = scraped ]; then
             (while sleep 0.1; do
-                curl -sf "http://127.0.0.1:$mport/metrics" > "$work/last.prom" || echo "scrape failed" >&2
+                taskset -c 1 curl -sf "http://127.0.0.1:$mport/metrics" > "$work/last.prom" || echo "scrape failed" >&2
             done) &
             scraper=$!
             pids+=($scraper)

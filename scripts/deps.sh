@@ -6,7 +6,7 @@ pkgs=(build-essential cmake pkg-config libuv1-dev libmsgpack-dev libzookeeper-mt
       check libsubunit-dev libxxhash-dev libinih-dev zookeeper default-jre-headless
       procps clang libclang-rt-dev python3 libssl-dev
       libmicrohttpd-dev prometheus nginx libnginx-mod-http-lua lua-messagepack
-      python3-pytest python3-msgpack python3-venv python3-setuptools python3-pip)
+      python3-pytest python3-msgpack python3-venv python3-setuptools python3-pip curl)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
