@@ -600,7 +600,7 @@ START_TEST(test_slow_reader_paused)
     struct rl_wire_reply rep;
     struct rl_buf in;
     char user[32];
-    uint64_t frames, want_local, want_checks, got_local = 0, got_checks = 0, owed;
+    uint64_t frames, want_local, want_checks, got_local = 0, got_checks = 0, got_allowed = 0, owed;
     uint32_t last_local = 0;
     uint8_t *check_seen;
     uint64_t stats_len = 0;
@@ -730,8 +730,16 @@ START_TEST(test_slow_reader_paused)
                 if (rep.op == RL_WIRE_OP_CHECK) {
                     RL_CHECK(!check_seen[k / SLOW_UNIT_FRAMES], "CHECK %u answered twice", rep.id);
                     check_seen[k / SLOW_UNIT_FRAMES] = 1;
-                    RL_CHECK_UINT_EQ(rep.check.code, RL_WIRE_ALLOWED);
-                    RL_CHECK_UINT_EQ(rep.check.remaining, 1000);
+                    /* The node's answer; or, on a machine too loaded for the node to answer
+                     * within the 300 ms deadline, the service's policy (FAIL_OPEN): still
+                     * exactly one reply. Most must be the node's (asserted below). */
+                    RL_CHECK(rep.check.code == RL_WIRE_ALLOWED ||
+                                 rep.check.code == RL_WIRE_FAIL_OPEN,
+                             "CHECK %u answered %u", rep.id, rep.check.code);
+                    if (rep.check.code == RL_WIRE_ALLOWED) {
+                        RL_CHECK_UINT_EQ(rep.check.remaining, 1000);
+                        got_allowed++;
+                    }
                     got_checks++;
                 } else {
                     RL_CHECK(rep.id > last_local, "reply %u after reply %u", rep.id, last_local);
@@ -744,6 +752,8 @@ START_TEST(test_slow_reader_paused)
                 (unsigned long long)frames, (long long)(now_ms() - t0));
     }
     ck_assert_uint_eq(got_checks, want_checks);
+    ck_assert_msg(got_allowed * 10 >= got_checks * 9, "only %llu of %llu CHECKs were the node's",
+                  (unsigned long long)got_allowed, (unsigned long long)got_checks);
     ck_assert_uint_eq(got_local, want_local);
     ck_assert_uint_eq(rl_buf_unread(&in), 0);
     /* Nothing more: no reply to a request never sent. */
