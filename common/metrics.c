@@ -81,6 +81,36 @@ rl_prom_f64(struct rl_prom *p, const char *name, const char *labels, double v)
     }
 }
 
+void
+rl_prom_one(struct rl_prom *p, const char *name, const char *type, const char *help,
+            const char *labels, uint64_t v)
+{
+    rl_prom_family(p, name, type, help);
+    rl_prom_u64(p, name, labels, v);
+}
+
+void
+rl_prom_build_info(struct rl_prom *p, const char *program, const char *name)
+{
+    char lab[256];
+
+    rl_prom_one(p, "rl_build_info", "gauge", "The program and version running; always 1.",
+                rl_prom_labels(lab, sizeof(lab), "program", program, "version", RL_VERSION,
+                               "name", name, NULL),
+                1);
+}
+
+void
+rl_prom_zookeeper(struct rl_prom *p, bool connected, uint64_t expiries)
+{
+    rl_prom_one(p, "rl_zookeeper_connected", "gauge",
+                "1 while the ZooKeeper session is connected (absent with static membership).",
+                NULL, connected ? 1 : 0);
+    rl_prom_one(p, "rl_zookeeper_session_expiries_total", "counter",
+                "ZooKeeper sessions lost for good (a node's costs it its znode and its shards).",
+                NULL, expiries);
+}
+
 const char *
 rl_prom_labels(char *dst, size_t cap, ...)
 {

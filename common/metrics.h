@@ -95,6 +95,17 @@ uint64_t rl_metrics_requests(const struct rl_metrics *m);
  * closed (the loop must run for that). NULL is a no-op. On the loop thread. */
 void rl_metrics_stop(struct rl_metrics *m);
 
+/* One family of one sample: HELP, TYPE and `name{labels} v`. */
+void rl_prom_one(struct rl_prom *p, const char *name, const char *type, const char *help,
+                 const char *labels, uint64_t v);
+
+/* rl_build_info{program,version,name} 1. */
+void rl_prom_build_info(struct rl_prom *p, const char *program, const char *name);
+
+/* rl_zookeeper_connected and rl_zookeeper_session_expiries_total, for a process with a
+ * ZooKeeper session. */
+void rl_prom_zookeeper(struct rl_prom *p, bool connected, uint64_t expiries);
+
 /* Appends the process_* families (CPU seconds, resident and virtual memory, open and max
  * descriptors, start time) read from /proc/self; any thread. */
 void rl_prom_process(struct rl_prom *p);

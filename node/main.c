@@ -255,13 +255,8 @@ static void
 node_metrics(void *arg, struct rl_prom *p)
 {
     struct node *n = arg;
-    char lab[160];
 
-    rl_prom_family(p, "rl_build_info", "gauge", "The program and version running; always 1.");
-    rl_prom_u64(p, "rl_build_info",
-                rl_prom_labels(lab, sizeof(lab), "program", "rl-node", "version", RL_VERSION,
-                               "name", n->d.name, NULL),
-                1);
+    rl_prom_build_info(p, "rl-node", n->d.name);
     rl_server_metrics(&n->server, p);
 }
 

@@ -634,15 +634,15 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
         if (s->throttle != NULL) {
             rl_throttle_stats(s->throttle, &ts);
         }
-        rl_prom_family(p, "rl_node_throttle_open", "gauge",
-                       "Throttling episodes open now (keys refused and not allowed since).");
-        rl_prom_u64(p, "rl_node_throttle_open", NULL, ts.open);
-        rl_prom_family(p, "rl_node_throttle_episodes_total", "counter",
-                       "Throttling episodes opened (a key's first refusal after being allowed).");
-        rl_prom_u64(p, "rl_node_throttle_episodes_total", NULL, ts.recorded);
-        rl_prom_family(p, "rl_node_throttle_dropped_total", "counter",
-                       "Refusals not recorded because throttle_events episodes were open.");
-        rl_prom_u64(p, "rl_node_throttle_dropped_total", NULL, ts.dropped);
+        rl_prom_one(p, "rl_node_throttle_open", "gauge",
+                    "Throttling episodes open now (keys refused and not allowed since).", NULL,
+                    ts.open);
+        rl_prom_one(p, "rl_node_throttle_episodes_total", "counter",
+                    "Throttling episodes opened (a key's first refusal after being allowed).",
+                    NULL, ts.recorded);
+        rl_prom_one(p, "rl_node_throttle_dropped_total", "counter",
+                    "Refusals not recorded because throttle_events episodes were open.", NULL,
+                    ts.dropped);
     }
     rl_listener_metrics(&cs, p);
     rl_rules_metrics(s->opts.rules, s->opts.conf != NULL ? s->opts.conf->rules_digest : 0, p);
@@ -651,13 +651,7 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
                    "1 while this node's znode is held (always 1 with static membership).");
     rl_prom_u64(p, "rl_node_registered", NULL, s->registered ? 1 : 0);
     if (s->zk_state != RL_SERVER_ZK_NONE) {
-        rl_prom_family(p, "rl_zookeeper_connected", "gauge",
-                       "1 while the ZooKeeper session is connected (absent with static "
-                       "membership).");
-        rl_prom_u64(p, "rl_zookeeper_connected", NULL, s->zk_state == RL_ZKM_CONNECTED);
-        rl_prom_family(p, "rl_zookeeper_session_expiries_total", "counter",
-                       "ZooKeeper sessions lost for good (each costs the node its znode).");
-        rl_prom_u64(p, "rl_zookeeper_session_expiries_total", NULL, s->zk_expiries);
+        rl_prom_zookeeper(p, s->zk_state == RL_ZKM_CONNECTED, s->zk_expiries);
         rl_prom_family(p, "rl_node_shards_owned", "gauge",
                        "Shards this node owns in its view of the membership and assignment.");
         rl_prom_u64(p, "rl_node_shards_owned", NULL, s->shards_owned);

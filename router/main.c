@@ -165,21 +165,10 @@ static void
 router_metrics(void *arg, struct rl_prom *p)
 {
     struct router_main *m = arg;
-    char lab[256];
 
-    rl_prom_family(p, "rl_build_info", "gauge", "The program and version running; always 1.");
-    rl_prom_u64(p, "rl_build_info",
-                rl_prom_labels(lab, sizeof(lab), "program", "rl-router", "version", RL_VERSION,
-                               "name", m->name, NULL),
-                1);
+    rl_prom_build_info(p, "rl-router", m->name);
     if (m->zk_state >= 0) {
-        rl_prom_family(p, "rl_zookeeper_connected", "gauge",
-                       "1 while the ZooKeeper session is connected (absent with static "
-                       "membership).");
-        rl_prom_u64(p, "rl_zookeeper_connected", NULL, m->zk_state == RL_ZKM_CONNECTED);
-        rl_prom_family(p, "rl_zookeeper_session_expiries_total", "counter",
-                       "ZooKeeper sessions lost for good.");
-        rl_prom_u64(p, "rl_zookeeper_session_expiries_total", NULL, m->zk_expiries);
+        rl_prom_zookeeper(p, m->zk_state == RL_ZKM_CONNECTED, m->zk_expiries);
     }
     rl_router_metrics(m->router, p);
 }

@@ -414,6 +414,33 @@ rl_harness_write_file(const char *path, const char *fmt, ...)
 }
 
 int
+rl_harness_run(const char *const argv[], char *out, size_t len, int timeout_ms)
+{
+    static int seq;
+    char log[PATH_MAX];
+    int status, rc;
+    pid_t pid;
+
+    rc = rl_harness_tmppath(log, sizeof(log), "run-%d-%s.out", seq++, argv[0]);
+    if (rc == 0) {
+        rc = rl_harness_spawn(argv, log, &pid);
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    rc = rl_harness_wait(pid, timeout_ms, &status);
+    if (rc != 0) {
+        rl_harness_kill9(pid);
+        return rc;
+    }
+    rc = rl_harness_read_file(log, out, len);
+    if (rc < 0) {
+        return rc;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -ECHILD;
+}
+
+int
 rl_harness_read_file(const char *path, char *buf, size_t len)
 {
     size_t got = 0;

@@ -72,6 +72,14 @@ int rl_harness_write_file(const char *path, const char *fmt, ...)
  */
 int rl_harness_read_file(const char *path, char *buf, size_t len);
 
+/*
+ * Runs a program to its end (a tool: rl-cli, rl-chaos...), argv[0] resolved as for
+ * rl_harness_spawn, with its stdout and stderr in a fresh file of the tmpdir read back into
+ * out (len bytes, NUL-terminated). Returns its exit status (0..255), or a negative errno:
+ * -ETIMEDOUT after timeout_ms (it is killed), -ECHILD if a signal ended it.
+ */
+int rl_harness_run(const char *const argv[], char *out, size_t len, int timeout_ms);
+
 /* Prints the last max_lines lines of a log to stderr, framed with its path (on failures). */
 void rl_harness_print_log(const char *path, int max_lines);
 

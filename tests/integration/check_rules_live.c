@@ -65,21 +65,14 @@ check_via(int r, const char *svc, const char *user, uint64_t *rem)
     return rep.check.code;
 }
 
-/* Runs rl-cli with args; returns its exit status, its output (stdout and stderr) in out. */
+/* Runs rl-cli with args; returns its exit status, its stdout and stderr in out. */
 static int
 cli(char *out, size_t len, const char *const argv[])
 {
-    char log[PATH_MAX];
-    static int seq;
-    int status;
-    pid_t pid;
+    int rc = rl_harness_run(argv, out, len, 20000);
 
-    ck_assert_int_eq(rl_harness_tmppath(log, sizeof(log), "cli-%d.out", seq++), 0);
-    ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
-    ck_assert_int_eq(rl_harness_wait(pid, 20000, &status), 0);
-    ck_assert(WIFEXITED(status));
-    ck_assert_int_ge(rl_harness_read_file(log, out, len), 0);
-    return WEXITSTATUS(status);
+    ck_assert_msg(rc >= 0, "%s did not run to its end: %d", argv[0], rc);
+    return rc;
 }
 
 /* Every process's STATS key, nodes then routers; -2 for a process not running. */

@@ -38,21 +38,14 @@ static int node_ports[NNODES], router_ports[2];
 static char config[4096];
 static const char *const names[NNODES] = {"a", "b", "c"};
 
-/* Runs rl-cli with args; returns its exit status, its output in out. */
+/* Runs rl-cli with args; returns its exit status, its stdout and stderr in out. */
 static int
 cli(char *out, size_t len, const char *const argv[])
 {
-    char log[PATH_MAX];
-    static int seq;
-    int status;
-    pid_t pid;
+    int rc = rl_harness_run(argv, out, len, 20000);
 
-    ck_assert_int_eq(rl_harness_tmppath(log, sizeof(log), "status-%d.out", seq++), 0);
-    ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
-    ck_assert_int_eq(rl_harness_wait(pid, 20000, &status), 0);
-    ck_assert(WIFEXITED(status));
-    ck_assert_int_ge(rl_harness_read_file(log, out, len), 0);
-    return WEXITSTATUS(status);
+    ck_assert_msg(rc >= 0, "%s did not run to its end: %d", argv[0], rc);
+    return rc;
 }
 
 /* The integer after "field": in the JSON object of node NAME, or def. */

@@ -146,17 +146,10 @@ find_ep(const struct rl_wire_reply *rep, const char *user)
 static int
 cli(char *out, size_t len, const char *const argv[])
 {
-    char log[PATH_MAX];
-    static int seq;
-    int status;
-    pid_t pid;
+    int rc = rl_harness_run(argv, out, len, 10000);
 
-    ck_assert_int_eq(rl_harness_tmppath(log, sizeof(log), "cli-%d.out", seq++), 0);
-    ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
-    ck_assert_int_eq(rl_harness_wait(pid, 10000, &status), 0);
-    ck_assert(WIFEXITED(status));
-    ck_assert_int_ge(rl_harness_read_file(log, out, len), 0);
-    return WEXITSTATUS(status);
+    ck_assert_msg(rc >= 0, "%s did not run to its end: %d", argv[0], rc);
+    return rc;
 }
 
 START_TEST(test_episode_through_router)
