@@ -116,6 +116,13 @@ int
 rl_http_request(int port, const char *method, const char *path, int timeout_ms,
                 struct rl_http_resp *resp)
 {
+    return rl_http_request_headers(port, method, path, NULL, timeout_ms, resp);
+}
+
+int
+rl_http_request_headers(int port, const char *method, const char *path, const char *extra,
+                        int timeout_ms, struct rl_http_resp *resp)
+{
     int64_t deadline = http_now_ms() + timeout_ms;
     char req[4096];
     size_t len, off = 0, cap = 0;
@@ -126,9 +133,10 @@ rl_http_request(int port, const char *method, const char *path, int timeout_ms,
     n = snprintf(
         req, sizeof(req),
         "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\nUser-Agent: rl-test\r\n"
-        "Accept: */*\r\nConnection: close\r\n%s\r\n",
+        "Accept: */*\r\nConnection: close\r\n%s%s\r\n",
         method, path, port,
-        strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0 ? "" : "Content-Length: 0\r\n");
+        strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0 ? "" : "Content-Length: 0\r\n",
+        extra != NULL ? extra : "");
     if (n < 0 || (size_t)n >= sizeof(req)) {
         return -ENAMETOOLONG;
     }

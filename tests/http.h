@@ -34,6 +34,14 @@ struct rl_http_resp {
 int rl_http_request(int port, const char *method, const char *path, int timeout_ms,
                     struct rl_http_resp *resp);
 
+/*
+ * rl_http_request() with extra request header lines: extra is NULL or whole lines, each
+ * ending in "\r\n" ("X-User: alice\r\n"), sent after the fixed ones. The whole request must
+ * fit 4 KiB (-ENAMETOOLONG otherwise).
+ */
+int rl_http_request_headers(int port, const char *method, const char *path, const char *extra,
+                            int timeout_ms, struct rl_http_resp *resp);
+
 /* rl_http_request(port, "GET", path, timeout_ms, resp). */
 int rl_http_get(int port, const char *path, int timeout_ms, struct rl_http_resp *resp);
 

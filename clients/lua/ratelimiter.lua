@@ -1,0 +1,649 @@
+-- ratelimiter: the OpenResty (lua-nginx-module) client of a ratelimiter router.
+--
+-- Speaks wire protocol v1 (docs/PROTOCOL.md) over ngx.socket.tcp cosockets kept in a
+-- keepalive pool, and maps replies to HTTP exactly as docs/INTEGRATION.md says.
+-- clients/lua/README.md documents the API; in short:
+--
+--   local rl = require "ratelimiter"
+--   rl.configure{ host = "127.0.0.1", port = 7400, token = "...", failure = "open",
+--                 failures = { payments = "closed" } }          -- init_by_lua, optional
+--   local reply, err = rl.check{ service = "api", user = "u42" } -- any phase with cosockets
+--   local status, hdrs = rl.headers(reply, "api", 60, false)    -- pure function
+--   rl.access{ service = "api", user = ngx.var.http_x_user }   -- access_by_lua_block
+--   rl.header_filter()                                           -- header_filter_by_lua_block
+--
+-- MessagePack is encoded and decoded here rather than with lua-messagepack: the protocol's
+-- strict type rules (a float is never an integer, a bin is never a str, a negative value
+-- never fits an unsigned field, nothing may follow the value) cannot be checked on what a
+-- generic decoder returns, since LuaJIT has one number type and lua-messagepack decodes
+-- str and bin alike; and a CHECK has one fixed shape whose nil endpoint a Lua array cannot
+-- hold without a sentinel. The two encoders and one decoder below are about 150 lines.
+
+local ngx = ngx
+local tcp = ngx.socket.tcp
+local byte, char, sub, find, format, gsub = string.byte, string.char, string.sub, string.find,
+    string.format, string.gsub
+local concat = table.concat
+local floor, ceil = math.floor, math.ceil
+local type, tostring, pairs = type, tostring, pairs
+
+local _M = { _VERSION = "1.0" }
+
+-- ---- constants ------------------------------------------------------------------------
+
+local OP_CHECK, OP_AUTH, OP_ERROR = 1, 6, 255
+local MAX_FRAME = 65536
+local MAX_ID = 4294967295
+local MAX_COST = 1000000
+
+local CODE_NAMES = {
+    [0] = "ALLOWED", [1] = "LIMITED", [2] = "FAIL_OPEN", [3] = "FAIL_CLOSED",
+    [4] = "NO_RULE", [5] = "QUEUED",
+}
+local ERROR_NAMES = {
+    [1] = "MALFORMED", [2] = "UNKNOWN_OP", [3] = "BAD_FIELD", [4] = "OVERLOADED",
+    [5] = "UNAUTHORIZED", [6] = "NOT_OWNER",
+}
+_M.ALLOWED, _M.LIMITED, _M.FAIL_OPEN, _M.FAIL_CLOSED, _M.NO_RULE, _M.QUEUED = 0, 1, 2, 3, 4, 5
+_M.CODE_NAMES = CODE_NAMES
+
+-- ---- configuration --------------------------------------------------------------------
+
+local defaults = {
+    host = "127.0.0.1",      -- router address, or "unix:/path/to.sock"
+    port = 7400,
+    timeout = 200,           -- ms; connect_timeout, send_timeout, read_timeout default to it
+    connect_timeout = nil,
+    send_timeout = nil,
+    read_timeout = nil,
+    pool = nil,              -- keepalive pool name; default "ratelimiter:HOST:PORT[:md5(token)]"
+    pool_size = 64,          -- connections kept idle per pool and worker
+    backlog = nil,           -- connect() waiters once pool_size connections are busy
+    keepalive_timeout = 60000, -- ms an idle pooled connection is kept (< the router's 5 min)
+    token = nil,             -- AUTH token, sent once per new connection
+    failure = "open",        -- the router cannot be reached: "open" (pass) or "closed" (503)
+    failures = {},           -- per service: { payments = "closed" }
+    legacy = false,          -- also send X-RateLimit-Limit/-Remaining/-Reset
+    windows = {},            -- per service: the rule's window in seconds, for w=
+    names = {},              -- per service: the policy name (default: the service)
+}
+
+local VALID = {
+    host = "string", port = "number", timeout = "number", connect_timeout = "number",
+    send_timeout = "number", read_timeout = "number", pool = "string", pool_size = "number",
+    backlog = "number", keepalive_timeout = "number", token = "string", failure = "string",
+    failures = "table", legacy = "boolean", windows = "table", names = "table",
+}
+
+-- Sets the defaults every call uses (call it from init_by_lua* or init_worker_by_lua*).
+-- Unknown keys and wrong types raise an error, so a typo does not pass silently.
+function _M.configure(conf)
+    for k, v in pairs(conf) do
+        if VALID[k] == nil then
+            error("ratelimiter.configure: unknown option " .. tostring(k), 2)
+        end
+        if type(v) ~= VALID[k] then
+            error("ratelimiter.configure: " .. k .. " must be a " .. VALID[k], 2)
+        end
+        if k == "failure" and v ~= "open" and v ~= "closed" then
+            error('ratelimiter.configure: failure must be "open" or "closed"', 2)
+        end
+        defaults[k] = v
+    end
+    for svc, pol in pairs(defaults.failures) do
+        if pol ~= "open" and pol ~= "closed" then
+            error('ratelimiter.configure: failures[' .. tostring(svc) ..
+                  '] must be "open" or "closed"', 2)
+        end
+    end
+end
+
+function _M.defaults()
+    return defaults
+end
+
+local function opt(opts, k)
+    local v = opts[k]
+    if v == nil then
+        v = defaults[k]
+    end
+    return v
+end
+
+-- ---- MessagePack: the two requests this client sends ----------------------------------
+
+local function enc_uint(n)
+    if n < 128 then
+        return char(n)
+    elseif n < 256 then
+        return char(0xcc, n)
+    elseif n < 65536 then
+        return char(0xcd, floor(n / 256), n % 256)
+    end
+    return char(0xce, floor(n / 16777216), floor(n / 65536) % 256, floor(n / 256) % 256,
+                n % 256)
+end
+
+local function enc_str(s)
+    local n = #s
+    if n < 32 then
+        return char(0xa0 + n) .. s
+    elseif n < 256 then
+        return char(0xd9, n) .. s
+    end
+    return char(0xda, floor(n / 256), n % 256) .. s
+end
+
+local function frame(payload)
+    local n = #payload
+    return char(floor(n / 16777216), floor(n / 65536) % 256, floor(n / 256) % 256, n % 256)
+        .. payload
+end
+
+-- [1, id, service, user, endpoint|nil, cost]
+local function enc_check(id, service, user, endpoint, cost)
+    return frame(concat({
+        "\150\1", enc_uint(id), enc_str(service), enc_str(user),
+        endpoint == nil and "\192" or enc_str(endpoint), enc_uint(cost),
+    }))
+end
+
+-- [6, id, token]
+local function enc_auth(id, token)
+    return frame("\147\6" .. enc_uint(id) .. enc_str(token))
+end
+
+_M._enc_check, _M._enc_auth = enc_check, enc_auth -- for tests
+
+-- ---- MessagePack: the replies this client accepts -------------------------------------
+-- Each reader returns value, next position; or nil, reason.
+
+local function be(s, pos, n) -- big-endian unsigned of n bytes (n <= 4: exact)
+    local v = 0
+    for i = pos, pos + n - 1 do
+        v = v * 256 + byte(s, i)
+    end
+    return v
+end
+
+-- An unsigned integer in any MessagePack integer format; negative values and floats refused.
+-- Values above 2^53 are rounded (LuaJIT numbers are doubles); every reply field is far below.
+local function dec_uint(s, pos, len)
+    if pos > len then
+        return nil, "truncated value"
+    end
+    local b = byte(s, pos)
+    if b < 0x80 then
+        return b, pos + 1
+    end
+    local w
+    if b == 0xcc or b == 0xd0 then
+        w = 1
+    elseif b == 0xcd or b == 0xd1 then
+        w = 2
+    elseif b == 0xce or b == 0xd2 then
+        w = 4
+    elseif b == 0xcf or b == 0xd3 then
+        w = 8
+    else
+        return nil, "not an unsigned integer"
+    end
+    if pos + w > len then
+        return nil, "truncated value"
+    end
+    if b >= 0xd0 and byte(s, pos + 1) >= 0x80 then
+        return nil, "negative integer in an unsigned field"
+    end
+    if w == 8 then
+        return be(s, pos + 1, 4) * 4294967296 + be(s, pos + 5, 4), pos + 9
+    end
+    return be(s, pos + 1, w), pos + 1 + w
+end
+
+local function dec_str(s, pos, len)
+    if pos > len then
+        return nil, "truncated value"
+    end
+    local b = byte(s, pos)
+    local n, at
+    if b >= 0xa0 and b <= 0xbf then
+        n, at = b - 0xa0, pos + 1
+    elseif b == 0xd9 or b == 0xda or b == 0xdb then
+        local w = b == 0xd9 and 1 or (b == 0xda and 2 or 4)
+        if pos + w > len then
+            return nil, "truncated value"
+        end
+        n, at = be(s, pos + 1, w), pos + 1 + w
+    else
+        return nil, "not a str"
+    end
+    if at + n - 1 > len then
+        return nil, "length exceeds the frame"
+    end
+    return sub(s, at, at + n - 1), at + n
+end
+
+local function dec_array(s, pos, len)
+    if pos > len then
+        return nil, "truncated value"
+    end
+    local b = byte(s, pos)
+    if b >= 0x90 and b <= 0x9f then
+        return b - 0x90, pos + 1
+    elseif b == 0xdc or b == 0xdd then
+        local w = b == 0xdc and 2 or 4
+        if pos + w > len then
+            return nil, "truncated value"
+        end
+        return be(s, pos + 1, w), pos + 1 + w
+    end
+    return nil, "not an array"
+end
+
+-- Decodes one reply payload: CHECK [1,id,code,limit,remaining,reset,retry],
+-- AUTH [6,id,principal] or ERROR [255,id,err,message]. Returns a table with op and id
+-- (and the fields), or nil, reason. Anything else, or a byte left over, is refused.
+local function dec_reply(s)
+    local len = #s
+    local n, pos = dec_array(s, 1, len)
+    if not n then
+        return nil, pos
+    end
+    local op, id, err
+    op, pos = dec_uint(s, pos, len)
+    if not op then
+        return nil, "op: " .. pos
+    end
+    id, pos = dec_uint(s, pos, len)
+    if not id then
+        return nil, "id: " .. pos
+    end
+    if id > MAX_ID then
+        return nil, "id out of range"
+    end
+    local r = { op = op, id = id }
+    if op == OP_CHECK then
+        if n ~= 7 then
+            return nil, "CHECK reply with " .. n .. " elements, not 7"
+        end
+        local code, limit, remaining, reset_ms, retry
+        code, pos = dec_uint(s, pos, len)
+        if not code then
+            return nil, "code: " .. pos
+        end
+        if CODE_NAMES[code] == nil then
+            return nil, "unknown reply code " .. code
+        end
+        limit, pos = dec_uint(s, pos, len)
+        if not limit then
+            return nil, "limit: " .. pos
+        end
+        remaining, pos = dec_uint(s, pos, len)
+        if not remaining then
+            return nil, "remaining: " .. pos
+        end
+        reset_ms, pos = dec_uint(s, pos, len)
+        if not reset_ms then
+            return nil, "reset_ms: " .. pos
+        end
+        retry, pos = dec_uint(s, pos, len)
+        if not retry then
+            return nil, "retry_after_ms: " .. pos
+        end
+        r.code, r.code_name, r.limit, r.remaining, r.reset_ms, r.retry_after_ms =
+            code, CODE_NAMES[code], limit, remaining, reset_ms, retry
+    elseif op == OP_AUTH then
+        if n ~= 3 then
+            return nil, "AUTH reply with " .. n .. " elements, not 3"
+        end
+        r.principal, pos = dec_str(s, pos, len)
+        if not r.principal then
+            return nil, "principal: " .. pos
+        end
+    elseif op == OP_ERROR then
+        if n ~= 4 then
+            return nil, "ERROR reply with " .. n .. " elements, not 4"
+        end
+        err, pos = dec_uint(s, pos, len)
+        if not err then
+            return nil, "err: " .. pos
+        end
+        if ERROR_NAMES[err] == nil then
+            return nil, "unknown error code " .. err
+        end
+        r.err, r.err_name = err, ERROR_NAMES[err]
+        r.message, pos = dec_str(s, pos, len)
+        if not r.message then
+            return nil, "message: " .. pos
+        end
+    else
+        return nil, "unexpected op " .. op
+    end
+    if pos ~= len + 1 then
+        return nil, "trailing bytes after the value"
+    end
+    return r
+end
+
+_M._dec_reply = dec_reply -- for tests
+
+-- ---- the exchange ---------------------------------------------------------------------
+
+local last_id = 0
+local function next_id()
+    last_id = last_id + 1
+    if last_id > MAX_ID then
+        last_id = 1 -- 0 is what servers use when they cannot read an id
+    end
+    return last_id
+end
+
+local pool_names = {}
+local npool_names = 0
+local function pool_name(host, port, token)
+    local key = token and (host .. ":" .. tostring(port) .. ":" .. token)
+        or (host .. ":" .. tostring(port))
+    local name = pool_names[key]
+    if name == nil then
+        -- Connections authenticated with different tokens must never be shared.
+        name = "ratelimiter:" .. host .. ":" .. tostring(port)
+            .. (token and (":" .. ngx.md5(token)) or "")
+        if npool_names < 256 then
+            pool_names[key] = name
+            npool_names = npool_names + 1
+        end
+    end
+    return name
+end
+
+-- One attempt on one connection. Returns reply; or nil, err, retriable (a pooled connection
+-- the router had closed before anything came back: the request never reached it).
+local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id)
+    local sock = tcp()
+    sock:settimeouts(ct, st, rt)
+    local ok, err
+    if port == nil then
+        ok, err = sock:connect(host, copts)
+    else
+        ok, err = sock:connect(host, port, copts)
+    end
+    if not ok then
+        return nil, "connect: " .. tostring(err)
+    end
+    local reused = sock:getreusedtimes() or 0
+    local auth_id
+    local req = payload
+    if reused == 0 and token ~= nil then
+        auth_id = next_id()
+        req = enc_auth(auth_id, token) .. payload
+    end
+    local sent
+    sent, err = sock:send(req)
+    if not sent then
+        sock:close()
+        return nil, "send: " .. tostring(err), reused > 0 and err ~= "timeout"
+    end
+    local reply
+    local got_any = false
+    while reply == nil or auth_id ~= nil do
+        local hdr
+        hdr, err = sock:receive(4)
+        if not hdr then
+            sock:close()
+            return nil, "receive: " .. tostring(err),
+                reused > 0 and not got_any and err ~= "timeout"
+        end
+        got_any = true
+        local n = be(hdr, 1, 4)
+        if n < 1 or n > MAX_FRAME then
+            sock:close()
+            return nil, "protocol: frame length " .. n
+        end
+        local body
+        body, err = sock:receive(n)
+        if not body then
+            sock:close()
+            return nil, "receive: " .. tostring(err)
+        end
+        local r, why = dec_reply(body)
+        if not r then
+            sock:close()
+            return nil, "protocol: " .. why
+        end
+        if r.op == OP_ERROR then
+            sock:close()
+            return nil, (r.id == auth_id and "AUTH refused: " or "router answered ")
+                .. r.err_name .. ": " .. r.message
+        elseif r.op == OP_AUTH and r.id == auth_id then
+            auth_id = nil
+        elseif r.op == OP_CHECK and r.id == id and reply == nil then
+            reply = r
+        else
+            sock:close()
+            return nil, "protocol: unexpected reply op " .. r.op .. " id " .. r.id
+        end
+    end
+    sock:setkeepalive(idle, pool_size)
+    reply.op, reply.id = nil, nil
+    return reply
+end
+
+-- check(opts): one CHECK. opts.service (str, 1..128 bytes), opts.user (1..256 bytes),
+-- opts.endpoint (nil or 0..128 bytes), opts.cost (0..1000000, default 1), and any option of
+-- configure() for this call. Returns the reply {code, code_name, limit, remaining, reset_ms,
+-- retry_after_ms}, or nil and an error string (bad argument, the router unreachable or
+-- slower than the timeouts, an ERROR reply, a reply that breaks the protocol).
+function _M.check(opts)
+    local service, user, endpoint, cost = opts.service, opts.user, opts.endpoint, opts.cost
+    if cost == nil then
+        cost = 1
+    end
+    if type(service) ~= "string" or #service < 1 or #service > 128 then
+        return nil, "bad argument: service must be a string of 1..128 bytes"
+    end
+    if type(user) ~= "string" or #user < 1 or #user > 256 then
+        return nil, "bad argument: user must be a string of 1..256 bytes"
+    end
+    if endpoint ~= nil and (type(endpoint) ~= "string" or #endpoint > 128) then
+        return nil, "bad argument: endpoint must be nil or a string of 0..128 bytes"
+    end
+    if type(cost) ~= "number" or cost < 0 or cost > MAX_COST or cost ~= floor(cost) then
+        return nil, "bad argument: cost must be an integer of 0..1000000"
+    end
+    local token = opt(opts, "token")
+    if token ~= nil and (#token < 1 or #token > 256) then
+        return nil, "bad argument: token must be 1..256 bytes"
+    end
+    local host, port = opt(opts, "host"), opt(opts, "port")
+    if find(host, "^unix:") then
+        port = nil
+    end
+    local timeout = opt(opts, "timeout")
+    local ct = opt(opts, "connect_timeout") or timeout
+    local st = opt(opts, "send_timeout") or timeout
+    local rt = opt(opts, "read_timeout") or timeout
+    local pool_size = opt(opts, "pool_size")
+    local copts = {
+        pool = opt(opts, "pool") or pool_name(host, port, token),
+        pool_size = pool_size,
+        backlog = opt(opts, "backlog"),
+    }
+    local idle = opt(opts, "keepalive_timeout")
+    local id = next_id()
+    local payload = enc_check(id, service, user, endpoint, cost)
+    local reply, err, retriable = attempt(host, port, copts, ct, st, rt, idle, pool_size, token,
+                                          payload, id)
+    if reply == nil and retriable then
+        -- The pooled connection was dead (the router restarted, or closed it as idle): once
+        -- more, on a connection of its own.
+        reply, err = attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id)
+    end
+    return reply, err
+end
+
+-- ---- the HTTP mapping (docs/INTEGRATION.md) -------------------------------------------
+
+local function num(n)
+    return format("%.0f", n)
+end
+
+local function ceil_s(ms)
+    return ceil(ms / 1000)
+end
+
+-- A structured-field string: quoted, \ and " escaped, every byte outside printable ASCII
+-- (0x20..0x7E) replaced by "_" (docs/INTEGRATION.md: the same rule in every client).
+local escaped = {}
+local nescaped = 0
+local function sf_string(name)
+    local e = escaped[name]
+    if e then
+        return e
+    end
+    local s = gsub(name, "[^\32-\126]", "_")
+    e = '"' .. gsub(s, '[\\"]', "\\%0") .. '"'
+    if nescaped < 1024 then
+        escaped[name] = e
+        nescaped = nescaped + 1
+    end
+    return e
+end
+
+_M.sf_string = sf_string
+
+-- headers(reply, name, window_s, legacy) -> status, headers
+-- status: nil (pass the request on; for QUEUED after waiting reply.retry_after_ms), 429 or
+-- 503. headers: a table of header name -> value, exactly the docs/INTEGRATION.md rows.
+-- name is the policy name (a string); window_s the rule's window in seconds or nil; legacy
+-- adds X-RateLimit-Limit, -Remaining and -Reset.
+function _M.headers(reply, name, window_s, legacy)
+    local code = reply.code
+    local h = {}
+    if code == 2 or code == 4 then -- FAIL_OPEN, NO_RULE: no decision, no headers
+        return nil, h
+    end
+    if code == 3 then -- FAIL_CLOSED
+        h["Retry-After"] = num(ceil_s(reply.retry_after_ms))
+        return 503, h
+    end
+    local q = sf_string(name)
+    local reset_s = num(ceil_s(reply.reset_ms))
+    local limit = num(reply.limit)
+    local remaining = num(reply.remaining)
+    if window_s ~= nil then
+        h["RateLimit-Policy"] = q .. ";q=" .. limit .. ";w=" .. num(window_s)
+    else
+        h["RateLimit-Policy"] = q .. ";q=" .. limit
+    end
+    h["RateLimit"] = q .. ";r=" .. remaining .. ";t=" .. reset_s
+    if legacy then
+        h["X-RateLimit-Limit"] = limit
+        h["X-RateLimit-Remaining"] = remaining
+        h["X-RateLimit-Reset"] = reset_s
+    end
+    if code == 1 then -- LIMITED
+        h["Retry-After"] = num(ceil_s(reply.retry_after_ms))
+        return 429, h
+    end
+    return nil, h -- ALLOWED, QUEUED
+end
+
+-- unreachable(policy) -> status, headers: the client's own answer when check() failed.
+function _M.unreachable(policy)
+    if policy == "closed" then
+        return 503, { ["Retry-After"] = "1" }
+    end
+    return nil, {}
+end
+
+-- ---- access_by_lua ----------------------------------------------------------------------
+
+local warned_at, suppressed = 0, 0
+local function warn(service, err)
+    local now = ngx.now()
+    if now - warned_at >= 1 then
+        ngx.log(ngx.WARN, "ratelimiter: service ", service, ": ", err,
+                suppressed > 0 and (" (" .. suppressed .. " more in the last second)") or "")
+        warned_at, suppressed = now, 0
+    else
+        suppressed = suppressed + 1
+    end
+end
+
+local CTX_KEY = "ratelimiter_headers"
+
+local function set_headers(h)
+    local hdr = ngx.header
+    for k, v in pairs(h) do
+        hdr[k] = v
+    end
+end
+
+-- access(opts): for access_by_lua_block. opts as for check() (service required; user
+-- defaults to the client address, an empty one too, and one longer than 256 bytes is
+-- replaced by "sha1:" and its base64 SHA-1), plus:
+--   name     policy name (default names[service], else the service)
+--   window   the rule's window in seconds (default windows[service]) for w=
+--   legacy   X-RateLimit-* too (default the configured legacy)
+--   failure  "open" | "closed" when the router cannot be reached (default
+--            failures[service], else the configured failure)
+-- Refusals (429, 503) are answered here with ngx.exit; QUEUED sleeps retry_after_ms, then
+-- passes; passes set their headers with ngx.header and keep them in ngx.ctx for
+-- header_filter(). Returns the reply (or nil, err) when the request passes.
+function _M.access(opts)
+    local service = opts.service
+    local user = opts.user
+    if user == nil or user == "" then
+        user = ngx.var.remote_addr or "-"
+    end
+    if #user > 256 then
+        user = "sha1:" .. ngx.encode_base64(ngx.sha1_bin(user))
+    end
+    local q = opts
+    if user ~= opts.user then
+        q = setmetatable({ user = user }, { __index = opts })
+    end
+    local reply, err = _M.check(q)
+    local status, h
+    if reply == nil then
+        warn(service, err)
+        local policy = opts.failure
+        if policy == nil then
+            policy = defaults.failures[service] or defaults.failure
+        end
+        status, h = _M.unreachable(policy)
+    else
+        local name = opts.name or defaults.names[service] or service
+        local window = opts.window
+        if window == nil then
+            window = defaults.windows[service]
+        end
+        local legacy = opts.legacy
+        if legacy == nil then
+            legacy = defaults.legacy
+        end
+        status, h = _M.headers(reply, name, window, legacy)
+    end
+    set_headers(h)
+    if status ~= nil then
+        return ngx.exit(status)
+    end
+    if next(h) ~= nil then
+        ngx.ctx[CTX_KEY] = h
+    end
+    if reply ~= nil and reply.code == 5 and reply.retry_after_ms > 0 then
+        ngx.sleep(reply.retry_after_ms / 1000)
+    end
+    return reply, err
+end
+
+-- header_filter(): for header_filter_by_lua_block. Sets again the headers access() chose
+-- for a request it passed, over any of the same name the upstream sent.
+function _M.header_filter()
+    local h = ngx.ctx[CTX_KEY]
+    if h ~= nil then
+        set_headers(h)
+    end
+end
+
+return _M
