@@ -209,10 +209,13 @@ class AsyncClient:
             futs.append(fut)
         try:
             conn.writer.write(b"".join(f for _, f in frames))
-            await asyncio.wait_for(conn.writer.drain(), timeout)
+            if conn.writer.transport.get_write_buffer_size() > 65536:  # backpressure
+                await asyncio.wait_for(conn.writer.drain(), timeout)
+            if len(futs) == 1:  # the common case, without asyncio.wait's overhead
+                return [await asyncio.wait_for(futs[0], timeout)]
             done, pending = await asyncio.wait(futs, timeout=timeout)
         except asyncio.TimeoutError:
-            raise Timeout("timed out sending", in_doubt=True) from None
+            raise Timeout("no reply within the timeout", in_doubt=True) from None
         except (ConnectionError, OSError) as e:
             raise Unavailable(f"connection lost: {e!r}", in_doubt=True) from None
         finally:
