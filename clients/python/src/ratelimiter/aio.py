@@ -1,0 +1,324 @@
+"""asyncio client: one multiplexed connection, many requests in flight, matched by id."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+from .client import load_token
+from .policy import FailurePolicy, as_policy
+from .protocol import (MAX_FRAME, U32_MAX, AuthError, Check, CheckLike, Decoded,
+                       ErrorCode, ErrorReply, Named, Op, Pong, ProtocolError, Reply,
+                       ServerError, Stats, Timeout, Unavailable, as_check, attach, decode,
+                       encode_auth, encode_check, encode_simple, server_error)
+
+_ABANDONED_MAX = 1 << 16  # ids of timed-out calls remembered, so their late replies are dropped
+
+
+class _Slots:
+    """Counts requests in flight; acquire(k) takes k at once (or waits), so batches
+    never deadlock holding part of what they need."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._waiters: List["asyncio.Future[None]"] = []
+
+    async def acquire(self, k: int) -> None:
+        while self.used and self.used + k > self.limit:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                await fut
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
+        self.used += k
+
+    def release(self, k: int) -> None:
+        self.used -= k
+        waiters, self._waiters = self._waiters, []
+        for f in waiters:
+            if not f.done():
+                f.set_result(None)
+
+
+class _Conn:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.pending: Dict[int, "asyncio.Future[Decoded]"] = {}
+        self.abandoned: Dict[int, None] = {}
+        self.closed = False
+        self.late = 0  # replies that came after their call timed out
+        self.task: Optional["asyncio.Task[None]"] = None
+
+    def abandon(self, rid: int) -> None:
+        if self.pending.pop(rid, None) is not None:
+            self.abandoned[rid] = None
+            if len(self.abandoned) > _ABANDONED_MAX:
+                del self.abandoned[next(iter(self.abandoned))]
+
+    async def read_loop(self) -> None:
+        exc: BaseException = Unavailable("connection closed", in_doubt=True)
+        try:
+            while True:
+                n = int.from_bytes(await self.reader.readexactly(4), "big")
+                if not 1 <= n <= MAX_FRAME:
+                    raise ProtocolError(f"frame length {n} outside 1..{MAX_FRAME}")
+                rep = decode(await self.reader.readexactly(n))
+                fut = self.pending.pop(rep.id, None)
+                if fut is not None:
+                    if not fut.done():
+                        fut.set_result(rep)
+                elif rep.id in self.abandoned:
+                    del self.abandoned[rep.id]
+                    self.late += 1
+                elif isinstance(rep, ErrorReply) and rep.id == 0:
+                    if rep.code == ErrorCode.UNAUTHORIZED:
+                        raise AuthError(rep.code, rep.message)
+                    raise Unavailable(f"server closed the connection: {server_error(rep)}",
+                                      in_doubt=True)
+                else:
+                    raise ProtocolError(f"reply to unknown id {rep.id}")
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+            exc = Unavailable(f"connection lost: {e!r}", in_doubt=True)
+        except (ProtocolError, Unavailable, AuthError) as e:
+            exc = e
+        except asyncio.CancelledError:
+            exc = Unavailable("client closed", in_doubt=True)
+            raise
+        finally:
+            self.closed = True
+            for fut in self.pending.values():
+                if not fut.done():
+                    fut.set_exception(exc)
+            self.pending.clear()
+            self.writer.close()
+
+
+class AsyncClient:
+    """The asyncio client: one TCP connection multiplexing up to ``max_in_flight``
+    requests (a reader task resolves each request's future by id).
+
+    Each call has its own timeout: a call that times out fails alone (its late reply is
+    dropped) and the connection stays for the others. A lost connection fails every call
+    in flight on it; the next call opens a new one. As with Client, a CHECK is never
+    re-sent; the failure policy answers it or Unavailable is raised.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 7400, timeout: float = 1.0, *,
+                 token: Optional[Union[bytes, str]] = None, token_file: Optional[str] = None,
+                 failure: Optional[Union[Mapping[str, str], FailurePolicy]] = None,
+                 failure_default: Optional[str] = None, max_in_flight: int = 1024,
+                 connect_timeout: Optional[float] = None) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        self.host, self.port, self.timeout = host, port, timeout
+        self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self.token = load_token(token, token_file)
+        self.failure = as_policy(failure, failure_default)
+        self.max_in_flight = max_in_flight
+        self.principal: Optional[str] = None
+        self._conn: Optional[_Conn] = None
+        self._lock: Optional[asyncio.Lock] = None
+        self._slots = _Slots(max_in_flight)
+        self._next_id = 0
+
+    # -- connection ---------------------------------------------------------------------
+
+    def _id(self) -> int:
+        self._next_id = self._next_id % U32_MAX + 1
+        return self._next_id
+
+    @property
+    def in_flight(self) -> int:
+        return self._slots.used
+
+    async def connect(self) -> "AsyncClient":
+        await self._ensure()
+        return self
+
+    async def _ensure(self) -> _Conn:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._conn is not None and not self._conn.closed:
+                return self._conn
+            try:
+                r, w = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
+                                              self.connect_timeout)
+            except asyncio.TimeoutError:
+                raise Timeout(f"connect to {self.host}:{self.port} timed out") from None
+            except OSError as e:
+                raise Unavailable(f"cannot connect to {self.host}:{self.port}: {e}") from None
+            conn = _Conn(r, w)
+            conn.task = asyncio.ensure_future(conn.read_loop())
+            if self.token is not None:
+                rid = self._id()
+                try:
+                    rep = await self._call(conn, [(rid, encode_auth(rid, self.token))],
+                                           self.connect_timeout)
+                except BaseException:
+                    await self._close_conn(conn)
+                    raise
+                a = rep[0]
+                if isinstance(a, ErrorReply):
+                    await self._close_conn(conn)
+                    raise AuthError(a.code, a.message, rid)
+                if not isinstance(a, Named) or a.op != Op.AUTH:
+                    await self._close_conn(conn)
+                    raise ProtocolError("AUTH answered with another reply")
+                self.principal = a.name
+            self._conn = conn
+            return conn
+
+    @staticmethod
+    async def _close_conn(conn: _Conn) -> None:
+        if conn.task is not None:
+            conn.task.cancel()
+            with contextlib.suppress(BaseException):
+                await conn.task
+        conn.writer.close()
+        with contextlib.suppress(Exception):
+            await conn.writer.wait_closed()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._close_conn(conn)
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- calls --------------------------------------------------------------------------
+
+    async def _call(self, conn: _Conn, frames: List["tuple[int, bytes]"],
+                    timeout: float) -> List[Decoded]:
+        """Write frames in one write; wait for every reply within timeout."""
+        loop = asyncio.get_running_loop()
+        futs = []
+        for rid, _ in frames:
+            fut: "asyncio.Future[Decoded]" = loop.create_future()
+            conn.pending[rid] = fut
+            futs.append(fut)
+        try:
+            conn.writer.write(b"".join(f for _, f in frames))
+            if conn.writer.transport.get_write_buffer_size() > 65536:  # backpressure
+                await asyncio.wait_for(conn.writer.drain(), timeout)
+            if len(futs) == 1:  # the common case, without asyncio.wait's overhead
+                return [await asyncio.wait_for(futs[0], timeout)]
+            done, pending = await asyncio.wait(futs, timeout=timeout)
+        except asyncio.TimeoutError:
+            raise Timeout("no reply within the timeout", in_doubt=True) from None
+        except (ConnectionError, OSError) as e:
+            raise Unavailable(f"connection lost: {e!r}", in_doubt=True) from None
+        finally:
+            for rid, _ in frames:
+                conn.abandon(rid)
+        if pending:
+            raise Timeout("no reply within the timeout", in_doubt=True)
+        return [f.result() for f in futs]  # raises the connection's error, if it failed
+
+    async def check(self, service: str, user: str, endpoint: Optional[str] = None,
+                    cost: int = 1, timeout: Optional[float] = None) -> Reply:
+        """As Client.check: a Reply, ServerError, or Unavailable/Timeout unless the
+        failure policy answers (``local=True``)."""
+        c = as_check((service, user, endpoint, cost))
+        return (await self.check_many([c], timeout))[0]  # type: ignore[return-value]
+
+    async def check_many(self, requests: Sequence[CheckLike], timeout: Optional[float] = None,
+                         return_exceptions: bool = False) -> List[Union[Reply, ServerError]]:
+        """As Client.check_many, on the shared connection: batches of at most
+        max_in_flight requests, each batch in one write; ``timeout`` covers the call."""
+        checks = [as_check(r) for r in requests]
+        out: List[Optional[Union[Reply, ServerError]]] = [None] * len(checks)
+        t = self.timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + t
+        try:
+            for start in range(0, len(checks), self.max_in_flight):
+                chunk = range(start, min(start + self.max_in_flight, len(checks)))
+                try:
+                    await asyncio.wait_for(self._slots.acquire(len(chunk)),
+                                           max(deadline - loop.time(), 0))
+                except asyncio.TimeoutError:
+                    raise Timeout("too many requests in flight (max_in_flight)") from None
+                try:
+                    try:
+                        conn = await asyncio.wait_for(self._ensure(),
+                                                      max(deadline - loop.time(), 0))
+                    except asyncio.TimeoutError:
+                        raise Timeout("connect timed out") from None
+                    frames = []
+                    for i in chunk:
+                        rid = self._id()
+                        frames.append((rid, encode_check(rid, checks[i])))
+                    reps = await self._call(conn, frames, max(deadline - loop.time(), 0))
+                finally:
+                    self._slots.release(len(chunk))
+                for i, rep in zip(chunk, reps):
+                    if isinstance(rep, Reply):
+                        out[i] = attach(rep, checks[i])
+                    elif isinstance(rep, ErrorReply):
+                        out[i] = server_error(rep)
+                    else:
+                        raise ProtocolError(f"CHECK answered with {type(rep).__name__}")
+        except Unavailable as e:
+            decisions = [self.failure.decide(checks[i]) if out[i] is None else out[i]
+                         for i in range(len(checks))]
+            if any(d is None for d in decisions):
+                raise e
+            out = decisions  # type: ignore[assignment]
+        if not return_exceptions:
+            for r in out:
+                if isinstance(r, ServerError):
+                    raise r
+        return out  # type: ignore[return-value]
+
+    async def _simple(self, op: Op, timeout: Optional[float]) -> Decoded:
+        t = self.timeout if timeout is None else timeout
+        for attempt in (0, 1):
+            try:
+                conn = await asyncio.wait_for(self._ensure(), t)
+            except asyncio.TimeoutError:
+                raise Timeout("connect timed out") from None
+            rid = self._id()
+            await self._slots.acquire(1)
+            try:
+                rep = (await self._call(conn, [(rid, encode_simple(op, rid))], t))[0]
+            except Timeout:
+                raise
+            except Unavailable:
+                if attempt:
+                    raise
+                continue
+            finally:
+                self._slots.release(1)
+            if isinstance(rep, ErrorReply):
+                raise server_error(rep)
+            return rep
+        raise AssertionError("unreachable")
+
+    async def ping(self, timeout: Optional[float] = None) -> str:
+        rep = await self._simple(Op.PING, timeout)
+        if not isinstance(rep, Pong):
+            raise ProtocolError("PING answered with another reply")
+        return rep.name
+
+    async def stats(self, timeout: Optional[float] = None) -> Dict[str, int]:
+        rep = await self._simple(Op.STATS, timeout)
+        if not isinstance(rep, Stats):
+            raise ProtocolError("STATS answered with another reply")
+        return rep.values
+
+
+async def connect_async(host: str = "127.0.0.1", port: int = 7400, timeout: float = 1.0,
+                        **kwargs: object) -> AsyncClient:
+    """A connected AsyncClient (see AsyncClient for the keyword arguments)."""
+    return await AsyncClient(host, port, timeout, **kwargs).connect()  # type: ignore[arg-type]

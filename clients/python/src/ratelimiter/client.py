@@ -1,0 +1,361 @@
+"""Blocking client and a thread-safe pool of them."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import select
+import socket
+import threading
+import time
+from typing import (Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence,
+                    TypeVar, Union)
+
+from .policy import FailurePolicy, as_policy
+from .protocol import (U32_MAX, AuthError, Check, CheckLike, Decoded, ErrorCode,
+                       ErrorReply, FrameReader, Named, Op, Pong, ProtocolError, Reply,
+                       ServerError, Stats, Timeout, Unavailable, as_check, attach, decode,
+                       encode_auth, encode_check, encode_simple, read_token_file,
+                       server_error)
+
+T = TypeVar("T")
+BATCH = 4096  # check_many writes at most this many requests before reading their replies
+
+
+def load_token(token: Optional[Union[bytes, str]], token_file: Optional[str]) -> Optional[bytes]:
+    if token is not None and token_file is not None:
+        raise ValueError("give token or token_file, not both")
+    if token_file is not None:
+        return read_token_file(token_file)
+    if isinstance(token, str):
+        return token.encode("utf-8")
+    return token
+
+
+class Client:
+    """One connection to a router (or node), used by one thread at a time.
+
+    Connects on first use. After a timeout, a lost connection or a protocol error the
+    connection is closed, the call raises (or the failure policy answers a CHECK), and the
+    next call opens a new one: a reply still in flight can never be taken for another
+    request's. A CHECK is never re-sent: if it was written and no reply came, Unavailable
+    (``in_doubt=True``) is raised, or the failure policy answers. Only an idle connection
+    the server has visibly closed (EOF before anything was sent) is replaced silently.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 7400, timeout: float = 1.0, *,
+                 token: Optional[Union[bytes, str]] = None, token_file: Optional[str] = None,
+                 failure: Optional[Union[Mapping[str, str], FailurePolicy]] = None,
+                 failure_default: Optional[str] = None,
+                 connect_timeout: Optional[float] = None) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self.token = load_token(token, token_file)
+        self.failure = as_policy(failure, failure_default)
+        self.principal: Optional[str] = None  # the AUTH answer
+        self._sock: Optional[socket.socket] = None
+        self._reader = FrameReader()
+        self._next_id = 0
+
+    # -- connection ---------------------------------------------------------------------
+
+    def connect(self) -> "Client":
+        """Open the connection now (and AUTH when a token is set)."""
+        self.close()
+        try:
+            s = socket.create_connection((self.host, self.port), self.connect_timeout)
+        except socket.timeout:
+            raise Timeout(f"connect to {self.host}:{self.port} timed out") from None
+        except OSError as e:
+            raise Unavailable(f"cannot connect to {self.host}:{self.port}: {e}") from None
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = s
+        self._reader.clear()
+        if self.token is not None:
+            rid = self._id()
+            rep = self._roundtrip(encode_auth(rid, self.token), rid, self.connect_timeout)
+            if isinstance(rep, ErrorReply):
+                self.close()
+                raise AuthError(rep.code, rep.message, rid)
+            if not isinstance(rep, Named) or rep.op != Op.AUTH:
+                self._fail(ProtocolError("AUTH answered with another reply"))
+            self.principal = rep.name
+        return self
+
+    def close(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            self._sock = None
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _ensure(self) -> socket.socket:
+        if self._sock is not None and self._peer_closed(self._sock):
+            self.close()
+        if self._sock is None:
+            self.connect()
+        assert self._sock is not None
+        return self._sock
+
+    @staticmethod
+    def _peer_closed(s: socket.socket) -> bool:
+        """True if the idle connection has been closed by the server (or reset)."""
+        try:
+            r, _, _ = select.select([s], [], [], 0)
+            if not r:
+                return False
+            return s.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _id(self) -> int:
+        self._next_id = self._next_id % U32_MAX + 1  # 1..2^32-1; id 0 is connection-level
+        return self._next_id
+
+    def _fail(self, exc: Exception) -> NoReturn:
+        self.close()
+        raise exc
+
+    # -- I/O ----------------------------------------------------------------------------
+
+    def _send(self, data: bytes, deadline: float) -> None:
+        assert self._sock is not None
+        try:
+            self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            self._sock.sendall(data)
+        except socket.timeout:
+            self._fail(Timeout("timed out sending", in_doubt=True))
+        except OSError as e:
+            self._fail(Unavailable(f"connection lost: {e}", in_doubt=True))
+
+    def _recv_frames(self, deadline: float) -> List[Decoded]:
+        assert self._sock is not None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._fail(Timeout("no reply within the timeout", in_doubt=True))
+            try:
+                self._sock.settimeout(left)
+                data = self._sock.recv(65536)
+            except socket.timeout:
+                self._fail(Timeout("no reply within the timeout", in_doubt=True))
+            except OSError as e:
+                self._fail(Unavailable(f"connection lost: {e}", in_doubt=True))
+            if not data:
+                self._fail(Unavailable("connection closed by the server", in_doubt=True))
+            try:
+                frames = [decode(p) for p in self._reader.feed(data)]
+            except ProtocolError as e:
+                self._fail(e)
+            if frames:
+                return frames
+
+    def _collect(self, ids: Dict[int, int], deadline: float,
+                 on_reply: Callable[[int, Decoded], None]) -> None:
+        """Read until every id in ``ids`` is answered; on_reply(index, reply)."""
+        while ids:
+            for rep in self._recv_frames(deadline):
+                idx = ids.pop(rep.id, None)
+                if idx is None:
+                    if isinstance(rep, ErrorReply) and rep.id == 0:
+                        # connection-level: MALFORMED, OVERLOADED (too many connections),
+                        # UNAUTHORIZED (AUTH wanted); the server closes after it.
+                        exc = server_error(rep)
+                        if rep.code == ErrorCode.UNAUTHORIZED:
+                            self._fail(AuthError(rep.code, rep.message))
+                        self._fail(Unavailable(f"server closed the connection: {exc}",
+                                               in_doubt=True))
+                    self._fail(ProtocolError(f"reply to unknown id {rep.id}"))
+                on_reply(idx, rep)
+
+    def _roundtrip(self, data: bytes, rid: int, timeout: float) -> Decoded:
+        deadline = time.monotonic() + timeout
+        self._send(data, deadline)
+        got: List[Decoded] = []
+        self._collect({rid: 0}, deadline, lambda _i, r: got.append(r))
+        return got[0]
+
+    def _timeout(self, timeout: Optional[float]) -> float:
+        return self.timeout if timeout is None else timeout
+
+    # -- API ----------------------------------------------------------------------------
+
+    def check(self, service: str, user: str, endpoint: Optional[str] = None, cost: int = 1,
+              timeout: Optional[float] = None) -> Reply:
+        """One CHECK. Raises ServerError on an ERROR reply, Unavailable/Timeout when the
+        router cannot be reached or does not answer in time, unless the failure policy has
+        an answer for the service (a Reply with ``local=True``)."""
+        c = as_check((service, user, endpoint, cost))
+        return self.check_many([c], timeout=timeout)[0]  # type: ignore[return-value]
+
+    def check_many(self, requests: Sequence[CheckLike], timeout: Optional[float] = None,
+                   return_exceptions: bool = False) -> List[Union[Reply, ServerError]]:
+        """Pipelined CHECKs: all frames in one write (per BATCH of 4096), replies matched by
+        id in whatever order they come; returns them in request order. ``timeout`` covers
+        the whole call. An ERROR reply raises ServerError after every reply was read,
+        unless ``return_exceptions`` puts it in the list. On Unavailable, with a failure
+        policy for every unanswered request's service, those get local decisions and the
+        answered ones keep their replies; otherwise Unavailable is raised."""
+        checks = [as_check(r) for r in requests]
+        out: List[Optional[Union[Reply, ServerError]]] = [None] * len(checks)
+        deadline = time.monotonic() + self._timeout(timeout)
+
+        def on_reply(i: int, rep: Decoded) -> None:
+            if isinstance(rep, Reply):
+                out[i] = attach(rep, checks[i])
+            elif isinstance(rep, ErrorReply):
+                out[i] = server_error(rep)
+            else:
+                self._fail(ProtocolError(f"CHECK answered with {type(rep).__name__}"))
+
+        try:
+            self._ensure()
+            for start in range(0, len(checks), BATCH):
+                ids: Dict[int, int] = {}
+                parts = []
+                for i in range(start, min(start + BATCH, len(checks))):
+                    rid = self._id()
+                    ids[rid] = i
+                    parts.append(encode_check(rid, checks[i]))
+                self._send(b"".join(parts), deadline)
+                self._collect(ids, deadline, on_reply)
+        except Unavailable as e:
+            decisions = [self.failure.decide(checks[i]) if out[i] is None else out[i]
+                         for i in range(len(checks))]
+            if any(d is None for d in decisions):
+                raise e
+            out = decisions  # type: ignore[assignment]
+        if not return_exceptions:
+            for r in out:
+                if isinstance(r, ServerError):
+                    raise r
+        return out  # type: ignore[return-value]
+
+    def _simple(self, op: Op, timeout: Optional[float]) -> Decoded:
+        """PING/STATS: idempotent, so a connection lost before any reply is retried once."""
+        for attempt in (0, 1):
+            self._ensure()
+            rid = self._id()
+            try:
+                rep = self._roundtrip(encode_simple(op, rid), rid, self._timeout(timeout))
+            except Timeout:
+                raise
+            except Unavailable:
+                if attempt:
+                    raise
+                continue
+            if isinstance(rep, ErrorReply):
+                raise server_error(rep)
+            return rep
+        raise AssertionError("unreachable")
+
+    def ping(self, timeout: Optional[float] = None) -> str:
+        """The name of the process that answered."""
+        rep = self._simple(Op.PING, timeout)
+        if not isinstance(rep, Pong):
+            self._fail(ProtocolError("PING answered with another reply"))
+        return rep.name
+
+    def stats(self, timeout: Optional[float] = None) -> Dict[str, int]:
+        rep = self._simple(Op.STATS, timeout)
+        if not isinstance(rep, Stats):
+            self._fail(ProtocolError("STATS answered with another reply"))
+        return rep.values
+
+
+def connect(host: str = "127.0.0.1", port: int = 7400, timeout: float = 1.0,
+            **kwargs: object) -> Client:
+    """A connected Client (see Client for the keyword arguments)."""
+    return Client(host, port, timeout, **kwargs).connect()  # type: ignore[arg-type]
+
+
+class ClientPool:
+    """A thread-safe pool of at most ``size`` Clients (each one connection).
+
+    ``with pool.client() as c:`` lends one to the calling thread; ``pool.check()``,
+    ``check_many()``, ``ping()`` and ``stats()`` do that for one call. A thread waits up to
+    ``acquire_timeout`` for a free client, then gets Timeout. Clients are created lazily
+    with the same arguments; a client whose connection failed reconnects on its next use.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 7400, size: int = 8,
+                 timeout: float = 1.0, acquire_timeout: Optional[float] = None,
+                 **client_kwargs: object) -> None:
+        if size < 1:
+            raise ValueError("size must be at least 1")
+        self._make = lambda: Client(host, port, timeout, **client_kwargs)  # type: ignore[arg-type]
+        self._idle: "queue.LifoQueue[Client]" = queue.LifoQueue()
+        self._lock = threading.Lock()
+        self._created = 0
+        self._all: List[Client] = []
+        self.size = size
+        self.acquire_timeout = timeout if acquire_timeout is None else acquire_timeout
+        self._closed = False
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Client]:
+        c = self._acquire()
+        try:
+            yield c
+        finally:
+            if self._closed:
+                c.close()
+            else:
+                self._idle.put(c)
+
+    def _acquire(self) -> Client:
+        if self._closed:
+            raise RuntimeError("pool is closed")
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            if self._created < self.size:
+                self._created += 1
+                c = self._make()
+                self._all.append(c)
+                return c
+        try:
+            return self._idle.get(timeout=self.acquire_timeout)
+        except queue.Empty:
+            raise Timeout("no free client in the pool") from None
+
+    def check(self, service: str, user: str, endpoint: Optional[str] = None, cost: int = 1,
+              timeout: Optional[float] = None) -> Reply:
+        with self.client() as c:
+            return c.check(service, user, endpoint, cost, timeout)
+
+    def check_many(self, requests: Sequence[CheckLike], timeout: Optional[float] = None,
+                   return_exceptions: bool = False) -> List[Union[Reply, ServerError]]:
+        with self.client() as c:
+            return c.check_many(requests, timeout, return_exceptions)
+
+    def ping(self, timeout: Optional[float] = None) -> str:
+        with self.client() as c:
+            return c.ping(timeout)
+
+    def stats(self, timeout: Optional[float] = None) -> Dict[str, int]:
+        with self.client() as c:
+            return c.stats(timeout)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            for c in self._all:
+                c.close()
+
+    def __enter__(self) -> "ClientPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,358 @@
+"""Wire protocol v1 (docs/PROTOCOL.md): frames, request encoding, strict reply decoding.
+
+A frame is a 4-byte big-endian length N (1..65536) and N bytes holding exactly one
+MessagePack value. Replies are validated shape by shape; anything else raises
+ProtocolError, as the C decoder answers -EPROTO.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import msgpack
+
+MAX_FRAME = 65536
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+I64_MIN = -(1 << 63)
+I64_MAX = (1 << 63) - 1
+RETRY_NEVER = U32_MAX  # retry_after_ms of a request that can never be allowed
+
+_LEN = struct.Struct(">I")
+
+
+class Op(enum.IntEnum):
+    CHECK = 1
+    PING = 2
+    STATS = 3
+    CLOCK = 4
+    HELLO = 5
+    AUTH = 6
+    THROTTLED = 7
+    ERROR = 255
+
+
+class Code(enum.IntEnum):
+    """CHECK reply codes."""
+
+    ALLOWED = 0
+    LIMITED = 1
+    FAIL_OPEN = 2
+    FAIL_CLOSED = 3
+    NO_RULE = 4
+    QUEUED = 5
+
+
+class ErrorCode(enum.IntEnum):
+    MALFORMED = 1
+    UNKNOWN_OP = 2
+    BAD_FIELD = 3
+    OVERLOADED = 4
+    UNAUTHORIZED = 5
+    NOT_OWNER = 6
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+class RateLimiterError(Exception):
+    """Base of every error this package raises."""
+
+
+class ProtocolError(RateLimiterError):
+    """The peer broke the protocol (bad frame, bad reply shape). The connection is closed."""
+
+
+class ServerError(RateLimiterError):
+    """The server answered ERROR [255, id, err, message] to one request."""
+
+    def __init__(self, code: int, message: str, request_id: int = 0) -> None:
+        try:
+            self.code: Union[ErrorCode, int] = ErrorCode(code)
+        except ValueError:  # pragma: no cover - decode() only lets 1..6 through
+            self.code = code
+        self.message = message
+        self.request_id = request_id
+        name = self.code.name if isinstance(self.code, ErrorCode) else str(code)
+        super().__init__(f"{name}: {message}")
+
+
+class AuthError(ServerError):
+    """AUTH was refused (ERROR UNAUTHORIZED on the AUTH frame); the server closes."""
+
+
+class Unavailable(RateLimiterError):
+    """The router could not be reached, or the connection was lost or timed out.
+
+    ``in_doubt`` is True when a CHECK had been written and no reply came: the router may
+    have counted it. The client never re-sends such a request.
+    """
+
+    in_doubt: bool = False
+
+    def __init__(self, message: str, in_doubt: bool = False) -> None:
+        super().__init__(message)
+        self.in_doubt = in_doubt
+
+
+class Timeout(Unavailable):
+    """No reply within the call's timeout."""
+
+
+# ---------------------------------------------------------------------------- replies
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A CHECK decision.
+
+    ``local`` is True for a decision made by this client's failure policy because the
+    router could not be reached or timed out (code FAIL_OPEN or FAIL_CLOSED, numbers 0
+    except ``retry_after_ms`` = 1000 for FAIL_CLOSED). ``service`` and ``endpoint`` are the
+    request's, kept for headers().
+    """
+
+    code: Code
+    limit: int = 0
+    remaining: int = 0
+    reset_ms: int = 0
+    retry_after_ms: int = 0
+    service: Optional[str] = None
+    endpoint: Optional[str] = None
+    local: bool = False
+    id: int = field(default=0, compare=False)
+
+    @property
+    def allowed(self) -> bool:
+        """True if the request may go ahead (ALLOWED, FAIL_OPEN, NO_RULE, QUEUED after
+        waiting ``delay_s``)."""
+        return self.code in (Code.ALLOWED, Code.FAIL_OPEN, Code.NO_RULE, Code.QUEUED)
+
+    @property
+    def limited(self) -> bool:
+        return self.code == Code.LIMITED
+
+    @property
+    def decided(self) -> bool:
+        """False for FAIL_OPEN/FAIL_CLOSED: no limiter decision was made."""
+        return self.code not in (Code.FAIL_OPEN, Code.FAIL_CLOSED)
+
+    @property
+    def delay_s(self) -> float:
+        """Seconds to hold a QUEUED request before passing it on; 0 otherwise."""
+        return self.retry_after_ms / 1000.0 if self.code == Code.QUEUED else 0.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One CHECK request (for check_many)."""
+
+    service: str
+    user: str
+    endpoint: Optional[str] = None
+    cost: int = 1
+
+
+CheckLike = Union[Check, Tuple[Any, ...], Dict[str, Any]]
+
+
+def as_check(item: CheckLike) -> Check:
+    if isinstance(item, Check):
+        c = item
+    elif isinstance(item, dict):
+        c = Check(**item)
+    else:
+        c = Check(*item)
+    validate_check(c)
+    return c
+
+
+# Decoded frames, one kind per reply shape.
+@dataclass(frozen=True)
+class Pong:
+    id: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Stats:
+    id: int
+    values: Dict[str, int]
+
+
+@dataclass(frozen=True)
+class Named:
+    """HELLO, AUTH (principal) replies."""
+
+    op: Op
+    id: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Clock:
+    id: int
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    id: int
+    code: int
+    message: str
+
+
+Decoded = Union[Reply, Pong, Stats, Named, Clock, ErrorReply]
+
+
+# ---------------------------------------------------------------------------- encoding
+
+
+def _str_bytes(value: Any, what: str, lo: int, hi: int) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str")
+    n = len(value.encode("utf-8"))
+    if not lo <= n <= hi:
+        raise ValueError(f"{what} must be {lo}..{hi} bytes of UTF-8, not {n}")
+
+
+def validate_check(c: Check) -> None:
+    """The request bounds of docs/PROTOCOL.md, checked before anything is sent."""
+    _str_bytes(c.service, "service", 1, 128)
+    _str_bytes(c.user, "user", 1, 256)
+    if c.endpoint is not None:
+        _str_bytes(c.endpoint, "endpoint", 0, 128)
+    if type(c.cost) is not int or not 0 <= c.cost <= 1_000_000:
+        raise ValueError("cost must be an int of 0..1000000")
+
+
+def frame(payload: bytes) -> bytes:
+    if not 1 <= len(payload) <= MAX_FRAME:
+        raise ValueError(f"frame payload of {len(payload)} bytes (1..{MAX_FRAME})")
+    return _LEN.pack(len(payload)) + payload
+
+
+def _pack(msg: List[Any]) -> bytes:
+    return frame(msgpack.packb(msg, use_bin_type=True))
+
+
+def encode_check(rid: int, c: Check) -> bytes:
+    return _pack([Op.CHECK.value, rid, c.service, c.user, c.endpoint, c.cost])
+
+
+def encode_simple(op: Op, rid: int) -> bytes:
+    return _pack([op.value, rid])
+
+
+def encode_auth(rid: int, token: bytes) -> bytes:
+    if not isinstance(token, (bytes, bytearray)) or not 1 <= len(token) <= 256:
+        raise ValueError("token must be 1..256 bytes")
+    return _pack([Op.AUTH.value, rid, bytes(token)])
+
+
+def read_token_file(path: str) -> bytes:
+    """A token file as rl-cli reads it: one trailing newline (or CRLF) is not part of it."""
+    with open(path, "rb") as f:
+        data = f.read(260)
+    if data.endswith(b"\n"):
+        data = data[:-1]
+        if data.endswith(b"\r"):
+            data = data[:-1]
+    if not 1 <= len(data) <= 256:
+        raise ValueError(f"{path} must hold a token of 1..256 bytes")
+    return data
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+def _is_uint(v: Any, hi: int) -> bool:
+    return type(v) is int and 0 <= v <= hi
+
+
+def decode(payload: bytes) -> Decoded:
+    """Decode one frame's payload into a reply; ProtocolError unless it is a v1 reply."""
+    if not 1 <= len(payload) <= MAX_FRAME:
+        raise ProtocolError(f"frame of {len(payload)} bytes")
+    try:
+        msg = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=False)
+    except Exception as e:  # ExtraData, FormatError, StackError, ValueError, TypeError...
+        raise ProtocolError(f"undecodable frame: {e}") from None
+    if type(msg) is not list or len(msg) < 2:
+        raise ProtocolError("reply is not an array of at least 2 elements")
+    op, rid = msg[0], msg[1]
+    if not _is_uint(rid, U32_MAX):
+        raise ProtocolError("reply id is not an unsigned 32-bit integer")
+    n = len(msg)
+    if op == Op.CHECK and type(op) is int:
+        if n != 7:
+            raise ProtocolError("CHECK reply needs 7 elements")
+        code = msg[2]
+        if not _is_uint(code, 5):
+            raise ProtocolError(f"CHECK reply code {code!r}")
+        if not all(_is_uint(v, U64_MAX) for v in msg[3:7]):
+            raise ProtocolError("CHECK reply numbers must be unsigned 64-bit integers")
+        return Reply(Code(code), msg[3], msg[4], msg[5], msg[6], id=rid)
+    if op == Op.ERROR and type(op) is int:
+        if n != 4 or not _is_uint(msg[2], 6) or msg[2] == 0 or type(msg[3]) is not str:
+            raise ProtocolError("ERROR reply must be [255, id, 1..6, str]")
+        return ErrorReply(rid, msg[2], msg[3])
+    if op in (Op.PING, Op.HELLO, Op.AUTH) and type(op) is int:
+        if n != 3 or type(msg[2]) is not str:
+            raise ProtocolError(f"{Op(op).name} reply must be [{op}, id, str]")
+        if op == Op.PING:
+            return Pong(rid, msg[2])
+        return Named(Op(op), rid, msg[2])
+    if op == Op.STATS and type(op) is int:
+        m = msg[2] if n == 3 else None
+        if type(m) is not dict or len(m) > 256:
+            raise ProtocolError("STATS reply must be [3, id, map of at most 256 pairs]")
+        for k, v in m.items():
+            if type(k) is not str or type(v) is not int or not I64_MIN <= v <= I64_MAX:
+                raise ProtocolError("STATS pairs must be str: signed 64-bit integer")
+        return Stats(rid, m)
+    if op == Op.CLOCK and type(op) is int:
+        if n != 3 or not _is_uint(msg[2], U64_MAX):
+            raise ProtocolError("CLOCK reply must be [4, id, uint]")
+        return Clock(rid, msg[2])
+    raise ProtocolError(f"unexpected reply op {op!r}")
+
+
+class FrameReader:
+    """Accumulates bytes and yields whole frame payloads; bounds the length prefix."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> List[bytes]:
+        self._buf += data
+        out: List[bytes] = []
+        buf = self._buf
+        pos = 0
+        while len(buf) - pos >= 4:
+            (n,) = _LEN.unpack_from(buf, pos)
+            if not 1 <= n <= MAX_FRAME:
+                raise ProtocolError(f"frame length {n} outside 1..{MAX_FRAME}")
+            if len(buf) - pos - 4 < n:
+                break
+            out.append(bytes(buf[pos + 4:pos + 4 + n]))
+            pos += 4 + n
+        if pos:
+            del buf[:pos]
+        return out
+
+    def clear(self) -> None:
+        self._buf.clear()
+
+
+def attach(reply: Reply, c: Check) -> Reply:
+    """The reply with its request's service and endpoint, for headers()."""
+    return Reply(reply.code, reply.limit, reply.remaining, reply.reset_ms,
+                 reply.retry_after_ms, c.service, c.endpoint, False, reply.id)
+
+
+def server_error(e: ErrorReply) -> ServerError:
+    return ServerError(e.code, e.message, e.id)
