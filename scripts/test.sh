@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: the unit and integration suites on the Release
 # build, then all of them again under AddressSanitizer+UBSan, then a short run of every
-# libFuzzer harness (scripts/fuzz.sh; FUZZ_SECONDS each, 15 by default), then every
-# rl-chaos scenario against the Release build (scripts/chaos.sh).
-#   scripts/test.sh            all four
+# libFuzzer harness (scripts/fuzz.sh; FUZZ_SECONDS each, 15 by default), then the Python
+# client's tests against the Release build's processes (clients/python/run_tests.sh: it
+# installs the package into a venv first), then every rl-chaos scenario against the Release
+# build (scripts/chaos.sh). The ctest suites include the install test, the real-Prometheus
+# test and the real-nginx test.
+#   scripts/test.sh            all five
 #   scripts/test.sh release    Release only (quicker while developing)
+#   scripts/test.sh python     the Python client only (after a Release build)
 #   scripts/test.sh fuzz       the fuzzers only
 #   scripts/test.sh chaos      the chaos scenarios only
 set -euo pipefail
@@ -26,6 +30,11 @@ done
 if [ "$which" = all ] || [ "$which" = fuzz ]; then
     echo "== fuzzers (${FUZZ_SECONDS:-15} s each) =="
     bash scripts/fuzz.sh "${FUZZ_SECONDS:-15}" || status=1
+fi
+if [ "$which" = all ] || [ "$which" = python ]; then
+    echo "== Python client (clients/python/run_tests.sh) =="
+    [ -x build/rl-router ] || bash scripts/build.sh release
+    bash clients/python/run_tests.sh || status=1
 fi
 if [ "$which" = all ] || [ "$which" = chaos ]; then
     echo "== chaos scenarios (scripts/chaos.sh) =="
