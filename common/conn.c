@@ -13,7 +13,6 @@
  * connections resume and finished ones close.
  */
 #include "conn.h"
-#include "metrics.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -1169,49 +1168,4 @@ rl_listener_close(struct rl_listener *l, void (*on_closed)(struct rl_listener *l
     while (l->conns != NULL) {
         rl_conn_close(l->conns, 0);
     }
-}
-
-void
-rl_listener_metrics(const struct rl_listener_stats *st, struct rl_prom *p)
-{
-    char lab[64];
-
-    rl_prom_family(p, "rl_connections", "gauge",
-                   "Client connections open now (routers' connections included).");
-    rl_prom_u64(p, "rl_connections", NULL, st->connections);
-    rl_prom_family(p, "rl_router_connections", "gauge",
-                   "Connections open now that said HELLO as a router.");
-    rl_prom_u64(p, "rl_router_connections", NULL, st->routers);
-    rl_prom_family(p, "rl_connection_peers", "gauge", "Distinct client addresses connected now.");
-    rl_prom_u64(p, "rl_connection_peers", NULL, st->peers);
-    rl_prom_family(p, "rl_connections_accepted_total", "counter", "Connections accepted.");
-    rl_prom_u64(p, "rl_connections_accepted_total", NULL, st->connections_total);
-    rl_prom_family(p, "rl_connections_refused_total", "counter",
-                   "Connections refused, by limit: max_connections, max_connections_per_peer, "
-                   "buffer_memory.");
-    rl_prom_u64(p, "rl_connections_refused_total",
-                rl_prom_labels(lab, sizeof(lab), "limit", "max_connections", NULL),
-                st->refused_max);
-    rl_prom_u64(p, "rl_connections_refused_total",
-                rl_prom_labels(lab, sizeof(lab), "limit", "max_connections_per_peer", NULL),
-                st->refused_peer);
-    rl_prom_u64(p, "rl_connections_refused_total",
-                rl_prom_labels(lab, sizeof(lab), "limit", "buffer_memory", NULL),
-                st->refused_buffers);
-    rl_prom_family(p, "rl_connections_closed_total", "counter",
-                   "Connections closed by this process, by reason: protocol (after a protocol "
-                   "error), idle (idle_timeout), frame_timeout.");
-    rl_prom_u64(p, "rl_connections_closed_total",
-                rl_prom_labels(lab, sizeof(lab), "reason", "protocol", NULL), st->protocol_closes);
-    rl_prom_u64(p, "rl_connections_closed_total",
-                rl_prom_labels(lab, sizeof(lab), "reason", "idle", NULL), st->idle_closes);
-    rl_prom_u64(p, "rl_connections_closed_total",
-                rl_prom_labels(lab, sizeof(lab), "reason", "frame_timeout", NULL),
-                st->frame_timeouts);
-    rl_prom_family(p, "rl_accept_errors_total", "counter",
-                   "accept(2) failures (out of file descriptors).");
-    rl_prom_u64(p, "rl_accept_errors_total", NULL, st->accept_errors);
-    rl_prom_family(p, "rl_connection_buffer_bytes", "gauge",
-                   "Memory held by client connection buffers now.");
-    rl_prom_u64(p, "rl_connection_buffer_bytes", NULL, st->buffer_bytes);
 }

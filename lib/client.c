@@ -1,0 +1,460 @@
+/*
+ * librlclient's blocking client (include/ratelimiter/ratelimiter.h): the public face of
+ * common/client.c. It adds what the internal client leaves to its callers: the reply
+ * structs of the public API, argument checks, the remembered address and token, dropping
+ * the connection after any transport error or timeout, and reconnecting before the next
+ * call writes anything (never resending a request).
+ */
+#include <ratelimiter/ratelimiter.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "auth.h"
+#include "client.h"
+#include "clock.h"
+#include "parse.h"
+#include "wire.h"
+
+struct rlc_client {
+    struct rl_client *c; /* NULL: no connection; the next call opens one */
+    char *host;
+    uint16_t port;
+    char token[RL_WIRE_TOKEN_MAX];
+    size_t token_len; /* 0: no token */
+    uint64_t connects;
+    struct rl_wire_reply rep; /* large: kept here, not on the stack */
+};
+
+static int64_t
+deadline_after(int timeout_ms)
+{
+    return timeout_ms < 0 ? -1 : (int64_t)(rl_clock_mono_ns() / 1000000) + timeout_ms;
+}
+
+/* What is left of a deadline as a timeout (at least 0; -1 for none). */
+static int
+left_ms(int64_t deadline)
+{
+    int64_t left;
+
+    if (deadline < 0) {
+        return -1;
+    }
+    left = deadline - (int64_t)(rl_clock_mono_ns() / 1000000);
+    return left <= 0 ? 0 : (left > 0x7fffffff ? 0x7fffffff : (int)left);
+}
+
+static void
+drop(rlc_client *c)
+{
+    rl_client_destroy(c->c);
+    c->c = NULL;
+}
+
+/* Whether the idle connection is still usable: the server has not closed or reset it. */
+static int
+alive(rlc_client *c)
+{
+    struct pollfd pfd = {.fd = rl_client_fd(c->c), .events = POLLIN | POLLRDHUP};
+    char b;
+    ssize_t n;
+
+    if (poll(&pfd, 1, 0) <= 0) {
+        return 1;
+    }
+    if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+        return 0;
+    }
+    n = recv(pfd.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        return 0;
+    }
+    return 1; /* stray bytes (a late reply) are skipped by id */
+}
+
+static int
+send_auth(rlc_client *c, int64_t deadline)
+{
+    int rc = rl_client_auth(c->c, c->token, c->token_len, &c->rep, left_ms(deadline));
+
+    if (rc != 0) {
+        drop(c);
+    }
+    return rc;
+}
+
+/* Makes sure a connection is up before a call writes anything. */
+static int
+ensure(rlc_client *c, int64_t deadline)
+{
+    int rc;
+
+    if (c->c != NULL && !alive(c)) {
+        drop(c);
+    }
+    if (c->c != NULL) {
+        return 0;
+    }
+    rc = rl_client_connect(&c->c, c->host, c->port, left_ms(deadline));
+    if (rc != 0) {
+        c->c = NULL;
+        return rc;
+    }
+    c->connects++;
+    if (c->token_len > 0) {
+        rc = send_auth(c, deadline);
+        if (rc == -EACCES) {
+            rl_auth_wipe(c->token, sizeof(c->token));
+            c->token_len = 0;
+        }
+    }
+    return rc;
+}
+
+/* After a call: a transport error or a timeout leaves the stream unfit. */
+static int
+settle(rlc_client *c, int rc)
+{
+    if (rc != 0 && rc != -EREMOTEIO && rc != -EINVAL && c->c != NULL) {
+        drop(c);
+    }
+    return rc;
+}
+
+const char *
+rlc_version(void)
+{
+    return RL_VERSION;
+}
+
+int
+rlc_connect(rlc_client **out, const char *host, uint16_t port, int timeout_ms)
+{
+    rlc_client *c;
+    int rc;
+
+    if (out == NULL) {
+        return -EINVAL;
+    }
+    *out = NULL;
+    if (host == NULL || host[0] == '\0' || port == 0) {
+        return -EINVAL;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL || (c->host = strdup(host)) == NULL) {
+        free(c);
+        return -ENOMEM;
+    }
+    c->port = port;
+    rc = ensure(c, deadline_after(timeout_ms));
+    if (rc != 0) {
+        rlc_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+int
+rlc_connect_addr(rlc_client **out, const char *hostport, int timeout_ms)
+{
+    char *host = NULL;
+    uint16_t port;
+    int rc;
+
+    if (out == NULL) {
+        return -EINVAL;
+    }
+    *out = NULL;
+    if (hostport == NULL || rl_parse_hostport(hostport, &host, &port) != NULL) {
+        return -EINVAL;
+    }
+    rc = rlc_connect(out, host, port, timeout_ms);
+    free(host);
+    return rc;
+}
+
+void
+rlc_close(rlc_client *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    drop(c);
+    rl_auth_wipe(c->token, sizeof(c->token));
+    free(c->host);
+    free(c);
+}
+
+int
+rlc_auth(rlc_client *c, const void *token, size_t len, int timeout_ms)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    int rc;
+
+    if (c == NULL || token == NULL || len == 0 || len > RL_WIRE_TOKEN_MAX) {
+        return -EINVAL;
+    }
+    /* The token goes first on a fresh connection; on the open one it goes now. */
+    memcpy(c->token, token, len);
+    c->token_len = len;
+    if (c->c != NULL && alive(c)) {
+        rc = send_auth(c, deadline);
+    } else {
+        drop(c);
+        rc = ensure(c, deadline); /* sends the token */
+    }
+    if (rc == -EACCES) {
+        rl_auth_wipe(c->token, sizeof(c->token));
+        c->token_len = 0;
+    }
+    return rc;
+}
+
+int
+rlc_auth_file(rlc_client *c, const char *path, int timeout_ms, char *why, size_t whylen)
+{
+    char token[RL_AUTH_TOKEN_MAX], dummy[8];
+    size_t len;
+    int rc;
+
+    if (why == NULL || whylen == 0) {
+        why = dummy;
+        whylen = sizeof(dummy);
+    }
+    why[0] = '\0';
+    if (c == NULL) {
+        return -EINVAL;
+    }
+    if (path == NULL) {
+        path = getenv("RL_TOKEN_FILE");
+    }
+    if (path == NULL || path[0] == '\0') {
+        return 0;
+    }
+    rc = rl_auth_read_secret(path, 1, token, sizeof(token), &len, why, whylen);
+    if (rc == 0) {
+        rc = rlc_auth(c, token, len, timeout_ms);
+        if (rc == -EACCES) {
+            snprintf(why, whylen, "the server refused the token in %s", path);
+        } else if (rc != 0) {
+            snprintf(why, whylen, "AUTH failed: %s", rlc_strerror(rc));
+        }
+    }
+    rl_auth_wipe(token, sizeof(token));
+    return rc;
+}
+
+static int
+valid_check(const char *service, const char *user, const char *endpoint, uint32_t cost)
+{
+    size_t s, u, e;
+
+    if (service == NULL || user == NULL) {
+        return 0;
+    }
+    s = strlen(service);
+    u = strlen(user);
+    e = endpoint != NULL ? strlen(endpoint) : 0;
+    return s >= 1 && s <= RL_WIRE_SERVICE_MAX && u >= 1 && u <= RL_WIRE_USER_MAX &&
+           e <= RL_WIRE_ENDPOINT_MAX && cost <= RL_WIRE_COST_MAX;
+}
+
+static void
+from_wire(const struct rl_wire_check_reply *w, struct rlc_reply *rep)
+{
+    rep->code = w->code;
+    rep->error = 0;
+    rep->limit = w->limit;
+    rep->remaining = w->remaining;
+    rep->reset_ms = w->reset_ms;
+    rep->retry_after_ms = w->retry_after_ms;
+}
+
+static void
+error_reply(uint32_t err, struct rlc_reply *rep)
+{
+    memset(rep, 0, sizeof(*rep));
+    rep->code = RLC_CODE_ERROR;
+    rep->error = err;
+}
+
+int
+rlc_check(rlc_client *c, const char *service, const char *user, const char *endpoint,
+          uint32_t cost, struct rlc_reply *rep, int timeout_ms)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    int rc;
+
+    if (c == NULL || rep == NULL || !valid_check(service, user, endpoint, cost)) {
+        return -EINVAL;
+    }
+    rc = ensure(c, deadline);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = rl_client_check(c->c, service, user, endpoint, cost, &c->rep, left_ms(deadline));
+    if (rc == 0 && c->rep.op == RL_WIRE_OP_ERROR) {
+        error_reply(c->rep.err, rep);
+        /* An ERROR without our id (0) means the server could not read the request: it
+         * closes the connection after it. */
+        return c->rep.id == 0 ? settle(c, -EPROTO) : -EREMOTEIO;
+    }
+    if (rc == 0) {
+        from_wire(&c->rep.check, rep);
+    }
+    return settle(c, rc);
+}
+
+int
+rlc_check_many(rlc_client *c, const struct rlc_check_req *reqs, size_t n, struct rlc_reply *reps,
+               int timeout_ms)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    struct rl_wire_req *w;
+    struct rl_wire_check_reply *wr;
+    int rc;
+
+    if (c == NULL || (n > 0 && (reqs == NULL || reps == NULL)) || n >= 0x40000000u) {
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!valid_check(reqs[i].service, reqs[i].user, reqs[i].endpoint, reqs[i].cost)) {
+            return -EINVAL;
+        }
+    }
+    if (n == 0) {
+        return 0;
+    }
+    w = calloc(n, sizeof(*w));
+    wr = calloc(n, sizeof(*wr));
+    if (w == NULL || wr == NULL) {
+        free(w);
+        free(wr);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        w[i].op = RL_WIRE_OP_CHECK;
+        w[i].service.ptr = reqs[i].service;
+        w[i].service.len = (uint32_t)strlen(reqs[i].service);
+        w[i].user.ptr = reqs[i].user;
+        w[i].user.len = (uint32_t)strlen(reqs[i].user);
+        if (reqs[i].endpoint != NULL) {
+            w[i].endpoint.ptr = reqs[i].endpoint;
+            w[i].endpoint.len = (uint32_t)strlen(reqs[i].endpoint);
+        }
+        w[i].cost = reqs[i].cost;
+    }
+    rc = ensure(c, deadline);
+    if (rc == 0) {
+        rc = settle(c, rl_client_check_many(c->c, w, n, wr, left_ms(deadline)));
+    }
+    if (rc == 0) {
+        for (size_t i = 0; i < n; i++) {
+            if (wr[i].code == RL_CLIENT_CODE_ERROR) {
+                error_reply((uint32_t)wr[i].limit, &reps[i]);
+            } else {
+                from_wire(&wr[i], &reps[i]);
+            }
+        }
+    }
+    free(w);
+    free(wr);
+    return rc;
+}
+
+int
+rlc_ping(rlc_client *c, char *name, size_t namelen, int timeout_ms)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    int rc;
+
+    if (c == NULL) {
+        return -EINVAL;
+    }
+    rc = ensure(c, deadline);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = rl_client_ping(c->c, &c->rep, left_ms(deadline));
+    if (rc == 0 && c->rep.op == RL_WIRE_OP_ERROR) {
+        return c->rep.id == 0 ? settle(c, -EPROTO) : -EREMOTEIO;
+    }
+    if (rc == 0 && name != NULL && namelen > 0) {
+        size_t len = c->rep.name.ptr != NULL ? c->rep.name.len : 0;
+
+        if (len > namelen - 1) {
+            len = namelen - 1;
+        }
+        memcpy(name, c->rep.name.ptr != NULL ? c->rep.name.ptr : "", len);
+        name[len] = '\0';
+    }
+    return settle(c, rc);
+}
+
+int
+rlc_connected(const rlc_client *c)
+{
+    return c != NULL && c->c != NULL;
+}
+
+uint64_t
+rlc_connects(const rlc_client *c)
+{
+    return c != NULL ? c->connects : 0;
+}
+
+/* ---- names ---------------------------------------------------------------------------- */
+
+const char *
+rlc_code_name(uint32_t code)
+{
+    static const char *const names[] = {"ALLOWED", "LIMITED", "FAIL_OPEN",
+                                        "FAIL_CLOSED", "NO_RULE", "QUEUED"};
+
+    if (code < sizeof(names) / sizeof(names[0])) {
+        return names[code];
+    }
+    return code == RLC_CODE_ERROR ? "ERROR" : "?";
+}
+
+const char *
+rlc_error_name(uint32_t err)
+{
+    static const char *const names[] = {"NONE",     "MALFORMED",    "UNKNOWN_OP", "BAD_FIELD",
+                                        "OVERLOADED", "UNAUTHORIZED", "NOT_OWNER"};
+
+    return err < sizeof(names) / sizeof(names[0]) ? names[err] : "?";
+}
+
+const char *
+rlc_strerror(int rc)
+{
+    switch (-rc) {
+    case 0: return "success";
+    case EINVAL: return "invalid argument";
+    case ENOMEM: return "out of memory";
+    case ETIMEDOUT: return "timed out";
+    case ECONNREFUSED: return "connection refused";
+    case ECONNRESET: return "connection lost (the request may have been counted)";
+    case EPIPE: return "connection lost";
+    case EPROTO: return "protocol error (the stream was dropped)";
+    case EREMOTEIO: return "the server answered ERROR";
+    case EACCES: return "access denied (token refused, or file mode too open)";
+    case ENOENT: return "no such file";
+    case ENXIO: return "host name does not resolve";
+    case EHOSTUNREACH: return "host unreachable";
+    case ENETUNREACH: return "network unreachable";
+    case EAGAIN: return "temporary failure, try again";
+    case ENOBUFS: return "too many requests pending (queue full)";
+    case ESHUTDOWN: return "the client is closing";
+    case ECANCELED: return "cancelled (the client was closed)";
+    case ENOSPC: return "buffer too small";
+    default: return "unknown error";
+    }
+}
