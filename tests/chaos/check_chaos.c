@@ -1000,6 +1000,28 @@ START_TEST(test_stale_answers)
 }
 END_TEST
 
+/* A router that agreed, then saw a change the observer missed (another table for a
+ * moment), then agreed again: no violation; one that stays different past converge_ms
+ * after the change: a violation. */
+START_TEST(test_convergence_transient_table)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    sample_add(r, -1000, 0, r->views[0].digest);
+    sample_add(r, 2000, 0, 0xbad);          /* a table the observer never saw */
+    sample_add(r, 2400, 0, r->views[0].digest);
+    judge(r, NULL, 0);
+    sample_add(r, 6000, 0, 0xbad);          /* different again, and it stays so */
+    sample_add(r, 8500, 0, 0xbad);          /* 2.5 s: within converge_ms */
+    judge(r, NULL, 0);
+    sample_add(r, 9100, 0, 0xbad);          /* 3.1 s */
+    judge(r, "convergence", 1);
+    ck_assert_ptr_nonnull(strstr(json, "3.1 s > bound 3.0 s"));
+    run_free(r);
+}
+END_TEST
+
 /* A router restarted: converge_ms counts from when it came back. */
 START_TEST(test_convergence_router_restarted)
 {
@@ -1124,6 +1146,7 @@ chaos_suite(void)
     tcase_add_test(tc, test_convergence_second_view);
     tcase_add_test(tc, test_convergence_router_ahead);
     tcase_add_test(tc, test_convergence_router_restarted);
+    tcase_add_test(tc, test_convergence_transient_table);
     tcase_add_test(tc, test_stale_answers);
     tcase_add_test(tc, test_deaths);
     tcase_add_test(tc, test_expect);

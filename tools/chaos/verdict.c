@@ -556,6 +556,18 @@ ahead_of_observer(const struct ch_run *r, int k, const struct ch_sample *m)
     return false;
 }
 
+/* Whether digest is the table of one of the views before view k. */
+static bool
+earlier_view_digest(const struct ch_run *r, int k, uint64_t digest)
+{
+    for (int i = 0; i < k; i++) {
+        if (r->views[i].digest == digest) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static void
 judge_convergence(struct judge *j)
 {
@@ -566,6 +578,13 @@ judge_convergence(struct judge *j)
         int64_t until = k + 1 < r->nviews ? r->views[k + 1].t_ms : INT64_MAX;
         int64_t want = (int64_t)v->digest;
         int64_t agreed_at[CH_ROUTERS_MAX] = {0};
+        /* Per router: since when its samples have differed from the view, after it had
+         * agreed with it (0: it agrees now, or never did in this view). A router may see a
+         * change the observer missed (a member that left and came back between two of the
+         * observer's reads): it shows a table no view had for a while, then agrees again.
+         * Convergence is that no router stays on such a table longer than converge_ms; a
+         * router back on an earlier view's table is behind, judged from the view's start. */
+        int64_t differs_since[CH_ROUTERS_MAX] = {0};
 
         for (int s = 0; s < r->nsamples; s++) {
             const struct ch_sample *m = &r->samples[s];
@@ -577,13 +596,22 @@ judge_convergence(struct judge *j)
             if ((int64_t)m->digest == want && agreed_at[m->router] == 0) {
                 agreed_at[m->router] = m->t_ms;
             }
+            if ((int64_t)m->digest == want) {
+                differs_since[m->router] = 0;
+            } else if (differs_since[m->router] == 0 && agreed_at[m->router] != 0 &&
+                       !earlier_view_digest(r, k, m->digest)) {
+                differs_since[m->router] = m->t_ms;
+            }
             start = up > start ? up : start;
             if (up == INT64_MAX || m->t_ms < start + j->sc->converge_ms) {
                 continue;
             }
             j->inv[INV_CONVERGE].checked++;
-            if ((int64_t)m->digest != want && !ahead_of_observer(r, k, m) &&
-                !blind_at(r, m->t_ms)) {
+            if (differs_since[m->router] > start) {
+                start = differs_since[m->router]; /* it had agreed: judged from the change */
+            }
+            if ((int64_t)m->digest != want && m->t_ms >= start + j->sc->converge_ms &&
+                !ahead_of_observer(r, k, m) && !blind_at(r, m->t_ms)) {
                 char buf[512];
 
                 snprintf(buf, sizeof(buf),
