@@ -307,6 +307,7 @@ struct rl_metrics {
     uint64_t timed_out; /* the last ask whose wait ran out: while it is unanswered the loop
                            is stuck, and later asks are refused at once, not one by one */
     bool stopping;
+    bool page_wanted;   /* an ask since the last snapshot wants /metrics, not just liveness */
     struct rl_buf snap; /* the last rendering */
     bool ready;
     char why[256];
@@ -322,21 +323,31 @@ metrics_async(uv_async_t *a)
     bool ready;
     struct rl_buf tmp;
 
+    bool page;
+
     pthread_mutex_lock(&m->mu);
     target = m->asked;
+    page = m->page_wanted;
+    m->page_wanted = false;
     pthread_mutex_unlock(&m->mu);
 
-    rl_buf_reset(&m->work);
-    m->ops.render(m->ops.arg, &p);
-    ready = m->ops.ready(m->ops.arg, why, sizeof(why));
-    if (p.err != 0) {
-        rl_buf_reset(&m->work); /* out of memory: an empty page rather than half of one */
+    /* /healthz and /readyz need only the answer and the readiness: no page is rendered
+     * for them, so probing them costs the loop next to nothing. */
+    if (page) {
+        rl_buf_reset(&m->work);
+        m->ops.render(m->ops.arg, &p);
+        if (p.err != 0) {
+            rl_buf_reset(&m->work); /* out of memory: an empty page rather than half of one */
+        }
     }
+    ready = m->ops.ready(m->ops.arg, why, sizeof(why));
 
     pthread_mutex_lock(&m->mu);
-    tmp = m->snap;
-    m->snap = m->work;
-    m->work = tmp;
+    if (page) {
+        tmp = m->snap;
+        m->snap = m->work;
+        m->work = tmp;
+    }
     m->ready = ready;
     snprintf(m->why, sizeof(m->why), "%s", why);
     m->answered = target;
@@ -371,7 +382,7 @@ metrics_text(struct MHD_Connection *conn, unsigned status, const char *text)
 /* Asks the loop for a snapshot and waits for it; false when the loop did not answer in time
  * (or the listener is stopping). Returns with mu held when true. */
 static bool
-metrics_snapshot(struct rl_metrics *m)
+metrics_snapshot(struct rl_metrics *m, bool page)
 {
     struct timespec until;
     uint64_t mine, wait_ms;
@@ -382,6 +393,7 @@ metrics_snapshot(struct rl_metrics *m)
      * refused one second at a time. */
     wait_ms = m->answered < m->timed_out ? RL_METRICS_STUCK_WAIT_MS : RL_METRICS_LOOP_WAIT_MS;
     mine = ++m->asked;
+    m->page_wanted = m->page_wanted || page;
     pthread_mutex_unlock(&m->mu);
     clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += (time_t)(wait_ms / 1000);
@@ -415,9 +427,9 @@ metrics_page(struct rl_metrics *m, struct MHD_Connection *conn)
     enum MHD_Result rc;
 
     rl_buf_init(&body);
-    if (!metrics_snapshot(m)) {
+    if (!metrics_snapshot(m, true)) {
         return metrics_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-                            "the event loop did not answer within 1 s\n");
+                            "the event loop did not answer in time\n");
     }
     if (rl_buf_append(&body, m->snap.data, m->snap.len) != 0) {
         p.err = -ENOMEM;
@@ -472,17 +484,17 @@ metrics_handler(void *cls, struct MHD_Connection *conn, const char *url, const c
         return metrics_page(m, conn);
     }
     if (strcmp(url, "/healthz") == 0) {
-        if (!metrics_snapshot(m)) {
+        if (!metrics_snapshot(m, false)) {
             return metrics_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-                                "not alive: the event loop did not answer within 1 s\n");
+                                "not alive: the event loop did not answer in time\n");
         }
         pthread_mutex_unlock(&m->mu);
         return metrics_text(conn, MHD_HTTP_OK, "ok\n");
     }
     if (strcmp(url, "/readyz") == 0) {
-        if (!metrics_snapshot(m)) {
+        if (!metrics_snapshot(m, false)) {
             return metrics_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-                                "not ready: the event loop did not answer within 1 s\n");
+                                "not ready: the event loop did not answer in time\n");
         }
         ready = m->ready;
         snprintf(line, sizeof(line), "not ready: %s\n", m->why);

@@ -12,6 +12,7 @@
 #include "auth.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -114,7 +115,9 @@ struct rl_zkm {
     char routers_path[ZKM_DIR_MAX];
     char announce_path[ZKM_PATH_MAX]; /* rl_zkm_announce_router: routers/<name>; "" if none */
     char announce_data[RL_SHARDMAP_NAME_MAX];
-    uint64_t announced_gen; /* the session that created it */
+    uint64_t announced_gen; /* the session whose create was sent (0: send it again) */
+    atomic_int announce_failed; /* set by the create's completion (ZooKeeper's thread) */
+    atomic_int announce_warned; /* a failure was logged; cleared by a success */
 
     /* rl_zkm_secure: the digest credential and the ACLs made from it; immutable after. */
     int secure;
@@ -395,6 +398,7 @@ zkm_strings_done(int rc, const struct String_vector *sv, const void *data)
 /* The loop thread. */
 
 static void zkm_retry_later(struct rl_zkm *z, uint64_t ms);
+static void zkm_announce(struct rl_zkm *z);
 
 static void
 zkm_timer_cb(uv_timer_t *t)
@@ -412,6 +416,7 @@ zkm_timer_cb(uv_timer_t *t)
         zkm_set_reg(z, ZKM_REG_IDLE);
     }
     zkm_reg_step(z);
+    zkm_announce(z);
     if (z->mem_dirty) {
         zkm_members_refresh(z);
     }
@@ -999,17 +1004,37 @@ zkm_asg_done(struct rl_zkm *z, struct zkm_ev *ev)
 
 /* Sessions. */
 
+/*
+ * The create's completion, on ZooKeeper's thread: a failure (the name still held by a
+ * session of a router that died, or a twin; a connection lost mid-create) asks the loop,
+ * through the flag and the async, to send it again a little later. Said once a streak.
+ */
 static void
 zkm_announce_done(int rc, const char *value, const void *data)
 {
+    struct rl_zkm *z = (struct rl_zkm *)data;
+
     (void)value;
-    if (rc == ZNODEEXISTS) {
-        rl_log_warn("zk: %s is held by another router's session: two routers announce one "
-                    "name (give each its own --name)",
-                    (const char *)data);
-    } else if (rc != ZOK && rc != ZCLOSING && rc != ZCONNECTIONLOSS && rc != ZSESSIONEXPIRED) {
-        rl_log_warn("zk: cannot announce %s: %s", (const char *)data, zerror(rc));
+    if (rc == ZOK) {
+        atomic_store(&z->announce_warned, 0);
+        return;
     }
+    if (rc == ZCLOSING || rc == ZSESSIONEXPIRED) {
+        return; /* a new session announces again */
+    }
+    if (atomic_exchange(&z->announce_warned, 1) == 0) {
+        if (rc == ZNODEEXISTS) {
+            rl_log_warn("zk: %s is held by another session (this router's previous process, "
+                        "until its session expires, or a router with the same --name); "
+                        "retrying every %d ms",
+                        z->announce_path, RL_ZKM_RETRY_MS);
+        } else {
+            rl_log_warn("zk: cannot announce %s: %s; retrying every %d ms", z->announce_path,
+                        zerror(rc), RL_ZKM_RETRY_MS);
+        }
+    }
+    atomic_store(&z->announce_failed, 1);
+    uv_async_send(&z->async);
 }
 
 /* Router side: the ephemeral routers/<name>, once per session (rl_zkm_announce_router). */
@@ -1024,7 +1049,7 @@ zkm_announce(struct rl_zkm *z)
     zoo_acreate(z->zh, z->routers_path, "", 0, zkm_acl(z, 0), ZOO_PERSISTENT, zkm_ignore_done,
                 NULL);
     zoo_acreate(z->zh, z->announce_path, z->announce_data, (int)strlen(z->announce_data),
-                zkm_acl(z, 0), ZOO_EPHEMERAL, zkm_announce_done, z->announce_path);
+                zkm_acl(z, 0), ZOO_EPHEMERAL, zkm_announce_done, z);
 }
 
 static void
@@ -1249,6 +1274,10 @@ zkm_async_cb(uv_async_t *a)
     lost = z->lost;
     z->lost = 0;
     pthread_mutex_unlock(&z->mu);
+    if (atomic_exchange(&z->announce_failed, 0) && !z->closing) {
+        z->announced_gen = 0; /* the timer sends the create again */
+        zkm_retry_later(z, RL_ZKM_RETRY_MS);
+    }
     for (; ev != NULL; ev = next) {
         next = ev->next;
         /* A callback may have destroyed z: the rest is only freed. */
@@ -1618,6 +1647,11 @@ rl_zkm_announce_router(struct rl_zkm *z, const char *name, const char *addr)
     clean[i] = '\0';
     if (strcmp(clean, ".") == 0 || strcmp(clean, "..") == 0) {
         return -EINVAL;
+    }
+    if (name[i] != '\0') {
+        rl_log_warn("zk: router name \"%s\" is longer than %zu bytes: announced as routers/%s "
+                    "(give routers short distinct --name values)",
+                    name, sizeof(clean) - 1, clean);
     }
     snprintf(z->announce_path, sizeof(z->announce_path), "%s/%s", z->routers_path, clean);
     snprintf(z->announce_data, sizeof(z->announce_data), "%s", addr);

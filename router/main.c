@@ -247,7 +247,12 @@ main(int argc, char **argv)
                 gethostname(host, sizeof(host) - 1);
                 snprintf(aname, sizeof(aname), "%s@%s", host[0] ? host : "router", m.d.addr);
             }
-            rc = rl_zkm_announce_router(m.zkm, aname, m.d.addr);
+            if (rl_zkm_announce_router(m.zkm, aname, m.d.addr) != 0) {
+                /* Only rl-cli status reads it: serve anyway. */
+                rl_log_warn("not announced in ZooKeeper as %s (%s): rl-cli status will not "
+                            "list this router",
+                            aname, m.d.addr);
+            }
         }
     }
     if (rc != 0) {

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,6 +295,13 @@ count_code(struct rl_router *r, const struct rl_rule *rule, uint32_t code, uint6
 {
     size_t row = rule != NULL ? rule->id : r->conf->nrules;
 
+    /* A request forwarded under rules since replaced (answered within a deadline of the
+     * swap) is not counted by service: its rule's id indexes the old rules. */
+    if (rule != NULL &&
+        ((uintptr_t)rule < (uintptr_t)r->conf->rules ||
+         (uintptr_t)rule >= (uintptr_t)(r->conf->rules + r->conf->nrules))) {
+        row = SIZE_MAX;
+    }
     if (code < RL_WIRE_CODE_COUNT && row < r->rule_rows) {
         r->rule_codes[row][code]++;
     }
@@ -1486,6 +1494,18 @@ rl_router_close(struct rl_router *r)
 
 /* ---- metrics ----------------------------------------------------------------------------- */
 
+/* qsort has no argument: the rules being sorted, set just before (loop thread only). */
+static const struct rl_conf *router_sort_rules;
+
+static int
+router_rule_cmp(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int c = strcmp(router_sort_rules->rules[x].service, router_sort_rules->rules[y].service);
+
+    return c != 0 ? c : (x > y) - (x < y);
+}
+
 bool
 rl_router_ready(const struct rl_router *r, char *why, size_t len)
 {
@@ -1516,32 +1536,42 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
     rl_prom_family(p, "rl_router_decisions_total", "counter",
                    "CHECK requests answered, by service (from the config; \"\" when no rule "
                    "matched) and reply code (fail_open and fail_closed: by failure policy).");
-    for (size_t i = 0; i < c->nrules && i + 1 < r->rule_rows; i++) {
-        bool first = true;
+    /* One series per service: its endpoint sections add to it. The rules sorted by service
+     * (n log n: a rules file may have thousands of sections, and this runs on the loop). */
+    {
+        size_t n = c->nrules < r->rule_rows - 1 ? c->nrules : r->rule_rows - 1;
+        size_t *order = malloc((n ? n : 1) * sizeof(*order));
 
-        /* One series per service: its endpoint sections add to it. */
-        for (size_t j = 0; j < i && first; j++) {
-            first = strcmp(c->rules[j].service, c->rules[i].service) != 0;
+        if (order == NULL) {
+            p->err = -ENOMEM;
+            n = 0;
         }
-        if (!first) {
-            continue;
+        for (size_t i = 0; i < n; i++) {
+            order[i] = i;
         }
-        for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
-            uint64_t v = 0;
+        router_sort_rules = c;
+        qsort(order, n, sizeof(*order), router_rule_cmp);
+        for (size_t i = 0; i < n;) {
+            const char *svc = c->rules[order[i]].service;
+            uint64_t v[RL_WIRE_CODE_COUNT] = {0};
+            size_t k = i;
 
-            if (code == RL_WIRE_NO_RULE) {
-                continue;
-            }
-            for (size_t j = i; j < c->nrules && j + 1 < r->rule_rows; j++) {
-                if (strcmp(c->rules[j].service, c->rules[i].service) == 0) {
-                    v += r->rule_codes[j][code];
+            for (; k < n && strcmp(c->rules[order[k]].service, svc) == 0; k++) {
+                for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+                    v[code] += r->rule_codes[order[k]][code];
                 }
             }
-            rl_prom_u64(p, "rl_router_decisions_total",
-                        rl_prom_labels(lab, sizeof(lab), "service", c->rules[i].service, "code",
-                                       rl_wire_code_name(code), NULL),
-                        v);
+            for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+                if (code != RL_WIRE_NO_RULE) {
+                    rl_prom_u64(p, "rl_router_decisions_total",
+                                rl_prom_labels(lab, sizeof(lab), "service", svc, "code",
+                                               rl_wire_code_name(code), NULL),
+                                v[code]);
+                }
+            }
+            i = k;
         }
+        free(order);
     }
     rl_prom_u64(p, "rl_router_decisions_total",
                 rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),

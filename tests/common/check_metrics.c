@@ -511,6 +511,8 @@ START_TEST(listener_pages)
     ck_assert_uint_eq(r.body_len, 0);
     rl_http_free(&r);
 
+    /* Probes answer from the loop without a page being rendered for them. */
+    renders = atomic_load(&t_renders);
     get(t.port, "/healthz", &r);
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(r.body, "ok\n");
@@ -520,6 +522,7 @@ START_TEST(listener_pages)
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(r.body, "ready\n");
     rl_http_free(&r);
+    ck_assert_uint_eq(atomic_load(&t_renders), renders);
 
     atomic_store(&t_ready, 0);
     get(t.port, "/readyz", &r);

@@ -248,6 +248,30 @@ START_TEST(test_status)
                          node_int(out, "c", "shards", 0),
                      SHARDS);
 
+    /* Router 1 is killed and restarted at once under the same name: its old session's
+     * routers/ znode blocks the new one until that session expires; then it is announced
+     * again (retried, not given up). */
+    ck_assert_int_eq(rl_harness_server_stop(&routers[1], SIGKILL, 5000), 0);
+    ck_assert_int_eq(rl_harness_router_start(&routers[1], config, router_ports[1]), 0);
+    {
+        uint64_t until = rl_clock_mono_ns() + 15000000000ull;
+        bool listed = false;
+
+        snprintf(expect, sizeof(expect), "\"address\":\"127.0.0.1:%d\"}", router_ports[1]);
+        wait_members(3);
+        /* Past the old session's expiry (session_timeout 4 s), its znode is gone: what is
+         * listed from then on is the new process's. */
+        usleep(5500000);
+        while (!listed && rl_clock_mono_ns() < until) {
+            (void)cli(out, sizeof(out), json);
+            listed = strstr(out, expect) != NULL;
+            if (!listed) {
+                usleep(500000);
+            }
+        }
+        ck_assert_msg(listed, "the restarted router was not announced again: %s", out);
+    }
+
     /* b dies: unreachable at once, while ZooKeeper still lists it. */
     ck_assert_int_eq(rl_harness_server_stop(&nodes[B], SIGKILL, 5000), 0);
     ck_assert_int_eq(cli(out, sizeof(out), json), 1);
