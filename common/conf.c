@@ -1629,78 +1629,60 @@ conf_run(struct conf_parser *p, struct rl_conf **out)
     return 0;
 }
 
-int
-rl_conf_load(const char *path, struct rl_conf **out, char *err, size_t errlen)
+/* Parses a file (text NULL) or a string, the whole config or only [service] sections. */
+static int
+conf_parse(const char *name, const char *text, bool rules_only, struct rl_conf **out, char *err,
+           size_t errlen)
 {
     struct conf_parser p;
     int rc;
-
-    memset(&p, 0, sizeof(p));
-    p.name = path;
-    p.msg = err;
-    p.msglen = errlen;
-    /* "e": O_CLOEXEC, so a process that forks never leaks the file into a child. */
-    p.fp = fopen(path, "re");
-    if (p.fp == NULL) {
-        rc = -errno;
-        conf_fail(&p, 0, rc, "%s", strerror(errno));
-        *out = NULL;
-        return rc;
-    }
-    rc = conf_run(&p, out);
-    fclose(p.fp);
-    return rc;
-}
-
-int
-rl_conf_parse(const char *name, const char *text, struct rl_conf **out, char *err, size_t errlen)
-{
-    struct conf_parser p;
 
     memset(&p, 0, sizeof(p));
     p.name = name;
     p.text = text;
     p.msg = err;
     p.msglen = errlen;
-    return conf_run(&p, out);
+    p.rules_only = rules_only;
+    if (text == NULL) {
+        /* "e": O_CLOEXEC, so a process that forks never leaks the file into a child. */
+        p.fp = fopen(name, "re");
+        if (p.fp == NULL) {
+            rc = -errno;
+            conf_fail(&p, 0, rc, "%s", strerror(errno));
+            *out = NULL;
+            return rc;
+        }
+    }
+    rc = conf_run(&p, out);
+    if (p.fp != NULL) {
+        fclose(p.fp);
+    }
+    return rc;
+}
+
+int
+rl_conf_load(const char *path, struct rl_conf **out, char *err, size_t errlen)
+{
+    return conf_parse(path, NULL, false, out, err, errlen);
+}
+
+int
+rl_conf_parse(const char *name, const char *text, struct rl_conf **out, char *err, size_t errlen)
+{
+    return conf_parse(name, text, false, out, err, errlen);
 }
 
 int
 rl_conf_parse_rules(const char *name, const char *text, struct rl_conf **out, char *err,
                     size_t errlen)
 {
-    struct conf_parser p;
-
-    memset(&p, 0, sizeof(p));
-    p.name = name;
-    p.text = text;
-    p.msg = err;
-    p.msglen = errlen;
-    p.rules_only = true;
-    return conf_run(&p, out);
+    return conf_parse(name, text, true, out, err, errlen);
 }
 
 int
 rl_conf_load_rules(const char *path, struct rl_conf **out, char *err, size_t errlen)
 {
-    struct conf_parser p;
-    int rc;
-
-    memset(&p, 0, sizeof(p));
-    p.name = path;
-    p.msg = err;
-    p.msglen = errlen;
-    p.rules_only = true;
-    p.fp = fopen(path, "re");
-    if (p.fp == NULL) {
-        rc = -errno;
-        conf_fail(&p, 0, rc, "%s", strerror(errno));
-        *out = NULL;
-        return rc;
-    }
-    rc = conf_run(&p, out);
-    fclose(p.fp);
-    return rc;
+    return conf_parse(path, NULL, true, out, err, errlen);
 }
 
 #define CONF_SWAP(a, b)                                                                            \

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
-from .client import load_token
+from .client import load_token, settle_many
 from .policy import FailurePolicy, as_policy
 from .protocol import (MAX_FRAME, U32_MAX, AuthError, Check, CheckLike, Decoded,
                        ErrorCode, ErrorReply, Named, Op, Pong, ProtocolError, Reply,
@@ -270,16 +270,8 @@ class AsyncClient:
                     else:
                         raise ProtocolError(f"CHECK answered with {type(rep).__name__}")
         except Unavailable as e:
-            decisions = [self.failure.decide(checks[i]) if out[i] is None else out[i]
-                         for i in range(len(checks))]
-            if any(d is None for d in decisions):
-                raise e
-            out = decisions  # type: ignore[assignment]
-        if not return_exceptions:
-            for r in out:
-                if isinstance(r, ServerError):
-                    raise r
-        return out  # type: ignore[return-value]
+            return settle_many(out, checks, self.failure, e, return_exceptions)
+        return settle_many(out, checks, self.failure, None, return_exceptions)
 
     async def _simple(self, op: Op, timeout: Optional[float]) -> Decoded:
         t = self.timeout if timeout is None else timeout

@@ -32,6 +32,24 @@ def load_token(token: Optional[Union[bytes, str]], token_file: Optional[str]) ->
     return token
 
 
+def settle_many(out: List, checks: Sequence[Check], failure: FailurePolicy,
+                error: Optional[Unavailable], return_exceptions: bool) -> List:
+    """The end of check_many, sync or asyncio. After a lost connection (error), requests not
+    answered get the failure policy's decision, or error is raised when one has none. Then,
+    unless return_exceptions, the first ERROR reply is raised."""
+    if error is not None:
+        decisions = [failure.decide(checks[i]) if out[i] is None else out[i]
+                     for i in range(len(checks))]
+        if any(d is None for d in decisions):
+            raise error
+        out = decisions
+    if not return_exceptions:
+        for r in out:
+            if isinstance(r, ServerError):
+                raise r
+    return out
+
+
 class Client:
     """One connection to a router (or node), used by one thread at a time.
 
@@ -229,16 +247,8 @@ class Client:
                 self._send(b"".join(parts), deadline)
                 self._collect(ids, deadline, on_reply)
         except Unavailable as e:
-            decisions = [self.failure.decide(checks[i]) if out[i] is None else out[i]
-                         for i in range(len(checks))]
-            if any(d is None for d in decisions):
-                raise e
-            out = decisions  # type: ignore[assignment]
-        if not return_exceptions:
-            for r in out:
-                if isinstance(r, ServerError):
-                    raise r
-        return out  # type: ignore[return-value]
+            return settle_many(out, checks, self.failure, e, return_exceptions)
+        return settle_many(out, checks, self.failure, None, return_exceptions)
 
     def _simple(self, op: Op, timeout: Optional[float]) -> Decoded:
         """PING/STATS: idempotent, so a connection lost before any reply is retried once."""
