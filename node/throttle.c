@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "json.h"
+#include "metrics.h"
 
 static uint64_t
 key_hash(const char *service, size_t slen, const char *endpoint, size_t elen, const char *user,
@@ -367,4 +368,23 @@ rl_throttle_stats(const struct rl_throttle *t, struct rl_throttle_stats *s)
     }
     *s = t->stats;
     s->open = t->nopen;
+}
+
+void
+rl_throttle_metrics(const struct rl_throttle *t, struct rl_prom *p)
+{
+    struct rl_throttle_stats ts = {0};
+
+    if (t != NULL) {
+        rl_throttle_stats(t, &ts);
+    }
+    rl_prom_one(p, "rl_node_throttle_open", "gauge",
+                "Throttling episodes open now (keys refused and not allowed since).", NULL,
+                ts.open);
+    rl_prom_one(p, "rl_node_throttle_episodes_total", "counter",
+                "Throttling episodes opened (a key's first refusal after being allowed).",
+                NULL, ts.recorded);
+    rl_prom_one(p, "rl_node_throttle_dropped_total", "counter",
+                "Refusals not recorded because throttle_events episodes were open.", NULL,
+                ts.dropped);
 }
