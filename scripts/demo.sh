@@ -10,15 +10,18 @@
 # status, the throttling episodes and a few metrics. Logs and the cluster's config go to
 # run/demo/ (emptied at the start).
 # Environment: DEMO_SECONDS, how long the traffic runs and the cluster stays up (default 30;
-# e.g. DEMO_SECONDS=600 to try README's "Operating it live" from another terminal meanwhile),
+# e.g. DEMO_SECONDS=300 to try README's "Operating it live" from another terminal meanwhile),
 # DEMO_RATE, requests/s (default 20000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 seconds=${DEMO_SECONDS:-30}
 rate=${DEMO_RATE:-20000}
-case "$seconds" in '' | *[!0-9]* | 0 | 0*) echo "demo: DEMO_SECONDS=$seconds is not a number of seconds >= 1" >&2; exit 2 ;; esac
-case "$rate" in '' | *[!0-9]* | 0 | 0*) echo "demo: DEMO_RATE=$rate is not a number of requests/s >= 1" >&2; exit 2 ;; esac
+for v in DEMO_SECONDS="$seconds" DEMO_RATE="$rate"; do
+    case "${v#*=}" in
+    '' | *[!0-9]* | 0*) echo "demo: $v is not a whole number >= 1" >&2; exit 2 ;;
+    esac
+done
 zkport=2191
 # Before building or deleting anything: every port the demo needs must be free.
 busy=0
