@@ -34,8 +34,8 @@ for p in $zkport 7400 7401 7402 7403 9400 9401 9402 9403; do
     fi
 done
 if [ "$busy" = 1 ]; then
-    echo "demo: stop what holds these ports first (an rl-node from the README's tour:" \
-        "kill %1 in its shell, or kill PID); nothing was changed" >&2
+    echo "demo: stop what holds these ports first (kill PID; an rl-node left from the" \
+        "README's tour, or an earlier demo); nothing was built, started or deleted" >&2
     exit 1
 fi
 echo "== building (log: build/demo-build.log)"
