@@ -5,27 +5,46 @@
 # script prints, second by second, decisions/s, reply codes and which node owns how many
 # shards, so you watch the cluster serve, lose a node and heal. Everything it started is
 # stopped on exit (Ctrl-C included). Ports: ZooKeeper 2191, router 7400, nodes 7401-7403,
-# their Prometheus metrics 9400-9403 (from cluster.conf). At the end it shows the cluster's
-# status, the throttling episodes and a few metrics. Options: DEMO_SECONDS (default 30), DEMO_RATE (requests/s, 20000).
+# their Prometheus metrics 9400-9403 (from cluster.conf); they are checked before anything
+# is built or deleted, and whatever holds one is named. At the end it shows the cluster's
+# status, the throttling episodes and a few metrics. Logs and the cluster's config go to
+# run/demo/ (emptied at the start).
+# Environment: DEMO_SECONDS, how long the traffic runs and the cluster stays up (default 30;
+# e.g. DEMO_SECONDS=300 to try README's "Operating it live" from another terminal meanwhile),
+# DEMO_RATE, requests/s (default 20000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
+seconds=${DEMO_SECONDS:-30}
+rate=${DEMO_RATE:-20000}
+for v in DEMO_SECONDS="$seconds" DEMO_RATE="$rate"; do
+    case "${v#*=}" in
+    '' | *[!0-9]* | 0*) echo "demo: $v is not a whole number >= 1" >&2; exit 2 ;;
+    esac
+done
+zkport=2191
+# Before building or deleting anything: every port the demo needs must be free.
+busy=0
+for p in $zkport 7400 7401 7402 7403 9400 9401 9402 9403; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+        who=$(ss -Hltnp "sport = :$p" 2>/dev/null | grep -o '(("[^"]*",pid=[0-9]*' | head -1 |
+            sed 's/(("\(.*\)",pid=\(.*\)/\1 (pid \2)/' || true)
+        echo "demo: port $p is in use by ${who:-another process}" >&2
+        busy=1
+    fi
+done
+if [ "$busy" = 1 ]; then
+    echo "demo: stop what holds these ports first (kill PID; an rl-node left from the" \
+        "README's tour, or an earlier demo); nothing was built, started or deleted" >&2
+    exit 1
+fi
 echo "== building (log: build/demo-build.log)"
 mkdir -p build
 bash scripts/build.sh release > build/demo-build.log 2>&1 || { tail -30 build/demo-build.log; exit 1; }
 bin=$top/build
-seconds=${DEMO_SECONDS:-30}
-rate=${DEMO_RATE:-20000}
 run=$top/run/demo
 rm -rf "$run"
 mkdir -p "$run"
-zkport=2191
-for p in $zkport 7400 7401 7402 7403 9400 9401 9402 9403; do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-        echo "demo: port $p is in use; stop what listens there first" >&2
-        exit 1
-    fi
-done
 sed -e "s/^zookeeper *=.*/zookeeper = 127.0.0.1:$zkport/" \
     -e "s|^request_log *=.*|request_log = $run/requests.log|" cluster.conf > "$run/cluster.conf"
 conf=$run/cluster.conf

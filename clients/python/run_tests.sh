@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Python client into a venv under build/ (offline) and runs its tests against
-# the installed package, with real rl-node/rl-router from $RL_BUILD_DIR (default build/).
+# the installed package, with real rl-node/rl-router/rl-cli from $RL_BUILD_DIR (default
+# build/). A program missing there fails the tests that need it (RL_REQUIRE_BINARIES=1;
+# pytest run by hand skips them instead), so a run without binaries cannot pass.
 #   scripts/build.sh release && clients/python/run_tests.sh [pytest args...]
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,5 +20,5 @@ fi
 "$venv/bin/python" -m pip install -q --no-build-isolation --no-index ./clients/python
 "$venv/bin/python" -c 'import ratelimiter, sys; print("testing", ratelimiter.__file__, file=sys.stderr)'
 status=0
-RL_REQUIRE_INSTALLED=1 "$venv/bin/python" -m pytest clients/python/tests -q "$@" || status=$?
+RL_REQUIRE_INSTALLED=1 RL_REQUIRE_BINARIES=1 "$venv/bin/python" -m pytest clients/python/tests -q "$@" || status=$?
 exit $status

@@ -7,12 +7,15 @@
 #   - the headers compile alone and name no internal header; the .so exports only rlc_*;
 #   - the units pass `systemd-analyze verify` (skipped when it is not installed);
 #   - examples/c/check.c builds out of tree with `pkg-config --cflags --libs ratelimiter`,
-#     and once more linking librlclient.a (`pkg-config --static`), and both, run against an
+#     and once more linking librlclient.a (`pkg-config --static`), and both, run as built
+#     (no LD_LIBRARY_PATH: the .pc's RPATH finds librlclient.so.0 in the prefix) against an
 #     rl-node and an rl-router started from the INSTALLED binaries, print ALLOWED then
-#     LIMITED with 429 and Retry-After; with the router down, the failure policy's 503.
+#     LIMITED with 429 and Retry-After; with the router down, the failure policy's 503;
+#   - installed under /usr (into a DESTDIR, as a package is built), ratelimiter.pc sets no
+#     RPATH.
 # Usage (ctest runs it): check_install.sh BUILD_DIR SOURCE_DIR CC "EXTRA_CFLAGS" LIBDIR
 set -euo pipefail
-build=$1 src=$2 cc=$3 extra=${4:-} libdir=${5:-lib}
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd) cc=$3 extra=${4:-} libdir=${5:-lib}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/rl-install-XXXXXX")
 pids=()
 cleanup() {
@@ -107,6 +110,8 @@ cd "$tmp/app"
 $cc $extra -std=c11 -Wall -Wextra -Werror -o check check.c $(pkg-config --cflags --libs ratelimiter) \
     >"$tmp/cc.log" 2>&1 || fail "cc with pkg-config: $(cat "$tmp/cc.log")"
 readelf -d check | grep -q 'NEEDED.*librlclient.so.0' || fail "check does not use librlclient.so.0"
+readelf -d check | grep -Eq "(RUNPATH|RPATH).*\[$prefix/" ||
+    fail "check has no RPATH to $prefix: $(readelf -d check | grep -i path)"
 # Static: librlclient.a, and its dependencies from pkg-config --static.
 libs_L=$(pkg-config --static --libs-only-L ratelimiter)
 libs_l=$(pkg-config --static --libs-only-l ratelimiter | sed 's/-lrlclient//')
@@ -173,7 +178,8 @@ allowed_then_limited=(
     'RateLimit: "web";r=0;t=[0-9]+'
     'Retry-After: [1-9][0-9]*'
 )
-out=$(LD_LIBRARY_PATH=$prefix/$libdir ./check "127.0.0.1:$rp" web alice 2 | tr -d '\r') || fail "check exited $?"
+unset LD_LIBRARY_PATH
+out=$(./check "127.0.0.1:$rp" web alice 2 | tr -d '\r') || fail "check exited $?"
 expect check "$out" "${allowed_then_limited[@]}"
 out=$(./check-static "127.0.0.1:$rp" web bob 2 | tr -d '\r') || fail "check-static exited $?"
 expect check-static "$out" "${allowed_then_limited[@]}"
@@ -181,10 +187,18 @@ expect check-static "$out" "${allowed_then_limited[@]}"
 kill -TERM "$router_pid"
 wait "$router_pid" 2>/dev/null || true
 set +e
-out=$(LD_LIBRARY_PATH=$prefix/$libdir ./check "127.0.0.1:$rp" web carol 1 | tr -d '\r')
+out=$(./check "127.0.0.1:$rp" web carol 1 | tr -d '\r')
 rc=$?
 set -e
 [ "$rc" = 1 ] || fail "check with the router down exited $rc, not 1"
 expect "check (router down)" "$out" 'error: connection refused' 'HTTP: 503 Service Unavailable' \
     'Retry-After: 1'
+
+step "under /usr (DESTDIR=$tmp/stage): ratelimiter.pc sets no RPATH"
+DESTDIR=$tmp/stage cmake --install "$build" --prefix /usr >"$tmp/install-usr.log" 2>&1 ||
+    fail "DESTDIR=$tmp/stage cmake --install --prefix /usr"
+usr_pc=$tmp/stage/usr/$libdir/pkgconfig/ratelimiter.pc
+grep -q '^Libs: -L${libdir} -lrlclient$' "$usr_pc" || fail "$usr_pc: $(grep '^Libs:' "$usr_pc")"
+grep -q 'rpath' "$prefix/$libdir/pkgconfig/ratelimiter.pc" ||
+    fail "ratelimiter.pc under $prefix sets no RPATH"
 step "ok"

@@ -15,16 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 
-def _need_binaries() -> None:
-    for b in ("rl-node", "rl-router"):
-        if not (harness.BUILD / b).exists():
-            pytest.skip(f"{harness.BUILD / b} is missing: run scripts/build.sh release")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """One node and a router shared by a module's tests (each test uses its own users)."""
-    _need_binaries()
+    harness.need_binaries("rl-node", "rl-router")
     c = harness.Cluster(tmp_path_factory.mktemp("cluster")).start()
     yield c
     c.stop()
@@ -33,7 +27,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture
 def fresh_cluster(tmp_path):
     """A cluster of its own, for tests that kill or stop processes."""
-    _need_binaries()
+    harness.need_binaries("rl-node", "rl-router")
     c = harness.Cluster(tmp_path / "cluster").start()
     yield c
     c.stop()

@@ -23,6 +23,20 @@ BUILD = Path(os.environ.get("RL_BUILD_DIR", REPO / "build"))
 _live: Dict[int, subprocess.Popen] = {}
 
 
+def need_binaries(*names: str) -> None:
+    """Skips the calling test when a program is not built in BUILD, or fails it when
+    RL_REQUIRE_BINARIES=1 (run_tests.sh sets it: a run that tested nothing must not pass)."""
+    import pytest
+
+    for b in names:
+        if not (BUILD / b).exists():
+            why = f"{BUILD / b} is missing: run scripts/build.sh release"
+            if os.environ.get("RL_REQUIRE_BINARIES") == "1":
+                pytest.fail(f"{why} (RL_REQUIRE_BINARIES=1: a missing program fails the run)",
+                            pytrace=False)
+            pytest.skip(why)
+
+
 def _kill_all() -> None:
     for p in list(_live.values()):
         kill(p)

@@ -20,8 +20,7 @@ def gen_token(path):
 
 @pytest.fixture(scope="module")
 def auth_cluster(tmp_path_factory):
-    if not (harness.BUILD / "rl-cli").exists():
-        pytest.skip("rl-cli missing")
+    harness.need_binaries("rl-node", "rl-router", "rl-cli")
     d = tmp_path_factory.mktemp("auth")
     web, ops = d / "web.token", d / "ops.token"
     extra = (f"[client web]\ntoken_sha256 = {gen_token(web)}\nservices = fw\n\n"
