@@ -5,6 +5,7 @@
  * the HTTP listener (metrics.h) or readiness (health.c).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,26 @@ rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
     rl_conn_mark(c);
 }
 
+/* The families with one series per node connected to: the rl_upstream_stats field
+ * (offsetof), or SIZE_MAX for rl_upstream_up. */
+static const struct {
+    const char *name, *type, *help;
+    size_t stat;
+} rmetrics_node[] = {
+    {"rl_router_forwarded_total", "counter", "CHECKs forwarded, by node.",
+     offsetof(struct rl_upstream_stats, forwarded)},
+    {"rl_router_node_failures_total", "counter",
+     "CHECKs answered by failure policy because of this node.",
+     offsetof(struct rl_upstream_stats, failures)},
+    {"rl_router_node_up", "gauge", "1 while at least one connection to the node is up.", SIZE_MAX},
+    {"rl_router_upstream_connects_total", "counter",
+     "Connections made to the node: the first ones and every reconnect.",
+     offsetof(struct rl_upstream_stats, connects)},
+    {"rl_router_upstream_disconnects_total", "counter",
+     "Connections to the node lost (each is followed by reconnect attempts).",
+     offsetof(struct rl_upstream_stats, downs)},
+};
+
 /* qsort has no argument: the rules being sorted, set just before (loop thread only). */
 static const struct rl_conf *router_sort_rules;
 
@@ -231,34 +252,16 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
     rl_prom_u64(p, "rl_router_errors_total",
                 rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL), r->stats.errors);
 
-    rl_prom_family(p, "rl_router_forwarded_total", "counter", "CHECKs forwarded, by node.");
-    for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
-        rl_prom_u64(p, "rl_router_forwarded_total",
-                    rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), u->stats.forwarded);
-    }
-    rl_prom_family(p, "rl_router_node_failures_total", "counter",
-                   "CHECKs answered by failure policy because of this node.");
-    for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
-        rl_prom_u64(p, "rl_router_node_failures_total",
-                    rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), u->stats.failures);
-    }
-    rl_prom_family(p, "rl_router_node_up", "gauge",
-                   "1 while at least one connection to the node is up.");
-    for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
-        rl_prom_u64(p, "rl_router_node_up", rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL),
-                    rl_upstream_up(u) ? 1 : 0);
-    }
-    rl_prom_family(p, "rl_router_upstream_connects_total", "counter",
-                   "Connections made to the node: the first ones and every reconnect.");
-    for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
-        rl_prom_u64(p, "rl_router_upstream_connects_total",
-                    rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), u->stats.connects);
-    }
-    rl_prom_family(p, "rl_router_upstream_disconnects_total", "counter",
-                   "Connections to the node lost (each is followed by reconnect attempts).");
-    for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
-        rl_prom_u64(p, "rl_router_upstream_disconnects_total",
-                    rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), u->stats.downs);
+    for (size_t k = 0; k < sizeof(rmetrics_node) / sizeof(rmetrics_node[0]); k++) {
+        rl_prom_family(p, rmetrics_node[k].name, rmetrics_node[k].type, rmetrics_node[k].help);
+        for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+            uint64_t v = rmetrics_node[k].stat == SIZE_MAX
+                             ? rl_upstream_up(u)
+                             : *(const uint64_t *)((const char *)&u->stats + rmetrics_node[k].stat);
+
+            rl_prom_u64(p, rmetrics_node[k].name,
+                        rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), v);
+        }
     }
     rl_prom_family(p, "rl_router_node_shards", "gauge",
                    "Shards the node owns in this router's table.");
