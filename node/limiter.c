@@ -24,6 +24,7 @@
 
 #include "algo.h"
 #include "keytab.h"
+#include "metrics.h"
 
 /* What one tier of the request in hand needs between its judgment and its commit. */
 struct lim_tier {
@@ -540,6 +541,65 @@ rl_limiter_service_stats(const struct rl_limiter *l, size_t i,
 {
     *s = l->svcs[i].st;
     return l->svcs[i].name;
+}
+
+void
+rl_limiter_metrics(const struct rl_limiter *l, struct rl_prom *p)
+{
+    struct rl_limiter_stats ls;
+    struct rl_limiter_service_stats vs;
+    char lab[320];
+    size_t nsvc = rl_limiter_services(l);
+
+    rl_limiter_stats(l, &ls);
+    rl_prom_family(p, "rl_node_decisions_total", "counter",
+                   "CHECK requests answered, by service (from the config; \"\" when no rule "
+                   "matched) and reply code.");
+    for (size_t i = 0; i < nsvc; i++) {
+        const char *svc = rl_limiter_service_stats(l, i, &vs);
+
+        for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+            if (code == RL_WIRE_FAIL_OPEN || code == RL_WIRE_FAIL_CLOSED ||
+                code == RL_WIRE_NO_RULE) {
+                continue; /* a node never answers these under a rule */
+            }
+            rl_prom_u64(p, "rl_node_decisions_total",
+                        rl_prom_labels(lab, sizeof(lab), "service", svc, "code",
+                                       rl_wire_code_name(code), NULL),
+                        vs.decisions[code]);
+        }
+    }
+    rl_prom_u64(p, "rl_node_decisions_total",
+                rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
+                ls.no_rule);
+    rl_prom_family(p, "rl_node_shadow_limited_total", "counter",
+                   "CHECKs of shadow-mode services answered allowed that enforce would refuse.");
+    rl_prom_u64(p, "rl_node_shadow_limited_total", NULL, ls.shadow_limited);
+    rl_prom_family(p, "rl_node_keys", "gauge", "Counters (keys) held, by service.");
+    for (size_t i = 0; i < nsvc; i++) {
+        const char *svc = rl_limiter_service_stats(l, i, &vs);
+
+        rl_prom_u64(p, "rl_node_keys", rl_prom_labels(lab, sizeof(lab), "service", svc, NULL),
+                    vs.keys);
+    }
+    rl_prom_family(p, "rl_node_memory_bytes", "gauge",
+                   "Bytes used by counters: the key table and the sliding logs.");
+    rl_prom_u64(p, "rl_node_memory_bytes", NULL, ls.memory_bytes);
+    rl_prom_family(p, "rl_node_memory_limit_bytes", "gauge",
+                   "The node's memory cap for counters ([node NAME] memory).");
+    rl_prom_u64(p, "rl_node_memory_limit_bytes", NULL, rl_limiter_memory_cap(l));
+    rl_prom_family(p, "rl_node_evictions_total", "counter",
+                   "Keys dropped at the memory cap to make room, by whether their limit was in "
+                   "force.");
+    rl_prom_u64(p, "rl_node_evictions_total",
+                rl_prom_labels(lab, sizeof(lab), "in_force", "true", NULL), ls.evicted_in_force);
+    rl_prom_u64(p, "rl_node_evictions_total",
+                rl_prom_labels(lab, sizeof(lab), "in_force", "false", NULL),
+                ls.evicted - (ls.evicted_in_force < ls.evicted ? ls.evicted_in_force : ls.evicted));
+    rl_prom_family(p, "rl_node_expirations_total", "counter",
+                   "Keys forgotten by the sweep once back at full allowance.");
+    rl_prom_u64(p, "rl_node_expirations_total", NULL, ls.expired);
+
 }
 
 /* New seed -> index, sorted by seed, for the remap. */

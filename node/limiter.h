@@ -110,6 +110,12 @@ void rl_limiter_sweep(struct rl_limiter *l, uint64_t now, size_t budget);
 
 void rl_limiter_stats(const struct rl_limiter *l, struct rl_limiter_stats *s);
 
+struct rl_prom;
+
+/* Appends the limiter's metric families (docs/OPERATIONS.md, "Metrics"): decisions and keys
+ * by service, shadow refusals, counter memory and its cap, evictions, expirations. */
+void rl_limiter_metrics(const struct rl_limiter *l, struct rl_prom *p);
+
 /* The memory_bytes it was created with. */
 uint64_t rl_limiter_memory_cap(const struct rl_limiter *l);
 

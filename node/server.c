@@ -521,67 +521,15 @@ rl_server_ready(const struct rl_server *s, char *why, size_t len)
 void
 rl_server_metrics(struct rl_server *s, struct rl_prom *p)
 {
-    struct rl_limiter_stats ls;
-    struct rl_limiter_service_stats vs;
     struct rl_listener_stats cs;
     char lab[320];
-    size_t nsvc = rl_limiter_services(s->limiter);
 
-    rl_limiter_stats(s->limiter, &ls);
     rl_listener_stats(&s->listener, &cs);
-
-    rl_prom_family(p, "rl_node_decisions_total", "counter",
-                   "CHECK requests answered, by service (from the config; \"\" when no rule "
-                   "matched) and reply code.");
-    for (size_t i = 0; i < nsvc; i++) {
-        const char *svc = rl_limiter_service_stats(s->limiter, i, &vs);
-
-        for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
-            if (code == RL_WIRE_FAIL_OPEN || code == RL_WIRE_FAIL_CLOSED ||
-                code == RL_WIRE_NO_RULE) {
-                continue; /* a node never answers these under a rule */
-            }
-            rl_prom_u64(p, "rl_node_decisions_total",
-                        rl_prom_labels(lab, sizeof(lab), "service", svc, "code",
-                                       rl_wire_code_name(code), NULL),
-                        vs.decisions[code]);
-        }
-    }
-    rl_prom_u64(p, "rl_node_decisions_total",
-                rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
-                ls.no_rule);
-    rl_prom_family(p, "rl_node_shadow_limited_total", "counter",
-                   "CHECKs of shadow-mode services answered allowed that enforce would refuse.");
-    rl_prom_u64(p, "rl_node_shadow_limited_total", NULL, ls.shadow_limited);
+    rl_limiter_metrics(s->limiter, p);
     rl_prom_family(p, "rl_node_decision_duration_seconds", "histogram",
                    "Time a CHECK spends in the node, from the read that brought it to its "
                    "reply being queued for writing.");
     rl_prom_hist(p, "rl_node_decision_duration_seconds", NULL, &s->latency);
-
-    rl_prom_family(p, "rl_node_keys", "gauge", "Counters (keys) held, by service.");
-    for (size_t i = 0; i < nsvc; i++) {
-        const char *svc = rl_limiter_service_stats(s->limiter, i, &vs);
-
-        rl_prom_u64(p, "rl_node_keys", rl_prom_labels(lab, sizeof(lab), "service", svc, NULL),
-                    vs.keys);
-    }
-    rl_prom_family(p, "rl_node_memory_bytes", "gauge",
-                   "Bytes used by counters: the key table and the sliding logs.");
-    rl_prom_u64(p, "rl_node_memory_bytes", NULL, ls.memory_bytes);
-    rl_prom_family(p, "rl_node_memory_limit_bytes", "gauge",
-                   "The node's memory cap for counters ([node NAME] memory).");
-    rl_prom_u64(p, "rl_node_memory_limit_bytes", NULL, rl_limiter_memory_cap(s->limiter));
-    rl_prom_family(p, "rl_node_evictions_total", "counter",
-                   "Keys dropped at the memory cap to make room, by whether their limit was in "
-                   "force.");
-    rl_prom_u64(p, "rl_node_evictions_total",
-                rl_prom_labels(lab, sizeof(lab), "in_force", "true", NULL), ls.evicted_in_force);
-    rl_prom_u64(p, "rl_node_evictions_total",
-                rl_prom_labels(lab, sizeof(lab), "in_force", "false", NULL),
-                ls.evicted - (ls.evicted_in_force < ls.evicted ? ls.evicted_in_force : ls.evicted));
-    rl_prom_family(p, "rl_node_expirations_total", "counter",
-                   "Keys forgotten by the sweep once back at full allowance.");
-    rl_prom_u64(p, "rl_node_expirations_total", NULL, ls.expired);
 
     rl_prom_family(p, "rl_node_errors_total", "counter",
                    "ERROR replies sent, by kind: not_owner (shard not this node's, or fenced), "
@@ -592,22 +540,7 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
                 s->gate.failures);
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL),
                 s->errors - s->not_owner - s->gate.failures);
-    {
-        struct rl_throttle_stats ts = {0};
-
-        if (s->throttle != NULL) {
-            rl_throttle_stats(s->throttle, &ts);
-        }
-        rl_prom_one(p, "rl_node_throttle_open", "gauge",
-                    "Throttling episodes open now (keys refused and not allowed since).", NULL,
-                    ts.open);
-        rl_prom_one(p, "rl_node_throttle_episodes_total", "counter",
-                    "Throttling episodes opened (a key's first refusal after being allowed).",
-                    NULL, ts.recorded);
-        rl_prom_one(p, "rl_node_throttle_dropped_total", "counter",
-                    "Refusals not recorded because throttle_events episodes were open.", NULL,
-                    ts.dropped);
-    }
+    rl_throttle_metrics(s->throttle, p);
     rl_listener_metrics(&cs, p);
     rl_rules_metrics(s->opts.rules, s->opts.conf != NULL ? s->opts.conf->rules_digest : 0, p);
 

@@ -11,6 +11,9 @@
 
 #include <xxhash.h>
 
+#include "json.h"
+#include "metrics.h"
+
 static uint64_t
 key_hash(const char *service, size_t slen, const char *endpoint, size_t elen, const char *user,
          size_t ulen)
@@ -141,48 +144,26 @@ slot_delete(struct rl_throttle *t, uint32_t i)
     t->slots[i] = 0;
 }
 
-/* Appends s to f as a JSON string. */
-static void
-json_str(FILE *f, const char *s, size_t n)
-{
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-
-        if (c == '"' || c == '\\') {
-            fputc('\\', f);
-            fputc(c, f);
-        } else if (c < 0x20 || c >= 0x7f) {
-            /* Bytes, not text: each one outside printable ASCII as \u00XX, so any user
-             * reads back byte for byte. */
-            fprintf(f, "\\u%04x", c);
-        } else {
-            fputc(c, f);
-        }
-    }
-    fputc('"', f);
-}
-
 static void
 log_episode(struct rl_throttle *t, const struct rl_throttle_ep *e)
 {
-    FILE *f = t->log;
+    struct rl_json j;
 
-    fputs("{\"service\":", f);
-    json_str(f, e->service, e->slen);
-    fputs(",\"endpoint\":", f);
-    if (e->has_endpoint) {
-        json_str(f, e->endpoint, e->elen);
-    } else {
-        fputs("null", f);
-    }
-    fputs(",\"user\":", f);
-    json_str(f, e->user, e->ulen);
-    fprintf(f, ",\"start_ms\":%llu,\"end_ms\":%llu,\"refused\":%llu,\"ended\":\"%s\",\"node\":",
-            (unsigned long long)e->start_ms, (unsigned long long)e->end_ms,
-            (unsigned long long)e->refused, rl_wire_ended_name(e->ended));
-    json_str(f, t->node, strlen(t->node));
-    fputs("}\n", f);
+    rl_json_init(&j, t->log);
+    rl_json_begin_object(&j);
+    rl_json_key(&j, "service");
+    rl_json_strn(&j, e->service, e->slen);
+    rl_json_key(&j, "endpoint");
+    rl_json_strn(&j, e->has_endpoint ? e->endpoint : NULL, e->elen);
+    rl_json_key(&j, "user");
+    rl_json_strn(&j, e->user, e->ulen);
+    rl_json_kv_u64(&j, "start_ms", e->start_ms);
+    rl_json_kv_u64(&j, "end_ms", e->end_ms);
+    rl_json_kv_u64(&j, "refused", e->refused);
+    rl_json_kv_str(&j, "ended", rl_wire_ended_name(e->ended));
+    rl_json_kv_str(&j, "node", t->node);
+    rl_json_end_object(&j);
+    fputc('\n', t->log);
 }
 
 /* Moves the open episode in slot i to the ring, ended at end_ms. */
@@ -387,4 +368,23 @@ rl_throttle_stats(const struct rl_throttle *t, struct rl_throttle_stats *s)
     }
     *s = t->stats;
     s->open = t->nopen;
+}
+
+void
+rl_throttle_metrics(const struct rl_throttle *t, struct rl_prom *p)
+{
+    struct rl_throttle_stats ts = {0};
+
+    if (t != NULL) {
+        rl_throttle_stats(t, &ts);
+    }
+    rl_prom_one(p, "rl_node_throttle_open", "gauge",
+                "Throttling episodes open now (keys refused and not allowed since).", NULL,
+                ts.open);
+    rl_prom_one(p, "rl_node_throttle_episodes_total", "counter",
+                "Throttling episodes opened (a key's first refusal after being allowed).",
+                NULL, ts.recorded);
+    rl_prom_one(p, "rl_node_throttle_dropped_total", "counter",
+                "Refusals not recorded because throttle_events episodes were open.", NULL,
+                ts.dropped);
 }

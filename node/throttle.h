@@ -109,4 +109,10 @@ size_t rl_throttle_query(struct rl_throttle *t, const char *service, size_t slen
 
 void rl_throttle_stats(const struct rl_throttle *t, struct rl_throttle_stats *s);
 
+struct rl_prom;
+
+/* Appends the rl_node_throttle_* metric families; t NULL (throttle events off) writes them
+ * as zeros, so the page keeps its shape. */
+void rl_throttle_metrics(const struct rl_throttle *t, struct rl_prom *p);
+
 #endif
