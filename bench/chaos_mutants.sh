@@ -17,7 +17,7 @@ trap cleanup EXIT
 
 # Each mutant: name, file, sed expression, scenario, invariant that must fail.
 names=(deadline stale-members inherit-counts wrong-policy)
-files=(router/router.c router/router.c node/limiter.c router/router.c)
+files=(router/forward.c router/table.c node/limiter.c router/forward.c)
 exprs=(
     's/r->conf->deadline_ms/(30 * r->conf->deadline_ms)/g'
     '/^rl_router_set_members(/,/^}/ s/    if (r->closing) {/    if (r->closing || n < r->view.nmembers) {/'

@@ -2,7 +2,7 @@
  * auth: the few cryptographic pieces of authentication, on OpenSSL's libcrypto (Debian's
  * libssl-dev): SHA-256 of tokens, constant-time comparison, reading a secret file that only
  * its owner may read, and the ZooKeeper digest credential derived from the cluster secret.
- * Not for deciding who may do what (conf.h holds the clients, the servers apply them), and
+ * Not for deciding who may do what (conf.h holds the clients, gate.h applies them), and
  * nothing here logs a secret or a token.
  */
 #ifndef RL_AUTH_H

@@ -19,8 +19,6 @@
 #include "zkm.h"
 #include "wire.h"
 
-#define SERVER_AUTH_WARN_MS 10000u /* failed AUTHs are said at most this often */
-
 /* Slots of the key table examined per sweep tick, and the tick period. */
 #define SERVER_SWEEP_BUDGET 65536u
 #define SERVER_SWEEP_MS 100u
@@ -111,7 +109,7 @@ reply_stats(struct rl_conn *c, uint32_t id)
 #undef RL_SERVER_PUT_CONN
     RL_SERVER_PUT("errors", s->errors)
     RL_SERVER_PUT("not_owner", s->not_owner)
-    RL_SERVER_PUT("auth_failures", s->auth_failures)
+    RL_SERVER_PUT("auth_failures", s->gate.failures)
     RL_SERVER_PUT("zk_state", s->zk_state)
     RL_SERVER_PUT("registered", s->registered)
     RL_SERVER_PUT("table_digest", s->table_digest)
@@ -203,30 +201,6 @@ server_batch_end(struct rl_conn *c)
     }
 }
 
-/*
- * A connection that has not authenticated sent something (or a wrong token): ERROR
- * UNAUTHORIZED, then the connection closes once it is written.
- */
-static void
-server_unauthorized(struct rl_conn *c, uint32_t id, const char *msg)
-{
-    struct rl_server *s = c->data;
-    uint64_t now = uv_now(s->loop);
-
-    s->auth_failures++;
-    s->errors++;
-    if (s->auth_warned_ms == 0 || now - s->auth_warned_ms >= SERVER_AUTH_WARN_MS) {
-        rl_log_warn("%s: %s (%llu refused so far; said at most every %u s)", c->peer, msg,
-                    (unsigned long long)s->auth_failures, SERVER_AUTH_WARN_MS / 1000);
-        s->auth_warned_ms = now;
-    }
-    if (rl_wire_put_error(&c->out, id, RL_WIRE_ERR_UNAUTHORIZED, msg) != 0) {
-        rl_conn_close(c, UV_ENOMEM);
-        return;
-    }
-    rl_conn_finish(c);
-}
-
 /* Whether this node answers a CHECK for req's key; if not, the refusal is in c->out. */
 static bool
 server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch)
@@ -291,10 +265,8 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
         }
         return;
     }
-    if (s->opts.conf != NULL && s->opts.conf->secret != NULL && c->principal == NULL &&
-        req.op != RL_WIRE_OP_AUTH) {
-        server_unauthorized(c, req.id,
-                            "this node needs AUTH with the cluster secret before anything else");
+    if (!rl_gate_admit(&s->gate, c, &req)) {
+        s->errors++;
         return;
     }
     switch (req.op) {
@@ -329,19 +301,10 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
         rc = rl_wire_put_hello_reply(&c->out, req.id, s->name);
         break;
     case RL_WIRE_OP_AUTH:
-        if (s->opts.conf == NULL || s->opts.conf->secret == NULL) {
-            /* Nothing to check against: say so, and serve as before. */
-            rc = rl_wire_put_auth_reply(&c->out, req.id, "anonymous");
-            break;
+        if (rl_gate_auth(&s->gate, c, &req) != 0) {
+            s->errors++;
         }
-        if (!rl_conf_is_secret(s->opts.conf, req.token.ptr, req.token.len)) {
-            c->principal = NULL;
-            server_unauthorized(c, req.id, "AUTH refused: not the cluster secret");
-            return;
-        }
-        c->principal = &s->opts.conf->cluster_client;
-        rc = rl_wire_put_auth_reply(&c->out, req.id, "cluster");
-        break;
+        return;
     case RL_WIRE_OP_CLOCK:
         if (!s->opts.test_clock) {
             reply_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP,
@@ -452,6 +415,7 @@ rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *limiter
     snprintf(s->name, sizeof(s->name), "%s", opts->name);
     s->opts.name = s->name;
     s->zk_state = RL_SERVER_ZK_NONE;
+    rl_gate_init(&s->gate, opts->conf, RL_GATE_NODE);
     s->registered = 1;
     s->fence_disconnect = opts->conf != NULL && opts->conf->fence_disconnect;
     rl_clock_init(&s->clock);
@@ -573,9 +537,9 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "not_owner", NULL),
                 s->not_owner);
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "auth", NULL),
-                s->auth_failures);
+                s->gate.failures);
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL),
-                s->errors - s->not_owner - s->auth_failures);
+                s->errors - s->not_owner - s->gate.failures);
     rl_throttle_metrics(s->throttle, p);
     rl_listener_metrics(&cs, p);
     rl_rules_metrics(s->opts.rules, s->opts.conf != NULL ? s->opts.conf->rules_digest : 0, p);

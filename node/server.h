@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "conf.h"
 #include "conn.h"
+#include "gate.h"
 #include "limiter.h"
 #include "metrics.h"
 #include "throttle.h"
@@ -67,8 +68,8 @@ struct rl_server {
     const uint16_t *epochs;
     bool fence_disconnect; /* [cluster] fencing = disconnect */
     uint64_t not_owner;     /* CHECKs refused: shard not ours, or fenced */
-    uint64_t auth_failures; /* connections closed for a wrong or missing AUTH */
-    uint64_t auth_warned_ms;
+    struct rl_gate gate;    /* AUTH: its failures are the connections closed for a wrong
+                               or missing AUTH */
     uint64_t started_ms;
     /* metrics: the time each CHECK spent in the node, from the read that brought it to its
      * reply's place in the output (per read batch: every CHECK of a batch is observed with

@@ -26,8 +26,6 @@ struct router_main {
     struct rl_router *router;
     struct rl_zkm *zkm;
     const char *name;
-    int zk_state;         /* enum rl_zkm_state as last told; -1 with static membership */
-    uint64_t zk_expiries; /* sessions lost for good */
     struct rl_rules rules; /* where the rules in force came from (STATS rules_*) */
 };
 
@@ -71,8 +69,7 @@ on_state(void *arg, enum rl_zkm_state state)
 {
     struct router_main *m = arg;
 
-    m->zk_state = (int)state;
-    m->zk_expiries += state == RL_ZKM_EXPIRED;
+    rl_router_set_zookeeper(m->router, m->d.conf->zookeeper, (int)state);
     if (state == RL_ZKM_CONNECTED) {
         rl_log_info("ZooKeeper session: %s", rl_zkm_state_name(state));
     } else {
@@ -167,9 +164,6 @@ router_metrics(void *arg, struct rl_prom *p)
     struct router_main *m = arg;
 
     rl_prom_build_info(p, "rl-router", m->name);
-    if (m->zk_state >= 0) {
-        rl_prom_zookeeper(p, m->zk_state == RL_ZKM_CONNECTED, m->zk_expiries);
-    }
     rl_router_metrics(m->router, p);
 }
 
@@ -211,7 +205,6 @@ main(int argc, char **argv)
     snprintf(defname, sizeof(defname), "router@%s", m.d.addr);
     opts.name = m.d.name != NULL ? m.d.name : defname;
     m.name = opts.name;
-    m.zk_state = m.d.conf->zookeeper[0] != '\0' ? RL_ZKM_CONNECTING : -1;
     opts.host = m.d.host;
     opts.port = m.d.port;
     opts.limits = m.d.conf->clients;
@@ -228,6 +221,7 @@ main(int argc, char **argv)
     if (m.d.conf->zookeeper[0] == '\0') {
         rc = static_members(&m);
     } else {
+        rl_router_set_zookeeper(m.router, m.d.conf->zookeeper, RL_ZKM_CONNECTING);
         rc = rl_zkm_create(&m.zkm, &m.d.loop, m.d.conf->zookeeper, m.d.conf->session_timeout_ms,
                            m.d.conf->cluster_name, &cbs, &m);
         if (rc == 0) {

@@ -1,12 +1,15 @@
 /*
- * router: the stateless layer-7 proxy of the cluster (docs/OPERATIONS.md). Accepts clients, hashes each CHECK's
- * (service, user) to a shard and the shard to its owner, forwards it over the owner's
- * pooled connections with a router-chosen id, and relays the reply under the client's id.
- * A request whose owner is down, or that outlives the deadline, is answered by its service's
- * failure policy. Answers PING and STATS itself. Membership and assignment come from
- * ZooKeeper (or the static [node] list) through rl_router_set_members/_set_assignment,
- * which swap the table without dropping requests in flight. Not for the ZooKeeper session
- * itself (zkm.h) or the node connections' mechanics (upstream.h).
+ * router: the stateless layer-7 proxy of the cluster (docs/OPERATIONS.md). Accepts clients,
+ * hashes each CHECK's (service, user) to a shard and the shard to its owner, forwards it
+ * over the owner's pooled connections with a router-chosen id, and relays the reply under
+ * the client's id. A request whose owner is down, or that outlives the deadline, is answered
+ * by its service's failure policy. Answers PING and STATS itself and fans THROTTLED out to
+ * every node. Membership and assignment come from ZooKeeper (or the static [node] list)
+ * through rl_router_set_members/_set_assignment, which swap the table without dropping
+ * requests in flight; rl_router_set_zookeeper tells it the session's state, which its
+ * readiness, STATS and warnings name. Not for the ZooKeeper session itself (zkm.h) or the
+ * node connections' mechanics (upstream.h). The implementation is one file per concern
+ * (router_int.h lists them).
  */
 #ifndef RL_ROUTER_H
 #define RL_ROUTER_H
@@ -50,6 +53,11 @@ struct rl_router_stats {
 };
 
 #define RL_ROUTER_REFRESH_MS 500u
+#define RL_ROUTER_ZK_NONE (-1) /* static membership: no ZooKeeper configured */
+/* A router with ZooKeeper but no session or no members says so at warn this long after it
+ * started (or lost them), then every RL_ROUTER_WARN_MS while it lasts. */
+#define RL_ROUTER_FIRST_WARN_MS 3000u
+#define RL_ROUTER_WARN_MS 10000u
 
 struct rl_router_opts {
     const char *name; /* answered to PING */
@@ -92,6 +100,16 @@ void rl_router_set_assignment(struct rl_router *r, const char *text, size_t len,
  */
 void rl_router_rules_changed(struct rl_router *r, struct rl_conf *old);
 
+/*
+ * The membership comes from ZooKeeper at addr (copied on the first call), whose session is
+ * now in state (an enum rl_zkm_state): call once after create with RL_ZKM_CONNECTING, then at
+ * each change. From then on /readyz's reason names ZooKeeper when the session is the cause,
+ * STATS zk_state and the rl_zookeeper_* metrics follow it, and while there is no session or
+ * no member the router warns (RL_ROUTER_FIRST_WARN_MS, then every RL_ROUTER_WARN_MS). Never
+ * called: static membership (STATS zk_state -1).
+ */
+void rl_router_set_zookeeper(struct rl_router *r, const char *addr, int state);
+
 /* The rules status STATS reports (opts.rules), or NULL when none was given: for metrics. */
 const struct rl_rules_status *rl_router_rules_status(const struct rl_router *r);
 
@@ -105,7 +123,8 @@ const char *rl_router_owner(const struct rl_router *r, uint32_t shard);
 void rl_router_metrics(struct rl_router *r, struct rl_prom *p);
 
 /* Whether the router is ready (/readyz): it has a table in which every shard has a reachable
- * owner; if not, why. */
+ * owner; if not, why (in why[0..len), naming ZooKeeper and its address when the session is
+ * not connected). */
 bool rl_router_ready(const struct rl_router *r, char *why, size_t len);
 
 /* Stops listening, answers nothing more, closes every connection and the request log, and

@@ -15,7 +15,11 @@
  *   - a client that sends without reading is paused, not buffered: its sends block, the
  *     router's RSS stays within tens of MB while it owes that client hundreds of MB of
  *     replies, another client is answered at once; then the slow client reads and gets
- *     every reply exactly once, the router's own in order.
+ *     every reply exactly once, the router's own in order;
+ *   - a router whose ZooKeeper does not answer (a port nothing listens on) warns at most a few
+ *     seconds after it started, naming the address, and again ~10 s later; meanwhile its
+ *     /readyz answers 503 naming ZooKeeper and its address, STATS zk_state is "connecting",
+ *     rl_zookeeper_connected is 0 and a CHECK gets its service's failure policy.
  */
 #include <check.h>
 #include <errno.h>
@@ -33,9 +37,11 @@
 #include "client.h"
 #include "clock.h"
 #include "harness.h"
+#include "http.h"
 #include "rltest.h"
 #include "shardmap.h"
 #include "wire.h"
+#include "zkm.h"
 
 #define DEADLINE_MS 300
 #define SESSION_MS 3000 /* the config's session_timeout: FAIL_CLOSED's retry_after */
@@ -771,6 +777,107 @@ START_TEST(test_slow_reader_paused)
 }
 END_TEST
 
+/* How many times needle is in the file at path. */
+static int
+log_count(const char *path, const char *needle)
+{
+    static char buf[1 << 20];
+    int n = 0;
+
+    if (rl_harness_read_file(path, buf, sizeof(buf)) < 0) {
+        return 0;
+    }
+    for (const char *p = strstr(buf, needle); p != NULL; p = strstr(p + 1, needle)) {
+        n++;
+    }
+    return n;
+}
+
+/* Waits until needle is in the file at path `times` times; returns the ms since t0 then, or -1
+ * once limit_ms since t0 passed without it. */
+static int64_t
+log_wait(const char *path, const char *needle, int times, int64_t t0, int64_t limit_ms)
+{
+    while (now_ms() - t0 < limit_ms) {
+        if (log_count(path, needle) >= times) {
+            return now_ms() - t0;
+        }
+        usleep(50 * 1000);
+    }
+    return -1;
+}
+
+START_TEST(test_zookeeper_unreachable)
+{
+    static char log[1 << 16];
+    int zk_port = rl_harness_free_port(), port = rl_harness_free_port();
+    int mport = rl_harness_free_port();
+    char conf[PATH_MAX], zk[64], needle[128];
+    struct rl_harness_server rt;
+    struct rl_http_resp resp;
+    struct rl_wire_reply rep;
+    struct rl_client *c = NULL;
+    int64_t t0, first, second;
+
+    ck_assert_int_gt(zk_port, 0);
+    snprintf(zk, sizeof(zk), "127.0.0.1:%d", zk_port);
+    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "lonely.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf,
+                                           "[cluster]\nname = lonely\nzookeeper = %s\n"
+                                           "session_timeout = %dms\nshards = %d\n"
+                                           "[router]\nmetrics = 127.0.0.1:%d\n"
+                                           "[service closed]\nfailure = closed\n"
+                                           "limit = fixed_window 100 per 1h\n",
+                                           zk, SESSION_MS, SHARDS, mport),
+                     0);
+    memset(&rt, 0, sizeof(rt));
+    t0 = now_ms();
+    ck_assert_int_eq(rl_harness_router_start(&rt, conf, port), 0);
+
+    /* The warning: a few seconds after the start (3 s, and slack for a loaded machine). */
+    snprintf(needle, sizeof(needle), "ZooKeeper at %s not reachable", zk);
+    first = log_wait(rt.log_path, needle, 1, t0, 8000);
+    rl_harness_read_file(rt.log_path, log, sizeof(log));
+    ck_assert_msg(first >= 0, "no warning naming %s within 8 s; the log:\n%s", zk, log);
+    ck_assert_msg(first <= 6000, "the first warning came %lld ms after the start", (long long)first);
+    ck_assert_msg(strstr(log, "no members, so every CHECK is answered by its service's failure "
+                              "policy") != NULL,
+                  "the warning does not say what it means: %s", log);
+
+    /* /readyz names ZooKeeper and its address. */
+    ck_assert_int_eq(rl_http_get(mport, "/readyz", T_TIMEOUT, &resp), 0);
+    ck_assert_int_eq(resp.status, 503);
+    ck_assert_msg(strstr(resp.body, needle) != NULL && strstr(resp.body, "no members") != NULL,
+                  "/readyz: %s", resp.body);
+    rl_http_free(&resp);
+    ck_assert_int_eq(rl_http_get(mport, "/metrics", T_TIMEOUT, &resp), 0);
+    ck_assert_msg(strstr(resp.body, "\nrl_zookeeper_connected 0\n") != NULL,
+                  "rl_zookeeper_connected is not 0");
+    rl_http_free(&resp);
+
+    /* STATS says the session is connecting; a CHECK gets the failure policy. */
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)port, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_stat(&rep, "zk_state", -99), RL_ZKM_CONNECTING);
+    ck_assert_int_eq(rl_client_check(c, "closed", "u", NULL, 1, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_FAIL_CLOSED);
+    rl_client_destroy(c);
+
+    /* And again every 10 s while it lasts. */
+    second = log_wait(rt.log_path, needle, 2, t0, first + 14000);
+    ck_assert_msg(second >= 0, "no second warning within 14 s of the first");
+    ck_assert_msg(second - first >= 8000, "warned again after %lld ms",
+                  (long long)(second - first));
+}
+END_TEST
+
+static void
+zk_teardown(void)
+{
+    rl_harness_cleanup();
+}
+
 static Suite *
 router_suite(void)
 {
@@ -784,6 +891,11 @@ router_suite(void)
     tcase_add_test(tc, test_late_replies_dropped);
     tcase_add_test(tc, test_no_rule);
     tcase_add_test(tc, test_slow_reader_paused);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("zookeeper");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, NULL, zk_teardown);
+    tcase_add_test(tc, test_zookeeper_unreachable);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,256 @@
+/*
+ * fanout: THROTTLED through the router (docs/PROTOCOL.md, "THROTTLED"). A client's request is
+ * sent to every node, each part a pending record (pending.c) linked to the fan-out rather
+ * than to the client; the nodes' episodes are merged into the best `top`, and the reply goes
+ * out when every node answered or the admin timeout passed, naming the nodes that did not
+ * answer. Not for CHECK (forward.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "router_int.h"
+
+/* How long the nodes are waited for, and how many fan-outs may be in flight per client and
+ * in the whole router (OVERLOADED past either). Each holds up to RL_WIRE_TOP_MAX episodes
+ * copied out of the nodes' replies (~60 KiB). */
+#define FANOUT_TIMEOUT_MS 1000u
+#define FANOUT_PER_CLIENT 4u
+#define FANOUT_MAX 64u
+
+static void
+fan_timer_closed(uv_handle_t *h)
+{
+    struct rl_fanout *f = h->data;
+    struct rl_router *r = f->r;
+
+    free(f);
+    r->handles--;
+    rl_router_maybe_free(r);
+}
+
+static void
+fan_missing(struct rl_fanout *f, const char *name)
+{
+    if (f->nmissing < RL_WIRE_MISSING_MAX) {
+        snprintf(f->missing[f->nmissing++], sizeof(f->missing[0]), "%s", name);
+    }
+}
+
+/* Orders episodes by refused descending, then the earlier start, then the node's name. */
+static int
+fan_ep_cmp(const void *a, const void *b)
+{
+    const struct rl_fan_ep *x = a, *y = b;
+
+    if (x->refused != y->refused) {
+        return x->refused > y->refused ? -1 : 1;
+    }
+    if (x->start_ms != y->start_ms) {
+        return x->start_ms < y->start_ms ? -1 : 1;
+    }
+    return strncmp(x->node, y->node, RL_WIRE_NODE_MAX);
+}
+
+/* Keeps the node's episode if it is among the best f->top so far. */
+static void
+fan_merge(struct rl_fanout *f, const struct rl_wire_episode *ep)
+{
+    struct rl_fan_ep tmp, *slot;
+
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.start_ms = ep->start_ms;
+    tmp.end_ms = ep->end_ms;
+    tmp.refused = ep->refused;
+    tmp.ended = ep->ended;
+    tmp.slen = (uint16_t)ep->service.len;
+    tmp.elen = ep->endpoint.ptr != NULL ? (uint16_t)ep->endpoint.len : 0;
+    tmp.has_endpoint = ep->endpoint.ptr != NULL;
+    tmp.ulen = (uint16_t)ep->user.len;
+    tmp.nlen = (uint16_t)ep->node.len;
+    memcpy(tmp.node, ep->node.ptr, ep->node.len);
+    if (f->neps < f->top) {
+        slot = &f->eps[f->neps++];
+    } else {
+        /* Full: replace the worst, if this one is better. */
+        slot = &f->eps[0];
+        for (size_t i = 1; i < f->neps; i++) {
+            if (fan_ep_cmp(&f->eps[i], slot) > 0) {
+                slot = &f->eps[i];
+            }
+        }
+        if (fan_ep_cmp(&tmp, slot) >= 0) {
+            return;
+        }
+    }
+    *slot = tmp;
+    memcpy(slot->service, ep->service.ptr, ep->service.len);
+    if (tmp.has_endpoint) {
+        memcpy(slot->endpoint, ep->endpoint.ptr, ep->endpoint.len);
+    }
+    memcpy(slot->user, ep->user.ptr, ep->user.len);
+}
+
+/* Every node answered or was given up: reply to the client (if still there) and free f. */
+static void
+fan_finish(struct rl_fanout *f)
+{
+    struct rl_router *r = f->r;
+    struct rl_cconn *c = f->client;
+
+    uv_timer_stop(&f->timer);
+    if (c != NULL) {
+        struct rl_wire_episode eps[RL_WIRE_TOP_MAX];
+        struct rl_wire_str missing[RL_WIRE_MISSING_MAX];
+
+        qsort(f->eps, f->neps, sizeof(f->eps[0]), fan_ep_cmp);
+        for (size_t i = 0; i < f->neps; i++) {
+            const struct rl_fan_ep *e = &f->eps[i];
+
+            eps[i].service.ptr = e->service;
+            eps[i].service.len = e->slen;
+            eps[i].endpoint.ptr = e->has_endpoint ? e->endpoint : NULL;
+            eps[i].endpoint.len = e->elen;
+            eps[i].user.ptr = e->user;
+            eps[i].user.len = e->ulen;
+            eps[i].node.ptr = e->node;
+            eps[i].node.len = e->nlen;
+            eps[i].start_ms = e->start_ms;
+            eps[i].end_ms = e->end_ms;
+            eps[i].refused = e->refused;
+            eps[i].ended = e->ended;
+        }
+        for (size_t i = 0; i < f->nmissing; i++) {
+            missing[i].ptr = f->missing[i];
+            missing[i].len = (uint32_t)strlen(f->missing[i]);
+        }
+        if (rl_wire_put_throttled_reply(&c->conn.out, f->client_id, eps, f->neps, missing,
+                                        f->nmissing, NULL) != 0) {
+            rl_conn_close(&c->conn, UV_ENOMEM);
+        } else {
+            rl_conn_mark(&c->conn);
+        }
+        if (f->cprev != NULL) {
+            f->cprev->cnext = f->cnext;
+        } else {
+            c->fanouts = f->cnext;
+        }
+        if (f->cnext != NULL) {
+            f->cnext->cprev = f->cprev;
+        }
+        c->nfanouts--;
+        rl_conn_release(&c->conn);
+    }
+    r->nfanouts--;
+    uv_close((uv_handle_t *)&f->timer, fan_timer_closed);
+}
+
+void
+rl_fanout_part_done(struct rl_router *r, struct rl_pending *p, const struct rl_wire_reply *rep,
+                    bool late_reply)
+{
+    struct rl_fanout *f = p->fan;
+
+    if (rep != NULL && rep->op == RL_WIRE_OP_THROTTLED) {
+        for (size_t i = 0; i < rep->nepisodes; i++) {
+            fan_merge(f, &rep->episodes[i]);
+        }
+    } else {
+        fan_missing(f, p->up != NULL ? p->up->name : "?");
+    }
+    if (p->cprev != NULL) {
+        p->cprev->cnext = p->cnext;
+    } else {
+        f->parts = p->cnext;
+    }
+    if (p->cnext != NULL) {
+        p->cnext->cprev = p->cprev;
+    }
+    rl_upstream_done(&p->link);
+    rl_pending_free(r, p, late_reply);
+    if (--f->outstanding == 0) {
+        fan_finish(f);
+    }
+}
+
+static void
+fan_timeout(uv_timer_t *t)
+{
+    struct rl_fanout *f = t->data;
+
+    /* The last part finishes f: stop before touching it again. */
+    while (f->parts != NULL) {
+        bool last = f->outstanding == 1;
+
+        rl_fanout_part_done(f->r, f->parts, NULL, true);
+        if (last) {
+            break;
+        }
+    }
+}
+
+void
+rl_fanout_start(struct rl_conn *conn, const struct rl_wire_req *req)
+{
+    struct rl_cconn *c = (struct rl_cconn *)conn;
+    struct rl_router *r = conn->data;
+    struct rl_fanout *f;
+    struct rl_wire_req fwd;
+
+    if (c->nfanouts >= FANOUT_PER_CLIENT || r->nfanouts >= FANOUT_MAX) {
+        r->stats.overloaded++;
+        rl_session_error(conn, req->id, RL_WIRE_ERR_OVERLOADED,
+                         "too many THROTTLED requests in flight");
+        return;
+    }
+    f = calloc(1, sizeof(*f));
+    if (f == NULL) {
+        r->stats.overloaded++;
+        rl_session_error(conn, req->id, RL_WIRE_ERR_OVERLOADED, "router out of memory");
+        return;
+    }
+    f->r = r;
+    f->client = c;
+    f->client_id = req->id;
+    f->top = req->top != 0 ? req->top : RL_WIRE_TOP_DEFAULT;
+    uv_timer_init(r->loop, &f->timer);
+    f->timer.data = f;
+    r->handles++;
+    r->nfanouts++;
+    c->nfanouts++;
+    f->cnext = c->fanouts;
+    if (c->fanouts != NULL) {
+        c->fanouts->cprev = f;
+    }
+    c->fanouts = f;
+    rl_conn_hold(conn);
+    fwd = *req;
+    for (struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+        struct rl_pending *p = rl_pending_get(r);
+
+        if (p == NULL) {
+            fan_missing(f, u->name);
+            continue;
+        }
+        fwd.id = rl_pending_id(r, p);
+        if (rl_upstream_send(u, &fwd, &p->link) != 0) {
+            rl_pending_unget(r, p);
+            fan_missing(f, u->name);
+            continue;
+        }
+        p->fan = f;
+        p->up = u;
+        p->cprev = NULL;
+        p->cnext = f->parts;
+        if (f->parts != NULL) {
+            f->parts->cprev = p;
+        }
+        f->parts = p;
+        f->outstanding++;
+    }
+    if (f->outstanding == 0) {
+        fan_finish(f);
+        return;
+    }
+    uv_timer_start(&f->timer, fan_timeout, FANOUT_TIMEOUT_MS, 0);
+}

@@ -1,0 +1,267 @@
+/*
+ * forward: a client's CHECK through the router. The key is hashed to its shard and the shard
+ * to its owner in the table (table.c); the request goes to the owner over its pooled
+ * connections (upstream.h) under a pending record's id (pending.c), and the node's reply is
+ * relayed under the client's id. What the router answers itself is decided here too: NO_RULE
+ * (every process reads the same rules), a client whose token does not allow the service, and
+ * the service's failure policy when the owner is down, the connection is lost, the deadline
+ * passes or the node says it is not the owner. Not for THROTTLED (fanout.c).
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+#include "log.h"
+#include "reqlog.h"
+#include "router_int.h"
+#include "rules.h"
+
+static void
+log_answer(struct rl_router *r, uint32_t shard, const char *node, uint32_t code, uint64_t hash,
+           const char *service, size_t slen, const char *user, size_t ulen)
+{
+    uint64_t loop_ms = uv_now(r->loop);
+
+    /* Wall-clock time from the loop's cached clock, re-anchored once a second: a
+     * clock_gettime per logged line was a measurable share of the log's cost. */
+    if (r->log_anchor_real == 0 || loop_ms - r->log_anchor_loop >= 1000) {
+        r->log_anchor_real = rl_clock_real_ms();
+        r->log_anchor_loop = loop_ms;
+    }
+    rl_reqlog_add(r->log, r->log_anchor_real + (loop_ms - r->log_anchor_loop), shard, node, code,
+                  hash, service, slen, user, ulen);
+}
+
+/*
+ * The failure-policy answer: no decision was made, so limit, remaining and reset are 0.
+ * FAIL_CLOSED suggests retrying after the session timeout, the longest the shard can stay
+ * unowned before ZooKeeper moves it.
+ */
+static void
+fill_failure(const struct rl_router *r, const struct rl_rule *rule, uint32_t id,
+             struct rl_wire_check_reply *rep)
+{
+    memset(rep, 0, sizeof(*rep));
+    rep->id = id;
+    /* A shadow rule never refuses, not even by failure policy. */
+    bool closed = rule->fail_closed && !rule->shadow;
+
+    rep->code = closed ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN;
+    rep->retry_after_ms = closed ? r->conf->session_timeout_ms : 0;
+}
+
+void
+rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
+{
+    struct rl_wire_check_reply rep;
+
+    fill_failure(r, p->rule, p->client_id, &rep);
+    rl_rmetrics_count(r, p->rule, rep.code, p->start_ns);
+    r->stats.checks++;
+    if (p->up != NULL) {
+        rl_upstream_count_failure(p->up);
+    }
+    if (p->logged) {
+        log_answer(r, p->shard, p->up != NULL ? p->up->name : "-", rep.code, p->key_hash,
+                   p->rule->service, p->rule->service_len, p->user, p->ulen);
+    }
+    if (p->client != NULL) {
+        struct rl_conn *c = &p->client->conn;
+
+        if (rl_wire_put_check_reply(&c->out, &rep) == 0) {
+            rl_conn_mark(c);
+        } else {
+            rl_conn_close(c, UV_ENOMEM);
+        }
+    }
+    rl_pending_put(r, p, late_reply);
+}
+
+/* Answers a CHECK the router decides itself (NO_RULE, or failure policy). */
+static void
+answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_rule *rule,
+             const struct rl_wire_check_reply *rep, uint32_t shard, const char *node, uint64_t hash)
+{
+    struct rl_router *r = c->data;
+
+    r->stats.checks++;
+    rl_rmetrics_count(r, rule, rep->code, r->batch_ns);
+    if (r->log != NULL && rl_reqlog_sample(r->log)) {
+        /* Cut as for forwarded requests (docs/OPERATIONS.md: the first 64 bytes of the user). */
+        log_answer(r, shard, node, rep->code, hash, req->service.ptr, req->service.len,
+                   req->user.ptr,
+                   req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED);
+    }
+    if (rl_wire_put_check_reply(&c->out, rep) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    rl_conn_mark(c);
+}
+
+void
+rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
+{
+    struct rl_cconn *c = (struct rl_cconn *)conn;
+    struct rl_router *r = conn->data;
+    const struct rl_rule *rule;
+    struct rl_wire_check_reply rep;
+    struct rl_wire_req fwd;
+    struct rl_upstream *u = NULL;
+    struct rl_pending *p;
+    uint64_t hash;
+    uint32_t shard, owner = RL_SHARDMAP_NONE;
+
+    hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
+    shard = rl_shardmap_shard(hash, r->conf->shards);
+    rule = rl_conf_rule(r->conf, req->service.ptr, req->service.len, req->endpoint.ptr,
+                        req->endpoint.len);
+    if (conn->principal != NULL &&
+        !rl_conf_client_may((const struct rl_client_conf *)conn->principal, rule)) {
+        r->stats.unauthorized++;
+        rl_session_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
+                         "this client's token does not allow that service");
+        return;
+    }
+    if (rule == NULL) {
+        /* Every process reads the same rules: no node would find one either. */
+        memset(&rep, 0, sizeof(rep));
+        rep.id = req->id;
+        rep.code = RL_WIRE_NO_RULE;
+        answer_local(conn, req, NULL, &rep, shard, "-", hash);
+        return;
+    }
+    if (r->map != NULL) {
+        owner = rl_shardmap_owner(r->map, shard);
+    }
+    if (owner != RL_SHARDMAP_NONE) {
+        u = r->owners[owner];
+    }
+    p = u != NULL ? rl_pending_get(r) : NULL;
+    if (u != NULL && p == NULL) {
+        r->stats.overloaded++;
+        rl_session_error(conn, req->id, RL_WIRE_ERR_OVERLOADED,
+                         "router has too many requests in flight");
+        return;
+    }
+    fwd = *req;
+    if (p != NULL) {
+        fwd.id = rl_pending_id(r, p);
+    }
+    if (p == NULL || rl_upstream_send(u, &fwd, &p->link) != 0) {
+        if (p != NULL) {
+            rl_pending_unget(r, p);
+        }
+        r->stats.owner_down++;
+        if (u != NULL) {
+            rl_upstream_count_failure(u);
+        }
+        fill_failure(r, rule, req->id, &rep);
+        answer_local(conn, req, rule, &rep, shard, u != NULL ? u->name : "-", hash);
+        return;
+    }
+    p->client = c;
+    p->client_id = req->id;
+    p->rule = rule;
+    p->shard = shard;
+    p->key_hash = hash;
+    p->up = u;
+    p->deadline = uv_now(r->loop) + r->conf->deadline_ms;
+    p->start_ns = r->batch_ns;
+    p->logged = r->log != NULL && rl_reqlog_sample(r->log);
+    if (p->logged) {
+        p->ulen =
+            (uint8_t)(req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED);
+        memcpy(p->user, req->user.ptr, p->ulen);
+    }
+    rl_pending_track(r, p, c);
+    r->stats.forwarded++;
+}
+
+void
+rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
+                    const struct rl_wire_reply *rep)
+{
+    struct rl_router *r = arg;
+    struct rl_wire_check_reply check;
+    struct rl_pending *pd;
+    struct rl_conn *c;
+    int rc = 0;
+
+    pd = rl_pending_by_id(r, rep->id);
+    if (pd == NULL || pd->link.conn != from) {
+        /* Already answered by the deadline (the node was late), or never ours. */
+        r->stats.late_replies++;
+        return;
+    }
+    if (pd->fan != NULL) {
+        rl_fanout_part_done(r, pd, rep, false);
+        return;
+    }
+    c = pd->client != NULL ? &pd->client->conn : NULL;
+    if (rep->op == RL_WIRE_OP_CHECK) {
+        r->stats.checks++;
+        rl_rmetrics_count(r, pd->rule, rep->check.code, pd->start_ns);
+        if (pd->logged) {
+            log_answer(r, pd->shard, u->name, rep->check.code, pd->key_hash, pd->rule->service,
+                       pd->rule->service_len, pd->user, pd->ulen);
+        }
+        if (c != NULL) {
+            check = rep->check;
+            check.id = pd->client_id;
+            rc = rl_wire_put_check_reply(&c->out, &check);
+        }
+    } else if (rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_NOT_OWNER) {
+        /* The node sees another owner (or is fenced): the views differ for now. Answer by
+         * policy, as for an owner that cannot be reached, and read the cluster again. */
+        r->stats.not_owner++;
+        rl_log_debug("node %s: %.*s", u->name, (int)rep->message.len,
+                     rep->message.ptr != NULL ? rep->message.ptr : "");
+        rl_forward_fail(r, pd, false);
+        if (r->opts.on_stale != NULL &&
+            (r->refreshed_ms == 0 || uv_now(r->loop) - r->refreshed_ms >= RL_ROUTER_REFRESH_MS)) {
+            r->refreshed_ms = uv_now(r->loop);
+            r->stats.view_refreshes++;
+            r->opts.on_stale(r->opts.arg);
+        }
+        return;
+    } else if (rep->op == RL_WIRE_OP_ERROR) {
+        char msg[256];
+
+        r->stats.errors++;
+        snprintf(msg, sizeof(msg), "%.*s", (int)rep->message.len,
+                 rep->message.ptr != NULL ? rep->message.ptr : "");
+        if (c != NULL) {
+            rc = rl_wire_put_error(&c->out, pd->client_id, rep->err, msg);
+        }
+    } else {
+        rl_log_warn("node %s answered a CHECK with op %u", u->name, rep->op);
+        rl_forward_fail(r, pd, false);
+        return;
+    }
+    rl_pending_put(r, pd, false);
+    if (c != NULL) {
+        if (rc != 0) {
+            rl_conn_close(c, UV_ENOMEM);
+        } else {
+            rl_conn_mark(c);
+        }
+    }
+}
+
+/* The connection l was sent on is closed: it cannot be answered late. */
+void
+rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l)
+{
+    struct rl_router *r = arg;
+    struct rl_pending *p = (struct rl_pending *)((char *)l - offsetof(struct rl_pending, link));
+
+    (void)u;
+    if (p->fan != NULL) {
+        rl_fanout_part_done(r, p, NULL, false);
+        return;
+    }
+    r->stats.owner_down++;
+    rl_forward_fail(r, p, false);
+}

@@ -1,0 +1,315 @@
+/*
+ * rmetrics: what the router reports about itself. Counting each CHECK's answer (by rule and
+ * reply code, its end-to-end latency), the STATS reply and the router's Prometheus families
+ * (docs/OPERATIONS.md, "Metrics"; the names there are a contract with dashboards). Not for
+ * the HTTP listener (metrics.h) or readiness (health.c).
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "reqlog.h"
+#include "router_int.h"
+#include "rules.h"
+#include "zkm.h"
+
+void
+rl_rmetrics_count(struct rl_router *r, const struct rl_rule *rule, uint32_t code, uint64_t start_ns)
+{
+    size_t row = rule != NULL ? rule->id : r->conf->nrules;
+
+    /* A request forwarded under rules since replaced (answered within a deadline of the
+     * swap) is not counted by service: its rule's id indexes the old rules. */
+    if (rule != NULL && ((uintptr_t)rule < (uintptr_t)r->conf->rules ||
+                         (uintptr_t)rule >= (uintptr_t)(r->conf->rules + r->conf->nrules))) {
+        row = SIZE_MAX;
+    }
+    if (code < RL_WIRE_CODE_COUNT && row < r->rule_rows) {
+        r->rule_codes[row][code]++;
+    }
+    rl_hist_observe(&r->latency, uv_hrtime() - start_ns, 1);
+    if (code == RL_WIRE_ALLOWED) {
+        r->stats.allowed++;
+    } else if (code == RL_WIRE_LIMITED) {
+        r->stats.limited++;
+    } else if (code == RL_WIRE_QUEUED) {
+        r->stats.queued++;
+    } else if (code == RL_WIRE_FAIL_OPEN) {
+        r->stats.fail_open++;
+    } else if (code == RL_WIRE_FAIL_CLOSED) {
+        r->stats.fail_closed++;
+    } else if (code == RL_WIRE_NO_RULE) {
+        r->stats.no_rule++;
+    }
+}
+
+void
+rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
+{
+    struct rl_router *r = c->data;
+    enum { STATS_MAX = 64 + 4 * 64 };
+    const char *keys[STATS_MAX];
+    int64_t vals[STATS_MAX];
+    char names[4 * 64][96];
+    size_t n = 0, nn = 0;
+    struct rl_reqlog_stats ls = {0};
+    struct rl_listener_stats cs;
+
+#define RL_ROUTER_PUT(f, s)                                                                        \
+    keys[n] = s;                                                                                   \
+    vals[n++] = (int64_t)r->stats.f;
+    RL_ROUTER_STATS_MAP(RL_ROUTER_PUT)
+#undef RL_ROUTER_PUT
+    rl_listener_stats(&r->listener, &cs);
+#define RL_ROUTER_PUT_CONN(f, s)                                                                   \
+    keys[n] = s;                                                                                   \
+    vals[n++] = (int64_t)cs.f;
+    RL_LISTENER_STATS_MAP(RL_ROUTER_PUT_CONN)
+#undef RL_ROUTER_PUT_CONN
+    keys[n] = "pending";
+    vals[n++] = r->npending;
+    keys[n] = "members";
+    vals[n++] = (int64_t)r->view.nmembers;
+    keys[n] = "zk_state";
+    vals[n++] = r->zk_state;
+    keys[n] = "assignment_version";
+    vals[n++] = r->view.asg_version;
+    keys[n] = "table_digest";
+    vals[n++] = r->table_digest;
+    keys[n] = "rules_version";
+    vals[n++] = r->opts.rules != NULL ? r->opts.rules->version : 0;
+    keys[n] = "rules_digest";
+    vals[n++] = r->opts.rules != NULL ? r->opts.rules->digest : (int64_t)r->conf->rules_digest;
+    keys[n] = "rules_reloads";
+    vals[n++] = r->opts.rules != NULL ? (int64_t)r->opts.rules->reloads : 0;
+    keys[n] = "rules_reload_failures";
+    vals[n++] = r->opts.rules != NULL ? (int64_t)r->opts.rules->failures : 0;
+    if (r->log != NULL) {
+        rl_reqlog_stats(r->log, &ls);
+    }
+    keys[n] = "log_lines";
+    vals[n++] = (int64_t)ls.lines;
+    keys[n] = "log_dropped";
+    vals[n++] = (int64_t)ls.dropped;
+    keys[n] = "log_rotations";
+    vals[n++] = (int64_t)ls.rotations;
+    /*
+     * Per node: "node.NAME.forwarded", ".failures", ".up", ".shards" for the first 64 that
+     * fit under the codec's RL_WIRE_STATS_MAX pairs (past it the reply would not encode). A
+     * member whose address did not parse has no upstream: it reports zeros.
+     */
+    for (size_t i = 0;
+         r->map != NULL && i < r->map->nmembers && i < 64 && n + 4 <= RL_WIRE_STATS_MAX; i++) {
+        const struct rl_upstream *u = r->owners[i];
+        const char *name = r->map->members[i].name;
+        uint32_t shards = 0;
+
+        for (uint32_t s = 0; s < r->map->nshards; s++) {
+            shards += r->map->owner[s] == i;
+        }
+        snprintf(names[nn], sizeof(names[nn]), "node.%s.forwarded", name);
+        keys[n] = names[nn++];
+        vals[n++] = u != NULL ? (int64_t)u->stats.forwarded : 0;
+        snprintf(names[nn], sizeof(names[nn]), "node.%s.failures", name);
+        keys[n] = names[nn++];
+        vals[n++] = u != NULL ? (int64_t)u->stats.failures : 0;
+        snprintf(names[nn], sizeof(names[nn]), "node.%s.up", name);
+        keys[n] = names[nn++];
+        vals[n++] = u != NULL && rl_upstream_up(u);
+        snprintf(names[nn], sizeof(names[nn]), "node.%s.shards", name);
+        keys[n] = names[nn++];
+        vals[n++] = shards;
+    }
+    if (rl_wire_put_stats_reply(&c->out, id, keys, vals, n) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    rl_conn_mark(c);
+}
+
+/* The families with one series per node connected to: the rl_upstream_stats field
+ * (offsetof), or SIZE_MAX for rl_upstream_up. */
+static const struct {
+    const char *name, *type, *help;
+    size_t stat;
+} rmetrics_node[] = {
+    {"rl_router_forwarded_total", "counter", "CHECKs forwarded, by node.",
+     offsetof(struct rl_upstream_stats, forwarded)},
+    {"rl_router_node_failures_total", "counter",
+     "CHECKs answered by failure policy because of this node.",
+     offsetof(struct rl_upstream_stats, failures)},
+    {"rl_router_node_up", "gauge", "1 while at least one connection to the node is up.", SIZE_MAX},
+    {"rl_router_upstream_connects_total", "counter",
+     "Connections made to the node: the first ones and every reconnect.",
+     offsetof(struct rl_upstream_stats, connects)},
+    {"rl_router_upstream_disconnects_total", "counter",
+     "Connections to the node lost (each is followed by reconnect attempts).",
+     offsetof(struct rl_upstream_stats, downs)},
+};
+
+/* qsort has no argument: the rules being sorted, set just before (loop thread only). */
+static const struct rl_conf *router_sort_rules;
+
+static int
+router_rule_cmp(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int c = strcmp(router_sort_rules->rules[x].service, router_sort_rules->rules[y].service);
+
+    return c != 0 ? c : (x > y) - (x < y);
+}
+
+void
+rl_router_metrics(struct rl_router *r, struct rl_prom *p)
+{
+    const struct rl_conf *c = r->conf;
+    struct rl_listener_stats cs;
+    struct rl_reqlog_stats ls = {0};
+    char lab[512], digest[32];
+
+    if (r->zk_state != RL_ROUTER_ZK_NONE) {
+        rl_prom_zookeeper(p, r->zk_state == RL_ZKM_CONNECTED, r->zk_expiries);
+    }
+
+    rl_prom_family(p, "rl_router_decisions_total", "counter",
+                   "CHECK requests answered, by service (from the config; \"\" when no rule "
+                   "matched) and reply code (fail_open and fail_closed: by failure policy).");
+    /* One series per service: its endpoint sections add to it. The rules sorted by service
+     * (n log n: a rules file may have thousands of sections, and this runs on the loop). */
+    {
+        size_t n = c->nrules < r->rule_rows - 1 ? c->nrules : r->rule_rows - 1;
+        size_t *order = malloc((n ? n : 1) * sizeof(*order));
+
+        if (order == NULL) {
+            p->err = -ENOMEM;
+            n = 0;
+        }
+        for (size_t i = 0; i < n; i++) {
+            order[i] = i;
+        }
+        router_sort_rules = c;
+        qsort(order, n, sizeof(*order), router_rule_cmp);
+        for (size_t i = 0; i < n;) {
+            const char *svc = c->rules[order[i]].service;
+            uint64_t v[RL_WIRE_CODE_COUNT] = {0};
+            size_t k = i;
+
+            for (; k < n && strcmp(c->rules[order[k]].service, svc) == 0; k++) {
+                for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+                    v[code] += r->rule_codes[order[k]][code];
+                }
+            }
+            for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+                if (code != RL_WIRE_NO_RULE) {
+                    rl_prom_u64(p, "rl_router_decisions_total",
+                                rl_prom_labels(lab, sizeof(lab), "service", svc, "code",
+                                               rl_wire_code_name(code), NULL),
+                                v[code]);
+                }
+            }
+            i = k;
+        }
+        free(order);
+    }
+    rl_prom_u64(p, "rl_router_decisions_total",
+                rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
+                r->rule_codes[r->rule_rows - 1][RL_WIRE_NO_RULE]);
+    rl_prom_family(p, "rl_router_request_duration_seconds", "histogram",
+                   "End-to-end time of a CHECK in the router: from the read that brought it to "
+                   "its answer (the node's, or the failure policy's).");
+    rl_prom_hist(p, "rl_router_request_duration_seconds", NULL, &r->latency);
+    rl_prom_family(p, "rl_router_policy_answers_total", "counter",
+                   "CHECKs answered by failure policy, by cause: owner_down (no owner, or its "
+                   "connection is down or lost), deadline (the node did not answer in time), "
+                   "not_owner (the node saw another owner).");
+    rl_prom_u64(p, "rl_router_policy_answers_total",
+                rl_prom_labels(lab, sizeof(lab), "cause", "owner_down", NULL), r->stats.owner_down);
+    rl_prom_u64(p, "rl_router_policy_answers_total",
+                rl_prom_labels(lab, sizeof(lab), "cause", "deadline", NULL),
+                r->stats.deadline_expired);
+    rl_prom_u64(p, "rl_router_policy_answers_total",
+                rl_prom_labels(lab, sizeof(lab), "cause", "not_owner", NULL), r->stats.not_owner);
+    rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
+                   "CHECKs forwarded to nodes and not answered yet.");
+    rl_prom_u64(p, "rl_router_requests_in_flight", NULL, r->npending);
+    rl_prom_family(p, "rl_router_late_replies_total", "counter",
+                   "Node replies that came after the deadline had answered.");
+    rl_prom_u64(p, "rl_router_late_replies_total", NULL, r->stats.late_replies);
+    rl_prom_family(p, "rl_router_errors_total", "counter",
+                   "ERROR replies and refusals, by kind: unauthorized (token does not allow "
+                   "it), auth (connection closed for a missing or wrong AUTH), overloaded (too "
+                   "many in flight), other.");
+    rl_prom_u64(p, "rl_router_errors_total",
+                rl_prom_labels(lab, sizeof(lab), "kind", "unauthorized", NULL),
+                r->stats.unauthorized);
+    rl_prom_u64(p, "rl_router_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "auth", NULL),
+                r->stats.auth_failures);
+    rl_prom_u64(p, "rl_router_errors_total",
+                rl_prom_labels(lab, sizeof(lab), "kind", "overloaded", NULL), r->stats.overloaded);
+    rl_prom_u64(p, "rl_router_errors_total",
+                rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL), r->stats.errors);
+
+    for (size_t k = 0; k < sizeof(rmetrics_node) / sizeof(rmetrics_node[0]); k++) {
+        rl_prom_family(p, rmetrics_node[k].name, rmetrics_node[k].type, rmetrics_node[k].help);
+        for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+            uint64_t v = rmetrics_node[k].stat == SIZE_MAX
+                             ? rl_upstream_up(u)
+                             : *(const uint64_t *)((const char *)&u->stats + rmetrics_node[k].stat);
+
+            rl_prom_u64(p, rmetrics_node[k].name,
+                        rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), v);
+        }
+    }
+    rl_prom_family(p, "rl_router_node_shards", "gauge",
+                   "Shards the node owns in this router's table.");
+    for (size_t i = 0; r->map != NULL && i < r->map->nmembers; i++) {
+        uint32_t n = 0;
+
+        for (uint32_t sh = 0; sh < r->map->nshards; sh++) {
+            n += r->map->owner[sh] == i;
+        }
+        rl_prom_u64(p, "rl_router_node_shards",
+                    rl_prom_labels(lab, sizeof(lab), "node", r->map->members[i].name, NULL), n);
+    }
+    rl_prom_family(p, "rl_router_members", "gauge", "Nodes in the membership.");
+    rl_prom_u64(p, "rl_router_members", NULL, r->view.nmembers);
+    rl_prom_family(p, "rl_router_shards_unowned", "gauge",
+                   "Shards with no reachable owner in the table (answered by failure policy).");
+    rl_prom_u64(p, "rl_router_shards_unowned", NULL, r->unowned);
+    rl_prom_family(p, "rl_router_assignment_version", "gauge",
+                   "Version of the assignment znode in use; -1 when there is none.");
+    rl_prom_f64(p, "rl_router_assignment_version", NULL, (double)r->view.asg_version);
+    rl_prom_family(p, "rl_router_table_builds_total", "counter", "Shard tables built.");
+    rl_prom_u64(p, "rl_router_table_builds_total", NULL, r->stats.table_builds);
+    rl_prom_family(p, "rl_router_table_info", "gauge",
+                   "The digest of the shard table in use (as STATS table_digest, in hex); "
+                   "routers that route alike show the same.");
+    snprintf(digest, sizeof(digest), "%016llx", (unsigned long long)r->table_digest);
+    rl_prom_u64(p, "rl_router_table_info", rl_prom_labels(lab, sizeof(lab), "digest", digest, NULL),
+                1);
+    rl_prom_family(p, "rl_router_ready", "gauge", "1 while /readyz answers 200.");
+    {
+        char why[160];
+
+        rl_prom_u64(p, "rl_router_ready", NULL, rl_router_ready(r, why, sizeof(why)) ? 1 : 0);
+    }
+
+    if (r->log != NULL) {
+        rl_reqlog_stats(r->log, &ls);
+    }
+    rl_prom_family(p, "rl_router_request_log_lines_total", "counter",
+                   "Lines written to the request log.");
+    rl_prom_u64(p, "rl_router_request_log_lines_total", NULL, ls.lines);
+    rl_prom_family(p, "rl_router_request_log_dropped_total", "counter",
+                   "Request-log lines dropped because the writer fell behind.");
+    rl_prom_u64(p, "rl_router_request_log_dropped_total", NULL, ls.dropped);
+    rl_prom_family(p, "rl_router_request_log_rotations_total", "counter", "Request-log rotations.");
+    rl_prom_u64(p, "rl_router_request_log_rotations_total", NULL, ls.rotations);
+
+    rl_listener_stats(&r->listener, &cs);
+    rl_listener_metrics(&cs, p);
+    rl_rules_metrics(r->opts.rules, r->conf->rules_digest, p);
+}

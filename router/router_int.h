@@ -1,0 +1,276 @@
+/*
+ * router_int: what the router's files share and nothing outside router/ may use. The router
+ * is one struct (struct rl_router) worked on by one file per concern:
+ *   pending.c   the slab of requests in flight to nodes, their lists and the deadline;
+ *   session.c   client connections: the per-op dispatch of their frames and AUTH (gate.h);
+ *   forward.c   a CHECK: routing it to its owner, the node's reply, local and policy answers;
+ *   fanout.c    THROTTLED: one request to every node, their episodes merged;
+ *   table.c     membership and assignment into the shard table, rules replaced live;
+ *   health.c    readiness (/readyz) and the warning while ZooKeeper gives no membership;
+ *   rmetrics.c  what the router reports: STATS and its Prometheus families;
+ *   router.c    creating and closing it.
+ * The public API is router.h's. Everything runs on the loop thread.
+ */
+#ifndef RL_ROUTER_INT_H
+#define RL_ROUTER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "conn.h"
+#include "gate.h"
+#include "router.h"
+#include "upstream.h"
+#include "wire.h"
+
+#define ROUTER_USER_LOGGED 64u        /* user bytes kept per request for the request log */
+#define ROUTER_GEN_SHIFT 24           /* upstream id = gen << 24 | slab index */
+#define ROUTER_PENDING_MAX (1u << 24) /* so the index fits under the generation */
+
+struct rl_reqlog;
+
+struct rl_cconn;
+struct rl_fanout;
+
+struct rl_pending {
+    struct rl_cconn *client; /* NULL once the client left */
+    struct rl_upstream *up;
+    struct rl_uplink link;            /* in flight on one of up's connections */
+    struct rl_pending *cprev, *cnext; /* client's list */
+    struct rl_pending *fprev, *fnext; /* deadline FIFO, or the free list (fnext) */
+    /* THROTTLED: the fan-out this is one node's part of (then cprev/cnext link the fan-out's
+     * parts, and the record is in neither the client's list nor the FIFO); NULL: a CHECK */
+    struct rl_fanout *fan;
+    const struct rl_rule *rule;
+    uint64_t deadline;
+    uint64_t start_ns; /* uv_hrtime() of the read that brought the request */
+    uint64_t key_hash;
+    uint32_t client_id;
+    uint32_t shard;
+    uint8_t gen;
+    bool used;
+    bool logged;
+    uint8_t ulen;
+    char user[ROUTER_USER_LOGGED];
+};
+
+/* A client connection: conn.h's, plus the requests it has in flight (one hold each). */
+struct rl_cconn {
+    struct rl_conn conn; /* first: the listener allocates rl_cconn-sized connections */
+    struct rl_pending *pending;
+    struct rl_fanout *fanouts; /* THROTTLED fan-outs in flight */
+    uint32_t nfanouts;
+};
+
+/* An episode copied out of a node's THROTTLED reply. */
+struct rl_fan_ep {
+    uint64_t start_ms, end_ms, refused;
+    uint32_t ended;
+    uint16_t slen, elen, ulen, nlen;
+    bool has_endpoint;
+    char service[RL_WIRE_SERVICE_MAX];
+    char endpoint[RL_WIRE_ENDPOINT_MAX];
+    char user[RL_WIRE_USER_MAX];
+    char node[RL_WIRE_NODE_MAX];
+};
+
+/* One THROTTLED request of a client, sent to every node: the best `top` episodes so far and
+ * the nodes that did not answer. */
+struct rl_fanout {
+    struct rl_router *r;
+    struct rl_cconn *client; /* NULL once the client left */
+    struct rl_fanout *cprev, *cnext;
+    struct rl_pending *parts; /* one per node still to answer, linked by cprev/cnext */
+    uint32_t outstanding;
+    uint32_t client_id;
+    uint32_t top;
+    uv_timer_t timer;
+    size_t nmissing;
+    char missing[RL_WIRE_MISSING_MAX][RL_WIRE_NODE_MAX + 1];
+    size_t neps;
+    struct rl_fan_ep eps[RL_WIRE_TOP_MAX];
+};
+
+struct rl_router {
+    uv_loop_t *loop;
+    struct rl_connq connq;
+    struct rl_listener listener;
+    uv_timer_t deadline_timer;
+    const struct rl_conf *conf;
+    struct rl_router_opts opts;
+    char name[64];
+    int handles; /* open handles of the router itself */
+    bool closing;
+
+    /* membership, assignment and the table built from them */
+    struct rl_view view;
+    struct rl_shardmap *map;
+    struct rl_upstream **owners; /* owners[i]: the upstream of map->members[i] */
+    struct rl_upstream *upstreams;
+    int64_t table_digest; /* STATS: rl_shardmap_digest_stat(map), kept at each rebuild */
+
+    /* pending requests */
+    struct rl_pending *slab;
+    uint32_t slab_cap;
+    struct rl_pending *free_list, *free_tail;
+    struct rl_pending *fifo_head, *fifo_tail;
+    uint32_t npending;
+
+    struct rl_wire_decoder dec; /* client requests, one frame at a time */
+    struct rl_reqlog *log;
+    uint64_t log_anchor_real; /* wall clock (ms) at loop time log_anchor_loop */
+    uint64_t log_anchor_loop;
+    struct rl_router_stats stats;
+    struct rl_gate gate;   /* AUTH of clients; its refusals are stats.auth_failures */
+    uint64_t refreshed_ms; /* loop time on_stale was last called */
+
+    /* metrics */
+    uint64_t (*rule_codes)[RL_WIRE_CODE_COUNT]; /* per rule id, answers by code; the last
+                                                   row (conf->nrules): no rule matched */
+    size_t rule_rows;       /* conf->nrules + 1, unless memory for new rules' rows was lacking */
+    struct rl_hist latency; /* end to end: from the read that brought a CHECK to its reply */
+    uint64_t batch_ns;      /* uv_hrtime() at the client batch being read */
+    uint32_t unowned;       /* shards with no owner in the table (all, before one is built) */
+    /* rules replaced while requests pointed to them (rl_router_rules_changed), oldest
+     * first, each freed once no request from before its swap is in flight */
+    struct router_retired *retired;
+    uv_timer_t retire_timer;
+    uint32_t nfanouts; /* THROTTLED fan-outs in flight */
+
+    /* ZooKeeper, when the membership comes from there (rl_router_set_zookeeper) */
+    char zk_addr[256];        /* "" with static membership */
+    int zk_state;             /* RL_ROUTER_ZK_NONE, or an enum rl_zkm_state as last told */
+    uint64_t zk_expiries;     /* sessions lost for good */
+    uv_timer_t health_timer;  /* looks at the session and the membership every second */
+    uint64_t unhealthy_since; /* loop time since which it cannot route from ZooKeeper; 0: can */
+    uint64_t health_warned;   /* loop time of the last warning about it */
+};
+
+struct router_retired {
+    struct router_retired *next;
+    struct rl_conf *conf;
+    uint64_t until; /* deadline of the last request that may point into it */
+};
+
+/* ---- router.c --------------------------------------------------------------------------- */
+
+/* Frees r once it is closing and its last handle closed (call after each handle's close). */
+void rl_router_maybe_free(struct rl_router *r);
+
+/* ---- pending.c: requests in flight to nodes --------------------------------------------- */
+
+/* Allocates the slab of cap records, all free. Returns 0 or -ENOMEM. */
+int rl_pending_init(struct rl_router *r, uint32_t cap);
+
+/* Frees the slab (every record must be free or abandoned). */
+void rl_pending_deinit(struct rl_router *r);
+
+/* A free record with a new generation, or NULL when all are in flight. */
+struct rl_pending *rl_pending_get(struct rl_router *r);
+
+/* The id sent to the node for p: its generation and its index. */
+static inline uint32_t
+rl_pending_id(const struct rl_router *r, const struct rl_pending *p)
+{
+    return ((uint32_t)p->gen << ROUTER_GEN_SHIFT) | (uint32_t)(p - r->slab);
+}
+
+/* The record a node's reply id names, or NULL when it was answered (and maybe reused). */
+static inline struct rl_pending *
+rl_pending_by_id(struct rl_router *r, uint32_t id)
+{
+    uint32_t idx = id & (ROUTER_PENDING_MAX - 1);
+    struct rl_pending *p;
+
+    if (idx >= r->slab_cap) {
+        return NULL;
+    }
+    p = &r->slab[idx];
+    if (!p->used || p->gen != (uint8_t)(id >> ROUTER_GEN_SHIFT)) {
+        return NULL;
+    }
+    return p;
+}
+
+/* Links a CHECK's p, sent, to its client c (one hold of c) and to the deadline FIFO. */
+void rl_pending_track(struct rl_router *r, struct rl_pending *p, struct rl_cconn *c);
+
+/*
+ * Unlinks p from every list and returns it to the free list. A record whose node may still
+ * answer it (late_reply: the deadline answered it first) goes to the tail, so that its slot
+ * is the last to be reused: the 8-bit generation alone would let a late reply land on a
+ * request that reused the slot 256 allocations later, which the head of a LIFO list reaches
+ * fast.
+ */
+void rl_pending_put(struct rl_router *r, struct rl_pending *p, bool late_reply);
+
+/* Returns p, already unlinked from every list, to the free list; late_reply as above. */
+void rl_pending_free(struct rl_router *r, struct rl_pending *p, bool late_reply);
+
+/* Returns a record that rl_pending_get gave and that was never linked anywhere (its request
+ * could not be sent) to the head of the free list. */
+void rl_pending_unget(struct rl_router *r, struct rl_pending *p);
+
+/* Closing: frees every CHECK still in flight (no client is left to answer). */
+void rl_pending_drain(struct rl_router *r);
+
+/* ---- session.c: client connections ------------------------------------------------------ */
+
+/* The listener's callbacks for client connections (sized struct rl_cconn). */
+extern const struct rl_conn_ops rl_session_ops;
+
+/* Queues ERROR err for request id on c, counted in stats.errors. */
+void rl_session_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg);
+
+/* ---- forward.c: CHECK ------------------------------------------------------------------- */
+
+/* A client's CHECK: answered here (no rule, a refused client, failure policy) or forwarded. */
+void rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req);
+
+/* Answers p by failure policy and frees it; late_reply as for rl_pending_put. */
+void rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply);
+
+/* The upstreams' callbacks (upstream.h), arg the router: a node's reply, a lost request. */
+void rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
+                         const struct rl_wire_reply *rep);
+void rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l);
+
+/* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */
+
+/* A client's THROTTLED: asks every node, answers when all did or the admin timeout. */
+void rl_fanout_start(struct rl_conn *conn, const struct rl_wire_req *req);
+
+/* One node's part p of a fan-out is done: answered (rep, a THROTTLED reply) or not (rep NULL,
+ * or an ERROR: the node is listed as missing). Frees p; late_reply as for rl_pending_put. */
+void rl_fanout_part_done(struct rl_router *r, struct rl_pending *p, const struct rl_wire_reply *rep,
+                         bool late_reply);
+
+/* ---- table.c: membership, assignment, rules --------------------------------------------- */
+
+/* The retire timer fired: frees the replaced rules no request can point to any more. */
+void rl_table_retire_fire(uv_timer_t *t);
+
+/* Closing: retires every upstream (their requests in flight are answered by policy). */
+void rl_table_close(struct rl_router *r);
+
+/* Frees the table, the view and the retired rules. */
+void rl_table_deinit(struct rl_router *r);
+
+/* ---- health.c --------------------------------------------------------------------------- */
+
+/* Closing: stops the health timer if it runs. */
+void rl_health_close(struct rl_router *r);
+
+/* ---- rmetrics.c ------------------------------------------------------------------------- */
+
+/* Queues the STATS reply for request id on c. */
+void rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id);
+
+/* Counts one CHECK answer: by rule and code, its latency from start_ns, stats by code. */
+void rl_rmetrics_count(struct rl_router *r, const struct rl_rule *rule, uint32_t code,
+                       uint64_t start_ns);
+
+#endif

@@ -1,0 +1,147 @@
+/*
+ * session: the router's client connections. Each is a framed connection of conn.h (its
+ * output gathered and written once per loop turn by the shared flusher; a client whose
+ * requests in flight reach RL_CONN_HOLD_MAX, or whose replies pile up, is paused: conn.h's one
+ * rule) that owns the requests it has in flight (one hold each) and its THROTTLED fan-outs.
+ * A frame is decoded, admitted by the gate (gate.h: AUTH first when [client] tokens are
+ * configured) and handed to its op's handler in session_handlers, the one place that says
+ * which ops a router serves and how. Not for what a CHECK or THROTTLED does (forward.c,
+ * fanout.c).
+ */
+#include <stdint.h>
+
+#include "conf.h"
+#include "router_int.h"
+
+/* The client is closing: its requests still in flight are answered by the node later, to
+ * no one: orphan them. */
+static void
+session_on_close(struct rl_conn *conn, int status)
+{
+    struct rl_cconn *c = (struct rl_cconn *)conn;
+
+    (void)status;
+    for (struct rl_pending *p = c->pending; p != NULL; p = p->cnext) {
+        p->client = NULL;
+    }
+    c->pending = NULL;
+    for (struct rl_fanout *f = c->fanouts; f != NULL; f = f->cnext) {
+        f->client = NULL;
+    }
+    c->fanouts = NULL;
+    c->nfanouts = 0;
+}
+
+void
+rl_session_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg)
+{
+    struct rl_router *r = c->data;
+
+    r->stats.errors++;
+    if (rl_wire_put_error(&c->out, id, err, msg) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    rl_conn_mark(c);
+}
+
+static void
+session_auth(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_router *r = c->data;
+
+    if (rl_gate_auth(&r->gate, c, req) != 0) {
+        r->stats.auth_failures++;
+        r->stats.errors++;
+    }
+}
+
+static void
+session_ping(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_router *r = c->data;
+
+    if (rl_wire_put_ping_reply(&c->out, req->id, r->name) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    rl_conn_mark(c);
+}
+
+static void
+session_stats(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    rl_rmetrics_stats_reply(c, req->id);
+}
+
+typedef void (*session_handler)(struct rl_conn *c, const struct rl_wire_req *req);
+
+/*
+ * The ops a router serves, by opcode (wire.h), and who may use them: `denied` is the refusal
+ * of a client whose token lacks `stats = yes` (NULL: any client that passed the gate; a
+ * CHECK's permission depends on its service, so forward.c judges it). An op without a handler
+ * (CLOCK is a node's test hook, HELLO a router's to a node) is UNKNOWN_OP.
+ */
+static const struct {
+    session_handler fn;
+    const char *denied;
+} session_handlers[RL_WIRE_OP_THROTTLED + 1] = {
+    [RL_WIRE_OP_CHECK] = {rl_forward_check, NULL},
+    [RL_WIRE_OP_PING] = {session_ping, NULL},
+    [RL_WIRE_OP_STATS] = {session_stats, "this client's token does not allow STATS (stats = yes)"},
+    [RL_WIRE_OP_AUTH] = {session_auth, NULL},
+    /* The same permission as STATS: both show what clients do. */
+    [RL_WIRE_OP_THROTTLED] = {rl_fanout_start,
+                              "this client's token does not allow THROTTLED (stats = yes)"},
+};
+
+/* One frame of a client. */
+static void
+session_frame(struct rl_conn *c, const char *p, size_t n)
+{
+    struct rl_router *r = c->data;
+    struct rl_wire_fault fault;
+    struct rl_wire_req req;
+    const struct rl_client_conf *who;
+
+    if (rl_wire_decode_req(&r->dec, p, n, &req, &fault) != 0) {
+        if (fault.fatal) {
+            r->stats.errors++;
+            rl_conn_protocol_error(c, fault.id, fault.err, fault.msg, p, n);
+        } else {
+            rl_session_error(c, fault.id, fault.err, fault.msg);
+        }
+        return;
+    }
+    if (!rl_gate_admit(&r->gate, c, &req)) {
+        r->stats.auth_failures++;
+        r->stats.errors++;
+        return;
+    }
+    if (req.op >= sizeof(session_handlers) / sizeof(session_handlers[0]) ||
+        session_handlers[req.op].fn == NULL) {
+        rl_session_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, "unknown op");
+        return;
+    }
+    who = c->principal;
+    if (session_handlers[req.op].denied != NULL && who != NULL && !who->stats) {
+        r->stats.unauthorized++;
+        rl_session_error(c, req.id, RL_WIRE_ERR_UNAUTHORIZED, session_handlers[req.op].denied);
+        return;
+    }
+    session_handlers[req.op].fn(c, &req);
+}
+
+static void
+session_batch(struct rl_conn *c)
+{
+    struct rl_router *r = c->data;
+
+    r->batch_ns = uv_hrtime();
+}
+
+const struct rl_conn_ops rl_session_ops = {
+    .on_batch = session_batch,
+    .on_frame = session_frame,
+    .on_close = session_on_close,
+};
