@@ -18,7 +18,7 @@
 #include <uv.h>
 
 #include "auth.h"
-#include "client.h"
+#include "reqclient.h"
 #include "conf.h"
 #include "parse.h"
 #include "zkm.h"
