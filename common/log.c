@@ -109,8 +109,8 @@ rl_log(enum rl_log_level level, const char *fmt, ...)
     }
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    n = (size_t)snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s %s: ", tm.tm_hour,
-                         tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, log_tag, log_names[level]);
+    n = (size_t)snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s %s: ", tm.tm_hour, tm.tm_min,
+                         tm.tm_sec, ts.tv_nsec / 1000000, log_tag, log_names[level]);
     /* A line longer than the buffer is cut; the newline is always kept. */
     va_start(ap, fmt);
     n += rl_log_vformat(line + n, sizeof(line) - n - 1, fmt, ap);

@@ -660,8 +660,7 @@ describe_errno(int rc)
 }
 
 int
-rl_client_auth_file(struct rl_client *c, const char *path, int timeout_ms, char *why,
-                    size_t whylen)
+rl_client_auth_file(struct rl_client *c, const char *path, int timeout_ms, char *why, size_t whylen)
 {
     struct auth_arg a = {c, timeout_ms};
 

@@ -98,10 +98,9 @@ int rl_client_auth_file(struct rl_client *c, const char *path, int timeout_ms, c
  * returns 0 or a negative errno (-EACCES: refused). describe(rc) words any other errno of
  * the AUTH in why. The token is wiped before return.
  */
-int rl_client_auth_token_file(const char *path, int (*auth)(void *arg, const char *token,
-                                                            size_t len),
-                              void *arg, const char *(*describe)(int rc), char *why,
-                              size_t whylen);
+int rl_client_auth_token_file(const char *path,
+                              int (*auth)(void *arg, const char *token, size_t len), void *arg,
+                              const char *(*describe)(int rc), char *why, size_t whylen);
 int rl_client_stats(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
 int rl_client_clock(struct rl_client *c, uint64_t now_ms, int timeout_ms);
 

@@ -11,7 +11,7 @@
  * only, and every function here is called from the loop thread only. Nothing here blocks the
  * loop except the calls documented as blocking (rl_zkm_destroy and the tool's calls).
  *
- * Not for computing owners (shardmap.h) nor for parsing the assignment (shardmap.h's text
+ * Not for computing owners (shardmap.h) nor for parsing the assignment (assignment.h's text
  * format is stored verbatim).
  */
 #ifndef RL_ZKM_H

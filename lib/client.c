@@ -290,8 +290,8 @@ error_reply(uint32_t err, struct rlc_reply *rep)
 }
 
 int
-rlc_check(rlc_client *c, const char *service, const char *user, const char *endpoint,
-          uint32_t cost, struct rlc_reply *rep, int timeout_ms)
+rlc_check(rlc_client *c, const char *service, const char *user, const char *endpoint, uint32_t cost,
+          struct rlc_reply *rep, int timeout_ms)
 {
     int64_t deadline = deadline_after(timeout_ms);
     int rc;
@@ -419,7 +419,7 @@ rlc_connects(const rlc_client *c)
 const char *
 rlc_code_name(uint32_t code)
 {
-    static const char *const names[] = {"ALLOWED", "LIMITED", "FAIL_OPEN",
+    static const char *const names[] = {"ALLOWED",     "LIMITED", "FAIL_OPEN",
                                         "FAIL_CLOSED", "NO_RULE", "QUEUED"};
 
     if (code < sizeof(names) / sizeof(names[0])) {
@@ -431,7 +431,7 @@ rlc_code_name(uint32_t code)
 const char *
 rlc_error_name(uint32_t err)
 {
-    static const char *const names[] = {"NONE",     "MALFORMED",    "UNKNOWN_OP", "BAD_FIELD",
+    static const char *const names[] = {"NONE",       "MALFORMED",    "UNKNOWN_OP", "BAD_FIELD",
                                         "OVERLOADED", "UNAUTHORIZED", "NOT_OWNER"};
 
     return err < sizeof(names) / sizeof(names[0]) ? names[err] : "?";
@@ -441,25 +441,45 @@ const char *
 rlc_strerror(int rc)
 {
     switch (-rc) {
-    case 0: return "success";
-    case EINVAL: return "invalid argument";
-    case ENOMEM: return "out of memory";
-    case ETIMEDOUT: return "timed out";
-    case ECONNREFUSED: return "connection refused";
-    case ECONNRESET: return "connection lost (the request may have been counted)";
-    case EPIPE: return "connection lost";
-    case EPROTO: return "protocol error (the stream was dropped)";
-    case EREMOTEIO: return "the server answered ERROR";
-    case EACCES: return "access denied (token refused, or file mode too open)";
-    case ENOENT: return "no such file";
-    case ENXIO: return "host name does not resolve";
-    case EHOSTUNREACH: return "host unreachable";
-    case ENETUNREACH: return "network unreachable";
-    case EAGAIN: return "temporary failure, try again";
-    case ENOBUFS: return "too many requests pending (queue full)";
-    case ESHUTDOWN: return "the client is closing";
-    case ECANCELED: return "cancelled (the client was closed)";
-    case ENOSPC: return "buffer too small";
-    default: return "unknown error";
+    case 0:
+        return "success";
+    case EINVAL:
+        return "invalid argument";
+    case ENOMEM:
+        return "out of memory";
+    case ETIMEDOUT:
+        return "timed out";
+    case ECONNREFUSED:
+        return "connection refused";
+    case ECONNRESET:
+        return "connection lost (the request may have been counted)";
+    case EPIPE:
+        return "connection lost";
+    case EPROTO:
+        return "protocol error (the stream was dropped)";
+    case EREMOTEIO:
+        return "the server answered ERROR";
+    case EACCES:
+        return "access denied (token refused, or file mode too open)";
+    case ENOENT:
+        return "no such file";
+    case ENXIO:
+        return "host name does not resolve";
+    case EHOSTUNREACH:
+        return "host unreachable";
+    case ENETUNREACH:
+        return "network unreachable";
+    case EAGAIN:
+        return "temporary failure, try again";
+    case ENOBUFS:
+        return "too many requests pending (queue full)";
+    case ESHUTDOWN:
+        return "the client is closing";
+    case ECANCELED:
+        return "cancelled (the client was closed)";
+    case ENOSPC:
+        return "buffer too small";
+    default:
+        return "unknown error";
     }
 }

@@ -30,6 +30,7 @@
 #include <uv.h>
 
 #include "clock.h"
+#include "assignment.h"
 #include "conf.h"
 #include "file.h"
 #include "log.h"
@@ -241,7 +242,7 @@ print_bar(const struct run *r, uint64_t v, uint64_t max)
     }
 }
 
-/* A byte of a node name in the assignment format (shardmap.h). */
+/* A byte of a node name in the assignment format (assignment.h). */
 static bool
 name_byte(unsigned char c)
 {
