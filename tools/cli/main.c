@@ -21,6 +21,7 @@
 #include "reqclient.h"
 #include "conf.h"
 #include "parse.h"
+#include "zkadmin.h"
 #include "zkm.h"
 #include "shardmap.h"
 #include "clock.h"

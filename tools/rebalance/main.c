@@ -38,6 +38,7 @@
 #include "parse.h"
 #include "plan.h"
 #include "shardmap.h"
+#include "zkadmin.h"
 #include "zkm.h"
 
 #define EXIT_OK 0
