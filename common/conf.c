@@ -19,12 +19,6 @@
 #include <string.h>
 #include <strings.h>
 
-/*
- * RL_CONF_LINE_MAX bounds a line once comments and surrounding blanks are gone. Physical
- * lines may be longer (a long comment); a `[service S E]` header is at most 270 bytes, so
- * only an absurd value reaches it.
- */
-
 #define CONF_NAME_MAX 64 /* [cluster] name, a znode path component */
 #define CONF_NODE_NAME_MAX 63
 #define CONF_SERVICE_MAX 128 /* S and E of [service S E] */

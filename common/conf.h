@@ -19,7 +19,11 @@
 #include "parse.h"
 #include "ruleset.h"
 
-/* The longest line of a file once comments and surrounding blanks are gone. */
+/*
+ * The longest line of a file once comments and surrounding blanks are gone. Physical lines
+ * may be longer (a long comment); a `[service S E]` header is at most 270 bytes, so only an
+ * absurd value reaches it.
+ */
 #define RL_CONF_LINE_MAX 4096
 
 /* One `[client NAME]` section: who may use a router, and for what (docs/CONFIG.md). */
