@@ -10,6 +10,7 @@
  *   ./shardmap_bench [RUNS]
  */
 #include "shardmap.h"
+#include "assignment.h"
 
 #include <stdio.h>
 #include <stdlib.h>

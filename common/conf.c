@@ -1,9 +1,9 @@
 /*
- * conf: loads cluster.conf into a struct rl_conf and answers "which rule applies to this
- * request" in O(1). libinih splits `KEY = VALUE` lines and calls conf_handler; the lines
- * themselves come from conf_reader, which counts them (Debian's libinih gives the handler no
- * line number), strips comments and blanks, and parses section headers itself, because
- * libinih cuts section names to 49 bytes and never tells the handler that a section began.
+ * conf: loads cluster.conf into a struct rl_conf (the rules through ruleset.h, which also
+ * answers "which rule applies to this request"). libinih splits `KEY = VALUE` lines and calls
+ * conf_handler; the lines themselves come from conf_reader, which counts them (Debian's libinih
+ * gives the handler no line number), strips comments and blanks, and parses section headers itself,
+ * because libinih cuts section names to 49 bytes and never tells the handler that a section began.
  * Every error is one line "FILE:LINE: what is wrong"; parsing stops at the first one.
  * Not for command-line options, nor for anything that changes after load.
  */
@@ -18,14 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <xxhash.h>
-
-/*
- * Longest line once comments and surrounding blanks are gone. Physical lines may be longer
- * (a long comment); a `[service S E]` header is at most 270 bytes, so only an absurd value
- * reaches this.
- */
-#define CONF_LINE_MAX 4096
 
 #define CONF_NAME_MAX 64 /* [cluster] name, a znode path component */
 #define CONF_NODE_NAME_MAX 63
@@ -35,7 +27,7 @@
 #define CONF_SESSION_MAX 600000u
 #define CONF_DEADLINE_MAX 600000u
 #define CONF_MEMORY_MIN (1024ull * 1024)
-#define CONF_KEYS_MAX 16 /* keys of the widest section kind */
+#define CONF_KEYS_MAX 64 /* keys of every section kind together */
 
 #define CONF_DURATION_PHRASE "is not a duration (use ms, s, m, h or d)"
 #define CONF_LIMIT_PHRASE "is not \"ALGORITHM N per DURATION [burst B]\""
@@ -45,6 +37,7 @@ enum conf_kind { CONF_CLUSTER, CONF_ROUTER, CONF_CLIENTS, CONF_NODE, CONF_SERVIC
 struct conf_parser;
 
 struct conf_key {
+    enum conf_kind kind; /* the section it belongs in */
     const char *name;
     const char *(*set)(struct conf_parser *p, const char *value);
     bool repeat;
@@ -55,7 +48,6 @@ struct conf_kind_def {
     int min_args;
     int max_args;
     const char *usage;
-    const struct conf_key *keys;
 };
 
 /* The section being read. */
@@ -63,12 +55,13 @@ struct conf_section {
     enum conf_kind kind;
     int line;
     size_t index;            /* into c->nodes, c->rules or c->auth_clients */
-    int seen[CONF_KEYS_MAX]; /* line where each key was set, 0 if not yet */
+    int seen[CONF_KEYS_MAX]; /* line where each key of conf_keys was set, 0 if not yet */
 };
 
 struct conf_parser {
     struct rl_conf *c;
     const char *name; /* the file as errors name it */
+    char *dir;        /* the file's directory, for relative paths; NULL for a string */
     FILE *fp;         /* the source: fp, or text when fp is NULL */
     const char *text;
     char *buf; /* the current physical line, NUL-terminated */
@@ -86,32 +79,11 @@ struct conf_parser {
     size_t rules_cap;
     size_t tiers_cap;
     bool rules_only; /* a rules file: [service] sections only */
-    int err; /* 0, or the negative errno of the first error */
+    int err;         /* 0, or the negative errno of the first error */
     char *msg;
     size_t msglen;
     char why[256]; /* phrases built at run time */
 };
-
-static const char *const algo_names[] = {
-#define CONF_ALGO_NAME(n, s, b) s,
-    RL_ALGO_MAP(CONF_ALGO_NAME)
-#undef CONF_ALGO_NAME
-};
-
-static const bool algo_burst[] = {
-#define CONF_ALGO_BURST(n, s, b) b,
-    RL_ALGO_MAP(CONF_ALGO_BURST)
-#undef CONF_ALGO_BURST
-};
-
-const char *
-rl_algo_name(enum rl_algo a)
-{
-    if ((unsigned)a >= RL_ALGO_COUNT) {
-        return "unknown";
-    }
-    return algo_names[a];
-}
 
 /* Errors. */
 
@@ -148,6 +120,44 @@ conf_nomem(struct conf_parser *p)
     return "could not be stored: out of memory";
 }
 
+/*
+ * Room for one more element at index n of an array p grows: arrp is the address of the
+ * array's pointer, *cap its allocated count (first, then doubled). Returns the element,
+ * zeroed, or NULL after conf_nomem with the array as it was.
+ */
+static void *
+conf_push(struct conf_parser *p, void *arrp, size_t n, size_t *cap, size_t size, size_t first)
+{
+    void *arr;
+
+    memcpy(&arr, arrp, sizeof(arr));
+    if (n == *cap) {
+        size_t ncap = *cap != 0 ? *cap * 2 : first;
+        void *grown = realloc(arr, ncap * size);
+
+        if (grown == NULL) {
+            conf_nomem(p);
+            return NULL;
+        }
+        arr = grown;
+        memcpy(arrp, &arr, sizeof(arr));
+        *cap = ncap;
+    }
+    return memset((char *)arr + n * size, 0, size);
+}
+
+/* A copy of s, or NULL after conf_nomem. */
+static char *
+conf_strdup(struct conf_parser *p, const char *s)
+{
+    char *copy = strdup(s);
+
+    if (copy == NULL) {
+        conf_nomem(p);
+    }
+    return copy;
+}
+
 /* Small lexical helpers. */
 
 static bool
@@ -155,7 +165,6 @@ is_blank(int ch)
 {
     return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n' || ch == '\v' || ch == '\f';
 }
-
 
 /* A name that is also safe as a znode path component: [A-Za-z0-9_.-]{1,max}, not . or .. */
 static bool
@@ -170,7 +179,6 @@ valid_name(const char *s, size_t max)
     }
     return n >= 1 && n <= max && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
-
 
 /* Key setters: each returns NULL or the phrase that follows `KEY: "VALUE"`. */
 
@@ -189,8 +197,8 @@ set_string(struct conf_parser *p, char **field, const char *v)
 
 /* An integer or duration that must lie in [min, max]; range is how the phrase shows them. */
 static const char *
-set_u64_bounded(struct conf_parser *p, uint64_t *field, const char *v, bool duration,
-                uint64_t min, uint64_t max, const char *range)
+set_u64_bounded(struct conf_parser *p, uint64_t *field, const char *v, bool duration, uint64_t min,
+                uint64_t max, const char *range)
 {
     const char *why;
     uint64_t n;
@@ -220,6 +228,27 @@ set_bounded(struct conf_parser *p, uint32_t *field, const char *v, bool duration
     return why;
 }
 
+/*
+ * A path key (secret_file, events_log, request_log): in a file, a relative path is taken
+ * relative to the file's directory, so a config means the same files whatever the cwd of
+ * the process that loads it. "" stays "" (off).
+ */
+static const char *
+set_path(struct conf_parser *p, char **field, const char *v)
+{
+    char *full;
+
+    if (p->dir == NULL || v[0] == '\0' || v[0] == '/') {
+        return set_string(p, field, v);
+    }
+    if (asprintf(&full, "%s/%s", p->dir, v) < 0) {
+        return conf_nomem(p);
+    }
+    free(*field);
+    *field = full;
+    return NULL;
+}
+
 static const char *
 set_cluster_name(struct conf_parser *p, const char *v)
 {
@@ -234,7 +263,7 @@ static const char *
 set_zookeeper(struct conf_parser *p, const char *v)
 {
     static const char *const phrase = "is not HOST:PORT[,HOST:PORT...][/CHROOT]";
-    char item[CONF_LINE_MAX + 1];
+    char item[RL_CONF_LINE_MAX + 1];
     const char *q = v;
     const char *end = v + strlen(v);
     const char *slash = strchr(v, '/');
@@ -288,17 +317,24 @@ set_shards(struct conf_parser *p, const char *v)
     return set_bounded(p, &p->c->shards, v, false, 1, CONF_SHARDS_MAX, "1..1048576");
 }
 
+/* One of two words: off sets *field false, on true; anything else gets phrase. */
+static const char *
+set_either(bool *field, const char *v, const char *off, const char *on, const char *phrase)
+{
+    if (strcmp(v, off) == 0) {
+        *field = false;
+    } else if (strcmp(v, on) == 0) {
+        *field = true;
+    } else {
+        return phrase;
+    }
+    return NULL;
+}
+
 static const char *
 set_yesno(bool *field, const char *v)
 {
-    if (strcmp(v, "yes") == 0) {
-        *field = true;
-    } else if (strcmp(v, "no") == 0) {
-        *field = false;
-    } else {
-        return "is not yes or no";
-    }
-    return NULL;
+    return set_either(field, v, "no", "yes", "is not yes or no");
 }
 
 static const char *
@@ -310,14 +346,8 @@ set_insecure(struct conf_parser *p, const char *v)
 static const char *
 set_fencing(struct conf_parser *p, const char *v)
 {
-    if (strcmp(v, "expiry") == 0) {
-        p->c->fence_disconnect = false;
-    } else if (strcmp(v, "disconnect") == 0) {
-        p->c->fence_disconnect = true;
-    } else {
-        return "is not expiry or disconnect";
-    }
-    return NULL;
+    return set_either(&p->c->fence_disconnect, v, "expiry", "disconnect",
+                      "is not expiry or disconnect");
 }
 
 /* Only the path here: the file is read once the whole config is in (conf_finish). */
@@ -325,7 +355,7 @@ static const char *
 set_secret_file(struct conf_parser *p, const char *v)
 {
     p->secret_line = p->line;
-    return set_string(p, &p->c->secret_file, v);
+    return set_path(p, &p->c->secret_file, v);
 }
 
 static const char *
@@ -447,13 +477,13 @@ set_throttle_events(struct conf_parser *p, const char *v)
 static const char *
 set_events_log(struct conf_parser *p, const char *v)
 {
-    return set_string(p, &p->c->events_log, v);
+    return set_path(p, &p->c->events_log, v);
 }
 
 static const char *
 set_request_log(struct conf_parser *p, const char *v)
 {
-    return set_string(p, &p->c->request_log, v);
+    return set_path(p, &p->c->request_log, v);
 }
 
 static const char *
@@ -536,37 +566,26 @@ set_request_log_keep(struct conf_parser *p, const char *v)
     return set_bounded(p, &p->c->log_keep, v, false, 0, 1000, "0..1000");
 }
 
+/* Two nodes on one address: the second could never listen, and ZooKeeper would publish one
+ * address under two names. The phrase, or NULL when no other node of the file listens there. */
 static const char *
-set_node_listen(struct conf_parser *p, const char *v)
+listen_taken(struct conf_parser *p, const struct rl_node_conf *n, const char *host, uint16_t port)
 {
-    struct rl_node_conf *n = &p->c->nodes[p->sec.index];
-    char *host;
-    uint16_t port;
-    const char *why = rl_parse_hostport(v, &host, &port);
-
-    if (why != NULL) {
-        return why;
-    }
-    /* Two nodes on one address: the second could never listen, and ZooKeeper would
-     * publish one address under two names. */
     for (size_t i = 0; i < p->c->nnodes; i++) {
         const struct rl_node_conf *o = &p->c->nodes[i];
 
         if (o != n && o->host != NULL && o->port == port && strcasecmp(o->host, host) == 0) {
             snprintf(p->why, sizeof(p->why), "is also the listen address of [node %s] (line %d)",
                      o->name, o->line);
-            free(host);
             return p->why;
         }
     }
-    free(n->host);
-    n->host = host;
-    n->port = port;
     return NULL;
 }
 
+/* [node] listen, or advertise: the address others dial, so never a wildcard. */
 static const char *
-set_node_advertise(struct conf_parser *p, const char *v)
+set_node_address(struct conf_parser *p, const char *v, bool advertise)
 {
     struct rl_node_conf *n = &p->c->nodes[p->sec.index];
     char *host;
@@ -576,14 +595,33 @@ set_node_advertise(struct conf_parser *p, const char *v)
     if (why != NULL) {
         return why;
     }
-    if (rl_conf_is_wildcard(host)) {
-        free(host);
-        return "is a wildcard address: advertise is the address other hosts dial";
+    if (advertise) {
+        why = rl_conf_is_wildcard(host)
+                  ? "is a wildcard address: advertise is the address other hosts dial"
+                  : NULL;
+    } else {
+        why = listen_taken(p, n, host, port);
     }
-    free(n->adv_host);
-    n->adv_host = host;
-    n->adv_port = port;
+    if (why != NULL) {
+        free(host);
+        return why;
+    }
+    free(advertise ? n->adv_host : n->host);
+    *(advertise ? &n->adv_host : &n->host) = host;
+    *(advertise ? &n->adv_port : &n->port) = port;
     return NULL;
+}
+
+static const char *
+set_node_listen(struct conf_parser *p, const char *v)
+{
+    return set_node_address(p, v, false);
+}
+
+static const char *
+set_node_advertise(struct conf_parser *p, const char *v)
+{
+    return set_node_address(p, v, true);
 }
 
 static const char *
@@ -595,31 +633,15 @@ set_node_memory(struct conf_parser *p, const char *v)
 static const char *
 set_failure(struct conf_parser *p, const char *v)
 {
-    struct rl_rule *r = &p->c->rules[p->sec.index];
-
-    if (strcmp(v, "open") == 0) {
-        r->fail_closed = false;
-    } else if (strcmp(v, "closed") == 0) {
-        r->fail_closed = true;
-    } else {
-        return "is not open or closed";
-    }
-    return NULL;
+    return set_either(&p->c->rules[p->sec.index].fail_closed, v, "open", "closed",
+                      "is not open or closed");
 }
 
 static const char *
 set_mode(struct conf_parser *p, const char *v)
 {
-    struct rl_rule *r = &p->c->rules[p->sec.index];
-
-    if (strcmp(v, "enforce") == 0) {
-        r->shadow = false;
-    } else if (strcmp(v, "shadow") == 0) {
-        r->shadow = true;
-    } else {
-        return "is not enforce or shadow";
-    }
-    return NULL;
+    return set_either(&p->c->rules[p->sec.index].shadow, v, "enforce", "shadow",
+                      "is not enforce or shadow");
 }
 
 /* A count N or burst B of a limit: 1..RL_CONF_LIMIT_MAX. */
@@ -658,12 +680,12 @@ append_algos(char *buf, size_t size, bool burst_only, const char *last)
     int k;
 
     for (i = 0; i < RL_ALGO_COUNT; i++) {
-        n += !burst_only || algo_burst[i];
+        n += !burst_only || rl_algo_has_burst((enum rl_algo)i);
     }
     for (i = 0, k = 0; i < RL_ALGO_COUNT; i++) {
-        if (!burst_only || algo_burst[i]) {
+        if (!burst_only || rl_algo_has_burst((enum rl_algo)i)) {
             append_text(buf, size, k == 0 ? "" : k == n - 1 ? last : ", ");
-            append_text(buf, size, algo_names[i]);
+            append_text(buf, size, rl_algo_name((enum rl_algo)i));
             k++;
         }
     }
@@ -673,13 +695,12 @@ append_algos(char *buf, size_t size, bool burst_only, const char *last)
 static const char *
 parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
 {
-    char copy[CONF_LINE_MAX + 1];
+    char copy[RL_CONF_LINE_MAX + 1];
     char *tok[7];
     char *save = NULL;
     int ntok = 0;
     const char *why;
     uint64_t window;
-    int a;
 
     snprintf(copy, sizeof(copy), "%s", v);
     for (char *w = strtok_r(copy, " \t", &save); w != NULL; w = strtok_r(NULL, " \t", &save)) {
@@ -692,15 +713,12 @@ parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
         (ntok == 6 && strcmp(tok[4], "burst") != 0)) {
         return CONF_LIMIT_PHRASE;
     }
-    for (a = 0; a < RL_ALGO_COUNT && strcmp(tok[0], algo_names[a]) != 0; a++) {
-    }
-    if (a == RL_ALGO_COUNT) {
+    if (rl_algo_parse(tok[0], &t->algo) != 0) {
         snprintf(p->why, sizeof(p->why), "has an unknown algorithm (use ");
         append_algos(p->why, sizeof(p->why), false, " or ");
         append_text(p->why, sizeof(p->why), ")");
         return p->why;
     }
-    t->algo = (enum rl_algo)a;
     why = limit_count(p, "limit", tok[1], &t->limit);
     if (why != NULL) {
         return why;
@@ -717,7 +735,7 @@ parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
     t->window_ms = (uint32_t)window;
     t->burst = t->limit;
     if (ntok == 6) {
-        if (!algo_burst[a]) {
+        if (!rl_algo_has_burst(t->algo)) {
             snprintf(p->why, sizeof(p->why), "has a burst, which only ");
             append_algos(p->why, sizeof(p->why), true, " and ");
             append_text(p->why, sizeof(p->why), " take");
@@ -731,26 +749,12 @@ parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
     return NULL;
 }
 
-/* rl_tier.seed: the tier's section, its position there and its parameters. */
-static uint64_t
-tier_seed(const struct rl_rule *r, uint32_t pos, const struct rl_tier *t)
-{
-    uint64_t v[6] = {pos, (uint64_t)t->algo, t->limit, t->window_ms, t->burst,
-                     r->endpoint != NULL};
-    uint64_t h = XXH3_64bits_withSeed(r->service, r->service_len, UINT64_C(0x726c2d7469657231));
-
-    if (r->endpoint != NULL) {
-        h = XXH3_64bits_withSeed(r->endpoint, r->endpoint_len, h);
-    }
-    return XXH3_64bits_withSeed(v, sizeof(v), h);
-}
-
 static const char *
 set_limit(struct conf_parser *p, const char *v)
 {
     struct rl_conf *c = p->c;
     struct rl_rule *r = &c->rules[p->sec.index];
-    struct rl_tier t;
+    struct rl_tier t, *slot;
     const char *why = parse_limit(p, v, &t);
 
     if (why != NULL) {
@@ -762,176 +766,66 @@ set_limit(struct conf_parser *p, const char *v)
     if (c->ntiers == RL_CONF_TIERS_MAX) {
         return "is one tier too many: a file has at most 65535";
     }
-    if (c->ntiers == p->tiers_cap) {
-        size_t cap = p->tiers_cap != 0 ? p->tiers_cap * 2 : 16;
-        struct rl_tier *tiers = realloc(c->tiers, cap * sizeof(*tiers));
-
-        if (tiers == NULL) {
-            return conf_nomem(p);
-        }
-        c->tiers = tiers;
-        p->tiers_cap = cap;
+    slot = conf_push(p, &c->tiers, c->ntiers, &p->tiers_cap, sizeof(*slot), 16);
+    if (slot == NULL) {
+        return "could not be stored: out of memory";
     }
     /* Tiers of one section are contiguous: only the current section appends. */
     t.id = (uint16_t)c->ntiers;
-    t.seed = tier_seed(r, r->ntiers, &t);
-    c->tiers[c->ntiers++] = t;
+    t.seed = rl_ruleset_tier_seed(r, r->ntiers, &t);
+    *slot = t;
+    c->ntiers++;
     r->ntiers++;
     return NULL;
 }
 
-static const struct conf_key cluster_keys[] = {
-    {"name", set_cluster_name, false},
-    {"zookeeper", set_zookeeper, false},
-    {"session_timeout", set_session_timeout, false},
-    {"shards", set_shards, false},
-    {"insecure", set_insecure, false},
-    {"secret_file", set_secret_file, false},
-    {"fencing", set_fencing, false},
-    {"throttle_events", set_throttle_events, false},
-    {"events_log", set_events_log, false},
-    {NULL, NULL, false},
+/* Every key, by section. */
+static const struct conf_key conf_keys[] = {
+    {CONF_CLUSTER, "name", set_cluster_name, false},
+    {CONF_CLUSTER, "zookeeper", set_zookeeper, false},
+    {CONF_CLUSTER, "session_timeout", set_session_timeout, false},
+    {CONF_CLUSTER, "shards", set_shards, false},
+    {CONF_CLUSTER, "insecure", set_insecure, false},
+    {CONF_CLUSTER, "secret_file", set_secret_file, false},
+    {CONF_CLUSTER, "fencing", set_fencing, false},
+    {CONF_CLUSTER, "throttle_events", set_throttle_events, false},
+    {CONF_CLUSTER, "events_log", set_events_log, false},
+    {CONF_ROUTER, "listen", set_router_listen, false},
+    {CONF_ROUTER, "deadline", set_deadline, false},
+    {CONF_ROUTER, "request_log", set_request_log, false},
+    {CONF_ROUTER, "request_log_sample", set_request_log_sample, false},
+    {CONF_ROUTER, "request_log_max_size", set_request_log_max_size, false},
+    {CONF_ROUTER, "request_log_keep", set_request_log_keep, false},
+    {CONF_ROUTER, "metrics", set_router_metrics, false},
+    {CONF_CLIENTS, "max_connections", set_max_connections, false},
+    {CONF_CLIENTS, "max_connections_per_peer", set_max_per_peer, false},
+    {CONF_CLIENTS, "router_reserve", set_router_reserve, false},
+    {CONF_CLIENTS, "idle_timeout", set_idle_timeout, false},
+    {CONF_CLIENTS, "frame_timeout", set_frame_timeout, false},
+    {CONF_CLIENTS, "buffer_memory", set_buffer_memory, false},
+    {CONF_NODE, "listen", set_node_listen, false},
+    {CONF_NODE, "advertise", set_node_advertise, false},
+    {CONF_NODE, "memory", set_node_memory, false},
+    {CONF_NODE, "metrics", set_node_metrics, false},
+    {CONF_SERVICE, "failure", set_failure, false},
+    {CONF_SERVICE, "mode", set_mode, false},
+    {CONF_SERVICE, "limit", set_limit, true},
+    {CONF_CLIENT, "token_sha256", set_client_token, true},
+    {CONF_CLIENT, "services", set_client_services, false},
+    {CONF_CLIENT, "stats", set_client_stats, false},
 };
 
-static const struct conf_key router_keys[] = {
-    {"listen", set_router_listen, false},
-    {"deadline", set_deadline, false},
-    {"request_log", set_request_log, false},
-    {"request_log_sample", set_request_log_sample, false},
-    {"request_log_max_size", set_request_log_max_size, false},
-    {"request_log_keep", set_request_log_keep, false},
-    {"metrics", set_router_metrics, false},
-    {NULL, NULL, false},
-};
-
-static const struct conf_key clients_keys[] = {
-    {"max_connections", set_max_connections, false},
-    {"max_connections_per_peer", set_max_per_peer, false},
-    {"router_reserve", set_router_reserve, false},
-    {"idle_timeout", set_idle_timeout, false},
-    {"frame_timeout", set_frame_timeout, false},
-    {"buffer_memory", set_buffer_memory, false},
-    {NULL, NULL, false},
-};
-
-static const struct conf_key node_keys[] = {
-    {"listen", set_node_listen, false},
-    {"advertise", set_node_advertise, false},
-    {"memory", set_node_memory, false},
-    {"metrics", set_node_metrics, false},
-    {NULL, NULL, false},
-};
-
-static const struct conf_key service_keys[] = {
-    {"failure", set_failure, false},
-    {"mode", set_mode, false},
-    {"limit", set_limit, true},
-    {NULL, NULL, false},
-};
-
-static const struct conf_key client_keys[] = {
-    {"token_sha256", set_client_token, true},
-    {"services", set_client_services, false},
-    {"stats", set_client_stats, false},
-    {NULL, NULL, false},
-};
+#define CONF_NKEYS (sizeof(conf_keys) / sizeof(conf_keys[0]))
+_Static_assert(CONF_NKEYS <= CONF_KEYS_MAX, "conf_section.seen has a slot per key");
 
 static const struct conf_kind_def conf_kinds[] = {
-    [CONF_CLUSTER] = {"cluster", 0, 0, "[cluster]", cluster_keys},
-    [CONF_ROUTER] = {"router", 0, 0, "[router]", router_keys},
-    [CONF_CLIENTS] = {"clients", 0, 0, "[clients]", clients_keys},
-    [CONF_NODE] = {"node", 1, 1, "[node NAME]", node_keys},
-    [CONF_SERVICE] = {"service", 1, 2, "[service SERVICE] or [service SERVICE ENDPOINT]",
-                      service_keys},
-    [CONF_CLIENT] = {"client", 1, 1, "[client NAME]", client_keys},
+    [CONF_CLUSTER] = {"cluster", 0, 0, "[cluster]"},
+    [CONF_ROUTER] = {"router", 0, 0, "[router]"},
+    [CONF_CLIENTS] = {"clients", 0, 0, "[clients]"},
+    [CONF_NODE] = {"node", 1, 1, "[node NAME]"},
+    [CONF_SERVICE] = {"service", 1, 2, "[service SERVICE] or [service SERVICE ENDPOINT]"},
+    [CONF_CLIENT] = {"client", 1, 1, "[client NAME]"},
 };
-
-/* The (service, endpoint) -> rule index: open addressing, linear probing, load <= 1/2. */
-
-static uint64_t
-rule_hash(const char *s, size_t slen, const char *e, size_t elen)
-{
-    uint64_t h = XXH3_64bits(s, slen);
-
-    /* Seeding the endpoint's hash with the service's lets the fallback reuse h. */
-    return elen != 0 ? XXH3_64bits_withSeed(e, elen, h) : h;
-}
-
-static const struct rl_rule *
-index_find(const struct rl_conf *c, uint64_t h, const char *s, size_t slen, const char *e,
-           size_t elen)
-{
-    size_t mask = c->index_cap - 1;
-    size_t i;
-
-    for (i = (size_t)h & mask;; i = (i + 1) & mask) {
-        uint32_t slot = c->index[i];
-        const struct rl_rule *r;
-
-        if (slot == 0) {
-            return NULL;
-        }
-        r = &c->rules[slot - 1];
-        if (r->service_len == slen && r->endpoint_len == elen && memcmp(r->service, s, slen) == 0 &&
-            (elen == 0 || memcmp(r->endpoint, e, elen) == 0)) {
-            return r;
-        }
-    }
-}
-
-static void
-index_put(uint32_t *index, size_t cap, const struct rl_rule *r)
-{
-    size_t i = (size_t)rule_hash(r->service, r->service_len, r->endpoint, r->endpoint_len);
-
-    for (i &= cap - 1; index[i] != 0; i = (i + 1) & (cap - 1)) {
-    }
-    index[i] = r->id + 1;
-}
-
-/* Indexes c->rules[c->nrules - 1], growing the table first if it would pass half full. */
-static int
-index_add(struct rl_conf *c)
-{
-    size_t i;
-
-    if (c->nrules * 2 > c->index_cap) {
-        size_t cap = c->index_cap != 0 ? c->index_cap * 2 : 16;
-        uint32_t *index = calloc(cap, sizeof(*index));
-
-        if (index == NULL) {
-            return -ENOMEM;
-        }
-        free(c->index);
-        c->index = index;
-        c->index_cap = cap;
-        for (i = 0; i + 1 < c->nrules; i++) {
-            index_put(c->index, cap, &c->rules[i]);
-        }
-    }
-    index_put(c->index, c->index_cap, &c->rules[c->nrules - 1]);
-    return 0;
-}
-
-const struct rl_rule *
-rl_conf_rule(const struct rl_conf *c, const char *service, size_t slen, const char *endpoint,
-             size_t elen)
-{
-    const struct rl_rule *r;
-    uint64_t h;
-
-    if (c == NULL || c->nrules == 0 || service == NULL || slen == 0) {
-        return NULL;
-    }
-    h = XXH3_64bits(service, slen);
-    if (endpoint != NULL && elen != 0) {
-        r = index_find(c, XXH3_64bits_withSeed(endpoint, elen, h), service, slen, endpoint, elen);
-        if (r != NULL) {
-            return r;
-        }
-    }
-    return index_find(c, h, service, slen, NULL, 0);
-}
 
 const char *
 rl_conf_node_dial(const struct rl_node_conf *n, uint16_t *port)
@@ -1013,22 +907,8 @@ section_node(struct conf_parser *p, const char *name)
                   old->line);
         return -EINVAL;
     }
-    if (c->nnodes == p->nodes_cap) {
-        size_t cap = p->nodes_cap != 0 ? p->nodes_cap * 2 : 4;
-
-        n = realloc(c->nodes, cap * sizeof(*n));
-        if (n == NULL) {
-            conf_nomem(p);
-            return -ENOMEM;
-        }
-        c->nodes = n;
-        p->nodes_cap = cap;
-    }
-    n = &c->nodes[c->nnodes];
-    memset(n, 0, sizeof(*n));
-    n->name = strdup(name);
-    if (n->name == NULL) {
-        conf_nomem(p);
+    n = conf_push(p, &c->nodes, c->nnodes, &p->nodes_cap, sizeof(*n), 4);
+    if (n == NULL || (n->name = conf_strdup(p, name)) == NULL) {
         return -ENOMEM;
     }
     n->memory = RL_CONF_DEFAULT_MEMORY;
@@ -1052,27 +932,13 @@ section_client(struct conf_parser *p, const char *name)
     }
     for (size_t i = 0; i < c->nauth_clients; i++) {
         if (strcmp(c->auth_clients[i].name, name) == 0) {
-            conf_fail(p, p->line, -EINVAL, "duplicate section [client %s] (first at line %d)",
-                      name, c->auth_clients[i].line);
+            conf_fail(p, p->line, -EINVAL, "duplicate section [client %s] (first at line %d)", name,
+                      c->auth_clients[i].line);
             return -EINVAL;
         }
     }
-    if (c->nauth_clients == p->auth_cap) {
-        size_t cap = p->auth_cap != 0 ? p->auth_cap * 2 : 4;
-
-        cl = realloc(c->auth_clients, cap * sizeof(*cl));
-        if (cl == NULL) {
-            conf_nomem(p);
-            return -ENOMEM;
-        }
-        c->auth_clients = cl;
-        p->auth_cap = cap;
-    }
-    cl = &c->auth_clients[c->nauth_clients];
-    memset(cl, 0, sizeof(*cl));
-    cl->name = strdup(name);
-    if (cl->name == NULL) {
-        conf_nomem(p);
+    cl = conf_push(p, &c->auth_clients, c->nauth_clients, &p->auth_cap, sizeof(*cl), 4);
+    if (cl == NULL || (cl->name = conf_strdup(p, name)) == NULL) {
         return -ENOMEM;
     }
     cl->line = p->line;
@@ -1109,28 +975,17 @@ section_service(struct conf_parser *p, const char *service, const char *endpoint
                   valid_service(service) ? "endpoint" : "service");
         return -EINVAL;
     }
-    old = c->index_cap == 0 ? NULL
-                            : index_find(c, rule_hash(service, slen, endpoint, elen), service, slen,
-                                         endpoint, elen);
+    old = rl_ruleset_find(c, service, slen, endpoint, elen);
     if (old != NULL) {
         conf_fail(p, p->line, -EINVAL, "duplicate section [service %s%s%s] (first at line %d)",
                   service, endpoint != NULL ? " " : "", endpoint != NULL ? endpoint : "",
                   old->line);
         return -EINVAL;
     }
-    if (c->nrules == p->rules_cap) {
-        size_t cap = p->rules_cap != 0 ? p->rules_cap * 2 : 8;
-
-        r = realloc(c->rules, cap * sizeof(*r));
-        if (r == NULL) {
-            conf_nomem(p);
-            return -ENOMEM;
-        }
-        c->rules = r;
-        p->rules_cap = cap;
+    r = conf_push(p, &c->rules, c->nrules, &p->rules_cap, sizeof(*r), 8);
+    if (r == NULL) {
+        return -ENOMEM;
     }
-    r = &c->rules[c->nrules];
-    memset(r, 0, sizeof(*r));
     r->service = strdup(service);
     r->endpoint = endpoint != NULL ? strdup(endpoint) : NULL;
     /* Counted now, so that rl_conf_destroy frees what the two strdups got. */
@@ -1144,7 +999,7 @@ section_service(struct conf_parser *p, const char *service, const char *endpoint
     r->id = (uint32_t)(c->nrules - 1);
     r->first_tier = (uint32_t)c->ntiers;
     r->line = p->line;
-    if (index_add(c) != 0) {
+    if (rl_ruleset_index_add(c) != 0) {
         conf_nomem(p);
         return -ENOMEM;
     }
@@ -1335,9 +1190,9 @@ conf_reader(char *str, int num, void *stream)
         conf_fail(p, p->line, -EINVAL, "expected KEY = VALUE");
         return NULL;
     }
-    if (e - s > CONF_LINE_MAX || e - s >= num) {
+    if (e - s > RL_CONF_LINE_MAX || e - s >= num) {
         conf_fail(p, p->line, -EINVAL, "line is longer than %d bytes",
-                  num - 1 < CONF_LINE_MAX ? num - 1 : CONF_LINE_MAX);
+                  num - 1 < RL_CONF_LINE_MAX ? num - 1 : RL_CONF_LINE_MAX);
         return NULL;
     }
     memcpy(str, s, (size_t)(e - s) + 1);
@@ -1348,9 +1203,9 @@ static int
 conf_handler(void *user, const char *section, const char *name, const char *value)
 {
     struct conf_parser *p = user;
-    const struct conf_key *keys;
+    const struct conf_key *key;
     const char *why;
-    int i;
+    size_t i;
 
     /* The reader keeps the section: libinih's copy of its name is cut to 49 bytes. */
     (void)section;
@@ -1361,21 +1216,24 @@ conf_handler(void *user, const char *section, const char *name, const char *valu
         conf_fail(p, p->line, -EINVAL, "key \"%s\" is outside any section", name);
         return 0;
     }
-    keys = conf_kinds[p->sec.kind].keys;
-    for (i = 0; keys[i].name != NULL && strcmp(keys[i].name, name) != 0; i++) {
+    for (i = 0; i < CONF_NKEYS; i++) {
+        if (conf_keys[i].kind == p->sec.kind && strcmp(conf_keys[i].name, name) == 0) {
+            break;
+        }
     }
-    if (keys[i].name == NULL) {
+    if (i == CONF_NKEYS) {
         conf_fail(p, p->line, -EINVAL, "unknown key \"%s\" in a [%s] section", name,
                   conf_kinds[p->sec.kind].name);
         return 0;
     }
-    if (!keys[i].repeat && p->sec.seen[i] != 0) {
+    key = &conf_keys[i];
+    if (!key->repeat && p->sec.seen[i] != 0) {
         conf_fail(p, p->line, -EINVAL, "duplicate key \"%s\" (first at line %d)", name,
                   p->sec.seen[i]);
         return 0;
     }
     p->sec.seen[i] = p->line;
-    why = keys[i].set(p, value);
+    why = key->set(p, value);
     if (why != NULL) {
         conf_fail(p, p->line, -EINVAL, "%s: \"%s\" %s", name, value, why);
         return 0;
@@ -1418,49 +1276,12 @@ conf_create(const char *name)
     return c;
 }
 
-/*
- * Resolves a services line against the rules of c into rules (c->nrules of them, zeroed by
- * the caller) and *all. Returns 0, -ENOMEM, or -ENOENT when a name has no [service] section
- * (the first such name in missing; the others are resolved all the same).
- */
-static int
-services_resolve(const char *services, const struct rl_conf *c, bool *rules, bool *all,
-                 char *missing, size_t mlen)
-{
-    char *words = strdup(services), *save = NULL;
-    int rc = 0;
-
-    if (words == NULL) {
-        return -ENOMEM;
-    }
-    for (char *w = strtok_r(words, " \t,", &save); w != NULL; w = strtok_r(NULL, " \t,", &save)) {
-        bool found = false;
-
-        if (strcmp(w, "*") == 0) {
-            *all = true;
-            continue;
-        }
-        for (size_t i = 0; i < c->nrules; i++) {
-            if (strcmp(c->rules[i].service, w) == 0) {
-                rules[i] = true;
-                found = true;
-            }
-        }
-        if (!found && rc == 0) {
-            snprintf(missing, mlen, "%s", w);
-            rc = -ENOENT;
-        }
-    }
-    free(words);
-    return rc;
-}
-
 /* Resolves a client's services line into its rules[] once every [service] is known. */
 static void
 client_resolve(struct conf_parser *p, struct rl_client_conf *cl)
 {
     const struct rl_conf *c = p->c;
-    char missing[CONF_LINE_MAX + 1];
+    char missing[RL_CONF_LINE_MAX + 1];
     int rc;
 
     cl->rules = calloc(c->nrules != 0 ? c->nrules : 1, sizeof(*cl->rules));
@@ -1468,51 +1289,14 @@ client_resolve(struct conf_parser *p, struct rl_client_conf *cl)
         conf_nomem(p);
         return;
     }
-    rc = services_resolve(cl->services, c, cl->rules, &cl->all_services, missing,
-                          sizeof(missing));
+    rc =
+        rl_ruleset_resolve(cl->services, c, cl->rules, &cl->all_services, missing, sizeof(missing));
     if (rc == -ENOMEM) {
         conf_nomem(p);
     } else if (rc != 0) {
         conf_fail(p, cl->services_line, -EINVAL,
                   "services: \"%s\" has no [service %s] section in this file", missing, missing);
     }
-}
-
-/* rl_conf.rules_digest: every rule's failure and mode, and its tiers' seeds (which hold its
- * service, endpoint and every tier's parameters), in file order; 63 bits, so STATS can
- * carry it as a non-negative integer. */
-static uint64_t
-rules_digest(const struct rl_conf *c)
-{
-    XXH3_state_t *st = XXH3_createState();
-    uint64_t h, v[4];
-
-    if (st == NULL) {
-        return 0;
-    }
-    XXH3_64bits_reset_withSeed(st, UINT64_C(0x726c2d72756c6573));
-    v[0] = c->nrules;
-    XXH3_64bits_update(st, v, sizeof(v[0]));
-    for (size_t i = 0; i < c->nrules; i++) {
-        const struct rl_rule *r = &c->rules[i];
-
-        v[0] = r->fail_closed;
-        v[1] = r->shadow;
-        v[2] = r->ntiers;
-        v[3] = r->endpoint != NULL;
-        XXH3_64bits_update(st, v, sizeof(v));
-        /* the names too: a rule with no tier would otherwise leave no trace of them */
-        XXH3_64bits_update(st, r->service, r->service_len + 1);
-        if (r->endpoint != NULL) {
-            XXH3_64bits_update(st, r->endpoint, r->endpoint_len + 1);
-        }
-        for (uint32_t k = 0; k < r->ntiers; k++) {
-            XXH3_64bits_update(st, &c->tiers[r->first_tier + k].seed, sizeof(uint64_t));
-        }
-    }
-    h = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    return h & (UINT64_MAX >> 1);
 }
 
 /* What needs the whole file: clients' services, and the cluster secret's file. */
@@ -1526,7 +1310,7 @@ conf_finish(struct conf_parser *p)
     for (size_t i = 0; i < c->nauth_clients && p->err == 0; i++) {
         client_resolve(p, &c->auth_clients[i]);
     }
-    c->rules_digest = rules_digest(c);
+    c->rules_digest = rl_ruleset_digest(c);
     c->cluster_client.name = (char *)"cluster";
     c->cluster_client.all_services = true;
     c->cluster_client.stats = true;
@@ -1557,14 +1341,12 @@ rl_conf_client_by_token(const struct rl_conf *c, const char *token, size_t len)
     /* Every hash is compared, whatever matched first. */
     for (size_t i = 0; i < c->nauth_clients; i++) {
         for (uint32_t j = 0; j < c->auth_clients[i].nhashes; j++) {
-            if (rl_auth_equal(h, c->auth_clients[i].hashes[j], RL_AUTH_HASH_LEN) &&
-                found == NULL) {
+            if (rl_auth_equal(h, c->auth_clients[i].hashes[j], RL_AUTH_HASH_LEN) && found == NULL) {
                 found = &c->auth_clients[i];
             }
         }
     }
-    if (c->secret != NULL && rl_auth_equal(h, c->secret_hash, RL_AUTH_HASH_LEN) &&
-        found == NULL) {
+    if (c->secret != NULL && rl_auth_equal(h, c->secret_hash, RL_AUTH_HASH_LEN) && found == NULL) {
         found = &c->cluster_client;
     }
     rl_auth_wipe(h, sizeof(h));
@@ -1607,8 +1389,8 @@ conf_run(struct conf_parser *p, struct rl_conf **out)
      * the line length is what lets a long zookeeper list through.
      */
     ini_allow_multiline = false;
-    ini_max_line = CONF_LINE_MAX + 3;
-    ini_initial_alloc = CONF_LINE_MAX + 3;
+    ini_max_line = RL_CONF_LINE_MAX + 3;
+    ini_initial_alloc = RL_CONF_LINE_MAX + 3;
     rc = ini_parse_stream(conf_reader, p, conf_handler, p);
     if (rc == -2) {
         conf_fail(p, p->line, -ENOMEM, "out of memory");
@@ -1627,6 +1409,29 @@ conf_run(struct conf_parser *p, struct rl_conf **out)
     }
     *out = p->c;
     return 0;
+}
+
+/*
+ * The directory of the file name, absolute when it resolves (a process that changes its cwd
+ * later still finds the files), else as written; NULL without memory.
+ */
+static char *
+conf_dir(const char *name)
+{
+    const char *slash = strrchr(name, '/');
+    char *dir, *real;
+
+    if (slash == NULL) {
+        dir = strdup(".");
+    } else {
+        dir = strndup(name, slash == name ? 1 : (size_t)(slash - name));
+    }
+    real = dir != NULL ? realpath(dir, NULL) : NULL;
+    if (real != NULL) {
+        free(dir);
+        return real;
+    }
+    return dir;
 }
 
 /* Parses a file (text NULL) or a string, the whole config or only [service] sections. */
@@ -1652,11 +1457,19 @@ conf_parse(const char *name, const char *text, bool rules_only, struct rl_conf *
             *out = NULL;
             return rc;
         }
+        p.dir = conf_dir(name);
+        if (p.dir == NULL) {
+            fclose(p.fp);
+            conf_fail(&p, 0, -ENOMEM, "out of memory");
+            *out = NULL;
+            return -ENOMEM;
+        }
     }
     rc = conf_run(&p, out);
     if (p.fp != NULL) {
         fclose(p.fp);
     }
+    free(p.dir);
     return rc;
 }
 
@@ -1685,72 +1498,6 @@ rl_conf_load_rules(const char *path, struct rl_conf **out, char *err, size_t err
     return conf_parse(path, NULL, true, out, err, errlen);
 }
 
-#define CONF_SWAP(a, b)                                                                            \
-    do {                                                                                           \
-        __typeof__(a) conf_swap_tmp_ = (a);                                                        \
-        (a) = (b);                                                                                 \
-        (b) = conf_swap_tmp_;                                                                      \
-    } while (0)
-
-int
-rl_conf_swap_rules(struct rl_conf *live, struct rl_conf *fresh, char *warn, size_t warnlen)
-{
-    bool **arrays = calloc(live->nauth_clients + 1, sizeof(*arrays));
-    char missing[CONF_LINE_MAX + 1];
-    size_t i;
-
-    if (warn != NULL && warnlen > 0) {
-        warn[0] = '\0';
-    }
-    if (arrays == NULL) {
-        return -ENOMEM;
-    }
-    /* Everything that can fail first, so that a failure changes nothing. */
-    for (i = 0; i < live->nauth_clients; i++) {
-        struct rl_client_conf *cl = &live->auth_clients[i];
-        bool all = cl->all_services;
-        int rc;
-
-        arrays[i] = calloc(fresh->nrules != 0 ? fresh->nrules : 1, sizeof(**arrays));
-        if (arrays[i] == NULL) {
-            goto nomem;
-        }
-        rc = cl->services == NULL ? 0
-                                  : services_resolve(cl->services, fresh, arrays[i], &all, missing,
-                                                     sizeof(missing));
-        if (rc == -ENOMEM) {
-            i++;
-            goto nomem;
-        }
-        if (rc != 0 && warn != NULL && warnlen > 0 && warn[0] == '\0') {
-            snprintf(warn, warnlen,
-                     "[client %s] names service \"%s\", which has no rule now: its CHECKs of it "
-                     "get ERROR UNAUTHORIZED",
-                     cl->name, missing);
-        }
-    }
-    CONF_SWAP(live->rules, fresh->rules);
-    CONF_SWAP(live->nrules, fresh->nrules);
-    CONF_SWAP(live->tiers, fresh->tiers);
-    CONF_SWAP(live->ntiers, fresh->ntiers);
-    CONF_SWAP(live->index, fresh->index);
-    CONF_SWAP(live->index_cap, fresh->index_cap);
-    CONF_SWAP(live->rules_digest, fresh->rules_digest);
-    for (i = 0; i < live->nauth_clients; i++) {
-        free(live->auth_clients[i].rules);
-        live->auth_clients[i].rules = arrays[i];
-    }
-    free(arrays);
-    return 0;
-
-nomem:
-    while (i-- > 0) {
-        free(arrays[i]);
-    }
-    free(arrays);
-    return -ENOMEM;
-}
-
 void
 rl_conf_destroy(struct rl_conf *c)
 {
@@ -1765,10 +1512,6 @@ rl_conf_destroy(struct rl_conf *c)
         free(c->nodes[i].adv_host);
         free(c->nodes[i].metrics_host);
     }
-    for (i = 0; i < c->nrules; i++) {
-        free(c->rules[i].service);
-        free(c->rules[i].endpoint);
-    }
     for (i = 0; i < c->nauth_clients; i++) {
         free(c->auth_clients[i].name);
         free(c->auth_clients[i].services);
@@ -1782,9 +1525,7 @@ rl_conf_destroy(struct rl_conf *c)
     }
     free(c->secret_file);
     free(c->nodes);
-    free(c->rules);
-    free(c->tiers);
-    free(c->index);
+    rl_ruleset_deinit(c);
     free(c->request_log);
     free(c->events_log);
     free(c->router_host);

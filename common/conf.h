@@ -1,9 +1,11 @@
 /*
- * conf: cluster.conf (docs/CONFIG.md) parsed with libinih into one immutable
- * struct, and the rule model: services, endpoints, tiers, failure policy and mode. Every
- * process loads the same file through this module. Not for command-line options, which each
- * main.c owns (it may use the value parsers at the bottom). After a successful load every
- * string field is non-NULL (possibly ""), except rl_rule.endpoint.
+ * conf: cluster.conf (docs/CONFIG.md) parsed with libinih into one immutable struct: the
+ * cluster, router, clients, node and client sections, and the [service] sections' rules,
+ * whose model, index and swap are ruleset.h's. Every process loads the same file through
+ * this module. A path in a file (secret_file, events_log, request_log) that is relative is
+ * taken relative to the file's directory. Not for command-line options, which each main.c
+ * owns (it may use parse.h's value parsers). After a successful load every string field is
+ * non-NULL (possibly ""), except rl_rule.endpoint.
  */
 #ifndef RL_CONF_H
 #define RL_CONF_H
@@ -15,60 +17,14 @@
 #include "connlimits.h"
 
 #include "parse.h"
+#include "ruleset.h"
 
-/* Algorithms: X(NAME, text, has_burst). */
-#define RL_ALGO_MAP(X)                                                                             \
-    X(FIXED_WINDOW, "fixed_window", false)                                                         \
-    X(SLIDING_WINDOW_LOG, "sliding_window_log", false)                                             \
-    X(SLIDING_WINDOW_COUNTER, "sliding_window_counter", false)                                     \
-    X(TOKEN_BUCKET, "token_bucket", true)                                                          \
-    X(GCRA, "gcra", true)                                                                          \
-    X(LEAKY_BUCKET, "leaky_bucket", true)
-
-enum rl_algo {
-#define RL_CONF_ENUM(n, s, b) RL_ALGO_##n,
-    RL_ALGO_MAP(RL_CONF_ENUM)
-#undef RL_CONF_ENUM
-        RL_ALGO_COUNT
-};
-
-/* The algorithm's name as written in cluster.conf, or "unknown" for a value out of range. */
-const char *rl_algo_name(enum rl_algo a);
-
-/* Bounds the parser enforces, so the algorithms' integer arithmetic cannot overflow. */
-#define RL_CONF_LIMIT_MAX 4294967295u  /* N and B, in cost units */
-#define RL_CONF_WINDOW_MAX 4294967295u /* W in ms: about 49.7 days */
-#define RL_CONF_RULE_TIERS_MAX 16      /* `limit` lines in one [service] section */
-#define RL_CONF_TIERS_MAX 65535u       /* in the whole file, so a tier id fits uint16_t */
-
-/* One `limit = ALGO N per DURATION [burst B]` line. */
-struct rl_tier {
-    enum rl_algo algo;
-    uint32_t limit;     /* N */
-    uint32_t window_ms; /* W, >= 1 */
-    uint32_t burst;     /* B; N when not given; meaningful for the bucket algorithms */
-    uint16_t id;        /* index in rl_conf.tiers: unique across the whole file */
-    /* The tier's identity for counters (added): a 64-bit hash of its section (service,
-     * endpoint), its position in the section, algo, limit, window and burst. Unchanged by
-     * edits elsewhere in the file, so a reload keeps the counters of a tier whose seed it
-     * finds again (node/limiter.h, rl_limiter_set_rules); any change to the tier or its
-     * place in its section gives another seed, and its keys restart from full allowance. */
-    uint64_t seed;
-};
-
-/* One `[service S]` or `[service S E]` section. */
-struct rl_rule {
-    char *service;
-    char *endpoint;      /* NULL for the service-wide section */
-    size_t service_len;  /* strlen(service), 1..128 */
-    size_t endpoint_len; /* strlen(endpoint), 1..128; 0 when endpoint is NULL */
-    bool fail_closed;    /* failure = closed */
-    bool shadow;         /* mode = shadow */
-    uint32_t id;         /* index in rl_conf.rules */
-    uint32_t first_tier; /* its tiers are tiers[first_tier .. first_tier + ntiers) */
-    uint32_t ntiers;
-    int line; /* where the section starts, for messages */
-};
+/*
+ * The longest line of a file once comments and surrounding blanks are gone. Physical lines
+ * may be longer (a long comment); a `[service S E]` header is at most 270 bytes, so only an
+ * absurd value reaches it.
+ */
+#define RL_CONF_LINE_MAX 4096
 
 /* One `[client NAME]` section: who may use a router, and for what (docs/CONFIG.md). */
 #define RL_CONF_CLIENT_HASHES 4 /* token_sha256 lines per client, for rotation */
@@ -90,7 +46,7 @@ struct rl_node_conf {
     uint16_t port;
     char *adv_host; /* from advertise: what others dial; NULL when not set (then listen) */
     uint16_t adv_port;
-    uint64_t memory; /* bytes of counters before eviction; RL_CONF_DEFAULT_MEMORY if unset */
+    uint64_t memory;    /* bytes of counters before eviction; RL_CONF_DEFAULT_MEMORY if unset */
     char *metrics_host; /* `metrics`: the operator's HTTP listener (metrics.h); NULL: off */
     uint16_t metrics_port;
     int line;
@@ -98,6 +54,11 @@ struct rl_node_conf {
 
 #define RL_CONF_DEFAULT_MEMORY (1024ull * 1024 * 1024)
 
+/*
+ * The path keys (secret_file, events_log, request_log) of a file are absolute once loaded:
+ * a relative one is joined to the file's directory (as written when it cannot be resolved).
+ * From rl_conf_parse's string they stay as written, relative to the cwd.
+ */
 struct rl_conf {
     char *path;
     /* [cluster] */
@@ -112,19 +73,19 @@ struct rl_conf {
     char *secret_file;           /* "" = no cluster secret */
     char *secret;                /* the secret read from it at load; NULL when none */
     size_t secret_len;
-    uint8_t secret_hash[32];     /* its SHA-256, to compare AUTH tokens with */
-    uint32_t throttle_events;    /* throttling episodes a node keeps (node/throttle.h): open
-                                    and closed each; default 1024, 0 = off, max 16384 */
-    char *events_log;            /* closed episodes appended as JSON lines; "" = off; %n is
-                                    the node's name */
+    uint8_t secret_hash[32];  /* its SHA-256, to compare AUTH tokens with */
+    uint32_t throttle_events; /* throttling episodes a node keeps (node/throttle.h): open
+                                 and closed each; default 1024, 0 = off, max 16384 */
+    char *events_log;         /* closed episodes appended as JSON lines; "" = off; %n is
+                                 the node's name */
     /* [router] */
-    char *router_host;    /* default 127.0.0.1; an IPv6 address comes without brackets */
-    uint16_t router_port; /* default 7400 */
-    uint32_t deadline_ms; /* default 50 */
-    char *request_log;    /* "" = off */
-    uint32_t log_sample;  /* log one request in N; default 1 */
-    uint64_t log_max_size; /* rotate the request log at this size; 0 = never; default 256 MiB */
-    uint32_t log_keep;     /* rotated request logs kept; default 4 */
+    char *router_host;         /* default 127.0.0.1; an IPv6 address comes without brackets */
+    uint16_t router_port;      /* default 7400 */
+    uint32_t deadline_ms;      /* default 50 */
+    char *request_log;         /* "" = off */
+    uint32_t log_sample;       /* log one request in N; default 1 */
+    uint64_t log_max_size;     /* rotate the request log at this size; 0 = never; default 256 MiB */
+    uint32_t log_keep;         /* rotated request logs kept; default 4 */
     char *router_metrics_host; /* [router] metrics: HTTP listener (metrics.h); NULL: off */
     uint16_t router_metrics_port;
     /* [clients]: what each process's listener allows its clients (connlimits.h) */
@@ -157,16 +118,17 @@ struct rl_conf {
  * version N - 1. */
 struct rl_rules_status {
     int64_t version;
-    int64_t digest;      /* rl_conf.rules_digest */
-    uint64_t reloads;    /* rule sets applied since start (SIGHUP or ZooKeeper) */
-    uint64_t failures;   /* rule sets refused (did not parse, or no memory) */
+    int64_t digest;    /* rl_conf.rules_digest */
+    uint64_t reloads;  /* rule sets applied since start (SIGHUP or ZooKeeper) */
+    uint64_t failures; /* rule sets refused (did not parse, or no memory) */
 };
 
 /*
  * Loads path. Returns 0 with *out set (free with rl_conf_destroy), or a negative errno with
  * *out NULL and err holding one line "FILE:LINE: what is wrong" (or "FILE: what is wrong"
  * when the file cannot be read): -EINVAL for a bad file, -ENOMEM, or fopen's or read's
- * errno (-ENOENT, -EACCES, -EISDIR...). err may be NULL when errlen is 0; a short err gets a
+ * errno (-ENOENT, -EACCES, -EISDIR...). Relative paths in the file are the file's directory's
+ * (struct rl_conf). err may be NULL when errlen is 0; a short err gets a
  * truncated, terminated line. Parsing stops at the first error. Not thread-safe against
  * another load (libinih's options are process globals), which is why processes load once at
  * start-up; the loaded conf is immutable and may be shared by threads.
@@ -187,30 +149,8 @@ int rl_conf_parse_rules(const char *name, const char *text, struct rl_conf **out
                         size_t errlen);
 int rl_conf_load_rules(const char *path, struct rl_conf **out, char *err, size_t errlen);
 
-/*
- * Puts the rules of fresh (a conf from rl_conf_load, rl_conf_parse or rl_conf_parse_rules)
- * in force in live: exchanges rules, nrules, tiers, ntiers, the index and rules_digest of
- * the two, and resolves every [client NAME] of live again against the new rules (its
- * rules[] array is replaced). Nothing else of either changes, so pointers to live and to its
- * clients stay valid; fresh then holds the old rules: destroy it once nothing points to them
- * (a router's requests in flight, a limiter's tiers). A client naming a service that has no
- * rule any more keeps its other services; the first such name is described in warn (""
- * when none; warn may be NULL with warnlen 0). Returns 0, or -ENOMEM with both unchanged.
- * Not thread-safe: call it from the thread that reads live.
- */
-int rl_conf_swap_rules(struct rl_conf *live, struct rl_conf *fresh, char *warn, size_t warnlen);
-
 /* Frees c and everything it holds; NULL is a no-op. */
 void rl_conf_destroy(struct rl_conf *c);
-
-/*
- * The rule for a request: the `[service S E]` section if it exists, else `[service S]`, else
- * NULL (NO_RULE). An endpoint of length 0 (nil or "") selects `[service S]` only. Neither
- * string needs a terminating NUL. O(1), no allocation: safe on the hot path, and from
- * several threads at once since the conf is immutable after load.
- */
-const struct rl_rule *rl_conf_rule(const struct rl_conf *c, const char *service, size_t slen,
-                                   const char *endpoint, size_t elen);
 
 /* The address others dial to reach node n: its advertise, else its listen. */
 const char *rl_conf_node_dial(const struct rl_node_conf *n, uint16_t *port);
@@ -238,6 +178,5 @@ rl_conf_client_may(const struct rl_client_conf *cl, const struct rl_rule *r)
 
 /* The [node NAME] section, or NULL. A linear scan: for start-up, not the hot path. */
 const struct rl_node_conf *rl_conf_node(const struct rl_conf *c, const char *name);
-
 
 #endif

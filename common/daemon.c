@@ -35,24 +35,19 @@ rl_daemon_fail(struct rl_daemon *d, const char *fmt, ...)
 {
     char line[1024];
     va_list ap;
-    int n;
+    size_t n;
 
+    /* One byte is left for the newline. */
     va_start(ap, fmt);
-    n = vsnprintf(line, sizeof(line), fmt, ap);
+    n = rl_log_vformat(line, sizeof(line) - 1, fmt, ap);
     va_end(ap);
-    if (n < 0) {
-        n = 0;
-    }
-    if ((size_t)n > sizeof(line) - 2) {
-        n = (int)sizeof(line) - 2;
-    }
     /* With a log file in place of stderr: the file has it at error, the operator on the
      * original stderr. Without one (or when that could not be kept), stderr only. */
     if (d->console >= 0) {
-        rl_log_error("%.*s", n, line);
+        rl_log_error("%.*s", (int)n, line);
     }
     line[n++] = '\n';
-    ssize_t w = write(d->console >= 0 ? d->console : STDERR_FILENO, line, (size_t)n);
+    ssize_t w = write(d->console >= 0 ? d->console : STDERR_FILENO, line, n);
     (void)w;
 }
 

@@ -83,13 +83,25 @@ rl_log_level_parse(const char *s, enum rl_log_level *out)
     return -EINVAL;
 }
 
+size_t
+rl_log_vformat(char *line, size_t cap, const char *fmt, va_list ap)
+{
+    int n = vsnprintf(line, cap, fmt, ap);
+
+    if (n < 0) {
+        line[0] = '\0';
+        return 0;
+    }
+    return (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
 void
 rl_log(enum rl_log_level level, const char *fmt, ...)
 {
     char line[1024];
     struct timespec ts;
     struct tm tm;
-    int n, m;
+    size_t n;
     va_list ap;
 
     if (level > log_level) {
@@ -97,20 +109,13 @@ rl_log(enum rl_log_level level, const char *fmt, ...)
     }
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    n = snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s %s: ", tm.tm_hour, tm.tm_min,
-                 tm.tm_sec, ts.tv_nsec / 1000000, log_tag, log_names[level]);
-    va_start(ap, fmt);
-    m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    va_end(ap);
+    n = (size_t)snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s %s: ", tm.tm_hour, tm.tm_min,
+                         tm.tm_sec, ts.tv_nsec / 1000000, log_tag, log_names[level]);
     /* A line longer than the buffer is cut; the newline is always kept. */
-    if (m < 0) {
-        m = 0;
-    }
-    n += m;
-    if ((size_t)n > sizeof(line) - 2) {
-        n = (int)sizeof(line) - 2;
-    }
+    va_start(ap, fmt);
+    n += rl_log_vformat(line + n, sizeof(line) - n - 1, fmt, ap);
+    va_end(ap);
     line[n++] = '\n';
-    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+    ssize_t w = write(STDERR_FILENO, line, n);
     (void)w;
 }

@@ -5,6 +5,9 @@
 #ifndef RL_LOG_H
 #define RL_LOG_H
 
+#include <stdarg.h>
+#include <stddef.h>
+
 #define RL_LOG_LEVEL_MAP(X)                                                                        \
     X(ERROR, "error")                                                                              \
     X(WARN, "warn")                                                                                \
@@ -33,6 +36,14 @@ int rl_log_level_parse(const char *s, enum rl_log_level *out);
 
 /* Prints one line "TIME tag LEVEL message" to stderr when level is enabled. */
 void rl_log(enum rl_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Formats into line[0..cap) (cap >= 1), cutting what does not fit, and returns the length
+ * kept: at most cap - 1, 0 on an encoding error. For the callers that build one line of
+ * their own (a message to the console, a metrics line).
+ */
+size_t rl_log_vformat(char *line, size_t cap, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 #define rl_log_error(...) rl_log(RL_LOG_ERROR, __VA_ARGS__)
 #define rl_log_warn(...) rl_log(RL_LOG_WARN, __VA_ARGS__)

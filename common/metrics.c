@@ -44,15 +44,12 @@ prom_printf(struct rl_prom *p, const char *fmt, ...)
 {
     char line[1024];
     va_list ap;
-    int n;
+    size_t n;
 
     va_start(ap, fmt);
-    n = vsnprintf(line, sizeof(line), fmt, ap);
+    n = rl_log_vformat(line, sizeof(line), fmt, ap);
     va_end(ap);
-    if (n < 0) {
-        return;
-    }
-    prom_append(p, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+    prom_append(p, line, n);
 }
 
 void

@@ -2,10 +2,11 @@
  * shardmap: which shard a (service, user) belongs to, and which node owns each shard.
  * shard = XXH3_64(service, 0x00, user) mod S; shards are placed on the live members by
  * rendezvous hashing (highest random weight), then overridden shard by shard by the
- * rebalance tool's assignment when it names a live member. Every router computes the same
- * table from the same members and assignment, whatever order it learnt them in.
- * docs/SHARDING.md gives the exact hash inputs and the assignment text format.
- * Not for talking to ZooKeeper (zkm.h) or to nodes.
+ * rebalance tool's assignment (assignment.h) when it names a live member. Every router
+ * computes the same table from the same members and assignment, whatever order it learnt
+ * them in. docs/SHARDING.md gives the exact hash inputs. Not for the assignment's text
+ * format (assignment.h), what a table is rebuilt from (view.h), nor for talking to
+ * ZooKeeper (zkm.h) or to nodes.
  */
 #ifndef RL_SHARDMAP_H
 #define RL_SHARDMAP_H
@@ -44,43 +45,7 @@ rl_shardmap_shard(uint64_t key_hash, uint32_t nshards)
     return (uint32_t)(key_hash % nshards);
 }
 
-/* An assignment: per-shard overrides by node name (the rebalance tool's output). */
-struct rl_assignment {
-    uint32_t nshards;
-    char (*owner)[RL_SHARDMAP_NAME_MAX]; /* owner[s]: a node name, or "" for no override */
-};
-
-/*
- * Allocates an assignment of nshards (1..RL_SHARDMAP_SHARDS_MAX) with no overrides.
- * Returns 0, -EINVAL for a bad nshards, or -ENOMEM. Free with rl_assignment_deinit.
- */
-int rl_assignment_init(struct rl_assignment *a, uint32_t nshards);
-void rl_assignment_deinit(struct rl_assignment *a);
-
-/*
- * Sets the override of shard to node, or clears it when node is NULL or "". A node name is
- * 1..63 bytes, none of them a space, a control byte (below 0x21, or 0x7f) or '#', so that
- * the text format can carry it. Returns 0, or -EINVAL for a shard out of range or a bad name.
- */
-int rl_assignment_set(struct rl_assignment *a, uint32_t shard, const char *node);
-
-/*
- * Parses the text format (docs/SHARDING.md) into a, which rl_assignment_init sized for the
- * cluster: a first line "rl-assignment 1 SHARDS" whose SHARDS must equal a->nshards, then
- * one "SHARD NODE" line per override; '#' starts a comment; blank lines are ignored.
- * Returns 0 with a holding exactly the file's overrides, or -EINVAL with err set to
- * "line N: what is wrong" (err may be NULL), or -ENOMEM; on error a is unchanged.
- */
-int rl_assignment_parse(struct rl_assignment *a, const char *text, size_t len, char *err,
-                        size_t errlen);
-
-/*
- * Writes the text format, overrides in shard order, into a malloc'd NUL-terminated string
- * (*out, the caller frees it; *outlen excludes the NUL). The same assignment always gives
- * the same bytes. Returns 0, -EINVAL when an override is not a valid node name (see
- * rl_assignment_set), or -ENOMEM.
- */
-int rl_assignment_format(const struct rl_assignment *a, char **out, size_t *outlen);
+struct rl_assignment;
 
 /* The table: owner index (into members) of every shard. Immutable once created. */
 struct rl_shardmap {
@@ -102,32 +67,6 @@ int rl_shardmap_create(struct rl_shardmap **out, uint32_t nshards, const struct 
                        size_t nmembers, const struct rl_assignment *assignment);
 void rl_shardmap_destroy(struct rl_shardmap *m);
 
-/*
- * What a table is built from, as ZooKeeper last told it: the members and the assignment's
- * text (shardmap.h's format, len 0: none) and znode version. Routers and nodes both keep one
- * and rebuild their table from it on every change. Zero-initialise; rl_view_deinit frees.
- */
-struct rl_view {
-    struct rl_member *members;
-    size_t nmembers;
-    char *asg_text;
-    size_t asg_len;
-    int64_t asg_version; /* -1: none */
-};
-
-/* Replace the members (copied) or the assignment (copied). 0, or -ENOMEM with v unchanged. */
-int rl_view_set_members(struct rl_view *v, const struct rl_member *members, size_t n);
-int rl_view_set_assignment(struct rl_view *v, const char *text, size_t len, int64_t version);
-void rl_view_deinit(struct rl_view *v);
-
-/*
- * The table of a view: an assignment that does not parse is left out, with why in err
- * (err[0] is '\0' otherwise), and the table is built from the members alone. Returns 0 with
- * *out set, or an error of rl_shardmap_create.
- */
-int rl_shardmap_build(struct rl_shardmap **out, uint32_t nshards, const struct rl_view *v,
-                      char *err, size_t errlen);
-
 /* The owner of shard s: an index into m->members, or RL_SHARDMAP_NONE. */
 static inline uint32_t
 rl_shardmap_owner(const struct rl_shardmap *m, uint32_t shard)
@@ -137,7 +76,7 @@ rl_shardmap_owner(const struct rl_shardmap *m, uint32_t shard)
 
 /*
  * The table's digest, for comparing tables across processes: a router's or a node's STATS
- * `table_digest` against another's, or against the table a tool builds (rl_shardmap_build)
+ * `table_digest` against another's, or against the table a tool builds (rl_view_build)
  * from its own read of ZooKeeper. XXH3_64bits (seed 0) over nshards as 4 little-endian
  * bytes, then for each shard in order its owner's name bytes and one 0x00 byte (just the
  * 0x00 for RL_SHARDMAP_NONE). It depends only on who owns each shard: the same members in

@@ -1,169 +1,30 @@
 /*
- * zkm: ZooKeeper membership on a libuv loop. The client library's threads only copy what
- * they are given into an event and queue it (zkm_push); the loop thread drains the queue in
- * zkm_async_cb and owns every decision: registration, member scans, assignment reads, new
- * sessions. Requests are asynchronous and pipelined (a session's requests are answered in
- * order, so "create the parents, then read the children" needs no waiting in between).
+ * zkm: the ZooKeeper session on a libuv loop (zkm.h), shared by node, router and tools. The
+ * client library's threads only copy what they are given into an event and queue it
+ * (zkm_push); the loop thread drains the queue in zkm_async_cb and owns every decision: new
+ * sessions, the watched data (assignment, rules), and, through zkmembers.c, registration and
+ * member scans. Requests are asynchronous and pipelined (a session's requests are answered
+ * in order, so "create the parents, then read the children" needs no waiting in between).
  * Each zhandle has a generation; events of an older one are dropped, so an expired session
- * cannot disturb its successor. Not for the shard map, and not a general ZooKeeper wrapper.
+ * cannot disturb its successor. The blocking primitives of the tools' calls are here too.
+ * Not for the shard map, and not a general ZooKeeper wrapper.
  */
 #include "zkm.h"
 
-#include "auth.h"
-
 #include <errno.h>
-#include <stdatomic.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <zookeeper/zookeeper.h>
-
 #include "log.h"
+#include "zkm_int.h"
 
-/* "/ratelimiter/" + cluster, then + "/assignment.prev", then + "/" + name. */
-#define ZKM_CLUSTER_MAX 64
-#define ZKM_ROOT_MAX 80
-#define ZKM_DIR_MAX 100
-#define ZKM_PATH_MAX 168
-/* How often a registration that is still waiting says so again. */
-#define ZKM_WAIT_LOG_MS 10000
 /* How often a failed zookeeper_init (a host name that does not resolve) is retried. */
 #define ZKM_INIT_RETRY_MS 2000
 /* Attempts at reading a znode that keeps changing size between exists and get. */
 #define ZKM_GET_TRIES 5
-
-enum zkm_kind {
-    ZKM_EV_SESSION,
-    ZKM_EV_WATCH,
-    ZKM_OP_REG_CREATE,
-    ZKM_OP_REG_CHECK,
-    ZKM_OP_CHILDREN,
-    ZKM_OP_MEMBER,
-    ZKM_OP_MEMBER_ACL,
-    ZKM_OP_ASG_EXISTS,
-    ZKM_OP_ASG_ACL,
-    ZKM_OP_ASG_GET,
-};
-
-/* The registration: OFF until rl_zkm_register, then IDLE (to do), BUSY (a request is out),
- * HELD (our session owns the znode) or WAIT (another session owns it). */
-enum zkm_reg { ZKM_REG_OFF, ZKM_REG_IDLE, ZKM_REG_BUSY, ZKM_REG_HELD, ZKM_REG_WAIT };
-
-/* A watcher event, or an asynchronous request and then its result. */
-struct zkm_ev {
-    struct zkm_ev *next;
-    struct rl_zkm *z;
-    uint64_t gen; /* the session generation it belongs to */
-    enum zkm_kind kind;
-    int type, state; /* watcher events */
-    char *path;      /* watcher events */
-    int rc;
-    struct Stat stat;
-    char *data; /* get results, malloc'd */
-    size_t len;
-    char **names; /* children results, malloc'd */
-    size_t nnames;
-    uint64_t seq; /* ZKM_OP_MEMBER: the scan, and its slot */
-    size_t slot;
-    int acl_ours; /* ZKM_OP_*_ACL: the znode's ACL is the cluster's (zkm_acl_ours) */
-};
-
-/* A znode whose data is watched and delivered on every change (by mzxid). */
-enum { ZKM_DW_ASG, ZKM_DW_RULES, ZKM_DW_COUNT };
-struct zkm_dw {
-    const char *path;
-    const char *what; /* for the log */
-    int on;           /* watched */
-    int busy, dirty, known;
-    int64_t key; /* mzxid of the data last delivered, -1 when absent */
-};
-
-/* A handle's context: which rl_zkm and generation its watcher events belong to. */
-struct zkm_sess {
-    struct rl_zkm *z;
-    uint64_t gen;
-};
-
-/* One read of the members: the children's names, then each one's address. */
-struct zkm_scan {
-    uint64_t seq;
-    size_t n, pending;
-    int failed;
-    struct rl_member *m;
-    unsigned char *ok; /* bit 0: address read; bit 1: ACL the cluster's (secure only) */
-};
-
-struct rl_zkm {
-    uv_loop_t *loop;
-    uv_async_t async;
-    uv_timer_t timer; /* retries: a failed init, a waiting registration, a failed read */
-    int nopen;        /* handles not yet closed */
-    int closing;
-    struct rl_zkm_cbs cbs;
-    void *arg;
-    char *hosts;
-    int timeout_ms;
-    char root[ZKM_ROOT_MAX];
-    char nodes_path[ZKM_DIR_MAX];
-    char asg_path[ZKM_DIR_MAX];
-    char prev_path[ZKM_DIR_MAX];
-    char rules_path[ZKM_DIR_MAX];
-    char routers_path[ZKM_DIR_MAX];
-    char announce_path[ZKM_PATH_MAX]; /* rl_zkm_announce_router: routers/<name>; "" if none */
-    char announce_data[RL_SHARDMAP_NAME_MAX];
-    uint64_t announced_gen; /* the session whose create was sent (0: send it again) */
-    atomic_int announce_failed; /* set by the create's completion (ZooKeeper's thread) */
-    atomic_int announce_warned; /* a failure was logged; cleared by a success */
-
-    /* rl_zkm_secure: the digest credential and the ACLs made from it; immutable after. */
-    int secure;
-    char zk_cred[RL_AUTH_ZK_CRED_MAX];
-    char zk_id[RL_AUTH_ZK_ID_MAX];
-    struct ACL acl_entries[2];
-    struct ACL_vector acl;      /* the cluster's znodes: the digest may do all, world read */
-    struct ACL top_entries[2];
-    struct ACL_vector top_acl;  /* /ratelimiter, shared by clusters: world may also create */
-
-    /* The session, loop thread only. */
-    zhandle_t *zh;
-    struct zkm_sess *sess;
-    uint64_t gen;
-    uint64_t parents_gen; /* the generation that created the parent znodes */
-    int connected;
-    int connected_before; /* this session was connected once: a CONNECTED is a reconnect */
-    int64_t session_id;
-    enum rl_zkm_state state; /* as last told to on_state */
-    int init_failures;
-
-    /* The registration. */
-    enum zkm_reg reg;
-    char name[RL_SHARDMAP_NAME_MAX];
-    char addr[RL_SHARDMAP_NAME_MAX];
-    char reg_path[ZKM_PATH_MAX];
-    int32_t reg_version;
-    uint64_t wait_since, wait_logged; /* loop time (ms) the wait began and was last logged */
-
-    /* The watch. */
-    int watching;
-    int mem_busy, mem_dirty, mem_known;
-    uint64_t scan_seq;
-    struct zkm_scan *scan;
-    struct rl_member *members; /* as last delivered */
-    size_t nmembers;
-    struct zkm_dw dw[ZKM_DW_COUNT]; /* the assignment and the rules */
-
-    /* Shared with the client's threads, under mu. */
-    pthread_mutex_t mu;
-    pthread_cond_t cond;
-    struct zkm_ev *head, **tail;
-    int lost;        /* an event was dropped for want of memory: read everything again */
-    uint64_t lk_gen; /* the generation whose state lk_state is */
-    int lk_state;    /* that handle's last session state, for the blocking calls */
-};
 
 static const char *const zkm_state_names[] = {
 #define RL_ZKM_STATE_NAME(n, s) s,
@@ -172,10 +33,6 @@ static const char *const zkm_state_names[] = {
 };
 
 static void zkm_new_session(struct rl_zkm *z);
-static void zkm_set_reg(struct rl_zkm *z, int reg);
-static void zkm_reg_step(struct rl_zkm *z);
-static void zkm_members_refresh(struct rl_zkm *z);
-static void zkm_asg_refresh(struct rl_zkm *z);
 static void zkm_dw_refresh(struct rl_zkm *z, int which);
 
 const char *
@@ -188,7 +45,7 @@ rl_zkm_state_name(enum rl_zkm_state state)
 }
 
 /* A znode name we create, as conf.c accepts it: [A-Za-z0-9._-]{1,max}, not "." or "..". */
-static int
+int
 zkm_name_ok(const char *s, size_t max)
 {
     size_t n = s != NULL ? strlen(s) : 0;
@@ -206,7 +63,7 @@ zkm_name_ok(const char *s, size_t max)
     return 1;
 }
 
-static int
+int
 zkm_errno(int rc)
 {
     if (rc == ZOK) {
@@ -318,7 +175,7 @@ zkm_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
     zkm_push(z, ev);
 }
 
-static void
+void
 zkm_ignore_done(int rc, const char *value, const void *data)
 {
     (void)rc;
@@ -326,7 +183,7 @@ zkm_ignore_done(int rc, const char *value, const void *data)
     (void)data;
 }
 
-static void
+void
 zkm_string_done(int rc, const char *value, const void *data)
 {
     struct zkm_ev *ev = (struct zkm_ev *)data;
@@ -336,7 +193,7 @@ zkm_string_done(int rc, const char *value, const void *data)
     zkm_push(ev->z, ev);
 }
 
-static void
+void
 zkm_stat_done(int rc, const struct Stat *stat, const void *data)
 {
     struct zkm_ev *ev = (struct zkm_ev *)data;
@@ -348,7 +205,7 @@ zkm_stat_done(int rc, const struct Stat *stat, const void *data)
     zkm_push(ev->z, ev);
 }
 
-static void
+void
 zkm_data_done(int rc, const char *value, int value_len, const struct Stat *stat, const void *data)
 {
     struct zkm_ev *ev = (struct zkm_ev *)data;
@@ -372,7 +229,7 @@ zkm_data_done(int rc, const char *value, int value_len, const struct Stat *stat,
     zkm_push(ev->z, ev);
 }
 
-static void
+void
 zkm_strings_done(int rc, const struct String_vector *sv, const void *data)
 {
     struct zkm_ev *ev = (struct zkm_ev *)data;
@@ -397,9 +254,6 @@ zkm_strings_done(int rc, const struct String_vector *sv, const void *data)
 
 /* The loop thread. */
 
-static void zkm_retry_later(struct rl_zkm *z, uint64_t ms);
-static void zkm_announce(struct rl_zkm *z);
-
 static void
 zkm_timer_cb(uv_timer_t *t)
 {
@@ -412,14 +266,7 @@ zkm_timer_cb(uv_timer_t *t)
     if (!z->connected) {
         return; /* the CONNECTED event will redo everything */
     }
-    if (z->reg == ZKM_REG_WAIT) {
-        zkm_set_reg(z, ZKM_REG_IDLE);
-    }
-    zkm_reg_step(z);
-    zkm_announce(z);
-    if (z->mem_dirty) {
-        zkm_members_refresh(z);
-    }
+    zkm_members_resync(z, 0);
     for (int k = 0; k < ZKM_DW_COUNT; k++) {
         if (z->dw[k].dirty) {
             zkm_dw_refresh(z, k);
@@ -427,7 +274,7 @@ zkm_timer_cb(uv_timer_t *t)
     }
 }
 
-static void
+void
 zkm_retry_later(struct rl_zkm *z, uint64_t ms)
 {
     if (!z->closing && !uv_is_active((uv_handle_t *)&z->timer)) {
@@ -436,7 +283,7 @@ zkm_retry_later(struct rl_zkm *z, uint64_t ms)
 }
 
 /* A request to be sent: the result comes back through the queue as this event. */
-static struct zkm_ev *
+struct zkm_ev *
 zkm_op(struct rl_zkm *z, enum zkm_kind kind)
 {
     struct zkm_ev *ev = calloc(1, sizeof(*ev));
@@ -454,7 +301,7 @@ zkm_op(struct rl_zkm *z, enum zkm_kind kind)
 
 /* A request the client refused at once gets no completion: queue its failure ourselves, so
  * every result, good or bad, arrives the same way. */
-static void
+void
 zkm_sent(struct rl_zkm *z, struct zkm_ev *ev, int rc)
 {
     if (rc != ZOK) {
@@ -463,16 +310,29 @@ zkm_sent(struct rl_zkm *z, struct zkm_ev *ev, int rc)
     }
 }
 
-/* Every change of z->reg goes through here, so on_registered hears when HELD begins or ends. */
-static void
-zkm_set_reg(struct rl_zkm *z, int reg)
+/*
+ * Starts a read guarded by busy and dirty (one in flight at a time; dirty: read again when
+ * it is done): NULL with *dirty set when one is out, the session is not up or memory is
+ * short, else the request's event with *busy set, *dirty cleared and the parents made.
+ */
+struct zkm_ev *
+zkm_read_begin(struct rl_zkm *z, enum zkm_kind kind, int *busy, int *dirty)
 {
-    int was = z->reg == ZKM_REG_HELD;
+    struct zkm_ev *ev;
 
-    z->reg = (enum zkm_reg)reg;
-    if (!z->closing && was != (reg == ZKM_REG_HELD) && z->cbs.on_registered != NULL) {
-        z->cbs.on_registered(z->arg, reg == ZKM_REG_HELD);
+    if (*busy || !z->connected || z->zh == NULL) {
+        *dirty = 1;
+        return NULL;
     }
+    ev = zkm_op(z, kind);
+    if (ev == NULL) {
+        *dirty = 1;
+        return NULL;
+    }
+    *busy = 1;
+    *dirty = 0;
+    zkm_parents(z);
+    return ev;
 }
 
 static void
@@ -488,7 +348,7 @@ zkm_set_state(struct rl_zkm *z, enum rl_zkm_state state)
 }
 
 /* The ACL of a znode the cluster creates: the top one, or one of its own. */
-static struct ACL_vector *
+struct ACL_vector *
 zkm_acl(struct rl_zkm *z, int top)
 {
     if (!z->secure) {
@@ -503,7 +363,7 @@ zkm_acl(struct rl_zkm *z, int top)
  * digest of this cluster's secret, was not written by this cluster (or was opened since).
  * Called on the client's threads: reads only what rl_zkm_secure set.
  */
-static int
+int
 zkm_acl_ours(const struct rl_zkm *z, const struct ACL_vector *v)
 {
     int ours = 0;
@@ -524,7 +384,7 @@ zkm_acl_ours(const struct rl_zkm *z, const struct ACL_vector *v)
     return ours;
 }
 
-static void
+void
 zkm_acl_done(int rc, struct ACL_vector *acl, struct Stat *stat, const void *data)
 {
     struct zkm_ev *ev = (struct zkm_ev *)data;
@@ -554,7 +414,7 @@ zkm_close_done(int rc, const void *data)
  * before the secret was set (an open ACL lets anyone set it; a stranger's lets nobody, and
  * that is said at warn).
  */
-static void
+void
 zkm_parents(struct rl_zkm *z)
 {
     const char *paths[] = {"/ratelimiter", z->root, z->nodes_path};
@@ -572,324 +432,6 @@ zkm_parents(struct rl_zkm *z)
     }
 }
 
-/* Registration. */
-
-static void
-zkm_reg_check(struct rl_zkm *z)
-{
-    struct zkm_ev *ev = zkm_op(z, ZKM_OP_REG_CHECK);
-
-    if (ev == NULL) {
-        if (z->reg == ZKM_REG_BUSY) {
-            zkm_set_reg(z, ZKM_REG_IDLE);
-        }
-        return;
-    }
-    zkm_sent(z, ev, zoo_aexists(z->zh, z->reg_path, 1, zkm_stat_done, ev));
-}
-
-static void
-zkm_reg_step(struct rl_zkm *z)
-{
-    struct zkm_ev *ev;
-
-    if (z->reg != ZKM_REG_IDLE || !z->connected || z->zh == NULL) {
-        return;
-    }
-    ev = zkm_op(z, ZKM_OP_REG_CREATE);
-    if (ev == NULL) {
-        return;
-    }
-    zkm_parents(z);
-    zkm_set_reg(z, ZKM_REG_BUSY);
-    zkm_sent(z, ev,
-             zoo_acreate(z->zh, z->reg_path, z->addr, (int)strlen(z->addr), zkm_acl(z, 0),
-                         ZOO_EPHEMERAL, zkm_string_done, ev));
-}
-
-static void
-zkm_reg_created(struct rl_zkm *z, int rc)
-{
-    if (z->reg != ZKM_REG_BUSY) {
-        return;
-    }
-    if (rc == ZOK) {
-        rl_log_info("zk: registered nodes/%s = %s (session 0x%" PRIx64 ")", z->name, z->addr,
-                    (uint64_t)z->session_id);
-        zkm_set_reg(z, ZKM_REG_HELD);
-        z->reg_version = 0;
-        z->wait_since = 0;
-        zkm_reg_check(z); /* to watch it: someone deleting it by hand is noticed */
-    } else if (rc == ZNODEEXISTS) {
-        zkm_reg_check(z); /* whose is it? */
-    } else {
-        if (rc == ZNONODE) {
-            z->parents_gen = 0; /* a parent went (deleted by hand?) */
-        }
-        if (rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT) {
-            rl_log_warn("zk: cannot create nodes/%s: %s; retrying", z->name, zerror(rc));
-        }
-        zkm_set_reg(z, ZKM_REG_IDLE);
-        zkm_retry_later(z, RL_ZKM_RETRY_MS);
-    }
-}
-
-static void
-zkm_reg_checked(struct rl_zkm *z, int rc, const struct Stat *st)
-{
-    uint64_t now = uv_now(z->loop);
-
-    if (z->reg != ZKM_REG_BUSY && z->reg != ZKM_REG_HELD) {
-        return;
-    }
-    if (rc == ZNONODE) {
-        if (z->reg == ZKM_REG_HELD) {
-            rl_log_warn("zk: nodes/%s was deleted under us; creating it again", z->name);
-        }
-        zkm_set_reg(z, ZKM_REG_IDLE);
-        zkm_reg_step(z);
-        return;
-    }
-    if (rc != ZOK) {
-        /* A HELD znode stays ours whatever this read did; the watch comes back with the
-         * reconnection (the CONNECTED event checks again). */
-        if (z->reg == ZKM_REG_BUSY) {
-            zkm_set_reg(z, ZKM_REG_IDLE);
-            zkm_retry_later(z, RL_ZKM_RETRY_MS);
-        }
-        return;
-    }
-    if (st->ephemeralOwner == z->session_id) {
-        if (z->reg != ZKM_REG_HELD) {
-            rl_log_info("zk: nodes/%s is already this session's (0x%" PRIx64 ")", z->name,
-                        (uint64_t)z->session_id);
-        }
-        zkm_set_reg(z, ZKM_REG_HELD);
-        z->reg_version = st->version;
-        z->wait_since = 0;
-        return;
-    }
-    /*
-     * Another session's. Most likely this node's previous process, dead but not yet expired:
-     * wait for the server to expire it (the exists watch fires on the deletion; the timer is
-     * the fallback). Deleting it would be quicker, but would also evict a live twin.
-     */
-    if (z->wait_since == 0) {
-        z->wait_since = now;
-        z->wait_logged = now;
-        if (st->ephemeralOwner == 0) {
-            rl_log_error("zk: nodes/%s exists as a persistent znode, which never expires: "
-                         "delete it by hand; waiting",
-                         z->name);
-        } else {
-            rl_log_warn("zk: nodes/%s is held by session 0x%" PRIx64 ", not ours (0x%" PRIx64
-                        "): a previous process? waiting for that session to expire",
-                        z->name, (uint64_t)st->ephemeralOwner, (uint64_t)z->session_id);
-        }
-    } else if (now - z->wait_logged >= ZKM_WAIT_LOG_MS) {
-        z->wait_logged = now;
-        rl_log_warn("zk: still waiting for nodes/%s, held by session 0x%" PRIx64 " (%" PRIu64 " s)",
-                    z->name, (uint64_t)st->ephemeralOwner, (now - z->wait_since) / 1000);
-    }
-    zkm_set_reg(z, ZKM_REG_WAIT);
-    zkm_retry_later(z, RL_ZKM_RETRY_MS);
-}
-
-/* Members. */
-
-static void
-zkm_scan_free(struct zkm_scan *s)
-{
-    if (s != NULL) {
-        free(s->m);
-        free(s->ok);
-        free(s);
-    }
-}
-
-static int
-zkm_member_cmp(const void *a, const void *b)
-{
-    return strcmp(((const struct rl_member *)a)->name, ((const struct rl_member *)b)->name);
-}
-
-static int
-zkm_members_same(const struct rl_member *a, size_t na, const struct rl_member *b, size_t nb)
-{
-    if (na != nb) {
-        return 0;
-    }
-    for (size_t i = 0; i < na; i++) {
-        if (strcmp(a[i].name, b[i].name) != 0 || strcmp(a[i].addr, b[i].addr) != 0 ||
-            a[i].since != b[i].since) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static void
-zkm_members_refresh(struct rl_zkm *z)
-{
-    struct zkm_ev *ev;
-
-    if (!z->watching) {
-        return;
-    }
-    if (z->mem_busy || !z->connected || z->zh == NULL) {
-        z->mem_dirty = 1;
-        return;
-    }
-    ev = zkm_op(z, ZKM_OP_CHILDREN);
-    if (ev == NULL) {
-        z->mem_dirty = 1;
-        return;
-    }
-    z->mem_busy = 1;
-    z->mem_dirty = 0;
-    zkm_parents(z);
-    zkm_sent(z, ev, zoo_aget_children(z->zh, z->nodes_path, 1, zkm_strings_done, ev));
-}
-
-static void
-zkm_scan_finish(struct rl_zkm *z)
-{
-    struct zkm_scan *s = z->scan;
-    size_t n = 0;
-
-    z->scan = NULL;
-    z->mem_busy = 0;
-    if (s->failed) {
-        z->mem_dirty = 1;
-        zkm_retry_later(z, RL_ZKM_RETRY_MS);
-        zkm_scan_free(s);
-        return;
-    }
-    for (size_t i = 0; i < s->n; i++) {
-        if (s->ok[i] == (z->secure ? 3 : 1)) {
-            s->m[n++] = s->m[i];
-        }
-    }
-    qsort(s->m, n, sizeof(*s->m), zkm_member_cmp);
-    if (!z->mem_known || !zkm_members_same(s->m, n, z->members, z->nmembers)) {
-        free(z->members);
-        z->members = s->m;
-        z->nmembers = n;
-        z->mem_known = 1;
-        s->m = NULL;
-        rl_log_debug("zk: %zu members", n);
-        if (z->cbs.on_members != NULL) {
-            z->cbs.on_members(z->arg, z->members, z->nmembers);
-        }
-    }
-    zkm_scan_free(s);
-    if (!z->closing && z->mem_dirty) {
-        zkm_members_refresh(z);
-    }
-}
-
-static void
-zkm_children_done(struct rl_zkm *z, struct zkm_ev *ev)
-{
-    struct zkm_scan *s;
-    char path[ZKM_PATH_MAX];
-
-    if (ev->rc != ZOK) {
-        z->mem_busy = 0;
-        z->mem_dirty = 1;
-        if (ev->rc == ZNONODE) {
-            z->parents_gen = 0;
-        }
-        zkm_retry_later(z, RL_ZKM_RETRY_MS);
-        return;
-    }
-    s = calloc(1, sizeof(*s));
-    if (s != NULL) {
-        s->m = calloc(ev->nnames + 1, sizeof(*s->m));
-        s->ok = calloc(ev->nnames + 1, 1);
-    }
-    if (s == NULL || s->m == NULL || s->ok == NULL) {
-        zkm_scan_free(s);
-        rl_log_error("zk: out of memory reading members; retrying");
-        z->mem_busy = 0;
-        z->mem_dirty = 1;
-        zkm_retry_later(z, RL_ZKM_RETRY_MS);
-        return;
-    }
-    zkm_scan_free(z->scan);
-    z->scan = s;
-    s->seq = ++z->scan_seq;
-    s->n = ev->nnames;
-    /* One more pending than requests while sending, so no result can finish the scan early. */
-    s->pending = 1;
-    for (size_t i = 0; i < ev->nnames; i++) {
-        struct zkm_ev *op;
-
-        if (strlen(ev->names[i]) >= RL_SHARDMAP_NAME_MAX) {
-            rl_log_warn("zk: member name nodes/%.40s... is too long; ignored", ev->names[i]);
-            continue;
-        }
-        snprintf(s->m[i].name, sizeof(s->m[i].name), "%s", ev->names[i]);
-        op = zkm_op(z, ZKM_OP_MEMBER);
-        if (op == NULL) {
-            s->failed = 1;
-            break;
-        }
-        op->seq = s->seq;
-        op->slot = i;
-        s->pending++;
-        snprintf(path, sizeof(path), "%s/%s", z->nodes_path, ev->names[i]);
-        zkm_sent(z, op, zoo_aget(z->zh, path, 0, zkm_data_done, op));
-        if (z->secure) {
-            op = zkm_op(z, ZKM_OP_MEMBER_ACL);
-            if (op == NULL) {
-                s->failed = 1;
-                break;
-            }
-            op->seq = s->seq;
-            op->slot = i;
-            s->pending++;
-            zkm_sent(z, op, zoo_aget_acl(z->zh, path, zkm_acl_done, op));
-        }
-    }
-    if (--s->pending == 0) {
-        zkm_scan_finish(z);
-    }
-}
-
-static void
-zkm_member_done(struct rl_zkm *z, struct zkm_ev *ev)
-{
-    struct zkm_scan *s = z->scan;
-
-    if (s == NULL || ev->seq != s->seq) {
-        return;
-    }
-    if (ev->rc == ZOK && ev->kind == ZKM_OP_MEMBER_ACL) {
-        if (ev->acl_ours) {
-            s->ok[ev->slot] |= 2;
-        } else {
-            rl_log_warn("zk: nodes/%s was not written by this cluster (its ACL is not the "
-                        "cluster secret's): ignored, given no shards",
-                        s->m[ev->slot].name);
-        }
-    } else if (ev->rc == ZOK) {
-        if (ev->len == 0 || ev->len >= RL_SHARDMAP_NAME_MAX || memchr(ev->data, 0, ev->len)) {
-            rl_log_warn("zk: member nodes/%s has a bad address (%zu bytes); ignored",
-                        s->m[ev->slot].name, ev->len);
-        } else {
-            memcpy(s->m[ev->slot].addr, ev->data, ev->len);
-            s->m[ev->slot].since = ev->stat.czxid;
-            s->ok[ev->slot] |= 1;
-        }
-    } else if (ev->rc != ZNONODE) {
-        s->failed = 1; /* ZNONODE: gone since the listing; its child event follows */
-    }
-    if (--s->pending == 0) {
-        zkm_scan_finish(z);
-    }
-}
-
 /* Watched data: the assignment (ZKM_DW_ASG), and the rules (ZKM_DW_RULES). The same steps
  * for both: exists (leaves a watch), then with a secret whose it is, then get. */
 
@@ -902,27 +444,13 @@ zkm_dw_refresh(struct rl_zkm *z, int which)
     if (!w->on) {
         return;
     }
-    if (w->busy || !z->connected || z->zh == NULL) {
-        w->dirty = 1;
-        return;
-    }
-    ev = zkm_op(z, ZKM_OP_ASG_EXISTS);
+    ev = zkm_read_begin(z, ZKM_OP_ASG_EXISTS, &w->busy, &w->dirty);
     if (ev == NULL) {
-        w->dirty = 1;
         return;
     }
     ev->slot = (size_t)which;
-    w->busy = 1;
-    w->dirty = 0;
-    zkm_parents(z);
     /* exists leaves a watch whether or not the znode is there; get only when it is. */
     zkm_sent(z, ev, zoo_aexists(z->zh, w->path, 1, zkm_stat_done, ev));
-}
-
-static void
-zkm_asg_refresh(struct rl_zkm *z)
-{
-    zkm_dw_refresh(z, ZKM_DW_ASG);
 }
 
 static void
@@ -1004,69 +532,10 @@ zkm_asg_done(struct rl_zkm *z, struct zkm_ev *ev)
 
 /* Sessions. */
 
-/*
- * The create's completion, on ZooKeeper's thread: a failure (the name still held by a
- * session of a router that died, or a twin; a connection lost mid-create) asks the loop,
- * through the flag and the async, to send it again a little later. Said once a streak.
- */
-static void
-zkm_announce_done(int rc, const char *value, const void *data)
-{
-    struct rl_zkm *z = (struct rl_zkm *)data;
-
-    (void)value;
-    if (rc == ZOK) {
-        atomic_store(&z->announce_warned, 0);
-        return;
-    }
-    if (rc == ZCLOSING || rc == ZSESSIONEXPIRED) {
-        return; /* a new session announces again */
-    }
-    if (atomic_exchange(&z->announce_warned, 1) == 0) {
-        if (rc == ZNODEEXISTS) {
-            rl_log_warn("zk: %s is held by another session (this router's previous process, "
-                        "until its session expires, or a router with the same --name); "
-                        "retrying every %d ms",
-                        z->announce_path, RL_ZKM_RETRY_MS);
-        } else {
-            rl_log_warn("zk: cannot announce %s: %s; retrying every %d ms", z->announce_path,
-                        zerror(rc), RL_ZKM_RETRY_MS);
-        }
-    }
-    atomic_store(&z->announce_failed, 1);
-    uv_async_send(&z->async);
-}
-
-/* Router side: the ephemeral routers/<name>, once per session (rl_zkm_announce_router). */
-static void
-zkm_announce(struct rl_zkm *z)
-{
-    if (z->announce_path[0] == '\0' || z->announced_gen == z->gen) {
-        return;
-    }
-    z->announced_gen = z->gen;
-    zkm_parents(z);
-    zoo_acreate(z->zh, z->routers_path, "", 0, zkm_acl(z, 0), ZOO_PERSISTENT, zkm_ignore_done,
-                NULL);
-    zoo_acreate(z->zh, z->announce_path, z->announce_data, (int)strlen(z->announce_data),
-                zkm_acl(z, 0), ZOO_EPHEMERAL, zkm_announce_done, z);
-}
-
 static void
 zkm_resync(struct rl_zkm *z)
 {
-    zkm_announce(z);
-    if (z->reg == ZKM_REG_WAIT) {
-        zkm_set_reg(z, ZKM_REG_IDLE);
-    }
-    if (z->reg == ZKM_REG_IDLE) {
-        zkm_reg_step(z);
-    } else if (z->reg == ZKM_REG_HELD) {
-        zkm_reg_check(z);
-    }
-    if (z->watching) {
-        zkm_members_refresh(z);
-    }
+    zkm_members_resync(z, 1);
     for (int k = 0; k < ZKM_DW_COUNT; k++) {
         zkm_dw_refresh(z, k);
     }
@@ -1104,14 +573,7 @@ zkm_new_session(struct rl_zkm *z)
     z->connected = 0;
     z->connected_before = 0;
     z->session_id = 0;
-    if (z->reg != ZKM_REG_OFF) {
-        zkm_set_reg(z, ZKM_REG_IDLE);
-    }
-    z->wait_since = 0;
-    zkm_scan_free(z->scan);
-    z->scan = NULL;
-    z->mem_busy = 0;
-    z->mem_dirty = z->watching;
+    zkm_members_reset(z);
     for (int k = 0; k < ZKM_DW_COUNT; k++) {
         z->dw[k].busy = 0;
         z->dw[k].dirty = z->dw[k].on;
@@ -1207,22 +669,13 @@ zkm_on_watch(struct rl_zkm *z, int type, const char *path)
     if (path == NULL || type == ZOO_NOTWATCHING_EVENT) {
         return;
     }
-    if (strcmp(path, z->nodes_path) == 0) {
-        zkm_members_refresh(z);
-    } else if (strcmp(path, z->asg_path) == 0) {
-        zkm_asg_refresh(z);
+    if (zkm_members_watch(z, type, path)) {
+        return;
+    }
+    if (strcmp(path, z->asg_path) == 0) {
+        zkm_dw_refresh(z, ZKM_DW_ASG);
     } else if (strcmp(path, z->rules_path) == 0) {
         zkm_dw_refresh(z, ZKM_DW_RULES);
-    } else if (z->reg != ZKM_REG_OFF && strcmp(path, z->reg_path) == 0) {
-        /* Deleted (ours, or the old session's we wait for), created or changed: creating
-         * again sorts it out (created, or exists and then whose it is). */
-        if (z->reg == ZKM_REG_HELD && type == ZOO_DELETED_EVENT) {
-            rl_log_warn("zk: nodes/%s was deleted under us; creating it again", z->name);
-        }
-        if (z->reg == ZKM_REG_HELD || z->reg == ZKM_REG_WAIT) {
-            zkm_set_reg(z, ZKM_REG_IDLE);
-            zkm_reg_step(z);
-        }
     }
 }
 
@@ -1239,23 +692,13 @@ zkm_handle(struct rl_zkm *z, struct zkm_ev *ev)
     case ZKM_EV_WATCH:
         zkm_on_watch(z, ev->type, ev->path);
         break;
-    case ZKM_OP_REG_CREATE:
-        zkm_reg_created(z, ev->rc);
-        break;
-    case ZKM_OP_REG_CHECK:
-        zkm_reg_checked(z, ev->rc, &ev->stat);
-        break;
-    case ZKM_OP_CHILDREN:
-        zkm_children_done(z, ev);
-        break;
-    case ZKM_OP_MEMBER:
-    case ZKM_OP_MEMBER_ACL:
-        zkm_member_done(z, ev);
-        break;
     case ZKM_OP_ASG_EXISTS:
     case ZKM_OP_ASG_ACL:
     case ZKM_OP_ASG_GET:
         zkm_asg_done(z, ev);
+        break;
+    default:
+        zkm_members_handle(z, ev);
         break;
     }
 }
@@ -1274,9 +717,8 @@ zkm_async_cb(uv_async_t *a)
     lost = z->lost;
     z->lost = 0;
     pthread_mutex_unlock(&z->mu);
-    if (atomic_exchange(&z->announce_failed, 0) && !z->closing) {
-        z->announced_gen = 0; /* the timer sends the create again */
-        zkm_retry_later(z, RL_ZKM_RETRY_MS);
+    if (!z->closing) {
+        zkm_members_wakeup(z);
     }
     for (; ev != NULL; ev = next) {
         next = ev->next;
@@ -1307,8 +749,7 @@ zkm_close_cb(uv_handle_t *h)
         next = ev->next;
         zkm_ev_free(ev);
     }
-    zkm_scan_free(z->scan);
-    free(z->members);
+    zkm_members_free(z);
     free(z->hosts);
     pthread_cond_destroy(&z->cond);
     pthread_mutex_destroy(&z->mu);
@@ -1401,46 +842,11 @@ rl_zkm_destroy(struct rl_zkm *z)
         return;
     }
     z->closing = 1;
-    if (z->zh != NULL && z->reg == ZKM_REG_HELD && z->connected) {
-        /* Closing the session removes the znode as well; deleting it first makes its end
-         * explicit in the server's log. Synchronous: a healthy server answers in a few ms. */
-        int rc = zoo_delete(z->zh, z->reg_path, z->reg_version);
-        if (rc == ZOK) {
-            rl_log_info("zk: unregistered nodes/%s", z->name);
-        } else {
-            rl_log_warn("zk: deleting nodes/%s: %s (closing the session removes it)", z->name,
-                        zerror(rc));
-        }
-    }
+    zkm_members_close(z);
     zkm_close_handle(z);
     uv_timer_stop(&z->timer);
     uv_close((uv_handle_t *)&z->timer, zkm_close_cb);
     uv_close((uv_handle_t *)&z->async, zkm_close_cb);
-}
-
-int
-rl_zkm_register(struct rl_zkm *z, const char *name, const char *addr)
-{
-    size_t alen = addr != NULL ? strlen(addr) : 0;
-
-    if (!zkm_name_ok(name, RL_SHARDMAP_NAME_MAX - 1) || alen == 0 || alen >= RL_SHARDMAP_NAME_MAX) {
-        return -EINVAL;
-    }
-    if (z->reg != ZKM_REG_OFF) {
-        return -EALREADY;
-    }
-    snprintf(z->name, sizeof(z->name), "%s", name);
-    snprintf(z->addr, sizeof(z->addr), "%s", addr);
-    snprintf(z->reg_path, sizeof(z->reg_path), "%s/%s", z->nodes_path, name);
-    zkm_set_reg(z, ZKM_REG_IDLE);
-    zkm_reg_step(z);
-    return 0;
-}
-
-int
-rl_zkm_registered(const struct rl_zkm *z)
-{
-    return z->reg == ZKM_REG_HELD;
 }
 
 int
@@ -1452,7 +858,7 @@ rl_zkm_watch(struct rl_zkm *z)
     z->watching = 1;
     z->dw[ZKM_DW_ASG].on = 1;
     zkm_members_refresh(z);
-    zkm_asg_refresh(z);
+    zkm_dw_refresh(z, ZKM_DW_ASG);
     return 0;
 }
 
@@ -1499,13 +905,13 @@ void
 rl_zkm_refresh(struct rl_zkm *z)
 {
     zkm_members_refresh(z);
-    zkm_asg_refresh(z);
+    zkm_dw_refresh(z, ZKM_DW_ASG);
 }
 
 /* The blocking calls. */
 
 /* Waits for a connected session until timeout_ms, replacing an expired one. */
-static int
+int
 zkm_ready(struct rl_zkm *z, int timeout_ms)
 {
     struct timespec dl;
@@ -1550,7 +956,7 @@ zkm_ready(struct rl_zkm *z, int timeout_ms)
     }
 }
 
-static int
+int
 zkm_sync_parents(struct rl_zkm *z)
 {
     const char *paths[] = {"/ratelimiter", z->root, z->nodes_path};
@@ -1572,7 +978,7 @@ zkm_sync_parents(struct rl_zkm *z)
 }
 
 /* Reads path into a malloc'd NUL-terminated buffer; NULL and version -1 when absent. */
-static int
+int
 zkm_sync_get(struct rl_zkm *z, const char *path, char **text, size_t *len, int64_t *version)
 {
     *text = NULL;
@@ -1611,316 +1017,4 @@ zkm_sync_get(struct rl_zkm *z, const char *path, char **text, size_t *len, int64
         /* It went, or grew, between the two reads: read again. */
     }
     return -EAGAIN;
-}
-
-/* The children of dir (nodes/ or routers/) with their data, sorted by name. */
-static int
-zkm_read_dir(struct rl_zkm *z, const char *dir, struct rl_member **out, size_t *n,
-             int timeout_ms);
-
-int
-rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms)
-{
-    return zkm_read_dir(z, z->nodes_path, out, n, timeout_ms);
-}
-
-int
-rl_zkm_read_routers(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms)
-{
-    return zkm_read_dir(z, z->routers_path, out, n, timeout_ms);
-}
-
-int
-rl_zkm_announce_router(struct rl_zkm *z, const char *name, const char *addr)
-{
-    char clean[RL_SHARDMAP_NAME_MAX];
-    size_t i;
-
-    if (name == NULL || addr == NULL || name[0] == '\0' ||
-        strlen(addr) >= sizeof(z->announce_data)) {
-        return -EINVAL;
-    }
-    /* A znode name: no '/', and not "." or "..". */
-    for (i = 0; name[i] != '\0' && i + 1 < sizeof(clean); i++) {
-        clean[i] = name[i] == '/' ? '_' : name[i];
-    }
-    clean[i] = '\0';
-    if (strcmp(clean, ".") == 0 || strcmp(clean, "..") == 0) {
-        return -EINVAL;
-    }
-    if (name[i] != '\0') {
-        rl_log_warn("zk: router name \"%s\" is longer than %zu bytes: announced as routers/%s "
-                    "(give routers short distinct --name values)",
-                    name, sizeof(clean) - 1, clean);
-    }
-    snprintf(z->announce_path, sizeof(z->announce_path), "%s/%s", z->routers_path, clean);
-    snprintf(z->announce_data, sizeof(z->announce_data), "%s", addr);
-    if (z->zh != NULL && z->connected) {
-        zkm_announce(z);
-    }
-    return 0;
-}
-
-static int
-zkm_read_dir(struct rl_zkm *z, const char *dir, struct rl_member **out, size_t *n,
-             int timeout_ms)
-{
-    struct String_vector sv = {0, NULL};
-    struct rl_member *m = NULL;
-    size_t k = 0;
-    int rc;
-
-    *out = NULL;
-    *n = 0;
-    rc = zkm_ready(z, timeout_ms);
-    if (rc != 0) {
-        return rc;
-    }
-    rc = zoo_get_children(z->zh, dir, 0, &sv);
-    if (rc == ZNONODE) {
-        return 0;
-    }
-    if (rc != ZOK) {
-        return zkm_errno(rc);
-    }
-    if (sv.count > 0) {
-        m = calloc((size_t)sv.count, sizeof(*m));
-        if (m == NULL) {
-            rc = -ENOMEM;
-            goto out;
-        }
-    }
-    for (int32_t i = 0; i < sv.count; i++) {
-        char path[ZKM_PATH_MAX];
-        char buf[RL_SHARDMAP_NAME_MAX];
-        int blen = (int)sizeof(buf) - 1;
-        struct Stat st;
-
-        if (strlen(sv.data[i]) >= RL_SHARDMAP_NAME_MAX) {
-            continue;
-        }
-        snprintf(path, sizeof(path), "%s/%s", dir, sv.data[i]);
-        rc = zoo_get(z->zh, path, 0, buf, &blen, &st);
-        if (rc == ZNONODE) {
-            continue;
-        }
-        if (rc != ZOK) {
-            rc = zkm_errno(rc);
-            goto out;
-        }
-        if (blen <= 0 || st.dataLength >= RL_SHARDMAP_NAME_MAX) {
-            rl_log_warn("zk: %s/%s has a bad address; ignored", dir, sv.data[i]);
-            continue;
-        }
-        if (z->secure) {
-            struct ACL_vector acl = {0, NULL};
-            int ours;
-
-            rc = zoo_get_acl(z->zh, path, &acl, &st);
-            if (rc == ZNONODE) {
-                continue;
-            }
-            if (rc != ZOK) {
-                rc = zkm_errno(rc);
-                goto out;
-            }
-            ours = zkm_acl_ours(z, &acl);
-            deallocate_ACL_vector(&acl);
-            if (!ours) {
-                rl_log_warn("zk: %s/%s was not written by this cluster (its ACL is not the "
-                            "cluster secret's): ignored",
-                            dir, sv.data[i]);
-                continue;
-            }
-        }
-        buf[blen] = '\0';
-        snprintf(m[k].name, sizeof(m[k].name), "%s", sv.data[i]);
-        snprintf(m[k].addr, sizeof(m[k].addr), "%s", buf);
-        k++;
-    }
-    rc = 0;
-    qsort(m, k, sizeof(*m), zkm_member_cmp);
-out:
-    deallocate_String_vector(&sv);
-    if (rc != 0 || k == 0) {
-        free(m);
-        m = NULL;
-        k = 0;
-    }
-    *out = m;
-    *n = k;
-    return rc;
-}
-
-int
-rl_zkm_get_assignment(struct rl_zkm *z, char **text, size_t *len, int64_t *version, int timeout_ms)
-{
-    int rc;
-
-    *text = NULL;
-    *len = 0;
-    *version = -1;
-    rc = zkm_ready(z, timeout_ms);
-    return rc != 0 ? rc : zkm_sync_get(z, z->asg_path, text, len, version);
-}
-
-int
-rl_zkm_get_assignment_prev(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
-                           int timeout_ms)
-{
-    int rc;
-
-    *text = NULL;
-    *len = 0;
-    *version = -1;
-    rc = zkm_ready(z, timeout_ms);
-    return rc != 0 ? rc : zkm_sync_get(z, z->prev_path, text, len, version);
-}
-
-int
-rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
-                      int64_t *new_version, int timeout_ms)
-{
-    zoo_op_t ops[2];
-    zoo_op_result_t res[2];
-    struct Stat st[2], pst;
-    char pbuf[2][ZKM_PATH_MAX];
-    char *old = NULL;
-    size_t oldlen;
-    int64_t cur;
-    int nops, rc;
-
-    if (len > RL_ZKM_DATA_MAX) {
-        return -EMSGSIZE;
-    }
-    if ((text == NULL && len > 0) || expected_version < -1 || expected_version > INT32_MAX) {
-        return -EINVAL;
-    }
-    rc = zkm_ready(z, timeout_ms);
-    if (rc == 0) {
-        rc = zkm_sync_parents(z);
-    }
-    if (rc != 0) {
-        return rc;
-    }
-    memset(st, 0, sizeof(st));
-    if (expected_version == -1) {
-        zoo_create_op_init(&ops[0], z->asg_path, text != NULL ? text : "", (int)len,
-                           zkm_acl(z, 0), ZOO_PERSISTENT, pbuf[0], sizeof(pbuf[0]));
-        nops = 1;
-    } else {
-        /* The replaced text goes to prev in the same multi, which only commits if the
-         * assignment is still at expected_version: prev holds exactly what was replaced. */
-        rc = zkm_sync_get(z, z->asg_path, &old, &oldlen, &cur);
-        if (rc != 0) {
-            return rc;
-        }
-        if (cur != expected_version) {
-            free(old);
-            return -EAGAIN;
-        }
-        zoo_set_op_init(&ops[0], z->asg_path, text != NULL ? text : "", (int)len,
-                        (int)expected_version, &st[0]);
-        /* The text written now is the cluster's: so is the ACL (an assignment left from before
-         * the secret, or by a stranger, is closed as it is replaced). */
-        for (int k = 0; z->secure && k < 2; k++) {
-            rc = zoo_set_acl(z->zh, k == 0 ? z->asg_path : z->prev_path, -1, &z->acl);
-            if (rc != ZOK && rc != ZNONODE) {
-                free(old);
-                return zkm_errno(rc);
-            }
-        }
-        rc = zoo_exists(z->zh, z->prev_path, 0, &pst);
-        if (rc == ZOK) {
-            zoo_set_op_init(&ops[1], z->prev_path, old, (int)oldlen, -1, &st[1]);
-        } else if (rc == ZNONODE) {
-            zoo_create_op_init(&ops[1], z->prev_path, old, (int)oldlen, zkm_acl(z, 0),
-                               ZOO_PERSISTENT, pbuf[1], sizeof(pbuf[1]));
-        } else {
-            free(old);
-            return zkm_errno(rc);
-        }
-        nops = 2;
-    }
-    memset(res, 0, sizeof(res));
-    rc = zoo_multi(z->zh, nops, ops, res);
-    free(old);
-    if (rc == ZNONODE || rc == ZNODEEXISTS || rc == ZBADVERSION) {
-        return -EAGAIN;
-    }
-    if (rc != ZOK) {
-        return zkm_errno(rc);
-    }
-    if (new_version != NULL) {
-        *new_version = expected_version == -1 ? 0 : st[0].version;
-    }
-    rl_log_info("zk: assignment written, version %" PRId64 " (%zu bytes)",
-                expected_version == -1 ? (int64_t)0 : (int64_t)st[0].version, len);
-    return 0;
-}
-
-int
-rl_zkm_get_rules(struct rl_zkm *z, char **text, size_t *len, int64_t *version, int timeout_ms)
-{
-    int rc;
-
-    *text = NULL;
-    *len = 0;
-    *version = -1;
-    rc = zkm_ready(z, timeout_ms);
-    return rc != 0 ? rc : zkm_sync_get(z, z->rules_path, text, len, version);
-}
-
-int
-rl_zkm_set_rules(struct rl_zkm *z, const char *text, size_t len, int64_t *new_version,
-                 int timeout_ms)
-{
-    struct Stat st;
-    int rc;
-
-    if (len > RL_ZKM_DATA_MAX) {
-        return -EMSGSIZE;
-    }
-    if (text == NULL && len > 0) {
-        return -EINVAL;
-    }
-    rc = zkm_ready(z, timeout_ms);
-    if (rc == 0) {
-        rc = zkm_sync_parents(z);
-    }
-    if (rc != 0) {
-        return rc;
-    }
-    rc = zoo_create(z->zh, z->rules_path, text != NULL ? text : "", (int)len, zkm_acl(z, 0),
-                    ZOO_PERSISTENT, NULL, 0);
-    if (rc == ZOK) {
-        if (new_version != NULL) {
-            *new_version = 0;
-        }
-    } else if (rc == ZNODEEXISTS) {
-        /* The text written now is the cluster's: so is the ACL (rules left from before the
-         * secret, or by a stranger, are closed as they are replaced). */
-        if (z->secure) {
-            rc = zoo_set_acl(z->zh, z->rules_path, -1, &z->acl);
-            if (rc != ZOK && rc != ZNONODE) {
-                return zkm_errno(rc);
-            }
-        }
-        memset(&st, 0, sizeof(st));
-        rc = zoo_set2(z->zh, z->rules_path, text != NULL ? text : "", (int)len, -1, &st);
-        if (rc == ZNONODE) {
-            return -EAGAIN; /* deleted meanwhile: push again */
-        }
-        if (rc != ZOK) {
-            return zkm_errno(rc);
-        }
-        if (new_version != NULL) {
-            *new_version = st.version;
-        }
-    } else {
-        return zkm_errno(rc);
-    }
-    rl_log_info("zk: rules written, version %" PRId64 " (%zu bytes)",
-                new_version != NULL ? *new_version : (int64_t)-1, len);
-    return 0;
 }

@@ -1,17 +1,17 @@
 /*
- * zkm: ZooKeeper membership, shared by the node, the router and the rebalance tool. A node
- * keeps one ephemeral znode /ratelimiter/<cluster>/nodes/<name> holding "host:port" for as
- * long as it lives, across lost connections and expired sessions; a router watches the
- * members and the assignment znode /ratelimiter/<cluster>/assignment and is told of every
- * change; the tool reads and compare-and-sets the assignment, the replaced text going to
- * /ratelimiter/<cluster>/assignment.prev in the same transaction (for rollback).
+ * zkm: the ZooKeeper session client of node, router and tools (zkm.c: the session, the
+ * watches; zkmembers.c: registration, announcement, member scans). A node keeps one
+ * ephemeral znode /ratelimiter/<cluster>/nodes/<name> holding "host:port" for as long as it
+ * lives, across lost connections and expired sessions; a router watches the members and the
+ * assignment znode /ratelimiter/<cluster>/assignment and is told of every change; both may
+ * watch the rules znode. The tools' writes of the assignment and the rules are zkadmin.h's.
  *
  * The ZooKeeper client (zookeeper_mt) runs its callbacks on its own threads; zkm hands every
  * event to the libuv loop through a uv_async_t, so the callbacks below run on the loop thread
  * only, and every function here is called from the loop thread only. Nothing here blocks the
- * loop except the calls documented as blocking (rl_zkm_destroy and the tool's calls).
+ * loop except the calls documented as blocking (rl_zkm_destroy and the tools' calls).
  *
- * Not for computing owners (shardmap.h) nor for parsing the assignment (shardmap.h's text
+ * Not for computing owners (shardmap.h) nor for parsing the assignment (assignment.h's text
  * format is stored verbatim).
  */
 #ifndef RL_ZKM_H
@@ -116,9 +116,6 @@ int rl_zkm_registered(const struct rl_zkm *z);
  */
 int rl_zkm_announce_router(struct rl_zkm *z, const char *name, const char *addr);
 
-/* The routers announced (name, and the address in addr), as rl_zkm_read_members. */
-int rl_zkm_read_routers(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);
-
 /*
  * Router side: from now on, watches nodes/ and the assignment and calls on_members and
  * on_assignment on every change, again after every new session. Returns 0 or -EALREADY.
@@ -150,50 +147,12 @@ void rl_zkm_secure(struct rl_zkm *z, const char *secret, size_t len);
 void rl_zkm_refresh(struct rl_zkm *z);
 
 /*
- * The tool's calls, blocking: each waits up to timeout_ms for a session (-ETIMEDOUT when
- * none comes), then makes its requests, each of which the client fails within about the
- * session timeout when the server stops answering. Errors: -ETIMEDOUT, -ECONNRESET (the
- * connection broke mid-request: the outcome of a write is unknown, read it back), -ENOTCONN,
- * -EACCES, -EIO.
+ * The tools' blocking reads of the members, sorted by name, into a malloc'd array (*out,
+ * free it; NULL when none): nodes/ (rl_zkm_read_members) or the routers announced
+ * (rl_zkm_read_routers; the address in addr). They wait and fail as zkadmin.h's calls do.
  */
-
-/* Reads the members, sorted by name, into a malloc'd array (*out, free it; NULL when none). */
 int rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);
-
-/*
- * Reads the assignment into a malloc'd, NUL-terminated *text of *len bytes (free it) and its
- * version; *text NULL, *len 0 and *version -1 when the znode does not exist.
- */
-int rl_zkm_get_assignment(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
-                          int timeout_ms);
-
-/*
- * Compare-and-set of the assignment: creates it when expected_version is -1, else replaces it
- * if its version is still expected_version, writing the replaced text to assignment.prev in
- * the same transaction. Returns 0 with *new_version set (if not NULL), -EAGAIN when the
- * assignment changed (or appeared, or went) since expected_version was read, and then
- * nothing was written; -EMSGSIZE when len exceeds RL_ZKM_DATA_MAX; or an error above.
- */
-int rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
-                          int64_t *new_version, int timeout_ms);
-
-/* Reads assignment.prev, as rl_zkm_get_assignment reads the assignment. */
-int rl_zkm_get_assignment_prev(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
-                               int timeout_ms);
-
-/* Reads the rules znode as rl_zkm_get_assignment reads the assignment. */
-int rl_zkm_get_rules(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
-                     int timeout_ms);
-
-/*
- * Writes the rules znode (blocking): creates it (version 0) or replaces its data whatever
- * its version, with the cluster's ACL. Returns 0 with *new_version (if not NULL) the znode's
- * data version now, -EMSGSIZE past RL_ZKM_DATA_MAX, -EAGAIN when it was deleted meanwhile,
- * or an error of the tool's calls above. The caller validates the text first: processes
- * refuse rules that do not parse, and keep the ones they have.
- */
-int rl_zkm_set_rules(struct rl_zkm *z, const char *text, size_t len, int64_t *new_version,
-                     int timeout_ms);
+int rl_zkm_read_routers(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);
 
 /* "connected", "connecting" or "expired". */
 const char *rl_zkm_state_name(enum rl_zkm_state state);

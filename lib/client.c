@@ -1,6 +1,6 @@
 /*
  * librlclient's blocking client (include/ratelimiter/ratelimiter.h): the public face of
- * common/client.c. It adds what the internal client leaves to its callers: the reply
+ * common/reqclient.c. It adds what the internal client leaves to its callers: the reply
  * structs of the public API, argument checks, the remembered address and token, dropping
  * the connection after any transport error or timeout, and reconnecting before the next
  * call writes anything (never resending a request).
@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 
 #include "auth.h"
-#include "client.h"
+#include "reqclient.h"
 #include "clock.h"
 #include "parse.h"
 #include "wire.h"
@@ -132,24 +132,18 @@ rlc_version(void)
     return RL_VERSION;
 }
 
-int
-rlc_connect(rlc_client **out, const char *host, uint16_t port, int timeout_ms)
+/* Opens a client of host (which it takes: freed on failure) and port. */
+static int
+client_open(rlc_client **out, char *host, uint16_t port, int timeout_ms)
 {
-    rlc_client *c;
+    rlc_client *c = calloc(1, sizeof(*c));
     int rc;
 
-    if (out == NULL) {
-        return -EINVAL;
-    }
-    *out = NULL;
-    if (host == NULL || host[0] == '\0' || port == 0) {
-        return -EINVAL;
-    }
-    c = calloc(1, sizeof(*c));
-    if (c == NULL || (c->host = strdup(host)) == NULL) {
-        free(c);
+    if (c == NULL) {
+        free(host);
         return -ENOMEM;
     }
+    c->host = host;
     c->port = port;
     rc = ensure(c, deadline_after(timeout_ms));
     if (rc != 0) {
@@ -161,22 +155,36 @@ rlc_connect(rlc_client **out, const char *host, uint16_t port, int timeout_ms)
 }
 
 int
-rlc_connect_addr(rlc_client **out, const char *hostport, int timeout_ms)
+rlc_connect(rlc_client **out, const char *host, uint16_t port, int timeout_ms)
 {
-    char *host = NULL;
-    uint16_t port;
-    int rc;
+    char *copy;
 
     if (out == NULL) {
         return -EINVAL;
     }
     *out = NULL;
+    if (host == NULL || host[0] == '\0' || port == 0) {
+        return -EINVAL;
+    }
+    copy = strdup(host);
+    return copy != NULL ? client_open(out, copy, port, timeout_ms) : -ENOMEM;
+}
+
+int
+rlc_connect_addr(rlc_client **out, const char *hostport, int timeout_ms)
+{
+    char *host = NULL;
+    uint16_t port;
+
+    if (out == NULL) {
+        return -EINVAL;
+    }
+    *out = NULL;
+    /* The one HOST:PORT / [IPV6]:PORT parser of the tree (parse.h), as rl_client's. */
     if (hostport == NULL || rl_parse_hostport(hostport, &host, &port) != NULL) {
         return -EINVAL;
     }
-    rc = rlc_connect(out, host, port, timeout_ms);
-    free(host);
-    return rc;
+    return client_open(out, host, port, timeout_ms);
 }
 
 void
@@ -216,12 +224,25 @@ rlc_auth(rlc_client *c, const void *token, size_t len, int timeout_ms)
     return rc;
 }
 
+/* The timeout of rlc_auth_file's AUTH, for its callback. */
+struct auth_arg {
+    rlc_client *c;
+    int timeout_ms;
+};
+
+static int
+auth_with(void *arg, const char *token, size_t len)
+{
+    struct auth_arg *a = arg;
+
+    return rlc_auth(a->c, token, len, a->timeout_ms);
+}
+
 int
 rlc_auth_file(rlc_client *c, const char *path, int timeout_ms, char *why, size_t whylen)
 {
-    char token[RL_AUTH_TOKEN_MAX], dummy[8];
-    size_t len;
-    int rc;
+    struct auth_arg a = {c, timeout_ms};
+    char dummy[8];
 
     if (why == NULL || whylen == 0) {
         why = dummy;
@@ -231,23 +252,7 @@ rlc_auth_file(rlc_client *c, const char *path, int timeout_ms, char *why, size_t
     if (c == NULL) {
         return -EINVAL;
     }
-    if (path == NULL) {
-        path = getenv("RL_TOKEN_FILE");
-    }
-    if (path == NULL || path[0] == '\0') {
-        return 0;
-    }
-    rc = rl_auth_read_secret(path, 1, token, sizeof(token), &len, why, whylen);
-    if (rc == 0) {
-        rc = rlc_auth(c, token, len, timeout_ms);
-        if (rc == -EACCES) {
-            snprintf(why, whylen, "the server refused the token in %s", path);
-        } else if (rc != 0) {
-            snprintf(why, whylen, "AUTH failed: %s", rlc_strerror(rc));
-        }
-    }
-    rl_auth_wipe(token, sizeof(token));
-    return rc;
+    return rl_client_auth_token_file(path, auth_with, &a, rlc_strerror, why, whylen);
 }
 
 static int
@@ -285,8 +290,8 @@ error_reply(uint32_t err, struct rlc_reply *rep)
 }
 
 int
-rlc_check(rlc_client *c, const char *service, const char *user, const char *endpoint,
-          uint32_t cost, struct rlc_reply *rep, int timeout_ms)
+rlc_check(rlc_client *c, const char *service, const char *user, const char *endpoint, uint32_t cost,
+          struct rlc_reply *rep, int timeout_ms)
 {
     int64_t deadline = deadline_after(timeout_ms);
     int rc;
@@ -414,7 +419,7 @@ rlc_connects(const rlc_client *c)
 const char *
 rlc_code_name(uint32_t code)
 {
-    static const char *const names[] = {"ALLOWED", "LIMITED", "FAIL_OPEN",
+    static const char *const names[] = {"ALLOWED",     "LIMITED", "FAIL_OPEN",
                                         "FAIL_CLOSED", "NO_RULE", "QUEUED"};
 
     if (code < sizeof(names) / sizeof(names[0])) {
@@ -426,7 +431,7 @@ rlc_code_name(uint32_t code)
 const char *
 rlc_error_name(uint32_t err)
 {
-    static const char *const names[] = {"NONE",     "MALFORMED",    "UNKNOWN_OP", "BAD_FIELD",
+    static const char *const names[] = {"NONE",       "MALFORMED",    "UNKNOWN_OP", "BAD_FIELD",
                                         "OVERLOADED", "UNAUTHORIZED", "NOT_OWNER"};
 
     return err < sizeof(names) / sizeof(names[0]) ? names[err] : "?";
@@ -436,25 +441,45 @@ const char *
 rlc_strerror(int rc)
 {
     switch (-rc) {
-    case 0: return "success";
-    case EINVAL: return "invalid argument";
-    case ENOMEM: return "out of memory";
-    case ETIMEDOUT: return "timed out";
-    case ECONNREFUSED: return "connection refused";
-    case ECONNRESET: return "connection lost (the request may have been counted)";
-    case EPIPE: return "connection lost";
-    case EPROTO: return "protocol error (the stream was dropped)";
-    case EREMOTEIO: return "the server answered ERROR";
-    case EACCES: return "access denied (token refused, or file mode too open)";
-    case ENOENT: return "no such file";
-    case ENXIO: return "host name does not resolve";
-    case EHOSTUNREACH: return "host unreachable";
-    case ENETUNREACH: return "network unreachable";
-    case EAGAIN: return "temporary failure, try again";
-    case ENOBUFS: return "too many requests pending (queue full)";
-    case ESHUTDOWN: return "the client is closing";
-    case ECANCELED: return "cancelled (the client was closed)";
-    case ENOSPC: return "buffer too small";
-    default: return "unknown error";
+    case 0:
+        return "success";
+    case EINVAL:
+        return "invalid argument";
+    case ENOMEM:
+        return "out of memory";
+    case ETIMEDOUT:
+        return "timed out";
+    case ECONNREFUSED:
+        return "connection refused";
+    case ECONNRESET:
+        return "connection lost (the request may have been counted)";
+    case EPIPE:
+        return "connection lost";
+    case EPROTO:
+        return "protocol error (the stream was dropped)";
+    case EREMOTEIO:
+        return "the server answered ERROR";
+    case EACCES:
+        return "access denied (token refused, or file mode too open)";
+    case ENOENT:
+        return "no such file";
+    case ENXIO:
+        return "host name does not resolve";
+    case EHOSTUNREACH:
+        return "host unreachable";
+    case ENETUNREACH:
+        return "network unreachable";
+    case EAGAIN:
+        return "temporary failure, try again";
+    case ENOBUFS:
+        return "too many requests pending (queue full)";
+    case ESHUTDOWN:
+        return "the client is closing";
+    case ECANCELED:
+        return "cancelled (the client was closed)";
+    case ENOSPC:
+        return "buffer too small";
+    default:
+        return "unknown error";
     }
 }

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "conf.h"
+#include "ruleset.h"
 
 /* retry_ms when a request can never be allowed (its cost exceeds the tier's capacity); the
  * same value as RL_WIRE_RETRY_NEVER. A finite wait that large is reported one less. */

@@ -20,6 +20,7 @@
 #include "rules.h"
 #include "server.h"
 #include "shardmap.h"
+#include "view.h"
 #include "zkm.h"
 
 #define RL_NODE_CHECK_MS 1000u /* how often the registration is looked at */
@@ -159,7 +160,7 @@ node_rebuild(struct node *n)
     uint8_t *owned;
     char err[128];
 
-    if (rl_shardmap_build(&map, conf->shards, &n->view, err, sizeof(err)) != 0) {
+    if (rl_view_build(&map, conf->shards, &n->view, err, sizeof(err)) != 0) {
         rl_log_error("cannot build the shard table: out of memory; keeping the old one");
         return;
     }

@@ -87,7 +87,7 @@ int rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_co
 /* Replaces the membership (copied) and rebuilds the table. */
 void rl_router_set_members(struct rl_router *r, const struct rl_member *members, size_t n);
 
-/* Replaces the assignment (text format of shardmap.h; len 0 = none) and rebuilds the table.
+/* Replaces the assignment (text format of assignment.h; len 0 = none) and rebuilds the table.
  * A text that does not parse is logged and ignored (the previous table stays). */
 void rl_router_set_assignment(struct rl_router *r, const char *text, size_t len,
                               int64_t version);

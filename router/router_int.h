@@ -24,6 +24,7 @@
 #include "gate.h"
 #include "router.h"
 #include "upstream.h"
+#include "view.h"
 #include "wire.h"
 
 #define ROUTER_USER_LOGGED 64u        /* user bytes kept per request for the request log */

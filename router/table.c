@@ -47,7 +47,7 @@ router_rebuild(struct rl_router *r)
     ops.arg = r;
     ops.secret = r->conf->secret;
     ops.secret_len = r->conf->secret_len;
-    if (rl_shardmap_build(&map, r->conf->shards, &r->view, err, sizeof(err)) != 0) {
+    if (rl_view_build(&map, r->conf->shards, &r->view, err, sizeof(err)) != 0) {
         rl_log_error("cannot build the shard table: out of memory; keeping the old one");
         return;
     }

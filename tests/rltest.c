@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client.h"
+#include "reqclient.h"
 #include "harness.h"
 
 void

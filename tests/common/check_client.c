@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "buf.h"
-#include "client.h"
+#include "reqclient.h"
 #include "clock.h"
 #include "rltest.h"
 #include "wire.h"

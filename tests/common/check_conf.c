@@ -1,8 +1,9 @@
 /*
- * check_conf: the Check suite of common/conf.c. It parses strings (rl_conf_parse) so every
- * case names its own file, asserts each error by its exact "NAME:LINE: " prefix and a key
- * phrase, and fuzzes the parser with mutations of a valid file (run it under RL_SANITIZE
- * to make the fuzz test mean something). Not for the programs that read the conf.
+ * check_conf: the Check suite of common/conf.c and common/ruleset.c. It parses strings
+ * (rl_conf_parse) so every case names its own file, asserts each error by its exact
+ * "NAME:LINE: " prefix and a key phrase, loads files where paths depend on them, and fuzzes
+ * the parser with mutations of a valid file (run it under RL_SANITIZE to make the fuzz test
+ * mean something). Not for the programs that read the conf.
  */
 #include "conf.h"
 
@@ -967,6 +968,68 @@ START_TEST(test_load_file)
 }
 END_TEST
 
+/* Relative paths of a file are the file's directory's, whatever the cwd; a string's (and
+ * an absolute path, and "") are kept as written. */
+START_TEST(test_relative_paths)
+{
+    char dir[] = "/tmp/check_conf_dir_XXXXXX";
+    char real[PATH_MAX], conf[PATH_MAX + 32], sub[PATH_MAX + 32], secret[PATH_MAX + 32];
+    char want[PATH_MAX + 64], rel[PATH_MAX], err[512] = "";
+    const char *base;
+    struct rl_conf *c = NULL;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_ptr_nonnull(realpath(dir, real));
+    snprintf(conf, sizeof(conf), "%s/cluster.conf", dir);
+    snprintf(sub, sizeof(sub), "%s/sub", dir);
+    snprintf(secret, sizeof(secret), "%s/sub/secret", dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    ck_assert_int_eq(rl_harness_write_file(secret, "0123456789abcdef0123\n"), 0);
+    ck_assert_int_eq(chmod(secret, 0600), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf, "[cluster]\nsecret_file = sub/secret\n"
+                                                 "events_log = ev-%%n.jsonl\n"
+                                                 "[router]\nrequest_log = x.log\n"),
+                     0);
+
+    /* From elsewhere, by a path relative to the cwd: the paths are absolute all the same. */
+    base = strrchr(dir, '/') + 1;
+    ck_assert_int_eq(chdir("/tmp"), 0);
+    snprintf(rel, sizeof(rel), "./%s/cluster.conf", base);
+    ck_assert_msg(rl_conf_load(rel, &c, err, sizeof(err)) == 0, "%s", err);
+    snprintf(want, sizeof(want), "%s/x.log", real);
+    ck_assert_str_eq(c->request_log, want);
+    snprintf(want, sizeof(want), "%s/ev-%%n.jsonl", real);
+    ck_assert_str_eq(c->events_log, want);
+    snprintf(want, sizeof(want), "%s/sub/secret", real);
+    ck_assert_str_eq(c->secret_file, want);
+    ck_assert_uint_eq(c->secret_len, 20);
+    rl_conf_destroy(c);
+
+    /* Absolute and empty paths are kept. */
+    ck_assert_int_eq(chdir("/"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf, "[cluster]\nevents_log =\n"
+                                                 "[router]\nrequest_log = /var/log/r.log\n"),
+                     0);
+    ck_assert_msg(rl_conf_load(conf, &c, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(c->request_log, "/var/log/r.log");
+    ck_assert_str_eq(c->events_log, "");
+    ck_assert_str_eq(c->secret_file, "");
+    rl_conf_destroy(c);
+
+    /* A string has no directory: its paths stay relative to the cwd. */
+    ck_assert_msg(
+        rl_conf_parse("t.conf", "[router]\nrequest_log = x.log\n", &c, err, sizeof(err)) == 0, "%s",
+        err);
+    ck_assert_str_eq(c->request_log, "x.log");
+    rl_conf_destroy(c);
+
+    unlink(secret);
+    rmdir(sub);
+    unlink(conf);
+    rmdir(dir);
+}
+END_TEST
+
 /* Fuzz: the parser either loads or names a line; it never crashes nor leaks (ASan). */
 
 static const char *const fuzz_words[] = {
@@ -1136,6 +1199,7 @@ conf_suite(void)
     tcase_add_test(tc, test_comments);
     tcase_add_test(tc, test_bom_crlf);
     tcase_add_test(tc, test_load_file);
+    tcase_add_test(tc, test_relative_paths);
     suite_add_tcase(s, tc);
 
     tcase_set_timeout(values, 10);

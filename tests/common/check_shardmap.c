@@ -1,12 +1,15 @@
 /*
- * check_shardmap: the Check suite of common/shardmap.c. Known-answer tests pin the key hash,
- * the shard and the rendezvous owners to literal values, so any change to the mapping (which
+ * check_shardmap: the Check suite of the shard map's three modules, one test case each:
+ * common/shardmap.c ("core"), common/assignment.c and common/view.c. Known-answer tests pin the key
+ * hash, the shard and the rendezvous owners to literal values, so any change to the mapping (which
  * would make routers of two versions disagree) fails here; property tests check order
  * independence, minimal movement on leave and join, overrides, the text format and balance.
  * Not a benchmark: bench/shardmap_balance.c and bench/shardmap_bench.c measure.
  */
 #include "rltest.h"
+#include "assignment.h"
 #include "shardmap.h"
+#include "view.h"
 
 #include <check.h>
 #include <errno.h>
@@ -692,7 +695,7 @@ START_TEST(test_digest_build_equals_create)
     shuffle(m, 7, &st);
     ck_assert_int_eq(rl_view_set_members(&v, m, 7), 0);
     ck_assert_int_eq(rl_view_set_assignment(&v, text, strlen(text), 3), 0);
-    ck_assert_int_eq(rl_shardmap_build(&built, NSHARDS, &v, err, sizeof(err)), 0);
+    ck_assert_int_eq(rl_view_build(&built, NSHARDS, &v, err, sizeof(err)), 0);
     ck_assert_str_eq(err, "");
     ck_assert_uint_eq(rl_shardmap_digest(built), rl_shardmap_digest(made));
     ck_assert_int_eq(rl_shardmap_digest_stat(built), rl_shardmap_digest_stat(made));
@@ -702,11 +705,11 @@ START_TEST(test_digest_build_equals_create)
     /* No assignment, and one that does not parse (left out): the members' table alone. */
     made = build(m, 7, NULL);
     ck_assert_int_eq(rl_view_set_assignment(&v, NULL, 0, -1), 0);
-    ck_assert_int_eq(rl_shardmap_build(&built, NSHARDS, &v, err, sizeof(err)), 0);
+    ck_assert_int_eq(rl_view_build(&built, NSHARDS, &v, err, sizeof(err)), 0);
     ck_assert_uint_eq(rl_shardmap_digest(built), rl_shardmap_digest(made));
     rl_shardmap_destroy(built);
     ck_assert_int_eq(rl_view_set_assignment(&v, "rl-assignment 1 12\n", 19, 4), 0);
-    ck_assert_int_eq(rl_shardmap_build(&built, NSHARDS, &v, err, sizeof(err)), 0);
+    ck_assert_int_eq(rl_view_build(&built, NSHARDS, &v, err, sizeof(err)), 0);
     ck_assert_str_ne(err, "");
     ck_assert_uint_eq(rl_shardmap_digest(built), rl_shardmap_digest(made));
     rl_shardmap_destroy(built);
@@ -736,6 +739,10 @@ shardmap_suite(void)
     tcase_add_test(tc, test_balance);
     tcase_add_test(tc, test_digest_known);
     tcase_add_test(tc, test_digest_order_and_moves);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("view");
+    tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_digest_build_equals_create);
     suite_add_tcase(s, tc);
 

@@ -1,11 +1,11 @@
 /*
- * check_zkm: common/zkm.c against a real ZooKeeper server, one fresh server per test. Covers
- * registration, member and assignment watches, the assignment's compare-and-set, session expiry (a
- * node process frozen past its timeout), a server restart that sessions survive, a stale znode left
- * by a dead process, a server that starts late, and a destroy from a callback. The server is the
- * test harness's (harness.h: Debian's jars under java, a fresh one per test on a free loopback port
- * in the test's temp directory, killed with the test however it ends); node processes other than
- * the test's are forked children.
+ * check_zkm: common/zkm.c, zkmembers.c and zkadmin.c against a real ZooKeeper server, one fresh
+ * server per test. Covers registration, member and assignment watches, the assignment's
+ * compare-and-set, session expiry (a node process frozen past its timeout), a server restart
+ * that sessions survive, a stale znode left by a dead process, a server that starts late, and a
+ * destroy from a callback. The server is the test harness's (harness.h: Debian's jars under
+ * java, a fresh one per test on a free loopback port in the test's temp directory, killed with
+ * the test however it ends); node processes other than the test's are forked children.
  */
 #include <check.h>
 #include <errno.h>
@@ -25,6 +25,7 @@
 #include "harness.h"
 #include "log.h"
 #include "rltest.h"
+#include "zkadmin.h"
 #include "zkm.h"
 
 /* Asked of the server by every rl_zkm here; within the harness server's 400 ms..30 s. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "shardmap.h"
+#include "assignment.h"
 #include "fuzz.h"
 
 #define SHARDS 64u

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "buf.h"
-#include "client.h"
+#include "reqclient.h"
 #include "harness.h"
 #include "rltest.h"
 #include "wire.h"

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "reqclient.h"
 #include "clock.h"
 #include "harness.h"
 #include "rltest.h"

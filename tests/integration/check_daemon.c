@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "reqclient.h"
 #include "harness.h"
 #include "rltest.h"
 #include "wire.h"

@@ -40,7 +40,7 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "client.h"
+#include "reqclient.h"
 #include "harness.h"
 #include "http.h"
 #include "rltest.h"

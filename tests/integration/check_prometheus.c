@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "reqclient.h"
 #include "harness.h"
 #include "http.h"
 #include "rltest.h"

@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "buf.h"
-#include "client.h"
+#include "reqclient.h"
 #include "clock.h"
 #include "harness.h"
 #include "http.h"

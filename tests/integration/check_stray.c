@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "reqclient.h"
 #include "harness.h"
 #include "rltest.h"
 #include "wire.h"

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "client.h"
+#include "reqclient.h"
 #include "harness.h"
 #include "rltest.h"
 #include "shardmap.h"

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "client.h"
+#include "reqclient.h"
 #include "harness.h"
 #include "proxy.h"
 #include "rltest.h"

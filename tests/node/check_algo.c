@@ -18,7 +18,7 @@
 
 #define NEVER RL_ALGO_NEVER
 
-/* Names from the map itself: rl_algo_name lives in conf.c, which this suite must not need. */
+/* Names from the map itself: rl_algo_name lives in ruleset.c, which this suite must not need. */
 static const char *const algo_names[] = {
 #define ALGO_NAME(n, s, b) s,
     RL_ALGO_MAP(ALGO_NAME)

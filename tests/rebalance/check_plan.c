@@ -7,6 +7,7 @@
  * computed, not sampled, so every expectation is exact. No timing assertions.
  */
 #include "plan.h"
+#include "assignment.h"
 #include "rltest.h"
 
 #include <check.h>

@@ -29,7 +29,7 @@
 
 #include "auth.h"
 #include "buf.h"
-#include "client.h"
+#include "reqclient.h"
 #include "parse.h"
 #include "hist.h"
 #include "mp.h"

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "reqclient.h"
 #include "harness.h"
 #include "log.h"
 #include "parse.h"

@@ -1,7 +1,7 @@
 /*
  * observer: the membership timeline, as ZooKeeper tells it. A thread with its own libuv loop
  * watches the cluster's members and assignment with the same zkm module the routers use and,
- * on every change, builds the table the routers should build (rl_shardmap_build), and
+ * on every change, builds the table the routers should build (rl_view_build), and
  * appends a view (time, members, owner of every shard, digest) to the run. It connects to
  * ZooKeeper directly, never through a fault proxy, so it sees what the cluster's
  * coordinator decided, not what one cut-off node believes.
@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "shardmap.h"
+#include "view.h"
 #include "zkm.h"
 
 struct ch_observer {
@@ -37,7 +38,7 @@ publish(struct ch_observer *o)
     uint8_t node_of[64];
     char err[128], names[128] = "";
 
-    if (rl_shardmap_build(&map, sc->shards, &o->view, err, sizeof(err)) != 0) {
+    if (rl_view_build(&map, sc->shards, &o->view, err, sizeof(err)) != 0) {
         return;
     }
     pthread_mutex_lock(&r->lock);

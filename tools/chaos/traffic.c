@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "client.h"
+#include "reqclient.h"
 #include "rng.h"
 #include "shardmap.h"
 #include "wire.h"

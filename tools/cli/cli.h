@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "conf.h"
+#include "assignment.h"
 #include "shardmap.h"
 
 /* Exit statuses (documented in --help and docs/CONFIG.md): a script branches on them. */

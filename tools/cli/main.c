@@ -18,9 +18,10 @@
 #include <uv.h>
 
 #include "auth.h"
-#include "client.h"
+#include "reqclient.h"
 #include "conf.h"
 #include "parse.h"
+#include "zkadmin.h"
 #include "zkm.h"
 #include "shardmap.h"
 #include "clock.h"

@@ -18,7 +18,7 @@
 #include <uv.h>
 
 #include "cli.h"
-#include "client.h"
+#include "reqclient.h"
 #include "clock.h"
 #include "conf.h"
 #include "shardmap.h"

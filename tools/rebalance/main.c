@@ -30,13 +30,15 @@
 #include <uv.h>
 
 #include "clock.h"
+#include "assignment.h"
 #include "conf.h"
-#include "files.h"
+#include "file.h"
 #include "log.h"
 #include "logscan.h"
 #include "parse.h"
 #include "plan.h"
 #include "shardmap.h"
+#include "zkadmin.h"
 #include "zkm.h"
 
 #define EXIT_OK 0
@@ -241,7 +243,7 @@ print_bar(const struct run *r, uint64_t v, uint64_t max)
     }
 }
 
-/* A byte of a node name in the assignment format (shardmap.h). */
+/* A byte of a node name in the assignment format (assignment.h). */
 static bool
 name_byte(unsigned char c)
 {
@@ -398,7 +400,7 @@ load_members(struct run *r)
     int rc;
 
     if (r->o.members_file != NULL) {
-        rc = rl_read_small_file(r->o.members_file, SMALL_FILE_MAX, &text, &len);
+        rc = rl_file_read_small(r->o.members_file, SMALL_FILE_MAX, &text, &len);
         if (rc != 0) {
             return fail("cannot read %s: %s", r->o.members_file, strerror(-rc));
         }
@@ -475,7 +477,7 @@ load_assignment(struct run *r)
     }
     if (r->o.assignment_file != NULL) {
         free(zk_text);
-        rc = rl_read_small_file(r->o.assignment_file, SMALL_FILE_MAX, &r->cur_text, &r->cur_len);
+        rc = rl_file_read_small(r->o.assignment_file, SMALL_FILE_MAX, &r->cur_text, &r->cur_len);
         if (rc != 0) {
             return fail("cannot read %s: %s", r->o.assignment_file, strerror(-rc));
         }
@@ -802,7 +804,7 @@ write_out_file(const struct run *r, const char *text, size_t len, bool *had_old)
     if ((size_t)snprintf(prev, sizeof(prev), "%s.prev", r->o.out) >= sizeof(prev)) {
         return fail("%s: name too long", r->o.out);
     }
-    rc = rl_read_small_file(r->o.out, SMALL_FILE_MAX, &old, &oldlen);
+    rc = rl_file_read_small(r->o.out, SMALL_FILE_MAX, &old, &oldlen);
     if (rc == -ENOENT) {
         char header[64];
 
@@ -815,12 +817,12 @@ write_out_file(const struct run *r, const char *text, size_t len, bool *had_old)
     if (rc != 0) {
         return fail("cannot read %s: %s; nothing was written", r->o.out, strerror(-rc));
     }
-    rc = rl_write_file_atomic(prev, old, oldlen);
+    rc = rl_file_write_atomic(prev, old, oldlen);
     free(old);
     if (rc != 0) {
         return fail("cannot write %s: %s; nothing was written", prev, strerror(-rc));
     }
-    rc = rl_write_file_atomic(r->o.out, text, len);
+    rc = rl_file_write_atomic(r->o.out, text, len);
     if (rc != 0) {
         return fail("cannot write %s: %s", r->o.out, strerror(-rc));
     }
@@ -1068,13 +1070,13 @@ rollback(struct run *r)
         size_t clen;
 
         snprintf(path, sizeof(path), "%s.prev", r->o.out);
-        rc = rl_read_small_file(path, SMALL_FILE_MAX, &ptext, &plen);
+        rc = rl_file_read_small(path, SMALL_FILE_MAX, &ptext, &plen);
         if (rc != 0) {
             rc = fail("cannot read %s: %s; nothing to roll back to", path, strerror(-rc));
             goto out;
         }
         /* In force, as far as this file goes: its own text. */
-        rc = rl_read_small_file(r->o.out, SMALL_FILE_MAX, &cur, &clen);
+        rc = rl_file_read_small(r->o.out, SMALL_FILE_MAX, &cur, &clen);
         if (rc == 0 && rl_assignment_parse(&r->current, cur, clen, err, sizeof(err)) != 0) {
             fprintf(stderr, "rl-rebalance: warning: %s: %s; taken as no overrides\n", r->o.out,
                     err);

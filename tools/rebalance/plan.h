@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "assignment.h"
 #include "shardmap.h"
 
 #define RL_PLAN_DEFAULT_TOLERANCE 0.05

@@ -1,11 +1,11 @@
 /*
- * client: a blocking client of the wire protocol over one TCP connection. The socket is
+ * reqclient: a blocking request client of the wire protocol over one TCP connection. The socket is
  * non-blocking underneath and every wait is a poll(2) bounded by the caller's deadline, so
  * no call can hang past its timeout. While it writes it also reads, so a large pipelined
  * batch cannot deadlock against a server that is blocked writing replies we have not read.
  * Not for the router's or the node's event loops, and not thread-safe.
  */
-#include "client.h"
+#include "reqclient.h"
 
 #include "auth.h"
 
@@ -445,6 +445,8 @@ rl_client_queue(struct rl_client *c, const struct rl_wire_req *req)
         return rl_wire_put_clock(&c->out, req->id, req->now_ms);
     case RL_WIRE_OP_THROTTLED:
         return rl_wire_put_throttled(&c->out, req);
+    case RL_WIRE_OP_AUTH:
+        return rl_wire_put_auth(&c->out, req->id, req->token.ptr, req->token.len);
     default:
         return -EINVAL;
     }
@@ -526,52 +528,64 @@ call(struct rl_client *c, uint32_t id, uint32_t op, struct rl_wire_reply *rep, i
     }
 }
 
+/* Starts a single request: the frame the last call returned is dropped, req gets op and a
+ * fresh id. */
+static void
+req_begin(struct rl_client *c, struct rl_wire_req *req, uint32_t op)
+{
+    release_held(c);
+    memset(req, 0, sizeof(*req));
+    req->op = op;
+    req->id = take_id(c);
+}
+
+/* Queues req and waits for its reply. */
+static int
+req_call(struct rl_client *c, const struct rl_wire_req *req, struct rl_wire_reply *rep,
+         int64_t deadline)
+{
+    int rc = rl_client_queue(c, req);
+
+    if (rc != 0) {
+        return rc;
+    }
+    return call(c, req->id, req->op, rep, deadline);
+}
+
+static void
+set_str(struct rl_wire_str *field, const char *s)
+{
+    if (s != NULL) {
+        field->ptr = s;
+        field->len = (uint32_t)strlen(s);
+    }
+}
+
 int
 rl_client_check(struct rl_client *c, const char *service, const char *user, const char *endpoint,
                 uint32_t cost, struct rl_wire_reply *rep, int timeout_ms)
 {
-    struct rl_wire_req req;
     int64_t deadline = deadline_after(timeout_ms);
-    int rc;
+    struct rl_wire_req req;
 
-    release_held(c);
-    memset(&req, 0, sizeof(req));
-    req.op = RL_WIRE_OP_CHECK;
-    req.id = take_id(c);
-    req.service.ptr = service;
-    req.service.len = (uint32_t)strlen(service);
-    req.user.ptr = user;
-    req.user.len = (uint32_t)strlen(user);
-    if (endpoint != NULL) {
-        req.endpoint.ptr = endpoint;
-        req.endpoint.len = (uint32_t)strlen(endpoint);
-    }
+    req_begin(c, &req, RL_WIRE_OP_CHECK);
+    set_str(&req.service, service);
+    set_str(&req.user, user);
+    set_str(&req.endpoint, endpoint);
     req.cost = cost;
-    rc = rl_client_queue(c, &req);
-    if (rc != 0) {
-        return rc;
-    }
-    return call(c, req.id, RL_WIRE_OP_CHECK, rep, deadline);
+    return req_call(c, &req, rep, deadline);
 }
 
 static int
 simple_call(struct rl_client *c, uint32_t op, uint64_t now_ms, struct rl_wire_reply *rep,
             int timeout_ms)
 {
-    struct rl_wire_req req;
     int64_t deadline = deadline_after(timeout_ms);
-    int rc;
+    struct rl_wire_req req;
 
-    release_held(c);
-    memset(&req, 0, sizeof(req));
-    req.op = op;
-    req.id = take_id(c);
+    req_begin(c, &req, op);
     req.now_ms = now_ms;
-    rc = rl_client_queue(c, &req);
-    if (rc != 0) {
-        return rc;
-    }
-    return call(c, req.id, op, rep, deadline);
+    return req_call(c, &req, rep, deadline);
 }
 
 int
@@ -585,16 +599,13 @@ rl_client_auth(struct rl_client *c, const char *token, size_t len, struct rl_wir
                int timeout_ms)
 {
     int64_t deadline = deadline_after(timeout_ms);
-    uint32_t id;
+    struct rl_wire_req req;
     int rc;
 
-    release_held(c);
-    id = take_id(c);
-    rc = rl_wire_put_auth(&c->out, id, token, len);
-    if (rc != 0) {
-        return rc;
-    }
-    rc = call(c, id, RL_WIRE_OP_AUTH, rep, deadline);
+    req_begin(c, &req, RL_WIRE_OP_AUTH);
+    req.token.ptr = token;
+    req.token.len = (uint32_t)len;
+    rc = req_call(c, &req, rep, deadline);
     if (rc == 0 && rep->op == RL_WIRE_OP_ERROR) {
         return rep->err == RL_WIRE_ERR_UNAUTHORIZED ? -EACCES : -EPROTO;
     }
@@ -602,8 +613,8 @@ rl_client_auth(struct rl_client *c, const char *token, size_t len, struct rl_wir
 }
 
 int
-rl_client_auth_file(struct rl_client *c, const char *path, int timeout_ms, char *why,
-                    size_t whylen)
+rl_client_auth_token_file(const char *path, int (*auth)(void *arg, const char *token, size_t len),
+                          void *arg, const char *(*describe)(int rc), char *why, size_t whylen)
 {
     char token[RL_AUTH_TOKEN_MAX];
     size_t len;
@@ -617,15 +628,43 @@ rl_client_auth_file(struct rl_client *c, const char *path, int timeout_ms, char 
     }
     rc = rl_auth_read_secret(path, 1, token, sizeof(token), &len, why, whylen);
     if (rc == 0) {
-        rc = rl_client_auth(c, token, len, &c->scratch, timeout_ms);
+        rc = auth(arg, token, len);
         if (rc == -EACCES) {
             snprintf(why, whylen, "the server refused the token in %s", path);
         } else if (rc != 0) {
-            snprintf(why, whylen, "AUTH failed: %s", strerror(-rc));
+            snprintf(why, whylen, "AUTH failed: %s", describe(rc));
         }
     }
     rl_auth_wipe(token, sizeof(token));
     return rc;
+}
+
+/* The timeout of rl_client_auth_file's AUTH, for its callback. */
+struct auth_arg {
+    struct rl_client *c;
+    int timeout_ms;
+};
+
+static int
+auth_with(void *arg, const char *token, size_t len)
+{
+    struct auth_arg *a = arg;
+
+    return rl_client_auth(a->c, token, len, &a->c->scratch, a->timeout_ms);
+}
+
+static const char *
+describe_errno(int rc)
+{
+    return strerror(-rc);
+}
+
+int
+rl_client_auth_file(struct rl_client *c, const char *path, int timeout_ms, char *why, size_t whylen)
+{
+    struct auth_arg a = {c, timeout_ms};
+
+    return rl_client_auth_token_file(path, auth_with, &a, describe_errno, why, whylen);
 }
 
 int
@@ -638,28 +677,17 @@ int
 rl_client_throttled(struct rl_client *c, const char *service, const uint64_t *since_ms,
                     uint32_t top, struct rl_wire_reply *rep, int timeout_ms)
 {
-    struct rl_wire_req req;
     int64_t deadline = deadline_after(timeout_ms);
-    int rc;
+    struct rl_wire_req req;
 
-    release_held(c);
-    memset(&req, 0, sizeof(req));
-    req.op = RL_WIRE_OP_THROTTLED;
-    req.id = take_id(c);
-    if (service != NULL) {
-        req.service.ptr = service;
-        req.service.len = (uint32_t)strlen(service);
-    }
+    req_begin(c, &req, RL_WIRE_OP_THROTTLED);
+    set_str(&req.service, service);
     if (since_ms != NULL) {
         req.has_since = true;
         req.since_ms = *since_ms;
     }
     req.top = top;
-    rc = rl_client_queue(c, &req);
-    if (rc != 0) {
-        return rc;
-    }
-    return call(c, req.id, RL_WIRE_OP_THROTTLED, rep, deadline);
+    return req_call(c, &req, rep, deadline);
 }
 
 int

@@ -1,11 +1,13 @@
 /*
- * client: a small blocking client of the wire protocol for tests, tools and benchmarks:
+ * reqclient: the request client, a small blocking client of the wire protocol for tests,
+ * tools, benchmarks and librlclient's blocking API (lib/client.c, which adds reconnection
+ * and the public types on top). Its type is struct rl_client, its functions rl_client_*:
  * connect with a timeout, queue many requests, flush them in one write, and read replies
  * as they come, matching them by id. Not used on the router's hot path (which has its own
  * libuv connections) and not thread-safe: one client per thread.
  */
-#ifndef RL_CLIENT_H
-#define RL_CLIENT_H
+#ifndef RL_REQCLIENT_H
+#define RL_REQCLIENT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -88,6 +90,17 @@ int rl_client_auth(struct rl_client *c, const char *token, size_t len, struct rl
  */
 int rl_client_auth_file(struct rl_client *c, const char *path, int timeout_ms, char *why,
                         size_t whylen);
+
+/*
+ * What rl_client_auth_file does, for any client of the protocol (librlclient's keeps its own
+ * connection state): reads the token of path, or of $RL_TOKEN_FILE when path is NULL
+ * (returning 0 at once when both are absent), and hands it to auth(arg, token, len), which
+ * returns 0 or a negative errno (-EACCES: refused). describe(rc) words any other errno of
+ * the AUTH in why. The token is wiped before return.
+ */
+int rl_client_auth_token_file(const char *path,
+                              int (*auth)(void *arg, const char *token, size_t len), void *arg,
+                              const char *(*describe)(int rc), char *why, size_t whylen);
 int rl_client_stats(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
 int rl_client_clock(struct rl_client *c, uint64_t now_ms, int timeout_ms);
 

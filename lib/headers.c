@@ -1,7 +1,8 @@
 /*
- * The mapping of docs/INTEGRATION.md from a CHECK reply to an HTTP answer, exactly: every
- * client (this library, the Python client, the OpenResty module) must produce the same
- * strings, and tests/clib/check_http.c pins them.
+ * headers: the HTTP answer (status, RateLimit-* and Retry-After headers) of a CHECK reply,
+ * for librlclient's rlc_http_* API; not an HTTP client nor server. The mapping of
+ * docs/INTEGRATION.md, exactly: every client (this library, the Python client, the OpenResty
+ * module) must produce the same strings, and tests/clib/check_http.c pins them.
  */
 #include <ratelimiter/ratelimiter.h>
 

@@ -1,8 +1,7 @@
 /*
- * files: whole-file reads and atomic replacements for rl-rebalance's members, assignment and
- * --out files (files.h).
+ * file: whole reads of small files and atomic replacements (file.h).
  */
-#include "files.h"
+#include "file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +10,7 @@
 #include <unistd.h>
 
 int
-rl_read_small_file(const char *path, size_t max, char **text, size_t *len)
+rl_file_read_small(const char *path, size_t max, char **text, size_t *len)
 {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
@@ -67,7 +66,7 @@ out:
 }
 
 int
-rl_write_file_atomic(const char *path, const char *text, size_t len)
+rl_file_write_atomic(const char *path, const char *text, size_t len)
 {
     char tmp[4096];
     size_t off = 0;

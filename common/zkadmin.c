@@ -1,0 +1,191 @@
+/*
+ * zkadmin: the tools' blocking reads and writes of the assignment, assignment.prev and the
+ * rules znode (zkadmin.h), on a session of zkm.c that the tool does not need to run a loop
+ * for. Writes make the parent znodes and claim what they replace for the cluster (its ACL,
+ * with a secret). Not for watching (zkm.h) nor for members (zkmembers.c).
+ */
+#include "zkadmin.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "zkm_int.h"
+
+/* A blocking read of path, as rl_zkm_get_assignment reads the assignment. */
+static int
+admin_get(struct rl_zkm *z, const char *path, char **text, size_t *len, int64_t *version,
+          int timeout_ms)
+{
+    int rc;
+
+    *text = NULL;
+    *len = 0;
+    *version = -1;
+    rc = zkm_ready(z, timeout_ms);
+    return rc != 0 ? rc : zkm_sync_get(z, path, text, len, version);
+}
+
+/* What every write checks and waits for first: the text (and the caller's other arguments:
+ * args_ok), a session, the parent znodes. */
+static int
+admin_begin(struct rl_zkm *z, const char *text, size_t len, int args_ok, int timeout_ms)
+{
+    int rc;
+
+    if (len > RL_ZKM_DATA_MAX) {
+        return -EMSGSIZE;
+    }
+    if ((text == NULL && len > 0) || !args_ok) {
+        return -EINVAL;
+    }
+    rc = zkm_ready(z, timeout_ms);
+    return rc != 0 ? rc : zkm_sync_parents(z);
+}
+
+/*
+ * The text written now is the cluster's: so is the ACL of the znode it replaces (one left
+ * from before the secret, or by a stranger, is closed as it is replaced). 0 without a secret
+ * or when the znode is not there.
+ */
+static int
+admin_claim(struct rl_zkm *z, const char *path)
+{
+    int rc;
+
+    if (!z->secure) {
+        return 0;
+    }
+    rc = zoo_set_acl(z->zh, path, -1, &z->acl);
+    return rc == ZOK || rc == ZNONODE ? 0 : zkm_errno(rc);
+}
+
+int
+rl_zkm_get_assignment(struct rl_zkm *z, char **text, size_t *len, int64_t *version, int timeout_ms)
+{
+    return admin_get(z, z->asg_path, text, len, version, timeout_ms);
+}
+
+int
+rl_zkm_get_assignment_prev(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
+                           int timeout_ms)
+{
+    return admin_get(z, z->prev_path, text, len, version, timeout_ms);
+}
+
+int
+rl_zkm_get_rules(struct rl_zkm *z, char **text, size_t *len, int64_t *version, int timeout_ms)
+{
+    return admin_get(z, z->rules_path, text, len, version, timeout_ms);
+}
+
+int
+rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
+                      int64_t *new_version, int timeout_ms)
+{
+    zoo_op_t ops[2];
+    zoo_op_result_t res[2];
+    struct Stat st[2], pst;
+    char pbuf[2][ZKM_PATH_MAX];
+    char *old = NULL;
+    size_t oldlen;
+    int64_t cur;
+    int nops, rc;
+
+    rc = admin_begin(z, text, len, expected_version >= -1 && expected_version <= INT32_MAX,
+                     timeout_ms);
+    if (rc != 0) {
+        return rc;
+    }
+    memset(st, 0, sizeof(st));
+    if (expected_version == -1) {
+        zoo_create_op_init(&ops[0], z->asg_path, text != NULL ? text : "", (int)len, zkm_acl(z, 0),
+                           ZOO_PERSISTENT, pbuf[0], sizeof(pbuf[0]));
+        nops = 1;
+    } else {
+        /* The replaced text goes to prev in the same multi, which only commits if the
+         * assignment is still at expected_version: prev holds exactly what was replaced. */
+        rc = zkm_sync_get(z, z->asg_path, &old, &oldlen, &cur);
+        if (rc != 0) {
+            return rc;
+        }
+        if (cur != expected_version) {
+            free(old);
+            return -EAGAIN;
+        }
+        zoo_set_op_init(&ops[0], z->asg_path, text != NULL ? text : "", (int)len,
+                        (int)expected_version, &st[0]);
+        rc = admin_claim(z, z->asg_path);
+        if (rc == 0) {
+            rc = admin_claim(z, z->prev_path);
+        }
+        if (rc != 0) {
+            free(old);
+            return rc;
+        }
+        rc = zoo_exists(z->zh, z->prev_path, 0, &pst);
+        if (rc == ZOK) {
+            zoo_set_op_init(&ops[1], z->prev_path, old, (int)oldlen, -1, &st[1]);
+        } else if (rc == ZNONODE) {
+            zoo_create_op_init(&ops[1], z->prev_path, old, (int)oldlen, zkm_acl(z, 0),
+                               ZOO_PERSISTENT, pbuf[1], sizeof(pbuf[1]));
+        } else {
+            free(old);
+            return zkm_errno(rc);
+        }
+        nops = 2;
+    }
+    memset(res, 0, sizeof(res));
+    rc = zoo_multi(z->zh, nops, ops, res);
+    free(old);
+    if (rc == ZNONODE || rc == ZNODEEXISTS || rc == ZBADVERSION) {
+        return -EAGAIN;
+    }
+    if (rc != ZOK) {
+        return zkm_errno(rc);
+    }
+    if (new_version != NULL) {
+        *new_version = expected_version == -1 ? 0 : st[0].version;
+    }
+    rl_log_info("zk: assignment written, version %" PRId64 " (%zu bytes)",
+                expected_version == -1 ? (int64_t)0 : (int64_t)st[0].version, len);
+    return 0;
+}
+
+int
+rl_zkm_set_rules(struct rl_zkm *z, const char *text, size_t len, int64_t *new_version,
+                 int timeout_ms)
+{
+    struct Stat st;
+    int64_t version = 0;
+    int rc;
+
+    rc = admin_begin(z, text, len, 1, timeout_ms);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = zoo_create(z->zh, z->rules_path, text != NULL ? text : "", (int)len, zkm_acl(z, 0),
+                    ZOO_PERSISTENT, NULL, 0);
+    if (rc == ZNODEEXISTS) {
+        rc = admin_claim(z, z->rules_path);
+        if (rc != 0) {
+            return rc;
+        }
+        memset(&st, 0, sizeof(st));
+        rc = zoo_set2(z->zh, z->rules_path, text != NULL ? text : "", (int)len, -1, &st);
+        if (rc == ZNONODE) {
+            return -EAGAIN; /* deleted meanwhile: push again */
+        }
+        version = st.version;
+    }
+    if (rc != ZOK) {
+        return zkm_errno(rc);
+    }
+    if (new_version != NULL) {
+        *new_version = version;
+    }
+    rl_log_info("zk: rules written, version %" PRId64 " (%zu bytes)", version, len);
+    return 0;
+}
