@@ -56,6 +56,10 @@ readelf -d "$prefix/$libdir/librlclient.so.0.1.0" | grep -q 'SONAME.*\[librlclie
 [ -z "$(ls "$prefix/include/ratelimiter" | grep -v -x -e ratelimiter.h -e ratelimiter_uv.h)" ] ||
     fail "unexpected headers in include/ratelimiter"
 
+grep -q '^request_log = /var/lib/ratelimiter/router/requests.log' \
+    "$prefix/share/ratelimiter/cluster.conf.example" ||
+    fail "the installed example's request_log is not in the router unit's state directory"
+
 step "the public headers stand alone"
 if grep -n '#include "' "$prefix"/include/ratelimiter/*.h; then
     fail "a public header includes a local header"
