@@ -28,7 +28,7 @@
  *     owner once the listener and every connection are closed.
  *
  * Everything runs on the loop thread. Not for the blocking client of tools and tests
- * (client.h), nor for rl-bench's connections (tools/bench: a load generator that sends
+ * (client.h), nor for rl-bench's connections (tools/loadgen: a load generator that sends
  * each paced request at once with uv_try_write to measure latency, into a fixed buffer),
  * nor for the codec (wire.h).
  */

@@ -10,6 +10,7 @@
 
 #include "args.h"
 #include "parse.h"
+#include "say.h"
 
 void
 rb_usage(FILE *f)
@@ -50,18 +51,19 @@ rb_usage(FILE *f)
             "changed while this ran (nothing written: run again).\n",
             RB_DEFAULT_TIMEOUT_MS);
 }
+
 int
 rb_usage_error(const char *fmt, ...)
 {
     va_list ap;
 
-    fprintf(stderr, "rl-rebalance: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    rb_verror(fmt, ap);
     va_end(ap);
     fprintf(stderr, "\ntry rl-rebalance --help\n");
     return RB_EXIT_USAGE;
 }
+
 /* "0.05" or "5%" as a fraction in [0, max]. */
 static int
 parse_fraction(const char *s, bool percent_default, double max, double *out)

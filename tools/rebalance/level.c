@@ -18,6 +18,7 @@ member_name_cmp(const void *key, const void *m)
 {
     return strcmp(key, ((const struct rl_member *)m)->name);
 }
+
 int
 rb_rebalance(struct rb_run *r)
 {

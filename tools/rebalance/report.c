@@ -69,6 +69,7 @@ rb_report_logs(const struct rb_run *r)
                res->nshards);
     }
 }
+
 static int
 name_width(const struct rl_plan *p)
 {

@@ -21,14 +21,20 @@ rb_say(const struct rb_run *r, const char *fmt, ...)
     va_end(ap);
 }
 
+void
+rb_verror(const char *fmt, va_list ap)
+{
+    fprintf(stderr, "rl-rebalance: ");
+    vfprintf(stderr, fmt, ap);
+}
+
 int
 rb_fail(const char *fmt, ...)
 {
     va_list ap;
 
-    fprintf(stderr, "rl-rebalance: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    rb_verror(fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
     return RB_EXIT_FAIL;

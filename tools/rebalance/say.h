@@ -8,6 +8,7 @@
 #ifndef RB_SAY_H
 #define RB_SAY_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +16,9 @@
 
 /* The report: printf to stdout, unless --quiet. */
 void rb_say(const struct rb_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* "rl-rebalance: " and the message on stderr, without a newline. */
+void rb_verror(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 /* "rl-rebalance: " and the message on stderr; returns RB_EXIT_FAIL. */
 int rb_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -110,6 +110,7 @@ out:
     *n = k;
     return 0;
 }
+
 const char *
 rb_zk_error(int rc)
 {
