@@ -4,7 +4,7 @@
  * proxy on every node's path from the routers and to ZooKeeper; drives traffic through every
  * router; injects the scenario's faults on schedule; prints a line a second; then judges
  * the run against the invariants (verdict.c) and exits 0 only if every one held.
- * Everything it starts is stopped however it ends (the process harness of tests/harness.h:
+ * Everything it starts is stopped however it ends (the process harness of harness/harness.h:
  * its children die with it, even on SIGKILL). docs/CHAOS.md is the manual.
  */
 #include "chaos.h"

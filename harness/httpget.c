@@ -1,11 +1,12 @@
 /*
- * http: the tests' blocking HTTP/1.0 client (http.h): a non-blocking socket driven by poll(2)
- * against one deadline, so that neither connect, send nor read can outlast the timeout.
+ * httpget: the harness's blocking HTTP/1.0 client (httpget.h): a non-blocking socket driven
+ * by poll(2) against one deadline, so that neither connect, send nor read can outlast the
+ * timeout.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "http.h"
+#include "httpget.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
