@@ -284,11 +284,12 @@ static struct ch_run *
 run_new(void)
 {
     struct ch_scenario *sc = calloc(1, sizeof(*sc));
-    struct ch_run *r = calloc(1, sizeof(*r));
-    struct ch_service *s = &sc->services[0];
+    struct ch_run *r = ch_run_new(sc, false);
+    struct ch_service *s;
 
     ck_assert_ptr_nonnull(sc);
     ck_assert_ptr_nonnull(r);
+    s = &sc->services[0];
     snprintf(sc->name, sizeof(sc->name), "made-up");
     sc->nodes = 3;
     sc->routers = 1;
@@ -308,7 +309,6 @@ run_new(void)
     s->window_ms = 1000;
     s->weight = 1;
     sc->expect = (struct ch_expect){-1, -1, -1, -1, -1, -1, -1};
-    r->sc = sc;
     r->t0_ms = T0;
     r->traffic[0].run = r;
     r->traffic[0].router = 0;
@@ -322,12 +322,10 @@ run_new(void)
 static void
 run_free(struct ch_run *r)
 {
-    for (int i = 0; i < r->nviews; i++) {
-        free(r->views[i].owner);
-    }
-    free(r->traffic[0].reqs);
-    free((void *)r->sc);
-    free(r);
+    const struct ch_scenario *sc = r->sc;
+
+    ch_run_free(r);
+    free((void *)sc);
 }
 
 static struct ch_scenario *
