@@ -284,11 +284,12 @@ static struct ch_run *
 run_new(void)
 {
     struct ch_scenario *sc = calloc(1, sizeof(*sc));
-    struct ch_run *r = calloc(1, sizeof(*r));
-    struct ch_service *s = &sc->services[0];
+    struct ch_run *r = ch_run_new(sc, false);
+    struct ch_service *s;
 
     ck_assert_ptr_nonnull(sc);
     ck_assert_ptr_nonnull(r);
+    s = &sc->services[0];
     snprintf(sc->name, sizeof(sc->name), "made-up");
     sc->nodes = 3;
     sc->routers = 1;
@@ -308,7 +309,6 @@ run_new(void)
     s->window_ms = 1000;
     s->weight = 1;
     sc->expect = (struct ch_expect){-1, -1, -1, -1, -1, -1, -1};
-    r->sc = sc;
     r->t0_ms = T0;
     r->traffic[0].run = r;
     r->traffic[0].router = 0;
@@ -322,12 +322,10 @@ run_new(void)
 static void
 run_free(struct ch_run *r)
 {
-    for (int i = 0; i < r->nviews; i++) {
-        free(r->views[i].owner);
-    }
-    free(r->traffic[0].reqs);
-    free((void *)r->sc);
-    free(r);
+    const struct ch_scenario *sc = r->sc;
+
+    ch_run_free(r);
+    free((void *)sc);
 }
 
 static struct ch_scenario *
@@ -455,15 +453,15 @@ inv_of(const char *json, const char *name)
     const char *p;
     struct inv v = {false, 0, 0};
 
-    snprintf(key, sizeof(key), "{\"name\": \"%s\", \"held\": ", name);
+    snprintf(key, sizeof(key), "{\"name\":\"%s\",\"held\":", name);
     p = strstr(json, key);
     ck_assert_msg(p != NULL, "no invariant \"%s\" in %s", name, json);
     p += strlen(key);
     ck_assert_msg(strncmp(p, "true", 4) == 0 || strncmp(p, "false", 5) == 0, "%s", p);
     v.held = strncmp(p, "true", 4) == 0;
-    p = strstr(p, "\"checked\": ");
+    p = strstr(p, "\"checked\":");
     ck_assert_ptr_nonnull(p);
-    ck_assert_int_eq(sscanf(p, "\"checked\": %llu, \"violations\": %llu", &v.checked,
+    ck_assert_int_eq(sscanf(p, "\"checked\":%llu,\"violations\":%llu", &v.checked,
                             &v.violations),
                      2);
     ck_assert_msg(v.held == (v.violations == 0), "%s: held and violations disagree", name);
@@ -487,8 +485,8 @@ judge(struct ch_run *r, const char *failing, unsigned long long violations)
     pass = ch_verdict(r, path);
     fflush(stdout);
     ck_assert_int_gt(rl_harness_read_file(path, json, sizeof(json)), 0);
-    ck_assert_ptr_nonnull(strstr(json, "\"scenario\": \"made-up\""));
-    ck_assert_ptr_nonnull(strstr(json, pass ? "\"pass\": true" : "\"pass\": false"));
+    ck_assert_ptr_nonnull(strstr(json, "\"scenario\":\"made-up\""));
+    ck_assert_ptr_nonnull(strstr(json, pass ? "\"pass\":true" : "\"pass\":false"));
     for (size_t i = 0; i < NINV; i++) {
         struct inv v = inv_of(json, inv_names[i]);
         bool fails = failing != NULL && strcmp(failing, inv_names[i]) == 0;
@@ -522,8 +520,8 @@ START_TEST(test_control_passes)
     ck_assert_uint_eq(inv_of(json, "exactness").checked, 4); /* u7: 3 windows, u8: 1 */
     ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 0);
     ck_assert_uint_eq(inv_of(json, "no-deaths").checked, 1);
-    ck_assert_ptr_nonnull(strstr(json, "\"sent\": 10, \"answered\": 10, \"allowed\": 9, "
-                                       "\"limited\": 1"));
+    ck_assert_ptr_nonnull(strstr(json, "\"sent\":10,\"answered\":10,\"allowed\":9,"
+                                       "\"limited\":1"));
     run_free(r);
 }
 END_TEST
@@ -536,7 +534,7 @@ START_TEST(test_exactness_over_limit)
     allowed(r, 1100, 6, 4); /* remaining 4, 3, 2, 1, 0, 0 */
     judge(r, "exactness", 1);
     ck_assert_ptr_nonnull(strstr(json, "allowed past the limit"));
-    ck_assert_ptr_nonnull(strstr(json, "\"extra_allowed\": 1"));
+    ck_assert_ptr_nonnull(strstr(json, "\"extra_allowed\":1"));
     run_free(r);
 }
 END_TEST
@@ -618,7 +616,7 @@ START_TEST(test_exactness_lost_excludes)
     allowed(r, 1300, 3, 3);
     req(r, 1400, RL_WIRE_LIMITED, 0);
     judge(r, NULL, 0);
-    ck_assert_ptr_nonnull(strstr(json, "\"lost_with_killed_router\": 1"));
+    ck_assert_ptr_nonnull(strstr(json, "\"lost_with_killed_router\":1"));
     run_free(r);
 }
 END_TEST
@@ -634,7 +632,7 @@ START_TEST(test_bounded_loss_holds)
     judge(r, NULL, 0);
     ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
     ck_assert_uint_eq(inv_of(json, "exactness").checked, 0);
-    ck_assert_ptr_nonnull(strstr(json, "\"extra_allowed\": 5"));
+    ck_assert_ptr_nonnull(strstr(json, "\"extra_allowed\":5"));
     run_free(r);
 }
 END_TEST
@@ -791,7 +789,7 @@ START_TEST(test_policy_impaired)
     req(r, 1100, RL_WIRE_FAIL_OPEN, 0);
     judge(r, NULL, 0);
     ck_assert_uint_eq(inv_of(json, "policy").checked, 1);
-    ck_assert_ptr_nonnull(strstr(json, "\"fail_open\": 1"));
+    ck_assert_ptr_nonnull(strstr(json, "\"fail_open\":1"));
     run_free(r);
 }
 END_TEST
@@ -835,7 +833,7 @@ START_TEST(test_liveness_late)
     req_full(r, 1100, USER, SHARD, RL_WIRE_ALLOWED, 4, 400 * 1000);
     judge(r, "liveness", 1);
     ck_assert_ptr_nonnull(strstr(json, "after 400.0 ms (deadline 50 + margin 250)"));
-    ck_assert_ptr_nonnull(strstr(json, "\"late\": 1"));
+    ck_assert_ptr_nonnull(strstr(json, "\"late\":1"));
     run_free(r);
 }
 END_TEST
@@ -863,7 +861,7 @@ START_TEST(test_liveness_lost_excused)
     /* up to a second around the router's down time */
     req_full(r, 2400, USER, SHARD, CH_CODE_LOST, 0, 5000);
     judge(r, NULL, 0);
-    ck_assert_ptr_nonnull(strstr(json, "\"lost_with_killed_router\": 2"));
+    ck_assert_ptr_nonnull(strstr(json, "\"lost_with_killed_router\":2"));
     run_free(r);
 }
 END_TEST
@@ -993,7 +991,7 @@ START_TEST(test_stale_answers)
     r->probes[r->nprobes++] = (struct ch_probe){T0 + 3960, 1, true, true};
     sc->expect.max_stale_ms = 2000;
     judge(r, NULL, 0);
-    ck_assert_ptr_nonnull(strstr(json, "\"stale_answers_ms\": 2000,"));
+    ck_assert_ptr_nonnull(strstr(json, "\"stale_answers_ms\":2000,"));
     sc->expect.max_stale_ms = 1999;
     judge(r, "expect", 1);
     run_free(r);
@@ -1048,7 +1046,7 @@ START_TEST(test_deaths)
     r->ndeaths = 1;
     snprintf(r->deaths[0], sizeof(r->deaths[0]), "rl-node b (status 0x9)");
     judge(r, "no-deaths", 1);
-    ck_assert_ptr_nonnull(strstr(json, "\"examples\": [\"rl-node b (status 0x9)\"]"));
+    ck_assert_ptr_nonnull(strstr(json, "\"examples\":[\"rl-node b (status 0x9)\"]"));
     run_free(r);
 }
 END_TEST

@@ -1,6 +1,6 @@
 /*
  * check_metrics: common/metrics.{c,h}, the exposition writer, the histogram and the HTTP
- * listener on a real loopback socket (tests/http.h as the client). Asserted:
+ * listener on a real loopback socket (harness/httpget.h as the client). Asserted:
  *   - rl_prom_labels escapes backslash, double quote and newline in values, joins pairs with
  *     commas, takes a NULL value as empty; at every capacity from 0 up it writes nothing past
  *     cap, always terminates, and never leaves an escape cut in half;
@@ -38,7 +38,7 @@
 #include <uv.h>
 
 #include "buf.h"
-#include "http.h"
+#include "httpget.h"
 #include "metrics.h"
 #include "rltest.h"
 

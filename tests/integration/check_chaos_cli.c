@@ -117,12 +117,12 @@ START_TEST(test_kill_passes)
     }
     ck_assert_msg(rc == 0, "rl-chaos exited %d:\n%s", rc, out);
     ck_assert_int_gt(rl_harness_read_file(json_path, json, sizeof(json)), 0);
-    ck_assert_msg(strstr(json, "\"pass\": true") != NULL, "%s", json);
-    ck_assert_ptr_nonnull(strstr(json, "\"scenario\": \"cli-kill\""));
-    ck_assert_ptr_nonnull(strstr(json, "{\"name\": \"no-deaths\", \"held\": true"));
+    ck_assert_msg(strstr(json, "\"pass\":true") != NULL, "%s", json);
+    ck_assert_ptr_nonnull(strstr(json, "\"scenario\":\"cli-kill\""));
+    ck_assert_ptr_nonnull(strstr(json, "{\"name\":\"no-deaths\",\"held\":true"));
     /* the run was judged: requests went out and the kill was felt (policy answers) */
-    ck_assert_ptr_null(strstr(json, "\"sent\": 0,"));
-    ck_assert_ptr_null(strstr(json, "\"fail_open\": 0,"));
+    ck_assert_ptr_null(strstr(json, "\"sent\":0,"));
+    ck_assert_ptr_null(strstr(json, "\"fail_open\":0,"));
     ck_assert_msg(count_lines(out, "/s |") >= 5, "fewer than 5 live lines:\n%s", out);
     ck_assert_msg(strstr(out, "VERDICT cli-kill: PASS") != NULL, "%s", out);
 }
@@ -143,8 +143,8 @@ START_TEST(test_expect_fails)
     }
     ck_assert_msg(rc == 1, "rl-chaos exited %d:\n%s", rc, out);
     ck_assert_int_gt(rl_harness_read_file(json_path, json, sizeof(json)), 0);
-    ck_assert_msg(strstr(json, "\"pass\": false") != NULL, "%s", json);
-    ck_assert_msg(strstr(json, "{\"name\": \"expect\", \"held\": false") != NULL, "%s", json);
+    ck_assert_msg(strstr(json, "\"pass\":false") != NULL, "%s", json);
+    ck_assert_msg(strstr(json, "{\"name\":\"expect\",\"held\":false") != NULL, "%s", json);
     ck_assert_msg(strstr(out, "VERDICT cli-kill-expect: FAIL") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "expect violated: max_policy_answers: ") != NULL, "%s", out);
 }

@@ -42,7 +42,7 @@
 #include "auth.h"
 #include "reqclient.h"
 #include "harness.h"
-#include "http.h"
+#include "httpget.h"
 #include "rltest.h"
 #include "wire.h"
 

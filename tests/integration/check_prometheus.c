@@ -32,7 +32,7 @@
 
 #include "reqclient.h"
 #include "harness.h"
-#include "http.h"
+#include "httpget.h"
 #include "rltest.h"
 #include "shardmap.h"
 #include "wire.h"

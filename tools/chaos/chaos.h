@@ -2,16 +2,20 @@
  * chaos: what the parts of rl-chaos share while a scenario runs: every request the traffic
  * threads sent and what came back, the ownership timeline the observer read from ZooKeeper,
  * the routers' tables as sampled, the faults as they were injected, and the event log.
- * main.c runs the cluster and the steps, traffic.c drives requests through the routers,
- * observer.c watches ZooKeeper, verdict.c judges the run (docs/CHAOS.md).
+ * run.c keeps that record (every append under its lock), traffic.c drives requests through
+ * the routers, observer.c watches ZooKeeper, verdict.c judges the run; they call nothing
+ * of rl-chaos but run.c and scenario.c. The cluster and its faults are cluster.h's
+ * (docs/CHAOS.md).
  */
 #ifndef RL_CHAOS_H
 #define RL_CHAOS_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "clock.h"
 #include "scenario.h"
@@ -150,11 +154,37 @@ ch_mono_us(void)
     return (int64_t)(rl_clock_mono_ns() / 1000);
 }
 
+/* Sleeps us microseconds, resuming after signals. */
+static inline void
+ch_sleep_us(int64_t us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+
+    if (us > 0) {
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+}
+
+/* run.c: a run's record. ch_run_new returns a zeroed run of sc (NULL without memory);
+ * ch_run_free frees it, its requests and views (not sc). */
+struct ch_run *ch_run_new(const struct ch_scenario *sc, bool verbose);
+void ch_run_free(struct ch_run *r);
+
 /* Appends to the event log (and prints it with --verbose). */
 void ch_event(struct ch_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The user name of index u ("u17"), into buf. */
-void ch_user_name(char *buf, size_t len, uint32_t u);
+/* Opens an impairment of node (-1: all) from `from` to `to`; returns its index. */
+int ch_run_impair(struct ch_run *r, int node, int64_t from, int64_t to, const char *what);
+
+/* A process that died or stopped badly: a violation of no-deaths (the first 8 are kept). */
+void ch_run_death(struct ch_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A router's table digest as sampled at t_ms. */
+void ch_run_sample(struct ch_run *r, int64_t t_ms, int router, uint64_t digest);
+
+/* The last view ZooKeeper gave (read under the lock): digest, members; 0 when none yet. */
+uint64_t ch_run_digest(struct ch_run *r, int *nmembers);
 
 /* traffic.c: starts and stops the thread of one router. */
 int ch_traffic_start(struct ch_traffic *t, struct ch_run *r, int router);
@@ -165,8 +195,6 @@ struct ch_observer;
 int ch_observer_start(struct ch_observer **out, struct ch_run *r, const char *zk_connect,
                       const char *cluster);
 void ch_observer_stop(struct ch_observer *o);
-/* The last view (copied under the lock): digest, members; 0 when none yet. */
-uint64_t ch_observer_digest(struct ch_run *r, int *nmembers);
 
 /* verdict.c: judges the run; prints the report; writes JSON when json_path is set.
  * Returns true when every invariant and every [expect] bound held. */

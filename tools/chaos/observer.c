@@ -4,7 +4,8 @@
  * on every change, builds the table the routers should build (rl_view_build), and
  * appends a view (time, members, owner of every shard, digest) to the run. It connects to
  * ZooKeeper directly, never through a fault proxy, so it sees what the cluster's
- * coordinator decided, not what one cut-off node believes.
+ * coordinator decided, not what one cut-off node believes. It writes to the run's record
+ * (run.c) and calls nothing else of rl-chaos.
  */
 #include "chaos.h"
 
@@ -191,20 +192,4 @@ ch_observer_stop(struct ch_observer *o)
     uv_loop_close(&o->loop);
     rl_view_deinit(&o->view);
     free(o);
-}
-
-uint64_t
-ch_observer_digest(struct ch_run *r, int *nmembers)
-{
-    uint64_t d = 0;
-
-    pthread_mutex_lock(&r->lock);
-    if (r->nviews > 0) {
-        d = r->views[r->nviews - 1].digest;
-        *nmembers = r->views[r->nviews - 1].nmembers;
-    } else {
-        *nmembers = 0;
-    }
-    pthread_mutex_unlock(&r->lock);
-    return d;
 }

@@ -43,6 +43,12 @@ ch_node_name(int i)
     return i >= 0 && i < CH_NODES_MAX ? node_names[i] : "?";
 }
 
+void
+ch_user_name(char *buf, size_t len, uint32_t u)
+{
+    snprintf(buf, len, "u%u", u);
+}
+
 struct ctx {
     struct ch_scenario *sc;
     const char *path;

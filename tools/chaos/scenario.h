@@ -103,6 +103,9 @@ int ch_scenario_load(struct ch_scenario *sc, const char *path, char *err, size_t
 /* The node name of index i: "a", "b", ... */
 const char *ch_node_name(int i);
 
+/* The user name of index u ("u17"), into buf: what the traffic sends for user u. */
+void ch_user_name(char *buf, size_t len, uint32_t u);
+
 /* The scenario format, for --help. */
 extern const char ch_scenario_help[];
 

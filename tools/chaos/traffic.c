@@ -4,6 +4,7 @@
  * one connection, and recording every request and what came back. A connection that
  * breaks loses its requests in flight (recorded as lost) and is dialled again every 100 ms;
  * requests due meanwhile are counted as unsent, as a client with no router would have.
+ * Users are drawn uniformly or by Zipf (rltools) and named as scenario.c names them.
  */
 #include "chaos.h"
 
@@ -11,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "reqclient.h"
 #include "rng.h"
@@ -31,16 +31,6 @@ struct sender {
     struct rl_zipf zipf;
     uint32_t weight_total;
 };
-
-static void
-sleep_us(int64_t us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-
-    if (us > 0) {
-        nanosleep(&ts, NULL);
-    }
-}
 
 /* Every request still pending on this connection is lost. */
 static void
@@ -211,7 +201,7 @@ traffic_main(void *arg)
         } else {
             int64_t until = next_due < next_dial ? next_due : next_dial;
 
-            sleep_us(until - ch_mono_us());
+            ch_sleep_us(until - ch_mono_us());
         }
     }
     /* The answers still owed: wait for them as a client would, then give up. */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "shardmap.h"
 #include "wire.h"
 
@@ -719,64 +720,72 @@ judge_expect(struct judge *j)
 
 /* ---- report ---------------------------------------------------------------------------- */
 
-static void
-json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s != '\0'; s++) {
-        if (*s == '"' || *s == '\\') {
-            fprintf(f, "\\%c", *s);
-        } else if ((unsigned char)*s < 0x20) {
-            fprintf(f, "\\u%04x", *s);
-        } else {
-            fputc(*s, f);
-        }
-    }
-    fputc('"', f);
-}
-
+/* The verdict and the figures as one JSON object, through the project's one JSON writer. */
 static void
 write_json(const struct judge *j, const char *path, bool pass)
 {
     FILE *f = fopen(path, "w");
+    struct rl_json js;
+    int rc;
 
     if (f == NULL) {
         fprintf(stderr, "rl-chaos: %s: cannot write\n", path);
         return;
     }
-    fprintf(f, "{\n  \"scenario\": ");
-    json_str(f, j->sc->name);
-    fprintf(f, ",\n  \"pass\": %s,\n  \"invariants\": [\n", pass ? "true" : "false");
+    rl_json_init(&js, f);
+    rl_json_begin_object(&js);
+    rl_json_kv_str(&js, "scenario", j->sc->name);
+    rl_json_kv_bool(&js, "pass", pass);
+    rl_json_key(&js, "invariants");
+    rl_json_begin_array(&js);
     for (int i = 0; i < INV_COUNT; i++) {
         const struct inv_result *v = &j->inv[i];
 
-        fprintf(f, "    {\"name\": \"%s\", \"held\": %s, \"checked\": %llu, \"violations\": %llu, "
-                "\"examples\": [",
-                inv_names[i], v->violations == 0 ? "true" : "false",
-                (unsigned long long)v->checked, (unsigned long long)v->violations);
+        rl_json_begin_object(&js);
+        rl_json_kv_str(&js, "name", inv_names[i]);
+        rl_json_kv_bool(&js, "held", v->violations == 0);
+        rl_json_kv_u64(&js, "checked", v->checked);
+        rl_json_kv_u64(&js, "violations", v->violations);
+        rl_json_key(&js, "examples");
+        rl_json_begin_array(&js);
         for (int k = 0; k < v->nexamples; k++) {
-            fputs(k > 0 ? ", " : "", f);
-            json_str(f, v->examples[k]);
+            rl_json_str(&js, v->examples[k]);
         }
-        fprintf(f, "]}%s\n", i + 1 < INV_COUNT ? "," : "");
+        rl_json_end_array(&js);
+        rl_json_end_object(&js);
     }
-    fprintf(f, "  ],\n  \"figures\": {\"sent\": %llu, \"answered\": %llu, \"allowed\": %llu, "
-            "\"limited\": %llu, \"fail_open\": %llu, \"fail_closed\": %llu, \"errors\": %llu, "
-            "\"unsent\": %llu, \"lost_with_killed_router\": %llu, \"late\": %llu, "
-            "\"extra_allowed\": %llu, \"worst_latency_ms\": %.3f, \"converge_max_ms\": %lld, "
-            "\"stale_answers_ms\": %lld, \"view_changes\": %lld, \"shard_move_ms\": [",
-            (unsigned long long)j->sent, (unsigned long long)j->answered,
-            (unsigned long long)j->by_code[0], (unsigned long long)j->by_code[1],
-            (unsigned long long)j->by_code[2], (unsigned long long)j->by_code[3],
-            (unsigned long long)j->by_code[6], (unsigned long long)j->unsent,
-            (unsigned long long)j->lost_excused, (unsigned long long)j->late,
-            (unsigned long long)j->extra_allowed, (double)j->worst_latency_us / 1000.0,
-            (long long)j->converge_max_ms, (long long)j->stale_ms, (long long)j->view_changes);
+    rl_json_end_array(&js);
+    rl_json_key(&js, "figures");
+    rl_json_begin_object(&js);
+    rl_json_kv_u64(&js, "sent", j->sent);
+    rl_json_kv_u64(&js, "answered", j->answered);
+    rl_json_kv_u64(&js, "allowed", j->by_code[0]);
+    rl_json_kv_u64(&js, "limited", j->by_code[1]);
+    rl_json_kv_u64(&js, "fail_open", j->by_code[2]);
+    rl_json_kv_u64(&js, "fail_closed", j->by_code[3]);
+    rl_json_kv_u64(&js, "errors", j->by_code[6]);
+    rl_json_kv_u64(&js, "unsent", j->unsent);
+    rl_json_kv_u64(&js, "lost_with_killed_router", j->lost_excused);
+    rl_json_kv_u64(&js, "late", j->late);
+    rl_json_kv_u64(&js, "extra_allowed", j->extra_allowed);
+    rl_json_key(&js, "worst_latency_ms");
+    rl_json_f64(&js, (double)j->worst_latency_us / 1000.0, 3);
+    rl_json_kv_i64(&js, "converge_max_ms", j->converge_max_ms);
+    rl_json_kv_i64(&js, "stale_answers_ms", j->stale_ms);
+    rl_json_kv_i64(&js, "view_changes", j->view_changes);
+    rl_json_key(&js, "shard_move_ms");
+    rl_json_begin_array(&js);
     for (int i = 0; i < j->nmoves; i++) {
-        fprintf(f, "%s%lld", i > 0 ? ", " : "", (long long)j->move_ms[i]);
+        rl_json_i64(&js, j->move_ms[i]);
     }
-    fprintf(f, "]}\n}\n");
-    fclose(f);
+    rl_json_end_array(&js);
+    rl_json_end_object(&js);
+    rl_json_end_object(&js);
+    fputc('\n', f);
+    rc = rl_json_finish(&js);
+    if (fclose(f) != 0 || rc != 0) {
+        fprintf(stderr, "rl-chaos: %s: cannot write\n", path);
+    }
 }
 
 bool

@@ -1,11 +1,12 @@
 /*
- * http: the tests' blocking HTTP/1.0 client (http.h): a non-blocking socket driven by poll(2)
- * against one deadline, so that neither connect, send nor read can outlast the timeout.
+ * httpget: the harness's blocking HTTP/1.0 client (httpget.h): a non-blocking socket driven
+ * by poll(2) against one deadline, so that neither connect, send nor read can outlast the
+ * timeout.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "http.h"
+#include "httpget.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,16 +19,14 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
 
 static int64_t
 http_now_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)(rl_clock_mono_ns() / 1000000);
 }
 
 /* Waits for events on fd until deadline; 0 when ready, -ETIMEDOUT, or -errno. */

@@ -1,7 +1,8 @@
 /*
- * rng: SplitMix64, the pseudo-random generator rl-bench draws keys from (uniform keys in
- * main.c, Zipf ranks in zipf.c). Header only, since it runs once or more per request. The
- * state is a plain uint64_t the caller owns, one per thread; any value is a valid seed.
+ * rng: SplitMix64, the pseudo-random generator rl-bench and rl-chaos draw keys from (uniform
+ * keys, and Zipf ranks through zipf.c); part of rltools, the tools' shared library. Header
+ * only, since it runs once or more per request. The state is a plain uint64_t the caller
+ * owns, one per thread; any value is a valid seed.
  * Not for anything that must be unpredictable.
  */
 #ifndef RL_RNG_H

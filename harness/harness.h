@@ -4,6 +4,9 @@
  * with a deadline, a throwaway ZooKeeper server (Debian's package, run with java) and
  * wrappers that start rl-node and rl-router and wait until they listen.
  * Not for unit tests of a module, and not a cluster model: a test states what it checks.
+ * Part of the process-harness library rlproc (harness/: this, harness_zk.c, the fault proxy
+ * of proxy.h, the HTTP client of httpget.h), which the integration suites and rl-chaos link;
+ * it has no test framework in it (tests/rltest.h adds Check's).
  *
  * Ownership. Every process and temp directory belongs to the process that created it
  * (getpid() at the time). rl_harness_cleanup(), which also runs at exit and on SIGTERM,

@@ -1,8 +1,8 @@
 /*
  * zipf: draws ranks from a Zipf distribution over 1..n with exponent s, P(k) ~ 1/k^s, by
  * rejection-inversion (Hörmann and Derflinger, 1996): O(1) memory and expected O(1) time per
- * sample whatever n, unlike a CDF table (80 MB of doubles for 10M keys). rl-bench uses it to
- * make a few users hot, as real traffic does.
+ * sample whatever n, unlike a CDF table (80 MB of doubles for 10M keys). rl-bench and
+ * rl-chaos use it to make a few users hot, as real traffic does (rltools, tools/shared/).
  * Not for n above 2^32 - 1 (ranks are uint32_t), and it holds no random state of its own:
  * the caller passes an rng.h state, one per thread.
  */

@@ -32,6 +32,8 @@
 
 #include <arpa/inet.h>
 
+#include "file.h"
+
 #ifndef RL_BIN_DIR
 #define RL_BIN_DIR "."
 #endif
@@ -383,33 +385,18 @@ rl_harness_tmppath(char *buf, size_t len, const char *fmt, ...)
 int
 rl_harness_write_file(const char *path, const char *fmt, ...)
 {
-    char tmp[PATH_MAX];
-    FILE *f;
+    char *text;
     va_list ap;
-    int n, rc = 0;
+    int n, rc;
 
-    n = snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid());
-    if (n < 0 || (size_t)n >= sizeof(tmp)) {
-        return -ENAMETOOLONG;
-    }
-    f = fopen(tmp, "we");
-    if (f == NULL) {
-        return -errno;
-    }
     va_start(ap, fmt);
-    if (vfprintf(f, fmt, ap) < 0) {
-        rc = -EIO;
-    }
+    n = vasprintf(&text, fmt, ap);
     va_end(ap);
-    if (fclose(f) != 0 && rc == 0) {
-        rc = -errno;
+    if (n < 0) {
+        return -ENOMEM;
     }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        rc = -errno;
-    }
-    if (rc != 0) {
-        unlink(tmp);
-    }
+    rc = rl_file_write_atomic(path, text, (size_t)n);
+    free(text);
     return rc;
 }
 

@@ -17,8 +17,8 @@
  * (a plain close, FIN). A read or write error, or a reset by a peer, closes both at once.
  * A target that refuses the dial (or fails it) gets the accepted side closed.
  */
-#ifndef RL_TEST_PROXY_H
-#define RL_TEST_PROXY_H
+#ifndef RL_HARNESS_PROXY_H
+#define RL_HARNESS_PROXY_H
 
 #include <stdint.h>
 

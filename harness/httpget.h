@@ -1,14 +1,15 @@
 /*
- * http: a tiny blocking HTTP/1.0 client for tests: connects to 127.0.0.1:port within a
- * timeout, sends one request ("METHOD path HTTP/1.0", Host and Connection: close), reads the
- * answer to EOF and splits it into status code, headers and body. Enough to talk to the
- * metrics listener (common/metrics.h) and Prometheus's HTTP API; not a general client (no
- * chunked encoding, no redirects, no TLS, no keep-alive). Check-free, like the harness.
+ * httpget: the harness library's tiny blocking HTTP/1.0 client: connects to 127.0.0.1:port
+ * within a timeout, sends one request ("METHOD path HTTP/1.0", Host and Connection: close),
+ * reads the answer to EOF and splits it into status code, headers and body. Enough to talk
+ * to the metrics listener (common/metrics.h) and Prometheus's HTTP API; not a general
+ * client (no chunked encoding, no redirects, no TLS, no keep-alive). Check-free, like the
+ * rest of the harness library.
  *
  * Every function returns 0 or a negative errno unless its comment says otherwise.
  */
-#ifndef RL_TEST_HTTP_H
-#define RL_TEST_HTTP_H
+#ifndef RL_HARNESS_HTTPGET_H
+#define RL_HARNESS_HTTPGET_H
 
 #include <stddef.h>
 

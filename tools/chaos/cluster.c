@@ -1,0 +1,282 @@
+/*
+ * cluster: sets up and stops the throwaway cluster of one rl-chaos run (cluster.h): the
+ * configs, ZooKeeper, a fault proxy on each node's two paths, the nodes, the routers and the
+ * observer; reads the routers' STATS (table digests, why they answered by policy); and reaps
+ * processes that died unasked, each a violation recorded in the run. Not the faults
+ * (faults.c) nor the clock (loop.c).
+ */
+#include "cluster.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "proxy.h"
+#include "reqclient.h"
+
+static int
+write_configs(struct ch_cluster *c, const int *zk_port)
+{
+    const struct ch_scenario *sc = c->run->sc;
+    char body[8192], path[PATH_MAX];
+    int len = 0;
+
+    for (int k = -1; k < sc->nodes; k++) {
+        len = snprintf(body, sizeof(body),
+                       "; written by rl-chaos for scenario %s\n[cluster]\nname = %s\n"
+                       "zookeeper = 127.0.0.1:%d\nsession_timeout = %lldms\nshards = %u\n"
+                       "fencing = %s\n\n[router]\nlisten = 127.0.0.1:7400\ndeadline = %lldms\n"
+                       "request_log =\n\n[clients]\nidle_timeout = 0\n\n",
+                       sc->name, CH_CLUSTER_NAME, k < 0 ? c->zk.port : zk_port[k],
+                       (long long)sc->session_timeout_ms, sc->shards,
+                       sc->fence_disconnect ? "disconnect" : "expiry",
+                       (long long)sc->deadline_ms);
+        for (int i = 0; i < sc->nodes; i++) {
+            int port = c->proxy_port[i];
+
+            len += snprintf(body + len, sizeof(body) - (size_t)len,
+                            "[node %s]\nlisten = 127.0.0.1:%d\nadvertise = 127.0.0.1:%d\n"
+                            "memory = 64mb\n\n",
+                            ch_node_name(i), c->run->node_port[i], port);
+        }
+        for (int i = 0; i < sc->nservices; i++) {
+            len += snprintf(body + len, sizeof(body) - (size_t)len,
+                            "[service %s]\nfailure = %s\nlimit = %s\n\n", sc->services[i].name,
+                            sc->services[i].fail_closed ? "closed" : "open",
+                            sc->services[i].limit);
+        }
+        if (len >= (int)sizeof(body)) {
+            return -E2BIG;
+        }
+        if (k < 0) {
+            rl_harness_tmppath(path, sizeof(path), "router.conf");
+            snprintf(c->router_conf, sizeof(c->router_conf), "%s", path);
+        } else {
+            rl_harness_tmppath(path, sizeof(path), "node-%s.conf", ch_node_name(k));
+            snprintf(c->node_conf[k], sizeof(c->node_conf[k]), "%s", path);
+        }
+        if (rl_harness_write_file(path, "%s", body) != 0) {
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+int
+ch_cluster_start(struct ch_cluster *c)
+{
+    struct ch_run *r = c->run;
+    const struct ch_scenario *sc = r->sc;
+    int zk_port[CH_NODES_MAX], rc;
+    char path[128];
+
+    if ((rc = rl_harness_zk_start(&c->zk)) != 0) {
+        fprintf(stderr, "rl-chaos: ZooKeeper did not start: %s\n", strerror(-rc));
+        return rc;
+    }
+    for (int i = 0; i < sc->nodes; i++) {
+        r->node_port[i] = rl_harness_free_port();
+        c->proxy_port[i] = 0;
+        zk_port[i] = 0;
+        if (r->node_port[i] < 0 ||
+            rl_proxy_start(&c->px_routers[i], r->node_port[i], &c->proxy_port[i]) != 0 ||
+            rl_proxy_start(&c->px_zk[i], c->zk.port, &zk_port[i]) != 0) {
+            fprintf(stderr, "rl-chaos: cannot set up the fault proxies\n");
+            return -EIO;
+        }
+        c->open_impair[i] = -1;
+    }
+    for (int i = 0; i < sc->routers; i++) {
+        r->router_port[i] = rl_harness_free_port();
+    }
+    if ((rc = write_configs(c, zk_port)) != 0) {
+        fprintf(stderr, "rl-chaos: cannot write the configs: %s\n", strerror(-rc));
+        return rc;
+    }
+    for (int i = 0; i < sc->nodes; i++) {
+        if ((rc = rl_harness_node_start(&c->node[i], c->node_conf[i], ch_node_name(i),
+                                        r->node_port[i], 0)) != 0) {
+            fprintf(stderr, "rl-chaos: node %s did not start (%s); its log: %s\n",
+                    ch_node_name(i), strerror(-rc), c->node[i].log_path);
+            return rc;
+        }
+    }
+    snprintf(path, sizeof(path), "/ratelimiter/%s/nodes", CH_CLUSTER_NAME);
+    if ((rc = rl_harness_zk_wait_children(c->zk.connect, path, sc->nodes, 20000)) != 0) {
+        fprintf(stderr, "rl-chaos: the nodes did not all register in ZooKeeper\n");
+        return rc;
+    }
+    for (int i = 0; i < sc->routers; i++) {
+        if ((rc = rl_harness_router_start(&c->router[i], c->router_conf, r->router_port[i])) != 0) {
+            fprintf(stderr, "rl-chaos: router %d did not start (%s); its log: %s\n", i + 1,
+                    strerror(-rc), c->router[i].log_path);
+            return rc;
+        }
+    }
+    if ((rc = ch_observer_start(&c->observer, r, c->zk.connect, CH_CLUSTER_NAME)) != 0) {
+        fprintf(stderr, "rl-chaos: cannot watch ZooKeeper: %d\n", rc);
+        return rc;
+    }
+    return 0;
+}
+
+/* Router i's STATS into *rep through its kept connection, dialled when needed: 0, or -1
+ * when it cannot be read now (the connection is dropped, to be dialled again). */
+static int
+router_stats(struct ch_cluster *c, int i, struct rl_wire_reply *rep)
+{
+    char addr[32];
+
+    if (c->router[i].pid == 0) {
+        return -1;
+    }
+    if (c->stats_client[i] == NULL) {
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", c->run->router_port[i]);
+        if (rl_client_connect_addr(&c->stats_client[i], addr, 100) != 0) {
+            c->stats_client[i] = NULL;
+            return -1;
+        }
+    }
+    if (rl_client_stats(c->stats_client[i], rep, 300) != 0 || rep->op != RL_WIRE_OP_STATS) {
+        rl_client_destroy(c->stats_client[i]);
+        c->stats_client[i] = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* A router's table digest through STATS; 0 when it cannot be read now. */
+static uint64_t
+router_digest(struct ch_cluster *c, int i)
+{
+    struct rl_wire_reply rep;
+
+    return router_stats(c, i, &rep) == 0 ? (uint64_t)rl_client_stat(&rep, "table_digest", 0) : 0;
+}
+
+void
+ch_cluster_print_causes(struct ch_cluster *c)
+{
+    for (int i = 0; i < c->run->sc->routers; i++) {
+        struct rl_wire_reply rep;
+
+        if (router_stats(c, i, &rep) != 0) {
+            continue;
+        }
+        printf("router %d (since its last start): checks %lld, failure-policy answers because "
+               "the owner was down %lld, past the deadline %lld, refused by the node "
+               "(NOT_OWNER) %lld; late replies dropped %lld, table builds %lld\n",
+               i + 1, (long long)rl_client_stat(&rep, "checks", 0),
+               (long long)rl_client_stat(&rep, "owner_down", 0),
+               (long long)rl_client_stat(&rep, "deadline_expired", 0),
+               (long long)rl_client_stat(&rep, "not_owner", 0),
+               (long long)rl_client_stat(&rep, "late_replies", 0),
+               (long long)rl_client_stat(&rep, "table_builds", 0));
+    }
+}
+
+int
+ch_cluster_sample(struct ch_cluster *c, int *alive)
+{
+    struct ch_run *r = c->run;
+    int nm, agree = 0;
+    uint64_t want = ch_run_digest(r, &nm);
+
+    *alive = 0;
+    for (int i = 0; i < r->sc->routers; i++) {
+        uint64_t d;
+
+        if (c->router[i].pid == 0) {
+            continue;
+        }
+        (*alive)++;
+        d = router_digest(c, i);
+        if (d == 0) {
+            continue;
+        }
+        agree += d == want;
+        ch_run_sample(r, ch_now_ms(), i, d);
+    }
+    return agree;
+}
+
+/* The routers, then the nodes, into s; returns how many. */
+static int
+servers(struct ch_cluster *c, struct rl_harness_server **s)
+{
+    int n = 0;
+
+    for (int i = 0; i < c->run->sc->routers; i++) {
+        s[n++] = &c->router[i];
+    }
+    for (int i = 0; i < c->run->sc->nodes; i++) {
+        s[n++] = &c->node[i];
+    }
+    return n;
+}
+
+void
+ch_cluster_reap(struct ch_cluster *c)
+{
+    struct ch_run *r = c->run;
+    struct rl_harness_server *s[CH_NODES_MAX + CH_ROUTERS_MAX];
+    int n = servers(c, s), status;
+
+    for (int i = 0; i < n; i++) {
+        if (s[i]->pid != 0 && rl_harness_wait(s[i]->pid, 0, &status) == 0) {
+            s[i]->pid = 0;
+            s[i]->status = status;
+            ch_event(r, "%s %s died unasked (status 0x%x); log %s", s[i]->program,
+                     s[i]->name, status, s[i]->log_path);
+            ch_run_death(r, "%s %s died unasked (status 0x%x)", s[i]->program, s[i]->name,
+                         status);
+        }
+    }
+    if (c->zk.pid != 0 && !c->zk_down && rl_harness_wait(c->zk.pid, 0, &status) == 0) {
+        c->zk.pid = 0;
+        ch_event(r, "ZooKeeper died unasked (status 0x%x)", status);
+        ch_run_death(r, "zookeeper died unasked (status 0x%x)", status);
+    }
+}
+
+void
+ch_cluster_stop(struct ch_cluster *c, bool judge)
+{
+    struct ch_run *r = c->run;
+    const struct ch_scenario *sc = r->sc;
+    struct rl_harness_server *s[CH_NODES_MAX + CH_ROUTERS_MAX];
+    int n;
+
+    for (int i = 0; i < sc->routers; i++) {
+        ch_traffic_stop(&r->traffic[i]);
+    }
+    ch_observer_stop(c->observer);
+    c->observer = NULL;
+    for (int i = 0; i < sc->routers; i++) {
+        rl_client_destroy(c->stats_client[i]);
+        c->stats_client[i] = NULL;
+    }
+    n = servers(c, s);
+    for (int i = 0; i < n; i++) {
+        if (s[i]->pid != 0 &&
+            (rl_harness_server_stop(s[i], SIGTERM, 10000) != 0 || !WIFEXITED(s[i]->status) ||
+             WEXITSTATUS(s[i]->status) != 0) &&
+            judge) {
+            ch_run_death(r, "%s %s did not stop cleanly on SIGTERM (status 0x%x)", s[i]->program,
+                         s[i]->name, s[i]->status);
+        }
+    }
+    for (int i = 0; i < sc->nodes; i++) {
+        rl_proxy_stop(c->px_routers[i]);
+        rl_proxy_stop(c->px_zk[i]);
+        c->px_routers[i] = c->px_zk[i] = NULL;
+    }
+    if (c->zk.pid != 0) {
+        if (c->zk_paused && c->zk.pid > 0) {
+            kill(c->zk.pid, SIGCONT);
+        }
+        rl_harness_zk_stop(&c->zk);
+    }
+}

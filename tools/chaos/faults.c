@@ -1,0 +1,275 @@
+/*
+ * faults: carries out the scenario's steps on the running cluster (cluster.h): kills, clean
+ * stops, restarts and pauses of nodes, routers and ZooKeeper, and partitions, one-way
+ * losses, delays and resets on a node's fault proxies; each opens the impairment that makes
+ * the affected shards' failure-policy answers legitimate, and a step with a `for` is undone
+ * when it ends. While a node is cut from ZooKeeper it is probed directly: did it still
+ * decide? Not the schedule (loop.c) nor the set-up (cluster.c).
+ */
+#include "cluster.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "proxy.h"
+#include "reqclient.h"
+#include "shardmap.h"
+
+/* A user of service 0 whose shard node i owns in ZooKeeper's current view, for probes. */
+static void
+pick_probe_user(struct ch_cluster *c, int node)
+{
+    struct ch_run *r = c->run;
+    const struct ch_scenario *sc = r->sc;
+    const char *svc = sc->services[0].name;
+
+    c->probe_user[node][0] = '\0';
+    pthread_mutex_lock(&r->lock);
+    for (int u = 0; r->nviews > 0 && u < 100000; u++) {
+        char name[32];
+        uint32_t shard;
+
+        snprintf(name, sizeof(name), "chaos-probe-%d", u);
+        shard = rl_shardmap_shard(rl_shardmap_key_hash(svc, strlen(svc), name, strlen(name)),
+                                  sc->shards);
+        if (r->views[r->nviews - 1].owner[shard] == node) {
+            snprintf(c->probe_user[node], sizeof(c->probe_user[node]), "%s", name);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+void
+ch_fault_probe(struct ch_cluster *c, int node)
+{
+    struct ch_run *r = c->run;
+    struct rl_client *cl = NULL;
+    struct rl_wire_reply rep;
+    char addr[32];
+    bool answered = false, member = false;
+
+    if (c->probe_user[node][0] == '\0' || c->node[node].pid == 0) {
+        return;
+    }
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", r->node_port[node]);
+    if (rl_client_connect_addr(&cl, addr, 100) == 0) {
+        answered = rl_client_check(cl, r->sc->services[0].name, c->probe_user[node], NULL, 1,
+                                   &rep, 150) == 0 &&
+                   rep.op == RL_WIRE_OP_CHECK &&
+                   (rep.check.code == RL_WIRE_ALLOWED || rep.check.code == RL_WIRE_LIMITED);
+        rl_client_destroy(cl);
+    }
+    pthread_mutex_lock(&r->lock);
+    member = r->nviews > 0 && (r->views[r->nviews - 1].members >> node & 1) != 0;
+    if (r->nprobes < CH_PROBES_MAX) {
+        r->probes[r->nprobes++] = (struct ch_probe){ch_now_ms(), node, answered, member};
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+static struct rl_proxy *
+path_proxy(struct ch_cluster *c, const struct ch_step *st)
+{
+    return st->path == CH_PATH_ROUTERS ? c->px_routers[st->index] : c->px_zk[st->index];
+}
+
+static const char *
+node_target(const struct ch_step *st, char *buf, size_t len)
+{
+    snprintf(buf, len, "node %s", ch_node_name(st->index));
+    return buf;
+}
+
+static void
+zk_outage_impairs(struct ch_cluster *c, int64_t now, int64_t until, const char *what)
+{
+    /* With fencing = disconnect a node answers nothing while ZooKeeper is away. */
+    if (c->run->sc->fence_disconnect) {
+        ch_run_impair(c->run, -1, now, until, what);
+    }
+    c->zk_down_since = now;
+}
+
+/* ZooKeeper is back. After an outage of a session timeout or more it may expire every
+ * session at once (a server frozen that long does, on waking): every node loses its
+ * registration until it registers again, and answers nothing meanwhile. */
+static void
+zk_back(struct ch_cluster *c, int64_t now)
+{
+    if (c->zk_down_since != 0 && now - c->zk_down_since >= c->run->sc->session_timeout_ms) {
+        ch_run_impair(c->run, -1, now, now, "zookeeper back after the session timeout");
+    }
+    c->zk_down_since = 0;
+}
+
+void
+ch_fault_do(struct ch_cluster *c, int si)
+{
+    struct ch_run *r = c->run;
+    const struct ch_step *st = &r->sc->steps[si];
+    int64_t now = ch_now_ms(), until = st->for_ms > 0 ? now + st->for_ms : INT64_MAX;
+    char who[32];
+    int rc = 0;
+
+    ch_event(r, "step: %s", st->text);
+    if (st->for_ms > 0) {
+        /* on the scenario's clock, not the step's start: a late start must not push its
+         * end past a later step's start on the same target */
+        c->undo_at[si] = c->run->t0_ms + st->at_ms + st->for_ms;
+    }
+    switch (st->action) {
+    case CH_KILL:
+    case CH_TERM:
+        if (st->target == CH_NODE) {
+            c->node_expected_down[st->index] = true;
+            c->open_impair[st->index] = ch_run_impair(r, st->index, now, INT64_MAX,
+                                                      st->action == CH_KILL ? "killed" : "stopped");
+            rc = rl_harness_server_stop(&c->node[st->index],
+                                        st->action == CH_KILL ? SIGKILL : SIGTERM, 10000);
+        } else {
+            int i = st->index, k = r->nrouter_down[i];
+
+            c->router_expected_down[i] = true;
+            if (k < 16) {
+                r->router_down_from[i][k] = now;
+                r->router_down_to[i][k] = INT64_MAX;
+                r->nrouter_down[i]++;
+            }
+            rl_client_destroy(c->stats_client[i]);
+            c->stats_client[i] = NULL;
+            rc = rl_harness_server_stop(&c->router[i], st->action == CH_KILL ? SIGKILL : SIGTERM,
+                                        10000);
+        }
+        break;
+    case CH_RESTART:
+        if (st->target == CH_NODE) {
+            struct rl_harness_server *s = &c->node[st->index];
+
+            if (s->pid != 0) {
+                c->open_impair[st->index] =
+                    ch_run_impair(r, st->index, now, INT64_MAX, "restarted");
+                rl_harness_server_stop(s, SIGTERM, 10000);
+            }
+            rc = rl_harness_node_start(s, c->node_conf[st->index], ch_node_name(st->index),
+                                       r->node_port[st->index], 0);
+            pthread_mutex_lock(&r->lock);
+            if (r->nrestarts < 64) {
+                r->restart_node[r->nrestarts] = st->index;
+                r->restart_ms[r->nrestarts++] = now;
+            }
+            pthread_mutex_unlock(&r->lock);
+            if (c->open_impair[st->index] >= 0) {
+                pthread_mutex_lock(&r->lock);
+                r->impairs[c->open_impair[st->index]].to_ms = ch_now_ms();
+                pthread_mutex_unlock(&r->lock);
+                c->open_impair[st->index] = -1;
+            }
+            c->node_expected_down[st->index] = false;
+        } else {
+            int i = st->index, k = r->nrouter_down[i] - 1;
+
+            if (c->router[i].pid != 0) {
+                rl_harness_server_stop(&c->router[i], SIGTERM, 10000);
+                k = r->nrouter_down[i] < 16 ? r->nrouter_down[i]++ : 15;
+                r->router_down_from[i][k] = now;
+            }
+            rc = rl_harness_router_start(&c->router[i], c->router_conf, r->router_port[i]);
+            if (k >= 0) {
+                r->router_down_to[i][k] = ch_now_ms();
+            }
+            c->router_expected_down[i] = false;
+        }
+        break;
+    case CH_PAUSE:
+        if (st->target == CH_NODE) {
+            ch_run_impair(r, st->index, now, until, "paused");
+            /* pid 0 (not running) would stop rl-chaos's own process group */
+            rc = c->node[st->index].pid > 0 && kill(c->node[st->index].pid, SIGSTOP) == 0
+                     ? 0
+                     : -ESRCH;
+        } else {
+            zk_outage_impairs(c, now, until, "zookeeper paused");
+            c->zk_paused = c->zk.pid > 0;
+            rc = c->zk.pid > 0 && kill(c->zk.pid, SIGSTOP) == 0 ? 0 : -ESRCH;
+        }
+        break;
+    case CH_STOP:
+        zk_outage_impairs(c, now, until, "zookeeper stopped");
+        c->zk_down = true;
+        rc = rl_harness_zk_stop(&c->zk);
+        break;
+    case CH_START:
+        rc = rl_harness_zk_start(&c->zk);
+        c->zk_down = false;
+        zk_back(c, ch_now_ms());
+        break;
+    case CH_PARTITION:
+    case CH_ONEWAY:
+        ch_run_impair(r, st->index, now, until, node_target(st, who, sizeof(who)));
+        rl_proxy_set_mode(path_proxy(c, st),
+                          st->action == CH_PARTITION ? RL_PROXY_BLACKHOLE
+                          : st->path == CH_PATH_ROUTERS ? RL_PROXY_DROP_DOWN
+                                                        : RL_PROXY_DROP_UP);
+        if (st->path == CH_PATH_ZK) {
+            pick_probe_user(c, st->index);
+            c->probe_until[st->index] = until == INT64_MAX ? INT64_MAX : until + 2000;
+        }
+        break;
+    case CH_DELAY:
+        ch_run_impair(r, st->index, now, until, "delayed");
+        rl_proxy_set_delay(path_proxy(c, st), (int)st->arg_ms);
+        break;
+    case CH_RESET:
+        ch_run_impair(r, st->index, now, now + 1000, "connections reset");
+        rl_proxy_set_mode(path_proxy(c, st), RL_PROXY_RESET);
+        ch_sleep_us(100 * 1000);
+        rl_proxy_set_mode(path_proxy(c, st), RL_PROXY_PASS);
+        break;
+    }
+    if (rc != 0 && !(st->action == CH_KILL && rc == -ETIMEDOUT)) {
+        ch_event(r, "step \"%s\" failed: %s", st->text, strerror(rc < 0 ? -rc : rc));
+    }
+}
+
+void
+ch_fault_undo(struct ch_cluster *c, int si)
+{
+    struct ch_run *r = c->run;
+    const struct ch_step *st = &r->sc->steps[si];
+
+    ch_event(r, "end of step: %s", st->text);
+    switch (st->action) {
+    case CH_PAUSE:
+        if (st->target == CH_NODE) {
+            if (c->node[st->index].pid > 0) {
+                kill(c->node[st->index].pid, SIGCONT);
+            }
+        } else {
+            if (c->zk_paused && c->zk.pid > 0) {
+                kill(c->zk.pid, SIGCONT);
+            }
+            c->zk_paused = false;
+            zk_back(c, ch_now_ms());
+        }
+        break;
+    case CH_STOP:
+        if (rl_harness_zk_start(&c->zk) != 0) {
+            ch_event(r, "ZooKeeper did not start again");
+        }
+        c->zk_down = false;
+        zk_back(c, ch_now_ms());
+        break;
+    case CH_PARTITION:
+    case CH_ONEWAY:
+        rl_proxy_set_mode(path_proxy(c, st), RL_PROXY_PASS);
+        break;
+    case CH_DELAY:
+        rl_proxy_set_delay(path_proxy(c, st), 0);
+        break;
+    default:
+        break;
+    }
+}

@@ -1,0 +1,118 @@
+/*
+ * run: the record of one scenario run (struct ch_run, chaos.h) and every append to it that
+ * more than one part of rl-chaos makes: the event log, the impairments, the deaths, the
+ * routers' sampled digests, and the last view read back. Each takes the run's lock, since
+ * the traffic threads, the observer's thread and the main thread all write. Calls nothing
+ * of rl-chaos; everything else of it calls this. Not the judging (verdict.c).
+ */
+#include "chaos.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct ch_run *
+ch_run_new(const struct ch_scenario *sc, bool verbose)
+{
+    struct ch_run *r = calloc(1, sizeof(*r));
+
+    if (r != NULL) {
+        pthread_mutex_init(&r->lock, NULL);
+        r->sc = sc;
+        r->verbose = verbose;
+    }
+    return r;
+}
+
+void
+ch_run_free(struct ch_run *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    for (int i = 0; i < CH_ROUTERS_MAX; i++) {
+        free(r->traffic[i].reqs);
+    }
+    for (int i = 0; i < r->nviews; i++) {
+        free(r->views[i].owner);
+    }
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+void
+ch_event(struct ch_run *r, const char *fmt, ...)
+{
+    struct ch_event *e;
+    va_list ap;
+
+    pthread_mutex_lock(&r->lock);
+    if (r->nevents == CH_EVENTS_MAX) {
+        pthread_mutex_unlock(&r->lock);
+        return;
+    }
+    e = &r->events[r->nevents++];
+    e->t_ms = ch_now_ms();
+    va_start(ap, fmt);
+    vsnprintf(e->text, sizeof(e->text), fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&r->lock);
+    if (r->verbose) {
+        printf("  %7.3fs  %s\n", r->t0_ms != 0 ? (double)(e->t_ms - r->t0_ms) / 1000.0 : 0.0,
+               e->text);
+        fflush(stdout);
+    }
+}
+
+int
+ch_run_impair(struct ch_run *r, int node, int64_t from, int64_t to, const char *what)
+{
+    int i;
+
+    pthread_mutex_lock(&r->lock);
+    i = r->nimpairs < CH_IMPAIRS_MAX ? r->nimpairs++ : CH_IMPAIRS_MAX - 1;
+    r->impairs[i] = (struct ch_impair){node, from, to, ""};
+    snprintf(r->impairs[i].what, sizeof(r->impairs[i].what), "%s", what);
+    pthread_mutex_unlock(&r->lock);
+    return i;
+}
+
+void
+ch_run_death(struct ch_run *r, const char *fmt, ...)
+{
+    va_list ap;
+
+    pthread_mutex_lock(&r->lock);
+    if (r->ndeaths < 8) {
+        va_start(ap, fmt);
+        vsnprintf(r->deaths[r->ndeaths++], sizeof(r->deaths[0]), fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+void
+ch_run_sample(struct ch_run *r, int64_t t_ms, int router, uint64_t digest)
+{
+    pthread_mutex_lock(&r->lock);
+    if (r->nsamples < CH_SAMPLES_MAX) {
+        r->samples[r->nsamples++] = (struct ch_sample){t_ms, router, digest};
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+uint64_t
+ch_run_digest(struct ch_run *r, int *nmembers)
+{
+    uint64_t d = 0;
+
+    pthread_mutex_lock(&r->lock);
+    if (r->nviews > 0) {
+        d = r->views[r->nviews - 1].digest;
+        *nmembers = r->views[r->nviews - 1].nmembers;
+    } else {
+        *nmembers = 0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return d;
+}
