@@ -1,7 +1,7 @@
 /*
  * conn_metrics: the rl_connection* metric families of a listener (conn.h), its writer in
- * metrics.h's sense, apart from conn.c and conn_listen.c so the connection module does not pull in the metrics server (libmicrohttpd):
- * librlclient is built from conn.c without it.
+ * metrics.h's sense, apart from conn.c and conn_listen.c so the connection module does not
+ * pull in the metrics server (libmicrohttpd): librlclient is built from them without it.
  */
 #include "conn.h"
 #include "metrics.h"
