@@ -165,8 +165,6 @@ struct rl_listener_stats {
 };
 
 struct rl_prom;
-/* Appends the rl_connection* metric families of a listener's stats (metrics.h). */
-void rl_listener_metrics(const struct rl_listener_stats *st, struct rl_prom *p);
 
 
 /* Client connections open from one address (IPv4 as IPv4-mapped IPv6). */
@@ -234,6 +232,10 @@ bool rl_conn_set_router(struct rl_conn *c);
 
 /* Fills s with the listener's counters (buffer_bytes: of the whole loop). */
 void rl_listener_stats(const struct rl_listener *l, struct rl_listener_stats *s);
+
+struct rl_prom;
+/* Appends the listener's rl_connection* metric families (metrics.h's writer; conn_metrics.c). */
+void rl_listener_metrics(const struct rl_listener *l, struct rl_prom *p);
 
 /* Stops listening and closes every connection; on_closed (may be NULL) runs once all the
  * handles are closed. */

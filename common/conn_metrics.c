@@ -1,15 +1,19 @@
 /*
- * conn_metrics: the rl_connection* metric families of a listener (conn.h), apart from
- * conn.c so the connection module does not pull in the metrics server (libmicrohttpd):
- * librlclient is built from conn.c without it.
+ * conn_metrics: the rl_connection* metric families of a listener (conn.h), its writer in
+ * metrics.h's sense, apart from conn.c and conn_listen.c so the connection module does not
+ * pull in the metrics server (libmicrohttpd): librlclient is built from them without it.
  */
 #include "conn.h"
 #include "metrics.h"
 
 void
-rl_listener_metrics(const struct rl_listener_stats *st, struct rl_prom *p)
+rl_listener_metrics(const struct rl_listener *l, struct rl_prom *p)
 {
+    struct rl_listener_stats s;
+    const struct rl_listener_stats *st = &s;
     char lab[64];
+
+    rl_listener_stats(l, &s);
 
     rl_prom_family(p, "rl_connections", "gauge",
                    "Client connections open now (routers' connections included).");

@@ -1,6 +1,6 @@
 /*
  * connlimits: what a listener allows its clients (cluster.conf's [clients] section, read by
- * conf.c and enforced by conn.c). One plain struct so the config parser needs no libuv.
+ * conf_keys.c and enforced by conn_listen.c). One plain struct so the config parser needs no libuv.
  * docs/CONFIG.md and docs/OPERATIONS.md ("Limits on clients") describe each field.
  */
 #ifndef RL_CONNLIMITS_H

@@ -27,7 +27,20 @@
 #define RL_METRICS_MAX_CONNECTIONS 32u /* HTTP connections at once; more are refused */
 #define RL_METRICS_TIMEOUT_S 10u       /* an idle HTTP connection is closed after this */
 
-/* The exposition writer: appends to out; the first allocation failure sticks in err. */
+/*
+ * The exposition writer: appends to out; the first allocation failure sticks in err.
+ *
+ * It is also the one interface through which figures reach the exposition: every module that
+ * keeps figures writes its own families (names, types and help texts are its own) from its
+ * own state, through a writer of the form
+ *
+ *     void rl_<module>_metrics(const struct rl_<module> *m, struct rl_prom *p);
+ *
+ * (rl_listener_metrics, rl_limiter_metrics, rl_keytab_metrics, rl_throttle_metrics,
+ * rl_rules_metrics, rl_reqlog_metrics...). A process's render function (node/server.c,
+ * router/rmetrics.c) writes only its own families and calls each module's writer; it is
+ * never handed a module's stats struct to format.
+ */
 struct rl_prom {
     struct rl_buf *out;
     int err;

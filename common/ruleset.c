@@ -2,8 +2,8 @@
  * ruleset: the rules of a conf once parsed (ruleset.h): the algorithms' names, a tier's
  * identity, the (service, endpoint) -> rule index and its O(1) lookup, the digest, the
  * resolution of a client's services against the rules, and the swap of one conf's rules
- * into another. conf.c builds the rules a section at a time through this file. Not for
- * reading text: a `limit` line's syntax is conf.c's.
+ * into another. conf_service.c builds the rules a section at a time through this file. Not for
+ * reading text: a `limit` line's syntax is conf_service.c's.
  */
 #include "ruleset.h"
 

@@ -2,8 +2,8 @@
  * ruleset: the rule model of cluster.conf's [service] sections (docs/CONFIG.md): the
  * algorithms and their names, tiers, rules with their failure policy and mode, and what a
  * conf keeps of them: the O(1) (service, endpoint) -> rule lookup of the hot path, the
- * digest STATS reports, and the swap of new rules into a live conf. conf.c parses the text
- * and builds the rules through the rl_ruleset_* calls; the rules themselves are fields of
+ * digest STATS reports, and the swap of new rules into a live conf. conf_service.c parses
+ * the text and builds the rules through the rl_ruleset_* calls; the rules themselves are fields of
  * struct rl_conf (conf.h). Not for parsing, nor for when rules change (rules.h).
  */
 #ifndef RL_RULESET_H
@@ -98,7 +98,7 @@ const struct rl_rule *rl_conf_rule(const struct rl_conf *c, const char *service,
 int rl_conf_swap_rules(struct rl_conf *live, struct rl_conf *fresh, char *warn, size_t warnlen);
 
 /*
- * For conf.c, building the rules of c (c->rules, c->tiers) a section at a time:
+ * For conf_service.c, building the rules of c (c->rules, c->tiers) a section at a time:
  * rl_ruleset_tier_seed computes rl_tier.seed of the tier at position pos in r;
  * rl_ruleset_find is the exact [service S] (endpoint NULL, elen 0) or [service S E] section,
  * or NULL; rl_ruleset_index_add indexes c->rules[c->nrules - 1] (0 or -ENOMEM);

@@ -52,6 +52,8 @@
  */
 #include "keytab.h"
 
+#include "metrics.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1066,4 +1068,12 @@ rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s)
     s->resizes = t->resizes;
     s->resize_steps = t->resize_steps;
     s->resize_left = resizing(t) ? t->old.cap - t->moved : 0;
+}
+
+void
+rl_keytab_metrics(const struct rl_keytab *t, struct rl_prom *p)
+{
+    rl_prom_family(p, "rl_node_expirations_total", "counter",
+                   "Keys forgotten by the sweep once back at full allowance.");
+    rl_prom_u64(p, "rl_node_expirations_total", NULL, t->expired);
 }

@@ -126,4 +126,9 @@ size_t rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keyt
 
 void rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s);
 
+struct rl_prom;
+/* Appends the table's own metric families (metrics.h's writer): rl_node_expirations_total.
+ * The limiter, which owns the table, calls it from rl_limiter_metrics. */
+void rl_keytab_metrics(const struct rl_keytab *t, struct rl_prom *p);
+
 #endif

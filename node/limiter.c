@@ -596,10 +596,7 @@ rl_limiter_metrics(const struct rl_limiter *l, struct rl_prom *p)
     rl_prom_u64(p, "rl_node_evictions_total",
                 rl_prom_labels(lab, sizeof(lab), "in_force", "false", NULL),
                 ls.evicted - (ls.evicted_in_force < ls.evicted ? ls.evicted_in_force : ls.evicted));
-    rl_prom_family(p, "rl_node_expirations_total", "counter",
-                   "Keys forgotten by the sweep once back at full allowance.");
-    rl_prom_u64(p, "rl_node_expirations_total", NULL, ls.expired);
-
+    rl_keytab_metrics(l->tab, p);
 }
 
 /* New seed -> index, sorted by seed, for the remap. */

@@ -521,10 +521,8 @@ rl_server_ready(const struct rl_server *s, char *why, size_t len)
 void
 rl_server_metrics(struct rl_server *s, struct rl_prom *p)
 {
-    struct rl_listener_stats cs;
     char lab[320];
 
-    rl_listener_stats(&s->listener, &cs);
     rl_limiter_metrics(s->limiter, p);
     rl_prom_family(p, "rl_node_decision_duration_seconds", "histogram",
                    "Time a CHECK spends in the node, from the read that brought it to its "
@@ -541,7 +539,7 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL),
                 s->errors - s->not_owner - s->gate.failures);
     rl_throttle_metrics(s->throttle, p);
-    rl_listener_metrics(&cs, p);
+    rl_listener_metrics(&s->listener, p);
     rl_rules_metrics(s->opts.rules, s->opts.conf != NULL ? s->opts.conf->rules_digest : 0, p);
 
     rl_prom_family(p, "rl_node_registered", "gauge",

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "reqline.h"
 
 /* A line is at most 20+1+10+1+64+1+10+1+16+1+3*128+1+3*256+1 bytes: RL_REQLINE_MAX
@@ -299,6 +300,24 @@ void
 rl_reqlog_stats(const struct rl_reqlog *l, struct rl_reqlog_stats *s)
 {
     *s = l->stats;
+}
+
+void
+rl_reqlog_metrics(const struct rl_reqlog *l, struct rl_prom *p)
+{
+    struct rl_reqlog_stats ls = {0};
+
+    if (l != NULL) {
+        rl_reqlog_stats(l, &ls);
+    }
+    rl_prom_family(p, "rl_router_request_log_lines_total", "counter",
+                   "Lines written to the request log.");
+    rl_prom_u64(p, "rl_router_request_log_lines_total", NULL, ls.lines);
+    rl_prom_family(p, "rl_router_request_log_dropped_total", "counter",
+                   "Request-log lines dropped because the writer fell behind.");
+    rl_prom_u64(p, "rl_router_request_log_dropped_total", NULL, ls.dropped);
+    rl_prom_family(p, "rl_router_request_log_rotations_total", "counter", "Request-log rotations.");
+    rl_prom_u64(p, "rl_router_request_log_rotations_total", NULL, ls.rotations);
 }
 
 void

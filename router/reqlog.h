@@ -50,6 +50,11 @@ void rl_reqlog_reopen(struct rl_reqlog *l);
 
 void rl_reqlog_stats(const struct rl_reqlog *l, struct rl_reqlog_stats *s);
 
+struct rl_prom;
+/* Appends the rl_router_request_log_* metric families (metrics.h's writer); l NULL (no
+ * request log): zeros. */
+void rl_reqlog_metrics(const struct rl_reqlog *l, struct rl_prom *p);
+
 /* Once the file reaches max_size bytes (0: never), after the write that reached it, it is
  * renamed PATH.1 (PATH.1 to PATH.2 ..., keeping `keep`; 0 keeps none) and a new PATH is
  * started. */

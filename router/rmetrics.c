@@ -166,8 +166,6 @@ void
 rl_router_metrics(struct rl_router *r, struct rl_prom *p)
 {
     const struct rl_conf *c = r->conf;
-    struct rl_listener_stats cs;
-    struct rl_reqlog_stats ls = {0};
     char lab[512], digest[32];
 
     if (r->zk_state != RL_ROUTER_ZK_NONE) {
@@ -297,19 +295,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
         rl_prom_u64(p, "rl_router_ready", NULL, rl_router_ready(r, why, sizeof(why)) ? 1 : 0);
     }
 
-    if (r->log != NULL) {
-        rl_reqlog_stats(r->log, &ls);
-    }
-    rl_prom_family(p, "rl_router_request_log_lines_total", "counter",
-                   "Lines written to the request log.");
-    rl_prom_u64(p, "rl_router_request_log_lines_total", NULL, ls.lines);
-    rl_prom_family(p, "rl_router_request_log_dropped_total", "counter",
-                   "Request-log lines dropped because the writer fell behind.");
-    rl_prom_u64(p, "rl_router_request_log_dropped_total", NULL, ls.dropped);
-    rl_prom_family(p, "rl_router_request_log_rotations_total", "counter", "Request-log rotations.");
-    rl_prom_u64(p, "rl_router_request_log_rotations_total", NULL, ls.rotations);
-
-    rl_listener_stats(&r->listener, &cs);
-    rl_listener_metrics(&cs, p);
+    rl_reqlog_metrics(r->log, p);
+    rl_listener_metrics(&r->listener, p);
     rl_rules_metrics(r->opts.rules, r->conf->rules_digest, p);
 }

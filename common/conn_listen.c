@@ -1,0 +1,506 @@
+/*
+ * conn_listen: a listener's side of connections (conn.h): accepting, the caps a listener
+ * keeps (max_connections within the descriptor limit, max_connections_per_peer counted per
+ * address, the router reserve and its probation), the periodic tick that enforces
+ * frame_timeout, idle_timeout and probation, the refusals and protocol errors it answers
+ * and counts, logged at warn once per address and kind a minute, and the listener's
+ * counters. The connection itself is conn.c's, its reading conn_read.c's.
+ */
+#include "conn.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include <xxhash.h>
+
+#include "conn_int.h"
+#include "log.h"
+#include "wire.h"
+
+/* ---- peers: client connections per address ----------------------------------------------- */
+
+static size_t
+peer_bucket(const uint8_t *addr)
+{
+    return (size_t)(XXH3_64bits(addr, 16) % RL_CONN_PEER_BUCKETS);
+}
+
+/* The count of addr, created at 0 if absent; NULL when out of memory. */
+static struct rl_conn_peer *
+peer_get(struct rl_listener *l, const uint8_t *addr)
+{
+    struct rl_conn_peer **head = &l->peers[peer_bucket(addr)];
+    struct rl_conn_peer *p;
+
+    for (p = *head; p != NULL; p = p->next) {
+        if (memcmp(p->addr, addr, 16) == 0) {
+            return p;
+        }
+    }
+    p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        return NULL;
+    }
+    memcpy(p->addr, addr, 16);
+    p->next = *head;
+    *head = p;
+    l->stats.peers++;
+    return p;
+}
+
+/* Frees the count of p's address once no connection holds it. */
+static void
+peer_drop(struct rl_listener *l, struct rl_conn_peer *p)
+{
+    struct rl_conn_peer **pp = &l->peers[peer_bucket(p->addr)];
+
+    if (p->count > 0) {
+        return;
+    }
+    while (*pp != p) {
+        pp = &(*pp)->next;
+    }
+    *pp = p->next;
+    free(p);
+    l->stats.peers--;
+}
+
+/* c stops counting as a client of its listener (closing, or turned router). */
+static void
+conn_unclient(struct rl_conn *c)
+{
+    struct rl_listener *l = c->listener;
+
+    if (c->peer_entry != NULL) {
+        c->peer_entry->count--;
+        peer_drop(l, c->peer_entry);
+        c->peer_entry = NULL;
+        l->clients--;
+    }
+}
+
+static void
+listener_unref(struct rl_listener *l)
+{
+    l->handles--;
+    if (l->closing && l->handles == 0 && l->on_closed != NULL) {
+        l->on_closed(l);
+    }
+}
+
+static void listener_accept(uv_stream_t *server, int status);
+
+void
+conn_listener_leave(struct rl_conn *c)
+{
+    struct rl_listener *l = c->listener;
+
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        l->conns = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    c->prev = c->next = NULL;
+    l->stats.connections--;
+    conn_unclient(c);
+    if (c->router || c->probation) {
+        l->reserve_used--;
+        l->stats.routers -= c->router;
+        c->router = c->probation = false;
+    }
+}
+
+void
+conn_listener_closed(struct rl_listener *l)
+{
+    listener_unref(l);
+    if (l->accept_paused && !l->closing) {
+        /* A descriptor is free again: take the connection accept(2) left waiting. */
+        l->accept_paused = false;
+        listener_accept((uv_stream_t *)&l->tcp, 0);
+    }
+}
+
+/* ---- protocol errors and refusals --------------------------------------------------------- */
+
+/* What the first bytes of a stream that broke the protocol look like, for the warning. */
+static const char *
+conn_sniff(const char *p, size_t n)
+{
+    static const char *const http[] = {"GET ", "POST", "PUT ", "HEAD", "DELE", "OPTI",
+                                       "PATC", "CONN", "TRAC", "PRI "};
+
+    if (n >= 2 && (unsigned char)p[0] == 0x16 && (unsigned char)p[1] == 0x03) {
+        return " (the bytes look like a TLS handshake: this port speaks the ratelimiter binary "
+               "protocol, in clear)";
+    }
+    for (size_t i = 0; n >= 4 && i < sizeof(http) / sizeof(http[0]); i++) {
+        if (memcmp(p, http[i], 4) == 0) {
+            return " (the bytes look like an HTTP request: this port speaks the ratelimiter "
+                   "binary protocol, docs/PROTOCOL.md)";
+        }
+    }
+    return "";
+}
+
+/* What a warning is about: each is logged at warn once per address a minute. */
+enum conn_warn { WARN_PROTOCOL = 1, WARN_BUFFERS, WARN_REFUSED, WARN_FRAME_TIMEOUT };
+
+/* True when an event of `kind` from c's peer address should be logged at warn now: once per
+ * address and kind per RL_CONN_WARN_INTERVAL_MS (as far as 64 slots remember). */
+static bool
+listener_should_warn(struct rl_listener *l, const struct rl_conn *c, enum conn_warn kind)
+{
+    const char *colon = strrchr(c->peer, ':');
+    size_t len = colon != NULL ? (size_t)(colon - c->peer) : strlen(c->peer);
+    uint64_t h = XXH3_64bits_withSeed(c->peer, len, kind);
+    struct rl_listener_warned *w = &l->warned[h % RL_CONN_WARN_PEERS];
+    uint64_t now = uv_now(c->q->loop);
+
+    if (w->peer_hash == h && w->at_ms != 0 && now - w->at_ms < RL_CONN_WARN_INTERVAL_MS) {
+        return false;
+    }
+    w->peer_hash = h;
+    w->at_ms = now != 0 ? now : 1;
+    return true;
+}
+
+void
+rl_conn_protocol_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg,
+                       const char *p, size_t n)
+{
+    struct rl_listener *l = c->listener;
+
+    if (!c->open) {
+        return;
+    }
+    if (l == NULL) {
+        rl_log_warn("%s: protocol error, closing the connection: %s", c->peer, msg);
+        rl_conn_close(c, UV_EPROTO);
+        return;
+    }
+    l->stats.protocol_closes++;
+    if (listener_should_warn(l, c, WARN_PROTOCOL)) {
+        rl_log_warn("client %s: protocol error, answered and closed: %s%s (further errors from "
+                    "this address are logged at debug for a minute)",
+                    c->peer, msg, conn_sniff(p, n));
+    } else {
+        rl_log_debug("client %s: protocol error, answered and closed: %s", c->peer, msg);
+    }
+    if (rl_wire_put_error(&c->out, id, err, msg) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    rl_conn_finish(c);
+}
+
+/* Answers c ERROR err and closes it, counting it in *counter (and, unless it is a frame
+ * timeout, in connections_refused) and logging it at warn once per address and kind a
+ * minute. */
+static void
+conn_refuse_counted(struct rl_conn *c, uint64_t *counter, enum conn_warn kind, uint32_t err,
+                    const char *msg)
+{
+    struct rl_listener *l = c->listener;
+
+    (*counter)++;
+    if (kind != WARN_FRAME_TIMEOUT) {
+        l->stats.connections_refused++;
+    }
+    if (listener_should_warn(l, c, kind)) {
+        rl_log_warn("client %s: %s; answered ERROR and closed (further cases from this address "
+                    "are logged at debug for a minute)",
+                    c->peer, msg);
+    } else {
+        rl_log_debug("client %s: %s; answered ERROR and closed", c->peer, msg);
+    }
+    rl_conn_refuse(c, err, msg);
+}
+
+void
+conn_refuse_probation(struct rl_conn *c)
+{
+    conn_pause(c);
+    conn_refuse_counted(c, c->refusal_counter, WARN_REFUSED, RL_WIRE_ERR_OVERLOADED, c->refusal);
+}
+
+void
+conn_refuse_buffers(struct rl_conn *c)
+{
+    conn_pause(c);
+    conn_refuse_counted(c, &c->listener->stats.refused_buffers, WARN_BUFFERS,
+                        RL_WIRE_ERR_OVERLOADED,
+                        "server busy: the memory for client buffers (buffer_memory) is spent");
+}
+
+/* ---- listeners -------------------------------------------------------------------------- */
+
+/* How long a connection taken from the router reserve has to say HELLO. */
+#define RL_CONN_PROBATION_MS 2000u
+
+uint64_t
+rl_conn_raise_fd_limit(void)
+{
+    struct rlimit r;
+
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0) {
+        return 1024;
+    }
+    if (r.rlim_cur < r.rlim_max) {
+        rlim_t want = r.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : r.rlim_max;
+        struct rlimit n = {want, r.rlim_max};
+
+        if (setrlimit(RLIMIT_NOFILE, &n) == 0) {
+            r.rlim_cur = want;
+        }
+    }
+    return r.rlim_cur == RLIM_INFINITY ? (uint64_t)1 << 20 : (uint64_t)r.rlim_cur;
+}
+
+static void
+listener_handle_closed(uv_handle_t *h)
+{
+    listener_unref(h->data);
+}
+
+/* Descriptors this listener may hold open at once, refusals in progress included. */
+static uint64_t
+listener_fd_ceiling(const struct rl_listener *l)
+{
+    return l->fd_limit > RL_CONN_FD_SLACK / 2 ? l->fd_limit - RL_CONN_FD_SLACK / 2 : 1;
+}
+
+static void
+listener_accept(uv_stream_t *server, int status)
+{
+    struct rl_listener *l = server->data;
+    struct rl_conn_peer *peer = NULL;
+    const char *why = NULL;
+    uint64_t *counter = NULL;
+    uint8_t addr[16];
+    uint64_t now = uv_now(l->q->loop);
+    struct rl_conn *c;
+
+    if (status < 0) {
+        /* libuv met EMFILE or ENFILE (descriptors taken by something else than clients) and
+         * closed what was waiting: count it, and say so. */
+        l->stats.accept_errors++;
+        if (now - l->accept_warned_ms >= 10000 || l->accept_warned_ms == 0) {
+            l->accept_warned_ms = now != 0 ? now : 1;
+            rl_log_warn("accept: %s; connections waiting to be accepted were closed (%" PRIu64
+                        " accept errors so far; descriptor limit %" PRIu64 ")",
+                        uv_strerror(status), l->stats.accept_errors, l->fd_limit);
+        }
+        return;
+    }
+    if (l->closing) {
+        return;
+    }
+    if (l->stats.connections >= listener_fd_ceiling(l)) {
+        /* At the descriptor limit: leave the connection in the kernel's queue (libuv stops
+         * watching the listener until uv_accept) rather than let accept(2) fail and libuv
+         * close the queue silently; the next close takes it. */
+        l->accept_paused = true;
+        return;
+    }
+    c = calloc(1, l->conn_size);
+    if (c == NULL) {
+        rl_log_warn("accept: out of memory");
+        return;
+    }
+    conn_setup(c, l->q, l->ops, l->data);
+    c->listener = l;
+    uv_tcp_init(l->q->loop, &c->tcp);
+    c->tcp.data = c;
+    c->open = true;
+    l->handles++;
+    c->next = l->conns;
+    if (l->conns != NULL) {
+        l->conns->prev = c;
+    }
+    l->conns = c;
+    l->stats.connections++;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        rl_conn_close(c, UV_ECONNABORTED);
+        return;
+    }
+    l->stats.connections_total++;
+    c->connected = true;
+    c->accepted_ms = c->active_ms = now;
+    uv_tcp_nodelay(&c->tcp, 1);
+    conn_peer_name(c, addr);
+    if (l->clients >= l->max_clients) {
+        why = "server busy: too many connections (max_connections)";
+        counter = &l->stats.refused_max;
+    } else if ((peer = peer_get(l, addr)) != NULL && peer->count >= l->lim.max_per_peer) {
+        why = "server busy: too many connections from this address (max_connections_per_peer)";
+        counter = &l->stats.refused_peer;
+    }
+    if (why != NULL) {
+        if (peer != NULL) {
+            peer_drop(l, peer);
+        }
+        if (l->reserve_used < l->lim.router_reserve) {
+            /* A router's connection must not be refused for clients' numbers: it may say
+             * HELLO from the reserve first; anything else gets the refusal. */
+            c->probation = true;
+            c->refusal = why;
+            c->refusal_counter = counter;
+            l->reserve_used++;
+        } else {
+            conn_refuse_counted(c, counter, WARN_REFUSED, RL_WIRE_ERR_OVERLOADED, why);
+            return;
+        }
+    } else if (peer != NULL) {
+        peer->count++;
+        c->peer_entry = peer;
+        l->clients++;
+    }
+    if (conn_start_reading(c) != 0) {
+        rl_conn_close(c, UV_EIO);
+    }
+}
+
+bool
+rl_conn_set_router(struct rl_conn *c)
+{
+    struct rl_listener *l = c->listener;
+
+    if (l == NULL || c->router) {
+        return true;
+    }
+    if (c->probation) {
+        c->probation = false;
+    } else {
+        if (l->reserve_used >= l->lim.router_reserve) {
+            return l->lim.router_reserve == 0; /* no reserve: it stays a client */
+        }
+        conn_unclient(c);
+        l->reserve_used++;
+    }
+    c->router = true;
+    l->stats.routers++;
+    return true;
+}
+
+/* Refuses what waited too long in the router reserve, closes idle connections, and times out
+ * unfinished frames. */
+static void
+listener_tick(uv_timer_t *t)
+{
+    struct rl_listener *l = t->data;
+    uint64_t now = uv_now(l->q->loop);
+    struct rl_conn *next;
+    char msg[128];
+
+    for (struct rl_conn *c = l->conns; c != NULL; c = next) {
+        next = c->next;
+        if (!c->connected || c->finishing) {
+            continue;
+        }
+        if (c->probation && now - c->accepted_ms >= RL_CONN_PROBATION_MS) {
+            conn_refuse_probation(c);
+        } else if (c->partial_ms != 0 && c->reading && l->lim.frame_timeout_ms != 0 &&
+                   now - c->partial_ms >= l->lim.frame_timeout_ms) {
+            snprintf(msg, sizeof(msg), "frame not completed within %" PRIu64 " ms (frame_timeout)",
+                     l->lim.frame_timeout_ms);
+            conn_pause(c);
+            conn_refuse_counted(c, &l->stats.frame_timeouts, WARN_FRAME_TIMEOUT,
+                                RL_WIRE_ERR_MALFORMED, msg);
+        } else if (l->lim.idle_timeout_ms != 0 && c->holds == 0 && !c->router &&
+                   now - c->active_ms >= l->lim.idle_timeout_ms) {
+            l->stats.idle_closes++;
+            rl_log_debug("client %s: idle for %" PRIu64 " ms (idle_timeout), closed", c->peer,
+                         now - c->active_ms);
+            rl_conn_close(c, 0);
+        }
+    }
+}
+
+int
+rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, uint16_t port,
+                  const struct rl_conn_ops *ops, size_t conn_size,
+                  const struct rl_conn_limits *lim, void *data)
+{
+    struct sockaddr_storage addr;
+    uint64_t room;
+    int rc;
+
+    memset(l, 0, sizeof(*l));
+    l->q = q;
+    l->ops = ops;
+    l->conn_size = conn_size < sizeof(struct rl_conn) ? sizeof(struct rl_conn) : conn_size;
+    l->data = data;
+    l->lim = lim != NULL ? *lim : rl_conn_limits_default();
+    if (l->lim.max_connections == 0) {
+        l->lim.max_connections = RL_CONN_DEFAULT_MAX_CONNECTIONS;
+    }
+    if (l->lim.max_per_peer == 0) {
+        l->lim.max_per_peer = l->lim.max_connections;
+    }
+    if (l->lim.buffer_memory != 0) {
+        q->client_budget = l->lim.buffer_memory; /* one listener per loop in every program */
+    }
+    /* Every client, router and refusal in progress needs a descriptor: fit them under the
+     * limit, so a refusal is an ERROR the client reads, never a silent close. */
+    l->fd_limit = rl_conn_raise_fd_limit();
+    room = l->fd_limit > RL_CONN_FD_SLACK + l->lim.router_reserve
+               ? l->fd_limit - RL_CONN_FD_SLACK - l->lim.router_reserve
+               : 1;
+    l->max_clients = l->lim.max_connections <= room ? l->lim.max_connections : (uint32_t)room;
+    if (l->max_clients < l->lim.max_connections) {
+        rl_log_warn("the descriptor limit (%" PRIu64 ", ulimit -n) is below max_connections "
+                    "(%" PRIu32 ") + router_reserve (%" PRIu32 ") + %u for the rest: taking at "
+                    "most %" PRIu32 " clients, refusing more with ERROR OVERLOADED; raise the "
+                    "hard limit (LimitNOFILE=, ulimit -Hn) or lower max_connections",
+                    l->fd_limit, l->lim.max_connections, l->lim.router_reserve, RL_CONN_FD_SLACK,
+                    l->max_clients);
+    }
+    uv_tcp_init(q->loop, &l->tcp);
+    l->tcp.data = l;
+    uv_timer_init(q->loop, &l->tick);
+    l->tick.data = l;
+    l->handles = 2;
+    rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
+    if (rc != 0) {
+        rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr);
+    }
+    if (rc == 0) {
+        rc = uv_tcp_bind(&l->tcp, (const struct sockaddr *)&addr, 0);
+    }
+    if (rc == 0) {
+        rc = uv_listen((uv_stream_t *)&l->tcp, 1024, listener_accept);
+    }
+    if (rc == 0) {
+        uv_timer_start(&l->tick, listener_tick, RL_CONN_TICK_MS, RL_CONN_TICK_MS);
+    }
+    return rc;
+}
+
+void
+rl_listener_stats(const struct rl_listener *l, struct rl_listener_stats *s)
+{
+    *s = l->stats;
+    s->buffer_bytes = l->q->client_bytes;
+}
+
+void
+rl_listener_close(struct rl_listener *l, void (*on_closed)(struct rl_listener *l))
+{
+    if (l->closing) {
+        return;
+    }
+    l->closing = true;
+    l->on_closed = on_closed;
+    uv_close((uv_handle_t *)&l->tcp, listener_handle_closed);
+    uv_close((uv_handle_t *)&l->tick, listener_handle_closed);
+    while (l->conns != NULL) {
+        rl_conn_close(l->conns, 0);
+    }
+}

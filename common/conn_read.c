@@ -1,0 +1,217 @@
+/*
+ * conn_read: the reading side of a connection (conn.h): reads land in the loop's slab and
+ * are split into frames handed to ops->on_frame, within the connection's share of the loop
+ * turn and until it is backlogged; what a read leaves unprocessed (an unfinished frame,
+ * frames left for the next turn) is kept in c->in within the clients' buffer memory, and
+ * processed again when the connection resumes (conn_process, from the flush). A connection
+ * on probation (taken from the router reserve) must open with HELLO or AUTH.
+ */
+#include "conn.h"
+
+#include "conn_int.h"
+#include "wire.h"
+
+/* ---- reading ---------------------------------------------------------------------------- */
+
+/* True when growing c's buffers by n bytes would pass the clients' buffer memory. */
+static bool
+conn_over_budget(const struct rl_conn *c, size_t n)
+{
+    return c->listener != NULL && c->q->client_bytes + n > c->q->client_budget;
+}
+
+/*
+ * Every read lands in the loop's slab (one largest read), so a connection holds no input
+ * buffer of its own between requests: only what a read leaves unprocessed (an unfinished
+ * frame, or frames left for the next turn) is copied into c->in, within the clients' buffer
+ * memory (conn_read).
+ */
+static void
+conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct rl_conn *c = h->data;
+
+    (void)suggested;
+    if (c->q->slab != NULL) {
+        buf->base = c->q->slab;
+        buf->len = RL_CONN_READ_CHUNK;
+        return;
+    }
+    /* The flusher is closing: read into the connection's own buffer. */
+    rl_buf_compact(&c->in);
+    if (rl_buf_reserve(&c->in, RL_CONN_READ_CHUNK) != 0) {
+        buf->base = NULL; /* libuv answers UV_ENOBUFS */
+        buf->len = 0;
+        return;
+    }
+    buf->base = c->in.data + c->in.len;
+    buf->len = c->in.cap - c->in.len;
+}
+
+/*
+ * Hands the whole frames of p[0..n) to the owner until c is backlogged, finishing, closed or
+ * through its input share of the loop turn; returns the bytes taken. Stopping mid-batch
+ * bounds what one read can queue (64 KiB of 7-byte STATS requests would otherwise be
+ * answered with megabytes) and what one client streaming large frames costs the others.
+ */
+static size_t
+conn_frames(struct rl_conn *c, const char *p, size_t n)
+{
+    bool batch = false;
+    size_t used = 0;
+    size_t plen;
+    int rc;
+
+    if (c->turn != c->q->turn) {
+        c->turn = c->q->turn;
+        c->turn_bytes = 0;
+    }
+    while (c->connected && !c->finishing && !rl_conn_backlogged(c)) {
+        /* Outgoing connections (the router's to nodes) carry replies the process asked for;
+         * a router's connection to a node carries many clients: both get more. */
+        if (c->turn_bytes >= (c->listener == NULL || c->router ? 16u : 1u) * RL_CONN_TURN_BYTES) {
+            conn_throttle(c);
+            break;
+        }
+        rc = rl_wire_frame(p + used, n - used, &plen);
+        if (rc == 0) {
+            break;
+        }
+        if (rc < 0) {
+            rl_conn_protocol_error(c, 0, RL_WIRE_ERR_MALFORMED, "frame length must be 1..65536",
+                                   p + used, n - used);
+            break;
+        }
+        if (!batch && c->ops->on_batch != NULL) {
+            c->ops->on_batch(c);
+            batch = true;
+        }
+        /* The payload stays valid even if on_frame closes c: buffers live until conn_closed,
+         * and the slab until the loop's flusher closes. */
+        used += RL_WIRE_HDR_LEN + plen;
+        c->turn_bytes += RL_WIRE_HDR_LEN + plen;
+        if (c->probation && !(plen >= 2 && (unsigned char)p[used - plen] == 0x93 &&
+                              ((unsigned char)p[used - plen + 1] == RL_WIRE_OP_HELLO ||
+                               (unsigned char)p[used - plen + 1] == RL_WIRE_OP_AUTH))) {
+            /* Taken from the router reserve, it had to open with HELLO ([5, id, role]), or
+             * with the AUTH ([6, id, token]) a node with a cluster secret needs first. */
+            conn_refuse_probation(c);
+            break;
+        }
+        c->ops->on_frame(c, p + used - plen, plen);
+    }
+    if (batch && c->ops->on_batch_end != NULL) {
+        c->ops->on_batch_end(c);
+    }
+    if (used > 0) {
+        c->partial_ms = 0; /* a frame completed: what is left is a new one */
+    }
+    return used;
+}
+
+/* After c->in was consumed up to its pos: compact it, free it when empty, and keep the time
+ * the unfinished frame in it began. */
+static void
+conn_input_done(struct rl_conn *c)
+{
+    if (!c->open) {
+        return;
+    }
+    rl_buf_compact(&c->in);
+    if (rl_buf_unread(&c->in) == 0) {
+        conn_buf_trim(&c->in);
+        c->partial_ms = 0;
+    } else if (c->partial_ms == 0) {
+        c->partial_ms = uv_now(c->q->loop);
+    }
+    conn_account(c);
+}
+
+void
+conn_process(struct rl_conn *c)
+{
+    c->in.pos += conn_frames(c, c->in.data + c->in.pos, rl_buf_unread(&c->in));
+    conn_input_done(c);
+}
+
+/* Appends p[0..n) to c->in, or refuses c when that would pass the clients' buffer memory. */
+static bool
+conn_keep_input(struct rl_conn *c, const char *p, size_t n)
+{
+    if (conn_over_budget(c, n) || rl_buf_append(&c->in, p, n) != 0) {
+        if (c->listener == NULL) {
+            rl_conn_close(c, UV_ENOMEM);
+            return false;
+        }
+        conn_refuse_buffers(c);
+        return false;
+    }
+    return true;
+}
+
+static void
+conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct rl_conn *c = stream->data;
+    bool was_dirty = c->dirty;
+
+    if (nread == UV_EOF && c->listener != NULL) {
+        /* A half-closed client still gets the replies to what it sent (libuv stopped
+         * reading); the flush closes once they are out. */
+        c->eof = true;
+        c->reading = false;
+        rl_conn_mark(c);
+        return;
+    }
+    if (nread == UV_ENOBUFS && c->listener != NULL) {
+        conn_refuse_buffers(c);
+        return;
+    }
+    if (nread < 0) {
+        rl_conn_close(c, (int)nread);
+        return;
+    }
+    if (nread == 0) {
+        return;
+    }
+    c->active_ms = uv_now(c->q->loop);
+    if (buf->base == c->q->slab && rl_buf_unread(&c->in) == 0) {
+        /* Nothing waiting: the frames are handled where they landed. */
+        size_t used = conn_frames(c, buf->base, (size_t)nread);
+        size_t left = (size_t)nread - used;
+
+        if (c->open && left > 0 && !conn_keep_input(c, buf->base + used, left)) {
+            return;
+        }
+        conn_input_done(c);
+    } else {
+        if (buf->base == c->q->slab && !conn_keep_input(c, buf->base, (size_t)nread)) {
+            return;
+        }
+        if (buf->base != c->q->slab) {
+            c->in.len += (size_t)nread;
+        }
+        conn_process(c);
+    }
+    if (c->open && (c->finishing || rl_conn_backlogged(c))) {
+        /* The peer asks faster than it reads: stop reading until the output drains. */
+        conn_pause(c);
+    }
+    if (c->dirty && !was_dirty) {
+        /* The replies of this read leave now, in one write, rather than after every other
+         * connection's batch of the loop turn: a pipelining client gets them a batch
+         * earlier (c stays on the dirty list; its flush there finds nothing new). Output
+         * that was already waiting (the router's requests to a node, gathered from several
+         * clients' reads) keeps waiting for the loop turn's flush, which batches it. */
+        conn_flush(c);
+    }
+}
+
+int
+conn_start_reading(struct rl_conn *c)
+{
+    int rc = uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read);
+
+    c->reading = rc == 0;
+    return rc;
+}
