@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "conf.h"
+#include "json.h"
 #include "assignment.h"
 #include "reqclient.h"
 #include "shardmap.h"
@@ -135,6 +136,9 @@ struct cli_exchange {
 int cli_exchange(const struct cli *o, const struct cli_cmd *cmd, struct cli_exchange *x);
 
 /* ---- output.c --------------------------------------------------------------------------- */
+
+/* Ends a --json document (its object), and its line. */
+void cli_json_done(struct rl_json *j);
 
 /* "ERROR name: message" and a newline, on stdout. */
 void cli_print_error_reply(const struct rl_wire_reply *rep);

@@ -156,9 +156,7 @@ throttled_json(const struct rl_wire_reply *rep)
         rl_json_strn(&j, rep->missing[i].ptr, rep->missing[i].len);
     }
     rl_json_end_array(&j);
-    rl_json_end_object(&j);
-    (void)rl_json_finish(&j);
-    putchar('\n');
+    cli_json_done(&j);
 }
 
 /* THROTTLED's reply as a table, one episode a line: NODE the node that recorded it, ENDED

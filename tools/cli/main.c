@@ -218,11 +218,42 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-/* A number in lo..max for an option into *out: 0, or -1 when it is not one. */
+/* The options that take a number, with their bounds. */
+static const struct {
+    int ch;
+    uint64_t lo, max;
+    const char *expect;
+} numeric_opts[] = {
+    {OPT_TIMEOUT, 1, 3600000, "1..3600000"},
+    {OPT(COST), 0, UINT32_MAX, "0..4294967295"},
+    {OPT(REPEAT), 1, UINT64_MAX, "a positive count"},
+    {OPT(INTERVAL), 0, 86400000, "0..86400000"},
+    {OPT(SHARDS), 1, CLI_SHARDS_MAX, "1..1048576"},
+    {OPT(TOP), 1, RL_WIRE_TOP_MAX, "1..100"},
+};
+
+/* The number of a numeric option into *v: 0, or an exit status after a message. */
 static int
-parse_num(const char *s, uint64_t lo, uint64_t max, uint64_t *out)
+take_number(int ch, const char *arg, uint64_t *v)
 {
-    return rl_parse_u64(s, lo, max, out) == NULL ? 0 : -1;
+    char msg[128] = "expected a number, not %s";
+
+    for (size_t i = 0; i < sizeof(numeric_opts) / sizeof(numeric_opts[0]); i++) {
+        if (numeric_opts[i].ch != ch) {
+            continue;
+        }
+        if (rl_parse_u64(arg, numeric_opts[i].lo, numeric_opts[i].max, v) == NULL) {
+            return 0;
+        }
+        for (size_t k = 0; long_opts[k].name != NULL; k++) {
+            if (long_opts[k].val == ch) {
+                snprintf(msg, sizeof(msg), "--%s: expected %s, not %%s", long_opts[k].name,
+                         numeric_opts[i].expect);
+            }
+        }
+        return cli_usage_error(msg, arg);
+    }
+    return 0;
 }
 
 /* One option (getopt's ch and optarg) into o: 0, or an exit status after a message; -1 for
@@ -230,8 +261,12 @@ parse_num(const char *s, uint64_t lo, uint64_t max, uint64_t *out)
 static int
 take_option(struct cli *o, int ch, const char *arg)
 {
-    uint64_t v;
+    uint64_t v = 0;
+    int rc = take_number(ch, arg, &v);
 
+    if (rc != 0) {
+        return rc;
+    }
     if (ch >= OPT_BASE && ch < OPT_BASE + CLI_OPTBIT_COUNT) {
         o->given |= 1u << (ch - OPT_BASE);
     }
@@ -240,32 +275,22 @@ take_option(struct cli *o, int ch, const char *arg)
         o->target = arg;
         return 0;
     case OPT_TIMEOUT:
-        if (parse_num(arg, 1, 3600000, &v) != 0) {
-            return cli_usage_error("--timeout-ms: expected 1..3600000, not %s", arg);
-        }
         o->timeout_ms = (int)v;
         return 0;
     case OPT(COST):
-        if (parse_num(arg, 0, UINT32_MAX, &v) != 0) {
-            return cli_usage_error("--cost: expected 0..4294967295, not %s", arg);
-        }
         o->cost = (uint32_t)v;
         return 0;
     case OPT(REPEAT):
-        if (parse_num(arg, 1, UINT64_MAX, &o->repeat) != 0) {
-            return cli_usage_error("--repeat: expected a positive count, not %s", arg);
-        }
+        o->repeat = v;
         return 0;
     case OPT(INTERVAL):
-        if (parse_num(arg, 0, 86400000, &o->interval_ms) != 0) {
-            return cli_usage_error("--interval-ms: expected 0..86400000, not %s", arg);
-        }
+        o->interval_ms = v;
         return 0;
     case OPT(SHARDS):
-        if (parse_num(arg, 1, CLI_SHARDS_MAX, &v) != 0) {
-            return cli_usage_error("--shards: expected 1..1048576, not %s", arg);
-        }
         o->shards = (uint32_t)v;
+        return 0;
+    case OPT(TOP):
+        o->top = (uint32_t)v;
         return 0;
     case OPT(CONFIG):
         o->config = arg;
@@ -283,12 +308,6 @@ take_option(struct cli *o, int ch, const char *arg)
         if (rl_parse_duration_ms(arg, &o->since_ms) != NULL) {
             return cli_usage_error("--since: expected a duration (10s, 10m, 2h), not %s", arg);
         }
-        return 0;
-    case OPT(TOP):
-        if (parse_num(arg, 1, RL_WIRE_TOP_MAX, &v) != 0) {
-            return cli_usage_error("--top: expected 1..100, not %s", arg);
-        }
-        o->top = (uint32_t)v;
         return 0;
     case OPT(JSON):
         o->json = true;

@@ -1,11 +1,20 @@
 /*
  * output: how rl-cli writes figures for people: ERROR replies, table cells, times,
- * durations and byte counts. JSON is common/json.h's, not this module's.
+ * durations and byte counts. JSON is written with common/json.h; this module only ends a
+ * document.
  */
 #include <stdio.h>
 #include <time.h>
 
 #include "cli.h"
+
+void
+cli_json_done(struct rl_json *j)
+{
+    rl_json_end_object(j);
+    (void)rl_json_finish(j);
+    putchar('\n');
+}
 
 void
 cli_print_error_reply(const struct rl_wire_reply *rep)

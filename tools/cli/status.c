@@ -478,9 +478,7 @@ print_json(const struct status *s, bool ok)
         }
     }
     rl_json_end_array(&j);
-    rl_json_end_object(&j);
-    (void)rl_json_finish(&j);
-    putchar('\n');
+    cli_json_done(&j);
 }
 
 /* The router asked, and the others known, each by its one name. */
