@@ -10,7 +10,10 @@
  *   - a node killed with -9 shows as unreachable at once (exit 1), before ZooKeeper
  *     expires it;
  *   - without --config the router's view alone is shown (exit 0 while every node it routes
- *     to is up).
+ *     to is up);
+ *   - the router asked has one name: the one it is listed under (text and JSON);
+ *   - with ZooKeeper unreachable, status says so as the reason, naming its address, within
+ *     a few seconds, calls no node up and does not ask for the --config it was given.
  */
 #include <check.h>
 #include <pthread.h>
@@ -74,6 +77,23 @@ node_int(const char *json, const char *name, const char *field, long long def)
         return 0;
     }
     return strtoll(f, NULL, 10);
+}
+
+/* The name of the router asked, in status --json's "router" object. */
+static void
+router_name(const char *json, char *name, size_t len)
+{
+    const char *p = strstr(json, "\"router\":{");
+    const char *end;
+
+    ck_assert_ptr_nonnull(p);
+    p = strstr(p, "\"name\":\"");
+    ck_assert_ptr_nonnull(p);
+    p += strlen("\"name\":\"");
+    end = strchr(p, '"');
+    ck_assert_ptr_nonnull(end);
+    snprintf(name, len, "%.*s", (int)(end - p), p);
+    ck_assert_msg(name[0] != '\0', "the router asked has no name: %s", json);
 }
 
 static int
@@ -191,7 +211,7 @@ teardown(void)
 START_TEST(test_status)
 {
     static char out[65536];
-    char target[64], addr[64], expect[160];
+    char target[64], addr[64], expect[400], rname[200];
     const char *json[] = {"rl-cli", "--target", target, "status", "--config", config,
                           "--json", "--interval-ms", "500", NULL};
     const char *text[] = {"rl-cli", "--target", target, "status", "--config", config, NULL};
@@ -214,6 +234,11 @@ START_TEST(test_status)
         snprintf(expect, sizeof(expect), "\"address\":\"127.0.0.1:%d\"}", router_ports[i]);
         ck_assert_msg(strstr(out, expect) != NULL, "router %d not listed: %s", i, out);
     }
+    /* One name per router: the router asked is named as it is listed. */
+    router_name(out, rname, sizeof(rname));
+    snprintf(expect, sizeof(expect), "{\"name\":\"%s\",\"address\":\"%s\"}", rname, target);
+    ck_assert_msg(strstr(out, expect) != NULL, "router named \"%s\" is listed otherwise: %s",
+                  rname, out);
     keys = node_int(out, "a", "keys", -1) + node_int(out, "b", "keys", -1);
     /* USERS web keys, and one load key (cost 0 peeks insert nothing) */
     ck_assert_msg(keys == USERS, "keys %lld, want %d: %s", keys, USERS, out);
@@ -233,6 +258,11 @@ START_TEST(test_status)
     ck_assert_msg(strstr(out, "missing: not registered in ZooKeeper") != NULL, "%s", out);
     ck_assert_ptr_nonnull(strstr(out, "NODE"));
     ck_assert_ptr_nonnull(strstr(out, "2 of 3 nodes up"));
+    snprintf(expect, sizeof(expect), "router %s (%s):", target, rname);
+    ck_assert_msg(strstr(out, expect) != NULL, "\"%s\" lacks \"%s\"", out, expect);
+    snprintf(expect, sizeof(expect), "%s (%s, the one asked)", rname, target);
+    ck_assert_msg(strstr(out, expect) != NULL, "\"%s\" lacks \"%s\"", out, expect);
+    ck_assert_msg(strstr(out, "give --config") == NULL, "--config was given: %s", out);
 
     /* The router's view alone: both nodes it routes to are up. */
     ck_assert_int_eq(cli(out, sizeof(out), bare), 0);
@@ -281,16 +311,73 @@ START_TEST(test_status)
 }
 END_TEST
 
+/* ZooKeeper down (nothing listens at its address): status says so, naming the address, as
+ * the reason, within a few seconds; it calls no node up, and does not ask for the --config
+ * it was given. */
+START_TEST(test_zookeeper_unreachable)
+{
+    static char out[65536];
+    struct rl_harness_server router;
+    char conf[4096], target[64], zkaddr[64], expect[256];
+    const char *text[] = {"rl-cli", "--target", target, "status", "--config", conf, NULL};
+    const char *json[] = {"rl-cli", "--target", target, "status", "--config", conf, "--json",
+                          NULL};
+    int zk_port = rl_harness_free_port(), port = rl_harness_free_port();
+    uint64_t t0, took_ms;
+
+    memset(&router, 0, sizeof(router));
+    snprintf(zkaddr, sizeof(zkaddr), "127.0.0.1:%d", zk_port);
+    snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "down.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf,
+                                           "[cluster]\nname = down\nzookeeper = %s\n"
+                                           "session_timeout = 4s\nshards = 16\n"
+                                           "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[node b]\nlisten = 127.0.0.1:%d\n"
+                                           "[node c]\nlisten = 127.0.0.1:%d\n"
+                                           "[service web]\nlimit = fixed_window 10 per 1h\n",
+                                           zkaddr, rl_harness_free_port(), rl_harness_free_port(),
+                                           rl_harness_free_port()),
+                     0);
+    ck_assert_int_eq(rl_harness_router_start(&router, conf, port), 0);
+
+    t0 = rl_clock_mono_ns();
+    ck_assert_int_eq(cli(out, sizeof(out), text), 1);
+    took_ms = (rl_clock_mono_ns() - t0) / 1000000;
+    ck_assert_msg(took_ms < 6000, "status took %llu ms: %s", (unsigned long long)took_ms, out);
+    snprintf(expect, sizeof(expect), "ZooKeeper at %s is unreachable", zkaddr);
+    ck_assert_msg(strstr(out, expect) != NULL, "\"%s\" lacks \"%s\"", out, expect);
+    ck_assert_msg(strstr(out, "nodes up") == NULL, "counts nodes it cannot know: %s", out);
+    ck_assert_msg(strstr(out, "up (router's view)") == NULL, "%s", out);
+    ck_assert_msg(strstr(out, "give --config") == NULL, "--config was given: %s", out);
+    ck_assert_msg(strstr(out, "unknown: ZooKeeper unreachable") != NULL, "%s", out);
+    /* The router's own session (STATS zk_state) says the same. */
+    ck_assert_msg(strstr(out, "its ZooKeeper session: connecting") != NULL, "%s", out);
+
+    ck_assert_int_eq(cli(out, sizeof(out), json), 1);
+    snprintf(expect, sizeof(expect), "\"zookeeper\":{\"address\":\"%s\",\"reachable\":false",
+             zkaddr);
+    ck_assert_msg(strstr(out, expect) != NULL, "\"%s\" lacks \"%s\"", out, expect);
+    ck_assert_msg(strstr(out, "\"zk_state\":1") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "\"missing\":[\"a\",\"b\",\"c\"]") != NULL, "%s", out);
+    rl_harness_cleanup();
+}
+END_TEST
+
 static Suite *
 status_suite(void)
 {
     Suite *s = suite_create("status");
     TCase *tc = tcase_create("status");
+    TCase *down = tcase_create("zookeeper_down");
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_status);
     suite_add_tcase(s, tc);
+    tcase_set_timeout(down, 60);
+    tcase_add_test(down, test_zookeeper_unreachable);
+    suite_add_tcase(s, down);
     return s;
 }
 

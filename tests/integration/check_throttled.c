@@ -3,7 +3,8 @@
  * rl-router processes (static membership: nodes a and b). Asserted:
  *   - a user driven past its limit through the router shows up in THROTTLED through the
  *     router, and through rl-cli (table and --json), with its service, user, owner node and
- *     exactly the number of refusals sent, open; the service filter and top apply;
+ *     exactly the number of refusals sent, open; the table's NODE column holds the node
+ *     alone and its ENDED column how the episode ended; the service filter and top apply;
  *   - once the window has passed, the next request is allowed and the episode is closed
  *     "allowed" at that time, with the same count; the node's STATS say so;
  *   - a hostile client throttling many distinct users cannot grow a node's record: each
@@ -152,6 +153,30 @@ cli(char *out, size_t len, const char *const argv[])
     return rc;
 }
 
+/* The blank-separated words of the line at p, at most max, into w. Returns how many. */
+static int
+words(const char *p, char w[][32], int max)
+{
+    int n = 0;
+
+    while (*p != '\0' && *p != '\n' && n < max) {
+        size_t len = 0;
+
+        while (*p == ' ') {
+            p++;
+        }
+        if (*p == '\0' || *p == '\n') {
+            break;
+        }
+        while (p[len] != '\0' && p[len] != ' ' && p[len] != '\n') {
+            len++;
+        }
+        snprintf(w[n++], 32, "%.*s", (int)len, p);
+        p += len;
+    }
+    return n;
+}
+
 START_TEST(test_episode_through_router)
 {
     struct rl_wire_reply *rep = malloc(sizeof(*rep));
@@ -230,6 +255,31 @@ START_TEST(test_episode_through_router)
         ck_assert_ptr_nonnull(strstr(out, "SERVICE"));
         ck_assert_ptr_nonnull(strstr(out, "2023-11-14T22:13:20.000Z"));
         ck_assert_msg(strstr(out, " open ") != NULL, "%s", out);
+        /* Columns line up: as many words in bob's row as headings, NODE holding the node
+         * alone and ENDED how the episode ended. */
+        {
+            char head[32][32], row[32][32];
+            const char *line = strstr(out, " bob ");
+            int nhead, nrow;
+
+            ck_assert_ptr_nonnull(line);
+            while (line > out && line[-1] != '\n') {
+                line--;
+            }
+            nhead = words(out, head, 32);
+            nrow = words(line, row, 32);
+            ck_assert_msg(nhead == nrow, "%d headings, %d cells: %s", nhead, nrow, out);
+            for (int i = 0; i < nhead; i++) {
+                if (strcmp(head[i], "NODE") == 0) {
+                    ck_assert_str_eq(row[i], node_names[bob_node]);
+                }
+                if (strcmp(head[i], "ENDED") == 0) {
+                    ck_assert_str_eq(row[i], "open");
+                }
+            }
+            ck_assert_str_eq(head[nhead - 2], "NODE");
+            ck_assert_str_eq(head[nhead - 1], "ENDED");
+        }
         ck_assert_int_eq(cli(out, sizeof(out), bad), 2);
     }
 

@@ -3,9 +3,12 @@
  * status"). Asks the router (--target) for its STATS, reads the membership and the
  * assignment (ZooKeeper, or the [node] sections with static membership) when --config is
  * given, and asks every member for its STATS twice, --interval-ms apart, for its rate of
- * decisions. Prints a table, or one JSON object with --json. Exit status 0 when the router
- * answered and every member expected is there and answered, 1 otherwise (the screen still
- * says what it could), 2 for a bad config.
+ * decisions. Prints a table, or one JSON object with --json (common/json.h). Each router is
+ * named one way (its name in ZooKeeper when it is announced there). An unreachable ZooKeeper
+ * is said as the reason, with its address, after a wait of a few seconds (CLI_ZK_WAIT_MS),
+ * and nodes it would have told about are "unknown", never "up". Exit status 0 when the
+ * router answered and every member expected is there and answered, 1 otherwise (the screen
+ * still says what it could), 2 for a bad config.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -13,17 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <uv.h>
+#include "clock.h"
+#include "json.h"
 
 #include "cli.h"
-#include "reqclient.h"
-#include "clock.h"
-#include "conf.h"
-#include "shardmap.h"
-#include "wire.h"
-#include "zkm.h"
 
 #define STATUS_STATS_KEYS 10
 
@@ -58,15 +55,18 @@ struct status {
     } *rstats; /* a copy of them, for after */
     size_t nrstats;
     bool router_ok;
-    char router_name[128];
+    char router_name[128]; /* the one name of the router asked */
     char router_why[330];
+    int64_t router_zk; /* its zk_state: -1 static membership, 0 connected, 1 connecting... */
     int64_t asg_version;
     size_t overrides;
     bool have_members;
     const char *from;
+    char members_why[320]; /* why the membership is unknown (with --config) */
     struct rl_member *routers; /* announced in ZooKeeper (routers/); NULL: none or static */
     size_t nrouters;
     bool have_routers;
+    size_t asked; /* routers[asked] is the one asked; nrouters when none is */
 };
 
 static struct status_node *
@@ -118,23 +118,15 @@ status_router(struct status *s)
         snprintf(s->router_why, sizeof(s->router_why), "out of memory");
         return;
     }
-    rc = rl_client_connect_addr(&c, s->o->target, s->o->timeout_ms);
-    if (rc == 0) {
-        char why[320];
-
-        rc = rl_client_auth_file(c, s->o->token_file, s->o->timeout_ms, why, sizeof(why));
-        if (rc != 0) {
-            snprintf(s->router_why, sizeof(s->router_why), "%s", why);
-            rl_client_destroy(c);
-            return;
-        }
-        rc = rl_client_ping(c, &pr, s->o->timeout_ms);
-        if (rc == 0 && pr.op == RL_WIRE_OP_PING) {
-            snprintf(s->router_name, sizeof(s->router_name), "%.*s", (int)pr.name.len,
-                     pr.name.ptr != NULL ? pr.name.ptr : "");
-        }
-        rc = rl_client_stats(c, s->rep, s->o->timeout_ms);
+    if (cli_connect(s->o, &c, s->router_why, sizeof(s->router_why)) != CLI_EXIT_OK) {
+        return;
     }
+    rc = rl_client_ping(c, &pr, s->o->timeout_ms);
+    if (rc == 0 && pr.op == RL_WIRE_OP_PING) {
+        snprintf(s->router_name, sizeof(s->router_name), "%.*s", (int)pr.name.len,
+                 pr.name.ptr != NULL ? pr.name.ptr : "");
+    }
+    rc = rl_client_stats(c, s->rep, s->o->timeout_ms);
     if (rc != 0) {
         snprintf(s->router_why, sizeof(s->router_why), "%s", cli_errno_text(rc));
     } else if (s->rep->op != RL_WIRE_OP_STATS) {
@@ -158,6 +150,7 @@ status_router(struct status *s)
         return;
     }
     s->asg_version = router_stat(s, "assignment_version", -1);
+    s->router_zk = router_stat(s, "zk_state", -2);
     for (size_t i = 0; i < s->nrstats; i++) {
         const char *key = s->rstats[i].key;
         char name[RL_SHARDMAP_NAME_MAX];
@@ -189,16 +182,13 @@ status_router(struct status *s)
     }
 }
 
-/* The membership and assignment of the config's cluster, and the shards each owns. */
-static int
-status_members(struct status *s)
+/* The membership and assignment of the config's cluster (through zk with ZooKeeper), and
+ * the shards each member owns. Without them, members_why says why. */
+static void
+status_members(struct status *s, struct cli_zk *zk)
 {
-    struct rl_member *members = NULL;
-    struct rl_assignment a;
     struct rl_shardmap *map = NULL;
-    bool have_a = false;
-    size_t n = 0;
-    int rc;
+    struct cli_members m;
 
     for (size_t i = 0; i < s->conf->nnodes; i++) {
         struct status_node *nd = status_node(s, s->conf->nodes[i].name);
@@ -207,61 +197,89 @@ status_members(struct status *s)
             nd->expected = true;
         }
     }
-    if (rl_assignment_init(&a, s->conf->shards) != 0) {
-        return CLI_EXIT_FAIL;
-    }
-    rc = cli_members(s->conf, &members, &n, &a, &have_a, &s->from);
-    if (rc != CLI_EXIT_OK) {
-        rl_assignment_deinit(&a);
-        return rc;
+    if (cli_members_read(s->o, s->conf, zk, &m) != 0) {
+        snprintf(s->members_why, sizeof(s->members_why), "%s", m.why);
+        cli_members_free(&m);
+        return;
     }
     s->have_members = true;
-    for (uint32_t sh = 0; have_a && sh < a.nshards; sh++) {
-        s->overrides += a.owner[sh][0] != '\0';
+    s->from = m.from;
+    for (uint32_t sh = 0; m.have_a && sh < m.a.nshards; sh++) {
+        s->overrides += m.a.owner[sh][0] != '\0';
     }
-    if (rl_shardmap_create(&map, s->conf->shards, members, n, have_a ? &a : NULL) == 0) {
-        for (size_t i = 0; i < n; i++) {
-            struct status_node *nd = status_node(s, members[i].name);
+    if (rl_shardmap_create(&map, s->conf->shards, m.v, m.n, m.have_a ? &m.a : NULL) == 0) {
+        for (size_t i = 0; i < m.n; i++) {
+            struct status_node *nd = status_node(s, m.v[i].name);
 
             if (nd == NULL) {
                 continue;
             }
             nd->member = true;
-            snprintf(nd->addr, sizeof(nd->addr), "%s", members[i].addr);
+            snprintf(nd->addr, sizeof(nd->addr), "%s", m.v[i].addr);
             for (uint32_t sh = 0; sh < map->nshards; sh++) {
                 nd->shards += map->owner[sh] == i;
             }
         }
     }
     rl_shardmap_destroy(map);
-    free(members);
-    rl_assignment_deinit(&a);
-    return CLI_EXIT_OK;
+    cli_members_free(&m);
 }
 
-/* The routers announced in ZooKeeper (rl_zkm_announce_router). */
-static void
-status_routers(struct status *s)
+/* Whether an announced router is the one asked: the same name, or the same address (a
+ * wildcard host announced matches any host on its port). */
+static bool
+router_is_asked(const struct status *s, const struct rl_member *r)
 {
-    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL, NULL};
-    struct rl_zkm *z = NULL;
-    uv_loop_t loop;
-    int rc;
+    const char *port = strrchr(r->addr, ':'), *tport = strrchr(s->o->target, ':');
 
-    if (s->conf->zookeeper[0] == '\0') {
+    if (strcmp(r->name, s->router_name) == 0 || strcmp(r->addr, s->o->target) == 0) {
+        return true;
+    }
+    return port != NULL && tport != NULL && strcmp(port, tport) == 0 &&
+           (strncmp(r->addr, "0.0.0.0:", 8) == 0 || strncmp(r->addr, "[::]:", 5) == 0);
+}
+
+/* The routers announced in ZooKeeper (rl_zkm_announce_router), through zk; the router asked
+ * takes its name there, so that it has one. */
+static void
+status_routers(struct status *s, struct cli_zk *zk)
+{
+    s->asked = 0;
+    s->have_routers = rl_zkm_read_routers(zk->z, &s->routers, &s->nrouters, zk->wait_ms) == 0;
+    if (!s->have_routers) {
         return;
     }
-    uv_loop_init(&loop);
-    rc = rl_zkm_create(&z, &loop, s->conf->zookeeper, s->conf->session_timeout_ms,
-                       s->conf->cluster_name, &no_cbs, NULL);
-    if (rc == 0) {
-        rl_zkm_secure(z, s->conf->secret, s->conf->secret_len);
-        rc = rl_zkm_read_routers(z, &s->routers, &s->nrouters, 5000);
+    while (s->asked < s->nrouters && !router_is_asked(s, &s->routers[s->asked])) {
+        s->asked++;
     }
-    rl_zkm_destroy(z);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    uv_loop_close(&loop);
-    s->have_routers = rc == 0;
+    if (s->router_ok && s->asked < s->nrouters) {
+        snprintf(s->router_name, sizeof(s->router_name), "%s", s->routers[s->asked].name);
+    }
+}
+
+/* With --config: the membership, the routers known, and ZooKeeper's state. */
+static void
+status_cluster(struct status *s)
+{
+    struct cli_zk zk = {.z = NULL};
+    int rc = 0;
+
+    if (s->conf->zookeeper[0] == '\0') {
+        status_members(s, NULL);
+        return;
+    }
+    rc = cli_zk_open(&zk, s->conf, cli_zk_wait_ms(s->o));
+    if (rc == 0) {
+        status_members(s, &zk);
+    } else {
+        snprintf(s->members_why, sizeof(s->members_why), "ZooKeeper at %s: %s",
+                 s->conf->zookeeper, strerror(-rc));
+    }
+    /* Unreachable once is enough: no second wait for the routers. */
+    if (s->have_members) {
+        status_routers(s, &zk);
+    }
+    cli_zk_close(&zk);
 }
 
 /* One STATS sample of a member: the first connects (and AUTHs with the cluster secret). */
@@ -314,29 +332,6 @@ status_sample(struct status *s, struct status_node *nd, struct rl_wire_reply *re
                                : 0.0;
 }
 
-static void
-status_sleep(uint64_t ms)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-static void
-human_bytes(char *buf, size_t len, int64_t v)
-{
-    if (v >= (1ll << 30)) {
-        snprintf(buf, len, "%.1f GiB", (double)v / (double)(1ll << 30));
-    } else if (v >= (1ll << 20)) {
-        snprintf(buf, len, "%.1f MiB", (double)v / (double)(1ll << 20));
-    } else if (v >= 1024) {
-        snprintf(buf, len, "%.1f KiB", (double)v / 1024.0);
-    } else {
-        snprintf(buf, len, "%lld B", (long long)v);
-    }
-}
-
 /* What is wrong with a node, in a few words; "" when nothing is. */
 static const char *
 node_problem(const struct status *s, const struct status_node *nd)
@@ -354,27 +349,13 @@ node_problem(const struct status *s, const struct status_node *nd)
     if (s->router_ok && s->have_members && nd->member && !nd->in_router) {
         return "not in the router's table";
     }
+    if (!s->have_members && !(s->router_ok && nd->in_router)) {
+        /* Nobody says whether it is up: neither the membership nor the router. */
+        return s->members_why[0] != '\0' ? "unknown: ZooKeeper unreachable"
+                                          : "unknown: not in the router's table";
+    }
     return "";
 }
-
-static void
-json_str(const char *v)
-{
-    putchar('"');
-    for (; *v != '\0'; v++) {
-        unsigned char ch = (unsigned char)*v;
-
-        if (ch == '"' || ch == '\\') {
-            printf("\\%c", ch);
-        } else if (ch < 0x20) {
-            printf("\\u%04x", ch);
-        } else {
-            putchar(ch);
-        }
-    }
-    putchar('"');
-}
-
 
 /* Whether every process that reports a rules version reports the same; *version set to it. */
 static bool
@@ -398,84 +379,140 @@ rules_agree(const struct status *s, int64_t *version)
     return same;
 }
 
+/* The routers: those announced in ZooKeeper, else the one asked. */
+static void
+json_routers(struct rl_json *j, const struct status *s)
+{
+    rl_json_key(j, "routers");
+    rl_json_begin_array(j);
+    for (size_t i = 0; i < (s->have_routers ? s->nrouters : 1); i++) {
+        rl_json_begin_object(j);
+        rl_json_kv_str(j, "name", s->have_routers ? s->routers[i].name : s->router_name);
+        rl_json_kv_str(j, "address", s->have_routers ? s->routers[i].addr : s->o->target);
+        rl_json_end_object(j);
+    }
+    rl_json_end_array(j);
+}
+
+static void
+json_node(struct rl_json *j, const struct status *s, const struct status_node *nd)
+{
+    rl_json_begin_object(j);
+    rl_json_kv_str(j, "name", nd->name);
+    rl_json_kv_str(j, "address", nd->addr);
+    rl_json_kv_bool(j, "member", nd->member);
+    rl_json_kv_bool(j, "answered", nd->answered);
+    rl_json_kv_u64(j, "shards", nd->shards);
+    rl_json_kv_i64(j, "router_shards", nd->r_shards);
+    rl_json_kv_bool(j, "router_up", nd->r_up != 0);
+    rl_json_kv_i64(j, "forwarded", nd->r_forwarded);
+    rl_json_kv_i64(j, "failures", nd->r_failures);
+    if (nd->answered) {
+        rl_json_kv_i64(j, "keys", nd->keys);
+        rl_json_kv_i64(j, "memory_bytes", nd->memory);
+        rl_json_key(j, "decisions_per_s");
+        rl_json_f64(j, nd->rate, 1);
+        rl_json_kv_i64(j, "uptime_ms", nd->uptime);
+        rl_json_kv_bool(j, "registered", nd->registered != 0);
+        rl_json_kv_i64(j, "rules_version", nd->rules_version);
+        rl_json_kv_i64(j, "table_digest", nd->table_digest);
+    }
+    rl_json_kv_str(j, "problem", node_problem(s, nd));
+    rl_json_end_object(j);
+}
+
 static void
 print_json(const struct status *s, bool ok)
 {
+    static const char *const router_keys[] = {"checks", "members", "assignment_version",
+                                              "table_digest", "fail_open", "fail_closed",
+                                              "rules_version", "zk_state"};
+    static const int64_t router_defs[] = {0, 0, -1, 0, 0, 0, -1, -1};
+    struct rl_json j;
     int64_t rv;
     bool agree = rules_agree(s, &rv);
 
-    printf("{\"ok\":%s,\"cluster\":", ok ? "true" : "false");
-    json_str(s->conf != NULL ? s->conf->cluster_name : "");
-    printf(",\"router\":{\"target\":");
-    json_str(s->o->target);
-    printf(",\"reachable\":%s,\"name\":", s->router_ok ? "true" : "false");
-    json_str(s->router_name);
+    rl_json_init(&j, stdout);
+    rl_json_begin_object(&j);
+    rl_json_kv_bool(&j, "ok", ok);
+    rl_json_kv_str(&j, "cluster", s->conf != NULL ? s->conf->cluster_name : "");
+    rl_json_key(&j, "router");
+    rl_json_begin_object(&j);
+    rl_json_kv_str(&j, "target", s->o->target);
+    rl_json_kv_bool(&j, "reachable", s->router_ok);
+    rl_json_kv_str(&j, "name", s->router_name);
     if (!s->router_ok) {
-        printf(",\"error\":");
-        json_str(s->router_why);
+        rl_json_kv_str(&j, "error", s->router_why);
     }
-    printf(",\"checks\":%lld,\"members\":%lld,\"assignment_version\":%lld,"
-           "\"table_digest\":%lld,\"fail_open\":%lld,\"fail_closed\":%lld,"
-           "\"rules_version\":%lld}",
-           (long long)router_stat(s, "checks", 0), (long long)router_stat(s, "members", 0),
-           (long long)router_stat(s, "assignment_version", -1),
-           (long long)router_stat(s, "table_digest", 0), (long long)router_stat(s, "fail_open", 0),
-           (long long)router_stat(s, "fail_closed", 0),
-           (long long)router_stat(s, "rules_version", -1));
-    printf(",\"routers\":[");
-    if (s->have_routers) {
-        for (size_t i = 0; i < s->nrouters; i++) {
-            printf("%s{\"name\":", i > 0 ? "," : "");
-            json_str(s->routers[i].name);
-            printf(",\"address\":");
-            json_str(s->routers[i].addr);
-            putchar('}');
+    for (size_t i = 0; i < sizeof(router_keys) / sizeof(router_keys[0]); i++) {
+        rl_json_kv_i64(&j, router_keys[i], router_stat(s, router_keys[i], router_defs[i]));
+    }
+    rl_json_end_object(&j);
+    if (s->conf != NULL && s->conf->zookeeper[0] != '\0') {
+        rl_json_key(&j, "zookeeper");
+        rl_json_begin_object(&j);
+        rl_json_kv_str(&j, "address", s->conf->zookeeper);
+        rl_json_kv_bool(&j, "reachable", s->members_why[0] == '\0');
+        if (s->members_why[0] != '\0') {
+            rl_json_kv_str(&j, "error", s->members_why);
         }
-    } else {
-        printf("{\"name\":");
-        json_str(s->router_name);
-        printf(",\"address\":");
-        json_str(s->o->target);
-        putchar('}');
+        rl_json_end_object(&j);
     }
-    printf("],\"membership\":");
-    json_str(s->have_members ? s->from : "");
-    printf(",\"shards\":%u,\"assignment_overrides\":%zu,\"rules_version\":%lld,"
-           "\"rules_agree\":%s,\"nodes\":[",
-           s->conf != NULL ? s->conf->shards : 0, s->overrides, (long long)rv,
-           agree ? "true" : "false");
+    json_routers(&j, s);
+    rl_json_kv_str(&j, "membership", s->have_members ? s->from : "");
+    rl_json_kv_u64(&j, "shards", s->conf != NULL ? s->conf->shards : 0);
+    rl_json_kv_u64(&j, "assignment_overrides", s->overrides);
+    rl_json_kv_i64(&j, "rules_version", rv);
+    rl_json_kv_bool(&j, "rules_agree", agree);
+    rl_json_key(&j, "nodes");
+    rl_json_begin_array(&j);
     for (size_t i = 0; i < s->n; i++) {
-        const struct status_node *nd = &s->nodes[i];
-
-        printf("%s{\"name\":", i > 0 ? "," : "");
-        json_str(nd->name);
-        printf(",\"address\":");
-        json_str(nd->addr);
-        printf(",\"member\":%s,\"answered\":%s,\"shards\":%u,\"router_shards\":%lld,"
-               "\"router_up\":%s,\"forwarded\":%lld,\"failures\":%lld",
-               nd->member ? "true" : "false", nd->answered ? "true" : "false", nd->shards,
-               (long long)nd->r_shards, nd->r_up ? "true" : "false", (long long)nd->r_forwarded,
-               (long long)nd->r_failures);
-        if (nd->answered) {
-            printf(",\"keys\":%lld,\"memory_bytes\":%lld,\"decisions_per_s\":%.1f,"
-                   "\"uptime_ms\":%lld,\"registered\":%s,\"rules_version\":%lld,"
-                   "\"table_digest\":%lld",
-                   (long long)nd->keys, (long long)nd->memory, nd->rate, (long long)nd->uptime,
-                   nd->registered ? "true" : "false", (long long)nd->rules_version,
-                   (long long)nd->table_digest);
-        }
-        printf(",\"problem\":");
-        json_str(node_problem(s, nd));
-        putchar('}');
+        json_node(&j, s, &s->nodes[i]);
     }
-    printf("],\"missing\":[");
-    for (size_t i = 0, k = 0; i < s->n; i++) {
+    rl_json_end_array(&j);
+    rl_json_key(&j, "missing");
+    rl_json_begin_array(&j);
+    for (size_t i = 0; i < s->n; i++) {
         if (node_problem(s, &s->nodes[i])[0] != '\0') {
-            printf("%s", k++ > 0 ? "," : "");
-            json_str(s->nodes[i].name);
+            rl_json_str(&j, s->nodes[i].name);
         }
     }
-    printf("]}\n");
+    rl_json_end_array(&j);
+    cli_json_done(&j);
+}
+
+/* The router asked, and the others known, each by its one name. */
+static void
+text_routers(const struct status *s)
+{
+    const char *zk = "";
+
+    if (s->router_zk == RL_ZKM_CONNECTING || s->router_zk == RL_ZKM_EXPIRED) {
+        zk = s->router_zk == RL_ZKM_CONNECTING ? "; its ZooKeeper session: connecting (ZooKeeper "
+                                                 "not reachable from it)"
+                                               : "; its ZooKeeper session: expired";
+    }
+    if (s->router_ok) {
+        printf("router %s (%s): %lld checks, %lld fail_open, %lld fail_closed, %lld members, "
+               "table %016llx%s\n",
+               s->o->target, s->router_name, (long long)router_stat(s, "checks", 0),
+               (long long)router_stat(s, "fail_open", 0),
+               (long long)router_stat(s, "fail_closed", 0),
+               (long long)router_stat(s, "members", 0),
+               (unsigned long long)router_stat(s, "table_digest", 0), zk);
+    } else {
+        printf("router %s: UNREACHABLE (%s)\n", s->o->target, s->router_why);
+    }
+    if (s->have_routers) {
+        printf("routers known (ZooKeeper): %zu%s", s->nrouters, s->nrouters > 0 ? ":" : "");
+        for (size_t i = 0; i < s->nrouters; i++) {
+            printf("%s %s (%s%s)", i > 0 ? "," : "", s->routers[i].name, s->routers[i].addr,
+                   i == s->asked ? ", the one asked" : "");
+        }
+        printf("\n");
+    } else if (s->members_why[0] == '\0') {
+        printf("routers known: %s (the one asked)\n", s->o->target);
+    }
 }
 
 static void
@@ -486,10 +523,15 @@ print_text(const struct status *s)
     size_t up = 0, missing = 0;
 
     for (size_t i = 0; i < s->n; i++) {
-        up += s->nodes[i].answered || (!s->have_members && s->nodes[i].r_up);
-        missing += node_problem(s, &s->nodes[i])[0] != '\0';
+        const char *problem = node_problem(s, &s->nodes[i]);
+
+        up += problem[0] == '\0';
+        missing += problem[0] != '\0';
     }
-    if (s->conf != NULL) {
+    if (s->members_why[0] != '\0') {
+        /* No membership: no count of nodes up to give, only the reason. */
+        printf("cluster %s: membership unknown: %s\n", s->conf->cluster_name, s->members_why);
+    } else if (s->conf != NULL) {
         printf("cluster %s: %zu of %zu nodes up, %u shards, assignment version %lld",
                s->conf->cluster_name, up, s->n, s->conf->shards,
                (long long)(s->router_ok ? s->asg_version : -1));
@@ -500,27 +542,10 @@ print_text(const struct status *s)
     if (s->have_members) {
         printf(" (%zu override%s)", s->overrides, s->overrides == 1 ? "" : "s");
     }
-    printf("\n");
-    if (s->router_ok) {
-        printf("router %s (%s): %lld checks, %lld fail_open, %lld fail_closed, %lld members, "
-               "table %016llx\n",
-               s->o->target, s->router_name, (long long)router_stat(s, "checks", 0),
-               (long long)router_stat(s, "fail_open", 0),
-               (long long)router_stat(s, "fail_closed", 0),
-               (long long)router_stat(s, "members", 0),
-               (unsigned long long)router_stat(s, "table_digest", 0));
-    } else {
-        printf("router %s: UNREACHABLE (%s)\n", s->o->target, s->router_why);
-    }
-    if (s->have_routers) {
-        printf("routers known (ZooKeeper): %zu%s", s->nrouters, s->nrouters > 0 ? ":" : "");
-        for (size_t i = 0; i < s->nrouters; i++) {
-            printf("%s %s (%s)", i > 0 ? "," : "", s->routers[i].name, s->routers[i].addr);
-        }
+    if (s->members_why[0] == '\0') {
         printf("\n");
-    } else {
-        printf("routers known: %s (the one asked)\n", s->o->target);
     }
+    text_routers(s);
     if (rv >= 0) {
         printf("rules: version %lld%s\n", (long long)rv,
                agree ? ", the same on every process that answered"
@@ -536,7 +561,7 @@ print_text(const struct status *s)
         snprintf(shards, sizeof(shards), "%lld",
                  (long long)(s->have_members ? (int64_t)nd->shards : nd->r_shards));
         if (nd->answered) {
-            human_bytes(mem, sizeof(mem), nd->memory);
+            cli_format_bytes(nd->memory, mem, sizeof(mem));
             snprintf(keys, sizeof(keys), "%lld", (long long)nd->keys);
             snprintf(rate, sizeof(rate), "%.0f", nd->rate);
             if (nd->rules_version >= 0) {
@@ -547,45 +572,53 @@ print_text(const struct status *s)
                nd->addr[0] ? nd->addr : "-", shards, keys, rate, mem, rules,
                problem[0] ? problem : (nd->answered ? "ok" : "up (router's view)"));
     }
-    if (!s->have_members) {
+    if (s->o->config == NULL) {
         printf("\n(give --config FILE for each node's keys, memory and rate, and who is "
                "missing)\n");
+    } else if (s->members_why[0] != '\0') {
+        printf("\n%s: which nodes are members, and where, cannot be known from here; check "
+               "the ensemble and the network path to it\n",
+               s->members_why);
     } else if (missing > 0) {
         printf("\nmissing or unhealthy: %zu node%s\n", missing, missing == 1 ? "" : "s");
     }
 }
 
 int
-cli_status(const struct cli *o, bool json)
+cli_cmd_status(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv)
 {
     struct status s;
     struct rl_conf *conf = NULL;
     struct rl_wire_reply *rep = NULL;
-    char err[512];
-    bool ok;
-    int rc = CLI_EXIT_OK;
+    bool ok, sampled = false;
+    int rc;
 
+    if (argc != 0) {
+        return cli_usage_error("%s: takes no arguments", cli_cmd_name(cmd));
+    }
     memset(&s, 0, sizeof(s));
     s.o = o;
     s.from = "";
     if (o->config != NULL) {
-        if (rl_conf_load(o->config, &conf, err, sizeof(err)) != 0) {
-            fprintf(stderr, "%s\n", err);
-            return CLI_EXIT_USAGE;
+        rc = cli_load_config(o, &conf);
+        if (rc != CLI_EXIT_OK) {
+            return rc;
         }
         s.conf = conf;
     }
     status_router(&s);
     if (conf != NULL) {
-        rc = status_members(&s);
-        status_routers(&s);
+        status_cluster(&s);
         rep = malloc(sizeof(*rep));
         for (size_t i = 0; rep != NULL && i < s.n; i++) {
             if (s.nodes[i].member) {
                 status_sample(&s, &s.nodes[i], rep, true);
+                sampled = true;
             }
         }
-        status_sleep(o->interval_ms > 0 ? o->interval_ms : 1000);
+        if (sampled) {
+            cli_sleep_ms(o->interval_ms > 0 ? o->interval_ms : 1000);
+        }
         for (size_t i = 0; rep != NULL && i < s.n; i++) {
             status_sample(&s, &s.nodes[i], rep, false);
             rl_client_destroy(s.nodes[i].c);
@@ -593,11 +626,11 @@ cli_status(const struct cli *o, bool json)
         }
         free(rep);
     }
-    ok = s.router_ok && rc == CLI_EXIT_OK;
+    ok = s.router_ok && s.members_why[0] == '\0';
     for (size_t i = 0; i < s.n; i++) {
         ok = ok && node_problem(&s, &s.nodes[i])[0] == '\0';
     }
-    if (json) {
+    if (o->json) {
         print_json(&s, ok);
     } else {
         print_text(&s);

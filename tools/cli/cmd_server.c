@@ -1,0 +1,237 @@
+/*
+ * cmd_server: the commands that send one protocol op to --target (check, ping, stats,
+ * clock, throttled). Each fills its request and prints its reply as one line (or a table, or
+ * JSON); cli_exchange does the rest. Not for commands that read the config or ZooKeeper.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "json.h"
+#include "parse.h"
+
+#include "cli.h"
+
+static int
+check_print(const struct cli *o, const struct cli_exchange *x, const struct rl_wire_reply *rep,
+            uint64_t rtt_us)
+{
+    static const int by_code[] = {
+        [RL_WIRE_ALLOWED] = CLI_EXIT_OK,          [RL_WIRE_LIMITED] = CLI_EXIT_LIMITED,
+        [RL_WIRE_FAIL_OPEN] = CLI_EXIT_FAIL_OPEN, [RL_WIRE_FAIL_CLOSED] = CLI_EXIT_FAIL_CLOSED,
+        [RL_WIRE_NO_RULE] = CLI_EXIT_NO_RULE,     [RL_WIRE_QUEUED] = CLI_EXIT_QUEUED,
+    };
+    char code[32];
+
+    (void)o;
+    (void)rtt_us;
+    printf("%s -> %s limit=%llu remaining=%llu reset_ms=%llu retry_after_ms=%llu\n", x->label,
+           cli_upper(rl_wire_code_name(rep->check.code), code, sizeof(code)),
+           (unsigned long long)rep->check.limit, (unsigned long long)rep->check.remaining,
+           (unsigned long long)rep->check.reset_ms, (unsigned long long)rep->check.retry_after_ms);
+    /* The last answer decides; a later one replaces an earlier one. */
+    return rep->check.code < sizeof(by_code) / sizeof(by_code[0]) ? by_code[rep->check.code]
+                                                                  : CLI_EXIT_FAIL;
+}
+
+int
+cli_cmd_check(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    struct cli_exchange x = {.repeat = o->repeat, .interval_ms = o->interval_ms,
+                             .print = check_print};
+    const char *endpoint = argc == 3 ? argv[2] : NULL;
+    char label[1024];
+
+    if (argc < 2 || argc > 3) {
+        return cli_usage_error("%s: expected SERVICE USER [ENDPOINT]", cli_cmd_name(cmd));
+    }
+    x.req.service = (struct rl_wire_str){argv[0], (uint32_t)strlen(argv[0])};
+    x.req.user = (struct rl_wire_str){argv[1], (uint32_t)strlen(argv[1])};
+    if (endpoint != NULL) {
+        x.req.endpoint = (struct rl_wire_str){endpoint, (uint32_t)strlen(endpoint)};
+    }
+    x.req.cost = o->cost;
+    snprintf(label, sizeof(label), "%s %s %s%s%s cost=%u", cli_cmd_name(cmd), argv[0], argv[1],
+             endpoint ? " " : "", endpoint ? endpoint : "", o->cost);
+    x.label = label;
+    return cli_exchange(o, cmd, &x);
+}
+
+static int
+ping_print(const struct cli *o, const struct cli_exchange *x, const struct rl_wire_reply *rep,
+           uint64_t rtt_us)
+{
+    (void)o;
+    (void)x;
+    printf("ping -> %.*s rtt_us=%llu\n", (int)rep->name.len,
+           rep->name.ptr != NULL ? rep->name.ptr : "", (unsigned long long)rtt_us);
+    return CLI_EXIT_OK;
+}
+
+static int
+stats_print(const struct cli *o, const struct cli_exchange *x, const struct rl_wire_reply *rep,
+            uint64_t rtt_us)
+{
+    (void)o;
+    (void)x;
+    (void)rtt_us;
+    for (size_t i = 0; i < rep->nstats; i++) {
+        printf("%.*s %lld\n", (int)rep->stat_keys[i].len, rep->stat_keys[i].ptr,
+               (long long)rep->stat_vals[i]);
+    }
+    return CLI_EXIT_OK;
+}
+
+/* ping and stats: a request without arguments. */
+int
+cli_cmd_query(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    struct cli_exchange x = {.print = cmd->op == RL_WIRE_OP_PING ? ping_print : stats_print};
+
+    if (argc != 0) {
+        return cli_usage_error("%s: takes no arguments", cli_cmd_name(cmd));
+    }
+    return cli_exchange(o, cmd, &x);
+}
+
+static int
+clock_print(const struct cli *o, const struct cli_exchange *x, const struct rl_wire_reply *rep,
+            uint64_t rtt_us)
+{
+    (void)rtt_us;
+    if (rep->now_ms != x->req.now_ms) {
+        fprintf(stderr, "rl-cli: clock to %s: %s\n", o->target, cli_errno_text(-EPROTO));
+        return CLI_EXIT_FAIL;
+    }
+    printf("clock -> now_ms=%llu\n", (unsigned long long)rep->now_ms);
+    return CLI_EXIT_OK;
+}
+
+int
+cli_cmd_clock(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    struct cli_exchange x = {.print = clock_print};
+
+    if (argc != 1 || rl_parse_u64(argv[0], 0, UINT64_MAX, &x.req.now_ms) != NULL) {
+        return cli_usage_error("%s: expected NOW_MS, milliseconds since the epoch",
+                               cli_cmd_name(cmd));
+    }
+    return cli_exchange(o, cmd, &x);
+}
+
+/* THROTTLED's reply as {"episodes":[...],"missing":[...]}: the reply's 8 keys an episode. */
+static void
+throttled_json(const struct rl_wire_reply *rep)
+{
+    struct rl_json j;
+
+    rl_json_init(&j, stdout);
+    rl_json_begin_object(&j);
+    rl_json_key(&j, "episodes");
+    rl_json_begin_array(&j);
+    for (size_t i = 0; i < rep->nepisodes; i++) {
+        const struct rl_wire_episode *e = &rep->episodes[i];
+
+        rl_json_begin_object(&j);
+        rl_json_key(&j, "service");
+        rl_json_strn(&j, e->service.ptr, e->service.len);
+        rl_json_key(&j, "endpoint");
+        rl_json_strn(&j, e->endpoint.ptr, e->endpoint.len);
+        rl_json_key(&j, "user");
+        rl_json_strn(&j, e->user.ptr, e->user.len);
+        rl_json_kv_u64(&j, "start_ms", e->start_ms);
+        rl_json_kv_u64(&j, "end_ms", e->end_ms);
+        rl_json_kv_u64(&j, "refused", e->refused);
+        rl_json_kv_str(&j, "ended", rl_wire_ended_name(e->ended));
+        rl_json_key(&j, "node");
+        rl_json_strn(&j, e->node.ptr, e->node.len);
+        rl_json_end_object(&j);
+    }
+    rl_json_end_array(&j);
+    rl_json_key(&j, "missing");
+    rl_json_begin_array(&j);
+    for (size_t i = 0; i < rep->nmissing; i++) {
+        rl_json_strn(&j, rep->missing[i].ptr, rep->missing[i].len);
+    }
+    rl_json_end_array(&j);
+    cli_json_done(&j);
+}
+
+/* THROTTLED's reply as a table, one episode a line: NODE the node that recorded it, ENDED
+ * how the episode ended (open, allowed, idle). */
+static void
+throttled_table(const struct rl_wire_reply *rep)
+{
+    uint64_t now = rl_clock_real_ms();
+    char start[96], end[96], dur[48];
+
+    printf("%-16s %-16s %-20s %-24s %-24s %-10s %8s  %-12s %s\n", "SERVICE", "ENDPOINT", "USER",
+           "START", "END", "DURATION", "REFUSED", "NODE", "ENDED");
+    for (size_t i = 0; i < rep->nepisodes; i++) {
+        const struct rl_wire_episode *e = &rep->episodes[i];
+        bool open = e->ended == RL_WIRE_ENDED_OPEN;
+        uint64_t until = open ? now : e->end_ms;
+
+        cli_format_ms(e->start_ms, start, sizeof(start));
+        if (open) {
+            snprintf(end, sizeof(end), "open");
+        } else {
+            cli_format_ms(e->end_ms, end, sizeof(end));
+        }
+        if (until >= e->start_ms) {
+            cli_format_duration(until - e->start_ms, dur, sizeof(dur));
+        } else {
+            snprintf(dur, sizeof(dur), "-");
+        }
+        cli_print_cell(&e->service, "-", 16);
+        cli_print_cell(&e->endpoint, "-", 16);
+        cli_print_cell(&e->user, "-", 20);
+        printf("%-24s %-24s %-10s %8llu  ", start, end, dur, (unsigned long long)e->refused);
+        cli_print_cell(&e->node, "-", 12);
+        printf("%s\n", rl_wire_ended_name(e->ended));
+    }
+    if (rep->nepisodes == 0) {
+        printf("(no throttling episodes)\n");
+    }
+}
+
+static int
+throttled_print(const struct cli *o, const struct cli_exchange *x, const struct rl_wire_reply *rep,
+                uint64_t rtt_us)
+{
+    (void)x;
+    (void)rtt_us;
+    if (o->json) {
+        throttled_json(rep);
+    } else {
+        throttled_table(rep);
+    }
+    if (rep->nmissing > 0) {
+        fprintf(stderr, "rl-cli: throttled: no answer from %zu node(s):", rep->nmissing);
+        for (size_t i = 0; i < rep->nmissing; i++) {
+            fprintf(stderr, " %.*s", (int)rep->missing[i].len, rep->missing[i].ptr);
+        }
+        fprintf(stderr, "\n");
+    }
+    return CLI_EXIT_OK;
+}
+
+int
+cli_cmd_throttled(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    struct cli_exchange x = {.print = throttled_print};
+
+    if (argc != 0) {
+        return cli_usage_error("%s: takes no arguments (--service, --since, --top, --json)",
+                               cli_cmd_name(cmd));
+    }
+    if (o->service != NULL) {
+        x.req.service = (struct rl_wire_str){o->service, (uint32_t)strlen(o->service)};
+    }
+    x.req.since_ms = o->since_ms;
+    x.req.has_since = (o->given & CLI_O(SINCE)) != 0;
+    x.req.top = o->top;
+    return cli_exchange(o, cmd, &x);
+}
