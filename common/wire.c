@@ -29,18 +29,53 @@
  */
 #define WIRE_ZONE_CHUNK (16u * 1024u)
 
+/* Each op's position in the op table, so a row is found by its code in one index. */
+enum wire_op_row {
+#define WIRE_OP_ROW_ENUM(A, N, ...) WIRE_OP_ROW_##N,
+    RL_WIRE_OP_TABLE(WIRE_OP_ROW_ENUM, _)
+#undef WIRE_OP_ROW_ENUM
+        WIRE_OP_ROWS
+};
+
+#define WIRE_OP_NODE_NODE true
+#define WIRE_OP_NODE_NONE false
+
+static const struct rl_wire_op_info wire_ops[WIRE_OP_ROWS] = {
+#define WIRE_OP_ROW(A, N, n, v, req_min, req_max, req, reply_len, reply, node, router)             \
+    {v, #n, #N, req_min, req_max, reply_len, WIRE_OP_NODE_##node, RL_WIRE_ROUTE_##router},
+    RL_WIRE_OP_TABLE(WIRE_OP_ROW, _)
+#undef WIRE_OP_ROW
+};
+
+/* Opcodes fit a byte (ERROR is 255); 0 here is no op, else the row + 1. */
+static const uint8_t wire_op_index[256] = {
+#define WIRE_OP_INDEX(A, N, n, v, ...) [v] = WIRE_OP_ROW_##N + 1,
+    RL_WIRE_OP_TABLE(WIRE_OP_INDEX, _)
+#undef WIRE_OP_INDEX
+};
+
+const struct rl_wire_op_info *
+rl_wire_op_info(uint32_t op)
+{
+    if (op >= sizeof(wire_op_index) || wire_op_index[op] == 0) {
+        return NULL;
+    }
+    return &wire_ops[wire_op_index[op] - 1];
+}
+
+const struct rl_wire_op_info *
+rl_wire_ops(size_t *n)
+{
+    *n = WIRE_OP_ROWS;
+    return wire_ops;
+}
+
 const char *
 rl_wire_op_name(uint32_t op)
 {
-    switch (op) {
-#define RL_WIRE_NAME(n, v, s)                                                                      \
-    case v:                                                                                        \
-        return s;
-        RL_WIRE_OP_MAP(RL_WIRE_NAME)
-#undef RL_WIRE_NAME
-    default:
-        return "?";
-    }
+    const struct rl_wire_op_info *info = rl_wire_op_info(op);
+
+    return info != NULL ? info->name : "?";
 }
 
 const char *

@@ -39,9 +39,59 @@ wire_err_known(uint32_t err)
     }
 }
 
+/*
+ * The reply shapes of the op table's reply column. Each decodes the fields after the op and
+ * the id of a reply whose element count is already the op's: e is its elements.
+ */
+typedef int (*wire_reply_fn)(const msgpack_object *e, struct rl_wire_reply *rep);
+
 static int
-wire_stats_reply(const msgpack_object *m, struct rl_wire_reply *rep)
+wire_reply_check(const msgpack_object *e, struct rl_wire_reply *rep)
 {
+    uint64_t v;
+
+    if (!wire_uint(&e[2], UINT32_MAX, &v) || !wire_code_known((uint32_t)v) ||
+        !wire_uint(&e[3], UINT64_MAX, &rep->check.limit) ||
+        !wire_uint(&e[4], UINT64_MAX, &rep->check.remaining) ||
+        !wire_uint(&e[5], UINT64_MAX, &rep->check.reset_ms) ||
+        !wire_uint(&e[6], UINT64_MAX, &rep->check.retry_after_ms)) {
+        return -EPROTO;
+    }
+    rep->check.id = rep->id;
+    rep->check.code = (uint32_t)v;
+    return 0;
+}
+
+/* [op, id, name]: who answered (PING, HELLO), who you are (AUTH). */
+static int
+wire_reply_named(const msgpack_object *e, struct rl_wire_reply *rep)
+{
+    return wire_str(&e[2], 0, UINT32_MAX, &rep->name) ? 0 : -EPROTO;
+}
+
+static int
+wire_reply_clock(const msgpack_object *e, struct rl_wire_reply *rep)
+{
+    return wire_uint(&e[2], UINT64_MAX, &rep->now_ms) ? 0 : -EPROTO;
+}
+
+static int
+wire_reply_error(const msgpack_object *e, struct rl_wire_reply *rep)
+{
+    uint64_t v;
+
+    if (!wire_uint(&e[2], UINT32_MAX, &v) || !wire_err_known((uint32_t)v) ||
+        !wire_str(&e[3], 0, UINT32_MAX, &rep->message)) {
+        return -EPROTO;
+    }
+    rep->err = (uint32_t)v;
+    return 0;
+}
+
+static int
+wire_reply_stats(const msgpack_object *e, struct rl_wire_reply *rep)
+{
+    const msgpack_object *m = &e[2];
     uint32_t i;
 
     if (m->type != MSGPACK_OBJECT_MAP || m->via.map.size > RL_WIRE_STATS_MAX) {
@@ -149,7 +199,7 @@ wire_episode(const msgpack_object *m, struct rl_wire_episode *ep)
 }
 
 static int
-wire_throttled_reply(const msgpack_object *e, struct rl_wire_reply *rep)
+wire_reply_throttled(const msgpack_object *e, struct rl_wire_reply *rep)
 {
     if (e[2].type != MSGPACK_OBJECT_ARRAY || e[2].via.array.size > RL_WIRE_TOP_MAX ||
         e[3].type != MSGPACK_OBJECT_ARRAY || e[3].via.array.size > RL_WIRE_MISSING_MAX) {
@@ -170,11 +220,20 @@ wire_throttled_reply(const msgpack_object *e, struct rl_wire_reply *rep)
     return 0;
 }
 
+/* Each op's reply shape, by opcode (the op table's reply column). */
+static const wire_reply_fn wire_reply_fns[256] = {
+#define WIRE_REPLY_ROW(A, N, n, v, req_min, req_max, req, reply_len, reply, ...)                   \
+    [v] = wire_reply_##reply,
+    RL_WIRE_OP_TABLE(WIRE_REPLY_ROW, _)
+#undef WIRE_REPLY_ROW
+};
+
 int
 rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct rl_wire_reply *rep)
 {
     msgpack_object obj;
     const msgpack_object *e;
+    const struct rl_wire_op_info *info;
     uint32_t size;
     bool nomem;
     uint64_t v;
@@ -208,48 +267,9 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
         return -EPROTO;
     }
     rep->id = (uint32_t)v;
-    switch (rep->op) {
-    case RL_WIRE_OP_CHECK:
-        if (size != 7 || !wire_uint(&e[2], UINT32_MAX, &v) || !wire_code_known((uint32_t)v) ||
-            !wire_uint(&e[3], UINT64_MAX, &rep->check.limit) ||
-            !wire_uint(&e[4], UINT64_MAX, &rep->check.remaining) ||
-            !wire_uint(&e[5], UINT64_MAX, &rep->check.reset_ms) ||
-            !wire_uint(&e[6], UINT64_MAX, &rep->check.retry_after_ms)) {
-            return -EPROTO;
-        }
-        rep->check.id = rep->id;
-        rep->check.code = (uint32_t)v;
-        return 0;
-    case RL_WIRE_OP_PING:
-    case RL_WIRE_OP_HELLO:
-    case RL_WIRE_OP_AUTH:
-        if (size != 3 || !wire_str(&e[2], 0, UINT32_MAX, &rep->name)) {
-            return -EPROTO;
-        }
-        return 0;
-    case RL_WIRE_OP_STATS:
-        if (size != 3) {
-            return -EPROTO;
-        }
-        return wire_stats_reply(&e[2], rep);
-    case RL_WIRE_OP_CLOCK:
-        if (size != 3 || !wire_uint(&e[2], UINT64_MAX, &rep->now_ms)) {
-            return -EPROTO;
-        }
-        return 0;
-    case RL_WIRE_OP_THROTTLED:
-        if (size != 4) {
-            return -EPROTO;
-        }
-        return wire_throttled_reply(e, rep);
-    case RL_WIRE_OP_ERROR:
-        if (size != 4 || !wire_uint(&e[2], UINT32_MAX, &v) || !wire_err_known((uint32_t)v) ||
-            !wire_str(&e[3], 0, UINT32_MAX, &rep->message)) {
-            return -EPROTO;
-        }
-        rep->err = (uint32_t)v;
-        return 0;
-    default:
+    info = rl_wire_op_info(rep->op);
+    if (info == NULL || size != info->reply_len) {
         return -EPROTO;
     }
+    return wire_reply_fns[rep->op](e, rep);
 }

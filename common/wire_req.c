@@ -37,14 +37,41 @@ wire_fault(struct rl_wire_fault *f, uint32_t id, uint32_t err, bool fatal, const
     return -1;
 }
 
+/*
+ * The request shapes of the op table's req column. Each decodes the fields after the op and
+ * the id of a request whose element count is already within the op's arity, and judges them
+ * in the order docs/PROTOCOL.md gives.
+ */
+typedef int (*wire_req_fn)(const msgpack_object *a, struct rl_wire_req *req,
+                           struct rl_wire_fault *f);
+
+/* [op, id]: nothing more. */
 static int
-wire_check_req(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+wire_req_bare(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    (void)a;
+    (void)req;
+    (void)f;
+    return 0;
+}
+
+/* An op that is never a request (ERROR): its arity is 0..0, so it always lands here. */
+static int
+wire_req_none(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    char msg[64];
+
+    (void)a;
+    snprintf(msg, sizeof(msg), "op %" PRIu32 " (%s) is never a request", req->op,
+             rl_wire_op_info(req->op)->upper);
+    return wire_fault(f, req->id, RL_WIRE_ERR_UNKNOWN_OP, false, msg);
+}
+
+static int
+wire_req_check(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
 {
     uint64_t cost;
 
-    if (a->via.array.size != 6) {
-        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false, "CHECK takes 6 elements");
-    }
     if (!wire_str(&a->via.array.ptr[2], 1, RL_WIRE_SERVICE_MAX, &req->service)) {
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
                           "service must be a string of 1..128 bytes");
@@ -66,18 +93,44 @@ wire_check_req(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_
     return 0;
 }
 
+static int
+wire_req_clock(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    if (!wire_uint(&a->via.array.ptr[2], UINT64_MAX, &req->now_ms)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "now_ms must be an unsigned integer");
+    }
+    return 0;
+}
+
+static int
+wire_req_hello(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    if (!wire_str(&a->via.array.ptr[2], 1, RL_WIRE_ROLE_MAX, &req->role)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "role must be a string of 1..32 bytes");
+    }
+    return 0;
+}
+
+static int
+wire_req_auth(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    if (!wire_token(&a->via.array.ptr[2], &req->token)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "token must be a string or binary of 1..256 bytes");
+    }
+    return 0;
+}
+
 /* [7, id, service|nil, since_ms|nil, top|nil]: the trailing ones may be left out. */
 static int
-wire_throttled_req(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+wire_req_throttled(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
 {
     uint32_t size = a->via.array.size;
     uint64_t v;
 
     req->top = RL_WIRE_TOP_DEFAULT;
-    if (size > 5) {
-        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                          "THROTTLED takes 2..5 elements");
-    }
     if (size > 2 && a->via.array.ptr[2].type != MSGPACK_OBJECT_NIL &&
         !wire_str(&a->via.array.ptr[2], 1, RL_WIRE_SERVICE_MAX, &req->service)) {
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
@@ -100,15 +153,24 @@ wire_throttled_req(const msgpack_object *a, struct rl_wire_req *req, struct rl_w
     return 0;
 }
 
+/* Each op's request shape, by opcode (the op table's req column). */
+static const wire_req_fn wire_req_fns[256] = {
+#define WIRE_REQ_ROW(A, N, n, v, req_min, req_max, req, ...) [v] = wire_req_##req,
+    RL_WIRE_OP_TABLE(WIRE_REQ_ROW, _)
+#undef WIRE_REQ_ROW
+};
+
 int
 rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl_wire_req *req,
                    struct rl_wire_fault *fault)
 {
     msgpack_object obj;
     const msgpack_object *a;
+    const struct rl_wire_op_info *info;
     const char *why;
     bool nomem;
     uint64_t v;
+    uint32_t size;
     char msg[64];
 
     memset(req, 0, sizeof(*req));
@@ -127,7 +189,8 @@ rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl
         return wire_fault(fault, 0, RL_WIRE_ERR_MALFORMED, false, "request is not an array");
     }
     a = &obj;
-    if (a->via.array.size < 2) {
+    size = a->via.array.size;
+    if (size < 2) {
         return wire_fault(fault, 0, RL_WIRE_ERR_MALFORMED, false, "request needs an op and an id");
     }
     if (!wire_uint(&a->via.array.ptr[1], UINT32_MAX, &v)) {
@@ -141,54 +204,19 @@ rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl
     }
     /* An op past 32 bits is as unknown as 9; req->op keeps 0 for it. */
     req->op = v <= UINT32_MAX ? (uint32_t)v : 0;
-    switch (req->op) {
-    case RL_WIRE_OP_CHECK:
-        return wire_check_req(a, req, fault);
-    case RL_WIRE_OP_PING:
-    case RL_WIRE_OP_STATS:
-        if (a->via.array.size != 2) {
-            snprintf(msg, sizeof(msg), "%s takes 2 elements",
-                     req->op == RL_WIRE_OP_PING ? "PING" : "STATS");
-            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false, msg);
-        }
-        return 0;
-    case RL_WIRE_OP_CLOCK:
-        if (a->via.array.size != 3) {
-            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                              "CLOCK takes 3 elements");
-        }
-        if (!wire_uint(&a->via.array.ptr[2], UINT64_MAX, &req->now_ms)) {
-            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                              "now_ms must be an unsigned integer");
-        }
-        return 0;
-    case RL_WIRE_OP_HELLO:
-        if (a->via.array.size != 3) {
-            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                              "HELLO takes 3 elements");
-        }
-        if (!wire_str(&a->via.array.ptr[2], 1, RL_WIRE_ROLE_MAX, &req->role)) {
-            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                              "role must be a string of 1..32 bytes");
-        }
-        return 0;
-    case RL_WIRE_OP_AUTH:
-        if (a->via.array.size != 3) {
-            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                              "AUTH takes 3 elements");
-        }
-        if (!wire_token(&a->via.array.ptr[2], &req->token)) {
-            return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                              "token must be a string or binary of 1..256 bytes");
-        }
-        return 0;
-    case RL_WIRE_OP_THROTTLED:
-        return wire_throttled_req(a, req, fault);
-    case RL_WIRE_OP_ERROR:
-        return wire_fault(fault, req->id, RL_WIRE_ERR_UNKNOWN_OP, false,
-                          "op 255 (ERROR) is never a request");
-    default:
+    info = rl_wire_op_info(req->op);
+    if (info == NULL) {
         snprintf(msg, sizeof(msg), "unknown op %" PRIu64, v);
         return wire_fault(fault, req->id, RL_WIRE_ERR_UNKNOWN_OP, false, msg);
     }
+    if (info->req_min != 0 && (size < info->req_min || size > info->req_max)) {
+        if (info->req_min == info->req_max) {
+            snprintf(msg, sizeof(msg), "%s takes %u elements", info->upper, info->req_min);
+        } else {
+            snprintf(msg, sizeof(msg), "%s takes %u..%u elements", info->upper, info->req_min,
+                     info->req_max);
+        }
+        return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false, msg);
+    }
+    return wire_req_fns[req->op](a, req, fault);
 }
