@@ -46,7 +46,8 @@
  *   NAME, name  RL_WIRE_OP_NAME; rl_wire_op_name() gives #name
  *   code        the opcode, element 0 of every message
  *   req_min..req_max  elements a request may have, op and id included (0 0: never a request)
- *   req         the request's shape: wire_req_<req> decodes its fields after the arity check
+ *   req         the request's shape: wire_req_<req> decodes its fields after the arity check,
+ *               wire_put_req_<req> encodes them (rl_wire_put_req)
  *   reply_len   elements of its reply, exactly
  *   reply       the reply's shape: wire_reply_<reply> decodes its fields
  *   node        NODE: a node serves it (server_<name> in node/server.c); NONE: it does not
@@ -290,6 +291,11 @@ int rl_wire_put_stats_reply(struct rl_buf *out, uint32_t id, const char *const *
  * are sent. Strings past their bounds are -EMSGSIZE.
  */
 int rl_wire_put_throttled(struct rl_buf *out, const struct rl_wire_req *req);
+/*
+ * Any request: req encoded by its op's encoder above (the op table's req column), or -EINVAL
+ * for an op that is not a request (not in the table, or ERROR).
+ */
+int rl_wire_put_req(struct rl_buf *out, const struct rl_wire_req *req);
 int rl_wire_put_throttled_reply(struct rl_buf *out, uint32_t id, const struct rl_wire_episode *eps,
                                 size_t n, const struct rl_wire_str *missing, size_t nmissing,
                                 size_t *nput);

@@ -165,13 +165,12 @@ rl_wire_put_check_reply(struct rl_buf *out, const struct rl_wire_check_reply *re
     return wire_end(out, start, ok);
 }
 
-/* [op, id, s]: PING and HELLO replies, HELLO requests. */
+/* [op, id, s]: PING, HELLO and AUTH replies, HELLO and AUTH requests. */
 static int
-wire_put_named(struct rl_buf *out, uint32_t op, uint32_t id, const char *name)
+wire_put_str(struct rl_buf *out, uint32_t op, uint32_t id, const char *name, size_t len)
 {
     msgpack_packer pk;
     size_t start;
-    size_t len = strlen(name);
     bool ok;
 
     if (len > RL_WIRE_FRAME_MAX) {
@@ -183,6 +182,12 @@ wire_put_named(struct rl_buf *out, uint32_t op, uint32_t id, const char *name)
     ok = msgpack_pack_array(&pk, 3) == 0 && msgpack_pack_uint8(&pk, (uint8_t)op) == 0 &&
          msgpack_pack_uint32(&pk, id) == 0 && wire_pack_str(&pk, name, len);
     return wire_end(out, start, ok);
+}
+
+static int
+wire_put_named(struct rl_buf *out, uint32_t op, uint32_t id, const char *name)
+{
+    return wire_put_str(out, op, id, name, strlen(name));
 }
 
 int
@@ -206,19 +211,10 @@ rl_wire_put_hello_reply(struct rl_buf *out, uint32_t id, const char *name)
 int
 rl_wire_put_auth(struct rl_buf *out, uint32_t id, const char *token, size_t len)
 {
-    msgpack_packer pk;
-    size_t start;
-    bool ok;
-
     if (len > RL_WIRE_TOKEN_MAX) {
         return -EMSGSIZE;
     }
-    if (wire_begin(out, WIRE_HINT + len, &pk, &start) != 0) {
-        return -ENOMEM;
-    }
-    ok = msgpack_pack_array(&pk, 3) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_AUTH) == 0 &&
-         msgpack_pack_uint32(&pk, id) == 0 && wire_pack_str(&pk, token, len);
-    return wire_end(out, start, ok);
+    return wire_put_str(out, RL_WIRE_OP_AUTH, id, token, len);
 }
 
 int
@@ -400,4 +396,69 @@ rl_wire_put_throttled_reply(struct rl_buf *out, uint32_t id, const struct rl_wir
         *nput = fit;
     }
     return 0;
+}
+
+/*
+ * The request shapes of the op table's req column, as encoders of a whole rl_wire_req: each
+ * is the op's own rl_wire_put_* (the shape none: the op is never a request).
+ */
+typedef int (*wire_put_req_fn)(struct rl_buf *out, const struct rl_wire_req *req);
+
+static int
+wire_put_req_check(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_check(out, req);
+}
+
+static int
+wire_put_req_bare(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return wire_put_bare(out, req->op, req->id);
+}
+
+static int
+wire_put_req_clock(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_clock(out, req->id, req->now_ms);
+}
+
+static int
+wire_put_req_hello(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return wire_put_str(out, RL_WIRE_OP_HELLO, req->id, req->role.ptr, req->role.len);
+}
+
+static int
+wire_put_req_auth(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_auth(out, req->id, req->token.ptr, req->token.len);
+}
+
+static int
+wire_put_req_throttled(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_throttled(out, req);
+}
+
+static int
+wire_put_req_none(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    (void)out;
+    (void)req;
+    return -EINVAL;
+}
+
+static const wire_put_req_fn wire_put_req_fns[256] = {
+#define WIRE_PUT_REQ_ROW(A, N, n, v, req_min, req_max, req, ...) [v] = wire_put_req_##req,
+    RL_WIRE_OP_TABLE(WIRE_PUT_REQ_ROW, _)
+#undef WIRE_PUT_REQ_ROW
+};
+
+int
+rl_wire_put_req(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    if (rl_wire_op_info(req->op) == NULL) {
+        return -EINVAL;
+    }
+    return wire_put_req_fns[req->op](out, req);
 }

@@ -363,6 +363,54 @@ START_TEST(test_op_table)
 }
 END_TEST
 
+/* rl_wire_put_req encodes every request op as its own encoder does, and nothing else. */
+START_TEST(test_put_req)
+{
+    struct rl_wire_req in = {0}, req;
+    struct rl_buf out, want;
+    const struct rl_wire_op_info *ops;
+    const char *p;
+    size_t n, nops;
+
+    rl_buf_init(&out);
+    rl_buf_init(&want);
+    in.id = 42;
+    in.service = mkstr("web", 3);
+    in.user = mkstr("bob", 3);
+    in.now_ms = 7;
+    in.role = mkstr("router", 6);
+    in.token = mkstr("secret", 6);
+    in.top = 5;
+    ops = rl_wire_ops(&nops);
+    for (size_t i = 0; i < nops; i++) {
+        in.op = ops[i].op;
+        rl_buf_reset(&out);
+        if (ops[i].req_max == 0) {
+            ck_assert_int_eq(rl_wire_put_req(&out, &in), -EINVAL);
+            ck_assert_uint_eq(out.len, 0);
+            continue;
+        }
+        ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+        p = one_frame(&out, &n);
+        expect_req(ops[i].name, p, n, &req);
+        ck_assert_uint_eq(req.op, ops[i].op);
+        ck_assert_uint_eq(req.id, 42);
+    }
+    in.op = RL_WIRE_OP_HELLO;
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+    ck_assert_int_eq(rl_wire_put_hello(&want, 42, "router"), 0);
+    ck_assert_uint_eq(out.len, want.len);
+    ck_assert_mem_eq(out.data, want.data, want.len);
+    in.op = 99;
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), -EINVAL);
+    in.op = 0;
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), -EINVAL);
+    rl_buf_deinit(&out);
+    rl_buf_deinit(&want);
+}
+END_TEST
+
 START_TEST(test_roundtrip_requests)
 {
     char service[RL_WIRE_SERVICE_MAX], user[RL_WIRE_USER_MAX], endpoint[RL_WIRE_ENDPOINT_MAX];
@@ -1653,6 +1701,7 @@ wire_suite(void)
     tcase_add_test(tc, test_docs_match);
     tcase_add_test(tc, test_docs_ops);
     tcase_add_test(tc, test_op_table);
+    tcase_add_test(tc, test_put_req);
     tcase_add_test(tc, test_roundtrip_requests);
     tcase_add_test(tc, test_roundtrip_replies);
     tcase_add_test(tc, test_encode_limits);
