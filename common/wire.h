@@ -66,6 +66,21 @@
     R(A, THROTTLED, throttled, 7, 2, 5, throttled, 4, throttled, NODE, FANOUT)                     \
     R(A, ERROR, error, 255, 0, 0, none, 4, error, NONE, NONE)
 
+/*
+ * Designated initializers of an array indexed by opcode, from one column of the op table:
+ * RL_WIRE_OP_BY(req, wire_req_) is [code] = wire_req_<req>, for every op (reply likewise);
+ * RL_WIRE_OP_BY(node, SERVER_) is [code] = SERVER_<node>(name), the caller defining
+ * SERVER_NODE(n) and SERVER_NONE(n) (router likewise, with its four values).
+ */
+#define RL_WIRE_OP_BY(column, P) RL_WIRE_OP_TABLE(RL_WIRE_OP_BY_##column, P)
+#define RL_WIRE_OP_BY_req(P, N, n, v, req_min, req_max, req, ...) [v] = P##req,
+#define RL_WIRE_OP_BY_reply(P, N, n, v, req_min, req_max, req, reply_len, reply, ...)              \
+    [v] = P##reply,
+#define RL_WIRE_OP_BY_node(P, N, n, v, req_min, req_max, req, reply_len, reply, node, router)      \
+    [v] = P##node(n),
+#define RL_WIRE_OP_BY_router(P, N, n, v, req_min, req_max, req, reply_len, reply, node, router)    \
+    [v] = P##router(n),
+
 /* Opcodes: X(name, value, text), the op table's first three columns. */
 #define RL_WIRE_OP_MAP_ROW(X, N, n, v, ...) X(N, v, #n)
 #define RL_WIRE_OP_MAP(X) RL_WIRE_OP_TABLE(RL_WIRE_OP_MAP_ROW, X)

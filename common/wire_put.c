@@ -448,11 +448,7 @@ wire_put_req_none(struct rl_buf *out, const struct rl_wire_req *req)
     return -EINVAL;
 }
 
-static const wire_put_req_fn wire_put_req_fns[256] = {
-#define WIRE_PUT_REQ_ROW(A, N, n, v, req_min, req_max, req, ...) [v] = wire_put_req_##req,
-    RL_WIRE_OP_TABLE(WIRE_PUT_REQ_ROW, _)
-#undef WIRE_PUT_REQ_ROW
-};
+static const wire_put_req_fn wire_put_req_fns[256] = {RL_WIRE_OP_BY(req, wire_put_req_)};
 
 int
 rl_wire_put_req(struct rl_buf *out, const struct rl_wire_req *req)

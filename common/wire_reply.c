@@ -12,31 +12,17 @@
 
 #include "wire_int.h"
 
-/* A v1 client accepts only the reply codes and error codes v1 defines. */
+/* A v1 client accepts only the reply codes and error codes v1 defines: those with a name. */
 static bool
 wire_code_known(uint32_t code)
 {
-    switch (code) {
-#define RL_WIRE_KNOWN(n, v, s) case v:
-        RL_WIRE_CODE_MAP(RL_WIRE_KNOWN)
-#undef RL_WIRE_KNOWN
-        return true;
-    default:
-        return false;
-    }
+    return strcmp(rl_wire_code_name(code), "?") != 0;
 }
 
 static bool
 wire_err_known(uint32_t err)
 {
-    switch (err) {
-#define RL_WIRE_KNOWN(n, v, s) case v:
-        RL_WIRE_ERR_MAP(RL_WIRE_KNOWN)
-#undef RL_WIRE_KNOWN
-        return true;
-    default:
-        return false;
-    }
+    return strcmp(rl_wire_err_name(err), "?") != 0;
 }
 
 /*
@@ -221,12 +207,7 @@ wire_reply_throttled(const msgpack_object *e, struct rl_wire_reply *rep)
 }
 
 /* Each op's reply shape, by opcode (the op table's reply column). */
-static const wire_reply_fn wire_reply_fns[256] = {
-#define WIRE_REPLY_ROW(A, N, n, v, req_min, req_max, req, reply_len, reply, ...)                   \
-    [v] = wire_reply_##reply,
-    RL_WIRE_OP_TABLE(WIRE_REPLY_ROW, _)
-#undef WIRE_REPLY_ROW
-};
+static const wire_reply_fn wire_reply_fns[256] = {RL_WIRE_OP_BY(reply, wire_reply_)};
 
 int
 rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct rl_wire_reply *rep)

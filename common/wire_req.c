@@ -154,11 +154,7 @@ wire_req_throttled(const msgpack_object *a, struct rl_wire_req *req, struct rl_w
 }
 
 /* Each op's request shape, by opcode (the op table's req column). */
-static const wire_req_fn wire_req_fns[256] = {
-#define WIRE_REQ_ROW(A, N, n, v, req_min, req_max, req, ...) [v] = wire_req_##req,
-    RL_WIRE_OP_TABLE(WIRE_REQ_ROW, _)
-#undef WIRE_REQ_ROW
-};
+static const wire_req_fn wire_req_fns[256] = {RL_WIRE_OP_BY(req, wire_req_)};
 
 int
 rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl_wire_req *req,

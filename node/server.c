@@ -326,12 +326,7 @@ typedef void (*server_handler)(struct rl_conn *c, const struct rl_wire_req *req)
  * node column is NODE, none (UNKNOWN_OP) for NONE. */
 #define SERVER_HANDLER_NODE(n) server_##n
 #define SERVER_HANDLER_NONE(n) NULL
-static const server_handler server_handlers[256] = {
-#define SERVER_HANDLER_ROW(A, N, n, v, req_min, req_max, req, reply_len, reply, node, router)      \
-    [v] = SERVER_HANDLER_##node(n),
-    RL_WIRE_OP_TABLE(SERVER_HANDLER_ROW, _)
-#undef SERVER_HANDLER_ROW
-};
+static const server_handler server_handlers[256] = {RL_WIRE_OP_BY(node, SERVER_HANDLER_)};
 
 /* Answers one frame into c->out. */
 static void

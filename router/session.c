@@ -86,12 +86,7 @@ typedef void (*session_handler)(struct rl_conn *c, const struct rl_wire_req *req
 #define SESSION_HANDLER_FANOUT(n) rl_fanout_##n
 #define SESSION_HANDLER_SELF(n) session_##n
 #define SESSION_HANDLER_NONE(n) NULL
-static const session_handler session_handlers[256] = {
-#define SESSION_HANDLER_ROW(A, N, n, v, req_min, req_max, req, reply_len, reply, node, router)     \
-    [v] = SESSION_HANDLER_##router(n),
-    RL_WIRE_OP_TABLE(SESSION_HANDLER_ROW, _)
-#undef SESSION_HANDLER_ROW
-};
+static const session_handler session_handlers[256] = {RL_WIRE_OP_BY(router, SESSION_HANDLER_)};
 
 /*
  * Who may use an op the router serves: the refusal of a client whose token lacks
