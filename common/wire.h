@@ -51,8 +51,9 @@
  *   reply_len   elements of its reply, exactly
  *   reply       the reply's shape: wire_reply_<reply> decodes its fields
  *   node        NODE: a node serves it (server_<name> in node/server.c); NONE: it does not
- *   router      what a router does with it: FORWARD it to the key's owning node, FANOUT to
- *               every node and merge, SELF: answer it itself (session_<name>), NONE: UNKNOWN_OP
+ *   router      what a router does with it (router/session.c): FORWARD it to the key's owning
+ *               node (rl_forward_<name>), FANOUT to every node and merge (rl_fanout_<name>),
+ *               SELF: answer it itself (session_<name>), NONE: UNKNOWN_OP
  *
  * A is passed through to R untouched, so R can hand it a macro of its own (RL_WIRE_OP_MAP).
  */
