@@ -434,22 +434,7 @@ flush_until(struct rl_client *c, int64_t deadline)
 int
 rl_client_queue(struct rl_client *c, const struct rl_wire_req *req)
 {
-    switch (req->op) {
-    case RL_WIRE_OP_CHECK:
-        return rl_wire_put_check(&c->out, req);
-    case RL_WIRE_OP_PING:
-        return rl_wire_put_ping(&c->out, req->id);
-    case RL_WIRE_OP_STATS:
-        return rl_wire_put_stats(&c->out, req->id);
-    case RL_WIRE_OP_CLOCK:
-        return rl_wire_put_clock(&c->out, req->id, req->now_ms);
-    case RL_WIRE_OP_THROTTLED:
-        return rl_wire_put_throttled(&c->out, req);
-    case RL_WIRE_OP_AUTH:
-        return rl_wire_put_auth(&c->out, req->id, req->token.ptr, req->token.len);
-    default:
-        return -EINVAL;
-    }
+    return rl_wire_put_req(&c->out, req);
 }
 
 int

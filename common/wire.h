@@ -35,16 +35,56 @@
 #define RL_WIRE_TOP_DEFAULT 20u
 #define RL_WIRE_MISSING_MAX 64u
 
-/* Opcodes: X(name, value, text). */
-#define RL_WIRE_OP_MAP(X)                                                                          \
-    X(CHECK, 1, "check")                                                                           \
-    X(PING, 2, "ping")                                                                             \
-    X(STATS, 3, "stats")                                                                           \
-    X(CLOCK, 4, "clock")                                                                           \
-    X(HELLO, 5, "hello")                                                                           \
-    X(AUTH, 6, "auth")                                                                             \
-    X(THROTTLED, 7, "throttled")                                                                   \
-    X(ERROR, 255, "error")
+/*
+ * The op table: every protocol op, declared here once. Everything op-specific is derived
+ * from it: the enum and names below, request decode (wire_req.c), reply decode
+ * (wire_reply.c), the node's dispatch (node/server.c), the router's (router/session.c), and
+ * docs/PROTOCOL.md's op list is checked against it (tests/common/check_wire.c). One row:
+ *
+ *   R(A, NAME, name, code, req_min, req_max, req, reply_len, reply, node, router)
+ *
+ *   NAME, name  RL_WIRE_OP_NAME; rl_wire_op_name() gives #name
+ *   code        the opcode, element 0 of every message
+ *   req_min..req_max  elements a request may have, op and id included (0 0: never a request)
+ *   req         the request's shape: wire_req_<req> decodes its fields after the arity check,
+ *               wire_put_req_<req> encodes them (rl_wire_put_req)
+ *   reply_len   elements of its reply, exactly
+ *   reply       the reply's shape: wire_reply_<reply> decodes its fields
+ *   node        NODE: a node serves it (server_<name> in node/server.c); NONE: it does not
+ *   router      what a router does with it (router/session.c): FORWARD it to the key's owning
+ *               node (rl_forward_<name>), FANOUT to every node and merge (rl_fanout_<name>),
+ *               SELF: answer it itself (session_<name>), NONE: UNKNOWN_OP
+ *
+ * A is passed through to R untouched, so R can hand it a macro of its own (RL_WIRE_OP_MAP).
+ */
+#define RL_WIRE_OP_TABLE(R, A)                                                                     \
+    R(A, CHECK, check, 1, 6, 6, check, 7, check, NODE, FORWARD)                                    \
+    R(A, PING, ping, 2, 2, 2, bare, 3, named, NODE, SELF)                                          \
+    R(A, STATS, stats, 3, 2, 2, bare, 3, stats, NODE, SELF)                                        \
+    R(A, CLOCK, clock, 4, 3, 3, clock, 3, clock, NODE, NONE)                                       \
+    R(A, HELLO, hello, 5, 3, 3, hello, 3, named, NODE, NONE)                                       \
+    R(A, AUTH, auth, 6, 3, 3, auth, 3, named, NODE, SELF)                                          \
+    R(A, THROTTLED, throttled, 7, 2, 5, throttled, 4, throttled, NODE, FANOUT)                     \
+    R(A, ERROR, error, 255, 0, 0, none, 4, error, NONE, NONE)
+
+/*
+ * Designated initializers of an array indexed by opcode, from one column of the op table:
+ * RL_WIRE_OP_BY(req, wire_req_) is [code] = wire_req_<req>, for every op (reply likewise);
+ * RL_WIRE_OP_BY(node, SERVER_) is [code] = SERVER_<node>(name), the caller defining
+ * SERVER_NODE(n) and SERVER_NONE(n) (router likewise, with its four values).
+ */
+#define RL_WIRE_OP_BY(column, P) RL_WIRE_OP_TABLE(RL_WIRE_OP_BY_##column, P)
+#define RL_WIRE_OP_BY_req(P, N, n, v, req_min, req_max, req, ...) [v] = P##req,
+#define RL_WIRE_OP_BY_reply(P, N, n, v, req_min, req_max, req, reply_len, reply, ...)              \
+    [v] = P##reply,
+#define RL_WIRE_OP_BY_node(P, N, n, v, req_min, req_max, req, reply_len, reply, node, router)      \
+    [v] = P##node(n),
+#define RL_WIRE_OP_BY_router(P, N, n, v, req_min, req_max, req, reply_len, reply, node, router)    \
+    [v] = P##router(n),
+
+/* Opcodes: X(name, value, text), the op table's first three columns. */
+#define RL_WIRE_OP_MAP_ROW(X, N, n, v, ...) X(N, v, #n)
+#define RL_WIRE_OP_MAP(X) RL_WIRE_OP_TABLE(RL_WIRE_OP_MAP_ROW, X)
 
 /* CHECK reply codes: X(name, value, text). */
 #define RL_WIRE_CODE_MAP(X)                                                                        \
@@ -92,6 +132,31 @@ enum rl_wire_err {
     RL_WIRE_ERR_MAP(RL_WIRE_ENUM)
 #undef RL_WIRE_ENUM
 };
+
+/* How a router treats an op (the op table's router column). */
+enum rl_wire_route {
+    RL_WIRE_ROUTE_NONE,    /* not served: UNKNOWN_OP */
+    RL_WIRE_ROUTE_FORWARD, /* to the node owning the request's key */
+    RL_WIRE_ROUTE_FANOUT,  /* to every node, the answers merged */
+    RL_WIRE_ROUTE_SELF,    /* answered by the router itself */
+};
+
+/* One row of the op table, for code that looks an op up at run time. */
+struct rl_wire_op_info {
+    uint32_t op;
+    const char *name;  /* "check" */
+    const char *upper; /* "CHECK", as error messages name it */
+    uint8_t req_min;   /* elements of a request, op and id included; 0: never a request */
+    uint8_t req_max;
+    uint8_t reply_len; /* elements of its reply */
+    bool node;         /* a node serves it */
+    uint8_t router;    /* enum rl_wire_route */
+};
+
+/* The row of op, or NULL when op is not in the table. */
+const struct rl_wire_op_info *rl_wire_op_info(uint32_t op);
+/* The table's rows in table order, and how many there are. */
+const struct rl_wire_op_info *rl_wire_ops(size_t *n);
 
 /* Names for logs and docs; "?" for a value outside the map. */
 const char *rl_wire_op_name(uint32_t op);
@@ -242,6 +307,11 @@ int rl_wire_put_stats_reply(struct rl_buf *out, uint32_t id, const char *const *
  * are sent. Strings past their bounds are -EMSGSIZE.
  */
 int rl_wire_put_throttled(struct rl_buf *out, const struct rl_wire_req *req);
+/*
+ * Any request: req encoded by its op's encoder above (the op table's req column), or -EINVAL
+ * for an op that is not a request (not in the table, or ERROR).
+ */
+int rl_wire_put_req(struct rl_buf *out, const struct rl_wire_req *req);
 int rl_wire_put_throttled_reply(struct rl_buf *out, uint32_t id, const struct rl_wire_episode *eps,
                                 size_t n, const struct rl_wire_str *missing, size_t nmissing,
                                 size_t *nput);

@@ -69,19 +69,29 @@ server_listener_closed(struct rl_listener *l)
     server_unref(l->data);
 }
 
+/* Ends an answer whose encoding returned rc: the reply leaves this loop turn, or, when it
+ * could not be queued, the connection is closed. */
+static void
+server_replied(struct rl_conn *c, int rc)
+{
+    if (rc != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    rl_conn_mark(c);
+}
+
 static void
 reply_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg)
 {
     struct rl_server *s = c->data;
 
     s->errors++;
-    if (rl_wire_put_error(&c->out, id, err, msg) != 0) {
-        rl_conn_close(c, UV_ENOMEM);
-    }
+    server_replied(c, rl_wire_put_error(&c->out, id, err, msg));
 }
 
 static void
-reply_stats(struct rl_conn *c, uint32_t id)
+server_stats(struct rl_conn *c, const struct rl_wire_req *req)
 {
     struct rl_server *s = c->data;
     struct rl_listener_stats cs;
@@ -144,14 +154,12 @@ reply_stats(struct rl_conn *c, uint32_t id)
 #undef RL_SERVER_PUT_SVC
     }
 #undef RL_SERVER_PUT
-    if (rl_wire_put_stats_reply(&c->out, id, keys, vals, n) != 0) {
-        rl_conn_close(c, UV_ENOMEM);
-    }
+    server_replied(c, rl_wire_put_stats_reply(&c->out, req->id, keys, vals, n));
 }
 
 /* THROTTLED: this node's episodes, by refused descending (docs/PROTOCOL.md). */
 static void
-reply_throttled(struct rl_conn *c, const struct rl_wire_req *req)
+server_throttled(struct rl_conn *c, const struct rl_wire_req *req)
 {
     struct rl_server *s = c->data;
     size_t n;
@@ -159,9 +167,7 @@ reply_throttled(struct rl_conn *c, const struct rl_wire_req *req)
     n = rl_throttle_query(s->throttle, req->service.ptr, req->service.len,
                           req->has_since ? &req->since_ms : NULL, s->now_ms, req->top,
                           s->episodes);
-    if (rl_wire_put_throttled_reply(&c->out, req->id, s->episodes, n, NULL, 0, NULL) != 0) {
-        rl_conn_close(c, UV_ENOMEM);
-    }
+    server_replied(c, rl_wire_put_throttled_reply(&c->out, req->id, s->episodes, n, NULL, 0, NULL));
 }
 
 /* Right after the limiter's answer: a refusal opens or extends the key's episode; an
@@ -244,16 +250,91 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch)
     return false;
 }
 
+/*
+ * The node's answers, one per op it serves (the op table's node column, wire.h): each writes
+ * its reply into c->out and marks the connection, or closes it.
+ */
+static void
+server_check(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_server *s = c->data;
+    struct rl_wire_check_reply rep;
+    uint16_t epoch;
+
+    if (!server_owns(c, req, &epoch)) {
+        return;
+    }
+    rl_limiter_check_epoch(s->limiter, req, s->now_ms, epoch, &rep);
+    s->batch_checks++;
+    server_throttle_hook(s, req, &rep);
+    server_replied(c, rl_wire_put_check_reply(&c->out, &rep));
+}
+
+static void
+server_ping(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_server *s = c->data;
+
+    server_replied(c, rl_wire_put_ping_reply(&c->out, req->id, s->name));
+}
+
+static void
+server_hello(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_server *s = c->data;
+
+    if (req->role.len != 6 || memcmp(req->role.ptr, "router", 6) != 0) {
+        reply_error(c, req->id, RL_WIRE_ERR_BAD_FIELD, "role must be \"router\"");
+        return;
+    }
+    if (!rl_conn_set_router(c)) {
+        rl_conn_refuse(c, RL_WIRE_ERR_OVERLOADED,
+                       "server busy: the router reserve is full (router_reserve)");
+        return;
+    }
+    server_replied(c, rl_wire_put_hello_reply(&c->out, req->id, s->name));
+}
+
+static void
+server_auth(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_server *s = c->data;
+
+    if (rl_gate_auth(&s->gate, c, req) != 0) {
+        s->errors++;
+    }
+}
+
+static void
+server_clock(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_server *s = c->data;
+
+    if (!s->opts.test_clock) {
+        reply_error(c, req->id, RL_WIRE_ERR_UNKNOWN_OP,
+                    "op 4 (CLOCK) needs a node started with --test-clock");
+        return;
+    }
+    rl_clock_set(&s->clock, req->now_ms);
+    s->now_ms = req->now_ms;
+    server_replied(c, rl_wire_put_clock_reply(&c->out, req->id, req->now_ms));
+}
+
+typedef void (*server_handler)(struct rl_conn *c, const struct rl_wire_req *req);
+
+/* The answer to each op, by opcode, derived from the op table: server_<name> for an op whose
+ * node column is NODE, none (UNKNOWN_OP) for NONE. */
+#define SERVER_HANDLER_NODE(n) server_##n
+#define SERVER_HANDLER_NONE(n) NULL
+static const server_handler server_handlers[256] = {RL_WIRE_OP_BY(node, SERVER_HANDLER_)};
+
 /* Answers one frame into c->out. */
 static void
 server_frame(struct rl_conn *c, const char *p, size_t n)
 {
     struct rl_server *s = c->data;
-    struct rl_wire_check_reply rep;
-    uint16_t epoch;
     struct rl_wire_fault fault;
     struct rl_wire_req req;
-    int rc = 0;
 
     if (rl_wire_decode_req(&s->dec, p, n, &req, &fault) != 0) {
         if (fault.fatal) {
@@ -261,7 +342,6 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
             rl_conn_protocol_error(c, fault.id, fault.err, fault.msg, p, n);
         } else {
             reply_error(c, fault.id, fault.err, fault.msg);
-            rl_conn_mark(c);
         }
         return;
     }
@@ -269,61 +349,12 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
         s->errors++;
         return;
     }
-    switch (req.op) {
-    case RL_WIRE_OP_CHECK:
-        if (!server_owns(c, &req, &epoch)) {
-            return;
-        }
-        rl_limiter_check_epoch(s->limiter, &req, s->now_ms, epoch, &rep);
-        s->batch_checks++;
-        server_throttle_hook(s, &req, &rep);
-        rc = rl_wire_put_check_reply(&c->out, &rep);
-        break;
-    case RL_WIRE_OP_PING:
-        rc = rl_wire_put_ping_reply(&c->out, req.id, s->name);
-        break;
-    case RL_WIRE_OP_STATS:
-        reply_stats(c, req.id);
-        break;
-    case RL_WIRE_OP_THROTTLED:
-        reply_throttled(c, &req);
-        break;
-    case RL_WIRE_OP_HELLO:
-        if (req.role.len != 6 || memcmp(req.role.ptr, "router", 6) != 0) {
-            reply_error(c, req.id, RL_WIRE_ERR_BAD_FIELD, "role must be \"router\"");
-            break;
-        }
-        if (!rl_conn_set_router(c)) {
-            rl_conn_refuse(c, RL_WIRE_ERR_OVERLOADED,
-                           "server busy: the router reserve is full (router_reserve)");
-            return;
-        }
-        rc = rl_wire_put_hello_reply(&c->out, req.id, s->name);
-        break;
-    case RL_WIRE_OP_AUTH:
-        if (rl_gate_auth(&s->gate, c, &req) != 0) {
-            s->errors++;
-        }
-        return;
-    case RL_WIRE_OP_CLOCK:
-        if (!s->opts.test_clock) {
-            reply_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP,
-                        "op 4 (CLOCK) needs a node started with --test-clock");
-            break;
-        }
-        rl_clock_set(&s->clock, req.now_ms);
-        s->now_ms = req.now_ms;
-        rc = rl_wire_put_clock_reply(&c->out, req.id, req.now_ms);
-        break;
-    default:
+    if (req.op >= sizeof(server_handlers) / sizeof(server_handlers[0]) ||
+        server_handlers[req.op] == NULL) {
         reply_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, "unknown op");
-        break;
-    }
-    if (rc != 0) {
-        rl_conn_close(c, UV_ENOMEM);
         return;
     }
-    rl_conn_mark(c);
+    server_handlers[req.op](c, &req);
 }
 
 static void

@@ -190,7 +190,7 @@ fan_timeout(uv_timer_t *t)
 }
 
 void
-rl_fanout_start(struct rl_conn *conn, const struct rl_wire_req *req)
+rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req)
 {
     struct rl_cconn *c = (struct rl_cconn *)conn;
     struct rl_router *r = conn->data;

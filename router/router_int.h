@@ -242,7 +242,7 @@ void rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l);
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */
 
 /* A client's THROTTLED: asks every node, answers when all did or the admin timeout. */
-void rl_fanout_start(struct rl_conn *conn, const struct rl_wire_req *req);
+void rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req);
 
 /* One node's part p of a fan-out is done: answered (rep, a THROTTLED reply) or not (rep NULL,
  * or an ERROR: the node is listed as missing). Frees p; late_reply as for rl_pending_put. */

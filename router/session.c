@@ -4,9 +4,9 @@
  * requests in flight reach RL_CONN_HOLD_MAX, or whose replies pile up, is paused: conn.h's one
  * rule) that owns the requests it has in flight (one hold each) and its THROTTLED fan-outs.
  * A frame is decoded, admitted by the gate (gate.h: AUTH first when [client] tokens are
- * configured) and handed to its op's handler in session_handlers, the one place that says
- * which ops a router serves and how. Not for what a CHECK or THROTTLED does (forward.c,
- * fanout.c).
+ * configured) and handed to its op's handler in session_handlers, derived from the op table's
+ * router column (wire.h), which says which ops a router serves and how. Not for what a CHECK
+ * or THROTTLED does (forward.c, fanout.c).
  */
 #include <stdint.h>
 
@@ -77,22 +77,26 @@ session_stats(struct rl_conn *c, const struct rl_wire_req *req)
 typedef void (*session_handler)(struct rl_conn *c, const struct rl_wire_req *req);
 
 /*
- * The ops a router serves, by opcode (wire.h), and who may use them: `denied` is the refusal
- * of a client whose token lacks `stats = yes` (NULL: any client that passed the gate; a
- * CHECK's permission depends on its service, so forward.c judges it). An op without a handler
- * (CLOCK is a node's test hook, HELLO a router's to a node) is UNKNOWN_OP.
+ * The handler of each op, by opcode, derived from the op table's router column (wire.h):
+ * FORWARD is rl_forward_<name> (forward.c), FANOUT rl_fanout_<name> (fanout.c), SELF
+ * session_<name> (here), and an op a router does not serve (NONE: CLOCK is a node's test
+ * hook, HELLO a router's to a node) has none, which is UNKNOWN_OP.
  */
-static const struct {
-    session_handler fn;
-    const char *denied;
-} session_handlers[RL_WIRE_OP_THROTTLED + 1] = {
-    [RL_WIRE_OP_CHECK] = {rl_forward_check, NULL},
-    [RL_WIRE_OP_PING] = {session_ping, NULL},
-    [RL_WIRE_OP_STATS] = {session_stats, "this client's token does not allow STATS (stats = yes)"},
-    [RL_WIRE_OP_AUTH] = {session_auth, NULL},
+#define SESSION_HANDLER_FORWARD(n) rl_forward_##n
+#define SESSION_HANDLER_FANOUT(n) rl_fanout_##n
+#define SESSION_HANDLER_SELF(n) session_##n
+#define SESSION_HANDLER_NONE(n) NULL
+static const session_handler session_handlers[256] = {RL_WIRE_OP_BY(router, SESSION_HANDLER_)};
+
+/*
+ * Who may use an op the router serves: the refusal of a client whose token lacks
+ * `stats = yes` (NULL: any client that passed the gate; a CHECK's permission depends on its
+ * service, so forward.c judges it).
+ */
+static const char *const session_denied[256] = {
+    [RL_WIRE_OP_STATS] = "this client's token does not allow STATS (stats = yes)",
     /* The same permission as STATS: both show what clients do. */
-    [RL_WIRE_OP_THROTTLED] = {rl_fanout_start,
-                              "this client's token does not allow THROTTLED (stats = yes)"},
+    [RL_WIRE_OP_THROTTLED] = "this client's token does not allow THROTTLED (stats = yes)",
 };
 
 /* One frame of a client. */
@@ -119,17 +123,17 @@ session_frame(struct rl_conn *c, const char *p, size_t n)
         return;
     }
     if (req.op >= sizeof(session_handlers) / sizeof(session_handlers[0]) ||
-        session_handlers[req.op].fn == NULL) {
+        session_handlers[req.op] == NULL) {
         rl_session_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, "unknown op");
         return;
     }
     who = c->principal;
-    if (session_handlers[req.op].denied != NULL && who != NULL && !who->stats) {
+    if (session_denied[req.op] != NULL && who != NULL && !who->stats) {
         r->stats.unauthorized++;
-        rl_session_error(c, req.id, RL_WIRE_ERR_UNAUTHORIZED, session_handlers[req.op].denied);
+        rl_session_error(c, req.id, RL_WIRE_ERR_UNAUTHORIZED, session_denied[req.op]);
         return;
     }
-    session_handlers[req.op].fn(c, &req);
+    session_handlers[req.op](c, &req);
 }
 
 static void

@@ -1,5 +1,5 @@
 /*
- * check_wire: the codec and framing of common/wire.c. Known-answer tests pin the bytes every
+ * check_wire: the codec and framing of common/wire*.c. Known-answer tests pin the bytes every
  * process must agree on (the PROTOCOL.md example); the rest walks every error class of
  * docs/PROTOCOL.md with its exact code, fatal flag and id, and a seeded fuzz loop feeds
  * random and mutated payloads. Socket behaviour is the node's and router's tests' business.
@@ -191,29 +191,223 @@ START_TEST(test_names)
 }
 END_TEST
 
-/* The X-macros generate the enums and names; this keeps docs/PROTOCOL.md's tables in step. */
-START_TEST(test_docs_match)
+/* docs/PROTOCOL.md, whole and NUL-terminated; free it. */
+static char *
+docs_read(void)
 {
     char path[512];
-    char row[64];
     char *doc = malloc(1 << 20);
     FILE *fp;
     size_t n;
 
+    ck_assert_ptr_nonnull(doc);
     snprintf(path, sizeof(path), "%s/docs/PROTOCOL.md", RL_SOURCE_DIR);
     fp = fopen(path, "r");
     ck_assert_msg(fp != NULL, "cannot open %s", path);
     n = fread(doc, 1, (1 << 20) - 1, fp);
     doc[n] = '\0';
     fclose(fp);
+    return doc;
+}
+
+/* The X-macros generate the enums and names; this keeps docs/PROTOCOL.md's tables in step. */
+START_TEST(test_docs_match)
+{
+    char row[64];
+    char *doc = docs_read();
+
 #define RL_WIRE_ROW(name, v, s)                                                                    \
     snprintf(row, sizeof(row), "| %d | %s |", v, #name);                                           \
     ck_assert_msg(strstr(doc, row) != NULL, "docs/PROTOCOL.md lacks the row '%s'", row);
-    RL_WIRE_OP_MAP(RL_WIRE_ROW)
     RL_WIRE_CODE_MAP(RL_WIRE_ROW)
     RL_WIRE_ERR_MAP(RL_WIRE_ROW)
 #undef RL_WIRE_ROW
     free(doc);
+}
+END_TEST
+
+/* Copies the table cell at *p (up to the next '|', trimmed) into out and moves *p past it. */
+static void
+docs_cell(const char **p, char *out, size_t size)
+{
+    const char *bar = strchr(*p, '|');
+    const char *a = *p, *b;
+    size_t n;
+
+    ck_assert_msg(bar != NULL && memchr(a, '\n', (size_t)(bar - a)) == NULL,
+                  "docs/PROTOCOL.md: a row of the op list has too few cells");
+    b = bar;
+    while (a < b && *a == ' ') {
+        a++;
+    }
+    while (b > a && b[-1] == ' ') {
+        b--;
+    }
+    n = (size_t)(b - a) < size - 1 ? (size_t)(b - a) : size - 1;
+    memcpy(out, a, n);
+    out[n] = '\0';
+    *p = bar + 1;
+}
+
+/* Elements of the message a cell shows as `[a, b, [c, d], {e: f}]`; 0 when it shows none. */
+static unsigned
+docs_arity(const char *cell)
+{
+    unsigned n = 1;
+    int depth = 0;
+
+    if (strncmp(cell, "`[", 2) != 0) {
+        return 0;
+    }
+    for (const char *p = cell + 1; *p != '\0' && *p != '`'; p++) {
+        if (*p == '[' || *p == '{') {
+            depth++;
+        } else if (*p == ']' || *p == '}') {
+            depth--;
+        } else if (*p == ',' && depth == 1) {
+            n++;
+        }
+    }
+    return n;
+}
+
+/*
+ * docs/PROTOCOL.md's op list ("Messages") and the op table (RL_WIRE_OP_TABLE) are the same
+ * rows both ways: every listed op is in the table with its code, name, arity of request and
+ * reply, node and router columns, and every op of the table is listed once.
+ */
+START_TEST(test_docs_ops)
+{
+    static const char *const routes[] = {
+        [RL_WIRE_ROUTE_NONE] = "no",
+        [RL_WIRE_ROUTE_FORWARD] = "forward",
+        [RL_WIRE_ROUTE_FANOUT] = "fan out",
+        [RL_WIRE_ROUTE_SELF] = "self",
+    };
+    char *doc = docs_read();
+    const char *line = strstr(doc, "\n| op | name | request | reply | node | router |\n");
+    const struct rl_wire_op_info *ops;
+    bool listed[256] = {false};
+    size_t nops;
+
+    ck_assert_msg(line != NULL, "docs/PROTOCOL.md has no op list (| op | name | ... |)");
+    line = strchr(line + 1, '\n') + 1; /* past the header */
+    line = strchr(line, '\n');         /* past the |---| line */
+    ck_assert_ptr_nonnull(line);
+    for (line++; line[0] == '|'; line = strchr(line, '\n') + 1) {
+        char cell[6][192];
+        const char *p = line + 1;
+        const struct rl_wire_op_info *info;
+        unsigned long code;
+
+        ck_assert_ptr_nonnull(strchr(line, '\n'));
+        for (int k = 0; k < 6; k++) {
+            docs_cell(&p, cell[k], sizeof(cell[k]));
+        }
+        code = strtoul(cell[0], NULL, 10);
+        info = rl_wire_op_info((uint32_t)code);
+        ck_assert_msg(info != NULL, "docs/PROTOCOL.md lists op %s (%s), not in the op table",
+                      cell[0], cell[1]);
+        ck_assert_msg(!listed[code], "docs/PROTOCOL.md lists op %lu twice", code);
+        listed[code] = true;
+        ck_assert_msg(strcmp(cell[1], info->upper) == 0,
+                      "docs/PROTOCOL.md names op %lu %s, the op table %s", code, cell[1],
+                      info->upper);
+        ck_assert_msg(docs_arity(cell[2]) == info->req_max,
+                      "docs/PROTOCOL.md: %s's request has %u elements, the op table %u",
+                      info->upper, docs_arity(cell[2]), info->req_max);
+        ck_assert_msg(docs_arity(cell[3]) == info->reply_len,
+                      "docs/PROTOCOL.md: %s's reply has %u elements, the op table %u", info->upper,
+                      docs_arity(cell[3]), info->reply_len);
+        ck_assert_msg(strcmp(cell[4], info->node ? "yes" : "no") == 0,
+                      "docs/PROTOCOL.md: %s's node column is '%s'", info->upper, cell[4]);
+        ck_assert_msg(strcmp(cell[5], routes[info->router]) == 0,
+                      "docs/PROTOCOL.md: %s's router column is '%s', the op table's '%s'",
+                      info->upper, cell[5], routes[info->router]);
+    }
+    ops = rl_wire_ops(&nops);
+    for (size_t i = 0; i < nops; i++) {
+        ck_assert_msg(listed[ops[i].op], "docs/PROTOCOL.md's op list lacks op %u (%s)", ops[i].op,
+                      ops[i].upper);
+    }
+    free(doc);
+}
+END_TEST
+
+/* The op table's rows as the rest of the code sees them. */
+START_TEST(test_op_table)
+{
+    const struct rl_wire_op_info *ops, *check = rl_wire_op_info(RL_WIRE_OP_CHECK);
+    size_t n;
+
+    ck_assert_ptr_nonnull(check);
+    ck_assert_str_eq(check->name, "check");
+    ck_assert_str_eq(check->upper, "CHECK");
+    ck_assert_uint_eq(check->req_min, 6);
+    ck_assert_uint_eq(check->reply_len, 7);
+    ck_assert(check->node);
+    ck_assert_uint_eq(check->router, RL_WIRE_ROUTE_FORWARD);
+    ck_assert_ptr_null(rl_wire_op_info(0));
+    ck_assert_ptr_null(rl_wire_op_info(8));
+    ck_assert_ptr_null(rl_wire_op_info(256));
+    ck_assert_ptr_null(rl_wire_op_info(UINT32_MAX));
+    ops = rl_wire_ops(&n);
+    ck_assert_uint_gt(n, 0);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_ptr_eq(rl_wire_op_info(ops[i].op), &ops[i]);
+        ck_assert_str_eq(rl_wire_op_name(ops[i].op), ops[i].name);
+        ck_assert_uint_le(ops[i].req_min, ops[i].req_max);
+    }
+    ck_assert_uint_eq(rl_wire_op_info(RL_WIRE_OP_ERROR)->req_max, 0);
+    ck_assert(!rl_wire_op_info(RL_WIRE_OP_ERROR)->node);
+}
+END_TEST
+
+/* rl_wire_put_req encodes every request op as its own encoder does, and nothing else. */
+START_TEST(test_put_req)
+{
+    struct rl_wire_req in = {0}, req;
+    struct rl_buf out, want;
+    const struct rl_wire_op_info *ops;
+    const char *p;
+    size_t n, nops;
+
+    rl_buf_init(&out);
+    rl_buf_init(&want);
+    in.id = 42;
+    in.service = mkstr("web", 3);
+    in.user = mkstr("bob", 3);
+    in.now_ms = 7;
+    in.role = mkstr("router", 6);
+    in.token = mkstr("secret", 6);
+    in.top = 5;
+    ops = rl_wire_ops(&nops);
+    for (size_t i = 0; i < nops; i++) {
+        in.op = ops[i].op;
+        rl_buf_reset(&out);
+        if (ops[i].req_max == 0) {
+            ck_assert_int_eq(rl_wire_put_req(&out, &in), -EINVAL);
+            ck_assert_uint_eq(out.len, 0);
+            continue;
+        }
+        ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+        p = one_frame(&out, &n);
+        expect_req(ops[i].name, p, n, &req);
+        ck_assert_uint_eq(req.op, ops[i].op);
+        ck_assert_uint_eq(req.id, 42);
+    }
+    in.op = RL_WIRE_OP_HELLO;
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+    ck_assert_int_eq(rl_wire_put_hello(&want, 42, "router"), 0);
+    ck_assert_uint_eq(out.len, want.len);
+    ck_assert_mem_eq(out.data, want.data, want.len);
+    in.op = 99;
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), -EINVAL);
+    in.op = 0;
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), -EINVAL);
+    rl_buf_deinit(&out);
+    rl_buf_deinit(&want);
 }
 END_TEST
 
@@ -1505,6 +1699,9 @@ wire_suite(void)
     tcase_add_test(tc, test_known_answer);
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_docs_match);
+    tcase_add_test(tc, test_docs_ops);
+    tcase_add_test(tc, test_op_table);
+    tcase_add_test(tc, test_put_req);
     tcase_add_test(tc, test_roundtrip_requests);
     tcase_add_test(tc, test_roundtrip_replies);
     tcase_add_test(tc, test_encode_limits);

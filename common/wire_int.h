@@ -1,0 +1,40 @@
+/*
+ * wire_int: what the files of the codec (wire.c, wire_req.c, wire_reply.c, wire_put.c) share
+ * and nobody else uses: the scan-then-unpack step and the field readers every decoder is built
+ * from. Not a public API: include wire.h.
+ */
+#ifndef RL_WIRE_INT_H
+#define RL_WIRE_INT_H
+
+#include "wire.h"
+
+/*
+ * Scans, then unpacks into the decoder's zone. Returns NULL with *obj set, or the reason
+ * the bytes are not one acceptable value (*nomem set when only memory was short).
+ */
+const char *rl_wire_unpack(struct rl_wire_decoder *d, const char *p, size_t n, msgpack_object *obj,
+                           bool *nomem);
+
+/* An unsigned integer of at most max. */
+static inline bool
+wire_uint(const msgpack_object *o, uint64_t max, uint64_t *v)
+{
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > max) {
+        return false;
+    }
+    *v = o->via.u64;
+    return true;
+}
+
+static inline bool
+wire_str(const msgpack_object *o, uint32_t min, uint32_t max, struct rl_wire_str *s)
+{
+    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size < min || o->via.str.size > max) {
+        return false;
+    }
+    s->ptr = o->via.str.ptr;
+    s->len = o->via.str.size;
+    return true;
+}
+
+#endif

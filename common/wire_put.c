@@ -1,0 +1,460 @@
+/*
+ * wire_put: the encoders. Each packs one whole frame, length prefix included, straight into
+ * the caller's rl_buf in msgpack's shortest formats, so a message's bytes are fixed by its
+ * values; a frame that fails or would pass RL_WIRE_FRAME_MAX leaves the buffer as it was.
+ */
+#include "wire.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "wire_int.h"
+
+/* Room reserved for an encoded message's fixed part, so packing never reallocates. */
+#define WIRE_HINT 64u
+
+/*
+ * The packer's sink. wire_begin reserved room for the usual message, so the common path is
+ * one bounds check and a small memcpy.
+ */
+static int
+wire_write(void *data, const char *p, size_t n)
+{
+    struct rl_buf *b = data;
+
+    if (b->cap - b->len < n && rl_buf_reserve(b, n) != 0) {
+        return -1;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+/* Starts a frame: reserves room and a length prefix that wire_end fills in. */
+static int
+wire_begin(struct rl_buf *out, size_t hint, msgpack_packer *pk, size_t *start)
+{
+    if (rl_buf_reserve(out, RL_WIRE_HDR_LEN + hint) != 0) {
+        return -ENOMEM;
+    }
+    *start = out->len;
+    out->len += RL_WIRE_HDR_LEN;
+    msgpack_packer_init(pk, out, wire_write);
+    return 0;
+}
+
+/* Ends a frame: on failure (packing failed, or it is too long) out is as it was. */
+static int
+wire_end(struct rl_buf *out, size_t start, bool packed)
+{
+    size_t n = out->len - start - RL_WIRE_HDR_LEN;
+    unsigned char *h = (unsigned char *)out->data + start;
+
+    if (!packed) {
+        out->len = start;
+        return -ENOMEM;
+    }
+    if (n > RL_WIRE_FRAME_MAX) {
+        out->len = start;
+        return -EMSGSIZE;
+    }
+    h[0] = (unsigned char)(n >> 24);
+    h[1] = (unsigned char)(n >> 16);
+    h[2] = (unsigned char)(n >> 8);
+    h[3] = (unsigned char)n;
+    return 0;
+}
+
+/* Packs a string; callers have refused any longer than a frame, so its length fits. */
+static bool
+wire_pack_str(msgpack_packer *pk, const char *s, size_t n)
+{
+    return msgpack_pack_str(pk, n) == 0 && msgpack_pack_str_body(pk, s, n) == 0;
+}
+
+int
+rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    msgpack_packer pk;
+    size_t start;
+    size_t hint = WIRE_HINT + (size_t)req->service.len + req->user.len + req->endpoint.len;
+    bool ok;
+
+    if ((size_t)req->service.len + req->user.len + req->endpoint.len > RL_WIRE_FRAME_MAX) {
+        return -EMSGSIZE;
+    }
+    if (wire_begin(out, hint, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 6) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_CHECK) == 0 &&
+         msgpack_pack_uint32(&pk, req->id) == 0 &&
+         wire_pack_str(&pk, req->service.ptr, req->service.len) &&
+         wire_pack_str(&pk, req->user.ptr, req->user.len) &&
+         (req->endpoint.ptr == NULL ? msgpack_pack_nil(&pk) == 0
+                                    : wire_pack_str(&pk, req->endpoint.ptr, req->endpoint.len)) &&
+         msgpack_pack_uint32(&pk, req->cost) == 0;
+    return wire_end(out, start, ok);
+}
+
+/* PING and STATS requests are the same shape. */
+static int
+wire_put_bare(struct rl_buf *out, uint32_t op, uint32_t id)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (wire_begin(out, WIRE_HINT, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 2) == 0 && msgpack_pack_uint32(&pk, op) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0;
+    return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_ping(struct rl_buf *out, uint32_t id)
+{
+    return wire_put_bare(out, RL_WIRE_OP_PING, id);
+}
+
+int
+rl_wire_put_stats(struct rl_buf *out, uint32_t id)
+{
+    return wire_put_bare(out, RL_WIRE_OP_STATS, id);
+}
+
+/* A CLOCK request and its reply are the same message. */
+int
+rl_wire_put_clock(struct rl_buf *out, uint32_t id, uint64_t now_ms)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (wire_begin(out, WIRE_HINT, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 3) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_CLOCK) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0 && msgpack_pack_uint64(&pk, now_ms) == 0;
+    return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_clock_reply(struct rl_buf *out, uint32_t id, uint64_t now_ms)
+{
+    return rl_wire_put_clock(out, id, now_ms);
+}
+
+int
+rl_wire_put_check_reply(struct rl_buf *out, const struct rl_wire_check_reply *rep)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (wire_begin(out, WIRE_HINT, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 7) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_CHECK) == 0 &&
+         msgpack_pack_uint32(&pk, rep->id) == 0 && msgpack_pack_uint32(&pk, rep->code) == 0 &&
+         msgpack_pack_uint64(&pk, rep->limit) == 0 &&
+         msgpack_pack_uint64(&pk, rep->remaining) == 0 &&
+         msgpack_pack_uint64(&pk, rep->reset_ms) == 0 &&
+         msgpack_pack_uint64(&pk, rep->retry_after_ms) == 0;
+    return wire_end(out, start, ok);
+}
+
+/* [op, id, s]: PING, HELLO and AUTH replies, HELLO and AUTH requests. */
+static int
+wire_put_str(struct rl_buf *out, uint32_t op, uint32_t id, const char *name, size_t len)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (len > RL_WIRE_FRAME_MAX) {
+        return -EMSGSIZE;
+    }
+    if (wire_begin(out, WIRE_HINT + len, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 3) == 0 && msgpack_pack_uint8(&pk, (uint8_t)op) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0 && wire_pack_str(&pk, name, len);
+    return wire_end(out, start, ok);
+}
+
+static int
+wire_put_named(struct rl_buf *out, uint32_t op, uint32_t id, const char *name)
+{
+    return wire_put_str(out, op, id, name, strlen(name));
+}
+
+int
+rl_wire_put_ping_reply(struct rl_buf *out, uint32_t id, const char *name)
+{
+    return wire_put_named(out, RL_WIRE_OP_PING, id, name);
+}
+
+int
+rl_wire_put_hello(struct rl_buf *out, uint32_t id, const char *role)
+{
+    return wire_put_named(out, RL_WIRE_OP_HELLO, id, role);
+}
+
+int
+rl_wire_put_hello_reply(struct rl_buf *out, uint32_t id, const char *name)
+{
+    return wire_put_named(out, RL_WIRE_OP_HELLO, id, name);
+}
+
+int
+rl_wire_put_auth(struct rl_buf *out, uint32_t id, const char *token, size_t len)
+{
+    if (len > RL_WIRE_TOKEN_MAX) {
+        return -EMSGSIZE;
+    }
+    return wire_put_str(out, RL_WIRE_OP_AUTH, id, token, len);
+}
+
+int
+rl_wire_put_auth_reply(struct rl_buf *out, uint32_t id, const char *principal)
+{
+    return wire_put_named(out, RL_WIRE_OP_AUTH, id, principal);
+}
+
+int
+rl_wire_put_error(struct rl_buf *out, uint32_t id, uint32_t err, const char *msg)
+{
+    msgpack_packer pk;
+    size_t start;
+    size_t len = strlen(msg);
+    bool ok;
+
+    if (len > RL_WIRE_FRAME_MAX) {
+        return -EMSGSIZE;
+    }
+    if (wire_begin(out, WIRE_HINT + len, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 4) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_ERROR) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0 && msgpack_pack_uint32(&pk, err) == 0 &&
+         wire_pack_str(&pk, msg, len);
+    return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_stats_reply(struct rl_buf *out, uint32_t id, const char *const *keys,
+                        const int64_t *vals, size_t n)
+{
+    msgpack_packer pk;
+    size_t start;
+    size_t i;
+    bool ok;
+
+    /* More pairs than our own client keeps would make it drop the whole reply. */
+    if (n > RL_WIRE_STATS_MAX) {
+        return -EMSGSIZE;
+    }
+    for (i = 0; i < n; i++) {
+        if (strlen(keys[i]) > RL_WIRE_FRAME_MAX) {
+            return -EMSGSIZE;
+        }
+    }
+    if (wire_begin(out, WIRE_HINT + n * 32, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 3) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_STATS) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0 && msgpack_pack_map(&pk, n) == 0;
+    for (i = 0; ok && i < n; i++) {
+        ok = wire_pack_str(&pk, keys[i], strlen(keys[i])) && msgpack_pack_int64(&pk, vals[i]) == 0;
+    }
+    return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_throttled(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (req->service.ptr != NULL && req->service.len > RL_WIRE_SERVICE_MAX) {
+        return -EMSGSIZE;
+    }
+    if (wire_begin(out, WIRE_HINT + (size_t)req->service.len, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 5) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_THROTTLED) == 0 &&
+         msgpack_pack_uint32(&pk, req->id) == 0 &&
+         (req->service.ptr == NULL ? msgpack_pack_nil(&pk) == 0
+                                   : wire_pack_str(&pk, req->service.ptr, req->service.len)) &&
+         (!req->has_since ? msgpack_pack_nil(&pk) == 0
+                          : msgpack_pack_uint64(&pk, req->since_ms) == 0) &&
+         (req->top == 0 ? msgpack_pack_nil(&pk) == 0 : msgpack_pack_uint32(&pk, req->top) == 0);
+    return wire_end(out, start, ok);
+}
+
+/* Upper bounds of what msgpack takes for a str of n bytes and for any unsigned integer. */
+static size_t
+wire_str_size(size_t n)
+{
+    return n + (n < 32 ? 1 : n < 256 ? 2 : n < 65536 ? 3 : 5);
+}
+
+#define WIRE_UINT_SIZE 9u
+
+/* The 8 keys of an episode map: "service" ... "node", each a fixstr. */
+#define WIRE_EPISODE_KEYS (8u + 9u + 5u + 9u + 7u + 8u + 6u + 5u)
+
+static size_t
+wire_episode_size(const struct rl_wire_episode *ep)
+{
+    return 1 + WIRE_EPISODE_KEYS + wire_str_size(ep->service.len) +
+           (ep->endpoint.ptr == NULL ? 1 : wire_str_size(ep->endpoint.len)) +
+           wire_str_size(ep->user.len) + wire_str_size(ep->node.len) + 3 * WIRE_UINT_SIZE +
+           wire_str_size(7);
+}
+
+static bool
+wire_pack_episode(msgpack_packer *pk, const struct rl_wire_episode *ep)
+{
+    const char *ended = rl_wire_ended_name(ep->ended);
+
+    return msgpack_pack_map(pk, 8) == 0 && wire_pack_str(pk, "service", 7) &&
+           wire_pack_str(pk, ep->service.ptr, ep->service.len) &&
+           wire_pack_str(pk, "endpoint", 8) &&
+           (ep->endpoint.ptr == NULL ? msgpack_pack_nil(pk) == 0
+                                     : wire_pack_str(pk, ep->endpoint.ptr, ep->endpoint.len)) &&
+           wire_pack_str(pk, "user", 4) && wire_pack_str(pk, ep->user.ptr, ep->user.len) &&
+           wire_pack_str(pk, "start_ms", 8) && msgpack_pack_uint64(pk, ep->start_ms) == 0 &&
+           wire_pack_str(pk, "end_ms", 6) && msgpack_pack_uint64(pk, ep->end_ms) == 0 &&
+           wire_pack_str(pk, "refused", 7) && msgpack_pack_uint64(pk, ep->refused) == 0 &&
+           wire_pack_str(pk, "ended", 5) && wire_pack_str(pk, ended, strlen(ended)) &&
+           wire_pack_str(pk, "node", 4) && wire_pack_str(pk, ep->node.ptr, ep->node.len);
+}
+
+int
+rl_wire_put_throttled_reply(struct rl_buf *out, uint32_t id, const struct rl_wire_episode *eps,
+                            size_t n, const struct rl_wire_str *missing, size_t nmissing,
+                            size_t *nput)
+{
+    msgpack_packer pk;
+    size_t start, i, fit = 0;
+    /* [7, id, array16, array16]: the outer header, op, a uint32 id, two array headers */
+    size_t total = 1 + 1 + 5 + 3 + 3;
+    bool ok;
+    int rc;
+
+    if (nput != NULL) {
+        *nput = 0;
+    }
+    if (nmissing > RL_WIRE_MISSING_MAX) {
+        nmissing = RL_WIRE_MISSING_MAX;
+    }
+    if (n > RL_WIRE_TOP_MAX) {
+        n = RL_WIRE_TOP_MAX;
+    }
+    for (i = 0; i < nmissing; i++) {
+        if (missing[i].len > RL_WIRE_NODE_MAX) {
+            return -EMSGSIZE;
+        }
+        total += wire_str_size(missing[i].len);
+    }
+    for (i = 0; i < n; i++) {
+        const struct rl_wire_episode *ep = &eps[i];
+
+        if (ep->service.len == 0 || ep->service.len > RL_WIRE_SERVICE_MAX ||
+            ep->user.len == 0 || ep->user.len > RL_WIRE_USER_MAX ||
+            ep->node.len > RL_WIRE_NODE_MAX ||
+            (ep->endpoint.ptr != NULL &&
+             (ep->endpoint.len == 0 || ep->endpoint.len > RL_WIRE_ENDPOINT_MAX)) ||
+            ep->ended > RL_WIRE_ENDED_IDLE) {
+            return -EMSGSIZE;
+        }
+    }
+    for (fit = 0; fit < n && total + wire_episode_size(&eps[fit]) <= RL_WIRE_FRAME_MAX; fit++) {
+        total += wire_episode_size(&eps[fit]);
+    }
+    if (wire_begin(out, total, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 4) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_THROTTLED) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0 && msgpack_pack_array(&pk, fit) == 0;
+    for (i = 0; ok && i < fit; i++) {
+        ok = wire_pack_episode(&pk, &eps[i]);
+    }
+    ok = ok && msgpack_pack_array(&pk, nmissing) == 0;
+    for (i = 0; ok && i < nmissing; i++) {
+        ok = wire_pack_str(&pk, missing[i].ptr, missing[i].len);
+    }
+    rc = wire_end(out, start, ok);
+    if (rc != 0) {
+        return rc;
+    }
+    if (nput != NULL) {
+        *nput = fit;
+    }
+    return 0;
+}
+
+/*
+ * The request shapes of the op table's req column, as encoders of a whole rl_wire_req: each
+ * is the op's own rl_wire_put_* (the shape none: the op is never a request).
+ */
+typedef int (*wire_put_req_fn)(struct rl_buf *out, const struct rl_wire_req *req);
+
+static int
+wire_put_req_check(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_check(out, req);
+}
+
+static int
+wire_put_req_bare(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return wire_put_bare(out, req->op, req->id);
+}
+
+static int
+wire_put_req_clock(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_clock(out, req->id, req->now_ms);
+}
+
+static int
+wire_put_req_hello(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return wire_put_str(out, RL_WIRE_OP_HELLO, req->id, req->role.ptr, req->role.len);
+}
+
+static int
+wire_put_req_auth(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_auth(out, req->id, req->token.ptr, req->token.len);
+}
+
+static int
+wire_put_req_throttled(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_throttled(out, req);
+}
+
+static int
+wire_put_req_none(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    (void)out;
+    (void)req;
+    return -EINVAL;
+}
+
+static const wire_put_req_fn wire_put_req_fns[256] = {RL_WIRE_OP_BY(req, wire_put_req_)};
+
+int
+rl_wire_put_req(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    if (rl_wire_op_info(req->op) == NULL) {
+        return -EINVAL;
+    }
+    return wire_put_req_fns[req->op](out, req);
+}

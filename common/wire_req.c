@@ -1,0 +1,218 @@
+/*
+ * wire_req: request decoding, the server side of the codec. A payload is unpacked (wire.c's
+ * scan first), its op and id read, and the rest judged in the order docs/PROTOCOL.md
+ * ("Errors") gives, so the first failure decides the ERROR a client gets: MALFORMED,
+ * UNKNOWN_OP, then BAD_FIELD naming the element count or the first bad field. What a request
+ * means is for the node and the router.
+ */
+#include "wire.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "wire_int.h"
+
+/* A token: str or bin, 1..RL_WIRE_TOKEN_MAX bytes (msgpack keeps both as one union). */
+static bool
+wire_token(const msgpack_object *o, struct rl_wire_str *s)
+{
+    if (o->type == MSGPACK_OBJECT_BIN && o->via.bin.size >= 1 &&
+        o->via.bin.size <= RL_WIRE_TOKEN_MAX) {
+        s->ptr = o->via.bin.ptr;
+        s->len = o->via.bin.size;
+        return true;
+    }
+    return wire_str(o, 1, RL_WIRE_TOKEN_MAX, s);
+}
+
+static int
+wire_fault(struct rl_wire_fault *f, uint32_t id, uint32_t err, bool fatal, const char *msg)
+{
+    f->id = id;
+    f->err = err;
+    f->fatal = fatal;
+    snprintf(f->msg, sizeof(f->msg), "%s", msg);
+    return -1;
+}
+
+/*
+ * The request shapes of the op table's req column. Each decodes the fields after the op and
+ * the id of a request whose element count is already within the op's arity, and judges them
+ * in the order docs/PROTOCOL.md gives.
+ */
+typedef int (*wire_req_fn)(const msgpack_object *a, struct rl_wire_req *req,
+                           struct rl_wire_fault *f);
+
+/* [op, id]: nothing more. */
+static int
+wire_req_bare(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    (void)a;
+    (void)req;
+    (void)f;
+    return 0;
+}
+
+/* An op that is never a request (ERROR): its arity is 0..0, so it always lands here. */
+static int
+wire_req_none(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    char msg[64];
+
+    (void)a;
+    snprintf(msg, sizeof(msg), "op %" PRIu32 " (%s) is never a request", req->op,
+             rl_wire_op_info(req->op)->upper);
+    return wire_fault(f, req->id, RL_WIRE_ERR_UNKNOWN_OP, false, msg);
+}
+
+static int
+wire_req_check(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    uint64_t cost;
+
+    if (!wire_str(&a->via.array.ptr[2], 1, RL_WIRE_SERVICE_MAX, &req->service)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "service must be a string of 1..128 bytes");
+    }
+    if (!wire_str(&a->via.array.ptr[3], 1, RL_WIRE_USER_MAX, &req->user)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "user must be a string of 1..256 bytes");
+    }
+    if (a->via.array.ptr[4].type != MSGPACK_OBJECT_NIL &&
+        !wire_str(&a->via.array.ptr[4], 0, RL_WIRE_ENDPOINT_MAX, &req->endpoint)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "endpoint must be nil or a string of 0..128 bytes");
+    }
+    if (!wire_uint(&a->via.array.ptr[5], RL_WIRE_COST_MAX, &cost)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "cost must be an unsigned integer of 0..1000000");
+    }
+    req->cost = (uint32_t)cost;
+    return 0;
+}
+
+static int
+wire_req_clock(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    if (!wire_uint(&a->via.array.ptr[2], UINT64_MAX, &req->now_ms)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "now_ms must be an unsigned integer");
+    }
+    return 0;
+}
+
+static int
+wire_req_hello(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    if (!wire_str(&a->via.array.ptr[2], 1, RL_WIRE_ROLE_MAX, &req->role)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "role must be a string of 1..32 bytes");
+    }
+    return 0;
+}
+
+static int
+wire_req_auth(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    if (!wire_token(&a->via.array.ptr[2], &req->token)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "token must be a string or binary of 1..256 bytes");
+    }
+    return 0;
+}
+
+/* [7, id, service|nil, since_ms|nil, top|nil]: the trailing ones may be left out. */
+static int
+wire_req_throttled(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    uint32_t size = a->via.array.size;
+    uint64_t v;
+
+    req->top = RL_WIRE_TOP_DEFAULT;
+    if (size > 2 && a->via.array.ptr[2].type != MSGPACK_OBJECT_NIL &&
+        !wire_str(&a->via.array.ptr[2], 1, RL_WIRE_SERVICE_MAX, &req->service)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "service must be nil or a string of 1..128 bytes");
+    }
+    if (size > 3 && a->via.array.ptr[3].type != MSGPACK_OBJECT_NIL) {
+        if (!wire_uint(&a->via.array.ptr[3], UINT64_MAX, &req->since_ms)) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "since_ms must be nil or an unsigned integer");
+        }
+        req->has_since = true;
+    }
+    if (size > 4 && a->via.array.ptr[4].type != MSGPACK_OBJECT_NIL) {
+        if (!wire_uint(&a->via.array.ptr[4], RL_WIRE_TOP_MAX, &v) || v == 0) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "top must be nil or an unsigned integer of 1..100");
+        }
+        req->top = (uint32_t)v;
+    }
+    return 0;
+}
+
+/* Each op's request shape, by opcode (the op table's req column). */
+static const wire_req_fn wire_req_fns[256] = {RL_WIRE_OP_BY(req, wire_req_)};
+
+int
+rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl_wire_req *req,
+                   struct rl_wire_fault *fault)
+{
+    msgpack_object obj;
+    const msgpack_object *a;
+    const struct rl_wire_op_info *info;
+    const char *why;
+    bool nomem;
+    uint64_t v;
+    uint32_t size;
+    char msg[64];
+
+    memset(req, 0, sizeof(*req));
+    why = rl_wire_unpack(d, p, n, &obj, &nomem);
+    if (why != NULL) {
+        /*
+         * Out of memory says nothing about the client's bytes: shed the request and keep
+         * the connection, which stays in step because the frame was whole.
+         */
+        if (nomem) {
+            return wire_fault(fault, 0, RL_WIRE_ERR_OVERLOADED, false, why);
+        }
+        return wire_fault(fault, 0, RL_WIRE_ERR_MALFORMED, true, why);
+    }
+    if (obj.type != MSGPACK_OBJECT_ARRAY) {
+        return wire_fault(fault, 0, RL_WIRE_ERR_MALFORMED, false, "request is not an array");
+    }
+    a = &obj;
+    size = a->via.array.size;
+    if (size < 2) {
+        return wire_fault(fault, 0, RL_WIRE_ERR_MALFORMED, false, "request needs an op and an id");
+    }
+    if (!wire_uint(&a->via.array.ptr[1], UINT32_MAX, &v)) {
+        return wire_fault(fault, 0, RL_WIRE_ERR_MALFORMED, false,
+                          "id must be an unsigned 32-bit integer");
+    }
+    req->id = (uint32_t)v;
+    if (!wire_uint(&a->via.array.ptr[0], UINT64_MAX, &v) || v == 0) {
+        return wire_fault(fault, req->id, RL_WIRE_ERR_UNKNOWN_OP, false,
+                          "op must be a positive integer");
+    }
+    /* An op past 32 bits is as unknown as 9; req->op keeps 0 for it. */
+    req->op = v <= UINT32_MAX ? (uint32_t)v : 0;
+    info = rl_wire_op_info(req->op);
+    if (info == NULL) {
+        snprintf(msg, sizeof(msg), "unknown op %" PRIu64, v);
+        return wire_fault(fault, req->id, RL_WIRE_ERR_UNKNOWN_OP, false, msg);
+    }
+    if (info->req_min != 0 && (size < info->req_min || size > info->req_max)) {
+        if (info->req_min == info->req_max) {
+            snprintf(msg, sizeof(msg), "%s takes %u elements", info->upper, info->req_min);
+        } else {
+            snprintf(msg, sizeof(msg), "%s takes %u..%u elements", info->upper, info->req_min,
+                     info->req_max);
+        }
+        return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false, msg);
+    }
+    return wire_req_fns[req->op](a, req, fault);
+}
