@@ -12,11 +12,14 @@
 #include <stdio.h>
 #include <string.h>
 
-/* ceil(ms / 1000) without overflow. */
+/* ceil(ms / 1000) without overflow, at most RLC_HTTP_MAX_SECONDS: what a server says is
+ * never put in a header beyond the protocol's "never" (4294967295 ms). */
 static uint64_t
 ceil_s(uint64_t ms)
 {
-    return ms / 1000 + (ms % 1000 != 0);
+    uint64_t s = ms / 1000 + (ms % 1000 != 0);
+
+    return s < RLC_HTTP_MAX_SECONDS ? s : RLC_HTTP_MAX_SECONDS;
 }
 
 static void
@@ -74,9 +77,17 @@ int
 rlc_http_answer(const struct rlc_reply *rep, const char *policy, uint32_t window_s, unsigned flags,
                 struct rlc_http_answer *out)
 {
+    return rlc_http_answer_wait(rep, policy, window_s, flags, RLC_HTTP_MAX_WAIT_MS, out);
+}
+
+int
+rlc_http_answer_wait(const struct rlc_reply *rep, const char *policy, uint32_t window_s,
+                     unsigned flags, uint64_t max_wait_ms, struct rlc_http_answer *out)
+{
     char name[2 * RLC_HTTP_POLICY_MAX + 3];
     size_t len;
     uint64_t t;
+    uint32_t code;
 
     if (out == NULL) {
         return -EINVAL;
@@ -89,7 +100,11 @@ rlc_http_answer(const struct rlc_reply *rep, const char *policy, uint32_t window
     if (len == 0 || len > RLC_HTTP_POLICY_MAX) {
         return -EINVAL;
     }
-    switch (rep->code) {
+    code = rep->code;
+    if (code == RLC_QUEUED && rep->retry_after_ms > max_wait_ms) {
+        code = RLC_LIMITED; /* not held that long: refused, with when it would go */
+    }
+    switch (code) {
     case RLC_FAIL_OPEN:
     case RLC_NO_RULE:
         return 0; /* no decision made, or nothing limits it: no headers */
@@ -112,10 +127,10 @@ rlc_http_answer(const struct rlc_reply *rep, const char *policy, uint32_t window
         add(out, "RateLimit-Policy", "%s;q=%" PRIu64, name, rep->limit);
     }
     add(out, "RateLimit", "%s;r=%" PRIu64 ";t=%" PRIu64, name, rep->remaining, t);
-    if (rep->code == RLC_LIMITED) {
+    if (code == RLC_LIMITED) {
         out->status = 429;
         retry_after(out, rep->retry_after_ms);
-    } else if (rep->code == RLC_QUEUED) {
+    } else if (code == RLC_QUEUED) {
         out->wait_ms = rep->retry_after_ms;
     }
     if (flags & RLC_HTTP_LEGACY) {

@@ -35,6 +35,10 @@ local OP_CHECK, OP_AUTH, OP_ERROR = 1, 6, 255
 local MAX_FRAME = 65536
 local MAX_ID = 4294967295
 local MAX_COST = 1000000
+local RETRY_NEVER = 4294967295  -- retry_after_ms of a request that can never be allowed
+-- What the client takes from a server (docs/CLIENTS.md, "What a client accepts from a
+-- server"): no header carries more seconds than RETRY_NEVER rounded up.
+local MAX_HEADER_S = 4294968
 
 local CODE_NAMES = {
     [0] = "ALLOWED", [1] = "LIMITED", [2] = "FAIL_OPEN", [3] = "FAIL_CLOSED",
@@ -66,6 +70,7 @@ local defaults = {
     legacy = false,          -- also send X-RateLimit-Limit/-Remaining/-Reset
     windows = {},            -- per service: the rule's window in seconds, for w=
     names = {},              -- per service: the policy name (default: the service)
+    max_queue_delay = 10000, -- ms: a longer QUEUED wait is not held; check() says LIMITED
 }
 
 local VALID = {
@@ -73,6 +78,7 @@ local VALID = {
     send_timeout = "number", read_timeout = "number", pool = "string", pool_size = "number",
     backlog = "number", keepalive_timeout = "number", token = "string", failure = "string",
     failures = "table", legacy = "boolean", windows = "table", names = "table",
+    max_queue_delay = "number",
 }
 
 -- Sets the defaults every call uses (call it from init_by_lua* or init_worker_by_lua*).
@@ -87,6 +93,9 @@ function _M.configure(conf)
         end
         if k == "failure" and v ~= "open" and v ~= "closed" then
             error('ratelimiter.configure: failure must be "open" or "closed"', 2)
+        end
+        if k == "max_queue_delay" and not (v >= 0 and v <= RETRY_NEVER) then
+            error("ratelimiter.configure: max_queue_delay must be 0..4294967295 ms", 2)
         end
         defaults[k] = v
     end
@@ -432,7 +441,9 @@ end
 -- opts.endpoint (nil or 0..128 bytes), opts.cost (0..1000000, default 1), and any option of
 -- configure() for this call. Returns the reply {code, code_name, limit, remaining, reset_ms,
 -- retry_after_ms}, or nil and an error string (bad argument, the router unreachable or
--- slower than the timeouts, an ERROR reply, a reply that breaks the protocol).
+-- slower than the timeouts, an ERROR reply, a reply that breaks the protocol). A QUEUED
+-- reply whose wait is above max_queue_delay is returned as LIMITED (code 1), its
+-- retry_after_ms at most 4294967295: nothing is held longer than max_queue_delay.
 function _M.check(opts)
     local service, user, endpoint, cost = opts.service, opts.user, opts.endpoint, opts.cost
     if cost == nil then
@@ -478,6 +489,12 @@ function _M.check(opts)
         -- more, on a connection of its own.
         reply, err = attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id)
     end
+    if reply ~= nil and reply.code == 5 and reply.retry_after_ms > opt(opts, "max_queue_delay") then
+        reply.code, reply.code_name = 1, "LIMITED"
+        if reply.retry_after_ms > RETRY_NEVER then
+            reply.retry_after_ms = RETRY_NEVER
+        end
+    end
     return reply, err
 end
 
@@ -487,8 +504,14 @@ local function num(n)
     return format("%.0f", n)
 end
 
+-- Whole seconds, rounded up, at most MAX_HEADER_S: a header never carries more than the
+-- protocol's "never", whatever the server sent.
 local function ceil_s(ms)
-    return ceil(ms / 1000)
+    local s = ceil(ms / 1000)
+    if s > MAX_HEADER_S then
+        return MAX_HEADER_S
+    end
+    return s
 end
 
 -- A structured-field string: quoted, \ and " escaped, every byte outside printable ASCII
@@ -632,6 +655,7 @@ function _M.access(opts)
         ngx.ctx[CTX_KEY] = h
     end
     if reply ~= nil and reply.code == 5 and reply.retry_after_ms > 0 then
+        -- check() returns QUEUED only for a wait of at most max_queue_delay
         ngx.sleep(reply.retry_after_ms / 1000)
     end
     return reply, err

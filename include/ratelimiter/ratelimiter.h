@@ -208,6 +208,11 @@ RLC_API uint64_t rlc_connects(const rlc_client *c);
 #define RLC_HTTP_POLICY_MAX 128  /* bytes of a policy name */
 #define RLC_HTTP_NAME_SIZE 24    /* room for a header name and its NUL */
 #define RLC_HTTP_VALUE_SIZE 320  /* room for a header value and its NUL */
+/* What rlc_http_answer takes from a server (docs/CLIENTS.md, "What a client accepts from a
+ * server"): the longest QUEUED wait it passes on as wait_ms by default, and the most
+ * seconds any header carries (4294967295 ms, the protocol's "never", rounded up). */
+#define RLC_HTTP_MAX_WAIT_MS 10000u
+#define RLC_HTTP_MAX_SECONDS 4294968u
 
 /* rlc_http_answer flags. */
 #define RLC_HTTP_LEGACY 0x1u     /* also X-RateLimit-Limit, -Remaining, -Reset */
@@ -232,20 +237,33 @@ struct rlc_http_answer {
  * the service's rule in seconds, or 0 when unknown (then no ";w="). flags: RLC_HTTP_LEGACY.
  *
  *   ALLOWED      status 0, RateLimit-Policy, RateLimit
- *   QUEUED       status 0, wait_ms = retry_after_ms, RateLimit-Policy, RateLimit
+ *   QUEUED       status 0, wait_ms = retry_after_ms, RateLimit-Policy, RateLimit; but
+ *                when retry_after_ms > RLC_HTTP_MAX_WAIT_MS, as LIMITED (429, wait_ms 0)
  *   LIMITED      429, RateLimit-Policy, RateLimit, Retry-After
  *   FAIL_CLOSED  503, Retry-After
  *   FAIL_OPEN, NO_RULE: status 0, no headers
  *
  * with RateLimit-Policy: "NAME";q=LIMIT[;w=WINDOW], RateLimit: "NAME";r=REMAINING;t=T,
  * T = ceil(reset_ms / 1000), Retry-After: ceil(retry_after_ms / 1000) and at least 1 when
- * retry_after_ms > 0; with RLC_HTTP_LEGACY, after them: X-RateLimit-Limit: LIMIT,
- * X-RateLimit-Remaining: REMAINING, X-RateLimit-Reset: T (where RateLimit is sent).
+ * retry_after_ms > 0; T and Retry-After at most RLC_HTTP_MAX_SECONDS; with
+ * RLC_HTTP_LEGACY, after them: X-RateLimit-Limit: LIMIT, X-RateLimit-Remaining: REMAINING,
+ * X-RateLimit-Reset: T (where RateLimit is sent). So wait_ms is never above
+ * RLC_HTTP_MAX_WAIT_MS, whatever the server said.
  * Returns 0 with *out filled, or -EINVAL (NULL arguments, a policy name empty or too long,
  * or code RLC_CODE_ERROR or unknown: no decision to map; use rlc_http_unreachable).
  */
 RLC_API int rlc_http_answer(const struct rlc_reply *rep, const char *policy, uint32_t window_s,
                             unsigned flags, struct rlc_http_answer *out);
+
+/*
+ * rlc_http_answer with the caller's bound on QUEUED waits instead of RLC_HTTP_MAX_WAIT_MS:
+ * a QUEUED reply with retry_after_ms <= max_wait_ms is passed on after wait_ms =
+ * retry_after_ms; a longer one is answered as LIMITED (429, Retry-After, wait_ms 0).
+ * max_wait_ms 0 holds nothing: every QUEUED wait is refused.
+ */
+RLC_API int rlc_http_answer_wait(const struct rlc_reply *rep, const char *policy,
+                                 uint32_t window_s, unsigned flags, uint64_t max_wait_ms,
+                                 struct rlc_http_answer *out);
 
 /*
  * The client-side failure policy, when the router cannot be reached or the call failed

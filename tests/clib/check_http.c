@@ -2,7 +2,9 @@
  * check_http: librlclient's HTTP mapping (rlc_http_*) against docs/INTEGRATION.md, string
  * for string: every code, the rounding edges of reset_ms and retry_after_ms (0, 1, 999,
  * 1000, 1001 ms), the window, the legacy fields, structured-field escaping of the policy
- * name, the client-side failure policy, formatting, and the names. Only the public header.
+ * name, the bounds on what a server says (a QUEUED wait over the bound is refused, header
+ * seconds clamped), the client-side failure policy, formatting, and the names. Only the
+ * public header.
  */
 #include <check.h>
 #include <errno.h>
@@ -137,8 +139,8 @@ START_TEST(test_escaping_and_bounds)
     ck_assert_int_eq(rlc_http_answer(&r, name, UINT32_MAX, RLC_HTTP_LEGACY, &a), 0);
     ck_assert_uint_eq(a.nheaders, 6);
     ck_assert_str_eq(a.headers[1].value + 2 * RLC_HTTP_POLICY_MAX + 2,
-                     ";r=18446744073709551615;t=18446744073709552");
-    ck_assert_str_eq(a.headers[2].value, "18446744073709552");
+                     ";r=18446744073709551615;t=4294968");
+    ck_assert_str_eq(a.headers[2].value, "4294968");
     name[RLC_HTTP_POLICY_MAX] = 'x';
     name[RLC_HTTP_POLICY_MAX + 1] = '\0';
     ck_assert_int_eq(rlc_http_answer(&r, name, 0, 0, &a), -EINVAL);
@@ -148,6 +150,83 @@ START_TEST(test_escaping_and_bounds)
     ck_assert_int_eq(rlc_http_answer(&r, "p", 0, 0, &a), -EINVAL);
     r.code = 6;
     ck_assert_int_eq(rlc_http_answer(&r, "p", 0, 0, &a), -EINVAL);
+}
+END_TEST
+
+/* What a server says is bounded (docs/CLIENTS.md, "What a client accepts from a server"):
+ * a QUEUED wait over 10 s (RLC_HTTP_MAX_WAIT_MS) is not passed on as wait_ms but answered
+ * as LIMITED, and no header carries more than 4294968 s (4294967295 ms, "never", rounded
+ * up), whatever reset_ms or retry_after_ms a broken or hostile server sent. */
+START_TEST(test_hostile_values)
+{
+    static const uint64_t hostile[] = {UINT64_MAX, (uint64_t)1 << 40, 4294967296u,
+                                       4294967295u, 10001};
+    static const char *const retry[] = {"4294968", "4294968", "4294968", "4294968", "11"};
+    struct rlc_http_answer a;
+    struct rlc_reply r;
+    char want[512];
+    int st;
+
+    for (size_t i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++) {
+        r = reply(RLC_QUEUED, 4, 0, 1000, hostile[i]);
+        ck_assert_int_eq(rlc_http_answer(&r, "up", 0, 0, &a), 0);
+        ck_assert_int_eq(a.status, 429);
+        ck_assert_uint_eq(a.wait_ms, 0);
+        snprintf(want, sizeof(want), "RateLimit-Policy: \"up\";q=4\r\n"
+                 "RateLimit: \"up\";r=0;t=1\r\nRetry-After: %s\r\n", retry[i]);
+        ck_assert_str_eq(lines(&r, "up", 0, 0, &st), want);
+        ck_assert_int_eq(st, 429);
+    }
+    /* the bound itself is held */
+    r = reply(RLC_QUEUED, 4, 0, 1000, 10000);
+    ck_assert_int_eq(rlc_http_answer(&r, "up", 0, 0, &a), 0);
+    ck_assert_int_eq(a.status, 0);
+    ck_assert_uint_eq(a.wait_ms, 10000);
+    ck_assert_uint_eq(a.nheaders, 2);
+    /* t=, Retry-After and X-RateLimit-Reset are clamped for every code that sends them */
+    for (size_t i = 0; i < 3; i++) {
+        r = reply(RLC_LIMITED, 4, 0, hostile[i], hostile[i]);
+        ck_assert_str_eq(lines(&r, "p", 0, RLC_HTTP_LEGACY, &st),
+                         "RateLimit-Policy: \"p\";q=4\r\nRateLimit: \"p\";r=0;t=4294968\r\n"
+                         "Retry-After: 4294968\r\nX-RateLimit-Limit: 4\r\n"
+                         "X-RateLimit-Remaining: 0\r\nX-RateLimit-Reset: 4294968\r\n");
+        r = reply(RLC_ALLOWED, 4, 3, hostile[i], 0);
+        ck_assert_str_eq(lines(&r, "p", 0, 0, &st),
+                         "RateLimit-Policy: \"p\";q=4\r\nRateLimit: \"p\";r=3;t=4294968\r\n");
+        r = reply(RLC_FAIL_CLOSED, 0, 0, 0, hostile[i]);
+        ck_assert_str_eq(lines(&r, "p", 0, 0, &st), "Retry-After: 4294968\r\n");
+        ck_assert_int_eq(st, 503);
+    }
+}
+END_TEST
+
+/* rlc_http_answer_wait: the caller's own bound on QUEUED waits. */
+START_TEST(test_answer_wait)
+{
+    struct rlc_reply r = reply(RLC_QUEUED, 4, 0, 1000, 250);
+    struct rlc_http_answer a;
+
+    ck_assert_uint_eq(RLC_HTTP_MAX_WAIT_MS, 10000);
+    ck_assert_uint_eq(RLC_HTTP_MAX_SECONDS, 4294968);
+    ck_assert_int_eq(rlc_http_answer_wait(&r, "up", 0, 0, 250, &a), 0);
+    ck_assert_int_eq(a.status, 0);
+    ck_assert_uint_eq(a.wait_ms, 250);
+    ck_assert_int_eq(rlc_http_answer_wait(&r, "up", 0, 0, 249, &a), 0);
+    ck_assert_int_eq(a.status, 429);
+    ck_assert_uint_eq(a.wait_ms, 0);
+    ck_assert_str_eq(a.headers[2].name, "Retry-After");
+    ck_assert_str_eq(a.headers[2].value, "1");
+    ck_assert_int_eq(rlc_http_answer_wait(&r, "up", 0, 0, 0, &a), 0);
+    ck_assert_int_eq(a.status, 429);
+    /* no bound: the server's wait as it is (the caller's own business), headers still clamped */
+    r = reply(RLC_QUEUED, 4, 0, UINT64_MAX, (uint64_t)1 << 40);
+    ck_assert_int_eq(rlc_http_answer_wait(&r, "up", 0, 0, UINT64_MAX, &a), 0);
+    ck_assert_int_eq(a.status, 0);
+    ck_assert_uint_eq(a.wait_ms, (uint64_t)1 << 40);
+    ck_assert_str_eq(a.headers[1].value, "\"up\";r=0;t=4294968");
+    ck_assert_int_eq(rlc_http_answer_wait(NULL, "up", 0, 0, 0, &a), -EINVAL);
+    r.code = RLC_CODE_ERROR;
+    ck_assert_int_eq(rlc_http_answer_wait(&r, "up", 0, 0, 0, &a), -EINVAL);
 }
 END_TEST
 
@@ -197,6 +276,8 @@ http_suite(void)
     tcase_add_test(tc, test_doc_examples);
     tcase_add_test(tc, test_rounding);
     tcase_add_test(tc, test_escaping_and_bounds);
+    tcase_add_test(tc, test_hostile_values);
+    tcase_add_test(tc, test_answer_wait);
     tcase_add_test(tc, test_unreachable_format_names);
     suite_add_tcase(s, tc);
     return s;

@@ -3,7 +3,8 @@
 
 Every request is checked as (SERVICE, user): the user is the X-User header, else the
 client's address. ALLOWED/NO_RULE/FAIL_OPEN answer 200; QUEUED holds the request the time
-the reply says, then answers 200; LIMITED answers 429 and FAIL_CLOSED (or an unreachable
+the reply says, then answers 200 (a wait over --max-queue-delay comes back from the client
+as LIMITED: nothing is held that long); LIMITED answers 429 and FAIL_CLOSED (or an unreachable
 router with --failure closed) 503, with the headers of docs/INTEGRATION.md.
 
     python3 http_api.py --router 127.0.0.1:7400 --service search --port 8080
@@ -64,10 +65,14 @@ def main() -> None:
     ap.add_argument("--failure", choices=["open", "closed"], default="open",
                     help="answer when the router cannot be reached (default open)")
     ap.add_argument("--timeout", type=float, default=0.25, help="per check, seconds")
+    ap.add_argument("--max-queue-delay", type=float,
+                    default=ratelimiter.DEFAULT_MAX_QUEUE_DELAY,
+                    help="longest QUEUED wait held, seconds; longer ones answer 429 (default 10)")
     a = ap.parse_args()
     host, _, port = a.router.rpartition(":")
     pool = ratelimiter.ClientPool(host, int(port), size=16, timeout=a.timeout,
-                                  token_file=a.token_file, failure_default=a.failure)
+                                  token_file=a.token_file, failure_default=a.failure,
+                                  max_queue_delay=a.max_queue_delay)
     server = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(pool, a.service, a.window))
     print(f"listening on 127.0.0.1:{server.server_address[1]}", flush=True)
     try:

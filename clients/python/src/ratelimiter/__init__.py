@@ -4,15 +4,15 @@ from .aio import AsyncClient, connect_async
 from .client import ClientPool, Client, connect
 from .headers import PASS, ceil_s, headers, sf_string
 from .policy import CLOSED, OPEN, FailurePolicy
-from .protocol import (MAX_FRAME, RETRY_NEVER, AuthError, Check, Code, ErrorCode,
-                       ProtocolError, RateLimiterError, Reply, ServerError, Timeout,
-                       Unavailable)
+from .protocol import (DEFAULT_MAX_QUEUE_DELAY, MAX_FRAME, MAX_HEADER_S, RETRY_NEVER,
+                       AuthError, Check, Code, ErrorCode, ProtocolError, RateLimiterError,
+                       Reply, ServerError, Timeout, Unavailable)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "AuthError", "CLOSED", "Check", "Client", "ClientPool", "Code",
-    "ErrorCode", "FailurePolicy", "MAX_FRAME", "OPEN", "PASS", "ProtocolError",
+    "DEFAULT_MAX_QUEUE_DELAY", "ErrorCode", "FailurePolicy", "MAX_FRAME", "MAX_HEADER_S", "OPEN", "PASS", "ProtocolError",
     "RETRY_NEVER", "RateLimiterError", "Reply", "ServerError", "Timeout", "Unavailable",
     "ceil_s", "connect", "connect_async", "headers", "sf_string",
 ]

@@ -8,10 +8,11 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 from .client import load_token, settle_many
 from .policy import FailurePolicy, as_policy
-from .protocol import (MAX_FRAME, U32_MAX, AuthError, Check, CheckLike, Decoded,
-                       ErrorCode, ErrorReply, Named, Op, Pong, ProtocolError, Reply,
-                       ServerError, Stats, Timeout, Unavailable, as_check, attach, decode,
-                       encode_auth, encode_check, encode_simple, server_error)
+from .protocol import (DEFAULT_MAX_QUEUE_DELAY, MAX_FRAME, U32_MAX, AuthError, Check,
+                       CheckLike, Decoded, ErrorCode, ErrorReply, Named, Op, Pong,
+                       ProtocolError, Reply, ServerError, Stats, Timeout, Unavailable,
+                       as_check, attach, decode, encode_auth, encode_check, encode_simple,
+                       max_queue_delay_ms, server_error)
 
 _ABANDONED_MAX = 1 << 16  # ids of timed-out calls remembered, so their late replies are dropped
 
@@ -104,17 +105,21 @@ class AsyncClient:
     Each call has its own timeout: a call that times out fails alone (its late reply is
     dropped) and the connection stays for the others. A lost connection fails every call
     in flight on it; the next call opens a new one. As with Client, a CHECK is never
-    re-sent; the failure policy answers it or Unavailable is raised.
+    re-sent; the failure policy answers it or Unavailable is raised; and a QUEUED delay
+    over ``max_queue_delay`` (seconds, default 10) is returned as LIMITED.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 7400, timeout: float = 1.0, *,
                  token: Optional[Union[bytes, str]] = None, token_file: Optional[str] = None,
                  failure: Optional[Union[Mapping[str, str], FailurePolicy]] = None,
                  failure_default: Optional[str] = None, max_in_flight: int = 1024,
-                 connect_timeout: Optional[float] = None) -> None:
+                 connect_timeout: Optional[float] = None,
+                 max_queue_delay: float = DEFAULT_MAX_QUEUE_DELAY) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
         self.host, self.port, self.timeout = host, port, timeout
+        self._max_delay_ms = max_queue_delay_ms(max_queue_delay)
+        self.max_queue_delay = max_queue_delay
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self.token = load_token(token, token_file)
         self.failure = as_policy(failure, failure_default)
@@ -264,7 +269,7 @@ class AsyncClient:
                     self._slots.release(len(chunk))
                 for i, rep in zip(chunk, reps):
                     if isinstance(rep, Reply):
-                        out[i] = attach(rep, checks[i])
+                        out[i] = attach(rep, checks[i], self._max_delay_ms)
                     elif isinstance(rep, ErrorReply):
                         out[i] = server_error(rep)
                     else:

@@ -12,11 +12,11 @@ from typing import (Callable, Dict, Iterator, List, Mapping, NoReturn, Optional,
                     TypeVar, Union)
 
 from .policy import FailurePolicy, as_policy
-from .protocol import (U32_MAX, AuthError, Check, CheckLike, Decoded, ErrorCode,
-                       ErrorReply, FrameReader, Named, Op, Pong, ProtocolError, Reply,
-                       ServerError, Stats, Timeout, Unavailable, as_check, attach, decode,
-                       encode_auth, encode_check, encode_simple, read_token_file,
-                       server_error)
+from .protocol import (DEFAULT_MAX_QUEUE_DELAY, U32_MAX, AuthError, Check, CheckLike,
+                       Decoded, ErrorCode, ErrorReply, FrameReader, Named, Op, Pong,
+                       ProtocolError, Reply, ServerError, Stats, Timeout, Unavailable,
+                       as_check, attach, decode, encode_auth, encode_check, encode_simple,
+                       max_queue_delay_ms, read_token_file, server_error)
 
 T = TypeVar("T")
 BATCH = 4096  # check_many writes at most this many requests before reading their replies
@@ -59,14 +59,21 @@ class Client:
     request's. A CHECK is never re-sent: if it was written and no reply came, Unavailable
     (``in_doubt=True``) is raised, or the failure policy answers. Only an idle connection
     the server has visibly closed (EOF before anything was sent) is replaced silently.
+
+    ``max_queue_delay`` (seconds, default 10) bounds what a QUEUED reply may ask the caller
+    to hold a request for: a QUEUED reply with a longer ``retry_after_ms`` is returned as
+    LIMITED (``retry_after_ms`` at most RETRY_NEVER), so ``delay_s`` never exceeds it.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 7400, timeout: float = 1.0, *,
                  token: Optional[Union[bytes, str]] = None, token_file: Optional[str] = None,
                  failure: Optional[Union[Mapping[str, str], FailurePolicy]] = None,
                  failure_default: Optional[str] = None,
-                 connect_timeout: Optional[float] = None) -> None:
+                 connect_timeout: Optional[float] = None,
+                 max_queue_delay: float = DEFAULT_MAX_QUEUE_DELAY) -> None:
         self.host, self.port, self.timeout = host, port, timeout
+        self._max_delay_ms = max_queue_delay_ms(max_queue_delay)
+        self.max_queue_delay = max_queue_delay
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self.token = load_token(token, token_file)
         self.failure = as_policy(failure, failure_default)
@@ -229,7 +236,7 @@ class Client:
 
         def on_reply(i: int, rep: Decoded) -> None:
             if isinstance(rep, Reply):
-                out[i] = attach(rep, checks[i])
+                out[i] = attach(rep, checks[i], self._max_delay_ms)
             elif isinstance(rep, ErrorReply):
                 out[i] = server_error(rep)
             else:

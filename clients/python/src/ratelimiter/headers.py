@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from .protocol import Code, Reply
+from .protocol import MAX_HEADER_S, Code, Reply
 
 PASS = 0  # status meaning: pass the request on (after reply.delay_s for QUEUED)
 
@@ -12,8 +12,9 @@ Headers = List[Tuple[str, str]]
 
 
 def ceil_s(ms: int) -> int:
-    """Whole seconds, rounded up: 0 -> 0, 1..1000 -> 1, 1001 -> 2."""
-    return (ms + 999) // 1000
+    """Whole seconds, rounded up: 0 -> 0, 1..1000 -> 1, 1001 -> 2; at most MAX_HEADER_S
+    (4294968, RETRY_NEVER in seconds), the largest Retry-After or t= ever sent."""
+    return min((ms + 999) // 1000, MAX_HEADER_S)
 
 
 def sf_string(name: str) -> str:

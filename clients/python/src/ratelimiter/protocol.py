@@ -21,6 +21,13 @@ I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
 RETRY_NEVER = U32_MAX  # retry_after_ms of a request that can never be allowed
 
+# What the client accepts from a server (docs/CLIENTS.md, "Bounds"): a QUEUED delay above a
+# client's max_queue_delay is not held (the reply becomes LIMITED); no reply's
+# retry_after_ms is taken as more than RETRY_NEVER, and no header carries more seconds than
+# MAX_HEADER_S, the protocol's "never" in whole seconds.
+DEFAULT_MAX_QUEUE_DELAY = 10.0  # seconds
+MAX_HEADER_S = (RETRY_NEVER + 999) // 1000  # 4294968
+
 _LEN = struct.Struct(">I")
 
 
@@ -142,8 +149,12 @@ class Reply:
 
     @property
     def delay_s(self) -> float:
-        """Seconds to hold a QUEUED request before passing it on; 0 otherwise."""
-        return self.retry_after_ms / 1000.0 if self.code == Code.QUEUED else 0.0
+        """Seconds to hold a QUEUED request before passing it on; 0 otherwise. A client
+        never returns QUEUED with more than its ``max_queue_delay``; for a Reply built by
+        hand it is at most RETRY_NEVER ms, so time.sleep() always accepts it."""
+        if self.code != Code.QUEUED:
+            return 0.0
+        return min(self.retry_after_ms, RETRY_NEVER) / 1000.0
 
 
 @dataclass(frozen=True)
@@ -348,10 +359,24 @@ class FrameReader:
         self._buf.clear()
 
 
-def attach(reply: Reply, c: Check) -> Reply:
-    """The reply with its request's service and endpoint, for headers()."""
-    return Reply(reply.code, reply.limit, reply.remaining, reply.reset_ms,
-                 reply.retry_after_ms, c.service, c.endpoint, False, reply.id)
+def max_queue_delay_ms(value: Any) -> int:
+    """A client's ``max_queue_delay`` (seconds, 0..RETRY_NEVER/1000) in milliseconds;
+    ValueError for anything else (a bool, a str, NaN, infinity, a negative number)."""
+    if type(value) not in (int, float) or not 0 <= value <= RETRY_NEVER / 1000:
+        raise ValueError("max_queue_delay must be a number of seconds of 0..4294967.295")
+    return min(int(value * 1000), RETRY_NEVER)
+
+
+def attach(reply: Reply, c: Check, max_delay_ms: int) -> Reply:
+    """The reply as the client returns it: with its request's service and endpoint (for
+    headers()), and bounded: a QUEUED delay over ``max_delay_ms`` is not something to hold
+    a request for, so it becomes LIMITED (429, Retry-After) with retry_after_ms at most
+    RETRY_NEVER."""
+    code, retry = reply.code, reply.retry_after_ms
+    if code == Code.QUEUED and retry > max_delay_ms:
+        code, retry = Code.LIMITED, min(retry, RETRY_NEVER)
+    return Reply(code, reply.limit, reply.remaining, reply.reset_ms, retry, c.service,
+                 c.endpoint, False, reply.id)
 
 
 def server_error(e: ErrorReply) -> ServerError:
