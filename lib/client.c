@@ -126,6 +126,24 @@ settle(rlc_client *c, int rc)
     return rc;
 }
 
+/*
+ * After an ERROR reply to one of our requests. An ERROR without our id (0) means the server
+ * could not read the request, and an UNAUTHORIZED means it refused the connection: either
+ * way it closes the connection after the reply, so the next call opens a fresh one (sending
+ * the token first) instead of writing into a socket whose FIN may still be on its way.
+ */
+static int
+remote_error(rlc_client *c)
+{
+    if (c->rep.id == 0) {
+        return settle(c, -EPROTO);
+    }
+    if (c->rep.err == RL_WIRE_ERR_UNAUTHORIZED) {
+        drop(c);
+    }
+    return -EREMOTEIO;
+}
+
 const char *
 rlc_version(void)
 {
@@ -306,9 +324,7 @@ rlc_check(rlc_client *c, const char *service, const char *user, const char *endp
     rc = rl_client_check(c->c, service, user, endpoint, cost, &c->rep, left_ms(deadline));
     if (rc == 0 && c->rep.op == RL_WIRE_OP_ERROR) {
         error_reply(c->rep.err, rep);
-        /* An ERROR without our id (0) means the server could not read the request: it
-         * closes the connection after it. */
-        return c->rep.id == 0 ? settle(c, -EPROTO) : -EREMOTEIO;
+        return remote_error(c);
     }
     if (rc == 0) {
         from_wire(&c->rep.check, rep);
@@ -363,6 +379,9 @@ rlc_check_many(rlc_client *c, const struct rlc_check_req *reqs, size_t n, struct
         for (size_t i = 0; i < n; i++) {
             if (wr[i].code == RL_CLIENT_CODE_ERROR) {
                 error_reply((uint32_t)wr[i].limit, &reps[i]);
+                if (wr[i].limit == RL_WIRE_ERR_UNAUTHORIZED && c->c != NULL) {
+                    drop(c); /* refused: the server closes the connection */
+                }
             } else {
                 from_wire(&wr[i], &reps[i]);
             }
@@ -388,7 +407,7 @@ rlc_ping(rlc_client *c, char *name, size_t namelen, int timeout_ms)
     }
     rc = rl_client_ping(c->c, &c->rep, left_ms(deadline));
     if (rc == 0 && c->rep.op == RL_WIRE_OP_ERROR) {
-        return c->rep.id == 0 ? settle(c, -EPROTO) : -EREMOTEIO;
+        return remote_error(c);
     }
     if (rc == 0 && name != NULL && namelen > 0) {
         size_t len = c->rep.name.ptr != NULL ? c->rep.name.len : 0;
