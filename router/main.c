@@ -37,7 +37,7 @@ static const char usage[] =
     "Routes CHECK requests to the node owning each (service, user) shard.\n"
     "  --config FILE      cluster.conf to read\n"
     "  --listen HOST:PORT address to serve on (default: [router] listen)\n"
-    "  --name NAME        name answered to PING (default router@HOST:PORT)\n"
+    "  --name NAME        name answered to PING (default HOSTNAME@HOST:PORT)\n"
     "  --log-level LEVEL  verbosity (default info)\n"
     "  --log-file FILE    log there instead of stderr; SIGHUP reopens it\n"
     "  --metrics HOST:PORT  serve /metrics, /healthz, /readyz there (default: [router]\n"
@@ -202,7 +202,13 @@ main(int argc, char **argv)
         rl_daemon_destroy(&m.d);
         return 2;
     }
-    snprintf(defname, sizeof(defname), "router@%s", m.d.addr);
+    /* One name everywhere: PING, STATS and its routers/ znode (rl-cli status). */
+    if (m.d.name == NULL) {
+        char host[64] = "";
+
+        gethostname(host, sizeof(host) - 1);
+        snprintf(defname, sizeof(defname), "%s@%s", host[0] ? host : "router", m.d.addr);
+    }
     opts.name = m.d.name != NULL ? m.d.name : defname;
     m.name = opts.name;
     opts.host = m.d.host;
@@ -233,14 +239,8 @@ main(int argc, char **argv)
         }
         if (rc == 0) {
             /* routers/<name>: who runs, for rl-cli status. */
-            char host[64] = "", aname[200];
+            const char *aname = opts.name;
 
-            if (m.d.name != NULL) {
-                snprintf(aname, sizeof(aname), "%s", m.d.name);
-            } else {
-                gethostname(host, sizeof(host) - 1);
-                snprintf(aname, sizeof(aname), "%s@%s", host[0] ? host : "router", m.d.addr);
-            }
             if (rl_zkm_announce_router(m.zkm, aname, m.d.addr) != 0) {
                 /* Only rl-cli status reads it: serve anyway. */
                 rl_log_warn("not announced in ZooKeeper as %s (%s): rl-cli status will not "

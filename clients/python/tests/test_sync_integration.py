@@ -9,6 +9,8 @@ import time
 import pytest
 
 import harness
+import socket
+
 import ratelimiter
 from ratelimiter import Client, ClientPool, Code, Timeout, Unavailable, headers
 
@@ -17,7 +19,8 @@ pytestmark = pytest.mark.integration
 
 def test_ping_stats(cluster):
     with ratelimiter.connect("127.0.0.1", cluster.port) as c:
-        assert c.ping() == f"router@127.0.0.1:{cluster.port}"
+        # the router's default name, the one it announces in ZooKeeper
+        assert c.ping() == f"{socket.gethostname() or 'router'}@127.0.0.1:{cluster.port}"
         assert "checks" in c.stats()
 
 
