@@ -306,6 +306,9 @@ conf_create(const char *name)
     c->request_log = strdup("");
     c->events_log = strdup("");
     c->throttle_events = 1024;
+    c->events_log_max_size = 64ull << 20;
+    c->events_log_keep = 4;
+    c->events_log_rate = 100;
     c->secret_file = strdup("");
     c->log_sample = 1;
     c->log_max_size = 256ull << 20;

@@ -78,6 +78,11 @@ struct rl_conf {
                                  and closed each; default 1024, 0 = off, max 16384 */
     char *events_log;         /* closed episodes appended as JSON lines; "" = off; %n is
                                  the node's name */
+    uint64_t events_log_max_size; /* rotate the events log before it passes this; 0 = never;
+                                     default 64 MiB */
+    uint32_t events_log_keep;     /* rotated events logs kept; default 4 */
+    uint32_t events_log_rate;     /* episode lines written a second at most; 0 = no cap;
+                                     default 100 */
     /* [router] */
     char *router_host;         /* default 127.0.0.1; an IPv6 address comes without brackets */
     uint16_t router_port;      /* default 7400 */

@@ -284,6 +284,29 @@ set_events_log(struct conf_parser *p, const char *v)
     return set_path(p, &p->c->events_log, v);
 }
 
+/* The events log's bounds (node/throttle.h's defaults are repeated in conf_create). */
+static const char *
+set_events_log_max_size(struct conf_parser *p, const char *v)
+{
+    if (strcmp(v, "0") == 0) {
+        p->c->events_log_max_size = 0;
+        return NULL;
+    }
+    return rl_parse_size(v, &p->c->events_log_max_size);
+}
+
+static const char *
+set_events_log_keep(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->events_log_keep, v, false, 0, 1000, "0..1000");
+}
+
+static const char *
+set_events_log_rate(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->events_log_rate, v, false, 0, 1000000, "0..1000000");
+}
+
 static const char *
 set_request_log(struct conf_parser *p, const char *v)
 {
@@ -445,6 +468,9 @@ const struct conf_key conf_keys[] = {
     {CONF_CLUSTER, "fencing", set_fencing, false},
     {CONF_CLUSTER, "throttle_events", set_throttle_events, false},
     {CONF_CLUSTER, "events_log", set_events_log, false},
+    {CONF_CLUSTER, "events_log_max_size", set_events_log_max_size, false},
+    {CONF_CLUSTER, "events_log_keep", set_events_log_keep, false},
+    {CONF_CLUSTER, "events_log_rate", set_events_log_rate, false},
     {CONF_ROUTER, "listen", set_router_listen, false},
     {CONF_ROUTER, "deadline", set_deadline, false},
     {CONF_ROUTER, "request_log", set_request_log, false},

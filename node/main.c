@@ -20,6 +20,7 @@
 #include "rules.h"
 #include "server.h"
 #include "shardmap.h"
+#include "throttle.h"
 #include "view.h"
 #include "zkm.h"
 
@@ -310,6 +311,16 @@ node_hup(struct rl_daemon *d)
 {
     struct node *n = d->data;
 
+    if (n->server.throttle != NULL && n->server.throttle->log != NULL) {
+        int rc = rl_throttle_reopen(n->server.throttle);
+
+        if (rc != 0) {
+            rl_log_error("SIGHUP: cannot reopen the events log %s: %s",
+                         n->server.throttle->log->path, strerror(-rc));
+        } else {
+            rl_log_info("SIGHUP: reopened the events log %s", n->server.throttle->log->path);
+        }
+    }
     rl_rules_reload_file(&n->rules);
 }
 

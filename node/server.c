@@ -137,6 +137,8 @@ server_stats(struct rl_conn *c, const struct rl_wire_req *req)
         RL_SERVER_PUT("throttle_open", ts.open)
         RL_SERVER_PUT("throttle_recorded", ts.recorded)
         RL_SERVER_PUT("throttle_dropped", ts.dropped)
+        RL_SERVER_PUT("events_log_dropped", ts.log_dropped)
+        RL_SERVER_PUT("events_log_rotations", ts.log_rotations)
     }
     /* Memory pressure per service, "service.NAME.KEY", for the services that fit in the
      * reply's 256 pairs (5 keys each: about 40 services), in config order. */
@@ -412,6 +414,10 @@ server_throttle_create(struct rl_server *s)
         rl_log_error("throttle events: cannot start (%s%s%s)", strerror(-rc),
                      path[0] != '\0' ? ", events_log " : "", path);
         return rc;
+    }
+    if (conf != NULL) {
+        rl_throttle_set_log_bounds(s->throttle, conf->events_log_max_size, conf->events_log_keep,
+                                   conf->events_log_rate);
     }
     if (cap > 0) {
         s->episodes = calloc(RL_WIRE_TOP_MAX, sizeof(*s->episodes));

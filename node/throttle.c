@@ -8,10 +8,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
 #include "json.h"
+#include "log.h"
+#include "logfile.h"
 #include "metrics.h"
 
 static uint64_t
@@ -32,6 +35,213 @@ key_hash(const char *service, size_t slen, const char *endpoint, size_t elen, co
     memcpy(buf + n, user, ulen);
     n += ulen;
     return XXH3_64bits(buf, n);
+}
+
+/* The events log (throttle.h): lines are formatted through a memory stream into `line`,
+ * gathered in `buf`, and written with write(2) once a second (the tick), when buf is full,
+ * before a rotation, at a reopen and at the end. */
+
+static int
+log_create(struct rl_throttle *t, const char *path)
+{
+    struct rl_throttle_log *l = calloc(1, sizeof(*l));
+    int fd;
+
+    if (l == NULL) {
+        return -ENOMEM;
+    }
+    t->log = l;
+    l->fd = -1;
+    l->max_size = RL_THROTTLE_LOG_MAX_SIZE_DEFAULT;
+    l->keep = RL_THROTTLE_LOG_KEEP_DEFAULT;
+    l->rate = RL_THROTTLE_LOG_RATE_DEFAULT;
+    l->path = strdup(path);
+    l->buf = malloc(RL_THROTTLE_LOG_BUF);
+    l->line = malloc(RL_THROTTLE_LINE_MAX);
+    if (l->path == NULL || l->buf == NULL || l->line == NULL) {
+        return -ENOMEM;
+    }
+    l->mem = fmemopen(l->line, RL_THROTTLE_LINE_MAX, "w");
+    if (l->mem == NULL) {
+        return -errno;
+    }
+    fd = rl_logfile_open(path, &l->size);
+    if (fd < 0) {
+        return fd;
+    }
+    l->fd = fd;
+    return 0;
+}
+
+/* Writes buf out; opens the file first if a reopen failed. The lines are gone either way. */
+static void
+log_flush(struct rl_throttle *t)
+{
+    struct rl_throttle_log *l = t->log;
+    int rc;
+
+    if (l->len == 0) {
+        return;
+    }
+    if (l->fd < 0) {
+        rc = rl_logfile_open(l->path, &l->size);
+        if (rc < 0) {
+            t->stats.log_errors++;
+            l->len = 0;
+            return;
+        }
+        l->fd = rc;
+    }
+    rc = rl_logfile_write(l->fd, l->buf, l->len);
+    if (rc != 0) {
+        t->stats.log_errors++;
+        rl_log_warn("events log %s: %s", l->path, strerror(-rc));
+    } else {
+        l->size += l->len;
+    }
+    l->len = 0;
+}
+
+static void
+log_close_fd(struct rl_throttle_log *l)
+{
+    if (l->fd >= 0) {
+        close(l->fd);
+        l->fd = -1;
+    }
+}
+
+static void
+log_rotate(struct rl_throttle *t)
+{
+    struct rl_throttle_log *l = t->log;
+    int rc;
+
+    log_flush(t);
+    log_close_fd(l);
+    if (rl_logfile_shift(l->path, l->keep) != 0) {
+        t->stats.log_errors++;
+    }
+    t->stats.log_rotations++;
+    rc = rl_logfile_open(l->path, &l->size);
+    if (rc < 0) {
+        t->stats.log_errors++;
+        rl_log_warn("events log %s: %s", l->path, strerror(-rc));
+        return;
+    }
+    l->fd = rc;
+}
+
+/* Appends the line formatted in mem: rotates first when it would take the file past
+ * max_size (a file holds at least one line, so a line longer than max_size still goes). */
+static void
+log_put(struct rl_throttle *t)
+{
+    struct rl_throttle_log *l = t->log;
+    long end;
+    size_t n;
+
+    fputc('\n', l->mem);
+    fflush(l->mem);
+    end = ftell(l->mem);
+    if (ferror(l->mem) || end <= 0 || (size_t)end >= RL_THROTTLE_LINE_MAX) {
+        t->stats.log_errors++; /* cannot happen: a line is at most about 3.7 KB */
+        return;
+    }
+    n = (size_t)end;
+    if (l->max_size != 0 && l->size + l->len + n > l->max_size && l->size + l->len > 0) {
+        log_rotate(t);
+    }
+    if (l->len + n > RL_THROTTLE_LOG_BUF) {
+        log_flush(t);
+    }
+    memcpy(l->buf + l->len, l->line, n);
+    l->len += n;
+}
+
+static void
+log_begin(struct rl_throttle_log *l, struct rl_json *j)
+{
+    rewind(l->mem);
+    rl_json_init(j, l->mem);
+    rl_json_begin_object(j);
+}
+
+/* The summary of the episodes dropped since the last one, if any. */
+static void
+log_summary(struct rl_throttle *t)
+{
+    struct rl_throttle_log *l = t->log;
+    struct rl_json j;
+
+    if (l->drop_n == 0) {
+        return;
+    }
+    log_begin(l, &j);
+    rl_json_kv_u64(&j, "dropped", l->drop_n);
+    rl_json_kv_u64(&j, "refused", l->drop_refused);
+    rl_json_kv_u64(&j, "from_ms", l->drop_from_ms);
+    rl_json_kv_u64(&j, "to_ms", l->drop_to_ms);
+    rl_json_kv_str(&j, "node", t->node);
+    rl_json_end_object(&j);
+    log_put(t);
+    l->drop_n = 0;
+    l->drop_refused = 0;
+}
+
+static void
+log_destroy(struct rl_throttle *t)
+{
+    struct rl_throttle_log *l = t->log;
+
+    if (l == NULL) {
+        return;
+    }
+    if (l->mem != NULL && l->buf != NULL) {
+        log_summary(t);
+        log_flush(t);
+    }
+    log_close_fd(l);
+    if (l->mem != NULL) {
+        fclose(l->mem);
+    }
+    free(l->line);
+    free(l->buf);
+    free(l->path);
+    free(l);
+    t->log = NULL;
+}
+
+void
+rl_throttle_set_log_bounds(struct rl_throttle *t, uint64_t max_size, uint32_t keep, uint32_t rate)
+{
+    if (t == NULL || t->log == NULL) {
+        return;
+    }
+    t->log->max_size = max_size;
+    t->log->keep = keep;
+    t->log->rate = rate;
+}
+
+int
+rl_throttle_reopen(struct rl_throttle *t)
+{
+    struct rl_throttle_log *l;
+    int fd;
+
+    if (t == NULL || t->log == NULL) {
+        return 0;
+    }
+    l = t->log;
+    log_flush(t);
+    log_close_fd(l);
+    fd = rl_logfile_open(l->path, &l->size);
+    if (fd < 0) {
+        t->stats.log_errors++;
+        return fd;
+    }
+    l->fd = fd;
+    return 0;
 }
 
 int
@@ -70,10 +280,9 @@ rl_throttle_create(struct rl_throttle **out, uint32_t capacity, const char *node
     t->free_head = 0;
     snprintf(t->node, sizeof(t->node), "%s", node != NULL ? node : "");
     if (events_log != NULL && events_log[0] != '\0') {
-        t->log = fopen(events_log, "ae");
-        if (t->log == NULL) {
-            int rc = -errno;
+        int rc = log_create(t, events_log);
 
+        if (rc != 0) {
             rl_throttle_destroy(t);
             return rc;
         }
@@ -88,9 +297,7 @@ rl_throttle_destroy(struct rl_throttle *t)
     if (t == NULL) {
         return;
     }
-    if (t->log != NULL) {
-        fclose(t->log);
-    }
+    log_destroy(t);
     free(t->open);
     free(t->ring);
     free(t->slots);
@@ -144,13 +351,31 @@ slot_delete(struct rl_throttle *t, uint32_t i)
     t->slots[i] = 0;
 }
 
+/* Writes closed episode e at now, or counts it as dropped past the second's cap. */
 static void
-log_episode(struct rl_throttle *t, const struct rl_throttle_ep *e)
+log_episode(struct rl_throttle *t, const struct rl_throttle_ep *e, uint64_t now)
 {
+    struct rl_throttle_log *l = t->log;
     struct rl_json j;
 
-    rl_json_init(&j, t->log);
-    rl_json_begin_object(&j);
+    if (now >= l->win_ms + 1000 || now < l->win_ms) {
+        l->win_ms = now;
+        l->win_lines = 0;
+    }
+    if (l->rate != 0 && l->win_lines >= l->rate) {
+        if (l->drop_n == 0 || e->end_ms < l->drop_from_ms) {
+            l->drop_from_ms = e->end_ms;
+        }
+        if (l->drop_n == 0 || e->end_ms > l->drop_to_ms) {
+            l->drop_to_ms = e->end_ms;
+        }
+        l->drop_n++;
+        l->drop_refused += e->refused;
+        t->stats.log_dropped++;
+        return;
+    }
+    l->win_lines++;
+    log_begin(l, &j);
     rl_json_key(&j, "service");
     rl_json_strn(&j, e->service, e->slen);
     rl_json_key(&j, "endpoint");
@@ -163,12 +388,14 @@ log_episode(struct rl_throttle *t, const struct rl_throttle_ep *e)
     rl_json_kv_str(&j, "ended", rl_wire_ended_name(e->ended));
     rl_json_kv_str(&j, "node", t->node);
     rl_json_end_object(&j);
-    fputc('\n', t->log);
+    log_put(t);
+    t->stats.log_lines++;
 }
 
-/* Moves the open episode in slot i to the ring, ended at end_ms. */
+/* Moves the open episode in slot i to the ring, ended at end_ms (now is the clock, for the
+ * events log's cap). */
 static void
-close_slot(struct rl_throttle *t, uint32_t i, uint64_t end_ms, uint32_t ended)
+close_slot(struct rl_throttle *t, uint32_t i, uint64_t end_ms, uint32_t ended, uint64_t now)
 {
     uint32_t idx = t->slots[i] - 1;
     struct rl_throttle_ep *e = &t->open[idx];
@@ -182,7 +409,7 @@ close_slot(struct rl_throttle *t, uint32_t i, uint64_t end_ms, uint32_t ended)
     memcpy(r->endpoint, e->endpoint, e->elen);
     memcpy(r->user, e->user, e->ulen);
     if (t->log != NULL) {
-        log_episode(t, r);
+        log_episode(t, r, now);
     }
     t->ring_head = t->ring_head + 1 == t->cap ? 0 : t->ring_head + 1;
     if (t->ring_len < t->cap) {
@@ -256,7 +483,7 @@ rl_throttle_allowed(struct rl_throttle *t, const char *service, size_t slen, con
     h = key_hash(service, slen, endpoint, elen, user, ulen);
     i = find_slot(t, h, service, slen, endpoint, elen, user, ulen);
     if (t->slots[i] != 0) {
-        close_slot(t, i, now, RL_WIRE_ENDED_ALLOWED);
+        close_slot(t, i, now, RL_WIRE_ENDED_ALLOWED, now);
     }
 }
 
@@ -279,13 +506,14 @@ rl_throttle_tick(struct rl_throttle *t, uint64_t now)
         e = &t->open[t->slots[i] - 1];
         if (e->until_ms <= UINT64_MAX - RL_THROTTLE_IDLE_GRACE_MS &&
             e->until_ms + RL_THROTTLE_IDLE_GRACE_MS <= now) {
-            close_slot(t, i, e->until_ms, RL_WIRE_ENDED_IDLE);
+            close_slot(t, i, e->until_ms, RL_WIRE_ENDED_IDLE, now);
             continue;
         }
         i++;
     }
     if (t->log != NULL) {
-        fflush(t->log);
+        log_summary(t);
+        log_flush(t);
     }
 }
 
@@ -387,4 +615,16 @@ rl_throttle_metrics(const struct rl_throttle *t, struct rl_prom *p)
     rl_prom_one(p, "rl_node_throttle_dropped_total", "counter",
                 "Refusals not recorded because throttle_events episodes were open.", NULL,
                 ts.dropped);
+    rl_prom_one(p, "rl_node_throttle_log_lines_total", "counter",
+                "Closed episodes written to the events log.", NULL, ts.log_lines);
+    rl_prom_one(p, "rl_node_throttle_log_dropped_total", "counter",
+                "Closed episodes not written to the events log: past events_log_rate lines in "
+                "their second (summed in its summary lines).",
+                NULL, ts.log_dropped);
+    rl_prom_one(p, "rl_node_throttle_log_rotations_total", "counter",
+                "Events-log files rotated for their size (events_log_max_size).", NULL,
+                ts.log_rotations);
+    rl_prom_one(p, "rl_node_throttle_log_errors_total", "counter",
+                "Events-log opens or writes that failed (their lines are lost).", NULL,
+                ts.log_errors);
 }

@@ -7,6 +7,12 @@
  * bounded ring that overwrites the oldest. Both are allocated once at creation: recording
  * never allocates, and a key refused while the open table is full is counted as dropped
  * instead. Single-threaded (the node's loop). Not for deciding anything (limiter.h).
+ *
+ * The events log (optional) gets one JSON line per closed episode. It holds user ids, so it
+ * is created 0640 and bounded twice (docs/OPERATIONS.md, "Throttle events"): at most
+ * log_rate lines a second are written, the episodes past that are counted as dropped and
+ * summed in one summary line a second; and the file is rotated before it would pass
+ * log_max_size, keeping log_keep old files (logfile.h, as the router's request log).
  */
 #ifndef RL_THROTTLE_H
 #define RL_THROTTLE_H
@@ -24,6 +30,12 @@
  * more has passed with no request, so a key asked again the moment it is allowable closes
  * "allowed"; its end is still the moment it became allowable. */
 #define RL_THROTTLE_IDLE_GRACE_MS 1000u
+/* The events log's bounds when not set ([cluster] events_log_max_size, _keep, _rate). */
+#define RL_THROTTLE_LOG_MAX_SIZE_DEFAULT (64ull << 20)
+#define RL_THROTTLE_LOG_KEEP_DEFAULT 4u
+#define RL_THROTTLE_LOG_RATE_DEFAULT 100u
+#define RL_THROTTLE_LOG_BUF 65536u /* bytes buffered before a write(2) */
+#define RL_THROTTLE_LINE_MAX 4096u /* one line, strings escaped at worst */
 
 struct rl_throttle_ep {
     uint64_t hash;
@@ -46,6 +58,29 @@ struct rl_throttle_stats {
     uint64_t recorded; /* episodes opened since start */
     uint64_t dropped;  /* refusals not recorded: the open table was full */
     uint64_t closed;   /* episodes closed since start (in the ring, or overwritten) */
+    /* the events log */
+    uint64_t log_lines;     /* episode lines written (or buffered) */
+    uint64_t log_dropped;   /* closed episodes not written: past log_rate in their second */
+    uint64_t log_rotations; /* files rotated for their size */
+    uint64_t log_errors;    /* failed opens or writes (their lines are lost) */
+};
+
+/* The events log: a descriptor, a write buffer, and what bounds it. */
+struct rl_throttle_log {
+    int fd;             /* -1: none, or an open that failed (retried at the next flush) */
+    char *path;         /* as given (%n already replaced) */
+    uint64_t size;      /* bytes in the file now */
+    uint64_t max_size;  /* rotate before a line would take it past this; 0: never */
+    uint32_t keep;      /* rotated files kept */
+    uint32_t rate;      /* lines a second; 0: no cap */
+    uint64_t win_ms;    /* start of the current second of the cap */
+    uint32_t win_lines; /* lines written in it */
+    /* episodes dropped since the last summary line, their refusals, their end_ms range */
+    uint64_t drop_n, drop_refused, drop_from_ms, drop_to_ms;
+    char *buf;  /* RL_THROTTLE_LOG_BUF bytes */
+    size_t len; /* of them used */
+    char *line; /* RL_THROTTLE_LINE_MAX bytes, formatted through mem */
+    FILE *mem;
 };
 
 /* Public for rl_throttle_any_open; the rest is private to throttle.c. */
@@ -61,19 +96,33 @@ struct rl_throttle {
     uint32_t ring_len;
     const struct rl_throttle_ep **scratch; /* 2 * cap, for queries */
     struct rl_throttle_stats stats;
-    FILE *log; /* events_log, or NULL */
+    struct rl_throttle_log *log; /* events_log, or NULL */
     char node[RL_WIRE_NODE_MAX + 1];
 };
 
 /*
  * Creates a record of at most capacity open and capacity closed episodes (capacity
  * 1..RL_THROTTLE_MAX; 0 sets *out NULL: recording is off) for node `node`. events_log, when
- * not NULL or "", is a file each closed episode is appended to as one JSON line. Returns 0,
- * -EINVAL, -ENOMEM, or the errno of opening the log.
+ * not NULL or "", is a file each closed episode is appended to as one JSON line, with the
+ * default bounds (rl_throttle_set_log_bounds). Returns 0, -EINVAL, -ENOMEM, or the negative
+ * errno of opening the log.
  */
 int rl_throttle_create(struct rl_throttle **out, uint32_t capacity, const char *node,
                        const char *events_log);
 void rl_throttle_destroy(struct rl_throttle *t);
+
+/* The events log's bounds: rotate before a line would take the file past max_size bytes (0:
+ * never) to PATH.1 .. PATH.keep (0 keeps none); write at most rate episode lines a second (0:
+ * no cap), counting the rest in log_dropped and writing, once a second while some were, one
+ * summary line {"dropped":N,"refused":R,"from_ms":..,"to_ms":..,"node":..}. No-op without a
+ * log. */
+void rl_throttle_set_log_bounds(struct rl_throttle *t, uint64_t max_size, uint32_t keep,
+                                uint32_t rate);
+
+/* Writes what is buffered and reopens the events log by its path (after an external rename:
+ * SIGHUP). Returns 0 (also without a log) or the negative errno of the open; a failed open is
+ * retried at the next flush. */
+int rl_throttle_reopen(struct rl_throttle *t);
 
 /* True while an episode is open: the one test an ALLOWED answer pays when none is. */
 static inline bool
@@ -93,7 +142,8 @@ void rl_throttle_allowed(struct rl_throttle *t, const char *service, size_t slen
                          uint64_t now);
 
 /* Closes "idle" the open episodes allowable since RL_THROTTLE_IDLE_GRACE_MS before now,
- * and flushes the events log. Off the request path (the node's timer). */
+ * writes the summary of the episodes the log dropped, if any, and flushes the events log.
+ * Off the request path (the node's timer). */
 void rl_throttle_tick(struct rl_throttle *t, uint64_t now);
 
 /*

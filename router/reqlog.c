@@ -7,13 +7,13 @@
 #include "reqlog.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
+#include "logfile.h"
 #include "metrics.h"
 #include "reqline.h"
 
@@ -45,61 +45,30 @@ struct rl_reqlog {
 static int
 reqlog_open(struct rl_reqlog *l)
 {
-    uv_fs_t req;
     /* It holds user ids: readable by the owner and its group, not by everyone. */
-    int fd = uv_fs_open(NULL, &req, l->path, O_WRONLY | O_CREAT | O_APPEND, 0640, NULL);
+    int fd = rl_logfile_open(l->path, &l->size);
 
-    uv_fs_req_cleanup(&req);
     if (fd < 0) {
         l->stats.errors++;
-        rl_log_error("request log %s: %s", l->path, uv_strerror(fd));
+        rl_log_error("request log %s: %s", l->path, strerror(-fd));
         return fd;
     }
     l->fd = fd;
-    {
-        uv_fs_t st;
-
-        l->size = uv_fs_fstat(NULL, &st, fd, NULL) == 0 ? st.statbuf.st_size : 0;
-        uv_fs_req_cleanup(&st);
-    }
     return 0;
 }
 
 static void reqlog_close_fd(struct rl_reqlog *l);
 
-/* PATH.i, or PATH for i = 0. */
-static void
-reqlog_name(const struct rl_reqlog *l, uint32_t i, char *buf, size_t len)
-{
-    if (i == 0) {
-        snprintf(buf, len, "%s", l->path);
-    } else {
-        snprintf(buf, len, "%s.%u", l->path, i);
-    }
-}
-
-/* Shifts PATH.(keep-1) to PATH.keep, ..., PATH to PATH.1 (the oldest is overwritten), and
- * starts a new PATH. Synchronous renames on the loop thread: a few syscalls per rotation. */
+/* PATH to PATH.1 ... (logfile.h), and a new PATH. Synchronous renames on the loop thread: a
+ * few syscalls per rotation. */
 static void
 reqlog_rotate(struct rl_reqlog *l)
 {
-    char from[4096], to[4096];
-    uv_fs_t req;
-
-    for (uint32_t i = l->keep; i > 0; i--) {
-        reqlog_name(l, i - 1, from, sizeof(from));
-        reqlog_name(l, i, to, sizeof(to));
-        if (uv_fs_rename(NULL, &req, from, to, NULL) < 0 && i == 1) {
-            l->stats.errors++;
-        }
-        uv_fs_req_cleanup(&req);
-    }
-    if (l->keep == 0) {
-        uv_fs_unlink(NULL, &req, l->path, NULL);
-        uv_fs_req_cleanup(&req);
+    reqlog_close_fd(l);
+    if (rl_logfile_shift(l->path, l->keep) != 0) {
+        l->stats.errors++;
     }
     l->stats.rotations++;
-    reqlog_close_fd(l);
     reqlog_open(l);
 }
 

@@ -31,8 +31,8 @@ struct rl_reqlog_stats {
 struct rl_reqlog;
 
 /*
- * Opens path for appending (created 0644). sample = log one request in `sample` (>= 1).
- * Returns 0 or a negative errno.
+ * Opens path for appending (created 0640: logfile.h). sample = log one request in `sample`
+ * (>= 1). Returns 0 or a negative errno.
  */
 int rl_reqlog_create(struct rl_reqlog **out, uv_loop_t *loop, const char *path, uint32_t sample);
 

@@ -163,6 +163,9 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c->deadline_ms, 50);
     ck_assert_str_eq(c->request_log, "");
     ck_assert_uint_eq(c->log_sample, 1);
+    ck_assert_uint_eq(c->events_log_max_size, 64ull << 20);
+    ck_assert_uint_eq(c->events_log_keep, 4);
+    ck_assert_uint_eq(c->events_log_rate, 100);
     ck_assert_uint_eq(c->nnodes, 0);
     ck_assert_uint_eq(c->nrules, 0);
     ck_assert_uint_eq(c->ntiers, 0);
@@ -337,6 +340,12 @@ static const struct {
     {"[router]\nrequest_log_sample = 0\n", 2,
      "request_log_sample: \"0\" is out of range (1..4294967295)"},
     {"[router]\nrequest_log_sample = 4294967296\n", 2, "is out of range"},
+    {"[cluster]\nevents_log_keep = 1001\n", 2,
+     "events_log_keep: \"1001\" is out of range (0..1000)"},
+    {"[cluster]\nevents_log_rate = 1000001\n", 2,
+     "events_log_rate: \"1000001\" is out of range (0..1000000)"},
+    {"[cluster]\nevents_log_max_size = lots\n", 2, "is not a size"},
+    {"[router]\nevents_log_keep = 1\n", 2, "events_log_keep"},
     /* Bad values, [node]. */
     {"[node a]\nlisten = 127.0.0.1:7401\nmemory = 1000kb\n", 3,
      "memory: \"1000kb\" is below the minimum of 1mb"},
@@ -988,6 +997,8 @@ START_TEST(test_relative_paths)
     ck_assert_int_eq(chmod(secret, 0600), 0);
     ck_assert_int_eq(rl_harness_write_file(conf, "[cluster]\nsecret_file = sub/secret\n"
                                                  "events_log = ev-%%n.jsonl\n"
+                                                 "events_log_max_size = 1mb\n"
+                                                 "events_log_keep = 0\nevents_log_rate = 0\n"
                                                  "[router]\nrequest_log = x.log\n"),
                      0);
 
@@ -1000,6 +1011,9 @@ START_TEST(test_relative_paths)
     ck_assert_str_eq(c->request_log, want);
     snprintf(want, sizeof(want), "%s/ev-%%n.jsonl", real);
     ck_assert_str_eq(c->events_log, want);
+    ck_assert_uint_eq(c->events_log_max_size, 1ull << 20);
+    ck_assert_uint_eq(c->events_log_keep, 0);
+    ck_assert_uint_eq(c->events_log_rate, 0);
     snprintf(want, sizeof(want), "%s/sub/secret", real);
     ck_assert_str_eq(c->secret_file, want);
     ck_assert_uint_eq(c->secret_len, 20);

@@ -10,14 +10,22 @@
  *   - a hostile client throttling many distinct users cannot grow a node's record: each
  *     node records at most throttle_events open episodes and counts the rest as dropped;
  *   - a client pipelining THROTTLED requests gets OVERLOADED past the per-client bound of
- *     fan-outs in flight, and an answer to every request.
+ *     fan-outs in flight, and an answer to every request;
+ *   - the events log under abuse (a real clock, one node): one client cycling 1,000 users
+ *     on fixed_window 1 per 100ms for 3 s gets a log created 0640 whose files each stay
+ *     within events_log_max_size, at most events_log_keep of them rotated, written at most
+ *     events_log_rate lines a second (the rest counted in STATS events_log_dropped and
+ *     summed in summary lines); after an external rename, SIGHUP reopens it.
  */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "reqclient.h"
 #include "harness.h"
@@ -414,6 +422,151 @@ START_TEST(test_missing_node)
 }
 END_TEST
 
+/* ---- the events log under abuse ---------------------------------------------------------- */
+
+#define EV_MAX_SIZE 8192
+#define EV_KEEP 2
+#define EV_RATE 20
+#define EV_USERS 1000
+
+static char ev_conf[PATH_MAX], ev_path[PATH_MAX];
+static int ev_port;
+static struct rl_harness_server ev_node;
+static mode_t ev_umask;
+
+static void
+ev_setup(void)
+{
+    char tmpl[PATH_MAX];
+
+    ev_umask = umask(022);
+    ev_port = rl_harness_free_port();
+    ck_assert_int_gt(ev_port, 0);
+    ck_assert_int_eq(rl_harness_tmppath(ev_conf, sizeof(ev_conf), "events.conf"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(tmpl, sizeof(tmpl), "events-%%n.jsonl"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(ev_path, sizeof(ev_path), "events-a.jsonl"), 0);
+    ck_assert_int_eq(rl_harness_write_file(ev_conf,
+                                           "[cluster]\nname = ev\n"
+                                           "events_log = %s\n"
+                                           "events_log_max_size = %d\n"
+                                           "events_log_keep = %d\n"
+                                           "events_log_rate = %d\n"
+                                           "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[service abuse]\nlimit = fixed_window 1 per 100ms\n",
+                                           tmpl, EV_MAX_SIZE, EV_KEEP, EV_RATE, ev_port),
+                     0);
+    memset(&ev_node, 0, sizeof(ev_node));
+    ck_assert_int_eq(rl_harness_node_start(&ev_node, ev_conf, "a", ev_port, 0), 0);
+}
+
+static void
+ev_teardown(void)
+{
+    rl_harness_cleanup();
+    umask(ev_umask);
+}
+
+/* One client cycling EV_USERS users, a whole cycle pipelined at a time, for ms. Returns how
+ * many were refused. */
+static uint64_t
+ev_attack(int ms)
+{
+    static char users[EV_USERS][16];
+    static struct rl_wire_req reqs[EV_USERS];
+    static struct rl_wire_check_reply reps[EV_USERS];
+    struct rl_client *c = NULL;
+    uint64_t limited = 0;
+    struct timespec t0, t1;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)ev_port, T_TIMEOUT), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        for (int i = 0; i < EV_USERS; i++) {
+            int len = snprintf(users[i], sizeof(users[i]), "user%d", i);
+
+            memset(&reqs[i], 0, sizeof(reqs[i]));
+            reqs[i].op = RL_WIRE_OP_CHECK;
+            reqs[i].service.ptr = "abuse";
+            reqs[i].service.len = 5;
+            reqs[i].user.ptr = users[i];
+            reqs[i].user.len = (uint32_t)len;
+            reqs[i].cost = 1;
+        }
+        ck_assert_int_eq(rl_client_check_many(c, reqs, EV_USERS, reps, 30000), 0);
+        for (int i = 0; i < EV_USERS; i++) {
+            limited += reps[i].code == RL_WIRE_LIMITED;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= ms) {
+            break;
+        }
+    }
+    rl_client_destroy(c);
+    return limited;
+}
+
+static off_t
+ev_size(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+START_TEST(test_events_log_under_abuse)
+{
+    char name[PATH_MAX + 16], moved[PATH_MAX + 16];
+    static char buf[EV_MAX_SIZE * 2];
+    struct stat st;
+    int64_t dropped, rotations;
+    bool summary = false;
+    uint64_t limited;
+
+    limited = ev_attack(3000);
+    /* the node flushes the log once a second */
+    usleep(1500 * 1000);
+    /* the attack did throttle: thousands of episodes opened and closed */
+    ck_assert_uint_gt(limited, 5000);
+    ck_assert_int_eq(stat(ev_path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0640);
+    for (uint32_t i = 0; i <= EV_KEEP + 1; i++) {
+        snprintf(name, sizeof(name), i == 0 ? "%s" : "%s.%u", ev_path, i);
+        if (i == EV_KEEP + 1) {
+            RL_CHECK(ev_size(name) == -1, "%s exists: more than events_log_keep files", name);
+            break;
+        }
+        if (ev_size(name) < 0) {
+            continue;
+        }
+        RL_CHECK(ev_size(name) <= EV_MAX_SIZE, "%s has %lld bytes, past events_log_max_size", name,
+                 (long long)ev_size(name));
+        ck_assert_int_eq(stat(name, &st), 0);
+        ck_assert_uint_eq(st.st_mode & 0777, 0640);
+        ck_assert_int_gt(rl_harness_read_file(name, buf, sizeof(buf)), 0);
+        summary = summary || strstr(buf, "{\"dropped\":") != NULL;
+    }
+    ck_assert(summary);
+    /* The rate bound: about 4.5 s of EV_RATE lines a second (and a summary each) is under
+     * 13 KB, so a rotation or two; without it the same attack writes megabytes. */
+    dropped = rl_test_stat(ev_port, "events_log_dropped");
+    rotations = rl_test_stat(ev_port, "events_log_rotations");
+    RL_CHECK(dropped > 1000, "events_log_dropped %lld", (long long)dropped);
+    RL_CHECK(rotations >= 1 && rotations <= 4, "events_log_rotations %lld", (long long)rotations);
+
+    /* SIGHUP reopens it by its path after an external rename (logrotate). */
+    snprintf(moved, sizeof(moved), "%s.moved", ev_path);
+    ck_assert_int_eq(rename(ev_path, moved), 0);
+    ck_assert_int_eq(kill(ev_node.pid, SIGHUP), 0);
+    usleep(300 * 1000);
+    ev_attack(500);
+    usleep(1500 * 1000);
+    ck_assert_int_eq(stat(ev_path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0640);
+    ck_assert_int_gt(st.st_size, 0);
+    ck_assert_int_le(st.st_size, EV_MAX_SIZE);
+}
+END_TEST
+
 static Suite *
 throttled_suite(void)
 {
@@ -425,6 +578,11 @@ throttled_suite(void)
     tcase_add_test(tc, test_episode_through_router);
     tcase_add_test(tc, test_many_users_bounded);
     tcase_add_test(tc, test_missing_node);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("events_log");
+    tcase_add_checked_fixture(tc, ev_setup, ev_teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_events_log_under_abuse);
     suite_add_tcase(s, tc);
     return s;
 }

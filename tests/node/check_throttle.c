@@ -3,13 +3,17 @@
  * counts the refusals, closes "allowed" at the next allowance or "idle" once its retry_after
  * (plus the grace) has passed; the open table and the ring hold at most their capacity (the
  * rest is dropped, or overwritten oldest first); queries filter by service and since_ms and
- * return the most refused first, at most top.
+ * return the most refused first, at most top. The events log: one JSON line per closed
+ * episode, created 0640, at most events_log_rate lines a second (the rest counted as dropped
+ * and summed in one summary line), rotated before it would pass events_log_max_size with
+ * events_log_keep old files, and reopened by its path (SIGHUP).
  */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "harness.h"
 #include "rltest.h"
@@ -297,6 +301,199 @@ START_TEST(test_events_log)
 }
 END_TEST
 
+static size_t
+count_char(const char *s, char c)
+{
+    size_t n = 0;
+
+    for (; *s != '\0'; s++) {
+        n += *s == c;
+    }
+    return n;
+}
+
+static off_t
+file_size(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/* It holds user ids: created 0640 whatever the default bounds, as the request log. */
+START_TEST(test_events_log_mode)
+{
+    struct rl_throttle *t;
+    char path[PATH_MAX];
+    struct stat st;
+    mode_t old = umask(022);
+
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "mode.log"), 0);
+    ck_assert_int_eq(rl_throttle_create(&t, 4, "n1", path), 0);
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0640);
+    rl_throttle_destroy(t);
+    umask(old);
+}
+END_TEST
+
+/* A client cycling users closes an episode per user per window: at most `rate` lines are
+ * written in a second; the rest are counted and summed in one summary line at the tick. */
+START_TEST(test_events_log_rate)
+{
+    struct rl_throttle *t;
+    struct rl_throttle_stats st;
+    char path[PATH_MAX], user[32];
+    static char buf[1 << 20];
+
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "rate.log"), 0);
+    ck_assert_int_eq(rl_throttle_create(&t, 1024, "n1", path), 0);
+    rl_throttle_set_log_bounds(t, 0, 4, 10);
+    /* Second 1: 1000 users, each refused twice then allowed: 1000 episodes closed. */
+    for (int i = 0; i < 1000; i++) {
+        snprintf(user, sizeof(user), "u%d", i);
+        limited(t, "web", NULL, user, 1000, 100);
+        limited(t, "web", NULL, user, 1001, 100);
+    }
+    for (int i = 0; i < 1000; i++) {
+        snprintf(user, sizeof(user), "u%d", i);
+        allowed(t, "web", NULL, user, 1100 + (uint64_t)i / 2);
+    }
+    rl_throttle_tick(t, 1700);
+    rl_throttle_stats(t, &st);
+    ck_assert_uint_eq(st.log_lines, 10);
+    ck_assert_uint_eq(st.log_dropped, 990);
+    ck_assert_int_gt(rl_harness_read_file(path, buf, sizeof(buf)), 0);
+    ck_assert_uint_eq(count_char(buf, '\n'), 11);
+    ck_assert_ptr_nonnull(strstr(buf, "\"user\":\"u9\""));
+    ck_assert_ptr_null(strstr(buf, "\"user\":\"u10\""));
+    ck_assert_ptr_nonnull(strstr(buf, "{\"dropped\":990,\"refused\":1980,\"from_ms\":1105,"
+                                      "\"to_ms\":1599,\"node\":\"n1\"}\n"));
+    /* The next second writes again, and a quiet tick writes no summary. */
+    limited(t, "web", NULL, "late", 2200, 100);
+    allowed(t, "web", NULL, "late", 2300);
+    rl_throttle_tick(t, 2400);
+    rl_throttle_tick(t, 3400);
+    rl_throttle_stats(t, &st);
+    ck_assert_uint_eq(st.log_lines, 11);
+    ck_assert_int_gt(rl_harness_read_file(path, buf, sizeof(buf)), 0);
+    ck_assert_uint_eq(count_char(buf, '\n'), 12);
+    ck_assert_ptr_nonnull(strstr(buf, "\"user\":\"late\""));
+    rl_throttle_destroy(t);
+}
+END_TEST
+
+/* Writes n episodes of distinct users, one a second (under any cap), ticking each time. */
+static void
+close_many(struct rl_throttle *t, int n)
+{
+    char user[32];
+
+    for (int i = 0; i < n; i++) {
+        uint64_t now = 10000 + (uint64_t)i * 1000;
+
+        snprintf(user, sizeof(user), "user-%04d", i);
+        limited(t, "web", "/pay", user, now, 10);
+        allowed(t, "web", "/pay", user, now + 20);
+        if (i % 7 == 0) {
+            rl_throttle_tick(t, now + 30);
+        }
+    }
+    rl_throttle_tick(t, 10000 + (uint64_t)n * 1000);
+}
+
+/* Every file holds whole lines, none passes max_size, and `keep` old ones stay. */
+START_TEST(test_events_log_rotation)
+{
+    struct rl_throttle *t;
+    struct rl_throttle_stats st;
+    char path[PATH_MAX], name[PATH_MAX + 16];
+    static char buf[8192];
+
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "rot.log"), 0);
+    ck_assert_int_eq(rl_throttle_create(&t, 16, "n1", path), 0);
+    rl_throttle_set_log_bounds(t, 1000, 2, 0);
+    close_many(t, 100);
+    rl_throttle_stats(t, &st);
+    ck_assert_uint_eq(st.log_lines, 100);
+    ck_assert_uint_ge(st.log_rotations, 10);
+    ck_assert_uint_eq(st.log_errors, 0);
+    for (uint32_t i = 0; i <= 2; i++) {
+        ssize_t n;
+
+        snprintf(name, sizeof(name), i == 0 ? "%s" : "%s.%u", path, i);
+        n = rl_harness_read_file(name, buf, sizeof(buf));
+        ck_assert_int_gt(n, 0);
+        ck_assert_int_le(file_size(name), 1000);
+        ck_assert_int_eq(buf[0], '{');
+        ck_assert_int_eq(buf[n - 1], '\n');
+        /* a line is about 140 bytes: a rotated file is more than half full */
+        ck_assert_int_gt(n, i == 0 ? 0 : 500);
+    }
+    snprintf(name, sizeof(name), "%s.3", path);
+    ck_assert_int_eq(file_size(name), -1);
+    /* The newest episode is in PATH, the one before the rotation in PATH.1. */
+    ck_assert_int_gt(rl_harness_read_file(path, buf, sizeof(buf)), 0);
+    ck_assert_ptr_nonnull(strstr(buf, "user-0099"));
+    rl_throttle_destroy(t);
+
+    /* keep 0: no old file at all. */
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "rot0.log"), 0);
+    ck_assert_int_eq(rl_throttle_create(&t, 16, "n1", path), 0);
+    rl_throttle_set_log_bounds(t, 1000, 0, 0);
+    close_many(t, 50);
+    rl_throttle_destroy(t);
+    ck_assert_int_le(file_size(path), 1000);
+    ck_assert_int_gt(file_size(path), 0);
+    snprintf(name, sizeof(name), "%s.1", path);
+    ck_assert_int_eq(file_size(name), -1);
+
+    /* max_size 0: never rotated. */
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "rotnever.log"), 0);
+    ck_assert_int_eq(rl_throttle_create(&t, 16, "n1", path), 0);
+    rl_throttle_set_log_bounds(t, 0, 2, 0);
+    close_many(t, 50);
+    rl_throttle_stats(t, &st);
+    ck_assert_uint_eq(st.log_rotations, 0);
+    rl_throttle_destroy(t);
+    ck_assert_int_gt(file_size(path), 5000);
+}
+END_TEST
+
+/* SIGHUP's reopen: after an external rename, the lines go to a new PATH, created 0640. */
+START_TEST(test_events_log_reopen)
+{
+    struct rl_throttle *t;
+    char path[PATH_MAX], old[PATH_MAX + 8];
+    static char buf[8192];
+    struct stat st;
+    mode_t um = umask(022);
+
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "hup.log"), 0);
+    snprintf(old, sizeof(old), "%s.old", path);
+    ck_assert_int_eq(rl_throttle_create(&t, 4, "n1", path), 0);
+    ck_assert_int_eq(rl_throttle_reopen(NULL), 0);
+    limited(t, "web", NULL, "before", 1000, 10);
+    allowed(t, "web", NULL, "before", 1010);
+    /* buffered: the reopen writes it to the file it was meant for */
+    ck_assert_int_eq(rename(path, old), 0);
+    ck_assert_int_eq(rl_throttle_reopen(t), 0);
+    limited(t, "web", NULL, "after", 2000, 10);
+    allowed(t, "web", NULL, "after", 2010);
+    rl_throttle_tick(t, 2020);
+    ck_assert_int_gt(rl_harness_read_file(old, buf, sizeof(buf)), 0);
+    ck_assert_ptr_nonnull(strstr(buf, "before"));
+    ck_assert_ptr_null(strstr(buf, "after"));
+    ck_assert_int_gt(rl_harness_read_file(path, buf, sizeof(buf)), 0);
+    ck_assert_ptr_nonnull(strstr(buf, "after"));
+    ck_assert_ptr_null(strstr(buf, "before"));
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0640);
+    rl_throttle_destroy(t);
+    umask(um);
+}
+END_TEST
+
 static Suite *
 throttle_suite(void)
 {
@@ -311,6 +508,10 @@ throttle_suite(void)
     tcase_add_test(tc, test_idle_close);
     tcase_add_test(tc, test_filters_and_top);
     tcase_add_test(tc, test_events_log);
+    tcase_add_test(tc, test_events_log_mode);
+    tcase_add_test(tc, test_events_log_rate);
+    tcase_add_test(tc, test_events_log_rotation);
+    tcase_add_test(tc, test_events_log_reopen);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2,18 +2,23 @@
  * check_reqlog: the router's request log: the line format the rebalance tool reads
  * (reqline.h: every byte value escaped and parsed back, the cuts, each malformed-line
  * reason), escaping, sampling, flushing at close, reopening after rotation, and a log
- * written by the real writer read back whole by the rebalance scanner. Every loop is
+ * written by the real writer read back whole by the rebalance scanner; the rotation it
+ * shares with the node's events log (logfile.h). Every loop is
  * closed and uv_loop_close() must return 0, so a leaked handle fails the test.
  */
 #include <check.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <uv.h>
 
 #include "harness.h"
+#include "logfile.h"
 #include "logscan.h"
 #include "reqline.h"
 #include "reqlog.h"
@@ -244,6 +249,58 @@ START_TEST(test_reopen_after_rotation)
 }
 END_TEST
 
+/* logfile.h, shared with the node's events log: files created 0640 and close-on-exec,
+ * opened with the size they have; a shift moves PATH to PATH.1 ... keeping `keep`, the
+ * oldest overwritten; keep 0 removes PATH. */
+START_TEST(test_logfile_shift)
+{
+    char path[4096], name[4200];
+    static char buf[64];
+    struct stat st;
+    uint64_t size = 99;
+    mode_t um = umask(022);
+    int fd;
+
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "shift.log"), 0);
+    for (int gen = 0; gen < 4; gen++) {
+        fd = rl_logfile_open(path, &size);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_uint_eq(size, 0);
+        ck_assert_int_eq(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+        snprintf(buf, sizeof(buf), "gen%d\n", gen);
+        ck_assert_int_eq(rl_logfile_write(fd, buf, strlen(buf)), 0);
+        close(fd);
+        fd = rl_logfile_open(path, &size);
+        ck_assert_uint_eq(size, 5);
+        close(fd);
+        ck_assert_int_eq(stat(path, &st), 0);
+        ck_assert_uint_eq(st.st_mode & 0777, 0640);
+        ck_assert_int_eq(rl_logfile_shift(path, 2), 0);
+        ck_assert_int_ne(stat(path, &st), 0);
+    }
+    /* gen3 in PATH.1, gen2 in PATH.2, gen0 and gen1 gone */
+    rl_logfile_name(path, 1, name, sizeof(name));
+    ck_assert_int_gt(rl_harness_read_file(name, buf, sizeof(buf)), 0);
+    ck_assert_str_eq(buf, "gen3\n");
+    rl_logfile_name(path, 2, name, sizeof(name));
+    ck_assert_int_gt(rl_harness_read_file(name, buf, sizeof(buf)), 0);
+    ck_assert_str_eq(buf, "gen2\n");
+    rl_logfile_name(path, 3, name, sizeof(name));
+    ck_assert_int_ne(stat(name, &st), 0);
+    /* keep 0 */
+    fd = rl_logfile_open(path, NULL);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(rl_logfile_shift(path, 0), 0);
+    ck_assert_int_ne(stat(path, &st), 0);
+    ck_assert_int_eq(rl_logfile_shift(path, 0), 0);
+    /* nothing to move: the error of PATH's own rename */
+    ck_assert_int_eq(rl_logfile_shift(path, 2), -ENOENT);
+    ck_assert_int_lt(rl_logfile_open("/nonexistent-dir/x.log", NULL), 0);
+    umask(um);
+}
+END_TEST
+
 START_TEST(test_unwritable_path)
 {
     uv_loop_t loop;
@@ -409,6 +466,7 @@ reqlog_suite(void)
     tcase_add_test(tc, test_many_lines_and_bounded);
     tcase_add_test(tc, test_reopen_after_rotation);
     tcase_add_test(tc, test_unwritable_path);
+    tcase_add_test(tc, test_logfile_shift);
     tcase_add_test(tc, test_every_byte_round_trips);
     tcase_add_test(tc, test_cuts_and_empty_fields);
     tcase_add_test(tc, test_malformed_reasons);
