@@ -878,6 +878,8 @@ wait_closed(int fd, char *buf, size_t cap, int timeout_ms)
 START_TEST(listener_limits)
 {
     static const char *const srcs[] = {"127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"};
+    static const char half[] = "GET /metrics HTTP/1.1\r\n";
+    static const char keep[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
     enum { NSRC = sizeof(srcs) / sizeof(srcs[0]) };
     struct lt t;
     struct rl_http_resp r;
@@ -890,7 +892,7 @@ START_TEST(listener_limits)
     t0 = now_ms();
     for (int i = 0; i < NSRC * T_PER_ADDRESS; i++) {
         held[i] = connect_from(srcs[i % NSRC], t.port);
-        ck_assert_int_eq(send(held[i], "GET /metrics HTTP/1.1\r\n", 23, MSG_NOSIGNAL), 23);
+        ck_assert_int_eq(send(held[i], half, sizeof(half) - 1, MSG_NOSIGNAL), sizeof(half) - 1);
     }
     usleep(200 * 1000); /* taken by the listener */
     extra = connect_from("127.0.0.1", t.port);
@@ -907,8 +909,8 @@ START_TEST(listener_limits)
     for (int i = 0; i < NSRC * T_PER_ADDRESS; i++) {
         took = wait_closed(held[i], buf, sizeof(buf), 7000);
         ck_assert_msg(took >= 0, "held connection %d still open at the deadline", i);
-        ck_assert_msg(strncmp(buf, "HTTP/1.1 408 ", 13) == 0, "held connection %d: told '%s'",
-                      i, buf);
+        ck_assert_msg(strncmp(buf, "HTTP/1.1 408 ", 13) == 0, "held connection %d: told '%s'", i,
+                      buf);
         close(held[i]);
     }
     took = now_ms() - t0;
@@ -920,8 +922,7 @@ START_TEST(listener_limits)
 
     /* Kept alive after an answer, then quiet: closed at the deadline, without a 408. */
     extra = connect_from("127.0.0.2", t.port);
-    ck_assert_int_eq(send(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 37, MSG_NOSIGNAL),
-                     37);
+    ck_assert_int_eq(send(extra, keep, sizeof(keep) - 1, MSG_NOSIGNAL), sizeof(keep) - 1);
     t0 = now_ms();
     took = wait_closed(extra, buf, sizeof(buf), 7000);
     ck_assert_msg(took >= 4800 && took < 6500, "kept-alive connection closed after %lld ms",
