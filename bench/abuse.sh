@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Hostile clients against a real rl-node and rl-router (docs/BENCHMARKS.md, "Under abuse"):
-#   bench/abuse.sh [idle|stream|flood|all]        (RUNS rounds, 3 by default; BIN=build dir)
+#   bench/abuse.sh [idle|stream|flood|slowloris|all]   (RUNS rounds, 3 by default; BIN=build dir)
 # idle:   RSS growth of a node and of a router holding 1,000 idle connections that each sent
 #         one legal 64 KiB frame, and a neighbour's PING p50/p99 meanwhile;
 # stream: a neighbour's PING p50/p99 while one client streams 64 KiB frames at a node;
 # flood:  per algorithm, a node with memory = 1mb flooded with 100,000 users of one service:
 #         does a limited user of another service stay limited, and how many of 150 requests
 #         of a new user pass a limit of 100.
+# slowloris: a node's metrics listener while 40 connections from 127.0.0.1 drip a header
+#         line a second: /healthz from 127.0.0.2 (answered, p50/max), and how many dripping
+#         connections were closed at once and how many were still open after 8 s.
 # Prints RESULT lines, then the median of each figure over the rounds. Runs against any
 # build of the project (BIN=/path/to/build), so an older revision can be measured the same
 # way: the config uses no section that revision may lack.
@@ -24,9 +27,11 @@ start_cluster() {
     local s
     node_port=$(free_port)
     router_port=$(free_port)
+    metrics_port=$(free_port)
     {
         printf '[cluster]\nname = abuse\n[router]\nlisten = 127.0.0.1:%s\n' "$router_port"
         printf '[node n1]\nlisten = 127.0.0.1:%s\nmemory = %s\n' "$node_port" "$1"
+        [ -z "${2:-}" ] || printf 'metrics = 127.0.0.1:%s\n' "$metrics_port"
         for s in $algos; do
             printf '[service victim_%s]\nlimit = %s 5 per 1h\n' "$s" "$s"
             printf '[service flood_%s]\nlimit = %s 100 per 1h\n' "$s" "$s"
@@ -54,6 +59,12 @@ for round in $(seq 1 "$runs"); do
     if [ "$what" = stream ] || [ "$what" = all ]; then
         start_cluster 1gb
         timeout 60 python3 "$probe" stream "$node_port" | sed 's/^RESULT stream/RESULT stream node/'
+        bench_cleanup
+    fi
+    if [ "$what" = slowloris ] || [ "$what" = all ]; then
+        start_cluster 1gb metrics
+        wait_port "$metrics_port"
+        timeout 60 python3 "$probe" slowloris "$metrics_port"
         bench_cleanup
     fi
     if [ "$what" = flood ] || [ "$what" = all ]; then

@@ -11,6 +11,11 @@ messages are spelled out in bytes, as docs/PROTOCOL.md's example does).
                                      flood_ALGO follow, then: is the victim still limited,
                                      and how many of 150 requests of a new flood user pass
                                      its 100/h
+  abuse_probe.py slowloris PORT      on the metrics listener at PORT: 40 connections from
+                                     127.0.0.1 drip a header line a second for 8 s; /healthz
+                                     from 127.0.0.2 every 500 ms (2 s timeout): answered,
+                                     p50/max latency; dripping connections closed within 1 s
+                                     and still open at the end
 With $RL_TOKEN_FILE set, every connection first sends AUTH with that file's token
 ([6, 0, token]) and reads its reply, for servers that want one.
 """
@@ -200,6 +205,78 @@ def flood(port, algo):
           f"victim_limited_after={int(after == 1)} newcomer_allowed_of_150={allowed} limit=100")
 
 
+def healthz(port, src, timeout=2.0):
+    """Seconds a GET /healthz from src took, or None if it was not answered 200 in time."""
+    t0 = time.monotonic()
+    try:
+        s = socket.socket()
+        s.settimeout(timeout)
+        s.bind((src, 0))
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET /healthz HTTP/1.0\r\nHost: probe\r\n\r\n")
+        data = b""
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            data += b
+        s.close()
+    except OSError:
+        return None
+    return time.monotonic() - t0 if data.startswith(b"HTTP/1.1 200") else None
+
+
+def slowloris(port, conns=40, run_s=8.0):
+    drip = []
+    for _ in range(conns):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: victim\r\n")
+        s.setblocking(False)
+        drip.append([s, time.monotonic(), None])
+    t0 = time.monotonic()
+    lat, missed, n = [], 0, 0
+    next_drip, next_probe = t0 + 1, t0
+    while time.monotonic() - t0 < run_s:
+        now = time.monotonic()
+        if now >= next_probe:
+            took = healthz(port, "127.0.0.2")
+            n += 1
+            if took is None:
+                missed += 1
+                lat.append(2.0)
+            else:
+                lat.append(took)
+            next_probe += 0.5
+        if now >= next_drip:
+            for d in drip:
+                if d[2] is None:
+                    try:
+                        d[0].send(b"X-Drip: still here\r\n")
+                    except OSError:
+                        d[2] = time.monotonic()
+            next_drip += 1
+        for d in drip:
+            if d[2] is None:
+                try:
+                    if d[0].recv(4096) == b"":
+                        d[2] = time.monotonic()
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    d[2] = time.monotonic()
+        time.sleep(0.02)
+    at_once = sum(1 for d in drip if d[2] is not None and d[2] - d[1] < 1)
+    still = sum(1 for d in drip if d[2] is None)
+    for d in drip:
+        d[0].close()
+    lat.sort()
+    print(f"RESULT slowloris healthz healthz_answered={n - missed} healthz_asked={n} "
+          f"healthz_p50_ms={lat[len(lat) // 2] * 1000:.1f} healthz_max_ms={lat[-1] * 1000:.1f} "
+          f"closed_within_1s={at_once} open_at_end={still} conns={conns}")
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "idle":
@@ -208,5 +285,7 @@ if __name__ == "__main__":
         stream(int(sys.argv[2]))
     elif cmd == "flood":
         flood(int(sys.argv[2]), sys.argv[3])
+    elif cmd == "slowloris":
+        slowloris(int(sys.argv[2]))
     else:
         sys.exit(__doc__)

@@ -287,6 +287,43 @@ rl_prom_process(struct rl_prom *p)
 
 /* ---- the listener ---- */
 
+/*
+ * What keeps /healthz answering while clients misbehave (docs/OPERATIONS.md, "Metrics").
+ * libmicrohttpd stops accepting once its connection limit is reached, so connections that
+ * dripped their headers could hold every slot and leave probes in the listen backlog; it
+ * closes only connections idle for its timeout. So:
+ *   - one address holds at most METRICS_PER_ADDRESS connections (libmicrohttpd's per-IP
+ *     limit): the rest of the RL_METRICS_MAX_CONNECTIONS slots stay free for others;
+ *   - past RL_METRICS_MAX_CONNECTIONS, the accept policy refuses (libmicrohttpd accepts and
+ *     closes at once); libmicrohttpd's own limit is set above ours so that it never stops
+ *     accepting, which would leave connections hanging in the backlog;
+ *   - a request's headers must be in within METRICS_HEADER_DEADLINE_MS of the accept (or of
+ *     the end of the previous answer on a kept-alive connection), and its answer be sent
+ *     within RL_METRICS_TIMEOUT_S after that, however the client drips: the sweeper thread
+ *     shuts down the socket of a connection past its deadline (a fresh one is told 408
+ *     first), and libmicrohttpd closes it. libmicrohttpd calls the CLOSED notification before
+ *     it closes the descriptor, and the sweeper only touches a slot under cmu while it is
+ *     live, so it never shuts down a descriptor that has been reused.
+ */
+#define METRICS_PER_ADDRESS 8u
+#define METRICS_HEADER_DEADLINE_MS 5000u
+#define METRICS_MHD_LIMIT (2u * RL_METRICS_MAX_CONNECTIONS) /* never reached: see above */
+#define METRICS_WARN_EVERY_MS 60000 /* refusals and deadline closes, logged at most this often */
+
+enum metrics_phase {
+    METRICS_FRESH,     /* accepted, no request yet */
+    METRICS_ANSWERING, /* headers in: the request is handled and answered */
+    METRICS_KEPT,      /* kept alive after an answer, waiting for the next request */
+};
+
+struct metrics_conn {
+    bool live;  /* between libmicrohttpd's STARTED and CLOSED notifications */
+    bool shut;  /* the sweeper has shut its socket down */
+    enum metrics_phase phase;
+    int fd;
+    int64_t deadline_ms; /* CLOCK_MONOTONIC */
+};
+
 struct rl_metrics {
     uv_loop_t *loop;
     uv_async_t async;
@@ -294,6 +331,17 @@ struct rl_metrics {
     struct rl_metrics_ops ops;
     uint16_t port;
     atomic_uint_fast64_t requests;
+    /* the connections, shared by the HTTP thread and the sweeper, under cmu */
+    pthread_mutex_t cmu;
+    pthread_cond_t ccv;
+    pthread_t sweeper;
+    bool sweeper_running;
+    bool sweeper_stop;
+    int64_t sweep_at; /* when the sweeper wakes next; INT64_MAX: when told */
+    unsigned live;
+    struct metrics_conn conns[RL_METRICS_MAX_CONNECTIONS];
+    uint64_t refused, expired; /* since the last warning */
+    int64_t warned_ms;         /* when the last warning was logged; 0: never */
     /* the loop's scratch, owned by the loop thread */
     struct rl_buf work;
     /* shared with the HTTP thread, under mu */
@@ -309,6 +357,185 @@ struct rl_metrics {
     bool ready;
     char why[256];
 };
+
+static int64_t
+metrics_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Logs refusals and deadline closes at warn, at most every METRICS_WARN_EVERY_MS (with
+ * how many since the last line), so a flood cannot fill the log. Under cmu. */
+static void
+metrics_warn_abuse(struct rl_metrics *m, int64_t now)
+{
+    if (m->warned_ms != 0 && now - m->warned_ms < METRICS_WARN_EVERY_MS) {
+        return;
+    }
+    if (m->refused == 0 && m->expired == 0) {
+        return;
+    }
+    rl_log_warn("metrics listener: %llu connections refused at the limit of %u, %llu closed "
+                "past the request deadline (%u ms for the headers)",
+                (unsigned long long)m->refused, (unsigned)RL_METRICS_MAX_CONNECTIONS,
+                (unsigned long long)m->expired, (unsigned)METRICS_HEADER_DEADLINE_MS);
+    m->refused = 0;
+    m->expired = 0;
+    m->warned_ms = now;
+}
+
+/* Sets a connection's deadline, waking the sweeper if it would sleep past it. Under cmu. */
+static void
+metrics_set_deadline(struct rl_metrics *m, struct metrics_conn *c, enum metrics_phase phase,
+                     int64_t deadline_ms)
+{
+    c->phase = phase;
+    c->deadline_ms = deadline_ms;
+    if (deadline_ms < m->sweep_at) {
+        pthread_cond_signal(&m->ccv);
+    }
+}
+
+/* libmicrohttpd's accept policy, on the HTTP thread: past RL_METRICS_MAX_CONNECTIONS a new
+ * connection is refused (closed at once). Connections are counted by metrics_notify, on the
+ * same thread, so this count is exact. */
+static enum MHD_Result
+metrics_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    struct rl_metrics *m = cls;
+    enum MHD_Result ok;
+
+    (void)addr;
+    (void)addrlen;
+    pthread_mutex_lock(&m->cmu);
+    ok = m->live < RL_METRICS_MAX_CONNECTIONS ? MHD_YES : MHD_NO;
+    if (ok == MHD_NO) {
+        m->refused++;
+        metrics_warn_abuse(m, metrics_now_ms());
+    }
+    pthread_mutex_unlock(&m->cmu);
+    return ok;
+}
+
+/* libmicrohttpd's connection notifications, on the HTTP thread: a slot with the headers'
+ * deadline for a new connection, freed when it closes (before its descriptor is). */
+static void
+metrics_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+               enum MHD_ConnectionNotificationCode toe)
+{
+    struct rl_metrics *m = cls;
+    struct metrics_conn *c = *socket_context;
+
+    pthread_mutex_lock(&m->cmu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+        c = NULL;
+        for (unsigned i = 0; i < RL_METRICS_MAX_CONNECTIONS && ci != NULL; i++) {
+            if (!m->conns[i].live) {
+                c = &m->conns[i];
+                break;
+            }
+        }
+        if (c != NULL) {
+            *c = (struct metrics_conn){.live = true, .fd = (int)ci->connect_fd};
+            m->live++;
+            metrics_set_deadline(m, c, METRICS_FRESH,
+                                 metrics_now_ms() + (int64_t)METRICS_HEADER_DEADLINE_MS);
+        } else if (ci != NULL) {
+            /* Cannot happen (metrics_accept counts): not tracked, so not kept either. */
+            shutdown((int)ci->connect_fd, SHUT_RDWR);
+        }
+        *socket_context = c;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && c != NULL) {
+        c->live = false;
+        m->live--;
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&m->cmu);
+}
+
+static struct metrics_conn *
+metrics_conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+/* libmicrohttpd's request-completed notification, on the HTTP thread: the answer is sent (or
+ * the request ended otherwise); a kept-alive connection has the headers' deadline again. */
+static void
+metrics_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                  enum MHD_RequestTerminationCode toe)
+{
+    struct rl_metrics *m = cls;
+    struct metrics_conn *c = metrics_conn_of(conn);
+
+    (void)con_cls;
+    (void)toe;
+    if (c == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&m->cmu);
+    if (c->live) {
+        metrics_set_deadline(m, c, METRICS_KEPT,
+                             metrics_now_ms() + (int64_t)METRICS_HEADER_DEADLINE_MS);
+    }
+    pthread_mutex_unlock(&m->cmu);
+}
+
+/* The sweeper thread: shuts down the sockets of connections past their deadline (and tells a
+ * fresh one 408 first: nothing has been written to it yet, and the HTTP thread will not
+ * write before its handler has moved the slot out of METRICS_FRESH, under cmu).
+ * libmicrohttpd then reads EOF and closes the connection. Sleeps until the next deadline. */
+static void *
+metrics_sweep(void *arg)
+{
+    static const char timeout[] = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                                  "Content-Length: 0\r\n\r\n";
+    struct rl_metrics *m = arg;
+
+    pthread_mutex_lock(&m->cmu);
+    while (!m->sweeper_stop) {
+        int64_t now = metrics_now_ms(), next = INT64_MAX;
+
+        for (unsigned i = 0; i < RL_METRICS_MAX_CONNECTIONS; i++) {
+            struct metrics_conn *c = &m->conns[i];
+
+            if (!c->live || c->shut) {
+                continue;
+            }
+            if (c->deadline_ms > now) {
+                next = c->deadline_ms < next ? c->deadline_ms : next;
+                continue;
+            }
+            if (c->phase == METRICS_FRESH) {
+                (void)send(c->fd, timeout, sizeof(timeout) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+            }
+            shutdown(c->fd, SHUT_RDWR);
+            c->shut = true;
+            m->expired++;
+            metrics_warn_abuse(m, now);
+        }
+        m->sweep_at = next;
+        if (next == INT64_MAX) {
+            pthread_cond_wait(&m->ccv, &m->cmu);
+        } else {
+            struct timespec until = {.tv_sec = (time_t)(next / 1000),
+                                     .tv_nsec = (long)(next % 1000) * 1000000L};
+
+            pthread_cond_timedwait(&m->ccv, &m->cmu, &until);
+        }
+    }
+    pthread_mutex_unlock(&m->cmu);
+    return NULL;
+}
 
 static void
 metrics_async(uv_async_t *a)
@@ -455,6 +682,16 @@ metrics_handler(void *cls, struct MHD_Connection *conn, const char *url, const c
     (void)version;
     (void)upload_data;
     if (*con_cls == NULL) {
+        struct metrics_conn *c = metrics_conn_of(conn);
+
+        if (c != NULL) { /* the headers are in: now the answer's deadline */
+            pthread_mutex_lock(&m->cmu);
+            if (c->live) {
+                metrics_set_deadline(m, c, METRICS_ANSWERING,
+                                     metrics_now_ms() + (int64_t)RL_METRICS_TIMEOUT_S * 1000);
+            }
+            pthread_mutex_unlock(&m->cmu);
+        }
         *con_cls = m; /* headers only so far: wait for the body, if any */
         return MHD_YES;
     }
@@ -557,11 +794,28 @@ metrics_listen(const char *host, uint16_t port, uint16_t *bound, char *err, size
     return fd;
 }
 
+/* Stops the sweeper thread, if it runs, and waits for it. */
+static void
+metrics_sweeper_stop(struct rl_metrics *m)
+{
+    if (!m->sweeper_running) {
+        return;
+    }
+    pthread_mutex_lock(&m->cmu);
+    m->sweeper_stop = true;
+    pthread_cond_signal(&m->ccv);
+    pthread_mutex_unlock(&m->cmu);
+    pthread_join(m->sweeper, NULL);
+    m->sweeper_running = false;
+}
+
 static void
 metrics_closed(uv_handle_t *h)
 {
     struct rl_metrics *m = h->data;
 
+    pthread_cond_destroy(&m->ccv);
+    pthread_mutex_destroy(&m->cmu);
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
     rl_buf_deinit(&m->work);
@@ -591,9 +845,14 @@ rl_metrics_start(struct rl_metrics **out, uv_loop_t *loop, const char *host, uin
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&m->cv, &ca);
+    pthread_mutex_init(&m->cmu, NULL);
+    pthread_cond_init(&m->ccv, &ca);
     pthread_condattr_destroy(&ca);
+    m->sweep_at = INT64_MAX;
     fd = metrics_listen(host, port, &m->port, err, errlen);
     if (fd < 0) {
+        pthread_cond_destroy(&m->ccv);
+        pthread_mutex_destroy(&m->cmu);
         pthread_cond_destroy(&m->cv);
         pthread_mutex_destroy(&m->mu);
         free(m);
@@ -601,14 +860,25 @@ rl_metrics_start(struct rl_metrics **out, uv_loop_t *loop, const char *host, uin
     }
     uv_async_init(loop, &m->async, metrics_async);
     m->async.data = m;
+    if (pthread_create(&m->sweeper, NULL, metrics_sweep, m) != 0) {
+        close(fd);
+        snprintf(err, errlen, "metrics: cannot start the listener's sweeper thread");
+        uv_close((uv_handle_t *)&m->async, metrics_closed);
+        return -EAGAIN;
+    }
+    m->sweeper_running = true;
+    /* The limits and what they are for: "the listener", above. */
     m->daemon = MHD_start_daemon(
-        MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, metrics_handler, m,
-        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)RL_METRICS_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, metrics_accept, m, metrics_handler,
+        m, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)METRICS_MHD_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)METRICS_PER_ADDRESS, MHD_OPTION_NOTIFY_CONNECTION, metrics_notify, m,
+        MHD_OPTION_NOTIFY_COMPLETED, metrics_completed, m, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)RL_METRICS_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768,
         MHD_OPTION_EXTERNAL_LOGGER, metrics_mhd_log, NULL, MHD_OPTION_END);
     if (m->daemon == NULL) {
         close(fd);
+        metrics_sweeper_stop(m);
         snprintf(err, errlen, "metrics: libmicrohttpd would not start on %s:%u", host, port);
         uv_close((uv_handle_t *)&m->async, metrics_closed);
         return -EIO;
@@ -639,6 +909,7 @@ rl_metrics_stop(struct rl_metrics *m)
     m->stopping = true; /* a request waiting for this (busy) loop gives up now */
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
+    metrics_sweeper_stop(m);
     MHD_stop_daemon(m->daemon); /* joins the HTTP thread; closes the listening socket */
     uv_close((uv_handle_t *)&m->async, metrics_closed);
 }

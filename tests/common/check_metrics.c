@@ -18,13 +18,20 @@
  *   - a loop that does not run: /metrics and /healthz answer 503 after about
  *     RL_METRICS_LOOP_WAIT_MS (not hang), and 200 once the loop runs;
  *   - 200 idle connections (the limit is RL_METRICS_MAX_CONNECTIONS) neither crash the
- *     listener nor keep it from answering a GET once they are closed.
+ *     listener nor keep it from answering a GET once they are closed;
+ *   - 40 concurrent scrapers from one address each get a whole page, those past the
+ *     per-address limit (8) refused at once and served when they try again;
+ *   - the limits from several addresses: past 8 per address and past
+ *     RL_METRICS_MAX_CONNECTIONS in all, a connection is closed at once, not left in the
+ *     backlog; a connection that has not sent its headers 5 s after its accept is told 408
+ *     and closed, and a kept-alive one quiet for 5 s after its answer is closed.
  */
 #include <check.h>
 #include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdatomic.h>
@@ -732,7 +739,12 @@ START_TEST(listener_flood)
         close(fds[i]);
     }
     t0 = now_ms();
-    ck_assert_int_eq(rl_http_get(t.port, "/metrics", 15000, &r), 0);
+    /* Refused (closed at once) until the listener has seen its address's connections close. */
+    for (int rc = -ECONNRESET; rc != 0;) {
+        rc = rl_http_get(t.port, "/metrics", 15000, &r);
+        ck_assert_msg(rc == 0 || ((rc == -ECONNRESET || rc == -EPROTO) && now_ms() - t0 < 2000),
+                      "GET after a flood: %s", strerror(-rc));
+    }
     ck_assert_int_eq(r.status, 200);
     ck_assert_ptr_nonnull(strstr(r.body, "rl_test_things"));
     rl_http_free(&r);
@@ -746,29 +758,178 @@ START_TEST(listener_flood)
 }
 END_TEST
 
-/* More concurrent scrapers than the connection limit allows at once: every one of them gets
- * a whole page (MHD queues the rest in the listen backlog). */
+/* More concurrent scrapers from one address than the listener takes from one address at
+ * once (T_PER_ADDRESS): each is either answered a whole page or refused at once (closed
+ * without an answer, never left in the listen backlog), and one that tries again gets its
+ * page. Refused connections never reach the handler: the requests counted are the pages. */
 #define SCRAPERS 40
+#define T_PER_ADDRESS 8 /* METRICS_PER_ADDRESS in metrics.c */
+
+struct bg_scraper {
+    struct bg_get get;
+    int refused;
+    int64_t slowest_refusal_ms;
+};
+
+static void
+bg_scraper_thread(void *arg)
+{
+    struct bg_scraper *s = arg;
+
+    for (int tries = 0; tries < 200; tries++) {
+        bg_get_thread(&s->get);
+        if (s->get.rc != -ECONNRESET && s->get.rc != -EPROTO) {
+            return;
+        }
+        s->refused++;
+        if (s->get.took_ms > s->slowest_refusal_ms) {
+            s->slowest_refusal_ms = s->get.took_ms;
+        }
+        usleep(5 * 1000);
+    }
+}
 
 START_TEST(listener_concurrent)
 {
     struct lt t;
-    static struct bg_get g[SCRAPERS];
+    static struct bg_scraper g[SCRAPERS];
+    int refused = 0;
+    int64_t slowest = 0;
 
     lt_start(&t, 0, true);
     for (int i = 0; i < SCRAPERS; i++) {
-        g[i] = (struct bg_get){.port = t.port, .path = "/metrics"};
-        ck_assert_int_eq(uv_thread_create(&g[i].thread, bg_get_thread, &g[i]), 0);
+        g[i] = (struct bg_scraper){.get = {.port = t.port, .path = "/metrics"}};
+        ck_assert_int_eq(uv_thread_create(&g[i].get.thread, bg_scraper_thread, &g[i]), 0);
     }
     for (int i = 0; i < SCRAPERS; i++) {
-        ck_assert_int_eq(uv_thread_join(&g[i].thread), 0);
+        ck_assert_int_eq(uv_thread_join(&g[i].get.thread), 0);
     }
     for (int i = 0; i < SCRAPERS; i++) {
-        ck_assert_msg(g[i].rc == 0, "scraper %d: %s", i, strerror(-g[i].rc));
-        ck_assert_int_eq(g[i].status, 200);
-        ck_assert_msg(g[i].page_whole, "scraper %d: page not whole", i);
+        ck_assert_msg(g[i].get.rc == 0, "scraper %d: %s", i, strerror(-g[i].get.rc));
+        ck_assert_int_eq(g[i].get.status, 200);
+        ck_assert_msg(g[i].get.page_whole, "scraper %d: page not whole", i);
+        refused += g[i].refused;
+        slowest = g[i].slowest_refusal_ms > slowest ? g[i].slowest_refusal_ms : slowest;
     }
+    fprintf(stderr, "check_metrics: %d scrapers from one address: %d refusals, slowest %lld ms\n",
+            SCRAPERS, refused, (long long)slowest);
+    ck_assert_int_lt(slowest, 1000); /* refused at once, not queued */
     ck_assert_uint_eq(rl_metrics_requests(t.m), SCRAPERS);
+    lt_stop(&t);
+}
+END_TEST
+
+/* A blocking connection to 127.0.0.1:port from the loopback address src. */
+static int
+connect_from(const char *src, int port)
+{
+    struct sockaddr_in s = {.sin_family = AF_INET}, a = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(inet_pton(AF_INET, src, &s.sin_addr), 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&s, sizeof(s)), 0);
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s",
+                  strerror(errno));
+    return fd;
+}
+
+/* Reads fd until the peer closes it, within timeout_ms, into buf (NUL-terminated). Returns
+ * the milliseconds it took, or -1 if it was still open at the end. */
+static int64_t
+wait_closed(int fd, char *buf, size_t cap, int timeout_ms)
+{
+    int64_t t0 = now_ms();
+    size_t have = 0;
+
+    buf[0] = '\0';
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int64_t left = timeout_ms - (now_ms() - t0);
+        char tmp[512];
+        ssize_t r;
+
+        if (left <= 0 || poll(&p, 1, (int)left) == 0) {
+            return -1;
+        }
+        r = recv(fd, tmp, sizeof(tmp), 0);
+        if (r <= 0) {
+            return now_ms() - t0;
+        }
+        if (have + (size_t)r < cap) {
+            memcpy(buf + have, tmp, (size_t)r);
+            have += (size_t)r;
+            buf[have] = '\0';
+        }
+    }
+}
+
+/*
+ * The limits, from several loopback addresses: T_PER_ADDRESS connections from each of four
+ * addresses fill RL_METRICS_MAX_CONNECTIONS; a 9th from one of them, and one from a fifth
+ * address, are closed at once (libmicrohttpd's per-IP limit, then the accept policy), not
+ * left in the backlog. The held connections, which sent half a request, are told 408 and
+ * closed at the headers' deadline (5 s after their accept); then the listener answers again,
+ * and a kept-alive connection that goes quiet after its answer is closed at the same deadline
+ * without a 408.
+ */
+START_TEST(listener_limits)
+{
+    static const char *const srcs[] = {"127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"};
+    static const char half[] = "GET /metrics HTTP/1.1\r\n";
+    static const char keep[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    enum { NSRC = sizeof(srcs) / sizeof(srcs[0]) };
+    struct lt t;
+    struct rl_http_resp r;
+    int held[NSRC * T_PER_ADDRESS], extra;
+    char buf[1024];
+    int64_t t0, took;
+
+    ck_assert_uint_eq(NSRC * T_PER_ADDRESS, RL_METRICS_MAX_CONNECTIONS);
+    lt_start(&t, 0, true);
+    t0 = now_ms();
+    for (int i = 0; i < NSRC * T_PER_ADDRESS; i++) {
+        held[i] = connect_from(srcs[i % NSRC], t.port);
+        ck_assert_int_eq(send(held[i], half, sizeof(half) - 1, MSG_NOSIGNAL), sizeof(half) - 1);
+    }
+    usleep(200 * 1000); /* taken by the listener */
+    extra = connect_from("127.0.0.1", t.port);
+    took = wait_closed(extra, buf, sizeof(buf), 2000);
+    ck_assert_msg(took >= 0 && took < 500, "a 9th connection from 127.0.0.1: closed after %lld ms",
+                  (long long)took);
+    ck_assert_str_eq(buf, "");
+    close(extra);
+    extra = connect_from("127.0.0.5", t.port);
+    took = wait_closed(extra, buf, sizeof(buf), 2000);
+    ck_assert_msg(took >= 0 && took < 500, "a 33rd connection: closed after %lld ms",
+                  (long long)took);
+    close(extra);
+    for (int i = 0; i < NSRC * T_PER_ADDRESS; i++) {
+        took = wait_closed(held[i], buf, sizeof(buf), 7000);
+        ck_assert_msg(took >= 0, "held connection %d still open at the deadline", i);
+        ck_assert_msg(strncmp(buf, "HTTP/1.1 408 ", 13) == 0, "held connection %d: told '%s'", i,
+                      buf);
+        close(held[i]);
+    }
+    took = now_ms() - t0;
+    ck_assert_msg(took >= 4800 && took < 6500, "held connections closed after %lld ms",
+                  (long long)took);
+    get(t.port, "/healthz", &r);
+    ck_assert_int_eq(r.status, 200);
+    rl_http_free(&r);
+
+    /* Kept alive after an answer, then quiet: closed at the deadline, without a 408. */
+    extra = connect_from("127.0.0.2", t.port);
+    ck_assert_int_eq(send(extra, keep, sizeof(keep) - 1, MSG_NOSIGNAL), sizeof(keep) - 1);
+    t0 = now_ms();
+    took = wait_closed(extra, buf, sizeof(buf), 7000);
+    ck_assert_msg(took >= 4800 && took < 6500, "kept-alive connection closed after %lld ms",
+                  (long long)took);
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 200 ", 13) == 0 && strstr(buf, " 408 ") == NULL,
+                  "kept-alive connection was told '%s'", buf);
+    close(extra);
     lt_stop(&t);
 }
 END_TEST
@@ -795,6 +956,7 @@ metrics_suite(void)
     tcase_add_test(tl, listener_stop_stuck);
     tcase_add_test(tl, listener_flood);
     tcase_add_test(tl, listener_concurrent);
+    tcase_add_test(tl, listener_limits);
     suite_add_tcase(s, tl);
     return s;
 }

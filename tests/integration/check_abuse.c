@@ -42,6 +42,7 @@
 static struct rl_harness_server node, router;
 static char config[4096];
 static int node_port, router_port;
+static char router_extra[128]; /* lines for [router]; reset by teardown */
 
 static const char *const algos[] = {"fixed_window",           "sliding_window_log",
                                     "sliding_window_counter", "token_bucket",
@@ -88,11 +89,12 @@ write_config(const char *clients, const char *node_extra)
     ck_assert_int_eq(rl_harness_tmppath(config, sizeof(config), "abuse.conf"), 0);
     ck_assert_int_eq(rl_harness_write_file(config,
                                            "[cluster]\nname = abuse\n"
-                                           "[router]\nlisten = 127.0.0.1:%d\n"
+                                           "[router]\nlisten = 127.0.0.1:%d\n%s"
                                            "[clients]\n%s"
                                            "[node n1]\nlisten = 127.0.0.1:%d\n%s"
                                            "%s",
-                                           router_port, clients, node_port, node_extra, services),
+                                           router_port, router_extra, clients, node_port,
+                                           node_extra, services),
                      0);
 }
 
@@ -102,6 +104,7 @@ teardown(void)
     rl_harness_server_stop(&router, SIGKILL, 2000);
     rl_harness_server_stop(&node, SIGKILL, 2000);
     rl_harness_cleanup();
+    router_extra[0] = '\0';
 }
 
 /* A blocking TCP connection to 127.0.0.1:port from src (NULL: the kernel's choice). */
@@ -681,11 +684,190 @@ START_TEST(test_key_flood_keeps_limits)
 }
 END_TEST
 
+/* ---- the operators' HTTP listener (docs/OPERATIONS.md, "Metrics") ---- */
+
+#define DRIP_CONNS 40       /* slowloris connections, all from 127.0.0.1 */
+#define DRIP_PER_ADDRESS 8  /* the listener's connections per address */
+#define DRIP_DEADLINE_MS 5000 /* a request's headers must be in within this of the accept */
+#define DRIP_RUN_MS 7500    /* how long the attack runs */
+#define PROBE_MAX_MS 1500   /* what a probe may take meanwhile */
+
+/*
+ * GET path from src (a loopback address) to the listener on 127.0.0.1:port, HTTP/1.0, read
+ * to EOF within timeout_ms. Returns the status (> 0), -ETIMEDOUT, or -ECONNRESET when the
+ * listener closed without an answer.
+ */
+static int
+http_probe(const char *src, int port, const char *path, int timeout_ms)
+{
+    char req[256], buf[4096];
+    size_t have = 0;
+    int fd = raw_connect(src, port), status = 0;
+    int64_t end = now_us() + (int64_t)timeout_ms * 1000;
+
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: probe\r\n\r\n", path);
+    if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req)) {
+        close(fd);
+        return -ECONNRESET;
+    }
+    for (;;) {
+        int64_t left = (end - now_us()) / 1000;
+        struct pollfd p = {fd, POLLIN, 0};
+        ssize_t r;
+
+        if (left <= 0 || poll(&p, 1, (int)left) == 0) {
+            close(fd);
+            return -ETIMEDOUT;
+        }
+        r = recv(fd, buf + have, sizeof(buf) - 1 - have, 0);
+        if (r <= 0 || have + (size_t)r == sizeof(buf) - 1) {
+            break;
+        }
+        have += (size_t)r;
+    }
+    close(fd);
+    buf[have] = '\0';
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1) {
+        return -ECONNRESET;
+    }
+    return status;
+}
+
+/* Whether the peer has closed fd (EOF or reset), without waiting. */
+static bool
+peer_closed(int fd)
+{
+    char b[512];
+
+    for (;;) {
+        ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            return true;
+        }
+        if (r < 0) {
+            return false;
+        }
+    }
+}
+
+/*
+ * Slowloris on the metrics listener, as an attacker runs it: 40 connections from 127.0.0.1,
+ * each sending a request line and then one header line a second, never the blank line that
+ * ends the headers. Meanwhile:
+ *   - /healthz from 127.0.0.2, asked every 500 ms, answers 200 within PROBE_MAX_MS each time;
+ *   - the connections past the per-address limit are closed at once (within 1 s of their
+ *     connect), not left hanging in the listen backlog, and so is a probe from 127.0.0.1;
+ *   - those the listener took are closed at the request deadline (5 s after their accept,
+ *     however they drip), so the attack ends within DRIP_RUN_MS;
+ * and afterwards 127.0.0.1 is answered again. Before the fix, the 40 connections took the
+ * 32 slots and the rest of the backlog: every probe hung, and no dripping connection was
+ * closed while it dripped. _i: 0 the node, 1 the router.
+ */
+START_TEST(test_metrics_slowloris)
+{
+    int mport = rl_harness_free_port();
+    int fds[DRIP_CONNS];
+    int64_t opened[DRIP_CONNS], closed_at[DRIP_CONNS];
+    int64_t t0, next_drip, next_probe, worst_probe_us = 0;
+    int probes = 0, drips = 0, at_once = 0, open_left, status;
+    char extra[64];
+
+    ck_assert_int_gt(mport, 0);
+    snprintf(extra, sizeof(extra), "metrics = 127.0.0.1:%d\n", mport);
+    if (_i == 0) {
+        write_config("", extra);
+        ck_assert_int_eq(rl_harness_node_start(&node, config, "n1", node_port, 0), 0);
+    } else {
+        snprintf(router_extra, sizeof(router_extra), "%s", extra);
+        write_config("", "");
+        start_both();
+    }
+    ck_assert_int_eq(rl_harness_wait_port("127.0.0.1", mport, T_TIMEOUT), 0);
+    ck_assert_int_eq(http_probe("127.0.0.2", mport, "/healthz", 2000), 200);
+
+    t0 = now_us();
+    for (int i = 0; i < DRIP_CONNS; i++) {
+        static const char line[] = "GET /metrics HTTP/1.1\r\nHost: victim\r\n";
+
+        fds[i] = raw_connect("127.0.0.1", mport);
+        opened[i] = now_us();
+        closed_at[i] = 0;
+        if (send(fds[i], line, sizeof(line) - 1, MSG_NOSIGNAL) != (ssize_t)sizeof(line) - 1) {
+            closed_at[i] = now_us();
+        }
+    }
+    /* A probe from the attacker's own address is refused at once, not queued. */
+    status = http_probe("127.0.0.1", mport, "/healthz", 2000);
+    RL_CHECK(status == -ECONNRESET, "a probe from 127.0.0.1 under attack: %d (-%d: hung)",
+             status, ETIMEDOUT);
+
+    next_drip = t0 + 1000000;
+    next_probe = now_us();
+    while (now_us() - t0 < (int64_t)DRIP_RUN_MS * 1000) {
+        int64_t now = now_us();
+
+        if (now >= next_probe) {
+            int64_t p0 = now_us(), took;
+
+            status = http_probe("127.0.0.2", mport, "/healthz", 2000);
+            took = now_us() - p0;
+            RL_CHECK(status == 200, "probe %d at +%lld ms: %d after %lld ms", probes,
+                     (long long)((p0 - t0) / 1000), status, (long long)(took / 1000));
+            worst_probe_us = took > worst_probe_us ? took : worst_probe_us;
+            probes++;
+            next_probe += 500000;
+        }
+        if (now >= next_drip) {
+            char h[64];
+            int n = snprintf(h, sizeof(h), "X-Drip-%d: still here\r\n", drips++);
+
+            for (int i = 0; i < DRIP_CONNS; i++) {
+                if (closed_at[i] == 0 && send(fds[i], h, (size_t)n, MSG_NOSIGNAL) != n) {
+                    closed_at[i] = now_us();
+                }
+            }
+            next_drip += 1000000;
+        }
+        for (int i = 0; i < DRIP_CONNS; i++) {
+            if (closed_at[i] == 0 && peer_closed(fds[i])) {
+                closed_at[i] = now_us();
+            }
+        }
+        usleep(20 * 1000);
+    }
+    open_left = 0;
+    for (int i = 0; i < DRIP_CONNS; i++) {
+        if (closed_at[i] != 0 && closed_at[i] - opened[i] < 1000000) {
+            at_once++;
+        }
+        open_left += closed_at[i] == 0;
+        close(fds[i]);
+    }
+    fprintf(stderr,
+            "check_abuse: metrics slowloris (%s): %d probes of /healthz, slowest %lld ms; %d of "
+            "%d dripping connections closed within 1 s, %d still open after %d ms\n",
+            _i == 0 ? "node" : "router", probes, (long long)(worst_probe_us / 1000), at_once,
+            DRIP_CONNS, open_left, DRIP_RUN_MS);
+    ck_assert_int_ge(probes, 10);
+    ck_assert_int_le(worst_probe_us / 1000, PROBE_MAX_MS);
+    RL_CHECK(at_once >= DRIP_CONNS - DRIP_PER_ADDRESS,
+             "%d connections past the per-address limit closed at once, want %d", at_once,
+             DRIP_CONNS - DRIP_PER_ADDRESS);
+    RL_CHECK(open_left == 0, "%d dripping connections outlived the %d ms request deadline",
+             open_left, DRIP_DEADLINE_MS);
+    /* The attacker's address is served again once it stops. */
+    usleep(200 * 1000);
+    ck_assert_int_eq(http_probe("127.0.0.1", mport, "/healthz", 2000), 200);
+}
+END_TEST
+
 static Suite *
 abuse_suite(void)
 {
     Suite *s = suite_create("abuse");
     TCase *tc = tcase_create("abuse");
+    TCase *tm = tcase_create("metrics");
     int nalgos = (int)(sizeof(algos) / sizeof(algos[0]));
 
     tcase_add_checked_fixture(tc, NULL, teardown);
@@ -698,6 +880,10 @@ abuse_suite(void)
     tcase_add_test(tc, test_router_not_locked_out);
     tcase_add_loop_test(tc, test_key_flood_keeps_limits, 0, nalgos);
     suite_add_tcase(s, tc);
+    tcase_add_checked_fixture(tm, NULL, teardown);
+    tcase_set_timeout(tm, 60);
+    tcase_add_loop_test(tm, test_metrics_slowloris, 0, 2);
+    suite_add_tcase(s, tm);
     return s;
 }
 
