@@ -189,7 +189,7 @@ main(int argc, char **argv)
     static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, on_rules};
     static struct router_main m;
     struct rl_router_opts opts = {0};
-    char defname[160];
+    char defname[256];
     int rc;
 
     rc = rl_daemon_init(&m.d, &router_spec, argc, argv, &m);
