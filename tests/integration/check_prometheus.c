@@ -18,6 +18,12 @@
  *   - every PromQL expr of deploy/grafana/ratelimiter.json (Grafana's $__ variables and the
  *     dashboard's own replaced) is accepted by Prometheus (status success) and the panels'
  *     datasource is the ${DS_PROMETHEUS} input.
+
+ *   - with ZooKeeper instead (issue 20): `rl-cli rules push` of a service name that is not
+ *     UTF-8 is refused (exit 2, FILE:LINE and the byte offset) and writes nothing; the same
+ *     text put in the rules znode by hand is refused by every process; printable UTF-8 names
+ *     (and a quote and backslashes) are taken; after each, every page passes `promtool check
+ *     metrics`.
  */
 #include <check.h>
 #include <errno.h>
@@ -122,27 +128,20 @@ run(const char *cmd, char *out, size_t len)
     return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Picks the ports, writes the config (cluster: its [cluster] section, shards = SHARDS) into
+ * conf, starts nodes a and b and the router, and waits for their metrics listeners. */
 static void
-setup(void)
+start_processes(char *conf, size_t len, const char *cluster)
 {
-    char conf[PATH_MAX], yml[PATH_MAX], tsdb[PATH_MAX], listen[64], cfgarg[PATH_MAX + 32],
-        tsdbarg[PATH_MAX + 32];
-    char out[256];
-
-    /* Fail early and clearly without the tools (scripts/deps.sh installs them). */
-    ck_assert_msg(run("command -v prometheus && command -v promtool", out, sizeof(out)) == 0,
-                  "prometheus and promtool are needed (Debian package prometheus: run "
-                  "scripts/deps.sh)");
     for (int i = 0; i < NNODES; i++) {
         node_ports[i] = free_port();
         node_mports[i] = free_port();
     }
     router_port = free_port();
     router_mport = free_port();
-    prom_port = free_port();
-    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "cluster.conf"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(conf, len, "cluster.conf"), 0);
     ck_assert_int_eq(rl_harness_write_file(conf,
-                                           "[cluster]\nname = prom\nshards = %d\n"
+                                           "%sshards = %d\n"
                                            "[router]\nlisten = 127.0.0.1:%d\n"
                                            "metrics = 127.0.0.1:%d\n"
                                            "[node a]\nlisten = 127.0.0.1:%d\n"
@@ -150,9 +149,9 @@ setup(void)
                                            "[node b]\nlisten = 127.0.0.1:%d\n"
                                            "metrics = %d\n" /* a bare port: 127.0.0.1 */
                                            "[service api]\nlimit = fixed_window %d per 1h\n",
-                                           SHARDS, router_port, router_mport, node_ports[NODE_A],
-                                           node_mports[NODE_A], node_ports[NODE_B],
-                                           node_mports[NODE_B], LIMIT),
+                                           cluster, SHARDS, router_port, router_mport,
+                                           node_ports[NODE_A], node_mports[NODE_A],
+                                           node_ports[NODE_B], node_mports[NODE_B], LIMIT),
                      0);
     memset(nodes, 0, sizeof(nodes));
     memset(&router, 0, sizeof(router));
@@ -165,6 +164,21 @@ setup(void)
         ck_assert_int_eq(rl_harness_wait_port("127.0.0.1", node_mports[i], 5000), 0);
     }
     ck_assert_int_eq(rl_harness_wait_port("127.0.0.1", router_mport, 5000), 0);
+}
+
+static void
+setup(void)
+{
+    char conf[PATH_MAX], yml[PATH_MAX], tsdb[PATH_MAX], listen[64], cfgarg[PATH_MAX + 32],
+        tsdbarg[PATH_MAX + 32];
+    char out[256];
+
+    /* Fail early and clearly without the tools (scripts/deps.sh installs them). */
+    ck_assert_msg(run("command -v prometheus && command -v promtool", out, sizeof(out)) == 0,
+                  "prometheus and promtool are needed (Debian package prometheus: run "
+                  "scripts/deps.sh)");
+    start_processes(conf, sizeof(conf), "[cluster]\nname = prom\n");
+    prom_port = free_port();
 
     ck_assert_int_eq(rl_harness_tmppath(yml, sizeof(yml), "prometheus.yml"), 0);
     ck_assert_int_eq(rl_harness_tmppath(tsdb, sizeof(tsdb), "prom-data"), 0);
@@ -674,37 +688,13 @@ static char zk_conf[PATH_MAX];
 static void
 zk_setup(void)
 {
+    char cluster[256];
+
     memset(&zk, 0, sizeof(zk));
-    memset(nodes, 0, sizeof(nodes));
-    memset(&router, 0, sizeof(router));
     ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
-    for (int i = 0; i < NNODES; i++) {
-        node_ports[i] = free_port();
-        node_mports[i] = free_port();
-    }
-    router_port = free_port();
-    router_mport = free_port();
-    ck_assert_int_eq(rl_harness_tmppath(zk_conf, sizeof(zk_conf), "zk.conf"), 0);
-    ck_assert_int_eq(rl_harness_write_file(zk_conf,
-                                           "[cluster]\nname = names\nzookeeper = %s\n"
-                                           "session_timeout = 2s\nshards = %d\n"
-                                           "[router]\nmetrics = 127.0.0.1:%d\n"
-                                           "[node a]\nlisten = 127.0.0.1:%d\n"
-                                           "metrics = 127.0.0.1:%d\n"
-                                           "[node b]\nlisten = 127.0.0.1:%d\n"
-                                           "metrics = 127.0.0.1:%d\n"
-                                           "[service api]\nlimit = fixed_window %d per 1h\n",
-                                           zk.connect, SHARDS, router_mport, node_ports[NODE_A],
-                                           node_mports[NODE_A], node_ports[NODE_B],
-                                           node_mports[NODE_B], LIMIT),
-                     0);
-    for (int i = 0; i < NNODES; i++) {
-        ck_assert_int_eq(rl_harness_node_start(&nodes[i], zk_conf, node_names[i], node_ports[i], 0),
-                         0);
-        ck_assert_int_eq(rl_harness_wait_port("127.0.0.1", node_mports[i], 5000), 0);
-    }
-    ck_assert_int_eq(rl_harness_router_start(&router, zk_conf, router_port), 0);
-    ck_assert_int_eq(rl_harness_wait_port("127.0.0.1", router_mport, 5000), 0);
+    snprintf(cluster, sizeof(cluster),
+             "[cluster]\nname = names\nzookeeper = %s\nsession_timeout = 2s\n", zk.connect);
+    start_processes(zk_conf, sizeof(zk_conf), cluster);
 }
 
 /* Waits until every process's page holds line (e.g. its reload failures), then has promtool
