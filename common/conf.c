@@ -13,6 +13,7 @@
 
 #include "auth.h"
 #include "conf_int.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <ini.h>
@@ -23,9 +24,12 @@
 
 /* Errors. */
 
+/* The message is written as printable UTF-8 (utf8.h): what it quotes from the file (a name,
+ * a value) may hold any byte, and it goes to terminals, logs and rl-cli's output. */
 void
 conf_fail(struct conf_parser *p, int line, int err, const char *fmt, ...)
 {
+    char raw[RL_CONF_LINE_MAX + 1024];
     va_list ap;
     int n;
 
@@ -37,16 +41,19 @@ conf_fail(struct conf_parser *p, int line, int err, const char *fmt, ...)
         return;
     }
     if (line > 0) {
-        n = snprintf(p->msg, p->msglen, "%s:%d: ", p->name, line);
+        n = snprintf(raw, sizeof(raw), "%s:%d: ", p->name, line);
     } else {
-        n = snprintf(p->msg, p->msglen, "%s: ", p->name);
+        n = snprintf(raw, sizeof(raw), "%s: ", p->name);
     }
-    if (n < 0 || (size_t)n >= p->msglen) {
-        return;
+    if (n < 0) {
+        n = 0;
+    } else if ((size_t)n >= sizeof(raw)) {
+        n = (int)sizeof(raw) - 1;
     }
     va_start(ap, fmt);
-    vsnprintf(p->msg + n, p->msglen - (size_t)n, fmt, ap);
+    vsnprintf(raw + n, sizeof(raw) - (size_t)n, fmt, ap);
     va_end(ap);
+    rl_utf8_escape(p->msg, p->msglen, raw, strlen(raw), 0);
 }
 
 const char *

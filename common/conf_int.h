@@ -35,6 +35,7 @@ struct conf_kind_def {
     int min_args;
     int max_args;
     const char *usage;
+    const char *args[2]; /* what each argument names, for messages: "node", "service"... */
 };
 
 /* The section being read. */
@@ -98,6 +99,10 @@ extern const struct conf_kind_def conf_kinds[];
 
 /* A name that is also safe as a znode path component: [A-Za-z0-9_.-]{1,max}, not . or .. */
 bool conf_valid_name(const char *s, size_t max);
+
+/* Every name (of a section, of the cluster) is printable UTF-8 first (utf8.h): NULL, or the
+ * phrase with the byte offset at fault, "is not valid UTF-8 at byte offset 3", in p->why. */
+const char *conf_name_text(struct conf_parser *p, const char *name);
 
 /* Opens the section whose header is the line [s, e), brackets included. */
 void conf_section_open(struct conf_parser *p, char *s, char *e);

@@ -90,6 +90,11 @@ set_path(struct conf_parser *p, char **field, const char *v)
 static const char *
 set_cluster_name(struct conf_parser *p, const char *v)
 {
+    const char *why = conf_name_text(p, v);
+
+    if (why != NULL) {
+        return why;
+    }
     if (!conf_valid_name(v, CONF_NAME_MAX)) {
         return "is not 1..64 characters of A-Z a-z 0-9 _ . - (nor . or ..)";
     }

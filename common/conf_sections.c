@@ -4,21 +4,42 @@
  * sections, and creates the [node NAME] entry (the [service] and [client] ones are
  * conf_service.c's and conf_client.c's); conf_section_close checks what a section must
  * hold once its keys are in (a node's listen, a client's tokens and services, a service's
- * limit). Names that become znode path components are checked here (conf_valid_name).
+ * limit). Every name of a header is printable UTF-8 (conf_name_text, here for all of them);
+ * names that become znode path components are checked here too (conf_valid_name).
  */
 #include "conf_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "utf8.h"
+
 const struct conf_kind_def conf_kinds[] = {
-    [CONF_CLUSTER] = {"cluster", 0, 0, "[cluster]"},
-    [CONF_ROUTER] = {"router", 0, 0, "[router]"},
-    [CONF_CLIENTS] = {"clients", 0, 0, "[clients]"},
-    [CONF_NODE] = {"node", 1, 1, "[node NAME]"},
-    [CONF_SERVICE] = {"service", 1, 2, "[service SERVICE] or [service SERVICE ENDPOINT]"},
-    [CONF_CLIENT] = {"client", 1, 1, "[client NAME]"},
+    [CONF_CLUSTER] = {"cluster", 0, 0, "[cluster]", {NULL, NULL}},
+    [CONF_ROUTER] = {"router", 0, 0, "[router]", {NULL, NULL}},
+    [CONF_CLIENTS] = {"clients", 0, 0, "[clients]", {NULL, NULL}},
+    [CONF_NODE] = {"node", 1, 1, "[node NAME]", {"node", NULL}},
+    [CONF_SERVICE] = {"service",
+                      1,
+                      2,
+                      "[service SERVICE] or [service SERVICE ENDPOINT]",
+                      {"service", "endpoint"}},
+    [CONF_CLIENT] = {"client", 1, 1, "[client NAME]", {"client", NULL}},
 };
+
+const char *
+conf_name_text(struct conf_parser *p, const char *name)
+{
+    size_t at = 0;
+    const char *why = rl_utf8_check(name, strlen(name), &at);
+
+    if (why == NULL) {
+        return NULL;
+    }
+    snprintf(p->why, sizeof(p->why), "%s at byte offset %zu", why, at);
+    return p->why;
+}
 
 bool
 conf_valid_name(const char *s, size_t max)
@@ -133,6 +154,15 @@ conf_section_open(struct conf_parser *p, char *s, char *e)
         conf_fail(p, p->line, -EINVAL,
                   "[%s] in a rules file, which holds only [service ...] sections", arg[0]);
         return;
+    }
+    for (int i = 1; i < nargs; i++) {
+        const char *why = conf_name_text(p, arg[i]);
+
+        if (why != NULL) {
+            conf_fail(p, p->line, -EINVAL, "%s name \"%s\" %s", conf_kinds[kind].args[i - 1],
+                      arg[i], why);
+            return;
+        }
     }
     memset(&p->sec, 0, sizeof(p->sec));
     p->sec.kind = (enum conf_kind)kind;

@@ -166,17 +166,13 @@ conf_set_limit(struct conf_parser *p, const char *v)
     return NULL;
 }
 
-/* Service and endpoint names travel on the wire: 1..128 bytes, no blanks nor controls. */
+/* Service and endpoint names travel on the wire: 1..128 bytes. They hold no blank (the header
+ * is split at blanks) and are printable UTF-8 (conf_section_open has checked). */
 static bool
 valid_service(const char *s)
 {
-    size_t n;
+    size_t n = strlen(s);
 
-    for (n = 0; s[n] != '\0'; n++) {
-        if ((unsigned char)s[n] < 0x20 || s[n] == 0x7f) {
-            return false;
-        }
-    }
     return n >= 1 && n <= CONF_SERVICE_MAX;
 }
 

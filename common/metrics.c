@@ -25,6 +25,7 @@
 #include <microhttpd.h>
 
 #include "log.h"
+#include "utf8.h"
 
 /* ---- the exposition writer ---- */
 
@@ -130,26 +131,9 @@ rl_prom_labels(char *dst, size_t cap, ...)
             break;
         }
         n += (size_t)w;
-        for (; v != NULL && *v != '\0'; v++) {
-            size_t need = (*v == '\\' || *v == '"' || *v == '\n') ? 2 : 1;
-
-            if (n + need + 2 > cap) { /* the character, then `"` and NUL */
-                /* Never leave half of a UTF-8 character. */
-                while (n > start && ((unsigned char)dst[n - 1] & 0xC0) == 0x80) {
-                    n--;
-                }
-                if (n > start && ((unsigned char)dst[n - 1] & 0xC0) == 0xC0) {
-                    n--;
-                }
-                break;
-            }
-            if (need == 2) {
-                dst[n++] = '\\';
-                dst[n++] = *v == '\n' ? 'n' : *v;
-            } else {
-                dst[n++] = *v;
-            }
-        }
+        /* Whole characters and escapes only, leaving room for the closing `"`. */
+        n += rl_utf8_escape(dst + n, cap - n - 1, v != NULL ? v : "", v != NULL ? strlen(v) : 0,
+                            RL_UTF8_PROM);
         dst[n++] = '"';
         dst[n] = '\0';
     }

@@ -55,7 +55,10 @@ void rl_prom_u64(struct rl_prom *p, const char *name, const char *labels, uint64
 void rl_prom_f64(struct rl_prom *p, const char *name, const char *labels, double v);
 
 /* Builds `k1="v1",k2="v2"` into dst (cap bytes, always terminated) from NULL-ended pairs of
- * label names and values, escaping backslash, double quote and newline in values. Returns
+ * label names and values, escaping backslash, double quote and newline in values; any other
+ * byte that is not part of a printable UTF-8 character (invalid UTF-8, a control character)
+ * becomes the text \xHH (written `\\xHH`: rl_utf8_escape, RL_UTF8_PROM), so the page is
+ * valid whatever a value holds. A value cut for room ends on a whole character. Returns
  * dst. */
 const char *rl_prom_labels(char *dst, size_t cap, ...);
 

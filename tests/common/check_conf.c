@@ -3,7 +3,9 @@
  * (rl_conf_parse) so every case names its own file, asserts each error by its exact
  * "NAME:LINE: " prefix and a key phrase, loads files where paths depend on them, and fuzzes
  * the parser with mutations of a valid file (run it under RL_SANITIZE to make the fuzz test
- * mean something). Not for the programs that read the conf.
+ * mean something; every message it gets must be printable UTF-8). Names: printable UTF-8
+ * (common/utf8.c at the edges of each length), refused with the byte offset. Not for the
+ * programs that read the conf.
  */
 #include "conf.h"
 
@@ -19,6 +21,7 @@
 #include "harness.h"
 
 #include "rltest.h"
+#include "utf8.h"
 
 /* The example of CONFIG.md, verbatim. */
 static const char example[] =
@@ -424,7 +427,31 @@ static const struct {
      "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
      "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee]\n",
      1, "endpoint name is not 1..128 bytes"},
-    {"[service s\x01]\n", 1, "service name is not 1..128 bytes"},
+    /* Names are printable UTF-8 (no invalid sequence, overlong form, surrogate, nor C0, DEL
+     * or C1 control); the message shows the bad bytes as \xHH and gives their offset. */
+    {"[service s\x01]\n", 1, "service name \"s\\x01\" has a control character at byte offset 1"},
+    {"[service bad\xff\xfe]\nlimit = gcra 1 per 1s\n", 1,
+     "service name \"bad\\xff\\xfe\" is not valid UTF-8 at byte offset 3"},
+    {"[service \xc0\xaf]\n", 1, "service name \"\\xc0\\xaf\" is not valid UTF-8 at byte offset 0"},
+    {"[service ab\xe0\x80\xaf]\n", 1, "is not valid UTF-8 at byte offset 2"},    /* overlong '/' */
+    {"[service a\xed\xa0\x80]\n", 1, "is not valid UTF-8 at byte offset 1"},     /* U+D800 */
+    {"[service a\xf4\x90\x80\x80]\n", 1, "is not valid UTF-8 at byte offset 1"}, /* > U+10FFFF */
+    {"[service caf\xc3]\n", 1, "is not valid UTF-8 at byte offset 3"},           /* cut short */
+    {"[service a\x7f]\n", 1, "service name \"a\\x7f\" has a control character at byte offset 1"},
+    {"[service s /p\xc2\x85]\n", 1,
+     "endpoint name \"/p\\xc2\\x85\" has a control character at byte offset 2"}, /* U+0085 */
+    {"[service s /\xe2\x82\xac\x80]\n", 1,
+     "endpoint name \"/\xe2\x82\xac\\x80\" is not valid "
+     "UTF-8 at byte offset 4"},
+    {"[node a\xff]\nlisten = h:1\n", 1, "node name \"a\\xff\" is not valid UTF-8 at byte offset 1"},
+    {"[client w\xe9"
+     "b]\n",
+     1, "client name \"w\\xe9b\" is not valid UTF-8 at byte offset 1"},
+    {"[node \xc3\xa9]\n", 1, "node name \"\xc3\xa9\" is not 1..63 characters"},
+    {"[cluster]\nname = x\x1b[2J\n", 2,
+     "name: \"x\\x1b[2J\" has a control character at byte offset 1"},
+    {"[cluster]\nname = \xfe\n", 2, "name: \"\\xfe\" is not valid UTF-8 at byte offset 0"},
+    {"[\xff\x01]\n", 1, "unknown section [\\xff\\x01]"},
     /* Keys outside a section, lines that are not KEY = VALUE. */
     {"name = x\n[cluster]\n", 1, "key \"name\" is outside any section"},
     {"; only a comment\n[foo]\nx = 1\n", 2, "unknown section [foo]"},
@@ -804,6 +831,54 @@ START_TEST(test_hostports)
 }
 END_TEST
 
+/* utf8.h at the edges of each length: what is printable UTF-8, and where it is not. */
+static const struct {
+    const char *s;
+    const char *why; /* NULL: printable */
+    size_t at;
+} utf8_cases[] = {
+    {"", NULL, 0},
+    {" ~", NULL, 0},
+    {"\xc2\xa0\xdf\xbf", NULL, 0},                                 /* U+00A0, U+07FF */
+    {"\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf", NULL, 0}, /* U+0800 U+D7FF U+E000 U+FFFF */
+    {"\xf0\x90\x80\x80\xf4\x8f\xbf\xbf", NULL, 0},                 /* U+10000, U+10FFFF */
+    {"a\x1f", "has a control character", 1},
+    {"ab\x7f", "has a control character", 2},
+    {"\xc2\x80", "has a control character", 0},  /* U+0080 */
+    {"x\xc2\x9f", "has a control character", 1}, /* U+009F */
+    {"\x80", "is not valid UTF-8", 0},
+    {"\xc1\xbf", "is not valid UTF-8", 0},         /* overlong U+007F */
+    {"\xe0\x9f\xbf", "is not valid UTF-8", 0},     /* overlong U+07FF */
+    {"\xf0\x8f\xbf\xbf", "is not valid UTF-8", 0}, /* overlong U+FFFF */
+    {"ok\xed\xbf\xbf", "is not valid UTF-8", 2},   /* U+DFFF */
+    {"\xf4\x90\x80\x80", "is not valid UTF-8", 0}, /* U+110000 */
+    {"\xf5\x80\x80\x80", "is not valid UTF-8", 0},
+    {"\xe2\x82", "is not valid UTF-8", 0}, /* cut short */
+    {"\xe2\x82x", "is not valid UTF-8", 0},
+};
+
+START_TEST(test_utf8)
+{
+    size_t at = 99;
+    const char *why = rl_utf8_check(utf8_cases[_i].s, strlen(utf8_cases[_i].s), &at);
+    char out[64];
+
+    if (utf8_cases[_i].why == NULL) {
+        ck_assert_ptr_null(why);
+        /* Printable text is written as it is. */
+        rl_utf8_escape(out, sizeof(out), utf8_cases[_i].s, strlen(utf8_cases[_i].s), 0);
+        ck_assert_str_eq(out, utf8_cases[_i].s);
+    } else {
+        ck_assert_msg(why != NULL && strcmp(why, utf8_cases[_i].why) == 0, "got %s",
+                      why != NULL ? why : "(null)");
+        ck_assert_uint_eq(at, utf8_cases[_i].at);
+        /* The escaped text is printable. */
+        rl_utf8_escape(out, sizeof(out), utf8_cases[_i].s, strlen(utf8_cases[_i].s), 0);
+        ck_assert_ptr_null(rl_utf8_check(out, strlen(out), &at));
+    }
+}
+END_TEST
+
 START_TEST(test_algo_names)
 {
     ck_assert_str_eq(rl_algo_name(RL_ALGO_FIXED_WINDOW), "fixed_window");
@@ -814,6 +889,33 @@ START_TEST(test_algo_names)
     ck_assert_str_eq(rl_algo_name(RL_ALGO_LEAKY_BUCKET), "leaky_bucket");
     ck_assert_str_eq(rl_algo_name(RL_ALGO_COUNT), "unknown");
     ck_assert_str_eq(rl_algo_name((enum rl_algo) - 1), "unknown");
+}
+END_TEST
+
+/* Printable UTF-8 names are taken and looked up as bytes; a rules file (rl-cli rules push,
+ * the rules znode, SIGHUP) refuses a bad one with the same message. */
+START_TEST(test_utf8_names)
+{
+    struct rl_conf *c =
+        parse_ok("[service caf\xc3\xa9]\nlimit = gcra 1 per 1s\n"
+                 "[service \xe6\x94\xaf\xe4\xbb\x98 /pay\xe2\x82\xac\xf0\x9f\x98\x80]\n"
+                 "limit = gcra 1 per 1s\n");
+    struct rl_conf *r = NULL;
+    char err[512];
+
+    ck_assert_ptr_eq(rl_conf_rule(c, "caf\xc3\xa9", 5, NULL, 0), &c->rules[0]);
+    ck_assert_ptr_eq(
+        rl_conf_rule(c, "\xe6\x94\xaf\xe4\xbb\x98", 6, "/pay\xe2\x82\xac\xf0\x9f\x98\x80", 11),
+        &c->rules[1]);
+    rl_conf_destroy(c);
+    ck_assert_int_eq(rl_conf_parse_rules("new.rules",
+                                         "[service ok]\nlimit = gcra 1 per 1s\n"
+                                         "[service bad\xff\xfe]\nlimit = gcra 1 per 1s\n",
+                                         &r, err, sizeof(err)),
+                     -EINVAL);
+    ck_assert_ptr_null(r);
+    ck_assert_str_eq(
+        err, "new.rules:3: service name \"bad\\xff\\xfe\" is not valid UTF-8 at byte offset 3");
 }
 END_TEST
 
@@ -1185,6 +1287,8 @@ START_TEST(test_fuzz)
             ck_assert_ptr_null(c);
             ck_assert_msg(strncmp(err, "fuzz.conf:", 10) == 0, "got \"%s\" for:\n%s", err, buf);
             ck_assert_msg(strchr(err, '\n') == NULL, "got \"%s\"", err);
+            ck_assert_msg(rl_utf8_check(err, strlen(err), &i) == NULL,
+                          "not printable UTF-8 at %zu: \"%s\"", i, err);
         }
     }
     /* Some mutations must leave a valid file, or the test only exercises error paths. */
@@ -1222,10 +1326,12 @@ conf_suite(void)
     tcase_add_test(values, test_loopback_and_wildcard);
     tcase_add_loop_test(values, test_hostports, 0, (int)(sizeof(hostports) / sizeof(hostports[0])));
     tcase_add_test(values, test_algo_names);
+    tcase_add_loop_test(values, test_utf8, 0, (int)(sizeof(utf8_cases) / sizeof(utf8_cases[0])));
     suite_add_tcase(s, values);
 
     tcase_set_timeout(rules, 10);
     tcase_add_test(rules, test_rule_lookup);
+    tcase_add_test(rules, test_utf8_names);
     tcase_add_test(rules, test_rule_lookup_many);
     tcase_add_test(rules, test_tiers_in_order);
     suite_add_tcase(s, rules);

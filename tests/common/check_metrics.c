@@ -1,9 +1,11 @@
 /*
  * check_metrics: common/metrics.{c,h}, the exposition writer, the histogram and the HTTP
  * listener on a real loopback socket (harness/httpget.h as the client). Asserted:
- *   - rl_prom_labels escapes backslash, double quote and newline in values, joins pairs with
- *     commas, takes a NULL value as empty; at every capacity from 0 up it writes nothing past
- *     cap, always terminates, and never leaves an escape cut in half;
+ *   - rl_prom_labels escapes backslash, double quote and newline in values, writes each byte
+ *     that is not UTF-8 and each control character as the text \xHH (so the labels are
+ *     printable UTF-8 whatever a value holds), joins pairs with commas, takes a NULL value as
+ *     empty; at every capacity from 0 up it writes nothing past cap, always terminates, and
+ *     never leaves an escape or a character cut in half;
  *   - rl_prom_family/u64/f64 write the exposition lines (braces only with labels);
  *   - rl_hist_observe puts a value equal to a bound in that bound's bucket and one above it in
  *     the next (above the last: +Inf), counts n observations, sums ns * n; rl_prom_hist
@@ -76,8 +78,9 @@ START_TEST(labels_escape)
                      "v=\"\\\\\\\\\\\"\\\"\\n\\n\"");
     ck_assert_str_eq(rl_prom_labels(dst, sizeof(dst), "empty", "", "none", NULL, NULL),
                      "empty=\"\",none=\"\"");
-    /* Other bytes pass as they are (UTF-8, tabs, braces, commas). */
-    ck_assert_str_eq(rl_prom_labels(dst, sizeof(dst), "u", "é\t{},=", NULL), "u=\"é\t{},=\"");
+    /* Printable UTF-8 passes as it is (braces, commas too); a control character other than
+     * newline (here a tab) is written as the text \x09, its backslash escaped. */
+    ck_assert_str_eq(rl_prom_labels(dst, sizeof(dst), "u", "é\t{},=", NULL), "u=\"é\\\\x09{},=\"");
 }
 END_TEST
 
@@ -136,6 +139,91 @@ labels_pairs_whole(const char *s)
     }
     return !in && quotes % 2 == 0 && (s[0] == '\0' || s[strlen(s) - 1] == '"');
 }
+
+/* Whether s is valid UTF-8 (RFC 3629, table 3-7 of Unicode: shortest forms, no surrogates,
+ * nothing past U+10FFFF) holding no C0 control, DEL nor C1 control. The test's own oracle,
+ * by byte ranges. */
+static bool
+printable_utf8(const char *str, size_t *where)
+{
+    static const struct {
+        unsigned char lo[4], hi[4];
+        int n;
+    } forms[] = {
+        {{0x20}, {0x7e}, 1},
+        {{0xc2, 0xa0}, {0xc2, 0xbf}, 2}, /* U+00A0.., past the C1 controls */
+        {{0xc3, 0x80}, {0xdf, 0xbf}, 2},
+        {{0xe0, 0xa0, 0x80}, {0xe0, 0xbf, 0xbf}, 3},
+        {{0xe1, 0x80, 0x80}, {0xec, 0xbf, 0xbf}, 3},
+        {{0xed, 0x80, 0x80}, {0xed, 0x9f, 0xbf}, 3},
+        {{0xee, 0x80, 0x80}, {0xef, 0xbf, 0xbf}, 3},
+        {{0xf0, 0x90, 0x80, 0x80}, {0xf0, 0xbf, 0xbf, 0xbf}, 4},
+        {{0xf1, 0x80, 0x80, 0x80}, {0xf3, 0xbf, 0xbf, 0xbf}, 4},
+        {{0xf4, 0x80, 0x80, 0x80}, {0xf4, 0x8f, 0xbf, 0xbf}, 4},
+    };
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0, len = strlen(str);
+
+    while (i < len) {
+        size_t f;
+
+        for (f = 0; f < sizeof(forms) / sizeof(forms[0]); f++) {
+            int k = 0;
+
+            while (k < forms[f].n && i + (size_t)k < len && s[i + k] >= forms[f].lo[k] &&
+                   s[i + k] <= forms[f].hi[k]) {
+                k++;
+            }
+            if (k == forms[f].n) {
+                break;
+            }
+        }
+        if (f == sizeof(forms) / sizeof(forms[0])) {
+            *where = i;
+            return false;
+        }
+        i += (size_t)forms[f].n;
+    }
+    return true;
+}
+
+/* Whatever bytes a value holds, the labels are printable UTF-8 with only the escapes of the
+ * text format: bytes that are not UTF-8 (stray, overlong, surrogate, past U+10FFFF, cut
+ * short) and control characters are written as the text \xHH, at every capacity. */
+START_TEST(labels_invalid_utf8)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"bad\xff\xfe", "v=\"bad\\\\xff\\\\xfe\""},
+        {"\xc0\xaf", "v=\"\\\\xc0\\\\xaf\""},                       /* overlong '/' */
+        {"\xe0\x80\xaf", "v=\"\\\\xe0\\\\x80\\\\xaf\""},            /* overlong '/' */
+        {"\xed\xa0\x80x", "v=\"\\\\xed\\\\xa0\\\\x80x\""},          /* U+D800 */
+        {"\xf4\x90\x80\x80", "v=\"\\\\xf4\\\\x90\\\\x80\\\\x80\""}, /* > U+10FFFF */
+        {"caf\xc3", "v=\"caf\\\\xc3\""},                            /* cut short */
+        {"\xc2\x85\x7f\x01", "v=\"\\\\xc2\\\\x85\\\\x7f\\\\x01\""}, /* C1, DEL, C0 */
+        {"a\"b\\c\nd\re\xff", "v=\"a\\\"b\\\\c\\nd\\\\x0de\\\\xff\""},
+        {"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "v=\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\""},
+    };
+    char dst[256], cut[256];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t where = 0;
+
+        rl_prom_labels(dst, sizeof(dst), "v", cases[i].in, NULL);
+        RL_CHECK_STR_EQ(dst, cases[i].out);
+        RL_CHECK(printable_utf8(dst, &where), "case %zu: byte %zu of [%s]", i, where, dst);
+        for (size_t cap = 1; cap <= strlen(dst) + 1; cap++) {
+            rl_prom_labels(cut, cap, "v", cases[i].in, "w", cases[i].in, NULL);
+            RL_CHECK(printable_utf8(cut, &where), "case %zu cap %zu: byte %zu of [%s]", i, cap,
+                     where, cut);
+            RL_CHECK(labels_escapes_whole(cut, &where), "case %zu cap %zu: escape cut at %zu", i,
+                     cap, where);
+            RL_CHECK(labels_pairs_whole(cut), "case %zu cap %zu: [%s]", i, cap, cut);
+        }
+    }
+}
+END_TEST
 
 /* A cut value never leaves half of a UTF-8 character. */
 START_TEST(labels_utf8_cut)
@@ -955,6 +1043,7 @@ metrics_suite(void)
     tcase_add_test(tc, labels_escape);
     tcase_add_test(tc, labels_truncation);
     tcase_add_test(tc, labels_utf8_cut);
+    tcase_add_test(tc, labels_invalid_utf8);
     tcase_add_test(tc, prom_lines);
     tcase_add_test(tc, hist_buckets);
     tcase_add_test(tc, hist_output);

@@ -18,6 +18,12 @@
  *   - every PromQL expr of deploy/grafana/ratelimiter.json (Grafana's $__ variables and the
  *     dashboard's own replaced) is accepted by Prometheus (status success) and the panels'
  *     datasource is the ${DS_PROMETHEUS} input.
+
+ *   - with ZooKeeper instead (issue 20): `rl-cli rules push` of a service name that is not
+ *     UTF-8 is refused (exit 2, FILE:LINE and the byte offset) and writes nothing; the same
+ *     text put in the rules znode by hand is refused by every process; printable UTF-8 names
+ *     (and a quote and backslashes) are taken; after each, every page passes `promtool check
+ *     metrics`.
  */
 #include <check.h>
 #include <errno.h>
@@ -122,27 +128,20 @@ run(const char *cmd, char *out, size_t len)
     return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Picks the ports, writes the config (cluster: its [cluster] section, shards = SHARDS) into
+ * conf, starts nodes a and b and the router, and waits for their metrics listeners. */
 static void
-setup(void)
+start_processes(char *conf, size_t len, const char *cluster)
 {
-    char conf[PATH_MAX], yml[PATH_MAX], tsdb[PATH_MAX], listen[64], cfgarg[PATH_MAX + 32],
-        tsdbarg[PATH_MAX + 32];
-    char out[256];
-
-    /* Fail early and clearly without the tools (scripts/deps.sh installs them). */
-    ck_assert_msg(run("command -v prometheus && command -v promtool", out, sizeof(out)) == 0,
-                  "prometheus and promtool are needed (Debian package prometheus: run "
-                  "scripts/deps.sh)");
     for (int i = 0; i < NNODES; i++) {
         node_ports[i] = free_port();
         node_mports[i] = free_port();
     }
     router_port = free_port();
     router_mport = free_port();
-    prom_port = free_port();
-    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "cluster.conf"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(conf, len, "cluster.conf"), 0);
     ck_assert_int_eq(rl_harness_write_file(conf,
-                                           "[cluster]\nname = prom\nshards = %d\n"
+                                           "%sshards = %d\n"
                                            "[router]\nlisten = 127.0.0.1:%d\n"
                                            "metrics = 127.0.0.1:%d\n"
                                            "[node a]\nlisten = 127.0.0.1:%d\n"
@@ -150,9 +149,9 @@ setup(void)
                                            "[node b]\nlisten = 127.0.0.1:%d\n"
                                            "metrics = %d\n" /* a bare port: 127.0.0.1 */
                                            "[service api]\nlimit = fixed_window %d per 1h\n",
-                                           SHARDS, router_port, router_mport, node_ports[NODE_A],
-                                           node_mports[NODE_A], node_ports[NODE_B],
-                                           node_mports[NODE_B], LIMIT),
+                                           cluster, SHARDS, router_port, router_mport,
+                                           node_ports[NODE_A], node_mports[NODE_A],
+                                           node_ports[NODE_B], node_mports[NODE_B], LIMIT),
                      0);
     memset(nodes, 0, sizeof(nodes));
     memset(&router, 0, sizeof(router));
@@ -165,6 +164,21 @@ setup(void)
         ck_assert_int_eq(rl_harness_wait_port("127.0.0.1", node_mports[i], 5000), 0);
     }
     ck_assert_int_eq(rl_harness_wait_port("127.0.0.1", router_mport, 5000), 0);
+}
+
+static void
+setup(void)
+{
+    char conf[PATH_MAX], yml[PATH_MAX], tsdb[PATH_MAX], listen[64], cfgarg[PATH_MAX + 32],
+        tsdbarg[PATH_MAX + 32];
+    char out[256];
+
+    /* Fail early and clearly without the tools (scripts/deps.sh installs them). */
+    ck_assert_msg(run("command -v prometheus && command -v promtool", out, sizeof(out)) == 0,
+                  "prometheus and promtool are needed (Debian package prometheus: run "
+                  "scripts/deps.sh)");
+    start_processes(conf, sizeof(conf), "[cluster]\nname = prom\n");
+    prom_port = free_port();
 
     ck_assert_int_eq(rl_harness_tmppath(yml, sizeof(yml), "prometheus.yml"), 0);
     ck_assert_int_eq(rl_harness_tmppath(tsdb, sizeof(tsdb), "prom-data"), 0);
@@ -548,22 +562,35 @@ START_TEST(promtool_files)
 }
 END_TEST
 
+/* Scrapes /metrics of the listener on port, which must hold each of want[] (NULL-ended), and
+ * has `promtool check metrics` judge the page; the page into r (free it). */
+static void
+scrape_promtool(int port, const char *const want[], struct rl_http_resp *r)
+{
+    static int nscrapes;
+    char path[PATH_MAX], cmd[PATH_MAX + 64], out[8192];
+
+    ck_assert_int_eq(rl_http_get(port, "/metrics", T_TIMEOUT, r), 0);
+    ck_assert_int_eq(r->status, 200);
+    for (size_t k = 0; want != NULL && want[k] != NULL; k++) {
+        ck_assert_msg(strstr(r->body, want[k]) != NULL, "no %s in the page of port %d:\n%s",
+                      want[k], port, r->body);
+    }
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "scrape-%d.txt", nscrapes++), 0);
+    ck_assert_int_eq(rl_harness_write_file(path, "%s", r->body), 0);
+    snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s' 2>&1", path);
+    ck_assert_msg(run(cmd, out, sizeof(out)) == 0, "%s (port %d):\n%s", cmd, port, out);
+}
+
 START_TEST(scrapes_pass_promtool)
 {
     const int ports[] = {router_mport, node_mports[NODE_A], node_mports[NODE_B]};
 
     for (size_t i = 0; i < sizeof(ports) / sizeof(ports[0]); i++) {
+        const char *want[] = {i == 0 ? "\nrl_router_ready 1\n" : "\nrl_node_ready 1\n", NULL};
         struct rl_http_resp r;
-        char path[PATH_MAX], cmd[PATH_MAX + 64], out[8192];
 
-        ck_assert_int_eq(rl_http_get(ports[i], "/metrics", T_TIMEOUT, &r), 0);
-        ck_assert_int_eq(r.status, 200);
-        ck_assert_ptr_nonnull(
-            strstr(r.body, i == 0 ? "\nrl_router_ready 1\n" : "\nrl_node_ready 1\n"));
-        ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "scrape-%zu.txt", i), 0);
-        ck_assert_int_eq(rl_harness_write_file(path, "%s", r.body), 0);
-        snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s' 2>&1", path);
-        ck_assert_msg(run(cmd, out, sizeof(out)) == 0, "%s (port %d):\n%s", cmd, ports[i], out);
+        scrape_promtool(ports[i], want, &r);
         rl_http_free(&r);
         ck_assert_int_eq(rl_http_get(ports[i], "/readyz", T_TIMEOUT, &r), 0);
         ck_assert_int_eq(r.status, 200);
@@ -652,12 +679,107 @@ START_TEST(prometheus_sees_traffic)
 }
 END_TEST
 
+/* ---- names that are not UTF-8: the rules push ---- */
+
+static struct rl_harness_zk zk;
+static char zk_conf[PATH_MAX];
+
+/* The same three processes and listeners, with ZooKeeper (its rules znode), no Prometheus. */
+static void
+zk_setup(void)
+{
+    char cluster[256];
+
+    memset(&zk, 0, sizeof(zk));
+    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
+    snprintf(cluster, sizeof(cluster),
+             "[cluster]\nname = names\nzookeeper = %s\nsession_timeout = 2s\n", zk.connect);
+    start_processes(zk_conf, sizeof(zk_conf), cluster);
+}
+
+/* Waits until every process's page holds line (e.g. its reload failures), then has promtool
+ * judge each page, which must not hold avoid. */
+static void
+pages_settle(const char *line, const char *avoid)
+{
+    const int ports[] = {router_mport, node_mports[NODE_A], node_mports[NODE_B]};
+    const char *want[] = {line, NULL};
+
+    for (size_t i = 0; i < sizeof(ports) / sizeof(ports[0]); i++) {
+        struct rl_http_resp r;
+
+        for (int waited = 0;; waited += 100) {
+            ck_assert_int_eq(rl_http_get(ports[i], "/metrics", T_TIMEOUT, &r), 0);
+            if (strstr(r.body, line) != NULL) {
+                break;
+            }
+            ck_assert_msg(waited < 10000, "no %s in the page of port %d:\n%s", line, ports[i],
+                          r.body);
+            rl_http_free(&r);
+            usleep(100 * 1000);
+        }
+        rl_http_free(&r);
+        scrape_promtool(ports[i], want, &r);
+        ck_assert_msg(avoid == NULL || strstr(r.body, avoid) == NULL, "%s in:\n%s", avoid, r.body);
+        rl_http_free(&r);
+    }
+}
+
+/*
+ * issue 20: `rl-cli rules push` of `[service bad\xff\xfe]` is refused (exit 2, FILE:LINE and
+ * the byte offset) and nothing is written; the same text written to the rules znode behind
+ * rl-cli's back (an older rl-cli, a hand edit) is refused by every process, whose pages still
+ * pass promtool; a push of names in printable UTF-8 is taken and its labels pass too.
+ */
+START_TEST(bad_name_push_refused)
+{
+    static const char bad_text[] = "[service api]\nlimit = fixed_window 5 per 1h\n"
+                                   "[service bad\xff\xfe]\nlimit = gcra 1 per 1s\n";
+    char bad[PATH_MAX], good[PATH_MAX], out[8192], want[PATH_MAX + 128];
+    const char *push_bad[] = {"rl-cli", "rules", "push", bad, "--config", zk_conf, NULL};
+    const char *push_good[] = {"rl-cli", "rules", "push", good, "--config", zk_conf, NULL};
+
+    ck_assert_int_eq(rl_harness_tmppath(bad, sizeof(bad), "bad.rules"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(good, sizeof(good), "good.rules"), 0);
+    ck_assert_int_eq(rl_harness_write_file(bad, "%s", bad_text), 0);
+    pages_settle("\nrl_rules_reload_failures_total 0\n", NULL);
+
+    ck_assert_int_eq(rl_harness_run(push_bad, out, sizeof(out), 20000), 2);
+    snprintf(want, sizeof(want),
+             "%s:3: service name \"bad\\xff\\xfe\" is not valid UTF-8 at byte offset 3", bad);
+    ck_assert_msg(strstr(out, want) != NULL, "no %s in: %s", want, out);
+    ck_assert_int_eq(rl_harness_zk_get(zk.connect, "/ratelimiter/names/rules", out, sizeof(out)),
+                     -ENOENT);
+
+    ck_assert_int_eq(
+        rl_harness_zk_put(zk.connect, "/ratelimiter/names/rules", bad_text, sizeof(bad_text) - 1),
+        0);
+    pages_settle("\nrl_rules_reload_failures_total 1\n", "service=\"bad");
+
+    ck_assert_int_eq(rl_harness_write_file(good, "[service api]\nlimit = fixed_window 5 per 1h\n"
+                                                 "[service caf\xc3\xa9 /\xe2\x82\xac]\n"
+                                                 "limit = gcra 1 per 1s\n"
+                                                 "[service \"q\\\\]\nlimit = gcra 1 per 1s\n"),
+                     0);
+    ck_assert_msg(rl_harness_run(push_good, out, sizeof(out), 20000) == 0, "%s", out);
+    pages_settle("\nrl_rules_reloads_total 1\n", NULL);
+    {
+        struct rl_http_resp r;
+        const char *labels[] = {"service=\"caf\xc3\xa9\"", "service=\"\\\"q\\\\\\\\\"", NULL};
+
+        scrape_promtool(router_mport, labels, &r);
+        rl_http_free(&r);
+    }
+}
+END_TEST
+
 static Suite *
 prometheus_suite(void)
 {
     Suite *s = suite_create("prometheus");
     TCase *tf = tcase_create("files");
     TCase *tc = tcase_create("cluster");
+    TCase *tn = tcase_create("names");
 
     tcase_set_timeout(tf, 60);
     tcase_add_test(tf, promtool_files);
@@ -668,6 +790,11 @@ prometheus_suite(void)
     tcase_add_test(tc, scrapes_pass_promtool);
     tcase_add_test(tc, prometheus_sees_traffic);
     suite_add_tcase(s, tc);
+
+    tcase_add_checked_fixture(tn, zk_setup, teardown);
+    tcase_set_timeout(tn, 120);
+    tcase_add_test(tn, bad_name_push_refused);
+    suite_add_tcase(s, tn);
     return s;
 }
 
