@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hostile clients against a real rl-node and rl-router (docs/BENCHMARKS.md, "Under abuse"):
-#   bench/abuse.sh [idle|stream|flood|slowloris|all]   (RUNS rounds, 3 by default; BIN=build dir)
+#   bench/abuse.sh [idle|stream|flood|slowloris|preauth|all]   (RUNS rounds, 3 by default; BIN=build dir)
 # idle:   RSS growth of a node and of a router holding 1,000 idle connections that each sent
 #         one legal 64 KiB frame, and a neighbour's PING p50/p99 meanwhile;
 # stream: a neighbour's PING p50/p99 while one client streams 64 KiB frames at a node;
@@ -10,6 +10,9 @@
 # slowloris: a node's metrics listener while 40 connections from 127.0.0.1 drip a header
 #         line a second: /healthz from 127.0.0.2 (answered, p50/max), and how many dripping
 #         connections were closed at once and how many were still open after 8 s.
+# preauth: a router with a [client web] section (AUTH required): wrong tokens a second from
+#         one process, and whether a client with the valid token gets in while 10 addresses
+#         hold 1,000 silent connections each.
 # Prints RESULT lines, then the median of each figure over the rounds. Runs against any
 # build of the project (BIN=/path/to/build), so an older revision can be measured the same
 # way: the config uses no section that revision may lack.
@@ -32,6 +35,7 @@ start_cluster() {
         printf '[cluster]\nname = abuse\n[router]\nlisten = 127.0.0.1:%s\n' "$router_port"
         printf '[node n1]\nlisten = 127.0.0.1:%s\nmemory = %s\n' "$node_port" "$1"
         [ -z "${2:-}" ] || printf 'metrics = 127.0.0.1:%s\n' "$metrics_port"
+        [ -z "${3:-}" ] || printf '%s\n' "$3"
         for s in $algos; do
             printf '[service victim_%s]\nlimit = %s 5 per 1h\n' "$s" "$s"
             printf '[service flood_%s]\nlimit = %s 100 per 1h\n' "$s" "$s"
@@ -65,6 +69,16 @@ for round in $(seq 1 "$runs"); do
         start_cluster 1gb metrics
         wait_port "$metrics_port"
         timeout 60 python3 "$probe" slowloris "$metrics_port"
+        bench_cleanup
+    fi
+    if [ "$what" = preauth ] || [ "$what" = all ]; then
+        printf 'web-token-%s\n' "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
+            >"$tmp/web.token"
+        hash=$(sha256sum <(tr -d '\n' <"$tmp/web.token") | cut -d' ' -f1)
+        start_cluster 1gb "" "$(printf '[client web]\ntoken_sha256 = %s\nservices = *\n' "$hash")"
+        timeout 60 python3 "$probe" wrongtokens "$router_port"
+        sleep 3
+        RL_TOKEN_FILE=$tmp/web.token timeout 120 python3 "$probe" silentflood "$router_port"
         bench_cleanup
     fi
     if [ "$what" = flood ] || [ "$what" = all ]; then

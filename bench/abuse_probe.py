@@ -16,6 +16,12 @@ messages are spelled out in bytes, as docs/PROTOCOL.md's example does).
                                      from 127.0.0.2 every 500 ms (2 s timeout): answered,
                                      p50/max latency; dripping connections closed within 1 s
                                      and still open at the end
+  abuse_probe.py wrongtokens PORT     one process sends AUTH with a wrong token on a new
+                                     connection, one after another, for 3 s: tokens checked
+                                     ("unknown token") and refused as too many, a second
+  abuse_probe.py silentflood PORT    10 addresses (127.0.0.2..11) x 1,000 connections that
+                                     send nothing, then a client with $RL_TOKEN_FILE's token
+                                     from 127.0.0.12: is it let in, and how fast
 With $RL_TOKEN_FILE set, every connection first sends AUTH with that file's token
 ([6, 0, token]) and reads its reply, for servers that want one.
 """
@@ -277,6 +283,59 @@ def slowloris(port, conns=40, run_s=8.0):
           f"closed_within_1s={at_once} open_at_end={still} conns={conns}")
 
 
+def auth_frame(token):
+    return frame(b"\x93\x06\x00" + mp_str(token))
+
+
+def wrongtokens(port, secs=3.0):
+    checked = slowed = other = 0
+    t0 = time.time()
+    while time.time() - t0 < secs:
+        s = socket.create_connection(("127.0.0.1", port))
+        try:
+            s.sendall(auth_frame(b"wrong-token-0123456789"))
+            r = read_frame(s)
+        except OSError:
+            r = b""
+        s.close()
+        if b"unknown token" in r:
+            checked += 1
+        elif b"too many failed" in r:
+            slowed += 1
+        else:
+            other += 1
+    print(f"RESULT preauth wrong_tokens checked_per_s={checked / secs:.0f} "
+          f"refused_per_s={slowed / secs:.0f} other={other}")
+
+
+def silentflood(port, addrs=10, per=1000):
+    socks = []
+    for a in range(addrs):
+        for _ in range(per):
+            s = socket.socket()
+            s.bind((f"127.0.0.{a + 2}", 0))
+            s.connect(("127.0.0.1", port))
+            socks.append(s)
+    time.sleep(0.5)
+    with open(os.environ["RL_TOKEN_FILE"], "rb") as f:
+        token = f.read().rstrip(b"\r\n")
+    t0 = time.time()
+    s = socket.socket()
+    s.bind(("127.0.0.12", 0))
+    s.connect(("127.0.0.1", port))
+    s.sendall(auth_frame(token))
+    try:
+        r = read_frame(s)
+    except OSError:
+        r = b""
+    ms = (time.time() - t0) * 1000
+    ok = len(r) > 1 and r[1] == 0x06
+    print(f"RESULT preauth silent_flood valid_client_in={int(ok)} answer_ms={ms:.1f} "
+          f"silent={len(socks)}")
+    for c in socks + [s]:
+        c.close()
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "idle":
@@ -287,5 +346,9 @@ if __name__ == "__main__":
         flood(int(sys.argv[2]), sys.argv[3])
     elif cmd == "slowloris":
         slowloris(int(sys.argv[2]))
+    elif cmd == "wrongtokens":
+        wrongtokens(int(sys.argv[2]))
+    elif cmd == "silentflood":
+        silentflood(int(sys.argv[2]))
     else:
         sys.exit(__doc__)

@@ -15,6 +15,7 @@
 #define RL_AUTH_HASH_LEN 32     /* SHA-256 */
 #define RL_AUTH_TOKEN_MAX 256u  /* bytes of a token or secret on the wire */
 #define RL_AUTH_SECRET_MIN 16u  /* shortest cluster secret accepted */
+#define RL_AUTH_TOKEN_MIN 16u   /* shortest client token accepted (AUTH, rl-cli hash-token) */
 #define RL_AUTH_ZK_USER "ratelimiter"
 #define RL_AUTH_ZK_CRED_MAX 96  /* "ratelimiter:" + 64 hex digits + NUL */
 #define RL_AUTH_ZK_ID_MAX 64    /* "ratelimiter:" + 28 base64 characters + NUL */

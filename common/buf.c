@@ -23,11 +23,24 @@ rl_buf_deinit(struct rl_buf *b)
     rl_buf_init(b);
 }
 
+/* Gives b exactly cap bytes of room (cap >= b->len). */
+static int
+buf_resize(struct rl_buf *b, size_t cap)
+{
+    char *p = realloc(b->data, cap);
+
+    if (p == NULL) {
+        return -ENOMEM;
+    }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
 int
 rl_buf_reserve(struct rl_buf *b, size_t n)
 {
     size_t cap;
-    char *p;
 
     if (b->cap - b->len >= n) {
         return 0;
@@ -39,13 +52,13 @@ rl_buf_reserve(struct rl_buf *b, size_t n)
         }
         cap *= 2;
     }
-    p = realloc(b->data, cap);
-    if (p == NULL) {
-        return -ENOMEM;
-    }
-    b->data = p;
-    b->cap = cap;
-    return 0;
+    return buf_resize(b, cap);
+}
+
+int
+rl_buf_reserve_exact(struct rl_buf *b, size_t n)
+{
+    return b->cap - b->len >= n ? 0 : buf_resize(b, b->len + n);
 }
 
 int

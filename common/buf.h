@@ -21,6 +21,9 @@ void rl_buf_deinit(struct rl_buf *b);
 /* Makes room for at least n more bytes after len; returns 0 or -ENOMEM. */
 int rl_buf_reserve(struct rl_buf *b, size_t n);
 
+/* Like rl_buf_reserve, but grows to exactly n bytes past len (a small buffer stays small). */
+int rl_buf_reserve_exact(struct rl_buf *b, size_t n);
+
 /* Appends n bytes; returns 0 or -ENOMEM. */
 int rl_buf_append(struct rl_buf *b, const void *p, size_t n);
 

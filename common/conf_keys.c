@@ -377,6 +377,12 @@ set_frame_timeout(struct conf_parser *p, const char *v)
 }
 
 static const char *
+set_auth_timeout(struct conf_parser *p, const char *v)
+{
+    return set_u64_bounded(p, &p->c->clients.auth_timeout_ms, v, true, 100, 300000, "100ms..5m");
+}
+
+static const char *
 set_buffer_memory(struct conf_parser *p, const char *v)
 {
     return set_memory(&p->c->clients.buffer_memory, v);
@@ -488,6 +494,7 @@ const struct conf_key conf_keys[] = {
     {CONF_CLIENTS, "router_reserve", set_router_reserve, false},
     {CONF_CLIENTS, "idle_timeout", set_idle_timeout, false},
     {CONF_CLIENTS, "frame_timeout", set_frame_timeout, false},
+    {CONF_CLIENTS, "auth_timeout", set_auth_timeout, false},
     {CONF_CLIENTS, "buffer_memory", set_buffer_memory, false},
     {CONF_NODE, "listen", set_node_listen, false},
     {CONF_NODE, "advertise", set_node_advertise, false},

@@ -160,6 +160,9 @@ conn_account(struct rl_conn *c)
         return;
     }
     bytes = (uint64_t)c->in.cap + c->out.cap + c->inflight.cap;
+    if (c->preauth) {
+        c->q->preauth_bytes = c->q->preauth_bytes - c->acct_bytes + bytes;
+    }
     c->q->client_bytes = c->q->client_bytes - c->acct_bytes + bytes;
     c->acct_bytes = bytes;
 }

@@ -22,6 +22,14 @@
  *     ERROR reply, stop reading, and close once it is written; a protocol error is logged
  *     at warn once per peer address per minute, and says so when the bytes look like HTTP or
  *     TLS;
+ *   - pre-AUTH: when the owner's gate wants AUTH first (lim.auth_required), a client
+ *     connection is pre-AUTH until rl_conn_authenticated: its frames may announce at most
+ *     RL_WIRE_AUTH_FRAME_MAX bytes (more is a protocol error), what it keeps of a half-sent
+ *     frame is sized to that, it is closed auth_timeout after accept, and pre-AUTH
+ *     connections together take at most half of max_connections (the oldest is closed for a
+ *     newer one) and half of buffer_memory, so silent sockets never lock out a client that
+ *     authenticates; failed AUTHs are counted per address (rl_conn_auth_failed) and an
+ *     address past RL_CONN_AUTHFAIL_RATE a second is refused at accept and at AUTH;
  *   - close accounting: ops->on_close runs once, synchronously, when the connection starts
  *     closing (so its owner can answer what was pending on it), ops->on_closed once the
  *     handle is closed (free or reuse it); a listener counts its connections and tells its
@@ -55,6 +63,9 @@
 #define RL_CONN_HOLD_MAX 4096u           /* default bound of held requests */
 #define RL_CONN_WARN_PEERS 64u           /* peers remembered for once-per-peer warnings */
 #define RL_CONN_WARN_INTERVAL_MS 60000u
+#define RL_CONN_AUTHFAIL_SLOTS 1024u     /* addresses remembered for failed AUTHs */
+#define RL_CONN_AUTHFAIL_RATE 5u         /* failed AUTHs a second an address may keep up */
+#define RL_CONN_AUTHFAIL_BURST 10u       /* and in a burst, before it is refused */
 
 struct rl_conn;
 struct rl_conn_peer;
@@ -76,6 +87,8 @@ struct rl_connq {
                                   input reads, so an idle connection holds no input buffer */
     uint64_t client_bytes;     /* buffer bytes of every listener's connections */
     uint64_t client_budget;    /* their bound: the listener's buffer_memory */
+    uint64_t preauth_bytes;    /* the part of client_bytes held by pre-AUTH connections,
+                                  bounded by half of client_budget */
     int handles;
     bool closing;
     void (*on_closed)(void *data);
@@ -111,6 +124,8 @@ struct rl_conn {
     struct rl_conn *prev, *next;  /* the listener's list */
     struct rl_conn *dirty_next;
     struct rl_conn *throttle_next;
+    struct rl_conn *preauth_prev, *preauth_next; /* the listener's pre-AUTH clients, oldest
+                                                    last */
     struct rl_conn_peer *peer_entry; /* the listener's count for this address; NULL if none */
     struct rl_buf in;
     struct rl_buf out;      /* replies or requests not yet handed to uv_write */
@@ -137,6 +152,8 @@ struct rl_conn {
     bool throttled;  /* on q->throttled */
     bool router;     /* said HELLO as a router: counted apart from clients */
     bool probation;  /* taken from the router reserve: must say HELLO first */
+    bool preauth;    /* must still AUTH (the listener's lim.auth_required) */
+    uint8_t addr[16]; /* the peer's address (IPv4 mapped into IPv6) */
     const void *principal; /* the owner's: who the peer authenticated as; NULL: nobody yet */
     char peer[64];   /* "ip:port" of the peer, for logs */
 };
@@ -153,9 +170,13 @@ struct rl_conn {
     X(idle_closes, "idle_closes")                 /* closed after idle_timeout */                 \
     X(frame_timeouts, "frame_timeouts")           /* closed after frame_timeout */                \
     X(accept_errors, "accept_errors")             /* accept(2) failed (out of descriptors) */     \
+    X(preauth_closes, "preauth_closes")           /* pre-AUTH, closed for a newer one */        \
+    X(refused_auth_rate, "refused_auth_rate")     /* address past its failed AUTHs a second */  \
+    X(auth_timeouts, "auth_timeouts")             /* closed without AUTH after auth_timeout */  \
     X(throttled, "throttled")                     /* turns a connection was made to wait */       \
     X(routers, "router_connections")              /* open now that said HELLO as a router */      \
     X(peers, "peers")                             /* distinct client addresses now */             \
+    X(preauth, "preauth_connections")             /* clients open now that have not AUTHed */     \
     X(buffer_bytes, "buffer_bytes")               /* client buffer memory now */
 
 struct rl_listener_stats {
@@ -190,6 +211,8 @@ struct rl_listener {
     uint32_t max_clients; /* lim.max_connections, lowered to fit the descriptor limit */
     uint32_t clients;     /* open client connections (not refused, not routers) */
     uint32_t reserve_used; /* routers and connections on probation */
+    uint32_t max_preauth;  /* pre-AUTH clients at most: half of max_clients */
+    struct rl_conn *preauth_new, *preauth_old; /* pre-AUTH clients, newest and oldest */
     struct rl_conn *conns;
     struct rl_conn_peer *peers[RL_CONN_PEER_BUCKETS];
     uv_timer_t tick;
@@ -198,6 +221,10 @@ struct rl_listener {
     bool accept_paused;    /* at the descriptor ceiling: accept(2) waits for a close */
     struct rl_listener_stats stats;
     struct rl_listener_warned warned[RL_CONN_WARN_PEERS]; /* protocol errors, refusals */
+    /* Failed AUTHs by a seeded hash of the address (addresses that collide share a slot), as
+     * a GCRA: the loop time each slot's failures are all forgiven. */
+    uint64_t authfail[RL_CONN_AUTHFAIL_SLOTS];
+    uint64_t authfail_seed;
     int handles; /* the listener and each connection, until their close callbacks */
     bool closing;
     void (*on_closed)(struct rl_listener *l);
@@ -266,6 +293,16 @@ void rl_conn_refuse(struct rl_conn *c, uint32_t err, const char *msg);
  */
 void rl_conn_protocol_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg,
                             const char *p, size_t n);
+
+/* c passed its owner's AUTH as principal: it is pre-AUTH no more. */
+void rl_conn_authenticated(struct rl_conn *c, const void *principal);
+
+/* Milliseconds before c's address may try a token again (past RL_CONN_AUTHFAIL_RATE failed
+ * AUTHs a second, RL_CONN_AUTHFAIL_BURST at once); 0: now. Outgoing connections: 0. */
+uint64_t rl_conn_auth_wait_ms(const struct rl_conn *c);
+
+/* An AUTH of c was refused: charged to its address. */
+void rl_conn_auth_failed(struct rl_conn *c);
 
 /* A request of c will be answered later (hold) or was answered (release). */
 void rl_conn_hold(struct rl_conn *c);

@@ -28,17 +28,29 @@ peer_bucket(const uint8_t *addr)
     return (size_t)(XXH3_64bits(addr, 16) % RL_CONN_PEER_BUCKETS);
 }
 
+/* The count of addr; NULL if absent. */
+static struct rl_conn_peer *
+peer_find(struct rl_listener *l, const uint8_t *addr)
+{
+    struct rl_conn_peer *p;
+
+    for (p = l->peers[peer_bucket(addr)]; p != NULL; p = p->next) {
+        if (memcmp(p->addr, addr, 16) == 0) {
+            return p;
+        }
+    }
+    return NULL;
+}
+
 /* The count of addr, created at 0 if absent; NULL when out of memory. */
 static struct rl_conn_peer *
 peer_get(struct rl_listener *l, const uint8_t *addr)
 {
     struct rl_conn_peer **head = &l->peers[peer_bucket(addr)];
-    struct rl_conn_peer *p;
+    struct rl_conn_peer *p = peer_find(l, addr);
 
-    for (p = *head; p != NULL; p = p->next) {
-        if (memcmp(p->addr, addr, 16) == 0) {
-            return p;
-        }
+    if (p != NULL) {
+        return p;
     }
     p = calloc(1, sizeof(*p));
     if (p == NULL) {
@@ -68,12 +80,50 @@ peer_drop(struct rl_listener *l, struct rl_conn_peer *p)
     l->stats.peers--;
 }
 
+/* ---- pre-AUTH clients: the newest first ------------------------------------------------- */
+
+static void
+preauth_join(struct rl_listener *l, struct rl_conn *c)
+{
+    c->preauth_prev = NULL;
+    c->preauth_next = l->preauth_new;
+    if (l->preauth_new != NULL) {
+        l->preauth_new->preauth_prev = c;
+    } else {
+        l->preauth_old = c;
+    }
+    l->preauth_new = c;
+    l->stats.preauth++;
+}
+
+/* c leaves the pre-AUTH list, if it is on it. */
+static void
+preauth_leave(struct rl_listener *l, struct rl_conn *c)
+{
+    if (c->preauth_prev == NULL && l->preauth_new != c) {
+        return;
+    }
+    if (c->preauth_prev != NULL) {
+        c->preauth_prev->preauth_next = c->preauth_next;
+    } else {
+        l->preauth_new = c->preauth_next;
+    }
+    if (c->preauth_next != NULL) {
+        c->preauth_next->preauth_prev = c->preauth_prev;
+    } else {
+        l->preauth_old = c->preauth_prev;
+    }
+    c->preauth_prev = c->preauth_next = NULL;
+    l->stats.preauth--;
+}
+
 /* c stops counting as a client of its listener (closing, or turned router). */
 static void
 conn_unclient(struct rl_conn *c)
 {
     struct rl_listener *l = c->listener;
 
+    preauth_leave(l, c);
     if (c->peer_entry != NULL) {
         c->peer_entry->count--;
         peer_drop(l, c->peer_entry);
@@ -150,7 +200,15 @@ conn_sniff(const char *p, size_t n)
 }
 
 /* What a warning is about: each is logged at warn once per address a minute. */
-enum conn_warn { WARN_PROTOCOL = 1, WARN_BUFFERS, WARN_REFUSED, WARN_FRAME_TIMEOUT };
+enum conn_warn {
+    WARN_PROTOCOL = 1,
+    WARN_BUFFERS,
+    WARN_REFUSED,
+    WARN_FRAME_TIMEOUT,
+    WARN_AUTH_TIMEOUT,
+    WARN_AUTH_RATE,
+    WARN_PREAUTH,
+};
 
 /* True when an event of `kind` from c's peer address should be logged at warn now: once per
  * address and kind per RL_CONN_WARN_INTERVAL_MS (as far as 64 slots remember). */
@@ -200,8 +258,8 @@ rl_conn_protocol_error(struct rl_conn *c, uint32_t id, uint32_t err, const char 
     rl_conn_finish(c);
 }
 
-/* Answers c ERROR err and closes it, counting it in *counter (and, unless it is a frame
- * timeout, in connections_refused) and logging it at warn once per address and kind a
+/* Answers c ERROR err and closes it, counting it in *counter (and, unless it is a timeout or
+ * a pre-AUTH connection closed for a newer one, in connections_refused) and logging it at warn once per address and kind a
  * minute. */
 static void
 conn_refuse_counted(struct rl_conn *c, uint64_t *counter, enum conn_warn kind, uint32_t err,
@@ -210,7 +268,7 @@ conn_refuse_counted(struct rl_conn *c, uint64_t *counter, enum conn_warn kind, u
     struct rl_listener *l = c->listener;
 
     (*counter)++;
-    if (kind != WARN_FRAME_TIMEOUT) {
+    if (kind != WARN_FRAME_TIMEOUT && kind != WARN_AUTH_TIMEOUT && kind != WARN_PREAUTH) {
         l->stats.connections_refused++;
     }
     if (listener_should_warn(l, c, kind)) {
@@ -237,6 +295,116 @@ conn_refuse_buffers(struct rl_conn *c)
     conn_refuse_counted(c, &c->listener->stats.refused_buffers, WARN_BUFFERS,
                         RL_WIRE_ERR_OVERLOADED,
                         "server busy: the memory for client buffers (buffer_memory) is spent");
+}
+
+/* ---- failed AUTHs per address ----------------------------------------------------------- */
+
+#define AUTHFAIL_EVERY_MS (1000u / RL_CONN_AUTHFAIL_RATE)
+#define AUTHFAIL_SLACK_MS ((RL_CONN_AUTHFAIL_BURST - 1u) * AUTHFAIL_EVERY_MS)
+
+static uint64_t *
+authfail_slot(struct rl_listener *l, const uint8_t *addr)
+{
+    return &l->authfail[XXH3_64bits_withSeed(addr, 16, l->authfail_seed) %
+                        RL_CONN_AUTHFAIL_SLOTS];
+}
+
+/* Milliseconds before addr may try again: its slot's failures past the burst. */
+static uint64_t
+authfail_wait(struct rl_listener *l, const uint8_t *addr, uint64_t now)
+{
+    uint64_t full = *authfail_slot(l, addr);
+
+    return full > now + AUTHFAIL_SLACK_MS ? full - now - AUTHFAIL_SLACK_MS : 0;
+}
+
+uint64_t
+rl_conn_auth_wait_ms(const struct rl_conn *c)
+{
+    if (c->listener == NULL) {
+        return 0;
+    }
+    return authfail_wait(c->listener, c->addr, uv_now(c->q->loop));
+}
+
+void
+rl_conn_auth_failed(struct rl_conn *c)
+{
+    uint64_t now, *full;
+
+    if (c->listener == NULL) {
+        return;
+    }
+    now = uv_now(c->q->loop);
+    full = authfail_slot(c->listener, c->addr);
+    *full = (*full > now ? *full : now) + AUTHFAIL_EVERY_MS;
+    if (authfail_wait(c->listener, c->addr, now) > 0 &&
+        listener_should_warn(c->listener, c, WARN_AUTH_RATE)) {
+        rl_log_warn("client %s: more than %u failed AUTHs a second from this address: its "
+                    "connections are refused for now (refused_auth_rate; said once a minute)",
+                    c->peer, RL_CONN_AUTHFAIL_RATE);
+    }
+}
+
+void
+rl_conn_authenticated(struct rl_conn *c, const void *principal)
+{
+    c->principal = principal;
+    if (!c->preauth) {
+        return;
+    }
+    c->q->preauth_bytes -= c->acct_bytes;
+    c->preauth = false;
+    preauth_leave(c->listener, c);
+}
+
+/* ---- pre-AUTH admission ------------------------------------------------------------------ */
+
+/* The oldest pre-AUTH client makes room for a newer connection: it leaves the counts at once
+ * and is answered ERROR OVERLOADED. A client that AUTHs as it connects is never the oldest
+ * for long; a silent socket is. */
+static void
+preauth_evict(struct rl_listener *l)
+{
+    struct rl_conn *old = l->preauth_old;
+
+    conn_unclient(old);
+    conn_pause(old);
+    conn_refuse_counted(old, &l->stats.preauth_closes, WARN_PREAUTH, RL_WIRE_ERR_OVERLOADED,
+                        "closed before AUTH: too many connections are waiting for AUTH "
+                        "(half of max_connections) and a newer one came");
+}
+
+/* Whether the new connection c (its address known) is pre-AUTH, refusing it when its address
+ * failed AUTH too often, and making room among the pre-AUTH clients. False: refused. */
+static bool
+preauth_admit(struct rl_listener *l, struct rl_conn *c, uint64_t now)
+{
+    const struct rl_conn_peer *peer;
+    uint64_t wait;
+    char msg[160];
+
+    if (!l->lim.auth_required) {
+        return true;
+    }
+    wait = authfail_wait(l, c->addr, now);
+    if (wait > 0) {
+        snprintf(msg, sizeof(msg),
+                 "too many failed AUTHs from this address (more than %u a second): try again "
+                 "in %" PRIu64 " ms",
+                 RL_CONN_AUTHFAIL_RATE, wait);
+        conn_refuse_counted(c, &l->stats.refused_auth_rate, WARN_AUTH_RATE,
+                            RL_WIRE_ERR_UNAUTHORIZED, msg);
+        return false;
+    }
+    c->preauth = true;
+    peer = peer_find(l, c->addr);
+    if (l->preauth_old != NULL &&
+        (l->stats.preauth >= l->max_preauth || l->clients >= l->max_clients) &&
+        (peer == NULL || peer->count < l->lim.max_per_peer)) {
+        preauth_evict(l);
+    }
+    return true;
 }
 
 /* ---- listeners -------------------------------------------------------------------------- */
@@ -283,7 +451,6 @@ listener_accept(uv_stream_t *server, int status)
     struct rl_conn_peer *peer = NULL;
     const char *why = NULL;
     uint64_t *counter = NULL;
-    uint8_t addr[16];
     uint64_t now = uv_now(l->q->loop);
     struct rl_conn *c;
 
@@ -334,13 +501,19 @@ listener_accept(uv_stream_t *server, int status)
     c->connected = true;
     c->accepted_ms = c->active_ms = now;
     uv_tcp_nodelay(&c->tcp, 1);
-    conn_peer_name(c, addr);
+    conn_peer_name(c, c->addr);
+    if (!preauth_admit(l, c, now)) {
+        return;
+    }
     if (l->clients >= l->max_clients) {
         why = "server busy: too many connections (max_connections)";
         counter = &l->stats.refused_max;
-    } else if ((peer = peer_get(l, addr)) != NULL && peer->count >= l->lim.max_per_peer) {
+    } else if ((peer = peer_get(l, c->addr)) != NULL && peer->count >= l->lim.max_per_peer) {
         why = "server busy: too many connections from this address (max_connections_per_peer)";
         counter = &l->stats.refused_peer;
+    } else if (c->preauth && l->stats.preauth >= l->max_preauth) {
+        why = "server busy: too many connections are waiting for AUTH (half of max_connections)";
+        counter = &l->stats.refused_max;
     }
     if (why != NULL) {
         if (peer != NULL) {
@@ -361,6 +534,9 @@ listener_accept(uv_stream_t *server, int status)
         peer->count++;
         c->peer_entry = peer;
         l->clients++;
+        if (c->preauth) {
+            preauth_join(l, c);
+        }
     }
     if (conn_start_reading(c) != 0) {
         rl_conn_close(c, UV_EIO);
@@ -406,6 +582,12 @@ listener_tick(uv_timer_t *t)
         }
         if (c->probation && now - c->accepted_ms >= RL_CONN_PROBATION_MS) {
             conn_refuse_probation(c);
+        } else if (c->preauth && now - c->accepted_ms >= l->lim.auth_timeout_ms) {
+            snprintf(msg, sizeof(msg), "no AUTH within %" PRIu64 " ms of connecting (auth_timeout)",
+                     l->lim.auth_timeout_ms);
+            conn_pause(c);
+            conn_refuse_counted(c, &l->stats.auth_timeouts, WARN_AUTH_TIMEOUT,
+                                RL_WIRE_ERR_UNAUTHORIZED, msg);
         } else if (c->partial_ms != 0 && c->reading && l->lim.frame_timeout_ms != 0 &&
                    now - c->partial_ms >= l->lim.frame_timeout_ms) {
             snprintf(msg, sizeof(msg), "frame not completed within %" PRIu64 " ms (frame_timeout)",
@@ -444,6 +626,10 @@ rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, u
     if (l->lim.max_per_peer == 0) {
         l->lim.max_per_peer = l->lim.max_connections;
     }
+    if (l->lim.auth_timeout_ms == 0) {
+        l->lim.auth_timeout_ms = RL_CONN_DEFAULT_AUTH_TIMEOUT_MS;
+    }
+    l->authfail_seed = uv_hrtime();
     if (l->lim.buffer_memory != 0) {
         q->client_budget = l->lim.buffer_memory; /* one listener per loop in every program */
     }
@@ -462,6 +648,7 @@ rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, u
                     l->fd_limit, l->lim.max_connections, l->lim.router_reserve, RL_CONN_FD_SLACK,
                     l->max_clients);
     }
+    l->max_preauth = l->max_clients / 2 != 0 ? l->max_clients / 2 : 1;
     uv_tcp_init(q->loop, &l->tcp);
     l->tcp.data = l;
     uv_timer_init(q->loop, &l->tick);

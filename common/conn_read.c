@@ -13,11 +13,13 @@
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
-/* True when growing c's buffers by n bytes would pass the clients' buffer memory. */
+/* True when growing c's buffers by n bytes would pass the clients' buffer memory, or, for a
+ * pre-AUTH connection, the half of it they may take. */
 static bool
 conn_over_budget(const struct rl_conn *c, size_t n)
 {
-    return c->listener != NULL && c->q->client_bytes + n > c->q->client_budget;
+    return c->listener != NULL && (c->q->client_bytes + n > c->q->client_budget ||
+                                   (c->preauth && c->q->preauth_bytes + n > c->q->client_budget / 2));
 }
 
 /*
@@ -73,7 +75,16 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
             conn_throttle(c);
             break;
         }
+        plen = 0;
         rc = rl_wire_frame(p + used, n - used, &plen);
+        if (rc >= 0 && c->preauth && plen > RL_WIRE_AUTH_FRAME_MAX) {
+            /* Only an AUTH may come first: a header announcing more closes at once, so a
+             * half-sent frame before AUTH costs no more than an AUTH. */
+            rl_conn_protocol_error(c, 0, RL_WIRE_ERR_MALFORMED,
+                                   "a frame before AUTH may be at most 266 bytes (an AUTH)",
+                                   p + used, n - used);
+            break;
+        }
         if (rc == 0) {
             break;
         }
@@ -138,7 +149,13 @@ conn_process(struct rl_conn *c)
 static bool
 conn_keep_input(struct rl_conn *c, const char *p, size_t n)
 {
-    if (conn_over_budget(c, n) || rl_buf_append(&c->in, p, n) != 0) {
+    /* A pre-AUTH connection keeps at most one AUTH's frame: room for that, not 4 KiB. */
+    size_t room = c->preauth && n <= RL_WIRE_HDR_LEN + RL_WIRE_AUTH_FRAME_MAX
+                      ? RL_WIRE_HDR_LEN + RL_WIRE_AUTH_FRAME_MAX
+                      : n;
+
+    if (conn_over_budget(c, n) || (c->preauth && rl_buf_reserve_exact(&c->in, room) != 0) ||
+        rl_buf_append(&c->in, p, n) != 0) {
         if (c->listener == NULL) {
             rl_conn_close(c, UV_ENOMEM);
             return false;
@@ -180,7 +197,8 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         size_t used = conn_frames(c, buf->base, (size_t)nread);
         size_t left = (size_t)nread - used;
 
-        if (c->open && left > 0 && !conn_keep_input(c, buf->base + used, left)) {
+        if (c->open && !c->finishing && left > 0 &&
+            !conn_keep_input(c, buf->base + used, left)) {
             return;
         }
         conn_input_done(c);

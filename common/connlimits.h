@@ -6,6 +6,7 @@
 #ifndef RL_CONNLIMITS_H
 #define RL_CONNLIMITS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define RL_CONN_DEFAULT_MAX_CONNECTIONS 10000u
@@ -14,6 +15,7 @@
 #define RL_CONN_DEFAULT_IDLE_TIMEOUT_MS (300u * 1000u)
 #define RL_CONN_DEFAULT_FRAME_TIMEOUT_MS (10u * 1000u)
 #define RL_CONN_DEFAULT_BUFFER_MEMORY (256ull * 1024 * 1024)
+#define RL_CONN_DEFAULT_AUTH_TIMEOUT_MS (5u * 1000u)
 
 struct rl_conn_limits {
     uint32_t max_connections;  /* client connections open at once */
@@ -22,6 +24,10 @@ struct rl_conn_limits {
     uint64_t idle_timeout_ms;  /* closed after this long without progress; 0: never */
     uint64_t frame_timeout_ms; /* a frame must be complete this long after its first byte */
     uint64_t buffer_memory;    /* bytes of buffers of every client connection together */
+    uint64_t auth_timeout_ms;  /* a connection that must AUTH is closed this long after
+                                  accept without it; 0: the default */
+    bool auth_required;        /* the owner's gate wants AUTH first: until then a connection
+                                  is pre-AUTH (conn.h); set by the owner, not the config */
 };
 
 /* The defaults above. */
@@ -32,6 +38,7 @@ rl_conn_limits_default(void)
         RL_CONN_DEFAULT_MAX_CONNECTIONS,  RL_CONN_DEFAULT_MAX_PER_PEER,
         RL_CONN_DEFAULT_ROUTER_RESERVE,   RL_CONN_DEFAULT_IDLE_TIMEOUT_MS,
         RL_CONN_DEFAULT_FRAME_TIMEOUT_MS, RL_CONN_DEFAULT_BUFFER_MEMORY,
+        RL_CONN_DEFAULT_AUTH_TIMEOUT_MS,  false,
     };
     return l;
 }

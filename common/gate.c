@@ -6,10 +6,13 @@
 #include "gate.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include <uv.h>
 
+#include "auth.h"
 #include "conf.h"
 #include "conn.h"
 #include "log.h"
@@ -43,6 +46,12 @@ gate_required(const struct rl_gate *g)
         return false;
     }
     return g->kind == RL_GATE_NODE ? g->conf->secret != NULL : g->conf->nauth_clients > 0;
+}
+
+void
+rl_gate_limits(const struct rl_gate *g, struct rl_conn_limits *lim)
+{
+    lim->auth_required = gate_required(g);
 }
 
 /* Whether there is no token to check an AUTH against. */
@@ -98,27 +107,51 @@ gate_welcome(struct rl_conn *c, uint32_t id, const char *name)
     rl_conn_mark(c);
 }
 
+/* An AUTH from an address past its failed AUTHs a second: refused without looking at the
+ * token, so guessing goes no faster than RL_CONN_AUTHFAIL_RATE a second. */
+static void
+gate_slow_down(struct rl_gate *g, struct rl_conn *c, uint32_t id, uint64_t wait_ms)
+{
+    char msg[160];
+
+    snprintf(msg, sizeof(msg),
+             "AUTH refused: too many failed AUTHs from this address (more than %u a second); "
+             "try again in %" PRIu64 " ms",
+             RL_CONN_AUTHFAIL_RATE, wait_ms);
+    gate_refuse(g, c, id, msg);
+}
+
 int
 rl_gate_auth(struct rl_gate *g, struct rl_conn *c, const struct rl_wire_req *req)
 {
-    const struct rl_client_conf *cl;
+    const struct rl_client_conf *cl = NULL;
+    uint64_t wait_ms;
 
     if (gate_open(g)) {
         /* Nothing to check against: the server is open, and says so. */
         gate_welcome(c, req->id, "anonymous");
         return 0;
     }
-    if (g->kind == RL_GATE_NODE) {
+    wait_ms = rl_conn_auth_wait_ms(c);
+    if (wait_ms > 0) {
+        gate_slow_down(g, c, req->id, wait_ms);
+        return -EACCES;
+    }
+    if (req->token.len < RL_AUTH_TOKEN_MIN) {
+        /* Never accepted, whatever hash a config holds: too short to be guessed slowly. */
+    } else if (g->kind == RL_GATE_NODE) {
         cl = rl_conf_is_secret(g->conf, req->token.ptr, req->token.len) ? &g->conf->cluster_client
                                                                         : NULL;
     } else {
         cl = rl_conf_client_by_token(g->conf, req->token.ptr, req->token.len);
     }
-    c->principal = cl;
     if (cl == NULL) {
+        c->principal = NULL;
+        rl_conn_auth_failed(c);
         gate_refuse(g, c, req->id, gate_text[g->kind].wrong);
         return -EACCES;
     }
+    rl_conn_authenticated(c, cl);
     gate_welcome(c, req->id, cl->name);
     return 0;
 }

@@ -15,6 +15,7 @@
 
 struct rl_conf;
 struct rl_conn;
+struct rl_conn_limits;
 struct rl_wire_req;
 
 #define RL_GATE_WARN_MS 10000u /* refusals are said at most this often */
@@ -35,6 +36,9 @@ struct rl_gate {
 /* Sets g up for conf (which must outlive it; NULL: open) with no refusals counted. */
 void rl_gate_init(struct rl_gate *g, const struct rl_conf *conf, enum rl_gate_kind kind);
 
+/* Sets lim->auth_required from what g requires, before the listener starts with lim. */
+void rl_gate_limits(const struct rl_gate *g, struct rl_conn_limits *lim);
+
 /*
  * A request req arrived on c: whether it may be served. True for an AUTH (answer it with
  * rl_gate_auth), on a connection that authenticated, or when the config asks for nothing.
@@ -46,7 +50,9 @@ bool rl_gate_admit(struct rl_gate *g, struct rl_conn *c, const struct rl_wire_re
 /*
  * Answers the AUTH req on c: the principal's name ("anonymous" when there is nothing to
  * check against), c->principal set to its rl_client_conf. Returns 0, or -EACCES for a token
- * the config does not accept: then refused as by rl_gate_admit (c->principal is NULL).
+ * the config does not accept (or one under RL_AUTH_TOKEN_MIN bytes, or any token while c's
+ * address is past its failed AUTHs a second, conn.h): then refused as by rl_gate_admit
+ * (c->principal is NULL) and charged to c's address.
  */
 int rl_gate_auth(struct rl_gate *g, struct rl_conn *c, const struct rl_wire_req *req);
 

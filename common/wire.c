@@ -144,6 +144,7 @@ rl_wire_frame(const char *p, size_t n, size_t *payload_len)
     if (len == 0 || len > RL_WIRE_FRAME_MAX) {
         return -EPROTO;
     }
+    *payload_len = len;
     if (n - RL_WIRE_HDR_LEN < len) {
         return 0;
     }

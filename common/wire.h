@@ -28,6 +28,9 @@
 #define RL_WIRE_RETRY_NEVER 4294967295u
 #define RL_WIRE_ROLE_MAX 32u
 #define RL_WIRE_TOKEN_MAX 256u
+/* The longest AUTH payload: [6, id, token] with a 32-bit id and a 256-byte token (fixarray,
+ * op, uint32 id, bin 16 header). A frame announcing more before AUTH is refused. */
+#define RL_WIRE_AUTH_FRAME_MAX (1u + 1u + 5u + 3u + RL_WIRE_TOKEN_MAX)
 /* THROTTLED (docs/PROTOCOL.md, "THROTTLED"): node names in a reply, how many episodes a
  * reply holds at most (and by default), and how many missing nodes it names at most. */
 #define RL_WIRE_NODE_MAX 64u
@@ -242,7 +245,7 @@ struct rl_wire_fault {
 /*
  * Looks for one frame at the start of p[0..n). Returns 1 when a whole frame is there
  * (*payload_len set; the payload starts at p + RL_WIRE_HDR_LEN), 0 when more bytes are
- * needed, or -EPROTO when the length prefix is 0 or above RL_WIRE_FRAME_MAX (fatal).
+ * needed (*payload_len set to the announced length once the header is in), or -EPROTO when the length prefix is 0 or above RL_WIRE_FRAME_MAX (fatal).
  */
 int rl_wire_frame(const char *p, size_t n, size_t *payload_len);
 

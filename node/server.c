@@ -339,7 +339,8 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
     struct rl_wire_req req;
 
     if (rl_wire_decode_req(&s->dec, p, n, &req, &fault) != 0) {
-        if (fault.fatal) {
+        if (fault.fatal || c->preauth) {
+            /* Before AUTH, a frame that does not decode closes the connection too. */
             s->errors++;
             rl_conn_protocol_error(c, fault.id, fault.err, fault.msg, p, n);
         } else {
@@ -453,6 +454,7 @@ rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *limiter
     s->opts.name = s->name;
     s->zk_state = RL_SERVER_ZK_NONE;
     rl_gate_init(&s->gate, opts->conf, RL_GATE_NODE);
+    rl_gate_limits(&s->gate, &s->opts.limits);
     s->registered = 1;
     s->fence_disconnect = opts->conf != NULL && opts->conf->fence_disconnect;
     rl_clock_init(&s->clock);

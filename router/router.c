@@ -89,6 +89,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     }
     snprintf(r->name, sizeof(r->name), "%s", opts->name);
     rl_gate_init(&r->gate, conf, RL_GATE_ROUTER);
+    rl_gate_limits(&r->gate, &r->opts.limits);
     r->zk_state = RL_ROUTER_ZK_NONE;
     r->view.asg_version = -1;
     r->rule_codes = calloc(conf->nrules + 1, sizeof(*r->rule_codes));

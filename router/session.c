@@ -109,7 +109,8 @@ session_frame(struct rl_conn *c, const char *p, size_t n)
     const struct rl_client_conf *who;
 
     if (rl_wire_decode_req(&r->dec, p, n, &req, &fault) != 0) {
-        if (fault.fatal) {
+        if (fault.fatal || c->preauth) {
+            /* Before AUTH, a frame that does not decode closes the connection too. */
             r->stats.errors++;
             rl_conn_protocol_error(c, fault.id, fault.err, fault.msg, p, n);
         } else {

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "buf.h"
 #include "reqclient.h"
 #include "harness.h"
@@ -862,12 +863,257 @@ START_TEST(test_metrics_slowloris)
 }
 END_TEST
 
+/* ---- the pre-AUTH window: a router with [client] tokens -------------------------------- */
+
+#define WEB_TOKEN "abuse-web-token-0123456789"
+#define SHORT_TOKEN "fifteen-bytes-!" /* 15 bytes: under the 16 a token needs */
+
+/* A router whose clients must AUTH: [clients] lines as given, a client `web` (WEB_TOKEN,
+ * stats = yes) and a client `short` whose token_sha256 is the hash of SHORT_TOKEN. */
+static void
+start_auth(const char *clients)
+{
+    static const char *const tokens[] = {WEB_TOKEN, SHORT_TOKEN};
+    char sections[512];
+    char hex[2 * RL_AUTH_HASH_LEN + 1];
+    uint8_t h[RL_AUTH_HASH_LEN];
+    size_t off = 0;
+
+    for (size_t i = 0; i < 2; i++) {
+        rl_auth_sha256(tokens[i], strlen(tokens[i]), h);
+        rl_auth_format_hash(h, hex);
+        off += (size_t)snprintf(sections + off, sizeof(sections) - off,
+                                "[client %s]\ntoken_sha256 = %s\nservices = *\nstats = yes\n",
+                                i == 0 ? "web" : "short", hex);
+    }
+    write_config(clients, sections);
+    start_both();
+}
+
+/* Connects from src to the router and sends one frame of payload p[0..n) (id 1) in two
+ * pieces split at `split` bytes of the frame (0: in one). Returns the descriptor. */
+static int
+send_split(const char *src, const char *p, size_t n, size_t split)
+{
+    int fd = raw_connect(src, router_port);
+    unsigned char hdr[RL_WIRE_HDR_LEN] = {(unsigned char)(n >> 24), (unsigned char)(n >> 16),
+                                          (unsigned char)(n >> 8), (unsigned char)n};
+    char *frame = malloc(RL_WIRE_HDR_LEN + n);
+
+    ck_assert_ptr_nonnull(frame);
+    memcpy(frame, hdr, RL_WIRE_HDR_LEN);
+    memcpy(frame + RL_WIRE_HDR_LEN, p, n);
+    if (split == 0 || split >= RL_WIRE_HDR_LEN + n) {
+        split = RL_WIRE_HDR_LEN + n;
+    }
+    send_all(fd, frame, split);
+    if (split < RL_WIRE_HDR_LEN + n) {
+        usleep(50 * 1000);
+        send_all(fd, frame + split, RL_WIRE_HDR_LEN + n - split);
+    }
+    free(frame);
+    return fd;
+}
+
+/* AUTH with token from src, the frame split at `split` (0: whole); the reply in *rep (its
+ * strings in buf). Returns the descriptor. */
+static int
+auth_from(const char *src, const char *token, size_t split, struct rl_wire_decoder *dec,
+          char *buf, size_t cap, struct rl_wire_reply *rep)
+{
+    struct rl_buf b;
+    int fd;
+
+    rl_buf_init(&b);
+    ck_assert_int_eq(rl_wire_put_auth(&b, 1, token, strlen(token)), 0);
+    fd = send_split(src, b.data + RL_WIRE_HDR_LEN, b.len - RL_WIRE_HDR_LEN, split);
+    rl_buf_deinit(&b);
+    ck_assert_int_eq(read_reply(fd, dec, buf, cap, rep, T_TIMEOUT), 0);
+    return fd;
+}
+
+/* True when rep is ERROR err whose message holds `what`. */
+static bool
+is_error(const struct rl_wire_reply *rep, uint32_t err, const char *what)
+{
+    return rep->op == RL_WIRE_OP_ERROR && rep->err == err &&
+           memmem(rep->message.ptr, rep->message.len, what, strlen(what)) != NULL;
+}
+
+/*
+ * 4 addresses x 10 silent sockets fill max_connections (40): a client with a valid token
+ * from a fifth address still gets in and is served (it was answered OVERLOADED before: the
+ * silent sockets could hold every slot for idle_timeout).
+ */
+START_TEST(test_preauth_silent_flood)
+{
+    static const char *const srcs[] = {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"};
+    struct rl_wire_decoder dec;
+    struct rl_wire_reply rep;
+    char buf[4096];
+    int fds[40], fd;
+
+    start_auth("max_connections = 40\nmax_connections_per_peer = 10\n");
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    for (int i = 0; i < 40; i++) {
+        fds[i] = raw_connect(srcs[i / 10], router_port);
+    }
+    usleep(300 * 1000);
+    fd = auth_from("127.0.0.6", WEB_TOKEN, 0, &dec, buf, sizeof(buf), &rep);
+    RL_CHECK(rep.op == RL_WIRE_OP_AUTH, "a valid token under a silent flood: got op %u err %u %.*s",
+             rep.op, rep.err, (int)rep.message.len, rep.message.ptr);
+    send_ping(fd, 2);
+    ck_assert_int_eq(read_reply(fd, &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
+    close(fd);
+    for (int i = 0; i < 40; i++) {
+        close(fds[i]);
+    }
+    rl_wire_decoder_deinit(&dec);
+}
+END_TEST
+
+/* A connection that never sends AUTH is answered UNAUTHORIZED (auth_timeout) and closed 5 s
+ * after it connected, not held for idle_timeout (300 s). */
+START_TEST(test_preauth_deadline)
+{
+    struct rl_wire_decoder dec;
+    struct rl_wire_reply rep;
+    char buf[4096];
+    int64_t t0;
+    int fd;
+
+    start_auth("");
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    fd = raw_connect("127.0.0.2", router_port);
+    t0 = now_us();
+    RL_CHECK(read_reply(fd, &dec, buf, sizeof(buf), &rep, 8000) == 0,
+             "no answer to a silent connection within 8 s");
+    RL_CHECK(now_us() - t0 >= 4500000 && now_us() - t0 <= 6500000,
+             "closed after %lld ms, not about 5 s", (long long)((now_us() - t0) / 1000));
+    ck_assert(is_error(&rep, RL_WIRE_ERR_UNAUTHORIZED, "auth_timeout"));
+    ck_assert(closed_within(fd, 1000));
+    close(fd);
+    rl_wire_decoder_deinit(&dec);
+}
+END_TEST
+
+/*
+ * 300 connections each send half of a 64 KiB frame before AUTH: each is answered MALFORMED
+ * and closed at once (they were held for frame_timeout, 64 KiB each, before); the router's
+ * RSS hardly grows; and a client whose AUTH and 64 KiB frame arrive in two pieces is served.
+ */
+START_TEST(test_preauth_half_frames)
+{
+    static char frame[RL_WIRE_HDR_LEN + 65536];
+    size_t n = big_frame(frame);
+    struct rl_wire_decoder dec;
+    struct rl_wire_reply rep;
+    static char buf[70000];
+    static int fds[300];
+    long before;
+    int fd;
+
+    start_auth("");
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    before = rss_kib(router.pid);
+    for (int i = 0; i < 300; i++) {
+        fds[i] = raw_connect("127.0.0.2", router_port);
+        send_all(fds[i], frame, n / 2);
+    }
+    for (int i = 0; i < 300; i++) {
+        RL_CHECK(closed_within(fds[i], 2000), "half-sent frame %d before AUTH held open", i);
+        close(fds[i]);
+    }
+    RL_CHECK(rss_kib(router.pid) - before < 8 * 1024, "RSS grew by %ld KiB",
+             rss_kib(router.pid) - before);
+    fd = auth_from("127.0.0.3", WEB_TOKEN, 3, &dec, buf, sizeof(buf), &rep);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_AUTH);
+    send_all(fd, frame, n / 2);
+    usleep(50 * 1000);
+    send_all(fd, frame + n / 2, n - n / 2);
+    ck_assert_int_eq(read_reply(fd, &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+    RL_CHECK(rep.op == RL_WIRE_OP_ERROR && rep.err == RL_WIRE_ERR_BAD_FIELD,
+             "the split 64 KiB frame: op %u err %u %.*s", rep.op, rep.err, (int)rep.message.len,
+             rep.message.ptr);
+    send_ping(fd, 3);
+    ck_assert_int_eq(read_reply(fd, &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_PING);
+    close(fd);
+    rl_wire_decoder_deinit(&dec);
+}
+END_TEST
+
+/* Frames before AUTH that do not decode (an unknown op, AUTH with a nil token, a request
+ * without an id) get one ERROR and a close, as docs/PROTOCOL.md says (they were answered
+ * one by one and the connection stayed open). */
+START_TEST(test_preauth_bad_frames)
+{
+    static const char *const bad[] = {"\x92\x09\x01", "\x93\x06\x01\xc0", "\x91\x01"};
+    static const size_t len[] = {3, 4, 2};
+    struct rl_wire_decoder dec;
+    struct rl_wire_reply rep;
+    char buf[4096];
+
+    start_auth("");
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    for (int i = 0; i < 3; i++) {
+        int fd = send_split("127.0.0.2", bad[i], len[i], 0);
+
+        ck_assert_int_eq(read_reply(fd, &dec, buf, sizeof(buf), &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+        RL_CHECK(closed_within(fd, 1000), "bad frame %d before AUTH: the connection stays", i);
+        close(fd);
+    }
+    rl_wire_decoder_deinit(&dec);
+}
+END_TEST
+
+/*
+ * One process tries wrong tokens from 127.0.0.2 as fast as it can for 2 s: at most the burst
+ * (10) and 5 a second are looked at, the rest are refused as too many (before: every one
+ * was checked, thousands a second); a valid token from another address is not slowed; a
+ * token of 15 bytes is refused even when its hash is configured.
+ */
+START_TEST(test_preauth_wrong_tokens_slowed)
+{
+    struct rl_wire_decoder dec;
+    struct rl_wire_reply rep;
+    char buf[4096];
+    int checked = 0, slowed = 0, fd;
+    int64_t t0;
+
+    start_auth("");
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    t0 = now_us();
+    while (now_us() - t0 < 2000000) {
+        fd = auth_from("127.0.0.2", "wrong-token-0123456789", 0, &dec, buf, sizeof(buf), &rep);
+        checked += is_error(&rep, RL_WIRE_ERR_UNAUTHORIZED, "unknown token");
+        slowed += is_error(&rep, RL_WIRE_ERR_UNAUTHORIZED, "too many failed AUTHs");
+        close(fd);
+    }
+    printf("wrong tokens from one process in 2 s: %d checked, %d refused as too many\n",
+           checked, slowed);
+    RL_CHECK(checked <= 10 + 2 * 5 + 3, "%d wrong tokens checked in 2 s", checked);
+    ck_assert_int_gt(slowed, 0);
+    fd = auth_from("127.0.0.3", WEB_TOKEN, 0, &dec, buf, sizeof(buf), &rep);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_AUTH);
+    close(fd);
+    fd = auth_from("127.0.0.4", SHORT_TOKEN, 0, &dec, buf, sizeof(buf), &rep);
+    RL_CHECK(is_error(&rep, RL_WIRE_ERR_UNAUTHORIZED, "unknown token"),
+             "a 15-byte token was accepted");
+    close(fd);
+    rl_wire_decoder_deinit(&dec);
+}
+END_TEST
+
 static Suite *
 abuse_suite(void)
 {
     Suite *s = suite_create("abuse");
     TCase *tc = tcase_create("abuse");
     TCase *tm = tcase_create("metrics");
+    TCase *ta = tcase_create("preauth");
     int nalgos = (int)(sizeof(algos) / sizeof(algos[0]));
 
     tcase_add_checked_fixture(tc, NULL, teardown);
@@ -884,6 +1130,14 @@ abuse_suite(void)
     tcase_set_timeout(tm, 60);
     tcase_add_loop_test(tm, test_metrics_slowloris, 0, 2);
     suite_add_tcase(s, tm);
+    tcase_add_checked_fixture(ta, NULL, teardown);
+    tcase_set_timeout(ta, 60);
+    tcase_add_test(ta, test_preauth_silent_flood);
+    tcase_add_test(ta, test_preauth_deadline);
+    tcase_add_test(ta, test_preauth_half_frames);
+    tcase_add_test(ta, test_preauth_bad_frames);
+    tcase_add_test(ta, test_preauth_wrong_tokens_slowed);
+    suite_add_tcase(s, ta);
     return s;
 }
 

@@ -52,7 +52,8 @@ cli_cmd_token(const struct cli *o, const struct cli_cmd *c, int nargs, char **ar
         if (nargs > 1 || path == NULL) {
             return cli_usage_error("%s: expected FILE (or --token-file FILE)", cmd);
         }
-        rc = rl_auth_read_secret(path, 1, token, sizeof(token), &len, why, sizeof(why));
+        rc = rl_auth_read_secret(path, RL_AUTH_TOKEN_MIN, token, sizeof(token), &len, why,
+                                 sizeof(why));
         if (rc != 0) {
             fprintf(stderr, "rl-cli: %s\n", why);
             return CLI_EXIT_USAGE;
