@@ -137,6 +137,7 @@ struct rl_conn {
     bool throttled;  /* on q->throttled */
     bool router;     /* said HELLO as a router: counted apart from clients */
     bool probation;  /* taken from the router reserve: must say HELLO first */
+    bool admin;      /* outgoing, carrying admin replies only: one input share a turn */
     const void *principal; /* the owner's: who the peer authenticated as; NULL: nobody yet */
     char peer[64];   /* "ip:port" of the peer, for logs */
 };

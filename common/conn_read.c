@@ -68,8 +68,10 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
     }
     while (c->connected && !c->finishing && !rl_conn_backlogged(c)) {
         /* Outgoing connections (the router's to nodes) carry replies the process asked for;
-         * a router's connection to a node carries many clients: both get more. */
-        if (c->turn_bytes >= (c->listener == NULL || c->router ? 16u : 1u) * RL_CONN_TURN_BYTES) {
+         * a router's connection to a node carries many clients: both get more. Admin replies
+         * (THROTTLED) get one share, so they cannot lengthen a turn that carries decisions. */
+        if (c->turn_bytes >=
+            (!c->admin && (c->listener == NULL || c->router) ? 16u : 1u) * RL_CONN_TURN_BYTES) {
             conn_throttle(c);
             break;
         }
