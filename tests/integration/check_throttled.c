@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <uv.h>
+
 #include "auth.h"
 #include "reqclient.h"
 #include "harness.h"
@@ -719,15 +721,6 @@ cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void
 load_setup(void)
 {
@@ -775,13 +768,13 @@ START_TEST(test_throttled_load_spares_checks)
     for (int i = 0; i < 500 && atomic_load(&load_replies) < 2 * LOAD_CONNS; i++) {
         usleep(10 * 1000);
     }
-    t_end = now_ms() + LOAD_SECONDS * 1000.0;
-    while (n < LOAD_CHECKS && now_ms() < t_end) {
-        double t0 = now_ms();
+    t_end = ((double)uv_hrtime() / 1e6) + LOAD_SECONDS * 1000.0;
+    while (n < LOAD_CHECKS && ((double)uv_hrtime() / 1e6) < t_end) {
+        double t0 = ((double)uv_hrtime() / 1e6);
 
         snprintf(user, sizeof(user), "c%d", n);
         ck_assert_int_eq(rl_client_check(c, "web", user, NULL, 1, rep, T_TIMEOUT), 0);
-        lat[n++] = now_ms() - t0;
+        lat[n++] = ((double)uv_hrtime() / 1e6) - t0;
         fail_open += rep->op == RL_WIRE_OP_CHECK && rep->check.code == RL_WIRE_FAIL_OPEN;
     }
     atomic_store(&load_stop, true);
@@ -807,33 +800,35 @@ START_TEST(test_throttled_load_spares_checks)
 }
 END_TEST
 
+/* Adds the test case `name` of tests to s, each run between setup and teardown. */
+static void
+add_case(Suite *s, const char *name, void (*setup_fn)(void), void (*teardown_fn)(void), int timeout,
+         const TTest *const *tests)
+{
+    TCase *tc = tcase_create(name);
+
+    tcase_add_checked_fixture(tc, setup_fn, teardown_fn);
+    tcase_set_timeout(tc, timeout);
+    for (; *tests != NULL; tests++) {
+        tcase_add_test(tc, *tests);
+    }
+    suite_add_tcase(s, tc);
+}
+
 static Suite *
 throttled_suite(void)
 {
     Suite *s = suite_create("throttled");
-    TCase *tc = tcase_create("throttled");
+    const TTest *const main_tests[] = {test_episode_through_router, test_many_users_bounded,
+                                       test_missing_node, NULL};
+    const TTest *const ev_tests[] = {test_events_log_under_abuse, NULL};
+    const TTest *const svc_tests[] = {test_services_restrict_episodes, NULL};
+    const TTest *const load_tests[] = {test_throttled_load_spares_checks, NULL};
 
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_episode_through_router);
-    tcase_add_test(tc, test_many_users_bounded);
-    tcase_add_test(tc, test_missing_node);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("events_log");
-    tcase_add_checked_fixture(tc, ev_setup, ev_teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_events_log_under_abuse);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("services");
-    tcase_add_checked_fixture(tc, svc_setup, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_services_restrict_episodes);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("admin_load");
-    tcase_add_checked_fixture(tc, load_setup, teardown);
-    tcase_set_timeout(tc, 90);
-    tcase_add_test(tc, test_throttled_load_spares_checks);
-    suite_add_tcase(s, tc);
+    add_case(s, "throttled", setup, teardown, 60, main_tests);
+    add_case(s, "events_log", ev_setup, ev_teardown, 60, ev_tests);
+    add_case(s, "services", svc_setup, teardown, 60, svc_tests);
+    add_case(s, "admin_load", load_setup, teardown, 90, load_tests);
     return s;
 }
 
