@@ -138,6 +138,7 @@ struct rl_conn {
     bool router;     /* said HELLO as a router: counted apart from clients */
     bool probation;  /* taken from the router reserve: must say HELLO first */
     bool admin;      /* outgoing, carrying admin replies only: one input share a turn */
+    bool deferred;   /* on_frame called rl_conn_defer: the frame waits for the next turn */
     const void *principal; /* the owner's: who the peer authenticated as; NULL: nobody yet */
     char peer[64];   /* "ip:port" of the peer, for logs */
 };
@@ -267,6 +268,14 @@ void rl_conn_refuse(struct rl_conn *c, uint32_t err, const char *msg);
  */
 void rl_conn_protocol_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg,
                             const char *p, size_t n);
+
+/*
+ * Called from ops->on_frame: the frame being handed over is not handled now. It stays
+ * unread, with every frame after it, and c waits for the next loop turn as if past its
+ * input share (the node's per-turn admin budget, node/server.c); replies keep the order of
+ * the requests. The owner must have written nothing for that frame.
+ */
+void rl_conn_defer(struct rl_conn *c);
 
 /* A request of c will be answered later (hold) or was answered (release). */
 void rl_conn_hold(struct rl_conn *c);

@@ -3,7 +3,8 @@
  * are split into frames handed to ops->on_frame, within the connection's share of the loop
  * turn and until it is backlogged; what a read leaves unprocessed (an unfinished frame,
  * frames left for the next turn) is kept in c->in within the clients' buffer memory, and
- * processed again when the connection resumes (conn_process, from the flush). A connection
+ * processed again when the connection resumes (conn_process, from the flush); so is a frame
+ * its owner deferred (rl_conn_defer) and what follows it. A connection
  * on probation (taken from the router reserve) must open with HELLO or AUTH.
  */
 #include "conn.h"
@@ -101,6 +102,16 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
             break;
         }
         c->ops->on_frame(c, p + used - plen, plen);
+        if (c->deferred) {
+            /* The owner left this frame for the next turn: it and what follows wait. */
+            c->deferred = false;
+            used -= RL_WIRE_HDR_LEN + plen;
+            c->turn_bytes -= RL_WIRE_HDR_LEN + plen;
+            if (c->connected && !c->finishing) {
+                conn_throttle(c);
+            }
+            break;
+        }
     }
     if (batch && c->ops->on_batch_end != NULL) {
         c->ops->on_batch_end(c);
@@ -127,6 +138,12 @@ conn_input_done(struct rl_conn *c)
         c->partial_ms = uv_now(c->q->loop);
     }
     conn_account(c);
+}
+
+void
+rl_conn_defer(struct rl_conn *c)
+{
+    c->deferred = true;
 }
 
 void
