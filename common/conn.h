@@ -154,6 +154,8 @@ struct rl_conn {
     bool probation;  /* taken from the router reserve: must say HELLO first */
     bool preauth;    /* must still AUTH (the listener's lim.auth_required) */
     uint8_t addr[16]; /* the peer's address (IPv4 mapped into IPv6) */
+    bool admin;      /* outgoing, carrying admin replies only: one input share a turn */
+    bool deferred;   /* on_frame called rl_conn_defer: the frame waits for the next turn */
     const void *principal; /* the owner's: who the peer authenticated as; NULL: nobody yet */
     char peer[64];   /* "ip:port" of the peer, for logs */
 };
@@ -303,6 +305,14 @@ uint64_t rl_conn_auth_wait_ms(const struct rl_conn *c);
 
 /* An AUTH of c was refused: charged to its address. */
 void rl_conn_auth_failed(struct rl_conn *c);
+
+/*
+ * Called from ops->on_frame: the frame being handed over is not handled now. It stays
+ * unread, with every frame after it, and c waits for the next loop turn as if past its
+ * input share (the node's per-turn admin budget, node/server.c); replies keep the order of
+ * the requests. The owner must have written nothing for that frame.
+ */
+void rl_conn_defer(struct rl_conn *c);
 
 /* A request of c will be answered later (hold) or was answered (release). */
 void rl_conn_hold(struct rl_conn *c);

@@ -3,7 +3,8 @@
  * are split into frames handed to ops->on_frame, within the connection's share of the loop
  * turn and until it is backlogged; what a read leaves unprocessed (an unfinished frame,
  * frames left for the next turn) is kept in c->in within the clients' buffer memory, and
- * processed again when the connection resumes (conn_process, from the flush). A connection
+ * processed again when the connection resumes (conn_process, from the flush); so is a frame
+ * its owner deferred (rl_conn_defer) and what follows it. A connection
  * on probation (taken from the router reserve) must open with HELLO or AUTH.
  */
 #include "conn.h"
@@ -70,8 +71,10 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
     }
     while (c->connected && !c->finishing && !rl_conn_backlogged(c)) {
         /* Outgoing connections (the router's to nodes) carry replies the process asked for;
-         * a router's connection to a node carries many clients: both get more. */
-        if (c->turn_bytes >= (c->listener == NULL || c->router ? 16u : 1u) * RL_CONN_TURN_BYTES) {
+         * a router's connection to a node carries many clients: both get more. Admin replies
+         * (THROTTLED) get one share, so they cannot lengthen a turn that carries decisions. */
+        if (c->turn_bytes >=
+            (!c->admin && (c->listener == NULL || c->router) ? 16u : 1u) * RL_CONN_TURN_BYTES) {
             conn_throttle(c);
             break;
         }
@@ -110,6 +113,16 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
             break;
         }
         c->ops->on_frame(c, p + used - plen, plen);
+        if (c->deferred) {
+            /* The owner left this frame for the next turn: it and what follows wait. */
+            c->deferred = false;
+            used -= RL_WIRE_HDR_LEN + plen;
+            c->turn_bytes -= RL_WIRE_HDR_LEN + plen;
+            if (c->connected && !c->finishing) {
+                conn_throttle(c);
+            }
+            break;
+        }
     }
     if (batch && c->ops->on_batch_end != NULL) {
         c->ops->on_batch_end(c);
@@ -136,6 +149,12 @@ conn_input_done(struct rl_conn *c)
         c->partial_ms = uv_now(c->q->loop);
     }
     conn_account(c);
+}
+
+void
+rl_conn_defer(struct rl_conn *c)
+{
+    c->deferred = true;
 }
 
 void

@@ -29,6 +29,12 @@
 #define SERVER_SWEEP_GRACE_MS 1000u
 /* How often open throttling episodes are looked at for an idle close (throttle.h). */
 #define SERVER_THROTTLE_TICK_MS 1000u
+/* The admin budget: reply bytes of admin ops (STATS, THROTTLED) the node answers per loop
+ * turn, all connections together. The first admin request of a turn is always answered;
+ * once its replies reach this, further ones wait for the next turn (rl_conn_defer), so a
+ * THROTTLED top=100 (~34 KB) is one a turn and CHECKs of every connection are served in
+ * between. */
+#define SERVER_ADMIN_TURN_BYTES (16u * 1024u)
 
 /*
  * Drops one handle of s (the listener with its connections, the flusher, the timer: each
@@ -90,6 +96,37 @@ reply_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg)
     server_replied(c, rl_wire_put_error(&c->out, id, err, msg));
 }
 
+/* Whether req is an admin op (STATS, THROTTLED): costly to answer, not a decision. */
+static inline bool
+server_is_admin(const struct rl_wire_req *req)
+{
+    return req->op == RL_WIRE_OP_STATS || req->op == RL_WIRE_OP_THROTTLED;
+}
+
+/* Whether the admin budget of this loop turn is spent (SERVER_ADMIN_TURN_BYTES). */
+static bool
+server_admin_spent(struct rl_server *s)
+{
+    if (s->admin_turn != s->connq.turn) {
+        s->admin_turn = s->connq.turn;
+        s->admin_bytes = 0;
+    }
+    return s->admin_bytes >= SERVER_ADMIN_TURN_BYTES;
+}
+
+/* Ends an admin answer: its reply (c->out grew from `before` bytes) counts against the
+ * turn's budget. */
+static void
+server_admin_replied(struct rl_conn *c, size_t before, int rc)
+{
+    struct rl_server *s = c->data;
+
+    if (rc == 0 && rl_buf_unread(&c->out) > before) {
+        s->admin_bytes += rl_buf_unread(&c->out) - before;
+    }
+    server_replied(c, rc);
+}
+
 static void
 server_stats(struct rl_conn *c, const struct rl_wire_req *req)
 {
@@ -101,6 +138,7 @@ server_stats(struct rl_conn *c, const struct rl_wire_req *req)
     int64_t vals[RL_WIRE_STATS_MAX];
     static char names[RL_WIRE_STATS_MAX][160];
     size_t n = 0, nn = 0;
+    size_t before = rl_buf_unread(&c->out);
 
     rl_limiter_stats(s->limiter, &ls);
     rl_listener_stats(&s->listener, &cs);
@@ -140,6 +178,7 @@ server_stats(struct rl_conn *c, const struct rl_wire_req *req)
         RL_SERVER_PUT("events_log_dropped", ts.log_dropped)
         RL_SERVER_PUT("events_log_rotations", ts.log_rotations)
     }
+    RL_SERVER_PUT("admin_deferred", s->admin_deferred)
     /* Memory pressure per service, "service.NAME.KEY", for the services that fit in the
      * reply's 256 pairs (5 keys each: about 40 services), in config order. */
     for (size_t i = 0; i < rl_limiter_services(s->limiter); i++) {
@@ -156,7 +195,7 @@ server_stats(struct rl_conn *c, const struct rl_wire_req *req)
 #undef RL_SERVER_PUT_SVC
     }
 #undef RL_SERVER_PUT
-    server_replied(c, rl_wire_put_stats_reply(&c->out, req->id, keys, vals, n));
+    server_admin_replied(c, before, rl_wire_put_stats_reply(&c->out, req->id, keys, vals, n));
 }
 
 /* THROTTLED: this node's episodes, by refused descending (docs/PROTOCOL.md). */
@@ -164,12 +203,14 @@ static void
 server_throttled(struct rl_conn *c, const struct rl_wire_req *req)
 {
     struct rl_server *s = c->data;
+    size_t before = rl_buf_unread(&c->out);
     size_t n;
 
     n = rl_throttle_query(s->throttle, req->service.ptr, req->service.len,
                           req->has_since ? &req->since_ms : NULL, s->now_ms, req->top,
                           s->episodes);
-    server_replied(c, rl_wire_put_throttled_reply(&c->out, req->id, s->episodes, n, NULL, 0, NULL));
+    server_admin_replied(
+        c, before, rl_wire_put_throttled_reply(&c->out, req->id, s->episodes, n, NULL, 0, NULL));
 }
 
 /* Right after the limiter's answer: a refusal opens or extends the key's episode; an
@@ -346,6 +387,14 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
         } else {
             reply_error(c, fault.id, fault.err, fault.msg);
         }
+        return;
+    }
+    if (server_is_admin(&req) && server_admin_spent(s)) {
+        /* The turn's admin budget is spent: this request and the frames after it on c wait
+         * for the next turn, so decisions on every connection go first and c's replies keep
+         * its requests' order. */
+        s->admin_deferred++;
+        rl_conn_defer(c);
         return;
     }
     if (!rl_gate_admit(&s->gate, c, &req)) {
@@ -578,6 +627,10 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL),
                 s->errors - s->not_owner - s->gate.failures);
     rl_throttle_metrics(s->throttle, p);
+    rl_prom_one(p, "rl_node_admin_deferred_total", "counter",
+                "Admin requests (STATS, THROTTLED) left for a later loop turn because the "
+                "turn's admin budget was spent.",
+                NULL, s->admin_deferred);
     rl_listener_metrics(&s->listener, p);
     rl_rules_metrics(s->opts.rules, s->opts.conf != NULL ? s->opts.conf->rules_digest : 0, p);
 

@@ -77,6 +77,11 @@ struct rl_server {
     struct rl_hist latency;
     uint64_t batch_start_ns; /* uv_hrtime() at on_batch */
     uint64_t batch_checks;   /* CHECKs answered in this batch so far */
+    /* The admin budget (STATS, THROTTLED): reply bytes spent in loop turn admin_turn
+     * (connq.turn), and admin requests left for a later turn because it was spent */
+    uint64_t admin_turn;
+    size_t admin_bytes;
+    uint64_t admin_deferred;
     uint64_t zk_expiries;    /* ZooKeeper sessions lost for good (set by the node's main) */
     uint32_t shards_owned;   /* in the current view (set by the node's main) */
     int pending_closes; /* handles still closing */

@@ -1,14 +1,17 @@
 /*
  * fanout: THROTTLED through the router (docs/PROTOCOL.md, "THROTTLED"). A client's request is
  * sent to every node, each part a pending record (pending.c) linked to the fan-out rather
- * than to the client; the nodes' episodes are merged into the best `top`, and the reply goes
- * out when every node answered or the admin timeout passed, naming the nodes that did not
- * answer. Not for CHECK (forward.c).
+ * than to the client, on each node's admin connection (upstream.h), never on one that carries
+ * CHECKs; the nodes' episodes are merged into the best `top`, and the reply goes out when
+ * every node answered or the admin timeout passed, naming the nodes that did not answer.
+ * A client whose token names its services sees theirs only: the nodes are asked once per
+ * such service, so it still gets up to `top` of its own. Not for CHECK (forward.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf.h"
 #include "router_int.h"
 
 /* How long the nodes are waited for, and how many fan-outs may be in flight per client and
@@ -32,6 +35,12 @@ fan_timer_closed(uv_handle_t *h)
 static void
 fan_missing(struct rl_fanout *f, const char *name)
 {
+    /* A node asked once per service of a restricted client is listed once. */
+    for (size_t i = 0; i < f->nmissing; i++) {
+        if (strcmp(f->missing[i], name) == 0) {
+            return;
+        }
+    }
     if (f->nmissing < RL_WIRE_MISSING_MAX) {
         snprintf(f->missing[f->nmissing++], sizeof(f->missing[0]), "%s", name);
     }
@@ -189,6 +198,72 @@ fan_timeout(uv_timer_t *t)
     }
 }
 
+/* Whether rule i is the first rule of its service that the restricted client cl may CHECK
+ * under, and (name not NULL) whether that service is name[0..len). */
+static bool
+fan_service_rule(const struct rl_conf *conf, const struct rl_client_conf *cl, size_t i,
+                 const char *name, size_t len)
+{
+    const struct rl_rule *rule = &conf->rules[i];
+
+    if (!rl_conf_client_may(cl, rule) ||
+        (name != NULL && (rule->service_len != len || memcmp(rule->service, name, len) != 0))) {
+        return false;
+    }
+    for (size_t j = 0; j < i; j++) {
+        const struct rl_rule *o = &conf->rules[j];
+
+        if (o->service_len == rule->service_len &&
+            memcmp(o->service, rule->service, rule->service_len) == 0 &&
+            rl_conf_client_may(cl, o)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Whether cl may read the episodes of service[0..len): it may CHECK under one of its rules. */
+static bool
+fan_may_see(const struct rl_conf *conf, const struct rl_client_conf *cl, const char *service,
+            size_t len)
+{
+    for (size_t i = 0; i < conf->nrules; i++) {
+        if (fan_service_rule(conf, cl, i, service, len)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Sends fwd to every node as one part of f each; a node it cannot go to is missing. */
+static void
+fan_send(struct rl_router *r, struct rl_fanout *f, struct rl_wire_req *fwd)
+{
+    for (struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+        struct rl_pending *p = rl_pending_get(r);
+
+        if (p == NULL) {
+            fan_missing(f, u->name);
+            continue;
+        }
+        fwd->id = rl_pending_id(r, p);
+        if (rl_upstream_send(u, fwd, &p->link) != 0) {
+            rl_pending_unget(r, p);
+            fan_missing(f, u->name);
+            continue;
+        }
+        p->fan = f;
+        p->up = u;
+        p->cprev = NULL;
+        p->cnext = f->parts;
+        if (f->parts != NULL) {
+            f->parts->cprev = p;
+        }
+        f->parts = p;
+        f->outstanding++;
+    }
+}
+
 void
 rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req)
 {
@@ -196,7 +271,18 @@ rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req)
     struct rl_router *r = conn->data;
     struct rl_fanout *f;
     struct rl_wire_req fwd;
+    const struct rl_client_conf *cl = conn->principal;
 
+    if (cl != NULL && cl->all_services) {
+        cl = NULL; /* sees every service */
+    }
+    if (cl != NULL && req->service.ptr != NULL &&
+        !fan_may_see(r->conf, cl, req->service.ptr, req->service.len)) {
+        r->stats.unauthorized++;
+        rl_session_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
+                         "this client's token does not allow that service");
+        return;
+    }
     if (c->nfanouts >= FANOUT_PER_CLIENT || r->nfanouts >= FANOUT_MAX) {
         r->stats.overloaded++;
         rl_session_error(conn, req->id, RL_WIRE_ERR_OVERLOADED,
@@ -225,28 +311,17 @@ rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req)
     c->fanouts = f;
     rl_conn_hold(conn);
     fwd = *req;
-    for (struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
-        struct rl_pending *p = rl_pending_get(r);
-
-        if (p == NULL) {
-            fan_missing(f, u->name);
-            continue;
+    if (cl == NULL || req->service.ptr != NULL) {
+        fan_send(r, f, &fwd);
+    } else {
+        /* Restricted, no service named: each of its services from every node. */
+        for (size_t i = 0; i < r->conf->nrules; i++) {
+            if (fan_service_rule(r->conf, cl, i, NULL, 0)) {
+                fwd.service.ptr = r->conf->rules[i].service;
+                fwd.service.len = (uint32_t)r->conf->rules[i].service_len;
+                fan_send(r, f, &fwd);
+            }
         }
-        fwd.id = rl_pending_id(r, p);
-        if (rl_upstream_send(u, &fwd, &p->link) != 0) {
-            rl_pending_unget(r, p);
-            fan_missing(f, u->name);
-            continue;
-        }
-        p->fan = f;
-        p->up = u;
-        p->cprev = NULL;
-        p->cnext = f->parts;
-        if (f->parts != NULL) {
-            f->parts->cprev = p;
-        }
-        f->parts = p;
-        f->outstanding++;
     }
     if (f->outstanding == 0) {
         fan_finish(f);

@@ -22,7 +22,7 @@ upstream_unref(struct rl_upstream *u)
 {
     u->handles--;
     if (u->retired && u->handles == 0) {
-        for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+        for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
             rl_conn_deinit(&u->conns[i].conn);
         }
         rl_wire_decoder_deinit(&u->dec);
@@ -128,7 +128,7 @@ upconn_connected(struct rl_conn *c, int status)
         rl_conn_mark(c);
     }
 
-    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+    for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         up += u->conns[i].conn.connected;
     }
     if (up == 1) {
@@ -190,6 +190,7 @@ upconn_connect(struct rl_upconn *uc)
      * bound on what we queue for a node is rl_upstream_send's, not the reader's pause. */
     uc->conn.out_max = SIZE_MAX;
     uc->conn.hold_max = UINT32_MAX;
+    uc->conn.admin = uc == &u->conns[RL_UPSTREAM_ADMIN];
     rl_conn_connect(&uc->conn, (const struct sockaddr *)&u->sa);
 }
 
@@ -199,7 +200,7 @@ upstream_retry(uv_timer_t *t)
     struct rl_upstream *u = t->data;
     bool closing = false;
 
-    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+    for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         upconn_connect(&u->conns[i]);
         closing = closing || u->conns[i].closing;
     }
@@ -250,11 +251,11 @@ rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *nam
     uv_timer_init(q->loop, &u->retry);
     u->retry.data = u;
     u->handles = 1;
-    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+    for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         rl_conn_init(&u->conns[i].conn, q, &upconn_ops, u);
         u->conns[i].up = u;
     }
-    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+    for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         upconn_connect(&u->conns[i]);
     }
     *out = u;
@@ -279,6 +280,12 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
 
     if (u->retired) {
         return -EAGAIN;
+    }
+    if (req->op == RL_WIRE_OP_THROTTLED) {
+        uc = &u->conns[RL_UPSTREAM_ADMIN];
+        if (!uc->conn.connected || rl_conn_queued(&uc->conn) >= RL_UPSTREAM_OUT_MAX) {
+            return -EAGAIN;
+        }
     }
     for (int i = 0; i < RL_UPSTREAM_CONNS && uc == NULL; i++) {
         struct rl_upconn *c = &u->conns[u->rr++ % RL_UPSTREAM_CONNS];
@@ -340,7 +347,7 @@ rl_upstream_retire(struct rl_upstream *u)
     }
     u->retired = true;
     uv_timer_stop(&u->retry);
-    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+    for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         rl_conn_close(&u->conns[i].conn, UV_ECANCELED);
     }
     uv_close((uv_handle_t *)&u->retry, upstream_handle_closed);

@@ -18,7 +18,12 @@
 #include "conn.h"
 #include "wire.h"
 
-#define RL_UPSTREAM_CONNS 2
+#define RL_UPSTREAM_CONNS 2 /* connections that carry CHECKs */
+/* One more connection per node carries the admin ops (THROTTLED) and nothing else, so a
+ * CHECK's request or reply never queues behind an admin frame of up to 64 KiB on the same
+ * stream (docs/OPERATIONS.md, "Admin traffic"). conns[RL_UPSTREAM_ADMIN] is that one. */
+#define RL_UPSTREAM_ADMIN RL_UPSTREAM_CONNS
+#define RL_UPSTREAM_NCONN (RL_UPSTREAM_CONNS + 1)
 #define RL_UPSTREAM_BACKOFF_MIN_MS 50u
 #define RL_UPSTREAM_BACKOFF_MAX_MS 2000u
 /* Request bytes queued on one connection and not yet taken by the kernel past which the
@@ -71,7 +76,7 @@ struct rl_upstream {
     char addr[64];
     struct rl_connq *q;
     struct sockaddr_storage sa;
-    struct rl_upconn conns[RL_UPSTREAM_CONNS];
+    struct rl_upconn conns[RL_UPSTREAM_NCONN]; /* the CHECK connections, then the admin one */
     struct rl_wire_decoder dec;
     uv_timer_t retry;
     uint32_t backoff_ms;
@@ -89,10 +94,10 @@ int rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char 
                        const char *addr, const struct rl_upstream_ops *ops);
 
 /*
- * Sends req (a CHECK, or a THROTTLED) on a connected connection (round-robin) and links l
- * to it. Returns 0, -EAGAIN
- * when the node is down or every connection has RL_UPSTREAM_OUT_MAX bytes queued (the node
- * stopped reading), or -ENOMEM.
+ * Sends req and links l to the connection it went on: a CHECK on a connected CHECK
+ * connection (round-robin), a THROTTLED on the admin connection only. Returns 0, -EAGAIN
+ * when that connection (every CHECK connection) is down or has RL_UPSTREAM_OUT_MAX bytes
+ * queued (the node stopped reading), or -ENOMEM.
  */
 int rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl_uplink *l);
 
@@ -102,7 +107,7 @@ void rl_upstream_done(struct rl_uplink *l);
 /* A request answered by failure policy because of this node (for STATS). */
 void rl_upstream_count_failure(struct rl_upstream *u);
 
-/* True when at least one connection is up. */
+/* True when at least one CHECK connection is up. */
 bool rl_upstream_up(const struct rl_upstream *u);
 
 /* Retries now instead of waiting out the backoff (the node re-registered). */

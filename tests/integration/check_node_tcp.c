@@ -169,6 +169,42 @@ START_TEST(test_pipelined)
 }
 END_TEST
 
+/* STATS past the node's admin budget of a turn wait for a later turn, and hold the CHECKs
+ * sent after them on the same connection: every reply still comes back in request order. */
+START_TEST(test_admin_budget_keeps_order)
+{
+    enum { N = 60 };
+    struct rl_client *c = connect_node();
+    struct rl_wire_req req;
+    struct rl_wire_reply rep;
+
+    for (uint32_t i = 1; i <= N; i++) {
+        memset(&req, 0, sizeof(req));
+        req.id = i;
+        if (i % 2 == 1) {
+            req.op = RL_WIRE_OP_STATS;
+        } else {
+            req.op = RL_WIRE_OP_CHECK;
+            req.service.ptr = "fw";
+            req.service.len = 2;
+            req.user.ptr = "order";
+            req.user.len = 5;
+            req.cost = 1;
+        }
+        ck_assert_int_eq(rl_client_queue(c, &req), 0);
+    }
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    for (uint32_t i = 1; i <= N; i++) {
+        ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+        RL_CHECK_UINT_EQ(rep.id, i);
+        RL_CHECK_UINT_EQ(rep.op, i % 2 == 1 ? RL_WIRE_OP_STATS : RL_WIRE_OP_CHECK);
+    }
+    /* 30 STATS of a few KiB each in one read: past 16 KiB, some waited. */
+    ck_assert_int_gt(rl_test_stat(port, "admin_deferred"), 0);
+    rl_client_destroy(c);
+}
+END_TEST
+
 struct worker {
     int id;
     int allowed;
@@ -404,6 +440,7 @@ node_tcp_suite(void)
     tcase_add_test(tc, test_ping_stats_check);
     tcase_add_test(tc, test_endpoint_rules);
     tcase_add_test(tc, test_pipelined);
+    tcase_add_test(tc, test_admin_budget_keeps_order);
     tcase_add_test(tc, test_concurrent_clients);
     tcase_add_test(tc, test_bad_clients_do_not_disturb);
     tcase_add_test(tc, test_many_connections);

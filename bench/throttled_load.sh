@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# CHECK latency while THROTTLED is abused (docs/BENCHMARKS.md, "Under abuse"):
+#   RUNS=3 BIN=/path/to/build bench/throttled_load.sh
+# Runs the admin_load case of tests/integration/check_throttled.c (this tree's build) against
+# the rl-node and rl-router of BIN (this tree's build by default; an older revision's build
+# measures "before"): two nodes and a router, 400 open episodes of 200-byte users, 16
+# connections each keeping 4 THROTTLED top=100 (~34 KB replies) in flight, and one client
+# sending 3,000 CHECKs one at a time (router deadline 50 ms) for at most 20 s. Prints the
+# CHECKs answered, their p50/p99/max in ms, the FAIL_OPEN answers and the THROTTLED replies
+# of each round, then the medians.
+source "$(dirname "$0")/lib.sh"
+runs=${RUNS:-3}
+target=${BIN:-$bin}
+suite=$bin/check_throttled
+[ -x "$suite" ] || { echo "build $suite first" >&2; exit 1; }
+machine
+echo "binaries: $target"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for round in $(seq 1 "$runs"); do
+    CK_RUN_CASE=admin_load RL_BIN_DIR=$target timeout 120 "$suite" 2>&1 |
+        sed -n 's/^throttled load: \([0-9]*\) CHECKs, p50 \([0-9.]*\) ms, p99 \([0-9.]*\) ms, max \([0-9.]*\) ms, \([0-9]*\) FAIL_OPEN; \([0-9]*\) THROTTLED.*/RESULT checks=\1 p50_ms=\2 p99_ms=\3 max_ms=\4 fail_open=\5 throttled=\6/p'
+done | tee "$out"
+python3 -c '
+import statistics, sys
+cols = {}
+for line in sys.stdin:
+    for kv in line.split()[1:]:
+        k, _, v = kv.partition("=")
+        cols.setdefault(k, []).append(float(v))
+print("medians:", " ".join("%s=%g" % (k, statistics.median(v)) for k, v in cols.items()))
+' <"$out"
