@@ -215,16 +215,12 @@ router_recount_rules(struct rl_router *r, const struct rl_conf *old)
     }
     for (size_t i = 0; i < c->nrules; i++) {
         const struct rl_rule *n = &c->rules[i];
+        /* the old rules' own index: O(1) a rule, not O(old rules) */
+        const struct rl_rule *o =
+            rl_ruleset_find(old, n->service, n->service_len, n->endpoint, n->endpoint_len);
 
-        for (size_t j = 0; j < old->nrules && j + 1 < r->rule_rows; j++) {
-            const struct rl_rule *o = &old->rules[j];
-
-            if (strcmp(n->service, o->service) == 0 &&
-                (n->endpoint == NULL) == (o->endpoint == NULL) &&
-                (n->endpoint == NULL || strcmp(n->endpoint, o->endpoint) == 0)) {
-                memcpy(codes[i], r->rule_codes[j], sizeof(codes[i]));
-                break;
-            }
+        if (o != NULL && (size_t)o->id + 1 < r->rule_rows) {
+            memcpy(codes[i], r->rule_codes[o->id], sizeof(codes[i]));
         }
     }
     memcpy(codes[c->nrules], r->rule_codes[r->rule_rows - 1], sizeof(codes[c->nrules]));
