@@ -459,7 +459,9 @@ END_TEST
 #define BIG_SERVICES 20000
 #define BIG_STALL_MS 200 /* generous (ASan, a shared 2-core machine): 12-20 ms now, 424 ms before */
 #define HUGE_SERVICES 60000
-#define HUGE_STALL_MS 1000 /* TBD */
+/* 60k: the router's slowest PING; 1-4 ms now (10 under load), 27-32 ms (113-134 under ASan)
+ * with the parse on the loop */
+#define HUGE_ROUTER_MS 20
 
 struct big_probe {
     atomic_bool stop;
@@ -505,9 +507,9 @@ big_probe_main(void *arg)
     return NULL;
 }
 
-/* The config with n more services s00000 .. */
+/* The config with n more services s00000 .., limits base .. base + 6 */
 static void
-write_many(unsigned n)
+write_many(unsigned n, unsigned base)
 {
     size_t cap = (size_t)n * 64 + 1, len = 0;
     char *extra = malloc(cap);
@@ -517,22 +519,22 @@ write_many(unsigned n)
     for (unsigned i = 0; i < n; i++) {
         len += (size_t)snprintf(extra + len, cap - len,
                                 "[service s%05u]\nlimit = token_bucket %u per 1s\n", i,
-                                10 + i % 7);
+                                base + i % 7);
     }
     write_static(50, extra);
     free(extra);
 }
 
-/* SIGHUPs node and router to put n services in force while PINGs flow to both: each PING
- * answered within bound_ms. */
+/* SIGHUPs node and router to put n services in force (their reload number `reloads`) while
+ * PINGs flow to both; the slowest PING of each in worst[0] (node), worst[1] (router). */
 static void
-sighup_many(unsigned n, uint64_t bound_ms)
+sighup_many(unsigned n, unsigned base, int reloads, uint64_t worst[2])
 {
     struct big_probe probes[2];
     pthread_t th[2];
     char last[16];
 
-    write_many(n);
+    write_many(n, base);
     for (int i = 0; i < 2; i++) {
         memset(&probes[i], 0, sizeof(probes[i]));
         probes[i].port = i == 0 ? node_ports[0] : router_ports[0];
@@ -541,7 +543,7 @@ sighup_many(unsigned n, uint64_t bound_ms)
     usleep(200 * 1000);
     ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
     ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
-    wait_all("rules_reloads", 1, 1, 1, 30000);
+    wait_all("rules_reloads", reloads, 1, 1, 30000);
     usleep(200 * 1000);
     for (int i = 0; i < 2; i++) {
         atomic_store(&probes[i].stop, true);
@@ -554,25 +556,46 @@ sighup_many(unsigned n, uint64_t bound_ms)
         fprintf(stderr, "%u services by SIGHUP: %s's slowest PING %llu ms (%llu PINGs)\n", n,
                 i == 0 ? "rl-node" : "rl-router", (unsigned long long)probes[i].worst_ms,
                 (unsigned long long)probes[i].pings);
-    }
-    for (int i = 0; i < 2; i++) {
-        ck_assert_msg(probes[i].worst_ms < bound_ms,
-                      "%s: a PING waited %llu ms while %u services were put in force",
-                      i == 0 ? "rl-node" : "rl-router", (unsigned long long)probes[i].worst_ms,
-                      n);
         ck_assert_uint_gt(probes[i].pings, 10);
+        worst[i] = probes[i].worst_ms;
+    }
+}
+
+static void
+assert_worst(const uint64_t worst[2], uint64_t node_ms, uint64_t router_ms, unsigned n)
+{
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(worst[i] < (i == 0 ? node_ms : router_ms),
+                      "%s: a PING waited %llu ms while %u services were put in force",
+                      i == 0 ? "rl-node" : "rl-router", (unsigned long long)worst[i], n);
     }
 }
 
 START_TEST(test_sighup_big)
 {
-    sighup_many(BIG_SERVICES, BIG_STALL_MS);
+    uint64_t worst[2];
+
+    sighup_many(BIG_SERVICES, 10, 1, worst);
+    assert_worst(worst, BIG_STALL_MS, BIG_STALL_MS, BIG_SERVICES);
 }
 END_TEST
 
+/*
+ * 60,000 services: the router's loop only swaps (O(services) pointer work, 1-4 ms, 10 ms seen
+ * under load) while the parse (30 ms, 110-135 ms under ASan) runs on the thread pool, so its
+ * slowest PING stays under HUGE_ROUTER_MS; a parse on the loop exceeds it every time. A
+ * scheduling hiccup of a loaded machine gets one more try (another set of limits); the
+ * node's loop still switches the limiter (O(services), 12-30 ms), hence its looser bound.
+ */
 START_TEST(test_sighup_huge)
 {
-    sighup_many(HUGE_SERVICES, HUGE_STALL_MS);
+    uint64_t worst[2];
+
+    sighup_many(HUGE_SERVICES, 10, 1, worst);
+    if (worst[1] >= HUGE_ROUTER_MS) {
+        sighup_many(HUGE_SERVICES, 20, 2, worst);
+    }
+    assert_worst(worst, BIG_STALL_MS, HUGE_ROUTER_MS, HUGE_SERVICES);
 }
 END_TEST
 
@@ -580,7 +603,7 @@ END_TEST
  * ASan), the parse dropped. */
 START_TEST(test_sighup_then_stop)
 {
-    write_many(HUGE_SERVICES);
+    write_many(HUGE_SERVICES, 10);
     ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
     ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
     usleep(2 * 1000);
