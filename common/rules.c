@@ -134,11 +134,17 @@ rules_after(uv_work_t *req, int status)
     struct rl_rules *r = j->r;
     struct rl_conf *fresh;
 
-    if (r == NULL || status != 0) {
-        job_free(j); /* dropped by rl_rules_close */
+    if (r == NULL) {
+        job_free(j); /* dropped by rl_rules_close (status UV_ECANCELED if it never ran) */
         return;
     }
     r->job = NULL;
+    if (status != 0) {
+        /* Only a cancel makes one, and only rl_rules_close cancels: cannot happen. */
+        job_free(j);
+        rules_next(r);
+        return;
+    }
     fresh = j->fresh;
     j->fresh = NULL;
     if (j->zk) {
