@@ -1,6 +1,9 @@
 /*
- * rules: new rules for a running process (rules.h). Both sources end in rules_put: the swap
- * into the live conf, then the program's apply, then the counters and one log line.
+ * rules: new rules for a running process (rules.h). Both sources queue a job: its parse runs
+ * on libuv's thread pool (rules_work, which touches nothing live), and its after-work
+ * callback (rules_after, on the loop) ends in rules_put: the swap into the live conf, then
+ * the program's apply, then the counters and one log line. One job at a time, so results
+ * are put in force in the order they were asked for.
  */
 #include "rules.h"
 
@@ -10,16 +13,64 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uv.h>
+
 #include "log.h"
 #include "metrics.h"
 
 #define RULES_ERR_MAX 512
 
+/* One parse: its input, then (from the thread pool) its output. */
+struct rl_rules_job {
+    uv_work_t req;
+    struct rl_rules *r; /* NULL once rl_rules_close dropped it */
+    bool zk;            /* the znode's text, else the --config file */
+    int64_t version;    /* zk: the data version */
+    char *input;        /* zk: the text (NUL-terminated); file: the path */
+    char name[RULES_ERR_MAX / 2];
+    struct rl_conf *fresh;
+    int rc;
+    char err[RULES_ERR_MAX];
+};
+
+static void rules_next(struct rl_rules *r);
+
+static void
+job_free(struct rl_rules_job *j)
+{
+    if (j != NULL) {
+        rl_conf_destroy(j->fresh);
+        free(j->input);
+        free(j);
+    }
+}
+
+/* The thread pool: the parse, on the job's own memory only. */
+static void
+rules_work(uv_work_t *req)
+{
+    struct rl_rules_job *j = req->data;
+
+    j->err[0] = '\0';
+    if (j->zk) {
+        j->rc = rl_conf_parse_rules(j->name, j->input, &j->fresh, j->err, sizeof(j->err));
+    } else {
+        j->rc = rl_conf_load(j->input, &j->fresh, j->err, sizeof(j->err));
+    }
+    if (j->rc != 0) {
+        rl_conf_destroy(j->fresh);
+        j->fresh = NULL;
+    }
+    free(j->input);
+    j->input = NULL;
+}
+
 void
-rl_rules_init(struct rl_rules *r, struct rl_conf *conf, const char *path,
+rl_rules_init(struct rl_rules *r, struct uv_loop_s *loop, struct rl_conf *conf, const char *path,
               int (*apply)(void *arg, struct rl_conf **old), void *arg)
 {
     memset(r, 0, sizeof(*r));
+    r->loop = loop;
     r->conf = conf;
     r->path = path;
     r->apply = apply;
@@ -75,44 +126,129 @@ rules_put(struct rl_rules *r, struct rl_conf *fresh, int64_t version, const char
     return 0;
 }
 
-int
-rl_rules_reload_file(struct rl_rules *r)
+/* The loop: a parse is done (status UV_ECANCELED: it never ran). */
+static void
+rules_after(uv_work_t *req, int status)
 {
-    struct rl_conf *fresh = NULL;
-    char err[RULES_ERR_MAX];
-    int rc;
+    struct rl_rules_job *j = req->data;
+    struct rl_rules *r = j->r;
+    struct rl_conf *fresh;
 
-    if (r->st.version > 0) {
-        rl_log_info("SIGHUP: the rules come from ZooKeeper (rules_version %" PRId64
-                    "), not from %s: not reloaded (push them with rl-cli rules push)",
-                    r->st.version, r->path);
-        return 0;
+    if (r == NULL) {
+        job_free(j); /* dropped by rl_rules_close (status UV_ECANCELED if it never ran) */
+        return;
     }
-    rc = rl_conf_load(r->path, &fresh, err, sizeof(err));
-    if (rc != 0) {
+    r->job = NULL;
+    if (status != 0) {
+        /* Only a cancel makes one, and only rl_rules_close cancels: cannot happen. */
+        job_free(j);
+        rules_next(r);
+        return;
+    }
+    fresh = j->fresh;
+    j->fresh = NULL;
+    if (j->zk) {
+        if (j->rc != 0) {
+            r->st.failures++;
+            rl_log_error("rules refused whole: %s; the rules in force stay (rules_version %" PRId64
+                         ")",
+                         j->err, r->st.version);
+        } else {
+            (void)rules_put(r, fresh, j->version + 1, j->name);
+        }
+    } else if (j->rc != 0) {
         r->st.failures++;
         rl_log_error("SIGHUP: rules not reloaded, %s is refused whole: %s; the rules in force "
                      "stay (digest %016" PRIx64 ")",
-                     r->path, err, (uint64_t)r->st.digest);
-        return rc;
+                     r->path, j->err, (uint64_t)r->st.digest);
+    } else {
+        rl_log_info("SIGHUP: reloading the [service] sections of %s (other sections are read "
+                    "at start only: a change to them needs a restart)",
+                    r->path);
+        (void)rules_put(r, fresh, 0, r->path);
     }
-    rl_log_info("SIGHUP: reloading the [service] sections of %s (other sections are read "
-                "at start only: a change to them needs a restart)",
-                r->path);
-    return rules_put(r, fresh, 0, r->path);
+    job_free(j);
+    rules_next(r);
+}
+
+/* Starts the parse that waits, if none is in flight: the znode's text first (a SIGHUP after
+ * it only says the rules come from ZooKeeper, a SIGHUP before it is overridden by it). */
+static void
+rules_next(struct rl_rules *r)
+{
+    while (r->job == NULL && !r->closed) {
+        struct rl_rules_job *j;
+        int rc;
+
+        if (r->next_zk != NULL) {
+            j = r->next_zk;
+            r->next_zk = NULL;
+            if (j->version + 1 == r->st.version) {
+                job_free(j); /* in force already */
+                continue;
+            }
+        } else if (r->next_file) {
+            r->next_file = false;
+            if (r->st.version > 0) {
+                rl_log_info("SIGHUP: the rules come from ZooKeeper (rules_version %" PRId64
+                            "), not from %s: not reloaded (push them with rl-cli rules push)",
+                            r->st.version, r->path);
+                continue;
+            }
+            j = calloc(1, sizeof(*j));
+            if (j == NULL || (j->input = strdup(r->path)) == NULL) {
+                free(j);
+                r->st.failures++;
+                rl_log_error("SIGHUP: rules not reloaded: out of memory; the rules in force "
+                             "stay (digest %016" PRIx64 ")",
+                             (uint64_t)r->st.digest);
+                continue;
+            }
+        } else {
+            return;
+        }
+        j->r = r;
+        j->req.data = j;
+        r->job = j;
+        if (r->loop == NULL) {
+            rules_work(&j->req);
+            rules_after(&j->req, 0);
+            return; /* rules_after went on with what waits */
+        }
+        rc = uv_queue_work(r->loop, &j->req, rules_work, rules_after);
+        if (rc != 0) {
+            r->job = NULL;
+            r->st.failures++;
+            rl_log_error("rules from %s not reloaded: cannot start their parse: %s; the rules "
+                         "in force stay (rules_version %" PRId64 ")",
+                         j->zk ? j->name : r->path, uv_strerror(rc), r->st.version);
+            job_free(j);
+        }
+    }
+}
+
+int
+rl_rules_reload_file(struct rl_rules *r)
+{
+    if (r->closed) {
+        return 0;
+    }
+    r->next_file = true;
+    rules_next(r);
+    return 0;
 }
 
 void
 rl_rules_from_zk(struct rl_rules *r, const char *text, size_t len, int64_t version)
 {
-    struct rl_conf *fresh = NULL;
+    struct rl_rules_job *j;
     char name[RULES_ERR_MAX / 2];
-    char err[RULES_ERR_MAX];
-    char *copy;
-    int rc;
 
-    snprintf(name, sizeof(name), "zookeeper:/ratelimiter/%s/rules@%" PRId64,
-             r->conf->cluster_name, version);
+    if (r->closed) {
+        return;
+    }
+    snprintf(name, sizeof(name), "zookeeper:/ratelimiter/%s/rules@%" PRId64, r->conf->cluster_name,
+             version);
     if (version < 0) {
         if (r->st.version > 0) {
             rl_log_warn("the rules znode is gone: rules_version %" PRId64
@@ -122,7 +258,7 @@ rl_rules_from_zk(struct rl_rules *r, const char *text, size_t len, int64_t versi
         }
         return;
     }
-    if (version + 1 == r->st.version) {
+    if (version + 1 == r->st.version && r->job == NULL && r->next_zk == NULL) {
         return;
     }
     if (memchr(text, '\0', len) != NULL) {
@@ -132,24 +268,36 @@ rl_rules_from_zk(struct rl_rules *r, const char *text, size_t len, int64_t versi
                      name, r->st.version);
         return;
     }
-    copy = malloc(len + 1);
-    if (copy == NULL) {
+    j = calloc(1, sizeof(*j));
+    if (j == NULL || (j->input = malloc(len + 1)) == NULL) {
+        free(j);
         r->st.failures++;
         rl_log_error("rules in %s refused: out of memory", name);
         return;
     }
-    memcpy(copy, text, len);
-    copy[len] = '\0';
-    rc = rl_conf_parse_rules(name, copy, &fresh, err, sizeof(err));
-    free(copy);
-    if (rc != 0) {
-        r->st.failures++;
-        rl_log_error("rules refused whole: %s; the rules in force stay (rules_version %" PRId64
-                     ")",
-                     err, r->st.version);
-        return;
+    memcpy(j->input, text, len);
+    j->input[len] = '\0';
+    j->zk = true;
+    j->version = version;
+    memcpy(j->name, name, sizeof(name));
+    job_free(r->next_zk); /* superseded before its parse began */
+    r->next_zk = j;
+    rules_next(r);
+}
+
+void
+rl_rules_close(struct rl_rules *r)
+{
+    r->closed = true;
+    r->next_file = false;
+    job_free(r->next_zk);
+    r->next_zk = NULL;
+    if (r->job != NULL) {
+        r->job->r = NULL;
+        /* Not started yet: rules_after runs with UV_ECANCELED; else it runs when done. */
+        (void)uv_cancel((uv_req_t *)&r->job->req);
+        r->job = NULL;
     }
-    (void)rules_put(r, fresh, version + 1, name);
 }
 
 void

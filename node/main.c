@@ -98,6 +98,7 @@ node_stop(struct rl_daemon *d)
         n->zkm = NULL;
         uv_close((uv_handle_t *)&n->reg_timer, NULL);
     }
+    rl_rules_close(&n->rules); /* a parse in flight is dropped: no apply to a closing node */
     rl_server_close(&n->server, NULL);
 }
 
@@ -422,7 +423,8 @@ main(int argc, char **argv)
     opts.test_clock = n.test_clock;
     opts.limits = n.d.conf->clients;
     opts.conf = n.d.conf;
-    rl_rules_init(&n.rules, n.d.conf, n.d.config_path, node_apply_rules, &n);
+    rl_rules_init(&n.rules, rl_daemon_loop(&n.d), n.d.conf, n.d.config_path, node_apply_rules,
+                  &n);
     opts.rules = &n.rules.st;
     rc = rl_server_start(&n.server, rl_daemon_loop(&n.d), n.limiter, &opts);
     if (rc != 0) {
@@ -461,6 +463,7 @@ main(int argc, char **argv)
 out:
     /* The limiter's rules point into the config, which rl_daemon_destroy frees; the server's
      * handles are closed (or only closing, which touches no limiter) by now. */
+    rl_rules_close(&n.rules);
     rl_limiter_destroy(n.limiter);
     rl_view_deinit(&n.view);
     free(n.owned);

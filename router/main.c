@@ -119,6 +119,7 @@ router_stop(struct rl_daemon *d)
         rl_zkm_destroy(m->zkm);
         m->zkm = NULL;
     }
+    rl_rules_close(&m->rules); /* a parse in flight is dropped: no apply to a closing router */
     rl_router_close(m->router);
 }
 
@@ -216,7 +217,8 @@ main(int argc, char **argv)
     opts.limits = m.d.conf->clients;
     opts.on_stale = on_stale;
     opts.arg = &m;
-    rl_rules_init(&m.rules, m.d.conf, m.d.config_path, router_apply_rules, &m);
+    rl_rules_init(&m.rules, rl_daemon_loop(&m.d), m.d.conf, m.d.config_path, router_apply_rules,
+                  &m);
     opts.rules = &m.rules.st;
     rc = rl_router_create(&m.router, rl_daemon_loop(&m.d), m.d.conf, &opts);
     if (rc != 0) {
@@ -270,6 +272,7 @@ main(int argc, char **argv)
     rl_log_info("%s serving on %s, %s membership, deadline %u ms", opts.name, m.d.addr,
                 m.d.conf->zookeeper[0] ? "ZooKeeper" : "static", m.d.conf->deadline_ms);
     rl_daemon_run(&m.d);
+    rl_rules_close(&m.rules);
     rl_daemon_destroy(&m.d);
     return 0;
 }

@@ -4,7 +4,10 @@
  * (rl_conf_swap_rules: clients resolved again, pointers kept), tier seeds and the rules digest,
  * the key table's remap walk (rl_keytab_remap) and the limiter's switch (rl_limiter_set_rules:
  * keys of unchanged tiers keep their counts whatever moved around them, changed tiers
- * restart full, removed ones are dropped, per-service accounting rebuilt).
+ * restart full, removed ones are dropped, per-service accounting rebuilt), and rules.c's
+ * parse off the loop (rl_rules_*: nothing is put in force before the loop runs the thread
+ * pool's result, the newest znode text wins, a refused one keeps the rules, a close while a
+ * parse is in flight drops it).
  */
 #include <check.h>
 #include <errno.h>
@@ -13,11 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <uv.h>
 
 #include "conf.h"
 #include "keytab.h"
 #include "limiter.h"
 #include "rltest.h"
+#include "rules.h"
 #include "wire.h"
 
 static struct rl_conf *
@@ -458,6 +464,157 @@ START_TEST(test_limiter_reload_pause)
 }
 END_TEST
 
+/* ---- rules.c: the parse off the loop ------------------------------------------------------ */
+
+struct applied {
+    int calls;
+    int refuse; /* apply returns -ENOMEM */
+};
+
+static int
+count_apply(void *arg, struct rl_conf **old)
+{
+    struct applied *a = arg;
+
+    (void)old;
+    a->calls++;
+    return a->refuse ? -ENOMEM : 0;
+}
+
+/* n [service] sections, s00000 .. , limit base + i % 7 */
+static char *
+many_services(unsigned n, unsigned base)
+{
+    size_t cap = (size_t)n * 64 + 1, len = 0;
+    char *t = malloc(cap);
+
+    ck_assert_ptr_nonnull(t);
+    t[0] = '\0';
+    for (unsigned i = 0; i < n; i++) {
+        len +=
+            (size_t)snprintf(t + len, cap - len,
+                             "[service s%05u]\nlimit = token_bucket %u per 1s\n", i, base + i % 7);
+    }
+    return t;
+}
+
+static uint64_t
+digest_of(const char *text)
+{
+    struct rl_conf *c = rules_from(text);
+    uint64_t d = c->rules_digest;
+
+    rl_conf_destroy(c);
+    return d;
+}
+
+START_TEST(test_rules_zk_off_loop)
+{
+    struct rl_conf *live = conf_from("[service a]\nlimit = fixed_window 10 per 1h\n");
+    char *big = many_services(20000, 10);
+    const char *v3 = "[service c]\nlimit = fixed_window 30 per 1h\n";
+    struct applied a = {0, 0};
+    struct rl_rules r;
+    uv_loop_t loop;
+
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    rl_rules_init(&r, &loop, live, "unused.conf", count_apply, &a);
+    /* v1 goes to the thread pool; v2 waits; v3 replaces v2 before its parse began */
+    rl_rules_from_zk(&r, big, strlen(big), 1);
+    rl_rules_from_zk(&r, "[service b]\nlimit = fixed_window 20 per 1h\n", 43, 2);
+    rl_rules_from_zk(&r, v3, strlen(v3), 3);
+    ck_assert_int_eq(r.st.version, 0); /* nothing in force until the loop runs */
+    ck_assert_int_eq(a.calls, 0);
+    ck_assert_ptr_nonnull(r.job);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_int_eq(a.calls, 2);
+    ck_assert_int_eq(r.st.version, 4);
+    ck_assert_uint_eq(r.st.reloads, 2);
+    ck_assert_uint_eq(r.st.failures, 0);
+    ck_assert_uint_eq((uint64_t)r.st.digest, digest_of(v3));
+    ck_assert_uint_eq(live->rules_digest, digest_of(v3));
+    ck_assert_ptr_null(r.job);
+
+    /* the same version again: nothing to do; one that does not parse: refused, v3 stays */
+    rl_rules_from_zk(&r, v3, strlen(v3), 3);
+    ck_assert_ptr_null(r.job);
+    rl_rules_from_zk(&r, "[service d]\nlimit = nonsense\n", 29, 4);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_int_eq(r.st.version, 4);
+    ck_assert_uint_eq(r.st.failures, 1);
+    ck_assert_uint_eq(live->rules_digest, digest_of(v3));
+
+    /* an apply that fails puts the old rules back */
+    a.refuse = 1;
+    rl_rules_from_zk(&r, "[service e]\nlimit = fixed_window 5 per 1h\n", 42, 5);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_int_eq(r.st.version, 4);
+    ck_assert_uint_eq(r.st.failures, 2);
+    ck_assert_uint_eq(live->rules_digest, digest_of(v3));
+    a.refuse = 0;
+
+    /* closed while a parse is in flight (and one waits): dropped, freed, never applied */
+    a.calls = 0;
+    rl_rules_from_zk(&r, big, strlen(big), 6);
+    rl_rules_from_zk(&r, v3, strlen(v3), 7);
+    rl_rules_close(&r);
+    rl_rules_from_zk(&r, v3, strlen(v3), 8);
+    ck_assert_int_eq(rl_rules_reload_file(&r), 0);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_int_eq(a.calls, 0);
+    ck_assert_int_eq(r.st.version, 4);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    free(big);
+    rl_conf_destroy(live);
+}
+END_TEST
+
+START_TEST(test_rules_file_off_loop)
+{
+    char path[] = "/tmp/check_rules_XXXXXX";
+    int fd = mkstemp(path);
+    const char *text = "[cluster]\nshards = 8\n[service f]\nlimit = fixed_window 7 per 1h\n";
+    const char *zk = "[service z]\nlimit = fixed_window 9 per 1h\n";
+    struct rl_conf *live = conf_from("[service a]\nlimit = fixed_window 10 per 1h\n");
+    struct applied a = {0, 0};
+    struct rl_rules r;
+    uv_loop_t loop;
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    rl_rules_init(&r, &loop, live, path, count_apply, &a);
+    ck_assert_int_eq(rl_rules_reload_file(&r), 0);
+    ck_assert_int_eq(a.calls, 0);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_int_eq(a.calls, 1);
+    ck_assert_uint_eq(r.st.reloads, 1);
+    ck_assert_int_eq(r.st.version, 0);
+    ck_assert_uint_eq(live->rules_digest,
+                      digest_of("[service f]\nlimit = fixed_window 7 per 1h\n"));
+
+    /* a SIGHUP, then a push while it is parsed: the push wins, whichever order */
+    ck_assert_int_eq(rl_rules_reload_file(&r), 0);
+    rl_rules_from_zk(&r, zk, strlen(zk), 0);
+    ck_assert_int_eq(rl_rules_reload_file(&r), 0); /* waits; then only says "from ZooKeeper" */
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_int_eq(r.st.version, 1);
+    ck_assert_uint_eq(live->rules_digest, digest_of(zk));
+
+    /* a file that does not load: refused, counted */
+    rl_rules_init(&r, &loop, live, "/nonexistent/cluster.conf", count_apply, &a);
+    ck_assert_int_eq(rl_rules_reload_file(&r), 0);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_uint_eq(r.st.failures, 1);
+    ck_assert_uint_eq(live->rules_digest, digest_of(zk));
+    rl_rules_close(&r);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    unlink(path);
+    rl_conf_destroy(live);
+}
+END_TEST
+
 static Suite *
 rules_suite(void)
 {
@@ -475,6 +632,8 @@ rules_suite(void)
     tcase_add_test(tc, test_limiter_log_memory);
     tcase_add_test(tc, test_keytab_remap);
     tcase_add_test(tc, test_limiter_reload_pause);
+    tcase_add_test(tc, test_rules_zk_off_loop);
+    tcase_add_test(tc, test_rules_file_off_loop);
     suite_add_tcase(s, tc);
     return s;
 }
