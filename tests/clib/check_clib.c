@@ -35,6 +35,7 @@
 #include <ratelimiter/ratelimiter_uv.h>
 
 #include "harness.h"
+#include "hostile.h"
 #include "rltest.h"
 
 #define TOKEN "client-token-0123456789"
@@ -517,121 +518,31 @@ END_TEST
 
 /* ---- a hostile server ---------------------------------------------------------------------- */
 
-/* A fake router on a real loopback socket, in a thread of the test: it answers every CHECK
- * with [1, id, QUEUED, 4, 0, 1000, hostile_retry], or (hostile_len != 0) with a length
- * prefix of hostile_len. The client under test is the real library. */
-static uint64_t hostile_retry;
-static uint32_t hostile_len;
-static int hostile_lfd;
-
-static int
-read_full(int fd, unsigned char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = read(fd, p, n);
-
-        if (k <= 0) {
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static void *
-hostile_serve(void *arg)
-{
-    int fd = accept(hostile_lfd, NULL, NULL);
-    unsigned char in[65536], out[64];
-
-    (void)arg;
-    while (fd >= 0) {
-        unsigned char hdr[4];
-        uint32_t n;
-        size_t idlen, o = 0;
-
-        if (read_full(fd, hdr, 4) != 0) {
-            break;
-        }
-        n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-        if (n < 3 || n > sizeof(in) || read_full(fd, in, n) != 0) {
-            break;
-        }
-        if (hostile_len != 0) {
-            out[0] = (unsigned char)(hostile_len >> 24);
-            out[1] = (unsigned char)(hostile_len >> 16);
-            out[2] = (unsigned char)(hostile_len >> 8);
-            out[3] = (unsigned char)hostile_len;
-            memset(out + 4, 0, 16);
-            (void)!write(fd, out, 20);
-            continue;
-        }
-        /* [1, id, ...]: the id's encoding starts at byte 2; copied as it is */
-        idlen = in[2] < 0x80 ? 1 : in[2] == 0xcc ? 2 : in[2] == 0xcd ? 3 : 5;
-        o = 4;
-        out[o++] = 0x97;
-        out[o++] = 0x01;
-        memcpy(out + o, in + 2, idlen);
-        o += idlen;
-        out[o++] = 0x05; /* QUEUED */
-        out[o++] = 0x04; /* limit */
-        out[o++] = 0x00; /* remaining */
-        out[o++] = 0xcd; /* reset_ms 1000 */
-        out[o++] = 0x03;
-        out[o++] = 0xe8;
-        out[o++] = 0xcf; /* retry_after_ms, uint 64 */
-        for (int i = 7; i >= 0; i--) {
-            out[o++] = (unsigned char)(hostile_retry >> (8 * i));
-        }
-        out[0] = out[1] = out[2] = 0;
-        out[3] = (unsigned char)(o - 4);
-        (void)!write(fd, out, o);
-    }
-    if (fd >= 0) {
-        close(fd);
-    }
-    return NULL;
-}
-
-static int
-hostile_start(pthread_t *t)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-
-    hostile_lfd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(hostile_lfd, 0);
-    ck_assert_int_eq(bind(hostile_lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(listen(hostile_lfd, 4), 0);
-    ck_assert_int_eq(getsockname(hostile_lfd, (struct sockaddr *)&sa, &len), 0);
-    ck_assert_int_eq(pthread_create(t, NULL, hostile_serve, NULL), 0);
-    return ntohs(sa.sin_port);
-}
+/* A fake router (tests/hostile.h); the client under test is the real library. */
+static struct rl_hostile hostile;
 
 /* A QUEUED delay of 2^64-1 or 2^40 ms: rlc_check returns the server's numbers at once (the
  * library never sleeps), and rlc_http_answer refuses to pass such a wait on: 429 with
  * Retry-After clamped to 4294968 s, wait_ms 0. */
 START_TEST(test_hostile_queued_delay)
 {
-    static const uint64_t hostile[] = {UINT64_MAX, (uint64_t)1 << 40};
+    static const uint64_t delays[] = {UINT64_MAX, (uint64_t)1 << 40};
     rlc_client *c;
     struct rlc_reply r;
     struct rlc_http_answer a;
     char buf[512];
-    pthread_t t;
     int port;
     int64_t t0;
 
-    hostile_retry = hostile[_i];
-    hostile_len = 0;
-    port = hostile_start(&t);
+    hostile.retry = delays[_i];
+    hostile.len = 0;
+    port = rl_hostile_start(&hostile);
     ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)port, 1000), 0);
     t0 = now_ms();
     ck_assert_int_eq(rlc_check(c, "svc", "u", NULL, 1, &r, 500), 0);
     ck_assert_int_lt(now_ms() - t0, 500);
     ck_assert_uint_eq(r.code, RLC_QUEUED);
-    ck_assert_uint_eq(r.retry_after_ms, hostile[_i]);
+    ck_assert_uint_eq(r.retry_after_ms, delays[_i]);
     ck_assert_int_eq(rlc_http_answer(&r, "svc", 0, 0, &a), 0);
     ck_assert_int_eq(a.status, 429);
     ck_assert_uint_eq(a.wait_ms, 0);
@@ -640,8 +551,7 @@ START_TEST(test_hostile_queued_delay)
                           "RateLimit: \"svc\";r=0;t=1\r\n"
                           "Retry-After: 4294968\r\n");
     rlc_close(c);
-    pthread_join(t, NULL);
-    close(hostile_lfd);
+    rl_hostile_stop(&hostile);
 }
 END_TEST
 
@@ -651,20 +561,18 @@ START_TEST(test_hostile_frame_length)
 {
     rlc_client *c;
     struct rlc_reply r;
-    pthread_t t;
     int port;
     int64_t t0;
 
-    hostile_len = 65537;
-    port = hostile_start(&t);
+    hostile.len = 65537;
+    port = rl_hostile_start(&hostile);
     ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)port, 1000), 0);
     t0 = now_ms();
     ck_assert_int_eq(rlc_check(c, "svc", "u", NULL, 1, &r, 500), -EPROTO);
     ck_assert_int_lt(now_ms() - t0, 500);
     ck_assert_int_eq(rlc_connected(c), 0);
     rlc_close(c);
-    pthread_join(t, NULL);
-    close(hostile_lfd);
+    rl_hostile_stop(&hostile);
 }
 END_TEST
 

@@ -50,6 +50,7 @@
 #include "auth.h"
 #include "reqclient.h"
 #include "harness.h"
+#include "hostile.h"
 #include "httpget.h"
 #include "rltest.h"
 #include "wire.h"
@@ -536,139 +537,37 @@ END_TEST
 
 /* ---- a hostile router ---- */
 
-/* A fake router on a real loopback socket, in threads of the test, in place of rl-router:
- * it takes AUTH ([6, id, "nginx"]) and answers every CHECK with [1, id, QUEUED, 4, 0, 1000,
- * hostile_retry], or (hostile_len != 0) with a frame length prefix of hostile_len. nginx and
- * the Lua client are real. */
-static uint64_t hostile_retry;
-static uint32_t hostile_len;
-static int hostile_lfd;
-
-static int
-read_full(int fd, unsigned char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = read(fd, p, n);
-
-        if (k <= 0) {
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static void *
-hostile_conn(void *arg)
-{
-    int fd = (int)(intptr_t)arg;
-    unsigned char in[1024], out[64];
-
-    for (;;) {
-        unsigned char hdr[4];
-        uint32_t n;
-        size_t idlen, o = 4;
-
-        if (read_full(fd, hdr, 4) != 0) {
-            break;
-        }
-        n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-        if (n < 3 || n > sizeof(in) || read_full(fd, in, n) != 0) {
-            break;
-        }
-        /* [op, id, ...]: the id's encoding starts at byte 2; copied as it is */
-        idlen = in[2] < 0x80 ? 1 : in[2] == 0xcc ? 2 : in[2] == 0xcd ? 3 : 5;
-        if (in[1] == 6) { /* AUTH */
-            out[o++] = 0x93;
-            out[o++] = 0x06;
-            memcpy(out + o, in + 2, idlen);
-            o += idlen;
-            memcpy(out + o, "\xa5nginx", 6);
-            o += 6;
-        } else if (hostile_len != 0) {
-            out[0] = (unsigned char)(hostile_len >> 24);
-            out[1] = (unsigned char)(hostile_len >> 16);
-            out[2] = (unsigned char)(hostile_len >> 8);
-            out[3] = (unsigned char)hostile_len;
-            memset(out + 4, 0, 16);
-            (void)!write(fd, out, 20);
-            continue;
-        } else {
-            out[o++] = 0x97;
-            out[o++] = 0x01;
-            memcpy(out + o, in + 2, idlen);
-            o += idlen;
-            out[o++] = 0x05; /* QUEUED */
-            out[o++] = 0x04; /* limit */
-            out[o++] = 0x00; /* remaining */
-            out[o++] = 0xcd; /* reset_ms 1000 */
-            out[o++] = 0x03;
-            out[o++] = 0xe8;
-            out[o++] = 0xcf; /* retry_after_ms, uint 64 */
-            for (int i = 7; i >= 0; i--) {
-                out[o++] = (unsigned char)(hostile_retry >> (8 * i));
-            }
-        }
-        out[0] = out[1] = out[2] = 0;
-        out[3] = (unsigned char)(o - 4);
-        (void)!write(fd, out, o);
-    }
-    close(fd);
-    return NULL;
-}
-
-static void *
-hostile_accept(void *arg)
-{
-    (void)arg;
-    for (;;) {
-        int fd = accept(hostile_lfd, NULL, NULL);
-        pthread_t t;
-
-        if (fd < 0) {
-            return NULL;
-        }
-        if (pthread_create(&t, NULL, hostile_conn, (void *)(intptr_t)fd) == 0) {
-            pthread_detach(t);
-        } else {
-            close(fd);
-        }
-    }
-}
+/* A fake router (tests/hostile.h) in place of rl-router; nginx and the Lua client are real. */
+static struct rl_hostile hostile;
 
 static void
 hostile_setup(void)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    pthread_t t;
-
     ck_assert_msg(access("/usr/lib/nginx/modules/ngx_http_lua_module.so", R_OK) == 0,
                   "nginx with the lua module is needed (libnginx-mod-http-lua: scripts/deps.sh)");
-    hostile_lfd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(hostile_lfd, 0);
-    ck_assert_int_eq(bind(hostile_lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(listen(hostile_lfd, 16), 0);
-    ck_assert_int_eq(getsockname(hostile_lfd, (struct sockaddr *)&sa, &len), 0);
-    router_port = ntohs(sa.sin_port);
+    router_port = rl_hostile_start(&hostile);
     ng_port = free_port();
     be_port = free_port();
-    ck_assert_int_eq(pthread_create(&t, NULL, hostile_accept, NULL), 0);
-    pthread_detach(t);
     nginx_start();
+}
+
+static void
+hostile_teardown(void)
+{
+    teardown();
+    rl_hostile_stop(&hostile);
 }
 
 /* A QUEUED delay of 2^64-1 or 2^40 ms is not held (nor an error): check() returns it as
  * LIMITED, access() answers 429 at once with Retry-After clamped to 4294968 s. */
 START_TEST(hostile_queued_delay)
 {
-    static const uint64_t hostile[] = {UINT64_MAX, (uint64_t)1 << 40};
+    static const uint64_t delays[] = {UINT64_MAX, (uint64_t)1 << 40};
     struct rl_http_resp r;
     int64_t ms;
 
-    hostile_retry = hostile[_i];
-    hostile_len = 0;
+    hostile.retry = delays[_i];
+    hostile.len = 0;
     for (int k = 0; k < 2; k++) {
         get("/upload/x", "uploader", &r, &ms);
         ck_assert_msg(r.status == 429, "status %d, expected 429\n%s", r.status, r.raw);
@@ -688,7 +587,7 @@ START_TEST(hostile_frame_length)
     struct rl_http_resp r;
     int64_t ms;
 
-    hostile_len = 65537;
+    hostile.len = 65537;
     get("/payments/x", "payer", &r, &ms);
     ck_assert_msg(r.status == 503, "status %d, expected 503\n%s", r.status, r.raw);
     expect_header(&r, "Retry-After", "1");
@@ -717,7 +616,7 @@ nginx_suite(void)
     tcase_add_test(tc, node_down);
     suite_add_tcase(s, tc);
     tc = tcase_create("hostile");
-    tcase_add_checked_fixture(tc, hostile_setup, teardown);
+    tcase_add_checked_fixture(tc, hostile_setup, hostile_teardown);
     tcase_set_timeout(tc, 30);
     tcase_add_loop_test(tc, hostile_queued_delay, 0, 2);
     tcase_add_test(tc, hostile_frame_length);

@@ -1,0 +1,28 @@
+/*
+ * hostile: a fake router on a real loopback socket, in threads of the test, for the suites
+ * that test a client (librlclient, the OpenResty module) against what no real server sends.
+ * It takes AUTH ([6, id, token] answered [6, id, "hostile"]) and answers every other request
+ * with the CHECK reply [1, id, QUEUED, 4, 0, 1000, retry] (retry a uint 64), or, while len is
+ * not 0, with a bare frame header announcing len bytes. The suite sets retry and len between
+ * requests; the struct must outlive the suite's connections (keep it at file scope). Not for
+ * anything a real server does (harness/ starts real processes).
+ */
+#ifndef RL_HOSTILE_H
+#define RL_HOSTILE_H
+
+#include <stdint.h>
+
+struct rl_hostile {
+    volatile uint64_t retry; /* the QUEUED reply's retry_after_ms */
+    volatile uint32_t len;   /* != 0: answer with a frame header of this length instead */
+    int lfd;
+};
+
+/* Listens on 127.0.0.1 (a free port, returned) and serves each connection in a thread of
+ * its own; fails the test when it cannot. */
+int rl_hostile_start(struct rl_hostile *h);
+
+/* Stops accepting; connections end when their clients close them. */
+void rl_hostile_stop(struct rl_hostile *h);
+
+#endif
