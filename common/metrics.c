@@ -54,6 +54,77 @@ prom_printf(struct rl_prom *p, const char *fmt, ...)
 }
 
 void
+rl_prom_defer(struct rl_prom *p, rl_prom_fmt_fn fmt, void *snap)
+{
+    struct rl_prom_later *l = p->later;
+
+    if (snap == NULL) {
+        if (p->err == 0) {
+            p->err = -ENOMEM;
+        }
+        return;
+    }
+    if (l != NULL && l->n == l->cap) {
+        size_t cap = l->cap != 0 ? 2 * l->cap : 8;
+        struct rl_prom_later_part *v = realloc(l->v, cap * sizeof(*v));
+
+        if (v != NULL) {
+            l->v = v;
+            l->cap = cap;
+        }
+    }
+    if (l == NULL || l->n == l->cap) { /* a plain writer (or no room to defer): now */
+        fmt(snap, p);
+        free(snap);
+        return;
+    }
+    l->v[l->n++] = (struct rl_prom_later_part){.at = p->out->len, .fmt = fmt, .snap = snap};
+}
+
+int
+rl_prom_later_finish(struct rl_prom_later *later, const struct rl_buf *text, struct rl_buf *page)
+{
+    struct rl_prom p = {.out = page, .err = 0, .later = NULL};
+    size_t from = 0;
+
+    for (size_t i = 0; i < later->n; i++) {
+        struct rl_prom_later_part *part = &later->v[i];
+
+        if (part->at > from) {
+            prom_append(&p, text->data + from, part->at - from);
+        }
+        from = part->at;
+        if (p.err == 0) {
+            part->fmt(part->snap, &p);
+        }
+        free(part->snap);
+    }
+    later->n = 0;
+    if (text->len > from) {
+        prom_append(&p, text->data + from, text->len - from);
+    }
+    return p.err;
+}
+
+void
+rl_prom_later_drop(struct rl_prom_later *later)
+{
+    for (size_t i = 0; i < later->n; i++) {
+        free(later->v[i].snap);
+    }
+    later->n = 0;
+}
+
+void
+rl_prom_later_deinit(struct rl_prom_later *later)
+{
+    rl_prom_later_drop(later);
+    free(later->v);
+    later->v = NULL;
+    later->cap = 0;
+}
+
+void
 rl_prom_family(struct rl_prom *p, const char *name, const char *type, const char *help)
 {
     prom_printf(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -326,8 +397,10 @@ struct rl_metrics {
     struct metrics_conn conns[RL_METRICS_MAX_CONNECTIONS];
     uint64_t refused, expired; /* since the last warning */
     int64_t warned_ms;         /* when the last warning was logged; 0: never */
-    /* the loop's scratch, owned by the loop thread */
+    /* the loop's scratch, owned by the loop thread: the text it renders and the parts it
+     * leaves for the HTTP thread to format (rl_prom_defer) */
     struct rl_buf work;
+    struct rl_prom_later work_later;
     /* shared with the HTTP thread, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -337,9 +410,14 @@ struct rl_metrics {
                            is stuck, and later asks are refused at once, not one by one */
     bool stopping;
     bool page_wanted;   /* an ask since the last snapshot wants /metrics, not just liveness */
-    struct rl_buf snap; /* the last rendering */
-    uint64_t snap_at;   /* uv_hrtime() when it was taken; 0: never */
-    uint64_t snap_cost; /* the loop's time rendering it, ns */
+    struct rl_buf raw;  /* the loop's last rendering, not formatted yet (raw_ready) */
+    struct rl_prom_later raw_later;
+    bool raw_ready;
+    uint64_t raw_at, raw_cost; /* when the loop rendered it; its time doing so, ns */
+    struct rl_buf snap; /* the last page, formatted */
+    uint64_t snap_at;   /* uv_hrtime() when its figures were taken; 0: never */
+    uint64_t snap_cost; /* its whole cost, ns: the loop's render and the formatting */
+    uint64_t snap_loop_cost; /* the loop's part of it, ns */
     bool ready;
     char why[256];
 };
@@ -527,11 +605,12 @@ static void
 metrics_async(uv_async_t *a)
 {
     struct rl_metrics *m = a->data;
-    struct rl_prom p = {.out = &m->work, .err = 0};
+    struct rl_prom p = {.out = &m->work, .err = 0, .later = &m->work_later};
     uint64_t target;
     char why[256] = "";
     bool ready;
     struct rl_buf tmp;
+    struct rl_prom_later ltmp;
     uint64_t t0 = 0, t1 = 0;
     bool page;
 
@@ -542,13 +621,16 @@ metrics_async(uv_async_t *a)
     pthread_mutex_unlock(&m->mu);
 
     /* /healthz and /readyz need only the answer and the readiness: no page is rendered
-     * for them, so probing them costs the loop next to nothing. */
+     * for them, so probing them costs the loop next to nothing. The large families are
+     * only copied here (rl_prom_defer): the HTTP thread formats them. */
     if (page) {
+        rl_prom_later_drop(&m->work_later); /* a rendering nobody took */
         t0 = uv_hrtime();
         rl_buf_reset(&m->work);
         m->ops.render(m->ops.arg, &p);
         if (p.err != 0) {
             rl_buf_reset(&m->work); /* out of memory: an empty page rather than half of one */
+            rl_prom_later_drop(&m->work_later);
         }
         t1 = uv_hrtime();
     }
@@ -556,11 +638,15 @@ metrics_async(uv_async_t *a)
 
     pthread_mutex_lock(&m->mu);
     if (page) {
-        tmp = m->snap;
-        m->snap = m->work;
+        tmp = m->raw;
+        m->raw = m->work;
         m->work = tmp;
-        m->snap_at = t1;
-        m->snap_cost = t1 - t0;
+        ltmp = m->raw_later;
+        m->raw_later = m->work_later;
+        m->work_later = ltmp;
+        m->raw_ready = true;
+        m->raw_at = t1;
+        m->raw_cost = t1 - t0;
     }
     m->ready = ready;
     snprintf(m->why, sizeof(m->why), "%s", why);
@@ -659,23 +745,73 @@ metrics_fresh(struct rl_metrics *m)
     return false;
 }
 
+/*
+ * Formats the loop's last rendering into the page (on this, the HTTP thread, without mu:
+ * the loop may render the next one meanwhile) and puts it in snap. With mu held on entry
+ * and on return.
+ */
+static void
+metrics_format(struct rl_metrics *m)
+{
+    struct rl_buf text = m->raw, page;
+    struct rl_prom_later later = m->raw_later;
+    uint64_t at = m->raw_at, loop_cost = m->raw_cost, t0, t1;
+
+    rl_buf_init(&m->raw);
+    m->raw_later = (struct rl_prom_later){NULL, 0, 0};
+    m->raw_ready = false;
+    pthread_mutex_unlock(&m->mu);
+    rl_buf_init(&page);
+    t0 = uv_hrtime();
+    if (rl_prom_later_finish(&later, &text, &page) != 0) {
+        rl_buf_reset(&page); /* out of memory: an empty page rather than half of one */
+    }
+    t1 = uv_hrtime();
+    rl_buf_deinit(&text);
+    rl_prom_later_deinit(&later);
+    pthread_mutex_lock(&m->mu);
+    text = m->snap;
+    m->snap = page;
+    m->snap_at = at;
+    m->snap_cost = loop_cost + (t1 - t0);
+    m->snap_loop_cost = loop_cost;
+    pthread_mutex_unlock(&m->mu);
+    rl_buf_deinit(&text); /* the page before */
+    pthread_mutex_lock(&m->mu);
+}
+
 static enum MHD_Result
 metrics_page(struct rl_metrics *m, struct MHD_Connection *conn)
 {
     struct rl_buf body;
     struct rl_prom p = {.out = &body, .err = 0};
     enum MHD_Result rc;
+    uint64_t cost, loop_cost;
 
     rl_buf_init(&body);
-    if (!metrics_fresh(m) && !metrics_snapshot(m, true)) {
-        return metrics_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-                            "the event loop did not answer in time\n");
+    if (!metrics_fresh(m)) {
+        if (!metrics_snapshot(m, true)) {
+            return metrics_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
+                                "the event loop did not answer in time\n");
+        }
+        if (m->raw_ready) {
+            metrics_format(m);
+        }
     }
     if (rl_buf_append(&body, m->snap.data, m->snap.len) != 0) {
         p.err = -ENOMEM;
     }
+    cost = m->snap_cost;
+    loop_cost = m->snap_loop_cost;
     pthread_mutex_unlock(&m->mu);
     rl_prom_process(&p);
+    rl_prom_family(&p, "rl_metrics_render_loop_seconds", "gauge",
+                   "Time the event loop spent on this page: copying its figures (the text is "
+                   "formatted on the listener's thread).");
+    rl_prom_f64(&p, "rl_metrics_render_loop_seconds", NULL, (double)loop_cost / 1e9);
+    rl_prom_family(&p, "rl_metrics_render_seconds", "gauge",
+                   "Time this page took to make: the loop's part and the formatting.");
+    rl_prom_f64(&p, "rl_metrics_render_seconds", NULL, (double)cost / 1e9);
     if (p.err != 0) {
         rl_buf_deinit(&body);
         return metrics_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
@@ -835,6 +971,9 @@ metrics_closed(uv_handle_t *h)
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
     rl_buf_deinit(&m->work);
+    rl_prom_later_deinit(&m->work_later);
+    rl_buf_deinit(&m->raw);
+    rl_prom_later_deinit(&m->raw_later);
     rl_buf_deinit(&m->snap);
     free(m);
 }
@@ -856,6 +995,7 @@ rl_metrics_start(struct rl_metrics **out, uv_loop_t *loop, const char *host, uin
     m->loop = loop;
     m->ops = *ops;
     rl_buf_init(&m->work);
+    rl_buf_init(&m->raw);
     rl_buf_init(&m->snap);
     pthread_mutex_init(&m->mu, NULL);
     pthread_condattr_init(&ca);

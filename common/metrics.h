@@ -48,10 +48,48 @@
  * router/rmetrics.c) writes only its own families and calls each module's writer; it is
  * never handed a module's stats struct to format.
  */
+struct rl_prom_later;
+
 struct rl_prom {
     struct rl_buf *out;
     int err;
+    struct rl_prom_later *later; /* NULL: rl_prom_defer formats at once (see there) */
 };
+
+/*
+ * Families of thousands of series (one per service) are not formatted on the loop: the
+ * module's writer copies its figures (counters, and the names the labels need, into one
+ * malloc'd block: snap) and hands them here with the function that formats them. On the
+ * listener's page, fmt(snap, p) runs later on the listener's HTTP thread and its text takes
+ * the place of this call in the page; snap is then freed (free()), and also when a page is
+ * dropped unformatted. With a writer whose later is NULL (a test's or a bench's plain
+ * rl_prom), fmt runs at once. fmt must use nothing but snap: the loop goes on meanwhile. A
+ * NULL snap (its allocation failed) sets err to -ENOMEM.
+ */
+typedef void (*rl_prom_fmt_fn)(const void *snap, struct rl_prom *p);
+void rl_prom_defer(struct rl_prom *p, rl_prom_fmt_fn fmt, void *snap);
+
+/* The parts left for later in one page's render: where in its text each goes. */
+struct rl_prom_later {
+    struct rl_prom_later_part {
+        size_t at; /* offset in the rendered text */
+        rl_prom_fmt_fn fmt;
+        void *snap;
+    } *v;
+    size_t n, cap;
+};
+
+/* Appends to page the rendered text with each later part formatted at its place, and
+ * frees the parts' snapshots (later is left empty). Returns 0 or -ENOMEM (page is then
+ * partial). Any thread. */
+int rl_prom_later_finish(struct rl_prom_later *later, const struct rl_buf *text,
+                         struct rl_buf *page);
+
+/* Frees the parts' snapshots unformatted (later is left empty, its array kept). */
+void rl_prom_later_drop(struct rl_prom_later *later);
+
+/* Frees the array too. */
+void rl_prom_later_deinit(struct rl_prom_later *later);
 
 /* "# HELP name help" and "# TYPE name type" (type: counter, gauge, histogram). */
 void rl_prom_family(struct rl_prom *p, const char *name, const char *type, const char *help);

@@ -597,20 +597,34 @@ rl_limiter_service_stats(const struct rl_limiter *l, size_t i,
     return l->svcs[i].name;
 }
 
-void
-rl_limiter_metrics(const struct rl_limiter *l, struct rl_prom *p)
-{
-    struct rl_limiter_stats ls;
-    struct rl_limiter_service_stats vs;
-    char lab[320];
-    size_t nsvc = rl_limiter_services(l);
+/* What rl_limiter_metrics copies on the loop for its families, formatted later
+ * (rl_prom_defer): one block, the services' figures then their names. */
+struct lim_msvc {
+    uint64_t decisions[RL_WIRE_CODE_COUNT];
+    uint64_t keys;
+    size_t name; /* offset of its name in the block's names */
+};
 
-    rl_limiter_stats(l, &ls);
+struct lim_msnap {
+    struct rl_limiter_stats ls;
+    uint64_t memory_cap;
+    size_t nsvc;
+    const char *names; /* in the block, past svc[nsvc] */
+    struct lim_msvc svc[];
+};
+
+static void
+lim_metrics_fmt(const void *arg, struct rl_prom *p)
+{
+    const struct lim_msnap *m = arg;
+    const struct rl_limiter_stats *ls = &m->ls;
+    char lab[320];
+
     rl_prom_family(p, "rl_node_decisions_total", "counter",
                    "CHECK requests answered, by service (from the config; \"\" when no rule "
                    "matched) and reply code.");
-    for (size_t i = 0; i < nsvc; i++) {
-        const char *svc = rl_limiter_service_stats(l, i, &vs);
+    for (size_t i = 0; i < m->nsvc; i++) {
+        const char *svc = m->names + m->svc[i].name;
 
         for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
             if (code == RL_WIRE_FAIL_OPEN || code == RL_WIRE_FAIL_CLOSED ||
@@ -620,36 +634,72 @@ rl_limiter_metrics(const struct rl_limiter *l, struct rl_prom *p)
             rl_prom_u64(p, "rl_node_decisions_total",
                         rl_prom_labels(lab, sizeof(lab), "service", svc, "code",
                                        rl_wire_code_name(code), NULL),
-                        vs.decisions[code]);
+                        m->svc[i].decisions[code]);
         }
     }
     rl_prom_u64(p, "rl_node_decisions_total",
                 rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
-                ls.no_rule);
+                ls->no_rule);
     rl_prom_family(p, "rl_node_shadow_limited_total", "counter",
                    "CHECKs of shadow-mode services answered allowed that enforce would refuse.");
-    rl_prom_u64(p, "rl_node_shadow_limited_total", NULL, ls.shadow_limited);
+    rl_prom_u64(p, "rl_node_shadow_limited_total", NULL, ls->shadow_limited);
     rl_prom_family(p, "rl_node_keys", "gauge", "Counters (keys) held, by service.");
-    for (size_t i = 0; i < nsvc; i++) {
-        const char *svc = rl_limiter_service_stats(l, i, &vs);
-
-        rl_prom_u64(p, "rl_node_keys", rl_prom_labels(lab, sizeof(lab), "service", svc, NULL),
-                    vs.keys);
+    for (size_t i = 0; i < m->nsvc; i++) {
+        rl_prom_u64(p, "rl_node_keys",
+                    rl_prom_labels(lab, sizeof(lab), "service", m->names + m->svc[i].name, NULL),
+                    m->svc[i].keys);
     }
     rl_prom_family(p, "rl_node_memory_bytes", "gauge",
                    "Bytes used by counters: the key table and the sliding logs.");
-    rl_prom_u64(p, "rl_node_memory_bytes", NULL, ls.memory_bytes);
+    rl_prom_u64(p, "rl_node_memory_bytes", NULL, ls->memory_bytes);
     rl_prom_family(p, "rl_node_memory_limit_bytes", "gauge",
                    "The node's memory cap for counters ([node NAME] memory).");
-    rl_prom_u64(p, "rl_node_memory_limit_bytes", NULL, rl_limiter_memory_cap(l));
+    rl_prom_u64(p, "rl_node_memory_limit_bytes", NULL, m->memory_cap);
     rl_prom_family(p, "rl_node_evictions_total", "counter",
                    "Keys dropped at the memory cap to make room, by whether their limit was in "
                    "force.");
     rl_prom_u64(p, "rl_node_evictions_total",
-                rl_prom_labels(lab, sizeof(lab), "in_force", "true", NULL), ls.evicted_in_force);
+                rl_prom_labels(lab, sizeof(lab), "in_force", "true", NULL), ls->evicted_in_force);
     rl_prom_u64(p, "rl_node_evictions_total",
                 rl_prom_labels(lab, sizeof(lab), "in_force", "false", NULL),
-                ls.evicted - (ls.evicted_in_force < ls.evicted ? ls.evicted_in_force : ls.evicted));
+                ls->evicted -
+                    (ls->evicted_in_force < ls->evicted ? ls->evicted_in_force : ls->evicted));
+}
+
+void
+rl_limiter_metrics(const struct rl_limiter *l, struct rl_prom *p)
+{
+    size_t nsvc = l->nsvcs, names = 0, *len = malloc((nsvc ? nsvc : 1) * sizeof(*len));
+    struct lim_msnap *m = NULL;
+    char *at;
+
+    /* On the loop: the figures and the names copied (memcpy-sized work); the text of
+     * thousands of series is formatted off the loop (lim_metrics_fmt). */
+    for (size_t i = 0; len != NULL && i < nsvc; i++) {
+        len[i] = strlen(l->svcs[i].name) + 1;
+        names += len[i];
+    }
+    if (len != NULL) {
+        m = malloc(sizeof(*m) + nsvc * sizeof(m->svc[0]) + names);
+    }
+    if (m != NULL) {
+        rl_limiter_stats(l, &m->ls);
+        m->memory_cap = l->memory_cap;
+        m->nsvc = nsvc;
+        at = (char *)&m->svc[nsvc];
+        m->names = at;
+        for (size_t i = 0; i < nsvc; i++) {
+            const struct rl_limiter_service_stats *st = &l->svcs[i].st;
+
+            memcpy(m->svc[i].decisions, st->decisions, sizeof(st->decisions));
+            m->svc[i].keys = st->keys;
+            m->svc[i].name = (size_t)(at - m->names);
+            memcpy(at, l->svcs[i].name, len[i]);
+            at += len[i];
+        }
+    }
+    free(len);
+    rl_prom_defer(p, lim_metrics_fmt, m);
     rl_keytab_metrics(l->tab, p);
 }
 

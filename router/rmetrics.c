@@ -150,71 +150,112 @@ static const struct {
      offsetof(struct rl_upstream_stats, downs)},
 };
 
-/* qsort has no argument: the rules being sorted, set just before (loop thread only). */
-static const struct rl_conf *router_sort_rules;
+/* rl_router_decisions_total as copied on the loop (rmetrics_decisions) for the HTTP thread
+ * to format (rl_prom_defer): one block, the rules' counts by code, then their services'
+ * names. */
+struct rmetrics_rule {
+    uint64_t codes[RL_WIRE_CODE_COUNT];
+    const char *service; /* in the block's names */
+    size_t ix;           /* the rule's place in the rules */
+};
+
+struct rmetrics_snap {
+    uint64_t no_rule;
+    size_t n;
+    struct rmetrics_rule rule[];
+};
 
 static int
-router_rule_cmp(const void *a, const void *b)
+rmetrics_rule_cmp(const void *a, const void *b)
 {
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    int c = strcmp(router_sort_rules->rules[x].service, router_sort_rules->rules[y].service);
+    const struct rmetrics_rule *x = a, *y = b;
+    int c = strcmp(x->service, y->service);
 
-    return c != 0 ? c : (x > y) - (x < y);
+    return c != 0 ? c : (x->ix > y->ix) - (x->ix < y->ix);
+}
+
+/* On the HTTP thread: one series per service (its endpoint sections add to it), the rules
+ * sorted by service (n log n: a rules file may have thousands of sections). */
+static void
+rmetrics_decisions_fmt(const void *arg, struct rl_prom *p)
+{
+    struct rmetrics_snap *sn = (struct rmetrics_snap *)arg; /* its own block: sorted here */
+    size_t n = sn->n;
+    char lab[512];
+
+    rl_prom_family(p, "rl_router_decisions_total", "counter",
+                   "CHECK requests answered, by service (from the config; \"\" when no rule "
+                   "matched) and reply code (fail_open and fail_closed: by failure policy).");
+    qsort(sn->rule, n, sizeof(sn->rule[0]), rmetrics_rule_cmp);
+    for (size_t i = 0; i < n;) {
+        const char *svc = sn->rule[i].service;
+        uint64_t v[RL_WIRE_CODE_COUNT] = {0};
+        size_t k = i;
+
+        for (; k < n && strcmp(sn->rule[k].service, svc) == 0; k++) {
+            for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+                v[code] += sn->rule[k].codes[code];
+            }
+        }
+        for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+            if (code != RL_WIRE_NO_RULE) {
+                rl_prom_u64(p, "rl_router_decisions_total",
+                            rl_prom_labels(lab, sizeof(lab), "service", svc, "code",
+                                           rl_wire_code_name(code), NULL),
+                            v[code]);
+            }
+        }
+        i = k;
+    }
+    rl_prom_u64(p, "rl_router_decisions_total",
+                rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
+                sn->no_rule);
+}
+
+/* On the loop: the counts and the services' names copied (memcpy-sized work), formatted
+ * later by rmetrics_decisions_fmt. */
+static void
+rmetrics_decisions(const struct rl_router *r, struct rl_prom *p)
+{
+    const struct rl_conf *c = r->conf;
+    size_t n = c->nrules < r->rule_rows - 1 ? c->nrules : r->rule_rows - 1, names = 0;
+    size_t *len = malloc((n ? n : 1) * sizeof(*len));
+    struct rmetrics_snap *sn = NULL;
+    char *at;
+
+    for (size_t i = 0; len != NULL && i < n; i++) {
+        len[i] = strlen(c->rules[i].service) + 1;
+        names += len[i];
+    }
+    if (len != NULL) {
+        sn = malloc(sizeof(*sn) + n * sizeof(sn->rule[0]) + names);
+    }
+    if (sn != NULL) {
+        sn->no_rule = r->rule_codes[r->rule_rows - 1][RL_WIRE_NO_RULE];
+        sn->n = n;
+        at = (char *)&sn->rule[n];
+        for (size_t i = 0; i < n; i++) {
+            memcpy(sn->rule[i].codes, r->rule_codes[i], sizeof(sn->rule[i].codes));
+            memcpy(at, c->rules[i].service, len[i]);
+            sn->rule[i].service = at;
+            sn->rule[i].ix = i;
+            at += len[i];
+        }
+    }
+    free(len);
+    rl_prom_defer(p, rmetrics_decisions_fmt, sn);
 }
 
 void
 rl_router_metrics(struct rl_router *r, struct rl_prom *p)
 {
-    const struct rl_conf *c = r->conf;
     char lab[512], digest[32];
 
     if (r->zk_state != RL_ROUTER_ZK_NONE) {
         rl_prom_zookeeper(p, r->zk_state == RL_ZKM_CONNECTED, r->zk_expiries);
     }
 
-    rl_prom_family(p, "rl_router_decisions_total", "counter",
-                   "CHECK requests answered, by service (from the config; \"\" when no rule "
-                   "matched) and reply code (fail_open and fail_closed: by failure policy).");
-    /* One series per service: its endpoint sections add to it. The rules sorted by service
-     * (n log n: a rules file may have thousands of sections, and this runs on the loop). */
-    {
-        size_t n = c->nrules < r->rule_rows - 1 ? c->nrules : r->rule_rows - 1;
-        size_t *order = malloc((n ? n : 1) * sizeof(*order));
-
-        if (order == NULL) {
-            p->err = -ENOMEM;
-            n = 0;
-        }
-        for (size_t i = 0; i < n; i++) {
-            order[i] = i;
-        }
-        router_sort_rules = c;
-        qsort(order, n, sizeof(*order), router_rule_cmp);
-        for (size_t i = 0; i < n;) {
-            const char *svc = c->rules[order[i]].service;
-            uint64_t v[RL_WIRE_CODE_COUNT] = {0};
-            size_t k = i;
-
-            for (; k < n && strcmp(c->rules[order[k]].service, svc) == 0; k++) {
-                for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
-                    v[code] += r->rule_codes[order[k]][code];
-                }
-            }
-            for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
-                if (code != RL_WIRE_NO_RULE) {
-                    rl_prom_u64(p, "rl_router_decisions_total",
-                                rl_prom_labels(lab, sizeof(lab), "service", svc, "code",
-                                               rl_wire_code_name(code), NULL),
-                                v[code]);
-                }
-            }
-            i = k;
-        }
-        free(order);
-    }
-    rl_prom_u64(p, "rl_router_decisions_total",
-                rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
-                r->rule_codes[r->rule_rows - 1][RL_WIRE_NO_RULE]);
+    rmetrics_decisions(r, p);
     rl_prom_family(p, "rl_router_request_duration_seconds", "histogram",
                    "End-to-end time of a CHECK in the router: from the read that brought it to "
                    "its answer (the node's, or the failure policy's).");
