@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hostile clients against a real rl-node and rl-router (docs/BENCHMARKS.md, "Under abuse"):
-#   bench/abuse.sh [idle|stream|flood|slowloris|preauth|all]   (RUNS rounds, 3 by default; BIN=build dir)
+#   bench/abuse.sh [idle|stream|flood|slowloris|preauth|scrapers|all]   (RUNS rounds, 3 by default; BIN=build dir)
 # idle:   RSS growth of a node and of a router holding 1,000 idle connections that each sent
 #         one legal 64 KiB frame, and a neighbour's PING p50/p99 meanwhile;
 # stream: a neighbour's PING p50/p99 while one client streams 64 KiB frames at a node;
@@ -13,6 +13,13 @@
 # preauth: a router with a [client web] section (AUTH required): wrong tokens a second from
 #         one process, and whether a client with the valid token gets in while 10 addresses
 #         hold 1,000 silent connections each.
+# scrapers: (not in all) a node and a router with SERVICES services (default "20000 60000",
+#         one token_bucket tier each) and their metrics listeners: the loop thread's CPU per
+#         rendered scrape of each (loopcpu, 5 scrapes 1.1 s apart); then, at 20,000 services
+#         only, CHECKs through the router at 2,000/s (rl-bench --rate) for 8 s while 4
+#         threads pull the node's /metrics back to back: FAIL_OPEN answers (the router's
+#         deadline, 50 ms, ran out) and CHECK p99. With BASE=/path/to/other/build, each round
+#         runs that build (side "base") and BIN's (side "new") one after the other.
 # Prints RESULT lines, then the median of each figure over the rounds. Runs against any
 # build of the project (BIN=/path/to/build), so an older revision can be measured the same
 # way: the config uses no section that revision may lack.
@@ -51,9 +58,67 @@ start_cluster() {
     wait_port "$router_port"
 }
 
+# start_many BIN N: rl-node and rl-router of BIN with N services and metrics listeners.
+start_many() {
+    node_port=$(free_port)
+    router_port=$(free_port)
+    metrics_port=$(free_port)
+    rmetrics_port=$(free_port)
+    python3 - "$2" >"$tmp/many.conf" <<PY
+import sys
+print("[cluster]\nname = scrapers\n[router]\nlisten = 127.0.0.1:$router_port")
+print("metrics = 127.0.0.1:$rmetrics_port\n[node n1]\nlisten = 127.0.0.1:$node_port")
+print("metrics = 127.0.0.1:$metrics_port")
+for i in range(int(sys.argv[1])):
+    print("[service s%06d]\nlimit = token_bucket 100 per 1s" % i)
+PY
+    "$1/rl-node" --config "$tmp/many.conf" --name n1 --log-level error 2>"$tmp/node.log" &
+    node_pid=$!
+    pids+=($node_pid)
+    "$1/rl-router" --config "$tmp/many.conf" --log-level error 2>"$tmp/router.log" &
+    router_pid=$!
+    pids+=($router_pid)
+    wait_port "$node_port"
+    wait_port "$router_port"
+    wait_port "$metrics_port"
+    wait_port "$rmetrics_port"
+    sleep 1
+}
+
+scrapers_round() {
+    local side n b lg out
+    for side in ${BASE:+base} new; do
+        b=$bin
+        [ "$side" = new ] || b=$BASE
+        for n in ${SERVICES:-20000 60000}; do
+            start_many "$b" "$n"
+            python3 "$probe" loopcpu "$metrics_port" "$node_pid" "node/$n/$side"
+            python3 "$probe" loopcpu "$rmetrics_port" "$router_pid" "router/$n/$side"
+            if [ "$n" = 20000 ]; then
+                "$bin/rl-bench" --target "127.0.0.1:$router_port" --service s000001 \
+                    --keys 100000 --connections 4 --rate 2000 --duration 8 --json \
+                    >"$tmp/checks.json" &
+                lg=$!
+                sleep 0.5
+                python3 "$probe" scrapers "$metrics_port" 4 7 |
+                    sed "s#^RESULT scrapers pages#RESULT scrapers $side/$n#"
+                wait "$lg" || true
+                out=$(tail -1 "$tmp/checks.json")
+                echo "RESULT checks $side/$n fail_open=$(json fail_open <<<"$out")" \
+                    "p99_us=$(json p99_us <<<"$out") max_us=$(json max_us <<<"$out")" \
+                    "decisions=$(json decisions <<<"$out")"
+            fi
+            bench_cleanup
+        done
+    done
+}
+
 machine
 echo "binaries: $bin ($("$bin/rl-node" --version 2>&1 | head -1))"
 for round in $(seq 1 "$runs"); do
+    if [ "$what" = scrapers ]; then
+        scrapers_round
+    fi
     if [ "$what" = idle ] || [ "$what" = all ]; then
         start_cluster 1gb
         python3 "$probe" idle "$node_port" "$node_pid" 1000 | sed 's/^RESULT idle/RESULT idle node/'

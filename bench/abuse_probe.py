@@ -22,6 +22,12 @@ messages are spelled out in bytes, as docs/PROTOCOL.md's example does).
   abuse_probe.py silentflood PORT    10 addresses (127.0.0.2..11) x 1,000 connections that
                                      send nothing, then a client with $RL_TOKEN_FILE's token
                                      from 127.0.0.12: is it let in, and how fast
+  abuse_probe.py loopcpu PORT PID WHO  on the metrics listener at PORT of process PID: 5
+                                     scrapes 1.1 s apart (past the page cache, so each is
+                                     rendered): the loop thread's CPU per scrape, from
+                                     /proc/PID/task/PID/schedstat (ns), and the page's size
+  abuse_probe.py scrapers PORT N SECS  N threads pull /metrics at PORT back to back for SECS:
+                                     pages served, and their p50/max time
 With $RL_TOKEN_FILE set, every connection first sends AUTH with that file's token
 ([6, 0, token]) and reads its reply, for servers that want one.
 """
@@ -336,6 +342,67 @@ def silentflood(port, addrs=10, per=1000):
         c.close()
 
 
+def http_get(port, path="/metrics", timeout=10.0):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(b"GET " + path.encode() + b" HTTP/1.0\r\nHost: x\r\nConnection: close\r\n\r\n")
+    chunks = []
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            break
+        chunks.append(b)
+    s.close()
+    raw = b"".join(chunks)
+    return int(raw.split(b" ", 2)[1]), raw.partition(b"\r\n\r\n")[2]
+
+
+def loop_ns(pid):
+    with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def loopcpu(port, pid, who, n=5, gap=1.1):
+    http_get(port)  # the first page (allocations that stay)
+    time.sleep(gap)
+    costs, size = [], 0
+    for _ in range(n):
+        t0 = loop_ns(pid)
+        status, body = http_get(port)
+        time.sleep(0.2)  # the loop's answer is in; nothing else runs on it
+        costs.append((loop_ns(pid) - t0) / 1e6)
+        size = len(body)
+        assert status == 200, status
+        time.sleep(gap - 0.2)
+    costs.sort()
+    print(f"RESULT loopcpu {who} loop_ms_per_scrape={costs[len(costs) // 2]:.3f} "
+          f"max_ms={costs[-1]:.3f} page_MB={size / 1e6:.2f}", flush=True)
+
+
+def scrapers(port, n, secs):
+    stop = time.monotonic() + secs
+    lat, bad = [], [0]
+
+    def run():
+        while time.monotonic() < stop:
+            t = time.perf_counter()
+            try:
+                status, _ = http_get(port)
+            except OSError:
+                status = 0
+            if status != 200:
+                bad[0] += 1
+            lat.append((time.perf_counter() - t) * 1e3)
+
+    th = [threading.Thread(target=run) for _ in range(n)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    lat.sort()
+    print(f"RESULT scrapers pages pages={len(lat)} bad={bad[0]} "
+          f"p50_ms={lat[len(lat) // 2]:.1f} max_ms={lat[-1]:.1f}", flush=True)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "idle":
@@ -350,5 +417,9 @@ if __name__ == "__main__":
         wrongtokens(int(sys.argv[2]))
     elif cmd == "silentflood":
         silentflood(int(sys.argv[2]))
+    elif cmd == "loopcpu":
+        loopcpu(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    elif cmd == "scrapers":
+        scrapers(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
     else:
         sys.exit(__doc__)

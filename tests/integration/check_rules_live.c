@@ -625,10 +625,17 @@ END_TEST
 #define STORM_SCRAPERS 4    /* per process */
 #define STORM_MS 3000       /* how long they pull /metrics */
 #define STORM_PING_MS 100   /* generous: the slowest PING of either process meanwhile */
-/* The loop's time on one page (rl_metrics_render_loop_seconds): the figures are copied on the
- * loop and the text formatted on the listener's thread; 0.1-0.3 ms at 20,000 services now
- * (Release), 13-16 ms when the loop formatted the page itself. */
+/* The loop's time on one page (rl_metrics_render_loop_seconds), the median of the pages
+ * served: the figures are copied on the loop and the text formatted on the listener's
+ * thread, 0.3-0.4 ms at 20,000 services now (Release, up to 3 ms while 8 scrapers share the
+ * 2 cores; a few ms under ASan); 12 ms (node) and 18 ms (router) when the loop formatted the
+ * page itself. */
+#ifdef __SANITIZE_ADDRESS__
+#define STORM_LOOP_MS 10.0
+#else
 #define STORM_LOOP_MS 5.0
+#endif
+#define STORM_PAGES_MAX 4096
 
 static int metrics_ports[2]; /* router, node */
 
@@ -637,8 +644,16 @@ struct storm_scraper {
     int port;
     const char *want; /* a series the page must hold */
     unsigned pages, bad;
-    double loop_ms_max; /* the largest rl_metrics_render_loop_seconds seen, ms */
+    double loop_ms[STORM_PAGES_MAX]; /* rl_metrics_render_loop_seconds of each page, ms */
 };
+
+static int
+storm_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
 
 static void *
 storm_scraper_main(void *arg)
@@ -657,8 +672,9 @@ storm_scraper_main(void *arg)
         } else {
             double ms = strtod(at + strlen("\nrl_metrics_render_loop_seconds "), NULL) * 1e3;
 
-            sc->loop_ms_max = ms > sc->loop_ms_max ? ms : sc->loop_ms_max;
-            sc->pages++;
+            if (sc->pages < STORM_PAGES_MAX) {
+                sc->loop_ms[sc->pages++] = ms;
+            }
         }
         rl_http_free(&r);
     }
@@ -702,7 +718,8 @@ storm_setup(void)
 START_TEST(test_scrape_storm)
 {
     char want[2][96];
-    struct storm_scraper sc[2][STORM_SCRAPERS];
+    static struct storm_scraper sc[2][STORM_SCRAPERS];
+    static double all[STORM_SCRAPERS * STORM_PAGES_MAX];
     pthread_t th[2][STORM_SCRAPERS], pth[2];
     struct big_probe probes[2];
     atomic_bool stop = false;
@@ -737,21 +754,23 @@ START_TEST(test_scrape_storm)
     for (int i = 0; i < 2; i++) {
         const char *who = i == 0 ? "rl-router" : "rl-node";
         unsigned pages = 0, bad = 0;
-        double loop_ms = 0;
+        double loop_ms;
 
         for (int k = 0; k < STORM_SCRAPERS; k++) {
+            memcpy(all + pages, sc[i][k].loop_ms, sc[i][k].pages * sizeof(all[0]));
             pages += sc[i][k].pages;
             bad += sc[i][k].bad;
-            loop_ms = sc[i][k].loop_ms_max > loop_ms ? sc[i][k].loop_ms_max : loop_ms;
         }
+        ck_assert_uint_ge(pages, STORM_SCRAPERS);
+        qsort(all, pages, sizeof(all[0]), storm_cmp);
+        loop_ms = all[pages / 2];
         fprintf(stderr,
                 "scrape storm, %u services: %s served %u pages (%u bad), the loop's time per "
-                "page at most %.2f ms; its slowest PING %llu ms (%llu PINGs)\n",
-                BIG_SERVICES, who, pages, bad, loop_ms,
+                "page %.2f ms (median; %.2f at most); its slowest PING %llu ms (%llu PINGs)\n",
+                BIG_SERVICES, who, pages, bad, loop_ms, all[pages - 1],
                 (unsigned long long)probes[i == 0 ? 1 : 0].worst_ms,
                 (unsigned long long)probes[i == 0 ? 1 : 0].pings);
         ck_assert_uint_eq(bad, 0);
-        ck_assert_uint_ge(pages, STORM_SCRAPERS);
         ck_assert_msg(loop_ms < STORM_LOOP_MS, "%s: a page cost its loop %.2f ms", who,
                       loop_ms);
     }
