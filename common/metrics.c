@@ -1,7 +1,8 @@
 /*
  * metrics: the HTTP listener for operators on libmicrohttpd, the exposition writer and the
  * latency histogram (metrics.h). The HTTP thread never reads the owner's counters: it asks
- * the loop for a snapshot (uv_async) and waits on a condition variable, with a deadline.
+ * the loop for a snapshot (uv_async) and waits on a condition variable, with a deadline;
+ * then it formats the parts the loop only copied (rl_prom_defer) into the page.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -721,10 +722,12 @@ metrics_snapshot(struct rl_metrics *m, bool page)
 
 /*
  * Whether the last page is recent enough to serve again, without asking the loop: younger
- * than RL_METRICS_CACHE_FACTOR times what it cost the loop to render, and at most
- * RL_METRICS_CACHE_MAX_MS; a page that cost under RL_METRICS_CACHE_MIN_COST_US (a few
- * hundred series) is never served twice, every scrape of it renders anew; one of 20,000 services (~13 ms) is, for about 650 ms, so that
- * any number of scrapers cost the loop at most 1/RL_METRICS_CACHE_FACTOR of its time.
+ * than RL_METRICS_CACHE_FACTOR times what it cost to make (the loop's render and this
+ * thread's formatting), and at most RL_METRICS_CACHE_MAX_MS; a page that cost under
+ * RL_METRICS_CACHE_MIN_COST_US (a few hundred series) is never served twice, every scrape of
+ * it renders anew; one of 20,000 services (~15 ms, 0.3 of it on the loop) is, for about
+ * 750 ms, so that any number of scrapers cost the process at most 1/RL_METRICS_CACHE_FACTOR
+ * of a core (the formatting shares the machine's cores with the loop).
  * Returns with mu held when true.
  */
 static bool

@@ -4,12 +4,14 @@
  * loop answers) and GET /readyz (the owner's readiness), served by libmicrohttpd on a thread
  * of its own. Only the loop thread may read the process's counters, so a request asks the
  * loop (uv_async) to render a snapshot and waits for it at most RL_METRICS_LOOP_WAIT_MS: the
- * loop spends one render per scrape (tens of microseconds), never a socket operation or a
- * wait, and a loop that is stuck gets 503 answers instead of a stuck scraper. A large page
- * (thousands of services: a render of RL_METRICS_CACHE_MIN_COST_US or more) is served again, without asking the loop, while it is younger
- * than RL_METRICS_CACHE_FACTOR times its render's cost (at most RL_METRICS_CACHE_MAX_MS), so
- * parallel or frequent scrapers share one render. Process
- * figures (CPU, RSS, descriptors) are read from /proc on the HTTP thread.
+ * loop spends one render per scrape (tens of microseconds; families of thousands of series
+ * are only copied there, and formatted on the HTTP thread: rl_prom_defer), never a socket
+ * operation or a wait, and a loop that is stuck gets 503 answers instead of a stuck scraper.
+ * A large page (thousands of services: one whose render and formatting cost
+ * RL_METRICS_CACHE_MIN_COST_US or more) is served again, without asking the loop, while it
+ * is younger than RL_METRICS_CACHE_FACTOR times that cost (at most RL_METRICS_CACHE_MAX_MS),
+ * so parallel or frequent scrapers share one render and one formatting. Process figures
+ * (CPU, RSS, descriptors) are read from /proc on the HTTP thread.
  *
  * Also the exposition writer (rl_prom_*) and a fixed-bucket latency histogram, used by the
  * node's and the router's render functions. Not for the framed protocol (conn.h).
@@ -28,7 +30,7 @@
 #define RL_METRICS_LOOP_WAIT_MS 1000u /* a request waits this long for the loop's snapshot */
 #define RL_METRICS_STUCK_WAIT_MS 50u  /* ... or this long while an earlier wait ran out */
 #define RL_METRICS_CACHE_FACTOR 50u    /* a page is served again while younger than 50x its
-                                          render's cost on the loop ... */
+                                          cost (the loop's render and the formatting) ... */
 #define RL_METRICS_CACHE_MAX_MS 1000u  /* ... and at most this old (docs/OPERATIONS.md) */
 #define RL_METRICS_CACHE_MIN_COST_US 1000u /* a page cheaper than this is never reused */
 #define RL_METRICS_MAX_CONNECTIONS 32u /* HTTP connections at once; more are refused */

@@ -431,6 +431,69 @@ START_TEST(hist_output)
 }
 END_TEST
 
+/* A deferred part: writes the snap's text as a sample's value. */
+static void
+defer_fmt(const void *snap, struct rl_prom *p)
+{
+    rl_prom_u64(p, "rl_later", NULL, strtoull(snap, NULL, 10));
+}
+
+static char *
+defer_snap(const char *v)
+{
+    char *s = strdup(v);
+
+    ck_assert_ptr_nonnull(s);
+    return s;
+}
+
+/* Parts left for later land at their place, in order; with no later list they are written
+ * at once, the same bytes; a NULL snap is out of memory; a dropped page frees its parts. */
+START_TEST(prom_defer)
+{
+    struct rl_buf text, page, now;
+    struct rl_prom p = {.out = &text, .err = 0}, q = {.out = &now, .err = 0};
+    struct rl_prom_later later = {NULL, 0, 0};
+    static const char want[] = "rl_a 1\nrl_later 2\nrl_later 3\nrl_b 4\nrl_later 5\n";
+
+    rl_buf_init(&text);
+    rl_buf_init(&page);
+    rl_buf_init(&now);
+    p.later = &later;
+    for (int k = 0; k < 2; k++) {
+        struct rl_prom *w = k == 0 ? &p : &q;
+
+        rl_prom_u64(w, "rl_a", NULL, 1);
+        rl_prom_defer(w, defer_fmt, defer_snap("2"));
+        rl_prom_defer(w, defer_fmt, defer_snap("3"));
+        rl_prom_u64(w, "rl_b", NULL, 4);
+        rl_prom_defer(w, defer_fmt, defer_snap("5"));
+        ck_assert_int_eq(w->err, 0);
+    }
+    ck_assert_uint_eq(later.n, 3);
+    ck_assert_int_eq(rl_buf_append(&now, "", 1), 0);
+    ck_assert_str_eq(now.data, want); /* the plain writer: at once */
+    ck_assert_int_eq(rl_buf_append(&text, "", 1), 0);
+    ck_assert_str_eq(text.data, "rl_a 1\nrl_b 4\n"); /* the loop's part alone */
+    text.len--;
+    ck_assert_int_eq(rl_prom_later_finish(&later, &text, &page), 0);
+    ck_assert_uint_eq(later.n, 0);
+    ck_assert_int_eq(rl_buf_append(&page, "", 1), 0);
+    ck_assert_str_eq(page.data, want);
+
+    rl_prom_defer(&p, defer_fmt, defer_snap("6"));
+    rl_prom_defer(&p, defer_fmt, NULL);
+    ck_assert_int_eq(p.err, -ENOMEM);
+    ck_assert_uint_eq(later.n, 1);
+    rl_prom_later_drop(&later); /* freed unformatted: ASan's leak check */
+    ck_assert_uint_eq(later.n, 0);
+    rl_prom_later_deinit(&later);
+    rl_buf_deinit(&text);
+    rl_buf_deinit(&page);
+    rl_buf_deinit(&now);
+}
+END_TEST
+
 /* ---- the listener ---- */
 
 /* What the owner's callbacks show; set by the test thread, read on the loop thread. */
@@ -440,7 +503,24 @@ static const char t_why[] = "warming up: 3 of 16 shards";
 
 #define T_RENDER_TEXT                                                                              \
     "# HELP rl_test_things Things.\n# TYPE rl_test_things gauge\n"                                 \
-    "rl_test_things{v=\"q\\\"\\\\\\n\"} 42\n"
+    "rl_test_things{v=\"q\\\"\\\\\\n\"} 42\n"                                                      \
+    "rl_later 43\n"                                                                                \
+    "# HELP rl_test_more More.\n# TYPE rl_test_more gauge\nrl_test_more 1\n"
+
+static uv_thread_t t_loop_thread;
+static atomic_int t_later_on_loop; /* a deferred part was formatted on the loop thread */
+
+/* The deferred part of the page, formatted by the HTTP thread. */
+static void
+t_later_fmt(const void *snap, struct rl_prom *p)
+{
+    uv_thread_t self = uv_thread_self();
+
+    if (uv_thread_equal(&self, &t_loop_thread)) {
+        atomic_store(&t_later_on_loop, 1);
+    }
+    defer_fmt(snap, p);
+}
 
 static void
 t_render(void *arg, struct rl_prom *p)
@@ -448,9 +528,12 @@ t_render(void *arg, struct rl_prom *p)
     char lab[64];
 
     (void)arg;
+    t_loop_thread = uv_thread_self();
     atomic_fetch_add(&t_renders, 1);
     rl_prom_family(p, "rl_test_things", "gauge", "Things.");
     rl_prom_u64(p, "rl_test_things", rl_prom_labels(lab, sizeof(lab), "v", "q\"\\\n", NULL), 42);
+    rl_prom_defer(p, t_later_fmt, strdup("43"));
+    rl_prom_one(p, "rl_test_more", "gauge", "More.", NULL, 1);
 }
 
 static bool
@@ -590,6 +673,9 @@ START_TEST(listener_pages)
     ck_assert_ptr_nonnull(rl_http_header(&r, "Content-Type", h, sizeof(h)));
     ck_assert_msg(strncmp(h, "text/plain; version=0.0.4", 25) == 0, "Content-Type: %s", h);
     ck_assert_msg(strncmp(r.body, T_RENDER_TEXT, strlen(T_RENDER_TEXT)) == 0, "body:\n%s", r.body);
+    ck_assert_int_eq(atomic_load(&t_later_on_loop), 0); /* formatted off the loop */
+    ck_assert_ptr_nonnull(strstr(r.body, "\nrl_metrics_render_loop_seconds "));
+    ck_assert_ptr_nonnull(strstr(r.body, "\n# TYPE rl_metrics_render_seconds gauge\n"));
     for (size_t i = 0; i < sizeof(process_families) / sizeof(process_families[0]); i++) {
         char want[96];
 
@@ -1045,6 +1131,7 @@ metrics_suite(void)
     tcase_add_test(tc, labels_utf8_cut);
     tcase_add_test(tc, labels_invalid_utf8);
     tcase_add_test(tc, prom_lines);
+    tcase_add_test(tc, prom_defer);
     tcase_add_test(tc, hist_buckets);
     tcase_add_test(tc, hist_output);
     suite_add_tcase(s, tc);
