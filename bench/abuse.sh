@@ -87,6 +87,7 @@ PY
 
 scrapers_round() {
     local side n b lg out
+    trap bench_cleanup EXIT # this runs in the pipeline's subshell
     for side in ${BASE:+base} new; do
         b=$bin
         [ "$side" = new ] || b=$BASE

@@ -364,18 +364,21 @@ def loop_ns(pid):
 def loopcpu(port, pid, who, n=5, gap=1.1):
     http_get(port)  # the first page (allocations that stay)
     time.sleep(gap)
-    costs, size = [], 0
-    for _ in range(n):
+    costs, size, refused = [], 0, 0
+    while len(costs) < n and refused < 10:
         t0 = loop_ns(pid)
         status, body = http_get(port)
         time.sleep(0.2)  # the loop's answer is in; nothing else runs on it
-        costs.append((loop_ns(pid) - t0) / 1e6)
-        size = len(body)
-        assert status == 200, status
+        if status == 200:  # 503: the loop did not answer within 1 s (a loaded machine)
+            costs.append((loop_ns(pid) - t0) / 1e6)
+            size = len(body)
+        else:
+            refused += 1
         time.sleep(gap - 0.2)
     costs.sort()
-    print(f"RESULT loopcpu {who} loop_ms_per_scrape={costs[len(costs) // 2]:.3f} "
-          f"max_ms={costs[-1]:.3f} page_MB={size / 1e6:.2f}", flush=True)
+    if costs:
+        print(f"RESULT loopcpu {who} loop_ms_per_scrape={costs[len(costs) // 2]:.3f} "
+              f"max_ms={costs[-1]:.3f} page_MB={size / 1e6:.2f} refused={refused}", flush=True)
 
 
 def scrapers(port, n, secs):
