@@ -78,10 +78,10 @@ PY
     "$1/rl-router" --config "$tmp/many.conf" --log-level error 2>"$tmp/router.log" &
     router_pid=$!
     pids+=($router_pid)
-    wait_port "$node_port"
-    wait_port "$router_port"
-    wait_port "$metrics_port"
-    wait_port "$rmetrics_port"
+    wait_port "$node_port" || return 1
+    wait_port "$router_port" || return 1
+    wait_port "$metrics_port" || return 1
+    wait_port "$rmetrics_port" || return 1
     sleep 1
 }
 
@@ -92,7 +92,8 @@ scrapers_round() {
         b=$bin
         [ "$side" = new ] || b=$BASE
         for n in ${SERVICES:-20000 60000}; do
-            start_many "$b" "$n"
+            # A port taken meanwhile by another process (a shared machine): once more.
+            start_many "$b" "$n" || { bench_cleanup; start_many "$b" "$n"; }
             python3 "$probe" loopcpu "$metrics_port" "$node_pid" "node/$n/$side"
             python3 "$probe" loopcpu "$rmetrics_port" "$router_pid" "router/$n/$side"
             if [ "$n" = 20000 ]; then
