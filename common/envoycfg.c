@@ -786,6 +786,64 @@ load_root(struct ld *l, const yaml_node_t *root)
 }
 
 static int
+yaml_fail(struct ld *l, const yaml_parser_t *parser)
+{
+    return fail(l, (int)(parser->problem_mark.line + 1), "error loading config file: %s%s%s",
+                parser->problem ? parser->problem : "bad YAML", parser->context ? " " : "",
+                parser->context ? parser->context : "");
+}
+
+/*
+ * The first document's events, before libyaml builds it: refuses nesting deeper than
+ * RL_ENVOY_YAML_DEPTH_MAX and aliases early, as the cost of libyaml's scanner grows with the
+ * product of the nesting and the input (about a minute for 1 MiB of '[' unchecked).
+ */
+static int
+precheck(struct ld *l, const char *text, size_t len)
+{
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    unsigned depth = 0;
+    int rc = 0;
+
+    if (!yaml_parser_initialize(&parser)) {
+        return fail(l, 0, "out of memory");
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    for (bool done = false; !done && rc == 0;) {
+        if (!yaml_parser_parse(&parser, &ev)) {
+            rc = yaml_fail(l, &parser);
+            break;
+        }
+        switch (ev.type) {
+        case YAML_SEQUENCE_START_EVENT:
+        case YAML_MAPPING_START_EVENT:
+            if (++depth > RL_ENVOY_YAML_DEPTH_MAX) {
+                rc = fail(l, (int)ev.start_mark.line + 1, "YAML nests deeper than %u levels",
+                          RL_ENVOY_YAML_DEPTH_MAX);
+            }
+            break;
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_MAPPING_END_EVENT:
+            depth--;
+            break;
+        case YAML_ALIAS_EVENT:
+            rc = fail(l, (int)ev.start_mark.line + 1, "YAML aliases are not supported");
+            break;
+        case YAML_DOCUMENT_END_EVENT: /* only the first document counts, as upstream */
+        case YAML_STREAM_END_EVENT:
+            done = true;
+            break;
+        default:
+            break;
+        }
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+static int
 parse_text(struct ld *l, const char *text, size_t len)
 {
     yaml_parser_t parser;
@@ -795,15 +853,15 @@ parse_text(struct ld *l, const char *text, size_t len)
     if (len > RL_ENVOY_FILE_MAX) {
         return fail(l, 0, "file is larger than %u bytes", RL_ENVOY_FILE_MAX);
     }
+    if (precheck(l, text, len) != 0) {
+        return -1;
+    }
     if (!yaml_parser_initialize(&parser)) {
         return fail(l, 0, "out of memory");
     }
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     if (!yaml_parser_load(&parser, &doc)) {
-        int line = (int)(parser.problem_mark.line + 1);
-        rc = fail(l, line, "error loading config file: %s%s%s",
-                  parser.problem ? parser.problem : "bad YAML", parser.context ? " " : "",
-                  parser.context ? parser.context : "");
+        rc = yaml_fail(l, &parser);
         yaml_parser_delete(&parser);
         return rc;
     }

@@ -19,6 +19,7 @@
 #define RL_ENVOY_FILE_MAX (1u << 20)  /* bytes in one YAML file */
 #define RL_ENVOY_FILES_MAX 256u       /* *.yaml files in one directory */
 #define RL_ENVOY_DEPTH_MAX 16u        /* descriptor nesting levels below a domain */
+#define RL_ENVOY_YAML_DEPTH_MAX 64u   /* YAML maps and lists inside one another (metadata too) */
 #define RL_ENVOY_DESCRIPTORS_MAX 100000u /* descriptors in the whole configuration */
 #define RL_ENVOY_LIMITS_MAX 16u       /* limits on one descriptor (extension) */
 #define RL_ENVOY_REPLACES_MAX 64u     /* `replaces` entries of one limit */

@@ -520,7 +520,18 @@ START_TEST(test_checks_and_bounds)
     expect_err("domain: d\ndescriptors:\n  - key: \"\\x85\"\n",
                "t.yaml:3: key '\\xc2\\x85' has a control character (byte 0)");
     expect_err("domain: d\ndescriptors:\n  - &a {key: k}\n  - *a\n",
-               "t.yaml:3: YAML aliases are not supported");
+               "t.yaml:4: YAML aliases are not supported");
+    /* deep YAML is refused before libyaml builds it (its cost grows with depth x size) */
+    big = malloc(RL_ENVOY_FILE_MAX);
+    n = (size_t)sprintf(big, "domain: d\nmetadata: ");
+    memset(big + n, '[', RL_ENVOY_FILE_MAX - 1 - n);
+    big[RL_ENVOY_FILE_MAX - 1] = '\0';
+    expect_err(big, "t.yaml:2: YAML nests deeper than 64 levels");
+    free(big);
+    /* metadata is free-form, but not deeper than 64 levels either */
+    struct rl_envoy_config *c0 = load("domain: d\ndescriptors:\n  - key: k\n    metadata: "
+                                      "{a: [1, {b: [[[[[[[c]]]]]]]}], d: e}\n");
+    rl_envoy_config_free(c0);
     expect_err("domain: d\ndescriptors: {key: k}\n", "t.yaml:2: descriptors must be a list of maps");
     expect_err("- domain: d\n", "t.yaml:1: the file must be a map of domain and descriptors");
     expect_err("domain: [d]\n", "t.yaml:1: domain must be a string");
