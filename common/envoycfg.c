@@ -22,9 +22,9 @@ static const struct {
     enum rl_envoy_unit unit;
     uint64_t seconds;
 } units[] = {
-    {"second", RL_ENVOY_UNIT_SECOND, 1},         {"minute", RL_ENVOY_UNIT_MINUTE, 60},
-    {"hour", RL_ENVOY_UNIT_HOUR, 3600},          {"day", RL_ENVOY_UNIT_DAY, 86400},
-    {"week", RL_ENVOY_UNIT_WEEK, 604800},        {"month", RL_ENVOY_UNIT_MONTH, 2592000},
+    {"second", RL_ENVOY_UNIT_SECOND, 1},    {"minute", RL_ENVOY_UNIT_MINUTE, 60},
+    {"hour", RL_ENVOY_UNIT_HOUR, 3600},     {"day", RL_ENVOY_UNIT_DAY, 86400},
+    {"week", RL_ENVOY_UNIT_WEEK, 604800},   {"month", RL_ENVOY_UNIT_MONTH, 2592000},
     {"year", RL_ENVOY_UNIT_YEAR, 31536000},
 };
 
@@ -143,8 +143,8 @@ get_str(struct ld *l, const yaml_node_t *n, const char *what, size_t max, char *
     size_t at;
     const char *bad = rl_utf8_check(s, len, &at);
     if (bad != NULL) {
-        return fail(l, line_of(n), "%s '%s' %s (byte %zu)", what, shown(s, len, b, sizeof(b)),
-                    bad, at);
+        return fail(l, line_of(n), "%s '%s' %s (byte %zu)", what, shown(s, len, b, sizeof(b)), bad,
+                    at);
     }
     *out = strndup(s, len);
     if (*out == NULL) {
@@ -386,7 +386,8 @@ parse_limit(struct ld *l, const yaml_node_t *m, struct rl_envoy_limit *lim)
             return fail(l, line_of(unit), "should not specify rate limit unit when unlimited");
         }
         if (!lim->unlimited && !valid_unit) {
-            fail(l, line_of(unit), "invalid rate limit unit '%s'", shown(u, strlen(u), b, sizeof(b)));
+            fail(l, line_of(unit), "invalid rate limit unit '%s'",
+                 shown(u, strlen(u), b, sizeof(b)));
             free(u);
             return -1;
         }
@@ -426,7 +427,8 @@ parse_limit(struct ld *l, const yaml_node_t *m, struct rl_envoy_limit *lim)
     lim->burst = lim->requests_per_unit;
     if (burst != NULL) {
         if (!rl_algo_has_burst(lim->algo)) {
-            return fail(l, line_of(burst), "burst needs algorithm token_bucket, gcra or leaky_bucket");
+            return fail(l, line_of(burst),
+                        "burst needs algorithm token_bucket, gcra or leaky_bucket");
         }
         if (get_u32(l, burst, "burst", &lim->burst) != 0) {
             return -1;
@@ -576,9 +578,9 @@ parse_desc(struct ld *l, const yaml_node_t *m, struct rl_envoy_desc *parent, uns
            struct rl_envoy_desc *d)
 {
     static const char *const keys[] = {
-        "key",         "value",           "rate_limit",      "descriptors", "shadow_mode",
-        "quota_mode",  "detailed_metric", "value_to_metric", "share_threshold",
-        "metadata",    NULL};
+        "key",        "value",           "rate_limit",      "descriptors",     "shadow_mode",
+        "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata",
+        NULL};
     const yaml_node_t *limits = NULL, *children = NULL;
     char b[400];
 
@@ -587,10 +589,9 @@ parse_desc(struct ld *l, const yaml_node_t *m, struct rl_envoy_desc *parent, uns
     if (m->type != YAML_MAPPING_NODE) {
         return fail(l, line_of(m),
                     "config error, yaml file contains list of type other than map: %s",
-                    m->type == YAML_SCALAR_NODE
-                        ? shown((const char *)m->data.scalar.value, m->data.scalar.length, b,
-                                sizeof(b))
-                        : "a list");
+                    m->type == YAML_SCALAR_NODE ? shown((const char *)m->data.scalar.value,
+                                                        m->data.scalar.length, b, sizeof(b))
+                                                : "a list");
     }
     if (check_keys(l, m, "a descriptor", keys) != 0) {
         return -1;
@@ -686,8 +687,8 @@ parse_descriptors(struct ld *l, const yaml_node_t *seq, struct rl_envoy_desc *pa
     if (n > RL_ENVOY_DESCRIPTORS_MAX - l->c->ndescriptors) {
         return fail(l, line_of(seq), "more than %u descriptors", RL_ENVOY_DESCRIPTORS_MAX);
     }
-    struct rl_envoy_desc **ch = realloc(parent->children,
-                                        (parent->nchildren + n + 1) * sizeof(*ch));
+    struct rl_envoy_desc **ch =
+        realloc(parent->children, (parent->nchildren + n + 1) * sizeof(*ch));
     if (ch == NULL) {
         return fail(l, line_of(seq), "out of memory");
     }
@@ -732,8 +733,8 @@ load_root(struct ld *l, const yaml_node_t *root)
         if (check_keys(l, root, "", keys) != 0) {
             return -1;
         }
-        for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
-             p < root->data.mapping.pairs.top; p++) {
+        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+             p++) {
             const yaml_node_t *v = node_at(l, p->value, line_of(root));
             if (v == NULL) {
                 return -1;
@@ -1085,8 +1086,7 @@ rl_envoy_domain(const struct rl_envoy_config *c, const char *name, size_t len)
 
 /* strcmp(s, the concatenation of a[0..an), b[0..bn) and c[0..cn)), in sign only. */
 static int
-cmp_cat(const char *s, const char *a, size_t an, const char *b, size_t bn, const char *c,
-        size_t cn)
+cmp_cat(const char *s, const char *a, size_t an, const char *b, size_t bn, const char *c, size_t cn)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t n = an + bn + cn;
@@ -1135,7 +1135,8 @@ wild_match(const char *pat, const struct rl_envoy_entry *e)
     const char *seg = pat;
     bool first = true;
 
-#define SUBJ(i) ((i) < e->key_len ? e->key[(i)] : (i) == e->key_len ? '_' : e->value[(i)-e->key_len - 1])
+#define SUBJ(i)                                                                                    \
+    ((i) < e->key_len ? e->key[(i)] : (i) == e->key_len ? '_' : e->value[(i)-e->key_len - 1])
     for (;;) {
         const char *star = strchr(seg, '*');
         size_t sl = star ? (size_t)(star - seg) : strlen(seg);

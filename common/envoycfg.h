@@ -16,16 +16,16 @@
 #include "ruleset.h"
 
 /* Bounds of what a configuration may hold (docs/ENVOY.md, "Bounds"). */
-#define RL_ENVOY_FILE_MAX (1u << 20)  /* bytes in one YAML file */
-#define RL_ENVOY_FILES_MAX 256u       /* *.yaml files in one directory */
-#define RL_ENVOY_DEPTH_MAX 16u        /* descriptor nesting levels below a domain */
-#define RL_ENVOY_YAML_DEPTH_MAX 64u   /* YAML maps and lists inside one another (metadata too) */
+#define RL_ENVOY_FILE_MAX (1u << 20)     /* bytes in one YAML file */
+#define RL_ENVOY_FILES_MAX 256u          /* *.yaml files in one directory */
+#define RL_ENVOY_DEPTH_MAX 16u           /* descriptor nesting levels below a domain */
+#define RL_ENVOY_YAML_DEPTH_MAX 64u      /* YAML maps and lists inside one another (metadata too) */
 #define RL_ENVOY_DESCRIPTORS_MAX 100000u /* descriptors in the whole configuration */
-#define RL_ENVOY_LIMITS_MAX 16u       /* limits on one descriptor (extension) */
-#define RL_ENVOY_REPLACES_MAX 64u     /* `replaces` entries of one limit */
-#define RL_ENVOY_NAME_MAX 256u        /* bytes of a domain, key, limit name or replaces name */
-#define RL_ENVOY_VALUE_MAX 1024u      /* bytes of a descriptor value */
-#define RL_ENVOY_ENTRIES_MAX 64u      /* entries of a request's descriptor that can match */
+#define RL_ENVOY_LIMITS_MAX 16u          /* limits on one descriptor (extension) */
+#define RL_ENVOY_REPLACES_MAX 64u        /* `replaces` entries of one limit */
+#define RL_ENVOY_NAME_MAX 256u           /* bytes of a domain, key, limit name or replaces name */
+#define RL_ENVOY_VALUE_MAX 1024u         /* bytes of a descriptor value */
+#define RL_ENVOY_ENTRIES_MAX 64u         /* entries of a request's descriptor that can match */
 
 /* rate_limit `unit`, with the numbers of RateLimitResponse.RateLimit.Unit in rls.proto. */
 enum rl_envoy_unit {
@@ -51,31 +51,31 @@ struct rl_envoy_limit {
     uint32_t requests_per_unit; /* 0 when not given, as upstream (every request over limit) */
     enum rl_envoy_unit unit;    /* UNKNOWN iff unlimited */
     bool unlimited;
-    enum rl_algo algo;          /* `algorithm:` (extension); fixed_window when not given */
-    bool algo_set;              /* `algorithm:` was given */
-    uint32_t burst;             /* `burst:` (extension, bucket algorithms); requests_per_unit by default */
-    char *name;                 /* "" when not given */
-    char **replaces;            /* nreplaces names, none empty, none equal to name */
+    enum rl_algo algo; /* `algorithm:` (extension); fixed_window when not given */
+    bool algo_set;     /* `algorithm:` was given */
+    uint32_t burst;    /* `burst:` (extension, bucket algorithms); requests_per_unit by default */
+    char *name;        /* "" when not given */
+    char **replaces;   /* nreplaces names, none empty, none equal to name */
     size_t nreplaces;
     int line;
 };
 
 /* One descriptor of the configuration (or a domain's root, with key NULL). */
 struct rl_envoy_desc {
-    char *key;           /* NULL for a domain's root */
-    char *value;         /* NULL when the descriptor has no value (it matches any value) */
-    char *composite;     /* "key" or "key_value": what upstream indexes and compares */
-    char *full_key;      /* "domain.composite.composite...": upstream's FullKey, its stat name */
+    char *key;       /* NULL for a domain's root */
+    char *value;     /* NULL when the descriptor has no value (it matches any value) */
+    char *composite; /* "key" or "key_value": what upstream indexes and compares */
+    char *full_key;  /* "domain.composite.composite...": upstream's FullKey, its stat name */
     bool shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold;
-    bool wildcard;       /* composite holds '*' */
+    bool wildcard;                 /* composite holds '*' */
     struct rl_envoy_limit *limits; /* nlimits of them; 0 when it has no rate_limit */
     size_t nlimits;
     struct rl_envoy_desc **children; /* in file order */
     size_t nchildren;
-    uint32_t *index;     /* children sorted by composite, for the exact lookups */
+    uint32_t *index;                  /* children sorted by composite, for the exact lookups */
     struct rl_envoy_desc **wildcards; /* the children with wildcard set, in file order */
     size_t nwildcards;
-    const char *file;    /* points into rl_envoy_config.files */
+    const char *file; /* points into rl_envoy_config.files */
     int line;
 };
 

@@ -190,32 +190,32 @@ END_TEST
 
 START_TEST(test_upstream_shadow_mode)
 {
-    struct rl_envoy_config *c = load( /* upstream test/config/shadowmode_config.yaml */
-        "domain: test-domain\n"
-        "descriptors:\n"
-        "  - key: key1\n"
-        "    value: value1\n"
-        "    descriptors:\n"
-        "      - key: subkey1\n"
-        "        rate_limit:\n"
-        "          unit: second\n"
-        "          requests_per_unit: 5\n"
-        "      - key: subkey1\n"
-        "        value: subvalue1\n"
-        "        rate_limit:\n"
-        "          unit: second\n"
-        "          requests_per_unit: 10\n"
-        "        shadow_mode: true\n"
-        "  - key: key2\n"
-        "    rate_limit:\n"
-        "      unit: minute\n"
-        "      requests_per_unit: 20\n"
-        "    shadow_mode: true\n"
-        "  - key: key2\n"
-        "    value: value2\n"
-        "    rate_limit:\n"
-        "      unit: minute\n"
-        "      requests_per_unit: 30\n");
+    struct rl_envoy_config *c = load(/* upstream test/config/shadowmode_config.yaml */
+                                     "domain: test-domain\n"
+                                     "descriptors:\n"
+                                     "  - key: key1\n"
+                                     "    value: value1\n"
+                                     "    descriptors:\n"
+                                     "      - key: subkey1\n"
+                                     "        rate_limit:\n"
+                                     "          unit: second\n"
+                                     "          requests_per_unit: 5\n"
+                                     "      - key: subkey1\n"
+                                     "        value: subvalue1\n"
+                                     "        rate_limit:\n"
+                                     "          unit: second\n"
+                                     "          requests_per_unit: 10\n"
+                                     "        shadow_mode: true\n"
+                                     "  - key: key2\n"
+                                     "    rate_limit:\n"
+                                     "      unit: minute\n"
+                                     "      requests_per_unit: 20\n"
+                                     "    shadow_mode: true\n"
+                                     "  - key: key2\n"
+                                     "    value: value2\n"
+                                     "    rate_limit:\n"
+                                     "      unit: minute\n"
+                                     "      requests_per_unit: 30\n");
 
     ck_assert(!match(c, "test-domain", "key1", "value1", "subkey1", "x")->shadow_mode);
     ck_assert(match(c, "test-domain", "key1", "value1", "subkey1", "subvalue1")->shadow_mode);
@@ -227,33 +227,34 @@ END_TEST
 
 START_TEST(test_upstream_wildcard)
 {
-    struct rl_envoy_config *c = load( /* upstream test/config/wildcard.yaml */
-        "domain: test-domain\n"
-        "descriptors:\n"
-        "  - key: wild\n"
-        "    value: foo*\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 20}\n"
-        "  - key: noWild\n"
-        "    value: foo\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 21}\n"
-        "  - key: noVal\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 22}\n"
-        "  - key: midWild\n"
-        "    value: bar*b\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 23}\n"
-        "  - key: multiWild\n"
-        "    value: foo*bar*baz\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 10}\n"
-        "  - key: nestedWild\n"
-        "    value: val1\n"
-        "    descriptors:\n"
-        "      - key: wild\n"
-        "        value: goo*\n"
-        "        rate_limit: {unit: minute, requests_per_unit: 24}\n");
+    struct rl_envoy_config *c = load(/* upstream test/config/wildcard.yaml */
+                                     "domain: test-domain\n"
+                                     "descriptors:\n"
+                                     "  - key: wild\n"
+                                     "    value: foo*\n"
+                                     "    rate_limit: {unit: minute, requests_per_unit: 20}\n"
+                                     "  - key: noWild\n"
+                                     "    value: foo\n"
+                                     "    rate_limit: {unit: minute, requests_per_unit: 21}\n"
+                                     "  - key: noVal\n"
+                                     "    rate_limit: {unit: minute, requests_per_unit: 22}\n"
+                                     "  - key: midWild\n"
+                                     "    value: bar*b\n"
+                                     "    rate_limit: {unit: minute, requests_per_unit: 23}\n"
+                                     "  - key: multiWild\n"
+                                     "    value: foo*bar*baz\n"
+                                     "    rate_limit: {unit: minute, requests_per_unit: 10}\n"
+                                     "  - key: nestedWild\n"
+                                     "    value: val1\n"
+                                     "    descriptors:\n"
+                                     "      - key: wild\n"
+                                     "        value: goo*\n"
+                                     "        rate_limit: {unit: minute, requests_per_unit: 24}\n");
     const struct rl_envoy_desc *d;
 
     ck_assert_int_eq(rpu(match(c, "test-domain", "noVal", "foo1")), 22);
-    ck_assert_ptr_eq(match(c, "test-domain", "noVal", "foo1"), match(c, "test-domain", "noVal", "foo2"));
+    ck_assert_ptr_eq(match(c, "test-domain", "noVal", "foo1"),
+                     match(c, "test-domain", "noVal", "foo2"));
     d = match(c, "test-domain", "wild", "foo1");
     ck_assert_int_eq(rpu(d), 20);
     ck_assert_ptr_eq(d, match(c, "test-domain", "wild", "foo2"));
@@ -282,30 +283,30 @@ END_TEST
 
 START_TEST(test_upstream_share_threshold)
 {
-    struct rl_envoy_config *c = load( /* from upstream test/config/share_threshold.yaml */
-        "domain: test-domain\n"
-        "descriptors:\n"
-        "  - key: files\n"
-        "    value: files/*\n"
-        "    share_threshold: true\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 100}\n"
-        "  - key: nested\n"
-        "    value: parent\n"
-        "    descriptors:\n"
-        "      - key: files\n"
-        "        value: nested/*\n"
-        "        share_threshold: true\n"
-        "        rate_limit: {unit: minute, requests_per_unit: 200}\n"
-        "  - key: file\n"
-        "    value: test1\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 50}\n"
-        "  - key: file\n"
-        "    value: test*\n"
-        "    share_threshold: true\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 101}\n"
-        "  - key: plain\n"
-        "    value: p*\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 7}\n");
+    struct rl_envoy_config *c = load(/* from upstream test/config/share_threshold.yaml */
+                                     "domain: test-domain\n"
+                                     "descriptors:\n"
+                                     "  - key: files\n"
+                                     "    value: files/*\n"
+                                     "    share_threshold: true\n"
+                                     "    rate_limit: {unit: minute, requests_per_unit: 100}\n"
+                                     "  - key: nested\n"
+                                     "    value: parent\n"
+                                     "    descriptors:\n"
+                                     "      - key: files\n"
+                                     "        value: nested/*\n"
+                                     "        share_threshold: true\n"
+                                     "        rate_limit: {unit: minute, requests_per_unit: 200}\n"
+                                     "  - key: file\n"
+                                     "    value: test1\n"
+                                     "    rate_limit: {unit: minute, requests_per_unit: 50}\n"
+                                     "  - key: file\n"
+                                     "    value: test*\n"
+                                     "    share_threshold: true\n"
+                                     "    rate_limit: {unit: minute, requests_per_unit: 101}\n"
+                                     "  - key: plain\n"
+                                     "    value: p*\n"
+                                     "    rate_limit: {unit: minute, requests_per_unit: 7}\n");
     const char *share[2];
     char key[128];
     struct rl_envoy_entry e[2] = {{"files", 5, "files/a.pdf", 11}};
@@ -314,9 +315,9 @@ START_TEST(test_upstream_share_threshold)
     ck_assert_str_eq(share[0], "files/*");
     ck_assert_uint_eq(rl_envoy_counter_key(key, sizeof(key), "test-domain", 11, e, 1, share), 26);
     ck_assert_str_eq(key, "test-domain_files_files/*_");
-    ck_assert_int_eq(
-        rpu(match_share(c, "test-domain", share, "nested", "parent", "files", "nested/f.txt", NULL)),
-        200);
+    ck_assert_int_eq(rpu(match_share(c, "test-domain", share, "nested", "parent", "files",
+                                     "nested/f.txt", NULL)),
+                     200);
     ck_assert_ptr_null(share[0]);
     ck_assert_str_eq(share[1], "nested/*");
     /* an exact value is preferred over a wildcard one */
@@ -401,8 +402,10 @@ START_TEST(test_domains_and_merge)
     }
     /* upstream's default: a domain in two files is an error at the second */
     ck_assert_int_eq(rl_envoy_load(dir, NULL, &c, err, sizeof(err)), -1);
-    snprintf(path, sizeof(path), "%s/b.yaml:1: duplicate domain 'test-domain' in config file "
-                                 "(first in %s/a.yaml:1)", dir, dir);
+    snprintf(path, sizeof(path),
+             "%s/b.yaml:1: duplicate domain 'test-domain' in config file "
+             "(first in %s/a.yaml:1)",
+             dir, dir);
     ck_assert_str_eq(err, path);
     /* MERGE_DOMAIN_CONFIG */
     ck_assert_int_eq(rl_envoy_load(dir, &merge, &c, err, sizeof(err)), 0);
@@ -418,8 +421,10 @@ START_TEST(test_domains_and_merge)
     fputs("domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n", f);
     fclose(f);
     ck_assert_int_eq(rl_envoy_load(dir, &merge, &c, err, sizeof(err)), -1);
-    snprintf(path, sizeof(path), "%s/d.yaml:3: duplicate descriptor composite key "
-                                 "'test-domain.key1_value1'", dir);
+    snprintf(path, sizeof(path),
+             "%s/d.yaml:3: duplicate descriptor composite key "
+             "'test-domain.key1_value1'",
+             dir);
     ck_assert_str_eq(err, path);
     /* a single file */
     snprintf(path, sizeof(path), "%s/c.yaml", dir);
@@ -441,24 +446,24 @@ END_TEST
 
 START_TEST(test_extensions)
 {
-    struct rl_envoy_config *c = load(
-        "domain: api\n"
-        "descriptors:\n"
-        "  - key: user\n"
-        "    rate_limit:\n"
-        "      - unit: second\n"
-        "        requests_per_unit: 10\n"
-        "        algorithm: token_bucket\n"
-        "        burst: 20\n"
-        "        name: per-second\n"
-        "      - unit: hour\n"
-        "        requests_per_unit: 1000\n"
-        "        algorithm: sliding_window_counter\n"
-        "        replaces: [{name: old}]\n"
-        "  - key: ip\n"
-        "    rate_limit: {unit: Minute, requests_per_unit: 60, algorithm: gcra}\n"
-        "  - key: y\n"
-        "    rate_limit: {unit: YEAR, requests_per_unit: 1}\n");
+    struct rl_envoy_config *c =
+        load("domain: api\n"
+             "descriptors:\n"
+             "  - key: user\n"
+             "    rate_limit:\n"
+             "      - unit: second\n"
+             "        requests_per_unit: 10\n"
+             "        algorithm: token_bucket\n"
+             "        burst: 20\n"
+             "        name: per-second\n"
+             "      - unit: hour\n"
+             "        requests_per_unit: 1000\n"
+             "        algorithm: sliding_window_counter\n"
+             "        replaces: [{name: old}]\n"
+             "  - key: ip\n"
+             "    rate_limit: {unit: Minute, requests_per_unit: 60, algorithm: gcra}\n"
+             "  - key: y\n"
+             "    rate_limit: {unit: YEAR, requests_per_unit: 1}\n");
     const struct rl_envoy_desc *d = match(c, "api", "user", "alice");
 
     ck_assert_uint_eq(d->nlimits, 2);
@@ -532,7 +537,8 @@ START_TEST(test_checks_and_bounds)
     struct rl_envoy_config *c0 = load("domain: d\ndescriptors:\n  - key: k\n    metadata: "
                                       "{a: [1, {b: [[[[[[[c]]]]]]]}], d: e}\n");
     rl_envoy_config_free(c0);
-    expect_err("domain: d\ndescriptors: {key: k}\n", "t.yaml:2: descriptors must be a list of maps");
+    expect_err("domain: d\ndescriptors: {key: k}\n",
+               "t.yaml:2: descriptors must be a list of maps");
     expect_err("- domain: d\n", "t.yaml:1: the file must be a map of domain and descriptors");
     expect_err("domain: [d]\n", "t.yaml:1: domain must be a string");
 
@@ -541,7 +547,8 @@ START_TEST(test_checks_and_bounds)
         big = malloc(65536);
         n = (size_t)sprintf(big, "domain: d\n");
         for (int i = 0; i < depth; i++) {
-            n += (size_t)sprintf(big + n, "%*sdescriptors:\n%*s- key: k%d\n", 2 * i, "", 2 * i, "", i);
+            n += (size_t)sprintf(big + n, "%*sdescriptors:\n%*s- key: k%d\n", 2 * i, "", 2 * i, "",
+                                 i);
         }
         struct rl_envoy_config *c = NULL;
         char err[512];

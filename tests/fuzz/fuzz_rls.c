@@ -106,8 +106,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             rl_envoy_match(cfg, r->domain, strlen(r->domain), e, ne, share);
         MUST(m == NULL || m->nlimits > 0);
         char key[64];
-        size_t kl = rl_envoy_counter_key(key, sizeof(key), r->domain, strlen(r->domain), e, ne,
-                                         share);
+        size_t kl =
+            rl_envoy_counter_key(key, sizeof(key), r->domain, strlen(r->domain), e, ne, share);
         MUST(strlen(key) == (kl < sizeof(key) ? kl : sizeof(key) - 1));
     }
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(r2, NULL);
