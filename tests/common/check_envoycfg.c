@@ -188,6 +188,182 @@ START_TEST(test_upstream_basic)
 }
 END_TEST
 
+/* upstream's examples/ratelimit/config/example.yaml, verbatim */
+static const char example_yaml[] = "---\n"
+                                   "domain: rl\n"
+                                   "descriptors:\n"
+                                   "  - key: category\n"
+                                   "    value: account\n"
+                                   "    rate_limit:\n"
+                                   "      replaces:\n"
+                                   "        - name: bkthomps\n"
+                                   "        - name: fake_name\n"
+                                   "      unit: minute\n"
+                                   "      requests_per_unit: 4\n"
+                                   "  - key: source_cluster\n"
+                                   "    value: proxy\n"
+                                   "    descriptors:\n"
+                                   "      - key: destination_cluster\n"
+                                   "        value: bkthomps\n"
+                                   "        rate_limit:\n"
+                                   "          replaces:\n"
+                                   "            - name: bkthomps\n"
+                                   "          unit: minute\n"
+                                   "          requests_per_unit: 2\n"
+                                   "      - key: destination_cluster\n"
+                                   "        value: mock\n"
+                                   "        rate_limit:\n"
+                                   "          unit: minute\n"
+                                   "          requests_per_unit: 1\n"
+                                   "      - key: destination_cluster\n"
+                                   "        value: override\n"
+                                   "        rate_limit:\n"
+                                   "          replaces:\n"
+                                   "            - name: banned_limit\n"
+                                   "          unit: minute\n"
+                                   "          requests_per_unit: 2\n"
+                                   "      - key: destination_cluster\n"
+                                   "        value: fake\n"
+                                   "        rate_limit:\n"
+                                   "          name: fake_name\n"
+                                   "          unit: minute\n"
+                                   "          requests_per_unit: 2\n"
+                                   "  - key: foo\n"
+                                   "    rate_limit:\n"
+                                   "      unit: minute\n"
+                                   "      requests_per_unit: 2\n"
+                                   "    descriptors:\n"
+                                   "      - key: bar\n"
+                                   "        rate_limit:\n"
+                                   "          unit: minute\n"
+                                   "          requests_per_unit: 3\n"
+                                   "      - key: bar\n"
+                                   "        value: bkthomps\n"
+                                   "        rate_limit:\n"
+                                   "          name: bkthomps\n"
+                                   "          unit: minute\n"
+                                   "          requests_per_unit: 1\n"
+                                   "      - key: bar\n"
+                                   "        value: banned\n"
+                                   "        rate_limit:\n"
+                                   "          name: banned_limit\n"
+                                   "          unit: minute\n"
+                                   "          requests_per_unit: 0\n"
+                                   "      - key: baz\n"
+                                   "        rate_limit:\n"
+                                   "          unit: second\n"
+                                   "          requests_per_unit: 1\n"
+                                   "      - key: baz\n"
+                                   "        value: not-so-shady\n"
+                                   "        rate_limit:\n"
+                                   "          unit: minute\n"
+                                   "          requests_per_unit: 3\n"
+                                   "      - key: baz\n"
+                                   "        value: shady\n"
+                                   "        rate_limit:\n"
+                                   "          unit: minute\n"
+                                   "          requests_per_unit: 3\n"
+                                   "        shadow_mode: true\n"
+                                   "      - key: bay\n"
+                                   "        rate_limit:\n"
+                                   "          unlimited: true\n"
+                                   "  - key: unspec\n"
+                                   "    detailed_metric: true\n"
+                                   "    rate_limit:\n"
+                                   "      unit: minute\n"
+                                   "      requests_per_unit: 2\n"
+                                   "  - key: qux\n"
+                                   "    rate_limit:\n"
+                                   "      unlimited: true\n"
+                                   "  - key: service\n"
+                                   "    value: service_1\n"
+                                   "    quota_mode: true\n"
+                                   "    rate_limit:\n"
+                                   "      unit: minute\n"
+                                   "      requests_per_unit: 1\n"
+                                   "    metadata:\n"
+                                   "      service_with_quota:\n"
+                                   "        name: \"service_1\"\n"
+                                   "  - key: service\n"
+                                   "    value: service_2\n"
+                                   "    quota_mode: true\n"
+                                   "    rate_limit:\n"
+                                   "      unit: minute\n"
+                                   "      requests_per_unit: 2\n"
+                                   "    metadata:\n"
+                                   "      service_with_quota:\n"
+                                   "        name: \"service_2\"\n";
+
+/* upstream's examples/ratelimit/config/config.yaml, verbatim */
+static const char config_yaml[] = "---\n"
+                                  "domain: mongo_cps\n"
+                                  "descriptors:\n"
+                                  "  - key: database\n"
+                                  "    value: users\n"
+                                  "    rate_limit:\n"
+                                  "      unit: second\n"
+                                  "      requests_per_unit: 500\n"
+                                  "\n"
+                                  "  - key: database\n"
+                                  "    value: default\n"
+                                  "    rate_limit:\n"
+                                  "      unit: second\n"
+                                  "      requests_per_unit: 500\n";
+
+START_TEST(test_upstream_examples)
+{
+    char dir[] = "/tmp/rl-envoycfg-XXXXXX";
+    char path[512], err[512];
+    struct rl_envoy_config *c = NULL;
+    const struct rl_envoy_desc *d;
+    FILE *f;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/example.yaml", dir);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fputs(example_yaml, f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/config.yaml", dir);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fputs(config_yaml, f);
+    fclose(f);
+    ck_assert_msg(rl_envoy_load(dir, NULL, &c, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(c->ndomains, 2);
+    ck_assert_str_eq(c->domains[0].name, "mongo_cps"); /* sorted by name */
+    ck_assert_int_eq(rpu(match(c, "mongo_cps", "database", "users")), 500);
+    ck_assert_ptr_null(match(c, "mongo_cps", "database", "other"));
+
+    d = match(c, "rl", "category", "account");
+    ck_assert_int_eq(rpu(d), 4);
+    ck_assert_uint_eq(d->limits[0].nreplaces, 2);
+    ck_assert_str_eq(d->limits[0].replaces[1], "fake_name");
+    ck_assert_int_eq(rpu(match(c, "rl", "foo", "x")), 2);
+    ck_assert_int_eq(rpu(match(c, "rl", "foo", "x", "bar", "y")), 3);
+    d = match(c, "rl", "foo", "x", "bar", "bkthomps");
+    ck_assert_int_eq(rpu(d), 1);
+    ck_assert_str_eq(d->limits[0].name, "bkthomps");
+    ck_assert_int_eq(rpu(match(c, "rl", "foo", "x", "bar", "banned")), 0);
+    ck_assert_int_eq(rpu(match(c, "rl", "foo", "x", "baz", "y")), 1);
+    ck_assert_int_eq(match(c, "rl", "foo", "x", "baz", "y")->limits[0].unit, RL_ENVOY_UNIT_SECOND);
+    ck_assert(!match(c, "rl", "foo", "x", "baz", "not-so-shady")->shadow_mode);
+    ck_assert(match(c, "rl", "foo", "x", "baz", "shady")->shadow_mode);
+    ck_assert(match(c, "rl", "foo", "x", "bay", "y")->limits[0].unlimited);
+    ck_assert_ptr_null(match(c, "rl", "foo", "x", "other", "y"));
+    ck_assert_ptr_null(match(c, "rl", "source_cluster", "proxy"));
+    d = match(c, "rl", "source_cluster", "proxy", "destination_cluster", "override");
+    ck_assert_str_eq(d->limits[0].replaces[0], "banned_limit");
+    ck_assert_ptr_null(match(c, "rl", "source_cluster", "proxy", "destination_cluster", "x"));
+    ck_assert(match(c, "rl", "unspec", "a")->detailed_metric);
+    ck_assert(match(c, "rl", "service", "service_2")->quota_mode);
+    ck_assert_int_eq(rpu(match(c, "rl", "service", "service_2")), 2);
+    rl_envoy_config_free(c);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/example.yaml", dir);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_upstream_shadow_mode)
 {
     struct rl_envoy_config *c = load(/* upstream test/config/shadowmode_config.yaml */
@@ -623,6 +799,7 @@ envoycfg_suite(void)
 
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_upstream_basic);
+    tcase_add_test(tc, test_upstream_examples);
     tcase_add_test(tc, test_upstream_shadow_mode);
     tcase_add_test(tc, test_upstream_wildcard);
     tcase_add_test(tc, test_upstream_share_threshold);
