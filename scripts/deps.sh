@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libuv1-dev libmsgpack-dev libzookeeper-mt-dev
       check libsubunit-dev libxxhash-dev libinih-dev zookeeper default-jre-headless
-      procps clang libclang-rt-dev python3 libssl-dev
+      procps clang libclang-rt-dev python3 libssl-dev libyaml-dev protobuf-c-compiler
+      libprotobuf-c-dev libprotobuf-dev protobuf-compiler python3-protobuf
       libmicrohttpd-dev prometheus nginx libnginx-mod-http-lua wrk
       python3-pytest python3-msgpack python3-venv python3-setuptools python3-pip curl)
 missing=()

@@ -95,3 +95,64 @@ lines = {
 }
 for k, v in lines.items():
     put("reqline", k, v)
+
+# envoycfg: envoyproxy/ratelimit YAML configurations (docs/ENVOY.md), upstream's shapes and ours.
+envoy = {
+    "basic": "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    descriptors:\n"
+             "      - key: subkey1\n        rate_limit:\n          unit: second\n          requests_per_unit: 5\n"
+             "  - key: key2\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n"
+             "  - key: key2\n    value: value3\n  - key: key6\n    rate_limit:\n      unlimited: true\n"
+             "  - key: key7\n    detailed_metric: true\n    shadow_mode: yes\n    rate_limit:\n"
+             "      name: n\n      replaces:\n        - name: other\n      unit: day\n      requests_per_unit: 70\n",
+    "wildcard": "domain: w\ndescriptors:\n  - key: wild\n    value: foo*\n    share_threshold: true\n"
+                "    rate_limit: {unit: minute, requests_per_unit: 20}\n  - key: mid\n    value: a*b*c\n"
+                "    descriptors:\n      - key: k\n        rate_limit: {unit: hour, requests_per_unit: 1}\n",
+    "extensions": "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      - unit: second\n"
+                  "        requests_per_unit: 10\n        algorithm: token_bucket\n        burst: 20\n"
+                  "      - unit: week\n        requests_per_unit: 1000\n        algorithm: sliding_window_log\n",
+    "metadata": "domain: m\ndescriptors:\n  - key: k\n    metadata:\n      a: [1, {b: c}]\n"
+                "    quota_mode: true\n    value_to_metric: false\n    rate_limit: {unit: Second}\n",
+    "errors": "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
+    "alias": "domain: d\ndescriptors:\n  - &a {key: k}\n  - *a\n",
+    "flow": "{domain: f, descriptors: [{key: a, descriptors: [{key: b, value: c, rate_limit: {unit: year}}]}]}\n",
+    "empty": "",
+}
+for k, v in envoy.items():
+    put("envoycfg", k, v)
+
+
+# rls: RateLimitRequest messages (proto/envoy/service/ratelimit/v3/rls.proto), hand-encoded.
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def field(num, data):
+    if isinstance(data, int):
+        return varint(num << 3) + varint(data)
+    if isinstance(data, str):
+        data = data.encode()
+    return varint(num << 3 | 2) + varint(len(data)) + data
+
+
+def entry(k, v):
+    return field(1, field(1, k) + field(2, v))
+
+
+rls = {
+    "simple": field(1, "edge") + field(2, entry("remote_address", "10.0.0.1")),
+    "full": field(1, "edge") + field(2, entry("path", "/api/v1") + entry("method", "GET")
+                                     + field(2, field(1, 42) + field(2, 3)) + field(3, field(1, 7)))
+            + field(2, entry("generic_key", "a")) + field(3, 5),
+    "unknown_fields": field(1, "edge") + field(9, "x") + varint(10 << 3) + varint(1) + field(2, entry("k", "")),
+    "empty": b"",
+    "truncated": field(1, "edge")[:-2],
+}
+for k, v in rls.items():
+    put("rls", k, v)
