@@ -172,43 +172,49 @@ int
 rl_wire_put_spliced(struct rl_buf *out, uint8_t hdr, uint8_t op, uint32_t id, const char *tail,
                     size_t tail_len)
 {
-    unsigned char head[RL_WIRE_HDR_LEN + 2 + 5];
-    size_t h = RL_WIRE_HDR_LEN;
-    size_t payload;
+    unsigned char *h;
+    size_t idw = id <= 0x7f ? 1 : id <= 0xff ? 2 : id <= 0xffff ? 3 : 5;
+    size_t payload = 2 + idw + tail_len;
 
-    head[h++] = hdr;
-    head[h++] = op;
-    if (id <= 0x7f) {
-        head[h++] = (unsigned char)id;
-    } else if (id <= 0xff) {
-        head[h++] = 0xcc;
-        head[h++] = (unsigned char)id;
-    } else if (id <= 0xffff) {
-        head[h++] = 0xcd;
-        head[h++] = (unsigned char)(id >> 8);
-        head[h++] = (unsigned char)id;
-    } else {
-        head[h++] = 0xce;
-        head[h++] = (unsigned char)(id >> 24);
-        head[h++] = (unsigned char)(id >> 16);
-        head[h++] = (unsigned char)(id >> 8);
-        head[h++] = (unsigned char)id;
-    }
-    payload = h - RL_WIRE_HDR_LEN + tail_len;
     if (payload > RL_WIRE_FRAME_MAX) {
         return -EMSGSIZE;
     }
-    head[0] = (unsigned char)(payload >> 24);
-    head[1] = (unsigned char)(payload >> 16);
-    head[2] = (unsigned char)(payload >> 8);
-    head[3] = (unsigned char)payload;
-    if (out->cap - out->len < h + tail_len && rl_buf_reserve(out, h + tail_len) != 0) {
+    if (out->cap - out->len < RL_WIRE_HDR_LEN + payload &&
+        rl_buf_reserve(out, RL_WIRE_HDR_LEN + payload) != 0) {
         return -ENOMEM;
     }
-    memcpy(out->data + out->len, head, h);
-    if (tail_len > 0) {
-        memcpy(out->data + out->len + h, tail, tail_len);
+    /* Written in place, byte by byte: a header staged on the stack and copied costs a
+     * store-forwarding stall per frame. */
+    h = (unsigned char *)out->data + out->len;
+    h[0] = (unsigned char)(payload >> 24);
+    h[1] = (unsigned char)(payload >> 16);
+    h[2] = (unsigned char)(payload >> 8);
+    h[3] = (unsigned char)payload;
+    h[4] = hdr;
+    h[5] = op;
+    h += 6;
+    switch (idw) {
+    case 1:
+        h[0] = (unsigned char)id;
+        break;
+    case 2:
+        h[0] = 0xcc;
+        h[1] = (unsigned char)id;
+        break;
+    case 3:
+        h[0] = 0xcd;
+        h[1] = (unsigned char)(id >> 8);
+        h[2] = (unsigned char)id;
+        break;
+    default:
+        h[0] = 0xce;
+        h[1] = (unsigned char)(id >> 24);
+        h[2] = (unsigned char)(id >> 16);
+        h[3] = (unsigned char)(id >> 8);
+        h[4] = (unsigned char)id;
+        break;
     }
-    out->len += h + tail_len;
+    memcpy(h + idw, tail, tail_len);
+    out->len += RL_WIRE_HDR_LEN + payload;
     return 0;
 }
