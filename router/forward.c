@@ -2,7 +2,9 @@
  * forward: a client's CHECK through the router. The key is hashed to its shard and the shard
  * to its owner in the table (table.c); the request goes to the owner over its pooled
  * connections (upstream.h) under a pending record's id (pending.c), and the node's reply is
- * relayed under the client's id. What the router answers itself is decided here too: NO_RULE
+ * relayed under the client's id. Both are relayed from their bytes when session.c and
+ * upstream.c read them the short way (wire_fast.h: r->relay, the upconn's relay): only the
+ * id is rewritten. What the router answers itself is decided here too: NO_RULE
  * (every process reads the same rules), a client whose token does not allow the service, and
  * the service's failure policy when the owner is down, the connection is lost, the deadline
  * passes or the node says it is not the owner. Not for THROTTLED (fanout.c).

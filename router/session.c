@@ -3,7 +3,8 @@
  * output gathered and written once per loop turn by the shared flusher; a client whose
  * requests in flight reach RL_CONN_HOLD_MAX, or whose replies pile up, is paused: conn.h's one
  * rule) that owns the requests it has in flight (one hold each) and its THROTTLED fan-outs.
- * A frame is decoded, admitted by the gate (gate.h: AUTH first when [client] tokens are
+ * A frame is decoded (a CHECK in a common encoding read straight from its bytes,
+ * wire_fast.h), admitted by the gate (gate.h: AUTH first when [client] tokens are
  * configured) and handed to its op's handler in session_handlers, derived from the op table's
  * router column (wire.h), which says which ops a router serves and how. Not for what a CHECK
  * or THROTTLED does (forward.c, fanout.c).
