@@ -44,7 +44,7 @@ int rl_wire_fast_check_reply(const char *p, size_t n, struct rl_wire_reply *rep,
  * id of a message read above). Returns 0, -ENOMEM, or -EMSGSIZE past RL_WIRE_FRAME_MAX; on
  * failure out is left as it was.
  */
-int rl_wire_put_spliced(struct rl_buf *out, uint8_t hdr, uint8_t op, uint32_t id,
-                        const char *tail, size_t tail_len);
+int rl_wire_put_spliced(struct rl_buf *out, uint8_t hdr, uint8_t op, uint32_t id, const char *tail,
+                        size_t tail_len);
 
 #endif

@@ -138,10 +138,10 @@ struct rl_router {
     size_t rule_rows;       /* conf->nrules + 1, unless memory for new rules' rows was lacking */
     struct rl_hist latency; /* end to end: from the read that brought a CHECK to its reply */
     uint64_t batch_ns;      /* uv_hrtime() at the client batch being read */
+    uint32_t unowned;       /* shards with no owner in the table (all, before one is built) */
     /* uv_hrtime() at the batch of frames (a client's or a node's) being handled, so a batch
      * reads the clock once; 0 outside one (rl_router_now_ns reads the clock then) */
     uint64_t now_ns;
-    uint32_t unowned;       /* shards with no owner in the table (all, before one is built) */
     /* rules replaced while requests pointed to them (rl_router_rules_changed), oldest
      * first, each freed once no request from before its swap is in flight */
     struct router_retired *retired;

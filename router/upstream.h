@@ -49,7 +49,7 @@ struct rl_upconn {
      * after the id as the node sent them, to relay under the client's id; ptr NULL
      * otherwise. */
     struct rl_wire_str relay;
-    bool closing; /* closed, its handle's close callback not yet run */
+    bool closing;       /* closed, its handle's close callback not yet run */
     bool hello_pending; /* HELLO sent, its answer not yet read */
     bool auth_pending;  /* AUTH sent, its answer not yet read */
 };
@@ -88,7 +88,7 @@ struct rl_upstream {
     uint32_t backoff_ms;
     uint32_t rr;
     uint64_t turn; /* the connq's loop turn in which rr was last advanced */
-    int handles; /* open handles; freed when it reaches 0 after retire */
+    int handles;   /* open handles; freed when it reaches 0 after retire */
     bool retired;
     struct rl_upstream_ops ops;
     struct rl_upstream_stats stats;

@@ -148,9 +148,8 @@ END_TEST
 /* The same for replies: every code, numbers of every width. */
 START_TEST(test_takes_encoded_replies)
 {
-    static const uint64_t vals[] = {0,          1,           127,         128,
-                                    255,        256,         65535,       65536,
-                                    4294967295, 4294967296u, UINT64_MAX,  60000};
+    static const uint64_t vals[] = {0,     1,     127,        128,         255,        256,
+                                    65535, 65536, 4294967295, 4294967296u, UINT64_MAX, 60000};
     static struct rl_wire_reply out;
     struct rl_buf a, b;
     const size_t nv = sizeof(vals) / sizeof(vals[0]);
@@ -159,8 +158,9 @@ START_TEST(test_takes_encoded_replies)
     rl_buf_init(&b);
     for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
         for (size_t i = 0; i < nv; i++) {
-            struct rl_wire_check_reply in = {ids[i % 10], code, vals[i], vals[(i + 3) % nv],
-                                             vals[(i + 5) % nv], vals[(i + 7) % nv]};
+            struct rl_wire_check_reply in = {
+                ids[i % 10],       code, vals[i], vals[(i + 3) % nv], vals[(i + 5) % nv],
+                vals[(i + 7) % nv]};
             uint32_t id2 = ids[(i + code) % 10];
             size_t n, tail = 0;
             char what[64];
@@ -172,11 +172,11 @@ START_TEST(test_takes_encoded_replies)
             memset(&out, 0x5a, sizeof(out.check) + 64);
             RL_CHECK(rl_wire_fast_check_reply(a.data + RL_WIRE_HDR_LEN, n, &out, &tail) == 0,
                      "%s: not taken", what);
-            RL_CHECK(out.op == RL_WIRE_OP_CHECK && memcmp(&out.check, &in, sizeof(in)) == 0,
-                     "%s", what);
+            RL_CHECK(out.op == RL_WIRE_OP_CHECK && memcmp(&out.check, &in, sizeof(in)) == 0, "%s",
+                     what);
             same_as_full_reply(what, a.data + RL_WIRE_HDR_LEN, n, &out);
-            RL_CHECK((unsigned char)a.data[RL_WIRE_HDR_LEN + tail] == code, "%s: tail at %zu",
-                     what, tail);
+            RL_CHECK((unsigned char)a.data[RL_WIRE_HDR_LEN + tail] == code, "%s: tail at %zu", what,
+                     tail);
             rl_buf_reset(&b);
             RL_CHECK_INT_EQ(rl_wire_put_spliced(&b, RL_WIRE_CHECK_REPLY_HDR, RL_WIRE_OP_CHECK, id2,
                                                 a.data + RL_WIRE_HDR_LEN + tail, n - tail),
@@ -217,8 +217,7 @@ START_TEST(test_leaves_the_rest)
         {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa0, 0xc0, 0x01)},
         {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc2, 0x01)},
         {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd2, 0, 0, 0, 1)},
-        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xcf, 0, 0, 0, 0, 0, 0x0f, 0x42,
-             0x3f)},
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xcf, 0, 0, 0, 0, 0, 0x0f, 0x42, 0x3f)},
         {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xce, 0, 0x0f, 0x42, 0x41)},
         {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xff)},
         {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xca, 0x3f, 0x80, 0, 0)},
@@ -286,8 +285,7 @@ START_TEST(test_splice_limits)
     ck_assert_int_eq(rl_wire_put_spliced(&b, 0x96, 1, 7, tail, RL_WIRE_FRAME_MAX - 3), 0);
     ck_assert_uint_eq(b.len, 2 + RL_WIRE_HDR_LEN + RL_WIRE_FRAME_MAX);
     b.len = 2;
-    ck_assert_int_eq(rl_wire_put_spliced(&b, 0x96, 1, 128, tail, RL_WIRE_FRAME_MAX - 3),
-                     -EMSGSIZE);
+    ck_assert_int_eq(rl_wire_put_spliced(&b, 0x96, 1, 128, tail, RL_WIRE_FRAME_MAX - 3), -EMSGSIZE);
     ck_assert_uint_eq(b.len, 2);
     ck_assert_int_eq(memcmp(b.data, "xy", 2), 0);
     rl_buf_deinit(&b);
@@ -399,12 +397,12 @@ START_TEST(test_differential_fuzz)
             RL_CHECK(tail >= 3 && tail < n);
             same_as_full_reply("fuzzed reply", buf, n, &rep);
             rl_buf_reset(&sp);
-            RL_CHECK_INT_EQ(rl_wire_put_spliced(&sp, RL_WIRE_CHECK_REPLY_HDR, RL_WIRE_OP_CHECK,
-                                                id2, buf + tail, n - tail),
+            RL_CHECK_INT_EQ(rl_wire_put_spliced(&sp, RL_WIRE_CHECK_REPLY_HDR, RL_WIRE_OP_CHECK, id2,
+                                                buf + tail, n - tail),
                             0);
-            RL_CHECK_INT_EQ(
-                rl_wire_decode_reply(&d, sp.data + RL_WIRE_HDR_LEN, sp.len - RL_WIRE_HDR_LEN, &rep2),
-                0);
+            RL_CHECK_INT_EQ(rl_wire_decode_reply(&d, sp.data + RL_WIRE_HDR_LEN,
+                                                 sp.len - RL_WIRE_HDR_LEN, &rep2),
+                            0);
             rep.check.id = id2;
             RL_CHECK(rep2.id == id2 && memcmp(&rep2.check, &rep.check, sizeof(rep.check)) == 0);
         }

@@ -597,7 +597,8 @@ START_TEST(test_relay_encodings)
                           memcmp(re.data + RL_WIRE_HDR_LEN, raw, rawn) == 0,
                       "case %zu: the reply's bytes are not the encoder's", i);
     }
-    ck_assert_int_eq(node_stat(c, NODE_A, "forwarded"), (int64_t)(sizeof(cases) / sizeof(cases[0])));
+    ck_assert_int_eq(node_stat(c, NODE_A, "forwarded"),
+                     (int64_t)(sizeof(cases) / sizeof(cases[0])));
     close(fd);
     rl_buf_deinit(&re);
     free(rep);
