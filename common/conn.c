@@ -372,7 +372,13 @@ conn_written(uv_write_t *w, int status)
         return;
     }
     c->active_ms = uv_now(c->q->loop);
-    conn_buf_trim(&c->inflight);
+    /* A connection between a router and a node (outgoing, or one that said HELLO as a
+     * router: a few per node, busy every turn) keeps a buffer of up to a read chunk for the
+     * next turn's output rather than growing a new one each turn; a client's is freed past
+     * RL_CONN_KEEP_BYTES, so an idle client costs a few KiB. */
+    if ((c->listener != NULL && !c->router) || c->inflight.cap > RL_CONN_READ_CHUNK) {
+        conn_buf_trim(&c->inflight);
+    }
     /* Straight on, not through the dirty list: what piled up meanwhile goes now, and a
      * paused connection resumes without costing the loop another turn. */
     conn_flush(c);

@@ -2,11 +2,14 @@
  * forward: a client's CHECK through the router. The key is hashed to its shard and the shard
  * to its owner in the table (table.c); the request goes to the owner over its pooled
  * connections (upstream.h) under a pending record's id (pending.c), and the node's reply is
- * relayed under the client's id. What the router answers itself is decided here too: NO_RULE
+ * relayed under the client's id. Both are relayed from their bytes when session.c and
+ * upstream.c read them the short way (wire_fast.h: r->relay, the upconn's relay): only the
+ * id is rewritten. What the router answers itself is decided here too: NO_RULE
  * (every process reads the same rules), a client whose token does not allow the service, and
  * the service's failure policy when the owner is down, the connection is lost, the deadline
  * passes or the node says it is not the owner. Not for THROTTLED (fanout.c).
  */
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +19,7 @@
 #include "reqlog.h"
 #include "router_int.h"
 #include "rules.h"
+#include "wire_fast.h"
 
 static void
 log_answer(struct rl_router *r, uint32_t shard, const char *node, uint32_t code, uint64_t hash,
@@ -112,6 +116,7 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
     struct rl_pending *p;
     uint64_t hash;
     uint32_t shard, owner = RL_SHARDMAP_NONE;
+    int sent = -EAGAIN;
 
     hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
     shard = rl_shardmap_shard(hash, r->conf->shards);
@@ -145,11 +150,18 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
                          "router has too many requests in flight");
         return;
     }
-    fwd = *req;
     if (p != NULL) {
-        fwd.id = rl_pending_id(r, p);
+        /* Read the short way (session.c): what follows the id goes as the client sent it. */
+        if (r->relay.ptr != NULL) {
+            sent = rl_upstream_send_check(u, rl_pending_id(r, p), r->relay.ptr, r->relay.len,
+                                          &p->link);
+        } else {
+            fwd = *req;
+            fwd.id = rl_pending_id(r, p);
+            sent = rl_upstream_send(u, &fwd, &p->link);
+        }
     }
-    if (p == NULL || rl_upstream_send(u, &fwd, &p->link) != 0) {
+    if (sent != 0) {
         if (p != NULL) {
             rl_pending_unget(r, p);
         }
@@ -207,7 +219,11 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
             log_answer(r, pd->shard, u->name, rep->check.code, pd->key_hash, pd->rule->service,
                        pd->rule->service_len, pd->user, pd->ulen);
         }
-        if (c != NULL) {
+        if (c != NULL && from->relay.ptr != NULL) {
+            /* Read the short way (upstream.c): the node's fields go back as they came. */
+            rc = rl_wire_put_spliced(&c->out, RL_WIRE_CHECK_REPLY_HDR, RL_WIRE_OP_CHECK,
+                                     pd->client_id, from->relay.ptr, from->relay.len);
+        } else if (c != NULL) {
             check = rep->check;
             check.id = pd->client_id;
             rc = rl_wire_put_check_reply(&c->out, &check);
@@ -248,6 +264,14 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
             rl_conn_mark(c);
         }
     }
+}
+
+void
+rl_forward_on_batch(void *arg, bool end)
+{
+    struct rl_router *r = arg;
+
+    r->now_ns = end ? 0 : uv_hrtime();
 }
 
 /* The connection l was sent on is closed: it cannot be answered late. */

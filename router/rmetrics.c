@@ -30,7 +30,7 @@ rl_rmetrics_count(struct rl_router *r, const struct rl_rule *rule, uint32_t code
     if (code < RL_WIRE_CODE_COUNT && row < r->rule_rows) {
         r->rule_codes[row][code]++;
     }
-    rl_hist_observe(&r->latency, uv_hrtime() - start_ns, 1);
+    rl_hist_observe(&r->latency, rl_router_now_ns(r) - start_ns, 1);
     if (code == RL_WIRE_ALLOWED) {
         r->stats.allowed++;
     } else if (code == RL_WIRE_LIMITED) {

@@ -121,6 +121,10 @@ struct rl_router {
     uint32_t npending;
 
     struct rl_wire_decoder dec; /* client requests, one frame at a time */
+    /* The CHECK being handled, when session.c read it the short way (wire_fast.h): its
+     * fields after the id as the client sent them, relayed to the node under the pending
+     * record's id; ptr NULL: re-encode the decoded request. */
+    struct rl_wire_str relay;
     struct rl_reqlog *log;
     uint64_t log_anchor_real; /* wall clock (ms) at loop time log_anchor_loop */
     uint64_t log_anchor_loop;
@@ -135,6 +139,9 @@ struct rl_router {
     struct rl_hist latency; /* end to end: from the read that brought a CHECK to its reply */
     uint64_t batch_ns;      /* uv_hrtime() at the client batch being read */
     uint32_t unowned;       /* shards with no owner in the table (all, before one is built) */
+    /* uv_hrtime() at the batch of frames (a client's or a node's) being handled, so a batch
+     * reads the clock once; 0 outside one (rl_router_now_ns reads the clock then) */
+    uint64_t now_ns;
     /* rules replaced while requests pointed to them (rl_router_rules_changed), oldest
      * first, each freed once no request from before its swap is in flight */
     struct router_retired *retired;
@@ -157,6 +164,13 @@ struct router_retired {
 };
 
 /* ---- router.c --------------------------------------------------------------------------- */
+
+/* Now, in uv_hrtime() nanoseconds: the time of the batch being handled, if any. */
+static inline uint64_t
+rl_router_now_ns(const struct rl_router *r)
+{
+    return r->now_ns != 0 ? r->now_ns : uv_hrtime();
+}
 
 /* Frees r once it is closing and its last handle closed (call after each handle's close). */
 void rl_router_maybe_free(struct rl_router *r);
@@ -238,6 +252,8 @@ void rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
 void rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
                          const struct rl_wire_reply *rep);
 void rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l);
+/* A node's batch of replies starts and ends: the clock is read once for it. */
+void rl_forward_on_batch(void *arg, bool end);
 
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */
 

@@ -3,7 +3,8 @@
  * output gathered and written once per loop turn by the shared flusher; a client whose
  * requests in flight reach RL_CONN_HOLD_MAX, or whose replies pile up, is paused: conn.h's one
  * rule) that owns the requests it has in flight (one hold each) and its THROTTLED fan-outs.
- * A frame is decoded, admitted by the gate (gate.h: AUTH first when [client] tokens are
+ * A frame is decoded (a CHECK in a common encoding read straight from its bytes,
+ * wire_fast.h), admitted by the gate (gate.h: AUTH first when [client] tokens are
  * configured) and handed to its op's handler in session_handlers, derived from the op table's
  * router column (wire.h), which says which ops a router serves and how. Not for what a CHECK
  * or THROTTLED does (forward.c, fanout.c).
@@ -12,6 +13,7 @@
 
 #include "conf.h"
 #include "router_int.h"
+#include "wire_fast.h"
 
 /* The client is closing: its requests still in flight are answered by the node later, to
  * no one: orphan them. */
@@ -107,8 +109,13 @@ session_frame(struct rl_conn *c, const char *p, size_t n)
     struct rl_wire_fault fault;
     struct rl_wire_req req;
     const struct rl_client_conf *who;
+    size_t tail = 0;
 
-    if (rl_wire_decode_req(&r->dec, p, n, &req, &fault) != 0) {
+    /* A CHECK in a common encoding is read straight from its bytes, and what follows its id
+     * is relayed to the node as the client sent it (forward.c, r->relay); anything else goes
+     * through the full decoder, which also words the error. */
+    if (rl_wire_fast_check(p, n, &req, &tail) != 0 &&
+        rl_wire_decode_req(&r->dec, p, n, &req, &fault) != 0) {
         if (fault.fatal || c->preauth) {
             /* Before AUTH, a frame that does not decode closes the connection too. */
             r->stats.errors++;
@@ -134,7 +141,12 @@ session_frame(struct rl_conn *c, const char *p, size_t n)
         rl_session_error(c, req.id, RL_WIRE_ERR_UNAUTHORIZED, session_denied[req.op]);
         return;
     }
+    if (tail != 0) {
+        r->relay.ptr = p + tail;
+        r->relay.len = (uint32_t)(n - tail);
+    }
     session_handlers[req.op](c, &req);
+    r->relay.ptr = NULL;
 }
 
 static void
@@ -143,10 +155,20 @@ session_batch(struct rl_conn *c)
     struct rl_router *r = c->data;
 
     r->batch_ns = uv_hrtime();
+    r->now_ns = r->batch_ns;
+}
+
+static void
+session_batch_end(struct rl_conn *c)
+{
+    struct rl_router *r = c->data;
+
+    r->now_ns = 0;
 }
 
 const struct rl_conn_ops rl_session_ops = {
     .on_batch = session_batch,
+    .on_batch_end = session_batch_end,
     .on_frame = session_frame,
     .on_close = session_on_close,
 };

@@ -37,8 +37,11 @@ upstream_unlink(struct rl_router *r, struct rl_upstream *u)
 static void
 router_rebuild(struct rl_router *r)
 {
-    static const struct rl_upstream_ops ops_template = {rl_forward_on_reply, rl_forward_on_lost,
-                                                        NULL, NULL, 0};
+    static const struct rl_upstream_ops ops_template = {
+        .on_reply = rl_forward_on_reply,
+        .on_lost = rl_forward_on_lost,
+        .on_batch = rl_forward_on_batch,
+    };
     struct rl_shardmap *map;
     struct rl_upstream **owners;
     struct rl_upstream_ops ops = ops_template;

@@ -13,6 +13,7 @@
 
 #include "log.h"
 #include "parse.h"
+#include "wire_fast.h"
 
 static void upstream_retry(uv_timer_t *t);
 
@@ -71,7 +72,17 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
     struct rl_upconn *uc = (struct rl_upconn *)c;
     struct rl_upstream *u = uc->up;
     struct rl_wire_reply rep;
+    size_t tail;
 
+    if (rl_wire_fast_check_reply(p, n, &rep, &tail) == 0) {
+        /* A CHECK's answer, the bulk of the traffic: relayed as it came (forward.c). */
+        u->stats.replies++;
+        uc->relay.ptr = p + tail;
+        uc->relay.len = (uint32_t)(n - tail);
+        u->ops.on_reply(u->ops.arg, u, uc, &rep);
+        uc->relay.ptr = NULL;
+        return;
+    }
     if (rl_wire_decode_reply(&u->dec, p, n, &rep) != 0) {
         rl_log_warn("node %s sent an undecodable reply", u->name);
         return;
@@ -102,6 +113,26 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
     }
     u->stats.replies++;
     u->ops.on_reply(u->ops.arg, u, uc, &rep);
+}
+
+static void
+upconn_batch(struct rl_conn *c)
+{
+    struct rl_upstream *u = ((struct rl_upconn *)c)->up;
+
+    if (u->ops.on_batch != NULL) {
+        u->ops.on_batch(u->ops.arg, false);
+    }
+}
+
+static void
+upconn_batch_end(struct rl_conn *c)
+{
+    struct rl_upstream *u = ((struct rl_upconn *)c)->up;
+
+    if (u->ops.on_batch != NULL) {
+        u->ops.on_batch(u->ops.arg, true);
+    }
 }
 
 static void
@@ -171,7 +202,9 @@ upconn_closed(struct rl_conn *c)
 }
 
 static const struct rl_conn_ops upconn_ops = {
+    .on_batch = upconn_batch,
     .on_frame = upconn_frame,
+    .on_batch_end = upconn_batch_end,
     .on_connect = upconn_connected,
     .on_close = upconn_close,
     .on_closed = upconn_closed,
@@ -273,34 +306,38 @@ rl_upstream_up(const struct rl_upstream *u)
     return false;
 }
 
-int
-rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl_uplink *l)
+/* Where a request goes: the admin connection for THROTTLED, else a CHECK connection, the same
+ * one for the whole loop turn while it takes more (a turn's requests leave in one write),
+ * the next turn the other; NULL when none is up or each has RL_UPSTREAM_OUT_MAX queued. */
+static struct rl_upconn *
+upstream_pick(struct rl_upstream *u, bool admin)
 {
-    struct rl_upconn *uc = NULL;
-
     if (u->retired) {
-        return -EAGAIN;
+        return NULL;
     }
-    if (req->op == RL_WIRE_OP_THROTTLED) {
-        uc = &u->conns[RL_UPSTREAM_ADMIN];
-        if (!uc->conn.connected || rl_conn_queued(&uc->conn) >= RL_UPSTREAM_OUT_MAX) {
-            return -EAGAIN;
-        }
+    if (admin) {
+        struct rl_upconn *uc = &u->conns[RL_UPSTREAM_ADMIN];
+
+        return uc->conn.connected && rl_conn_queued(&uc->conn) < RL_UPSTREAM_OUT_MAX ? uc : NULL;
     }
-    for (int i = 0; i < RL_UPSTREAM_CONNS && uc == NULL; i++) {
-        struct rl_upconn *c = &u->conns[u->rr++ % RL_UPSTREAM_CONNS];
+    if (u->turn != u->q->turn) {
+        u->turn = u->q->turn;
+        u->rr++;
+    }
+    for (uint32_t i = 0; i < RL_UPSTREAM_CONNS; i++) {
+        struct rl_upconn *c = &u->conns[(u->rr + i) % RL_UPSTREAM_CONNS];
 
         if (c->conn.connected && rl_conn_queued(&c->conn) < RL_UPSTREAM_OUT_MAX) {
-            uc = c;
+            return c;
         }
     }
-    if (uc == NULL) {
-        return -EAGAIN;
-    }
-    if ((req->op == RL_WIRE_OP_THROTTLED ? rl_wire_put_throttled(&uc->conn.out, req)
-                                         : rl_wire_put_check(&uc->conn.out, req)) != 0) {
-        return -ENOMEM;
-    }
+    return NULL;
+}
+
+/* The request just appended to uc's output is in flight: link l to uc. */
+static void
+upstream_sent(struct rl_upstream *u, struct rl_upconn *uc, struct rl_uplink *l)
+{
     l->conn = uc;
     l->prev = NULL;
     l->next = uc->pending;
@@ -311,6 +348,39 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
     uc->npending++;
     u->stats.forwarded++;
     rl_conn_mark(&uc->conn);
+}
+
+int
+rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl_uplink *l)
+{
+    bool admin = req->op == RL_WIRE_OP_THROTTLED;
+    struct rl_upconn *uc = upstream_pick(u, admin);
+
+    if (uc == NULL) {
+        return -EAGAIN;
+    }
+    if ((admin ? rl_wire_put_throttled(&uc->conn.out, req)
+               : rl_wire_put_check(&uc->conn.out, req)) != 0) {
+        return -ENOMEM;
+    }
+    upstream_sent(u, uc, l);
+    return 0;
+}
+
+int
+rl_upstream_send_check(struct rl_upstream *u, uint32_t id, const char *tail, size_t tail_len,
+                       struct rl_uplink *l)
+{
+    struct rl_upconn *uc = upstream_pick(u, false);
+
+    if (uc == NULL) {
+        return -EAGAIN;
+    }
+    if (rl_wire_put_spliced(&uc->conn.out, RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK, id, tail,
+                            tail_len) != 0) {
+        return -ENOMEM;
+    }
+    upstream_sent(u, uc, l);
     return 0;
 }
 

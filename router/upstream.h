@@ -45,7 +45,11 @@ struct rl_upconn {
     struct rl_upstream *up;
     struct rl_uplink *pending; /* requests sent on this connection and not answered */
     uint32_t npending;
-    bool closing; /* closed, its handle's close callback not yet run */
+    /* While on_reply runs for a CHECK reply read the short way (wire_fast.h): its fields
+     * after the id as the node sent them, to relay under the client's id; ptr NULL
+     * otherwise. */
+    struct rl_wire_str relay;
+    bool closing;       /* closed, its handle's close callback not yet run */
     bool hello_pending; /* HELLO sent, its answer not yet read */
     bool auth_pending;  /* AUTH sent, its answer not yet read */
 };
@@ -57,6 +61,8 @@ struct rl_upstream_ops {
                      const struct rl_wire_reply *rep);
     /* The connection of l is lost: l is already unlinked; answer its request otherwise now. */
     void (*on_lost)(void *arg, struct rl_upstream *u, struct rl_uplink *l);
+    /* Optional: a batch of replies (one read's) starts (end false) or ended (end true). */
+    void (*on_batch)(void *arg, bool end);
     void *arg;
     /* The cluster secret, sent in an AUTH first on every connection; NULL: none. */
     const char *secret;
@@ -81,7 +87,8 @@ struct rl_upstream {
     uv_timer_t retry;
     uint32_t backoff_ms;
     uint32_t rr;
-    int handles; /* open handles; freed when it reaches 0 after retire */
+    uint64_t turn; /* the connq's loop turn in which rr was last advanced */
+    int handles;   /* open handles; freed when it reaches 0 after retire */
     bool retired;
     struct rl_upstream_ops ops;
     struct rl_upstream_stats stats;
@@ -95,11 +102,19 @@ int rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char 
 
 /*
  * Sends req and links l to the connection it went on: a CHECK on a connected CHECK
- * connection (round-robin), a THROTTLED on the admin connection only. Returns 0, -EAGAIN
+ * connection (one per loop turn, the next turn the other, so a turn's CHECKs to a node leave
+ * in one write), a THROTTLED on the admin connection only. Returns 0, -EAGAIN
  * when that connection (every CHECK connection) is down or has RL_UPSTREAM_OUT_MAX bytes
  * queued (the node stopped reading), or -ENOMEM.
  */
 int rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl_uplink *l);
+
+/*
+ * Sends a CHECK whose fields after the id are tail[0..tail_len) as a client sent them
+ * (wire_fast.h), under id, and links l as rl_upstream_send does; the same returns.
+ */
+int rl_upstream_send_check(struct rl_upstream *u, uint32_t id, const char *tail, size_t tail_len,
+                           struct rl_uplink *l);
 
 /* The request of l was answered, or given up: unlinks it (no-op when it is not linked). */
 void rl_upstream_done(struct rl_uplink *l);

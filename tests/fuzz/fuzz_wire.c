@@ -3,7 +3,8 @@
  * bytes, as a server and a client read them from a socket. Invariants: a frame never
  * claims more than the input holds; a decoded request's strings lie inside its frame and
  * keep the documented bounds; a request that decodes re-encodes (CHECK, PING, STATS,
- * CLOCK, HELLO, AUTH) and decodes again to the same values.
+ * CLOCK, HELLO, AUTH) and decodes again to the same values; the short readers of CHECK and
+ * its reply (wire_fast.h) take a frame only when the full decoders do, with the same fields.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -12,10 +13,11 @@
 
 #include "buf.h"
 #include "wire.h"
+#include "wire_fast.h"
 #include "fuzz.h"
 
 static struct rl_wire_decoder dec;
-static struct rl_wire_reply rep;
+static struct rl_wire_reply rep, fast_rep;
 static int ready;
 
 static void
@@ -74,6 +76,40 @@ roundtrip_throttled(const struct rl_wire_req *r)
     rl_buf_deinit(&b);
 }
 
+static int
+same_str(struct rl_wire_str a, struct rl_wire_str b)
+{
+    if (a.len == 0 && b.len == 0) {
+        return (a.ptr == NULL) == (b.ptr == NULL);
+    }
+    return a.ptr == b.ptr && a.len == b.len;
+}
+
+/* What a short reader takes, the full decoder takes, with the same fields. */
+static void
+fast_agrees(const char *f, size_t plen)
+{
+    struct rl_wire_req fast, full;
+    struct rl_wire_fault fault;
+    size_t tail;
+
+    if (rl_wire_fast_check(f, plen, &fast, &tail) == 0) {
+        MUST(tail > 2 && tail < plen);
+        MUST(rl_wire_decode_req(&dec, f, plen, &full, &fault) == 0);
+        MUST(full.op == RL_WIRE_OP_CHECK && fast.op == RL_WIRE_OP_CHECK);
+        MUST(full.id == fast.id && full.cost == fast.cost);
+        MUST(same_str(full.service, fast.service) && same_str(full.user, fast.user) &&
+             same_str(full.endpoint, fast.endpoint));
+    }
+    if (rl_wire_fast_check_reply(f, plen, &fast_rep, &tail) == 0) {
+        MUST(tail > 2 && tail < plen);
+        MUST(rl_wire_decode_reply(&dec, f, plen, &rep) == 0);
+        MUST(rep.op == RL_WIRE_OP_CHECK && fast_rep.op == RL_WIRE_OP_CHECK &&
+             rep.id == fast_rep.id);
+        MUST(memcmp(&rep.check, &fast_rep.check, sizeof(rep.check)) == 0);
+    }
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -117,6 +153,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             MUST(fault.err >= RL_WIRE_ERR_MALFORMED && fault.err <= RL_WIRE_ERR_OVERLOADED);
             MUST(memchr(fault.msg, '\0', sizeof(fault.msg)) != NULL);
         }
+        fast_agrees(f, plen);
         if (rl_wire_decode_reply(&dec, f, plen, &rep) == 0) {
             MUST(rep.nstats <= RL_WIRE_STATS_MAX);
             MUST(rep.nepisodes <= RL_WIRE_TOP_MAX && rep.nmissing <= RL_WIRE_MISSING_MAX);

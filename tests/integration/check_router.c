@@ -12,6 +12,9 @@
  *     own request's);
  *   - a service with no rule gets NO_RULE from the router itself, even with every node
  *     paused;
+ *   - a CHECK relayed from its bytes (a common encoding) and one decoded and re-encoded (any
+ *     other) reach the same counter on their owner, and each reply carries the client's id,
+ *     of any width, in the encoder's bytes;
  *   - a client that sends without reading is paused, not buffered: its sends block, the
  *     router's RSS stays within tens of MB while it owes that client hundreds of MB of
  *     replies, another client is answered at once; then the slow client reads and gets
@@ -460,6 +463,149 @@ START_TEST(test_no_rule)
 }
 END_TEST
 
+/* ---- CHECKs relayed from their bytes ------------------------------------------------------ */
+
+/* Sends payload p[0..n) as one frame on fd and reads one reply frame into rep (its payload
+ * bytes into raw, *rawn long). */
+static void
+raw_exchange(int fd, const unsigned char *p, size_t n, struct rl_wire_reply *rep, char *raw,
+             size_t *rawn)
+{
+    static struct rl_wire_decoder dec;
+    static bool dec_ready;
+    unsigned char hdr[RL_WIRE_HDR_LEN] = {(unsigned char)(n >> 24), (unsigned char)(n >> 16),
+                                          (unsigned char)(n >> 8), (unsigned char)n};
+    char in[512];
+    size_t got = 0, plen = 0;
+    int64_t until = now_ms() + T_TIMEOUT;
+
+    if (!dec_ready) {
+        ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+        dec_ready = true;
+    }
+    ck_assert_int_eq(send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL), (ssize_t)sizeof(hdr));
+    ck_assert_int_eq(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+    while (rl_wire_frame(in, got, &plen) != 1) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        ssize_t r;
+
+        RL_CHECK(now_ms() < until, "no reply within %d ms", T_TIMEOUT);
+        RL_CHECK(got < sizeof(in), "reply too long");
+        if (poll(&pfd, 1, 100) <= 0) {
+            continue;
+        }
+        r = recv(fd, in + got, sizeof(in) - got, 0);
+        RL_CHECK(r > 0, "recv: %zd", r);
+        got += (size_t)r;
+    }
+    RL_CHECK(got == RL_WIRE_HDR_LEN + plen, "more than one frame came back");
+    memcpy(raw, in + RL_WIRE_HDR_LEN, plen);
+    *rawn = plen;
+    ck_assert_int_eq(rl_wire_decode_reply(&dec, raw, plen, rep), 0);
+}
+
+/*
+ * A CHECK is relayed from its bytes when it is in a common encoding and decoded and
+ * re-encoded otherwise: either way its owner judges the same key (one counter goes down by
+ * one each time), and the client gets its own id back, of every width, in the bytes the
+ * encoder writes (shortest formats).
+ */
+START_TEST(test_relay_encodings)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)router_port)};
+    struct rl_client *c = connect_router();
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_wire_check_reply want;
+    struct rl_buf re;
+    char user[16], raw[512];
+    unsigned char f[64];
+    size_t n, rawn, ul;
+    int fd;
+    /* id, then how the frame differs from [1, id, "big", user, nil, 1] */
+    static const struct {
+        uint32_t id;
+        int how;
+    } cases[] = {
+        {0, 0},           /* the encoder's bytes: relayed */
+        {128, 1},         /* cost as a signed 32-bit integer: decoded, re-encoded */
+        {65536, 2},       /* the service in a str 8 header: relayed */
+        {4294967295u, 3}, /* the op as a uint 8: decoded, re-encoded */
+        {255, 4},         /* the endpoint "" (the service as a whole): relayed */
+        {5, 5},           /* the id 5 as a uint 32: relayed, answered under a 1-byte id */
+    };
+
+    user_on(NODE_A, "big", "relay", 0, user, sizeof(user));
+    ul = strlen(user);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    rl_buf_init(&re);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint32_t id = cases[i].id;
+        int how = cases[i].how;
+
+        n = 0;
+        f[n++] = 0x96;
+        if (how == 3) {
+            f[n++] = 0xcc;
+        }
+        f[n++] = 0x01;
+        if (how == 5 || id > 0xffff) {
+            f[n++] = 0xce;
+            f[n++] = (unsigned char)(id >> 24);
+            f[n++] = (unsigned char)(id >> 16);
+            f[n++] = (unsigned char)(id >> 8);
+            f[n++] = (unsigned char)id;
+        } else if (id > 0x7f) {
+            f[n++] = 0xcc;
+            f[n++] = (unsigned char)id;
+        } else {
+            f[n++] = (unsigned char)id;
+        }
+        if (how == 2) {
+            f[n++] = 0xd9;
+            f[n++] = 3;
+        } else {
+            f[n++] = 0xa3;
+        }
+        memcpy(f + n, "big", 3);
+        n += 3;
+        f[n++] = (unsigned char)(0xa0 | ul);
+        memcpy(f + n, user, ul);
+        n += ul;
+        f[n++] = how == 4 ? 0xa0 : 0xc0;
+        if (how == 1) {
+            f[n++] = 0xd2;
+            f[n++] = 0;
+            f[n++] = 0;
+            f[n++] = 0;
+        }
+        f[n++] = 0x01;
+        raw_exchange(fd, f, n, rep, raw, &rawn);
+        ck_assert_msg(rep->op == RL_WIRE_OP_CHECK && rep->id == id, "case %zu: op %u id %u", i,
+                      rep->op, rep->id);
+        ck_assert_msg(rep->check.code == RL_WIRE_ALLOWED && rep->check.limit == 1000 &&
+                          rep->check.remaining == 999 - i,
+                      "case %zu: code %u limit %llu remaining %llu", i, rep->check.code,
+                      (unsigned long long)rep->check.limit,
+                      (unsigned long long)rep->check.remaining);
+        want = rep->check;
+        rl_buf_reset(&re);
+        ck_assert_int_eq(rl_wire_put_check_reply(&re, &want), 0);
+        ck_assert_msg(re.len == RL_WIRE_HDR_LEN + rawn &&
+                          memcmp(re.data + RL_WIRE_HDR_LEN, raw, rawn) == 0,
+                      "case %zu: the reply's bytes are not the encoder's", i);
+    }
+    ck_assert_int_eq(node_stat(c, NODE_A, "forwarded"),
+                     (int64_t)(sizeof(cases) / sizeof(cases[0])));
+    close(fd);
+    rl_buf_deinit(&re);
+    free(rep);
+    rl_client_destroy(c);
+}
+END_TEST
+
 /* ---- a client that does not read --------------------------------------------------------- */
 
 /* The router's resident memory, kB. */
@@ -890,6 +1036,7 @@ router_suite(void)
     tcase_add_test(tc, test_deadline_gives_policy_reply);
     tcase_add_test(tc, test_late_replies_dropped);
     tcase_add_test(tc, test_no_rule);
+    tcase_add_test(tc, test_relay_encodings);
     tcase_add_test(tc, test_slow_reader_paused);
     suite_add_tcase(s, tc);
     tc = tcase_create("zookeeper");

@@ -1,0 +1,220 @@
+/*
+ * wire_fast: CHECK requests and replies read straight from their bytes, and the spliced
+ * encoder that relays them under another id (wire_fast.h). Every read is bounded by the
+ * payload's length; any byte the readers do not expect sends the payload to the full
+ * decoders, which stay the judges of what is malformed.
+ */
+#include "wire_fast.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* An unsigned integer in a positive fixint or a uint 8, 16, 32 (or 64 when wide) format, at
+ * p[*i], advancing *i. False for every other format and for a value cut by the end. */
+static inline bool
+fast_uint(const unsigned char *p, size_t n, size_t *i, bool wide, uint64_t *v)
+{
+    size_t at = *i;
+    size_t w;
+    uint64_t x = 0;
+    unsigned char b;
+
+    if (at >= n) {
+        return false;
+    }
+    b = p[at];
+    if (b <= 0x7f) {
+        *v = b;
+        *i = at + 1;
+        return true;
+    }
+    switch (b) {
+    case 0xcc:
+        w = 1;
+        break;
+    case 0xcd:
+        w = 2;
+        break;
+    case 0xce:
+        w = 4;
+        break;
+    case 0xcf:
+        if (!wide) {
+            return false;
+        }
+        w = 8;
+        break;
+    default:
+        return false;
+    }
+    if (n - at - 1 < w) {
+        return false;
+    }
+    for (size_t k = 1; k <= w; k++) {
+        x = (x << 8) | p[at + k];
+    }
+    *v = x;
+    *i = at + 1 + w;
+    return true;
+}
+
+/* A str of min..max bytes in a fixstr, str 8 or str 16 format at p[*i], advancing *i. */
+static inline bool
+fast_str(const unsigned char *p, size_t n, size_t *i, uint32_t min, uint32_t max,
+         struct rl_wire_str *s)
+{
+    size_t at = *i;
+    size_t hdr, len;
+    unsigned char b;
+
+    if (at >= n) {
+        return false;
+    }
+    b = p[at];
+    if (b >= 0xa0 && b <= 0xbf) {
+        hdr = 1;
+        len = b & 0x1f;
+    } else if (b == 0xd9 && n - at >= 2) {
+        hdr = 2;
+        len = p[at + 1];
+    } else if (b == 0xda && n - at >= 3) {
+        hdr = 3;
+        len = ((size_t)p[at + 1] << 8) | p[at + 2];
+    } else {
+        return false;
+    }
+    if (len < min || len > max || n - at - hdr < len) {
+        return false;
+    }
+    s->ptr = (const char *)p + at + hdr;
+    s->len = (uint32_t)len;
+    *i = at + hdr + len;
+    return true;
+}
+
+int
+rl_wire_fast_check(const char *data, size_t n, struct rl_wire_req *req, size_t *tail)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    size_t i = 2, at;
+    uint64_t v;
+
+    if (n < 2 || p[0] != RL_WIRE_CHECK_HDR || p[1] != RL_WIRE_OP_CHECK) {
+        return -1;
+    }
+    memset(req, 0, sizeof(*req));
+    req->op = RL_WIRE_OP_CHECK;
+    if (!fast_uint(p, n, &i, false, &v)) {
+        return -1;
+    }
+    req->id = (uint32_t)v;
+    at = i;
+    if (!fast_str(p, n, &i, 1, RL_WIRE_SERVICE_MAX, &req->service) ||
+        !fast_str(p, n, &i, 1, RL_WIRE_USER_MAX, &req->user)) {
+        return -1;
+    }
+    if (i < n && p[i] == 0xc0) {
+        i++;
+    } else if (!fast_str(p, n, &i, 0, RL_WIRE_ENDPOINT_MAX, &req->endpoint)) {
+        return -1;
+    }
+    if (!fast_uint(p, n, &i, false, &v) || v > RL_WIRE_COST_MAX || i != n) {
+        return -1;
+    }
+    req->cost = (uint32_t)v;
+    *tail = at;
+    return 0;
+}
+
+int
+rl_wire_fast_check_reply(const char *data, size_t n, struct rl_wire_reply *rep, size_t *tail)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    size_t i = 2, at;
+    uint64_t id, code;
+
+    if (n < 2 || p[0] != RL_WIRE_CHECK_REPLY_HDR || p[1] != RL_WIRE_OP_CHECK) {
+        return -1;
+    }
+    if (!fast_uint(p, n, &i, false, &id)) {
+        return -1;
+    }
+    at = i;
+    /* The codes v1 defines are 0..5 (RL_WIRE_CODE_MAP): each is one positive fixint. */
+    if (i >= n || p[i] >= RL_WIRE_CODE_COUNT) {
+        return -1;
+    }
+    code = p[i++];
+    if (!fast_uint(p, n, &i, true, &rep->check.limit) ||
+        !fast_uint(p, n, &i, true, &rep->check.remaining) ||
+        !fast_uint(p, n, &i, true, &rep->check.reset_ms) ||
+        !fast_uint(p, n, &i, true, &rep->check.retry_after_ms) || i != n) {
+        return -1;
+    }
+    rep->op = RL_WIRE_OP_CHECK;
+    rep->id = (uint32_t)id;
+    rep->check.id = (uint32_t)id;
+    rep->check.code = (uint32_t)code;
+    rep->name.ptr = NULL;
+    rep->name.len = 0;
+    rep->now_ms = 0;
+    rep->err = 0;
+    rep->message.ptr = NULL;
+    rep->message.len = 0;
+    rep->nstats = 0;
+    rep->nepisodes = 0;
+    rep->nmissing = 0;
+    *tail = at;
+    return 0;
+}
+
+int
+rl_wire_put_spliced(struct rl_buf *out, uint8_t hdr, uint8_t op, uint32_t id, const char *tail,
+                    size_t tail_len)
+{
+    unsigned char *h;
+    size_t idw = id <= 0x7f ? 1 : id <= 0xff ? 2 : id <= 0xffff ? 3 : 5;
+    size_t payload = 2 + idw + tail_len;
+
+    if (payload > RL_WIRE_FRAME_MAX) {
+        return -EMSGSIZE;
+    }
+    if (out->cap - out->len < RL_WIRE_HDR_LEN + payload &&
+        rl_buf_reserve(out, RL_WIRE_HDR_LEN + payload) != 0) {
+        return -ENOMEM;
+    }
+    /* Written in place, byte by byte: a header staged on the stack and copied costs a
+     * store-forwarding stall per frame. */
+    h = (unsigned char *)out->data + out->len;
+    h[0] = (unsigned char)(payload >> 24);
+    h[1] = (unsigned char)(payload >> 16);
+    h[2] = (unsigned char)(payload >> 8);
+    h[3] = (unsigned char)payload;
+    h[4] = hdr;
+    h[5] = op;
+    h += 6;
+    switch (idw) {
+    case 1:
+        h[0] = (unsigned char)id;
+        break;
+    case 2:
+        h[0] = 0xcc;
+        h[1] = (unsigned char)id;
+        break;
+    case 3:
+        h[0] = 0xcd;
+        h[1] = (unsigned char)(id >> 8);
+        h[2] = (unsigned char)id;
+        break;
+    default:
+        h[0] = 0xce;
+        h[1] = (unsigned char)(id >> 24);
+        h[2] = (unsigned char)(id >> 16);
+        h[3] = (unsigned char)(id >> 8);
+        h[4] = (unsigned char)id;
+        break;
+    }
+    memcpy(h + idw, tail, tail_len);
+    out->len += RL_WIRE_HDR_LEN + payload;
+    return 0;
+}

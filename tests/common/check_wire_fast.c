@@ -1,0 +1,437 @@
+/*
+ * check_wire_fast: the short readers of CHECK and its reply and the spliced encoder
+ * (common/wire_fast.c) against the full codec. They must take what the encoders emit, give
+ * exactly the fields the full decoders give (strings at the same addresses), splice back the
+ * bytes the encoders would have written under the new id, and leave to the full decoders
+ * everything they do not take: a seeded differential fuzz holds every payload it accepts to
+ * the full decoder's verdict and fields.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "rltest.h"
+#include "wire.h"
+#include "wire_fast.h"
+
+#define RAW(...)                                                                                   \
+    (const char *)(const unsigned char[]){__VA_ARGS__}, sizeof((const unsigned char[]){__VA_ARGS__})
+
+static const uint32_t ids[] = {0, 1, 127, 128, 255, 256, 65535, 65536, 16777216, 4294967295u};
+
+/* The same string of the payload (an empty one: both nil or both not; msgpack-c's pointer
+ * for an empty str is not the byte after its header, and nothing reads it). */
+static bool
+str_eq(struct rl_wire_str a, struct rl_wire_str b)
+{
+    if (a.len == 0 && b.len == 0) {
+        return (a.ptr == NULL) == (b.ptr == NULL);
+    }
+    return a.ptr == b.ptr && a.len == b.len;
+}
+
+/* The full decoder takes p too, with the same fields. */
+static void
+same_as_full_req(const char *what, const char *p, size_t n, const struct rl_wire_req *fast)
+{
+    struct rl_wire_decoder d;
+    struct rl_wire_req full;
+    struct rl_wire_fault f;
+
+    RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
+    RL_CHECK(rl_wire_decode_req(&d, p, n, &full, &f) == 0, "%s: full decoder refuses: %s", what,
+             f.msg);
+    RL_CHECK(full.op == fast->op && full.id == fast->id && full.cost == fast->cost, "%s", what);
+    RL_CHECK(str_eq(full.service, fast->service) && str_eq(full.user, fast->user), "%s", what);
+    RL_CHECK(str_eq(full.endpoint, fast->endpoint), "%s: endpoint %p/%u vs %p/%u", what,
+             (const void *)full.endpoint.ptr, full.endpoint.len, (const void *)fast->endpoint.ptr,
+             fast->endpoint.len);
+    RL_CHECK(full.now_ms == 0 && fast->now_ms == 0 && fast->role.ptr == NULL &&
+                 fast->token.ptr == NULL && !fast->has_since && fast->top == 0,
+             "%s", what);
+    rl_wire_decoder_deinit(&d);
+}
+
+static void
+same_as_full_reply(const char *what, const char *p, size_t n, const struct rl_wire_reply *fast)
+{
+    struct rl_wire_decoder d;
+    static struct rl_wire_reply full;
+
+    RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
+    RL_CHECK(rl_wire_decode_reply(&d, p, n, &full) == 0, "%s: full decoder refuses", what);
+    RL_CHECK(full.op == fast->op && full.id == fast->id, "%s", what);
+    RL_CHECK(memcmp(&full.check, &fast->check, sizeof(full.check)) == 0, "%s", what);
+    RL_CHECK(fast->name.ptr == NULL && fast->message.ptr == NULL && fast->err == 0 &&
+                 fast->now_ms == 0 && fast->nstats == 0 && fast->nepisodes == 0 &&
+                 fast->nmissing == 0,
+             "%s", what);
+    rl_wire_decoder_deinit(&d);
+}
+
+/* Every CHECK the encoder writes, over the widths of each field, is read the short way, and
+ * spliced under any id it is byte for byte the encoder's frame with that id. */
+START_TEST(test_takes_encoded_checks)
+{
+    static char big[300];
+    static const uint32_t slens[] = {1, 31, 32, 128};
+    static const uint32_t ulens[] = {1, 31, 32, 255, 256};
+    static const int64_t elens[] = {-1, 0, 31, 32, 128};
+    static const uint32_t costs[] = {0, 127, 128, 255, 256, 65535, 65536, 1000000};
+    struct rl_buf a, b;
+    int cases = 0;
+
+    memset(big, 'x', sizeof(big));
+    rl_buf_init(&a);
+    rl_buf_init(&b);
+    for (size_t si = 0; si < sizeof(slens) / sizeof(slens[0]); si++) {
+        for (size_t ui = 0; ui < sizeof(ulens) / sizeof(ulens[0]); ui++) {
+            for (size_t ei = 0; ei < sizeof(elens) / sizeof(elens[0]); ei++) {
+                for (size_t ci = 0; ci < sizeof(costs) / sizeof(costs[0]); ci++) {
+                    struct rl_wire_req in = {0}, out;
+                    uint32_t id = ids[(si + ui + ei + ci) % (sizeof(ids) / sizeof(ids[0]))];
+                    uint32_t id2 = ids[(si * 3 + ui + ci) % (sizeof(ids) / sizeof(ids[0]))];
+                    size_t n, tail = 0;
+                    char what[96];
+
+                    in.op = RL_WIRE_OP_CHECK;
+                    in.id = id;
+                    in.service.ptr = big;
+                    in.service.len = slens[si];
+                    in.user.ptr = big + 1;
+                    in.user.len = ulens[ui];
+                    in.endpoint.ptr = elens[ei] < 0 ? NULL : big + 2;
+                    in.endpoint.len = elens[ei] < 0 ? 0 : (uint32_t)elens[ei];
+                    in.cost = costs[ci];
+                    snprintf(what, sizeof(what), "id %u service %u user %u endpoint %lld cost %u",
+                             id, slens[si], ulens[ui], (long long)elens[ei], costs[ci]);
+                    rl_buf_reset(&a);
+                    RL_CHECK_INT_EQ(rl_wire_put_check(&a, &in), 0);
+                    n = a.len - RL_WIRE_HDR_LEN;
+                    RL_CHECK(rl_wire_fast_check(a.data + RL_WIRE_HDR_LEN, n, &out, &tail) == 0,
+                             "%s: not taken", what);
+                    RL_CHECK(out.id == id && out.cost == in.cost && out.user.len == ulens[ui] &&
+                                 out.service.len == slens[si] &&
+                                 (out.endpoint.ptr == NULL) == (elens[ei] < 0),
+                             "%s", what);
+                    same_as_full_req(what, a.data + RL_WIRE_HDR_LEN, n, &out);
+                    /* The tail starts at the service. */
+                    RL_CHECK(a.data + RL_WIRE_HDR_LEN + tail < out.service.ptr &&
+                                 out.service.ptr - (a.data + RL_WIRE_HDR_LEN + tail) <= 2,
+                             "%s: tail at %zu", what, tail);
+                    /* Spliced under id2: the encoder's bytes for id2. */
+                    rl_buf_reset(&b);
+                    RL_CHECK_INT_EQ(rl_wire_put_spliced(&b, RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK,
+                                                        id2, a.data + RL_WIRE_HDR_LEN + tail,
+                                                        n - tail),
+                                    0);
+                    in.id = id2;
+                    rl_buf_reset(&a);
+                    RL_CHECK_INT_EQ(rl_wire_put_check(&a, &in), 0);
+                    RL_CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0,
+                             "%s: spliced under %u differs from the encoder's", what, id2);
+                    cases++;
+                }
+            }
+        }
+    }
+    ck_assert_int_eq(cases, 4 * 5 * 5 * 8);
+    rl_buf_deinit(&a);
+    rl_buf_deinit(&b);
+}
+END_TEST
+
+/* The same for replies: every code, numbers of every width. */
+START_TEST(test_takes_encoded_replies)
+{
+    static const uint64_t vals[] = {0,     1,     127,        128,         255,        256,
+                                    65535, 65536, 4294967295, 4294967296u, UINT64_MAX, 60000};
+    static struct rl_wire_reply out;
+    struct rl_buf a, b;
+    const size_t nv = sizeof(vals) / sizeof(vals[0]);
+
+    rl_buf_init(&a);
+    rl_buf_init(&b);
+    for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+        for (size_t i = 0; i < nv; i++) {
+            struct rl_wire_check_reply in = {
+                ids[i % 10],       code, vals[i], vals[(i + 3) % nv], vals[(i + 5) % nv],
+                vals[(i + 7) % nv]};
+            uint32_t id2 = ids[(i + code) % 10];
+            size_t n, tail = 0;
+            char what[64];
+
+            snprintf(what, sizeof(what), "code %u case %zu", code, i);
+            rl_buf_reset(&a);
+            RL_CHECK_INT_EQ(rl_wire_put_check_reply(&a, &in), 0);
+            n = a.len - RL_WIRE_HDR_LEN;
+            memset(&out, 0x5a, sizeof(out.check) + 64);
+            RL_CHECK(rl_wire_fast_check_reply(a.data + RL_WIRE_HDR_LEN, n, &out, &tail) == 0,
+                     "%s: not taken", what);
+            RL_CHECK(out.op == RL_WIRE_OP_CHECK && memcmp(&out.check, &in, sizeof(in)) == 0, "%s",
+                     what);
+            same_as_full_reply(what, a.data + RL_WIRE_HDR_LEN, n, &out);
+            RL_CHECK((unsigned char)a.data[RL_WIRE_HDR_LEN + tail] == code, "%s: tail at %zu", what,
+                     tail);
+            rl_buf_reset(&b);
+            RL_CHECK_INT_EQ(rl_wire_put_spliced(&b, RL_WIRE_CHECK_REPLY_HDR, RL_WIRE_OP_CHECK, id2,
+                                                a.data + RL_WIRE_HDR_LEN + tail, n - tail),
+                            0);
+            in.id = id2;
+            rl_buf_reset(&a);
+            RL_CHECK_INT_EQ(rl_wire_put_check_reply(&a, &in), 0);
+            RL_CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0, "%s: spliced differs",
+                     what);
+        }
+    }
+    rl_buf_deinit(&a);
+    rl_buf_deinit(&b);
+}
+END_TEST
+
+/* What the short readers leave to the full decoders: values out of bounds, other types,
+ * other ops, other encodings of good values, cut or trailing bytes. */
+START_TEST(test_leaves_the_rest)
+{
+    static struct rl_wire_reply rep;
+    struct rl_wire_req req;
+    size_t tail;
+    const struct {
+        const char *p;
+        size_t n;
+    } reqs[] = {
+        /* the PROTOCOL.md example, then broken one way each */
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01)}, /* taken: index 0 */
+        {RAW(0x95, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0)},
+        {RAW(0x97, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0x01)},
+        {RAW(0x96, 0x02, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01)},
+        {RAW(0x96, 0xcc, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01)},
+        {RAW(0x96, 0x01, 0xff, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01)},
+        {RAW(0x96, 0x01, 0xcf, 0, 0, 0, 0, 0, 0, 0, 7, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01)},
+        {RAW(0x96, 0x01, 0x07, 0xa0, 0xa1, 'u', 0xc0, 0x01)},
+        {RAW(0x96, 0x01, 0x07, 0xc4, 0x01, 's', 0xa1, 'u', 0xc0, 0x01)},
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa0, 0xc0, 0x01)},
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc2, 0x01)},
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd2, 0, 0, 0, 1)},
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xcf, 0, 0, 0, 0, 0, 0x0f, 0x42, 0x3f)},
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xce, 0, 0x0f, 0x42, 0x41)},
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xff)},
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xca, 0x3f, 0x80, 0, 0)},
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0)},
+        {RAW(0x96, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0)},
+        {RAW(0x96, 0x01, 0x07, 0xa2, 's')},
+        {RAW(0x96, 0x01, 0x07, 0xd9)},
+        {RAW(0x96, 0x01, 0x07, 0xda, 0x00)},
+        {RAW(0x96, 0x01, 0xcd, 0x01)},
+        {RAW(0x96, 0x01)},
+        {RAW(0x96)},
+    };
+    const struct {
+        const char *p;
+        size_t n;
+    } reps[] = {
+        {RAW(0x97, 0x01, 0x07, 0x00, 0x64, 0x63, 0xcd, 0xea, 0x60, 0x00)}, /* taken: index 0 */
+        {RAW(0x97, 0x01, 0x07, 0x06, 0x64, 0x63, 0xcd, 0xea, 0x60, 0x00)},
+        {RAW(0x97, 0x01, 0x07, 0xcc, 0x00, 0x64, 0x63, 0xcd, 0xea, 0x60, 0x00)},
+        {RAW(0x97, 0x01, 0x07, 0x00, 0xd0, 0x64, 0x63, 0xcd, 0xea, 0x60, 0x00)},
+        {RAW(0x97, 0x01, 0x07, 0x00, 0x64, 0x63, 0xcd, 0xea, 0x60, 0xff)},
+        {RAW(0x97, 0x01, 0x07, 0x00, 0x64, 0x63, 0xcd, 0xea, 0x60)},
+        {RAW(0x97, 0x01, 0x07, 0x00, 0x64, 0x63, 0xcd, 0xea, 0x60, 0x00, 0x00)},
+        {RAW(0x97, 0x01, 0x07, 0x00, 0x64, 0x63, 0xcd, 0xea)},
+        {RAW(0x96, 0x01, 0x07, 0x00, 0x64, 0x63, 0xcd, 0xea, 0x60)},
+        {RAW(0x98, 0x01, 0x07, 0x00, 0x64, 0x63, 0xcd, 0xea, 0x60, 0x00, 0x00)},
+        {RAW(0x97, 0x02, 0x07, 0x00, 0x64, 0x63, 0xcd, 0xea, 0x60, 0x00)},
+        {RAW(0x94, 0xcc, 0xff, 0x07, 0x06, 0xa0)},
+        {RAW(0x97, 0x01, 0xcf, 0, 0, 0, 0, 0, 0, 0, 7, 0x00, 0x64, 0x63, 0xcd, 0xea, 0x60, 0x00)},
+        {RAW(0x97)},
+    };
+
+    for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        int rc = rl_wire_fast_check(reqs[i].p, reqs[i].n, &req, &tail);
+
+        RL_CHECK(rc == (i == 0 ? 0 : -1), "request %zu: rc %d", i, rc);
+    }
+    /* The other encodings are still good CHECKs: the full decoder takes them. */
+    for (size_t i = 11; i <= 12; i++) {
+        struct rl_wire_decoder d;
+        struct rl_wire_fault f;
+
+        RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
+        RL_CHECK(rl_wire_decode_req(&d, reqs[i].p, reqs[i].n, &req, &f) == 0 &&
+                     req.cost == (i == 11 ? 1u : 999999u),
+                 "request %zu", i);
+        rl_wire_decoder_deinit(&d);
+    }
+    for (size_t i = 0; i < sizeof(reps) / sizeof(reps[0]); i++) {
+        int rc = rl_wire_fast_check_reply(reps[i].p, reps[i].n, &rep, &tail);
+
+        RL_CHECK(rc == (i == 0 ? 0 : -1), "reply %zu: rc %d", i, rc);
+    }
+}
+END_TEST
+
+/* A frame can never pass the limit: the splice refuses it and leaves out as it was. */
+START_TEST(test_splice_limits)
+{
+    struct rl_buf b;
+    char *tail = calloc(1, RL_WIRE_FRAME_MAX);
+
+    rl_buf_init(&b);
+    ck_assert_int_eq(rl_buf_append(&b, "xy", 2), 0);
+    ck_assert_int_eq(rl_wire_put_spliced(&b, 0x96, 1, 7, tail, RL_WIRE_FRAME_MAX - 3), 0);
+    ck_assert_uint_eq(b.len, 2 + RL_WIRE_HDR_LEN + RL_WIRE_FRAME_MAX);
+    b.len = 2;
+    ck_assert_int_eq(rl_wire_put_spliced(&b, 0x96, 1, 128, tail, RL_WIRE_FRAME_MAX - 3), -EMSGSIZE);
+    ck_assert_uint_eq(b.len, 2);
+    ck_assert_int_eq(memcmp(b.data, "xy", 2), 0);
+    rl_buf_deinit(&b);
+    free(tail);
+}
+END_TEST
+
+static uint64_t
+rnd(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+/* Mutated CHECKs and replies: whatever the short readers take, the full decoders take with
+ * the same fields, and the splice of it decodes to the same fields under the new id. */
+START_TEST(test_differential_fuzz)
+{
+    static const unsigned char hot[] = {0x00, 0x01, 0x05, 0x06, 0x7f, 0x80, 0x96, 0x97,
+                                        0xa0, 0xa1, 0xbf, 0xc0, 0xc2, 0xc4, 0xcc, 0xcd,
+                                        0xce, 0xcf, 0xd0, 0xd2, 0xd9, 0xda, 0xdb, 0xff};
+    static struct rl_wire_reply rep, rep2;
+    struct rl_wire_decoder d;
+    struct rl_buf seeds[4], sp;
+    struct rl_wire_req in = {0}, req, req2;
+    struct rl_wire_check_reply crep = {300, RL_WIRE_LIMITED, 10, 0, 70000, 250};
+    struct rl_wire_fault f;
+    char buf[512];
+    uint64_t s = 0x2545f4914f6cdd1dull;
+    int taken_req = 0, taken_rep = 0;
+
+    RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
+    for (int k = 0; k < 4; k++) {
+        rl_buf_init(&seeds[k]);
+    }
+    rl_buf_init(&sp);
+    in.op = RL_WIRE_OP_CHECK;
+    in.id = 70000;
+    in.service.ptr = "checkout";
+    in.service.len = 8;
+    in.user.ptr = "user-1";
+    in.user.len = 6;
+    in.endpoint.ptr = "/pay";
+    in.endpoint.len = 4;
+    in.cost = 300;
+    ck_assert_int_eq(rl_wire_put_check(&seeds[0], &in), 0);
+    in.endpoint.ptr = NULL;
+    in.endpoint.len = 0;
+    in.id = 5;
+    in.cost = 1;
+    ck_assert_int_eq(rl_wire_put_check(&seeds[1], &in), 0);
+    ck_assert_int_eq(rl_wire_put_check_reply(&seeds[2], &crep), 0);
+    crep.id = 1;
+    crep.code = RL_WIRE_ALLOWED;
+    crep.limit = UINT64_MAX;
+    crep.retry_after_ms = 0;
+    ck_assert_int_eq(rl_wire_put_check_reply(&seeds[3], &crep), 0);
+
+    for (int iter = 0; iter < 200000; iter++) {
+        const struct rl_buf *seed = &seeds[iter % 4];
+        int muts = (int)(rnd(&s) % 4);
+        size_t n = seed->len - RL_WIRE_HDR_LEN, tail = 0;
+        uint32_t id2 = (uint32_t)rnd(&s) >> (rnd(&s) % 32);
+
+        memcpy(buf, seed->data + RL_WIRE_HDR_LEN, n);
+        while (muts-- > 0 && n > 0) {
+            uint64_t r = rnd(&s);
+            size_t k = (r >> 8) % n;
+
+            switch (r % 4) {
+            case 0:
+                buf[k] = (char)(rnd(&s) >> 13);
+                break;
+            case 1:
+                buf[k] = (char)hot[(r >> 20) % sizeof(hot)];
+                break;
+            case 2:
+                memmove(buf + k + 1, buf + k, n - k);
+                buf[k] = (char)hot[(r >> 20) % sizeof(hot)];
+                n++;
+                break;
+            default:
+                n = (r & 0x100) ? k : n - 1;
+                break;
+            }
+        }
+        if (rl_wire_fast_check(buf, n, &req, &tail) == 0) {
+            taken_req++;
+            RL_CHECK(tail >= 3 && tail < n);
+            same_as_full_req("fuzzed request", buf, n, &req);
+            rl_buf_reset(&sp);
+            RL_CHECK_INT_EQ(rl_wire_put_spliced(&sp, RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK, id2,
+                                                buf + tail, n - tail),
+                            0);
+            RL_CHECK_INT_EQ(rl_wire_decode_req(&d, sp.data + RL_WIRE_HDR_LEN,
+                                               sp.len - RL_WIRE_HDR_LEN, &req2, &f),
+                            0);
+            RL_CHECK(req2.id == id2 && req2.cost == req.cost && req2.user.len == req.user.len &&
+                     memcmp(req2.user.ptr, req.user.ptr, req.user.len) == 0 &&
+                     req2.service.len == req.service.len &&
+                     memcmp(req2.service.ptr, req.service.ptr, req.service.len) == 0 &&
+                     (req2.endpoint.ptr == NULL) == (req.endpoint.ptr == NULL) &&
+                     req2.endpoint.len == req.endpoint.len);
+        }
+        if (rl_wire_fast_check_reply(buf, n, &rep, &tail) == 0) {
+            taken_rep++;
+            RL_CHECK(tail >= 3 && tail < n);
+            same_as_full_reply("fuzzed reply", buf, n, &rep);
+            rl_buf_reset(&sp);
+            RL_CHECK_INT_EQ(rl_wire_put_spliced(&sp, RL_WIRE_CHECK_REPLY_HDR, RL_WIRE_OP_CHECK, id2,
+                                                buf + tail, n - tail),
+                            0);
+            RL_CHECK_INT_EQ(rl_wire_decode_reply(&d, sp.data + RL_WIRE_HDR_LEN,
+                                                 sp.len - RL_WIRE_HDR_LEN, &rep2),
+                            0);
+            rep.check.id = id2;
+            RL_CHECK(rep2.id == id2 && memcmp(&rep2.check, &rep.check, sizeof(rep.check)) == 0);
+        }
+    }
+    /* The loop means something: unmutated and harmlessly mutated seeds were taken. */
+    ck_assert_int_gt(taken_req, 20000);
+    ck_assert_int_gt(taken_rep, 20000);
+    for (int k = 0; k < 4; k++) {
+        rl_buf_deinit(&seeds[k]);
+    }
+    rl_buf_deinit(&sp);
+    rl_wire_decoder_deinit(&d);
+}
+END_TEST
+
+static Suite *
+wire_fast_suite(void)
+{
+    Suite *s = suite_create("wire_fast");
+    TCase *tc = tcase_create("wire_fast");
+
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_takes_encoded_checks);
+    tcase_add_test(tc, test_takes_encoded_replies);
+    tcase_add_test(tc, test_leaves_the_rest);
+    tcase_add_test(tc, test_splice_limits);
+    tcase_add_test(tc, test_differential_fuzz);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RL_TEST_MAIN(wire_fast_suite)
