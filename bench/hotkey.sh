@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # Hot keys shed at the router (docs/BENCHMARKS.md, "Hot keys and the deny cache"). Two nodes
-# (static membership) and two routers over them in the same run, one with `deny_cache = on`
-# and one with `deny_cache = off`, measured alternately (on, off, on, off ...).
+# (static membership) and three routers over them in the same run: `deny_cache = on`,
+# `deny_cache = off`, and both `deny_cache` and `hot_keys` off; measured alternately.
 #   (a) one user sends half of all traffic, far over its limit (token_bucket 10 per 1s),
 #       the other half spread over a million users well under theirs; both halves open loop
 #       at RATE/2 each. Counted: the CHECKs the nodes answered (their STATS `checks`, before
 #       and after), so the share of the hot user's requests that reached a node.
 #   (b) the cluster's decisions/s, closed loop through the router, with users drawn uniform
 #       and Zipf(1.1) over a million users (limit token_bucket 100 per 1s burst 100).
+#   (c) the cost on requests neither answers: uniform traffic, no key over its limit,
+#       through a router with both on (the defaults) and one with both off.
 #   bench/hotkey.sh   (RUNS=5 by default; RATE=40000; SECS=4)
 source "$(dirname "$0")/lib.sh"
 bash "$top/scripts/build.sh" release >/dev/null
 work=$(mktemp -d)
-pa=$(free_port); pb=$(free_port); ron=$(free_port); roff=$(free_port)
+pa=$(free_port); pb=$(free_port); ron=$(free_port); roff=$(free_port); rnone=$(free_port)
 rate=${RATE:-40000}
 secs=${SECS:-4}
 machine
 echo "load: $(uptime)"
 
-conf() { # ROUTER_PORT on|off
+conf() { # ROUTER_PORT on|off [on|off: hot_keys]
     cat <<CONF
 [cluster]
 name = hot
@@ -27,6 +29,7 @@ shards = 4096
 listen = 127.0.0.1:$1
 deadline = 500ms
 deny_cache = $2
+hot_keys = ${3:-on}
 [node a]
 listen = 127.0.0.1:$pa
 memory = 1g
@@ -43,11 +46,13 @@ CONF
 }
 conf "$ron" on > "$work/on.conf"
 conf "$roff" off > "$work/off.conf"
+conf "$rnone" off off > "$work/none.conf"
 "$bin/rl-node" --config "$work/on.conf" --name a 2>>"$work/node-a.log" & pids+=($!)
 "$bin/rl-node" --config "$work/on.conf" --name b 2>>"$work/node-b.log" & pids+=($!)
 "$bin/rl-router" --config "$work/on.conf" 2>>"$work/router-on.log" & pids+=($!)
 "$bin/rl-router" --config "$work/off.conf" 2>>"$work/router-off.log" & pids+=($!)
-for p in $pa $pb $ron $roff; do wait_port "$p"; done
+"$bin/rl-router" --config "$work/none.conf" 2>>"$work/router-none.log" & pids+=($!)
+for p in $pa $pb $ron $roff $rnone; do wait_port "$p"; done
 sleep 0.3
 
 node_checks() {
@@ -101,10 +106,23 @@ for i in $(seq 1 "$runs"); do
         done
     done
 done
+# (c) what the two cost a request they do not answer: uniform traffic (no key over its
+#     limit) through the default router (both on) and through one with both off.
+declare -A unif
+for i in $(seq 1 "$runs"); do
+    for mode in on none; do
+        port=$ron; [ $mode = none ] && port=$rnone
+        d=$(bench "$port" --service bench --keys 1000000 --duration "$secs" | json decisions_per_s)
+        unif[$mode]+="$d "
+        echo "run $i uniform, router $mode: $d decisions/s"
+    done
+done
 for mode in on off; do
     u=$(printf '%s\n' ${dps[$mode-uniform]} | median); z=$(printf '%s\n' ${dps[$mode-zipf]} | median)
     echo "RESULT (b) cache $mode: uniform $u/s, zipf(1.1) $z/s, zipf/uniform $(awk -v a=$z -v b=$u 'BEGIN {printf "%.2f", a/b}')"
 done
+a=$(printf '%s\n' ${unif[on]} | median); b=$(printf '%s\n' ${unif[none]} | median)
+echo "RESULT (c) uniform, no key limited: deny_cache+hot_keys on $a/s, both off $b/s, ratio $(awk -v a=$a -v b=$b 'BEGIN {printf "%.3f", a/b}')"
 echo "router (on) STATS: $("$bin/rl-cli" --target 127.0.0.1:$ron stats | grep -E '^deny_' | tr '\n' ' ')"
 echo "load: $(uptime)"
 bench_cleanup
