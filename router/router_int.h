@@ -8,6 +8,8 @@
  *   table.c     membership and assignment into the shard table, rules replaced live;
  *   health.c    readiness (/readyz) and the warning while ZooKeeper gives no membership;
  *   rmetrics.c  what the router reports: STATS and its Prometheus families;
+ *   shed.c      hot keys shed: the deny cache (denycache.h) and hot-key counts (hotkeys.h)
+ *               as forward.c and table.c call them, the HOT op;
  *   router.c    creating and closing it.
  * The public API is router.h's. Everything runs on the loop thread.
  */
