@@ -318,6 +318,8 @@ conf_create(const char *name)
     c->events_log_rate = 100;
     c->secret_file = strdup("");
     c->log_sample = 1;
+    c->deny_cache = RL_CONF_DENY_CACHE_DEFAULT;
+    c->hot_keys = true;
     c->log_max_size = 256ull << 20;
     c->log_keep = 4;
     c->clients = rl_conn_limits_default();

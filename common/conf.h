@@ -52,6 +52,8 @@ struct rl_node_conf {
     int line;
 };
 
+#define RL_CONF_DENY_CACHE_DEFAULT 65536u /* [router] deny_cache = on */
+#define RL_CONF_DENY_CACHE_MAX (1u << 24)
 #define RL_CONF_DEFAULT_MEMORY (1024ull * 1024 * 1024)
 
 /*
@@ -91,6 +93,9 @@ struct rl_conf {
     uint32_t log_sample;       /* log one request in N; default 1 */
     uint64_t log_max_size;     /* rotate the request log at this size; 0 = never; default 256 MiB */
     uint32_t log_keep;         /* rotated request logs kept; default 4 */
+    uint32_t deny_cache;       /* LIMITED answers remembered (router/denycache.h); 0 = off;
+                                  default RL_CONF_DENY_CACHE_DEFAULT */
+    bool hot_keys;             /* count the hot (service, user) keys; default on */
     char *router_metrics_host; /* [router] metrics: HTTP listener (metrics.h); NULL: off */
     uint16_t router_metrics_port;
     /* [clients]: what each process's listener allows its clients (connlimits.h) */

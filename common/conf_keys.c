@@ -324,6 +324,28 @@ set_request_log_sample(struct conf_parser *p, const char *v)
     return set_bounded(p, &p->c->log_sample, v, false, 1, UINT32_MAX, "1..4294967295");
 }
 
+/* on (the default size), off (0), or a number of entries. */
+static const char *
+set_deny_cache(struct conf_parser *p, const char *v)
+{
+    if (strcmp(v, "on") == 0) {
+        p->c->deny_cache = RL_CONF_DENY_CACHE_DEFAULT;
+        return NULL;
+    }
+    if (strcmp(v, "off") == 0) {
+        p->c->deny_cache = 0;
+        return NULL;
+    }
+    return set_bounded(p, &p->c->deny_cache, v, false, 0, RL_CONF_DENY_CACHE_MAX,
+                       "on, off or 0..16777216");
+}
+
+static const char *
+set_hot_keys(struct conf_parser *p, const char *v)
+{
+    return conf_set_either(&p->c->hot_keys, v, "off", "on", "is not on or off");
+}
+
 /* A size of memory: at least 1 MiB. */
 static const char *
 set_memory(uint64_t *field, const char *v)
@@ -489,6 +511,8 @@ const struct conf_key conf_keys[] = {
     {CONF_ROUTER, "request_log_max_size", set_request_log_max_size, false},
     {CONF_ROUTER, "request_log_keep", set_request_log_keep, false},
     {CONF_ROUTER, "metrics", set_router_metrics, false},
+    {CONF_ROUTER, "deny_cache", set_deny_cache, false},
+    {CONF_ROUTER, "hot_keys", set_hot_keys, false},
     {CONF_CLIENTS, "max_connections", set_max_connections, false},
     {CONF_CLIENTS, "max_connections_per_peer", set_max_per_peer, false},
     {CONF_CLIENTS, "router_reserve", set_router_reserve, false},

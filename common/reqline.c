@@ -74,6 +74,15 @@ rl_reqline_format(char *buf, uint64_t ts_ms, uint32_t shard, const char *node, u
                   uint64_t key_hash, const char *service, size_t slen, const char *user,
                   size_t ulen)
 {
+    return rl_reqline_format_ex(buf, ts_ms, shard, node, code, key_hash, service, slen, user,
+                                ulen, false);
+}
+
+size_t
+rl_reqline_format_ex(char *buf, uint64_t ts_ms, uint32_t shard, const char *node, uint32_t code,
+                     uint64_t key_hash, const char *service, size_t slen, const char *user,
+                     size_t ulen, bool cached)
+{
     char *p = buf;
 
     if (slen > RL_REQLINE_SERVICE_MAX) {
@@ -104,6 +113,10 @@ rl_reqline_format(char *buf, uint64_t ts_ms, uint32_t shard, const char *node, u
     p += rl_reqline_escape(p, service, slen);
     *p++ = ' ';
     p += rl_reqline_escape(p, user, ulen);
+    if (cached) {
+        memcpy(p, " cached", 7);
+        p += 7;
+    }
     *p++ = '\n';
     return (size_t)(p - buf);
 }
@@ -195,14 +208,16 @@ digits_reason(const char *p, const char *e, int own)
 int
 rl_reqline_parse(const char *p, size_t n, uint32_t nshards, struct rl_reqline *out)
 {
-    const char *e = p + n, *q, *node, *sv, *us;
+    const char *e = p + n, *q, *node, *sv, *us, *ue;
     uint64_t v, ts, code, hash = 0;
     uint32_t shard;
+    bool cached = false;
     int i;
 
     if (n > 0 && e[-1] == '\r') {
         e--;
     }
+    ue = e;
     /* TS_MS: at most 20 digits, what a uint64_t holds in decimal. */
     q = digits(p, e, 20, &ts);
     if (q == NULL) {
@@ -266,6 +281,11 @@ rl_reqline_parse(const char *p, size_t n, uint32_t nshards, struct rl_reqline *o
     us = q + 1;
     for (q = us; q < e; q++) {
         if (!name_byte((unsigned char)*q)) {
+            if (*q == ' ' && q > us && e - q == 7 && memcmp(q, " cached", 7) == 0) {
+                cached = true;
+                ue = q;
+                break;
+            }
             return *q == ' ' ? BAD(RL_REQLINE_FIELDS) : BAD(RL_REQLINE_NAME);
         }
     }
@@ -283,6 +303,7 @@ rl_reqline_parse(const char *p, size_t n, uint32_t nshards, struct rl_reqline *o
     out->service = sv;
     out->slen = (uint32_t)(us - 1 - sv);
     out->user = us;
-    out->ulen = (uint32_t)(e - us);
+    out->ulen = (uint32_t)(ue - us);
+    out->cached = cached;
     return 0;
 }

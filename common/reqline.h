@@ -9,11 +9,15 @@
  * decimal, NODE a name or "-" when no node was involved, KEYHASH the 16 lower-case hex
  * digits of the key hash (shardmap.h), SERVICE and USER %-escaped (every byte outside '!'..'~',
  * and '%' itself, as %XX with lower-case hex digits; a field that is the one byte "-" as
- * %2d) and cut to 128 and 256 bytes before escaping, "-" for an empty field. Not for the writing (reqlog.h) or counting (logscan.h).
+ * %2d) and cut to 128 and 256 bytes before escaping, "-" for an empty field. An eighth
+ * field, the word `cached`, marks an answer the router gave from its deny cache (no node was
+ * asked); a line without it was answered by a node or by failure policy. Not for the writing
+ * (reqlog.h) or counting (logscan.h).
  */
 #ifndef RL_REQLINE_H
 #define RL_REQLINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +61,11 @@ size_t rl_reqline_format(char *buf, uint64_t ts_ms, uint32_t shard, const char *
                          uint32_t code, uint64_t key_hash, const char *service, size_t slen,
                          const char *user, size_t ulen);
 
+/* The same, with the eighth field `cached` when cached is true. */
+size_t rl_reqline_format_ex(char *buf, uint64_t ts_ms, uint32_t shard, const char *node,
+                            uint32_t code, uint64_t key_hash, const char *service, size_t slen,
+                            const char *user, size_t ulen, bool cached);
+
 /* Escapes s[0..n) into out (room for 3n bytes, or 1 when n is 0); returns the length. */
 size_t rl_reqline_escape(char *out, const char *s, size_t n);
 
@@ -79,10 +88,12 @@ struct rl_reqline {
     uint32_t nlen;
     uint32_t slen;
     uint32_t ulen;
+    bool cached; /* the eighth field `cached` was there */
 };
 
 /*
- * Parses one line p[0..n) (no newline; a trailing '\r' is ignored). nshards > 0 also checks
+ * Parses one line p[0..n) (no newline; a trailing '\r' is ignored), 7 fields or 8 whose
+ * last is `cached`. nshards > 0 also checks
  * SHARD < nshards and SHARD == KEYHASH mod nshards. Escapes are only checked to consist of
  * name bytes; rl_reqline_unescape checks them. Returns 0, or 1 + the reason it is malformed
  * (never TOO_LONG: the reader judges lengths).

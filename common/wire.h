@@ -68,6 +68,7 @@
     R(A, HELLO, hello, 5, 3, 3, hello, 3, named, NODE, NONE)                                       \
     R(A, AUTH, auth, 6, 3, 3, auth, 3, named, NODE, SELF)                                          \
     R(A, THROTTLED, throttled, 7, 2, 5, throttled, 4, throttled, NODE, FANOUT)                     \
+    R(A, HOT, hot, 8, 2, 4, hot, 4, hot, NONE, SELF)                                               \
     R(A, ERROR, error, 255, 0, 0, none, 4, error, NONE, NONE)
 
 /*
@@ -185,7 +186,8 @@ struct rl_wire_req {
     struct rl_wire_str role; /* HELLO: "router" */
     struct rl_wire_str token; /* AUTH: 1..256 bytes, string or binary */
     /* THROTTLED: service (above, ptr NULL: any) filters; since_ms when has_since; top
-     * 1..RL_WIRE_TOP_MAX (RL_WIRE_TOP_DEFAULT when not given) */
+     * 1..RL_WIRE_TOP_MAX (RL_WIRE_TOP_DEFAULT when not given). HOT: service and top alike
+     * (top 0 when not given: the router's default) */
     uint64_t since_ms;
     bool has_since;
     uint32_t top;
@@ -202,6 +204,14 @@ struct rl_wire_episode {
     uint64_t end_ms;             /* when it ended; 0 while open */
     uint64_t refused;            /* requests refused (LIMITED) in it */
     uint32_t ended;              /* enum rl_wire_ended */
+};
+
+/* One key of a HOT reply: the router's count of (service, user) requests. */
+struct rl_wire_hot_key {
+    struct rl_wire_str service; /* 1..128 bytes */
+    struct rl_wire_str user;    /* 1..256 bytes (a router sends at most its first 64) */
+    uint64_t count;             /* requests counted, decayed (docs/PROTOCOL.md, "HOT") */
+    uint64_t err;               /* at most this much of count may be other keys' */
 };
 
 struct rl_wire_check_reply {
@@ -232,6 +242,9 @@ struct rl_wire_reply {
     size_t nmissing; /* THROTTLED: nodes that did not answer (router), at most
                         RL_WIRE_MISSING_MAX */
     struct rl_wire_str missing[RL_WIRE_MISSING_MAX];
+    uint64_t period_ms; /* HOT: the counts halve this often */
+    size_t nhot;        /* HOT: at most RL_WIRE_TOP_MAX, highest count first */
+    struct rl_wire_hot_key hot[RL_WIRE_TOP_MAX];
 };
 
 /* What went wrong with a request, ready to be sent back as an ERROR reply. */
@@ -310,6 +323,14 @@ int rl_wire_put_stats_reply(struct rl_buf *out, uint32_t id, const char *const *
  * are sent. Strings past their bounds are -EMSGSIZE.
  */
 int rl_wire_put_throttled(struct rl_buf *out, const struct rl_wire_req *req);
+/*
+ * HOT [8, id, service|nil, top|nil] from req (service.ptr NULL: nil; top 0: nil), and its
+ * reply [8, id, period_ms, [[service, user, count, err]...]] with keys[0..n) (at most
+ * RL_WIRE_TOP_MAX; strings past their bounds are -EMSGSIZE).
+ */
+int rl_wire_put_hot(struct rl_buf *out, const struct rl_wire_req *req);
+int rl_wire_put_hot_reply(struct rl_buf *out, uint32_t id, uint64_t period_ms,
+                          const struct rl_wire_hot_key *keys, size_t n);
 /*
  * Any request: req encoded by its op's encoder above (the op table's req column), or -EINVAL
  * for an op that is not a request (not in the table, or ERROR).

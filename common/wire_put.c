@@ -398,6 +398,65 @@ rl_wire_put_throttled_reply(struct rl_buf *out, uint32_t id, const struct rl_wir
     return 0;
 }
 
+int
+rl_wire_put_hot(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (req->service.ptr != NULL && req->service.len > RL_WIRE_SERVICE_MAX) {
+        return -EMSGSIZE;
+    }
+    if (wire_begin(out, WIRE_HINT + (size_t)req->service.len, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 4) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_HOT) == 0 &&
+         msgpack_pack_uint32(&pk, req->id) == 0 &&
+         (req->service.ptr == NULL ? msgpack_pack_nil(&pk) == 0
+                                   : wire_pack_str(&pk, req->service.ptr, req->service.len)) &&
+         (req->top == 0 ? msgpack_pack_nil(&pk) == 0 : msgpack_pack_uint32(&pk, req->top) == 0);
+    return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_hot_reply(struct rl_buf *out, uint32_t id, uint64_t period_ms,
+                      const struct rl_wire_hot_key *keys, size_t n)
+{
+    msgpack_packer pk;
+    size_t start, i, total = 1 + 1 + 5 + WIRE_UINT_SIZE + 3;
+    bool ok;
+
+    if (n > RL_WIRE_TOP_MAX) {
+        return -EMSGSIZE;
+    }
+    for (i = 0; i < n; i++) {
+        if (keys[i].service.len == 0 || keys[i].service.len > RL_WIRE_SERVICE_MAX ||
+            keys[i].user.len == 0 || keys[i].user.len > RL_WIRE_USER_MAX) {
+            return -EMSGSIZE;
+        }
+        total += 1 + wire_str_size(keys[i].service.len) + wire_str_size(keys[i].user.len) +
+                 2 * WIRE_UINT_SIZE;
+    }
+    if (total > RL_WIRE_FRAME_MAX) {
+        return -EMSGSIZE;
+    }
+    if (wire_begin(out, total, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 4) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_HOT) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0 && msgpack_pack_uint64(&pk, period_ms) == 0 &&
+         msgpack_pack_array(&pk, n) == 0;
+    for (i = 0; ok && i < n; i++) {
+        ok = msgpack_pack_array(&pk, 4) == 0 &&
+             wire_pack_str(&pk, keys[i].service.ptr, keys[i].service.len) &&
+             wire_pack_str(&pk, keys[i].user.ptr, keys[i].user.len) &&
+             msgpack_pack_uint64(&pk, keys[i].count) == 0 &&
+             msgpack_pack_uint64(&pk, keys[i].err) == 0;
+    }
+    return wire_end(out, start, ok);
+}
+
 /*
  * The request shapes of the op table's req column, as encoders of a whole rl_wire_req: each
  * is the op's own rl_wire_put_* (the shape none: the op is never a request).
@@ -438,6 +497,12 @@ static int
 wire_put_req_throttled(struct rl_buf *out, const struct rl_wire_req *req)
 {
     return rl_wire_put_throttled(out, req);
+}
+
+static int
+wire_put_req_hot(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_hot(out, req);
 }
 
 static int

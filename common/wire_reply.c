@@ -206,6 +206,30 @@ wire_reply_throttled(const msgpack_object *e, struct rl_wire_reply *rep)
     return 0;
 }
 
+/* [8, id, period_ms, [[service, user, count, err]...]] */
+static int
+wire_reply_hot(const msgpack_object *e, struct rl_wire_reply *rep)
+{
+    if (!wire_uint(&e[2], UINT64_MAX, &rep->period_ms) || e[3].type != MSGPACK_OBJECT_ARRAY ||
+        e[3].via.array.size > RL_WIRE_TOP_MAX) {
+        return -EPROTO;
+    }
+    for (uint32_t i = 0; i < e[3].via.array.size; i++) {
+        const msgpack_object *k = &e[3].via.array.ptr[i];
+        struct rl_wire_hot_key *h = &rep->hot[i];
+
+        if (k->type != MSGPACK_OBJECT_ARRAY || k->via.array.size != 4 ||
+            !wire_str(&k->via.array.ptr[0], 1, RL_WIRE_SERVICE_MAX, &h->service) ||
+            !wire_str(&k->via.array.ptr[1], 1, RL_WIRE_USER_MAX, &h->user) ||
+            !wire_uint(&k->via.array.ptr[2], UINT64_MAX, &h->count) ||
+            !wire_uint(&k->via.array.ptr[3], UINT64_MAX, &h->err)) {
+            return -EPROTO;
+        }
+    }
+    rep->nhot = e[3].via.array.size;
+    return 0;
+}
+
 /* Each op's reply shape, by opcode (the op table's reply column). */
 static const wire_reply_fn wire_reply_fns[256] = {RL_WIRE_OP_BY(reply, wire_reply_)};
 
@@ -232,6 +256,8 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
     rep->nstats = 0;
     rep->nepisodes = 0;
     rep->nmissing = 0;
+    rep->period_ms = 0;
+    rep->nhot = 0;
     if (rl_wire_unpack(d, p, n, &obj, &nomem) != NULL) {
         return nomem ? -ENOMEM : -EPROTO;
     }

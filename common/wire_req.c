@@ -153,6 +153,28 @@ wire_req_throttled(const msgpack_object *a, struct rl_wire_req *req, struct rl_w
     return 0;
 }
 
+/* [8, id, service|nil, top|nil]: the trailing ones may be left out. */
+static int
+wire_req_hot(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    uint32_t size = a->via.array.size;
+    uint64_t v;
+
+    if (size > 2 && a->via.array.ptr[2].type != MSGPACK_OBJECT_NIL &&
+        !wire_str(&a->via.array.ptr[2], 1, RL_WIRE_SERVICE_MAX, &req->service)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "service must be nil or a string of 1..128 bytes");
+    }
+    if (size > 3 && a->via.array.ptr[3].type != MSGPACK_OBJECT_NIL) {
+        if (!wire_uint(&a->via.array.ptr[3], RL_WIRE_TOP_MAX, &v) || v == 0) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "top must be nil or an unsigned integer of 1..100");
+        }
+        req->top = (uint32_t)v;
+    }
+    return 0;
+}
+
 /* Each op's request shape, by opcode (the op table's req column). */
 static const wire_req_fn wire_req_fns[256] = {RL_WIRE_OP_BY(req, wire_req_)};
 

@@ -143,6 +143,9 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
     if (owner != RL_SHARDMAP_NONE) {
         u = r->owners[owner];
     }
+    if (rl_shed_check(conn, req, rule, shard, hash, u)) {
+        return; /* answered LIMITED from the deny cache (shed.c) */
+    }
     p = u != NULL ? rl_pending_get(r) : NULL;
     if (u != NULL && p == NULL) {
         r->stats.overloaded++;
@@ -187,6 +190,7 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
             (uint8_t)(req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED);
         memcpy(p->user, req->user.ptr, p->ulen);
     }
+    rl_shed_sent(r, p, req);
     rl_pending_track(r, p, c);
     r->stats.forwarded++;
 }
@@ -212,6 +216,7 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
         return;
     }
     c = pd->client != NULL ? &pd->client->conn : NULL;
+    rl_shed_reply(r, pd, u, rep);
     if (rep->op == RL_WIRE_OP_CHECK) {
         r->stats.checks++;
         rl_rmetrics_count(r, pd->rule, rep->check.code, pd->start_ns);

@@ -232,6 +232,14 @@ void
 rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *node, uint32_t code,
               uint64_t key_hash, const char *service, size_t slen, const char *user, size_t ulen)
 {
+    rl_reqlog_add_ex(l, ts_ms, shard, node, code, key_hash, service, slen, user, ulen, false);
+}
+
+void
+rl_reqlog_add_ex(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *node,
+                 uint32_t code, uint64_t key_hash, const char *service, size_t slen,
+                 const char *user, size_t ulen, bool cached)
+{
     if (l->closing) {
         return;
     }
@@ -242,8 +250,8 @@ rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *n
             return;
         }
     }
-    l->fill_len += rl_reqline_format(l->fill + l->fill_len, ts_ms, shard, node, code, key_hash,
-                                    service, slen, user, ulen);
+    l->fill_len += rl_reqline_format_ex(l->fill + l->fill_len, ts_ms, shard, node, code,
+                                       key_hash, service, slen, user, ulen, cached);
     l->stats.lines++;
 }
 

@@ -13,6 +13,7 @@
 #ifndef RL_REQLOG_H
 #define RL_REQLOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,11 @@ int rl_reqlog_create(struct rl_reqlog **out, uv_loop_t *loop, const char *path, 
 void rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *node,
                    uint32_t code, uint64_t key_hash, const char *service, size_t slen,
                    const char *user, size_t ulen);
+
+/* The same for an answer from the deny cache: the line ends in ` cached` (reqline.h). */
+void rl_reqlog_add_ex(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *node,
+                      uint32_t code, uint64_t key_hash, const char *service, size_t slen,
+                      const char *user, size_t ulen, bool cached);
 
 /* Sampling: true for one call in `sample`; callers log only then. */
 int rl_reqlog_sample(struct rl_reqlog *l);

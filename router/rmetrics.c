@@ -96,6 +96,7 @@ rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
     vals[n++] = (int64_t)ls.dropped;
     keys[n] = "log_rotations";
     vals[n++] = (int64_t)ls.rotations;
+    n = rl_shed_stats(r, keys, vals, n);
     /*
      * Per node: "node.NAME.forwarded", ".failures", ".up", ".shards" for the first 64 that
      * fit under the codec's RL_WIRE_STATS_MAX pairs (past it the reply would not encode). A
@@ -336,6 +337,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
         rl_prom_u64(p, "rl_router_ready", NULL, rl_router_ready(r, why, sizeof(why)) ? 1 : 0);
     }
 
+    rl_shed_metrics(r, p);
     rl_reqlog_metrics(r->log, p);
     rl_listener_metrics(&r->listener, p);
     rl_rules_metrics(r->opts.rules, r->conf->rules_digest, p);

@@ -60,6 +60,7 @@ rl_router_maybe_free(struct rl_router *r)
     }
     rl_table_deinit(r);
     rl_pending_deinit(r);
+    rl_shed_deinit(r);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
     free(r);
@@ -96,6 +97,9 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->rule_rows = conf->nrules + 1;
     r->unowned = conf->shards;
     rc = r->rule_codes != NULL ? rl_pending_init(r, r->opts.max_pending) : -ENOMEM;
+    if (rc == 0) {
+        rc = rl_shed_init(r);
+    }
     if (rc != 0) {
         goto fail;
     }
@@ -130,6 +134,7 @@ fail:
         rl_reqlog_close(r->log);
     }
     rl_pending_deinit(r);
+    rl_shed_deinit(r);
     rl_wire_decoder_deinit(&r->dec);
     free(r->rule_codes);
     free(r);

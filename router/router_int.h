@@ -8,6 +8,8 @@
  *   table.c     membership and assignment into the shard table, rules replaced live;
  *   health.c    readiness (/readyz) and the warning while ZooKeeper gives no membership;
  *   rmetrics.c  what the router reports: STATS and its Prometheus families;
+ *   shed.c      hot keys shed: the deny cache (denycache.h) and hot-key counts (hotkeys.h)
+ *               as forward.c and table.c call them, the HOT op;
  *   router.c    creating and closing it.
  * The public API is router.h's. Everything runs on the loop thread.
  */
@@ -21,7 +23,9 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "denycache.h"
 #include "gate.h"
+#include "hotkeys.h"
 #include "router.h"
 #include "upstream.h"
 #include "view.h"
@@ -56,6 +60,8 @@ struct rl_pending {
     bool logged;
     uint8_t ulen;
     char user[ROUTER_USER_LOGGED];
+    uint64_t deny_fp; /* shed.c: the deny cache's second hash of the user */
+    uint32_t cost;
 };
 
 /* A client connection: conn.h's, plus the requests it has in flight (one hold each). */
@@ -147,6 +153,11 @@ struct rl_router {
     struct router_retired *retired;
     uv_timer_t retire_timer;
     uint32_t nfanouts; /* THROTTLED fan-outs in flight */
+
+    /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
+    struct rl_deny deny;
+    struct rl_hot *hot; /* NULL: [router] hot_keys = off */
+    uint64_t shed_fp;   /* rl_deny_fp of the CHECK in hand */
 
     /* ZooKeeper, when the membership comes from there (rl_router_set_zookeeper) */
     char zk_addr[256];        /* "" with static membership */
@@ -275,6 +286,41 @@ void rl_table_close(struct rl_router *r);
 
 /* Frees the table, the view and the retired rules. */
 void rl_table_deinit(struct rl_router *r);
+
+/* ---- shed.c: the deny cache and the hot keys ------------------------------------------- */
+
+/* Allocates them as conf says. Returns 0 or -ENOMEM. */
+int rl_shed_init(struct rl_router *r);
+void rl_shed_deinit(struct rl_router *r);
+
+/* A CHECK under rule, of shard, owned by u (NULL: none): counts it among the hot keys, and
+ * answers it LIMITED from the deny cache if a node's refusal still holds (true: answered). */
+bool rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
+                   uint32_t shard, uint64_t hash, const struct rl_upstream *u);
+
+/* p, a CHECK of req, was just sent: what the cache needs of it when the reply comes. */
+void rl_shed_sent(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *req);
+
+/* The node u answered p (a CHECK) with rep: a LIMITED is remembered, a NOT_OWNER forgets the
+ * shard. */
+void rl_shed_reply(struct rl_router *r, const struct rl_pending *p, const struct rl_upstream *u,
+                   const struct rl_wire_reply *rep);
+
+/* The table is about to become map with owners: forgets the shards whose owner changes. */
+void rl_shed_table(struct rl_router *r, const struct rl_shardmap *map,
+                   struct rl_upstream *const *owners);
+
+/* The rules changed: forgets everything. */
+void rl_shed_rules(struct rl_router *r);
+
+/* HOT: the top keys this client may see. */
+void rl_shed_hot_reply(struct rl_conn *c, const struct rl_wire_req *req);
+
+/* STATS pairs (deny_*), appended at keys/vals[n]; returns the new n. */
+size_t rl_shed_stats(const struct rl_router *r, const char **keys, int64_t *vals, size_t n);
+
+/* The rl_router_deny_cache_* and rl_router_hot_key_* families. */
+void rl_shed_metrics(struct rl_router *r, struct rl_prom *p);
 
 /* ---- health.c --------------------------------------------------------------------------- */
 

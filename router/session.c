@@ -76,6 +76,12 @@ session_stats(struct rl_conn *c, const struct rl_wire_req *req)
     rl_rmetrics_stats_reply(c, req->id);
 }
 
+static void
+session_hot(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    rl_shed_hot_reply(c, req);
+}
+
 typedef void (*session_handler)(struct rl_conn *c, const struct rl_wire_req *req);
 
 /*
@@ -99,6 +105,7 @@ static const char *const session_denied[256] = {
     [RL_WIRE_OP_STATS] = "this client's token does not allow STATS (stats = yes)",
     /* The same permission as STATS: both show what clients do. */
     [RL_WIRE_OP_THROTTLED] = "this client's token does not allow THROTTLED (stats = yes)",
+    [RL_WIRE_OP_HOT] = "this client's token does not allow HOT (stats = yes)",
 };
 
 /* One frame of a client. */

@@ -109,6 +109,7 @@ router_rebuild(struct rl_router *r)
             rl_upstream_retire(u);
         }
     }
+    rl_shed_table(r, map, owners);
     rl_shardmap_destroy(r->map);
     free(r->owners);
     r->map = map;
@@ -241,6 +242,7 @@ rl_router_rules_changed(struct rl_router *r, struct rl_conf *old)
         return;
     }
     router_recount_rules(r, old);
+    rl_shed_rules(r);
     if (r->npending == 0 || r->closing) {
         rl_conf_destroy(old);
         return;

@@ -348,7 +348,10 @@ START_TEST(test_op_table)
     ck_assert(check->node);
     ck_assert_uint_eq(check->router, RL_WIRE_ROUTE_FORWARD);
     ck_assert_ptr_null(rl_wire_op_info(0));
-    ck_assert_ptr_null(rl_wire_op_info(8));
+    ck_assert_ptr_nonnull(rl_wire_op_info(RL_WIRE_OP_HOT));
+    ck_assert(!rl_wire_op_info(RL_WIRE_OP_HOT)->node);
+    ck_assert_uint_eq(rl_wire_op_info(RL_WIRE_OP_HOT)->router, RL_WIRE_ROUTE_SELF);
+    ck_assert_ptr_null(rl_wire_op_info(9));
     ck_assert_ptr_null(rl_wire_op_info(256));
     ck_assert_ptr_null(rl_wire_op_info(UINT32_MAX));
     ops = rl_wire_ops(&n);
@@ -1497,6 +1500,93 @@ START_TEST(test_throttled_bad_requests)
 }
 END_TEST
 
+/* ---- HOT ---------------------------------------------------------------------------------- */
+
+START_TEST(test_hot_roundtrip)
+{
+    struct rl_wire_req in, req;
+    struct rl_wire_hot_key keys[2];
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_buf out;
+    const char *p;
+    size_t n;
+
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    rl_buf_init(&out);
+    memset(&in, 0, sizeof(in));
+    in.op = RL_WIRE_OP_HOT;
+    in.id = 5;
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+    p = one_frame(&out, &n);
+    ck_assert_uint_eq(n, 5); /* 94 08 05 c0 c0 */
+    expect_req("hot bare", p, n, &req);
+    ck_assert_uint_eq(req.op, RL_WIRE_OP_HOT);
+    ck_assert_ptr_null(req.service.ptr);
+    ck_assert_uint_eq(req.top, 0);
+    in.service = mkstr("web", 3);
+    in.top = 7;
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_hot(&out, &in), 0);
+    p = one_frame(&out, &n);
+    expect_req("hot full", p, n, &req);
+    ck_assert(str_is(req.service, "web"));
+    ck_assert_uint_eq(req.top, 7);
+    expect_req("hot 2", RAW(0x92, 0x08, 0x01), &req);
+    expect_req("hot 3", RAW(0x93, 0x08, 0x01, 0xa1, 's'), &req);
+    ck_assert(str_is(req.service, "s"));
+    expect_fault("hot 5", RAW(0x95, 0x08, 0x05, 0xc0, 0xc0, 0xc0), RL_WIRE_ERR_BAD_FIELD, false,
+                 5, "HOT takes 2..4 elements");
+    expect_fault("hot service int", RAW(0x93, 0x08, 0x05, 0x01), RL_WIRE_ERR_BAD_FIELD, false, 5,
+                 "service must be nil or a string of 1..128 bytes");
+    expect_fault("hot top 0", RAW(0x94, 0x08, 0x05, 0xc0, 0x00), RL_WIRE_ERR_BAD_FIELD, false, 5,
+                 "top must be nil or an unsigned integer of 1..100");
+    expect_fault("hot top 101", RAW(0x94, 0x08, 0x05, 0xc0, 0x65), RL_WIRE_ERR_BAD_FIELD, false,
+                 5, "top must be");
+
+    keys[0].service = mkstr("web", 3);
+    keys[0].user = mkstr("bob", 3);
+    keys[0].count = 51234;
+    keys[0].err = 0;
+    keys[1].service = mkstr("api", 3);
+    keys[1].user = mkstr("u\x00\xff", 3);
+    keys[1].count = 880;
+    keys[1].err = 12;
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_hot_reply(&out, 9, 10000, keys, 2), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_HOT);
+    ck_assert_uint_eq(rep->id, 9);
+    ck_assert_uint_eq(rep->period_ms, 10000);
+    ck_assert_uint_eq(rep->nhot, 2);
+    ck_assert(str_is(rep->hot[0].user, "bob"));
+    ck_assert_uint_eq(rep->hot[0].count, 51234);
+    ck_assert_uint_eq(rep->hot[1].user.len, 3);
+    ck_assert_int_eq(memcmp(rep->hot[1].user.ptr, "u\x00\xff", 3), 0);
+    ck_assert_uint_eq(rep->hot[1].err, 12);
+    /* Empty, and the shapes the decoder refuses. */
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_hot_reply(&out, 1, 10000, NULL, 0), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->nhot, 0);
+    keys[0].user = mkstr("", 0);
+    ck_assert_int_eq(rl_wire_put_hot_reply(&out, 1, 10000, keys, 1), -EMSGSIZE);
+    {
+        /* [8, 1, 10000, [["web", "bob", 1]]]: a key of 3 elements */
+        static const char bad[] = {(char)0x94, 0x08, 0x01, (char)0xcd, 0x27, 0x10, (char)0x91,
+                                   (char)0x93, (char)0xa3, 'w', 'e', 'b', (char)0xa3, 'b', 'o',
+                                   'b', 0x01};
+
+        ck_assert_int_eq(rl_wire_decode_reply(&d, bad, sizeof(bad), rep), -EPROTO);
+    }
+    rl_buf_deinit(&out);
+    rl_wire_decoder_deinit(&d);
+    free(rep);
+}
+END_TEST
+
 static void
 fill_ep(struct rl_wire_episode *e, const char *svc, const char *ep, const char *user,
         const char *node, uint64_t refused, uint32_t ended)
@@ -1717,6 +1807,7 @@ wire_suite(void)
     tcase_add_test(tc, test_clock_field);
     tcase_add_test(tc, test_auth_field);
     tcase_add_test(tc, test_reply_strict);
+    tcase_add_test(tc, test_hot_roundtrip);
     tcase_add_test(tc, test_throttled_roundtrip_request);
     tcase_add_test(tc, test_throttled_bad_requests);
     tcase_add_test(tc, test_throttled_roundtrip_reply);

@@ -134,7 +134,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct rl_wire_fault fault;
 
         if (rl_wire_decode_req(&dec, f, plen, &req, &fault) == 0) {
-            MUST(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_THROTTLED);
+            MUST(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_HOT);
             str_inside(req.service, f, plen, RL_WIRE_SERVICE_MAX);
             str_inside(req.user, f, plen, RL_WIRE_USER_MAX);
             str_inside(req.endpoint, f, plen, RL_WIRE_ENDPOINT_MAX);
@@ -149,6 +149,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 MUST(req.top >= 1 && req.top <= RL_WIRE_TOP_MAX);
                 roundtrip_throttled(&req);
             }
+            if (req.op == RL_WIRE_OP_HOT) {
+                MUST(req.top <= RL_WIRE_TOP_MAX); /* 0: not given */
+            }
         } else {
             MUST(fault.err >= RL_WIRE_ERR_MALFORMED && fault.err <= RL_WIRE_ERR_OVERLOADED);
             MUST(memchr(fault.msg, '\0', sizeof(fault.msg)) != NULL);
@@ -157,6 +160,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (rl_wire_decode_reply(&dec, f, plen, &rep) == 0) {
             MUST(rep.nstats <= RL_WIRE_STATS_MAX);
             MUST(rep.nepisodes <= RL_WIRE_TOP_MAX && rep.nmissing <= RL_WIRE_MISSING_MAX);
+            MUST(rep.nhot <= RL_WIRE_TOP_MAX);
+            for (size_t i = 0; i < rep.nhot; i++) {
+                str_inside(rep.hot[i].service, f, plen, RL_WIRE_SERVICE_MAX);
+                str_inside(rep.hot[i].user, f, plen, RL_WIRE_USER_MAX);
+            }
             for (size_t i = 0; i < rep.nepisodes; i++) {
                 str_inside(rep.episodes[i].service, f, plen, RL_WIRE_SERVICE_MAX);
                 str_inside(rep.episodes[i].endpoint, f, plen, RL_WIRE_ENDPOINT_MAX);

@@ -142,7 +142,10 @@ start_processes(char *conf, size_t len, const char *cluster)
     ck_assert_int_eq(rl_harness_tmppath(conf, len, "cluster.conf"), 0);
     ck_assert_int_eq(rl_harness_write_file(conf,
                                            "%sshards = %d\n"
+                                           /* every refusal reaches its node, which
+                                              the node families below count */
                                            "[router]\nlisten = 127.0.0.1:%d\n"
+                                           "deny_cache = off\n"
                                            "metrics = 127.0.0.1:%d\n"
                                            "[node a]\nlisten = 127.0.0.1:%d\n"
                                            "metrics = 127.0.0.1:%d\n"

@@ -69,7 +69,11 @@ cluster_start(int events, const char *deadline, const char *more)
     ck_assert_int_eq(rl_harness_write_file(conf_path,
                                            "[cluster]\nname = th\nshards = %d\n"
                                            "throttle_events = %d\n"
+                                           /* test clock: the router's deny cache
+                                              counts real time, and every refusal must
+                                              reach its node to be an episode's */
                                            "[router]\nlisten = 127.0.0.1:%d\ndeadline = %s\n"
+                                           "deny_cache = off\n"
                                            "[node a]\nlisten = 127.0.0.1:%d\n"
                                            "[node b]\nlisten = 127.0.0.1:%d\n"
                                            "[service web]\nlimit = fixed_window 3 per 10s\n"

@@ -372,6 +372,50 @@ START_TEST(test_cuts_and_empty_fields)
 }
 END_TEST
 
+/* The eighth field `cached`: written, parsed back, and read but not counted as load. */
+START_TEST(test_cached_field)
+{
+    char line[RL_REQLINE_MAX], text[256];
+    struct rl_reqline l;
+    struct rl_logscan *sc = NULL;
+    const struct rl_logscan_result *res;
+    uint64_t h = rl_shardmap_key_hash("s", 1, "u", 1);
+    uint32_t shard = (uint32_t)(h % 16);
+    size_t n;
+
+    n = rl_reqline_format_ex(line, 5, shard, "a", 1, h, "s", 1, "u", 1, true);
+    line[n] = '\0';
+    ck_assert_ptr_nonnull(strstr(line, " s u cached\n"));
+    ck_assert_int_eq(rl_reqline_parse(line, n - 1, 16, &l), 0);
+    ck_assert(l.cached);
+    ck_assert_uint_eq(l.ulen, 1);
+    ck_assert_int_eq(l.user[0], 'u');
+    n = rl_reqline_format_ex(line, 5, shard, "a", 1, h, "s", 1, "u", 1, false);
+    ck_assert_int_eq(rl_reqline_parse(line, n - 1, 16, &l), 0);
+    ck_assert(!l.cached);
+    /* Another eighth word, or a ninth field, is malformed. */
+    ck_assert_int_eq(rl_reqline_parse("5 1 a 1 0000000000000001 s u cache", 34, 0, &l),
+                     1 + RL_REQLINE_FIELDS);
+    ck_assert_int_eq(rl_reqline_parse("5 1 a 1 0000000000000001 s u cached x", 37, 0, &l),
+                     1 + RL_REQLINE_FIELDS);
+    /* The scanner: two node-answered lines are load, three cached ones are not. */
+    ck_assert_int_eq(rl_logscan_create(&sc, 16), 0);
+    ck_assert_int_eq(rl_logscan_begin(sc, "t"), 0);
+    for (int i = 0; i < 5; i++) {
+        n = rl_reqline_format_ex(text, 5, shard, "a", 1, h, "s", 1, "u", 1, i >= 2);
+        ck_assert_int_eq(rl_logscan_feed(sc, text, n), 0);
+    }
+    ck_assert_int_eq(rl_logscan_end(sc), 0);
+    res = rl_logscan_result(sc);
+    ck_assert_uint_eq(res->lines, 5);
+    ck_assert_uint_eq(res->requests, 2);
+    ck_assert_uint_eq(res->cached, 3);
+    ck_assert_uint_eq(res->malformed, 0);
+    ck_assert_uint_eq(res->load[shard], 2);
+    rl_logscan_destroy(sc);
+}
+END_TEST
+
 START_TEST(test_malformed_reasons)
 {
     static const struct {
@@ -470,6 +514,7 @@ reqlog_suite(void)
     tcase_add_test(tc, test_every_byte_round_trips);
     tcase_add_test(tc, test_cuts_and_empty_fields);
     tcase_add_test(tc, test_malformed_reasons);
+    tcase_add_test(tc, test_cached_field);
     tcase_add_test(tc, test_writer_read_by_scanner);
     suite_add_tcase(s, tc);
     return s;

@@ -203,6 +203,7 @@ int cli_cmd_check(const struct cli *o, const struct cli_cmd *cmd, int argc, char
 int cli_cmd_query(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_clock(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_throttled(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
+int cli_cmd_hot(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_hash(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_rules(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_token(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);

@@ -235,3 +235,63 @@ cli_cmd_throttled(const struct cli *o, const struct cli_cmd *cmd, int argc, char
     x.req.top = o->top;
     return cli_exchange(o, cmd, &x);
 }
+
+/* HOT's reply: a table, one key a line, or {"period_ms":N,"keys":[{...}]}. */
+static int
+hot_print(const struct cli *o, const struct cli_exchange *x, const struct rl_wire_reply *rep,
+          uint64_t rtt_us)
+{
+    (void)x;
+    (void)rtt_us;
+    if (o->json) {
+        struct rl_json j;
+
+        rl_json_init(&j, stdout);
+        rl_json_begin_object(&j);
+        rl_json_kv_u64(&j, "period_ms", rep->period_ms);
+        rl_json_key(&j, "keys");
+        rl_json_begin_array(&j);
+        for (size_t i = 0; i < rep->nhot; i++) {
+            rl_json_begin_object(&j);
+            rl_json_key(&j, "service");
+            rl_json_strn(&j, rep->hot[i].service.ptr, rep->hot[i].service.len);
+            rl_json_key(&j, "user");
+            rl_json_strn(&j, rep->hot[i].user.ptr, rep->hot[i].user.len);
+            rl_json_kv_u64(&j, "count", rep->hot[i].count);
+            rl_json_kv_u64(&j, "err", rep->hot[i].err);
+            rl_json_end_object(&j);
+        }
+        rl_json_end_array(&j);
+        cli_json_done(&j);
+        return CLI_EXIT_OK;
+    }
+    printf("%-16s %-24s %12s %10s\n", "SERVICE", "USER", "COUNT", "ERR");
+    for (size_t i = 0; i < rep->nhot; i++) {
+        cli_print_cell(&rep->hot[i].service, "-", 16);
+        cli_print_cell(&rep->hot[i].user, "-", 24);
+        printf("%12llu %10llu\n", (unsigned long long)rep->hot[i].count,
+               (unsigned long long)rep->hot[i].err);
+    }
+    if (rep->nhot == 0) {
+        printf("(no keys counted)\n");
+    }
+    printf("(counts halve every %llu ms)\n", (unsigned long long)rep->period_ms);
+    return CLI_EXIT_OK;
+}
+
+int
+cli_cmd_hot(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    struct cli_exchange x = {.print = hot_print};
+
+    (void)argv;
+    if (argc != 0) {
+        return cli_usage_error("%s: takes no arguments (--service, --top, --json)",
+                               cli_cmd_name(cmd));
+    }
+    if (o->service != NULL) {
+        x.req.service = (struct rl_wire_str){o->service, (uint32_t)strlen(o->service)};
+    }
+    x.req.top = o->top;
+    return cli_exchange(o, cmd, &x);
+}

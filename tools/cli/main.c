@@ -1,6 +1,6 @@
 /*
  * rl-cli: a small client for people, scripts and demos. It sends one request (CHECK, PING,
- * STATS, CLOCK, THROTTLED) to a node or router and prints each reply as one line that is easy
+ * STATS, CLOCK, THROTTLED, HOT) to a node or router and prints each reply as one line that is easy
  * to read and to grep, shows the cluster on one screen (status), and does the chores of a
  * cluster's config (hash, rules, tokens). This file is the command line only: the options,
  * and the table of commands that the usage is written from and that dispatch looks up. The
@@ -55,6 +55,14 @@ static const struct cli_cmd commands[] = {
              "router): service, endpoint, user, start, end, duration,\n"
              "refused, node, how it ended; most refused first",
      .opts = CLI_O(SERVICE) | CLI_O(SINCE) | CLI_O(TOP) | CLI_O(JSON)},
+    {.op = RL_WIRE_OP_HOT,
+     .run = cli_cmd_hot,
+     .synopsis = "[--router HOST:PORT] [--service S] [--top N] [--json]",
+     .help = "a router's hot keys: the (service, user) pairs it was sent\n"
+             "the most CHECKs for lately (counts halve every 10 s), highest\n"
+             "first, with how much of each count may be other keys'",
+     .opts = CLI_O(SERVICE) | CLI_O(TOP) | CLI_O(JSON),
+     .unknown_op = "only a router answers HOT"},
     {.name = "gen-token",
      .run = cli_cmd_token,
      .synopsis = "FILE",
@@ -117,11 +125,14 @@ usage(FILE *f)
                "  --interval-ms MS    pause between repeated CHECKs (default 0)\n"
                "  --shards S          shard count for hash (default 4096)\n"
                "  --config FILE       cluster.conf for hash, status and rules\n"
-               "  --service S         throttled: only service S\n"
+               "  --router HOST:PORT  the same as --target\n"
+               "  --service S         throttled, hot: only service S\n"
                "  --since DURATION    throttled: only episodes open or ended within DURATION\n"
                "                      (500ms, 10s, 10m, 2h...)\n"
-               "  --top N             throttled: at most N episodes, 1..100 (default 20)\n"
-               "  --json              throttled, status: one JSON object instead of a table\n"
+               "  --top N             throttled: at most N episodes, 1..100 (default 20);\n"
+               "                      hot: at most N keys (default 10)\n"
+               "  --json              throttled, hot, status: one JSON object instead of a\n"
+               "                      table\n"
                "  --token-file FILE   AUTH with the token in FILE first (a router's client\n"
                "                      token, or a node's cluster secret; mode 0600); default\n"
                "                      $RL_TOKEN_FILE, none when unset\n"
@@ -202,6 +213,7 @@ enum {
 
 static const struct option long_opts[] = {
     {"target", required_argument, NULL, OPT_TARGET},
+    {"router", required_argument, NULL, OPT_TARGET},
     {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
     {"cost", required_argument, NULL, OPT(COST)},
     {"repeat", required_argument, NULL, OPT(REPEAT)},

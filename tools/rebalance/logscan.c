@@ -52,6 +52,7 @@ struct parsed {
     uint32_t shard;
     uint32_t slen, ulen;
     const char *sv, *us; /* in the caller's piece or the carry buffer: valid until flushed */
+    bool cached;         /* answered from a router's deny cache: no node's load */
 };
 
 struct rl_logscan {
@@ -368,6 +369,7 @@ parse_line(const struct rl_logscan *s, const char *p, size_t n, struct parsed *o
     out->slen = l.slen;
     out->us = l.user;
     out->ulen = l.ulen;
+    out->cached = l.cached;
     return 0;
 }
 
@@ -381,6 +383,12 @@ flush(struct rl_logscan *s)
     for (i = 0; i < s->nbatch && rc == 0; i++) {
         const struct parsed *b = &s->batch[i];
 
+        if (b->cached) {
+            /* The router answered it without asking the node: not the shard's load. */
+            s->res.cached++;
+            s->res.lines++;
+            continue;
+        }
         rc = count_key(s, b->hash, b->shard, b->sv, b->slen, b->us, b->ulen);
         if (rc > 0) {
             malformed(s, REASON(rc), b->line_no);

@@ -35,6 +35,12 @@ rb_report_logs(const struct rb_run *r)
                "router?): they count all the same\n",
                RB_COUNT(res->unverified));
     }
+    if (res->cached > 0) {
+        rb_say(r,
+               "  %s lines are LIMITED answers from a router's deny cache: not counted as load "
+               "(no node was asked)\n",
+               RB_COUNT(res->cached));
+    }
     if (r->conf->log_sample > 1) {
         rb_say(r,
                "  the routers log one request in %u (request_log_sample): counts are of logged "

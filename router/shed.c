@@ -1,0 +1,344 @@
+/*
+ * shed: where the router sheds hot keys, between forward.c and the two structures of
+ * denycache.h (LIMITED answers remembered) and hotkeys.h (the hot (service, user) keys).
+ * forward.c calls rl_shed_check before routing a CHECK, rl_shed_sent once it is sent and
+ * rl_shed_reply with the node's reply; table.c calls rl_shed_table before a new shard table
+ * takes over and rl_shed_rules when the rules changed. Also the HOT op (answered by the
+ * router itself, filtered to the client's services like THROTTLED), the deny_* STATS pairs
+ * and the metric families. Everything is per struct rl_router (one loop); the metrics and
+ * HOT are sums and merges that several loops' routers can add up.
+ *
+ * What may be cached (docs/OPERATIONS.md, "The deny cache"): a node's LIMITED under a rule
+ * in enforce mode none of whose tiers is a sliding_window_log (a log the node's memory cap
+ * degrades into a counter may allow earlier than the log said). Not for the decision itself
+ * (the node's) nor the routing (forward.c).
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "metrics.h"
+#include "reqlog.h"
+#include "router_int.h"
+
+int
+rl_shed_init(struct rl_router *r)
+{
+    if (rl_deny_init(&r->deny, r->conf->deny_cache, r->conf->shards) != 0) {
+        return -ENOMEM;
+    }
+    if (r->conf->hot_keys) {
+        r->hot = malloc(sizeof(*r->hot));
+        if (r->hot == NULL) {
+            rl_deny_deinit(&r->deny);
+            return -ENOMEM;
+        }
+        rl_hot_init(r->hot, uv_now(r->loop));
+    }
+    return 0;
+}
+
+void
+rl_shed_deinit(struct rl_router *r)
+{
+    rl_deny_deinit(&r->deny);
+    free(r->hot);
+    r->hot = NULL;
+}
+
+/* Whether a LIMITED under rule may be remembered: enforced, and no tier whose refusal the
+ * node could take back early (a sliding log degraded under the memory cap). */
+static bool
+shed_cacheable(const struct rl_conf *conf, const struct rl_rule *rule)
+{
+    if (rule->shadow) {
+        return false;
+    }
+    for (uint32_t i = 0; i < rule->ntiers; i++) {
+        if (conf->tiers[rule->first_tier + i].algo == RL_ALGO_SLIDING_WINDOW_LOG) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void
+shed_log(struct rl_router *r, uint32_t shard, const char *node, uint64_t hash,
+         const struct rl_wire_req *req)
+{
+    uint64_t loop_ms = uv_now(r->loop);
+
+    /* As forward.c's log_answer: the wall clock re-anchored once a second. */
+    if (r->log_anchor_real == 0 || loop_ms - r->log_anchor_loop >= 1000) {
+        r->log_anchor_real = rl_clock_real_ms();
+        r->log_anchor_loop = loop_ms;
+    }
+    rl_reqlog_add_ex(r->log, r->log_anchor_real + (loop_ms - r->log_anchor_loop), shard, node,
+                     RL_WIRE_LIMITED, hash, req->service.ptr, req->service.len, req->user.ptr,
+                     req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED,
+                     true);
+}
+
+bool
+rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
+              uint32_t shard, uint64_t hash, const struct rl_upstream *u)
+{
+    struct rl_router *r = conn->data;
+    struct rl_wire_check_reply rep;
+    struct rl_deny_key k;
+
+    if (!rl_deny_on(&r->deny) && r->hot == NULL) {
+        return false;
+    }
+    r->shed_fp = rl_deny_fp(req->user.ptr, req->user.len);
+    if (r->hot != NULL) {
+        rl_hot_add(r->hot, hash, r->shed_fp, req->service.ptr, req->service.len, req->user.ptr,
+                   req->user.len, uv_now(r->loop));
+    }
+    /* No owner, or none reachable: the failure policy answers, as without the cache. */
+    if (u == NULL || req->cost == 0 || !rl_deny_on(&r->deny) || !rl_upstream_up(u)) {
+        return false;
+    }
+    k.hash = hash;
+    k.fp = r->shed_fp;
+    k.rule = rule->id;
+    k.cost = req->cost;
+    k.shard = shard;
+    memset(&rep, 0, sizeof(rep));
+    if (!rl_deny_lookup(&r->deny, &k, 0, u->stats.downs, &rep)) {
+        return false;
+    }
+    rep.id = req->id;
+    r->stats.checks++;
+    rl_rmetrics_count(r, rule, RL_WIRE_LIMITED, r->batch_ns);
+    if (r->log != NULL && rl_reqlog_sample(r->log)) {
+        shed_log(r, shard, u->name, hash, req);
+    }
+    if (rl_wire_put_check_reply(&conn->out, &rep) != 0) {
+        rl_conn_close(conn, UV_ENOMEM);
+        return true;
+    }
+    rl_conn_mark(conn);
+    return true;
+}
+
+void
+rl_shed_sent(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *req)
+{
+    p->deny_fp = r->shed_fp;
+    p->cost = req->cost;
+}
+
+void
+rl_shed_reply(struct rl_router *r, const struct rl_pending *p, const struct rl_upstream *u,
+              const struct rl_wire_reply *rep)
+{
+    struct rl_deny_key k;
+
+    if (!rl_deny_on(&r->deny)) {
+        return;
+    }
+    if (rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_NOT_OWNER) {
+        /* The node no longer owns the shard: whoever does starts it afresh. */
+        rl_deny_forget_shard(&r->deny, p->shard, uv_hrtime());
+        return;
+    }
+    if (rep->op != RL_WIRE_OP_CHECK || rep->check.code != RL_WIRE_LIMITED ||
+        !shed_cacheable(r->conf, p->rule) ||
+        (uintptr_t)p->rule < (uintptr_t)r->conf->rules ||
+        (uintptr_t)p->rule >= (uintptr_t)(r->conf->rules + r->conf->nrules)) {
+        return;
+    }
+    k.hash = p->key_hash;
+    k.fp = p->deny_fp;
+    k.rule = p->rule->id;
+    k.cost = p->cost;
+    k.shard = p->shard;
+    rl_deny_insert(&r->deny, &k, p->start_ns, uv_hrtime(), u->stats.downs, &rep->check);
+}
+
+/* The upstream owning shard s in (map, owners), or NULL. */
+static const struct rl_upstream *
+shed_owner(const struct rl_shardmap *map, struct rl_upstream *const *owners, uint32_t s)
+{
+    uint32_t o;
+
+    if (map == NULL || owners == NULL || s >= map->nshards) {
+        return NULL;
+    }
+    o = map->owner[s];
+    return o == RL_SHARDMAP_NONE || o >= map->nmembers ? NULL : owners[o];
+}
+
+void
+rl_shed_table(struct rl_router *r, const struct rl_shardmap *map,
+              struct rl_upstream *const *owners)
+{
+    uint64_t now;
+
+    if (!rl_deny_on(&r->deny) || r->map == NULL) {
+        return; /* no table yet: nothing was answered by a node */
+    }
+    now = uv_hrtime();
+    for (uint32_t s = 0; s < map->nshards; s++) {
+        if (shed_owner(r->map, r->owners, s) != shed_owner(map, owners, s)) {
+            rl_deny_forget_shard(&r->deny, s, now);
+        }
+    }
+}
+
+void
+rl_shed_rules(struct rl_router *r)
+{
+    rl_deny_forget_all(&r->deny, uv_hrtime());
+}
+
+/* ---- HOT ---------------------------------------------------------------------------------- */
+
+struct shed_filter {
+    const struct rl_conf *conf;
+    const struct rl_client_conf *cl; /* NULL or all services: no restriction */
+    const struct rl_wire_str *service; /* ptr NULL: any */
+};
+
+/* Whether the client may see keys of the counter's service: it may CHECK under one of its
+ * rules (as THROTTLED's episodes), and the request named that service or none. */
+static bool
+shed_keep(void *arg, const struct rl_hot_counter *c)
+{
+    const struct shed_filter *f = arg;
+
+    if (f->service->ptr != NULL &&
+        (f->service->len != c->slen || memcmp(f->service->ptr, c->service, c->slen) != 0)) {
+        return false;
+    }
+    if (f->cl == NULL || f->cl->all_services) {
+        return true;
+    }
+    for (size_t i = 0; i < f->conf->nrules; i++) {
+        const struct rl_rule *rule = &f->conf->rules[i];
+
+        if (rule->service_len == c->slen && memcmp(rule->service, c->service, c->slen) == 0 &&
+            rl_conf_client_may(f->cl, rule)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void
+rl_shed_hot_reply(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_router *r = c->data;
+    const struct rl_hot_counter *top[RL_WIRE_TOP_MAX];
+    struct rl_wire_hot_key keys[RL_WIRE_TOP_MAX];
+    struct shed_filter f = {r->conf, c->principal, &req->service};
+    size_t n = 0;
+
+    if (r->hot != NULL) {
+        rl_hot_decay(r->hot, uv_now(r->loop));
+        n = rl_hot_top(r->hot, top, req->top != 0 ? req->top : RL_HOT_TOP_DEFAULT, shed_keep, &f);
+    }
+    for (size_t i = 0; i < n; i++) {
+        keys[i].service.ptr = top[i]->service;
+        keys[i].service.len = top[i]->slen;
+        keys[i].user.ptr = top[i]->user;
+        keys[i].user.len = top[i]->ulen;
+        keys[i].count = top[i]->count;
+        keys[i].err = top[i]->err;
+    }
+    if (rl_wire_put_hot_reply(&c->out, req->id, RL_HOT_PERIOD_MS, keys, n) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    rl_conn_mark(c);
+}
+
+/* ---- STATS and metrics -------------------------------------------------------------------- */
+
+size_t
+rl_shed_stats(const struct rl_router *r, const char **keys, int64_t *vals, size_t n)
+{
+    const struct rl_deny_stats *st = &r->deny.st;
+
+    keys[n] = "deny_hits";
+    vals[n++] = (int64_t)st->hits;
+    keys[n] = "deny_inserts";
+    vals[n++] = (int64_t)st->inserts;
+    keys[n] = "deny_evictions";
+    vals[n++] = (int64_t)st->evictions;
+    keys[n] = "deny_invalidations";
+    vals[n++] = (int64_t)st->invalidations;
+    keys[n] = "deny_entries";
+    vals[n++] = (int64_t)st->entries;
+    return n;
+}
+
+void
+rl_shed_metrics(struct rl_router *r, struct rl_prom *p)
+{
+    const struct rl_deny_stats *st = &r->deny.st;
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } fams[] = {
+        {"rl_router_deny_cache_hits_total",
+         "CHECKs answered LIMITED from the deny cache without asking the node.",
+         offsetof(struct rl_deny_stats, hits)},
+        {"rl_router_deny_cache_inserts_total", "Node LIMITED answers remembered.",
+         offsetof(struct rl_deny_stats, inserts)},
+        {"rl_router_deny_cache_evictions_total",
+         "Remembered answers still in force dropped to make room.",
+         offsetof(struct rl_deny_stats, evictions)},
+        {"rl_router_deny_cache_invalidations_total",
+         "Events that made the cache forget: a rules change, a shard whose owner changed or "
+         "that a node said it does not own.",
+         offsetof(struct rl_deny_stats, invalidations)},
+    };
+    char lab[512];
+
+    for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
+        rl_prom_family(p, fams[i].name, "counter", fams[i].help);
+        rl_prom_u64(p, fams[i].name, NULL, *(const uint64_t *)((const char *)st + fams[i].off));
+    }
+    rl_prom_family(p, "rl_router_deny_cache_entries", "gauge",
+                   "Entries the deny cache holds at most ([router] deny_cache; 0: off).");
+    rl_prom_u64(p, "rl_router_deny_cache_entries", NULL, st->entries);
+
+    rl_prom_family(p, "rl_router_hot_key_requests", "gauge",
+                   "The router's hottest (service, user) keys: requests counted, halved every "
+                   "10 s (so about the last 20 s), at most 10 series; user cut to 64 bytes.");
+    if (r->hot != NULL) {
+        const struct rl_hot_counter *top[RL_HOT_METRICS_TOP];
+        size_t n;
+
+        rl_hot_decay(r->hot, uv_now(r->loop));
+        n = rl_hot_top(r->hot, top, RL_HOT_METRICS_TOP, NULL, NULL);
+        for (size_t i = 0; i < n; i++) {
+            bool dup = false;
+
+            /* Two users alike in their first 64 bytes would repeat a series: the first
+             * (the larger count) stands for both. */
+            for (size_t j = 0; j < i && !dup; j++) {
+                dup = top[j]->slen == top[i]->slen && top[j]->ulen == top[i]->ulen &&
+                      memcmp(top[j]->service, top[i]->service, top[i]->slen) == 0 &&
+                      memcmp(top[j]->user, top[i]->user, top[i]->ulen) == 0;
+            }
+            if (dup) {
+                continue;
+            }
+            char svc[RL_WIRE_SERVICE_MAX + 1], user[RL_HOT_USER_MAX + 1];
+
+            memcpy(svc, top[i]->service, top[i]->slen);
+            svc[top[i]->slen] = '\0';
+            memcpy(user, top[i]->user, top[i]->ulen);
+            user[top[i]->ulen] = '\0';
+            rl_prom_u64(p, "rl_router_hot_key_requests",
+                        rl_prom_labels(lab, sizeof(lab), "service", svc, "user", user, NULL),
+                        top[i]->count);
+        }
+    }
+}
