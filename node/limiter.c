@@ -133,7 +133,7 @@ lim_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
  * service under its share. Within a class, the key full soonest goes first.
  */
 static uint64_t
-lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint16_t for_tier)
+lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t for_tier)
 {
     struct rl_limiter *l = arg;
     const struct rl_tier *t = lim_entry_tier(l, e);
@@ -682,7 +682,7 @@ lim_remap_entry(void *arg, struct rl_keytab_entry *e)
         }
         return false;
     }
-    e->tier = (uint16_t)to;
+    e->tier = to;
     t = &l->conf->tiers[to];
     lim_count_key(l, t, +1);
     lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st));

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "conf.h"
+#include "keytab.h"
 #include "limiter.h"
 #include "rltest.h"
 #include "wire.h"
@@ -346,7 +347,14 @@ START_TEST(test_sweep_forgets)
     s = stats(l);
     ck_assert_uint_eq(s.keys, 0);
     ck_assert_uint_eq(s.expired, 300);
-    /* The logs' heap is given back. */
+    /* The table keeps its slots while the keys may come back: it shrinks once they have
+     * stayed away for RL_KEYTAB_SHRINK_MS; then the logs' heap and the table's memory are
+     * given back. */
+    rl_limiter_sweep(l, T0 + 2000 + RL_KEYTAB_SHRINK_MS, 1u << 20);
+    ck_assert_uint_gt(stats(l).memory_bytes, s0.memory_bytes);
+    rl_limiter_sweep(l, T0 + 2000 + 2 * RL_KEYTAB_SHRINK_MS, 1u << 20);
+    rl_limiter_sweep(l, T0 + 2000 + 2 * RL_KEYTAB_SHRINK_MS, 1u << 20);
+    s = stats(l);
     ck_assert_uint_le(s.memory_bytes, s0.memory_bytes);
     /* Forgotten keys start at full allowance. */
     ck_assert_uint_eq(check(l, "w", "user-1", NULL, 0, T0 + 2000).remaining, 2);
