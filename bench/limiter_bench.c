@@ -2,8 +2,9 @@
  * limiter_bench: the node's CHECK path without the network (docs/BENCHMARKS.md, "Node:
  * batched lookups"): one token_bucket rule over K users (default 1M, created first), then
  * uniformly drawn users judged one at a time (rl_limiter_check_epoch) or in batches of B
- * (rl_limiter_prepare for each, then rl_limiter_check_prepared for each, as node/server.c
- * does with the CHECKs of one read). Prints the thread's CPU ns per CHECK of each way,
+ * (rl_limiter_prepare for each, then rl_limiter_check_prepared for each), or in a window of
+ * B (each CHECK judged B preparations after its own, as node/server.c does with the CHECKs
+ * of one read). Prints the thread's CPU ns per CHECK of each way,
  * alternated over several rounds. Usage: limiter_bench [K [B [ROUNDS]]]. Not a test.
  */
 #include <stdio.h>
@@ -89,9 +90,22 @@ main(int argc, char **argv)
             }
         }
         double t2 = cpu_ns();
+        /* A window: each CHECK judged `batch` preparations after its own. */
+        for (unsigned i = keys; i < NREQ + batch; i++) {
+            if (i >= keys + batch) {
+                unsigned j = i - batch;
+                rl_limiter_check_prepared(l, &reqs[j], &prep[j % batch], now, 0, &rep);
+                sink += rep.remaining;
+            }
+            if (i < NREQ) {
+                rl_limiter_prepare(l, &reqs[i], &prep[i % batch]);
+            }
+        }
+        double t3 = cpu_ns();
         unsigned n = NREQ - keys;
-        printf("round %u: one at a time %.0f ns/check, batches of %u %.0f ns/check\n", r + 1,
-               (t1 - t0) / n, batch, (t2 - t1) / n);
+        printf("round %u: one at a time %.0f ns/check, batches of %u %.0f ns/check, a window of "
+               "%u %.0f ns/check\n",
+               r + 1, (t1 - t0) / n, batch, (t2 - t1) / n, batch, (t3 - t2) / n);
         now += 1;
     }
     struct rl_limiter_stats st;
