@@ -98,6 +98,8 @@
  * on through it) and unequal to any fingerprint's tag (which has 0x80 set). */
 #define TAG_GONE 0x01u
 #define TAG_LIVE 0x80u
+/* The bits of fp_lo an entry keeps. */
+#define FP_LO_MASK 0xffffffu
 /* A grow multiplies the slots by (GROW_DEN + 1) / GROW_DEN: 1.2x. */
 #define GROW_DEN 5u
 
@@ -325,7 +327,7 @@ rl_keytab_fingerprint(uint64_t h_hi, uint64_t h_lo, uint64_t *fp_hi, uint32_t *f
     h ^= h >> 33;
     h += (h == 0);
     *fp_hi = h;
-    *fp_lo = (uint32_t)((h_lo ^ (h_lo >> 24) ^ (h_lo >> 48)) & 0xffffffu);
+    *fp_lo = (uint32_t)((h_lo ^ (h_lo >> 24) ^ (h_lo >> 48)) & FP_LO_MASK);
 }
 
 static inline bool
@@ -624,6 +626,7 @@ rl_keytab_prefetch(const struct rl_keytab *t, uint64_t fp_hi)
 struct rl_keytab_entry *
 rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo)
 {
+    fp_lo &= FP_LO_MASK; /* as entries keep it */
     size_t pos = home_of(fp_hi, t->cur.cap);
     /* The entry most likely sits at its home: start that cache miss alongside the tags'. */
     __builtin_prefetch(&t->cur.ents[pos]);
@@ -785,8 +788,8 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
     size_t i = place(&t->cur, fp_hi);
     struct rl_keytab_entry *e = &t->cur.ents[i];
     e->fp_hi = fp_hi;
-    e->fp_lo = fp_lo;
-    e->tier = tier;
+    e->fp_lo = fp_lo & FP_LO_MASK;
+    e->tier = tier & RL_KEYTAB_TIER_MAX;
     e->epoch = 0;
     memset(&e->st, 0, sizeof(e->st));
     set_tag(&t->cur, i, tag_of(fp_hi));

@@ -67,6 +67,9 @@ struct rl_limiter {
 
 #define LIM_GONE UINT32_MAX
 
+/* Every tier id of a rules file fits an entry's tier field. */
+_Static_assert(RL_CONF_TIERS_MAX <= RL_KEYTAB_TIER_MAX, "tier ids fit the key table");
+
 /* Seeds the key hash with the tier's seed (conf.h: its section, its place there and its
  * parameters), so each user gets one counter per section and per tier, and the counter
  * keeps its identity across reloads that leave the tier as it was. */
