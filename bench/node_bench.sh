@@ -3,13 +3,23 @@
 # pipelining (token_bucket over 1M keys), p50/p99 latency at half that load, and resident
 # memory per active key at 1M and 10M keys for each algorithm.
 #   bench/node_bench.sh [throughput|latency|memory|all]   (RUNS=5 by default)
-# The node is pinned to core 0 and rl-bench to core 1. Builds Release first.
+# The node is pinned to core 0 and rl-bench to core 1. Builds Release first. Each throughput
+# run also prints the CPU the node and rl-bench used (/proc/PID/stat: the figure counts when
+# the node, not the load generator, is the one near 100% of its core), and the key table's
+# resizes over the runs (rl_node_table_resizes_total: 0 while the key set is constant).
 source "$(dirname "$0")/lib.sh"
 what=${1:-all}
 bash "$top/scripts/build.sh" release >/dev/null
 work=$(mktemp -d)
 port=$(free_port)
+mport=$(free_port)
 machine
+hz=$(getconf CLK_TCK)
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+resizes() { # the node's key-table resizes so far (grows + shrinks)
+    { exec 3<>"/dev/tcp/127.0.0.1/$mport" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3; } 2>/dev/null |
+        awk '/^rl_node_table_resizes_total/ {n += $2} END {print n + 0}'
+}
 
 start_node() { # CONF
     taskset -c 0 "$bin/rl-node" --config "$1" --name n --listen 127.0.0.1:$port 2>>"$work/node.log" &
@@ -22,6 +32,7 @@ stop_node() { kill "$node"; wait "$node" 2>/dev/null || true; pids=(); }
 cat > "$work/tb.conf" <<CONF
 [node n]
 listen = 127.0.0.1:$port
+metrics = 127.0.0.1:$mport
 memory = 4g
 [service bench]
 limit = token_bucket 100 per 1m
@@ -33,15 +44,24 @@ if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
     taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$port --service bench --keys 1000000 \
         --sequential --requests 1000000 --connections 4 --pipeline 256 --json > /dev/null
     tput=()
+    r0=$(resizes)
     for i in $(seq 1 "$runs"); do
-        out=$(taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$port --service bench --keys 1000000 \
-            --connections 4 --pipeline 256 --duration 5 --json | tail -1)
+        taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$port --service bench --keys 1000000 \
+            --connections 4 --pipeline 256 --duration 5 --json > "$work/run.json" &
+        lg=$!
+        sleep 1 # connected and at full speed: measure CPU over the next 3 s
+        n0=$(ticks $node); l0=$(ticks $lg); t0=$(date +%s%N)
+        sleep 3
+        n1=$(ticks $node); l1=$(ticks $lg); t1=$(date +%s%N)
+        wait $lg
+        out=$(tail -1 "$work/run.json")
         t=$(echo "$out" | json decisions_per_s)
         tput+=("$t")
-        echo "throughput run $i: $t decisions/s (p50 $(echo "$out" | json p50_us) us, p99 $(echo "$out" | json p99_us) us)"
+        cpu() { awk -v t=$1 -v hz=$hz -v ns=$((t1 - t0)) 'BEGIN {printf "%.0f%%", t / hz * 1e9 / ns * 100}'; }
+        echo "throughput run $i: $t decisions/s (p50 $(echo "$out" | json p50_us) us, p99 $(echo "$out" | json p99_us) us; CPU: node $(cpu $((n1 - n0))), rl-bench $(cpu $((l1 - l0))))"
     done
     med=$(printf '%s\n' "${tput[@]}" | median)
-    echo "RESULT node token_bucket 1M keys pipelined: median $med decisions/s over $runs runs"
+    echo "RESULT node token_bucket 1M keys pipelined: median $med decisions/s over $runs runs; key-table resizes during the runs: $(($(resizes) - r0))"
     if [ "$what" != latency ] && [ "${NO_REDIS:-0}" != 1 ]; then
         # Baseline in the same run: Redis + a Lua token bucket, same cores, same pipelining.
         command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||

@@ -151,14 +151,14 @@ conf_set_limit(struct conf_parser *p, const char *v)
         return "is one tier too many: a section has at most 16";
     }
     if (c->ntiers == RL_CONF_TIERS_MAX) {
-        return "is one tier too many: a file has at most 65535";
+        return "is one tier too many: a file has at most 1048575";
     }
     slot = conf_push(p, &c->tiers, c->ntiers, &p->tiers_cap, sizeof(*slot), 16);
     if (slot == NULL) {
         return "could not be stored: out of memory";
     }
     /* Tiers of one section are contiguous: only the current section appends. */
-    t.id = (uint16_t)c->ntiers;
+    t.id = (uint32_t)c->ntiers;
     t.seed = rl_ruleset_tier_seed(r, r->ntiers, &t);
     *slot = t;
     c->ntiers++;

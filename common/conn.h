@@ -98,8 +98,10 @@ struct rl_connq {
 struct rl_conn_ops {
     /* Optional: a batch of frames is about to be handed over (once per read or resume). */
     void (*on_batch)(struct rl_conn *c);
-    /* One frame's payload (n >= 1), valid during the call. The owner appends replies to
-     * c->out and calls rl_conn_mark, or closes c. */
+    /* One frame's payload (n >= 1), valid until on_batch_end returns, so an owner may hold
+     * frames of a batch and answer them together at on_batch_end (conn calls it before it
+     * answers a protocol error of its own, so replies keep the frames' order). The owner
+     * appends replies to c->out and calls rl_conn_mark, or closes c. */
     void (*on_frame)(struct rl_conn *c, const char *p, size_t n);
     /* Optional: the batch on_batch began has been handed over (c may be closing by now). */
     void (*on_batch_end)(struct rl_conn *c);

@@ -57,6 +57,16 @@ conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
  * bounds what one read can queue (64 KiB of 7-byte STATS requests would otherwise be
  * answered with megabytes) and what one client streaming large frames costs the others.
  */
+/* Ends the batch on_batch began, if any: the owner answers the frames it holds (conn.h). */
+static void
+conn_batch_end(struct rl_conn *c, bool *batch)
+{
+    if (*batch && c->ops->on_batch_end != NULL) {
+        c->ops->on_batch_end(c);
+    }
+    *batch = false;
+}
+
 static size_t
 conn_frames(struct rl_conn *c, const char *p, size_t n)
 {
@@ -83,6 +93,7 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
         if (rc >= 0 && c->preauth && plen > RL_WIRE_AUTH_FRAME_MAX) {
             /* Only an AUTH may come first: a header announcing more closes at once, so a
              * half-sent frame before AUTH costs no more than an AUTH. */
+            conn_batch_end(c, &batch);
             rl_conn_protocol_error(c, 0, RL_WIRE_ERR_MALFORMED,
                                    "a frame before AUTH may be at most 266 bytes (an AUTH)",
                                    p + used, n - used);
@@ -92,6 +103,7 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
             break;
         }
         if (rc < 0) {
+            conn_batch_end(c, &batch);
             rl_conn_protocol_error(c, 0, RL_WIRE_ERR_MALFORMED, "frame length must be 1..65536",
                                    p + used, n - used);
             break;
@@ -109,6 +121,7 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
                                (unsigned char)p[used - plen + 1] == RL_WIRE_OP_AUTH))) {
             /* Taken from the router reserve, it had to open with HELLO ([5, id, role]), or
              * with the AUTH ([6, id, token]) a node with a cluster secret needs first. */
+            conn_batch_end(c, &batch);
             conn_refuse_probation(c);
             break;
         }
@@ -124,9 +137,7 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
             break;
         }
     }
-    if (batch && c->ops->on_batch_end != NULL) {
-        c->ops->on_batch_end(c);
-    }
+    conn_batch_end(c, &batch);
     if (used > 0) {
         c->partial_ms = 0; /* a frame completed: what is left is a new one */
     }

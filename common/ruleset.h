@@ -44,7 +44,8 @@ int rl_algo_parse(const char *name, enum rl_algo *out);
 #define RL_CONF_LIMIT_MAX 4294967295u  /* N and B, in cost units */
 #define RL_CONF_WINDOW_MAX 4294967295u /* W in ms: about 49.7 days */
 #define RL_CONF_RULE_TIERS_MAX 16      /* `limit` lines in one [service] section */
-#define RL_CONF_TIERS_MAX 65535u       /* in the whole file, so a tier id fits uint16_t */
+#define RL_CONF_TIERS_MAX 1048575u     /* in the whole file (2^20 - 1): a tier id fits the node's
+                                          key-table entry (24 bits) */
 
 /* One `limit = ALGO N per DURATION [burst B]` line. */
 struct rl_tier {
@@ -52,7 +53,7 @@ struct rl_tier {
     uint32_t limit;     /* N */
     uint32_t window_ms; /* W, >= 1 */
     uint32_t burst;     /* B; N when not given; meaningful for the bucket algorithms */
-    uint16_t id;        /* index in rl_conf.tiers: unique across the whole file */
+    uint32_t id;        /* index in rl_conf.tiers: unique across the whole file */
     /* The tier's identity for counters (added): a 64-bit hash of its section (service,
      * endpoint), its position in the section, algo, limit, window and burst. Unchanged by
      * edits elsewhere in the file, so a reload keeps the counters of a tier whose seed it

@@ -6,9 +6,19 @@
  * find stops at the first empty slot. Not for judging requests or knowing what a state means:
  * the owner's ops answer that.
  *
- * Memory: 33 bytes per slot plus 16 mirrored tag bytes. The load stays in [7/12, 7/8] while
- * growing (grow by 1.5x at 7/8), so the table costs 38 to 57 bytes per key; once the sweep
- * forgets keys the load may fall to 1/4 before the sweep shrinks the table to a load of 1/2.
+ * Memory: 33 bytes per slot plus 16 mirrored tag bytes. The load stays in [0.73, 7/8] while
+ * growing (grow by 1.2x at 7/8), so the table costs 38 to 45 bytes per key; once the sweep
+ * forgets keys the load may fall to 1/4, and stay there for RL_KEYTAB_SHRINK_MS, before the
+ * sweep shrinks the table to a load of 1/2. The small grow step costs more moves (the grows move
+ * 1 / 0.2 = 5 entries per key inserted, against 2 at 1.5x), all incremental.
+ *
+ * Why the shrink waits: a shrink at the first sweep that saw the load under 1/4 made a table
+ * whose keys went idle for a few seconds (a pause in traffic: the sweep forgets every key
+ * back at full allowance) halve itself, and then grow back (two or more resizes, each moving
+ * every key, with the munmap and first-touch page faults that go with them) as soon as the
+ * same keys came back: resizes under a constant key set. The sweep now tracks the most keys
+ * held over the current and the previous period of RL_KEYTAB_SHRINK_MS and shrinks only when
+ * that most is under 1/4 of the slots, to a load of 1/2 of it.
  * Arrays of 64 KiB or more are mmap'd (and given back with munmap), so the process RSS follows
  * the table down when it shrinks; glibc's malloc would keep freed blocks in its heap after
  * raising its dynamic mmap threshold.
@@ -25,8 +35,8 @@
  * and reports a moved key absent there (cur has it, or it was deleted since). The live
  * entries of old are therefore all in slots [moved, old.cap).
  *
- * Bounds: an insert moves at most INSERT_STEP old slots. A grow at a load of 7/8 by 1.5x
- * leaves room for 0.44 cap inserts before cur is full and needs cap / INSERT_STEP of them,
+ * Bounds: an insert moves at most INSERT_STEP old slots. A grow at a load of 7/8 by 1.2x
+ * leaves room for 0.175 cap inserts before cur is full and needs cap / INSERT_STEP of them,
  * so a grow always ends in time, and a resize never starts while another runs. A shrink (to
  * a load of 1/2, with more than 4 old slots per key) may not: if cur reaches its maximum
  * load while old still holds entries, that insert moves the rest at once, which is quick
@@ -36,7 +46,7 @@
  * one insert wait for the whole move.
  *
  * While a resize runs both arrays exist: max_bytes bounds the table between resizes, the
- * transient peak is old + new (2.5x the old size at a 1.5x grow). The old entry array is
+ * transient peak is old + new (2.2x the old size at a 1.2x grow). The old entry array is
  * given back to the kernel FREE_CHUNK bytes at a time behind the move, so the peak falls as
  * the move goes; the old tag array stays to the end, as probe runs pass through it, and then
  * goes, with the last of the entry array, to a grave that the following inserts and sweeps
@@ -75,8 +85,9 @@
 #define EVICT_SAMPLE 8
 #define MIN_BYTES (64u * 1024)
 /* Old slots an insert moves during a resize: about 110 entries at a load of 7/8, a few
- * microseconds, most of it the first touch of a page of the new entry array. A grow needs
- * more than 2.3 slots an insert to end before cur fills. */
+ * microseconds, most of it the first touch of a page of the new entry array. A grow by 1.2x
+ * leaves room for 0.175 cap inserts, so it needs more than 5.7 slots an insert to end
+ * before cur fills. */
 #define INSERT_STEP 128u
 /* Mapped memory is given back in pieces of this much (~25 us of munmap on the development
  * VM, where it costs 250-450 ns a page): the old entry array behind the move, and what is
@@ -87,6 +98,10 @@
  * on through it) and unequal to any fingerprint's tag (which has 0x80 set). */
 #define TAG_GONE 0x01u
 #define TAG_LIVE 0x80u
+/* The bits of fp_lo an entry keeps. */
+#define FP_LO_MASK 0xffffffu
+/* A grow multiplies the slots by (GROW_DEN + 1) / GROW_DEN: 1.2x. */
+#define GROW_DEN 5u
 
 /* The memory budget of 33 bytes a slot rests on it. */
 _Static_assert(sizeof(struct rl_keytab_entry) == 32, "keytab entries are 32 bytes");
@@ -130,8 +145,14 @@ struct rl_keytab {
     struct rl_keytab_ops ops;
     uint64_t evicted;
     uint64_t expired;
-    uint64_t resizes;
+    uint64_t grows;
+    uint64_t shrinks;
     uint64_t resize_steps;
+    /* The shrink's memory (RL_KEYTAB_SHRINK_MS): the most keys held since peak_since, and in
+     * the period before it; peak_since is UINT64_MAX until the first sweep. */
+    size_t peak;
+    size_t peak_prev;
+    uint64_t peak_since;
     /* The sweep's holes in the current run (sweep_cur), ascending; grown on demand. */
     struct kt_hole *holes;
     size_t holes_cap;
@@ -306,7 +327,7 @@ rl_keytab_fingerprint(uint64_t h_hi, uint64_t h_lo, uint64_t *fp_hi, uint32_t *f
     h ^= h >> 33;
     h += (h == 0);
     *fp_hi = h;
-    *fp_lo = (uint32_t)(h_lo ^ (h_lo >> 32));
+    *fp_lo = (uint32_t)((h_lo ^ (h_lo >> 24) ^ (h_lo >> 48)) & FP_LO_MASK);
 }
 
 static inline bool
@@ -507,7 +528,11 @@ start_resize(struct rl_keytab *t, size_t new_cap)
     t->moved = 0;
     t->old_freed = 0;
     set_cap(t, t->old.cap, new_cap);
-    t->resizes++;
+    if (new_cap > t->old.cap) {
+        t->grows++;
+    } else {
+        t->shrinks++;
+    }
     if (t->old_keys == 0) {
         end_resize(t);
     }
@@ -528,6 +553,7 @@ rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_key
     t->max_bytes = max_bytes;
     t->ops = *ops;
     t->rng = UINT64_C(0x9e3779b97f4a7c15);
+    t->peak_since = UINT64_MAX;
 
     /* The largest cap that fits. Page rounding costs at most a page per array, so start
      * below it and step up (at most ~250 steps): table_bytes grows with cap. */
@@ -585,9 +611,22 @@ rl_keytab_destroy(struct rl_keytab *t)
     free(t);
 }
 
+void
+rl_keytab_prefetch(const struct rl_keytab *t, uint64_t fp_hi)
+{
+    size_t pos = home_of(fp_hi, t->cur.cap);
+    __builtin_prefetch(&t->cur.tags[pos]);
+    __builtin_prefetch(&t->cur.ents[pos]);
+    /* At a load near 7/8 a key sits a few slots past its home: the next line too. */
+    if (pos + 2 < t->cur.cap) {
+        __builtin_prefetch(&t->cur.ents[pos + 2]);
+    }
+}
+
 struct rl_keytab_entry *
 rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo)
 {
+    fp_lo &= FP_LO_MASK; /* as entries keep it */
     size_t pos = home_of(fp_hi, t->cur.cap);
     /* The entry most likely sits at its home: start that cache miss alongside the tags'. */
     __builtin_prefetch(&t->cur.ents[pos]);
@@ -654,7 +693,7 @@ xorshift(struct rl_keytab *t)
  * a tie. a must hold at least want live entries in [lo, cap). */
 static void
 sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, size_t want,
-       uint64_t now, uint16_t tier, struct rl_keytab_entry **victim, uint64_t *best)
+       uint64_t now, uint32_t tier, struct rl_keytab_entry **victim, uint64_t *best)
 {
     size_t seen = 0;
     while (seen < want) {
@@ -683,7 +722,7 @@ sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, siz
  * arrays in proportion to the keys each holds, so every key is about as likely a candidate.
  * Needs keys > 0. */
 static void
-evict_one(struct rl_keytab *t, uint64_t now, uint16_t tier)
+evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
 {
     size_t want = t->keys < EVICT_SAMPLE ? t->keys : EVICT_SAMPLE;
     size_t cur_keys = t->keys - t->old_keys;
@@ -719,7 +758,7 @@ evict_one(struct rl_keytab *t, uint64_t now, uint16_t tier)
 }
 
 struct rl_keytab_entry *
-rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint16_t tier, uint64_t now)
+rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t tier, uint64_t now)
 {
     if (resizing(t)) {
         migrate(t, INSERT_STEP);
@@ -735,7 +774,7 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint16_t t
             /* Growing to max_cap: evict now, as the end of the move would. */
             evict_one(t, now, tier);
         } else {
-            size_t new_cap = t->cur.cap + t->cur.cap / 2;
+            size_t new_cap = t->cur.cap + t->cur.cap / GROW_DEN;
             if (new_cap > t->max_cap) {
                 new_cap = t->max_cap;
             }
@@ -749,12 +788,15 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint16_t t
     size_t i = place(&t->cur, fp_hi);
     struct rl_keytab_entry *e = &t->cur.ents[i];
     e->fp_hi = fp_hi;
-    e->fp_lo = fp_lo;
-    e->tier = tier;
+    e->fp_lo = fp_lo & FP_LO_MASK;
+    e->tier = tier & RL_KEYTAB_TIER_MAX;
     e->epoch = 0;
     memset(&e->st, 0, sizeof(e->st));
     set_tag(&t->cur, i, tag_of(fp_hi));
     t->keys++;
+    if (t->keys > t->peak) {
+        t->peak = t->keys;
+    }
     return e;
 }
 
@@ -957,10 +999,8 @@ sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
             continue;
         }
         size_t hole = t->holes[k].off;
-        size_t to = start + hole;
-        if (to >= cap) {
-            to -= cap;
-        }
+        /* Offsets run up to 2 cap (past one lap only shifting goes on): wrap as often. */
+        size_t to = (start + hole) % cap;
         a->ents[to] = a->ents[p];
         set_tag(a, to, a->tags[p]);
         set_tag(a, p, 0);
@@ -1003,12 +1043,24 @@ rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget)
     size_t n = t->keys > t->old_keys ? sweep_cur(t, now, budget) : 0;
     t->expired += n;
 
-    /* Give memory back once the load falls under 1/4: move to a load of 1/2, which leaves
-     * room to grow by 3/4 before the next grow, so a table does not flap between sizes. Not
-     * before the last resize's graves are empty, which later sweeps see to, so that starting
-     * this one does not have to unmap them at once. */
-    if (!resizing(t) && grave_bytes(t) == 0 && t->keys < a->cap / 4 && a->cap > MIN_CAP) {
-        size_t new_cap = t->keys * 2;
+    /* The most keys held over the current and the previous period of RL_KEYTAB_SHRINK_MS
+     * (a clock that steps back starts a new period). */
+    if (t->peak_since == UINT64_MAX || now < t->peak_since) {
+        t->peak_since = now;
+        t->peak_prev = t->peak;
+    } else if (now - t->peak_since >= RL_KEYTAB_SHRINK_MS) {
+        t->peak_prev = now - t->peak_since >= 2 * (uint64_t)RL_KEYTAB_SHRINK_MS ? t->keys : t->peak;
+        t->peak = t->keys;
+        t->peak_since = now;
+    }
+    size_t most = t->peak > t->peak_prev ? t->peak : t->peak_prev;
+
+    /* Give memory back once that most is under 1/4 of the slots: move to a load of 1/2 of
+     * it, which leaves room to grow by 3/4 before the next grow, so a table does not flap
+     * between sizes. Not before the last resize's graves are empty, which later sweeps see
+     * to, so that starting this one does not have to unmap them at once. */
+    if (!resizing(t) && grave_bytes(t) == 0 && most < a->cap / 4 && a->cap > MIN_CAP) {
+        size_t new_cap = most * 2;
         if (new_cap < MIN_CAP) {
             new_cap = MIN_CAP;
         }
@@ -1065,7 +1117,9 @@ rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s)
     s->bytes += grave_bytes(t);
     s->evicted = t->evicted;
     s->expired = t->expired;
-    s->resizes = t->resizes;
+    s->resizes = t->grows + t->shrinks;
+    s->grows = t->grows;
+    s->shrinks = t->shrinks;
     s->resize_steps = t->resize_steps;
     s->resize_left = resizing(t) ? t->old.cap - t->moved : 0;
 }
@@ -1076,4 +1130,12 @@ rl_keytab_metrics(const struct rl_keytab *t, struct rl_prom *p)
     rl_prom_family(p, "rl_node_expirations_total", "counter",
                    "Keys forgotten by the sweep once back at full allowance.");
     rl_prom_u64(p, "rl_node_expirations_total", NULL, t->expired);
+    rl_prom_family(p, "rl_node_table_resizes_total", "counter",
+                   "Resizes of the key table started, by kind: grow (at a load of 7/8) or shrink "
+                   "(keys under a quarter of the slots for 30 s).");
+    rl_prom_u64(p, "rl_node_table_resizes_total", "kind=\"grow\"", t->grows);
+    rl_prom_u64(p, "rl_node_table_resizes_total", "kind=\"shrink\"", t->shrinks);
+    rl_prom_family(p, "rl_node_table_slots", "gauge",
+                   "Slots of the key table (of the array being filled, during a resize).");
+    rl_prom_u64(p, "rl_node_table_slots", NULL, t->cur.cap);
 }

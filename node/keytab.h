@@ -1,16 +1,19 @@
 /*
- * keytab: the node's table of counters: 32-byte entries keyed by a 96-bit fingerprint of
+ * keytab: the node's table of counters: 32-byte entries keyed by an 88-bit fingerprint of
  * (rule, tier, user), in one open-addressing array with linear probing, a byte of hash tag
  * per slot scanned 16 at a time, and backward-shift deletion (no tombstones).
- * It grows by 1.5x up to a memory cap; at the cap it evicts, picking from a few sampled
- * entries the one its owner scores lowest (the limiter: a key back at full allowance, else
- * one of a service over its share that limits nobody now, soonest full), sampling again
- * while the best it found is one it should not take. Not for judging requests (limiter.h).
+ * It grows by 1.2x at a load of 7/8 up to a memory cap; at the cap it evicts, picking from a
+ * few sampled entries the one its owner scores lowest (the limiter: a key back at full
+ * allowance, else one of a service over its share that limits nobody now, soonest full),
+ * sampling again while the best it found is one it should not take. Not for judging
+ * requests (limiter.h).
  *
  * Resizes (grows, and shrinks by the sweep) are incremental: for a while the table keeps the
  * old array beside the new one, and each insert and each sweep moves a bounded slice of the
  * old into the new, so no call pauses for a whole rehash. Finds look in both and move
- * nothing.
+ * nothing. A shrink waits until the keys have stayed under a quarter of the slots for
+ * RL_KEYTAB_SHRINK_MS, so keys that go idle together (and are forgotten by the sweep) and
+ * come back together find the table as they left it: a constant key set never resizes it.
  *
  * Entry pointers are valid until the next insert or delete (a sweep deletes): both may move
  * entries. Finds never do, so the pointers of several finds are valid together.
@@ -27,12 +30,16 @@
 /* The table (opaque). */
 struct rl_keytab;
 
+/* The largest tier id an entry holds (24 bits). */
+#define RL_KEYTAB_TIER_MAX 0xffffffu
+
 struct rl_keytab_entry {
-    uint64_t fp_hi; /* fingerprint: 96 bits; never all-zero (keytab sets a bit) */
-    uint32_t fp_lo;
-    uint16_t tier; /* rl_tier.id: which parameters the state follows */
-    uint16_t epoch; /* the owner's: the ownership epoch of the key's shard when the state was
-                       last written (limiter.h, rl_limiter_check_epoch); 0 at insert */
+    uint64_t fp_hi; /* fingerprint: 64 + 24 bits; fp_hi never 0 (keytab sets a bit) */
+    __extension__ uint64_t fp_lo : 24;
+    __extension__ uint64_t tier : 24; /* rl_tier.id: which parameters the state follows */
+    __extension__ uint64_t epoch : 16; /* the owner's: the ownership epoch of the key's shard
+                                          when the state was last written (limiter.h,
+                                          rl_limiter_check_epoch); 0 at insert */
     struct rl_algo_state st;
 };
 
@@ -44,7 +51,7 @@ struct rl_keytab_ops {
      * evicted. Its class, score >> RL_KEYTAB_CLASS_SHIFT, says what losing it costs (the
      * RL_KEYTAB_CLASS_* below); a sample whose best class is RL_KEYTAB_CLASS_RESAMPLE or
      * worse is drawn again, up to RL_KEYTAB_EVICT_ROUNDS samples, before one is taken. */
-    uint64_t (*score)(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint16_t tier);
+    uint64_t (*score)(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t tier);
     /* Optional: e is about to be evicted with that score (before release). */
     void (*evicted)(void *arg, const struct rl_keytab_entry *e, uint64_t score);
     /* Frees what the entry's state owns (before the entry is dropped). */
@@ -56,20 +63,26 @@ struct rl_keytab_ops {
 #define RL_KEYTAB_CLASS_RESAMPLE 2u
 #define RL_KEYTAB_EVICT_ROUNDS 8u
 
+/* How long the keys must stay under a quarter of the slots before the sweep shrinks the
+ * table, in the time of the `now` given to rl_keytab_sweep (ms for the node). */
+#define RL_KEYTAB_SHRINK_MS 30000u
+
 struct rl_keytab_stats {
     uint64_t keys;         /* entries held now, in both arrays during a resize */
     uint64_t capacity;     /* slots of the array inserts go to (the new one during a resize) */
     uint64_t bytes;        /* bytes of the table itself: both arrays during a resize */
     uint64_t evicted;      /* entries dropped by the memory cap since start */
     uint64_t expired;      /* entries forgotten by the sweep since start */
-    uint64_t resizes;      /* resizes started since start */
+    uint64_t resizes;      /* resizes started since start: grows + shrinks */
+    uint64_t grows;        /* of which grows */
+    uint64_t shrinks;      /* of which shrinks */
     uint64_t resize_steps; /* old slots visited by incremental resizes since start */
     uint64_t resize_left;  /* old slots a resize has still to visit; 0: none running */
 };
 
 /*
  * Creates a table that uses no more than max_bytes for itself (min 64 KiB) outside resizes;
- * while one runs, both arrays exist, at most old + new (2.5x the old at a 1.5x grow), less
+ * while one runs, both arrays exist, at most old + new (2.2x the old at a 1.2x grow), less
  * as the old is emptied. Returns 0 or -ENOMEM. ops is copied.
  */
 int rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_keytab_ops *ops);
@@ -78,10 +91,15 @@ int rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl
 void rl_keytab_destroy(struct rl_keytab *t);
 
 /* Turns a 128-bit hash into a fingerprint (hi, lo) as entries store it: fp_hi is h_hi through
- * a bijective 64-bit mixer (murmur3's finaliser), 0 mapped to 1; fp_lo is the two halves of
- * h_lo xor-folded. The home slot comes from fp_hi's high bits (fastrange), the tag from its
- * low 7 bits. Deterministic, the same in every process. */
+ * a bijective 64-bit mixer (murmur3's finaliser), 0 mapped to 1; fp_lo is h_lo xor-folded to
+ * 24 bits. The home slot comes from fp_hi's high bits (fastrange), the tag from its low 7
+ * bits. Deterministic, the same in every process. */
 void rl_keytab_fingerprint(uint64_t h_hi, uint64_t h_lo, uint64_t *fp_hi, uint32_t *fp_lo);
+
+/* Starts loading the memory a find or insert of fp_hi will touch first (its home's tags and
+ * entry), so that the finds of a batch of requests overlap their cache misses: call it for
+ * each, then find. Changes nothing. */
+void rl_keytab_prefetch(const struct rl_keytab *t, uint64_t fp_hi);
 
 /* The entry with this fingerprint, or NULL. Moves no entry, so earlier pointers stay valid;
  * during a resize it may probe both arrays. */
@@ -96,7 +114,7 @@ struct rl_keytab_entry *rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint
  * entry, or NULL only when memory for the table's first allocation cannot be had.
  */
 struct rl_keytab_entry *rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo,
-                                         uint16_t tier, uint64_t now);
+                                         uint32_t tier, uint64_t now);
 
 /* Drops an entry: calls ops->release on it, then removes it. */
 void rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e);
@@ -107,9 +125,11 @@ void rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e);
  * slot. Returns the number forgotten. During a
  * resize it first moves up to `budget` old slots into the new array (so a periodic sweep
  * finishes a resize even without inserts); entries still in the old array are swept once
- * they have moved. When no resize runs (and the last one's memory is given back) and the load
- * has fallen under 1/4, it then starts a shrink to a load of 1/2, which gives the memory back
- * as later sweeps and inserts move the keys. */
+ * they have moved. When no resize runs (and the last one's memory is given back) and the keys
+ * have stayed under 1/4 of the slots for RL_KEYTAB_SHRINK_MS (by `now`: the most keys held
+ * over the last one to two such periods is what counts), it then starts a shrink to a load
+ * of 1/2 of that most, which gives the memory back as later sweeps and inserts move the
+ * keys. */
 size_t rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget);
 
 /*
@@ -127,7 +147,8 @@ size_t rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keyt
 void rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s);
 
 struct rl_prom;
-/* Appends the table's own metric families (metrics.h's writer): rl_node_expirations_total.
+/* Appends the table's own metric families (metrics.h's writer): rl_node_expirations_total,
+ * rl_node_table_resizes_total{kind} and rl_node_table_slots.
  * The limiter, which owns the table, calls it from rl_limiter_metrics. */
 void rl_keytab_metrics(const struct rl_keytab *t, struct rl_prom *p);
 

@@ -67,6 +67,9 @@ struct rl_limiter {
 
 #define LIM_GONE UINT32_MAX
 
+/* Every tier id of a rules file fits an entry's tier field. */
+_Static_assert(RL_CONF_TIERS_MAX <= RL_KEYTAB_TIER_MAX, "tier ids fit the key table");
+
 /* Seeds the key hash with the tier's seed (conf.h: its section, its place there and its
  * parameters), so each user gets one counter per section and per tier, and the counter
  * keeps its identity across reloads that leave the tier as it was. */
@@ -133,7 +136,7 @@ lim_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
  * service under its share. Within a class, the key full soonest goes first.
  */
 static uint64_t
-lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint16_t for_tier)
+lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t for_tier)
 {
     struct rl_limiter *l = arg;
     const struct rl_tier *t = lim_entry_tier(l, e);
@@ -459,10 +462,44 @@ rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t n
 }
 
 void
+rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
+                   struct rl_limiter_prep *prep)
+{
+    const struct rl_rule *rule;
+    const struct rl_tier *tiers;
+
+    rule = rl_conf_rule(l->conf, req->service.ptr, req->service.len, req->endpoint.ptr,
+                        req->endpoint.ptr == NULL ? 0 : req->endpoint.len);
+    if (rule == NULL || rule->ntiers == 0) {
+        prep->rule = NULL;
+        return;
+    }
+    prep->rule = rule;
+    tiers = &l->conf->tiers[rule->first_tier];
+    for (uint32_t i = 0; i < rule->ntiers; i++) {
+        XXH128_hash_t h = XXH3_128bits_withSeed(req->user.ptr, req->user.len, lim_seed(&tiers[i]));
+
+        rl_keytab_fingerprint(h.high64, h.low64, &prep->fp_hi[i], &prep->fp_lo[i]);
+        rl_keytab_prefetch(l->tab, prep->fp_hi[i]);
+    }
+}
+
+void
 rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
                        uint16_t epoch, struct rl_wire_check_reply *rep)
 {
-    const struct rl_rule *rule;
+    struct rl_limiter_prep prep;
+
+    rl_limiter_prepare(l, req, &prep);
+    rl_limiter_check_prepared(l, req, &prep, now, epoch, rep);
+}
+
+void
+rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
+                          const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                          struct rl_wire_check_reply *rep)
+{
+    const struct rl_rule *rule = prep->rule;
     const struct rl_tier *tiers;
     const struct rl_algo_result *dec = NULL;
     uint64_t remaining = UINT64_MAX;
@@ -475,9 +512,7 @@ rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint
     if (req->cost == 0) {
         l->st.peeks++;
     }
-    rule = rl_conf_rule(l->conf, req->service.ptr, req->service.len, req->endpoint.ptr,
-                        req->endpoint.ptr == NULL ? 0 : req->endpoint.len);
-    if (rule == NULL || rule->ntiers == 0) {
+    if (rule == NULL) {
         rep->code = RL_WIRE_NO_RULE;
         l->st.no_rule++;
         return;
@@ -488,10 +523,10 @@ rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint
     for (uint32_t i = 0; i < rule->ntiers; i++) {
         const struct rl_tier *t = &tiers[i];
         struct lim_tier *x = &l->scratch[i];
-        XXH128_hash_t h = XXH3_128bits_withSeed(req->user.ptr, req->user.len, lim_seed(t));
         struct rl_algo_state *s;
 
-        rl_keytab_fingerprint(h.high64, h.low64, &x->fp_hi, &x->fp_lo);
+        x->fp_hi = prep->fp_hi[i];
+        x->fp_lo = prep->fp_lo[i];
         x->e = rl_keytab_find(l->tab, x->fp_hi, x->fp_lo);
         if (x->e != NULL && x->e->epoch == epoch) {
             s = &x->e->st;
@@ -732,7 +767,7 @@ lim_remap_entry(void *arg, struct rl_keytab_entry *e)
         }
         return false;
     }
-    e->tier = (uint16_t)to;
+    e->tier = to;
     t = &l->conf->tiers[to];
     lim_count_key(l, t, +1);
     lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st));

@@ -81,6 +81,29 @@ void rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint6
 void rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
                             uint16_t epoch, struct rl_wire_check_reply *rep);
 
+/*
+ * A CHECK's preparation (rl_limiter_prepare): its rule and the fingerprint of its key in each
+ * tier, whose key-table slots have been prefetched. A batch of CHECKs is prepared first and
+ * judged after (rl_limiter_check_prepared), so the cache misses of their lookups overlap
+ * instead of following one another. Valid until the rules change (rl_limiter_set_rules):
+ * within one loop callback.
+ */
+struct rl_limiter_prep {
+    const struct rl_rule *rule; /* NULL: no rule (or a rule without tiers) */
+    uint64_t fp_hi[RL_CONF_RULE_TIERS_MAX];
+    uint32_t fp_lo[RL_CONF_RULE_TIERS_MAX];
+};
+
+/* Finds req's rule, hashes its key for each tier and prefetches the slots. Changes nothing. */
+void rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
+                        struct rl_limiter_prep *prep);
+
+/* rl_limiter_check_epoch for a request prepared by rl_limiter_prepare since the last change of
+ * the rules (the same answer, the same effects). */
+void rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
+                               const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                               struct rl_wire_check_reply *rep);
+
 /* What rl_limiter_set_rules did. */
 struct rl_limiter_reload {
     uint64_t tiers_kept;   /* old tiers found unchanged in the new rules */

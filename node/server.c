@@ -4,6 +4,12 @@
  * connection's output buffer and leave in one uv_write, so a pipelining client costs one
  * read and one write per batch instead of one per request. Not for judging (limiter.c) or
  * the codec (wire.c).
+ *
+ * CHECKs are judged in small batches: the frames of a read are decoded and their keys hashed
+ * and prefetched (rl_limiter_prepare) up to RL_SERVER_BATCH at a time, then judged in frame
+ * order, so the key-table lookups, each a cache miss or two on a large table, overlap
+ * instead of following one another. Any other frame, and the end of the read's batch, first
+ * judges the CHECKs held, so every reply keeps its frame's place.
  */
 #include "server.h"
 
@@ -230,6 +236,8 @@ server_throttle_hook(struct rl_server *s, const struct rl_wire_req *req,
     }
 }
 
+static void server_judge(struct rl_server *s);
+
 static void
 server_batch(struct rl_conn *c)
 {
@@ -245,6 +253,7 @@ server_batch_end(struct rl_conn *c)
 {
     struct rl_server *s = c->data;
 
+    server_judge(s);
     if (s->batch_checks > 0) {
         rl_hist_observe(&s->latency, uv_hrtime() - s->batch_start_ns, s->batch_checks);
     }
@@ -293,12 +302,10 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch)
     return false;
 }
 
-/*
- * The node's answers, one per op it serves (the op table's node column, wire.h): each writes
- * its reply into c->out and marks the connection, or closes it.
- */
+/* Judges one prepared CHECK and writes its reply. */
 static void
-server_check(struct rl_conn *c, const struct rl_wire_req *req)
+server_check_prepared(struct rl_conn *c, const struct rl_wire_req *req,
+                      const struct rl_limiter_prep *prep)
 {
     struct rl_server *s = c->data;
     struct rl_wire_check_reply rep;
@@ -307,10 +314,51 @@ server_check(struct rl_conn *c, const struct rl_wire_req *req)
     if (!server_owns(c, req, &epoch)) {
         return;
     }
-    rl_limiter_check_epoch(s->limiter, req, s->now_ms, epoch, &rep);
+    rl_limiter_check_prepared(s->limiter, req, prep, s->now_ms, epoch, &rep);
     s->batch_checks++;
     server_throttle_hook(s, req, &rep);
     server_replied(c, rl_wire_put_check_reply(&c->out, &rep));
+}
+
+/* Judges the CHECKs held, in frame order, while their connection still takes replies (as
+ * conn_frames would have stopped handing it frames). */
+static void
+server_judge(struct rl_server *s)
+{
+    struct rl_conn *c = s->pending_conn;
+
+    for (unsigned i = 0; i < s->npending; i++) {
+        if (!c->connected || c->finishing) {
+            break;
+        }
+        server_check_prepared(c, &s->pending[i].req, &s->pending[i].prep);
+    }
+    s->npending = 0;
+    s->pending_conn = NULL;
+}
+
+/*
+ * The node's answers, one per op it serves (the op table's node column, wire.h): each writes
+ * its reply into c->out and marks the connection, or closes it. A CHECK is held (prepared,
+ * its key's slots prefetched) and judged with the batch's others: when RL_SERVER_BATCH are
+ * held, at the next frame that is not a CHECK, or at the end of the read's batch.
+ */
+static void
+server_check(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_server *s = c->data;
+    struct rl_server_pending *p;
+
+    if (s->npending > 0 && s->pending_conn != c) {
+        server_judge(s); /* cannot happen: batches are per connection, and end judged */
+    }
+    p = &s->pending[s->npending++];
+    p->req = *req;
+    s->pending_conn = c;
+    rl_limiter_prepare(s->limiter, req, &p->prep);
+    if (s->npending == RL_SERVER_BATCH) {
+        server_judge(s);
+    }
 }
 
 static void
@@ -379,7 +427,15 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
     struct rl_wire_fault fault;
     struct rl_wire_req req;
 
-    if (rl_wire_decode_req(&s->dec, p, n, &req, &fault) != 0) {
+    int rc = rl_wire_decode_req(&s->dec, p, n, &req, &fault);
+
+    if (s->npending > 0 && (rc != 0 || req.op != RL_WIRE_OP_CHECK)) {
+        /* Any other answer goes after those of the CHECKs before it. A CHECK needs no
+         * judging first: the gate admits it as it admitted those held (only an AUTH, which
+         * is not a CHECK, changes what the gate says of c). */
+        server_judge(s);
+    }
+    if (rc != 0) {
         if (fault.fatal || c->preauth) {
             /* Before AUTH, a frame that does not decode closes the connection too. */
             s->errors++;

@@ -40,6 +40,16 @@ struct rl_server_opts {
     const struct rl_rules_status *rules;
 };
 
+/* CHECKs of one read prepared (their key-table slots prefetched) before the first of them is
+ * judged (server.c). */
+#define RL_SERVER_BATCH 16
+
+/* A CHECK decoded and prepared, waiting for its judgment. */
+struct rl_server_pending {
+    struct rl_wire_req req; /* its strings point into the frame, valid until on_batch_end */
+    struct rl_limiter_prep prep;
+};
+
 struct rl_server {
     uv_loop_t *loop;
     struct rl_connq connq;
@@ -77,6 +87,11 @@ struct rl_server {
     struct rl_hist latency;
     uint64_t batch_start_ns; /* uv_hrtime() at on_batch */
     uint64_t batch_checks;   /* CHECKs answered in this batch so far */
+    /* CHECKs of the batch being read, decoded and prepared, not judged yet: all of one
+     * connection's (pending_conn), judged in frame order before any other reply of it */
+    struct rl_server_pending pending[RL_SERVER_BATCH];
+    unsigned npending;
+    struct rl_conn *pending_conn;
     /* The admin budget (STATS, THROTTLED): reply bytes spent in loop turn admin_turn
      * (connq.turn), and admin requests left for a later turn because it was spent */
     uint64_t admin_turn;

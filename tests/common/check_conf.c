@@ -596,8 +596,8 @@ END_TEST
 
 START_TEST(test_too_many_tiers)
 {
-    /* 4096 sections of 16 tiers: the 65536th tier is one too many. */
-    size_t cap = 4096 * (32 + 16 * 24);
+    /* 65536 sections of 16 tiers: the 1048576th tier is one too many. */
+    size_t cap = (size_t)65536 * (32 + 16 * 24);
     char *text = malloc(cap);
     struct rl_conf *c;
     size_t len = 0;
@@ -605,10 +605,10 @@ START_TEST(test_too_many_tiers)
     int t;
 
     ck_assert_ptr_nonnull(text);
-    for (s = 0; s < 4096; s++) {
+    for (s = 0; s < 65536; s++) {
         len += (size_t)snprintf(text + len, cap - len, "[service s%d]\n", s);
         for (t = 0; t < 16; t++) {
-            if (s == 4095 && t == 15) {
+            if (s == 65535 && t == 15) {
                 break;
             }
             len += (size_t)snprintf(text + len, cap - len, "limit = gcra %d per 1s\n", t + 1);
@@ -616,13 +616,13 @@ START_TEST(test_too_many_tiers)
     }
     c = parse_ok(text);
     ck_assert_uint_eq(c->ntiers, RL_CONF_TIERS_MAX);
-    ck_assert_uint_eq(c->tiers[RL_CONF_TIERS_MAX - 1].id, 65534);
-    ck_assert_uint_eq(c->rules[4095].first_tier, 4095 * 16);
-    ck_assert_ptr_eq(rl_conf_rule(c, "s4095", 5, NULL, 0), &c->rules[4095]);
+    ck_assert_uint_eq(c->tiers[RL_CONF_TIERS_MAX - 1].id, 1048574);
+    ck_assert_uint_eq(c->rules[65535].first_tier, 65535 * 16);
+    ck_assert_ptr_eq(rl_conf_rule(c, "s65535", 6, NULL, 0), &c->rules[65535]);
     rl_conf_destroy(c);
 
     snprintf(text + len, cap - len, "limit = gcra 1 per 1s\n");
-    expect_error(text, 4096 * 17, "is one tier too many: a file has at most 65535");
+    expect_error(text, 65536 * 17, "is one tier too many: a file has at most 1048575");
     free(text);
 }
 END_TEST

@@ -205,6 +205,65 @@ START_TEST(test_admin_budget_keeps_order)
 }
 END_TEST
 
+/* CHECKs are judged in batches (prepared, then judged): replies still come back in request
+ * order around every other kind of frame (PING, a field error, a CHECK without a rule), each
+ * CHECK sees the ones before it, and the CHECKs before a frame the node closes the
+ * connection for are answered before that error. */
+START_TEST(test_batches_keep_order)
+{
+    enum { N = 70 };
+    struct rl_client *c = connect_node();
+    struct rl_wire_req req;
+    struct rl_wire_reply rep;
+    static const char bad_len[] = {0, 1, 0, 1, 'x'};
+    uint64_t left = 1000;
+
+    for (uint32_t i = 1; i <= N; i++) {
+        memset(&req, 0, sizeof(req));
+        req.id = i;
+        req.op = RL_WIRE_OP_CHECK;
+        req.service.ptr = "fw";
+        req.service.len = 2;
+        req.user.ptr = "batch";
+        req.user.len = 5;
+        req.cost = 1;
+        if (i % 23 == 0) {
+            req.op = RL_WIRE_OP_PING;
+        } else if (i % 17 == 0) {
+            req.user.len = 0; /* BAD_FIELD */
+        } else if (i % 11 == 0) {
+            req.service.ptr = "nope"; /* NO_RULE */
+            req.service.len = 4;
+        }
+        ck_assert_int_eq(rl_client_queue(c, &req), 0);
+    }
+    ck_assert_int_eq(rl_client_queue_raw(c, bad_len, sizeof(bad_len)), 0);
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    for (uint32_t i = 1; i <= N; i++) {
+        ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+        RL_CHECK_UINT_EQ(rep.id, i);
+        if (i % 23 == 0) {
+            RL_CHECK_UINT_EQ(rep.op, RL_WIRE_OP_PING);
+        } else if (i % 17 == 0) {
+            RL_CHECK_UINT_EQ(rep.op, RL_WIRE_OP_ERROR);
+            RL_CHECK_UINT_EQ(rep.err, RL_WIRE_ERR_BAD_FIELD);
+        } else if (i % 11 == 0) {
+            RL_CHECK_UINT_EQ(rep.op, RL_WIRE_OP_CHECK);
+            RL_CHECK_UINT_EQ(rep.check.code, RL_WIRE_NO_RULE);
+        } else {
+            RL_CHECK_UINT_EQ(rep.op, RL_WIRE_OP_CHECK);
+            RL_CHECK_UINT_EQ(rep.check.code, RL_WIRE_ALLOWED);
+            RL_CHECK_UINT_EQ(rep.check.remaining, --left);
+        }
+    }
+    ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+    RL_CHECK_UINT_EQ(rep.op, RL_WIRE_OP_ERROR);
+    RL_CHECK_UINT_EQ(rep.err, RL_WIRE_ERR_MALFORMED);
+    ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), -ECONNRESET);
+    rl_client_destroy(c);
+}
+END_TEST
+
 struct worker {
     int id;
     int allowed;
@@ -440,6 +499,7 @@ node_tcp_suite(void)
     tcase_add_test(tc, test_ping_stats_check);
     tcase_add_test(tc, test_endpoint_rules);
     tcase_add_test(tc, test_pipelined);
+    tcase_add_test(tc, test_batches_keep_order);
     tcase_add_test(tc, test_admin_budget_keeps_order);
     tcase_add_test(tc, test_concurrent_clients);
     tcase_add_test(tc, test_bad_clients_do_not_disturb);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "conf.h"
+#include "keytab.h"
 #include "limiter.h"
 #include "rltest.h"
 #include "wire.h"
@@ -346,10 +347,66 @@ START_TEST(test_sweep_forgets)
     s = stats(l);
     ck_assert_uint_eq(s.keys, 0);
     ck_assert_uint_eq(s.expired, 300);
-    /* The logs' heap is given back. */
+    /* The table keeps its slots while the keys may come back: it shrinks once they have
+     * stayed away for RL_KEYTAB_SHRINK_MS; then the logs' heap and the table's memory are
+     * given back. */
+    rl_limiter_sweep(l, T0 + 2000 + RL_KEYTAB_SHRINK_MS, 1u << 20);
+    ck_assert_uint_gt(stats(l).memory_bytes, s0.memory_bytes);
+    rl_limiter_sweep(l, T0 + 2000 + 2 * RL_KEYTAB_SHRINK_MS, 1u << 20);
+    rl_limiter_sweep(l, T0 + 2000 + 2 * RL_KEYTAB_SHRINK_MS, 1u << 20);
+    s = stats(l);
     ck_assert_uint_le(s.memory_bytes, s0.memory_bytes);
     /* Forgotten keys start at full allowance. */
     ck_assert_uint_eq(check(l, "w", "user-1", NULL, 0, T0 + 2000).remaining, 2);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* Tier ids past 16 bits (a file may have 2^20 - 1 tiers): a key of the last of 70,000 tiers
+ * is judged, swept and counted by its own tier, not by the one whose id is its id's low 16
+ * bits (a 1-per-second gcra here, which would be full, and forgotten, after a second). */
+START_TEST(test_tier_ids_past_16_bits)
+{
+    enum { SECTIONS = 4375 }; /* 16 tiers each: 70,000 */
+    size_t cap = (size_t)SECTIONS * (32 + 16 * 24), len = 0;
+    char *text = malloc(cap);
+
+    ck_assert_ptr_nonnull(text);
+    for (int s = 0; s < SECTIONS; s++) {
+        len += (size_t)snprintf(text + len, cap - len, "[service s%d]\n", s);
+        for (int t = 0; t < 16; t++) {
+            len += (size_t)snprintf(text + len, cap - len, "%s\n",
+                                    s == SECTIONS - 1 && t == 15 ? "limit = fixed_window 3 per 1h"
+                                                                 : "limit = gcra 1 per 1s");
+        }
+    }
+    struct rl_conf *c = conf_from(text);
+    free(text);
+    ck_assert_uint_eq(c->ntiers, 70000);
+    ck_assert_uint_eq(c->tiers[69999].id, 69999);
+    struct rl_limiter *l = limiter_from(c, 0);
+    char svc[16];
+    snprintf(svc, sizeof(svc), "s%d", SECTIONS - 1);
+    struct rl_wire_check_reply r = check(l, svc, "u", NULL, 1, T0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    RL_CHECK_UINT_EQ(r.limit, 1); /* the gcra tiers decide (least left) */
+    for (int i = 0; i < 2; i++) {
+        RL_CHECK_UINT_EQ(check(l, svc, "u", NULL, 1, T0 + 1000 * (i + 1)).code, RL_WIRE_ALLOWED);
+    }
+    /* The fixed window of 3 per hour is spent: it refuses, whatever the gcra tiers say. */
+    r = check(l, svc, "u", NULL, 1, T0 + 3000);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_LIMITED);
+    RL_CHECK_UINT_EQ(r.limit, 3);
+    ck_assert_uint_eq(stats(l).keys, 16);
+    /* A minute on, the gcra keys are full and forgotten; the window's key is not. */
+    rl_limiter_sweep(l, T0 + 60000, 1u << 20);
+    ck_assert_uint_eq(stats(l).keys, 1);
+    struct rl_limiter_service_stats vs;
+    const char *name = rl_limiter_service_stats(l, SECTIONS - 1, &vs);
+    ck_assert_str_eq(name, svc);
+    RL_CHECK_UINT_EQ(vs.keys, 1);
+    RL_CHECK_UINT_EQ(check(l, svc, "u", NULL, 1, T0 + 60000).code, RL_WIRE_LIMITED);
     rl_limiter_destroy(l);
     rl_conf_destroy(c);
 }
@@ -787,6 +844,7 @@ limiter_suite(void)
     tcase_add_test(tc, test_shadow);
     tcase_add_test(tc, test_peeks);
     tcase_add_test(tc, test_sweep_forgets);
+    tcase_add_test(tc, test_tier_ids_past_16_bits);
     tcase_add_test(tc, test_memory_cap);
     tcase_add_test(tc, test_log_cap);
     tcase_add_test(tc, test_epoch_fresh_tenure);
