@@ -246,11 +246,18 @@ void rl_connq_close(struct rl_connq *q, void (*on_closed)(void *data), void *dat
  * unfinished frame older than frame_timeout, or no progress for idle_timeout, closes it; its
  * buffers count against buffer_memory. max_connections is lowered, with a warning, when the
  * descriptor limit could not hold it. Returns 0 or a negative errno (-EINVAL for a bad
- * address, -EADDRINUSE...), after which rl_listener_close must still be called.
+ * address, -EADDRINUSE...), after which rl_listener_close must still be called. host NULL:
+ * no socket, connections come only through rl_listener_adopt.
  */
 int rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, uint16_t port,
                       const struct rl_conn_ops *ops, size_t conn_size,
                       const struct rl_conn_limits *lim, void *data);
+
+/* A connection accepted elsewhere (socket fd, non-blocking, connected; another thread may
+ * have accepted it) joins l as if l had accepted it: the same caps and refusals. l must have
+ * been started with host NULL (no socket of its own). The listener owns fd from then on,
+ * closing it on failure. Returns 0, or UV_ECANCELED when l is closing (fd is the caller's). */
+int rl_listener_adopt(struct rl_listener *l, uv_os_sock_t fd);
 
 /* Raises the soft descriptor limit to the hard one; returns the soft limit now. */
 uint64_t rl_conn_raise_fd_limit(void);
@@ -265,6 +272,8 @@ void rl_listener_stats(const struct rl_listener *l, struct rl_listener_stats *s)
 struct rl_prom;
 /* Appends the listener's rl_connection* metric families (metrics.h's writer; conn_metrics.c). */
 void rl_listener_metrics(const struct rl_listener *l, struct rl_prom *p);
+/* The same families from counters s (several listeners' summed). */
+void rl_listener_metrics_of(const struct rl_listener_stats *s, struct rl_prom *p);
 
 /* Stops listening and closes every connection; on_closed (may be NULL) runs once all the
  * handles are closed. */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
@@ -444,15 +445,13 @@ listener_fd_ceiling(const struct rl_listener *l)
     return l->fd_limit > RL_CONN_FD_SLACK / 2 ? l->fd_limit - RL_CONN_FD_SLACK / 2 : 1;
 }
 
+static void listener_take(struct rl_listener *l, uv_stream_t *server, uv_os_sock_t fd);
+
 static void
 listener_accept(uv_stream_t *server, int status)
 {
     struct rl_listener *l = server->data;
-    struct rl_conn_peer *peer = NULL;
-    const char *why = NULL;
-    uint64_t *counter = NULL;
     uint64_t now = uv_now(l->q->loop);
-    struct rl_conn *c;
 
     if (status < 0) {
         /* libuv met EMFILE or ENFILE (descriptors taken by something else than clients) and
@@ -476,9 +475,41 @@ listener_accept(uv_stream_t *server, int status)
         l->accept_paused = true;
         return;
     }
+    listener_take(l, server, -1);
+}
+
+int
+rl_listener_adopt(struct rl_listener *l, uv_os_sock_t fd)
+{
+    if (l->closing) {
+        return UV_ECANCELED;
+    }
+    if (l->stats.connections >= listener_fd_ceiling(l)) {
+        /* At the descriptor limit: nothing to answer with but the close. */
+        l->stats.accept_errors++;
+        close(fd);
+        return 0;
+    }
+    listener_take(l, NULL, fd);
+    return 0;
+}
+
+/* A new connection: accepted from server, or (server NULL) the socket fd accepted elsewhere. */
+static void
+listener_take(struct rl_listener *l, uv_stream_t *server, uv_os_sock_t fd)
+{
+    struct rl_conn_peer *peer = NULL;
+    const char *why = NULL;
+    uint64_t *counter = NULL;
+    uint64_t now = uv_now(l->q->loop);
+    struct rl_conn *c;
+
     c = calloc(1, l->conn_size);
     if (c == NULL) {
         rl_log_warn("accept: out of memory");
+        if (server == NULL) {
+            close(fd);
+        }
         return;
     }
     conn_setup(c, l->q, l->ops, l->data);
@@ -493,7 +524,11 @@ listener_accept(uv_stream_t *server, int status)
     }
     l->conns = c;
     l->stats.connections++;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    if ((server != NULL ? uv_accept(server, (uv_stream_t *)&c->tcp)
+                        : uv_tcp_open(&c->tcp, fd)) != 0) {
+        if (server == NULL) {
+            close(fd);
+        }
         rl_conn_close(c, UV_ECONNABORTED);
         return;
     }
@@ -654,14 +689,16 @@ rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, u
     uv_timer_init(q->loop, &l->tick);
     l->tick.data = l;
     l->handles = 2;
-    rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
+    rc = host == NULL ? 0 : uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
     if (rc != 0) {
         rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr);
     }
-    if (rc == 0) {
+    if (rc == 0 && host == NULL) {
+        /* No socket of its own: connections come through rl_listener_adopt. */
+    } else if (rc == 0) {
         rc = uv_tcp_bind(&l->tcp, (const struct sockaddr *)&addr, 0);
     }
-    if (rc == 0) {
+    if (rc == 0 && host != NULL) {
         rc = uv_listen((uv_stream_t *)&l->tcp, 1024, listener_accept);
     }
     if (rc == 0) {

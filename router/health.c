@@ -45,8 +45,8 @@ health_tick(uv_timer_t *t)
     if (r->unhealthy_since == 0) {
         health_lacking_since(r, now);
     }
-    if (now - r->health_warned < RL_ROUTER_WARN_MS) {
-        return;
+    if (now - r->health_warned < RL_ROUTER_WARN_MS || r->worker > 0) {
+        return; /* of a process's workers, the first one says it */
     }
     r->health_warned = now;
     if (r->zk_state != RL_ZKM_CONNECTED) {

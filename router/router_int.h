@@ -8,12 +8,16 @@
  *   table.c     membership and assignment into the shard table, rules replaced live;
  *   health.c    readiness (/readyz) and the warning while ZooKeeper gives no membership;
  *   rmetrics.c  what the router reports: STATS and its Prometheus families;
- *   router.c    creating and closing it.
- * The public API is router.h's. Everything runs on the loop thread.
+ *   router.c    creating and closing it;
+ *   rproc.c     the process around its workers (rproc.h): threads, the acceptor, the shared
+ *               view, rules, request log and sums.
+ * The public API is router.h's. Everything of one rl_router runs on its loop's thread (a
+ * worker's); rproc.c sums workers' counters from other threads (under each router's mu).
  */
 #ifndef RL_ROUTER_INT_H
 #define RL_ROUTER_INT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -148,6 +152,14 @@ struct rl_router {
     uv_timer_t health_timer;  /* looks at the session and the membership every second */
     uint64_t unhealthy_since; /* loop time since which it cannot route from ZooKeeper; 0: can */
     uint64_t health_warned;   /* loop time of the last warning about it */
+
+    /* One worker of a process (rproc.h), or NULL: a router on its own. Other threads read
+     * this router's table, upstreams, rule rows and rules under mu (its own thread takes mu
+     * only to change them); its counters are read without it (each has one writer). */
+    struct rl_rproc *proc;
+    uint32_t worker;     /* its index in proc */
+    bool log_shared;     /* log is the process's: not closed with the router */
+    pthread_mutex_t mu;
 };
 
 struct router_retired {
