@@ -1,10 +1,11 @@
 /*
- * reqlog: double-buffered request log, one per process. Any thread (the router's workers)
- * formats into `fill` under `mu`; the owner loop's thread (the one given to create) swaps it
- * with `disk` and hands `disk` to uv_fs_write on the thread pool. A worker that finds `fill`
- * half full wakes the owner loop (uv_async) to flush it. While a write is in flight a full
- * `fill` drops lines (counted): the router's latency never depends on the disk, and the log
- * never holds more than two buffers.
+ * reqlog: the request log, one per process, in at most three buffers. Any thread (the
+ * router's workers) formats into `fill` under `mu`; the owner loop's thread (the one given to
+ * create) swaps it with `disk` and hands `disk` to uv_fs_write on the thread pool. A worker
+ * that finds `fill` half full wakes the owner loop (uv_async) to flush it; one that finds it
+ * full while the owner has not taken it yet moves it to `ready` (when empty), which the owner
+ * writes first. With `fill` and `ready` full while a write is in flight, lines are dropped
+ * (counted): the router's latency never depends on the disk.
  */
 #include "reqlog.h"
 
@@ -40,6 +41,9 @@ struct rl_reqlog {
     size_t fill_len;
     char *disk;
     size_t disk_len;
+    char *ready; /* a full `fill` waiting for the owner loop (other threads only); NULL: none */
+    size_t ready_len;
+    char *spare; /* the third buffer while `ready` is empty */
     bool writing;
     bool reopen;
     bool closing;
@@ -111,6 +115,8 @@ reqlog_free(uv_handle_t *h)
     pthread_mutex_destroy(&l->mu);
     free(l->fill);
     free(l->disk);
+    free(l->ready);
+    free(l->spare);
     free(l->path);
     free(l);
 }
@@ -123,6 +129,15 @@ reqlog_final(struct rl_reqlog *l)
     uv_buf_t b;
 
     pthread_mutex_lock(&l->mu);
+    if (l->ready != NULL) {
+        b = uv_buf_init(l->ready, (unsigned)l->ready_len);
+        if (l->fd >= 0 && uv_fs_write(NULL, &req, l->fd, &b, 1, -1, NULL) < 0) {
+            l->stats.errors++;
+        }
+        if (l->fd >= 0) {
+            uv_fs_req_cleanup(&req);
+        }
+    }
     b = uv_buf_init(l->fill, (unsigned)l->fill_len);
     if (l->fd >= 0 && l->fill_len > 0) {
         if (uv_fs_write(NULL, &req, l->fd, &b, 1, -1, NULL) < 0) {
@@ -170,7 +185,7 @@ reqlog_written(uv_fs_t *req)
     }
     /* A buffer that filled while we wrote goes out now rather than at the next tick. */
     pthread_mutex_lock(&l->mu);
-    more = l->fill_len >= RL_REQLOG_BUF / 2;
+    more = l->ready != NULL || l->fill_len >= RL_REQLOG_BUF / 2;
     pthread_mutex_unlock(&l->mu);
     if (more) {
         reqlog_flush(l);
@@ -185,7 +200,7 @@ reqlog_flush(struct rl_reqlog *l)
     bool empty;
 
     pthread_mutex_lock(&l->mu);
-    empty = l->fill_len == 0;
+    empty = l->fill_len == 0 && l->ready == NULL;
     pthread_mutex_unlock(&l->mu);
     if (l->writing || empty) {
         return;
@@ -194,15 +209,27 @@ reqlog_flush(struct rl_reqlog *l)
         /* The file cannot be opened (counted in errors); keep the newest lines for later. */
         pthread_mutex_lock(&l->mu);
         l->fill_len = 0;
+        if (l->ready != NULL) {
+            l->spare = l->ready;
+            l->ready = NULL;
+        }
         pthread_mutex_unlock(&l->mu);
         return;
     }
     pthread_mutex_lock(&l->mu);
     tmp = l->disk;
-    l->disk = l->fill;
-    l->disk_len = l->fill_len;
-    l->fill = tmp;
-    l->fill_len = 0;
+    if (l->ready != NULL) {
+        /* the older lines first */
+        l->disk = l->ready;
+        l->disk_len = l->ready_len;
+        l->ready = NULL;
+        l->spare = tmp;
+    } else {
+        l->disk = l->fill;
+        l->disk_len = l->fill_len;
+        l->fill = tmp;
+        l->fill_len = 0;
+    }
     pthread_mutex_unlock(&l->mu);
     b = uv_buf_init(l->disk, (unsigned)l->disk_len);
     l->wreq.data = l;
@@ -247,7 +274,8 @@ rl_reqlog_create(struct rl_reqlog **out, uv_loop_t *loop, const char *path, uint
     l->path = strdup(path);
     l->fill = malloc(RL_REQLOG_BUF);
     l->disk = malloc(RL_REQLOG_BUF);
-    if (l->path == NULL || l->fill == NULL || l->disk == NULL) {
+    l->spare = malloc(RL_REQLOG_BUF);
+    if (l->path == NULL || l->fill == NULL || l->disk == NULL || l->spare == NULL) {
         goto fail;
     }
     pthread_mutex_init(&l->mu, NULL);
@@ -268,6 +296,7 @@ rl_reqlog_create(struct rl_reqlog **out, uv_loop_t *loop, const char *path, uint
 fail:
     free(l->fill);
     free(l->disk);
+    free(l->spare);
     free(l->path);
     free(l);
     return rc;
@@ -297,7 +326,7 @@ rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *n
               uint64_t key_hash, const char *service, size_t slen, const char *user, size_t ulen)
 {
     uv_thread_t self = uv_thread_self();
-    bool wake;
+    bool wake, moved = false;
 
     pthread_mutex_lock(&l->mu);
     if (l->closing) {
@@ -310,8 +339,17 @@ rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *n
         reqlog_flush(l);
         pthread_mutex_lock(&l->mu);
     }
+    if (RL_REQLOG_BUF - l->fill_len < RL_REQLINE_MAX && l->ready == NULL && l->spare != NULL) {
+        /* The owner loop has not taken it yet: it waits as `ready`, a new `fill` goes on. */
+        l->ready = l->fill;
+        l->ready_len = l->fill_len;
+        l->fill = l->spare;
+        l->fill_len = 0;
+        l->spare = NULL;
+        moved = true;
+    }
     if (RL_REQLOG_BUF - l->fill_len < RL_REQLINE_MAX) {
-        /* The owner loop has not flushed yet (or a write is in flight): drop, counted. */
+        /* `ready` waits too (a write is in flight): drop, counted. */
         l->stats.dropped++;
         pthread_mutex_unlock(&l->mu);
         uv_async_send(&l->wake);
@@ -322,7 +360,7 @@ rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *n
                                     service, slen, user, ulen);
     l->stats.lines++;
     /* Half full: the owner loop flushes it now rather than at its next tick. */
-    wake = wake && l->fill_len >= RL_REQLOG_BUF / 2;
+    wake = moved || (wake && l->fill_len >= RL_REQLOG_BUF / 2);
     pthread_mutex_unlock(&l->mu);
     if (wake) {
         uv_async_send(&l->wake);

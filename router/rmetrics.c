@@ -65,6 +65,7 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         /* Every worker builds the same tables: one worker's count is the process's. */
         s->stats.table_builds = r->stats.table_builds;
         s->cs.accept_errors += rl_rproc_accept_errors(r->proc);
+        s->cs.peers = rl_rproc_peers(r->proc);
     }
 }
 

@@ -74,6 +74,7 @@ struct rl_rproc {
     uint64_t accept_errors;
 
     struct rl_reqlog *log;
+    struct rl_conn_shared shared; /* the workers' listeners' caps, process-wide (conn.h) */
 
     /* the latest view, under state_mu */
     pthread_mutex_t state_mu;
@@ -268,6 +269,11 @@ worker_main(void *arg)
     rl_rules_init(&w->rules, &w->loop, w->conf, p->opts.config_path, worker_apply_rules, w);
     ro.rules = &w->rules.st;
     ro.adopt = true;
+    /* The process's requests in flight, shared out: the memory of one router's slab. */
+    if (ro.max_pending == 0) {
+        ro.max_pending = RL_RPROC_MAX_PENDING;
+    }
+    ro.max_pending = (ro.max_pending + p->nworkers - 1) / p->nworkers;
     ro.log = p->log;
     ro.on_stale = worker_on_stale;
     ro.arg = w;
@@ -284,6 +290,7 @@ worker_main(void *arg)
     }
     w->router->proc = p;
     w->router->worker = w->index;
+    rl_listener_share(&w->router->listener, &p->shared);
     w->rules.lock = &w->router->mu;
     uv_async_init(&w->loop, &w->wake, worker_wake);
     w->wake.data = w;
@@ -455,6 +462,7 @@ rproc_handle_closed(uv_handle_t *h)
 
     if (--p->handles == 0) {
         pthread_mutex_destroy(&p->state_mu);
+        rl_conn_shared_deinit(&p->shared);
         free(p->members);
         free(p->asg);
         free(p);
@@ -512,13 +520,14 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
     p->asg_version = -1;
     p->nworkers = opts->workers != 0 ? opts->workers : rl_rproc_default_workers(conf);
     pthread_mutex_init(&p->state_mu, NULL);
+    if (rl_conn_shared_init(&p->shared) != 0) {
+        pthread_mutex_destroy(&p->state_mu);
+        free(p);
+        return -ENOMEM;
+    }
     p->workers = calloc(p->nworkers, sizeof(*p->workers));
     if (p->workers == NULL) {
         rc = -ENOMEM;
-        goto fail;
-    }
-    rc = rproc_listen(p, opts->router.host, opts->router.port);
-    if (rc != 0) {
         goto fail;
     }
     if (conf->request_log != NULL && conf->request_log[0] != '\0') {
@@ -574,6 +583,11 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
             goto fail;
         }
     }
+    /* Listening last: a client that connects finds every worker ready. */
+    rc = rproc_listen(p, opts->router.host, opts->router.port);
+    if (rc != 0) {
+        goto fail;
+    }
     uv_poll_init_socket(loop, &p->poll, p->lfd);
     p->poll.data = p;
     uv_timer_init(loop, &p->retry);
@@ -599,6 +613,7 @@ fail:
     }
     free(p->workers);
     pthread_mutex_destroy(&p->state_mu);
+    rl_conn_shared_deinit(&p->shared);
     free(p);
     return rc;
 }
@@ -721,6 +736,12 @@ rl_rproc_ready(struct rl_rproc *p, char *why, size_t len)
         pthread_mutex_unlock(&r->mu);
     }
     return ok;
+}
+
+uint64_t
+rl_rproc_peers(struct rl_rproc *p)
+{
+    return rl_conn_shared_peers(&p->shared);
 }
 
 uint64_t

@@ -34,6 +34,10 @@
 struct rl_rproc;
 struct rl_member;
 
+/* Requests in flight to nodes per process (router.h's max_pending default), divided among
+ * the workers. */
+#define RL_RPROC_MAX_PENDING 262144u
+
 struct rl_rproc_opts {
     struct rl_router_opts router; /* every worker's (adopt and log are set by rproc) */
     const char *config_path;      /* each worker loads its own copy of the config */
@@ -78,6 +82,9 @@ bool rl_rproc_ready(struct rl_rproc *p, char *why, size_t len);
 
 /* accept(2) failures of the acceptor (out of descriptors): STATS accept_errors adds them. */
 uint64_t rl_rproc_accept_errors(const struct rl_rproc *p);
+
+/* Distinct client addresses connected now, to any worker. */
+uint64_t rl_rproc_peers(struct rl_rproc *p);
 
 /* Stops accepting, closes every worker and waits for their threads, then closes the request
  * log (run the main loop to finish) and frees p. */
