@@ -262,7 +262,7 @@ conn_listener_leave(struct rl_conn *c)
         c->next->prev = c->prev;
     }
     c->prev = c->next = NULL;
-    l->stats.connections--;
+    __atomic_fetch_sub(&l->stats.connections, 1, __ATOMIC_RELAXED); /* read by other threads */
     conn_unclient(c);
     if (c->router || c->probation) {
         l->reserve_used--;
@@ -673,7 +673,7 @@ listener_take(struct rl_listener *l, uv_stream_t *server, uv_os_sock_t fd)
         l->conns->prev = c;
     }
     l->conns = c;
-    l->stats.connections++;
+    __atomic_fetch_add(&l->stats.connections, 1, __ATOMIC_RELAXED); /* read by other threads */
     if ((server != NULL ? uv_accept(server, (uv_stream_t *)&c->tcp)
                         : uv_tcp_open(&c->tcp, fd)) != 0) {
         if (server == NULL) {

@@ -338,7 +338,7 @@ rproc_pick(struct rl_rproc *p)
         struct rproc_worker *w = &p->workers[(p->next + k) % p->nworkers];
         uint64_t load;
 
-        /* A counter the worker keeps: read as it is (one aligned word), a hint only. */
+        /* The listener counts its connections atomically for this read. */
         load = __atomic_load_n(&w->router->listener.stats.connections, __ATOMIC_RELAXED);
         pthread_mutex_lock(&w->mu);
         load += w->nfds;
