@@ -1178,7 +1178,10 @@ rl_harness_node_start(struct rl_harness_server *s, const char *config, const cha
 int
 rl_harness_router_start(struct rl_harness_server *s, const char *config, int port)
 {
-    return rl_harness_router_start_workers(s, config, port, RL_HARNESS_ROUTER_WORKERS);
+    const char *env = getenv("RL_TEST_ROUTER_WORKERS");
+    int n = env != NULL && atoi(env) > 0 ? atoi(env) : RL_HARNESS_ROUTER_WORKERS;
+
+    return rl_harness_router_start_workers(s, config, port, n);
 }
 
 int

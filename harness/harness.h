@@ -227,8 +227,8 @@ struct rl_harness_server {
 int rl_harness_node_start(struct rl_harness_server *s, const char *config, const char *name,
                           int port, unsigned flags);
 
-/* Routers under test serve with this many workers (--workers) unless a test says otherwise:
- * the suites exercise the threads' sharing. */
+/* Routers under test serve with this many workers (--workers) unless a test says otherwise
+ * (or $RL_TEST_ROUTER_WORKERS, for comparing runs): the suites exercise the threads' sharing. */
 #define RL_HARNESS_ROUTER_WORKERS 2
 
 /* As rl_harness_node_start(), for "rl-router --config CONFIG [--listen 127.0.0.1:PORT]
