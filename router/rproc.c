@@ -711,8 +711,12 @@ rl_rproc_rules_from_zk(struct rl_rproc *p, const char *text, size_t len, int64_t
 void
 rl_rproc_metrics(struct rl_rproc *p, struct rl_prom *prom)
 {
-    struct rl_router *r = p->workers[0].router;
+    struct rl_router *r;
 
+    if (p->closing) {
+        return;
+    }
+    r = p->workers[0].router;
     pthread_mutex_lock(&r->mu);
     rl_router_metrics(r, prom);
     pthread_mutex_unlock(&r->mu);
