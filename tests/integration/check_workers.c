@@ -1,8 +1,10 @@
 /*
  * check_workers: a router of several workers (rl-router --workers N) behaves as one process.
  * Clients are spread over the workers; STATS from any of them and /metrics count every
- * worker's requests once; a rules reload reaches every worker; the failed-AUTH rate of an
- * address is the process's, not each worker's; one node and one router on loopback ports.
+ * worker's requests once; a rules reload reaches every worker; THROTTLED works from every
+ * worker; the failed-AUTH rate of an address is the process's, not each worker's; one node
+ * and one router on loopback ports. (The failover of an owner seen by every worker is
+ * check_cluster's test_node_death_and_return, whose clients use both workers of each router.)
  */
 #include <check.h>
 #include <signal.h>
@@ -56,6 +58,7 @@ write_conf(bool with_b, bool auth)
                                            "[node n1]\nlisten = 127.0.0.1:%d\n"
                                            "%s"
                                            "[service a]\nlimit = fixed_window 1000 per 1h\n"
+                                           "[service tiny]\nlimit = fixed_window 1 per 1h\n"
                                            "%s",
                                            router_port, metrics_port, node_port, client,
                                            with_b ? "[service b]\nlimit = fixed_window 1000 "
@@ -237,6 +240,36 @@ START_TEST(test_rules_reach_every_worker)
 }
 END_TEST
 
+/* THROTTLED from a client of either worker reaches the node through that worker's own
+ * connections and lists the episode opened through the other worker. */
+START_TEST(test_throttled_from_every_worker)
+{
+    struct rl_client *c[NCLIENTS];
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+
+    ck_assert_ptr_nonnull(rep);
+    start(false);
+    for (int i = 0; i < NCLIENTS; i++) {
+        c[i] = client();
+    }
+    /* "tiny" allows one an hour: the second CHECK opens an episode (through worker 0). */
+    ck_assert_uint_eq(check_code(c[0], "tiny", "mallory"), RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(check_code(c[0], "tiny", "mallory"), RL_WIRE_LIMITED);
+    for (int i = 0; i < NCLIENTS; i++) {
+        ck_assert_int_eq(rl_client_throttled(c[i], NULL, NULL, 0, rep, T_TIMEOUT), 0);
+        RL_CHECK(rep->op == RL_WIRE_OP_THROTTLED, "client %d: op %u", i, rep->op);
+        ck_assert_uint_eq(rep->nmissing, 0);
+        RL_CHECK(rep->nepisodes == 1, "client %d: %zu episodes", i, (size_t)rep->nepisodes);
+        ck_assert(rep->episodes[0].user.len == 7 &&
+                  memcmp(rep->episodes[0].user.ptr, "mallory", 7) == 0);
+    }
+    for (int i = 0; i < NCLIENTS; i++) {
+        rl_client_destroy(c[i]);
+    }
+    free(rep);
+}
+END_TEST
+
 /*
  * Wrong tokens from one address on connections spread over both workers: the address is
  * refused after RL_CONN_AUTHFAIL_BURST failures of the process (each worker alone would have
@@ -289,6 +322,7 @@ workers_suite(void)
     tcase_add_test(tc, test_connections_spread);
     tcase_add_test(tc, test_stats_summed);
     tcase_add_test(tc, test_rules_reach_every_worker);
+    tcase_add_test(tc, test_throttled_from_every_worker);
     tcase_add_test(tc, test_auth_failures_shared);
     suite_add_tcase(s, tc);
     return s;
