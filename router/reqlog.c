@@ -29,14 +29,14 @@ struct rl_reqlog {
     uv_loop_t *loop;
     uv_timer_t timer;
     uv_async_t wake; /* a worker asks the owner loop to flush `fill` */
-    pthread_mutex_t mu; /* fill, fill_len, sample_count, stats, closing */
+    pthread_mutex_t mu; /* fill, fill_len, stats, closing */
     uv_thread_t owner;  /* the thread of loop */
     int handles;
     uv_fs_t wreq;
     char *path;
     uv_file fd;
     uint32_t sample;
-    uint32_t sample_count;
+    uint64_t sample_count; /* requests offered to rl_reqlog_sample (atomic) */
     char *fill;
     size_t fill_len;
     char *disk;
@@ -305,20 +305,14 @@ fail:
 int
 rl_reqlog_sample(struct rl_reqlog *l)
 {
-    int yes = 0;
+    uint64_t n;
 
     if (l->sample == 1) {
         return 1; /* log everything: no count to keep */
     }
-    pthread_mutex_lock(&l->mu);
-    if (++l->sample_count >= l->sample) {
-        l->sample_count = 0;
-        yes = 1;
-    } else {
-        l->stats.skipped++;
-    }
-    pthread_mutex_unlock(&l->mu);
-    return yes;
+    /* Every worker calls this once a request: a counter, not the mutex. */
+    n = __atomic_add_fetch(&l->sample_count, 1, __ATOMIC_RELAXED);
+    return n % l->sample == 0;
 }
 
 void
@@ -388,9 +382,12 @@ rl_reqlog_reopen(struct rl_reqlog *l)
 void
 rl_reqlog_stats(const struct rl_reqlog *l, struct rl_reqlog_stats *s)
 {
+    uint64_t offered = __atomic_load_n(&l->sample_count, __ATOMIC_RELAXED);
+
     pthread_mutex_lock((pthread_mutex_t *)&l->mu);
     *s = l->stats;
     pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
+    s->skipped = l->sample == 1 ? 0 : offered - offered / l->sample;
 }
 
 void

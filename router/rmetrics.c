@@ -303,7 +303,10 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
     }
 
     if (r->zk_state != RL_ROUTER_ZK_NONE) {
-        rl_prom_zookeeper(p, r->zk_state == RL_ZKM_CONNECTED, r->zk_expiries);
+        /* A worker may see only the latest of states that came in a burst: the process
+         * counts the expiries as ZooKeeper reported them. */
+        rl_prom_zookeeper(p, r->zk_state == RL_ZKM_CONNECTED,
+                          r->proc != NULL ? rl_rproc_zk_expiries(r->proc) : r->zk_expiries);
     }
 
     rl_prom_family(p, "rl_router_decisions_total", "counter",

@@ -26,6 +26,7 @@
 #include "router_int.h"
 #include "rules.h"
 #include "shardmap.h"
+#include "zkm.h"
 
 #define RPROC_ACCEPT_BATCH 64u    /* sockets accepted per poll callback */
 #define RPROC_ACCEPT_RETRY_MS 100u /* out of descriptors: accept again after this long */
@@ -85,6 +86,7 @@ struct rl_rproc {
     int64_t asg_version;
     char zk_addr[256];
     int zk_state; /* RL_ROUTER_ZK_NONE: not set */
+    uint64_t zk_expiries;
 };
 
 uint32_t
@@ -667,6 +669,7 @@ rl_rproc_set_zookeeper(struct rl_rproc *p, const char *addr, int state)
     pthread_mutex_lock(&p->state_mu);
     snprintf(p->zk_addr, sizeof(p->zk_addr), "%s", addr);
     p->zk_state = state;
+    p->zk_expiries += state == RL_ZKM_EXPIRED;
     pthread_mutex_unlock(&p->state_mu);
     rproc_post_all(p, false, false, true, false);
 }
@@ -740,6 +743,17 @@ rl_rproc_ready(struct rl_rproc *p, char *why, size_t len)
         pthread_mutex_unlock(&r->mu);
     }
     return ok;
+}
+
+uint64_t
+rl_rproc_zk_expiries(struct rl_rproc *p)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&p->state_mu);
+    n = p->zk_expiries;
+    pthread_mutex_unlock(&p->state_mu);
+    return n;
 }
 
 uint64_t

@@ -83,6 +83,9 @@ bool rl_rproc_ready(struct rl_rproc *p, char *why, size_t len);
 /* accept(2) failures of the acceptor (out of descriptors): STATS accept_errors adds them. */
 uint64_t rl_rproc_accept_errors(const struct rl_rproc *p);
 
+/* ZooKeeper sessions lost for good, as rl_rproc_set_zookeeper was told. */
+uint64_t rl_rproc_zk_expiries(struct rl_rproc *p);
+
 /* Distinct client addresses connected now, to any worker. */
 uint64_t rl_rproc_peers(struct rl_rproc *p);
 
