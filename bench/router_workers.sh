@@ -5,6 +5,7 @@
 # One node, static membership; nothing is pinned (a router of 2 workers needs both cores),
 # so the node, the router and rl-bench share the machine's cores.
 #   RUNS=3 bench/router_workers.sh        (RUNS=5 by default; DURATION=5 seconds a load)
+#   LOG=1 RUNS=3 bench/router_workers.sh  the same with every request logged (request_log)
 source "$(dirname "$0")/lib.sh"
 bash "$top/scripts/build.sh" release >/dev/null
 work=$(mktemp -d)
@@ -17,6 +18,7 @@ cat > "$work/r.conf" <<CONF
 [router]
 listen = 127.0.0.1:$rport
 deadline = 200ms
+request_log = ${LOG:+$work/requests.log}
 [node n]
 listen = 127.0.0.1:$nport
 memory = 2g
@@ -43,6 +45,7 @@ one() { # WORKERS: prints "decisions/s cpu_us_per_decision"
     t1=$(cpu_ticks $rpid)
     kill $rpid
     wait $rpid 2>/dev/null || true
+    rm -f "$work/requests.log"
     dps=$(echo "$out" | json decisions_per_s)
     awk -v d="$dps" -v t=$((t1 - t0)) -v hz="$hz" -v s="$duration" \
         'BEGIN {printf "%d %.3f\n", d, (t / hz) * 1e6 / (d * s)}'
