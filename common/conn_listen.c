@@ -507,8 +507,15 @@ preauth_pay_debt(struct rl_listener *l)
     }
     debt = __atomic_load_n(&l->shared->evict_debt, __ATOMIC_RELAXED);
     while (debt > 0 && l->preauth_old != NULL) {
-        if (__atomic_compare_exchange_n(&l->shared->evict_debt, &debt, debt - 1, false,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        /* Only while the process is still past a cap: connections that authenticated or
+         * left since have paid the debt already. */
+        bool over = listener_preauth(l) > l->max_preauth || listener_clients(l) > l->max_clients;
+
+        if (__atomic_compare_exchange_n(&l->shared->evict_debt, &debt, over ? debt - 1 : 0,
+                                        false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            if (!over) {
+                break;
+            }
             preauth_evict(l);
             debt--;
         }
