@@ -16,6 +16,7 @@
 #include "utf8.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <ini.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -332,6 +333,23 @@ conf_create(const char *name)
     return c;
 }
 
+/*
+ * libinih's options are process globals in Debian's build. conf is their only user in
+ * ratelimiter and sets the same values for every load, once: loads may run at once on several
+ * threads (a router's workers parse new rules each on the thread pool). The reader already
+ * removes leading blanks, so turning multiline off is belt and braces; the line length is what
+ * lets a long zookeeper list through.
+ */
+static pthread_once_t conf_ini_once = PTHREAD_ONCE_INIT;
+
+static void
+conf_ini_options(void)
+{
+    ini_allow_multiline = false;
+    ini_max_line = RL_CONF_LINE_MAX + 3;
+    ini_initial_alloc = RL_CONF_LINE_MAX + 3;
+}
+
 static int
 conf_run(struct conf_parser *p, struct rl_conf **out)
 {
@@ -346,15 +364,7 @@ conf_run(struct conf_parser *p, struct rl_conf **out)
         conf_fail(p, 0, -ENOMEM, "out of memory");
         return p->err;
     }
-    /*
-     * libinih's options are process globals in Debian's build. conf is their only user in
-     * ratelimiter and sets the same values on every load, which happens at start-up. The
-     * reader already removes leading blanks, so turning multiline off is belt and braces;
-     * the line length is what lets a long zookeeper list through.
-     */
-    ini_allow_multiline = false;
-    ini_max_line = RL_CONF_LINE_MAX + 3;
-    ini_initial_alloc = RL_CONF_LINE_MAX + 3;
+    pthread_once(&conf_ini_once, conf_ini_options);
     rc = ini_parse_stream(conf_reader, p, conf_handler, p);
     if (rc == -2) {
         conf_fail(p, p->line, -ENOMEM, "out of memory");

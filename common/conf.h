@@ -25,6 +25,7 @@
  * absurd value reaches it.
  */
 #define RL_CONF_LINE_MAX 4096
+#define RL_CONF_WORKERS_MAX 64 /* [router] workers at most */
 
 /* One `[client NAME]` section: who may use a router, and for what (docs/CONFIG.md). */
 #define RL_CONF_CLIENT_HASHES 4 /* token_sha256 lines per client, for rotation */
@@ -98,6 +99,7 @@ struct rl_conf {
     bool hot_keys;             /* count the hot (service, user) keys; default on */
     char *router_metrics_host; /* [router] metrics: HTTP listener (metrics.h); NULL: off */
     uint16_t router_metrics_port;
+    uint32_t router_workers;   /* [router] workers: 1..RL_CONF_WORKERS_MAX; 0: one per core */
     /* [clients]: what each process's listener allows its clients (connlimits.h) */
     struct rl_conn_limits clients;
     /* [client NAME] sections, in file order; when there is one, a router's clients must AUTH */

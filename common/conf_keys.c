@@ -252,6 +252,13 @@ set_metrics(char **host, uint16_t *port, const char *v)
     return NULL;
 }
 
+/* [router] workers: threads serving clients, each with its own loop; 0 (unset): one per core. */
+static const char *
+set_router_workers(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->router_workers, v, false, 1, RL_CONF_WORKERS_MAX, "1..64");
+}
+
 static const char *
 set_router_metrics(struct conf_parser *p, const char *v)
 {
@@ -513,6 +520,7 @@ const struct conf_key conf_keys[] = {
     {CONF_ROUTER, "metrics", set_router_metrics, false},
     {CONF_ROUTER, "deny_cache", set_deny_cache, false},
     {CONF_ROUTER, "hot_keys", set_hot_keys, false},
+    {CONF_ROUTER, "workers", set_router_workers, false},
     {CONF_CLIENTS, "max_connections", set_max_connections, false},
     {CONF_CLIENTS, "max_connections_per_peer", set_max_per_peer, false},
     {CONF_CLIENTS, "router_reserve", set_router_reserve, false},

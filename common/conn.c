@@ -160,10 +160,22 @@ conn_account(struct rl_conn *c)
         return;
     }
     bytes = (uint64_t)c->in.cap + c->out.cap + c->inflight.cap;
+    if (bytes == c->acct_bytes) {
+        return;
+    }
     if (c->preauth) {
         c->q->preauth_bytes = c->q->preauth_bytes - c->acct_bytes + bytes;
     }
     c->q->client_bytes = c->q->client_bytes - c->acct_bytes + bytes;
+    if (c->q->shared != NULL) {
+        /* unsigned wrap-around adds a decrease too */
+        uint64_t delta = bytes - c->acct_bytes;
+
+        if (c->preauth) {
+            __atomic_fetch_add(&c->q->shared->preauth_bytes, delta, __ATOMIC_RELAXED);
+        }
+        __atomic_fetch_add(&c->q->shared->client_bytes, delta, __ATOMIC_RELAXED);
+    }
     c->acct_bytes = bytes;
 }
 

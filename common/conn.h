@@ -47,6 +47,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <pthread.h>
+
 #include <uv.h>
 
 #include "buf.h"
@@ -70,6 +72,7 @@
 struct rl_conn;
 struct rl_conn_peer;
 struct rl_listener;
+struct rl_conn_shared;
 
 /*
  * One per loop: the dirty list and the uv_check handle that flushes it each loop turn. A
@@ -89,6 +92,7 @@ struct rl_connq {
     uint64_t client_budget;    /* their bound: the listener's buffer_memory */
     uint64_t preauth_bytes;    /* the part of client_bytes held by pre-AUTH connections,
                                   bounded by half of client_budget */
+    struct rl_conn_shared *shared; /* NULL, or the process's totals these bounds apply to */
     int handles;
     bool closing;
     void (*on_closed)(void *data);
@@ -229,10 +233,48 @@ struct rl_listener {
      * a GCRA: the loop time each slot's failures are all forgiven. */
     uint64_t authfail[RL_CONN_AUTHFAIL_SLOTS];
     uint64_t authfail_seed;
+    /* NULL, or what this listener shares with listeners on other loops (rl_conn_shared) */
+    struct rl_conn_shared *shared;
     int handles; /* the listener and each connection, until their close callbacks */
     bool closing;
     void (*on_closed)(struct rl_listener *l);
 };
+
+/*
+ * What listeners on several loops of one process share (a router's workers, each with its own
+ * loop and listener): then max_connections, max_connections_per_peer, the pre-AUTH half of
+ * both, buffer_memory and the failed AUTHs per address bound the process, not each listener.
+ * The counters are atomics, the per-address counts a table under a mutex. Two listeners
+ * admitting at once may pass max_connections by one each for a moment. A listener makes room
+ * for a new pre-AUTH connection by closing its own oldest one; one that has none admits the
+ * newcomer and leaves the closing to the others (evict_debt), which close their oldest within
+ * RL_CONN_TICK_MS: the process is past its caps by that much for that long at most.
+ */
+struct rl_conn_shared {
+    uint32_t clients;       /* open client connections of every listener (atomic) */
+    uint32_t preauth;       /* of which pre-AUTH (atomic) */
+    uint64_t client_bytes;  /* buffer bytes of every listener's clients (atomic) */
+    uint64_t preauth_bytes; /* of which pre-AUTH (atomic) */
+    uint32_t evict_debt;    /* pre-AUTH connections admitted past the cap by a listener that
+                               had none of its own to close: the others close that many of
+                               their oldest (at their next accept or tick) (atomic) */
+    uint64_t authfail_seed;
+    uint64_t authfail[RL_CONN_AUTHFAIL_SLOTS]; /* as rl_listener's (atomic) */
+    pthread_mutex_t peers_mu;
+    struct rl_conn_peer *peers[RL_CONN_PEER_BUCKETS];
+    uint64_t npeers;
+};
+
+/* Sets s up (nothing counted) / frees what it holds (every listener sharing it is closed). */
+int rl_conn_shared_init(struct rl_conn_shared *s);
+void rl_conn_shared_deinit(struct rl_conn_shared *s);
+
+/* Distinct client addresses connected now to the listeners sharing s. */
+uint64_t rl_conn_shared_peers(struct rl_conn_shared *s);
+
+/* l (started, no connection yet) counts against s from now on, with the other listeners
+ * sharing it; so does the loop's flusher l->q. */
+void rl_listener_share(struct rl_listener *l, struct rl_conn_shared *s);
 
 /* Starts the flusher of loop. Returns 0 or a libuv error. */
 int rl_connq_init(struct rl_connq *q, uv_loop_t *loop);
@@ -248,11 +290,18 @@ void rl_connq_close(struct rl_connq *q, void (*on_closed)(void *data), void *dat
  * unfinished frame older than frame_timeout, or no progress for idle_timeout, closes it; its
  * buffers count against buffer_memory. max_connections is lowered, with a warning, when the
  * descriptor limit could not hold it. Returns 0 or a negative errno (-EINVAL for a bad
- * address, -EADDRINUSE...), after which rl_listener_close must still be called.
+ * address, -EADDRINUSE...), after which rl_listener_close must still be called. host NULL:
+ * no socket, connections come only through rl_listener_adopt.
  */
 int rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, uint16_t port,
                       const struct rl_conn_ops *ops, size_t conn_size,
                       const struct rl_conn_limits *lim, void *data);
+
+/* A connection accepted elsewhere (socket fd, non-blocking, connected; another thread may
+ * have accepted it) joins l as if l had accepted it: the same caps and refusals. l must have
+ * been started with host NULL (no socket of its own). The listener owns fd from then on,
+ * closing it on failure. Returns 0, or UV_ECANCELED when l is closing (fd is the caller's). */
+int rl_listener_adopt(struct rl_listener *l, uv_os_sock_t fd);
 
 /* Raises the soft descriptor limit to the hard one; returns the soft limit now. */
 uint64_t rl_conn_raise_fd_limit(void);
@@ -261,12 +310,15 @@ uint64_t rl_conn_raise_fd_limit(void);
  * Returns false when the reserve is full (the caller refuses c). */
 bool rl_conn_set_router(struct rl_conn *c);
 
-/* Fills s with the listener's counters (buffer_bytes: of the whole loop). */
+/* Fills s with the listener's counters (buffer_bytes: of the whole loop; peers: 0 when shared,
+ * where rl_conn_shared_peers counts them). */
 void rl_listener_stats(const struct rl_listener *l, struct rl_listener_stats *s);
 
 struct rl_prom;
 /* Appends the listener's rl_connection* metric families (metrics.h's writer; conn_metrics.c). */
 void rl_listener_metrics(const struct rl_listener *l, struct rl_prom *p);
+/* The same families from counters s (several listeners' summed). */
+void rl_listener_metrics_of(const struct rl_listener_stats *s, struct rl_prom *p);
 
 /* Stops listening and closes every connection; on_closed (may be NULL) runs once all the
  * handles are closed. */
@@ -331,7 +383,14 @@ rl_conn_queued(const struct rl_conn *c)
 static inline bool
 rl_conn_budget_spent(const struct rl_conn *c)
 {
-    return c->listener != NULL && c->q->client_bytes > c->q->client_budget;
+    if (c->listener == NULL) {
+        return false;
+    }
+    if (c->q->shared != NULL) {
+        return __atomic_load_n(&c->q->shared->client_bytes, __ATOMIC_RELAXED) >
+               c->q->client_budget;
+    }
+    return c->q->client_bytes > c->q->client_budget;
 }
 
 /* True when c takes no more work: its output or its held requests passed their bound, or

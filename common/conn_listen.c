@@ -8,17 +8,114 @@
  */
 #include "conn.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
 #include "conn_int.h"
 #include "log.h"
 #include "wire.h"
+
+/* ---- shared counts (conn.h, rl_conn_shared) ---------------------------------------------- */
+
+int
+rl_conn_shared_init(struct rl_conn_shared *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->authfail_seed = uv_hrtime();
+    return pthread_mutex_init(&s->peers_mu, NULL) == 0 ? 0 : -ENOMEM;
+}
+
+void
+rl_conn_shared_deinit(struct rl_conn_shared *s)
+{
+    for (size_t b = 0; b < RL_CONN_PEER_BUCKETS; b++) {
+        while (s->peers[b] != NULL) {
+            struct rl_conn_peer *p = s->peers[b];
+
+            s->peers[b] = p->next;
+            free(p);
+        }
+    }
+    pthread_mutex_destroy(&s->peers_mu);
+}
+
+uint64_t
+rl_conn_shared_peers(struct rl_conn_shared *s)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&s->peers_mu);
+    n = s->npeers;
+    pthread_mutex_unlock(&s->peers_mu);
+    return n;
+}
+
+void
+rl_listener_share(struct rl_listener *l, struct rl_conn_shared *s)
+{
+    l->shared = s;
+    l->q->shared = s;
+}
+
+/* Client connections open now: the process's when shared. */
+static uint32_t
+listener_clients(const struct rl_listener *l)
+{
+    return l->shared != NULL ? __atomic_load_n(&l->shared->clients, __ATOMIC_RELAXED) : l->clients;
+}
+
+/* Pre-AUTH connections open now: the process's when shared. */
+static uint64_t
+listener_preauth(const struct rl_listener *l)
+{
+    return l->shared != NULL ? __atomic_load_n(&l->shared->preauth, __ATOMIC_RELAXED)
+                             : l->stats.preauth;
+}
+
+static void
+listener_count_client(struct rl_listener *l, int d)
+{
+    l->clients += (uint32_t)d;
+    if (l->shared != NULL) {
+        __atomic_fetch_add(&l->shared->clients, (uint32_t)d, __ATOMIC_RELAXED);
+    }
+}
+
+/* The per-address counts (peer_*) are the shared table's, under its mutex, when shared. */
+static void
+peers_lock(struct rl_listener *l)
+{
+    if (l->shared != NULL) {
+        pthread_mutex_lock(&l->shared->peers_mu);
+    }
+}
+
+static void
+peers_unlock(struct rl_listener *l)
+{
+    if (l->shared != NULL) {
+        pthread_mutex_unlock(&l->shared->peers_mu);
+    }
+}
+
+static struct rl_conn_peer **
+peers_of(struct rl_listener *l)
+{
+    return l->shared != NULL ? l->shared->peers : l->peers;
+}
+
+static uint64_t *
+peers_count(struct rl_listener *l)
+{
+    return l->shared != NULL ? &l->shared->npeers : &l->stats.peers;
+}
 
 /* ---- peers: client connections per address ----------------------------------------------- */
 
@@ -34,7 +131,7 @@ peer_find(struct rl_listener *l, const uint8_t *addr)
 {
     struct rl_conn_peer *p;
 
-    for (p = l->peers[peer_bucket(addr)]; p != NULL; p = p->next) {
+    for (p = peers_of(l)[peer_bucket(addr)]; p != NULL; p = p->next) {
         if (memcmp(p->addr, addr, 16) == 0) {
             return p;
         }
@@ -46,7 +143,7 @@ peer_find(struct rl_listener *l, const uint8_t *addr)
 static struct rl_conn_peer *
 peer_get(struct rl_listener *l, const uint8_t *addr)
 {
-    struct rl_conn_peer **head = &l->peers[peer_bucket(addr)];
+    struct rl_conn_peer **head = &peers_of(l)[peer_bucket(addr)];
     struct rl_conn_peer *p = peer_find(l, addr);
 
     if (p != NULL) {
@@ -59,7 +156,7 @@ peer_get(struct rl_listener *l, const uint8_t *addr)
     memcpy(p->addr, addr, 16);
     p->next = *head;
     *head = p;
-    l->stats.peers++;
+    (*peers_count(l))++;
     return p;
 }
 
@@ -67,7 +164,7 @@ peer_get(struct rl_listener *l, const uint8_t *addr)
 static void
 peer_drop(struct rl_listener *l, struct rl_conn_peer *p)
 {
-    struct rl_conn_peer **pp = &l->peers[peer_bucket(p->addr)];
+    struct rl_conn_peer **pp = &peers_of(l)[peer_bucket(p->addr)];
 
     if (p->count > 0) {
         return;
@@ -77,7 +174,7 @@ peer_drop(struct rl_listener *l, struct rl_conn_peer *p)
     }
     *pp = p->next;
     free(p);
-    l->stats.peers--;
+    (*peers_count(l))--;
 }
 
 /* ---- pre-AUTH clients: the newest first ------------------------------------------------- */
@@ -94,6 +191,9 @@ preauth_join(struct rl_listener *l, struct rl_conn *c)
     }
     l->preauth_new = c;
     l->stats.preauth++;
+    if (l->shared != NULL) {
+        __atomic_fetch_add(&l->shared->preauth, 1, __ATOMIC_RELAXED);
+    }
 }
 
 /* c leaves the pre-AUTH list, if it is on it. */
@@ -115,6 +215,9 @@ preauth_leave(struct rl_listener *l, struct rl_conn *c)
     }
     c->preauth_prev = c->preauth_next = NULL;
     l->stats.preauth--;
+    if (l->shared != NULL) {
+        __atomic_fetch_sub(&l->shared->preauth, 1, __ATOMIC_RELAXED);
+    }
 }
 
 /* c stops counting as a client of its listener (closing, or turned router). */
@@ -125,10 +228,12 @@ conn_unclient(struct rl_conn *c)
 
     preauth_leave(l, c);
     if (c->peer_entry != NULL) {
+        peers_lock(l);
         c->peer_entry->count--;
         peer_drop(l, c->peer_entry);
+        peers_unlock(l);
         c->peer_entry = NULL;
-        l->clients--;
+        listener_count_client(l, -1);
     }
 }
 
@@ -157,7 +262,7 @@ conn_listener_leave(struct rl_conn *c)
         c->next->prev = c->prev;
     }
     c->prev = c->next = NULL;
-    l->stats.connections--;
+    __atomic_fetch_sub(&l->stats.connections, 1, __ATOMIC_RELAXED); /* read by other threads */
     conn_unclient(c);
     if (c->router || c->probation) {
         l->reserve_used--;
@@ -302,9 +407,14 @@ conn_refuse_buffers(struct rl_conn *c)
 #define AUTHFAIL_EVERY_MS (1000u / RL_CONN_AUTHFAIL_RATE)
 #define AUTHFAIL_SLACK_MS ((RL_CONN_AUTHFAIL_BURST - 1u) * AUTHFAIL_EVERY_MS)
 
+/* The slot of addr: the shared table's when shared (loops' clocks are one monotonic clock). */
 static uint64_t *
 authfail_slot(struct rl_listener *l, const uint8_t *addr)
 {
+    if (l->shared != NULL) {
+        return &l->shared->authfail[XXH3_64bits_withSeed(addr, 16, l->shared->authfail_seed) %
+                                    RL_CONN_AUTHFAIL_SLOTS];
+    }
     return &l->authfail[XXH3_64bits_withSeed(addr, 16, l->authfail_seed) %
                         RL_CONN_AUTHFAIL_SLOTS];
 }
@@ -313,7 +423,7 @@ authfail_slot(struct rl_listener *l, const uint8_t *addr)
 static uint64_t
 authfail_wait(struct rl_listener *l, const uint8_t *addr, uint64_t now)
 {
-    uint64_t full = *authfail_slot(l, addr);
+    uint64_t full = __atomic_load_n(authfail_slot(l, addr), __ATOMIC_RELAXED);
 
     return full > now + AUTHFAIL_SLACK_MS ? full - now - AUTHFAIL_SLACK_MS : 0;
 }
@@ -337,7 +447,14 @@ rl_conn_auth_failed(struct rl_conn *c)
     }
     now = uv_now(c->q->loop);
     full = authfail_slot(c->listener, c->addr);
-    *full = (*full > now ? *full : now) + AUTHFAIL_EVERY_MS;
+    {
+        uint64_t was = __atomic_load_n(full, __ATOMIC_RELAXED), want;
+
+        do {
+            want = (was > now ? was : now) + AUTHFAIL_EVERY_MS;
+        } while (!__atomic_compare_exchange_n(full, &was, want, false, __ATOMIC_RELAXED,
+                                              __ATOMIC_RELAXED));
+    }
     if (authfail_wait(c->listener, c->addr, now) > 0 &&
         listener_should_warn(c->listener, c, WARN_AUTH_RATE)) {
         rl_log_warn("client %s: more than %u failed AUTHs a second from this address: its "
@@ -354,6 +471,9 @@ rl_conn_authenticated(struct rl_conn *c, const void *principal)
         return;
     }
     c->q->preauth_bytes -= c->acct_bytes;
+    if (c->q->shared != NULL) {
+        __atomic_fetch_sub(&c->q->shared->preauth_bytes, c->acct_bytes, __ATOMIC_RELAXED);
+    }
     c->preauth = false;
     preauth_leave(c->listener, c);
 }
@@ -375,14 +495,43 @@ preauth_evict(struct rl_listener *l)
                         "(half of max_connections) and a newer one came");
 }
 
+/* Closes this listener's oldest pre-AUTH clients for those that other listeners sharing the
+ * caps admitted past them (rl_conn_shared.evict_debt). */
+static void
+preauth_pay_debt(struct rl_listener *l)
+{
+    uint32_t debt;
+
+    if (l->shared == NULL) {
+        return;
+    }
+    debt = __atomic_load_n(&l->shared->evict_debt, __ATOMIC_RELAXED);
+    while (debt > 0 && l->preauth_old != NULL) {
+        /* Only while the process is still past a cap: connections that authenticated or
+         * left since have paid the debt already. */
+        bool over = listener_preauth(l) > l->max_preauth || listener_clients(l) > l->max_clients;
+
+        if (__atomic_compare_exchange_n(&l->shared->evict_debt, &debt, over ? debt - 1 : 0,
+                                        false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            if (!over) {
+                break;
+            }
+            preauth_evict(l);
+            debt--;
+        }
+    }
+}
+
 /* Whether the new connection c (its address known) is pre-AUTH, refusing it when its address
- * failed AUTH too often, and making room among the pre-AUTH clients. False: refused. */
+ * failed AUTH too often, and making room among the pre-AUTH clients (*over: admitted past the
+ * shared caps, others make the room). False: refused. */
 static bool
-preauth_admit(struct rl_listener *l, struct rl_conn *c, uint64_t now)
+preauth_admit(struct rl_listener *l, struct rl_conn *c, uint64_t now, bool *over)
 {
     const struct rl_conn_peer *peer;
     uint64_t wait;
     char msg[160];
+    bool room;
 
     if (!l->lim.auth_required) {
         return true;
@@ -398,11 +547,19 @@ preauth_admit(struct rl_listener *l, struct rl_conn *c, uint64_t now)
         return false;
     }
     c->preauth = true;
+    peers_lock(l);
     peer = peer_find(l, c->addr);
-    if (l->preauth_old != NULL &&
-        (l->stats.preauth >= l->max_preauth || l->clients >= l->max_clients) &&
-        (peer == NULL || peer->count < l->lim.max_per_peer)) {
-        preauth_evict(l);
+    room = peer == NULL || peer->count < l->lim.max_per_peer;
+    peers_unlock(l);
+    preauth_pay_debt(l);
+    if ((listener_preauth(l) >= l->max_preauth || listener_clients(l) >= l->max_clients) &&
+        room) {
+        if (l->preauth_old != NULL) {
+            preauth_evict(l);
+        } else if (l->shared != NULL && listener_preauth(l) > 0) {
+            __atomic_fetch_add(&l->shared->evict_debt, 1, __ATOMIC_RELAXED);
+            *over = true;
+        }
     }
     return true;
 }
@@ -444,15 +601,13 @@ listener_fd_ceiling(const struct rl_listener *l)
     return l->fd_limit > RL_CONN_FD_SLACK / 2 ? l->fd_limit - RL_CONN_FD_SLACK / 2 : 1;
 }
 
+static void listener_take(struct rl_listener *l, uv_stream_t *server, uv_os_sock_t fd);
+
 static void
 listener_accept(uv_stream_t *server, int status)
 {
     struct rl_listener *l = server->data;
-    struct rl_conn_peer *peer = NULL;
-    const char *why = NULL;
-    uint64_t *counter = NULL;
     uint64_t now = uv_now(l->q->loop);
-    struct rl_conn *c;
 
     if (status < 0) {
         /* libuv met EMFILE or ENFILE (descriptors taken by something else than clients) and
@@ -476,9 +631,42 @@ listener_accept(uv_stream_t *server, int status)
         l->accept_paused = true;
         return;
     }
+    listener_take(l, server, -1);
+}
+
+int
+rl_listener_adopt(struct rl_listener *l, uv_os_sock_t fd)
+{
+    if (l->closing) {
+        return UV_ECANCELED;
+    }
+    if (l->stats.connections >= listener_fd_ceiling(l)) {
+        /* At the descriptor limit: nothing to answer with but the close. */
+        l->stats.accept_errors++;
+        close(fd);
+        return 0;
+    }
+    listener_take(l, NULL, fd);
+    return 0;
+}
+
+/* A new connection: accepted from server, or (server NULL) the socket fd accepted elsewhere. */
+static void
+listener_take(struct rl_listener *l, uv_stream_t *server, uv_os_sock_t fd)
+{
+    struct rl_conn_peer *peer = NULL;
+    const char *why = NULL;
+    uint64_t *counter = NULL;
+    uint64_t now = uv_now(l->q->loop);
+    struct rl_conn *c;
+    bool over = false;
+
     c = calloc(1, l->conn_size);
     if (c == NULL) {
         rl_log_warn("accept: out of memory");
+        if (server == NULL) {
+            close(fd);
+        }
         return;
     }
     conn_setup(c, l->q, l->ops, l->data);
@@ -492,8 +680,12 @@ listener_accept(uv_stream_t *server, int status)
         l->conns->prev = c;
     }
     l->conns = c;
-    l->stats.connections++;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    __atomic_fetch_add(&l->stats.connections, 1, __ATOMIC_RELAXED); /* read by other threads */
+    if ((server != NULL ? uv_accept(server, (uv_stream_t *)&c->tcp)
+                        : uv_tcp_open(&c->tcp, fd)) != 0) {
+        if (server == NULL) {
+            close(fd);
+        }
         rl_conn_close(c, UV_ECONNABORTED);
         return;
     }
@@ -502,23 +694,28 @@ listener_accept(uv_stream_t *server, int status)
     c->accepted_ms = c->active_ms = now;
     uv_tcp_nodelay(&c->tcp, 1);
     conn_peer_name(c, c->addr);
-    if (!preauth_admit(l, c, now)) {
+    if (!preauth_admit(l, c, now, &over)) {
         return;
     }
-    if (l->clients >= l->max_clients) {
+    peers_lock(l);
+    if (listener_clients(l) >= l->max_clients && !over) {
         why = "server busy: too many connections (max_connections)";
         counter = &l->stats.refused_max;
     } else if ((peer = peer_get(l, c->addr)) != NULL && peer->count >= l->lim.max_per_peer) {
         why = "server busy: too many connections from this address (max_connections_per_peer)";
         counter = &l->stats.refused_peer;
-    } else if (c->preauth && l->stats.preauth >= l->max_preauth) {
+    } else if (c->preauth && listener_preauth(l) >= l->max_preauth && !over) {
         why = "server busy: too many connections are waiting for AUTH (half of max_connections)";
         counter = &l->stats.refused_max;
+    }
+    if (why == NULL && peer != NULL) {
+        peer->count++;
     }
     if (why != NULL) {
         if (peer != NULL) {
             peer_drop(l, peer);
         }
+        peers_unlock(l);
         if (l->reserve_used < l->lim.router_reserve) {
             /* A router's connection must not be refused for clients' numbers: it may say
              * HELLO from the reserve first; anything else gets the refusal. */
@@ -530,12 +727,14 @@ listener_accept(uv_stream_t *server, int status)
             conn_refuse_counted(c, counter, WARN_REFUSED, RL_WIRE_ERR_OVERLOADED, why);
             return;
         }
-    } else if (peer != NULL) {
-        peer->count++;
-        c->peer_entry = peer;
-        l->clients++;
-        if (c->preauth) {
-            preauth_join(l, c);
+    } else {
+        peers_unlock(l);
+        if (peer != NULL) {
+            c->peer_entry = peer;
+            listener_count_client(l, 1);
+            if (c->preauth) {
+                preauth_join(l, c);
+            }
         }
     }
     if (conn_start_reading(c) != 0) {
@@ -575,6 +774,7 @@ listener_tick(uv_timer_t *t)
     struct rl_conn *next;
     char msg[128];
 
+    preauth_pay_debt(l);
     for (struct rl_conn *c = l->conns; c != NULL; c = next) {
         next = c->next;
         if (!c->connected || c->finishing) {
@@ -654,14 +854,16 @@ rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, u
     uv_timer_init(q->loop, &l->tick);
     l->tick.data = l;
     l->handles = 2;
-    rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
+    rc = host == NULL ? 0 : uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
     if (rc != 0) {
         rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr);
     }
-    if (rc == 0) {
+    if (rc == 0 && host == NULL) {
+        /* No socket of its own: connections come through rl_listener_adopt. */
+    } else if (rc == 0) {
         rc = uv_tcp_bind(&l->tcp, (const struct sockaddr *)&addr, 0);
     }
-    if (rc == 0) {
+    if (rc == 0 && host != NULL) {
         rc = uv_listen((uv_stream_t *)&l->tcp, 1024, listener_accept);
     }
     if (rc == 0) {
@@ -675,6 +877,10 @@ rl_listener_stats(const struct rl_listener *l, struct rl_listener_stats *s)
 {
     *s = l->stats;
     s->buffer_bytes = l->q->client_bytes;
+    if (l->shared != NULL) {
+        /* The addresses are the shared table's (rl_conn_shared.npeers): not one listener's. */
+        s->peers = 0;
+    }
 }
 
 void

@@ -10,10 +10,15 @@ void
 rl_listener_metrics(const struct rl_listener *l, struct rl_prom *p)
 {
     struct rl_listener_stats s;
-    const struct rl_listener_stats *st = &s;
-    char lab[64];
 
     rl_listener_stats(l, &s);
+    rl_listener_metrics_of(&s, p);
+}
+
+void
+rl_listener_metrics_of(const struct rl_listener_stats *st, struct rl_prom *p)
+{
+    char lab[64];
 
     rl_prom_family(p, "rl_connections", "gauge",
                    "Client connections open now (routers' connections included).");

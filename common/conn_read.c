@@ -19,8 +19,19 @@
 static bool
 conn_over_budget(const struct rl_conn *c, size_t n)
 {
-    return c->listener != NULL && (c->q->client_bytes + n > c->q->client_budget ||
-                                   (c->preauth && c->q->preauth_bytes + n > c->q->client_budget / 2));
+    uint64_t all, pre;
+
+    if (c->listener == NULL) {
+        return false;
+    }
+    if (c->q->shared != NULL) { /* the process's totals (conn.h, rl_conn_shared) */
+        all = __atomic_load_n(&c->q->shared->client_bytes, __ATOMIC_RELAXED);
+        pre = __atomic_load_n(&c->q->shared->preauth_bytes, __ATOMIC_RELAXED);
+    } else {
+        all = c->q->client_bytes;
+        pre = c->q->preauth_bytes;
+    }
+    return all + n > c->q->client_budget || (c->preauth && pre + n > c->q->client_budget / 2);
 }
 
 /*

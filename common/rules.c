@@ -8,6 +8,7 @@
 #include "rules.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,8 +81,26 @@ rl_rules_init(struct rl_rules *r, struct uv_loop_s *loop, struct rl_conf *conf, 
 }
 
 /* Puts fresh's rules in force as `version`; fresh is consumed. Returns 0 or -ENOMEM. */
+static int rules_put_locked(struct rl_rules *r, struct rl_conf *fresh, int64_t version,
+                            const char *from);
+
 static int
 rules_put(struct rl_rules *r, struct rl_conf *fresh, int64_t version, const char *from)
+{
+    int rc;
+
+    if (r->lock != NULL) {
+        pthread_mutex_lock(r->lock);
+    }
+    rc = rules_put_locked(r, fresh, version, from);
+    if (r->lock != NULL) {
+        pthread_mutex_unlock(r->lock);
+    }
+    return rc;
+}
+
+static int
+rules_put_locked(struct rl_rules *r, struct rl_conf *fresh, int64_t version, const char *from)
 {
     char warn[RULES_ERR_MAX];
     size_t nrules = fresh->nrules, ntiers = fresh->ntiers;

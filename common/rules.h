@@ -12,6 +12,7 @@
 #ifndef RL_RULES_H
 #define RL_RULES_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,6 +40,9 @@ struct rl_rules {
     struct rl_rules_job *job;     /* the parse in flight, if any */
     struct rl_rules_job *next_zk; /* the newest znode text waiting for it */
     bool next_file;               /* a SIGHUP waiting for it */
+    /* Optional (NULL: none): held while the rules of conf are swapped and apply runs, for
+     * readers on other threads (a router's workers, whose metrics another thread sums). */
+    pthread_mutex_t *lock;
     bool closed;
 };
 

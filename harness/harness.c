@@ -1091,8 +1091,8 @@ probe_listen(int port)
 static int
 server_launch(struct rl_harness_server *s)
 {
-    const char *argv[10];
-    char listen_arg[32];
+    const char *argv[12];
+    char listen_arg[32], workers_arg[16];
     int n = 0, rc;
 
     argv[n++] = s->program;
@@ -1109,6 +1109,11 @@ server_launch(struct rl_harness_server *s)
     }
     if ((s->flags & RL_HARNESS_TEST_CLOCK) != 0) {
         argv[n++] = "--test-clock";
+    }
+    if (s->workers > 0) {
+        snprintf(workers_arg, sizeof(workers_arg), "%d", s->workers);
+        argv[n++] = "--workers";
+        argv[n++] = workers_arg;
     }
     argv[n] = NULL;
 
@@ -1173,9 +1178,23 @@ rl_harness_node_start(struct rl_harness_server *s, const char *config, const cha
 int
 rl_harness_router_start(struct rl_harness_server *s, const char *config, int port)
 {
+    const char *env = getenv("RL_TEST_ROUTER_WORKERS");
+    int n = env != NULL && atoi(env) > 0 ? atoi(env) : RL_HARNESS_ROUTER_WORKERS;
+
+    return rl_harness_router_start_workers(s, config, port, n);
+}
+
+int
+rl_harness_router_start_workers(struct rl_harness_server *s, const char *config, int port,
+                                int workers)
+{
     int rc = server_init(s, "rl-router", config, "", port, 0);
 
-    return rc < 0 ? rc : server_launch(s);
+    if (rc < 0) {
+        return rc;
+    }
+    s->workers = workers;
+    return server_launch(s);
 }
 
 int

@@ -212,6 +212,7 @@ struct rl_harness_server {
     char name[64];           /* a node's --name; empty for a router */
     int port;                /* --listen 127.0.0.1:PORT; 0: the config's, and no wait */
     unsigned flags;          /* RL_HARNESS_TEST_CLOCK */
+    int workers;             /* a router's --workers; 0: the config's */
     pid_t pid;               /* while it runs, else 0 */
     int status;              /* wait status of its last exit */
     char log_path[PATH_MAX]; /* stdout and stderr, appended across restarts */
@@ -226,8 +227,17 @@ struct rl_harness_server {
 int rl_harness_node_start(struct rl_harness_server *s, const char *config, const char *name,
                           int port, unsigned flags);
 
-/* As rl_harness_node_start(), for "rl-router --config CONFIG [--listen 127.0.0.1:PORT]". */
+/* Routers under test serve with this many workers (--workers) unless a test says otherwise
+ * (or $RL_TEST_ROUTER_WORKERS, for comparing runs): the suites exercise the threads' sharing. */
+#define RL_HARNESS_ROUTER_WORKERS 2
+
+/* As rl_harness_node_start(), for "rl-router --config CONFIG [--listen 127.0.0.1:PORT]
+ * --workers RL_HARNESS_ROUTER_WORKERS". */
 int rl_harness_router_start(struct rl_harness_server *s, const char *config, int port);
+
+/* The same with --workers N (0: none given, the config's [router] workers or one per core). */
+int rl_harness_router_start_workers(struct rl_harness_server *s, const char *config, int port,
+                                    int workers);
 
 /*
  * rl_harness_stop() of the server (SIGTERM: the clean shutdown; SIGKILL: a crash), which

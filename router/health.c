@@ -45,8 +45,8 @@ health_tick(uv_timer_t *t)
     if (r->unhealthy_since == 0) {
         health_lacking_since(r, now);
     }
-    if (now - r->health_warned < RL_ROUTER_WARN_MS) {
-        return;
+    if (now - r->health_warned < RL_ROUTER_WARN_MS || r->worker > 0) {
+        return; /* of a process's workers, the first one says it */
     }
     r->health_warned = now;
     if (r->zk_state != RL_ZKM_CONNECTED) {
@@ -75,7 +75,7 @@ rl_router_set_zookeeper(struct rl_router *r, const char *addr, int state)
     if (r->closing) {
         return;
     }
-    r->zk_expiries += state == RL_ZKM_EXPIRED;
+    r->zk_expiries += state == RL_ZKM_EXPIRED; /* a worker's: rproc counts the process's */
     if (r->zk_state == RL_ROUTER_ZK_NONE) {
         snprintf(r->zk_addr, sizeof(r->zk_addr), "%s", addr);
         uv_timer_init(r->loop, &r->health_timer);

@@ -7,6 +7,7 @@
  * (rules.h), which may also come from the rules znode in ZooKeeper.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,21 +19,45 @@
 #include "log.h"
 #include "parse.h"
 #include "router.h"
+#include "rproc.h"
 #include "rules.h"
 #include "zkm.h"
 
 struct router_main {
     struct rl_daemon d;
-    struct rl_router *router;
+    struct rl_rproc *proc; /* the workers, each with its own rules (rproc.h) */
     struct rl_zkm *zkm;
     const char *name;
-    struct rl_rules rules; /* where the rules in force came from (STATS rules_*) */
+    uint32_t workers; /* --workers; 0: the config's */
 };
+
+enum { OPT_WORKERS = 0x2000 };
+
+static const struct option router_options[] = {{"workers", required_argument, NULL, OPT_WORKERS},
+                                               {NULL, 0, NULL, 0}};
+
+static int
+router_option(struct rl_daemon *d, int opt, const char *arg)
+{
+    struct router_main *m = d->data;
+    uint64_t n;
+
+    if (opt != OPT_WORKERS) {
+        return 2;
+    }
+    if (rl_parse_u64(arg, 1, RL_CONF_WORKERS_MAX, &n) != NULL) {
+        rl_daemon_fail(d, "rl-router: --workers: \"%s\" is not a number in 1..%u", arg,
+                       RL_CONF_WORKERS_MAX);
+        return 2;
+    }
+    m->workers = (uint32_t)n;
+    return 0;
+}
 
 static const char usage[] =
     "usage: rl-router --config FILE [--listen HOST:PORT] [--name NAME]\n"
     "                 [--log-level error|warn|info|debug] [--log-file FILE]\n"
-    "                 [--metrics HOST:PORT]\n"
+    "                 [--metrics HOST:PORT] [--workers N]\n"
     "\n"
     "Routes CHECK requests to the node owning each (service, user) shard.\n"
     "  --config FILE      cluster.conf to read\n"
@@ -42,6 +67,8 @@ static const char usage[] =
     "  --log-file FILE    log there instead of stderr; SIGHUP reopens it\n"
     "  --metrics HOST:PORT  serve /metrics, /healthz, /readyz there (default: [router]\n"
     "                     metrics; \"off\": none)\n"
+    "  --workers N        threads serving clients, 1..64 (default: [router] workers, else\n"
+    "                     one per core)\n"
     "  --help, --version\n"
     "Signals: TERM/INT stop, HUP reopens the log file and the request log and reloads the\n"
     "[service] rules of --config (unless they come from ZooKeeper: rl-cli rules push).\n";
@@ -52,7 +79,7 @@ on_members(void *arg, const struct rl_member *members, size_t n)
     struct router_main *m = arg;
 
     rl_log_info("membership: %zu nodes", n);
-    rl_router_set_members(m->router, members, n);
+    rl_rproc_set_members(m->proc, members, n);
 }
 
 static void
@@ -61,7 +88,7 @@ on_assignment(void *arg, const char *text, size_t len, int64_t version)
     struct router_main *m = arg;
 
     rl_log_info("assignment: version %lld (%zu bytes)", (long long)version, len);
-    rl_router_set_assignment(m->router, text, len, version);
+    rl_rproc_set_assignment(m->proc, text, len, version);
 }
 
 static void
@@ -69,7 +96,7 @@ on_state(void *arg, enum rl_zkm_state state)
 {
     struct router_main *m = arg;
 
-    rl_router_set_zookeeper(m->router, m->d.conf->zookeeper, (int)state);
+    rl_rproc_set_zookeeper(m->proc, m->d.conf->zookeeper, (int)state);
     if (state == RL_ZKM_CONNECTED) {
         rl_log_info("ZooKeeper session: %s", rl_zkm_state_name(state));
     } else {
@@ -83,19 +110,7 @@ on_rules(void *arg, const char *text, size_t len, int64_t version)
 {
     struct router_main *m = arg;
 
-    rl_rules_from_zk(&m->rules, text, len, version);
-}
-
-/* The rules of the live conf were swapped: requests in flight keep the old ones until they
- * are answered, so the router frees them. */
-static int
-router_apply_rules(void *arg, struct rl_conf **old)
-{
-    struct router_main *m = arg;
-
-    rl_router_rules_changed(m->router, *old);
-    *old = NULL;
-    return 0;
+    rl_rproc_rules_from_zk(m->proc, text, len, version);
 }
 
 /* A node said this router's view is stale: read ZooKeeper again (the router calls this at
@@ -119,8 +134,8 @@ router_stop(struct rl_daemon *d)
         rl_zkm_destroy(m->zkm);
         m->zkm = NULL;
     }
-    rl_rules_close(&m->rules); /* a parse in flight is dropped: no apply to a closing router */
-    rl_router_close(m->router);
+    rl_rproc_close(m->proc); /* each worker drops its parse in flight, closes and exits */
+    m->proc = NULL;
 }
 
 static void
@@ -128,11 +143,13 @@ router_hup(struct rl_daemon *d)
 {
     struct router_main *m = d->data;
 
+    if (m->proc == NULL) {
+        return;
+    }
     if (m->d.conf->request_log != NULL && m->d.conf->request_log[0] != '\0') {
         rl_log_info("SIGHUP: reopening the request log %s", m->d.conf->request_log);
-        rl_router_reopen_log(m->router);
     }
-    rl_rules_reload_file(&m->rules);
+    rl_rproc_hup(m->proc); /* the request log, and every worker's rules */
 }
 
 /* Static membership: the [node] sections of the config. */
@@ -153,7 +170,7 @@ static_members(struct router_main *m)
         snprintf(members[i].name, sizeof(members[i].name), "%s", nc->name);
         rl_format_hostport(members[i].addr, sizeof(members[i].addr), host, port);
     }
-    rl_router_set_members(m->router, members, conf->nnodes);
+    rl_rproc_set_members(m->proc, members, conf->nnodes);
     free(members);
     return 0;
 }
@@ -165,7 +182,7 @@ router_metrics(void *arg, struct rl_prom *p)
     struct router_main *m = arg;
 
     rl_prom_build_info(p, "rl-router", m->name);
-    rl_router_metrics(m->router, p);
+    rl_rproc_metrics(m->proc, p);
 }
 
 static bool
@@ -173,13 +190,15 @@ router_ready(void *arg, char *why, size_t len)
 {
     struct router_main *m = arg;
 
-    return rl_router_ready(m->router, why, len);
+    return rl_rproc_ready(m->proc, why, len);
 }
 
 static const struct rl_daemon_spec router_spec = {
     .prog = "rl-router",
     .usage = usage,
     .log_tag = "router",
+    .extra = router_options,
+    .on_option = router_option,
     .on_stop = router_stop,
     .on_hup = router_hup,
 };
@@ -189,8 +208,9 @@ main(int argc, char **argv)
 {
     static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, on_rules};
     static struct router_main m;
+    struct rl_rproc_opts popts = {0};
     struct rl_router_opts opts = {0};
-    char defname[256];
+    char defname[256], err[512];
     int rc;
 
     rc = rl_daemon_init(&m.d, &router_spec, argc, argv, &m);
@@ -215,21 +235,25 @@ main(int argc, char **argv)
     opts.host = m.d.host;
     opts.port = m.d.port;
     opts.limits = m.d.conf->clients;
-    opts.on_stale = on_stale;
-    opts.arg = &m;
-    rl_rules_init(&m.rules, rl_daemon_loop(&m.d), m.d.conf, m.d.config_path, router_apply_rules,
-                  &m);
-    opts.rules = &m.rules.st;
-    rc = rl_router_create(&m.router, rl_daemon_loop(&m.d), m.d.conf, &opts);
+    popts.router = opts;
+    popts.config_path = m.d.config_path;
+    popts.workers = m.workers != 0 ? m.workers : rl_rproc_default_workers(m.d.conf);
+    popts.on_stale = on_stale;
+    popts.arg = &m;
+    rc = rl_rproc_create(&m.proc, rl_daemon_loop(&m.d), m.d.conf, &popts, err, sizeof(err));
     if (rc != 0) {
-        rl_daemon_fail(&m.d, "rl-router: cannot serve on %s: %s", m.d.addr, uv_strerror(rc));
+        if (err[0] != '\0') {
+            rl_daemon_fail(&m.d, "rl-router: cannot start: %s", err);
+        } else {
+            rl_daemon_fail(&m.d, "rl-router: cannot serve on %s: %s", m.d.addr, uv_strerror(rc));
+        }
         rl_daemon_destroy(&m.d);
         return 1;
     }
     if (m.d.conf->zookeeper[0] == '\0') {
         rc = static_members(&m);
     } else {
-        rl_router_set_zookeeper(m.router, m.d.conf->zookeeper, RL_ZKM_CONNECTING);
+        rl_rproc_set_zookeeper(m.proc, m.d.conf->zookeeper, RL_ZKM_CONNECTING);
         rc = rl_zkm_create(&m.zkm, &m.d.loop, m.d.conf->zookeeper, m.d.conf->session_timeout_ms,
                            m.d.conf->cluster_name, &cbs, &m);
         if (rc == 0) {
@@ -254,7 +278,7 @@ main(int argc, char **argv)
     if (rc != 0) {
         rl_daemon_fail(&m.d, "rl-router: cannot learn the membership: %s", strerror(-rc));
         rl_zkm_destroy(m.zkm);
-        rl_router_close(m.router);
+        rl_rproc_close(m.proc);
         rl_daemon_destroy(&m.d);
         return 1;
     }
@@ -269,10 +293,10 @@ main(int argc, char **argv)
             return rc;
         }
     }
-    rl_log_info("%s serving on %s, %s membership, deadline %u ms", opts.name, m.d.addr,
-                m.d.conf->zookeeper[0] ? "ZooKeeper" : "static", m.d.conf->deadline_ms);
+    rl_log_info("%s serving on %s, %s membership, deadline %u ms, %u workers", opts.name,
+                m.d.addr, m.d.conf->zookeeper[0] ? "ZooKeeper" : "static",
+                m.d.conf->deadline_ms, rl_rproc_workers(m.proc));
     rl_daemon_run(&m.d);
-    rl_rules_close(&m.rules);
     rl_daemon_destroy(&m.d);
     return 0;
 }

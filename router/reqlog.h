@@ -4,8 +4,9 @@
  *
  *     TS_MS SHARD NODE CODE KEYHASH SERVICE USER
  *
- * Lines are formatted into an in-memory buffer on the loop thread and written by libuv's
- * thread pool, so the hot path never waits on the disk. The buffer is flushed at least once
+ * Lines are formatted into an in-memory buffer (by any thread: a router's workers share one
+ * log) and written by libuv's thread pool from the loop given to create, so the hot path
+ * never waits on the disk. The buffer is flushed at least once
  * a second, when it fills, and on close. If the disk falls behind by more than one buffer,
  * lines are dropped and counted rather than queued without bound. SIGHUP-style rotation is
  * rl_reqlog_reopen. Not for diagnostics (log.h).
@@ -19,7 +20,7 @@
 
 #include <uv.h>
 
-#define RL_REQLOG_BUF (1u << 20) /* bytes per buffer; two buffers per log */
+#define RL_REQLOG_BUF (1u << 20) /* bytes per buffer; three buffers per log */
 
 struct rl_reqlog_stats {
     uint64_t lines;   /* lines written or queued */

@@ -13,8 +13,126 @@
 #include "metrics.h"
 #include "reqlog.h"
 #include "router_int.h"
+#include "rproc.h"
 #include "rules.h"
 #include "zkm.h"
+
+/*
+ * What STATS and /metrics report of a router that is one worker of a process (rproc.h): the
+ * process's totals, every worker's counters summed (its own as they are; another's under its
+ * mu, which keeps its table, upstreams and rule rows in place; the counters themselves are
+ * read as their owner left them, each a single aligned word). Gauges of one view (members,
+ * shards, the table) are r's own: every worker holds the same view.
+ */
+struct rmetrics_sum {
+    struct rl_router_stats stats;
+    struct rl_listener_stats cs;
+    struct rl_hist latency;
+    uint64_t npending;
+};
+
+static void
+rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
+{
+    s->stats = r->stats;
+    rl_listener_stats(&r->listener, &s->cs);
+    s->latency = r->latency;
+    s->npending = r->npending;
+    for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
+        struct rl_router *w = rl_rproc_router(r->proc, i);
+        struct rl_listener_stats cs;
+
+        if (w == r || w == NULL) {
+            continue;
+        }
+        pthread_mutex_lock(&w->mu);
+#define RL_ROUTER_ADD(f, n) s->stats.f += w->stats.f;
+        RL_ROUTER_STATS_MAP(RL_ROUTER_ADD)
+#undef RL_ROUTER_ADD
+        rl_listener_stats(&w->listener, &cs);
+#define RL_ROUTER_ADD_CONN(f, n) s->cs.f += cs.f;
+        RL_LISTENER_STATS_MAP(RL_ROUTER_ADD_CONN)
+#undef RL_ROUTER_ADD_CONN
+        for (size_t b = 0; b < RL_HIST_BUCKETS + 1; b++) {
+            s->latency.counts[b] += w->latency.counts[b];
+        }
+        s->latency.count += w->latency.count;
+        s->latency.sum_ns += w->latency.sum_ns;
+        s->npending += w->npending;
+        pthread_mutex_unlock(&w->mu);
+    }
+    if (r->proc != NULL) {
+        /* Every worker builds the same tables: one worker's count is the process's. */
+        s->stats.table_builds = r->stats.table_builds;
+        s->cs.accept_errors += rl_rproc_accept_errors(r->proc);
+        s->cs.peers = rl_rproc_peers(r->proc);
+    }
+}
+
+/* Node name's counters in every worker of r's process (r's alone without one); *up: whether
+ * some worker has a connection up to it. */
+static void
+rmetrics_node_sum(const struct rl_router *r, const char *name, struct rl_upstream_stats *out,
+                  bool *up)
+{
+    uint32_t n = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
+
+    memset(out, 0, sizeof(*out));
+    *up = false;
+    for (uint32_t i = 0; i < n; i++) {
+        struct rl_router *w = r->proc != NULL ? rl_rproc_router(r->proc, i) : (struct rl_router *)r;
+
+        if (w == NULL) {
+            continue;
+        }
+        if (w != r) {
+            pthread_mutex_lock(&w->mu);
+        }
+        for (const struct rl_upstream *u = w->upstreams; u != NULL; u = u->next) {
+            if (strcmp(u->name, name) == 0) {
+                out->forwarded += u->stats.forwarded;
+                out->replies += u->stats.replies;
+                out->failures += u->stats.failures;
+                out->downs += u->stats.downs;
+                out->connects += u->stats.connects;
+                *up = *up || rl_upstream_up(u);
+                break;
+            }
+        }
+        if (w != r) {
+            pthread_mutex_unlock(&w->mu);
+        }
+    }
+}
+
+/* The answers by rule and code of every worker (rows as r's rules; a worker whose rules are
+ * not r's yet, during a change, is left out until it has them). NULL: out of memory. */
+static uint64_t (*rmetrics_codes_sum(const struct rl_router *r))[RL_WIRE_CODE_COUNT]
+{
+    uint64_t(*codes)[RL_WIRE_CODE_COUNT] = malloc(r->rule_rows * sizeof(*codes));
+
+    if (codes == NULL) {
+        return NULL;
+    }
+    memcpy(codes, r->rule_codes, r->rule_rows * sizeof(*codes));
+    for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
+        struct rl_router *w = rl_rproc_router(r->proc, i);
+
+        if (w == r || w == NULL) {
+            continue;
+        }
+        pthread_mutex_lock(&w->mu);
+        if (w->rule_rows == r->rule_rows && w->conf->rules_digest == r->conf->rules_digest) {
+            for (size_t row = 0; row < r->rule_rows; row++) {
+                for (uint32_t c = 0; c < RL_WIRE_CODE_COUNT; c++) {
+                    codes[row][c] += w->rule_codes[row][c];
+                }
+            }
+        }
+        pthread_mutex_unlock(&w->mu);
+    }
+    return codes;
+}
 
 void
 rl_rmetrics_count(struct rl_router *r, const struct rl_rule *rule, uint32_t code, uint64_t start_ns)
@@ -56,21 +174,24 @@ rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
     char names[4 * 64][96];
     size_t n = 0, nn = 0;
     struct rl_reqlog_stats ls = {0};
-    struct rl_listener_stats cs;
+    struct rmetrics_sum sum;
+    const struct rl_listener_stats *cs = &sum.cs;
 
+    rmetrics_sum(r, &sum);
 #define RL_ROUTER_PUT(f, s)                                                                        \
     keys[n] = s;                                                                                   \
-    vals[n++] = (int64_t)r->stats.f;
+    vals[n++] = (int64_t)sum.stats.f;
     RL_ROUTER_STATS_MAP(RL_ROUTER_PUT)
 #undef RL_ROUTER_PUT
-    rl_listener_stats(&r->listener, &cs);
 #define RL_ROUTER_PUT_CONN(f, s)                                                                   \
     keys[n] = s;                                                                                   \
-    vals[n++] = (int64_t)cs.f;
+    vals[n++] = (int64_t)cs->f;
     RL_LISTENER_STATS_MAP(RL_ROUTER_PUT_CONN)
 #undef RL_ROUTER_PUT_CONN
     keys[n] = "pending";
-    vals[n++] = r->npending;
+    vals[n++] = (int64_t)sum.npending;
+    keys[n] = "workers";
+    vals[n++] = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
     keys[n] = "members";
     vals[n++] = (int64_t)r->view.nmembers;
     keys[n] = "zk_state";
@@ -107,19 +228,24 @@ rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
         const struct rl_upstream *u = r->owners[i];
         const char *name = r->map->members[i].name;
         uint32_t shards = 0;
+        struct rl_upstream_stats us;
+        bool up = false;
 
+        if (u != NULL) {
+            rmetrics_node_sum(r, u->name, &us, &up);
+        }
         for (uint32_t s = 0; s < r->map->nshards; s++) {
             shards += r->map->owner[s] == i;
         }
         snprintf(names[nn], sizeof(names[nn]), "node.%s.forwarded", name);
         keys[n] = names[nn++];
-        vals[n++] = u != NULL ? (int64_t)u->stats.forwarded : 0;
+        vals[n++] = u != NULL ? (int64_t)us.forwarded : 0;
         snprintf(names[nn], sizeof(names[nn]), "node.%s.failures", name);
         keys[n] = names[nn++];
-        vals[n++] = u != NULL ? (int64_t)u->stats.failures : 0;
+        vals[n++] = u != NULL ? (int64_t)us.failures : 0;
         snprintf(names[nn], sizeof(names[nn]), "node.%s.up", name);
         keys[n] = names[nn++];
-        vals[n++] = u != NULL && rl_upstream_up(u);
+        vals[n++] = up;
         snprintf(names[nn], sizeof(names[nn]), "node.%s.shards", name);
         keys[n] = names[nn++];
         vals[n++] = shards;
@@ -216,7 +342,8 @@ rmetrics_decisions_fmt(const void *arg, struct rl_prom *p)
 /* On the loop: the counts and the services' names copied (memcpy-sized work), formatted
  * later by rmetrics_decisions_fmt. */
 static void
-rmetrics_decisions(const struct rl_router *r, struct rl_prom *p)
+rmetrics_decisions(const struct rl_router *r, struct rl_prom *p,
+                   const uint64_t (*codes)[RL_WIRE_CODE_COUNT])
 {
     const struct rl_conf *c = r->conf;
     size_t n = c->nrules < r->rule_rows - 1 ? c->nrules : r->rule_rows - 1, names = 0;
@@ -232,11 +359,11 @@ rmetrics_decisions(const struct rl_router *r, struct rl_prom *p)
         sn = malloc(sizeof(*sn) + n * sizeof(sn->rule[0]) + names);
     }
     if (sn != NULL) {
-        sn->no_rule = r->rule_codes[r->rule_rows - 1][RL_WIRE_NO_RULE];
+        sn->no_rule = codes[r->rule_rows - 1][RL_WIRE_NO_RULE];
         sn->n = n;
         at = (char *)&sn->rule[n];
         for (size_t i = 0; i < n; i++) {
-            memcpy(sn->rule[i].codes, r->rule_codes[i], sizeof(sn->rule[i].codes));
+            memcpy(sn->rule[i].codes, codes[i], sizeof(sn->rule[i].codes));
             memcpy(at, c->rules[i].service, len[i]);
             sn->rule[i].service = at;
             sn->rule[i].ix = i;
@@ -251,53 +378,70 @@ void
 rl_router_metrics(struct rl_router *r, struct rl_prom *p)
 {
     char lab[512], digest[32];
+    struct rmetrics_sum sum;
+    uint64_t(*codes)[RL_WIRE_CODE_COUNT] = rmetrics_codes_sum(r);
 
-    if (r->zk_state != RL_ROUTER_ZK_NONE) {
-        rl_prom_zookeeper(p, r->zk_state == RL_ZKM_CONNECTED, r->zk_expiries);
+    rmetrics_sum(r, &sum);
+    if (codes == NULL) {
+        p->err = -ENOMEM;
+        return;
     }
 
-    rmetrics_decisions(r, p);
+    if (r->zk_state != RL_ROUTER_ZK_NONE) {
+        /* A worker may see only the latest of states that came in a burst: the process
+         * counts the expiries as ZooKeeper reported them. */
+        rl_prom_zookeeper(p, r->zk_state == RL_ZKM_CONNECTED,
+                          r->proc != NULL ? rl_rproc_zk_expiries(r->proc) : r->zk_expiries);
+    }
+
+    rmetrics_decisions(r, p, codes);
+    free(codes);
     rl_prom_family(p, "rl_router_request_duration_seconds", "histogram",
                    "End-to-end time of a CHECK in the router: from the read that brought it to "
                    "its answer (the node's, or the failure policy's).");
-    rl_prom_hist(p, "rl_router_request_duration_seconds", NULL, &r->latency);
+    rl_prom_hist(p, "rl_router_request_duration_seconds", NULL, &sum.latency);
     rl_prom_family(p, "rl_router_policy_answers_total", "counter",
                    "CHECKs answered by failure policy, by cause: owner_down (no owner, or its "
                    "connection is down or lost), deadline (the node did not answer in time), "
                    "not_owner (the node saw another owner).");
     rl_prom_u64(p, "rl_router_policy_answers_total",
-                rl_prom_labels(lab, sizeof(lab), "cause", "owner_down", NULL), r->stats.owner_down);
+                rl_prom_labels(lab, sizeof(lab), "cause", "owner_down", NULL), sum.stats.owner_down);
     rl_prom_u64(p, "rl_router_policy_answers_total",
                 rl_prom_labels(lab, sizeof(lab), "cause", "deadline", NULL),
-                r->stats.deadline_expired);
+                sum.stats.deadline_expired);
     rl_prom_u64(p, "rl_router_policy_answers_total",
-                rl_prom_labels(lab, sizeof(lab), "cause", "not_owner", NULL), r->stats.not_owner);
+                rl_prom_labels(lab, sizeof(lab), "cause", "not_owner", NULL), sum.stats.not_owner);
     rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
                    "CHECKs forwarded to nodes and not answered yet.");
-    rl_prom_u64(p, "rl_router_requests_in_flight", NULL, r->npending);
+    rl_prom_u64(p, "rl_router_requests_in_flight", NULL, sum.npending);
     rl_prom_family(p, "rl_router_late_replies_total", "counter",
                    "Node replies that came after the deadline had answered.");
-    rl_prom_u64(p, "rl_router_late_replies_total", NULL, r->stats.late_replies);
+    rl_prom_u64(p, "rl_router_late_replies_total", NULL, sum.stats.late_replies);
     rl_prom_family(p, "rl_router_errors_total", "counter",
                    "ERROR replies and refusals, by kind: unauthorized (token does not allow "
                    "it), auth (connection closed for a missing or wrong AUTH), overloaded (too "
                    "many in flight), other.");
     rl_prom_u64(p, "rl_router_errors_total",
                 rl_prom_labels(lab, sizeof(lab), "kind", "unauthorized", NULL),
-                r->stats.unauthorized);
+                sum.stats.unauthorized);
     rl_prom_u64(p, "rl_router_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "auth", NULL),
-                r->stats.auth_failures);
+                sum.stats.auth_failures);
     rl_prom_u64(p, "rl_router_errors_total",
-                rl_prom_labels(lab, sizeof(lab), "kind", "overloaded", NULL), r->stats.overloaded);
+                rl_prom_labels(lab, sizeof(lab), "kind", "overloaded", NULL), sum.stats.overloaded);
     rl_prom_u64(p, "rl_router_errors_total",
-                rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL), r->stats.errors);
+                rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL), sum.stats.errors);
 
     for (size_t k = 0; k < sizeof(rmetrics_node) / sizeof(rmetrics_node[0]); k++) {
         rl_prom_family(p, rmetrics_node[k].name, rmetrics_node[k].type, rmetrics_node[k].help);
         for (const struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
-            uint64_t v = rmetrics_node[k].stat == SIZE_MAX
-                             ? rl_upstream_up(u)
-                             : *(const uint64_t *)((const char *)&u->stats + rmetrics_node[k].stat);
+            struct rl_upstream_stats us;
+            bool up;
+            uint64_t v;
+
+            rmetrics_node_sum(r, u->name, &us, &up);
+            v = rmetrics_node[k].stat == SIZE_MAX
+                    ? up
+                    : *(const uint64_t *)((const char *)&us + rmetrics_node[k].stat);
 
             rl_prom_u64(p, rmetrics_node[k].name,
                         rl_prom_labels(lab, sizeof(lab), "node", u->name, NULL), v);
@@ -323,7 +467,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
                    "Version of the assignment znode in use; -1 when there is none.");
     rl_prom_f64(p, "rl_router_assignment_version", NULL, (double)r->view.asg_version);
     rl_prom_family(p, "rl_router_table_builds_total", "counter", "Shard tables built.");
-    rl_prom_u64(p, "rl_router_table_builds_total", NULL, r->stats.table_builds);
+    rl_prom_u64(p, "rl_router_table_builds_total", NULL, sum.stats.table_builds);
     rl_prom_family(p, "rl_router_table_info", "gauge",
                    "The digest of the shard table in use (as STATS table_digest, in hex); "
                    "routers that route alike show the same.");
@@ -339,6 +483,26 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
 
     rl_shed_metrics(r, p);
     rl_reqlog_metrics(r->log, p);
-    rl_listener_metrics(&r->listener, p);
+    rl_listener_metrics_of(&sum.cs, p);
+    rl_prom_family(p, "rl_router_workers", "gauge", "Worker threads serving clients.");
+    rl_prom_u64(p, "rl_router_workers", NULL, r->proc != NULL ? rl_rproc_workers(r->proc) : 1);
+    rl_prom_family(p, "rl_router_worker_connections", "gauge",
+                   "Client connections open now, by worker thread.");
+    for (uint32_t i = 0; i < (r->proc != NULL ? rl_rproc_workers(r->proc) : 1); i++) {
+        const struct rl_router *w = r->proc != NULL ? rl_rproc_router(r->proc, i) : r;
+        char idx[16];
+        struct rl_listener_stats cs;
+
+        snprintf(idx, sizeof(idx), "%u", i);
+        if (w != r) {
+            pthread_mutex_lock((pthread_mutex_t *)&w->mu);
+        }
+        rl_listener_stats(&w->listener, &cs);
+        if (w != r) {
+            pthread_mutex_unlock((pthread_mutex_t *)&w->mu);
+        }
+        rl_prom_u64(p, "rl_router_worker_connections",
+                    rl_prom_labels(lab, sizeof(lab), "worker", idx, NULL), cs.connections);
+    }
     rl_rules_metrics(r->opts.rules, r->conf->rules_digest, p);
 }

@@ -20,7 +20,7 @@ rl_router_rules_status(const struct rl_router *r)
 void
 rl_router_reopen_log(struct rl_router *r)
 {
-    if (r->log != NULL) {
+    if (r->log != NULL && !r->log_shared) {
         rl_reqlog_reopen(r->log);
     }
 }
@@ -63,7 +63,17 @@ rl_router_maybe_free(struct rl_router *r)
     rl_shed_deinit(r);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
+    pthread_mutex_destroy(&r->mu);
     free(r);
+}
+
+int
+rl_router_adopt(struct rl_router *r, uv_os_sock_t fd)
+{
+    if (r->closing) {
+        return UV_ECANCELED;
+    }
+    return rl_listener_adopt(&r->listener, fd);
 }
 
 int
@@ -103,7 +113,10 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     if (rc != 0) {
         goto fail;
     }
-    if (conf->request_log != NULL && conf->request_log[0] != '\0') {
+    if (opts->log != NULL) {
+        r->log = opts->log;
+        r->log_shared = true;
+    } else if (conf->request_log != NULL && conf->request_log[0] != '\0') {
         rc = rl_reqlog_create(&r->log, loop, conf->request_log, conf->log_sample);
         if (rc != 0) {
             goto fail;
@@ -120,7 +133,9 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->retire_timer.data = r;
     /* the flusher, the deadline and retire timers, the listener with its clients */
     r->handles = 4;
-    rc = rl_listener_start(&r->listener, &r->connq, opts->host, opts->port, &rl_session_ops,
+    pthread_mutex_init(&r->mu, NULL);
+    rc = rl_listener_start(&r->listener, &r->connq, opts->adopt ? NULL : opts->host, opts->port,
+                           &rl_session_ops,
                            sizeof(struct rl_cconn), &r->opts.limits, r);
     if (rc != 0) {
         rl_router_close(r);
@@ -130,7 +145,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     return 0;
 
 fail:
-    if (r->log != NULL) {
+    if (r->log != NULL && !r->log_shared) {
         rl_reqlog_close(r->log);
     }
     rl_pending_deinit(r);
@@ -155,9 +170,9 @@ rl_router_close(struct rl_router *r)
     rl_table_close(r);
     /* Whatever is still pending has no client left to answer (all closed above). */
     rl_pending_drain(r);
-    if (r->log != NULL) {
+    if (r->log != NULL && !r->log_shared) {
         rl_reqlog_close(r->log);
-        r->log = NULL;
     }
+    r->log = NULL;
     rl_connq_close(&r->connq, router_connq_closed, r);
 }

@@ -73,7 +73,13 @@ struct rl_router_opts {
      * STATS rules_version, rules_digest, rules_reloads, rules_reload_failures. NULL: version
      * 0 and the digest of conf. */
     const struct rl_rules_status *rules;
+    /* Workers (rproc.h): the router takes no socket of its own and serves the connections
+     * handed to rl_router_adopt; log is the process's request log (not the router's to close;
+     * NULL: conf's request_log is opened by the router itself). */
+    bool adopt;
+    struct rl_reqlog *log;
 };
+
 
 struct rl_router;
 
@@ -112,6 +118,10 @@ void rl_router_set_zookeeper(struct rl_router *r, const char *addr, int state);
 
 /* The rules status STATS reports (opts.rules), or NULL when none was given: for metrics. */
 const struct rl_rules_status *rl_router_rules_status(const struct rl_router *r);
+
+/* A client connection accepted by another thread joins r (opts.adopt): fd is r's from then
+ * on. Returns 0, or UV_ECANCELED when r is closing (fd stays the caller's). */
+int rl_router_adopt(struct rl_router *r, uv_os_sock_t fd);
 
 /* Reopens the request log (SIGHUP). */
 void rl_router_reopen_log(struct rl_router *r);

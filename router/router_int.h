@@ -10,12 +10,16 @@
  *   rmetrics.c  what the router reports: STATS and its Prometheus families;
  *   shed.c      hot keys shed: the deny cache (denycache.h) and hot-key counts (hotkeys.h)
  *               as forward.c and table.c call them, the HOT op;
- *   router.c    creating and closing it.
- * The public API is router.h's. Everything runs on the loop thread.
+ *   router.c    creating and closing it;
+ *   rproc.c     the process around its workers (rproc.h): threads, the acceptor, the shared
+ *               view, rules, request log and sums.
+ * The public API is router.h's. Everything of one rl_router runs on its loop's thread (a
+ * worker's); rproc.c sums workers' counters from other threads (under each router's mu).
  */
 #ifndef RL_ROUTER_INT_H
 #define RL_ROUTER_INT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -157,6 +161,10 @@ struct rl_router {
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;
     struct rl_hot *hot; /* NULL: [router] hot_keys = off */
+    /* A copy of hot for other threads (HOT and /metrics merge every worker's), taken under
+     * mu at most every RL_SHED_PUBLISH_MS of the loop's time (hot_pub_ms) */
+    struct rl_hot *hot_pub;
+    uint64_t hot_pub_ms;
     uint64_t shed_fp;   /* rl_deny_fp of the CHECK in hand */
 
     /* ZooKeeper, when the membership comes from there (rl_router_set_zookeeper) */
@@ -166,6 +174,14 @@ struct rl_router {
     uv_timer_t health_timer;  /* looks at the session and the membership every second */
     uint64_t unhealthy_since; /* loop time since which it cannot route from ZooKeeper; 0: can */
     uint64_t health_warned;   /* loop time of the last warning about it */
+
+    /* One worker of a process (rproc.h), or NULL: a router on its own. Other threads read
+     * this router's table, upstreams, rule rows and rules under mu (its own thread takes mu
+     * only to change them); its counters are read without it (each has one writer). */
+    struct rl_rproc *proc;
+    uint32_t worker;     /* its index in proc */
+    bool log_shared;     /* log is the process's: not closed with the router */
+    pthread_mutex_t mu;
 };
 
 struct router_retired {

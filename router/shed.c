@@ -23,6 +23,9 @@
 #include "metrics.h"
 #include "reqlog.h"
 #include "router_int.h"
+#include "rproc.h"
+
+#define RL_SHED_PUBLISH_MS 1000u /* a worker's sketch is copied for the others this often */
 
 int
 rl_shed_init(struct rl_router *r)
@@ -37,6 +40,15 @@ rl_shed_init(struct rl_router *r)
             return -ENOMEM;
         }
         rl_hot_init(r->hot, uv_now(r->loop));
+        r->hot_pub = malloc(sizeof(*r->hot_pub));
+        if (r->hot_pub == NULL) {
+            free(r->hot);
+            r->hot = NULL;
+            rl_deny_deinit(&r->deny);
+            return -ENOMEM;
+        }
+        *r->hot_pub = *r->hot;
+        r->hot_pub_ms = uv_now(r->loop);
     }
     return 0;
 }
@@ -47,6 +59,54 @@ rl_shed_deinit(struct rl_router *r)
     rl_deny_deinit(&r->deny);
     free(r->hot);
     r->hot = NULL;
+    free(r->hot_pub);
+    r->hot_pub = NULL;
+}
+
+/* Copies r's sketch for other threads (on r's thread, under r's mu). */
+static void
+shed_hot_publish(struct rl_router *r, uint64_t loop_ms)
+{
+    pthread_mutex_lock(&r->mu);
+    *r->hot_pub = *r->hot;
+    pthread_mutex_unlock(&r->mu);
+    r->hot_pub_ms = loop_ms;
+}
+
+/*
+ * The hot keys of r's whole process, as of now_ms, into out: r's own sketch live when own
+ * (the caller is on r's thread), else as r last published it (the caller holds r's mu, as
+ * /metrics does), merged with every other worker's published copy (each read under its mu).
+ * Returns false when out could not be built (memory; out is then r's alone or empty).
+ */
+static bool
+shed_hot_merged(struct rl_router *r, bool own, struct rl_hot *out, uint64_t now_ms)
+{
+    struct rl_hot *tmp = NULL;
+
+    *out = own ? *r->hot : *r->hot_pub;
+    rl_hot_decay(out, now_ms);
+    if (r->proc == NULL) {
+        return true;
+    }
+    tmp = malloc(sizeof(*tmp));
+    if (tmp == NULL) {
+        return false;
+    }
+    for (uint32_t i = 0; i < rl_rproc_workers(r->proc); i++) {
+        struct rl_router *w = rl_rproc_router(r->proc, i);
+
+        if (w == NULL || w == r || w->hot_pub == NULL) {
+            continue;
+        }
+        pthread_mutex_lock(&w->mu);
+        *tmp = *w->hot_pub;
+        pthread_mutex_unlock(&w->mu);
+        rl_hot_decay(tmp, now_ms);
+        rl_hot_merge(out, tmp);
+    }
+    free(tmp);
+    return true;
 }
 
 /* Whether a LIMITED under rule may be remembered: enforced, and no tier whose refusal the
@@ -95,8 +155,13 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     }
     r->shed_fp = rl_deny_fp(req->user.ptr, req->user.len);
     if (r->hot != NULL) {
+        uint64_t loop_ms = uv_now(r->loop);
+
         rl_hot_add(r->hot, hash, r->shed_fp, req->service.ptr, req->service.len, req->user.ptr,
-                   req->user.len, uv_now(r->loop));
+                   req->user.len, loop_ms);
+        if (r->proc != NULL && loop_ms - r->hot_pub_ms >= RL_SHED_PUBLISH_MS) {
+            shed_hot_publish(r, loop_ms);
+        }
     }
     /* No owner, or none reachable: the failure policy answers, as without the cache. */
     if (u == NULL || req->cost == 0 || !rl_deny_on(&r->deny) || !rl_upstream_up(u)) {
@@ -236,11 +301,18 @@ rl_shed_hot_reply(struct rl_conn *c, const struct rl_wire_req *req)
     const struct rl_hot_counter *top[RL_WIRE_TOP_MAX];
     struct rl_wire_hot_key keys[RL_WIRE_TOP_MAX];
     struct shed_filter f = {r->conf, c->principal, &req->service};
+    struct rl_hot *all = NULL;
     size_t n = 0;
 
     if (r->hot != NULL) {
         rl_hot_decay(r->hot, uv_now(r->loop));
-        n = rl_hot_top(r->hot, top, req->top != 0 ? req->top : RL_HOT_TOP_DEFAULT, shed_keep, &f);
+        all = malloc(sizeof(*all));
+        if (all == NULL) {
+            rl_session_error(c, req->id, RL_WIRE_ERR_OVERLOADED, "no memory for the hot keys");
+            return;
+        }
+        shed_hot_merged(r, true, all, uv_now(r->loop));
+        n = rl_hot_top(all, top, req->top != 0 ? req->top : RL_HOT_TOP_DEFAULT, shed_keep, &f);
     }
     for (size_t i = 0; i < n; i++) {
         keys[i].service.ptr = top[i]->service;
@@ -251,18 +323,45 @@ rl_shed_hot_reply(struct rl_conn *c, const struct rl_wire_req *req)
         keys[i].err = top[i]->err;
     }
     if (rl_wire_put_hot_reply(&c->out, req->id, RL_HOT_PERIOD_MS, keys, n) != 0) {
+        free(all);
         rl_conn_close(c, UV_ENOMEM);
         return;
     }
+    free(all);
     rl_conn_mark(c);
 }
 
 /* ---- STATS and metrics -------------------------------------------------------------------- */
 
+/* The deny cache's counters summed over r's process (r's alone without one); others' are
+ * read under their mu, as rmetrics.c reads their other counters. */
+static void
+shed_deny_sum(const struct rl_router *r, struct rl_deny_stats *sum)
+{
+    *sum = r->deny.st;
+    for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
+        struct rl_router *w = rl_rproc_router(r->proc, i);
+
+        if (w == NULL || w == r) {
+            continue;
+        }
+        pthread_mutex_lock(&w->mu);
+        sum->hits += w->deny.st.hits;
+        sum->inserts += w->deny.st.inserts;
+        sum->evictions += w->deny.st.evictions;
+        sum->invalidations += w->deny.st.invalidations;
+        sum->entries += w->deny.st.entries;
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
 size_t
 rl_shed_stats(const struct rl_router *r, const char **keys, int64_t *vals, size_t n)
 {
-    const struct rl_deny_stats *st = &r->deny.st;
+    struct rl_deny_stats sum;
+    const struct rl_deny_stats *st = &sum;
+
+    shed_deny_sum(r, &sum);
 
     keys[n] = "deny_hits";
     vals[n++] = (int64_t)st->hits;
@@ -280,7 +379,8 @@ rl_shed_stats(const struct rl_router *r, const char **keys, int64_t *vals, size_
 void
 rl_shed_metrics(struct rl_router *r, struct rl_prom *p)
 {
-    const struct rl_deny_stats *st = &r->deny.st;
+    struct rl_deny_stats sum;
+    const struct rl_deny_stats *st = &sum;
     static const struct {
         const char *name, *help;
         size_t off;
@@ -300,6 +400,7 @@ rl_shed_metrics(struct rl_router *r, struct rl_prom *p)
     };
     char lab[512];
 
+    shed_deny_sum(r, &sum);
     for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
         rl_prom_family(p, fams[i].name, "counter", fams[i].help);
         rl_prom_u64(p, fams[i].name, NULL, *(const uint64_t *)((const char *)st + fams[i].off));
@@ -311,12 +412,19 @@ rl_shed_metrics(struct rl_router *r, struct rl_prom *p)
     rl_prom_family(p, "rl_router_hot_key_requests", "gauge",
                    "The router's hottest (service, user) keys: requests counted, halved every "
                    "10 s (so about the last 20 s), at most 10 series; user cut to 64 bytes.");
-    if (r->hot != NULL) {
+    /* In a process, /metrics runs on the main thread with r's mu held (rproc.c): every
+     * worker's sketch, r's included, is read as it was last published. */
+    struct rl_hot *all = r->hot != NULL ? malloc(sizeof(*all)) : NULL;
+
+    if (r->hot != NULL && all == NULL) {
+        p->err = -ENOMEM;
+    }
+    if (all != NULL) {
         const struct rl_hot_counter *top[RL_HOT_METRICS_TOP];
         size_t n;
 
-        rl_hot_decay(r->hot, uv_now(r->loop));
-        n = rl_hot_top(r->hot, top, RL_HOT_METRICS_TOP, NULL, NULL);
+        shed_hot_merged(r, r->proc == NULL, all, uv_hrtime() / 1000000u);
+        n = rl_hot_top(all, top, RL_HOT_METRICS_TOP, NULL, NULL);
         for (size_t i = 0; i < n; i++) {
             bool dup = false;
 
@@ -341,4 +449,5 @@ rl_shed_metrics(struct rl_router *r, struct rl_prom *p)
                         top[i]->count);
         }
     }
+    free(all);
 }

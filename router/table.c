@@ -137,11 +137,14 @@ rl_router_set_members(struct rl_router *r, const struct rl_member *members, size
     if (r->closing) {
         return;
     }
+    pthread_mutex_lock(&r->mu);
     if (rl_view_set_members(&r->view, members, n) != 0) {
+        pthread_mutex_unlock(&r->mu);
         rl_log_error("membership update lost: out of memory");
         return;
     }
     router_rebuild(r);
+    pthread_mutex_unlock(&r->mu);
 }
 
 void
@@ -150,11 +153,14 @@ rl_router_set_assignment(struct rl_router *r, const char *text, size_t len, int6
     if (r->closing) {
         return;
     }
+    pthread_mutex_lock(&r->mu);
     if (rl_view_set_assignment(&r->view, text, len, version) != 0) {
+        pthread_mutex_unlock(&r->mu);
         rl_log_error("assignment update lost: out of memory");
         return;
     }
     router_rebuild(r);
+    pthread_mutex_unlock(&r->mu);
 }
 
 const char *
@@ -202,7 +208,8 @@ rl_table_retire_fire(uv_timer_t *t)
 /*
  * The metrics' answers per rule follow the new rules: a rule of the same service and
  * endpoint keeps its counts, a new one starts at zero, a removed one's go (its series ends).
- * Out of memory, the old counts are kept only where they fit.
+ * Out of memory, the old counts are kept only where they fit. A worker's caller holds r->mu
+ * (rules.h's lock).
  */
 static void
 router_recount_rules(struct rl_router *r, const struct rl_conf *old)
@@ -266,12 +273,14 @@ rl_router_rules_changed(struct rl_router *r, struct rl_conf *old)
 void
 rl_table_close(struct rl_router *r)
 {
+    pthread_mutex_lock(&r->mu);
     while (r->upstreams != NULL) {
         struct rl_upstream *u = r->upstreams;
 
         r->upstreams = u->next;
         rl_upstream_retire(u);
     }
+    pthread_mutex_unlock(&r->mu);
 }
 
 void

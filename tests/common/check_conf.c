@@ -166,6 +166,7 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c->deadline_ms, 50);
     ck_assert_str_eq(c->request_log, "");
     ck_assert_uint_eq(c->log_sample, 1);
+    ck_assert_uint_eq(c->router_workers, 0); /* unset: one per core */
     ck_assert_uint_eq(c->events_log_max_size, 64ull << 20);
     ck_assert_uint_eq(c->events_log_keep, 4);
     ck_assert_uint_eq(c->events_log_rate, 100);
@@ -204,6 +205,7 @@ START_TEST(test_every_key)
                                  "deadline = 1ms\n"
                                  "request_log =\n"
                                  "request_log_sample = 100\n"
+                                 "workers = 64\n"
                                  "[clients]\n"
                                  "max_connections = 500\n"
                                  "max_connections_per_peer = 20\n"
@@ -235,6 +237,7 @@ START_TEST(test_every_key)
     ck_assert_uint_eq(c->deadline_ms, 1);
     ck_assert_str_eq(c->request_log, "");
     ck_assert_uint_eq(c->log_sample, 100);
+    ck_assert_uint_eq(c->router_workers, 64);
     ck_assert_uint_eq(c->clients.max_connections, 500);
     ck_assert_uint_eq(c->clients.max_per_peer, 20);
     ck_assert_uint_eq(c->clients.router_reserve, 0);
@@ -343,6 +346,9 @@ static const struct {
     {"[router]\nrequest_log_sample = 0\n", 2,
      "request_log_sample: \"0\" is out of range (1..4294967295)"},
     {"[router]\nrequest_log_sample = 4294967296\n", 2, "is out of range"},
+    {"[router]\nworkers = 0\n", 2, "workers: \"0\" is out of range (1..64)"},
+    {"[router]\nworkers = 65\n", 2, "workers: \"65\" is out of range (1..64)"},
+    {"[router]\nworkers = two\n", 2, "is not a number"},
     {"[cluster]\nevents_log_keep = 1001\n", 2,
      "events_log_keep: \"1001\" is out of range (0..1000)"},
     {"[cluster]\nevents_log_rate = 1000001\n", 2,

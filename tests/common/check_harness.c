@@ -779,7 +779,8 @@ START_TEST(test_server_wrappers)
     ck_assert_int_eq(rl_harness_wait_port("127.0.0.1", port, 100), 0);
 
     ck_assert_int_eq(rl_harness_router_start(&router, conf, rport), 0);
-    snprintf(want, sizeof(want), "rl-router --config %s --listen 127.0.0.1:%d\n", conf, rport);
+    snprintf(want, sizeof(want), "rl-router --config %s --listen 127.0.0.1:%d --workers %d\n",
+             conf, rport, RL_HARNESS_ROUTER_WORKERS);
     ck_assert_int_gt(rl_harness_read_file(router.log_path, buf, sizeof(buf)), 0);
     ck_assert_str_eq(buf, want);
 

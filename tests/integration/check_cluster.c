@@ -358,6 +358,10 @@ START_TEST(test_node_death_and_return)
 {
     static const int all[NNODES] = {0, 1, 2}, survivors[2] = {0, 2};
     struct rl_client *r0 = connect_router(0), *r1 = connect_router(1);
+    /* A second connection to each router lands on its other worker (the least loaded):
+     * every worker of both routers sees the failover and the return. */
+    struct rl_client *r0b = connect_router(0), *r1b = connect_router(1);
+    struct rl_client *cl[4] = {r0, r1, r0b, r1b};
     char users[NUSERS][16];
     int owner[NUSERS], later[NUSERS], closed_owner[NUSERS], on_dead = 0, closed_dead = 0;
     uint64_t worst_ns = 0;
@@ -371,7 +375,7 @@ START_TEST(test_node_death_and_return)
         later[u] = owner_of("fw", users[u], survivors, 2);
         on_dead += owner[u] == 1;
         for (int k = 0; k < 5; k++) {
-            c = check(k % 2 ? r1 : r0, "fw", users[u], 1);
+            c = check(cl[k % 4], "fw", users[u], 1);
             ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
         }
         ck_assert_uint_eq(c.remaining, 995);
@@ -405,7 +409,7 @@ START_TEST(test_node_death_and_return)
             int o = round == 0 ? closed_owner[u] : owner[u];
             uint64_t t0 = rl_clock_mono_ns(), dt;
 
-            c = check(u % 2 ? r1 : r0, svc, users[u], round == 0 ? 1 : 0);
+            c = check(cl[u % 4], svc, users[u], round == 0 ? 1 : 0);
             dt = rl_clock_mono_ns() - t0;
             worst_ns = dt > worst_ns ? dt : worst_ns;
             if (o == 1) {
@@ -432,7 +436,7 @@ START_TEST(test_node_death_and_return)
     assert_digests_agree(survivors, 2);
     ck_assert_int_ne(router_stat(0, "table_digest"), digest_all);
     for (int u = 0; u < NUSERS; u++) {
-        c = check(u % 2 ? r1 : r0, "fw", users[u], 1);
+        c = check(cl[u % 4], "fw", users[u], 1);
         ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
         /* The dead node's users start from zero on a survivor; the others keep their count. */
         ck_assert_uint_eq(c.remaining, owner[u] == 1 ? 999 : 994);
@@ -447,12 +451,13 @@ START_TEST(test_node_death_and_return)
     ck_assert_int_eq(router_stat(0, "table_digest"), digest_all);
     ck_assert_int_eq(router_stat(0, "node.n2.up"), 1);
     for (int u = 0; u < NUSERS; u++) {
-        c = check(u % 2 ? r0 : r1, "fw", users[u], 1);
+        c = check(cl[(u + 1) % 4], "fw", users[u], 1);
         ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
         ck_assert_uint_eq(c.remaining, owner[u] == 1 ? 999 : 993);
     }
-    rl_client_destroy(r0);
-    rl_client_destroy(r1);
+    for (int i = 0; i < 4; i++) {
+        rl_client_destroy(cl[i]);
+    }
 }
 END_TEST
 

@@ -292,6 +292,11 @@ START_TEST(test_bad_command_lines_exit_2)
         run_one_line(argv, 2, "rl-router: unknown option \"--bogus=1\"");
     }
     {
+        const char *argv[] = {"rl-router", "--config", conf_path, "--workers", "0", NULL};
+
+        run_one_line(argv, 2, "rl-router: --workers: \"0\" is not a number in 1..64");
+    }
+    {
         const char *argv[] = {"rl-node", "--config", conf_path, "--name", "a", "--listen",
                               "nowhere", NULL};
 
