@@ -131,8 +131,15 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->deadline_timer.data = r;
     uv_timer_init(loop, &r->retire_timer);
     r->retire_timer.data = r;
-    /* the flusher, the deadline and retire timers, the listener with its clients */
-    r->handles = 4;
+    uv_timer_init(loop, &r->hot_timer);
+    r->hot_timer.data = r;
+    if (r->hot != NULL) {
+        uv_timer_start(&r->hot_timer, rl_shed_publish_fire, RL_SHED_PUBLISH_MS,
+                       RL_SHED_PUBLISH_MS);
+        uv_unref((uv_handle_t *)&r->hot_timer);
+    }
+    /* the flusher, the deadline, retire and hot-key timers, the listener with its clients */
+    r->handles = 5;
     pthread_mutex_init(&r->mu, NULL);
     rc = rl_listener_start(&r->listener, &r->connq, opts->adopt ? NULL : opts->host, opts->port,
                            &rl_session_ops,
@@ -165,6 +172,7 @@ rl_router_close(struct rl_router *r)
     r->closing = true;
     uv_close((uv_handle_t *)&r->deadline_timer, router_handle_closed);
     uv_close((uv_handle_t *)&r->retire_timer, router_handle_closed);
+    uv_close((uv_handle_t *)&r->hot_timer, router_handle_closed);
     rl_health_close(r);
     rl_listener_close(&r->listener, router_listener_closed);
     rl_table_close(r);

@@ -162,9 +162,10 @@ struct rl_router {
     struct rl_deny deny;
     struct rl_hot *hot; /* NULL: [router] hot_keys = off */
     /* A copy of hot for other threads (HOT and /metrics merge every worker's), taken under
-     * mu at most every RL_SHED_PUBLISH_MS of the loop's time (hot_pub_ms) */
+     * mu by hot_timer */
     struct rl_hot *hot_pub;
-    uint64_t hot_pub_ms;
+    uv_timer_t hot_timer; /* publishes hot into hot_pub every RL_SHED_PUBLISH_MS when dirty */
+    bool hot_dirty;       /* keys counted since the last copy */
     uint64_t shed_fp;   /* rl_deny_fp of the CHECK in hand */
 
     /* ZooKeeper, when the membership comes from there (rl_router_set_zookeeper) */
@@ -342,6 +343,12 @@ void rl_shed_metrics(struct rl_router *r, struct rl_prom *p);
 
 /* Closing: stops the health timer if it runs. */
 void rl_health_close(struct rl_router *r);
+
+/* ---- shed.c: the timer that copies the hot-key sketch for other threads ------------------ */
+
+#define RL_SHED_PUBLISH_MS 1000u /* a worker's sketch is copied for the others this often */
+
+void rl_shed_publish_fire(uv_timer_t *t);
 
 /* ---- rmetrics.c ------------------------------------------------------------------------- */
 

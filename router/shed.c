@@ -25,8 +25,6 @@
 #include "router_int.h"
 #include "rproc.h"
 
-#define RL_SHED_PUBLISH_MS 1000u /* a worker's sketch is copied for the others this often */
-
 int
 rl_shed_init(struct rl_router *r)
 {
@@ -48,7 +46,6 @@ rl_shed_init(struct rl_router *r)
             return -ENOMEM;
         }
         *r->hot_pub = *r->hot;
-        r->hot_pub_ms = uv_now(r->loop);
     }
     return 0;
 }
@@ -63,14 +60,20 @@ rl_shed_deinit(struct rl_router *r)
     r->hot_pub = NULL;
 }
 
-/* Copies r's sketch for other threads (on r's thread, under r's mu). */
-static void
-shed_hot_publish(struct rl_router *r, uint64_t loop_ms)
+/* hot_timer: copies r's sketch for other threads when keys were counted since the last copy
+ * (on r's thread, under r's mu). */
+void
+rl_shed_publish_fire(uv_timer_t *t)
 {
+    struct rl_router *r = t->data;
+
+    if (r->hot == NULL || !r->hot_dirty) {
+        return;
+    }
     pthread_mutex_lock(&r->mu);
     *r->hot_pub = *r->hot;
     pthread_mutex_unlock(&r->mu);
-    r->hot_pub_ms = loop_ms;
+    r->hot_dirty = false;
 }
 
 /*
@@ -155,13 +158,9 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     }
     r->shed_fp = rl_deny_fp(req->user.ptr, req->user.len);
     if (r->hot != NULL) {
-        uint64_t loop_ms = uv_now(r->loop);
-
         rl_hot_add(r->hot, hash, r->shed_fp, req->service.ptr, req->service.len, req->user.ptr,
-                   req->user.len, loop_ms);
-        if (r->proc != NULL && loop_ms - r->hot_pub_ms >= RL_SHED_PUBLISH_MS) {
-            shed_hot_publish(r, loop_ms);
-        }
+                   req->user.len, uv_now(r->loop));
+        r->hot_dirty = true;
     }
     /* No owner, or none reachable: the failure policy answers, as without the cache. */
     if (u == NULL || req->cost == 0 || !rl_deny_on(&r->deny) || !rl_upstream_up(u)) {
