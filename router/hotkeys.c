@@ -11,6 +11,10 @@ rl_hot_init(struct rl_hot *h, uint64_t now_ms)
 {
     memset(h, 0, sizeof(*h));
     h->decayed_at = now_ms;
+    h->rng = 0x9e3779b97f4a7c15ull ^ (now_ms * 0xbf58476d1ce4e5b9ull) ^ (uint64_t)(uintptr_t)h;
+    if (h->rng == 0) {
+        h->rng = 1;
+    }
 }
 
 static uint32_t
@@ -195,14 +199,35 @@ rl_hot_decay(struct rl_hot *h, uint64_t now_ms)
         h->c[i].err >>= periods;
     }
     h->total >>= periods;
+    h->period_adds = 0;
 }
 
 void
 rl_hot_add(struct rl_hot *h, uint64_t hash, uint64_t fp, const char *service, size_t slen,
            const char *user, size_t ulen, uint64_t now_ms)
 {
+    uint64_t n;
+
     rl_hot_decay(h, now_ms);
-    hot_add_n(h, hash, fp, service, slen, user, ulen, 1, 0);
+    if (h->period_adds < RL_HOT_EXACT) {
+        h->period_adds++;
+        hot_add_n(h, hash, fp, service, slen, user, ulen, 1, 0);
+        return;
+    }
+    if (h->skip > 0) {
+        h->skip--;
+        h->skipped++;
+        return;
+    }
+    /* This one stands for itself and the requests passed over since the last sample; the
+     * next sample comes after 0 .. 2 * RL_HOT_SAMPLE - 2 more (RL_HOT_SAMPLE on average). */
+    n = h->skipped + 1;
+    h->skipped = 0;
+    h->rng ^= h->rng << 13;
+    h->rng ^= h->rng >> 7;
+    h->rng ^= h->rng << 17;
+    h->skip = h->rng % (2 * RL_HOT_SAMPLE - 1);
+    hot_add_n(h, hash, fp, service, slen, user, ulen, n, 0);
 }
 
 size_t

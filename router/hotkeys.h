@@ -27,6 +27,8 @@
 #define RL_HOT_USER_MAX 64u       /* user bytes kept for naming (the hashes are exact) */
 #define RL_HOT_TOP_DEFAULT 10u
 #define RL_HOT_METRICS_TOP 10u    /* series in rl_router_hot_key_requests */
+#define RL_HOT_EXACT 65536u       /* requests a period counted one by one; past it, sampled */
+#define RL_HOT_SAMPLE 16u         /* past RL_HOT_EXACT, 1 request in 16 on average is counted */
 
 struct rl_hot_counter {
     uint64_t hash, fp; /* the key: two 64-bit hashes of (service, user) */
@@ -46,13 +48,22 @@ struct rl_hot {
     uint32_t tombs;
     uint64_t decayed_at;      /* ms of the last halving */
     uint64_t total;           /* requests counted (decayed like the counts) */
+    uint64_t period_adds;     /* requests seen since the last halving */
+    uint64_t skipped;         /* requests passed over since the last one sampled */
+    uint64_t skip;            /* requests still to pass over before the next sample */
+    uint64_t rng;             /* the sampling's random state */
 };
 
 #define RL_HOT_TOMB 0xffffu
 
 void rl_hot_init(struct rl_hot *h, uint64_t now_ms);
 
-/* Counts one request of (service, user) whose hashes are hash and fp, at now_ms. */
+/* Counts one request of (service, user) whose hashes are hash and fp, at now_ms. The first
+ * RL_HOT_EXACT requests of a period are counted one by one (the space-saving bounds hold);
+ * past that, a busy router's cost is cut by sampling: about 1 request in RL_HOT_SAMPLE,
+ * at random, is counted with the weight of the requests passed over since the last one, so
+ * counts are unbiased estimates (a key's share of the traffic), and total counts every
+ * request but those passed over since the last sample. */
 void rl_hot_add(struct rl_hot *h, uint64_t hash, uint64_t fp, const char *service, size_t slen,
                 const char *user, size_t ulen, uint64_t now_ms);
 
