@@ -219,3 +219,23 @@ def test_owner_down_policy_and_restart_resets(tmp_path, policy):
                 assert cl.check("free", u, limit=lim).code == Code.LIMITED, u
     finally:
         c.stop()
+
+
+def test_cli_check_limit(two):
+    """rl-cli check --limit, in cluster.conf's limit syntax."""
+    import subprocess
+    harness.need_binaries("rl-cli")
+    cli = [str(harness.BUILD / "rl-cli"), "--target", f"127.0.0.1:{two.port}", "check", "free",
+           "cli-user", "--limit", "gcra 2 per 1h burst 2"]
+    runs = [subprocess.run(cli, capture_output=True, text=True, timeout=10) for _ in range(3)]
+    assert [r.returncode for r in runs] == [0, 0, 3], [r.stderr for r in runs]
+    assert "ALLOWED" in runs[0].stdout and "LIMITED" in runs[2].stdout
+    # the same limit from the Python client is the same counter
+    with Client("127.0.0.1", two.port) as c:
+        assert c.check("free", "cli-user", limit=("gcra", 2, 3_600_000, 2)).code == Code.LIMITED
+    bad = subprocess.run(cli[:-1] + ["fixed_window 1 per 1s burst 3"], capture_output=True,
+                         text=True, timeout=10)
+    assert bad.returncode == 2 and "has a burst" in bad.stderr
+    conf = subprocess.run(cli[:4] + ["fw", "u", "--limit", "gcra 1 per 1s"], capture_output=True,
+                          text=True, timeout=10)
+    assert conf.returncode == 1 and "configured rules" in conf.stdout
