@@ -322,8 +322,8 @@ server_check_prepared(struct rl_conn *c, const struct rl_wire_req *req,
         char msg[200];
 
         if (rc == -EPERM) {
-            snprintf(msg, sizeof(msg), "service %.*s has configured rules: an inline limit is refused",
-                     (int)(req->service.len < 128 ? req->service.len : 128), req->service.ptr);
+            snprintf(msg, sizeof(msg),
+                     "the service has configured rules: an inline limit is refused");
         } else if (rc == -ENOSPC) {
             snprintf(msg, sizeof(msg), "too many distinct inline limits on this node (%u)",
                      RL_INLTAB_MAX);

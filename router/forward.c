@@ -127,8 +127,6 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
     rule = rl_conf_rule(r->conf, req->service.ptr, req->service.len, req->endpoint.ptr,
                         req->endpoint.len);
     if (req->limit.set) {
-        char msg[200];
-
         /* Only a token for every service may bring its own limits (a services list names
          * configured services only, which refuse them). */
         if (conn->principal != NULL &&
@@ -141,10 +139,9 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
         /* Configured rules are authoritative (the node, which knows every section of the
          * service, refuses the rest alike). */
         if (rule != NULL || rl_conf_rule(r->conf, req->service.ptr, req->service.len, NULL, 0)) {
-            snprintf(msg, sizeof(msg),
-                     "service %.*s has configured rules: an inline limit is refused",
-                     (int)req->service.len, req->service.ptr);
-            rl_session_error(conn, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
+            /* (the service's bytes are not quoted: a message must be text) */
+            rl_session_error(conn, req->id, RL_WIRE_ERR_BAD_FIELD,
+                             "the service has configured rules: an inline limit is refused");
             return;
         }
     } else if (conn->principal != NULL &&
