@@ -239,3 +239,33 @@ def test_cli_check_limit(two):
     conf = subprocess.run(cli[:4] + ["fw", "u", "--limit", "gcra 1 per 1s"], capture_output=True,
                           text=True, timeout=10)
     assert conf.returncode == 1 and "configured rules" in conf.stdout
+
+
+def test_node_metrics_count_inline(tmp_path):
+    """Inline decisions have families of their own, with no label per service."""
+    import re
+    import urllib.request
+    harness.need_binaries("rl-node", "rl-router")
+    c = harness.Cluster(tmp_path / "metrics", nodes=("a",), services=SERVICES)
+    mport = harness.free_port()
+    p = c.node_ports["a"]
+    text = c.conf.read_text().replace(f"[node a]\nlisten = 127.0.0.1:{p}\n",
+                                      f"[node a]\nlisten = 127.0.0.1:{p}\nmetrics = {mport}\n", 1)
+    c.conf.write_text(text)
+    c.start()
+    try:
+        with Client("127.0.0.1", c.port) as cl:
+            for k in range(5):
+                cl.check(f"svc{k}", "m", limit=("fixed_window", 2, 3_600_000))
+                cl.check(f"svc{k}", "m", limit=("fixed_window", 2, 3_600_000))
+                cl.check(f"svc{k}", "m", limit=("fixed_window", 2, 3_600_000))
+            cl.check("svc0", "m", limit=("gcra", 2, 3_600_000))
+        page = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
+        vals = dict(re.findall(r'^(rl_node_inline_\S+) (\d+)$', page, re.M))
+        assert vals['rl_node_inline_decisions_total{code="allowed"}'] == "11"
+        assert vals['rl_node_inline_decisions_total{code="limited"}'] == "5"
+        assert vals["rl_node_inline_keys"] == "6"
+        assert vals["rl_node_inline_limits"] == "2"
+        assert 'service="svc' not in page
+    finally:
+        c.stop()
