@@ -186,11 +186,15 @@ def test_rules_reload_keeps_inline_counters(tmp_path):
 
 @pytest.mark.parametrize("policy", ["open", "closed"])
 def test_owner_down_policy_and_restart_resets(tmp_path, policy):
+    import re
+    import urllib.request
     harness.need_binaries("rl-node", "rl-router")
     c = harness.Cluster(tmp_path / policy, nodes=("a", "b"), services=SERVICES)
+    mport = harness.free_port()
+    text = c.conf.read_text().replace("[router]\n", f"[router]\nmetrics = {mport}\n", 1)
     if policy == "closed":
-        text = c.conf.read_text().replace("[cluster]\n", "[cluster]\ninline_failure = closed\n", 1)
-        c.conf.write_text(text)
+        text = text.replace("[cluster]\n", "[cluster]\ninline_failure = closed\n", 1)
+    c.conf.write_text(text)
     c.start()
     lim = ("fixed_window", 2, 3_600_000)
     try:
@@ -205,6 +209,13 @@ def test_owner_down_policy_and_restart_resets(tmp_path, policy):
             on_a = [u for u in USERS if codes[u] == down]
             on_b = [u for u in USERS if codes[u] == Code.LIMITED]
             assert on_a and on_b and len(on_a) + len(on_b) == len(USERS), codes
+            page = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics",
+                                          timeout=5).read().decode()
+            vals = dict(re.findall(r'^(rl_router_inline_decisions_total\S+) (\d+)$', page, re.M))
+            assert vals[f'rl_router_inline_decisions_total{{code="{down.name.lower()}"}}'] == \
+                str(len(on_a))
+            assert vals['rl_router_inline_decisions_total{code="limited"}'] == \
+                str(len(USERS) + len(on_b))
             # a configured service keeps its own policy (fw: open, fwc: closed)
             c.start_node("a")
             deadline = time.monotonic() + 10
