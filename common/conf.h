@@ -73,6 +73,8 @@ struct rl_conf {
     bool fence_disconnect;       /* fencing = disconnect: nodes answer no CHECK while their
                                     ZooKeeper session is not connected (else: while it is
                                     known lost, "expiry") */
+    bool inline_fail_closed;     /* inline_failure = closed: a router answers FAIL_CLOSED to
+                                    an inline-limited CHECK whose owner cannot be reached */
     char *secret_file;           /* "" = no cluster secret */
     char *secret;                /* the secret read from it at load; NULL when none */
     size_t secret_len;

@@ -186,6 +186,13 @@ set_insecure(struct conf_parser *p, const char *v)
 }
 
 static const char *
+set_inline_failure(struct conf_parser *p, const char *v)
+{
+    return conf_set_either(&p->c->inline_fail_closed, v, "open", "closed",
+                           "is not open or closed");
+}
+
+static const char *
 set_fencing(struct conf_parser *p, const char *v)
 {
     return conf_set_either(&p->c->fence_disconnect, v, "expiry", "disconnect",
@@ -506,6 +513,7 @@ const struct conf_key conf_keys[] = {
     {CONF_CLUSTER, "insecure", set_insecure, false},
     {CONF_CLUSTER, "secret_file", set_secret_file, false},
     {CONF_CLUSTER, "fencing", set_fencing, false},
+    {CONF_CLUSTER, "inline_failure", set_inline_failure, false},
     {CONF_CLUSTER, "throttle_events", set_throttle_events, false},
     {CONF_CLUSTER, "events_log", set_events_log, false},
     {CONF_CLUSTER, "events_log_max_size", set_events_log_max_size, false},

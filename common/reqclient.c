@@ -550,6 +550,14 @@ int
 rl_client_check(struct rl_client *c, const char *service, const char *user, const char *endpoint,
                 uint32_t cost, struct rl_wire_reply *rep, int timeout_ms)
 {
+    return rl_client_check_limit(c, service, user, endpoint, cost, NULL, rep, timeout_ms);
+}
+
+int
+rl_client_check_limit(struct rl_client *c, const char *service, const char *user,
+                      const char *endpoint, uint32_t cost, const struct rl_wire_limit *limit,
+                      struct rl_wire_reply *rep, int timeout_ms)
+{
     int64_t deadline = deadline_after(timeout_ms);
     struct rl_wire_req req;
 
@@ -558,6 +566,9 @@ rl_client_check(struct rl_client *c, const char *service, const char *user, cons
     set_str(&req.user, user);
     set_str(&req.endpoint, endpoint);
     req.cost = cost;
+    if (limit != NULL && limit->set) {
+        req.limit = *limit;
+    }
     return req_call(c, &req, rep, deadline);
 }
 

@@ -59,6 +59,11 @@ int rl_client_recv(struct rl_client *c, struct rl_wire_reply *rep, int timeout_m
 int rl_client_check(struct rl_client *c, const char *service, const char *user,
                     const char *endpoint, uint32_t cost, struct rl_wire_reply *rep, int timeout_ms);
 
+/* The same with an inline limit (limit NULL or limit->set false: none). */
+int rl_client_check_limit(struct rl_client *c, const char *service, const char *user,
+                          const char *endpoint, uint32_t cost, const struct rl_wire_limit *limit,
+                          struct rl_wire_reply *rep, int timeout_ms);
+
 /*
  * Pipelined CHECKs: sends reqs[0..n) in one write with ids 1..n (overwriting theirs) and
  * waits for all n replies, storing the reply to reqs[i] in reps[i] whatever the order they

@@ -61,7 +61,7 @@
  * A is passed through to R untouched, so R can hand it a macro of its own (RL_WIRE_OP_MAP).
  */
 #define RL_WIRE_OP_TABLE(R, A)                                                                     \
-    R(A, CHECK, check, 1, 6, 6, check, 7, check, NODE, FORWARD)                                    \
+    R(A, CHECK, check, 1, 6, 7, check, 7, check, NODE, FORWARD)                                    \
     R(A, PING, ping, 2, 2, 2, bare, 3, named, NODE, SELF)                                          \
     R(A, STATS, stats, 3, 2, 2, bare, 3, stats, NODE, SELF)                                        \
     R(A, CLOCK, clock, 4, 3, 3, clock, 3, clock, NODE, NONE)                                       \
@@ -174,6 +174,20 @@ struct rl_wire_str {
     uint32_t len;
 };
 
+/*
+ * A CHECK's inline limit (docs/PROTOCOL.md, "Inline limits"): [algorithm, limit, window_ms,
+ * burst|nil], the bounds of a cluster.conf `limit` line. algo is an enum rl_algo (ruleset.h);
+ * burst is the limit when the request gave nil (has_burst false).
+ */
+struct rl_wire_limit {
+    bool set; /* false: no inline limit (6 elements, or nil) */
+    bool has_burst;
+    uint8_t algo;
+    uint32_t limit;     /* 1..4294967295 */
+    uint32_t window_ms; /* 1..4294967295 */
+    uint32_t burst;     /* 1..4294967295 */
+};
+
 /* A decoded request. Only the fields of its op are set. */
 struct rl_wire_req {
     uint32_t op;
@@ -182,6 +196,7 @@ struct rl_wire_req {
     struct rl_wire_str user;
     struct rl_wire_str endpoint; /* ptr NULL when nil; nil and "" both mean the whole service */
     uint32_t cost;
+    struct rl_wire_limit limit; /* CHECK: its inline limit, if any */
     uint64_t now_ms; /* CLOCK */
     struct rl_wire_str role; /* HELLO: "router" */
     struct rl_wire_str token; /* AUTH: 1..256 bytes, string or binary */

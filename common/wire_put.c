@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "ruleset.h"
 #include "wire_int.h"
 
 /* Room reserved for an encoded message's fixed part, so packing never reallocates. */
@@ -72,6 +73,20 @@ wire_pack_str(msgpack_packer *pk, const char *s, size_t n)
     return msgpack_pack_str(pk, n) == 0 && msgpack_pack_str_body(pk, s, n) == 0;
 }
 
+/* An algorithm's cluster.conf name (ruleset.h's map; "?" out of range, which the decoder
+ * refuses: tests send it). */
+static const char *
+wire_algo_name(uint8_t a)
+{
+    static const char *const names[] = {
+#define WIRE_ALGO_NAME(n, s, b) s,
+        RL_ALGO_MAP(WIRE_ALGO_NAME)
+#undef WIRE_ALGO_NAME
+    };
+
+    return a < sizeof(names) / sizeof(names[0]) ? names[a] : "?";
+}
+
 int
 rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
 {
@@ -86,13 +101,23 @@ rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
     if (wire_begin(out, hint, &pk, &start) != 0) {
         return -ENOMEM;
     }
-    ok = msgpack_pack_array(&pk, 6) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_CHECK) == 0 &&
+    ok = msgpack_pack_array(&pk, req->limit.set ? 7 : 6) == 0 &&
+         msgpack_pack_uint8(&pk, RL_WIRE_OP_CHECK) == 0 &&
          msgpack_pack_uint32(&pk, req->id) == 0 &&
          wire_pack_str(&pk, req->service.ptr, req->service.len) &&
          wire_pack_str(&pk, req->user.ptr, req->user.len) &&
          (req->endpoint.ptr == NULL ? msgpack_pack_nil(&pk) == 0
                                     : wire_pack_str(&pk, req->endpoint.ptr, req->endpoint.len)) &&
          msgpack_pack_uint32(&pk, req->cost) == 0;
+    if (ok && req->limit.set) {
+        const char *name = wire_algo_name(req->limit.algo);
+
+        ok = msgpack_pack_array(&pk, 4) == 0 && wire_pack_str(&pk, name, strlen(name)) &&
+             msgpack_pack_uint32(&pk, req->limit.limit) == 0 &&
+             msgpack_pack_uint32(&pk, req->limit.window_ms) == 0 &&
+             (req->limit.has_burst ? msgpack_pack_uint32(&pk, req->limit.burst) == 0
+                                   : msgpack_pack_nil(&pk) == 0);
+    }
     return wire_end(out, start, ok);
 }
 

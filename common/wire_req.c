@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ruleset.h"
 #include "wire_int.h"
 
 /* A token: str or bin, 1..RL_WIRE_TOKEN_MAX bytes (msgpack keeps both as one union). */
@@ -67,6 +68,76 @@ wire_req_none(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_f
     return wire_fault(f, req->id, RL_WIRE_ERR_UNKNOWN_OP, false, msg);
 }
 
+/* The algorithms by their cluster.conf names, and whether each takes a burst. */
+static const struct {
+    const char *name;
+    bool burst;
+} wire_algos[] = {
+#define WIRE_ALGO_ROW(n, s, b) {s, b},
+    RL_ALGO_MAP(WIRE_ALGO_ROW)
+#undef WIRE_ALGO_ROW
+};
+
+/* CHECK's 7th element: [algorithm, limit, window_ms, burst|nil] (docs/PROTOCOL.md). */
+static int
+wire_req_limit(const msgpack_object *o, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    struct rl_wire_limit *lim = &req->limit;
+    const msgpack_object *e;
+    struct rl_wire_str name;
+    uint64_t v;
+    size_t i;
+
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 4) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "limit must be nil or [algorithm, limit, window_ms, burst|nil]");
+    }
+    e = o->via.array.ptr;
+    if (!wire_str(&e[0], 1, 64, &name)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "limit's algorithm must be a string");
+    }
+    for (i = 0; i < sizeof(wire_algos) / sizeof(wire_algos[0]); i++) {
+        if (strlen(wire_algos[i].name) == name.len &&
+            memcmp(wire_algos[i].name, name.ptr, name.len) == 0) {
+            break;
+        }
+    }
+    if (i == sizeof(wire_algos) / sizeof(wire_algos[0])) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "limit's algorithm is unknown (use fixed_window, sliding_window_log, "
+                          "sliding_window_counter, token_bucket, gcra or leaky_bucket)");
+    }
+    lim->algo = (uint8_t)i;
+    if (!wire_uint(&e[1], RL_CONF_LIMIT_MAX, &v) || v == 0) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "limit's limit must be an unsigned integer of 1..4294967295");
+    }
+    lim->limit = (uint32_t)v;
+    if (!wire_uint(&e[2], RL_CONF_WINDOW_MAX, &v) || v == 0) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "limit's window_ms must be an unsigned integer of 1..4294967295");
+    }
+    lim->window_ms = (uint32_t)v;
+    lim->burst = lim->limit;
+    if (e[3].type != MSGPACK_OBJECT_NIL) {
+        if (!wire_algos[i].burst) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "limit's burst must be nil: only token_bucket, gcra and "
+                              "leaky_bucket take a burst");
+        }
+        if (!wire_uint(&e[3], RL_CONF_LIMIT_MAX, &v) || v == 0) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "limit's burst must be nil or an unsigned integer of "
+                              "1..4294967295");
+        }
+        lim->burst = (uint32_t)v;
+        lim->has_burst = true;
+    }
+    lim->set = true;
+    return 0;
+}
+
 static int
 wire_req_check(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
 {
@@ -90,6 +161,9 @@ wire_req_check(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_
                           "cost must be an unsigned integer of 0..1000000");
     }
     req->cost = (uint32_t)cost;
+    if (a->via.array.size > 6 && a->via.array.ptr[6].type != MSGPACK_OBJECT_NIL) {
+        return wire_req_limit(&a->via.array.ptr[6], req, f);
+    }
     return 0;
 }
 

@@ -16,6 +16,7 @@
 
 #include "auth.h"
 #include "reqclient.h"
+#include "ruleset.h"
 #include "clock.h"
 #include "parse.h"
 #include "wire.h"
@@ -330,6 +331,118 @@ rlc_check(rlc_client *c, const char *service, const char *user, const char *endp
         from_wire(&c->rep.check, rep);
     }
     return settle(c, rc);
+}
+
+/* The wire form of an rlc_limit, or false when it is out of bounds. */
+static int
+wire_limit(const struct rlc_limit *in, struct rl_wire_limit *out)
+{
+    static const char *const algos[] = {
+#define LIB_ALGO_NAME(n, s, b) s,
+        RL_ALGO_MAP(LIB_ALGO_NAME)
+#undef LIB_ALGO_NAME
+    };
+    static const bool burst[] = {
+#define LIB_ALGO_BURST(n, s, b) b,
+        RL_ALGO_MAP(LIB_ALGO_BURST)
+#undef LIB_ALGO_BURST
+    };
+
+    memset(out, 0, sizeof(*out));
+    if (in->algorithm == NULL || in->limit == 0 || in->window_ms == 0) {
+        return 0;
+    }
+    for (uint8_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
+        if (strcmp(in->algorithm, algos[i]) == 0) {
+            if (in->burst != 0 && !burst[i]) {
+                return 0;
+            }
+            out->set = true;
+            out->algo = i;
+            out->limit = in->limit;
+            out->window_ms = in->window_ms;
+            out->has_burst = in->burst != 0;
+            out->burst = in->burst != 0 ? in->burst : in->limit;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
+rlc_check_limit(rlc_client *c, const char *service, const char *user, const char *endpoint,
+                uint32_t cost, const struct rlc_limit *limit, struct rlc_reply *rep,
+                int timeout_ms)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    struct rl_wire_limit wl;
+    int rc;
+
+    if (limit == NULL) {
+        return rlc_check(c, service, user, endpoint, cost, rep, timeout_ms);
+    }
+    if (c == NULL || rep == NULL || !valid_check(service, user, endpoint, cost) ||
+        !wire_limit(limit, &wl)) {
+        return -EINVAL;
+    }
+    rc = ensure(c, deadline);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = rl_client_check_limit(c->c, service, user, endpoint, cost, &wl, &c->rep,
+                               left_ms(deadline));
+    if (rc == 0 && c->rep.op == RL_WIRE_OP_ERROR) {
+        error_reply(c->rep.err, rep);
+        return remote_error(c);
+    }
+    if (rc == 0) {
+        from_wire(&c->rep.check, rep);
+    }
+    return settle(c, rc);
+}
+
+int
+rlc_limit_parse(const char *text, struct rlc_limit *out)
+{
+    static const char *const algos[] = {
+#define LIB_ALGO_NAME(n, s, b) s,
+        RL_ALGO_MAP(LIB_ALGO_NAME)
+#undef LIB_ALGO_NAME
+    };
+    char copy[256], *tok[7], *save = NULL;
+    int ntok = 0;
+    uint64_t n, w, b = 0;
+    struct rl_wire_limit wl;
+
+    if (text == NULL || out == NULL || strlen(text) >= sizeof(copy)) {
+        return -EINVAL;
+    }
+    snprintf(copy, sizeof(copy), "%s", text);
+    for (char *t = strtok_r(copy, " \t", &save); t != NULL; t = strtok_r(NULL, " \t", &save)) {
+        if (ntok == 7) {
+            return -EINVAL;
+        }
+        tok[ntok++] = t;
+    }
+    if ((ntok != 4 && ntok != 6) || strcmp(tok[2], "per") != 0 ||
+        (ntok == 6 && strcmp(tok[4], "burst") != 0)) {
+        return -EINVAL;
+    }
+    if (rl_parse_u64(tok[1], 1, UINT32_MAX, &n) != NULL ||
+        rl_parse_duration_ms(tok[3], &w) != NULL || w < 1 || w > UINT32_MAX ||
+        (ntok == 6 && rl_parse_u64(tok[5], 1, UINT32_MAX, &b) != NULL)) {
+        return -EINVAL;
+    }
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
+        if (strcmp(tok[0], algos[i]) == 0) {
+            out->algorithm = algos[i];
+        }
+    }
+    out->limit = (uint32_t)n;
+    out->window_ms = (uint32_t)w;
+    out->burst = (uint32_t)b;
+    return out->algorithm != NULL && wire_limit(out, &wl) ? 0 : -EINVAL;
 }
 
 int

@@ -23,6 +23,7 @@
 #include <xxhash.h>
 
 #include "algo.h"
+#include "inltab.h"
 #include "keytab.h"
 #include "metrics.h"
 
@@ -63,6 +64,12 @@ struct rl_limiter {
     size_t ntiers;
     /* rl_limiter_set_rules, during its walk: old tier index -> new, or LIM_GONE */
     uint32_t *remap;
+    /* the services of the rules by name (whether a service has configured rules) */
+    struct lim_names *names;
+    /* inline limits (docs/PROTOCOL.md, "Inline limits"): their tiers, and their keys and
+     * decisions counted as one pseudo-service */
+    struct rl_inltab *inl;
+    struct lim_svc inl_svc;
 };
 
 #define LIM_GONE UINT32_MAX
@@ -82,20 +89,30 @@ lim_seed(const struct rl_tier *t)
 static const struct rl_tier *
 lim_entry_tier(const struct rl_limiter *l, const struct rl_keytab_entry *e)
 {
+    if (rl_inltab_is(e->tier)) {
+        return rl_inltab_tier(l->inl, e->tier);
+    }
     return e->tier < l->conf->ntiers ? &l->conf->tiers[e->tier] : NULL;
 }
 
 static struct lim_svc *
 lim_svc_of(const struct rl_limiter *l, const struct rl_tier *t)
 {
+    if (rl_inltab_is(t->id)) {
+        return (struct lim_svc *)&l->inl_svc;
+    }
     return &l->svcs[l->svc_of_tier[t->id]];
 }
 
-/* A key of t's service was added (+1) or dropped (-1). */
+/* A key of t's service was added (+1) or dropped (-1); an inline limit counts its keys. */
 static void
 lim_count_key(struct rl_limiter *l, const struct rl_tier *t, int delta)
 {
     struct lim_svc *v = lim_svc_of(l, t);
+
+    if (rl_inltab_is(t->id)) {
+        rl_inltab_ref(l->inl, t->id, delta);
+    }
 
     if (delta > 0) {
         l->nactive += v->st.keys == 0;
@@ -278,21 +295,36 @@ lim_group_ix(const struct rl_conf *c, struct lim_svc **svcs, uint32_t *nsvcs,
 }
 
 static int
-lim_group(const struct rl_conf *c, struct lim_svc **svcs, uint32_t *nsvcs, uint32_t **svc_of_tier)
-{
-    struct lim_names names;
-    int rc = lim_group_ix(c, svcs, nsvcs, svc_of_tier, &names);
-
-    if (rc == 0) {
-        free(names.slot);
-    }
-    return rc;
-}
-
-static int
 lim_services(struct rl_limiter *l)
 {
-    return lim_group(l->conf, &l->svcs, &l->nsvcs, &l->svc_of_tier);
+    struct lim_names *names = calloc(1, sizeof(*names));
+
+    if (names == NULL) {
+        return -ENOMEM;
+    }
+    if (lim_group_ix(l->conf, &l->svcs, &l->nsvcs, &l->svc_of_tier, names) != 0) {
+        free(names);
+        return -ENOMEM;
+    }
+    l->names = names;
+    return 0;
+}
+
+/* Whether service (not NUL-terminated) has a [service S] or [service S E] section. */
+static bool
+lim_configured(const struct rl_limiter *l, const char *service, size_t len)
+{
+    const struct lim_names *h = l->names;
+    size_t i = (size_t)XXH3_64bits(service, len) & h->mask;
+
+    for (; h->slot[i] != 0; i = (i + 1) & h->mask) {
+        const char *name = l->svcs[h->slot[i] - 1].name;
+
+        if (strncmp(name, service, len) == 0 && name[len] == '\0') {
+            return true;
+        }
+    }
+    return false;
 }
 
 static uint32_t
@@ -344,7 +376,8 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
     l->scratch = calloc(l->maxtiers, sizeof(*l->scratch));
     l->tiers = lim_copy_tiers(conf);
     l->ntiers = conf->ntiers;
-    if (l->scratch == NULL || l->tiers == NULL || lim_services(l) != 0) {
+    if (l->scratch == NULL || l->tiers == NULL || rl_inltab_create(&l->inl) != 0 ||
+        lim_services(l) != 0) {
         goto fail_scratch;
     }
     rc = rl_keytab_create(&l->tab, memory_bytes - l->log_cap, &ops);
@@ -355,6 +388,11 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
     return 0;
 
 fail_scratch:
+    if (l->names != NULL) {
+        free(l->names->slot);
+        free(l->names);
+    }
+    rl_inltab_destroy(l->inl);
     free(l->scratch);
     free(l->tiers);
     free(l->svcs);
@@ -370,6 +408,9 @@ rl_limiter_destroy(struct rl_limiter *l)
         return;
     }
     rl_keytab_destroy(l->tab);
+    rl_inltab_destroy(l->inl);
+    free(l->names->slot);
+    free(l->names);
     free(l->scratch);
     free(l->tiers);
     free(l->svcs);
@@ -412,13 +453,12 @@ lim_commit(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *
 
 /* Every tier allowed: consume in each, adding keys that were not in the table. */
 static void
-lim_consume(struct rl_limiter *l, const struct rl_rule *rule, uint64_t now, uint32_t cost,
-            uint16_t epoch)
+lim_consume(struct rl_limiter *l, const struct rl_tier *tiers, uint32_t ntiers, uint64_t now,
+            uint32_t cost, uint16_t epoch)
 {
-    const struct rl_tier *tiers = &l->conf->tiers[rule->first_tier];
     bool moved = false; /* an insert may move every entry: find again after one */
 
-    for (uint32_t i = 0; i < rule->ntiers; i++) {
+    for (uint32_t i = 0; i < ntiers; i++) {
         const struct rl_tier *t = &tiers[i];
         struct lim_tier *x = &l->scratch[i];
         struct rl_keytab_entry *e = moved ? rl_keytab_find(l->tab, x->fp_hi, x->fp_lo) : x->e;
@@ -454,11 +494,48 @@ lim_consume(struct rl_limiter *l, const struct rl_rule *rule, uint64_t now, uint
     }
 }
 
-void
+int
 rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
                  struct rl_wire_check_reply *rep)
 {
-    rl_limiter_check_epoch(l, req, now, 0, rep);
+    return rl_limiter_check_epoch(l, req, now, 0, rep);
+}
+
+/* The inline limit of req as a tier (id not set). */
+static void
+lim_inline_tier(const struct rl_wire_req *req, struct rl_tier *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->algo = (enum rl_algo)req->limit.algo;
+    t->limit = req->limit.limit;
+    t->window_ms = req->limit.window_ms;
+    t->burst = req->limit.has_burst ? req->limit.burst : req->limit.limit;
+}
+
+/* The key hash's seed of an inline limit: the service, the endpoint (nil and "" alike) and
+ * the limit's parts, under a tag no configured tier's seed is made with, so an inline
+ * counter is never a configured rule's nor another inline limit's. */
+static uint64_t
+lim_inline_seed(const struct rl_wire_req *req, const struct rl_tier *t)
+{
+    unsigned char buf[16 + 4 * 4 + 2 + RL_WIRE_SERVICE_MAX + RL_WIRE_ENDPOINT_MAX];
+    uint32_t parts[4] = {(uint32_t)t->algo, t->limit, t->window_ms, t->burst};
+    uint32_t elen = req->endpoint.ptr == NULL ? 0 : req->endpoint.len;
+    size_t n = 0;
+
+    memcpy(buf, "rl inline limit", 16);
+    n = 16;
+    memcpy(buf + n, parts, sizeof(parts));
+    n += sizeof(parts);
+    buf[n++] = (unsigned char)req->service.len;
+    memcpy(buf + n, req->service.ptr, req->service.len);
+    n += req->service.len;
+    buf[n++] = (unsigned char)elen;
+    if (elen > 0) {
+        memcpy(buf + n, req->endpoint.ptr, elen);
+        n += elen;
+    }
+    return XXH3_64bits(buf, n);
 }
 
 void
@@ -468,6 +545,17 @@ rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
     const struct rl_rule *rule;
     const struct rl_tier *tiers;
 
+    if (req->limit.set) {
+        struct rl_tier t;
+        XXH128_hash_t h;
+
+        lim_inline_tier(req, &t);
+        h = XXH3_128bits_withSeed(req->user.ptr, req->user.len, lim_inline_seed(req, &t));
+        prep->rule = NULL;
+        rl_keytab_fingerprint(h.high64, h.low64, &prep->fp_hi[0], &prep->fp_lo[0]);
+        rl_keytab_prefetch(l->tab, prep->fp_hi[0]);
+        return;
+    }
     rule = rl_conf_rule(l->conf, req->service.ptr, req->service.len, req->endpoint.ptr,
                         req->endpoint.ptr == NULL ? 0 : req->endpoint.len);
     if (rule == NULL || rule->ntiers == 0) {
@@ -484,17 +572,17 @@ rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
     }
 }
 
-void
+int
 rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
                        uint16_t epoch, struct rl_wire_check_reply *rep)
 {
     struct rl_limiter_prep prep;
 
     rl_limiter_prepare(l, req, &prep);
-    rl_limiter_check_prepared(l, req, &prep, now, epoch, rep);
+    return rl_limiter_check_prepared(l, req, &prep, now, epoch, rep);
 }
 
-void
+int
 rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
                           const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
                           struct rl_wire_check_reply *rep)
@@ -504,23 +592,48 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
     const struct rl_algo_result *dec = NULL;
     uint64_t remaining = UINT64_MAX;
     uint64_t queue = 0;
-    bool refused = false;
+    uint32_t ntiers;
+    bool refused = false, shadow = false;
+    struct lim_svc *svc;
 
     memset(rep, 0, sizeof(*rep));
     rep->id = req->id;
+    if (req->limit.set) {
+        struct rl_tier want;
+        uint32_t id;
+        int rc;
+
+        /* Configured rules are authoritative: no client lifts its limit by sending one. */
+        if (lim_configured(l, req->service.ptr, req->service.len)) {
+            return -EPERM;
+        }
+        lim_inline_tier(req, &want);
+        rc = rl_inltab_intern(l->inl, &want, &id);
+        if (rc != 0) {
+            return rc;
+        }
+        tiers = rl_inltab_tier(l->inl, id);
+        ntiers = 1;
+        svc = &l->inl_svc;
+    } else if (rule == NULL) {
+        l->st.checks++;
+        l->st.peeks += req->cost == 0;
+        rep->code = RL_WIRE_NO_RULE;
+        l->st.no_rule++;
+        return 0;
+    } else {
+        tiers = &l->conf->tiers[rule->first_tier];
+        ntiers = rule->ntiers;
+        shadow = rule->shadow;
+        svc = &l->svcs[l->svc_of_tier[rule->first_tier]];
+    }
     l->st.checks++;
     if (req->cost == 0) {
         l->st.peeks++;
     }
-    if (rule == NULL) {
-        rep->code = RL_WIRE_NO_RULE;
-        l->st.no_rule++;
-        return;
-    }
-    tiers = &l->conf->tiers[rule->first_tier];
 
     /* Judge every tier first; nothing is inserted, so entry pointers stay valid. */
-    for (uint32_t i = 0; i < rule->ntiers; i++) {
+    for (uint32_t i = 0; i < ntiers; i++) {
         const struct rl_tier *t = &tiers[i];
         struct lim_tier *x = &l->scratch[i];
         struct rl_algo_state *s;
@@ -540,7 +653,7 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
 
     if (!refused) {
         /* The deciding tier has the least left after the request; the first on a tie. */
-        for (uint32_t i = 0; i < rule->ntiers; i++) {
+        for (uint32_t i = 0; i < ntiers; i++) {
             const struct rl_algo_result *r = &l->scratch[i].r;
 
             if (dec == NULL || r->remaining < dec->remaining) {
@@ -552,12 +665,12 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
         }
         remaining = dec->remaining;
         if (req->cost > 0) {
-            lim_consume(l, rule, now, req->cost, epoch);
+            lim_consume(l, tiers, ntiers, now, req->cost, epoch);
         }
     } else {
         /* The request waits for its slowest refusing tier, as time alone only ever frees
          * allowance; tiers that allowed report what they hold, as nothing was consumed. */
-        for (uint32_t i = 0; i < rule->ntiers; i++) {
+        for (uint32_t i = 0; i < ntiers; i++) {
             const struct rl_algo_result *r = &l->scratch[i].r;
             uint64_t left = r->allowed ? r->remaining + req->cost : r->remaining;
 
@@ -573,7 +686,7 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
     rep->remaining = remaining;
     rep->reset_ms = dec->reset_ms;
 
-    if (rule->shadow && (refused || queue > 0)) {
+    if (shadow && (refused || queue > 0)) {
         /* Shadow mode never touches traffic: the would-be decision only shows in stats. */
         l->st.shadow_limited += refused;
         l->st.allowed++;
@@ -590,7 +703,8 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
         l->st.allowed++;
         rep->code = RL_WIRE_ALLOWED;
     }
-    l->svcs[l->svc_of_tier[rule->first_tier]].st.decisions[rep->code]++;
+    svc->st.decisions[rep->code]++;
+    return 0;
 }
 
 void
@@ -642,6 +756,9 @@ struct lim_msvc {
 
 struct lim_msnap {
     struct rl_limiter_stats ls;
+    uint64_t inl_decisions[RL_WIRE_CODE_COUNT];
+    uint64_t inl_keys;
+    uint64_t inl_limits;
     uint64_t memory_cap;
     size_t nsvc;
     const char *names; /* in the block, past svc[nsvc] */
@@ -675,6 +792,22 @@ lim_metrics_fmt(const void *arg, struct rl_prom *p)
     rl_prom_u64(p, "rl_node_decisions_total",
                 rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
                 ls->no_rule);
+    rl_prom_family(p, "rl_node_inline_decisions_total", "counter",
+                   "CHECK requests answered under an inline limit (all services together), by "
+                   "reply code.");
+    for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+        if (code == RL_WIRE_FAIL_OPEN || code == RL_WIRE_FAIL_CLOSED || code == RL_WIRE_NO_RULE) {
+            continue;
+        }
+        rl_prom_u64(p, "rl_node_inline_decisions_total",
+                    rl_prom_labels(lab, sizeof(lab), "code", rl_wire_code_name(code), NULL),
+                    m->inl_decisions[code]);
+    }
+    rl_prom_family(p, "rl_node_inline_keys", "gauge", "Counters (keys) held for inline limits.");
+    rl_prom_u64(p, "rl_node_inline_keys", NULL, m->inl_keys);
+    rl_prom_family(p, "rl_node_inline_limits", "gauge",
+                   "Distinct inline limits held (at most 65536).");
+    rl_prom_u64(p, "rl_node_inline_limits", NULL, m->inl_limits);
     rl_prom_family(p, "rl_node_shadow_limited_total", "counter",
                    "CHECKs of shadow-mode services answered allowed that enforce would refuse.");
     rl_prom_u64(p, "rl_node_shadow_limited_total", NULL, ls->shadow_limited);
@@ -719,6 +852,9 @@ rl_limiter_metrics(const struct rl_limiter *l, struct rl_prom *p)
     }
     if (m != NULL) {
         rl_limiter_stats(l, &m->ls);
+        memcpy(m->inl_decisions, l->inl_svc.st.decisions, sizeof(m->inl_decisions));
+        m->inl_keys = l->inl_svc.st.keys;
+        m->inl_limits = rl_inltab_count(l->inl);
         m->memory_cap = l->memory_cap;
         m->nsvc = nsvc;
         at = (char *)&m->svc[nsvc];
@@ -760,6 +896,22 @@ lim_remap_entry(void *arg, struct rl_keytab_entry *e)
     struct rl_limiter *l = arg;
     uint32_t to = e->tier < l->ntiers ? l->remap[e->tier] : LIM_GONE;
     const struct rl_tier *t;
+
+    if (rl_inltab_is(e->tier)) {
+        /* An inline limit's key is not the rules': it keeps its tier id and its counter
+         * (its limit's count of keys is unchanged too). */
+        struct lim_svc *v = &l->inl_svc;
+
+        t = rl_inltab_tier(l->inl, e->tier);
+        if (t == NULL) {
+            return false; /* cannot happen: a limit with keys is never reclaimed */
+        }
+        l->nactive += v->st.keys == 0;
+        v->st.keys++;
+        l->nkeys++;
+        lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st));
+        return true;
+    }
 
     if (to == LIM_GONE) {
         if (e->tier < l->ntiers) {
@@ -830,7 +982,8 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
             svcs[k].st.log_bytes = 0;
         }
     }
-    free(names.slot);
+    free(l->names->slot);
+    *l->names = names;
     l->conf = conf;
     free(l->svcs);
     free(l->svc_of_tier);
@@ -841,6 +994,8 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
     l->nlogging = 0;
     l->nkeys = 0;
     l->log_bytes = 0;
+    l->inl_svc.st.keys = 0;
+    l->inl_svc.st.log_bytes = 0;
     if (scratch != NULL) {
         free(l->scratch);
         l->scratch = scratch;

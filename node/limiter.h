@@ -65,8 +65,14 @@ struct rl_limiter;
 int rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t memory_bytes);
 void rl_limiter_destroy(struct rl_limiter *l);
 
-/* Judges one decoded CHECK request at now and fills *rep (rep->id = req->id). */
-void rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
+/*
+ * Judges one decoded CHECK request at now and fills *rep (rep->id = req->id). Returns 0, or
+ * for a CHECK with an inline limit (docs/PROTOCOL.md, "Inline limits"), judged by that limit
+ * alone under counters of its own: -EPERM when its service has configured rules (refused),
+ * -ENOSPC when the node holds RL_INLTAB_MAX distinct inline limits with keys, -ENOMEM; then
+ * nothing was counted and *rep is not a reply (answer with an ERROR).
+ */
+int rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
                       struct rl_wire_check_reply *rep);
 
 /*
@@ -78,7 +84,7 @@ void rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint6
  * (node/main.c). Epochs are 16 bits: a key would need to outlive 65,536 returns of its
  * shard for a stale state to be taken as current. rl_limiter_check is epoch 0.
  */
-void rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
+int rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
                             uint16_t epoch, struct rl_wire_check_reply *rep);
 
 /*
@@ -89,7 +95,8 @@ void rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req,
  * within one loop callback.
  */
 struct rl_limiter_prep {
-    const struct rl_rule *rule; /* NULL: no rule (or a rule without tiers) */
+    const struct rl_rule *rule; /* NULL: no rule (or a rule without tiers), or an inline
+                                   limit (its key's fingerprint in fp_*[0]) */
     uint64_t fp_hi[RL_CONF_RULE_TIERS_MAX];
     uint32_t fp_lo[RL_CONF_RULE_TIERS_MAX];
 };
@@ -100,9 +107,9 @@ void rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
 
 /* rl_limiter_check_epoch for a request prepared by rl_limiter_prepare since the last change of
  * the rules (the same answer, the same effects). */
-void rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
-                               const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
-                               struct rl_wire_check_reply *rep);
+int rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
+                              const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                              struct rl_wire_check_reply *rep);
 
 /* What rl_limiter_set_rules did. */
 struct rl_limiter_reload {

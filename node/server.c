@@ -14,10 +14,12 @@
 #include "server.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
+#include "inltab.h"
 #include "log.h"
 #include "rules.h"
 #include "shardmap.h"
@@ -310,11 +312,30 @@ server_check_prepared(struct rl_conn *c, const struct rl_wire_req *req,
     struct rl_server *s = c->data;
     struct rl_wire_check_reply rep;
     uint16_t epoch;
+    int rc;
 
     if (!server_owns(c, req, &epoch)) {
         return;
     }
-    rl_limiter_check_prepared(s->limiter, req, prep, s->now_ms, epoch, &rep);
+    rc = rl_limiter_check_prepared(s->limiter, req, prep, s->now_ms, epoch, &rep);
+    if (rc != 0) {
+        char msg[200];
+
+        if (rc == -EPERM) {
+            snprintf(msg, sizeof(msg),
+                     "the service has configured rules: an inline limit is refused");
+        } else if (rc == -ENOSPC) {
+            snprintf(msg, sizeof(msg), "too many distinct inline limits on this node (%u)",
+                     RL_INLTAB_MAX);
+        } else {
+            snprintf(msg, sizeof(msg), "out of memory");
+        }
+        server_replied(c, rl_wire_put_error(&c->out, req->id,
+                                            rc == -EPERM ? RL_WIRE_ERR_BAD_FIELD
+                                                         : RL_WIRE_ERR_OVERLOADED,
+                                            msg));
+        return;
+    }
     s->batch_checks++;
     server_throttle_hook(s, req, &rep);
     server_replied(c, rl_wire_put_check_reply(&c->out, &rep));

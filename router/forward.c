@@ -7,7 +7,10 @@
  * id is rewritten. What the router answers itself is decided here too: NO_RULE
  * (every process reads the same rules), a client whose token does not allow the service, and
  * the service's failure policy when the owner is down, the connection is lost, the deadline
- * passes or the node says it is not the owner. Not for THROTTLED (fanout.c).
+ * passes or the node says it is not the owner. A CHECK carrying its own limit (docs/PROTOCOL.md,
+ * "Inline limits") has no rule: it is forwarded like any other (re-encoded, as the short reader
+ * leaves it to the full decoder), never answered from the deny cache, and its failure policy is
+ * [cluster] inline_failure. Not for THROTTLED (fanout.c).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -48,8 +51,8 @@ fill_failure(const struct rl_router *r, const struct rl_rule *rule, uint32_t id,
 {
     memset(rep, 0, sizeof(*rep));
     rep->id = id;
-    /* A shadow rule never refuses, not even by failure policy. */
-    bool closed = rule->fail_closed && !rule->shadow;
+    /* A shadow rule never refuses, not even by failure policy; no rule: an inline limit. */
+    bool closed = rule != NULL ? rule->fail_closed && !rule->shadow : r->conf->inline_fail_closed;
 
     rep->code = closed ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN;
     rep->retry_after_ms = closed ? r->conf->session_timeout_ms : 0;
@@ -68,7 +71,8 @@ rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
     }
     if (p->logged) {
         log_answer(r, p->shard, p->up != NULL ? p->up->name : "-", rep.code, p->key_hash,
-                   p->rule->service, p->rule->service_len, p->user, p->ulen);
+                   p->rule != NULL ? p->rule->service : p->service,
+                   p->rule != NULL ? p->rule->service_len : p->slen, p->user, p->ulen);
     }
     if (p->client != NULL) {
         struct rl_conn *c = &p->client->conn;
@@ -122,14 +126,32 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
     shard = rl_shardmap_shard(hash, r->conf->shards);
     rule = rl_conf_rule(r->conf, req->service.ptr, req->service.len, req->endpoint.ptr,
                         req->endpoint.len);
-    if (conn->principal != NULL &&
-        !rl_conf_client_may((const struct rl_client_conf *)conn->principal, rule)) {
+    if (req->limit.set) {
+        /* Only a token for every service may bring its own limits (a services list names
+         * configured services only, which refuse them). */
+        if (conn->principal != NULL &&
+            !rl_conf_client_may((const struct rl_client_conf *)conn->principal, NULL)) {
+            r->stats.unauthorized++;
+            rl_session_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
+                             "this client's token does not allow inline limits");
+            return;
+        }
+        /* Configured rules are authoritative (the node, which knows every section of the
+         * service, refuses the rest alike). */
+        if (rule != NULL || rl_conf_rule(r->conf, req->service.ptr, req->service.len, NULL, 0)) {
+            /* (the service's bytes are not quoted: a message must be text) */
+            rl_session_error(conn, req->id, RL_WIRE_ERR_BAD_FIELD,
+                             "the service has configured rules: an inline limit is refused");
+            return;
+        }
+    } else if (conn->principal != NULL &&
+               !rl_conf_client_may((const struct rl_client_conf *)conn->principal, rule)) {
         r->stats.unauthorized++;
         rl_session_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
                          "this client's token does not allow that service");
         return;
     }
-    if (rule == NULL) {
+    if (rule == NULL && !req->limit.set) {
         /* Every process reads the same rules: no node would find one either. */
         memset(&rep, 0, sizeof(rep));
         rep.id = req->id;
@@ -143,7 +165,7 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
     if (owner != RL_SHARDMAP_NONE) {
         u = r->owners[owner];
     }
-    if (rl_shed_check(conn, req, rule, shard, hash, u)) {
+    if (rule != NULL && rl_shed_check(conn, req, rule, shard, hash, u)) {
         return; /* answered LIMITED from the deny cache (shed.c) */
     }
     p = u != NULL ? rl_pending_get(r) : NULL;
@@ -189,6 +211,11 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
         p->ulen =
             (uint8_t)(req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED);
         memcpy(p->user, req->user.ptr, p->ulen);
+        if (rule == NULL) {
+            p->slen = (uint8_t)(req->service.len < ROUTER_USER_LOGGED ? req->service.len
+                                                                       : ROUTER_USER_LOGGED);
+            memcpy(p->service, req->service.ptr, p->slen);
+        }
     }
     rl_shed_sent(r, p, req);
     rl_pending_track(r, p, c);
@@ -221,8 +248,9 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
         r->stats.checks++;
         rl_rmetrics_count(r, pd->rule, rep->check.code, pd->start_ns);
         if (pd->logged) {
-            log_answer(r, pd->shard, u->name, rep->check.code, pd->key_hash, pd->rule->service,
-                       pd->rule->service_len, pd->user, pd->ulen);
+            log_answer(r, pd->shard, u->name, rep->check.code, pd->key_hash,
+                       pd->rule != NULL ? pd->rule->service : pd->service,
+                       pd->rule != NULL ? pd->rule->service_len : pd->slen, pd->user, pd->ulen);
         }
         if (c != NULL && from->relay.ptr != NULL) {
             /* Read the short way (upstream.c): the node's fields go back as they came. */

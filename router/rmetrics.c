@@ -288,6 +288,7 @@ struct rmetrics_rule {
 
 struct rmetrics_snap {
     uint64_t no_rule;
+    uint64_t inl[RL_WIRE_CODE_COUNT]; /* CHECKs with an inline limit (no rule), by code */
     size_t n;
     struct rmetrics_rule rule[];
 };
@@ -337,6 +338,16 @@ rmetrics_decisions_fmt(const void *arg, struct rl_prom *p)
     rl_prom_u64(p, "rl_router_decisions_total",
                 rl_prom_labels(lab, sizeof(lab), "service", "", "code", "no_rule", NULL),
                 sn->no_rule);
+    rl_prom_family(p, "rl_router_inline_decisions_total", "counter",
+                   "CHECKs carrying an inline limit answered, all services together, by reply "
+                   "code (node decisions and failure-policy answers).");
+    for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+        if (code != RL_WIRE_NO_RULE) {
+            rl_prom_u64(p, "rl_router_inline_decisions_total",
+                        rl_prom_labels(lab, sizeof(lab), "code", rl_wire_code_name(code), NULL),
+                        sn->inl[code]);
+        }
+    }
 }
 
 /* On the loop: the counts and the services' names copied (memcpy-sized work), formatted
@@ -360,6 +371,8 @@ rmetrics_decisions(const struct rl_router *r, struct rl_prom *p,
     }
     if (sn != NULL) {
         sn->no_rule = codes[r->rule_rows - 1][RL_WIRE_NO_RULE];
+        /* The no-rule row holds inline-limited CHECKs' other codes (rl_rmetrics_count). */
+        memcpy(sn->inl, codes[r->rule_rows - 1], sizeof(sn->inl));
         sn->n = n;
         at = (char *)&sn->rule[n];
         for (size_t i = 0; i < n; i++) {

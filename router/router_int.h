@@ -64,6 +64,9 @@ struct rl_pending {
     bool logged;
     uint8_t ulen;
     char user[ROUTER_USER_LOGGED];
+    /* an inline-limited CHECK (rule NULL): its service as logged, cut like the user */
+    uint8_t slen;
+    char service[ROUTER_USER_LOGGED];
     uint64_t deny_fp; /* shed.c: the deny cache's second hash of the user */
     uint32_t cost;
 };

@@ -211,6 +211,7 @@ rl_shed_reply(struct rl_router *r, const struct rl_pending *p, const struct rl_u
         return;
     }
     if (rep->op != RL_WIRE_OP_CHECK || rep->check.code != RL_WIRE_LIMITED ||
+        p->rule == NULL || /* an inline limit: never cached */
         !shed_cacheable(r->conf, p->rule) ||
         (uintptr_t)p->rule < (uintptr_t)r->conf->rules ||
         (uintptr_t)p->rule >= (uintptr_t)(r->conf->rules + r->conf->nrules)) {

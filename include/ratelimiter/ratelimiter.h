@@ -176,6 +176,35 @@ RLC_API int rlc_check(rlc_client *c, const char *service, const char *user,
                       int timeout_ms);
 
 /*
+ * An inline limit a CHECK carries instead of relying on a configured rule (docs/PROTOCOL.md,
+ * "Inline limits"): the parts of a cluster.conf `limit` line.
+ */
+struct rlc_limit {
+    const char *algorithm; /* "fixed_window", "sliding_window_log", "sliding_window_counter",
+                              "token_bucket", "gcra" or "leaky_bucket" */
+    uint32_t limit;        /* N: 1..4294967295 */
+    uint32_t window_ms;    /* W: 1..4294967295 */
+    uint32_t burst;        /* B for token_bucket, gcra, leaky_bucket; 0: none (N) */
+};
+
+/*
+ * rlc_check with an inline limit (limit NULL: none, as rlc_check). -EINVAL also for a limit
+ * out of bounds (unknown algorithm, 0, a burst the algorithm does not take); a service with
+ * configured rules answers ERROR BAD_FIELD (-EREMOTEIO), a node holding too many distinct
+ * inline limits OVERLOADED.
+ */
+RLC_API int rlc_check_limit(rlc_client *c, const char *service, const char *user,
+                            const char *endpoint, uint32_t cost, const struct rlc_limit *limit,
+                            struct rlc_reply *rep, int timeout_ms);
+
+/*
+ * Parses `ALGORITHM N per DURATION [burst B]` (docs/CONFIG.md, `limit`; DURATION digits and
+ * ms, s, m, h or d) into *out, whose algorithm then points into a static string. Returns 0 or
+ * -EINVAL.
+ */
+RLC_API int rlc_limit_parse(const char *text, struct rlc_limit *out);
+
+/*
  * Pipelined CHECKs: sends reqs[0..n) together (written as fast as the socket takes them,
  * replies read meanwhile, so any n works) and waits until every reply is in; reps[i]
  * receives the reply to reqs[i] whatever order the replies arrive in (they are matched by

@@ -163,6 +163,56 @@ START_TEST(test_pipeline_router)
 }
 END_TEST
 
+/* An inline limit through the router (docs/PROTOCOL.md, "Inline limits"), and the parser of
+ * the config's limit syntax. */
+START_TEST(test_inline_limit)
+{
+    rlc_client *c;
+    struct rlc_reply r;
+    struct rlc_limit lim, other;
+
+    ck_assert_int_eq(rlc_limit_parse("gcra 3 per 1h burst 3", &lim), 0);
+    ck_assert_str_eq(lim.algorithm, "gcra");
+    ck_assert_uint_eq(lim.limit, 3);
+    ck_assert_uint_eq(lim.window_ms, 3600000);
+    ck_assert_uint_eq(lim.burst, 3);
+    ck_assert_int_eq(rlc_limit_parse("fixed_window 2 per 90s", &other), 0);
+    ck_assert_uint_eq(other.window_ms, 90000);
+    ck_assert_uint_eq(other.burst, 0);
+    ck_assert_int_eq(rlc_limit_parse("fixed_window 2 per 90s burst 1", &other), -EINVAL);
+    ck_assert_int_eq(rlc_limit_parse("gcra 0 per 1s", &other), -EINVAL);
+    ck_assert_int_eq(rlc_limit_parse("gcra 1 per 1x", &other), -EINVAL);
+    ck_assert_int_eq(rlc_limit_parse("nope 1 per 1s", &other), -EINVAL);
+    ck_assert_int_eq(rlc_limit_parse("gcra 1 every 1s", &other), -EINVAL);
+    ck_assert_int_eq(rlc_limit_parse("fixed_window 2 per 90s", &other), 0);
+
+    ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)router_port, 2000), 0);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(rlc_check_limit(c, "free", "u", NULL, 1, &lim, &r, 2000), 0);
+        ck_assert_uint_eq(r.code, RLC_ALLOWED);
+        ck_assert_uint_eq(r.remaining, 2 - (uint64_t)k);
+    }
+    ck_assert_int_eq(rlc_check_limit(c, "free", "u", NULL, 1, &lim, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_LIMITED);
+    /* another limit: its own count */
+    ck_assert_int_eq(rlc_check_limit(c, "free", "u", NULL, 1, &other, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_ALLOWED);
+    ck_assert_uint_eq(r.remaining, 1);
+    /* without one: NO_RULE, as before */
+    ck_assert_int_eq(rlc_check_limit(c, "free", "u", NULL, 1, NULL, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_NO_RULE);
+    /* a configured service refuses it; the connection stays */
+    ck_assert_int_eq(rlc_check_limit(c, "one", "u", NULL, 1, &lim, &r, 2000), -EREMOTEIO);
+    ck_assert_uint_eq(r.code, RLC_CODE_ERROR);
+    ck_assert_uint_eq(r.error, RLC_ERR_BAD_FIELD);
+    other.burst = 4; /* fixed_window takes none */
+    ck_assert_int_eq(rlc_check_limit(c, "free", "u", NULL, 1, &other, &r, 2000), -EINVAL);
+    ck_assert_int_eq(rlc_check(c, "one", "u", NULL, 1, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_ALLOWED);
+    rlc_close(c);
+}
+END_TEST
+
 START_TEST(test_timeout_stopped_node)
 {
     struct rlc_reply r;
@@ -589,6 +639,7 @@ clib_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_pipeline_node_exact);
     tcase_add_test(tc, test_pipeline_router);
+    tcase_add_test(tc, test_inline_limit);
     tcase_add_test(tc, test_timeout_stopped_node);
     tcase_add_test(tc, test_reconnect_router_restart);
     tcase_add_test(tc, test_auth);

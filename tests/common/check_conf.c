@@ -167,6 +167,7 @@ START_TEST(test_defaults)
     ck_assert_str_eq(c->request_log, "");
     ck_assert_uint_eq(c->log_sample, 1);
     ck_assert_uint_eq(c->router_workers, 0); /* unset: one per core */
+    ck_assert(!c->inline_fail_closed);
     ck_assert_uint_eq(c->events_log_max_size, 64ull << 20);
     ck_assert_uint_eq(c->events_log_keep, 4);
     ck_assert_uint_eq(c->events_log_rate, 100);
@@ -200,6 +201,7 @@ START_TEST(test_every_key)
                                  "session_timeout = 10m\n"
                                  "shards = 1048576\n"
                                  "insecure = yes\n"
+                                 "inline_failure = closed\n"
                                  "[router]\n"
                                  "listen = 0.0.0.0:8000\n"
                                  "deadline = 1ms\n"
@@ -232,6 +234,7 @@ START_TEST(test_every_key)
     ck_assert_uint_eq(c->session_timeout_ms, 600000);
     ck_assert_uint_eq(c->shards, 1048576);
     ck_assert(c->insecure);
+    ck_assert(c->inline_fail_closed);
     ck_assert_str_eq(c->router_host, "0.0.0.0");
     ck_assert_uint_eq(c->router_port, 8000);
     ck_assert_uint_eq(c->deadline_ms, 1);
@@ -328,6 +331,7 @@ static const struct {
     {"[router]\nlisten = localhost\n", 2, "listen: \"localhost\" is not HOST:PORT"},
     {"[clients]\nmax_connections = 0\n", 2, "is out of range (1..1000000)"},
     {"[cluster]\ninsecure = maybe\n", 2, "insecure: \"maybe\" is not yes or no"},
+    {"[cluster]\ninline_failure = shut\n", 2, "inline_failure: \"shut\" is not open or closed"},
     {"[node a]\nlisten = 0.0.0.0:7401\n", 1,
      "[node a] listens on the wildcard address 0.0.0.0: add advertise = HOST:PORT"},
     {"[node a]\nlisten = [::]:7401\n", 1, "wildcard address ::"},

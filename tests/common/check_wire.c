@@ -16,6 +16,7 @@
 #include "buf.h"
 #include "rltest.h"
 #include "wire.h"
+#include "wire_fast.h"
 
 /* A byte literal and its length, as two arguments. */
 #define RAW(...)                                                                                   \
@@ -911,11 +912,11 @@ END_TEST
 START_TEST(test_arity)
 {
     expect_fault("check 5", RAW(0x95, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0),
-                 RL_WIRE_ERR_BAD_FIELD, false, 7, "CHECK takes 6 elements");
-    expect_fault("check 7", RAW(0x97, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0x01),
-                 RL_WIRE_ERR_BAD_FIELD, false, 7, "CHECK takes 6 elements");
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "CHECK takes 6..7 elements");
+    expect_fault("check 8", RAW(0x98, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "CHECK takes 6..7 elements");
     expect_fault("check 2", RAW(0x92, 0x01, 0x07), RL_WIRE_ERR_BAD_FIELD, false, 7,
-                 "CHECK takes 6 elements");
+                 "CHECK takes 6..7 elements");
     expect_fault("ping 3", RAW(0x93, 0x02, 0x07, 0xc0), RL_WIRE_ERR_BAD_FIELD, false, 7,
                  "PING takes 2 elements");
     expect_fault("stats 3", RAW(0x93, 0x03, 0x07, 0x00), RL_WIRE_ERR_BAD_FIELD, false, 7,
@@ -936,6 +937,116 @@ expect_bad_field(int i, const char *name, const char *raw, size_t rawlen)
 
     expect_fault(name, p, n, RL_WIRE_ERR_BAD_FIELD, false, 7, name);
 }
+
+/* An inline limit: the 7th element of CHECK (docs/PROTOCOL.md, "Inline limits"). */
+START_TEST(test_inline_limit)
+{
+    struct rl_wire_req in, req;
+    struct rl_buf out;
+    const char *p;
+    size_t n;
+    static const struct {
+        uint8_t algo;
+        uint32_t limit, window, burst;
+        bool has_burst;
+    } ok[] = {
+        {0, 1, 1, 0, false},          {1, 10, 1000, 0, false},
+        {2, UINT32_MAX, UINT32_MAX, 0, false}, {3, 100, 60000, 20, true},
+        {4, 10, 1000, 5, true},       {5, 3, 500, UINT32_MAX, true},
+        {4, 7, 70, 0, false},
+    };
+
+    rl_buf_init(&out);
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        memset(&in, 0, sizeof(in));
+        in.op = RL_WIRE_OP_CHECK;
+        in.id = 9;
+        in.service = mkstr("api", 3);
+        in.user = mkstr("u1", 2);
+        in.cost = 2;
+        in.limit.set = true;
+        in.limit.algo = ok[i].algo;
+        in.limit.limit = ok[i].limit;
+        in.limit.window_ms = ok[i].window;
+        in.limit.burst = ok[i].burst;
+        in.limit.has_burst = ok[i].has_burst;
+        out.len = 0;
+        ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+        p = one_frame(&out, &n);
+        ck_assert_uint_eq((unsigned char)p[0], 0x97);
+        expect_req("inline", p, n, &req);
+        ck_assert(req.limit.set);
+        ck_assert_uint_eq(req.limit.algo, ok[i].algo);
+        ck_assert_uint_eq(req.limit.limit, ok[i].limit);
+        ck_assert_uint_eq(req.limit.window_ms, ok[i].window);
+        ck_assert_uint_eq(req.limit.has_burst, ok[i].has_burst);
+        ck_assert_uint_eq(req.limit.burst, ok[i].has_burst ? ok[i].burst : ok[i].limit);
+        ck_assert_uint_eq(req.cost, 2);
+        ck_assert(str_is(req.service, "api"));
+        /* The fast reader leaves 7-element CHECKs to the full decoder. */
+        {
+            size_t tail;
+            struct rl_wire_req fr;
+
+            ck_assert_int_eq(rl_wire_fast_check(p, n, &fr, &tail), -1);
+        }
+    }
+    /* Without a limit the encoder still sends 6 elements. */
+    in.limit.set = false;
+    out.len = 0;
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+    p = one_frame(&out, &n);
+    ck_assert_uint_eq((unsigned char)p[0], 0x96);
+    expect_req("no inline", p, n, &req);
+    ck_assert(!req.limit.set);
+    rl_buf_deinit(&out);
+
+    /* nil as the 7th element: no inline limit. */
+    expect_req("nil limit", RAW(0x97, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0), &req);
+    ck_assert(!req.limit.set);
+    ck_assert_uint_eq(req.cost, 1);
+
+#define INL(...) RAW(0x97, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, __VA_ARGS__)
+    expect_fault("not an array", INL(0x05), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "limit must be nil or [algorithm, limit, window_ms, burst|nil]");
+    expect_fault("3 parts", INL(0x93, 0xa4, 'g', 'c', 'r', 'a', 0x01, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "limit must be nil or [algorithm");
+    expect_fault("algo int", INL(0x94, 0x01, 0x01, 0x01, 0xc0), RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "limit's algorithm must be a string");
+    expect_fault("algo unknown", INL(0x94, 0xa4, 'G', 'C', 'R', 'A', 0x01, 0x01, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "limit's algorithm is unknown (use fixed_window");
+    expect_fault("algo prefix", INL(0x94, 0xa3, 'g', 'c', 'r', 0x01, 0x01, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "limit's algorithm is unknown");
+    expect_fault("limit 0", INL(0x94, 0xa4, 'g', 'c', 'r', 'a', 0x00, 0x01, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "limit's limit must be an unsigned integer of 1..4294967295");
+    expect_fault("limit 2^32", INL(0x94, 0xa4, 'g', 'c', 'r', 'a', 0xcf, 0, 0, 0, 1, 0, 0, 0, 0,
+                                   0x01, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "limit's limit must be");
+    expect_fault("limit neg", INL(0x94, 0xa4, 'g', 'c', 'r', 'a', 0xff, 0x01, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "limit's limit must be");
+    expect_fault("window 0", INL(0x94, 0xa4, 'g', 'c', 'r', 'a', 0x01, 0x00, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "limit's window_ms must be an unsigned integer of 1..4294967295");
+    expect_fault("window float", INL(0x94, 0xa4, 'g', 'c', 'r', 'a', 0x01, 0xca, 0x3f, 0x80, 0, 0,
+                                     0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "limit's window_ms must be");
+    expect_fault("burst on fixed_window",
+                 INL(0x94, 0xac, 'f', 'i', 'x', 'e', 'd', '_', 'w', 'i', 'n', 'd', 'o', 'w', 0x01,
+                     0x01, 0x05),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "limit's burst must be nil: only token_bucket, gcra and leaky_bucket take a burst");
+    expect_fault("burst 0", INL(0x94, 0xa4, 'g', 'c', 'r', 'a', 0x01, 0x01, 0x00),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "limit's burst must be nil or an unsigned integer of 1..4294967295");
+    expect_fault("burst str", INL(0x94, 0xa4, 'g', 'c', 'r', 'a', 0x01, 0x01, 0xa1, '5'),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "limit's burst must be nil or");
+    /* The earlier fields are judged first. */
+    expect_fault("cost first", RAW(0x97, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0xff, 0x05),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "cost must be");
+#undef INL
+}
+END_TEST
 
 START_TEST(test_check_types)
 {
@@ -1803,6 +1914,7 @@ wire_suite(void)
     tcase_add_test(tc, test_unknown_op);
     tcase_add_test(tc, test_arity);
     tcase_add_test(tc, test_check_types);
+    tcase_add_test(tc, test_inline_limit);
     tcase_add_test(tc, test_check_bounds);
     tcase_add_test(tc, test_clock_field);
     tcase_add_test(tc, test_auth_field);

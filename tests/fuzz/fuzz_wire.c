@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "ruleset.h"
 #include "wire.h"
 #include "wire_fast.h"
 #include "fuzz.h"
@@ -49,6 +50,7 @@ roundtrip_check(const struct rl_wire_req *r)
              memcmp(again.service.ptr, r->service.ptr, r->service.len) == 0);
         MUST(again.user.len == r->user.len &&
              memcmp(again.user.ptr, r->user.ptr, r->user.len) == 0);
+        MUST(memcmp(&again.limit, &r->limit, sizeof(r->limit)) == 0);
     }
     rl_buf_deinit(&b);
 }
@@ -143,6 +145,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (req.op == RL_WIRE_OP_CHECK) {
                 MUST(req.cost <= RL_WIRE_COST_MAX);
                 MUST(req.service.len >= 1 && req.user.len >= 1);
+                MUST(!req.limit.set || (req.limit.algo < RL_ALGO_COUNT && req.limit.limit >= 1 &&
+                                        req.limit.window_ms >= 1 && req.limit.burst >= 1));
                 roundtrip_check(&req);
             }
             if (req.op == RL_WIRE_OP_THROTTLED) {

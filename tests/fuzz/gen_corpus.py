@@ -34,6 +34,8 @@ wire = {
     "auth_bin": frame(b"\x93\x06\x01\xc4\x04\x00\x01\x02\x03"),
     "auth_reply": frame(b"\x93\x06\x00" + s(b"web")),
     "pipelined": frame(b"\x92\x02\x01") * 3 + frame(b"\x96\x01\x07" + s(b"s") + s(b"u") + b"\xc0\x00"),
+    "check_inline": frame(b"\x97\x01\x07" + s(b"api") + s(b"alice") + b"\xc0\x01\x94" + s(b"gcra") + b"\x0a\xcd\x03\xe8\x05"),
+    "check_inline_nil": frame(b"\x97\x01\x07" + s(b"api") + s(b"alice") + b"\xc0\x01\x94" + s(b"fixed_window") + b"\x0a\xcd\x03\xe8\xc0"),
     "check_reply": frame(b"\x97\x01\x07\x00\x0a\x09\xcd\x03\xe8\x00"),
     "ping_reply": frame(b"\x93\x02\x01" + s(b"n1")),
     "stats_reply": frame(b"\x93\x03\x02\x82" + s(b"checks") + b"\x05" + s(b"keys") + b"\xd3" + struct.pack(">q", -1)),

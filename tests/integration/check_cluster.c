@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "harness.h"
 #include "rltest.h"
+#include "ruleset.h"
 #include "shardmap.h"
 
 #define T_TIMEOUT 5000
@@ -461,6 +462,67 @@ START_TEST(test_node_death_and_return)
 }
 END_TEST
 
+/* An inline-limited CHECK (docs/PROTOCOL.md, "Inline limits") of user on the unconfigured
+ * service "free": fixed_window 1000 per 1h. */
+static struct rl_wire_check_reply
+check_inline(struct rl_client *c, const char *user, uint32_t cost)
+{
+    struct rl_wire_limit lim = {.set = true, .algo = RL_ALGO_FIXED_WINDOW, .limit = 1000,
+                                .window_ms = 3600000, .burst = 1000};
+    struct rl_wire_reply rep;
+
+    ck_assert_int_eq(rl_client_check_limit(c, "free", user, NULL, cost, &lim, &rep, T_TIMEOUT),
+                     0);
+    ck_assert_msg(rep.op == RL_WIRE_OP_CHECK, "op %u: %.*s", rep.op, (int)rep.message.len,
+                  rep.message.ptr != NULL ? rep.message.ptr : "");
+    return rep.check;
+}
+
+/* Inline counters fail over like any counter: the dead node's users get the inline failure
+ * policy (open by default) until ZooKeeper drops it, then start from zero on a survivor;
+ * everyone else keeps their count. */
+START_TEST(test_inline_failover)
+{
+    static const int all[NNODES] = {0, 1, 2};
+    struct rl_client *r0 = connect_router(0), *r1 = connect_router(1);
+    char users[NUSERS][16];
+    int owner[NUSERS], on_dead = 0;
+    struct rl_wire_check_reply c;
+
+    users_fill(users);
+    for (int u = 0; u < NUSERS; u++) {
+        owner[u] = owner_of("free", users[u], all, NNODES);
+        on_dead += owner[u] == 1;
+        for (int k = 0; k < 5; k++) {
+            c = check_inline(k % 2 ? r1 : r0, users[u], 1);
+            ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
+        }
+        ck_assert_uint_eq(c.remaining, 995);
+        ck_assert_uint_eq(c.limit, 1000);
+    }
+    ck_assert_int_gt(on_dead, 5);
+    ck_assert_int_eq(rl_harness_kill9(nodes[1].pid), 0);
+    nodes[1].pid = 0;
+    for (int u = 0; u < NUSERS; u++) {
+        c = check_inline(u % 2 ? r1 : r0, users[u], 0);
+        if (owner[u] == 1) {
+            assert_policy(&c, RL_WIRE_FAIL_OPEN, "free", users[u]);
+        } else {
+            ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
+            ck_assert_uint_eq(c.remaining, 995);
+        }
+    }
+    wait_members(2);
+    for (int u = 0; u < NUSERS; u++) {
+        c = check_inline(u % 2 ? r0 : r1, users[u], 1);
+        ck_assert_uint_eq(c.code, RL_WIRE_ALLOWED);
+        ck_assert_uint_eq(c.remaining, owner[u] == 1 ? 999 : 994);
+    }
+    rl_client_destroy(r0);
+    rl_client_destroy(r1);
+}
+END_TEST
+
 START_TEST(test_zookeeper_outage)
 {
     struct rl_client *r0 = connect_router(0), *r1 = connect_router(1);
@@ -532,6 +594,7 @@ cluster_suite(void)
     tcase_add_test(tc, test_exact_limit_across_routers);
     tcase_add_test(tc, test_table_digest);
     tcase_add_test(tc, test_node_death_and_return);
+    tcase_add_test(tc, test_inline_failover);
     tcase_add_test(tc, test_zookeeper_outage);
     tcase_add_test(tc, test_sigterm_everything);
     suite_add_tcase(s, tc);

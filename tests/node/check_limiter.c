@@ -5,6 +5,7 @@
  * unlimited table would. The algorithms' own arithmetic is check_algo's.
  */
 #include <check.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "conf.h"
 #include "keytab.h"
+#include "inltab.h"
 #include "limiter.h"
 #include "rltest.h"
 #include "wire.h"
@@ -828,6 +830,202 @@ START_TEST(test_epoch_multi_tier)
 }
 END_TEST
 
+/* A CHECK with an inline limit (algo by its cluster.conf name; burst 0: nil). */
+static int
+check_inline(struct rl_limiter *l, const char *service, const char *user, const char *algo,
+             uint32_t limit, uint32_t window, uint32_t burst, uint32_t cost, uint64_t now,
+             struct rl_wire_check_reply *rep)
+{
+    struct rl_wire_req req = req_for(service, user, NULL, cost);
+    enum rl_algo a;
+
+    RL_CHECK_INT_EQ(rl_algo_parse(algo, &a), 0);
+    req.limit.set = true;
+    req.limit.algo = (uint8_t)a;
+    req.limit.limit = limit;
+    req.limit.window_ms = window;
+    req.limit.has_burst = burst != 0;
+    req.limit.burst = burst != 0 ? burst : limit;
+    return rl_limiter_check(l, &req, now, rep);
+}
+
+/* Every algorithm judges an inline limit exactly as the same configured tier. */
+START_TEST(test_inline_same_as_configured)
+{
+    static const char *const algos[] = {"fixed_window",   "sliding_window_log",
+                                        "sliding_window_counter", "token_bucket",
+                                        "gcra",           "leaky_bucket"};
+    char text[4096] = "";
+    size_t n = 0;
+
+    for (int i = 0; i < 6; i++) {
+        bool b = i >= 3;
+
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "[service s%d]\nlimit = %s 5 per 1s%s\n",
+                              i, algos[i], b ? " burst 3" : "");
+    }
+    struct rl_conf *c = conf_from(text);
+    struct rl_limiter *l = limiter_from(c, 0);
+
+    for (int i = 0; i < 6; i++) {
+        char svc[8];
+        bool b = i >= 3;
+        unsigned allowed = 0;
+
+        snprintf(svc, sizeof(svc), "s%d", i);
+        for (int k = 0; k < 40; k++) {
+            uint64_t now = T0 + (uint64_t)k * 70;
+            struct rl_wire_check_reply want = check(l, svc, "alice", NULL, 1, now);
+            struct rl_wire_check_reply got;
+
+            RL_CHECK_INT_EQ(check_inline(l, "free", "alice", algos[i], 5, 1000, b ? 3 : 0, 1, now,
+                                         &got),
+                            0);
+            RL_CHECK(memcmp(&want, &got, sizeof(got)) == 0,
+                     "%s request %d: inline [%u %llu %llu %llu %llu], configured [%u %llu]",
+                     algos[i], k, got.code, (unsigned long long)got.limit,
+                     (unsigned long long)got.remaining, (unsigned long long)got.reset_ms,
+                     (unsigned long long)got.retry_after_ms, want.code,
+                     (unsigned long long)want.remaining);
+            allowed += got.code == RL_WIRE_ALLOWED;
+        }
+        RL_CHECK(allowed > 0 && allowed < 40, "%s allowed %u of 40", algos[i], allowed);
+    }
+    /* fixed_window at its boundary: 5 in the window, the 6th refused, the next window free. */
+    for (int k = 0; k < 5; k++) {
+        struct rl_wire_check_reply r;
+
+        RL_CHECK_INT_EQ(check_inline(l, "edge", "bob", "fixed_window", 5, 1000, 0, 1, T0 + 10, &r),
+                        0);
+        assert_reply(&r, RL_WIRE_ALLOWED, 5, 4 - (uint64_t)k, 990, 0);
+    }
+    {
+        struct rl_wire_check_reply r;
+
+        RL_CHECK_INT_EQ(check_inline(l, "edge", "bob", "fixed_window", 5, 1000, 0, 1, T0 + 999, &r),
+                        0);
+        assert_reply(&r, RL_WIRE_LIMITED, 5, 0, 1, 1);
+        RL_CHECK_INT_EQ(check_inline(l, "edge", "bob", "fixed_window", 5, 1000, 0, 1, T0 + 1000,
+                                     &r),
+                        0);
+        assert_reply(&r, RL_WIRE_ALLOWED, 5, 4, 1000, 0);
+    }
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* Two inline limits on one user, and a configured rule, never share a counter; a service with
+ * configured rules refuses inline limits. */
+START_TEST(test_inline_separate)
+{
+    struct rl_conf *c = conf_from("[service api /pay]\nlimit = fixed_window 2 per 1s\n");
+    struct rl_limiter *l = limiter_from(c, 0);
+    struct rl_wire_check_reply r;
+    struct rl_limiter_stats st;
+
+    for (int k = 0; k < 3; k++) {
+        RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 3, 1000, 0, 1, T0, &r), 0);
+        RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    }
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 3, 1000, 0, 1, T0, &r), 0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_LIMITED);
+    /* Another limit (window differs) for the same user: a fresh count. */
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 3, 2000, 0, 1, T0, &r), 0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 3, 2, 2000, 0);
+    /* The same limit for another service or user: fresh too. */
+    RL_CHECK_INT_EQ(check_inline(l, "y", "u", "fixed_window", 3, 1000, 0, 1, T0, &r), 0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 3, 2, 1000, 0);
+    RL_CHECK_INT_EQ(check_inline(l, "x", "v", "fixed_window", 3, 1000, 0, 1, T0, &r), 0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 3, 2, 1000, 0);
+    /* "api" has a rule (for one endpoint only): inline refused, nothing counted. */
+    st = stats(l);
+    RL_CHECK_INT_EQ(check_inline(l, "api", "u", "fixed_window", 100, 1000, 0, 1, T0, &r), -EPERM);
+    RL_CHECK_UINT_EQ(stats(l).checks, st.checks);
+    r = check(l, "api", "u", "/pay", 1, T0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 2, 1, 1000, 0);
+    /* A service named like a prefix of a configured one is not it. */
+    RL_CHECK_INT_EQ(check_inline(l, "ap", "u", "fixed_window", 1, 1000, 0, 1, T0, &r), 0);
+    st = stats(l);
+    RL_CHECK_UINT_EQ(st.keys, 6);
+    RL_CHECK_UINT_EQ(st.checks, 9);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* At most RL_INLTAB_MAX distinct inline limits with keys; a limit whose keys are gone frees
+ * its place. */
+START_TEST(test_inline_bound)
+{
+    struct rl_conf *c = conf_from("[service api]\nlimit = fixed_window 2 per 1s\n");
+    struct rl_limiter *l = limiter_from(c, 64u << 20);
+    struct rl_wire_check_reply r;
+
+    for (uint32_t k = 0; k < RL_INLTAB_MAX; k++) {
+        RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 10 + k, 1000, 0, 1, T0, &r), 0);
+        RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    }
+    RL_CHECK_UINT_EQ(stats(l).keys, RL_INLTAB_MAX);
+    /* One more distinct limit: refused; a known one still answers. */
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 5, 1000, 0, 1, T0, &r), -ENOSPC);
+    RL_CHECK_INT_EQ(check_inline(l, "x", "w", "fixed_window", 10, 1000, 0, 1, T0, &r), 0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    /* A peek keeps no key, so it cannot free a place either. */
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 6, 1000, 0, 0, T0, &r), -ENOSPC);
+    /* Once the window has passed, the sweep forgets the keys and their limits can go. */
+    rl_limiter_sweep(l, T0 + 5000, 1u << 24);
+    RL_CHECK_UINT_EQ(stats(l).keys, 0);
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 5, 1000, 0, 1, T0 + 5000, &r), 0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 4, 1000, 0);
+    /* Configured rules still work. */
+    r = check(l, "api", "u", NULL, 1, T0 + 5000);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* A change of the rules renumbers configured tiers but keeps inline counters. */
+START_TEST(test_inline_kept_by_rules_change)
+{
+    struct rl_conf *c = conf_from("[service api]\nlimit = fixed_window 2 per 1m\n");
+    struct rl_limiter *l = limiter_from(c, 0);
+    struct rl_conf *fresh = NULL;
+    struct rl_limiter_reload res;
+    struct rl_wire_check_reply r;
+    char err[256] = "";
+
+    for (int k = 0; k < 3; k++) {
+        RL_CHECK_INT_EQ(check_inline(l, "x", "u", "gcra", 4, 60000, 4, 1, T0, &r), 0);
+    }
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "token_bucket", 4, 60000, 0, 1, T0, &r), 0);
+    RL_CHECK_INT_EQ(rl_conf_parse_rules("rules.conf",
+                                        "[service a]\nlimit = gcra 1 per 1s\nlimit = gcra 2 per 1s\n"
+                                        "[service b]\nlimit = fixed_window 9 per 1s\n"
+                                        "[service api]\nlimit = fixed_window 3 per 1m\n",
+                                        &fresh, err, sizeof(err)),
+                    0);
+    RL_CHECK_INT_EQ(rl_conf_swap_rules(c, fresh, NULL, 0), 0);
+    RL_CHECK_INT_EQ(rl_limiter_set_rules(l, c, &res), 0);
+    RL_CHECK_UINT_EQ(res.keys_kept, 2);
+    RL_CHECK_UINT_EQ(stats(l).keys, 2);
+    /* gcra 4 per 1m burst 4: 3 used, so one left, then refused. */
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "gcra", 4, 60000, 4, 1, T0 + 1, &r), 0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "gcra", 4, 60000, 4, 1, T0 + 2, &r), 0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_LIMITED);
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "token_bucket", 4, 60000, 0, 1, T0 + 2, &r), 0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    RL_CHECK_UINT_EQ(r.remaining, 2);
+    /* A service that gained rules refuses inline from now on. */
+    RL_CHECK_INT_EQ(check_inline(l, "b", "u", "gcra", 4, 60000, 4, 1, T0, &r), -EPERM);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(fresh);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 static Suite *
 limiter_suite(void)
 {
@@ -853,6 +1051,10 @@ limiter_suite(void)
     tcase_add_test(tc, test_epoch_log_released);
     tcase_add_test(tc, test_epoch_refused_keeps_old);
     tcase_add_test(tc, test_epoch_multi_tier);
+    tcase_add_test(tc, test_inline_same_as_configured);
+    tcase_add_test(tc, test_inline_separate);
+    tcase_add_test(tc, test_inline_bound);
+    tcase_add_test(tc, test_inline_kept_by_rules_change);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -48,7 +48,8 @@
     X(SERVICE, "service")                                                                          \
     X(SINCE, "since")                                                                              \
     X(TOP, "top")                                                                                  \
-    X(JSON, "json")
+    X(JSON, "json")                                                                                \
+    X(LIMIT, "limit")
 
 enum cli_opt_bit {
 #define CLI_OPT_ENUM(n, s) CLI_OPTBIT_##n,
@@ -72,6 +73,7 @@ struct cli {
     uint64_t since_ms;   /* throttled --since */
     uint32_t top;        /* throttled --top; 0: the server's default */
     bool json;           /* --json (status, throttled) */
+    const char *limit;   /* check --limit: an inline limit in cluster.conf's syntax */
     unsigned given;      /* CLI_O() of the options given */
 };
 

@@ -53,8 +53,34 @@ cli_cmd_check(const struct cli *o, const struct cli_cmd *cmd, int argc, char **a
         x.req.endpoint = (struct rl_wire_str){endpoint, (uint32_t)strlen(endpoint)};
     }
     x.req.cost = o->cost;
-    snprintf(label, sizeof(label), "%s %s %s%s%s cost=%u", cli_cmd_name(cmd), argv[0], argv[1],
-             endpoint ? " " : "", endpoint ? endpoint : "", o->cost);
+    if (o->limit != NULL) {
+        /* The config's own parser: "limit = " in a section of its own. */
+        struct rl_conf *c = NULL;
+        char text[1200], err[512] = "";
+        const struct rl_tier *t;
+
+        if (strlen(o->limit) > 1000 || strchr(o->limit, '\n') != NULL) {
+            return cli_usage_error("--limit: expected %s", "ALGORITHM N per DURATION [burst B]");
+        }
+        snprintf(text, sizeof(text), "[service x]\nlimit = %s\n", o->limit);
+        if (rl_conf_parse_rules("--limit", text, &c, err, sizeof(err)) != 0 || c->ntiers != 1) {
+            const char *why = strstr(err, "limit: ");
+
+            rl_conf_destroy(c);
+            return cli_usage_error("--limit: %s", why != NULL ? why + 7 : err);
+        }
+        t = &c->tiers[0];
+        x.req.limit.set = true;
+        x.req.limit.algo = (uint8_t)t->algo;
+        x.req.limit.limit = t->limit;
+        x.req.limit.window_ms = t->window_ms;
+        x.req.limit.burst = t->burst;
+        x.req.limit.has_burst = rl_algo_has_burst(t->algo); /* B, or N when not given */
+        rl_conf_destroy(c);
+    }
+    snprintf(label, sizeof(label), "%s %s %s%s%s cost=%u%s%s", cli_cmd_name(cmd), argv[0], argv[1],
+             endpoint ? " " : "", endpoint ? endpoint : "", o->cost, o->limit ? " limit=" : "",
+             o->limit ? o->limit : "");
     x.label = label;
     return cli_exchange(o, cmd, &x);
 }

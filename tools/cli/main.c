@@ -19,9 +19,9 @@
 static const struct cli_cmd commands[] = {
     {.op = RL_WIRE_OP_CHECK,
      .run = cli_cmd_check,
-     .synopsis = "SERVICE USER [ENDPOINT] [--cost N] [--repeat N] [--interval-ms MS]",
+     .synopsis = "SERVICE USER [ENDPOINT] [--cost N] [--limit LIMIT] [--repeat N] [--interval-ms MS]",
      .help = "ask for a decision; one line per reply",
-     .opts = CLI_O(COST) | CLI_O(REPEAT) | CLI_O(INTERVAL)},
+     .opts = CLI_O(COST) | CLI_O(REPEAT) | CLI_O(INTERVAL) | CLI_O(LIMIT)},
     {.op = RL_WIRE_OP_PING, .run = cli_cmd_query, .help = "who answers (a router or a node's name)"},
     {.op = RL_WIRE_OP_STATS,
      .run = cli_cmd_query,
@@ -121,6 +121,8 @@ usage(FILE *f)
                "  --target HOST:PORT  server (default " CLI_DEFAULT_TARGET ", the router)\n"
                "  --timeout-ms MS     per request and for connecting (default 2000)\n"
                "  --cost N            cost of each CHECK (default 1; 0 peeks)\n"
+               "  --limit LIMIT       check: send an inline limit, cluster.conf's syntax\n"
+               "                      (\"gcra 10 per 1s burst 5\"; docs/PROTOCOL.md)\n"
                "  --repeat N          send the CHECK N times (default 1)\n"
                "  --interval-ms MS    pause between repeated CHECKs (default 0)\n"
                "  --shards S          shard count for hash (default 4096)\n"
@@ -225,6 +227,7 @@ static const struct option long_opts[] = {
     {"since", required_argument, NULL, OPT(SINCE)},
     {"top", required_argument, NULL, OPT(TOP)},
     {"json", no_argument, NULL, OPT(JSON)},
+    {"limit", required_argument, NULL, OPT(LIMIT)},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -323,6 +326,9 @@ take_option(struct cli *o, int ch, const char *arg)
         return 0;
     case OPT(JSON):
         o->json = true;
+        return 0;
+    case OPT(LIMIT):
+        o->limit = arg;
         return 0;
     case OPT_HELP:
         usage(stdout);

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .client import load_token, settle_many
 from .policy import FailurePolicy, as_policy
@@ -231,10 +231,11 @@ class AsyncClient:
         return [f.result() for f in futs]  # raises the connection's error, if it failed
 
     async def check(self, service: str, user: str, endpoint: Optional[str] = None,
-                    cost: int = 1, timeout: Optional[float] = None) -> Reply:
+                    cost: int = 1, timeout: Optional[float] = None,
+                    limit: Optional[Any] = None) -> Reply:
         """As Client.check: a Reply, ServerError, or Unavailable/Timeout unless the
-        failure policy answers (``local=True``)."""
-        c = as_check((service, user, endpoint, cost))
+        failure policy answers (``local=True``); ``limit`` an inline limit."""
+        c = as_check((service, user, endpoint, cost, limit))
         return (await self.check_many([c], timeout))[0]  # type: ignore[return-value]
 
     async def check_many(self, requests: Sequence[CheckLike], timeout: Optional[float] = None,

@@ -8,7 +8,7 @@ import select
 import socket
 import threading
 import time
-from typing import (Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence,
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence,
                     TypeVar, Union)
 
 from .policy import FailurePolicy, as_policy
@@ -215,11 +215,12 @@ class Client:
     # -- API ----------------------------------------------------------------------------
 
     def check(self, service: str, user: str, endpoint: Optional[str] = None, cost: int = 1,
-              timeout: Optional[float] = None) -> Reply:
+              timeout: Optional[float] = None, limit: Optional[Any] = None) -> Reply:
         """One CHECK. Raises ServerError on an ERROR reply, Unavailable/Timeout when the
         router cannot be reached or does not answer in time, unless the failure policy has
-        an answer for the service (a Reply with ``local=True``)."""
-        c = as_check((service, user, endpoint, cost))
+        an answer for the service (a Reply with ``local=True``). ``limit`` sends an inline
+        limit (Check.limit): ``("gcra", 10, 1000, 5)`` or ``"gcra 10 per 1s burst 5"``."""
+        c = as_check((service, user, endpoint, cost, limit))
         return self.check_many([c], timeout=timeout)[0]  # type: ignore[return-value]
 
     def check_many(self, requests: Sequence[CheckLike], timeout: Optional[float] = None,
@@ -348,9 +349,9 @@ class ClientPool:
             raise Timeout("no free client in the pool") from None
 
     def check(self, service: str, user: str, endpoint: Optional[str] = None, cost: int = 1,
-              timeout: Optional[float] = None) -> Reply:
+              timeout: Optional[float] = None, limit: Optional[Any] = None) -> Reply:
         with self.client() as c:
-            return c.check(service, user, endpoint, cost, timeout)
+            return c.check(service, user, endpoint, cost, timeout, limit=limit)
 
     def check_many(self, requests: Sequence[CheckLike], timeout: Optional[float] = None,
                    return_exceptions: bool = False) -> List[Union[Reply, ServerError]]:

@@ -159,12 +159,64 @@ class Reply:
 
 @dataclass(frozen=True)
 class Check:
-    """One CHECK request (for check_many)."""
+    """One CHECK request (for check_many). ``limit``, when given, is an inline limit
+    (docs/PROTOCOL.md, "Inline limits"): ``(algorithm, limit, window_ms)`` or
+    ``(algorithm, limit, window_ms, burst)``, or the config's own syntax as a str,
+    ``"gcra 10 per 1s burst 5"``."""
 
     service: str
     user: str
     endpoint: Optional[str] = None
     cost: int = 1
+    limit: Optional[Any] = None
+
+
+ALGORITHMS = ("fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket",
+              "gcra", "leaky_bucket")
+_BURST_ALGORITHMS = ("token_bucket", "gcra", "leaky_bucket")
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_U32 = 4294967295
+
+
+def parse_limit(text: str) -> Tuple[str, int, int, Optional[int]]:
+    """``ALGORITHM N per DURATION [burst B]`` (docs/CONFIG.md, ``limit``) as the tuple
+    ``(algorithm, limit, window_ms, burst or None)``; ValueError when it is not one."""
+    tok = text.split()
+    if len(tok) not in (4, 6) or tok[2] != "per" or (len(tok) == 6 and tok[4] != "burst"):
+        raise ValueError(f"limit {text!r} is not \"ALGORITHM N per DURATION [burst B]\"")
+    dur = tok[3]
+    digits = dur.rstrip("smhd")
+    unit = dur[len(digits):]
+    if not digits.isdigit() or unit not in _UNITS_MS:
+        raise ValueError(f"limit {text!r} has a window {dur!r} that is not a duration (50ms, 4s, "
+                         "10m, 1h, 1d)")
+    if not tok[1].isdigit() or (len(tok) == 6 and not tok[5].isdigit()):
+        raise ValueError(f"limit {text!r}: N and B must be numbers")
+    burst = int(tok[5]) if len(tok) == 6 else None
+    return (tok[0], int(tok[1]), int(digits) * _UNITS_MS[unit], burst)
+
+
+def limit_tuple(limit: Any) -> Tuple[str, int, int, Optional[int]]:
+    """An inline limit as ``(algorithm, limit, window_ms, burst or None)``, checked against
+    the bounds of docs/PROTOCOL.md."""
+    if isinstance(limit, str):
+        t = parse_limit(limit)
+    elif isinstance(limit, (tuple, list)) and len(limit) in (3, 4):
+        t = (limit[0], limit[1], limit[2], limit[3] if len(limit) == 4 else None)
+    else:
+        raise TypeError("limit must be (algorithm, limit, window_ms[, burst]) or a str")
+    algo, n, w, b = t
+    if algo not in ALGORITHMS:
+        raise ValueError(f"limit's algorithm must be one of {', '.join(ALGORITHMS)}")
+    for what, v in (("limit", n), ("window_ms", w)):
+        if type(v) is not int or not 1 <= v <= _U32:
+            raise ValueError(f"limit's {what} must be an int of 1..{_U32}")
+    if b is not None:
+        if algo not in _BURST_ALGORITHMS:
+            raise ValueError("only token_bucket, gcra and leaky_bucket take a burst")
+        if type(b) is not int or not 1 <= b <= _U32:
+            raise ValueError(f"limit's burst must be an int of 1..{_U32}")
+    return (algo, n, w, b)
 
 
 CheckLike = Union[Check, Tuple[Any, ...], Dict[str, Any]]
@@ -238,6 +290,8 @@ def validate_check(c: Check) -> None:
         _str_bytes(c.endpoint, "endpoint", 0, 128)
     if type(c.cost) is not int or not 0 <= c.cost <= 1_000_000:
         raise ValueError("cost must be an int of 0..1000000")
+    if c.limit is not None:
+        limit_tuple(c.limit)
 
 
 def frame(payload: bytes) -> bytes:
@@ -251,6 +305,9 @@ def _pack(msg: List[Any]) -> bytes:
 
 
 def encode_check(rid: int, c: Check) -> bytes:
+    if c.limit is not None:
+        return _pack([Op.CHECK.value, rid, c.service, c.user, c.endpoint, c.cost,
+                      list(limit_tuple(c.limit))])
     return _pack([Op.CHECK.value, rid, c.service, c.user, c.endpoint, c.cost])
 
 

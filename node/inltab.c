@@ -1,0 +1,222 @@
+/*
+ * inltab: interned inline limits (inltab.h). A growing array of slots (doubling up to
+ * RL_INLTAB_MAX) with a free list, and an open-addressing index of the limits by value,
+ * rebuilt whenever slots are reclaimed or the array grows (load at most 1/2).
+ */
+#include "inltab.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+struct inl_slot {
+    struct rl_tier tier;
+    uint32_t refs;
+    bool used;
+};
+
+struct rl_inltab {
+    struct inl_slot *slots;
+    uint32_t cap;   /* slots allocated */
+    uint32_t nused; /* slots in use */
+    uint32_t nzero; /* of which with no key */
+    uint32_t *freel; /* free slot numbers below cap, nfree of them */
+    uint32_t nfree;
+    uint32_t *index; /* slot + 1, 0 empty; mask + 1 of them */
+    uint32_t mask;
+};
+
+int
+rl_inltab_create(struct rl_inltab **out)
+{
+    *out = calloc(1, sizeof(**out));
+    return *out == NULL ? -ENOMEM : 0;
+}
+
+void
+rl_inltab_destroy(struct rl_inltab *t)
+{
+    if (t != NULL) {
+        free(t->slots);
+        free(t->freel);
+        free(t->index);
+        free(t);
+    }
+}
+
+static uint64_t
+inl_hash(const struct rl_tier *w)
+{
+    uint32_t k[4] = {(uint32_t)w->algo, w->limit, w->window_ms, w->burst};
+
+    return XXH3_64bits(k, sizeof(k));
+}
+
+static bool
+inl_same(const struct rl_tier *a, const struct rl_tier *b)
+{
+    return a->algo == b->algo && a->limit == b->limit && a->window_ms == b->window_ms &&
+           a->burst == b->burst;
+}
+
+/* Rebuilds the index for the slots in use, sized for cap. */
+static int
+inl_reindex(struct rl_inltab *t)
+{
+    uint32_t size = 16;
+    uint32_t *ix;
+
+    while (size < 2 * t->cap) {
+        size *= 2;
+    }
+    ix = calloc(size, sizeof(*ix));
+    if (ix == NULL) {
+        return -ENOMEM;
+    }
+    for (uint32_t s = 0; s < t->cap; s++) {
+        if (t->slots[s].used) {
+            size_t i = (size_t)inl_hash(&t->slots[s].tier) & (size - 1);
+
+            while (ix[i] != 0) {
+                i = (i + 1) & (size - 1);
+            }
+            ix[i] = s + 1;
+        }
+    }
+    free(t->index);
+    t->index = ix;
+    t->mask = size - 1;
+    return 0;
+}
+
+/* Frees every slot with no key (none is in the middle of a check: interns come first). */
+static int
+inl_reclaim(struct rl_inltab *t)
+{
+    for (uint32_t s = 0; s < t->cap; s++) {
+        if (t->slots[s].used && t->slots[s].refs == 0) {
+            t->slots[s].used = false;
+            t->freel[t->nfree++] = s;
+            t->nused--;
+        }
+    }
+    t->nzero = 0;
+    return inl_reindex(t);
+}
+
+static int
+inl_grow(struct rl_inltab *t)
+{
+    uint32_t cap = t->cap == 0 ? 64 : t->cap * 2;
+    struct inl_slot *slots;
+    uint32_t *freel;
+
+    if (cap > RL_INLTAB_MAX) {
+        cap = RL_INLTAB_MAX;
+    }
+    slots = realloc(t->slots, cap * sizeof(*slots));
+    if (slots == NULL) {
+        return -ENOMEM;
+    }
+    t->slots = slots;
+    freel = realloc(t->freel, cap * sizeof(*freel));
+    if (freel == NULL) {
+        return -ENOMEM;
+    }
+    t->freel = freel;
+    memset(&slots[t->cap], 0, (cap - t->cap) * sizeof(*slots));
+    /* Lowest slots first off the free list: pushed high to low. */
+    for (uint32_t s = cap; s > t->cap; s--) {
+        t->freel[t->nfree++] = s - 1;
+    }
+    t->cap = cap;
+    return inl_reindex(t);
+}
+
+int
+rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t *id)
+{
+    struct inl_slot *sl;
+    uint32_t s;
+    int rc;
+
+    if (t->index != NULL) {
+        for (size_t i = (size_t)inl_hash(want) & t->mask; t->index[i] != 0;
+             i = (i + 1) & t->mask) {
+            if (inl_same(&t->slots[t->index[i] - 1].tier, want)) {
+                *id = RL_INLTAB_BASE + t->index[i] - 1;
+                return 0;
+            }
+        }
+    }
+    if (t->nfree == 0) {
+        if (t->cap < RL_INLTAB_MAX) {
+            rc = inl_grow(t);
+        } else if (t->nzero > 0) {
+            rc = inl_reclaim(t);
+        } else {
+            return -ENOSPC;
+        }
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    s = t->freel[--t->nfree];
+    sl = &t->slots[s];
+    memset(sl, 0, sizeof(*sl));
+    sl->tier.algo = want->algo;
+    sl->tier.limit = want->limit;
+    sl->tier.window_ms = want->window_ms;
+    sl->tier.burst = want->burst;
+    sl->tier.id = RL_INLTAB_BASE + s;
+    sl->tier.seed = 0; /* inline keys are hashed by limiter.c's own seed */
+    sl->used = true;
+    t->nused++;
+    t->nzero++;
+    {
+        size_t i = (size_t)inl_hash(want) & t->mask;
+
+        while (t->index[i] != 0) {
+            i = (i + 1) & t->mask;
+        }
+        t->index[i] = s + 1;
+    }
+    *id = sl->tier.id;
+    return 0;
+}
+
+const struct rl_tier *
+rl_inltab_tier(const struct rl_inltab *t, uint32_t id)
+{
+    uint32_t s = id - RL_INLTAB_BASE;
+
+    if (!rl_inltab_is(id) || s >= t->cap || !t->slots[s].used) {
+        return NULL;
+    }
+    return &t->slots[s].tier;
+}
+
+void
+rl_inltab_ref(struct rl_inltab *t, uint32_t id, int delta)
+{
+    struct inl_slot *sl;
+
+    if (rl_inltab_tier(t, id) == NULL) {
+        return;
+    }
+    sl = &t->slots[id - RL_INLTAB_BASE];
+    if (delta > 0) {
+        t->nzero -= sl->refs == 0;
+        sl->refs++;
+    } else if (sl->refs > 0) {
+        sl->refs--;
+        t->nzero += sl->refs == 0;
+    }
+}
+
+size_t
+rl_inltab_count(const struct rl_inltab *t)
+{
+    return t->nused;
+}
