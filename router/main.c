@@ -17,6 +17,7 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "envoycfg.h"
 #include "parse.h"
 #include "router.h"
 #include "rproc.h"
@@ -29,6 +30,7 @@ struct router_main {
     struct rl_zkm *zkm;
     const char *name;
     uint32_t workers; /* --workers; 0: the config's */
+    struct rl_envoy_config *envoy; /* [cluster] envoy_config, loaded at start; NULL: none */
 };
 
 enum { OPT_WORKERS = 0x2000 };
@@ -216,11 +218,30 @@ main(int argc, char **argv)
     rc = rl_daemon_init(&m.d, &router_spec, argc, argv, &m);
     if (rc != RL_DAEMON_RUN) {
         rl_daemon_destroy(&m.d);
+        rl_envoy_config_free(m.envoy);
         return rc;
     }
     if (rl_daemon_listen(&m.d, m.d.conf->router_host, m.d.conf->router_port,
                          "no [router] listen", m.d.conf->nauth_clients > 0) != 0) {
         rl_daemon_destroy(&m.d);
+        rl_envoy_config_free(m.envoy);
+        return 2;
+    }
+    /* [cluster] envoy_config: loaded whole before anything serves, or the router stops with
+     * the first problem as FILE:LINE (docs/ENVOY.md). */
+    if (m.d.conf->envoy_config[0] != '\0') {
+        if (rl_envoy_load(m.d.conf->envoy_config, NULL, &m.envoy, err, sizeof(err)) != 0) {
+            rl_daemon_fail(&m.d, "rl-router: [cluster] envoy_config: %s", err);
+            rl_daemon_destroy(&m.d);
+            rl_envoy_config_free(m.envoy);
+            return 2;
+        }
+        rl_log_info("envoy_config %s: %zu domains, %zu descriptors", m.d.conf->envoy_config,
+                    m.envoy->ndomains, m.envoy->ndescriptors);
+    } else if (m.d.conf->rls_host != NULL) {
+        rl_daemon_fail(&m.d, "rl-router: [router] rls needs [cluster] envoy_config");
+        rl_daemon_destroy(&m.d);
+        rl_envoy_config_free(m.envoy);
         return 2;
     }
     /* One name everywhere: PING, STATS and its routers/ znode (rl-cli status). */
@@ -235,6 +256,7 @@ main(int argc, char **argv)
     opts.host = m.d.host;
     opts.port = m.d.port;
     opts.limits = m.d.conf->clients;
+    opts.envoy = m.envoy;
     popts.router = opts;
     popts.config_path = m.d.config_path;
     popts.workers = m.workers != 0 ? m.workers : rl_rproc_default_workers(m.d.conf);
@@ -248,6 +270,7 @@ main(int argc, char **argv)
             rl_daemon_fail(&m.d, "rl-router: cannot serve on %s: %s", m.d.addr, uv_strerror(rc));
         }
         rl_daemon_destroy(&m.d);
+        rl_envoy_config_free(m.envoy);
         return 1;
     }
     if (m.d.conf->zookeeper[0] == '\0') {
@@ -280,6 +303,7 @@ main(int argc, char **argv)
         rl_zkm_destroy(m.zkm);
         rl_rproc_close(m.proc);
         rl_daemon_destroy(&m.d);
+        rl_envoy_config_free(m.envoy);
         return 1;
     }
     {
@@ -290,6 +314,7 @@ main(int argc, char **argv)
         if (rc != 0) {
             router_stop(&m.d);
             rl_daemon_destroy(&m.d);
+            rl_envoy_config_free(m.envoy);
             return rc;
         }
     }
@@ -298,5 +323,6 @@ main(int argc, char **argv)
                 m.d.conf->deadline_ms, rl_rproc_workers(m.proc));
     rl_daemon_run(&m.d);
     rl_daemon_destroy(&m.d);
+    rl_envoy_config_free(m.envoy);
     return 0;
 }

@@ -59,6 +59,8 @@ struct rl_router_stats {
 #define RL_ROUTER_FIRST_WARN_MS 3000u
 #define RL_ROUTER_WARN_MS 10000u
 
+struct rl_envoy_config;
+
 struct rl_router_opts {
     const char *name; /* answered to PING */
     const char *host;
@@ -78,6 +80,9 @@ struct rl_router_opts {
      * NULL: conf's request_log is opened by the router itself). */
     bool adopt;
     struct rl_reqlog *log;
+    /* The envoyproxy/ratelimit configuration ([cluster] envoy_config) the gRPC front answers
+     * from, loaded once by the process and read-only while any router runs; NULL: none. */
+    const struct rl_envoy_config *envoy;
 };
 
 
