@@ -61,6 +61,7 @@ rl_router_maybe_free(struct rl_router *r)
     rl_table_deinit(r);
     rl_pending_deinit(r);
     rl_shed_deinit(r);
+    rl_rls_free(r);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
     pthread_mutex_destroy(&r->mu);
@@ -175,6 +176,7 @@ rl_router_close(struct rl_router *r)
     uv_close((uv_handle_t *)&r->hot_timer, router_handle_closed);
     rl_health_close(r);
     rl_listener_close(&r->listener, router_listener_closed);
+    rl_rls_close(r);
     rl_table_close(r);
     /* Whatever is still pending has no client left to answer (all closed above). */
     rl_pending_drain(r);

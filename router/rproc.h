@@ -70,6 +70,9 @@ void rl_rproc_set_members(struct rl_rproc *p, const struct rl_member *members, s
 void rl_rproc_set_assignment(struct rl_rproc *p, const char *text, size_t len, int64_t version);
 void rl_rproc_set_zookeeper(struct rl_rproc *p, const char *addr, int state);
 
+/* A gRPC connection accepted on [router] rls closed (its worker's rls.c): one fewer open. */
+void rl_rproc_rls_closed(struct rl_rproc *p);
+
 /* SIGHUP: reopens the request log and has every worker reload the rules of the config file. */
 void rl_rproc_hup(struct rl_rproc *p);
 
