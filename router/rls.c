@@ -865,6 +865,11 @@ on_written(uv_write_t *w, int status)
         conn_close(c);
         return;
     }
+    if (c->writing == 0 && !nghttp2_session_want_read(c->ng) &&
+        !nghttp2_session_want_write(c->ng)) {
+        conn_close(c); /* a GOAWAY went out and nothing is left to do */
+        return;
+    }
     if (!c->reading && c->writing < RLS_WRITE_QUEUE_MAX) {
         c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
     }
