@@ -244,6 +244,18 @@ main(int argc, char **argv)
         rl_envoy_config_free(m.envoy);
         return 2;
     }
+    /* The gRPC front authenticates no one: a non-loopback address needs insecure = yes. */
+    if (m.d.conf->rls_host != NULL && !rl_parse_is_loopback(m.d.conf->rls_host) &&
+        !m.d.conf->insecure) {
+        rl_daemon_fail(&m.d,
+                       "rl-router: [router] rls %s is not a loopback address, and nothing "
+                       "authenticates gRPC clients: anyone who reaches it could spend any "
+                       "descriptor's quota. Set [cluster] insecure = yes to serve it anyway",
+                       m.d.conf->rls_host);
+        rl_daemon_destroy(&m.d);
+        rl_envoy_config_free(m.envoy);
+        return 2;
+    }
     /* One name everywhere: PING, STATS and its routers/ znode (rl-cli status). */
     if (m.d.name == NULL) {
         char host[64] = "";

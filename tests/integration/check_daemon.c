@@ -422,6 +422,17 @@ START_TEST(test_envoy_config_errors_stop_the_router)
 
         run_one_line(argv, 2, "rl-router: [router] rls needs [cluster] envoy_config");
     }
+    ck_assert_int_eq(rl_harness_write_file(yaml, "domain: edge\n"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf, "[cluster]\nenvoy_config = %s\n"
+                                                 "[router]\nlisten = 127.0.0.1:%d\n"
+                                                 "rls = 0.0.0.0:%d\n",
+                                           yaml, port, rl_harness_free_port()),
+                     0);
+    {
+        const char *argv[] = {"rl-router", "--config", conf, NULL};
+
+        run_one_line(argv, 2, "rl-router: [router] rls 0.0.0.0 is not a loopback address");
+    }
 }
 END_TEST
 
