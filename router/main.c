@@ -227,6 +227,18 @@ main(int argc, char **argv)
         rl_envoy_config_free(m.envoy);
         return 2;
     }
+    /* The gRPC front authenticates no one: a non-loopback address needs insecure = yes. */
+    if (m.d.conf->rls_host != NULL && !rl_parse_is_loopback(m.d.conf->rls_host) &&
+        !m.d.conf->insecure) {
+        rl_daemon_fail(&m.d,
+                       "rl-router: [router] rls %s is not a loopback address, and nothing "
+                       "authenticates gRPC clients: anyone who reaches it could spend any "
+                       "descriptor's quota. Set [cluster] insecure = yes to serve it anyway",
+                       m.d.conf->rls_host);
+        rl_daemon_destroy(&m.d);
+        rl_envoy_config_free(m.envoy);
+        return 2;
+    }
     /* [cluster] envoy_config: loaded whole before anything serves, or the router stops with
      * the first problem as FILE:LINE (docs/ENVOY.md). */
     if (m.d.conf->envoy_config[0] != '\0') {
@@ -240,18 +252,6 @@ main(int argc, char **argv)
                     m.envoy->ndomains, m.envoy->ndescriptors);
     } else if (m.d.conf->rls_host != NULL) {
         rl_daemon_fail(&m.d, "rl-router: [router] rls needs [cluster] envoy_config");
-        rl_daemon_destroy(&m.d);
-        rl_envoy_config_free(m.envoy);
-        return 2;
-    }
-    /* The gRPC front authenticates no one: a non-loopback address needs insecure = yes. */
-    if (m.d.conf->rls_host != NULL && !rl_parse_is_loopback(m.d.conf->rls_host) &&
-        !m.d.conf->insecure) {
-        rl_daemon_fail(&m.d,
-                       "rl-router: [router] rls %s is not a loopback address, and nothing "
-                       "authenticates gRPC clients: anyone who reaches it could spend any "
-                       "descriptor's quota. Set [cluster] insecure = yes to serve it anyway",
-                       m.d.conf->rls_host);
         rl_daemon_destroy(&m.d);
         rl_envoy_config_free(m.envoy);
         return 2;
