@@ -89,7 +89,11 @@ struct rl_rls_part {
 
 /* Per descriptor of a call: what matched. */
 struct rls_desc {
-    const struct rl_envoy_desc *d; /* NULL: no limit applies (OK, no current_limit) */
+    const struct rl_envoy_limit *limits; /* nlimits of them; none: OK, no current_limit */
+    size_t nlimits;
+    bool unlimited;
+    bool shadow;
+    struct rl_envoy_limit ovr; /* Envoy's RateLimitOverride, when the request gave one */
 };
 
 struct rls_stream {
@@ -252,17 +256,14 @@ stream_finish(struct rls_stream *s)
     }
     resp.overall_code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
     for (size_t i = 0; i < n; i++) {
-        const struct rl_envoy_desc *d = s->descs[i].d;
+        const struct rls_desc *d = &s->descs[i];
         const struct rl_rls_part *pick = NULL;
         bool over = false;
 
         envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init(&st[i]);
         stp[i] = &st[i];
         st[i].code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
-        if (d == NULL) {
-            continue; /* no limit: OK without current_limit, as upstream */
-        }
-        if (d->limits[0].unlimited) {
+        if (d->unlimited) {
             st[i].limit_remaining = UINT32_MAX; /* as upstream */
             continue;
         }
@@ -283,7 +284,7 @@ stream_finish(struct rls_stream *s)
             }
         }
         if (pick == NULL) {
-            continue;
+            continue; /* no limit: OK without current_limit, as upstream */
         }
         envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(&lims[i]);
         lims[i].name = pick->lim->name != NULL ? pick->lim->name : (char *)"";
@@ -306,7 +307,7 @@ stream_finish(struct rls_stream *s)
             durs[i].nanos = (int32_t)(ms % 1000) * 1000000;
             st[i].duration_until_reset = &durs[i];
         }
-        if (over && !d->shadow_mode) {
+        if (over && !d->shadow) {
             st[i].code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
             resp.overall_code =
                 ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
@@ -504,11 +505,36 @@ stream_call(struct rls_stream *s)
             e[k].value = d->entries[k]->value;
             e[k].value_len = strlen(d->entries[k]->value);
         }
-        m = cfg != NULL ? rl_envoy_match(cfg, req->domain, dlen, e, d->n_entries, NULL) : NULL;
-        s->descs[i].d = m;
-        if (m != NULL && !m->limits[0].unlimited) {
-            nparts += m->nlimits;
+        if (d->limit != NULL) {
+            /* Envoy's RateLimitOverride: that limit, under the same counter key, in a known
+             * domain only, never in shadow mode (as upstream); an unknown unit limits nothing */
+            struct rl_envoy_limit *o = &s->descs[i].ovr;
+
+            if (cfg == NULL || rl_envoy_domain(cfg, req->domain, dlen) == NULL ||
+                rl_envoy_unit_seconds((enum rl_envoy_unit)d->limit->unit) == 0) {
+                continue;
+            }
+            o->requests_per_unit = d->limit->requests_per_unit;
+            o->unit = (enum rl_envoy_unit)d->limit->unit;
+            o->algo = RL_ALGO_FIXED_WINDOW;
+            o->name = (char *)"";
+            s->descs[i].limits = o;
+            s->descs[i].nlimits = 1;
+            nparts++;
+            continue;
         }
+        m = cfg != NULL ? rl_envoy_match(cfg, req->domain, dlen, e, d->n_entries, NULL) : NULL;
+        if (m == NULL) {
+            continue;
+        }
+        s->descs[i].shadow = m->shadow_mode;
+        if (m->limits[0].unlimited) {
+            s->descs[i].unlimited = true;
+            continue;
+        }
+        s->descs[i].limits = m->limits;
+        s->descs[i].nlimits = m->nlimits;
+        nparts += m->nlimits;
     }
     s->parts = calloc(nparts ? nparts : 1, sizeof(*s->parts));
     if (s->parts == NULL) {
@@ -519,14 +545,14 @@ stream_call(struct rls_stream *s)
      * to a node lost while sending) cannot finish the call half-built. */
     s->outstanding = 1;
     for (size_t i = 0; i < req->n_descriptors; i++) {
-        const struct rl_envoy_desc *m = s->descs[i].d;
+        const struct rls_desc *m = &s->descs[i];
         const rls_descriptor *d = req->descriptors[i];
         const char *share[RL_ENVOY_ENTRIES_MAX];
         struct rl_envoy_entry e[RL_ENVOY_ENTRIES_MAX];
         char key[RL_WIRE_USER_MAX + 1];
         size_t klen;
 
-        if (m == NULL || m->limits[0].unlimited) {
+        if (m->nlimits == 0) {
             continue;
         }
         for (size_t k = 0; k < d->n_entries; k++) {
@@ -535,7 +561,10 @@ stream_call(struct rls_stream *s)
             e[k].value = d->entries[k]->value;
             e[k].value_len = strlen(d->entries[k]->value);
         }
-        rl_envoy_match(cfg, req->domain, dlen, e, d->n_entries, share);
+        memset(share, 0, sizeof(share[0]) * d->n_entries);
+        if (d->limit == NULL) {
+            rl_envoy_match(cfg, req->domain, dlen, e, d->n_entries, share);
+        }
         klen = rl_envoy_counter_key(key, sizeof(key), req->domain, dlen, e, d->n_entries, share);
         if (klen > RL_WIRE_USER_MAX) {
             /* Too long for a CHECK's user: its head and a hash of the whole. */

@@ -223,6 +223,39 @@ def test_many_calls_at_once(rls, pb, call):
     ch.close()
 
 
+def test_rate_limit_override(call, pb, rls):
+    """A descriptor's own limit (Envoy's RateLimitOverride) replaces the configured one, in a
+    known domain only."""
+    ch = grpc.insecure_channel(f"127.0.0.1:{rls.rls_port}")
+    stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
+                          response_deserializer=pb.RateLimitResponse.FromString)
+
+    def over(domain):
+        req = pb.RateLimitRequest(domain=domain)
+        d = req.descriptors.add()
+        e = d.entries.add()
+        e.key, e.value = "remote_address", "10.5.0.1"
+        d.limit.requests_per_unit = 1
+        d.limit.unit = 2  # MINUTE (envoy.type.v3.RateLimitUnit)
+        return stub(req, timeout=5)
+
+    r = over("edge")
+    assert r.overall_code == pb.RateLimitResponse.OK
+    assert r.statuses[0].current_limit.requests_per_unit == 1
+    assert r.statuses[0].current_limit.unit == pb.RateLimitResponse.RateLimit.MINUTE
+    assert r.statuses[0].limit_remaining == 0
+    assert over("edge").overall_code == pb.RateLimitResponse.OVER_LIMIT
+    # the configured limit of the same descriptor counts apart (3 per hour)
+    r = call("edge", [("remote_address", "10.5.0.1")])
+    assert r.statuses[0].current_limit.requests_per_unit == 3
+    assert r.statuses[0].limit_remaining == 2
+    # an unknown domain: no limit at all, as upstream
+    r = over("nowhere")
+    assert r.overall_code == pb.RateLimitResponse.OK
+    assert not r.statuses[0].HasField("current_limit")
+    ch.close()
+
+
 def test_garbage_does_not_disturb_others(rls, call, pb):
     with socket.create_connection(("127.0.0.1", rls.rls_port), 2) as s:
         s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 10)
