@@ -219,6 +219,7 @@ stream_fail(struct rls_stream *s, int status, const char *fmt, ...)
     va_list ap;
 
     s->status = status;
+    s->c->r->rls_calls[2]++;
     va_start(ap, fmt);
     vsnprintf(s->message, sizeof(s->message), fmt, ap);
     va_end(ap);
@@ -329,6 +330,10 @@ stream_finish(struct rls_stream *s)
     envoy__service__ratelimit__v3__rate_limit_response__pack(&resp, s->out + 5);
     s->out_len = 5 + len;
     s->status = GRPC_OK;
+    s->c->r->rls_calls[resp.overall_code ==
+                               ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
+                           ? 1
+                           : 0]++;
     free(st);
     free(stp);
     free(lims);

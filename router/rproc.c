@@ -444,6 +444,12 @@ rproc_poll_cb(uv_poll_t *h, int status, int events)
     }
 }
 
+uint32_t
+rl_rproc_rls_connections(const struct rl_rproc *p)
+{
+    return __atomic_load_n(&p->rls_conns, __ATOMIC_RELAXED);
+}
+
 void
 rl_rproc_rls_closed(struct rl_rproc *p)
 {

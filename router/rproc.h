@@ -73,6 +73,9 @@ void rl_rproc_set_zookeeper(struct rl_rproc *p, const char *addr, int state);
 /* A gRPC connection accepted on [router] rls closed (its worker's rls.c): one fewer open. */
 void rl_rproc_rls_closed(struct rl_rproc *p);
 
+/* gRPC connections open (or handed to a worker) on [router] rls. */
+uint32_t rl_rproc_rls_connections(const struct rl_rproc *p);
+
 /* SIGHUP: reopens the request log and has every worker reload the rules of the config file. */
 void rl_rproc_hup(struct rl_rproc *p);
 

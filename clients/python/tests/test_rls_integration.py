@@ -83,9 +83,11 @@ def rls(tmp_path_factory):
     (d / "envoy" / "edge.yaml").write_text(EDGE)
     c = harness.Cluster(d, nodes=("a", "b"))
     c.rls_port = harness.free_port()
+    c.metrics_port = harness.free_port()
     text = c.conf.read_text()
     text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = envoy\n", 1)
-    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\n", 1)
+    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\n"
+                        f"metrics = {c.metrics_port}\n", 1)
     c.conf.write_text(text)
     c.start()
     harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
@@ -254,6 +256,30 @@ def test_rate_limit_override(call, pb, rls):
     assert r.overall_code == pb.RateLimitResponse.OK
     assert not r.statuses[0].HasField("current_limit")
     ch.close()
+
+
+def metric(rls, name):
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{rls.metrics_port}/metrics", timeout=5)
+    for line in text.read().decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_metrics_count_calls(rls, call, pb):
+    ok = metric(rls, 'rl_router_rls_calls_total{result="ok"}')
+    over = metric(rls, 'rl_router_rls_calls_total{result="over_limit"}')
+    err = metric(rls, 'rl_router_rls_calls_total{result="error"}')
+    call("edge", [("remote_address", "10.6.0.1")])
+    call("edge", [("path", "/never")])
+    with pytest.raises(grpc.RpcError):
+        call("", [("path", "/x")])
+    assert metric(rls, 'rl_router_rls_calls_total{result="ok"}') == ok + 1
+    assert metric(rls, 'rl_router_rls_calls_total{result="over_limit"}') == over + 1
+    assert metric(rls, 'rl_router_rls_calls_total{result="error"}') == err + 1
+    assert metric(rls, "rl_router_rls_connections") >= 1  # the fixture's channel
 
 
 def test_garbage_does_not_disturb_others(rls, call, pb):
