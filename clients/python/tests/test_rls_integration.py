@@ -48,6 +48,15 @@ descriptors:
     rate_limit:
       unit: second
       requests_per_unit: 0
+  - key: api
+    rate_limit:
+      - name: fast
+        unit: second
+        requests_per_unit: 100
+      - name: hourly
+        unit: hour
+        requests_per_unit: 2
+        algorithm: sliding_window_counter
   - key: tenant
     descriptors:
       - key: plan
@@ -280,6 +289,21 @@ def test_metrics_count_calls(rls, call, pb):
     assert metric(rls, 'rl_router_rls_calls_total{result="over_limit"}') == over + 1
     assert metric(rls, 'rl_router_rls_calls_total{result="error"}') == err + 1
     assert metric(rls, "rl_router_rls_connections") >= 1  # the fixture's channel
+
+
+def test_several_limits_on_one_descriptor(call, pb):
+    """The extension: each limit counted apart; the status shows the tightest one, and the
+    one that refused once over."""
+    r = call("edge", [("api", "k1")])
+    assert r.overall_code == pb.RateLimitResponse.OK
+    assert r.statuses[0].current_limit.name == "hourly"
+    assert r.statuses[0].limit_remaining == 1
+    r = call("edge", [("api", "k1")])
+    assert r.statuses[0].limit_remaining == 0
+    r = call("edge", [("api", "k1")])
+    assert r.overall_code == pb.RateLimitResponse.OVER_LIMIT
+    assert r.statuses[0].current_limit.name == "hourly"
+    assert r.statuses[0].current_limit.unit == pb.RateLimitResponse.RateLimit.HOUR
 
 
 def test_garbage_does_not_disturb_others(rls, call, pb):
