@@ -73,6 +73,7 @@ struct rls_stream;
 struct rl_rls {
     struct rls_conn *conns;
     uint32_t nconns;
+    uint64_t buffered; /* request bytes held by every connection of this loop */
     char rbuf[RLS_READ_BUF];
     bool rbuf_busy;
 };
@@ -460,6 +461,7 @@ stream_call(struct rls_stream *s)
     free(s->body);
     s->body = NULL;
     s->c->buffered -= s->cap;
+    s->c->r->rls->buffered -= s->cap;
     s->cap = s->len = 0;
     /* upstream's two checks, with its words */
     dlen = strlen(req->domain);
@@ -652,6 +654,7 @@ stream_free(struct rls_stream *s)
     }
     c->nstreams--;
     c->buffered -= s->cap;
+    c->r->rls->buffered -= s->cap;
     if (s->req != NULL) {
         envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(s->req, NULL);
     }
@@ -660,6 +663,16 @@ stream_free(struct rls_stream *s)
     free(s->parts);
     free(s->out);
     free(s);
+}
+
+/* The request bytes this loop's gRPC connections may hold together: its share of
+ * [clients] buffer_memory. */
+static uint64_t
+rls_budget(const struct rl_router *r)
+{
+    uint32_t n = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
+
+    return r->opts.limits.buffer_memory / (n ? n : 1);
 }
 
 /* ---- nghttp2's callbacks ------------------------------------------------------------------ */
@@ -751,7 +764,9 @@ on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data, siz
         if (cap > RLS_MSG_MAX + 5) {
             cap = RLS_MSG_MAX + 5;
         }
-        if (c->buffered - s->cap + cap > RLS_BUFFERED_MAX) {
+        /* per connection, and this loop's share of [clients] buffer_memory */
+        if (c->buffered - s->cap + cap > RLS_BUFFERED_MAX ||
+            c->r->rls->buffered - s->cap + cap > rls_budget(c->r)) {
             nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_ENHANCE_YOUR_CALM);
             return 0;
         }
@@ -761,6 +776,7 @@ on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data, siz
             return 0;
         }
         c->buffered = c->buffered - s->cap + cap;
+        c->r->rls->buffered = c->r->rls->buffered - s->cap + cap;
         s->body = b;
         s->cap = cap;
     }
