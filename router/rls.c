@@ -687,9 +687,7 @@ on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
         return 0;
     }
     if (c->nstreams >= RLS_STREAMS_MAX) {
-        nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, f->hd.stream_id,
-                                  NGHTTP2_REFUSED_STREAM);
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* nghttp2 resets the stream */
     }
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
@@ -874,6 +872,7 @@ conn_close(struct rls_conn *c)
         c->next->prev = c->prev;
     }
     g->nconns--;
+    __atomic_fetch_sub(&c->r->rls_conns, 1, __ATOMIC_RELAXED);
     if (c->r->proc != NULL) {
         rl_rproc_rls_closed(c->r->proc);
     }
@@ -1101,6 +1100,7 @@ rl_rls_adopt(struct rl_router *r, uv_os_sock_t fd)
     }
     r->rls->conns = c;
     r->rls->nconns++;
+    __atomic_fetch_add(&r->rls_conns, 1, __ATOMIC_RELAXED);
     uv_timer_start(&c->timer, conn_tick, RLS_TICK_MS, RLS_TICK_MS);
     nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, set, sizeof(set) / sizeof(set[0]));
     c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;

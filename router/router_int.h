@@ -166,6 +166,7 @@ struct rl_router {
     uint32_t nfanouts; /* THROTTLED fan-outs in flight */
     struct rl_rls *rls; /* rls.c: the gRPC front's connections on this loop; NULL: none */
     uint64_t rls_calls[3]; /* rls.c: calls answered OK, OVER_LIMIT, with a gRPC error */
+    uint32_t rls_conns;    /* rls.c: gRPC connections open (atomic: rproc.c weighs workers) */
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;

@@ -366,8 +366,9 @@ rproc_pick(struct rl_rproc *p)
 
         /* The listener counts its connections atomically for this read. */
         load = __atomic_load_n(&w->router->listener.stats.connections, __ATOMIC_RELAXED);
+        load += __atomic_load_n(&w->router->rls_conns, __ATOMIC_RELAXED);
         pthread_mutex_lock(&w->mu);
-        load += w->nfds;
+        load += w->nfds + w->nrls;
         pthread_mutex_unlock(&w->mu);
         if (load < best_load) {
             best = w;
