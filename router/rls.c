@@ -38,13 +38,13 @@
 #include "rules.h"
 #include "shardmap.h"
 
-#define RLS_MSG_MAX (64u * 1024)          /* bytes of one gRPC message */
-#define RLS_STREAMS_MAX 100u              /* concurrent streams (calls) per connection */
-#define RLS_HEADERS_MAX (16u * 1024)      /* header bytes of one request */
-#define RLS_BUFFERED_MAX (1024u * 1024)   /* request bytes held per connection */
+#define RLS_MSG_MAX (64u * 1024)           /* bytes of one gRPC message */
+#define RLS_STREAMS_MAX 100u               /* concurrent streams (calls) per connection */
+#define RLS_HEADERS_MAX (16u * 1024)       /* header bytes of one request */
+#define RLS_BUFFERED_MAX (1024u * 1024)    /* request bytes held per connection */
 #define RLS_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading stops */
-#define RLS_DESCRIPTORS_MAX 64u           /* descriptors of one request */
-#define RLS_HITS_MAX 1000000u             /* hits_addend (the CHECK's cost bound) */
+#define RLS_DESCRIPTORS_MAX 64u            /* descriptors of one request */
+#define RLS_HITS_MAX 1000000u              /* hits_addend (the CHECK's cost bound) */
 #define RLS_TICK_MS 1000u
 #define RLS_READ_BUF (64u * 1024)
 
@@ -134,9 +134,9 @@ struct rls_conn {
     struct rls_conn *prev, *next;
     struct rls_stream *streams;
     uint32_t nstreams;
-    uint64_t buffered; /* request bytes held by its streams */
+    uint64_t buffered;  /* request bytes held by its streams */
     uint64_t active_ms; /* loop time of the last read, or of the last call closed */
-    size_t writing;    /* bytes handed to uv_write and not yet written */
+    size_t writing;     /* bytes handed to uv_write and not yet written */
     bool reading;
     bool closing;
     int handles; /* tcp and timer not yet closed */
@@ -210,8 +210,7 @@ stream_respond(struct rls_stream *s)
 }
 
 /* Answers s with a gRPC error (trailers only). */
-static void
-stream_fail(struct rls_stream *s, int status, const char *fmt, ...)
+static void stream_fail(struct rls_stream *s, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static void
@@ -291,8 +290,8 @@ stream_finish(struct rls_stream *s)
         envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(&lims[i]);
         lims[i].name = pick->lim->name != NULL ? pick->lim->name : (char *)"";
         lims[i].requests_per_unit = pick->lim->requests_per_unit;
-        lims[i].unit = (Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit)
-                           pick->lim->unit;
+        lims[i].unit =
+            (Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit)pick->lim->unit;
         st[i].current_limit = &lims[i];
         st[i].limit_remaining = over ? 0 : clamp_u32(pick->remaining);
         {
@@ -474,13 +473,11 @@ stream_call(struct rls_stream *s)
         return;
     }
     if (req->n_descriptors > RLS_DESCRIPTORS_MAX) {
-        stream_fail(s, GRPC_RESOURCE_EXHAUSTED, "more than %u descriptors",
-                    RLS_DESCRIPTORS_MAX);
+        stream_fail(s, GRPC_RESOURCE_EXHAUSTED, "more than %u descriptors", RLS_DESCRIPTORS_MAX);
         return;
     }
     if (dlen > RL_WIRE_SERVICE_MAX) {
-        stream_fail(s, GRPC_INVALID_ARGUMENT, "domain longer than %u bytes",
-                    RL_WIRE_SERVICE_MAX);
+        stream_fail(s, GRPC_INVALID_ARGUMENT, "domain longer than %u bytes", RL_WIRE_SERVICE_MAX);
         return;
     }
     if (rl_conf_rule(r->conf, req->domain, dlen, NULL, 0) != NULL) {
@@ -617,8 +614,8 @@ stream_call(struct rls_stream *s)
                     pt->code = RL_WIRE_LIMITED; /* upstream: 0 per unit refuses everything */
                 } else {
                     /* unit: year under fixed_window: past what a CHECK's window can say */
-                    pt->code = r->conf->inline_fail_closed ? RL_WIRE_FAIL_CLOSED
-                                                           : RL_WIRE_FAIL_OPEN;
+                    pt->code =
+                        r->conf->inline_fail_closed ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN;
                 }
                 continue;
             }
@@ -738,8 +735,7 @@ on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size
 }
 
 static int
-on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
-        void *arg)
+on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *arg)
 {
     struct rls_conn *c = arg;
     struct rls_stream *s = nghttp2_session_get_stream_user_data(ng, id);
