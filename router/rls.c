@@ -107,6 +107,7 @@ struct rls_stream {
     uint8_t *body;
     size_t len, cap;
     /* the call */
+    struct rl_envoy_shared *cfg; /* held while the call lives: its parts point into it */
     rls_request *req;
     struct rls_desc *descs;
     struct rl_rls_part *parts;
@@ -420,7 +421,7 @@ static void
 stream_call(struct rls_stream *s)
 {
     struct rl_router *r = s->c->r;
-    const struct rl_envoy_config *cfg = r->opts.envoy;
+    const struct rl_envoy_config *cfg;
     rls_request *req;
     uint32_t mlen;
     size_t dlen, nparts = 0;
@@ -457,6 +458,11 @@ stream_call(struct rls_stream *s)
         return;
     }
     s->req = req;
+    s->cfg = r->envoy;
+    if (s->cfg != NULL) {
+        rl_envoy_shared_hold(s->cfg);
+    }
+    cfg = s->cfg != NULL ? s->cfg->c : NULL;
     free(s->body);
     s->body = NULL;
     s->c->buffered -= s->cap;
@@ -655,6 +661,7 @@ stream_free(struct rls_stream *s)
     if (s->req != NULL) {
         envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(s->req, NULL);
     }
+    rl_envoy_shared_drop(s->cfg);
     free(s->body);
     free(s->descs);
     free(s->parts);
@@ -1113,6 +1120,43 @@ rl_rls_close(struct rl_router *r)
     while (r->rls->conns != NULL) {
         conn_close(r->rls->conns);
     }
+}
+
+struct rl_envoy_shared *
+rl_envoy_shared_new(struct rl_envoy_config *c)
+{
+    struct rl_envoy_shared *s = calloc(1, sizeof(*s));
+
+    if (s != NULL) {
+        s->c = c;
+        s->refs = 1;
+    }
+    return s;
+}
+
+void
+rl_envoy_shared_hold(struct rl_envoy_shared *s)
+{
+    __atomic_fetch_add(&s->refs, 1, __ATOMIC_RELAXED);
+}
+
+void
+rl_envoy_shared_drop(struct rl_envoy_shared *s)
+{
+    if (s != NULL && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        rl_envoy_config_free(s->c);
+        free(s);
+    }
+}
+
+void
+rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh)
+{
+    struct rl_envoy_shared *old = r->envoy;
+
+    rl_envoy_shared_hold(sh);
+    r->envoy = sh;
+    rl_envoy_shared_drop(old);
 }
 
 void

@@ -62,6 +62,7 @@ rl_router_maybe_free(struct rl_router *r)
     rl_pending_deinit(r);
     rl_shed_deinit(r);
     rl_rls_free(r);
+    rl_envoy_shared_drop(r->envoy);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
     pthread_mutex_destroy(&r->mu);
@@ -92,6 +93,10 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->loop = loop;
     r->conf = conf;
     r->opts = *opts;
+    if (opts->envoy != NULL) {
+        rl_envoy_shared_hold(opts->envoy);
+        r->envoy = opts->envoy;
+    }
     if (r->opts.limits.max_connections == 0) {
         r->opts.limits = rl_conn_limits_default();
     }
@@ -160,6 +165,7 @@ fail:
     rl_shed_deinit(r);
     rl_wire_decoder_deinit(&r->dec);
     free(r->rule_codes);
+    rl_envoy_shared_drop(r->envoy);
     free(r);
     return rc;
 }

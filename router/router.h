@@ -61,6 +61,19 @@ struct rl_router_stats {
 
 struct rl_envoy_config;
 
+/* A loaded envoyproxy/ratelimit configuration shared by a process's workers and their calls
+ * in flight (router/rls.c); the last drop frees it. */
+struct rl_envoy_shared {
+    struct rl_envoy_config *c;
+    uint32_t refs; /* atomic */
+};
+
+/* Wraps c (one reference, the caller's); NULL when out of memory (c is then not taken). */
+struct rl_envoy_shared *rl_envoy_shared_new(struct rl_envoy_config *c);
+void rl_envoy_shared_hold(struct rl_envoy_shared *s);
+/* s may be NULL. */
+void rl_envoy_shared_drop(struct rl_envoy_shared *s);
+
 struct rl_router_opts {
     const char *name; /* answered to PING */
     const char *host;
@@ -82,7 +95,7 @@ struct rl_router_opts {
     struct rl_reqlog *log;
     /* The envoyproxy/ratelimit configuration ([cluster] envoy_config) the gRPC front answers
      * from, loaded once by the process and read-only while any router runs; NULL: none. */
-    const struct rl_envoy_config *envoy;
+    struct rl_envoy_shared *envoy; /* the router holds its own reference */
 };
 
 

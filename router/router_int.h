@@ -167,6 +167,7 @@ struct rl_router {
     struct rl_rls *rls; /* rls.c: the gRPC front's connections on this loop; NULL: none */
     uint64_t rls_calls[3]; /* rls.c: calls answered OK, OVER_LIMIT, with a gRPC error */
     uint32_t rls_conns;    /* rls.c: gRPC connections open (atomic: rproc.c weighs workers) */
+    struct rl_envoy_shared *envoy; /* rls.c: the configuration new calls use (one hold) */
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;
@@ -324,6 +325,9 @@ void rl_rls_close(struct rl_router *r);
 
 /* Frees what rl_rls_adopt allocated for r (once every connection is closed). */
 void rl_rls_free(struct rl_router *r);
+
+/* New calls use sh (held here; the previous one is dropped; calls in flight keep theirs). */
+void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);
 
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */
 

@@ -48,6 +48,7 @@ struct rproc_worker {
     uv_os_sock_t *rls_fds; /* accepted on [router] rls: gRPC connections (rls.c) */
     size_t nrls, rls_cap;
     bool members_new, asg_new, zk_new, hup, stop;
+    bool envoy_new; /* rl_rproc_set_envoy: take p->envoy */
     char *zk_rules;   /* the newest rules znode text not yet taken; NULL: none */
     size_t zk_rules_len;
     int64_t zk_rules_version;
@@ -81,6 +82,7 @@ struct rl_rproc {
     uv_poll_t rls_poll;
     bool rls_polling;
     uint32_t rls_conns; /* gRPC connections open or handed over (atomic) */
+    struct rl_envoy_shared *envoy; /* the latest envoy_config, under state_mu (one hold) */
 
     struct rl_reqlog *log;
     struct rl_conn_shared shared; /* the workers' listeners' caps, process-wide (conn.h) */
@@ -199,7 +201,7 @@ worker_wake(uv_async_t *a)
     struct rproc_worker *w = a->data;
     uv_os_sock_t *fds, *rfds;
     size_t nfds, nrfds;
-    bool members, asg, zk, hup, stop;
+    bool members, asg, zk, hup, stop, envoy;
     char *rules;
     size_t rules_len;
     int64_t rules_version;
@@ -218,6 +220,8 @@ worker_wake(uv_async_t *a)
     zk = w->zk_new;
     hup = w->hup;
     stop = w->stop;
+    envoy = w->envoy_new;
+    w->envoy_new = false;
     rules = w->zk_rules;
     rules_len = w->zk_rules_len;
     rules_version = w->zk_rules_version;
@@ -250,6 +254,16 @@ worker_wake(uv_async_t *a)
     }
     if (hup) {
         rl_rules_reload_file(&w->rules);
+    }
+    if (envoy) {
+        struct rl_envoy_shared *sh;
+
+        pthread_mutex_lock(&w->p->state_mu);
+        sh = w->p->envoy;
+        rl_envoy_shared_hold(sh);
+        pthread_mutex_unlock(&w->p->state_mu);
+        rl_rls_set_config(w->router, sh);
+        rl_envoy_shared_drop(sh);
     }
     /* After the view: a client's first CHECK finds the connections to the nodes started. */
     for (size_t i = 0; i < nfds; i++) {
@@ -445,6 +459,27 @@ rproc_poll_cb(uv_poll_t *h, int status, int events)
     }
 }
 
+void
+rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh)
+{
+    struct rl_envoy_shared *old;
+
+    rl_envoy_shared_hold(sh);
+    pthread_mutex_lock(&p->state_mu);
+    old = p->envoy;
+    p->envoy = sh;
+    pthread_mutex_unlock(&p->state_mu);
+    rl_envoy_shared_drop(old);
+    for (uint32_t i = 0; !p->closing && i < p->nworkers; i++) {
+        struct rproc_worker *w = &p->workers[i];
+
+        pthread_mutex_lock(&w->mu);
+        w->envoy_new = true;
+        pthread_mutex_unlock(&w->mu);
+        uv_async_send(&w->wake);
+    }
+}
+
 uint32_t
 rl_rproc_rls_connections(const struct rl_rproc *p)
 {
@@ -536,6 +571,7 @@ rproc_handle_closed(uv_handle_t *h)
     struct rl_rproc *p = h->data;
 
     if (--p->handles == 0) {
+        rl_envoy_shared_drop(p->envoy);
         pthread_mutex_destroy(&p->state_mu);
         rl_conn_shared_deinit(&p->shared);
         free(p->members);
@@ -596,11 +632,16 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
     p->conf = conf;
     p->lfd = -1;
     p->rls_fd = -1;
+    p->envoy = opts->router.envoy;
+    if (p->envoy != NULL) {
+        rl_envoy_shared_hold(p->envoy);
+    }
     p->zk_state = RL_ROUTER_ZK_NONE;
     p->asg_version = -1;
     p->nworkers = opts->workers != 0 ? opts->workers : rl_rproc_default_workers(conf);
     pthread_mutex_init(&p->state_mu, NULL);
     if (rl_conn_shared_init(&p->shared) != 0) {
+        rl_envoy_shared_drop(p->envoy);
         pthread_mutex_destroy(&p->state_mu);
         free(p);
         return -ENOMEM;
@@ -709,6 +750,7 @@ fail:
         close(p->rls_fd);
     }
     free(p->workers);
+    rl_envoy_shared_drop(p->envoy);
     pthread_mutex_destroy(&p->state_mu);
     rl_conn_shared_deinit(&p->shared);
     free(p);

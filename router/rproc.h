@@ -73,6 +73,9 @@ void rl_rproc_set_zookeeper(struct rl_rproc *p, const char *addr, int state);
 /* A gRPC connection accepted on [router] rls closed (its worker's rls.c): one fewer open. */
 void rl_rproc_rls_closed(struct rl_rproc *p);
 
+/* SIGHUP reloaded [cluster] envoy_config: every worker's new gRPC calls use sh (held). */
+void rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh);
+
 /* gRPC connections open (or handed to a worker) on [router] rls. */
 uint32_t rl_rproc_rls_connections(const struct rl_rproc *p);
 

@@ -353,3 +353,64 @@ def test_router_stops_cleanly_with_calls_open(rls, call, pb):
     log = (rls.dir / "router.log").read_text(errors="replace")
     assert "Sanitizer" not in log and "runtime error" not in log, log
     rls.router = None
+
+
+def test_sighup_reloads_envoy_config(tmp_path, pb):
+    """SIGHUP reads envoy_config again: new calls use it; a file that does not load leaves
+    the previous configuration in force (and the router up)."""
+    import signal
+
+    harness.need_binaries("rl-node", "rl-router")
+    yaml = tmp_path / "edge.yaml"
+    yaml.write_text("domain: edge\ndescriptors:\n  - key: k\n    rate_limit:\n"
+                    "      unit: hour\n      requests_per_unit: 5\n")
+    c = harness.Cluster(tmp_path)
+    c.rls_port = harness.free_port()
+    text = c.conf.read_text()
+    text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = edge.yaml\n", 1)
+    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\n", 1)
+    c.conf.write_text(text)
+    try:
+        c.start()
+        harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
+        ch = grpc.insecure_channel(f"127.0.0.1:{c.rls_port}")
+        stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
+                              response_deserializer=pb.RateLimitResponse.FromString)
+
+        def limit_of(key, value):
+            req = pb.RateLimitRequest(domain="edge")
+            e = req.descriptors.add().entries.add()
+            e.key, e.value = key, value
+            s = stub(req, timeout=5).statuses[0]
+            return s.current_limit.requests_per_unit if s.HasField("current_limit") else None
+
+        assert limit_of("k", "a") == 5
+        assert limit_of("j", "a") is None
+
+        def reload(body):
+            yaml.write_text(body)
+            n = (c.dir / "router.log").read_text().count("SIGHUP: ")
+            c.router.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while (c.dir / "router.log").read_text().count("SIGHUP: ") == n:
+                assert time.monotonic() < deadline, "no SIGHUP line in the log"
+                time.sleep(0.02)
+            time.sleep(0.2)  # the workers take it when woken
+
+        reload("domain: edge\ndescriptors:\n  - key: j\n    rate_limit:\n"
+               "      unit: minute\n      requests_per_unit: 7\n")
+        assert limit_of("j", "a") == 7
+        assert limit_of("k", "a") is None
+        reload("domain: edge\ndescriptors:\n  - key: j\n    rate_limit:\n"
+               "      unit: fortnight\n")
+        assert "not reloaded" in (c.dir / "router.log").read_text()
+        assert limit_of("j", "a") == 7  # the previous one stays
+        assert c.router.poll() is None
+        ch.close()
+        c.router.send_signal(signal.SIGTERM)
+        assert c.router.wait(timeout=10) == 0
+        log = (c.dir / "router.log").read_text(errors="replace")
+        assert "Sanitizer" not in log and "runtime error" not in log, log
+        c.router = None
+    finally:
+        c.stop()
