@@ -26,7 +26,8 @@ def rls(tmp_path_factory):
     d = tmp_path_factory.mktemp("rlsh2")
     (d / "edge.yaml").write_text("domain: edge\ndescriptors:\n  - key: k\n    rate_limit:\n"
                                  "      unit: hour\n      requests_per_unit: 5\n")
-    c = harness.Cluster(d, extra="[clients]\nidle_timeout = 1s\nframe_timeout = 1s\n")
+    c = harness.Cluster(d, extra="[clients]\nidle_timeout = 1s\nframe_timeout = 1s\n"
+                                    "max_connections = 4\n")
     c.rls_port = harness.free_port()
     text = c.conf.read_text()
     text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = edge.yaml\n", 1)
@@ -49,7 +50,10 @@ class Conn:
     def flush(self):
         data = self.h2.data_to_send()
         if data:
-            self.sock.sendall(data)
+            try:
+                self.sock.sendall(data)
+            except ConnectionError:
+                self.closed = True
 
     def events(self, timeout):
         """Events until timeout seconds pass without any, or the connection ends."""
@@ -60,6 +64,8 @@ class Conn:
                 data = self.sock.recv(65536)
             except socket.timeout:
                 return out
+            except ConnectionError:
+                data = b""
             if not data:
                 self.closed = True
                 return out
@@ -135,3 +141,26 @@ def test_a_complete_call_over_raw_h2(rls):
     # overall_code OK (field 1 = 1), one status with current_limit 5 per hour
     assert data[5:7] == b"\x08\x01"
     c.close()
+
+
+def test_connections_past_the_cap_are_closed(rls):
+    """[clients] max_connections bounds the gRPC connections of the process: the 5th is
+    closed at once, and a place frees up when one closes."""
+    time.sleep(0.3)  # the other tests' connections are closed by now
+    conns = [Conn(rls.rls_port) for _ in range(4)]
+    for c in conns:
+        c.events(0.2)
+        assert not c.closed
+    extra = Conn(rls.rls_port)
+    extra.events(1.0)
+    assert extra.closed
+    extra.close()
+    conns.pop().close()
+    time.sleep(0.3)
+    again = Conn(rls.rls_port)
+    again.events(0.5)
+    assert not again.closed
+    assert again.h2.remote_settings.max_concurrent_streams == 100
+    again.close()
+    for c in conns:
+        c.close()
