@@ -20,14 +20,12 @@ import h2.events  # noqa: E402
 PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 
-@pytest.fixture(scope="module")
-def rls(tmp_path_factory):
+def start(tmp_path_factory, clients):
     harness.need_binaries("rl-node", "rl-router")
     d = tmp_path_factory.mktemp("rlsh2")
     (d / "edge.yaml").write_text("domain: edge\ndescriptors:\n  - key: k\n    rate_limit:\n"
                                  "      unit: hour\n      requests_per_unit: 5\n")
-    c = harness.Cluster(d, extra="[clients]\nidle_timeout = 1s\nframe_timeout = 1s\n"
-                                    "max_connections = 4\n")
+    c = harness.Cluster(d, extra=clients)
     c.rls_port = harness.free_port()
     text = c.conf.read_text()
     text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = edge.yaml\n", 1)
@@ -35,6 +33,21 @@ def rls(tmp_path_factory):
     c.conf.write_text(text)
     c.start()
     harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
+    return c
+
+
+@pytest.fixture(scope="module")
+def rls(tmp_path_factory):
+    c = start(tmp_path_factory, "[clients]\nidle_timeout = 1s\nframe_timeout = 1s\n"
+                                "max_connections = 4\n")
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def rls_slow(tmp_path_factory):
+    """Default timeouts: requests may take their time."""
+    c = start(tmp_path_factory, "")
     yield c
     c.stop()
 
@@ -164,3 +177,38 @@ def test_connections_past_the_cap_are_closed(rls):
     again.close()
     for c in conns:
         c.close()
+
+
+def test_request_bytes_held_per_connection_are_bounded(rls_slow):
+    """Streams that send most of a message and wait: past 1 MiB held on one connection, the
+    next one is reset (ENHANCE_YOUR_CALM); the connection and the router go on."""
+    rls = rls_slow
+    c = Conn(rls.rls_port)
+    c.events(0.2)
+    resets = {}
+    for i in range(20):
+        sid = 1 + 2 * i
+        c.open(sid)
+        sent = 0
+        while sent < 60000:
+            room = min(c.h2.local_flow_control_window(sid), 60000 - sent, 16384)
+            if room <= 0:
+                for e in c.events(0.05):
+                    if isinstance(e, h2.events.StreamReset):
+                        resets[e.stream_id] = e.error_code
+                if sid in resets or c.closed:
+                    break
+                continue
+            c.h2.send_data(sid, b"\0" * room)
+            c.flush()
+            sent += room
+        for e in c.events(0.1):
+            if isinstance(e, h2.events.StreamReset):
+                resets[e.stream_id] = e.error_code
+        if resets:
+            break
+    # 16 bodies of 64 KiB (the buffers grow by doubling) fill 1 MiB: the 17th is refused
+    assert resets == {33: h2.errors.ErrorCodes.ENHANCE_YOUR_CALM}, resets
+    assert not c.closed
+    c.close()
+    assert rls.router.poll() is None
