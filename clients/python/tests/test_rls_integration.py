@@ -31,7 +31,7 @@ descriptors:
     value: /login
     rate_limit:
       name: login
-      unit: minute
+      unit: hour
       requests_per_unit: 2
   - key: path
     value: /shadow
@@ -247,13 +247,13 @@ def test_rate_limit_override(call, pb, rls):
         e = d.entries.add()
         e.key, e.value = "remote_address", "10.5.0.1"
         d.limit.requests_per_unit = 1
-        d.limit.unit = 2  # MINUTE (envoy.type.v3.RateLimitUnit)
+        d.limit.unit = 4  # DAY (envoy.type.v3.RateLimitUnit): no window edge within the test
         return stub(req, timeout=5)
 
     r = over("edge")
     assert r.overall_code == pb.RateLimitResponse.OK
     assert r.statuses[0].current_limit.requests_per_unit == 1
-    assert r.statuses[0].current_limit.unit == pb.RateLimitResponse.RateLimit.MINUTE
+    assert r.statuses[0].current_limit.unit == pb.RateLimitResponse.RateLimit.DAY
     assert r.statuses[0].limit_remaining == 0
     assert over("edge").overall_code == pb.RateLimitResponse.OVER_LIMIT
     # the configured limit of the same descriptor counts apart (3 per hour)
