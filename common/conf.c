@@ -318,6 +318,7 @@ conf_create(const char *name)
     c->events_log_keep = 4;
     c->events_log_rate = 100;
     c->secret_file = strdup("");
+    c->envoy_config = strdup("");
     c->log_sample = 1;
     c->deny_cache = RL_CONF_DENY_CACHE_DEFAULT;
     c->hot_keys = true;
@@ -326,7 +327,7 @@ conf_create(const char *name)
     c->clients = rl_conn_limits_default();
     if (c->path == NULL || c->cluster_name == NULL || c->zookeeper == NULL ||
         c->router_host == NULL || c->request_log == NULL || c->secret_file == NULL ||
-        c->events_log == NULL) {
+        c->events_log == NULL || c->envoy_config == NULL) {
         rl_conf_destroy(c);
         return NULL;
     }
@@ -505,6 +506,8 @@ rl_conf_destroy(struct rl_conf *c)
     free(c->events_log);
     free(c->router_host);
     free(c->router_metrics_host);
+    free(c->rls_host);
+    free(c->envoy_config);
     free(c->zookeeper);
     free(c->cluster_name);
     free(c->path);

@@ -75,6 +75,8 @@ struct rl_conf {
                                     known lost, "expiry") */
     bool inline_fail_closed;     /* inline_failure = closed: a router answers FAIL_CLOSED to
                                     an inline-limited CHECK whose owner cannot be reached */
+    char *envoy_config;          /* envoyproxy/ratelimit YAML (file or directory) the router's
+                                    gRPC front answers from (docs/ENVOY.md); "" = none */
     char *secret_file;           /* "" = no cluster secret */
     char *secret;                /* the secret read from it at load; NULL when none */
     size_t secret_len;
@@ -101,6 +103,8 @@ struct rl_conf {
     bool hot_keys;             /* count the hot (service, user) keys; default on */
     char *router_metrics_host; /* [router] metrics: HTTP listener (metrics.h); NULL: off */
     uint16_t router_metrics_port;
+    char *rls_host;            /* [router] rls: Envoy's rate limit service (gRPC); NULL: off */
+    uint16_t rls_port;
     uint32_t router_workers;   /* [router] workers: 1..RL_CONF_WORKERS_MAX; 0: one per core */
     /* [clients]: what each process's listener allows its clients (connlimits.h) */
     struct rl_conn_limits clients;

@@ -272,6 +272,20 @@ set_router_metrics(struct conf_parser *p, const char *v)
     return set_metrics(&p->c->router_metrics_host, &p->c->router_metrics_port, v);
 }
 
+/* [router] rls = HOST:PORT: Envoy's rate limit service over gRPC; a bare PORT is loopback. */
+static const char *
+set_router_rls(struct conf_parser *p, const char *v)
+{
+    return set_metrics(&p->c->rls_host, &p->c->rls_port, v);
+}
+
+/* [cluster] envoy_config: only the path here; the router loads the YAML at start. */
+static const char *
+set_envoy_config(struct conf_parser *p, const char *v)
+{
+    return set_path(p, &p->c->envoy_config, v);
+}
+
 static const char *
 set_node_metrics(struct conf_parser *p, const char *v)
 {
@@ -514,6 +528,7 @@ const struct conf_key conf_keys[] = {
     {CONF_CLUSTER, "secret_file", set_secret_file, false},
     {CONF_CLUSTER, "fencing", set_fencing, false},
     {CONF_CLUSTER, "inline_failure", set_inline_failure, false},
+    {CONF_CLUSTER, "envoy_config", set_envoy_config, false},
     {CONF_CLUSTER, "throttle_events", set_throttle_events, false},
     {CONF_CLUSTER, "events_log", set_events_log, false},
     {CONF_CLUSTER, "events_log_max_size", set_events_log_max_size, false},
@@ -529,6 +544,7 @@ const struct conf_key conf_keys[] = {
     {CONF_ROUTER, "deny_cache", set_deny_cache, false},
     {CONF_ROUTER, "hot_keys", set_hot_keys, false},
     {CONF_ROUTER, "workers", set_router_workers, false},
+    {CONF_ROUTER, "rls", set_router_rls, false},
     {CONF_CLIENTS, "max_connections", set_max_connections, false},
     {CONF_CLIENTS, "max_connections_per_peer", set_max_per_peer, false},
     {CONF_CLIENTS, "router_reserve", set_router_reserve, false},

@@ -82,6 +82,8 @@ rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
         } else {
             rl_conn_close(c, UV_ENOMEM);
         }
+    } else if (p->sink != NULL) {
+        rl_rls_answer(r, p, &rep, 0);
     }
     rl_pending_put(r, p, late_reply);
 }
@@ -260,6 +262,8 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
             check = rep->check;
             check.id = pd->client_id;
             rc = rl_wire_put_check_reply(&c->out, &check);
+        } else if (pd->sink != NULL) {
+            rl_rls_answer(r, pd, &rep->check, 0);
         }
     } else if (rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_NOT_OWNER) {
         /* The node sees another owner (or is fenced): the views differ for now. Answer by
@@ -283,6 +287,9 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
                  rep->message.ptr != NULL ? rep->message.ptr : "");
         if (c != NULL) {
             rc = rl_wire_put_error(&c->out, pd->client_id, rep->err, msg);
+        } else if (pd->sink != NULL) {
+            rl_log_warn("node %s refused a gRPC call's CHECK: %s", u->name, msg);
+            rl_rls_answer(r, pd, NULL, rep->err);
         }
     } else {
         rl_log_warn("node %s answered a CHECK with op %u", u->name, rep->op);
@@ -297,6 +304,75 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
             rl_conn_mark(c);
         }
     }
+}
+
+int
+rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, struct rl_rls_part *sink,
+                  struct rl_pending **sent, struct rl_wire_check_reply *now)
+{
+    struct rl_upstream *u = NULL;
+    struct rl_pending *p = NULL;
+    struct rl_wire_req fwd;
+    uint64_t hash;
+    uint32_t shard, owner = RL_SHARDMAP_NONE;
+    uint64_t start = rl_router_now_ns(r);
+
+    hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
+    shard = rl_shardmap_shard(hash, r->conf->shards);
+    if (r->map != NULL) {
+        owner = rl_shardmap_owner(r->map, shard);
+    }
+    if (owner != RL_SHARDMAP_NONE) {
+        u = r->owners[owner];
+    }
+    if (u != NULL) {
+        p = rl_pending_get(r);
+        if (p == NULL) {
+            r->stats.overloaded++;
+        }
+    }
+    if (p != NULL) {
+        fwd = *req;
+        fwd.id = rl_pending_id(r, p);
+        if (rl_upstream_send(u, &fwd, &p->link) != 0) {
+            rl_pending_unget(r, p);
+            p = NULL;
+        }
+    }
+    if (p == NULL) {
+        r->stats.owner_down++;
+        if (u != NULL) {
+            rl_upstream_count_failure(u);
+        }
+        fill_failure(r, NULL, req->id, now);
+        r->stats.checks++;
+        rl_rmetrics_count(r, NULL, now->code, start);
+        return -1;
+    }
+    p->client = NULL;
+    p->sink = sink;
+    p->client_id = req->id;
+    p->rule = NULL;
+    p->shard = shard;
+    p->key_hash = hash;
+    p->up = u;
+    p->deadline = uv_now(r->loop) + r->conf->deadline_ms;
+    p->start_ns = start;
+    p->deny_fp = 0;
+    p->cost = req->cost;
+    p->logged = r->log != NULL && rl_reqlog_sample(r->log);
+    if (p->logged) {
+        p->ulen =
+            (uint8_t)(req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED);
+        memcpy(p->user, req->user.ptr, p->ulen);
+        p->slen = (uint8_t)(req->service.len < ROUTER_USER_LOGGED ? req->service.len
+                                                                   : ROUTER_USER_LOGGED);
+        memcpy(p->service, req->service.ptr, p->slen);
+    }
+    rl_pending_track_fifo(r, p);
+    r->stats.forwarded++;
+    *sent = p;
+    return 0;
 }
 
 void

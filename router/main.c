@@ -17,6 +17,7 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "envoycfg.h"
 #include "parse.h"
 #include "router.h"
 #include "rproc.h"
@@ -29,6 +30,8 @@ struct router_main {
     struct rl_zkm *zkm;
     const char *name;
     uint32_t workers; /* --workers; 0: the config's */
+    struct rl_envoy_shared *envoy; /* [cluster] envoy_config, loaded at start (and by SIGHUP);
+                                      NULL: none */
 };
 
 enum { OPT_WORKERS = 0x2000 };
@@ -150,6 +153,29 @@ router_hup(struct rl_daemon *d)
         rl_log_info("SIGHUP: reopening the request log %s", m->d.conf->request_log);
     }
     rl_rproc_hup(m->proc); /* the request log, and every worker's rules */
+    if (m->envoy != NULL) {
+        /* [cluster] envoy_config again (the path given at start): whole, or not at all. */
+        struct rl_envoy_config *ec = NULL;
+        struct rl_envoy_shared *sh;
+        char err[512];
+
+        if (rl_envoy_load(m->d.conf->envoy_config, NULL, &ec, err, sizeof(err)) != 0) {
+            rl_log_error("SIGHUP: [cluster] envoy_config not reloaded, the previous one stays: %s",
+                         err);
+            return;
+        }
+        sh = rl_envoy_shared_new(ec);
+        if (sh == NULL) {
+            rl_envoy_config_free(ec);
+            rl_log_error("SIGHUP: [cluster] envoy_config not reloaded: out of memory");
+            return;
+        }
+        rl_rproc_set_envoy(m->proc, sh);
+        rl_envoy_shared_drop(m->envoy);
+        m->envoy = sh;
+        rl_log_info("SIGHUP: envoy_config %s reloaded: %zu domains, %zu descriptors",
+                    m->d.conf->envoy_config, ec->ndomains, ec->ndescriptors);
+    }
 }
 
 /* Static membership: the [node] sections of the config. */
@@ -216,11 +242,50 @@ main(int argc, char **argv)
     rc = rl_daemon_init(&m.d, &router_spec, argc, argv, &m);
     if (rc != RL_DAEMON_RUN) {
         rl_daemon_destroy(&m.d);
+        rl_envoy_shared_drop(m.envoy);
         return rc;
     }
     if (rl_daemon_listen(&m.d, m.d.conf->router_host, m.d.conf->router_port,
                          "no [router] listen", m.d.conf->nauth_clients > 0) != 0) {
         rl_daemon_destroy(&m.d);
+        rl_envoy_shared_drop(m.envoy);
+        return 2;
+    }
+    /* The gRPC front authenticates no one: a non-loopback address needs insecure = yes. */
+    if (m.d.conf->rls_host != NULL && !rl_parse_is_loopback(m.d.conf->rls_host) &&
+        !m.d.conf->insecure) {
+        rl_daemon_fail(&m.d,
+                       "rl-router: [router] rls %s is not a loopback address, and nothing "
+                       "authenticates gRPC clients: anyone who reaches it could spend any "
+                       "descriptor's quota. Set [cluster] insecure = yes to serve it anyway",
+                       m.d.conf->rls_host);
+        rl_daemon_destroy(&m.d);
+        rl_envoy_shared_drop(m.envoy);
+        return 2;
+    }
+    /* [cluster] envoy_config: loaded whole before anything serves, or the router stops with
+     * the first problem as FILE:LINE (docs/ENVOY.md). */
+    if (m.d.conf->envoy_config[0] != '\0') {
+        struct rl_envoy_config *ec = NULL;
+
+        if (rl_envoy_load(m.d.conf->envoy_config, NULL, &ec, err, sizeof(err)) != 0) {
+            rl_daemon_fail(&m.d, "rl-router: [cluster] envoy_config: %s", err);
+            rl_daemon_destroy(&m.d);
+            return 2;
+        }
+        m.envoy = rl_envoy_shared_new(ec);
+        if (m.envoy == NULL) {
+            rl_envoy_config_free(ec);
+            rl_daemon_fail(&m.d, "rl-router: [cluster] envoy_config: out of memory");
+            rl_daemon_destroy(&m.d);
+            return 1;
+        }
+        rl_log_info("envoy_config %s: %zu domains, %zu descriptors", m.d.conf->envoy_config,
+                    ec->ndomains, ec->ndescriptors);
+    } else if (m.d.conf->rls_host != NULL) {
+        rl_daemon_fail(&m.d, "rl-router: [router] rls needs [cluster] envoy_config");
+        rl_daemon_destroy(&m.d);
+        rl_envoy_shared_drop(m.envoy);
         return 2;
     }
     /* One name everywhere: PING, STATS and its routers/ znode (rl-cli status). */
@@ -235,6 +300,7 @@ main(int argc, char **argv)
     opts.host = m.d.host;
     opts.port = m.d.port;
     opts.limits = m.d.conf->clients;
+    opts.envoy = m.envoy;
     popts.router = opts;
     popts.config_path = m.d.config_path;
     popts.workers = m.workers != 0 ? m.workers : rl_rproc_default_workers(m.d.conf);
@@ -248,6 +314,7 @@ main(int argc, char **argv)
             rl_daemon_fail(&m.d, "rl-router: cannot serve on %s: %s", m.d.addr, uv_strerror(rc));
         }
         rl_daemon_destroy(&m.d);
+        rl_envoy_shared_drop(m.envoy);
         return 1;
     }
     if (m.d.conf->zookeeper[0] == '\0') {
@@ -280,6 +347,7 @@ main(int argc, char **argv)
         rl_zkm_destroy(m.zkm);
         rl_rproc_close(m.proc);
         rl_daemon_destroy(&m.d);
+        rl_envoy_shared_drop(m.envoy);
         return 1;
     }
     {
@@ -290,6 +358,7 @@ main(int argc, char **argv)
         if (rc != 0) {
             router_stop(&m.d);
             rl_daemon_destroy(&m.d);
+            rl_envoy_shared_drop(m.envoy);
             return rc;
         }
     }
@@ -298,5 +367,6 @@ main(int argc, char **argv)
                 m.d.conf->deadline_ms, rl_rproc_workers(m.proc));
     rl_daemon_run(&m.d);
     rl_daemon_destroy(&m.d);
+    rl_envoy_shared_drop(m.envoy);
     return 0;
 }

@@ -89,6 +89,7 @@ rl_pending_free(struct rl_router *r, struct rl_pending *p, bool late_reply)
 {
     p->used = false;
     p->fan = NULL;
+    p->sink = NULL;
     p->client = NULL;
     p->up = NULL;
     p->cprev = p->cnext = p->fprev = p->fnext = NULL;
@@ -150,6 +151,12 @@ rl_pending_track(struct rl_router *r, struct rl_pending *p, struct rl_cconn *c)
     }
     c->pending = p;
     rl_conn_hold(&c->conn);
+    rl_pending_track_fifo(r, p);
+}
+
+void
+rl_pending_track_fifo(struct rl_router *r, struct rl_pending *p)
+{
     p->fnext = NULL;
     p->fprev = r->fifo_tail;
     if (r->fifo_tail != NULL) {

@@ -29,6 +29,7 @@ struct rmetrics_sum {
     struct rl_listener_stats cs;
     struct rl_hist latency;
     uint64_t npending;
+    uint64_t rls_calls[3];
 };
 
 static void
@@ -38,6 +39,7 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
     rl_listener_stats(&r->listener, &s->cs);
     s->latency = r->latency;
     s->npending = r->npending;
+    memcpy(s->rls_calls, r->rls_calls, sizeof(s->rls_calls));
     for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
         struct rl_router *w = rl_rproc_router(r->proc, i);
         struct rl_listener_stats cs;
@@ -59,6 +61,9 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         s->latency.count += w->latency.count;
         s->latency.sum_ns += w->latency.sum_ns;
         s->npending += w->npending;
+        for (size_t k = 0; k < 3; k++) {
+            s->rls_calls[k] += __atomic_load_n(&w->rls_calls[k], __ATOMIC_RELAXED);
+        }
         pthread_mutex_unlock(&w->mu);
     }
     if (r->proc != NULL) {
@@ -424,6 +429,22 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
                 sum.stats.deadline_expired);
     rl_prom_u64(p, "rl_router_policy_answers_total",
                 rl_prom_labels(lab, sizeof(lab), "cause", "not_owner", NULL), sum.stats.not_owner);
+    if (r->conf->rls_host != NULL) {
+        static const char *const results[3] = {"ok", "over_limit", "error"};
+
+        rl_prom_family(p, "rl_router_rls_calls_total", "counter",
+                       "ShouldRateLimit calls answered by the gRPC front, by result: ok, "
+                       "over_limit (overall_code), error (a gRPC status other than OK).");
+        for (size_t k = 0; k < 3; k++) {
+            rl_prom_u64(p, "rl_router_rls_calls_total",
+                        rl_prom_labels(lab, sizeof(lab), "result", results[k], NULL),
+                        sum.rls_calls[k]);
+        }
+        rl_prom_family(p, "rl_router_rls_connections", "gauge",
+                       "gRPC connections open on [router] rls.");
+        rl_prom_u64(p, "rl_router_rls_connections", NULL,
+                    r->proc != NULL ? rl_rproc_rls_connections(r->proc) : 0);
+    }
     rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
                    "CHECKs forwarded to nodes and not answered yet.");
     rl_prom_u64(p, "rl_router_requests_in_flight", NULL, sum.npending);

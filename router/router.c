@@ -61,6 +61,8 @@ rl_router_maybe_free(struct rl_router *r)
     rl_table_deinit(r);
     rl_pending_deinit(r);
     rl_shed_deinit(r);
+    rl_rls_free(r);
+    rl_envoy_shared_drop(r->envoy);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
     pthread_mutex_destroy(&r->mu);
@@ -91,6 +93,10 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->loop = loop;
     r->conf = conf;
     r->opts = *opts;
+    if (opts->envoy != NULL) {
+        rl_envoy_shared_hold(opts->envoy);
+        r->envoy = opts->envoy;
+    }
     if (r->opts.limits.max_connections == 0) {
         r->opts.limits = rl_conn_limits_default();
     }
@@ -159,6 +165,7 @@ fail:
     rl_shed_deinit(r);
     rl_wire_decoder_deinit(&r->dec);
     free(r->rule_codes);
+    rl_envoy_shared_drop(r->envoy);
     free(r);
     return rc;
 }
@@ -175,6 +182,7 @@ rl_router_close(struct rl_router *r)
     uv_close((uv_handle_t *)&r->hot_timer, router_handle_closed);
     rl_health_close(r);
     rl_listener_close(&r->listener, router_listener_closed);
+    rl_rls_close(r);
     rl_table_close(r);
     /* Whatever is still pending has no client left to answer (all closed above). */
     rl_pending_drain(r);

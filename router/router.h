@@ -59,6 +59,21 @@ struct rl_router_stats {
 #define RL_ROUTER_FIRST_WARN_MS 3000u
 #define RL_ROUTER_WARN_MS 10000u
 
+struct rl_envoy_config;
+
+/* A loaded envoyproxy/ratelimit configuration shared by a process's workers and their calls
+ * in flight (router/rls.c); the last drop frees it. */
+struct rl_envoy_shared {
+    struct rl_envoy_config *c;
+    uint32_t refs; /* atomic */
+};
+
+/* Wraps c (one reference, the caller's); NULL when out of memory (c is then not taken). */
+struct rl_envoy_shared *rl_envoy_shared_new(struct rl_envoy_config *c);
+void rl_envoy_shared_hold(struct rl_envoy_shared *s);
+/* s may be NULL. */
+void rl_envoy_shared_drop(struct rl_envoy_shared *s);
+
 struct rl_router_opts {
     const char *name; /* answered to PING */
     const char *host;
@@ -78,6 +93,9 @@ struct rl_router_opts {
      * NULL: conf's request_log is opened by the router itself). */
     bool adopt;
     struct rl_reqlog *log;
+    /* The envoyproxy/ratelimit configuration ([cluster] envoy_config) the gRPC front answers
+     * from, loaded once by the process and read-only while any router runs; NULL: none. */
+    struct rl_envoy_shared *envoy; /* the router holds its own reference */
 };
 
 

@@ -45,7 +45,10 @@ struct rproc_worker {
     pthread_mutex_t mu;
     uv_os_sock_t *fds;
     size_t nfds, fds_cap;
+    uv_os_sock_t *rls_fds; /* accepted on [router] rls: gRPC connections (rls.c) */
+    size_t nrls, rls_cap;
     bool members_new, asg_new, zk_new, hup, stop;
+    bool envoy_new; /* rl_rproc_set_envoy: take p->envoy */
     char *zk_rules;   /* the newest rules znode text not yet taken; NULL: none */
     size_t zk_rules_len;
     int64_t zk_rules_version;
@@ -73,6 +76,13 @@ struct rl_rproc {
     bool closing;
     int handles;
     uint64_t accept_errors;
+
+    /* [router] rls: the gRPC listener, when set */
+    uv_os_sock_t rls_fd;
+    uv_poll_t rls_poll;
+    bool rls_polling;
+    uint32_t rls_conns; /* gRPC connections open or handed over (atomic) */
+    struct rl_envoy_shared *envoy; /* the latest envoy_config, under state_mu (one hold) */
 
     struct rl_reqlog *log;
     struct rl_conn_shared shared; /* the workers' listeners' caps, process-wide (conn.h) */
@@ -189,9 +199,9 @@ static void
 worker_wake(uv_async_t *a)
 {
     struct rproc_worker *w = a->data;
-    uv_os_sock_t *fds;
-    size_t nfds;
-    bool members, asg, zk, hup, stop;
+    uv_os_sock_t *fds, *rfds;
+    size_t nfds, nrfds;
+    bool members, asg, zk, hup, stop, envoy;
     char *rules;
     size_t rules_len;
     int64_t rules_version;
@@ -201,11 +211,17 @@ worker_wake(uv_async_t *a)
     nfds = w->nfds;
     w->fds = NULL;
     w->nfds = w->fds_cap = 0;
+    rfds = w->rls_fds;
+    nrfds = w->nrls;
+    w->rls_fds = NULL;
+    w->nrls = w->rls_cap = 0;
     members = w->members_new;
     asg = w->asg_new;
     zk = w->zk_new;
     hup = w->hup;
     stop = w->stop;
+    envoy = w->envoy_new;
+    w->envoy_new = false;
     rules = w->zk_rules;
     rules_len = w->zk_rules_len;
     rules_version = w->zk_rules_version;
@@ -218,6 +234,11 @@ worker_wake(uv_async_t *a)
             close(fds[i]);
         }
         free(fds);
+        for (size_t i = 0; i < nrfds; i++) {
+            close(rfds[i]);
+            rl_rproc_rls_closed(w->p);
+        }
+        free(rfds);
         free(rules);
         rl_rules_close(&w->rules);
         rl_router_close(w->router);
@@ -234,6 +255,16 @@ worker_wake(uv_async_t *a)
     if (hup) {
         rl_rules_reload_file(&w->rules);
     }
+    if (envoy) {
+        struct rl_envoy_shared *sh;
+
+        pthread_mutex_lock(&w->p->state_mu);
+        sh = w->p->envoy;
+        rl_envoy_shared_hold(sh);
+        pthread_mutex_unlock(&w->p->state_mu);
+        rl_rls_set_config(w->router, sh);
+        rl_envoy_shared_drop(sh);
+    }
     /* After the view: a client's first CHECK finds the connections to the nodes started. */
     for (size_t i = 0; i < nfds; i++) {
         if (rl_router_adopt(w->router, fds[i]) != 0) {
@@ -241,6 +272,13 @@ worker_wake(uv_async_t *a)
         }
     }
     free(fds);
+    for (size_t i = 0; i < nrfds; i++) {
+        if (rl_rls_adopt(w->router, rfds[i]) != 0) {
+            close(rfds[i]);
+            rl_rproc_rls_closed(w->p);
+        }
+    }
+    free(rfds);
 }
 
 /* A worker's router found its view stale (NOT_OWNER): the main loop reads ZooKeeper again. */
@@ -342,8 +380,9 @@ rproc_pick(struct rl_rproc *p)
 
         /* The listener counts its connections atomically for this read. */
         load = __atomic_load_n(&w->router->listener.stats.connections, __ATOMIC_RELAXED);
+        load += __atomic_load_n(&w->router->rls_conns, __ATOMIC_RELAXED);
         pthread_mutex_lock(&w->mu);
-        load += w->nfds;
+        load += w->nfds + w->nrls;
         pthread_mutex_unlock(&w->mu);
         if (load < best_load) {
             best = w;
@@ -355,21 +394,24 @@ rproc_pick(struct rl_rproc *p)
 }
 
 static int
-rproc_hand(struct rproc_worker *w, uv_os_sock_t fd)
+rproc_hand(struct rproc_worker *w, uv_os_sock_t fd, bool rls)
 {
+    uv_os_sock_t **fds = rls ? &w->rls_fds : &w->fds;
+    size_t *nfds = rls ? &w->nrls : &w->nfds, *fds_cap = rls ? &w->rls_cap : &w->fds_cap;
+
     pthread_mutex_lock(&w->mu);
-    if (w->nfds == w->fds_cap) {
-        size_t cap = w->fds_cap ? w->fds_cap * 2 : 16;
-        uv_os_sock_t *n = realloc(w->fds, cap * sizeof(*n));
+    if (*nfds == *fds_cap) {
+        size_t cap = *fds_cap ? *fds_cap * 2 : 16;
+        uv_os_sock_t *n = realloc(*fds, cap * sizeof(*n));
 
         if (n == NULL) {
             pthread_mutex_unlock(&w->mu);
             return -ENOMEM;
         }
-        w->fds = n;
-        w->fds_cap = cap;
+        *fds = n;
+        *fds_cap = cap;
     }
-    w->fds[w->nfds++] = fd;
+    (*fds)[(*nfds)++] = fd;
     pthread_mutex_unlock(&w->mu);
     uv_async_send(&w->wake);
     return 0;
@@ -411,14 +453,80 @@ rproc_poll_cb(uv_poll_t *h, int status, int events)
             }
             return; /* EAGAIN: none left; ECONNABORTED and the like: the next poll */
         }
-        if (rproc_hand(rproc_pick(p), fd) != 0) {
+        if (rproc_hand(rproc_pick(p), fd, false) != 0) {
             close(fd);
         }
     }
 }
 
+void
+rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh)
+{
+    struct rl_envoy_shared *old;
+
+    rl_envoy_shared_hold(sh);
+    pthread_mutex_lock(&p->state_mu);
+    old = p->envoy;
+    p->envoy = sh;
+    pthread_mutex_unlock(&p->state_mu);
+    rl_envoy_shared_drop(old);
+    for (uint32_t i = 0; !p->closing && i < p->nworkers; i++) {
+        struct rproc_worker *w = &p->workers[i];
+
+        pthread_mutex_lock(&w->mu);
+        w->envoy_new = true;
+        pthread_mutex_unlock(&w->mu);
+        uv_async_send(&w->wake);
+    }
+}
+
+uint32_t
+rl_rproc_rls_connections(const struct rl_rproc *p)
+{
+    return __atomic_load_n(&p->rls_conns, __ATOMIC_RELAXED);
+}
+
+void
+rl_rproc_rls_closed(struct rl_rproc *p)
+{
+    __atomic_fetch_sub(&p->rls_conns, 1, __ATOMIC_RELAXED);
+}
+
+/* [router] rls: gRPC connections, handed out as the clients' are, up to [clients]
+ * max_connections of them at once (an extra one is closed at once). */
+static void
+rproc_rls_poll_cb(uv_poll_t *h, int status, int events)
+{
+    struct rl_rproc *p = h->data;
+
+    (void)events;
+    if (status < 0 || p->closing) {
+        return;
+    }
+    for (unsigned i = 0; i < RPROC_ACCEPT_BATCH; i++) {
+        int fd = accept4(p->rls_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                p->accept_errors++;
+            }
+            return;
+        }
+        if (__atomic_load_n(&p->rls_conns, __ATOMIC_RELAXED) >=
+            p->conf->clients.max_connections) {
+            close(fd);
+            continue;
+        }
+        __atomic_fetch_add(&p->rls_conns, 1, __ATOMIC_RELAXED);
+        if (rproc_hand(rproc_pick(p), fd, true) != 0) {
+            close(fd);
+            rl_rproc_rls_closed(p);
+        }
+    }
+}
+
 static int
-rproc_listen(struct rl_rproc *p, const char *host, uint16_t port)
+rproc_listen(uv_os_sock_t *out, const char *host, uint16_t port)
 {
     struct sockaddr_storage addr;
     socklen_t alen;
@@ -443,7 +551,7 @@ rproc_listen(struct rl_rproc *p, const char *host, uint16_t port)
         close(fd);
         return rc;
     }
-    p->lfd = fd;
+    *out = fd;
     return 0;
 }
 
@@ -463,6 +571,7 @@ rproc_handle_closed(uv_handle_t *h)
     struct rl_rproc *p = h->data;
 
     if (--p->handles == 0) {
+        rl_envoy_shared_drop(p->envoy);
         pthread_mutex_destroy(&p->state_mu);
         rl_conn_shared_deinit(&p->shared);
         free(p->members);
@@ -491,6 +600,10 @@ rproc_stop_workers(struct rl_rproc *p, uint32_t started)
             close(w->fds[k]);
         }
         free(w->fds);
+        for (size_t k = 0; k < w->nrls; k++) {
+            close(w->rls_fds[k]);
+        }
+        free(w->rls_fds);
         free(w->zk_rules);
         pthread_mutex_destroy(&w->mu);
         uv_sem_destroy(&w->started);
@@ -518,11 +631,17 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
     p->opts = *opts;
     p->conf = conf;
     p->lfd = -1;
+    p->rls_fd = -1;
+    p->envoy = opts->router.envoy;
+    if (p->envoy != NULL) {
+        rl_envoy_shared_hold(p->envoy);
+    }
     p->zk_state = RL_ROUTER_ZK_NONE;
     p->asg_version = -1;
     p->nworkers = opts->workers != 0 ? opts->workers : rl_rproc_default_workers(conf);
     pthread_mutex_init(&p->state_mu, NULL);
     if (rl_conn_shared_init(&p->shared) != 0) {
+        rl_envoy_shared_drop(p->envoy);
         pthread_mutex_destroy(&p->state_mu);
         free(p);
         return -ENOMEM;
@@ -586,9 +705,23 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
         }
     }
     /* Listening last: a client that connects finds every worker ready. */
-    rc = rproc_listen(p, opts->router.host, opts->router.port);
+    rc = rproc_listen(&p->lfd, opts->router.host, opts->router.port);
     if (rc != 0) {
         goto fail;
+    }
+    if (conf->rls_host != NULL) {
+        rc = rproc_listen(&p->rls_fd, conf->rls_host, conf->rls_port);
+        if (rc != 0) {
+            if (err != NULL) {
+                snprintf(err, errlen, "[router] rls %s:%u: %s", conf->rls_host,
+                         (unsigned)conf->rls_port, uv_strerror(rc));
+            }
+            goto fail;
+        }
+        uv_poll_init_socket(loop, &p->rls_poll, p->rls_fd);
+        p->rls_poll.data = p;
+        p->rls_polling = uv_poll_start(&p->rls_poll, UV_READABLE, rproc_rls_poll_cb) == 0;
+        p->handles++;
     }
     uv_poll_init_socket(loop, &p->poll, p->lfd);
     p->poll.data = p;
@@ -596,7 +729,7 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
     p->retry.data = p;
     uv_async_init(loop, &p->stale, rproc_stale_cb);
     p->stale.data = p;
-    p->handles = 3;
+    p->handles += 3;
     p->polling = uv_poll_start(&p->poll, UV_READABLE, rproc_poll_cb) == 0;
     rl_log_info("%u workers serving", p->nworkers);
     *out = p;
@@ -613,7 +746,11 @@ fail:
     if (p->lfd >= 0) {
         close(p->lfd);
     }
+    if (p->rls_fd >= 0) {
+        close(p->rls_fd);
+    }
     free(p->workers);
+    rl_envoy_shared_drop(p->envoy);
     pthread_mutex_destroy(&p->state_mu);
     rl_conn_shared_deinit(&p->shared);
     free(p);
@@ -783,6 +920,14 @@ rl_rproc_close(struct rl_rproc *p)
     uv_close((uv_handle_t *)&p->stale, rproc_handle_closed);
     close(p->lfd);
     p->lfd = -1;
+    if (p->rls_fd >= 0) {
+        if (p->rls_polling) {
+            uv_poll_stop(&p->rls_poll);
+        }
+        uv_close((uv_handle_t *)&p->rls_poll, rproc_handle_closed);
+        close(p->rls_fd);
+        p->rls_fd = -1;
+    }
     rproc_stop_workers(p, p->nworkers);
     if (p->log != NULL) {
         rl_reqlog_close(p->log);

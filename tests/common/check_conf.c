@@ -168,6 +168,9 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c->log_sample, 1);
     ck_assert_uint_eq(c->router_workers, 0); /* unset: one per core */
     ck_assert(!c->inline_fail_closed);
+    ck_assert_str_eq(c->envoy_config, "");
+    ck_assert_ptr_null(c->rls_host); /* off */
+    ck_assert_uint_eq(c->rls_port, 0);
     ck_assert_uint_eq(c->events_log_max_size, 64ull << 20);
     ck_assert_uint_eq(c->events_log_keep, 4);
     ck_assert_uint_eq(c->events_log_rate, 100);
@@ -176,6 +179,15 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c->ntiers, 0);
     ck_assert_ptr_null(rl_conf_rule(c, "checkout", 8, NULL, 0));
     ck_assert_ptr_null(rl_conf_node(c, "a"));
+    rl_conf_destroy(c);
+
+    /* [router] rls: a bare port is loopback; empty is off. */
+    c = parse_ok("[router]\nrls = 8081\n");
+    ck_assert_str_eq(c->rls_host, "127.0.0.1");
+    ck_assert_uint_eq(c->rls_port, 8081);
+    rl_conf_destroy(c);
+    c = parse_ok("[router]\nrls =\n");
+    ck_assert_ptr_null(c->rls_host);
     rl_conf_destroy(c);
 
     /* Empty sections keep the defaults; a node's memory defaults; the rule's policies too. */
@@ -202,8 +214,10 @@ START_TEST(test_every_key)
                                  "shards = 1048576\n"
                                  "insecure = yes\n"
                                  "inline_failure = closed\n"
+                                 "envoy_config = /etc/ratelimit/config\n"
                                  "[router]\n"
                                  "listen = 0.0.0.0:8000\n"
+                                 "rls = 0.0.0.0:8081\n"
                                  "deadline = 1ms\n"
                                  "request_log =\n"
                                  "request_log_sample = 100\n"
@@ -241,6 +255,9 @@ START_TEST(test_every_key)
     ck_assert_str_eq(c->request_log, "");
     ck_assert_uint_eq(c->log_sample, 100);
     ck_assert_uint_eq(c->router_workers, 64);
+    ck_assert_str_eq(c->envoy_config, "/etc/ratelimit/config");
+    ck_assert_str_eq(c->rls_host, "0.0.0.0");
+    ck_assert_uint_eq(c->rls_port, 8081);
     ck_assert_uint_eq(c->clients.max_connections, 500);
     ck_assert_uint_eq(c->clients.max_per_peer, 20);
     ck_assert_uint_eq(c->clients.router_reserve, 0);
@@ -332,6 +349,7 @@ static const struct {
     {"[clients]\nmax_connections = 0\n", 2, "is out of range (1..1000000)"},
     {"[cluster]\ninsecure = maybe\n", 2, "insecure: \"maybe\" is not yes or no"},
     {"[cluster]\ninline_failure = shut\n", 2, "inline_failure: \"shut\" is not open or closed"},
+    {"[router]\nrls = localhost\n", 2, "rls: \"localhost\" is not HOST:PORT"},
     {"[node a]\nlisten = 0.0.0.0:7401\n", 1,
      "[node a] listens on the wildcard address 0.0.0.0: add advertise = HOST:PORT"},
     {"[node a]\nlisten = [::]:7401\n", 1, "wildcard address ::"},
@@ -1111,6 +1129,7 @@ START_TEST(test_relative_paths)
                                                  "events_log = ev-%%n.jsonl\n"
                                                  "events_log_max_size = 1mb\n"
                                                  "events_log_keep = 0\nevents_log_rate = 0\n"
+                                                 "envoy_config = envoy\n"
                                                  "[router]\nrequest_log = x.log\n"),
                      0);
 
@@ -1129,6 +1148,8 @@ START_TEST(test_relative_paths)
     snprintf(want, sizeof(want), "%s/sub/secret", real);
     ck_assert_str_eq(c->secret_file, want);
     ck_assert_uint_eq(c->secret_len, 20);
+    snprintf(want, sizeof(want), "%s/envoy", real);
+    ck_assert_str_eq(c->envoy_config, want);
     rl_conf_destroy(c);
 
     /* Absolute and empty paths are kept. */

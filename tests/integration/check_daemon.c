@@ -387,6 +387,55 @@ START_TEST(test_bad_command_lines_exit_2)
 }
 END_TEST
 
+/* [cluster] envoy_config is loaded at start: a bad file stops the router with FILE:LINE;
+ * [router] rls without it is refused. */
+START_TEST(test_envoy_config_errors_stop_the_router)
+{
+    char conf[PATH_MAX], yaml[PATH_MAX], want[PATH_MAX + 64];
+    int port = rl_harness_free_port();
+
+    ck_assert_int_eq(rl_harness_tmppath(yaml, sizeof(yaml), "edge.yaml"), 0);
+    ck_assert_int_eq(rl_harness_write_file(yaml, "domain: edge\n"
+                                                 "descriptors:\n"
+                                                 "  - key: path\n"
+                                                 "    rate_limit:\n"
+                                                 "      unit: fortnight\n"
+                                                 "      requests_per_unit: 5\n"),
+                     0);
+    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "envoy.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf, "[cluster]\nenvoy_config = %s\n"
+                                                 "[router]\nlisten = 127.0.0.1:%d\n",
+                                           yaml, port),
+                     0);
+    snprintf(want, sizeof(want), "rl-router: [cluster] envoy_config: %s:5: invalid rate limit unit",
+             yaml);
+    {
+        const char *argv[] = {"rl-router", "--config", conf, NULL};
+
+        run_one_line(argv, 2, want);
+    }
+    ck_assert_int_eq(rl_harness_write_file(conf, "[router]\nlisten = 127.0.0.1:%d\nrls = %d\n",
+                                           port, rl_harness_free_port()),
+                     0);
+    {
+        const char *argv[] = {"rl-router", "--config", conf, NULL};
+
+        run_one_line(argv, 2, "rl-router: [router] rls needs [cluster] envoy_config");
+    }
+    ck_assert_int_eq(rl_harness_write_file(yaml, "domain: edge\n"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf, "[cluster]\nenvoy_config = %s\n"
+                                                 "[router]\nlisten = 127.0.0.1:%d\n"
+                                                 "rls = 0.0.0.0:%d\n",
+                                           yaml, port, rl_harness_free_port()),
+                     0);
+    {
+        const char *argv[] = {"rl-router", "--config", conf, NULL};
+
+        run_one_line(argv, 2, "rl-router: [router] rls 0.0.0.0 is not a loopback address");
+    }
+}
+END_TEST
+
 static Suite *
 daemon_suite(void)
 {
@@ -397,6 +446,7 @@ daemon_suite(void)
     tcase_add_test(tc, test_node_says_it_is_not_registered);
     tcase_add_test(tc, test_sighup_reopens_logs_and_keeps_counters);
     tcase_add_test(tc, test_bad_command_lines_exit_2);
+    tcase_add_test(tc, test_envoy_config_errors_stop_the_router);
     suite_add_tcase(s, tc);
     return s;
 }
