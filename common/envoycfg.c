@@ -418,10 +418,11 @@ parse_limit(struct ld *l, const yaml_node_t *m, struct rl_envoy_limit *lim)
         if (lim->unlimited) {
             return fail(l, line_of(algo), "an unlimited rate_limit takes no algorithm");
         }
-        if (lim->unit == RL_ENVOY_UNIT_YEAR && lim->algo != RL_ALGO_FIXED_WINDOW) {
+        if (rl_envoy_unit_seconds(lim->unit) * 1000 > rl_algo_window_max(lim->algo)) {
             return fail(l, line_of(algo),
-                        "unit year is longer than the 49.7 days %s allows (use fixed_window)",
-                        rl_algo_name(lim->algo));
+                        "unit %s is longer than the 49.7 days %s allows (use fixed_window or "
+                        "sliding_window_counter)",
+                        rl_envoy_unit_name(lim->unit), rl_algo_name(lim->algo));
         }
     }
     lim->burst = lim->requests_per_unit;

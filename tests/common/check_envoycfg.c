@@ -783,7 +783,21 @@ START_TEST(test_extensions)
                "t.yaml:6: burst needs algorithm token_bucket, gcra or leaky_bucket");
     expect_err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n"
                "      algorithm: gcra\n",
-               "t.yaml:6: unit year is longer than the 49.7 days gcra allows (use fixed_window)");
+               "t.yaml:6: unit year is longer than the 49.7 days gcra allows (use fixed_window "
+               "or sliding_window_counter)");
+    expect_err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n"
+               "      algorithm: sliding_window_log\n",
+               "t.yaml:6: unit year is longer than the 49.7 days sliding_window_log allows (use "
+               "fixed_window or sliding_window_counter)");
+    /* a year counts with the two window algorithms (366 days at most, docs/PROTOCOL.md) */
+    c = load("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n"
+             "      requests_per_unit: 3\n      algorithm: sliding_window_counter\n");
+    ck_assert_int_eq(match(c, "d", "k", "v")->limits[0].algo, RL_ALGO_SLIDING_WINDOW_COUNTER);
+    ck_assert_uint_eq(rl_envoy_unit_seconds(RL_ENVOY_UNIT_YEAR) * 1000,
+                      365ull * 86400 * 1000);
+    ck_assert_uint_le(rl_envoy_unit_seconds(RL_ENVOY_UNIT_YEAR) * 1000,
+                      rl_algo_window_max(RL_ALGO_FIXED_WINDOW));
+    rl_envoy_config_free(c);
     expect_err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      - unlimited: true\n"
                "      - unit: second\n",
                "t.yaml:5: an unlimited rate_limit must be the descriptor's only one");
