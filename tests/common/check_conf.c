@@ -169,6 +169,7 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c->router_workers, 0); /* unset: one per core */
     ck_assert(!c->inline_fail_closed);
     ck_assert_str_eq(c->envoy_config, "");
+    ck_assert(!c->envoy_merge_domains); /* upstream's default: a domain in two files is wrong */
     ck_assert_ptr_null(c->rls_host); /* off */
     ck_assert_uint_eq(c->rls_port, 0);
     ck_assert_uint_eq(c->events_log_max_size, 64ull << 20);
@@ -215,6 +216,7 @@ START_TEST(test_every_key)
                                  "insecure = yes\n"
                                  "inline_failure = closed\n"
                                  "envoy_config = /etc/ratelimit/config\n"
+                                 "envoy_merge_domains = yes\n"
                                  "[router]\n"
                                  "listen = 0.0.0.0:8000\n"
                                  "rls = 0.0.0.0:8081\n"
@@ -256,6 +258,7 @@ START_TEST(test_every_key)
     ck_assert_uint_eq(c->log_sample, 100);
     ck_assert_uint_eq(c->router_workers, 64);
     ck_assert_str_eq(c->envoy_config, "/etc/ratelimit/config");
+    ck_assert(c->envoy_merge_domains);
     ck_assert_str_eq(c->rls_host, "0.0.0.0");
     ck_assert_uint_eq(c->rls_port, 8081);
     ck_assert_uint_eq(c->clients.max_connections, 500);
@@ -348,6 +351,9 @@ static const struct {
     {"[router]\nlisten = localhost\n", 2, "listen: \"localhost\" is not HOST:PORT"},
     {"[clients]\nmax_connections = 0\n", 2, "is out of range (1..1000000)"},
     {"[cluster]\ninsecure = maybe\n", 2, "insecure: \"maybe\" is not yes or no"},
+    {"[cluster]\nenvoy_merge_domains = 1\n", 2,
+     "envoy_merge_domains: \"1\" is not yes or no"},
+    {"[router]\nenvoy_merge_domains = yes\n", 2, "envoy_merge_domains"},
     {"[cluster]\ninline_failure = shut\n", 2, "inline_failure: \"shut\" is not open or closed"},
     {"[router]\nrls = localhost\n", 2, "rls: \"localhost\" is not HOST:PORT"},
     {"[node a]\nlisten = 0.0.0.0:7401\n", 1,
