@@ -233,9 +233,16 @@ def test_local_files_picked_up_without_sighup(rls, call):
     logged as FILE:LINE."""
     d = rls.dir / "envoy"
     assert limit_of(call, "live", "k") is None
+
+    def remaining():
+        return call("yr", [("probe", "kept")]).statuses[0].limit_remaining
+
+    before = remaining()
     (d / "live.yaml").write_text("domain: live\ndescriptors:\n  - key: k\n    rate_limit:\n"
                                  "      unit: hour\n      requests_per_unit: 1000007\n")
     wait_for("the new file", lambda: limit_of(call, "live", "k") == 1000007)
+    # a limit left unchanged keeps its counts across the change
+    assert remaining() == before - 1
     # a broken file: the previous configuration stays, FILE:LINE in the log
     (d / "live.yaml").write_text("domain: live\ndescriptors:\n  - key: k\n    rate_limit:\n"
                                  "      unit: fortnight\n")
