@@ -941,7 +941,9 @@ end(struct ld *l, int rc, struct rl_envoy_config **out)
         *out = NULL;
         return -1;
     }
-    qsort(l->c->domains, l->c->ndomains, sizeof(*l->c->domains), cmp_domain);
+    if (l->c->ndomains > 1) { /* none at all: a bundle of no files */
+        qsort(l->c->domains, l->c->ndomains, sizeof(*l->c->domains), cmp_domain);
+    }
     *out = l->c;
     return 0;
 }

@@ -207,8 +207,10 @@ rl_envoy_load(const char *path, const struct rl_envoy_opts *opts, struct rl_envo
 static bool
 bundle_name_ok(const char *s, size_t n)
 {
+    size_t at;
+
     return n >= 1 && n <= RL_ENVOY_NAME_MAX && memchr(s, '\n', n) == NULL &&
-           rl_utf8_check(s, n, NULL) == NULL;
+           rl_utf8_check(s, n, &at) == NULL;
 }
 
 int

@@ -691,6 +691,16 @@ START_TEST(test_bundle_and_stamp)
             ck_assert(strncmp(err, "znode: ", 7) == 0);
         }
     }
+    /* a bundle of no files is an empty configuration: every domain unknown */
+    ck_assert_int_eq(rl_envoy_unbundle("znode", b, strlen(RL_ENVOY_BUNDLE_MAGIC) + 1, &back, err,
+                                       sizeof(err)),
+                     0);
+    ck_assert_uint_eq(back.n, 0);
+    ck_assert_int_eq(rl_envoy_parse_files(&back, NULL, &c, err, sizeof(err)), 0);
+    ck_assert_uint_eq(c->ndomains, 0);
+    ck_assert_ptr_null(rl_envoy_domain(c, "d1", 2));
+    ck_assert_ptr_null(match(c, "d1", "k", "x"));
+    rl_envoy_config_free(c);
     ck_assert_int_eq(rl_envoy_unbundle("znode", "domain: x\n", 10, &back, err, sizeof(err)), -1);
     ck_assert(strstr(err, "not an envoy config bundle") != NULL);
     {
@@ -699,6 +709,12 @@ START_TEST(test_bundle_and_stamp)
                          RL_ENVOY_BUNDLE_MAGIC);
         ck_assert_int_eq(rl_envoy_unbundle("znode", big, (size_t)n, &back, err, sizeof(err)), -1);
         n = snprintf(big, sizeof(big), "%s\nfile 2 \nab\n", RL_ENVOY_BUNDLE_MAGIC);
+        ck_assert_int_eq(rl_envoy_unbundle("znode", big, (size_t)n, &back, err, sizeof(err)), -1);
+        /* a name that is not printable UTF-8 (a NUL, a control character) */
+        n = snprintf(big, sizeof(big), "%s\nfile 2 u_a\nab\n", RL_ENVOY_BUNDLE_MAGIC);
+        big[strlen(RL_ENVOY_BUNDLE_MAGIC) + 9] = '\0';
+        ck_assert_int_eq(rl_envoy_unbundle("znode", big, (size_t)n, &back, err, sizeof(err)), -1);
+        n = snprintf(big, sizeof(big), "%s\nfile 2 u\ta\nab\n", RL_ENVOY_BUNDLE_MAGIC);
         ck_assert_int_eq(rl_envoy_unbundle("znode", big, (size_t)n, &back, err, sizeof(err)), -1);
         n = snprintf(big, sizeof(big), "%s\nfile 2 ok\nab\n", RL_ENVOY_BUNDLE_MAGIC);
         ck_assert_int_eq(rl_envoy_unbundle("znode", big, (size_t)n, &back, err, sizeof(err)), 0);

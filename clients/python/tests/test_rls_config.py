@@ -399,3 +399,48 @@ def test_router_merges_domains_when_told(tmp_path, pb):
         ch.close()
     finally:
         c.stop()
+
+
+def test_router_with_zookeeper_and_no_local_file(rls, zk, pb, tmp_path):
+    """[router] rls with ZooKeeper and no envoy_config: every domain unknown (no limit) until
+    a configuration is pushed, then that one; deleted, unknown again."""
+    conf = tmp_path / "second.conf"
+    rls_port, port = harness.free_port(), harness.free_port()
+    text = rls.conf.read_text().replace("envoy_config = envoy\n", "", 1)
+    text = text.replace(f"rls = {rls.rls_port}\n", f"rls = {rls_port}\n", 1)
+    text = text.replace(f"listen = 127.0.0.1:{rls.port}\n", f"listen = 127.0.0.1:{port}\n", 1)
+    conf.write_text(text)
+    log = tmp_path / "second.log"
+    p = harness.spawn([str(harness.BUILD / "rl-router"), "--config", str(conf),
+                       "--name", "second"], log)
+    try:
+        harness.wait_port(rls_port, p, log)
+        ch = grpc.insecure_channel(f"127.0.0.1:{rls_port}")
+        stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
+                              response_deserializer=pb.RateLimitResponse.FromString)
+
+        def second(domain, key):
+            req = pb.RateLimitRequest(domain=domain)
+            e = req.descriptors.add().entries.add()
+            e.key, e.value = key, "x"
+            s = stub(req, timeout=5).statuses[0]
+            return s.current_limit.requests_per_unit if s.HasField("current_limit") else None
+
+        assert second("yr", "probe") is None
+        y = tmp_path / "z.yaml"
+        y.write_text("domain: zz\ndescriptors:\n  - key: k\n    rate_limit:\n"
+                     "      unit: year\n      requests_per_unit: 1000029\n")
+        r = cli(rls, "envoy", "push", y, "none")
+        assert r.returncode == 0, r.stderr
+        wait_for("the push", lambda: second("zz", "k") == 1000029)
+        version = r.stdout.split("znode version ")[1].split()[0]
+        r = cli(rls, "envoy", "delete", version)
+        assert r.returncode == 0, r.stderr
+        wait_for("the delete", lambda: second("zz", "k") is None)
+        ch.close()
+        p.send_signal(15)
+        assert p.wait(timeout=10) == 0
+        out = log.read_text(errors="replace")
+        assert "Sanitizer" not in out and "runtime error" not in out, out
+    finally:
+        harness.kill(p)
