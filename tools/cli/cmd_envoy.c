@@ -16,10 +16,11 @@
 
 #include "cli.h"
 
-/* Reads and validates path as the routers would load it, bundled: the exit status, with
- * *bundle and *blen set when it is valid (free *bundle). */
+/* Reads and validates path as the routers would load it, bundled (for a push, also no larger
+ * than a znode may hold): the exit status, with *bundle and *blen set when it is valid (free
+ * *bundle). */
 static int
-envoy_validate(const char *path, const struct rl_conf *conf, char **bundle, size_t *blen,
+envoy_validate(const char *path, const struct rl_conf *conf, bool push, char **bundle, size_t *blen,
                struct rl_envoy_config **out)
 {
     struct rl_envoy_opts eo = {.merge_domains = conf != NULL && conf->envoy_merge_domains};
@@ -43,7 +44,7 @@ envoy_validate(const char *path, const struct rl_conf *conf, char **bundle, size
         return CLI_EXIT_USAGE;
     }
     rl_envoy_files_free(&fs);
-    if (*blen > RL_ZKM_DATA_MAX) {
+    if (*blen > RL_ZKM_DATA_MAX && push) {
         fprintf(stderr,
                 "rl-cli: %s: %zu bytes as a bundle, more than a znode may hold (%u bytes): "
                 "nothing written\n",
@@ -158,15 +159,18 @@ cli_cmd_envoy(const struct cli *o, const struct cli_cmd *cmd, int nargs, char **
         }
     }
     if (check || push) {
-        status = envoy_validate(args[1], conf, &bundle, &blen, &c);
+        status = envoy_validate(args[1], conf, push, &bundle, &blen, &c);
         if (status != CLI_EXIT_OK) {
             rl_conf_destroy(conf);
             return status;
         }
     }
     if (check) {
-        printf("%s: %zu domains, %zu descriptors, %zu bytes as a bundle: valid\n", args[1],
-               c->ndomains, c->ndescriptors, blen);
+        printf("%s: %zu domains, %zu descriptors, %zu bytes as a bundle: valid%s\n", args[1],
+               c->ndomains, c->ndescriptors, blen,
+               blen > RL_ZKM_DATA_MAX ? " (as a local envoy_config only: too large to push, "
+                                        "more than a znode may hold)"
+                                      : "");
         rl_envoy_config_free(c);
         free(bundle);
         rl_conf_destroy(conf);

@@ -444,3 +444,23 @@ def test_router_with_zookeeper_and_no_local_file(rls, zk, pb, tmp_path):
         assert "Sanitizer" not in out and "runtime error" not in out, out
     finally:
         harness.kill(p)
+
+
+def test_push_size_limit(rls, tmp_path):
+    """A configuration that loads but is larger than a znode may hold (1000 KiB as a bundle)
+    is refused before anything is written."""
+    d = tmp_path / "big"
+    d.mkdir()
+    for f in range(2):
+        lines = [f"domain: big{f}", "descriptors:"]
+        for i in range(8000):
+            lines += [f"  - key: k{i:06d}", "    rate_limit: {unit: hour, requests_per_unit: 9}"]
+        (d / f"{f}.yaml").write_text("\n".join(lines) + "\n")
+    r = cli(rls, "envoy", "check", d)
+    assert r.returncode == 0, r.stderr
+    assert "2 domains, 16000 descriptors" in r.stdout
+    assert "too large to push" in r.stdout
+    r = cli(rls, "envoy", "push", d)
+    assert r.returncode == 2
+    assert "more than a znode may hold (1024000 bytes): nothing written" in r.stderr
+    assert "no envoy config znode" in cli(rls, "envoy", "show").stdout
