@@ -161,6 +161,7 @@ cli_cmd_envoy(const struct cli *o, const struct cli_cmd *cmd, int nargs, char **
     if (check || push) {
         status = envoy_validate(args[1], conf, push, &bundle, &blen, &c);
         if (status != CLI_EXIT_OK) {
+            rl_envoy_config_free(c);
             rl_conf_destroy(conf);
             return status;
         }
