@@ -13,6 +13,7 @@
 
 #include "envoycfg.h"
 #include "log.h"
+#include "metrics.h"
 
 struct rl_envoy_live {
     uv_timer_t timer;
@@ -21,9 +22,10 @@ struct rl_envoy_live {
     struct rl_envoy_opts eopts;
     void (*apply)(void *arg, struct rl_envoy_shared *sh);
     void *arg;
-    uint64_t stamp;        /* the local path's, when last read or looked at */
-    bool znode_active;     /* a pushed configuration is in force */
-    int64_t znode_version; /* its version */
+    uint64_t stamp;                   /* the local path's, when last read or looked at */
+    bool znode_active;                /* a pushed configuration is in force */
+    int64_t znode_version;            /* its version */
+    uint64_t loads_ok, loads_refused; /* configurations put in force, or refused, since start */
 };
 
 /* The local configuration: the path's, or an empty one when there is none. */
@@ -63,6 +65,7 @@ reload_local(struct rl_envoy_live *l, const char *what)
 
     l->stamp = l->path[0] != '\0' ? rl_envoy_stamp(l->path) : 0;
     if (load_local(l, &ec, err, sizeof(err)) != 0) {
+        l->loads_refused++;
         rl_log_error("%s: [cluster] envoy_config not reloaded, the previous configuration "
                      "stays: %s",
                      what, err);
@@ -72,8 +75,10 @@ reload_local(struct rl_envoy_live *l, const char *what)
     ns = ec->ndescriptors;
     if (put(l, ec) != 0) {
         rl_log_error("%s: [cluster] envoy_config not reloaded: out of memory", what);
+        l->loads_refused++;
         return;
     }
+    l->loads_ok++;
     rl_log_info("%s: envoy_config %s reloaded: %zu domains, %zu descriptors", what,
                 l->path[0] != '\0' ? l->path : "(none: empty)", nd, ns);
 }
@@ -167,6 +172,7 @@ rl_envoy_live_znode(struct rl_envoy_live *l, const char *text, size_t len, int64
         rl_envoy_files_free(&fs);
     }
     if (rc != 0) {
+        l->loads_refused++;
         rl_log_error("envoy config from ZooKeeper (znode version %" PRId64
                      ") refused, the previous configuration stays: %s",
                      version, err);
@@ -178,8 +184,10 @@ rl_envoy_live_znode(struct rl_envoy_live *l, const char *text, size_t len, int64
         rl_log_error("envoy config from ZooKeeper (znode version %" PRId64
                      ") not applied: out of memory",
                      version);
+        l->loads_refused++;
         return;
     }
+    l->loads_ok++;
     l->znode_active = true;
     l->znode_version = version;
     rl_log_info("envoy config from ZooKeeper, znode version %" PRId64
@@ -206,6 +214,20 @@ rl_envoy_live_source(const struct rl_envoy_live *l, int64_t *version)
 {
     *version = l->znode_active ? l->znode_version : -1;
     return l->znode_active ? "znode" : l->path[0] != '\0' ? "file" : "none";
+}
+
+void
+rl_envoy_live_metrics(const struct rl_envoy_live *l, struct rl_prom *p)
+{
+    rl_prom_one(p, "rl_router_envoy_config_version", "gauge",
+                "Where the envoy configuration in force came from: 0 the local envoy_config, "
+                "else the envoy znode's version + 1",
+                NULL, l->znode_active ? (uint64_t)l->znode_version + 1 : 0);
+    rl_prom_family(p, "rl_router_envoy_config_reloads_total", "counter",
+                   "Envoy configurations read since start (files changed, SIGHUP, the znode), "
+                   "by result: ok (in force) or refused (the previous one stayed)");
+    rl_prom_u64(p, "rl_router_envoy_config_reloads_total", "result=\"ok\"", l->loads_ok);
+    rl_prom_u64(p, "rl_router_envoy_config_reloads_total", "result=\"refused\"", l->loads_refused);
 }
 
 static void

@@ -53,6 +53,12 @@ void rl_envoy_live_hup(struct rl_envoy_live *l);
  * version when it is "znode" (-1 otherwise). */
 const char *rl_envoy_live_source(const struct rl_envoy_live *l, int64_t *version);
 
+struct rl_prom;
+
+/* /metrics, on the main loop: rl_router_envoy_config_version (0: the local files; a pushed
+ * configuration: its znode version + 1) and rl_router_envoy_config_reloads_total{result}. */
+void rl_envoy_live_metrics(const struct rl_envoy_live *l, struct rl_prom *p);
+
 /* Stops watching; the memory goes once the loop has closed the timer. NULL is a no-op. */
 void rl_envoy_live_close(struct rl_envoy_live *l);
 

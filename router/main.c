@@ -215,6 +215,9 @@ router_metrics(void *arg, struct rl_prom *p)
 
     rl_prom_build_info(p, "rl-router", m->name);
     rl_rproc_metrics(m->proc, p);
+    if (m->live != NULL) {
+        rl_envoy_live_metrics(m->live, p);
+    }
 }
 
 static bool

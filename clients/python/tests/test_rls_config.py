@@ -130,11 +130,13 @@ def rls(tmp_path_factory, zk):
     (d / "envoy" / "yr.yaml").write_text(LOCAL)
     c = harness.Cluster(d, nodes=("a", "b"))
     c.rls_port = harness.free_port()
+    c.metrics_port = harness.free_port()
     text = c.conf.read_text()
     text = text.replace("[cluster]\n", f"[cluster]\nzookeeper = {zk.connect}\n"
                         "envoy_config = envoy\n", 1)
     text = text.replace("name = pytest\n", f"name = rlscfg{os.getpid()}\n", 1)
-    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\n", 1)
+    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\n"
+                        f"metrics = {c.metrics_port}\n", 1)
     c.conf.write_text(text)
     c.start()
     harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
@@ -180,6 +182,17 @@ def wait_for(what, fn, timeout=15.0):
 def cli(rls, *args, conf=None):
     return subprocess.run([str(harness.BUILD / "rl-cli"), "--config", str(conf or rls.conf)]
                           + [str(a) for a in args], capture_output=True, text=True, timeout=60)
+
+
+def metric(rls, name):
+    """One sample of the router's /metrics, by its name with labels."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{rls.metrics_port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return int(float(line.split()[1]))
+    raise AssertionError(f"{name} not in /metrics")
 
 
 def log_of(rls):
@@ -251,6 +264,8 @@ def test_local_files_picked_up_without_sighup(rls, call):
     assert "previous configuration stays" in log_of(rls)
     assert limit_of(call, "live", "k") == 1000007
     assert limit_of(call, "yr", "probe") == 1000001
+    assert metric(rls, 'rl_router_envoy_config_reloads_total{result="refused"}') >= 1
+    assert metric(rls, "rl_router_envoy_config_version") == 0  # the local files
     # fixed again: taken
     (d / "live.yaml").write_text("domain: live\ndescriptors:\n  - key: k\n    rate_limit:\n"
                                  "      unit: hour\n      requests_per_unit: 1000009\n")
@@ -292,6 +307,7 @@ def test_push_show_delete(rls, call, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "znode version 0" in r.stdout
     wait_for("the pushed config", lambda: limit_of(call, "pz", "k") == 1000011)
+    assert metric(rls, "rl_router_envoy_config_version") == 1  # znode version 0
     assert limit_of(call, "yr", "probe") == 1000013  # the pushed yr domain, not the local one
     assert limit_of(call, "yr", "plan", "annual") is None
     assert "in force over the local envoy_config" in log_of(rls)
@@ -316,6 +332,7 @@ def test_push_show_delete(rls, call, tmp_path):
     wait_for("the second push", lambda: limit_of(call, "pz", "k") == 1000017)
     r = cli(rls, "envoy", "push", pushed)  # over whatever is there
     assert r.returncode == 0 and "znode version 2" in r.stdout, r.stderr
+    wait_for("the third push", lambda: metric(rls, "rl_router_envoy_config_version") == 3)
 
     # a local change meanwhile is not applied: the pushed configuration rules
     (rls.dir / "envoy" / "more.yaml").write_text(
@@ -332,6 +349,7 @@ def test_push_show_delete(rls, call, tmp_path):
     wait_for("the local config back", lambda: limit_of(call, "pz", "k") is None)
     assert limit_of(call, "pz", "j") == 1000019
     assert limit_of(call, "yr", "probe") == 1000001
+    assert metric(rls, "rl_router_envoy_config_version") == 0
     (rls.dir / "envoy" / "more.yaml").unlink()
     assert rls.router.poll() is None
 
@@ -409,6 +427,7 @@ def test_router_with_zookeeper_and_no_local_file(rls, zk, pb, tmp_path):
     text = rls.conf.read_text().replace("envoy_config = envoy\n", "", 1)
     text = text.replace(f"rls = {rls.rls_port}\n", f"rls = {rls_port}\n", 1)
     text = text.replace(f"listen = 127.0.0.1:{rls.port}\n", f"listen = 127.0.0.1:{port}\n", 1)
+    text = text.replace(f"metrics = {rls.metrics_port}\n", "", 1)
     conf.write_text(text)
     log = tmp_path / "second.log"
     p = harness.spawn([str(harness.BUILD / "rl-router"), "--config", str(conf),
