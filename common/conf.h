@@ -77,6 +77,8 @@ struct rl_conf {
                                     an inline-limited CHECK whose owner cannot be reached */
     char *envoy_config;          /* envoyproxy/ratelimit YAML (file or directory) the router's
                                     gRPC front answers from (docs/ENVOY.md); "" = none */
+    bool envoy_merge_domains;    /* envoy_merge_domains = yes: a domain in several files has
+                                    its descriptors merged (upstream's MERGE_DOMAIN_CONFIG) */
     char *secret_file;           /* "" = no cluster secret */
     char *secret;                /* the secret read from it at load; NULL when none */
     size_t secret_len;

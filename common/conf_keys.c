@@ -286,6 +286,13 @@ set_envoy_config(struct conf_parser *p, const char *v)
     return set_path(p, &p->c->envoy_config, v);
 }
 
+/* [cluster] envoy_merge_domains = yes|no: upstream's MERGE_DOMAIN_CONFIG (docs/ENVOY.md). */
+static const char *
+set_envoy_merge_domains(struct conf_parser *p, const char *v)
+{
+    return conf_set_yesno(&p->c->envoy_merge_domains, v);
+}
+
 static const char *
 set_node_metrics(struct conf_parser *p, const char *v)
 {
@@ -529,6 +536,7 @@ const struct conf_key conf_keys[] = {
     {CONF_CLUSTER, "fencing", set_fencing, false},
     {CONF_CLUSTER, "inline_failure", set_inline_failure, false},
     {CONF_CLUSTER, "envoy_config", set_envoy_config, false},
+    {CONF_CLUSTER, "envoy_merge_domains", set_envoy_merge_domains, false},
     {CONF_CLUSTER, "throttle_events", set_throttle_events, false},
     {CONF_CLUSTER, "events_log", set_events_log, false},
     {CONF_CLUSTER, "events_log_max_size", set_events_log_max_size, false},

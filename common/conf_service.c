@@ -115,11 +115,19 @@ parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
         snprintf(p->why, sizeof(p->why), "has a window \"%s\" that %s", tok[3], why);
         return p->why;
     }
-    if (why != NULL || window < 1 || window > RL_CONF_WINDOW_MAX) {
-        snprintf(p->why, sizeof(p->why), "has a window outside 1ms..%ums", RL_CONF_WINDOW_MAX);
+    if (why != NULL || window < 1 || window > rl_algo_window_max(t->algo)) {
+        if (rl_algo_window_max(t->algo) == RL_CONF_WINDOW_MAX) {
+            snprintf(p->why, sizeof(p->why), "has a window outside 1ms..%llums (366 days)",
+                     (unsigned long long)RL_CONF_WINDOW_MAX);
+        } else {
+            snprintf(p->why, sizeof(p->why),
+                     "has a window outside 1ms..%ums (about 49.7 days; only fixed_window and "
+                     "sliding_window_counter count longer windows, up to 366 days)",
+                     RL_CONF_WINDOW32_MAX);
+        }
         return p->why;
     }
-    t->window_ms = (uint32_t)window;
+    t->window_ms = window;
     t->burst = t->limit;
     if (ntok == 6) {
         if (!rl_algo_has_burst(t->algo)) {

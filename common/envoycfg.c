@@ -1,20 +1,20 @@
 /*
- * envoycfg: envoyproxy/ratelimit's YAML configuration, loaded with libyaml's document API
- * and checked as upstream's config_impl.go checks it (same messages where upstream has
- * one), plus the bounds and the two extensions of docs/ENVOY.md; and the lookup of a
- * request's descriptor (rl_envoy_match) and upstream's counter key. Not for the service.
+ * envoycfg: the YAML reader of the envoycfg module (envoycfg.h): envoyproxy/ratelimit's
+ * configuration turned into a struct rl_envoy_config with libyaml's document API and checked
+ * as upstream's config_impl.go checks it (same messages where upstream has one), plus the
+ * bounds and the two extensions of docs/ENVOY.md; every rejection is "FILE:LINE: message".
+ * Not for matching a request (envoycfg_match.c), reading files, directories or bundles
+ * (envoycfg_src.c), nor the service.
  */
 #include "envoycfg.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <yaml.h>
 
+#include "envoycfg_int.h"
 #include "utf8.h"
 
 static const struct {
@@ -418,10 +418,11 @@ parse_limit(struct ld *l, const yaml_node_t *m, struct rl_envoy_limit *lim)
         if (lim->unlimited) {
             return fail(l, line_of(algo), "an unlimited rate_limit takes no algorithm");
         }
-        if (lim->unit == RL_ENVOY_UNIT_YEAR && lim->algo != RL_ALGO_FIXED_WINDOW) {
+        if (rl_envoy_unit_seconds(lim->unit) * 1000 > rl_algo_window_max(lim->algo)) {
             return fail(l, line_of(algo),
-                        "unit year is longer than the 49.7 days %s allows (use fixed_window)",
-                        rl_algo_name(lim->algo));
+                        "unit %s is longer than the 49.7 days %s allows (use fixed_window or "
+                        "sliding_window_counter)",
+                        rl_envoy_unit_name(lim->unit), rl_algo_name(lim->algo));
         }
     }
     lim->burst = lim->requests_per_unit;
@@ -479,7 +480,8 @@ parse_limits(struct ld *l, const yaml_node_t *v, struct rl_envoy_desc *d)
 static int
 cmp_children(const struct rl_envoy_desc *d, uint32_t a, uint32_t b)
 {
-    int c = strcmp(d->children[a]->composite, d->children[b]->composite);
+    const char *sb = d->children[b]->composite;
+    int c = envoy_cmp_cat(d->children[a]->composite, sb, strlen(sb), NULL, 0, NULL, 0);
     return c != 0 ? c : (a < b ? -1 : a > b);
 }
 
@@ -939,7 +941,9 @@ end(struct ld *l, int rc, struct rl_envoy_config **out)
         *out = NULL;
         return -1;
     }
-    qsort(l->c->domains, l->c->ndomains, sizeof(*l->c->domains), cmp_domain);
+    if (l->c->ndomains > 1) { /* none at all: a bundle of no files */
+        qsort(l->c->domains, l->c->ndomains, sizeof(*l->c->domains), cmp_domain);
+    }
     *out = l->c;
     return 0;
 }
@@ -961,317 +965,24 @@ rl_envoy_parse(const char *name, const char *text, size_t len, const struct rl_e
     return end(&l, parse_text(&l, text, len), out);
 }
 
-static int
-load_file(struct ld *l, const char *path)
-{
-    FILE *f;
-    char *buf;
-    size_t n;
-    int rc;
-
-    if (add_file(l, path) != 0) {
-        return fail(l, 0, "out of memory");
-    }
-    if ((f = fopen(path, "rb")) == NULL) {
-        return fail(l, 0, "%s", strerror(errno));
-    }
-    buf = malloc(RL_ENVOY_FILE_MAX + 1);
-    if (buf == NULL) {
-        fclose(f);
-        return fail(l, 0, "out of memory");
-    }
-    n = fread(buf, 1, RL_ENVOY_FILE_MAX + 1, f);
-    if (ferror(f)) {
-        rc = fail(l, 0, "%s", strerror(errno));
-    } else {
-        rc = parse_text(l, buf, n); /* n > RL_ENVOY_FILE_MAX is refused there */
-    }
-    free(buf);
-    fclose(f);
-    return rc;
-}
-
-static int
-cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int
-rl_envoy_load(const char *path, const struct rl_envoy_opts *opts, struct rl_envoy_config **out,
-              char *err, size_t errlen)
+rl_envoy_parse_files(const struct rl_envoy_files *fs, const struct rl_envoy_opts *opts,
+                     struct rl_envoy_config **out, char *err, size_t errlen)
 {
     struct ld l;
-    struct stat st;
     int rc = 0;
 
     if (begin(&l, opts, err, errlen) != 0) {
-        snprintf(err, errlen, "%s: out of memory", path);
+        snprintf(err, errlen, "envoy config: out of memory");
         return -1;
     }
-    l.file = path;
-    if (stat(path, &st) != 0) {
-        return end(&l, fail(&l, 0, "%s", strerror(errno)), out);
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        return end(&l, load_file(&l, path), out);
-    }
-    DIR *dir = opendir(path);
-    if (dir == NULL) {
-        return end(&l, fail(&l, 0, "%s", strerror(errno)), out);
-    }
-    char **names = NULL;
-    size_t nnames = 0;
-    struct dirent *de;
-    while (rc == 0 && (de = readdir(dir)) != NULL) {
-        size_t len = strlen(de->d_name);
-        if (de->d_name[0] == '.' || len < 6 || strcmp(de->d_name + len - 5, ".yaml") != 0) {
-            continue;
+    for (size_t i = 0; i < fs->n && rc == 0; i++) {
+        if (add_file(&l, fs->f[i].name) != 0) {
+            snprintf(err, errlen, "%s: out of memory", fs->f[i].name);
+            rc = -1;
+        } else {
+            rc = parse_text(&l, fs->f[i].text, fs->f[i].len);
         }
-        if (nnames == RL_ENVOY_FILES_MAX) {
-            rc = fail(&l, 0, "more than %u *.yaml files", RL_ENVOY_FILES_MAX);
-            break;
-        }
-        char **nn = realloc(names, (nnames + 1) * sizeof(*nn));
-        char *full = malloc(strlen(path) + len + 2);
-        if (nn != NULL) {
-            names = nn;
-        }
-        if (nn == NULL || full == NULL) {
-            free(full);
-            rc = fail(&l, 0, "out of memory");
-            break;
-        }
-        sprintf(full, "%s/%s", path, de->d_name);
-        names[nnames++] = full;
     }
-    closedir(dir);
-    qsort(names, nnames, sizeof(*names), cmp_str);
-    for (size_t i = 0; i < nnames && rc == 0; i++) {
-        rc = load_file(&l, names[i]);
-    }
-    for (size_t i = 0; i < nnames; i++) {
-        free(names[i]);
-    }
-    free(names);
     return end(&l, rc, out);
-}
-
-/* ---- lookup ----------------------------------------------------------------------------- */
-
-const struct rl_envoy_domain *
-rl_envoy_domain(const struct rl_envoy_config *c, const char *name, size_t len)
-{
-    size_t lo = 0, hi = c->ndomains;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const char *d = c->domains[mid].name;
-        size_t dl = strlen(d);
-        int cmp = memcmp(d, name, dl < len ? dl : len);
-        if (cmp == 0) {
-            cmp = dl < len ? -1 : dl > len;
-        }
-        if (cmp == 0) {
-            return &c->domains[mid];
-        }
-        if (cmp < 0) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return NULL;
-}
-
-/* strcmp(s, the concatenation of a[0..an), b[0..bn) and c[0..cn)), in sign only. */
-static int
-cmp_cat(const char *s, const char *a, size_t an, const char *b, size_t bn, const char *c, size_t cn)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = an + bn + cn;
-
-    for (size_t i = 0; i < n; i++, p++) {
-        if (*p == '\0') {
-            return -1; /* s is a proper prefix */
-        }
-        unsigned char x = (unsigned char)(i < an ? a[i] : i < an + bn ? b[i - an] : c[i - an - bn]);
-        if (*p != x) {
-            return *p < x ? -1 : 1; /* the terminating NUL sorts first */
-        }
-    }
-    return *p != '\0';
-}
-
-/* The child whose composite is exactly "key_value" (with_value) or "key". */
-static const struct rl_envoy_desc *
-find_child(const struct rl_envoy_desc *d, const struct rl_envoy_entry *e, bool with_value)
-{
-    size_t lo = 0, hi = d->nchildren;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const char *s = d->children[d->index[mid]]->composite;
-        int cmp = with_value ? cmp_cat(s, e->key, e->key_len, "_", 1, e->value, e->value_len)
-                             : cmp_cat(s, e->key, e->key_len, NULL, 0, NULL, 0);
-        if (cmp == 0) {
-            return d->children[d->index[mid]];
-        }
-        if (cmp < 0) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return NULL;
-}
-
-/* upstream's wildcardMatch of pattern (split on '*') against key "_" value. */
-static bool
-wild_match(const char *pat, const struct rl_envoy_entry *e)
-{
-    size_t n = e->key_len + 1 + e->value_len;
-    size_t pos = 0; /* next unread position of the subject */
-    const char *seg = pat;
-    bool first = true;
-
-#define SUBJ(i)                                                                                    \
-    ((i) < e->key_len ? e->key[(i)] : (i) == e->key_len ? '_' : e->value[(i)-e->key_len - 1])
-    for (;;) {
-        const char *star = strchr(seg, '*');
-        size_t sl = star ? (size_t)(star - seg) : strlen(seg);
-        if (first && star == NULL) { /* no '*': exact */
-            if (sl != n) {
-                return false;
-            }
-            for (size_t i = 0; i < n; i++) {
-                if (SUBJ(i) != seg[i]) {
-                    return false;
-                }
-            }
-            return true;
-        }
-        if (first) { /* prefix */
-            if (sl > n) {
-                return false;
-            }
-            for (size_t i = 0; i < sl; i++) {
-                if (SUBJ(i) != seg[i]) {
-                    return false;
-                }
-            }
-            pos = sl;
-        } else if (star == NULL) { /* suffix, after what the earlier segments took */
-            if (sl > n - pos) {
-                return false;
-            }
-            for (size_t i = 0; i < sl; i++) {
-                if (SUBJ(n - sl + i) != seg[i]) {
-                    return false;
-                }
-            }
-            return true;
-        } else { /* middle: leftmost occurrence, leaving room for nothing yet */
-            bool found = false;
-            for (size_t at = pos; !found && at + sl <= n; at++) {
-                size_t i = 0;
-                while (i < sl && SUBJ(at + i) == seg[i]) {
-                    i++;
-                }
-                if (i == sl) {
-                    found = true;
-                    pos = at + sl;
-                }
-            }
-            if (!found) {
-                return false;
-            }
-        }
-        first = false;
-        seg = star + 1;
-    }
-#undef SUBJ
-}
-
-const struct rl_envoy_desc *
-rl_envoy_match(const struct rl_envoy_config *c, const char *domain, size_t dlen,
-               const struct rl_envoy_entry *e, size_t n, const char **share)
-{
-    const struct rl_envoy_domain *dom = rl_envoy_domain(c, domain, dlen);
-    const struct rl_envoy_desc *cur, *found = NULL;
-
-    if (share != NULL) {
-        for (size_t i = 0; i < n; i++) {
-            share[i] = NULL;
-        }
-    }
-    if (dom == NULL || n == 0 || n > RL_ENVOY_ENTRIES_MAX) {
-        return NULL;
-    }
-    cur = &dom->root;
-    for (size_t i = 0; i < n; i++) {
-        const struct rl_envoy_desc *next = find_child(cur, &e[i], true);
-        if (next == NULL) {
-            for (size_t w = 0; w < cur->nwildcards && next == NULL; w++) {
-                if (wild_match(cur->wildcards[w]->composite, &e[i])) {
-                    next = cur->wildcards[w];
-                    if (next->share_threshold && share != NULL) {
-                        /* upstream trims "key_" off the pattern */
-                        const char *p = next->composite;
-                        if (strncmp(p, e[i].key, e[i].key_len) == 0 && p[e[i].key_len] == '_') {
-                            p += e[i].key_len + 1;
-                        }
-                        share[i] = p;
-                    }
-                }
-            }
-        }
-        if (next == NULL) {
-            next = find_child(cur, &e[i], false);
-        }
-        if (next == NULL) {
-            return NULL;
-        }
-        if (i == n - 1 && next->nlimits > 0) {
-            found = next;
-        }
-        if (next->nchildren == 0) {
-            return found;
-        }
-        cur = next;
-    }
-    return found;
-}
-
-size_t
-rl_envoy_counter_key(char *dst, size_t cap, const char *domain, size_t dlen,
-                     const struct rl_envoy_entry *e, size_t n, const char **share)
-{
-    size_t len = 0;
-
-#define PUT(s, l)                                                                                  \
-    do {                                                                                           \
-        for (size_t k_ = 0; k_ < (l); k_++, len++) {                                               \
-            if (len + 1 < cap) {                                                                   \
-                dst[len] = (s)[k_];                                                                \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-    PUT(domain, dlen);
-    PUT("_", 1);
-    for (size_t i = 0; i < n; i++) {
-        PUT(e[i].key, e[i].key_len);
-        PUT("_", 1);
-        if (share != NULL && share[i] != NULL) {
-            PUT(share[i], strlen(share[i]));
-        } else {
-            PUT(e[i].value, e[i].value_len);
-        }
-        PUT("_", 1);
-    }
-#undef PUT
-    if (cap > 0) {
-        dst[len < cap ? len : cap - 1] = '\0';
-    }
-    return len;
 }

@@ -99,11 +99,36 @@ struct rl_envoy_opts {
     bool merge_domains;
 };
 
+/* A configuration's source files, read whole: what rl_envoy_load reads from the disk, and
+ * what a bundle (the envoy znode in ZooKeeper, docs/OPERATIONS.md) carries. */
+struct rl_envoy_file {
+    char *name; /* as errors name it: the path read, or the name the bundle gives */
+    char *text; /* len bytes, NUL-terminated */
+    size_t len;
+};
+struct rl_envoy_files {
+    struct rl_envoy_file *f;
+    size_t n;
+};
+
+void rl_envoy_files_free(struct rl_envoy_files *fs);
+
+/*
+ * Reads path whole into *fs: a YAML file, or a directory whose `*.yaml` files are taken in
+ * name order (names starting with '.' skipped; at most RL_ENVOY_FILES_MAX, each at most
+ * RL_ENVOY_FILE_MAX bytes). 0, or -1 with "PATH: message" in err (errlen > 0).
+ */
+int rl_envoy_read(const char *path, struct rl_envoy_files *fs, char *err, size_t errlen);
+
+/* Loads the files of fs, in order, as one configuration: the results of rl_envoy_load. */
+int rl_envoy_parse_files(const struct rl_envoy_files *fs, const struct rl_envoy_opts *opts,
+                         struct rl_envoy_config **out, char *err, size_t errlen);
+
 /*
  * Loads path: a YAML file, or a directory whose `*.yaml` files are loaded in name order
  * (names starting with '.' skipped). Returns 0 with *out set, or -1 with one line in err
  * ("FILE:LINE: message", or "PATH: message" when no line applies; errlen > 0). opts may be
- * NULL.
+ * NULL. rl_envoy_read then rl_envoy_parse_files.
  */
 int rl_envoy_load(const char *path, const struct rl_envoy_opts *opts, struct rl_envoy_config **out,
                   char *err, size_t errlen);
@@ -112,6 +137,31 @@ int rl_envoy_load(const char *path, const struct rl_envoy_opts *opts, struct rl_
  * results as rl_envoy_load. For tests and the fuzzer. */
 int rl_envoy_parse(const char *name, const char *text, size_t len, const struct rl_envoy_opts *opts,
                    struct rl_envoy_config **out, char *err, size_t errlen);
+
+/*
+ * A bundle: several files in one text, as the envoy znode holds them (docs/OPERATIONS.md,
+ * "ZooKeeper layout"). The first line is RL_ENVOY_BUNDLE_MAGIC; then, for each file, a line
+ * "file BYTES NAME" (NAME: 1..RL_ENVOY_NAME_MAX bytes of printable UTF-8) followed by exactly
+ * BYTES bytes of the file and one "\n". rl_envoy_bundle writes fs as one (malloc'd, *len
+ * bytes, NUL-terminated: free it); 0 or -1 (out of memory, or a name it cannot carry).
+ */
+#define RL_ENVOY_BUNDLE_MAGIC "# ratelimiter envoy config bundle 1"
+int rl_envoy_bundle(const struct rl_envoy_files *fs, char **out, size_t *len);
+
+/*
+ * Reads a bundle (len bytes) into *fs, with the bounds of rl_envoy_read; 0, or -1 with
+ * "what: message" in err (what names the bundle in messages).
+ */
+int rl_envoy_unbundle(const char *what, const char *text, size_t len, struct rl_envoy_files *fs,
+                      char *err, size_t errlen);
+
+/*
+ * A cheap stamp of path's files as stat(2) sees them (the file, or the directory and its
+ * `*.yaml` files: names, sizes, modification times, inodes), for noticing a change without
+ * reading them. Two equal stamps mean nothing changed as far as stat can tell; 0 when path
+ * cannot be read.
+ */
+uint64_t rl_envoy_stamp(const char *path);
 
 void rl_envoy_config_free(struct rl_envoy_config *c);
 

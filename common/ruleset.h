@@ -42,16 +42,28 @@ int rl_algo_parse(const char *name, enum rl_algo *out);
 
 /* Bounds the parser enforces, so the algorithms' integer arithmetic cannot overflow. */
 #define RL_CONF_LIMIT_MAX 4294967295u  /* N and B, in cost units */
-#define RL_CONF_WINDOW_MAX 4294967295u /* W in ms: about 49.7 days */
+#define RL_CONF_WINDOW_MAX 31622400000ull /* W in ms: 366 days, for fixed_window and
+                                             sliding_window_counter */
+#define RL_CONF_WINDOW32_MAX 4294967295u  /* W in ms for sliding_window_log, token_bucket, gcra
+                                             and leaky_bucket: about 49.7 days (their state
+                                             holds W in 32 bits, or B*W in 64) */
 #define RL_CONF_RULE_TIERS_MAX 16      /* `limit` lines in one [service] section */
 #define RL_CONF_TIERS_MAX 1048575u     /* in the whole file (2^20 - 1): a tier id fits the node's
                                           key-table entry (24 bits) */
+
+/* The longest window algorithm a counts with (docs/CONFIG.md, "[service S]"). */
+static inline uint64_t
+rl_algo_window_max(enum rl_algo a)
+{
+    return a == RL_ALGO_FIXED_WINDOW || a == RL_ALGO_SLIDING_WINDOW_COUNTER ? RL_CONF_WINDOW_MAX
+                                                                          : RL_CONF_WINDOW32_MAX;
+}
 
 /* One `limit = ALGO N per DURATION [burst B]` line. */
 struct rl_tier {
     enum rl_algo algo;
     uint32_t limit;     /* N */
-    uint32_t window_ms; /* W, >= 1 */
+    uint64_t window_ms; /* W, 1..rl_algo_window_max(algo) */
     uint32_t burst;     /* B; N when not given; meaningful for the bucket algorithms */
     uint32_t id;        /* index in rl_conf.tiers: unique across the whole file */
     /* The tier's identity for counters (added): a 64-bit hash of its section (service,

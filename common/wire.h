@@ -184,7 +184,7 @@ struct rl_wire_limit {
     bool has_burst;
     uint8_t algo;
     uint32_t limit;     /* 1..4294967295 */
-    uint32_t window_ms; /* 1..4294967295 */
+    uint64_t window_ms; /* 1..rl_algo_window_max(algo) (ruleset.h): 366 days at most */
     uint32_t burst;     /* 1..4294967295 */
 };
 

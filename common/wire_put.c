@@ -114,7 +114,7 @@ rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
 
         ok = msgpack_pack_array(&pk, 4) == 0 && wire_pack_str(&pk, name, strlen(name)) &&
              msgpack_pack_uint32(&pk, req->limit.limit) == 0 &&
-             msgpack_pack_uint32(&pk, req->limit.window_ms) == 0 &&
+             msgpack_pack_uint64(&pk, req->limit.window_ms) == 0 &&
              (req->limit.has_burst ? msgpack_pack_uint32(&pk, req->limit.burst) == 0
                                    : msgpack_pack_nil(&pk) == 0);
     }

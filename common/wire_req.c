@@ -114,11 +114,15 @@ wire_req_limit(const msgpack_object *o, struct rl_wire_req *req, struct rl_wire_
                           "limit's limit must be an unsigned integer of 1..4294967295");
     }
     lim->limit = (uint32_t)v;
-    if (!wire_uint(&e[2], RL_CONF_WINDOW_MAX, &v) || v == 0) {
+    if (!wire_uint(&e[2], rl_algo_window_max((enum rl_algo)i), &v) || v == 0) {
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                          "limit's window_ms must be an unsigned integer of 1..4294967295");
+                          rl_algo_window_max((enum rl_algo)i) == RL_CONF_WINDOW_MAX
+                              ? "limit's window_ms must be an unsigned integer of "
+                                "1..31622400000"
+                              : "limit's window_ms must be an unsigned integer of "
+                                "1..4294967295 for this algorithm");
     }
-    lim->window_ms = (uint32_t)v;
+    lim->window_ms = v;
     lim->burst = lim->limit;
     if (e[3].type != MSGPACK_OBJECT_NIL) {
         if (!wire_algos[i].burst) {

@@ -189,3 +189,71 @@ rl_zkm_set_rules(struct rl_zkm *z, const char *text, size_t len, int64_t *new_ve
     rl_log_info("zk: rules written, version %" PRId64 " (%zu bytes)", version, len);
     return 0;
 }
+
+int
+rl_zkm_get_envoy(struct rl_zkm *z, char **text, size_t *len, int64_t *version, int timeout_ms)
+{
+    return admin_get(z, z->envoy_path, text, len, version, timeout_ms);
+}
+
+int
+rl_zkm_set_envoy(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
+                 int64_t *new_version, int timeout_ms)
+{
+    struct Stat st;
+    int64_t version = 0;
+    int rc;
+
+    rc = admin_begin(z, text, len, expected_version >= -1 && expected_version <= INT32_MAX,
+                     timeout_ms);
+    if (rc != 0) {
+        return rc;
+    }
+    if (expected_version == -1) {
+        rc = zoo_create(z->zh, z->envoy_path, text != NULL ? text : "", (int)len, zkm_acl(z, 0),
+                        ZOO_PERSISTENT, NULL, 0);
+    } else {
+        rc = admin_claim(z, z->envoy_path);
+        if (rc != 0) {
+            return rc;
+        }
+        memset(&st, 0, sizeof(st));
+        rc = zoo_set2(z->zh, z->envoy_path, text != NULL ? text : "", (int)len,
+                      (int)expected_version, &st);
+        version = st.version;
+    }
+    if (rc == ZNONODE || rc == ZNODEEXISTS || rc == ZBADVERSION) {
+        return -EAGAIN;
+    }
+    if (rc != ZOK) {
+        return zkm_errno(rc);
+    }
+    if (new_version != NULL) {
+        *new_version = version;
+    }
+    rl_log_info("zk: envoy config written, version %" PRId64 " (%zu bytes)", version, len);
+    return 0;
+}
+
+int
+rl_zkm_delete_envoy(struct rl_zkm *z, int64_t expected_version, int timeout_ms)
+{
+    int rc;
+
+    if (expected_version < 0 || expected_version > INT32_MAX) {
+        return -EINVAL;
+    }
+    rc = zkm_ready(z, timeout_ms);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = admin_claim(z, z->envoy_path);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = zoo_delete(z->zh, z->envoy_path, (int)expected_version);
+    if (rc == ZNONODE || rc == ZBADVERSION) {
+        return -EAGAIN;
+    }
+    return rc == ZOK ? 0 : zkm_errno(rc);
+}

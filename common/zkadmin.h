@@ -3,7 +3,8 @@
  * in ZooKeeper (rl-rebalance, rl-cli rules push and assign), on an rl_zkm session (zkm.h):
  * the assignment is compare-and-set, the replaced text going to
  * /ratelimiter/<cluster>/assignment.prev in the same transaction (for rollback); the rules
- * znode is written whole. The calls keep zkm's rl_zkm_ prefix. Not for the node's and the
+ * znode is written whole; the envoy config znode is compare-and-set. The calls keep zkm's
+ * rl_zkm_ prefix. Not for the node's and the
  * router's watches of the same znodes (zkm.h), nor for parsing what they hold
  * (assignment.h, conf.h).
  */
@@ -56,5 +57,24 @@ int rl_zkm_get_rules(struct rl_zkm *z, char **text, size_t *len, int64_t *versio
  */
 int rl_zkm_set_rules(struct rl_zkm *z, const char *text, size_t len, int64_t *new_version,
                      int timeout_ms);
+
+/* Reads the envoy config znode as rl_zkm_get_assignment reads the assignment. */
+int rl_zkm_get_envoy(struct rl_zkm *z, char **text, size_t *len, int64_t *version, int timeout_ms);
+
+/*
+ * Compare-and-set of the envoy config znode (a bundle, envoycfg.h): creates it when
+ * expected_version is -1, else replaces its data if its version is still expected_version.
+ * Returns 0 with *new_version set (if not NULL), -EAGAIN when it changed (or appeared, or
+ * went) since, and then nothing was written; -EMSGSIZE past RL_ZKM_DATA_MAX; or an error of
+ * the tool's calls above. The caller validates the text first.
+ */
+int rl_zkm_set_envoy(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
+                     int64_t *new_version, int timeout_ms);
+
+/*
+ * Deletes the envoy config znode if its version is still expected_version (routers go back
+ * to their own [cluster] envoy_config). 0, -EAGAIN (changed or gone), or an error above.
+ */
+int rl_zkm_delete_envoy(struct rl_zkm *z, int64_t expected_version, int timeout_ms);
 
 #endif

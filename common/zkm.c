@@ -432,8 +432,9 @@ zkm_parents(struct rl_zkm *z)
     }
 }
 
-/* Watched data: the assignment (ZKM_DW_ASG), and the rules (ZKM_DW_RULES). The same steps
- * for both: exists (leaves a watch), then with a secret whose it is, then get. */
+/* Watched data: the assignment (ZKM_DW_ASG), the rules (ZKM_DW_RULES) and the envoy config
+ * (ZKM_DW_ENVOY). The same steps for each: exists (leaves a watch), then with a secret whose
+ * it is, then get. */
 
 static void
 zkm_dw_refresh(struct rl_zkm *z, int which)
@@ -459,7 +460,9 @@ zkm_dw_deliver(struct rl_zkm *z, int which, const char *text, size_t len, int64_
 {
     struct zkm_dw *w = &z->dw[which];
     void (*cb)(void *, const char *, size_t, int64_t) =
-        which == ZKM_DW_ASG ? z->cbs.on_assignment : z->cbs.on_rules;
+        which == ZKM_DW_ASG     ? z->cbs.on_assignment
+        : which == ZKM_DW_RULES ? z->cbs.on_rules
+                                : z->cbs.on_envoy;
 
     if (w->known && w->key == key) {
         return;
@@ -676,6 +679,8 @@ zkm_on_watch(struct rl_zkm *z, int type, const char *path)
         zkm_dw_refresh(z, ZKM_DW_ASG);
     } else if (strcmp(path, z->rules_path) == 0) {
         zkm_dw_refresh(z, ZKM_DW_RULES);
+    } else if (strcmp(path, z->envoy_path) == 0) {
+        zkm_dw_refresh(z, ZKM_DW_ENVOY);
     }
 }
 
@@ -797,7 +802,10 @@ rl_zkm_create(struct rl_zkm **out, uv_loop_t *loop, const char *hosts, uint32_t 
     z->dw[ZKM_DW_ASG].what = "assignment";
     z->dw[ZKM_DW_RULES].path = z->rules_path;
     z->dw[ZKM_DW_RULES].what = "rules";
-    z->dw[ZKM_DW_ASG].key = z->dw[ZKM_DW_RULES].key = -1;
+    snprintf(z->envoy_path, sizeof(z->envoy_path), "%s/envoy", z->root);
+    z->dw[ZKM_DW_ENVOY].path = z->envoy_path;
+    z->dw[ZKM_DW_ENVOY].what = "envoy config";
+    z->dw[ZKM_DW_ASG].key = z->dw[ZKM_DW_RULES].key = z->dw[ZKM_DW_ENVOY].key = -1;
 
     rc = -pthread_mutex_init(&z->mu, NULL);
     if (rc != 0) {
@@ -870,6 +878,17 @@ rl_zkm_watch_rules(struct rl_zkm *z)
     }
     z->dw[ZKM_DW_RULES].on = 1;
     zkm_dw_refresh(z, ZKM_DW_RULES);
+    return 0;
+}
+
+int
+rl_zkm_watch_envoy(struct rl_zkm *z)
+{
+    if (z->dw[ZKM_DW_ENVOY].on) {
+        return -EALREADY;
+    }
+    z->dw[ZKM_DW_ENVOY].on = 1;
+    zkm_dw_refresh(z, ZKM_DW_ENVOY);
     return 0;
 }
 

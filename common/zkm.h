@@ -62,6 +62,9 @@ struct rl_zkm_cbs {
      * it changed meanwhile); len 0 and version -1 when it does not exist (or, with a secret,
      * was not written by this cluster). text is not NUL-terminated. */
     void (*on_rules)(void *arg, const char *text, size_t len, int64_t version);
+    /* After rl_zkm_watch_envoy: the envoy config znode /ratelimiter/<cluster>/envoy (a bundle
+     * of envoyproxy/ratelimit YAML files, envoycfg.h), as on_rules is told the rules. */
+    void (*on_envoy)(void *arg, const char *text, size_t len, int64_t version);
 };
 
 struct rl_zkm;
@@ -128,6 +131,13 @@ int rl_zkm_watch(struct rl_zkm *z);
  * Returns 0 or -EALREADY.
  */
 int rl_zkm_watch_rules(struct rl_zkm *z);
+
+/*
+ * Router side: from now on, watches the envoy config znode and calls on_envoy on every
+ * change, again after every new session (docs/ENVOY.md, "Changing the configuration live").
+ * Returns 0 or -EALREADY.
+ */
+int rl_zkm_watch_envoy(struct rl_zkm *z);
 
 /*
  * Closes the cluster's subtree to strangers with the cluster secret (docs/OPERATIONS.md,

@@ -4,8 +4,11 @@
  * as exact "largest amount" and "smallest wait" quantities under the node clock, which the
  * tests verify by brute force. Not for finding keys or combining tiers.
  *
- * Bounds: L, B and W are below 2^32, costs at most 10^6 and now below 2^62 ms, so products
- * such as L*W or now*L are taken in 128 bits and every stored quantity fits its field.
+ * Bounds: L and B are below 2^32, W below 2^32 too except for fixed_window and
+ * sliding_window_counter (up to 366 days, below 2^35: rl_algo_window_max, ruleset.h), costs
+ * at most 10^6 and now below 2^62 ms, so products such as L*W or now*L are taken in 128 bits
+ * and every stored quantity fits its field (those two store a window index and counts below
+ * 2^32, never W itself).
  *
  * States, all zero when never seen (full allowance):
  *   fixed_window            a = window index k, b = count in window k
@@ -162,7 +165,7 @@ swl_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32
     struct rl_slog *g = swl_log(s);
     uint64_t L = t->limit;
     uint64_t W = t->window_ms;
-    uint64_t now_eff = rl_slog_prune(g, now, t->window_ms);
+    uint64_t now_eff = rl_slog_prune(g, now, (uint32_t)t->window_ms);
     uint64_t sum = rl_slog_sum(g);
     uint64_t after;
     uint64_t newest = 0;
@@ -211,7 +214,7 @@ swl_commit(const struct rl_tier *t, struct rl_algo_state *s, const struct rl_alg
         return 1;
     }
     g = swl_log(s);
-    now_eff = rl_slog_prune(g, now, t->window_ms);
+    now_eff = rl_slog_prune(g, now, (uint32_t)t->window_ms);
     rc = rl_slog_append(&g, now_eff, cost, room);
     s->a = (uintptr_t)g;
     if (rc == 0) {

@@ -48,9 +48,11 @@ rl_inltab_destroy(struct rl_inltab *t)
 static uint64_t
 inl_hash(const struct rl_tier *w)
 {
-    uint32_t k[4] = {(uint32_t)w->algo, w->limit, w->window_ms, w->burst};
+    /* A window past 32 bits adds its high half: a shorter one hashes as before. */
+    uint32_t k[5] = {(uint32_t)w->algo, w->limit, (uint32_t)w->window_ms, w->burst,
+                     (uint32_t)(w->window_ms >> 32)};
 
-    return XXH3_64bits(k, sizeof(k));
+    return XXH3_64bits(k, w->window_ms >> 32 != 0 ? sizeof(k) : 4 * sizeof(k[0]));
 }
 
 static bool

@@ -518,15 +518,18 @@ lim_inline_tier(const struct rl_wire_req *req, struct rl_tier *t)
 static uint64_t
 lim_inline_seed(const struct rl_wire_req *req, const struct rl_tier *t)
 {
-    unsigned char buf[16 + 4 * 4 + 2 + RL_WIRE_SERVICE_MAX + RL_WIRE_ENDPOINT_MAX];
-    uint32_t parts[4] = {(uint32_t)t->algo, t->limit, t->window_ms, t->burst};
+    unsigned char buf[16 + 5 * 4 + 2 + RL_WIRE_SERVICE_MAX + RL_WIRE_ENDPOINT_MAX];
+    /* A window past 32 bits adds its high half: a shorter one keeps the seed it had. */
+    uint32_t parts[5] = {(uint32_t)t->algo, t->limit, (uint32_t)t->window_ms, t->burst,
+                         (uint32_t)(t->window_ms >> 32)};
+    size_t nparts = t->window_ms >> 32 != 0 ? 5 : 4;
     uint32_t elen = req->endpoint.ptr == NULL ? 0 : req->endpoint.len;
     size_t n = 0;
 
     memcpy(buf, "rl inline limit", 16);
     n = 16;
-    memcpy(buf + n, parts, sizeof(parts));
-    n += sizeof(parts);
+    memcpy(buf + n, parts, nparts * sizeof(parts[0]));
+    n += nparts * sizeof(parts[0]);
     buf[n++] = (unsigned char)req->service.len;
     memcpy(buf + n, req->service.ptr, req->service.len);
     n += req->service.len;

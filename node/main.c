@@ -340,7 +340,7 @@ static int
 node_register(struct node *n)
 {
     static const struct rl_zkm_cbs cbs = {node_members, node_assignment, node_zk_state,
-                                          node_registered, node_rules_zk};
+                                          node_registered, node_rules_zk, NULL};
     uv_loop_t *loop = &n->d.loop;
     int rc;
 

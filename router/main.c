@@ -4,7 +4,8 @@
  * proxies the wire protocol to the owning nodes. Start-up, signals and exit statuses are
  * daemon.h's: SIGTERM/SIGINT close and exit 0; SIGHUP reopens the --log-file and the
  * request log (after they were moved aside for rotation) and reloads the [service] rules
- * (rules.h), which may also come from the rules znode in ZooKeeper.
+ * (rules.h), which may also come from the rules znode in ZooKeeper, and the envoy config
+ * (envoylive.h: also reread when its files change, and pushed through ZooKeeper).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -18,6 +19,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "envoycfg.h"
+#include "envoylive.h"
 #include "parse.h"
 #include "router.h"
 #include "rproc.h"
@@ -30,8 +32,8 @@ struct router_main {
     struct rl_zkm *zkm;
     const char *name;
     uint32_t workers; /* --workers; 0: the config's */
-    struct rl_envoy_shared *envoy; /* [cluster] envoy_config, loaded at start (and by SIGHUP);
-                                      NULL: none */
+    struct rl_envoy_shared *envoy; /* the envoy config the router started with; NULL: none */
+    struct rl_envoy_live *live;    /* where later ones come from; NULL when rls is off */
 };
 
 enum { OPT_WORKERS = 0x2000 };
@@ -116,6 +118,28 @@ on_rules(void *arg, const char *text, size_t len, int64_t version)
     rl_rproc_rules_from_zk(m->proc, text, len, version);
 }
 
+/* The envoy config znode changed. */
+static void
+on_envoy(void *arg, const char *text, size_t len, int64_t version)
+{
+    struct router_main *m = arg;
+
+    if (m->live != NULL) {
+        rl_envoy_live_znode(m->live, text, len, version);
+    }
+}
+
+/* A new envoy config to put in force: every worker takes it. */
+static void
+envoy_apply(void *arg, struct rl_envoy_shared *sh)
+{
+    struct router_main *m = arg;
+
+    if (m->proc != NULL) {
+        rl_rproc_set_envoy(m->proc, sh);
+    }
+}
+
 /* A node said this router's view is stale: read ZooKeeper again (the router calls this at
  * most every RL_ROUTER_REFRESH_MS however many nodes say so). */
 static void
@@ -137,6 +161,8 @@ router_stop(struct rl_daemon *d)
         rl_zkm_destroy(m->zkm);
         m->zkm = NULL;
     }
+    rl_envoy_live_close(m->live);
+    m->live = NULL;
     rl_rproc_close(m->proc); /* each worker drops its parse in flight, closes and exits */
     m->proc = NULL;
 }
@@ -153,28 +179,8 @@ router_hup(struct rl_daemon *d)
         rl_log_info("SIGHUP: reopening the request log %s", m->d.conf->request_log);
     }
     rl_rproc_hup(m->proc); /* the request log, and every worker's rules */
-    if (m->envoy != NULL) {
-        /* [cluster] envoy_config again (the path given at start): whole, or not at all. */
-        struct rl_envoy_config *ec = NULL;
-        struct rl_envoy_shared *sh;
-        char err[512];
-
-        if (rl_envoy_load(m->d.conf->envoy_config, NULL, &ec, err, sizeof(err)) != 0) {
-            rl_log_error("SIGHUP: [cluster] envoy_config not reloaded, the previous one stays: %s",
-                         err);
-            return;
-        }
-        sh = rl_envoy_shared_new(ec);
-        if (sh == NULL) {
-            rl_envoy_config_free(ec);
-            rl_log_error("SIGHUP: [cluster] envoy_config not reloaded: out of memory");
-            return;
-        }
-        rl_rproc_set_envoy(m->proc, sh);
-        rl_envoy_shared_drop(m->envoy);
-        m->envoy = sh;
-        rl_log_info("SIGHUP: envoy_config %s reloaded: %zu domains, %zu descriptors",
-                    m->d.conf->envoy_config, ec->ndomains, ec->ndescriptors);
+    if (m->live != NULL) {
+        rl_envoy_live_hup(m->live); /* [cluster] envoy_config again, unless a pushed one rules */
     }
 }
 
@@ -209,6 +215,9 @@ router_metrics(void *arg, struct rl_prom *p)
 
     rl_prom_build_info(p, "rl-router", m->name);
     rl_rproc_metrics(m->proc, p);
+    if (m->live != NULL) {
+        rl_envoy_live_metrics(m->live, p);
+    }
 }
 
 static bool
@@ -232,7 +241,8 @@ static const struct rl_daemon_spec router_spec = {
 int
 main(int argc, char **argv)
 {
-    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, on_rules};
+    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state,
+                                          NULL,       on_rules,      on_envoy};
     static struct router_main m;
     struct rl_rproc_opts popts = {0};
     struct rl_router_opts opts = {0};
@@ -263,30 +273,42 @@ main(int argc, char **argv)
         rl_envoy_shared_drop(m.envoy);
         return 2;
     }
-    /* [cluster] envoy_config: loaded whole before anything serves, or the router stops with
-     * the first problem as FILE:LINE (docs/ENVOY.md). */
-    if (m.d.conf->envoy_config[0] != '\0') {
-        struct rl_envoy_config *ec = NULL;
+    /* The envoy config: [cluster] envoy_config loaded whole before anything serves, or the
+     * router stops with the first problem as FILE:LINE (docs/ENVOY.md); with ZooKeeper, a
+     * pushed one may follow (envoylive.h). */
+    if (m.d.conf->rls_host != NULL) {
+        struct rl_envoy_live_opts lo = {.path = m.d.conf->envoy_config,
+                                        .merge_domains = m.d.conf->envoy_merge_domains,
+                                        .apply = envoy_apply,
+                                        .arg = &m};
 
-        if (rl_envoy_load(m.d.conf->envoy_config, NULL, &ec, err, sizeof(err)) != 0) {
+        if (m.d.conf->envoy_config[0] == '\0' && m.d.conf->zookeeper[0] == '\0') {
+            rl_daemon_fail(&m.d, "rl-router: [router] rls needs [cluster] envoy_config (or "
+                                 "zookeeper, to serve what rl-cli envoy push writes)");
+            rl_daemon_destroy(&m.d);
+            return 2;
+        }
+        if (rl_envoy_live_start(&m.live, rl_daemon_loop(&m.d), &lo, &m.envoy, err,
+                                sizeof(err)) != 0) {
             rl_daemon_fail(&m.d, "rl-router: [cluster] envoy_config: %s", err);
             rl_daemon_destroy(&m.d);
             return 2;
         }
-        m.envoy = rl_envoy_shared_new(ec);
-        if (m.envoy == NULL) {
-            rl_envoy_config_free(ec);
-            rl_daemon_fail(&m.d, "rl-router: [cluster] envoy_config: out of memory");
+        rl_log_info("envoy_config %s: %zu domains, %zu descriptors",
+                    m.d.conf->envoy_config[0] != '\0' ? m.d.conf->envoy_config
+                                                      : "(none until one is pushed)",
+                    m.envoy->c->ndomains, m.envoy->c->ndescriptors);
+    } else if (m.d.conf->envoy_config[0] != '\0') {
+        /* loaded to check it, as before: a config that would not serve is found at start */
+        struct rl_envoy_config *ec = NULL;
+        struct rl_envoy_opts eo = {.merge_domains = m.d.conf->envoy_merge_domains};
+
+        if (rl_envoy_load(m.d.conf->envoy_config, &eo, &ec, err, sizeof(err)) != 0) {
+            rl_daemon_fail(&m.d, "rl-router: [cluster] envoy_config: %s", err);
             rl_daemon_destroy(&m.d);
-            return 1;
+            return 2;
         }
-        rl_log_info("envoy_config %s: %zu domains, %zu descriptors", m.d.conf->envoy_config,
-                    ec->ndomains, ec->ndescriptors);
-    } else if (m.d.conf->rls_host != NULL) {
-        rl_daemon_fail(&m.d, "rl-router: [router] rls needs [cluster] envoy_config");
-        rl_daemon_destroy(&m.d);
-        rl_envoy_shared_drop(m.envoy);
-        return 2;
+        rl_envoy_config_free(ec);
     }
     /* One name everywhere: PING, STATS and its routers/ znode (rl-cli status). */
     if (m.d.name == NULL) {
@@ -313,6 +335,7 @@ main(int argc, char **argv)
         } else {
             rl_daemon_fail(&m.d, "rl-router: cannot serve on %s: %s", m.d.addr, uv_strerror(rc));
         }
+        rl_envoy_live_close(m.live);
         rl_daemon_destroy(&m.d);
         rl_envoy_shared_drop(m.envoy);
         return 1;
@@ -330,6 +353,9 @@ main(int argc, char **argv)
         if (rc == 0) {
             rc = rl_zkm_watch_rules(m.zkm);
         }
+        if (rc == 0 && m.live != NULL) {
+            rc = rl_zkm_watch_envoy(m.zkm);
+        }
         if (rc == 0) {
             /* routers/<name>: who runs, for rl-cli status. */
             const char *aname = opts.name;
@@ -345,6 +371,7 @@ main(int argc, char **argv)
     if (rc != 0) {
         rl_daemon_fail(&m.d, "rl-router: cannot learn the membership: %s", strerror(-rc));
         rl_zkm_destroy(m.zkm);
+        rl_envoy_live_close(m.live);
         rl_rproc_close(m.proc);
         rl_daemon_destroy(&m.d);
         rl_envoy_shared_drop(m.envoy);

@@ -236,20 +236,22 @@ hits_of(const rls_request *req, const rls_descriptor *d)
 }
 
 /* The inline limit a configured limit counts with: the algorithm given, else fixed_window;
- * N per unit. 0: it cannot be sent (no requests allowed, or a window past 2^32 - 1 ms). */
+ * N per unit. 0: it cannot be sent (no requests allowed, or a window the algorithm cannot
+ * count, which the loader refuses). */
 static int
 inline_limit(const struct rl_envoy_limit *l, struct rl_wire_limit *w)
 {
     uint64_t ms = rl_envoy_unit_seconds(l->unit) * 1000;
+    enum rl_algo a = l->algo_set ? l->algo : RL_ALGO_FIXED_WINDOW;
 
-    if (l->requests_per_unit == 0 || ms == 0 || ms > UINT32_MAX) {
+    if (l->requests_per_unit == 0 || ms == 0 || ms > rl_algo_window_max(a)) {
         return -1;
     }
     memset(w, 0, sizeof(*w));
     w->set = true;
     w->algo = (uint8_t)(l->algo_set ? l->algo : RL_ALGO_FIXED_WINDOW);
     w->limit = l->requests_per_unit;
-    w->window_ms = (uint32_t)ms;
+    w->window_ms = ms;
     if (l->burst != 0 && (w->algo == RL_ALGO_TOKEN_BUCKET || w->algo == RL_ALGO_GCRA ||
                           w->algo == RL_ALGO_LEAKY_BUCKET)) {
         w->has_burst = true;
@@ -434,7 +436,7 @@ rl_rls_call_start(struct rl_rls_call *s)
                 if (pt->lim->requests_per_unit == 0) {
                     pt->code = RL_WIRE_LIMITED; /* upstream: 0 per unit refuses everything */
                 } else {
-                    /* unit: year under fixed_window: past what a CHECK's window can say */
+                    /* a window the algorithm cannot count (the loader refuses it) */
                     pt->code =
                         r->conf->inline_fail_closed ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN;
                 }

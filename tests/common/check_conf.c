@@ -169,6 +169,7 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c->router_workers, 0); /* unset: one per core */
     ck_assert(!c->inline_fail_closed);
     ck_assert_str_eq(c->envoy_config, "");
+    ck_assert(!c->envoy_merge_domains); /* upstream's default: a domain in two files is wrong */
     ck_assert_ptr_null(c->rls_host); /* off */
     ck_assert_uint_eq(c->rls_port, 0);
     ck_assert_uint_eq(c->events_log_max_size, 64ull << 20);
@@ -215,6 +216,7 @@ START_TEST(test_every_key)
                                  "insecure = yes\n"
                                  "inline_failure = closed\n"
                                  "envoy_config = /etc/ratelimit/config\n"
+                                 "envoy_merge_domains = yes\n"
                                  "[router]\n"
                                  "listen = 0.0.0.0:8000\n"
                                  "rls = 0.0.0.0:8081\n"
@@ -256,6 +258,7 @@ START_TEST(test_every_key)
     ck_assert_uint_eq(c->log_sample, 100);
     ck_assert_uint_eq(c->router_workers, 64);
     ck_assert_str_eq(c->envoy_config, "/etc/ratelimit/config");
+    ck_assert(c->envoy_merge_domains);
     ck_assert_str_eq(c->rls_host, "0.0.0.0");
     ck_assert_uint_eq(c->rls_port, 8081);
     ck_assert_uint_eq(c->clients.max_connections, 500);
@@ -282,7 +285,7 @@ START_TEST(test_every_key)
     ck_assert(c->rules[0].shadow);
     ck_assert_int_eq(c->tiers[0].algo, RL_ALGO_TOKEN_BUCKET);
     ck_assert_uint_eq(c->tiers[0].limit, RL_CONF_LIMIT_MAX);
-    ck_assert_uint_eq(c->tiers[0].window_ms, RL_CONF_WINDOW_MAX);
+    ck_assert_uint_eq(c->tiers[0].window_ms, RL_CONF_WINDOW32_MAX);
     ck_assert_uint_eq(c->tiers[0].burst, RL_CONF_LIMIT_MAX);
     ck_assert_int_eq(c->tiers[1].algo, RL_ALGO_SLIDING_WINDOW_LOG);
     ck_assert_uint_eq(c->tiers[1].limit, 1);
@@ -348,6 +351,9 @@ static const struct {
     {"[router]\nlisten = localhost\n", 2, "listen: \"localhost\" is not HOST:PORT"},
     {"[clients]\nmax_connections = 0\n", 2, "is out of range (1..1000000)"},
     {"[cluster]\ninsecure = maybe\n", 2, "insecure: \"maybe\" is not yes or no"},
+    {"[cluster]\nenvoy_merge_domains = 1\n", 2,
+     "envoy_merge_domains: \"1\" is not yes or no"},
+    {"[router]\nenvoy_merge_domains = yes\n", 2, "envoy_merge_domains"},
     {"[cluster]\ninline_failure = shut\n", 2, "inline_failure: \"shut\" is not open or closed"},
     {"[router]\nrls = localhost\n", 2, "rls: \"localhost\" is not HOST:PORT"},
     {"[node a]\nlisten = 0.0.0.0:7401\n", 1,
@@ -404,7 +410,17 @@ static const struct {
      "has a window \"1x\" that is not a duration (use ms, s, m, h or d)"},
     {"[service s]\nlimit = gcra 10 per 1\n", 2, "that is not a duration"},
     {"[service s]\nlimit = gcra 10 per 0ms\n", 2, "has a window outside 1ms..4294967295ms"},
-    {"[service s]\nlimit = gcra 10 per 50d\n", 2, "has a window outside 1ms..4294967295ms"},
+    {"[service s]\nlimit = gcra 10 per 50d\n", 2,
+     "has a window outside 1ms..4294967295ms (about 49.7 days; only fixed_window and "
+     "sliding_window_counter count longer windows, up to 366 days)"},
+    {"[service s]\nlimit = token_bucket 10 per 4294967296ms\n", 2,
+     "has a window outside 1ms..4294967295ms"},
+    {"[service s]\nlimit = sliding_window_log 10 per 365d\n", 2,
+     "has a window outside 1ms..4294967295ms"},
+    {"[service s]\nlimit = fixed_window 10 per 367d\n", 2,
+     "has a window outside 1ms..31622400000ms (366 days)"},
+    {"[service s]\nlimit = sliding_window_counter 10 per 31622400001ms\n", 2,
+     "has a window outside 1ms..31622400000ms (366 days)"},
     {"[service s]\nlimit = gcra 10 per 1s burst 0\n", 2, "has a burst outside 1..4294967295"},
     {"[service s]\nlimit = gcra 10 per 1s burst x\n", 2, "has a burst \"x\" that is not a number"},
     {"[service s]\nfailure = maybe\nlimit = gcra 1 per 1s\n", 2,
@@ -1057,6 +1073,37 @@ START_TEST(test_tiers_in_order)
 }
 END_TEST
 
+/* Windows past 32 bits of ms: a year for the two window algorithms (up to 366 days), the
+ * same bound as an inline limit's (docs/PROTOCOL.md); the others stop at 4294967295 ms. */
+START_TEST(test_long_windows)
+{
+    struct rl_conf *c = parse_ok("[service y]\n"
+                                 "limit = fixed_window 3 per 365d\n"
+                                 "limit = sliding_window_counter 5 per 366d\n"
+                                 "limit = token_bucket 7 per 4294967295ms\n");
+    const struct rl_tier *t = &c->tiers[c->rules[0].first_tier];
+
+    ck_assert_uint_eq(t[0].window_ms, 365ull * 86400000);
+    ck_assert_uint_eq(t[1].window_ms, RL_CONF_WINDOW_MAX);
+    ck_assert_uint_eq(t[1].window_ms, 366ull * 86400000);
+    ck_assert_uint_eq(t[2].window_ms, RL_CONF_WINDOW32_MAX);
+    ck_assert_uint_eq(rl_algo_window_max(RL_ALGO_FIXED_WINDOW), RL_CONF_WINDOW_MAX);
+    ck_assert_uint_eq(rl_algo_window_max(RL_ALGO_SLIDING_WINDOW_COUNTER), RL_CONF_WINDOW_MAX);
+    for (int a = RL_ALGO_SLIDING_WINDOW_LOG; a <= RL_ALGO_LEAKY_BUCKET; a++) {
+        if (a != RL_ALGO_SLIDING_WINDOW_COUNTER) {
+            ck_assert_uint_eq(rl_algo_window_max((enum rl_algo)a), RL_CONF_WINDOW32_MAX);
+        }
+    }
+    /* a window's high bits are part of the tier: 2^32 + 1000 ms is not 1000 ms */
+    rl_conf_destroy(c);
+    c = parse_ok("[service a]\nlimit = fixed_window 3 per 4294968296ms\n"
+                 "[service b]\nlimit = fixed_window 3 per 1000ms\n");
+    ck_assert_uint_eq(c->tiers[0].window_ms, 4294968296ull);
+    ck_assert_uint_eq(c->tiers[1].window_ms, 1000);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 START_TEST(test_load_file)
 {
     char path[] = "/tmp/check_conf_XXXXXX";
@@ -1365,6 +1412,7 @@ conf_suite(void)
     tcase_add_test(rules, test_utf8_names);
     tcase_add_test(rules, test_rule_lookup_many);
     tcase_add_test(rules, test_tiers_in_order);
+    tcase_add_test(rules, test_long_windows);
     suite_add_tcase(s, rules);
 
     tcase_set_timeout(fuzz, 120);

@@ -1,5 +1,5 @@
 /*
- * check_envoycfg: the Check suite of common/envoycfg.c. Loads envoyproxy/ratelimit's own test
+ * check_envoycfg: the Check suite of common/envoycfg*.c. Loads envoyproxy/ratelimit's own test
  * configurations (the YAML files of its test/config folder, carried over as text) and
  * expects the limits and the rejections its config_test.go expects, then this project's
  * extensions, the bounds, the FILE:LINE of every message, directories of files and the
@@ -620,6 +620,135 @@ START_TEST(test_domains_and_merge)
 }
 END_TEST
 
+/* The files of a directory carried in one bundle (the envoy znode): read, bundled, read back
+ * and loaded give the same configuration and name the same FILE:LINE; a broken bundle is
+ * refused; the stamp moves when a file does. */
+START_TEST(test_bundle_and_stamp)
+{
+    char dir[] = "/tmp/rl-envoycfg-XXXXXX";
+    char path[512], want[600], err[512];
+    struct rl_envoy_files fs = {0}, back = {0};
+    struct rl_envoy_config *c = NULL;
+    char *b = NULL;
+    size_t blen = 0;
+    uint64_t s0, s1, s2;
+    FILE *f;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    static const char *const files[][2] = {
+        {"a.yaml", "domain: d1\ndescriptors:\n  - key: k\n"
+                   "    rate_limit: {unit: minute, requests_per_unit: 10}\n"},
+        {"b.yaml", "domain: d2\ndescriptors:\n  - key: k\n    value: \"v w\"\n"
+                   "    rate_limit: {unit: year, requests_per_unit: 2}\n"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i][0]);
+        ck_assert_ptr_nonnull(f = fopen(path, "w"));
+        fputs(files[i][1], f);
+        fclose(f);
+    }
+    s0 = rl_envoy_stamp(dir);
+    ck_assert_uint_ne(s0, 0);
+    ck_assert_uint_eq(rl_envoy_stamp(dir), s0);
+    ck_assert_int_eq(rl_envoy_read(dir, &fs, err, sizeof(err)), 0);
+    ck_assert_uint_eq(fs.n, 2);
+    ck_assert_int_eq(rl_envoy_bundle(&fs, &b, &blen), 0);
+    ck_assert_uint_eq(strlen(b), blen);
+    ck_assert(strncmp(b, RL_ENVOY_BUNDLE_MAGIC "\nfile ", strlen(RL_ENVOY_BUNDLE_MAGIC) + 6) == 0);
+    ck_assert_int_eq(rl_envoy_unbundle("znode", b, blen, &back, err, sizeof(err)), 0);
+    ck_assert_uint_eq(back.n, 2);
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_str_eq(back.f[i].name, fs.f[i].name);
+        ck_assert_uint_eq(back.f[i].len, fs.f[i].len);
+        ck_assert(memcmp(back.f[i].text, fs.f[i].text, fs.f[i].len) == 0);
+    }
+    ck_assert_int_eq(rl_envoy_parse_files(&back, NULL, &c, err, sizeof(err)), 0);
+    ck_assert_uint_eq(c->ndomains, 2);
+    ck_assert_int_eq(rpu(match(c, "d1", "k", "x")), 10);
+    ck_assert_int_eq(match(c, "d2", "k", "v w")->limits[0].unit, RL_ENVOY_UNIT_YEAR);
+    rl_envoy_config_free(c);
+    rl_envoy_files_free(&back);
+    /* errors name the file as it was read, line included */
+    free(fs.f[1].text);
+    fs.f[1].text = strdup("domain: d2\ndescriptors:\n  - key: k\n    rate_limit: {unit: eon}\n");
+    fs.f[1].len = strlen(fs.f[1].text);
+    free(b);
+    ck_assert_int_eq(rl_envoy_bundle(&fs, &b, &blen), 0);
+    ck_assert_int_eq(rl_envoy_unbundle("znode", b, blen, &back, err, sizeof(err)), 0);
+    ck_assert_int_eq(rl_envoy_parse_files(&back, NULL, &c, err, sizeof(err)), -1);
+    snprintf(want, sizeof(want), "%s/b.yaml:4: ", dir);
+    ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+    rl_envoy_files_free(&back);
+    /* broken bundles: every cut of a valid one short of whole, a bad magic, a bad count */
+    for (size_t cut = 0; cut < blen; cut++) {
+        int rc = rl_envoy_unbundle("znode", b, cut, &back, err, sizeof(err));
+        /* a cut right after a whole file is a shorter valid bundle; anything else is not */
+        if (rc == 0) {
+            ck_assert(cut == strlen(RL_ENVOY_BUNDLE_MAGIC) + 1 || b[cut - 1] == '\n');
+            rl_envoy_files_free(&back);
+        } else {
+            ck_assert_ptr_null(back.f);
+            ck_assert(strncmp(err, "znode: ", 7) == 0);
+        }
+    }
+    /* a bundle of no files is an empty configuration: every domain unknown */
+    ck_assert_int_eq(rl_envoy_unbundle("znode", b, strlen(RL_ENVOY_BUNDLE_MAGIC) + 1, &back, err,
+                                       sizeof(err)),
+                     0);
+    ck_assert_uint_eq(back.n, 0);
+    ck_assert_int_eq(rl_envoy_parse_files(&back, NULL, &c, err, sizeof(err)), 0);
+    ck_assert_uint_eq(c->ndomains, 0);
+    ck_assert_ptr_null(rl_envoy_domain(c, "d1", 2));
+    ck_assert_ptr_null(match(c, "d1", "k", "x"));
+    rl_envoy_config_free(c);
+    ck_assert_int_eq(rl_envoy_unbundle("znode", "domain: x\n", 10, &back, err, sizeof(err)), -1);
+    ck_assert(strstr(err, "not an envoy config bundle") != NULL);
+    {
+        char big[200];
+        int n = snprintf(big, sizeof(big), "%s\nfile 99999999999999999999 x\n",
+                         RL_ENVOY_BUNDLE_MAGIC);
+        ck_assert_int_eq(rl_envoy_unbundle("znode", big, (size_t)n, &back, err, sizeof(err)), -1);
+        n = snprintf(big, sizeof(big), "%s\nfile 2 \nab\n", RL_ENVOY_BUNDLE_MAGIC);
+        ck_assert_int_eq(rl_envoy_unbundle("znode", big, (size_t)n, &back, err, sizeof(err)), -1);
+        /* a name that is not printable UTF-8 (a NUL, a control character) */
+        n = snprintf(big, sizeof(big), "%s\nfile 2 u_a\nab\n", RL_ENVOY_BUNDLE_MAGIC);
+        big[strlen(RL_ENVOY_BUNDLE_MAGIC) + 9] = '\0';
+        ck_assert_int_eq(rl_envoy_unbundle("znode", big, (size_t)n, &back, err, sizeof(err)), -1);
+        n = snprintf(big, sizeof(big), "%s\nfile 2 u\ta\nab\n", RL_ENVOY_BUNDLE_MAGIC);
+        ck_assert_int_eq(rl_envoy_unbundle("znode", big, (size_t)n, &back, err, sizeof(err)), -1);
+        n = snprintf(big, sizeof(big), "%s\nfile 2 ok\nab\n", RL_ENVOY_BUNDLE_MAGIC);
+        ck_assert_int_eq(rl_envoy_unbundle("znode", big, (size_t)n, &back, err, sizeof(err)), 0);
+        ck_assert_str_eq(back.f[0].name, "ok");
+        ck_assert_str_eq(back.f[0].text, "ab");
+        rl_envoy_files_free(&back);
+    }
+    free(b);
+    rl_envoy_files_free(&fs);
+    /* the stamp: a rewritten file (other size) and a new file both move it */
+    snprintf(path, sizeof(path), "%s/a.yaml", dir);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fputs("domain: d1\ndescriptors: []\n", f);
+    fclose(f);
+    s1 = rl_envoy_stamp(dir);
+    ck_assert_uint_ne(s1, s0);
+    snprintf(path, sizeof(path), "%s/c.yaml", dir);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fclose(f);
+    s2 = rl_envoy_stamp(dir);
+    ck_assert_uint_ne(s2, s1);
+    ck_assert_uint_eq(rl_envoy_stamp(path), rl_envoy_stamp(path));
+    unlink(path);
+    ck_assert_uint_ne(rl_envoy_stamp(path), rl_envoy_stamp(dir));
+    ck_assert_uint_eq(rl_envoy_stamp(path), 0);
+    const char *rm[] = {"a.yaml", "b.yaml"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, rm[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_extensions)
 {
     struct rl_envoy_config *c =
@@ -670,7 +799,21 @@ START_TEST(test_extensions)
                "t.yaml:6: burst needs algorithm token_bucket, gcra or leaky_bucket");
     expect_err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n"
                "      algorithm: gcra\n",
-               "t.yaml:6: unit year is longer than the 49.7 days gcra allows (use fixed_window)");
+               "t.yaml:6: unit year is longer than the 49.7 days gcra allows (use fixed_window "
+               "or sliding_window_counter)");
+    expect_err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n"
+               "      algorithm: sliding_window_log\n",
+               "t.yaml:6: unit year is longer than the 49.7 days sliding_window_log allows (use "
+               "fixed_window or sliding_window_counter)");
+    /* a year counts with the two window algorithms (366 days at most, docs/PROTOCOL.md) */
+    c = load("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n"
+             "      requests_per_unit: 3\n      algorithm: sliding_window_counter\n");
+    ck_assert_int_eq(match(c, "d", "k", "v")->limits[0].algo, RL_ALGO_SLIDING_WINDOW_COUNTER);
+    ck_assert_uint_eq(rl_envoy_unit_seconds(RL_ENVOY_UNIT_YEAR) * 1000,
+                      365ull * 86400 * 1000);
+    ck_assert_uint_le(rl_envoy_unit_seconds(RL_ENVOY_UNIT_YEAR) * 1000,
+                      rl_algo_window_max(RL_ALGO_FIXED_WINDOW));
+    rl_envoy_config_free(c);
     expect_err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      - unlimited: true\n"
                "      - unit: second\n",
                "t.yaml:5: an unlimited rate_limit must be the descriptor's only one");
@@ -805,6 +948,7 @@ envoycfg_suite(void)
     tcase_add_test(tc, test_upstream_share_threshold);
     tcase_add_test(tc, test_upstream_errors);
     tcase_add_test(tc, test_domains_and_merge);
+    tcase_add_test(tc, test_bundle_and_stamp);
     tcase_add_test(tc, test_extensions);
     tcase_add_test(tc, test_checks_and_bounds);
     tcase_add_test(tc, test_counter_key);

@@ -947,10 +947,16 @@ START_TEST(test_inline_limit)
     size_t n;
     static const struct {
         uint8_t algo;
-        uint32_t limit, window, burst;
+        uint32_t limit;
+        uint64_t window;
+        uint32_t burst;
         bool has_burst;
     } ok[] = {
         {0, 1, 1, 0, false},          {1, 10, 1000, 0, false},
+        /* a year (365 days) and the longest window, past 32 bits: fixed_window and
+         * sliding_window_counter */
+        {0, 5, 31536000000ull, 0, false}, {2, 7, 31622400000ull, 0, false},
+        {0, 9, 4294967296ull, 0, false},
         {2, UINT32_MAX, UINT32_MAX, 0, false}, {3, 100, 60000, 20, true},
         {4, 10, 1000, 5, true},       {5, 3, 500, UINT32_MAX, true},
         {4, 7, 70, 0, false},
@@ -1028,6 +1034,17 @@ START_TEST(test_inline_limit)
     expect_fault("window 0", INL(0x94, 0xa4, 'g', 'c', 'r', 'a', 0x01, 0x00, 0xc0),
                  RL_WIRE_ERR_BAD_FIELD, false, 7,
                  "limit's window_ms must be an unsigned integer of 1..4294967295");
+    /* past 32 bits: 366 days at most for the window algorithms, 2^32 - 1 for the others */
+    expect_fault("window 366 days + 1", INL(0x94, 0xac, 'f', 'i', 'x', 'e', 'd', '_', 'w', 'i', 'n',
+                                            'd', 'o', 'w', 0x01, 0xcf, 0, 0, 0, 0x07, 0x5c, 0xd7,
+                                            0x88, 0x01, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "limit's window_ms must be an unsigned integer of 1..31622400000");
+    expect_fault("gcra window 2^32", INL(0x94, 0xa4, 'g', 'c', 'r', 'a', 0x01, 0xcf, 0, 0, 0, 1, 0,
+                                         0, 0, 0, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "limit's window_ms must be an unsigned integer of 1..4294967295 for this "
+                 "algorithm");
     expect_fault("window float", INL(0x94, 0xa4, 'g', 'c', 'r', 'a', 0x01, 0xca, 0x3f, 0x80, 0, 0,
                                      0xc0),
                  RL_WIRE_ERR_BAD_FIELD, false, 7, "limit's window_ms must be");

@@ -1,7 +1,7 @@
 /*
  * check_zkm: common/zkm.c, zkmembers.c and zkadmin.c against a real ZooKeeper server, one fresh
  * server per test. Covers registration, member and assignment watches, the assignment's
- * compare-and-set, session expiry (a node process frozen past its timeout), a server restart
+ * compare-and-set, the envoy config znode, session expiry (a node process frozen past its timeout), a server restart
  * that sessions survive, a stale znode left by a dead process, a server that starts late, and a
  * destroy from a callback. The server is the test harness's (harness.h: Debian's jars under
  * java, a fresh one per test on a free loopback port in the test's temp directory, killed with
@@ -127,7 +127,7 @@ on_state(void *arg, enum rl_zkm_state state)
     }
 }
 
-static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, NULL};
+static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, NULL, NULL};
 
 static int
 saw_state(const struct obs *o, enum rl_zkm_state s)
@@ -449,6 +449,67 @@ START_TEST(test_assignment)
 }
 END_TEST
 
+/* The envoy config znode: watched like the assignment (on_envoy), written only by
+ * compare-and-set, deleted by version; the rules' and assignment's callbacks never see it. */
+START_TEST(test_envoy_znode)
+{
+    static const char v1[] = "# ratelimiter envoy config bundle 1\n";
+    static const char v2[] = "# ratelimiter envoy config bundle 1\nfile 2 a\nab\n";
+    static const struct rl_zkm_cbs ecbs = {NULL, NULL, on_state, NULL, NULL, on_assignment};
+    uv_loop_t loop;
+    struct rl_zkm *w, *t;
+    struct obs ow = {0}, ot = {0};
+    struct want_asg want = {&ow, "", -1};
+    char *text = NULL;
+    size_t len = 0;
+    int64_t nv = -7, version = -7;
+    int calls;
+
+    zk_start();
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "env", &ecbs, &ow), 0);
+    ck_assert_int_eq(rl_zkm_watch_envoy(w), 0);
+    ck_assert_int_eq(rl_zkm_watch_envoy(w), -EALREADY);
+    ck_assert_int_eq(rl_zkm_create(&t, &loop, zk.connect, SESSION_MS, "env", NULL, &ot), 0);
+    ck_assert(run_until(&loop, asg_is, &want, 10000));
+    ck_assert_int_eq(rl_zkm_get_envoy(t, &text, &len, &version, 5000), 0);
+    ck_assert_ptr_null(text);
+    ck_assert_int_eq(version, -1);
+
+    ck_assert_int_eq(rl_zkm_set_envoy(t, v1, strlen(v1), -1, &nv, 5000), 0);
+    ck_assert_int_eq(nv, 0);
+    want = (struct want_asg){&ow, v1, 0};
+    ck_assert(run_until(&loop, asg_is, &want, 5000));
+    /* it exists now: "must not exist" and a stale version write nothing */
+    calls = ow.nasg_calls;
+    ck_assert_int_eq(rl_zkm_set_envoy(t, v2, strlen(v2), -1, &nv, 5000), -EAGAIN);
+    ck_assert_int_eq(rl_zkm_set_envoy(t, v2, strlen(v2), 3, &nv, 5000), -EAGAIN);
+    run_for(&loop, 300);
+    ck_assert_int_eq(ow.nasg_calls, calls);
+    ck_assert_int_eq(rl_zkm_set_envoy(t, v2, strlen(v2), 0, &nv, 5000), 0);
+    ck_assert_int_eq(nv, 1);
+    want = (struct want_asg){&ow, v2, 1};
+    ck_assert(run_until(&loop, asg_is, &want, 5000));
+    ck_assert_int_eq(rl_zkm_get_envoy(t, &text, &len, &version, 5000), 0);
+    ck_assert_uint_eq(len, strlen(v2));
+    ck_assert(memcmp(text, v2, len) == 0);
+    ck_assert_int_eq(version, 1);
+    free(text);
+    ck_assert_int_eq(rl_zkm_set_envoy(t, "x", RL_ZKM_DATA_MAX + 1, 1, &nv, 5000), -EMSGSIZE);
+
+    /* delete by version: a stale one deletes nothing */
+    ck_assert_int_eq(rl_zkm_delete_envoy(t, 0, 5000), -EAGAIN);
+    ck_assert_int_eq(rl_zkm_delete_envoy(t, 1, 5000), 0);
+    want = (struct want_asg){&ow, "", -1};
+    ck_assert(run_until(&loop, asg_is, &want, 5000));
+    ck_assert_int_eq(rl_zkm_delete_envoy(t, 1, 5000), -EAGAIN);
+
+    rl_zkm_destroy(t);
+    rl_zkm_destroy(w);
+    close_loop(&loop);
+}
+END_TEST
+
 struct expiry {
     struct rl_zkm *z;
     struct obs *o;
@@ -718,7 +779,7 @@ destroy_on_connect(void *arg, enum rl_zkm_state state)
 /* A callback may destroy its rl_zkm; nothing runs after, and the loop closes clean. */
 START_TEST(test_destroy_in_callback)
 {
-    static const struct rl_zkm_cbs dcbs = {NULL, NULL, destroy_on_connect, NULL, NULL};
+    static const struct rl_zkm_cbs dcbs = {NULL, NULL, destroy_on_connect, NULL, NULL, NULL};
     uv_loop_t loop;
     struct rl_zkm *z;
 
@@ -791,6 +852,7 @@ zkm_suite(void)
     tcase_add_test(tc, test_register);
     tcase_add_test(tc, test_members);
     tcase_add_test(tc, test_assignment);
+    tcase_add_test(tc, test_envoy_znode);
     tcase_add_test(tc, test_expiry);
     tcase_add_test(tc, test_server_restart);
     tcase_add_test(tc, test_stale_znode);

@@ -60,14 +60,32 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[512];
 
     err[0] = '\0';
-    int rc = rl_envoy_parse("fuzz.yaml", (const char *)data, size, &opts, &c, err, sizeof(err));
+    /* An input that starts as a bundle (the envoy znode) is read as one: its files, then
+     * their YAML. */
+    const size_t mlen = strlen(RL_ENVOY_BUNDLE_MAGIC);
+    int rc;
+    if (size >= mlen && memcmp(data, RL_ENVOY_BUNDLE_MAGIC, mlen) == 0) {
+        struct rl_envoy_files fs;
+        rc = rl_envoy_unbundle("fuzz", (const char *)data, size, &fs, err, sizeof(err));
+        if (rc != 0) {
+            MUST(fs.f == NULL && fs.n == 0 && strncmp(err, "fuzz: ", 6) == 0);
+            return 0;
+        }
+        for (size_t i = 0; i < fs.n; i++) {
+            MUST(fs.f[i].len <= RL_ENVOY_FILE_MAX && fs.f[i].text[fs.f[i].len] == '\0');
+        }
+        rc = rl_envoy_parse_files(&fs, &opts, &c, err, sizeof(err));
+        rl_envoy_files_free(&fs);
+    } else {
+        rc = rl_envoy_parse("fuzz.yaml", (const char *)data, size, &opts, &c, err, sizeof(err));
+        MUST(rc == 0 || strncmp(err, "fuzz.yaml", 9) == 0);
+    }
     if (rc != 0) {
         MUST(c == NULL);
-        MUST(strncmp(err, "fuzz.yaml", 9) == 0);
         return 0;
     }
     MUST(c != NULL);
-    MUST(c->ndomains >= 1 && c->ndescriptors <= RL_ENVOY_DESCRIPTORS_MAX);
+    MUST((c->ndomains >= 1 || size >= mlen) && c->ndescriptors <= RL_ENVOY_DESCRIPTORS_MAX);
     seen = 0;
     for (size_t i = 0; i < c->ndomains; i++) {
         const char *name = c->domains[i].name;

@@ -35,7 +35,7 @@ static const enum rl_algo all_algos[] = {
 };
 
 static struct rl_tier
-mk_tier(enum rl_algo a, uint32_t limit, uint32_t window_ms, uint32_t burst)
+mk_tier(enum rl_algo a, uint32_t limit, uint64_t window_ms, uint32_t burst)
 {
     struct rl_tier t;
 
@@ -660,6 +660,27 @@ START_TEST(test_large_windows)
         RL_CHECK(req(&t, &s, now, 1000000).allowed);
     }
     ck_assert_uint_eq(req(&t, &s, now, 0).remaining, UINT32_MAX - 100000000ull);
+    /* Windows past 32 bits (up to 366 days) for the two window algorithms, with the largest
+     * limit: exact counts, the reset at the window's end, the retry the longest finite one. */
+    for (int a = 0; a < 2; a++) {
+        const uint64_t W = 366ull * 86400000;
+        const uint64_t base = now / W * W + 5;
+        t = mk_tier(a == 0 ? RL_ALGO_FIXED_WINDOW : RL_ALGO_SLIDING_WINDOW_COUNTER, UINT32_MAX, W,
+                    0);
+        memset(&s, 0, sizeof(s));
+        r = req(&t, &s, base, 1000000);
+        ck_assert(r.allowed);
+        ck_assert_uint_eq(r.remaining, UINT32_MAX - 1000000ull);
+        ck_assert_uint_eq(r.reset_ms, a == 0 ? W - 5 : 2 * W - 5);
+        t.limit = 1000000;
+        r = req(&t, &s, base + 1, 1);
+        ck_assert(!r.allowed);
+        ck_assert_uint_eq(r.retry_ms, NEVER - 1);
+        /* two windows later nothing weighs */
+        r = req(&t, &s, base + 2 * W, 1000000);
+        ck_assert(r.allowed);
+        ck_assert_uint_eq(r.remaining, 0);
+    }
 }
 END_TEST
 

@@ -833,7 +833,7 @@ END_TEST
 /* A CHECK with an inline limit (algo by its cluster.conf name; burst 0: nil). */
 static int
 check_inline(struct rl_limiter *l, const char *service, const char *user, const char *algo,
-             uint32_t limit, uint32_t window, uint32_t burst, uint32_t cost, uint64_t now,
+             uint32_t limit, uint64_t window, uint32_t burst, uint32_t cost, uint64_t now,
              struct rl_wire_check_reply *rep)
 {
     struct rl_wire_req req = req_for(service, user, NULL, cost);
@@ -954,6 +954,69 @@ START_TEST(test_inline_separate)
 }
 END_TEST
 
+/* A year's window (Envoy's `unit: year`, 365 days, past 32 bits of ms): an inline limit
+ * counts to its limit and refuses past it until the year's window ends, like the same
+ * configured tier; its window's high bits keep it apart from a 32-bit window of the same low
+ * bits. */
+START_TEST(test_inline_year)
+{
+    const uint64_t Y = 365ull * 86400000; /* 31536000000 */
+    struct rl_conf *c = conf_from("[service cfg]\nlimit = fixed_window 3 per 365d\n"
+                                  "[service cfs]\nlimit = sliding_window_counter 3 per 365d\n");
+    struct rl_limiter *l = limiter_from(c, 0);
+    struct rl_wire_check_reply r, want;
+    const uint64_t now = T0 / Y * Y + 12345; /* early in a year's window */
+    const uint64_t end = now - 12345 + Y;
+
+    for (int k = 0; k < 3; k++) {
+        RL_CHECK_INT_EQ(check_inline(l, "env", "u", "fixed_window", 3, Y, 0, 1, now + k, &r), 0);
+        want = check(l, "cfg", "u", NULL, 1, now + k);
+        assert_reply(&r, RL_WIRE_ALLOWED, 3, 2 - (uint64_t)k, end - now - k, 0);
+        RL_CHECK(memcmp(&want, &r, sizeof(r)) == 0, "request %d: inline differs from configured",
+                 k);
+    }
+    /* over the limit: refused, with the reset at the end of the year's window (past 2^32 ms,
+     * so the retry is the longest finite wait a reply can say) */
+    RL_CHECK_INT_EQ(check_inline(l, "env", "u", "fixed_window", 3, Y, 0, 1, now + 10, &r), 0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_LIMITED);
+    RL_CHECK_UINT_EQ(r.remaining, 0);
+    RL_CHECK_UINT_EQ(r.reset_ms, end - now - 10);
+    RL_CHECK_UINT_EQ(r.retry_after_ms, 4294967294u);
+    want = check(l, "cfg", "u", NULL, 1, now + 10);
+    RL_CHECK_UINT_EQ(want.code, RL_WIRE_LIMITED);
+    /* 49.7 days later it is still refused: the count held for the whole year */
+    RL_CHECK_INT_EQ(check_inline(l, "env", "u", "fixed_window", 3, Y, 0, 1, now + 4294967296ull,
+                                 &r),
+                    0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_LIMITED);
+    RL_CHECK_UINT_EQ(r.reset_ms, end - now - 4294967296ull);
+    /* the next year's window: allowed again */
+    RL_CHECK_INT_EQ(check_inline(l, "env", "u", "fixed_window", 3, Y, 0, 1, end, &r), 0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 3, 2, Y, 0);
+    /* sliding_window_counter over a year, inline and configured alike */
+    for (int k = 0; k < 4; k++) {
+        RL_CHECK_INT_EQ(check_inline(l, "env", "s", "sliding_window_counter", 3, Y, 0, 1, now + k,
+                                     &r),
+                        0);
+        want = check(l, "cfs", "s", NULL, 1, now + k);
+        RL_CHECK_UINT_EQ(r.code, k < 3 ? RL_WIRE_ALLOWED : RL_WIRE_LIMITED);
+        RL_CHECK(memcmp(&want, &r, sizeof(r)) == 0, "swc request %d differs", k);
+    }
+    /* 2^32 + 1000 ms is another limit than 1000 ms: its own count */
+    for (int k = 0; k < 3; k++) {
+        RL_CHECK_INT_EQ(check_inline(l, "env", "w", "fixed_window", 3, 1000, 0, 1, T0, &r), 0);
+    }
+    RL_CHECK_INT_EQ(check_inline(l, "env", "w", "fixed_window", 3, 1000, 0, 1, T0, &r), 0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_LIMITED);
+    RL_CHECK_INT_EQ(check_inline(l, "env", "w", "fixed_window", 3, 4294968296ull, 0, 1, T0, &r),
+                    0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    RL_CHECK_UINT_EQ(r.remaining, 2);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 /* At most RL_INLTAB_MAX distinct inline limits with keys; a limit whose keys are gone frees
  * its place. */
 START_TEST(test_inline_bound)
@@ -1054,6 +1117,7 @@ limiter_suite(void)
     tcase_add_test(tc, test_inline_same_as_configured);
     tcase_add_test(tc, test_inline_separate);
     tcase_add_test(tc, test_inline_bound);
+    tcase_add_test(tc, test_inline_year);
     tcase_add_test(tc, test_inline_kept_by_rules_change);
     suite_add_tcase(s, tc);
     return s;

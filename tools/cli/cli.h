@@ -208,6 +208,7 @@ int cli_cmd_throttled(const struct cli *o, const struct cli_cmd *cmd, int argc, 
 int cli_cmd_hot(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_hash(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_rules(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
+int cli_cmd_envoy(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_token(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_status(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 

@@ -81,6 +81,17 @@ static const struct cli_cmd commands[] = {
              "in ZooKeeper (every node and router switches to it);\n"
              "show: the rules znode's version, digest and text",
      .opts = CLI_O(CONFIG)},
+    {.name = "envoy",
+     .run = cli_cmd_envoy,
+     .synopsis = "check PATH | push PATH [VERSION] | show | delete VERSION",
+     .help = "check: validate envoyproxy/ratelimit YAML (a file or a\n"
+             "directory of *.yaml) as the routers load it;\n"
+             "push: validate it, then write it to the cluster's envoy znode\n"
+             "if that is still at VERSION (default: as read just before);\n"
+             "every router serving Envoy puts it in force over its own\n"
+             "envoy_config; show: the znode's version and files;\n"
+             "delete: routers go back to their own envoy_config",
+     .opts = CLI_O(CONFIG)},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -176,6 +176,9 @@ ALGORITHMS = ("fixed_window", "sliding_window_log", "sliding_window_counter", "t
 _BURST_ALGORITHMS = ("token_bucket", "gcra", "leaky_bucket")
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _U32 = 4294967295
+# The longest window: 366 days for the two window algorithms, 2^32 - 1 ms for the others
+# (docs/PROTOCOL.md, "Inline limits").
+_WINDOW_MAX = {"fixed_window": 31_622_400_000, "sliding_window_counter": 31_622_400_000}
 
 
 def parse_limit(text: str) -> Tuple[str, int, int, Optional[int]]:
@@ -208,9 +211,11 @@ def limit_tuple(limit: Any) -> Tuple[str, int, int, Optional[int]]:
     algo, n, w, b = t
     if algo not in ALGORITHMS:
         raise ValueError(f"limit's algorithm must be one of {', '.join(ALGORITHMS)}")
-    for what, v in (("limit", n), ("window_ms", w)):
-        if type(v) is not int or not 1 <= v <= _U32:
-            raise ValueError(f"limit's {what} must be an int of 1..{_U32}")
+    if type(n) is not int or not 1 <= n <= _U32:
+        raise ValueError(f"limit's limit must be an int of 1..{_U32}")
+    wmax = _WINDOW_MAX.get(algo, _U32)
+    if type(w) is not int or not 1 <= w <= wmax:
+        raise ValueError(f"limit's window_ms must be an int of 1..{wmax} for {algo}")
     if b is not None:
         if algo not in _BURST_ALGORITHMS:
             raise ValueError("only token_bucket, gcra and leaky_bucket take a burst")
