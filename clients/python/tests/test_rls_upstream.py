@@ -440,9 +440,9 @@ def allowed(call, *descs):
     return call("rl", *descs).overall_code == 1  # OK
 
 
-@pytest.mark.xfail(strict=True, reason="`replaces` is loaded but not applied by the gRPC "
-                                        "service (docs/ENVOY.md)")
 def test_replaces(call, pb):
+    """replaces.sh, "replaces increases the limit": banned_limit (0 per minute) is replaced
+    by the override descriptor's limit (2 per minute) when both are in one request."""
     clear_of_window_edge(60, 15)
     v = uniq()
     banned = [("foo", v), ("bar", "banned")]  # banned_limit: 0 per minute
@@ -451,22 +451,44 @@ def test_replaces(call, pb):
     # destination_cluster override (2 per minute) replaces banned_limit
     override = [("source_cluster", "proxy"), ("destination_cluster", "override")]
     assert allowed(call, banned, override)
-    assert allowed(call, banned, override)
+    r = call("rl", banned, override)
+    assert r.overall_code == pb.RateLimitResponse.OK
+    assert shape(r) == [status(pb, "OK"), status(pb, "OK", 2, MINUTE, 0)]  # replaced: no limit
     assert not allowed(call, banned, override)
 
 
-def test_replaces_does_not_touch_the_original_limit(call, pb):
-    """Where no `replaces` applies, each descriptor keeps its own limit (the second part of
-    replaces.sh, the requests that do not depend on a replacement)."""
+def test_replaces_several_limits(call, pb):
+    """replaces.sh, "replaces can replace multiple descriptors": category account (4 per
+    minute) replaces bkthomps and fake_name; without it, each counts again."""
     clear_of_window_edge(60, 15)
     v = uniq()
-    mine = [("foo", v), ("bar", "bkthomps")]  # bkthomps: 1 per minute
-    assert allowed(call, mine)
-    assert not allowed(call, mine)
-    fake = [("foo", v + "3"), ("bar", "bar_3")], [("source_cluster", "proxy"),
-                                                 ("destination_cluster", "fake")]
-    r = call("rl", *fake)
-    assert shape(r)[1][1:3] == (2, MINUTE)  # fake_name: 2 per minute
+    five = ([("foo", v), ("bar", "bkthomps")],
+            [("source_cluster", "proxy"), ("destination_cluster", "fake")],
+            [("category", "account")])
+    for _ in range(4):
+        assert allowed(call, *five)
+    assert not allowed(call, *five)
+    # alone, bkthomps (1 per minute) was never counted above
+    two = [("foo", v), ("bar", "bkthomps")]
+    assert allowed(call, two)
+    assert not allowed(call, two)
+
+
+def test_replaces_does_not_touch_the_original_limit(call, pb):
+    """replaces.sh, "replaces doesn't affect the original limit": destination bkthomps
+    (2 per minute) replaces bkthomps (1 per minute) in its requests only."""
+    clear_of_window_edge(60, 15)
+    v = uniq()
+    mine = [("foo", v), ("bar", "bkthomps")]
+    dest = [("source_cluster", "proxy"), ("destination_cluster", "bkthomps")]
+    assert allowed(call, mine, dest)
+    assert allowed(call, mine, dest)
+    assert not allowed(call, mine, dest)
+    # not replaced: bkthomps' own counter, still unused by the calls above
+    other = [("source_cluster", "proxy"), ("destination_cluster", "not_bkthomps")]
+    assert allowed(call, mine, other)
+    assert not allowed(call, mine, other)
+    assert not allowed(call, mine, dest)
 
 
 # ---- where upstream's fixed window and this one differ -----------------------------------
