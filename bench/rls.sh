@@ -99,7 +99,7 @@ grpc() { # decisions/s of DURATION seconds of h2load
         exit 1
     fi
     echo "$out" | sed -n 's/^finished in .*, \([0-9.]*\) req\/s.*/\1/p'
-    echo "$out" | awk '/^time for request:/ {print "lat", $4, $5, $6}' >&2
+    echo "$out" | awk '/^time for request:/ {print $4, $5, $6}' >&2
 }
 binary() {
     taskset -c 1 "$bin/rl-bench" --target "127.0.0.1:$rport" --service bench --keys 1 \
@@ -116,24 +116,37 @@ redis() {
     awk -v n="$pairs" -v ns=$((t1 - t0)) 'BEGIN {printf "%.0f", n / ns * 1e9}'
 }
 
-grpc 1 >/dev/null
+router_pid=${pids[1]}
+hz=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+per_decision() { # router CPU microseconds per decision: TICKS DECISIONS/S
+    awk -v t="$1" -v hz="$hz" -v r="$2" -v d="$dur" 'BEGIN {printf "%.2f", t / hz * 1e6 / (r * d)}'
+}
+grpc 1 >/dev/null 2>&1
 binary 1 >/dev/null
-g=(); b=(); r=()
+g=(); b=(); r=(); gc=(); bc=()
 for i in $(seq 1 "$runs"); do
+    c0=$(cpu_ticks "$router_pid")
     g+=("$(grpc "$dur" 2>"$work/lat")")
+    c1=$(cpu_ticks "$router_pid")
     glat=$(cat "$work/lat")
     b+=("$(binary "$dur")")
+    c2=$(cpu_ticks "$router_pid")
     r+=("$(redis)")
-    echo "run $i: grpc ${g[-1]}/s ($glat, h2load min max mean), binary ${b[-1]}/s, redis ${r[-1]}/s"
+    gc+=("$(per_decision $((c1 - c0)) "${g[-1]}")")
+    bc+=("$(per_decision $((c2 - c1)) "${b[-1]}")")
+    echo "run $i: grpc ${g[-1]}/s (router ${gc[-1]} us CPU each; h2load min max mean $glat), binary ${b[-1]}/s (router ${bc[-1]} us CPU each), redis ${r[-1]}/s"
 done
 mg=$(printf '%s\n' "${g[@]}" | median)
 mb=$(printf '%s\n' "${b[@]}" | median)
 mr=$(printf '%s\n' "${r[@]}" | median)
+mgc=$(printf '%s\n' "${gc[@]}" | median)
+mbc=$(printf '%s\n' "${bc[@]}" | median)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
-printf '\n%-58s %14s %10s\n' "path (one key, fixed window, medians of $runs runs)" "decisions/s" "vs grpc"
-printf '%-58s %14.0f %10s\n' "gRPC ShouldRateLimit via rl-router (h2load)" "$mg" "1.00"
-printf '%-58s %14.0f %10s\n' "binary CHECK via rl-router (rl-bench)" "$mb" "$(ratio "$mb" "$mg")"
-printf '%-58s %14.0f %10s\n' "Redis INCRBY+EXPIRE pipelined (upstream's counting)" "$mr" "$(ratio "$mr" "$mg")"
-echo "RESULT rls: grpc $mg/s, binary $mb/s, redis $mr/s; grpc/binary $(ratio "$mg" "$mb"), grpc/redis $(ratio "$mg" "$mr")"
+printf '\n%-54s %12s %8s %18s\n' "path (one key, fixed window, medians of $runs runs)" "decisions/s" "vs grpc" "router CPU us each"
+printf '%-54s %12.0f %8s %18s\n' "gRPC ShouldRateLimit via rl-router (h2load)" "$mg" "1.00" "$mgc"
+printf '%-54s %12.0f %8s %18s\n' "binary CHECK via rl-router (rl-bench)" "$mb" "$(ratio "$mb" "$mg")" "$mbc"
+printf '%-54s %12.0f %8s %18s\n' "Redis INCRBY+EXPIRE pipelined (upstream's counting)" "$mr" "$(ratio "$mr" "$mg")" "-"
+echo "RESULT rls: grpc $mg/s, binary $mb/s, redis $mr/s; grpc/binary $(ratio "$mg" "$mb"), grpc/redis $(ratio "$mg" "$mr"); router CPU per decision grpc $mgc us, binary $mbc us"
 bench_cleanup
 rm -rf "$work"
