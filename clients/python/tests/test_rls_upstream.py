@@ -633,3 +633,65 @@ def test_two_routers_share_one_counter(tmp_path, pb):
     finally:
         for p in reversed(procs):
             harness.kill(p)
+
+
+# ---- upstream test/config/config_test.go: its files, loaded by a real router ------------
+
+UPSTREAM_FILES = harness.REPO / "clients" / "python" / "tests" / "envoy_upstream"
+
+# file(s) -> (domains loaded) or (FILE:LINE, message): upstream's message after FILE:LINE,
+# except where the words differ (docs/ENVOY.md)
+CONFIG_CASES = {
+    "basic_config": 1, "shadowmode_config": 1, "wildcard": 1, "share_threshold": 1,
+    "metadata": 1, "merge_domain_key1": 1, "examples_config": 1, "examples_example": 1,
+    "empty_domain": ("empty_domain.yaml", "config file cannot have empty domain"),
+    "basic_config+duplicate_domain": (
+        "duplicate_domain.yaml:1", "duplicate domain 'test-domain' in config file"),
+    "merge_domain_key1+merge_domain_key2": (  # without MERGE_DOMAIN_CONFIG
+        "merge_domain_key2.yaml:2", "duplicate domain 'test-domain' in config file"),
+    "empty_key": ("empty_key.yaml:3", "descriptor has empty key"),
+    "duplicate_key": ("duplicate_key.yaml:6",
+                      "duplicate descriptor composite key 'test-domain.key1_value1'"),
+    "bad_limit_unit": ("bad_limit_unit.yaml:6", "invalid rate limit unit 'foo'"),
+    "replaces_self": ("replaces_self.yaml:10",
+                      "replaces should not contain name of same descriptor"),
+    "replaces_empty": ("replaces_empty.yaml:10", "should not have an empty replaces entry"),
+    # upstream: "error loading config file: yaml: line 2: found unexpected end of stream"
+    "bad_yaml": ("bad_yaml.yaml:2", "error loading config file: found unexpected end of stream"),
+    "misspelled_key": ("misspelled_key.yaml:5", "config error, unknown key 'ratelimit'"),
+    "misspelled_key2": ("misspelled_key2.yaml:7", "config error, unknown key 'requestsperunit'"),
+    # upstream: "config error, key is not of type string: 0.25" (YAML typing: a float)
+    "non_string_key": ("non_string_key.yaml:1", "config error, unknown key '0.25'"),
+    "non_map_list": ("non_map_list.yaml:3",
+                     "config error, yaml file contains list of type other than map: a"),
+    "unlimited_with_unit": ("unlimited_with_unit.yaml:6",
+                            "should not specify rate limit unit when unlimited"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
+def test_upstream_config_files(tmp_path, case):
+    harness.need_binaries("rl-router")
+    cfg = tmp_path / "config"
+    cfg.mkdir()
+    for name in case.split("+"):
+        (cfg / f"{name}.yaml").write_bytes((UPSTREAM_FILES / f"{name}.yaml").read_bytes())
+    rls_port, port = harness.free_port(), harness.free_port()
+    conf = tmp_path / "cluster.conf"
+    conf.write_text(f"[cluster]\nenvoy_config = config\n[router]\nlisten = 127.0.0.1:{port}\n"
+                    f"rls = {rls_port}\n[node a]\nlisten = 127.0.0.1:{harness.free_port()}\n")
+    log = tmp_path / "router.log"
+    p = harness.spawn([str(harness.BUILD / "rl-router"), "--config", str(conf),
+                       "--metrics", "off"], log)
+    try:
+        want = CONFIG_CASES[case]
+        if isinstance(want, int):
+            harness.wait_port(rls_port, p, log)
+            assert f"{want} domains" in log.read_text(), log.read_text()
+        else:
+            assert p.wait(timeout=10) == 2, log.read_text()
+            where, message = want
+            text = log.read_text()
+            assert f"rl-router: [cluster] envoy_config: {cfg}/{where}: {message}" in text, text
+    finally:
+        harness.kill(p)
