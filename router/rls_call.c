@@ -50,6 +50,7 @@ struct rls_desc {
     bool unlimited;
     bool shadow;
     struct rl_envoy_limit ovr; /* Envoy's RateLimitOverride, when the request gave one */
+    const struct rl_envoy_desc *matched; /* in the configuration, for `replaces` */
 };
 
 void
@@ -260,6 +261,25 @@ inline_limit(const struct rl_envoy_limit *l, struct rl_wire_limit *w)
     return 0;
 }
 
+/* Upstream's `replaces`: a named limit is not applied when a limit matched by any
+ * descriptor of the same request names it in its `replaces`. */
+static bool
+replaced(const struct rl_rls_call *s, size_t n, const char *name)
+{
+    for (size_t i = 0; name != NULL && name[0] != '\0' && i < n; i++) {
+        const struct rl_envoy_desc *m = s->descs[i].matched;
+
+        for (size_t j = 0; m != NULL && j < m->nlimits; j++) {
+            for (size_t k = 0; k < m->limits[j].nreplaces; k++) {
+                if (strcmp(m->limits[j].replaces[k], name) == 0) {
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
 int
 rl_rls_call_decode(struct rl_rls_call *s, const uint8_t *msg, size_t len)
 {
@@ -354,6 +374,7 @@ rl_rls_call_start(struct rl_rls_call *s)
         if (m == NULL) {
             continue;
         }
+        s->descs[i].matched = m;
         s->descs[i].shadow = m->shadow_mode;
         if (m->limits[0].unlimited) {
             s->descs[i].unlimited = true;
@@ -411,6 +432,9 @@ rl_rls_call_start(struct rl_rls_call *s)
             klen = RL_WIRE_USER_MAX - 1;
         }
         for (size_t j = 0; j < m->nlimits; j++) {
+            if (replaced(s, req->n_descriptors, m->limits[j].name)) {
+                continue; /* as if it were not there (upstream: OK, no current_limit) */
+            }
             struct rl_rls_part *pt = &s->parts[s->nparts++];
             struct rl_wire_req w;
             struct rl_wire_check_reply now;

@@ -6,7 +6,7 @@ pkgs=(build-essential cmake pkg-config libuv1-dev libmsgpack-dev libzookeeper-mt
       check libsubunit-dev libxxhash-dev libinih-dev zookeeper default-jre-headless
       procps clang libclang-rt-dev python3 libssl-dev libyaml-dev protobuf-c-compiler
       libprotobuf-c-dev libprotobuf-dev protobuf-compiler python3-protobuf
-      libnghttp2-dev python3-grpcio python3-h2 libmicrohttpd-dev prometheus nginx libnginx-mod-http-lua wrk
+      libnghttp2-dev nghttp2-client python3-grpcio python3-h2 libmicrohttpd-dev prometheus nginx libnginx-mod-http-lua wrk
       python3-pytest python3-msgpack python3-venv python3-setuptools python3-pip curl)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,499 @@
+"""HTTP/2 abuse of the gRPC front (docs/ENVOY.md, "Bounds"), with real sockets and frames
+built by hand: each abuse runs while another client keeps calling, which must stay
+answered promptly, and the router's RSS must stay bounded; the abusive connection is ended
+or contained as each case says.
+
+Cases: rapid reset (CVE-2023-44487), SETTINGS flood, PING flood, CONTINUATION flood, an
+HPACK header that decompresses large, a client that never reads, a zero flow-control
+window, malformed protobuf in a valid gRPC frame, a length prefix larger than the data,
+many connections at once."""
+
+import os
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+import harness
+from test_rls_integration import METHOD, pb  # noqa: F401  (pb: a fixture)
+
+pytestmark = pytest.mark.integration
+
+grpc = pytest.importorskip("grpc")
+hpack = pytest.importorskip("hpack")
+h2 = pytest.importorskip("h2")
+from test_rls_h2 import Conn  # noqa: E402
+import h2.events  # noqa: E402
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, CONTINUATION = 0, 1, 3, 4, 6, 7, 9
+END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
+REQ_HEADERS = [(":method", "POST"), (":scheme", "http"), (":path", METHOD),
+               (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]
+# RateLimitRequest{domain: "edge", descriptors: [{entries: [{key: "k", value: "v"}]}]}
+MSG = b"\x0a\x04edge" + b"\x12\x08\x0a\x06\x0a\x01k\x12\x01v"
+ASAN = "asan" in str(harness.BUILD)
+RSS_GROWTH_MAX = (192 if ASAN else 48) << 20  # bytes the router may grow by in one case
+PROMPT_S = 1.5  # the other client's longest call during an abuse
+
+
+def frame(ftype, flags, sid, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid) \
+        + payload
+
+
+def grpc_body(msg, length=None):
+    return b"\x00" + struct.pack(">I", len(msg) if length is None else length) + msg
+
+
+@pytest.fixture(scope="module")
+def rls(tmp_path_factory):
+    harness.need_binaries("rl-node", "rl-router")
+    d = tmp_path_factory.mktemp("rlsabuse")
+    (d / "edge.yaml").write_text("domain: edge\ndescriptors:\n  - key: k\n    rate_limit:\n"
+                                 "      unit: hour\n      requests_per_unit: 1000000\n")
+    c = harness.Cluster(d, deadline="2s")
+    c.rls_port = harness.free_port()
+    text = c.conf.read_text()
+    text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = edge.yaml\n", 1)
+    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\n", 1)
+    c.conf.write_text(text)
+    # ASan keeps freed memory in quarantine (256 MiB by default): RSS would say little
+    old = os.environ.get("ASAN_OPTIONS")
+    os.environ["ASAN_OPTIONS"] = (old + ":" if old else "") + "quarantine_size_mb=16"
+    try:
+        c.start()
+    finally:
+        if old is None:
+            del os.environ["ASAN_OPTIONS"]
+        else:
+            os.environ["ASAN_OPTIONS"] = old
+    harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
+    yield c
+    log = (c.dir / "router.log").read_text(errors="replace")
+    c.stop()
+    assert "Sanitizer" not in log and "runtime error" not in log, log
+
+
+def rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+class Raw:
+    """A raw HTTP/2 client connection: frames built by hand; a thread reads what comes back
+    (unless read=False) and notes GOAWAY, RST_STREAM and the end of the connection."""
+
+    def __init__(self, port, read=True, settings=b"", rcvbuf=None):
+        self.sock = socket.socket()
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(5)
+        self.sock.connect(("127.0.0.1", port))
+        self.enc = hpack.Encoder()
+        self.goaway = None  # error code
+        self.resets = {}
+        self.heads = set()  # streams that got a response HEADERS
+        self.closed = False
+        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
+        if read:
+            self.reader = threading.Thread(target=self._read, daemon=True)
+            self.reader.start()
+
+    def _read(self):
+        buf = b""
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except socket.timeout:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                self.closed = True
+                return
+            buf += data
+            while len(buf) >= 9:
+                n = int.from_bytes(buf[:3], "big")
+                if len(buf) < 9 + n:
+                    break
+                t, sid, payload = buf[3], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9:9 + n]
+                buf = buf[9 + n:]
+                if t == GOAWAY:
+                    self.goaway = int.from_bytes(payload[4:8], "big")
+                elif t == RST_STREAM:
+                    self.resets[sid] = int.from_bytes(payload[:4], "big")
+                elif t == HEADERS:
+                    self.heads.add(sid)
+
+    def send(self, data):
+        """False once the router stopped taking our bytes (closed, or not reading)."""
+        try:
+            self.sock.sendall(data)
+            return True
+        except (socket.timeout, OSError):
+            return False
+
+    def headers(self, sid, flags=END_HEADERS):
+        return frame(HEADERS, flags, sid, self.enc.encode(REQ_HEADERS))
+
+    def ended(self, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.closed and self.goaway is None:
+            time.sleep(0.02)
+        return self.closed or self.goaway is not None
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def under_abuse(rls, pb, abuse, limit_s=30.0):
+    """Runs abuse() in a thread while another client calls the router every 50 ms; then a
+    new client calls. Returns (abuse's result, the longest call, RSS growth)."""
+    ch = grpc.insecure_channel(f"127.0.0.1:{rls.rls_port}")
+    stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
+                          response_deserializer=pb.RateLimitResponse.FromString)
+    req = pb.RateLimitRequest(domain="edge")
+    e = req.descriptors.add().entries.add()
+    e.key, e.value = "k", "probe"
+    assert stub(req, timeout=5).overall_code == pb.RateLimitResponse.OK  # connected
+    before = rss(rls.router.pid)
+    peak = before
+    out = {}
+
+    def run():
+        out["result"] = abuse()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    worst = 0.0
+    deadline = time.monotonic() + limit_s
+    calls = 0
+    while t.is_alive() and time.monotonic() < deadline:
+        t0 = time.monotonic()
+        r = stub(req, timeout=10)
+        worst = max(worst, time.monotonic() - t0)
+        assert r.overall_code == pb.RateLimitResponse.OK
+        calls += 1
+        peak = max(peak, rss(rls.router.pid))
+        time.sleep(0.05)
+    t.join(limit_s)
+    assert not t.is_alive(), "the abuse did not end"
+    ch.close()
+    # and a new client, on a new connection
+    ch = grpc.insecure_channel(f"127.0.0.1:{rls.rls_port}")
+    stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
+                          response_deserializer=pb.RateLimitResponse.FromString)
+    t0 = time.monotonic()
+    assert stub(req, timeout=10).overall_code == pb.RateLimitResponse.OK
+    worst = max(worst, time.monotonic() - t0)
+    ch.close()
+    peak = max(peak, rss(rls.router.pid))
+    assert rls.router.poll() is None
+    assert worst < PROMPT_S, f"a call took {worst:.2f}s during the abuse ({calls} calls)"
+    assert peak - before < RSS_GROWTH_MAX, f"RSS grew by {(peak - before) >> 20} MiB"
+    return out.get("result")
+
+
+def test_rapid_reset(rls, pb):
+    """CVE-2023-44487: complete calls, each cancelled at once (HEADERS, DATA, RST_STREAM),
+    by the thousand. The router ends the connection (nghttp2's reset rate limit) and never
+    holds more than a connection's worth."""
+    def abuse():
+        c = Raw(rls.rls_port)
+        sid = 1
+        sent = 0
+        for _ in range(100):
+            batch = b"".join(c.headers(s) + frame(DATA, END_STREAM, s, grpc_body(MSG))
+                             + frame(RST_STREAM, 0, s, struct.pack(">I", 8))
+                             for s in range(sid, sid + 400, 2))
+            sid += 400
+            if not c.send(batch):
+                break
+            sent += 200
+        ended = c.ended(5)
+        c.close()
+        return sent, ended, c.goaway
+
+    sent, ended, goaway = under_abuse(rls, pb, abuse)
+    assert ended, f"{sent} streams opened and reset, the connection goes on"
+    assert sent < 20000
+
+
+def flood(port, unit, max_bytes=32 << 20, **kw):
+    """Sends unit again and again on a connection that reads nothing back, until max_bytes
+    went or the router stopped taking them (it stopped reading, or closed): returns the
+    bytes sent and whether it stopped us."""
+    c = Raw(port, read=False, rcvbuf=4096, **kw)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    c.sock.settimeout(3)
+    batch = unit * max(1, (256 << 10) // len(unit))
+    sent = 0
+    stopped = False
+    while sent < max_bytes:
+        if not c.send(batch):
+            stopped = True
+            break
+        sent += len(batch)
+    c.close()
+    return sent, stopped
+
+
+def test_settings_flood(rls, pb):
+    """SETTINGS frames, their ACKs never read: the router stops reading (its output waits)
+    or ends the connection, long before 32 MiB."""
+    sent, stopped = under_abuse(
+        rls, pb, lambda: flood(rls.rls_port, frame(SETTINGS, 0, 0, struct.pack(">HI", 3, 100))))
+    assert stopped, f"{sent} bytes of SETTINGS taken"
+
+
+def test_ping_flood(rls, pb):
+    """PING frames, their ACKs never read: as SETTINGS."""
+    sent, stopped = under_abuse(rls, pb, lambda: flood(rls.rls_port, frame(PING, 0, 0, b"12345678")))
+    assert stopped, f"{sent} bytes of PING taken"
+
+
+def test_continuation_flood(rls, pb):
+    """A HEADERS frame without END_HEADERS, then CONTINUATION frames without end
+    (CVE-2024-27316 / CVE-2024-28182): the connection is ended long before 16 MiB."""
+    def abuse():
+        c = Raw(rls.rls_port)
+        block = c.enc.encode(REQ_HEADERS)
+        c.send(frame(HEADERS, 0, 1, block))
+        lit = hpack.Encoder()
+        sent = 0
+        for i in range(1024):
+            # literal headers without indexing, ~16 KiB a frame
+            chunk = lit.encode([(f"x-h{i}-{j}", "v" * 1000) for j in range(16)],
+                               huffman=False)
+            if not c.send(frame(CONTINUATION, 0, 1, chunk)):
+                break
+            sent += len(chunk)
+            if c.closed or c.goaway is not None:
+                break
+        ended = c.ended(5)
+        c.close()
+        return sent, ended
+
+    sent, ended = under_abuse(rls, pb, abuse)
+    assert ended
+    assert sent < 8 << 20, f"{sent} bytes of CONTINUATION taken"
+
+
+def plain_block():
+    """The request's headers without touching the HPACK dynamic table: static-table
+    indexes and literals without indexing."""
+    def lit(name_index, value, name=b""):
+        head = bytes([name_index]) if name_index < 15 else b"\x0f" + bytes([name_index - 15])
+        if not name_index:
+            head += bytes([len(name)]) + name
+        return head + bytes([len(value)]) + value
+    return (b"\x83\x86" + lit(4, METHOD.encode()) + lit(1, b"x")
+            + lit(31, b"application/grpc") + lit(0, b"trailers", b"te"))
+
+
+def test_hpack_bomb(rls, pb):
+    """One 4000-byte header put in the HPACK table, then referenced with one byte 10000
+    times per request: 40 MB a request once decompressed. Each stream is reset (header
+    bytes over 16384), none is answered, and the router's memory does not follow."""
+    def abuse():
+        c = Raw(rls.rls_port)
+        # literal with incremental indexing, new name: dynamic table entry 62 (4038 bytes
+        # of the table's 4096: nothing else is in it)
+        name, value = b"x-bomb", b"a" * 4000
+        lit = b"\x40" + bytes([len(name)]) + name + b"\x7f" + _varint7(len(value)) + value
+        c.send(frame(HEADERS, END_HEADERS, 1, plain_block() + lit))
+        for i in range(1, 101):
+            sid = 1 + 2 * i
+            block = plain_block() + b"\xbe" * 10000  # indexed: entry 62
+            if not c.send(frame(HEADERS, END_HEADERS | END_STREAM, sid, block)):
+                break
+        time.sleep(1.0)
+        c.close()
+        return c
+
+    # the same headers without the bomb make a call that is answered
+    ok = Raw(rls.rls_port)
+    ok.send(frame(HEADERS, END_HEADERS, 1, plain_block()) + frame(DATA, END_STREAM, 1, grpc_body(MSG)))
+    deadline = time.monotonic() + 5
+    while 1 not in ok.heads and time.monotonic() < deadline:
+        time.sleep(0.02)
+    ok.close()
+    assert 1 in ok.heads and not ok.resets and ok.goaway is None
+    c = under_abuse(rls, pb, abuse)
+    answered = {s for s in c.heads if s > 1}
+    assert not answered, f"streams answered despite 40 MB of headers: {sorted(answered)[:5]}"
+    assert c.goaway is None or c.goaway != 9, "the test's HPACK was wrong (COMPRESSION_ERROR)"
+    assert len(c.resets) == 100 or c.goaway is not None, (c.resets, c.goaway)
+
+
+def _varint7(n):
+    """HPACK integer with a 7-bit prefix already saturated (0x7f written before)."""
+    n -= 127
+    out = b""
+    while n >= 128:
+        out += bytes([(n & 0x7F) | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def test_client_that_never_reads(rls, pb):
+    """Complete calls sent as fast as the router takes them, nothing read back: the router
+    stops reading that connection when 1 MiB of output waits (the kernel's buffers aside),
+    long before 32 MiB of calls, and its memory stays put."""
+    def abuse():
+        c = Raw(rls.rls_port, read=False, rcvbuf=4096)
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        c.sock.settimeout(3)
+        first = c.enc.encode(REQ_HEADERS)
+        block = c.enc.encode(REQ_HEADERS)  # all indexed now: the same bytes for every call
+        body = grpc_body(MSG)
+        if not c.send(frame(HEADERS, END_HEADERS, 1, first) + frame(DATA, END_STREAM, 1, body)):
+            return 0, True
+        sent, sid = 0, 3
+        while sent < 32 << 20:
+            batch = b"".join(frame(HEADERS, END_HEADERS, s, block) + frame(DATA, END_STREAM, s, body)
+                             for s in range(sid, sid + 20000, 2))
+            sid += 20000
+            if not c.send(batch):
+                c.close()
+                return sent, True
+            sent += len(batch)
+        c.close()
+        return sent, False
+
+    sent, stopped = under_abuse(rls, pb, abuse, limit_s=60)
+    assert stopped, f"{sent} bytes of calls taken from a client that reads nothing"
+
+
+def test_zero_window(rls, pb):
+    """A client whose flow-control window is 0: no answer can be sent; 100 calls are held,
+    the 101st stream is refused, and the calls are answered once the window opens."""
+    c = Raw(rls.rls_port, settings=struct.pack(">HI", 4, 0))  # INITIAL_WINDOW_SIZE 0
+    time.sleep(0.2)
+    c.send(frame(SETTINGS, ACK, 0))
+    body = b"".join(c.headers(s) + frame(DATA, END_STREAM, s, grpc_body(MSG))
+                    for s in range(1, 201, 2))
+    c.send(body)
+    time.sleep(0.5)
+    assert len(c.heads) == 100  # response headers go; their DATA waits for the window
+    c.send(c.headers(201) + frame(DATA, END_STREAM, 201, grpc_body(MSG)))
+    assert c.ended(3) or 201 in c.resets
+    c.close()
+
+    def abuse():  # and many such connections, each with its 100 calls held
+        conns = [Raw(rls.rls_port, settings=struct.pack(">HI", 4, 0)) for _ in range(20)]
+        for k in conns:
+            k.send(frame(SETTINGS, ACK, 0) + b"".join(
+                k.headers(s) + frame(DATA, END_STREAM, s, grpc_body(MSG))
+                for s in range(1, 201, 2)))
+        time.sleep(2)
+        held = sum(len(k.heads) for k in conns)
+        for k in conns:
+            k.close()
+        return held
+
+    assert under_abuse(rls, pb, abuse) == 2000
+
+
+def call_raw(port, body, end=True):
+    """One call over the h2 package: (grpc-status, grpc-message) from the trailers (or the
+    headers of a trailers-only answer), None when reset or without an answer."""
+    c = Conn(port)
+    c.open(1)
+    ev = []
+    while True:  # as the flow-control window allows
+        room = min(c.h2.local_flow_control_window(1), len(body), 16384)
+        if room == 0 and body:
+            ev += c.events(0.2)
+            continue
+        c.h2.send_data(1, body[:room], end_stream=end and room == len(body))
+        c.flush()
+        body = body[room:]
+        if not body:
+            break
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        ev += c.events(0.3)
+        if any(isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)) for e in ev):
+            break
+    c.close()
+    for e in ev:
+        if isinstance(e, (h2.events.TrailersReceived, h2.events.ResponseReceived)):
+            h = dict(e.headers)
+            if b"grpc-status" in h:
+                return int(h[b"grpc-status"]), h.get(b"grpc-message", b"").decode()
+    return None
+
+
+INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED = 3, 8, 12
+
+
+@pytest.mark.parametrize("msg", [
+    b"\xff\xff\xff",                                  # field 0x1fffff.. with no valid tag
+    b"\x0a\x05ab",                                    # domain: length past the end
+    b"\x0a",                                          # domain: no length
+    b"\x0a\x04edge\x12\x80\x80\x80\x80\x10",          # descriptor: length 2^32
+    b"\x08" + b"\xff" * 10 + b"\x01",                 # a varint of 11 bytes
+    b"\x0d\x00\x00\x00\x00",                          # domain as fixed32
+    b"\x0a\x04edge\x12\x03\x0a\x01\xff",             # entry: truncated inside
+    b"\x0a\x04edge\x12\x04\x0a\x02\x0a\x05",          # key: length past the entry
+    b"\x0b" * 5000,                                   # start-group tags, nested
+], ids=["tag", "len-past-end", "no-len", "len-2^32", "varint-11", "wire-type", "inner",
+        "inner-len", "groups"])
+def test_malformed_protobuf_in_a_valid_frame(rls, msg):
+    got = call_raw(rls.rls_port, grpc_body(msg))
+    assert got is not None and got[0] == INVALID_ARGUMENT, got
+    assert call_raw(rls.rls_port, grpc_body(MSG))[0] == 0
+
+
+def test_length_prefix_and_framing(rls):
+    port = rls.rls_port
+    # the prefix says more than the stream carries
+    got = call_raw(port, grpc_body(MSG, length=len(MSG) + 100))
+    assert got is not None and got[0] == INVALID_ARGUMENT, got
+    got = call_raw(port, grpc_body(MSG, length=0xFFFFFFFF))
+    assert got is not None and got[0] == INVALID_ARGUMENT, got
+    # a prefix over the message bound, and more data than the bound: what passes the bound
+    # is dropped, not held, and the call is refused at its end
+    got = call_raw(port, grpc_body(MSG + b"\0" * 100000, length=0xFFFFFFFF))
+    assert got is not None and got[0] == RESOURCE_EXHAUSTED, got
+    # less than the 5 bytes of a prefix
+    got = call_raw(port, b"\x00\x00\x00")
+    assert got is not None and got[0] == INVALID_ARGUMENT, got
+    # two messages in one call
+    got = call_raw(port, grpc_body(MSG) + grpc_body(MSG))
+    assert got is not None and got[0] == INVALID_ARGUMENT, got
+    # a compressed message
+    got = call_raw(port, b"\x01" + grpc_body(MSG)[1:])
+    assert got is not None and got[0] == UNIMPLEMENTED, got
+    # an empty body (no message at all)
+    got = call_raw(port, b"")
+    assert got is not None and got[0] == INVALID_ARGUMENT, got
+    assert call_raw(port, grpc_body(MSG))[0] == 0
+
+
+def test_many_connections_at_once(rls, pb):
+    """300 connections opened at once, each with a request left half-sent: the others are
+    served meanwhile, and closing them all gives the memory back."""
+    def abuse():
+        conns = []
+        for _ in range(300):
+            c = Raw(rls.rls_port)
+            c.send(c.headers(1) + frame(DATA, 0, 1, grpc_body(MSG)[:8]))
+            conns.append(c)
+        time.sleep(1.0)
+        alive = sum(not c.closed for c in conns)
+        for c in conns:
+            c.close()
+        return alive
+
+    assert under_abuse(rls, pb, abuse) == 300
