@@ -17,8 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "auth.h"
 #include "clock.h"
+#include "conn.h"
+#include "log.h"
 #include "envoycfg.h"
 #include "router_int.h"
 #include "rls_call.h"
@@ -27,6 +31,10 @@
 
 #define RLS_DESCRIPTORS_MAX 64u /* descriptors of one request */
 #define RLS_HITS_MAX 1000000u   /* hits_addend (the CHECK's cost bound) */
+/* A call with a grpc-timeout is answered this long before it passes (its tenth, within
+ * [1, 5] ms), so the answer reaches Envoy before Envoy gives up. */
+#define RLS_TIMEOUT_MARGIN_MIN 1u
+#define RLS_TIMEOUT_MARGIN_MAX 5u
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse rls_response;
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus rls_status;
@@ -39,8 +47,18 @@ struct rl_rls_part {
     struct rl_pending *p; /* in flight; NULL once answered (or never sent) */
     uint32_t desc;        /* the request's descriptor it belongs to */
     const struct rl_envoy_limit *lim;
-    uint32_t code; /* enum rl_wire_code */
+    uint32_t code;   /* enum rl_wire_code */
+    bool unsendable; /* a limit no CHECK can carry: answered by inline_failure, not a failure */
     uint64_t remaining, reset_ms, retry_ms;
+};
+
+/* Per worker: the calls waiting for their grpc-timeout (a min-heap on deadline_ms). */
+struct rl_rls_wait {
+    uv_timer_t timer;
+    struct rl_rls_call **heap;
+    uint32_t n, cap;
+    uint64_t armed_ms; /* the timer's due time; 0: not armed */
+    bool closed;
 };
 
 /* Per descriptor of a call: what matched. */
@@ -81,6 +99,291 @@ clamp_u32(uint64_t v)
     return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
 }
 
+/* ---- who calls ---------------------------------------------------------------------------- */
+
+#define RLS_AUTH_WARN_MS 10000u /* refusals are said at most this often (per worker) */
+
+/* A refused call, said at warn at most every RLS_AUTH_WARN_MS. */
+static void
+auth_warn(struct rl_router *r, const char *peer, const char *why)
+{
+    uint64_t now = uv_now(r->loop);
+
+    if (r->rls_auth_warned_ms == 0 || now - r->rls_auth_warned_ms >= RLS_AUTH_WARN_MS) {
+        rl_log_warn("rls %s: %s (%llu refused so far; said at most every %u s)", peer, why,
+                    (unsigned long long)r->rls_auth_failures, RLS_AUTH_WARN_MS / 1000);
+        r->rls_auth_warned_ms = now != 0 ? now : 1;
+    }
+}
+
+int
+rl_rls_call_auth(struct rl_rls_call *call, const uint8_t *addr, const char *peer, const char *authz,
+                 size_t len)
+{
+    struct rl_router *r = call->r;
+    const struct rl_client_conf *cl = NULL;
+    uint64_t wait;
+
+    if (r->conf->nauth_clients == 0) {
+        return 0;
+    }
+    wait = rl_listener_auth_wait_ms(&r->listener, addr);
+    if (wait > 0) {
+        r->stats.auth_failures++;
+        r->rls_auth_failures++;
+        auth_warn(r, peer, "refused: too many failed authentications from this address");
+        rl_rls_call_fail(call, GRPC_UNAUTHENTICATED,
+                         "too many failed authentications from this address (more than %u a "
+                         "second); try again in %llu ms",
+                         RL_CONN_AUTHFAIL_RATE, (unsigned long long)wait);
+        return -1;
+    }
+    if (authz != NULL && len > 7 && strncasecmp(authz, "Bearer ", 7) == 0) {
+        const char *t = authz + 7;
+        size_t n = len - 7;
+
+        while (n > 0 && *t == ' ') {
+            t++;
+            n--;
+        }
+        /* too short a token is never accepted (as AUTH): it could be guessed */
+        if (n >= RL_AUTH_TOKEN_MIN) {
+            cl = rl_conf_client_by_token(r->conf, t, n);
+        }
+    }
+    if (cl == NULL) {
+        rl_listener_auth_failed(&r->listener, addr);
+        r->stats.auth_failures++;
+        r->rls_auth_failures++;
+        auth_warn(r, peer, authz == NULL ? "refused: no authorization" : "refused: unknown token");
+        rl_rls_call_fail(call, GRPC_UNAUTHENTICATED,
+                         authz == NULL ? "this router needs authorization: Bearer <token> of a "
+                                         "[client]"
+                                       : "unknown token");
+        return -1;
+    }
+    if (!rl_conf_client_may(cl, NULL)) {
+        /* A services list names configured services only, which refuse inline limits. */
+        r->stats.unauthorized++;
+        rl_rls_call_fail(call, GRPC_PERMISSION_DENIED,
+                         "this client's token does not allow inline limits (services = *)");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the calls' deadlines ------------------------------------------------------------------ */
+
+static void
+heap_set(struct rl_rls_wait *w, uint32_t i, struct rl_rls_call *c)
+{
+    w->heap[i] = c;
+    c->heap_at = i + 1;
+}
+
+static void
+heap_up(struct rl_rls_wait *w, uint32_t i)
+{
+    struct rl_rls_call *c = w->heap[i];
+
+    while (i > 0 && w->heap[(i - 1) / 2]->deadline_ms > c->deadline_ms) {
+        heap_set(w, i, w->heap[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    heap_set(w, i, c);
+}
+
+static void
+heap_down(struct rl_rls_wait *w, uint32_t i)
+{
+    struct rl_rls_call *c = w->heap[i];
+
+    for (;;) {
+        uint32_t k = 2 * i + 1;
+
+        if (k >= w->n) {
+            break;
+        }
+        if (k + 1 < w->n && w->heap[k + 1]->deadline_ms < w->heap[k]->deadline_ms) {
+            k++;
+        }
+        if (w->heap[k]->deadline_ms >= c->deadline_ms) {
+            break;
+        }
+        heap_set(w, i, w->heap[k]);
+        i = k;
+    }
+    heap_set(w, i, c);
+}
+
+/* Takes call out of the deadline heap, if it is in. */
+static void
+wait_remove(struct rl_rls_call *call)
+{
+    struct rl_rls_wait *w = call->r->rls_wait;
+    uint32_t i;
+
+    if (call->heap_at == 0) {
+        return;
+    }
+    i = call->heap_at - 1;
+    call->heap_at = 0;
+    if (--w->n != i) {
+        struct rl_rls_call *m = w->heap[w->n];
+
+        heap_set(w, i, m);
+        heap_down(w, i);
+        heap_up(w, m->heap_at - 1);
+    }
+}
+
+static void wait_fire(uv_timer_t *t);
+
+/* The timer, due at the earliest deadline. */
+static void
+wait_arm(struct rl_rls_wait *w, uint64_t now)
+{
+    uint64_t due;
+
+    if (w->n == 0 || w->closed) {
+        return;
+    }
+    due = w->heap[0]->deadline_ms;
+    if (w->armed_ms != 0 && w->armed_ms <= due) {
+        return;
+    }
+    w->armed_ms = due;
+    uv_timer_start(&w->timer, wait_fire, due > now ? due - now : 0, 0);
+}
+
+/* The failure policy's answer for a part with no decision. */
+static void
+part_fail(const struct rl_router *r, struct rl_rls_part *pt)
+{
+    pt->code = r->conf->inline_fail_closed ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN;
+    pt->retry_ms = r->conf->inline_fail_closed ? r->conf->session_timeout_ms : 0;
+}
+
+static void call_finish(struct rl_rls_call *s);
+
+/* Calls past their grpc-timeout: the parts still in flight are orphaned and answered by
+ * the failure policy, the call with what is known. */
+static void
+wait_fire(uv_timer_t *t)
+{
+    struct rl_router *r = t->data;
+    struct rl_rls_wait *w = r->rls_wait;
+    uint64_t now = uv_now(r->loop);
+
+    w->armed_ms = 0;
+    while (w->n > 0 && w->heap[0]->deadline_ms <= now) {
+        struct rl_rls_call *call = w->heap[0];
+
+        wait_remove(call);
+        for (uint32_t k = 0; k < call->nparts; k++) {
+            struct rl_rls_part *pt = &call->parts[k];
+
+            if (pt->p != NULL) {
+                pt->p->sink = NULL;
+                pt->p = NULL;
+                part_fail(r, pt);
+            }
+        }
+        call->outstanding = 0;
+        if (!call->finished) {
+            call->r->rls_timeouts++;
+            call_finish(call);
+            call->answered(call); /* may free call */
+        }
+    }
+    wait_arm(w, now);
+}
+
+/* Puts call in the deadline heap: its grpc-timeout less the margin, when that comes before
+ * the router's deadline. 0, or -1 (out of memory: the router's deadline applies). */
+static int
+wait_add(struct rl_rls_call *call)
+{
+    struct rl_router *r = call->r;
+    struct rl_rls_wait *w = r->rls_wait;
+    uint64_t now = uv_now(r->loop), margin = call->timeout_ms / 10, ms;
+
+    if (margin < RLS_TIMEOUT_MARGIN_MIN) {
+        margin = RLS_TIMEOUT_MARGIN_MIN;
+    } else if (margin > RLS_TIMEOUT_MARGIN_MAX) {
+        margin = RLS_TIMEOUT_MARGIN_MAX;
+    }
+    ms = call->timeout_ms > margin ? call->timeout_ms - margin : 0;
+    if (ms >= r->conf->deadline_ms) {
+        return 0; /* the parts' own deadline comes first */
+    }
+    if (w == NULL) {
+        if (r->closing || (w = calloc(1, sizeof(*w))) == NULL) {
+            return -1;
+        }
+        uv_timer_init(r->loop, &w->timer);
+        w->timer.data = r;
+        r->handles++;
+        r->rls_wait = w;
+    }
+    if (w->closed) {
+        return -1;
+    }
+    if (w->n == w->cap) {
+        uint32_t cap = w->cap ? w->cap * 2 : 64;
+        struct rl_rls_call **h = realloc(w->heap, cap * sizeof(*h));
+
+        if (h == NULL) {
+            return -1;
+        }
+        w->heap = h;
+        w->cap = cap;
+    }
+    call->deadline_ms = now + ms;
+    w->heap[w->n] = call;
+    call->heap_at = ++w->n;
+    heap_up(w, w->n - 1);
+    wait_arm(w, now);
+    return 0;
+}
+
+static void
+wait_closed(uv_handle_t *h)
+{
+    struct rl_router *r = h->data;
+
+    r->handles--;
+    rl_router_maybe_free(r);
+}
+
+void
+rl_rls_call_close(struct rl_router *r)
+{
+    if (r->rls_wait != NULL && !r->rls_wait->closed) {
+        r->rls_wait->closed = true;
+        uv_close((uv_handle_t *)&r->rls_wait->timer, wait_closed);
+    }
+}
+
+void
+rl_rls_call_free(struct rl_router *r)
+{
+    if (r->rls_wait != NULL) {
+        free(r->rls_wait->heap);
+        free(r->rls_wait);
+        r->rls_wait = NULL;
+    }
+}
+
+/* ---- the answer --------------------------------------------------------------------------- */
+
+/* Whether a part was left without a decision (owner unreachable, no answer in time). */
+static bool
+part_undecided(const struct rl_rls_part *pt)
+{
+    return !pt->unsendable && (pt->code == RL_WIRE_FAIL_OPEN || pt->code == RL_WIRE_FAIL_CLOSED);
+}
+
 /* Builds the RateLimitResponse once every part is answered, and hands it over. */
 static void
 call_finish(struct rl_rls_call *s)
@@ -94,6 +397,21 @@ call_finish(struct rl_rls_call *s)
     uint64_t now = rl_clock_real_ms();
     size_t len;
 
+    wait_remove(s);
+    if (s->r->conf->rls_fail_error) {
+        for (uint32_t k = 0; k < s->nparts; k++) {
+            if (part_undecided(&s->parts[k])) {
+                free(st);
+                free(stp);
+                free(lims);
+                free(durs);
+                rl_rls_call_fail(s, GRPC_UNAVAILABLE,
+                                 "no decision for every limit in time ([router] rls_failure = "
+                                 "error)");
+                return;
+            }
+        }
+    }
     if (st == NULL || stp == NULL || lims == NULL || durs == NULL) {
         goto nomem;
     }
@@ -216,8 +534,7 @@ rl_rls_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_ch
     } else {
         /* The node refused the CHECK (err): no decision, as when it cannot be reached. */
         (void)err;
-        pt->code = r->conf->inline_fail_closed ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN;
-        pt->retry_ms = r->conf->inline_fail_closed ? r->conf->session_timeout_ms : 0;
+        part_fail(r, pt);
     }
     call_part_done(s);
     s->answered(s);
@@ -435,6 +752,7 @@ rl_rls_call_start(struct rl_rls_call *s)
                     pt->code = RL_WIRE_LIMITED; /* upstream: 0 per unit refuses everything */
                 } else {
                     /* unit: year under fixed_window: past what a CHECK's window can say */
+                    pt->unsendable = true;
                     pt->code =
                         r->conf->inline_fail_closed ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN;
                 }
@@ -448,12 +766,16 @@ rl_rls_call_start(struct rl_rls_call *s)
             }
         }
     }
+    if (s->has_timeout && s->outstanding > 1 && !s->finished) {
+        (void)wait_add(s); /* out of memory: the router's deadline answers */
+    }
     call_part_done(s);
 }
 
 void
 rl_rls_call_release(struct rl_rls_call *call)
 {
+    wait_remove(call);
     for (uint32_t k = 0; k < call->nparts; k++) {
         if (call->parts[k].p != NULL) {
             call->parts[k].p->sink = NULL;

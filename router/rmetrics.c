@@ -30,6 +30,8 @@ struct rmetrics_sum {
     struct rl_hist latency;
     uint64_t npending;
     uint64_t rls_calls[3];
+    uint64_t rls_timeouts;
+    uint64_t rls_auth_failures;
 };
 
 static void
@@ -40,6 +42,8 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
     s->latency = r->latency;
     s->npending = r->npending;
     memcpy(s->rls_calls, r->rls_calls, sizeof(s->rls_calls));
+    s->rls_timeouts = r->rls_timeouts;
+    s->rls_auth_failures = r->rls_auth_failures;
     for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
         struct rl_router *w = rl_rproc_router(r->proc, i);
         struct rl_listener_stats cs;
@@ -64,6 +68,8 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         for (size_t k = 0; k < 3; k++) {
             s->rls_calls[k] += __atomic_load_n(&w->rls_calls[k], __ATOMIC_RELAXED);
         }
+        s->rls_timeouts += __atomic_load_n(&w->rls_timeouts, __ATOMIC_RELAXED);
+        s->rls_auth_failures += __atomic_load_n(&w->rls_auth_failures, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&w->mu);
     }
     if (r->proc != NULL) {
@@ -440,6 +446,14 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
                         rl_prom_labels(lab, sizeof(lab), "result", results[k], NULL),
                         sum.rls_calls[k]);
         }
+        rl_prom_family(p, "rl_router_rls_timeouts_total", "counter",
+                       "ShouldRateLimit calls answered at their grpc-timeout, before every "
+                       "limit had a node's answer.");
+        rl_prom_u64(p, "rl_router_rls_timeouts_total", NULL, sum.rls_timeouts);
+        rl_prom_family(p, "rl_router_rls_auth_failures_total", "counter",
+                       "ShouldRateLimit calls refused UNAUTHENTICATED (no or a wrong bearer "
+                       "token, or an address past its failed authentications a second).");
+        rl_prom_u64(p, "rl_router_rls_auth_failures_total", NULL, sum.rls_auth_failures);
         rl_prom_family(p, "rl_router_rls_connections", "gauge",
                        "gRPC connections open on [router] rls.");
         rl_prom_u64(p, "rl_router_rls_connections", NULL,

@@ -167,6 +167,10 @@ struct rl_router {
     struct rl_front *front; /* front.c: the fronts' connections on this loop; NULL: none */
     uint32_t front_conns;   /* front.c: their number (atomic: rproc.c weighs workers) */
     uint64_t rls_calls[3]; /* rls_call.c: calls answered OK, OVER_LIMIT, with a gRPC error */
+    uint64_t rls_timeouts; /* rls_call.c: calls answered at their grpc-timeout */
+    uint64_t rls_auth_failures;  /* rls_call.c: calls refused UNAUTHENTICATED */
+    uint64_t rls_auth_warned_ms; /* rls_call.c: loop time of the last warning about them */
+    struct rl_rls_wait *rls_wait; /* rls_call.c: calls waiting for their grpc-timeout */
     struct rl_envoy_shared *envoy; /* rls_call.c: the configuration new calls use (one hold) */
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
@@ -316,6 +320,11 @@ int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req,
  * with an ERROR the node gave. Called before p is put back. */
 void rl_rls_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
                    uint32_t err);
+
+/* Closes r's timer of the calls' grpc-timeouts (router closing, every call released), and
+ * frees what is left once r's handles are closed. */
+void rl_rls_call_close(struct rl_router *r);
+void rl_rls_call_free(struct rl_router *r);
 
 /* New calls use sh (held here; the previous one is dropped; calls in flight keep theirs). */
 void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);

@@ -1,0 +1,346 @@
+"""The gRPC front's runtime features (docs/ENVOY.md): grpc-timeout, bearer-token
+authentication, response_headers_to_add, and its metrics; against real routers and nodes,
+with grpcio as Envoy would call, and a raw HTTP/2 client (the h2 package) for what grpcio
+will not send."""
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+import harness
+
+pytestmark = pytest.mark.integration
+
+grpc = pytest.importorskip("grpc")
+h2 = pytest.importorskip("h2")
+import h2.config  # noqa: E402
+import h2.connection  # noqa: E402
+import h2.events  # noqa: E402
+
+METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+EDGE = """\
+domain: edge
+descriptors:
+  - key: k
+    rate_limit:
+      unit: hour
+      requests_per_unit: 3
+  - key: m
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: year
+    rate_limit:
+      unit: year
+      requests_per_unit: 10
+"""
+
+
+@pytest.fixture(scope="module")
+def pb(tmp_path_factory):
+    if shutil.which("protoc") is None:
+        pytest.skip("protoc is missing (scripts/deps.sh installs protobuf-compiler)")
+    out = tmp_path_factory.mktemp("rlsgen")
+    protos = [str(p) for p in (harness.REPO / "proto").rglob("*.proto")]
+    subprocess.run(["protoc", "-I", str(harness.REPO / "proto"), "-I", "/usr/include",
+                    f"--python_out={out}"] + protos, check=True)
+    sys.path.insert(0, str(out))
+    from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
+
+    yield rls_pb2
+    sys.path.remove(str(out))
+
+
+def gen_token(path):
+    out = subprocess.run([str(harness.BUILD / "rl-cli"), "gen-token", str(path)],
+                         check=True, capture_output=True, text=True).stdout
+    return out.strip().split("=", 1)[1].strip()
+
+
+def start(d, router="", extra="", deadline="200ms", nodes=("a",), token=None):
+    """A router with [router] rls (and metrics) on envoy_config EDGE, and its nodes."""
+    harness.need_binaries("rl-node", "rl-router", "rl-cli")
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "edge.yaml").write_text(EDGE)
+    c = harness.Cluster(d, nodes=nodes, extra=extra, deadline=deadline)
+    c.ready_token = token
+    c.rls_port = harness.free_port()
+    c.metrics_port = harness.free_port()
+    text = c.conf.read_text()
+    text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = edge.yaml\n", 1)
+    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\nmetrics = "
+                        f"{c.metrics_port}\n{router}", 1)
+    c.conf.write_text(text)
+    c.start()
+    harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
+    return c
+
+
+class Caller:
+    def __init__(self, port, pb):
+        self.pb = pb
+        self.ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = self.ch.unary_unary(
+            METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
+            response_deserializer=pb.RateLimitResponse.FromString)
+
+    def request(self, domain, *descriptors):
+        req = self.pb.RateLimitRequest(domain=domain)
+        for entries in descriptors:
+            d = req.descriptors.add()
+            for k, v in entries:
+                e = d.entries.add()
+                e.key, e.value = k, v
+        return req
+
+    def __call__(self, domain, *descriptors, timeout=5.0, metadata=None):
+        return self.stub(self.request(domain, *descriptors), timeout=timeout,
+                         metadata=metadata)
+
+    def with_call(self, domain, *descriptors, timeout=5.0, metadata=None):
+        return self.stub.with_call(self.request(domain, *descriptors), timeout=timeout,
+                                   metadata=metadata)
+
+    def close(self):
+        self.ch.close()
+
+
+class Raw:
+    """One call over a raw HTTP/2 connection, with the headers given."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), 5)
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.h2.initiate_connection()
+        self.sock.sendall(self.h2.data_to_send())
+
+    def call(self, body, extra_headers, sid=1, timeout=3.0):
+        """(headers, trailers) of the answer: lists of (name, value) as str."""
+        self.h2.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":path", METHOD),
+                                   (":authority", "x"), ("content-type", "application/grpc"),
+                                   ("te", "trailers")] + extra_headers)
+        self.h2.send_data(sid, b"\0" + len(body).to_bytes(4, "big") + body, end_stream=True)
+        self.sock.sendall(self.h2.data_to_send())
+        heads, trailers = [], []
+        end = time.monotonic() + timeout
+        self.sock.settimeout(timeout)
+        while time.monotonic() < end:
+            data = self.sock.recv(65536)
+            if not data:
+                break
+            for ev in self.h2.receive_data(data):
+                if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
+                    heads = [(k.decode(), v.decode()) for k, v in ev.headers]
+                elif isinstance(ev, h2.events.TrailersReceived) and ev.stream_id == sid:
+                    trailers = [(k.decode(), v.decode()) for k, v in ev.headers]
+                elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id == sid:
+                    self.sock.sendall(self.h2.data_to_send())
+                    return heads, trailers
+            self.sock.sendall(self.h2.data_to_send())
+        raise AssertionError("no complete answer")
+
+    def close(self):
+        self.sock.close()
+
+
+def grpc_status(heads, trailers):
+    for k, v in trailers + heads:
+        if k == "grpc-status":
+            return int(v)
+    return None
+
+
+def metrics(c):
+    with urllib.request.urlopen(f"http://127.0.0.1:{c.metrics_port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def metric(c, name, labels=""):
+    """The value of series name{labels} (labels as written, without braces); 0 if absent."""
+    want = f"{name}{{{labels}}}" if labels else name
+    for line in metrics(c).splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+# ---- grpc-timeout ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    """A router whose deadline (3 s) is far past the calls' grpc-timeout."""
+    c = start(tmp_path_factory.mktemp("timeout") / "c", deadline="3s")
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def slow_error(tmp_path_factory):
+    """The same with [router] rls_failure = error."""
+    c = start(tmp_path_factory.mktemp("timeout_err") / "c", deadline="3s",
+              router="rls_failure = error\n")
+    yield c
+    c.stop()
+
+
+def frozen(c):
+    """The node stops answering (SIGSTOP) while its connection stays open."""
+    class Freeze:
+        def __enter__(self):
+            for p in c.nodes.values():
+                p.send_signal(signal.SIGSTOP)
+
+        def __exit__(self, *a):
+            for p in c.nodes.values():
+                p.send_signal(signal.SIGCONT)
+    return Freeze()
+
+
+def test_grpc_timeout_answers_before_envoy_gives_up(slow, pb):
+    call = Caller(slow.rls_port, pb)
+    try:
+        assert call("edge", [("k", "warm")]).overall_code == pb.RateLimitResponse.OK
+        with frozen(slow):
+            t0 = time.monotonic()
+            # grpcio sends grpc-timeout for its 400 ms; the router's deadline is 3 s
+            r = call("edge", [("k", "t1")], [("m", "t1")], [("nothing", "x")], timeout=0.4)
+            took = time.monotonic() - t0
+        # inline_failure = open: parts without a decision are OK, the call is answered
+        assert r.overall_code == pb.RateLimitResponse.OK
+        assert [s.code for s in r.statuses] == [pb.RateLimitResponse.OK] * 3
+        assert r.statuses[0].current_limit.requests_per_unit == 3
+        assert took < 0.4
+        assert metric(slow, "rl_router_rls_timeouts_total") >= 1
+        # a grpc-timeout past the router's deadline changes nothing: answered by the node
+        r = call("edge", [("k", "t2")], timeout=10)
+        assert r.statuses[0].limit_remaining == 2
+    finally:
+        call.close()
+
+
+def test_grpc_timeout_with_rls_failure_error_is_unavailable(slow_error, pb):
+    call = Caller(slow_error.rls_port, pb)
+    try:
+        assert call("edge", [("k", "warm")]).overall_code == pb.RateLimitResponse.OK
+        with frozen(slow_error):
+            with pytest.raises(grpc.RpcError) as e:
+                call("edge", [("k", "t1")], timeout=0.4)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "rls_failure" in e.value.details()
+        # a call with nothing to ask a node is not a failure
+        with frozen(slow_error):
+            r = call("edge", [("nothing", "x")], timeout=0.4)
+        assert r.overall_code == pb.RateLimitResponse.OK
+        # nor is a limit no CHECK can carry (unit: year), answered by inline_failure
+        r = call("edge", [("year", "y")], timeout=1)
+        assert r.overall_code == pb.RateLimitResponse.OK
+    finally:
+        call.close()
+
+
+def test_malformed_grpc_timeout_is_invalid_argument(slow, pb):
+    body = pb.RateLimitRequest(domain="edge").SerializeToString()
+    req = pb.RateLimitRequest(domain="edge")
+    e = req.descriptors.add().entries.add()
+    e.key, e.value = "k", "malformed"
+    body = req.SerializeToString()
+    raw = Raw(slow.rls_port)
+    try:
+        for sid, bad in ((1, "20"), (3, "x20m"), (5, "123456789m"), (7, "20s"), (9, "m")):
+            heads, trailers = raw.call(body, [("grpc-timeout", bad)], sid=sid)
+            assert grpc_status(heads, trailers) == 3, bad  # INVALID_ARGUMENT
+        heads, trailers = raw.call(body, [("grpc-timeout", "20000000n")], sid=11)
+        assert grpc_status(heads, trailers) == 0
+    finally:
+        raw.close()
+
+
+# ---- bearer tokens -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def authed(tmp_path_factory):
+    """A router with [client] sections: web may use the configured service fw only, ops every
+    service (so inline limits)."""
+    d = tmp_path_factory.mktemp("auth")
+    web, ops = d / "web.token", d / "ops.token"
+    extra = (f"[client web]\ntoken_sha256 = {gen_token(web)}\nservices = fw\n\n"
+             f"[client ops]\ntoken_sha256 = {gen_token(ops)}\nservices = *\nstats = yes\n")
+    c = start(d / "c", extra=extra, token=ops.read_bytes().strip())
+    c.web = web.read_text().strip()
+    c.ops = ops.read_text().strip()
+    c.ops_file = ops
+    yield c
+    c.stop()
+
+
+def bearer(token):
+    return [("authorization", f"Bearer {token}")]
+
+
+def test_calls_need_a_client_token(authed, pb):
+    call = Caller(authed.rls_port, pb)
+    try:
+        before = metric(authed, "rl_router_errors_total", 'kind="auth"')
+        r = call("edge", [("k", "auth1")], metadata=bearer(authed.ops))
+        assert r.overall_code == pb.RateLimitResponse.OK
+        assert r.statuses[0].limit_remaining == 2
+        with pytest.raises(grpc.RpcError) as e:
+            call("edge", [("k", "auth1")])
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "Bearer" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            call("edge", [("k", "auth1")], metadata=bearer("not-a-token-of-anyone-at-all"))
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "not-a-token" not in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:  # not "Bearer"
+            call("edge", [("k", "auth1")], metadata=[("authorization", f"Basic {authed.ops}")])
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        # web's token names configured services only: no inline limits, as on the binary
+        # protocol
+        with pytest.raises(grpc.RpcError) as e:
+            call("edge", [("k", "auth1")], metadata=bearer(authed.web))
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        # none of the refused calls counted against the limit
+        r = call("edge", [("k", "auth1")], metadata=bearer(authed.ops))
+        assert r.statuses[0].limit_remaining == 1
+        assert metric(authed, "rl_router_errors_total", 'kind="auth"') - before == 3
+        assert metric(authed, "rl_router_rls_auth_failures_total") >= 3
+        log = (authed.dir / "router.log").read_text()
+        assert authed.ops not in log and authed.web not in log
+    finally:
+        call.close()
+
+
+def test_failed_tokens_slow_the_address_down_for_every_protocol(authed, pb):
+    import ratelimiter
+
+    call = Caller(authed.rls_port, pb)
+    try:
+        time.sleep(2.5)  # earlier failures forgiven
+        for _ in range(12):
+            with pytest.raises(grpc.RpcError):
+                call("edge", [("k", "slow")], metadata=bearer("wrong-token-guessed-badly"))
+        # past 10 failures at once: even the right token waits
+        with pytest.raises(grpc.RpcError) as e:
+            call("edge", [("k", "slow")], metadata=bearer(authed.ops))
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "too many failed" in e.value.details()
+        # the binary protocol's AUTH from this address shares the count
+        with pytest.raises(ratelimiter.AuthError):
+            with ratelimiter.Client("127.0.0.1", authed.port, 1.0,
+                                    token_file=str(authed.ops_file)) as c:
+                c.check("fw", "x")
+        time.sleep(1.0)
+        r = call("edge", [("k", "slow")], metadata=bearer(authed.ops))
+        assert r.overall_code == pb.RateLimitResponse.OK
+    finally:
+        call.close()
