@@ -40,6 +40,10 @@ typedef Envoy__Service__Ratelimit__V3__RateLimitResponse rls_response;
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus rls_status;
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit rls_limit;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor rls_descriptor;
+typedef Envoy__Config__Core__V3__HeaderValue rls_header;
+
+/* response_headers_to_add: at most three, of at most this many bytes each */
+#define RLS_HEADER_VALUE_MAX 160u
 
 /* One limit of one descriptor of a call: a CHECK in flight, or answered. */
 struct rl_rls_part {
@@ -384,6 +388,98 @@ part_undecided(const struct rl_rls_part *pt)
     return !pt->unsendable && (pt->code == RL_WIRE_FAIL_OPEN || pt->code == RL_WIRE_FAIL_CLOSED);
 }
 
+/* The seconds a status's duration_until_reset says, rounded up. */
+static uint64_t
+reset_seconds(const rls_status *st)
+{
+    const Google__Protobuf__Duration *d = st->duration_until_reset;
+
+    if (d == NULL) {
+        return 0;
+    }
+    return (uint64_t)d->seconds + (d->nanos > 0 ? 1 : 0);
+}
+
+/* A String of HTTP structured fields (RFC 8941): printable ASCII, quoted, with '"' and '\\'
+ * escaped; other bytes become '_'. */
+static void
+sf_string(char *out, size_t cap, const char *s)
+{
+    size_t n = 0;
+
+    out[n++] = '"';
+    for (; *s != '\0' && n + 3 < cap; s++) {
+        char ch = *s;
+
+        if (ch == '"' || ch == '\\') {
+            out[n++] = '\\';
+        } else if (ch < 0x20 || ch > 0x7e) {
+            ch = '_';
+        }
+        out[n++] = ch;
+    }
+    out[n++] = '"';
+    out[n] = '\0';
+}
+
+/*
+ * [router] rls_headers: response_headers_to_add from the most restrictive status (the one
+ * with a limit and the least limit_remaining, the first of equals), as envoyproxy/ratelimit
+ * picks it with LIMIT_RESPONSE_HEADERS_ENABLED. ratelimit: its three default headers
+ * RateLimit-Limit (requests_per_unit), RateLimit-Remaining, RateLimit-Reset (seconds).
+ * draft: the IETF httpapi fields RateLimit-Policy ("name";q=N;w=unit seconds) and
+ * RateLimit ("name";r=remaining;t=seconds). Returns how many were filled in h/hp/vals.
+ */
+static size_t
+call_headers(const struct rl_conf *conf, rls_status *const *stp, size_t n, rls_header *h,
+             rls_header **hp, char (*vals)[RLS_HEADER_VALUE_MAX])
+{
+    const rls_status *min = NULL;
+    uint32_t least = UINT32_MAX;
+    char name[80];
+    size_t k = 0;
+
+    if (conf->rls_headers == RL_CONF_RLS_HEADERS_OFF) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (stp[i]->current_limit != NULL && stp[i]->limit_remaining < least) {
+            min = stp[i];
+            least = stp[i]->limit_remaining;
+        }
+    }
+    if (min == NULL) {
+        return 0;
+    }
+    for (size_t i = 0; i < 3; i++) {
+        envoy__config__core__v3__header_value__init(&h[i]);
+        hp[i] = &h[i];
+        h[i].value = vals[i];
+    }
+    if (conf->rls_headers == RL_CONF_RLS_HEADERS_RATELIMIT) {
+        h[0].key = (char *)"RateLimit-Limit";
+        snprintf(vals[0], RLS_HEADER_VALUE_MAX, "%" PRIu32, min->current_limit->requests_per_unit);
+        h[1].key = (char *)"RateLimit-Remaining";
+        snprintf(vals[1], RLS_HEADER_VALUE_MAX, "%" PRIu32, min->limit_remaining);
+        h[2].key = (char *)"RateLimit-Reset";
+        snprintf(vals[2], RLS_HEADER_VALUE_MAX, "%" PRIu64, reset_seconds(min));
+        k = 3;
+    } else {
+        const char *nm = min->current_limit->name;
+
+        sf_string(name, sizeof(name), nm != NULL && nm[0] != '\0' ? nm : "default");
+        h[0].key = (char *)"RateLimit-Policy";
+        snprintf(vals[0], RLS_HEADER_VALUE_MAX, "%s;q=%" PRIu32 ";w=%" PRIu64, name,
+                 min->current_limit->requests_per_unit,
+                 rl_envoy_unit_seconds((enum rl_envoy_unit)min->current_limit->unit));
+        h[1].key = (char *)"RateLimit";
+        snprintf(vals[1], RLS_HEADER_VALUE_MAX, "%s;r=%" PRIu32 ";t=%" PRIu64, name,
+                 min->limit_remaining, reset_seconds(min));
+        k = 2;
+    }
+    return k;
+}
+
 /* Builds the RateLimitResponse once every part is answered, and hands it over. */
 static void
 call_finish(struct rl_rls_call *s)
@@ -395,6 +491,8 @@ call_finish(struct rl_rls_call *s)
     rls_limit *lims = calloc(n ? n : 1, sizeof(*lims));
     Google__Protobuf__Duration *durs = calloc(n ? n : 1, sizeof(*durs));
     uint64_t now = rl_clock_real_ms();
+    rls_header hdrs[3], *hdrp[3];
+    char hvals[3][RLS_HEADER_VALUE_MAX];
     size_t len;
 
     wait_remove(s);
@@ -476,6 +574,8 @@ call_finish(struct rl_rls_call *s)
     }
     resp.n_statuses = n;
     resp.statuses = stp;
+    resp.n_response_headers_to_add = call_headers(s->r->conf, stp, n, hdrs, hdrp, hvals);
+    resp.response_headers_to_add = hdrp;
     len = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(&resp);
     s->out = malloc(5 + len);
     if (s->out == NULL) {

@@ -40,6 +40,11 @@ descriptors:
     rate_limit:
       unit: year
       requests_per_unit: 10
+  - key: n
+    rate_limit:
+      name: per-n
+      unit: minute
+      requests_per_unit: 1
 """
 
 
@@ -342,5 +347,78 @@ def test_failed_tokens_slow_the_address_down_for_every_protocol(authed, pb):
         time.sleep(1.0)
         r = call("edge", [("k", "slow")], metadata=bearer(authed.ops))
         assert r.overall_code == pb.RateLimitResponse.OK
+    finally:
+        call.close()
+
+
+# ---- response_headers_to_add -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hdr_ratelimit(tmp_path_factory):
+    c = start(tmp_path_factory.mktemp("hdr") / "c", router="rls_headers = ratelimit\n")
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def hdr_draft(tmp_path_factory):
+    c = start(tmp_path_factory.mktemp("hdrd") / "c", router="rls_headers = draft\n")
+    yield c
+    c.stop()
+
+
+def headers_of(r):
+    return {h.key: h.value for h in r.response_headers_to_add}
+
+
+def test_no_headers_by_default(slow, pb):
+    call = Caller(slow.rls_port, pb)
+    try:
+        r = call("edge", [("k", "h0")])
+        assert r.statuses[0].HasField("current_limit")
+        assert len(r.response_headers_to_add) == 0
+    finally:
+        call.close()
+
+
+def test_ratelimit_headers_of_the_most_restrictive_limit(hdr_ratelimit, pb):
+    call = Caller(hdr_ratelimit.rls_port, pb)
+    try:
+        # k: 3 an hour (2 left after this call), m: 10 a minute (9 left): k is the tightest
+        r = call("edge", [("m", "h1")], [("k", "h1")], [("nothing", "x")])
+        h = headers_of(r)
+        assert set(h) == {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
+        assert h["RateLimit-Limit"] == "3" and h["RateLimit-Remaining"] == "2"
+        assert 0 < int(h["RateLimit-Reset"]) <= 3600
+        # over the limit: 0 left, that one is shown
+        r = call("edge", [("k", "h2")], [("n", "h1")])
+        r = call("edge", [("k", "h2")], [("n", "h1")])
+        assert r.overall_code == pb.RateLimitResponse.OVER_LIMIT
+        h = headers_of(r)
+        assert h["RateLimit-Limit"] == "1" and h["RateLimit-Remaining"] == "0"
+        assert 0 < int(h["RateLimit-Reset"]) <= 60
+        # nothing limited: no headers
+        r = call("edge", [("nothing", "x")])
+        assert len(r.response_headers_to_add) == 0
+    finally:
+        call.close()
+
+
+def test_draft_headers(hdr_draft, pb):
+    import re
+
+    call = Caller(hdr_draft.rls_port, pb)
+    try:
+        r = call("edge", [("m", "d1")], [("k", "d1")])
+        h = headers_of(r)
+        assert set(h) == {"RateLimit-Policy", "RateLimit"}
+        assert h["RateLimit-Policy"] == '"default";q=3;w=3600'
+        m = re.fullmatch(r'"default";r=2;t=(\d+)', h["RateLimit"])
+        assert m and 0 < int(m.group(1)) <= 3600
+        r = call("edge", [("n", "d1")])
+        h = headers_of(r)
+        assert h["RateLimit-Policy"] == '"per-n";q=1;w=60'
+        assert re.fullmatch(r'"per-n";r=0;t=\d+', h["RateLimit"])
     finally:
         call.close()
