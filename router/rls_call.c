@@ -32,9 +32,9 @@
 #define RLS_DESCRIPTORS_MAX 64u /* descriptors of one request */
 #define RLS_HITS_MAX 1000000u   /* hits_addend (the CHECK's cost bound) */
 /* A call with a grpc-timeout is answered this long before it passes (its tenth, within
- * [1, 5] ms), so the answer reaches Envoy before Envoy gives up. */
+ * [1, 50] ms), so the answer reaches Envoy before Envoy gives up. */
 #define RLS_TIMEOUT_MARGIN_MIN 1u
-#define RLS_TIMEOUT_MARGIN_MAX 5u
+#define RLS_TIMEOUT_MARGIN_MAX 50u
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse rls_response;
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus rls_status;
@@ -71,8 +71,45 @@ struct rls_desc {
     size_t nlimits;
     bool unlimited;
     bool shadow;
+    bool detailed;             /* detailed_metric: its hits counted by full key (rls_metrics.c) */
     struct rl_envoy_limit ovr; /* Envoy's RateLimitOverride, when the request gave one */
 };
+
+/* The call's domain when envoy_config has it, else "" (the label of its metrics). */
+static const char *
+call_domain(const struct rl_rls_call *call)
+{
+    const rls_request *req = call->req;
+
+    if (req != NULL && call->cfg != NULL && req->domain[0] != '\0' &&
+        rl_envoy_domain(call->cfg->c, req->domain, strlen(req->domain)) != NULL) {
+        return req->domain;
+    }
+    return "";
+}
+
+/* The full key of descriptor d of a detailed_metric, as upstream names its stats:
+ * domain.key1_value1.key2_value2 (malloc'd; NULL: out of memory). */
+static char *
+detailed_key(const rls_request *req, const rls_descriptor *d, size_t *len)
+{
+    size_t n = strlen(req->domain), at;
+    char *k;
+
+    for (size_t i = 0; i < d->n_entries; i++) {
+        n += 2 + strlen(d->entries[i]->key) + strlen(d->entries[i]->value);
+    }
+    k = malloc(n + 1);
+    if (k == NULL) {
+        return NULL;
+    }
+    at = (size_t)sprintf(k, "%s", req->domain);
+    for (size_t i = 0; i < d->n_entries; i++) {
+        at += (size_t)sprintf(k + at, ".%s_%s", d->entries[i]->key, d->entries[i]->value);
+    }
+    *len = at;
+    return k;
+}
 
 void
 rl_rls_call_fail(struct rl_rls_call *call, int status, const char *fmt, ...)
@@ -85,6 +122,7 @@ rl_rls_call_fail(struct rl_rls_call *call, int status, const char *fmt, ...)
     call->finished = true;
     call->status = status;
     call->r->rls_calls[2]++;
+    rl_rls_metrics_call(call->r, call_domain(call), RL_RLS_ERROR);
     va_start(ap, fmt);
     vsnprintf(call->message, sizeof(call->message), fmt, ap);
     va_end(ap);
@@ -480,6 +518,8 @@ call_headers(const struct rl_conf *conf, rls_status *const *stp, size_t n, rls_h
     return k;
 }
 
+static uint64_t hits_of(const rls_request *req, const rls_descriptor *d);
+
 /* Builds the RateLimitResponse once every part is answered, and hands it over. */
 static void
 call_finish(struct rl_rls_call *s)
@@ -492,6 +532,7 @@ call_finish(struct rl_rls_call *s)
     Google__Protobuf__Duration *durs = calloc(n ? n : 1, sizeof(*durs));
     uint64_t now = rl_clock_real_ms();
     rls_header hdrs[3], *hdrp[3];
+    bool shadowed = false;
     char hvals[3][RLS_HEADER_VALUE_MAX];
     size_t len;
 
@@ -571,6 +612,20 @@ call_finish(struct rl_rls_call *s)
             resp.overall_code =
                 ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
         }
+        shadowed |= over && d->shadow;
+        if (d->detailed) {
+            size_t klen = 0;
+            char *key = detailed_key(s->req, s->req->descriptors[i], &klen);
+
+            if (key != NULL) {
+                rl_rls_metrics_detailed(s->r, key, klen,
+                                        !over       ? RL_RLS_WITHIN_LIMIT
+                                        : d->shadow ? RL_RLS_SHADOW_MODE
+                                                    : RL_RLS_DETAILED_OVER,
+                                        hits_of(s->req, s->req->descriptors[i]));
+                free(key);
+            }
+        }
     }
     resp.n_statuses = n;
     resp.statuses = stp;
@@ -593,6 +648,20 @@ call_finish(struct rl_rls_call *s)
                             ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
                         ? 1
                         : 0]++;
+    {
+        const char *dom = call_domain(s);
+        enum rl_rls_result res = RL_RLS_OK;
+
+        if (resp.overall_code ==
+            ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT) {
+            res = RL_RLS_OVER_LIMIT;
+        } else if (dom[0] == '\0') {
+            res = RL_RLS_UNKNOWN_DOMAIN;
+        } else if (shadowed) {
+            res = RL_RLS_SHADOW;
+        }
+        rl_rls_metrics_call(s->r, dom, res);
+    }
     free(st);
     free(stp);
     free(lims);
@@ -770,6 +839,7 @@ rl_rls_call_start(struct rl_rls_call *s)
             continue;
         }
         s->descs[i].shadow = m->shadow_mode;
+        s->descs[i].detailed = m->detailed_metric;
         if (m->limits[0].unlimited) {
             s->descs[i].unlimited = true;
             continue;

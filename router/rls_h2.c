@@ -272,6 +272,7 @@ on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
         return 0;
     }
     if (c->nstreams >= RLS_STREAMS_MAX) {
+        c->r->rls_streams[RL_RLS_STREAM_REFUSED]++;
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* nghttp2 resets the stream */
     }
     s = calloc(1, sizeof(*s));
@@ -394,7 +395,10 @@ on_frame(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
 {
     struct rls_stream *s;
 
-    (void)arg;
+    if (f->hd.type == NGHTTP2_RST_STREAM) {
+        ((struct rls_conn *)arg)->r->rls_streams[RL_RLS_STREAM_RESET_BY_CLIENT]++;
+        return 0;
+    }
     if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
         !(f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
         return 0;
@@ -423,6 +427,23 @@ on_stream_close(nghttp2_session *ng, int32_t id, uint32_t err, void *arg)
     return 0;
 }
 
+/* Every RST_STREAM the router sends, whoever decided it (a timeout, a bound, nghttp2):
+ * REFUSED_STREAM (nghttp2, past the streams allowed before the client acknowledged them)
+ * counts as refused, the others as reset. */
+static int
+on_frame_sent(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
+{
+    struct rl_router *r = ((struct rls_conn *)arg)->r;
+
+    (void)ng;
+    if (f->hd.type == NGHTTP2_RST_STREAM) {
+        r->rls_streams[f->rst_stream.error_code == NGHTTP2_REFUSED_STREAM
+                           ? RL_RLS_STREAM_REFUSED
+                           : RL_RLS_STREAM_RESET_BY_SERVER]++;
+    }
+    return 0;
+}
+
 static nghttp2_session_callbacks *rls_cbs; /* the same for every session; never freed */
 
 static void
@@ -437,6 +458,7 @@ rls_make_callbacks(void)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(rls_cbs, on_data);
     nghttp2_session_callbacks_set_on_frame_recv_callback(rls_cbs, on_frame);
     nghttp2_session_callbacks_set_on_stream_close_callback(rls_cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(rls_cbs, on_frame_sent);
 }
 /* ---- the connection (front.c's callbacks) -------------------------------------------------- */
 

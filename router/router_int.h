@@ -45,6 +45,34 @@ struct rl_cconn;
 struct rl_fanout;
 struct rl_rls_part;
 struct rl_front;
+struct rl_rls_metrics;
+struct rl_prom;
+
+/* A ShouldRateLimit call's result, counted by domain (rls_metrics.c). */
+enum rl_rls_result {
+    RL_RLS_OK,
+    RL_RLS_OVER_LIMIT,
+    RL_RLS_SHADOW, /* OK only because of shadow_mode */
+    RL_RLS_UNKNOWN_DOMAIN,
+    RL_RLS_ERROR, /* a gRPC status other than OK */
+    RL_RLS_RESULTS
+};
+
+/* A detailed_metric descriptor's hits, by result. */
+enum rl_rls_detailed_result {
+    RL_RLS_WITHIN_LIMIT,
+    RL_RLS_DETAILED_OVER,
+    RL_RLS_SHADOW_MODE,
+    RL_RLS_DETAILED_RESULTS
+};
+
+/* HTTP/2 stream events of the gRPC front. */
+enum rl_rls_stream_event {
+    RL_RLS_STREAM_REFUSED,
+    RL_RLS_STREAM_RESET_BY_SERVER,
+    RL_RLS_STREAM_RESET_BY_CLIENT,
+    RL_RLS_STREAM_EVENTS
+};
 
 struct rl_pending {
     struct rl_cconn *client; /* NULL once the client left */
@@ -170,6 +198,8 @@ struct rl_router {
     uint64_t rls_timeouts; /* rls_call.c: calls answered at their grpc-timeout */
     uint64_t rls_auth_failures;  /* rls_call.c: calls refused UNAUTHENTICATED */
     uint64_t rls_auth_warned_ms; /* rls_call.c: loop time of the last warning about them */
+    uint64_t rls_streams[RL_RLS_STREAM_EVENTS]; /* rls_h2.c: streams refused, reset */
+    struct rl_rls_metrics *rls_metrics; /* rls_metrics.c: calls by domain, detailed keys */
     struct rl_rls_wait *rls_wait; /* rls_call.c: calls waiting for their grpc-timeout */
     struct rl_envoy_shared *envoy; /* rls_call.c: the configuration new calls use (one hold) */
 
@@ -313,6 +343,15 @@ void rl_forward_on_batch(void *arg, bool end);
 int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req,
                       struct rl_rls_part *sink, struct rl_pending **sent,
                       struct rl_wire_check_reply *now);
+
+/* ---- rls_metrics.c: the gRPC front's counts by domain, full key, stream event ----------- */
+
+void rl_rls_metrics_call(struct rl_router *r, const char *domain, enum rl_rls_result result);
+void rl_rls_metrics_detailed(struct rl_router *r, const char *key, size_t len,
+                             enum rl_rls_detailed_result result, uint64_t hits);
+/* The families, for the page rl_router_metrics writes (r's mu held; every worker summed). */
+void rl_rls_metrics(struct rl_router *r, struct rl_prom *p);
+void rl_rls_metrics_free(struct rl_router *r);
 
 /* ---- rls_call.c: Envoy's rate limit service (front.c, rls_h2.c carry it) ---------------- */
 
