@@ -29,6 +29,13 @@
 
 /* One `[client NAME]` section: who may use a router, and for what (docs/CONFIG.md). */
 #define RL_CONF_CLIENT_HASHES 4 /* token_sha256 lines per client, for rotation */
+/* [router] rls_headers: the response_headers_to_add of a ShouldRateLimit answer. */
+enum rl_conf_rls_headers {
+    RL_CONF_RLS_HEADERS_OFF = 0,
+    RL_CONF_RLS_HEADERS_RATELIMIT, /* X-RateLimit-Limit, -Remaining, -Reset (envoyproxy/ratelimit) */
+    RL_CONF_RLS_HEADERS_DRAFT,     /* RateLimit, RateLimit-Policy (IETF httpapi draft) */
+};
+
 struct rl_client_conf {
     char *name;
     uint8_t hashes[RL_CONF_CLIENT_HASHES][32]; /* SHA-256 of each accepted token */
@@ -107,6 +114,9 @@ struct rl_conf {
     uint16_t router_metrics_port;
     char *rls_host;            /* [router] rls: Envoy's rate limit service (gRPC); NULL: off */
     uint16_t rls_port;
+    bool rls_fail_error;       /* [router] rls_failure = error: a call with a part left without
+                                  a decision is answered UNAVAILABLE; default policy */
+    uint8_t rls_headers;       /* [router] rls_headers: enum rl_conf_rls_headers; default off */
     uint32_t router_workers;   /* [router] workers: 1..RL_CONF_WORKERS_MAX; 0: one per core */
     /* [clients]: what each process's listener allows its clients (connlimits.h) */
     struct rl_conn_limits clients;

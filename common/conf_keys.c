@@ -193,6 +193,28 @@ set_inline_failure(struct conf_parser *p, const char *v)
 }
 
 static const char *
+set_rls_failure(struct conf_parser *p, const char *v)
+{
+    return conf_set_either(&p->c->rls_fail_error, v, "policy", "error",
+                           "is not policy or error");
+}
+
+static const char *
+set_rls_headers(struct conf_parser *p, const char *v)
+{
+    if (strcmp(v, "off") == 0) {
+        p->c->rls_headers = RL_CONF_RLS_HEADERS_OFF;
+    } else if (strcmp(v, "ratelimit") == 0) {
+        p->c->rls_headers = RL_CONF_RLS_HEADERS_RATELIMIT;
+    } else if (strcmp(v, "draft") == 0) {
+        p->c->rls_headers = RL_CONF_RLS_HEADERS_DRAFT;
+    } else {
+        return "is not off, ratelimit or draft";
+    }
+    return NULL;
+}
+
+static const char *
 set_fencing(struct conf_parser *p, const char *v)
 {
     return conf_set_either(&p->c->fence_disconnect, v, "expiry", "disconnect",
@@ -553,6 +575,8 @@ const struct conf_key conf_keys[] = {
     {CONF_ROUTER, "hot_keys", set_hot_keys, false},
     {CONF_ROUTER, "workers", set_router_workers, false},
     {CONF_ROUTER, "rls", set_router_rls, false},
+    {CONF_ROUTER, "rls_failure", set_rls_failure, false},
+    {CONF_ROUTER, "rls_headers", set_rls_headers, false},
     {CONF_CLIENTS, "max_connections", set_max_connections, false},
     {CONF_CLIENTS, "max_connections_per_peer", set_max_per_peer, false},
     {CONF_CLIENTS, "router_reserve", set_router_reserve, false},

@@ -360,6 +360,11 @@ uint64_t rl_conn_auth_wait_ms(const struct rl_conn *c);
 /* An AUTH of c was refused: charged to its address. */
 void rl_conn_auth_failed(struct rl_conn *c);
 
+/* The same for an address (16 bytes, IPv4 mapped into IPv6) authenticating otherwise than by
+ * AUTH on one of l's connections (the router's gRPC front): the same counts, shared as l's. */
+uint64_t rl_listener_auth_wait_ms(struct rl_listener *l, const uint8_t *addr);
+void rl_listener_auth_failed(struct rl_listener *l, const uint8_t *addr);
+
 /*
  * Called from ops->on_frame: the frame being handed over is not handled now. It stays
  * unread, with every frame after it, and c waits for the next loop turn as if past its

@@ -463,6 +463,24 @@ rl_conn_auth_failed(struct rl_conn *c)
     }
 }
 
+uint64_t
+rl_listener_auth_wait_ms(struct rl_listener *l, const uint8_t *addr)
+{
+    return authfail_wait(l, addr, uv_now(l->q->loop));
+}
+
+void
+rl_listener_auth_failed(struct rl_listener *l, const uint8_t *addr)
+{
+    uint64_t now = uv_now(l->q->loop), *full = authfail_slot(l, addr);
+    uint64_t was = __atomic_load_n(full, __ATOMIC_RELAXED), want;
+
+    do {
+        want = (was > now ? was : now) + AUTHFAIL_EVERY_MS;
+    } while (!__atomic_compare_exchange_n(full, &was, want, false, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+}
+
 void
 rl_conn_authenticated(struct rl_conn *c, const void *principal)
 {

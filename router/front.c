@@ -2,8 +2,11 @@
  * front: the byte-stream connections of the router's protocol fronts (front.h). Every byte
  * read goes to the protocol through front_in; every byte written goes through front_out.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <netinet/in.h>
 
 #include "front.h"
 #include "router_int.h"
@@ -49,6 +52,8 @@ struct rl_front_conn {
     size_t writing;     /* bytes handed to uv_write and not yet written */
     bool reading;
     bool closing;
+    uint8_t addr[16]; /* the peer's, IPv4 mapped into IPv6 */
+    char peer[64];    /* "ip:port" */
 };
 
 const char *
@@ -56,6 +61,47 @@ rl_front_name(enum rl_front_kind kind)
 {
     return (unsigned)kind < RL_FRONT_KINDS && front_kinds[kind] != NULL ? front_kinds[kind]->name
                                                                         : "?";
+}
+
+const uint8_t *
+rl_front_peer_addr(const struct rl_front_conn *c)
+{
+    return c->addr;
+}
+
+const char *
+rl_front_peer(const struct rl_front_conn *c)
+{
+    return c->peer;
+}
+
+/* The peer's address, as conn.c words it. */
+static void
+front_peer_name(struct rl_front_conn *c)
+{
+    struct sockaddr_storage sa;
+    int len = sizeof(sa);
+    char ip[48]; /* INET6_ADDRSTRLEN */
+
+    memset(c->addr, 0, sizeof(c->addr));
+    snprintf(c->peer, sizeof(c->peer), "?");
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &len) != 0) {
+        return;
+    }
+    if (sa.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&sa;
+
+        uv_ip6_name(a, ip, sizeof(ip));
+        snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(a->sin6_port));
+        memcpy(c->addr, &a->sin6_addr, 16);
+    } else if (sa.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&sa;
+
+        uv_ip4_name(a, ip, sizeof(ip));
+        snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(a->sin_port));
+        c->addr[10] = c->addr[11] = 0xff;
+        memcpy(c->addr + 12, &a->sin_addr, 4);
+    }
 }
 
 struct rl_router *
@@ -385,6 +431,7 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         return rc;
     }
     uv_tcp_nodelay(&c->tcp, 1);
+    front_peer_name(c);
     c->active_ms = uv_now(r->loop);
     c->next = r->front->conns;
     if (c->next != NULL) {

@@ -77,6 +77,11 @@ void rl_front_close_all(struct rl_router *r);
 /* Frees r's front state (once every connection is closed). */
 void rl_front_free(struct rl_router *r);
 
+/* The peer's address: 16 bytes (IPv4 mapped into IPv6; zeros when unknown), and as text
+ * ("ip:port", for logs). */
+const uint8_t *rl_front_peer_addr(const struct rl_front_conn *c);
+const char *rl_front_peer(const struct rl_front_conn *c);
+
 /* The connection's router, protocol state, front kind. */
 struct rl_router *rl_front_router(const struct rl_front_conn *c);
 void *rl_front_proto(const struct rl_front_conn *c);

@@ -261,13 +261,15 @@ main(int argc, char **argv)
         rl_envoy_shared_drop(m.envoy);
         return 2;
     }
-    /* The gRPC front authenticates no one: a non-loopback address needs insecure = yes. */
+    /* The gRPC front authenticates calls only with [client] sections (bearer tokens): else a
+     * non-loopback address needs insecure = yes. */
     if (m.d.conf->rls_host != NULL && !rl_parse_is_loopback(m.d.conf->rls_host) &&
-        !m.d.conf->insecure) {
+        !m.d.conf->insecure && m.d.conf->nauth_clients == 0) {
         rl_daemon_fail(&m.d,
                        "rl-router: [router] rls %s is not a loopback address, and nothing "
-                       "authenticates gRPC clients: anyone who reaches it could spend any "
-                       "descriptor's quota. Set [cluster] insecure = yes to serve it anyway",
+                       "authenticates gRPC clients (no [client] section): anyone who reaches "
+                       "it could spend any descriptor's quota. Set [cluster] insecure = yes to "
+                       "serve it anyway",
                        m.d.conf->rls_host);
         rl_daemon_destroy(&m.d);
         rl_envoy_shared_drop(m.envoy);

@@ -27,6 +27,9 @@ enum {
     GRPC_FAILED_PRECONDITION = 9,
     GRPC_UNIMPLEMENTED = 12,
     GRPC_INTERNAL = 13,
+    GRPC_PERMISSION_DENIED = 7,
+    GRPC_UNAVAILABLE = 14,
+    GRPC_UNAUTHENTICATED = 16,
 };
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest rls_request;
@@ -40,6 +43,11 @@ struct rl_rls_call {
     void (*done)(struct rl_rls_call *call);
     /* A node's answer to a part was taken (outside the carrier's own reading). */
     void (*answered)(struct rl_rls_call *call);
+    /* The request's grpc-timeout in ms, when has_timeout: the call is answered with what is
+     * known a little before it passes (rls_call.c, RLS_TIMEOUT_MARGIN), when that comes
+     * before the router's deadline. */
+    uint64_t timeout_ms;
+    bool has_timeout;
 
     /* the answer */
     bool finished;
@@ -55,11 +63,25 @@ struct rl_rls_call {
     struct rl_rls_part *parts;
     uint32_t nparts;
     uint32_t outstanding; /* parts in flight, plus one while they are being sent */
+    uint64_t deadline_ms; /* loop time the call is answered at, when in the deadline heap */
+    uint32_t heap_at;     /* its index in the heap + 1; 0: not in it */
 };
 
 /* Answers call with a gRPC error (status, message) unless it is answered already. */
 void rl_rls_call_fail(struct rl_rls_call *call, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/*
+ * With [client] sections in the config, a call must carry a client's token: authz is its
+ * authorization header's value ("Bearer TOKEN"; NULL: none), addr the peer's address (16
+ * bytes, conn.h). 0: allowed. -1: the call is answered UNAUTHENTICATED (no or a wrong token;
+ * charged to addr as a failed AUTH, and refused without a look at the token while addr is
+ * past its failed AUTHs a second) or PERMISSION_DENIED (a token without services = *, which
+ * inline limits need), as the binary protocol's AUTH and CHECK would. peer names the
+ * address in the log (never the token).
+ */
+int rl_rls_call_auth(struct rl_rls_call *call, const uint8_t *addr, const char *peer,
+                     const char *authz, size_t len);
 
 /* Decodes the RateLimitRequest (len bytes, no gRPC prefix). 0, or -1 when it fails to
  * decode (the call is answered with INVALID_ARGUMENT). */

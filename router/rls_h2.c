@@ -18,6 +18,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include "auth.h"
 #include "front.h"
 #include "router_int.h"
 #include "rls_call.h"
@@ -40,6 +41,9 @@ struct rls_stream {
     uint64_t opened_ms;
     uint32_t hbytes;
     bool bad_method, bad_path, got_ctype, bad_ctype, complete, responded, too_big;
+    bool bad_timeout; /* a grpc-timeout header that is not one */
+    char *authz;      /* the authorization header's value (NUL-terminated copy); NULL: none */
+    size_t authz_len;
     uint8_t *body;
     size_t len, cap;
     struct rl_rls_call call;
@@ -144,6 +148,21 @@ stream_call(struct rls_stream *s)
         rl_rls_call_fail(&s->call, GRPC_INVALID_ARGUMENT, "content-type must be application/grpc");
         return;
     }
+    rc = rl_rls_call_auth(&s->call, rl_front_peer_addr(s->c->fc), rl_front_peer(s->c->fc), s->authz,
+                          s->authz_len);
+    if (s->authz != NULL) {
+        rl_auth_wipe(s->authz, s->authz_len);
+        free(s->authz);
+        s->authz = NULL;
+    }
+    if (rc != 0) {
+        return;
+    }
+    if (s->bad_timeout) {
+        rl_rls_call_fail(&s->call, GRPC_INVALID_ARGUMENT,
+                         "malformed grpc-timeout (1 to 8 digits, then H, M, S, m, u or n)");
+        return;
+    }
     if (s->too_big) {
         rl_rls_call_fail(&s->call, GRPC_RESOURCE_EXHAUSTED, "message larger than %u bytes",
                          RLS_MSG_MAX);
@@ -180,6 +199,10 @@ stream_free(struct rls_stream *s)
     struct rls_conn *c = s->c;
 
     rl_rls_call_release(&s->call);
+    if (s->authz != NULL) {
+        rl_auth_wipe(s->authz, s->authz_len);
+        free(s->authz);
+    }
     if (s->prev != NULL) {
         s->prev->next = s->next;
     } else {
@@ -194,6 +217,49 @@ stream_free(struct rls_stream *s)
     free(s);
 }
 
+/*
+ * A grpc-timeout header (gRPC over HTTP/2: 1 to 8 digits and a unit, H M S m u n) in ms,
+ * rounded down; -1: not one.
+ */
+static int64_t
+parse_timeout(const uint8_t *v, size_t len)
+{
+    uint64_t n = 0, us;
+
+    if (len < 2 || len > 9) {
+        return -1;
+    }
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (v[i] < '0' || v[i] > '9') {
+            return -1;
+        }
+        n = n * 10 + (uint64_t)(v[i] - '0');
+    }
+    switch (v[len - 1]) {
+    case 'H':
+        us = n * 3600u * 1000000u;
+        break;
+    case 'M':
+        us = n * 60u * 1000000u;
+        break;
+    case 'S':
+        us = n * 1000000u;
+        break;
+    case 'm':
+        us = n * 1000u;
+        break;
+    case 'u':
+        us = n;
+        break;
+    case 'n':
+        us = n / 1000u;
+        break;
+    default:
+        return -1;
+    }
+    return (int64_t)(us / 1000u); /* 99999999 H fits: under 2^59 us */
+}
+
 /* ---- nghttp2's callbacks ------------------------------------------------------------------ */
 
 static int
@@ -206,6 +272,7 @@ on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
         return 0;
     }
     if (c->nstreams >= RLS_STREAMS_MAX) {
+        c->r->rls_streams[RL_RLS_STREAM_REFUSED]++;
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* nghttp2 resets the stream */
     }
     s = calloc(1, sizeof(*s));
@@ -252,6 +319,26 @@ on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size
         s->bad_method = !(vlen == 4 && memcmp(value, "POST", 4) == 0);
     } else if (nlen == 5 && memcmp(name, ":path", 5) == 0) {
         s->bad_path = !(vlen == sizeof(rls_path) - 1 && memcmp(value, rls_path, vlen) == 0);
+    } else if (nlen == 13 && memcmp(name, "authorization", 13) == 0) {
+        char *a = malloc(vlen + 1); /* vlen is within RLS_HEADERS_MAX */
+
+        if (a == NULL) {
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        }
+        memcpy(a, value, vlen);
+        a[vlen] = '\0';
+        if (s->authz != NULL) {
+            rl_auth_wipe(s->authz, s->authz_len);
+            free(s->authz);
+        }
+        s->authz = a;
+        s->authz_len = vlen;
+    } else if (nlen == 12 && memcmp(name, "grpc-timeout", 12) == 0) {
+        int64_t ms = parse_timeout(value, vlen);
+
+        s->bad_timeout = ms < 0;
+        s->call.has_timeout = ms >= 0;
+        s->call.timeout_ms = ms >= 0 ? (uint64_t)ms : 0;
     } else if (nlen == 12 && memcmp(name, "content-type", 12) == 0) {
         s->got_ctype = true;
         s->bad_ctype = !(vlen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
@@ -308,7 +395,10 @@ on_frame(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
 {
     struct rls_stream *s;
 
-    (void)arg;
+    if (f->hd.type == NGHTTP2_RST_STREAM) {
+        ((struct rls_conn *)arg)->r->rls_streams[RL_RLS_STREAM_RESET_BY_CLIENT]++;
+        return 0;
+    }
     if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
         !(f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
         return 0;
@@ -337,6 +427,23 @@ on_stream_close(nghttp2_session *ng, int32_t id, uint32_t err, void *arg)
     return 0;
 }
 
+/* Every RST_STREAM the router sends, whoever decided it (a timeout, a bound, nghttp2):
+ * REFUSED_STREAM (nghttp2, past the streams allowed before the client acknowledged them)
+ * counts as refused, the others as reset. */
+static int
+on_frame_sent(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
+{
+    struct rl_router *r = ((struct rls_conn *)arg)->r;
+
+    (void)ng;
+    if (f->hd.type == NGHTTP2_RST_STREAM) {
+        r->rls_streams[f->rst_stream.error_code == NGHTTP2_REFUSED_STREAM
+                           ? RL_RLS_STREAM_REFUSED
+                           : RL_RLS_STREAM_RESET_BY_SERVER]++;
+    }
+    return 0;
+}
+
 static nghttp2_session_callbacks *rls_cbs; /* the same for every session; never freed */
 
 static void
@@ -351,6 +458,7 @@ rls_make_callbacks(void)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(rls_cbs, on_data);
     nghttp2_session_callbacks_set_on_frame_recv_callback(rls_cbs, on_frame);
     nghttp2_session_callbacks_set_on_stream_close_callback(rls_cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(rls_cbs, on_frame_sent);
 }
 /* ---- the connection (front.c's callbacks) -------------------------------------------------- */
 

@@ -30,6 +30,9 @@ struct rmetrics_sum {
     struct rl_hist latency;
     uint64_t npending;
     uint64_t rls_calls[3];
+    uint64_t rls_timeouts;
+    uint64_t rls_auth_failures;
+    uint64_t rls_streams[RL_RLS_STREAM_EVENTS];
 };
 
 static void
@@ -40,6 +43,9 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
     s->latency = r->latency;
     s->npending = r->npending;
     memcpy(s->rls_calls, r->rls_calls, sizeof(s->rls_calls));
+    s->rls_timeouts = r->rls_timeouts;
+    s->rls_auth_failures = r->rls_auth_failures;
+    memcpy(s->rls_streams, r->rls_streams, sizeof(s->rls_streams));
     for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
         struct rl_router *w = rl_rproc_router(r->proc, i);
         struct rl_listener_stats cs;
@@ -63,6 +69,11 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         s->npending += w->npending;
         for (size_t k = 0; k < 3; k++) {
             s->rls_calls[k] += __atomic_load_n(&w->rls_calls[k], __ATOMIC_RELAXED);
+        }
+        s->rls_timeouts += __atomic_load_n(&w->rls_timeouts, __ATOMIC_RELAXED);
+        s->rls_auth_failures += __atomic_load_n(&w->rls_auth_failures, __ATOMIC_RELAXED);
+        for (size_t k = 0; k < RL_RLS_STREAM_EVENTS; k++) {
+            s->rls_streams[k] += __atomic_load_n(&w->rls_streams[k], __ATOMIC_RELAXED);
         }
         pthread_mutex_unlock(&w->mu);
     }
@@ -222,6 +233,27 @@ rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
     vals[n++] = (int64_t)ls.dropped;
     keys[n] = "log_rotations";
     vals[n++] = (int64_t)ls.rotations;
+    if (r->conf->rls_host != NULL) {
+        /* the gRPC front (docs/OPERATIONS.md, "Metrics") */
+        keys[n] = "rls_calls_ok";
+        vals[n++] = (int64_t)sum.rls_calls[0];
+        keys[n] = "rls_calls_over_limit";
+        vals[n++] = (int64_t)sum.rls_calls[1];
+        keys[n] = "rls_calls_error";
+        vals[n++] = (int64_t)sum.rls_calls[2];
+        keys[n] = "rls_timeouts";
+        vals[n++] = (int64_t)sum.rls_timeouts;
+        keys[n] = "rls_auth_failures";
+        vals[n++] = (int64_t)sum.rls_auth_failures;
+        keys[n] = "rls_streams_refused";
+        vals[n++] = (int64_t)sum.rls_streams[RL_RLS_STREAM_REFUSED];
+        keys[n] = "rls_streams_reset_by_server";
+        vals[n++] = (int64_t)sum.rls_streams[RL_RLS_STREAM_RESET_BY_SERVER];
+        keys[n] = "rls_streams_reset_by_client";
+        vals[n++] = (int64_t)sum.rls_streams[RL_RLS_STREAM_RESET_BY_CLIENT];
+        keys[n] = "rls_connections";
+        vals[n++] = r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RLS) : 0;
+    }
     n = rl_shed_stats(r, keys, vals, n);
     /*
      * Per node: "node.NAME.forwarded", ".failures", ".up", ".shards" for the first 64 that
@@ -440,6 +472,15 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
                         rl_prom_labels(lab, sizeof(lab), "result", results[k], NULL),
                         sum.rls_calls[k]);
         }
+        rl_prom_family(p, "rl_router_rls_timeouts_total", "counter",
+                       "ShouldRateLimit calls answered at their grpc-timeout, before every "
+                       "limit had a node's answer.");
+        rl_prom_u64(p, "rl_router_rls_timeouts_total", NULL, sum.rls_timeouts);
+        rl_prom_family(p, "rl_router_rls_auth_failures_total", "counter",
+                       "ShouldRateLimit calls refused UNAUTHENTICATED (no or a wrong bearer "
+                       "token, or an address past its failed authentications a second).");
+        rl_prom_u64(p, "rl_router_rls_auth_failures_total", NULL, sum.rls_auth_failures);
+        rl_rls_metrics(r, p);
         rl_prom_family(p, "rl_router_rls_connections", "gauge",
                        "gRPC connections open on [router] rls.");
         rl_prom_u64(p, "rl_router_rls_connections", NULL,

@@ -63,6 +63,8 @@ rl_router_maybe_free(struct rl_router *r)
     rl_pending_deinit(r);
     rl_shed_deinit(r);
     rl_front_free(r);
+    rl_rls_call_free(r);
+    rl_rls_metrics_free(r);
     rl_envoy_shared_drop(r->envoy);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
@@ -184,6 +186,7 @@ rl_router_close(struct rl_router *r)
     rl_health_close(r);
     rl_listener_close(&r->listener, router_listener_closed);
     rl_front_close_all(r);
+    rl_rls_call_close(r);
     rl_table_close(r);
     /* Whatever is still pending has no client left to answer (all closed above). */
     rl_pending_drain(r);

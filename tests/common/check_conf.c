@@ -172,6 +172,8 @@ START_TEST(test_defaults)
     ck_assert(!c->envoy_merge_domains); /* upstream's default: a domain in two files is wrong */
     ck_assert_ptr_null(c->rls_host); /* off */
     ck_assert_uint_eq(c->rls_port, 0);
+    ck_assert(!c->rls_fail_error);
+    ck_assert_int_eq(c->rls_headers, RL_CONF_RLS_HEADERS_OFF);
     ck_assert_uint_eq(c->events_log_max_size, 64ull << 20);
     ck_assert_uint_eq(c->events_log_keep, 4);
     ck_assert_uint_eq(c->events_log_rate, 100);
@@ -220,6 +222,8 @@ START_TEST(test_every_key)
                                  "[router]\n"
                                  "listen = 0.0.0.0:8000\n"
                                  "rls = 0.0.0.0:8081\n"
+                                 "rls_failure = error\n"
+                                 "rls_headers = draft\n"
                                  "deadline = 1ms\n"
                                  "request_log =\n"
                                  "request_log_sample = 100\n"
@@ -251,6 +255,8 @@ START_TEST(test_every_key)
     ck_assert_uint_eq(c->shards, 1048576);
     ck_assert(c->insecure);
     ck_assert(c->inline_fail_closed);
+    ck_assert(c->rls_fail_error);
+    ck_assert_int_eq(c->rls_headers, RL_CONF_RLS_HEADERS_DRAFT);
     ck_assert_str_eq(c->router_host, "0.0.0.0");
     ck_assert_uint_eq(c->router_port, 8000);
     ck_assert_uint_eq(c->deadline_ms, 1);
@@ -356,6 +362,9 @@ static const struct {
     {"[router]\nenvoy_merge_domains = yes\n", 2, "envoy_merge_domains"},
     {"[cluster]\ninline_failure = shut\n", 2, "inline_failure: \"shut\" is not open or closed"},
     {"[router]\nrls = localhost\n", 2, "rls: \"localhost\" is not HOST:PORT"},
+    {"[router]\nrls_failure = open\n", 2, "rls_failure: \"open\" is not policy or error"},
+    {"[router]\nrls_headers = x-ratelimit\n", 2,
+     "rls_headers: \"x-ratelimit\" is not off, ratelimit or draft"},
     {"[node a]\nlisten = 0.0.0.0:7401\n", 1,
      "[node a] listens on the wildcard address 0.0.0.0: add advertise = HOST:PORT"},
     {"[node a]\nlisten = [::]:7401\n", 1, "wildcard address ::"},
