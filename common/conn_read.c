@@ -295,6 +295,12 @@ conn_tls_input(struct rl_conn *c, char *p, size_t n)
             } else {
                 rl_log_warn("%s: TLS: %s", c->peer, rl_tls_why(c->tls));
             }
+            if (rl_tls_pending(c->tls) > 0) {
+                /* The alert that tells the peer why leaves first, then c closes. */
+                rl_buf_reset(&c->out);
+                rl_conn_finish(c);
+                return false;
+            }
             rl_conn_close(c, UV_EPROTO);
             return false;
         }

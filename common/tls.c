@@ -389,12 +389,29 @@ tls_fail(struct rl_tls *s, int rc)
                  "the peer does not speak TLS (it answered in plaintext: is TLS off on that "
                  "port?)");
         ERR_clear_error();
-    } else if (v != X509_V_OK && SSL_get_peer_certificate(s->ssl) != NULL) {
+    } else if (v != X509_V_OK) {
         snprintf(s->why, sizeof(s->why), "the peer's certificate was refused: %s",
                  X509_verify_cert_error_string(v));
         ERR_clear_error();
     } else if (err == SSL_ERROR_SYSCALL || err == SSL_ERROR_SSL) {
-        ssl_errors(s->why, sizeof(s->why), "TLS");
+        unsigned long e, last = 0;
+        const char *r;
+
+        while ((e = ERR_get_error()) != 0) {
+            last = e;
+        }
+        r = last != 0 ? ERR_reason_error_string(last) : NULL;
+        if (r != NULL && strstr(r, "alert") != NULL) {
+            /* The peer's alert: it refused the handshake, and says why. */
+            snprintf(s->why, sizeof(s->why), "the peer refused the TLS handshake (%s)%s", r,
+                     strstr(r, "certificate required") != NULL ||
+                             strstr(r, "unknown ca") != NULL ||
+                             strstr(r, "bad certificate") != NULL
+                         ? ": it wants a certificate its CA signed (--tls-cert, --tls-key)"
+                         : "");
+        } else {
+            snprintf(s->why, sizeof(s->why), "%s", r != NULL ? r : "TLS error");
+        }
     } else {
         snprintf(s->why, sizeof(s->why), "TLS error %d", err);
         ERR_clear_error();
