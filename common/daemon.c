@@ -160,8 +160,8 @@ rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc,
 
         if (rl_tls_ctx_new(&d->tls_server,
                            spec->tls_mutual ? RL_TLS_SERVER_MUTUAL : RL_TLS_SERVER,
-                           c->tls_cert_file, c->tls_key_file, c->tls_ca_file, NULL, err,
-                           sizeof(err)) != 0 ||
+                           c->tls_cert_file, c->tls_key_file, c->tls_ca_file, spec->tls_alpn,
+                           err, sizeof(err)) != 0 ||
             (spec->tls_client &&
              rl_tls_ctx_new(&d->tls_client, RL_TLS_CLIENT, c->tls_cert_file, c->tls_key_file,
                             c->tls_ca_file, NULL, err, sizeof(err)) != 0)) {

@@ -48,6 +48,7 @@ struct rl_daemon_spec {
      * connects out (a router to its nodes) with the same certificate. */
     bool tls_mutual;
     bool tls_client;
+    const char *tls_alpn; /* the ALPN protocol the listeners' TLS selects ("h2"), or NULL */
 };
 
 struct rl_daemon {

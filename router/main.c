@@ -228,6 +228,7 @@ static const struct rl_daemon_spec router_spec = {
     .on_stop = router_stop,
     .on_hup = router_hup,
     .tls_client = true,
+    .tls_alpn = "h2", /* the gRPC front (front.c); the binary protocol offers none */
 };
 
 int
