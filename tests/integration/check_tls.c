@@ -38,61 +38,15 @@ path(char *buf, size_t len, const char *name)
 }
 
 static void
-openssl(const char *const argv[])
-{
-    char out[8192];
-    int rc = rl_harness_run(argv, out, sizeof(out), 20000);
-
-    ck_assert_msg(rc == 0, "openssl %s: %d: %s", argv[1], rc, out);
-}
-
-/* A self-signed CA: dir/NAME.pem and dir/NAME.key. */
-static void
 make_ca(const char *name)
 {
-    char key[4096], pem[4096], subj[128];
-
-    snprintf(key, sizeof(key), "%s/%s.key", dir, name);
-    snprintf(pem, sizeof(pem), "%s/%s.pem", dir, name);
-    snprintf(subj, sizeof(subj), "/CN=%s", name);
-    {
-        const char *argv[] = {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                              "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", pem,
-                              "-days", "2", "-subj", subj, NULL};
-
-        openssl(argv);
-    }
+    ck_assert_int_eq(rl_harness_tls_ca(dir, name), 0);
 }
 
-/* A certificate for NAME signed by CA: dir/NAME.pem and dir/NAME.key (mode 0600). */
 static void
 make_cert(const char *name, const char *ca)
 {
-    char key[4096], pem[4096], csr[4096], cakey[4096], capem[4096], ext[4096], subj[128];
-
-    snprintf(key, sizeof(key), "%s/%s.key", dir, name);
-    snprintf(pem, sizeof(pem), "%s/%s.pem", dir, name);
-    snprintf(csr, sizeof(csr), "%s/%s.csr", dir, name);
-    snprintf(cakey, sizeof(cakey), "%s/%s.key", dir, ca);
-    snprintf(capem, sizeof(capem), "%s/%s.pem", dir, ca);
-    snprintf(ext, sizeof(ext), "%s/san.ext", dir);
-    snprintf(subj, sizeof(subj), "/CN=%s", name);
-    ck_assert_int_eq(rl_harness_write_file(ext, "subjectAltName=IP:127.0.0.1\n"), 0);
-    {
-        const char *argv[] = {"openssl", "req", "-newkey", "ec", "-pkeyopt",
-                              "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", csr,
-                              "-subj", subj, NULL};
-
-        openssl(argv);
-    }
-    {
-        const char *argv[] = {"openssl", "x509", "-req", "-in", csr, "-CA", capem, "-CAkey",
-                              cakey, "-CAcreateserial", "-out", pem, "-days", "2",
-                              "-extfile", ext, NULL};
-
-        openssl(argv);
-    }
-    ck_assert_int_eq(chmod(key, 0600), 0);
+    ck_assert_int_eq(rl_harness_tls_cert(dir, name, ca), 0);
 }
 
 /* A config for the node and the router, each with its own certificate file. */
