@@ -70,6 +70,7 @@ per() { awk -v t=$1 -v n=$2 -v hz=$hz 'BEGIN {printf "%.0f", t / hz * 1e9 / n}';
 round() {
     local mode=$1 node router n0 n1 r0 r1 d dd rd rdd
     local direct=() routed=()
+    trap bench_cleanup EXIT # this runs in a subshell: its processes end with it
     if [ "$mode" = tls ]; then
         direct=(--tls-ca "$work/ca.pem" --tls-cert "$work/m.pem" --tls-key "$work/m.key")
         routed=(--tls-ca "$work/ca.pem")

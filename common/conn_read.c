@@ -317,6 +317,15 @@ conn_tls_input(struct rl_conn *c, char *p, size_t n)
             break;
         }
     }
+    /* A record (or the handshake) left unfinished is an unfinished frame: frame_timeout
+     * closes a peer that stops sending in the middle of one. */
+    if (rl_tls_partial(c->tls)) {
+        if (c->partial_ms == 0) {
+            c->partial_ms = uv_now(c->q->loop);
+        }
+    } else if (rl_buf_unread(&c->in) == 0) {
+        c->partial_ms = 0;
+    }
     /* The handshake's answers, or a client's requests queued before it was done. */
     if (c->open && (rl_tls_pending(c->tls) > 0 ||
                     (rl_buf_unread(&c->out) > 0 && rl_tls_established(c->tls)))) {

@@ -536,6 +536,13 @@ rl_tls_take_buf(struct rl_tls *s, struct rl_buf *b)
 }
 
 bool
+rl_tls_partial(const struct rl_tls *s)
+{
+    return BIO_ctrl_pending(s->rbio) > 0 || SSL_has_pending(s->ssl) ||
+           !SSL_is_init_finished(s->ssl);
+}
+
+bool
 rl_tls_established(const struct rl_tls *s)
 {
     return SSL_is_init_finished(s->ssl);

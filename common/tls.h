@@ -94,6 +94,10 @@ size_t rl_tls_pending(const struct rl_tls *s);
 size_t rl_tls_take(struct rl_tls *s, void *dst, size_t cap);
 int rl_tls_take_buf(struct rl_tls *s, struct rl_buf *b);
 
+/* Ciphertext fed that does not make a whole record yet, or a handshake not done: what a
+ * peer that stops sending mid-record leaves behind (frame_timeout applies to it). */
+bool rl_tls_partial(const struct rl_tls *s);
+
 /* The handshake is done: plaintext flows both ways. */
 bool rl_tls_established(const struct rl_tls *s);
 

@@ -13,7 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,6 +65,8 @@ write_config(const char *conf, const char *cert, const char *ca)
                                            "[router]\n"
                                            "listen = 127.0.0.1:%d\n"
                                            "deadline = 200ms\n"
+                                           "[clients]\n"
+                                           "frame_timeout = 1s\n"
                                            "[node n1]\n"
                                            "listen = 127.0.0.1:%d\n"
                                            "[service shop]\n"
@@ -154,6 +160,15 @@ check_code(struct rl_client *c, const char *user)
                   rl_client_tls_why(c) != NULL ? rl_client_tls_why(c) : "");
     ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
     return rep.check.code;
+}
+
+static int64_t
+mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static bool
@@ -428,6 +443,29 @@ START_TEST(test_tools)
 }
 END_TEST
 
+/* A peer that stops in the middle of a TLS record (here its ClientHello) is closed after
+ * frame_timeout, as one that stops in the middle of a frame. */
+START_TEST(test_partial_record_timeout)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)node_port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int64_t t0, t;
+    char b[64];
+    ssize_t n;
+
+    ck_assert_int_ge(fd, 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    t0 = mono_ms();
+    ck_assert_int_eq(write(fd, "\x16\x03\x01\x01", 4), 4);
+    n = read(fd, b, sizeof(b)); /* blocks until the server closes */
+    t = mono_ms() - t0;
+    ck_assert_int_le(n, 0);
+    ck_assert_msg(t >= 900 && t < 4000, "closed after %lld ms", (long long)t);
+    close(fd);
+}
+END_TEST
+
 static Suite *
 tls_suite(void)
 {
@@ -440,6 +478,7 @@ tls_suite(void)
     tcase_add_test(tc, test_node_refuses_foreign_peer);
     tcase_add_test(tc, test_plaintext_refused);
     tcase_add_test(tc, test_tools);
+    tcase_add_test(tc, test_partial_record_timeout);
     tcase_add_test(tc, test_key_mode);
     tcase_add_test(tc, test_reload);
     suite_add_tcase(s, tc);
