@@ -118,3 +118,63 @@ def test_tls_to_plain_router(tmp_path):
         assert "does not speak TLS" in str(e.value)
     finally:
         c.stop()
+
+
+def test_grpc_front_over_tls(tmp_path):
+    """Envoy's rate limit service over TLS (ALPN h2), called with grpcio's secure channel,
+    which also checks the certificate's address (the test certificate names 127.0.0.1)."""
+    grpc = pytest.importorskip("grpc")
+    import shutil
+    import sys
+
+    harness.need_binaries("rl-node", "rl-router")
+    if shutil.which("protoc") is None:
+        pytest.skip("protoc is missing (scripts/deps.sh installs protobuf-compiler)")
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    protos = [str(p) for p in (harness.REPO / "proto").rglob("*.proto")]
+    subprocess.run(["protoc", "-I", str(harness.REPO / "proto"), "-I", "/usr/include",
+                    f"--python_out={gen}"] + protos, check=True)
+    sys.path.insert(0, str(gen))
+    try:
+        from envoy.service.ratelimit.v3 import rls_pb2 as pb
+    finally:
+        sys.path.remove(str(gen))
+    make_ca(tmp_path, "ca")
+    make_cert(tmp_path, "member", "ca")
+    (tmp_path / "envoy").mkdir()
+    (tmp_path / "envoy" / "edge.yaml").write_text(
+        "domain: edge\ndescriptors:\n  - key: k\n    rate_limit:\n"
+        "      unit: hour\n      requests_per_unit: 1\n")
+    c = harness.Cluster(tmp_path / "c", cluster=(f"tls_cert_file = {tmp_path}/member.pem\n"
+                                                 f"tls_key_file = {tmp_path}/member.key\n"
+                                                 f"tls_ca_file = {tmp_path}/ca.pem\n"
+                                                 f"envoy_config = {tmp_path}/envoy\n"))
+    c.rls_port = harness.free_port()
+    c.conf.write_text(c.conf.read_text().replace("[router]\n", f"[router]\nrls = {c.rls_port}\n", 1))
+    c.ready_ssl = tls_context(str(tmp_path / "ca.pem"))
+    c.start()
+    try:
+        harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
+        creds = grpc.ssl_channel_credentials(root_certificates=(tmp_path / "ca.pem").read_bytes())
+        ch = grpc.secure_channel(f"127.0.0.1:{c.rls_port}", creds)
+        stub = ch.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                              request_serializer=pb.RateLimitRequest.SerializeToString,
+                              response_deserializer=pb.RateLimitResponse.FromString)
+        req = pb.RateLimitRequest(domain="edge")
+        e = req.descriptors.add().entries.add()
+        e.key, e.value = "k", "v"
+        assert stub(req, timeout=5).overall_code == pb.RateLimitResponse.OK
+        assert stub(req, timeout=5).overall_code == pb.RateLimitResponse.OVER_LIMIT
+        ch.close()
+        # a plaintext gRPC client is closed: UNAVAILABLE, not an answer
+        plain = grpc.insecure_channel(f"127.0.0.1:{c.rls_port}")
+        pstub = plain.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                                  request_serializer=pb.RateLimitRequest.SerializeToString,
+                                  response_deserializer=pb.RateLimitResponse.FromString)
+        with pytest.raises(grpc.RpcError) as err:
+            pstub(req, timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        plain.close()
+    finally:
+        c.stop()
