@@ -393,11 +393,13 @@ local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, pa
     if tls and reused == 0 then
         -- A fresh connection: the handshake, the chain checked against
         -- lua_ssl_trusted_certificate (and the name when tls.server_name is set).
-        local session
-        session, err = sock:sslhandshake(nil, tls.server_name, true)
-        if not session then
+        -- pcall: some lua-resty-core / lua-nginx-module pairs raise instead of returning
+        -- when verification fails; either way the failure policy answers, never a 500.
+        local pok, session, herr = pcall(sock.sslhandshake, sock, nil, tls.server_name, true)
+        if not pok or not session then
             sock:close()
-            return nil, "TLS: " .. tostring(err)
+            return nil, "TLS: " .. tostring(pok and herr or "handshake refused (" ..
+                                             tostring(session) .. ")")
         end
     end
     local auth_id
