@@ -596,6 +596,7 @@ int
 cli_cmd_status(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv)
 {
     struct status s;
+    struct cli tls_opts; /* o, with the config's TLS when no --tls-* was given */
     struct rl_conf *conf = NULL;
     struct rl_wire_reply *rep = NULL;
     bool ok, sampled = false;
@@ -625,6 +626,10 @@ cli_cmd_status(const struct cli *o, const struct cli_cmd *cmd, int argc, char **
                 return cli_usage_error("%s", why);
             }
             s.tls = s.tls_own;
+            /* and to the router too */
+            tls_opts = *o;
+            tls_opts.tls = s.tls;
+            s.o = &tls_opts;
         }
     }
     status_router(&s);
