@@ -466,6 +466,26 @@ START_TEST(test_partial_record_timeout)
 }
 END_TEST
 
+/* TLS 1.2 and later only: a TLS 1.1 client (willing: security level 0) is refused with a
+ * protocol_version alert; a TLS 1.2 one is served. openssl s_client as the client. */
+START_TEST(test_versions)
+{
+    char out[16384], addr[64], ca[2048];
+    const char *v11[] = {"openssl", "s_client", "-connect", addr, "-tls1_1", "-cipher",
+                         "DEFAULT@SECLEVEL=0", "-CAfile", ca, NULL};
+    const char *v12[] = {"openssl", "s_client", "-connect", addr, "-tls1_2", "-CAfile", ca,
+                         NULL};
+
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", router_port);
+    snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
+    ck_assert_int_ne(rl_harness_run(v11, out, sizeof(out), T_TIMEOUT), 0);
+    ck_assert_msg(strstr(out, "alert protocol version") != NULL, "%s", out);
+    ck_assert_int_eq(rl_harness_run(v12, out, sizeof(out), T_TIMEOUT), 0);
+    ck_assert_msg(strstr(out, "Protocol  : TLSv1.2") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "Verify return code: 0 (ok)") != NULL, "%s", out);
+}
+END_TEST
+
 static Suite *
 tls_suite(void)
 {
@@ -479,6 +499,7 @@ tls_suite(void)
     tcase_add_test(tc, test_plaintext_refused);
     tcase_add_test(tc, test_tools);
     tcase_add_test(tc, test_partial_record_timeout);
+    tcase_add_test(tc, test_versions);
     tcase_add_test(tc, test_key_mode);
     tcase_add_test(tc, test_reload);
     suite_add_tcase(s, tc);
