@@ -26,7 +26,6 @@ struct rl_tls_ctx {
     SSL_CTX *ctx; /* in force for new connections */
     enum rl_tls_role role;
     char *cert, *key, *ca, *alpn;
-    unsigned generation;
 };
 
 struct rl_tls {
@@ -289,7 +288,6 @@ rl_tls_ctx_new(struct rl_tls_ctx **out, enum rl_tls_role role, const char *cert,
         rl_tls_ctx_free(t);
         return -EINVAL;
     }
-    t->generation = 1;
     *out = t;
     return 0;
 }
@@ -305,16 +303,9 @@ rl_tls_ctx_reload(struct rl_tls_ctx *t, char *why, size_t whylen)
     pthread_mutex_lock(&t->mu);
     old = t->ctx;
     t->ctx = ctx;
-    t->generation++;
     pthread_mutex_unlock(&t->mu);
     SSL_CTX_free(old); /* its connections hold their own references */
     return 0;
-}
-
-unsigned
-rl_tls_ctx_generation(const struct rl_tls_ctx *t)
-{
-    return __atomic_load_n(&t->generation, __ATOMIC_RELAXED);
 }
 
 void
@@ -407,7 +398,7 @@ tls_fail(struct rl_tls *s, int rc)
                      strstr(r, "certificate required") != NULL ||
                              strstr(r, "unknown ca") != NULL ||
                              strstr(r, "bad certificate") != NULL
-                         ? ": it wants a certificate its CA signed (--tls-cert, --tls-key)"
+                         ? ": it wants a certificate its CA signed"
                          : "");
         } else {
             snprintf(s->why, sizeof(s->why), "%s", r != NULL ? r : "TLS error");
@@ -552,27 +543,4 @@ const char *
 rl_tls_why(const struct rl_tls *s)
 {
     return s->why[0] != '\0' ? s->why : "TLS error";
-}
-
-const char *
-rl_tls_alpn(const struct rl_tls *s)
-{
-    static char none[] = "";
-    const unsigned char *p = NULL;
-    unsigned int l = 0;
-    static __thread char name[256];
-
-    SSL_get0_alpn_selected(s->ssl, &p, &l);
-    if (p == NULL || l == 0) {
-        return none;
-    }
-    memcpy(name, p, l);
-    name[l] = '\0';
-    return name;
-}
-
-const char *
-rl_tls_version(const struct rl_tls *s)
-{
-    return SSL_get_version(s->ssl);
 }

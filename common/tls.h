@@ -59,9 +59,6 @@ int rl_tls_ctx_new(struct rl_tls_ctx **out, enum rl_tls_role role, const char *c
 /* Rebuilds the context from its files; on failure the one in force stays and why says why. */
 int rl_tls_ctx_reload(struct rl_tls_ctx *t, char *why, size_t whylen);
 
-/* Contexts built so far by this one (1 after rl_tls_ctx_new, +1 per successful reload). */
-unsigned rl_tls_ctx_generation(const struct rl_tls_ctx *t);
-
 void rl_tls_ctx_free(struct rl_tls_ctx *t);
 
 /* A connection's TLS state from the context in force now; NULL when out of memory. A client's
@@ -104,11 +101,5 @@ bool rl_tls_established(const struct rl_tls *s);
 /* Why the last call failed, in words: OpenSSL's reason, the certificate verification's, or
  * that the peer does not speak TLS at all (it answered in plaintext). */
 const char *rl_tls_why(const struct rl_tls *s);
-
-/* The ALPN protocol agreed ("h2"), or "" when none. */
-const char *rl_tls_alpn(const struct rl_tls *s);
-
-/* The negotiated protocol version ("TLSv1.3"), for logs and tests. */
-const char *rl_tls_version(const struct rl_tls *s);
 
 #endif
