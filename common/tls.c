@@ -61,6 +61,17 @@ ssl_errors(char *why, size_t whylen, const char *what)
     snprintf(why, whylen, "%s: %s", what, buf);
 }
 
+/* No passphrase: OpenSSL's default would ask the terminal, which a daemon has not. */
+static int
+no_passphrase(char *buf, int size, int rwflag, void *u)
+{
+    (void)buf;
+    (void)size;
+    (void)rwflag;
+    (void)u;
+    return 0;
+}
+
 /*
  * The private key of path, read under the rule of secret files (auth.h): a regular file that
  * neither group nor others may read or write. The bytes read are wiped.
@@ -118,13 +129,16 @@ load_key(const char *path, char *why, size_t whylen)
         BIO *b = BIO_new_mem_buf(buf, (int)n);
 
         if (b != NULL) {
-            pkey = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
+            pkey = PEM_read_bio_PrivateKey(b, NULL, no_passphrase, NULL);
             BIO_free(b);
         }
         if (pkey == NULL) {
             char what[600];
 
-            snprintf(what, sizeof(what), "tls_key_file: %s holds no PEM private key", path);
+            snprintf(what, sizeof(what),
+                     "tls_key_file: %s holds no PEM private key (an encrypted one is not "
+                     "taken: no passphrase is asked for)",
+                     path);
             ssl_errors(why, whylen, what);
         }
     }

@@ -411,6 +411,28 @@ START_TEST(test_key_mode)
     ck_assert_int_eq(WEXITSTATUS(status), 2);
     ck_assert_int_ge(rl_harness_read_file(log, out, sizeof(out)), 0);
     ck_assert_msg(strstr(out, "go together") != NULL, "%s", out);
+    /* an encrypted key: refused, no passphrase asked for */
+    {
+        char enc[2048];
+        const char *pk[] = {"openssl", "pkey", "-in", key, "-aes256", "-passout", "pass:x",
+                            "-out", enc, NULL};
+
+        snprintf(enc, sizeof(enc), "%s/enc.key", dir);
+        ck_assert_int_eq(rl_harness_run(pk, out, sizeof(out), 20000), 0);
+        ck_assert_int_eq(chmod(enc, 0600), 0);
+        ck_assert_int_eq(rl_harness_write_file(conf,
+                                               "[cluster]\ntls_cert_file = %s/client.pem\n"
+                                               "tls_key_file = %s\ntls_ca_file = %s/ca.pem\n"
+                                               "[node n1]\nlisten = 127.0.0.1:1\n",
+                                               dir, enc, dir),
+                         0);
+        ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
+        ck_assert_int_eq(rl_harness_wait(pid, 10000, &status), 0);
+        ck_assert(WIFEXITED(status));
+        ck_assert_int_eq(WEXITSTATUS(status), 2);
+        ck_assert_int_ge(rl_harness_read_file(log, out, sizeof(out)), 0);
+        ck_assert_msg(strstr(out, "an encrypted one is not taken") != NULL, "%s", out);
+    }
 }
 END_TEST
 
