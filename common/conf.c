@@ -318,6 +318,9 @@ conf_create(const char *name)
     c->events_log_keep = 4;
     c->events_log_rate = 100;
     c->secret_file = strdup("");
+    c->tls_cert_file = strdup("");
+    c->tls_key_file = strdup("");
+    c->tls_ca_file = strdup("");
     c->envoy_config = strdup("");
     c->log_sample = 1;
     c->deny_cache = RL_CONF_DENY_CACHE_DEFAULT;
@@ -327,7 +330,8 @@ conf_create(const char *name)
     c->clients = rl_conn_limits_default();
     if (c->path == NULL || c->cluster_name == NULL || c->zookeeper == NULL ||
         c->router_host == NULL || c->request_log == NULL || c->secret_file == NULL ||
-        c->events_log == NULL || c->envoy_config == NULL) {
+        c->events_log == NULL || c->envoy_config == NULL || c->tls_cert_file == NULL ||
+        c->tls_key_file == NULL || c->tls_ca_file == NULL) {
         rl_conf_destroy(c);
         return NULL;
     }
@@ -500,6 +504,9 @@ rl_conf_destroy(struct rl_conf *c)
         free(c->secret);
     }
     free(c->secret_file);
+    free(c->tls_cert_file);
+    free(c->tls_key_file);
+    free(c->tls_ca_file);
     free(c->nodes);
     rl_ruleset_deinit(c);
     free(c->request_log);

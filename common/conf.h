@@ -87,6 +87,9 @@ struct rl_conf {
     bool envoy_merge_domains;    /* envoy_merge_domains = yes: a domain in several files has
                                     its descriptors merged (upstream's MERGE_DOMAIN_CONFIG) */
     char *secret_file;           /* "" = no cluster secret */
+    char *tls_cert_file;         /* TLS on every listener and router-to-node connection */
+    char *tls_key_file;          /* (tls.h): the three together, or "" = plain TCP */
+    char *tls_ca_file;
     char *secret;                /* the secret read from it at load; NULL when none */
     size_t secret_len;
     uint8_t secret_hash[32];  /* its SHA-256, to compare AUTH tokens with */

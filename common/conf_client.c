@@ -112,6 +112,13 @@ conf_auth_finish(struct conf_parser *p)
     c->cluster_client.name = (char *)"cluster";
     c->cluster_client.all_services = true;
     c->cluster_client.stats = true;
+    if (p->err == 0 && ((c->tls_cert_file[0] == '\0') != (c->tls_key_file[0] == '\0') ||
+                        (c->tls_cert_file[0] == '\0') != (c->tls_ca_file[0] == '\0'))) {
+        conf_fail(p, p->tls_line, -EINVAL,
+                  "tls_cert_file, tls_key_file and tls_ca_file go together: set all three "
+                  "(TLS on) or none");
+        return;
+    }
     if (p->err != 0 || c->secret_file[0] == '\0') {
         return;
     }

@@ -64,6 +64,7 @@ struct conf_parser {
     size_t nodes_cap;
     size_t auth_cap;
     int secret_line;
+    int tls_line; /* the first tls_* key's */
     size_t rules_cap;
     size_t tiers_cap;
     bool rules_only; /* a rules file: [service] sections only */

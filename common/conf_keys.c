@@ -222,6 +222,35 @@ set_fencing(struct conf_parser *p, const char *v)
 }
 
 /* Only the path here: the file is read once the whole config is in (conf_auth_finish). */
+/* Only the paths here: the files are read by the process that serves TLS (tls.h), which also
+ * reloads them on SIGHUP; conf_auth_finish checks that the three go together. */
+static const char *
+set_tls_path(struct conf_parser *p, char **field, const char *v)
+{
+    if (p->tls_line == 0) {
+        p->tls_line = p->line;
+    }
+    return set_path(p, field, v);
+}
+
+static const char *
+set_tls_cert_file(struct conf_parser *p, const char *v)
+{
+    return set_tls_path(p, &p->c->tls_cert_file, v);
+}
+
+static const char *
+set_tls_key_file(struct conf_parser *p, const char *v)
+{
+    return set_tls_path(p, &p->c->tls_key_file, v);
+}
+
+static const char *
+set_tls_ca_file(struct conf_parser *p, const char *v)
+{
+    return set_tls_path(p, &p->c->tls_ca_file, v);
+}
+
 static const char *
 set_secret_file(struct conf_parser *p, const char *v)
 {
@@ -555,6 +584,9 @@ const struct conf_key conf_keys[] = {
     {CONF_CLUSTER, "shards", set_shards, false},
     {CONF_CLUSTER, "insecure", set_insecure, false},
     {CONF_CLUSTER, "secret_file", set_secret_file, false},
+    {CONF_CLUSTER, "tls_cert_file", set_tls_cert_file, false},
+    {CONF_CLUSTER, "tls_key_file", set_tls_key_file, false},
+    {CONF_CLUSTER, "tls_ca_file", set_tls_ca_file, false},
     {CONF_CLUSTER, "fencing", set_fencing, false},
     {CONF_CLUSTER, "inline_failure", set_inline_failure, false},
     {CONF_CLUSTER, "envoy_config", set_envoy_config, false},

@@ -24,6 +24,8 @@
 #include <string.h>
 
 #include "conn_int.h"
+#include "log.h"
+#include "tls.h"
 #include "wire.h"
 
 /* ---- the flusher ------------------------------------------------------------------------ */
@@ -72,6 +74,8 @@ connq_handle_closed(uv_handle_t *h)
     if (--q->handles == 0) {
         free(q->slab);
         q->slab = NULL;
+        free(q->tls_slab);
+        q->tls_slab = NULL;
         if (q->on_closed != NULL) {
             q->on_closed(q->data);
         }
@@ -105,6 +109,13 @@ rl_connq_init(struct rl_connq *q, uv_loop_t *loop)
     uv_unref((uv_handle_t *)&q->check);
     uv_unref((uv_handle_t *)&q->idle);
     return rc;
+}
+
+void
+rl_connq_set_tls(struct rl_connq *q, struct rl_tls_ctx *server, struct rl_tls_ctx *client)
+{
+    q->tls_server = server;
+    q->tls_client = client;
 }
 
 void
@@ -239,6 +250,11 @@ conn_closed(uv_handle_t *h)
     c->writing = false;
     c->eof = false;
     c->finishing = false;
+    if (c->tls != NULL) {
+        rl_tls_free(c->tls);
+        c->tls = NULL;
+    }
+    c->tls_sniff = false;
     if (c->ops->on_closed != NULL) {
         c->ops->on_closed(c);
     }
@@ -397,6 +413,52 @@ conn_written(uv_write_t *w, int status)
     conn_account(c);
 }
 
+/*
+ * The writing side of a TLS connection (no write in flight): what c->out holds is encrypted
+ * once the handshake is done, and the ciphertext (with whatever the handshake has to send)
+ * leaves in one write. A connection finishing before its handshake is done (a refusal at
+ * accept) closes at once: its peer could not read a plaintext reply.
+ */
+static void
+conn_tls_flush(struct rl_conn *c)
+{
+    uv_buf_t b;
+
+    if (rl_buf_unread(&c->out) > 0 && rl_tls_established(c->tls)) {
+        long n = rl_tls_write(c->tls, c->out.data + c->out.pos, rl_buf_unread(&c->out));
+
+        if (n < 0) {
+            rl_log_debug("%s: TLS: %s", c->peer, rl_tls_why(c->tls));
+            rl_conn_close(c, UV_EPROTO);
+            return;
+        }
+        c->out.pos += (size_t)n;
+        if (rl_buf_unread(&c->out) == 0) {
+            rl_buf_reset(&c->out);
+        }
+    }
+    if (rl_tls_pending(c->tls) == 0) {
+        if ((c->finishing || c->eof) && c->holds == 0 &&
+            (rl_buf_unread(&c->out) == 0 || !rl_tls_established(c->tls))) {
+            rl_conn_close(c, 0);
+        }
+        return;
+    }
+    rl_buf_reset(&c->inflight);
+    if (rl_tls_take_buf(c->tls, &c->inflight) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return;
+    }
+    b = uv_buf_init(c->inflight.data, (unsigned)c->inflight.len);
+    c->wreq.data = c;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, conn_written) != 0) {
+        rl_conn_close(c, UV_EIO);
+        return;
+    }
+    c->writing = true;
+    conn_account(c);
+}
+
 /* True when a paused c may take work again: its output and held requests are back to half
  * their bound, and it is not waiting for the next turn. */
 static bool
@@ -431,6 +493,10 @@ conn_flush(struct rl_conn *c)
         }
     }
     if (c->writing) {
+        return;
+    }
+    if (c->tls != NULL) {
+        conn_tls_flush(c);
         return;
     }
     if (rl_buf_unread(&c->out) == 0) {
@@ -476,6 +542,14 @@ conn_connected(uv_connect_t *req, int status)
     }
     c->connected = true;
     conn_peer_name(c, NULL);
+    if (c->tls != NULL && rl_tls_start(c->tls) != 0) {
+        rl_log_warn("%s: TLS: %s", c->peer, rl_tls_why(c->tls));
+        if (c->ops->on_connect != NULL) {
+            c->ops->on_connect(c, UV_EPROTO);
+        }
+        rl_conn_close(c, UV_EPROTO);
+        return;
+    }
     if (c->ops->on_connect != NULL) {
         c->ops->on_connect(c, 0);
     }
@@ -489,6 +563,12 @@ rl_conn_connect(struct rl_conn *c, const struct sockaddr *sa)
 
     if (c->open) {
         return UV_EALREADY;
+    }
+    if (c->q->tls_client != NULL) {
+        c->tls = rl_tls_new(c->q->tls_client);
+        if (c->tls == NULL) {
+            return UV_ENOMEM;
+        }
     }
     uv_tcp_init(c->q->loop, &c->tcp);
     c->tcp.data = c;

@@ -33,7 +33,10 @@
  *   - close accounting: ops->on_close runs once, synchronously, when the connection starts
  *     closing (so its owner can answer what was pending on it), ops->on_closed once the
  *     handle is closed (free or reuse it); a listener counts its connections and tells its
- *     owner once the listener and every connection are closed.
+ *     owner once the listener and every connection are closed;
+ *   - TLS (rl_connq_set_tls, tls.h): the bytes read are decrypted before framing and what
+ *     is written is encrypted at the flush, so owners see the same frames either way; a
+ *     connection without TLS takes none of that path.
  *
  * Everything runs on the loop thread. Not for the blocking client of tools and tests
  * (client.h), nor for rl-bench's connections (tools/loadgen: a load generator that sends
@@ -93,6 +96,10 @@ struct rl_connq {
     uint64_t preauth_bytes;    /* the part of client_bytes held by pre-AUTH connections,
                                   bounded by half of client_budget */
     struct rl_conn_shared *shared; /* NULL, or the process's totals these bounds apply to */
+    struct rl_tls_ctx *tls_server; /* NULL, or TLS for every listener of this loop */
+    struct rl_tls_ctx *tls_client; /* NULL, or TLS for every outgoing connection */
+    char *tls_slab;                /* RL_CONN_READ_CHUNK, at the first TLS read: where TLS
+                                      connections decrypt */
     int handles;
     bool closing;
     void (*on_closed)(void *data);
@@ -163,6 +170,9 @@ struct rl_conn {
     bool admin;      /* outgoing, carrying admin replies only: one input share a turn */
     bool deferred;   /* on_frame called rl_conn_defer: the frame waits for the next turn */
     const void *principal; /* the owner's: who the peer authenticated as; NULL: nobody yet */
+    struct rl_tls *tls; /* NULL: plain TCP; else what is read and written goes through it */
+    bool tls_sniff;     /* a TLS listener's, nothing read yet: a plaintext client is answered
+                           in plaintext that TLS is required */
     char peer[64];   /* "ip:port" of the peer, for logs */
 };
 
@@ -278,6 +288,16 @@ void rl_listener_share(struct rl_listener *l, struct rl_conn_shared *s);
 
 /* Starts the flusher of loop. Returns 0 or a libuv error. */
 int rl_connq_init(struct rl_connq *q, uv_loop_t *loop);
+
+/*
+ * TLS for every connection of q from now on (tls.h): server for what its listeners accept,
+ * client for its outgoing connections; either may be NULL (plain). The contexts are the
+ * caller's and must outlive q. A TLS listener answers a client whose first byte is not a TLS
+ * handshake record with a plaintext ERROR MALFORMED "TLS is required..." and closes it.
+ */
+struct rl_tls_ctx;
+struct rl_tls;
+void rl_connq_set_tls(struct rl_connq *q, struct rl_tls_ctx *server, struct rl_tls_ctx *client);
 
 /* Stops it; on_closed(data) (may be NULL) runs once its handles are closed. */
 void rl_connq_close(struct rl_connq *q, void (*on_closed)(void *data), void *data);

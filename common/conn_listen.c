@@ -19,6 +19,7 @@
 #include <xxhash.h>
 
 #include "conn_int.h"
+#include "tls.h"
 #include "log.h"
 #include "wire.h"
 
@@ -712,6 +713,14 @@ listener_take(struct rl_listener *l, uv_stream_t *server, uv_os_sock_t fd)
     c->accepted_ms = c->active_ms = now;
     uv_tcp_nodelay(&c->tcp, 1);
     conn_peer_name(c, c->addr);
+    if (l->q->tls_server != NULL) {
+        c->tls = rl_tls_new(l->q->tls_server);
+        if (c->tls == NULL) {
+            rl_conn_close(c, UV_ENOMEM);
+            return;
+        }
+        c->tls_sniff = true;
+    }
     if (!preauth_admit(l, c, now, &over)) {
         return;
     }

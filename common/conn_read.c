@@ -9,7 +9,11 @@
  */
 #include "conn.h"
 
+#include <stdlib.h>
+
 #include "conn_int.h"
+#include "log.h"
+#include "tls.h"
 #include "wire.h"
 
 /* ---- reading ---------------------------------------------------------------------------- */
@@ -207,6 +211,129 @@ conn_keep_input(struct rl_conn *c, const char *p, size_t n)
     return true;
 }
 
+/*
+ * Plaintext p[0..n) read by c: transient (in a slab, valid for this call only) or already
+ * appended to c->in's free space. Frames are handled where they landed when nothing waits
+ * before them; what is left is kept. Returns false when c was refused or closed.
+ */
+static bool
+conn_input(struct rl_conn *c, char *p, size_t n, bool transient)
+{
+    if (transient && rl_buf_unread(&c->in) == 0) {
+        /* Nothing waiting: the frames are handled where they landed. */
+        size_t used = conn_frames(c, p, n);
+        size_t left = n - used;
+
+        if (c->open && !c->finishing && left > 0 && !conn_keep_input(c, p + used, left)) {
+            return false;
+        }
+        conn_input_done(c);
+        return true;
+    }
+    if (transient && !conn_keep_input(c, p, n)) {
+        return false;
+    }
+    if (!transient) {
+        c->in.len += n;
+    }
+    conn_process(c);
+    return true;
+}
+
+/*
+ * Ciphertext p[0..n) read by a TLS connection: decrypted record by record into the loop's
+ * TLS slab (or c->in while the flusher closes) and handled as plaintext; what the handshake
+ * has to answer is written at once. A TLS listener's connection whose first byte is not a
+ * handshake record is a plaintext client: it is answered in plaintext that TLS is required.
+ * Returns false when c was refused or closed.
+ */
+static bool
+conn_tls_input(struct rl_conn *c, char *p, size_t n)
+{
+    if (c->tls_sniff) {
+        c->tls_sniff = false;
+        if ((unsigned char)p[0] != RL_TLS_RECORD_HANDSHAKE) {
+            rl_tls_free(c->tls);
+            c->tls = NULL;
+            rl_conn_protocol_error(c, 0, RL_WIRE_ERR_MALFORMED,
+                                   "TLS is required: this port takes TLS connections only "
+                                   "(connect with TLS, e.g. rl-cli --tls-ca FILE)",
+                                   p, n);
+            return false;
+        }
+    }
+    if (rl_tls_feed(c->tls, p, n) != 0) {
+        rl_conn_close(c, UV_ENOMEM);
+        return false;
+    }
+    for (;;) {
+        char *dst;
+        size_t cap;
+        int got;
+
+        if (c->q->tls_slab == NULL && !c->q->closing) {
+            c->q->tls_slab = malloc(RL_CONN_READ_CHUNK); /* NULL: c->in below */
+        }
+        if (c->q->tls_slab != NULL) {
+            dst = c->q->tls_slab;
+            cap = RL_CONN_READ_CHUNK;
+        } else {
+            /* The flusher is closing: decrypt into c->in (over the ciphertext conn_alloc
+             * put there, which was fed already). */
+            if (rl_buf_reserve(&c->in, RL_CONN_READ_CHUNK) != 0) {
+                rl_conn_close(c, UV_ENOMEM);
+                return false;
+            }
+            dst = c->in.data + c->in.len;
+            cap = c->in.cap - c->in.len;
+        }
+        got = rl_tls_read(c->tls, dst, cap);
+        if (got < 0) {
+            if (c->listener != NULL) {
+                rl_log_info("client %s: TLS handshake or record failed, closed: %s", c->peer,
+                            rl_tls_why(c->tls));
+            } else {
+                rl_log_warn("%s: TLS: %s", c->peer, rl_tls_why(c->tls));
+            }
+            if (rl_tls_pending(c->tls) > 0) {
+                /* The alert that tells the peer why leaves first, then c closes. */
+                rl_buf_reset(&c->out);
+                rl_conn_finish(c);
+                return false;
+            }
+            rl_conn_close(c, UV_EPROTO);
+            return false;
+        }
+        if (got == 0) {
+            break;
+        }
+        if (!conn_input(c, dst, (size_t)got, dst == c->q->tls_slab)) {
+            return false;
+        }
+        if (!c->open) {
+            return false;
+        }
+        if (c->finishing) {
+            break;
+        }
+    }
+    /* A record (or the handshake) left unfinished is an unfinished frame: frame_timeout
+     * closes a peer that stops sending in the middle of one. */
+    if (rl_tls_partial(c->tls)) {
+        if (c->partial_ms == 0) {
+            c->partial_ms = uv_now(c->q->loop);
+        }
+    } else if (rl_buf_unread(&c->in) == 0) {
+        c->partial_ms = 0;
+    }
+    /* The handshake's answers, or a client's requests queued before it was done. */
+    if (c->open && (rl_tls_pending(c->tls) > 0 ||
+                    (rl_buf_unread(&c->out) > 0 && rl_tls_established(c->tls)))) {
+        rl_conn_mark(c);
+    }
+    return true;
+}
+
 static void
 conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
@@ -233,24 +360,12 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     c->active_ms = uv_now(c->q->loop);
-    if (buf->base == c->q->slab && rl_buf_unread(&c->in) == 0) {
-        /* Nothing waiting: the frames are handled where they landed. */
-        size_t used = conn_frames(c, buf->base, (size_t)nread);
-        size_t left = (size_t)nread - used;
-
-        if (c->open && !c->finishing && left > 0 &&
-            !conn_keep_input(c, buf->base + used, left)) {
+    if (c->tls != NULL) {
+        if (!conn_tls_input(c, buf->base, (size_t)nread)) {
             return;
         }
-        conn_input_done(c);
-    } else {
-        if (buf->base == c->q->slab && !conn_keep_input(c, buf->base, (size_t)nread)) {
-            return;
-        }
-        if (buf->base != c->q->slab) {
-            c->in.len += (size_t)nread;
-        }
-        conn_process(c);
+    } else if (!conn_input(c, buf->base, (size_t)nread, buf->base == c->q->slab)) {
+        return;
     }
     if (c->open && (c->finishing || rl_conn_backlogged(c))) {
         /* The peer asks faster than it reads: stop reading until the output drains. */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "parse.h"
+#include "tls.h"
 
 enum { OPT_LOG_LEVEL = 0x1000, OPT_LOG_FILE, OPT_VERSION, OPT_METRICS };
 
@@ -154,6 +155,20 @@ rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc,
         rl_daemon_fail(d, "%s", err);
         return 2;
     }
+    if (d->conf->tls_cert_file[0] != '\0') {
+        const struct rl_conf *c = d->conf;
+
+        if (rl_tls_ctx_new(&d->tls_server,
+                           spec->tls_mutual ? RL_TLS_SERVER_MUTUAL : RL_TLS_SERVER,
+                           c->tls_cert_file, c->tls_key_file, c->tls_ca_file, spec->tls_alpn,
+                           err, sizeof(err)) != 0 ||
+            (spec->tls_client &&
+             rl_tls_ctx_new(&d->tls_client, RL_TLS_CLIENT, c->tls_cert_file, c->tls_key_file,
+                            c->tls_ca_file, NULL, err, sizeof(err)) != 0)) {
+            rl_daemon_fail(d, "%s: %s: %s", spec->prog, d->config_path, err);
+            return 2;
+        }
+    }
     rl_daemon_loop(d); /* the signals are the loop's from now on */
     return RL_DAEMON_RUN;
 }
@@ -194,6 +209,25 @@ rl_daemon_listen(struct rl_daemon *d, const char *host, uint16_t port, const cha
     return 0;
 }
 
+/* SIGHUP: the TLS files read again; connections made from now on use them. */
+static void
+daemon_tls_reload(struct rl_daemon *d)
+{
+    char why[512];
+
+    if (d->tls_server == NULL) {
+        return;
+    }
+    if (rl_tls_ctx_reload(d->tls_server, why, sizeof(why)) != 0 ||
+        (d->tls_client != NULL && rl_tls_ctx_reload(d->tls_client, why, sizeof(why)) != 0)) {
+        rl_log_error("SIGHUP: TLS files not reloaded: %s; the certificate in force stays", why);
+        return;
+    }
+    rl_log_info("SIGHUP: TLS certificate, key and CA reloaded from %s, %s, %s (new connections "
+                "use them; open ones keep theirs)",
+                d->conf->tls_cert_file, d->conf->tls_key_file, d->conf->tls_ca_file);
+}
+
 static void
 daemon_signal(uv_signal_t *h, int signum)
 {
@@ -211,6 +245,7 @@ daemon_signal(uv_signal_t *h, int signum)
         } else if (d->spec->on_hup == NULL) {
             rl_log_info("SIGHUP: nothing to reopen (no --log-file); going on");
         }
+        daemon_tls_reload(d);
         if (d->spec->on_hup != NULL) {
             d->spec->on_hup(d);
         }
@@ -304,6 +339,9 @@ rl_daemon_destroy(struct rl_daemon *d)
     d->host = NULL;
     rl_conf_destroy(d->conf);
     d->conf = NULL;
+    rl_tls_ctx_free(d->tls_server);
+    rl_tls_ctx_free(d->tls_client);
+    d->tls_server = d->tls_client = NULL;
 }
 
 /*

@@ -5,7 +5,8 @@
  * signals and the loop. A program's main only adds what is its own.
  *
  * Signals: SIGTERM and SIGINT call the program's on_stop (close everything; the loop then
- * ends); SIGHUP reopens the --log-file (for logrotate) and calls on_hup; SIGPIPE is
+ * ends); SIGHUP reopens the --log-file (for logrotate), reloads the TLS certificate, key
+ * and CA files ([cluster] tls_*, tls.h) and calls on_hup; SIGPIPE is
  * ignored (a peer that hangs up mid-write is an error return, not a death). The handlers
  * are in place from the loop's creation (rl_daemon_loop), so a signal that comes during
  * start-up waits for the loop instead of killing the process.
@@ -42,6 +43,12 @@ struct rl_daemon_spec {
     int (*on_option)(struct rl_daemon *d, int opt, const char *arg);
     void (*on_stop)(struct rl_daemon *d); /* SIGTERM, SIGINT */
     void (*on_hup)(struct rl_daemon *d);  /* SIGHUP, after the log file is reopened */
+    /* With [cluster] tls_* set: the listener's TLS wants a client certificate the cluster's
+     * CA signed (a node's), else one is optional (a router's); tls_client: the process also
+     * connects out (a router to its nodes) with the same certificate. */
+    bool tls_mutual;
+    bool tls_client;
+    const char *tls_alpn; /* the ALPN protocol the listeners' TLS selects ("h2"), or NULL */
 };
 
 struct rl_daemon {
@@ -60,6 +67,10 @@ struct rl_daemon {
     char addr[128]; /* host:port, an IPv6 host bracketed */
     uv_loop_t loop;
     uv_signal_t sigterm, sigint, sighup;
+    /* [cluster] tls_*: NULL when off; built at init, reloaded from the files on SIGHUP
+     * (new connections take the new certificate, open ones keep theirs) */
+    struct rl_tls_ctx *tls_server;
+    struct rl_tls_ctx *tls_client;
     bool signals;
     bool stopping;
     int console; /* the original stderr while starting with a --log-file, else -1 */

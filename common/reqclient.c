@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "parse.h"
+#include "tls.h"
 
 /* Bytes asked of each recv(2): a few hundred CHECK replies, and more than a largest frame. */
 #define CLIENT_READ_CHUNK (64u * 1024)
@@ -43,7 +44,18 @@ struct rl_client {
     struct rl_buf out;
     struct rl_wire_decoder dec;
     struct rl_wire_reply scratch; /* check_many decodes here: the struct is large */
+    struct rl_tls *tls; /* NULL: plain TCP (rl_client_start_tls) */
+    struct rl_buf ct;   /* TLS: ciphertext not yet sent; what c->out held, encrypted */
+    char *raw;          /* TLS: CLIENT_READ_CHUNK, where ciphertext is received */
+    char tls_why[256];  /* TLS: why the handshake or a record failed */
 };
+
+/* Bytes queued and not yet taken by the socket. */
+static size_t
+out_pending(const struct rl_client *c)
+{
+    return rl_buf_unread(&c->out) + (c->tls != NULL ? rl_buf_unread(&c->ct) : 0);
+}
 
 static int64_t
 deadline_after(int timeout_ms)
@@ -205,6 +217,7 @@ rl_client_connect(struct rl_client **out, const char *host, uint16_t port, int t
     c->next_id = CLIENT_ID_BASE;
     rl_buf_init(&c->in);
     rl_buf_init(&c->out);
+    rl_buf_init(&c->ct);
     *out = c;
     return 0;
 
@@ -241,6 +254,9 @@ rl_client_destroy(struct rl_client *c)
     rl_wire_decoder_deinit(&c->dec);
     rl_buf_deinit(&c->in);
     rl_buf_deinit(&c->out);
+    rl_buf_deinit(&c->ct);
+    rl_tls_free(c->tls);
+    free(c->raw);
     free(c);
 }
 
@@ -248,6 +264,74 @@ int
 rl_client_fd(const struct rl_client *c)
 {
     return c->fd;
+}
+
+static int flush_until(struct rl_client *c, int64_t deadline);
+static int tls_failed(struct rl_client *c);
+static int read_some(struct rl_client *c);
+static int write_some(struct rl_client *c);
+
+int
+rl_client_start_tls(struct rl_client *c, struct rl_tls_ctx *ctx, int timeout_ms, char *why,
+                    size_t whylen)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    int rc;
+
+    if (c->tls != NULL) {
+        return -EALREADY;
+    }
+    c->raw = malloc(CLIENT_READ_CHUNK);
+    c->tls = c->raw != NULL ? rl_tls_new(ctx) : NULL;
+    if (c->tls == NULL) {
+        snprintf(why, whylen, "out of memory");
+        return -ENOMEM;
+    }
+    if (rl_tls_start(c->tls) != 0) {
+        rc = tls_failed(c);
+        goto fail;
+    }
+    while (!rl_tls_established(c->tls)) {
+        rc = write_some(c);
+        if (rc == 0) {
+            short ev = POLLIN | (rl_buf_unread(&c->ct) > 0 ? POLLOUT : 0);
+
+            rc = wait_fd(c->fd, ev, deadline);
+            if (rc >= 0) {
+                rc = read_some(c) < 0 ? -ENOMEM : 0;
+            }
+        }
+        if (rc == 0 && c->rd_err != 0 && !rl_tls_established(c->tls)) {
+            rc = c->rd_err;
+            if (rc == -ECONNRESET) {
+                snprintf(c->tls_why, sizeof(c->tls_why),
+                         "the server closed the connection during the TLS handshake (a "
+                         "certificate it refused, or a port without TLS?)");
+            }
+        }
+        if (rc != 0) {
+            goto fail;
+        }
+    }
+    /* A TLS 1.3 client's last handshake message (and its certificate) leaves now. */
+    rc = flush_until(c, deadline);
+    if (rc != 0) {
+        goto fail;
+    }
+    return 0;
+
+fail:
+    snprintf(why, whylen, "%s",
+             c->tls_why[0] != '\0' ? c->tls_why
+             : rc == -ETIMEDOUT     ? "TLS handshake timed out"
+                                    : strerror(-rc));
+    return rc;
+}
+
+const char *
+rl_client_tls_why(const struct rl_client *c)
+{
+    return c->tls_why[0] != '\0' ? c->tls_why : NULL;
 }
 
 /* Drops the frame the last recv returned: its strings were valid until this call. */
@@ -259,6 +343,64 @@ release_held(struct rl_client *c)
     if (c->in.pos == c->in.len) {
         rl_buf_reset(&c->in);
     }
+}
+
+/* TLS: what the handshake or a record failed with, kept for rl_client_tls_why. */
+static int
+tls_failed(struct rl_client *c)
+{
+    snprintf(c->tls_why, sizeof(c->tls_why), "%s", rl_tls_why(c->tls));
+    return -EPROTO;
+}
+
+/* read_some under TLS: ciphertext received, decrypted into c->in. A broken record or a
+ * refused certificate (the server's alert) becomes rd_err = -EPROTO. */
+static int
+read_some_tls(struct rl_client *c)
+{
+    ssize_t n;
+    int total = 0, got;
+
+    for (;;) {
+        n = recv(c->fd, c->raw, CLIENT_READ_CHUNK, 0);
+        if (n > 0) {
+            break;
+        }
+        if (n == 0) {
+            c->rd_err = -ECONNRESET;
+            return 0;
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return 0;
+        }
+        c->rd_err = (errno == EPIPE || errno == ECONNRESET) ? -ECONNRESET : -errno;
+        return 0;
+    }
+    if (rl_tls_feed(c->tls, c->raw, (size_t)n) != 0) {
+        return -ENOMEM;
+    }
+    for (;;) {
+        if (rl_buf_reserve(&c->in, CLIENT_READ_CHUNK) != 0) {
+            return -ENOMEM;
+        }
+        got = rl_tls_read(c->tls, c->in.data + c->in.len, c->in.cap - c->in.len);
+        if (got < 0) {
+            c->rd_err = tls_failed(c);
+            break;
+        }
+        if (got == 0) {
+            break;
+        }
+        c->in.len += (size_t)got;
+        total += got;
+    }
+    if (rl_tls_take_buf(c->tls, &c->ct) != 0) { /* what the TLS layer answers, if anything */
+        return -ENOMEM;
+    }
+    return total;
 }
 
 /* Reads what the socket has. Returns bytes read (0 when none yet) or a negative errno; the
@@ -277,6 +419,9 @@ read_some(struct rl_client *c)
     rc = rl_buf_reserve(&c->in, CLIENT_READ_CHUNK);
     if (rc != 0) {
         return rc;
+    }
+    if (c->tls != NULL) {
+        return read_some_tls(c);
     }
     for (;;) {
         n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
@@ -302,10 +447,52 @@ read_some(struct rl_client *c)
 /* Writes what the socket takes. Returns 0 or a negative errno (-ECONNRESET when the peer
  * is gone). */
 static int
+write_some_tls(struct rl_client *c)
+{
+    ssize_t n;
+
+    if (rl_buf_unread(&c->out) > 0) {
+        long took = rl_tls_write(c->tls, c->out.data + c->out.pos, rl_buf_unread(&c->out));
+
+        if (took < 0) {
+            c->wr_err = tls_failed(c);
+            return c->wr_err;
+        }
+        c->out.pos += (size_t)took;
+        if (rl_buf_unread(&c->out) == 0) {
+            rl_buf_reset(&c->out);
+        }
+    }
+    if (rl_tls_take_buf(c->tls, &c->ct) != 0) {
+        return -ENOMEM;
+    }
+    while (rl_buf_unread(&c->ct) > 0) {
+        n = send(c->fd, c->ct.data + c->ct.pos, rl_buf_unread(&c->ct), MSG_NOSIGNAL);
+        if (n > 0) {
+            c->ct.pos += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        }
+        c->wr_err = (n == 0 || errno == EPIPE || errno == ECONNRESET) ? -ECONNRESET : -errno;
+        return c->wr_err;
+    }
+    rl_buf_reset(&c->ct);
+    return 0;
+}
+
+static int
 write_some(struct rl_client *c)
 {
     ssize_t n;
 
+    if (c->tls != NULL) {
+        return write_some_tls(c);
+    }
     while (rl_buf_unread(&c->out) > 0) {
         n = send(c->fd, c->out.data + c->out.pos, rl_buf_unread(&c->out), MSG_NOSIGNAL);
         if (n > 0) {
@@ -337,10 +524,10 @@ pump(struct rl_client *c, int64_t deadline)
     short events = 0;
     int rc;
 
-    if (c->wr_err != 0 && rl_buf_unread(&c->out) > 0) {
+    if (c->wr_err != 0 && out_pending(c) > 0) {
         return c->wr_err;
     }
-    if (rl_buf_unread(&c->out) > 0) {
+    if (out_pending(c) > 0) {
         events |= POLLOUT;
     }
     if (c->rd_err == 0) {
@@ -412,12 +599,12 @@ flush_until(struct rl_client *c, int64_t deadline)
 {
     int rc;
 
-    while (rl_buf_unread(&c->out) > 0) {
+    while (out_pending(c) > 0) {
         rc = write_some(c);
         if (rc != 0) {
             return rc;
         }
-        if (rl_buf_unread(&c->out) == 0) {
+        if (out_pending(c) == 0) {
             break;
         }
         rc = pump(c, deadline);

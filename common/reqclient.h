@@ -40,6 +40,21 @@ int rl_client_connect_addr(struct rl_client **out, const char *hostport, int tim
 
 void rl_client_destroy(struct rl_client *c);
 
+/*
+ * TLS on a client just connected (nothing queued yet): the handshake with ctx, an
+ * RL_TLS_CLIENT context (tls.h), within timeout_ms; every call after it is encrypted. Returns
+ * 0, or a negative errno with why filled: the server's certificate refused, the server
+ * speaking plaintext, the server refusing ours... A server that refuses this client's
+ * certificate may only say so at the first read (TLS 1.3): a call then fails -EPROTO and
+ * rl_client_tls_why says why.
+ */
+struct rl_tls_ctx;
+int rl_client_start_tls(struct rl_client *c, struct rl_tls_ctx *ctx, int timeout_ms, char *why,
+                        size_t whylen);
+
+/* Why the TLS layer failed (a handshake, a record, the server's alert), or NULL. */
+const char *rl_client_tls_why(const struct rl_client *c);
+
 /* Queues a request (its id is the caller's) or raw bytes; nothing is sent until flush. */
 int rl_client_queue(struct rl_client *c, const struct rl_wire_req *req);
 int rl_client_queue_raw(struct rl_client *c, const void *p, size_t n);

@@ -1221,3 +1221,63 @@ rl_harness_server_restart(struct rl_harness_server *s)
     }
     return server_launch(s);
 }
+
+/* ---- TLS ------------------------------------------------------------------------------- */
+
+static int
+tls_openssl(const char *const argv[])
+{
+    char out[8192];
+    int rc = rl_harness_run(argv, out, sizeof(out), 20000);
+
+    if (rc != 0) {
+        fprintf(stderr, "harness: openssl %s: %d: %s\n", argv[1], rc, out);
+    }
+    return rc;
+}
+
+int
+rl_harness_tls_ca(const char *dir, const char *name)
+{
+    char key[PATH_MAX], pem[PATH_MAX], subj[128];
+    const char *argv[] = {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                          "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", pem,
+                          "-days", "2", "-subj", subj, NULL};
+
+    snprintf(key, sizeof(key), "%s/%s.key", dir, name);
+    snprintf(pem, sizeof(pem), "%s/%s.pem", dir, name);
+    snprintf(subj, sizeof(subj), "/CN=%s", name);
+    return tls_openssl(argv);
+}
+
+int
+rl_harness_tls_cert(const char *dir, const char *name, const char *ca)
+{
+    char key[PATH_MAX], pem[PATH_MAX], csr[PATH_MAX], cakey[PATH_MAX], capem[PATH_MAX];
+    char ext[PATH_MAX], subj[128];
+    const char *req[] = {"openssl", "req", "-newkey", "ec", "-pkeyopt",
+                         "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", csr,
+                         "-subj", subj, NULL};
+    const char *sign[] = {"openssl", "x509", "-req", "-in", csr, "-CA", capem, "-CAkey", cakey,
+                          "-CAcreateserial", "-out", pem, "-days", "2", "-extfile", ext, NULL};
+    int rc;
+
+    snprintf(key, sizeof(key), "%s/%s.key", dir, name);
+    snprintf(pem, sizeof(pem), "%s/%s.pem", dir, name);
+    snprintf(csr, sizeof(csr), "%s/%s.csr", dir, name);
+    snprintf(cakey, sizeof(cakey), "%s/%s.key", dir, ca);
+    snprintf(capem, sizeof(capem), "%s/%s.pem", dir, ca);
+    snprintf(ext, sizeof(ext), "%s/%s.ext", dir, name);
+    snprintf(subj, sizeof(subj), "/CN=%s", name);
+    rc = rl_harness_write_file(ext, "subjectAltName=IP:127.0.0.1\n");
+    if (rc == 0) {
+        rc = tls_openssl(req);
+    }
+    if (rc == 0) {
+        rc = tls_openssl(sign);
+    }
+    if (rc == 0 && chmod(key, 0600) != 0) {
+        rc = -errno;
+    }
+    return rc;
+}

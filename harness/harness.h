@@ -86,6 +86,16 @@ int rl_harness_run(const char *const argv[], char *out, size_t len, int timeout_
 /* Prints the last max_lines lines of a log to stderr, framed with its path (on failures). */
 void rl_harness_print_log(const char *path, int max_lines);
 
+/* ---- TLS ------------------------------------------------------------------------------- */
+
+/* A throwaway self-signed CA made with the openssl command: DIR/NAME.pem and DIR/NAME.key.
+ * Returns 0, or the failed run's status (its output printed). */
+int rl_harness_tls_ca(const char *dir, const char *name);
+
+/* A certificate for NAME (subjectAltName IP 127.0.0.1) signed by DIR/CA.pem: DIR/NAME.pem and
+ * DIR/NAME.key, mode 0600. Returns 0, or the failed run's status. */
+int rl_harness_tls_cert(const char *dir, const char *name, const char *ca);
+
 /* ---- Ports ----------------------------------------------------------------------------- */
 
 /*

@@ -19,6 +19,7 @@
 #include "ruleset.h"
 #include "clock.h"
 #include "parse.h"
+#include "tls.h"
 #include "wire.h"
 
 struct rlc_client {
@@ -28,6 +29,8 @@ struct rlc_client {
     char token[RL_WIRE_TOKEN_MAX];
     size_t token_len; /* 0: no token */
     uint64_t connects;
+    struct rl_tls_ctx *tls;   /* NULL: plain TCP */
+    char tls_why[256];        /* why the last TLS handshake failed */
     struct rl_wire_reply rep; /* large: kept here, not on the stack */
 };
 
@@ -106,6 +109,14 @@ ensure(rlc_client *c, int64_t deadline)
         c->c = NULL;
         return rc;
     }
+    if (c->tls != NULL) {
+        rc = rl_client_start_tls(c->c, c->tls, left_ms(deadline), c->tls_why,
+                                 sizeof(c->tls_why));
+        if (rc != 0) {
+            drop(c);
+            return rc;
+        }
+    }
     c->connects++;
     if (c->token_len > 0) {
         rc = send_auth(c, deadline);
@@ -122,6 +133,9 @@ static int
 settle(rlc_client *c, int rc)
 {
     if (rc != 0 && rc != -EREMOTEIO && rc != -EINVAL && c->c != NULL) {
+        if (rl_client_tls_why(c->c) != NULL) { /* the server's alert, kept for rlc_tls_error */
+            snprintf(c->tls_why, sizeof(c->tls_why), "%s", rl_client_tls_why(c->c));
+        }
         drop(c);
     }
     return rc;
@@ -151,26 +165,83 @@ rlc_version(void)
     return RL_VERSION;
 }
 
-/* Opens a client of host (which it takes: freed on failure) and port. */
+/* Opens a client of host (which it takes: freed on failure) and port, with TLS when tls is
+ * not NULL (which it takes too). */
 static int
-client_open(rlc_client **out, char *host, uint16_t port, int timeout_ms)
+client_open_tls(rlc_client **out, char *host, uint16_t port, struct rl_tls_ctx *tls,
+                int timeout_ms, char *why, size_t whylen)
 {
     rlc_client *c = calloc(1, sizeof(*c));
     int rc;
 
     if (c == NULL) {
         free(host);
+        rl_tls_ctx_free(tls);
         return -ENOMEM;
     }
     c->host = host;
     c->port = port;
+    c->tls = tls;
     rc = ensure(c, deadline_after(timeout_ms));
     if (rc != 0) {
+        if (why != NULL && whylen > 0) {
+            snprintf(why, whylen, "%s", c->tls_why[0] != '\0' ? c->tls_why : strerror(-rc));
+        }
         rlc_close(c);
         return rc;
     }
     *out = c;
     return 0;
+}
+
+static int
+client_open(rlc_client **out, char *host, uint16_t port, int timeout_ms)
+{
+    return client_open_tls(out, host, port, NULL, timeout_ms, NULL, 0);
+}
+
+int
+rlc_connect_tls(rlc_client **out, const char *hostport, const struct rlc_tls_options *tls,
+                int timeout_ms, char *why, size_t whylen)
+{
+    struct rl_tls_ctx *ctx = NULL;
+    char *host = NULL, buf[512];
+    uint16_t port;
+    int rc;
+
+    if (out == NULL) {
+        return -EINVAL;
+    }
+    *out = NULL;
+    if (hostport == NULL || rl_parse_hostport(hostport, &host, &port) != NULL) {
+        if (why != NULL && whylen > 0) {
+            snprintf(why, whylen, "expected HOST:PORT");
+        }
+        return -EINVAL;
+    }
+    if (tls == NULL || tls->ca_file == NULL) {
+        free(host);
+        if (why != NULL && whylen > 0) {
+            snprintf(why, whylen, "TLS needs ca_file");
+        }
+        return -EINVAL;
+    }
+    rc = rl_tls_ctx_new(&ctx, RL_TLS_CLIENT, tls->cert_file, tls->key_file, tls->ca_file, NULL,
+                        buf, sizeof(buf));
+    if (rc != 0) {
+        free(host);
+        if (why != NULL && whylen > 0) {
+            snprintf(why, whylen, "%s", buf);
+        }
+        return rc;
+    }
+    return client_open_tls(out, host, port, ctx, timeout_ms, why, whylen);
+}
+
+const char *
+rlc_tls_error(const rlc_client *c)
+{
+    return c != NULL && c->tls_why[0] != '\0' ? c->tls_why : NULL;
 }
 
 int
@@ -214,6 +285,7 @@ rlc_close(rlc_client *c)
     }
     drop(c);
     rl_auth_wipe(c->token, sizeof(c->token));
+    rl_tls_ctx_free(c->tls);
     free(c->host);
     free(c);
 }

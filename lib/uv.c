@@ -22,6 +22,7 @@
 
 #include "auth.h"
 #include "conn.h"
+#include "tls.h"
 #include "wire.h"
 
 #define SLOT_BITS 20u
@@ -49,6 +50,7 @@ struct reqlist {
 
 struct rlc_uv {
     uv_loop_t *loop;
+    struct rl_tls_ctx *tls; /* NULL: plain TCP */
     struct rl_connq q;
     struct rl_conn conn;
     struct rl_wire_decoder dec;
@@ -116,6 +118,7 @@ maybe_free(rlc_uv *u)
     rl_conn_deinit(&u->conn);
     rl_wire_decoder_deinit(&u->dec);
     rl_auth_wipe(u->token, sizeof(u->token));
+    rl_tls_ctx_free(u->tls);
     free(u->slots);
     free(u->free_slots);
     free(u);
@@ -453,6 +456,16 @@ rlc_uv_create(rlc_uv **out, uv_loop_t *loop, const struct rlc_uv_options *o)
         free(u);
         return rc;
     }
+    if (o->tls_ca_file != NULL || o->tls_cert_file != NULL || o->tls_key_file != NULL) {
+        char why[512];
+
+        if (o->tls_ca_file == NULL ||
+            rl_tls_ctx_new(&u->tls, RL_TLS_CLIENT, o->tls_cert_file, o->tls_key_file,
+                           o->tls_ca_file, NULL, why, sizeof(why)) != 0) {
+            free(u);
+            return -EINVAL;
+        }
+    }
     u->loop = loop;
     u->max_pending = o->max_pending != 0 ? o->max_pending : RLC_UV_DEFAULT_MAX_PENDING;
     u->backoff_min = o->backoff_min_ms != 0 ? o->backoff_min_ms : RLC_UV_DEFAULT_BACKOFF_MIN_MS;
@@ -469,6 +482,7 @@ rlc_uv_create(rlc_uv **out, uv_loop_t *loop, const struct rlc_uv_options *o)
     u->slots = calloc(u->max_pending, sizeof(*u->slots));
     u->free_slots = calloc(u->max_pending, sizeof(*u->free_slots));
     if (u->slots == NULL || u->free_slots == NULL || rl_wire_decoder_init(&u->dec) != 0) {
+        rl_tls_ctx_free(u->tls);
         free(u->slots);
         free(u->free_slots);
         free(u);
@@ -481,11 +495,13 @@ rlc_uv_create(rlc_uv **out, uv_loop_t *loop, const struct rlc_uv_options *o)
     rc = rl_connq_init(&u->q, loop);
     if (rc != 0) {
         rl_wire_decoder_deinit(&u->dec);
+        rl_tls_ctx_free(u->tls);
         free(u->slots);
         free(u->free_slots);
         free(u);
         return rc;
     }
+    rl_connq_set_tls(&u->q, NULL, u->tls);
     u->handles = 3;
     uv_timer_init(loop, &u->retry);
     u->retry.data = u;

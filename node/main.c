@@ -333,6 +333,7 @@ static const struct rl_daemon_spec node_spec = {
     .on_option = node_option,
     .on_stop = node_stop,
     .on_hup = node_hup,
+    .tls_mutual = true,
 };
 
 /* Registers in ZooKeeper and starts watching the registration. Returns 0 or a negative errno. */
@@ -420,6 +421,7 @@ main(int argc, char **argv)
     opts.name = n.d.name;
     opts.host = n.d.host;
     opts.port = n.d.port;
+    opts.tls = n.d.tls_server;
     opts.test_clock = n.test_clock;
     opts.limits = n.d.conf->clients;
     opts.conf = n.d.conf;

@@ -602,6 +602,7 @@ rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *limiter
         free(s->episodes);
         return rc;
     }
+    rl_connq_set_tls(&s->connq, opts->tls, NULL);
     s->pending_closes = 4; /* the flusher, the listener, the sweep and throttle timers */
     uv_timer_init(loop, &s->sweep_timer);
     s->sweep_timer.data = s;

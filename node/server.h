@@ -38,6 +38,8 @@ struct rl_server_opts {
      * rules_version, rules_digest, rules_reloads, rules_reload_failures; NULL: version 0 and
      * the digest of conf (0 without conf). Also read by metrics. */
     const struct rl_rules_status *rules;
+    /* NULL, or TLS on the listener (tls.h; the caller's, outliving the server) */
+    struct rl_tls_ctx *tls;
 };
 
 /* CHECKs of one read prepared (their key-table slots prefetched) before the first of them is

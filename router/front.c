@@ -9,8 +9,10 @@
 #include <netinet/in.h>
 
 #include "front.h"
+#include "log.h"
 #include "router_int.h"
 #include "rproc.h"
+#include "tls.h"
 
 #define FRONT_READ_BUF (64u * 1024)
 
@@ -28,6 +30,7 @@ struct rl_front {
     uint64_t tick_ms; /* the timer's period: the smallest of the fronts' */
     char rbuf[FRONT_READ_BUF];
     bool rbuf_busy;
+    char *tbuf; /* FRONT_READ_BUF, with TLS: where a read is decrypted */
 };
 
 struct front_wreq {
@@ -54,6 +57,9 @@ struct rl_front_conn {
     bool closing;
     uint8_t addr[16]; /* the peer's, IPv4 mapped into IPv6 */
     char peer[64];    /* "ip:port" */
+    struct rl_tls *tls;    /* NULL: plain TCP (the router's [cluster] tls_* unset) */
+    bool tls_sniff;        /* nothing read yet: a plaintext client is closed at once */
+    struct rl_buf tls_out; /* TLS: plaintext queued before the handshake was done */
 };
 
 const char *
@@ -177,6 +183,9 @@ rl_front_close(struct rl_front_conn *c)
     free(c->out);
     c->out = NULL;
     c->out_len = c->out_cap = 0;
+    rl_tls_free(c->tls);
+    c->tls = NULL;
+    rl_buf_deinit(&c->tls_out);
     if (c->prev != NULL) {
         c->prev->next = c->next;
     } else {
@@ -264,8 +273,56 @@ rl_front_write(struct rl_front_conn *c, const void *data, size_t len)
 
 /* THE way out: every byte a front sends goes to the socket here. -1: the connection must
  * close. */
+static int front_write(struct rl_front_conn *c, struct front_wreq *q, size_t len);
+
+/* TLS: the plaintext queued is encrypted once the handshake is done, and the ciphertext
+ * (with whatever the handshake has to send) is written. -1: the connection must close. */
+static int
+front_tls_pump(struct rl_front_conn *c)
+{
+    struct front_wreq *q;
+    size_t n;
+
+    if (rl_buf_unread(&c->tls_out) > 0 && rl_tls_established(c->tls)) {
+        long took = rl_tls_write(c->tls, c->tls_out.data + c->tls_out.pos,
+                                 rl_buf_unread(&c->tls_out));
+
+        if (took < 0) {
+            return -1;
+        }
+        c->tls_out.pos += (size_t)took;
+        if (rl_buf_unread(&c->tls_out) == 0) {
+            rl_buf_reset(&c->tls_out);
+        }
+    }
+    n = rl_tls_pending(c->tls);
+    if (n == 0) {
+        return 0;
+    }
+    q = malloc(sizeof(*q) + n);
+    if (q == NULL) {
+        return -1;
+    }
+    return front_write(c, q, rl_tls_take(c->tls, q->data, n));
+}
+
+/* THE way out, as the protocol sees it: with TLS, the plaintext goes through the TLS layer
+ * first. -1: the connection must close. */
 static int
 front_out(struct rl_front_conn *c, struct front_wreq *q, size_t len)
+{
+    if (c->tls != NULL) {
+        int rc = rl_buf_append(&c->tls_out, q->data, len);
+
+        free(q);
+        return rc != 0 ? -1 : front_tls_pump(c);
+    }
+    return front_write(c, q, len);
+}
+
+/* The socket write of q->data[0..len) (q is freed once written). */
+static int
+front_write(struct rl_front_conn *c, struct front_wreq *q, size_t len)
 {
     uv_buf_t b = uv_buf_init((char *)q->data, (unsigned)len);
 
@@ -304,16 +361,74 @@ rl_front_flush(struct rl_front_conn *c)
             return;
         }
     }
+    if (c->tls != NULL && front_tls_pump(c) != 0) {
+        rl_front_close(c);
+        return;
+    }
     if (c->writing == 0 && c->ops->finished(c)) {
         rl_front_close(c);
     }
 }
 
-/* THE way in: every byte a front reads goes to its protocol here. */
+/* TLS: ciphertext read, decrypted into the loop's buffer and handed to the protocol. -1: c
+ * must close (a plaintext client, a failed handshake or record, a protocol error). */
+static int
+front_tls_in(struct rl_front_conn *c, const uint8_t *data, size_t len)
+{
+    struct rl_front *g = c->r->front;
+    int got;
+
+    if (c->tls_sniff) {
+        c->tls_sniff = false;
+        if (data[0] != RL_TLS_RECORD_HANDSHAKE) {
+            rl_log_info("%s front: a client spoke plaintext to a TLS port: closed",
+                        c->ops->name);
+            return -1;
+        }
+    }
+    if (g->tbuf == NULL && (g->tbuf = malloc(FRONT_READ_BUF)) == NULL) {
+        return -1;
+    }
+    if (rl_tls_feed(c->tls, data, len) != 0) {
+        return -1;
+    }
+    for (;;) {
+        got = rl_tls_read(c->tls, g->tbuf, FRONT_READ_BUF);
+        if (got < 0) {
+            rl_log_info("%s front: TLS handshake or record failed, closed: %s", c->ops->name,
+                        rl_tls_why(c->tls));
+            if (rl_tls_pending(c->tls) > 0) { /* the alert saying why, before closing */
+                struct front_wreq *q = malloc(sizeof(*q) + rl_tls_pending(c->tls));
+
+                if (q != NULL) {
+                    front_write(c, q, rl_tls_take(c->tls, q->data, rl_tls_pending(c->tls)));
+                }
+            }
+            return -1;
+        }
+        if (got == 0) {
+            return 0;
+        }
+        if (c->ops->on_bytes(c, (const uint8_t *)g->tbuf, (size_t)got) != 0 || c->closing) {
+            return -1;
+        }
+    }
+}
+
+/* THE way in: every byte a front reads goes to its protocol here (through the TLS layer
+ * when there is one). */
 static void
 front_in(struct rl_front_conn *c, const uint8_t *data, size_t len)
 {
     c->active_ms = uv_now(c->r->loop);
+    if (c->tls != NULL) {
+        if (front_tls_in(c, data, len) != 0) {
+            rl_front_close(c);
+            return;
+        }
+        rl_front_flush(c);
+        return;
+    }
     if (c->ops->on_bytes(c, data, len) != 0) {
         rl_front_close(c); /* a protocol error: a goodbye it queued is not waited for */
         return;
@@ -412,8 +527,18 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
     c->r = r;
     c->ops = ops;
     c->kind = kind;
+    rl_buf_init(&c->tls_out);
+    if (r->opts.tls_server != NULL) {
+        c->tls = rl_tls_new(r->opts.tls_server);
+        if (c->tls == NULL) {
+            free(c);
+            return UV_ENOMEM;
+        }
+        c->tls_sniff = true;
+    }
     rc = ops->on_open(c);
     if (rc != 0) {
+        rl_tls_free(c->tls);
         free(c);
         return rc;
     }
@@ -426,6 +551,9 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         c->ops->on_close(c);
         free(c->out);
         c->out = NULL;
+        rl_tls_free(c->tls);
+        c->tls = NULL;
+        rl_buf_deinit(&c->tls_out);
         c->closing = true;
         uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
         return rc;
@@ -468,6 +596,9 @@ rl_front_close_all(struct rl_router *r)
 void
 rl_front_free(struct rl_router *r)
 {
+    if (r->front != NULL) {
+        free(r->front->tbuf);
+    }
     free(r->front);
     r->front = NULL;
 }

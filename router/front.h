@@ -17,8 +17,10 @@
  *     no call open; the protocol's on_tick enforces frame_timeout on its requests;
  *   - closing (the protocol's on_close orphans what it has in flight, then frees its state).
  *
- * A TLS layer goes between the socket and front_in / front_out without the protocols
- * knowing. Not for any protocol's framing (rls_h2.c), nor for routing (forward.c).
+ * With [cluster] tls_* set, TLS (common/tls.h, the router's server context, which selects
+ * ALPN "h2" when a client offers it) goes between the socket and front_in / front_out
+ * without the protocols knowing: front_tls_in decrypts, front_tls_pump encrypts; a client
+ * whose first byte is not a TLS handshake record is closed at once. Not for any protocol's framing (rls_h2.c), nor for routing (forward.c).
  */
 #ifndef RL_FRONT_H
 #define RL_FRONT_H

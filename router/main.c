@@ -236,6 +236,8 @@ static const struct rl_daemon_spec router_spec = {
     .on_option = router_option,
     .on_stop = router_stop,
     .on_hup = router_hup,
+    .tls_client = true,
+    .tls_alpn = "h2", /* the gRPC front (front.c); the binary protocol offers none */
 };
 
 int
@@ -325,6 +327,8 @@ main(int argc, char **argv)
     opts.port = m.d.port;
     opts.limits = m.d.conf->clients;
     opts.envoy = m.envoy;
+    opts.tls_server = m.d.tls_server;
+    opts.tls_client = m.d.tls_client;
     popts.router = opts;
     popts.config_path = m.d.config_path;
     popts.workers = m.workers != 0 ? m.workers : rl_rproc_default_workers(m.d.conf);

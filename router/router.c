@@ -136,6 +136,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     if (rc != 0) {
         goto fail;
     }
+    rl_connq_set_tls(&r->connq, opts->tls_server, opts->tls_client);
     uv_timer_init(loop, &r->deadline_timer);
     r->deadline_timer.data = r;
     uv_timer_init(loop, &r->retire_timer);

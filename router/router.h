@@ -96,6 +96,10 @@ struct rl_router_opts {
     /* The envoyproxy/ratelimit configuration ([cluster] envoy_config) the gRPC front answers
      * from, loaded once by the process and read-only while any router runs; NULL: none. */
     struct rl_envoy_shared *envoy; /* the router holds its own reference */
+    /* NULL, or TLS on the client listener / the connections to nodes (tls.h; the process's,
+     * outliving every router) */
+    struct rl_tls_ctx *tls_server;
+    struct rl_tls_ctx *tls_client;
 };
 
 

@@ -65,6 +65,10 @@ local defaults = {
     backlog = nil,           -- connect() waiters once pool_size connections are busy
     keepalive_timeout = 60000, -- ms an idle pooled connection is kept (< the router's 5 min)
     token = nil,             -- AUTH token, sent once per new connection
+    tls = false,             -- TLS to the router (its [cluster] tls_*): the server's
+                             -- certificate is checked against nginx's
+                             -- lua_ssl_trusted_certificate (chain only, no name)
+    tls_server_name = nil,   -- with tls: also check the certificate names this host
     failure = "open",        -- the router cannot be reached: "open" (pass) or "closed" (503)
     failures = {},           -- per service: { payments = "closed" }
     legacy = false,          -- also send X-RateLimit-Limit/-Remaining/-Reset
@@ -77,6 +81,7 @@ local VALID = {
     host = "string", port = "number", timeout = "number", connect_timeout = "number",
     send_timeout = "number", read_timeout = "number", pool = "string", pool_size = "number",
     backlog = "number", keepalive_timeout = "number", token = "string", failure = "string",
+    tls = "boolean", tls_server_name = "string",
     failures = "table", legacy = "boolean", windows = "table", names = "table",
     max_queue_delay = "number",
 }
@@ -349,7 +354,12 @@ end
 
 local pool_names = {}
 local npool_names = 0
-local function pool_name(host, port, token)
+local function pool_name(host, port, token, tls)
+    if tls then
+        -- TLS connections never share a pool with plaintext ones, nor with connections
+        -- checked against another name.
+        host = "tls:" .. (tls.server_name or "") .. ":" .. host
+    end
     local key = token and (host .. ":" .. tostring(port) .. ":" .. token)
         or (host .. ":" .. tostring(port))
     local name = pool_names[key]
@@ -367,7 +377,7 @@ end
 
 -- One attempt on one connection. Returns reply; or nil, err, retriable (a pooled connection
 -- the router had closed before anything came back: the request never reached it).
-local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id)
+local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id, tls)
     local sock = tcp()
     sock:settimeouts(ct, st, rt)
     local ok, err
@@ -380,6 +390,18 @@ local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, pa
         return nil, "connect: " .. tostring(err)
     end
     local reused = sock:getreusedtimes() or 0
+    if tls and reused == 0 then
+        -- A fresh connection: the handshake, the chain checked against
+        -- lua_ssl_trusted_certificate (and the name when tls.server_name is set).
+        -- pcall: some lua-resty-core / lua-nginx-module pairs raise instead of returning
+        -- when verification fails; either way the failure policy answers, never a 500.
+        local pok, session, herr = pcall(sock.sslhandshake, sock, nil, tls.server_name, true)
+        if not pok or not session then
+            sock:close()
+            return nil, "TLS: " .. tostring(pok and herr or "handshake refused (" ..
+                                             tostring(session) .. ")")
+        end
+    end
     local auth_id
     local req = payload
     if reused == 0 and token ~= nil then
@@ -474,8 +496,12 @@ function _M.check(opts)
     local st = opt(opts, "send_timeout") or timeout
     local rt = opt(opts, "read_timeout") or timeout
     local pool_size = opt(opts, "pool_size")
+    local tls = nil
+    if opt(opts, "tls") then
+        tls = { server_name = opt(opts, "tls_server_name") }
+    end
     local copts = {
-        pool = opt(opts, "pool") or pool_name(host, port, token),
+        pool = opt(opts, "pool") or pool_name(host, port, token, tls),
         pool_size = pool_size,
         backlog = opt(opts, "backlog"),
     }
@@ -483,11 +509,12 @@ function _M.check(opts)
     local id = next_id()
     local payload = enc_check(id, service, user, endpoint, cost)
     local reply, err, retriable = attempt(host, port, copts, ct, st, rt, idle, pool_size, token,
-                                          payload, id)
+                                          payload, id, tls)
     if reply == nil and retriable then
         -- The pooled connection was dead (the router restarted, or closed it as idle): once
         -- more, on a connection of its own.
-        reply, err = attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id)
+        reply, err = attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id,
+                             tls)
     end
     if reply ~= nil and reply.code == 5 and reply.retry_after_ms > opt(opts, "max_queue_delay") then
         reply.code, reply.code_name = 1, "LIMITED"

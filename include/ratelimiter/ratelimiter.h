@@ -139,6 +139,29 @@ RLC_API int rlc_connect(rlc_client **out, const char *host, uint16_t port, int t
 /* The same with "host:port" or "[v6addr]:port"; -EINVAL when it is neither. */
 RLC_API int rlc_connect_addr(rlc_client **out, const char *hostport, int timeout_ms);
 
+/* TLS (docs/CLIENTS.md, "TLS"): the files a TLS client reads, PEM. */
+struct rlc_tls_options {
+    const char *ca_file;   /* required: the CA certificates the server's certificate must
+                              chain to (only the chain is checked, not a name) */
+    const char *cert_file; /* optional: this client's certificate, for a server that wants
+                              one (a node with TLS); with key_file */
+    const char *key_file;  /* its key: a file neither group nor others may read or write */
+};
+
+/*
+ * rlc_connect_addr over TLS: every connection the client opens (reconnects too) makes the
+ * handshake first. Returns as rlc_connect_addr, -EINVAL too for files that do not load, or
+ * -EPROTO when the handshake failed; why (may be NULL) then says what went wrong: the
+ * server's certificate refused, a server speaking plaintext, a key file too open...
+ */
+RLC_API int rlc_connect_tls(rlc_client **out, const char *hostport,
+                            const struct rlc_tls_options *tls, int timeout_ms, char *why,
+                            size_t whylen);
+
+/* Why the last TLS handshake of c failed, or NULL. A server that refuses the client's
+ * certificate may say so only at the first read (TLS 1.3): a call fails -EPROTO. */
+RLC_API const char *rlc_tls_error(const rlc_client *c);
+
 /* Closes the connection and frees c (NULL is a no-op). The token is wiped from memory. */
 RLC_API void rlc_close(rlc_client *c);
 

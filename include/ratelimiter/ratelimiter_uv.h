@@ -50,6 +50,13 @@ struct rlc_uv_options {
                                (10000); at most RLC_UV_MAX_PENDING_LIMIT */
     uint32_t backoff_min_ms; /* 0: 50 */
     uint32_t backoff_max_ms; /* 0: 2000 */
+    /* TLS (docs/CLIENTS.md, "TLS"): set tls_ca_file (PEM CA certificates the server's
+     * certificate must chain to) to speak TLS; tls_cert_file and tls_key_file (PEM, the key
+     * mode 0600 or stricter) when the server wants a client certificate (a node with TLS).
+     * Read once by rlc_uv_create (-EINVAL when they do not load). */
+    const char *tls_ca_file;
+    const char *tls_cert_file;
+    const char *tls_key_file;
 };
 
 /*

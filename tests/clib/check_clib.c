@@ -626,6 +626,80 @@ START_TEST(test_hostile_frame_length)
 }
 END_TEST
 
+/* TLS (docs/CLIENTS.md, "TLS"): the blocking and the loop clients through a TLS router, and a
+ * TLS node that wants a certificate the client does not show. */
+START_TEST(test_tls)
+{
+    const char *dir = rl_harness_tmpdir();
+    struct rl_harness_server tnode = {0}, trouter = {0};
+    char conf[PATH_MAX], ca[PATH_MAX], addr[64], why[256];
+    struct rlc_tls_options t = {0};
+    struct rlc_uv_options o;
+    struct rlc_reply r;
+    int nport = rl_harness_free_port(), rport = rl_harness_free_port(), rc;
+    rlc_client *c = NULL;
+    uv_loop_t loop;
+    rlc_uv *u;
+
+    ck_assert_int_eq(rl_harness_tls_ca(dir, "ca"), 0);
+    ck_assert_int_eq(rl_harness_tls_cert(dir, "member", "ca"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "tls.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf,
+                                           "[cluster]\ntls_cert_file = %s/member.pem\n"
+                                           "tls_key_file = %s/member.key\n"
+                                           "tls_ca_file = %s/ca.pem\n"
+                                           "[router]\nlisten = 127.0.0.1:%d\n"
+                                           "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[service one]\nlimit = fixed_window 1 per 1h\n",
+                                           dir, dir, dir, rport, nport),
+                     0);
+    ck_assert_int_eq(rl_harness_node_start(&tnode, conf, "a", nport, 0), 0);
+    ck_assert_int_eq(rl_harness_router_start(&trouter, conf, rport), 0);
+    snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
+    t.ca_file = ca;
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", rport);
+    ck_assert_msg(rlc_connect_tls(&c, addr, &t, 5000, why, sizeof(why)) == 0, "%s", why);
+    ck_assert_int_eq(rlc_check(c, "one", "tls", NULL, 1, &r, 5000), 0);
+    ck_assert_uint_eq(r.code, RLC_ALLOWED);
+    ck_assert_int_eq(rlc_check(c, "one", "tls", NULL, 1, &r, 5000), 0);
+    ck_assert_uint_eq(r.code, RLC_LIMITED);
+    rlc_close(c);
+    /* The node wants a client certificate: refused, and told why. */
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", nport);
+    rc = rlc_connect_tls(&c, addr, &t, 5000, why, sizeof(why));
+    if (rc == 0) { /* TLS 1.3: the refusal comes with the first read */
+        ck_assert_int_ne(rlc_check(c, "one", "x", NULL, 1, &r, 5000), 0);
+        ck_assert_ptr_nonnull(rlc_tls_error(c));
+        snprintf(why, sizeof(why), "%s", rlc_tls_error(c));
+        rlc_close(c);
+    }
+    ck_assert_msg(strstr(why, "certificate required") != NULL, "%s", why);
+    /* No CA file: refused before connecting. */
+    t.ca_file = NULL;
+    ck_assert_int_eq(rlc_connect_tls(&c, addr, &t, 5000, why, sizeof(why)), -EINVAL);
+    /* The loop client. */
+    uv_loop_init(&loop);
+    memset(&o, 0, sizeof(o));
+    o.host = "127.0.0.1";
+    o.port = (uint16_t)rport;
+    o.tls_ca_file = ca;
+    ck_assert_int_eq(rlc_uv_create(&u, &loop, &o), 0);
+    memset(&T, 0, sizeof(T));
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rlc_uv_check(u, "one", "uvtls", NULL, 1, 5000, on_reply,
+                                      (void *)(intptr_t)i), 0);
+    }
+    run_until(&loop, &T.done, 3, 10000);
+    ck_assert_int_eq(T.done, 3);
+    ck_assert_int_eq(T.status[0] | T.status[1] | T.status[2], 0);
+    ck_assert_uint_eq(T.rep[0].code + T.rep[1].code + T.rep[2].code,
+                      RLC_ALLOWED + 2 * RLC_LIMITED);
+    uv_finish(&loop, u);
+    rl_harness_server_stop(&trouter, SIGTERM, 5000);
+    rl_harness_server_stop(&tnode, SIGTERM, 5000);
+}
+END_TEST
+
 static Suite *
 clib_suite(void)
 {
@@ -647,6 +721,7 @@ clib_suite(void)
     tcase_add_test(tc, test_uv_queue_bound);
     tcase_add_test(tc, test_uv_timeout_lost_reconnect);
     tcase_add_test(tc, test_uv_close_cancels);
+    tcase_add_test(tc, test_tls);
     suite_add_tcase(s, tc);
     tc = tcase_create("hostile");
     tcase_set_timeout(tc, 10);

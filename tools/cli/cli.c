@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "tls.h"
 
 #include "cli.h"
 
@@ -86,6 +87,17 @@ cli_connect(const struct cli *o, struct rl_client **c, char *why, size_t whylen)
         *c = NULL;
         return CLI_EXIT_FAIL;
     }
+    if (o->tls != NULL) {
+        char tw[256];
+
+        rc = rl_client_start_tls(*c, o->tls, o->timeout_ms, tw, sizeof(tw));
+        if (rc != 0) {
+            snprintf(why, whylen, "TLS with %s failed: %s", o->target, tw);
+            rl_client_destroy(*c);
+            *c = NULL;
+            return CLI_EXIT_FAIL;
+        }
+    }
     rc = rl_client_auth_file(*c, o->token_file, o->timeout_ms, why, whylen);
     if (rc != 0) {
         rl_client_destroy(*c);
@@ -140,7 +152,10 @@ cli_exchange(const struct cli *o, const struct cli_cmd *cmd, struct cli_exchange
         t0 = rl_clock_mono_ns();
         rc = exchange_once(o, c, x, rep);
         if (rc != 0) {
-            fprintf(stderr, "rl-cli: %s to %s: %s\n", name, o->target, cli_errno_text(rc));
+            const char *tw = rl_client_tls_why(c);
+
+            fprintf(stderr, "rl-cli: %s to %s: %s%s%s\n", name, o->target, cli_errno_text(rc),
+                    tw != NULL ? ": TLS: " : "", tw != NULL ? tw : "");
             status = CLI_EXIT_FAIL;
         } else if (rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_UNKNOWN_OP &&
                    cmd->unknown_op != NULL) {

@@ -69,6 +69,10 @@ struct cli {
     uint32_t shards;
     const char *config;
     const char *token_file; /* --token-file, else $RL_TOKEN_FILE */
+    const char *tls_ca;     /* --tls-ca: TLS, the server's certificate checked against it */
+    const char *tls_cert;   /* --tls-cert, --tls-key: this client's (a node wants one) */
+    const char *tls_key;
+    struct rl_tls_ctx *tls; /* built from those; NULL: plain TCP */
     const char *service; /* throttled --service */
     uint64_t since_ms;   /* throttled --since */
     uint32_t top;        /* throttled --top; 0: the server's default */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "parse.h"
+#include "tls.h"
 
 #include "cli.h"
 
@@ -149,6 +150,11 @@ usage(FILE *f)
                "  --token-file FILE   AUTH with the token in FILE first (a router's client\n"
                "                      token, or a node's cluster secret; mode 0600); default\n"
                "                      $RL_TOKEN_FILE, none when unset\n"
+               "  --tls-ca FILE       speak TLS, checking the server's certificate against the\n"
+               "                      CA certificates in FILE (PEM)\n"
+               "  --tls-cert FILE, --tls-key FILE\n"
+               "                      this client's certificate and key (PEM; the key mode\n"
+               "                      0600), for a server that wants one (a node with TLS)\n"
                "  --help, --version\n"
                "\n"
                "Exit status: 0 success (check: ALLOWED), 1 the server cannot be reached, answers\n"
@@ -218,6 +224,9 @@ enum {
     OPT_TARGET = OPT_BASE + CLI_OPTBIT_COUNT,
     OPT_TIMEOUT,
     OPT_TOKEN_FILE,
+    OPT_TLS_CA,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -234,6 +243,9 @@ static const struct option long_opts[] = {
     {"shards", required_argument, NULL, OPT(SHARDS)},
     {"config", required_argument, NULL, OPT(CONFIG)},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
+    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
     {"service", required_argument, NULL, OPT(SERVICE)},
     {"since", required_argument, NULL, OPT(SINCE)},
     {"top", required_argument, NULL, OPT(TOP)},
@@ -324,6 +336,15 @@ take_option(struct cli *o, int ch, const char *arg)
     case OPT_TOKEN_FILE:
         o->token_file = arg;
         return 0;
+    case OPT_TLS_CA:
+        o->tls_ca = arg;
+        return 0;
+    case OPT_TLS_CERT:
+        o->tls_cert = arg;
+        return 0;
+    case OPT_TLS_KEY:
+        o->tls_key = arg;
+        return 0;
     case OPT(SERVICE):
         if (arg[0] == '\0' || strlen(arg) > RL_WIRE_SERVICE_MAX) {
             return cli_usage_error("--service: expected 1..128 bytes, not \"%s\"", arg);
@@ -384,5 +405,18 @@ main(int argc, char **argv)
     if (rc != CLI_EXIT_OK) {
         return rc;
     }
-    return cmd->run(&o, cmd, argc - optind - 1, argv + optind + 1);
+    if (o.tls_ca != NULL || o.tls_cert != NULL || o.tls_key != NULL) {
+        char why[512];
+
+        if (o.tls_ca == NULL) {
+            return cli_usage_error("%s need --tls-ca", "--tls-cert and --tls-key");
+        }
+        if (rl_tls_ctx_new(&o.tls, RL_TLS_CLIENT, o.tls_cert, o.tls_key, o.tls_ca, NULL, why,
+                           sizeof(why)) != 0) {
+            return cli_usage_error("%s", why);
+        }
+    }
+    rc = cmd->run(&o, cmd, argc - optind - 1, argv + optind + 1);
+    rl_tls_ctx_free(o.tls);
+    return rc;
 }

@@ -19,6 +19,7 @@
 
 #include "clock.h"
 #include "json.h"
+#include "tls.h"
 
 #include "cli.h"
 
@@ -46,6 +47,8 @@ struct status_node {
 struct status {
     const struct cli *o;
     const struct rl_conf *conf;
+    struct rl_tls_ctx *tls;      /* to the members: --tls-* or the config's tls_* files */
+    struct rl_tls_ctx *tls_own;  /* built here from the config: freed at the end */
     struct status_node *nodes;
     size_t n, cap;
     struct rl_wire_reply *rep; /* the router's STATS, valid while its client is open */
@@ -290,6 +293,11 @@ status_sample(struct status *s, struct status_node *nd, struct rl_wire_reply *re
 
     if (first) {
         rc = rl_client_connect_addr(&nd->c, nd->addr, s->o->timeout_ms);
+        if (rc == 0 && s->tls != NULL) {
+            char why[256];
+
+            rc = rl_client_start_tls(nd->c, s->tls, s->o->timeout_ms, why, sizeof(why));
+        }
         if (rc == 0 && s->conf->secret != NULL) {
             rc = rl_client_auth(nd->c, s->conf->secret, s->conf->secret_len, rep,
                                 s->o->timeout_ms);
@@ -588,6 +596,7 @@ int
 cli_cmd_status(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv)
 {
     struct status s;
+    struct cli tls_opts; /* o, with the config's TLS when no --tls-* was given */
     struct rl_conf *conf = NULL;
     struct rl_wire_reply *rep = NULL;
     bool ok, sampled = false;
@@ -605,6 +614,23 @@ cli_cmd_status(const struct cli *o, const struct cli_cmd *cmd, int argc, char **
             return rc;
         }
         s.conf = conf;
+        s.tls = o->tls;
+        if (s.tls == NULL && conf->tls_cert_file[0] != '\0') {
+            /* The members want a certificate the cluster's CA signed: the config's. */
+            char why[512];
+
+            if (rl_tls_ctx_new(&s.tls_own, RL_TLS_CLIENT, conf->tls_cert_file,
+                               conf->tls_key_file, conf->tls_ca_file, NULL, why,
+                               sizeof(why)) != 0) {
+                rl_conf_destroy(conf);
+                return cli_usage_error("%s", why);
+            }
+            s.tls = s.tls_own;
+            /* and to the router too */
+            tls_opts = *o;
+            tls_opts.tls = s.tls;
+            s.o = &tls_opts;
+        }
     }
     status_router(&s);
     if (conf != NULL) {
@@ -640,5 +666,6 @@ cli_cmd_status(const struct cli *o, const struct cli_cmd *cmd, int argc, char **
     free(s.rstats);
     free(s.rep);
     rl_conf_destroy(conf);
+    rl_tls_ctx_free(s.tls_own);
     return ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }

@@ -9,6 +9,7 @@
 #include "conn.h"
 #include "mp.h"
 #include "reqclient.h"
+#include "tls.h"
 #include "worker.h"
 #include "workload.h"
 
@@ -34,17 +35,40 @@ on_write(uv_write_t *req, int status)
 void
 lg_conn_flush(struct conn *c)
 {
-    struct rl_buf tmp;
+    struct rl_buf tmp, *src = &c->out;
     uv_buf_t buf;
     int rc;
 
-    if (c->writing || c->dead || rl_buf_unread(&c->out) == 0) {
+    if (c->writing || c->dead) {
         return;
     }
-    buf = uv_buf_init(c->out.data + c->out.pos, (unsigned)rl_buf_unread(&c->out));
+    if (c->tls != NULL) {
+        /* TLS: what is encoded is encrypted (once the handshake is done) and the ciphertext,
+         * with anything the handshake has to send, is what is written. */
+        long n = rl_tls_write(c->tls, c->out.data + c->out.pos, rl_buf_unread(&c->out));
+
+        if (n < 0) {
+            fprintf(stderr, "rl-bench: connection %u: TLS: %s\n", c->index, rl_tls_why(c->tls));
+            lg_conn_kill(c, "tls", UV_EPROTO);
+            return;
+        }
+        c->out.pos += (size_t)n;
+        if (rl_buf_unread(&c->out) == 0) {
+            rl_buf_reset(&c->out);
+        }
+        if (rl_tls_take_buf(c->tls, &c->ct) != 0) {
+            lg_conn_kill(c, "tls", UV_ENOMEM);
+            return;
+        }
+        src = &c->ct;
+    }
+    if (rl_buf_unread(src) == 0) {
+        return;
+    }
+    buf = uv_buf_init(src->data + src->pos, (unsigned)rl_buf_unread(src));
     rc = uv_try_write((uv_stream_t *)&c->tcp, &buf, 1);
     if (rc == (int)buf.len) {
-        rl_buf_reset(&c->out);
+        rl_buf_reset(src);
         return;
     }
     if (rc < 0 && rc != UV_EAGAIN) {
@@ -52,11 +76,11 @@ lg_conn_flush(struct conn *c)
         return;
     }
     if (rc > 0) {
-        c->out.pos += (size_t)rc;
+        src->pos += (size_t)rc;
     }
     tmp = c->wbuf;
-    c->wbuf = c->out;
-    c->out = tmp;
+    c->wbuf = *src;
+    *src = tmp;
     buf = uv_buf_init(c->wbuf.data + c->wbuf.pos, (unsigned)rl_buf_unread(&c->wbuf));
     c->write_req.data = c;
     rc = uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
@@ -160,7 +184,49 @@ on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct conn *c = h->data;
 
+    if (c->tls != NULL) {
+        *buf = uv_buf_init(c->w->tls_raw, BENCH_TLS_RAW);
+        return;
+    }
     *buf = uv_buf_init(c->in + c->in_len, (unsigned)(BENCH_IN_CAP - c->in_len));
+}
+
+static int conn_frames(struct conn *c, uint64_t now);
+static void conn_up(struct conn *c);
+
+/* TLS: ciphertext read, decrypted into c->in and its replies filed. Returns 0 or -1 (c was
+ * killed). */
+static int
+conn_tls_read(struct conn *c, const char *p, size_t n, uint64_t now)
+{
+    int got;
+
+    if (rl_tls_feed(c->tls, p, n) != 0) {
+        lg_conn_kill(c, "tls", UV_ENOMEM);
+        return -1;
+    }
+    for (;;) {
+        got = rl_tls_read(c->tls, c->in + c->in_len, BENCH_IN_CAP - c->in_len);
+        if (got < 0) {
+            fprintf(stderr, "rl-bench: connection %u: TLS: %s\n", c->index, rl_tls_why(c->tls));
+            lg_conn_kill(c, "tls", UV_EPROTO);
+            return -1;
+        }
+        if (got == 0) {
+            break;
+        }
+        c->in_len += (size_t)got;
+        if (conn_frames(c, now) != 0) {
+            return -1;
+        }
+    }
+    if (!c->up && rl_tls_established(c->tls)) {
+        conn_up(c);
+    }
+    if (!c->dead) {
+        lg_conn_flush(c); /* the handshake's answer, or what waited for it */
+    }
+    return c->dead ? -1 : 0;
 }
 
 static void
@@ -168,9 +234,7 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *c = s->data;
     struct worker *w = c->w;
-    size_t off = 0, len;
     uint64_t now;
-    int rc;
 
     if (nread < 0) {
         lg_conn_kill(c, "read", (int)nread);
@@ -179,8 +243,27 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0) {
         return;
     }
-    c->in_len += (size_t)nread;
     now = uv_hrtime();
+    if (c->tls != NULL) {
+        if (conn_tls_read(c, buf->base, (size_t)nread, now) != 0) {
+            return;
+        }
+    } else {
+        c->in_len += (size_t)nread;
+        if (conn_frames(c, now) != 0) {
+            return;
+        }
+    }
+    w->t_end = now;
+}
+
+/* Files the whole replies in c->in. Returns 0, or -1 when c was killed. */
+static int
+conn_frames(struct conn *c, uint64_t now)
+{
+    size_t off = 0, len;
+    int rc;
+
     for (;;) {
         rc = rl_wire_frame(c->in + off, c->in_len - off, &len);
         if (rc == 0) {
@@ -188,7 +271,7 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         }
         if (rc < 0 || conn_reply(c, c->in + off + RL_WIRE_HDR_LEN, len, now) != 0) {
             lg_conn_kill(c, "protocol", UV_EPROTO);
-            return;
+            return -1;
         }
         off += RL_WIRE_HDR_LEN + len;
     }
@@ -196,7 +279,7 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         memmove(c->in, c->in + off, c->in_len - off);
         c->in_len -= off;
     }
-    w->t_end = now;
+    return 0;
 }
 
 static void
@@ -226,7 +309,7 @@ lg_conn_kill(struct conn *c, const char *why, int status)
     if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
         uv_close((uv_handle_t *)&c->tcp, on_close_conn);
     }
-    if (c->connected) {
+    if (c->up) {
         w->nalive--;
     }
     if (w->nalive == 0 && w->running) {
@@ -264,11 +347,33 @@ lg_on_connect(uv_connect_t *req, int status)
         lg_conn_kill(c, "auth", UV_ENOMEM);
         return;
     }
+    if (w->b->o.tls != NULL) {
+        /* TLS: the connection counts once its handshake is done (conn_tls_read). */
+        c->tls = rl_tls_new(w->b->o.tls);
+        if (c->tls == NULL || rl_tls_start(c->tls) != 0) {
+            lg_conn_kill(c, "tls", c->tls == NULL ? UV_ENOMEM : UV_EPROTO);
+            return;
+        }
+    }
     status = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (status < 0) {
         lg_conn_kill(c, "read", status);
         return;
     }
+    if (c->tls != NULL) {
+        lg_conn_flush(c); /* the ClientHello */
+        return;
+    }
+    conn_up(c);
+}
+
+/* c is connected (and, with TLS, through its handshake): the worker starts once all are. */
+static void
+conn_up(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    c->up = true;
     w->nalive++;
     if (++w->nconnected == w->nconns) {
         lg_worker_start(w);
@@ -289,6 +394,7 @@ lg_conn_init(struct worker *w, struct conn *c, unsigned index)
     c->free_slots = calloc(p, sizeof(*c->free_slots));
     rl_buf_init(&c->out);
     rl_buf_init(&c->wbuf);
+    rl_buf_init(&c->ct);
     if (c->in == NULL || c->slot_t == NULL || c->slot_gen == NULL || c->slot_busy == NULL ||
         c->free_slots == NULL) {
         return -ENOMEM;
@@ -310,6 +416,9 @@ lg_conn_deinit(struct conn *c)
     free(c->free_slots);
     rl_buf_deinit(&c->out);
     rl_buf_deinit(&c->wbuf);
+    rl_buf_deinit(&c->ct);
+    rl_tls_free(c->tls);
+    c->tls = NULL;
 }
 
 /* Connects once with the blocking client: resolves the target, proves it answers, and
@@ -326,6 +435,16 @@ lg_resolve_target(struct bench *b)
         fprintf(stderr, "rl-bench: cannot connect to %s: %s\n", b->o.target,
                 rc == -EINVAL ? "expected HOST:PORT" : strerror(-rc));
         return rc;
+    }
+    if (b->o.tls != NULL) {
+        char why[256];
+
+        rc = rl_client_start_tls(c, b->o.tls, 5000, why, sizeof(why));
+        if (rc != 0) {
+            fprintf(stderr, "rl-bench: %s: TLS: %s\n", b->o.target, why);
+            rl_client_destroy(c);
+            return rc;
+        }
     }
     if (b->o.token_len > 0) {
         struct rl_wire_reply *rep = malloc(sizeof(*rep));

@@ -32,6 +32,7 @@
 /* Per-connection input: room for several largest frames, so a partial frame left at the
  * end of a read always fits after compaction. */
 #define BENCH_IN_CAP (256u * 1024)
+#define BENCH_TLS_RAW (64u * 1024) /* a worker's buffer for the ciphertext of one read */
 
 /* Longest encoded CHECK: prefix, fixarray, op, id, user ("u" + 10 digits), suffix. */
 #define BENCH_USER_MAX 16
@@ -48,6 +49,10 @@ struct opts {
     const char *token_file; /* --token-file, else $RL_TOKEN_FILE; NULL: no AUTH */
     char token[RL_AUTH_TOKEN_MAX];
     size_t token_len; /* 0: no AUTH */
+    const char *tls_ca; /* --tls-ca, --tls-cert, --tls-key: TLS (common/tls.h) */
+    const char *tls_cert;
+    const char *tls_key;
+    struct rl_tls_ctx *tls; /* built from them; NULL: plain TCP */
     unsigned connections;
     unsigned pipeline;
     uint32_t keys;
@@ -82,6 +87,9 @@ struct conn {
     size_t in_len;
     struct rl_buf out;  /* requests being encoded */
     struct rl_buf wbuf; /* a write that did not finish at once, in flight */
+    struct rl_tls *tls; /* NULL: plain TCP */
+    struct rl_buf ct;   /* TLS: out, encrypted, not yet written */
+    bool up;            /* counted as connected (after the TLS handshake, with TLS) */
     /*
      * In-flight slots: a request's id is (generation << 16) | slot, so a reply finds its
      * send time in O(1) whatever order replies come in, and a stray id is recognised.
@@ -106,6 +114,7 @@ struct worker {
     uv_poll_t tfd_poll;
     int tfd; /* timerfd for the open-loop schedule; -1 when closed loop */
     struct conn *conns;
+    char *tls_raw; /* BENCH_TLS_RAW, with TLS */
     unsigned nconns;
     unsigned nconnected;
     unsigned nalive;

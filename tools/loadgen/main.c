@@ -23,6 +23,7 @@
 #include "control.h"
 #include "loadgen.h"
 #include "options.h"
+#include "tls.h"
 #include "report.h"
 #include "worker.h"
 #include "workload.h"
@@ -61,6 +62,7 @@ main(int argc, char **argv)
 
 out:
     lg_workers_deinit(b);
+    rl_tls_ctx_free(b->o.tls);
     free(b);
     return status;
 }

@@ -10,6 +10,7 @@
 
 #include "options.h"
 #include "parse.h"
+#include "tls.h"
 
 static void
 usage(FILE *f)
@@ -38,6 +39,11 @@ usage(FILE *f)
                "  --json               print the summary (and interval lines) as JSON\n"
                "  --token-file FILE    AUTH with the token in FILE on every connection (mode\n"
                "                       0600); default $RL_TOKEN_FILE, none when unset\n"
+               "  --tls-ca FILE        speak TLS, checking the server's certificate against\n"
+               "                       the CA certificates in FILE (PEM)\n"
+               "  --tls-cert FILE, --tls-key FILE\n"
+               "                       this client's certificate and key, for a server that\n"
+               "                       wants one (a node with TLS); the key mode 0600\n"
                "  --help, --version\n"
                "\n"
                "Exits 1 when it cannot connect or a connection fails, 2 on a usage error.\n"
@@ -85,6 +91,9 @@ enum {
     OPT_THREADS,
     OPT_SEED,
     OPT_TOKEN_FILE,
+    OPT_TLS_CA,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -108,6 +117,9 @@ static const struct option long_opts[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"seed", required_argument, NULL, OPT_SEED},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
+    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -140,6 +152,15 @@ lg_parse_opts(int argc, char **argv, struct opts *o)
             break;
         case OPT_TOKEN_FILE:
             o->token_file = optarg;
+            break;
+        case OPT_TLS_CA:
+            o->tls_ca = optarg;
+            break;
+        case OPT_TLS_CERT:
+            o->tls_cert = optarg;
+            break;
+        case OPT_TLS_KEY:
+            o->tls_key = optarg;
             break;
         case OPT_CONNECTIONS:
             if (parse_u64(optarg, 100000, &v) != 0 || v == 0) {
@@ -261,6 +282,16 @@ lg_parse_opts(int argc, char **argv, struct opts *o)
 
         if (rl_auth_read_secret(o->token_file, 1, o->token, sizeof(o->token), &o->token_len, why,
                                 sizeof(why)) != 0) {
+            bad = why;
+        }
+    }
+    if (bad == NULL && (o->tls_ca != NULL || o->tls_cert != NULL || o->tls_key != NULL)) {
+        static char why[512];
+
+        if (o->tls_ca == NULL) {
+            bad = "--tls-cert and --tls-key need --tls-ca";
+        } else if (rl_tls_ctx_new(&o->tls, RL_TLS_CLIENT, o->tls_cert, o->tls_key, o->tls_ca,
+                                  NULL, why, sizeof(why)) != 0) {
             bad = why;
         }
     }

@@ -307,6 +307,9 @@ lg_workers_init(struct bench *b)
         w->nconns = o->connections / o->threads + (i < o->connections % o->threads ? 1 : 0);
         w->conns = calloc(w->nconns, sizeof(*w->conns));
         w->rep = malloc(sizeof(*w->rep));
+        if (o->tls != NULL && (w->tls_raw = malloc(BENCH_TLS_RAW)) == NULL) {
+            return -ENOMEM;
+        }
         if (w->conns == NULL || w->rep == NULL || rl_wire_decoder_init(&w->dec) != 0) {
             return -ENOMEM;
         }
@@ -355,6 +358,7 @@ lg_workers_deinit(struct bench *b)
         }
         free(w->conns);
         free(w->rep);
+        free(w->tls_raw);
     }
     free(b->workers);
 }

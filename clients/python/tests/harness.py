@@ -130,13 +130,13 @@ class Cluster:
 
     def __init__(self, workdir: Path, nodes: Sequence[str] = ("a",),
                  services: str = DEFAULT_SERVICES, extra: str = "",
-                 deadline: str = "200ms") -> None:
+                 deadline: str = "200ms", cluster: str = "") -> None:
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.node_ports = {n: free_port() for n in nodes}
         self.port = free_port()
         self.conf = self.dir / "cluster.conf"
-        parts = [f"[cluster]\nname = pytest\nsession_timeout = 2s\n",
+        parts = [f"[cluster]\nname = pytest\nsession_timeout = 2s\n{cluster}",
                  f"[router]\nlisten = 127.0.0.1:{self.port}\ndeadline = {deadline}\n"]
         for n, p in self.node_ports.items():
             parts.append(f"[node {n}]\nlisten = 127.0.0.1:{p}\nmemory = 64mb\n")
@@ -168,7 +168,8 @@ class Cluster:
         import ratelimiter
 
         deadline = time.monotonic() + timeout
-        with ratelimiter.Client("127.0.0.1", self.port, 1.0, token=self.ready_token) as c:
+        with ratelimiter.Client("127.0.0.1", self.port, 1.0, token=self.ready_token,
+                                ssl=self.ready_ssl) as c:
             while time.monotonic() < deadline:
                 try:
                     r = c.check(self.ready_service, "__ready__", cost=0)
@@ -181,6 +182,7 @@ class Cluster:
 
     ready_service = "fw"
     ready_token: Optional[bytes] = None
+    ready_ssl = None  # an ssl.SSLContext when the cluster speaks TLS
 
     def kill_router(self) -> None:
         if self.router is not None:

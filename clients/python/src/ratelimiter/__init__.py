@@ -4,6 +4,7 @@ from .aio import AsyncClient, connect_async
 from .client import ClientPool, Client, connect
 from .headers import PASS, ceil_s, headers, sf_string
 from .policy import CLOSED, OPEN, FailurePolicy
+from .tls import tls_context
 from .protocol import (DEFAULT_MAX_QUEUE_DELAY, MAX_FRAME, MAX_HEADER_S, RETRY_NEVER,
                        AuthError, Check, Code, ErrorCode, ProtocolError, RateLimiterError,
                        Reply, ServerError, Timeout, Unavailable)
@@ -14,5 +15,5 @@ __all__ = [
     "AsyncClient", "AuthError", "CLOSED", "Check", "Client", "ClientPool", "Code",
     "DEFAULT_MAX_QUEUE_DELAY", "ErrorCode", "FailurePolicy", "MAX_FRAME", "MAX_HEADER_S", "OPEN", "PASS", "ProtocolError",
     "RETRY_NEVER", "RateLimiterError", "Reply", "ServerError", "Timeout", "Unavailable",
-    "ceil_s", "connect", "connect_async", "headers", "sf_string",
+    "ceil_s", "connect", "connect_async", "headers", "sf_string", "tls_context",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl as _ssl
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .client import load_token, settle_many
@@ -13,6 +14,7 @@ from .protocol import (DEFAULT_MAX_QUEUE_DELAY, MAX_FRAME, U32_MAX, AuthError, C
                        ProtocolError, Reply, ServerError, Stats, Timeout, Unavailable,
                        as_check, attach, decode, encode_auth, encode_check, encode_simple,
                        max_queue_delay_ms, server_error)
+from .tls import describe as tls_describe
 
 _ABANDONED_MAX = 1 << 16  # ids of timed-out calls remembered, so their late replies are dropped
 
@@ -114,10 +116,12 @@ class AsyncClient:
                  failure: Optional[Union[Mapping[str, str], FailurePolicy]] = None,
                  failure_default: Optional[str] = None, max_in_flight: int = 1024,
                  connect_timeout: Optional[float] = None,
-                 max_queue_delay: float = DEFAULT_MAX_QUEUE_DELAY) -> None:
+                 max_queue_delay: float = DEFAULT_MAX_QUEUE_DELAY,
+                 ssl: Optional[_ssl.SSLContext] = None) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
         self.host, self.port, self.timeout = host, port, timeout
+        self.ssl = ssl  # TLS (ratelimiter.tls_context), None: plain TCP
         self._max_delay_ms = max_queue_delay_ms(max_queue_delay)
         self.max_queue_delay = max_queue_delay
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
@@ -153,10 +157,18 @@ class AsyncClient:
             if self._conn is not None and not self._conn.closed:
                 return self._conn
             try:
-                r, w = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
-                                              self.connect_timeout)
+                if self.ssl is not None:
+                    opened = asyncio.open_connection(
+                        self.host, self.port, ssl=self.ssl,
+                        server_hostname=self.host if self.ssl.check_hostname else "")
+                else:
+                    opened = asyncio.open_connection(self.host, self.port)
+                r, w = await asyncio.wait_for(opened, self.connect_timeout)
             except asyncio.TimeoutError:
                 raise Timeout(f"connect to {self.host}:{self.port} timed out") from None
+            except _ssl.SSLError as e:
+                raise Unavailable(f"TLS with {self.host}:{self.port} failed: "
+                                  f"{tls_describe(e)}") from None
             except OSError as e:
                 raise Unavailable(f"cannot connect to {self.host}:{self.port}: {e}") from None
             conn = _Conn(r, w)

@@ -6,6 +6,7 @@ import contextlib
 import queue
 import select
 import socket
+import ssl as _ssl
 import threading
 import time
 from typing import (Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence,
@@ -17,6 +18,7 @@ from .protocol import (DEFAULT_MAX_QUEUE_DELAY, U32_MAX, AuthError, Check, Check
                        ProtocolError, Reply, ServerError, Stats, Timeout, Unavailable,
                        as_check, attach, decode, encode_auth, encode_check, encode_simple,
                        max_queue_delay_ms, read_token_file, server_error)
+from .tls import describe as tls_describe
 
 T = TypeVar("T")
 BATCH = 4096  # check_many writes at most this many requests before reading their replies
@@ -70,8 +72,10 @@ class Client:
                  failure: Optional[Union[Mapping[str, str], FailurePolicy]] = None,
                  failure_default: Optional[str] = None,
                  connect_timeout: Optional[float] = None,
-                 max_queue_delay: float = DEFAULT_MAX_QUEUE_DELAY) -> None:
+                 max_queue_delay: float = DEFAULT_MAX_QUEUE_DELAY,
+                 ssl: Optional[_ssl.SSLContext] = None) -> None:
         self.host, self.port, self.timeout = host, port, timeout
+        self.ssl = ssl  # TLS (ratelimiter.tls_context), None: plain TCP
         self._max_delay_ms = max_queue_delay_ms(max_queue_delay)
         self.max_queue_delay = max_queue_delay
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
@@ -94,6 +98,17 @@ class Client:
         except OSError as e:
             raise Unavailable(f"cannot connect to {self.host}:{self.port}: {e}") from None
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.ssl is not None:
+            try:
+                s = self.ssl.wrap_socket(
+                    s, server_hostname=self.host if self.ssl.check_hostname else None)
+            except socket.timeout:
+                s.close()
+                raise Timeout(f"TLS with {self.host}:{self.port} timed out") from None
+            except (_ssl.SSLError, OSError) as e:
+                s.close()
+                raise Unavailable(f"TLS with {self.host}:{self.port} failed: "
+                                  f"{tls_describe(e)}") from None
         self._sock = s
         self._reader.clear()
         if self.token is not None:
@@ -135,10 +150,13 @@ class Client:
     def _peer_closed(s: socket.socket) -> bool:
         """True if the idle connection has been closed by the server (or reset)."""
         try:
+            if isinstance(s, _ssl.SSLSocket) and s.pending() > 0:
+                return False
             r, _, _ = select.select([s], [], [], 0)
             if not r:
                 return False
-            return s.recv(1, socket.MSG_PEEK) == b""
+            # the raw socket's bytes (an SSLSocket takes no recv flags)
+            return socket.socket.recv(s, 1, socket.MSG_PEEK) == b""
         except OSError:
             return True
 
@@ -173,6 +191,9 @@ class Client:
                 data = self._sock.recv(65536)
             except socket.timeout:
                 self._fail(Timeout("no reply within the timeout", in_doubt=True))
+            except _ssl.SSLError as e:
+                self._fail(Unavailable(f"connection lost: TLS: {tls_describe(e)}",
+                                       in_doubt=True))
             except OSError as e:
                 self._fail(Unavailable(f"connection lost: {e}", in_doubt=True))
             if not data:
