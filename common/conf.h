@@ -57,6 +57,17 @@ struct rl_node_conf {
 #define RL_CONF_DENY_CACHE_MAX (1u << 24)
 #define RL_CONF_DEFAULT_MEMORY (1024ull * 1024 * 1024)
 
+/* Regions (docs/REGIONS.md): [cluster] regions = NAME:WEIGHT ..., at most this many. */
+#define RL_CONF_REGIONS_MAX 16
+#define RL_CONF_REGION_NAME_MAX 64
+#define RL_CONF_REGION_WEIGHT_MAX 1000000u
+/* Slices of a global limit are in thousandths of it (per mille). */
+#define RL_CONF_SLICE_UNIT 1000u
+struct rl_region_conf {
+    char name[RL_CONF_REGION_NAME_MAX + 1];
+    uint32_t weight; /* 1..RL_CONF_REGION_WEIGHT_MAX */
+};
+
 /*
  * The path keys (secret_file, events_log, request_log) of a file are absolute once loaded:
  * a relative one is joined to the file's directory (as written when it cannot be resolved).
@@ -90,6 +101,9 @@ struct rl_conf {
     uint32_t events_log_keep;     /* rotated events logs kept; default 4 */
     uint32_t events_log_rate;     /* episode lines written a second at most; 0 = no cap;
                                      default 100 */
+    char *region;                 /* [cluster] region: this cluster's region; "" = none */
+    struct rl_region_conf regions[RL_CONF_REGIONS_MAX]; /* [cluster] regions, as written */
+    uint32_t nregions;
     /* [router] */
     char *router_host;         /* default 127.0.0.1; an IPv6 address comes without brackets */
     uint16_t router_port;      /* default 7400 */
@@ -166,6 +180,13 @@ int rl_conf_parse(const char *name, const char *text, struct rl_conf **out, char
 int rl_conf_parse_rules(const char *name, const char *text, struct rl_conf **out, char *err,
                         size_t errlen);
 int rl_conf_load_rules(const char *path, struct rl_conf **out, char *err, size_t errlen);
+
+/*
+ * The slice of a global limit this cluster enforces before any reconciliation, in
+ * thousandths (RL_CONF_SLICE_UNIT): its region's weight over the sum of the weights, rounded
+ * down, at least 1; RL_CONF_SLICE_UNIT (the whole limit) when no regions are configured.
+ */
+uint32_t rl_conf_region_slice(const struct rl_conf *c);
 
 /* Frees c and everything it holds; NULL is a no-op. */
 void rl_conf_destroy(struct rl_conf *c);

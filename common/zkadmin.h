@@ -57,4 +57,15 @@ int rl_zkm_get_rules(struct rl_zkm *z, char **text, size_t *len, int64_t *versio
 int rl_zkm_set_rules(struct rl_zkm *z, const char *text, size_t len, int64_t *new_version,
                      int timeout_ms);
 
+/*
+ * The regions' slices (docs/REGIONS.md): /ratelimiter/<cluster>/slices and slices.prev, read
+ * and compare-and-set exactly as the assignment and assignment.prev above.
+ */
+int rl_zkm_get_slices(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
+                      int timeout_ms);
+int rl_zkm_get_slices_prev(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
+                           int timeout_ms);
+int rl_zkm_set_slices(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
+                      int64_t *new_version, int timeout_ms);
+
 #endif

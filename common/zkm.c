@@ -459,7 +459,9 @@ zkm_dw_deliver(struct rl_zkm *z, int which, const char *text, size_t len, int64_
 {
     struct zkm_dw *w = &z->dw[which];
     void (*cb)(void *, const char *, size_t, int64_t) =
-        which == ZKM_DW_ASG ? z->cbs.on_assignment : z->cbs.on_rules;
+        which == ZKM_DW_ASG     ? z->cbs.on_assignment
+        : which == ZKM_DW_RULES ? z->cbs.on_rules
+                                : z->cbs.on_slices;
 
     if (w->known && w->key == key) {
         return;
@@ -676,6 +678,8 @@ zkm_on_watch(struct rl_zkm *z, int type, const char *path)
         zkm_dw_refresh(z, ZKM_DW_ASG);
     } else if (strcmp(path, z->rules_path) == 0) {
         zkm_dw_refresh(z, ZKM_DW_RULES);
+    } else if (strcmp(path, z->slices_path) == 0) {
+        zkm_dw_refresh(z, ZKM_DW_SLICES);
     }
 }
 
@@ -797,7 +801,11 @@ rl_zkm_create(struct rl_zkm **out, uv_loop_t *loop, const char *hosts, uint32_t 
     z->dw[ZKM_DW_ASG].what = "assignment";
     z->dw[ZKM_DW_RULES].path = z->rules_path;
     z->dw[ZKM_DW_RULES].what = "rules";
-    z->dw[ZKM_DW_ASG].key = z->dw[ZKM_DW_RULES].key = -1;
+    snprintf(z->slices_path, sizeof(z->slices_path), "%s/slices", z->root);
+    snprintf(z->slices_prev_path, sizeof(z->slices_prev_path), "%s/slices.prev", z->root);
+    z->dw[ZKM_DW_SLICES].path = z->slices_path;
+    z->dw[ZKM_DW_SLICES].what = "slices";
+    z->dw[ZKM_DW_ASG].key = z->dw[ZKM_DW_RULES].key = z->dw[ZKM_DW_SLICES].key = -1;
 
     rc = -pthread_mutex_init(&z->mu, NULL);
     if (rc != 0) {
@@ -870,6 +878,17 @@ rl_zkm_watch_rules(struct rl_zkm *z)
     }
     z->dw[ZKM_DW_RULES].on = 1;
     zkm_dw_refresh(z, ZKM_DW_RULES);
+    return 0;
+}
+
+int
+rl_zkm_watch_slices(struct rl_zkm *z)
+{
+    if (z->dw[ZKM_DW_SLICES].on) {
+        return -EALREADY;
+    }
+    z->dw[ZKM_DW_SLICES].on = 1;
+    zkm_dw_refresh(z, ZKM_DW_SLICES);
     return 0;
 }
 

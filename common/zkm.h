@@ -62,6 +62,9 @@ struct rl_zkm_cbs {
      * it changed meanwhile); len 0 and version -1 when it does not exist (or, with a secret,
      * was not written by this cluster). text is not NUL-terminated. */
     void (*on_rules)(void *arg, const char *text, size_t len, int64_t version);
+    /* After rl_zkm_watch_slices: the regions' slices znode /ratelimiter/<cluster>/slices
+     * (docs/REGIONS.md), as on_rules. */
+    void (*on_slices)(void *arg, const char *text, size_t len, int64_t version);
 };
 
 struct rl_zkm;
@@ -128,6 +131,10 @@ int rl_zkm_watch(struct rl_zkm *z);
  * Returns 0 or -EALREADY.
  */
 int rl_zkm_watch_rules(struct rl_zkm *z);
+
+/* Node side: from now on, watches the slices znode and calls on_slices on every change, as
+ * rl_zkm_watch_rules. Returns 0 or -EALREADY. */
+int rl_zkm_watch_slices(struct rl_zkm *z);
 
 /*
  * Closes the cluster's subtree to strangers with the cluster secret (docs/OPERATIONS.md,

@@ -232,7 +232,7 @@ static const struct rl_daemon_spec router_spec = {
 int
 main(int argc, char **argv)
 {
-    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, on_rules};
+    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, on_rules, NULL};
     static struct router_main m;
     struct rl_rproc_opts popts = {0};
     struct rl_router_opts opts = {0};

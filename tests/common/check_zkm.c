@@ -127,7 +127,7 @@ on_state(void *arg, enum rl_zkm_state state)
     }
 }
 
-static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, NULL};
+static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, NULL, NULL};
 
 static int
 saw_state(const struct obs *o, enum rl_zkm_state s)
@@ -718,7 +718,7 @@ destroy_on_connect(void *arg, enum rl_zkm_state state)
 /* A callback may destroy its rl_zkm; nothing runs after, and the loop closes clean. */
 START_TEST(test_destroy_in_callback)
 {
-    static const struct rl_zkm_cbs dcbs = {NULL, NULL, destroy_on_connect, NULL, NULL};
+    static const struct rl_zkm_cbs dcbs = {NULL, NULL, destroy_on_connect, NULL, NULL, NULL};
     uv_loop_t loop;
     struct rl_zkm *z;
 
