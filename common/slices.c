@@ -298,3 +298,21 @@ rl_slices_services(const struct rl_slices *s)
 {
     return s == NULL ? 0 : s->nservices;
 }
+
+void
+rl_slices_each(const struct rl_slices *s,
+               void (*fn)(void *arg, const char *service, size_t slen, const char *user,
+                          size_t ulen, uint32_t slice),
+               void *arg)
+{
+    if (s == NULL) {
+        return;
+    }
+    for (size_t i = 0; i <= s->mask; i++) {
+        const struct sl_entry *e = &s->slot[i];
+
+        if (e->service != NULL) {
+            fn(arg, e->service, e->slen, e->user, e->ulen, e->slice);
+        }
+    }
+}

@@ -33,6 +33,12 @@ void rl_slices_destroy(struct rl_slices *s);
 uint32_t rl_slices_get(const struct rl_slices *s, const char *service, size_t slen,
                        const char *user, size_t ulen, uint32_t fallback);
 
+/* Calls fn for every service line (user NULL, ulen 0) and user line of s, in no order. */
+void rl_slices_each(const struct rl_slices *s,
+                   void (*fn)(void *arg, const char *service, size_t slen, const char *user,
+                              size_t ulen, uint32_t slice),
+                   void *arg);
+
 /* The text's generation (0 when it has none), and how many service and user lines it had. */
 uint64_t rl_slices_generation(const struct rl_slices *s);
 size_t rl_slices_users(const struct rl_slices *s);

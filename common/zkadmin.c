@@ -86,7 +86,7 @@ rl_zkm_get_rules(struct rl_zkm *z, char **text, size_t *len, int64_t *version, i
 static int
 admin_cas(struct rl_zkm *z, const char *path, const char *prev, const char *what,
           const char *text, size_t len, int64_t expected_version, int64_t *new_version,
-          int timeout_ms)
+          const char *prev_text, size_t prev_len, int timeout_ms)
 {
     zoo_op_t ops[2];
     zoo_op_result_t res[2];
@@ -128,6 +128,15 @@ admin_cas(struct rl_zkm *z, const char *path, const char *prev, const char *what
             free(old);
             return rc;
         }
+        if (prev_text != NULL) {
+            free(old);
+            old = malloc(prev_len + 1);
+            if (old == NULL) {
+                return -ENOMEM;
+            }
+            memcpy(old, prev_text, prev_len);
+            oldlen = prev_len;
+        }
         rc = zoo_exists(z->zh, prev, 0, &pst);
         if (rc == ZOK) {
             zoo_set_op_init(&ops[1], prev, old, (int)oldlen, -1, &st[1]);
@@ -162,7 +171,7 @@ rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t ex
                       int64_t *new_version, int timeout_ms)
 {
     return admin_cas(z, z->asg_path, z->prev_path, "assignment", text, len, expected_version,
-                     new_version, timeout_ms);
+                     new_version, NULL, 0, timeout_ms);
 }
 
 int
@@ -180,10 +189,13 @@ rl_zkm_get_slices_prev(struct rl_zkm *z, char **text, size_t *len, int64_t *vers
 
 int
 rl_zkm_set_slices(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
-                  int64_t *new_version, int timeout_ms)
+                  int64_t *new_version, const char *prev_text, size_t prev_len, int timeout_ms)
 {
+    if (prev_len > RL_ZKM_DATA_MAX) {
+        return -EMSGSIZE;
+    }
     return admin_cas(z, z->slices_path, z->slices_prev_path, "slices", text, len,
-                     expected_version, new_version, timeout_ms);
+                     expected_version, new_version, prev_text, prev_len, timeout_ms);
 }
 
 int
