@@ -54,6 +54,7 @@ struct conf_parser {
     const char *text;
     char *buf; /* the current physical line, NUL-terminated */
     size_t bufcap;
+    int region_line; /* where [cluster] region or regions was last set */
     int line;
     bool in_section;
     bool eof;

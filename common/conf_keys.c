@@ -526,6 +526,7 @@ set_region(struct conf_parser *p, const char *v)
     if (!conf_valid_name(v, RL_CONF_REGION_NAME_MAX)) {
         return "is not 1..64 characters of A-Z a-z 0-9 _ . - (nor . or ..)";
     }
+    p->region_line = p->line;
     return conf_set_string(p, &p->c->region, v);
 }
 
@@ -569,6 +570,7 @@ set_regions(struct conf_parser *p, const char *v)
         return "is not a list of NAME:WEIGHT";
     }
     c->nregions = n;
+    p->region_line = p->line;
     return NULL;
 }
 
@@ -638,9 +640,9 @@ conf_regions_finish(struct conf_parser *p)
         found |= strcmp(c->regions[i].name, c->region) == 0;
     }
     if (c->region[0] == '\0') {
-        conf_fail(p, 0, -EINVAL, "[cluster] regions is set but not [cluster] region");
+        conf_fail(p, p->region_line, -EINVAL, "[cluster] regions is set but not [cluster] region");
     } else if (!found) {
-        conf_fail(p, 0, -EINVAL, "[cluster] region \"%s\" is not one of [cluster] regions",
+        conf_fail(p, p->region_line, -EINVAL, "[cluster] region \"%s\" is not one of [cluster] regions",
                   c->region);
     }
 }
