@@ -39,8 +39,7 @@ sl_hash(const char *service, size_t slen, const char *user, size_t ulen)
 }
 
 static struct sl_entry *
-sl_find(const struct rl_slices *s, const char *service, size_t slen, const char *user,
-        size_t ulen)
+sl_find(const struct rl_slices *s, const char *service, size_t slen, const char *user, size_t ulen)
 {
     size_t i = (size_t)sl_hash(service, slen, user, ulen) & s->mask;
 

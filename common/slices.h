@@ -22,8 +22,7 @@ struct rl_slices;
  * Parses text (len bytes, not NUL-terminated; docs/REGIONS.md, "The slices znode"). Returns 0
  * with *out, or -EINVAL with a one-line reason in err (nothing made), or -ENOMEM.
  */
-int rl_slices_parse(const char *text, size_t len, struct rl_slices **out, char *err,
-                    size_t errlen);
+int rl_slices_parse(const char *text, size_t len, struct rl_slices **out, char *err, size_t errlen);
 void rl_slices_destroy(struct rl_slices *s);
 
 /*
@@ -35,9 +34,9 @@ uint32_t rl_slices_get(const struct rl_slices *s, const char *service, size_t sl
 
 /* Calls fn for every service line (user NULL, ulen 0) and user line of s, in no order. */
 void rl_slices_each(const struct rl_slices *s,
-                   void (*fn)(void *arg, const char *service, size_t slen, const char *user,
-                              size_t ulen, uint32_t slice),
-                   void *arg);
+                    void (*fn)(void *arg, const char *service, size_t slen, const char *user,
+                               size_t ulen, uint32_t slice),
+                    void *arg);
 
 /* The text's generation (0 when it has none), and how many service and user lines it had. */
 uint64_t rl_slices_generation(const struct rl_slices *s);

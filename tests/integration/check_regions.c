@@ -34,8 +34,8 @@ struct region {
     int node_port, router_port;
     struct rl_proxy *zk_px, *router_px; /* the cross-region links rl-regions uses */
     int zk_px_port, router_px_port;
-    char config[4096];  /* the region's own */
-    char remote[4096];  /* the same, reached through the proxies: rl-regions' */
+    char config[4096]; /* the region's own */
+    char remote[4096]; /* the same, reached through the proxies: rl-regions' */
     struct rl_client *c;
 };
 
@@ -122,8 +122,8 @@ static int
 regions(const char *logname, const char *a1, const char *a2, const char *a3, const char *a4)
 {
     char log[4096];
-    const char *argv[16] = {"rl-regions", "--config", reg[0].remote, "--config", reg[1].remote,
-                            "--timeout", "3s"};
+    const char *argv[16] = {"rl-regions",  "--config",  reg[0].remote, "--config",
+                            reg[1].remote, "--timeout", "3s"};
     int n = 7, status = -1;
     pid_t pid;
 
@@ -269,7 +269,7 @@ START_TEST(test_alternating_bound)
 {
     char log[4096], interval[16];
     const char *argv[] = {"rl-regions", "--config", reg[0].remote, "--config", reg[1].remote,
-                          "--interval", interval, "--quiet", NULL};
+                          "--interval", interval,   "--quiet",     NULL};
     const int H = 12, L = 20;
     int64_t total = 0, t0;
     double bound;
@@ -348,8 +348,8 @@ END_TEST
 START_TEST(test_stale_cas_and_rollback)
 {
     char log[4096], before[8192], after[8192], now[8192];
-    const char *slow[] = {"rl-regions", "--config", reg[0].remote, "--config", reg[1].remote,
-                          "--hold", "3s", NULL};
+    const char *slow[] = {"rl-regions",  "--config", reg[0].remote, "--config",
+                          reg[1].remote, "--hold",   "3s",          NULL};
     pid_t pid;
     int status = -1;
     uint64_t lim = 0;

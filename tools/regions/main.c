@@ -128,8 +128,8 @@ rg_rollback_texts(struct rg_run *run)
         if (!g->reachable) {
             continue;
         }
-        if (g->prev_len > 0 && rl_slices_parse(g->prev_text, g->prev_len, &p, err,
-                                               sizeof(err)) != 0) {
+        if (g->prev_len > 0 &&
+            rl_slices_parse(g->prev_text, g->prev_len, &p, err, sizeof(err)) != 0) {
             fprintf(stderr, "rl-regions: region %s: slices.prev does not parse: %s\n", g->name,
                     err);
             return RG_EXIT_FAIL;

@@ -68,15 +68,15 @@ rg_load(struct rg_run *run)
                  c->router_host, (unsigned)c->router_port);
         for (size_t k = 0; k < i; k++) {
             if (strcmp(run->r[k].name, g->name) == 0) {
-                fprintf(stderr, "rl-regions: %s and %s are both region %s\n",
-                        run->r[k].config_path, g->config_path, g->name);
+                fprintf(stderr, "rl-regions: %s and %s are both region %s\n", run->r[k].config_path,
+                        g->config_path, g->name);
                 return RG_EXIT_FAIL;
             }
         }
         if (c->nregions != run->r[0].conf->nregions ||
             memcmp(c->regions, run->r[0].conf->regions, sizeof(c->regions)) != 0) {
-            fprintf(stderr, "rl-regions: %s: [cluster] regions differs from %s's\n",
-                    g->config_path, run->r[0].config_path);
+            fprintf(stderr, "rl-regions: %s: [cluster] regions differs from %s's\n", g->config_path,
+                    run->r[0].config_path);
             return RG_EXIT_FAIL;
         }
         for (size_t k = 0; k < c->nrules; k++) {
@@ -241,8 +241,8 @@ rg_append(struct rg_text *t, const char *fmt, ...)
 
     for (;;) {
         va_start(ap, fmt);
-        n = vsnprintf(t->p == NULL ? NULL : t->p + t->len, t->p == NULL ? 0 : t->cap - t->len,
-                      fmt, ap);
+        n = vsnprintf(t->p == NULL ? NULL : t->p + t->len, t->p == NULL ? 0 : t->cap - t->len, fmt,
+                      ap);
         va_end(ap);
         if (n < 0) {
             t->failed = true;
@@ -359,8 +359,9 @@ rg_min_text(const struct rg_run *run, const struct rg_region *g, size_t *len)
         return NULL;
     }
     m.b = next;
-    rg_append(&m.t, "# rl-regions: region %s, phase one: every slice the smaller of old and "
-                    "new\ngeneration %" PRIu64 "\n",
+    rg_append(&m.t,
+              "# rl-regions: region %s, phase one: every slice the smaller of old and "
+              "new\ngeneration %" PRIu64 "\n",
               g->name, run->generation);
     for (size_t k = 0; k < run->nservices; k++) {
         rg_min_line(&m, run->services[k], strlen(run->services[k]), NULL, 0, 0);
@@ -388,8 +389,9 @@ rg_report(const struct rg_run *run)
             rg_say(run, "region %s: UNREACHABLE (%s): keeps its last slices\n", g->name, g->why);
             continue;
         }
-        rg_say(run, "region %s: slices version %" PRId64 ", generation %" PRIu64
-                    ", default slice %u/1000, router %s\n",
+        rg_say(run,
+               "region %s: slices version %" PRId64 ", generation %" PRIu64
+               ", default slice %u/1000, router %s\n",
                g->name, g->version, rl_slices_generation(g->old), g->default_slice, g->router);
         for (size_t k = 0; k < run->nservices; k++) {
             rg_say(run, "  service %s: demand %" PRIu64 " (its hot keys' requests lately)\n",

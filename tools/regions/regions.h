@@ -21,17 +21,17 @@
 
 #define RG_SERVICES_MAX 256 /* global services reconciled */
 #define RG_EXIT_OK 0
-#define RG_EXIT_FAIL 1     /* nothing written (a usage or configuration error, no memory) */
-#define RG_EXIT_PARTIAL 2  /* a region could not be reached: it keeps its last slices */
-#define RG_EXIT_CHANGED 3  /* compare-and-set refused a write: slices changed since read */
+#define RG_EXIT_FAIL 1    /* nothing written (a usage or configuration error, no memory) */
+#define RG_EXIT_PARTIAL 2 /* a region could not be reached: it keeps its last slices */
+#define RG_EXIT_CHANGED 3 /* compare-and-set refused a write: slices changed since read */
 
 struct rg_opts {
     const char *configs[RL_CONF_REGIONS_MAX];
     size_t nconfigs;
-    uint32_t floor;     /* thousandths an idle region keeps of an active user's limit */
-    uint64_t min_count; /* a hot key with fewer requests lately is left at the default */
-    uint32_t top;       /* hot keys asked of each router per service */
-    int timeout_ms;     /* per region: ZooKeeper session and router */
+    uint32_t floor;       /* thousandths an idle region keeps of an active user's limit */
+    uint64_t min_count;   /* a hot key with fewer requests lately is left at the default */
+    uint32_t top;         /* hot keys asked of each router per service */
+    int timeout_ms;       /* per region: ZooKeeper session and router */
     uint64_t interval_ms; /* 0: once */
     uint64_t hold_ms;     /* wait between reading and writing (tests, demonstrations) */
     bool dry_run;
@@ -95,9 +95,9 @@ struct rg_run {
 };
 
 /* plan.c */
-int rg_load(struct rg_run *run);   /* the configs: regions, global services */
-void rg_plan(struct rg_run *run);  /* users' slices from demand */
-int rg_texts(struct rg_run *run);  /* every reachable region's new text */
+int rg_load(struct rg_run *run);  /* the configs: regions, global services */
+void rg_plan(struct rg_run *run); /* users' slices from demand */
+int rg_texts(struct rg_run *run); /* every reachable region's new text */
 void rg_report(const struct rg_run *run);
 int rg_add_user(struct rg_run *run, uint32_t svc, const char *user, size_t ulen);
 char *rg_min_text(const struct rg_run *run, const struct rg_region *g, size_t *len);

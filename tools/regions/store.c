@@ -130,8 +130,7 @@ rg_read(struct rg_run *run)
             fprintf(stderr, "rl-regions: region %s: its slices are ignored: %s\n", g->name, err);
         }
         if (run->o.rollback) {
-            rc = rl_zkm_get_slices_prev(g->zkm, &g->prev_text, &g->prev_len, &v,
-                                        run->o.timeout_ms);
+            rc = rl_zkm_get_slices_prev(g->zkm, &g->prev_text, &g->prev_len, &v, run->o.timeout_ms);
             if (rc != 0) {
                 rg_unreachable(g, "ZooKeeper", rc);
             }
