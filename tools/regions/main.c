@@ -124,6 +124,7 @@ rg_rollback_texts(struct rg_run *run)
     for (size_t i = 0; i < run->n; i++) {
         struct rg_region *g = &run->r[i];
         struct rl_slices *p = NULL;
+        uint64_t gen;
 
         if (!g->reachable) {
             continue;
@@ -134,10 +135,11 @@ rg_rollback_texts(struct rg_run *run)
                     err);
             return RG_EXIT_FAIL;
         }
-        if (rl_slices_generation(p) > run->generation) {
-            run->generation = rl_slices_generation(p);
-        }
+        gen = rl_slices_generation(p);
         rl_slices_destroy(p);
+        if (gen > run->generation) {
+            run->generation = gen;
+        }
         g->new_text = malloc(g->prev_len + 1);
         if (g->new_text == NULL) {
             return RG_EXIT_FAIL;
@@ -146,7 +148,7 @@ rg_rollback_texts(struct rg_run *run)
         g->new_text[g->prev_len] = '\0';
         g->new_len = g->prev_len;
         rg_say(run, "region %s: back to slices.prev (generation %llu, %zu bytes)\n", g->name,
-               (unsigned long long)rl_slices_generation(p), g->prev_len);
+               (unsigned long long)gen, g->prev_len);
     }
     return RG_EXIT_OK;
 }
