@@ -325,12 +325,16 @@ node_slices_zk(void *arg, const char *text, size_t len, int64_t version)
         if (rc != 0) {
             rl_log_error("slices version %lld refused, the last ones stay: %s", (long long)version,
                          rc == -ENOMEM ? "out of memory" : err);
+            n->server.slices_failures++;
             return;
         }
     }
     rl_limiter_set_slices(n->limiter, s, rl_conf_region_slice(n->d.conf));
     rl_slices_destroy(n->slices);
     n->slices = s;
+    n->server.slices_version = version >= 0 ? version + 1 : 0;
+    n->server.slices_generation = rl_slices_generation(s);
+    n->server.slices_users = rl_slices_users(s);
     rl_log_info("slices version %lld applied: generation %llu, %zu services, %zu users",
                 (long long)version, (unsigned long long)rl_slices_generation(s),
                 rl_slices_services(s), rl_slices_users(s));

@@ -226,6 +226,21 @@ START_TEST(test_slice_then_reconcile)
     ck_assert_uint_eq(lim, 50);
     check(0, "local", "bob", 0, &lim);
     ck_assert_uint_eq(lim, 10);
+
+    /* the node says what it applied: phase two, data version 1 */
+    ck_assert_int_eq(rl_test_stat(reg[0].node_port, "slices_version"), 2);
+    ck_assert_int_eq(rl_test_stat(reg[0].node_port, "slices_generation"), 1);
+    ck_assert_int_eq(rl_test_stat(reg[0].node_port, "slices_users"), 1);
+    /* a text that does not parse is refused: the last slices stay */
+    ck_assert_int_eq(
+        rl_harness_zk_put(reg[0].zk.connect, "/ratelimiter/rg/slices", "user api\n", 9), 0);
+    for (int k = 0; k < 200 && rl_test_stat(reg[0].node_port, "slices_failures") < 1; k++) {
+        usleep(25 * 1000);
+    }
+    ck_assert_int_eq(rl_test_stat(reg[0].node_port, "slices_failures"), 1);
+    ck_assert_int_eq(rl_test_stat(reg[0].node_port, "slices_version"), 2);
+    check(0, "api", "alice", 0, &lim);
+    ck_assert_uint_eq(lim, 95);
 }
 END_TEST
 
