@@ -17,7 +17,7 @@
 static const char usage[] =
     "usage: rl-regions --config REGION.conf --config REGION.conf ... [--dry-run | --rollback]\n"
     "                  [--interval DURATION] [--floor N] [--min-count N] [--top N]\n"
-    "                  [--timeout DURATION] [--hold DURATION] [--quiet]\n"
+    "                  [--timeout DURATION] [--settle DURATION] [--hold DURATION] [--quiet]\n"
     "\n"
     "Reads every region's use of its global services (the hot keys of its router) and its\n"
     "slices (its ZooKeeper), computes the next slices from demand and writes them into each\n"
@@ -31,6 +31,7 @@ static const char usage[] =
     "  --min-count N      a hot key is reconciled from N requests lately (default 10)\n"
     "  --top N            hot keys asked of each router per service, 1..100 (default 100)\n"
     "  --timeout D        per region, to reach ZooKeeper and the router (default 5s)\n"
+    "  --settle D         wait D between the two phases (default 200ms)\n"
     "  --hold D           wait D between reading and writing (tests and demonstrations)\n"
     "  --quiet            no report, errors only\n"
     "Exit: 0 written (or dry run), 1 error, nothing written, 2 a region unreachable (it keeps\n"
@@ -61,6 +62,7 @@ rg_args(int argc, char **argv, struct rg_opts *o)
     o->min_count = 10;
     o->top = 100;
     o->timeout_ms = 5000;
+    o->settle_ms = 200;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -98,6 +100,9 @@ rg_args(int argc, char **argv, struct rg_opts *o)
             i++;
         } else if (strcmp(a, "--interval") == 0 && rl_parse_duration_ms(v, &n) == NULL && n > 0) {
             o->interval_ms = n;
+            i++;
+        } else if (strcmp(a, "--settle") == 0 && rl_parse_duration_ms(v, &n) == NULL) {
+            o->settle_ms = n;
             i++;
         } else if (strcmp(a, "--hold") == 0 && rl_parse_duration_ms(v, &n) == NULL) {
             o->hold_ms = n;

@@ -34,6 +34,7 @@ struct rg_opts {
     int timeout_ms;       /* per region: ZooKeeper session and router */
     uint64_t interval_ms; /* 0: once */
     uint64_t hold_ms;     /* wait between reading and writing (tests, demonstrations) */
+    uint64_t settle_ms;   /* wait between the phases, for the nodes to apply phase one */
     bool dry_run;
     bool rollback;
     bool quiet;

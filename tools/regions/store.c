@@ -213,6 +213,11 @@ rg_write(struct rg_run *run)
     for (size_t i = 0; i < run->n; i++) {
         all &= run->r[i].reachable;
     }
+    /* The nodes apply what their ZooKeeper tells them within milliseconds; give them that
+     * before any slice grows. */
+    if (status == RG_EXIT_OK && all && run->o.settle_ms > 0) {
+        rg_sleep_ms(run->o.settle_ms);
+    }
     /* Phase two, only when every region took phase one. */
     for (size_t i = 0; i < run->n && status == RG_EXIT_OK && all; i++) {
         struct rg_region *g = &run->r[i];
