@@ -101,9 +101,6 @@ struct rl_conf {
     uint32_t events_log_keep;     /* rotated events logs kept; default 4 */
     uint32_t events_log_rate;     /* episode lines written a second at most; 0 = no cap;
                                      default 100 */
-    char *region;                 /* [cluster] region: this cluster's region; "" = none */
-    struct rl_region_conf regions[RL_CONF_REGIONS_MAX]; /* [cluster] regions, as written */
-    uint32_t nregions;
     /* [router] */
     char *router_host;         /* default 127.0.0.1; an IPv6 address comes without brackets */
     uint16_t router_port;      /* default 7400 */
@@ -142,6 +139,11 @@ struct rl_conf {
      * and tiers, in file order; not comments nor layout): equal on every process that runs
      * the same rules. STATS rules_digest. */
     uint64_t rules_digest;
+    /* [cluster] region and regions (docs/REGIONS.md), last: the hot fields above keep their
+     * places. region "" = none. */
+    char *region;
+    struct rl_region_conf regions[RL_CONF_REGIONS_MAX];
+    uint32_t nregions;
 };
 
 /* Where the rules a process runs came from, and how reloads went: STATS rules_version,
