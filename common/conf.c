@@ -322,6 +322,7 @@ conf_create(const char *name)
     c->tls_key_file = strdup("");
     c->tls_ca_file = strdup("");
     c->envoy_config = strdup("");
+    c->region = strdup("");
     c->log_sample = 1;
     c->deny_cache = RL_CONF_DENY_CACHE_DEFAULT;
     c->hot_keys = true;
@@ -331,7 +332,8 @@ conf_create(const char *name)
     if (c->path == NULL || c->cluster_name == NULL || c->zookeeper == NULL ||
         c->router_host == NULL || c->request_log == NULL || c->secret_file == NULL ||
         c->events_log == NULL || c->envoy_config == NULL || c->tls_cert_file == NULL ||
-        c->tls_key_file == NULL || c->tls_ca_file == NULL) {
+        c->tls_key_file == NULL || c->tls_ca_file == NULL ||
+        c->region == NULL) {
         rl_conf_destroy(c);
         return NULL;
     }
@@ -382,6 +384,9 @@ conf_run(struct conf_parser *p, struct rl_conf **out)
     if (p->err == 0) {
         p->c->rules_digest = rl_ruleset_digest(p->c);
         conf_auth_finish(p);
+    }
+    if (p->err == 0) {
+        conf_regions_finish(p);
     }
     if (p->err != 0) {
         rl_conf_destroy(p->c);
@@ -515,6 +520,7 @@ rl_conf_destroy(struct rl_conf *c)
     free(c->router_metrics_host);
     free(c->rls_host);
     free(c->envoy_config);
+    free(c->region);
     free(c->zookeeper);
     free(c->cluster_name);
     free(c->path);

@@ -64,6 +64,17 @@ struct rl_node_conf {
 #define RL_CONF_DENY_CACHE_MAX (1u << 24)
 #define RL_CONF_DEFAULT_MEMORY (1024ull * 1024 * 1024)
 
+/* Regions (docs/REGIONS.md): [cluster] regions = NAME:WEIGHT ..., at most this many. */
+#define RL_CONF_REGIONS_MAX 16
+#define RL_CONF_REGION_NAME_MAX 64
+#define RL_CONF_REGION_WEIGHT_MAX 1000000u
+/* Slices of a global limit are in thousandths of it (per mille). */
+#define RL_CONF_SLICE_UNIT 1000u
+struct rl_region_conf {
+    char name[RL_CONF_REGION_NAME_MAX + 1];
+    uint32_t weight; /* 1..RL_CONF_REGION_WEIGHT_MAX */
+};
+
 /*
  * The path keys (secret_file, events_log, request_log) of a file are absolute once loaded:
  * a relative one is joined to the file's directory (as written when it cannot be resolved).
@@ -143,6 +154,11 @@ struct rl_conf {
      * and tiers, in file order; not comments nor layout): equal on every process that runs
      * the same rules. STATS rules_digest. */
     uint64_t rules_digest;
+    /* [cluster] region and regions (docs/REGIONS.md), last: the hot fields above keep their
+     * places. region "" = none. */
+    char *region;
+    struct rl_region_conf regions[RL_CONF_REGIONS_MAX];
+    uint32_t nregions;
 };
 
 /* Where the rules a process runs came from, and how reloads went: STATS rules_version,
@@ -181,6 +197,13 @@ int rl_conf_parse(const char *name, const char *text, struct rl_conf **out, char
 int rl_conf_parse_rules(const char *name, const char *text, struct rl_conf **out, char *err,
                         size_t errlen);
 int rl_conf_load_rules(const char *path, struct rl_conf **out, char *err, size_t errlen);
+
+/*
+ * The slice of a global limit this cluster enforces before any reconciliation, in
+ * thousandths (RL_CONF_SLICE_UNIT): its region's weight over the sum of the weights, rounded
+ * down, at least 1; RL_CONF_SLICE_UNIT (the whole limit) when no regions are configured.
+ */
+uint32_t rl_conf_region_slice(const struct rl_conf *c);
 
 /* Frees c and everything it holds; NULL is a no-op. */
 void rl_conf_destroy(struct rl_conf *c);

@@ -54,6 +54,7 @@ struct conf_parser {
     const char *text;
     char *buf; /* the current physical line, NUL-terminated */
     size_t bufcap;
+    int region_line; /* where [cluster] region or regions was last set */
     int line;
     bool in_section;
     bool eof;
@@ -119,6 +120,7 @@ extern const size_t conf_nkeys;
 const char *conf_set_string(struct conf_parser *p, char **field, const char *v);
 
 /* One of two words: off sets *field false, on true; anything else gets phrase. */
+const char *conf_set_scope(struct conf_parser *p, const char *v);
 const char *conf_set_either(bool *field, const char *v, const char *off, const char *on,
                             const char *phrase);
 const char *conf_set_yesno(bool *field, const char *v);
@@ -142,5 +144,7 @@ const char *conf_set_client_stats(struct conf_parser *p, const char *v);
 /* Once the whole file is in: each client's services resolved against the rules, the
  * cluster secret's principal, and the secret read from secret_file. */
 void conf_auth_finish(struct conf_parser *p);
+/* After the whole file: [cluster] region is one of [cluster] regions (docs/REGIONS.md). */
+void conf_regions_finish(struct conf_parser *p);
 
 #endif

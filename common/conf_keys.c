@@ -8,6 +8,7 @@
  */
 #include "conf_int.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -576,6 +577,61 @@ set_node_memory(struct conf_parser *p, const char *v)
     return set_memory(&p->c->nodes[p->sec.index].memory, v);
 }
 
+/* [cluster] region = NAME: this cluster's region, one of [cluster] regions. */
+static const char *
+set_region(struct conf_parser *p, const char *v)
+{
+    if (!conf_valid_name(v, RL_CONF_REGION_NAME_MAX)) {
+        return "is not 1..64 characters of A-Z a-z 0-9 _ . - (nor . or ..)";
+    }
+    p->region_line = p->line;
+    return conf_set_string(p, &p->c->region, v);
+}
+
+/* [cluster] regions = NAME:WEIGHT ...: every region of the deployment and its weight. */
+static const char *
+set_regions(struct conf_parser *p, const char *v)
+{
+    char copy[RL_CONF_LINE_MAX + 1];
+    char *save = NULL;
+    struct rl_conf *c = p->c;
+    uint32_t n = 0;
+
+    snprintf(copy, sizeof(copy), "%s", v);
+    for (char *w = strtok_r(copy, " \t,", &save); w != NULL; w = strtok_r(NULL, " \t,", &save)) {
+        char *colon = strrchr(w, ':');
+        uint64_t weight = 0;
+
+        if (n == RL_CONF_REGIONS_MAX) {
+            return "has more than 16 regions";
+        }
+        if (colon == NULL) {
+            return "is not a list of NAME:WEIGHT";
+        }
+        *colon = '\0';
+        if (!conf_valid_name(w, RL_CONF_REGION_NAME_MAX)) {
+            return "has a region name that is not 1..64 characters of A-Z a-z 0-9 _ . -";
+        }
+        if (rl_parse_u64(colon + 1, 1, RL_CONF_REGION_WEIGHT_MAX, &weight) != NULL) {
+            return "has a weight outside 1..1000000";
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            if (strcmp(c->regions[i].name, w) == 0) {
+                return "names a region twice";
+            }
+        }
+        snprintf(c->regions[n].name, sizeof(c->regions[n].name), "%s", w);
+        c->regions[n].weight = (uint32_t)weight;
+        n++;
+    }
+    if (n == 0) {
+        return "is not a list of NAME:WEIGHT";
+    }
+    c->nregions = n;
+    p->region_line = p->line;
+    return NULL;
+}
+
 /* Every key, by section. */
 const struct conf_key conf_keys[] = {
     {CONF_CLUSTER, "name", set_cluster_name, false},
@@ -596,6 +652,8 @@ const struct conf_key conf_keys[] = {
     {CONF_CLUSTER, "events_log_max_size", set_events_log_max_size, false},
     {CONF_CLUSTER, "events_log_keep", set_events_log_keep, false},
     {CONF_CLUSTER, "events_log_rate", set_events_log_rate, false},
+    {CONF_CLUSTER, "region", set_region, false},
+    {CONF_CLUSTER, "regions", set_regions, false},
     {CONF_ROUTER, "listen", set_router_listen, false},
     {CONF_ROUTER, "deadline", set_deadline, false},
     {CONF_ROUTER, "request_log", set_request_log, false},
@@ -623,6 +681,7 @@ const struct conf_key conf_keys[] = {
     {CONF_SERVICE, "failure", conf_set_failure, false},
     {CONF_SERVICE, "mode", conf_set_mode, false},
     {CONF_SERVICE, "limit", conf_set_limit, true},
+    {CONF_SERVICE, "scope", conf_set_scope, false},
     {CONF_CLIENT, "token_sha256", conf_set_client_token, true},
     {CONF_CLIENT, "services", conf_set_client_services, false},
     {CONF_CLIENT, "stats", conf_set_client_stats, false},
@@ -631,3 +690,41 @@ const struct conf_key conf_keys[] = {
 #define CONF_NKEYS (sizeof(conf_keys) / sizeof(conf_keys[0]))
 _Static_assert(CONF_NKEYS <= CONF_KEYS_MAX, "conf_section.seen has a slot per key");
 const size_t conf_nkeys = CONF_NKEYS;
+
+void
+conf_regions_finish(struct conf_parser *p)
+{
+    const struct rl_conf *c = p->c;
+    bool found = false;
+
+    if (c->nregions == 0 && c->region[0] == '\0') {
+        return;
+    }
+    for (uint32_t i = 0; i < c->nregions; i++) {
+        found |= strcmp(c->regions[i].name, c->region) == 0;
+    }
+    if (c->region[0] == '\0') {
+        conf_fail(p, p->region_line, -EINVAL, "[cluster] regions is set but not [cluster] region");
+    } else if (!found) {
+        conf_fail(p, p->region_line, -EINVAL, "[cluster] region \"%s\" is not one of [cluster] regions",
+                  c->region);
+    }
+}
+
+uint32_t
+rl_conf_region_slice(const struct rl_conf *c)
+{
+    uint64_t sum = 0, mine = 0;
+
+    for (uint32_t i = 0; i < c->nregions; i++) {
+        sum += c->regions[i].weight;
+        if (strcmp(c->regions[i].name, c->region) == 0) {
+            mine = c->regions[i].weight;
+        }
+    }
+    if (sum == 0) {
+        return RL_CONF_SLICE_UNIT;
+    }
+    mine = mine * RL_CONF_SLICE_UNIT / sum;
+    return mine == 0 ? 1 : (uint32_t)mine;
+}

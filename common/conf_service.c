@@ -31,6 +31,13 @@ conf_set_mode(struct conf_parser *p, const char *v)
                       "is not enforce or shadow");
 }
 
+const char *
+conf_set_scope(struct conf_parser *p, const char *v)
+{
+    return conf_set_either(&p->c->rules[p->sec.index].global, v, "region", "global",
+                           "is not region or global");
+}
+
 /* A count N or burst B of a limit: 1..RL_CONF_LIMIT_MAX. */
 static const char *
 limit_count(struct conf_parser *p, const char *what, const char *tok, uint32_t *out)

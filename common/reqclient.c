@@ -874,6 +874,19 @@ rl_client_throttled(struct rl_client *c, const char *service, const uint64_t *si
 }
 
 int
+rl_client_hot(struct rl_client *c, const char *service, uint32_t top, struct rl_wire_reply *rep,
+              int timeout_ms)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    struct rl_wire_req req;
+
+    req_begin(c, &req, RL_WIRE_OP_HOT);
+    set_str(&req.service, service);
+    req.top = top;
+    return req_call(c, &req, rep, deadline);
+}
+
+int
 rl_client_clock(struct rl_client *c, uint64_t now_ms, int timeout_ms)
 {
     struct rl_wire_reply *rep = &c->scratch;

@@ -122,6 +122,9 @@ int rl_client_auth_token_file(const char *path,
                               int (*auth)(void *arg, const char *token, size_t len), void *arg,
                               const char *(*describe)(int rc), char *why, size_t whylen);
 int rl_client_stats(struct rl_client *c, struct rl_wire_reply *rep, int timeout_ms);
+/* HOT (a router's hot keys, docs/PROTOCOL.md): service NULL for all, top 0 for the default. */
+int rl_client_hot(struct rl_client *c, const char *service, uint32_t top, struct rl_wire_reply *rep,
+                  int timeout_ms);
 int rl_client_clock(struct rl_client *c, uint64_t now_ms, int timeout_ms);
 
 /*

@@ -172,7 +172,7 @@ rl_ruleset_digest(const struct rl_conf *c)
         const struct rl_rule *r = &c->rules[i];
 
         v[0] = r->fail_closed;
-        v[1] = r->shadow;
+        v[1] = (uint64_t)r->shadow | (uint64_t)r->global << 1;
         v[2] = r->ntiers;
         v[3] = r->endpoint != NULL;
         XXH3_64bits_update(st, v, sizeof(v));

@@ -82,6 +82,7 @@ struct rl_rule {
     size_t endpoint_len; /* strlen(endpoint), 1..128; 0 when endpoint is NULL */
     bool fail_closed;    /* failure = closed */
     bool shadow;         /* mode = shadow */
+    bool global;         /* scope = global: a slice of the limit per region (REGIONS.md) */
     uint32_t id;         /* index in rl_conf.rules */
     uint32_t first_tier; /* its tiers are tiers[first_tier .. first_tier + ntiers) */
     uint32_t ntiers;

@@ -81,9 +81,12 @@ rl_zkm_get_rules(struct rl_zkm *z, char **text, size_t *len, int64_t *version, i
     return admin_get(z, z->rules_path, text, len, version, timeout_ms);
 }
 
-int
-rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
-                      int64_t *new_version, int timeout_ms)
+/* Compare-and-set of path, the replaced text going to prev in the same transaction
+ * (rl_zkm_set_assignment's contract). */
+static int
+admin_cas(struct rl_zkm *z, const char *path, const char *prev, const char *what,
+          const char *text, size_t len, int64_t expected_version, int64_t *new_version,
+          const char *prev_text, size_t prev_len, int timeout_ms)
 {
     zoo_op_t ops[2];
     zoo_op_result_t res[2];
@@ -101,13 +104,13 @@ rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t ex
     }
     memset(st, 0, sizeof(st));
     if (expected_version == -1) {
-        zoo_create_op_init(&ops[0], z->asg_path, text != NULL ? text : "", (int)len, zkm_acl(z, 0),
+        zoo_create_op_init(&ops[0], path, text != NULL ? text : "", (int)len, zkm_acl(z, 0),
                            ZOO_PERSISTENT, pbuf[0], sizeof(pbuf[0]));
         nops = 1;
     } else {
         /* The replaced text goes to prev in the same multi, which only commits if the
          * assignment is still at expected_version: prev holds exactly what was replaced. */
-        rc = zkm_sync_get(z, z->asg_path, &old, &oldlen, &cur);
+        rc = zkm_sync_get(z, path, &old, &oldlen, &cur);
         if (rc != 0) {
             return rc;
         }
@@ -115,21 +118,30 @@ rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t ex
             free(old);
             return -EAGAIN;
         }
-        zoo_set_op_init(&ops[0], z->asg_path, text != NULL ? text : "", (int)len,
+        zoo_set_op_init(&ops[0], path, text != NULL ? text : "", (int)len,
                         (int)expected_version, &st[0]);
-        rc = admin_claim(z, z->asg_path);
+        rc = admin_claim(z, path);
         if (rc == 0) {
-            rc = admin_claim(z, z->prev_path);
+            rc = admin_claim(z, prev);
         }
         if (rc != 0) {
             free(old);
             return rc;
         }
-        rc = zoo_exists(z->zh, z->prev_path, 0, &pst);
+        if (prev_text != NULL) {
+            free(old);
+            old = malloc(prev_len + 1);
+            if (old == NULL) {
+                return -ENOMEM;
+            }
+            memcpy(old, prev_text, prev_len);
+            oldlen = prev_len;
+        }
+        rc = zoo_exists(z->zh, prev, 0, &pst);
         if (rc == ZOK) {
-            zoo_set_op_init(&ops[1], z->prev_path, old, (int)oldlen, -1, &st[1]);
+            zoo_set_op_init(&ops[1], prev, old, (int)oldlen, -1, &st[1]);
         } else if (rc == ZNONODE) {
-            zoo_create_op_init(&ops[1], z->prev_path, old, (int)oldlen, zkm_acl(z, 0),
+            zoo_create_op_init(&ops[1], prev, old, (int)oldlen, zkm_acl(z, 0),
                                ZOO_PERSISTENT, pbuf[1], sizeof(pbuf[1]));
         } else {
             free(old);
@@ -149,9 +161,41 @@ rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t ex
     if (new_version != NULL) {
         *new_version = expected_version == -1 ? 0 : st[0].version;
     }
-    rl_log_info("zk: assignment written, version %" PRId64 " (%zu bytes)",
+    rl_log_info("zk: %s written, version %" PRId64 " (%zu bytes)", what,
                 expected_version == -1 ? (int64_t)0 : (int64_t)st[0].version, len);
     return 0;
+}
+
+int
+rl_zkm_set_assignment(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
+                      int64_t *new_version, int timeout_ms)
+{
+    return admin_cas(z, z->asg_path, z->prev_path, "assignment", text, len, expected_version,
+                     new_version, NULL, 0, timeout_ms);
+}
+
+int
+rl_zkm_get_slices(struct rl_zkm *z, char **text, size_t *len, int64_t *version, int timeout_ms)
+{
+    return admin_get(z, z->slices_path, text, len, version, timeout_ms);
+}
+
+int
+rl_zkm_get_slices_prev(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
+                       int timeout_ms)
+{
+    return admin_get(z, z->slices_prev_path, text, len, version, timeout_ms);
+}
+
+int
+rl_zkm_set_slices(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
+                  int64_t *new_version, const char *prev_text, size_t prev_len, int timeout_ms)
+{
+    if (prev_len > RL_ZKM_DATA_MAX) {
+        return -EMSGSIZE;
+    }
+    return admin_cas(z, z->slices_path, z->slices_prev_path, "slices", text, len,
+                     expected_version, new_version, prev_text, prev_len, timeout_ms);
 }
 
 int

@@ -77,4 +77,18 @@ int rl_zkm_set_envoy(struct rl_zkm *z, const char *text, size_t len, int64_t exp
  */
 int rl_zkm_delete_envoy(struct rl_zkm *z, int64_t expected_version, int timeout_ms);
 
+/*
+ * The regions' slices (docs/REGIONS.md): /ratelimiter/<cluster>/slices and slices.prev, read
+ * and compare-and-set exactly as the assignment and assignment.prev above, except that a
+ * non-NULL prev_text is what goes to slices.prev instead of the replaced text (rl-regions'
+ * second phase keeps there the text from before its first).
+ */
+int rl_zkm_get_slices(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
+                      int timeout_ms);
+int rl_zkm_get_slices_prev(struct rl_zkm *z, char **text, size_t *len, int64_t *version,
+                           int timeout_ms);
+int rl_zkm_set_slices(struct rl_zkm *z, const char *text, size_t len, int64_t expected_version,
+                      int64_t *new_version, const char *prev_text, size_t prev_len,
+                      int timeout_ms);
+
 #endif

@@ -462,7 +462,8 @@ zkm_dw_deliver(struct rl_zkm *z, int which, const char *text, size_t len, int64_
     void (*cb)(void *, const char *, size_t, int64_t) =
         which == ZKM_DW_ASG     ? z->cbs.on_assignment
         : which == ZKM_DW_RULES ? z->cbs.on_rules
-                                : z->cbs.on_envoy;
+        : which == ZKM_DW_ENVOY ? z->cbs.on_envoy
+                                : z->cbs.on_slices;
 
     if (w->known && w->key == key) {
         return;
@@ -681,6 +682,8 @@ zkm_on_watch(struct rl_zkm *z, int type, const char *path)
         zkm_dw_refresh(z, ZKM_DW_RULES);
     } else if (strcmp(path, z->envoy_path) == 0) {
         zkm_dw_refresh(z, ZKM_DW_ENVOY);
+    } else if (strcmp(path, z->slices_path) == 0) {
+        zkm_dw_refresh(z, ZKM_DW_SLICES);
     }
 }
 
@@ -805,7 +808,12 @@ rl_zkm_create(struct rl_zkm **out, uv_loop_t *loop, const char *hosts, uint32_t 
     snprintf(z->envoy_path, sizeof(z->envoy_path), "%s/envoy", z->root);
     z->dw[ZKM_DW_ENVOY].path = z->envoy_path;
     z->dw[ZKM_DW_ENVOY].what = "envoy config";
+    snprintf(z->slices_path, sizeof(z->slices_path), "%s/slices", z->root);
+    snprintf(z->slices_prev_path, sizeof(z->slices_prev_path), "%s/slices.prev", z->root);
+    z->dw[ZKM_DW_SLICES].path = z->slices_path;
+    z->dw[ZKM_DW_SLICES].what = "slices";
     z->dw[ZKM_DW_ASG].key = z->dw[ZKM_DW_RULES].key = z->dw[ZKM_DW_ENVOY].key = -1;
+    z->dw[ZKM_DW_SLICES].key = -1;
 
     rc = -pthread_mutex_init(&z->mu, NULL);
     if (rc != 0) {
@@ -889,6 +897,17 @@ rl_zkm_watch_envoy(struct rl_zkm *z)
     }
     z->dw[ZKM_DW_ENVOY].on = 1;
     zkm_dw_refresh(z, ZKM_DW_ENVOY);
+    return 0;
+}
+
+int
+rl_zkm_watch_slices(struct rl_zkm *z)
+{
+    if (z->dw[ZKM_DW_SLICES].on) {
+        return -EALREADY;
+    }
+    z->dw[ZKM_DW_SLICES].on = 1;
+    zkm_dw_refresh(z, ZKM_DW_SLICES);
     return 0;
 }
 

@@ -65,6 +65,9 @@ struct rl_zkm_cbs {
     /* After rl_zkm_watch_envoy: the envoy config znode /ratelimiter/<cluster>/envoy (a bundle
      * of envoyproxy/ratelimit YAML files, envoycfg.h), as on_rules is told the rules. */
     void (*on_envoy)(void *arg, const char *text, size_t len, int64_t version);
+    /* After rl_zkm_watch_slices: the regions' slices znode /ratelimiter/<cluster>/slices
+     * (docs/REGIONS.md), as on_rules. */
+    void (*on_slices)(void *arg, const char *text, size_t len, int64_t version);
 };
 
 struct rl_zkm;
@@ -131,6 +134,10 @@ int rl_zkm_watch(struct rl_zkm *z);
  * Returns 0 or -EALREADY.
  */
 int rl_zkm_watch_rules(struct rl_zkm *z);
+
+/* Node side: from now on, watches the slices znode and calls on_slices on every change, as
+ * rl_zkm_watch_rules. Returns 0 or -EALREADY. */
+int rl_zkm_watch_slices(struct rl_zkm *z);
 
 /*
  * Router side: from now on, watches the envoy config znode and calls on_envoy on every

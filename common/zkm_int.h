@@ -60,7 +60,7 @@ struct zkm_ev {
 };
 
 /* A znode whose data is watched and delivered on every change (by mzxid). */
-enum { ZKM_DW_ASG, ZKM_DW_RULES, ZKM_DW_ENVOY, ZKM_DW_COUNT };
+enum { ZKM_DW_ASG, ZKM_DW_RULES, ZKM_DW_ENVOY, ZKM_DW_SLICES, ZKM_DW_COUNT };
 struct zkm_dw {
     const char *path;
     const char *what; /* for the log */
@@ -100,6 +100,8 @@ struct rl_zkm {
     char prev_path[ZKM_DIR_MAX];
     char rules_path[ZKM_DIR_MAX];
     char envoy_path[ZKM_DIR_MAX];
+    char slices_path[ZKM_DIR_MAX];      /* regions' slices (docs/REGIONS.md) */
+    char slices_prev_path[ZKM_DIR_MAX]; /* what the last write replaced */
     char routers_path[ZKM_DIR_MAX];
     char announce_path[ZKM_PATH_MAX]; /* rl_zkm_announce_router: routers/<name>; "" if none */
     char announce_data[RL_SHARDMAP_NAME_MAX];
@@ -142,7 +144,7 @@ struct rl_zkm {
     struct zkm_scan *scan;
     struct rl_member *members; /* as last delivered */
     size_t nmembers;
-    struct zkm_dw dw[ZKM_DW_COUNT]; /* the assignment, the rules and the envoy config */
+    struct zkm_dw dw[ZKM_DW_COUNT]; /* the assignment, the rules, the envoy config, the slices */
 
     /* Shared with the client's threads, under mu. */
     pthread_mutex_t mu;

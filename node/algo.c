@@ -485,6 +485,33 @@ gcra_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
     return t->limit == 0 ? UINT64_MAX : sat64(ceil_div(x, t->limit));
 }
 
+static void
+gcra_rescale(const struct rl_tier *from, const struct rl_tier *to, struct rl_algo_state *s)
+{
+    uint64_t L1 = from->limit, L2 = to->limit;
+    u128 x = gcra_x(s);
+    u128 tat, nl, d, xa;
+    uint64_t off, last;
+
+    if (x == 0 || L1 == L2) {
+        return;
+    }
+    if (L1 == 0 || L2 == 0) {
+        s->a = 0;
+        s->b = 0;
+        return;
+    }
+    tat = x / L1;
+    off = gcra_off_decode((uint32_t)(s->b >> 32));
+    last = tat > off ? (uint64_t)(tat - off) : 0;
+    nl = (u128)last * L1;
+    d = x > nl ? x - nl : 0;
+    xa = (u128)last * L2 + d;
+    off = sat64(xa / L2 - last);
+    s->a = (uint64_t)xa;
+    s->b = (uint64_t)(xa >> 64) | (uint64_t)gcra_off_encode(off) << 32;
+}
+
 /* ---- the interface --------------------------------------------------------------------- */
 
 void
@@ -569,6 +596,15 @@ rl_algo_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
         return gcra_full_at(t, s);
     default:
         return 0;
+    }
+}
+
+void
+rl_algo_rescale(const struct rl_tier *from, const struct rl_tier *to, struct rl_algo_state *s)
+{
+    if (from->algo == to->algo &&
+        (from->algo == RL_ALGO_GCRA || from->algo == RL_ALGO_LEAKY_BUCKET)) {
+        gcra_rescale(from, to, s);
     }
 }
 

@@ -73,6 +73,16 @@ bool rl_algo_is_full(const struct rl_tier *t, const struct rl_algo_state *s, uin
  * smallest). */
 uint64_t rl_algo_full_at(const struct rl_tier *t, const struct rl_algo_state *s);
 
+/*
+ * A state written under tier `from` carried over to tier `to`, the same algorithm with other
+ * limit and burst (a region's slice of a global limit changed, docs/REGIONS.md): what was
+ * consumed stays consumed. Counts, logs and token_bucket deficits mean the same under both
+ * and are left; a gcra or leaky_bucket state, which holds TAT times the rate, is re-expressed
+ * at the new rate with the same deficit and last update.
+ */
+void rl_algo_rescale(const struct rl_tier *from, const struct rl_tier *to,
+                     struct rl_algo_state *s);
+
 /* Frees what the state owns beyond its 16 bytes (a sliding log); leaves it zeroed. */
 void rl_algo_release(const struct rl_tier *t, struct rl_algo_state *s);
 

@@ -26,6 +26,7 @@
 #include "inltab.h"
 #include "keytab.h"
 #include "metrics.h"
+#include "slices.h"
 
 /* What one tier of the request in hand needs between its judgment and its commit. */
 struct lim_tier {
@@ -70,6 +71,13 @@ struct rl_limiter {
      * decisions counted as one pseudo-service */
     struct rl_inltab *inl;
     struct lim_svc inl_svc;
+    /* regions (docs/REGIONS.md): the slices in force (not owned; NULL: none) and the
+     * region's default slice, in thousandths; the scaled tiers of the CHECK in hand, each
+     * interned in inl (maxtiers of them) */
+    const struct rl_slices *slices;
+    uint32_t region_slice;
+    struct rl_tier *gtiers;
+    uint32_t gtiers_cap;
 };
 
 #define LIM_GONE UINT32_MAX
@@ -374,9 +382,13 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
     l->memory_cap = memory_bytes;
     l->maxtiers = lim_maxtiers(conf);
     l->scratch = calloc(l->maxtiers, sizeof(*l->scratch));
+    l->gtiers = calloc(l->maxtiers, sizeof(*l->gtiers));
+    l->gtiers_cap = l->maxtiers;
+    l->region_slice = rl_conf_region_slice(conf);
     l->tiers = lim_copy_tiers(conf);
     l->ntiers = conf->ntiers;
-    if (l->scratch == NULL || l->tiers == NULL || rl_inltab_create(&l->inl) != 0 ||
+    if (l->scratch == NULL || l->gtiers == NULL || l->tiers == NULL ||
+        rl_inltab_create(&l->inl) != 0 ||
         lim_services(l) != 0) {
         goto fail_scratch;
     }
@@ -394,6 +406,7 @@ fail_scratch:
     }
     rl_inltab_destroy(l->inl);
     free(l->scratch);
+    free(l->gtiers);
     free(l->tiers);
     free(l->svcs);
     free(l->svc_of_tier);
@@ -412,6 +425,7 @@ rl_limiter_destroy(struct rl_limiter *l)
     free(l->names->slot);
     free(l->names);
     free(l->scratch);
+    free(l->gtiers);
     free(l->tiers);
     free(l->svcs);
     free(l->svc_of_tier);
@@ -451,6 +465,38 @@ lim_commit(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *
     lim_count_log(l, t, rl_algo_heap_bytes(t, s) - before);
 }
 
+/*
+ * e, kept under another tier than t (a global limit's slice changed, or the service changed
+ * scope: docs/REGIONS.md), moves to t: its state carried over (rl_algo_rescale) when the
+ * algorithm is the same, else started afresh; the key and log counts follow it.
+ */
+static void
+lim_retier(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl_tier *t)
+{
+    const struct rl_tier *from = lim_entry_tier(l, e);
+
+    if (from != NULL) {
+        uint64_t hb = rl_algo_heap_bytes(from, &e->st);
+
+        if (from->algo != t->algo) {
+            lim_release_state(l, from, &e->st);
+            memset(&e->st, 0, sizeof(e->st));
+            hb = 0;
+        } else {
+            rl_algo_rescale(from, t, &e->st);
+            lim_count_log(l, from, -hb);
+        }
+        lim_count_key(l, from, -1);
+        e->tier = t->id;
+        lim_count_key(l, t, +1);
+        lim_count_log(l, t, hb);
+    } else {
+        memset(&e->st, 0, sizeof(e->st));
+        e->tier = t->id;
+        lim_count_key(l, t, +1);
+    }
+}
+
 /* Every tier allowed: consume in each, adding keys that were not in the table. */
 static void
 lim_consume(struct rl_limiter *l, const struct rl_tier *tiers, uint32_t ntiers, uint64_t now,
@@ -465,6 +511,9 @@ lim_consume(struct rl_limiter *l, const struct rl_tier *tiers, uint32_t ntiers, 
         struct rl_algo_state s;
 
         if (e != NULL) {
+            if (e->tier != t->id) {
+                lim_retier(l, e, t);
+            }
             if (e->epoch != epoch) {
                 /* a state of an earlier tenure: judged as absent, so start it afresh */
                 lim_release_state(l, t, &e->st);
@@ -575,6 +624,44 @@ rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
     }
 }
 
+/*
+ * The tiers of a global rule as this region enforces them for req's user: limit and burst
+ * scaled by the slice (rounded down, at least 1), each interned in inl so its keys follow
+ * it (docs/REGIONS.md). Fills l->gtiers. Returns 0, -ENOSPC or -ENOMEM.
+ */
+static int
+lim_global_tiers(struct rl_limiter *l, const struct rl_wire_req *req, const struct rl_tier *tiers,
+                 uint32_t ntiers)
+{
+    uint32_t f = rl_slices_get(l->slices, req->service.ptr, req->service.len, req->user.ptr,
+                               req->user.len, l->region_slice);
+
+    for (uint32_t i = 0; i < ntiers; i++) {
+        struct rl_tier want = tiers[i];
+        uint64_t lim = (uint64_t)want.limit * f / RL_CONF_SLICE_UNIT;
+        uint64_t burst = (uint64_t)want.burst * f / RL_CONF_SLICE_UNIT;
+        uint32_t id;
+        int rc;
+
+        want.limit = lim > 0 ? (uint32_t)lim : 1;
+        want.burst = burst > 0 ? (uint32_t)burst : 1;
+        want.seed = 0;
+        rc = rl_inltab_intern(l->inl, &want, &id);
+        if (rc != 0) {
+            return rc;
+        }
+        l->gtiers[i] = *rl_inltab_tier(l->inl, id);
+    }
+    return 0;
+}
+
+void
+rl_limiter_set_slices(struct rl_limiter *l, const struct rl_slices *s, uint32_t region_slice)
+{
+    l->slices = s;
+    l->region_slice = region_slice;
+}
+
 int
 rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
                        uint16_t epoch, struct rl_wire_check_reply *rep)
@@ -628,6 +715,14 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
         tiers = &l->conf->tiers[rule->first_tier];
         ntiers = rule->ntiers;
         shadow = rule->shadow;
+        if (rule->global) {
+            int rc = lim_global_tiers(l, req, tiers, ntiers);
+
+            if (rc != 0) {
+                return rc;
+            }
+            tiers = l->gtiers;
+        }
         svc = &l->svcs[l->svc_of_tier[rule->first_tier]];
     }
     l->st.checks++;
@@ -646,6 +741,19 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
         x->e = rl_keytab_find(l->tab, x->fp_hi, x->fp_lo);
         if (x->e != NULL && x->e->epoch == epoch) {
             s = &x->e->st;
+            if (x->e->tier != t->id) {
+                /* kept under another slice (lim_retier): judged as it will be carried */
+                const struct rl_tier *from = lim_entry_tier(l, x->e);
+
+                if (from == NULL || from->algo != t->algo) {
+                    memset(&x->blank, 0, sizeof(x->blank));
+                    s = &x->blank;
+                } else if (t->algo == RL_ALGO_GCRA || t->algo == RL_ALGO_LEAKY_BUCKET) {
+                    x->blank = x->e->st;
+                    rl_algo_rescale(from, t, &x->blank);
+                    s = &x->blank;
+                }
+            }
         } else {
             memset(&x->blank, 0, sizeof(x->blank));
             s = &x->blank;
@@ -938,6 +1046,7 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
     struct rl_tier *tiers = lim_copy_tiers(conf);
     uint32_t maxtiers = lim_maxtiers(conf);
     struct lim_tier *scratch = NULL;
+    struct rl_tier *gtiers = NULL;
     struct lim_svc *svcs = NULL;
     uint32_t nsvcs = 0, *svc_of_tier = NULL;
     struct lim_names names = {NULL, 0};
@@ -948,13 +1057,16 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
     memset(&res, 0, sizeof(res));
     if (maxtiers > l->maxtiers) {
         scratch = calloc(maxtiers, sizeof(*scratch));
+        gtiers = calloc(maxtiers, sizeof(*gtiers));
     }
-    if (ix == NULL || remap == NULL || tiers == NULL || (maxtiers > l->maxtiers && scratch == NULL) ||
+    if (ix == NULL || remap == NULL || tiers == NULL ||
+        (maxtiers > l->maxtiers && (scratch == NULL || gtiers == NULL)) ||
         lim_group_ix(conf, &svcs, &nsvcs, &svc_of_tier, &names) != 0) {
         free(ix);
         free(remap);
         free(tiers);
         free(scratch);
+        free(gtiers);
         return -ENOMEM;
     }
     /* Nothing can fail from here on. Old tier -> new tier with the same seed. */
@@ -1002,6 +1114,9 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
     if (scratch != NULL) {
         free(l->scratch);
         l->scratch = scratch;
+        free(l->gtiers);
+        l->gtiers = gtiers;
+        l->gtiers_cap = maxtiers;
         l->maxtiers = maxtiers;
     }
     l->remap = remap;

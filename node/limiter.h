@@ -135,6 +135,16 @@ struct rl_limiter_reload {
 int rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
                          struct rl_limiter_reload *out);
 
+struct rl_slices;
+
+/*
+ * Regions (docs/REGIONS.md): from now on, a CHECK under a rule with scope = global is judged
+ * by its tiers with limit and burst scaled by the slice of (service, user) in s (slices.h),
+ * else region_slice, in thousandths. s is not copied: keep it alive until the next call
+ * (NULL: none). A key whose slice changes keeps what it consumed (rl_algo_rescale).
+ */
+void rl_limiter_set_slices(struct rl_limiter *l, const struct rl_slices *s, uint32_t region_slice);
+
 /* Forgets keys back at full allowance, examining at most budget slots. */
 void rl_limiter_sweep(struct rl_limiter *l, uint64_t now, size_t budget);
 

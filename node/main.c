@@ -16,6 +16,7 @@
 
 #include "daemon.h"
 #include "limiter.h"
+#include "slices.h"
 #include "log.h"
 #include "rules.h"
 #include "server.h"
@@ -52,6 +53,8 @@ struct node {
      * registration is lost, so a shard that comes back starts from full allowance
      * (rl_limiter_check_epoch): its counters here are from an earlier tenure */
     uint16_t *epochs;
+    /* the regions' slices in force (docs/REGIONS.md), from the slices znode; NULL: none */
+    struct rl_slices *slices;
 };
 
 static const char usage[] =
@@ -307,6 +310,36 @@ node_rules_zk(void *arg, const char *text, size_t len, int64_t version)
     rl_rules_from_zk(&n->rules, text, len, version);
 }
 
+/* The slices znode changed (docs/REGIONS.md): parsed here (at most RL_ZKM_DATA_MAX bytes, a
+ * few ms), applied at once. One that does not parse is refused: the last ones stay. */
+static void
+node_slices_zk(void *arg, const char *text, size_t len, int64_t version)
+{
+    struct node *n = arg;
+    struct rl_slices *s = NULL;
+    char err[256];
+    int rc;
+
+    if (version >= 0 && len > 0) {
+        rc = rl_slices_parse(text, len, &s, err, sizeof(err));
+        if (rc != 0) {
+            rl_log_error("slices version %lld refused, the last ones stay: %s", (long long)version,
+                         rc == -ENOMEM ? "out of memory" : err);
+            n->server.slices_failures++;
+            return;
+        }
+    }
+    rl_limiter_set_slices(n->limiter, s, rl_conf_region_slice(n->d.conf));
+    rl_slices_destroy(n->slices);
+    n->slices = s;
+    n->server.slices_version = version >= 0 ? version + 1 : 0;
+    n->server.slices_generation = rl_slices_generation(s);
+    n->server.slices_users = rl_slices_users(s);
+    rl_log_info("slices version %lld applied: generation %llu, %zu services, %zu users",
+                (long long)version, (unsigned long long)rl_slices_generation(s),
+                rl_slices_services(s), rl_slices_users(s));
+}
+
 static void
 node_hup(struct rl_daemon *d)
 {
@@ -341,7 +374,7 @@ static int
 node_register(struct node *n)
 {
     static const struct rl_zkm_cbs cbs = {node_members, node_assignment, node_zk_state,
-                                          node_registered, node_rules_zk, NULL};
+                                          node_registered, node_rules_zk, NULL, node_slices_zk};
     uv_loop_t *loop = &n->d.loop;
     int rc;
 
@@ -362,6 +395,9 @@ node_register(struct node *n)
     }
     if (rc == 0) {
         rc = rl_zkm_watch_rules(n->zkm);
+    }
+    if (rc == 0) {
+        rc = rl_zkm_watch_slices(n->zkm);
     }
     if (rc != 0) {
         return rc;
@@ -467,6 +503,7 @@ out:
      * handles are closed (or only closing, which touches no limiter) by now. */
     rl_rules_close(&n.rules);
     rl_limiter_destroy(n.limiter);
+    rl_slices_destroy(n.slices);
     rl_view_deinit(&n.view);
     free(n.owned);
     free(n.epochs);

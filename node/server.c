@@ -187,6 +187,10 @@ server_stats(struct rl_conn *c, const struct rl_wire_req *req)
         RL_SERVER_PUT("events_log_rotations", ts.log_rotations)
     }
     RL_SERVER_PUT("admin_deferred", s->admin_deferred)
+    RL_SERVER_PUT("slices_version", s->slices_version)
+    RL_SERVER_PUT("slices_generation", s->slices_generation)
+    RL_SERVER_PUT("slices_users", s->slices_users)
+    RL_SERVER_PUT("slices_failures", s->slices_failures)
     /* Memory pressure per service, "service.NAME.KEY", for the services that fit in the
      * reply's 256 pairs (5 keys each: about 40 services), in config order. */
     for (size_t i = 0; i < rl_limiter_services(s->limiter); i++) {

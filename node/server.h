@@ -99,6 +99,11 @@ struct rl_server {
     uint64_t admin_turn;
     size_t admin_bytes;
     uint64_t admin_deferred;
+    /* the regions' slices in force (docs/REGIONS.md), set by node/main.c: STATS
+     * slices_version (data version + 1, 0: none), slices_generation, slices_users,
+     * slices_failures (texts refused) */
+    int64_t slices_version;
+    uint64_t slices_generation, slices_users, slices_failures;
     uint64_t zk_expiries;    /* ZooKeeper sessions lost for good (set by the node's main) */
     uint32_t shards_owned;   /* in the current view (set by the node's main) */
     int pending_closes; /* handles still closing */

@@ -140,6 +140,19 @@ envoy_apply(void *arg, struct rl_envoy_shared *sh)
     }
 }
 
+/* The slices znode changed (docs/REGIONS.md): the nodes judge by them; the router only
+ * forgets the refusals it remembered. */
+static void
+on_slices(void *arg, const char *text, size_t len, int64_t version)
+{
+    struct router_main *m = arg;
+
+    (void)text;
+    (void)len;
+    (void)version;
+    rl_rproc_slices_changed(m->proc);
+}
+
 /* A node said this router's view is stale: read ZooKeeper again (the router calls this at
  * most every RL_ROUTER_REFRESH_MS however many nodes say so). */
 static void
@@ -243,8 +256,8 @@ static const struct rl_daemon_spec router_spec = {
 int
 main(int argc, char **argv)
 {
-    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state,
-                                          NULL,       on_rules,      on_envoy};
+    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL,
+                                          on_rules,   on_envoy,      on_slices};
     static struct router_main m;
     struct rl_rproc_opts popts = {0};
     struct rl_router_opts opts = {0};
@@ -358,6 +371,9 @@ main(int argc, char **argv)
         }
         if (rc == 0) {
             rc = rl_zkm_watch_rules(m.zkm);
+            if (rc == 0) {
+                rc = rl_zkm_watch_slices(m.zkm);
+            }
         }
         if (rc == 0 && m.live != NULL) {
             rc = rl_zkm_watch_envoy(m.zkm);

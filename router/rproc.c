@@ -67,6 +67,7 @@ struct rproc_worker {
     size_t nffds, ffds_cap;
     bool members_new, asg_new, zk_new, hup, stop;
     bool envoy_new; /* rl_rproc_set_envoy: take p->envoy */
+    bool slices_new; /* rl_rproc_slices_changed: forget the deny cache */
     char *zk_rules;   /* the newest rules znode text not yet taken; NULL: none */
     size_t zk_rules_len;
     int64_t zk_rules_version;
@@ -217,7 +218,7 @@ worker_wake(uv_async_t *a)
     uv_os_sock_t *fds;
     struct rproc_ffd *rfds;
     size_t nfds, nrfds;
-    bool members, asg, zk, hup, stop, envoy;
+    bool members, asg, zk, hup, stop, envoy, slices;
     char *rules;
     size_t rules_len;
     int64_t rules_version;
@@ -238,6 +239,8 @@ worker_wake(uv_async_t *a)
     stop = w->stop;
     envoy = w->envoy_new;
     w->envoy_new = false;
+    slices = w->slices_new;
+    w->slices_new = false;
     rules = w->zk_rules;
     rules_len = w->zk_rules_len;
     rules_version = w->zk_rules_version;
@@ -270,6 +273,10 @@ worker_wake(uv_async_t *a)
     }
     if (hup) {
         rl_rules_reload_file(&w->rules);
+    }
+    if (slices) {
+        /* a refusal remembered under the old slices may be an allowance under the new */
+        rl_shed_rules(w->router);
     }
     if (envoy) {
         struct rl_envoy_shared *sh;
@@ -873,6 +880,22 @@ rl_rproc_set_assignment(struct rl_rproc *p, const char *text, size_t len, int64_
     p->asg_version = version;
     pthread_mutex_unlock(&p->state_mu);
     rproc_post_all(p, false, true, false, false);
+}
+
+void
+rl_rproc_slices_changed(struct rl_rproc *p)
+{
+    if (p->closing) {
+        return;
+    }
+    for (uint32_t i = 0; i < p->nworkers; i++) {
+        struct rproc_worker *w = &p->workers[i];
+
+        pthread_mutex_lock(&w->mu);
+        w->slices_new = true;
+        pthread_mutex_unlock(&w->mu);
+        uv_async_send(&w->wake);
+    }
 }
 
 void

@@ -70,6 +70,8 @@ struct rl_router *rl_rproc_router(const struct rl_rproc *p, uint32_t i);
 void rl_rproc_set_members(struct rl_rproc *p, const struct rl_member *members, size_t n);
 void rl_rproc_set_assignment(struct rl_rproc *p, const char *text, size_t len, int64_t version);
 void rl_rproc_set_zookeeper(struct rl_rproc *p, const char *addr, int state);
+/* The regions' slices changed (docs/REGIONS.md): every worker forgets its deny cache. */
+void rl_rproc_slices_changed(struct rl_rproc *p);
 
 /* A connection accepted on front kind's listener closed (its worker's front.c): one fewer
  * open. */

@@ -8,7 +8,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 secs=${1:-20}
-targets=${FUZZ_TARGETS:-wire conf assign reqline envoycfg rls}
+targets=${FUZZ_TARGETS:-wire conf assign reqline slices envoycfg rls}
 build=${FUZZ_BUILD_DIR:-$top/build-fuzz}
 command -v clang >/dev/null || { echo "scripts/fuzz.sh: clang is missing (scripts/deps.sh installs it)" >&2; exit 2; }
 CC=clang cmake -S . -B "$build" -DRL_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null

@@ -309,6 +309,15 @@ static const struct {
     /* Unknown sections and keys. */
     {"[foo]\n", 1, "unknown section [foo] (use cluster, router, clients, node, service or client)"},
     {"\n\n[cluster]\nnmae = x\n", 4, "unknown key \"nmae\" in a [cluster] section"},
+    /* Regions (docs/REGIONS.md). */
+    {"[cluster]\nregions = a:1 b\n", 2, "regions: \"a:1 b\" is not a list of NAME:WEIGHT"},
+    {"[cluster]\nregions = a:0\n", 2, "has a weight outside 1..1000000"},
+    {"[cluster]\nregions = a:1 a:2\n", 2, "names a region twice"},
+    {"[cluster]\nregion = a/b\n", 2, "region: \"a/b\" is not 1..64 characters"},
+    {"[cluster]\nregion = c\nregions = a:1 b:1\n", 3,
+     "[cluster] region \"c\" is not one of [cluster] regions"},
+    {"[cluster]\nregions = a:1 b:1\n", 2, "[cluster] regions is set but not [cluster] region"},
+    {"[service s]\nscope = world\n", 2, "scope: \"world\" is not region or global"},
     /* [client NAME] and the cluster secret. */
     {"[client web]\nservices = s\n[service s]\nlimit = gcra 1 per 1s\n", 1,
      "[client web] has no token_sha256"},

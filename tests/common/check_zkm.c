@@ -127,7 +127,7 @@ on_state(void *arg, enum rl_zkm_state state)
     }
 }
 
-static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, NULL, NULL};
+static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, NULL, NULL, NULL};
 
 static int
 saw_state(const struct obs *o, enum rl_zkm_state s)
@@ -455,7 +455,7 @@ START_TEST(test_envoy_znode)
 {
     static const char v1[] = "# ratelimiter envoy config bundle 1\n";
     static const char v2[] = "# ratelimiter envoy config bundle 1\nfile 2 a\nab\n";
-    static const struct rl_zkm_cbs ecbs = {NULL, NULL, on_state, NULL, NULL, on_assignment};
+    static const struct rl_zkm_cbs ecbs = {NULL, NULL, on_state, NULL, NULL, on_assignment, NULL};
     uv_loop_t loop;
     struct rl_zkm *w, *t;
     struct obs ow = {0}, ot = {0};
@@ -779,7 +779,7 @@ destroy_on_connect(void *arg, enum rl_zkm_state state)
 /* A callback may destroy its rl_zkm; nothing runs after, and the loop closes clean. */
 START_TEST(test_destroy_in_callback)
 {
-    static const struct rl_zkm_cbs dcbs = {NULL, NULL, destroy_on_connect, NULL, NULL, NULL};
+    static const struct rl_zkm_cbs dcbs = {NULL, NULL, destroy_on_connect, NULL, NULL, NULL, NULL};
     uv_loop_t loop;
     struct rl_zkm *z;
 

@@ -35,7 +35,7 @@ step "cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1 || fail "cmake --install"
 
 step "installed files"
-for f in bin/rl-node bin/rl-router bin/rl-cli bin/rl-bench bin/rl-rebalance bin/rl-chaos \
+for f in bin/rl-node bin/rl-router bin/rl-cli bin/rl-bench bin/rl-rebalance bin/rl-regions bin/rl-chaos \
     "$libdir/librlclient.a" "$libdir/librlclient.so" include/ratelimiter/ratelimiter.h \
     include/ratelimiter/ratelimiter_uv.h "$libdir/pkgconfig/ratelimiter.pc" \
     lib/systemd/system/rl-node@.service lib/systemd/system/rl-router.service \
@@ -43,7 +43,7 @@ for f in bin/rl-node bin/rl-router bin/rl-cli bin/rl-bench bin/rl-rebalance bin/
     share/ratelimiter/examples/check.c; do
     [ -e "$prefix/$f" ] || fail "$f is not installed"
 done
-for b in rl-node rl-router rl-cli rl-bench rl-rebalance rl-chaos; do
+for b in rl-node rl-router rl-cli rl-bench rl-rebalance rl-regions rl-chaos; do
     [ -x "$prefix/bin/$b" ] || fail "bin/$b is not executable"
 done
 so=$(readlink "$prefix/$libdir/librlclient.so")

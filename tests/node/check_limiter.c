@@ -16,6 +16,7 @@
 #include "inltab.h"
 #include "limiter.h"
 #include "rltest.h"
+#include "slices.h"
 #include "wire.h"
 
 static struct rl_conf *
@@ -1089,6 +1090,121 @@ START_TEST(test_inline_kept_by_rules_change)
 }
 END_TEST
 
+/* Regions (docs/REGIONS.md): a global service is judged at its slice, for every algorithm;
+ * what a key consumed carries over a change of slice, up or down; a region-scoped service
+ * and a config without regions are untouched. */
+static const char *const global_limits[] = {
+    "fixed_window 100 per 1h",        "sliding_window_log 100 per 1h",
+    "sliding_window_counter 100 per 1h", "token_bucket 100 per 1h burst 100",
+    "gcra 100 per 1h burst 100",      "leaky_bucket 100 per 1h burst 100",
+};
+
+static struct rl_slices *
+slices_from(const char *text)
+{
+    struct rl_slices *s = NULL;
+    char err[256] = "";
+
+    RL_CHECK(rl_slices_parse(text, strlen(text), &s, err, sizeof(err)) == 0, "%s", err);
+    return s;
+}
+
+START_TEST(test_global_slices)
+{
+    char text[1024];
+    struct rl_conf *c;
+    struct rl_limiter *l;
+    struct rl_slices *s1, *s2;
+    struct rl_wire_check_reply rep;
+    const uint64_t now = 1700000000000ull;
+
+    snprintf(text, sizeof(text),
+             "[cluster]\nregion = east\nregions = east:1 west:3\n"
+             "[service g]\nscope = global\nlimit = %s\n"
+             "[service r]\nlimit = %s\n",
+             global_limits[_i], global_limits[_i]);
+    c = conf_from(text);
+    ck_assert_uint_eq(rl_conf_region_slice(c), 250);
+    l = limiter_from(c, 0);
+    rep = check(l, "g", "u1", NULL, 0, now);
+    ck_assert_uint_eq(rep.limit, 25);
+    rep = check(l, "r", "u1", NULL, 0, now);
+    ck_assert_uint_eq(rep.limit, 100);
+    for (int i = 0; i < 20; i++) {
+        rep = check(l, "g", "u1", NULL, 1, now);
+        RL_CHECK(rep.code == RL_WIRE_ALLOWED || rep.code == RL_WIRE_QUEUED);
+    }
+    ck_assert_uint_eq(rep.remaining, 5);
+
+    /* up: u1 to 800/1000, every other user of g to 500 */
+    s1 = slices_from("# test\ngeneration 3\nservice g 500\nuser g u1 800\n");
+    ck_assert_uint_eq(rl_slices_generation(s1), 3);
+    rl_limiter_set_slices(l, s1, rl_conf_region_slice(c));
+    rep = check(l, "g", "u1", NULL, 1, now);
+    RL_CHECK(rep.code == RL_WIRE_ALLOWED || rep.code == RL_WIRE_QUEUED);
+    ck_assert_uint_eq(rep.limit, 80);
+    ck_assert_uint_eq(rep.remaining, 59);
+    rep = check(l, "g", "u2", NULL, 0, now);
+    ck_assert_uint_eq(rep.limit, 50);
+    rep = check(l, "r", "u1", NULL, 0, now);
+    ck_assert_uint_eq(rep.limit, 100);
+
+    /* down: 21 consumed is over a slice of 10: refused, not restarted */
+    s2 = slices_from("user g u1 100\n");
+    rl_limiter_set_slices(l, s2, rl_conf_region_slice(c));
+    rl_slices_destroy(s1);
+    rep = check(l, "g", "u1", NULL, 1, now);
+    ck_assert_uint_eq(rep.code, RL_WIRE_LIMITED);
+    ck_assert_uint_eq(rep.limit, 10);
+    ck_assert_uint_eq(rep.remaining, 0);
+    /* other users: the region's own slice again (no service line) */
+    rep = check(l, "g", "u2", NULL, 0, now);
+    ck_assert_uint_eq(rep.limit, 25);
+
+    /* none: back to the region's slice, 21 consumed of 25 */
+    rl_limiter_set_slices(l, NULL, rl_conf_region_slice(c));
+    rl_slices_destroy(s2);
+    rep = check(l, "g", "u1", NULL, 1, now);
+    RL_CHECK(rep.code == RL_WIRE_ALLOWED || rep.code == RL_WIRE_QUEUED);
+    ck_assert_uint_eq(rep.remaining, 3);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+
+    /* without regions a global service has the whole limit */
+    snprintf(text, sizeof(text), "[service g]\nscope = global\nlimit = %s\n", global_limits[_i]);
+    c = conf_from(text);
+    l = limiter_from(c, 0);
+    rep = check(l, "g", "u1", NULL, 0, now);
+    ck_assert_uint_eq(rep.limit, 100);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+START_TEST(test_slices_text)
+{
+    struct rl_slices *s = NULL;
+    char err[256], esc[64], buf[128];
+    const char *bad[] = {"service g 1001\n", "user g\n", "user g %zz 5\n", "bogus\n",
+                         "service g -1\n", "service g 5 6 7 8\n"};
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_int_eq(rl_slices_parse(bad[i], strlen(bad[i]), &s, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_null(s);
+        ck_assert_ptr_nonnull(strstr(err, "slices line 1"));
+    }
+    ck_assert_uint_eq(rl_slices_escape("a b%\n", 5, esc, sizeof(esc)), 11);
+    ck_assert_str_eq(esc, "a%20b%25%0A");
+    snprintf(buf, sizeof(buf), "user g %s 7\ndefault 9\n", esc);
+    ck_assert_int_eq(rl_slices_parse(buf, strlen(buf), &s, err, sizeof(err)), 0);
+    ck_assert_uint_eq(rl_slices_get(s, "g", 1, "a b%\n", 5, 1), 7);
+    ck_assert_uint_eq(rl_slices_get(s, "g", 1, "other", 5, 1), 9);
+    ck_assert_uint_eq(rl_slices_users(s), 1);
+    rl_slices_destroy(s);
+    ck_assert_uint_eq(rl_slices_get(NULL, "g", 1, "x", 1, 42), 42);
+}
+END_TEST
+
 static Suite *
 limiter_suite(void)
 {
@@ -1119,6 +1235,9 @@ limiter_suite(void)
     tcase_add_test(tc, test_inline_bound);
     tcase_add_test(tc, test_inline_year);
     tcase_add_test(tc, test_inline_kept_by_rules_change);
+    tcase_add_loop_test(tc, test_global_slices, 0,
+                        (int)(sizeof(global_limits) / sizeof(global_limits[0])));
+    tcase_add_test(tc, test_slices_text);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -148,7 +148,7 @@ int
 ch_observer_start(struct ch_observer **out, struct ch_run *r, const char *zk_connect,
                   const char *cluster)
 {
-    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, NULL, NULL};
+    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, NULL, NULL, NULL};
     struct ch_observer *o = calloc(1, sizeof(*o));
     int rc;
 

@@ -17,7 +17,7 @@
 int
 cli_zk_open(struct cli_zk *zk, const struct rl_conf *conf, int wait_ms)
 {
-    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL, NULL, NULL};
+    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     int rc;
 
     zk->z = NULL;

@@ -131,7 +131,7 @@ rb_zk_error(int rc)
 int
 rb_zk_connect(struct rb_run *r)
 {
-    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL, NULL, NULL};
+    static const struct rl_zkm_cbs no_cbs = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     int rc;
 
     if (r->zkm != NULL) {
