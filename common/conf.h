@@ -105,6 +105,9 @@ struct rl_conf {
     uint16_t router_metrics_port;
     char *rls_host;            /* [router] rls: Envoy's rate limit service (gRPC); NULL: off */
     uint16_t rls_port;
+    char *resp_host;           /* [router] resp: the RESP front (docs/RESP.md); NULL: off */
+    uint16_t resp_port;
+    char *resp_service;        /* [router] resp_service: CL.THROTTLE's service; default "cell" */
     uint32_t router_workers;   /* [router] workers: 1..RL_CONF_WORKERS_MAX; 0: one per core */
     /* [clients]: what each process's listener allows its clients (connlimits.h) */
     struct rl_conn_limits clients;

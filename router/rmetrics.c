@@ -74,6 +74,16 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
     }
 }
 
+void
+rl_rmetrics_totals(const struct rl_router *r, struct rl_router_stats *stats, uint64_t *pending)
+{
+    struct rmetrics_sum sum;
+
+    rmetrics_sum(r, &sum);
+    *stats = sum.stats;
+    *pending = sum.npending;
+}
+
 /* Node name's counters in every worker of r's process (r's alone without one); *up: whether
  * some worker has a connection up to it. */
 static void

@@ -62,6 +62,7 @@ rl_router_maybe_free(struct rl_router *r)
     rl_pending_deinit(r);
     rl_shed_deinit(r);
     rl_rls_free(r);
+    rl_resp_free(r);
     rl_envoy_shared_drop(r->envoy);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
@@ -183,6 +184,7 @@ rl_router_close(struct rl_router *r)
     rl_health_close(r);
     rl_listener_close(&r->listener, router_listener_closed);
     rl_rls_close(r);
+    rl_resp_close(r);
     rl_table_close(r);
     /* Whatever is still pending has no client left to answer (all closed above). */
     rl_pending_drain(r);

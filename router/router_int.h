@@ -45,6 +45,8 @@ struct rl_cconn;
 struct rl_fanout;
 struct rl_rls_part;
 struct rl_rls;
+struct rl_resp_part;
+struct rl_resp;
 
 struct rl_pending {
     struct rl_cconn *client; /* NULL once the client left */
@@ -57,6 +59,8 @@ struct rl_pending {
     struct rl_fanout *fan;
     /* rls.c: the part of a gRPC call this CHECK answers (client NULL then); NULL otherwise */
     struct rl_rls_part *sink;
+    /* resp.c: the part of a RESP command this CHECK answers (client and sink NULL then) */
+    struct rl_resp_part *rsink;
     const struct rl_rule *rule;
     uint64_t deadline;
     uint64_t start_ns; /* uv_hrtime() of the read that brought the request */
@@ -168,6 +172,8 @@ struct rl_router {
     uint64_t rls_calls[3]; /* rls.c: calls answered OK, OVER_LIMIT, with a gRPC error */
     uint32_t rls_conns;    /* rls.c: gRPC connections open (atomic: rproc.c weighs workers) */
     struct rl_envoy_shared *envoy; /* rls.c: the configuration new calls use (one hold) */
+    struct rl_resp *resp;  /* resp.c: the RESP front's connections on this loop; NULL: none */
+    uint32_t resp_conns;   /* resp.c: RESP connections open (atomic: rproc.c weighs workers) */
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;
@@ -298,7 +304,9 @@ void rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l);
 void rl_forward_on_batch(void *arg, bool end);
 
 /*
- * An inline-limited CHECK of the router's own (req->limit set; the gRPC front, rls.c),
+ * A CHECK of the router's own (the gRPC front, rls.c; the RESP front, resp.c): inline-limited
+ * (req->limit set), or judged by the configured rule of its (service, endpoint), whose failure
+ * policy then applies;
  * forwarded to the owner of (service, user) under a pending record whose answer goes to
  * sink (rl_rls_answer) instead of a client. Returns 0 when sent (*sent: the record, to
  * orphan by setting its sink to NULL): sink is answered later,
@@ -328,6 +336,21 @@ void rl_rls_free(struct rl_router *r);
 
 /* New calls use sh (held here; the previous one is dropped; calls in flight keep theirs). */
 void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);
+
+/* ---- resp.c: Redis's protocol (docs/RESP.md) ------------------------------------------- */
+
+/* p's CHECK (p->rsink) was answered, as rl_rls_answer. Called before p is put back. */
+void rl_resp_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
+                    uint32_t err);
+
+/* Serves a RESP connection accepted on [router] resp (fd). 0, or a negative errno. */
+int rl_resp_adopt(struct rl_router *r, uv_os_sock_t fd);
+
+/* Closes every RESP connection of r (their CHECKs in flight are orphaned). */
+void rl_resp_close(struct rl_router *r);
+
+/* Frees what rl_resp_adopt allocated for r (once every connection is closed). */
+void rl_resp_free(struct rl_router *r);
 
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */
 
@@ -397,6 +420,10 @@ void rl_health_close(struct rl_router *r);
 void rl_shed_publish_fire(uv_timer_t *t);
 
 /* ---- rmetrics.c ------------------------------------------------------------------------- */
+
+/* The counters of r's whole process (every worker's, summed) and its requests in flight. */
+void rl_rmetrics_totals(const struct rl_router *r, struct rl_router_stats *stats,
+                        uint64_t *pending);
 
 /* Queues the STATS reply for request id on c. */
 void rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id);

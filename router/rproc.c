@@ -47,6 +47,8 @@ struct rproc_worker {
     size_t nfds, fds_cap;
     uv_os_sock_t *rls_fds; /* accepted on [router] rls: gRPC connections (rls.c) */
     size_t nrls, rls_cap;
+    uv_os_sock_t *resp_fds; /* accepted on [router] resp: RESP connections (resp.c) */
+    size_t nresp, resp_cap;
     bool members_new, asg_new, zk_new, hup, stop;
     bool envoy_new; /* rl_rproc_set_envoy: take p->envoy */
     char *zk_rules;   /* the newest rules znode text not yet taken; NULL: none */
@@ -82,6 +84,11 @@ struct rl_rproc {
     uv_poll_t rls_poll;
     bool rls_polling;
     uint32_t rls_conns; /* gRPC connections open or handed over (atomic) */
+    /* [router] resp: the RESP listener, when set */
+    uv_os_sock_t resp_fd;
+    uv_poll_t resp_poll;
+    bool resp_polling;
+    uint32_t resp_conns; /* RESP connections open or handed over (atomic) */
     struct rl_envoy_shared *envoy; /* the latest envoy_config, under state_mu (one hold) */
 
     struct rl_reqlog *log;
@@ -199,8 +206,8 @@ static void
 worker_wake(uv_async_t *a)
 {
     struct rproc_worker *w = a->data;
-    uv_os_sock_t *fds, *rfds;
-    size_t nfds, nrfds;
+    uv_os_sock_t *fds, *rfds, *sfds;
+    size_t nfds, nrfds, nsfds;
     bool members, asg, zk, hup, stop, envoy;
     char *rules;
     size_t rules_len;
@@ -215,6 +222,10 @@ worker_wake(uv_async_t *a)
     nrfds = w->nrls;
     w->rls_fds = NULL;
     w->nrls = w->rls_cap = 0;
+    sfds = w->resp_fds;
+    nsfds = w->nresp;
+    w->resp_fds = NULL;
+    w->nresp = w->resp_cap = 0;
     members = w->members_new;
     asg = w->asg_new;
     zk = w->zk_new;
@@ -239,6 +250,11 @@ worker_wake(uv_async_t *a)
             rl_rproc_rls_closed(w->p);
         }
         free(rfds);
+        for (size_t i = 0; i < nsfds; i++) {
+            close(sfds[i]);
+            rl_rproc_resp_closed(w->p);
+        }
+        free(sfds);
         free(rules);
         rl_rules_close(&w->rules);
         rl_router_close(w->router);
@@ -279,6 +295,13 @@ worker_wake(uv_async_t *a)
         }
     }
     free(rfds);
+    for (size_t i = 0; i < nsfds; i++) {
+        if (rl_resp_adopt(w->router, sfds[i]) != 0) {
+            close(sfds[i]);
+            rl_rproc_resp_closed(w->p);
+        }
+    }
+    free(sfds);
 }
 
 /* A worker's router found its view stale (NOT_OWNER): the main loop reads ZooKeeper again. */
@@ -381,8 +404,9 @@ rproc_pick(struct rl_rproc *p)
         /* The listener counts its connections atomically for this read. */
         load = __atomic_load_n(&w->router->listener.stats.connections, __ATOMIC_RELAXED);
         load += __atomic_load_n(&w->router->rls_conns, __ATOMIC_RELAXED);
+        load += __atomic_load_n(&w->router->resp_conns, __ATOMIC_RELAXED);
         pthread_mutex_lock(&w->mu);
-        load += w->nfds + w->nrls;
+        load += w->nfds + w->nrls + w->nresp;
         pthread_mutex_unlock(&w->mu);
         if (load < best_load) {
             best = w;
@@ -393,11 +417,17 @@ rproc_pick(struct rl_rproc *p)
     return best;
 }
 
+enum { RPROC_CLIENT, RPROC_RLS, RPROC_RESP };
+
 static int
-rproc_hand(struct rproc_worker *w, uv_os_sock_t fd, bool rls)
+rproc_hand(struct rproc_worker *w, uv_os_sock_t fd, int kind)
 {
-    uv_os_sock_t **fds = rls ? &w->rls_fds : &w->fds;
-    size_t *nfds = rls ? &w->nrls : &w->nfds, *fds_cap = rls ? &w->rls_cap : &w->fds_cap;
+    uv_os_sock_t **fds = kind == RPROC_RLS ? &w->rls_fds : kind == RPROC_RESP ? &w->resp_fds
+                                                                              : &w->fds;
+    size_t *nfds = kind == RPROC_RLS ? &w->nrls : kind == RPROC_RESP ? &w->nresp : &w->nfds;
+    size_t *fds_cap = kind == RPROC_RLS    ? &w->rls_cap
+                      : kind == RPROC_RESP ? &w->resp_cap
+                                           : &w->fds_cap;
 
     pthread_mutex_lock(&w->mu);
     if (*nfds == *fds_cap) {
@@ -453,7 +483,7 @@ rproc_poll_cb(uv_poll_t *h, int status, int events)
             }
             return; /* EAGAIN: none left; ECONNABORTED and the like: the next poll */
         }
-        if (rproc_hand(rproc_pick(p), fd, false) != 0) {
+        if (rproc_hand(rproc_pick(p), fd, RPROC_CLIENT) != 0) {
             close(fd);
         }
     }
@@ -518,9 +548,54 @@ rproc_rls_poll_cb(uv_poll_t *h, int status, int events)
             continue;
         }
         __atomic_fetch_add(&p->rls_conns, 1, __ATOMIC_RELAXED);
-        if (rproc_hand(rproc_pick(p), fd, true) != 0) {
+        if (rproc_hand(rproc_pick(p), fd, RPROC_RLS) != 0) {
             close(fd);
             rl_rproc_rls_closed(p);
+        }
+    }
+}
+
+uint32_t
+rl_rproc_resp_connections(const struct rl_rproc *p)
+{
+    return __atomic_load_n(&p->resp_conns, __ATOMIC_RELAXED);
+}
+
+void
+rl_rproc_resp_closed(struct rl_rproc *p)
+{
+    __atomic_fetch_sub(&p->resp_conns, 1, __ATOMIC_RELAXED);
+}
+
+/* [router] resp: RESP connections, handed out as the clients' are, up to [clients]
+ * max_connections of them at once (an extra one is closed at once). */
+static void
+rproc_resp_poll_cb(uv_poll_t *h, int status, int events)
+{
+    struct rl_rproc *p = h->data;
+
+    (void)events;
+    if (status < 0 || p->closing) {
+        return;
+    }
+    for (unsigned i = 0; i < RPROC_ACCEPT_BATCH; i++) {
+        int fd = accept4(p->resp_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                p->accept_errors++;
+            }
+            return;
+        }
+        if (__atomic_load_n(&p->resp_conns, __ATOMIC_RELAXED) >=
+            p->conf->clients.max_connections) {
+            close(fd);
+            continue;
+        }
+        __atomic_fetch_add(&p->resp_conns, 1, __ATOMIC_RELAXED);
+        if (rproc_hand(rproc_pick(p), fd, RPROC_RESP) != 0) {
+            close(fd);
+            rl_rproc_resp_closed(p);
         }
     }
 }
@@ -604,6 +679,10 @@ rproc_stop_workers(struct rl_rproc *p, uint32_t started)
             close(w->rls_fds[k]);
         }
         free(w->rls_fds);
+        for (size_t k = 0; k < w->nresp; k++) {
+            close(w->resp_fds[k]);
+        }
+        free(w->resp_fds);
         free(w->zk_rules);
         pthread_mutex_destroy(&w->mu);
         uv_sem_destroy(&w->started);
@@ -632,6 +711,7 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
     p->conf = conf;
     p->lfd = -1;
     p->rls_fd = -1;
+    p->resp_fd = -1;
     p->envoy = opts->router.envoy;
     if (p->envoy != NULL) {
         rl_envoy_shared_hold(p->envoy);
@@ -723,6 +803,21 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
         p->rls_polling = uv_poll_start(&p->rls_poll, UV_READABLE, rproc_rls_poll_cb) == 0;
         p->handles++;
     }
+    if (conf->resp_host != NULL) {
+        rc = rproc_listen(&p->resp_fd, conf->resp_host, conf->resp_port);
+        if (rc != 0) {
+            if (err != NULL) {
+                snprintf(err, errlen, "[router] resp %s:%u: %s", conf->resp_host,
+                         (unsigned)conf->resp_port, uv_strerror(rc));
+            }
+            goto fail;
+        }
+        uv_poll_init_socket(loop, &p->resp_poll, p->resp_fd);
+        p->resp_poll.data = p;
+        p->resp_polling =
+            uv_poll_start(&p->resp_poll, UV_READABLE, rproc_resp_poll_cb) == 0;
+        p->handles++;
+    }
     uv_poll_init_socket(loop, &p->poll, p->lfd);
     p->poll.data = p;
     uv_timer_init(loop, &p->retry);
@@ -748,6 +843,9 @@ fail:
     }
     if (p->rls_fd >= 0) {
         close(p->rls_fd);
+    }
+    if (p->resp_fd >= 0) {
+        close(p->resp_fd);
     }
     free(p->workers);
     rl_envoy_shared_drop(p->envoy);
@@ -927,6 +1025,14 @@ rl_rproc_close(struct rl_rproc *p)
         uv_close((uv_handle_t *)&p->rls_poll, rproc_handle_closed);
         close(p->rls_fd);
         p->rls_fd = -1;
+    }
+    if (p->resp_fd >= 0) {
+        if (p->resp_polling) {
+            uv_poll_stop(&p->resp_poll);
+        }
+        uv_close((uv_handle_t *)&p->resp_poll, rproc_handle_closed);
+        close(p->resp_fd);
+        p->resp_fd = -1;
     }
     rproc_stop_workers(p, p->nworkers);
     if (p->log != NULL) {

@@ -79,6 +79,12 @@ void rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh);
 /* gRPC connections open (or handed to a worker) on [router] rls. */
 uint32_t rl_rproc_rls_connections(const struct rl_rproc *p);
 
+/* A RESP connection accepted on [router] resp closed (its worker's resp.c): one fewer open. */
+void rl_rproc_resp_closed(struct rl_rproc *p);
+
+/* RESP connections open (or handed to a worker) on [router] resp. */
+uint32_t rl_rproc_resp_connections(const struct rl_rproc *p);
+
 /* SIGHUP: reopens the request log and has every worker reload the rules of the config file. */
 void rl_rproc_hup(struct rl_rproc *p);
 
