@@ -37,6 +37,7 @@
 #define RESP_NAME_MAX 128u  /* CLIENT SETNAME */
 #define RESP_AUTH_TRIES 3u  /* wrong AUTHs before the connection closes */
 #define RESP_TICK_MS 1000u
+#define RESP_LINGER_MS 2000u /* after QUIT or a protocol error: input dropped this long */
 #define RESP_COMPAT_VERSION "7.0.0" /* what HELLO and INFO say as redis_version */
 
 enum resp_kind { RESP_SYNC, RESP_THROTTLE, RESP_CHECK, RESP_MCHECK };
@@ -95,6 +96,9 @@ struct resp_conn {
     char name[RESP_NAME_MAX];
     size_t name_len;
     bool reading, paused, quit, closing;
+    bool shut;        /* quitting: FIN sent, the rest of the input is read and dropped */
+    uint64_t quit_ms; /* loop time of the QUIT or protocol error */
+    uv_shutdown_t shutdown;
     int handles;
 };
 
@@ -157,6 +161,32 @@ static void on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf);
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
 
 static void
+on_shutdown(uv_shutdown_t *req, int status)
+{
+    (void)req;
+    (void)status; /* the peer's EOF, an error or the linger time closes the connection */
+}
+
+/* QUIT or a protocol error, every reply written: FIN, then the peer's input is read and
+ * dropped until it closes or RESP_LINGER_MS pass, so that the last reply is not lost to a
+ * reset (closing with unread input would send one). */
+static void
+conn_shut(struct resp_conn *c)
+{
+    if (c->shut || c->closing) {
+        return;
+    }
+    c->shut = true;
+    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (!c->reading) {
+        c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+    }
+}
+
+static void
 on_written(uv_write_t *w, int status)
 {
     struct resp_wreq *q = (struct resp_wreq *)w;
@@ -172,8 +202,8 @@ on_written(uv_write_t *w, int status)
         conn_close(c);
         return;
     }
-    if (c->quit && c->writing == 0 && c->out.len == 0) {
-        conn_close(c);
+    if (c->quit && c->writing == 0 && c->out.len == 0 && c->nslots == 0) {
+        conn_shut(c);
         return;
     }
     if (c->paused) {
@@ -201,8 +231,8 @@ conn_flush(struct resp_conn *c)
         return;
     }
     if (c->out.len == 0) {
-        if (c->quit && c->writing == 0) {
-            conn_close(c);
+        if (c->quit && c->writing == 0 && c->nslots == 0) {
+            conn_shut(c);
         }
         return;
     }
@@ -1189,7 +1219,7 @@ on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
     }
     c->active_ms = uv_now(c->r->loop);
     if (c->quit) {
-        return; /* what follows QUIT or a protocol error is not read */
+        return; /* what follows QUIT or a protocol error is dropped */
     }
     if (rl_buf_unread(&c->in) == 0) {
         used = conn_run(c, buf->base, (size_t)n);
@@ -1214,7 +1244,7 @@ on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
             c->partial_ms = uv_now(c->r->loop);
         }
     }
-    if ((c->paused || c->quit) && c->reading && !c->closing) {
+    if (c->paused && c->reading && !c->closing) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
     }
@@ -1301,6 +1331,14 @@ conn_tick(uv_timer_t *t)
     uint64_t now = uv_now(c->r->loop);
 
     if (c->closing) {
+        return;
+    }
+    if (c->quit) {
+        if (c->quit_ms == 0) {
+            c->quit_ms = now;
+        } else if (now - c->quit_ms >= RESP_LINGER_MS) {
+            conn_close(c);
+        }
         return;
     }
     if (c->nslots == 0 && c->writing == 0 && lim->idle_timeout_ms != 0 &&
