@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "front.h"
 #include "log.h"
 #include "resp.h"
 #include "router_int.h"
@@ -30,9 +31,9 @@
 #include "ruleset.h"
 #include "shardmap.h"
 
-#define RESP_PIPELINE_MAX 256u              /* commands waiting for an answer, per connection */
-#define RESP_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading pauses */
-#define RESP_READ_BUF (64u * 1024)
+#define RESP_PIPELINE_MAX 1024u             /* commands waiting for an answer, per connection */
+#define RESP_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading stops (front.c) */
+#define RESP_HELD_MAX (RL_RESP_CMD_MAX + 1024u * 1024) /* unread input held per connection */
 #define RESP_MCHECK_MAX 64u /* keys of one RL.MCHECK */
 #define RESP_NAME_MAX 128u  /* CLIENT SETNAME */
 #define RESP_AUTH_TRIES 3u  /* wrong AUTHs before the connection closes */
@@ -67,27 +68,19 @@ struct resp_slot {
     uint64_t quantity; /* CL.THROTTLE */
 };
 
-struct resp_wreq {
-    uv_write_t req;
-    struct resp_conn *c;
-    char *data;
-    size_t len;
-};
-
+/* A RESP connection's protocol state (front.c holds the socket). */
 struct resp_conn {
-    uv_tcp_t tcp;
-    uv_timer_t timer;
+    struct rl_front_conn *fc;
     struct rl_router *r;
-    struct resp_conn *prev, *next;
-    struct resp_conn *dirty_next;
+    struct resp_conn *dirty_next; /* answered during a batch of node replies: flush at its end */
     bool dirty;
-    struct rl_buf in;  /* unread input: an incomplete command, or commands paused */
+    struct rl_buf in;  /* unread input: an incomplete command, or commands waiting for a slot */
+    size_t held;       /* what rl_front_hold knows of in */
     struct rl_buf out; /* replies ready to write */
     struct resp_slot *slots; /* ring of RESP_PIPELINE_MAX, allocated at the first need */
     uint32_t head, nslots;
-    size_t writing; /* bytes handed to uv_write and not yet written */
-    uint64_t active_ms;  /* loop time of the last read or answer */
     uint64_t partial_ms; /* loop time since which an incomplete command waits; 0: none */
+    uint64_t quit_ms;    /* loop time of the QUIT or protocol error; 0: none */
     uint64_t id;
     int proto; /* 2, or 3 after HELLO 3 */
     bool authed;
@@ -95,48 +88,25 @@ struct resp_conn {
     const struct rl_client_conf *principal;
     char name[RESP_NAME_MAX];
     size_t name_len;
-    bool reading, paused, quit, closing;
-    bool shut;        /* quitting: FIN sent, the rest of the input is read and dropped */
-    uint64_t quit_ms; /* loop time of the QUIT or protocol error */
-    uv_shutdown_t shutdown;
-    int handles;
+    bool quit, closing;
 };
 
 /* The per-loop state. */
 struct rl_resp {
-    struct resp_conn *conns;
-    uint32_t nconns;
-    uint64_t buffered; /* input bytes held by every connection of this loop */
     uint64_t next_id;
-    uv_check_t check; /* writes the connections' output once per loop turn */
-    bool check_open;
+    uint32_t nconns;
     struct resp_conn *dirty;
-    char rbuf[RESP_READ_BUF];
-    bool rbuf_busy;
     struct rl_resp_cmd cmd;
     struct rl_buf tmp; /* a reply being written */
     uint64_t commands, throttles, checks, errors, protocol_errors;
 };
 
-static void conn_close(struct resp_conn *c);
 static void conn_process(struct resp_conn *c);
 
 /* ---- output, in the order of the commands -------------------------------------------------- */
 
-static void
-conn_mark(struct resp_conn *c)
-{
-    struct rl_resp *g = c->r->resp;
-
-    if (!c->dirty && !c->closing) {
-        c->dirty = true;
-        c->dirty_next = g->dirty;
-        g->dirty = c;
-    }
-}
-
-/* Moves the replies of the slots done at the head of the ring to c->out. */
-static void
+/* Moves the replies of the slots done at the head of the ring to c->out. -1: out of memory. */
+static int
 conn_drain(struct resp_conn *c)
 {
     while (c->nslots > 0) {
@@ -146,8 +116,7 @@ conn_drain(struct resp_conn *c)
             break;
         }
         if (rl_buf_append(&c->out, s->out.data, s->out.len) != 0) {
-            conn_close(c);
-            return;
+            return -1;
         }
         rl_buf_deinit(&s->out);
         free(s->parts);
@@ -155,117 +124,41 @@ conn_drain(struct resp_conn *c)
         c->head = (c->head + 1) % RESP_PIPELINE_MAX;
         c->nslots--;
     }
+    return 0;
 }
 
-static void on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf);
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
-
+/* c has replies to write: now, or at the end of the batch of node replies being read
+ * (rl_resp_batch_end), so that a batch's answers go out in one write per connection. */
 static void
-on_shutdown(uv_shutdown_t *req, int status)
+conn_mark(struct resp_conn *c)
 {
-    (void)req;
-    (void)status; /* the peer's EOF, an error or the linger time closes the connection */
-}
-
-/* QUIT or a protocol error, every reply written: FIN, then the peer's input is read and
- * dropped until it closes or RESP_LINGER_MS pass, so that the last reply is not lost to a
- * reset (closing with unread input would send one). */
-static void
-conn_shut(struct resp_conn *c)
-{
-    if (c->shut || c->closing) {
-        return;
-    }
-    c->shut = true;
-    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
-        conn_close(c);
-        return;
-    }
-    if (!c->reading) {
-        c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
-    }
-}
-
-static void
-on_written(uv_write_t *w, int status)
-{
-    struct resp_wreq *q = (struct resp_wreq *)w;
-    struct resp_conn *c = q->c;
-
-    c->writing -= q->len;
-    free(q->data);
-    free(q);
-    if (c->closing) {
-        return;
-    }
-    if (status < 0) {
-        conn_close(c);
-        return;
-    }
-    if (c->quit && c->writing == 0 && c->out.len == 0 && c->nslots == 0) {
-        conn_shut(c);
-        return;
-    }
-    if (c->paused) {
-        c->paused = false;
-        conn_process(c);
-        conn_mark(c);
-        if (!c->closing && !c->paused && !c->quit && !c->reading) {
-            c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
-        }
-    }
-}
-
-/* Writes what c->out holds. */
-static void
-conn_flush(struct resp_conn *c)
-{
-    struct resp_wreq *q;
-    uv_buf_t b;
+    struct rl_resp *g = c->r->resp;
 
     if (c->closing) {
         return;
     }
-    conn_drain(c);
-    if (c->closing) {
+    if (c->r->now_ns == 0) {
+        rl_front_flush(c->fc);
         return;
     }
-    if (c->out.len == 0) {
-        if (c->quit && c->writing == 0 && c->nslots == 0) {
-            conn_shut(c);
-        }
-        return;
+    if (!c->dirty) {
+        c->dirty = true;
+        c->dirty_next = g->dirty;
+        g->dirty = c;
     }
-    q = malloc(sizeof(*q));
-    if (q == NULL) {
-        conn_close(c);
-        return;
-    }
-    q->c = c;
-    q->data = c->out.data;
-    q->len = c->out.len;
-    rl_buf_init(&c->out);
-    b = uv_buf_init(q->data, (unsigned)q->len);
-    if (uv_write(&q->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
-        free(q->data);
-        free(q);
-        conn_close(c);
-        return;
-    }
-    c->writing += q->len;
 }
 
-static void
-resp_check_cb(uv_check_t *h)
+void
+rl_resp_batch_end(struct rl_router *r)
 {
-    struct rl_resp *g = h->data;
+    struct rl_resp *g = r->resp;
 
-    while (g->dirty != NULL) {
+    while (g != NULL && g->dirty != NULL) {
         struct resp_conn *c = g->dirty;
 
         g->dirty = c->dirty_next;
         c->dirty = false;
-        conn_flush(c);
+        rl_front_flush(c->fc);
     }
 }
 
@@ -423,7 +316,7 @@ slot_render(struct resp_slot *s)
     }
     s->done = true;
     if (rc != 0) {
-        conn_close(c);
+        c->closing = true; /* out of memory: front.c closes it at the next flush */
     }
 }
 
@@ -446,7 +339,11 @@ rl_resp_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_c
     if (--s->outstanding == 0) {
         slot_render(s);
     }
-    c->active_ms = uv_now(r->loop);
+    rl_front_touch(c->fc);
+    if (c->closing) {
+        rl_front_close(c->fc);
+        return;
+    }
     conn_mark(c);
 }
 
@@ -984,7 +881,7 @@ cmd_info(struct resp_conn *c, struct rl_buf *b)
             "process_id:%ld\r\ntcp_port:%u\r\nloading:0\r\n\r\n",
             RESP_COMPAT_VERSION, RL_VERSION, (long)getpid(), (unsigned)r->conf->resp_port);
     fprintf(f, "# Clients\r\nconnected_clients:%u\r\n\r\n",
-            r->proc != NULL ? rl_rproc_resp_connections(r->proc) : g->nconns);
+            r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RESP) : g->nconns);
     fprintf(f,
             "# Stats (this worker)\r\ntotal_commands_processed:%" PRIu64
             "\r\ncl_throttle_commands:%" PRIu64 "\r\nrl_check_keys:%" PRIu64
@@ -1108,7 +1005,7 @@ conn_command(struct resp_conn *c, const struct rl_resp_cmd *cmd)
 /* ---- reading ------------------------------------------------------------------------------- */
 
 /* Runs the commands of buf[0..len); returns the bytes consumed (the rest waits: an
- * incomplete command, or a pause). */
+ * incomplete command, or no slot free). */
 static size_t
 conn_run(struct resp_conn *c, char *buf, size_t len)
 {
@@ -1120,9 +1017,8 @@ conn_run(struct resp_conn *c, char *buf, size_t len)
         const char *err = NULL;
         int rc;
 
-        if (c->nslots >= RESP_PIPELINE_MAX || c->writing + c->out.len >= RESP_WRITE_QUEUE_MAX) {
-            c->paused = true;
-            break;
+        if (c->nslots >= RESP_PIPELINE_MAX) {
+            break; /* resumed when answers free slots (resp_produce) */
         }
         rc = rl_resp_parse(buf + off, len - off, &g->cmd, &used, &err);
         if (rc == RL_RESP_MORE) {
@@ -1133,7 +1029,7 @@ conn_run(struct resp_conn *c, char *buf, size_t len)
 
             g->protocol_errors++;
             if (b == NULL || rl_resp_put_error(b, "ERR %s", err) != 0) {
-                conn_close(c);
+                c->closing = true;
                 return off;
             }
             c->quit = true; /* as Redis: the error, then the connection closes */
@@ -1142,7 +1038,7 @@ conn_run(struct resp_conn *c, char *buf, size_t len)
         off += used;
         c->partial_ms = 0; /* progress */
         if (g->cmd.argc > 0 && conn_command(c, &g->cmd) != 0) {
-            conn_close(c);
+            c->closing = true;
             return off;
         }
     }
@@ -1153,128 +1049,163 @@ conn_run(struct resp_conn *c, char *buf, size_t len)
 static void
 conn_process(struct resp_conn *c)
 {
-    struct rl_resp *g = c->r->resp;
-    size_t unread = rl_buf_unread(&c->in), used, cap0 = c->in.cap;
+    size_t unread = rl_buf_unread(&c->in), used;
 
-    if (unread == 0) {
+    if (unread == 0 || c->quit || c->closing) {
         return;
     }
     used = conn_run(c, c->in.data + c->in.pos, unread);
     c->in.pos += used;
     if (rl_buf_unread(&c->in) == 0) {
         rl_buf_deinit(&c->in);
-        c->partial_ms = 0;
     } else {
         rl_buf_compact(&c->in);
-    }
-    g->buffered = g->buffered - cap0 + c->in.cap;
-}
-
-static void
-on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
-{
-    struct resp_conn *c = h->data;
-    struct rl_resp *g = c->r->resp;
-
-    (void)hint;
-    if (g->rbuf_busy) {
-        buf->base = NULL;
-        buf->len = 0;
-        return;
-    }
-    g->rbuf_busy = true;
-    buf->base = g->rbuf;
-    buf->len = sizeof(g->rbuf);
-}
-
-/* The input bytes this loop's RESP connections may hold together: its share of [clients]
- * buffer_memory. */
-static uint64_t
-resp_budget(const struct rl_router *r)
-{
-    uint32_t n = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
-
-    return r->opts.limits.buffer_memory / (n ? n : 1);
-}
-
-static void
-on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
-{
-    struct resp_conn *c = h->data;
-    struct rl_resp *g = c->r->resp;
-    size_t used = 0, rest, cap0;
-
-    if (buf->base == g->rbuf) {
-        g->rbuf_busy = false;
-    }
-    if (c->closing) {
-        return;
-    }
-    if (n < 0) {
-        conn_close(c);
-        return;
-    }
-    if (n == 0) {
-        return;
-    }
-    c->active_ms = uv_now(c->r->loop);
-    if (c->quit) {
-        return; /* what follows QUIT or a protocol error is dropped */
-    }
-    if (rl_buf_unread(&c->in) == 0) {
-        used = conn_run(c, buf->base, (size_t)n);
-        if (c->closing) {
-            return;
-        }
-    }
-    rest = (size_t)n - used;
-    if (rest > 0 && !c->quit) {
-        cap0 = c->in.cap;
-        if (g->buffered + rest > resp_budget(c->r) ||
-            rl_buf_append(&c->in, buf->base + used, rest) != 0) {
-            rl_log_warn("resp: a connection closed: the RESP front's buffer memory is spent");
-            conn_close(c);
-            return;
-        }
-        g->buffered = g->buffered - cap0 + c->in.cap;
-        if (!c->paused) {
-            conn_process(c);
-        }
-        if (rl_buf_unread(&c->in) > 0 && c->partial_ms == 0) {
+        if (c->partial_ms == 0) {
             c->partial_ms = uv_now(c->r->loop);
         }
     }
-    if (c->paused && c->reading && !c->closing) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = false;
+    if (c->in.cap != c->held) {
+        /* shrinking always succeeds; growing was checked before the bytes were taken */
+        (void)rl_front_hold(c->fc, c->held, c->in.cap);
+        c->held = c->in.cap;
     }
-    conn_mark(c);
 }
 
-/* ---- a connection's life ------------------------------------------------------------------- */
+/* ---- front.c's callbacks ------------------------------------------------------------------- */
 
-static void
-conn_handle_closed(uv_handle_t *h)
+static int
+resp_open(struct rl_front_conn *fc)
 {
-    struct resp_conn *c = h->data;
-    struct rl_router *r = c->r;
+    struct rl_router *r = rl_front_router(fc);
+    struct resp_conn *c;
 
-    if (--c->handles > 0) {
+    if (r->resp == NULL) {
+        r->resp = calloc(1, sizeof(*r->resp));
+        if (r->resp == NULL) {
+            return UV_ENOMEM;
+        }
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return UV_ENOMEM;
+    }
+    c->fc = fc;
+    c->r = r;
+    c->id = ++r->resp->next_id;
+    c->proto = 2;
+    c->authed = r->conf->nauth_clients == 0;
+    r->resp->nconns++;
+    rl_front_set_proto(fc, c);
+    return 0;
+}
+
+static int
+resp_bytes(struct rl_front_conn *fc, const uint8_t *data, size_t len)
+{
+    struct resp_conn *c = rl_front_proto(fc);
+    size_t want;
+
+    if (c->quit) {
+        return 0; /* what follows QUIT or a protocol error is dropped */
+    }
+    /* The input is held in c->in (inline commands are unquoted in place): at most
+     * RESP_HELD_MAX bytes, and the worker's share of [clients] buffer_memory. */
+    want = rl_buf_unread(&c->in) + len;
+    if (want > c->in.cap && rl_front_hold(fc, c->held, want) != 0) {
+        rl_log_warn("resp: a connection closed: it holds too much unread input");
+        return -1;
+    }
+    if (rl_buf_append(&c->in, data, len) != 0) {
+        return -1;
+    }
+    if (c->in.cap != c->held) {
+        if (rl_front_hold(fc, c->held, c->in.cap) != 0) {
+            /* the buffer grew past what was asked: keep the count exact, let it pass */
+            (void)rl_front_hold(fc, c->held, want);
+            c->held = want;
+        } else {
+            c->held = c->in.cap;
+        }
+    }
+    conn_process(c);
+    return c->closing ? -1 : 0;
+}
+
+static int
+resp_produce(struct rl_front_conn *fc)
+{
+    struct resp_conn *c = rl_front_proto(fc);
+
+    if (c->closing || conn_drain(c) != 0) {
+        return -1;
+    }
+    if (rl_buf_unread(&c->in) > 0 && c->nslots < RESP_PIPELINE_MAX) {
+        conn_process(c); /* commands that waited for a slot */
+        if (c->closing || conn_drain(c) != 0) {
+            return -1;
+        }
+    }
+    if (c->out.len > 0) {
+        if (rl_front_write(fc, c->out.data, c->out.len) != 0) {
+            return -1;
+        }
+        if (c->out.cap > 64u * 1024) {
+            rl_buf_deinit(&c->out);
+        } else {
+            rl_buf_reset(&c->out);
+        }
+    }
+    if (c->quit && c->nslots == 0) {
+        if (c->quit_ms == 0) {
+            c->quit_ms = uv_now(c->r->loop);
+        }
+        rl_front_shutdown(fc);
+    }
+    return 0;
+}
+
+static bool
+resp_finished(struct rl_front_conn *fc)
+{
+    (void)fc;
+    return false; /* after QUIT: the peer's EOF or the linger time (resp_tick) closes */
+}
+
+static bool
+resp_busy(struct rl_front_conn *fc)
+{
+    struct resp_conn *c = rl_front_proto(fc);
+
+    return c->nslots > 0;
+}
+
+/* Every tick: a connection that quit lingers RESP_LINGER_MS at most; a command incomplete
+ * for frame_timeout closes its connection. */
+static void
+resp_tick(struct rl_front_conn *fc, uint64_t now, uint64_t frame_timeout_ms)
+{
+    struct resp_conn *c = rl_front_proto(fc);
+
+    if (c->quit_ms != 0 && now - c->quit_ms >= RESP_LINGER_MS) {
+        rl_front_close(fc);
         return;
     }
-    free(c);
-    r->handles--;
-    rl_router_maybe_free(r);
+    if (c->partial_ms != 0 && c->nslots < RESP_PIPELINE_MAX &&
+        now - c->partial_ms >= frame_timeout_ms) {
+        rl_front_close(fc);
+    }
 }
 
 static void
-conn_close(struct resp_conn *c)
+resp_close(struct rl_front_conn *fc)
 {
-    struct rl_resp *g = c->r->resp;
+    struct resp_conn *c = rl_front_proto(fc);
+    struct rl_resp *g;
 
-    if (c->closing) {
+    if (c == NULL) {
         return;
     }
+    g = c->r->resp;
     c->closing = true;
     for (uint32_t k = 0; c->slots != NULL && k < c->nslots; k++) {
         struct resp_slot *s = &c->slots[(c->head + k) % RESP_PIPELINE_MAX];
@@ -1291,9 +1222,7 @@ conn_close(struct resp_conn *c)
         free(s->parts);
     }
     free(c->slots);
-    c->slots = NULL;
-    c->nslots = 0;
-    g->buffered -= c->in.cap;
+    (void)rl_front_hold(fc, c->held, 0);
     rl_buf_deinit(&c->in);
     rl_buf_deinit(&c->out);
     if (c->dirty) {
@@ -1303,139 +1232,26 @@ conn_close(struct resp_conn *c)
             pp = &(*pp)->dirty_next;
         }
         *pp = c->dirty_next;
-        c->dirty = false;
-    }
-    if (c->prev != NULL) {
-        c->prev->next = c->next;
-    } else {
-        g->conns = c->next;
-    }
-    if (c->next != NULL) {
-        c->next->prev = c->prev;
     }
     g->nconns--;
-    __atomic_fetch_sub(&c->r->resp_conns, 1, __ATOMIC_RELAXED);
-    if (c->r->proc != NULL) {
-        rl_rproc_resp_closed(c->r->proc);
-    }
-    uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
-    uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+    free(c);
+    rl_front_set_proto(fc, NULL);
 }
 
-/* Every second: an idle connection closes, and one whose command stays incomplete. */
-static void
-conn_tick(uv_timer_t *t)
-{
-    struct resp_conn *c = t->data;
-    const struct rl_conn_limits *lim = &c->r->opts.limits;
-    uint64_t now = uv_now(c->r->loop);
-
-    if (c->closing) {
-        return;
-    }
-    if (c->quit) {
-        if (c->quit_ms == 0) {
-            c->quit_ms = now;
-        } else if (now - c->quit_ms >= RESP_LINGER_MS) {
-            conn_close(c);
-        }
-        return;
-    }
-    if (c->nslots == 0 && c->writing == 0 && lim->idle_timeout_ms != 0 &&
-        now - c->active_ms >= lim->idle_timeout_ms) {
-        conn_close(c);
-        return;
-    }
-    if (c->partial_ms != 0 && !c->paused && lim->frame_timeout_ms != 0 &&
-        now - c->partial_ms >= lim->frame_timeout_ms) {
-        conn_close(c);
-    }
-}
-
-static void
-resp_check_closed(uv_handle_t *h)
-{
-    struct rl_router *r = h->data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
-}
-
-int
-rl_resp_adopt(struct rl_router *r, uv_os_sock_t fd)
-{
-    struct resp_conn *c;
-    int rc;
-
-    if (r->closing) {
-        return UV_ECANCELED;
-    }
-    if (r->resp == NULL) {
-        r->resp = calloc(1, sizeof(*r->resp));
-        if (r->resp == NULL) {
-            return UV_ENOMEM;
-        }
-    }
-    if (!r->resp->check_open) {
-        uv_check_init(r->loop, &r->resp->check);
-        r->resp->check.data = r->resp;
-        uv_check_start(&r->resp->check, resp_check_cb);
-        r->resp->check_open = true;
-        r->handles++;
-    }
-    c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        return UV_ENOMEM;
-    }
-    c->r = r;
-    uv_tcp_init(r->loop, &c->tcp);
-    c->tcp.data = c;
-    rc = uv_tcp_open(&c->tcp, fd);
-    if (rc != 0) {
-        /* not the handle's: the caller closes fd */
-        c->handles = 1;
-        r->handles++;
-        c->closing = true;
-        uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
-        return rc;
-    }
-    uv_tcp_nodelay(&c->tcp, 1);
-    uv_timer_init(r->loop, &c->timer);
-    c->timer.data = c;
-    c->handles = 2;
-    r->handles++;
-    c->active_ms = uv_now(r->loop);
-    c->id = ++r->resp->next_id;
-    c->proto = 2;
-    c->authed = r->conf->nauth_clients == 0;
-    c->next = r->resp->conns;
-    if (c->next != NULL) {
-        c->next->prev = c;
-    }
-    r->resp->conns = c;
-    r->resp->nconns++;
-    __atomic_fetch_add(&r->resp_conns, 1, __ATOMIC_RELAXED);
-    uv_timer_start(&c->timer, conn_tick, RESP_TICK_MS, RESP_TICK_MS);
-    c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
-    return 0;
-}
-
-void
-rl_resp_close(struct rl_router *r)
-{
-    if (r->resp == NULL) {
-        return;
-    }
-    while (r->resp->conns != NULL) {
-        conn_close(r->resp->conns);
-    }
-    if (r->resp->check_open) {
-        r->resp->check_open = false;
-        uv_check_stop(&r->resp->check);
-        r->resp->check.data = r;
-        uv_close((uv_handle_t *)&r->resp->check, resp_check_closed);
-    }
-}
+const struct rl_front_ops rl_resp_ops = {
+    .name = "resp",
+    .limits = {.write_queue_max = RESP_WRITE_QUEUE_MAX,
+               .held_max = RESP_HELD_MAX,
+               .tick_ms = RESP_TICK_MS},
+    .on_open = resp_open,
+    .on_bytes = resp_bytes,
+    .produce = resp_produce,
+    .finished = resp_finished,
+    .busy = resp_busy,
+    .on_idle = NULL,
+    .on_tick = resp_tick,
+    .on_close = resp_close,
+};
 
 void
 rl_resp_free(struct rl_router *r)

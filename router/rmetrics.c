@@ -453,7 +453,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
         rl_prom_family(p, "rl_router_rls_connections", "gauge",
                        "gRPC connections open on [router] rls.");
         rl_prom_u64(p, "rl_router_rls_connections", NULL,
-                    r->proc != NULL ? rl_rproc_rls_connections(r->proc) : 0);
+                    r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RLS) : 0);
     }
     rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
                    "CHECKs forwarded to nodes and not answered yet.");

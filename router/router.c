@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "front.h"
 #include "reqlog.h"
 #include "router_int.h"
 
@@ -61,7 +62,7 @@ rl_router_maybe_free(struct rl_router *r)
     rl_table_deinit(r);
     rl_pending_deinit(r);
     rl_shed_deinit(r);
-    rl_rls_free(r);
+    rl_front_free(r);
     rl_resp_free(r);
     rl_envoy_shared_drop(r->envoy);
     free(r->rule_codes);
@@ -183,8 +184,7 @@ rl_router_close(struct rl_router *r)
     uv_close((uv_handle_t *)&r->hot_timer, router_handle_closed);
     rl_health_close(r);
     rl_listener_close(&r->listener, router_listener_closed);
-    rl_rls_close(r);
-    rl_resp_close(r);
+    rl_front_close_all(r);
     rl_table_close(r);
     /* Whatever is still pending has no client left to answer (all closed above). */
     rl_pending_drain(r);

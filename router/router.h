@@ -62,7 +62,7 @@ struct rl_router_stats {
 struct rl_envoy_config;
 
 /* A loaded envoyproxy/ratelimit configuration shared by a process's workers and their calls
- * in flight (router/rls.c); the last drop frees it. */
+ * in flight (router/rls_call.c); the last drop frees it. */
 struct rl_envoy_shared {
     struct rl_envoy_config *c;
     uint32_t refs; /* atomic */

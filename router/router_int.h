@@ -44,7 +44,7 @@ struct rl_reqlog;
 struct rl_cconn;
 struct rl_fanout;
 struct rl_rls_part;
-struct rl_rls;
+struct rl_front;
 struct rl_resp_part;
 struct rl_resp;
 
@@ -57,7 +57,7 @@ struct rl_pending {
     /* THROTTLED: the fan-out this is one node's part of (then cprev/cnext link the fan-out's
      * parts, and the record is in neither the client's list nor the FIFO); NULL: a CHECK */
     struct rl_fanout *fan;
-    /* rls.c: the part of a gRPC call this CHECK answers (client NULL then); NULL otherwise */
+    /* rls_call.c: the part of a gRPC call this CHECK answers (client NULL then); NULL otherwise */
     struct rl_rls_part *sink;
     /* resp.c: the part of a RESP command this CHECK answers (client and sink NULL then) */
     struct rl_resp_part *rsink;
@@ -168,12 +168,11 @@ struct rl_router {
     struct router_retired *retired;
     uv_timer_t retire_timer;
     uint32_t nfanouts; /* THROTTLED fan-outs in flight */
-    struct rl_rls *rls; /* rls.c: the gRPC front's connections on this loop; NULL: none */
-    uint64_t rls_calls[3]; /* rls.c: calls answered OK, OVER_LIMIT, with a gRPC error */
-    uint32_t rls_conns;    /* rls.c: gRPC connections open (atomic: rproc.c weighs workers) */
-    struct rl_envoy_shared *envoy; /* rls.c: the configuration new calls use (one hold) */
-    struct rl_resp *resp;  /* resp.c: the RESP front's connections on this loop; NULL: none */
-    uint32_t resp_conns;   /* resp.c: RESP connections open (atomic: rproc.c weighs workers) */
+    struct rl_front *front; /* front.c: the fronts' connections on this loop; NULL: none */
+    uint32_t front_conns;   /* front.c: their number (atomic: rproc.c weighs workers) */
+    uint64_t rls_calls[3]; /* rls_call.c: calls answered OK, OVER_LIMIT, with a gRPC error */
+    struct rl_envoy_shared *envoy; /* rls_call.c: the configuration new calls use (one hold) */
+    struct rl_resp *resp; /* resp.c: the RESP front's per-loop state; NULL: none yet */
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;
@@ -304,9 +303,9 @@ void rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l);
 void rl_forward_on_batch(void *arg, bool end);
 
 /*
- * A CHECK of the router's own (the gRPC front, rls.c; the RESP front, resp.c): inline-limited
- * (req->limit set), or judged by the configured rule of its (service, endpoint), whose failure
- * policy then applies;
+ * A CHECK of the router's own (the gRPC front, rls_call.c; the RESP front, resp.c):
+ * inline-limited (req->limit set), or judged by the configured rule of its (service,
+ * endpoint), whose failure policy then applies;
  * forwarded to the owner of (service, user) under a pending record whose answer goes to
  * sink (rl_rls_answer) instead of a client. Returns 0 when sent (*sent: the record, to
  * orphan by setting its sink to NULL): sink is answered later,
@@ -318,21 +317,12 @@ int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req,
                       struct rl_rls_part *sink, struct rl_pending **sent,
                       struct rl_wire_check_reply *now);
 
-/* ---- rls.c: Envoy's rate limit service over gRPC ----------------------------------------- */
+/* ---- rls_call.c: Envoy's rate limit service (front.c, rls_h2.c carry it) ---------------- */
 
 /* p's CHECK (p->sink) was answered: rep (a node's, or the failure policy's), or err != 0
  * with an ERROR the node gave. Called before p is put back. */
 void rl_rls_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
                    uint32_t err);
-
-/* Serves a gRPC connection accepted on [router] rls (fd). 0, or a negative errno. */
-int rl_rls_adopt(struct rl_router *r, uv_os_sock_t fd);
-
-/* Closes every gRPC connection of r (its calls' CHECKs in flight are orphaned). */
-void rl_rls_close(struct rl_router *r);
-
-/* Frees what rl_rls_adopt allocated for r (once every connection is closed). */
-void rl_rls_free(struct rl_router *r);
 
 /* New calls use sh (held here; the previous one is dropped; calls in flight keep theirs). */
 void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);
@@ -343,13 +333,11 @@ void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);
 void rl_resp_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
                     uint32_t err);
 
-/* Serves a RESP connection accepted on [router] resp (fd). 0, or a negative errno. */
-int rl_resp_adopt(struct rl_router *r, uv_os_sock_t fd);
+/* The end of a batch of node replies (forward.c): the RESP connections answered during it
+ * write their replies. */
+void rl_resp_batch_end(struct rl_router *r);
 
-/* Closes every RESP connection of r (their CHECKs in flight are orphaned). */
-void rl_resp_close(struct rl_router *r);
-
-/* Frees what rl_resp_adopt allocated for r (once every connection is closed). */
+/* Frees the RESP front's per-loop state of r (router freed; front.c's connections closed). */
 void rl_resp_free(struct rl_router *r);
 
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */

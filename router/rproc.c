@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "front.h"
 #include "log.h"
 #include "reqlog.h"
 #include "router_int.h"
@@ -30,6 +31,23 @@
 
 #define RPROC_ACCEPT_BATCH 64u    /* sockets accepted per poll callback */
 #define RPROC_ACCEPT_RETRY_MS 100u /* out of descriptors: accept again after this long */
+
+/* A socket accepted on a front's listener, in a worker's mailbox. */
+struct rproc_ffd {
+    uv_os_sock_t fd;
+    enum rl_front_kind kind;
+};
+
+/* A front's listener (front.h): [router] rls for the gRPC front. */
+struct rproc_front {
+    struct rl_rproc *p;
+    enum rl_front_kind kind;
+    uv_os_sock_t fd; /* -1: not listening */
+    uv_poll_t poll;
+    bool polling;
+    uint32_t max;   /* connections open at once, at most */
+    uint32_t conns; /* connections open or handed over (atomic) */
+};
 
 struct rproc_worker {
     struct rl_rproc *p;
@@ -45,10 +63,8 @@ struct rproc_worker {
     pthread_mutex_t mu;
     uv_os_sock_t *fds;
     size_t nfds, fds_cap;
-    uv_os_sock_t *rls_fds; /* accepted on [router] rls: gRPC connections (rls.c) */
-    size_t nrls, rls_cap;
-    uv_os_sock_t *resp_fds; /* accepted on [router] resp: RESP connections (resp.c) */
-    size_t nresp, resp_cap;
+    struct rproc_ffd *ffds; /* accepted on a front's listener (front.c) */
+    size_t nffds, ffds_cap;
     bool members_new, asg_new, zk_new, hup, stop;
     bool envoy_new; /* rl_rproc_set_envoy: take p->envoy */
     char *zk_rules;   /* the newest rules znode text not yet taken; NULL: none */
@@ -79,16 +95,8 @@ struct rl_rproc {
     int handles;
     uint64_t accept_errors;
 
-    /* [router] rls: the gRPC listener, when set */
-    uv_os_sock_t rls_fd;
-    uv_poll_t rls_poll;
-    bool rls_polling;
-    uint32_t rls_conns; /* gRPC connections open or handed over (atomic) */
-    /* [router] resp: the RESP listener, when set */
-    uv_os_sock_t resp_fd;
-    uv_poll_t resp_poll;
-    bool resp_polling;
-    uint32_t resp_conns; /* RESP connections open or handed over (atomic) */
+    /* the fronts' listeners, those configured */
+    struct rproc_front fronts[RL_FRONT_KINDS];
     struct rl_envoy_shared *envoy; /* the latest envoy_config, under state_mu (one hold) */
 
     struct rl_reqlog *log;
@@ -206,8 +214,9 @@ static void
 worker_wake(uv_async_t *a)
 {
     struct rproc_worker *w = a->data;
-    uv_os_sock_t *fds, *rfds, *sfds;
-    size_t nfds, nrfds, nsfds;
+    uv_os_sock_t *fds;
+    struct rproc_ffd *rfds;
+    size_t nfds, nrfds;
     bool members, asg, zk, hup, stop, envoy;
     char *rules;
     size_t rules_len;
@@ -218,14 +227,10 @@ worker_wake(uv_async_t *a)
     nfds = w->nfds;
     w->fds = NULL;
     w->nfds = w->fds_cap = 0;
-    rfds = w->rls_fds;
-    nrfds = w->nrls;
-    w->rls_fds = NULL;
-    w->nrls = w->rls_cap = 0;
-    sfds = w->resp_fds;
-    nsfds = w->nresp;
-    w->resp_fds = NULL;
-    w->nresp = w->resp_cap = 0;
+    rfds = w->ffds;
+    nrfds = w->nffds;
+    w->ffds = NULL;
+    w->nffds = w->ffds_cap = 0;
     members = w->members_new;
     asg = w->asg_new;
     zk = w->zk_new;
@@ -246,15 +251,10 @@ worker_wake(uv_async_t *a)
         }
         free(fds);
         for (size_t i = 0; i < nrfds; i++) {
-            close(rfds[i]);
-            rl_rproc_rls_closed(w->p);
+            close(rfds[i].fd);
+            rl_rproc_front_closed(w->p, rfds[i].kind);
         }
         free(rfds);
-        for (size_t i = 0; i < nsfds; i++) {
-            close(sfds[i]);
-            rl_rproc_resp_closed(w->p);
-        }
-        free(sfds);
         free(rules);
         rl_rules_close(&w->rules);
         rl_router_close(w->router);
@@ -289,19 +289,12 @@ worker_wake(uv_async_t *a)
     }
     free(fds);
     for (size_t i = 0; i < nrfds; i++) {
-        if (rl_rls_adopt(w->router, rfds[i]) != 0) {
-            close(rfds[i]);
-            rl_rproc_rls_closed(w->p);
+        if (rl_front_adopt(w->router, rfds[i].kind, rfds[i].fd) != 0) {
+            close(rfds[i].fd);
+            rl_rproc_front_closed(w->p, rfds[i].kind);
         }
     }
     free(rfds);
-    for (size_t i = 0; i < nsfds; i++) {
-        if (rl_resp_adopt(w->router, sfds[i]) != 0) {
-            close(sfds[i]);
-            rl_rproc_resp_closed(w->p);
-        }
-    }
-    free(sfds);
 }
 
 /* A worker's router found its view stale (NOT_OWNER): the main loop reads ZooKeeper again. */
@@ -403,10 +396,9 @@ rproc_pick(struct rl_rproc *p)
 
         /* The listener counts its connections atomically for this read. */
         load = __atomic_load_n(&w->router->listener.stats.connections, __ATOMIC_RELAXED);
-        load += __atomic_load_n(&w->router->rls_conns, __ATOMIC_RELAXED);
-        load += __atomic_load_n(&w->router->resp_conns, __ATOMIC_RELAXED);
+        load += __atomic_load_n(&w->router->front_conns, __ATOMIC_RELAXED);
         pthread_mutex_lock(&w->mu);
-        load += w->nfds + w->nrls + w->nresp;
+        load += w->nfds + w->nffds;
         pthread_mutex_unlock(&w->mu);
         if (load < best_load) {
             best = w;
@@ -417,19 +409,32 @@ rproc_pick(struct rl_rproc *p)
     return best;
 }
 
-enum { RPROC_CLIENT, RPROC_RLS, RPROC_RESP };
-
+/* Hands fd to w: a client of the binary protocol (front NULL), else one of *front's. */
 static int
-rproc_hand(struct rproc_worker *w, uv_os_sock_t fd, int kind)
+rproc_hand(struct rproc_worker *w, uv_os_sock_t fd, const struct rproc_front *front)
 {
-    uv_os_sock_t **fds = kind == RPROC_RLS ? &w->rls_fds : kind == RPROC_RESP ? &w->resp_fds
-                                                                              : &w->fds;
-    size_t *nfds = kind == RPROC_RLS ? &w->nrls : kind == RPROC_RESP ? &w->nresp : &w->nfds;
-    size_t *fds_cap = kind == RPROC_RLS    ? &w->rls_cap
-                      : kind == RPROC_RESP ? &w->resp_cap
-                                           : &w->fds_cap;
+    uv_os_sock_t **fds = &w->fds;
+    size_t *nfds = &w->nfds, *fds_cap = &w->fds_cap;
 
     pthread_mutex_lock(&w->mu);
+    if (front != NULL) {
+        if (w->nffds == w->ffds_cap) {
+            size_t cap = w->ffds_cap ? w->ffds_cap * 2 : 16;
+            struct rproc_ffd *n = realloc(w->ffds, cap * sizeof(*n));
+
+            if (n == NULL) {
+                pthread_mutex_unlock(&w->mu);
+                return -ENOMEM;
+            }
+            w->ffds = n;
+            w->ffds_cap = cap;
+        }
+        w->ffds[w->nffds].fd = fd;
+        w->ffds[w->nffds++].kind = front->kind;
+        pthread_mutex_unlock(&w->mu);
+        uv_async_send(&w->wake);
+        return 0;
+    }
     if (*nfds == *fds_cap) {
         size_t cap = *fds_cap ? *fds_cap * 2 : 16;
         uv_os_sock_t *n = realloc(*fds, cap * sizeof(*n));
@@ -483,7 +488,7 @@ rproc_poll_cb(uv_poll_t *h, int status, int events)
             }
             return; /* EAGAIN: none left; ECONNABORTED and the like: the next poll */
         }
-        if (rproc_hand(rproc_pick(p), fd, RPROC_CLIENT) != 0) {
+        if (rproc_hand(rproc_pick(p), fd, NULL) != 0) {
             close(fd);
         }
     }
@@ -511,30 +516,54 @@ rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh)
 }
 
 uint32_t
-rl_rproc_rls_connections(const struct rl_rproc *p)
+rl_rproc_front_connections(const struct rl_rproc *p, enum rl_front_kind kind)
 {
-    return __atomic_load_n(&p->rls_conns, __ATOMIC_RELAXED);
+    return __atomic_load_n(&p->fronts[kind].conns, __ATOMIC_RELAXED);
 }
 
 void
-rl_rproc_rls_closed(struct rl_rproc *p)
+rl_rproc_front_closed(struct rl_rproc *p, enum rl_front_kind kind)
 {
-    __atomic_fetch_sub(&p->rls_conns, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&p->fronts[kind].conns, 1, __ATOMIC_RELAXED);
 }
 
-/* [router] rls: gRPC connections, handed out as the clients' are, up to [clients]
- * max_connections of them at once (an extra one is closed at once). */
+/* Where front kind listens (host NULL: it does not), and how many connections it may
+ * have open at once. A new front: its listener's keys here, its vtable in front.c. */
 static void
-rproc_rls_poll_cb(uv_poll_t *h, int status, int events)
+rproc_front_addr(const struct rl_conf *conf, enum rl_front_kind kind, const char **host,
+                 uint16_t *port, uint32_t *max)
 {
-    struct rl_rproc *p = h->data;
+    *host = NULL;
+    *port = 0;
+    *max = conf->clients.max_connections;
+    switch (kind) {
+    case RL_FRONT_RLS:
+        *host = conf->rls_host;
+        *port = conf->rls_port;
+        break;
+    case RL_FRONT_RESP:
+        *host = conf->resp_host;
+        *port = conf->resp_port;
+        break;
+    case RL_FRONT_KINDS:
+        break;
+    }
+}
+
+/* A front's listener: its connections, handed out as the clients' are, up to max of them
+ * at once (an extra one is closed at once). */
+static void
+rproc_front_poll_cb(uv_poll_t *h, int status, int events)
+{
+    struct rproc_front *f = h->data;
+    struct rl_rproc *p = f->p;
 
     (void)events;
     if (status < 0 || p->closing) {
         return;
     }
     for (unsigned i = 0; i < RPROC_ACCEPT_BATCH; i++) {
-        int fd = accept4(p->rls_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(f->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -542,60 +571,14 @@ rproc_rls_poll_cb(uv_poll_t *h, int status, int events)
             }
             return;
         }
-        if (__atomic_load_n(&p->rls_conns, __ATOMIC_RELAXED) >=
-            p->conf->clients.max_connections) {
+        if (__atomic_load_n(&f->conns, __ATOMIC_RELAXED) >= f->max) {
             close(fd);
             continue;
         }
-        __atomic_fetch_add(&p->rls_conns, 1, __ATOMIC_RELAXED);
-        if (rproc_hand(rproc_pick(p), fd, RPROC_RLS) != 0) {
+        __atomic_fetch_add(&f->conns, 1, __ATOMIC_RELAXED);
+        if (rproc_hand(rproc_pick(p), fd, f) != 0) {
             close(fd);
-            rl_rproc_rls_closed(p);
-        }
-    }
-}
-
-uint32_t
-rl_rproc_resp_connections(const struct rl_rproc *p)
-{
-    return __atomic_load_n(&p->resp_conns, __ATOMIC_RELAXED);
-}
-
-void
-rl_rproc_resp_closed(struct rl_rproc *p)
-{
-    __atomic_fetch_sub(&p->resp_conns, 1, __ATOMIC_RELAXED);
-}
-
-/* [router] resp: RESP connections, handed out as the clients' are, up to [clients]
- * max_connections of them at once (an extra one is closed at once). */
-static void
-rproc_resp_poll_cb(uv_poll_t *h, int status, int events)
-{
-    struct rl_rproc *p = h->data;
-
-    (void)events;
-    if (status < 0 || p->closing) {
-        return;
-    }
-    for (unsigned i = 0; i < RPROC_ACCEPT_BATCH; i++) {
-        int fd = accept4(p->resp_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                p->accept_errors++;
-            }
-            return;
-        }
-        if (__atomic_load_n(&p->resp_conns, __ATOMIC_RELAXED) >=
-            p->conf->clients.max_connections) {
-            close(fd);
-            continue;
-        }
-        __atomic_fetch_add(&p->resp_conns, 1, __ATOMIC_RELAXED);
-        if (rproc_hand(rproc_pick(p), fd, RPROC_RESP) != 0) {
-            close(fd);
-            rl_rproc_resp_closed(p);
+            rl_rproc_front_closed(p, f->kind);
         }
     }
 }
@@ -675,14 +658,10 @@ rproc_stop_workers(struct rl_rproc *p, uint32_t started)
             close(w->fds[k]);
         }
         free(w->fds);
-        for (size_t k = 0; k < w->nrls; k++) {
-            close(w->rls_fds[k]);
+        for (size_t k = 0; k < w->nffds; k++) {
+            close(w->ffds[k].fd);
         }
-        free(w->rls_fds);
-        for (size_t k = 0; k < w->nresp; k++) {
-            close(w->resp_fds[k]);
-        }
-        free(w->resp_fds);
+        free(w->ffds);
         free(w->zk_rules);
         pthread_mutex_destroy(&w->mu);
         uv_sem_destroy(&w->started);
@@ -710,8 +689,11 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
     p->opts = *opts;
     p->conf = conf;
     p->lfd = -1;
-    p->rls_fd = -1;
-    p->resp_fd = -1;
+    for (int k = 0; k < RL_FRONT_KINDS; k++) {
+        p->fronts[k].p = p;
+        p->fronts[k].kind = (enum rl_front_kind)k;
+        p->fronts[k].fd = -1;
+    }
     p->envoy = opts->router.envoy;
     if (p->envoy != NULL) {
         rl_envoy_shared_hold(p->envoy);
@@ -789,33 +771,33 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
     if (rc != 0) {
         goto fail;
     }
-    if (conf->rls_host != NULL) {
-        rc = rproc_listen(&p->rls_fd, conf->rls_host, conf->rls_port);
+    for (int k = 0; k < RL_FRONT_KINDS; k++) {
+        struct rproc_front *f = &p->fronts[k];
+        const char *host;
+        uint16_t port;
+
+        rproc_front_addr(conf, f->kind, &host, &port, &f->max);
+        if (host == NULL) {
+            continue;
+        }
+        rc = rproc_listen(&f->fd, host, port);
         if (rc != 0) {
             if (err != NULL) {
-                snprintf(err, errlen, "[router] rls %s:%u: %s", conf->rls_host,
-                         (unsigned)conf->rls_port, uv_strerror(rc));
+                snprintf(err, errlen, "[router] %s %s:%u: %s", rl_front_name(f->kind), host,
+                         (unsigned)port, uv_strerror(rc));
             }
             goto fail;
         }
-        uv_poll_init_socket(loop, &p->rls_poll, p->rls_fd);
-        p->rls_poll.data = p;
-        p->rls_polling = uv_poll_start(&p->rls_poll, UV_READABLE, rproc_rls_poll_cb) == 0;
-        p->handles++;
     }
-    if (conf->resp_host != NULL) {
-        rc = rproc_listen(&p->resp_fd, conf->resp_host, conf->resp_port);
-        if (rc != 0) {
-            if (err != NULL) {
-                snprintf(err, errlen, "[router] resp %s:%u: %s", conf->resp_host,
-                         (unsigned)conf->resp_port, uv_strerror(rc));
-            }
-            goto fail;
+    for (int k = 0; k < RL_FRONT_KINDS; k++) {
+        struct rproc_front *f = &p->fronts[k];
+
+        if (f->fd < 0) {
+            continue;
         }
-        uv_poll_init_socket(loop, &p->resp_poll, p->resp_fd);
-        p->resp_poll.data = p;
-        p->resp_polling =
-            uv_poll_start(&p->resp_poll, UV_READABLE, rproc_resp_poll_cb) == 0;
+        uv_poll_init_socket(loop, &f->poll, f->fd);
+        f->poll.data = f;
+        f->polling = uv_poll_start(&f->poll, UV_READABLE, rproc_front_poll_cb) == 0;
         p->handles++;
     }
     uv_poll_init_socket(loop, &p->poll, p->lfd);
@@ -841,11 +823,10 @@ fail:
     if (p->lfd >= 0) {
         close(p->lfd);
     }
-    if (p->rls_fd >= 0) {
-        close(p->rls_fd);
-    }
-    if (p->resp_fd >= 0) {
-        close(p->resp_fd);
+    for (int k = 0; k < RL_FRONT_KINDS; k++) {
+        if (p->fronts[k].fd >= 0) {
+            close(p->fronts[k].fd);
+        }
     }
     free(p->workers);
     rl_envoy_shared_drop(p->envoy);
@@ -1018,21 +999,19 @@ rl_rproc_close(struct rl_rproc *p)
     uv_close((uv_handle_t *)&p->stale, rproc_handle_closed);
     close(p->lfd);
     p->lfd = -1;
-    if (p->rls_fd >= 0) {
-        if (p->rls_polling) {
-            uv_poll_stop(&p->rls_poll);
+    for (int k = 0; k < RL_FRONT_KINDS; k++) {
+        struct rproc_front *f = &p->fronts[k];
+
+        if (f->fd < 0) {
+            continue;
         }
-        uv_close((uv_handle_t *)&p->rls_poll, rproc_handle_closed);
-        close(p->rls_fd);
-        p->rls_fd = -1;
-    }
-    if (p->resp_fd >= 0) {
-        if (p->resp_polling) {
-            uv_poll_stop(&p->resp_poll);
+        if (f->polling) {
+            uv_poll_stop(&f->poll);
         }
-        uv_close((uv_handle_t *)&p->resp_poll, rproc_handle_closed);
-        close(p->resp_fd);
-        p->resp_fd = -1;
+        f->poll.data = p; /* rproc_handle_closed's */
+        uv_close((uv_handle_t *)&f->poll, rproc_handle_closed);
+        close(f->fd);
+        f->fd = -1;
     }
     rproc_stop_workers(p, p->nworkers);
     if (p->log != NULL) {

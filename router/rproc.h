@@ -29,6 +29,7 @@
 
 #include "conf.h"
 #include "metrics.h"
+#include "front.h"
 #include "router.h"
 
 struct rl_rproc;
@@ -70,20 +71,16 @@ void rl_rproc_set_members(struct rl_rproc *p, const struct rl_member *members, s
 void rl_rproc_set_assignment(struct rl_rproc *p, const char *text, size_t len, int64_t version);
 void rl_rproc_set_zookeeper(struct rl_rproc *p, const char *addr, int state);
 
-/* A gRPC connection accepted on [router] rls closed (its worker's rls.c): one fewer open. */
-void rl_rproc_rls_closed(struct rl_rproc *p);
+/* A connection accepted on front kind's listener closed (its worker's front.c): one fewer
+ * open. */
+void rl_rproc_front_closed(struct rl_rproc *p, enum rl_front_kind kind);
 
 /* SIGHUP reloaded [cluster] envoy_config: every worker's new gRPC calls use sh (held). */
 void rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh);
 
-/* gRPC connections open (or handed to a worker) on [router] rls. */
-uint32_t rl_rproc_rls_connections(const struct rl_rproc *p);
+/* Connections open (or handed to a worker) on front kind's listener ([router] rls: gRPC). */
+uint32_t rl_rproc_front_connections(const struct rl_rproc *p, enum rl_front_kind kind);
 
-/* A RESP connection accepted on [router] resp closed (its worker's resp.c): one fewer open. */
-void rl_rproc_resp_closed(struct rl_rproc *p);
-
-/* RESP connections open (or handed to a worker) on [router] resp. */
-uint32_t rl_rproc_resp_connections(const struct rl_rproc *p);
 
 /* SIGHUP: reopens the request log and has every worker reload the rules of the config file. */
 void rl_rproc_hup(struct rl_rproc *p);

@@ -1,0 +1,456 @@
+/*
+ * front: the byte-stream connections of the router's protocol fronts (front.h). Every byte
+ * read goes to the protocol through front_in; every byte written goes through front_out.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "front.h"
+#include "router_int.h"
+#include "rproc.h"
+
+#define FRONT_READ_BUF (64u * 1024)
+
+static const struct rl_front_ops *const front_kinds[RL_FRONT_KINDS] = {
+    [RL_FRONT_RLS] = &rl_rls_h2_ops,
+    [RL_FRONT_RESP] = &rl_resp_ops,
+};
+
+/* The per-loop state: the connections, one read buffer, one timer. */
+struct rl_front {
+    struct rl_front_conn *conns;
+    uint32_t nconns;
+    uint64_t held; /* request bytes held by every connection of this loop */
+    uv_timer_t timer;
+    bool ticking;
+    uint64_t tick_ms; /* the timer's period: the smallest of the fronts' */
+    char rbuf[FRONT_READ_BUF];
+    bool rbuf_busy;
+};
+
+struct front_wreq {
+    uv_write_t req;
+    struct rl_front_conn *c;
+    size_t len;
+    uint8_t data[];
+};
+
+struct rl_front_conn {
+    uv_tcp_t tcp;
+    struct rl_router *r;
+    const struct rl_front_ops *ops;
+    enum rl_front_kind kind;
+    void *proto;
+    struct rl_front_conn *prev, *next;
+    struct front_wreq *out; /* output queued by rl_front_write, not yet written */
+    size_t out_len, out_cap;
+    bool out_failed;    /* rl_front_write ran out of memory */
+    uint64_t held;      /* request bytes held by the protocol */
+    uint64_t active_ms; /* loop time of the last read, or of the last rl_front_touch */
+    size_t writing;     /* bytes handed to uv_write and not yet written */
+    bool reading;
+    bool closing;
+    bool shut_wanted; /* rl_front_shutdown: FIN after the output queued */
+    bool shut;        /* FIN requested (uv_shutdown) */
+    uv_shutdown_t shutdown;
+};
+
+const char *
+rl_front_name(enum rl_front_kind kind)
+{
+    return (unsigned)kind < RL_FRONT_KINDS && front_kinds[kind] != NULL ? front_kinds[kind]->name
+                                                                        : "?";
+}
+
+struct rl_router *
+rl_front_router(const struct rl_front_conn *c)
+{
+    return c->r;
+}
+
+void *
+rl_front_proto(const struct rl_front_conn *c)
+{
+    return c->proto;
+}
+
+void
+rl_front_set_proto(struct rl_front_conn *c, void *proto)
+{
+    c->proto = proto;
+}
+
+void
+rl_front_touch(struct rl_front_conn *c)
+{
+    c->active_ms = uv_now(c->r->loop);
+}
+
+/* The request bytes this loop's front connections may hold together: its share of
+ * [clients] buffer_memory. */
+static uint64_t
+front_budget(const struct rl_router *r)
+{
+    uint32_t n = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
+
+    return r->opts.limits.buffer_memory / (n ? n : 1);
+}
+
+int
+rl_front_hold(struct rl_front_conn *c, size_t old, size_t new)
+{
+    struct rl_front *g = c->r->front;
+
+    if (new > old && (c->held - old + new > c->ops->limits.held_max ||
+                      g->held - old + new > front_budget(c->r))) {
+        return -1;
+    }
+    c->held = c->held - old + new;
+    g->held = g->held - old + new;
+    return 0;
+}
+
+static void
+conn_handle_closed(uv_handle_t *h)
+{
+    struct rl_front_conn *c = h->data;
+    struct rl_router *r = c->r;
+
+    free(c);
+    r->handles--;
+    rl_router_maybe_free(r);
+}
+
+void
+rl_front_close(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+
+    if (c->closing) {
+        return;
+    }
+    c->closing = true;
+    c->ops->on_close(c);
+    c->proto = NULL;
+    free(c->out);
+    c->out = NULL;
+    c->out_len = c->out_cap = 0;
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        g->conns = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    g->nconns--;
+    __atomic_fetch_sub(&c->r->front_conns, 1, __ATOMIC_RELAXED);
+    if (c->r->proc != NULL) {
+        rl_rproc_front_closed(c->r->proc, c->kind);
+    }
+    uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+}
+
+static void on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf);
+
+static void
+on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    struct rl_front_conn *c = h->data;
+    struct rl_front *g = c->r->front;
+
+    (void)hint;
+    if (g->rbuf_busy) {
+        buf->base = NULL;
+        buf->len = 0;
+        return;
+    }
+    g->rbuf_busy = true;
+    buf->base = g->rbuf;
+    buf->len = sizeof(g->rbuf);
+}
+
+static void
+on_written(uv_write_t *w, int status)
+{
+    struct front_wreq *q = (struct front_wreq *)w;
+    struct rl_front_conn *c = q->c;
+
+    c->writing -= q->len;
+    free(q);
+    if (c->closing) {
+        return;
+    }
+    if (status < 0) {
+        rl_front_close(c);
+        return;
+    }
+    if (c->writing == 0 && c->ops->finished(c)) {
+        rl_front_close(c); /* the goodbye went out and nothing is left to do */
+        return;
+    }
+    if (!c->reading && c->writing < c->ops->limits.write_queue_max) {
+        c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+    }
+}
+
+int
+rl_front_write(struct rl_front_conn *c, const void *data, size_t len)
+{
+    if (c->closing || c->out_failed) {
+        return -1;
+    }
+    if (c->shut) {
+        return 0; /* after FIN: dropped */
+    }
+    if (c->out_len + len > c->out_cap) {
+        size_t cap = c->out_cap ? c->out_cap * 2 : 4096;
+        struct front_wreq *q;
+
+        while (cap < c->out_len + len) {
+            cap *= 2;
+        }
+        q = realloc(c->out, sizeof(*q) + cap);
+        if (q == NULL) {
+            c->out_failed = true;
+            return -1;
+        }
+        c->out = q;
+        c->out_cap = cap;
+    }
+    memcpy(c->out->data + c->out_len, data, len);
+    c->out_len += len;
+    return 0;
+}
+
+/* THE way out: every byte a front sends goes to the socket here. -1: the connection must
+ * close. */
+static int
+front_out(struct rl_front_conn *c, struct front_wreq *q, size_t len)
+{
+    uv_buf_t b = uv_buf_init((char *)q->data, (unsigned)len);
+
+    q->c = c;
+    q->len = len;
+    if (uv_write(&q->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+        free(q);
+        return -1;
+    }
+    c->writing += len;
+    if (c->writing >= c->ops->limits.write_queue_max && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+    return 0;
+}
+
+static void
+front_shut(uv_shutdown_t *req, int status)
+{
+    (void)req;
+    (void)status; /* the peer's EOF, an error, or the protocol closes the connection */
+}
+
+void
+rl_front_flush(struct rl_front_conn *c)
+{
+    if (c->closing) {
+        return;
+    }
+    if (c->ops->produce(c) != 0 || c->out_failed) {
+        rl_front_close(c);
+        return;
+    }
+    if (c->out_len > 0) {
+        struct front_wreq *q = c->out;
+        size_t len = c->out_len;
+
+        c->out = NULL;
+        c->out_len = c->out_cap = 0;
+        if (front_out(c, q, len) != 0) {
+            rl_front_close(c);
+            return;
+        }
+    }
+    if (c->shut_wanted && !c->shut) {
+        c->shut = true;
+        if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, front_shut) != 0) {
+            rl_front_close(c);
+            return;
+        }
+        if (!c->reading) {
+            c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+        }
+    }
+    if (c->writing == 0 && c->ops->finished(c)) {
+        rl_front_close(c);
+    }
+}
+
+void
+rl_front_shutdown(struct rl_front_conn *c)
+{
+    c->shut_wanted = true;
+}
+
+/* THE way in: every byte a front reads goes to its protocol here. */
+static void
+front_in(struct rl_front_conn *c, const uint8_t *data, size_t len)
+{
+    c->active_ms = uv_now(c->r->loop);
+    if (c->ops->on_bytes(c, data, len) != 0) {
+        rl_front_close(c); /* a protocol error: a goodbye it queued is not waited for */
+        return;
+    }
+    rl_front_flush(c);
+}
+
+static void
+on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
+{
+    struct rl_front_conn *c = h->data;
+    struct rl_front *g = c->r->front;
+
+    if (buf->base == g->rbuf) {
+        g->rbuf_busy = false;
+    }
+    if (c->closing) {
+        return;
+    }
+    if (n < 0) {
+        rl_front_close(c);
+        return;
+    }
+    if (n == 0) {
+        return;
+    }
+    front_in(c, (const uint8_t *)buf->base, (size_t)n);
+}
+
+/* Every tick: idle connections close; the protocols time their requests out. */
+static void
+front_tick(uv_timer_t *t)
+{
+    struct rl_router *r = t->data;
+    struct rl_front *g = r->front;
+    const struct rl_conn_limits *lim = &r->opts.limits;
+    uint64_t now = uv_now(r->loop);
+    struct rl_front_conn *c, *next;
+
+    for (c = g->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->closing) {
+            continue;
+        }
+        if (!c->ops->busy(c) && lim->idle_timeout_ms != 0 &&
+            now - c->active_ms >= lim->idle_timeout_ms) {
+            if (c->ops->on_idle != NULL) {
+                c->ops->on_idle(c);
+                rl_front_flush(c);
+            }
+            if (!c->closing && c->writing == 0) {
+                rl_front_close(c);
+            }
+            continue;
+        }
+        if (lim->frame_timeout_ms != 0 && c->ops->on_tick != NULL) {
+            c->ops->on_tick(c, now, lim->frame_timeout_ms);
+            rl_front_flush(c);
+        }
+    }
+}
+
+static void
+front_timer_closed(uv_handle_t *h)
+{
+    struct rl_router *r = h->data;
+
+    r->handles--;
+    rl_router_maybe_free(r);
+}
+
+int
+rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
+{
+    const struct rl_front_ops *ops;
+    struct rl_front_conn *c;
+    int rc;
+
+    if (r->closing || (unsigned)kind >= RL_FRONT_KINDS || front_kinds[kind] == NULL) {
+        return UV_ECANCELED;
+    }
+    ops = front_kinds[kind];
+    if (r->front == NULL) {
+        r->front = calloc(1, sizeof(*r->front));
+        if (r->front == NULL) {
+            return UV_ENOMEM;
+        }
+        uv_timer_init(r->loop, &r->front->timer);
+        r->front->timer.data = r;
+        r->handles++;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return UV_ENOMEM;
+    }
+    c->r = r;
+    c->ops = ops;
+    c->kind = kind;
+    rc = ops->on_open(c);
+    if (rc != 0) {
+        free(c);
+        return rc;
+    }
+    uv_tcp_init(r->loop, &c->tcp);
+    c->tcp.data = c;
+    r->handles++;
+    rc = uv_tcp_open(&c->tcp, fd);
+    if (rc != 0) {
+        /* not the handle's: the caller closes fd */
+        c->ops->on_close(c);
+        free(c->out);
+        c->out = NULL;
+        c->closing = true;
+        uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+        return rc;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    c->active_ms = uv_now(r->loop);
+    c->next = r->front->conns;
+    if (c->next != NULL) {
+        c->next->prev = c;
+    }
+    r->front->conns = c;
+    r->front->nconns++;
+    __atomic_fetch_add(&r->front_conns, 1, __ATOMIC_RELAXED);
+    if (!r->front->ticking || ops->limits.tick_ms < r->front->tick_ms) {
+        /* the loop's timer runs at the fastest front's pace */
+        uint64_t ms = ops->limits.tick_ms;
+
+        r->front->tick_ms = ms;
+        r->front->ticking = true;
+        uv_timer_start(&r->front->timer, front_tick, ms, ms);
+    }
+    c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+    rl_front_flush(c);
+    return 0;
+}
+
+void
+rl_front_close_all(struct rl_router *r)
+{
+    if (r->front == NULL) {
+        return;
+    }
+    while (r->front->conns != NULL) {
+        rl_front_close(r->front->conns);
+    }
+    uv_close((uv_handle_t *)&r->front->timer, front_timer_closed);
+}
+
+void
+rl_front_free(struct rl_router *r)
+{
+    free(r->front);
+    r->front = NULL;
+}

@@ -1,0 +1,117 @@
+/*
+ * front: the byte-stream connections of the router's protocol fronts other than the binary
+ * wire protocol (conn.c): the gRPC front of Envoy's rate limit service (rls_h2.c) today.
+ * A front is a listener of its own (rproc.c accepts on it on the main loop and hands each
+ * socket, with its front kind, to the least loaded worker) and a vtable of callbacks
+ * (struct rl_front_ops) that turns the bytes read into answers; front.c does the rest:
+ *
+ *   - adopting an accepted socket on a worker (rl_front_adopt), the process-wide cap on a
+ *     front's connections (rproc.c counts them; rl_rproc_front_closed when one closes);
+ *   - reading into one bounded buffer per worker loop, and handing the bytes to the
+ *     protocol through ONE function (front_in in front.c);
+ *   - the output: the protocol queues bytes (rl_front_write) and front.c writes them through
+ *     ONE function (front_out); reading stops while write_queue_max bytes are unsent;
+ *   - the request bytes a protocol holds (rl_front_hold): per connection, and per worker
+ *     loop its share of [clients] buffer_memory;
+ *   - one timer per worker loop (tick_ms): idle_timeout ([clients]) closes a connection with
+ *     no call open; the protocol's on_tick enforces frame_timeout on its requests;
+ *   - closing (the protocol's on_close orphans what it has in flight, then frees its state).
+ *
+ * A TLS layer goes between the socket and front_in / front_out without the protocols
+ * knowing. Not for any protocol's framing (rls_h2.c), nor for routing (forward.c).
+ */
+#ifndef RL_FRONT_H
+#define RL_FRONT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+struct rl_router;
+struct rl_front_conn;
+
+/* The fronts; rproc.c's mailbox carries one with each socket. */
+enum rl_front_kind {
+    RL_FRONT_RLS = 0, /* [router] rls: gRPC, Envoy's ShouldRateLimit (rls_h2.c) */
+    RL_FRONT_RESP,    /* [router] resp: Redis's protocol, CL.THROTTLE and RL.CHECK (resp.c) */
+    RL_FRONT_KINDS
+};
+
+struct rl_front_limits {
+    size_t write_queue_max; /* unsent output bytes at which reading stops */
+    size_t held_max;        /* request bytes a connection may hold (rl_front_hold) */
+    uint32_t tick_ms;       /* how often on_tick and the idle check run */
+};
+
+struct rl_front_ops {
+    const char *name;
+    struct rl_front_limits limits;
+    /* A new connection: its protocol state (rl_front_set_proto), and what it sends first
+     * queued with rl_front_write. 0, or a negative errno (the connection is not adopted). */
+    int (*on_open)(struct rl_front_conn *c);
+    /* Bytes read (after any transport layer). 0, or -1: a protocol error, close now. */
+    int (*on_bytes)(struct rl_front_conn *c, const uint8_t *data, size_t len);
+    /* Queues (rl_front_write) what the protocol has to send. 0, or -1: close now. */
+    int (*produce)(struct rl_front_conn *c);
+    /* True when the protocol will neither read nor write any more: the connection closes
+     * once its output is written. */
+    bool (*finished)(struct rl_front_conn *c);
+    /* True while a call is open (the connection is not idle). */
+    bool (*busy)(struct rl_front_conn *c);
+    /* idle_timeout passed: queue a goodbye (optional; NULL: close at once). */
+    void (*on_idle)(struct rl_front_conn *c);
+    /* Every tick_ms (now: loop time): frame_timeout of the requests not yet complete. */
+    void (*on_tick)(struct rl_front_conn *c, uint64_t now, uint64_t frame_timeout_ms);
+    /* The connection closes: orphan what is in flight, free the protocol state. */
+    void (*on_close)(struct rl_front_conn *c);
+};
+
+/* Serves fd, accepted on front kind's listener, on r's loop. 0, or a negative errno (then
+ * the caller closes fd and tells rproc the connection is gone). */
+int rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd);
+
+/* Closes every front connection of r (router closing). */
+void rl_front_close_all(struct rl_router *r);
+
+/* Frees r's front state (once every connection is closed). */
+void rl_front_free(struct rl_router *r);
+
+/* The connection's router, protocol state, front kind. */
+struct rl_router *rl_front_router(const struct rl_front_conn *c);
+void *rl_front_proto(const struct rl_front_conn *c);
+void rl_front_set_proto(struct rl_front_conn *c, void *proto);
+
+/* Queues len bytes of output (copied); they go out at the next rl_front_flush. -1: out of
+ * memory (the connection closes at the flush). */
+int rl_front_write(struct rl_front_conn *c, const void *data, size_t len);
+
+/* Has the protocol produce its output and writes it; closes the connection when the
+ * protocol is finished and everything is written. */
+void rl_front_flush(struct rl_front_conn *c);
+
+/* Closes c now (a protocol's fatal error outside on_bytes). */
+void rl_front_close(struct rl_front_conn *c);
+
+/* Sends FIN once the output queued so far is written (uv_shutdown): the protocol says
+ * goodbye but keeps reading (and dropping) until the peer closes or it closes c itself, so
+ * that its last bytes are not lost to a reset. Output queued after it is dropped. */
+void rl_front_shutdown(struct rl_front_conn *c);
+
+/* The connection did something (a call ended): the idle timeout counts from now. */
+void rl_front_touch(struct rl_front_conn *c);
+
+/* Request bytes the protocol holds for c go from old to new. 0, or -1 when new would pass
+ * the connection's held_max or its worker loop's share of [clients] buffer_memory
+ * (nothing changed then). */
+int rl_front_hold(struct rl_front_conn *c, size_t old, size_t new);
+
+/* The name of front kind: its [router] key ("rls"). */
+const char *rl_front_name(enum rl_front_kind kind);
+
+/* The fronts' vtables, by kind. */
+extern const struct rl_front_ops rl_rls_h2_ops;
+extern const struct rl_front_ops rl_resp_ops;
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * rls_call: one ShouldRateLimit call of the gRPC front, whatever carries it (rls_h2.c): the
+ * RateLimitRequest decoded, its descriptors matched against [cluster] envoy_config as
+ * envoyproxy/ratelimit matches them, each limit that matched sent as one "part" (an
+ * inline-limited CHECK, rl_forward_inline), and the RateLimitResponse built once every part
+ * is answered (a node, or the failure policy). Not for HTTP/2 nor gRPC framing (rls_h2.c).
+ */
+#ifndef RL_RLS_CALL_H
+#define RL_RLS_CALL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "envoy/service/ratelimit/v3/rls.pb-c.h"
+
+struct rl_router;
+struct rl_envoy_shared;
+struct rl_rls_part;
+struct rls_desc;
+
+enum {
+    GRPC_OK = 0,
+    GRPC_UNKNOWN = 2,
+    GRPC_INVALID_ARGUMENT = 3,
+    GRPC_RESOURCE_EXHAUSTED = 8,
+    GRPC_FAILED_PRECONDITION = 9,
+    GRPC_UNIMPLEMENTED = 12,
+    GRPC_INTERNAL = 13,
+};
+
+typedef Envoy__Service__Ratelimit__V3__RateLimitRequest rls_request;
+
+struct rl_rls_call {
+    /* the carrier's, set before anything else */
+    struct rl_router *r;
+    void *owner;
+    /* The answer is ready (once): out (the message, its 5-byte gRPC prefix included) and
+     * status GRPC_OK, or out NULL and a gRPC error in status and message. */
+    void (*done)(struct rl_rls_call *call);
+    /* A node's answer to a part was taken (outside the carrier's own reading). */
+    void (*answered)(struct rl_rls_call *call);
+
+    /* the answer */
+    bool finished;
+    int status;
+    char message[160]; /* printable ASCII other than '%' */
+    uint8_t *out;
+    size_t out_len;
+
+    /* rls_call.c's */
+    struct rl_envoy_shared *cfg; /* held while the call lives: its parts point into it */
+    rls_request *req;
+    struct rls_desc *descs;
+    struct rl_rls_part *parts;
+    uint32_t nparts;
+    uint32_t outstanding; /* parts in flight, plus one while they are being sent */
+};
+
+/* Answers call with a gRPC error (status, message) unless it is answered already. */
+void rl_rls_call_fail(struct rl_rls_call *call, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Decodes the RateLimitRequest (len bytes, no gRPC prefix). 0, or -1 when it fails to
+ * decode (the call is answered with INVALID_ARGUMENT). */
+int rl_rls_call_decode(struct rl_rls_call *call, const uint8_t *msg, size_t len);
+
+/* Checks and matches the decoded request and sends its parts; done is called once the
+ * answer is ready (maybe before this returns). */
+void rl_rls_call_start(struct rl_rls_call *call);
+
+/* Orphans the call's parts still in flight and frees what it holds (out included). */
+void rl_rls_call_release(struct rl_rls_call *call);
+
+#endif

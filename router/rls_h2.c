@@ -1,0 +1,482 @@
+/*
+ * rls_h2: Envoy's rate limit service, envoy.service.ratelimit.v3.RateLimitService/
+ * ShouldRateLimit, served over HTTP/2 with prior knowledge (h2c; libnghttp2) on the
+ * connections of front.c accepted on [router] rls. One nghttp2 server session per
+ * connection; each stream is one call (rls_call.c) once its request is complete.
+ *
+ * Bounds: one message of at most RLS_MSG_MAX bytes per call, RLS_STREAMS_MAX streams at once
+ * per connection, RLS_HEADERS_MAX header bytes per request, RLS_BUFFERED_MAX request bytes
+ * held per connection (and the worker's share of [clients] buffer_memory: front.c), output:
+ * reading stops while RLS_WRITE_QUEUE_MAX bytes are unsent. Timeouts ([clients]): a
+ * connection with no call open closes after idle_timeout (with a GOAWAY); a call whose
+ * request is not complete within frame_timeout is reset. Not for the call itself
+ * (rls_call.c), nor for the socket (front.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "front.h"
+#include "router_int.h"
+#include "rls_call.h"
+
+#define RLS_MSG_MAX (64u * 1024)           /* bytes of one gRPC message */
+#define RLS_STREAMS_MAX 100u               /* concurrent streams (calls) per connection */
+#define RLS_HEADERS_MAX (16u * 1024)       /* header bytes of one request */
+#define RLS_BUFFERED_MAX (1024u * 1024)    /* request bytes held per connection */
+#define RLS_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading stops */
+#define RLS_TICK_MS 1000u
+
+static const char rls_path[] = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+struct rls_conn;
+
+struct rls_stream {
+    struct rls_conn *c;
+    struct rls_stream *prev, *next;
+    int32_t id;
+    uint64_t opened_ms;
+    uint32_t hbytes;
+    bool bad_method, bad_path, got_ctype, bad_ctype, complete, responded, too_big;
+    uint8_t *body;
+    size_t len, cap;
+    struct rl_rls_call call;
+    size_t out_off; /* of call.out, sent */
+};
+
+/* A connection's HTTP/2 state (front.c's connection carries it). */
+struct rls_conn {
+    struct rl_front_conn *fc;
+    struct rl_router *r;
+    nghttp2_session *ng;
+    struct rls_stream *streams;
+    uint32_t nstreams;
+};
+
+/* ---- the answer of a call ----------------------------------------------------------------- */
+
+static ssize_t
+out_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+         nghttp2_data_source *src, void *arg)
+{
+    struct rls_stream *s = src->ptr;
+    size_t n = s->call.out_len - s->out_off;
+    char status[16];
+
+    (void)arg;
+    if (n > len) {
+        n = len;
+    }
+    memcpy(buf, s->call.out + s->out_off, n);
+    s->out_off += n;
+    if (s->out_off == s->call.out_len) {
+        nghttp2_nv tr[] = {
+            {(uint8_t *)"grpc-status", (uint8_t *)status, 11, 0, NGHTTP2_NV_FLAG_NONE},
+        };
+
+        tr[0].valuelen = (size_t)snprintf(status, sizeof(status), "%d", s->call.status);
+        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        if (nghttp2_submit_trailer(ng, id, tr, 1) != 0) {
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        }
+    }
+    return (ssize_t)n;
+}
+
+#define NV(n, v)                                                                                   \
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
+    }
+
+/* Sends s's answer: its message when out is set, else trailers only with status/message. */
+static void
+stream_respond(struct rl_rls_call *call)
+{
+    struct rls_stream *s = call->owner;
+    struct rls_conn *c = s->c;
+    char status[16];
+    int rc;
+
+    if (s->responded) {
+        return;
+    }
+    s->responded = true;
+    snprintf(status, sizeof(status), "%d", call->status);
+    if (call->out != NULL) {
+        nghttp2_nv hdrs[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+        nghttp2_data_provider dp = {.source.ptr = s, .read_callback = out_read};
+
+        rc = nghttp2_submit_response(c->ng, s->id, hdrs, 2, &dp);
+    } else {
+        nghttp2_nv hdrs[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                             NV("grpc-status", status), NV("grpc-message", call->message)};
+
+        rc = nghttp2_submit_response(c->ng, s->id, hdrs, call->message[0] ? 4 : 3, NULL);
+    }
+    if (rc != 0) {
+        nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+    }
+}
+
+/* A node answered one of s's parts (outside nghttp2's reading): send what is ready. */
+static void
+stream_answered(struct rl_rls_call *call)
+{
+    struct rls_stream *s = call->owner;
+
+    rl_front_flush(s->c->fc);
+}
+
+/* The request of s is complete: checks its gRPC framing and starts the call. */
+static void
+stream_call(struct rls_stream *s)
+{
+    uint32_t mlen;
+    int rc;
+
+    if (s->bad_method || s->bad_path) {
+        rl_rls_call_fail(&s->call, GRPC_UNIMPLEMENTED, "unknown method (only POST %s)", rls_path);
+        return;
+    }
+    if (!s->got_ctype || s->bad_ctype) {
+        rl_rls_call_fail(&s->call, GRPC_INVALID_ARGUMENT, "content-type must be application/grpc");
+        return;
+    }
+    if (s->too_big) {
+        rl_rls_call_fail(&s->call, GRPC_RESOURCE_EXHAUSTED, "message larger than %u bytes",
+                         RLS_MSG_MAX);
+        return;
+    }
+    if (s->len < 5) {
+        rl_rls_call_fail(&s->call, GRPC_INVALID_ARGUMENT, "no request message");
+        return;
+    }
+    if (s->body[0] != 0) {
+        rl_rls_call_fail(&s->call, GRPC_UNIMPLEMENTED, "compressed messages are not supported");
+        return;
+    }
+    mlen = (uint32_t)s->body[1] << 24 | (uint32_t)s->body[2] << 16 | (uint32_t)s->body[3] << 8 |
+           s->body[4];
+    if ((size_t)mlen + 5 != s->len) {
+        rl_rls_call_fail(&s->call, GRPC_INVALID_ARGUMENT, "the request is not one gRPC message");
+        return;
+    }
+    rc = rl_rls_call_decode(&s->call, s->body + 5, mlen);
+    free(s->body);
+    s->body = NULL;
+    rl_front_hold(s->c->fc, s->cap, 0);
+    s->cap = s->len = 0;
+    if (rc == 0) {
+        rl_rls_call_start(&s->call);
+    }
+}
+
+/* Orphans s's call and frees it. */
+static void
+stream_free(struct rls_stream *s)
+{
+    struct rls_conn *c = s->c;
+
+    rl_rls_call_release(&s->call);
+    if (s->prev != NULL) {
+        s->prev->next = s->next;
+    } else {
+        c->streams = s->next;
+    }
+    if (s->next != NULL) {
+        s->next->prev = s->prev;
+    }
+    c->nstreams--;
+    rl_front_hold(c->fc, s->cap, 0);
+    free(s->body);
+    free(s);
+}
+
+/* ---- nghttp2's callbacks ------------------------------------------------------------------ */
+
+static int
+on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
+{
+    struct rls_conn *c = arg;
+    struct rls_stream *s;
+
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) {
+        return 0;
+    }
+    if (c->nstreams >= RLS_STREAMS_MAX) {
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* nghttp2 resets the stream */
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
+    s->c = c;
+    s->call.r = c->r;
+    s->call.owner = s;
+    s->call.done = stream_respond;
+    s->call.answered = stream_answered;
+    s->id = f->hd.stream_id;
+    s->opened_ms = uv_now(c->r->loop);
+    s->next = c->streams;
+    if (c->streams != NULL) {
+        c->streams->prev = s;
+    }
+    c->streams = s;
+    c->nstreams++;
+    nghttp2_session_set_stream_user_data(ng, s->id, s);
+    return 0;
+}
+
+static int
+on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
+          const uint8_t *value, size_t vlen, uint8_t flags, void *arg)
+{
+    struct rls_stream *s;
+
+    (void)flags;
+    (void)arg;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) {
+        return 0;
+    }
+    s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    if (s == NULL) {
+        return 0;
+    }
+    s->hbytes += (uint32_t)(nlen + vlen + 32);
+    if (s->hbytes > RLS_HEADERS_MAX) {
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
+    }
+    if (nlen == 7 && memcmp(name, ":method", 7) == 0) {
+        s->bad_method = !(vlen == 4 && memcmp(value, "POST", 4) == 0);
+    } else if (nlen == 5 && memcmp(name, ":path", 5) == 0) {
+        s->bad_path = !(vlen == sizeof(rls_path) - 1 && memcmp(value, rls_path, vlen) == 0);
+    } else if (nlen == 12 && memcmp(name, "content-type", 12) == 0) {
+        s->got_ctype = true;
+        s->bad_ctype = !(vlen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                         (vlen == 16 || value[16] == '+' || value[16] == ';'));
+    }
+    return 0;
+}
+
+static int
+on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *arg)
+{
+    struct rls_conn *c = arg;
+    struct rls_stream *s = nghttp2_session_get_stream_user_data(ng, id);
+
+    (void)flags;
+    if (s == NULL || s->too_big || s->responded) {
+        return 0;
+    }
+    if (s->len + len > RLS_MSG_MAX + 5) {
+        s->too_big = true; /* answered at the end of the request; what follows is dropped */
+        return 0;
+    }
+    if (s->len + len > s->cap) {
+        size_t cap = s->cap ? s->cap : 256;
+        uint8_t *b;
+
+        while (cap < s->len + len) {
+            cap *= 2;
+        }
+        if (cap > RLS_MSG_MAX + 5) {
+            cap = RLS_MSG_MAX + 5;
+        }
+        /* per connection, and this loop's share of [clients] buffer_memory */
+        if (rl_front_hold(c->fc, s->cap, cap) != 0) {
+            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_ENHANCE_YOUR_CALM);
+            return 0;
+        }
+        b = realloc(s->body, cap);
+        if (b == NULL) {
+            rl_front_hold(c->fc, cap, s->cap);
+            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
+            return 0;
+        }
+        s->body = b;
+        s->cap = cap;
+    }
+    memcpy(s->body + s->len, data, len);
+    s->len += len;
+    return 0;
+}
+
+static int
+on_frame(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
+{
+    struct rls_stream *s;
+
+    (void)arg;
+    if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
+        !(f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+        return 0;
+    }
+    s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    if (s == NULL || s->complete) {
+        return 0;
+    }
+    s->complete = true;
+    stream_call(s);
+    return 0;
+}
+
+static int
+on_stream_close(nghttp2_session *ng, int32_t id, uint32_t err, void *arg)
+{
+    struct rls_conn *c = arg;
+    struct rls_stream *s = nghttp2_session_get_stream_user_data(ng, id);
+
+    (void)err;
+    if (s != NULL) {
+        nghttp2_session_set_stream_user_data(ng, id, NULL);
+        stream_free(s);
+        rl_front_touch(c->fc);
+    }
+    return 0;
+}
+
+static nghttp2_session_callbacks *rls_cbs; /* the same for every session; never freed */
+
+static void
+rls_make_callbacks(void)
+{
+    if (nghttp2_session_callbacks_new(&rls_cbs) != 0) {
+        rls_cbs = NULL;
+        return;
+    }
+    nghttp2_session_callbacks_set_on_begin_headers_callback(rls_cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(rls_cbs, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(rls_cbs, on_data);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(rls_cbs, on_frame);
+    nghttp2_session_callbacks_set_on_stream_close_callback(rls_cbs, on_stream_close);
+}
+/* ---- the connection (front.c's callbacks) -------------------------------------------------- */
+
+static int
+h2_open(struct rl_front_conn *fc)
+{
+    static uv_once_t once = UV_ONCE_INIT;
+    nghttp2_settings_entry set[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, RLS_STREAMS_MAX},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, RLS_HEADERS_MAX},
+    };
+    struct rls_conn *c;
+
+    uv_once(&once, rls_make_callbacks);
+    if (rls_cbs == NULL) {
+        return UV_ECANCELED;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return UV_ENOMEM;
+    }
+    c->fc = fc;
+    c->r = rl_front_router(fc);
+    if (nghttp2_session_server_new(&c->ng, rls_cbs, c) != 0) {
+        free(c);
+        return UV_ENOMEM;
+    }
+    nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, set, sizeof(set) / sizeof(set[0]));
+    rl_front_set_proto(fc, c);
+    return 0;
+}
+
+static int
+h2_bytes(struct rl_front_conn *fc, const uint8_t *data, size_t len)
+{
+    struct rls_conn *c = rl_front_proto(fc);
+
+    /* a protocol error: nghttp2 has queued a GOAWAY that is not waited for */
+    return nghttp2_session_mem_recv(c->ng, data, len) < 0 ? -1 : 0;
+}
+
+static int
+h2_produce(struct rl_front_conn *fc)
+{
+    struct rls_conn *c = rl_front_proto(fc);
+
+    for (;;) {
+        const uint8_t *d;
+        ssize_t n = nghttp2_session_mem_send(c->ng, &d);
+
+        if (n < 0) {
+            return -1;
+        }
+        if (n == 0) {
+            return 0;
+        }
+        if (rl_front_write(fc, d, (size_t)n) != 0) {
+            return -1;
+        }
+    }
+}
+
+static bool
+h2_finished(struct rl_front_conn *fc)
+{
+    struct rls_conn *c = rl_front_proto(fc);
+
+    return !nghttp2_session_want_read(c->ng) && !nghttp2_session_want_write(c->ng);
+}
+
+static bool
+h2_busy(struct rl_front_conn *fc)
+{
+    struct rls_conn *c = rl_front_proto(fc);
+
+    return c->nstreams != 0;
+}
+
+static void
+h2_idle(struct rl_front_conn *fc)
+{
+    struct rls_conn *c = rl_front_proto(fc);
+
+    nghttp2_session_terminate_session(c->ng, NGHTTP2_NO_ERROR);
+}
+
+/* Calls whose request is late are reset. */
+static void
+h2_tick(struct rl_front_conn *fc, uint64_t now, uint64_t frame_timeout_ms)
+{
+    struct rls_conn *c = rl_front_proto(fc);
+
+    for (struct rls_stream *s = c->streams; s != NULL; s = s->next) {
+        if (!s->complete && now - s->opened_ms >= frame_timeout_ms) {
+            s->complete = true;
+            nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+        }
+    }
+}
+
+static void
+h2_close(struct rl_front_conn *fc)
+{
+    struct rls_conn *c = rl_front_proto(fc);
+
+    while (c->streams != NULL) {
+        stream_free(c->streams);
+    }
+    nghttp2_session_del(c->ng);
+    free(c);
+}
+
+const struct rl_front_ops rl_rls_h2_ops = {
+    .name = "rls",
+    .limits =
+        {
+            .write_queue_max = RLS_WRITE_QUEUE_MAX,
+            .held_max = RLS_BUFFERED_MAX,
+            .tick_ms = RLS_TICK_MS,
+        },
+    .on_open = h2_open,
+    .on_bytes = h2_bytes,
+    .produce = h2_produce,
+    .finished = h2_finished,
+    .busy = h2_busy,
+    .on_idle = h2_idle,
+    .on_tick = h2_tick,
+    .on_close = h2_close,
+};
