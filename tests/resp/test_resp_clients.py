@@ -351,3 +351,82 @@ def test_malformed_resp_is_refused_alone(cluster):
             p.execute_command("CL.THROTTLE", k, 9, 1, 3600)
         assert p.execute() == expected_run(10)[5:]
     assert good.ping() is True
+
+
+def test_deep_pipelines(cluster):
+    """More commands in flight than a connection's ring holds (1,024): the rest wait unread
+    and are answered in order; redis-cli --pipe (raw RESP on stdin) too."""
+    r = redis.Redis(port=cluster.resp_ports[1])
+    k = key()
+    p = r.pipeline(transaction=False)
+    for _ in range(3000):
+        p.execute_command("CL.THROTTLE", k, 9, 1, 3600)
+    assert p.execute() == expected_run(3000)
+    k2 = key()
+    cmd = (f"*5\r\n$11\r\nCL.THROTTLE\r\n${len(k2)}\r\n{k2}\r\n$1\r\n9\r\n$1\r\n1\r\n"
+           f"$4\r\n3600\r\n")
+    out = subprocess.run(["redis-cli", "-p", str(cluster.resp_ports[1]), "--pipe"],
+                         input=cmd * 5000, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "errors: 0, replies: 5000" in out.stdout, out.stdout
+    assert r.execute_command("CL.THROTTLE", k2, 9, 1, 3600) == [1, 10, 0, 3600, 36000]
+
+
+def test_a_client_that_never_reads_is_bounded(cluster):
+    """A client pipelining without reading its replies: the router stops reading it once its
+    output backs up, so its memory stays bounded, and the others are served meanwhile."""
+    port = cluster.resp_ports[0]
+    pid = cluster.routers[0].pid
+
+    def rss_kb() -> int:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    before = rss_kb()
+    s = socket.create_connection(("127.0.0.1", port), 2)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.setblocking(False)
+    chunk = b"ECHO " + b"x" * 1000 + b"\r\n"
+    chunk *= 64
+    sent, deadline = 0, time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            sent += s.send(chunk)
+        except BlockingIOError:
+            time.sleep(0.01)
+    good = redis.Redis(port=port)
+    assert good.ping() is True
+    assert good.execute_command("CL.THROTTLE", key(), 9, 1, 3600)[0] == 0
+    grown = rss_kb() - before
+    s.close()
+    # what it sent is far more than the router holds for it (input and output bounds)
+    assert sent > 4 * 1024 * 1024, sent
+    print(f"sent {sent} bytes, router grew {grown} KiB")
+    assert grown < 16 * 1024, f"router grew {grown} KiB for one client"
+
+
+def test_frame_timeout_closes_an_incomplete_command(tmp_path):
+    c = RespCluster(tmp_path, nodes=("a",), routers=1,
+                    extra="\n[clients]\nframe_timeout = 1s\n").start()
+    try:
+        # a command announced and not sent closes its connection after frame_timeout (1 s,
+        # checked every second); a command completed in time does not
+        with socket.create_connection(("127.0.0.1", c.resp_ports[0]), 2) as s:
+            s.sendall(b"*2\r\n$4\r\nECHO\r\n$3\r\nab")
+            time.sleep(0.3)
+            s.sendall(b"c\r\n*2\r\n$4\r\nECHO\r\n$100\r\nabc")
+            s.settimeout(10)
+            t0 = time.monotonic()
+            got = b""
+            while True:
+                b = s.recv(100)
+                if not b:
+                    break
+                got += b
+            assert got == b"$3\r\nabc\r\n"
+            assert 0.5 < time.monotonic() - t0 < 3.5
+        assert redis.Redis(port=c.resp_ports[0]).ping() is True
+    finally:
+        c.stop()
