@@ -349,13 +349,33 @@ put_line(struct rl_buf *b, char type, const char *s, size_t n)
     return 0;
 }
 
+/* type, v in decimal, CRLF (by hand: this is every integer of every reply). */
 static int
 put_head(struct rl_buf *b, char type, int64_t v)
 {
-    char tmp[32];
-    int n = snprintf(tmp, sizeof(tmp), "%c%" PRId64 "\r\n", type, v);
+    char tmp[24], *e = tmp + sizeof(tmp), *p = e;
+    uint64_t x = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    char *d;
+    size_t n;
 
-    return rl_buf_append(b, tmp, (size_t)n);
+    do {
+        *--p = (char)('0' + x % 10);
+        x /= 10;
+    } while (x != 0);
+    if (v < 0) {
+        *--p = '-';
+    }
+    n = (size_t)(e - p);
+    if (rl_buf_reserve(b, n + 3) != 0) {
+        return -ENOMEM;
+    }
+    d = b->data + b->len;
+    d[0] = type;
+    memcpy(d + 1, p, n);
+    d[n + 1] = '\r';
+    d[n + 2] = '\n';
+    b->len += n + 3;
+    return 0;
 }
 
 int

@@ -115,7 +115,7 @@ conn_drain(struct resp_conn *c)
         if (!s->done) {
             break;
         }
-        if (rl_buf_append(&c->out, s->out.data, s->out.len) != 0) {
+        if (s->out.len > 0 && rl_buf_append(&c->out, s->out.data, s->out.len) != 0) {
             return -1;
         }
         rl_buf_deinit(&s->out);
@@ -297,21 +297,23 @@ put_check(struct rl_buf *b, const struct rl_resp_part *pt, int proto)
     return 0;
 }
 
-/* Every part of s is answered: its reply. */
+/* Every part of s is answered: its reply, straight into c->out when s is the first slot
+ * waiting (the usual case: no copy, no buffer of its own), else into s->out. */
 static void
 slot_render(struct resp_slot *s)
 {
     struct resp_conn *c = s->c;
+    struct rl_buf *b = s == &c->slots[c->head] ? &c->out : &s->out;
     int rc = 0;
 
     if (s->kind == RESP_THROTTLE) {
-        rc = put_throttle(&s->out, s);
+        rc = put_throttle(b, s);
     } else if (s->kind == RESP_CHECK) {
-        rc = put_check(&s->out, &s->one, c->proto);
+        rc = put_check(b, &s->one, c->proto);
     } else {
-        rc = rl_resp_put_array(&s->out, s->nparts);
+        rc = rl_resp_put_array(b, s->nparts);
         for (uint32_t i = 0; rc == 0 && i < s->nparts; i++) {
-            rc = put_check(&s->out, slot_part(s, i), c->proto);
+            rc = put_check(b, slot_part(s, i), c->proto);
         }
     }
     s->done = true;
