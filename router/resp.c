@@ -98,8 +98,10 @@ struct rl_resp {
     struct resp_conn *dirty;
     struct rl_resp_cmd cmd;
     struct rl_buf tmp; /* a reply being written */
-    uint64_t commands, throttles, checks, errors, protocol_errors;
 };
+
+/* rl_router.resp_counts */
+enum { RESP_N_COMMANDS, RESP_N_THROTTLES, RESP_N_CHECKS, RESP_N_ERRORS, RESP_N_PROTOCOL };
 
 static void conn_process(struct resp_conn *c);
 
@@ -508,7 +510,7 @@ cmd_throttle(struct resp_conn *c, ARGS)
     req.limit.window_ms = (uint32_t)(v[2] * 1000);
     req.limit.has_burst = true;
     req.limit.burst = (uint32_t)s->burst;
-    r->resp->throttles++;
+    r->resp_counts[RESP_N_THROTTLES]++;
     s->outstanding = 1; /* held while sending */
     part_send(s, 0, &req);
     if (--s->outstanding == 0) {
@@ -628,7 +630,7 @@ cmd_check(struct resp_conn *c, ARGS, bool multi)
     if (s == NULL) {
         return -ENOMEM;
     }
-    c->r->resp->checks += n;
+    c->r->resp_counts[RESP_N_CHECKS] += n;
     s->outstanding = 1;
     for (uint32_t i = 0; i < n; i++) {
         if (rules[i] == NULL) {
@@ -888,7 +890,9 @@ cmd_info(struct resp_conn *c, struct rl_buf *b)
             "# Stats (this worker)\r\ntotal_commands_processed:%" PRIu64
             "\r\ncl_throttle_commands:%" PRIu64 "\r\nrl_check_keys:%" PRIu64
             "\r\nerror_replies:%" PRIu64 "\r\nprotocol_errors:%" PRIu64 "\r\n\r\n",
-            g->commands, g->throttles, g->checks, g->errors, g->protocol_errors);
+            r->resp_counts[RESP_N_COMMANDS], r->resp_counts[RESP_N_THROTTLES],
+            r->resp_counts[RESP_N_CHECKS], r->resp_counts[RESP_N_ERRORS],
+            r->resp_counts[RESP_N_PROTOCOL]);
     fprintf(f, "# Router\r\nworkers:%u\r\npending:%" PRIu64 "\r\n",
             r->proc != NULL ? rl_rproc_workers(r->proc) : 1, pending);
 #define RESP_INFO_FIELD(f_, s_) fprintf(f, "%s:%" PRIu64 "\r\n", s_, st.f_);
@@ -947,7 +951,7 @@ conn_command(struct resp_conn *c, const struct rl_resp_cmd *cmd)
     struct rl_buf *b = &g->tmp, *dst;
     int rc;
 
-    g->commands++;
+    c->r->resp_counts[RESP_N_COMMANDS]++;
     rl_buf_reset(b);
     if (rl_resp_is(name, "AUTH")) {
         if (cmd->argc != 2 && cmd->argc != 3) {
@@ -998,7 +1002,7 @@ conn_command(struct resp_conn *c, const struct rl_resp_cmd *cmd)
         return rc;
     }
     if (b->data[0] == '-') {
-        g->errors++;
+        c->r->resp_counts[RESP_N_ERRORS]++;
     }
     dst = reply_to(c);
     return dst == NULL || rl_buf_append(dst, b->data, b->len) != 0 ? -ENOMEM : 0;
@@ -1029,7 +1033,7 @@ conn_run(struct resp_conn *c, char *buf, size_t len)
         if (rc == RL_RESP_ERR) {
             struct rl_buf *b = reply_to(c);
 
-            g->protocol_errors++;
+            c->r->resp_counts[RESP_N_PROTOCOL]++;
             if (b == NULL || rl_resp_put_error(b, "ERR %s", err) != 0) {
                 c->closing = true;
                 return off;

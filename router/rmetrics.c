@@ -30,6 +30,7 @@ struct rmetrics_sum {
     struct rl_hist latency;
     uint64_t npending;
     uint64_t rls_calls[3];
+    uint64_t resp_counts[5];
 };
 
 static void
@@ -40,6 +41,7 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
     s->latency = r->latency;
     s->npending = r->npending;
     memcpy(s->rls_calls, r->rls_calls, sizeof(s->rls_calls));
+    memcpy(s->resp_counts, r->resp_counts, sizeof(s->resp_counts));
     for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
         struct rl_router *w = rl_rproc_router(r->proc, i);
         struct rl_listener_stats cs;
@@ -63,6 +65,9 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         s->npending += w->npending;
         for (size_t k = 0; k < 3; k++) {
             s->rls_calls[k] += __atomic_load_n(&w->rls_calls[k], __ATOMIC_RELAXED);
+        }
+        for (size_t k = 0; k < 5; k++) {
+            s->resp_counts[k] += __atomic_load_n(&w->resp_counts[k], __ATOMIC_RELAXED);
         }
         pthread_mutex_unlock(&w->mu);
     }
@@ -454,6 +459,22 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
                        "gRPC connections open on [router] rls.");
         rl_prom_u64(p, "rl_router_rls_connections", NULL,
                     r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RLS) : 0);
+    }
+    if (r->conf->resp_host != NULL) {
+        static const char *const kinds[5] = RL_RESP_COUNT_NAMES;
+
+        rl_prom_family(p, "rl_router_resp_total", "counter",
+                       "The RESP front's commands, CL.THROTTLE commands, RL.CHECK keys, error "
+                       "replies and protocol errors, by kind.");
+        for (size_t k = 0; k < 5; k++) {
+            rl_prom_u64(p, "rl_router_resp_total",
+                        rl_prom_labels(lab, sizeof(lab), "kind", kinds[k], NULL),
+                        sum.resp_counts[k]);
+        }
+        rl_prom_family(p, "rl_router_resp_connections", "gauge",
+                       "RESP connections open on [router] resp.");
+        rl_prom_u64(p, "rl_router_resp_connections", NULL,
+                    r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RESP) : 0);
     }
     rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
                    "CHECKs forwarded to nodes and not answered yet.");

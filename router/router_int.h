@@ -173,6 +173,9 @@ struct rl_router {
     uint64_t rls_calls[3]; /* rls_call.c: calls answered OK, OVER_LIMIT, with a gRPC error */
     struct rl_envoy_shared *envoy; /* rls_call.c: the configuration new calls use (one hold) */
     struct rl_resp *resp; /* resp.c: the RESP front's per-loop state; NULL: none yet */
+    /* resp.c: commands, CL.THROTTLE, RL.CHECK keys, error replies, protocol errors
+     * (RL_RESP_COUNTS; one writer, read by rmetrics.c with relaxed loads) */
+    uint64_t resp_counts[5];
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;
@@ -328,6 +331,9 @@ void rl_rls_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wi
 void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);
 
 /* ---- resp.c: Redis's protocol (docs/RESP.md) ------------------------------------------- */
+
+/* The names of rl_router.resp_counts, as /metrics labels them. */
+#define RL_RESP_COUNT_NAMES {"commands", "cl_throttle", "rl_check_keys", "error_replies", "protocol_errors"}
 
 /* p's CHECK (p->rsink) was answered, as rl_rls_answer. Called before p is put back. */
 void rl_resp_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,

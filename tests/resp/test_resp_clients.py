@@ -430,3 +430,31 @@ def test_frame_timeout_closes_an_incomplete_command(tmp_path):
         assert redis.Redis(port=c.resp_ports[0]).ping() is True
     finally:
         c.stop()
+
+
+def test_metrics_count_the_front(tmp_path):
+    c = RespCluster(tmp_path, nodes=("a",), routers=1,
+                    router_extra=f"metrics = 127.0.0.1:{harness.free_port()}\n").start()
+    try:
+        mport = int(c.confs[0].read_text().split("metrics = 127.0.0.1:")[1].split()[0])
+        r = redis.Redis(port=c.resp_ports[0])
+        r.execute_command("CL.THROTTLE", key(), 9, 1, 3600)
+        with pytest.raises(redis.ResponseError):
+            r.execute_command("NOPE")
+        raw(c.resp_ports[0], b"*x\r\n")
+        with socket.create_connection(("127.0.0.1", mport), 2) as s:
+            s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            page = b""
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                page += b
+        text = page.decode()
+        counts = {ln.split('"')[1]: int(ln.split()[-1]) for ln in text.splitlines()
+                  if ln.startswith("rl_router_resp_total{")}
+        assert counts["cl_throttle"] == 1 and counts["error_replies"] >= 1
+        assert counts["protocol_errors"] == 1 and counts["commands"] >= 2 + 16  # + readiness
+        assert "rl_router_resp_connections 1" in text
+    finally:
+        c.stop()
