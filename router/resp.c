@@ -98,6 +98,7 @@ struct rl_resp {
     struct resp_conn *dirty;
     struct rl_resp_cmd cmd;
     struct rl_buf tmp; /* a reply being written */
+    uint64_t warned_ms; /* loop time of the last warning about a connection's input */
 };
 
 /* rl_router.resp_counts */
@@ -1118,7 +1119,14 @@ resp_bytes(struct rl_front_conn *fc, const uint8_t *data, size_t len)
      * RESP_HELD_MAX bytes, and the worker's share of [clients] buffer_memory. */
     want = rl_buf_unread(&c->in) + len;
     if (want > c->in.cap && rl_front_hold(fc, c->held, want) != 0) {
-        rl_log_warn("resp: a connection closed: it holds too much unread input");
+        uint64_t now = uv_now(c->r->loop);
+
+        if (c->r->resp->warned_ms == 0 || now - c->r->resp->warned_ms >= 10000) {
+            c->r->resp->warned_ms = now; /* said at most every 10 s per worker */
+            rl_log_warn("resp: a connection closed: it holds too much unread input (%zu "
+                        "bytes at most, and [clients] buffer_memory)",
+                        (size_t)RESP_HELD_MAX);
+        }
         return -1;
     }
     if (rl_buf_append(&c->in, data, len) != 0) {
