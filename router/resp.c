@@ -653,6 +653,7 @@ resp_open(struct rl_front_conn *fc)
     c->id = ++r->resp->next_id;
     c->proto = 2;
     c->authed = r->conf->nauth_clients == 0;
+    c->opened_ms = uv_now(r->loop);
     r->resp->nconns++;
     rl_front_set_proto(fc, c);
     return 0;
@@ -745,6 +746,14 @@ resp_busy(struct rl_front_conn *fc)
     return c->nslots > 0;
 }
 
+static uint64_t
+resp_auth_timeout(const struct rl_router *r)
+{
+    uint64_t ms = r->opts.limits.auth_timeout_ms;
+
+    return ms != 0 ? ms : RL_CONN_DEFAULT_AUTH_TIMEOUT_MS;
+}
+
 /* Every tick: a connection that quit lingers RESP_LINGER_MS at most; a command incomplete
  * for frame_timeout closes its connection. */
 static void
@@ -758,6 +767,12 @@ resp_tick(struct rl_front_conn *fc, uint64_t now, uint64_t frame_timeout_ms)
     }
     if (c->partial_ms != 0 && c->nslots < RESP_PIPELINE_MAX &&
         now - c->partial_ms >= frame_timeout_ms) {
+        rl_front_close(fc);
+        return;
+    }
+    /* [clients] auth_timeout, where AUTH is required */
+    if (!c->authed && now - c->opened_ms >= resp_auth_timeout(c->r)) {
+        c->r->stats.auth_failures++;
         rl_front_close(fc);
     }
 }

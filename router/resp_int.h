@@ -69,6 +69,7 @@ struct resp_conn {
     uint32_t head, nslots;
     uint64_t partial_ms; /* loop time since which an incomplete command waits; 0: none */
     uint64_t quit_ms;    /* loop time of the QUIT or protocol error; 0: none */
+    uint64_t opened_ms;  /* loop time it was adopted ([clients] auth_timeout) */
     uint64_t id;
     int proto; /* 2, or 3 after HELLO 3 */
     bool authed;

@@ -294,7 +294,8 @@ def test_auth(tmp_path):
     import hashlib
 
     sha = hashlib.sha256(token.encode()).hexdigest()
-    cl = RespCluster(tmp_path, nodes=("a",), routers=1)
+    cl = RespCluster(tmp_path, nodes=("a",), routers=1,
+                     extra="\n[clients]\nauth_timeout = 1s\n")
     for conf in cl.confs:
         conf.write_text(conf.read_text() + f"\n[client web]\ntoken_sha256 = {sha}\n"
                         "services = *\n")
@@ -320,6 +321,10 @@ def test_auth(tmp_path):
             assert time.monotonic() < deadline  # until the router reaches the node
             time.sleep(0.05)
         assert redis.Redis(port=port, username="anyone", password=token).ping() is True
+        # [clients] auth_timeout: a connection that never AUTHs is closed
+        t0 = time.monotonic()
+        assert raw(port, b"", timeout=5) == b""
+        assert 0.9 < time.monotonic() - t0 < 3.5
         got = raw(port, b"PING\r\nAUTH nope\r\nAUTH nope\r\nAUTH nope\r\nPING\r\n")
         assert got == (b"-NOAUTH Authentication required.\r\n" +
                        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n" * 3)
@@ -450,19 +455,27 @@ def test_metrics_count_the_front(tmp_path):
         with pytest.raises(redis.ResponseError):
             r.execute_command("NOPE")
         raw(c.resp_ports[0], b"*x\r\n")
-        with socket.create_connection(("127.0.0.1", mport), 2) as s:
-            s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-            page = b""
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                page += b
-        text = page.decode()
+
+        def scrape() -> str:
+            with socket.create_connection(("127.0.0.1", mport), 2) as s:
+                s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                page = b""
+                while True:
+                    b = s.recv(65536)
+                    if not b:
+                        return page.decode()
+                    page += b
+
+        deadline = time.monotonic() + 5
+        text = scrape()
+        while "rl_router_resp_connections 1\n" not in text and time.monotonic() < deadline:
+            time.sleep(0.05)  # the refused connection's close is seen by the router
+            text = scrape()
         counts = {ln.split('"')[1]: int(ln.split()[-1]) for ln in text.splitlines()
                   if ln.startswith("rl_router_resp_total{")}
         assert counts["cl_throttle"] == 1 and counts["error_replies"] >= 1
         assert counts["protocol_errors"] == 1 and counts["commands"] >= 2 + 16  # + readiness
-        assert "rl_router_resp_connections 1" in text
+        assert "rl_router_resp_connections 1\n" in text, [
+            ln for ln in text.splitlines() if "resp_conn" in ln]
     finally:
         c.stop()
