@@ -50,6 +50,7 @@ struct rl_front_conn {
     size_t writing;     /* bytes handed to uv_write and not yet written */
     bool reading;
     bool closing;
+    bool paused;      /* rl_front_pause: the protocol takes no input for now */
     bool shut_wanted; /* rl_front_shutdown: FIN after the output queued */
     bool shut;        /* FIN requested (uv_shutdown) */
     uv_shutdown_t shutdown;
@@ -189,7 +190,22 @@ on_written(uv_write_t *w, int status)
         rl_front_close(c); /* the goodbye went out and nothing is left to do */
         return;
     }
-    if (!c->reading && c->writing < c->ops->limits.write_queue_max) {
+    if (!c->reading && !c->paused && c->writing < c->ops->limits.write_queue_max) {
+        c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+    }
+}
+
+void
+rl_front_pause(struct rl_front_conn *c, bool pause)
+{
+    if (c->closing || c->paused == pause) {
+        return;
+    }
+    c->paused = pause;
+    if (pause && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    } else if (!pause && !c->reading && c->writing < c->ops->limits.write_queue_max) {
         c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
     }
 }
@@ -278,6 +294,7 @@ rl_front_flush(struct rl_front_conn *c)
             rl_front_close(c);
             return;
         }
+        c->paused = false; /* the rest of the input is read and dropped */
         if (!c->reading) {
             c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
         }

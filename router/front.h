@@ -94,6 +94,11 @@ void rl_front_flush(struct rl_front_conn *c);
 /* Closes c now (a protocol's fatal error outside on_bytes). */
 void rl_front_close(struct rl_front_conn *c);
 
+/* Stops reading c (pause: the protocol cannot take more input for now, e.g. too many
+ * requests of c wait for answers) or lets it read again. Reading also stops while
+ * write_queue_max bytes are unsent; it resumes when neither holds. */
+void rl_front_pause(struct rl_front_conn *c, bool pause);
+
 /* Sends FIN once the output queued so far is written (uv_shutdown): the protocol says
  * goodbye but keeps reading (and dropping) until the peer closes or it closes c itself, so
  * that its last bytes are not lost to a reset. Output queued after it is dropped. */

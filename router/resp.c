@@ -10,9 +10,10 @@
  * of (service, user), the pending record pointing back to its part (rl_pending.rsink).
  *
  * Bounds per connection: one command of at most RL_RESP_CMD_MAX bytes (resp.h); at most
- * RESP_PIPELINE_MAX commands waiting for their answers (the rest wait unread, up to
- * RESP_HELD_MAX bytes and the worker's share of [clients] buffer_memory: past it, closed);
- * reading stops while RESP_WRITE_QUEUE_MAX bytes are unsent (front.c). [clients]
+ * RESP_PIPELINE_MAX commands waiting for their answers (then reading stops, rl_front_pause,
+ * until answers free slots); unread input of at most RESP_HELD_MAX bytes and the worker's
+ * share of [clients] buffer_memory (past it, closed); reading stops while
+ * RESP_WRITE_QUEUE_MAX bytes are unsent (front.c). [clients]
  * idle_timeout closes a connection with nothing in flight (front.c); frame_timeout one whose
  * command stays incomplete (resp_tick); the process's max_connections is counted by rproc.c.
  * Not for the parsing (common/resp.c) nor the routing (forward.c).
@@ -695,7 +696,15 @@ resp_bytes(struct rl_front_conn *fc, const uint8_t *data, size_t len)
         }
     }
     conn_process(c);
-    return c->closing ? -1 : 0;
+    if (c->closing) {
+        return -1;
+    }
+    if (c->nslots >= RESP_PIPELINE_MAX && rl_buf_unread(&c->in) > 0) {
+        /* the ring is full and commands wait: read no more until answers free slots */
+        c->paused = true;
+        rl_front_pause(fc, true);
+    }
+    return 0;
 }
 
 static int
@@ -711,6 +720,10 @@ resp_produce(struct rl_front_conn *fc)
         if (c->closing || conn_drain(c) != 0) {
             return -1;
         }
+    }
+    if (c->paused && (c->nslots < RESP_PIPELINE_MAX || rl_buf_unread(&c->in) == 0)) {
+        c->paused = false;
+        rl_front_pause(fc, false);
     }
     if (c->out.len > 0) {
         if (rl_front_write(fc, c->out.data, c->out.len) != 0) {

@@ -78,6 +78,7 @@ struct resp_conn {
     char name[RESP_NAME_MAX];
     size_t name_len;
     bool quit, closing;
+    bool paused; /* rl_front_pause asked: the ring is full and commands wait unread */
 };
 
 /* The per-loop state. */
