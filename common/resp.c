@@ -121,8 +121,7 @@ parse_multibulk(char *buf, size_t len, struct rl_resp_cmd *cmd, size_t *used, co
             return RL_RESP_MORE;
         }
         if (parse_ll(buf + off + 1, n - 1, &blen) != 0 || blen < 0 ||
-            blen > (int64_t)RL_RESP_BULK_MAX ||
-            off + n + 2 + (size_t)blen + 2 > RL_RESP_CMD_MAX) {
+            blen > (int64_t)RL_RESP_BULK_MAX || off + n + 2 + (size_t)blen + 2 > RL_RESP_CMD_MAX) {
             *err = "Protocol error: invalid bulk length";
             return RL_RESP_ERR;
         }
@@ -203,8 +202,12 @@ split_inline(char *p, size_t n, struct rl_resp_cmd *cmd)
                 } else if (c == '\\' && i + 1 < n) {
                     char e = p[++i];
 
-                    start[w++] = e == 'n' ? '\n' : e == 'r' ? '\r' : e == 't' ? '\t'
-                                 : e == 'b' ? '\b' : e == 'a' ? '\a' : e;
+                    start[w++] = e == 'n'   ? '\n'
+                                 : e == 'r' ? '\r'
+                                 : e == 't' ? '\t'
+                                 : e == 'b' ? '\b'
+                                 : e == 'a' ? '\a'
+                                            : e;
                 } else if (c == '"') {
                     if (i + 1 < n && !is_space(p[i + 1])) {
                         return -1;

@@ -53,8 +53,7 @@ enum {
  * *err, a static string). RL_RESP_MORE is never returned past RL_RESP_CMD_MAX bytes (nor
  * RL_RESP_INLINE_MAX for an inline command): the bounds above refuse it first.
  */
-int rl_resp_parse(char *buf, size_t len, struct rl_resp_cmd *cmd, size_t *used,
-                  const char **err);
+int rl_resp_parse(char *buf, size_t len, struct rl_resp_cmd *cmd, size_t *used, const char **err);
 
 /* Whether argument a equals the ASCII word w, ignoring case (command names). */
 bool rl_resp_is(const struct rl_resp_arg *a, const char *w);
@@ -65,13 +64,13 @@ int rl_resp_int64(const struct rl_resp_arg *a, int64_t *v);
 /* Writers. Each appends one value to b; returns 0 or -ENOMEM. */
 int rl_resp_put_simple(struct rl_buf *b, const char *s); /* +s (CR and LF written as spaces) */
 int rl_resp_put_error(struct rl_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));              /* -..., at most 512 bytes */
-int rl_resp_put_int(struct rl_buf *b, int64_t v);        /* :v */
+    __attribute__((format(printf, 2, 3)));                       /* -..., at most 512 bytes */
+int rl_resp_put_int(struct rl_buf *b, int64_t v);                /* :v */
 int rl_resp_put_bulk(struct rl_buf *b, const void *p, size_t n); /* $n */
-int rl_resp_put_str(struct rl_buf *b, const char *s);    /* a C string as a bulk string */
-int rl_resp_put_null(struct rl_buf *b, int proto);       /* $-1 (RESP2), _ (RESP3) */
-int rl_resp_put_array(struct rl_buf *b, size_t n);       /* *n */
-int rl_resp_put_map(struct rl_buf *b, size_t n, int proto); /* %n (RESP3), *2n (RESP2) */
-int rl_resp_put_set(struct rl_buf *b, size_t n, int proto); /* ~n (RESP3), *n (RESP2) */
+int rl_resp_put_str(struct rl_buf *b, const char *s);            /* a C string as a bulk string */
+int rl_resp_put_null(struct rl_buf *b, int proto);               /* $-1 (RESP2), _ (RESP3) */
+int rl_resp_put_array(struct rl_buf *b, size_t n);               /* *n */
+int rl_resp_put_map(struct rl_buf *b, size_t n, int proto);      /* %n (RESP3), *2n (RESP2) */
+int rl_resp_put_set(struct rl_buf *b, size_t n, int proto);      /* ~n (RESP3), *n (RESP2) */
 
 #endif

@@ -321,7 +321,6 @@ key_user(const char *k, size_t n, char *out)
 
 /* ---- the commands -------------------------------------------------------------------------- */
 
-
 /* redis-cell's integers: Rust's i64 parse (an optional sign, digits, nothing else). */
 static int
 cell_int(const struct rl_resp_arg *a, int64_t *v)
@@ -397,8 +396,9 @@ resp_throttle(struct resp_conn *c, ARGS)
                                     "(CL.THROTTLE)");
     }
     if (rl_conf_rule(conf, conf->resp_service, strlen(conf->resp_service), NULL, 0) != NULL) {
-        return rl_resp_put_error(b, "ERR CL.THROTTLE: the service %s has configured rules, "
-                                    "which CL.THROTTLE may not bypass ([router] resp_service)",
+        return rl_resp_put_error(b,
+                                 "ERR CL.THROTTLE: the service %s has configured rules, "
+                                 "which CL.THROTTLE may not bypass ([router] resp_service)",
                                  conf->resp_service);
     }
     (void)b;
@@ -432,8 +432,8 @@ resp_throttle(struct resp_conn *c, ARGS)
 /* Reads (service, user, endpoint, cost) at argv[i..]; endpoint "" is none. An error reply
  * (written to b) returns 1. */
 static int
-check_req(struct resp_conn *c, const struct rl_resp_arg *a, uint64_t cost,
-          struct rl_wire_req *req, const struct rl_rule **rule, struct rl_buf *b)
+check_req(struct resp_conn *c, const struct rl_resp_arg *a, uint64_t cost, struct rl_wire_req *req,
+          const struct rl_rule **rule, struct rl_buf *b)
 {
     const struct rl_conf *conf = c->r->conf;
 

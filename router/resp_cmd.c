@@ -61,8 +61,7 @@ auth_token(struct resp_conn *c, const struct rl_resp_arg *tok, struct rl_buf *b)
                              "the default user. Are you sure your configuration is correct?");
         return 1;
     }
-    cl = tok->len > 0 && tok->len <= 256 ? rl_conf_client_by_token(conf, tok->ptr, tok->len)
-                                         : NULL;
+    cl = tok->len > 0 && tok->len <= 256 ? rl_conf_client_by_token(conf, tok->ptr, tok->len) : NULL;
     if (cl == NULL) {
         c->r->stats.auth_failures++;
         if (++c->auth_fails >= RESP_AUTH_TRIES) {
@@ -168,18 +167,12 @@ static const struct resp_cmd_info {
     const char *flags;
     int first, last, step;
 } resp_cmds[] = {
-    {"cl.throttle", -5, "write", 1, 1, 1},
-    {"rl.check", -3, "write", 0, 0, 0},
-    {"rl.mcheck", -5, "write", 0, 0, 0},
-    {"auth", -2, "noscript", 0, 0, 0},
-    {"hello", -1, "noscript", 0, 0, 0},
-    {"ping", -1, "fast", 0, 0, 0},
-    {"echo", 2, "fast", 0, 0, 0},
-    {"client", -2, "noscript", 0, 0, 0},
-    {"select", 2, "fast", 0, 0, 0},
-    {"quit", -1, "fast", 0, 0, 0},
-    {"command", -1, "loading", 0, 0, 0},
-    {"info", -1, "loading", 0, 0, 0},
+    {"cl.throttle", -5, "write", 1, 1, 1}, {"rl.check", -3, "write", 0, 0, 0},
+    {"rl.mcheck", -5, "write", 0, 0, 0},   {"auth", -2, "noscript", 0, 0, 0},
+    {"hello", -1, "noscript", 0, 0, 0},    {"ping", -1, "fast", 0, 0, 0},
+    {"echo", 2, "fast", 0, 0, 0},          {"client", -2, "noscript", 0, 0, 0},
+    {"select", 2, "fast", 0, 0, 0},        {"quit", -1, "fast", 0, 0, 0},
+    {"command", -1, "loading", 0, 0, 0},   {"info", -1, "loading", 0, 0, 0},
 };
 
 #define RESP_NCMDS (sizeof(resp_cmds) / sizeof(resp_cmds[0]))

@@ -22,11 +22,11 @@ struct rl_client_conf;
 #define RESP_PIPELINE_MAX 1024u             /* commands waiting for an answer, per connection */
 #define RESP_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading stops (front.c) */
 #define RESP_HELD_MAX (RL_RESP_CMD_MAX + 1024u * 1024) /* unread input held per connection */
-#define RESP_MCHECK_MAX 64u /* keys of one RL.MCHECK */
-#define RESP_NAME_MAX 128u  /* CLIENT SETNAME */
-#define RESP_AUTH_TRIES 3u  /* wrong AUTHs before the connection closes */
+#define RESP_MCHECK_MAX 64u                            /* keys of one RL.MCHECK */
+#define RESP_NAME_MAX 128u                             /* CLIENT SETNAME */
+#define RESP_AUTH_TRIES 3u /* wrong AUTHs before the connection closes */
 #define RESP_TICK_MS 1000u
-#define RESP_LINGER_MS 2000u /* after QUIT or a protocol error: input dropped this long */
+#define RESP_LINGER_MS 2000u        /* after QUIT or a protocol error: input dropped this long */
 #define RESP_COMPAT_VERSION "7.0.0" /* what HELLO and INFO say as redis_version */
 
 enum resp_kind { RESP_SYNC, RESP_THROTTLE, RESP_CHECK, RESP_MCHECK };
@@ -87,7 +87,7 @@ struct rl_resp {
     uint32_t nconns;
     struct resp_conn *dirty;
     struct rl_resp_cmd cmd;
-    struct rl_buf tmp; /* a reply being written */
+    struct rl_buf tmp;  /* a reply being written */
     uint64_t warned_ms; /* loop time of the last warning about a connection's input */
 };
 

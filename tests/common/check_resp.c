@@ -73,8 +73,7 @@ START_TEST(test_every_cut)
         for (size_t cut = 0; cut < n; cut++) {
             int rc = parse(ts[k], cut, &used, &err);
 
-            ck_assert_msg(rc == RL_RESP_MORE, "%zu at %zu: %d %s", k, cut, rc,
-                          err ? err : "");
+            ck_assert_msg(rc == RL_RESP_MORE, "%zu at %zu: %d %s", k, cut, rc, err ? err : "");
         }
     }
 }
