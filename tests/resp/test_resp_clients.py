@@ -482,3 +482,17 @@ def test_metrics_count_the_front(tmp_path):
             ln for ln in text.splitlines() if "resp_conn" in ln]
     finally:
         c.stop()
+
+
+def test_non_loopback_without_tokens_is_refused(tmp_path):
+    """Nothing would authenticate RESP clients: rl-router refuses a non-loopback resp
+    address without [client] sections (exit 2) unless [cluster] insecure = yes."""
+    harness.need_binaries("rl-router")
+    port, rport = harness.free_port(), harness.free_port()
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"[router]\nlisten = 127.0.0.1:{port}\nresp = 0.0.0.0:{rport}\n"
+                    f"[node a]\nlisten = 127.0.0.1:{harness.free_port()}\n")
+    out = subprocess.run([str(harness.BUILD / "rl-router"), "--config", str(conf)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2, out.stderr
+    assert "[router] resp 0.0.0.0 is not a loopback address" in out.stderr
