@@ -323,6 +323,7 @@ conf_create(const char *name)
     c->tls_ca_file = strdup("");
     c->envoy_config = strdup("");
     c->region = strdup("");
+    c->resp_service = strdup("cell");
     c->log_sample = 1;
     c->deny_cache = RL_CONF_DENY_CACHE_DEFAULT;
     c->hot_keys = true;
@@ -333,7 +334,7 @@ conf_create(const char *name)
         c->router_host == NULL || c->request_log == NULL || c->secret_file == NULL ||
         c->events_log == NULL || c->envoy_config == NULL || c->tls_cert_file == NULL ||
         c->tls_key_file == NULL || c->tls_ca_file == NULL ||
-        c->region == NULL) {
+        c->region == NULL || c->resp_service == NULL) {
         rl_conf_destroy(c);
         return NULL;
     }
@@ -519,6 +520,8 @@ rl_conf_destroy(struct rl_conf *c)
     free(c->router_host);
     free(c->router_metrics_host);
     free(c->rls_host);
+    free(c->resp_host);
+    free(c->resp_service);
     free(c->envoy_config);
     free(c->region);
     free(c->zookeeper);

@@ -131,6 +131,9 @@ struct rl_conf {
     bool rls_fail_error;       /* [router] rls_failure = error: a call with a part left without
                                   a decision is answered UNAVAILABLE; default policy */
     uint8_t rls_headers;       /* [router] rls_headers: enum rl_conf_rls_headers; default off */
+    char *resp_host;           /* [router] resp: the RESP front (docs/RESP.md); NULL: off */
+    uint16_t resp_port;
+    char *resp_service;        /* [router] resp_service: CL.THROTTLE's service; default "cell" */
     uint32_t router_workers;   /* [router] workers: 1..RL_CONF_WORKERS_MAX; 0: one per core */
     /* [clients]: what each process's listener allows its clients (connlimits.h) */
     struct rl_conn_limits clients;

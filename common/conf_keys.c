@@ -331,6 +331,32 @@ set_router_rls(struct conf_parser *p, const char *v)
     return set_metrics(&p->c->rls_host, &p->c->rls_port, v);
 }
 
+/* [router] resp = HOST:PORT: the RESP front (Redis's protocol); a bare PORT is loopback. */
+static const char *
+set_router_resp(struct conf_parser *p, const char *v)
+{
+    return set_metrics(&p->c->resp_host, &p->c->resp_port, v);
+}
+
+/* [router] resp_service = NAME: the service CL.THROTTLE's keys count under (a service name,
+ * 1..128 bytes of [A-Za-z0-9_.-]). */
+static const char *
+set_router_resp_service(struct conf_parser *p, const char *v)
+{
+    char *s;
+
+    if (!conf_valid_name(v, 128)) { /* RL_WIRE_SERVICE_MAX */
+        return "must be 1..128 characters of A-Z a-z 0-9 _ . -";
+    }
+    s = strdup(v);
+    if (s == NULL) {
+        return "out of memory";
+    }
+    free(p->c->resp_service);
+    p->c->resp_service = s;
+    return NULL;
+}
+
 /* [cluster] envoy_config: only the path here; the router loads the YAML at start. */
 static const char *
 set_envoy_config(struct conf_parser *p, const char *v)
@@ -667,6 +693,8 @@ const struct conf_key conf_keys[] = {
     {CONF_ROUTER, "rls", set_router_rls, false},
     {CONF_ROUTER, "rls_failure", set_rls_failure, false},
     {CONF_ROUTER, "rls_headers", set_rls_headers, false},
+    {CONF_ROUTER, "resp", set_router_resp, false},
+    {CONF_ROUTER, "resp_service", set_router_resp_service, false},
     {CONF_CLIENTS, "max_connections", set_max_connections, false},
     {CONF_CLIENTS, "max_connections_per_peer", set_max_per_peer, false},
     {CONF_CLIENTS, "router_reserve", set_router_reserve, false},

@@ -84,6 +84,8 @@ rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
         }
     } else if (p->sink != NULL) {
         rl_rls_answer(r, p, &rep, 0);
+    } else if (p->rsink != NULL) {
+        rl_resp_answer(r, p, &rep, 0);
     }
     rl_pending_put(r, p, late_reply);
 }
@@ -264,6 +266,8 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
             rc = rl_wire_put_check_reply(&c->out, &check);
         } else if (pd->sink != NULL) {
             rl_rls_answer(r, pd, &rep->check, 0);
+        } else if (pd->rsink != NULL) {
+            rl_resp_answer(r, pd, &rep->check, 0);
         }
     } else if (rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_NOT_OWNER) {
         /* The node sees another owner (or is fenced): the views differ for now. Answer by
@@ -290,6 +294,9 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
         } else if (pd->sink != NULL) {
             rl_log_warn("node %s refused a gRPC call's CHECK: %s", u->name, msg);
             rl_rls_answer(r, pd, NULL, rep->err);
+        } else if (pd->rsink != NULL) {
+            rl_log_warn("node %s refused a RESP command's CHECK: %s", u->name, msg);
+            rl_resp_answer(r, pd, NULL, rep->err);
         }
     } else {
         rl_log_warn("node %s answered a CHECK with op %u", u->name, rep->op);
@@ -316,6 +323,10 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, struct rl_
     uint64_t hash;
     uint32_t shard, owner = RL_SHARDMAP_NONE;
     uint64_t start = rl_router_now_ns(r);
+    const struct rl_rule *rule =
+        req->limit.set ? NULL
+                       : rl_conf_rule(r->conf, req->service.ptr, req->service.len,
+                                      req->endpoint.ptr, req->endpoint.len);
 
     hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
     shard = rl_shardmap_shard(hash, r->conf->shards);
@@ -344,15 +355,16 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, struct rl_
         if (u != NULL) {
             rl_upstream_count_failure(u);
         }
-        fill_failure(r, NULL, req->id, now);
+        fill_failure(r, rule, req->id, now);
         r->stats.checks++;
-        rl_rmetrics_count(r, NULL, now->code, start);
+        rl_rmetrics_count(r, rule, now->code, start);
         return -1;
     }
     p->client = NULL;
     p->sink = sink;
+    p->rsink = NULL;
     p->client_id = req->id;
-    p->rule = NULL;
+    p->rule = rule;
     p->shard = shard;
     p->key_hash = hash;
     p->up = u;
@@ -381,6 +393,9 @@ rl_forward_on_batch(void *arg, bool end)
     struct rl_router *r = arg;
 
     r->now_ns = end ? 0 : uv_hrtime();
+    if (end && r->resp != NULL) {
+        rl_resp_batch_end(r);
+    }
 }
 
 /* The connection l was sent on is closed: it cannot be answered late. */

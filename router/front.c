@@ -18,6 +18,7 @@
 
 static const struct rl_front_ops *const front_kinds[RL_FRONT_KINDS] = {
     [RL_FRONT_RLS] = &rl_rls_h2_ops,
+    [RL_FRONT_RESP] = &rl_resp_ops,
 };
 
 /* The per-loop state: the connections, one read buffer, one timer. */
@@ -60,6 +61,10 @@ struct rl_front_conn {
     struct rl_tls *tls;    /* NULL: plain TCP (the router's [cluster] tls_* unset) */
     bool tls_sniff;        /* nothing read yet: a plaintext client is closed at once */
     struct rl_buf tls_out; /* TLS: plaintext queued before the handshake was done */
+    bool paused;      /* rl_front_pause: the protocol takes no input for now */
+    bool shut_wanted; /* rl_front_shutdown: FIN after the output queued */
+    bool shut;        /* FIN requested (uv_shutdown) */
+    uv_shutdown_t shutdown;
 };
 
 const char *
@@ -240,7 +245,22 @@ on_written(uv_write_t *w, int status)
         rl_front_close(c); /* the goodbye went out and nothing is left to do */
         return;
     }
-    if (!c->reading && c->writing < c->ops->limits.write_queue_max) {
+    if (!c->reading && !c->paused && c->writing < c->ops->limits.write_queue_max) {
+        c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+    }
+}
+
+void
+rl_front_pause(struct rl_front_conn *c, bool pause)
+{
+    if (c->closing || c->paused == pause) {
+        return;
+    }
+    c->paused = pause;
+    if (pause && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    } else if (!pause && !c->reading && c->writing < c->ops->limits.write_queue_max) {
         c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
     }
 }
@@ -250,6 +270,9 @@ rl_front_write(struct rl_front_conn *c, const void *data, size_t len)
 {
     if (c->closing || c->out_failed) {
         return -1;
+    }
+    if (c->shut) {
+        return 0; /* after FIN: dropped */
     }
     if (c->out_len + len > c->out_cap) {
         size_t cap = c->out_cap ? c->out_cap * 2 : 4096;
@@ -340,6 +363,13 @@ front_write(struct rl_front_conn *c, struct front_wreq *q, size_t len)
     return 0;
 }
 
+static void
+front_shut(uv_shutdown_t *req, int status)
+{
+    (void)req;
+    (void)status; /* the peer's EOF, an error, or the protocol closes the connection */
+}
+
 void
 rl_front_flush(struct rl_front_conn *c)
 {
@@ -365,9 +395,26 @@ rl_front_flush(struct rl_front_conn *c)
         rl_front_close(c);
         return;
     }
+    if (c->shut_wanted && !c->shut) {
+        c->shut = true;
+        if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, front_shut) != 0) {
+            rl_front_close(c);
+            return;
+        }
+        c->paused = false; /* the rest of the input is read and dropped */
+        if (!c->reading) {
+            c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+        }
+    }
     if (c->writing == 0 && c->ops->finished(c)) {
         rl_front_close(c);
     }
+}
+
+void
+rl_front_shutdown(struct rl_front_conn *c)
+{
+    c->shut_wanted = true;
 }
 
 /* TLS: ciphertext read, decrypted into the loop's buffer and handed to the protocol. -1: c

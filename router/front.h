@@ -37,6 +37,7 @@ struct rl_front_conn;
 /* The fronts; rproc.c's mailbox carries one with each socket. */
 enum rl_front_kind {
     RL_FRONT_RLS = 0, /* [router] rls: gRPC, Envoy's ShouldRateLimit (rls_h2.c) */
+    RL_FRONT_RESP,    /* [router] resp: Redis's protocol, CL.THROTTLE and RL.CHECK (resp.c) */
     RL_FRONT_KINDS
 };
 
@@ -100,6 +101,16 @@ void rl_front_flush(struct rl_front_conn *c);
 /* Closes c now (a protocol's fatal error outside on_bytes). */
 void rl_front_close(struct rl_front_conn *c);
 
+/* Stops reading c (pause: the protocol cannot take more input for now, e.g. too many
+ * requests of c wait for answers) or lets it read again. Reading also stops while
+ * write_queue_max bytes are unsent; it resumes when neither holds. */
+void rl_front_pause(struct rl_front_conn *c, bool pause);
+
+/* Sends FIN once the output queued so far is written (uv_shutdown): the protocol says
+ * goodbye but keeps reading (and dropping) until the peer closes or it closes c itself, so
+ * that its last bytes are not lost to a reset. Output queued after it is dropped. */
+void rl_front_shutdown(struct rl_front_conn *c);
+
 /* The connection did something (a call ended): the idle timeout counts from now. */
 void rl_front_touch(struct rl_front_conn *c);
 
@@ -113,5 +124,6 @@ const char *rl_front_name(enum rl_front_kind kind);
 
 /* The fronts' vtables, by kind. */
 extern const struct rl_front_ops rl_rls_h2_ops;
+extern const struct rl_front_ops rl_resp_ops;
 
 #endif

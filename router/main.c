@@ -290,6 +290,25 @@ main(int argc, char **argv)
         rl_envoy_shared_drop(m.envoy);
         return 2;
     }
+    /* The RESP front authenticates with the [client] tokens: without any, only loopback. */
+    if (m.d.conf->resp_host != NULL && !rl_parse_is_loopback(m.d.conf->resp_host) &&
+        m.d.conf->nauth_clients == 0 && !m.d.conf->insecure) {
+        rl_daemon_fail(&m.d,
+                       "rl-router: [router] resp %s is not a loopback address, and there is no "
+                       "[client] section whose token RESP clients would need (AUTH). Add one, "
+                       "or set [cluster] insecure = yes to serve it anyway",
+                       m.d.conf->resp_host);
+        rl_daemon_destroy(&m.d);
+        rl_envoy_shared_drop(m.envoy);
+        return 2;
+    }
+    if (m.d.conf->resp_host != NULL &&
+        rl_conf_rule(m.d.conf, m.d.conf->resp_service, strlen(m.d.conf->resp_service), NULL,
+                     0) != NULL) {
+        rl_log_warn("[router] resp_service %s has configured rules: CL.THROTTLE is refused "
+                    "until it names a service without any",
+                    m.d.conf->resp_service);
+    }
     /* The envoy config: [cluster] envoy_config loaded whole before anything serves, or the
      * router stops with the first problem as FILE:LINE (docs/ENVOY.md); with ZooKeeper, a
      * pushed one may follow (envoylive.h). */

@@ -33,6 +33,7 @@ struct rmetrics_sum {
     uint64_t rls_timeouts;
     uint64_t rls_auth_failures;
     uint64_t rls_streams[RL_RLS_STREAM_EVENTS];
+    uint64_t resp_counts[5];
 };
 
 static void
@@ -46,6 +47,7 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
     s->rls_timeouts = r->rls_timeouts;
     s->rls_auth_failures = r->rls_auth_failures;
     memcpy(s->rls_streams, r->rls_streams, sizeof(s->rls_streams));
+    memcpy(s->resp_counts, r->resp_counts, sizeof(s->resp_counts));
     for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
         struct rl_router *w = rl_rproc_router(r->proc, i);
         struct rl_listener_stats cs;
@@ -75,6 +77,9 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         for (size_t k = 0; k < RL_RLS_STREAM_EVENTS; k++) {
             s->rls_streams[k] += __atomic_load_n(&w->rls_streams[k], __ATOMIC_RELAXED);
         }
+        for (size_t k = 0; k < 5; k++) {
+            s->resp_counts[k] += __atomic_load_n(&w->resp_counts[k], __ATOMIC_RELAXED);
+        }
         pthread_mutex_unlock(&w->mu);
     }
     if (r->proc != NULL) {
@@ -83,6 +88,16 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         s->cs.accept_errors += rl_rproc_accept_errors(r->proc);
         s->cs.peers = rl_rproc_peers(r->proc);
     }
+}
+
+void
+rl_rmetrics_totals(const struct rl_router *r, struct rl_router_stats *stats, uint64_t *pending)
+{
+    struct rmetrics_sum sum;
+
+    rmetrics_sum(r, &sum);
+    *stats = sum.stats;
+    *pending = sum.npending;
 }
 
 /* Node name's counters in every worker of r's process (r's alone without one); *up: whether
@@ -485,6 +500,22 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
                        "gRPC connections open on [router] rls.");
         rl_prom_u64(p, "rl_router_rls_connections", NULL,
                     r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RLS) : 0);
+    }
+    if (r->conf->resp_host != NULL) {
+        static const char *const kinds[5] = RL_RESP_COUNT_NAMES;
+
+        rl_prom_family(p, "rl_router_resp_total", "counter",
+                       "The RESP front's commands, CL.THROTTLE commands, RL.CHECK keys, error "
+                       "replies and protocol errors, by kind.");
+        for (size_t k = 0; k < 5; k++) {
+            rl_prom_u64(p, "rl_router_resp_total",
+                        rl_prom_labels(lab, sizeof(lab), "kind", kinds[k], NULL),
+                        sum.resp_counts[k]);
+        }
+        rl_prom_family(p, "rl_router_resp_connections", "gauge",
+                       "RESP connections open on [router] resp.");
+        rl_prom_u64(p, "rl_router_resp_connections", NULL,
+                    r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RESP) : 0);
     }
     rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
                    "CHECKs forwarded to nodes and not answered yet.");

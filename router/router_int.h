@@ -45,6 +45,8 @@ struct rl_cconn;
 struct rl_fanout;
 struct rl_rls_part;
 struct rl_front;
+struct rl_resp_part;
+struct rl_resp;
 struct rl_rls_metrics;
 struct rl_prom;
 
@@ -85,6 +87,8 @@ struct rl_pending {
     struct rl_fanout *fan;
     /* rls_call.c: the part of a gRPC call this CHECK answers (client NULL then); NULL otherwise */
     struct rl_rls_part *sink;
+    /* resp.c: the part of a RESP command this CHECK answers (client and sink NULL then) */
+    struct rl_resp_part *rsink;
     const struct rl_rule *rule;
     uint64_t deadline;
     uint64_t start_ns; /* uv_hrtime() of the read that brought the request */
@@ -202,6 +206,10 @@ struct rl_router {
     struct rl_rls_metrics *rls_metrics; /* rls_metrics.c: calls by domain, detailed keys */
     struct rl_rls_wait *rls_wait; /* rls_call.c: calls waiting for their grpc-timeout */
     struct rl_envoy_shared *envoy; /* rls_call.c: the configuration new calls use (one hold) */
+    struct rl_resp *resp; /* resp.c: the RESP front's per-loop state; NULL: none yet */
+    /* resp.c: commands, CL.THROTTLE, RL.CHECK keys, error replies, protocol errors
+     * (RL_RESP_COUNTS; one writer, read by rmetrics.c with relaxed loads) */
+    uint64_t resp_counts[5];
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;
@@ -332,7 +340,9 @@ void rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l);
 void rl_forward_on_batch(void *arg, bool end);
 
 /*
- * An inline-limited CHECK of the router's own (req->limit set; the gRPC front, rls_call.c),
+ * A CHECK of the router's own (the gRPC front, rls_call.c; the RESP front, resp.c):
+ * inline-limited (req->limit set), or judged by the configured rule of its (service,
+ * endpoint), whose failure policy then applies;
  * forwarded to the owner of (service, user) under a pending record whose answer goes to
  * sink (rl_rls_answer) instead of a client. Returns 0 when sent (*sent: the record, to
  * orphan by setting its sink to NULL): sink is answered later,
@@ -367,6 +377,22 @@ void rl_rls_call_free(struct rl_router *r);
 
 /* New calls use sh (held here; the previous one is dropped; calls in flight keep theirs). */
 void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);
+
+/* ---- resp.c: Redis's protocol (docs/RESP.md) ------------------------------------------- */
+
+/* The names of rl_router.resp_counts, as /metrics labels them. */
+#define RL_RESP_COUNT_NAMES {"commands", "cl_throttle", "rl_check_keys", "error_replies", "protocol_errors"}
+
+/* p's CHECK (p->rsink) was answered, as rl_rls_answer. Called before p is put back. */
+void rl_resp_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
+                    uint32_t err);
+
+/* The end of a batch of node replies (forward.c): the RESP connections answered during it
+ * write their replies. */
+void rl_resp_batch_end(struct rl_router *r);
+
+/* Frees the RESP front's per-loop state of r (router freed; front.c's connections closed). */
+void rl_resp_free(struct rl_router *r);
 
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */
 
@@ -436,6 +462,10 @@ void rl_health_close(struct rl_router *r);
 void rl_shed_publish_fire(uv_timer_t *t);
 
 /* ---- rmetrics.c ------------------------------------------------------------------------- */
+
+/* The counters of r's whole process (every worker's, summed) and its requests in flight. */
+void rl_rmetrics_totals(const struct rl_router *r, struct rl_router_stats *stats,
+                        uint64_t *pending);
 
 /* Queues the STATS reply for request id on c. */
 void rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id);

@@ -548,6 +548,10 @@ rproc_front_addr(const struct rl_conf *conf, enum rl_front_kind kind, const char
         *host = conf->rls_host;
         *port = conf->rls_port;
         break;
+    case RL_FRONT_RESP:
+        *host = conf->resp_host;
+        *port = conf->resp_port;
+        break;
     case RL_FRONT_KINDS:
         break;
     }

@@ -83,6 +83,7 @@ void rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh);
 /* Connections open (or handed to a worker) on front kind's listener ([router] rls: gRPC). */
 uint32_t rl_rproc_front_connections(const struct rl_rproc *p, enum rl_front_kind kind);
 
+
 /* SIGHUP: reopens the request log and has every worker reload the rules of the config file. */
 void rl_rproc_hup(struct rl_rproc *p);
 

@@ -1,0 +1,382 @@
+/*
+ * resp_cmd: the RESP front's command table (docs/RESP.md): which command runs what, the
+ * connection's own commands (AUTH, HELLO, PING, ECHO, CLIENT, SELECT, QUIT, COMMAND, INFO)
+ * and the errors worded as Redis words them. CL.THROTTLE and RL.CHECK, which go to the
+ * nodes, are resp.c's; so is the connection itself.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "front.h"
+#include "resp.h"
+#include "resp_int.h"
+#include "router_int.h"
+#include "rproc.h"
+
+int
+resp_err_arity(struct rl_buf *b, const struct rl_resp_arg *name)
+{
+    char lower[64];
+    size_t n = name->len < sizeof(lower) - 1 ? name->len : sizeof(lower) - 1;
+
+    for (size_t i = 0; i < n; i++) {
+        char ch = name->ptr[i];
+
+        lower[i] = (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch;
+    }
+    lower[n] = '\0';
+    return rl_resp_put_error(b, "ERR wrong number of arguments for '%s' command", lower);
+}
+
+static int
+put_hello(struct resp_conn *c, struct rl_buf *b)
+{
+    int p = c->proto;
+
+    if (rl_resp_put_map(b, 7, p) != 0 || rl_resp_put_str(b, "server") != 0 ||
+        rl_resp_put_str(b, "ratelimiter") != 0 || rl_resp_put_str(b, "version") != 0 ||
+        rl_resp_put_str(b, RESP_COMPAT_VERSION) != 0 || put_kv(b, "proto", p) != 0 ||
+        put_kv(b, "id", (int64_t)c->id) != 0 || rl_resp_put_str(b, "mode") != 0 ||
+        rl_resp_put_str(b, "standalone") != 0 || rl_resp_put_str(b, "role") != 0 ||
+        rl_resp_put_str(b, "master") != 0 || rl_resp_put_str(b, "modules") != 0 ||
+        rl_resp_put_array(b, 0) != 0) {
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* AUTH's token: the client it names, or a refusal written to b (1). */
+static int
+auth_token(struct resp_conn *c, const struct rl_resp_arg *tok, struct rl_buf *b)
+{
+    const struct rl_conf *conf = c->r->conf;
+    const struct rl_client_conf *cl;
+
+    if (conf->nauth_clients == 0) {
+        rl_resp_put_error(b, "ERR AUTH <password> called without any password configured for "
+                             "the default user. Are you sure your configuration is correct?");
+        return 1;
+    }
+    cl = tok->len > 0 && tok->len <= 256 ? rl_conf_client_by_token(conf, tok->ptr, tok->len) : NULL;
+    if (cl == NULL) {
+        c->r->stats.auth_failures++;
+        if (++c->auth_fails >= RESP_AUTH_TRIES) {
+            c->quit = true;
+        }
+        rl_resp_put_error(b, "WRONGPASS invalid username-password pair or user is disabled.");
+        return 1;
+    }
+    c->authed = true;
+    c->principal = cl;
+    return 0;
+}
+
+static int
+cmd_hello(struct resp_conn *c, ARGS)
+{
+    int64_t proto = c->proto;
+    size_t i = 1;
+
+    if (cmd->argc >= 2) {
+        if (rl_resp_int64(&cmd->argv[1], &proto) != 0) {
+            return rl_resp_put_error(b, "ERR Protocol version is not an integer or out of range");
+        }
+        if (proto != 2 && proto != 3) {
+            return rl_resp_put_error(b, "NOPROTO unsupported protocol version");
+        }
+        i = 2;
+    }
+    for (; i < cmd->argc; i++) {
+        if (rl_resp_is(&cmd->argv[i], "AUTH") && i + 2 < cmd->argc) {
+            if (auth_token(c, &cmd->argv[i + 2], b) != 0) {
+                return 0;
+            }
+            i += 2;
+        } else if (rl_resp_is(&cmd->argv[i], "SETNAME") && i + 1 < cmd->argc) {
+            const struct rl_resp_arg *nm = &cmd->argv[++i];
+
+            if (nm->len > RESP_NAME_MAX) {
+                return rl_resp_put_error(b, "ERR client name too long (%u bytes at most)",
+                                         RESP_NAME_MAX);
+            }
+            memcpy(c->name, nm->ptr, nm->len);
+            c->name_len = nm->len;
+        } else {
+            return rl_resp_put_error(b, "ERR Syntax error in HELLO option '%.*s'",
+                                     (int)(cmd->argv[i].len > 64 ? 64 : cmd->argv[i].len),
+                                     cmd->argv[i].ptr);
+        }
+    }
+    if (!c->authed) {
+        return rl_resp_put_error(b, "NOAUTH HELLO must be called with the client already "
+                                    "authenticated, otherwise the HELLO <proto> AUTH <user> "
+                                    "<pass> option can be used to authenticate the client and "
+                                    "select the RESP protocol version at the same time");
+    }
+    c->proto = (int)proto;
+    return put_hello(c, b);
+}
+
+static int
+cmd_client(struct resp_conn *c, ARGS)
+{
+    if (cmd->argc < 2) {
+        return resp_err_arity(b, &cmd->argv[0]);
+    }
+    if (rl_resp_is(&cmd->argv[1], "SETNAME") && cmd->argc == 3) {
+        const struct rl_resp_arg *nm = &cmd->argv[2];
+
+        for (size_t i = 0; i < nm->len; i++) {
+            if (nm->ptr[i] < '!' || nm->ptr[i] > '~') {
+                return rl_resp_put_error(b, "ERR Client names cannot contain spaces, newlines "
+                                            "or special characters.");
+            }
+        }
+        if (nm->len > RESP_NAME_MAX) {
+            return rl_resp_put_error(b, "ERR client name too long (%u bytes at most)",
+                                     RESP_NAME_MAX);
+        }
+        memcpy(c->name, nm->ptr, nm->len);
+        c->name_len = nm->len;
+        return rl_resp_put_simple(b, "OK");
+    }
+    if (rl_resp_is(&cmd->argv[1], "GETNAME") && cmd->argc == 2) {
+        return c->name_len > 0 ? rl_resp_put_bulk(b, c->name, c->name_len)
+                               : rl_resp_put_null(b, c->proto);
+    }
+    if (rl_resp_is(&cmd->argv[1], "ID") && cmd->argc == 2) {
+        return rl_resp_put_int(b, (int64_t)c->id);
+    }
+    if (rl_resp_is(&cmd->argv[1], "SETINFO") && cmd->argc == 4) {
+        return rl_resp_put_simple(b, "OK"); /* libraries announce themselves: noted, unused */
+    }
+    return rl_resp_put_error(b, "ERR unknown subcommand '%.*s'. Try CLIENT HELP.",
+                             (int)(cmd->argv[1].len > 64 ? 64 : cmd->argv[1].len),
+                             cmd->argv[1].ptr);
+}
+
+/* The commands served, as COMMAND lists them: name, arity (negative: at least), flags, first
+ * key, last key, step. */
+static const struct resp_cmd_info {
+    const char *name;
+    int arity;
+    const char *flags;
+    int first, last, step;
+} resp_cmds[] = {
+    {"cl.throttle", -5, "write", 1, 1, 1}, {"rl.check", -3, "write", 0, 0, 0},
+    {"rl.mcheck", -5, "write", 0, 0, 0},   {"auth", -2, "noscript", 0, 0, 0},
+    {"hello", -1, "noscript", 0, 0, 0},    {"ping", -1, "fast", 0, 0, 0},
+    {"echo", 2, "fast", 0, 0, 0},          {"client", -2, "noscript", 0, 0, 0},
+    {"select", 2, "fast", 0, 0, 0},        {"quit", -1, "fast", 0, 0, 0},
+    {"command", -1, "loading", 0, 0, 0},   {"info", -1, "loading", 0, 0, 0},
+};
+
+#define RESP_NCMDS (sizeof(resp_cmds) / sizeof(resp_cmds[0]))
+
+static int
+put_cmd_info(struct rl_buf *b, const struct resp_cmd_info *ci, int proto)
+{
+    if (rl_resp_put_array(b, 10) != 0 || rl_resp_put_str(b, ci->name) != 0 ||
+        rl_resp_put_int(b, ci->arity) != 0 || rl_resp_put_set(b, 1, proto) != 0 ||
+        rl_resp_put_simple(b, ci->flags) != 0 || rl_resp_put_int(b, ci->first) != 0 ||
+        rl_resp_put_int(b, ci->last) != 0 || rl_resp_put_int(b, ci->step) != 0 ||
+        rl_resp_put_set(b, 0, proto) != 0 || rl_resp_put_set(b, 0, proto) != 0 ||
+        rl_resp_put_array(b, 0) != 0 || rl_resp_put_array(b, 0) != 0) {
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static int
+cmd_command(struct resp_conn *c, ARGS)
+{
+    if (cmd->argc == 1) {
+        int rc = rl_resp_put_array(b, RESP_NCMDS);
+
+        for (size_t i = 0; rc == 0 && i < RESP_NCMDS; i++) {
+            rc = put_cmd_info(b, &resp_cmds[i], c->proto);
+        }
+        return rc;
+    }
+    if (rl_resp_is(&cmd->argv[1], "COUNT")) {
+        return rl_resp_put_int(b, (int64_t)RESP_NCMDS);
+    }
+    if (rl_resp_is(&cmd->argv[1], "DOCS")) {
+        /* No documentation is served: clients fall back to their own help. */
+        return rl_resp_put_map(b, 0, c->proto);
+    }
+    if (rl_resp_is(&cmd->argv[1], "LIST")) {
+        int rc = rl_resp_put_array(b, RESP_NCMDS);
+
+        for (size_t i = 0; rc == 0 && i < RESP_NCMDS; i++) {
+            rc = rl_resp_put_str(b, resp_cmds[i].name);
+        }
+        return rc;
+    }
+    if (rl_resp_is(&cmd->argv[1], "INFO")) {
+        int rc = rl_resp_put_array(b, cmd->argc - 2);
+
+        for (size_t k = 2; rc == 0 && k < cmd->argc; k++) {
+            const struct resp_cmd_info *ci = NULL;
+
+            for (size_t i = 0; i < RESP_NCMDS; i++) {
+                if (rl_resp_is(&cmd->argv[k], resp_cmds[i].name)) {
+                    ci = &resp_cmds[i];
+                }
+            }
+            rc = ci != NULL ? put_cmd_info(b, ci, c->proto) : rl_resp_put_null(b, c->proto);
+        }
+        return rc;
+    }
+    return rl_resp_put_error(b, "ERR unknown subcommand '%.*s'. Try COMMAND HELP.",
+                             (int)(cmd->argv[1].len > 64 ? 64 : cmd->argv[1].len),
+                             cmd->argv[1].ptr);
+}
+
+static int
+cmd_info(struct resp_conn *c, struct rl_buf *b)
+{
+    struct rl_router *r = c->r;
+    struct rl_resp *g = r->resp;
+    struct rl_router_stats st;
+    uint64_t pending = 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int rc;
+
+    if (f == NULL) {
+        return -ENOMEM;
+    }
+    rl_rmetrics_totals(r, &st, &pending);
+    fprintf(f,
+            "# Server\r\nredis_version:%s\r\nredis_mode:standalone\r\nratelimiter_version:%s\r\n"
+            "process_id:%ld\r\ntcp_port:%u\r\nloading:0\r\n\r\n",
+            RESP_COMPAT_VERSION, RL_VERSION, (long)getpid(), (unsigned)r->conf->resp_port);
+    fprintf(f, "# Clients\r\nconnected_clients:%u\r\n\r\n",
+            r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RESP) : g->nconns);
+    fprintf(f,
+            "# Stats (this worker)\r\ntotal_commands_processed:%" PRIu64
+            "\r\ncl_throttle_commands:%" PRIu64 "\r\nrl_check_keys:%" PRIu64
+            "\r\nerror_replies:%" PRIu64 "\r\nprotocol_errors:%" PRIu64 "\r\n\r\n",
+            r->resp_counts[RESP_N_COMMANDS], r->resp_counts[RESP_N_THROTTLES],
+            r->resp_counts[RESP_N_CHECKS], r->resp_counts[RESP_N_ERRORS],
+            r->resp_counts[RESP_N_PROTOCOL]);
+    fprintf(f, "# Router\r\nworkers:%u\r\npending:%" PRIu64 "\r\n",
+            r->proc != NULL ? rl_rproc_workers(r->proc) : 1, pending);
+#define RESP_INFO_FIELD(f_, s_) fprintf(f, "%s:%" PRIu64 "\r\n", s_, st.f_);
+    RL_ROUTER_STATS_MAP(RESP_INFO_FIELD)
+#undef RESP_INFO_FIELD
+    if (fclose(f) != 0) {
+        free(text);
+        return -ENOMEM;
+    }
+    if (c->proto >= 3) {
+        /* a RESP3 verbatim string, as Redis answers INFO */
+        char head[40];
+        int hn = snprintf(head, sizeof(head), "=%zu\r\ntxt:", len + 4);
+
+        rc = rl_buf_append(b, head, (size_t)hn) != 0 || rl_buf_append(b, text, len) != 0 ||
+                     rl_buf_append(b, "\r\n", 2) != 0
+                 ? -ENOMEM
+                 : 0;
+    } else {
+        rc = rl_resp_put_bulk(b, text, len);
+    }
+    free(text);
+    return rc;
+}
+
+/* The unknown-command error, worded as Redis words it. */
+static int
+err_unknown(const struct rl_resp_cmd *cmd, struct rl_buf *b)
+{
+    char args[512];
+    size_t n = 0;
+
+    args[0] = '\0';
+    for (size_t i = 1; i < cmd->argc && n < sizeof(args) - 140; i++) {
+        int w = snprintf(args + n, sizeof(args) - n, "'%.*s' ",
+                         (int)(cmd->argv[i].len > 128 ? 128 : cmd->argv[i].len), cmd->argv[i].ptr);
+
+        if (w < 0) {
+            break;
+        }
+        n += (size_t)w;
+    }
+    return rl_resp_put_error(b, "ERR unknown command '%.*s', with args beginning with: %s",
+                             (int)(cmd->argv[0].len > 128 ? 128 : cmd->argv[0].len),
+                             cmd->argv[0].ptr, args);
+}
+
+/* Runs one command. A reply written now goes to b (the loop's scratch buffer), then to
+ * c->out, or to a slot of its own when replies wait before it; CL.THROTTLE and RL.CHECK
+ * take a slot for the reply to come instead. -ENOMEM: close. */
+int
+resp_command(struct resp_conn *c, const struct rl_resp_cmd *cmd)
+{
+    struct rl_resp *g = c->r->resp;
+    const struct rl_resp_arg *name = &cmd->argv[0];
+    struct rl_buf *b = &g->tmp, *dst;
+    int rc;
+
+    c->r->resp_counts[RESP_N_COMMANDS]++;
+    rl_buf_reset(b);
+    if (rl_resp_is(name, "AUTH")) {
+        if (cmd->argc != 2 && cmd->argc != 3) {
+            rc = resp_err_arity(b, name);
+        } else if (auth_token(c, &cmd->argv[cmd->argc - 1], b) == 0) {
+            rc = rl_resp_put_simple(b, "OK");
+        } else {
+            rc = 0;
+        }
+    } else if (rl_resp_is(name, "HELLO")) {
+        rc = cmd_hello(c, cmd, b);
+    } else if (rl_resp_is(name, "QUIT")) {
+        c->quit = true;
+        rc = rl_resp_put_simple(b, "OK");
+    } else if (!c->authed) {
+        rc = rl_resp_put_error(b, "NOAUTH Authentication required.");
+    } else if (rl_resp_is(name, "CL.THROTTLE")) {
+        rc = resp_throttle(c, cmd, b);
+    } else if (rl_resp_is(name, "RL.CHECK")) {
+        rc = resp_check(c, cmd, b, false);
+    } else if (rl_resp_is(name, "RL.MCHECK")) {
+        rc = resp_check(c, cmd, b, true);
+    } else if (rl_resp_is(name, "PING")) {
+        rc = cmd->argc == 1   ? rl_resp_put_simple(b, "PONG")
+             : cmd->argc == 2 ? rl_resp_put_bulk(b, cmd->argv[1].ptr, cmd->argv[1].len)
+                              : resp_err_arity(b, name);
+    } else if (rl_resp_is(name, "ECHO")) {
+        rc = cmd->argc == 2 ? rl_resp_put_bulk(b, cmd->argv[1].ptr, cmd->argv[1].len)
+                            : resp_err_arity(b, name);
+    } else if (rl_resp_is(name, "SELECT")) {
+        int64_t db;
+
+        rc = cmd->argc != 2 ? resp_err_arity(b, name)
+             : rl_resp_int64(&cmd->argv[1], &db) != 0
+                 ? rl_resp_put_error(b, "ERR value is not an integer or out of range")
+             : db != 0 ? rl_resp_put_error(b, "ERR DB index is out of range")
+                       : rl_resp_put_simple(b, "OK");
+    } else if (rl_resp_is(name, "CLIENT")) {
+        rc = cmd_client(c, cmd, b);
+    } else if (rl_resp_is(name, "COMMAND")) {
+        rc = cmd_command(c, cmd, b);
+    } else if (rl_resp_is(name, "INFO")) {
+        rc = cmd_info(c, b);
+    } else {
+        rc = err_unknown(cmd, b);
+    }
+    if (rc != 0 || c->closing || b->len == 0) {
+        return rc;
+    }
+    if (b->data[0] == '-') {
+        c->r->resp_counts[RESP_N_ERRORS]++;
+    }
+    dst = resp_reply_to(c);
+    return dst == NULL || rl_buf_append(dst, b->data, b->len) != 0 ? -ENOMEM : 0;
+}

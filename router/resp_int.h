@@ -1,0 +1,121 @@
+/*
+ * resp_int: what the files of the RESP front share (router/resp.c: connections, replies in
+ * order, CL.THROTTLE and RL.CHECK; router/resp_cmd.c: the command table and the connection
+ * commands), and nothing else includes. docs/RESP.md says what they serve.
+ */
+#ifndef RL_RESP_INT_H
+#define RL_RESP_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "resp.h"
+#include "wire.h"
+
+struct rl_front_conn;
+struct rl_router;
+struct rl_pending;
+struct rl_client_conf;
+
+#define RESP_PIPELINE_MAX 1024u             /* commands waiting for an answer, per connection */
+#define RESP_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading stops (front.c) */
+#define RESP_HELD_MAX (RL_RESP_CMD_MAX + 1024u * 1024) /* unread input held per connection */
+#define RESP_MCHECK_MAX 64u                            /* keys of one RL.MCHECK */
+#define RESP_NAME_MAX 128u                             /* CLIENT SETNAME */
+#define RESP_AUTH_TRIES 3u /* wrong AUTHs before the connection closes */
+#define RESP_TICK_MS 1000u
+#define RESP_LINGER_MS 2000u        /* after QUIT or a protocol error: input dropped this long */
+#define RESP_COMPAT_VERSION "7.0.0" /* what HELLO and INFO say as redis_version */
+
+enum resp_kind { RESP_SYNC, RESP_THROTTLE, RESP_CHECK, RESP_MCHECK };
+
+struct resp_conn;
+struct resp_slot;
+
+/* One CHECK of a command: in flight, or answered. */
+struct rl_resp_part {
+    struct resp_slot *slot;
+    struct rl_pending *p; /* in flight; NULL once answered */
+    struct rl_wire_check_reply rep;
+    uint32_t err; /* the node refused it (an ERROR code); 0: rep holds the answer */
+};
+
+/* A command whose reply is not written yet: waiting for its CHECKs, or behind one that is. */
+struct resp_slot {
+    struct resp_conn *c;
+    uint8_t kind;
+    bool done;
+    struct rl_buf out; /* the reply, once done */
+    uint32_t outstanding;
+    uint32_t nparts;
+    struct rl_resp_part one; /* nparts == 1 */
+    struct rl_resp_part *parts;
+    uint64_t burst;    /* CL.THROTTLE: max_burst + 1 */
+    uint64_t quantity; /* CL.THROTTLE */
+};
+
+/* A RESP connection's protocol state (front.c holds the socket). */
+struct resp_conn {
+    struct rl_front_conn *fc;
+    struct rl_router *r;
+    struct resp_conn *dirty_next; /* answered during a batch of node replies: flush at its end */
+    bool dirty;
+    struct rl_buf in;  /* unread input: an incomplete command, or commands waiting for a slot */
+    size_t held;       /* what rl_front_hold knows of in */
+    struct rl_buf out; /* replies ready to write */
+    struct resp_slot *slots; /* ring of RESP_PIPELINE_MAX, allocated at the first need */
+    uint32_t head, nslots;
+    uint64_t partial_ms; /* loop time since which an incomplete command waits; 0: none */
+    uint64_t quit_ms;    /* loop time of the QUIT or protocol error; 0: none */
+    uint64_t opened_ms;  /* loop time it was adopted ([clients] auth_timeout) */
+    uint64_t id;
+    int proto; /* 2, or 3 after HELLO 3 */
+    bool authed;
+    uint32_t auth_fails;
+    const struct rl_client_conf *principal;
+    char name[RESP_NAME_MAX];
+    size_t name_len;
+    bool quit, closing;
+    bool paused; /* rl_front_pause asked: the ring is full and commands wait unread */
+};
+
+/* The per-loop state. */
+struct rl_resp {
+    uint64_t next_id;
+    uint32_t nconns;
+    struct resp_conn *dirty;
+    struct rl_resp_cmd cmd;
+    struct rl_buf tmp;  /* a reply being written */
+    uint64_t warned_ms; /* loop time of the last warning about a connection's input */
+};
+
+/* rl_router.resp_counts */
+enum { RESP_N_COMMANDS, RESP_N_THROTTLES, RESP_N_CHECKS, RESP_N_ERRORS, RESP_N_PROTOCOL };
+
+/* A command's handler: its arguments, and where a reply written now goes. */
+#define ARGS const struct rl_resp_cmd *cmd, struct rl_buf *b
+
+static inline int
+put_kv(struct rl_buf *b, const char *k, int64_t v)
+{
+    return rl_resp_put_str(b, k) != 0 || rl_resp_put_int(b, v) != 0 ? -1 : 0;
+}
+
+/* resp.c: where a reply written now goes (c->out, or a slot of its own behind the replies
+ * that wait); NULL: no slot free. */
+struct rl_buf *resp_reply_to(struct resp_conn *c);
+
+/* resp.c: CL.THROTTLE; RL.CHECK (multi: RL.MCHECK). An error reply goes to b; otherwise a
+ * slot waits for the answer. -ENOMEM: close. */
+int resp_throttle(struct resp_conn *c, ARGS);
+int resp_check(struct resp_conn *c, ARGS, bool multi);
+
+/* resp_cmd.c: runs one command (c->r->resp->cmd). -ENOMEM: close. */
+int resp_command(struct resp_conn *c, const struct rl_resp_cmd *cmd);
+
+/* resp_cmd.c: "ERR wrong number of arguments for 'name' command". */
+int resp_err_arity(struct rl_buf *b, const struct rl_resp_arg *name);
+
+#endif

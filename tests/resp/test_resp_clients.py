@@ -1,0 +1,498 @@
+"""The RESP front (docs/RESP.md) with real clients against a real cluster (two nodes, two
+routers): redis-cli (Debian's redis-tools), Python's redis (python3-redis) and Node's ioredis
+(npm ci from tests/resp/node/package-lock.json), each pipelining; redis-cell's documented
+examples and test expectations, reproduced exactly (its README, its e2e test, and its unit
+test's 15 cases on the nodes' test clock); one count across two routers; the failure policy;
+AUTH; and malformed RESP refused without disturbing another client."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from conftest import HERE, RespCluster
+import harness
+
+
+def key(prefix: str = "k") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def cli(port: int, *args: str, extra=()) -> str:
+    out = subprocess.run(["redis-cli", "-p", str(port), *extra, *args], capture_output=True,
+                         text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def raw(port: int, data: bytes, want_close: bool = True, timeout: float = 3.0) -> bytes:
+    """Sends data on a fresh connection; returns what comes back until the server closes
+    (or timeout, when want_close is False)."""
+    with socket.create_connection(("127.0.0.1", port), 2) as s:
+        s.sendall(data)
+        s.settimeout(timeout)
+        got = b""
+        try:
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    return got
+                got += b
+        except socket.timeout:
+            assert not want_close, f"the server did not close; got {got[:200]!r}"
+            return got
+
+
+# ---- redis-cell's own examples -----------------------------------------------------------
+
+
+def test_readme_example_redis_cli(cluster):
+    """redis-cell's README: CL.THROTTLE user123 15 30 60 -> 0 16 15 -1 2."""
+    k = key("user123")
+    assert cli(cluster.resp_ports[0], "CL.THROTTLE", k, "15", "30", "60").split() == \
+        ["0", "16", "15", "-1", "2"]
+
+
+def test_e2e_example(cluster):
+    """redis-cell's tests/e2e.rs: burst 0, 1 per 2 s: allowed, limited with retry 2, and
+    allowed again after sleeping the retry."""
+    r = redis.Redis(port=cluster.resp_ports[0])
+    k = key("user123")
+    assert r.execute_command("CL.THROTTLE", k, 0, 1, 2, 1) == [0, 1, 0, -1, 2]
+    rep = r.execute_command("CL.THROTTLE", k, 0, 1, 2, 1)
+    assert rep == [1, 1, 0, 2, 2]
+    time.sleep(rep[3])
+    assert r.execute_command("CL.THROTTLE", k, 0, 1, 2, 1) == [0, 1, 0, -1, 2]
+
+
+def test_errors_are_redis_cells(cluster):
+    r = redis.Redis(port=cluster.resp_ports[0])
+    cases = [
+        (("CL.THROTTLE", "k"), "Cell error: Store error: Usage: cl.throttle <key> <max_burst> "
+                               "<count per period> <period> [<quantity>]"),
+        (("CL.THROTTLE", "k", "1", "2", "3", "4", "5"),
+         "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> "
+         "<period> [<quantity>]"),
+        (("CL.THROTTLE", "k", "x", "2", "3"), "Cell error: Store error: Couldn't parse as integer: x"),
+        (("CL.THROTTLE", "k", "1", "2", "3", "1.5"),
+         "Cell error: Store error: Couldn't parse as integer: 1.5"),
+        (("CL.THROTTLE", "k", "1", "0", "3"), "Cell error: Store error: Zero rates are not supported"),
+        (("CL.THROTTLE", "k", "1", "2", "0"), "Cell error: Store error: Zero rates are not supported"),
+    ]
+    for args, msg in cases:
+        with pytest.raises(redis.ResponseError) as e:
+            r.execute_command(*args)
+        assert str(e.value) == msg, args
+    # an empty key and one past 256 bytes count like any other (as a hash of the key)
+    # (two keys that differ only past byte 223 are two counts)
+    long_key = "x" * 300 + key()
+    for k in ("", long_key, long_key + "y"):
+        assert r.execute_command("CL.THROTTLE", k, 1, 1, 60) == [0, 2, 1, -1, 60]
+        assert r.execute_command("CL.THROTTLE", k, 1, 1, 60) == [0, 2, 0, -1, 120]
+    # Rust's integers take a '+' and leading zeros
+    k = key()
+    assert r.execute_command("CL.THROTTLE", k, "+15", "030", "60", "+1") == [0, 16, 15, -1, 2]
+    # what a CHECK's inline limit cannot say is refused, not guessed
+    with pytest.raises(redis.ResponseError, match="period must be 1..4294967 seconds"):
+        r.execute_command("CL.THROTTLE", k, 1, 1, 5000000)
+    with pytest.raises(redis.ResponseError, match="max_burst must be 0.."):
+        r.execute_command("CL.THROTTLE", k, -1, 1, 60)
+
+
+def test_cell_unit_cases_on_the_test_clock(tmp_path):
+    """redis-cell's src/cell/mod.rs it_rate_limits: limit 5 (max_burst 4), 1 per second,
+    fifteen requests at fixed times; every field as CL.THROTTLE rounds it."""
+    c = RespCluster(tmp_path, nodes=("a",), routers=1, test_clock=True).start()
+    try:
+        r = redis.Redis(port=c.resp_ports[0])
+        start = 1_700_000_000_000
+        k = key("foo")
+        # (case, ms after start, quantity, expected [limited, limit, remaining, retry, reset])
+        cases = [
+            (0, 0, 6, [1, 5, 5, -1, 0]),
+            (1, 0, 1, [0, 5, 4, -1, 1]),
+            (2, 0, 1, [0, 5, 3, -1, 2]),
+            (3, 0, 1, [0, 5, 2, -1, 3]),
+            (4, 0, 1, [0, 5, 1, -1, 4]),
+            (5, 0, 1, [0, 5, 0, -1, 5]),
+            (6, 0, 1, [1, 5, 0, 1, 5]),
+            (7, 3000, 1, [0, 5, 2, -1, 3]),
+            (8, 3100, 1, [0, 5, 1, -1, 4]),  # reset 3.9 s, rounded up
+            (9, 4000, 1, [0, 5, 1, -1, 4]),
+            (10, 8000, 1, [0, 5, 4, -1, 1]),
+            (11, 9500, 1, [0, 5, 4, -1, 1]),
+            (12, 9500, 0, [0, 5, 4, -1, 1]),  # quantity 0 peeks
+            (13, 9500, 2, [0, 5, 2, -1, 3]),
+            (14, 9500, 5, [1, 5, 2, 3, 3]),
+        ]
+        for n, at, qty, want in cases:
+            c.set_clock(start + at)
+            assert r.execute_command("CL.THROTTLE", k, 4, 1, 1, qty) == want, f"case {n}"
+    finally:
+        c.stop()
+
+
+# ---- the clients, pipelining ----------------------------------------------------------------
+
+
+def expected_run(n: int):
+    """n CL.THROTTLE k 9 1 3600 in a row, within a second: 10 allowed, then limited."""
+    out = []
+    for i in range(n):
+        if i < 10:
+            out.append([0, 10, 9 - i, -1, 3600 * (i + 1)])
+        else:
+            out.append([1, 10, 0, 3600, 36000])
+    return out
+
+
+def test_redis_py_pipeline(cluster):
+    r = redis.Redis(port=cluster.resp_ports[0])
+    k = key()
+    p = r.pipeline(transaction=False)
+    for _ in range(15):
+        p.execute_command("CL.THROTTLE", k, 9, 1, 3600)
+    p.execute_command("RL.CHECK", "api", k)
+    p.execute_command("PING")
+    p.execute_command("ECHO", "a\r\nb")
+    got = p.execute()
+    assert got[:15] == expected_run(15)
+    chk = dict(zip(got[15][::2], got[15][1::2]))
+    assert chk[b"code"] == 0 and chk[b"status"] == b"allowed" and chk[b"limit"] == 3
+    assert chk[b"remaining"] == 2 and chk[b"retry_after_ms"] == 0 and chk[b"reset_ms"] > 0
+    assert got[16] is True and got[17] == b"a\r\nb"
+
+
+def test_redis_cli_pipe(cluster):
+    """redis-cli reading commands from stdin sends them all before reading (a pipeline)."""
+    k = key()
+    cmds = "".join(f"CL.THROTTLE {k} 9 1 3600\n" for _ in range(12))
+    out = subprocess.run(["redis-cli", "-p", str(cluster.resp_ports[0])], input=cmds,
+                         capture_output=True, text=True, timeout=10)
+    nums = [int(x) for x in out.stdout.split()]
+    assert [nums[i:i + 5] for i in range(0, len(nums), 5)] == expected_run(12)
+    # RESP3 through redis-cli -3: RL.CHECK is a map
+    out = cli(cluster.resp_ports[0], "RL.CHECK", "api", key(), "COST", "2", extra=("-3",))
+    lines = out.splitlines()
+    assert lines[:5] == ["code 0", "status allowed", "limit 3", "remaining 1", "reset_ms 720000"] \
+        or lines[4].startswith("reset_ms 7199"), out
+    assert lines[5] == "retry_after_ms 0", out
+
+
+def test_ioredis_pipeline(cluster, node_modules):
+    k = key()
+    u = key("u")
+    out = subprocess.run(["node", str(HERE / "node" / "ioredis_client.js"),
+                          str(cluster.resp_ports[1]), k, "13", "api", u, "nosuch", u],
+                         capture_output=True, text=True, timeout=60,
+                         env={"NODE_PATH": str(node_modules), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    reps = doc["replies"]
+    assert reps[:13] == expected_run(13)
+    assert reps[13][:4] == ["code", 0, "status", "allowed"]
+    assert reps[14][:4] == ["code", 4, "status", "no_rule"]
+    assert reps[15] == {"error": "Cell error: Store error: Couldn't parse as integer: x"}
+    assert reps[16] == "PONG"
+    assert doc["info_has_version"] is True
+
+
+def test_one_count_across_two_routers(cluster):
+    a = redis.Redis(port=cluster.resp_ports[0])
+    b = redis.Redis(port=cluster.resp_ports[1])
+    want = expected_run(14)
+    for i in range(14):
+        r = a if i % 2 == 0 else b
+        assert r.execute_command("CL.THROTTLE", "shared-" + cluster.dir.name, 9, 1, 3600) == want[i]
+    # RL.CHECK too: burst 3 of [service api], from either router
+    u = key()
+    got = [(a if i % 2 else b).execute_command("RL.CHECK", "api", u)[7] for i in range(5)]
+    assert got == [2, 1, 0, 0, 0]
+
+
+def test_rl_check_fields_and_mcheck(cluster):
+    r = redis.Redis(port=cluster.resp_ports[0])
+    u = key()
+    first = r.execute_command("RL.CHECK", "api", u, "COST", "3")
+    d = dict(zip(first[::2], first[1::2]))
+    assert d[b"code"] == 0 and d[b"remaining"] == 0 and d[b"limit"] == 3
+    assert 1_080_000 - 2000 <= d[b"reset_ms"] <= 1_080_000  # 3 tokens at 10 per hour
+    refused = dict(zip(*[iter(r.execute_command("RL.CHECK", "api", u))] * 2))
+    assert refused[b"code"] == 1 and refused[b"status"] == b"limited"
+    assert 360_000 - 2000 <= refused[b"retry_after_ms"] <= 360_000
+    multi = r.execute_command("RL.MCHECK", "api", key(), "", "1", "nosuch", "x", "", "1",
+                              "shut", key(), "", "1")
+    codes = [dict(zip(m[::2], m[1::2]))[b"code"] for m in multi]
+    assert codes == [0, 4, 0]
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'rl.check'"):
+        r.execute_command("RL.CHECK", "api")
+
+
+def test_connection_commands(cluster):
+    r = redis.Redis(port=cluster.resp_ports[0], client_name="tester", db=0)
+    assert r.ping() is True
+    assert r.client_getname() == "tester" or r.client_getname() == b"tester"
+    assert r.execute_command("SELECT", 0) in (b"OK", True, "OK")
+    with pytest.raises(redis.ResponseError, match="DB index is out of range"):
+        r.execute_command("SELECT", 1)
+    with pytest.raises(redis.ResponseError) as e:
+        r.execute_command("GET", "x")
+    assert str(e.value) == "unknown command 'GET', with args beginning with: 'x' "
+    assert r.info()["redis_version"] == "7.0.0"
+    assert r.command_count() >= 10
+    # HELLO 3: the map, then RESP3 replies (a map for RL.CHECK, _ for a nil)
+    got = raw(cluster.resp_ports[0], b"HELLO 3\r\nRL.CHECK api " + key().encode() +
+              b"\r\nCLIENT GETNAME\r\nQUIT\r\n")
+    assert got.startswith(b"%7\r\n$6\r\nserver\r\n$11\r\nratelimiter\r\n")
+    assert b"%6\r\n$4\r\ncode\r\n:0\r\n$6\r\nstatus\r\n$7\r\nallowed\r\n" in got
+    assert got.endswith(b"_\r\n+OK\r\n")
+    assert raw(cluster.resp_ports[0], b"HELLO 4\r\n", want_close=False, timeout=0.5) == \
+        b"-NOPROTO unsupported protocol version\r\n"
+
+
+# ---- failure policy, AUTH, hostile input --------------------------------------------------
+
+
+def test_unreachable_owner_answers_by_policy(tmp_path):
+    c = RespCluster(tmp_path, nodes=("a",), routers=1).start()
+    try:
+        r = redis.Redis(port=c.resp_ports[0], socket_timeout=5)
+        k = key()
+        assert r.execute_command("CL.THROTTLE", k, 9, 1, 3600)[0] == 0
+        c.kill_node("a")
+        t0 = time.monotonic()
+        # [cluster] inline_failure = open (the default): allowed, nothing known
+        assert r.execute_command("CL.THROTTLE", k, 9, 1, 3600) == [0, 10, 0, -1, 0]
+        # a configured service answers by its own policy: shut is failure = closed
+        d = dict(zip(*[iter(r.execute_command("RL.CHECK", "shut", k))] * 2))
+        assert d[b"code"] == 3 and d[b"status"] == b"fail_closed"
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        c.stop()
+
+
+def test_inline_failure_closed(tmp_path):
+    c = RespCluster(tmp_path, nodes=("a",), routers=1,
+                    extra="inline_failure = closed\n").start()
+    try:
+        r = redis.Redis(port=c.resp_ports[0], socket_timeout=5)
+        c.kill_node("a")
+        assert r.execute_command("CL.THROTTLE", key(), 9, 1, 3600) == [1, 10, 0, 2, 0]
+    finally:
+        c.stop()
+
+
+def test_auth(tmp_path):
+    token = "s3cret-token-for-resp"
+    import hashlib
+
+    sha = hashlib.sha256(token.encode()).hexdigest()
+    cl = RespCluster(tmp_path, nodes=("a",), routers=1,
+                     extra="\n[clients]\nauth_timeout = 1s\n")
+    for conf in cl.confs:
+        conf.write_text(conf.read_text() + f"\n[client web]\ntoken_sha256 = {sha}\n"
+                        "services = *\n")
+    # the nodes and routers start, the readiness probe needs AUTH: wait by hand
+    harness.need_binaries("rl-node", "rl-router")
+    for n in cl.node_ports:
+        cl.start_node(n)
+    log = cl.dir / "router0.log"
+    p = harness.spawn([str(harness.BUILD / "rl-router"), "--config", str(cl.confs[0])], log)
+    cl.routers.append(p)
+    try:
+        harness.wait_port(cl.resp_ports[0], p, log)
+        port = cl.resp_ports[0]
+        anon = redis.Redis(port=port)
+        with pytest.raises(redis.AuthenticationError):
+            anon.execute_command("CL.THROTTLE", "k", 1, 1, 1)
+        with pytest.raises((redis.AuthenticationError, redis.ResponseError), match="WRONGPASS"):
+            redis.Redis(port=port, password="wrong").ping()
+        good = redis.Redis(port=port, password=token)
+        assert good.ping() is True
+        deadline = time.monotonic() + 10
+        while good.execute_command("CL.THROTTLE", "auth-k", 9, 1, 3600)[2] == 0:
+            assert time.monotonic() < deadline  # until the router reaches the node
+            time.sleep(0.05)
+        assert redis.Redis(port=port, username="anyone", password=token).ping() is True
+        # [clients] auth_timeout: a connection that never AUTHs is closed
+        t0 = time.monotonic()
+        assert raw(port, b"", timeout=5) == b""
+        assert 0.9 < time.monotonic() - t0 < 3.5
+        got = raw(port, b"PING\r\nAUTH nope\r\nAUTH nope\r\nAUTH nope\r\nPING\r\n")
+        assert got == (b"-NOAUTH Authentication required.\r\n" +
+                       b"-WRONGPASS invalid username-password pair or user is disabled.\r\n" * 3)
+    finally:
+        cl.stop()
+
+
+def test_malformed_resp_is_refused_alone(cluster):
+    """Bad lengths, a huge bulk string, an unterminated inline command: each gets Redis's
+    protocol error and its connection closes; a client pipelining meanwhile is unaffected."""
+    port = cluster.resp_ports[0]
+    good = redis.Redis(port=port)
+    k = key()
+    p = good.pipeline(transaction=False)
+    for _ in range(5):
+        p.execute_command("CL.THROTTLE", k, 9, 1, 3600)
+    assert p.execute() == expected_run(5)
+    bad = [
+        (b"*2\r\n$abc\r\nxx\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
+        (b"*x\r\n", b"-ERR Protocol error: invalid multibulk length\r\n"),
+        (b"*99999999\r\n", b"-ERR Protocol error: invalid multibulk length\r\n"),
+        (b"*1\r\n$999999999\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
+        (b"*1\r\n:5\r\n", b"-ERR Protocol error: expected '$', got ':'\r\n"),
+        (b"ECHO \"abc\r\n", b"-ERR Protocol error: unbalanced quotes in request\r\n"),
+        (b"PING\r\n*1\r\n$4\r\nPINGxx", b"+PONG\r\n-ERR Protocol error: bulk string not "
+                                         b"terminated by CRLF\r\n"),
+        (b"A" * 70000, b"-ERR Protocol error: too big inline request\r\n"),
+    ]
+    for data, want in bad:
+        assert raw(port, data) == want, data[:40]
+    # a bulk string announced at the bound and never sent: the frame timeout closes it,
+    # and meanwhile the good client is answered
+    with socket.create_connection(("127.0.0.1", port), 2) as s:
+        s.sendall(b"*2\r\n$5\r\nPING\r\n$65536\r\n" + b"x" * 1000)
+        p = good.pipeline(transaction=False)
+        for _ in range(5):
+            p.execute_command("CL.THROTTLE", k, 9, 1, 3600)
+        assert p.execute() == expected_run(10)[5:]
+    assert good.ping() is True
+
+
+def test_deep_pipelines(cluster):
+    """More commands in flight than a connection's ring holds (1,024): the router stops
+    reading until answers free slots, and answers all in order; redis-cli --pipe (raw RESP
+    on stdin) too."""
+    r = redis.Redis(port=cluster.resp_ports[1])
+    k = key()
+    p = r.pipeline(transaction=False)
+    for _ in range(3000):
+        p.execute_command("CL.THROTTLE", k, 9, 1, 3600)
+    assert p.execute() == expected_run(3000)
+    k2 = key()
+    cmd = (f"*5\r\n$11\r\nCL.THROTTLE\r\n${len(k2)}\r\n{k2}\r\n$1\r\n9\r\n$1\r\n1\r\n"
+           f"$4\r\n3600\r\n")
+    # 100,000 commands (6 MB) written as fast as redis-cli can: the router stops reading
+    # while 1,024 wait for their answers, rather than holding the rest
+    out = subprocess.run(["redis-cli", "-p", str(cluster.resp_ports[1]), "--pipe"],
+                         input=cmd * 100000, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "errors: 0, replies: 100000" in out.stdout, out.stdout
+    assert r.execute_command("CL.THROTTLE", k2, 9, 1, 3600) == [1, 10, 0, 3600, 36000]
+
+
+def test_a_client_that_never_reads_is_bounded(cluster):
+    """A client pipelining without reading its replies: the router stops reading it once its
+    output backs up, so its memory stays bounded, and the others are served meanwhile."""
+    port = cluster.resp_ports[0]
+    pid = cluster.routers[0].pid
+
+    def rss_kb() -> int:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    before = rss_kb()
+    s = socket.create_connection(("127.0.0.1", port), 2)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.setblocking(False)
+    chunk = b"ECHO " + b"x" * 1000 + b"\r\n"
+    chunk *= 64
+    sent, deadline = 0, time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            sent += s.send(chunk)
+        except BlockingIOError:
+            time.sleep(0.01)
+    good = redis.Redis(port=port)
+    assert good.ping() is True
+    assert good.execute_command("CL.THROTTLE", key(), 9, 1, 3600)[0] == 0
+    grown = rss_kb() - before
+    s.close()
+    # what it sent is far more than the router holds for it (input and output bounds)
+    assert sent > 4 * 1024 * 1024, sent
+    print(f"sent {sent} bytes, router grew {grown} KiB")
+    assert grown < 16 * 1024, f"router grew {grown} KiB for one client"
+
+
+def test_frame_timeout_closes_an_incomplete_command(tmp_path):
+    c = RespCluster(tmp_path, nodes=("a",), routers=1,
+                    extra="\n[clients]\nframe_timeout = 1s\n").start()
+    try:
+        # a command announced and not sent closes its connection after frame_timeout (1 s,
+        # checked every second); a command completed in time does not
+        with socket.create_connection(("127.0.0.1", c.resp_ports[0]), 2) as s:
+            s.sendall(b"*2\r\n$4\r\nECHO\r\n$3\r\nab")
+            time.sleep(0.3)
+            s.sendall(b"c\r\n*2\r\n$4\r\nECHO\r\n$100\r\nabc")
+            s.settimeout(10)
+            t0 = time.monotonic()
+            got = b""
+            while True:
+                b = s.recv(100)
+                if not b:
+                    break
+                got += b
+            assert got == b"$3\r\nabc\r\n"
+            assert 0.5 < time.monotonic() - t0 < 3.5
+        assert redis.Redis(port=c.resp_ports[0]).ping() is True
+    finally:
+        c.stop()
+
+
+def test_metrics_count_the_front(tmp_path):
+    c = RespCluster(tmp_path, nodes=("a",), routers=1,
+                    router_extra=f"metrics = 127.0.0.1:{harness.free_port()}\n").start()
+    try:
+        mport = int(c.confs[0].read_text().split("metrics = 127.0.0.1:")[1].split()[0])
+        r = redis.Redis(port=c.resp_ports[0])
+        r.execute_command("CL.THROTTLE", key(), 9, 1, 3600)
+        with pytest.raises(redis.ResponseError):
+            r.execute_command("NOPE")
+        raw(c.resp_ports[0], b"*x\r\n")
+
+        def scrape() -> str:
+            with socket.create_connection(("127.0.0.1", mport), 2) as s:
+                s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                page = b""
+                while True:
+                    b = s.recv(65536)
+                    if not b:
+                        return page.decode()
+                    page += b
+
+        deadline = time.monotonic() + 5
+        text = scrape()
+        while "rl_router_resp_connections 1\n" not in text and time.monotonic() < deadline:
+            time.sleep(0.05)  # the refused connection's close is seen by the router
+            text = scrape()
+        counts = {ln.split('"')[1]: int(ln.split()[-1]) for ln in text.splitlines()
+                  if ln.startswith("rl_router_resp_total{")}
+        assert counts["cl_throttle"] == 1 and counts["error_replies"] >= 1
+        assert counts["protocol_errors"] == 1 and counts["commands"] >= 2 + 16  # + readiness
+        assert "rl_router_resp_connections 1\n" in text, [
+            ln for ln in text.splitlines() if "resp_conn" in ln]
+    finally:
+        c.stop()
+
+
+def test_non_loopback_without_tokens_is_refused(tmp_path):
+    """Nothing would authenticate RESP clients: rl-router refuses a non-loopback resp
+    address without [client] sections (exit 2) unless [cluster] insecure = yes."""
+    harness.need_binaries("rl-router")
+    port, rport = harness.free_port(), harness.free_port()
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"[router]\nlisten = 127.0.0.1:{port}\nresp = 0.0.0.0:{rport}\n"
+                    f"[node a]\nlisten = 127.0.0.1:{harness.free_port()}\n")
+    out = subprocess.run([str(harness.BUILD / "rl-router"), "--config", str(conf)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2, out.stderr
+    assert "[router] resp 0.0.0.0 is not a loopback address" in out.stderr
