@@ -114,7 +114,11 @@ tls_lines() {
 
 echo "netns: hosts on $SUBNET.0/24 in namespaces $P-*: zk ${addr[zk]}, nodes a b c" \
     "${addr[a]} ${addr[b]} ${addr[c]}, routers ${addr[r1]} ${addr[r2]}, clients ${addr[cl]}"
-ip netns exec "$P-cl" "$BUILD/rl-chaos" run "$SCENARIO" --hosts "$work/hosts" \
+# setpriv: rl-chaos (and so, through the harness, every process it started) dies with
+# this script even if the script is SIGKILLed; the next run then removes the namespaces.
+pdeath=()
+if setpriv --help 2> /dev/null | grep -q pdeathsig; then pdeath=(setpriv --pdeathsig KILL); fi
+"${pdeath[@]}" ip netns exec "$P-cl" "$BUILD/rl-chaos" run "$SCENARIO" --hosts "$work/hosts" \
     --build "$BUILD" &
 chaos_pid=$!
 set +e
