@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# What a fleet of routers costs one ZooKeeper, and how fast it converges (docs/SCALING.md).
+# One ZooKeeper server, three rl-node processes, and N router-like watchers (build/zkfleet:
+# N ZooKeeper sessions in one process, each doing what rl-router's ZooKeeper side does
+# through the same code: announce under routers/, watch nodes/, the assignment and the
+# rules, rebuild the shard table and its digest on every change). For each N it stops node
+# b cleanly KILLS times (its znode goes at once) and starts it again, and kills it with
+# SIGKILL once (its znode goes when its session expires), and prints:
+#   converge  ms from the stop to the moment the last watcher built the new table (median)
+#   fan-out   ms from the first watcher's new table to the last one's (median)
+#   kill -9   ms from SIGKILL to every watcher agreeing (session timeout + fan-out)
+#   reqs/chg  requests ZooKeeper received per membership change (mntr zk_packets_received
+#             over the change, less the sessions' pings measured idle just before), in all
+#             and per watcher
+#   zk cpu    ms of ZooKeeper's CPU per change; its RSS; the watches and connections it holds
+#
+#   bench/zk_fleet.sh                    SIZES="100 300 500" KILLS=3
+#   SIZES="1000" KILLS=3 bench/zk_fleet.sh
+#
+# Needs build/zkfleet and build/rl-node (scripts/build.sh release). Stops everything it
+# started however it ends.
+source "$(dirname "$0")/lib.sh"
+SIZES=${SIZES:-100 300 500}
+KILLS=${KILLS:-3}
+SESSION_MS=${SESSION_MS:-2000}
+[ -x "$bin/zkfleet" ] && [ -x "$bin/rl-node" ] || bash "$top/scripts/build.sh" release > /dev/null
+work=$(mktemp -d /tmp/rl-zkfleet-XXXXXX)
+zkport=$(free_port)
+zk_started=0
+fleet_cleanup() {
+    bench_cleanup
+    [ "$zk_started" = 1 ] && bash "$top/scripts/zk.sh" stop "$work/zk"
+    rm -rf "$work"
+}
+trap fleet_cleanup EXIT
+trap 'exit 130' INT TERM
+
+ZK_4LW=ruok,srvr,mntr ZK_MAX_CNXNS=0 bash "$top/scripts/zk.sh" start "$work/zk" "$zkport"
+zk_started=1
+zkpid=$(cat "$work/zk/zookeeper.pid")
+cat > "$work/cluster.conf" <<CFG
+[cluster]
+name = fleet
+zookeeper = 127.0.0.1:$zkport
+session_timeout = ${SESSION_MS}ms
+shards = 4096
+CFG
+declare -A nport npid
+for n in a b c; do
+    nport[$n]=$(free_port)
+    printf '[node %s]\nlisten = 127.0.0.1:%s\nmemory = 64mb\n' "$n" "${nport[$n]}" >> "$work/cluster.conf"
+done
+start_node() {
+    "$bin/rl-node" --config "$work/cluster.conf" --name "$1" >> "$work/node-$1.log" 2>&1 &
+    npid[$1]=$!
+    pids+=("$!")
+    wait_port "${nport[$1]}"
+}
+for n in a b c; do start_node "$n"; done
+
+now_ms() { date +%s%3N; }
+# mntr KEY: one of ZooKeeper's monitoring figures.
+mntr() {
+    exec 3<> "/dev/tcp/127.0.0.1/$zkport"
+    printf mntr >&3
+    awk -v k="zk_$1" '$1 == k {print $2}' <&3
+    exec 3<&-
+}
+# ZooKeeper's CPU time in ms (utime + stime of the JVM).
+zk_cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$zkpid/stat"; }
+# wait_agree FILE FROM M: the first "agree" line after line FROM with M members; prints it.
+wait_agree() {
+    local t
+    for t in $(seq 1 600); do
+        line=$(tail -n +"$(($2 + 1))" "$1" | awk -v m="$3" '$1 == "agree" && $3 == m' | head -1)
+        [ -n "$line" ] && { echo "$line"; return 0; }
+        sleep 0.05
+    done
+    echo "zk_fleet: no agreement on $3 members within 30 s" >&2
+    return 1
+}
+
+machine
+echo "load: $(uptime | sed 's/.*load average/load average/')"
+echo "ZooKeeper $(printf srvr | (exec 3<> "/dev/tcp/127.0.0.1/$zkport"; printf srvr >&3; head -1 <&3) | sed 's/Zookeeper version: //; s/,.*//'), 3 nodes, 4096 shards, session ${SESSION_MS} ms, ${KILLS} clean stops per size"
+printf '%-9s %9s %9s %9s %11s %10s %10s %9s %8s %8s %7s\n' watchers up_ms converge fan-out kill-9_ms "reqs/chg" "reqs/watch" zkcpu_ms zk_rss watches conns
+for size in $SIZES; do
+    out=$work/fleet-$size.out
+    : > "$out"
+    "$bin/zkfleet" --zk "127.0.0.1:$zkport" --cluster fleet --sessions "$size" --shards 4096 \
+        --session-timeout 30000 > "$out" 2> "$work/fleet-$size.err" &
+    fpid=$!
+    pids+=("$fpid")
+    wait_agree "$out" 0 3 > /dev/null
+    for _ in $(seq 1 600); do grep -q '^up ' "$out" && break; sleep 0.05; done
+    up=$(awk '$1 == "up" {print $3}' "$out")
+    sleep 2
+    conv=() fan=() reqs=() cpu=()
+    for k in $(seq 1 "$KILLS"); do
+        # idle: the sessions' pings alone, over 2 s
+        p0=$(mntr packets_received) i0=$(now_ms)
+        sleep 2
+        p1=$(mntr packets_received) i1=$(now_ms)
+        c0=$(zk_cpu_ms)
+        from=$(wc -l < "$out")
+        t0=$(now_ms)
+        kill -TERM "${npid[b]}"
+        wait "${npid[b]}" 2> /dev/null || true
+        read -r _ _ _ first last < <(wait_agree "$out" "$from" 2)
+        sleep 1
+        p2=$(mntr packets_received) t2=$(now_ms) c1=$(zk_cpu_ms)
+        conv+=($((last - t0)))
+        fan+=($((last - first)))
+        reqs+=("$(awk -v a="$p1" -v b="$p0" -v ia="$i1" -v ib="$i0" -v c="$p2" -v ta="$t0" -v tb="$t2" \
+            'BEGIN {rate = (a - b) / (ia - ib); printf "%d", (c - a) - rate * (tb - ia)}')")
+        cpu+=("$(awk -v a="$c1" -v b="$c0" 'BEGIN {printf "%d", a - b}')")
+        from=$(wc -l < "$out")
+        start_node b
+        wait_agree "$out" "$from" 3 > /dev/null
+    done
+    # one crash: the znode goes only when the session expires
+    from=$(wc -l < "$out")
+    t0=$(now_ms)
+    kill -KILL "${npid[b]}"
+    wait "${npid[b]}" 2> /dev/null || true
+    read -r _ _ _ first last < <(wait_agree "$out" "$from" 2)
+    kill9=$((last - t0))
+    watches=$(mntr watch_count) conns=$(mntr num_alive_connections)
+    rss=$(( $(rss_kb "$zkpid") / 1024 ))
+    start_node b
+    wait_agree "$out" "$(wc -l < "$out")" 3 > /dev/null || true
+    mc=$(printf '%s\n' "${conv[@]}" | median)
+    mf=$(printf '%s\n' "${fan[@]}" | median)
+    mr=$(printf '%s\n' "${reqs[@]}" | median)
+    mz=$(printf '%s\n' "${cpu[@]}" | median)
+    printf '%-9s %9s %9s %9s %11s %10s %10.2f %9s %7sM %8s %7s\n' "$size" "$up" "$mc" "$mf" "$kill9" \
+        "$mr" "$(awk -v r="$mr" -v n="$size" 'BEGIN {print r / n}')" "$mz" "$rss" "$watches" "$conns"
+    kill -TERM "$fpid"
+    wait "$fpid" 2> /dev/null || true
+done
+echo "medians of ${KILLS} clean stops (converge, fan-out, reqs/chg, zk cpu); kill-9: one SIGKILL"
+echo "load after: $(uptime | sed 's/.*load average/load average/')"
