@@ -7,22 +7,26 @@
 # b cleanly KILLS times (its znode goes at once) and starts it again, and kills it with
 # SIGKILL once (its znode goes when its session expires), and prints:
 #   converge  ms from the stop to the moment the last watcher built the new table (median)
-#   fan-out   ms from the first watcher's new table to the last one's (median)
+#   first     ms from the stop to the first watcher having read the change back
+#   fan-out   ms from the first watcher having read the change back to the last (median)
+#   build_us  the mean table build (4096 shards) of a watcher; all N share this machine's
+#             cores, so converge - fan-out is mostly N builds queued on one thread
 #   kill -9   ms from SIGKILL to every watcher agreeing (session timeout + fan-out)
 #   reqs/chg  requests ZooKeeper received per membership change (mntr zk_packets_received
 #             over the change, less the sessions' pings measured idle just before), in all
 #             and per watcher
 #   zk cpu    ms of ZooKeeper's CPU per change; its RSS; the watches and connections it holds
 #
-#   bench/zk_fleet.sh                    SIZES="100 300 500" KILLS=3
-#   SIZES="1000" KILLS=3 bench/zk_fleet.sh
+#   bench/zk_fleet.sh                    SIZES="100 300 1000" KILLS=3
+#   SIZES="1000" MEMBERS=97 bench/zk_fleet.sh     100 members: 3 nodes and 97 that only register
 #
 # Needs build/zkfleet and build/rl-node (scripts/build.sh release). Stops everything it
 # started however it ends.
 source "$(dirname "$0")/lib.sh"
-SIZES=${SIZES:-100 300 500}
+SIZES=${SIZES:-100 300 1000}
 KILLS=${KILLS:-3}
 SESSION_MS=${SESSION_MS:-2000}
+MEMBERS=${MEMBERS:-0} # members that serve nothing, on top of the 3 nodes (zkfleet --members)
 [ -x "$bin/zkfleet" ] && [ -x "$bin/rl-node" ] || bash "$top/scripts/build.sh" release > /dev/null
 work=$(mktemp -d /tmp/rl-zkfleet-XXXXXX)
 zkport=$(free_port)
@@ -82,20 +86,20 @@ wait_agree() {
 
 machine
 echo "load: $(uptime | sed 's/.*load average/load average/')"
-echo "ZooKeeper $(printf srvr | (exec 3<> "/dev/tcp/127.0.0.1/$zkport"; printf srvr >&3; head -1 <&3) | sed 's/Zookeeper version: //; s/,.*//'), 3 nodes, 4096 shards, session ${SESSION_MS} ms, ${KILLS} clean stops per size"
-printf '%-9s %9s %9s %9s %11s %10s %10s %9s %8s %8s %7s\n' watchers up_ms converge fan-out kill-9_ms "reqs/chg" "reqs/watch" zkcpu_ms zk_rss watches conns
+echo "ZooKeeper $( (exec 3<> "/dev/tcp/127.0.0.1/$zkport"; printf srvr >&3; head -1 <&3) | sed 's/Zookeeper version: //; s/-.*//'), $((3 + MEMBERS)) members (3 nodes + $MEMBERS that only register), 4096 shards, session ${SESSION_MS} ms, ${KILLS} clean stops per size"
+printf '%-8s %7s %8s %6s %8s %8s %9s %9s %10s %8s %7s %7s %6s\n' watchers up_ms converge first fan-out build_us kill-9_ms "reqs/chg" "reqs/watch" zkcpu_ms zk_rss watches conns
 for size in $SIZES; do
     out=$work/fleet-$size.out
     : > "$out"
     "$bin/zkfleet" --zk "127.0.0.1:$zkport" --cluster fleet --sessions "$size" --shards 4096 \
-        --session-timeout 30000 > "$out" 2> "$work/fleet-$size.err" &
+        --session-timeout 30000 --members "$MEMBERS" > "$out" 2> "$work/fleet-$size.err" &
     fpid=$!
     pids+=("$fpid")
-    wait_agree "$out" 0 3 > /dev/null
+    wait_agree "$out" 0 $((3 + MEMBERS)) > /dev/null
     for _ in $(seq 1 600); do grep -q '^up ' "$out" && break; sleep 0.05; done
     up=$(awk '$1 == "up" {print $3}' "$out")
     sleep 2
-    conv=() fan=() reqs=() cpu=()
+    conv=() fan=() reqs=() cpu=() firsts=()
     for k in $(seq 1 "$KILLS"); do
         # idle: the sessions' pings alone, over 2 s
         p0=$(mntr packets_received) i0=$(now_ms)
@@ -106,37 +110,40 @@ for size in $SIZES; do
         t0=$(now_ms)
         kill -TERM "${npid[b]}"
         wait "${npid[b]}" 2> /dev/null || true
-        read -r _ _ _ first last < <(wait_agree "$out" "$from" 2)
+        read -r _ _ _ first last nfirst nlast build < <(wait_agree "$out" "$from" $((2 + MEMBERS)))
         sleep 1
         p2=$(mntr packets_received) t2=$(now_ms) c1=$(zk_cpu_ms)
         conv+=($((last - t0)))
-        fan+=($((last - first)))
+        fan+=($((nlast - nfirst)))
+        firsts+=($((nfirst - t0)))
         reqs+=("$(awk -v a="$p1" -v b="$p0" -v ia="$i1" -v ib="$i0" -v c="$p2" -v ta="$t0" -v tb="$t2" \
             'BEGIN {rate = (a - b) / (ia - ib); printf "%d", (c - a) - rate * (tb - ia)}')")
         cpu+=("$(awk -v a="$c1" -v b="$c0" 'BEGIN {printf "%d", a - b}')")
         from=$(wc -l < "$out")
         start_node b
-        wait_agree "$out" "$from" 3 > /dev/null
+        wait_agree "$out" "$from" $((3 + MEMBERS)) > /dev/null
     done
     # one crash: the znode goes only when the session expires
     from=$(wc -l < "$out")
     t0=$(now_ms)
     kill -KILL "${npid[b]}"
     wait "${npid[b]}" 2> /dev/null || true
-    read -r _ _ _ first last < <(wait_agree "$out" "$from" 2)
+    read -r _ _ _ first last _ _ _ < <(wait_agree "$out" "$from" $((2 + MEMBERS)))
     kill9=$((last - t0))
     watches=$(mntr watch_count) conns=$(mntr num_alive_connections)
     rss=$(( $(rss_kb "$zkpid") / 1024 ))
     start_node b
-    wait_agree "$out" "$(wc -l < "$out")" 3 > /dev/null || true
+    wait_agree "$out" "$(wc -l < "$out")" $((3 + MEMBERS)) > /dev/null || true
     mc=$(printf '%s\n' "${conv[@]}" | median)
     mf=$(printf '%s\n' "${fan[@]}" | median)
+    m1=$(printf '%s\n' "${firsts[@]}" | median)
     mr=$(printf '%s\n' "${reqs[@]}" | median)
     mz=$(printf '%s\n' "${cpu[@]}" | median)
-    printf '%-9s %9s %9s %9s %11s %10s %10.2f %9s %7sM %8s %7s\n' "$size" "$up" "$mc" "$mf" "$kill9" \
-        "$mr" "$(awk -v r="$mr" -v n="$size" 'BEGIN {print r / n}')" "$mz" "$rss" "$watches" "$conns"
+    printf '%-8s %7s %8s %6s %8s %8s %9s %9s %10.2f %8s %6sM %7s %6s\n' "$size" "$up" "$mc" "$m1" "$mf" \
+        "$build" "$kill9" "$mr" "$(awk -v r="$mr" -v n="$size" 'BEGIN {print r / n}')" "$mz" "$rss" \
+        "$watches" "$conns"
     kill -TERM "$fpid"
     wait "$fpid" 2> /dev/null || true
 done
-echo "medians of ${KILLS} clean stops (converge, fan-out, reqs/chg, zk cpu); kill-9: one SIGKILL"
+echo "medians of ${KILLS} clean stops of node b (converge, first, fan-out, reqs/chg, zk cpu); kill-9: one SIGKILL of b"
 echo "load after: $(uptime | sed 's/.*load average/load average/')"

@@ -8,13 +8,19 @@
  * convergence.
  *
  *   zkfleet --zk HOST:PORT --cluster NAME --sessions N [--shards S] [--session-timeout MS]
+ *           [--members K]
+ *
+ * --members K adds K members that serve nothing (sessions that only register a node znode
+ * fake-NNNN), to measure what a change costs with many nodes.
  *
  * Prints, line-buffered, on stdout:
  *   up N MS                 every session connected, MS after the start
- *   agree DIGEST M FIRST LAST
+ *   agree DIGEST M FIRST LAST NFIRST NLAST BUILD_US
  *                           every session now has the same table (M members); FIRST and
  *                           LAST: the wall-clock ms at which the first and the last session
- *                           built it (LAST - FIRST: the watch fan-out)
+ *                           built it; NFIRST and NLAST: when the change (the members read
+ *                           back) reached the first and the last (NLAST - NFIRST: the watch
+ *                           fan-out); BUILD_US: the mean table build so far, in us
  * and exits 0 on SIGTERM or SIGINT, closing every session. Not a product program.
  */
 #include <getopt.h>
@@ -36,7 +42,9 @@ struct watcher {
     struct rl_zkm *zkm;
     struct rl_view view;
     uint64_t digest;
-    int64_t t_ms; /* when it built this digest */
+    int64_t t_ms;     /* when it built this digest */
+    int64_t t_notify; /* when ZooKeeper's change reached it (the members read back) */
+    int dirty;        /* a change not built yet */
     int nmembers;
     int connected;
 };
@@ -51,6 +59,9 @@ static struct {
     uint64_t agreed;
     int64_t t0;
     int up_said;
+    struct rl_zkm **fake; /* --members: sessions that only register a member */
+    int nfake;
+    int64_t build_ns, builds;
 } F;
 
 static int64_t
@@ -62,12 +73,26 @@ now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int64_t
+mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Builds the table of a changed view. Builds run on the tick, not in the callbacks, so
+ * that the time a change reaches each session is not held up by the other sessions'
+ * builds on this one thread (each router builds on its own CPU). */
 static void
 rebuild(struct watcher *w)
 {
     struct rl_shardmap *m = NULL;
     char err[128];
+    int64_t t = mono_ns();
 
+    w->dirty = 0;
     if (rl_view_build(&m, F.shards, &w->view, err, sizeof(err)) != 0) {
         return;
     }
@@ -75,6 +100,8 @@ rebuild(struct watcher *w)
     w->t_ms = now_ms();
     w->nmembers = (int)w->view.nmembers;
     rl_shardmap_destroy(m);
+    F.build_ns += mono_ns() - t;
+    F.builds++;
 }
 
 static void
@@ -83,7 +110,8 @@ on_members(void *arg, const struct rl_member *members, size_t n)
     struct watcher *w = arg;
 
     if (rl_view_set_members(&w->view, members, n) == 0) {
-        rebuild(w);
+        w->t_notify = now_ms();
+        w->dirty = 1;
     }
 }
 
@@ -93,7 +121,8 @@ on_assignment(void *arg, const char *text, size_t len, int64_t version)
     struct watcher *w = arg;
 
     if (rl_view_set_assignment(&w->view, text, len, version) == 0) {
-        rebuild(w);
+        w->t_notify = now_ms();
+        w->dirty = 1;
     }
 }
 
@@ -114,12 +143,15 @@ on_rules(void *arg, const char *text, size_t len, int64_t version)
 static void
 on_tick(uv_timer_t *t)
 {
-    int64_t first = INT64_MAX, last = 0;
+    int64_t first = INT64_MAX, last = 0, nfirst = INT64_MAX, nlast = 0;
     int up = 0;
 
     (void)t;
     for (int i = 0; i < F.n; i++) {
         up += F.w[i].connected;
+        if (F.w[i].dirty) {
+            rebuild(&F.w[i]);
+        }
     }
     if (!F.up_said && up == F.n) {
         printf("up %d %lld\n", F.n, (long long)(now_ms() - F.t0));
@@ -131,11 +163,14 @@ on_tick(uv_timer_t *t)
         }
         first = F.w[i].t_ms < first ? F.w[i].t_ms : first;
         last = F.w[i].t_ms > last ? F.w[i].t_ms : last;
+        nfirst = F.w[i].t_notify < nfirst ? F.w[i].t_notify : nfirst;
+        nlast = F.w[i].t_notify > nlast ? F.w[i].t_notify : nlast;
     }
     if (F.w[0].digest != F.agreed) {
         F.agreed = F.w[0].digest;
-        printf("agree %016llx %d %lld %lld\n", (unsigned long long)F.agreed, F.w[0].nmembers,
-               (long long)first, (long long)last);
+        printf("agree %016llx %d %lld %lld %lld %lld %lld\n", (unsigned long long)F.agreed,
+               F.w[0].nmembers, (long long)first, (long long)last, (long long)nfirst,
+               (long long)nlast, (long long)(F.builds > 0 ? F.build_ns / F.builds / 1000 : 0));
     }
 }
 
@@ -152,6 +187,9 @@ on_signal(uv_signal_t *s, int signum)
         rl_zkm_destroy(F.w[i].zkm);
         F.w[i].zkm = NULL;
     }
+    for (int i = 0; i < F.nfake; i++) {
+        rl_zkm_destroy(F.fake[i]);
+    }
 }
 
 int
@@ -162,6 +200,7 @@ main(int argc, char **argv)
                                          {"sessions", required_argument, NULL, 'n'},
                                          {"shards", required_argument, NULL, 's'},
                                          {"session-timeout", required_argument, NULL, 't'},
+                                         {"members", required_argument, NULL, 'm'},
                                          {NULL, 0, NULL, 0}};
     static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, on_rules};
     const char *zk = NULL, *cluster = NULL;
@@ -187,13 +226,17 @@ main(int argc, char **argv)
         case 't':
             timeout = (uint32_t)atoi(optarg);
             break;
+        case 'm':
+            F.nfake = atoi(optarg);
+            break;
         default:
             return 2;
         }
     }
-    if (zk == NULL || cluster == NULL || F.n < 1 || F.n > 100000) {
+    if (zk == NULL || cluster == NULL || F.n < 1 || F.n > 100000 || F.nfake < 0 ||
+        F.nfake > 10000) {
         fprintf(stderr, "usage: zkfleet --zk HOST:PORT --cluster NAME --sessions N "
-                        "[--shards S] [--session-timeout MS]\n");
+                        "[--shards S] [--session-timeout MS] [--members K]\n");
         return 2;
     }
     /* a socket per session, and the client library's pipes */
@@ -204,8 +247,21 @@ main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     rl_log_setup(RL_LOG_ERROR, "zkfleet");
     F.w = calloc((size_t)F.n, sizeof(*F.w));
-    if (F.w == NULL || uv_loop_init(&F.loop) != 0) {
+    F.fake = calloc((size_t)F.nfake + 1, sizeof(*F.fake));
+    if (F.w == NULL || F.fake == NULL || uv_loop_init(&F.loop) != 0) {
         return 1;
+    }
+    /* members that serve nothing: only their znodes, so the watchers read K more members */
+    for (int i = 0; i < F.nfake; i++) {
+        static const struct rl_zkm_cbs none = {NULL, NULL, NULL, NULL, NULL};
+        char name[32];
+
+        snprintf(name, sizeof(name), "fake-%04d", i);
+        if (rl_zkm_create(&F.fake[i], &F.loop, zk, timeout, cluster, &none, NULL) != 0 ||
+            rl_zkm_register(F.fake[i], name, "127.0.0.1:9") != 0) {
+            fprintf(stderr, "zkfleet: member %d could not be made\n", i);
+            return 1;
+        }
     }
     F.t0 = now_ms();
     for (int i = 0; i < F.n; i++) {
@@ -231,5 +287,6 @@ main(int argc, char **argv)
         rl_view_deinit(&F.w[i].view);
     }
     free(F.w);
+    free(F.fake);
     return uv_loop_close(&F.loop) == 0 ? 0 : 1;
 }
