@@ -19,6 +19,12 @@
 #
 #   bench/zk_fleet.sh                    SIZES="100 300 1000" KILLS=3
 #   SIZES="1000" MEMBERS=97 bench/zk_fleet.sh     100 members: 3 nodes and 97 that only register
+#   ROUTERS=1 SIZES="50" bench/zk_fleet.sh        real rl-router processes (--workers 1)
+#                                                  instead of zkfleet, to check that the
+#                                                  watchers cost ZooKeeper what routers do;
+#                                                  convergence from their logs' "shard table
+#                                                  rebuilt" lines (ms resolution); each takes
+#                                                  about 80 MB resident, so keep N small
 #
 # Needs build/zkfleet and build/rl-node (scripts/build.sh release). Stops everything it
 # started however it ends.
@@ -27,6 +33,8 @@ SIZES=${SIZES:-100 300 1000}
 KILLS=${KILLS:-3}
 SESSION_MS=${SESSION_MS:-2000}
 MEMBERS=${MEMBERS:-0} # members that serve nothing, on top of the 3 nodes (zkfleet --members)
+ROUTERS=${ROUTERS:-0} # 1: real rl-router processes instead of zkfleet's watchers
+[ "$ROUTERS" = 1 ] && MEMBERS=0
 [ -x "$bin/zkfleet" ] && [ -x "$bin/rl-node" ] || bash "$top/scripts/build.sh" release > /dev/null
 work=$(mktemp -d /tmp/rl-zkfleet-XXXXXX)
 zkport=$(free_port)
@@ -54,11 +62,13 @@ for n in a b c; do
     nport[$n]=$(free_port)
     printf '[node %s]\nlisten = 127.0.0.1:%s\nmemory = 64mb\n' "$n" "${nport[$n]}" >> "$work/cluster.conf"
 done
+# Routers get a 30 s session as zkfleet's watchers do: fewer pings to subtract per change.
+sed "s/^session_timeout = .*/session_timeout = 30s/" "$work/cluster.conf" > "$work/router.conf"
 start_node() {
     "$bin/rl-node" --config "$work/cluster.conf" --name "$1" >> "$work/node-$1.log" 2>&1 &
     npid[$1]=$!
     pids+=("$!")
-    wait_port "${nport[$1]}"
+    wait_port "${nport[$1]}" || { tail -20 "$work/node-$1.log" >&2; return 1; }
 }
 for n in a b c; do start_node "$n"; done
 
@@ -84,6 +94,43 @@ wait_agree() {
     return 1
 }
 
+# Routers mode: prints zkfleet's "agree" lines from the routers' logs. Each router logs
+# "HH:MM:SS.mmm router info: shard table rebuilt: M members, ..." on every change (UTC);
+# when every router's latest line names the same M and that differs from the last agreed,
+# it prints "agree - M FIRST LAST FIRST LAST 0" (the notification is the build there).
+router_agree_loop() {
+    local n=$1 last_m="" day
+    day=$(( $(date -u -d "$(date -u +%F)" +%s) * 1000 ))
+    while :; do
+        line=$(awk -v n="$n" -v day="$day" '
+            /shard table rebuilt: / {
+                split($1, t, "[:.]")
+                ms = day + ((t[1] * 60 + t[2]) * 60 + t[3]) * 1000 + t[4]
+                m = $0; sub(/.*rebuilt: /, "", m); sub(/ members.*/, "", m)
+                lastm[FILENAME] = m; lastt[FILENAME] = ms
+            }
+            END {
+                k = 0; first = 0; lastv = 0; mm = ""
+                for (f in lastm) {
+                    if (mm == "") mm = lastm[f]
+                    if (lastm[f] != mm) exit
+                    if (first == 0 || lastt[f] < first) first = lastt[f]
+                    if (lastt[f] > lastv) lastv = lastt[f]
+                    k++
+                }
+                if (k == n) printf "%s %.0f %.0f\n", mm, first, lastv
+            }' "$work"/router-*.log 2> /dev/null)
+        if [ -n "$line" ]; then
+            read -r m first last <<< "$line"
+            if [ "$m" != "$last_m" ]; then
+                echo "agree - $m $first $last $first $last 0"
+                last_m=$m
+            fi
+        fi
+        sleep 0.05
+    done
+}
+
 machine
 echo "load: $(uptime | sed 's/.*load average/load average/')"
 echo "ZooKeeper $( (exec 3<> "/dev/tcp/127.0.0.1/$zkport"; printf srvr >&3; head -1 <&3) | sed 's/Zookeeper version: //; s/-.*//'), $((3 + MEMBERS)) members (3 nodes + $MEMBERS that only register), 4096 shards, session ${SESSION_MS} ms, ${KILLS} clean stops per size"
@@ -91,13 +138,42 @@ printf '%-8s %7s %8s %6s %8s %8s %9s %9s %10s %8s %7s %7s %6s\n' watchers up_ms 
 for size in $SIZES; do
     out=$work/fleet-$size.out
     : > "$out"
-    "$bin/zkfleet" --zk "127.0.0.1:$zkport" --cluster fleet --sessions "$size" --shards 4096 \
-        --session-timeout 30000 --members "$MEMBERS" > "$out" 2> "$work/fleet-$size.err" &
-    fpid=$!
-    pids+=("$fpid")
+    if [ "$ROUTERS" = 1 ]; then
+        fpid=
+        declare -A rpids=()
+        t_up=$(now_ms)
+        # ports below the ephemeral range, one after another, skipping any that answers; a
+        # router that could not bind (another process's port) is started again on the next
+        port=$((20000 + RANDOM % 8000))
+        start_router() {
+            while (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null; do port=$((port + 1)); done
+            "$bin/rl-router" --config "$work/router.conf" --listen "127.0.0.1:$port" \
+                --workers 1 --name "fleet-$1" --metrics off --log-file "$work/router-$1.log" &
+            rpids[$1]=$!
+            pids+=("$!")
+            port=$((port + 1))
+        }
+        for i in $(seq 1 "$size"); do start_router "$i"; done
+        sleep 1
+        for i in $(seq 1 "$size"); do
+            kill -0 "${rpids[$i]}" 2> /dev/null || { rm -f "$work/router-$i.log"; start_router "$i"; }
+        done
+        router_agree_loop "$size" > "$out" &
+        fpid=$!
+        pids+=("$fpid")
+    else
+        "$bin/zkfleet" --zk "127.0.0.1:$zkport" --cluster fleet --sessions "$size" --shards 4096 \
+            --session-timeout 30000 --members "$MEMBERS" > "$out" 2> "$work/fleet-$size.err" &
+        fpid=$!
+        pids+=("$fpid")
+    fi
     wait_agree "$out" 0 $((3 + MEMBERS)) > /dev/null
-    for _ in $(seq 1 600); do grep -q '^up ' "$out" && break; sleep 0.05; done
-    up=$(awk '$1 == "up" {print $3}' "$out")
+    if [ "$ROUTERS" = 1 ]; then
+        up=$(( $(awk '$1 == "agree" {print $5; exit}' "$out") - t_up ))
+    else
+        for _ in $(seq 1 600); do grep -q '^up ' "$out" && break; sleep 0.05; done
+        up=$(awk '$1 == "up" {print $3}' "$out")
+    fi
     sleep 2
     conv=() fan=() reqs=() cpu=() firsts=()
     for k in $(seq 1 "$KILLS"); do
@@ -144,6 +220,11 @@ for size in $SIZES; do
         "$watches" "$conns"
     kill -TERM "$fpid"
     wait "$fpid" 2> /dev/null || true
+    if [ "$ROUTERS" = 1 ]; then
+        kill -TERM "${rpids[@]}" 2> /dev/null || true
+        wait "${rpids[@]}" 2> /dev/null || true
+        rm -f "$work"/router-*.log
+    fi
 done
 echo "medians of ${KILLS} clean stops of node b (converge, first, fan-out, reqs/chg, zk cpu); kill-9: one SIGKILL of b"
 echo "load after: $(uptime | sed 's/.*load average/load average/')"
