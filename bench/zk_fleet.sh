@@ -133,7 +133,7 @@ router_agree_loop() {
 
 machine
 echo "load: $(uptime | sed 's/.*load average/load average/')"
-echo "ZooKeeper $( (exec 3<> "/dev/tcp/127.0.0.1/$zkport"; printf srvr >&3; head -1 <&3) | sed 's/Zookeeper version: //; s/-.*//'), $((3 + MEMBERS)) members (3 nodes + $MEMBERS that only register), 4096 shards, session ${SESSION_MS} ms, ${KILLS} clean stops per size"
+echo "ZooKeeper $(mntr version | sed 's/-.*//'), $((3 + MEMBERS)) members (3 nodes + $MEMBERS that only register), 4096 shards, session ${SESSION_MS} ms, ${KILLS} clean stops per size"
 printf '%-8s %7s %8s %6s %8s %8s %9s %9s %10s %8s %7s %7s %6s\n' watchers up_ms converge first fan-out build_us kill-9_ms "reqs/chg" "reqs/watch" zkcpu_ms zk_rss watches conns
 for size in $SIZES; do
     out=$work/fleet-$size.out
