@@ -1177,8 +1177,9 @@ server_launch(struct rl_harness_server *s)
         if (s->host.addr[0] == '\0') {
             snprintf(listen_arg, sizeof(listen_arg), "127.0.0.1:%d", s->port);
         } else {
-            snprintf(listen_arg, sizeof(listen_arg), strchr(s->host.addr, ':') != NULL ? "[%s]:%d" : "%s:%d",
-                     s->host.addr, s->port);
+            snprintf(listen_arg, sizeof(listen_arg),
+                     strchr(s->host.addr, ':') != NULL ? "[%s]:%d" : "%s:%d", s->host.addr,
+                     s->port);
         }
         argv[n++] = "--listen";
         argv[n++] = listen_arg;

@@ -153,7 +153,7 @@ struct rl_harness_host {
 struct rl_harness_zk {
     int port;                /* client port on 127.0.0.1, chosen at the first start */
     pid_t pid;               /* the JVM while it runs, else 0 */
-    char connect[96];        /* "127.0.0.1:PORT" (or the host's), the cluster.conf zookeeper value */
+    char connect[96];        /* "127.0.0.1:PORT" (or its host's): cluster.conf's zookeeper */
     char dir[PATH_MAX];      /* zoo.cfg, data/ and zk.log */
     char log_path[PATH_MAX]; /* the JVM's stdout and stderr */
     int64_t start_ms;        /* how long the last start took until ZooKeeper served */

@@ -132,7 +132,8 @@ ch_run_connect(const struct ch_run *r, bool as_router, int i, struct rl_client *
     if (r->hosts != NULL) {
         h = as_router ? &r->hosts->router[i] : &r->hosts->node[i];
     }
-    snprintf(addr, sizeof(addr), strchr(h != NULL ? h->addr : "", ':') != NULL ? "[%s]:%d" : "%s:%d",
+    snprintf(addr, sizeof(addr),
+             strchr(h != NULL ? h->addr : "", ':') != NULL ? "[%s]:%d" : "%s:%d",
              h != NULL ? h->addr : "127.0.0.1", port);
     rc = rl_client_connect_addr(out, addr, timeout_ms);
     if (rc != 0 || r->hosts == NULL) {
