@@ -1176,6 +1176,9 @@ server_launch(struct rl_harness_server *s)
     if (s->port > 0) {
         if (s->host.addr[0] == '\0') {
             snprintf(listen_arg, sizeof(listen_arg), "127.0.0.1:%d", s->port);
+        } else if (s->host.any) {
+            snprintf(listen_arg, sizeof(listen_arg),
+                     strchr(s->host.addr, ':') != NULL ? "[::]:%d" : "0.0.0.0:%d", s->port);
         } else {
             snprintf(listen_arg, sizeof(listen_arg),
                      strchr(s->host.addr, ':') != NULL ? "[%s]:%d" : "%s:%d", s->host.addr,

@@ -147,6 +147,7 @@ void rl_harness_cleanup(void);
 struct rl_harness_host {
     char netns[64];
     char addr[64]; /* an IPv4 or IPv6 literal */
+    bool any;      /* listen on the wildcard (0.0.0.0, or [::]), and be dialled at addr */
 };
 
 /* A standalone ZooKeeper server. Zero it before the first rl_harness_zk_start(). */

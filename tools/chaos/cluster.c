@@ -57,8 +57,10 @@ write_configs(struct ch_cluster *c, const int *zk_port)
             char listen[96], adv[96];
 
             if (h != NULL) {
-                snprintf(listen, sizeof(listen), "%s:%d", h->node[i].addr, c->run->node_port[i]);
-                snprintf(adv, sizeof(adv), "%s", listen);
+                /* the wildcard, as a node with several interfaces would: then only
+                 * advertise says where routers reach it */
+                snprintf(listen, sizeof(listen), "0.0.0.0:%d", c->run->node_port[i]);
+                snprintf(adv, sizeof(adv), "%s:%d", h->node[i].addr, c->run->node_port[i]);
             } else {
                 snprintf(listen, sizeof(listen), "127.0.0.1:%d", c->run->node_port[i]);
                 snprintf(adv, sizeof(adv), "127.0.0.1:%d", c->proxy_port[i]);
@@ -110,6 +112,7 @@ ch_cluster_start_node(struct ch_cluster *c, int i)
     const struct ch_hosts *h = c->run->hosts;
     struct rl_harness_host at = host_of(h != NULL ? &h->node[i] : NULL);
 
+    at.any = h != NULL; /* listens on 0.0.0.0, advertises its host's address */
     return rl_harness_node_start_at(&c->node[i], &at, c->node_conf[i], ch_node_name(i),
                                     c->run->node_port[i], 0);
 }
