@@ -36,6 +36,12 @@ skip() {
 [ "$(id -u)" = 0 ] || skip "not root"
 command -v ip > /dev/null || skip "no ip command"
 ip netns add "$P-probe" 2> /dev/null || skip "ip netns add failed"
+# what the run needs of the kernel: a bridge and veth pairs inside a namespace
+if ! { ip -n "$P-probe" link add br0 type bridge &&
+    ip -n "$P-probe" link add v0 type veth peer name v1; } 2> /dev/null; then
+    ip netns del "$P-probe"
+    skip "no bridge or veth in a namespace"
+fi
 ip netns del "$P-probe"
 
 # Leftovers of runs that were killed before their trap ran: namespaces of a dead PID.
