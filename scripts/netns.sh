@@ -18,7 +18,8 @@
 # own network: no interface, no address, no route, no NAT. The subnet 10.213.7.0/24 exists
 # only inside those namespaces, none has a default route, and every connection stays on
 # addresses of these namespaces. Everything is torn down on every exit (trap), and
-# namespaces left by a run that was killed (its PID gone) are removed at the start.
+# namespaces and temporary directories left by a run that was killed (its PID gone) are
+# removed at the start.
 #
 # Environment: BUILD (default build), RL_KEEP_TMP=1 keeps rl-chaos's logs, TLS=1 (see
 # tls_lines below: not available yet, the run goes on without it and says so).
@@ -53,11 +54,17 @@ for ns in $(ip netns list | awk '{print $1}' | grep -E '^rlnf[0-9]+-' || true); 
         ip netns del "$ns" 2> /dev/null || true
     fi
 done
+for d in /tmp/rl-netns-[0-9]*-*; do # their secrets and hosts files
+    [ -d "$d" ] || continue
+    pid=${d#/tmp/rl-netns-}
+    pid=${pid%%-*}
+    kill -0 "$pid" 2> /dev/null || rm -rf "$d"
+done
 
 hosts=(zk a b c r1 r2 cl) # ZooKeeper, nodes, routers, the clients (rl-chaos)
 declare -A addr=([zk]=$SUBNET.10 [a]=$SUBNET.11 [b]=$SUBNET.12 [c]=$SUBNET.13
     [r1]=$SUBNET.21 [r2]=$SUBNET.22 [cl]=$SUBNET.30)
-work=$(mktemp -d /tmp/rl-netns-XXXXXX)
+work=$(mktemp -d "/tmp/rl-netns-$$-XXXXXX")
 chaos_pid=
 
 teardown() {
