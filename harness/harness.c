@@ -638,6 +638,24 @@ rl_harness_connect_loopback(int port, int timeout_ms)
 }
 
 int
+rl_harness_connect_host(const char *host, int port, int timeout_ms)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+
+    if (host == NULL || host[0] == '\0') {
+        return rl_harness_connect_loopback(port, timeout_ms);
+    }
+    if (inet_pton(AF_INET, host, &sin.sin_addr) == 1) {
+        return connect_timeout((struct sockaddr *)&sin, sizeof(sin), timeout_ms);
+    }
+    if (inet_pton(AF_INET6, host, &sin6.sin6_addr) == 1) {
+        return connect_timeout((struct sockaddr *)&sin6, sizeof(sin6), timeout_ms);
+    }
+    return -EINVAL;
+}
+
+int
 rl_harness_wait_port(const char *host, int port, int timeout_ms)
 {
     struct addrinfo hints, *res = NULL;
@@ -1074,10 +1092,63 @@ rl_harness_wait_ready(pid_t pid, int (*probe)(int port), int port, int timeout_m
     }
 }
 
-static int
-probe_listen(int port)
+int
+rl_harness_wait_ready_at(pid_t pid, int (*probe)(const char *host, int port), const char *host,
+                         int port, int timeout_ms, int *status)
 {
-    int fd = rl_harness_connect_loopback(port, 200);
+    int64_t deadline = rl_harness_now_ms() + timeout_ms;
+
+    for (;;) {
+        if (has_exited(pid) != 0) {
+            int slot = find_proc(pid);
+
+            if (slot >= 0) {
+                reap(slot, pid, status);
+            }
+            return -ECHILD;
+        }
+        if (probe(host, port) == 0) {
+            return 0;
+        }
+        if (rl_harness_now_ms() >= deadline) {
+            return -ETIMEDOUT;
+        }
+        rl_harness_sleep_ms(10);
+    }
+}
+
+const char **
+rl_harness_netns_argv(const struct rl_harness_host *host, const char *const argv[],
+                      const char **out, char *path)
+{
+    int n = 0;
+
+    if (host == NULL || host->netns[0] == '\0') {
+        for (; argv[n] != NULL; n++) {
+            out[n] = argv[n];
+        }
+        out[n] = NULL;
+        return out;
+    }
+    if (resolve_program(argv[0], path, PATH_MAX) < 0) {
+        return NULL;
+    }
+    out[n++] = "ip";
+    out[n++] = "netns";
+    out[n++] = "exec";
+    out[n++] = host->netns;
+    out[n++] = path;
+    for (int i = 1; argv[i] != NULL; i++) {
+        out[n++] = argv[i];
+    }
+    out[n] = NULL;
+    return out;
+}
+
+static int
+probe_listen_at(const char *host, int port)
+{
+    int fd = rl_harness_connect_host(host, port, 200);
 
     if (fd < 0) {
         return fd;
@@ -1091,8 +1162,8 @@ probe_listen(int port)
 static int
 server_launch(struct rl_harness_server *s)
 {
-    const char *argv[12];
-    char listen_arg[32], workers_arg[16];
+    const char *argv[12], *full[18];
+    char listen_arg[96], workers_arg[16], path[PATH_MAX];
     int n = 0, rc;
 
     argv[n++] = s->program;
@@ -1103,7 +1174,16 @@ server_launch(struct rl_harness_server *s)
         argv[n++] = s->name;
     }
     if (s->port > 0) {
-        snprintf(listen_arg, sizeof(listen_arg), "127.0.0.1:%d", s->port);
+        if (s->host.addr[0] == '\0') {
+            snprintf(listen_arg, sizeof(listen_arg), "127.0.0.1:%d", s->port);
+        } else if (s->host.any) {
+            snprintf(listen_arg, sizeof(listen_arg),
+                     strchr(s->host.addr, ':') != NULL ? "[::]:%d" : "0.0.0.0:%d", s->port);
+        } else {
+            snprintf(listen_arg, sizeof(listen_arg),
+                     strchr(s->host.addr, ':') != NULL ? "[%s]:%d" : "%s:%d", s->host.addr,
+                     s->port);
+        }
         argv[n++] = "--listen";
         argv[n++] = listen_arg;
     }
@@ -1117,7 +1197,10 @@ server_launch(struct rl_harness_server *s)
     }
     argv[n] = NULL;
 
-    rc = rl_harness_spawn(argv, s->log_path, &s->pid);
+    if (rl_harness_netns_argv(&s->host, argv, full, path) == NULL) {
+        return -ENOENT;
+    }
+    rc = rl_harness_spawn(full, s->log_path, &s->pid);
     if (rc < 0) {
         s->pid = 0;
         return rc;
@@ -1125,8 +1208,8 @@ server_launch(struct rl_harness_server *s)
     if (s->port <= 0) {
         return 0;
     }
-    rc = rl_harness_wait_ready(s->pid, probe_listen, s->port, RL_HARNESS_START_TIMEOUT_MS,
-                               &s->status);
+    rc = rl_harness_wait_ready_at(s->pid, probe_listen_at, s->host.addr, s->port,
+                                  RL_HARNESS_START_TIMEOUT_MS, &s->status);
     if (rc == 0) {
         return 0;
     }
@@ -1193,6 +1276,37 @@ rl_harness_router_start_workers(struct rl_harness_server *s, const char *config,
     if (rc < 0) {
         return rc;
     }
+    s->workers = workers;
+    return server_launch(s);
+}
+
+int
+rl_harness_node_start_at(struct rl_harness_server *s, const struct rl_harness_host *host,
+                         const char *config, const char *name, int port, unsigned flags)
+{
+    int rc;
+
+    if (name == NULL || name[0] == '\0') {
+        return -EINVAL;
+    }
+    rc = server_init(s, "rl-node", config, name, port, flags);
+    if (rc < 0) {
+        return rc;
+    }
+    s->host = *host;
+    return server_launch(s);
+}
+
+int
+rl_harness_router_start_at(struct rl_harness_server *s, const struct rl_harness_host *host,
+                           const char *config, int port, int workers)
+{
+    int rc = server_init(s, "rl-router", config, "", port, 0);
+
+    if (rc < 0) {
+        return rc;
+    }
+    s->host = *host;
     s->workers = workers;
     return server_launch(s);
 }

@@ -149,14 +149,26 @@ void rl_harness_cleanup(void);
 
 /* ---- ZooKeeper ------------------------------------------------------------------------- */
 
+/*
+ * Where a process runs in a multi-host test (scripts/netns.sh): a network namespace it is
+ * started in (`ip netns exec NETNS`, so the test must run as root) and the address it binds
+ * and is dialled at. Zeroed: this process's namespace and 127.0.0.1, as everywhere else.
+ */
+struct rl_harness_host {
+    char netns[64];
+    char addr[64]; /* an IPv4 or IPv6 literal */
+    bool any;      /* listen on the wildcard (0.0.0.0, or [::]), and be dialled at addr */
+};
+
 /* A standalone ZooKeeper server. Zero it before the first rl_harness_zk_start(). */
 struct rl_harness_zk {
     int port;                /* client port on 127.0.0.1, chosen at the first start */
     pid_t pid;               /* the JVM while it runs, else 0 */
-    char connect[32];        /* "127.0.0.1:PORT", the cluster.conf zookeeper value */
+    char connect[96];        /* "127.0.0.1:PORT" (or its host's): cluster.conf's zookeeper */
     char dir[PATH_MAX];      /* zoo.cfg, data/ and zk.log */
     char log_path[PATH_MAX]; /* the JVM's stdout and stderr */
     int64_t start_ms;        /* how long the last start took until ZooKeeper served */
+    struct rl_harness_host host; /* set before the first start; zeroed: loopback, here */
 };
 
 /*
@@ -226,6 +238,7 @@ struct rl_harness_server {
     pid_t pid;               /* while it runs, else 0 */
     int status;              /* wait status of its last exit */
     char log_path[PATH_MAX]; /* stdout and stderr, appended across restarts */
+    struct rl_harness_host host; /* where it runs; zeroed: loopback, here */
 };
 
 /*
@@ -248,6 +261,16 @@ int rl_harness_router_start(struct rl_harness_server *s, const char *config, int
 /* The same with --workers N (0: none given, the config's [router] workers or one per core). */
 int rl_harness_router_start_workers(struct rl_harness_server *s, const char *config, int port,
                                     int workers);
+
+/*
+ * rl_harness_node_start() and rl_harness_router_start_workers() on another host: started
+ * under `ip netns exec host->netns` (when set), listening on host->addr:PORT, waited for
+ * there. Restarts keep the host.
+ */
+int rl_harness_node_start_at(struct rl_harness_server *s, const struct rl_harness_host *host,
+                             const char *config, const char *name, int port, unsigned flags);
+int rl_harness_router_start_at(struct rl_harness_server *s, const struct rl_harness_host *host,
+                               const char *config, int port, int workers);
 
 /*
  * rl_harness_stop() of the server (SIGTERM: the clean shutdown; SIGKILL: a crash), which
@@ -278,6 +301,21 @@ int rl_harness_probe_bind(int port);
 
 /* Connects to 127.0.0.1:port within timeout_ms; returns the fd (non-blocking) or -errno. */
 int rl_harness_connect_loopback(int port, int timeout_ms);
+
+/* The same to host:port (an IPv4 or IPv6 literal; NULL or "": 127.0.0.1). */
+int rl_harness_connect_host(const char *host, int port, int timeout_ms);
+
+/* rl_harness_wait_ready() with a probe of host:port. */
+int rl_harness_wait_ready_at(pid_t pid, int (*probe)(const char *host, int port), const char *host,
+                             int port, int timeout_ms, int *status);
+
+/*
+ * argv with "ip netns exec NETNS" put in front when host names a namespace (the program
+ * resolved to a path first, as ip looks it up in $PATH only), into out (room for n + 5
+ * pointers) and path (PATH_MAX). Returns out, or NULL if the program is not found.
+ */
+const char **rl_harness_netns_argv(const struct rl_harness_host *host, const char *const argv[],
+                                   const char **out, char *path);
 
 /*
  * Waits until probe(port) returns 0 while watching pid, a process of ours. 0 when ready;

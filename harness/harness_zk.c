@@ -50,14 +50,14 @@
 
 /* 0 once ZooKeeper serves: "srvr" answers with its version, not "not currently serving". */
 static int
-probe_zk(int port)
+probe_zk_at(const char *host, int port)
 {
     static const char want[] = "Zookeeper version:";
     char reply[128];
     size_t got = 0;
     int fd, rc = -EAGAIN;
 
-    fd = rl_harness_connect_loopback(port, 200);
+    fd = rl_harness_connect_host(host, port, 200);
     if (fd < 0) {
         return fd;
     }
@@ -92,6 +92,7 @@ static int
 zk_prepare(struct rl_harness_zk *zk)
 {
     char data[PATH_MAX + 8], cfg[PATH_MAX + 16];
+    const char *addr = zk->host.addr[0] != '\0' ? zk->host.addr : "127.0.0.1";
     int port, rc;
 
     port = rl_harness_free_port();
@@ -118,12 +119,12 @@ zk_prepare(struct rl_harness_zk *zk)
                                "maxSessionTimeout=30000\n"
                                "dataDir=%s\n"
                                "clientPort=%d\n"
-                               "clientPortAddress=127.0.0.1\n"
+                               "clientPortAddress=%s\n"
                                "maxClientCnxns=0\n"
                                "admin.enableServer=false\n"
                                "4lw.commands.whitelist=*\n"
                                "forceSync=no\n",
-                               data, port);
+                               data, port, addr);
     if (rc < 0) {
         return rc;
     }
@@ -132,7 +133,11 @@ zk_prepare(struct rl_harness_zk *zk)
         return -ENAMETOOLONG;
     }
     zk->port = port;
-    snprintf(zk->connect, sizeof(zk->connect), "127.0.0.1:%d", port);
+    if ((size_t)snprintf(zk->connect, sizeof(zk->connect),
+                         strchr(addr, ':') != NULL ? "[%s]:%d" : "%s:%d", addr,
+                         port) >= sizeof(zk->connect)) {
+        return -ENAMETOOLONG;
+    }
     return 0;
 }
 
@@ -179,12 +184,19 @@ zk_launch(struct rl_harness_zk *zk)
                                 cfg,
                                 NULL};
 
-    rc = rl_harness_spawn(argv, zk->log_path, &zk->pid);
+    const char *full[sizeof(argv) / sizeof(argv[0]) + 5];
+    char path[PATH_MAX];
+
+    if (rl_harness_netns_argv(&zk->host, argv, full, path) == NULL) {
+        return -ENOENT;
+    }
+    rc = rl_harness_spawn(full, zk->log_path, &zk->pid);
     if (rc < 0) {
         zk->pid = 0;
         return rc;
     }
-    rc = rl_harness_wait_ready(zk->pid, probe_zk, zk->port, ZK_START_TIMEOUT_MS, &status);
+    rc = rl_harness_wait_ready_at(zk->pid, probe_zk_at, zk->host.addr, zk->port,
+                                  ZK_START_TIMEOUT_MS, &status);
     if (rc == 0) {
         zk->start_ms = rl_harness_now_ms() - t0;
         return 0;

@@ -9,7 +9,7 @@ pkgs=(build-essential cmake pkg-config libuv1-dev libmsgpack-dev libzookeeper-mt
       procps clang libclang-rt-dev python3 libssl-dev libyaml-dev protobuf-c-compiler
       libprotobuf-c-dev libprotobuf-dev protobuf-compiler python3-protobuf
       libnghttp2-dev nghttp2-client python3-grpcio python3-h2 libmicrohttpd-dev prometheus nginx libnginx-mod-http-lua wrk
-      python3-pytest python3-msgpack redis-tools redis-server python3-redis nodejs python3-venv python3-setuptools python3-pip curl)
+      python3-pytest python3-msgpack redis-tools redis-server python3-redis nodejs python3-venv python3-setuptools python3-pip curl iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

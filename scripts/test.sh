@@ -4,13 +4,16 @@
 # libFuzzer harness (scripts/fuzz.sh; FUZZ_SECONDS each, 15 by default), then the Python
 # client's tests against the Release build's processes (clients/python/run_tests.sh: it
 # installs the package into a venv first), then every rl-chaos scenario against the Release
-# build (scripts/chaos.sh). The ctest suites include the install test, the real-Prometheus
+# build (scripts/chaos.sh), then a cluster spread over network namespaces with a partition
+# (scripts/netns.sh: as root only; elsewhere it prints "netns: skipped (needs root and ip
+# netns)"). The ctest suites include the install test, the real-Prometheus
 # test and the real-nginx test.
-#   scripts/test.sh            all five
+#   scripts/test.sh            all six
 #   scripts/test.sh release    Release only (quicker while developing)
 #   scripts/test.sh python     the Python client only (after a Release build)
 #   scripts/test.sh fuzz       the fuzzers only
 #   scripts/test.sh chaos      the chaos scenarios only
+#   scripts/test.sh netns      the cluster across network namespaces only (root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all}
@@ -39,5 +42,10 @@ fi
 if [ "$which" = all ] || [ "$which" = chaos ]; then
     echo "== chaos scenarios (scripts/chaos.sh) =="
     bash scripts/chaos.sh || status=1
+fi
+if [ "$which" = all ] || [ "$which" = netns ]; then
+    echo "== across hosts: network namespaces (scripts/netns.sh) =="
+    [ -x build/rl-chaos ] || bash scripts/build.sh release
+    bash scripts/netns.sh || status=1
 fi
 exit $status

@@ -2,6 +2,8 @@
 # A throwaway local ZooKeeper server from Debian's package, for the demo and benchmarks.
 #   scripts/zk.sh start DIR PORT   start one (data and log in DIR), wait until it answers
 #   scripts/zk.sh stop DIR         stop the one started in DIR
+# Environment: ZK_4LW (four-letter words allowed, default ruok,srvr; bench/zk_fleet.sh adds
+# mntr), ZK_MAX_CNXNS (connections per client address, default ZooKeeper's 60; 0: no limit).
 set -euo pipefail
 cmd=${1:?usage: zk.sh start DIR PORT | stop DIR}
 dir=${2:?DIR}
@@ -17,7 +19,8 @@ dataDir=$dir/data
 clientPort=$port
 clientPortAddress=127.0.0.1
 admin.enableServer=false
-4lw.commands.whitelist=ruok,srvr
+4lw.commands.whitelist=${ZK_4LW:-ruok,srvr}
+maxClientCnxns=${ZK_MAX_CNXNS:-60}
 CFG
     cat > "$dir/log4j.properties" <<'CFG'
 log4j.rootLogger=WARN, CONSOLE

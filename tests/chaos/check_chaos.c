@@ -762,6 +762,50 @@ START_TEST(test_fresh_start_inherited_all)
 }
 END_TEST
 
+/*
+ * Node a (owner of shard 3) is cut off at 0 s: two requests to it are answered by policy;
+ * its shard goes to c at 0.5 s and comes back to a, which survived, at 1.5 s. The first
+ * ALLOWED after that counts 3 (remaining 2) with one request sent since the change: the
+ * two answered by policy reached a late (TCP retransmits them when the network heals), so
+ * they count as sent to it. Not when a was restarted in between (its process, and the
+ * bytes, are gone), nor when they were sent while another node owned the shard.
+ */
+static struct ch_run *
+late_run(void)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 500, SHARD, 2);
+    view_add(r, 1500, SHARD, 0);
+    impair_add(r, 0, 0, 1500, "isolated");
+    req(r, 100, RL_WIRE_FAIL_OPEN, 0);
+    req(r, 200, RL_WIRE_FAIL_OPEN, 0);
+    req(r, 2600, RL_WIRE_ALLOWED, 2);
+    return r;
+}
+
+START_TEST(test_fresh_start_late_in_flight)
+{
+    struct ch_run *r = late_run();
+
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "fresh-start").checked, 1);
+    /* a restarted between the requests and the change: they cannot count */
+    r->restart_node[0] = 0;
+    r->restart_ms[0] = T0 + 1000;
+    r->nrestarts = 1;
+    judge(r, "fresh-start", 1);
+    run_free(r);
+    /* sent while c owned the shard: not to a */
+    r = late_run();
+    r->views[1].t_ms = T0 + 50;
+    impair_add(r, 2, 0, 1500, "isolated");
+    judge(r, "fresh-start", 1);
+    run_free(r);
+}
+END_TEST
+
 START_TEST(test_policy_unimpaired)
 {
     struct ch_run *r = run_new();
@@ -1129,6 +1173,7 @@ chaos_suite(void)
     tcase_add_test(tc, test_fresh_start_holds);
     tcase_add_test(tc, test_fresh_start_violated);
     tcase_add_test(tc, test_fresh_start_inherited_all);
+    tcase_add_test(tc, test_fresh_start_late_in_flight);
     tcase_add_test(tc, test_policy_unimpaired);
     tcase_add_test(tc, test_policy_impaired);
     tcase_add_test(tc, test_policy_every_node_impaired);

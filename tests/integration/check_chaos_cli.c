@@ -170,6 +170,61 @@ START_TEST(test_broken_scenario)
 }
 END_TEST
 
+/* What a run across hosts needs is checked before anything starts (exit 2, no verdict):
+ * isolate only with --hosts, the proxies' steps never with it, and a hosts file naming
+ * every process (the netns run itself is scripts/netns.sh's, as root). */
+START_TEST(test_hosts_refusals)
+{
+    char isolate[PATH_MAX], oneway[PATH_MAX], plain[PATH_MAX], hosts[PATH_MAX];
+    char want[PATH_MAX + 64];
+    int rc;
+
+    write_scenario(isolate, sizeof(isolate), "isolate", "7s",
+                   "[steps]\nat 1s isolate node b for 2s\n");
+    write_scenario(oneway, sizeof(oneway), "oneway", "7s",
+                   "[steps]\nat 1s oneway node a from routers for 2s\n");
+    write_scenario(plain, sizeof(plain), "plain", "7s", kill_steps);
+    ck_assert_int_eq(rl_harness_tmppath(hosts, sizeof(hosts), "hosts"), 0);
+    /* node b has no line: the file is refused at its end, naming b */
+    ck_assert_int_eq(rl_harness_write_file(hosts, "zookeeper ns-zk 10.213.7.10\n"
+                                                  "node a ns-a 10.213.7.11\n"
+                                                  "router 1 ns-r1 10.213.7.21\n"
+                                                  "device eth0\nsecret_file /x\ntoken_file /y\n"
+                                                  "token_sha256 %064d\n", 0),
+                     0);
+    {
+        const char *argv[] = {"rl-chaos", "run", isolate, NULL};
+
+        rc = chaos(argv, 10000);
+        ck_assert_msg(rc == 2 && strstr(out, "needs --hosts") != NULL, "%d: %s", rc, out);
+    }
+    {
+        const char *argv[] = {"rl-chaos", "run", oneway, "--hosts", hosts, NULL};
+
+        rc = chaos(argv, 10000);
+        ck_assert_msg(rc == 2 && strstr(out, "not with --hosts") != NULL, "%d: %s", rc, out);
+    }
+    {
+        const char *argv[] = {"rl-chaos", "run", plain, "--hosts", hosts, NULL};
+
+        snprintf(want, sizeof(want), "%s:7: no line for node: b", hosts);
+        rc = chaos(argv, 10000);
+        ck_assert_msg(rc == 2 && strstr(out, want) != NULL, "%d: %s", rc, out);
+        ck_assert_ptr_null(strstr(out, "VERDICT"));
+    }
+    /* a bad line is named with its number */
+    ck_assert_int_eq(
+        rl_harness_write_file(hosts, "zookeeper ns-zk 10.213.7.10\nnode z ns 1.2.3.4\n"), 0);
+    {
+        const char *argv[] = {"rl-chaos", "run", plain, "--hosts", hosts, NULL};
+
+        snprintf(want, sizeof(want), "%s:2: not a hosts line", hosts);
+        rc = chaos(argv, 10000);
+        ck_assert_msg(rc == 2 && strstr(out, want) != NULL, "%d: %s", rc, out);
+    }
+}
+END_TEST
+
 START_TEST(test_usage)
 {
     char path[PATH_MAX];
@@ -375,6 +430,7 @@ chaos_cli_suite(void)
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_broken_scenario);
     tcase_add_test(tc, test_usage);
+    tcase_add_test(tc, test_hosts_refusals);
     tcase_add_test(tc, test_kill_passes);
     tcase_add_test(tc, test_expect_fails);
     tcase_add_test(tc, test_sigkill_leaves_nothing);

@@ -94,6 +94,28 @@ struct ch_probe {
     bool member;   /* ZooKeeper had it as a member then */
 };
 
+/*
+ * A run across hosts (rl-chaos run --hosts FILE; docs/CHAOS.md, "Across hosts"): the network
+ * namespace and address of ZooKeeper, of each node and of each router (rl-chaos itself runs
+ * in the clients' namespace), the interface each host has, and what secures the cluster.
+ * Without it (hosts NULL in the run) everything is on loopback behind fault proxies.
+ */
+struct ch_host {
+    char netns[64];
+    char addr[64];
+};
+
+struct ch_hosts {
+    struct ch_host zk;
+    struct ch_host node[CH_NODES_MAX];
+    struct ch_host router[CH_ROUTERS_MAX];
+    char dev[32];           /* every host's interface to the others (isolate takes it down) */
+    char secret_file[512];  /* [cluster] secret_file of every config; nodes' AUTH */
+    char token_file[512];   /* the clients' token (traffic, STATS), [client chaos] */
+    char token_sha256[72];  /* its SHA-256, 64 hex digits */
+    char cluster_extra[2048]; /* "KEY = VALUE\n" lines added to [cluster] (`cluster` lines) */
+};
+
 #define CH_VIEWS_MAX 1024
 #define CH_EVENTS_MAX 4096
 #define CH_SAMPLES_MAX 65536
@@ -102,6 +124,7 @@ struct ch_probe {
 
 struct ch_run {
     const struct ch_scenario *sc;
+    const struct ch_hosts *hosts; /* NULL: loopback, fault proxies */
     _Atomic int64_t t0_ms; /* wall clock when traffic started (the observer reads it) */
     int router_port[CH_ROUTERS_MAX];
     int node_port[CH_NODES_MAX]; /* the node's own listener (direct) */
@@ -185,6 +208,19 @@ void ch_run_sample(struct ch_run *r, int64_t t_ms, int router, uint64_t digest);
 
 /* The last view ZooKeeper gave (read under the lock): digest, members; 0 when none yet. */
 uint64_t ch_run_digest(struct ch_run *r, int *nmembers);
+
+/*
+ * Connects to router i (as_router) or straight to node i: on loopback, or at its host's
+ * address, authenticated there (the token with a router, the cluster secret with a node).
+ * 0 with *out set, or a negative errno.
+ */
+struct rl_client;
+int ch_run_connect(const struct ch_run *r, bool as_router, int i, struct rl_client **out,
+                   int timeout_ms);
+
+/* hosts.c: reads --hosts FILE for sc into h: 0, or -1 with "FILE:LINE: why" in err. */
+int ch_hosts_load(struct ch_hosts *h, const char *path, const struct ch_scenario *sc, char *err,
+                  size_t errlen);
 
 /* traffic.c: starts and stops the thread of one router. */
 int ch_traffic_start(struct ch_traffic *t, struct ch_run *r, int router);

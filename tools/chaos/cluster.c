@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -20,26 +21,53 @@ static int
 write_configs(struct ch_cluster *c, const int *zk_port)
 {
     const struct ch_scenario *sc = c->run->sc;
-    char body[8192], path[PATH_MAX];
+    const struct ch_hosts *h = c->run->hosts;
+    char body[12288], path[PATH_MAX], zk[128];
     int len = 0;
 
     for (int k = -1; k < sc->nodes; k++) {
+        /* on loopback each node reaches ZooKeeper through its own proxy; across hosts
+         * every process dials ZooKeeper's host */
+        if (h != NULL) {
+            snprintf(zk, sizeof(zk), "%s", c->zk.connect);
+        } else {
+            snprintf(zk, sizeof(zk), "127.0.0.1:%d", k < 0 ? c->zk.port : zk_port[k]);
+        }
         len = snprintf(body, sizeof(body),
                        "; written by rl-chaos for scenario %s\n[cluster]\nname = %s\n"
-                       "zookeeper = 127.0.0.1:%d\nsession_timeout = %lldms\nshards = %u\n"
-                       "fencing = %s\n\n[router]\nlisten = 127.0.0.1:7400\ndeadline = %lldms\n"
-                       "request_log =\n\n[clients]\nidle_timeout = 0\n\n",
-                       sc->name, CH_CLUSTER_NAME, k < 0 ? c->zk.port : zk_port[k],
-                       (long long)sc->session_timeout_ms, sc->shards,
-                       sc->fence_disconnect ? "disconnect" : "expiry",
-                       (long long)sc->deadline_ms);
-        for (int i = 0; i < sc->nodes; i++) {
-            int port = c->proxy_port[i];
-
+                       "zookeeper = %s\nsession_timeout = %lldms\nshards = %u\n"
+                       "fencing = %s\n",
+                       sc->name, CH_CLUSTER_NAME, zk, (long long)sc->session_timeout_ms,
+                       sc->shards, sc->fence_disconnect ? "disconnect" : "expiry");
+        if (h != NULL) {
+            /* the cluster secret, and whatever else the hosts file adds to [cluster] */
+            len += snprintf(body + len, sizeof(body) - (size_t)len, "secret_file = %s\n%s",
+                            h->secret_file, h->cluster_extra);
+        }
+        len += snprintf(body + len, sizeof(body) - (size_t)len,
+                        "\n[router]\nlisten = 127.0.0.1:7400\ndeadline = %lldms\n"
+                        "request_log =\n\n[clients]\nidle_timeout = 0\n\n",
+                        (long long)sc->deadline_ms);
+        if (h != NULL) {
             len += snprintf(body + len, sizeof(body) - (size_t)len,
-                            "[node %s]\nlisten = 127.0.0.1:%d\nadvertise = 127.0.0.1:%d\n"
-                            "memory = 64mb\n\n",
-                            ch_node_name(i), c->run->node_port[i], port);
+                            "[client chaos]\ntoken_sha256 = %s\nservices = *\nstats = yes\n\n",
+                            h->token_sha256);
+        }
+        for (int i = 0; i < sc->nodes; i++) {
+            char listen[96], adv[96];
+
+            if (h != NULL) {
+                /* the wildcard, as a node with several interfaces would: then only
+                 * advertise says where routers reach it */
+                snprintf(listen, sizeof(listen), "0.0.0.0:%d", c->run->node_port[i]);
+                snprintf(adv, sizeof(adv), "%s:%d", h->node[i].addr, c->run->node_port[i]);
+            } else {
+                snprintf(listen, sizeof(listen), "127.0.0.1:%d", c->run->node_port[i]);
+                snprintf(adv, sizeof(adv), "127.0.0.1:%d", c->proxy_port[i]);
+            }
+            len += snprintf(body + len, sizeof(body) - (size_t)len,
+                            "[node %s]\nlisten = %s\nadvertise = %s\nmemory = 64mb\n\n",
+                            ch_node_name(i), listen, adv);
         }
         for (int i = 0; i < sc->nservices; i++) {
             len += snprintf(body + len, sizeof(body) - (size_t)len,
@@ -64,6 +92,43 @@ write_configs(struct ch_cluster *c, const int *zk_port)
     return 0;
 }
 
+/* The harness's idea of where a process of the run is: zeroed on loopback. */
+static struct rl_harness_host
+host_of(const struct ch_host *h)
+{
+    struct rl_harness_host out;
+
+    memset(&out, 0, sizeof(out));
+    if (h != NULL) {
+        snprintf(out.netns, sizeof(out.netns), "%s", h->netns);
+        snprintf(out.addr, sizeof(out.addr), "%s", h->addr);
+    }
+    return out;
+}
+
+int
+ch_cluster_start_node(struct ch_cluster *c, int i)
+{
+    const struct ch_hosts *h = c->run->hosts;
+    struct rl_harness_host at = host_of(h != NULL ? &h->node[i] : NULL);
+
+    at.any = h != NULL; /* listens on 0.0.0.0, advertises its host's address */
+    return rl_harness_node_start_at(&c->node[i], &at, c->node_conf[i], ch_node_name(i),
+                                    c->run->node_port[i], 0);
+}
+
+int
+ch_cluster_start_router(struct ch_cluster *c, int i)
+{
+    const struct ch_hosts *h = c->run->hosts;
+    struct rl_harness_host at = host_of(h != NULL ? &h->router[i] : NULL);
+    const char *env = getenv("RL_TEST_ROUTER_WORKERS");
+
+    return rl_harness_router_start_at(&c->router[i], &at, c->router_conf, c->run->router_port[i],
+                                      env != NULL && atoi(env) > 0 ? atoi(env)
+                                                                   : RL_HARNESS_ROUTER_WORKERS);
+}
+
 int
 ch_cluster_start(struct ch_cluster *c)
 {
@@ -72,6 +137,9 @@ ch_cluster_start(struct ch_cluster *c)
     int zk_port[CH_NODES_MAX], rc;
     char path[128];
 
+    if (r->hosts != NULL) {
+        c->zk.host = host_of(&r->hosts->zk);
+    }
     if ((rc = rl_harness_zk_start(&c->zk)) != 0) {
         fprintf(stderr, "rl-chaos: ZooKeeper did not start: %s\n", strerror(-rc));
         return rc;
@@ -80,13 +148,16 @@ ch_cluster_start(struct ch_cluster *c)
         r->node_port[i] = rl_harness_free_port();
         c->proxy_port[i] = 0;
         zk_port[i] = 0;
+        c->open_impair[i] = -1;
+        if (r->hosts != NULL) {
+            continue; /* no proxies: faults are the hosts' own (routes, links) */
+        }
         if (r->node_port[i] < 0 ||
             rl_proxy_start(&c->px_routers[i], r->node_port[i], &c->proxy_port[i]) != 0 ||
             rl_proxy_start(&c->px_zk[i], c->zk.port, &zk_port[i]) != 0) {
             fprintf(stderr, "rl-chaos: cannot set up the fault proxies\n");
             return -EIO;
         }
-        c->open_impair[i] = -1;
     }
     for (int i = 0; i < sc->routers; i++) {
         r->router_port[i] = rl_harness_free_port();
@@ -96,8 +167,7 @@ ch_cluster_start(struct ch_cluster *c)
         return rc;
     }
     for (int i = 0; i < sc->nodes; i++) {
-        if ((rc = rl_harness_node_start(&c->node[i], c->node_conf[i], ch_node_name(i),
-                                        r->node_port[i], 0)) != 0) {
+        if ((rc = ch_cluster_start_node(c, i)) != 0) {
             fprintf(stderr, "rl-chaos: node %s did not start (%s); its log: %s\n",
                     ch_node_name(i), strerror(-rc), c->node[i].log_path);
             return rc;
@@ -109,7 +179,7 @@ ch_cluster_start(struct ch_cluster *c)
         return rc;
     }
     for (int i = 0; i < sc->routers; i++) {
-        if ((rc = rl_harness_router_start(&c->router[i], c->router_conf, r->router_port[i])) != 0) {
+        if ((rc = ch_cluster_start_router(c, i)) != 0) {
             fprintf(stderr, "rl-chaos: router %d did not start (%s); its log: %s\n", i + 1,
                     strerror(-rc), c->router[i].log_path);
             return rc;
@@ -127,14 +197,11 @@ ch_cluster_start(struct ch_cluster *c)
 static int
 router_stats(struct ch_cluster *c, int i, struct rl_wire_reply *rep)
 {
-    char addr[32];
-
     if (c->router[i].pid == 0) {
         return -1;
     }
     if (c->stats_client[i] == NULL) {
-        snprintf(addr, sizeof(addr), "127.0.0.1:%d", c->run->router_port[i]);
-        if (rl_client_connect_addr(&c->stats_client[i], addr, 100) != 0) {
+        if (ch_run_connect(c->run, true, i, &c->stats_client[i], 300) != 0) {
             c->stats_client[i] = NULL;
             return -1;
         }

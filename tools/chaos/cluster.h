@@ -45,6 +45,7 @@ struct ch_cluster {
     char probe_user[CH_NODES_MAX][32];
     int open_impair[CH_NODES_MAX]; /* index of the open impairment of a killed node, or -1 */
     int proxy_port[CH_NODES_MAX];  /* what a node advertises: its routers-side proxy */
+    bool isolated[CH_NODES_MAX];   /* across hosts: the node's interface is down */
 };
 
 /* cluster.c: starts ZooKeeper, the proxies, the nodes, the routers and the observer (c->run
@@ -67,6 +68,11 @@ void ch_cluster_print_causes(struct ch_cluster *c);
 
 /* Processes that exited without a step asking them to: each is a violation. */
 void ch_cluster_reap(struct ch_cluster *c);
+
+/* cluster.c: starts node i or router i as configured (again, for a restart): on loopback,
+ * or on its host. 0, or the harness's error. */
+int ch_cluster_start_node(struct ch_cluster *c, int i);
+int ch_cluster_start_router(struct ch_cluster *c, int i);
 
 /* faults.c: carries out step si of the scenario now (setting c->undo_at[si] when it ends by
  * itself later), and its end. */

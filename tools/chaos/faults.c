@@ -3,8 +3,10 @@
  * stops, restarts and pauses of nodes, routers and ZooKeeper, and partitions, one-way
  * losses, delays and resets on a node's fault proxies; each opens the impairment that makes
  * the affected shards' failure-policy answers legitimate, and a step with a `for` is undone
- * when it ends. While a node is cut from ZooKeeper it is probed directly: did it still
- * decide? Not the schedule (loop.c) nor the set-up (cluster.c).
+ * when it ends. Across hosts (--hosts) a partition is a blackhole route each way between the
+ * namespaces and `isolate` takes the node's interface down. While a node is cut from
+ * ZooKeeper it is probed directly: did it still decide? Not the schedule (loop.c) nor the
+ * set-up (cluster.c).
  */
 #include "cluster.h"
 
@@ -48,14 +50,12 @@ ch_fault_probe(struct ch_cluster *c, int node)
     struct ch_run *r = c->run;
     struct rl_client *cl = NULL;
     struct rl_wire_reply rep;
-    char addr[32];
     bool answered = false, member = false;
 
     if (c->probe_user[node][0] == '\0' || c->node[node].pid == 0) {
         return;
     }
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", r->node_port[node]);
-    if (rl_client_connect_addr(&cl, addr, 100) == 0) {
+    if (ch_run_connect(r, false, node, &cl, 100) == 0) {
         answered = rl_client_check(cl, r->sc->services[0].name, c->probe_user[node], NULL, 1,
                                    &rep, 150) == 0 &&
                    rep.op == RL_WIRE_OP_CHECK &&
@@ -74,6 +74,52 @@ static struct rl_proxy *
 path_proxy(struct ch_cluster *c, const struct ch_step *st)
 {
     return st->path == CH_PATH_ROUTERS ? c->px_routers[st->index] : c->px_zk[st->index];
+}
+
+/* Runs `ip -n NETNS ARGS...` (across hosts): 0, or -EIO with the event logged. */
+static int
+ip_in(struct ch_cluster *c, const char *netns, const char *a1, const char *a2, const char *a3,
+      const char *a4, const char *a5, const char *a6)
+{
+    const char *argv[] = {"ip", "-n", netns, a1, a2, a3, a4, a5, a6, NULL};
+    char out[512];
+    int rc = rl_harness_run(argv, out, sizeof(out), 5000);
+
+    if (rc != 0) {
+        ch_event(c->run, "ip -n %s %s %s %s %s failed (%d): %s", netns, a1, a2, a3, a4, rc, out);
+        return -EIO;
+    }
+    return 0;
+}
+
+/* One blackhole route each way between two hosts (add or del): a partition on the
+ * namespaces' own routing, without a proxy or a firewall. */
+static int
+blackhole(struct ch_cluster *c, const char *op, const struct ch_host *x, const struct ch_host *y)
+{
+    char to_y[80], to_x[80];
+    int rc;
+
+    snprintf(to_y, sizeof(to_y), "%s/%d", y->addr, strchr(y->addr, ':') != NULL ? 128 : 32);
+    snprintf(to_x, sizeof(to_x), "%s/%d", x->addr, strchr(x->addr, ':') != NULL ? 128 : 32);
+    rc = ip_in(c, x->netns, "route", op, "blackhole", to_y, NULL, NULL);
+    return ip_in(c, y->netns, "route", op, "blackhole", to_x, NULL, NULL) != 0 ? -EIO : rc;
+}
+
+/* A partition across hosts: the node's host from ZooKeeper's or from every router's. */
+static int
+host_partition(struct ch_cluster *c, const struct ch_step *st, const char *op)
+{
+    const struct ch_hosts *h = c->run->hosts;
+    int rc = 0;
+
+    if (st->path == CH_PATH_ZK) {
+        return blackhole(c, op, &h->node[st->index], &h->zk);
+    }
+    for (int i = 0; i < c->run->sc->routers; i++) {
+        rc = blackhole(c, op, &h->node[st->index], &h->router[i]) != 0 ? -EIO : rc;
+    }
+    return rc;
 }
 
 static const char *
@@ -153,8 +199,7 @@ ch_fault_do(struct ch_cluster *c, int si)
                     ch_run_impair(r, st->index, now, INT64_MAX, "restarted");
                 rl_harness_server_stop(s, SIGTERM, 10000);
             }
-            rc = rl_harness_node_start(s, c->node_conf[st->index], ch_node_name(st->index),
-                                       r->node_port[st->index], 0);
+            rc = ch_cluster_start_node(c, st->index);
             pthread_mutex_lock(&r->lock);
             if (r->nrestarts < 64) {
                 r->restart_node[r->nrestarts] = st->index;
@@ -176,7 +221,7 @@ ch_fault_do(struct ch_cluster *c, int si)
                 k = r->nrouter_down[i] < 16 ? r->nrouter_down[i]++ : 15;
                 r->router_down_from[i][k] = now;
             }
-            rc = rl_harness_router_start(&c->router[i], c->router_conf, r->router_port[i]);
+            rc = ch_cluster_start_router(c, i);
             if (k >= 0) {
                 r->router_down_to[i][k] = ch_now_ms();
             }
@@ -209,14 +254,25 @@ ch_fault_do(struct ch_cluster *c, int si)
     case CH_PARTITION:
     case CH_ONEWAY:
         ch_run_impair(r, st->index, now, until, node_target(st, who, sizeof(who)));
-        rl_proxy_set_mode(path_proxy(c, st),
-                          st->action == CH_PARTITION ? RL_PROXY_BLACKHOLE
-                          : st->path == CH_PATH_ROUTERS ? RL_PROXY_DROP_DOWN
-                                                        : RL_PROXY_DROP_UP);
+        if (r->hosts != NULL) {
+            rc = host_partition(c, st, "add"); /* partition only: main.c refuses oneway */
+        } else {
+            rl_proxy_set_mode(path_proxy(c, st),
+                              st->action == CH_PARTITION ? RL_PROXY_BLACKHOLE
+                              : st->path == CH_PATH_ROUTERS ? RL_PROXY_DROP_DOWN
+                                                            : RL_PROXY_DROP_UP);
+        }
         if (st->path == CH_PATH_ZK) {
             pick_probe_user(c, st->index);
             c->probe_until[st->index] = until == INT64_MAX ? INT64_MAX : until + 2000;
         }
+        break;
+    case CH_ISOLATE:
+        /* cut from everyone: routers, ZooKeeper and the clients' probes alike */
+        ch_run_impair(r, st->index, now, until, "isolated");
+        c->isolated[st->index] = true;
+        rc = ip_in(c, r->hosts->node[st->index].netns, "link", "set", "dev", r->hosts->dev,
+                   "down", NULL);
         break;
     case CH_DELAY:
         ch_run_impair(r, st->index, now, until, "delayed");
@@ -264,7 +320,15 @@ ch_fault_undo(struct ch_cluster *c, int si)
         break;
     case CH_PARTITION:
     case CH_ONEWAY:
-        rl_proxy_set_mode(path_proxy(c, st), RL_PROXY_PASS);
+        if (r->hosts != NULL) {
+            host_partition(c, st, "del");
+        } else {
+            rl_proxy_set_mode(path_proxy(c, st), RL_PROXY_PASS);
+        }
+        break;
+    case CH_ISOLATE:
+        ip_in(c, r->hosts->node[st->index].netns, "link", "set", "dev", r->hosts->dev, "up", NULL);
+        c->isolated[st->index] = false;
         break;
     case CH_DELAY:
         rl_proxy_set_delay(path_proxy(c, st), 0);

@@ -33,7 +33,7 @@
 
 static const char usage[] =
     "usage: rl-chaos run SCENARIO [--build DIR] [--json FILE] [--verbose] [--duration D]\n"
-    "                             [--rate N]\n"
+    "                             [--rate N] [--hosts FILE]\n"
     "       rl-chaos list\n"
     "       rl-chaos --help          (this, and the scenario format; --help-scenario: that alone)\n"
     "\n"
@@ -49,6 +49,8 @@ static const char usage[] =
     "  --verbose      print every event as it happens\n"
     "  --duration D   run this long instead (at least until the last step ends), e.g. 60s\n"
     "  --rate N       requests per second instead of the scenario's\n"
+    "  --hosts FILE   run across network namespaces (as root; scripts/netns.sh writes FILE):\n"
+    "                 ZooKeeper, each node and router in its own, rl-chaos in the clients'\n"
     "Environment: RL_CHAOS_SCENARIOS (directory of shipped scenarios), RL_KEEP_TMP=1 keeps the\n"
     "cluster's logs and configs (their directory is printed).\n";
 
@@ -130,6 +132,37 @@ set_bin_dir(const char *build)
     }
 }
 
+/* Loads --hosts FILE (NULL: a loopback run) and checks that every step can be done where
+ * the run goes: 0, or -1 with the reason printed. */
+static int
+check_hosts(const struct ch_scenario *sc, const char *path, struct ch_hosts **out)
+{
+    char err[600];
+
+    for (int i = 0; i < sc->nsteps; i++) {
+        enum ch_action a = sc->steps[i].action;
+
+        if (path == NULL && a == CH_ISOLATE) {
+            fprintf(stderr, "rl-chaos: step \"%s\" needs --hosts\n", sc->steps[i].text);
+            return -1;
+        }
+        if (path != NULL && (a == CH_ONEWAY || a == CH_DELAY || a == CH_RESET)) {
+            fprintf(stderr, "rl-chaos: step \"%s\" needs the loopback fault proxies: not with "
+                            "--hosts\n", sc->steps[i].text);
+            return -1;
+        }
+    }
+    if (path == NULL) {
+        return 0;
+    }
+    *out = calloc(1, sizeof(**out));
+    if (*out == NULL || ch_hosts_load(*out, path, sc, err, sizeof(err)) != 0) {
+        fprintf(stderr, "rl-chaos: %s\n", *out == NULL ? "out of memory" : err);
+        return -1;
+    }
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -140,8 +173,10 @@ main(int argc, char **argv)
                                          {"help-scenario", no_argument, NULL, 's'},
                                          {"duration", required_argument, NULL, 'd'},
                                          {"rate", required_argument, NULL, 'r'},
+                                         {"hosts", required_argument, NULL, 'H'},
                                          {NULL, 0, NULL, 0}};
-    const char *build = NULL, *json = NULL, *duration = NULL, *rate = NULL;
+    const char *build = NULL, *json = NULL, *duration = NULL, *rate = NULL, *hosts = NULL;
+    struct ch_hosts *hp = NULL;
     struct ch_scenario *sc;
     struct ch_run *r;
     char path[PATH_MAX], err[512];
@@ -165,6 +200,9 @@ main(int argc, char **argv)
             break;
         case 'r':
             rate = optarg;
+            break;
+        case 'H':
+            hosts = optarg;
             break;
         case 'h':
             fputs(usage, stdout);
@@ -229,6 +267,10 @@ main(int argc, char **argv)
         }
         sc->rate = (uint32_t)v;
     }
+    if (check_hosts(sc, hosts, &hp) != 0) {
+        goto out;
+    }
+    r->hosts = hp;
     set_bin_dir(build);
     rl_log_setup(RL_LOG_ERROR, "rl-chaos");
     signal(SIGPIPE, SIG_IGN);
@@ -240,6 +282,7 @@ main(int argc, char **argv)
 out:
     ch_run_free(r);
     free(sc);
+    free(hp);
     rl_harness_cleanup();
     return rc;
 }

@@ -3,13 +3,17 @@
  * more than one part of rl-chaos makes: the event log, the impairments, the deaths, the
  * routers' sampled digests, and the last view read back. Each takes the run's lock, since
  * the traffic threads, the observer's thread and the main thread all write. Calls nothing
- * of rl-chaos; everything else of it calls this. Not the judging (verdict.c).
+ * of rl-chaos; everything else of it calls this. Also the one way its parts dial a router or a
+ * node (ch_run_connect: on loopback, or at its host with AUTH). Not the judging (verdict.c).
  */
 #include "chaos.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "reqclient.h"
 
 struct ch_run *
 ch_run_new(const struct ch_scenario *sc, bool verbose)
@@ -115,4 +119,31 @@ ch_run_digest(struct ch_run *r, int *nmembers)
     }
     pthread_mutex_unlock(&r->lock);
     return d;
+}
+
+int
+ch_run_connect(const struct ch_run *r, bool as_router, int i, struct rl_client **out,
+               int timeout_ms)
+{
+    const struct ch_host *h = NULL;
+    char addr[96], why[160];
+    int port = as_router ? r->router_port[i] : r->node_port[i], rc;
+
+    if (r->hosts != NULL) {
+        h = as_router ? &r->hosts->router[i] : &r->hosts->node[i];
+    }
+    snprintf(addr, sizeof(addr),
+             strchr(h != NULL ? h->addr : "", ':') != NULL ? "[%s]:%d" : "%s:%d",
+             h != NULL ? h->addr : "127.0.0.1", port);
+    rc = rl_client_connect_addr(out, addr, timeout_ms);
+    if (rc != 0 || r->hosts == NULL) {
+        return rc;
+    }
+    rc = rl_client_auth_file(*out, as_router ? r->hosts->token_file : r->hosts->secret_file,
+                             timeout_ms, why, sizeof(why));
+    if (rc != 0) {
+        rl_client_destroy(*out);
+        *out = NULL;
+    }
+    return rc;
 }

@@ -33,7 +33,8 @@ const char ch_scenario_help[] =
     "      at 5s partition node a from routers for 4s   (both ways, black hole)\n"
     "      at 5s partition node a from zookeeper for 6s\n"
     "      at 5s oneway node a from routers for 3s      (requests arrive, answers lost)\n"
-    "      at 5s delay node a from routers 30ms for 5s  at 5s reset node a from routers\n";
+    "      at 5s delay node a from routers 30ms for 5s  at 5s reset node a from routers\n"
+    "      at 5s isolate node a for 6s   (--hosts only: its host's interface down)\n";
 
 static const char *const node_names[CH_NODES_MAX] = {"a", "b", "c", "d", "e", "f", "g", "h"};
 
@@ -163,7 +164,7 @@ step(struct ctx *c, char *text)
     } actions[] = {{"kill", CH_KILL},           {"term", CH_TERM},     {"pause", CH_PAUSE},
                    {"restart", CH_RESTART},     {"stop", CH_STOP},     {"start", CH_START},
                    {"partition", CH_PARTITION}, {"oneway", CH_ONEWAY}, {"delay", CH_DELAY},
-                   {"reset", CH_RESET}};
+                   {"reset", CH_RESET},         {"isolate", CH_ISOLATE}};
     struct ch_step *st;
     char *w[10], *save = NULL;
     int n = 0, i = 0, ai = -1;
@@ -261,6 +262,11 @@ step(struct ctx *c, char *text)
     case CH_START:
         if (st->target != CH_ZOOKEEPER || (st->action == CH_START && st->for_ms != 0)) {
             return fail(c, "%s takes zookeeper (stop: optionally \"for DURATION\")", w[2]);
+        }
+        break;
+    case CH_ISOLATE:
+        if (st->target != CH_NODE || st->for_ms == 0) {
+            return fail(c, "isolate takes a node and \"for DURATION\"");
         }
         break;
     default:

@@ -30,6 +30,7 @@ enum ch_action {
     CH_ONEWAY,    /* requests pass, answers are lost (node from routers / zookeeper) */
     CH_DELAY,     /* added latency on the path (node from routers / zookeeper) */
     CH_RESET,     /* every connection on the path reset (node from routers / zookeeper) */
+    CH_ISOLATE,   /* across hosts only: the node's host's interface down for `for` */
 };
 
 enum ch_target { CH_NODE, CH_ROUTER, CH_ZOOKEEPER };

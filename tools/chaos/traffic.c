@@ -161,7 +161,6 @@ traffic_main(void *arg)
                     (t->router < (int)(sc->rate % (uint32_t)sc->routers) ? 1 : 0);
     int64_t interval_us = rate > 0 ? 1000000 / rate : 1000000, next_due = ch_mono_us(),
             next_dial = 0;
-    char addr[32];
 
     for (int i = 0; i < sc->nservices; i++) {
         s.weight_total += sc->services[i].weight;
@@ -169,13 +168,12 @@ traffic_main(void *arg)
     if (sc->zipf) {
         rl_zipf_init(&s.zipf, sc->users, 1.0);
     }
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", t->run->router_port[t->router]);
     while (!atomic_load(&t->stop)) {
         int64_t now = ch_mono_us();
         bool queued = false;
 
         if (s.client == NULL && now >= next_dial) {
-            if (rl_client_connect_addr(&s.client, addr, 200) != 0) {
+            if (ch_run_connect(t->run, true, t->router, &s.client, 200) != 0) {
                 s.client = NULL;
             }
             next_dial = now + RECONNECT_US;

@@ -314,6 +314,46 @@ changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, int max)
     return n;
 }
 
+/*
+ * Requests of one user (all[from..to), one shard) that the new owner of a change at t_c may
+ * still count although they were sent before the change: answered by policy or lost, sent
+ * in the LOOKBACK_MS before it while the timeline had that same node as the owner, and no
+ * restart of it since. A node that survived a partition receives them late: the routers'
+ * kernels retransmit the bytes when the network heals, long after the routers answered
+ * them by policy (found across network namespaces; the loopback proxies drop such bytes).
+ */
+static int64_t
+late_in_flight(const struct ch_run *r, const struct wref *all, size_t from, size_t to,
+               uint32_t shard, int64_t t_c)
+{
+    int k = view_at(r, t_c), owner;
+    int64_t n = 0;
+
+    if (k < 0 || (owner = r->views[k].owner[shard]) == CH_NONE) {
+        return 0;
+    }
+    for (size_t i = from; i < to; i++) {
+        const struct ch_req *q = all[i].q;
+        int v;
+        bool restarted = false;
+
+        if (is_decision(q) || q->code == CH_CODE_ERROR || q->t_send_ms >= t_c ||
+            q->t_send_ms < t_c - LOOKBACK_MS) {
+            continue;
+        }
+        v = view_at(r, q->t_send_ms);
+        if (v < 0 || r->views[v].owner[shard] != owner) {
+            continue;
+        }
+        for (int x = 0; x < r->nrestarts; x++) {
+            restarted |= r->restart_node[x] == owner && r->restart_ms[x] > q->t_send_ms &&
+                         r->restart_ms[x] <= t_c;
+        }
+        n += !restarted;
+    }
+    return n;
+}
+
 static void
 judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
 {
@@ -408,6 +448,7 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
             if (t_c + LAG_MS < ws || t_c + LAG_MS >= we || blind_at(j->r, t_c)) {
                 continue;
             }
+            sent_since = late_in_flight(j->r, all, from, to, shard, t_c);
             for (size_t x = a; x < b; x++) {
                 const struct ch_req *q = all[x].q;
 
