@@ -202,7 +202,7 @@ main(int argc, char **argv)
                                          {"session-timeout", required_argument, NULL, 't'},
                                          {"members", required_argument, NULL, 'm'},
                                          {NULL, 0, NULL, 0}};
-    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, on_rules};
+    static const struct rl_zkm_cbs cbs = {on_members, on_assignment, on_state, NULL, on_rules, NULL, NULL};
     const char *zk = NULL, *cluster = NULL;
     uint32_t timeout = 4000;
     struct rlimit rl;
@@ -253,7 +253,7 @@ main(int argc, char **argv)
     }
     /* members that serve nothing: only their znodes, so the watchers read K more members */
     for (int i = 0; i < F.nfake; i++) {
-        static const struct rl_zkm_cbs none = {NULL, NULL, NULL, NULL, NULL};
+        static const struct rl_zkm_cbs none = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
         char name[32];
 
         snprintf(name, sizeof(name), "fake-%04d", i);
