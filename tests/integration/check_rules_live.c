@@ -350,6 +350,37 @@ START_TEST(test_push)
         ck_assert_msg(strstr(out, "limit = fixed_window 80 per 1h") != NULL, "%s", out);
     }
 
+    /* envoyproxy/ratelimit's YAML given to `rules`: checked and pushed as `envoy` does it,
+     * to its own znode; the rules znode is left as it is. */
+    {
+        char yaml[PATH_MAX];
+        const char *bad_argv[] = {"rl-cli", "rules", "check", yaml, NULL};
+        const char *argv[] = {"rl-cli", "rules", "push", yaml, "--config", config, NULL};
+        char want[PATH_MAX + 64];
+
+        ck_assert_int_eq(rl_harness_tmppath(yaml, sizeof(yaml), "edge.yaml"), 0);
+        ck_assert_int_eq(rl_harness_write_file(yaml, "domain: edge\ndescriptors:\n"
+                                                     "  - key: k\n    rate_limit:\n"
+                                                     "      unit: fortnight\n"
+                                                     "      requests_per_unit: 5\n"),
+                         0);
+        ck_assert_int_eq(cli(out, sizeof(out), bad_argv), 2);
+        snprintf(want, sizeof(want), "%s:5:", yaml);
+        ck_assert_msg(strstr(out, want) != NULL, "no %s in: %s", want, out);
+        ck_assert_int_eq(rl_harness_write_file(yaml, "domain: edge\ndescriptors:\n"
+                                                     "  - key: k\n    rate_limit:\n"
+                                                     "      unit: minute\n"
+                                                     "      requests_per_unit: 5\n"),
+                         0);
+        ck_assert_int_eq(cli(out, sizeof(out), argv), 0);
+        ck_assert_int_gt(
+            rl_harness_zk_get(zk.connect, "/ratelimiter/rules/envoy", out, sizeof(out)), 0);
+        ck_assert_msg(strstr(out, "domain: edge") != NULL, "%s", out);
+        ck_assert_int_gt(
+            rl_harness_zk_get(zk.connect, "/ratelimiter/rules/rules", out, sizeof(out)), 0);
+        ck_assert_msg(strstr(out, "limit = fixed_window 80 per 1h") != NULL, "%s", out);
+    }
+
     /* A SIGHUP now only says the rules come from ZooKeeper. */
     ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
     ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "zkadmin.h"
 
@@ -79,6 +80,21 @@ rules_config(const struct cli *o, const char *sub, bool zk, struct rl_conf **con
 }
 
 /* rules check FILE, rules push FILE, rules show: the rules znode (docs/OPERATIONS.md). */
+/* A path that rules check/push hands to envoy check/push: a directory, or a file named
+ * *.yaml or *.yml (envoyproxy/ratelimit's configuration, docs/ENVOY.md). */
+static bool
+envoy_path(const char *path)
+{
+    struct stat st;
+    size_t n = strlen(path);
+
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        return true;
+    }
+    return (n > 5 && strcmp(path + n - 5, ".yaml") == 0) ||
+           (n > 4 && strcmp(path + n - 4, ".yml") == 0);
+}
+
 int
 cli_cmd_rules(const struct cli *o, const struct cli_cmd *cmd, int nargs, char **args)
 {
@@ -96,6 +112,10 @@ cli_cmd_rules(const struct cli *o, const struct cli_cmd *cmd, int nargs, char **
     }
     if ((push || check) != (nargs == 2) || nargs > 2) {
         return cli_usage_error("rules %s: wrong number of arguments", sub);
+    }
+    if ((push || check) && envoy_path(args[1])) {
+        /* envoyproxy/ratelimit's YAML (a *.yaml file or a directory): its own znode */
+        return cli_cmd_envoy(o, cmd, nargs, args);
     }
     if (push || check) {
         rc = read_text(args[1], RL_ZKM_DATA_MAX, &text, &len);

@@ -80,7 +80,9 @@ static const struct cli_cmd commands[] = {
      .help = "check: validate a rules file ([service] sections only);\n"
              "push: validate it, then write it to the cluster's rules znode\n"
              "in ZooKeeper (every node and router switches to it);\n"
-             "show: the rules znode's version, digest and text",
+             "show: the rules znode's version, digest and text;\n"
+             "a directory or a *.yaml file is envoyproxy/ratelimit's\n"
+             "configuration: check and push do what envoy check/push do",
      .opts = CLI_O(CONFIG)},
     {.name = "envoy",
      .run = cli_cmd_envoy,
