@@ -428,8 +428,18 @@ front_tls_in(struct rl_front_conn *c, const uint8_t *data, size_t len)
     if (c->tls_sniff) {
         c->tls_sniff = false;
         if (data[0] != RL_TLS_RECORD_HANDSHAKE) {
+            const char *say = c->ops->plaintext_refusal;
+
             rl_log_info("%s front: a client spoke plaintext to a TLS port: closed",
                         c->ops->name);
+            if (say != NULL) { /* in plaintext, before closing */
+                struct front_wreq *q = malloc(sizeof(*q) + strlen(say));
+
+                if (q != NULL) {
+                    memcpy(q->data, say, strlen(say));
+                    front_write(c, q, strlen(say));
+                }
+            }
             return -1;
         }
     }

@@ -20,7 +20,8 @@
  * With [cluster] tls_* set, TLS (common/tls.h, the router's server context, which selects
  * ALPN "h2" when a client offers it) goes between the socket and front_in / front_out
  * without the protocols knowing: front_tls_in decrypts, front_tls_pump encrypts; a client
- * whose first byte is not a TLS handshake record is closed at once. Not for any protocol's framing (rls_h2.c), nor for routing (forward.c).
+ * whose first byte is not a TLS handshake record is closed at once (told why first when the
+ * protocol has words for it: plaintext_refusal). Not for any protocol's framing (rls_h2.c), nor for routing (forward.c).
  */
 #ifndef RL_FRONT_H
 #define RL_FRONT_H
@@ -68,6 +69,9 @@ struct rl_front_ops {
     void (*on_tick)(struct rl_front_conn *c, uint64_t now, uint64_t frame_timeout_ms);
     /* The connection closes: orphan what is in flight, free the protocol state. */
     void (*on_close)(struct rl_front_conn *c);
+    /* With TLS, what a plaintext client is told (in plaintext, in the protocol's own terms)
+     * before it is closed; NULL: closed without a word. */
+    const char *plaintext_refusal;
 };
 
 /* Serves fd, accepted on front kind's listener, on r's loop. 0, or a negative errno (then

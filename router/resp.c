@@ -845,6 +845,8 @@ const struct rl_front_ops rl_resp_ops = {
     .on_idle = NULL,
     .on_tick = resp_tick,
     .on_close = resp_close,
+    .plaintext_refusal = "-ERR TLS is required: this port takes TLS connections only "
+                         "(connect with TLS, e.g. redis-cli --tls --cacert FILE)\r\n",
 };
 
 void

@@ -4,7 +4,8 @@
 # libFuzzer harness (scripts/fuzz.sh; FUZZ_SECONDS each, 15 by default), then the Python
 # client's tests against the Release build's processes (clients/python/run_tests.sh: it
 # installs the package into a venv first), then every rl-chaos scenario against the Release
-# build (scripts/chaos.sh), then a cluster spread over network namespaces with a partition
+# build (scripts/chaos.sh), then a cluster spread over network namespaces, over mutual TLS,
+# with a partition
 # (scripts/netns.sh: as root only; elsewhere it prints "netns: skipped (needs root and ip
 # netns)"). The ctest suites include the install test, the real-Prometheus
 # test and the real-nginx test.
@@ -13,7 +14,8 @@
 #   scripts/test.sh python     the Python client only (after a Release build)
 #   scripts/test.sh fuzz       the fuzzers only
 #   scripts/test.sh chaos      the chaos scenarios only
-#   scripts/test.sh netns      the cluster across network namespaces only (root)
+#   scripts/test.sh netns      the cluster across network namespaces only (root; TLS=0:
+#                              plaintext)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all}

@@ -222,6 +222,45 @@ START_TEST(test_hosts_refusals)
         rc = chaos(argv, 10000);
         ck_assert_msg(rc == 2 && strstr(out, want) != NULL, "%d: %s", rc, out);
     }
+    /* TLS: with tls_ca_file every node, router and rl-chaos itself needs a certificate (the
+     * one missing is named), files that do not load are refused before anything starts, and
+     * a tls line for no such process is refused */
+    {
+        static const char base[] = "zookeeper ns-zk 10.213.7.10\nnode a ns-a 10.213.7.11\n"
+                                   "node b ns-b 10.213.7.12\nrouter 1 ns-r1 10.213.7.21\n"
+                                   "device eth0\nsecret_file /x\ntoken_file /y\n"
+                                   "token_sha256 %064d\ntls_ca_file /n/ca.pem\n"
+                                   "tls node a /n/a.pem /n/a.key\n"
+                                   "tls router 1 /n/r.pem /n/r.key\n%s";
+        const char *argv[] = {"rl-chaos", "run", plain, "--hosts", hosts, NULL};
+
+        ck_assert_int_eq(rl_harness_write_file(hosts, base, 0, ""), 0);
+        snprintf(want, sizeof(want), "%s:11: with tls_ca_file, no tls line for node: b", hosts);
+        rc = chaos(argv, 10000);
+        ck_assert_msg(rc == 2 && strstr(out, want) != NULL, "%d: %s", rc, out);
+
+        ck_assert_int_eq(rl_harness_write_file(hosts, base, 0, "tls node b /n/b.pem /n/b.key\n"),
+                         0);
+        snprintf(want, sizeof(want), "%s:12: with tls_ca_file, rl-chaos needs its own", hosts);
+        rc = chaos(argv, 10000);
+        ck_assert_msg(rc == 2 && strstr(out, want) != NULL, "%d: %s", rc, out);
+
+        ck_assert_int_eq(rl_harness_write_file(hosts, base, 0,
+                                               "tls node b /n/b.pem /n/b.key\n"
+                                               "tls client /n/cl.pem /n/cl.key\n"),
+                         0);
+        rc = chaos(argv, 10000);
+        ck_assert_msg(rc == 2 && strstr(out, "rl-chaos: TLS: ") != NULL &&
+                          strstr(out, "/n/") != NULL && strstr(out, "VERDICT") == NULL,
+                      "%d: %s", rc, out);
+
+        ck_assert_int_eq(rl_harness_write_file(hosts, "zookeeper ns-zk 10.213.7.10\n"
+                                                      "tls node z /n/z.pem /n/z.key\n"),
+                         0);
+        snprintf(want, sizeof(want), "%s:2: not a hosts line", hosts);
+        rc = chaos(argv, 10000);
+        ck_assert_msg(rc == 2 && strstr(out, want) != NULL, "%d: %s", rc, out);
+    }
 }
 END_TEST
 

@@ -74,6 +74,7 @@ class RespCluster:
             self.resp_ports.append(rport)
         self.nodes: Dict[str, subprocess.Popen] = {}
         self.routers: List[Optional[subprocess.Popen]] = []
+        self.redis_tls: Dict[str, object] = {}  # redis.Redis's TLS arguments (wait_ready)
 
     def start(self) -> "RespCluster":
         harness.need_binaries("rl-node", "rl-router")
@@ -102,7 +103,7 @@ class RespCluster:
         """Until router i answers RL.CHECK from a node (not by its failure policy)."""
         import redis
 
-        r = redis.Redis(port=self.resp_ports[i], socket_timeout=2)
+        r = redis.Redis(port=self.resp_ports[i], socket_timeout=2, **self.redis_tls)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             ok = True

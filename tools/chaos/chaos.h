@@ -103,7 +103,11 @@ struct ch_probe {
 struct ch_host {
     char netns[64];
     char addr[64];
+    char tls_cert[512]; /* its [cluster] tls_cert_file and tls_key_file ("tls" lines) */
+    char tls_key[512];
 };
+
+struct rl_tls_ctx;
 
 struct ch_hosts {
     struct ch_host zk;
@@ -114,6 +118,12 @@ struct ch_hosts {
     char token_file[512];   /* the clients' token (traffic, STATS), [client chaos] */
     char token_sha256[72];  /* its SHA-256, 64 hex digits */
     char cluster_extra[2048]; /* "KEY = VALUE\n" lines added to [cluster] (`cluster` lines) */
+    /* TLS on every link when tls_ca_file is set: each node's and router's certificate is its
+     * host's (tls_cert, tls_key), client is rl-chaos's own (shown to nodes, which require
+     * one), tls its client context, built by ch_hosts_tls (NULL without TLS) */
+    char tls_ca_file[512];
+    struct ch_host client;
+    struct rl_tls_ctx *tls;
 };
 
 #define CH_VIEWS_MAX 1024
@@ -221,6 +231,9 @@ int ch_run_connect(const struct ch_run *r, bool as_router, int i, struct rl_clie
 /* hosts.c: reads --hosts FILE for sc into h: 0, or -1 with "FILE:LINE: why" in err. */
 int ch_hosts_load(struct ch_hosts *h, const char *path, const struct ch_scenario *sc, char *err,
                   size_t errlen);
+/* With tls_ca_file set, builds h->tls (rl-chaos's client context): 0, or -1 with err set. */
+int ch_hosts_tls(struct ch_hosts *h, char *err, size_t errlen);
+void ch_hosts_free(struct ch_hosts *h);
 
 /* traffic.c: starts and stops the thread of one router. */
 int ch_traffic_start(struct ch_traffic *t, struct ch_run *r, int router);

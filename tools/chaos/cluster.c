@@ -25,7 +25,11 @@ write_configs(struct ch_cluster *c, const int *zk_port)
     char body[12288], path[PATH_MAX], zk[128];
     int len = 0;
 
-    for (int k = -1; k < sc->nodes; k++) {
+    /* k < 0: router -k - 1's config; k >= 0: node k's */
+    for (int k = -sc->routers; k < sc->nodes; k++) {
+        const struct ch_host *me =
+            h == NULL ? NULL : k < 0 ? &h->router[-k - 1] : &h->node[k];
+
         /* on loopback each node reaches ZooKeeper through its own proxy; across hosts
          * every process dials ZooKeeper's host */
         if (h != NULL) {
@@ -43,6 +47,12 @@ write_configs(struct ch_cluster *c, const int *zk_port)
             /* the cluster secret, and whatever else the hosts file adds to [cluster] */
             len += snprintf(body + len, sizeof(body) - (size_t)len, "secret_file = %s\n%s",
                             h->secret_file, h->cluster_extra);
+        }
+        if (h != NULL && h->tls_ca_file[0] != '\0') {
+            /* TLS on every link, each process with its host's certificate */
+            len += snprintf(body + len, sizeof(body) - (size_t)len,
+                            "tls_cert_file = %s\ntls_key_file = %s\ntls_ca_file = %s\n",
+                            me->tls_cert, me->tls_key, h->tls_ca_file);
         }
         len += snprintf(body + len, sizeof(body) - (size_t)len,
                         "\n[router]\nlisten = 127.0.0.1:7400\ndeadline = %lldms\n"
@@ -79,8 +89,8 @@ write_configs(struct ch_cluster *c, const int *zk_port)
             return -E2BIG;
         }
         if (k < 0) {
-            rl_harness_tmppath(path, sizeof(path), "router.conf");
-            snprintf(c->router_conf, sizeof(c->router_conf), "%s", path);
+            rl_harness_tmppath(path, sizeof(path), "router-%d.conf", -k);
+            snprintf(c->router_conf[-k - 1], sizeof(c->router_conf[0]), "%s", path);
         } else {
             rl_harness_tmppath(path, sizeof(path), "node-%s.conf", ch_node_name(k));
             snprintf(c->node_conf[k], sizeof(c->node_conf[k]), "%s", path);
@@ -124,7 +134,7 @@ ch_cluster_start_router(struct ch_cluster *c, int i)
     struct rl_harness_host at = host_of(h != NULL ? &h->router[i] : NULL);
     const char *env = getenv("RL_TEST_ROUTER_WORKERS");
 
-    return rl_harness_router_start_at(&c->router[i], &at, c->router_conf, c->run->router_port[i],
+    return rl_harness_router_start_at(&c->router[i], &at, c->router_conf[i], c->run->router_port[i],
                                       env != NULL && atoi(env) > 0 ? atoi(env)
                                                                    : RL_HARNESS_ROUTER_WORKERS);
 }

@@ -36,7 +36,7 @@ struct ch_cluster {
     struct rl_proxy *px_routers[CH_NODES_MAX]; /* routers -> node */
     struct rl_proxy *px_zk[CH_NODES_MAX];      /* node -> ZooKeeper */
     char node_conf[CH_NODES_MAX][PATH_MAX];
-    char router_conf[PATH_MAX];
+    char router_conf[CH_ROUTERS_MAX][PATH_MAX]; /* one each: across hosts, its certificate */
     struct ch_observer *observer;
     struct rl_client *stats_client[CH_ROUTERS_MAX];
     /* steps whose "for" ends later: their end time, or 0 */

@@ -2,7 +2,8 @@
  * hosts: reads the hosts file of a run across network namespaces (rl-chaos run --hosts FILE,
  * docs/CHAOS.md "Across hosts"): which namespace and address ZooKeeper, each node and each
  * router has, the interface every host reaches the others by, the cluster secret, the
- * clients' token, and extra [cluster] lines for every config. scripts/netns.sh writes it
+ * clients' token, the TLS files (the cluster's CA, each host's certificate and key, rl-chaos's
+ * own), and extra [cluster] lines for every config. scripts/netns.sh writes it
  * after building the namespaces. Not the namespaces themselves (the script's), nor what is
  * done with them (cluster.c, faults.c).
  *
@@ -10,6 +11,8 @@
  *   zookeeper NETNS ADDR        node NAME NETNS ADDR        router N NETNS ADDR
  *   device DEV                  secret_file PATH            token_file PATH
  *   token_sha256 HEX            cluster KEY = VALUE         (added to [cluster])
+ *   tls_ca_file PATH            tls node NAME CERT KEY      tls router N CERT KEY
+ *   tls client CERT KEY         (with tls_ca_file, every node, router and the client need one)
  */
 #include "chaos.h"
 
@@ -18,6 +21,7 @@
 #include <string.h>
 
 #include "scenario.h"
+#include "tls.h"
 
 static int
 fail(char *err, size_t errlen, const char *path, int line, const char *why, const char *what)
@@ -55,6 +59,37 @@ copy(char *dst, size_t len, const char *v)
     return (size_t)snprintf(dst, len, "%s", v) >= len ? -1 : 0;
 }
 
+static int
+set_tls(struct ch_host *h, const char *cert, const char *key)
+{
+    if (h == NULL || copy(h->tls_cert, sizeof(h->tls_cert), cert) != 0) {
+        return -1;
+    }
+    return copy(h->tls_key, sizeof(h->tls_key), key);
+}
+
+/* The host a "tls" line names (w[1] w[2]...), or NULL; *at is where its files are in w. */
+static struct ch_host *
+tls_host(struct ch_hosts *h, const struct ch_scenario *sc, char **w, int n, int *at)
+{
+    if (n == 4 && strcmp(w[1], "client") == 0) {
+        *at = 2;
+        return &h->client;
+    }
+    *at = 3;
+    if (n == 5 && strcmp(w[1], "node") == 0) {
+        int i = node_index(sc, w[2]);
+
+        return i < 0 ? NULL : &h->node[i];
+    }
+    if (n == 5 && strcmp(w[1], "router") == 0) {
+        int i = atoi(w[2]) - 1;
+
+        return i < 0 || i >= sc->routers ? NULL : &h->router[i];
+    }
+    return NULL;
+}
+
 int
 ch_hosts_load(struct ch_hosts *h, const char *path, const struct ch_scenario *sc, char *err,
               size_t errlen)
@@ -68,7 +103,7 @@ ch_hosts_load(struct ch_hosts *h, const char *path, const struct ch_scenario *sc
         return fail(err, errlen, path, 0, "cannot open", "");
     }
     while (rc == 0 && fgets(buf, sizeof(buf), f) != NULL) {
-        char *w[5] = {NULL}, *save = NULL, *rest;
+        char *w[6] = {NULL}, *save = NULL, *rest;
         int n = 0;
 
         line++;
@@ -87,7 +122,7 @@ ch_hosts_load(struct ch_hosts *h, const char *path, const struct ch_scenario *sc
             }
             continue;
         }
-        for (char *t = strtok_r(rest, " \t", &save); t != NULL && n < 5;
+        for (char *t = strtok_r(rest, " \t", &save); t != NULL && n < 6;
              t = strtok_r(NULL, " \t", &save)) {
             w[n++] = t;
         }
@@ -109,6 +144,13 @@ ch_hosts_load(struct ch_hosts *h, const char *path, const struct ch_scenario *sc
             rc = copy(h->token_file, sizeof(h->token_file), w[1]);
         } else if (n == 2 && strcmp(w[0], "token_sha256") == 0 && strlen(w[1]) == 64) {
             rc = copy(h->token_sha256, sizeof(h->token_sha256), w[1]);
+        } else if (n == 2 && strcmp(w[0], "tls_ca_file") == 0) {
+            rc = copy(h->tls_ca_file, sizeof(h->tls_ca_file), w[1]);
+        } else if (n >= 4 && strcmp(w[0], "tls") == 0) {
+            int at = 0;
+            struct ch_host *th = tls_host(h, sc, w, n, &at);
+
+            rc = th == NULL ? -1 : set_tls(th, w[at], w[at + 1]);
         } else {
             rc = -1;
         }
@@ -139,5 +181,49 @@ ch_hosts_load(struct ch_hosts *h, const char *path, const struct ch_scenario *sc
         return fail(err, errlen, path, line,
                     "device, secret_file, token_file and token_sha256 are required", "");
     }
+    if (h->tls_ca_file[0] != '\0') {
+        for (int i = 0; i < sc->nodes; i++) {
+            if (h->node[i].tls_cert[0] == '\0') {
+                return fail(err, errlen, path, line, "with tls_ca_file, no tls line for node",
+                            ch_node_name(i));
+            }
+        }
+        for (int i = 0; i < sc->routers; i++) {
+            if (h->router[i].tls_cert[0] == '\0') {
+                return fail(err, errlen, path, line,
+                            "with tls_ca_file, a router has no tls line (tls router N CERT KEY)",
+                            "");
+            }
+        }
+        if (h->client.tls_cert[0] == '\0') {
+            return fail(err, errlen, path, line,
+                        "with tls_ca_file, rl-chaos needs its own (tls client CERT KEY)", "");
+        }
+    }
     return 0;
+}
+
+int
+ch_hosts_tls(struct ch_hosts *h, char *err, size_t errlen)
+{
+    char why[400];
+
+    if (h->tls_ca_file[0] == '\0') {
+        return 0;
+    }
+    if (rl_tls_ctx_new(&h->tls, RL_TLS_CLIENT, h->client.tls_cert, h->client.tls_key,
+                       h->tls_ca_file, NULL, why, sizeof(why)) != 0) {
+        snprintf(err, errlen, "TLS: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
+void
+ch_hosts_free(struct ch_hosts *h)
+{
+    if (h != NULL) {
+        rl_tls_ctx_free(h->tls);
+        free(h);
+    }
 }

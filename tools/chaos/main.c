@@ -156,7 +156,8 @@ check_hosts(const struct ch_scenario *sc, const char *path, struct ch_hosts **ou
         return 0;
     }
     *out = calloc(1, sizeof(**out));
-    if (*out == NULL || ch_hosts_load(*out, path, sc, err, sizeof(err)) != 0) {
+    if (*out == NULL || ch_hosts_load(*out, path, sc, err, sizeof(err)) != 0 ||
+        ch_hosts_tls(*out, err, sizeof(err)) != 0) {
         fprintf(stderr, "rl-chaos: %s\n", *out == NULL ? "out of memory" : err);
         return -1;
     }
@@ -282,7 +283,7 @@ main(int argc, char **argv)
 out:
     ch_run_free(r);
     free(sc);
-    free(hp);
+    ch_hosts_free(hp);
     rl_harness_cleanup();
     return rc;
 }

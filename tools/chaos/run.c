@@ -4,16 +4,20 @@
  * routers' sampled digests, and the last view read back. Each takes the run's lock, since
  * the traffic threads, the observer's thread and the main thread all write. Calls nothing
  * of rl-chaos; everything else of it calls this. Also the one way its parts dial a router or a
- * node (ch_run_connect: on loopback, or at its host with AUTH). Not the judging (verdict.c).
+ * node (ch_run_connect: on loopback, or at its host with AUTH, over TLS when the hosts file
+ * gives the cluster TLS). Not the judging (verdict.c).
  */
 #include "chaos.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "reqclient.h"
+#include "tls.h"
 
 struct ch_run *
 ch_run_new(const struct ch_scenario *sc, bool verbose)
@@ -126,7 +130,7 @@ ch_run_connect(const struct ch_run *r, bool as_router, int i, struct rl_client *
                int timeout_ms)
 {
     const struct ch_host *h = NULL;
-    char addr[96], why[160];
+    char addr[96], why[400];
     int port = as_router ? r->router_port[i] : r->node_port[i], rc;
 
     if (r->hosts != NULL) {
@@ -138,6 +142,21 @@ ch_run_connect(const struct ch_run *r, bool as_router, int i, struct rl_client *
     rc = rl_client_connect_addr(out, addr, timeout_ms);
     if (rc != 0 || r->hosts == NULL) {
         return rc;
+    }
+    if (r->hosts->tls != NULL) {
+        /* the client certificate too: a node requires one of every direct connection */
+        static atomic_bool told;
+
+        rc = rl_client_start_tls(*out, r->hosts->tls, timeout_ms, why, sizeof(why));
+        if (rc != 0 && rc != -ETIMEDOUT && !atomic_exchange(&told, true)) {
+            /* a handshake refused (not one cut short by a fault) says what is wrong, once */
+            fprintf(stderr, "rl-chaos: TLS with %s failed: %s\n", addr, why);
+        }
+        if (rc != 0) {
+            rl_client_destroy(*out);
+            *out = NULL;
+            return rc;
+        }
     }
     rc = rl_client_auth_file(*out, as_router ? r->hosts->token_file : r->hosts->secret_file,
                              timeout_ms, why, sizeof(why));
