@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: the unit and integration suites on the Release
 # build, then all of them again under AddressSanitizer+UBSan, then a short run of every
-# libFuzzer harness (scripts/fuzz.sh; FUZZ_SECONDS each, 15 by default), then the Python
+# libFuzzer harness (scripts/fuzz.sh; FUZZ_SECONDS each, 10 by default), then the Python
 # client's tests against the Release build's processes (clients/python/run_tests.sh: it
 # installs the package into a venv first), then every rl-chaos scenario against the Release
 # build (scripts/chaos.sh), then a cluster spread over network namespaces, over mutual TLS,
@@ -33,8 +33,8 @@ for kind in release asan; do
     (cd "$dir" && ctest --output-on-failure --timeout 900) || status=1
 done
 if [ "$which" = all ] || [ "$which" = fuzz ]; then
-    echo "== fuzzers (${FUZZ_SECONDS:-15} s each) =="
-    bash scripts/fuzz.sh "${FUZZ_SECONDS:-15}" || status=1
+    echo "== fuzzers (${FUZZ_SECONDS:-10} s each) =="
+    bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}" || status=1
 fi
 if [ "$which" = all ] || [ "$which" = python ]; then
     echo "== Python client (clients/python/run_tests.sh) =="
