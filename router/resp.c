@@ -61,25 +61,15 @@ conn_drain(struct resp_conn *c)
     return 0;
 }
 
-/* c has replies to write: now, or at the end of the batch of node replies being read
- * (rl_resp_batch_end), so that a batch's answers go out in one write per connection. */
+/* c has replies to write: they go out at the end of this loop turn (rl_front_mark), with
+ * every other reply the turn gave c, in one write. */
 static void
 conn_mark(struct resp_conn *c)
 {
-    struct rl_resp *g = c->r->resp;
-
     if (c->closing) {
         return;
     }
-    if (c->r->now_ns == 0) {
-        rl_front_flush(c->fc);
-        return;
-    }
-    if (!c->dirty) {
-        c->dirty = true;
-        c->dirty_next = g->dirty;
-        g->dirty = c;
-    }
+    rl_front_mark(c->fc);
 }
 
 void
@@ -832,6 +822,15 @@ resp_close(struct rl_front_conn *fc)
     rl_front_set_proto(fc, NULL);
 }
 
+/* A connection refused before it is served (front.c's caps): a RESP error line. */
+static size_t
+resp_refusal(char *buf, size_t n, const char *why)
+{
+    int len = snprintf(buf, n, "-ERR %s\r\n", why);
+
+    return len < 0 ? 0 : (size_t)len < n ? (size_t)len : n - 1;
+}
+
 const struct rl_front_ops rl_resp_ops = {
     .name = "resp",
     .limits = {.write_queue_max = RESP_WRITE_QUEUE_MAX,
@@ -845,6 +844,8 @@ const struct rl_front_ops rl_resp_ops = {
     .on_idle = NULL,
     .on_tick = resp_tick,
     .on_close = resp_close,
+    .auth_per_connection = true,
+    .refusal = resp_refusal,
 };
 
 void
