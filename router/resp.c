@@ -72,19 +72,6 @@ conn_mark(struct resp_conn *c)
     rl_front_mark(c->fc);
 }
 
-void
-rl_resp_batch_end(struct rl_router *r)
-{
-    struct rl_resp *g = r->resp;
-
-    while (g != NULL && g->dirty != NULL) {
-        struct resp_conn *c = g->dirty;
-
-        g->dirty = c->dirty_next;
-        c->dirty = false;
-        rl_front_flush(c->fc);
-    }
-}
 
 /* ---- the replies --------------------------------------------------------------------------- */
 
@@ -809,14 +796,6 @@ resp_close(struct rl_front_conn *fc)
     (void)rl_front_hold(fc, c->held, 0);
     rl_buf_deinit(&c->in);
     rl_buf_deinit(&c->out);
-    if (c->dirty) {
-        struct resp_conn **pp = &g->dirty;
-
-        while (*pp != c) {
-            pp = &(*pp)->dirty_next;
-        }
-        *pp = c->dirty_next;
-    }
     g->nconns--;
     free(c);
     rl_front_set_proto(fc, NULL);
