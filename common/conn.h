@@ -385,6 +385,13 @@ void rl_conn_auth_failed(struct rl_conn *c);
 uint64_t rl_listener_auth_wait_ms(struct rl_listener *l, const uint8_t *addr);
 void rl_listener_auth_failed(struct rl_listener *l, const uint8_t *addr);
 
+/* A connection l does not hold (the router's gRPC and RESP fronts, front.c) from addr counts
+ * in l's per-address table (the process's when l is shared), with l's own: take counts one
+ * more unless addr already has max_connections_per_peer (false: refuse it); put, once it
+ * closes. */
+bool rl_listener_peer_take(struct rl_listener *l, const uint8_t *addr);
+void rl_listener_peer_put(struct rl_listener *l, const uint8_t *addr);
+
 /*
  * Called from ops->on_frame: the frame being handed over is not handled now. It stays
  * unread, with every frame after it, and c waits for the next loop turn as if past its

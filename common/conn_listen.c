@@ -924,3 +924,37 @@ rl_listener_close(struct rl_listener *l, void (*on_closed)(struct rl_listener *l
         rl_conn_close(l->conns, 0);
     }
 }
+
+/* ---- connections held elsewhere (the router's other fronts) ------------------------------ */
+
+bool
+rl_listener_peer_take(struct rl_listener *l, const uint8_t *addr)
+{
+    struct rl_conn_peer *peer;
+    bool ok = false;
+
+    peers_lock(l);
+    peer = peer_get(l, addr);
+    if (peer != NULL && peer->count < l->lim.max_per_peer) {
+        peer->count++;
+        ok = true;
+    } else if (peer != NULL) {
+        peer_drop(l, peer);
+    }
+    peers_unlock(l);
+    return ok;
+}
+
+void
+rl_listener_peer_put(struct rl_listener *l, const uint8_t *addr)
+{
+    struct rl_conn_peer *peer;
+
+    peers_lock(l);
+    peer = peer_find(l, addr);
+    if (peer != NULL && peer->count > 0) {
+        peer->count--;
+        peer_drop(l, peer);
+    }
+    peers_unlock(l);
+}

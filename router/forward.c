@@ -393,9 +393,6 @@ rl_forward_on_batch(void *arg, bool end)
     struct rl_router *r = arg;
 
     r->now_ns = end ? 0 : uv_hrtime();
-    if (end && r->resp != NULL) {
-        rl_resp_batch_end(r);
-    }
 }
 
 /* The connection l was sent on is closed: it cannot be answered late. */

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <errno.h>
+#include <sys/socket.h>
 #include <netinet/in.h>
 
 #include "front.h"
@@ -32,6 +34,14 @@ struct rl_front {
     char rbuf[FRONT_READ_BUF];
     bool rbuf_busy;
     char *tbuf; /* FRONT_READ_BUF, with TLS: where a read is decrypted */
+    /* Connections with answers queued (rl_front_mark): flushed once per loop turn by the
+     * check handle, so the answers a turn produced for one connection go out in one write.
+     * The idle handle runs while the list is not empty: the loop does not block in poll
+     * before the check when a mark came from outside the poll phase (a timer). */
+    uv_check_t check;
+    uv_idle_t idle;
+    struct rl_front_conn *dirty;
+    uint64_t refused_warned_ms; /* a refusal was last logged (at most every 10 s) */
 };
 
 struct front_wreq {
@@ -65,7 +75,22 @@ struct rl_front_conn {
     bool shut_wanted; /* rl_front_shutdown: FIN after the output queued */
     bool shut;        /* FIN requested (uv_shutdown) */
     uv_shutdown_t shutdown;
+    bool dirty; /* on the loop's dirty list (rl_front_mark) */
+    struct rl_front_conn *dirty_prev, *dirty_next;
+    bool peer_counted; /* counted in the process's per-address table (rl_listener_peer_take) */
+    bool preauth;      /* counted as not yet authenticated (rl_rproc_front_preauth_take) */
 };
+
+static void front_idle_cb(uv_idle_t *h);
+static void front_unmark(struct rl_front_conn *c);
+static void front_release(struct rl_front_conn *c);
+
+/* Nothing to do: the idle handle only keeps the loop from blocking before the check. */
+static void
+front_idle_cb(uv_idle_t *h)
+{
+    (void)h;
+}
 
 const char *
 rl_front_name(enum rl_front_kind kind)
@@ -88,15 +113,15 @@ rl_front_peer(const struct rl_front_conn *c)
 
 /* The peer's address, as conn.c words it. */
 static void
-front_peer_name(struct rl_front_conn *c)
+front_peer_name(struct rl_front_conn *c, uv_os_sock_t fd)
 {
     struct sockaddr_storage sa;
-    int len = sizeof(sa);
+    socklen_t len = sizeof(sa);
     char ip[48]; /* INET6_ADDRSTRLEN */
 
     memset(c->addr, 0, sizeof(c->addr));
     snprintf(c->peer, sizeof(c->peer), "?");
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &len) != 0) {
+    if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0) {
         return;
     }
     if (sa.ss_family == AF_INET6) {
@@ -174,6 +199,86 @@ conn_handle_closed(uv_handle_t *h)
     rl_router_maybe_free(r);
 }
 
+/* Off the loop's dirty list. */
+static void
+front_unmark(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+
+    if (!c->dirty) {
+        return;
+    }
+    c->dirty = false;
+    if (c->dirty_prev != NULL) {
+        c->dirty_prev->dirty_next = c->dirty_next;
+    } else {
+        g->dirty = c->dirty_next;
+    }
+    if (c->dirty_next != NULL) {
+        c->dirty_next->dirty_prev = c->dirty_prev;
+    }
+    c->dirty_prev = c->dirty_next = NULL;
+}
+
+void
+rl_front_mark(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+
+    if (c->closing || c->dirty) {
+        return;
+    }
+    if (g->dirty == NULL) {
+        uv_idle_start(&g->idle, front_idle_cb);
+    }
+    c->dirty = true;
+    c->dirty_prev = NULL;
+    c->dirty_next = g->dirty;
+    if (g->dirty != NULL) {
+        g->dirty->dirty_prev = c;
+    }
+    g->dirty = c;
+}
+
+/* Once per loop turn, after the poll: every connection marked writes what it has. */
+static void
+front_check_cb(uv_check_t *h)
+{
+    struct rl_front *g = ((struct rl_router *)h->data)->front;
+
+    while (g->dirty != NULL) {
+        rl_front_flush(g->dirty); /* takes it off the list (or closes it) */
+    }
+    uv_idle_stop(&g->idle);
+}
+
+/* The caps front_admit counted c against, released (it closes, or authenticated). */
+static void
+front_release(struct rl_front_conn *c)
+{
+    if (c->peer_counted) {
+        c->peer_counted = false;
+        rl_listener_peer_put(&c->r->listener, c->addr);
+    }
+    if (c->preauth) {
+        c->preauth = false;
+        if (c->r->proc != NULL) {
+            rl_rproc_front_preauth_put(c->r->proc, c->kind);
+        }
+    }
+}
+
+void
+rl_front_authenticated(struct rl_front_conn *c)
+{
+    if (c->preauth) {
+        c->preauth = false;
+        if (c->r->proc != NULL) {
+            rl_rproc_front_preauth_put(c->r->proc, c->kind);
+        }
+    }
+}
+
 void
 rl_front_close(struct rl_front_conn *c)
 {
@@ -183,6 +288,8 @@ rl_front_close(struct rl_front_conn *c)
         return;
     }
     c->closing = true;
+    front_unmark(c);
+    front_release(c);
     c->ops->on_close(c);
     c->proto = NULL;
     free(c->out);
@@ -373,6 +480,7 @@ front_shut(uv_shutdown_t *req, int status)
 void
 rl_front_flush(struct rl_front_conn *c)
 {
+    front_unmark(c);
     if (c->closing) {
         return;
     }
@@ -557,6 +665,69 @@ front_timer_closed(uv_handle_t *h)
     rl_router_maybe_free(r);
 }
 
+/*
+ * The client caps of the binary listener (conn.h), for a new connection c of a front (its
+ * address known): [clients] max_connections_per_peer counted with the binary protocol's and
+ * every front's connections from that address (the router's listener's table, shared by the
+ * workers); and for a front that authenticates each connection (RESP's AUTH) while [client]
+ * sections exist, an address past its failed AUTHs is refused and the connections not yet
+ * authenticated hold at most half of the front's max_connections. A refused connection is
+ * told why (the protocol's refusal, in plaintext, when the router has no TLS) and closed.
+ * 0, or UV_ECONNREFUSED.
+ */
+static int
+front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd)
+{
+    struct rl_listener_stats *st = &r->listener.stats;
+    struct rl_front *g = r->front;
+    const char *why = NULL;
+    uint64_t *counter = NULL, now = uv_now(r->loop), wait = 0;
+    char msg[200];
+
+    if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 &&
+        (wait = rl_listener_auth_wait_ms(&r->listener, c->addr)) > 0) {
+        snprintf(msg, sizeof(msg),
+                 "too many failed AUTHs from this address (more than %u a second): try again "
+                 "in %llu ms",
+                 RL_CONN_AUTHFAIL_RATE, (unsigned long long)wait);
+        why = msg;
+        counter = &st->refused_auth_rate;
+    } else if (!rl_listener_peer_take(&r->listener, c->addr)) {
+        why = "server busy: too many connections from this address (max_connections_per_peer)";
+        counter = &st->refused_peer;
+    } else {
+        c->peer_counted = true;
+        if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 && r->proc != NULL) {
+            if (rl_rproc_front_preauth_take(r->proc, c->kind)) {
+                c->preauth = true;
+            } else {
+                why = "server busy: too many connections are waiting for AUTH (half of "
+                      "max_connections)";
+                counter = &st->refused_max;
+            }
+        }
+    }
+    if (why == NULL) {
+        return 0;
+    }
+    front_release(c);
+    (*counter)++;
+    st->connections_refused++;
+    if (g->refused_warned_ms == 0 || now - g->refused_warned_ms >= 10000) {
+        g->refused_warned_ms = now != 0 ? now : 1;
+        rl_log_warn("%s front: client %s refused: %s (said at most every 10 s)", c->ops->name,
+                    c->peer, why);
+    }
+    if (c->ops->refusal != NULL && r->opts.tls_server == NULL) {
+        char out[256];
+        size_t n = c->ops->refusal(out, sizeof(out), why);
+
+        /* a new socket's buffer is empty: a line this short goes out whole, or not at all */
+        (void)!send(fd, out, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    return UV_ECONNREFUSED;
+}
+
 int
 rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
 {
@@ -575,7 +746,12 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         }
         uv_timer_init(r->loop, &r->front->timer);
         r->front->timer.data = r;
-        r->handles++;
+        uv_check_init(r->loop, &r->front->check);
+        r->front->check.data = r;
+        uv_check_start(&r->front->check, front_check_cb);
+        uv_idle_init(r->loop, &r->front->idle);
+        r->front->idle.data = r;
+        r->handles += 3;
     }
     c = calloc(1, sizeof(*c));
     if (c == NULL) {
@@ -585,9 +761,16 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
     c->ops = ops;
     c->kind = kind;
     rl_buf_init(&c->tls_out);
+    front_peer_name(c, fd);
+    rc = front_admit(r, c, fd);
+    if (rc != 0) {
+        free(c);
+        return rc;
+    }
     if (r->opts.tls_server != NULL) {
         c->tls = rl_tls_new(r->opts.tls_server);
         if (c->tls == NULL) {
+            front_release(c);
             free(c);
             return UV_ENOMEM;
         }
@@ -595,6 +778,7 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
     }
     rc = ops->on_open(c);
     if (rc != 0) {
+        front_release(c);
         rl_tls_free(c->tls);
         free(c);
         return rc;
@@ -605,6 +789,7 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
     rc = uv_tcp_open(&c->tcp, fd);
     if (rc != 0) {
         /* not the handle's: the caller closes fd */
+        front_release(c);
         c->ops->on_close(c);
         free(c->out);
         c->out = NULL;
@@ -616,7 +801,6 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         return rc;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    front_peer_name(c);
     c->active_ms = uv_now(r->loop);
     c->next = r->front->conns;
     if (c->next != NULL) {
@@ -648,6 +832,8 @@ rl_front_close_all(struct rl_router *r)
         rl_front_close(r->front->conns);
     }
     uv_close((uv_handle_t *)&r->front->timer, front_timer_closed);
+    uv_close((uv_handle_t *)&r->front->check, front_timer_closed);
+    uv_close((uv_handle_t *)&r->front->idle, front_timer_closed);
 }
 
 void

@@ -72,6 +72,13 @@ struct rl_front_ops {
     /* With TLS, what a plaintext client is told (in plaintext, in the protocol's own terms)
      * before it is closed; NULL: closed without a word. */
     const char *plaintext_refusal;
+    /* True: the protocol authenticates a connection once (RESP's AUTH), so that while
+     * [client] sections exist a new connection is pre-AUTH until rl_front_authenticated
+     * (front_admit in front.c); false: each call authenticates (gRPC's metadata). */
+    bool auth_per_connection;
+    /* Optional: what a connection refused at once (front_admit) is told: why, in the
+     * protocol's words, written to buf (n bytes at most); returns the length. */
+    size_t (*refusal)(char *buf, size_t n, const char *why);
 };
 
 /* Serves fd, accepted on front kind's listener, on r's loop. 0, or a negative errno (then
@@ -101,6 +108,13 @@ int rl_front_write(struct rl_front_conn *c, const void *data, size_t len);
 /* Has the protocol produce its output and writes it; closes the connection when the
  * protocol is finished and everything is written. */
 void rl_front_flush(struct rl_front_conn *c);
+
+/* c has output queued (an answer came): it is written once this loop turn, with whatever
+ * else the turn queued on c (front.c's check handle), rather than at once. */
+void rl_front_mark(struct rl_front_conn *c);
+
+/* c passed its protocol's authentication: it counts as pre-AUTH no more. */
+void rl_front_authenticated(struct rl_front_conn *c);
 
 /* Closes c now (a protocol's fatal error outside on_bytes). */
 void rl_front_close(struct rl_front_conn *c);

@@ -61,40 +61,17 @@ conn_drain(struct resp_conn *c)
     return 0;
 }
 
-/* c has replies to write: now, or at the end of the batch of node replies being read
- * (rl_resp_batch_end), so that a batch's answers go out in one write per connection. */
+/* c has replies to write: they go out at the end of this loop turn (rl_front_mark), with
+ * every other reply the turn gave c, in one write. */
 static void
 conn_mark(struct resp_conn *c)
 {
-    struct rl_resp *g = c->r->resp;
-
     if (c->closing) {
         return;
     }
-    if (c->r->now_ns == 0) {
-        rl_front_flush(c->fc);
-        return;
-    }
-    if (!c->dirty) {
-        c->dirty = true;
-        c->dirty_next = g->dirty;
-        g->dirty = c;
-    }
+    rl_front_mark(c->fc);
 }
 
-void
-rl_resp_batch_end(struct rl_router *r)
-{
-    struct rl_resp *g = r->resp;
-
-    while (g != NULL && g->dirty != NULL) {
-        struct resp_conn *c = g->dirty;
-
-        g->dirty = c->dirty_next;
-        c->dirty = false;
-        rl_front_flush(c->fc);
-    }
-}
 
 /* ---- the replies --------------------------------------------------------------------------- */
 
@@ -819,17 +796,18 @@ resp_close(struct rl_front_conn *fc)
     (void)rl_front_hold(fc, c->held, 0);
     rl_buf_deinit(&c->in);
     rl_buf_deinit(&c->out);
-    if (c->dirty) {
-        struct resp_conn **pp = &g->dirty;
-
-        while (*pp != c) {
-            pp = &(*pp)->dirty_next;
-        }
-        *pp = c->dirty_next;
-    }
     g->nconns--;
     free(c);
     rl_front_set_proto(fc, NULL);
+}
+
+/* A connection refused before it is served (front.c's caps): a RESP error line. */
+static size_t
+resp_refusal(char *buf, size_t n, const char *why)
+{
+    int len = snprintf(buf, n, "-ERR %s\r\n", why);
+
+    return len < 0 ? 0 : (size_t)len < n ? (size_t)len : n - 1;
 }
 
 const struct rl_front_ops rl_resp_ops = {
@@ -847,6 +825,8 @@ const struct rl_front_ops rl_resp_ops = {
     .on_close = resp_close,
     .plaintext_refusal = "-ERR TLS is required: this port takes TLS connections only "
                          "(connect with TLS, e.g. redis-cli --tls --cacert FILE)\r\n",
+    .auth_per_connection = true,
+    .refusal = resp_refusal,
 };
 
 void

@@ -55,14 +55,30 @@ auth_token(struct resp_conn *c, const struct rl_resp_arg *tok, struct rl_buf *b)
 {
     const struct rl_conf *conf = c->r->conf;
     const struct rl_client_conf *cl;
+    uint64_t wait;
 
     if (conf->nauth_clients == 0) {
         rl_resp_put_error(b, "ERR AUTH <password> called without any password configured for "
                              "the default user. Are you sure your configuration is correct?");
         return 1;
     }
+    /* failed AUTHs are counted per address with the binary protocol's and gRPC's */
+    wait = rl_listener_auth_wait_ms(&c->r->listener, rl_front_peer_addr(c->fc));
+    if (wait > 0) {
+        char msg[160];
+
+        c->r->stats.auth_failures++;
+        c->quit = true;
+        snprintf(msg, sizeof(msg),
+                 "ERR too many failed AUTHs from this address (more than %u a second): try "
+                 "again in %llu ms",
+                 RL_CONN_AUTHFAIL_RATE, (unsigned long long)wait);
+        rl_resp_put_error(b, msg);
+        return 1;
+    }
     cl = tok->len > 0 && tok->len <= 256 ? rl_conf_client_by_token(conf, tok->ptr, tok->len) : NULL;
     if (cl == NULL) {
+        rl_listener_auth_failed(&c->r->listener, rl_front_peer_addr(c->fc));
         c->r->stats.auth_failures++;
         if (++c->auth_fails >= RESP_AUTH_TRIES) {
             c->quit = true;
@@ -72,6 +88,7 @@ auth_token(struct resp_conn *c, const struct rl_resp_arg *tok, struct rl_buf *b)
     }
     c->authed = true;
     c->principal = cl;
+    rl_front_authenticated(c->fc);
     return 0;
 }
 

@@ -60,8 +60,6 @@ struct resp_slot {
 struct resp_conn {
     struct rl_front_conn *fc;
     struct rl_router *r;
-    struct resp_conn *dirty_next; /* answered during a batch of node replies: flush at its end */
-    bool dirty;
     struct rl_buf in;  /* unread input: an incomplete command, or commands waiting for a slot */
     size_t held;       /* what rl_front_hold knows of in */
     struct rl_buf out; /* replies ready to write */
@@ -85,7 +83,6 @@ struct resp_conn {
 struct rl_resp {
     uint64_t next_id;
     uint32_t nconns;
-    struct resp_conn *dirty;
     struct rl_resp_cmd cmd;
     struct rl_buf tmp;  /* a reply being written */
     uint64_t warned_ms; /* loop time of the last warning about a connection's input */

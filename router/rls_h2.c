@@ -124,13 +124,14 @@ stream_respond(struct rl_rls_call *call)
     }
 }
 
-/* A node answered one of s's parts (outside nghttp2's reading): send what is ready. */
+/* A node answered one of s's parts (outside nghttp2's reading): what is ready goes out at
+ * the end of this loop turn, with the other answers the turn gave this connection. */
 static void
 stream_answered(struct rl_rls_call *call)
 {
     struct rls_stream *s = call->owner;
 
-    rl_front_flush(s->c->fc);
+    rl_front_mark(s->c->fc);
 }
 
 /* The request of s is complete: checks its gRPC framing and starts the call. */

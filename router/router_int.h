@@ -387,9 +387,6 @@ void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);
 void rl_resp_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
                     uint32_t err);
 
-/* The end of a batch of node replies (forward.c): the RESP connections answered during it
- * write their replies. */
-void rl_resp_batch_end(struct rl_router *r);
 
 /* Frees the RESP front's per-loop state of r (router freed; front.c's connections closed). */
 void rl_resp_free(struct rl_router *r);

@@ -47,6 +47,7 @@ struct rproc_front {
     bool polling;
     uint32_t max;   /* connections open at once, at most */
     uint32_t conns; /* connections open or handed over (atomic) */
+    uint32_t preauth; /* of those, not yet authenticated (atomic; front.c counts them) */
 };
 
 struct rproc_worker {
@@ -532,6 +533,28 @@ void
 rl_rproc_front_closed(struct rl_rproc *p, enum rl_front_kind kind)
 {
     __atomic_fetch_sub(&p->fronts[kind].conns, 1, __ATOMIC_RELAXED);
+}
+
+bool
+rl_rproc_front_preauth_take(struct rl_rproc *p, enum rl_front_kind kind)
+{
+    struct rproc_front *f = &p->fronts[kind];
+    uint32_t max = f->max / 2 > 0 ? f->max / 2 : 1;
+    uint32_t n = __atomic_load_n(&f->preauth, __ATOMIC_RELAXED);
+
+    do {
+        if (n >= max) {
+            return false;
+        }
+    } while (!__atomic_compare_exchange_n(&f->preauth, &n, n + 1, false, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    return true;
+}
+
+void
+rl_rproc_front_preauth_put(struct rl_rproc *p, enum rl_front_kind kind)
+{
+    __atomic_fetch_sub(&p->fronts[kind].preauth, 1, __ATOMIC_RELAXED);
 }
 
 /* Where front kind listens (host NULL: it does not), and how many connections it may

@@ -77,6 +77,12 @@ void rl_rproc_slices_changed(struct rl_rproc *p);
  * open. */
 void rl_rproc_front_closed(struct rl_rproc *p, enum rl_front_kind kind);
 
+/* The connections of front kind not yet authenticated (a front that authenticates each
+ * connection, while [client] sections exist): at most half of its max_connections, process
+ * wide. take: one more (false: refuse it); put: it authenticated or closed. */
+bool rl_rproc_front_preauth_take(struct rl_rproc *p, enum rl_front_kind kind);
+void rl_rproc_front_preauth_put(struct rl_rproc *p, enum rl_front_kind kind);
+
 /* SIGHUP reloaded [cluster] envoy_config: every worker's new gRPC calls use sh (held). */
 void rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh);
 
