@@ -878,37 +878,34 @@ rl_zkm_watch(struct rl_zkm *z)
     return 0;
 }
 
+/* Starts watching one watched znode (ZKM_DW_*): -EALREADY if it is watched already. */
+static int
+zkm_dw_watch(struct rl_zkm *z, int which)
+{
+    if (z->dw[which].on) {
+        return -EALREADY;
+    }
+    z->dw[which].on = 1;
+    zkm_dw_refresh(z, which);
+    return 0;
+}
+
 int
 rl_zkm_watch_rules(struct rl_zkm *z)
 {
-    if (z->dw[ZKM_DW_RULES].on) {
-        return -EALREADY;
-    }
-    z->dw[ZKM_DW_RULES].on = 1;
-    zkm_dw_refresh(z, ZKM_DW_RULES);
-    return 0;
+    return zkm_dw_watch(z, ZKM_DW_RULES);
 }
 
 int
 rl_zkm_watch_envoy(struct rl_zkm *z)
 {
-    if (z->dw[ZKM_DW_ENVOY].on) {
-        return -EALREADY;
-    }
-    z->dw[ZKM_DW_ENVOY].on = 1;
-    zkm_dw_refresh(z, ZKM_DW_ENVOY);
-    return 0;
+    return zkm_dw_watch(z, ZKM_DW_ENVOY);
 }
 
 int
 rl_zkm_watch_slices(struct rl_zkm *z)
 {
-    if (z->dw[ZKM_DW_SLICES].on) {
-        return -EALREADY;
-    }
-    z->dw[ZKM_DW_SLICES].on = 1;
-    zkm_dw_refresh(z, ZKM_DW_SLICES);
-    return 0;
+    return zkm_dw_watch(z, ZKM_DW_SLICES);
 }
 
 void
