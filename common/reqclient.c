@@ -444,13 +444,37 @@ read_some(struct rl_client *c)
     }
 }
 
+/* Sends what the socket takes of b (emptied once all is sent). Returns 0 or a negative
+ * errno, also left in wr_err (-ECONNRESET when the peer is gone). */
+static int
+send_buf(struct rl_client *c, struct rl_buf *b)
+{
+    ssize_t n;
+
+    while (rl_buf_unread(b) > 0) {
+        n = send(c->fd, b->data + b->pos, rl_buf_unread(b), MSG_NOSIGNAL);
+        if (n > 0) {
+            b->pos += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        }
+        c->wr_err = (n == 0 || errno == EPIPE || errno == ECONNRESET) ? -ECONNRESET : -errno;
+        return c->wr_err;
+    }
+    rl_buf_reset(b);
+    return 0;
+}
+
 /* Writes what the socket takes. Returns 0 or a negative errno (-ECONNRESET when the peer
  * is gone). */
 static int
 write_some_tls(struct rl_client *c)
 {
-    ssize_t n;
-
     if (rl_buf_unread(&c->out) > 0) {
         long took = rl_tls_write(c->tls, c->out.data + c->out.pos, rl_buf_unread(&c->out));
 
@@ -466,50 +490,16 @@ write_some_tls(struct rl_client *c)
     if (rl_tls_take_buf(c->tls, &c->ct) != 0) {
         return -ENOMEM;
     }
-    while (rl_buf_unread(&c->ct) > 0) {
-        n = send(c->fd, c->ct.data + c->ct.pos, rl_buf_unread(&c->ct), MSG_NOSIGNAL);
-        if (n > 0) {
-            c->ct.pos += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return 0;
-        }
-        c->wr_err = (n == 0 || errno == EPIPE || errno == ECONNRESET) ? -ECONNRESET : -errno;
-        return c->wr_err;
-    }
-    rl_buf_reset(&c->ct);
-    return 0;
+    return send_buf(c, &c->ct);
 }
 
 static int
 write_some(struct rl_client *c)
 {
-    ssize_t n;
-
     if (c->tls != NULL) {
         return write_some_tls(c);
     }
-    while (rl_buf_unread(&c->out) > 0) {
-        n = send(c->fd, c->out.data + c->out.pos, rl_buf_unread(&c->out), MSG_NOSIGNAL);
-        if (n > 0) {
-            c->out.pos += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return 0;
-        }
-        c->wr_err = (n == 0 || errno == EPIPE || errno == ECONNRESET) ? -ECONNRESET : -errno;
-        return c->wr_err;
-    }
-    rl_buf_reset(&c->out);
-    return 0;
+    return send_buf(c, &c->out);
 }
 
 /*
