@@ -25,26 +25,15 @@ nport=$(free_port)
 rport=$(free_port)
 one_node_conf > "$work/c.conf"
 
-# run BIN PORT: one 5 s closed-loop run with BIN's rl-bench; prints "decisions/s decisions".
-run() {
-    local out
-    out=$(taskset -c 1 "$1/rl-bench" --target 127.0.0.1:$2 --service bench --keys 1000000 \
-        --connections 4 --pipeline 256 --duration 5 --json | tail -1)
-    echo "$(echo "$out" | json decisions_per_s) $(echo "$out" | json decisions)"
-}
 # round BIN: starts a node and a router from BIN, measures direct and routed; prints
 # "direct_dps node_ns_direct routed_dps router_ns node_ns_routed".
 round() {
-    local b=$1 node router n0 n1 r0 r1 d dd rd rdd
+    local b=$1 node router out
     start_pair "$b" "$work/c.conf"
     warm_up "$b"  # the 1M keys exist before any measured run
-    n0=$(ticks $node); read -r d dd < <(run "$b" $nport); n1=$(ticks $node)
-    local nd; nd=$(ns_per $((n1 - n0)) "$dd")
-    n0=$(ticks $node); r0=$(ticks $router); read -r rd rdd < <(run "$b" $rport)
-    n1=$(ticks $node); r1=$(ticks $router)
-    local rn nn; rn=$(ns_per $((r1 - r0)) "$rdd"); nn=$(ns_per $((n1 - n0)) "$rdd")
+    out=$(measure_pair "$b" 5)  # 5 s closed-loop runs
     bench_cleanup
-    echo "$d $nd $rd $rn $nn"
+    echo "$out"
 }
 declare -A col
 for i in $(seq 1 "$runs"); do

@@ -83,3 +83,27 @@ warm_up() {
     taskset -c 1 "$b/rl-bench" --target 127.0.0.1:$nport --service bench --keys 1000000 \
         --sequential --requests 1000000 --connections 4 --pipeline 256 --json "$@" > /dev/null
 }
+# closed_loop BIN PORT SECONDS [ARGS...]: one closed-loop run of BIN's rl-bench (core 1) on
+# [service bench], 1M keys, 4 connections x 256 pipelined; prints "decisions/s decisions".
+closed_loop() {
+    local b=$1 port=$2 secs=$3 out
+    shift 3
+    out=$(taskset -c 1 "$b/rl-bench" --target 127.0.0.1:$port --service bench --keys 1000000 \
+        --connections 4 --pipeline 256 --duration "$secs" --json "$@" | tail -1)
+    echo "$(echo "$out" | json decisions_per_s) $(echo "$out" | json decisions)"
+}
+# measure_pair BIN SECONDS: with start_pair's $node and $router up, a closed_loop straight
+# to the node, then one through the router (rl-bench options from the arrays direct and
+# routed, when set); prints "direct_dps node_ns_direct routed_dps router_ns node_ns_routed"
+# (CPU per decision from ticks).
+measure_pair() {
+    local b=$1 secs=$2 n0 n1 r0 r1 d dd rd rdd
+    n0=$(ticks $node); read -r d dd < <(closed_loop "$b" $nport "$secs" "${direct[@]}")
+    n1=$(ticks $node)
+    local nd; nd=$(ns_per $((n1 - n0)) "$dd")
+    n0=$(ticks $node); r0=$(ticks $router)
+    read -r rd rdd < <(closed_loop "$b" $rport "$secs" "${routed[@]}")
+    n1=$(ticks $node); r1=$(ticks $router)
+    local rn nn; rn=$(ns_per $((r1 - r0)) "$rdd"); nn=$(ns_per $((n1 - n0)) "$rdd")
+    echo "$d $nd $rd $rn $nn"
+}

@@ -44,18 +44,10 @@ for mode in plain tls; do
     } > "$work/$mode.conf"
 done
 
-# run MODE PORT TLSARGS...: one closed-loop run; prints "decisions/s decisions".
-run() {
-    local port=$1 out
-    shift
-    out=$(taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$port --service bench --keys 1000000 \
-        --connections 4 --pipeline 256 --duration "$dur" --json "$@" | tail -1)
-    echo "$(echo "$out" | json decisions_per_s) $(echo "$out" | json decisions)"
-}
 # round MODE: a node and a router of MODE; prints
 # "direct_dps node_ns_direct routed_dps router_ns node_ns_routed".
 round() {
-    local mode=$1 node router n0 n1 r0 r1 d dd rd rdd
+    local mode=$1 node router
     local direct=() routed=()
     trap bench_cleanup EXIT # this runs in a subshell: its processes end with it
     if [ "$mode" = tls ]; then
@@ -64,13 +56,9 @@ round() {
     fi
     start_pair "$bin" "$work/$mode.conf"
     warm_up "$bin" "${direct[@]}"  # the 1M keys exist before any measured run
-    n0=$(ticks $node); read -r d dd < <(run $nport "${direct[@]}"); n1=$(ticks $node)
-    local nd; nd=$(ns_per $((n1 - n0)) "$dd")
-    n0=$(ticks $node); r0=$(ticks $router); read -r rd rdd < <(run $rport "${routed[@]}")
-    n1=$(ticks $node); r1=$(ticks $router)
-    local rn nn; rn=$(ns_per $((r1 - r0)) "$rdd"); nn=$(ns_per $((n1 - n0)) "$rdd")
+    local out; out=$(measure_pair "$bin" "$dur")
     bench_cleanup
-    echo "$d $nd $rd $rn $nn"
+    echo "$out"
 }
 declare -A col
 for i in $(seq 1 "$runs"); do
