@@ -113,6 +113,12 @@ def start_rls(c: harness.Cluster) -> harness.Cluster:
     return c
 
 
+def running(c):
+    """A fixture body: yields the started cluster c, stops it at the end."""
+    yield c
+    c.stop()
+
+
 def request(pb, domain, *descriptors, hits=0):
     """A RateLimitRequest: each descriptor a list of (key, value); hits_addend hits."""
     req = pb.RateLimitRequest(domain=domain, hits_addend=hits)

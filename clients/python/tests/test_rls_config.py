@@ -288,8 +288,7 @@ def test_merge_domains(rls, tmp_path):
 def test_router_merges_domains_when_told(tmp_path, pb):
     """A router with envoy_merge_domains = yes serves a domain split over two local files;
     with no, it refuses to start on them (FILE:LINE)."""
-    harness.need_binaries("rl-node", "rl-router")
-    c = harness.Cluster(tmp_path / "c")
+    c = rls_cluster(tmp_path / "c", "envoy", start=False)
     (c.dir / "envoy").mkdir()
     (c.dir / "envoy" / "1.yaml").write_text("domain: m\ndescriptors:\n  - key: a\n"
                                             "    rate_limit:\n      unit: hour\n"
@@ -297,9 +296,6 @@ def test_router_merges_domains_when_told(tmp_path, pb):
     (c.dir / "envoy" / "2.yaml").write_text("domain: m\ndescriptors:\n  - key: b\n"
                                             "    rate_limit:\n      unit: hour\n"
                                             "      requests_per_unit: 1000023\n")
-    c.rls_port = harness.free_port()
-    base = c.conf.read_text().replace("[router]\n", f"[router]\nrls = {c.rls_port}\n", 1)
-    c.conf.write_text(base.replace("[cluster]\n", "[cluster]\nenvoy_config = envoy\n", 1))
     try:
         c.start_node("a")
         p = harness.spawn([str(harness.BUILD / "rl-router"), "--config", str(c.conf)],
@@ -307,8 +303,8 @@ def test_router_merges_domains_when_told(tmp_path, pb):
         assert p.wait(timeout=10) == 2
         assert f"{c.dir}/envoy/2.yaml:1: duplicate domain 'm'" in \
             (c.dir / "refused.log").read_text()
-        c.conf.write_text(base.replace(
-            "[cluster]\n", "[cluster]\nenvoy_config = envoy\nenvoy_merge_domains = yes\n", 1))
+        c.conf.write_text(c.conf.read_text().replace(
+            "envoy_config = envoy\n", "envoy_config = envoy\nenvoy_merge_domains = yes\n", 1))
         c.start_router()
         harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
         ch, stub = make_stub(c.rls_port, pb)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rls_harness import METHOD, rls_cluster
+from rls_harness import METHOD, rls_cluster, running
 
 pytestmark = pytest.mark.integration
 
@@ -29,18 +29,14 @@ def start(tmp_path_factory, clients):
 
 @pytest.fixture(scope="module")
 def rls(tmp_path_factory):
-    c = start(tmp_path_factory, "[clients]\nidle_timeout = 1s\nframe_timeout = 1s\n"
-                                "max_connections = 4\n")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory, "[clients]\nidle_timeout = 1s\n"
+                             "frame_timeout = 1s\nmax_connections = 4\n"))
 
 
 @pytest.fixture(scope="module")
 def rls_slow(tmp_path_factory):
     """Default timeouts: requests may take their time."""
-    c = start(tmp_path_factory, "")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory, ""))
 
 
 class Conn:

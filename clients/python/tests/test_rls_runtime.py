@@ -11,7 +11,7 @@ import time
 import pytest
 
 import harness
-from rls_harness import METHOD, Caller, metrics_text, request, rls_cluster
+from rls_harness import METHOD, Caller, metrics_text, request, rls_cluster, running
 
 pytestmark = pytest.mark.integration
 
@@ -130,18 +130,14 @@ def metric(c, name, labels=""):
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory):
     """A router whose deadline (3 s) is far past the calls' grpc-timeout."""
-    c = start(tmp_path_factory.mktemp("timeout") / "c", deadline="3s")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory.mktemp("timeout") / "c", deadline="3s"))
 
 
 @pytest.fixture(scope="module")
 def slow_error(tmp_path_factory):
     """The same with [router] rls_failure = error."""
-    c = start(tmp_path_factory.mktemp("timeout_err") / "c", deadline="3s",
-              router="rls_failure = error\n")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory.mktemp("timeout_err") / "c", deadline="3s",
+                             router="rls_failure = error\n"))
 
 
 def frozen(c):
@@ -302,16 +298,14 @@ def test_failed_tokens_slow_the_address_down_for_every_protocol(authed, pb):
 
 @pytest.fixture(scope="module")
 def hdr_ratelimit(tmp_path_factory):
-    c = start(tmp_path_factory.mktemp("hdr") / "c", router="rls_headers = ratelimit\n")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory.mktemp("hdr") / "c",
+                             router="rls_headers = ratelimit\n"))
 
 
 @pytest.fixture(scope="module")
 def hdr_draft(tmp_path_factory):
-    c = start(tmp_path_factory.mktemp("hdrd") / "c", router="rls_headers = draft\n")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory.mktemp("hdrd") / "c",
+                             router="rls_headers = draft\n"))
 
 
 def headers_of(r):
@@ -375,9 +369,7 @@ def test_draft_headers(hdr_draft, pb):
 
 @pytest.fixture(scope="module")
 def counted(tmp_path_factory):
-    c = start(tmp_path_factory.mktemp("met") / "c")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory.mktemp("met") / "c"))
 
 
 def test_calls_counted_by_domain_and_result(counted, pb):
@@ -433,7 +425,6 @@ def test_detailed_metric_counts_hits_by_full_key(counted, pb):
 def test_streams_refused_and_reset_are_counted(counted, pb):
     import ratelimiter
 
-    req = request(pb, "edge", [("k", "streams")])
     before = {ev: metric(counted, "rl_router_rls_streams_total", f'event="{ev}"')
               for ev in ("refused", "reset_by_server", "reset_by_client")}
     raw = Raw(counted.rls_port)
