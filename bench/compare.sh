@@ -13,56 +13,27 @@
 source "$(dirname "$0")/lib.sh"
 base_rev=${1:-${BASE:-HEAD~1}}
 runs=${RUNS:-3}
-bash "$top/scripts/build.sh" release >/dev/null
+build_release
 work=$(mktemp -d)
 trap 'bench_cleanup; git -C "$top" worktree remove --force "$work/src" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git -C "$top" worktree add --detach -q "$work/src" "$base_rev"
 cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/build" -j"$(nproc)" --target rl-node rl-router rl-bench >/dev/null
 machine
-echo "base: $(git -C "$top" rev-parse --short "$base_rev"), current: $(git -C "$top" rev-parse --short HEAD)$(git -C "$top" diff --quiet || echo ' + uncommitted changes')"
+echo "base: $(git -C "$top" rev-parse --short "$base_rev"), current: $(tree_rev)"
 nport=$(free_port)
 rport=$(free_port)
-cat > "$work/c.conf" <<CONF
-[router]
-listen = 127.0.0.1:$rport
-deadline = 200ms
-[node n]
-listen = 127.0.0.1:$nport
-memory = 4g
-[service bench]
-limit = token_bucket 100 per 1m
-CONF
+one_node_conf > "$work/c.conf"
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# run BIN PORT: one 5 s closed-loop run with BIN's rl-bench; prints "decisions/s decisions".
-run() {
-    local out
-    out=$(taskset -c 1 "$1/rl-bench" --target 127.0.0.1:$2 --service bench --keys 1000000 \
-        --connections 4 --pipeline 256 --duration 5 --json | tail -1)
-    echo "$(echo "$out" | json decisions_per_s) $(echo "$out" | json decisions)"
-}
 # round BIN: starts a node and a router from BIN, measures direct and routed; prints
 # "direct_dps node_ns_direct routed_dps router_ns node_ns_routed".
 round() {
-    local b=$1 node router n0 n1 r0 r1 d dd rd rdd hz
-    hz=$(getconf CLK_TCK)
-    taskset -c 0 "$b/rl-node" --config "$work/c.conf" --name n 2>>"$work/node.log" &
-    node=$!; pids+=($node)
-    taskset -c 1 "$b/rl-router" --config "$work/c.conf" 2>>"$work/router.log" &
-    router=$!; pids+=($router)
-    wait_port $nport; wait_port $rport; sleep 0.3
-    # Warm up: the 1M keys exist before any measured run.
-    taskset -c 1 "$b/rl-bench" --target 127.0.0.1:$nport --service bench --keys 1000000 \
-        --sequential --requests 1000000 --connections 4 --pipeline 256 --json > /dev/null
-    n0=$(ticks $node); read -r d dd < <(run "$b" $nport); n1=$(ticks $node)
-    local nd=$(awk -v t=$((n1 - n0)) -v n=$dd -v hz=$hz 'BEGIN {printf "%.0f", t / hz * 1e9 / n}')
-    n0=$(ticks $node); r0=$(ticks $router); read -r rd rdd < <(run "$b" $rport)
-    n1=$(ticks $node); r1=$(ticks $router)
-    local rn=$(awk -v t=$((r1 - r0)) -v n=$rdd -v hz=$hz 'BEGIN {printf "%.0f", t / hz * 1e9 / n}')
-    local nn=$(awk -v t=$((n1 - n0)) -v n=$rdd -v hz=$hz 'BEGIN {printf "%.0f", t / hz * 1e9 / n}')
+    local b=$1 node router out
+    start_pair "$b" "$work/c.conf"
+    warm_up "$b"  # the 1M keys exist before any measured run
+    out=$(measure_pair "$b" 5)  # 5 s closed-loop runs
     bench_cleanup
-    echo "$d $nd $rd $rn $nn"
+    echo "$out"
 }
 declare -A col
 for i in $(seq 1 "$runs"); do

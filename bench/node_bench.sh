@@ -9,13 +9,11 @@
 # resizes over the runs (rl_node_table_resizes_total: 0 while the key set is constant).
 source "$(dirname "$0")/lib.sh"
 what=${1:-all}
-bash "$top/scripts/build.sh" release >/dev/null
+build_release
 work=$(mktemp -d)
 port=$(free_port)
 mport=$(free_port)
 machine
-hz=$(getconf CLK_TCK)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 resizes() { # the node's key-table resizes so far (grows + shrinks)
     { exec 3<>"/dev/tcp/127.0.0.1/$mport" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3; } 2>/dev/null |
         awk '/^rl_node_table_resizes_total/ {n += $2} END {print n + 0}'

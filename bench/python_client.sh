@@ -15,21 +15,11 @@ py=${PYTHON:-/usr/bin/python3}
 for b in rl-node rl-router rl-bench; do
     [ -x "$bin/$b" ] || { echo "missing $bin/$b: run scripts/build.sh release" >&2; exit 1; }
 done
-work=$(mktemp -d)
-trap 'bench_cleanup; rm -rf "$work"' EXIT
+scratch
 nport=$(free_port)
 rport=$(free_port)
 while [ "$rport" = "$nport" ]; do rport=$(free_port); done
-cat > "$work/c.conf" <<CONF
-[router]
-listen = 127.0.0.1:$rport
-deadline = 200ms
-[node n]
-listen = 127.0.0.1:$nport
-memory = 1g
-[service bench]
-limit = token_bucket 1000 per 1s
-CONF
+one_node_conf 1g "token_bucket 1000 per 1s" > "$work/c.conf"
 "$bin/rl-node" --config "$work/c.conf" --name n --log-level warn 2>>"$work/node.log" &
 pids+=($!)
 "$bin/rl-router" --config "$work/c.conf" --log-level warn 2>>"$work/router.log" &

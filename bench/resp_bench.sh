@@ -14,10 +14,10 @@
 #   bench/resp_bench.sh
 source "$(dirname "$0")/lib.sh"
 runs=${RUNS:-3}
-bash "$top/scripts/build.sh" release >/dev/null
+build_release
 command -v redis-benchmark >/dev/null && command -v redis-server >/dev/null ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
-work=$(mktemp -d)
+scratch
 nport=$(free_port)
 rport=$(free_port)
 sport=$(free_port)

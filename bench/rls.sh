@@ -15,14 +15,14 @@ source "$(dirname "$0")/lib.sh"
 runs=${RUNS:-3}
 dur=${DURATION:-3}
 pairs=${REDIS_PAIRS:-400000}
-bash "$top/scripts/build.sh" release >/dev/null
+build_release
 need=()
 command -v h2load >/dev/null || need+=(nghttp2-client)
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null || need+=(redis-server redis-tools)
 if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-work=$(mktemp -d)
+scratch
 nport=$(free_port)
 rport=$(free_port)
 gport=$(free_port)
@@ -117,8 +117,6 @@ redis() {
 }
 
 router_pid=${pids[1]}
-hz=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 per_decision() { # router CPU microseconds per decision: TICKS DECISIONS/S
     awk -v t="$1" -v hz="$hz" -v r="$2" -v d="$dur" 'BEGIN {printf "%.2f", t / hz * 1e6 / (r * d)}'
 }
@@ -126,12 +124,12 @@ grpc 1 >/dev/null 2>&1
 binary 1 >/dev/null
 g=(); b=(); r=(); gc=(); bc=()
 for i in $(seq 1 "$runs"); do
-    c0=$(cpu_ticks "$router_pid")
+    c0=$(ticks "$router_pid")
     g+=("$(grpc "$dur" 2>"$work/lat")")
-    c1=$(cpu_ticks "$router_pid")
+    c1=$(ticks "$router_pid")
     glat=$(cat "$work/lat")
     b+=("$(binary "$dur")")
-    c2=$(cpu_ticks "$router_pid")
+    c2=$(ticks "$router_pid")
     r+=("$(redis)")
     gc+=("$(per_decision $((c1 - c0)) "${g[-1]}")")
     bc+=("$(per_decision $((c2 - c1)) "${b[-1]}")")

@@ -11,28 +11,12 @@ source "$(dirname "$0")/lib.sh"
 b=${1:-$bin}
 out=${2:-router.perf.data}
 command -v perf >/dev/null || { echo "bench/router_profile.sh: perf is missing" >&2; exit 2; }
-work=$(mktemp -d)
-trap 'bench_cleanup; rm -rf "$work"' EXIT
+scratch
 nport=$(free_port)
 rport=$(free_port)
-cat > "$work/c.conf" <<CONF
-[router]
-listen = 127.0.0.1:$rport
-deadline = 200ms
-[node n]
-listen = 127.0.0.1:$nport
-memory = 4g
-[service bench]
-limit = token_bucket 100 per 1m
-CONF
-taskset -c 0 "$b/rl-node" --config "$work/c.conf" --name n 2>>"$work/node.log" &
-pids+=($!)
-taskset -c 1 "$b/rl-router" --config "$work/c.conf" 2>>"$work/router.log" &
-router=$!
-pids+=($router)
-wait_port $nport; wait_port $rport; sleep 0.3
-taskset -c 1 "$b/rl-bench" --target 127.0.0.1:$nport --service bench --keys 1000000 \
-    --sequential --requests 1000000 --connections 4 --pipeline 256 --json > /dev/null
+one_node_conf > "$work/c.conf"
+start_pair "$b" "$work/c.conf"
+warm_up "$b"
 taskset -c 1 "$b/rl-bench" --target 127.0.0.1:$rport --service bench --keys 1000000 \
     --connections 4 --pipeline 256 --duration 8 --json > "$work/bench.json" &
 load=$!

@@ -7,13 +7,12 @@
 #   RUNS=3 bench/router_workers.sh        (RUNS=5 by default; DURATION=5 seconds a load)
 #   LOG=1 RUNS=3 bench/router_workers.sh  the same with every request logged (request_log)
 source "$(dirname "$0")/lib.sh"
-bash "$top/scripts/build.sh" release >/dev/null
+build_release
 work=$(mktemp -d)
 nport=$(free_port)
 rport=$(free_port)
 machine
 duration=${DURATION:-5}
-hz=$(getconf CLK_TCK)
 cat > "$work/r.conf" <<CONF
 [router]
 listen = 127.0.0.1:$rport
@@ -28,7 +27,6 @@ CONF
 "$bin/rl-node" --config "$work/r.conf" --name n 2>>"$work/node.log" &
 pids+=($!)
 wait_port $nport
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 load() {
     "$bin/rl-bench" --target 127.0.0.1:$rport --service bench --keys 1000000 \
         --connections 8 --pipeline 64 --duration "$1" --json | tail -1
@@ -40,9 +38,9 @@ one() { # WORKERS: prints "decisions/s cpu_us_per_decision"
     sleep 0.3
     load 1 > /dev/null
     local t0 out t1 dps
-    t0=$(cpu_ticks $rpid)
+    t0=$(ticks $rpid)
     out=$(load "$duration")
-    t1=$(cpu_ticks $rpid)
+    t1=$(ticks $rpid)
     kill $rpid
     wait $rpid 2>/dev/null || true
     rm -f "$work/requests.log"

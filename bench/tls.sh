@@ -14,12 +14,11 @@
 source "$(dirname "$0")/lib.sh"
 runs=${RUNS:-3}
 dur=${DURATION:-5}
-bash "$top/scripts/build.sh" release >/dev/null
-work=$(mktemp -d)
-trap 'bench_cleanup; rm -rf "$work"' EXIT
+build_release
+scratch
 machine
 echo "load before: $(uptime)"
-echo "tree: $(git -C "$top" rev-parse --short HEAD)$(git -C "$top" diff --quiet || echo ' + uncommitted changes'), $(openssl version)"
+echo "tree: $(tree_rev), $(openssl version)"
 
 # The throwaway CA and one certificate for every member and rl-bench.
 ossl() { openssl "$@" >/dev/null 2>&1; }
@@ -41,56 +40,25 @@ for mode in plain tls; do
             echo "tls_key_file = $work/m.key"
             echo "tls_ca_file = $work/ca.pem"
         fi
-        cat <<CONF
-[router]
-listen = 127.0.0.1:$rport
-deadline = 200ms
-[node n]
-listen = 127.0.0.1:$nport
-memory = 4g
-[service bench]
-limit = token_bucket 100 per 1m
-CONF
+        one_node_conf
     } > "$work/$mode.conf"
 done
 
-hz=$(getconf CLK_TCK)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# run MODE PORT TLSARGS...: one closed-loop run; prints "decisions/s decisions".
-run() {
-    local port=$1 out
-    shift
-    out=$(taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$port --service bench --keys 1000000 \
-        --connections 4 --pipeline 256 --duration "$dur" --json "$@" | tail -1)
-    echo "$(echo "$out" | json decisions_per_s) $(echo "$out" | json decisions)"
-}
-per() { awk -v t=$1 -v n=$2 -v hz=$hz 'BEGIN {printf "%.0f", t / hz * 1e9 / n}'; }
 # round MODE: a node and a router of MODE; prints
 # "direct_dps node_ns_direct routed_dps router_ns node_ns_routed".
 round() {
-    local mode=$1 node router n0 n1 r0 r1 d dd rd rdd
+    local mode=$1 node router
     local direct=() routed=()
     trap bench_cleanup EXIT # this runs in a subshell: its processes end with it
     if [ "$mode" = tls ]; then
         direct=(--tls-ca "$work/ca.pem" --tls-cert "$work/m.pem" --tls-key "$work/m.key")
         routed=(--tls-ca "$work/ca.pem")
     fi
-    taskset -c 0 "$bin/rl-node" --config "$work/$mode.conf" --name n 2>>"$work/node.log" &
-    node=$!; pids+=($node)
-    taskset -c 1 "$bin/rl-router" --config "$work/$mode.conf" 2>>"$work/router.log" &
-    router=$!; pids+=($router)
-    wait_port $nport; wait_port $rport; sleep 0.3
-    # Warm up: the 1M keys exist before any measured run.
-    taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$nport --service bench --keys 1000000 \
-        --sequential --requests 1000000 --connections 4 --pipeline 256 --json \
-        "${direct[@]}" > /dev/null
-    n0=$(ticks $node); read -r d dd < <(run $nport "${direct[@]}"); n1=$(ticks $node)
-    local nd; nd=$(per $((n1 - n0)) "$dd")
-    n0=$(ticks $node); r0=$(ticks $router); read -r rd rdd < <(run $rport "${routed[@]}")
-    n1=$(ticks $node); r1=$(ticks $router)
-    local rn nn; rn=$(per $((r1 - r0)) "$rdd"); nn=$(per $((n1 - n0)) "$rdd")
+    start_pair "$bin" "$work/$mode.conf"
+    warm_up "$bin" "${direct[@]}"  # the 1M keys exist before any measured run
+    local out; out=$(measure_pair "$bin" "$dur")
     bench_cleanup
-    echo "$d $nd $rd $rn $nn"
+    echo "$out"
 }
 declare -A col
 for i in $(seq 1 "$runs"); do

@@ -12,6 +12,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "parse.h"
+
 void
 rl_auth_sha256(const void *p, size_t n, uint8_t out[RL_AUTH_HASH_LEN])
 {
@@ -29,21 +31,6 @@ rl_auth_equal(const void *a, const void *b, size_t n)
     return CRYPTO_memcmp(a, b, n) == 0;
 }
 
-static int
-auth_hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9') {
-        return ch - '0';
-    }
-    if (ch >= 'a' && ch <= 'f') {
-        return ch - 'a' + 10;
-    }
-    if (ch >= 'A' && ch <= 'F') {
-        return ch - 'A' + 10;
-    }
-    return -1;
-}
-
 int
 rl_auth_parse_hash(const char *hex, uint8_t out[RL_AUTH_HASH_LEN])
 {
@@ -51,7 +38,7 @@ rl_auth_parse_hash(const char *hex, uint8_t out[RL_AUTH_HASH_LEN])
         return -EINVAL;
     }
     for (size_t i = 0; i < RL_AUTH_HASH_LEN; i++) {
-        int hi = auth_hexval(hex[2 * i]), lo = auth_hexval(hex[2 * i + 1]);
+        int hi = rl_hex_digit(hex[2 * i]), lo = rl_hex_digit(hex[2 * i + 1]);
 
         if (hi < 0 || lo < 0) {
             return -EINVAL;

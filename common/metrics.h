@@ -14,7 +14,8 @@
  * (CPU, RSS, descriptors) are read from /proc on the HTTP thread.
  *
  * Also the exposition writer (rl_prom_*) and a fixed-bucket latency histogram, used by the
- * node's and the router's render functions. Not for the framed protocol (conn.h).
+ * node's and the router's render functions (prom.c; the listener is metrics.c). Not for the
+ * framed protocol (conn.h).
  */
 #ifndef RL_METRICS_H
 #define RL_METRICS_H

@@ -24,6 +24,22 @@ rl_is_alnum(int ch)
     return rl_is_digit(ch) || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
 }
 
+/* The value of hexadecimal digit ch (either case), or -1 if it is not one. */
+static inline int
+rl_hex_digit(int ch)
+{
+    if (rl_is_digit(ch)) {
+        return ch - '0';
+    }
+    if (ch >= 'a' && ch <= 'f') {
+        return ch - 'a' + 10;
+    }
+    if (ch >= 'A' && ch <= 'F') {
+        return ch - 'A' + 10;
+    }
+    return -1;
+}
+
 /*
  * Decimal digits only (no sign, no blanks, no 0x), in [min, max]. Phrases: "is not a
  * number", "is too large" (past 2^64-1), "is out of range" (outside [min, max]).

@@ -353,18 +353,17 @@ tls_failed(struct rl_client *c)
     return -EPROTO;
 }
 
-/* read_some under TLS: ciphertext received, decrypted into c->in. A broken record or a
- * refused certificate (the server's alert) becomes rd_err = -EPROTO. */
-static int
-read_some_tls(struct rl_client *c)
+/* One recv of at most cap bytes into dst. Returns the bytes read, or 0 when there are none:
+ * nothing yet, or the stream is over (rd_err set: -ECONNRESET when the peer is gone). */
+static ssize_t
+recv_some(struct rl_client *c, void *dst, size_t cap)
 {
     ssize_t n;
-    int total = 0, got;
 
     for (;;) {
-        n = recv(c->fd, c->raw, CLIENT_READ_CHUNK, 0);
+        n = recv(c->fd, dst, cap, 0);
         if (n > 0) {
-            break;
+            return n;
         }
         if (n == 0) {
             c->rd_err = -ECONNRESET;
@@ -377,6 +376,20 @@ read_some_tls(struct rl_client *c)
             return 0;
         }
         c->rd_err = (errno == EPIPE || errno == ECONNRESET) ? -ECONNRESET : -errno;
+        return 0;
+    }
+}
+
+/* read_some under TLS: ciphertext received, decrypted into c->in. A broken record or a
+ * refused certificate (the server's alert) becomes rd_err = -EPROTO. */
+static int
+read_some_tls(struct rl_client *c)
+{
+    ssize_t n;
+    int total = 0, got;
+
+    n = recv_some(c, c->raw, CLIENT_READ_CHUNK);
+    if (n == 0) {
         return 0;
     }
     if (rl_tls_feed(c->tls, c->raw, (size_t)n) != 0) {
@@ -423,25 +436,35 @@ read_some(struct rl_client *c)
     if (c->tls != NULL) {
         return read_some_tls(c);
     }
-    for (;;) {
-        n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
+    n = recv_some(c, c->in.data + c->in.len, c->in.cap - c->in.len);
+    c->in.len += (size_t)n;
+    return (int)(n > INT_MAX ? INT_MAX : n);
+}
+
+/* Sends what the socket takes of b (emptied once all is sent). Returns 0 or a negative
+ * errno, also left in wr_err (-ECONNRESET when the peer is gone). */
+static int
+send_buf(struct rl_client *c, struct rl_buf *b)
+{
+    ssize_t n;
+
+    while (rl_buf_unread(b) > 0) {
+        n = send(c->fd, b->data + b->pos, rl_buf_unread(b), MSG_NOSIGNAL);
         if (n > 0) {
-            c->in.len += (size_t)n;
-            return (int)(n > INT_MAX ? INT_MAX : n);
-        }
-        if (n == 0) {
-            c->rd_err = -ECONNRESET;
-            return 0;
-        }
-        if (errno == EINTR) {
+            b->pos += (size_t)n;
             continue;
         }
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             return 0;
         }
-        c->rd_err = (errno == EPIPE || errno == ECONNRESET) ? -ECONNRESET : -errno;
-        return 0;
+        c->wr_err = (n == 0 || errno == EPIPE || errno == ECONNRESET) ? -ECONNRESET : -errno;
+        return c->wr_err;
     }
+    rl_buf_reset(b);
+    return 0;
 }
 
 /* Writes what the socket takes. Returns 0 or a negative errno (-ECONNRESET when the peer
@@ -449,8 +472,6 @@ read_some(struct rl_client *c)
 static int
 write_some_tls(struct rl_client *c)
 {
-    ssize_t n;
-
     if (rl_buf_unread(&c->out) > 0) {
         long took = rl_tls_write(c->tls, c->out.data + c->out.pos, rl_buf_unread(&c->out));
 
@@ -466,50 +487,16 @@ write_some_tls(struct rl_client *c)
     if (rl_tls_take_buf(c->tls, &c->ct) != 0) {
         return -ENOMEM;
     }
-    while (rl_buf_unread(&c->ct) > 0) {
-        n = send(c->fd, c->ct.data + c->ct.pos, rl_buf_unread(&c->ct), MSG_NOSIGNAL);
-        if (n > 0) {
-            c->ct.pos += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return 0;
-        }
-        c->wr_err = (n == 0 || errno == EPIPE || errno == ECONNRESET) ? -ECONNRESET : -errno;
-        return c->wr_err;
-    }
-    rl_buf_reset(&c->ct);
-    return 0;
+    return send_buf(c, &c->ct);
 }
 
 static int
 write_some(struct rl_client *c)
 {
-    ssize_t n;
-
     if (c->tls != NULL) {
         return write_some_tls(c);
     }
-    while (rl_buf_unread(&c->out) > 0) {
-        n = send(c->fd, c->out.data + c->out.pos, rl_buf_unread(&c->out), MSG_NOSIGNAL);
-        if (n > 0) {
-            c->out.pos += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return 0;
-        }
-        c->wr_err = (n == 0 || errno == EPIPE || errno == ECONNRESET) ? -ECONNRESET : -errno;
-        return c->wr_err;
-    }
-    rl_buf_reset(&c->out);
-    return 0;
+    return send_buf(c, &c->out);
 }
 
 /*

@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "conf.h"
+#include "parse.h"
 
 struct sl_entry {
     const char *service; /* NULL: empty slot */
@@ -55,21 +56,6 @@ sl_find(const struct rl_slices *s, const char *service, size_t slen, const char 
     return (struct sl_entry *)&s->slot[i];
 }
 
-static int
-hexval(int c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 long
 rl_slices_unescape(char *s)
 {
@@ -77,8 +63,8 @@ rl_slices_unescape(char *s)
 
     for (size_t i = 0; s[i] != '\0'; i++) {
         if (s[i] == '%') {
-            int hi = hexval((unsigned char)s[i + 1]);
-            int lo = hi < 0 ? -1 : hexval((unsigned char)s[i + 2]);
+            int hi = rl_hex_digit((unsigned char)s[i + 1]);
+            int lo = hi < 0 ? -1 : rl_hex_digit((unsigned char)s[i + 2]);
 
             if (lo < 0) {
                 return -1;

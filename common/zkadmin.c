@@ -2,7 +2,9 @@
  * zkadmin: the tools' blocking reads and writes of the assignment, assignment.prev and the
  * rules znode (zkadmin.h), on a session of zkm.c that the tool does not need to run a loop
  * for. Writes make the parent znodes and claim what they replace for the cluster (its ACL,
- * with a secret). Not for watching (zkm.h) nor for members (zkmembers.c).
+ * with a secret). Also the blocking primitives those calls and rl_zkm_read_members stand on
+ * (zkm_ready, zkm_sync_parents, zkm_sync_get: zkm_int.h). Not for watching (zkm.h) nor for
+ * members (zkmembers.c).
  */
 #include "zkadmin.h"
 
@@ -10,9 +12,126 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "zkm_int.h"
+
+/* Attempts at reading a znode that keeps changing size between exists and get. */
+#define ZKM_GET_TRIES 5
+
+/* ---- the blocking primitives (zkm_int.h), also rl_zkm_read_members' ---- */
+
+/* Waits for a connected session until timeout_ms, replacing an expired one. */
+int
+zkm_ready(struct rl_zkm *z, int timeout_ms)
+{
+    struct timespec dl;
+    int state, rc = 0;
+
+    if (z->closing) {
+        return -EINVAL;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000;
+    }
+    for (;;) {
+        if (z->zh == NULL) {
+            zkm_new_session(z);
+            if (z->zh == NULL) {
+                return -ENOTCONN;
+            }
+        }
+        pthread_mutex_lock(&z->mu);
+        while (rc == 0 && z->lk_state != ZOO_CONNECTED_STATE &&
+               z->lk_state != ZOO_EXPIRED_SESSION_STATE && z->lk_state != ZOO_AUTH_FAILED_STATE) {
+            rc = pthread_cond_timedwait(&z->cond, &z->mu, &dl);
+        }
+        state = z->lk_state;
+        pthread_mutex_unlock(&z->mu);
+        if (state == ZOO_CONNECTED_STATE) {
+            return 0;
+        }
+        if (rc != 0) {
+            return -ETIMEDOUT;
+        }
+        if (state == ZOO_AUTH_FAILED_STATE) {
+            return -EACCES;
+        }
+        /* Expired: the loop would make a new session, but the tool may not run the loop. */
+        rl_log_warn("zk: session expired; starting a new one");
+        zkm_new_session(z);
+    }
+}
+
+int
+zkm_sync_parents(struct rl_zkm *z)
+{
+    const char *paths[] = {"/ratelimiter", z->root, z->nodes_path};
+
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        int rc = zoo_create(z->zh, paths[i], "", 0, zkm_acl(z, i == 0), ZOO_PERSISTENT, NULL, 0);
+        if (rc != ZOK && rc != ZNODEEXISTS) {
+            return zkm_errno(rc);
+        }
+        if (z->secure && i > 0) {
+            rc = zoo_set_acl(z->zh, paths[i], -1, &z->acl);
+            if (rc != ZOK) {
+                rl_log_error("zk: cannot set the cluster's ACL on %s: %s", paths[i], zerror(rc));
+                return zkm_errno(rc);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Reads path into a malloc'd NUL-terminated buffer; NULL and version -1 when absent. */
+int
+zkm_sync_get(struct rl_zkm *z, const char *path, char **text, size_t *len, int64_t *version)
+{
+    *text = NULL;
+    *len = 0;
+    *version = -1;
+    for (int i = 0; i < ZKM_GET_TRIES; i++) {
+        struct Stat st;
+        char *buf;
+        int blen, rc;
+
+        rc = zoo_exists(z->zh, path, 0, &st);
+        if (rc == ZNONODE) {
+            return 0;
+        }
+        if (rc != ZOK) {
+            return zkm_errno(rc);
+        }
+        buf = malloc((size_t)st.dataLength + 1);
+        if (buf == NULL) {
+            return -ENOMEM;
+        }
+        blen = st.dataLength;
+        rc = zoo_get(z->zh, path, 0, buf, &blen, &st);
+        if (rc == ZOK && st.dataLength <= blen) {
+            blen = blen < 0 ? 0 : blen; /* -1: null data */
+            buf[blen] = '\0';
+            *text = buf;
+            *len = (size_t)blen;
+            *version = st.version;
+            return 0;
+        }
+        free(buf);
+        if (rc != ZOK && rc != ZNONODE) {
+            return zkm_errno(rc);
+        }
+        /* It went, or grew, between the two reads: read again. */
+    }
+    return -EAGAIN;
+}
+
+/* ---- the tools' reads and writes ---- */
 
 /* A blocking read of path, as rl_zkm_get_assignment reads the assignment. */
 static int

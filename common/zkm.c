@@ -6,7 +6,7 @@
  * member scans. Requests are asynchronous and pipelined (a session's requests are answered
  * in order, so "create the parents, then read the children" needs no waiting in between).
  * Each zhandle has a generation; events of an older one are dropped, so an expired session
- * cannot disturb its successor. The blocking primitives of the tools' calls are here too.
+ * cannot disturb its successor. The blocking primitives of the tools' calls are zkadmin.c's.
  * Not for the shard map, and not a general ZooKeeper wrapper.
  */
 #include "zkm.h"
@@ -23,8 +23,6 @@
 
 /* How often a failed zookeeper_init (a host name that does not resolve) is retried. */
 #define ZKM_INIT_RETRY_MS 2000
-/* Attempts at reading a znode that keeps changing size between exists and get. */
-#define ZKM_GET_TRIES 5
 
 static const char *const zkm_state_names[] = {
 #define RL_ZKM_STATE_NAME(n, s) s,
@@ -32,7 +30,6 @@ static const char *const zkm_state_names[] = {
 #undef RL_ZKM_STATE_NAME
 };
 
-static void zkm_new_session(struct rl_zkm *z);
 static void zkm_dw_refresh(struct rl_zkm *z, int which);
 
 const char *
@@ -566,7 +563,7 @@ zkm_close_handle(struct rl_zkm *z)
     z->sess = NULL;
 }
 
-static void
+void
 zkm_new_session(struct rl_zkm *z)
 {
     struct zkm_sess *s;
@@ -878,37 +875,34 @@ rl_zkm_watch(struct rl_zkm *z)
     return 0;
 }
 
+/* Starts watching one watched znode (ZKM_DW_*): -EALREADY if it is watched already. */
+static int
+zkm_dw_watch(struct rl_zkm *z, int which)
+{
+    if (z->dw[which].on) {
+        return -EALREADY;
+    }
+    z->dw[which].on = 1;
+    zkm_dw_refresh(z, which);
+    return 0;
+}
+
 int
 rl_zkm_watch_rules(struct rl_zkm *z)
 {
-    if (z->dw[ZKM_DW_RULES].on) {
-        return -EALREADY;
-    }
-    z->dw[ZKM_DW_RULES].on = 1;
-    zkm_dw_refresh(z, ZKM_DW_RULES);
-    return 0;
+    return zkm_dw_watch(z, ZKM_DW_RULES);
 }
 
 int
 rl_zkm_watch_envoy(struct rl_zkm *z)
 {
-    if (z->dw[ZKM_DW_ENVOY].on) {
-        return -EALREADY;
-    }
-    z->dw[ZKM_DW_ENVOY].on = 1;
-    zkm_dw_refresh(z, ZKM_DW_ENVOY);
-    return 0;
+    return zkm_dw_watch(z, ZKM_DW_ENVOY);
 }
 
 int
 rl_zkm_watch_slices(struct rl_zkm *z)
 {
-    if (z->dw[ZKM_DW_SLICES].on) {
-        return -EALREADY;
-    }
-    z->dw[ZKM_DW_SLICES].on = 1;
-    zkm_dw_refresh(z, ZKM_DW_SLICES);
-    return 0;
+    return zkm_dw_watch(z, ZKM_DW_SLICES);
 }
 
 void
@@ -944,115 +938,4 @@ rl_zkm_refresh(struct rl_zkm *z)
 {
     zkm_members_refresh(z);
     zkm_dw_refresh(z, ZKM_DW_ASG);
-}
-
-/* The blocking calls. */
-
-/* Waits for a connected session until timeout_ms, replacing an expired one. */
-int
-zkm_ready(struct rl_zkm *z, int timeout_ms)
-{
-    struct timespec dl;
-    int state, rc = 0;
-
-    if (z->closing) {
-        return -EINVAL;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000;
-    }
-    for (;;) {
-        if (z->zh == NULL) {
-            zkm_new_session(z);
-            if (z->zh == NULL) {
-                return -ENOTCONN;
-            }
-        }
-        pthread_mutex_lock(&z->mu);
-        while (rc == 0 && z->lk_state != ZOO_CONNECTED_STATE &&
-               z->lk_state != ZOO_EXPIRED_SESSION_STATE && z->lk_state != ZOO_AUTH_FAILED_STATE) {
-            rc = pthread_cond_timedwait(&z->cond, &z->mu, &dl);
-        }
-        state = z->lk_state;
-        pthread_mutex_unlock(&z->mu);
-        if (state == ZOO_CONNECTED_STATE) {
-            return 0;
-        }
-        if (rc != 0) {
-            return -ETIMEDOUT;
-        }
-        if (state == ZOO_AUTH_FAILED_STATE) {
-            return -EACCES;
-        }
-        /* Expired: the loop would make a new session, but the tool may not run the loop. */
-        rl_log_warn("zk: session expired; starting a new one");
-        zkm_new_session(z);
-    }
-}
-
-int
-zkm_sync_parents(struct rl_zkm *z)
-{
-    const char *paths[] = {"/ratelimiter", z->root, z->nodes_path};
-
-    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-        int rc = zoo_create(z->zh, paths[i], "", 0, zkm_acl(z, i == 0), ZOO_PERSISTENT, NULL, 0);
-        if (rc != ZOK && rc != ZNODEEXISTS) {
-            return zkm_errno(rc);
-        }
-        if (z->secure && i > 0) {
-            rc = zoo_set_acl(z->zh, paths[i], -1, &z->acl);
-            if (rc != ZOK) {
-                rl_log_error("zk: cannot set the cluster's ACL on %s: %s", paths[i], zerror(rc));
-                return zkm_errno(rc);
-            }
-        }
-    }
-    return 0;
-}
-
-/* Reads path into a malloc'd NUL-terminated buffer; NULL and version -1 when absent. */
-int
-zkm_sync_get(struct rl_zkm *z, const char *path, char **text, size_t *len, int64_t *version)
-{
-    *text = NULL;
-    *len = 0;
-    *version = -1;
-    for (int i = 0; i < ZKM_GET_TRIES; i++) {
-        struct Stat st;
-        char *buf;
-        int blen, rc;
-
-        rc = zoo_exists(z->zh, path, 0, &st);
-        if (rc == ZNONODE) {
-            return 0;
-        }
-        if (rc != ZOK) {
-            return zkm_errno(rc);
-        }
-        buf = malloc((size_t)st.dataLength + 1);
-        if (buf == NULL) {
-            return -ENOMEM;
-        }
-        blen = st.dataLength;
-        rc = zoo_get(z->zh, path, 0, buf, &blen, &st);
-        if (rc == ZOK && st.dataLength <= blen) {
-            blen = blen < 0 ? 0 : blen; /* -1: null data */
-            buf[blen] = '\0';
-            *text = buf;
-            *len = (size_t)blen;
-            *version = st.version;
-            return 0;
-        }
-        free(buf);
-        if (rc != ZOK && rc != ZNONODE) {
-            return zkm_errno(rc);
-        }
-        /* It went, or grew, between the two reads: read again. */
-    }
-    return -EAGAIN;
 }

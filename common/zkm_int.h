@@ -175,7 +175,10 @@ struct ACL_vector *zkm_acl(struct rl_zkm *z, int top);
 int zkm_acl_ours(const struct rl_zkm *z, const struct ACL_vector *v);
 void zkm_parents(struct rl_zkm *z);
 
-/* zkm.c: the blocking primitives of the tools' calls (rl_zkm_read_members, zkadmin.h). */
+/* zkm.c: a new session (the previous handle closed), as the loop and zkm_ready start one. */
+void zkm_new_session(struct rl_zkm *z);
+
+/* zkadmin.c: the blocking primitives of the tools' calls (rl_zkm_read_members, zkadmin.h). */
 int zkm_ready(struct rl_zkm *z, int timeout_ms);
 int zkm_sync_parents(struct rl_zkm *z);
 int zkm_sync_get(struct rl_zkm *z, const char *path, char **text, size_t *len, int64_t *version);

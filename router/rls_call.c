@@ -712,6 +712,19 @@ rl_rls_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_ch
 
 /* ---- a call ------------------------------------------------------------------------------- */
 
+/* The entries of descriptor d (at most RL_ENVOY_ENTRIES_MAX) into e, as the envoy config
+ * matches them. */
+static void
+entries_of(const rls_descriptor *d, struct rl_envoy_entry *e)
+{
+    for (size_t k = 0; k < d->n_entries; k++) {
+        e[k].key = d->entries[k]->key;
+        e[k].key_len = strlen(d->entries[k]->key);
+        e[k].value = d->entries[k]->value;
+        e[k].value_len = strlen(d->entries[k]->value);
+    }
+}
+
 /* The cost of descriptor d: its own hits_addend, else the request's, else 1. */
 static uint64_t
 hits_of(const rls_request *req, const rls_descriptor *d)
@@ -832,12 +845,7 @@ rl_rls_call_start(struct rl_rls_call *s)
         if (d->n_entries == 0 || d->n_entries > RL_ENVOY_ENTRIES_MAX) {
             continue;
         }
-        for (size_t k = 0; k < d->n_entries; k++) {
-            e[k].key = d->entries[k]->key;
-            e[k].key_len = strlen(d->entries[k]->key);
-            e[k].value = d->entries[k]->value;
-            e[k].value_len = strlen(d->entries[k]->value);
-        }
+        entries_of(d, e);
         if (d->limit != NULL) {
             /* Envoy's RateLimitOverride: that limit, under the same counter key, in a known
              * domain only, never in shadow mode (as upstream); an unknown unit limits nothing */
@@ -890,12 +898,7 @@ rl_rls_call_start(struct rl_rls_call *s)
         if (m->nlimits == 0) {
             continue;
         }
-        for (size_t k = 0; k < d->n_entries; k++) {
-            e[k].key = d->entries[k]->key;
-            e[k].key_len = strlen(d->entries[k]->key);
-            e[k].value = d->entries[k]->value;
-            e[k].value_len = strlen(d->entries[k]->value);
-        }
+        entries_of(d, e);
         memset(share, 0, sizeof(share[0]) * d->n_entries);
         if (d->limit == NULL) {
             rl_envoy_match(cfg, req->domain, dlen, e, d->n_entries, share);

@@ -374,6 +374,21 @@ START_TEST(test_reload)
 }
 END_TEST
 
+/* Runs argv (output to log) to its end, which must be exit status 2 (a refused start);
+ * its output in out. */
+static void
+refused_start(const char *const argv[], const char *log, char *out, size_t cap)
+{
+    int status;
+    pid_t pid;
+
+    ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
+    ck_assert_int_eq(rl_harness_wait(pid, 10000, &status), 0);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 2);
+    ck_assert_int_ge(rl_harness_read_file(log, out, cap), 0);
+}
+
 /* A key file its group or others may read stops the start, with one clear line; so do the
  * tls_* keys given without the others. */
 START_TEST(test_key_mode)
@@ -405,11 +420,7 @@ START_TEST(test_key_mode)
                                                  "[node n1]\nlisten = 127.0.0.1:1\n",
                                            dir),
                      0);
-    ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
-    ck_assert_int_eq(rl_harness_wait(pid, 10000, &status), 0);
-    ck_assert(WIFEXITED(status));
-    ck_assert_int_eq(WEXITSTATUS(status), 2);
-    ck_assert_int_ge(rl_harness_read_file(log, out, sizeof(out)), 0);
+    refused_start(argv, log, out, sizeof(out));
     ck_assert_msg(strstr(out, "go together") != NULL, "%s", out);
     /* an encrypted key: refused, no passphrase asked for */
     {
@@ -426,11 +437,7 @@ START_TEST(test_key_mode)
                                                "[node n1]\nlisten = 127.0.0.1:1\n",
                                                dir, enc, dir),
                          0);
-        ck_assert_int_eq(rl_harness_spawn(argv, log, &pid), 0);
-        ck_assert_int_eq(rl_harness_wait(pid, 10000, &status), 0);
-        ck_assert(WIFEXITED(status));
-        ck_assert_int_eq(WEXITSTATUS(status), 2);
-        ck_assert_int_ge(rl_harness_read_file(log, out, sizeof(out)), 0);
+        refused_start(argv, log, out, sizeof(out));
         ck_assert_msg(strstr(out, "an encrypted one is not taken") != NULL, "%s", out);
     }
 }

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import harness
-from test_rls_integration import METHOD, pb  # noqa: F401  (pb: a fixture)
+from rls_harness import METHOD, make_stub, request, rls_cluster, router_log, start_rls
 
 pytestmark = pytest.mark.integration
 
@@ -50,29 +50,22 @@ def grpc_body(msg, length=None):
 
 @pytest.fixture(scope="module")
 def rls(tmp_path_factory):
-    harness.need_binaries("rl-node", "rl-router")
     d = tmp_path_factory.mktemp("rlsabuse")
     (d / "edge.yaml").write_text("domain: edge\ndescriptors:\n  - key: k\n    rate_limit:\n"
                                  "      unit: hour\n      requests_per_unit: 1000000\n")
-    c = harness.Cluster(d, deadline="2s")
-    c.rls_port = harness.free_port()
-    text = c.conf.read_text()
-    text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = edge.yaml\n", 1)
-    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\n", 1)
-    c.conf.write_text(text)
+    c = rls_cluster(d, "edge.yaml", deadline="2s", start=False)
     # ASan keeps freed memory in quarantine (256 MiB by default): RSS would say little
     old = os.environ.get("ASAN_OPTIONS")
     os.environ["ASAN_OPTIONS"] = (old + ":" if old else "") + "quarantine_size_mb=16"
     try:
-        c.start()
+        start_rls(c)
     finally:
         if old is None:
             del os.environ["ASAN_OPTIONS"]
         else:
             os.environ["ASAN_OPTIONS"] = old
-    harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
     yield c
-    log = (c.dir / "router.log").read_text(errors="replace")
+    log = router_log(c)
     c.stop()
     assert "Sanitizer" not in log and "runtime error" not in log, log
 
@@ -158,12 +151,8 @@ class Raw:
 def under_abuse(rls, pb, abuse, limit_s=30.0):
     """Runs abuse() in a thread while another client calls the router every 50 ms; then a
     new client calls. Returns (abuse's result, the longest call, RSS growth)."""
-    ch = grpc.insecure_channel(f"127.0.0.1:{rls.rls_port}")
-    stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
-                          response_deserializer=pb.RateLimitResponse.FromString)
-    req = pb.RateLimitRequest(domain="edge")
-    e = req.descriptors.add().entries.add()
-    e.key, e.value = "k", "probe"
+    ch, stub = make_stub(rls.rls_port, pb)
+    req = request(pb, "edge", [("k", "probe")])
     assert stub(req, timeout=5).overall_code == pb.RateLimitResponse.OK  # connected
     before = rss(rls.router.pid)
     peak = before
@@ -189,9 +178,7 @@ def under_abuse(rls, pb, abuse, limit_s=30.0):
     assert not t.is_alive(), "the abuse did not end"
     ch.close()
     # and a new client, on a new connection
-    ch = grpc.insecure_channel(f"127.0.0.1:{rls.rls_port}")
-    stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
-                          response_deserializer=pb.RateLimitResponse.FromString)
+    ch, stub = make_stub(rls.rls_port, pb)
     t0 = time.monotonic()
     assert stub(req, timeout=10).overall_code == pb.RateLimitResponse.OK
     worst = max(worst, time.monotonic() - t0)

@@ -10,28 +10,20 @@
 """
 
 import os
-import shutil
-import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 import harness
+from rls_harness import (ZooKeeper, caller_fixture, make_stub, metrics_text, request,
+                         rls_cluster, start_rls)
 
 pytestmark = pytest.mark.integration
 
 grpc = pytest.importorskip("grpc")
 
-METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 YEAR_S = 365 * 86400
-
-ZK_JARS = ["zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "metrics-core",
-           "snappy-java", "commons-io", "commons-cli", "netty-buffer", "netty-common",
-           "netty-handler", "netty-resolver", "netty-transport",
-           "netty-transport-native-epoll", "netty-transport-native-unix-common"]
 
 LOCAL = """\
 domain: yr
@@ -54,69 +46,9 @@ descriptors:
 """
 
 
-class ZooKeeper:
-    """A throwaway standalone ZooKeeper on a free loopback port (Debian's jars), as the C
-    harness starts one (harness/harness_zk.c)."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.dir = workdir
-        self.port = harness.free_port()
-        (workdir / "data").mkdir(parents=True, exist_ok=True)
-        cfg = workdir / "zoo.cfg"
-        cfg.write_text(f"tickTime=200\nminSessionTimeout=400\nmaxSessionTimeout=30000\n"
-                       f"dataDir={workdir / 'data'}\nclientPort={self.port}\n"
-                       "clientPortAddress=127.0.0.1\nmaxClientCnxns=0\n"
-                       "admin.enableServer=false\n4lw.commands.whitelist=*\nforceSync=no\n")
-        cp = os.environ.get("RL_ZK_CLASSPATH") or ":".join(
-            f"/usr/share/java/{j}.jar" for j in ZK_JARS)
-        java = os.environ.get("RL_JAVA") or "java"
-        if shutil.which(java) is None or not Path("/usr/share/java/zookeeper.jar").exists():
-            pytest.skip("java or Debian's zookeeper is missing (scripts/deps.sh installs them)")
-        self.proc = harness.spawn(
-            [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-             "-XX:-UsePerfData", "-Djava.awt.headless=true", f"-Djava.io.tmpdir={workdir}",
-             "-Dzookeeper.admin.enableServer=false", "-Dzookeeper.jmx.log4j.disable=true",
-             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
-             "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)], workdir / "zk.log")
-        deadline = time.monotonic() + 30
-        while not self._serving():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                log = (workdir / "zk.log").read_text(errors="replace")
-                self.stop()
-                raise RuntimeError(f"ZooKeeper did not start:\n{log}")
-            time.sleep(0.1)
-        self.connect = f"127.0.0.1:{self.port}"
-
-    def _serving(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), 0.3) as s:
-                s.sendall(b"srvr")
-                return s.recv(64).startswith(b"Zookeeper version:")
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        harness.kill(self.proc)
-
-
-@pytest.fixture(scope="module")
-def pb(tmp_path_factory):
-    if shutil.which("protoc") is None:
-        pytest.skip("protoc is missing (scripts/deps.sh installs protobuf-compiler)")
-    out = tmp_path_factory.mktemp("rlsgen")
-    protos = [str(p) for p in (harness.REPO / "proto").rglob("*.proto")]
-    subprocess.run(["protoc", "-I", str(harness.REPO / "proto"), "-I", "/usr/include",
-                    f"--python_out={out}"] + protos, check=True)
-    sys.path.insert(0, str(out))
-    from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
-
-    yield rls_pb2
-    sys.path.remove(str(out))
-
-
 @pytest.fixture(scope="module")
 def zk(tmp_path_factory):
-    z = ZooKeeper(tmp_path_factory.mktemp("zk"))
+    z = ZooKeeper(tmp_path_factory.mktemp("zk"), timeout=30)
     yield z
     z.stop()
 
@@ -124,43 +56,22 @@ def zk(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rls(tmp_path_factory, zk):
     """Two nodes and a router with ZooKeeper membership; envoy_config a local directory."""
-    harness.need_binaries("rl-node", "rl-router", "rl-cli")
     d = tmp_path_factory.mktemp("rlscfg")
     (d / "envoy").mkdir()
     (d / "envoy" / "yr.yaml").write_text(LOCAL)
-    c = harness.Cluster(d, nodes=("a", "b"))
-    c.rls_port = harness.free_port()
-    c.metrics_port = harness.free_port()
-    text = c.conf.read_text()
-    text = text.replace("[cluster]\n", f"[cluster]\nzookeeper = {zk.connect}\n"
-                        "envoy_config = envoy\n", 1)
-    text = text.replace("name = pytest\n", f"name = rlscfg{os.getpid()}\n", 1)
-    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\n"
-                        f"metrics = {c.metrics_port}\n", 1)
-    c.conf.write_text(text)
-    c.start()
-    harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
+    c = rls_cluster(d, "envoy", nodes=("a", "b"), metrics=True, start=False,
+                    cluster=f"zookeeper = {zk.connect}\n",
+                    binaries=("rl-node", "rl-router", "rl-cli"))
+    c.conf.write_text(c.conf.read_text().replace("name = pytest\n",
+                                                 f"name = rlscfg{os.getpid()}\n", 1))
+    start_rls(c)
     yield c
     c.stop()
 
 
 @pytest.fixture(scope="module")
 def call(rls, pb):
-    ch = grpc.insecure_channel(f"127.0.0.1:{rls.rls_port}")
-    stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
-                          response_deserializer=pb.RateLimitResponse.FromString)
-
-    def do(domain, *descriptors, timeout=5.0):
-        req = pb.RateLimitRequest(domain=domain)
-        for entries in descriptors:
-            d = req.descriptors.add()
-            for k, v in entries:
-                e = d.entries.add()
-                e.key, e.value = k, v
-        return stub(req, timeout=timeout)
-
-    yield do
-    ch.close()
+    yield from caller_fixture(rls, pb)
 
 
 def limit_of(call, domain, key, value="x"):
@@ -186,12 +97,9 @@ def cli(rls, *args, conf=None):
 
 def metric(rls, name):
     """One sample of the router's /metrics, by its name with labels."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{rls.metrics_port}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return int(float(line.split()[1]))
+    for line in metrics_text(rls).splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
     raise AssertionError(f"{name} not in /metrics")
 
 
@@ -380,8 +288,7 @@ def test_merge_domains(rls, tmp_path):
 def test_router_merges_domains_when_told(tmp_path, pb):
     """A router with envoy_merge_domains = yes serves a domain split over two local files;
     with no, it refuses to start on them (FILE:LINE)."""
-    harness.need_binaries("rl-node", "rl-router")
-    c = harness.Cluster(tmp_path / "c")
+    c = rls_cluster(tmp_path / "c", "envoy", start=False)
     (c.dir / "envoy").mkdir()
     (c.dir / "envoy" / "1.yaml").write_text("domain: m\ndescriptors:\n  - key: a\n"
                                             "    rate_limit:\n      unit: hour\n"
@@ -389,9 +296,6 @@ def test_router_merges_domains_when_told(tmp_path, pb):
     (c.dir / "envoy" / "2.yaml").write_text("domain: m\ndescriptors:\n  - key: b\n"
                                             "    rate_limit:\n      unit: hour\n"
                                             "      requests_per_unit: 1000023\n")
-    c.rls_port = harness.free_port()
-    base = c.conf.read_text().replace("[router]\n", f"[router]\nrls = {c.rls_port}\n", 1)
-    c.conf.write_text(base.replace("[cluster]\n", "[cluster]\nenvoy_config = envoy\n", 1))
     try:
         c.start_node("a")
         p = harness.spawn([str(harness.BUILD / "rl-router"), "--config", str(c.conf)],
@@ -399,18 +303,14 @@ def test_router_merges_domains_when_told(tmp_path, pb):
         assert p.wait(timeout=10) == 2
         assert f"{c.dir}/envoy/2.yaml:1: duplicate domain 'm'" in \
             (c.dir / "refused.log").read_text()
-        c.conf.write_text(base.replace(
-            "[cluster]\n", "[cluster]\nenvoy_config = envoy\nenvoy_merge_domains = yes\n", 1))
+        c.conf.write_text(c.conf.read_text().replace(
+            "envoy_config = envoy\n", "envoy_config = envoy\nenvoy_merge_domains = yes\n", 1))
         c.start_router()
         harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
-        ch = grpc.insecure_channel(f"127.0.0.1:{c.rls_port}")
-        stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
-                              response_deserializer=pb.RateLimitResponse.FromString)
+        ch, stub = make_stub(c.rls_port, pb)
 
         def lim(key):
-            req = pb.RateLimitRequest(domain="m")
-            e = req.descriptors.add().entries.add()
-            e.key, e.value = key, "x"
+            req = request(pb, "m", [(key, "x")])
             return stub(req, timeout=5).statuses[0].current_limit.requests_per_unit
 
         assert lim("a") == 1000021 and lim("b") == 1000023
@@ -434,14 +334,10 @@ def test_router_with_zookeeper_and_no_local_file(rls, zk, pb, tmp_path):
                        "--name", "second"], log)
     try:
         harness.wait_port(rls_port, p, log)
-        ch = grpc.insecure_channel(f"127.0.0.1:{rls_port}")
-        stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
-                              response_deserializer=pb.RateLimitResponse.FromString)
+        ch, stub = make_stub(rls_port, pb)
 
         def second(domain, key):
-            req = pb.RateLimitRequest(domain=domain)
-            e = req.descriptors.add().entries.add()
-            e.key, e.value = key, "x"
+            req = request(pb, domain, [(key, "x")])
             s = stub(req, timeout=5).statuses[0]
             return s.current_limit.requests_per_unit if s.HasField("current_limit") else None
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-import harness
+from rls_harness import METHOD, rls_cluster, running
 
 pytestmark = pytest.mark.integration
 
@@ -17,39 +17,26 @@ import h2.connection  # noqa: E402
 import h2.errors  # noqa: E402
 import h2.events  # noqa: E402
 
-PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+PATH = METHOD
 
 
 def start(tmp_path_factory, clients):
-    harness.need_binaries("rl-node", "rl-router")
     d = tmp_path_factory.mktemp("rlsh2")
     (d / "edge.yaml").write_text("domain: edge\ndescriptors:\n  - key: k\n    rate_limit:\n"
                                  "      unit: hour\n      requests_per_unit: 5\n")
-    c = harness.Cluster(d, extra=clients)
-    c.rls_port = harness.free_port()
-    text = c.conf.read_text()
-    text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = edge.yaml\n", 1)
-    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\n", 1)
-    c.conf.write_text(text)
-    c.start()
-    harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
-    return c
+    return rls_cluster(d, "edge.yaml", extra=clients)
 
 
 @pytest.fixture(scope="module")
 def rls(tmp_path_factory):
-    c = start(tmp_path_factory, "[clients]\nidle_timeout = 1s\nframe_timeout = 1s\n"
-                                "max_connections = 4\n")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory, "[clients]\nidle_timeout = 1s\n"
+                             "frame_timeout = 1s\nmax_connections = 4\n"))
 
 
 @pytest.fixture(scope="module")
 def rls_slow(tmp_path_factory):
     """Default timeouts: requests may take their time."""
-    c = start(tmp_path_factory, "")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory, ""))
 
 
 class Conn:

@@ -3,17 +3,15 @@ authentication, response_headers_to_add, and its metrics; against real routers a
 with grpcio as Envoy would call, and a raw HTTP/2 client (the h2 package) for what grpcio
 will not send."""
 
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
-import urllib.request
 
 import pytest
 
 import harness
+from rls_harness import METHOD, Caller, metrics_text, request, rls_cluster, running
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +21,6 @@ import h2.config  # noqa: E402
 import h2.connection  # noqa: E402
 import h2.events  # noqa: E402
 
-METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 EDGE = """\
 domain: edge
@@ -58,21 +55,6 @@ descriptors:
 """
 
 
-@pytest.fixture(scope="module")
-def pb(tmp_path_factory):
-    if shutil.which("protoc") is None:
-        pytest.skip("protoc is missing (scripts/deps.sh installs protobuf-compiler)")
-    out = tmp_path_factory.mktemp("rlsgen")
-    protos = [str(p) for p in (harness.REPO / "proto").rglob("*.proto")]
-    subprocess.run(["protoc", "-I", str(harness.REPO / "proto"), "-I", "/usr/include",
-                    f"--python_out={out}"] + protos, check=True)
-    sys.path.insert(0, str(out))
-    from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
-
-    yield rls_pb2
-    sys.path.remove(str(out))
-
-
 def gen_token(path):
     out = subprocess.run([str(harness.BUILD / "rl-cli"), "gen-token", str(path)],
                          check=True, capture_output=True, text=True).stdout
@@ -81,50 +63,11 @@ def gen_token(path):
 
 def start(d, router="", extra="", deadline="200ms", nodes=("a",), token=None):
     """A router with [router] rls (and metrics) on envoy_config EDGE, and its nodes."""
-    harness.need_binaries("rl-node", "rl-router", "rl-cli")
     d.mkdir(parents=True, exist_ok=True)
     (d / "edge.yaml").write_text(EDGE)
-    c = harness.Cluster(d, nodes=nodes, extra=extra, deadline=deadline)
-    c.ready_token = token
-    c.rls_port = harness.free_port()
-    c.metrics_port = harness.free_port()
-    text = c.conf.read_text()
-    text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = edge.yaml\n", 1)
-    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\nmetrics = "
-                        f"{c.metrics_port}\n{router}", 1)
-    c.conf.write_text(text)
-    c.start()
-    harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
-    return c
-
-
-class Caller:
-    def __init__(self, port, pb):
-        self.pb = pb
-        self.ch = grpc.insecure_channel(f"127.0.0.1:{port}")
-        self.stub = self.ch.unary_unary(
-            METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
-            response_deserializer=pb.RateLimitResponse.FromString)
-
-    def request(self, domain, *descriptors):
-        req = self.pb.RateLimitRequest(domain=domain)
-        for entries in descriptors:
-            d = req.descriptors.add()
-            for k, v in entries:
-                e = d.entries.add()
-                e.key, e.value = k, v
-        return req
-
-    def __call__(self, domain, *descriptors, timeout=5.0, metadata=None):
-        return self.stub(self.request(domain, *descriptors), timeout=timeout,
-                         metadata=metadata)
-
-    def with_call(self, domain, *descriptors, timeout=5.0, metadata=None):
-        return self.stub.with_call(self.request(domain, *descriptors), timeout=timeout,
-                                   metadata=metadata)
-
-    def close(self):
-        self.ch.close()
+    return rls_cluster(d, "edge.yaml", nodes=nodes, extra=extra, deadline=deadline,
+                       router=router, metrics=True, token=token,
+                       binaries=("rl-node", "rl-router", "rl-cli"))
 
 
 class Raw:
@@ -172,15 +115,10 @@ def grpc_status(heads, trailers):
     return None
 
 
-def metrics(c):
-    with urllib.request.urlopen(f"http://127.0.0.1:{c.metrics_port}/metrics", timeout=5) as r:
-        return r.read().decode()
-
-
 def metric(c, name, labels=""):
     """The value of series name{labels} (labels as written, without braces); 0 if absent."""
     want = f"{name}{{{labels}}}" if labels else name
-    for line in metrics(c).splitlines():
+    for line in metrics_text(c).splitlines():
         if line.startswith(want + " "):
             return float(line.split()[-1])
     return 0.0
@@ -192,18 +130,14 @@ def metric(c, name, labels=""):
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory):
     """A router whose deadline (3 s) is far past the calls' grpc-timeout."""
-    c = start(tmp_path_factory.mktemp("timeout") / "c", deadline="3s")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory.mktemp("timeout") / "c", deadline="3s"))
 
 
 @pytest.fixture(scope="module")
 def slow_error(tmp_path_factory):
     """The same with [router] rls_failure = error."""
-    c = start(tmp_path_factory.mktemp("timeout_err") / "c", deadline="3s",
-              router="rls_failure = error\n")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory.mktemp("timeout_err") / "c", deadline="3s",
+                             router="rls_failure = error\n"))
 
 
 def frozen(c):
@@ -263,9 +197,7 @@ def test_grpc_timeout_with_rls_failure_error_is_unavailable(slow_error, pb):
 
 def test_malformed_grpc_timeout_is_invalid_argument(slow, pb):
     body = pb.RateLimitRequest(domain="edge").SerializeToString()
-    req = pb.RateLimitRequest(domain="edge")
-    e = req.descriptors.add().entries.add()
-    e.key, e.value = "k", "malformed"
+    req = request(pb, "edge", [("k", "malformed")])
     body = req.SerializeToString()
     raw = Raw(slow.rls_port)
     try:
@@ -366,16 +298,14 @@ def test_failed_tokens_slow_the_address_down_for_every_protocol(authed, pb):
 
 @pytest.fixture(scope="module")
 def hdr_ratelimit(tmp_path_factory):
-    c = start(tmp_path_factory.mktemp("hdr") / "c", router="rls_headers = ratelimit\n")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory.mktemp("hdr") / "c",
+                             router="rls_headers = ratelimit\n"))
 
 
 @pytest.fixture(scope="module")
 def hdr_draft(tmp_path_factory):
-    c = start(tmp_path_factory.mktemp("hdrd") / "c", router="rls_headers = draft\n")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory.mktemp("hdrd") / "c",
+                             router="rls_headers = draft\n"))
 
 
 def headers_of(r):
@@ -439,9 +369,7 @@ def test_draft_headers(hdr_draft, pb):
 
 @pytest.fixture(scope="module")
 def counted(tmp_path_factory):
-    c = start(tmp_path_factory.mktemp("met") / "c")
-    yield c
-    c.stop()
+    yield from running(start(tmp_path_factory.mktemp("met") / "c"))
 
 
 def test_calls_counted_by_domain_and_result(counted, pb):
@@ -459,7 +387,7 @@ def test_calls_counted_by_domain_and_result(counted, pb):
             call("edge")  # no descriptor: an error, in a known domain
         with pytest.raises(grpc.RpcError):
             call("", [("k", "x")])
-        page = metrics(counted)
+        page = metrics_text(counted)
 
         def val(domain, result):
             return metric(counted, "rl_router_rls_domain_calls_total",
@@ -489,7 +417,7 @@ def test_detailed_metric_counts_hits_by_full_key(counted, pb):
         assert val("edge.det_a", "within_limit") == 2
         assert val("edge.det_a", "over_limit") == 1
         assert val("edge.det_b", "within_limit") == 1
-        assert "not-detailed" not in metrics(counted)
+        assert "not-detailed" not in metrics_text(counted)
     finally:
         call.close()
 
@@ -497,9 +425,6 @@ def test_detailed_metric_counts_hits_by_full_key(counted, pb):
 def test_streams_refused_and_reset_are_counted(counted, pb):
     import ratelimiter
 
-    req = pb.RateLimitRequest(domain="edge")
-    e = req.descriptors.add().entries.add()
-    e.key, e.value = "k", "streams"
     before = {ev: metric(counted, "rl_router_rls_streams_total", f'event="{ev}"')
               for ev in ("refused", "reset_by_server", "reset_by_client")}
     raw = Raw(counted.rls_port)

@@ -9,14 +9,13 @@ concurrent calls split across both on one descriptor: one counter, the limit exa
 
 import os
 import signal
-import socket
 import threading
 import time
 
 import pytest
 
 import harness
-from test_rls_integration import METHOD, codes, pb  # noqa: F401  (pb: a fixture)
+from rls_harness import ZooKeeper, caller_fixture, codes, make_stub, request, rls_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -216,53 +215,22 @@ def clear_of_window_edge(unit_s, need_s=8.0):
 
 @pytest.fixture(scope="module")
 def rls(tmp_path_factory):
-    harness.need_binaries("rl-node", "rl-router")
     d = tmp_path_factory.mktemp("rlsup")
     cfg = d / "config"
     cfg.mkdir()
     for name, text in (("basic", BASIC), ("another", ANOTHER), ("share_threshold", SHARE),
                        ("service", SERVICE), ("example", EXAMPLE_RL)):
         (cfg / f"{name}.yaml").write_text(text)
-    c = harness.Cluster(d, nodes=("a", "b"), deadline="2s")
-    c.rls_port = harness.free_port()
+    c = rls_cluster(d, "config", nodes=("a", "b"), deadline="2s")
     c.cfg = cfg
-    text = c.conf.read_text()
-    text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = config\n", 1)
-    text = text.replace("[router]\n", f"[router]\nrls = {c.rls_port}\n", 1)
-    c.conf.write_text(text)
-    c.start()
-    harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
     yield c
     c.stop()
 
 
-def make_stub(port, pb):
-    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
-    stub = ch.unary_unary(METHOD, request_serializer=pb.RateLimitRequest.SerializeToString,
-                          response_deserializer=pb.RateLimitResponse.FromString)
-    return ch, stub
-
-
-def request(pb, domain, *descriptors, hits=1):
-    """upstream's common.NewRateLimitRequest(domain, descriptors, hits_addend)"""
-    req = pb.RateLimitRequest(domain=domain, hits_addend=hits)
-    for entries in descriptors:
-        d = req.descriptors.add()
-        for k, v in entries:
-            e = d.entries.add()
-            e.key, e.value = k, v
-    return req
-
-
 @pytest.fixture(scope="module")
 def call(rls, pb):
-    ch, stub = make_stub(rls.rls_port, pb)
-
-    def do(domain, *descriptors, hits=1):
-        return stub(request(pb, domain, *descriptors, hits=hits), timeout=10)
-
-    yield do
-    ch.close()
+    """upstream's common.NewRateLimitRequest(domain, descriptors, hits_addend), called"""
+    yield from caller_fixture(rls, pb, hits=1, timeout=10)
 
 
 def status(pb, code, rpu=None, unit=None, remaining=0):
@@ -510,43 +478,6 @@ def test_refused_hits_are_not_counted(call, pb):
 
 # ---- exactness across two routers --------------------------------------------------------
 
-ZK_JARS = ["zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "metrics-core",
-           "snappy-java", "commons-io", "commons-cli", "netty-buffer", "netty-common",
-           "netty-handler", "netty-resolver", "netty-transport",
-           "netty-transport-native-epoll", "netty-transport-native-unix-common"]
-
-
-def start_zookeeper(d):
-    """A throwaway standalone ZooKeeper (Debian's jars), as harness/harness_zk.c starts it."""
-    import shutil
-
-    if shutil.which("java") is None or not os.path.exists("/usr/share/java/zookeeper.jar"):
-        pytest.skip("ZooKeeper is missing (scripts/deps.sh installs zookeeper)")
-    port = harness.free_port()
-    (d / "data").mkdir(parents=True)
-    (d / "zoo.cfg").write_text(
-        f"tickTime=200\nminSessionTimeout=400\nmaxSessionTimeout=30000\ndataDir={d}/data\n"
-        f"clientPort={port}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n"
-        "admin.enableServer=false\n4lw.commands.whitelist=*\nforceSync=no\n")
-    cp = ":".join(f"/usr/share/java/{j}.jar" for j in ZK_JARS)
-    p = harness.spawn(["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false",
-                       "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
-                       "org.apache.zookeeper.server.ZooKeeperServerMain", str(d / "zoo.cfg")],
-                      d / "zk.log")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert p.poll() is None, (d / "zk.log").read_text(errors="replace")
-        try:
-            with socket.create_connection(("127.0.0.1", port), 0.5) as s:
-                s.sendall(b"srvr")
-                if b"Zookeeper version" in s.recv(256):
-                    return p, port
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("ZooKeeper did not start")
-
-
 def test_two_routers_share_one_counter(tmp_path, pb):
     """Two rl-routers, the same nodes (members from ZooKeeper), 240 concurrent calls split
     across both on one descriptor with a limit of 100: exactly 100 are OK; and a descriptor
@@ -554,8 +485,9 @@ def test_two_routers_share_one_counter(tmp_path, pb):
     harness.need_binaries("rl-node", "rl-router")
     procs = []
     try:
-        zk, zk_port = start_zookeeper(tmp_path / "zk")
-        procs.append(zk)
+        zk = ZooKeeper(tmp_path / "zk")
+        procs.append(zk.proc)
+        zk_port = zk.port
         (tmp_path / "edge.yaml").write_text(
             "domain: edge\ndescriptors:\n  - key: k\n    rate_limit:\n"
             "      unit: hour\n      requests_per_unit: 100\n")
@@ -585,7 +517,7 @@ def test_two_routers_share_one_counter(tmp_path, pb):
             procs.append(p)
             harness.wait_port(rls_ports[i], p, log)
         stubs = [make_stub(port, pb) for port in rls_ports]
-        req = request(pb, "edge", [("k", "ready")])
+        req = request(pb, "edge", [("k", "ready")], hits=1)
         # until both routers know both nodes: a CHECK answered by a node, not the failure
         # policy (with inline_failure = open a missing owner would answer OK with no count)
         for ch, stub in stubs:
@@ -597,7 +529,7 @@ def test_two_routers_share_one_counter(tmp_path, pb):
                     break
                 assert time.monotonic() < deadline, "router never counted on a node"
                 time.sleep(0.1)
-        key = request(pb, "edge", [("k", "one")])
+        key = request(pb, "edge", [("k", "one")], hits=1)
         start = threading.Barrier(len(stubs) * 4)
         results = []
         lock = threading.Lock()
@@ -618,7 +550,7 @@ def test_two_routers_share_one_counter(tmp_path, pb):
         assert results.count(pb.RateLimitResponse.OK) == 100
         assert results.count(pb.RateLimitResponse.OVER_LIMIT) == 140
         # one counter: 3 calls through router 0, the 4th through router 1 sees them
-        other = request(pb, "edge", [("k", "two")])
+        other = request(pb, "edge", [("k", "two")], hits=1)
         for n in range(3):
             assert stubs[0][1](other, timeout=10).statuses[0].limit_remaining == 99 - n
         assert stubs[1][1](other, timeout=10).statuses[0].limit_remaining == 96
