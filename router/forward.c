@@ -83,9 +83,7 @@ rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
             rl_conn_close(c, UV_ENOMEM);
         }
     } else if (p->sink != NULL) {
-        rl_rls_answer(r, p, &rep, 0);
-    } else if (p->rsink != NULL) {
-        rl_resp_answer(r, p, &rep, 0);
+        p->answer(r, p, &rep, 0);
     }
     rl_pending_put(r, p, late_reply);
 }
@@ -265,9 +263,7 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
             check.id = pd->client_id;
             rc = rl_wire_put_check_reply(&c->out, &check);
         } else if (pd->sink != NULL) {
-            rl_rls_answer(r, pd, &rep->check, 0);
-        } else if (pd->rsink != NULL) {
-            rl_resp_answer(r, pd, &rep->check, 0);
+            pd->answer(r, pd, &rep->check, 0);
         }
     } else if (rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_NOT_OWNER) {
         /* The node sees another owner (or is fenced): the views differ for now. Answer by
@@ -292,11 +288,8 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
         if (c != NULL) {
             rc = rl_wire_put_error(&c->out, pd->client_id, rep->err, msg);
         } else if (pd->sink != NULL) {
-            rl_log_warn("node %s refused a gRPC call's CHECK: %s", u->name, msg);
-            rl_rls_answer(r, pd, NULL, rep->err);
-        } else if (pd->rsink != NULL) {
-            rl_log_warn("node %s refused a RESP command's CHECK: %s", u->name, msg);
-            rl_resp_answer(r, pd, NULL, rep->err);
+            rl_log_warn("node %s refused a front's CHECK: %s", u->name, msg);
+            pd->answer(r, pd, NULL, rep->err);
         }
     } else {
         rl_log_warn("node %s answered a CHECK with op %u", u->name, rep->op);
@@ -314,8 +307,9 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
 }
 
 int
-rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, struct rl_rls_part *sink,
-                  struct rl_pending **sent, struct rl_wire_check_reply *now)
+rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink,
+                  rl_sink_answer_fn *answer, struct rl_pending **sent,
+                  struct rl_wire_check_reply *now)
 {
     struct rl_upstream *u = NULL;
     struct rl_pending *p = NULL;
@@ -362,7 +356,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, struct rl_
     }
     p->client = NULL;
     p->sink = sink;
-    p->rsink = NULL;
+    p->answer = answer;
     p->client_id = req->id;
     p->rule = rule;
     p->shard = shard;

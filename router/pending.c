@@ -90,7 +90,7 @@ rl_pending_free(struct rl_router *r, struct rl_pending *p, bool late_reply)
     p->used = false;
     p->fan = NULL;
     p->sink = NULL;
-    p->rsink = NULL;
+    p->answer = NULL;
     p->client = NULL;
     p->up = NULL;
     p->cprev = p->cnext = p->fprev = p->fnext = NULL;

@@ -7,7 +7,7 @@
  * is in), and the two commands that go to the nodes: CL.THROTTLE (redis-cell's), an
  * inline-limited gcra CHECK under [router] resp_service, and RL.CHECK / RL.MCHECK, CHECKs
  * judged by the configured rules, all sent with rl_forward_inline (forward.c) to the owner
- * of (service, user), the pending record pointing back to its part (rl_pending.rsink).
+ * of (service, user), the pending record pointing back to its part (rl_pending.sink, answered through rl_resp_answer).
  *
  * Bounds per connection: one command of at most RL_RESP_CMD_MAX bytes (resp.h); at most
  * RESP_PIPELINE_MAX commands waiting for their answers (then reading stops, rl_front_pause,
@@ -231,12 +231,12 @@ void
 rl_resp_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
                uint32_t err)
 {
-    struct rl_resp_part *pt = p->rsink;
+    struct rl_resp_part *pt = p->sink;
     struct resp_slot *s = pt->slot;
     struct resp_conn *c = s->c;
 
     (void)r;
-    p->rsink = NULL;
+    p->sink = NULL;
     pt->p = NULL;
     if (rep != NULL) {
         pt->rep = *rep;
@@ -268,8 +268,7 @@ part_send(struct resp_slot *s, uint32_t i, struct rl_wire_req *req)
     req->op = RL_WIRE_OP_CHECK;
     req->id = i;
     s->outstanding++;
-    if (rl_forward_inline(r, req, NULL, &p, &pt->rep) == 0) {
-        p->rsink = pt;
+    if (rl_forward_inline(r, req, pt, rl_resp_answer, &p, &pt->rep) == 0) {
         pt->p = p;
     } else {
         s->outstanding--; /* answered now, by failure policy */
@@ -785,7 +784,7 @@ resp_close(struct rl_front_conn *fc)
             struct rl_resp_part *pt = slot_part(s, i);
 
             if (pt->p != NULL) {
-                pt->p->rsink = NULL; /* an orphan: its answer is dropped */
+                pt->p->sink = NULL; /* an orphan: its answer is dropped */
                 pt->p = NULL;
             }
         }

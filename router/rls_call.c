@@ -958,7 +958,7 @@ rl_rls_call_start(struct rl_rls_call *s)
                 continue;
             }
             s->outstanding++;
-            if (rl_forward_inline(r, &w, pt, &pt->p, &now) != 0) {
+            if (rl_forward_inline(r, &w, pt, rl_rls_answer, &pt->p, &now) != 0) {
                 pt->code = now.code;
                 pt->retry_ms = now.retry_after_ms;
                 s->outstanding--;

@@ -76,6 +76,13 @@ enum rl_rls_stream_event {
     RL_RLS_STREAM_EVENTS
 };
 
+struct rl_pending;
+
+/* How a CHECK of a front's is answered (rl_pending.answer): rep, a node's or the failure
+ * policy's, or err != 0 with an ERROR the node gave; once, before p is put back. */
+typedef void rl_sink_answer_fn(struct rl_router *r, struct rl_pending *p,
+                               const struct rl_wire_check_reply *rep, uint32_t err);
+
 struct rl_pending {
     struct rl_cconn *client; /* NULL once the client left */
     struct rl_upstream *up;
@@ -85,10 +92,11 @@ struct rl_pending {
     /* THROTTLED: the fan-out this is one node's part of (then cprev/cnext link the fan-out's
      * parts, and the record is in neither the client's list nor the FIFO); NULL: a CHECK */
     struct rl_fanout *fan;
-    /* rls_call.c: the part of a gRPC call this CHECK answers (client NULL then); NULL otherwise */
-    struct rl_rls_part *sink;
-    /* resp.c: the part of a RESP command this CHECK answers (client and sink NULL then) */
-    struct rl_resp_part *rsink;
+    /* A CHECK of a front's (rl_forward_inline; client NULL then): what it answers (the part
+     * of a gRPC call, rls_call.c, or of a RESP command, resp.c), told through answer; NULL
+     * once orphaned (its answer is then dropped) */
+    void *sink;
+    rl_sink_answer_fn *answer;
     const struct rl_rule *rule;
     uint64_t deadline;
     uint64_t start_ns; /* uv_hrtime() of the read that brought the request */
@@ -344,14 +352,15 @@ void rl_forward_on_batch(void *arg, bool end);
  * inline-limited (req->limit set), or judged by the configured rule of its (service,
  * endpoint), whose failure policy then applies;
  * forwarded to the owner of (service, user) under a pending record whose answer goes to
- * sink (rl_rls_answer) instead of a client. Returns 0 when sent (*sent: the record, to
+ * sink through answer (p->answer(r, p, rep, err), before p is put back) instead of a
+ * client. Returns 0 when sent (*sent: the record, to
  * orphan by setting its sink to NULL): sink is answered later,
  * once (node's reply, failure policy, deadline). Otherwise the answer is *now (failure
  * policy: owner unknown or unreachable, or too many requests in flight) and sink is not
  * called.
  */
-int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req,
-                      struct rl_rls_part *sink, struct rl_pending **sent,
+int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink,
+                      rl_sink_answer_fn *answer, struct rl_pending **sent,
                       struct rl_wire_check_reply *now);
 
 /* ---- rls_metrics.c: the gRPC front's counts by domain, full key, stream event ----------- */
@@ -365,7 +374,7 @@ void rl_rls_metrics_free(struct rl_router *r);
 
 /* ---- rls_call.c: Envoy's rate limit service (front.c, rls_h2.c carry it) ---------------- */
 
-/* p's CHECK (p->sink) was answered: rep (a node's, or the failure policy's), or err != 0
+/* p's CHECK (p->sink) was answered (its rl_sink_answer_fn): rep (a node's, or the failure policy's), or err != 0
  * with an ERROR the node gave. Called before p is put back. */
 void rl_rls_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
                    uint32_t err);
@@ -383,7 +392,7 @@ void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);
 /* The names of rl_router.resp_counts, as /metrics labels them. */
 #define RL_RESP_COUNT_NAMES {"commands", "cl_throttle", "rl_check_keys", "error_replies", "protocol_errors"}
 
-/* p's CHECK (p->rsink) was answered, as rl_rls_answer. Called before p is put back. */
+/* p's CHECK (p->sink) was answered, as rl_rls_answer (its rl_sink_answer_fn). */
 void rl_resp_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
                     uint32_t err);
 
