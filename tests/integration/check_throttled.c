@@ -2,9 +2,11 @@
  * check_throttled: throttling episodes end to end, with real rl-node (--test-clock) and
  * rl-router processes (static membership: nodes a and b). Asserted:
  *   - a user driven past its limit through the router shows up in THROTTLED through the
- *     router, and through rl-cli (table and --json), with its service, user, owner node and
- *     exactly the number of refusals sent, open; the table's NODE column holds the node
- *     alone and its ENDED column how the episode ended; the service filter and top apply;
+ *     router, and through rl-cli (--episodes table and --json), with its service, user, owner
+ *     node and exactly the number of refusals sent, open; the table's NODE column holds the
+ *     node alone and its ENDED column how the episode ended; the service filter and top
+ *     apply; rl-cli's default table sums a user's episodes (count, refused, first start,
+ *     open), most refused first, --top users of them;
  *   - once the window has passed, the next request is allowed and the episode is closed
  *     "allowed" at that time, with the same count; the node's STATS say so;
  *   - a hostile client throttling many distinct users cannot grow a node's record: each
@@ -270,7 +272,7 @@ START_TEST(test_episode_through_router)
     {
         const char *json[] = {"rl-cli", "--target", target, "throttled", "--json", NULL};
         const char *table[] = {"rl-cli", "--target", target, "throttled", "--service", "web",
-                               "--since", "10m", "--top", "5", NULL};
+                               "--since", "10m", "--top", "5", "--episodes", NULL};
         const char *bad[] = {"rl-cli", "--target", target, "throttled", "--top", "0", NULL};
 
         ck_assert_int_eq(cli(out, sizeof(out), json), 0);
@@ -334,6 +336,51 @@ START_TEST(test_episode_through_router)
         snprintf(want, sizeof(want), "\"user\":\"%s\",\"start_ms\":%llu,\"end_ms\":%llu,"
                  "\"refused\":5,\"ended\":\"allowed\"",
                  bob, (unsigned long long)T0, (unsigned long long)(T0 + WINDOW_MS));
+        ck_assert_msg(strstr(out, want) != NULL, "\"%s\" lacks \"%s\"", out, want);
+    }
+    /* bob throttled again: a second episode, open. rl-cli's default is the sum by user:
+     * bob's two episodes on one line (7 refused, first start T0, still open), then eve's. */
+    for (int i = 0; i < 2; i++) {
+        ck_assert_uint_eq(check_code(c, "web", bob, rep), RL_WIRE_ALLOWED);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_uint_eq(check_code(c, "web", bob, rep), RL_WIRE_LIMITED);
+    }
+    {
+        const char *summary[] = {"rl-cli", "--target", target, "throttled", NULL};
+        const char *one[] = {"rl-cli", "--target", target, "throttled", "--top", "1", NULL};
+        const char *json[] = {"rl-cli", "--target", target, "throttled", "--json", NULL};
+        char head[32][32], row[32][32];
+        const char *line;
+
+        ck_assert_int_eq(cli(out, sizeof(out), summary), 0);
+        ck_assert_int_eq(words(out, head, 32), 6);
+        ck_assert_str_eq(head[0], "SERVICE");
+        ck_assert_str_eq(head[2], "EPISODES");
+        ck_assert_str_eq(head[3], "REFUSED");
+        line = strchr(out, '\n') + 1;
+        ck_assert_int_eq(words(line, row, 32), 6);
+        ck_assert_str_eq(row[0], "web");
+        ck_assert_str_eq(row[1], bob);
+        ck_assert_str_eq(row[2], "2");
+        ck_assert_str_eq(row[3], "7");
+        ck_assert_str_eq(row[4], "2023-11-14T22:13:20.000Z");
+        ck_assert_str_eq(row[5], "open");
+        line = strchr(line, '\n') + 1;
+        ck_assert_int_eq(words(line, row, 32), 6);
+        ck_assert_str_eq(row[1], eve);
+        ck_assert_str_eq(row[2], "1");
+        ck_assert_str_eq(row[3], "2");
+        ck_assert_msg(strstr(out, " ENDED") == NULL && strstr(out, " allowed") == NULL, "%s", out);
+        /* --top N: N users. */
+        ck_assert_int_eq(cli(out, sizeof(out), one), 0);
+        ck_assert_ptr_nonnull(strstr(out, " bob "));
+        ck_assert_msg(strstr(out, eve) == NULL, "%s", out);
+        ck_assert_ptr_nonnull(strstr(out, "(1 more users"));
+        ck_assert_int_eq(cli(out, sizeof(out), json), 0);
+        snprintf(want, sizeof(want), "{\"service\":\"web\",\"user\":\"%s\",\"episodes\":2,"
+                 "\"refused\":7,\"first_start_ms\":%llu,\"last_end_ms\":0}",
+                 bob, (unsigned long long)T0);
         ck_assert_msg(strstr(out, want) != NULL, "\"%s\" lacks \"%s\"", out, want);
     }
     rl_client_destroy(c);

@@ -1,6 +1,6 @@
 /*
  * cli: what rl-cli's modules share. main.c parses the command line and looks the command
- * up in its table (struct cli_cmd); cli.c holds the helpers every command uses (messages,
+ * up in commands.c's table (struct cli_cmd); cli.c holds the helpers every command uses (messages,
  * connecting, the one request path of the commands that send a protocol op); output.c the
  * formatting of figures and table cells; members.c the cluster's membership (ZooKeeper or
  * the [node] sections); cmd_server.c, cmd_cluster.c and cmd_token.c the commands; status.c
@@ -49,7 +49,8 @@
     X(SINCE, "since")                                                                              \
     X(TOP, "top")                                                                                  \
     X(JSON, "json")                                                                                \
-    X(LIMIT, "limit")
+    X(LIMIT, "limit")                                                                              \
+    X(EPISODES, "episodes")
 
 enum cli_opt_bit {
 #define CLI_OPT_ENUM(n, s) CLI_OPTBIT_##n,
@@ -86,7 +87,7 @@ struct cli_cmd;
 /* A command's handler: args are the words after the command's name. Returns an exit status. */
 typedef int (*cli_run_fn)(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 
-/* One command of rl-cli: main.c's table. */
+/* One command of rl-cli: commands.c's table. */
 struct cli_cmd {
     const char *name;     /* NULL: the name of op (rl_wire_op_name) */
     uint32_t op;          /* the protocol op it sends (RL_WIRE_OP_*), 0 when none */
@@ -99,6 +100,22 @@ struct cli_cmd {
 
 /* The command's name: its own, or its op's. */
 const char *cli_cmd_name(const struct cli_cmd *cmd);
+
+/* ---- commands.c ------------------------------------------------------------------------- */
+
+/* The usage (--help), written from the table of commands. */
+void cli_usage(FILE *f);
+
+/* The command called name, or NULL. */
+const struct cli_cmd *cli_find_command(const char *name);
+
+/* The names of the commands taking any of bits (CLI_O(); 0: every command), as "a, b or c",
+ * into buf (len bytes). Returns buf. */
+const char *cli_commands_with(unsigned bits, char *buf, size_t len);
+
+/* The options in o->given that cmd takes: CLI_EXIT_OK, or CLI_EXIT_USAGE after a message
+ * naming the commands that take the one given. */
+int cli_check_options(const struct cli *o, const struct cli_cmd *cmd);
 
 /* ---- cli.c ------------------------------------------------------------------------------ */
 

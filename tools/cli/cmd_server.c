@@ -1,7 +1,7 @@
 /*
  * cmd_server: the commands that send one protocol op to --target (check, ping, stats,
- * clock, throttled). Each fills its request and prints its reply as one line (or a table, or
- * JSON); cli_exchange does the rest. Not for commands that read the config or ZooKeeper.
+ * clock, throttled, hot). Each fills its request and prints its reply as one line (or a table,
+ * or JSON; throttled sums its episodes by user first); cli_exchange does the rest. Not for commands that read the config or ZooKeeper.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -147,9 +147,124 @@ cli_cmd_clock(const struct cli *o, const struct cli_cmd *cmd, int argc, char **a
     return cli_exchange(o, cmd, &x);
 }
 
-/* THROTTLED's reply as {"episodes":[...],"missing":[...]}: the reply's 8 keys an episode. */
+/* One (service, user) of a THROTTLED reply, summed over its episodes. */
+struct throttled_user {
+    const struct rl_wire_episode *e; /* its first episode: service and user */
+    size_t episodes;
+    uint64_t refused;
+    uint64_t first_start;
+    uint64_t last_end; /* 0 when one of its episodes is still open */
+};
+
+static bool
+same_str(const struct rl_wire_str *a, const struct rl_wire_str *b)
+{
+    return a->len == b->len && (a->len == 0 || memcmp(a->ptr, b->ptr, a->len) == 0);
+}
+
+/* Most refused first; then the earliest start, then the reply's order. */
+static int
+user_cmp(const void *a, const void *b)
+{
+    const struct throttled_user *x = a, *y = b;
+
+    if (x->refused != y->refused) {
+        return x->refused > y->refused ? -1 : 1;
+    }
+    if (x->first_start != y->first_start) {
+        return x->first_start < y->first_start ? -1 : 1;
+    }
+    return x->e < y->e ? -1 : (x->e > y->e);
+}
+
+/* The reply's episodes summed by (service, user) into u (room for rep->nepisodes), sorted
+ * by user_cmp; returns how many. */
+static size_t
+throttled_users(const struct rl_wire_reply *rep, struct throttled_user *u)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < rep->nepisodes; i++) {
+        const struct rl_wire_episode *e = &rep->episodes[i];
+        size_t k = 0;
+
+        while (k < n && !(same_str(&u[k].e->service, &e->service) &&
+                          same_str(&u[k].e->user, &e->user))) {
+            k++;
+        }
+        if (k == n) {
+            u[n++] = (struct throttled_user){.e = e, .first_start = e->start_ms, .last_end = 1};
+        }
+        u[k].episodes++;
+        u[k].refused += e->refused;
+        u[k].first_start = e->start_ms < u[k].first_start ? e->start_ms : u[k].first_start;
+        if (e->ended == RL_WIRE_ENDED_OPEN || u[k].last_end == 0) {
+            u[k].last_end = 0;
+        } else if (e->end_ms > u[k].last_end) {
+            u[k].last_end = e->end_ms;
+        }
+    }
+    qsort(u, n, sizeof(*u), user_cmp);
+    return n;
+}
+
+/* The per-user summary as a table: one (service, user) a line, at most top of them. */
 static void
-throttled_json(const struct rl_wire_reply *rep)
+throttled_summary(const struct rl_wire_reply *rep, const struct throttled_user *u, size_t n,
+                  size_t top)
+{
+    char start[96], end[96];
+
+    printf("%-16s %-24s %8s %10s  %-24s %s\n", "SERVICE", "USER", "EPISODES", "REFUSED",
+           "FIRST_START", "LAST_END");
+    for (size_t i = 0; i < n && i < top; i++) {
+        cli_format_ms(u[i].first_start, start, sizeof(start));
+        if (u[i].last_end == 0) {
+            snprintf(end, sizeof(end), "open");
+        } else {
+            cli_format_ms(u[i].last_end, end, sizeof(end));
+        }
+        cli_print_cell(&u[i].e->service, "-", 16);
+        cli_print_cell(&u[i].e->user, "-", 24);
+        printf("%8zu %10llu  %-24s %s\n", u[i].episodes, (unsigned long long)u[i].refused, start,
+               end);
+    }
+    if (n == 0) {
+        printf("(no throttling episodes)\n");
+    } else if (n > top) {
+        printf("(%zu more users; --top N shows more)\n", n - top);
+    }
+    if (rep->nepisodes == RL_WIRE_TOP_MAX) {
+        printf("(summed over the %u episodes most refused; --since narrows)\n",
+               RL_WIRE_TOP_MAX);
+    }
+}
+
+/* The summary's users in --json: the 6 keys a user. */
+static void
+throttled_json_users(struct rl_json *j, const struct throttled_user *u, size_t n)
+{
+    rl_json_key(j, "users");
+    rl_json_begin_array(j);
+    for (size_t i = 0; i < n; i++) {
+        rl_json_begin_object(j);
+        rl_json_key(j, "service");
+        rl_json_strn(j, u[i].e->service.ptr, u[i].e->service.len);
+        rl_json_key(j, "user");
+        rl_json_strn(j, u[i].e->user.ptr, u[i].e->user.len);
+        rl_json_kv_u64(j, "episodes", u[i].episodes);
+        rl_json_kv_u64(j, "refused", u[i].refused);
+        rl_json_kv_u64(j, "first_start_ms", u[i].first_start);
+        rl_json_kv_u64(j, "last_end_ms", u[i].last_end);
+        rl_json_end_object(j);
+    }
+    rl_json_end_array(j);
+}
+
+/* THROTTLED's reply as {"episodes":[...],"users":[...],"missing":[...]}: the reply's 8 keys
+ * an episode, and the n users they sum to. */
+static void
+throttled_json(const struct rl_wire_reply *rep, const struct throttled_user *u, size_t n)
 {
     struct rl_json j;
 
@@ -176,6 +291,7 @@ throttled_json(const struct rl_wire_reply *rep)
         rl_json_end_object(&j);
     }
     rl_json_end_array(&j);
+    throttled_json_users(&j, u, n);
     rl_json_key(&j, "missing");
     rl_json_begin_array(&j);
     for (size_t i = 0; i < rep->nmissing; i++) {
@@ -227,13 +343,23 @@ static int
 throttled_print(const struct cli *o, const struct cli_exchange *x, const struct rl_wire_reply *rep,
                 uint64_t rtt_us)
 {
+    struct throttled_user *u = calloc(rep->nepisodes + 1, sizeof(*u));
+    size_t n;
+
     (void)x;
     (void)rtt_us;
-    if (o->json) {
-        throttled_json(rep);
-    } else {
-        throttled_table(rep);
+    if (u == NULL) {
+        return cli_out_of_memory();
     }
+    n = throttled_users(rep, u);
+    if (o->json) {
+        throttled_json(rep, u, n);
+    } else if (o->given & CLI_O(EPISODES)) {
+        throttled_table(rep);
+    } else {
+        throttled_summary(rep, u, n, o->top != 0 ? o->top : RL_WIRE_TOP_DEFAULT);
+    }
+    free(u);
     if (rep->nmissing > 0) {
         fprintf(stderr, "rl-cli: throttled: no answer from %zu node(s):", rep->nmissing);
         for (size_t i = 0; i < rep->nmissing; i++) {
@@ -249,8 +375,10 @@ cli_cmd_throttled(const struct cli *o, const struct cli_cmd *cmd, int argc, char
 {
     struct cli_exchange x = {.print = throttled_print};
 
+    (void)argv;
     if (argc != 0) {
-        return cli_usage_error("%s: takes no arguments (--service, --since, --top, --json)",
+        return cli_usage_error("%s: takes no arguments (--service, --since, --top, --episodes, "
+                               "--json)",
                                cli_cmd_name(cmd));
     }
     if (o->service != NULL) {
@@ -258,7 +386,8 @@ cli_cmd_throttled(const struct cli *o, const struct cli_cmd *cmd, int argc, char
     }
     x.req.since_ms = o->since_ms;
     x.req.has_since = (o->given & CLI_O(SINCE)) != 0;
-    x.req.top = o->top;
+    /* The summary sums the most episodes a reply holds; --top is its count of users. */
+    x.req.top = o->json || (o->given & CLI_O(EPISODES)) ? o->top : RL_WIRE_TOP_MAX;
     return cli_exchange(o, cmd, &x);
 }
 
