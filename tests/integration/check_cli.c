@@ -1,7 +1,8 @@
 /*
  * check_cli: rl-cli as a script uses it, against a real rl-node: its exit status tells the
  * answer (0 ALLOWED, 3 LIMITED, 7 NO_RULE, 1 unreachable, 2 usage), and `hash --config`
- * names the node that owns a key, the same one the shard map computes from the config.
+ * names the node that owns a key, the same one the shard map computes from the config;
+ * `envoy check` prints the domains and descriptors it loaded, as a tree.
  */
 #include <check.h>
 #include <signal.h>
@@ -97,6 +98,68 @@ START_TEST(test_exit_codes_and_owner)
 }
 END_TEST
 
+/* envoy check prints what it loaded: each domain, then its descriptors as a tree (two spaces
+ * a level), each with its limits, shadow mode and where it is; a file that does not load
+ * exits 2 with FILE:LINE and prints no tree. */
+START_TEST(test_envoy_check_tree)
+{
+    char yaml[PATH_MAX], bad[PATH_MAX], out[8192], want[6 * PATH_MAX];
+    const char *check[] = {"rl-cli", "envoy", "check", yaml, NULL};
+    const char *nope[] = {"rl-cli", "envoy", "check", bad, NULL};
+
+    ck_assert_int_eq(rl_harness_tmppath(yaml, sizeof(yaml), "envoy.yaml"), 0);
+    ck_assert_int_eq(rl_harness_write_file(yaml,
+                                           "domain: mongo\n"
+                                           "descriptors:\n"
+                                           "  - key: database\n"
+                                           "    value: users\n"
+                                           "    rate_limit:\n"
+                                           "      unit: second\n"
+                                           "      requests_per_unit: 500\n"
+                                           "  - key: database\n"
+                                           "    value: default\n"
+                                           "    shadow_mode: true\n"
+                                           "    rate_limit:\n"
+                                           "      unit: minute\n"
+                                           "      requests_per_unit: 20\n"
+                                           "      algorithm: gcra\n"
+                                           "      burst: 5\n"
+                                           "  - key: message_type\n"
+                                           "    value: marketing\n"
+                                           "    descriptors:\n"
+                                           "      - key: to_number\n"
+                                           "        rate_limit:\n"
+                                           "          unit: day\n"
+                                           "          requests_per_unit: 4\n"
+                                           "  - key: internal\n"
+                                           "    rate_limit:\n"
+                                           "      unlimited: true\n"),
+                     0);
+    ck_assert_int_eq(cli(out, sizeof(out), check), 0);
+    ck_assert_msg(strstr(out, "1 domains, 5 descriptors") != NULL, "%s", out);
+    snprintf(want, sizeof(want),
+             "valid\n"
+             "domain mongo\n"
+             "  database=users: 500 per second  (%s:3)\n"
+             "  database=default: 20 per minute gcra burst 5, shadow  (%s:8)\n"
+             "  message_type=marketing  (%s:16)\n"
+             "    to_number: 4 per day  (%s:19)\n"
+             "  internal: unlimited  (%s:23)\n",
+             yaml, yaml, yaml, yaml, yaml);
+    ck_assert_msg(strstr(out, want) != NULL, "\"%s\" lacks \"%s\"", out, want);
+
+    ck_assert_int_eq(rl_harness_tmppath(bad, sizeof(bad), "bad.yaml"), 0);
+    ck_assert_int_eq(rl_harness_write_file(bad, "domain: d\ndescriptors:\n  - key: k\n"
+                                                "    rate_limit:\n      unit: fortnight\n"
+                                                "      requests_per_unit: 1\n"),
+                     0);
+    ck_assert_int_eq(cli(out, sizeof(out), nope), 2);
+    snprintf(want, sizeof(want), "%s:5", bad);
+    ck_assert_msg(strstr(out, want) != NULL, "\"%s\" lacks \"%s\"", out, want);
+    ck_assert_msg(strstr(out, "domain d") == NULL, "%s", out);
+}
+END_TEST
+
 static Suite *
 cli_suite(void)
 {
@@ -105,6 +168,7 @@ cli_suite(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_exit_codes_and_owner);
+    tcase_add_test(tc, test_envoy_check_tree);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -56,6 +56,63 @@ envoy_validate(const char *path, const struct rl_conf *conf, bool push, char **b
     return CLI_EXIT_OK;
 }
 
+/* One limit as the tree prints it: "500 per second", "unlimited", with its extensions. */
+static void
+print_limit(const struct rl_envoy_limit *l)
+{
+    if (l->unlimited) {
+        printf("unlimited");
+    } else {
+        printf("%" PRIu32 " per %s", l->requests_per_unit, rl_envoy_unit_name(l->unit));
+    }
+    if (l->algo_set) {
+        printf(" %s", rl_algo_name(l->algo));
+    }
+    if (l->algo_set && l->burst != l->requests_per_unit) {
+        printf(" burst %" PRIu32, l->burst);
+    }
+    if (l->name != NULL && l->name[0] != '\0') {
+        printf(" name %s", l->name);
+    }
+}
+
+/* A descriptor and those below it, depth levels in: "key=value" (or "key", any value),
+ * then its limits ("; " between them), "shadow" when in shadow_mode, and where it is. */
+static void
+print_desc(const struct rl_envoy_desc *d, int depth)
+{
+    printf("%*s%s", 2 * depth, "", d->key);
+    if (d->value != NULL) {
+        printf("=%s", d->value);
+    }
+    for (size_t i = 0; i < d->nlimits; i++) {
+        printf(i == 0 ? ": " : "; ");
+        print_limit(&d->limits[i]);
+    }
+    if (d->shadow_mode) {
+        printf(", shadow");
+    }
+    printf("  (%s:%d)\n", d->file, d->line);
+    for (size_t i = 0; i < d->nchildren; i++) {
+        print_desc(d->children[i], depth + 1);
+    }
+}
+
+/* What `envoy check` prints of a configuration that loads: each domain, then its
+ * descriptors as a tree, a level two spaces in. */
+static void
+print_tree(const struct rl_envoy_config *c)
+{
+    for (size_t i = 0; i < c->ndomains; i++) {
+        const struct rl_envoy_domain *dom = &c->domains[i];
+
+        printf("domain %s\n", dom->name);
+        for (size_t k = 0; k < dom->root.nchildren; k++) {
+            print_desc(dom->root.children[k], 1);
+        }
+    }
+}
+
 /* VERSION as given: "none" (-1: the znode must not exist) or 0..2^31-1. */
 static int
 parse_version(const char *s, int64_t *v)
@@ -172,6 +229,7 @@ cli_cmd_envoy(const struct cli *o, const struct cli_cmd *cmd, int nargs, char **
                blen > RL_ZKM_DATA_MAX ? " (as a local envoy_config only: too large to push, "
                                         "more than a znode may hold)"
                                       : "");
+        print_tree(c);
         rl_envoy_config_free(c);
         free(bundle);
         rl_conf_destroy(conf);
