@@ -323,7 +323,8 @@ node_slices_zk(void *arg, const char *text, size_t len, int64_t version)
     if (version >= 0 && len > 0) {
         rc = rl_slices_parse(text, len, &s, err, sizeof(err));
         if (rc != 0) {
-            rl_log_error("slices version %lld refused, the last ones stay: %s", (long long)version,
+            rl_log_error("slices znode data version %lld refused, slices_version %lld stays: %s",
+                         (long long)version, (long long)n->server.slices_version,
                          rc == -ENOMEM ? "out of memory" : err);
             n->server.slices_failures++;
             return;
@@ -335,9 +336,13 @@ node_slices_zk(void *arg, const char *text, size_t len, int64_t version)
     n->server.slices_version = version >= 0 ? version + 1 : 0;
     n->server.slices_generation = rl_slices_generation(s);
     n->server.slices_users = rl_slices_users(s);
-    rl_log_info("slices version %lld applied: generation %llu, %zu services, %zu users",
-                (long long)version, (unsigned long long)rl_slices_generation(s),
-                rl_slices_services(s), rl_slices_users(s));
+    /* The figure STATS reports (0: none, else the znode's data version + 1), then the
+     * znode's own, as rl-regions names it. */
+    rl_log_info("slices_version %lld applied (slices znode data version %lld): generation "
+                "%llu, %zu services, %zu users",
+                (long long)n->server.slices_version, (long long)version,
+                (unsigned long long)rl_slices_generation(s), rl_slices_services(s),
+                rl_slices_users(s));
 }
 
 static void

@@ -430,9 +430,22 @@ main(int argc, char **argv)
             return rc;
         }
     }
-    rl_log_info("%s serving on %s, %s membership, deadline %u ms, %u workers", opts.name,
-                m.d.addr, m.d.conf->zookeeper[0] ? "ZooKeeper" : "static",
-                m.d.conf->deadline_ms, rl_rproc_workers(m.proc));
+    {
+        /* Every listener, and whether it takes TLS (all of them do, or none). */
+        const struct rl_conf *cf = m.d.conf;
+        const char *sec = m.d.tls_server != NULL ? "TLS" : "plain TCP";
+        char rls[300] = ", no gRPC", resp[300] = ", no RESP";
+
+        if (cf->rls_host != NULL) {
+            snprintf(rls, sizeof(rls), ", %s:%u (gRPC, %s)", cf->rls_host, cf->rls_port, sec);
+        }
+        if (cf->resp_host != NULL) {
+            snprintf(resp, sizeof(resp), ", %s:%u (RESP, %s)", cf->resp_host, cf->resp_port, sec);
+        }
+        rl_log_info("%s serving on %s (binary, %s)%s%s; %s membership, deadline %u ms, %u workers",
+                    opts.name, m.d.addr, sec, rls, resp, cf->zookeeper[0] ? "ZooKeeper" : "static",
+                    cf->deadline_ms, rl_rproc_workers(m.proc));
+    }
     rl_daemon_run(&m.d);
     rl_daemon_destroy(&m.d);
     rl_envoy_shared_drop(m.envoy);

@@ -227,10 +227,25 @@ START_TEST(test_slice_then_reconcile)
     check(0, "local", "bob", 0, &lim);
     ck_assert_uint_eq(lim, 10);
 
-    /* the node says what it applied: phase two, data version 1 */
+    /* the node says what it applied: phase two, data version 1; its log line names the
+     * same slices_version as STATS, and the znode's data version beside it */
     ck_assert_int_eq(rl_test_stat(reg[0].node_port, "slices_version"), 2);
     ck_assert_int_eq(rl_test_stat(reg[0].node_port, "slices_generation"), 1);
     ck_assert_int_eq(rl_test_stat(reg[0].node_port, "slices_users"), 1);
+    {
+        static char log[1 << 18];
+        const char *want = "slices_version 2 applied (slices znode data version 1): generation 1";
+        bool seen = false;
+
+        for (int k = 0; k < 200 && !seen; k++) {
+            seen = rl_harness_read_file(reg[0].node.log_path, log, sizeof(log)) >= 0 &&
+                   strstr(log, want) != NULL;
+            if (!seen) {
+                usleep(25 * 1000);
+            }
+        }
+        ck_assert_msg(seen, "node log lacks \"%s\": %s", want, log);
+    }
     /* a text that does not parse is refused: the last slices stay */
     ck_assert_int_eq(
         rl_harness_zk_put(reg[0].zk.connect, "/ratelimiter/rg/slices", "user api\n", 9), 0);
