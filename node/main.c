@@ -338,6 +338,10 @@ node_slices_zk(void *arg, const char *text, size_t len, int64_t version)
     n->server.slices_users = rl_slices_users(s);
     /* The figure STATS reports (0: none, else the znode's data version + 1), then the
      * znode's own, as rl-regions names it. */
+    if (version < 0) {
+        rl_log_info("slices_version 0 applied (no slices znode): the weight shares");
+        return;
+    }
     rl_log_info("slices_version %lld applied (slices znode data version %lld): generation "
                 "%llu, %zu services, %zu users",
                 (long long)n->server.slices_version, (long long)version,

@@ -2,6 +2,7 @@
 # A throwaway local ZooKeeper server from Debian's package, for the demo and benchmarks.
 #   scripts/zk.sh start DIR PORT   start one (data and log in DIR), wait until it answers
 #   scripts/zk.sh stop DIR         stop the one started in DIR
+# docs/REGIONS.md ("Trying it on one machine") runs two of them for two regions.
 # Environment: ZK_4LW (four-letter words allowed, default ruok,srvr; bench/zk_fleet.sh adds
 # mntr), ZK_MAX_CNXNS (connections per client address, default ZooKeeper's 60; 0: no limit).
 set -euo pipefail
