@@ -2,7 +2,8 @@
  * check_cli: rl-cli as a script uses it, against a real rl-node: its exit status tells the
  * answer (0 ALLOWED, 3 LIMITED, 7 NO_RULE, 1 unreachable, 2 usage), and `hash --config`
  * names the node that owns a key, the same one the shard map computes from the config;
- * `envoy check` prints the domains and descriptors it loaded, as a tree.
+ * `envoy check` prints the domains and descriptors it loaded, as a tree; and the router's
+ * start line names every listener it serves on, and whether it takes TLS.
  */
 #include <check.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "conf.h"
 #include "harness.h"
@@ -160,6 +162,91 @@ START_TEST(test_envoy_check_tree)
 }
 END_TEST
 
+/* Waits for want in the router's log (it is written right after the port accepts). */
+static bool
+log_has(const struct rl_harness_server *s, const char *want, char *log, size_t len)
+{
+    for (int k = 0; k < 200; k++) {
+        if (rl_harness_read_file(s->log_path, log, len) >= 0 && strstr(log, want) != NULL) {
+            return true;
+        }
+        usleep(25 * 1000);
+    }
+    return false;
+}
+
+/* The router's start line names every listener (binary, gRPC, RESP) and whether it takes
+ * TLS; an operator reads what serves where from it. */
+START_TEST(test_router_start_line)
+{
+    struct rl_harness_server router = {0};
+    char conf[PATH_MAX], yaml[PATH_MAX], want[256];
+    static char log[1 << 16];
+    int port = rl_harness_free_port(), rls = rl_harness_free_port();
+    int resp = rl_harness_free_port(), node = rl_harness_free_port();
+
+    ck_assert_int_eq(rl_harness_tmppath(yaml, sizeof(yaml), "start.yaml"), 0);
+    ck_assert_int_eq(rl_harness_write_file(yaml, "domain: d\ndescriptors:\n  - key: k\n"
+                                                 "    rate_limit:\n      unit: hour\n"
+                                                 "      requests_per_unit: 1\n"),
+                     0);
+    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "start.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf,
+                                           "[cluster]\nenvoy_config = %s\n"
+                                           "[router]\nlisten = 127.0.0.1:%d\n"
+                                           "rls = 127.0.0.1:%d\nresp = 127.0.0.1:%d\n"
+                                           "[node a]\nlisten = 127.0.0.1:%d\n",
+                                           yaml, port, rls, resp, node),
+                     0);
+    ck_assert_int_eq(rl_harness_router_start(&router, conf, port), 0);
+    snprintf(want, sizeof(want),
+             "serving on 127.0.0.1:%d (binary, plain TCP), 127.0.0.1:%d (gRPC, plain TCP), "
+             "127.0.0.1:%d (RESP, plain TCP); static membership",
+             port, rls, resp);
+    ck_assert_msg(log_has(&router, want, log, sizeof(log)), "\"%s\" lacks \"%s\"", log, want);
+    ck_assert_int_eq(rl_harness_server_stop(&router, SIGTERM, 10000), 0);
+
+    /* Without the fronts: said as such. */
+    ck_assert_int_eq(rl_harness_write_file(conf,
+                                           "[router]\nlisten = 127.0.0.1:%d\n"
+                                           "[node a]\nlisten = 127.0.0.1:%d\n",
+                                           port, node),
+                     0);
+    ck_assert_int_eq(truncate(router.log_path, 0), 0);
+    ck_assert_int_eq(rl_harness_router_start(&router, conf, port), 0);
+    snprintf(want, sizeof(want),
+             "serving on 127.0.0.1:%d (binary, plain TCP), no gRPC, no RESP; static membership",
+             port);
+    ck_assert_msg(log_has(&router, want, log, sizeof(log)), "\"%s\" lacks \"%s\"", log, want);
+    ck_assert_int_eq(rl_harness_server_stop(&router, SIGTERM, 10000), 0);
+
+    /* With the cluster's TLS: every listener says so. */
+    {
+        const char *dir = rl_harness_tmpdir();
+
+        ck_assert_int_eq(rl_harness_tls_ca(dir, "startca"), 0);
+        ck_assert_int_eq(rl_harness_tls_cert(dir, "startrouter", "startca"), 0);
+        ck_assert_int_eq(rl_harness_write_file(conf,
+                                               "[cluster]\ntls_cert_file = %s/startrouter.pem\n"
+                                               "tls_key_file = %s/startrouter.key\n"
+                                               "tls_ca_file = %s/startca.pem\n"
+                                               "[router]\nlisten = 127.0.0.1:%d\n"
+                                               "resp = 127.0.0.1:%d\n"
+                                               "[node a]\nlisten = 127.0.0.1:%d\n",
+                                               dir, dir, dir, port, resp, node),
+                         0);
+    }
+    ck_assert_int_eq(truncate(router.log_path, 0), 0);
+    ck_assert_int_eq(rl_harness_router_start(&router, conf, port), 0);
+    snprintf(want, sizeof(want),
+             "serving on 127.0.0.1:%d (binary, TLS), no gRPC, 127.0.0.1:%d (RESP, TLS); static "
+             "membership",
+             port, resp);
+    ck_assert_msg(log_has(&router, want, log, sizeof(log)), "\"%s\" lacks \"%s\"", log, want);
+    ck_assert_int_eq(rl_harness_server_stop(&router, SIGTERM, 10000), 0);
+}
+END_TEST
+
 static Suite *
 cli_suite(void)
 {
@@ -169,6 +256,7 @@ cli_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_exit_codes_and_owner);
     tcase_add_test(tc, test_envoy_check_tree);
+    tcase_add_test(tc, test_router_start_line);
     suite_add_tcase(s, tc);
     return s;
 }
