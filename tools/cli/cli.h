@@ -1,10 +1,11 @@
 /*
  * cli: what rl-cli's modules share. main.c parses the command line and looks the command
- * up in commands.c's table (struct cli_cmd); cli.c holds the helpers every command uses (messages,
- * connecting, the one request path of the commands that send a protocol op); output.c the
- * formatting of figures and table cells; members.c the cluster's membership (ZooKeeper or
- * the [node] sections); cmd_server.c, cmd_cluster.c and cmd_token.c the commands; status.c
- * `rl-cli status`. No module calls into main.c. Not a library: only rl-cli includes it.
+ * up in commands.c's table (struct cli_cmd), from which commands.c also writes the usage;
+ * cli.c holds the helpers every command uses (messages, connecting, the one request path of
+ * the commands that send a protocol op); output.c the formatting of figures and table
+ * cells; members.c the cluster's membership (ZooKeeper or the [node] sections);
+ * cmd_server.c, cmd_cluster.c, cmd_envoy.c and cmd_token.c the commands; status.c `rl-cli
+ * status`. No module calls into main.c. Not a library: only rl-cli includes it.
  */
 #ifndef RL_CLI_H
 #define RL_CLI_H
