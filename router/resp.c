@@ -267,6 +267,8 @@ part_send(struct resp_slot *s, uint32_t i, struct rl_wire_req *req)
     pt->slot = s;
     req->op = RL_WIRE_OP_CHECK;
     req->id = i;
+    req->tenant = rl_wire_tenant(s->c->principal ? s->c->principal->name : NULL,
+                                 rl_front_peer_addr(s->c->fc));
     s->outstanding++;
     if (rl_forward_inline(r, req, pt, rl_resp_answer, &p, &pt->rep) == 0) {
         pt->p = p;
