@@ -6,7 +6,9 @@
  * victim's CL.THROTTLE limit (RESP front) still holds. Before the node accounted inline
  * limits by tenant, the first flood took all 65,536 limits and the victim's CL.THROTTLE
  * failed open (every request allowed), and the second evicted the victim's in-force counter.
- * Not for configured services (check_abuse's key floods).
+ * Also the bound of CL.THROTTLE's quantity and RL.CHECK's COST: a CHECK's cost bound,
+ * 1,000,000, checked by the router (it let 4294967295 through and the node answered
+ * bad_field). Not for configured services (check_abuse's key floods).
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -308,6 +310,41 @@ START_TEST(test_inline_keys_share)
 }
 END_TEST
 
+/*
+ * CL.THROTTLE's quantity and RL.CHECK's COST go up to a CHECK's cost bound, 1,000,000
+ * (docs/RESP.md): the bound itself is judged (a quantity above the burst is limited, with
+ * retry -1, as redis-cell says), one past it is refused by the router with the documented
+ * error. Before, 4294967295 passed the router and came back as the node's bad_field.
+ */
+START_TEST(test_quantity_bound)
+{
+    const char *at[] = {"CL.THROTTLE", "q-key", "0", "1", "60", "1000000"};
+    const char *past[] = {"CL.THROTTLE", "q-key", "0", "1", "60", "1000001"};
+    const char *top[] = {"CL.THROTTLE", "q-key", "0", "1", "60", "4294967295"};
+    const char *cost_at[] = {"RL.CHECK", "api", "u", "COST", "1000000"};
+    const char *cost_past[] = {"RL.CHECK", "api", "u", "COST", "4294967295"};
+    char buf[512];
+    int f[5] = {0}, fd;
+
+    start("64mb");
+    fd = victim_connect();
+    resp_cmd(fd, 6, at, 6, buf, sizeof(buf));
+    RL_CHECK(sscanf(buf, "*5\r\n:%d\r\n:%d\r\n:%d\r\n:%d\r\n:%d", &f[0], &f[1], &f[2], &f[3],
+                    &f[4]) == 5 &&
+                 f[0] == 1 && f[3] == -1,
+             "CL.THROTTLE quantity 1000000 answered %s", buf);
+    resp_cmd(fd, 6, past, 1, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "-ERR CL.THROTTLE: quantity must be 0..1000000\r\n");
+    resp_cmd(fd, 6, top, 1, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "-ERR CL.THROTTLE: quantity must be 0..1000000\r\n");
+    resp_cmd(fd, 5, cost_past, 1, buf, sizeof(buf));
+    RL_CHECK(strstr(buf, "must be an integer of 0..1000000") != NULL, "answered %s", buf);
+    resp_cmd(fd, 5, cost_at, 1, buf, sizeof(buf)); /* its first line: the array's */
+    RL_CHECK(buf[0] == '*', "RL.CHECK COST 1000000 answered %s", buf);
+    close(fd);
+}
+END_TEST
+
 static Suite *
 abuse_inline_suite(void)
 {
@@ -318,6 +355,7 @@ abuse_inline_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_inline_limits_quota);
     tcase_add_test(tc, test_inline_keys_share);
+    tcase_add_test(tc, test_quantity_bound);
     suite_add_tcase(s, tc);
     return s;
 }
