@@ -33,8 +33,8 @@ messages are spelled out in bytes, as docs/PROTOCOL.md's example does).
                                      sends 200,000 CL.THROTTLE with distinct parameters, then
                                      the victim 300 CL.THROTTLE of one key at 100 a minute
                                      (burst 100): allowed, limited, errors of each
-  abuse_probe.py inlinekeys PORT    the same two clients: the victim uses up its key (1,000 an
-                                     hour), the attacker sends N ($KEYS, 500,000) distinct keys
+  abuse_probe.py inlinekeys PORT    the same two clients: the victim uses up its key (1,000 a
+                                     day), the attacker sends N ($KEYS, 500,000) distinct keys
                                      each used up at once (1 a day), then the victim asks 5
                                      more times: how many pass (its counter evicted)
 With $RL_TOKEN_FILE set, every connection first sends AUTH with that file's token
@@ -495,13 +495,13 @@ def inlinekeys(port):
     n = int(os.environ.get("KEYS", "500000"))
     a = resp_client(port, os.environ["RL_ATTACK_TOKEN"])
     v = resp_client(port, os.environ["RL_VICTIM_TOKEN"])
-    before = tally(resp_pipeline(v, [resp_cmd("CL.THROTTLE", "victim", 999, 1000, 3600, 1000)] +
-                                 [resp_cmd("CL.THROTTLE", "victim", 999, 1000, 3600)] * 5, batch=1))
+    before = tally(resp_pipeline(v, [resp_cmd("CL.THROTTLE", "victim", 999, 1000, 86400, 1000)] +
+                                 [resp_cmd("CL.THROTTLE", "victim", 999, 1000, 86400)] * 5, batch=1))
     t0 = time.monotonic()
     got = resp_pipeline(a, [resp_cmd("CL.THROTTLE", "k%d" % i, 0, 1, 86400) for i in range(n)])
     secs = time.monotonic() - t0
     aa, al, ae = tally(got)
-    va, vl, ve = tally(resp_pipeline(v, [resp_cmd("CL.THROTTLE", "victim", 999, 1000, 3600)] * 5,
+    va, vl, ve = tally(resp_pipeline(v, [resp_cmd("CL.THROTTLE", "victim", 999, 1000, 86400)] * 5,
                                      batch=1))
     print(f"RESULT inline keys attack_s={secs:.2f} attacker_keys={n} attacker_errors={ae} "
           f"victim_limited_before={before[1]} victim_allowed_after={va} "
