@@ -15,6 +15,7 @@
 #include "keytab.h"
 #include "inltab.h"
 #include "limiter.h"
+#include "tenant.h"
 #include "rltest.h"
 #include "slices.h"
 #include "wire.h"
@@ -1144,6 +1145,56 @@ START_TEST(test_inline_tenant_flood)
 }
 END_TEST
 
+/* The tenant map (tenant.h) against a plain array: random adds and removals (a record goes
+ * when it holds nothing), every id found exactly when present, over many index resizes and
+ * backward shifts. */
+START_TEST(test_tenants_map)
+{
+    enum { IDS = 3000 };
+    struct rl_tenants *ts;
+    static bool present[IDS];
+    uint64_t x = 88172645463325252ull;
+    size_t n = 0;
+
+    ck_assert_int_eq(rl_tenants_create(&ts), 0);
+    memset(present, 0, sizeof(present));
+    for (int step = 0; step < 200000; step++) {
+        uint32_t id;
+        struct rl_tenant *t;
+
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        id = (uint32_t)(x % IDS) * 2654435761u; /* spread, colliding homes too */
+        t = rl_tenants_find(ts, id);
+        RL_CHECK((t != NULL) == present[x % IDS], "step %d: id %u found %d", step, id, t != NULL);
+        if (t == NULL) {
+            t = rl_tenants_add(ts, id);
+            ck_assert_ptr_nonnull(t);
+            ck_assert_uint_eq(t->id, id);
+            t->limits = 1;
+            present[x % IDS] = true;
+            n++;
+        } else {
+            ck_assert_uint_eq(t->id, id);
+            t->limits = 0;
+            rl_tenants_settle(ts, t);
+            present[x % IDS] = false;
+            n--;
+        }
+        ck_assert_uint_eq(rl_tenants_count(ts), n);
+    }
+    for (uint32_t i = 0; i < IDS; i++) {
+        struct rl_tenant *t = rl_tenants_find(ts, i * 2654435761u);
+
+        ck_assert_int_eq(t != NULL, present[i]);
+    }
+    rl_tenants_reset_holdings(ts);
+    ck_assert_uint_eq(rl_tenants_count(ts), n); /* they still hold a limit each */
+    rl_tenants_destroy(ts);
+}
+END_TEST
+
 /* A change of the rules renumbers configured tiers but keeps inline counters. */
 START_TEST(test_inline_kept_by_rules_change)
 {
@@ -1329,6 +1380,7 @@ limiter_suite(void)
     tcase_add_test(tc, test_inline_bound);
     tcase_add_test(tc, test_inline_tenant_quota);
     tcase_add_test(tc, test_inline_tenant_flood);
+    tcase_add_test(tc, test_tenants_map);
     tcase_add_test(tc, test_inline_year);
     tcase_add_test(tc, test_inline_kept_by_rules_change);
     tcase_add_loop_test(tc, test_global_slices, 0,
