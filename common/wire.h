@@ -324,6 +324,15 @@ int rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req);
  * Never 0 (0 is "none"); the same in every process.
  */
 uint32_t rl_wire_tenant(const char *name, const uint8_t *addr);
+/*
+ * Whether a node takes the tenant element, asked once per connection: a CHECK of 8 elements
+ * with id 0 and an empty service, which a node answers with an ERROR either way (no state):
+ * rl_wire_tenant_taken is false for the answer of a node from before the element (`CHECK
+ * takes 6..7 elements`), true for any other, so a router sends tenants only to nodes that
+ * take them (docs/PROTOCOL.md, "Inline limits, by tenant").
+ */
+int rl_wire_put_tenant_probe(struct rl_buf *out);
+bool rl_wire_tenant_taken(const struct rl_wire_reply *rep);
 int rl_wire_put_ping(struct rl_buf *out, uint32_t id);
 int rl_wire_put_stats(struct rl_buf *out, uint32_t id);
 int rl_wire_put_clock(struct rl_buf *out, uint32_t id, uint64_t now_ms);

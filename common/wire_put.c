@@ -126,6 +126,35 @@ rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
     return wire_end(out, start, ok);
 }
 
+int
+rl_wire_put_tenant_probe(struct rl_buf *out)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (wire_begin(out, 16, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    /* [1, 0, "", "p", nil, 0, nil, 0]: the arity is judged before the (empty) service */
+    ok = msgpack_pack_array(&pk, 8) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_CHECK) == 0 &&
+         msgpack_pack_uint8(&pk, 0) == 0 && wire_pack_str(&pk, "", 0) &&
+         wire_pack_str(&pk, "p", 1) && msgpack_pack_nil(&pk) == 0 &&
+         msgpack_pack_uint8(&pk, 0) == 0 && msgpack_pack_nil(&pk) == 0 &&
+         msgpack_pack_uint8(&pk, 0) == 0;
+    return wire_end(out, start, ok);
+}
+
+bool
+rl_wire_tenant_taken(const struct rl_wire_reply *rep)
+{
+    static const char old[] = "CHECK takes 6..7 elements";
+
+    return !(rep->op == RL_WIRE_OP_ERROR && rep->message.ptr != NULL &&
+             rep->message.len == sizeof(old) - 1 &&
+             memcmp(rep->message.ptr, old, sizeof(old) - 1) == 0);
+}
+
 uint32_t
 rl_wire_tenant(const char *name, const uint8_t *addr)
 {

@@ -1042,6 +1042,26 @@ START_TEST(test_inline_limit)
     expect_fault("tenant 2^32", RAW(0x98, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0, 0xcf,
                                     0, 0, 0, 1, 0, 0, 0, 0),
                  RL_WIRE_ERR_BAD_FIELD, false, 7, "tenant must be nil");
+    /* The router's probe: this decoder judges its arity good and refuses its empty service
+     * (a node that takes tenants), a node from before answers the arity error. */
+    {
+        struct rl_buf pb;
+        struct rl_wire_reply r;
+
+        rl_buf_init(&pb);
+        ck_assert_int_eq(rl_wire_put_tenant_probe(&pb), 0);
+        p = one_frame(&pb, &n);
+        ck_assert_uint_eq((unsigned char)p[0], 0x98);
+        expect_fault("probe", p, n, RL_WIRE_ERR_BAD_FIELD, false, 0,
+                     "service must be a string of 1..128 bytes");
+        rl_buf_deinit(&pb);
+        memset(&r, 0, sizeof(r));
+        r.op = RL_WIRE_OP_ERROR;
+        r.message = mkstr("CHECK takes 6..7 elements", 25);
+        ck_assert(!rl_wire_tenant_taken(&r));
+        r.message = mkstr("service must be a string of 1..128 bytes", 40);
+        ck_assert(rl_wire_tenant_taken(&r));
+    }
     /* A name and an address give distinct, non-zero tenants, the same every time. */
     {
         uint8_t a1[16] = {0}, a2[16] = {0};
