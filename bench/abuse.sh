@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hostile clients against a real rl-node and rl-router (docs/BENCHMARKS.md, "Under abuse"):
-#   bench/abuse.sh [idle|stream|flood|slowloris|preauth|scrapers|all]   (RUNS rounds, 3 by default; BIN=build dir)
+#   bench/abuse.sh [idle|stream|flood|slowloris|preauth|inline|scrapers|all]   (RUNS rounds, 3 by default; BIN=build dir)
 # idle:   RSS growth of a node and of a router holding 1,000 idle connections that each sent
 #         one legal 64 KiB frame, and a neighbour's PING p50/p99 meanwhile;
 # stream: a neighbour's PING p50/p99 while one client streams 64 KiB frames at a node;
@@ -13,6 +13,10 @@
 # preauth: a router with a [client web] section (AUTH required): wrong tokens a second from
 #         one process, and whether a client with the valid token gets in while 10 addresses
 #         hold 1,000 silent connections each.
+# inline: a router with two [client] tokens and a RESP listener: one client floods 200,000
+#         distinct CL.THROTTLE limits, then does the other's CL.THROTTLE (100 a minute) still
+#         hold (node memory 64mb); then, node memory 1mb, one client's KEYS (500,000) distinct
+#         keys in force: is the other's used-up CL.THROTTLE key still refused.
 # scrapers: (not in all) a node and a router with SERVICES services (default "20000 60000",
 #         one token_bucket tier each) and their metrics listeners: the loop thread's CPU per
 #         rendered scrape of each (loopcpu, 5 scrapes 1.1 s apart); then, at 20,000 services
@@ -33,6 +37,20 @@ probe=$top/bench/abuse_probe.py
 algos="fixed_window sliding_window_log sliding_window_counter token_bucket gcra leaky_bucket"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
+# start_inline MEMORY: a node of MEMORY and a router with a RESP listener and two clients,
+# attacker and victim, whose tokens are in $RL_ATTACK_TOKEN and $RL_VICTIM_TOKEN.
+start_inline() {
+    local h1 h2
+    RL_ATTACK_TOKEN=attack-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    RL_VICTIM_TOKEN=victim-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    export RL_ATTACK_TOKEN RL_VICTIM_TOKEN
+    h1=$(printf '%s' "$RL_ATTACK_TOKEN" | sha256sum | cut -d' ' -f1)
+    h2=$(printf '%s' "$RL_VICTIM_TOKEN" | sha256sum | cut -d' ' -f1)
+    resp_port=$(free_port)
+    start_cluster "$1" "" "$(printf '[client attacker]\ntoken_sha256 = %s\nservices = *\n[client victim]\ntoken_sha256 = %s\nservices = *\n' "$h1" "$h2")" "resp = 127.0.0.1:$resp_port"
+    wait_port "$resp_port"
+}
+
 start_cluster() {
     local s
     node_port=$(free_port)
@@ -40,6 +58,7 @@ start_cluster() {
     metrics_port=$(free_port)
     {
         printf '[cluster]\nname = abuse\n[router]\nlisten = 127.0.0.1:%s\n' "$router_port"
+        [ -z "${4:-}" ] || printf '%s\n' "$4"
         printf '[node n1]\nlisten = 127.0.0.1:%s\nmemory = %s\n' "$node_port" "$1"
         [ -z "${2:-}" ] || printf 'metrics = 127.0.0.1:%s\n' "$metrics_port"
         [ -z "${3:-}" ] || printf '%s\n' "$3"
@@ -146,6 +165,14 @@ for round in $(seq 1 "$runs"); do
         timeout 60 python3 "$probe" wrongtokens "$router_port"
         sleep 3
         RL_TOKEN_FILE=$tmp/web.token timeout 120 python3 "$probe" silentflood "$router_port"
+        bench_cleanup
+    fi
+    if [ "$what" = inline ] || [ "$what" = all ]; then
+        start_inline 64mb
+        timeout 300 python3 "$probe" inlinelimits "$resp_port"
+        bench_cleanup
+        start_inline 1mb
+        timeout 300 python3 "$probe" inlinekeys "$resp_port"
         bench_cleanup
     fi
     if [ "$what" = flood ] || [ "$what" = all ]; then

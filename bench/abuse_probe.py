@@ -28,6 +28,15 @@ messages are spelled out in bytes, as docs/PROTOCOL.md's example does).
                                      /proc/PID/task/PID/schedstat (ns), and the page's size
   abuse_probe.py scrapers PORT N SECS  N threads pull /metrics at PORT back to back for SECS:
                                      pages served, and their p50/max time
+  abuse_probe.py inlinelimits PORT  on a router's RESP listener at PORT, with $RL_ATTACK_TOKEN
+                                     and $RL_VICTIM_TOKEN (two [client] tokens): the attacker
+                                     sends 200,000 CL.THROTTLE with distinct parameters, then
+                                     the victim 300 CL.THROTTLE of one key at 100 a minute
+                                     (burst 100): allowed, limited, errors of each
+  abuse_probe.py inlinekeys PORT    the same two clients: the victim uses up its key (1,000 a
+                                     day), the attacker sends N ($KEYS, 500,000) distinct keys
+                                     each used up at once (1 a day), then the victim asks 5
+                                     more times: how many pass (its counter evicted)
 With $RL_TOKEN_FILE set, every connection first sends AUTH with that file's token
 ([6, 0, token]) and reads its reply, for servers that want one.
 """
@@ -406,6 +415,99 @@ def scrapers(port, n, secs):
           f"p50_ms={lat[len(lat) // 2]:.1f} max_ms={lat[-1]:.1f}", flush=True)
 
 
+def resp_cmd(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+def resp_replies(s, n):
+    """Reads n replies of CL.THROTTLE or AUTH: the first integer of each array (0 allowed,
+    1 limited), "ok" for +OK, or "err" for an error."""
+    buf, out = b"", []
+    while len(out) < n:
+        c = s.recv(1 << 20)
+        if not c:
+            raise ConnectionError("closed")
+        buf += c
+        while len(out) < n:
+            if buf.startswith(b"+") or buf.startswith(b"-"):
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    break
+                out.append("ok" if buf[0:1] == b"+" else "err")
+                buf = buf[end + 2:]
+                continue
+            # *5 then 5 integers: 6 lines
+            at, lines = 0, []
+            for _ in range(6):
+                end = buf.find(b"\r\n", at)
+                if end < 0:
+                    break
+                lines.append(buf[at:end])
+                at = end + 2
+            if len(lines) < 6:
+                break
+            out.append(int(lines[1][1:]))
+            buf = buf[at:]
+    return out
+
+
+def resp_client(port, token):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(resp_cmd("AUTH", token))
+    if resp_replies(s, 1) != ["ok"]:
+        raise SystemExit("AUTH refused")
+    return s
+
+
+def resp_pipeline(s, cmds, batch=2000):
+    out = []
+    for i in range(0, len(cmds), batch):
+        part = cmds[i:i + batch]
+        s.sendall(b"".join(part))
+        out += resp_replies(s, len(part))
+    return out
+
+
+def tally(replies):
+    return (sum(1 for r in replies if r == 0), sum(1 for r in replies if r == 1),
+            sum(1 for r in replies if r == "err"))
+
+
+def inlinelimits(port):
+    a = resp_client(port, os.environ["RL_ATTACK_TOKEN"])
+    v = resp_client(port, os.environ["RL_VICTIM_TOKEN"])
+    t0 = time.monotonic()
+    got = resp_pipeline(a, [resp_cmd("CL.THROTTLE", "a", i, 1, 3600) for i in range(200000)])
+    secs = time.monotonic() - t0
+    aa, al, ae = tally(got)
+    va, vl, ve = tally(resp_pipeline(v, [resp_cmd("CL.THROTTLE", "victim", 99, 100, 60)] * 300,
+                                     batch=1))
+    print(f"RESULT inline limits attack_s={secs:.2f} attacker_allowed={aa} attacker_limited={al} "
+          f"attacker_errors={ae} victim_allowed={va} victim_limited={vl} victim_errors={ve}",
+          flush=True)
+
+
+def inlinekeys(port):
+    n = int(os.environ.get("KEYS", "500000"))
+    a = resp_client(port, os.environ["RL_ATTACK_TOKEN"])
+    v = resp_client(port, os.environ["RL_VICTIM_TOKEN"])
+    before = tally(resp_pipeline(v, [resp_cmd("CL.THROTTLE", "victim", 999, 1000, 86400, 1000)] +
+                                 [resp_cmd("CL.THROTTLE", "victim", 999, 1000, 86400)] * 5, batch=1))
+    t0 = time.monotonic()
+    got = resp_pipeline(a, [resp_cmd("CL.THROTTLE", "k%d" % i, 0, 1, 86400) for i in range(n)])
+    secs = time.monotonic() - t0
+    aa, al, ae = tally(got)
+    va, vl, ve = tally(resp_pipeline(v, [resp_cmd("CL.THROTTLE", "victim", 999, 1000, 86400)] * 5,
+                                     batch=1))
+    print(f"RESULT inline keys attack_s={secs:.2f} attacker_keys={n} attacker_errors={ae} "
+          f"victim_limited_before={before[1]} victim_allowed_after={va} "
+          f"victim_limited_after={vl} victim_errors_after={ve}", flush=True)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "idle":
@@ -424,5 +526,9 @@ if __name__ == "__main__":
         loopcpu(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
     elif cmd == "scrapers":
         scrapers(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
+    elif cmd == "inlinelimits":
+        inlinelimits(int(sys.argv[2]))
+    elif cmd == "inlinekeys":
+        inlinekeys(int(sys.argv[2]))
     else:
         sys.exit(__doc__)

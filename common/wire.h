@@ -61,7 +61,7 @@
  * A is passed through to R untouched, so R can hand it a macro of its own (RL_WIRE_OP_MAP).
  */
 #define RL_WIRE_OP_TABLE(R, A)                                                                     \
-    R(A, CHECK, check, 1, 6, 7, check, 7, check, NODE, FORWARD)                                    \
+    R(A, CHECK, check, 1, 6, 8, check, 7, check, NODE, FORWARD)                                    \
     R(A, PING, ping, 2, 2, 2, bare, 3, named, NODE, SELF)                                          \
     R(A, STATS, stats, 3, 2, 2, bare, 3, stats, NODE, SELF)                                        \
     R(A, CLOCK, clock, 4, 3, 3, clock, 3, clock, NODE, NONE)                                       \
@@ -197,6 +197,9 @@ struct rl_wire_req {
     struct rl_wire_str endpoint; /* ptr NULL when nil; nil and "" both mean the whole service */
     uint32_t cost;
     struct rl_wire_limit limit; /* CHECK: its inline limit, if any */
+    /* CHECK's optional 8th element (docs/PROTOCOL.md, "Inline limits"): the client an inline
+     * CHECK is accounted to, rl_wire_tenant's; 0: none given. Sent only with a limit. */
+    uint32_t tenant;
     uint64_t now_ms; /* CLOCK */
     struct rl_wire_str role; /* HELLO: "router" */
     struct rl_wire_str token; /* AUTH: 1..256 bytes, string or binary */
@@ -314,6 +317,22 @@ int rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n,
  * it is given (tests send bad requests with it).
  */
 int rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req);
+/*
+ * The tenant id a router gives the inline CHECKs of a client (docs/PROTOCOL.md, "Inline
+ * limits"): a 32-bit hash of its [client NAME] when it authenticated as one (name not NULL),
+ * else of its address (addr: 16 bytes, IPv4 mapped into IPv6; NULL: unknown, all zeros).
+ * Never 0 (0 is "none"); the same in every process.
+ */
+uint32_t rl_wire_tenant(const char *name, const uint8_t *addr);
+/*
+ * Whether a node takes the tenant element, asked once per connection: a CHECK of 8 elements
+ * with id 0 and an empty service, which a node answers with an ERROR either way (no state):
+ * rl_wire_tenant_taken is false for the answer of a node from before the element (`CHECK
+ * takes 6..7 elements`), true for any other, so a router sends tenants only to nodes that
+ * take them (docs/PROTOCOL.md, "Inline limits, by tenant").
+ */
+int rl_wire_put_tenant_probe(struct rl_buf *out);
+bool rl_wire_tenant_taken(const struct rl_wire_reply *rep);
 int rl_wire_put_ping(struct rl_buf *out, uint32_t id);
 int rl_wire_put_stats(struct rl_buf *out, uint32_t id);
 int rl_wire_put_clock(struct rl_buf *out, uint32_t id, uint64_t now_ms);

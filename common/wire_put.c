@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "ruleset.h"
 #include "wire_int.h"
@@ -101,7 +102,8 @@ rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
     if (wire_begin(out, hint, &pk, &start) != 0) {
         return -ENOMEM;
     }
-    ok = msgpack_pack_array(&pk, req->limit.set ? 7 : 6) == 0 &&
+    /* The tenant goes only with a limit, so a CHECK without one is as every node reads it. */
+    ok = msgpack_pack_array(&pk, !req->limit.set ? 6 : req->tenant != 0 ? 8 : 7) == 0 &&
          msgpack_pack_uint8(&pk, RL_WIRE_OP_CHECK) == 0 &&
          msgpack_pack_uint32(&pk, req->id) == 0 &&
          wire_pack_str(&pk, req->service.ptr, req->service.len) &&
@@ -117,8 +119,55 @@ rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
              msgpack_pack_uint64(&pk, req->limit.window_ms) == 0 &&
              (req->limit.has_burst ? msgpack_pack_uint32(&pk, req->limit.burst) == 0
                                    : msgpack_pack_nil(&pk) == 0);
+        if (ok && req->tenant != 0) {
+            ok = msgpack_pack_uint32(&pk, req->tenant) == 0;
+        }
     }
     return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_tenant_probe(struct rl_buf *out)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (wire_begin(out, 16, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    /* [1, 0, "", "p", nil, 0, nil, 0]: the arity is judged before the (empty) service */
+    ok = msgpack_pack_array(&pk, 8) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_CHECK) == 0 &&
+         msgpack_pack_uint8(&pk, 0) == 0 && wire_pack_str(&pk, "", 0) &&
+         wire_pack_str(&pk, "p", 1) && msgpack_pack_nil(&pk) == 0 &&
+         msgpack_pack_uint8(&pk, 0) == 0 && msgpack_pack_nil(&pk) == 0 &&
+         msgpack_pack_uint8(&pk, 0) == 0;
+    return wire_end(out, start, ok);
+}
+
+bool
+rl_wire_tenant_taken(const struct rl_wire_reply *rep)
+{
+    static const char old[] = "CHECK takes 6..7 elements";
+
+    return !(rep->op == RL_WIRE_OP_ERROR && rep->message.ptr != NULL &&
+             rep->message.len == sizeof(old) - 1 &&
+             memcmp(rep->message.ptr, old, sizeof(old) - 1) == 0);
+}
+
+uint32_t
+rl_wire_tenant(const char *name, const uint8_t *addr)
+{
+    static const uint8_t none[16];
+    uint64_t h;
+
+    if (name != NULL) {
+        h = XXH3_64bits_withSeed(name, strlen(name), 0x746e6e74u /* "tnnt" */);
+    } else {
+        h = XXH3_64bits_withSeed(addr != NULL ? addr : none, 16, 0x61646472u /* "addr" */);
+    }
+    h ^= h >> 32;
+    return (uint32_t)h != 0 ? (uint32_t)h : 1;
 }
 
 /* PING and STATS requests are the same shape. */

@@ -166,7 +166,20 @@ wire_req_check(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_
     }
     req->cost = (uint32_t)cost;
     if (a->via.array.size > 6 && a->via.array.ptr[6].type != MSGPACK_OBJECT_NIL) {
-        return wire_req_limit(&a->via.array.ptr[6], req, f);
+        int rc = wire_req_limit(&a->via.array.ptr[6], req, f);
+
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    if (a->via.array.size > 7 && a->via.array.ptr[7].type != MSGPACK_OBJECT_NIL) {
+        uint64_t tenant;
+
+        if (!wire_uint(&a->via.array.ptr[7], UINT32_MAX, &tenant)) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "tenant must be nil or an unsigned integer of 0..4294967295");
+        }
+        req->tenant = (uint32_t)tenant;
     }
     return 0;
 }

@@ -12,11 +12,13 @@
 
 struct inl_slot {
     struct rl_tier tier;
+    uint32_t owner;
     uint32_t refs;
     bool used;
 };
 
 struct rl_inltab {
+    struct rl_inltab_ops ops;
     struct inl_slot *slots;
     uint32_t cap;   /* slots allocated */
     uint32_t nused; /* slots in use */
@@ -28,10 +30,16 @@ struct rl_inltab {
 };
 
 int
-rl_inltab_create(struct rl_inltab **out)
+rl_inltab_create(struct rl_inltab **out, const struct rl_inltab_ops *ops)
 {
     *out = calloc(1, sizeof(**out));
-    return *out == NULL ? -ENOMEM : 0;
+    if (*out == NULL) {
+        return -ENOMEM;
+    }
+    if (ops != NULL) {
+        (*out)->ops = *ops;
+    }
+    return 0;
 }
 
 void
@@ -46,20 +54,19 @@ rl_inltab_destroy(struct rl_inltab *t)
 }
 
 static uint64_t
-inl_hash(const struct rl_tier *w)
+inl_hash(const struct rl_tier *w, uint32_t owner)
 {
-    /* A window past 32 bits adds its high half: a shorter one hashes as before. */
-    uint32_t k[5] = {(uint32_t)w->algo, w->limit, (uint32_t)w->window_ms, w->burst,
-                     (uint32_t)(w->window_ms >> 32)};
+    uint32_t k[6] = {(uint32_t)w->algo, w->limit, (uint32_t)w->window_ms, w->burst,
+                     (uint32_t)(w->window_ms >> 32), owner};
 
-    return XXH3_64bits(k, w->window_ms >> 32 != 0 ? sizeof(k) : 4 * sizeof(k[0]));
+    return XXH3_64bits(k, sizeof(k));
 }
 
 static bool
-inl_same(const struct rl_tier *a, const struct rl_tier *b)
+inl_same(const struct inl_slot *a, const struct rl_tier *b, uint32_t owner)
 {
-    return a->algo == b->algo && a->limit == b->limit && a->window_ms == b->window_ms &&
-           a->burst == b->burst;
+    return a->owner == owner && a->tier.algo == b->algo && a->tier.limit == b->limit &&
+           a->tier.window_ms == b->window_ms && a->tier.burst == b->burst;
 }
 
 /* Rebuilds the index for the slots in use, sized for cap. */
@@ -78,7 +85,7 @@ inl_reindex(struct rl_inltab *t)
     }
     for (uint32_t s = 0; s < t->cap; s++) {
         if (t->slots[s].used) {
-            size_t i = (size_t)inl_hash(&t->slots[s].tier) & (size - 1);
+            size_t i = (size_t)inl_hash(&t->slots[s].tier, t->slots[s].owner) & (size - 1);
 
             while (ix[i] != 0) {
                 i = (i + 1) & (size - 1);
@@ -101,6 +108,9 @@ inl_reclaim(struct rl_inltab *t)
             t->slots[s].used = false;
             t->freel[t->nfree++] = s;
             t->nused--;
+            if (t->ops.owned != NULL) {
+                t->ops.owned(t->ops.arg, t->slots[s].owner, -1);
+            }
         }
     }
     t->nzero = 0;
@@ -137,19 +147,33 @@ inl_grow(struct rl_inltab *t)
 }
 
 int
-rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t *id)
+rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner, bool quota,
+                 uint32_t *id)
 {
+    uint64_t h = inl_hash(want, owner);
     struct inl_slot *sl;
     uint32_t s;
     int rc;
 
     if (t->index != NULL) {
-        for (size_t i = (size_t)inl_hash(want) & t->mask; t->index[i] != 0;
-             i = (i + 1) & t->mask) {
-            if (inl_same(&t->slots[t->index[i] - 1].tier, want)) {
+        for (size_t i = (size_t)h & t->mask; t->index[i] != 0; i = (i + 1) & t->mask) {
+            if (inl_same(&t->slots[t->index[i] - 1], want, owner)) {
                 *id = RL_INLTAB_BASE + t->index[i] - 1;
                 return 0;
             }
+        }
+    }
+    if (quota && t->ops.may_add != NULL && !t->ops.may_add(t->ops.arg, owner)) {
+        /* Some of owner's limits may have no key left: forget those and ask again. */
+        if (t->nzero == 0) {
+            return -EDQUOT;
+        }
+        rc = inl_reclaim(t);
+        if (rc != 0) {
+            return rc;
+        }
+        if (!t->ops.may_add(t->ops.arg, owner)) {
+            return -EDQUOT;
         }
     }
     if (t->nfree == 0) {
@@ -173,11 +197,15 @@ rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t *id)
     sl->tier.burst = want->burst;
     sl->tier.id = RL_INLTAB_BASE + s;
     sl->tier.seed = 0; /* inline keys are hashed by limiter.c's own seed */
+    sl->owner = owner;
     sl->used = true;
     t->nused++;
     t->nzero++;
+    if (t->ops.owned != NULL) {
+        t->ops.owned(t->ops.arg, owner, +1);
+    }
     {
-        size_t i = (size_t)inl_hash(want) & t->mask;
+        size_t i = (size_t)h & t->mask;
 
         while (t->index[i] != 0) {
             i = (i + 1) & t->mask;
@@ -197,6 +225,12 @@ rl_inltab_tier(const struct rl_inltab *t, uint32_t id)
         return NULL;
     }
     return &t->slots[s].tier;
+}
+
+uint32_t
+rl_inltab_owner(const struct rl_inltab *t, uint32_t id)
+{
+    return rl_inltab_tier(t, id) == NULL ? 0 : t->slots[id - RL_INLTAB_BASE].owner;
 }
 
 void

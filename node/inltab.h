@@ -4,7 +4,11 @@
  * inline tier ids are RL_INLTAB_BASE + slot, above every configured tier id (at most
  * RL_CONF_TIERS_MAX), so a change of the configured rules never renumbers them. At most
  * RL_INLTAB_MAX distinct limits; each counts the keys that follow it (rl_inltab_ref), and a
- * limit with none is reclaimed when room is needed. Not for judging (limiter.c).
+ * limit with none is reclaimed when room is needed. Each limit has an owner, the tenant the
+ * CHECKs that use it are accounted to (docs/PROTOCOL.md, "Inline limits"): two owners of the
+ * same four parts hold two limits, and a quota (asked of the caller when an owner would take
+ * one more) keeps one owner from taking the slots of the others. Not for judging
+ * (limiter.c).
  */
 #ifndef RL_INLTAB_H
 #define RL_INLTAB_H
@@ -17,18 +21,37 @@
 
 #define RL_INLTAB_MAX 65536u
 #define RL_INLTAB_BASE 0x800000u
+/* The inline limits one tenant may hold (its quota): 1/16 of the table, so that it takes
+ * sixteen clients together to fill it. */
+#define RL_INLTAB_TENANT_MAX 4096u
 
 struct rl_inltab;
 
-int rl_inltab_create(struct rl_inltab **out);
+/* What the table asks of its owner (the limiter): the accounting of limits by owner. */
+struct rl_inltab_ops {
+    /* owner took a new limit (+1), or one of its limits was reclaimed (-1) */
+    void (*owned)(void *arg, uint32_t owner, int delta);
+    /* whether owner may take one more limit (asked only for an intern under quota) */
+    bool (*may_add)(void *arg, uint32_t owner);
+    void *arg;
+};
+
+/* ops may be NULL (no accounting, no quota); it is copied. */
+int rl_inltab_create(struct rl_inltab **out, const struct rl_inltab_ops *ops);
 void rl_inltab_destroy(struct rl_inltab *t);
 
 /*
- * The tier id of the limit (want's algo, limit, window_ms, burst), interned when new: 0 with
- * *id, -ENOSPC when RL_INLTAB_MAX limits with keys are held, or -ENOMEM. May move the tiers:
- * pointers from rl_inltab_tier are valid until the next intern.
+ * The tier id of owner's limit (want's algo, limit, window_ms, burst), interned when new: 0
+ * with *id; -EDQUOT when it is new, quota is set and ops->may_add refuses owner one more
+ * (even after limits without keys were reclaimed); -ENOSPC when RL_INLTAB_MAX limits with
+ * keys are held; or -ENOMEM. May move the tiers: pointers from rl_inltab_tier are valid until
+ * the next intern.
  */
-int rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t *id);
+int rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner, bool quota,
+                     uint32_t *id);
+
+/* The owner of an interned tier id (0 when id is not one in use). */
+uint32_t rl_inltab_owner(const struct rl_inltab *t, uint32_t id);
 
 /* The interned tier of id (its id field is id), or NULL when id is not one in use. */
 const struct rl_tier *rl_inltab_tier(const struct rl_inltab *t, uint32_t id);

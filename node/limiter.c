@@ -27,6 +27,7 @@
 #include "keytab.h"
 #include "metrics.h"
 #include "slices.h"
+#include "tenant.h"
 
 /* What one tier of the request in hand needs between its judgment and its commit. */
 struct lim_tier {
@@ -67,10 +68,12 @@ struct rl_limiter {
     uint32_t *remap;
     /* the services of the rules by name (whether a service has configured rules) */
     struct lim_names *names;
-    /* inline limits (docs/PROTOCOL.md, "Inline limits"): their tiers, and their keys and
-     * decisions counted as one pseudo-service */
+    /* inline limits (docs/PROTOCOL.md, "Inline limits"): their tiers; their decisions and
+     * keys in all (metrics) counted as one pseudo-service; and by tenant, the limits each
+     * holds (its quota) and its share of the keys and logs, as a service's */
     struct rl_inltab *inl;
     struct lim_svc inl_svc;
+    struct rl_tenants *tenants;
     /* regions (docs/REGIONS.md): the slices in force (not owned; NULL: none) and the
      * region's default slice, in thousandths; the scaled tiers of the CHECK in hand, each
      * interned in inl (maxtiers of them) */
@@ -103,46 +106,112 @@ lim_entry_tier(const struct rl_limiter *l, const struct rl_keytab_entry *e)
     return e->tier < l->conf->ntiers ? &l->conf->tiers[e->tier] : NULL;
 }
 
-static struct lim_svc *
-lim_svc_of(const struct rl_limiter *l, const struct rl_tier *t)
+/* The account t's keys count in: its service's, or for an inline limit its tenant's (the
+ * owner of the limit: docs/PROTOCOL.md, "Inline limits"), added when it holds nothing yet and
+ * create is set. NULL only for an inline limit's tenant that holds nothing (create unset) or
+ * cannot be recorded (out of memory: then its keys count in the inline pseudo-service). */
+static struct rl_limiter_service_stats *
+lim_acct(const struct rl_limiter *l, const struct rl_tier *t, bool create)
 {
     if (rl_inltab_is(t->id)) {
-        return (struct lim_svc *)&l->inl_svc;
+        uint32_t owner = rl_inltab_owner(l->inl, t->id);
+        struct rl_tenant *x = create ? rl_tenants_add(l->tenants, owner)
+                                     : rl_tenants_find(l->tenants, owner);
+
+        if (x == NULL) {
+            return create ? (struct rl_limiter_service_stats *)&l->inl_svc.st : NULL;
+        }
+        return &x->st;
     }
-    return &l->svcs[l->svc_of_tier[t->id]];
+    return (struct rl_limiter_service_stats *)&l->svcs[l->svc_of_tier[t->id]].st;
 }
 
-/* A key of t's service was added (+1) or dropped (-1); an inline limit counts its keys. */
+/* Drops t's tenant record when it holds nothing any more. */
+static void
+lim_settle(struct rl_limiter *l, const struct rl_tier *t)
+{
+    if (rl_inltab_is(t->id)) {
+        rl_tenants_settle(l->tenants, rl_tenants_find(l->tenants, rl_inltab_owner(l->inl, t->id)));
+    }
+}
+
+/* A key of t's account was added (+1) or dropped (-1), the counts of the walk of
+ * rl_limiter_set_rules included (which leaves an inline limit's count of keys alone). */
+static void
+lim_count_key_acct(struct rl_limiter *l, const struct rl_tier *t, int delta)
+{
+    struct rl_limiter_service_stats *v = lim_acct(l, t, true);
+
+    if (rl_inltab_is(t->id)) {
+        l->inl_svc.st.keys += delta > 0 ? 1 : (uint64_t)-1;
+    }
+    if (delta > 0) {
+        l->nactive += v->keys == 0;
+        v->keys++;
+        l->nkeys++;
+    } else {
+        v->keys--;
+        l->nkeys--;
+        l->nactive -= v->keys == 0;
+        lim_settle(l, t);
+    }
+}
+
+/* A key of t's account was added (+1) or dropped (-1); an inline limit counts its keys. */
 static void
 lim_count_key(struct rl_limiter *l, const struct rl_tier *t, int delta)
 {
-    struct lim_svc *v = lim_svc_of(l, t);
-
     if (rl_inltab_is(t->id)) {
         rl_inltab_ref(l->inl, t->id, delta);
     }
-
-    if (delta > 0) {
-        l->nactive += v->st.keys == 0;
-        v->st.keys++;
-        l->nkeys++;
-    } else {
-        v->st.keys--;
-        l->nkeys--;
-        l->nactive -= v->st.keys == 0;
-    }
+    lim_count_key_acct(l, t, delta);
 }
 
-/* The log bytes of t's service changed by delta (wrapping arithmetic for a decrease). */
+/* The log bytes of t's account changed by delta (wrapping arithmetic for a decrease). */
 static void
 lim_count_log(struct rl_limiter *l, const struct rl_tier *t, uint64_t delta)
 {
-    struct lim_svc *v = lim_svc_of(l, t);
-    bool had = v->st.log_bytes != 0;
+    struct rl_limiter_service_stats *v;
+    bool had;
 
-    v->st.log_bytes += delta;
+    if (delta == 0) {
+        return;
+    }
+    v = lim_acct(l, t, true);
+    had = v->log_bytes != 0;
+    v->log_bytes += delta;
     l->log_bytes += delta;
-    l->nlogging += (v->st.log_bytes != 0) - had;
+    l->nlogging += (v->log_bytes != 0) - had;
+    lim_settle(l, t);
+}
+
+/* inltab's accounting: owner took (+1) or lost (-1) an inline limit. */
+static void
+lim_owned(void *arg, uint32_t owner, int delta)
+{
+    struct rl_limiter *l = arg;
+    struct rl_tenant *x = delta > 0 ? rl_tenants_add(l->tenants, owner)
+                                    : rl_tenants_find(l->tenants, owner);
+
+    if (x == NULL) {
+        return; /* out of memory: the quota counts fewer limits than it could */
+    }
+    if (delta > 0) {
+        x->limits++;
+    } else if (x->limits > 0) {
+        x->limits--;
+        rl_tenants_settle(l->tenants, x);
+    }
+}
+
+/* inltab's quota: a tenant holds at most RL_INLTAB_TENANT_MAX inline limits. */
+static bool
+lim_may_add(void *arg, uint32_t owner)
+{
+    struct rl_limiter *l = arg;
+    const struct rl_tenant *x = rl_tenants_find(l->tenants, owner);
+
+    return x == NULL || x->limits < RL_INLTAB_TENANT_MAX;
 }
 
 static bool
@@ -168,20 +237,28 @@ lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t for
     const uint64_t mask = (UINT64_C(1) << RL_KEYTAB_CLASS_SHIFT) - 1;
     struct rl_algo_state st, next;
     struct rl_algo_result r;
-    uint64_t at, n, cls;
-    const struct lim_svc *v;
+    uint64_t at, n, cls, held;
+    const struct rl_limiter_service_stats *v, *ins = NULL;
+    const struct rl_tier *ft;
 
     if (t == NULL || rl_algo_is_full(t, &e->st, now)) {
         return 0;
     }
-    v = lim_svc_of(l, t);
+    v = lim_acct(l, t, false);
+    held = v != NULL ? v->keys : 0;
     n = l->nactive;
-    if (for_tier < l->conf->ntiers && lim_svc_of(l, &l->conf->tiers[for_tier])->st.keys == 0) {
-        n++; /* the inserting service is about to hold a key */
+    ft = rl_inltab_is(for_tier) ? rl_inltab_tier(l->inl, for_tier)
+         : for_tier < l->conf->ntiers ? &l->conf->tiers[for_tier]
+                                      : NULL;
+    if (ft != NULL) {
+        ins = lim_acct(l, ft, false);
+    }
+    if (ft != NULL && (ins == NULL || ins->keys == 0)) {
+        n++; /* the inserting account is about to hold a key */
     }
     st = e->st; /* a log's judge prunes it: a pure effect of time */
     rl_algo_judge(t, &st, now, 1, &r, &next);
-    cls = v->st.keys * n >= l->nkeys ? 1 : 3;
+    cls = held * n >= l->nkeys ? 1 : 3;
     cls += !r.allowed;
     at = rl_algo_full_at(t, &e->st);
     return cls << RL_KEYTAB_CLASS_SHIFT | (at < mask ? at : mask);
@@ -193,15 +270,15 @@ lim_evicted(void *arg, const struct rl_keytab_entry *e, uint64_t score)
     struct rl_limiter *l = arg;
     const struct rl_tier *t = lim_entry_tier(l, e);
     uint64_t cls = score >> RL_KEYTAB_CLASS_SHIFT;
-    struct lim_svc *v;
+    struct rl_limiter_service_stats *v;
 
     if (t == NULL) {
         return;
     }
-    v = lim_svc_of(l, t);
-    v->st.evicted++;
+    v = rl_inltab_is(t->id) ? &l->inl_svc.st : lim_acct(l, t, false);
+    v->evicted++;
     if (cls == 2 || cls == 4) {
-        v->st.evicted_in_force++;
+        v->evicted_in_force++;
         l->st.evicted_in_force++;
     }
     if (cls >= 3) {
@@ -365,6 +442,7 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
 {
     struct rl_limiter *l = calloc(1, sizeof(*l));
     struct rl_keytab_ops ops = {lim_is_full, lim_score, lim_evicted, lim_release, l};
+    struct rl_inltab_ops iops = {lim_owned, lim_may_add, l};
     bool logs = false;
     int rc = -ENOMEM;
 
@@ -388,7 +466,7 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
     l->tiers = lim_copy_tiers(conf);
     l->ntiers = conf->ntiers;
     if (l->scratch == NULL || l->gtiers == NULL || l->tiers == NULL ||
-        rl_inltab_create(&l->inl) != 0 ||
+        rl_inltab_create(&l->inl, &iops) != 0 || rl_tenants_create(&l->tenants) != 0 ||
         lim_services(l) != 0) {
         goto fail_scratch;
     }
@@ -405,6 +483,7 @@ fail_scratch:
         free(l->names);
     }
     rl_inltab_destroy(l->inl);
+    rl_tenants_destroy(l->tenants);
     free(l->scratch);
     free(l->gtiers);
     free(l->tiers);
@@ -422,6 +501,7 @@ rl_limiter_destroy(struct rl_limiter *l)
     }
     rl_keytab_destroy(l->tab);
     rl_inltab_destroy(l->inl);
+    rl_tenants_destroy(l->tenants);
     free(l->names->slot);
     free(l->names);
     free(l->scratch);
@@ -437,28 +517,29 @@ static void
 lim_commit(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
            const struct rl_algo_state *next, uint64_t now, uint32_t cost)
 {
-    struct lim_svc *v;
-    uint64_t before, room, share;
+    const struct rl_limiter_service_stats *v;
+    uint64_t before, room, share, held;
     bool was;
 
     if (t->algo != RL_ALGO_SLIDING_WINDOW_LOG) {
         rl_algo_commit(t, s, next, now, cost);
         return;
     }
-    v = lim_svc_of(l, t);
+    v = lim_acct(l, t, false);
+    held = v != NULL ? v->log_bytes : 0;
     was = rl_algo_degraded(t, s);
     before = rl_algo_heap_bytes(t, s);
     room = l->log_cap > l->log_bytes ? l->log_cap - l->log_bytes : 0;
-    /* An equal share of the log memory for each service holding logs (this one included). */
-    share = l->log_cap / (l->nlogging + (v->st.log_bytes == 0));
-    if (v->st.log_bytes >= share) {
+    /* An equal share of the log memory for each account holding logs (this one included). */
+    share = l->log_cap / (l->nlogging + (held == 0));
+    if (held >= share) {
         room = 0;
-    } else if (share - v->st.log_bytes < room) {
-        room = share - v->st.log_bytes;
+    } else if (share - held < room) {
+        room = share - held;
     }
     rl_algo_commit_capped(t, s, next, now, cost, room);
     if (!was && rl_algo_degraded(t, s)) {
-        v->st.log_degraded++;
+        (rl_inltab_is(t->id) ? &l->inl_svc.st : lim_acct(l, t, true))->log_degraded++;
         l->st.log_degraded++;
     }
     /* Unsigned arithmetic wraps back correctly when the log shrank. */
@@ -624,6 +705,16 @@ rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
     }
 }
 
+/* The tenant a global service's scaled tiers are accounted to: one per service, so a
+ * global service keeps a share of the keys of its own, as a regional one does. */
+static uint32_t
+lim_global_owner(const struct rl_wire_req *req)
+{
+    uint64_t h = XXH3_64bits_withSeed(req->service.ptr, req->service.len, 0x676c6f62u /* glob */);
+
+    return (uint32_t)(h ^ h >> 32);
+}
+
 /*
  * The tiers of a global rule as this region enforces them for req's user: limit and burst
  * scaled by the slice (rounded down, at least 1), each interned in inl so its keys follow
@@ -646,7 +737,8 @@ lim_global_tiers(struct rl_limiter *l, const struct rl_wire_req *req, const stru
         want.limit = lim > 0 ? (uint32_t)lim : 1;
         want.burst = burst > 0 ? (uint32_t)burst : 1;
         want.seed = 0;
-        rc = rl_inltab_intern(l->inl, &want, &id);
+        /* a global service's slices are its own account, under no client's quota */
+        rc = rl_inltab_intern(l->inl, &want, lim_global_owner(req), false, &id);
         if (rc != 0) {
             return rc;
         }
@@ -698,8 +790,9 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
             return -EPERM;
         }
         lim_inline_tier(req, &want);
-        rc = rl_inltab_intern(l->inl, &want, &id);
+        rc = rl_inltab_intern(l->inl, &want, req->tenant, true, &id);
         if (rc != 0) {
+            l->st.inline_over_quota += rc == -EDQUOT;
             return rc;
         }
         tiers = rl_inltab_tier(l->inl, id);
@@ -1011,15 +1104,11 @@ lim_remap_entry(void *arg, struct rl_keytab_entry *e)
     if (rl_inltab_is(e->tier)) {
         /* An inline limit's key is not the rules': it keeps its tier id and its counter
          * (its limit's count of keys is unchanged too). */
-        struct lim_svc *v = &l->inl_svc;
-
         t = rl_inltab_tier(l->inl, e->tier);
         if (t == NULL) {
             return false; /* cannot happen: a limit with keys is never reclaimed */
         }
-        l->nactive += v->st.keys == 0;
-        v->st.keys++;
-        l->nkeys++;
+        lim_count_key_acct(l, t, +1);
         lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st));
         return true;
     }
@@ -1111,6 +1200,7 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
     l->log_bytes = 0;
     l->inl_svc.st.keys = 0;
     l->inl_svc.st.log_bytes = 0;
+    rl_tenants_reset_holdings(l->tenants);
     if (scratch != NULL) {
         free(l->scratch);
         l->scratch = scratch;

@@ -18,7 +18,9 @@
  * allowed; shadow_limited counts those that enforce would have refused); peeks counts cost-0
  * checks; log_degraded counts sliding logs degraded to counters at the memory cap,
  * evicted_in_force the evictions of keys whose limit was in force, evicted_under_share those
- * of keys of a service under its share (docs/ALGORITHMS.md, "Under memory pressure"). */
+ * of keys of a service (or inline tenant) under its share (docs/ALGORITHMS.md, "Under memory
+ * pressure"); inline_over_quota the inline CHECKs refused because their tenant held
+ * RL_INLTAB_TENANT_MAX inline limits already (docs/PROTOCOL.md, "Inline limits"). */
 #define RL_LIMITER_STATS_MAP(X)                                                                    \
     X(checks, "checks")                                                                            \
     X(allowed, "allowed")                                                                          \
@@ -29,7 +31,8 @@
     X(peeks, "peeks")                                                                              \
     X(log_degraded, "log_degraded")                                                                \
     X(evicted_in_force, "evicted_in_force")                                                        \
-    X(evicted_under_share, "evicted_under_share")
+    X(evicted_under_share, "evicted_under_share")                                              \
+    X(inline_over_quota, "inline_over_quota")
 
 struct rl_limiter_stats {
 #define RL_LIMITER_FIELD(n, s) uint64_t n;
@@ -69,7 +72,9 @@ void rl_limiter_destroy(struct rl_limiter *l);
  * Judges one decoded CHECK request at now and fills *rep (rep->id = req->id). Returns 0, or
  * for a CHECK with an inline limit (docs/PROTOCOL.md, "Inline limits"), judged by that limit
  * alone under counters of its own: -EPERM when its service has configured rules (refused),
- * -ENOSPC when the node holds RL_INLTAB_MAX distinct inline limits with keys, -ENOMEM; then
+ * -EDQUOT when its tenant (req->tenant) holds RL_INLTAB_TENANT_MAX inline limits already and
+ * this one would be new, -ENOSPC when the node holds RL_INLTAB_MAX distinct inline limits
+ * with keys, -ENOMEM; then
  * nothing was counted and *rep is not a reply (answer with an ERROR).
  */
 int rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,

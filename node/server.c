@@ -328,6 +328,10 @@ server_check_prepared(struct rl_conn *c, const struct rl_wire_req *req,
         if (rc == -EPERM) {
             snprintf(msg, sizeof(msg),
                      "the service has configured rules: an inline limit is refused");
+        } else if (rc == -EDQUOT) {
+            snprintf(msg, sizeof(msg),
+                     "this client holds too many distinct inline limits on this node (%u)",
+                     RL_INLTAB_TENANT_MAX);
         } else if (rc == -ENOSPC) {
             snprintf(msg, sizeof(msg), "too many distinct inline limits on this node (%u)",
                      RL_INLTAB_MAX);

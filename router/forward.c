@@ -185,6 +185,10 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
         } else {
             fwd = *req;
             fwd.id = rl_pending_id(r, p);
+            /* an inline CHECK is accounted to this client, whatever it sent (PROTOCOL.md) */
+            fwd.tenant = rl_wire_tenant(
+                conn->principal ? ((const struct rl_client_conf *)conn->principal)->name : NULL,
+                conn->addr);
             sent = rl_upstream_send(u, &fwd, &p->link);
         }
     }

@@ -267,6 +267,8 @@ part_send(struct resp_slot *s, uint32_t i, struct rl_wire_req *req)
     pt->slot = s;
     req->op = RL_WIRE_OP_CHECK;
     req->id = i;
+    req->tenant = rl_wire_tenant(s->c->principal ? s->c->principal->name : NULL,
+                                 rl_front_peer_addr(s->c->fc));
     s->outstanding++;
     if (rl_forward_inline(r, req, pt, rl_resp_answer, &p, &pt->rep) == 0) {
         pt->p = p;
@@ -363,8 +365,9 @@ resp_throttle(struct resp_conn *c, ARGS)
         return rl_resp_put_error(b, "ERR CL.THROTTLE: %s must be 1..%u seconds", what[2],
                                  UINT32_MAX / 1000);
     }
-    if (v[3] < 0 || v[3] > (int64_t)UINT32_MAX) {
-        return rl_resp_put_error(b, "ERR CL.THROTTLE: %s must be 0..%u", what[3], UINT32_MAX);
+    if (v[3] < 0 || v[3] > (int64_t)RL_WIRE_COST_MAX) { /* a CHECK's cost bound */
+        return rl_resp_put_error(b, "ERR CL.THROTTLE: %s must be 0..%u", what[3],
+                                 RL_WIRE_COST_MAX);
     }
     if (c->principal != NULL && !rl_conf_client_may(c->principal, NULL)) {
         r->stats.unauthorized++;
@@ -419,8 +422,8 @@ check_req(struct resp_conn *c, const struct rl_resp_arg *a, uint64_t cost, struc
                           RL_WIRE_SERVICE_MAX, RL_WIRE_USER_MAX, RL_WIRE_SERVICE_MAX);
         return 1;
     }
-    if (cost > UINT32_MAX) {
-        rl_resp_put_error(b, "ERR COST must be 0..%u", UINT32_MAX);
+    if (cost > RL_WIRE_COST_MAX) {
+        rl_resp_put_error(b, "ERR COST must be 0..%u", RL_WIRE_COST_MAX);
         return 1;
     }
     memset(req, 0, sizeof(*req));
@@ -448,8 +451,8 @@ cost_arg(const struct rl_resp_arg *a, uint64_t *cost, struct rl_buf *b)
 {
     int64_t v;
 
-    if (rl_resp_int64(a, &v) != 0 || v < 0 || v > (int64_t)UINT32_MAX) {
-        rl_resp_put_error(b, "ERR COST must be an integer of 0..%u", UINT32_MAX);
+    if (rl_resp_int64(a, &v) != 0 || v < 0 || v > (int64_t)RL_WIRE_COST_MAX) {
+        rl_resp_put_error(b, "ERR COST must be an integer of 0..%u", RL_WIRE_COST_MAX);
         return 1;
     }
     *cost = (uint64_t)v;

@@ -167,6 +167,7 @@ rl_rls_call_auth(struct rl_rls_call *call, const uint8_t *addr, const char *peer
     const struct rl_client_conf *cl = NULL;
     uint64_t wait;
 
+    call->tenant = rl_wire_tenant(NULL, addr);
     if (r->conf->nauth_clients == 0) {
         return 0;
     }
@@ -212,6 +213,7 @@ rl_rls_call_auth(struct rl_rls_call *call, const uint8_t *addr, const char *peer
                          "this client's token does not allow inline limits (services = *)");
         return -1;
     }
+    call->tenant = rl_wire_tenant(cl->name, addr);
     return 0;
 }
 
@@ -946,6 +948,7 @@ rl_rls_call_start(struct rl_rls_call *s)
                 w.endpoint.ptr = ep;
             }
             w.cost = (uint32_t)hits_of(req, d);
+            w.tenant = s->tenant;
             if (inline_limit(pt->lim, &w.limit) != 0) {
                 if (pt->lim->requests_per_unit == 0) {
                     pt->code = RL_WIRE_LIMITED; /* upstream: 0 per unit refuses everything */

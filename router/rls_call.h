@@ -48,6 +48,7 @@ struct rl_rls_call {
      * before the router's deadline. */
     uint64_t timeout_ms;
     bool has_timeout;
+    uint32_t tenant; /* its inline CHECKs' (rl_wire_tenant), set by rl_rls_call_auth */
 
     /* the answer */
     bool finished;

@@ -111,6 +111,11 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
         }
         return;
     }
+    if (uc->tenant_probe && rep.id == 0 && rep.op == RL_WIRE_OP_ERROR) {
+        uc->tenant_probe = false; /* the answer to the tenant probe (wire.h) */
+        uc->tenant_ok = rl_wire_tenant_taken(&rep);
+        return;
+    }
     u->stats.replies++;
     u->ops.on_reply(u->ops.arg, u, uc, &rep);
 }
@@ -158,6 +163,8 @@ upconn_connected(struct rl_conn *c, int status)
         uc->hello_pending = true;
         rl_conn_mark(c);
     }
+    uc->tenant_ok = false;
+    uc->tenant_probe = rl_wire_put_tenant_probe(&c->out) == 0;
 
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         up += u->conns[i].conn.connected;
@@ -355,9 +362,15 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
 {
     bool admin = req->op == RL_WIRE_OP_THROTTLED;
     struct rl_upconn *uc = upstream_pick(u, admin);
+    struct rl_wire_req bare;
 
     if (uc == NULL) {
         return -EAGAIN;
+    }
+    if (req->tenant != 0 && !uc->tenant_ok) {
+        bare = *req; /* a node from before the tenant element, or not yet known */
+        bare.tenant = 0;
+        req = &bare;
     }
     if ((admin ? rl_wire_put_throttled(&uc->conn.out, req)
                : rl_wire_put_check(&uc->conn.out, req)) != 0) {

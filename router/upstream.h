@@ -52,6 +52,8 @@ struct rl_upconn {
     bool closing;       /* closed, its handle's close callback not yet run */
     bool hello_pending; /* HELLO sent, its answer not yet read */
     bool auth_pending;  /* AUTH sent, its answer not yet read */
+    bool tenant_probe;  /* rl_wire_put_tenant_probe sent, its answer not yet read */
+    bool tenant_ok;     /* the node takes CHECK's tenant element (wire.h) */
 };
 
 /* What the upstream tells its owner. Both run on the loop thread. */

@@ -912,11 +912,12 @@ END_TEST
 START_TEST(test_arity)
 {
     expect_fault("check 5", RAW(0x95, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0),
-                 RL_WIRE_ERR_BAD_FIELD, false, 7, "CHECK takes 6..7 elements");
-    expect_fault("check 8", RAW(0x98, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0, 0x01),
-                 RL_WIRE_ERR_BAD_FIELD, false, 7, "CHECK takes 6..7 elements");
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "CHECK takes 6..8 elements");
+    expect_fault("check 9",
+                 RAW(0x99, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0, 0x01, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "CHECK takes 6..8 elements");
     expect_fault("check 2", RAW(0x92, 0x01, 0x07), RL_WIRE_ERR_BAD_FIELD, false, 7,
-                 "CHECK takes 6..7 elements");
+                 "CHECK takes 6..8 elements");
     expect_fault("ping 3", RAW(0x93, 0x02, 0x07, 0xc0), RL_WIRE_ERR_BAD_FIELD, false, 7,
                  "PING takes 2 elements");
     expect_fault("stats 3", RAW(0x93, 0x03, 0x07, 0x00), RL_WIRE_ERR_BAD_FIELD, false, 7,
@@ -1005,7 +1006,73 @@ START_TEST(test_inline_limit)
     ck_assert_uint_eq((unsigned char)p[0], 0x96);
     expect_req("no inline", p, n, &req);
     ck_assert(!req.limit.set);
+
+    /* The tenant (8th element) goes with a limit only, and comes back as sent. */
+    in.tenant = 0xdeadbeef;
+    out.len = 0;
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+    p = one_frame(&out, &n);
+    ck_assert_uint_eq((unsigned char)p[0], 0x96);
+    in.limit.set = true;
+    out.len = 0;
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+    p = one_frame(&out, &n);
+    ck_assert_uint_eq((unsigned char)p[0], 0x98);
+    expect_req("tenant", p, n, &req);
+    ck_assert(req.limit.set);
+    ck_assert_uint_eq(req.tenant, 0xdeadbeef);
+    in.tenant = 0;
+    out.len = 0;
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+    p = one_frame(&out, &n);
+    ck_assert_uint_eq((unsigned char)p[0], 0x97);
+    expect_req("tenant 0", p, n, &req);
+    ck_assert_uint_eq(req.tenant, 0);
     rl_buf_deinit(&out);
+    expect_req("nil tenant", RAW(0x98, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0, 0xc0),
+               &req);
+    ck_assert_uint_eq(req.tenant, 0);
+    expect_req("tenant 5", RAW(0x98, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0, 0x05),
+               &req);
+    ck_assert_uint_eq(req.tenant, 5);
+    expect_fault("tenant str", RAW(0x98, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0, 0xa1,
+                                   't'),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "tenant must be nil or an unsigned integer of 0..4294967295");
+    expect_fault("tenant 2^32", RAW(0x98, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0, 0xcf,
+                                    0, 0, 0, 1, 0, 0, 0, 0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "tenant must be nil");
+    /* The router's probe: this decoder judges its arity good and refuses its empty service
+     * (a node that takes tenants), a node from before answers the arity error. */
+    {
+        struct rl_buf pb;
+        struct rl_wire_reply r;
+
+        rl_buf_init(&pb);
+        ck_assert_int_eq(rl_wire_put_tenant_probe(&pb), 0);
+        p = one_frame(&pb, &n);
+        ck_assert_uint_eq((unsigned char)p[0], 0x98);
+        expect_fault("probe", p, n, RL_WIRE_ERR_BAD_FIELD, false, 0,
+                     "service must be a string of 1..128 bytes");
+        rl_buf_deinit(&pb);
+        memset(&r, 0, sizeof(r));
+        r.op = RL_WIRE_OP_ERROR;
+        r.message = mkstr("CHECK takes 6..7 elements", 25);
+        ck_assert(!rl_wire_tenant_taken(&r));
+        r.message = mkstr("service must be a string of 1..128 bytes", 40);
+        ck_assert(rl_wire_tenant_taken(&r));
+    }
+    /* A name and an address give distinct, non-zero tenants, the same every time. */
+    {
+        uint8_t a1[16] = {0}, a2[16] = {0};
+
+        a2[15] = 1;
+        ck_assert_uint_ne(rl_wire_tenant("alice", NULL), 0);
+        ck_assert_uint_eq(rl_wire_tenant("alice", a1), rl_wire_tenant("alice", a2));
+        ck_assert_uint_ne(rl_wire_tenant("alice", NULL), rl_wire_tenant("bob", NULL));
+        ck_assert_uint_ne(rl_wire_tenant(NULL, a1), rl_wire_tenant(NULL, a2));
+        ck_assert_uint_eq(rl_wire_tenant(NULL, NULL), rl_wire_tenant(NULL, a1));
+    }
 
     /* nil as the 7th element: no inline limit. */
     expect_req("nil limit", RAW(0x97, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0), &req);

@@ -51,6 +51,8 @@ roundtrip_check(const struct rl_wire_req *r)
         MUST(again.user.len == r->user.len &&
              memcmp(again.user.ptr, r->user.ptr, r->user.len) == 0);
         MUST(memcmp(&again.limit, &r->limit, sizeof(r->limit)) == 0);
+        /* the tenant goes with a limit only */
+        MUST(again.tenant == (r->limit.set ? r->tenant : 0));
     }
     rl_buf_deinit(&b);
 }

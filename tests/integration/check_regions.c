@@ -7,7 +7,9 @@
  * between the regions stays within the stated bound over many windows; a region cut off
  * during reconciliation keeps serving with its last slices while the other's only go down;
  * a stale rl-regions loses the compare-and-set; --dry-run writes nothing; --rollback puts
- * the previous slices back.
+ * the previous slices back; another client's refused requests for a user in one region do
+ * not cut her share in the other (the plan follows allowed work); with the cluster's tls_*
+ * set, rl-regions reaches the routers over TLS.
  */
 #include <check.h>
 #include <errno.h>
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +26,7 @@
 #include "proxy.h"
 #include "reqclient.h"
 #include "rltest.h"
+#include "tls.h"
 
 #define T_TIMEOUT 5000
 #define NREG 2
@@ -39,7 +43,14 @@ struct region {
     struct rl_client *c;
 };
 
+/* A CHECK through region i's router: the reply code, with *limit the limit it reports. */
+static uint32_t check(int i, const char *service, const char *user, uint32_t cost,
+                      uint64_t *limit);
+
 static struct region reg[NREG] = {{.name = "east"}, {.name = "west"}};
+static char tls_lines[13000]; /* [cluster] lines of the TLS case; "" otherwise */
+static char pki[4096];       /* its CA and certificate */
+static struct rl_tls_ctx *tls_ctx; /* the test's own client context in the TLS case */
 
 static const char rules[] = "[service api]\n"
                             "scope = global\n"
@@ -64,11 +75,12 @@ write_config(const char *path, const struct region *g, const char *zk, int route
                                            "regions = east:1 west:1\n"
                                            "session_timeout = 2s\n"
                                            "shards = 16\n"
+                                           "%s"
                                            "[router]\n"
                                            "listen = 127.0.0.1:%d\n"
                                            "deadline = 500ms\n"
                                            "%s",
-                                           zk, g->name, router_port, rules),
+                                           zk, g->name, tls_lines, router_port, rules),
                      0);
 }
 
@@ -95,13 +107,50 @@ setup(void)
         write_config(g->remote, g, zk, g->router_px_port);
         ck_assert_int_eq(rl_harness_node_start(&g->node, g->config, name, g->node_port, 0), 0);
         ck_assert_int_eq(rl_harness_router_start(&g->router, g->config, g->router_port), 0);
-        for (int k = 0; k < 200 && rl_test_stat(g->router_port, "members") != 1; k++) {
-            usleep(50 * 1000);
+        if (tls_lines[0] == '\0') {
+            for (int k = 0; k < 200 && rl_test_stat(g->router_port, "members") != 1; k++) {
+                usleep(50 * 1000);
+            }
+            ck_assert_int_eq(rl_test_stat(g->router_port, "members"), 1);
         }
-        ck_assert_int_eq(rl_test_stat(g->router_port, "members"), 1);
         ck_assert_int_eq(rl_client_connect(&g->c, "127.0.0.1", (uint16_t)g->router_port, T_TIMEOUT),
                          0);
+        if (tls_lines[0] != '\0') {
+            char why[512];
+            uint64_t lim = 0;
+
+            RL_CHECK(rl_client_start_tls(g->c, tls_ctx, T_TIMEOUT, why, sizeof(why)) == 0, "%s",
+                     why);
+            /* the router has its member once a peek is judged by the node */
+            for (int k = 0; k < 200 && (check(i, "api", "nobody", 0, &lim) != RL_WIRE_ALLOWED ||
+                                        lim != 50);
+                 k++) {
+                usleep(50 * 1000);
+            }
+            ck_assert_uint_eq(lim, 50);
+        }
     }
+}
+
+/* The same regions with the cluster's TLS on every listener: one CA, one certificate that
+ * the nodes, the routers and rl-regions all present. */
+static void
+setup_tls(void)
+{
+    char cert[4200], key[4200], ca[4200], why[512];
+
+    ck_assert_int_eq(rl_harness_tmppath(pki, sizeof(pki), "pki"), 0);
+    ck_assert_int_eq(mkdir(pki, 0700), 0);
+    ck_assert_int_eq(rl_harness_tls_ca(pki, "ca"), 0);
+    ck_assert_int_eq(rl_harness_tls_cert(pki, "member", "ca"), 0);
+    snprintf(cert, sizeof(cert), "%s/member.pem", pki);
+    snprintf(key, sizeof(key), "%s/member.key", pki);
+    snprintf(ca, sizeof(ca), "%s/ca.pem", pki);
+    snprintf(tls_lines, sizeof(tls_lines),
+             "tls_cert_file = %s\ntls_key_file = %s\ntls_ca_file = %s\n", cert, key, ca);
+    RL_CHECK(rl_tls_ctx_new(&tls_ctx, RL_TLS_CLIENT, cert, key, ca, NULL, why, sizeof(why)) == 0,
+             "%s", why);
+    setup();
 }
 
 static void
@@ -115,6 +164,9 @@ teardown(void)
         reg[i].zk_px = reg[i].router_px = NULL;
     }
     rl_harness_cleanup();
+    tls_lines[0] = '\0';
+    rl_tls_ctx_free(tls_ctx);
+    tls_ctx = NULL;
 }
 
 /* rl-regions with extra arguments (NULL-terminated) over both regions' remote configs. */
@@ -417,11 +469,81 @@ START_TEST(test_stale_cas_and_rollback)
 }
 END_TEST
 
+/* Waits until a fixed window of 1 h has at least a minute left, so that what a test
+ * consumes is still counted when rl-regions measures it. */
+static void
+away_from_the_hour(void)
+{
+    int64_t in_hour = now_ms() / 1000 % 3600;
+
+    if (in_hour > 3540) {
+        sleep((unsigned)(3600 - in_hour + 1));
+    }
+}
+
+/*
+ * Another client hammers alice in east: 50 allowed (her whole east slice), 500 refused;
+ * alice herself uses 20 of her 50 in west. The plan follows what the nodes allowed, east
+ * 50 of 50 and west 20 of 50: west gets 50 + 900 x 200/700 = 307 thousandths (above her
+ * use), east the rest, 693. Before, the refused requests counted as demand: east's 550
+ * against west's 20 cut her west share to 50 + 900 x 20/570 = 81 (8 per hour: under the
+ * 20 she uses).
+ */
+START_TEST(test_refused_not_demand)
+{
+    struct rl_client *other = NULL;
+    char buf[8192];
+    uint64_t lim = 0;
+
+    away_from_the_hour();
+    ck_assert_int_eq(rl_client_connect(&other, "127.0.0.1", (uint16_t)reg[0].router_port,
+                                       T_TIMEOUT),
+                     0);
+    for (int k = 0, ok = 0; k < 550; k++) {
+        struct rl_wire_reply rep;
+
+        ck_assert_int_eq(rl_client_check(other, "api", "alice", NULL, 1, &rep, T_TIMEOUT), 0);
+        ok += rep.check.code == RL_WIRE_ALLOWED;
+        if (k == 549) {
+            ck_assert_int_eq(ok, 50);
+        }
+    }
+    rl_client_destroy(other);
+    ck_assert_int_eq(allowed(1, "api", "alice", 20), 20);
+    ck_assert_int_eq(regions("refused.log", NULL, NULL, NULL, NULL), 0);
+    ck_assert_int_gt(slices_text(1, buf, sizeof(buf)), 0);
+    RL_CHECK(strstr(buf, "user api alice 307\n") != NULL,
+             "west's slice for alice is not 307 (refused requests in east counted?):\n%s", buf);
+    ck_assert_int_gt(slices_text(0, buf, sizeof(buf)), 0);
+    ck_assert_ptr_nonnull(strstr(buf, "user api alice 693\n"));
+    ck_assert_uint_eq(wait_limit(1, "api", "alice", 30), 30);
+    check(1, "api", "alice", 0, &lim);
+    ck_assert_uint_eq(lim, 30);
+}
+END_TEST
+
+/* With the cluster's tls_* set (every listener TLS), rl-regions reaches both routers over
+ * TLS with the config's certificate and plans as without. Before, it spoke plaintext: both
+ * regions UNREACHABLE ("router: Protocol error"), exit 2. */
+START_TEST(test_tls)
+{
+    char buf[8192];
+
+    away_from_the_hour();
+    ck_assert_int_eq(allowed(0, "api", "alice", 60), 50);
+    ck_assert_int_eq(regions("tls.log", NULL, NULL, NULL, NULL), 0);
+    ck_assert_int_gt(slices_text(0, buf, sizeof(buf)), 0);
+    ck_assert_ptr_nonnull(strstr(buf, "user api alice 950\n"));
+    ck_assert_uint_eq(wait_limit(0, "api", "alice", 95), 95);
+}
+END_TEST
+
 static Suite *
 regions_suite(void)
 {
     Suite *s = suite_create("regions");
     TCase *tc = tcase_create("regions");
+    TCase *tt = tcase_create("tls");
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 300);
@@ -430,7 +552,12 @@ regions_suite(void)
     tcase_add_test(tc, test_alternating_bound);
     tcase_add_test(tc, test_unreachable_region);
     tcase_add_test(tc, test_stale_cas_and_rollback);
+    tcase_add_test(tc, test_refused_not_demand);
     suite_add_tcase(s, tc);
+    tcase_add_checked_fixture(tt, setup_tls, teardown);
+    tcase_set_timeout(tt, 300);
+    tcase_add_test(tt, test_tls);
+    suite_add_tcase(s, tt);
     return s;
 }
 

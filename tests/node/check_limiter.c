@@ -15,6 +15,7 @@
 #include "keytab.h"
 #include "inltab.h"
 #include "limiter.h"
+#include "tenant.h"
 #include "rltest.h"
 #include "slices.h"
 #include "wire.h"
@@ -831,6 +832,9 @@ START_TEST(test_epoch_multi_tier)
 }
 END_TEST
 
+/* The tenant check_inline's CHECKs carry (0: none). */
+static uint32_t inline_tenant;
+
 /* A CHECK with an inline limit (algo by its cluster.conf name; burst 0: nil). */
 static int
 check_inline(struct rl_limiter *l, const char *service, const char *user, const char *algo,
@@ -847,6 +851,7 @@ check_inline(struct rl_limiter *l, const char *service, const char *user, const 
     req.limit.window_ms = window;
     req.limit.has_burst = burst != 0;
     req.limit.burst = burst != 0 ? burst : limit;
+    req.tenant = inline_tenant;
     return rl_limiter_check(l, &req, now, rep);
 }
 
@@ -1026,15 +1031,20 @@ START_TEST(test_inline_bound)
     struct rl_limiter *l = limiter_from(c, 64u << 20);
     struct rl_wire_check_reply r;
 
+    /* It takes RL_INLTAB_MAX / RL_INLTAB_TENANT_MAX tenants at their quota to fill it. */
     for (uint32_t k = 0; k < RL_INLTAB_MAX; k++) {
+        inline_tenant = k / RL_INLTAB_TENANT_MAX;
         RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 10 + k, 1000, 0, 1, T0, &r), 0);
         RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
     }
+    inline_tenant = 99;
     RL_CHECK_UINT_EQ(stats(l).keys, RL_INLTAB_MAX);
     /* One more distinct limit: refused; a known one still answers. */
     RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 5, 1000, 0, 1, T0, &r), -ENOSPC);
+    inline_tenant = 0;
     RL_CHECK_INT_EQ(check_inline(l, "x", "w", "fixed_window", 10, 1000, 0, 1, T0, &r), 0);
     RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    inline_tenant = 99;
     /* A peek keeps no key, so it cannot free a place either. */
     RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 6, 1000, 0, 0, T0, &r), -ENOSPC);
     /* Once the window has passed, the sweep forgets the keys and their limits can go. */
@@ -1042,11 +1052,146 @@ START_TEST(test_inline_bound)
     RL_CHECK_UINT_EQ(stats(l).keys, 0);
     RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 5, 1000, 0, 1, T0 + 5000, &r), 0);
     assert_reply(&r, RL_WIRE_ALLOWED, 5, 4, 1000, 0);
+    inline_tenant = 0;
     /* Configured rules still work. */
     r = check(l, "api", "u", NULL, 1, T0 + 5000);
     RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
     rl_limiter_destroy(l);
     rl_conf_destroy(c);
+}
+END_TEST
+
+/*
+ * A tenant holds at most RL_INLTAB_TENANT_MAX inline limits: past its quota its new limits
+ * are refused (-EDQUOT, counted), its known ones still answer, and another tenant still gets
+ * new ones. Limits of its own whose keys are gone are given back to it first.
+ */
+START_TEST(test_inline_tenant_quota)
+{
+    struct rl_conf *c = conf_from("[service api]\nlimit = fixed_window 2 per 1s\n");
+    struct rl_limiter *l = limiter_from(c, 64u << 20);
+    struct rl_wire_check_reply r;
+
+    inline_tenant = 7;
+    for (uint32_t k = 0; k < RL_INLTAB_TENANT_MAX; k++) {
+        RL_CHECK_INT_EQ(check_inline(l, "x", "u", "gcra", 10 + k, 60000, 0, 1, T0, &r), 0);
+    }
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "gcra", 5, 60000, 0, 1, T0, &r), -EDQUOT);
+    RL_CHECK_UINT_EQ(stats(l).inline_over_quota, 1);
+    RL_CHECK_INT_EQ(check_inline(l, "x", "v", "gcra", 10, 60000, 0, 1, T0, &r), 0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    /* Another tenant: the same four parts are a limit of its own, and new ones are taken. */
+    inline_tenant = 8;
+    RL_CHECK_INT_EQ(check_inline(l, "x", "w", "gcra", 10, 60000, 0, 1, T0, &r), 0);
+    RL_CHECK_INT_EQ(check_inline(l, "x", "w", "gcra", 5, 60000, 0, 1, T0, &r), 0);
+    /* ... and counts the same counter as tenant 7 for the same key: tenants share counters. */
+    inline_tenant = 7;
+    RL_CHECK_INT_EQ(check_inline(l, "x", "w", "gcra", 10, 60000, 0, 0, T0, &r), 0);
+    RL_CHECK_UINT_EQ(r.remaining, 9);
+    /* Once tenant 7's keys are forgotten, its limits without keys make room for its new one. */
+    rl_limiter_sweep(l, T0 + 3600000, 1u << 24);
+    RL_CHECK_INT_EQ(check_inline(l, "x", "u", "gcra", 5, 60000, 0, 1, T0 + 3600000, &r), 0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    inline_tenant = 0;
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/*
+ * Inline keys are shared by tenant as configured keys by service: a flood of distinct keys
+ * of one tenant, far past the memory cap, evicts its own keys, never the in-force counter of
+ * another tenant (whatever limit either uses), nor lets a new user of the flood's limit pass.
+ */
+START_TEST(test_inline_tenant_flood)
+{
+    struct rl_conf *c = conf_from("[service api]\nlimit = fixed_window 2 per 1s\n");
+    struct rl_limiter *l = limiter_from(c, 1024 * 1024);
+    struct rl_wire_check_reply r;
+    char user[32];
+    int allowed = 0;
+
+    inline_tenant = 1; /* the victim: 5 per hour, used up */
+    for (int i = 0; i < 5; i++) {
+        RL_CHECK_INT_EQ(check_inline(l, "grpc", "alice", "fixed_window", 5, 3600000, 0, 1, T0, &r),
+                        0);
+        RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    }
+    RL_CHECK_INT_EQ(check_inline(l, "grpc", "alice", "fixed_window", 5, 3600000, 0, 1, T0, &r), 0);
+    RL_CHECK_UINT_EQ(r.code, RL_WIRE_LIMITED);
+    inline_tenant = 2; /* the flood: 200,000 keys, some of them in force */
+    for (int i = 0; i < 200000; i++) {
+        snprintf(user, sizeof(user), "f%d", i);
+        check_inline(l, "resp", user, "gcra", 100, 3600000, 0, i % 7 == 0 ? 100 : 1,
+                     T0 + (uint64_t)i / 1000, &r);
+    }
+    struct rl_limiter_stats st = stats(l);
+    ck_assert_uint_gt(st.evicted, 10000);
+    ck_assert_uint_eq(st.evicted_under_share, 0);
+    inline_tenant = 1;
+    RL_CHECK_INT_EQ(check_inline(l, "grpc", "alice", "fixed_window", 5, 3600000, 0, 1, T0 + 300,
+                                 &r), 0);
+    RL_CHECK(r.code == RL_WIRE_LIMITED, "the flood lifted another tenant's limit (code %u)",
+             r.code);
+    inline_tenant = 2;
+    for (int i = 0; i < 150; i++) {
+        check_inline(l, "resp", "newcomer", "gcra", 100, 3600000, 0, 1, T0 + 300, &r);
+        allowed += r.code == RL_WIRE_ALLOWED;
+    }
+    RL_CHECK(allowed == 100, "%d of 150 allowed on 100/h", allowed);
+    inline_tenant = 0;
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* The tenant map (tenant.h) against a plain array: random adds and removals (a record goes
+ * when it holds nothing), every id found exactly when present, over many index resizes and
+ * backward shifts. */
+START_TEST(test_tenants_map)
+{
+    enum { IDS = 3000 };
+    struct rl_tenants *ts;
+    static bool present[IDS];
+    uint64_t x = 88172645463325252ull;
+    size_t n = 0;
+
+    ck_assert_int_eq(rl_tenants_create(&ts), 0);
+    memset(present, 0, sizeof(present));
+    for (int step = 0; step < 200000; step++) {
+        uint32_t id;
+        struct rl_tenant *t;
+
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        id = (uint32_t)(x % IDS) * 2654435761u; /* spread, colliding homes too */
+        t = rl_tenants_find(ts, id);
+        RL_CHECK((t != NULL) == present[x % IDS], "step %d: id %u found %d", step, id, t != NULL);
+        if (t == NULL) {
+            t = rl_tenants_add(ts, id);
+            ck_assert_ptr_nonnull(t);
+            ck_assert_uint_eq(t->id, id);
+            t->limits = 1;
+            present[x % IDS] = true;
+            n++;
+        } else {
+            ck_assert_uint_eq(t->id, id);
+            t->limits = 0;
+            rl_tenants_settle(ts, t);
+            present[x % IDS] = false;
+            n--;
+        }
+        ck_assert_uint_eq(rl_tenants_count(ts), n);
+    }
+    for (uint32_t i = 0; i < IDS; i++) {
+        struct rl_tenant *t = rl_tenants_find(ts, i * 2654435761u);
+
+        ck_assert_int_eq(t != NULL, present[i]);
+    }
+    rl_tenants_reset_holdings(ts);
+    ck_assert_uint_eq(rl_tenants_count(ts), n); /* they still hold a limit each */
+    rl_tenants_destroy(ts);
 }
 END_TEST
 
@@ -1233,6 +1378,9 @@ limiter_suite(void)
     tcase_add_test(tc, test_inline_same_as_configured);
     tcase_add_test(tc, test_inline_separate);
     tcase_add_test(tc, test_inline_bound);
+    tcase_add_test(tc, test_inline_tenant_quota);
+    tcase_add_test(tc, test_inline_tenant_flood);
+    tcase_add_test(tc, test_tenants_map);
     tcase_add_test(tc, test_inline_year);
     tcase_add_test(tc, test_inline_kept_by_rules_change);
     tcase_add_loop_test(tc, test_global_slices, 0,

@@ -167,6 +167,8 @@ rg_once(struct rg_run *run)
     if (run->o.rollback) {
         status = rg_rollback_texts(run);
     } else {
+        rg_select(run);
+        rg_measure(run);
         rg_plan(run);
         status = rg_texts(run);
         rg_report(run);

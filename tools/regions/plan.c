@@ -172,11 +172,8 @@ rg_old_line(void *arg, const char *service, size_t slen, const char *user, size_
 }
 
 void
-rg_plan(struct rg_run *run)
+rg_select(struct rg_run *run)
 {
-    const uint32_t P = RL_CONF_SLICE_UNIT;
-    const uint32_t f = run->o.floor;
-
     for (size_t i = 0; i < run->n; i++) {
         const struct rg_region *g = &run->r[i];
 
@@ -191,21 +188,36 @@ rg_plan(struct rg_run *run)
     }
     for (size_t k = 0; k < run->nusers; k++) {
         struct rg_user *u = &run->users[k];
-        uint64_t total = 0, given = 0;
-        size_t top = 0;
 
         for (size_t i = 0; i < run->n; i++) {
             const struct rg_region *g = &run->r[i];
 
             u->demand[i] = 0;
-            for (size_t j = 0; g->reachable && j < g->nhot; j++) {
-                if (g->hot[j].svc == u->svc && g->hot[j].ulen == u->ulen &&
-                    memcmp(g->hot[j].user, u->user, u->ulen) == 0) {
-                    u->demand[i] = g->hot[j].count;
-                }
-            }
             u->old[i] = rl_slices_get(g->old, run->services[u->svc], strlen(run->services[u->svc]),
                                       u->user, u->ulen, g->default_slice);
+        }
+    }
+}
+
+/*
+ * Each user's next slices: the floor in every region, and the rest of the limit shared in
+ * proportion to the allowed work measured (rg_measure). Requests a region refused are not
+ * work: however many of them come for a user in one region (another client's, say), they
+ * take nothing from her share elsewhere; what can grow a region's share is only what its
+ * node allowed, at most its slice.
+ */
+void
+rg_plan(struct rg_run *run)
+{
+    const uint32_t P = RL_CONF_SLICE_UNIT;
+    const uint32_t f = run->o.floor;
+
+    for (size_t k = 0; k < run->nusers; k++) {
+        struct rg_user *u = &run->users[k];
+        uint64_t total = 0, given = 0;
+        size_t top = 0;
+
+        for (size_t i = 0; i < run->n; i++) {
             total += u->demand[i];
             if (u->demand[i] > u->demand[top]) {
                 top = i;
@@ -394,7 +406,9 @@ rg_report(const struct rg_run *run)
                ", default slice %u/1000, router %s\n",
                g->name, g->version, rl_slices_generation(g->old), g->default_slice, g->router);
         for (size_t k = 0; k < run->nservices; k++) {
-            rg_say(run, "  service %s: demand %" PRIu64 " (its hot keys' requests lately)\n",
+            rg_say(run,
+                   "  service %s: demand %" PRIu64
+                   " (its planned users' allowed work now, millionths of their limits)\n",
                    run->services[k], g->demand[k]);
         }
     }

@@ -1,7 +1,9 @@
 /*
  * rl-regions (docs/REGIONS.md): the reconciliation of global limits across regional clusters.
  * One run reads every region (its slices znode and its router's hot keys of each global
- * service), plans the next slices from demand (plan.c), reports, and writes them into every
+ * service: the users to plan), measures each user's allowed work in every region (a cost-0
+ * CHECK through its router: what the node counted as consumed, never the requests it
+ * refused), plans the next slices from that (plan.c), reports, and writes them into every
  * region's ZooKeeper by compare-and-set in two phases (store.c): first every slice lowered to
  * the smaller of old and new, then the new ones, so the slices in force never sum past the
  * global limit while the writes land one region after the other. Not for judging (the
@@ -24,6 +26,8 @@
 #define RG_EXIT_FAIL 1    /* nothing written (a usage or configuration error, no memory) */
 #define RG_EXIT_PARTIAL 2 /* a region could not be reached: it keeps its last slices */
 #define RG_EXIT_CHANGED 3 /* compare-and-set refused a write: slices changed since read */
+
+struct rl_tls_ctx;
 
 struct rg_opts {
     const char *configs[RL_CONF_REGIONS_MAX];
@@ -54,6 +58,7 @@ struct rg_region {
     const char *name;
     uint32_t default_slice; /* its weight's share, thousandths */
     char router[160];       /* host:port of its router */
+    struct rl_tls_ctx *tls; /* its [cluster] tls_* as a client's, or NULL: plain TCP */
     /* one run's */
     uv_loop_t loop;
     bool loop_ready;
@@ -68,7 +73,7 @@ struct rg_region {
     size_t prev_len;
     char *new_text; /* the target */
     size_t new_len;
-    uint64_t demand[RG_SERVICES_MAX]; /* the hot keys' counts, summed per service */
+    uint64_t demand[RG_SERVICES_MAX]; /* the users' allowed work (rg_user), summed per service */
     struct rg_hot *hot;               /* the router's hot keys of the global services */
     size_t nhot;
 };
@@ -78,6 +83,8 @@ struct rg_user {
     uint32_t svc;
     char *user;
     size_t ulen;
+    /* allowed work in each region: the part of its slice in use now (consumed, as the
+     * owner node counts it, in millionths of the global limit), 0 where unmeasured */
     uint64_t demand[RL_CONF_REGIONS_MAX];
     uint32_t old[RL_CONF_REGIONS_MAX];
     uint32_t slice[RL_CONF_REGIONS_MAX];
@@ -97,14 +104,16 @@ struct rg_run {
 
 /* plan.c */
 int rg_load(struct rg_run *run);  /* the configs: regions, global services */
-void rg_plan(struct rg_run *run); /* users' slices from demand */
+void rg_select(struct rg_run *run); /* the users to plan, and their slices now */
+void rg_plan(struct rg_run *run);   /* users' slices from their allowed work */
 int rg_texts(struct rg_run *run); /* every reachable region's new text */
 void rg_report(const struct rg_run *run);
 int rg_add_user(struct rg_run *run, uint32_t svc, const char *user, size_t ulen);
 char *rg_min_text(const struct rg_run *run, const struct rg_region *g, size_t *len);
 
 /* store.c */
-void rg_read(struct rg_run *run);  /* each region: slices (and prev), hot keys */
+void rg_read(struct rg_run *run);    /* each region: slices (and prev), hot keys */
+void rg_measure(struct rg_run *run); /* each region: the users' allowed work (cost-0 CHECKs) */
 int rg_write(struct rg_run *run);  /* the two phases; an RG_EXIT_* */
 void rg_close(struct rg_run *run); /* sessions and what one run read */
 void rg_free(struct rg_run *run);

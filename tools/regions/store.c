@@ -1,7 +1,9 @@
 /*
  * store: what rl-regions reads from and writes to the regions (regions.h): a ZooKeeper
- * session per region for the slices znode (compare-and-set, zkadmin.h), and one connection
- * to its router for the hot keys of the global services (HOT). A region where either fails
+ * session per region for the slices znode (compare-and-set, zkadmin.h), and connections to
+ * its router (TLS with the region's [cluster] tls_* when set, then AUTH with its secret) for
+ * the hot keys of the global services (HOT) and the planned users' allowed work (cost-0
+ * CHECKs, pipelined). A region where any of these fails
  * is unreachable for the run: nothing is written there, and the others' slices only go
  * down. Not for planning (plan.c).
  */
@@ -15,6 +17,7 @@
 #include <time.h>
 
 #include "reqclient.h"
+#include "tls.h"
 #include "zkadmin.h"
 
 static void
@@ -49,6 +52,47 @@ rg_connect(struct rg_region *g)
     return 0;
 }
 
+/* A connection to g's router: TLS when its config has tls_*, then AUTH with the cluster
+ * secret when it has one. rep is scratch. On failure *out is NULL and g->why may say why. */
+static int
+rg_router(struct rg_run *run, struct rg_region *g, struct rl_wire_reply *rep,
+          struct rl_client **out)
+{
+    struct rl_client *c = NULL;
+    char why[256];
+    int rc;
+
+    *out = NULL;
+    if (g->conf->tls_cert_file[0] != '\0' && g->tls == NULL &&
+        rl_tls_ctx_new(&g->tls, RL_TLS_CLIENT, g->conf->tls_cert_file, g->conf->tls_key_file,
+                       g->conf->tls_ca_file, NULL, why, sizeof(why)) != 0) {
+        g->tls = NULL;
+        g->reachable = false;
+        snprintf(g->why, sizeof(g->why), "router: TLS: %.200s", why);
+        return -EPROTO;
+    }
+    rc = rl_client_connect_addr(&c, g->router, run->o.timeout_ms);
+    if (rc == 0 && g->tls != NULL) {
+        rc = rl_client_start_tls(c, g->tls, run->o.timeout_ms, why, sizeof(why));
+        if (rc != 0 && g->reachable) {
+            g->reachable = false;
+            snprintf(g->why, sizeof(g->why), "router: TLS: %.200s", why);
+        }
+    }
+    if (rc == 0 && g->conf->secret != NULL) {
+        rc = rl_client_auth(c, g->conf->secret, g->conf->secret_len, rep, run->o.timeout_ms);
+        if (rc == 0 && rep->op == RL_WIRE_OP_ERROR) {
+            rc = -EACCES;
+        }
+    }
+    if (rc != 0) {
+        rl_client_destroy(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
 /* The router's hot keys of every global service. */
 static int
 rg_read_hot(struct rg_run *run, struct rg_region *g)
@@ -60,13 +104,7 @@ rg_read_hot(struct rg_run *run, struct rg_region *g)
     if (rep == NULL) {
         return -ENOMEM;
     }
-    rc = rl_client_connect_addr(&c, g->router, run->o.timeout_ms);
-    if (rc == 0 && g->conf->secret != NULL) {
-        rc = rl_client_auth(c, g->conf->secret, g->conf->secret_len, rep, run->o.timeout_ms);
-        if (rc == 0 && rep->op == RL_WIRE_OP_ERROR) {
-            rc = -EACCES;
-        }
-    }
+    rc = rg_router(run, g, rep, &c);
     for (size_t k = 0; rc == 0 && k < run->nservices; k++) {
         rc = rl_client_hot(c, run->services[k], run->o.top, rep, run->o.timeout_ms);
         if (rc == 0 && rep->op != RL_WIRE_OP_HOT) {
@@ -94,13 +132,89 @@ rg_read_hot(struct rg_run *run, struct rg_region *g)
             x->svc = (uint32_t)k;
             x->count = h->count;
             x->err = h->err;
-            g->demand[k] += h->count;
             g->nhot++;
         }
     }
     rl_client_destroy(c);
     free(rep);
     return rc;
+}
+
+/*
+ * The allowed work of every planned user in g: a cost-0 CHECK of (service, user) through
+ * its router, judged by the owner node under the slice in force and consuming nothing;
+ * limit - remaining is what the node counts as consumed now (never a refused request), and
+ * as a part of the slice in force, u->old[i], it is u->demand[i] in millionths of the
+ * global limit. Pipelined, RG_MEASURE_BATCH at a time.
+ */
+#define RG_MEASURE_BATCH 512u
+
+static int
+rg_measure_region(struct rg_run *run, size_t i)
+{
+    struct rg_region *g = &run->r[i];
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_wire_req *reqs = calloc(RG_MEASURE_BATCH, sizeof(*reqs));
+    struct rl_wire_check_reply *reps = calloc(RG_MEASURE_BATCH, sizeof(*reps));
+    struct rl_client *c = NULL;
+    int rc = rep == NULL || reqs == NULL || reps == NULL ? -ENOMEM : 0;
+
+    if (rc == 0 && run->nusers > 0) {
+        rc = rg_router(run, g, rep, &c);
+    }
+    for (size_t at = 0; rc == 0 && at < run->nusers; at += RG_MEASURE_BATCH) {
+        size_t n = run->nusers - at < RG_MEASURE_BATCH ? run->nusers - at : RG_MEASURE_BATCH;
+
+        for (size_t k = 0; k < n; k++) {
+            const struct rg_user *u = &run->users[at + k];
+
+            memset(&reqs[k], 0, sizeof(reqs[k]));
+            reqs[k].op = RL_WIRE_OP_CHECK;
+            reqs[k].service.ptr = run->services[u->svc];
+            reqs[k].service.len = (uint32_t)strlen(run->services[u->svc]);
+            reqs[k].user.ptr = u->user;
+            reqs[k].user.len = (uint32_t)u->ulen;
+            reqs[k].cost = 0;
+        }
+        rc = rl_client_check_many(c, reqs, n, reps, run->o.timeout_ms);
+        for (size_t k = 0; rc == 0 && k < n; k++) {
+            struct rg_user *u = &run->users[at + k];
+            const struct rl_wire_check_reply *r = &reps[k];
+            uint64_t used;
+
+            if ((r->code != RL_WIRE_ALLOWED && r->code != RL_WIRE_LIMITED &&
+                 r->code != RL_WIRE_QUEUED) ||
+                r->limit == 0) {
+                continue; /* no rule, an error, the owner down: no work seen */
+            }
+            used = r->remaining < r->limit ? r->limit - r->remaining : 0;
+            u->demand[i] = (uint64_t)((double)u->old[i] * 1000.0 * (double)used / (double)r->limit);
+            g->demand[u->svc] += u->demand[i];
+        }
+    }
+    rl_client_destroy(c);
+    free(rep);
+    free(reqs);
+    free(reps);
+    return rc;
+}
+
+void
+rg_measure(struct rg_run *run)
+{
+    for (size_t i = 0; i < run->n; i++) {
+        struct rg_region *g = &run->r[i];
+        int rc;
+
+        memset(g->demand, 0, sizeof(g->demand));
+        if (!g->reachable) {
+            continue;
+        }
+        rc = rg_measure_region(run, i);
+        if (rc != 0) {
+            rg_unreachable(g, "router", rc);
+        }
+    }
 }
 
 void
@@ -277,6 +391,7 @@ rg_free(struct rg_run *run)
     rg_close(run);
     for (size_t i = 0; i < run->n; i++) {
         rl_conf_destroy(run->r[i].conf);
+        rl_tls_ctx_free(run->r[i].tls);
     }
     for (size_t k = 0; k < run->nservices; k++) {
         free(run->services[k]);
