@@ -2,13 +2,13 @@
  * zkm: the ZooKeeper session on a libuv loop (zkm.h), shared by node, router and tools. The
  * client library's threads only copy what they are given into an event and queue it
  * (zkm_push); the loop thread drains the queue in zkm_async_cb and owns every decision: new
- * sessions, the watched data (assignment, rules), and the calls of the part that runs on the
- * session (struct zkm_part: zkmembers.c's registration and member scans, plugged in by its
- * own first call, so nothing here names it). Requests are asynchronous and pipelined (a session's requests are answered
- * in order, so "create the parents, then read the children" needs no waiting in between).
- * Each zhandle has a generation; events of an older one are dropped, so an expired session
- * cannot disturb its successor. The blocking primitives of the tools' calls are zkadmin.c's.
- * Not for the shard map, and not a general ZooKeeper wrapper.
+ * sessions, the watched data (assignment, rules), and the calls of the part that runs on
+ * the session (struct zkm_part: zkmembers.c's registration and member scans, plugged in by
+ * its own first call, so nothing here names it). Requests are asynchronous and pipelined (a
+ * session's requests are answered in order, so "create the parents, then read the children"
+ * needs no waiting in between). Each zhandle has a generation; events of an older one are
+ * dropped, so an expired session cannot disturb its successor. The tools' blocking calls
+ * are zkadmin.c's. Not for the shard map, and not a general ZooKeeper wrapper.
  */
 #include "zkm.h"
 

@@ -23,7 +23,6 @@
 #define ZKMEMBERS_WAIT_LOG_MS 10000
 
 static void zkm_reg_step(struct rl_zkm *z);
-static void zkm_members_refresh(struct rl_zkm *z);
 
 /* Registration. */
 
