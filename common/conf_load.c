@@ -4,12 +4,12 @@
  * lines themselves come from conf_reader, which counts them (Debian's libinih gives the
  * handler no line number), strips comments and blanks, and hands section headers to
  * conf_sections.c, because libinih cuts section names to 49 bytes and never tells the
- * handler that a section began. The keys' setters are conf_keys.c's table's; once the whole
- * file is in, the clients and the regions are checked (conf_client.c, conf_keys.c). Every
- * error is one line "FILE:LINE: what is wrong"; parsing stops at the first one. Calls go
- * down: conf_load.c -> conf_sections.c -> conf_keys.c, conf_service.c, conf_client.c ->
- * conf_util.c -> conf.c. Not for command-line options, nor for anything that changes after
- * load.
+ * handler that a section began. Each key goes to its setter through conf_keys.c's table;
+ * once the whole file is in, the clients and the regions are checked (conf_client.c,
+ * conf_keys.c). Every error is one line "FILE:LINE: what is wrong"; parsing stops at the
+ * first one. Calls go down: conf_load.c -> conf_sections.c, conf_keys.c (the table) ->
+ * conf_service.c, conf_client.c -> conf_util.c -> conf.c. Not for command-line options, nor
+ * for anything that changes after load.
  */
 #include "conf.h"
 

@@ -40,7 +40,7 @@ rl_zkm_state_name(enum rl_zkm_state state)
     return zkm_state_names[state];
 }
 
-/* A znode name we create, as conf.c accepts it: [A-Za-z0-9._-]{1,max}, not "." or "..". */
+/* A znode name we create, as conf_util.c accepts it: [A-Za-z0-9._-]{1,max}, not "." or "..". */
 int
 zkm_name_ok(const char *s, size_t max)
 {

@@ -75,7 +75,7 @@ struct rl_zkm;
 
 /*
  * Starts a session with the ensemble hosts ("h1:2181,h2:2181", optionally with a /chroot) for
- * cluster, whose name must be 1..64 bytes of [A-Za-z0-9._-], not "." or ".." (conf.c's rule).
+ * cluster, whose name must be 1..64 bytes of [A-Za-z0-9._-], not "." or ".." (conf's rule).
  * The connection is made in the background: create succeeds whether or not ZooKeeper is reachable,
  * and the session comes up (and registration and watches happen) whenever it is. session_timeout_ms
  * is asked of the server, which clamps it to [2, 20] of its tickTime. cbs is copied; arg is
