@@ -1,11 +1,12 @@
 /*
  * conf_int: what the files of the config reader share, and nothing else includes: the
  * parser's state (struct conf_parser), the key table and section kinds, and the calls each
- * file makes of another. conf.c reads lines and loads (libinih, errors, the entry points);
- * conf_sections.c opens and checks sections; conf_keys.c holds the key table and the
- * setters of [cluster], [router], [clients] and [node]; conf_service.c the [service]
- * sections and the limit grammar; conf_client.c the [client] sections and the cluster
- * secret.
+ * file makes of a file below it. From the top: conf_load.c reads lines and loads (libinih,
+ * the entry points); conf_sections.c opens and checks sections; conf_keys.c holds the key
+ * table and the setters of [cluster], [router], [clients] and [node]; conf_service.c the
+ * [service] sections and the limit grammar; conf_client.c the [client] sections and the
+ * cluster secret; conf_util.c the errors, arrays, name checks and shared setters they all
+ * use; conf.c the struct rl_conf itself (defaults, queries, release).
  */
 #ifndef RL_CONF_INT_H
 #define RL_CONF_INT_H
@@ -75,7 +76,12 @@ struct conf_parser {
     char why[256]; /* phrases built at run time */
 };
 
-/* ---- conf.c ---------------------------------------------------------------------------- */
+/* ---- conf.c: the struct rl_conf itself ----------------------------------------------- */
+
+/* A conf with every default, named name (its path); NULL without memory. */
+struct rl_conf *conf_create(const char *name);
+
+/* ---- conf_util.c: the helpers under every other file ----------------------------------- */
 
 /* Records the first error, "NAME:LINE: ..." (line 0: "NAME: ..."), in p->msg. */
 void __attribute__((format(printf, 4, 5)))
@@ -95,10 +101,6 @@ void *conf_push(struct conf_parser *p, void *arrp, size_t n, size_t *cap, size_t
 /* A copy of s, or NULL after conf_nomem. */
 char *conf_strdup(struct conf_parser *p, const char *s);
 
-/* ---- conf_sections.c ------------------------------------------------------------------- */
-
-extern const struct conf_kind_def conf_kinds[];
-
 /* A name that is also safe as a znode path component: [A-Za-z0-9_.-]{1,max}, not . or .. */
 bool conf_valid_name(const char *s, size_t max);
 
@@ -106,24 +108,30 @@ bool conf_valid_name(const char *s, size_t max);
  * phrase with the byte offset at fault, "is not valid UTF-8 at byte offset 3", in p->why. */
 const char *conf_name_text(struct conf_parser *p, const char *name);
 
+/* The setters the sections share; each returns NULL or the phrase after `KEY: "VALUE"`. */
+const char *conf_set_string(struct conf_parser *p, char **field, const char *v);
+/* One of two words: off sets *field false, on true; anything else gets phrase. */
+const char *conf_set_either(bool *field, const char *v, const char *off, const char *on,
+                            const char *phrase);
+const char *conf_set_yesno(bool *field, const char *v);
+
+/* ---- conf_sections.c ------------------------------------------------------------------- */
+
+extern const struct conf_kind_def conf_kinds[];
+
 /* Opens the section whose header is the line [s, e), brackets included. */
 void conf_section_open(struct conf_parser *p, char *s, char *e);
 
 /* Checks what a section needs once all its keys are in; errors point at its header. */
 void conf_section_close(struct conf_parser *p);
 
-/* ---- conf_keys.c: every key; setters return NULL or the phrase after `KEY: "VALUE"` ------ */
+/* ---- conf_keys.c: every key, and the setters of [cluster], [router], [clients], [node] -- */
 
 extern const struct conf_key conf_keys[];
 extern const size_t conf_nkeys;
 
-const char *conf_set_string(struct conf_parser *p, char **field, const char *v);
-
-/* One of two words: off sets *field false, on true; anything else gets phrase. */
-const char *conf_set_scope(struct conf_parser *p, const char *v);
-const char *conf_set_either(bool *field, const char *v, const char *off, const char *on,
-                            const char *phrase);
-const char *conf_set_yesno(bool *field, const char *v);
+/* After the whole file: [cluster] region is one of [cluster] regions (docs/REGIONS.md). */
+void conf_regions_finish(struct conf_parser *p);
 
 /* ---- conf_service.c -------------------------------------------------------------------- */
 
@@ -131,6 +139,7 @@ const char *conf_set_yesno(bool *field, const char *v);
 int conf_section_service(struct conf_parser *p, const char *service, const char *endpoint);
 const char *conf_set_failure(struct conf_parser *p, const char *v);
 const char *conf_set_mode(struct conf_parser *p, const char *v);
+const char *conf_set_scope(struct conf_parser *p, const char *v);
 const char *conf_set_limit(struct conf_parser *p, const char *v);
 
 /* ---- conf_client.c --------------------------------------------------------------------- */
@@ -144,7 +153,5 @@ const char *conf_set_client_stats(struct conf_parser *p, const char *v);
 /* Once the whole file is in: each client's services resolved against the rules, the
  * cluster secret's principal, and the secret read from secret_file. */
 void conf_auth_finish(struct conf_parser *p);
-/* After the whole file: [cluster] region is one of [cluster] regions (docs/REGIONS.md). */
-void conf_regions_finish(struct conf_parser *p);
 
 #endif

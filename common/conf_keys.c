@@ -1,10 +1,11 @@
 /*
  * conf_keys: every key of cluster.conf in one table (conf_keys: section kind, name, setter,
  * whether it may repeat), and the setters of the process-wide sections: [cluster], [router],
- * [clients] and [node NAME], with the value setters they share (strings, bounded integers
- * and durations, paths relative to the file, two-word choices, sizes, HOST:PORT listeners).
- * The [service] setters are conf_service.c's, the [client] ones conf_client.c's. Each setter
- * returns NULL or the phrase that follows `KEY: "VALUE"` in the error line.
+ * [clients] and [node NAME], with the value setters they share (bounded integers and
+ * durations, paths relative to the file, sizes, HOST:PORT listeners; strings and two-word
+ * choices are conf_util.c's, for every section). The [service] setters are conf_service.c's,
+ * the [client] ones conf_client.c's. Each setter returns NULL or the phrase that follows
+ * `KEY: "VALUE"` in the error line.
  */
 #include "conf_int.h"
 
@@ -20,19 +21,6 @@
 #define CONF_SESSION_MAX 600000u
 #define CONF_DEADLINE_MAX 600000u
 #define CONF_MEMORY_MIN (1024ull * 1024)
-
-const char *
-conf_set_string(struct conf_parser *p, char **field, const char *v)
-{
-    char *copy = strdup(v);
-
-    if (copy == NULL) {
-        return conf_nomem(p);
-    }
-    free(*field);
-    *field = copy;
-    return NULL;
-}
 
 /* An integer or duration that must lie in [min, max]; range is how the phrase shows them. */
 static const char *
@@ -159,25 +147,6 @@ static const char *
 set_shards(struct conf_parser *p, const char *v)
 {
     return set_bounded(p, &p->c->shards, v, false, 1, CONF_SHARDS_MAX, "1..1048576");
-}
-
-const char *
-conf_set_either(bool *field, const char *v, const char *off, const char *on, const char *phrase)
-{
-    if (strcmp(v, off) == 0) {
-        *field = false;
-    } else if (strcmp(v, on) == 0) {
-        *field = true;
-    } else {
-        return phrase;
-    }
-    return NULL;
-}
-
-const char *
-conf_set_yesno(bool *field, const char *v)
-{
-    return conf_set_either(field, v, "no", "yes", "is not yes or no");
 }
 
 static const char *

@@ -4,8 +4,9 @@
  * sections, and creates the [node NAME] entry (the [service] and [client] ones are
  * conf_service.c's and conf_client.c's); conf_section_close checks what a section must
  * hold once its keys are in (a node's listen, a client's tokens and services, a service's
- * limit). Every name of a header is printable UTF-8 (conf_name_text, here for all of them);
- * names that become znode path components are checked here too (conf_valid_name).
+ * limit). Every name of a header is printable UTF-8 (conf_util.c's conf_name_text, called
+ * here for all of them). Called by conf_load.c; calls conf_service.c, conf_client.c and
+ * conf_util.c. Not for keys (conf_keys.c).
  */
 #include "conf_int.h"
 
@@ -27,32 +28,6 @@ const struct conf_kind_def conf_kinds[] = {
                       {"service", "endpoint"}},
     [CONF_CLIENT] = {"client", 1, 1, "[client NAME]", {"client", NULL}},
 };
-
-const char *
-conf_name_text(struct conf_parser *p, const char *name)
-{
-    size_t at = 0;
-    const char *why = rl_utf8_check(name, strlen(name), &at);
-
-    if (why == NULL) {
-        return NULL;
-    }
-    snprintf(p->why, sizeof(p->why), "%s at byte offset %zu", why, at);
-    return p->why;
-}
-
-bool
-conf_valid_name(const char *s, size_t max)
-{
-    size_t n;
-
-    for (n = 0; s[n] != '\0'; n++) {
-        if (!rl_is_alnum((unsigned char)s[n]) && s[n] != '_' && s[n] != '.' && s[n] != '-') {
-            return false;
-        }
-    }
-    return n >= 1 && n <= max && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
-}
 
 void
 conf_section_close(struct conf_parser *p)

@@ -2,7 +2,7 @@
  * parse: the value parsers every program shares: config values and command-line options
  * alike. Each returns NULL on success, or a short phrase to print after the value, so a
  * caller writes "--keys: \"12x\" is not a number" or "cluster.conf:7: listen ... is not
- * HOST:PORT" with the same words everywhere. Not for whole config lines (conf.c).
+ * HOST:PORT" with the same words everywhere. Not for whole config lines (conf_load.c).
  */
 #ifndef RL_PARSE_H
 #define RL_PARSE_H

@@ -1,10 +1,11 @@
 /*
- * zkadmin: the tools' blocking reads and writes of the assignment, assignment.prev and the
- * rules znode (zkadmin.h), on a session of zkm.c that the tool does not need to run a loop
- * for. Writes make the parent znodes and claim what they replace for the cluster (its ACL,
- * with a secret). Also the blocking primitives those calls and rl_zkm_read_members stand on
- * (zkm_ready, zkm_sync_parents, zkm_sync_get: zkm_int.h). Not for watching (zkm.h) nor for
- * members (zkmembers.c).
+ * zkadmin: the tools' blocking calls (zkadmin.h), on a session of zkm.c that the tool does
+ * not need to run a loop for: the reads and writes of the assignment, assignment.prev, the
+ * rules, the envoy config and the slices znodes, and the reads of the members (nodes/) and
+ * the routers announced (routers/). Writes make the parent znodes and claim what they
+ * replace for the cluster (its ACL, with a secret). The blocking primitives they stand on
+ * (zkm_ready, zkm_sync_parents, zkm_sync_get) are this file's own. Not for watching, nor for
+ * a node's registration or a router's announcement (zkm.h: zkm.c, zkmembers.c).
  */
 #include "zkadmin.h"
 
@@ -20,10 +21,10 @@
 /* Attempts at reading a znode that keeps changing size between exists and get. */
 #define ZKM_GET_TRIES 5
 
-/* ---- the blocking primitives (zkm_int.h), also rl_zkm_read_members' ---- */
+/* ---- the blocking primitives ---- */
 
 /* Waits for a connected session until timeout_ms, replacing an expired one. */
-int
+static int
 zkm_ready(struct rl_zkm *z, int timeout_ms)
 {
     struct timespec dl;
@@ -68,7 +69,7 @@ zkm_ready(struct rl_zkm *z, int timeout_ms)
     }
 }
 
-int
+static int
 zkm_sync_parents(struct rl_zkm *z)
 {
     const char *paths[] = {"/ratelimiter", z->root, z->nodes_path};
@@ -90,7 +91,7 @@ zkm_sync_parents(struct rl_zkm *z)
 }
 
 /* Reads path into a malloc'd NUL-terminated buffer; NULL and version -1 when absent. */
-int
+static int
 zkm_sync_get(struct rl_zkm *z, const char *path, char **text, size_t *len, int64_t *version)
 {
     *text = NULL;
@@ -419,4 +420,109 @@ rl_zkm_delete_envoy(struct rl_zkm *z, int64_t expected_version, int timeout_ms)
         return -EAGAIN;
     }
     return rc == ZOK ? 0 : zkm_errno(rc);
+}
+
+/* ---- the members and the routers ---- */
+
+/* The children of dir (nodes/ or routers/) with their data, sorted by name. */
+static int
+zkm_read_dir(struct rl_zkm *z, const char *dir, struct rl_member **out, size_t *n, int timeout_ms)
+{
+    struct String_vector sv = {0, NULL};
+    struct rl_member *m = NULL;
+    size_t k = 0;
+    int rc;
+
+    *out = NULL;
+    *n = 0;
+    rc = zkm_ready(z, timeout_ms);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = zoo_get_children(z->zh, dir, 0, &sv);
+    if (rc == ZNONODE) {
+        return 0;
+    }
+    if (rc != ZOK) {
+        return zkm_errno(rc);
+    }
+    if (sv.count > 0) {
+        m = calloc((size_t)sv.count, sizeof(*m));
+        if (m == NULL) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    for (int32_t i = 0; i < sv.count; i++) {
+        char path[ZKM_PATH_MAX];
+        char buf[RL_SHARDMAP_NAME_MAX];
+        int blen = (int)sizeof(buf) - 1;
+        struct Stat st;
+
+        if (strlen(sv.data[i]) >= RL_SHARDMAP_NAME_MAX) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, sv.data[i]);
+        rc = zoo_get(z->zh, path, 0, buf, &blen, &st);
+        if (rc == ZNONODE) {
+            continue;
+        }
+        if (rc != ZOK) {
+            rc = zkm_errno(rc);
+            goto out;
+        }
+        if (blen <= 0 || st.dataLength >= RL_SHARDMAP_NAME_MAX) {
+            rl_log_warn("zk: %s/%s has a bad address; ignored", dir, sv.data[i]);
+            continue;
+        }
+        if (z->secure) {
+            struct ACL_vector acl = {0, NULL};
+            int ours;
+
+            rc = zoo_get_acl(z->zh, path, &acl, &st);
+            if (rc == ZNONODE) {
+                continue;
+            }
+            if (rc != ZOK) {
+                rc = zkm_errno(rc);
+                goto out;
+            }
+            ours = zkm_acl_ours(z, &acl);
+            deallocate_ACL_vector(&acl);
+            if (!ours) {
+                rl_log_warn("zk: %s/%s was not written by this cluster (its ACL is not the "
+                            "cluster secret's): ignored",
+                            dir, sv.data[i]);
+                continue;
+            }
+        }
+        buf[blen] = '\0';
+        snprintf(m[k].name, sizeof(m[k].name), "%s", sv.data[i]);
+        snprintf(m[k].addr, sizeof(m[k].addr), "%s", buf);
+        k++;
+    }
+    rc = 0;
+    qsort(m, k, sizeof(*m), zkm_member_cmp);
+out:
+    deallocate_String_vector(&sv);
+    if (rc != 0 || k == 0) {
+        free(m);
+        m = NULL;
+        k = 0;
+    }
+    *out = m;
+    *n = k;
+    return rc;
+}
+
+int
+rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms)
+{
+    return zkm_read_dir(z, z->nodes_path, out, n, timeout_ms);
+}
+
+int
+rl_zkm_read_routers(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms)
+{
+    return zkm_read_dir(z, z->routers_path, out, n, timeout_ms);
 }

@@ -1,12 +1,12 @@
 /*
- * zkadmin: the tools' blocking reads and writes of the cluster's assignment and rules znodes
- * in ZooKeeper (rl-rebalance, rl-cli rules push and assign), on an rl_zkm session (zkm.h):
- * the assignment is compare-and-set, the replaced text going to
+ * zkadmin: the tools' blocking reads and writes of the cluster's znodes in ZooKeeper
+ * (rl-rebalance, rl-regions, rl-cli members, status, rules push and assign): the members and
+ * the routers announced, the assignment, the rules, the envoy config and the slices, on an
+ * rl_zkm session (zkm.h): the assignment is compare-and-set, the replaced text going to
  * /ratelimiter/<cluster>/assignment.prev in the same transaction (for rollback); the rules
  * znode is written whole; the envoy config znode is compare-and-set. The calls keep zkm's
- * rl_zkm_ prefix. Not for the node's and the
- * router's watches of the same znodes (zkm.h), nor for parsing what they hold
- * (assignment.h, conf.h).
+ * rl_zkm_ prefix. Not for the node's and the router's watches of the same znodes (zkm.h),
+ * nor for parsing what they hold (assignment.h, conf.h).
  */
 #ifndef RL_ZKADMIN_H
 #define RL_ZKADMIN_H
@@ -23,6 +23,14 @@
  * connection broke mid-request: the outcome of a write is unknown, read it back), -ENOTCONN,
  * -EACCES, -EIO.
  */
+
+/*
+ * The members, sorted by name, into a malloc'd array (*out, free it; NULL when none):
+ * nodes/ (rl_zkm_read_members) or the routers announced (rl_zkm_read_routers; the address
+ * in addr).
+ */
+int rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);
+int rl_zkm_read_routers(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);
 
 /*
  * Reads the assignment into a malloc'd, NUL-terminated *text of *len bytes (free it) and its

@@ -2,12 +2,13 @@
  * zkm: the ZooKeeper session on a libuv loop (zkm.h), shared by node, router and tools. The
  * client library's threads only copy what they are given into an event and queue it
  * (zkm_push); the loop thread drains the queue in zkm_async_cb and owns every decision: new
- * sessions, the watched data (assignment, rules), and, through zkmembers.c, registration and
- * member scans. Requests are asynchronous and pipelined (a session's requests are answered
- * in order, so "create the parents, then read the children" needs no waiting in between).
- * Each zhandle has a generation; events of an older one are dropped, so an expired session
- * cannot disturb its successor. The blocking primitives of the tools' calls are zkadmin.c's.
- * Not for the shard map, and not a general ZooKeeper wrapper.
+ * sessions, the watched data (assignment, rules), and the calls of the part that runs on
+ * the session (struct zkm_part: zkmembers.c's registration and member scans, plugged in by
+ * its own first call, so nothing here names it). Requests are asynchronous and pipelined (a
+ * session's requests are answered in order, so "create the parents, then read the children"
+ * needs no waiting in between). Each zhandle has a generation; events of an older one are
+ * dropped, so an expired session cannot disturb its successor. The tools' blocking calls
+ * are zkadmin.c's. Not for the shard map, and not a general ZooKeeper wrapper.
  */
 #include "zkm.h"
 
@@ -30,8 +31,6 @@ static const char *const zkm_state_names[] = {
 #undef RL_ZKM_STATE_NAME
 };
 
-static void zkm_dw_refresh(struct rl_zkm *z, int which);
-
 const char *
 rl_zkm_state_name(enum rl_zkm_state state)
 {
@@ -41,7 +40,7 @@ rl_zkm_state_name(enum rl_zkm_state state)
     return zkm_state_names[state];
 }
 
-/* A znode name we create, as conf.c accepts it: [A-Za-z0-9._-]{1,max}, not "." or "..". */
+/* A znode name we create, as conf_util.c accepts it: [A-Za-z0-9._-]{1,max}, not "." or "..". */
 int
 zkm_name_ok(const char *s, size_t max)
 {
@@ -58,6 +57,13 @@ zkm_name_ok(const char *s, size_t max)
         }
     }
     return 1;
+}
+
+/* qsort's order of members: by name (the scans' and the tools' reads'). */
+int
+zkm_member_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct rl_member *)a)->name, ((const struct rl_member *)b)->name);
 }
 
 int
@@ -263,7 +269,9 @@ zkm_timer_cb(uv_timer_t *t)
     if (!z->connected) {
         return; /* the CONNECTED event will redo everything */
     }
-    zkm_members_resync(z, 0);
+    if (z->part != NULL) {
+        z->part->resync(z, 0);
+    }
     for (int k = 0; k < ZKM_DW_COUNT; k++) {
         if (z->dw[k].dirty) {
             zkm_dw_refresh(z, k);
@@ -433,7 +441,7 @@ zkm_parents(struct rl_zkm *z)
  * (ZKM_DW_ENVOY). The same steps for each: exists (leaves a watch), then with a secret whose
  * it is, then get. */
 
-static void
+void
 zkm_dw_refresh(struct rl_zkm *z, int which)
 {
     struct zkm_dw *w = &z->dw[which];
@@ -536,7 +544,9 @@ zkm_asg_done(struct rl_zkm *z, struct zkm_ev *ev)
 static void
 zkm_resync(struct rl_zkm *z)
 {
-    zkm_members_resync(z, 1);
+    if (z->part != NULL) {
+        z->part->resync(z, 1);
+    }
     for (int k = 0; k < ZKM_DW_COUNT; k++) {
         zkm_dw_refresh(z, k);
     }
@@ -574,7 +584,9 @@ zkm_new_session(struct rl_zkm *z)
     z->connected = 0;
     z->connected_before = 0;
     z->session_id = 0;
-    zkm_members_reset(z);
+    if (z->part != NULL) {
+        z->part->reset(z);
+    }
     for (int k = 0; k < ZKM_DW_COUNT; k++) {
         z->dw[k].busy = 0;
         z->dw[k].dirty = z->dw[k].on;
@@ -670,7 +682,7 @@ zkm_on_watch(struct rl_zkm *z, int type, const char *path)
     if (path == NULL || type == ZOO_NOTWATCHING_EVENT) {
         return;
     }
-    if (zkm_members_watch(z, type, path)) {
+    if (z->part != NULL && z->part->watch(z, type, path)) {
         return;
     }
     if (strcmp(path, z->asg_path) == 0) {
@@ -703,7 +715,9 @@ zkm_handle(struct rl_zkm *z, struct zkm_ev *ev)
         zkm_asg_done(z, ev);
         break;
     default:
-        zkm_members_handle(z, ev);
+        if (z->part != NULL) {
+            z->part->handle(z, ev);
+        }
         break;
     }
 }
@@ -722,8 +736,8 @@ zkm_async_cb(uv_async_t *a)
     lost = z->lost;
     z->lost = 0;
     pthread_mutex_unlock(&z->mu);
-    if (!z->closing) {
-        zkm_members_wakeup(z);
+    if (!z->closing && z->part != NULL) {
+        z->part->wakeup(z);
     }
     for (; ev != NULL; ev = next) {
         next = ev->next;
@@ -754,7 +768,9 @@ zkm_close_cb(uv_handle_t *h)
         next = ev->next;
         zkm_ev_free(ev);
     }
-    zkm_members_free(z);
+    if (z->part != NULL) {
+        z->part->free(z);
+    }
     free(z->hosts);
     pthread_cond_destroy(&z->cond);
     pthread_mutex_destroy(&z->mu);
@@ -855,24 +871,13 @@ rl_zkm_destroy(struct rl_zkm *z)
         return;
     }
     z->closing = 1;
-    zkm_members_close(z);
+    if (z->part != NULL) {
+        z->part->close(z);
+    }
     zkm_close_handle(z);
     uv_timer_stop(&z->timer);
     uv_close((uv_handle_t *)&z->timer, zkm_close_cb);
     uv_close((uv_handle_t *)&z->async, zkm_close_cb);
-}
-
-int
-rl_zkm_watch(struct rl_zkm *z)
-{
-    if (z->watching) {
-        return -EALREADY;
-    }
-    z->watching = 1;
-    z->dw[ZKM_DW_ASG].on = 1;
-    zkm_members_refresh(z);
-    zkm_dw_refresh(z, ZKM_DW_ASG);
-    return 0;
 }
 
 /* Starts watching one watched znode (ZKM_DW_*): -EALREADY if it is watched already. */
@@ -931,11 +936,4 @@ rl_zkm_secure(struct rl_zkm *z, const char *secret, size_t len)
     if (z->zh != NULL) {
         zoo_add_auth(z->zh, "digest", z->zk_cred, (int)strlen(z->zk_cred), NULL, NULL);
     }
-}
-
-void
-rl_zkm_refresh(struct rl_zkm *z)
-{
-    zkm_members_refresh(z);
-    zkm_dw_refresh(z, ZKM_DW_ASG);
 }

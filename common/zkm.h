@@ -4,7 +4,8 @@
  * ephemeral znode /ratelimiter/<cluster>/nodes/<name> holding "host:port" for as long as it
  * lives, across lost connections and expired sessions; a router watches the members and the
  * assignment znode /ratelimiter/<cluster>/assignment and is told of every change; both may
- * watch the rules znode. The tools' writes of the assignment and the rules are zkadmin.h's.
+ * watch the rules znode. The tools' blocking reads and writes (the members, the assignment,
+ * the rules) are zkadmin.h's.
  *
  * The ZooKeeper client (zookeeper_mt) runs its callbacks on its own threads; zkm hands every
  * event to the libuv loop through a uv_async_t, so the callbacks below run on the loop thread
@@ -74,7 +75,7 @@ struct rl_zkm;
 
 /*
  * Starts a session with the ensemble hosts ("h1:2181,h2:2181", optionally with a /chroot) for
- * cluster, whose name must be 1..64 bytes of [A-Za-z0-9._-], not "." or ".." (conf.c's rule).
+ * cluster, whose name must be 1..64 bytes of [A-Za-z0-9._-], not "." or ".." (conf's rule).
  * The connection is made in the background: create succeeds whether or not ZooKeeper is reachable,
  * and the session comes up (and registration and watches happen) whenever it is. session_timeout_ms
  * is asked of the server, which clamps it to [2, 20] of its tickTime. cbs is copied; arg is
@@ -162,14 +163,6 @@ void rl_zkm_secure(struct rl_zkm *z, const char *secret, size_t len);
  * only for what changed. No-op unless watching.
  */
 void rl_zkm_refresh(struct rl_zkm *z);
-
-/*
- * The tools' blocking reads of the members, sorted by name, into a malloc'd array (*out,
- * free it; NULL when none): nodes/ (rl_zkm_read_members) or the routers announced
- * (rl_zkm_read_routers; the address in addr). They wait and fail as zkadmin.h's calls do.
- */
-int rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);
-int rl_zkm_read_routers(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);
 
 /* "connected", "connecting" or "expired". */
 const char *rl_zkm_state_name(enum rl_zkm_state state);

@@ -1,9 +1,10 @@
 /*
  * zkm_int: what the three files of the ZooKeeper client share, and nothing else includes:
  * struct rl_zkm, the event queue's events, and the calls each file makes of another.
- * zkm.c owns the session, the queue from the client's threads to the loop, the watched data
- * (assignment, rules) and the blocking primitives; zkmembers.c the registration, the
- * router's announcement and the member scans; zkadmin.c the tools' reads and writes.
+ * zkm.c owns the session, the queue from the client's threads to the loop and the watched
+ * data (assignment, rules); zkmembers.c, above it, the registration, the router's
+ * announcement and the member scans, which the session calls through struct zkm_part;
+ * zkadmin.c, above both, the tools' blocking reads and writes.
  */
 #ifndef RL_ZKM_INT_H
 #define RL_ZKM_INT_H
@@ -84,6 +85,26 @@ struct zkm_scan {
     unsigned char *ok; /* bit 0: address read; bit 1: ACL the cluster's (secure only) */
 };
 
+/*
+ * What runs on the session besides its watched data: the members (zkmembers.c), plugged in
+ * (rl_zkm.part) by the first of its calls that needs them, so the session calls down into
+ * it without naming it. reset: for a new session (the registration is to be made again, a
+ * scan in flight is dropped); resync: once a session is up (all: after CONNECTED,
+ * everything again; else the timer's retries of what is due); handle: a result of its own
+ * requests (1), or not one (0); watch: a watcher event on its znodes (1), or not one (0);
+ * wakeup: the loop woken (an announcement to retry); close: as the session closes; free:
+ * what is left once the handles are closed.
+ */
+struct zkm_part {
+    void (*reset)(struct rl_zkm *z);
+    void (*resync)(struct rl_zkm *z, int all);
+    int (*handle)(struct rl_zkm *z, struct zkm_ev *ev);
+    int (*watch)(struct rl_zkm *z, int type, const char *path);
+    void (*wakeup)(struct rl_zkm *z);
+    void (*close)(struct rl_zkm *z);
+    void (*free)(struct rl_zkm *z);
+};
+
 struct rl_zkm {
     uv_loop_t *loop;
     uv_async_t async;
@@ -92,6 +113,7 @@ struct rl_zkm {
     int closing;
     struct rl_zkm_cbs cbs;
     void *arg;
+    const struct zkm_part *part; /* the members, NULL until plugged in */
     char *hosts;
     int timeout_ms;
     char root[ZKM_ROOT_MAX];
@@ -157,6 +179,7 @@ struct rl_zkm {
 
 /* zkm.c: the queue, requests and their completions (run on the client's threads). */
 int zkm_errno(int rc);
+int zkm_member_cmp(const void *a, const void *b); /* qsort's: by name */
 int zkm_name_ok(const char *s, size_t max);
 void zkm_retry_later(struct rl_zkm *z, uint64_t ms);
 struct zkm_ev *zkm_op(struct rl_zkm *z, enum zkm_kind kind);
@@ -175,29 +198,10 @@ struct ACL_vector *zkm_acl(struct rl_zkm *z, int top);
 int zkm_acl_ours(const struct rl_zkm *z, const struct ACL_vector *v);
 void zkm_parents(struct rl_zkm *z);
 
-/* zkm.c: a new session (the previous handle closed), as the loop and zkm_ready start one. */
+/* zkm.c: a new session (the previous handle closed), as the loop and zkadmin.c start one. */
 void zkm_new_session(struct rl_zkm *z);
 
-/* zkadmin.c: the blocking primitives of the tools' calls (rl_zkm_read_members, zkadmin.h). */
-int zkm_ready(struct rl_zkm *z, int timeout_ms);
-int zkm_sync_parents(struct rl_zkm *z);
-int zkm_sync_get(struct rl_zkm *z, const char *path, char **text, size_t *len, int64_t *version);
-
-/*
- * zkmembers.c, as the session drives it: reset for a new session (the registration is to
- * be made again, a scan in flight is dropped); resync once a session is up (all: after
- * CONNECTED, everything again; else the timer's retries of what is due); handle a result
- * of a registration or a scan (1), or not one (0); watch a watcher event on nodes/ or the
- * registration's znode (1), or not one (0); the loop woken (an announcement to retry);
- * unregister as the session closes; free what is left once the handles are closed.
- */
-void zkm_members_reset(struct rl_zkm *z);
-void zkm_members_resync(struct rl_zkm *z, int all);
-int zkm_members_handle(struct rl_zkm *z, struct zkm_ev *ev);
-int zkm_members_watch(struct rl_zkm *z, int type, const char *path);
-void zkm_members_wakeup(struct rl_zkm *z);
-void zkm_members_close(struct rl_zkm *z);
-void zkm_members_free(struct rl_zkm *z);
-void zkm_members_refresh(struct rl_zkm *z);
+/* zkm.c: reads a watched znode (ZKM_DW_*) again, if it is watched. */
+void zkm_dw_refresh(struct rl_zkm *z, int which);
 
 #endif

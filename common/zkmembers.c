@@ -2,9 +2,11 @@
  * zkmembers: who is in the cluster, on the session of zkm.c (zkm.h): a node's registration
  * (its ephemeral nodes/<name>, kept across lost connections and expired sessions, never
  * taken from another session), a router's announcement (routers/<name>), the scans of
- * nodes/ a watching router delivers through on_members, and the tools' blocking reads of
- * nodes/ and routers/. Loop thread only, but for the blocking reads. Not for the session
- * itself, nor for the assignment and the rules (zkm.c, zkadmin.c).
+ * nodes/ a watching router delivers through on_members (rl_zkm_watch, which also starts
+ * zkm.c's watch of the assignment). The session calls it through struct zkm_part
+ * (zkm_int.h), plugged in by the first of those calls; nothing in zkm.c names this file.
+ * Loop thread only. Not for the session itself, nor for the assignment and the rules
+ * (zkm.c), nor for the tools' blocking reads of nodes/ and routers/ (zkadmin.c).
  */
 #include "zkm.h"
 
@@ -170,12 +172,6 @@ zkm_scan_free(struct zkm_scan *s)
 }
 
 static int
-zkm_member_cmp(const void *a, const void *b)
-{
-    return strcmp(((const struct rl_member *)a)->name, ((const struct rl_member *)b)->name);
-}
-
-static int
 zkm_members_same(const struct rl_member *a, size_t na, const struct rl_member *b, size_t nb)
 {
     if (na != nb) {
@@ -190,7 +186,7 @@ zkm_members_same(const struct rl_member *a, size_t na, const struct rl_member *b
     return 1;
 }
 
-void
+static void
 zkm_members_refresh(struct rl_zkm *z)
 {
     struct zkm_ev *ev;
@@ -401,9 +397,9 @@ zkm_announce(struct rl_zkm *z)
                 zkm_acl(z, 0), ZOO_EPHEMERAL, zkm_announce_done, z);
 }
 
-/* The session's calls (zkm_int.h). */
+/* The session's calls, through zkm_members_part (struct zkm_part, zkm_int.h). */
 
-void
+static void
 zkm_members_reset(struct rl_zkm *z)
 {
     if (z->reg != ZKM_REG_OFF) {
@@ -416,7 +412,7 @@ zkm_members_reset(struct rl_zkm *z)
     z->mem_dirty = z->watching;
 }
 
-void
+static void
 zkm_members_resync(struct rl_zkm *z, int all)
 {
     zkm_announce(z);
@@ -433,7 +429,7 @@ zkm_members_resync(struct rl_zkm *z, int all)
     }
 }
 
-int
+static int
 zkm_members_handle(struct rl_zkm *z, struct zkm_ev *ev)
 {
     switch (ev->kind) {
@@ -455,7 +451,7 @@ zkm_members_handle(struct rl_zkm *z, struct zkm_ev *ev)
     }
 }
 
-int
+static int
 zkm_members_watch(struct rl_zkm *z, int type, const char *path)
 {
     if (strcmp(path, z->nodes_path) == 0) {
@@ -477,7 +473,7 @@ zkm_members_watch(struct rl_zkm *z, int type, const char *path)
     return 1;
 }
 
-void
+static void
 zkm_members_wakeup(struct rl_zkm *z)
 {
     if (atomic_exchange(&z->announce_failed, 0)) {
@@ -486,7 +482,7 @@ zkm_members_wakeup(struct rl_zkm *z)
     }
 }
 
-void
+static void
 zkm_members_close(struct rl_zkm *z)
 {
     int rc;
@@ -505,13 +501,31 @@ zkm_members_close(struct rl_zkm *z)
     }
 }
 
-void
+static void
 zkm_members_free(struct rl_zkm *z)
 {
     zkm_scan_free(z->scan);
     z->scan = NULL;
     free(z->members);
     z->members = NULL;
+}
+
+static const struct zkm_part zkm_members_part = {
+    .reset = zkm_members_reset,
+    .resync = zkm_members_resync,
+    .handle = zkm_members_handle,
+    .watch = zkm_members_watch,
+    .wakeup = zkm_members_wakeup,
+    .close = zkm_members_close,
+    .free = zkm_members_free,
+};
+
+/* Plugs the members into the session, by the first call of zkm.h's that needs them: until
+ * then there is nothing of theirs to reset, resync, handle or free. */
+static void
+zkm_members_plug(struct rl_zkm *z)
+{
+    z->part = &zkm_members_part;
 }
 
 /* The calls of zkm.h. */
@@ -527,6 +541,7 @@ rl_zkm_register(struct rl_zkm *z, const char *name, const char *addr)
     if (z->reg != ZKM_REG_OFF) {
         return -EALREADY;
     }
+    zkm_members_plug(z);
     snprintf(z->name, sizeof(z->name), "%s", name);
     snprintf(z->addr, sizeof(z->addr), "%s", addr);
     snprintf(z->reg_path, sizeof(z->reg_path), "%s/%s", z->nodes_path, name);
@@ -564,6 +579,7 @@ rl_zkm_announce_router(struct rl_zkm *z, const char *name, const char *addr)
                     "(give routers short distinct --name values)",
                     name, sizeof(clean) - 1, clean);
     }
+    zkm_members_plug(z);
     snprintf(z->announce_path, sizeof(z->announce_path), "%s/%s", z->routers_path, clean);
     snprintf(z->announce_data, sizeof(z->announce_data), "%s", addr);
     if (z->zh != NULL && z->connected) {
@@ -572,105 +588,23 @@ rl_zkm_announce_router(struct rl_zkm *z, const char *name, const char *addr)
     return 0;
 }
 
-/* The children of dir (nodes/ or routers/) with their data, sorted by name. */
-static int
-zkm_read_dir(struct rl_zkm *z, const char *dir, struct rl_member **out, size_t *n, int timeout_ms)
+int
+rl_zkm_watch(struct rl_zkm *z)
 {
-    struct String_vector sv = {0, NULL};
-    struct rl_member *m = NULL;
-    size_t k = 0;
-    int rc;
-
-    *out = NULL;
-    *n = 0;
-    rc = zkm_ready(z, timeout_ms);
-    if (rc != 0) {
-        return rc;
+    if (z->watching) {
+        return -EALREADY;
     }
-    rc = zoo_get_children(z->zh, dir, 0, &sv);
-    if (rc == ZNONODE) {
-        return 0;
-    }
-    if (rc != ZOK) {
-        return zkm_errno(rc);
-    }
-    if (sv.count > 0) {
-        m = calloc((size_t)sv.count, sizeof(*m));
-        if (m == NULL) {
-            rc = -ENOMEM;
-            goto out;
-        }
-    }
-    for (int32_t i = 0; i < sv.count; i++) {
-        char path[ZKM_PATH_MAX];
-        char buf[RL_SHARDMAP_NAME_MAX];
-        int blen = (int)sizeof(buf) - 1;
-        struct Stat st;
-
-        if (strlen(sv.data[i]) >= RL_SHARDMAP_NAME_MAX) {
-            continue;
-        }
-        snprintf(path, sizeof(path), "%s/%s", dir, sv.data[i]);
-        rc = zoo_get(z->zh, path, 0, buf, &blen, &st);
-        if (rc == ZNONODE) {
-            continue;
-        }
-        if (rc != ZOK) {
-            rc = zkm_errno(rc);
-            goto out;
-        }
-        if (blen <= 0 || st.dataLength >= RL_SHARDMAP_NAME_MAX) {
-            rl_log_warn("zk: %s/%s has a bad address; ignored", dir, sv.data[i]);
-            continue;
-        }
-        if (z->secure) {
-            struct ACL_vector acl = {0, NULL};
-            int ours;
-
-            rc = zoo_get_acl(z->zh, path, &acl, &st);
-            if (rc == ZNONODE) {
-                continue;
-            }
-            if (rc != ZOK) {
-                rc = zkm_errno(rc);
-                goto out;
-            }
-            ours = zkm_acl_ours(z, &acl);
-            deallocate_ACL_vector(&acl);
-            if (!ours) {
-                rl_log_warn("zk: %s/%s was not written by this cluster (its ACL is not the "
-                            "cluster secret's): ignored",
-                            dir, sv.data[i]);
-                continue;
-            }
-        }
-        buf[blen] = '\0';
-        snprintf(m[k].name, sizeof(m[k].name), "%s", sv.data[i]);
-        snprintf(m[k].addr, sizeof(m[k].addr), "%s", buf);
-        k++;
-    }
-    rc = 0;
-    qsort(m, k, sizeof(*m), zkm_member_cmp);
-out:
-    deallocate_String_vector(&sv);
-    if (rc != 0 || k == 0) {
-        free(m);
-        m = NULL;
-        k = 0;
-    }
-    *out = m;
-    *n = k;
-    return rc;
+    zkm_members_plug(z);
+    z->watching = 1;
+    z->dw[ZKM_DW_ASG].on = 1;
+    zkm_members_refresh(z);
+    zkm_dw_refresh(z, ZKM_DW_ASG);
+    return 0;
 }
 
-int
-rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms)
+void
+rl_zkm_refresh(struct rl_zkm *z)
 {
-    return zkm_read_dir(z, z->nodes_path, out, n, timeout_ms);
-}
-
-int
-rl_zkm_read_routers(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms)
-{
-    return zkm_read_dir(z, z->routers_path, out, n, timeout_ms);
+    zkm_members_refresh(z);
+    zkm_dw_refresh(z, ZKM_DW_ASG);
 }

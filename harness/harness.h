@@ -4,7 +4,8 @@
  * with a deadline, a throwaway ZooKeeper server (Debian's package, run with java) and
  * wrappers that start rl-node and rl-router and wait until they listen.
  * Not for unit tests of a module, and not a cluster model: a test states what it checks.
- * Part of the process-harness library rlproc (harness/: this, harness_zk.c, the fault proxy
+ * Part of the process-harness library rlproc (harness/: harness.c the temp files and ports,
+ * harness_proc.c the processes, harness_server.c, harness_zk.c, the fault proxy
  * of proxy.h, the HTTP client of httpget.h), which the integration suites and rl-chaos link;
  * it has no test framework in it (tests/rltest.h adds Check's).
  *
@@ -285,10 +286,23 @@ int rl_harness_server_restart(struct rl_harness_server *s);
 /* ---- Internal -------------------------------------------------------------------------- */
 
 /*
- * What harness.c lends harness_zk.c (the ZooKeeper half), declared only for the files that
- * define RL_HARNESS_INTERNAL before including this header. Tests do not call these.
+ * What the harness's files lend each other (harness.c to all, harness_proc.c to
+ * harness_server.c and harness_zk.c), declared only for the files that define
+ * RL_HARNESS_INTERNAL before including this header. Tests do not call these.
  */
 #ifdef RL_HARNESS_INTERNAL
+
+/* harness.c: the harness's one lock (process slots, the temp directory, ports), held across
+ * fork() by its atfork hooks. */
+void rl_harness_lock(void);
+void rl_harness_unlock(void);
+
+/* harness.c: the test binary's first process, which ran the harness's constructor. */
+pid_t rl_harness_root_pid(void);
+
+/* harness.c: what rl_harness_cleanup() runs first, before it removes the temp directory:
+ * harness_proc.c's killing of the processes, given on its first spawn. */
+void rl_harness_on_cleanup(void (*procs_cleanup)(void));
 
 /* CLOCK_MONOTONIC in milliseconds. */
 int64_t rl_harness_now_ms(void);

@@ -1,7 +1,7 @@
 /*
  * harness_server: the rl-node and rl-router wrappers of the harness (start, stop, restart,
  * in a network namespace or not) and the throwaway TLS CA and certificates of the tests
- * (harness.h), on the processes and files of harness.c.
+ * (harness.h), on the processes of harness_proc.c and the files of harness.c.
  */
 #define RL_HARNESS_INTERNAL
 #include "harness.h"

@@ -2,7 +2,8 @@
  * harness_zk: the ZooKeeper half of the test harness (declared in harness.h): a throwaway
  * standalone server, Debian's jars run with java under rl_harness_spawn(), and short-lived
  * sessions of the C client to read and write znodes for assertions. It leans on harness.c
- * for temp paths, ports and processes, so the server dies with the test like any other.
+ * for temp paths and ports and on harness_proc.c for processes, so the server dies with the
+ * test like any other.
  * Not a ZooKeeper client for the programs under test (common/zkm.c is), and not a cluster:
  * one server, no quorum.
  */

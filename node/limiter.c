@@ -764,26 +764,30 @@ rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint
     return rl_limiter_check_prepared(l, req, &prep, now, epoch, rep);
 }
 
-int
-rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
-                          const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
-                          struct rl_wire_check_reply *rep)
-{
-    const struct rl_rule *rule = prep->rule;
+/* What a request is judged by: its tiers, whether they are in shadow mode, and the service
+ * whose decisions it counts in. */
+struct lim_judge {
     const struct rl_tier *tiers;
-    const struct rl_algo_result *dec = NULL;
-    uint64_t remaining = UINT64_MAX;
-    uint64_t queue = 0;
     uint32_t ntiers;
-    bool refused = false, shadow = false;
+    bool shadow;
     struct lim_svc *svc;
+};
 
-    memset(rep, 0, sizeof(*rep));
-    rep->id = req->id;
+/*
+ * rl_limiter_check_prepared, step 1: the tiers of a request, its inline limit's (refused
+ * with -EPERM on a configured service) or else its rule's (not NULL), scaled to the region's
+ * slice when the rule is global. 0 with *j set, or a negative errno.
+ */
+static inline int
+lim_select(struct rl_limiter *l, const struct rl_wire_req *req, const struct rl_rule *rule,
+           struct lim_judge *j)
+{
+    int rc;
+
+    j->shadow = false;
     if (req->limit.set) {
         struct rl_tier want;
         uint32_t id;
-        int rc;
 
         /* Configured rules are authoritative: no client lifts its limit by sending one. */
         if (lim_configured(l, req->service.ptr, req->service.len)) {
@@ -795,102 +799,120 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
             l->st.inline_over_quota += rc == -EDQUOT;
             return rc;
         }
-        tiers = rl_inltab_tier(l->inl, id);
-        ntiers = 1;
-        svc = &l->inl_svc;
-    } else if (rule == NULL) {
-        l->st.checks++;
-        l->st.peeks += req->cost == 0;
-        rep->code = RL_WIRE_NO_RULE;
-        l->st.no_rule++;
+        j->tiers = rl_inltab_tier(l->inl, id);
+        j->ntiers = 1;
+        j->svc = &l->inl_svc;
         return 0;
-    } else {
-        tiers = &l->conf->tiers[rule->first_tier];
-        ntiers = rule->ntiers;
-        shadow = rule->shadow;
-        if (rule->global) {
-            int rc = lim_global_tiers(l, req, tiers, ntiers);
-
-            if (rc != 0) {
-                return rc;
-            }
-            tiers = l->gtiers;
+    }
+    j->tiers = &l->conf->tiers[rule->first_tier];
+    j->ntiers = rule->ntiers;
+    j->shadow = rule->shadow;
+    j->svc = &l->svcs[l->svc_of_tier[rule->first_tier]];
+    if (rule->global) {
+        rc = lim_global_tiers(l, req, j->tiers, j->ntiers);
+        if (rc != 0) {
+            return rc;
         }
-        svc = &l->svcs[l->svc_of_tier[rule->first_tier]];
+        j->tiers = l->gtiers;
     }
-    l->st.checks++;
-    if (req->cost == 0) {
-        l->st.peeks++;
-    }
+    return 0;
+}
 
-    /* Judge every tier first; nothing is inserted, so entry pointers stay valid. */
-    for (uint32_t i = 0; i < ntiers; i++) {
-        const struct rl_tier *t = &tiers[i];
+/* The state tier t judges x's key by: its entry of this epoch (carried as it will be when it
+ * was kept under another slice, lim_retier), else a blank one in x. */
+static inline struct rl_algo_state *
+lim_state_of(struct rl_limiter *l, struct lim_tier *x, const struct rl_tier *t, uint16_t epoch)
+{
+    const struct rl_tier *from;
+
+    if (x->e == NULL || x->e->epoch != epoch) {
+        memset(&x->blank, 0, sizeof(x->blank));
+        return &x->blank;
+    }
+    if (x->e->tier == t->id) {
+        return &x->e->st;
+    }
+    from = lim_entry_tier(l, x->e);
+    if (from == NULL || from->algo != t->algo) {
+        memset(&x->blank, 0, sizeof(x->blank));
+        return &x->blank;
+    }
+    if (t->algo == RL_ALGO_GCRA || t->algo == RL_ALGO_LEAKY_BUCKET) {
+        x->blank = x->e->st;
+        rl_algo_rescale(from, t, &x->blank);
+        return &x->blank;
+    }
+    return &x->e->st;
+}
+
+/* Step 2: judges every tier into l->scratch; nothing is inserted, so entry pointers stay
+ * valid. Returns whether a tier refused. */
+static inline bool
+lim_judge_all(struct rl_limiter *l, const struct lim_judge *j, const struct rl_limiter_prep *prep,
+              uint64_t now, uint32_t cost, uint16_t epoch)
+{
+    bool refused = false;
+
+    for (uint32_t i = 0; i < j->ntiers; i++) {
+        const struct rl_tier *t = &j->tiers[i];
         struct lim_tier *x = &l->scratch[i];
-        struct rl_algo_state *s;
 
         x->fp_hi = prep->fp_hi[i];
         x->fp_lo = prep->fp_lo[i];
         x->e = rl_keytab_find(l->tab, x->fp_hi, x->fp_lo);
-        if (x->e != NULL && x->e->epoch == epoch) {
-            s = &x->e->st;
-            if (x->e->tier != t->id) {
-                /* kept under another slice (lim_retier): judged as it will be carried */
-                const struct rl_tier *from = lim_entry_tier(l, x->e);
-
-                if (from == NULL || from->algo != t->algo) {
-                    memset(&x->blank, 0, sizeof(x->blank));
-                    s = &x->blank;
-                } else if (t->algo == RL_ALGO_GCRA || t->algo == RL_ALGO_LEAKY_BUCKET) {
-                    x->blank = x->e->st;
-                    rl_algo_rescale(from, t, &x->blank);
-                    s = &x->blank;
-                }
-            }
-        } else {
-            memset(&x->blank, 0, sizeof(x->blank));
-            s = &x->blank;
-        }
-        rl_algo_judge(t, s, now, req->cost, &x->r, &x->next);
+        rl_algo_judge(t, lim_state_of(l, x, t, epoch), now, cost, &x->r, &x->next);
         refused |= !x->r.allowed;
     }
+    return refused;
+}
 
-    if (!refused) {
-        /* The deciding tier has the least left after the request; the first on a tie. */
-        for (uint32_t i = 0; i < ntiers; i++) {
-            const struct rl_algo_result *r = &l->scratch[i].r;
+/* Step 3, allowed: the deciding tier has the least left after the request, the first on a
+ * tie; *queue is the longest any tier queues it for. */
+static inline const struct rl_algo_result *
+lim_decide_allowed(const struct rl_limiter *l, uint32_t ntiers, uint64_t *queue)
+{
+    const struct rl_algo_result *dec = NULL;
 
-            if (dec == NULL || r->remaining < dec->remaining) {
-                dec = r;
-            }
-            if (r->queue_ms > queue) {
-                queue = r->queue_ms;
-            }
+    for (uint32_t i = 0; i < ntiers; i++) {
+        const struct rl_algo_result *r = &l->scratch[i].r;
+
+        if (dec == NULL || r->remaining < dec->remaining) {
+            dec = r;
         }
-        remaining = dec->remaining;
-        if (req->cost > 0) {
-            lim_consume(l, tiers, ntiers, now, req->cost, epoch);
-        }
-    } else {
-        /* The request waits for its slowest refusing tier, as time alone only ever frees
-         * allowance; tiers that allowed report what they hold, as nothing was consumed. */
-        for (uint32_t i = 0; i < ntiers; i++) {
-            const struct rl_algo_result *r = &l->scratch[i].r;
-            uint64_t left = r->allowed ? r->remaining + req->cost : r->remaining;
-
-            if (left < remaining) {
-                remaining = left;
-            }
-            if (!r->allowed && (dec == NULL || r->retry_ms > dec->retry_ms)) {
-                dec = r;
-            }
+        if (r->queue_ms > *queue) {
+            *queue = r->queue_ms;
         }
     }
-    rep->limit = dec->limit;
-    rep->remaining = remaining;
-    rep->reset_ms = dec->reset_ms;
+    return dec;
+}
 
-    if (shadow && (refused || queue > 0)) {
+/* Step 3, refused: the request waits for its slowest refusing tier, as time alone only ever
+ * frees allowance; tiers that allowed report what they hold, as nothing was consumed. */
+static inline const struct rl_algo_result *
+lim_decide_refused(const struct rl_limiter *l, uint32_t ntiers, uint32_t cost, uint64_t *remaining)
+{
+    const struct rl_algo_result *dec = NULL;
+
+    for (uint32_t i = 0; i < ntiers; i++) {
+        const struct rl_algo_result *r = &l->scratch[i].r;
+        uint64_t left = r->allowed ? r->remaining + cost : r->remaining;
+
+        if (left < *remaining) {
+            *remaining = left;
+        }
+        if (!r->allowed && (dec == NULL || r->retry_ms > dec->retry_ms)) {
+            dec = r;
+        }
+    }
+    return dec;
+}
+
+/* Step 4: the reply's code, and the counters of the decision. */
+static inline void
+lim_reply_code(struct rl_limiter *l, const struct lim_judge *j, bool refused, uint64_t queue,
+               const struct rl_algo_result *dec, struct rl_wire_check_reply *rep)
+{
+    if (j->shadow && (refused || queue > 0)) {
         /* Shadow mode never touches traffic: the would-be decision only shows in stats. */
         l->st.shadow_limited += refused;
         l->st.allowed++;
@@ -907,7 +929,50 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
         l->st.allowed++;
         rep->code = RL_WIRE_ALLOWED;
     }
-    svc->st.decisions[rep->code]++;
+    j->svc->st.decisions[rep->code]++;
+}
+
+int
+rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
+                          const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                          struct rl_wire_check_reply *rep)
+{
+    const struct rl_algo_result *dec;
+    uint64_t remaining = UINT64_MAX;
+    uint64_t queue = 0;
+    struct lim_judge j;
+    bool refused;
+    int rc;
+
+    memset(rep, 0, sizeof(*rep));
+    rep->id = req->id;
+    if (!req->limit.set && prep->rule == NULL) {
+        l->st.checks++;
+        l->st.peeks += req->cost == 0;
+        rep->code = RL_WIRE_NO_RULE;
+        l->st.no_rule++;
+        return 0;
+    }
+    rc = lim_select(l, req, prep->rule, &j);
+    if (rc != 0) {
+        return rc;
+    }
+    l->st.checks++;
+    l->st.peeks += req->cost == 0;
+    refused = lim_judge_all(l, &j, prep, now, req->cost, epoch);
+    if (!refused) {
+        dec = lim_decide_allowed(l, j.ntiers, &queue);
+        remaining = dec->remaining;
+        if (req->cost > 0) {
+            lim_consume(l, j.tiers, j.ntiers, now, req->cost, epoch);
+        }
+    } else {
+        dec = lim_decide_refused(l, j.ntiers, req->cost, &remaining);
+    }
+    rep->limit = dec->limit;
+    rep->remaining = remaining;
+    rep->reset_ms = dec->reset_ms;
+    lim_reply_code(l, &j, refused, queue, dec, rep);
     return 0;
 }
 

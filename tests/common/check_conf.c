@@ -1,5 +1,5 @@
 /*
- * check_conf: the Check suite of common/conf.c and common/ruleset.c. It parses strings
+ * check_conf: the Check suite of common/conf*.c and common/ruleset.c. It parses strings
  * (rl_conf_parse) so every case names its own file, asserts each error by its exact
  * "NAME:LINE: " prefix and a key phrase, loads files where paths depend on them, and fuzzes
  * the parser with mutations of a valid file (run it under RL_SANITIZE to make the fuzz test

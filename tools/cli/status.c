@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "json.h"
 #include "tls.h"
+#include "zkadmin.h"
 
 #include "cli.h"
 
