@@ -12,6 +12,7 @@
 
 #include "metrics.h"
 #include "reqlog.h"
+#include "resp_front.h"
 #include "router_int.h"
 #include "rproc.h"
 #include "rules.h"
@@ -47,7 +48,8 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
     s->rls_timeouts = r->rls_timeouts;
     s->rls_auth_failures = r->rls_auth_failures;
     memcpy(s->rls_streams, r->rls_streams, sizeof(s->rls_streams));
-    memcpy(s->resp_counts, r->resp_counts, sizeof(s->resp_counts));
+    memset(s->resp_counts, 0, sizeof(s->resp_counts));
+    rl_resp_counts(r->resp, s->resp_counts);
     for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
         struct rl_router *w = rl_rproc_router(r->proc, i);
         struct rl_listener_stats cs;
@@ -77,9 +79,7 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         for (size_t k = 0; k < RL_RLS_STREAM_EVENTS; k++) {
             s->rls_streams[k] += __atomic_load_n(&w->rls_streams[k], __ATOMIC_RELAXED);
         }
-        for (size_t k = 0; k < 5; k++) {
-            s->resp_counts[k] += __atomic_load_n(&w->resp_counts[k], __ATOMIC_RELAXED);
-        }
+        rl_resp_counts(w->resp, s->resp_counts);
         pthread_mutex_unlock(&w->mu);
     }
     if (r->proc != NULL) {

@@ -10,6 +10,7 @@
 
 #include "front.h"
 #include "reqlog.h"
+#include "resp_front.h"
 #include "router_int.h"
 
 const struct rl_rules_status *
@@ -65,7 +66,7 @@ rl_router_maybe_free(struct rl_router *r)
     rl_front_free(r);
     rl_rls_call_free(r);
     rl_rls_metrics_free(r);
-    rl_resp_free(r);
+    rl_resp_free(r->resp);
     rl_envoy_shared_drop(r->envoy);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
@@ -113,10 +114,11 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     rl_gate_limits(&r->gate, &r->opts.limits);
     r->zk_state = RL_ROUTER_ZK_NONE;
     r->view.asg_version = -1;
+    r->resp = rl_resp_new();
     r->rule_codes = calloc(conf->nrules + 1, sizeof(*r->rule_codes));
     r->rule_rows = conf->nrules + 1;
     r->unowned = conf->shards;
-    rc = r->rule_codes != NULL ? rl_pending_init(r, r->opts.max_pending) : -ENOMEM;
+    rc = r->rule_codes != NULL && r->resp != NULL ? rl_pending_init(r, r->opts.max_pending) : -ENOMEM;
     if (rc == 0) {
         rc = rl_shed_init(r);
     }
@@ -170,6 +172,7 @@ fail:
     rl_shed_deinit(r);
     rl_wire_decoder_deinit(&r->dec);
     free(r->rule_codes);
+    rl_resp_free(r->resp);
     rl_envoy_shared_drop(r->envoy);
     free(r);
     return rc;

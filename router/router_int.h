@@ -214,10 +214,7 @@ struct rl_router {
     struct rl_rls_metrics *rls_metrics; /* rls_metrics.c: calls by domain, detailed keys */
     struct rl_rls_wait *rls_wait; /* rls_call.c: calls waiting for their grpc-timeout */
     struct rl_envoy_shared *envoy; /* rls_call.c: the configuration new calls use (one hold) */
-    struct rl_resp *resp; /* resp.c: the RESP front's per-loop state; NULL: none yet */
-    /* resp.c: commands, CL.THROTTLE, RL.CHECK keys, error replies, protocol errors
-     * (RL_RESP_COUNTS; one writer, read by rmetrics.c with relaxed loads) */
-    uint64_t resp_counts[5];
+    struct rl_resp *resp; /* resp_front.h: the RESP front's state on this loop */
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;
@@ -386,19 +383,6 @@ void rl_rls_call_free(struct rl_router *r);
 
 /* New calls use sh (held here; the previous one is dropped; calls in flight keep theirs). */
 void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);
-
-/* ---- resp.c: Redis's protocol (docs/RESP.md) ------------------------------------------- */
-
-/* The names of rl_router.resp_counts, as /metrics labels them. */
-#define RL_RESP_COUNT_NAMES {"commands", "cl_throttle", "rl_check_keys", "error_replies", "protocol_errors"}
-
-/* p's CHECK (p->sink) was answered, as rl_rls_answer (its rl_sink_answer_fn). */
-void rl_resp_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
-                    uint32_t err);
-
-
-/* Frees the RESP front's per-loop state of r (router freed; front.c's connections closed). */
-void rl_resp_free(struct rl_router *r);
 
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */
 
