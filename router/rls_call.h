@@ -15,7 +15,7 @@
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 
 struct rl_router;
-struct rl_envoy_shared;
+struct rl_envoy_config;
 struct rl_rls_part;
 struct rls_desc;
 
@@ -57,7 +57,7 @@ struct rl_rls_call {
     size_t out_len;
 
     /* rls_call.c's */
-    struct rl_envoy_shared *cfg; /* held while the call lives: its parts point into it */
+    struct rl_envoy_config *cfg; /* held while the call lives: its parts point into it */
     rls_request *req;
     struct rls_desc *descs;
     struct rl_rls_part *parts;
