@@ -308,11 +308,3 @@ rl_resp_free(struct rl_resp *g)
         free(g);
     }
 }
-
-void
-rl_resp_counts(const struct rl_resp *g, uint64_t sum[RL_RESP_COUNTS])
-{
-    for (size_t k = 0; g != NULL && k < RL_RESP_COUNTS; k++) {
-        sum[k] += __atomic_load_n(&g->counts[k], __ATOMIC_RELAXED);
-    }
-}

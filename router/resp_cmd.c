@@ -180,8 +180,6 @@ cmd_client(struct resp_conn *c, ARGS)
                              cmd->argv[1].ptr);
 }
 
-static const struct resp_cmd_row *cmd_rows(size_t *n);
-
 /* The flags of a row. COMMAND shows the first four under their names; no_auth is the
  * router's (the commands a client may send before AUTH), not shown. */
 enum {
@@ -248,6 +246,7 @@ put_cmd_info(struct rl_buf *b, const struct resp_cmd_row *row, int proto)
     return 0;
 }
 
+static const struct resp_cmd_row *cmd_rows(size_t *n);
 static const struct resp_cmd_row *cmd_find(const struct rl_resp_arg *name);
 
 static int

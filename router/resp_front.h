@@ -7,14 +7,27 @@
 #ifndef RL_RESP_FRONT_H
 #define RL_RESP_FRONT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-struct rl_resp;
+#include "buf.h"
+#include "resp.h"
 
 /* The RESP front's counters, as /metrics labels them. */
 #define RL_RESP_COUNTS 5
 #define RL_RESP_COUNT_NAMES                                                                        \
     {"commands", "cl_throttle", "rl_check_keys", "error_replies", "protocol_errors"}
+
+/* The RESP front's state on one loop (rl_router.resp). */
+struct rl_resp {
+    uint64_t next_id;
+    uint32_t nconns;
+    struct rl_resp_cmd cmd;
+    struct rl_buf tmp;  /* a reply being written */
+    uint64_t warned_ms; /* loop time of the last warning about a connection's input */
+    /* RL_RESP_COUNT_NAMES: one writer (this loop), read by other threads (rl_resp_counts) */
+    uint64_t counts[RL_RESP_COUNTS];
+};
 
 /* A loop's RESP state, NULL when out of memory; freed once its connections are closed
  * (g may be NULL). */
@@ -22,6 +35,12 @@ struct rl_resp *rl_resp_new(void);
 void rl_resp_free(struct rl_resp *g);
 
 /* Adds g's counters to sum (read from any thread; g's loop may be counting). */
-void rl_resp_counts(const struct rl_resp *g, uint64_t sum[RL_RESP_COUNTS]);
+static inline void
+rl_resp_counts(const struct rl_resp *g, uint64_t sum[RL_RESP_COUNTS])
+{
+    for (size_t k = 0; g != NULL && k < RL_RESP_COUNTS; k++) {
+        sum[k] += __atomic_load_n(&g->counts[k], __ATOMIC_RELAXED);
+    }
+}
 
 #endif

@@ -88,17 +88,6 @@ struct resp_conn {
     bool paused; /* rl_front_pause asked: the ring is full and commands wait unread */
 };
 
-/* The RESP front's state on one loop (rl_router.resp; resp_front.h makes and frees it). */
-struct rl_resp {
-    uint64_t next_id;
-    uint32_t nconns;
-    struct rl_resp_cmd cmd;
-    struct rl_buf tmp;  /* a reply being written */
-    uint64_t warned_ms; /* loop time of the last warning about a connection's input */
-    /* RL_RESP_COUNT_NAMES: one writer (this loop), read by other threads (rl_resp_counts) */
-    uint64_t counts[RL_RESP_COUNTS];
-};
-
 /* rl_resp.counts, in the order of RL_RESP_COUNT_NAMES */
 enum { RESP_N_COMMANDS, RESP_N_THROTTLES, RESP_N_CHECKS, RESP_N_ERRORS, RESP_N_PROTOCOL };
 

@@ -15,6 +15,7 @@
  * Here also the front's state on one loop (rls_front.h).
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,7 +126,7 @@ static void
 call_part_done(struct rl_rls_call *s)
 {
     if (--s->outstanding == 0 && !s->finished) {
-        rl_rls_wait_remove(s->r->rls->wait, s);
+        rl_rls_wait_remove(s->r->rls->wait, &s->wait);
         rls_reply_finish(s);
     }
 }
@@ -158,8 +159,10 @@ part_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_chec
 /* A call past its grpc-timeout (out of the heap): the parts still in flight are orphaned
  * and answered by the failure policy, the call with what is known. */
 static void
-call_expire(struct rl_rls_call *call)
+call_expire(struct rl_rls_wait_node *n)
 {
+    struct rl_rls_call *call =
+        (struct rl_rls_call *)((char *)n - offsetof(struct rl_rls_call, wait));
     struct rl_router *r = call->r;
 
     for (uint32_t k = 0; k < call->nparts; k++) {
@@ -213,7 +216,7 @@ wait_add(struct rl_rls_call *call)
         }
         r->handles++;
     }
-    return rl_rls_wait_add(f->wait, call, now + ms);
+    return rl_rls_wait_add(f->wait, &call->wait, now + ms);
 }
 
 /* ---- the front's state on one loop --------------------------------------------------------- */
@@ -257,22 +260,6 @@ rl_rls_set_config(struct rl_router *r, struct rl_envoy_config *cfg)
     rl_envoy_config_hold(cfg);
     r->rls->envoy = cfg;
     rl_envoy_config_drop(old);
-}
-
-void
-rl_rls_counts_sum(const struct rl_rls_front *f, struct rl_rls_counts *sum)
-{
-    if (f == NULL) {
-        return;
-    }
-    for (size_t k = 0; k < 3; k++) {
-        sum->calls[k] += __atomic_load_n(&f->n.calls[k], __ATOMIC_RELAXED);
-    }
-    sum->timeouts += __atomic_load_n(&f->n.timeouts, __ATOMIC_RELAXED);
-    sum->auth_failures += __atomic_load_n(&f->n.auth_failures, __ATOMIC_RELAXED);
-    for (size_t k = 0; k < RL_RLS_STREAM_EVENTS; k++) {
-        sum->streams[k] += __atomic_load_n(&f->n.streams[k], __ATOMIC_RELAXED);
-    }
 }
 
 /* ---- a call ------------------------------------------------------------------------------- */
@@ -595,7 +582,7 @@ rl_rls_call_start(struct rl_rls_call *s)
 void
 rl_rls_call_release(struct rl_rls_call *call)
 {
-    rl_rls_wait_remove(call->r->rls->wait, call);
+    rl_rls_wait_remove(call->r->rls->wait, &call->wait);
     for (uint32_t k = 0; k < call->nparts; k++) {
         if (call->parts[k].p != NULL) {
             call->parts[k].p->sink = NULL;

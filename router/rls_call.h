@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "rls_wait.h"
 
 struct rl_router;
 struct rl_envoy_config;
@@ -63,8 +64,7 @@ struct rl_rls_call {
     struct rl_rls_part *parts;
     uint32_t nparts;
     uint32_t outstanding; /* parts in flight, plus one while they are being sent */
-    uint64_t deadline_ms; /* loop time the call is answered at, when in the deadline heap */
-    uint32_t heap_at;     /* its index in the heap + 1; 0: not in it */
+    struct rl_rls_wait_node wait; /* in the deadline heap (rls_wait.h) with a grpc-timeout */
 };
 
 /* Answers call with a gRPC error (status, message) unless it is answered already. */

@@ -73,8 +73,22 @@ void rl_rls_front_free(struct rl_rls_front *f);
 /* New calls use cfg (held here; the previous one is dropped; calls in flight keep theirs). */
 void rl_rls_set_config(struct rl_router *r, struct rl_envoy_config *cfg);
 
-/* Adds f's totals to sum (any thread). */
-void rl_rls_counts_sum(const struct rl_rls_front *f, struct rl_rls_counts *sum);
+/* Adds f's totals to sum (any thread: relaxed loads of counters with one writer). */
+static inline void
+rl_rls_counts_sum(const struct rl_rls_front *f, struct rl_rls_counts *sum)
+{
+    if (f == NULL) {
+        return;
+    }
+    for (size_t k = 0; k < 3; k++) {
+        sum->calls[k] += __atomic_load_n(&f->n.calls[k], __ATOMIC_RELAXED);
+    }
+    sum->timeouts += __atomic_load_n(&f->n.timeouts, __ATOMIC_RELAXED);
+    sum->auth_failures += __atomic_load_n(&f->n.auth_failures, __ATOMIC_RELAXED);
+    for (size_t k = 0; k < RL_RLS_STREAM_EVENTS; k++) {
+        sum->streams[k] += __atomic_load_n(&f->n.streams[k], __ATOMIC_RELAXED);
+    }
+}
 
 /* ---- rls_metrics.c: counts by domain, full key ------------------------------------------ */
 

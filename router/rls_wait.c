@@ -1,28 +1,26 @@
 /*
- * rls_wait: the calls' deadline heap (rls_wait.h). Each call knows its place in the heap
- * (rl_rls_call.heap_at, 0: not in it), so a call answered before its time leaves in
- * O(log n).
+ * rls_wait: the calls' deadline heap (rls_wait.h). Each node knows its place in the heap
+ * (heap_at, 0: not in it), so a call answered before its time leaves in O(log n).
  */
 #include "rls_wait.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "rls_call.h"
 
 struct rl_rls_wait {
     uv_timer_t timer;
-    struct rl_rls_call **heap;
+    struct rl_rls_wait_node **heap;
     uint32_t n, cap;
     uint64_t armed_ms; /* the timer's due time; 0: not armed */
     bool closed;
-    void (*expire)(struct rl_rls_call *call);
+    void (*expire)(struct rl_rls_wait_node *n);
     void (*on_closed)(void *arg);
     void *arg;
 };
 
 static void
-heap_set(struct rl_rls_wait *w, uint32_t i, struct rl_rls_call *c)
+heap_set(struct rl_rls_wait *w, uint32_t i, struct rl_rls_wait_node *c)
 {
     w->heap[i] = c;
     c->heap_at = i + 1;
@@ -31,7 +29,7 @@ heap_set(struct rl_rls_wait *w, uint32_t i, struct rl_rls_call *c)
 static void
 heap_up(struct rl_rls_wait *w, uint32_t i)
 {
-    struct rl_rls_call *c = w->heap[i];
+    struct rl_rls_wait_node *c = w->heap[i];
 
     while (i > 0 && w->heap[(i - 1) / 2]->deadline_ms > c->deadline_ms) {
         heap_set(w, i, w->heap[(i - 1) / 2]);
@@ -43,7 +41,7 @@ heap_up(struct rl_rls_wait *w, uint32_t i)
 static void
 heap_down(struct rl_rls_wait *w, uint32_t i)
 {
-    struct rl_rls_call *c = w->heap[i];
+    struct rl_rls_wait_node *c = w->heap[i];
 
     for (;;) {
         uint32_t k = 2 * i + 1;
@@ -64,17 +62,17 @@ heap_down(struct rl_rls_wait *w, uint32_t i)
 }
 
 void
-rl_rls_wait_remove(struct rl_rls_wait *w, struct rl_rls_call *call)
+rl_rls_wait_remove(struct rl_rls_wait *w, struct rl_rls_wait_node *n)
 {
     uint32_t i;
 
-    if (w == NULL || call->heap_at == 0) {
+    if (w == NULL || n->heap_at == 0) {
         return;
     }
-    i = call->heap_at - 1;
-    call->heap_at = 0;
+    i = n->heap_at - 1;
+    n->heap_at = 0;
     if (--w->n != i) {
-        struct rl_rls_call *m = w->heap[w->n];
+        struct rl_rls_wait_node *m = w->heap[w->n];
 
         heap_set(w, i, m);
         heap_down(w, i);
@@ -110,16 +108,16 @@ wait_fire(uv_timer_t *t)
 
     w->armed_ms = 0;
     while (w->n > 0 && w->heap[0]->deadline_ms <= now) {
-        struct rl_rls_call *call = w->heap[0];
+        struct rl_rls_wait_node *n = w->heap[0];
 
-        rl_rls_wait_remove(w, call);
-        w->expire(call);
+        rl_rls_wait_remove(w, n);
+        w->expire(n);
     }
     wait_arm(w, now);
 }
 
 struct rl_rls_wait *
-rl_rls_wait_new(uv_loop_t *loop, void (*expire)(struct rl_rls_call *call),
+rl_rls_wait_new(uv_loop_t *loop, void (*expire)(struct rl_rls_wait_node *n),
                 void (*closed)(void *arg), void *arg)
 {
     struct rl_rls_wait *w = calloc(1, sizeof(*w));
@@ -136,14 +134,14 @@ rl_rls_wait_new(uv_loop_t *loop, void (*expire)(struct rl_rls_call *call),
 }
 
 int
-rl_rls_wait_add(struct rl_rls_wait *w, struct rl_rls_call *call, uint64_t deadline_ms)
+rl_rls_wait_add(struct rl_rls_wait *w, struct rl_rls_wait_node *n, uint64_t deadline_ms)
 {
     if (w->closed) {
         return -1;
     }
     if (w->n == w->cap) {
         uint32_t cap = w->cap ? w->cap * 2 : 64;
-        struct rl_rls_call **h = realloc(w->heap, cap * sizeof(*h));
+        struct rl_rls_wait_node **h = realloc(w->heap, cap * sizeof(*h));
 
         if (h == NULL) {
             return -1;
@@ -151,9 +149,9 @@ rl_rls_wait_add(struct rl_rls_wait *w, struct rl_rls_call *call, uint64_t deadli
         w->heap = h;
         w->cap = cap;
     }
-    call->deadline_ms = deadline_ms;
-    w->heap[w->n] = call;
-    call->heap_at = ++w->n;
+    n->deadline_ms = deadline_ms;
+    w->heap[w->n] = n;
+    n->heap_at = ++w->n;
     heap_up(w, w->n - 1);
     wait_arm(w, uv_now(w->timer.loop));
     return 0;

@@ -538,6 +538,10 @@ def test_arity_is_the_command_tables(cluster):
             with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
                 r.execute_command(name, *(["1"] * arity))
     assert {"cl.throttle", "rl.check", "rl.mcheck", "auth", "hello", "ping"} <= seen
+    # and each is documented (docs/RESP.md names every command the table serves)
+    doc = (HERE.parents[1] / "docs" / "RESP.md").read_text()
+    assert [n for n in sorted(seen) if f"`{n.upper()}" not in doc and
+            f"### {n.upper()}" not in doc] == []
 
 
 def test_closed_connections_give_their_input_budget_back(tmp_path):
