@@ -91,9 +91,9 @@ conn_process(struct resp_conn *c)
 
 /* resp_in's hold function: front.c's count of c's held bytes. */
 static int
-conn_hold(void *arg, size_t old, size_t new)
+conn_hold(void *arg, size_t from, size_t to)
 {
-    return rl_front_hold(arg, old, new);
+    return rl_front_hold(arg, from, to);
 }
 
 static int

@@ -57,7 +57,6 @@ conn_mark(struct resp_conn *c)
     rl_front_mark(c->fc);
 }
 
-
 /* ---- the replies --------------------------------------------------------------------------- */
 
 /* Where a reply written now goes: c->out when nothing waits before it, else a new slot

@@ -195,11 +195,11 @@ static const char *const resp_flag_names[RESP_F_SHOWN] = {"write", "noscript", "
 
 /* One command: how it is called, what runs it, what COMMAND says of it. */
 struct resp_cmd_row {
-    const char *name; /* lower case, as COMMAND lists it */
-    uint16_t min;     /* arguments, the name included */
-    uint16_t max;     /* 0: no bound */
-    uint16_t step;    /* past min, arguments come in groups of step (0: any number) */
-    uint16_t flags;   /* RESP_F_* */
+    const char *name;            /* lower case, as COMMAND lists it */
+    uint16_t min;                /* arguments, the name included */
+    uint16_t max;                /* 0: no bound */
+    uint16_t step;               /* past min, arguments come in groups of step (0: any number) */
+    uint16_t flags;              /* RESP_F_* */
     int8_t first, last, keystep; /* COMMAND's key positions */
     /* the reply to a wrong number of arguments; NULL: Redis's "wrong number of arguments" */
     const char *usage;

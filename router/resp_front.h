@@ -16,7 +16,9 @@
 /* The RESP front's counters, as /metrics labels them. */
 #define RL_RESP_COUNTS 5
 #define RL_RESP_COUNT_NAMES                                                                        \
-    {"commands", "cl_throttle", "rl_check_keys", "error_replies", "protocol_errors"}
+    {                                                                                              \
+        "commands", "cl_throttle", "rl_check_keys", "error_replies", "protocol_errors"             \
+    }
 
 /* The RESP front's state on one loop (rl_router.resp). */
 struct rl_resp {

@@ -14,9 +14,9 @@
 
 #include "buf.h"
 
-/* The count of held bytes goes from old to new: 0, or -1 when growing is refused (nothing
+/* The count of held bytes goes from `from` to `to`: 0, or -1 when growing is refused (nothing
  * counted then). Shrinking never fails. */
-typedef int resp_hold_fn(void *arg, size_t old, size_t new);
+typedef int resp_hold_fn(void *arg, size_t from, size_t to);
 
 struct resp_in {
     struct rl_buf buf; /* unread input from buf.pos; inline commands are unquoted in place */

@@ -69,9 +69,9 @@ struct resp_slot {
 struct resp_conn {
     struct rl_front_conn *fc;
     struct rl_router *r;
-    struct rl_resp *g;    /* r's RESP state (r->resp) */
-    struct resp_in in;    /* unread input: an incomplete command, or commands waiting */
-    struct rl_buf out;    /* replies ready to write */
+    struct rl_resp *g;       /* r's RESP state (r->resp) */
+    struct resp_in in;       /* unread input: an incomplete command, or commands waiting */
+    struct rl_buf out;       /* replies ready to write */
     struct resp_slot *slots; /* ring of RESP_PIPELINE_MAX, allocated at the first need */
     uint32_t head, nslots;
     uint64_t partial_ms; /* loop time since which an incomplete command waits; 0: none */

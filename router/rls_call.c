@@ -465,8 +465,8 @@ desc_key(const struct rl_rls_call *s, size_t i, size_t dlen, char *key)
     if (d->limit == NULL) {
         rl_envoy_match(s->cfg, req->domain, dlen, e, d->n_entries, share);
     }
-    klen = rl_envoy_counter_key(key, RL_WIRE_USER_MAX + 1, req->domain, dlen, e, d->n_entries,
-                                share);
+    klen =
+        rl_envoy_counter_key(key, RL_WIRE_USER_MAX + 1, req->domain, dlen, e, d->n_entries, share);
     if (klen > RL_WIRE_USER_MAX) {
         char *full = malloc(klen + 1);
         uint64_t h1, h2;
@@ -602,4 +602,3 @@ rl_rls_call_release(struct rl_rls_call *call)
     free(call->out);
     call->out = NULL;
 }
-

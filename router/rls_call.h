@@ -63,7 +63,7 @@ struct rl_rls_call {
     struct rls_desc *descs;
     struct rl_rls_part *parts;
     uint32_t nparts;
-    uint32_t outstanding; /* parts in flight, plus one while they are being sent */
+    uint32_t outstanding;         /* parts in flight, plus one while they are being sent */
     struct rl_rls_wait_node wait; /* in the deadline heap (rls_wait.h) with a grpc-timeout */
 };
 

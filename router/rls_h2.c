@@ -440,8 +440,8 @@ on_frame_sent(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
     (void)ng;
     if (f->hd.type == NGHTTP2_RST_STREAM) {
         r->rls->n.streams[f->rst_stream.error_code == NGHTTP2_REFUSED_STREAM
-                           ? RL_RLS_STREAM_REFUSED
-                           : RL_RLS_STREAM_RESET_BY_SERVER]++;
+                              ? RL_RLS_STREAM_REFUSED
+                              : RL_RLS_STREAM_RESET_BY_SERVER]++;
     }
     return 0;
 }

@@ -273,8 +273,7 @@ desc_pick(const struct rl_rls_call *s, size_t i, bool *over)
 /* Until the window resets: the node's reset (or retry when refused), else the unit's
  * boundary on the wall clock (now), as upstream's CalculateReset. */
 static void
-status_reset(Google__Protobuf__Duration *d, const struct rl_rls_part *pick, bool over,
-             uint64_t now)
+status_reset(Google__Protobuf__Duration *d, const struct rl_rls_part *pick, bool over, uint64_t now)
 {
     uint64_t ms = over && pick->retry_ms != 0 ? pick->retry_ms : pick->reset_ms;
     uint64_t unit_ms = rl_envoy_unit_seconds(pick->lim->unit) * 1000;

@@ -7,7 +7,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-
 struct rl_rls_wait {
     uv_timer_t timer;
     struct rl_rls_wait_node **heap;

@@ -2,8 +2,8 @@
  * rls_wait: the gRPC front's calls waiting for their grpc-timeout on one loop: a min-heap of
  * nodes (struct rl_rls_wait_node, one in each call) on their deadline and one timer due at
  * the earliest. What happens to a call whose time came is the caller's (the expire function
- * given at creation, rls_call.c); this file knows no router, no call and no answer. Not for the router's own deadline of each
- * CHECK (pending.c).
+ * given at creation, rls_call.c); this file knows no router, no call and no answer. Not for the
+ * router's own deadline of each CHECK (pending.c).
  */
 #ifndef RL_RLS_WAIT_H
 #define RL_RLS_WAIT_H

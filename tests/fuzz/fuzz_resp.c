@@ -24,15 +24,15 @@ struct held {
 };
 
 static int
-held_hold(void *arg, size_t old, size_t new)
+held_hold(void *arg, size_t from, size_t to)
 {
     struct held *h = arg;
 
-    MUST(old == h->count); /* a stale old: a change counted twice */
-    if (new > old && new > h->budget) {
+    MUST(from == h->count); /* a stale old: a change counted twice */
+    if (to > from && to > h->budget) {
         return -1;
     }
-    h->count = new;
+    h->count = to;
     return 0;
 }
 
@@ -68,8 +68,8 @@ replay_held(const uint8_t *data, size_t size)
         for (;;) {
             size_t used = 0;
             const char *err = NULL;
-            int pr = rl_resp_parse(resp_in_data(&in) + at, resp_in_unread(&in) - at, &cmd,
-                                   &used, &err);
+            int pr =
+                rl_resp_parse(resp_in_data(&in) + at, resp_in_unread(&in) - at, &cmd, &used, &err);
 
             if (pr == RL_RESP_ERR) {
                 at = resp_in_unread(&in); /* the rest is dropped, as after QUIT */

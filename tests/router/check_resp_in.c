@@ -1,7 +1,7 @@
 /*
  * check_resp_in: the RESP front's input buffer and its held count (router/resp_in.h), as
  * properties over random piece sizes: every change of the buffer is told to the hold
- * function once, from the count as it stands (a stale `old` is the double count of the
+ * function once, from the count as it stands (a stale `from` is the double count of the
  * bug it replaces: growth counted twice, the worker's budget leaking for good); the count
  * equals the buffer's capacity after every call; a refused growth changes nothing; and the
  * count returns to zero at release. Also a stream of real commands cut at random: every
@@ -25,19 +25,19 @@ struct counter {
 };
 
 static int
-count_hold(void *arg, size_t old, size_t new)
+count_hold(void *arg, size_t from, size_t to)
 {
     struct counter *k = arg;
 
     k->calls++;
-    if (old != k->count) {
+    if (from != k->count) {
         k->stale++;
     }
-    if (new > old && new > k->budget) {
+    if (to > from && to > k->budget) {
         k->refused++;
         return -1;
     }
-    k->count = k->count - old + new;
+    k->count = k->count - from + to;
     return 0;
 }
 
