@@ -888,11 +888,21 @@ parse_text(struct ld *l, const char *text, size_t len)
 }
 
 void
+rl_envoy_config_hold(struct rl_envoy_config *c)
+{
+    __atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
+}
+
+void
 rl_envoy_config_free(struct rl_envoy_config *c)
 {
-    if (c == NULL) {
-        return;
-    }
+    rl_envoy_config_drop(c);
+}
+
+/* Frees c (its last reference gone). */
+static void
+config_free(struct rl_envoy_config *c)
+{
     for (size_t i = 0; i < c->ndomains; i++) {
         desc_free(&c->domains[i].root);
         free(c->domains[i].name);
@@ -903,6 +913,14 @@ rl_envoy_config_free(struct rl_envoy_config *c)
     }
     free(c->files);
     free(c);
+}
+
+void
+rl_envoy_config_drop(struct rl_envoy_config *c)
+{
+    if (c != NULL && __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        config_free(c);
+    }
 }
 
 static int
@@ -930,7 +948,11 @@ begin(struct ld *l, const struct rl_envoy_opts *opts, char *err, size_t errlen)
     l->errlen = errlen;
     l->file = "";
     l->c = calloc(1, sizeof(*l->c));
-    return l->c ? 0 : -1;
+    if (l->c == NULL) {
+        return -1;
+    }
+    l->c->refs = 1;
+    return 0;
 }
 
 static int

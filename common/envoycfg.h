@@ -90,6 +90,7 @@ struct rl_envoy_config {
     size_t ndescriptors;
     char **files; /* the files loaded, for rl_envoy_desc.file */
     size_t nfiles;
+    uint32_t refs; /* atomic: holders (rl_envoy_config_hold); a loaded config has one */
 };
 
 /* Loading options. */
@@ -163,6 +164,12 @@ int rl_envoy_unbundle(const char *what, const char *text, size_t len, struct rl_
  */
 uint64_t rl_envoy_stamp(const char *path);
 
+/* A loaded configuration is shared by reference: it is born with one (the loader's
+ * caller's); hold adds one (any thread: a process's workers and their calls in flight share
+ * one config); drop gives one back and the last frees it. c may be NULL for drop. free is
+ * drop, for the holder of the only reference. */
+void rl_envoy_config_hold(struct rl_envoy_config *c);
+void rl_envoy_config_drop(struct rl_envoy_config *c);
 void rl_envoy_config_free(struct rl_envoy_config *c);
 
 /* The domain called name (len bytes), or NULL. */

@@ -20,7 +20,7 @@ struct rl_envoy_live {
     bool timing;
     char *path; /* "" when none */
     struct rl_envoy_opts eopts;
-    void (*apply)(void *arg, struct rl_envoy_shared *sh);
+    void (*apply)(void *arg, struct rl_envoy_config *sh);
     void *arg;
     uint64_t stamp;                   /* the local path's, when last read or looked at */
     bool znode_active;                /* a pushed configuration is in force */
@@ -44,14 +44,8 @@ load_local(struct rl_envoy_live *l, struct rl_envoy_config **ec, char *err, size
 static int
 put(struct rl_envoy_live *l, struct rl_envoy_config *ec)
 {
-    struct rl_envoy_shared *sh = rl_envoy_shared_new(ec);
-
-    if (sh == NULL) {
-        rl_envoy_config_free(ec);
-        return -1;
-    }
-    l->apply(l->arg, sh);
-    rl_envoy_shared_drop(sh);
+    l->apply(l->arg, ec);
+    rl_envoy_config_drop(ec);
     return 0;
 }
 
@@ -104,7 +98,7 @@ on_poll(uv_timer_t *t)
 
 int
 rl_envoy_live_start(struct rl_envoy_live **out, uv_loop_t *loop,
-                    const struct rl_envoy_live_opts *opts, struct rl_envoy_shared **first,
+                    const struct rl_envoy_live_opts *opts, struct rl_envoy_config **first,
                     char *err, size_t errlen)
 {
     struct rl_envoy_live *l = calloc(1, sizeof(*l));
@@ -127,14 +121,7 @@ rl_envoy_live_start(struct rl_envoy_live **out, uv_loop_t *loop,
         free(l);
         return -1;
     }
-    *first = rl_envoy_shared_new(ec);
-    if (*first == NULL) {
-        rl_envoy_config_free(ec);
-        free(l->path);
-        free(l);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    *first = ec;
     uv_timer_init(loop, &l->timer);
     l->timer.data = l;
     if (l->path[0] != '\0') {

@@ -27,7 +27,7 @@ struct rl_envoy_live_opts {
     bool merge_domains; /* [cluster] envoy_merge_domains */
     uint32_t poll_ms;   /* the stamp's period; 0: RL_ENVOY_POLL_MS */
     /* A new configuration to put in force (the callee takes its own hold). */
-    void (*apply)(void *arg, struct rl_envoy_shared *sh);
+    void (*apply)(void *arg, struct rl_envoy_config *sh);
     void *arg;
 };
 
@@ -39,7 +39,7 @@ struct rl_envoy_live;
  * with one line in err (the loader's FILE:LINE) and nothing started.
  */
 int rl_envoy_live_start(struct rl_envoy_live **out, uv_loop_t *loop,
-                        const struct rl_envoy_live_opts *opts, struct rl_envoy_shared **first,
+                        const struct rl_envoy_live_opts *opts, struct rl_envoy_config **first,
                         char *err, size_t errlen);
 
 /* The envoy znode changed: its bundle (text, len) and data version, or version -1 when it

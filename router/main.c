@@ -32,7 +32,7 @@ struct router_main {
     struct rl_zkm *zkm;
     const char *name;
     uint32_t workers; /* --workers; 0: the config's */
-    struct rl_envoy_shared *envoy; /* the envoy config the router started with; NULL: none */
+    struct rl_envoy_config *envoy; /* the envoy config the router started with; NULL: none */
     struct rl_envoy_live *live;    /* where later ones come from; NULL when rls is off */
 };
 
@@ -131,7 +131,7 @@ on_envoy(void *arg, const char *text, size_t len, int64_t version)
 
 /* A new envoy config to put in force: every worker takes it. */
 static void
-envoy_apply(void *arg, struct rl_envoy_shared *sh)
+envoy_apply(void *arg, struct rl_envoy_config *sh)
 {
     struct router_main *m = arg;
 
@@ -267,13 +267,13 @@ main(int argc, char **argv)
     rc = rl_daemon_init(&m.d, &router_spec, argc, argv, &m);
     if (rc != RL_DAEMON_RUN) {
         rl_daemon_destroy(&m.d);
-        rl_envoy_shared_drop(m.envoy);
+        rl_envoy_config_drop(m.envoy);
         return rc;
     }
     if (rl_daemon_listen(&m.d, m.d.conf->router_host, m.d.conf->router_port,
                          "no [router] listen", m.d.conf->nauth_clients > 0) != 0) {
         rl_daemon_destroy(&m.d);
-        rl_envoy_shared_drop(m.envoy);
+        rl_envoy_config_drop(m.envoy);
         return 2;
     }
     /* The gRPC front authenticates calls only with [client] sections (bearer tokens): else a
@@ -287,7 +287,7 @@ main(int argc, char **argv)
                        "serve it anyway",
                        m.d.conf->rls_host);
         rl_daemon_destroy(&m.d);
-        rl_envoy_shared_drop(m.envoy);
+        rl_envoy_config_drop(m.envoy);
         return 2;
     }
     /* The RESP front authenticates with the [client] tokens: without any, only loopback. */
@@ -299,7 +299,7 @@ main(int argc, char **argv)
                        "or set [cluster] insecure = yes to serve it anyway",
                        m.d.conf->resp_host);
         rl_daemon_destroy(&m.d);
-        rl_envoy_shared_drop(m.envoy);
+        rl_envoy_config_drop(m.envoy);
         return 2;
     }
     if (m.d.conf->resp_host != NULL &&
@@ -333,7 +333,7 @@ main(int argc, char **argv)
         rl_log_info("envoy_config %s: %zu domains, %zu descriptors",
                     m.d.conf->envoy_config[0] != '\0' ? m.d.conf->envoy_config
                                                       : "(none until one is pushed)",
-                    m.envoy->c->ndomains, m.envoy->c->ndescriptors);
+                    m.envoy->ndomains, m.envoy->ndescriptors);
     } else if (m.d.conf->envoy_config[0] != '\0') {
         /* loaded to check it, as before: a config that would not serve is found at start */
         struct rl_envoy_config *ec = NULL;
@@ -375,7 +375,7 @@ main(int argc, char **argv)
         }
         rl_envoy_live_close(m.live);
         rl_daemon_destroy(&m.d);
-        rl_envoy_shared_drop(m.envoy);
+        rl_envoy_config_drop(m.envoy);
         return 1;
     }
     if (m.d.conf->zookeeper[0] == '\0') {
@@ -415,7 +415,7 @@ main(int argc, char **argv)
         rl_envoy_live_close(m.live);
         rl_rproc_close(m.proc);
         rl_daemon_destroy(&m.d);
-        rl_envoy_shared_drop(m.envoy);
+        rl_envoy_config_drop(m.envoy);
         return 1;
     }
     {
@@ -426,7 +426,7 @@ main(int argc, char **argv)
         if (rc != 0) {
             router_stop(&m.d);
             rl_daemon_destroy(&m.d);
-            rl_envoy_shared_drop(m.envoy);
+            rl_envoy_config_drop(m.envoy);
             return rc;
         }
     }
@@ -448,6 +448,6 @@ main(int argc, char **argv)
     }
     rl_daemon_run(&m.d);
     rl_daemon_destroy(&m.d);
-    rl_envoy_shared_drop(m.envoy);
+    rl_envoy_config_drop(m.envoy);
     return 0;
 }

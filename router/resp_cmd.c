@@ -1,8 +1,12 @@
 /*
- * resp_cmd: the RESP front's command table (docs/RESP.md): which command runs what, the
- * connection's own commands (AUTH, HELLO, PING, ECHO, CLIENT, SELECT, QUIT, COMMAND, INFO)
- * and the errors worded as Redis words them. CL.THROTTLE and RL.CHECK, which go to the
- * nodes, are resp.c's; so is the connection itself.
+ * resp_cmd: the RESP front's command table (docs/RESP.md) and the dispatch through it, as
+ * Redis's processCommand: one row per command holds its name, its arity (arguments, the
+ * name included: at least min, at most max, in groups of step past min), its flags and its
+ * handler; resp_command finds the row, refuses a client that has not passed AUTH (unless
+ * the row says no_auth), checks the arity from the row and runs the handler. COMMAND's reply
+ * is written from the same rows. Here also the connection's own commands (AUTH, HELLO,
+ * PING, ECHO, CLIENT, SELECT, QUIT, COMMAND, INFO) with the errors worded as Redis words
+ * them. The commands that go to the nodes are resp_check.c's; the connection is resp.c's.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,8 +21,9 @@
 #include "router_int.h"
 #include "rproc.h"
 
-int
-resp_err_arity(struct rl_buf *b, const struct rl_resp_arg *name)
+/* "ERR wrong number of arguments for 'name' command". */
+static int
+err_arity(struct rl_buf *b, const struct rl_resp_arg *name)
 {
     char lower[64];
     size_t n = name->len < sizeof(lower) - 1 ? name->len : sizeof(lower) - 1;
@@ -92,6 +97,27 @@ auth_token(struct resp_conn *c, const struct rl_resp_arg *tok, struct rl_buf *b)
     return 0;
 }
 
+/* CLIENT SETNAME's and HELLO's SETNAME: a name of printable ASCII without spaces (Redis's
+ * rule), RESP_NAME_MAX bytes at most, set on c; or an error reply written to b (1). */
+static int
+set_name(struct resp_conn *c, const struct rl_resp_arg *nm, struct rl_buf *b)
+{
+    for (size_t i = 0; i < nm->len; i++) {
+        if (nm->ptr[i] < '!' || nm->ptr[i] > '~') {
+            rl_resp_put_error(b, "ERR Client names cannot contain spaces, newlines or special "
+                                 "characters.");
+            return 1;
+        }
+    }
+    if (nm->len > RESP_NAME_MAX) {
+        rl_resp_put_error(b, "ERR client name too long (%u bytes at most)", RESP_NAME_MAX);
+        return 1;
+    }
+    memcpy(c->name, nm->ptr, nm->len);
+    c->name_len = nm->len;
+    return 0;
+}
+
 static int
 cmd_hello(struct resp_conn *c, ARGS)
 {
@@ -114,14 +140,9 @@ cmd_hello(struct resp_conn *c, ARGS)
             }
             i += 2;
         } else if (rl_resp_is(&cmd->argv[i], "SETNAME") && i + 1 < cmd->argc) {
-            const struct rl_resp_arg *nm = &cmd->argv[++i];
-
-            if (nm->len > RESP_NAME_MAX) {
-                return rl_resp_put_error(b, "ERR client name too long (%u bytes at most)",
-                                         RESP_NAME_MAX);
+            if (set_name(c, &cmd->argv[++i], b) != 0) {
+                return 0;
             }
-            memcpy(c->name, nm->ptr, nm->len);
-            c->name_len = nm->len;
         } else {
             return rl_resp_put_error(b, "ERR Syntax error in HELLO option '%.*s'",
                                      (int)(cmd->argv[i].len > 64 ? 64 : cmd->argv[i].len),
@@ -141,25 +162,8 @@ cmd_hello(struct resp_conn *c, ARGS)
 static int
 cmd_client(struct resp_conn *c, ARGS)
 {
-    if (cmd->argc < 2) {
-        return resp_err_arity(b, &cmd->argv[0]);
-    }
     if (rl_resp_is(&cmd->argv[1], "SETNAME") && cmd->argc == 3) {
-        const struct rl_resp_arg *nm = &cmd->argv[2];
-
-        for (size_t i = 0; i < nm->len; i++) {
-            if (nm->ptr[i] < '!' || nm->ptr[i] > '~') {
-                return rl_resp_put_error(b, "ERR Client names cannot contain spaces, newlines "
-                                            "or special characters.");
-            }
-        }
-        if (nm->len > RESP_NAME_MAX) {
-            return rl_resp_put_error(b, "ERR client name too long (%u bytes at most)",
-                                     RESP_NAME_MAX);
-        }
-        memcpy(c->name, nm->ptr, nm->len);
-        c->name_len = nm->len;
-        return rl_resp_put_simple(b, "OK");
+        return set_name(c, &cmd->argv[2], b) != 0 ? 0 : rl_resp_put_simple(b, "OK");
     }
     if (rl_resp_is(&cmd->argv[1], "GETNAME") && cmd->argc == 2) {
         return c->name_len > 0 ? rl_resp_put_bulk(b, c->name, c->name_len)
@@ -176,61 +180,101 @@ cmd_client(struct resp_conn *c, ARGS)
                              cmd->argv[1].ptr);
 }
 
-/* The commands served, as COMMAND lists them: name, arity (negative: at least), flags, first
- * key, last key, step. */
-static const struct resp_cmd_info {
-    const char *name;
-    int arity;
-    const char *flags;
-    int first, last, step;
-} resp_cmds[] = {
-    {"cl.throttle", -5, "write", 1, 1, 1}, {"rl.check", -3, "write", 0, 0, 0},
-    {"rl.mcheck", -5, "write", 0, 0, 0},   {"auth", -2, "noscript", 0, 0, 0},
-    {"hello", -1, "noscript", 0, 0, 0},    {"ping", -1, "fast", 0, 0, 0},
-    {"echo", 2, "fast", 0, 0, 0},          {"client", -2, "noscript", 0, 0, 0},
-    {"select", 2, "fast", 0, 0, 0},        {"quit", -1, "fast", 0, 0, 0},
-    {"command", -1, "loading", 0, 0, 0},   {"info", -1, "loading", 0, 0, 0},
+/* The flags of a row. COMMAND shows the first four under their names; no_auth is the
+ * router's (the commands a client may send before AUTH), not shown. */
+enum {
+    RESP_F_WRITE = 1u << 0,
+    RESP_F_NOSCRIPT = 1u << 1,
+    RESP_F_FAST = 1u << 2,
+    RESP_F_LOADING = 1u << 3,
+    RESP_F_SHOWN = 4, /* the flags above, by bit */
+    RESP_F_NOAUTH = 1u << 4,
 };
 
-#define RESP_NCMDS (sizeof(resp_cmds) / sizeof(resp_cmds[0]))
+static const char *const resp_flag_names[RESP_F_SHOWN] = {"write", "noscript", "fast", "loading"};
+
+/* One command: how it is called, what runs it, what COMMAND says of it. */
+struct resp_cmd_row {
+    const char *name;            /* lower case, as COMMAND lists it */
+    uint16_t min;                /* arguments, the name included */
+    uint16_t max;                /* 0: no bound */
+    uint16_t step;               /* past min, arguments come in groups of step (0: any number) */
+    uint16_t flags;              /* RESP_F_* */
+    int8_t first, last, keystep; /* COMMAND's key positions */
+    /* the reply to a wrong number of arguments; NULL: Redis's "wrong number of arguments" */
+    const char *usage;
+    int (*run)(struct resp_conn *c, ARGS);
+};
+
+/* COMMAND's arity: exact (min == max), or negative: at least. */
+static int
+row_arity(const struct resp_cmd_row *row)
+{
+    return row->max == row->min ? row->min : -(int)row->min;
+}
+
+static bool
+row_arity_ok(const struct resp_cmd_row *row, size_t argc)
+{
+    return argc >= row->min && (row->max == 0 || argc <= row->max) &&
+           (row->step == 0 || (argc - row->min) % row->step == 0);
+}
 
 static int
-put_cmd_info(struct rl_buf *b, const struct resp_cmd_info *ci, int proto)
+put_cmd_info(struct rl_buf *b, const struct resp_cmd_row *row, int proto)
 {
-    if (rl_resp_put_array(b, 10) != 0 || rl_resp_put_str(b, ci->name) != 0 ||
-        rl_resp_put_int(b, ci->arity) != 0 || rl_resp_put_set(b, 1, proto) != 0 ||
-        rl_resp_put_simple(b, ci->flags) != 0 || rl_resp_put_int(b, ci->first) != 0 ||
-        rl_resp_put_int(b, ci->last) != 0 || rl_resp_put_int(b, ci->step) != 0 ||
-        rl_resp_put_set(b, 0, proto) != 0 || rl_resp_put_set(b, 0, proto) != 0 ||
-        rl_resp_put_array(b, 0) != 0 || rl_resp_put_array(b, 0) != 0) {
+    size_t nflags = 0;
+
+    for (size_t f = 0; f < RESP_F_SHOWN; f++) {
+        nflags += (row->flags >> f) & 1u;
+    }
+    if (rl_resp_put_array(b, 10) != 0 || rl_resp_put_str(b, row->name) != 0 ||
+        rl_resp_put_int(b, row_arity(row)) != 0 || rl_resp_put_set(b, nflags, proto) != 0) {
+        return -ENOMEM;
+    }
+    for (size_t f = 0; f < RESP_F_SHOWN; f++) {
+        if (((row->flags >> f) & 1u) != 0 && rl_resp_put_simple(b, resp_flag_names[f]) != 0) {
+            return -ENOMEM;
+        }
+    }
+    if (rl_resp_put_int(b, row->first) != 0 || rl_resp_put_int(b, row->last) != 0 ||
+        rl_resp_put_int(b, row->keystep) != 0 || rl_resp_put_set(b, 0, proto) != 0 ||
+        rl_resp_put_set(b, 0, proto) != 0 || rl_resp_put_array(b, 0) != 0 ||
+        rl_resp_put_array(b, 0) != 0) {
         return -ENOMEM;
     }
     return 0;
 }
 
+static const struct resp_cmd_row *cmd_rows(size_t *n);
+static const struct resp_cmd_row *cmd_find(const struct rl_resp_arg *name);
+
 static int
 cmd_command(struct resp_conn *c, ARGS)
 {
-    if (cmd->argc == 1) {
-        int rc = rl_resp_put_array(b, RESP_NCMDS);
+    size_t nrows;
+    const struct resp_cmd_row *rows = cmd_rows(&nrows);
 
-        for (size_t i = 0; rc == 0 && i < RESP_NCMDS; i++) {
-            rc = put_cmd_info(b, &resp_cmds[i], c->proto);
+    if (cmd->argc == 1) {
+        int rc = rl_resp_put_array(b, nrows);
+
+        for (size_t i = 0; rc == 0 && i < nrows; i++) {
+            rc = put_cmd_info(b, &rows[i], c->proto);
         }
         return rc;
     }
     if (rl_resp_is(&cmd->argv[1], "COUNT")) {
-        return rl_resp_put_int(b, (int64_t)RESP_NCMDS);
+        return rl_resp_put_int(b, (int64_t)nrows);
     }
     if (rl_resp_is(&cmd->argv[1], "DOCS")) {
         /* No documentation is served: clients fall back to their own help. */
         return rl_resp_put_map(b, 0, c->proto);
     }
     if (rl_resp_is(&cmd->argv[1], "LIST")) {
-        int rc = rl_resp_put_array(b, RESP_NCMDS);
+        int rc = rl_resp_put_array(b, nrows);
 
-        for (size_t i = 0; rc == 0 && i < RESP_NCMDS; i++) {
-            rc = rl_resp_put_str(b, resp_cmds[i].name);
+        for (size_t i = 0; rc == 0 && i < nrows; i++) {
+            rc = rl_resp_put_str(b, rows[i].name);
         }
         return rc;
     }
@@ -238,14 +282,9 @@ cmd_command(struct resp_conn *c, ARGS)
         int rc = rl_resp_put_array(b, cmd->argc - 2);
 
         for (size_t k = 2; rc == 0 && k < cmd->argc; k++) {
-            const struct resp_cmd_info *ci = NULL;
+            const struct resp_cmd_row *row = cmd_find(&cmd->argv[k]);
 
-            for (size_t i = 0; i < RESP_NCMDS; i++) {
-                if (rl_resp_is(&cmd->argv[k], resp_cmds[i].name)) {
-                    ci = &resp_cmds[i];
-                }
-            }
-            rc = ci != NULL ? put_cmd_info(b, ci, c->proto) : rl_resp_put_null(b, c->proto);
+            rc = row != NULL ? put_cmd_info(b, row, c->proto) : rl_resp_put_null(b, c->proto);
         }
         return rc;
     }
@@ -255,10 +294,10 @@ cmd_command(struct resp_conn *c, ARGS)
 }
 
 static int
-cmd_info(struct resp_conn *c, struct rl_buf *b)
+cmd_info(struct resp_conn *c, ARGS)
 {
     struct rl_router *r = c->r;
-    struct rl_resp *g = r->resp;
+    struct rl_resp *g = c->g;
     struct rl_router_stats st;
     uint64_t pending = 0;
     char *text = NULL;
@@ -280,9 +319,8 @@ cmd_info(struct resp_conn *c, struct rl_buf *b)
             "# Stats (this worker)\r\ntotal_commands_processed:%" PRIu64
             "\r\ncl_throttle_commands:%" PRIu64 "\r\nrl_check_keys:%" PRIu64
             "\r\nerror_replies:%" PRIu64 "\r\nprotocol_errors:%" PRIu64 "\r\n\r\n",
-            r->resp_counts[RESP_N_COMMANDS], r->resp_counts[RESP_N_THROTTLES],
-            r->resp_counts[RESP_N_CHECKS], r->resp_counts[RESP_N_ERRORS],
-            r->resp_counts[RESP_N_PROTOCOL]);
+            g->counts[RESP_N_COMMANDS], g->counts[RESP_N_THROTTLES], g->counts[RESP_N_CHECKS],
+            g->counts[RESP_N_ERRORS], g->counts[RESP_N_PROTOCOL]);
     fprintf(f, "# Router\r\nworkers:%u\r\npending:%" PRIu64 "\r\n",
             r->proc != NULL ? rl_rproc_workers(r->proc) : 1, pending);
 #define RESP_INFO_FIELD(f_, s_) fprintf(f, "%s:%" PRIu64 "\r\n", s_, st.f_);
@@ -330,69 +368,113 @@ err_unknown(const struct rl_resp_cmd *cmd, struct rl_buf *b)
                              cmd->argv[0].ptr, args);
 }
 
-/* Runs one command. A reply written now goes to b (the loop's scratch buffer), then to
- * c->out, or to a slot of its own when replies wait before it; CL.THROTTLE and RL.CHECK
- * take a slot for the reply to come instead. -ENOMEM: close. */
+static int
+cmd_auth(struct resp_conn *c, ARGS)
+{
+    return auth_token(c, &cmd->argv[cmd->argc - 1], b) == 0 ? rl_resp_put_simple(b, "OK") : 0;
+}
+
+static int
+cmd_quit(struct resp_conn *c, ARGS)
+{
+    (void)cmd;
+    c->quit = true;
+    return rl_resp_put_simple(b, "OK");
+}
+
+static int
+cmd_ping(struct resp_conn *c, ARGS)
+{
+    (void)c;
+    return cmd->argc == 1 ? rl_resp_put_simple(b, "PONG")
+                          : rl_resp_put_bulk(b, cmd->argv[1].ptr, cmd->argv[1].len);
+}
+
+static int
+cmd_echo(struct resp_conn *c, ARGS)
+{
+    (void)c;
+    return rl_resp_put_bulk(b, cmd->argv[1].ptr, cmd->argv[1].len);
+}
+
+static int
+cmd_select(struct resp_conn *c, ARGS)
+{
+    int64_t db;
+
+    (void)c;
+    if (rl_resp_int64(&cmd->argv[1], &db) != 0) {
+        return rl_resp_put_error(b, "ERR value is not an integer or out of range");
+    }
+    return db != 0 ? rl_resp_put_error(b, "ERR DB index is out of range")
+                   : rl_resp_put_simple(b, "OK");
+}
+
+/* The commands served: the dispatch and COMMAND read this table only. */
+static const struct resp_cmd_row resp_cmds[] = {
+    {"cl.throttle", 5, 6, 0, RESP_F_WRITE, 1, 1, 1,
+     "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> "
+     "<period> [<quantity>]",
+     resp_throttle},
+    {"rl.check", 3, 6, 0, RESP_F_WRITE, 0, 0, 0, NULL, resp_check},
+    {"rl.mcheck", 5, 0, 4, RESP_F_WRITE, 0, 0, 0, NULL, resp_mcheck},
+    {"auth", 2, 3, 0, RESP_F_NOSCRIPT | RESP_F_NOAUTH, 0, 0, 0, NULL, cmd_auth},
+    {"hello", 1, 0, 0, RESP_F_NOSCRIPT | RESP_F_NOAUTH, 0, 0, 0, NULL, cmd_hello},
+    {"ping", 1, 2, 0, RESP_F_FAST, 0, 0, 0, NULL, cmd_ping},
+    {"echo", 2, 2, 0, RESP_F_FAST, 0, 0, 0, NULL, cmd_echo},
+    {"client", 2, 0, 0, RESP_F_NOSCRIPT, 0, 0, 0, NULL, cmd_client},
+    {"select", 2, 2, 0, RESP_F_FAST, 0, 0, 0, NULL, cmd_select},
+    {"quit", 1, 0, 0, RESP_F_FAST | RESP_F_NOAUTH, 0, 0, 0, NULL, cmd_quit},
+    {"command", 1, 0, 0, RESP_F_LOADING, 0, 0, 0, NULL, cmd_command},
+    {"info", 1, 0, 0, RESP_F_LOADING, 0, 0, 0, NULL, cmd_info},
+};
+
+static const struct resp_cmd_row *
+cmd_rows(size_t *n)
+{
+    *n = sizeof(resp_cmds) / sizeof(resp_cmds[0]);
+    return resp_cmds;
+}
+
+/* The row of the command called name (any case), or NULL. */
+static const struct resp_cmd_row *
+cmd_find(const struct rl_resp_arg *name)
+{
+    for (size_t i = 0; i < sizeof(resp_cmds) / sizeof(resp_cmds[0]); i++) {
+        if (rl_resp_is(name, resp_cmds[i].name)) {
+            return &resp_cmds[i];
+        }
+    }
+    return NULL;
+}
+
+/* Runs one command through its row. A reply written now goes to b (the loop's scratch
+ * buffer), then to c->out, or to a slot of its own when replies wait before it;
+ * CL.THROTTLE and RL.CHECK take a slot for the reply to come instead. -ENOMEM: close. */
 int
 resp_command(struct resp_conn *c, const struct rl_resp_cmd *cmd)
 {
-    struct rl_resp *g = c->r->resp;
-    const struct rl_resp_arg *name = &cmd->argv[0];
-    struct rl_buf *b = &g->tmp, *dst;
+    const struct resp_cmd_row *row = cmd_find(&cmd->argv[0]);
+    struct rl_buf *b = &c->g->tmp, *dst;
     int rc;
 
-    c->r->resp_counts[RESP_N_COMMANDS]++;
+    c->g->counts[RESP_N_COMMANDS]++;
     rl_buf_reset(b);
-    if (rl_resp_is(name, "AUTH")) {
-        if (cmd->argc != 2 && cmd->argc != 3) {
-            rc = resp_err_arity(b, name);
-        } else if (auth_token(c, &cmd->argv[cmd->argc - 1], b) == 0) {
-            rc = rl_resp_put_simple(b, "OK");
-        } else {
-            rc = 0;
-        }
-    } else if (rl_resp_is(name, "HELLO")) {
-        rc = cmd_hello(c, cmd, b);
-    } else if (rl_resp_is(name, "QUIT")) {
-        c->quit = true;
-        rc = rl_resp_put_simple(b, "OK");
-    } else if (!c->authed) {
+    if (!c->authed && (row == NULL || (row->flags & RESP_F_NOAUTH) == 0)) {
         rc = rl_resp_put_error(b, "NOAUTH Authentication required.");
-    } else if (rl_resp_is(name, "CL.THROTTLE")) {
-        rc = resp_throttle(c, cmd, b);
-    } else if (rl_resp_is(name, "RL.CHECK")) {
-        rc = resp_check(c, cmd, b, false);
-    } else if (rl_resp_is(name, "RL.MCHECK")) {
-        rc = resp_check(c, cmd, b, true);
-    } else if (rl_resp_is(name, "PING")) {
-        rc = cmd->argc == 1   ? rl_resp_put_simple(b, "PONG")
-             : cmd->argc == 2 ? rl_resp_put_bulk(b, cmd->argv[1].ptr, cmd->argv[1].len)
-                              : resp_err_arity(b, name);
-    } else if (rl_resp_is(name, "ECHO")) {
-        rc = cmd->argc == 2 ? rl_resp_put_bulk(b, cmd->argv[1].ptr, cmd->argv[1].len)
-                            : resp_err_arity(b, name);
-    } else if (rl_resp_is(name, "SELECT")) {
-        int64_t db;
-
-        rc = cmd->argc != 2 ? resp_err_arity(b, name)
-             : rl_resp_int64(&cmd->argv[1], &db) != 0
-                 ? rl_resp_put_error(b, "ERR value is not an integer or out of range")
-             : db != 0 ? rl_resp_put_error(b, "ERR DB index is out of range")
-                       : rl_resp_put_simple(b, "OK");
-    } else if (rl_resp_is(name, "CLIENT")) {
-        rc = cmd_client(c, cmd, b);
-    } else if (rl_resp_is(name, "COMMAND")) {
-        rc = cmd_command(c, cmd, b);
-    } else if (rl_resp_is(name, "INFO")) {
-        rc = cmd_info(c, b);
-    } else {
+    } else if (row == NULL) {
         rc = err_unknown(cmd, b);
+    } else if (!row_arity_ok(row, cmd->argc)) {
+        rc = row->usage != NULL ? rl_resp_put_error(b, "%s", row->usage)
+                                : err_arity(b, &cmd->argv[0]);
+    } else {
+        rc = row->run(c, cmd, b);
     }
     if (rc != 0 || c->closing || b->len == 0) {
         return rc;
     }
     if (b->data[0] == '-') {
-        c->r->resp_counts[RESP_N_ERRORS]++;
+        c->g->counts[RESP_N_ERRORS]++;
     }
     dst = resp_reply_to(c);
     return dst == NULL || rl_buf_append(dst, b->data, b->len) != 0 ? -ENOMEM : 0;

@@ -1,7 +1,14 @@
 /*
- * resp_int: what the files of the RESP front share (router/resp.c: connections, replies in
- * order, CL.THROTTLE and RL.CHECK; router/resp_cmd.c: the command table and the connection
- * commands), and nothing else includes. docs/RESP.md says what they serve.
+ * resp_int: what the files of the RESP front share, and nothing else includes. They are
+ * layered, each calling only the ones below it:
+ *   resp.c        the connection: front.c's callbacks, reading commands, the per-loop state;
+ *   resp_cmd.c    the command table (name, arity, flags, handler in one row) and the
+ *                 dispatch through it; the connection's own commands (AUTH, HELLO, CLIENT,
+ *                 COMMAND, INFO...);
+ *   resp_check.c  the commands that go to the nodes (CL.THROTTLE, RL.CHECK, RL.MCHECK) and
+ *                 the ring of replies kept in the order of the commands;
+ *   resp_in.c     the unread input and its held count (knows no router).
+ * docs/RESP.md says what they serve. Not for the parsing (common/resp.c).
  */
 #ifndef RL_RESP_INT_H
 #define RL_RESP_INT_H
@@ -12,6 +19,8 @@
 
 #include "buf.h"
 #include "resp.h"
+#include "resp_front.h"
+#include "resp_in.h"
 #include "wire.h"
 
 struct rl_front_conn;
@@ -23,7 +32,7 @@ struct rl_client_conf;
 #define RESP_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading stops (front.c) */
 #define RESP_HELD_MAX (RL_RESP_CMD_MAX + 1024u * 1024) /* unread input held per connection */
 #define RESP_MCHECK_MAX 64u                            /* keys of one RL.MCHECK */
-#define RESP_NAME_MAX 128u                             /* CLIENT SETNAME */
+#define RESP_NAME_MAX 128u                             /* CLIENT SETNAME, HELLO SETNAME */
 #define RESP_AUTH_TRIES 3u /* wrong AUTHs before the connection closes */
 #define RESP_TICK_MS 1000u
 #define RESP_LINGER_MS 2000u        /* after QUIT or a protocol error: input dropped this long */
@@ -60,9 +69,9 @@ struct resp_slot {
 struct resp_conn {
     struct rl_front_conn *fc;
     struct rl_router *r;
-    struct rl_buf in;  /* unread input: an incomplete command, or commands waiting for a slot */
-    size_t held;       /* what rl_front_hold knows of in */
-    struct rl_buf out; /* replies ready to write */
+    struct rl_resp *g;       /* r's RESP state (r->resp) */
+    struct resp_in in;       /* unread input: an incomplete command, or commands waiting */
+    struct rl_buf out;       /* replies ready to write */
     struct resp_slot *slots; /* ring of RESP_PIPELINE_MAX, allocated at the first need */
     uint32_t head, nslots;
     uint64_t partial_ms; /* loop time since which an incomplete command waits; 0: none */
@@ -79,16 +88,7 @@ struct resp_conn {
     bool paused; /* rl_front_pause asked: the ring is full and commands wait unread */
 };
 
-/* The per-loop state. */
-struct rl_resp {
-    uint64_t next_id;
-    uint32_t nconns;
-    struct rl_resp_cmd cmd;
-    struct rl_buf tmp;  /* a reply being written */
-    uint64_t warned_ms; /* loop time of the last warning about a connection's input */
-};
-
-/* rl_router.resp_counts */
+/* rl_resp.counts, in the order of RL_RESP_COUNT_NAMES */
 enum { RESP_N_COMMANDS, RESP_N_THROTTLES, RESP_N_CHECKS, RESP_N_ERRORS, RESP_N_PROTOCOL };
 
 /* A command's handler: its arguments, and where a reply written now goes. */
@@ -100,19 +100,27 @@ put_kv(struct rl_buf *b, const char *k, int64_t v)
     return rl_resp_put_str(b, k) != 0 || rl_resp_put_int(b, v) != 0 ? -1 : 0;
 }
 
-/* resp.c: where a reply written now goes (c->out, or a slot of its own behind the replies
- * that wait); NULL: no slot free. */
-struct rl_buf *resp_reply_to(struct resp_conn *c);
+/* ---- resp_cmd.c ----------------------------------------------------------------------- */
 
-/* resp.c: CL.THROTTLE; RL.CHECK (multi: RL.MCHECK). An error reply goes to b; otherwise a
- * slot waits for the answer. -ENOMEM: close. */
-int resp_throttle(struct resp_conn *c, ARGS);
-int resp_check(struct resp_conn *c, ARGS, bool multi);
-
-/* resp_cmd.c: runs one command (c->r->resp->cmd). -ENOMEM: close. */
+/* Runs one command through the command table (c->g->cmd). -ENOMEM: close. */
 int resp_command(struct resp_conn *c, const struct rl_resp_cmd *cmd);
 
-/* resp_cmd.c: "ERR wrong number of arguments for 'name' command". */
-int resp_err_arity(struct rl_buf *b, const struct rl_resp_arg *name);
+/* ---- resp_check.c --------------------------------------------------------------------- */
+
+/* Where a reply written now goes (c->out, or a slot of its own behind the replies that
+ * wait); NULL: no slot free. */
+struct rl_buf *resp_reply_to(struct resp_conn *c);
+
+/* Moves the replies of the slots done at the head of the ring to c->out. -1: out of memory. */
+int resp_drain(struct resp_conn *c);
+
+/* Closing: orphans the CHECKs in flight and frees the ring. */
+void resp_slots_free(struct resp_conn *c);
+
+/* The handlers of CL.THROTTLE, RL.CHECK, RL.MCHECK (arity checked by the table): an error
+ * reply goes to b; otherwise a slot waits for the answer. -ENOMEM: close. */
+int resp_throttle(struct resp_conn *c, ARGS);
+int resp_check(struct resp_conn *c, ARGS);
+int resp_mcheck(struct resp_conn *c, ARGS);
 
 #endif

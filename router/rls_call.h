@@ -13,9 +13,10 @@
 #include <stdint.h>
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "rls_wait.h"
 
 struct rl_router;
-struct rl_envoy_shared;
+struct rl_envoy_config;
 struct rl_rls_part;
 struct rls_desc;
 
@@ -58,14 +59,13 @@ struct rl_rls_call {
     size_t out_len;
 
     /* rls_call.c's */
-    struct rl_envoy_shared *cfg; /* held while the call lives: its parts point into it */
+    struct rl_envoy_config *cfg; /* held while the call lives: its parts point into it */
     rls_request *req;
     struct rls_desc *descs;
     struct rl_rls_part *parts;
     uint32_t nparts;
-    uint32_t outstanding; /* parts in flight, plus one while they are being sent */
-    uint64_t deadline_ms; /* loop time the call is answered at, when in the deadline heap */
-    uint32_t heap_at;     /* its index in the heap + 1; 0: not in it */
+    uint32_t outstanding;         /* parts in flight, plus one while they are being sent */
+    struct rl_rls_wait_node wait; /* in the deadline heap (rls_wait.h) with a grpc-timeout */
 };
 
 /* Answers call with a gRPC error (status, message) unless it is answered already. */

@@ -22,6 +22,7 @@
 #include "front.h"
 #include "router_int.h"
 #include "rls_call.h"
+#include "rls_front.h"
 
 #define RLS_MSG_MAX (64u * 1024)           /* bytes of one gRPC message */
 #define RLS_STREAMS_MAX 100u               /* concurrent streams (calls) per connection */
@@ -273,7 +274,7 @@ on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
         return 0;
     }
     if (c->nstreams >= RLS_STREAMS_MAX) {
-        c->r->rls_streams[RL_RLS_STREAM_REFUSED]++;
+        c->r->rls->n.streams[RL_RLS_STREAM_REFUSED]++;
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* nghttp2 resets the stream */
     }
     s = calloc(1, sizeof(*s));
@@ -397,7 +398,7 @@ on_frame(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
     struct rls_stream *s;
 
     if (f->hd.type == NGHTTP2_RST_STREAM) {
-        ((struct rls_conn *)arg)->r->rls_streams[RL_RLS_STREAM_RESET_BY_CLIENT]++;
+        ((struct rls_conn *)arg)->r->rls->n.streams[RL_RLS_STREAM_RESET_BY_CLIENT]++;
         return 0;
     }
     if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
@@ -438,9 +439,9 @@ on_frame_sent(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
 
     (void)ng;
     if (f->hd.type == NGHTTP2_RST_STREAM) {
-        r->rls_streams[f->rst_stream.error_code == NGHTTP2_REFUSED_STREAM
-                           ? RL_RLS_STREAM_REFUSED
-                           : RL_RLS_STREAM_RESET_BY_SERVER]++;
+        r->rls->n.streams[f->rst_stream.error_code == NGHTTP2_REFUSED_STREAM
+                              ? RL_RLS_STREAM_REFUSED
+                              : RL_RLS_STREAM_RESET_BY_SERVER]++;
     }
     return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * rls_metrics: what the gRPC front counts beyond its totals (router_int.h: rls_calls...):
+ * rls_metrics: what the gRPC front counts beyond its totals (rls_front.h: rl_rls_counts):
  * calls by domain and result, upstream's detailed_metric hits by full key, streams refused
  * and reset; and their Prometheus families. Each worker counts in its own tables (bounded:
  * RLS_DOMAINS_MAX domains, RLS_DETAILED_MAX full keys; what comes past them is counted as
@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "metrics.h"
+#include "rls_front.h"
 #include "router_int.h"
 #include "rproc.h"
 
@@ -83,7 +84,7 @@ mtable_get(struct rl_router *r, struct rls_mtable *t, const char *name, size_t l
 static struct rl_rls_metrics *
 metrics_of(struct rl_router *r)
 {
-    if (r->rls_metrics == NULL) {
+    if (r->rls->metrics == NULL) {
         struct rl_rls_metrics *m = calloc(1, sizeof(*m));
 
         if (m == NULL) {
@@ -102,10 +103,10 @@ metrics_of(struct rl_router *r)
             return NULL;
         }
         pthread_mutex_lock(&r->mu);
-        r->rls_metrics = m;
+        r->rls->metrics = m;
         pthread_mutex_unlock(&r->mu);
     }
-    return r->rls_metrics;
+    return r->rls->metrics;
 }
 
 void
@@ -152,10 +153,8 @@ rl_rls_metrics_detailed(struct rl_router *r, const char *key, size_t len,
 }
 
 void
-rl_rls_metrics_free(struct rl_router *r)
+rl_rls_metrics_free(struct rl_rls_metrics *m)
 {
-    struct rl_rls_metrics *m = r->rls_metrics;
-
     if (m == NULL) {
         return;
     }
@@ -168,7 +167,6 @@ rl_rls_metrics_free(struct rl_router *r)
     free(m->domains.e);
     free(m->detailed.e);
     free(m);
-    r->rls_metrics = NULL;
 }
 
 /* ---- /metrics ------------------------------------------------------------------------------ */
@@ -343,8 +341,8 @@ rl_rls_metrics(struct rl_router *r, struct rl_prom *p)
         if (w != r) {
             pthread_mutex_lock(&w->mu);
         }
-        if (w->rls_metrics != NULL) {
-            snap_size(w->rls_metrics, &n, &names);
+        if (w->rls->metrics != NULL) {
+            snap_size(w->rls->metrics, &n, &names);
         }
         if (w != r) {
             pthread_mutex_unlock(&w->mu);
@@ -372,7 +370,7 @@ rl_rls_metrics(struct rl_router *r, struct rl_prom *p)
             if (w != r) {
                 pthread_mutex_lock(&w->mu);
             }
-            m = w->rls_metrics;
+            m = w->rls->metrics;
             if (m != NULL) {
                 const struct rls_mtable *t = pass == 0 ? &m->domains : &m->detailed;
 
@@ -394,7 +392,7 @@ rl_rls_metrics(struct rl_router *r, struct rl_prom *p)
             }
             if (pass == 0) {
                 for (size_t e = 0; e < RL_RLS_STREAM_EVENTS; e++) {
-                    sn->streams[e] += __atomic_load_n(&w->rls_streams[e], __ATOMIC_RELAXED);
+                    sn->streams[e] += __atomic_load_n(&w->rls->n.streams[e], __ATOMIC_RELAXED);
                 }
             }
             if (w != r) {

@@ -12,6 +12,8 @@
 
 #include "metrics.h"
 #include "reqlog.h"
+#include "resp_front.h"
+#include "rls_front.h"
 #include "router_int.h"
 #include "rproc.h"
 #include "rules.h"
@@ -29,10 +31,7 @@ struct rmetrics_sum {
     struct rl_listener_stats cs;
     struct rl_hist latency;
     uint64_t npending;
-    uint64_t rls_calls[3];
-    uint64_t rls_timeouts;
-    uint64_t rls_auth_failures;
-    uint64_t rls_streams[RL_RLS_STREAM_EVENTS];
+    struct rl_rls_counts rls;
     uint64_t resp_counts[5];
 };
 
@@ -43,11 +42,10 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
     rl_listener_stats(&r->listener, &s->cs);
     s->latency = r->latency;
     s->npending = r->npending;
-    memcpy(s->rls_calls, r->rls_calls, sizeof(s->rls_calls));
-    s->rls_timeouts = r->rls_timeouts;
-    s->rls_auth_failures = r->rls_auth_failures;
-    memcpy(s->rls_streams, r->rls_streams, sizeof(s->rls_streams));
-    memcpy(s->resp_counts, r->resp_counts, sizeof(s->resp_counts));
+    memset(&s->rls, 0, sizeof(s->rls));
+    rl_rls_counts_sum(r->rls, &s->rls);
+    memset(s->resp_counts, 0, sizeof(s->resp_counts));
+    rl_resp_counts(r->resp, s->resp_counts);
     for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
         struct rl_router *w = rl_rproc_router(r->proc, i);
         struct rl_listener_stats cs;
@@ -69,17 +67,8 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         s->latency.count += w->latency.count;
         s->latency.sum_ns += w->latency.sum_ns;
         s->npending += w->npending;
-        for (size_t k = 0; k < 3; k++) {
-            s->rls_calls[k] += __atomic_load_n(&w->rls_calls[k], __ATOMIC_RELAXED);
-        }
-        s->rls_timeouts += __atomic_load_n(&w->rls_timeouts, __ATOMIC_RELAXED);
-        s->rls_auth_failures += __atomic_load_n(&w->rls_auth_failures, __ATOMIC_RELAXED);
-        for (size_t k = 0; k < RL_RLS_STREAM_EVENTS; k++) {
-            s->rls_streams[k] += __atomic_load_n(&w->rls_streams[k], __ATOMIC_RELAXED);
-        }
-        for (size_t k = 0; k < 5; k++) {
-            s->resp_counts[k] += __atomic_load_n(&w->resp_counts[k], __ATOMIC_RELAXED);
-        }
+        rl_rls_counts_sum(w->rls, &s->rls);
+        rl_resp_counts(w->resp, s->resp_counts);
         pthread_mutex_unlock(&w->mu);
     }
     if (r->proc != NULL) {
@@ -251,21 +240,21 @@ rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
     if (r->conf->rls_host != NULL) {
         /* the gRPC front (docs/OPERATIONS.md, "Metrics") */
         keys[n] = "rls_calls_ok";
-        vals[n++] = (int64_t)sum.rls_calls[0];
+        vals[n++] = (int64_t)sum.rls.calls[0];
         keys[n] = "rls_calls_over_limit";
-        vals[n++] = (int64_t)sum.rls_calls[1];
+        vals[n++] = (int64_t)sum.rls.calls[1];
         keys[n] = "rls_calls_error";
-        vals[n++] = (int64_t)sum.rls_calls[2];
+        vals[n++] = (int64_t)sum.rls.calls[2];
         keys[n] = "rls_timeouts";
-        vals[n++] = (int64_t)sum.rls_timeouts;
+        vals[n++] = (int64_t)sum.rls.timeouts;
         keys[n] = "rls_auth_failures";
-        vals[n++] = (int64_t)sum.rls_auth_failures;
+        vals[n++] = (int64_t)sum.rls.auth_failures;
         keys[n] = "rls_streams_refused";
-        vals[n++] = (int64_t)sum.rls_streams[RL_RLS_STREAM_REFUSED];
+        vals[n++] = (int64_t)sum.rls.streams[RL_RLS_STREAM_REFUSED];
         keys[n] = "rls_streams_reset_by_server";
-        vals[n++] = (int64_t)sum.rls_streams[RL_RLS_STREAM_RESET_BY_SERVER];
+        vals[n++] = (int64_t)sum.rls.streams[RL_RLS_STREAM_RESET_BY_SERVER];
         keys[n] = "rls_streams_reset_by_client";
-        vals[n++] = (int64_t)sum.rls_streams[RL_RLS_STREAM_RESET_BY_CLIENT];
+        vals[n++] = (int64_t)sum.rls.streams[RL_RLS_STREAM_RESET_BY_CLIENT];
         keys[n] = "rls_connections";
         vals[n++] = r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RLS) : 0;
     }
@@ -485,16 +474,16 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
         for (size_t k = 0; k < 3; k++) {
             rl_prom_u64(p, "rl_router_rls_calls_total",
                         rl_prom_labels(lab, sizeof(lab), "result", results[k], NULL),
-                        sum.rls_calls[k]);
+                        sum.rls.calls[k]);
         }
         rl_prom_family(p, "rl_router_rls_timeouts_total", "counter",
                        "ShouldRateLimit calls answered at their grpc-timeout, before every "
                        "limit had a node's answer.");
-        rl_prom_u64(p, "rl_router_rls_timeouts_total", NULL, sum.rls_timeouts);
+        rl_prom_u64(p, "rl_router_rls_timeouts_total", NULL, sum.rls.timeouts);
         rl_prom_family(p, "rl_router_rls_auth_failures_total", "counter",
                        "ShouldRateLimit calls refused UNAUTHENTICATED (no or a wrong bearer "
                        "token, or an address past its failed authentications a second).");
-        rl_prom_u64(p, "rl_router_rls_auth_failures_total", NULL, sum.rls_auth_failures);
+        rl_prom_u64(p, "rl_router_rls_auth_failures_total", NULL, sum.rls.auth_failures);
         rl_rls_metrics(r, p);
         rl_prom_family(p, "rl_router_rls_connections", "gauge",
                        "gRPC connections open on [router] rls.");

@@ -22,6 +22,7 @@
 
 #include "conf.h"
 #include "connlimits.h"
+#include "envoycfg.h" /* rl_envoy_config: shared by reference (hold / drop) */
 #include "metrics.h"
 #include "shardmap.h"
 
@@ -59,21 +60,6 @@ struct rl_router_stats {
 #define RL_ROUTER_FIRST_WARN_MS 3000u
 #define RL_ROUTER_WARN_MS 10000u
 
-struct rl_envoy_config;
-
-/* A loaded envoyproxy/ratelimit configuration shared by a process's workers and their calls
- * in flight (router/rls_call.c); the last drop frees it. */
-struct rl_envoy_shared {
-    struct rl_envoy_config *c;
-    uint32_t refs; /* atomic */
-};
-
-/* Wraps c (one reference, the caller's); NULL when out of memory (c is then not taken). */
-struct rl_envoy_shared *rl_envoy_shared_new(struct rl_envoy_config *c);
-void rl_envoy_shared_hold(struct rl_envoy_shared *s);
-/* s may be NULL. */
-void rl_envoy_shared_drop(struct rl_envoy_shared *s);
-
 struct rl_router_opts {
     const char *name; /* answered to PING */
     const char *host;
@@ -95,7 +81,7 @@ struct rl_router_opts {
     struct rl_reqlog *log;
     /* The envoyproxy/ratelimit configuration ([cluster] envoy_config) the gRPC front answers
      * from, loaded once by the process and read-only while any router runs; NULL: none. */
-    struct rl_envoy_shared *envoy; /* the router holds its own reference */
+    struct rl_envoy_config *envoy; /* the router holds its own reference */
     /* NULL, or TLS on the client listener / the connections to nodes (tls.h; the process's,
      * outliving every router) */
     struct rl_tls_ctx *tls_server;

@@ -43,38 +43,10 @@ struct rl_reqlog;
 
 struct rl_cconn;
 struct rl_fanout;
-struct rl_rls_part;
 struct rl_front;
-struct rl_resp_part;
 struct rl_resp;
-struct rl_rls_metrics;
+struct rl_rls_front;
 struct rl_prom;
-
-/* A ShouldRateLimit call's result, counted by domain (rls_metrics.c). */
-enum rl_rls_result {
-    RL_RLS_OK,
-    RL_RLS_OVER_LIMIT,
-    RL_RLS_SHADOW, /* OK only because of shadow_mode */
-    RL_RLS_UNKNOWN_DOMAIN,
-    RL_RLS_ERROR, /* a gRPC status other than OK */
-    RL_RLS_RESULTS
-};
-
-/* A detailed_metric descriptor's hits, by result. */
-enum rl_rls_detailed_result {
-    RL_RLS_WITHIN_LIMIT,
-    RL_RLS_DETAILED_OVER,
-    RL_RLS_SHADOW_MODE,
-    RL_RLS_DETAILED_RESULTS
-};
-
-/* HTTP/2 stream events of the gRPC front. */
-enum rl_rls_stream_event {
-    RL_RLS_STREAM_REFUSED,
-    RL_RLS_STREAM_RESET_BY_SERVER,
-    RL_RLS_STREAM_RESET_BY_CLIENT,
-    RL_RLS_STREAM_EVENTS
-};
 
 struct rl_pending;
 
@@ -206,18 +178,8 @@ struct rl_router {
     uint32_t nfanouts; /* THROTTLED fan-outs in flight */
     struct rl_front *front; /* front.c: the fronts' connections on this loop; NULL: none */
     uint32_t front_conns;   /* front.c: their number (atomic: rproc.c weighs workers) */
-    uint64_t rls_calls[3]; /* rls_call.c: calls answered OK, OVER_LIMIT, with a gRPC error */
-    uint64_t rls_timeouts; /* rls_call.c: calls answered at their grpc-timeout */
-    uint64_t rls_auth_failures;  /* rls_call.c: calls refused UNAUTHENTICATED */
-    uint64_t rls_auth_warned_ms; /* rls_call.c: loop time of the last warning about them */
-    uint64_t rls_streams[RL_RLS_STREAM_EVENTS]; /* rls_h2.c: streams refused, reset */
-    struct rl_rls_metrics *rls_metrics; /* rls_metrics.c: calls by domain, detailed keys */
-    struct rl_rls_wait *rls_wait; /* rls_call.c: calls waiting for their grpc-timeout */
-    struct rl_envoy_shared *envoy; /* rls_call.c: the configuration new calls use (one hold) */
-    struct rl_resp *resp; /* resp.c: the RESP front's per-loop state; NULL: none yet */
-    /* resp.c: commands, CL.THROTTLE, RL.CHECK keys, error replies, protocol errors
-     * (RL_RESP_COUNTS; one writer, read by rmetrics.c with relaxed loads) */
-    uint64_t resp_counts[5];
+    struct rl_rls_front *rls; /* rls_front.h: the gRPC front's state on this loop */
+    struct rl_resp *resp; /* resp_front.h: the RESP front's state on this loop */
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;
@@ -362,43 +324,6 @@ void rl_forward_on_batch(void *arg, bool end);
 int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink,
                       rl_sink_answer_fn *answer, struct rl_pending **sent,
                       struct rl_wire_check_reply *now);
-
-/* ---- rls_metrics.c: the gRPC front's counts by domain, full key, stream event ----------- */
-
-void rl_rls_metrics_call(struct rl_router *r, const char *domain, enum rl_rls_result result);
-void rl_rls_metrics_detailed(struct rl_router *r, const char *key, size_t len,
-                             enum rl_rls_detailed_result result, uint64_t hits);
-/* The families, for the page rl_router_metrics writes (r's mu held; every worker summed). */
-void rl_rls_metrics(struct rl_router *r, struct rl_prom *p);
-void rl_rls_metrics_free(struct rl_router *r);
-
-/* ---- rls_call.c: Envoy's rate limit service (front.c, rls_h2.c carry it) ---------------- */
-
-/* p's CHECK (p->sink) was answered (its rl_sink_answer_fn): rep (a node's, or the failure policy's), or err != 0
- * with an ERROR the node gave. Called before p is put back. */
-void rl_rls_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
-                   uint32_t err);
-
-/* Closes r's timer of the calls' grpc-timeouts (router closing, every call released), and
- * frees what is left once r's handles are closed. */
-void rl_rls_call_close(struct rl_router *r);
-void rl_rls_call_free(struct rl_router *r);
-
-/* New calls use sh (held here; the previous one is dropped; calls in flight keep theirs). */
-void rl_rls_set_config(struct rl_router *r, struct rl_envoy_shared *sh);
-
-/* ---- resp.c: Redis's protocol (docs/RESP.md) ------------------------------------------- */
-
-/* The names of rl_router.resp_counts, as /metrics labels them. */
-#define RL_RESP_COUNT_NAMES {"commands", "cl_throttle", "rl_check_keys", "error_replies", "protocol_errors"}
-
-/* p's CHECK (p->sink) was answered, as rl_rls_answer (its rl_sink_answer_fn). */
-void rl_resp_answer(struct rl_router *r, struct rl_pending *p, const struct rl_wire_check_reply *rep,
-                    uint32_t err);
-
-
-/* Frees the RESP front's per-loop state of r (router freed; front.c's connections closed). */
-void rl_resp_free(struct rl_router *r);
 
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */
 

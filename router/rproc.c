@@ -24,6 +24,7 @@
 #include "front.h"
 #include "log.h"
 #include "reqlog.h"
+#include "rls_front.h"
 #include "router_int.h"
 #include "rules.h"
 #include "shardmap.h"
@@ -99,7 +100,7 @@ struct rl_rproc {
 
     /* the fronts' listeners, those configured */
     struct rproc_front fronts[RL_FRONT_KINDS];
-    struct rl_envoy_shared *envoy; /* the latest envoy_config, under state_mu (one hold) */
+    struct rl_envoy_config *envoy; /* the latest envoy_config, under state_mu (one hold) */
 
     struct rl_reqlog *log;
     struct rl_conn_shared shared; /* the workers' listeners' caps, process-wide (conn.h) */
@@ -280,14 +281,14 @@ worker_wake(uv_async_t *a)
         rl_shed_rules(w->router);
     }
     if (envoy) {
-        struct rl_envoy_shared *sh;
+        struct rl_envoy_config *sh;
 
         pthread_mutex_lock(&w->p->state_mu);
         sh = w->p->envoy;
-        rl_envoy_shared_hold(sh);
+        rl_envoy_config_hold(sh);
         pthread_mutex_unlock(&w->p->state_mu);
         rl_rls_set_config(w->router, sh);
-        rl_envoy_shared_drop(sh);
+        rl_envoy_config_drop(sh);
     }
     /* After the view: a client's first CHECK finds the connections to the nodes started. */
     for (size_t i = 0; i < nfds; i++) {
@@ -503,16 +504,16 @@ rproc_poll_cb(uv_poll_t *h, int status, int events)
 }
 
 void
-rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh)
+rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_config *sh)
 {
-    struct rl_envoy_shared *old;
+    struct rl_envoy_config *old;
 
-    rl_envoy_shared_hold(sh);
+    rl_envoy_config_hold(sh);
     pthread_mutex_lock(&p->state_mu);
     old = p->envoy;
     p->envoy = sh;
     pthread_mutex_unlock(&p->state_mu);
-    rl_envoy_shared_drop(old);
+    rl_envoy_config_drop(old);
     for (uint32_t i = 0; !p->closing && i < p->nworkers; i++) {
         struct rproc_worker *w = &p->workers[i];
 
@@ -659,7 +660,7 @@ rproc_handle_closed(uv_handle_t *h)
     struct rl_rproc *p = h->data;
 
     if (--p->handles == 0) {
-        rl_envoy_shared_drop(p->envoy);
+        rl_envoy_config_drop(p->envoy);
         pthread_mutex_destroy(&p->state_mu);
         rl_conn_shared_deinit(&p->shared);
         free(p->members);
@@ -726,14 +727,14 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
     }
     p->envoy = opts->router.envoy;
     if (p->envoy != NULL) {
-        rl_envoy_shared_hold(p->envoy);
+        rl_envoy_config_hold(p->envoy);
     }
     p->zk_state = RL_ROUTER_ZK_NONE;
     p->asg_version = -1;
     p->nworkers = opts->workers != 0 ? opts->workers : rl_rproc_default_workers(conf);
     pthread_mutex_init(&p->state_mu, NULL);
     if (rl_conn_shared_init(&p->shared) != 0) {
-        rl_envoy_shared_drop(p->envoy);
+        rl_envoy_config_drop(p->envoy);
         pthread_mutex_destroy(&p->state_mu);
         free(p);
         return -ENOMEM;
@@ -859,7 +860,7 @@ fail:
         }
     }
     free(p->workers);
-    rl_envoy_shared_drop(p->envoy);
+    rl_envoy_config_drop(p->envoy);
     pthread_mutex_destroy(&p->state_mu);
     rl_conn_shared_deinit(&p->shared);
     free(p);

@@ -84,7 +84,7 @@ bool rl_rproc_front_preauth_take(struct rl_rproc *p, enum rl_front_kind kind);
 void rl_rproc_front_preauth_put(struct rl_rproc *p, enum rl_front_kind kind);
 
 /* SIGHUP reloaded [cluster] envoy_config: every worker's new gRPC calls use sh (held). */
-void rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh);
+void rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_config *sh);
 
 /* Connections open (or handed to a worker) on front kind's listener ([router] rls: gRPC). */
 uint32_t rl_rproc_front_connections(const struct rl_rproc *p, enum rl_front_kind kind);

@@ -496,3 +496,76 @@ def test_non_loopback_without_tokens_is_refused(tmp_path):
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2, out.stderr
     assert "[router] resp 0.0.0.0 is not a loopback address" in out.stderr
+
+
+def test_client_names_are_checked_alike(cluster):
+    """HELLO's SETNAME takes the names CLIENT SETNAME takes, and refuses the same ones."""
+    port = cluster.resp_ports[0]
+    bad = b"a b\r\nc"
+    refusal = b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+
+    def bulk(*args: bytes) -> bytes:
+        return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+    got = raw(port, bulk(b"HELLO", b"3", b"SETNAME", bad) + bulk(b"CLIENT", b"GETNAME") +
+              bulk(b"QUIT"))
+    assert got == refusal + b"$-1\r\n+OK\r\n"  # refused: neither the name nor RESP3 taken
+    got = raw(port, bulk(b"CLIENT", b"SETNAME", bad) + bulk(b"CLIENT", b"GETNAME") +
+              bulk(b"QUIT"))
+    assert got == refusal + b"$-1\r\n+OK\r\n"
+    got = raw(port, bulk(b"HELLO", b"2", b"SETNAME", b"ok-name") + bulk(b"CLIENT", b"GETNAME") +
+              bulk(b"QUIT"))
+    assert got.endswith(b"$7\r\nok-name\r\n+OK\r\n")
+
+
+def test_arity_is_the_command_tables(cluster):
+    """COMMAND's arity of each command is what the dispatch enforces: one argument short of
+    it (or one past an exact arity) is refused before the command runs."""
+    r = redis.Redis(port=cluster.resp_ports[0])
+    rows = r.execute_command("COMMAND")  # redis-py: {name: {"arity": n, ...}}
+    assert len(rows) == r.command_count() >= 12
+    seen = set()
+    for name, row in rows.items():
+        name = name.decode() if isinstance(name, bytes) else name
+        arity = int(row["arity"])
+        seen.add(name)
+        need = abs(arity)
+        if need >= 2:
+            with pytest.raises(redis.ResponseError,
+                               match="wrong number of arguments|Usage"):
+                r.execute_command(name, *(["1"] * (need - 2)))
+        if arity > 0:
+            with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+                r.execute_command(name, *(["1"] * arity))
+    assert {"cl.throttle", "rl.check", "rl.mcheck", "auth", "hello", "ping"} <= seen
+    # and each is documented (docs/RESP.md names every command the table serves)
+    doc = (HERE.parents[1] / "docs" / "RESP.md").read_text()
+    assert [n for n in sorted(seen) if f"`{n.upper()}" not in doc and
+            f"### {n.upper()}" not in doc] == []
+
+
+def test_closed_connections_give_their_input_budget_back(tmp_path):
+    """Connections that send big commands in pieces and leave give back every byte they
+    held: with a worker's share of buffer_memory at 1 MB, forty of them (each holding up to
+    256 KB while its command arrives) leave room for a 60 KB command afterwards. Before, a
+    growth was counted twice and never given back, and the share ran out for good."""
+    c = RespCluster(tmp_path, nodes=("a",), routers=1,
+                    extra="\n[clients]\nbuffer_memory = 2mb\n").start()
+    try:
+        port = c.resp_ports[0]
+        arg = b"x" * 60000
+        big = b"*5\r\n$4\r\nECHO\r\n" + (b"$60000\r\n" + arg + b"\r\n") * 4  # ~240 KB
+        for _ in range(40):
+            with socket.create_connection(("127.0.0.1", port), 2) as s:
+                for i in range(0, len(big), 65536):
+                    s.sendall(big[i:i + 65536])
+                    time.sleep(0.002)
+                s.settimeout(5)
+                got = s.recv(200)
+                assert got.startswith(b"-ERR wrong number of arguments for 'echo'"), got
+        for _ in range(4):  # on either worker
+            r = redis.Redis(port=port, socket_timeout=5)
+            assert r.echo(arg) == arg
+            r.close()
+    finally:
+        c.stop()

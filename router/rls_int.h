@@ -1,0 +1,54 @@
+/*
+ * rls_int: what the files of a ShouldRateLimit call share, and nothing else includes:
+ * rls_call.c (a call: who calls, its descriptors matched, its parts sent and answered) above
+ * rls_reply.c (the answer: the RateLimitResponse built from the parts, or a gRPC error).
+ * Not for HTTP/2 (rls_h2.c) nor the deadline heap (rls_wait.c).
+ */
+#ifndef RL_RLS_INT_H
+#define RL_RLS_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "envoycfg.h"
+#include "rls_call.h"
+
+typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor rls_descriptor;
+
+/* One limit of one descriptor of a call: a CHECK in flight, or answered. */
+struct rl_rls_part {
+    struct rl_rls_call *call;
+    struct rl_pending *p; /* in flight; NULL once answered (or never sent) */
+    uint32_t desc;        /* the request's descriptor it belongs to */
+    const struct rl_envoy_limit *lim;
+    uint32_t code;   /* enum rl_wire_code */
+    bool unsendable; /* a limit no CHECK can carry: answered by inline_failure, not a failure */
+    uint64_t remaining, reset_ms, retry_ms;
+};
+
+/* Per descriptor of a call: what matched. */
+struct rls_desc {
+    const struct rl_envoy_limit *limits; /* nlimits of them; none: OK, no current_limit */
+    size_t nlimits;
+    bool unlimited;
+    bool shadow;
+    bool detailed;             /* detailed_metric: its hits counted by full key (rls_metrics.c) */
+    struct rl_envoy_limit ovr; /* Envoy's RateLimitOverride, when the request gave one */
+    const struct rl_envoy_desc *matched; /* in the configuration, for `replaces` */
+};
+
+/* The cost of descriptor d: its own hits_addend, else the request's, else 1. */
+static inline uint64_t
+rls_hits_of(const rls_request *req, const rls_descriptor *d)
+{
+    if (d->hits_addend != NULL) {
+        return d->hits_addend->value;
+    }
+    return req->hits_addend != 0 ? req->hits_addend : 1;
+}
+
+/* rls_reply.c: every part of s is answered: builds the RateLimitResponse (or the gRPC
+ * error [router] rls_failure = error gives) and hands it over (s->done). */
+void rls_reply_finish(struct rl_rls_call *s);
+
+#endif
