@@ -28,8 +28,7 @@ fan_timer_closed(uv_handle_t *h)
     struct rl_router *r = f->r;
 
     free(f);
-    r->handles--;
-    rl_router_maybe_free(r);
+    rl_router_unhold(r);
 }
 
 static void
@@ -301,7 +300,7 @@ rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req)
     f->top = req->top != 0 ? req->top : RL_WIRE_TOP_DEFAULT;
     uv_timer_init(r->loop, &f->timer);
     f->timer.data = f;
-    r->handles++;
+    rl_router_hold(r);
     r->nfanouts++;
     c->nfanouts++;
     f->cnext = c->fanouts;

@@ -195,8 +195,7 @@ conn_handle_closed(uv_handle_t *h)
     struct rl_router *r = c->r;
 
     free(c);
-    r->handles--;
-    rl_router_maybe_free(r);
+    rl_router_unhold(r);
 }
 
 /* Off the loop's dirty list. */
@@ -656,15 +655,6 @@ front_tick(uv_timer_t *t)
     }
 }
 
-static void
-front_timer_closed(uv_handle_t *h)
-{
-    struct rl_router *r = h->data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
-}
-
 /*
  * The client caps of the binary listener (conn.h), for a new connection c of a front (its
  * address known): [clients] max_connections_per_peer counted with the binary protocol's and
@@ -746,12 +736,14 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         }
         uv_timer_init(r->loop, &r->front->timer);
         r->front->timer.data = r;
+        rl_router_hold(r);
         uv_check_init(r->loop, &r->front->check);
         r->front->check.data = r;
+        rl_router_hold(r);
         uv_check_start(&r->front->check, front_check_cb);
         uv_idle_init(r->loop, &r->front->idle);
         r->front->idle.data = r;
-        r->handles += 3;
+        rl_router_hold(r);
     }
     c = calloc(1, sizeof(*c));
     if (c == NULL) {
@@ -785,7 +777,7 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
     }
     uv_tcp_init(r->loop, &c->tcp);
     c->tcp.data = c;
-    r->handles++;
+    rl_router_hold(r);
     rc = uv_tcp_open(&c->tcp, fd);
     if (rc != 0) {
         /* not the handle's: the caller closes fd */
@@ -831,9 +823,9 @@ rl_front_close_all(struct rl_router *r)
     while (r->front->conns != NULL) {
         rl_front_close(r->front->conns);
     }
-    uv_close((uv_handle_t *)&r->front->timer, front_timer_closed);
-    uv_close((uv_handle_t *)&r->front->check, front_timer_closed);
-    uv_close((uv_handle_t *)&r->front->idle, front_timer_closed);
+    uv_close((uv_handle_t *)&r->front->timer, rl_router_handle_closed);
+    uv_close((uv_handle_t *)&r->front->check, rl_router_handle_closed);
+    uv_close((uv_handle_t *)&r->front->idle, rl_router_handle_closed);
 }
 
 void

@@ -366,7 +366,7 @@ wait_add(struct rl_rls_call *call)
         }
         uv_timer_init(r->loop, &w->timer);
         w->timer.data = r;
-        r->handles++;
+        rl_router_hold(r);
         r->rls_wait = w;
     }
     if (w->closed) {
@@ -393,10 +393,7 @@ wait_add(struct rl_rls_call *call)
 static void
 wait_closed(uv_handle_t *h)
 {
-    struct rl_router *r = h->data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
+    rl_router_handle_closed(h);
 }
 
 void

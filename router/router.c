@@ -27,38 +27,32 @@ rl_router_reopen_log(struct rl_router *r)
 }
 
 static void
-router_handle_closed(uv_handle_t *h)
-{
-    struct rl_router *r = h->data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
-}
-
-static void
 router_connq_closed(void *data)
 {
-    struct rl_router *r = data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
+    rl_router_unhold(data);
 }
 
 static void
 router_listener_closed(struct rl_listener *l)
 {
-    struct rl_router *r = l->data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
+    rl_router_unhold(l->data);
 }
 
-void
-rl_router_maybe_free(struct rl_router *r)
+/* pending.c's expiry: a request past its deadline gets its failure policy (forward.c); its
+ * node may still answer it late. */
+static void
+router_expired(struct rl_router *r, struct rl_pending *p)
 {
-    if (!r->closing || r->handles > 0) {
-        return;
-    }
+    rl_forward_fail(r, p, true);
+}
+
+/* r's on_unheld: closing, its last handle closed (router_int.h's lifetime rule). */
+static void
+router_free(struct rl_router *r)
+{
+    void (*on_freed)(void *arg);
+    void *arg;
+
     rl_table_deinit(r);
     rl_pending_deinit(r);
     rl_shed_deinit(r);
@@ -70,7 +64,12 @@ rl_router_maybe_free(struct rl_router *r)
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
     pthread_mutex_destroy(&r->mu);
+    on_freed = r->opts.on_freed;
+    arg = r->opts.arg;
     free(r);
+    if (on_freed != NULL) {
+        on_freed(arg);
+    }
 }
 
 int
@@ -116,7 +115,8 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->rule_codes = calloc(conf->nrules + 1, sizeof(*r->rule_codes));
     r->rule_rows = conf->nrules + 1;
     r->unowned = conf->shards;
-    rc = r->rule_codes != NULL ? rl_pending_init(r, r->opts.max_pending) : -ENOMEM;
+    rc = r->rule_codes != NULL ? rl_pending_init(r, r->opts.max_pending, router_expired)
+                               : -ENOMEM;
     if (rc == 0) {
         rc = rl_shed_init(r);
     }
@@ -137,21 +137,25 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     if (rc != 0) {
         goto fail;
     }
+    r->on_unheld = router_free;
+    rl_router_hold(r);
     rl_connq_set_tls(&r->connq, opts->tls_server, opts->tls_client);
     uv_timer_init(loop, &r->deadline_timer);
     r->deadline_timer.data = r;
+    rl_router_hold(r);
     uv_timer_init(loop, &r->retire_timer);
     r->retire_timer.data = r;
+    rl_router_hold(r);
     uv_timer_init(loop, &r->hot_timer);
     r->hot_timer.data = r;
+    rl_router_hold(r);
     if (r->hot != NULL) {
         uv_timer_start(&r->hot_timer, rl_shed_publish_fire, RL_SHED_PUBLISH_MS,
                        RL_SHED_PUBLISH_MS);
         uv_unref((uv_handle_t *)&r->hot_timer);
     }
-    /* the flusher, the deadline, retire and hot-key timers, the listener with its clients */
-    r->handles = 5;
     pthread_mutex_init(&r->mu, NULL);
+    rl_router_hold(r); /* the listener, closed by rl_router_close even if it did not start */
     rc = rl_listener_start(&r->listener, &r->connq, opts->adopt ? NULL : opts->host, opts->port,
                            &rl_session_ops,
                            sizeof(struct rl_cconn), &r->opts.limits, r);
@@ -182,9 +186,9 @@ rl_router_close(struct rl_router *r)
         return;
     }
     r->closing = true;
-    uv_close((uv_handle_t *)&r->deadline_timer, router_handle_closed);
-    uv_close((uv_handle_t *)&r->retire_timer, router_handle_closed);
-    uv_close((uv_handle_t *)&r->hot_timer, router_handle_closed);
+    uv_close((uv_handle_t *)&r->deadline_timer, rl_router_handle_closed);
+    uv_close((uv_handle_t *)&r->retire_timer, rl_router_handle_closed);
+    uv_close((uv_handle_t *)&r->hot_timer, rl_router_handle_closed);
     rl_health_close(r);
     rl_listener_close(&r->listener, router_listener_closed);
     rl_front_close_all(r);

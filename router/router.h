@@ -100,6 +100,8 @@ struct rl_router_opts {
      * outliving every router) */
     struct rl_tls_ctx *tls_server;
     struct rl_tls_ctx *tls_client;
+    /* Optional: called with arg once a closed router is freed (its last handle closed). */
+    void (*on_freed)(void *arg);
 };
 
 

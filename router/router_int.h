@@ -160,8 +160,12 @@ struct rl_router {
     const struct rl_conf *conf;
     struct rl_router_opts opts;
     char name[64];
-    int handles; /* open handles of the router itself */
+    /* The one lifetime count: every libuv handle open on the router's behalf (its timers,
+     * listener and queue, the fronts' connections and timers, fan-out and health timers),
+     * counted only through rl_router_hold/rl_router_unhold below. */
+    int handles;
     bool closing;
+    void (*on_unheld)(struct rl_router *r); /* router.c's: frees r (closing, handles 0) */
 
     /* membership, assignment and the table built from them */
     struct rl_view view;
@@ -176,6 +180,7 @@ struct rl_router {
     struct rl_pending *free_list, *free_tail;
     struct rl_pending *fifo_head, *fifo_tail;
     uint32_t npending;
+    rl_pending_expire_fn *pending_expire; /* pending.c's deadline answers through it */
 
     struct rl_wire_decoder dec; /* client requests, one frame at a time */
     /* The CHECK being handled, when session.c read it the short way (wire_fast.h): its
@@ -261,13 +266,42 @@ rl_router_now_ns(const struct rl_router *r)
     return r->now_ns != 0 ? r->now_ns : uv_hrtime();
 }
 
-/* Frees r once it is closing and its last handle closed (call after each handle's close). */
-void rl_router_maybe_free(struct rl_router *r);
+/*
+ * The one lifetime rule: whoever opens a libuv handle on r's loop on r's behalf calls
+ * rl_router_hold as it opens it, and rl_router_unhold in its close callback (after which r
+ * may be freed: touch it no more). r is freed (on_unheld, installed by router.c) once it is
+ * closing and its last handle closed. rl_router_handle_closed is the close callback of a
+ * handle whose data is r.
+ */
+static inline void
+rl_router_hold(struct rl_router *r)
+{
+    r->handles++;
+}
+
+static inline void
+rl_router_unhold(struct rl_router *r)
+{
+    if (--r->handles == 0 && r->closing) {
+        r->on_unheld(r);
+    }
+}
+
+static inline void
+rl_router_handle_closed(uv_handle_t *h)
+{
+    rl_router_unhold((struct rl_router *)h->data);
+}
 
 /* ---- pending.c: requests in flight to nodes --------------------------------------------- */
 
-/* Allocates the slab of cap records, all free. Returns 0 or -ENOMEM. */
-int rl_pending_init(struct rl_router *r, uint32_t cap);
+/* A record's deadline passed (its node did not answer in time): answer it and put it back
+ * (the node may still answer it: late_reply). Given to rl_pending_init by router.c. */
+typedef void rl_pending_expire_fn(struct rl_router *r, struct rl_pending *p);
+
+/* Allocates the slab of cap records, all free; expire answers a record at its deadline.
+ * Returns 0 or -ENOMEM. */
+int rl_pending_init(struct rl_router *r, uint32_t cap, rl_pending_expire_fn *expire);
 
 /* Frees the slab (every record must be free or abandoned). */
 void rl_pending_deinit(struct rl_router *r);
