@@ -83,6 +83,10 @@ struct rl_pending;
 typedef void rl_sink_answer_fn(struct rl_router *r, struct rl_pending *p,
                                const struct rl_wire_check_reply *rep, uint32_t err);
 
+/* A record's deadline passed (its node did not answer in time): answer it and put it back
+ * (the node may still answer it: late_reply). Given to rl_pending_init by router.c. */
+typedef void rl_pending_expire_fn(struct rl_router *r, struct rl_pending *p);
+
 struct rl_pending {
     struct rl_cconn *client; /* NULL once the client left */
     struct rl_upstream *up;
@@ -294,10 +298,6 @@ rl_router_handle_closed(uv_handle_t *h)
 }
 
 /* ---- pending.c: requests in flight to nodes --------------------------------------------- */
-
-/* A record's deadline passed (its node did not answer in time): answer it and put it back
- * (the node may still answer it: late_reply). Given to rl_pending_init by router.c. */
-typedef void rl_pending_expire_fn(struct rl_router *r, struct rl_pending *p);
 
 /* Allocates the slab of cap records, all free; expire answers a record at its deadline.
  * Returns 0 or -ENOMEM. */
