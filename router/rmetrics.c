@@ -1,6 +1,6 @@
 /*
- * rmetrics: what the router reports about itself. Counting each CHECK's answer (by rule and
- * reply code, its end-to-end latency), the STATS reply and the router's Prometheus families
+ * rmetrics: what the router reports about itself: the STATS reply and the router's Prometheus
+ * families, from the counters counts.c and the other files keep
  * (docs/OPERATIONS.md, "Metrics"; the names there are a contract with dashboards). Not for
  * the HTTP listener (metrics.h) or readiness (health.c).
  */
@@ -163,36 +163,6 @@ static uint64_t (*rmetrics_codes_sum(const struct rl_router *r))[RL_WIRE_CODE_CO
         pthread_mutex_unlock(&w->mu);
     }
     return codes;
-}
-
-void
-rl_rmetrics_count(struct rl_router *r, const struct rl_rule *rule, uint32_t code, uint64_t start_ns)
-{
-    size_t row = rule != NULL ? rule->id : r->conf->nrules;
-
-    /* A request forwarded under rules since replaced (answered within a deadline of the
-     * swap) is not counted by service: its rule's id indexes the old rules. */
-    if (rule != NULL && ((uintptr_t)rule < (uintptr_t)r->conf->rules ||
-                         (uintptr_t)rule >= (uintptr_t)(r->conf->rules + r->conf->nrules))) {
-        row = SIZE_MAX;
-    }
-    if (code < RL_WIRE_CODE_COUNT && row < r->rule_rows) {
-        r->rule_codes[row][code]++;
-    }
-    rl_hist_observe(&r->latency, rl_router_now_ns(r) - start_ns, 1);
-    if (code == RL_WIRE_ALLOWED) {
-        r->stats.allowed++;
-    } else if (code == RL_WIRE_LIMITED) {
-        r->stats.limited++;
-    } else if (code == RL_WIRE_QUEUED) {
-        r->stats.queued++;
-    } else if (code == RL_WIRE_FAIL_OPEN) {
-        r->stats.fail_open++;
-    } else if (code == RL_WIRE_FAIL_CLOSED) {
-        r->stats.fail_closed++;
-    } else if (code == RL_WIRE_NO_RULE) {
-        r->stats.no_rule++;
-    }
 }
 
 void
@@ -423,7 +393,7 @@ rmetrics_decisions(const struct rl_router *r, struct rl_prom *p,
     }
     if (sn != NULL) {
         sn->no_rule = codes[r->rule_rows - 1][RL_WIRE_NO_RULE];
-        /* The no-rule row holds inline-limited CHECKs' other codes (rl_rmetrics_count). */
+        /* The no-rule row holds inline-limited CHECKs' other codes (rl_counts_answer). */
         memcpy(sn->inl, codes[r->rule_rows - 1], sizeof(sn->inl));
         sn->n = n;
         at = (char *)&sn->rule[n];

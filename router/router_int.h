@@ -176,6 +176,7 @@ struct rl_router {
     struct rl_shardmap *map;
     struct rl_upstream **owners; /* owners[i]: the upstream of map->members[i] */
     struct rl_upstream *upstreams;
+    struct rl_upstream_ops up_ops; /* every upstream's callbacks, installed by router.c */
     int64_t table_digest; /* STATS: rl_shardmap_digest_stat(map), kept at each rebuild */
 
     /* pending requests */
@@ -187,10 +188,6 @@ struct rl_router {
     rl_pending_expire_fn *pending_expire; /* pending.c's deadline answers through it */
 
     struct rl_wire_decoder dec; /* client requests, one frame at a time */
-    /* The CHECK being handled, when session.c read it the short way (wire_fast.h): its
-     * fields after the id as the client sent them, relayed to the node under the pending
-     * record's id; ptr NULL: re-encode the decoded request. */
-    struct rl_wire_str relay;
     struct rl_reqlog *log;
     uint64_t log_anchor_real; /* wall clock (ms) at loop time log_anchor_loop */
     uint64_t log_anchor_loop;
@@ -236,7 +233,6 @@ struct rl_router {
     struct rl_hot *hot_pub;
     uv_timer_t hot_timer; /* publishes hot into hot_pub every RL_SHED_PUBLISH_MS when dirty */
     bool hot_dirty;       /* keys counted since the last copy */
-    uint64_t shed_fp;   /* rl_deny_fp of the CHECK in hand */
 
     /* ZooKeeper, when the membership comes from there (rl_router_set_zookeeper) */
     char zk_addr[256];        /* "" with static membership */
@@ -358,18 +354,31 @@ void rl_pending_unget(struct rl_router *r, struct rl_pending *p);
 /* Closing: frees every CHECK still in flight (no client is left to answer). */
 void rl_pending_drain(struct rl_router *r);
 
+/* ---- counts.c: the decision counters ------------------------------------------------------ */
+
+/* Counts one CHECK answer: by rule and code, its latency from start_ns, stats by code. */
+void rl_counts_answer(struct rl_router *r, const struct rl_rule *rule, uint32_t code,
+                      uint64_t start_ns);
+
+/* ---- reply.c: the router's own replies on a binary client's connection -------------------- */
+
+/* Queues ERROR err for request id on c, counted in stats.errors. */
+void rl_reply_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg);
+
 /* ---- session.c: client connections ------------------------------------------------------ */
 
 /* The listener's callbacks for client connections (sized struct rl_cconn). */
 extern const struct rl_conn_ops rl_session_ops;
 
-/* Queues ERROR err for request id on c, counted in stats.errors. */
-void rl_session_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg);
 
 /* ---- forward.c: CHECK ------------------------------------------------------------------- */
 
-/* A client's CHECK: answered here (no rule, a refused client, failure policy) or forwarded. */
-void rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req);
+/* A client's CHECK: answered here (no rule, a refused client, failure policy) or forwarded;
+ * relay: when session.c read it the short way (wire_fast.h), its fields after the id as the
+ * client sent them, relayed to the node under the pending record's id (ptr NULL: re-encode
+ * req). */
+void rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
+                      const struct rl_wire_str *relay);
 
 /* Answers p by failure policy and frees it; late_reply as for rl_pending_put. */
 void rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply);
@@ -437,7 +446,8 @@ void rl_resp_free(struct rl_router *r);
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */
 
 /* A client's THROTTLED: asks every node, answers when all did or the admin timeout. */
-void rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req);
+void rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req,
+                         const struct rl_wire_str *relay);
 
 /* One node's part p of a fan-out is done: answered (rep, a THROTTLED reply) or not (rep NULL,
  * or an ERROR: the node is listed as missing). Frees p; late_reply as for rl_pending_put. */
@@ -462,12 +472,15 @@ int rl_shed_init(struct rl_router *r);
 void rl_shed_deinit(struct rl_router *r);
 
 /* A CHECK under rule, of shard, owned by u (NULL: none): counts it among the hot keys, and
- * answers it LIMITED from the deny cache if a node's refusal still holds (true: answered). */
+ * answers it LIMITED from the deny cache if a node's refusal still holds (true: answered).
+ * *fp: the user's second hash (rl_deny_fp), for rl_shed_sent; left as it is when neither the
+ * cache nor the hot keys are on (set it to 0 before). */
 bool rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
-                   uint32_t shard, uint64_t hash, const struct rl_upstream *u);
+                   uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp);
 
-/* p, a CHECK of req, was just sent: what the cache needs of it when the reply comes. */
-void rl_shed_sent(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *req);
+/* p, a CHECK of req, was just sent: what the cache needs of it when the reply comes (fp as
+ * rl_shed_check gave it). */
+void rl_shed_sent(struct rl_pending *p, const struct rl_wire_req *req, uint64_t fp);
 
 /* The node u answered p (a CHECK) with rep: a LIMITED is remembered, a NOT_OWNER forgets the
  * shard. */
@@ -510,8 +523,5 @@ void rl_rmetrics_totals(const struct rl_router *r, struct rl_router_stats *stats
 /* Queues the STATS reply for request id on c. */
 void rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id);
 
-/* Counts one CHECK answer: by rule and code, its latency from start_ns, stats by code. */
-void rl_rmetrics_count(struct rl_router *r, const struct rl_rule *rule, uint32_t code,
-                       uint64_t start_ns);
 
 #endif

@@ -37,17 +37,11 @@ upstream_unlink(struct rl_router *r, struct rl_upstream *u)
 static void
 router_rebuild(struct rl_router *r)
 {
-    static const struct rl_upstream_ops ops_template = {
-        .on_reply = rl_forward_on_reply,
-        .on_lost = rl_forward_on_lost,
-        .on_batch = rl_forward_on_batch,
-    };
     struct rl_shardmap *map;
     struct rl_upstream **owners;
-    struct rl_upstream_ops ops = ops_template;
+    struct rl_upstream_ops ops = r->up_ops; /* router.c's: a node's replies go to forward.c */
     char err[128];
 
-    ops.arg = r;
     ops.secret = r->conf->secret;
     ops.secret_len = r->conf->secret_len;
     if (rl_view_build(&map, r->conf->shards, &r->view, err, sizeof(err)) != 0) {
