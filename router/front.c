@@ -13,7 +13,6 @@
 #include "front.h"
 #include "log.h"
 #include "router_int.h"
-#include "rproc.h"
 #include "tls.h"
 
 #define FRONT_READ_BUF (64u * 1024)
@@ -78,7 +77,7 @@ struct rl_front_conn {
     bool dirty; /* on the loop's dirty list (rl_front_mark) */
     struct rl_front_conn *dirty_prev, *dirty_next;
     bool peer_counted; /* counted in the process's per-address table (rl_listener_peer_take) */
-    bool preauth;      /* counted as not yet authenticated (rl_rproc_front_preauth_take) */
+    bool preauth;      /* counted as not yet authenticated (front_preauth_take) */
 };
 
 static void front_idle_cb(uv_idle_t *h);
@@ -169,7 +168,7 @@ rl_front_touch(struct rl_front_conn *c)
 static uint64_t
 front_budget(const struct rl_router *r)
 {
-    uint32_t n = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
+    uint32_t n = r->group->n;
 
     return r->opts.limits.buffer_memory / (n ? n : 1);
 }
@@ -252,6 +251,36 @@ front_check_cb(uv_check_t *h)
 }
 
 /* The caps front_admit counted c against, released (it closes, or authenticated). */
+/*
+ * The connections of a front kind not yet authenticated (a front that authenticates each
+ * connection, while [client] sections exist): at most half of its max_connections, process
+ * wide, counted in the worker group (none for a router alone). take: one more (false:
+ * refuse it); put: it authenticated or closed.
+ */
+static bool
+front_preauth_take(struct rl_wgroup_front *f)
+{
+    uint32_t max = f->max / 2 > 0 ? f->max / 2 : 1;
+    uint32_t n = __atomic_load_n(&f->preauth, __ATOMIC_RELAXED);
+
+    do {
+        if (n >= max) {
+            return false;
+        }
+    } while (!__atomic_compare_exchange_n(&f->preauth, &n, n + 1, false, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    return true;
+}
+
+static void
+front_preauth_put(struct rl_front_conn *c)
+{
+    if (c->preauth) {
+        c->preauth = false;
+        __atomic_fetch_sub(&c->r->group->fronts[c->kind].preauth, 1, __ATOMIC_RELAXED);
+    }
+}
+
 static void
 front_release(struct rl_front_conn *c)
 {
@@ -259,23 +288,13 @@ front_release(struct rl_front_conn *c)
         c->peer_counted = false;
         rl_listener_peer_put(&c->r->listener, c->addr);
     }
-    if (c->preauth) {
-        c->preauth = false;
-        if (c->r->proc != NULL) {
-            rl_rproc_front_preauth_put(c->r->proc, c->kind);
-        }
-    }
+    front_preauth_put(c);
 }
 
 void
 rl_front_authenticated(struct rl_front_conn *c)
 {
-    if (c->preauth) {
-        c->preauth = false;
-        if (c->r->proc != NULL) {
-            rl_rproc_front_preauth_put(c->r->proc, c->kind);
-        }
-    }
+    front_preauth_put(c);
 }
 
 void
@@ -307,8 +326,9 @@ rl_front_close(struct rl_front_conn *c)
     }
     g->nconns--;
     __atomic_fetch_sub(&c->r->front_conns, 1, __ATOMIC_RELAXED);
-    if (c->r->proc != NULL) {
-        rl_rproc_front_closed(c->r->proc, c->kind);
+    if (c->r->group->fronts[c->kind].max != 0) {
+        /* counted by the acceptor that handed it over: one fewer open, process wide */
+        __atomic_fetch_sub(&c->r->group->fronts[c->kind].conns, 1, __ATOMIC_RELAXED);
     }
     uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
 }
@@ -687,8 +707,10 @@ front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd)
         counter = &st->refused_peer;
     } else {
         c->peer_counted = true;
-        if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 && r->proc != NULL) {
-            if (rl_rproc_front_preauth_take(r->proc, c->kind)) {
+        struct rl_wgroup_front *gf = &r->group->fronts[c->kind];
+
+        if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 && gf->max != 0) {
+            if (front_preauth_take(gf)) {
                 c->preauth = true;
             } else {
                 why = "server busy: too many connections are waiting for AUTH (half of "

@@ -6,7 +6,8 @@
  * (struct rl_front_ops) that turns the bytes read into answers; front.c does the rest:
  *
  *   - adopting an accepted socket on a worker (rl_front_adopt), the process-wide cap on a
- *     front's connections (rproc.c counts them; rl_rproc_front_closed when one closes);
+ *     front's connections (counted in the worker group, router_int.h: the acceptor adds
+ *     one, front.c takes it off when the connection closes);
  *   - reading into one bounded buffer per worker loop, and handing the bytes to the
  *     protocol through ONE function (front_in in front.c);
  *   - the output: the protocol queues bytes (rl_front_write) and front.c writes them through
@@ -82,7 +83,7 @@ struct rl_front_ops {
 };
 
 /* Serves fd, accepted on front kind's listener, on r's loop. 0, or a negative errno (then
- * the caller closes fd and tells rproc the connection is gone). */
+ * the caller closes fd and takes the connection off its group's count). */
 int rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd);
 
 /* Closes every front connection of r (router closing). */

@@ -31,7 +31,6 @@
 #include "resp.h"
 #include "resp_int.h"
 #include "router_int.h"
-#include "rproc.h"
 #include "ruleset.h"
 #include "shardmap.h"
 

@@ -13,7 +13,6 @@
 #include "metrics.h"
 #include "reqlog.h"
 #include "router_int.h"
-#include "rproc.h"
 #include "rules.h"
 #include "zkm.h"
 
@@ -48,8 +47,8 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
     s->rls_auth_failures = r->rls_auth_failures;
     memcpy(s->rls_streams, r->rls_streams, sizeof(s->rls_streams));
     memcpy(s->resp_counts, r->resp_counts, sizeof(s->resp_counts));
-    for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
-        struct rl_router *w = rl_rproc_router(r->proc, i);
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
         struct rl_listener_stats cs;
 
         if (w == r || w == NULL) {
@@ -82,11 +81,11 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         }
         pthread_mutex_unlock(&w->mu);
     }
-    if (r->proc != NULL) {
-        /* Every worker builds the same tables: one worker's count is the process's. */
-        s->stats.table_builds = r->stats.table_builds;
-        s->cs.accept_errors += rl_rproc_accept_errors(r->proc);
-        s->cs.peers = rl_rproc_peers(r->proc);
+    /* Every worker builds the same tables: one worker's count is the process's. */
+    s->stats.table_builds = r->stats.table_builds;
+    s->cs.accept_errors += __atomic_load_n(r->group->accept_errors, __ATOMIC_RELAXED);
+    if (r->group->shared != NULL) {
+        s->cs.peers = rl_conn_shared_peers(r->group->shared);
     }
 }
 
@@ -106,12 +105,10 @@ static void
 rmetrics_node_sum(const struct rl_router *r, const char *name, struct rl_upstream_stats *out,
                   bool *up)
 {
-    uint32_t n = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
-
     memset(out, 0, sizeof(*out));
     *up = false;
-    for (uint32_t i = 0; i < n; i++) {
-        struct rl_router *w = r->proc != NULL ? rl_rproc_router(r->proc, i) : (struct rl_router *)r;
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
 
         if (w == NULL) {
             continue;
@@ -146,8 +143,8 @@ static uint64_t (*rmetrics_codes_sum(const struct rl_router *r))[RL_WIRE_CODE_CO
         return NULL;
     }
     memcpy(codes, r->rule_codes, r->rule_rows * sizeof(*codes));
-    for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
-        struct rl_router *w = rl_rproc_router(r->proc, i);
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
 
         if (w == r || w == NULL) {
             continue;
@@ -192,7 +189,7 @@ rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
     keys[n] = "pending";
     vals[n++] = (int64_t)sum.npending;
     keys[n] = "workers";
-    vals[n++] = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
+    vals[n++] = r->group->n;
     keys[n] = "members";
     vals[n++] = (int64_t)r->view.nmembers;
     keys[n] = "zk_state";
@@ -237,7 +234,7 @@ rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
         keys[n] = "rls_streams_reset_by_client";
         vals[n++] = (int64_t)sum.rls_streams[RL_RLS_STREAM_RESET_BY_CLIENT];
         keys[n] = "rls_connections";
-        vals[n++] = r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RLS) : 0;
+        vals[n++] = rl_wgroup_front_conns(r->group, RL_FRONT_RLS, 0);
     }
     n = rl_shed_stats(r, keys, vals, n);
     /*
@@ -426,7 +423,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
         /* A worker may see only the latest of states that came in a burst: the process
          * counts the expiries as ZooKeeper reported them. */
         rl_prom_zookeeper(p, r->zk_state == RL_ZKM_CONNECTED,
-                          r->proc != NULL ? rl_rproc_zk_expiries(r->proc) : r->zk_expiries);
+                          __atomic_load_n(r->group->zk_expiries, __ATOMIC_RELAXED));
     }
 
     rmetrics_decisions(r, p, codes);
@@ -469,7 +466,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
         rl_prom_family(p, "rl_router_rls_connections", "gauge",
                        "gRPC connections open on [router] rls.");
         rl_prom_u64(p, "rl_router_rls_connections", NULL,
-                    r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RLS) : 0);
+                    rl_wgroup_front_conns(r->group, RL_FRONT_RLS, 0));
     }
     if (r->conf->resp_host != NULL) {
         static const char *const kinds[5] = RL_RESP_COUNT_NAMES;
@@ -485,7 +482,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
         rl_prom_family(p, "rl_router_resp_connections", "gauge",
                        "RESP connections open on [router] resp.");
         rl_prom_u64(p, "rl_router_resp_connections", NULL,
-                    r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RESP) : 0);
+                    rl_wgroup_front_conns(r->group, RL_FRONT_RESP, 0));
     }
     rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
                    "CHECKs forwarded to nodes and not answered yet.");
@@ -561,11 +558,11 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
     rl_reqlog_metrics(r->log, p);
     rl_listener_metrics_of(&sum.cs, p);
     rl_prom_family(p, "rl_router_workers", "gauge", "Worker threads serving clients.");
-    rl_prom_u64(p, "rl_router_workers", NULL, r->proc != NULL ? rl_rproc_workers(r->proc) : 1);
+    rl_prom_u64(p, "rl_router_workers", NULL, r->group->n);
     rl_prom_family(p, "rl_router_worker_connections", "gauge",
                    "Client connections open now, by worker thread.");
-    for (uint32_t i = 0; i < (r->proc != NULL ? rl_rproc_workers(r->proc) : 1); i++) {
-        const struct rl_router *w = r->proc != NULL ? rl_rproc_router(r->proc, i) : r;
+    for (uint32_t i = 0; i < (r->group->n); i++) {
+        const struct rl_router *w = r->group->routers[i];
         char idx[16];
         struct rl_listener_stats cs;
 

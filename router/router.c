@@ -38,6 +38,25 @@ router_listener_closed(struct rl_listener *l)
     rl_router_unhold(l->data);
 }
 
+/* The workers r is one of (opts->group), or a group of one: itself. */
+static void
+router_group(struct rl_router *r, const struct rl_router_opts *opts)
+{
+    static const uint64_t none;
+
+    if (opts->group != NULL) {
+        r->group = opts->group;
+        r->worker = opts->worker;
+        return;
+    }
+    r->alone_routers[0] = r;
+    r->alone.n = 1;
+    r->alone.routers = r->alone_routers;
+    r->alone.accept_errors = &none;
+    r->alone.zk_expiries = &r->zk_expiries;
+    r->group = &r->alone;
+}
+
 /* pending.c's expiry: a request past its deadline gets its failure policy (forward.c); its
  * node may still answer it late. */
 static void
@@ -96,6 +115,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->loop = loop;
     r->conf = conf;
     r->opts = *opts;
+    router_group(r, opts);
     if (opts->envoy != NULL) {
         rl_envoy_shared_hold(opts->envoy);
         r->envoy = opts->envoy;

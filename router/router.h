@@ -102,6 +102,10 @@ struct rl_router_opts {
     struct rl_tls_ctx *tls_client;
     /* Optional: called with arg once a closed router is freed (its last handle closed). */
     void (*on_freed)(void *arg);
+    /* Workers (rproc.h): the process's worker group (router_int.h) this router is worker
+     * `worker` of; NULL: a router alone. */
+    struct rl_wgroup *group;
+    uint32_t worker;
 };
 
 

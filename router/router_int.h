@@ -28,6 +28,7 @@
 
 #include "conn.h"
 #include "denycache.h"
+#include "front.h"
 #include "gate.h"
 #include "hotkeys.h"
 #include "router.h"
@@ -156,6 +157,29 @@ struct rl_fanout {
     struct rl_fan_ep eps[RL_WIRE_TOP_MAX];
 };
 
+/* A front kind's connections, process wide (rl_wgroup.fronts). */
+struct rl_wgroup_front {
+    uint32_t max;     /* at once; 0: not counted (a router alone: no acceptor counts them) */
+    uint32_t conns;   /* atomic: open or handed to a worker (the acceptor adds, front.c takes) */
+    uint32_t preauth; /* atomic: of those, not yet authenticated (front.c) */
+};
+
+/*
+ * The workers of one process as each of them sees it: what a worker reads of the process,
+ * handed to its router at create (rl_router_opts.group) by the process (rproc.c), which
+ * fills it; a router alone makes its own group of one (itself). Workers read it, and
+ * front.c counts the fronts' connections in it; none calls up into the process.
+ */
+struct rl_wgroup {
+    uint32_t n;                /* workers */
+    struct rl_router **routers; /* routers[i]: worker i's (another's read under its mu) */
+    bool threads;              /* a process's threads: /metrics reads what workers publish */
+    const uint64_t *accept_errors;  /* the acceptor's accept(2) failures (relaxed loads) */
+    const uint64_t *zk_expiries;    /* ZooKeeper sessions lost for good (relaxed loads) */
+    struct rl_conn_shared *shared; /* the listeners' process-wide caps; NULL: none */
+    struct rl_wgroup_front fronts[RL_FRONT_KINDS];
+};
+
 struct rl_router {
     uv_loop_t *loop;
     struct rl_connq connq;
@@ -242,11 +266,14 @@ struct rl_router {
     uint64_t unhealthy_since; /* loop time since which it cannot route from ZooKeeper; 0: can */
     uint64_t health_warned;   /* loop time of the last warning about it */
 
-    /* One worker of a process (rproc.h), or NULL: a router on its own. Other threads read
-     * this router's table, upstreams, rule rows and rules under mu (its own thread takes mu
-     * only to change them); its counters are read without it (each has one writer). */
-    struct rl_rproc *proc;
-    uint32_t worker;     /* its index in proc */
+    /* The workers of its process (rl_router_opts.group), or alone: a group of one, itself.
+     * Other threads read this router's table, upstreams, rule rows and rules under mu (its
+     * own thread takes mu only to change them); its counters are read without it (each has
+     * one writer). */
+    struct rl_wgroup *group;
+    uint32_t worker;     /* its index in group */
+    struct rl_wgroup alone;
+    struct rl_router *alone_routers[1];
     bool log_shared;     /* log is the process's: not closed with the router */
     pthread_mutex_t mu;
 };
@@ -256,6 +283,15 @@ struct router_retired {
     struct rl_conf *conf;
     uint64_t until; /* deadline of the last request that may point into it */
 };
+
+/* Connections open on front kind, process wide, as the acceptor counts them; a router alone
+ * (no acceptor counts): own. */
+static inline uint32_t
+rl_wgroup_front_conns(const struct rl_wgroup *g, enum rl_front_kind kind, uint32_t own)
+{
+    return g->fronts[kind].max != 0 ? __atomic_load_n(&g->fronts[kind].conns, __ATOMIC_RELAXED)
+                                    : own;
+}
 
 /* ---- router.c --------------------------------------------------------------------------- */
 

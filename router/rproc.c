@@ -45,9 +45,7 @@ struct rproc_front {
     uv_os_sock_t fd; /* -1: not listening */
     uv_poll_t poll;
     bool polling;
-    uint32_t max;   /* connections open at once, at most */
-    uint32_t conns; /* connections open or handed over (atomic) */
-    uint32_t preauth; /* of those, not yet authenticated (atomic; front.c counts them) */
+    struct rl_wgroup_front *count; /* in the workers' group: max, conns, preauth */
 };
 
 struct rproc_worker {
@@ -86,6 +84,7 @@ struct rl_rproc {
     const struct rl_conf *conf; /* the main thread's */
     uint32_t nworkers;
     struct rproc_worker *workers;
+    struct rl_wgroup group; /* what every worker reads of the process (router_int.h) */
     uint32_t next; /* round robin among equally loaded workers */
 
     uv_os_sock_t lfd;
@@ -134,10 +133,11 @@ rl_rproc_workers(const struct rl_rproc *p)
     return p->nworkers;
 }
 
-struct rl_router *
-rl_rproc_router(const struct rl_rproc *p, uint32_t i)
+/* A socket accepted on front kind's listener is gone before a worker served it. */
+static void
+rproc_front_gone(struct rl_rproc *p, enum rl_front_kind kind)
 {
-    return i < p->nworkers ? p->workers[i].router : NULL;
+    __atomic_fetch_sub(&p->group.fronts[kind].conns, 1, __ATOMIC_RELAXED);
 }
 
 /* ---- the worker thread ------------------------------------------------------------------ */
@@ -256,7 +256,7 @@ worker_wake(uv_async_t *a)
         free(fds);
         for (size_t i = 0; i < nrfds; i++) {
             close(rfds[i].fd);
-            rl_rproc_front_closed(w->p, rfds[i].kind);
+            rproc_front_gone(w->p, rfds[i].kind);
         }
         free(rfds);
         free(rules);
@@ -299,7 +299,7 @@ worker_wake(uv_async_t *a)
     for (size_t i = 0; i < nrfds; i++) {
         if (rl_front_adopt(w->router, rfds[i].kind, rfds[i].fd) != 0) {
             close(rfds[i].fd);
-            rl_rproc_front_closed(w->p, rfds[i].kind);
+            rproc_front_gone(w->p, rfds[i].kind);
         }
     }
     free(rfds);
@@ -341,6 +341,8 @@ worker_main(void *arg)
     ro.log = p->log;
     ro.on_stale = worker_on_stale;
     ro.arg = w;
+    ro.group = &p->group;
+    ro.worker = w->index;
     rc = rl_router_create(&w->router, &w->loop, w->conf, &ro);
     if (rc != 0) {
         snprintf(w->start_err, sizeof(w->start_err), "worker %u: %s", w->index,
@@ -352,8 +354,7 @@ worker_main(void *arg)
         uv_sem_post(&w->started);
         return;
     }
-    w->router->proc = p;
-    w->router->worker = w->index;
+    p->group.routers[w->index] = w->router;
     rl_listener_share(&w->router->listener, &p->shared);
     w->rules.lock = &w->router->mu;
     uv_async_init(&w->loop, &w->wake, worker_wake);
@@ -487,7 +488,7 @@ rproc_poll_cb(uv_poll_t *h, int status, int events)
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* Out of descriptors: leave the rest in the kernel's queue for a while. */
-                p->accept_errors++;
+                __atomic_fetch_add(&p->accept_errors, 1, __ATOMIC_RELAXED);
                 uv_poll_stop(&p->poll);
                 p->polling = false;
                 uv_timer_start(&p->retry, rproc_retry, RPROC_ACCEPT_RETRY_MS, 0);
@@ -521,40 +522,6 @@ rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_shared *sh)
         pthread_mutex_unlock(&w->mu);
         uv_async_send(&w->wake);
     }
-}
-
-uint32_t
-rl_rproc_front_connections(const struct rl_rproc *p, enum rl_front_kind kind)
-{
-    return __atomic_load_n(&p->fronts[kind].conns, __ATOMIC_RELAXED);
-}
-
-void
-rl_rproc_front_closed(struct rl_rproc *p, enum rl_front_kind kind)
-{
-    __atomic_fetch_sub(&p->fronts[kind].conns, 1, __ATOMIC_RELAXED);
-}
-
-bool
-rl_rproc_front_preauth_take(struct rl_rproc *p, enum rl_front_kind kind)
-{
-    struct rproc_front *f = &p->fronts[kind];
-    uint32_t max = f->max / 2 > 0 ? f->max / 2 : 1;
-    uint32_t n = __atomic_load_n(&f->preauth, __ATOMIC_RELAXED);
-
-    do {
-        if (n >= max) {
-            return false;
-        }
-    } while (!__atomic_compare_exchange_n(&f->preauth, &n, n + 1, false, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
-    return true;
-}
-
-void
-rl_rproc_front_preauth_put(struct rl_rproc *p, enum rl_front_kind kind)
-{
-    __atomic_fetch_sub(&p->fronts[kind].preauth, 1, __ATOMIC_RELAXED);
 }
 
 /* Where front kind listens (host NULL: it does not), and how many connections it may
@@ -597,18 +564,18 @@ rproc_front_poll_cb(uv_poll_t *h, int status, int events)
 
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                p->accept_errors++;
+                __atomic_fetch_add(&p->accept_errors, 1, __ATOMIC_RELAXED);
             }
             return;
         }
-        if (__atomic_load_n(&f->conns, __ATOMIC_RELAXED) >= f->max) {
+        if (__atomic_load_n(&f->count->conns, __ATOMIC_RELAXED) >= f->count->max) {
             close(fd);
             continue;
         }
-        __atomic_fetch_add(&f->conns, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&f->count->conns, 1, __ATOMIC_RELAXED);
         if (rproc_hand(rproc_pick(p), fd, f) != 0) {
             close(fd);
-            rl_rproc_front_closed(p, f->kind);
+            rproc_front_gone(p, f->kind);
         }
     }
 }
@@ -664,6 +631,7 @@ rproc_handle_closed(uv_handle_t *h)
         rl_conn_shared_deinit(&p->shared);
         free(p->members);
         free(p->asg);
+        free(p->group.routers);
         free(p);
     }
 }
@@ -698,6 +666,7 @@ rproc_stop_workers(struct rl_rproc *p, uint32_t started)
         rl_conf_destroy(w->conf);
         w->conf = NULL;
         w->router = NULL; /* freed by its loop as it closed */
+        p->group.routers[i] = NULL;
     }
 }
 
@@ -723,6 +692,7 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
         p->fronts[k].p = p;
         p->fronts[k].kind = (enum rl_front_kind)k;
         p->fronts[k].fd = -1;
+        p->fronts[k].count = &p->group.fronts[k];
     }
     p->envoy = opts->router.envoy;
     if (p->envoy != NULL) {
@@ -739,7 +709,13 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
         return -ENOMEM;
     }
     p->workers = calloc(p->nworkers, sizeof(*p->workers));
-    if (p->workers == NULL) {
+    p->group.n = p->nworkers;
+    p->group.routers = calloc(p->nworkers, sizeof(*p->group.routers));
+    p->group.threads = true;
+    p->group.accept_errors = &p->accept_errors;
+    p->group.zk_expiries = &p->zk_expiries;
+    p->group.shared = &p->shared;
+    if (p->workers == NULL || p->group.routers == NULL) {
         rc = -ENOMEM;
         goto fail;
     }
@@ -806,7 +782,7 @@ rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf *co
         const char *host;
         uint16_t port;
 
-        rproc_front_addr(conf, f->kind, &host, &port, &f->max);
+        rproc_front_addr(conf, f->kind, &host, &port, &f->count->max);
         if (host == NULL) {
             continue;
         }
@@ -859,6 +835,7 @@ fail:
         }
     }
     free(p->workers);
+    free(p->group.routers);
     rl_envoy_shared_drop(p->envoy);
     pthread_mutex_destroy(&p->state_mu);
     rl_conn_shared_deinit(&p->shared);
@@ -931,7 +908,7 @@ rl_rproc_set_zookeeper(struct rl_rproc *p, const char *addr, int state)
     pthread_mutex_lock(&p->state_mu);
     snprintf(p->zk_addr, sizeof(p->zk_addr), "%s", addr);
     p->zk_state = state;
-    p->zk_expiries += state == RL_ZKM_EXPIRED;
+    __atomic_fetch_add(&p->zk_expiries, state == RL_ZKM_EXPIRED, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&p->state_mu);
     rproc_post_all(p, false, false, true, false);
 }
@@ -1005,29 +982,6 @@ rl_rproc_ready(struct rl_rproc *p, char *why, size_t len)
         pthread_mutex_unlock(&r->mu);
     }
     return ok;
-}
-
-uint64_t
-rl_rproc_zk_expiries(struct rl_rproc *p)
-{
-    uint64_t n;
-
-    pthread_mutex_lock(&p->state_mu);
-    n = p->zk_expiries;
-    pthread_mutex_unlock(&p->state_mu);
-    return n;
-}
-
-uint64_t
-rl_rproc_peers(struct rl_rproc *p)
-{
-    return rl_conn_shared_peers(&p->shared);
-}
-
-uint64_t
-rl_rproc_accept_errors(const struct rl_rproc *p)
-{
-    return p->accept_errors;
 }
 
 void

@@ -23,7 +23,6 @@
 #include "metrics.h"
 #include "reqlog.h"
 #include "router_int.h"
-#include "rproc.h"
 
 int
 rl_shed_init(struct rl_router *r)
@@ -89,15 +88,15 @@ shed_hot_merged(struct rl_router *r, bool own, struct rl_hot *out, uint64_t now_
 
     *out = own ? *r->hot : *r->hot_pub;
     rl_hot_decay(out, now_ms);
-    if (r->proc == NULL) {
-        return true;
+    if (r->group->n == 1) {
+        return true; /* r alone */
     }
     tmp = malloc(sizeof(*tmp));
     if (tmp == NULL) {
         return false;
     }
-    for (uint32_t i = 0; i < rl_rproc_workers(r->proc); i++) {
-        struct rl_router *w = rl_rproc_router(r->proc, i);
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
 
         if (w == NULL || w == r || w->hot_pub == NULL) {
             continue;
@@ -339,8 +338,8 @@ static void
 shed_deny_sum(const struct rl_router *r, struct rl_deny_stats *sum)
 {
     *sum = r->deny.st;
-    for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
-        struct rl_router *w = rl_rproc_router(r->proc, i);
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
 
         if (w == NULL || w == r) {
             continue;
@@ -423,7 +422,7 @@ rl_shed_metrics(struct rl_router *r, struct rl_prom *p)
         const struct rl_hot_counter *top[RL_HOT_METRICS_TOP];
         size_t n;
 
-        shed_hot_merged(r, r->proc == NULL, all, uv_hrtime() / 1000000u);
+        shed_hot_merged(r, !r->group->threads, all, uv_hrtime() / 1000000u);
         n = rl_hot_top(all, top, RL_HOT_METRICS_TOP, NULL, NULL);
         for (size_t i = 0; i < n; i++) {
             bool dup = false;
