@@ -17,11 +17,6 @@
 
 #define FRONT_READ_BUF (64u * 1024)
 
-static const struct rl_front_ops *const front_kinds[RL_FRONT_KINDS] = {
-    [RL_FRONT_RLS] = &rl_rls_h2_ops,
-    [RL_FRONT_RESP] = &rl_resp_ops,
-};
-
 /* The per-loop state: the connections, one read buffer, one timer. */
 struct rl_front {
     struct rl_front_conn *conns;
@@ -89,13 +84,6 @@ static void
 front_idle_cb(uv_idle_t *h)
 {
     (void)h;
-}
-
-const char *
-rl_front_name(enum rl_front_kind kind)
-{
-    return (unsigned)kind < RL_FRONT_KINDS && front_kinds[kind] != NULL ? front_kinds[kind]->name
-                                                                        : "?";
 }
 
 const uint8_t *
@@ -747,10 +735,11 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
     struct rl_front_conn *c;
     int rc;
 
-    if (r->closing || (unsigned)kind >= RL_FRONT_KINDS || front_kinds[kind] == NULL) {
+    if (r->closing || (unsigned)kind >= RL_FRONT_KINDS || r->opts.fronts == NULL ||
+        r->opts.fronts[kind].ops == NULL) {
         return UV_ECANCELED;
     }
-    ops = front_kinds[kind];
+    ops = r->opts.fronts[kind].ops;
     if (r->front == NULL) {
         r->front = calloc(1, sizeof(*r->front));
         if (r->front == NULL) {
@@ -853,6 +842,13 @@ rl_front_close_all(struct rl_router *r)
 void
 rl_front_free(struct rl_router *r)
 {
+    for (int k = 0; r->opts.fronts != NULL && k < RL_FRONT_KINDS; k++) {
+        const struct rl_front_ops *ops = r->opts.fronts[k].ops;
+
+        if (ops != NULL && ops->free_loop != NULL) {
+            ops->free_loop(r);
+        }
+    }
     if (r->front != NULL) {
         free(r->front->tbuf);
     }

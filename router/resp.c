@@ -821,6 +821,7 @@ const struct rl_front_ops rl_resp_ops = {
     .on_idle = NULL,
     .on_tick = resp_tick,
     .on_close = resp_close,
+    .free_loop = rl_resp_free,
     .plaintext_refusal = "-ERR TLS is required: this port takes TLS connections only "
                          "(connect with TLS, e.g. redis-cli --tls --cacert FILE)\r\n",
     .auth_per_connection = true,

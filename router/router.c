@@ -78,7 +78,6 @@ router_free(struct rl_router *r)
     rl_front_free(r);
     rl_rls_call_free(r);
     rl_rls_metrics_free(r);
-    rl_resp_free(r);
     rl_envoy_shared_drop(r->envoy);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);

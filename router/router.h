@@ -60,6 +60,8 @@ struct rl_router_stats {
 #define RL_ROUTER_WARN_MS 10000u
 
 struct rl_envoy_config;
+struct rl_front_def;
+struct rl_wgroup;
 
 /* A loaded envoyproxy/ratelimit configuration shared by a process's workers and their calls
  * in flight (router/rls_call.c); the last drop frees it. */
@@ -106,6 +108,9 @@ struct rl_router_opts {
      * `worker` of; NULL: a router alone. */
     struct rl_wgroup *group;
     uint32_t worker;
+    /* The front table (front.h; the process's: rl_fronts), RL_FRONT_KINDS rows, by
+     * which rl_front_adopt serves a front's sockets; NULL: no front. */
+    const struct rl_front_def *fronts;
 };
 
 

@@ -28,7 +28,7 @@
 
 #include "conn.h"
 #include "denycache.h"
-#include "front.h"
+#include "frontkind.h"
 #include "gate.h"
 #include "hotkeys.h"
 #include "router.h"

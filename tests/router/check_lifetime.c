@@ -33,6 +33,7 @@
 #include "harness.h"
 #include "router_int.h"
 #include "rltest.h"
+#include "fronts.h"
 #include "tls.h"
 #include "wire.h"
 
@@ -304,6 +305,7 @@ world_start(struct world *w, bool tls)
     opts.tls_server = w->tls_server;
     opts.tls_client = w->tls_client;
     opts.on_freed = on_freed;
+    opts.fronts = rl_fronts;
     opts.arg = &w->loop;
     ck_assert_int_eq(rl_router_create(&w->r, &w->loop, w->conf, &opts), 0);
     snprintf(m.name, sizeof(m.name), "n1");
