@@ -1,8 +1,11 @@
 /*
- * router: the router's life cycle. Creating one allocates its pending slab (pending.c),
- * opens the request log and starts listening for clients (session.c); closing it stops
- * listening, closes every connection, its timers and the log, and frees it once the last
- * handle's close callback ran. What it does in between is in the files router_int.h lists.
+ * router: the router's life cycle, the assembly of its files. Creating one allocates its
+ * pending slab (pending.c, its expiry given forward.c's failure policy), installs the
+ * upstreams' callbacks (forward.c), joins its worker group (or makes a group of one), opens
+ * the request log and starts listening for clients (session.c); closing it stops listening,
+ * closes every connection, its timers and the log, and frees it once the last handle's close
+ * callback ran (router_int.h's lifetime rule: on_unheld). What it does in between is in the
+ * files router_int.h lists.
  */
 #include <errno.h>
 #include <stdio.h>

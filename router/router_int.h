@@ -1,20 +1,21 @@
 /*
  * router_int: what the router's files share and nothing outside router/ may use. The router
- * is one struct (struct rl_router) worked on by one file per concern:
- *   pending.c   the slab of requests in flight to nodes, their lists and the deadline;
- *   session.c   client connections: the per-op dispatch of their frames and AUTH (gate.h);
- *   forward.c   a CHECK: routing it to its owner, the node's reply, local and policy answers;
- *   fanout.c    THROTTLED: one request to every node, their episodes merged;
- *   table.c     membership and assignment into the shard table, rules replaced live;
- *   health.c    readiness (/readyz) and the warning while ZooKeeper gives no membership;
- *   rmetrics.c  what the router reports: STATS and its Prometheus families;
- *   shed.c      hot keys shed: the deny cache (denycache.h) and hot-key counts (hotkeys.h)
- *               as forward.c and table.c call them, the HOT op;
- *   router.c    creating and closing it;
- *   rproc.c     the process around its workers (rproc.h): threads, the acceptor, the shared
- *               view, rules, request log and sums.
- * The public API is router.h's. Everything of one rl_router runs on its loop's thread (a
- * worker's); rproc.c sums workers' counters from other threads (under each router's mu).
+ * is one struct (struct rl_router) per loop, worked on by one file per concern, in layers
+ * (docs/ARCHITECTURE.md, "router/"): calls go down, and what must go up is a callback or a
+ * table installed from above.
+ *   core services: pending.c (requests in flight, the deadline: its expiry a callback given
+ *     at init), counts.c (the decision counters), reply.c (the router's own ERROR), health.c
+ *     (readiness), front.c (front.h: the fronts' connections);
+ *   CHECK core: table.c (membership, assignment, rules replaced live), shed.c (the deny
+ *     cache and hot keys, HOT), fanout.c (THROTTLED), forward.c (a CHECK);
+ *   fronts: session.c (binary clients, the per-op handlers), resp.c/resp_cmd.c (RESP),
+ *     rls_h2.c/rls_call.c (gRPC);
+ *   assembly: router.c (creating and closing it: installs the callbacks, frees it once its
+ *     last handle closed), rmetrics.c (STATS and the Prometheus families);
+ *   process: rproc*.c (rproc.h), which hands each worker its group (struct rl_wgroup).
+ * Also here: the one lifetime rule (rl_router_hold/unhold). The public API is router.h's.
+ * Everything of one rl_router runs on its loop's thread (a worker's); other workers and the
+ * process's main thread read its counters and, under its mu, its tables.
  */
 #ifndef RL_ROUTER_INT_H
 #define RL_ROUTER_INT_H
