@@ -7,7 +7,7 @@
  *     its timer), a RESP connection with a CL.THROTTLE in flight, a gRPC connection with a
  *     ShouldRateLimit call in flight waiting for its grpc-timeout (the calls' timer), the
  *     connections to a real rl-node (paused with SIGSTOP, so nothing is answered), the
- *     deadline timer armed;
+ *     deadline timer armed, the health timer of a ZooKeeper session;
  *   - TLS: the same three kinds of client connections under TLS (handshakes not finished)
  *     and the router's TLS connections to the node.
  * Not for what the answers say (check_router, check_resp_clients, check_tls).
@@ -36,6 +36,7 @@
 #include "fronts.h"
 #include "tls.h"
 #include "wire.h"
+#include "zkm.h"
 
 #define T_TIMEOUT_MS 10000
 
@@ -368,6 +369,8 @@ START_TEST(test_close_with_everything_open)
     send_throttled(fan_fd, 8);
     pump(&w.loop, fanout_in_flight, w.r, "the THROTTLED in flight");
     ck_assert_ptr_nonnull(w.r->front);
+    /* and the health timer a ZooKeeper session starts */
+    rl_router_set_zookeeper(w.r, "127.0.0.1:9", RL_ZKM_CONNECTING);
     world_close(&w);
     close(check_fd);
     close(fan_fd);
