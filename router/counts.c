@@ -9,8 +9,7 @@
 #include "router_int.h"
 
 void
-rl_counts_answer(struct rl_router *r, const struct rl_rule *rule, uint32_t code,
-                 uint64_t start_ns)
+rl_counts_answer(struct rl_router *r, const struct rl_rule *rule, uint32_t code, uint64_t start_ns)
 {
     size_t row = rule != NULL ? rule->id : r->conf->nrules;
 

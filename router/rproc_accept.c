@@ -171,8 +171,8 @@ rproc_accept_listen(struct rl_rproc *p, const struct rl_conf *conf, char *err, s
         rc = rproc_listen(&f->fd, host, port);
         if (rc != 0) {
             if (err != NULL) {
-                snprintf(err, errlen, "[router] %s %s:%u: %s", rl_fronts[k].ops->name,
-                         host, (unsigned)port, uv_strerror(rc));
+                snprintf(err, errlen, "[router] %s %s:%u: %s", rl_fronts[k].ops->name, host,
+                         (unsigned)port, uv_strerror(rc));
             }
             return rc;
         }

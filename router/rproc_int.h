@@ -18,7 +18,7 @@
 #include "router_int.h"
 #include "rules.h"
 
-#define RPROC_ACCEPT_BATCH 64u    /* sockets accepted per poll callback */
+#define RPROC_ACCEPT_BATCH 64u     /* sockets accepted per poll callback */
 #define RPROC_ACCEPT_RETRY_MS 100u /* out of descriptors: accept again after this long */
 
 /* A socket accepted on a front's listener, in a worker's mailbox. */
@@ -54,12 +54,12 @@ struct rproc_worker {
     struct rproc_ffd *ffds; /* accepted on a front's listener (front.c) */
     size_t nffds, ffds_cap;
     bool members_new, asg_new, zk_new, hup, stop;
-    bool envoy_new; /* rl_rproc_set_envoy: take p->envoy */
+    bool envoy_new;  /* rl_rproc_set_envoy: take p->envoy */
     bool slices_new; /* rl_rproc_slices_changed: forget the deny cache */
-    char *zk_rules;   /* the newest rules znode text not yet taken; NULL: none */
+    char *zk_rules;  /* the newest rules znode text not yet taken; NULL: none */
     size_t zk_rules_len;
     int64_t zk_rules_version;
-    uint32_t queued;  /* sockets handed over and not adopted yet (main thread's count) */
+    uint32_t queued; /* sockets handed over and not adopted yet (main thread's count) */
 
     /* the worker thread's */
     struct rl_conf *conf;
@@ -74,7 +74,7 @@ struct rl_rproc {
     uint32_t nworkers;
     struct rproc_worker *workers;
     struct rl_wgroup group; /* what every worker reads of the process (router_int.h) */
-    uint32_t next; /* round robin among equally loaded workers */
+    uint32_t next;          /* round robin among equally loaded workers */
 
     uv_os_sock_t lfd;
     uv_poll_t poll;
@@ -127,8 +127,7 @@ void rproc_front_gone(struct rl_rproc *p, enum rl_front_kind kind);
 
 /* Opens the listening sockets: the binary protocol's, then each front's of the front table
  * that conf configures. 0, or a negative errno (err says which). */
-int rproc_accept_listen(struct rl_rproc *p, const struct rl_conf *conf, char *err,
-                        size_t errlen);
+int rproc_accept_listen(struct rl_rproc *p, const struct rl_conf *conf, char *err, size_t errlen);
 
 /* Starts accepting on them (the process's handles, closed by rproc_accept_close with
  * closed_cb). */

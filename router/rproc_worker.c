@@ -229,8 +229,7 @@ worker_main(void *arg)
     ro.worker = w->index;
     rc = rl_router_create(&w->router, &w->loop, w->conf, &ro);
     if (rc != 0) {
-        snprintf(w->start_err, sizeof(w->start_err), "worker %u: %s", w->index,
-                 uv_strerror(rc));
+        snprintf(w->start_err, sizeof(w->start_err), "worker %u: %s", w->index, uv_strerror(rc));
         w->start_rc = rc;
         rl_rules_close(&w->rules);
         uv_run(&w->loop, UV_RUN_DEFAULT);

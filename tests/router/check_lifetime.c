@@ -167,7 +167,8 @@ send_all(int fd, const void *p, size_t n)
 static int
 binary_client(void)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
                             .sin_port = htons((uint16_t)router_port)};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
 
@@ -211,8 +212,8 @@ h2_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t len, uint32_t *fla
         nghttp2_data_source *src, void *arg)
 {
     /* RateLimitRequest{domain "lt", descriptors [{entries [{key "user", value "u1"}]}]} */
-    static const uint8_t msg[] = {0x0a, 2,    'l', 't', 0x12, 12,  0x0a, 10,  0x0a,
-                                  4,    'u',  's', 'e', 'r',  0x12, 2,   'u', '1'};
+    static const uint8_t msg[] = {0x0a, 2,   'l', 't', 0x12, 12,   0x0a, 10,  0x0a,
+                                  4,    'u', 's', 'e', 'r',  0x12, 2,    'u', '1'};
     uint8_t *out = buf;
 
     (void)ng, (void)id, (void)src, (void)arg;
@@ -226,7 +227,9 @@ h2_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t len, uint32_t *fla
 }
 
 #define NV(n, v)                                                                                   \
-    {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, sizeof(v) - 1, NGHTTP2_NV_FLAG_NONE}
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, sizeof(v) - 1, NGHTTP2_NV_FLAG_NONE         \
+    }
 
 static void
 send_grpc_call(int fd)
@@ -249,9 +252,8 @@ send_grpc_call(int fd)
     ck_assert_int_eq(nghttp2_session_callbacks_new(&cbs), 0);
     ck_assert_int_eq(nghttp2_session_client_new(&ng, cbs, NULL), 0);
     ck_assert_int_eq(nghttp2_submit_settings(ng, NGHTTP2_FLAG_NONE, NULL, 0), 0);
-    ck_assert_int_gt(nghttp2_submit_request(ng, NULL, hdrs, sizeof(hdrs) / sizeof(hdrs[0]), &dp,
-                                            NULL),
-                     0);
+    ck_assert_int_gt(
+        nghttp2_submit_request(ng, NULL, hdrs, sizeof(hdrs) / sizeof(hdrs[0]), &dp, NULL), 0);
     while ((n = nghttp2_session_mem_send(ng, &data)) > 0) {
         send_all(fd, data, (size_t)n);
     }
