@@ -159,8 +159,6 @@ int rl_router_adopt(struct rl_router *r, uv_os_sock_t fd);
 /* Reopens the request log (SIGHUP). */
 void rl_router_reopen_log(struct rl_router *r);
 
-/* The owner of shard s now ("" when none): for tests and the demo. */
-const char *rl_router_owner(const struct rl_router *r, uint32_t shard);
 
 /* Appends the router's rl_ metric families (docs/OPERATIONS.md, "Metrics") to p. */
 void rl_router_metrics(struct rl_router *r, struct rl_prom *p);

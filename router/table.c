@@ -157,18 +157,6 @@ rl_router_set_assignment(struct rl_router *r, const char *text, size_t len, int6
     pthread_mutex_unlock(&r->mu);
 }
 
-const char *
-rl_router_owner(const struct rl_router *r, uint32_t shard)
-{
-    uint32_t o;
-
-    if (r->map == NULL || shard >= r->map->nshards) {
-        return "";
-    }
-    o = rl_shardmap_owner(r->map, shard);
-    return o == RL_SHARDMAP_NONE ? "" : r->map->members[o].name;
-}
-
 /* Frees the oldest retired rules. */
 static void
 retired_pop(struct rl_router *r)
