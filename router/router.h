@@ -159,7 +159,6 @@ int rl_router_adopt(struct rl_router *r, uv_os_sock_t fd);
 /* Reopens the request log (SIGHUP). */
 void rl_router_reopen_log(struct rl_router *r);
 
-
 /* Appends the router's rl_ metric families (docs/OPERATIONS.md, "Metrics") to p. */
 void rl_router_metrics(struct rl_router *r, struct rl_prom *p);
 
