@@ -28,8 +28,7 @@ fan_timer_closed(uv_handle_t *h)
     struct rl_router *r = f->r;
 
     free(f);
-    r->handles--;
-    rl_router_maybe_free(r);
+    rl_router_unhold(r);
 }
 
 static void
@@ -265,7 +264,8 @@ fan_send(struct rl_router *r, struct rl_fanout *f, struct rl_wire_req *fwd)
 }
 
 void
-rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req)
+rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req,
+                    const struct rl_wire_str *relay)
 {
     struct rl_cconn *c = (struct rl_cconn *)conn;
     struct rl_router *r = conn->data;
@@ -273,26 +273,27 @@ rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req)
     struct rl_wire_req fwd;
     const struct rl_client_conf *cl = conn->principal;
 
+    (void)relay; /* a CHECK's only */
     if (cl != NULL && cl->all_services) {
         cl = NULL; /* sees every service */
     }
     if (cl != NULL && req->service.ptr != NULL &&
         !fan_may_see(r->conf, cl, req->service.ptr, req->service.len)) {
         r->stats.unauthorized++;
-        rl_session_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
-                         "this client's token does not allow that service");
+        rl_reply_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
+                       "this client's token does not allow that service");
         return;
     }
     if (c->nfanouts >= FANOUT_PER_CLIENT || r->nfanouts >= FANOUT_MAX) {
         r->stats.overloaded++;
-        rl_session_error(conn, req->id, RL_WIRE_ERR_OVERLOADED,
-                         "too many THROTTLED requests in flight");
+        rl_reply_error(conn, req->id, RL_WIRE_ERR_OVERLOADED,
+                       "too many THROTTLED requests in flight");
         return;
     }
     f = calloc(1, sizeof(*f));
     if (f == NULL) {
         r->stats.overloaded++;
-        rl_session_error(conn, req->id, RL_WIRE_ERR_OVERLOADED, "router out of memory");
+        rl_reply_error(conn, req->id, RL_WIRE_ERR_OVERLOADED, "router out of memory");
         return;
     }
     f->r = r;
@@ -301,7 +302,7 @@ rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req)
     f->top = req->top != 0 ? req->top : RL_WIRE_TOP_DEFAULT;
     uv_timer_init(r->loop, &f->timer);
     f->timer.data = f;
-    r->handles++;
+    rl_router_hold(r);
     r->nfanouts++;
     c->nfanouts++;
     f->cnext = c->fanouts;

@@ -3,7 +3,8 @@
  * to its owner in the table (table.c); the request goes to the owner over its pooled
  * connections (upstream.h) under a pending record's id (pending.c), and the node's reply is
  * relayed under the client's id. Both are relayed from their bytes when session.c and
- * upstream.c read them the short way (wire_fast.h: r->relay, the upconn's relay): only the
+ * upstream.c read them the short way (wire_fast.h: the relay session.c hands in, the
+ * upconn's relay): only the
  * id is rewritten. What the router answers itself is decided here too: NO_RULE
  * (every process reads the same rules), a client whose token does not allow the service, and
  * the service's failure policy when the owner is down, the connection is lost, the deadline
@@ -64,7 +65,7 @@ rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
     struct rl_wire_check_reply rep;
 
     fill_failure(r, p->rule, p->client_id, &rep);
-    rl_rmetrics_count(r, p->rule, rep.code, p->start_ns);
+    rl_counts_answer(r, p->rule, rep.code, p->start_ns);
     r->stats.checks++;
     if (p->up != NULL) {
         rl_upstream_count_failure(p->up);
@@ -96,7 +97,7 @@ answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_r
     struct rl_router *r = c->data;
 
     r->stats.checks++;
-    rl_rmetrics_count(r, rule, rep->code, r->batch_ns);
+    rl_counts_answer(r, rule, rep->code, r->batch_ns);
     if (r->log != NULL && rl_reqlog_sample(r->log)) {
         /* Cut as for forwarded requests (docs/OPERATIONS.md: the first 64 bytes of the user). */
         log_answer(r, shard, node, rep->code, hash, req->service.ptr, req->service.len,
@@ -111,7 +112,8 @@ answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_r
 }
 
 void
-rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
+rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
+                 const struct rl_wire_str *relay)
 {
     struct rl_cconn *c = (struct rl_cconn *)conn;
     struct rl_router *r = conn->data;
@@ -122,6 +124,7 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
     struct rl_pending *p;
     uint64_t hash;
     uint32_t shard, owner = RL_SHARDMAP_NONE;
+    uint64_t fp = 0; /* the deny cache's hash of the user (shed.c) */
     int sent = -EAGAIN;
 
     hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
@@ -134,23 +137,23 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
         if (conn->principal != NULL &&
             !rl_conf_client_may((const struct rl_client_conf *)conn->principal, NULL)) {
             r->stats.unauthorized++;
-            rl_session_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
-                             "this client's token does not allow inline limits");
+            rl_reply_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
+                           "this client's token does not allow inline limits");
             return;
         }
         /* Configured rules are authoritative (the node, which knows every section of the
          * service, refuses the rest alike). */
         if (rule != NULL || rl_conf_rule(r->conf, req->service.ptr, req->service.len, NULL, 0)) {
             /* (the service's bytes are not quoted: a message must be text) */
-            rl_session_error(conn, req->id, RL_WIRE_ERR_BAD_FIELD,
-                             "the service has configured rules: an inline limit is refused");
+            rl_reply_error(conn, req->id, RL_WIRE_ERR_BAD_FIELD,
+                           "the service has configured rules: an inline limit is refused");
             return;
         }
     } else if (conn->principal != NULL &&
                !rl_conf_client_may((const struct rl_client_conf *)conn->principal, rule)) {
         r->stats.unauthorized++;
-        rl_session_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
-                         "this client's token does not allow that service");
+        rl_reply_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
+                       "this client's token does not allow that service");
         return;
     }
     if (rule == NULL && !req->limit.set) {
@@ -167,20 +170,20 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
     if (owner != RL_SHARDMAP_NONE) {
         u = r->owners[owner];
     }
-    if (rule != NULL && rl_shed_check(conn, req, rule, shard, hash, u)) {
+    if (rule != NULL && rl_shed_check(conn, req, rule, shard, hash, u, &fp)) {
         return; /* answered LIMITED from the deny cache (shed.c) */
     }
     p = u != NULL ? rl_pending_get(r) : NULL;
     if (u != NULL && p == NULL) {
         r->stats.overloaded++;
-        rl_session_error(conn, req->id, RL_WIRE_ERR_OVERLOADED,
-                         "router has too many requests in flight");
+        rl_reply_error(conn, req->id, RL_WIRE_ERR_OVERLOADED,
+                       "router has too many requests in flight");
         return;
     }
     if (p != NULL) {
         /* Read the short way (session.c): what follows the id goes as the client sent it. */
-        if (r->relay.ptr != NULL) {
-            sent = rl_upstream_send_check(u, rl_pending_id(r, p), r->relay.ptr, r->relay.len,
+        if (relay->ptr != NULL) {
+            sent = rl_upstream_send_check(u, rl_pending_id(r, p), relay->ptr, relay->len,
                                           &p->link);
         } else {
             fwd = *req;
@@ -223,7 +226,7 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req)
             memcpy(p->service, req->service.ptr, p->slen);
         }
     }
-    rl_shed_sent(r, p, req);
+    rl_shed_sent(p, req, fp);
     rl_pending_track(r, p, c);
     r->stats.forwarded++;
 }
@@ -252,7 +255,7 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
     rl_shed_reply(r, pd, u, rep);
     if (rep->op == RL_WIRE_OP_CHECK) {
         r->stats.checks++;
-        rl_rmetrics_count(r, pd->rule, rep->check.code, pd->start_ns);
+        rl_counts_answer(r, pd->rule, rep->check.code, pd->start_ns);
         if (pd->logged) {
             log_answer(r, pd->shard, u->name, rep->check.code, pd->key_hash,
                        pd->rule != NULL ? pd->rule->service : pd->service,
@@ -355,7 +358,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
         }
         fill_failure(r, rule, req->id, now);
         r->stats.checks++;
-        rl_rmetrics_count(r, rule, now->code, start);
+        rl_counts_answer(r, rule, now->code, start);
         return -1;
     }
     p->client = NULL;

@@ -13,15 +13,9 @@
 #include "front.h"
 #include "log.h"
 #include "router_int.h"
-#include "rproc.h"
 #include "tls.h"
 
 #define FRONT_READ_BUF (64u * 1024)
-
-static const struct rl_front_ops *const front_kinds[RL_FRONT_KINDS] = {
-    [RL_FRONT_RLS] = &rl_rls_h2_ops,
-    [RL_FRONT_RESP] = &rl_resp_ops,
-};
 
 /* The per-loop state: the connections, one read buffer, one timer. */
 struct rl_front {
@@ -78,7 +72,7 @@ struct rl_front_conn {
     bool dirty; /* on the loop's dirty list (rl_front_mark) */
     struct rl_front_conn *dirty_prev, *dirty_next;
     bool peer_counted; /* counted in the process's per-address table (rl_listener_peer_take) */
-    bool preauth;      /* counted as not yet authenticated (rl_rproc_front_preauth_take) */
+    bool preauth;      /* counted as not yet authenticated (front_preauth_take) */
 };
 
 static void front_idle_cb(uv_idle_t *h);
@@ -90,13 +84,6 @@ static void
 front_idle_cb(uv_idle_t *h)
 {
     (void)h;
-}
-
-const char *
-rl_front_name(enum rl_front_kind kind)
-{
-    return (unsigned)kind < RL_FRONT_KINDS && front_kinds[kind] != NULL ? front_kinds[kind]->name
-                                                                        : "?";
 }
 
 const uint8_t *
@@ -169,7 +156,7 @@ rl_front_touch(struct rl_front_conn *c)
 static uint64_t
 front_budget(const struct rl_router *r)
 {
-    uint32_t n = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
+    uint32_t n = r->group->n;
 
     return r->opts.limits.buffer_memory / (n ? n : 1);
 }
@@ -195,8 +182,7 @@ conn_handle_closed(uv_handle_t *h)
     struct rl_router *r = c->r;
 
     free(c);
-    r->handles--;
-    rl_router_maybe_free(r);
+    rl_router_unhold(r);
 }
 
 /* Off the loop's dirty list. */
@@ -253,6 +239,36 @@ front_check_cb(uv_check_t *h)
 }
 
 /* The caps front_admit counted c against, released (it closes, or authenticated). */
+/*
+ * The connections of a front kind not yet authenticated (a front that authenticates each
+ * connection, while [client] sections exist): at most half of its max_connections, process
+ * wide, counted in the worker group (none for a router alone). take: one more (false:
+ * refuse it); put: it authenticated or closed.
+ */
+static bool
+front_preauth_take(struct rl_wgroup_front *f)
+{
+    uint32_t max = f->max / 2 > 0 ? f->max / 2 : 1;
+    uint32_t n = __atomic_load_n(&f->preauth, __ATOMIC_RELAXED);
+
+    do {
+        if (n >= max) {
+            return false;
+        }
+    } while (!__atomic_compare_exchange_n(&f->preauth, &n, n + 1, false, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    return true;
+}
+
+static void
+front_preauth_put(struct rl_front_conn *c)
+{
+    if (c->preauth) {
+        c->preauth = false;
+        __atomic_fetch_sub(&c->r->group->fronts[c->kind].preauth, 1, __ATOMIC_RELAXED);
+    }
+}
+
 static void
 front_release(struct rl_front_conn *c)
 {
@@ -260,23 +276,13 @@ front_release(struct rl_front_conn *c)
         c->peer_counted = false;
         rl_listener_peer_put(&c->r->listener, c->addr);
     }
-    if (c->preauth) {
-        c->preauth = false;
-        if (c->r->proc != NULL) {
-            rl_rproc_front_preauth_put(c->r->proc, c->kind);
-        }
-    }
+    front_preauth_put(c);
 }
 
 void
 rl_front_authenticated(struct rl_front_conn *c)
 {
-    if (c->preauth) {
-        c->preauth = false;
-        if (c->r->proc != NULL) {
-            rl_rproc_front_preauth_put(c->r->proc, c->kind);
-        }
-    }
+    front_preauth_put(c);
 }
 
 void
@@ -308,8 +314,9 @@ rl_front_close(struct rl_front_conn *c)
     }
     g->nconns--;
     __atomic_fetch_sub(&c->r->front_conns, 1, __ATOMIC_RELAXED);
-    if (c->r->proc != NULL) {
-        rl_rproc_front_closed(c->r->proc, c->kind);
+    if (c->r->group->fronts[c->kind].max != 0) {
+        /* counted by the acceptor that handed it over: one fewer open, process wide */
+        __atomic_fetch_sub(&c->r->group->fronts[c->kind].conns, 1, __ATOMIC_RELAXED);
     }
     uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
 }
@@ -656,15 +663,6 @@ front_tick(uv_timer_t *t)
     }
 }
 
-static void
-front_timer_closed(uv_handle_t *h)
-{
-    struct rl_router *r = h->data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
-}
-
 /*
  * The client caps of the binary listener (conn.h), for a new connection c of a front (its
  * address known): [clients] max_connections_per_peer counted with the binary protocol's and
@@ -697,8 +695,10 @@ front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd)
         counter = &st->refused_peer;
     } else {
         c->peer_counted = true;
-        if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 && r->proc != NULL) {
-            if (rl_rproc_front_preauth_take(r->proc, c->kind)) {
+        struct rl_wgroup_front *gf = &r->group->fronts[c->kind];
+
+        if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 && gf->max != 0) {
+            if (front_preauth_take(gf)) {
                 c->preauth = true;
             } else {
                 why = "server busy: too many connections are waiting for AUTH (half of "
@@ -735,10 +735,11 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
     struct rl_front_conn *c;
     int rc;
 
-    if (r->closing || (unsigned)kind >= RL_FRONT_KINDS || front_kinds[kind] == NULL) {
+    if (r->closing || (unsigned)kind >= RL_FRONT_KINDS || r->opts.fronts == NULL ||
+        r->opts.fronts[kind].ops == NULL) {
         return UV_ECANCELED;
     }
-    ops = front_kinds[kind];
+    ops = r->opts.fronts[kind].ops;
     if (r->front == NULL) {
         r->front = calloc(1, sizeof(*r->front));
         if (r->front == NULL) {
@@ -746,12 +747,14 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         }
         uv_timer_init(r->loop, &r->front->timer);
         r->front->timer.data = r;
+        rl_router_hold(r);
         uv_check_init(r->loop, &r->front->check);
         r->front->check.data = r;
+        rl_router_hold(r);
         uv_check_start(&r->front->check, front_check_cb);
         uv_idle_init(r->loop, &r->front->idle);
         r->front->idle.data = r;
-        r->handles += 3;
+        rl_router_hold(r);
     }
     c = calloc(1, sizeof(*c));
     if (c == NULL) {
@@ -785,7 +788,7 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
     }
     uv_tcp_init(r->loop, &c->tcp);
     c->tcp.data = c;
-    r->handles++;
+    rl_router_hold(r);
     rc = uv_tcp_open(&c->tcp, fd);
     if (rc != 0) {
         /* not the handle's: the caller closes fd */
@@ -831,14 +834,21 @@ rl_front_close_all(struct rl_router *r)
     while (r->front->conns != NULL) {
         rl_front_close(r->front->conns);
     }
-    uv_close((uv_handle_t *)&r->front->timer, front_timer_closed);
-    uv_close((uv_handle_t *)&r->front->check, front_timer_closed);
-    uv_close((uv_handle_t *)&r->front->idle, front_timer_closed);
+    uv_close((uv_handle_t *)&r->front->timer, rl_router_handle_closed);
+    uv_close((uv_handle_t *)&r->front->check, rl_router_handle_closed);
+    uv_close((uv_handle_t *)&r->front->idle, rl_router_handle_closed);
 }
 
 void
 rl_front_free(struct rl_router *r)
 {
+    for (int k = 0; r->opts.fronts != NULL && k < RL_FRONT_KINDS; k++) {
+        const struct rl_front_ops *ops = r->opts.fronts[k].ops;
+
+        if (ops != NULL && ops->free_loop != NULL) {
+            ops->free_loop(r);
+        }
+    }
     if (r->front != NULL) {
         free(r->front->tbuf);
     }

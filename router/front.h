@@ -6,7 +6,8 @@
  * (struct rl_front_ops) that turns the bytes read into answers; front.c does the rest:
  *
  *   - adopting an accepted socket on a worker (rl_front_adopt), the process-wide cap on a
- *     front's connections (rproc.c counts them; rl_rproc_front_closed when one closes);
+ *     front's connections (counted in the worker group, router_int.h: the acceptor adds
+ *     one, front.c takes it off when the connection closes);
  *   - reading into one bounded buffer per worker loop, and handing the bytes to the
  *     protocol through ONE function (front_in in front.c);
  *   - the output: the protocol queues bytes (rl_front_write) and front.c writes them through
@@ -32,15 +33,11 @@
 
 #include <uv.h>
 
+#include "frontkind.h"
+
+struct rl_conf;
 struct rl_router;
 struct rl_front_conn;
-
-/* The fronts; rproc.c's mailbox carries one with each socket. */
-enum rl_front_kind {
-    RL_FRONT_RLS = 0, /* [router] rls: gRPC, Envoy's ShouldRateLimit (rls_h2.c) */
-    RL_FRONT_RESP,    /* [router] resp: Redis's protocol, CL.THROTTLE and RL.CHECK (resp.c) */
-    RL_FRONT_KINDS
-};
 
 struct rl_front_limits {
     size_t write_queue_max; /* unsent output bytes at which reading stops */
@@ -79,10 +76,21 @@ struct rl_front_ops {
     /* Optional: what a connection refused at once (front_admit) is told: why, in the
      * protocol's words, written to buf (n bytes at most); returns the length. */
     size_t (*refusal)(char *buf, size_t n, const char *why);
+    /* Optional: frees the protocol's per-loop state of r (router freed, every connection
+     * closed). */
+    void (*free_loop)(struct rl_router *r);
+};
+
+/* A row of the front table (the process's, fronts.c: rl_fronts; a router is handed it
+ * in rl_router_opts.fronts): a front's protocol, and where it listens per the config (host
+ * NULL: it does not). */
+struct rl_front_def {
+    const struct rl_front_ops *ops;
+    void (*listen)(const struct rl_conf *conf, const char **host, uint16_t *port);
 };
 
 /* Serves fd, accepted on front kind's listener, on r's loop. 0, or a negative errno (then
- * the caller closes fd and tells rproc the connection is gone). */
+ * the caller closes fd and takes the connection off its group's count). */
 int rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd);
 
 /* Closes every front connection of r (router closing). */
@@ -136,9 +144,6 @@ void rl_front_touch(struct rl_front_conn *c);
  * the connection's held_max or its worker loop's share of [clients] buffer_memory
  * (nothing changed then). */
 int rl_front_hold(struct rl_front_conn *c, size_t old, size_t new);
-
-/* The name of front kind: its [router] key ("rls"). */
-const char *rl_front_name(enum rl_front_kind kind);
 
 /* The fronts' vtables, by kind. */
 extern const struct rl_front_ops rl_rls_h2_ops;

@@ -80,27 +80,18 @@ rl_router_set_zookeeper(struct rl_router *r, const char *addr, int state)
         snprintf(r->zk_addr, sizeof(r->zk_addr), "%s", addr);
         uv_timer_init(r->loop, &r->health_timer);
         r->health_timer.data = r;
-        r->handles++;
+        rl_router_hold(r);
         health_lacking_since(r, uv_now(r->loop));
         uv_timer_start(&r->health_timer, health_tick, HEALTH_TICK_MS, HEALTH_TICK_MS);
     }
     r->zk_state = state;
 }
 
-static void
-health_timer_closed(uv_handle_t *h)
-{
-    struct rl_router *r = h->data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
-}
-
 void
 rl_health_close(struct rl_router *r)
 {
     if (r->zk_state != RL_ROUTER_ZK_NONE) {
-        uv_close((uv_handle_t *)&r->health_timer, health_timer_closed);
+        uv_close((uv_handle_t *)&r->health_timer, rl_router_handle_closed);
     }
 }
 

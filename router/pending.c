@@ -6,7 +6,9 @@
  * lists: its client's (to orphan it when the client leaves), its node connection's (to answer
  * it by failure policy the moment the connection dies: upstream.h), and one FIFO ordered by
  * deadline (every request gets the same deadline, so creation order is deadline order and
- * one timer on the head suffices). Not for what the answers say (forward.c).
+ * one timer on the head suffices). A record whose deadline passes is handed to the expiry
+ * function given at init (router.c gives forward.c's failure policy). Not for what the
+ * answers say (forward.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -14,8 +16,9 @@
 #include "router_int.h"
 
 int
-rl_pending_init(struct rl_router *r, uint32_t cap)
+rl_pending_init(struct rl_router *r, uint32_t cap, rl_pending_expire_fn *expire)
 {
+    r->pending_expire = expire;
     r->slab_cap = cap;
     r->slab = calloc(cap, sizeof(*r->slab));
     if (r->slab == NULL) {
@@ -134,12 +137,11 @@ pending_deadline(uv_timer_t *t)
 
     while (r->fifo_head != NULL && r->fifo_head->deadline <= now) {
         r->stats.deadline_expired++;
-        rl_forward_fail(r, r->fifo_head, true);
+        r->pending_expire(r, r->fifo_head); /* puts it back: the next is the head */
     }
     if (r->fifo_head != NULL) {
         uv_timer_start(&r->deadline_timer, pending_deadline, r->fifo_head->deadline - now, 0);
     }
-    rl_router_maybe_free(r);
 }
 
 void

@@ -526,7 +526,7 @@ check_run(struct resp_conn *c, ARGS, bool multi)
             memset(&pt->rep, 0, sizeof(pt->rep));
             pt->rep.code = RL_WIRE_NO_RULE;
             c->r->stats.checks++;
-            rl_rmetrics_count(c->r, NULL, RL_WIRE_NO_RULE, rl_router_now_ns(c->r));
+            rl_counts_answer(c->r, NULL, RL_WIRE_NO_RULE, rl_router_now_ns(c->r));
             continue;
         }
         part_send(s, i, &reqs[i]);

@@ -19,7 +19,6 @@
 #include "resp.h"
 #include "resp_int.h"
 #include "router_int.h"
-#include "rproc.h"
 
 /* "ERR wrong number of arguments for 'name' command". */
 static int
@@ -314,7 +313,7 @@ cmd_info(struct resp_conn *c, ARGS)
             "process_id:%ld\r\ntcp_port:%u\r\nloading:0\r\n\r\n",
             RESP_COMPAT_VERSION, RL_VERSION, (long)getpid(), (unsigned)r->conf->resp_port);
     fprintf(f, "# Clients\r\nconnected_clients:%u\r\n\r\n",
-            r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RESP) : g->nconns);
+            rl_wgroup_front_conns(r->group, RL_FRONT_RESP, g->nconns));
     fprintf(f,
             "# Stats (this worker)\r\ntotal_commands_processed:%" PRIu64
             "\r\ncl_throttle_commands:%" PRIu64 "\r\nrl_check_keys:%" PRIu64
@@ -322,7 +321,7 @@ cmd_info(struct resp_conn *c, ARGS)
             g->counts[RESP_N_COMMANDS], g->counts[RESP_N_THROTTLES], g->counts[RESP_N_CHECKS],
             g->counts[RESP_N_ERRORS], g->counts[RESP_N_PROTOCOL]);
     fprintf(f, "# Router\r\nworkers:%u\r\npending:%" PRIu64 "\r\n",
-            r->proc != NULL ? rl_rproc_workers(r->proc) : 1, pending);
+            r->group->n, pending);
 #define RESP_INFO_FIELD(f_, s_) fprintf(f, "%s:%" PRIu64 "\r\n", s_, st.f_);
     RL_ROUTER_STATS_MAP(RESP_INFO_FIELD)
 #undef RESP_INFO_FIELD

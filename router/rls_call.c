@@ -187,10 +187,7 @@ call_expire(struct rl_rls_wait_node *n)
 static void
 wait_closed(void *arg)
 {
-    struct rl_router *r = arg;
-
-    r->handles--;
-    rl_router_maybe_free(r);
+    rl_router_unhold(arg);
 }
 
 /* Puts call in the deadline heap: its grpc-timeout less the margin, when that comes before
@@ -216,7 +213,7 @@ wait_add(struct rl_rls_call *call)
             (f->wait = rl_rls_wait_new(r->loop, call_expire, wait_closed, r)) == NULL) {
             return -1;
         }
-        r->handles++;
+        rl_router_hold(r);
     }
     return rl_rls_wait_add(f->wait, &call->wait, now + ms);
 }

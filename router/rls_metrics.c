@@ -16,7 +16,6 @@
 #include "metrics.h"
 #include "rls_front.h"
 #include "router_int.h"
-#include "rproc.h"
 
 #define RLS_DOMAINS_MAX 256u     /* domain series (configured domains, and "") */
 #define RLS_DETAILED_MAX 1000u   /* detailed_metric full keys, per worker and per page */
@@ -277,13 +276,13 @@ rls_metrics_fmt(const void *arg, struct rl_prom *p)
 static uint32_t
 workers_of(const struct rl_router *r)
 {
-    return r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
+    return r->group->n;
 }
 
 static struct rl_router *
 worker(struct rl_router *r, uint32_t i)
 {
-    return r->proc != NULL ? rl_rproc_router(r->proc, i) : r;
+    return r->group->routers[i];
 }
 
 /* Counts what a copy of every worker's tables takes (names included). */

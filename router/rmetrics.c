@@ -1,6 +1,6 @@
 /*
- * rmetrics: what the router reports about itself. Counting each CHECK's answer (by rule and
- * reply code, its end-to-end latency), the STATS reply and the router's Prometheus families
+ * rmetrics: what the router reports about itself: the STATS reply and the router's Prometheus
+ * families, from the counters counts.c and the other files keep
  * (docs/OPERATIONS.md, "Metrics"; the names there are a contract with dashboards). Not for
  * the HTTP listener (metrics.h) or readiness (health.c).
  */
@@ -15,7 +15,6 @@
 #include "resp_front.h"
 #include "rls_front.h"
 #include "router_int.h"
-#include "rproc.h"
 #include "rules.h"
 #include "zkm.h"
 
@@ -46,8 +45,8 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
     rl_rls_counts_sum(r->rls, &s->rls);
     memset(s->resp_counts, 0, sizeof(s->resp_counts));
     rl_resp_counts(r->resp, s->resp_counts);
-    for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
-        struct rl_router *w = rl_rproc_router(r->proc, i);
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
         struct rl_listener_stats cs;
 
         if (w == r || w == NULL) {
@@ -71,11 +70,11 @@ rmetrics_sum(const struct rl_router *r, struct rmetrics_sum *s)
         rl_resp_counts(w->resp, s->resp_counts);
         pthread_mutex_unlock(&w->mu);
     }
-    if (r->proc != NULL) {
-        /* Every worker builds the same tables: one worker's count is the process's. */
-        s->stats.table_builds = r->stats.table_builds;
-        s->cs.accept_errors += rl_rproc_accept_errors(r->proc);
-        s->cs.peers = rl_rproc_peers(r->proc);
+    /* Every worker builds the same tables: one worker's count is the process's. */
+    s->stats.table_builds = r->stats.table_builds;
+    s->cs.accept_errors += __atomic_load_n(r->group->accept_errors, __ATOMIC_RELAXED);
+    if (r->group->shared != NULL) {
+        s->cs.peers = rl_conn_shared_peers(r->group->shared);
     }
 }
 
@@ -95,12 +94,10 @@ static void
 rmetrics_node_sum(const struct rl_router *r, const char *name, struct rl_upstream_stats *out,
                   bool *up)
 {
-    uint32_t n = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
-
     memset(out, 0, sizeof(*out));
     *up = false;
-    for (uint32_t i = 0; i < n; i++) {
-        struct rl_router *w = r->proc != NULL ? rl_rproc_router(r->proc, i) : (struct rl_router *)r;
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
 
         if (w == NULL) {
             continue;
@@ -135,8 +132,8 @@ static uint64_t (*rmetrics_codes_sum(const struct rl_router *r))[RL_WIRE_CODE_CO
         return NULL;
     }
     memcpy(codes, r->rule_codes, r->rule_rows * sizeof(*codes));
-    for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
-        struct rl_router *w = rl_rproc_router(r->proc, i);
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
 
         if (w == r || w == NULL) {
             continue;
@@ -152,36 +149,6 @@ static uint64_t (*rmetrics_codes_sum(const struct rl_router *r))[RL_WIRE_CODE_CO
         pthread_mutex_unlock(&w->mu);
     }
     return codes;
-}
-
-void
-rl_rmetrics_count(struct rl_router *r, const struct rl_rule *rule, uint32_t code, uint64_t start_ns)
-{
-    size_t row = rule != NULL ? rule->id : r->conf->nrules;
-
-    /* A request forwarded under rules since replaced (answered within a deadline of the
-     * swap) is not counted by service: its rule's id indexes the old rules. */
-    if (rule != NULL && ((uintptr_t)rule < (uintptr_t)r->conf->rules ||
-                         (uintptr_t)rule >= (uintptr_t)(r->conf->rules + r->conf->nrules))) {
-        row = SIZE_MAX;
-    }
-    if (code < RL_WIRE_CODE_COUNT && row < r->rule_rows) {
-        r->rule_codes[row][code]++;
-    }
-    rl_hist_observe(&r->latency, rl_router_now_ns(r) - start_ns, 1);
-    if (code == RL_WIRE_ALLOWED) {
-        r->stats.allowed++;
-    } else if (code == RL_WIRE_LIMITED) {
-        r->stats.limited++;
-    } else if (code == RL_WIRE_QUEUED) {
-        r->stats.queued++;
-    } else if (code == RL_WIRE_FAIL_OPEN) {
-        r->stats.fail_open++;
-    } else if (code == RL_WIRE_FAIL_CLOSED) {
-        r->stats.fail_closed++;
-    } else if (code == RL_WIRE_NO_RULE) {
-        r->stats.no_rule++;
-    }
 }
 
 void
@@ -211,7 +178,7 @@ rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
     keys[n] = "pending";
     vals[n++] = (int64_t)sum.npending;
     keys[n] = "workers";
-    vals[n++] = r->proc != NULL ? rl_rproc_workers(r->proc) : 1;
+    vals[n++] = r->group->n;
     keys[n] = "members";
     vals[n++] = (int64_t)r->view.nmembers;
     keys[n] = "zk_state";
@@ -256,7 +223,7 @@ rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id)
         keys[n] = "rls_streams_reset_by_client";
         vals[n++] = (int64_t)sum.rls.streams[RL_RLS_STREAM_RESET_BY_CLIENT];
         keys[n] = "rls_connections";
-        vals[n++] = r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RLS) : 0;
+        vals[n++] = rl_wgroup_front_conns(r->group, RL_FRONT_RLS, 0);
     }
     n = rl_shed_stats(r, keys, vals, n);
     /*
@@ -412,7 +379,7 @@ rmetrics_decisions(const struct rl_router *r, struct rl_prom *p,
     }
     if (sn != NULL) {
         sn->no_rule = codes[r->rule_rows - 1][RL_WIRE_NO_RULE];
-        /* The no-rule row holds inline-limited CHECKs' other codes (rl_rmetrics_count). */
+        /* The no-rule row holds inline-limited CHECKs' other codes (rl_counts_answer). */
         memcpy(sn->inl, codes[r->rule_rows - 1], sizeof(sn->inl));
         sn->n = n;
         at = (char *)&sn->rule[n];
@@ -445,7 +412,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
         /* A worker may see only the latest of states that came in a burst: the process
          * counts the expiries as ZooKeeper reported them. */
         rl_prom_zookeeper(p, r->zk_state == RL_ZKM_CONNECTED,
-                          r->proc != NULL ? rl_rproc_zk_expiries(r->proc) : r->zk_expiries);
+                          __atomic_load_n(r->group->zk_expiries, __ATOMIC_RELAXED));
     }
 
     rmetrics_decisions(r, p, codes);
@@ -488,7 +455,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
         rl_prom_family(p, "rl_router_rls_connections", "gauge",
                        "gRPC connections open on [router] rls.");
         rl_prom_u64(p, "rl_router_rls_connections", NULL,
-                    r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RLS) : 0);
+                    rl_wgroup_front_conns(r->group, RL_FRONT_RLS, 0));
     }
     if (r->conf->resp_host != NULL) {
         static const char *const kinds[5] = RL_RESP_COUNT_NAMES;
@@ -504,7 +471,7 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
         rl_prom_family(p, "rl_router_resp_connections", "gauge",
                        "RESP connections open on [router] resp.");
         rl_prom_u64(p, "rl_router_resp_connections", NULL,
-                    r->proc != NULL ? rl_rproc_front_connections(r->proc, RL_FRONT_RESP) : 0);
+                    rl_wgroup_front_conns(r->group, RL_FRONT_RESP, 0));
     }
     rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
                    "CHECKs forwarded to nodes and not answered yet.");
@@ -580,11 +547,11 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
     rl_reqlog_metrics(r->log, p);
     rl_listener_metrics_of(&sum.cs, p);
     rl_prom_family(p, "rl_router_workers", "gauge", "Worker threads serving clients.");
-    rl_prom_u64(p, "rl_router_workers", NULL, r->proc != NULL ? rl_rproc_workers(r->proc) : 1);
+    rl_prom_u64(p, "rl_router_workers", NULL, r->group->n);
     rl_prom_family(p, "rl_router_worker_connections", "gauge",
                    "Client connections open now, by worker thread.");
-    for (uint32_t i = 0; i < (r->proc != NULL ? rl_rproc_workers(r->proc) : 1); i++) {
-        const struct rl_router *w = r->proc != NULL ? rl_rproc_router(r->proc, i) : r;
+    for (uint32_t i = 0; i < (r->group->n); i++) {
+        const struct rl_router *w = r->group->routers[i];
         char idx[16];
         struct rl_listener_stats cs;
 

@@ -1,8 +1,11 @@
 /*
- * router: the router's life cycle. Creating one allocates its pending slab (pending.c),
- * opens the request log and starts listening for clients (session.c); closing it stops
- * listening, closes every connection, its timers and the log, and frees it once the last
- * handle's close callback ran. What it does in between is in the files router_int.h lists.
+ * router: the router's life cycle, the assembly of its files. Creating one allocates its
+ * pending slab (pending.c, its expiry given forward.c's failure policy), installs the
+ * upstreams' callbacks (forward.c), joins its worker group (or makes a group of one), opens
+ * the request log and starts listening for clients (session.c); closing it stops listening,
+ * closes every connection, its timers and the log, and frees it once the last handle's close
+ * callback ran (router_int.h's lifetime rule: on_unheld). What it does in between is in the
+ * files router_int.h lists.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,38 +32,51 @@ rl_router_reopen_log(struct rl_router *r)
 }
 
 static void
-router_handle_closed(uv_handle_t *h)
-{
-    struct rl_router *r = h->data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
-}
-
-static void
 router_connq_closed(void *data)
 {
-    struct rl_router *r = data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
+    rl_router_unhold(data);
 }
 
 static void
 router_listener_closed(struct rl_listener *l)
 {
-    struct rl_router *r = l->data;
-
-    r->handles--;
-    rl_router_maybe_free(r);
+    rl_router_unhold(l->data);
 }
 
-void
-rl_router_maybe_free(struct rl_router *r)
+/* The workers r is one of (opts->group), or a group of one: itself. */
+static void
+router_group(struct rl_router *r, const struct rl_router_opts *opts)
 {
-    if (!r->closing || r->handles > 0) {
+    static const uint64_t none;
+
+    if (opts->group != NULL) {
+        r->group = opts->group;
+        r->worker = opts->worker;
         return;
     }
+    r->alone_routers[0] = r;
+    r->alone.n = 1;
+    r->alone.routers = r->alone_routers;
+    r->alone.accept_errors = &none;
+    r->alone.zk_expiries = &r->zk_expiries;
+    r->group = &r->alone;
+}
+
+/* pending.c's expiry: a request past its deadline gets its failure policy (forward.c); its
+ * node may still answer it late. */
+static void
+router_expired(struct rl_router *r, struct rl_pending *p)
+{
+    rl_forward_fail(r, p, true);
+}
+
+/* r's on_unheld: closing, its last handle closed (router_int.h's lifetime rule). */
+static void
+router_free(struct rl_router *r)
+{
+    void (*on_freed)(void *arg);
+    void *arg;
+
     rl_table_deinit(r);
     rl_pending_deinit(r);
     rl_shed_deinit(r);
@@ -70,7 +86,12 @@ rl_router_maybe_free(struct rl_router *r)
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
     pthread_mutex_destroy(&r->mu);
+    on_freed = r->opts.on_freed;
+    arg = r->opts.arg;
     free(r);
+    if (on_freed != NULL) {
+        on_freed(arg);
+    }
 }
 
 int
@@ -97,6 +118,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->loop = loop;
     r->conf = conf;
     r->opts = *opts;
+    router_group(r, opts);
     if (r->opts.limits.max_connections == 0) {
         r->opts.limits = rl_conn_limits_default();
     }
@@ -115,7 +137,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->rule_rows = conf->nrules + 1;
     r->unowned = conf->shards;
     rc = r->rule_codes != NULL && r->resp != NULL && r->rls != NULL
-             ? rl_pending_init(r, r->opts.max_pending)
+             ? rl_pending_init(r, r->opts.max_pending, router_expired)
              : -ENOMEM;
     if (rc == 0) {
         rc = rl_shed_init(r);
@@ -137,21 +159,29 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     if (rc != 0) {
         goto fail;
     }
+    r->on_unheld = router_free;
+    r->up_ops.on_reply = rl_forward_on_reply;
+    r->up_ops.on_lost = rl_forward_on_lost;
+    r->up_ops.on_batch = rl_forward_on_batch;
+    r->up_ops.arg = r;
+    rl_router_hold(r);
     rl_connq_set_tls(&r->connq, opts->tls_server, opts->tls_client);
     uv_timer_init(loop, &r->deadline_timer);
     r->deadline_timer.data = r;
+    rl_router_hold(r);
     uv_timer_init(loop, &r->retire_timer);
     r->retire_timer.data = r;
+    rl_router_hold(r);
     uv_timer_init(loop, &r->hot_timer);
     r->hot_timer.data = r;
+    rl_router_hold(r);
     if (r->hot != NULL) {
         uv_timer_start(&r->hot_timer, rl_shed_publish_fire, RL_SHED_PUBLISH_MS,
                        RL_SHED_PUBLISH_MS);
         uv_unref((uv_handle_t *)&r->hot_timer);
     }
-    /* the flusher, the deadline, retire and hot-key timers, the listener with its clients */
-    r->handles = 5;
     pthread_mutex_init(&r->mu, NULL);
+    rl_router_hold(r); /* the listener, closed by rl_router_close even if it did not start */
     rc = rl_listener_start(&r->listener, &r->connq, opts->adopt ? NULL : opts->host, opts->port,
                            &rl_session_ops,
                            sizeof(struct rl_cconn), &r->opts.limits, r);
@@ -183,9 +213,9 @@ rl_router_close(struct rl_router *r)
         return;
     }
     r->closing = true;
-    uv_close((uv_handle_t *)&r->deadline_timer, router_handle_closed);
-    uv_close((uv_handle_t *)&r->retire_timer, router_handle_closed);
-    uv_close((uv_handle_t *)&r->hot_timer, router_handle_closed);
+    uv_close((uv_handle_t *)&r->deadline_timer, rl_router_handle_closed);
+    uv_close((uv_handle_t *)&r->retire_timer, rl_router_handle_closed);
+    uv_close((uv_handle_t *)&r->hot_timer, rl_router_handle_closed);
     rl_health_close(r);
     rl_listener_close(&r->listener, router_listener_closed);
     rl_front_close_all(r);

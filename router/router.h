@@ -60,6 +60,9 @@ struct rl_router_stats {
 #define RL_ROUTER_FIRST_WARN_MS 3000u
 #define RL_ROUTER_WARN_MS 10000u
 
+struct rl_front_def;
+struct rl_wgroup;
+
 struct rl_router_opts {
     const char *name; /* answered to PING */
     const char *host;
@@ -86,6 +89,15 @@ struct rl_router_opts {
      * outliving every router) */
     struct rl_tls_ctx *tls_server;
     struct rl_tls_ctx *tls_client;
+    /* Optional: called with arg once a closed router is freed (its last handle closed). */
+    void (*on_freed)(void *arg);
+    /* Workers (rproc.h): the process's worker group (router_int.h) this router is worker
+     * `worker` of; NULL: a router alone. */
+    struct rl_wgroup *group;
+    uint32_t worker;
+    /* The front table (front.h; the process's: rl_fronts), RL_FRONT_KINDS rows, by
+     * which rl_front_adopt serves a front's sockets; NULL: no front. */
+    const struct rl_front_def *fronts;
 };
 
 
@@ -133,9 +145,6 @@ int rl_router_adopt(struct rl_router *r, uv_os_sock_t fd);
 
 /* Reopens the request log (SIGHUP). */
 void rl_router_reopen_log(struct rl_router *r);
-
-/* The owner of shard s now ("" when none): for tests and the demo. */
-const char *rl_router_owner(const struct rl_router *r, uint32_t shard);
 
 /* Appends the router's rl_ metric families (docs/OPERATIONS.md, "Metrics") to p. */
 void rl_router_metrics(struct rl_router *r, struct rl_prom *p);

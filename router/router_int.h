@@ -1,20 +1,21 @@
 /*
  * router_int: what the router's files share and nothing outside router/ may use. The router
- * is one struct (struct rl_router) worked on by one file per concern:
- *   pending.c   the slab of requests in flight to nodes, their lists and the deadline;
- *   session.c   client connections: the per-op dispatch of their frames and AUTH (gate.h);
- *   forward.c   a CHECK: routing it to its owner, the node's reply, local and policy answers;
- *   fanout.c    THROTTLED: one request to every node, their episodes merged;
- *   table.c     membership and assignment into the shard table, rules replaced live;
- *   health.c    readiness (/readyz) and the warning while ZooKeeper gives no membership;
- *   rmetrics.c  what the router reports: STATS and its Prometheus families;
- *   shed.c      hot keys shed: the deny cache (denycache.h) and hot-key counts (hotkeys.h)
- *               as forward.c and table.c call them, the HOT op;
- *   router.c    creating and closing it;
- *   rproc.c     the process around its workers (rproc.h): threads, the acceptor, the shared
- *               view, rules, request log and sums.
- * The public API is router.h's. Everything of one rl_router runs on its loop's thread (a
- * worker's); rproc.c sums workers' counters from other threads (under each router's mu).
+ * is one struct (struct rl_router) per loop, worked on by one file per concern, in layers
+ * (docs/ARCHITECTURE.md, "router/"): calls go down, and what must go up is a callback or a
+ * table installed from above.
+ *   core services: pending.c (requests in flight, the deadline: its expiry a callback given
+ *     at init), counts.c (the decision counters), reply.c (the router's own ERROR), health.c
+ *     (readiness), front.c (front.h: the fronts' connections);
+ *   CHECK core: table.c (membership, assignment, rules replaced live), shed.c (the deny
+ *     cache and hot keys, HOT), fanout.c (THROTTLED), forward.c (a CHECK);
+ *   fronts: session.c (binary clients, the per-op handlers), resp.c/resp_cmd.c (RESP),
+ *     rls_h2.c/rls_call.c (gRPC);
+ *   assembly: router.c (creating and closing it: installs the callbacks, frees it once its
+ *     last handle closed), rmetrics.c (STATS and the Prometheus families);
+ *   process: rproc*.c (rproc.h), which hands each worker its group (struct rl_wgroup).
+ * Also here: the one lifetime rule (rl_router_hold/unhold). The public API is router.h's.
+ * Everything of one rl_router runs on its loop's thread (a worker's); other workers and the
+ * process's main thread read its counters and, under its mu, its tables.
  */
 #ifndef RL_ROUTER_INT_H
 #define RL_ROUTER_INT_H
@@ -28,6 +29,7 @@
 
 #include "conn.h"
 #include "denycache.h"
+#include "frontkind.h"
 #include "gate.h"
 #include "hotkeys.h"
 #include "router.h"
@@ -54,6 +56,10 @@ struct rl_pending;
  * policy's, or err != 0 with an ERROR the node gave; once, before p is put back. */
 typedef void rl_sink_answer_fn(struct rl_router *r, struct rl_pending *p,
                                const struct rl_wire_check_reply *rep, uint32_t err);
+
+/* A record's deadline passed (its node did not answer in time): answer it and put it back
+ * (the node may still answer it: late_reply). Given to rl_pending_init by router.c. */
+typedef void rl_pending_expire_fn(struct rl_router *r, struct rl_pending *p);
 
 struct rl_pending {
     struct rl_cconn *client; /* NULL once the client left */
@@ -124,6 +130,29 @@ struct rl_fanout {
     struct rl_fan_ep eps[RL_WIRE_TOP_MAX];
 };
 
+/* A front kind's connections, process wide (rl_wgroup.fronts). */
+struct rl_wgroup_front {
+    uint32_t max;     /* at once; 0: not counted (a router alone: no acceptor counts them) */
+    uint32_t conns;   /* atomic: open or handed to a worker (the acceptor adds, front.c takes) */
+    uint32_t preauth; /* atomic: of those, not yet authenticated (front.c) */
+};
+
+/*
+ * The workers of one process as each of them sees it: what a worker reads of the process,
+ * handed to its router at create (rl_router_opts.group) by the process (rproc.c), which
+ * fills it; a router alone makes its own group of one (itself). Workers read it, and
+ * front.c counts the fronts' connections in it; none calls up into the process.
+ */
+struct rl_wgroup {
+    uint32_t n;                /* workers */
+    struct rl_router **routers; /* routers[i]: worker i's (another's read under its mu) */
+    bool threads;              /* a process's threads: /metrics reads what workers publish */
+    const uint64_t *accept_errors;  /* the acceptor's accept(2) failures (relaxed loads) */
+    const uint64_t *zk_expiries;    /* ZooKeeper sessions lost for good (relaxed loads) */
+    struct rl_conn_shared *shared; /* the listeners' process-wide caps; NULL: none */
+    struct rl_wgroup_front fronts[RL_FRONT_KINDS];
+};
+
 struct rl_router {
     uv_loop_t *loop;
     struct rl_connq connq;
@@ -132,14 +161,19 @@ struct rl_router {
     const struct rl_conf *conf;
     struct rl_router_opts opts;
     char name[64];
-    int handles; /* open handles of the router itself */
+    /* The one lifetime count: every libuv handle open on the router's behalf (its timers,
+     * listener and queue, the fronts' connections and timers, fan-out and health timers),
+     * counted only through rl_router_hold/rl_router_unhold below. */
+    int handles;
     bool closing;
+    void (*on_unheld)(struct rl_router *r); /* router.c's: frees r (closing, handles 0) */
 
     /* membership, assignment and the table built from them */
     struct rl_view view;
     struct rl_shardmap *map;
     struct rl_upstream **owners; /* owners[i]: the upstream of map->members[i] */
     struct rl_upstream *upstreams;
+    struct rl_upstream_ops up_ops; /* every upstream's callbacks, installed by router.c */
     int64_t table_digest; /* STATS: rl_shardmap_digest_stat(map), kept at each rebuild */
 
     /* pending requests */
@@ -148,12 +182,9 @@ struct rl_router {
     struct rl_pending *free_list, *free_tail;
     struct rl_pending *fifo_head, *fifo_tail;
     uint32_t npending;
+    rl_pending_expire_fn *pending_expire; /* pending.c's deadline answers through it */
 
     struct rl_wire_decoder dec; /* client requests, one frame at a time */
-    /* The CHECK being handled, when session.c read it the short way (wire_fast.h): its
-     * fields after the id as the client sent them, relayed to the node under the pending
-     * record's id; ptr NULL: re-encode the decoded request. */
-    struct rl_wire_str relay;
     struct rl_reqlog *log;
     uint64_t log_anchor_real; /* wall clock (ms) at loop time log_anchor_loop */
     uint64_t log_anchor_loop;
@@ -189,7 +220,6 @@ struct rl_router {
     struct rl_hot *hot_pub;
     uv_timer_t hot_timer; /* publishes hot into hot_pub every RL_SHED_PUBLISH_MS when dirty */
     bool hot_dirty;       /* keys counted since the last copy */
-    uint64_t shed_fp;   /* rl_deny_fp of the CHECK in hand */
 
     /* ZooKeeper, when the membership comes from there (rl_router_set_zookeeper) */
     char zk_addr[256];        /* "" with static membership */
@@ -199,11 +229,14 @@ struct rl_router {
     uint64_t unhealthy_since; /* loop time since which it cannot route from ZooKeeper; 0: can */
     uint64_t health_warned;   /* loop time of the last warning about it */
 
-    /* One worker of a process (rproc.h), or NULL: a router on its own. Other threads read
-     * this router's table, upstreams, rule rows and rules under mu (its own thread takes mu
-     * only to change them); its counters are read without it (each has one writer). */
-    struct rl_rproc *proc;
-    uint32_t worker;     /* its index in proc */
+    /* The workers of its process (rl_router_opts.group), or alone: a group of one, itself.
+     * Other threads read this router's table, upstreams, rule rows and rules under mu (its
+     * own thread takes mu only to change them); its counters are read without it (each has
+     * one writer). */
+    struct rl_wgroup *group;
+    uint32_t worker;     /* its index in group */
+    struct rl_wgroup alone;
+    struct rl_router *alone_routers[1];
     bool log_shared;     /* log is the process's: not closed with the router */
     pthread_mutex_t mu;
 };
@@ -214,6 +247,15 @@ struct router_retired {
     uint64_t until; /* deadline of the last request that may point into it */
 };
 
+/* Connections open on front kind, process wide, as the acceptor counts them; a router alone
+ * (no acceptor counts): own. */
+static inline uint32_t
+rl_wgroup_front_conns(const struct rl_wgroup *g, enum rl_front_kind kind, uint32_t own)
+{
+    return g->fronts[kind].max != 0 ? __atomic_load_n(&g->fronts[kind].conns, __ATOMIC_RELAXED)
+                                    : own;
+}
+
 /* ---- router.c --------------------------------------------------------------------------- */
 
 /* Now, in uv_hrtime() nanoseconds: the time of the batch being handled, if any. */
@@ -223,13 +265,38 @@ rl_router_now_ns(const struct rl_router *r)
     return r->now_ns != 0 ? r->now_ns : uv_hrtime();
 }
 
-/* Frees r once it is closing and its last handle closed (call after each handle's close). */
-void rl_router_maybe_free(struct rl_router *r);
+/*
+ * The one lifetime rule: whoever opens a libuv handle on r's loop on r's behalf calls
+ * rl_router_hold as it opens it, and rl_router_unhold in its close callback (after which r
+ * may be freed: touch it no more). r is freed (on_unheld, installed by router.c) once it is
+ * closing and its last handle closed. rl_router_handle_closed is the close callback of a
+ * handle whose data is r.
+ */
+static inline void
+rl_router_hold(struct rl_router *r)
+{
+    r->handles++;
+}
+
+static inline void
+rl_router_unhold(struct rl_router *r)
+{
+    if (--r->handles == 0 && r->closing) {
+        r->on_unheld(r);
+    }
+}
+
+static inline void
+rl_router_handle_closed(uv_handle_t *h)
+{
+    rl_router_unhold((struct rl_router *)h->data);
+}
 
 /* ---- pending.c: requests in flight to nodes --------------------------------------------- */
 
-/* Allocates the slab of cap records, all free. Returns 0 or -ENOMEM. */
-int rl_pending_init(struct rl_router *r, uint32_t cap);
+/* Allocates the slab of cap records, all free; expire answers a record at its deadline.
+ * Returns 0 or -ENOMEM. */
+int rl_pending_init(struct rl_router *r, uint32_t cap, rl_pending_expire_fn *expire);
 
 /* Frees the slab (every record must be free or abandoned). */
 void rl_pending_deinit(struct rl_router *r);
@@ -286,18 +353,31 @@ void rl_pending_unget(struct rl_router *r, struct rl_pending *p);
 /* Closing: frees every CHECK still in flight (no client is left to answer). */
 void rl_pending_drain(struct rl_router *r);
 
+/* ---- counts.c: the decision counters ------------------------------------------------------ */
+
+/* Counts one CHECK answer: by rule and code, its latency from start_ns, stats by code. */
+void rl_counts_answer(struct rl_router *r, const struct rl_rule *rule, uint32_t code,
+                      uint64_t start_ns);
+
+/* ---- reply.c: the router's own replies on a binary client's connection -------------------- */
+
+/* Queues ERROR err for request id on c, counted in stats.errors. */
+void rl_reply_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg);
+
 /* ---- session.c: client connections ------------------------------------------------------ */
 
 /* The listener's callbacks for client connections (sized struct rl_cconn). */
 extern const struct rl_conn_ops rl_session_ops;
 
-/* Queues ERROR err for request id on c, counted in stats.errors. */
-void rl_session_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg);
 
 /* ---- forward.c: CHECK ------------------------------------------------------------------- */
 
-/* A client's CHECK: answered here (no rule, a refused client, failure policy) or forwarded. */
-void rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req);
+/* A client's CHECK: answered here (no rule, a refused client, failure policy) or forwarded;
+ * relay: when session.c read it the short way (wire_fast.h), its fields after the id as the
+ * client sent them, relayed to the node under the pending record's id (ptr NULL: re-encode
+ * req). */
+void rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
+                      const struct rl_wire_str *relay);
 
 /* Answers p by failure policy and frees it; late_reply as for rl_pending_put. */
 void rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply);
@@ -328,7 +408,8 @@ int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */
 
 /* A client's THROTTLED: asks every node, answers when all did or the admin timeout. */
-void rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req);
+void rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req,
+                         const struct rl_wire_str *relay);
 
 /* One node's part p of a fan-out is done: answered (rep, a THROTTLED reply) or not (rep NULL,
  * or an ERROR: the node is listed as missing). Frees p; late_reply as for rl_pending_put. */
@@ -353,12 +434,15 @@ int rl_shed_init(struct rl_router *r);
 void rl_shed_deinit(struct rl_router *r);
 
 /* A CHECK under rule, of shard, owned by u (NULL: none): counts it among the hot keys, and
- * answers it LIMITED from the deny cache if a node's refusal still holds (true: answered). */
+ * answers it LIMITED from the deny cache if a node's refusal still holds (true: answered).
+ * *fp: the user's second hash (rl_deny_fp), for rl_shed_sent; left as it is when neither the
+ * cache nor the hot keys are on (set it to 0 before). */
 bool rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
-                   uint32_t shard, uint64_t hash, const struct rl_upstream *u);
+                   uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp);
 
-/* p, a CHECK of req, was just sent: what the cache needs of it when the reply comes. */
-void rl_shed_sent(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *req);
+/* p, a CHECK of req, was just sent: what the cache needs of it when the reply comes (fp as
+ * rl_shed_check gave it). */
+void rl_shed_sent(struct rl_pending *p, const struct rl_wire_req *req, uint64_t fp);
 
 /* The node u answered p (a CHECK) with rep: a LIMITED is remembered, a NOT_OWNER forgets the
  * shard. */
@@ -401,8 +485,5 @@ void rl_rmetrics_totals(const struct rl_router *r, struct rl_router_stats *stats
 /* Queues the STATS reply for request id on c. */
 void rl_rmetrics_stats_reply(struct rl_conn *c, uint32_t id);
 
-/* Counts one CHECK answer: by rule and code, its latency from start_ns, stats by code. */
-void rl_rmetrics_count(struct rl_router *r, const struct rl_rule *rule, uint32_t code,
-                       uint64_t start_ns);
 
 #endif

@@ -15,7 +15,10 @@
  *     swaps them into its own conf with the retire logic of router.h; SIGHUP and rules pushes
  *     reach every worker;
  *   - the request log: one writer on the main loop, fed by every worker (reqlog.h);
- *   - STATS (answered by any worker) and /metrics: every worker's counters summed.
+ *   - STATS (answered by any worker) and /metrics: every worker's counters summed;
+ *   - the worker group (router_int.h's struct rl_wgroup): what each worker reads of the
+ *     process (the other workers, the acceptor's counts, the fronts' connection counts),
+ *     handed to its router at create, so that no worker calls up into this file.
  *
  * Not for what a worker does with a request (router.h).
  */
@@ -62,8 +65,6 @@ int rl_rproc_create(struct rl_rproc **out, uv_loop_t *loop, const struct rl_conf
 
 uint32_t rl_rproc_workers(const struct rl_rproc *p);
 
-/* Worker i's router (for the sums of rmetrics.c): read it under its mu only. */
-struct rl_router *rl_rproc_router(const struct rl_rproc *p, uint32_t i);
 
 /* The membership (copied), the assignment (copied), the ZooKeeper state: as router.h's
  * rl_router_set_members, _set_assignment and _set_zookeeper, for every worker. */
@@ -73,21 +74,9 @@ void rl_rproc_set_zookeeper(struct rl_rproc *p, const char *addr, int state);
 /* The regions' slices changed (docs/REGIONS.md): every worker forgets its deny cache. */
 void rl_rproc_slices_changed(struct rl_rproc *p);
 
-/* A connection accepted on front kind's listener closed (its worker's front.c): one fewer
- * open. */
-void rl_rproc_front_closed(struct rl_rproc *p, enum rl_front_kind kind);
-
-/* The connections of front kind not yet authenticated (a front that authenticates each
- * connection, while [client] sections exist): at most half of its max_connections, process
- * wide. take: one more (false: refuse it); put: it authenticated or closed. */
-bool rl_rproc_front_preauth_take(struct rl_rproc *p, enum rl_front_kind kind);
-void rl_rproc_front_preauth_put(struct rl_rproc *p, enum rl_front_kind kind);
 
 /* SIGHUP reloaded [cluster] envoy_config: every worker's new gRPC calls use sh (held). */
 void rl_rproc_set_envoy(struct rl_rproc *p, struct rl_envoy_config *sh);
-
-/* Connections open (or handed to a worker) on front kind's listener ([router] rls: gRPC). */
-uint32_t rl_rproc_front_connections(const struct rl_rproc *p, enum rl_front_kind kind);
 
 
 /* SIGHUP: reopens the request log and has every worker reload the rules of the config file. */
@@ -99,15 +88,6 @@ void rl_rproc_rules_from_zk(struct rl_rproc *p, const char *text, size_t len, in
 /* /metrics and /readyz, on the main loop: the process's sums (rl_router_metrics). */
 void rl_rproc_metrics(struct rl_rproc *p, struct rl_prom *prom);
 bool rl_rproc_ready(struct rl_rproc *p, char *why, size_t len);
-
-/* accept(2) failures of the acceptor (out of descriptors): STATS accept_errors adds them. */
-uint64_t rl_rproc_accept_errors(const struct rl_rproc *p);
-
-/* ZooKeeper sessions lost for good, as rl_rproc_set_zookeeper was told. */
-uint64_t rl_rproc_zk_expiries(struct rl_rproc *p);
-
-/* Distinct client addresses connected now, to any worker. */
-uint64_t rl_rproc_peers(struct rl_rproc *p);
 
 /* Stops accepting, closes every worker and waits for their threads, then closes the request
  * log (run the main loop to finish) and frees p. */

@@ -34,22 +34,11 @@ session_on_close(struct rl_conn *conn, int status)
     c->nfanouts = 0;
 }
 
-void
-rl_session_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg)
-{
-    struct rl_router *r = c->data;
-
-    r->stats.errors++;
-    if (rl_wire_put_error(&c->out, id, err, msg) != 0) {
-        rl_conn_close(c, UV_ENOMEM);
-        return;
-    }
-    rl_conn_mark(c);
-}
-
 static void
-session_auth(struct rl_conn *c, const struct rl_wire_req *req)
+session_auth(struct rl_conn *c, const struct rl_wire_req *req,
+             const struct rl_wire_str *relay)
 {
+    (void)relay;
     struct rl_router *r = c->data;
 
     if (rl_gate_auth(&r->gate, c, req) != 0) {
@@ -59,8 +48,10 @@ session_auth(struct rl_conn *c, const struct rl_wire_req *req)
 }
 
 static void
-session_ping(struct rl_conn *c, const struct rl_wire_req *req)
+session_ping(struct rl_conn *c, const struct rl_wire_req *req,
+             const struct rl_wire_str *relay)
 {
+    (void)relay;
     struct rl_router *r = c->data;
 
     if (rl_wire_put_ping_reply(&c->out, req->id, r->name) != 0) {
@@ -71,18 +62,25 @@ session_ping(struct rl_conn *c, const struct rl_wire_req *req)
 }
 
 static void
-session_stats(struct rl_conn *c, const struct rl_wire_req *req)
+session_stats(struct rl_conn *c, const struct rl_wire_req *req,
+              const struct rl_wire_str *relay)
 {
+    (void)relay;
     rl_rmetrics_stats_reply(c, req->id);
 }
 
 static void
-session_hot(struct rl_conn *c, const struct rl_wire_req *req)
+session_hot(struct rl_conn *c, const struct rl_wire_req *req,
+            const struct rl_wire_str *relay)
 {
+    (void)relay;
     rl_shed_hot_reply(c, req);
 }
 
-typedef void (*session_handler)(struct rl_conn *c, const struct rl_wire_req *req);
+/* An op's handler: req decoded; relay, for a CHECK read the short way (wire_fast.h), its
+ * fields after the id as the client sent them (ptr NULL: none, re-encode req). */
+typedef void (*session_handler)(struct rl_conn *c, const struct rl_wire_req *req,
+                                const struct rl_wire_str *relay);
 
 /*
  * The handler of each op, by opcode, derived from the op table's router column (wire.h):
@@ -115,11 +113,12 @@ session_frame(struct rl_conn *c, const char *p, size_t n)
     struct rl_router *r = c->data;
     struct rl_wire_fault fault;
     struct rl_wire_req req;
+    struct rl_wire_str relay = {NULL, 0};
     const struct rl_client_conf *who;
     size_t tail = 0;
 
     /* A CHECK in a common encoding is read straight from its bytes, and what follows its id
-     * is relayed to the node as the client sent it (forward.c, r->relay); anything else goes
+     * is relayed to the node as the client sent it (handed to forward.c); anything else goes
      * through the full decoder, which also words the error. */
     if (rl_wire_fast_check(p, n, &req, &tail) != 0 &&
         rl_wire_decode_req(&r->dec, p, n, &req, &fault) != 0) {
@@ -128,7 +127,7 @@ session_frame(struct rl_conn *c, const char *p, size_t n)
             r->stats.errors++;
             rl_conn_protocol_error(c, fault.id, fault.err, fault.msg, p, n);
         } else {
-            rl_session_error(c, fault.id, fault.err, fault.msg);
+            rl_reply_error(c, fault.id, fault.err, fault.msg);
         }
         return;
     }
@@ -139,21 +138,20 @@ session_frame(struct rl_conn *c, const char *p, size_t n)
     }
     if (req.op >= sizeof(session_handlers) / sizeof(session_handlers[0]) ||
         session_handlers[req.op] == NULL) {
-        rl_session_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, "unknown op");
+        rl_reply_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, "unknown op");
         return;
     }
     who = c->principal;
     if (session_denied[req.op] != NULL && who != NULL && !who->stats) {
         r->stats.unauthorized++;
-        rl_session_error(c, req.id, RL_WIRE_ERR_UNAUTHORIZED, session_denied[req.op]);
+        rl_reply_error(c, req.id, RL_WIRE_ERR_UNAUTHORIZED, session_denied[req.op]);
         return;
     }
     if (tail != 0) {
-        r->relay.ptr = p + tail;
-        r->relay.len = (uint32_t)(n - tail);
+        relay.ptr = p + tail;
+        relay.len = (uint32_t)(n - tail);
     }
-    session_handlers[req.op](c, &req);
-    r->relay.ptr = NULL;
+    session_handlers[req.op](c, &req, &relay);
 }
 
 static void

@@ -23,7 +23,6 @@
 #include "metrics.h"
 #include "reqlog.h"
 #include "router_int.h"
-#include "rproc.h"
 
 int
 rl_shed_init(struct rl_router *r)
@@ -89,15 +88,15 @@ shed_hot_merged(struct rl_router *r, bool own, struct rl_hot *out, uint64_t now_
 
     *out = own ? *r->hot : *r->hot_pub;
     rl_hot_decay(out, now_ms);
-    if (r->proc == NULL) {
-        return true;
+    if (r->group->n == 1) {
+        return true; /* r alone */
     }
     tmp = malloc(sizeof(*tmp));
     if (tmp == NULL) {
         return false;
     }
-    for (uint32_t i = 0; i < rl_rproc_workers(r->proc); i++) {
-        struct rl_router *w = rl_rproc_router(r->proc, i);
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
 
         if (w == NULL || w == r || w->hot_pub == NULL) {
             continue;
@@ -147,7 +146,7 @@ shed_log(struct rl_router *r, uint32_t shard, const char *node, uint64_t hash,
 
 bool
 rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
-              uint32_t shard, uint64_t hash, const struct rl_upstream *u)
+              uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp)
 {
     struct rl_router *r = conn->data;
     struct rl_wire_check_reply rep;
@@ -156,9 +155,9 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     if (!rl_deny_on(&r->deny) && r->hot == NULL) {
         return false;
     }
-    r->shed_fp = rl_deny_fp(req->user.ptr, req->user.len);
+    *fp = rl_deny_fp(req->user.ptr, req->user.len);
     if (r->hot != NULL) {
-        rl_hot_add(r->hot, hash, r->shed_fp, req->service.ptr, req->service.len, req->user.ptr,
+        rl_hot_add(r->hot, hash, *fp, req->service.ptr, req->service.len, req->user.ptr,
                    req->user.len, uv_now(r->loop));
         r->hot_dirty = true;
     }
@@ -167,7 +166,7 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
         return false;
     }
     k.hash = hash;
-    k.fp = r->shed_fp;
+    k.fp = *fp;
     k.rule = rule->id;
     k.cost = req->cost;
     k.shard = shard;
@@ -177,7 +176,7 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     }
     rep.id = req->id;
     r->stats.checks++;
-    rl_rmetrics_count(r, rule, RL_WIRE_LIMITED, r->batch_ns);
+    rl_counts_answer(r, rule, RL_WIRE_LIMITED, r->batch_ns);
     if (r->log != NULL && rl_reqlog_sample(r->log)) {
         shed_log(r, shard, u->name, hash, req);
     }
@@ -190,9 +189,9 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
 }
 
 void
-rl_shed_sent(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *req)
+rl_shed_sent(struct rl_pending *p, const struct rl_wire_req *req, uint64_t fp)
 {
-    p->deny_fp = r->shed_fp;
+    p->deny_fp = fp;
     p->cost = req->cost;
 }
 
@@ -308,7 +307,7 @@ rl_shed_hot_reply(struct rl_conn *c, const struct rl_wire_req *req)
         rl_hot_decay(r->hot, uv_now(r->loop));
         all = malloc(sizeof(*all));
         if (all == NULL) {
-            rl_session_error(c, req->id, RL_WIRE_ERR_OVERLOADED, "no memory for the hot keys");
+            rl_reply_error(c, req->id, RL_WIRE_ERR_OVERLOADED, "no memory for the hot keys");
             return;
         }
         shed_hot_merged(r, true, all, uv_now(r->loop));
@@ -339,8 +338,8 @@ static void
 shed_deny_sum(const struct rl_router *r, struct rl_deny_stats *sum)
 {
     *sum = r->deny.st;
-    for (uint32_t i = 0; r->proc != NULL && i < rl_rproc_workers(r->proc); i++) {
-        struct rl_router *w = rl_rproc_router(r->proc, i);
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
 
         if (w == NULL || w == r) {
             continue;
@@ -423,7 +422,7 @@ rl_shed_metrics(struct rl_router *r, struct rl_prom *p)
         const struct rl_hot_counter *top[RL_HOT_METRICS_TOP];
         size_t n;
 
-        shed_hot_merged(r, r->proc == NULL, all, uv_hrtime() / 1000000u);
+        shed_hot_merged(r, !r->group->threads, all, uv_hrtime() / 1000000u);
         n = rl_hot_top(all, top, RL_HOT_METRICS_TOP, NULL, NULL);
         for (size_t i = 0; i < n; i++) {
             bool dup = false;

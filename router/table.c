@@ -37,17 +37,11 @@ upstream_unlink(struct rl_router *r, struct rl_upstream *u)
 static void
 router_rebuild(struct rl_router *r)
 {
-    static const struct rl_upstream_ops ops_template = {
-        .on_reply = rl_forward_on_reply,
-        .on_lost = rl_forward_on_lost,
-        .on_batch = rl_forward_on_batch,
-    };
     struct rl_shardmap *map;
     struct rl_upstream **owners;
-    struct rl_upstream_ops ops = ops_template;
+    struct rl_upstream_ops ops = r->up_ops; /* router.c's: a node's replies go to forward.c */
     char err[128];
 
-    ops.arg = r;
     ops.secret = r->conf->secret;
     ops.secret_len = r->conf->secret_len;
     if (rl_view_build(&map, r->conf->shards, &r->view, err, sizeof(err)) != 0) {
@@ -161,18 +155,6 @@ rl_router_set_assignment(struct rl_router *r, const char *text, size_t len, int6
     }
     router_rebuild(r);
     pthread_mutex_unlock(&r->mu);
-}
-
-const char *
-rl_router_owner(const struct rl_router *r, uint32_t shard)
-{
-    uint32_t o;
-
-    if (r->map == NULL || shard >= r->map->nshards) {
-        return "";
-    }
-    o = rl_shardmap_owner(r->map, shard);
-    return o == RL_SHARDMAP_NONE ? "" : r->map->members[o].name;
 }
 
 /* Frees the oldest retired rules. */
