@@ -828,6 +828,13 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
 void
 rl_front_close_all(struct rl_router *r)
 {
+    for (int k = 0; r->opts.fronts != NULL && k < RL_FRONT_KINDS; k++) {
+        const struct rl_front_ops *ops = r->opts.fronts[k].ops;
+
+        if (ops != NULL && ops->close_loop != NULL) {
+            ops->close_loop(r);
+        }
+    }
     if (r->front == NULL) {
         return;
     }
@@ -837,6 +844,19 @@ rl_front_close_all(struct rl_router *r)
     uv_close((uv_handle_t *)&r->front->timer, rl_router_handle_closed);
     uv_close((uv_handle_t *)&r->front->check, rl_router_handle_closed);
     uv_close((uv_handle_t *)&r->front->idle, rl_router_handle_closed);
+}
+
+int
+rl_front_init(struct rl_router *r)
+{
+    for (int k = 0; r->opts.fronts != NULL && k < RL_FRONT_KINDS; k++) {
+        const struct rl_front_ops *ops = r->opts.fronts[k].ops;
+
+        if (ops != NULL && ops->new_loop != NULL && ops->new_loop(r) != 0) {
+            return -ENOMEM;
+        }
+    }
+    return 0;
 }
 
 void

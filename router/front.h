@@ -76,8 +76,13 @@ struct rl_front_ops {
     /* Optional: what a connection refused at once (front_admit) is told: why, in the
      * protocol's words, written to buf (n bytes at most); returns the length. */
     size_t (*refusal)(char *buf, size_t n, const char *why);
+    /* Optional: makes the protocol's per-loop state of r (router created). 0, or -ENOMEM. */
+    int (*new_loop)(struct rl_router *r);
+    /* Optional: the router closes: closes the protocol's per-loop handles (each counted among
+     * r's handles: rl_router_hold / rl_router_unhold). */
+    void (*close_loop)(struct rl_router *r);
     /* Optional: frees the protocol's per-loop state of r (router freed, every connection
-     * closed). */
+     * closed; also after a failed new_loop). */
     void (*free_loop)(struct rl_router *r);
 };
 
@@ -93,7 +98,11 @@ struct rl_front_def {
  * the caller closes fd and takes the connection off its group's count). */
 int rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd);
 
-/* Closes every front connection of r (router closing). */
+/* Makes every front's per-loop state of r (its table's new_loop). 0, or -ENOMEM (then
+ * rl_front_free frees what was made). */
+int rl_front_init(struct rl_router *r);
+
+/* Closes every front connection of r (router closing), and each front's per-loop handles. */
 void rl_front_close_all(struct rl_router *r);
 
 /* Frees r's front state (once every connection is closed). */

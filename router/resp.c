@@ -275,6 +275,20 @@ resp_refusal(char *buf, size_t n, const char *why)
     return len < 0 ? 0 : (size_t)len < n ? (size_t)len : n - 1;
 }
 
+static int
+resp_new_loop(struct rl_router *r)
+{
+    r->resp = rl_resp_new();
+    return r->resp != NULL ? 0 : -ENOMEM;
+}
+
+static void
+resp_free_loop(struct rl_router *r)
+{
+    rl_resp_free(r->resp);
+    r->resp = NULL;
+}
+
 const struct rl_front_ops rl_resp_ops = {
     .name = "resp",
     .limits = {.write_queue_max = RESP_WRITE_QUEUE_MAX,
@@ -292,6 +306,8 @@ const struct rl_front_ops rl_resp_ops = {
                          "(connect with TLS, e.g. redis-cli --tls --cacert FILE)\r\n",
     .auth_per_connection = true,
     .refusal = resp_refusal,
+    .new_loop = resp_new_loop,
+    .free_loop = resp_free_loop,
 };
 
 struct rl_resp *

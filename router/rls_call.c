@@ -254,8 +254,12 @@ rl_rls_front_free(struct rl_rls_front *f)
 void
 rl_rls_set_config(struct rl_router *r, struct rl_envoy_config *cfg)
 {
-    struct rl_envoy_config *old = r->rls->envoy;
+    struct rl_envoy_config *old;
 
+    if (r->rls == NULL) {
+        return; /* a router without the gRPC front */
+    }
+    old = r->rls->envoy;
     rl_envoy_config_hold(cfg);
     r->rls->envoy = cfg;
     rl_envoy_config_drop(old);

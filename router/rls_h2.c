@@ -12,6 +12,7 @@
  * request is not complete within frame_timeout is reset. Not for the call itself
  * (rls_call.c), nor for the socket (front.c).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -573,6 +574,22 @@ h2_close(struct rl_front_conn *fc)
     free(c);
 }
 
+/* The gRPC front's per-loop state: its counters, calls' deadline heap and the envoy
+ * configuration the router was started with (rls_front.h). */
+static int
+h2_new_loop(struct rl_router *r)
+{
+    r->rls = rl_rls_front_new(r->opts.envoy);
+    return r->rls != NULL ? 0 : -ENOMEM;
+}
+
+static void
+h2_free_loop(struct rl_router *r)
+{
+    rl_rls_front_free(r->rls);
+    r->rls = NULL;
+}
+
 const struct rl_front_ops rl_rls_h2_ops = {
     .name = "rls",
     .limits =
@@ -589,4 +606,7 @@ const struct rl_front_ops rl_rls_h2_ops = {
     .on_idle = h2_idle,
     .on_tick = h2_tick,
     .on_close = h2_close,
+    .new_loop = h2_new_loop,
+    .close_loop = rl_rls_front_close,
+    .free_loop = h2_free_loop,
 };

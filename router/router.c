@@ -13,8 +13,6 @@
 
 #include "front.h"
 #include "reqlog.h"
-#include "resp_front.h"
-#include "rls_front.h"
 #include "router_int.h"
 
 const struct rl_rules_status *
@@ -81,8 +79,6 @@ router_free(struct rl_router *r)
     rl_pending_deinit(r);
     rl_shed_deinit(r);
     rl_front_free(r);
-    rl_rls_front_free(r->rls);
-    rl_resp_free(r->resp);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
     pthread_mutex_destroy(&r->mu);
@@ -131,14 +127,13 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     rl_gate_limits(&r->gate, &r->opts.limits);
     r->zk_state = RL_ROUTER_ZK_NONE;
     r->view.asg_version = -1;
-    r->resp = rl_resp_new();
-    r->rls = rl_rls_front_new(opts->envoy);
     r->rule_codes = calloc(conf->nrules + 1, sizeof(*r->rule_codes));
     r->rule_rows = conf->nrules + 1;
     r->unowned = conf->shards;
-    rc = r->rule_codes != NULL && r->resp != NULL && r->rls != NULL
-             ? rl_pending_init(r, r->opts.max_pending, router_expired)
-             : -ENOMEM;
+    rc = r->rule_codes != NULL ? rl_front_init(r) : -ENOMEM;
+    if (rc == 0) {
+        rc = rl_pending_init(r, r->opts.max_pending, router_expired);
+    }
     if (rc == 0) {
         rc = rl_shed_init(r);
     }
@@ -200,8 +195,7 @@ fail:
     rl_shed_deinit(r);
     rl_wire_decoder_deinit(&r->dec);
     free(r->rule_codes);
-    rl_resp_free(r->resp);
-    rl_rls_front_free(r->rls);
+    rl_front_free(r);
     free(r);
     return rc;
 }
@@ -219,7 +213,6 @@ rl_router_close(struct rl_router *r)
     rl_health_close(r);
     rl_listener_close(&r->listener, router_listener_closed);
     rl_front_close_all(r);
-    rl_rls_front_close(r);
     rl_table_close(r);
     /* Whatever is still pending has no client left to answer (all closed above). */
     rl_pending_drain(r);
