@@ -120,7 +120,8 @@ rl_connq_init(struct rl_connq *q, uv_loop_t *loop)
     q->check.data = q;
     uv_idle_init(loop, &q->idle);
     q->idle.data = q;
-    q->handles = 2;
+    q->handles = 3;
+    conn_hs_init(q); /* uv_timer_init cannot fail */
     rc = uv_check_start(&q->check, connq_flush);
     /* The flusher alone must not keep the loop alive. */
     uv_unref((uv_handle_t *)&q->check);
@@ -146,6 +147,7 @@ rl_connq_close(struct rl_connq *q, void (*on_closed)(void *data), void *data)
     q->data = data;
     uv_close((uv_handle_t *)&q->check, connq_handle_closed);
     uv_close((uv_handle_t *)&q->idle, connq_handle_closed);
+    uv_close((uv_handle_t *)&q->hs_timer, connq_handle_closed);
 }
 
 /* ---- one connection --------------------------------------------------------------------- */

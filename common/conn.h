@@ -134,6 +134,9 @@ struct rl_connq {
      * done when this turn began (tls.h, rl_tls_handshake_work), the handshakes waiting for a
      * turn with budget, and those in progress by address. */
     uint64_t hs_turn_steps, hs_turn_ns;
+    int64_t hs_tokens;     /* ns of handshake work the loop's share allows now */
+    uint64_t hs_refill_ns; /* uv_hrtime of the last refill */
+    uv_timer_t hs_timer;   /* wakes the loop when the share allows the queue a step again */
     struct rl_conn_hs *hs_head, *hs_tail;
     struct rl_conn_hs_peer *hs_peers[RL_CONN_HS_BUCKETS];
     uint32_t hs_per_peer; /* handshakes in progress from one address at most */
@@ -352,11 +355,14 @@ void rl_connq_set_tls(struct rl_connq *q, struct rl_tls_ctx *server, struct rl_t
  * server real CPU (an ECDHE key and a signature: ~0.6 ms with P-256, ~6 ms with RSA-4096)
  * for a ClientHello an attacker replays for free, so:
  *   - per loop turn, handshake work stops after RL_CONN_HS_TURN_STEPS steps or
- *     RL_CONN_HS_TURN_US microseconds of it, whichever comes first (at least one step a
- *     turn); a connection whose step would pass that waits, its ciphertext fed, in the
- *     loop's queue, and the flusher takes the queue's steps at the next turns, after the
- *     turn's decisions (conn.c, connq_flush): decisions never wait behind more than one
- *     turn's budget of handshakes;
+ *     RL_CONN_HS_TURN_US microseconds of it, whichever comes first, and over time it takes
+ *     at most RL_CONN_HS_SHARE_PCT percent of the loop's wall time (a bucket of handshake
+ *     nanoseconds refilled at that share of the time passing, holding one turn's budget at
+ *     most); a connection whose step would pass either waits, its ciphertext fed and its
+ *     reading paused, in the loop's queue, and the flusher takes the queue's steps at the
+ *     next turns, after the turn's decisions (conn.c, connq_flush), or a timer wakes the
+ *     loop once the share allows a step again: decisions never wait behind more than one
+ *     turn's budget of handshakes, and handshakes never take more than their share;
  *   - at most hs_per_peer (RL_CONN_DEFAULT_TLS_PER_PEER) handshakes are in progress from
  *     one address and hs_max (RL_CONN_DEFAULT_TLS_HANDSHAKES) on the loop: a connection
  *     whose first TLS record would pass either is closed at once (nothing decrypted, no

@@ -42,11 +42,15 @@ void conn_idle_start(struct rl_connq *q);
 
 /* ---- conn_tls.c ------------------------------------------------------------------------ */
 
+/* Sets up the gate's timer on q->loop (a handle of q's). */
+void conn_hs_init(struct rl_connq *q);
+
 /* A turn begins: its handshake budget opens. */
 void conn_hs_turn(struct rl_connq *q);
 
-/* The queued handshakes take their steps while the turn's budget lasts; true when some still
- * wait. */
+/* The queued handshakes take their steps while the turn's budget and the share last; true
+ * when some still wait for the next turn (the loop must not block), false when none wait or
+ * the share is spent (then a timer wakes the loop when it allows a step). */
 bool conn_hs_resume(struct rl_connq *q);
 
 /* Frees the gate's counts (q closed). */

@@ -145,18 +145,18 @@ rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
     return 0;
 }
 
-/* True when the turn's handshake budget still has room for a step. */
+#define HS_TURN_NS ((int64_t)RL_CONN_HS_TURN_US * 1000)
+
+/* True when the turn's handshake budget, and the loop's share, still have room for a step. */
 static bool
 hs_budget_left(const struct rl_connq *q)
 {
     uint64_t steps, ns;
 
     rl_tls_handshake_work(&steps, &ns);
-    if (steps == q->hs_turn_steps) {
-        return true; /* at least one step a turn */
-    }
-    return steps - q->hs_turn_steps < RL_CONN_HS_TURN_STEPS &&
-           ns - q->hs_turn_ns < (uint64_t)RL_CONN_HS_TURN_US * 1000u;
+    return q->hs_tokens - (int64_t)(ns - q->hs_turn_ns) > 0 &&
+           steps - q->hs_turn_steps < RL_CONN_HS_TURN_STEPS &&
+           ns - q->hs_turn_ns < (uint64_t)HS_TURN_NS;
 }
 
 int
@@ -204,19 +204,65 @@ rl_connq_hs_end(struct rl_connq *q, struct rl_conn_hs *h)
 void
 conn_hs_turn(struct rl_connq *q)
 {
-    rl_tls_handshake_work(&q->hs_turn_steps, &q->hs_turn_ns);
+    uint64_t steps, ns, now = uv_hrtime();
+
+    rl_tls_handshake_work(&steps, &ns);
+    if (q->hs_refill_ns == 0) {
+        q->hs_tokens = HS_TURN_NS; /* the first turn: a full budget */
+    } else {
+        /* What the last turn spent, then the share of the time since. */
+        q->hs_tokens -= (int64_t)(ns - q->hs_turn_ns);
+        q->hs_tokens += (int64_t)((now - q->hs_refill_ns) * RL_CONN_HS_SHARE_PCT / 100u);
+        if (q->hs_tokens > HS_TURN_NS) {
+            q->hs_tokens = HS_TURN_NS;
+        }
+    }
+    q->hs_refill_ns = now;
+    q->hs_turn_steps = steps;
+    q->hs_turn_ns = ns;
+}
+
+static void
+hs_timer_cb(uv_timer_t *t)
+{
+    conn_idle_start(t->data); /* the next flush takes the queue's steps */
 }
 
 bool
 conn_hs_resume(struct rl_connq *q)
 {
+    uint64_t steps, ns;
+    int64_t left;
+
     while (q->hs_head != NULL && hs_budget_left(q)) {
         struct rl_conn_hs *h = q->hs_head;
 
         hs_unqueue(q, h);
         h->resume(h);
     }
-    return q->hs_head != NULL;
+    if (q->hs_head == NULL) {
+        return false;
+    }
+    rl_tls_handshake_work(&steps, &ns);
+    left = q->hs_tokens - (int64_t)(ns - q->hs_turn_ns);
+    if (left > 0) {
+        return true; /* the turn's budget is spent, not the share: on at the next turn */
+    }
+    /* The share is spent: the loop sleeps (no spinning) until it allows a step again. */
+    if (!q->closing) {
+        uint64_t wait_ns = (uint64_t)(-left) * 100u / RL_CONN_HS_SHARE_PCT;
+
+        uv_timer_start(&q->hs_timer, hs_timer_cb, wait_ns / 1000000u + 1, 0);
+    }
+    return false;
+}
+
+void
+conn_hs_init(struct rl_connq *q)
+{
+    uv_timer_init(q->loop, &q->hs_timer);
+    q->hs_timer.data = q;
+    uv_unref((uv_handle_t *)&q->hs_timer);
 }
 
 void

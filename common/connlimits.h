@@ -22,6 +22,9 @@
 #define RL_CONN_DEFAULT_TLS_HANDSHAKES 1024u
 #define RL_CONN_HS_TURN_STEPS 8u
 #define RL_CONN_HS_TURN_US 2000u
+/* and the share of a loop's time handshakes may take over time (percent of wall time: a
+ * loop spinning through short turns still spends at most this much on handshakes) */
+#define RL_CONN_HS_SHARE_PCT 20u
 
 struct rl_conn_limits {
     uint32_t max_connections;  /* client connections open at once */
