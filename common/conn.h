@@ -143,6 +143,7 @@ struct rl_connq {
     uint32_t hs_max;      /* and on the loop at most */
     struct rl_conn_hs_stats hs_stats;
     uint64_t hs_warned_ms;
+    bool hs_freed; /* the flusher closed: the counts are gone */
     int handles;
     bool closing;
     void (*on_closed)(void *data);

@@ -76,6 +76,12 @@ hs_uncount(struct rl_connq *q, struct rl_conn_hs *h)
 {
     struct rl_conn_hs_peer *p = h->peer, **pp;
 
+    if (q->hs_freed) {
+        /* The flusher closed before this connection (its counts are gone). */
+        h->peer = NULL;
+        h->queued = false;
+        return;
+    }
     hs_unqueue(q, h);
     if (p == NULL) {
         return;
@@ -262,6 +268,7 @@ conn_hs_init(struct rl_connq *q)
 {
     uv_timer_init(q->loop, &q->hs_timer);
     q->hs_timer.data = q;
+    q->hs_tokens = HS_TURN_NS;
     uv_unref((uv_handle_t *)&q->hs_timer);
 }
 
@@ -277,4 +284,5 @@ conn_hs_free(struct rl_connq *q)
         }
     }
     q->hs_head = q->hs_tail = NULL;
+    q->hs_freed = true;
 }
