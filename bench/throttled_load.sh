@@ -5,9 +5,9 @@
 # the rl-node and rl-router of BIN (this tree's build by default; an older revision's build
 # measures "before"): two nodes and a router, 400 open episodes of 200-byte users, 16
 # connections each keeping 4 THROTTLED top=100 (~34 KB replies) in flight, and one client
-# sending 3,000 CHECKs one at a time (router deadline 50 ms) for at most 20 s. Prints the
-# CHECKs answered, their p50/p99/max in ms, the FAIL_OPEN answers and the THROTTLED replies
-# of each round, then the medians.
+# sending 3,000 CHECKs one at a time (router deadline 200 ms). Prints the CHECKs answered,
+# their p50/p99/max in ms, the FAIL_OPEN answers and the THROTTLED replies (full or
+# OVERLOADED) of each round, then the medians.
 source "$(dirname "$0")/lib.sh"
 runs=${RUNS:-3}
 target=${BIN:-$bin}
@@ -18,8 +18,10 @@ echo "binaries: $target"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for round in $(seq 1 "$runs"); do
-    CK_RUN_CASE=admin_load RL_BIN_DIR=$target timeout 120 "$suite" 2>&1 |
-        sed -n 's/^throttled load: \([0-9]*\) CHECKs, p50 \([0-9.]*\) ms, p99 \([0-9.]*\) ms, max \([0-9.]*\) ms, \([0-9]*\) FAIL_OPEN; \([0-9]*\) THROTTLED.*/RESULT checks=\1 p50_ms=\2 p99_ms=\3 max_ms=\4 fail_open=\5 throttled=\6/p'
+    # (the suite's assertions are this tree's: against an older build they may fail after
+    # the figure is printed, which is all this takes)
+    { CK_RUN_CASE=admin_load RL_BIN_DIR=$target timeout 120 "$suite" 2>&1 || true; } |
+        sed -n 's/^throttled load: \([0-9]*\) CHECKs, p50 \([0-9.]*\) ms, p99 \([0-9.]*\) ms, max \([0-9.]*\) ms, \([0-9]*\) FAIL_OPEN; \([0-9]*\) THROTTLED answered (\([0-9]*\) of 100 episodes.*/RESULT checks=\1 p50_ms=\2 p99_ms=\3 max_ms=\4 fail_open=\5 throttled=\6 full=\7/p'
 done | tee "$out"
 python3 -c '
 import statistics, sys

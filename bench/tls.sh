@@ -11,10 +11,18 @@
 # wants a client certificate, --tls-cert/--tls-key). A throwaway CA and certificates (EC
 # P-256) are made in a scratch directory with the openssl command. Builds Release first.
 #   bench/tls.sh            (RUNS=3 by default)
+# bench/tls.sh flood: CHECK latency through a TLS router during a handshake flood
+# (docs/BENCHMARKS.md, "Under abuse"): rl-bench at RATE CHECKs/s (default 1500, open loop,
+# 4 TLS connections, 8 s) through the router (2 workers, the node behind it over mutual TLS)
+# once alone ("quiet") and once while one process replays one ClientHello (made once: no
+# crypto on its side) on up to 100 connections at a time, each closed (RST) as soon as the
+# router answers or closes it ("flood"); prints the CHECK p50/p99 and FAIL_OPEN answers
+# (router deadline 50 ms) and the ClientHellos answered a second. BIN=/path/to/build runs
+# another build's rl-node and rl-router (an older revision: "before"); no build is made.
 source "$(dirname "$0")/lib.sh"
 runs=${RUNS:-3}
 dur=${DURATION:-5}
-build_release
+[ "${1:-}" = flood ] || build_release
 scratch
 machine
 echo "load before: $(uptime)"
@@ -32,6 +40,82 @@ chmod 600 "$work/m.key" "$work/ca.key"
 
 nport=$(free_port)
 rport=$(free_port)
+if [ "${1:-}" = flood ]; then
+    b=${BIN:-$bin}
+    rate=${RATE:-1500}
+    echo "binaries: $b"
+    { printf '[cluster]\ntls_cert_file = %s\ntls_key_file = %s\ntls_ca_file = %s\n' \
+          "$work/m.pem" "$work/m.key" "$work/ca.pem"
+      one_node_conf | sed 's/^deadline = .*/deadline = 50ms/'; } > "$work/flood.conf"
+    cat > "$work/flood.py" <<'PY'
+import selectors, socket, ssl, struct, sys, time
+port, secs = int(sys.argv[1]), float(sys.argv[2])
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+o = ctx.wrap_bio(inc, out)
+try:
+    o.do_handshake()
+except ssl.SSLWantReadError:
+    pass
+hello = out.read()
+sel = selectors.DefaultSelector()
+answered = refused = 0
+end = time.monotonic() + secs
+def one():
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.connect(("127.0.0.1", port))
+    s.send(hello)
+    sel.register(s, selectors.EVENT_READ)
+for _ in range(100):
+    one()
+while time.monotonic() < end:
+    for key, _ in sel.select(0.1):
+        s = key.fileobj
+        try:
+            got = s.recv(65536)
+        except OSError:
+            got = b""
+        if got:
+            answered += 1
+        else:
+            refused += 1
+        sel.unregister(s)
+        s.close()
+        one()
+print("FLOOD answered_per_s=%.0f closed_unanswered_per_s=%.0f" % (answered / secs, refused / secs))
+PY
+    declare -A fcol
+    for i in $(seq 1 "$runs"); do
+        for side in quiet flood; do
+            (
+                trap bench_cleanup EXIT
+                taskset -c 0 "$b/rl-node" --config "$work/flood.conf" --name n 2>>"$work/node.log" &
+                pids+=($!)
+                "$b/rl-router" --config "$work/flood.conf" --workers 2 2>>"$work/router.log" &
+                pids+=($!)
+                wait_port $nport; wait_port $rport; sleep 0.3
+                [ $side = quiet ] || { python3 "$work/flood.py" $rport 9 > "$work/flood.out" 2>&1 & pids+=($!); sleep 0.5; }
+                out=$("$b/rl-bench" --target 127.0.0.1:$rport --service bench --keys 100000 \
+                    --connections 4 --rate "$rate" --duration 8 --json --tls-ca "$work/ca.pem" | tail -1)
+                [ $side = quiet ] || { wait "${pids[-1]}" 2>/dev/null; cat "$work/flood.out" >&2; }
+                echo "$(json p50_us <<<"$out") $(json p99_us <<<"$out") $(json fail_open <<<"$out") $(json decisions <<<"$out") $(sed -n 's/^FLOOD answered_per_s=\([0-9]*\).*/\1/p' "$work/flood.out" 2>/dev/null)"
+            ) > "$work/r.out"
+            read -r p50 p99 fo dec hs < "$work/r.out"
+            echo "RESULT $side run $i: CHECK p50 ${p50} us, p99 ${p99} us, FAIL_OPEN ${fo} of ${dec}; ClientHellos answered ${hs:-0}/s"
+            fcol[$side.p50]+="$p50 "; fcol[$side.p99]+="$p99 "; fcol[$side.fo]+="$fo "; fcol[$side.hs]+="${hs:-0} "
+            rm -f "$work/flood.out"
+        done
+    done
+    fmed() { printf '%s\n' ${fcol[$1]} | median; }
+    echo "load after: $(uptime)"
+    for side in quiet flood; do
+        echo "medians $side: CHECK p50 $(fmed $side.p50) us, p99 $(fmed $side.p99) us, FAIL_OPEN $(fmed $side.fo); ClientHellos answered $(fmed $side.hs)/s"
+    done
+    exit 0
+fi
 for mode in plain tls; do
     {
         echo "[cluster]"

@@ -34,9 +34,12 @@ static void
 connq_flush(uv_check_t *h)
 {
     struct rl_connq *q = h->data;
+    bool hs_waiting = false;
 
-    /* A new turn: connections that spent their input budget in the last one go on. */
+    /* A new turn: connections that spent their input budget in the last one go on, and
+     * the turn's handshake budget opens (conn_tls.c). */
     q->turn++;
+    conn_hs_turn(q);
     while (q->throttled != NULL) {
         struct rl_conn *c = q->throttled;
 
@@ -55,7 +58,20 @@ connq_flush(uv_check_t *h)
         c->dirty = false;
         conn_flush(c);
     }
-    if (q->throttled == NULL) {
+    /* Then, the turn's decisions made, the TLS handshakes that waited for budget take
+     * theirs (what they answer leaves now). */
+    if (q->hs_head != NULL) {
+        hs_waiting = conn_hs_resume(q);
+        while (q->dirty != NULL) {
+            struct rl_conn *c = q->dirty;
+
+            q->dirty = c->dirty_next;
+            c->dirty_next = NULL;
+            c->dirty = false;
+            conn_flush(c);
+        }
+    }
+    if (q->throttled == NULL && !hs_waiting) {
         uv_idle_stop(&q->idle);
     }
 }
@@ -76,6 +92,7 @@ connq_handle_closed(uv_handle_t *h)
         q->slab = NULL;
         free(q->tls_slab);
         q->tls_slab = NULL;
+        conn_hs_free(q);
         if (q->on_closed != NULL) {
             q->on_closed(q->data);
         }
@@ -103,7 +120,8 @@ rl_connq_init(struct rl_connq *q, uv_loop_t *loop)
     q->check.data = q;
     uv_idle_init(loop, &q->idle);
     q->idle.data = q;
-    q->handles = 2;
+    q->handles = 3;
+    conn_hs_init(q); /* uv_timer_init cannot fail */
     rc = uv_check_start(&q->check, connq_flush);
     /* The flusher alone must not keep the loop alive. */
     uv_unref((uv_handle_t *)&q->check);
@@ -129,6 +147,7 @@ rl_connq_close(struct rl_connq *q, void (*on_closed)(void *data), void *data)
     q->data = data;
     uv_close((uv_handle_t *)&q->check, connq_handle_closed);
     uv_close((uv_handle_t *)&q->idle, connq_handle_closed);
+    uv_close((uv_handle_t *)&q->hs_timer, connq_handle_closed);
 }
 
 /* ---- one connection --------------------------------------------------------------------- */
@@ -294,6 +313,7 @@ rl_conn_close(struct rl_conn *c, int status)
     c->close_status = status;
     /* The throttled list outlives this loop turn, the handle does not. */
     conn_unthrottle(c);
+    rl_connq_hs_end(c->q, &c->hs);
     if (c->listener != NULL) {
         conn_listener_leave(c);
     }
@@ -317,6 +337,14 @@ rl_conn_mark(struct rl_conn *c)
     c->dirty = true;
     c->dirty_next = c->q->dirty;
     c->q->dirty = c;
+}
+
+void
+conn_idle_start(struct rl_connq *q)
+{
+    if (!q->closing) {
+        uv_idle_start(&q->idle, connq_idle);
+    }
 }
 
 void
@@ -466,7 +494,7 @@ conn_may_resume(const struct rl_conn *c)
 {
     size_t queued = rl_conn_queued(c);
 
-    return !c->reading && !c->eof && !c->finishing && !c->throttled &&
+    return !c->reading && !c->eof && !c->finishing && !c->throttled && !c->hs.queued &&
            queued <= c->out_max / 2 && c->holds <= c->hold_max / 2 &&
            !(rl_conn_budget_spent(c) && queued > RL_CONN_KEEP_BYTES / 2);
 }

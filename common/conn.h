@@ -78,6 +78,36 @@ struct rl_listener;
 struct rl_conn_shared;
 
 /*
+ * A TLS server connection's handshake as the loop's handshake gate sees it (rl_connq_hs_*):
+ * embedded in the connection (rl_conn's, or a router front's). Zeroed: not counted.
+ */
+struct rl_conn_hs {
+    struct rl_conn_hs *prev, *next;       /* the loop's queue of handshakes waiting a turn */
+    struct rl_conn_hs_peer *peer;         /* the address's count; NULL: not counted */
+    void (*resume)(struct rl_conn_hs *h); /* the connection's: take its handshake step now */
+    bool queued;
+};
+
+/* Handshakes in progress from one address, on one loop. */
+struct rl_conn_hs_peer {
+    struct rl_conn_hs_peer *next;
+    uint8_t addr[16];
+    uint32_t count;
+};
+
+#define RL_CONN_HS_BUCKETS 1024u
+
+/* The TLS handshake gate's counters (per loop): reported with the listener's (STATS). */
+struct rl_conn_hs_stats {
+    uint64_t started;      /* handshakes begun (a TLS record came in) */
+    uint64_t done;         /* completed */
+    uint64_t deferred;     /* handshake steps left for a later turn: the turn's budget spent */
+    uint64_t refused_peer; /* closed at their first record: the address had its cap */
+    uint64_t refused_all;  /* closed at their first record: the loop had its cap */
+    uint64_t in_progress;  /* begun, neither completed nor closed, now */
+};
+
+/*
  * One per loop: the dirty list and the uv_check handle that flushes it each loop turn. A
  * connection marked outside the I/O phase (a timer, a write's completion) also starts an
  * idle handle, so the loop does not block in poll before the flush.
@@ -100,6 +130,20 @@ struct rl_connq {
     struct rl_tls_ctx *tls_client; /* NULL, or TLS for every outgoing connection */
     char *tls_slab;                /* RL_CONN_READ_CHUNK, at the first TLS read: where TLS
                                       connections decrypt */
+    /* The TLS handshake gate (rl_connq_hs_*): the handshake work the loop's thread had
+     * done when this turn began (tls.h, rl_tls_handshake_work), the handshakes waiting for a
+     * turn with budget, and those in progress by address. */
+    uint64_t hs_turn_steps, hs_turn_ns;
+    int64_t hs_tokens;     /* ns of handshake work the loop's share allows now */
+    uint64_t hs_refill_ns; /* uv_hrtime of the last refill */
+    uv_timer_t hs_timer;   /* wakes the loop when the share allows the queue a step again */
+    struct rl_conn_hs *hs_head, *hs_tail;
+    struct rl_conn_hs_peer *hs_peers[RL_CONN_HS_BUCKETS];
+    uint32_t hs_per_peer; /* handshakes in progress from one address at most */
+    uint32_t hs_max;      /* and on the loop at most */
+    struct rl_conn_hs_stats hs_stats;
+    uint64_t hs_warned_ms;
+    bool hs_freed; /* the flusher closed: the counts are gone */
     int handles;
     bool closing;
     void (*on_closed)(void *data);
@@ -173,6 +217,7 @@ struct rl_conn {
     struct rl_tls *tls; /* NULL: plain TCP; else what is read and written goes through it */
     bool tls_sniff;     /* a TLS listener's, nothing read yet: a plaintext client is answered
                            in plaintext that TLS is required */
+    struct rl_conn_hs hs; /* a TLS listener's: its handshake at the loop's gate */
     char peer[64];   /* "ip:port" of the peer, for logs */
 };
 
@@ -192,6 +237,12 @@ struct rl_conn {
     X(refused_auth_rate, "refused_auth_rate")     /* address past its failed AUTHs a second */  \
     X(auth_timeouts, "auth_timeouts")             /* closed without AUTH after auth_timeout */  \
     X(throttled, "throttled")                     /* turns a connection was made to wait */       \
+    X(tls_handshakes, "tls_handshakes")           /* TLS handshakes begun (every front's) */    \
+    X(tls_handshakes_done, "tls_handshakes_done") /* of which completed */                      \
+    X(tls_deferred, "tls_handshake_deferred")     /* steps left for a later turn (budget) */    \
+    X(tls_refused_peer, "tls_refused_per_peer")   /* closed: the address's handshakes cap */    \
+    X(tls_refused_all, "tls_refused_max")         /* closed: the loop's handshakes cap */       \
+    X(tls_handshaking, "tls_handshaking")         /* handshakes in progress now */              \
     X(routers, "router_connections")              /* open now that said HELLO as a router */      \
     X(peers, "peers")                             /* distinct client addresses now */             \
     X(preauth, "preauth_connections")             /* clients open now that have not AUTHed */     \
@@ -298,6 +349,38 @@ int rl_connq_init(struct rl_connq *q, uv_loop_t *loop);
 struct rl_tls_ctx;
 struct rl_tls;
 void rl_connq_set_tls(struct rl_connq *q, struct rl_tls_ctx *server, struct rl_tls_ctx *client);
+
+/*
+ * The TLS handshake gate of a loop (conn_tls.c), for every TLS server connection of it: the
+ * binary listener's and the router's other fronts (router/front.c). A handshake costs the
+ * server real CPU (an ECDHE key and a signature: ~0.6 ms with P-256, ~6 ms with RSA-4096)
+ * for a ClientHello an attacker replays for free, so:
+ *   - per loop turn, handshake work stops after RL_CONN_HS_TURN_STEPS steps or
+ *     RL_CONN_HS_TURN_US microseconds of it, whichever comes first, and over time it takes
+ *     at most RL_CONN_HS_SHARE_PCT percent of the loop's wall time (a bucket of handshake
+ *     nanoseconds refilled at that share of the time passing, holding one turn's budget at
+ *     most); a connection whose step would pass either waits, its ciphertext fed and its
+ *     reading paused, in the loop's queue, and the flusher takes the queue's steps at the
+ *     next turns, after the turn's decisions (conn.c, connq_flush), or a timer wakes the
+ *     loop once the share allows a step again: decisions never wait behind more than one
+ *     turn's budget of handshakes, and handshakes never take more than their share;
+ *   - at most hs_per_peer (RL_CONN_DEFAULT_TLS_PER_PEER) handshakes are in progress from
+ *     one address and hs_max (RL_CONN_DEFAULT_TLS_HANDSHAKES) on the loop: a connection
+ *     whose first TLS record would pass either is closed at once (nothing decrypted, no
+ *     crypto spent), counted in tls_refused_per_peer / tls_refused_max.
+ * rl_connq_hs_begin at the first record (0, or -EBUSY: close the connection);
+ * rl_connq_hs_read in place of rl_tls_read (RL_CONN_HS_LATER: the step waits, h->resume is
+ * called from the flusher when its turn comes, to read again); rl_connq_hs_end when the
+ * connection closes (idempotent). A completed handshake leaves the counts by itself.
+ */
+#define RL_CONN_HS_LATER (-100000)
+int rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
+                      void (*resume)(struct rl_conn_hs *h));
+int rl_connq_hs_read(struct rl_connq *q, struct rl_conn_hs *h, struct rl_tls *tls, void *dst,
+                     size_t cap);
+void rl_connq_hs_end(struct rl_connq *q, struct rl_conn_hs *h);
+/* The caps of q's gate (0: the defaults of connlimits.h). */
+void rl_connq_hs_limits(struct rl_connq *q, uint32_t per_peer, uint32_t max);
 
 /* Stops it; on_closed(data) (may be NULL) runs once its handles are closed. */
 void rl_connq_close(struct rl_connq *q, void (*on_closed)(void *data), void *data);

@@ -1,12 +1,13 @@
 /*
  * conn_int: what the three files of the connection module share, and nothing else
- * includes: the calls each makes of another. conn.c owns the loop's flusher, a
+ * includes: the calls each makes of another (and conn_tls.c's handshake gate). conn.c owns the loop's flusher, a
  * connection's life and its writing; conn_read.c its reading and framing; conn_listen.c
  * accepting, a listener's limits and counters, and the refusals it answers.
  */
 #ifndef RL_CONN_INT_H
 #define RL_CONN_INT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "conn.h"
@@ -35,6 +36,25 @@ void conn_throttle(struct rl_conn *c);
 
 /* Resumes c if it may, writes what it has queued, or closes it once finished. */
 void conn_flush(struct rl_conn *c);
+
+/* Keeps the loop from blocking in poll before the next flush. */
+void conn_idle_start(struct rl_connq *q);
+
+/* ---- conn_tls.c ------------------------------------------------------------------------ */
+
+/* Sets up the gate's timer on q->loop (a handle of q's). */
+void conn_hs_init(struct rl_connq *q);
+
+/* A turn begins: its handshake budget opens. */
+void conn_hs_turn(struct rl_connq *q);
+
+/* The queued handshakes take their steps while the turn's budget and the share last; true
+ * when some still wait for the next turn (the loop must not block), false when none wait or
+ * the share is spent (then a timer wakes the loop when it allows a step). */
+bool conn_hs_resume(struct rl_connq *q);
+
+/* Frees the gate's counts (q closed). */
+void conn_hs_free(struct rl_connq *q);
 
 /* ---- conn_read.c ----------------------------------------------------------------------- */
 

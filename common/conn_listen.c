@@ -904,6 +904,13 @@ rl_listener_stats(const struct rl_listener *l, struct rl_listener_stats *s)
 {
     *s = l->stats;
     s->buffer_bytes = l->q->client_bytes;
+    /* The loop's TLS handshake gate: every front of the loop, not this listener's alone. */
+    s->tls_handshakes = l->q->hs_stats.started;
+    s->tls_handshakes_done = l->q->hs_stats.done;
+    s->tls_deferred = l->q->hs_stats.deferred;
+    s->tls_refused_peer = l->q->hs_stats.refused_peer;
+    s->tls_refused_all = l->q->hs_stats.refused_all;
+    s->tls_handshaking = l->q->hs_stats.in_progress;
     if (l->shared != NULL) {
         /* The addresses are the shared table's (rl_conn_shared.npeers): not one listener's. */
         s->peers = 0;

@@ -9,6 +9,7 @@
  */
 #include "conn.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "conn_int.h"
@@ -247,6 +248,19 @@ conn_input(struct rl_conn *c, char *p, size_t n, bool transient)
  * handshake record is a plaintext client: it is answered in plaintext that TLS is required.
  * Returns false when c was refused or closed.
  */
+static bool conn_tls_drain(struct rl_conn *c);
+
+/* The loop's handshake gate (conn_tls.c) gives c's queued handshake its turn. */
+static void
+conn_hs_resumed(struct rl_conn_hs *h)
+{
+    struct rl_conn *c = (struct rl_conn *)((char *)h - offsetof(struct rl_conn, hs));
+
+    if (c->open && c->tls != NULL && conn_tls_drain(c) && c->open) {
+        rl_conn_mark(c); /* the flush resumes its reading */
+    }
+}
+
 static bool
 conn_tls_input(struct rl_conn *c, char *p, size_t n)
 {
@@ -261,11 +275,25 @@ conn_tls_input(struct rl_conn *c, char *p, size_t n)
                                    p, n);
             return false;
         }
+        if (c->listener != NULL &&
+            rl_connq_hs_begin(c->q, &c->hs, c->addr, conn_hs_resumed) != 0) {
+            /* Past the handshakes in progress its address or the loop may have: closed
+             * before any crypto is spent on it. */
+            rl_conn_close(c, UV_ECONNREFUSED);
+            return false;
+        }
     }
     if (rl_tls_feed(c->tls, p, n) != 0) {
         rl_conn_close(c, UV_ENOMEM);
         return false;
     }
+    return conn_tls_drain(c);
+}
+
+/* Decrypts and handles what c's TLS holds, within the loop's handshake budget. */
+static bool
+conn_tls_drain(struct rl_conn *c)
+{
     for (;;) {
         char *dst;
         size_t cap;
@@ -287,7 +315,13 @@ conn_tls_input(struct rl_conn *c, char *p, size_t n)
             dst = c->in.data + c->in.len;
             cap = c->in.cap - c->in.len;
         }
-        got = rl_tls_read(c->tls, dst, cap);
+        got = rl_connq_hs_read(c->q, &c->hs, c->tls, dst, cap);
+        if (got == RL_CONN_HS_LATER) {
+            /* The turn's handshake budget is spent: c waits in the gate's queue, reading
+             * nothing more until its step is taken. */
+            conn_pause(c);
+            break;
+        }
         if (got < 0) {
             if (c->listener != NULL) {
                 rl_log_info("client %s: TLS handshake or record failed, closed: %s", c->peer,

@@ -16,6 +16,15 @@
 #define RL_CONN_DEFAULT_FRAME_TIMEOUT_MS (10u * 1000u)
 #define RL_CONN_DEFAULT_BUFFER_MEMORY (256ull * 1024 * 1024)
 #define RL_CONN_DEFAULT_AUTH_TIMEOUT_MS (5u * 1000u)
+/* The TLS handshake gate (conn.h, rl_connq_hs_*): handshakes in progress at once from one
+ * address and on one loop (a router's worker), and a loop turn's handshake budget. */
+#define RL_CONN_DEFAULT_TLS_PER_PEER 64u
+#define RL_CONN_DEFAULT_TLS_HANDSHAKES 1024u
+#define RL_CONN_HS_TURN_STEPS 8u
+#define RL_CONN_HS_TURN_US 2000u
+/* and the share of a loop's time handshakes may take over time (percent of wall time: a
+ * loop spinning through short turns still spends at most this much on handshakes) */
+#define RL_CONN_HS_SHARE_PCT 20u
 
 struct rl_conn_limits {
     uint32_t max_connections;  /* client connections open at once */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
@@ -464,6 +465,25 @@ rl_tls_feed(struct rl_tls *s, const void *p, size_t n)
     return 0;
 }
 
+/* This thread's handshake work (rl_tls_handshake_work). */
+static _Thread_local uint64_t tls_hs_steps, tls_hs_ns;
+
+static uint64_t
+tls_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void
+rl_tls_handshake_work(uint64_t *steps, uint64_t *ns)
+{
+    *steps = tls_hs_steps;
+    *ns = tls_hs_ns;
+}
+
 int
 rl_tls_read(struct rl_tls *s, void *dst, size_t cap)
 {
@@ -473,7 +493,15 @@ rl_tls_read(struct rl_tls *s, void *dst, size_t cap)
     if (cap > (1u << 30)) {
         cap = 1u << 30;
     }
-    rc = SSL_read_ex(s->ssl, dst, cap, &got);
+    if (!SSL_is_init_finished(s->ssl)) {
+        uint64_t t0 = tls_now_ns();
+
+        rc = SSL_read_ex(s->ssl, dst, cap, &got);
+        tls_hs_steps++;
+        tls_hs_ns += tls_now_ns() - t0;
+    } else {
+        rc = SSL_read_ex(s->ssl, dst, cap, &got);
+    }
     if (rc == 1) {
         return (int)got;
     }

@@ -32,6 +32,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "buf.h"
 
@@ -97,6 +98,14 @@ bool rl_tls_partial(const struct rl_tls *s);
 
 /* The handshake is done: plaintext flows both ways. */
 bool rl_tls_established(const struct rl_tls *s);
+
+/*
+ * The handshake work this thread has done so far, all its connections together: the
+ * rl_tls_read calls made while a handshake was not done (steps) and the nanoseconds they
+ * took (a monotonic clock). The loop's handshake gate (conn.h, rl_connq_hs_*) budgets it
+ * per turn.
+ */
+void rl_tls_handshake_work(uint64_t *steps, uint64_t *ns);
 
 /* Why the last call failed, in words: OpenSSL's reason, the certificate verification's, or
  * that the peer does not speak TLS at all (it answered in plaintext). */

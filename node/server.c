@@ -183,6 +183,7 @@ server_stats(struct rl_conn *c, const struct rl_wire_req *req)
         RL_SERVER_PUT("throttle_open", ts.open)
         RL_SERVER_PUT("throttle_recorded", ts.recorded)
         RL_SERVER_PUT("throttle_dropped", ts.dropped)
+        RL_SERVER_PUT("throttle_query_refused", ts.query_refused)
         RL_SERVER_PUT("events_log_dropped", ts.log_dropped)
         RL_SERVER_PUT("events_log_rotations", ts.log_rotations)
     }
@@ -218,6 +219,16 @@ server_throttled(struct rl_conn *c, const struct rl_wire_req *req)
     size_t before = rl_buf_unread(&c->out);
     size_t n;
 
+    if (!rl_throttle_query_admit(s->throttle, s->now_ms)) {
+        char msg[128];
+
+        /* Bounded by design: THROTTLED cannot take more than its share of the loop. */
+        snprintf(msg, sizeof(msg),
+                 "THROTTLED: at most %u a second on this node (%u at once): try again later",
+                 RL_THROTTLE_QUERY_RATE, RL_THROTTLE_QUERY_BURST);
+        reply_error(c, req->id, RL_WIRE_ERR_OVERLOADED, msg);
+        return;
+    }
     n = rl_throttle_query(s->throttle, req->service.ptr, req->service.len,
                           req->has_since ? &req->since_ms : NULL, s->now_ms, req->top,
                           s->episodes);

@@ -1,7 +1,8 @@
 /*
  * throttle: open episodes in a fixed array with a free list, found by an open-addressing
  * index (linear probing, backward-shift deletion) on XXH3 of the key; closed episodes in a
- * ring. See throttle.h.
+ * ring; queries select their top episodes with a bounded heap, and are admitted by a GCRA of
+ * their own. See throttle.h.
  */
 #include "throttle.h"
 
@@ -545,6 +546,60 @@ ep_match(const struct rl_throttle_ep *e, const char *service, size_t slen, bool 
     return *since_ms >= now || e->end_ms >= now - *since_ms;
 }
 
+/* The worst of the heap h[0..n) (by ep_cmp) goes to its root. */
+static void
+heap_down(const struct rl_throttle_ep **h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t w = i, l = 2 * i + 1, r = l + 1;
+
+        if (l < n && ep_cmp(&h[l], &h[w]) > 0) {
+            w = l;
+        }
+        if (r < n && ep_cmp(&h[r], &h[w]) > 0) {
+            w = r;
+        }
+        if (w == i) {
+            return;
+        }
+        {
+            const struct rl_throttle_ep *x = h[i];
+
+            h[i] = h[w];
+            h[w] = x;
+        }
+        i = w;
+    }
+}
+
+/* e joins the best `top` kept in the heap h[0..*n): a heap of the worst at its root, so an
+ * episode that is not better than the worst kept costs one comparison. */
+static void
+heap_offer(const struct rl_throttle_ep **h, size_t *n, size_t top,
+           const struct rl_throttle_ep *e)
+{
+    if (*n < top) {
+        size_t i = (*n)++;
+
+        h[i] = e;
+        while (i > 0 && ep_cmp(&h[i], &h[(i - 1) / 2]) > 0) {
+            const struct rl_throttle_ep *x = h[i];
+
+            h[i] = h[(i - 1) / 2];
+            h[(i - 1) / 2] = x;
+            i = (i - 1) / 2;
+        }
+    } else if (top > 0 && ep_cmp(&e, &h[0]) < 0) {
+        h[0] = e;
+        heap_down(h, *n, 0);
+    }
+}
+
+/*
+ * One pass over the open table's index and the ring, keeping the best `top` in a heap
+ * (O(n log top), one comparison for most: ~0.1 ms at RL_THROTTLE_MAX, where sorting every
+ * episode took milliseconds of the node's loop), then those `top` sorted.
+ */
 size_t
 rl_throttle_query(struct rl_throttle *t, const char *service, size_t slen,
                   const uint64_t *since_ms, uint64_t now, uint32_t top,
@@ -558,12 +613,12 @@ rl_throttle_query(struct rl_throttle *t, const char *service, size_t slen,
     for (uint32_t i = 0; i < t->nslots; i++) {
         if (t->slots[i] != 0 &&
             ep_match(&t->open[t->slots[i] - 1], service, slen, true, since_ms, now)) {
-            t->scratch[n++] = &t->open[t->slots[i] - 1];
+            heap_offer(t->scratch, &n, top, &t->open[t->slots[i] - 1]);
         }
     }
     for (uint32_t i = 0; i < t->ring_len; i++) {
         if (ep_match(&t->ring[i], service, slen, false, since_ms, now)) {
-            t->scratch[n++] = &t->ring[i];
+            heap_offer(t->scratch, &n, top, &t->ring[i]);
         }
     }
     qsort(t->scratch, n, sizeof(*t->scratch), ep_cmp);
@@ -585,6 +640,28 @@ rl_throttle_query(struct rl_throttle *t, const char *service, size_t slen,
         w->ended = e->ended;
     }
     return k;
+}
+
+bool
+rl_throttle_query_admit(struct rl_throttle *t, uint64_t now)
+{
+    const uint64_t interval = 1000u / RL_THROTTLE_QUERY_RATE;
+    const uint64_t tolerance = (RL_THROTTLE_QUERY_BURST - 1u) * interval;
+    uint64_t tat;
+
+    if (t == NULL) {
+        return true; /* nothing recorded: the answer is empty and cheap */
+    }
+    if (t->query_tat > now + tolerance + interval) {
+        t->query_tat = now; /* the clock went back: start over */
+    }
+    tat = t->query_tat > now ? t->query_tat : now;
+    if (tat - now > tolerance) {
+        t->stats.query_refused++;
+        return false;
+    }
+    t->query_tat = tat + interval;
+    return true;
 }
 
 void

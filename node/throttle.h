@@ -36,6 +36,11 @@
 #define RL_THROTTLE_LOG_RATE_DEFAULT 100u
 #define RL_THROTTLE_LOG_BUF 65536u /* bytes buffered before a write(2) */
 #define RL_THROTTLE_LINE_MAX 4096u /* one line, strings escaped at worst */
+/* THROTTLED answered a second, and at once, by one node (rl_throttle_query_admit): an admin
+ * query whose reply of up to 100 episodes costs the node and every router merging it far more
+ * than a decision; past it, ERROR OVERLOADED. */
+#define RL_THROTTLE_QUERY_RATE 10u
+#define RL_THROTTLE_QUERY_BURST 20u
 
 struct rl_throttle_ep {
     uint64_t hash;
@@ -63,6 +68,7 @@ struct rl_throttle_stats {
     uint64_t log_dropped;   /* closed episodes not written: past log_rate in their second */
     uint64_t log_rotations; /* files rotated for their size */
     uint64_t log_errors;    /* failed opens or writes (their lines are lost) */
+    uint64_t query_refused; /* THROTTLED answered OVERLOADED: past RL_THROTTLE_QUERY_RATE */
 };
 
 /* The events log: a descriptor, a write buffer, and what bounds it. */
@@ -96,6 +102,7 @@ struct rl_throttle {
     uint32_t ring_len;
     const struct rl_throttle_ep **scratch; /* 2 * cap, for queries */
     struct rl_throttle_stats stats;
+    uint64_t query_tat;          /* the queries' GCRA: when the next one is due (node ms) */
     struct rl_throttle_log *log; /* events_log, or NULL */
     char node[RL_WIRE_NODE_MAX + 1];
 };
@@ -156,6 +163,13 @@ void rl_throttle_tick(struct rl_throttle *t, uint64_t now);
 size_t rl_throttle_query(struct rl_throttle *t, const char *service, size_t slen,
                          const uint64_t *since_ms, uint64_t now, uint32_t top,
                          struct rl_wire_episode *out);
+
+/* Whether a THROTTLED may be answered at now (the node's clock, ms): at most
+ * RL_THROTTLE_QUERY_BURST at once and RL_THROTTLE_QUERY_RATE a second over time (a GCRA), so
+ * that however many clients and routers ask, answering costs the node's loop a bounded share
+ * of its time. false: it is answered OVERLOADED (counted in stats.query_refused). t NULL:
+ * always true. */
+bool rl_throttle_query_admit(struct rl_throttle *t, uint64_t now);
 
 void rl_throttle_stats(const struct rl_throttle *t, struct rl_throttle_stats *s);
 

@@ -5,7 +5,9 @@
  * CHECKs; the nodes' episodes are merged into the best `top`, and the reply goes out when
  * every node answered or the admin timeout passed, naming the nodes that did not answer.
  * A client whose token names its services sees theirs only: the nodes are asked once per
- * such service, so it still gets up to `top` of its own. Not for CHECK (forward.c).
+ * such service, so it still gets up to `top` of its own. A node past its THROTTLED budget
+ * answers OVERLOADED, and so does the fan-out: the nodes' budgets bound the merging a router
+ * does. Not for CHECK (forward.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,13 @@
 #define FANOUT_TIMEOUT_MS 1000u
 #define FANOUT_PER_CLIENT 4u
 #define FANOUT_MAX 64u
+/* After a node answered OVERLOADED (its THROTTLED budget, node/throttle.h: 10 a second), this
+ * worker answers THROTTLED OVERLOADED itself for this long without asking the nodes. */
+#define FANOUT_BACKOFF_MS 100u
+
+/* Per worker (each runs one loop on its own thread): the loop time until which fan-outs are
+ * refused at once. */
+static _Thread_local uint64_t fan_backoff_until;
 
 static void
 fan_timer_closed(uv_handle_t *h)
@@ -132,8 +141,19 @@ fan_finish(struct rl_fanout *f)
             missing[i].ptr = f->missing[i];
             missing[i].len = (uint32_t)strlen(f->missing[i]);
         }
-        if (rl_wire_put_throttled_reply(&c->conn.out, f->client_id, eps, f->neps, missing,
-                                        f->nmissing, NULL) != 0) {
+        if (f->overloaded) {
+            /* Merging what the other nodes sent would be work for a partial answer: the
+             * client asks again later (the nodes' budget bounds what merging costs here). */
+            r->stats.overloaded++;
+            if (rl_wire_put_error(&c->conn.out, f->client_id, RL_WIRE_ERR_OVERLOADED,
+                                  "THROTTLED: a node's budget is spent (at most 10 a second "
+                                  "per node): try again later") != 0) {
+                rl_conn_close(&c->conn, UV_ENOMEM);
+            } else {
+                rl_conn_mark(&c->conn);
+            }
+        } else if (rl_wire_put_throttled_reply(&c->conn.out, f->client_id, eps, f->neps, missing,
+                                               f->nmissing, NULL) != 0) {
             rl_conn_close(&c->conn, UV_ENOMEM);
         } else {
             rl_conn_mark(&c->conn);
@@ -163,6 +183,9 @@ rl_fanout_part_done(struct rl_router *r, struct rl_pending *p, const struct rl_w
         for (size_t i = 0; i < rep->nepisodes; i++) {
             fan_merge(f, &rep->episodes[i]);
         }
+    } else if (rep != NULL && rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_OVERLOADED) {
+        f->overloaded = true; /* the node's THROTTLED budget (node/throttle.h) is spent */
+        fan_backoff_until = uv_now(r->loop) + FANOUT_BACKOFF_MS;
     } else {
         fan_missing(f, p->up != NULL ? p->up->name : "?");
     }
@@ -282,6 +305,13 @@ rl_fanout_throttled(struct rl_conn *conn, const struct rl_wire_req *req,
         r->stats.unauthorized++;
         rl_reply_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
                        "this client's token does not allow that service");
+        return;
+    }
+    if (uv_now(r->loop) < fan_backoff_until) {
+        r->stats.overloaded++;
+        rl_reply_error(conn, req->id, RL_WIRE_ERR_OVERLOADED,
+                       "THROTTLED: a node's budget is spent (at most 10 a second per node): "
+                       "try again later");
         return;
     }
     if (c->nfanouts >= FANOUT_PER_CLIENT || r->nfanouts >= FANOUT_MAX) {

@@ -2,6 +2,7 @@
  * front: the byte-stream connections of the router's protocol fronts (front.h). Every byte
  * read goes to the protocol through front_in; every byte written goes through front_out.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,7 @@ struct rl_front_conn {
     struct rl_tls *tls;    /* NULL: plain TCP (the router's [cluster] tls_* unset) */
     bool tls_sniff;        /* nothing read yet: a plaintext client is closed at once */
     struct rl_buf tls_out; /* TLS: plaintext queued before the handshake was done */
+    struct rl_conn_hs hs;  /* TLS: its handshake at the loop's gate (conn.h, rl_connq_hs_*) */
     bool paused;      /* rl_front_pause: the protocol takes no input for now */
     bool shut_wanted; /* rl_front_shutdown: FIN after the output queued */
     bool shut;        /* FIN requested (uv_shutdown) */
@@ -78,6 +80,7 @@ struct rl_front_conn {
 static void front_idle_cb(uv_idle_t *h);
 static void front_unmark(struct rl_front_conn *c);
 static void front_release(struct rl_front_conn *c);
+static void front_hs_resumed(struct rl_conn_hs *h);
 
 /* Nothing to do: the idle handle only keeps the loop from blocking before the check. */
 static void
@@ -301,6 +304,7 @@ rl_front_close(struct rl_front_conn *c)
     free(c->out);
     c->out = NULL;
     c->out_len = c->out_cap = 0;
+    rl_connq_hs_end(&c->r->connq, &c->hs);
     rl_tls_free(c->tls);
     c->tls = NULL;
     rl_buf_deinit(&c->tls_out);
@@ -557,6 +561,9 @@ front_tls_in(struct rl_front_conn *c, const uint8_t *data, size_t len)
             }
             return -1;
         }
+        if (rl_connq_hs_begin(&c->r->connq, &c->hs, c->addr, front_hs_resumed) != 0) {
+            return -1; /* past the handshakes in progress its address or the loop may have */
+        }
     }
     if (g->tbuf == NULL && (g->tbuf = malloc(FRONT_READ_BUF)) == NULL) {
         return -1;
@@ -565,7 +572,11 @@ front_tls_in(struct rl_front_conn *c, const uint8_t *data, size_t len)
         return -1;
     }
     for (;;) {
-        got = rl_tls_read(c->tls, g->tbuf, FRONT_READ_BUF);
+        got = rl_connq_hs_read(&c->r->connq, &c->hs, c->tls, g->tbuf, FRONT_READ_BUF);
+        if (got == RL_CONN_HS_LATER) { /* the turn's handshake budget is spent */
+            rl_front_pause(c, true);    /* until front_hs_resumed */
+            return 0;
+        }
         if (got < 0) {
             rl_log_info("%s front: TLS handshake or record failed, closed: %s", c->ops->name,
                         rl_tls_why(c->tls));
@@ -584,6 +595,21 @@ front_tls_in(struct rl_front_conn *c, const uint8_t *data, size_t len)
         if (c->ops->on_bytes(c, (const uint8_t *)g->tbuf, (size_t)got) != 0 || c->closing) {
             return -1;
         }
+    }
+}
+
+/* The loop's handshake gate gives c's queued handshake its turn. */
+static void
+front_hs_resumed(struct rl_conn_hs *h)
+{
+    struct rl_front_conn *c =
+        (struct rl_front_conn *)((char *)h - offsetof(struct rl_front_conn, hs));
+
+    rl_front_pause(c, false);
+    if (!c->closing && front_tls_in(c, NULL, 0) != 0) {
+        rl_front_close(c);
+    } else if (!c->closing) {
+        rl_front_flush(c);
     }
 }
 

@@ -128,6 +128,7 @@ struct rl_fanout {
     char missing[RL_WIRE_MISSING_MAX][RL_WIRE_NODE_MAX + 1];
     size_t neps;
     struct rl_fan_ep eps[RL_WIRE_TOP_MAX];
+    bool overloaded; /* a node answered OVERLOADED (its THROTTLED budget): so is the client */
 };
 
 /* A front kind's connections, process wide (rl_wgroup.fronts). */
