@@ -88,13 +88,14 @@ struct rl_limiter {
 /* Every tier id of a rules file fits an entry's tier field. */
 _Static_assert(RL_CONF_TIERS_MAX <= RL_KEYTAB_TIER_MAX, "tier ids fit the key table");
 
-/* Seeds the key hash with the tier's seed (conf.h: its section, its place there and its
- * parameters), so each user gets one counter per section and per tier, and the counter
- * keeps its identity across reloads that leave the tier as it was. */
+/* Seeds the key hash with the tier's key seed (ruleset.h: its section, algorithm, window and
+ * ordinal among the section's tiers of both, not its limit nor burst), so each user gets one
+ * counter per section and per tier, and the counter keeps its identity across reloads that
+ * leave the tier's algorithm and window as they were (a new limit carries it over). */
 static uint64_t
 lim_seed(const struct rl_tier *t)
 {
-    return t->seed;
+    return t->key_seed;
 }
 
 static const struct rl_tier *
@@ -1119,8 +1120,11 @@ lim_remap_entry(void *arg, struct rl_keytab_entry *e)
         }
         return false;
     }
-    e->tier = to;
     t = &l->conf->tiers[to];
+    /* The same algorithm and window (the same key seed): what was consumed stays consumed
+     * under the new limit and burst. */
+    rl_algo_rescale(&l->tiers[e->tier], t, &e->st);
+    e->tier = to;
     lim_count_key(l, t, +1);
     lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st));
     return true;
@@ -1158,20 +1162,25 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
         free(gtiers);
         return -ENOMEM;
     }
-    /* Nothing can fail from here on. Old tier -> new tier with the same seed. */
+    /* Nothing can fail from here on. Old tier -> new tier with the same key seed (section,
+     * algorithm, window, ordinal), whatever its limit and burst. */
     for (size_t i = 0; i < conf->ntiers; i++) {
-        ix[i].seed = conf->tiers[i].seed;
+        ix[i].seed = conf->tiers[i].key_seed;
         ix[i].ix = (uint32_t)i;
         logs |= conf->tiers[i].algo == RL_ALGO_SLIDING_WINDOW_LOG;
     }
     qsort(ix, conf->ntiers, sizeof(*ix), lim_seed_cmp);
     for (size_t i = 0; i < l->ntiers; i++) {
-        struct lim_seed_ix key = {l->tiers[i].seed, 0};
+        struct lim_seed_ix key = {l->tiers[i].key_seed, 0};
         const struct lim_seed_ix *hit =
             conf->ntiers == 0 ? NULL : bsearch(&key, ix, conf->ntiers, sizeof(*ix), lim_seed_cmp);
 
         remap[i] = hit != NULL ? hit->ix : LIM_GONE;
-        res.tiers_kept += hit != NULL;
+        if (hit != NULL && conf->tiers[hit->ix].seed == l->tiers[i].seed) {
+            res.tiers_kept++;
+        } else if (hit != NULL) {
+            res.tiers_carried++;
+        }
     }
     free(ix);
     /* The services' cumulative counters follow their names; what they hold is counted

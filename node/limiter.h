@@ -118,9 +118,12 @@ int rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *re
 
 /* What rl_limiter_set_rules did. */
 struct rl_limiter_reload {
-    uint64_t tiers_kept;   /* old tiers found unchanged in the new rules */
-    uint64_t keys_kept;    /* keys that keep their counters */
-    uint64_t keys_dropped; /* keys of tiers that changed or went: forgotten (full allowance) */
+    uint64_t tiers_kept;    /* old tiers found unchanged in the new rules */
+    uint64_t tiers_carried; /* old tiers found with another limit or burst (same section,
+                               algorithm, window and ordinal): their keys carry over */
+    uint64_t keys_kept;     /* keys that keep their counters (carried over included) */
+    uint64_t keys_dropped;  /* keys of tiers whose algorithm or window changed, or that went:
+                               forgotten (full allowance) */
     bool log_memory_missing; /* the new rules have a sliding_window_log tier but the limiter
                                 was created without one: it has no log memory (its logs are
                                 degraded to counters) until the node restarts */
@@ -129,8 +132,11 @@ struct rl_limiter_reload {
 /*
  * The rules of conf changed (rl_conf_swap_rules on the conf the limiter was created with,
  * which must still be that conf): from now on the limiter judges by them. Every key whose
- * tier (rl_tier.seed: section, position, algorithm, limit, window, burst) is still in the
- * rules keeps its counter, whatever moved around it; every other key is forgotten, so it
+ * tier's identity (rl_tier.key_seed: section, algorithm, window and ordinal among the
+ * section's tiers of that algorithm and window) is still in the rules keeps its counter,
+ * whatever moved around it; if the tier's limit or burst changed, what the key consumed
+ * stays consumed under the new ones (rl_algo_rescale: 3 used of 3 leaves 997 of 1000).
+ * Every other key (its tier went, or changed algorithm or window) is forgotten, so it
  * starts again from full allowance. The per-service accounting (STATS service.*) is rebuilt
  * for the new services; a service that stays keeps its cumulative counters. One pass over
  * the key table (finishing a resize first): the node pauses for it (docs/OPERATIONS.md,
