@@ -146,6 +146,42 @@ struct rl_limiter_reload {
 int rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
                          struct rl_limiter_reload *out);
 
+struct rl_handoff_key;
+
+/*
+ * Handoff (node/handoff.h; docs/PROTOCOL.md, "Handoff records (in progress)"): calls fn for
+ * every live key (not full at now) that want accepts, by its fingerprint and the ownership
+ * epoch its state was written under, with its full state relative to now; a non-zero
+ * return of fn stops the walk and is returned. Sliding logs are pruned at now (a pure
+ * effect of time); nothing else changes. An entry does not record its shard: want must tell
+ * by what it is given (a per-shard selection needs the shard in the entry, not done yet).
+ */
+int rl_limiter_export(struct rl_limiter *l, uint64_t now,
+                      bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch),
+                      int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
+
+/* What rl_limiter_import did with its keys. */
+struct rl_limiter_import_stats {
+    uint64_t imported;  /* put in the table (replacing a state held here, if any) */
+    uint64_t carried;   /* of which under a tier whose limit or burst differ here: rescaled */
+    uint64_t no_tier;   /* no tier here with that key seed, or another algorithm or window */
+    uint64_t invalid;   /* a state that does not fit its tier */
+    uint64_t no_memory; /* the table could not take it */
+};
+
+/*
+ * Puts n keys exported by another node (its clock may differ: each state is relative to
+ * the sender's now) into this limiter at now (this node's clock), under ownership epoch
+ * `epoch`: each as if it had been judged here all along, under this node's tier of the same
+ * key seed (a different limit or burst is carried over as a live rules change would) or its
+ * inline limit, interned for its owner. A key this node already holds is replaced. Adds to
+ * *st (may be NULL). Returns 0, or -ENOMEM when the rules' index cannot be built (nothing
+ * imported).
+ */
+int rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch,
+                      const struct rl_handoff_key *keys, size_t n,
+                      struct rl_limiter_import_stats *st);
+
 struct rl_slices;
 
 /*
