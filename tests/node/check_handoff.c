@@ -6,7 +6,8 @@
  * into another limiter whose clock is offset, and from then on every decision of the
  * receiver is the reference's (a limiter that judged the same history and never moved).
  * Also: a receiver with another limit carries the consumption over, one without the tier
- * skips the key, and the decoder refuses every truncation and corruption without crashing.
+ * skips the key, a region's slice of a global rule continues (and carries over to another
+ * slice), a log too long for a record travels as its counts, and the decoder refuses every truncation and corruption without crashing.
  * Not for the transfer between processes (not written yet).
  */
 #include <check.h>
@@ -357,6 +358,76 @@ START_TEST(test_import_other_rules)
 }
 END_TEST
 
+/* A region's slice of a global rule travels as an inline tier of the service's account: the
+ * receiver continues it (25 of 100 here, 20 used: 5 left), and one with a larger slice (50)
+ * carries the 20 over (30 left). */
+START_TEST(test_global_slice)
+{
+    for (int i = 0; i < 6; i++) {
+        char text[256];
+        struct rl_conf *c;
+        struct rl_limiter *snd, *rcv, *big;
+        struct rl_handoff_key *keys;
+        struct rl_limiter_import_stats st;
+        size_t n;
+
+        snprintf(text, sizeof(text),
+                 "[cluster]\nregion = east\nregions = east:1 west:3\n"
+                 "[service g]\nscope = global\nlimit = %s 100 per 1h\n",
+                 algos[i]);
+        c = conf_from(text);
+        snd = limiter_from(c);
+        rcv = limiter_from(c);
+        big = limiter_from(c);
+        rl_limiter_set_slices(big, NULL, 500);
+        for (int k = 0; k < 20; k++) {
+            ck_assert_uint_ne(check(snd, "g", "u", NULL, 1, T0).code, RL_WIRE_LIMITED);
+        }
+        ck_assert_uint_eq(check(snd, "g", "u", NULL, 0, T0).remaining, 5);
+        export_decode(snd, T0, &keys, &n);
+        ck_assert_uint_eq(n, 1);
+        ck_assert_uint_eq(keys[0].kind, RL_HANDOFF_INLINE);
+        memset(&st, 0, sizeof(st));
+        ck_assert_int_eq(rl_limiter_import(rcv, T0 + DAY_OFFSET, 0, keys, n, &st), 0);
+        ck_assert_uint_eq(st.imported, 1);
+        ck_assert_uint_eq(check(rcv, "g", "u", NULL, 0, T0 + DAY_OFFSET).remaining, 5);
+        ck_assert_int_eq(rl_limiter_import(big, T0 + DAY_OFFSET, 0, keys, n, &st), 0);
+        ck_assert_msg(check(big, "g", "u", NULL, 0, T0 + DAY_OFFSET).remaining == 30, "%s",
+                      algos[i]);
+        free(keys);
+        rl_limiter_destroy(snd);
+        rl_limiter_destroy(rcv);
+        rl_limiter_destroy(big);
+        rl_conf_destroy(c);
+    }
+}
+END_TEST
+
+/* A log of more than RL_ALGO_XLOG_MAX entries travels as its counts: 1500 spent of 5000,
+ * 3500 left there. */
+START_TEST(test_long_log)
+{
+    struct rl_conf *c = conf_from("[service s]\nlimit = sliding_window_log 5000 per 1m\n");
+    struct rl_limiter *snd = limiter_from(c), *rcv = limiter_from(c);
+    struct rl_handoff_key *keys;
+    size_t n;
+
+    for (uint64_t k = 0; k < 1500; k++) {
+        ck_assert_uint_eq(check(snd, "s", "u", NULL, 1, T0 + k).code, RL_WIRE_ALLOWED);
+    }
+    export_decode(snd, T0 + 1500, &keys, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_uint_eq(keys[0].st.shape, RL_ALGO_SLIDING_WINDOW_COUNTER);
+    ck_assert_uint_eq(keys[0].st.nlog, 0);
+    ck_assert_int_eq(rl_limiter_import(rcv, T0 + 1500, 0, keys, n, NULL), 0);
+    ck_assert_uint_eq(check(rcv, "s", "u", NULL, 0, T0 + 1500).remaining, 3500);
+    free(keys);
+    rl_limiter_destroy(snd);
+    rl_limiter_destroy(rcv);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 /* Every prefix of a stream is incomplete (0) or a whole record; every single-byte change
  * decodes to a record or -EINVAL, never a crash nor a read past the bytes (ASan). */
 START_TEST(test_decoder_bounded)
@@ -420,6 +491,8 @@ handoff_suite(void)
     tcase_add_test(tc, test_roundtrip_odd_offset);
     tcase_add_test(tc, test_roundtrip_clock_behind);
     tcase_add_test(tc, test_import_other_rules);
+    tcase_add_test(tc, test_global_slice);
+    tcase_add_test(tc, test_long_log);
     tcase_add_test(tc, test_decoder_bounded);
     suite_add_tcase(s, tc);
     return s;
