@@ -23,68 +23,13 @@
 #include <xxhash.h>
 
 #include "algo.h"
-#include "handoff.h"
 #include "inltab.h"
 #include "keytab.h"
 #include "metrics.h"
 #include "slices.h"
 #include "tenant.h"
 
-/* What one tier of the request in hand needs between its judgment and its commit. */
-struct lim_tier {
-    uint64_t fp_hi;
-    uint32_t fp_lo;
-    struct rl_keytab_entry *e;  /* valid until the first insert of the commit phase */
-    struct rl_algo_state blank; /* the state of a key not in the table: zero, full */
-    struct rl_algo_state next;
-    struct rl_algo_result r;
-};
-
-/* One service (the rules of [service S] and [service S E] together). */
-struct lim_svc {
-    const char *name;
-    struct rl_limiter_service_stats st;
-};
-
-struct rl_limiter {
-    const struct rl_conf *conf;
-    struct rl_keytab *tab;
-    uint64_t log_cap;   /* bytes the sliding logs may hold */
-    uint64_t memory_cap; /* memory_bytes as created */
-    uint64_t log_bytes; /* bytes they hold now */
-    struct lim_svc *svcs;
-    uint32_t nsvcs;
-    uint32_t *svc_of_tier; /* conf->ntiers of them */
-    uint32_t nactive;      /* services holding keys */
-    uint32_t nlogging;     /* services holding log bytes */
-    uint64_t nkeys;        /* keys held, all services */
-    struct rl_limiter_stats st;
-    uint32_t maxtiers;
-    struct lim_tier *scratch; /* maxtiers of them, so a check never allocates */
-    /* a copy of the tiers the table's entries follow (conf->tiers, until the next
-     * rl_limiter_set_rules, which needs the old ones once conf holds the new) */
-    struct rl_tier *tiers;
-    size_t ntiers;
-    /* rl_limiter_set_rules, during its walk: old tier index -> new, or LIM_GONE */
-    uint32_t *remap;
-    /* the services of the rules by name (whether a service has configured rules) */
-    struct lim_names *names;
-    /* inline limits (docs/PROTOCOL.md, "Inline limits"): their tiers; their decisions and
-     * keys in all (metrics) counted as one pseudo-service; and by tenant, the limits each
-     * holds (its quota) and its share of the keys and logs, as a service's */
-    struct rl_inltab *inl;
-    struct lim_svc inl_svc;
-    struct rl_tenants *tenants;
-    /* regions (docs/REGIONS.md): the slices in force (not owned; NULL: none) and the
-     * region's default slice, in thousandths; the scaled tiers of the CHECK in hand, each
-     * interned in inl (maxtiers of them) */
-    const struct rl_slices *slices;
-    uint32_t region_slice;
-    struct rl_tier *gtiers;
-    uint32_t gtiers_cap;
-};
-
-#define LIM_GONE UINT32_MAX
+#include "limiter_int.h"
 
 /* Every tier id of a rules file fits an entry's tier field. */
 _Static_assert(RL_CONF_TIERS_MAX <= RL_KEYTAB_TIER_MAX, "tier ids fit the key table");
@@ -99,7 +44,7 @@ lim_seed(const struct rl_tier *t)
     return t->key_seed;
 }
 
-static const struct rl_tier *
+const struct rl_tier *
 lim_entry_tier(const struct rl_limiter *l, const struct rl_keytab_entry *e)
 {
     if (rl_inltab_is(e->tier)) {
@@ -160,7 +105,7 @@ lim_count_key_acct(struct rl_limiter *l, const struct rl_tier *t, int delta)
 }
 
 /* A key of t's account was added (+1) or dropped (-1); an inline limit counts its keys. */
-static void
+void
 lim_count_key(struct rl_limiter *l, const struct rl_tier *t, int delta)
 {
     if (rl_inltab_is(t->id)) {
@@ -170,7 +115,7 @@ lim_count_key(struct rl_limiter *l, const struct rl_tier *t, int delta)
 }
 
 /* The log bytes of t's account changed by delta (wrapping arithmetic for a decrease). */
-static void
+void
 lim_count_log(struct rl_limiter *l, const struct rl_tier *t, uint64_t delta)
 {
     struct rl_limiter_service_stats *v;
@@ -288,7 +233,7 @@ lim_evicted(void *arg, const struct rl_keytab_entry *e, uint64_t score)
     }
 }
 
-static void
+void
 lim_release_state(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s)
 {
     lim_count_log(l, t, -rl_algo_heap_bytes(t, s));
@@ -1080,13 +1025,7 @@ rl_limiter_metrics(const struct rl_limiter *l, struct rl_prom *p)
     rl_keytab_metrics(l->tab, p);
 }
 
-/* New seed -> index, sorted by seed, for the remap. */
-struct lim_seed_ix {
-    uint64_t seed;
-    uint32_t ix;
-};
-
-static int
+int
 lim_seed_cmp(const void *a, const void *b)
 {
     uint64_t x = ((const struct lim_seed_ix *)a)->seed, y = ((const struct lim_seed_ix *)b)->seed;
@@ -1232,194 +1171,5 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
     if (out != NULL) {
         *out = res;
     }
-    return 0;
-}
-
-/* ---- handoff: export and import of live keys (handoff.h) -------------------------------- */
-
-struct lim_export {
-    struct rl_limiter *l;
-    uint64_t now;
-    bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch);
-    int (*fn)(void *arg, const struct rl_handoff_key *k);
-    void *arg;
-    struct rl_handoff_key *k;
-    int rc;
-};
-
-static bool
-lim_export_entry(void *arg, struct rl_keytab_entry *e)
-{
-    struct lim_export *x = arg;
-    struct rl_limiter *l = x->l;
-    const struct rl_tier *t;
-    uint64_t before;
-    int full;
-
-    if (x->rc != 0 || !x->want(x->arg, e->fp_hi, (uint32_t)e->fp_lo, (uint16_t)e->epoch)) {
-        return true;
-    }
-    t = lim_entry_tier(l, e);
-    if (t == NULL) {
-        return true;
-    }
-    x->k->fp_hi = e->fp_hi;
-    x->k->fp_lo = (uint32_t)e->fp_lo;
-    if (rl_inltab_is(e->tier)) {
-        x->k->kind = RL_HANDOFF_INLINE;
-        x->k->ref = rl_inltab_owner(l->inl, e->tier);
-    } else {
-        x->k->kind = RL_HANDOFF_RULE;
-        x->k->ref = t->key_seed;
-    }
-    x->k->algo = (uint8_t)t->algo;
-    x->k->limit = t->limit;
-    x->k->window_ms = t->window_ms;
-    x->k->burst = t->burst;
-    before = rl_algo_heap_bytes(t, &e->st);
-    full = rl_algo_export(t, &e->st, x->now, &x->k->st);
-    /* a log pruned by the export: unsigned arithmetic wraps back */
-    lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st) - before);
-    if (full == 0) {
-        x->rc = x->fn(x->arg, x->k);
-    }
-    return true;
-}
-
-int
-rl_limiter_export(struct rl_limiter *l, uint64_t now,
-                  bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch),
-                  int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg)
-{
-    struct lim_export x = {l, now, want, fn, arg, malloc(sizeof(struct rl_handoff_key)), 0};
-
-    if (x.k == NULL) {
-        return -ENOMEM;
-    }
-    (void)rl_keytab_remap(l->tab, lim_export_entry, &x);
-    free(x.k);
-    return x.rc;
-}
-
-/* This node's tier for k: configured (by key seed, the same algorithm and window) or its
- * inline limit interned for its owner; NULL when none. */
-static const struct rl_tier *
-lim_import_tier(struct rl_limiter *l, const struct lim_seed_ix *ix, const struct rl_handoff_key *k,
-                struct rl_limiter_import_stats *st)
-{
-    const struct rl_tier *to;
-
-    if (k->kind == RL_HANDOFF_INLINE) {
-        struct rl_tier want;
-        uint32_t id;
-
-        memset(&want, 0, sizeof(want));
-        want.algo = (enum rl_algo)k->algo;
-        want.limit = k->limit;
-        want.window_ms = k->window_ms;
-        want.burst = k->burst;
-        /* no quota: the key was admitted by its owner's quota on the sender */
-        if (rl_inltab_intern(l->inl, &want, (uint32_t)k->ref, false, &id) != 0) {
-            st->no_memory++;
-            return NULL;
-        }
-        return rl_inltab_tier(l->inl, id);
-    }
-    {
-        struct lim_seed_ix key = {k->ref, 0};
-        const struct lim_seed_ix *hit =
-            l->conf->ntiers == 0
-                ? NULL
-                : bsearch(&key, ix, l->conf->ntiers, sizeof(*ix), lim_seed_cmp);
-
-        to = hit != NULL ? &l->conf->tiers[hit->ix] : NULL;
-    }
-    if (to == NULL || to->algo != (enum rl_algo)k->algo || to->window_ms != k->window_ms) {
-        st->no_tier++;
-        return NULL;
-    }
-    return to;
-}
-
-static void
-lim_import_one(struct rl_limiter *l, const struct lim_seed_ix *ix, uint64_t now, uint16_t epoch,
-               const struct rl_handoff_key *k, struct rl_limiter_import_stats *st)
-{
-    const struct rl_tier *to = lim_import_tier(l, ix, k, st);
-    struct rl_tier from;
-    struct rl_algo_state s = {0, 0};
-    struct rl_keytab_entry *e;
-    uint64_t room = l->log_cap > l->log_bytes ? l->log_cap - l->log_bytes : 0;
-
-    if (to == NULL) {
-        return;
-    }
-    memset(&from, 0, sizeof(from));
-    from.algo = (enum rl_algo)k->algo;
-    from.limit = k->limit;
-    from.window_ms = k->window_ms;
-    from.burst = k->burst;
-    from.id = to->id;
-    if (rl_algo_import(&from, &k->st, now, room, &s) != 0) {
-        st->invalid++;
-        return;
-    }
-    if (from.limit != to->limit || from.burst != to->burst) {
-        rl_algo_rescale(&from, to, &s);
-        st->carried++;
-    }
-    st->imported++;
-    e = rl_keytab_find(l->tab, k->fp_hi, k->fp_lo);
-    if (e != NULL) {
-        const struct rl_tier *old = lim_entry_tier(l, e);
-
-        if (old != NULL) {
-            lim_release_state(l, old, &e->st);
-            lim_count_key(l, old, -1);
-        }
-        memset(&e->st, 0, sizeof(e->st));
-        e->tier = to->id;
-        lim_count_key(l, to, +1);
-    } else if (!rl_algo_is_full(to, &s, now)) {
-        e = rl_keytab_insert(l->tab, k->fp_hi, k->fp_lo, to->id, now);
-        if (e == NULL) {
-            rl_algo_release(to, &s);
-            st->imported--;
-            st->no_memory++;
-            return;
-        }
-        lim_count_key(l, to, +1);
-    } else {
-        rl_algo_release(to, &s);
-        return;
-    }
-    e->st = s;
-    e->epoch = epoch;
-    lim_count_log(l, to, rl_algo_heap_bytes(to, &s));
-}
-
-int
-rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch,
-                  const struct rl_handoff_key *keys, size_t n, struct rl_limiter_import_stats *st)
-{
-    struct rl_limiter_import_stats local;
-    struct lim_seed_ix *ix = calloc(l->conf->ntiers + 1, sizeof(*ix));
-
-    if (ix == NULL) {
-        return -ENOMEM;
-    }
-    if (st == NULL) {
-        memset(&local, 0, sizeof(local));
-        st = &local;
-    }
-    for (size_t i = 0; i < l->conf->ntiers; i++) {
-        ix[i].seed = l->conf->tiers[i].key_seed;
-        ix[i].ix = (uint32_t)i;
-    }
-    qsort(ix, l->conf->ntiers, sizeof(*ix), lim_seed_cmp);
-    for (size_t i = 0; i < n; i++) {
-        lim_import_one(l, ix, now, epoch, &keys[i], st);
-    }
-    free(ix);
     return 0;
 }
