@@ -283,8 +283,8 @@ rl_handoff_next(const char *p, size_t n, struct rl_handoff_rec *rec, struct rl_h
     rec->type = (uint8_t)type;
     switch (type) {
     case RL_HANDOFF_HEADER:
-        ok = count == 5 && ho_magic(&c) && ho_uint(&c, UINT32_MAX, &v) &&
-             v == RL_HANDOFF_VERSION && ho_uint(&c, UINT64_MAX, &rec->sender_now_ms);
+        ok = count == 5 && ho_magic(&c) && ho_uint(&c, UINT32_MAX, &v) && v == RL_HANDOFF_VERSION &&
+             ho_uint(&c, UINT64_MAX, &rec->sender_now_ms);
         rec->version = (uint32_t)v;
         ok = ok && ho_uint(&c, UINT32_MAX, &v);
         rec->shard = (uint32_t)v;

@@ -39,8 +39,8 @@ enum rl_handoff_kind {
 struct rl_handoff_key {
     uint64_t fp_hi; /* its key-table fingerprint (keytab.h): the same on every node */
     uint32_t fp_lo;
-    uint8_t kind;   /* enum rl_handoff_kind */
-    uint64_t ref;   /* RULE: rl_tier.key_seed; INLINE: the owner (tenant) */
+    uint8_t kind; /* enum rl_handoff_kind */
+    uint64_t ref; /* RULE: rl_tier.key_seed; INLINE: the owner (tenant) */
     /* the tier the state was written under */
     uint8_t algo;
     uint32_t limit;

@@ -102,9 +102,8 @@ lim_import_tier(struct rl_limiter *l, const struct lim_seed_ix *ix, const struct
     {
         struct lim_seed_ix key = {k->ref, 0};
         const struct lim_seed_ix *hit =
-            l->conf->ntiers == 0
-                ? NULL
-                : bsearch(&key, ix, l->conf->ntiers, sizeof(*ix), lim_seed_cmp);
+            l->conf->ntiers == 0 ? NULL
+                                 : bsearch(&key, ix, l->conf->ntiers, sizeof(*ix), lim_seed_cmp);
 
         to = hit != NULL ? &l->conf->tiers[hit->ix] : NULL;
     }

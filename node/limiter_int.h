@@ -36,9 +36,9 @@ struct lim_svc {
 struct rl_limiter {
     const struct rl_conf *conf;
     struct rl_keytab *tab;
-    uint64_t log_cap;   /* bytes the sliding logs may hold */
+    uint64_t log_cap;    /* bytes the sliding logs may hold */
     uint64_t memory_cap; /* memory_bytes as created */
-    uint64_t log_bytes; /* bytes they hold now */
+    uint64_t log_bytes;  /* bytes they hold now */
     struct lim_svc *svcs;
     uint32_t nsvcs;
     uint32_t *svc_of_tier; /* conf->ntiers of them */

@@ -7,8 +7,9 @@
  * receiver is the reference's (a limiter that judged the same history and never moved).
  * Also: a receiver with another limit carries the consumption over, one without the tier
  * skips the key, a region's slice of a global rule continues (and carries over to another
- * slice), a log too long for a record travels as its counts, and the decoder refuses every truncation and corruption without crashing.
- * Not for the transfer between processes (not written yet).
+ * slice), a log too long for a record travels as its counts, and the decoder refuses every
+ * truncation and corruption without crashing. Not for the transfer between processes (not written
+ * yet).
  */
 #include <check.h>
 #include <errno.h>
@@ -27,9 +28,9 @@
 #define T0 1700000000000ull          /* 800 s into its hour */
 #define DAY_OFFSET (3 * 86400000ull) /* a multiple of every window used here */
 
-static const char *const algos[] = {"fixed_window",  "sliding_window_log",
-                                    "sliding_window_counter", "token_bucket",
-                                    "gcra",          "leaky_bucket"};
+static const char *const algos[] = {
+    "fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket",
+    "gcra",         "leaky_bucket"};
 
 static const char *rules_text =
     "[service fw]\nlimit = fixed_window 7 per 1m\n"
@@ -67,8 +68,8 @@ limiter_from(const struct rl_conf *c)
 
 /* One CHECK: configured (algo NULL) or inline (algo, limit, window; tenant 7). */
 static struct rl_wire_check_reply
-check(struct rl_limiter *l, const char *service, const char *user, const char *algo,
-      uint32_t cost, uint64_t now)
+check(struct rl_limiter *l, const char *service, const char *user, const char *algo, uint32_t cost,
+      uint64_t now)
 {
     struct rl_wire_req req;
     struct rl_wire_check_reply rep;
@@ -198,12 +199,12 @@ same_reply(const struct rl_wire_check_reply *a, const struct rl_wire_check_reply
                       a->reset_ms == b->reset_ms && a->retry_after_ms == b->retry_after_ms,
                   "%s, step %d, request %zu (service %s): %u/%llu/%llu/%llu/%llu, reference "
                   "%u/%llu/%llu/%llu/%llu",
-                  what, k, i, i % (NSERVICES + 6) < NSERVICES ? services[i % (NSERVICES + 6)]
-                                                               : algos[i % (NSERVICES + 6) -
-                                                                       NSERVICES],
+                  what, k, i,
+                  i % (NSERVICES + 6) < NSERVICES ? services[i % (NSERVICES + 6)]
+                                                  : algos[i % (NSERVICES + 6) - NSERVICES],
                   a->code, (unsigned long long)a->limit, (unsigned long long)a->remaining,
-                  (unsigned long long)a->reset_ms, (unsigned long long)a->retry_after_ms,
-                  b->code, (unsigned long long)b->limit, (unsigned long long)b->remaining,
+                  (unsigned long long)a->reset_ms, (unsigned long long)a->retry_after_ms, b->code,
+                  (unsigned long long)b->limit, (unsigned long long)b->remaining,
                   (unsigned long long)b->reset_ms, (unsigned long long)b->retry_after_ms);
 }
 
@@ -270,10 +271,10 @@ roundtrip(uint64_t offset, bool windows_too)
                         req.limit.burst = 5;
                         req.tenant = 7;
                     }
-                    ck_assert_int_eq(
-                        rl_limiter_check_epoch(rcv, &req, at(k) + offset, 3, &a[i]), 0);
-                    if (!windows_too && (s == 0 || s == 2 || s == 6 || s == NSERVICES ||
-                                         s == NSERVICES + 2)) {
+                    ck_assert_int_eq(rl_limiter_check_epoch(rcv, &req, at(k) + offset, 3, &a[i]),
+                                     0);
+                    if (!windows_too &&
+                        (s == 0 || s == 2 || s == 6 || s == NSERVICES || s == NSERVICES + 2)) {
                         continue; /* epoch-aligned windows under an odd offset */
                     }
                     same_reply(&a[i], &b[i], k, i, windows_too ? "day offset" : "odd offset");
@@ -310,9 +311,11 @@ END_TEST
  * 3, 1000 there: 997); no such tier there: skipped; another window: skipped. */
 START_TEST(test_import_other_rules)
 {
-    static const char *const kinds[] = {"fixed_window 3 per 1h", "sliding_window_log 3 per 1h",
+    static const char *const kinds[] = {"fixed_window 3 per 1h",
+                                        "sliding_window_log 3 per 1h",
                                         "sliding_window_counter 3 per 1h",
-                                        "token_bucket 3 per 1h", "gcra 3 per 1h",
+                                        "token_bucket 3 per 1h",
+                                        "gcra 3 per 1h",
                                         "leaky_bucket 3 per 1h"};
 
     for (int i = 0; i < 6; i++) {
