@@ -640,7 +640,8 @@ import_log(const struct rl_tier *t, const struct rl_algo_xstate *x, uint64_t now
     bool exact = true;
 
     for (uint32_t i = 0; i < x->nlog; i++) {
-        uint64_t tm = at_ms(now, -x->age[i]);
+        /* an entry more than a window ahead of the clock: a bad record (import_bound) */
+        uint64_t tm = at_ms(now, x->age[i] < -(int64_t)W ? (int64_t)W : -x->age[i]);
 
         if (x->cost[i] == 0 || (i > 0 && x->age[i] > x->age[i - 1])) {
             rl_slog_destroy(g);
@@ -675,14 +676,39 @@ import_log(const struct rl_tier *t, const struct rl_algo_xstate *x, uint64_t now
     return 0;
 }
 
+/* A time ahead of the clock by more than a window is no clock's step back but a bad record:
+ * it would freeze the key that long. Such times are taken as one window ahead. */
+static void
+import_bound(const struct rl_tier *t, const struct rl_algo_xstate *in, struct rl_algo_xstate *x)
+{
+    int64_t W = (int64_t)t->window_ms;
+
+    x->shape = in->shape;
+    x->v = in->v;
+    x->nlog = 0;
+    x->t_ms = in->t_ms;
+    if (in->shape == RL_ALGO_FIXED_WINDOW || in->shape == RL_ALGO_SLIDING_WINDOW_COUNTER) {
+        x->t_ms = in->t_ms > W ? W : in->t_ms;
+    } else if (in->t_ms < -W) {
+        x->t_ms = -W;
+    }
+}
+
 int
-rl_algo_import(const struct rl_tier *t, const struct rl_algo_xstate *x, uint64_t now,
+rl_algo_import(const struct rl_tier *t, const struct rl_algo_xstate *in, uint64_t now,
                uint64_t room, struct rl_algo_state *s)
 {
     uint64_t W = t->window_ms, k;
+    struct rl_algo_xstate xb;
+    const struct rl_algo_xstate *x = &xb;
 
     s->a = 0;
     s->b = 0;
+    if (in->shape == RL_ALGO_SLIDING_WINDOW_LOG) {
+        x = in; /* its entries are bounded in import_log */
+    } else {
+        import_bound(t, in, &xb);
+    }
     if (x->shape != t->algo &&
         !(t->algo == RL_ALGO_SLIDING_WINDOW_LOG && x->shape == RL_ALGO_SLIDING_WINDOW_COUNTER)) {
         return -EINVAL;

@@ -117,7 +117,9 @@ int rl_algo_export(const struct rl_tier *t, struct rl_algo_state *s, uint64_t no
  * the window algorithms' window k becomes the window of this clock whose end is nearest to
  * now + x->t_ms (exact while the clocks differ by less than half a window; the count then
  * expires with this host's window, earlier or later by the clock difference). A log takes
- * at most `room` heap bytes; one that cannot is built degraded. Returns 0, or -EINVAL when
+ * at most `room` heap bytes; one that cannot is built degraded. A time more than a window
+ * ahead of now (no clock's step back: a bad record) is taken as one window ahead, so no
+ * record freezes a key for longer. Returns 0, or -EINVAL when
  * x's shape does not fit t's algorithm or is out of range (then *s stays zero).
  */
 int rl_algo_import(const struct rl_tier *t, const struct rl_algo_xstate *x, uint64_t now,

@@ -431,6 +431,47 @@ START_TEST(test_long_log)
 }
 END_TEST
 
+/* A record whose times lie far ahead (a bad record, not a clock's step back) freezes its key
+ * for one window at most. */
+START_TEST(test_import_far_future)
+{
+    for (int i = 0; i < 6; i++) {
+        char text[128];
+        struct rl_conf *c;
+        struct rl_limiter *snd, *rcv;
+        struct rl_handoff_key *keys;
+        size_t n;
+
+        snprintf(text, sizeof(text), "[service s]\nlimit = %s 3 per 1m\n", algos[i]);
+        c = conf_from(text);
+        snd = limiter_from(c);
+        rcv = limiter_from(c);
+        for (int k = 0; k < 3; k++) {
+            (void)check(snd, "s", "u", NULL, 1, T0);
+        }
+        export_decode(snd, T0, &keys, &n);
+        ck_assert_uint_eq(n, 1);
+        if (keys[0].st.shape == RL_ALGO_SLIDING_WINDOW_LOG) {
+            keys[0].st.age[0] = -(INT64_C(1) << 61);
+        } else if (keys[0].st.shape == RL_ALGO_FIXED_WINDOW ||
+                   keys[0].st.shape == RL_ALGO_SLIDING_WINDOW_COUNTER) {
+            keys[0].st.t_ms = INT64_C(1) << 61;
+        } else {
+            keys[0].st.t_ms = -(INT64_C(1) << 61);
+        }
+        ck_assert_int_eq(rl_limiter_import(rcv, T0, 0, keys, n, NULL), 0);
+        ck_assert_uint_eq(check(rcv, "s", "u", NULL, 1, T0).code, RL_WIRE_LIMITED);
+        /* two windows later (a sliding counter weighs the previous one): allowed again */
+        ck_assert_msg(check(rcv, "s", "u", NULL, 1, T0 + 3 * 60000 + 1).code != RL_WIRE_LIMITED,
+                      "%s", algos[i]);
+        free(keys);
+        rl_limiter_destroy(snd);
+        rl_limiter_destroy(rcv);
+        rl_conf_destroy(c);
+    }
+}
+END_TEST
+
 /* Every prefix of a stream is incomplete (0) or a whole record; every single-byte change
  * decodes to a record or -EINVAL, never a crash nor a read past the bytes (ASan). */
 START_TEST(test_decoder_bounded)
@@ -496,6 +537,7 @@ handoff_suite(void)
     tcase_add_test(tc, test_import_other_rules);
     tcase_add_test(tc, test_global_slice);
     tcase_add_test(tc, test_long_log);
+    tcase_add_test(tc, test_import_far_future);
     tcase_add_test(tc, test_decoder_bounded);
     suite_add_tcase(s, tc);
     return s;
