@@ -175,6 +175,7 @@ conf_set_limit(struct conf_parser *p, const char *v)
     /* Tiers of one section are contiguous: only the current section appends. */
     t.id = (uint32_t)c->ntiers;
     t.seed = rl_ruleset_tier_seed(r, r->ntiers, &t);
+    t.key_seed = rl_ruleset_tier_key_seed(r, &c->tiers[r->first_tier], &t);
     *slot = t;
     c->ntiers++;
     r->ntiers++;

@@ -60,6 +60,28 @@ rl_ruleset_tier_seed(const struct rl_rule *r, uint32_t pos, const struct rl_tier
     return XXH3_64bits_withSeed(v, sizeof(v), h);
 }
 
+uint64_t
+rl_ruleset_tier_key_seed(const struct rl_rule *r, const struct rl_tier *prev,
+                         const struct rl_tier *t)
+{
+    uint64_t ord = 0;
+    uint64_t v[5];
+    uint64_t h = XXH3_64bits_withSeed(r->service, r->service_len, UINT64_C(0x726c2d6b65797331));
+
+    for (uint32_t i = 0; i < r->ntiers; i++) {
+        ord += prev[i].algo == t->algo && prev[i].window_ms == t->window_ms;
+    }
+    v[0] = ord;
+    v[1] = (uint64_t)t->algo;
+    v[2] = t->window_ms;
+    v[3] = r->endpoint != NULL;
+    v[4] = UINT64_C(0x6b6579); /* "key": not a seed's layout */
+    if (r->endpoint != NULL) {
+        h = XXH3_64bits_withSeed(r->endpoint, r->endpoint_len, h);
+    }
+    return XXH3_64bits_withSeed(v, sizeof(v), h);
+}
+
 /* The (service, endpoint) -> rule index: open addressing, linear probing, load <= 1/2. */
 
 static uint64_t

@@ -70,8 +70,15 @@ struct rl_tier {
      * endpoint), its position in the section, algo, limit, window and burst. Unchanged by
      * edits elsewhere in the file, so a reload keeps the counters of a tier whose seed it
      * finds again (node/limiter.h, rl_limiter_set_rules); any change to the tier or its
-     * place in its section gives another seed, and its keys restart from full allowance. */
+     * place in its section gives another seed. The rules digest is made of seeds. */
     uint64_t seed;
+    /* The identity of its counters (added): a 64-bit hash of its section, algo, window and
+     * its ordinal among the section's earlier tiers of the same algo and window; not of limit
+     * or burst. A node hashes keys with it, so a reload that changes only a tier's limit or
+     * burst finds every key again and carries what was consumed over to the new limit
+     * (node/limiter.h, rl_limiter_set_rules); another algorithm or window is another
+     * identity, whose keys restart from full allowance. Unique within a file. */
+    uint64_t key_seed;
 };
 
 /* One `[service S]` or `[service S E]` section. */
@@ -119,6 +126,9 @@ int rl_conf_swap_rules(struct rl_conf *live, struct rl_conf *fresh, char *warn, 
  * rl_ruleset_digest is rl_conf.rules_digest of the rules as they are.
  */
 uint64_t rl_ruleset_tier_seed(const struct rl_rule *r, uint32_t pos, const struct rl_tier *t);
+/* rl_tier.key_seed of tier t appended to r, whose r->ntiers tiers so far are prev[]. */
+uint64_t rl_ruleset_tier_key_seed(const struct rl_rule *r, const struct rl_tier *prev,
+                                  const struct rl_tier *t);
 const struct rl_rule *rl_ruleset_find(const struct rl_conf *c, const char *service, size_t slen,
                                       const char *endpoint, size_t elen);
 int rl_ruleset_index_add(struct rl_conf *c);

@@ -83,6 +83,48 @@ uint64_t rl_algo_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
 void rl_algo_rescale(const struct rl_tier *from, const struct rl_tier *to,
                      struct rl_algo_state *s);
 
+/*
+ * A state as a handoff carries it to another host (node/handoff.h): its times relative to
+ * the sender's clock, so a host with another clock continues it.
+ */
+#define RL_ALGO_XLOG_MAX 1024u /* log entries one record carries; a longer log goes as its
+                                  sliding_window_counter state (counts of two windows) */
+struct rl_algo_xstate {
+    uint8_t shape; /* enum rl_algo of the fields below: the tier's algorithm, or
+                      SLIDING_WINDOW_COUNTER for a sliding_window_log degraded or too long */
+    int64_t t_ms;  /* fixed_window, sliding_window_counter: ms from now until the end of the
+                      state's window k (negative once it has ended); token_bucket, gcra,
+                      leaky_bucket: ms from the last update until now (negative: the update
+                      is later than now, a clock stepped back); sliding_window_log: unused */
+    uint64_t v;    /* fixed_window: the count; sliding_window_counter: previous count << 32 |
+                      current count; token_bucket: the deficit in 1/W token; gcra,
+                      leaky_bucket: TAT*L - max(now, last update)*L, the deficit */
+    uint32_t nlog; /* sliding_window_log: entries, oldest first, in age/cost */
+    int64_t age[RL_ALGO_XLOG_MAX]; /* now - the entry's time */
+    uint32_t cost[RL_ALGO_XLOG_MAX];
+};
+
+/*
+ * Writes state s of tier t at now into *x. Returns 1 when s is full at now (nothing to send),
+ * else 0. A sliding log is pruned at now first (a pure effect of time), as judging does.
+ */
+int rl_algo_export(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
+                   struct rl_algo_xstate *x);
+
+/*
+ * The state of tier t at now (this host's clock) continuing x: *s (zeroed by the caller) as
+ * if the key had been judged here all along, exact for the bucket algorithms and the logs;
+ * the window algorithms' window k becomes the window of this clock whose end is nearest to
+ * now + x->t_ms (exact while the clocks differ by less than half a window; the count then
+ * expires with this host's window, earlier or later by the clock difference). A log takes
+ * at most `room` heap bytes; one that cannot is built degraded. A time more than a window
+ * ahead of now (no clock's step back: a bad record) is taken as one window ahead, so no
+ * record freezes a key for longer. Returns 0, or -EINVAL when
+ * x's shape does not fit t's algorithm or is out of range (then *s stays zero).
+ */
+int rl_algo_import(const struct rl_tier *t, const struct rl_algo_xstate *x, uint64_t now,
+                   uint64_t room, struct rl_algo_state *s);
+
 /* Frees what the state owns beyond its 16 bytes (a sliding log); leaves it zeroed. */
 void rl_algo_release(const struct rl_tier *t, struct rl_algo_state *s);
 

@@ -29,75 +29,22 @@
 #include "slices.h"
 #include "tenant.h"
 
-/* What one tier of the request in hand needs between its judgment and its commit. */
-struct lim_tier {
-    uint64_t fp_hi;
-    uint32_t fp_lo;
-    struct rl_keytab_entry *e;  /* valid until the first insert of the commit phase */
-    struct rl_algo_state blank; /* the state of a key not in the table: zero, full */
-    struct rl_algo_state next;
-    struct rl_algo_result r;
-};
-
-/* One service (the rules of [service S] and [service S E] together). */
-struct lim_svc {
-    const char *name;
-    struct rl_limiter_service_stats st;
-};
-
-struct rl_limiter {
-    const struct rl_conf *conf;
-    struct rl_keytab *tab;
-    uint64_t log_cap;   /* bytes the sliding logs may hold */
-    uint64_t memory_cap; /* memory_bytes as created */
-    uint64_t log_bytes; /* bytes they hold now */
-    struct lim_svc *svcs;
-    uint32_t nsvcs;
-    uint32_t *svc_of_tier; /* conf->ntiers of them */
-    uint32_t nactive;      /* services holding keys */
-    uint32_t nlogging;     /* services holding log bytes */
-    uint64_t nkeys;        /* keys held, all services */
-    struct rl_limiter_stats st;
-    uint32_t maxtiers;
-    struct lim_tier *scratch; /* maxtiers of them, so a check never allocates */
-    /* a copy of the tiers the table's entries follow (conf->tiers, until the next
-     * rl_limiter_set_rules, which needs the old ones once conf holds the new) */
-    struct rl_tier *tiers;
-    size_t ntiers;
-    /* rl_limiter_set_rules, during its walk: old tier index -> new, or LIM_GONE */
-    uint32_t *remap;
-    /* the services of the rules by name (whether a service has configured rules) */
-    struct lim_names *names;
-    /* inline limits (docs/PROTOCOL.md, "Inline limits"): their tiers; their decisions and
-     * keys in all (metrics) counted as one pseudo-service; and by tenant, the limits each
-     * holds (its quota) and its share of the keys and logs, as a service's */
-    struct rl_inltab *inl;
-    struct lim_svc inl_svc;
-    struct rl_tenants *tenants;
-    /* regions (docs/REGIONS.md): the slices in force (not owned; NULL: none) and the
-     * region's default slice, in thousandths; the scaled tiers of the CHECK in hand, each
-     * interned in inl (maxtiers of them) */
-    const struct rl_slices *slices;
-    uint32_t region_slice;
-    struct rl_tier *gtiers;
-    uint32_t gtiers_cap;
-};
-
-#define LIM_GONE UINT32_MAX
+#include "limiter_int.h"
 
 /* Every tier id of a rules file fits an entry's tier field. */
 _Static_assert(RL_CONF_TIERS_MAX <= RL_KEYTAB_TIER_MAX, "tier ids fit the key table");
 
-/* Seeds the key hash with the tier's seed (conf.h: its section, its place there and its
- * parameters), so each user gets one counter per section and per tier, and the counter
- * keeps its identity across reloads that leave the tier as it was. */
+/* Seeds the key hash with the tier's key seed (ruleset.h: its section, algorithm, window and
+ * ordinal among the section's tiers of both, not its limit nor burst), so each user gets one
+ * counter per section and per tier, and the counter keeps its identity across reloads that
+ * leave the tier's algorithm and window as they were (a new limit carries it over). */
 static uint64_t
 lim_seed(const struct rl_tier *t)
 {
-    return t->seed;
+    return t->key_seed;
 }
 
-static const struct rl_tier *
+const struct rl_tier *
 lim_entry_tier(const struct rl_limiter *l, const struct rl_keytab_entry *e)
 {
     if (rl_inltab_is(e->tier)) {
@@ -158,7 +105,7 @@ lim_count_key_acct(struct rl_limiter *l, const struct rl_tier *t, int delta)
 }
 
 /* A key of t's account was added (+1) or dropped (-1); an inline limit counts its keys. */
-static void
+void
 lim_count_key(struct rl_limiter *l, const struct rl_tier *t, int delta)
 {
     if (rl_inltab_is(t->id)) {
@@ -168,7 +115,7 @@ lim_count_key(struct rl_limiter *l, const struct rl_tier *t, int delta)
 }
 
 /* The log bytes of t's account changed by delta (wrapping arithmetic for a decrease). */
-static void
+void
 lim_count_log(struct rl_limiter *l, const struct rl_tier *t, uint64_t delta)
 {
     struct rl_limiter_service_stats *v;
@@ -286,7 +233,7 @@ lim_evicted(void *arg, const struct rl_keytab_entry *e, uint64_t score)
     }
 }
 
-static void
+void
 lim_release_state(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s)
 {
     lim_count_log(l, t, -rl_algo_heap_bytes(t, s));
@@ -1143,13 +1090,7 @@ rl_limiter_metrics(const struct rl_limiter *l, struct rl_prom *p)
     rl_keytab_metrics(l->tab, p);
 }
 
-/* New seed -> index, sorted by seed, for the remap. */
-struct lim_seed_ix {
-    uint64_t seed;
-    uint32_t ix;
-};
-
-static int
+int
 lim_seed_cmp(const void *a, const void *b)
 {
     uint64_t x = ((const struct lim_seed_ix *)a)->seed, y = ((const struct lim_seed_ix *)b)->seed;
@@ -1184,8 +1125,11 @@ lim_remap_entry(void *arg, struct rl_keytab_entry *e)
         }
         return false;
     }
-    e->tier = to;
     t = &l->conf->tiers[to];
+    /* The same algorithm and window (the same key seed): what was consumed stays consumed
+     * under the new limit and burst. */
+    rl_algo_rescale(&l->tiers[e->tier], t, &e->st);
+    e->tier = to;
     lim_count_key(l, t, +1);
     lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st));
     return true;
@@ -1223,20 +1167,25 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
         free(gtiers);
         return -ENOMEM;
     }
-    /* Nothing can fail from here on. Old tier -> new tier with the same seed. */
+    /* Nothing can fail from here on. Old tier -> new tier with the same key seed (section,
+     * algorithm, window, ordinal), whatever its limit and burst. */
     for (size_t i = 0; i < conf->ntiers; i++) {
-        ix[i].seed = conf->tiers[i].seed;
+        ix[i].seed = conf->tiers[i].key_seed;
         ix[i].ix = (uint32_t)i;
         logs |= conf->tiers[i].algo == RL_ALGO_SLIDING_WINDOW_LOG;
     }
     qsort(ix, conf->ntiers, sizeof(*ix), lim_seed_cmp);
     for (size_t i = 0; i < l->ntiers; i++) {
-        struct lim_seed_ix key = {l->tiers[i].seed, 0};
+        struct lim_seed_ix key = {l->tiers[i].key_seed, 0};
         const struct lim_seed_ix *hit =
             conf->ntiers == 0 ? NULL : bsearch(&key, ix, conf->ntiers, sizeof(*ix), lim_seed_cmp);
 
         remap[i] = hit != NULL ? hit->ix : LIM_GONE;
-        res.tiers_kept += hit != NULL;
+        if (hit != NULL && conf->tiers[hit->ix].seed == l->tiers[i].seed) {
+            res.tiers_kept++;
+        } else if (hit != NULL) {
+            res.tiers_carried++;
+        }
     }
     free(ix);
     /* The services' cumulative counters follow their names; what they hold is counted

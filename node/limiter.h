@@ -118,9 +118,12 @@ int rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *re
 
 /* What rl_limiter_set_rules did. */
 struct rl_limiter_reload {
-    uint64_t tiers_kept;   /* old tiers found unchanged in the new rules */
-    uint64_t keys_kept;    /* keys that keep their counters */
-    uint64_t keys_dropped; /* keys of tiers that changed or went: forgotten (full allowance) */
+    uint64_t tiers_kept;    /* old tiers found unchanged in the new rules */
+    uint64_t tiers_carried; /* old tiers found with another limit or burst (same section,
+                               algorithm, window and ordinal): their keys carry over */
+    uint64_t keys_kept;     /* keys that keep their counters (carried over included) */
+    uint64_t keys_dropped;  /* keys of tiers whose algorithm or window changed, or that went:
+                               forgotten (full allowance) */
     bool log_memory_missing; /* the new rules have a sliding_window_log tier but the limiter
                                 was created without one: it has no log memory (its logs are
                                 degraded to counters) until the node restarts */
@@ -129,8 +132,11 @@ struct rl_limiter_reload {
 /*
  * The rules of conf changed (rl_conf_swap_rules on the conf the limiter was created with,
  * which must still be that conf): from now on the limiter judges by them. Every key whose
- * tier (rl_tier.seed: section, position, algorithm, limit, window, burst) is still in the
- * rules keeps its counter, whatever moved around it; every other key is forgotten, so it
+ * tier's identity (rl_tier.key_seed: section, algorithm, window and ordinal among the
+ * section's tiers of that algorithm and window) is still in the rules keeps its counter,
+ * whatever moved around it; if the tier's limit or burst changed, what the key consumed
+ * stays consumed under the new ones (rl_algo_rescale: 3 used of 3 leaves 997 of 1000).
+ * Every other key (its tier went, or changed algorithm or window) is forgotten, so it
  * starts again from full allowance. The per-service accounting (STATS service.*) is rebuilt
  * for the new services; a service that stays keeps its cumulative counters. One pass over
  * the key table (finishing a resize first): the node pauses for it (docs/OPERATIONS.md,
@@ -139,6 +145,42 @@ struct rl_limiter_reload {
  */
 int rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
                          struct rl_limiter_reload *out);
+
+struct rl_handoff_key;
+
+/*
+ * Handoff (node/handoff.h; docs/PROTOCOL.md, "Handoff records (in progress)"): calls fn for
+ * every live key (not full at now) that want accepts, by its fingerprint and the ownership
+ * epoch its state was written under, with its full state relative to now; a non-zero
+ * return of fn stops the walk and is returned. Sliding logs are pruned at now (a pure
+ * effect of time); nothing else changes. An entry does not record its shard: want must tell
+ * by what it is given (a per-shard selection needs the shard in the entry, not done yet).
+ */
+int rl_limiter_export(struct rl_limiter *l, uint64_t now,
+                      bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch),
+                      int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
+
+/* What rl_limiter_import did with its keys. */
+struct rl_limiter_import_stats {
+    uint64_t imported;  /* put in the table (replacing a state held here, if any) */
+    uint64_t carried;   /* of which under a tier whose limit or burst differ here: rescaled */
+    uint64_t no_tier;   /* no tier here with that key seed, or another algorithm or window */
+    uint64_t invalid;   /* a state that does not fit its tier */
+    uint64_t no_memory; /* the table could not take it */
+};
+
+/*
+ * Puts n keys exported by another node (its clock may differ: each state is relative to
+ * the sender's now) into this limiter at now (this node's clock), under ownership epoch
+ * `epoch`: each as if it had been judged here all along, under this node's tier of the same
+ * key seed (a different limit or burst is carried over as a live rules change would) or its
+ * inline limit, interned for its owner. A key this node already holds is replaced. Adds to
+ * *st (may be NULL). Returns 0, or -ENOMEM when the rules' index cannot be built (nothing
+ * imported).
+ */
+int rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch,
+                      const struct rl_handoff_key *keys, size_t n,
+                      struct rl_limiter_import_stats *st);
 
 struct rl_slices;
 

@@ -290,9 +290,12 @@ node_apply_rules(void *arg, struct rl_conf **old)
         rl_log_error("cannot switch the limiter to the new rules: %s", strerror(-rc));
         return rc;
     }
-    rl_log_info("limiter: %llu tiers unchanged, %llu keys keep their counters, %llu keys of "
-                "changed or removed tiers restart from full allowance (%.1f ms)",
-                (unsigned long long)res.tiers_kept, (unsigned long long)res.keys_kept,
+    rl_log_info("limiter: %llu tiers unchanged, %llu with a new limit or burst (what was "
+                "consumed carries over), %llu keys keep their counters, %llu keys of "
+                "tiers removed or with another algorithm or window restart from full "
+                "allowance (%.1f ms)",
+                (unsigned long long)res.tiers_kept, (unsigned long long)res.tiers_carried,
+                (unsigned long long)res.keys_kept,
                 (unsigned long long)res.keys_dropped, (double)(uv_hrtime() - t0) / 1e6);
     if (res.log_memory_missing) {
         rl_log_warn("the new rules have a sliding_window_log tier but this node started without "

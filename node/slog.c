@@ -140,6 +140,21 @@ rl_slog_sum_since(const struct rl_slog *g, uint64_t t)
     return acc;
 }
 
+uint32_t
+rl_slog_len(const struct rl_slog *g)
+{
+    return g == NULL ? 0 : g->len;
+}
+
+void
+rl_slog_get(const struct rl_slog *g, uint32_t i, uint64_t *t, uint32_t *cost)
+{
+    const struct rl_slog_ent *e = slog_cat(g, i);
+
+    *t = g->base + e->dt;
+    *cost = e->cost;
+}
+
 bool
 rl_slog_newest(const struct rl_slog *g, uint64_t *t)
 {

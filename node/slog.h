@@ -58,6 +58,11 @@ uint64_t rl_slog_reach(const struct rl_slog *g, uint64_t need);
  */
 int rl_slog_append(struct rl_slog **gp, uint64_t t, uint32_t cost, uint64_t room);
 
+/* Entries held (merged ones count once), and entry i (0: the oldest) as its time and cost:
+ * what a handoff record carries (node/handoff.h). */
+uint32_t rl_slog_len(const struct rl_slog *g);
+void rl_slog_get(const struct rl_slog *g, uint32_t i, uint64_t *t, uint32_t *cost);
+
 /* A copy (tests probe future times on copies); NULL for NULL or when malloc fails. */
 struct rl_slog *rl_slog_dup(const struct rl_slog *g);
 

@@ -2,7 +2,9 @@
  * check_rules_live: changing rules on a running cluster (docs/OPERATIONS.md, "Changing rules
  * live") with real processes. With ZooKeeper, two nodes and two routers: `rl-cli rules push`
  * of a file that changes service b's limit only, while CHECKs keep flowing: every user of a
- * continues from its count, every user of b restarts from b's new full allowance, an invalid
+ * continues from its count, every user of b carries its count over to b's new limit (and,
+ * for each of the six algorithms, 3 spent of `3 per 1h` leave 997 of `1000 per 1h`, by a
+ * push and by SIGHUP), an invalid
  * file is refused whole (rl-cli exits 2 naming FILE:LINE, the version stays), and every
  * process's STATS rules_version and rules_digest converge. With static membership: SIGHUP
  * after editing the config does the same, and a config that does not load is refused.
@@ -160,7 +162,7 @@ use_all(void)
     }
 }
 
-/* After b became 80 per hour: a continues from USES, b restarts from full. */
+/* After b became 80 per hour: a continues from USES, b too under its new limit. */
 static void
 assert_after_switch(void)
 {
@@ -174,8 +176,9 @@ assert_after_switch(void)
                       u, (unsigned long long)rem, 100u - USES - 1);
         snprintf(user, sizeof(user), "b%d", u);
         ck_assert_uint_eq(check_via(u % 2, "b", user, &rem), RL_WIRE_ALLOWED);
-        ck_assert_msg(rem == 80u - 1, "b%d: remaining %llu, not 79 (new full allowance)", u,
-                      (unsigned long long)rem);
+        ck_assert_msg(rem == 80u - USES - 1,
+                      "b%d: remaining %llu, not %u: its count was not carried over", u,
+                      (unsigned long long)rem, 80u - USES - 1);
     }
 }
 
@@ -400,7 +403,7 @@ START_TEST(test_push)
 
         snprintf(user, sizeof(user), "b%d", 0);
         ck_assert_uint_eq(check_via(0, "b", user, &rem), RL_WIRE_ALLOWED);
-        ck_assert_uint_eq(rem, 78);
+        ck_assert_uint_eq(rem, 80u - USES - 2);
     }
 }
 END_TEST
@@ -471,7 +474,7 @@ START_TEST(test_sighup)
     ck_assert_int_eq(d1[0], d0[0]);
     ck_assert_int_eq(d1[1], d0[0]);
 
-    /* b's limit changes: a keeps its counts, b restarts from its new allowance. */
+    /* b's limit changes: a keeps its counts, b carries them over to its new limit. */
     write_static(80, "");
     ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
     ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
@@ -488,6 +491,155 @@ START_TEST(test_sighup)
     ck_assert_int_eq(rl_test_stat(node_ports[0], "rules_reloads"), 1);
     ck_assert_int_eq(rl_harness_server_stop(&nodes[0], SIGTERM, 10000), 0);
     ck_assert(WIFEXITED(nodes[0].status) && WEXITSTATUS(nodes[0].status) == 0);
+}
+END_TEST
+
+/* ---- a new limit keeps what was consumed, for every algorithm ----------------------------- */
+
+static const char *const carry_algos[] = {"fixed_window",  "sliding_window_log",
+                                          "sliding_window_counter", "token_bucket",
+                                          "gcra",          "leaky_bucket"};
+
+/* The [service] sections c0..c5, one per algorithm, `ALGO n per 1h` each, into buf. */
+static void
+carry_rules(char *buf, size_t len, unsigned n)
+{
+    size_t at = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < 6; i++) {
+        at += (size_t)snprintf(buf + at, len - at, "[service c%d]\nlimit = %s %u per 1h\n", i,
+                               carry_algos[i], n);
+    }
+}
+
+/* One CHECK of cost through router r; its code and remaining. */
+static uint32_t
+check_cost_via(int r, const char *svc, const char *user, uint32_t cost, uint64_t *rem)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT),
+                     0);
+    ck_assert_int_eq(rl_client_check(c, svc, user, NULL, cost, &rep, T_TIMEOUT), 0);
+    rl_client_destroy(c);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+    *rem = rep.check.remaining;
+    return rep.check.code;
+}
+
+/* Every user of c0..c5 spends all 3, alternating routers, and is refused the 4th. */
+static void
+carry_spend(void)
+{
+    char svc[8], user[16];
+    uint64_t rem;
+
+    for (int i = 0; i < 6; i++) {
+        snprintf(svc, sizeof(svc), "c%d", i);
+        for (int u = 0; u < NUSERS; u++) {
+            snprintf(user, sizeof(user), "v%d", u);
+            for (int k = 0; k < 3; k++) {
+                uint32_t code = check_cost_via(k % 2, svc, user, 1, &rem);
+
+                ck_assert_uint_ne(code, RL_WIRE_LIMITED);
+            }
+            ck_assert_msg(check_cost_via(u % 2, svc, user, 1, &rem) == RL_WIRE_LIMITED,
+                          "%s (%s), %s: a 4th of 3 was not refused", svc, carry_algos[i], user);
+        }
+    }
+}
+
+/* Once `1000 per 1h` is in force: 997 left for every user of every algorithm. */
+static void
+carry_assert_997(void)
+{
+    char svc[8], user[16];
+    uint64_t rem;
+
+    for (int i = 0; i < 6; i++) {
+        snprintf(svc, sizeof(svc), "c%d", i);
+        for (int u = 0; u < NUSERS; u++) {
+            snprintf(user, sizeof(user), "v%d", u);
+            ck_assert_uint_eq(check_cost_via(u % 2, svc, user, 0, &rem), RL_WIRE_ALLOWED);
+            ck_assert_msg(rem == 997, "%s (%s), %s: remaining %llu, not 997", svc,
+                          carry_algos[i], user, (unsigned long long)rem);
+        }
+    }
+}
+
+/* With ZooKeeper: `3 per 1h` pushed, spent, `1000 per 1h` pushed: 997 left on both nodes.
+ * (The nodes started without a sliding_window_log tier, so c1's logs are degraded to
+ * counters here; the static case below keeps real logs.) */
+START_TEST(test_push_carries_over)
+{
+    char path[PATH_MAX], text[1024], out[8192];
+    const char *argv[] = {"rl-cli", "rules", "push", path, "--config", config, NULL};
+
+    ck_assert_int_eq(rl_harness_tmppath(path, sizeof(path), "carry.rules"), 0);
+    carry_rules(text, sizeof(text), 3);
+    ck_assert_int_eq(rl_harness_write_file(path, "%s", text), 0);
+    ck_assert_int_eq(cli(out, sizeof(out), argv), 0);
+    wait_all("rules_version", 1, NNODES, 2, 5000);
+    carry_spend();
+    carry_rules(text, sizeof(text), 1000);
+    ck_assert_int_eq(rl_harness_write_file(path, "%s", text), 0);
+    ck_assert_int_eq(cli(out, sizeof(out), argv), 0);
+    wait_all("rules_version", 2, NNODES, 2, 5000);
+    carry_assert_997();
+    /* lowered to 2: nobody's use is lifted (3 spent of 2: refused) */
+    carry_rules(text, sizeof(text), 2);
+    ck_assert_int_eq(rl_harness_write_file(path, "%s", text), 0);
+    ck_assert_int_eq(cli(out, sizeof(out), argv), 0);
+    wait_all("rules_version", 3, NNODES, 2, 5000);
+    for (int i = 0; i < 6; i++) {
+        char svc[8];
+        uint64_t rem;
+
+        snprintf(svc, sizeof(svc), "c%d", i);
+        ck_assert_uint_eq(check_cost_via(i % 2, svc, "v0", 1, &rem), RL_WIRE_LIMITED);
+        ck_assert_uint_eq(rem, 0);
+    }
+}
+END_TEST
+
+/* Static membership: the node starts with `3 per 1h` (so with log memory), the users spend
+ * it, the config gets `1000 per 1h` and a SIGHUP: 997 left. */
+static void
+carry_static_setup(void)
+{
+    char extra[1024];
+
+    static_setup();
+    carry_rules(extra, sizeof(extra), 3);
+    ck_assert_int_eq(rl_harness_server_stop(&nodes[0], SIGTERM, 10000), 0);
+    write_static(50, extra);
+    ck_assert_int_eq(rl_harness_node_start(&nodes[0], config, "n1", node_ports[0],
+                                           RL_HARNESS_TEST_CLOCK),
+                     0);
+    set_node_clock(0);
+    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
+    wait_all("rules_reloads", 1, 0, 1, 5000);
+    for (int i = 0; check_via(0, "probe", "p", NULL) != RL_WIRE_ALLOWED; i++) {
+        ck_assert_int_lt(i, 200);
+        usleep(50 * 1000);
+    }
+}
+
+START_TEST(test_sighup_carries_over)
+{
+    char extra[1024];
+
+    carry_spend();
+    carry_rules(extra, sizeof(extra), 1000);
+    write_static(50, extra);
+    ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
+    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
+    wait_all("rules_reloads", 1, 1, 0, 5000);
+    wait_all("rules_reloads", 2, 0, 1, 5000);
+    ck_assert_int_eq(rl_test_stat(node_ports[0], "log_degraded"), 0);
+    carry_assert_997();
 }
 END_TEST
 
@@ -841,6 +993,19 @@ rules_live_suite(void)
     tcase_add_test(st, test_sighup_huge);
     tcase_add_test(st, test_sighup_then_stop);
     suite_add_tcase(s, st);
+    {
+        TCase *cz = tcase_create("carry_zookeeper");
+        TCase *cs = tcase_create("carry_static");
+
+        tcase_add_checked_fixture(cz, zk_setup, teardown);
+        tcase_set_timeout(cz, 120);
+        tcase_add_test(cz, test_push_carries_over);
+        suite_add_tcase(s, cz);
+        tcase_add_checked_fixture(cs, carry_static_setup, teardown);
+        tcase_set_timeout(cs, 60);
+        tcase_add_test(cs, test_sighup_carries_over);
+        suite_add_tcase(s, cs);
+    }
     sc = tcase_create("scrape");
     tcase_add_checked_fixture(sc, storm_setup, teardown);
     tcase_set_timeout(sc, 60);

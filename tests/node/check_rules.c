@@ -3,8 +3,10 @@
  * [service] sections only, FILE:LINE errors like the full parser's), the swap into a live conf
  * (rl_conf_swap_rules: clients resolved again, pointers kept), tier seeds and the rules digest,
  * the key table's remap walk (rl_keytab_remap) and the limiter's switch (rl_limiter_set_rules:
- * keys of unchanged tiers keep their counts whatever moved around them, changed tiers
- * restart full, removed ones are dropped, per-service accounting rebuilt), and rules.c's
+ * keys of unchanged tiers keep their counts whatever moved around them, a new limit or
+ * burst carries what was consumed over for all six algorithms and tier by tier (checked
+ * against a limiter created under the new rules), another algorithm or window restarts
+ * full, removed ones are dropped, per-service accounting rebuilt), and rules.c's
  * parse off the loop (rl_rules_*: nothing is put in force before the loop runs the thread
  * pool's result, the newest znode text wins, a refused one keeps the rules, a close while a
  * parse is in flight drops it).
@@ -226,7 +228,7 @@ END_TEST
 /* ---- limiter ------------------------------------------------------------------------------ */
 
 /* Keys of unchanged tiers keep their counts when rules are added before them and reordered;
- * a changed tier restarts full; a removed rule's keys go. */
+ * a tier whose limit changed carries what was consumed over; a removed rule's keys go. */
 START_TEST(test_limiter_keeps_counts)
 {
     struct rl_conf *live = conf_from("[service a]\nlimit = fixed_window 10 per 1h\n"
@@ -255,12 +257,13 @@ START_TEST(test_limiter_keeps_counts)
                             "[service a]\nlimit = fixed_window 10 per 1h\n"),
                  l, &res);
     ck_assert_uint_eq(res.tiers_kept, 1);
-    ck_assert_uint_eq(res.keys_kept, 200);
-    ck_assert_uint_eq(res.keys_dropped, 400);
+    ck_assert_uint_eq(res.tiers_carried, 1);
+    ck_assert_uint_eq(res.keys_kept, 400);
+    ck_assert_uint_eq(res.keys_dropped, 200);
     for (int u = 0; u < 200; u++) {
         snprintf(user, sizeof(user), "u%d", u);
         RL_CHECK_UINT_EQ(remaining(l, "a", user, 1, now, NULL), 6);  /* 10 - 3 - 1 */
-        RL_CHECK_UINT_EQ(remaining(l, "b", user, 1, now, NULL), 19); /* fresh: 20 - 1 */
+        RL_CHECK_UINT_EQ(remaining(l, "b", user, 1, now, NULL), 16); /* 20 - 3 - 1 */
         (void)remaining(l, "c", user, 1, now, &code);
         RL_CHECK_UINT_EQ(code, RL_WIRE_NO_RULE);
         (void)remaining(l, "d", user, 1, now, &code);
@@ -282,8 +285,10 @@ START_TEST(test_limiter_keeps_counts)
 }
 END_TEST
 
-/* A tier's position in its section is part of it: a tier added after keeps the first's
- * counts; one inserted before changes both. Failure and mode keep counts. */
+/* A tier's identity in its section is its algorithm, window and ordinal among the section's
+ * tiers of both, not its position: a tier added after or inserted before another algorithm
+ * keeps the first's counts; a change of window or algorithm restarts it. Failure and mode
+ * keep counts. */
 START_TEST(test_limiter_tier_positions)
 {
     struct rl_conf *live = conf_from("[service a]\nlimit = fixed_window 10 per 1h\n");
@@ -302,6 +307,14 @@ START_TEST(test_limiter_tier_positions)
     switch_rules(live,
                  rules_from("[service a]\nlimit = gcra 100 per 1s\n"
                             "limit = fixed_window 10 per 1h\n"),
+                 l, &res);
+    ck_assert_uint_eq(res.keys_kept, 2);
+    ck_assert_uint_eq(res.keys_dropped, 0);
+    ck_assert_uint_eq(remaining(l, "a", "x", 1, now, NULL), 4);
+    /* another window, another algorithm: both restart */
+    switch_rules(live,
+                 rules_from("[service a]\nlimit = token_bucket 100 per 1s\n"
+                            "limit = fixed_window 10 per 2h\n"),
                  l, &res);
     ck_assert_uint_eq(res.keys_kept, 0);
     ck_assert_uint_eq(res.keys_dropped, 2);
@@ -335,9 +348,9 @@ START_TEST(test_limiter_log_memory)
     s_bytes = vs.log_bytes;
     ck_assert_uint_gt(s_bytes, 0);
     rl_limiter_stats(l, &st0);
-    /* t changes, s stays */
+    /* t changes its window (its keys go), s stays */
     switch_rules(live,
-                 rules_from("[service t]\nlimit = sliding_window_log 60 per 1h\n"
+                 rules_from("[service t]\nlimit = sliding_window_log 60 per 2h\n"
                             "[service s]\nlimit = sliding_window_log 50 per 1h\n"),
                  l, &res);
     ck_assert_uint_eq(res.keys_kept, 50);
@@ -353,6 +366,240 @@ START_TEST(test_limiter_log_memory)
     ck_assert_uint_eq(remaining(l, "t", "u0", 1, 2000, NULL), 59);
     rl_limiter_destroy(l);
     rl_conf_destroy(live);
+}
+END_TEST
+
+/* ---- a new limit carries what was consumed over (docs/OPERATIONS.md) --------------------- */
+
+#define CARRY_T0 1700000000000ull /* 800 s into its hour */
+
+/* The CHECK of `cost` of (service, user) at now: its code and remaining. */
+struct carry_reply {
+    uint32_t code;
+    uint64_t remaining;
+    uint64_t reset_ms;
+    uint64_t retry;
+};
+
+static struct carry_reply
+carry_check(struct rl_limiter *l, const char *service, const char *user, uint32_t cost,
+            uint64_t now)
+{
+    struct rl_wire_req req;
+    struct rl_wire_check_reply rep;
+    struct carry_reply r;
+
+    memset(&req, 0, sizeof(req));
+    req.id = 1;
+    req.service.ptr = service;
+    req.service.len = (uint32_t)strlen(service);
+    req.user.ptr = user;
+    req.user.len = (uint32_t)strlen(user);
+    req.cost = cost;
+    ck_assert_int_eq(rl_limiter_check(l, &req, now, &rep), 0);
+    r.code = rep.code;
+    r.remaining = rep.remaining;
+    r.reset_ms = rep.reset_ms;
+    r.retry = rep.retry_after_ms;
+    return r;
+}
+
+static const char *const carry_algos[] = {"fixed_window",  "sliding_window_log",
+                                          "sliding_window_counter", "token_bucket",
+                                          "gcra",          "leaky_bucket"};
+
+/*
+ * For each algorithm: a user spends `used` of `ALGO from per 1h`, the limit becomes
+ * `ALGO to per 1h` live, and from then on every decision (a peek, then `steps` CHECKs of 1
+ * spread over the hour) is the reference's: a limiter created under the new rules whose user
+ * spent the same at the same time. Lowering below what was spent refuses (remaining 0).
+ */
+static void
+carry_case(const char *algo, uint32_t from, uint32_t to, uint32_t used)
+{
+    char text[256];
+    struct rl_conf *live, *ref_conf;
+    struct rl_limiter *l = NULL, *ref = NULL;
+    struct rl_limiter_reload res;
+    struct carry_reply a, b;
+    uint64_t now = CARRY_T0;
+
+    snprintf(text, sizeof(text), "[service s]\nlimit = %s %u per 1h\n", algo, from);
+    live = conf_from(text);
+    snprintf(text, sizeof(text), "[service s]\nlimit = %s %u per 1h\n", algo, to);
+    ref_conf = conf_from(text);
+    ck_assert_int_eq(rl_limiter_create(&l, live, 64ull << 20), 0);
+    ck_assert_int_eq(rl_limiter_create(&ref, ref_conf, 64ull << 20), 0);
+    for (uint32_t k = 0; k < used; k++) {
+        a = carry_check(l, "s", "u", 1, now);
+        ck_assert_uint_ne(a.code, RL_WIRE_LIMITED); /* used <= from */
+        if (k < to) {
+            (void)carry_check(ref, "s", "u", 1, now);
+        }
+    }
+    switch_rules(live, rules_from(text), l, &res);
+    ck_assert_uint_eq(res.tiers_carried, from != to);
+    ck_assert_uint_eq(res.keys_kept, 1);
+    ck_assert_uint_eq(res.keys_dropped, 0);
+    /* a peek at the same instant: what is left under the new limit */
+    a = carry_check(l, "s", "u", 0, now);
+    ck_assert_msg(a.remaining == (to > used ? to - used : 0),
+                  "%s %u -> %u, %u used: remaining %llu", algo, from, to, used,
+                  (unsigned long long)a.remaining);
+    if (used > to) {
+        a = carry_check(l, "s", "u", 1, now);
+        ck_assert_uint_eq(a.code, RL_WIRE_LIMITED);
+        ck_assert_uint_eq(a.remaining, 0);
+    } else {
+        for (int k = 0; k < 40; k++) {
+            a = carry_check(l, "s", "u", 1, now);
+            b = carry_check(ref, "s", "u", 1, now);
+            ck_assert_msg(a.code == b.code && a.remaining == b.remaining &&
+                              a.reset_ms == b.reset_ms && a.retry == b.retry,
+                          "%s %u -> %u, step %d at %llu: %u/%llu/%llu/%llu, reference "
+                          "%u/%llu/%llu/%llu",
+                          algo, from, to, k, (unsigned long long)now, a.code,
+                          (unsigned long long)a.remaining, (unsigned long long)a.reset_ms,
+                          (unsigned long long)a.retry, b.code, (unsigned long long)b.remaining,
+                          (unsigned long long)b.reset_ms, (unsigned long long)b.retry);
+            now += 37777 * (uint64_t)(k % 5);
+        }
+    }
+    rl_limiter_destroy(l);
+    rl_limiter_destroy(ref);
+    rl_conf_destroy(live);
+    rl_conf_destroy(ref_conf);
+}
+
+/* The issue's case: 3 of 3 spent, the limit raised to 1000: 997 left, for every algorithm;
+ * and raised less, lowered, lowered below what was spent. */
+START_TEST(test_limiter_carry_limit)
+{
+    for (size_t i = 0; i < sizeof(carry_algos) / sizeof(carry_algos[0]); i++) {
+        carry_case(carry_algos[i], 3, 1000, 3);
+        carry_case(carry_algos[i], 10, 12, 4);
+        carry_case(carry_algos[i], 10, 6, 4);
+        carry_case(carry_algos[i], 10, 2, 4);
+        carry_case(carry_algos[i], 10, 10, 4);
+    }
+}
+END_TEST
+
+/* A burst change of the bucket algorithms carries over too: 3 of burst 3 spent, burst 1000:
+ * 997 left. */
+START_TEST(test_limiter_carry_burst)
+{
+    static const char *const bucket[] = {"token_bucket", "gcra", "leaky_bucket"};
+
+    for (size_t i = 0; i < 3; i++) {
+        char text[256];
+        struct rl_conf *live;
+        struct rl_limiter *l = NULL;
+        struct rl_limiter_reload res;
+
+        snprintf(text, sizeof(text), "[service s]\nlimit = %s 10 per 1h burst 3\n", bucket[i]);
+        live = conf_from(text);
+        ck_assert_int_eq(rl_limiter_create(&l, live, 64ull << 20), 0);
+        for (int k = 0; k < 3; k++) {
+            (void)carry_check(l, "s", "u", 1, CARRY_T0);
+        }
+        ck_assert_uint_eq(carry_check(l, "s", "u", 1, CARRY_T0).code, RL_WIRE_LIMITED);
+        snprintf(text, sizeof(text), "[service s]\nlimit = %s 10 per 1h burst 1000\n", bucket[i]);
+        switch_rules(live, rules_from(text), l, &res);
+        ck_assert_uint_eq(res.keys_kept, 1);
+        ck_assert_uint_eq(carry_check(l, "s", "u", 0, CARRY_T0).remaining, 997);
+        rl_limiter_destroy(l);
+        rl_conf_destroy(live);
+    }
+}
+END_TEST
+
+/* Multi-tier rules tier by tier: each tier of an unchanged algorithm and window carries its
+ * own consumption over; a tier whose window changed restarts alone; shadow rules alike. */
+START_TEST(test_limiter_carry_tiers)
+{
+    struct rl_conf *live = conf_from("[service s]\nmode = shadow\n"
+                                     "limit = fixed_window 3 per 1h\n"
+                                     "limit = gcra 5 per 1m\n"
+                                     "limit = token_bucket 4 per 1s\n");
+    struct rl_limiter *l = NULL;
+    struct rl_limiter_reload res;
+    struct rl_limiter_stats st;
+
+    ck_assert_int_eq(rl_limiter_create(&l, live, 64ull << 20), 0);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_uint_eq(carry_check(l, "s", "u", 1, CARRY_T0).code, RL_WIRE_ALLOWED);
+    }
+    /* shadow: allowed, but counted as would-be refused */
+    ck_assert_uint_eq(carry_check(l, "s", "u", 1, CARRY_T0).code, RL_WIRE_ALLOWED);
+    rl_limiter_stats(l, &st);
+    ck_assert_uint_eq(st.shadow_limited, 1);
+    /* raised, reordered; the token bucket's window changes */
+    switch_rules(live,
+                 rules_from("[service s]\nlimit = token_bucket 1000 per 2s\n"
+                            "limit = gcra 1000 per 1m\n"
+                            "limit = fixed_window 1000 per 1h\n"),
+                 l, &res);
+    ck_assert_uint_eq(res.tiers_carried, 2);
+    ck_assert_uint_eq(res.keys_kept, 2);
+    ck_assert_uint_eq(res.keys_dropped, 1);
+    /* the deciding tier (least left): fixed window 997 and gcra 997 (3 spent each), the
+     * token bucket fresh (1000) */
+    ck_assert_uint_eq(carry_check(l, "s", "u", 0, CARRY_T0).remaining, 997);
+    ck_assert_uint_eq(carry_check(l, "s", "u", 1, CARRY_T0).remaining, 996);
+    /* the token bucket alone, 1000 - 1 */
+    switch_rules(live, rules_from("[service s]\nlimit = token_bucket 1000 per 2s\n"), l, &res);
+    ck_assert_uint_eq(res.tiers_kept, 1);
+    ck_assert_uint_eq(carry_check(l, "s", "u", 0, CARRY_T0).remaining, 999);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(live);
+}
+END_TEST
+
+/* Another algorithm or window: the key restarts from full allowance (documented). */
+START_TEST(test_limiter_carry_not_across)
+{
+    struct rl_conf *live = conf_from("[service s]\nlimit = fixed_window 3 per 1h\n"
+                                     "[service t]\nlimit = gcra 3 per 1h\n");
+    struct rl_limiter *l = NULL;
+    struct rl_limiter_reload res;
+
+    ck_assert_int_eq(rl_limiter_create(&l, live, 64ull << 20), 0);
+    for (int k = 0; k < 3; k++) {
+        (void)carry_check(l, "s", "u", 1, CARRY_T0);
+        (void)carry_check(l, "t", "u", 1, CARRY_T0);
+    }
+    switch_rules(live,
+                 rules_from("[service s]\nlimit = sliding_window_counter 1000 per 1h\n"
+                            "[service t]\nlimit = gcra 1000 per 2h\n"),
+                 l, &res);
+    ck_assert_uint_eq(res.keys_kept, 0);
+    ck_assert_uint_eq(res.keys_dropped, 2);
+    ck_assert_uint_eq(carry_check(l, "s", "u", 0, CARRY_T0).remaining, 1000);
+    ck_assert_uint_eq(carry_check(l, "t", "u", 0, CARRY_T0).remaining, 1000);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(live);
+}
+END_TEST
+
+/* Key seeds: the same for a tier whose limit or burst changed or that moved among other
+ * algorithms' tiers; another for another window, algorithm, section or ordinal. */
+START_TEST(test_key_seeds)
+{
+    struct rl_conf *a = rules_from("[service a]\nlimit = gcra 5 per 1s\nlimit = gcra 9 per 1s\n"
+                                   "limit = fixed_window 3 per 1h\n[service b]\n"
+                                   "limit = gcra 5 per 1s\n");
+    struct rl_conf *b = rules_from("[service a]\nlimit = fixed_window 1000 per 1h\n"
+                                   "limit = gcra 50 per 1s burst 70\nlimit = gcra 9 per 2s\n");
+
+    ck_assert_uint_ne(a->tiers[0].key_seed, a->tiers[1].key_seed); /* ordinal */
+    ck_assert_uint_ne(a->tiers[0].key_seed, a->tiers[3].key_seed); /* section */
+    ck_assert_uint_eq(a->tiers[2].key_seed, b->tiers[0].key_seed); /* limit, moved */
+    ck_assert_uint_ne(a->tiers[2].seed, b->tiers[0].seed);
+    ck_assert_uint_eq(a->tiers[0].key_seed, b->tiers[1].key_seed); /* limit and burst */
+    ck_assert_uint_ne(a->tiers[1].key_seed, b->tiers[2].key_seed); /* window */
+    rl_conf_destroy(a);
+    rl_conf_destroy(b);
 }
 END_TEST
 
@@ -449,7 +696,7 @@ START_TEST(test_limiter_reload_pause)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     switch_rules(live,
                  rules_from("[service a]\nlimit = fixed_window 1000 per 1h\n"
-                            "[service b]\nlimit = fixed_window 2000 per 1h\n"),
+                            "[service b]\nlimit = fixed_window 2000 per 2h\n"),
                  l, &res);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
@@ -630,6 +877,11 @@ rules_suite(void)
     tcase_add_test(tc, test_limiter_keeps_counts);
     tcase_add_test(tc, test_limiter_tier_positions);
     tcase_add_test(tc, test_limiter_log_memory);
+    tcase_add_test(tc, test_limiter_carry_limit);
+    tcase_add_test(tc, test_limiter_carry_burst);
+    tcase_add_test(tc, test_limiter_carry_tiers);
+    tcase_add_test(tc, test_limiter_carry_not_across);
+    tcase_add_test(tc, test_key_seeds);
     tcase_add_test(tc, test_keytab_remap);
     tcase_add_test(tc, test_limiter_reload_pause);
     tcase_add_test(tc, test_rules_zk_off_loop);

@@ -1,0 +1,198 @@
+/*
+ * limiter_handoff: a limiter's live keys out to handoff records and back in (limiter.h,
+ * rl_limiter_export and rl_limiter_import; the records: handoff.h). Each key keeps the
+ * accounting of limiter.c (services' and tenants' keys, log bytes) as any insert or drop.
+ * Not for judging CHECKs (limiter.c) nor for encoding the records (handoff.c).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handoff.h"
+#include "limiter_int.h"
+
+struct lim_export {
+    struct rl_limiter *l;
+    uint64_t now;
+    bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch);
+    int (*fn)(void *arg, const struct rl_handoff_key *k);
+    void *arg;
+    struct rl_handoff_key *k;
+    int rc;
+};
+
+static bool
+lim_export_entry(void *arg, struct rl_keytab_entry *e)
+{
+    struct lim_export *x = arg;
+    struct rl_limiter *l = x->l;
+    const struct rl_tier *t;
+    uint64_t before;
+    int full;
+
+    if (x->rc != 0 || !x->want(x->arg, e->fp_hi, (uint32_t)e->fp_lo, (uint16_t)e->epoch)) {
+        return true;
+    }
+    t = lim_entry_tier(l, e);
+    if (t == NULL) {
+        return true;
+    }
+    x->k->fp_hi = e->fp_hi;
+    x->k->fp_lo = (uint32_t)e->fp_lo;
+    if (rl_inltab_is(e->tier)) {
+        x->k->kind = RL_HANDOFF_INLINE;
+        x->k->ref = rl_inltab_owner(l->inl, e->tier);
+    } else {
+        x->k->kind = RL_HANDOFF_RULE;
+        x->k->ref = t->key_seed;
+    }
+    x->k->algo = (uint8_t)t->algo;
+    x->k->limit = t->limit;
+    x->k->window_ms = t->window_ms;
+    x->k->burst = t->burst;
+    before = rl_algo_heap_bytes(t, &e->st);
+    full = rl_algo_export(t, &e->st, x->now, &x->k->st);
+    /* a log pruned by the export: unsigned arithmetic wraps back */
+    lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st) - before);
+    if (full == 0) {
+        x->rc = x->fn(x->arg, x->k);
+    }
+    return true;
+}
+
+int
+rl_limiter_export(struct rl_limiter *l, uint64_t now,
+                  bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch),
+                  int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg)
+{
+    struct lim_export x = {l, now, want, fn, arg, malloc(sizeof(struct rl_handoff_key)), 0};
+
+    if (x.k == NULL) {
+        return -ENOMEM;
+    }
+    (void)rl_keytab_remap(l->tab, lim_export_entry, &x);
+    free(x.k);
+    return x.rc;
+}
+
+/* This node's tier for k: configured (by key seed, the same algorithm and window) or its
+ * inline limit interned for its owner; NULL when none. */
+static const struct rl_tier *
+lim_import_tier(struct rl_limiter *l, const struct lim_seed_ix *ix, const struct rl_handoff_key *k,
+                struct rl_limiter_import_stats *st)
+{
+    const struct rl_tier *to;
+
+    if (k->kind == RL_HANDOFF_INLINE) {
+        struct rl_tier want;
+        uint32_t id;
+
+        memset(&want, 0, sizeof(want));
+        want.algo = (enum rl_algo)k->algo;
+        want.limit = k->limit;
+        want.window_ms = k->window_ms;
+        want.burst = k->burst;
+        /* no quota: the key was admitted by its owner's quota on the sender */
+        if (rl_inltab_intern(l->inl, &want, (uint32_t)k->ref, false, &id) != 0) {
+            st->no_memory++;
+            return NULL;
+        }
+        return rl_inltab_tier(l->inl, id);
+    }
+    {
+        struct lim_seed_ix key = {k->ref, 0};
+        const struct lim_seed_ix *hit =
+            l->conf->ntiers == 0 ? NULL
+                                 : bsearch(&key, ix, l->conf->ntiers, sizeof(*ix), lim_seed_cmp);
+
+        to = hit != NULL ? &l->conf->tiers[hit->ix] : NULL;
+    }
+    if (to == NULL || to->algo != (enum rl_algo)k->algo || to->window_ms != k->window_ms) {
+        st->no_tier++;
+        return NULL;
+    }
+    return to;
+}
+
+static void
+lim_import_one(struct rl_limiter *l, const struct lim_seed_ix *ix, uint64_t now, uint16_t epoch,
+               const struct rl_handoff_key *k, struct rl_limiter_import_stats *st)
+{
+    const struct rl_tier *to = lim_import_tier(l, ix, k, st);
+    struct rl_tier from;
+    struct rl_algo_state s = {0, 0};
+    struct rl_keytab_entry *e;
+    uint64_t room = l->log_cap > l->log_bytes ? l->log_cap - l->log_bytes : 0;
+
+    if (to == NULL) {
+        return;
+    }
+    memset(&from, 0, sizeof(from));
+    from.algo = (enum rl_algo)k->algo;
+    from.limit = k->limit;
+    from.window_ms = k->window_ms;
+    from.burst = k->burst;
+    from.id = to->id;
+    if (rl_algo_import(&from, &k->st, now, room, &s) != 0) {
+        st->invalid++;
+        return;
+    }
+    if (from.limit != to->limit || from.burst != to->burst) {
+        rl_algo_rescale(&from, to, &s);
+        st->carried++;
+    }
+    st->imported++;
+    e = rl_keytab_find(l->tab, k->fp_hi, k->fp_lo);
+    if (e != NULL) {
+        const struct rl_tier *old = lim_entry_tier(l, e);
+
+        if (old != NULL) {
+            lim_release_state(l, old, &e->st);
+            lim_count_key(l, old, -1);
+        }
+        memset(&e->st, 0, sizeof(e->st));
+        e->tier = to->id;
+        lim_count_key(l, to, +1);
+    } else if (!rl_algo_is_full(to, &s, now)) {
+        e = rl_keytab_insert(l->tab, k->fp_hi, k->fp_lo, to->id, now);
+        if (e == NULL) {
+            rl_algo_release(to, &s);
+            st->imported--;
+            st->no_memory++;
+            return;
+        }
+        lim_count_key(l, to, +1);
+    } else {
+        rl_algo_release(to, &s);
+        return;
+    }
+    e->st = s;
+    e->epoch = epoch;
+    lim_count_log(l, to, rl_algo_heap_bytes(to, &s));
+}
+
+int
+rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch,
+                  const struct rl_handoff_key *keys, size_t n, struct rl_limiter_import_stats *st)
+{
+    struct rl_limiter_import_stats local;
+    struct lim_seed_ix *ix = calloc(l->conf->ntiers + 1, sizeof(*ix));
+
+    if (ix == NULL) {
+        return -ENOMEM;
+    }
+    if (st == NULL) {
+        memset(&local, 0, sizeof(local));
+        st = &local;
+    }
+    for (size_t i = 0; i < l->conf->ntiers; i++) {
+        ix[i].seed = l->conf->tiers[i].key_seed;
+        ix[i].ix = (uint32_t)i;
+    }
+    qsort(ix, l->conf->ntiers, sizeof(*ix), lim_seed_cmp);
+    for (size_t i = 0; i < n; i++) {
+        lim_import_one(l, ix, now, epoch, &keys[i], st);
+    }
+    free(ix);
+    return 0;
+}

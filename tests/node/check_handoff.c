@@ -1,0 +1,546 @@
+/*
+ * check_handoff: the handoff of live keys between limiters (node/handoff.h; limiter.h,
+ * rl_limiter_export and rl_limiter_import), without processes. For every algorithm, a
+ * multi-tier rule, a shadow rule and inline limits with their tenant: a sender judges a
+ * history, exports every live key as the record stream, the stream is decoded and imported
+ * into another limiter whose clock is offset, and from then on every decision of the
+ * receiver is the reference's (a limiter that judged the same history and never moved).
+ * Also: a receiver with another limit carries the consumption over, one without the tier
+ * skips the key, a region's slice of a global rule continues (and carries over to another
+ * slice), a log too long for a record travels as its counts, and the decoder refuses every
+ * truncation and corruption without crashing. Not for the transfer between processes (not written
+ * yet).
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "conf.h"
+#include "handoff.h"
+#include "limiter.h"
+#include "rltest.h"
+#include "wire.h"
+
+#define T0 1700000000000ull          /* 800 s into its hour */
+#define DAY_OFFSET (3 * 86400000ull) /* a multiple of every window used here */
+
+static const char *const algos[] = {
+    "fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket",
+    "gcra",         "leaky_bucket"};
+
+static const char *rules_text =
+    "[service fw]\nlimit = fixed_window 7 per 1m\n"
+    "[service swl]\nlimit = sliding_window_log 7 per 1m\n"
+    "[service swc]\nlimit = sliding_window_counter 7 per 1m\n"
+    "[service tb]\nlimit = token_bucket 7 per 1m burst 9\n"
+    "[service gcra]\nlimit = gcra 7 per 1m burst 3\n"
+    "[service lb]\nlimit = leaky_bucket 7 per 1m burst 4\n"
+    "[service multi]\nlimit = fixed_window 9 per 1h\nlimit = gcra 5 per 10s\n"
+    "limit = sliding_window_log 6 per 1m\n"
+    "[service shadow]\nmode = shadow\nlimit = token_bucket 3 per 1m\n";
+
+static const char *const services[] = {"fw", "swl", "swc", "tb", "gcra", "lb", "multi", "shadow"};
+#define NSERVICES 8
+#define NUSERS 6
+
+static struct rl_conf *
+conf_from(const char *text)
+{
+    struct rl_conf *c = NULL;
+    char err[256] = "";
+
+    RL_CHECK(rl_conf_parse("test.conf", text, &c, err, sizeof(err)) == 0, "conf: %s", err);
+    return c;
+}
+
+static struct rl_limiter *
+limiter_from(const struct rl_conf *c)
+{
+    struct rl_limiter *l = NULL;
+
+    ck_assert_int_eq(rl_limiter_create(&l, c, 64ull << 20), 0);
+    return l;
+}
+
+/* One CHECK: configured (algo NULL) or inline (algo, limit, window; tenant 7). */
+static struct rl_wire_check_reply
+check(struct rl_limiter *l, const char *service, const char *user, const char *algo, uint32_t cost,
+      uint64_t now)
+{
+    struct rl_wire_req req;
+    struct rl_wire_check_reply rep;
+
+    memset(&req, 0, sizeof(req));
+    req.id = 1;
+    req.service.ptr = service;
+    req.service.len = (uint32_t)strlen(service);
+    req.user.ptr = user;
+    req.user.len = (uint32_t)strlen(user);
+    req.cost = cost;
+    if (algo != NULL) {
+        enum rl_algo a;
+
+        ck_assert_int_eq(rl_algo_parse(algo, &a), 0);
+        req.limit.set = true;
+        req.limit.algo = (uint8_t)a;
+        req.limit.limit = 5;
+        req.limit.window_ms = 30000;
+        req.limit.has_burst = rl_algo_has_burst(a);
+        req.limit.burst = 5;
+        req.tenant = 7;
+    }
+    ck_assert_int_eq(rl_limiter_check(l, &req, now, &rep), 0);
+    return rep;
+}
+
+/* The requests of step k: a few users of every service and every inline algorithm. */
+static void
+step(struct rl_limiter *l, int k, uint64_t now, struct rl_wire_check_reply *out, size_t *n)
+{
+    char user[16];
+
+    *n = 0;
+    for (int u = 0; u < NUSERS; u++) {
+        uint32_t cost = (uint32_t)((k + u) % 3);
+
+        snprintf(user, sizeof(user), "u%d", u);
+        for (int s = 0; s < NSERVICES; s++) {
+            out[(*n)++] = check(l, services[s], user, NULL, cost, now);
+        }
+        for (int a = 0; a < 6; a++) {
+            out[(*n)++] = check(l, "free", user, algos[a], cost, now);
+        }
+    }
+}
+
+#define PER_STEP (NUSERS * (NSERVICES + 6))
+
+/* Times of the history and of the continuation: irregular, some within one ms. */
+static uint64_t
+at(int k)
+{
+    return T0 + (uint64_t)k * 1733 + (uint64_t)(k % 4 == 0) * 7;
+}
+
+struct sink {
+    struct rl_buf buf;
+    uint64_t n;
+};
+
+static bool
+want_all(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch)
+{
+    (void)arg;
+    (void)fp_hi;
+    (void)fp_lo;
+    return epoch == 0;
+}
+
+static int
+to_sink(void *arg, const struct rl_handoff_key *k)
+{
+    struct sink *s = arg;
+
+    s->n++;
+    return rl_handoff_put_key(&s->buf, k);
+}
+
+/* Exports every live key of l at now as a stream; decodes it into *keys (n of them). */
+static void
+export_decode(struct rl_limiter *l, uint64_t now, struct rl_handoff_key **keys, size_t *n)
+{
+    struct sink s;
+    struct rl_handoff_rec rec;
+    size_t off = 0, cap;
+    long r;
+
+    rl_buf_init(&s.buf);
+    s.n = 0;
+    ck_assert_int_eq(rl_handoff_put_header(&s.buf, now, 5), 0);
+    ck_assert_int_eq(rl_limiter_export(l, now, want_all, to_sink, &s), 0);
+    ck_assert_int_eq(rl_handoff_put_end(&s.buf, s.n), 0);
+    cap = s.n + 1;
+    *keys = calloc(cap, sizeof(**keys));
+    ck_assert_ptr_nonnull(*keys);
+    *n = 0;
+    r = rl_handoff_next(s.buf.data, s.buf.len, &rec, NULL);
+    ck_assert_int_gt(r, 0);
+    ck_assert_uint_eq(rec.type, RL_HANDOFF_HEADER);
+    ck_assert_uint_eq(rec.version, RL_HANDOFF_VERSION);
+    ck_assert_uint_eq(rec.sender_now_ms, now);
+    ck_assert_uint_eq(rec.shard, 5);
+    off = (size_t)r;
+    for (;;) {
+        ck_assert_uint_lt(*n, cap);
+        r = rl_handoff_next(s.buf.data + off, s.buf.len - off, &rec, &(*keys)[*n]);
+        ck_assert_int_gt(r, 0);
+        off += (size_t)r;
+        if (rec.type == RL_HANDOFF_END) {
+            ck_assert_uint_eq(rec.nkeys, s.n);
+            break;
+        }
+        ck_assert_uint_eq(rec.type, RL_HANDOFF_KEY);
+        (*n)++;
+    }
+    ck_assert_uint_eq(off, s.buf.len);
+    ck_assert_uint_eq(*n, s.n);
+    rl_buf_deinit(&s.buf);
+}
+
+static void
+same_reply(const struct rl_wire_check_reply *a, const struct rl_wire_check_reply *b, int k,
+           size_t i, const char *what)
+{
+    ck_assert_msg(a->code == b->code && a->limit == b->limit && a->remaining == b->remaining &&
+                      a->reset_ms == b->reset_ms && a->retry_after_ms == b->retry_after_ms,
+                  "%s, step %d, request %zu (service %s): %u/%llu/%llu/%llu/%llu, reference "
+                  "%u/%llu/%llu/%llu/%llu",
+                  what, k, i,
+                  i % (NSERVICES + 6) < NSERVICES ? services[i % (NSERVICES + 6)]
+                                                  : algos[i % (NSERVICES + 6) - NSERVICES],
+                  a->code, (unsigned long long)a->limit, (unsigned long long)a->remaining,
+                  (unsigned long long)a->reset_ms, (unsigned long long)a->retry_after_ms, b->code,
+                  (unsigned long long)b->limit, (unsigned long long)b->remaining,
+                  (unsigned long long)b->reset_ms, (unsigned long long)b->retry_after_ms);
+}
+
+/*
+ * History on the sender and the reference, export at the end, import into a receiver whose
+ * clock reads `offset` more, then the same requests on receiver and reference: the same
+ * replies. With offset a multiple of every window, exact for all; with another offset, the
+ * buckets and logs stay exact (checked by the caller choosing the services compared).
+ */
+static void
+roundtrip(uint64_t offset, bool windows_too)
+{
+    struct rl_conf *c = conf_from(rules_text);
+    struct rl_limiter *snd = limiter_from(c), *rcv = limiter_from(c), *ref = limiter_from(c);
+    struct rl_wire_check_reply a[PER_STEP], b[PER_STEP];
+    struct rl_handoff_key *keys;
+    struct rl_limiter_import_stats st;
+    struct rl_limiter_stats ls;
+    size_t na, nb, n;
+    int k;
+
+    for (k = 0; k < 30; k++) {
+        step(snd, k, at(k), a, &na);
+        step(ref, k, at(k), b, &nb);
+    }
+    export_decode(snd, at(k), &keys, &n);
+    ck_assert_uint_gt(n, 0);
+    memset(&st, 0, sizeof(st));
+    ck_assert_int_eq(rl_limiter_import(rcv, at(k) + offset, 3, keys, n, &st), 0);
+    ck_assert_uint_eq(st.imported, n);
+    ck_assert_uint_eq(st.no_tier + st.invalid + st.no_memory + st.carried, 0);
+    rl_limiter_stats(rcv, &ls);
+    ck_assert_uint_le(ls.keys, n);
+    free(keys);
+    for (; k < 90; k++) {
+        /* the receiver checks under epoch 3, which the import wrote */
+        step(ref, k, at(k), b, &nb);
+        {
+            char user[16];
+            size_t i = 0;
+
+            for (int u = 0; u < NUSERS; u++) {
+                uint32_t cost = (uint32_t)((k + u) % 3);
+
+                snprintf(user, sizeof(user), "u%d", u);
+                for (int s = 0; s < NSERVICES + 6; s++, i++) {
+                    struct rl_wire_req req;
+                    enum rl_algo al;
+
+                    memset(&req, 0, sizeof(req));
+                    req.id = 1;
+                    req.service.ptr = s < NSERVICES ? services[s] : "free";
+                    req.service.len = (uint32_t)strlen(req.service.ptr);
+                    req.user.ptr = user;
+                    req.user.len = (uint32_t)strlen(user);
+                    req.cost = cost;
+                    if (s >= NSERVICES) {
+                        ck_assert_int_eq(rl_algo_parse(algos[s - NSERVICES], &al), 0);
+                        req.limit.set = true;
+                        req.limit.algo = (uint8_t)al;
+                        req.limit.limit = 5;
+                        req.limit.window_ms = 30000;
+                        req.limit.has_burst = rl_algo_has_burst(al);
+                        req.limit.burst = 5;
+                        req.tenant = 7;
+                    }
+                    ck_assert_int_eq(rl_limiter_check_epoch(rcv, &req, at(k) + offset, 3, &a[i]),
+                                     0);
+                    if (!windows_too &&
+                        (s == 0 || s == 2 || s == 6 || s == NSERVICES || s == NSERVICES + 2)) {
+                        continue; /* epoch-aligned windows under an odd offset */
+                    }
+                    same_reply(&a[i], &b[i], k, i, windows_too ? "day offset" : "odd offset");
+                }
+            }
+        }
+    }
+    rl_limiter_destroy(snd);
+    rl_limiter_destroy(rcv);
+    rl_limiter_destroy(ref);
+    rl_conf_destroy(c);
+}
+
+START_TEST(test_roundtrip_every_algorithm)
+{
+    roundtrip(DAY_OFFSET, true);
+}
+END_TEST
+
+START_TEST(test_roundtrip_odd_offset)
+{
+    roundtrip(DAY_OFFSET + 12345, false);
+}
+END_TEST
+
+/* A receiver whose clock is behind: the same (times are relative). */
+START_TEST(test_roundtrip_clock_behind)
+{
+    roundtrip((uint64_t)0 - DAY_OFFSET, true);
+}
+END_TEST
+
+/* The receiver's rules give the tier another limit: the consumption carries over (3 used of
+ * 3, 1000 there: 997); no such tier there: skipped; another window: skipped. */
+START_TEST(test_import_other_rules)
+{
+    static const char *const kinds[] = {"fixed_window 3 per 1h",
+                                        "sliding_window_log 3 per 1h",
+                                        "sliding_window_counter 3 per 1h",
+                                        "token_bucket 3 per 1h",
+                                        "gcra 3 per 1h",
+                                        "leaky_bucket 3 per 1h"};
+
+    for (int i = 0; i < 6; i++) {
+        char t1[128], t2[128], t3[128];
+        struct rl_conf *c1, *c2, *c3;
+        struct rl_limiter *snd, *rcv, *none;
+        struct rl_handoff_key *keys;
+        struct rl_limiter_import_stats st;
+        size_t n;
+
+        snprintf(t1, sizeof(t1), "[service s]\nlimit = %s\n", kinds[i]);
+        snprintf(t2, sizeof(t2), "[service s]\nlimit = %s 1000 per 1h\n", algos[i]);
+        snprintf(t3, sizeof(t3), "[service s]\nlimit = %s 3 per 2h\n", algos[i]);
+        c1 = conf_from(t1);
+        c2 = conf_from(t2);
+        c3 = conf_from(t3);
+        snd = limiter_from(c1);
+        rcv = limiter_from(c2);
+        none = limiter_from(c3);
+        for (int k = 0; k < 3; k++) {
+            ck_assert_uint_ne(check(snd, "s", "u", NULL, 1, T0).code, RL_WIRE_LIMITED);
+        }
+        export_decode(snd, T0 + 5, &keys, &n);
+        ck_assert_uint_eq(n, 1);
+        memset(&st, 0, sizeof(st));
+        ck_assert_int_eq(rl_limiter_import(rcv, T0 + 5, 0, keys, n, &st), 0);
+        ck_assert_uint_eq(st.imported, 1);
+        ck_assert_uint_eq(st.carried, 1);
+        ck_assert_uint_eq(check(rcv, "s", "u", NULL, 0, T0 + 5).remaining, 997);
+        memset(&st, 0, sizeof(st));
+        ck_assert_int_eq(rl_limiter_import(none, T0 + 5, 0, keys, n, &st), 0);
+        ck_assert_uint_eq(st.no_tier, 1);
+        ck_assert_uint_eq(st.imported, 0);
+        ck_assert_uint_eq(check(none, "s", "u", NULL, 0, T0 + 5).remaining, 3);
+        free(keys);
+        rl_limiter_destroy(snd);
+        rl_limiter_destroy(rcv);
+        rl_limiter_destroy(none);
+        rl_conf_destroy(c1);
+        rl_conf_destroy(c2);
+        rl_conf_destroy(c3);
+    }
+}
+END_TEST
+
+/* A region's slice of a global rule travels as an inline tier of the service's account: the
+ * receiver continues it (25 of 100 here, 20 used: 5 left), and one with a larger slice (50)
+ * carries the 20 over (30 left). */
+START_TEST(test_global_slice)
+{
+    for (int i = 0; i < 6; i++) {
+        char text[256];
+        struct rl_conf *c;
+        struct rl_limiter *snd, *rcv, *big;
+        struct rl_handoff_key *keys;
+        struct rl_limiter_import_stats st;
+        size_t n;
+
+        snprintf(text, sizeof(text),
+                 "[cluster]\nregion = east\nregions = east:1 west:3\n"
+                 "[service g]\nscope = global\nlimit = %s 100 per 1h\n",
+                 algos[i]);
+        c = conf_from(text);
+        snd = limiter_from(c);
+        rcv = limiter_from(c);
+        big = limiter_from(c);
+        rl_limiter_set_slices(big, NULL, 500);
+        for (int k = 0; k < 20; k++) {
+            ck_assert_uint_ne(check(snd, "g", "u", NULL, 1, T0).code, RL_WIRE_LIMITED);
+        }
+        ck_assert_uint_eq(check(snd, "g", "u", NULL, 0, T0).remaining, 5);
+        export_decode(snd, T0, &keys, &n);
+        ck_assert_uint_eq(n, 1);
+        ck_assert_uint_eq(keys[0].kind, RL_HANDOFF_INLINE);
+        memset(&st, 0, sizeof(st));
+        ck_assert_int_eq(rl_limiter_import(rcv, T0 + DAY_OFFSET, 0, keys, n, &st), 0);
+        ck_assert_uint_eq(st.imported, 1);
+        ck_assert_uint_eq(check(rcv, "g", "u", NULL, 0, T0 + DAY_OFFSET).remaining, 5);
+        ck_assert_int_eq(rl_limiter_import(big, T0 + DAY_OFFSET, 0, keys, n, &st), 0);
+        ck_assert_msg(check(big, "g", "u", NULL, 0, T0 + DAY_OFFSET).remaining == 30, "%s",
+                      algos[i]);
+        free(keys);
+        rl_limiter_destroy(snd);
+        rl_limiter_destroy(rcv);
+        rl_limiter_destroy(big);
+        rl_conf_destroy(c);
+    }
+}
+END_TEST
+
+/* A log of more than RL_ALGO_XLOG_MAX entries travels as its counts: 1500 spent of 5000,
+ * 3500 left there. */
+START_TEST(test_long_log)
+{
+    struct rl_conf *c = conf_from("[service s]\nlimit = sliding_window_log 5000 per 1m\n");
+    struct rl_limiter *snd = limiter_from(c), *rcv = limiter_from(c);
+    struct rl_handoff_key *keys;
+    size_t n;
+
+    for (uint64_t k = 0; k < 1500; k++) {
+        ck_assert_uint_eq(check(snd, "s", "u", NULL, 1, T0 + k).code, RL_WIRE_ALLOWED);
+    }
+    export_decode(snd, T0 + 1500, &keys, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_uint_eq(keys[0].st.shape, RL_ALGO_SLIDING_WINDOW_COUNTER);
+    ck_assert_uint_eq(keys[0].st.nlog, 0);
+    ck_assert_int_eq(rl_limiter_import(rcv, T0 + 1500, 0, keys, n, NULL), 0);
+    ck_assert_uint_eq(check(rcv, "s", "u", NULL, 0, T0 + 1500).remaining, 3500);
+    free(keys);
+    rl_limiter_destroy(snd);
+    rl_limiter_destroy(rcv);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* A record whose times lie far ahead (a bad record, not a clock's step back) freezes its key
+ * for one window at most. */
+START_TEST(test_import_far_future)
+{
+    for (int i = 0; i < 6; i++) {
+        char text[128];
+        struct rl_conf *c;
+        struct rl_limiter *snd, *rcv;
+        struct rl_handoff_key *keys;
+        size_t n;
+
+        snprintf(text, sizeof(text), "[service s]\nlimit = %s 3 per 1m\n", algos[i]);
+        c = conf_from(text);
+        snd = limiter_from(c);
+        rcv = limiter_from(c);
+        for (int k = 0; k < 3; k++) {
+            (void)check(snd, "s", "u", NULL, 1, T0);
+        }
+        export_decode(snd, T0, &keys, &n);
+        ck_assert_uint_eq(n, 1);
+        if (keys[0].st.shape == RL_ALGO_SLIDING_WINDOW_LOG) {
+            keys[0].st.age[0] = -(INT64_C(1) << 61);
+        } else if (keys[0].st.shape == RL_ALGO_FIXED_WINDOW ||
+                   keys[0].st.shape == RL_ALGO_SLIDING_WINDOW_COUNTER) {
+            keys[0].st.t_ms = INT64_C(1) << 61;
+        } else {
+            keys[0].st.t_ms = -(INT64_C(1) << 61);
+        }
+        ck_assert_int_eq(rl_limiter_import(rcv, T0, 0, keys, n, NULL), 0);
+        ck_assert_uint_eq(check(rcv, "s", "u", NULL, 1, T0).code, RL_WIRE_LIMITED);
+        /* two windows later (a sliding counter weighs the previous one): allowed again */
+        ck_assert_msg(check(rcv, "s", "u", NULL, 1, T0 + 3 * 60000 + 1).code != RL_WIRE_LIMITED,
+                      "%s", algos[i]);
+        free(keys);
+        rl_limiter_destroy(snd);
+        rl_limiter_destroy(rcv);
+        rl_conf_destroy(c);
+    }
+}
+END_TEST
+
+/* Every prefix of a stream is incomplete (0) or a whole record; every single-byte change
+ * decodes to a record or -EINVAL, never a crash nor a read past the bytes (ASan). */
+START_TEST(test_decoder_bounded)
+{
+    struct rl_handoff_key k, out;
+    struct rl_handoff_rec rec;
+    struct rl_buf b;
+    char *copy;
+
+    memset(&k, 0, sizeof(k));
+    k.fp_hi = 0x1234567890abcdefull;
+    k.fp_lo = 0xabcdef;
+    k.algo = RL_ALGO_SLIDING_WINDOW_LOG;
+    k.limit = 100;
+    k.window_ms = 60000;
+    k.burst = 100;
+    k.st.shape = RL_ALGO_SLIDING_WINDOW_LOG;
+    k.st.nlog = 40;
+    for (uint32_t i = 0; i < k.st.nlog; i++) {
+        k.st.age[i] = i == 39 ? -1000 : 59000 - (int64_t)i * 1000;
+        k.st.cost[i] = i + 1;
+    }
+    rl_buf_init(&b);
+    ck_assert_int_eq(rl_handoff_put_key(&b, &k), 0);
+    for (size_t n = 0; n < b.len; n++) {
+        ck_assert_int_eq(rl_handoff_next(b.data, n, &rec, &out), 0);
+    }
+    ck_assert_int_eq(rl_handoff_next(b.data, b.len, &rec, &out), (long)b.len);
+    ck_assert_uint_eq(out.st.nlog, 40);
+    ck_assert_int_eq(out.st.age[39], -1000);
+    ck_assert_uint_eq(out.st.cost[39], 40);
+    ck_assert_uint_eq(out.fp_hi, k.fp_hi);
+    copy = malloc(b.len);
+    ck_assert_ptr_nonnull(copy);
+    for (size_t i = 0; i < b.len; i++) {
+        for (int v = 0; v < 256; v += 17) {
+            long r;
+
+            memcpy(copy, b.data, b.len);
+            copy[i] = (char)v;
+            r = rl_handoff_next(copy, b.len, &rec, &out);
+            ck_assert(r == -EINVAL || r == 0 || r == (long)b.len || (r > 0 && (size_t)r <= b.len));
+        }
+    }
+    /* a length past the bound is refused before anything is read */
+    memcpy(copy, "\x00\x01\x00\x01", 4);
+    ck_assert_int_eq(rl_handoff_next(copy, b.len, &rec, &out), -EINVAL);
+    free(copy);
+    rl_buf_deinit(&b);
+}
+END_TEST
+
+static Suite *
+handoff_suite(void)
+{
+    Suite *s = suite_create("handoff");
+    TCase *tc = tcase_create("handoff");
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_roundtrip_every_algorithm);
+    tcase_add_test(tc, test_roundtrip_odd_offset);
+    tcase_add_test(tc, test_roundtrip_clock_behind);
+    tcase_add_test(tc, test_import_other_rules);
+    tcase_add_test(tc, test_global_slice);
+    tcase_add_test(tc, test_long_log);
+    tcase_add_test(tc, test_import_far_future);
+    tcase_add_test(tc, test_decoder_bounded);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RL_TEST_MAIN(handoff_suite)
