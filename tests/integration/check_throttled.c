@@ -680,9 +680,8 @@ END_TEST
 
 #define LOAD_CONNS 16     /* each keeping 4 THROTTLED top=100 in flight: the router's 64 */
 #define LOAD_EPISODES 400 /* open episodes of 200-byte users: ~34 KB replies */
-#define LOAD_CHECKS 3000
-#define LOAD_P99_MS 100.0
-#define LOAD_SECONDS 20
+#define LOAD_CHECKS 1000  /* the test's; bench/throttled_load.sh sets RL_LOAD_CHECKS=3000 */
+#define LOAD_CHECKS_MAX 100000
 
 static atomic_bool load_stop;
 static atomic_uint load_replies, load_full;
@@ -730,38 +729,48 @@ cmp_double(const void *a, const void *b)
 }
 
 /*
- * One router worker: the bounds below were measured against one. With two on this 2-core
- * machine the load threads' THROTTLED get twice the answers (each worker fans out its own),
- * which loads the nodes' cores the CHECKs wait on: that measures the machine, not whether
- * admin work is kept from delaying decisions.
+ * One router worker: the load was sized against one. With two on this 2-core machine the
+ * load threads' THROTTLED get twice the answers (each worker fans out its own), which loads
+ * the nodes' cores the CHECKs wait on: that measures the machine, not the mechanism.
  */
 static void
 load_setup(void)
 {
     router_workers = 1;
-    /* 200 ms, not the default 50: one scheduling stall of a shared CI machine must not
-     * count as a FAIL_OPEN; starved CHECKs still fail the count and the p99 below. */
-    cluster_start(1024, "200ms", "");
+    /* A generous deadline (1 s): a FAIL_OPEN then says a CHECK was starved for a second,
+     * never that a loaded machine stalled a process for a few scheduling slices. */
+    cluster_start(1024, "1s", "");
 }
 
-/* Connections each keeping 4 THROTTLED top=100 in flight against hundreds of open
- * episodes while a client sends CHECKs one at a time: none answered FAIL_OPEN by the
- * deadline (200 ms here), p99 under LOAD_P99_MS, and all LOAD_CHECKS of them within
- * LOAD_SECONDS (a mean under 6.7 ms: before admin work had its own budget, 1,700-2,400 got
- * through, at a p50 of 9-11 ms). */
+/*
+ * Connections each keeping 4 THROTTLED top=100 in flight against hundreds of open episodes
+ * while a client sends CHECKs one at a time (docs/OPERATIONS.md, "Admin traffic never delays
+ * decisions"). What the code decides, whatever the machine's speed: every CHECK is answered
+ * by its node (none FAIL_OPEN, none OVERLOADED), in the order sent (each reply is the next
+ * CHECK's), while THROTTLED keep being answered in full; and each node paced the flood
+ * (its STATS admin_deferred grew: admin requests past its per-turn budget waited for a later
+ * turn, the CHECK connections being served meanwhile). Without the node's budget
+ * admin_deferred stays 0. How fast the CHECKs are answered meanwhile (p50, p99, CHECKs a
+ * second) is a figure of the machine: bench/throttled_load.sh measures it
+ * (docs/BENCHMARKS.md, "Under abuse"); this test prints it only.
+ */
 START_TEST(test_throttled_load_spares_checks)
 {
     struct rl_wire_req *reqs = calloc(2 * LOAD_EPISODES, sizeof(*reqs));
     struct rl_wire_check_reply *reps = calloc(2 * LOAD_EPISODES, sizeof(*reps));
     struct rl_wire_reply *rep = malloc(sizeof(*rep));
     static char users[LOAD_EPISODES][201];
-    static double lat[LOAD_CHECKS];
+    static double lat[LOAD_CHECKS_MAX];
+    const char *env = getenv("RL_LOAD_CHECKS");
+    int nchecks = env != NULL ? atoi(env) : LOAD_CHECKS;
+    int64_t deferred0[NNODES];
     pthread_t th[LOAD_CONNS];
     struct rl_client *c;
     char user[32];
-    int fail_open = 0, n = 0;
-    double t_end, p50, p99;
+    int fail_open = 0, wrong = 0, n = 0;
+    double t_start, secs, p50, p99;
 
+    ck_assert(nchecks > 0 && nchecks <= LOAD_CHECKS_MAX);
     set_clock(T0);
     c = connect_router();
     for (int u = 0; u < LOAD_EPISODES; u++) {
@@ -777,23 +786,33 @@ START_TEST(test_throttled_load_spares_checks)
     ck_assert_int_eq(rl_client_check_many(c, reqs, 2 * LOAD_EPISODES, reps, T_TIMEOUT), 0);
     ck_assert_int_eq(rl_client_throttled(c, NULL, NULL, RL_WIRE_TOP_MAX, rep, T_TIMEOUT), 0);
     ck_assert_uint_eq(rep->nepisodes, RL_WIRE_TOP_MAX);
+    for (int i = 0; i < NNODES; i++) {
+        deferred0[i] = rl_test_stat(node_ports[i], "admin_deferred");
+    }
 
     atomic_store(&load_stop, false);
     for (int i = 0; i < LOAD_CONNS; i++) {
         ck_assert_int_eq(pthread_create(&th[i], NULL, load_thread, NULL), 0);
     }
-    for (int i = 0; i < 500 && atomic_load(&load_replies) < 2 * LOAD_CONNS; i++) {
+    /* every load connection answered once: the flood is on (a wait, not a measure) */
+    for (int i = 0; i < 3000 && atomic_load(&load_replies) < 2 * LOAD_CONNS; i++) {
         usleep(10 * 1000);
     }
-    t_end = ((double)uv_hrtime() / 1e6) + LOAD_SECONDS * 1000.0;
-    while (n < LOAD_CHECKS && ((double)uv_hrtime() / 1e6) < t_end) {
+    ck_assert_uint_ge(atomic_load(&load_replies), 2 * LOAD_CONNS);
+    t_start = (double)uv_hrtime() / 1e6;
+    while (n < nchecks) {
         double t0 = ((double)uv_hrtime() / 1e6);
 
         snprintf(user, sizeof(user), "c%d", n);
         ck_assert_int_eq(rl_client_check(c, "web", user, NULL, 1, rep, T_TIMEOUT), 0);
         lat[n++] = ((double)uv_hrtime() / 1e6) - t0;
-        fail_open += rep->op == RL_WIRE_OP_CHECK && rep->check.code == RL_WIRE_FAIL_OPEN;
+        ck_assert_uint_eq(rep->op, RL_WIRE_OP_CHECK);
+        fail_open += rep->check.code == RL_WIRE_FAIL_OPEN;
+        /* a new user of web (3 per 10 s): its first CHECK, allowed by its node */
+        wrong += rep->check.code != RL_WIRE_FAIL_OPEN &&
+                 (rep->check.code != RL_WIRE_ALLOWED || rep->check.remaining != 2);
     }
+    secs = ((double)uv_hrtime() / 1e6 - t_start) / 1e3;
     atomic_store(&load_stop, true);
     for (int i = 0; i < LOAD_CONNS; i++) {
         pthread_join(th[i], NULL);
@@ -803,13 +822,18 @@ START_TEST(test_throttled_load_spares_checks)
     p99 = lat[n * 99 / 100];
     fprintf(stderr,
             "throttled load: %d CHECKs, p50 %.2f ms, p99 %.2f ms, max %.2f ms, %d FAIL_OPEN; "
-            "%u THROTTLED answered (%u of 100 episodes)\n",
+            "%u THROTTLED answered (%u of 100 episodes); %.2f s\n",
             n, p50, p99, lat[n - 1], fail_open, atomic_load(&load_replies),
-            atomic_load(&load_full));
-    ck_assert_int_eq(n, LOAD_CHECKS);
-    ck_assert_uint_gt(atomic_load(&load_full), 100);
+            atomic_load(&load_full), secs);
     ck_assert_int_eq(fail_open, 0);
-    ck_assert(p99 < LOAD_P99_MS);
+    ck_assert_int_eq(wrong, 0);
+    ck_assert_uint_gt(atomic_load(&load_full), 2 * LOAD_CONNS);
+    for (int i = 0; i < NNODES; i++) {
+        int64_t d = rl_test_stat(node_ports[i], "admin_deferred");
+
+        ck_assert_msg(d > deferred0[i], "node %s: admin_deferred %lld, %lld before the flood",
+                      node_names[i], (long long)d, (long long)deferred0[i]);
+    }
     rl_client_destroy(c);
     free(reqs);
     free(reps);
@@ -845,7 +869,7 @@ throttled_suite(void)
     add_case(s, "throttled", setup, teardown, 60, main_tests);
     add_case(s, "events_log", ev_setup, ev_teardown, 60, ev_tests);
     add_case(s, "services", svc_setup, teardown, 60, svc_tests);
-    add_case(s, "admin_load", load_setup, teardown, 90, load_tests);
+    add_case(s, "admin_load", load_setup, teardown, 180, load_tests);
     return s;
 }
 
