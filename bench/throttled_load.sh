@@ -6,13 +6,15 @@
 # measures "before"): two nodes and a router, 400 open episodes of 200-byte users, 16
 # connections each keeping 4 THROTTLED top=100 (~34 KB replies) in flight, and one client
 # sending CHECKS (3,000 by default, RL_LOAD_CHECKS of the test) CHECKs one at a time (router
-# deadline 1 s). Prints the CHECKs answered, their p50/p99/max in ms, the FAIL_OPEN answers,
+# deadline DEADLINE, 50ms by default as in the table of docs/BENCHMARKS.md; the test's own is
+# a generous 20 s). Prints the CHECKs answered, their p50/p99/max in ms, the FAIL_OPEN answers,
 # the THROTTLED replies, the seconds the CHECKs took and CHECKs a second of each round, then
 # the medians. The test itself asserts none of these figures (they are the machine's); it
 # asserts that every CHECK is answered by its node and that the nodes paced the flood.
 source "$(dirname "$0")/lib.sh"
 runs=${RUNS:-3}
 checks=${CHECKS:-3000}
+deadline=${DEADLINE:-50ms}
 target=${BIN:-$bin}
 suite=$bin/check_throttled
 [ -x "$suite" ] || { echo "build $suite first" >&2; exit 1; }
@@ -21,7 +23,7 @@ echo "binaries: $target"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for round in $(seq 1 "$runs"); do
-    CK_RUN_CASE=admin_load RL_LOAD_CHECKS=$checks RL_BIN_DIR=$target timeout 300 "$suite" 2>&1 |
+    CK_RUN_CASE=admin_load RL_LOAD_CHECKS=$checks RL_LOAD_DEADLINE=$deadline RL_BIN_DIR=$target timeout 300 "$suite" 2>&1 |
         sed -n 's/^throttled load: \([0-9]*\) CHECKs, p50 \([0-9.]*\) ms, p99 \([0-9.]*\) ms, max \([0-9.]*\) ms, \([0-9]*\) FAIL_OPEN; \([0-9]*\) THROTTLED.*; \([0-9.]*\) s$/RESULT checks=\1 p50_ms=\2 p99_ms=\3 max_ms=\4 fail_open=\5 throttled=\6 secs=\7/p' |
         awk '{ split($8, a, "="); split($2, c, "="); printf "%s checks_per_s=%.0f\n", $0, c[2] / a[2] }'
 done | tee "$out"
