@@ -635,8 +635,9 @@ get(int port, const char *path, struct rl_http_resp *r)
 }
 
 /*
- * GET, retried for up to 10 s (a generous wait) while refused: a slot is free again only once the listener has
- * seen the connection that held it close, a moment after the peer (or the deadline) closed it.
+ * GET, retried for up to 10 s (a generous wait) while refused: a slot is free again only
+ * once the listener has seen the connection that held it close, a moment after the peer (or
+ * the deadline) closed it.
  */
 static void
 get_soon(int port, const char *path, struct rl_http_resp *r)

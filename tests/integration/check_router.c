@@ -991,7 +991,8 @@ START_TEST(test_zookeeper_unreachable)
     first = log_wait(rt.log_path, needle, 1, t0, 15000);
     rl_harness_read_file(rt.log_path, log, sizeof(log));
     ck_assert_msg(first >= 0, "no warning naming %s within 15 s; the log:\n%s", zk, log);
-    ck_assert_msg(first <= 9000, "the first warning came %lld ms after the start", (long long)first);
+    ck_assert_msg(first <= 9000, "the first warning came %lld ms after the start",
+                  (long long)first);
     ck_assert_msg(strstr(log, "no members, so every CHECK is answered by its service's failure "
                               "policy") != NULL,
                   "the warning does not say what it means: %s", log);

@@ -771,9 +771,9 @@ load_setup(void)
  * sent (each reply is the next CHECK's), while THROTTLED keep being answered in full; and
  * each node paced the flood (its STATS admin_deferred grew: admin requests past its
  * per-turn budget waited for a later turn, the CHECK connections being served meanwhile).
- * Without the node's budget admin_deferred stays 0. How fast the CHECKs are answered meanwhile (p50, p99, CHECKs a
- * second) is a figure of the machine: bench/throttled_load.sh measures it
- * (docs/BENCHMARKS.md, "Under abuse"); this test prints it only.
+ * Without the node's budget admin_deferred stays 0. How fast the CHECKs are answered
+ * meanwhile (p50, p99, CHECKs a second) is a figure of the machine: bench/throttled_load.sh
+ * measures it (docs/BENCHMARKS.md, "Under abuse"); this test prints it only.
  */
 START_TEST(test_throttled_load_spares_checks)
 {
