@@ -418,6 +418,7 @@ write_static(int b_limit, const char *extra)
                                            "shards = 64\n"
                                            "[router]\n"
                                            "deadline = 2s\n"
+                                           "workers = 1\n" /* see PARSE_ANSWERS_MIN */
                                            "%s"
                                            "[node n1]\n"
                                            "listen = 127.0.0.1:%d\n"
@@ -645,18 +646,34 @@ END_TEST
 
 /* ---- a large rules file: the loop keeps answering ----------------------------------------- */
 
+/*
+ * How long a loop stalls while a large file is put in force is a figure of the machine
+ * (bench/loop_stalls.sh, docs/BENCHMARKS.md "Large rule sets"): these tests print it and
+ * assert the mechanism instead. The parse runs on libuv's thread pool, so the loop keeps
+ * answering while it runs: a probe sending STATS back to back after the SIGHUP gets
+ * answers that still show the rules_reloads of before (the swap, on the loop, is what bumps
+ * it). A parse on the loop allows hardly any such answer (the one the loop wrote in the
+ * turn that read the signal; the router's acceptor, which reads it, hands the parse on, a few
+ * more): with rules.c made to parse inline, 0-2 (node) and 0-16 (router, one worker) in
+ * every run. A parse off the loop allows as many as round trips fit in it: 500 to 19,000 at
+ * load averages of 5 to 16, since the parse and the round trips slow down together. The
+ * router runs one worker, so the probe's STATS are answered by the loop that swaps.
+ */
 #define BIG_SERVICES 20000
-#define BIG_STALL_MS 200 /* generous (ASan, a shared 2-core machine): 12-20 ms now, 424 ms before */
 #define HUGE_SERVICES 60000
-/* 60k: the router's slowest PING; 1-4 ms now (10 under load), 27-32 ms (113-134 under ASan)
- * with the parse on the loop */
-#define HUGE_ROUTER_MS 20
+#define PARSE_ANSWERS_MIN 100 /* STATS answered during the parse (on the loop: 16 at most) */
 
 struct big_probe {
     atomic_bool stop;
     int port;
     uint64_t worst_ms;
     uint64_t pings;
+    atomic_bool armed;      /* the probe is to SIGHUP hup_pid, then ask STATS */
+    pid_t hup_pid;
+    int64_t reloads_before; /* rules_reloads before it */
+    uint64_t during;        /* answers after the SIGHUP, before the swap */
+    bool hupped;
+    atomic_bool swapped;
 };
 
 static uint64_t
@@ -668,22 +685,45 @@ mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* PINGs one process back to back on one connection; the slowest answer in worst_ms. */
+/*
+ * PINGs one process on one connection; the slowest answer in worst_ms (printed, not
+ * asserted). Once armed, SIGHUPs hup_pid and sends STATS back to back until its
+ * rules_reloads passes reloads_before, counting the answers that came before that in during.
+ */
 static void *
 big_probe_main(void *arg)
 {
     struct big_probe *b = arg;
     struct rl_client *c = NULL;
-    struct rl_wire_reply rep;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
 
-    if (rl_client_connect(&c, "127.0.0.1", (uint16_t)b->port, T_TIMEOUT) != 0) {
+    if (rep == NULL || rl_client_connect(&c, "127.0.0.1", (uint16_t)b->port, T_TIMEOUT) != 0) {
         b->worst_ms = UINT64_MAX;
+        free(rep);
         return NULL;
     }
     while (!atomic_load(&b->stop)) {
         uint64_t t0 = mono_ms(), d;
+        bool busy = atomic_load(&b->armed) && !atomic_load(&b->swapped);
 
-        if (rl_client_ping(c, &rep, T_TIMEOUT) != 0) {
+        if (busy) {
+            if (!b->hupped && kill(b->hup_pid, SIGHUP) != 0) {
+                b->worst_ms = UINT64_MAX;
+                break;
+            }
+            b->hupped = true;
+            if (rl_client_stats(c, rep, T_TIMEOUT) != 0) {
+                b->worst_ms = UINT64_MAX;
+                break;
+            }
+            if (rl_client_stat(rep, "rules_reloads", -1) > b->reloads_before) {
+                atomic_store(&b->swapped, true);
+            } else {
+                b->during++;
+            }
+            continue;
+        }
+        if (rl_client_ping(c, rep, T_TIMEOUT) != 0) {
             b->worst_ms = UINT64_MAX;
             break;
         }
@@ -693,6 +733,7 @@ big_probe_main(void *arg)
         usleep(2000);
     }
     rl_client_destroy(c);
+    free(rep);
     return NULL;
 }
 
@@ -715,9 +756,10 @@ write_many(unsigned n, unsigned base)
 }
 
 /* SIGHUPs node and router to put n services in force (their reload number `reloads`) while
- * PINGs flow to both; the slowest PING of each in worst[0] (node), worst[1] (router). */
+ * probes ask both (big_probe_main): each kept answering while its parse ran, at least
+ * PARSE_ANSWERS_MIN times. Prints the slowest PING of each (bench/loop_stalls.sh reads it). */
 static void
-sighup_many(unsigned n, unsigned base, int reloads, uint64_t worst[2])
+sighup_many(unsigned n, unsigned base, int reloads)
 {
     struct big_probe probes[2];
     pthread_t th[2];
@@ -727,12 +769,24 @@ sighup_many(unsigned n, unsigned base, int reloads, uint64_t worst[2])
     for (int i = 0; i < 2; i++) {
         memset(&probes[i], 0, sizeof(probes[i]));
         probes[i].port = i == 0 ? node_ports[0] : router_ports[0];
+        probes[i].reloads_before = reloads - 1;
+        probes[i].hup_pid = i == 0 ? nodes[0].pid : routers[0].pid;
+        ck_assert_int_eq(rl_test_stat(probes[i].port, "rules_reloads"), reloads - 1);
         ck_assert_int_eq(pthread_create(&th[i], NULL, big_probe_main, &probes[i]), 0);
     }
     usleep(200 * 1000);
-    ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
-    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&probes[i].armed, true); /* each probe sends its process the SIGHUP */
+    }
     wait_all("rules_reloads", reloads, 1, 1, 30000);
+    /* each probe's own connection sees the swap too (a router's workers swap in turn) */
+    for (int i = 0, waited = 0; i < 2; i++) {
+        while (!atomic_load(&probes[i].swapped) && probes[i].worst_ms != UINT64_MAX &&
+               waited < 30000) {
+            usleep(10 * 1000);
+            waited += 10;
+        }
+    }
     usleep(200 * 1000);
     for (int i = 0; i < 2; i++) {
         atomic_store(&probes[i].stop, true);
@@ -742,49 +796,41 @@ sighup_many(unsigned n, unsigned base, int reloads, uint64_t worst[2])
     snprintf(last, sizeof(last), "s%05u", n - 1);
     ck_assert_uint_eq(check_via(0, last, "u", NULL), RL_WIRE_ALLOWED);
     for (int i = 0; i < 2; i++) {
-        fprintf(stderr, "%u services by SIGHUP: %s's slowest PING %llu ms (%llu PINGs)\n", n,
-                i == 0 ? "rl-node" : "rl-router", (unsigned long long)probes[i].worst_ms,
-                (unsigned long long)probes[i].pings);
-        ck_assert_uint_gt(probes[i].pings, 10);
-        worst[i] = probes[i].worst_ms;
+        fprintf(stderr,
+                "%u services by SIGHUP: %s's slowest PING %llu ms (%llu PINGs), %llu STATS "
+                "answered during the parse\n",
+                n, i == 0 ? "rl-node" : "rl-router", (unsigned long long)probes[i].worst_ms,
+                (unsigned long long)probes[i].pings, (unsigned long long)probes[i].during);
     }
-}
-
-static void
-assert_worst(const uint64_t worst[2], uint64_t node_ms, uint64_t router_ms, unsigned n)
-{
     for (int i = 0; i < 2; i++) {
-        ck_assert_msg(worst[i] < (i == 0 ? node_ms : router_ms),
-                      "%s: a PING waited %llu ms while %u services were put in force",
-                      i == 0 ? "rl-node" : "rl-router", (unsigned long long)worst[i], n);
+        const char *who = i == 0 ? "rl-node" : "rl-router";
+
+        ck_assert_msg(probes[i].worst_ms != UINT64_MAX, "%s: a probe's request failed", who);
+        ck_assert(probes[i].hupped);
+        ck_assert_msg(atomic_load(&probes[i].swapped), "%s: the probe never saw the new rules",
+                      who);
+        ck_assert_msg(probes[i].during >= PARSE_ANSWERS_MIN,
+                      "%s: %llu answers while %u services were parsed: the loop was blocked",
+                      who, (unsigned long long)probes[i].during, n);
+        ck_assert_uint_gt(probes[i].pings, 10);
     }
 }
 
 START_TEST(test_sighup_big)
 {
-    uint64_t worst[2];
-
-    sighup_many(BIG_SERVICES, 10, 1, worst);
-    assert_worst(worst, BIG_STALL_MS, BIG_STALL_MS, BIG_SERVICES);
+    sighup_many(BIG_SERVICES, 10, 1);
 }
 END_TEST
 
 /*
- * 60,000 services: the router's loop only swaps (O(services) pointer work, 1-4 ms, 10 ms seen
- * under load) while the parse (30 ms, 110-135 ms under ASan) runs on the thread pool, so its
- * slowest PING stays under HUGE_ROUTER_MS; a parse on the loop exceeds it every time. A
- * scheduling hiccup of a loaded machine gets one more try (another set of limits); the
- * node's loop still switches the limiter (O(services), 12-30 ms), hence its looser bound.
+ * 60,000 services: the router's loop only swaps (O(services) pointer work) while the parse
+ * runs on the thread pool; the node's loop switches the limiter too (O(services)). Twice,
+ * with different limits (a second reload of the same size).
  */
 START_TEST(test_sighup_huge)
 {
-    uint64_t worst[2];
-
-    sighup_many(HUGE_SERVICES, 10, 1, worst);
-    if (worst[1] >= HUGE_ROUTER_MS) {
-        sighup_many(HUGE_SERVICES, 20, 2, worst);
-    }
-    assert_worst(worst, BIG_STALL_MS, HUGE_ROUTER_MS, HUGE_SERVICES);
+    sighup_many(HUGE_SERVICES, 10, 1);
+    sighup_many(HUGE_SERVICES, 20, 2);
 }
 END_TEST
 
@@ -805,33 +851,34 @@ END_TEST
 
 /* ---- a scrape storm at 20,000 services: the loop keeps answering --------------------------- */
 
-#define STORM_SCRAPERS 4    /* on one process at a time */
-#define STORM_MS 3000       /* how long they pull /metrics */
-#ifdef __SANITIZE_ADDRESS__ /* generous: the slowest PING of the process meanwhile */
-#define STORM_PING_MS 400
-#else
-#define STORM_PING_MS 100
-#endif
-/* The loop's time on one page (rl_metrics_render_loop_seconds), the median of the pages
- * served: the figures are copied on the loop and the text formatted on the listener's
- * thread, 0.3-0.4 ms at 20,000 services now (Release, up to 3 ms while the scrapers share
- * the 2 cores; a few ms under ASan); 12 ms (node) and 18 ms (router) when the loop formatted the
- * page itself. */
-#ifdef __SANITIZE_ADDRESS__
-#define STORM_LOOP_MS 10.0
-#else
-#define STORM_LOOP_MS 5.0
-#endif
+#define STORM_SCRAPERS 4 /* on one process at a time */
+#define STORM_MS 3000    /* how long they pull /metrics at least */
+#define STORM_PAGES_MIN 8 /* and until this many pages were served (a slow machine runs longer) */
+#define STORM_WAIT_MS 120000 /* a generous bound on that wait */
+#define STORM_GET_TIMEOUT 30000 /* a generous bound on one page (6 MB, ASan, a loaded machine) */
+/*
+ * The loop's share of a page's cost (rl_metrics_render_loop_seconds over
+ * rl_metrics_render_seconds, the median of the pages served): the loop copies the figures
+ * and the listener's thread formats the text, so the loop's part is a few percent of the
+ * whole (0.3 of 15 ms at 20,000 services); a loop that formatted the page itself would carry
+ * all of it (a share near 1). A ratio of two parts of the same work on the same machine:
+ * load slows both. What the loop's part costs in ms is bench/loop_stalls.sh's figure.
+ */
+#define STORM_LOOP_SHARE_MAX 0.5
 #define STORM_PAGES_MAX 4096
 
 static int metrics_ports[2]; /* router, node */
+
+static atomic_uint storm_pages; /* pages served, all scrapers */
 
 struct storm_scraper {
     atomic_bool *stop;
     int port;
     const char *want; /* a series the page must hold */
     unsigned pages, bad;
+    unsigned busy; /* 503: the loop did not answer within the listener's wait (a stall) */
     double loop_ms[STORM_PAGES_MAX]; /* rl_metrics_render_loop_seconds of each page, ms */
+    double share[STORM_PAGES_MAX];   /* that over rl_metrics_render_seconds */
 };
 
 static int
@@ -852,15 +899,23 @@ storm_scraper_main(void *arg)
         const char *at;
 
         memset(&r, 0, sizeof(r));
-        if (rl_http_get(sc->port, "/metrics", T_TIMEOUT, &r) != 0 || r.status != 200 ||
-            strstr(r.body, sc->want) == NULL ||
-            (at = strstr(r.body, "\nrl_metrics_render_loop_seconds ")) == NULL) {
+        if (rl_http_get(sc->port, "/metrics", STORM_GET_TIMEOUT, &r) == 0 && r.status == 503) {
+            sc->busy++; /* a loaded machine stalled the loop past the wait: not a page */
+        } else if (r.status != 200 || strstr(r.body, sc->want) == NULL ||
+                   (at = strstr(r.body, "\nrl_metrics_render_loop_seconds ")) == NULL) {
             sc->bad++;
         } else {
             double ms = strtod(at + strlen("\nrl_metrics_render_loop_seconds "), NULL) * 1e3;
+            const char *tot = strstr(r.body, "\nrl_metrics_render_seconds ");
+            double all = tot != NULL ? strtod(tot + strlen("\nrl_metrics_render_seconds "), NULL)
+                                     : 0.0;
 
-            if (sc->pages < STORM_PAGES_MAX) {
+            if (all <= 0.0) {
+                sc->bad++;
+            } else if (sc->pages < STORM_PAGES_MAX) {
+                sc->share[sc->pages] = ms / (all * 1e3);
                 sc->loop_ms[sc->pages++] = ms;
+                atomic_fetch_add(&storm_pages, 1);
             }
         }
         rl_http_free(&r);
@@ -896,22 +951,25 @@ storm_setup(void)
 
 /*
  * STORM_SCRAPERS threads pull process i's /metrics (0: the router, 1: the node) back to back
- * for STORM_MS while a client PINGs it: every page is whole (it holds the last service's
- * series) and the median of the loop's time per page (rl_metrics_render_loop_seconds) stays
- * under STORM_LOOP_MS. Returns the slowest PING, ms.
+ * for STORM_MS and until STORM_PAGES_MIN pages were served, while a client PINGs it: every
+ * page is whole (it holds the last service's series; a 503, the loop not answering within
+ * the listener's wait on a stalled machine, is counted apart), the PINGs keep being
+ * answered, and the loop's share of a page's cost (median) stays under
+ * STORM_LOOP_SHARE_MAX. Prints the loop's time per page and the slowest PING
+ * (bench/loop_stalls.sh reads them).
  */
-static uint64_t
+static void
 storm_once(int i)
 {
     static struct storm_scraper sc[STORM_SCRAPERS];
-    static double all[STORM_SCRAPERS * STORM_PAGES_MAX];
+    static double all[STORM_SCRAPERS * STORM_PAGES_MAX], shares[STORM_SCRAPERS * STORM_PAGES_MAX];
     const char *who = i == 0 ? "rl-router" : "rl-node";
     char want[96];
     pthread_t th[STORM_SCRAPERS], pth;
     struct big_probe probe;
     atomic_bool stop = false;
-    unsigned pages = 0, bad = 0;
-    double loop_ms;
+    unsigned pages = 0, bad = 0, busy = 0;
+    double loop_ms, share;
 
     if (i == 0) {
         snprintf(want, sizeof(want),
@@ -924,52 +982,58 @@ storm_once(int i)
     probe.port = i == 0 ? router_ports[0] : node_ports[0];
     ck_assert_int_eq(pthread_create(&pth, NULL, big_probe_main, &probe), 0);
     usleep(200 * 1000);
+    atomic_store(&storm_pages, 0);
     for (int k = 0; k < STORM_SCRAPERS; k++) {
         sc[k] = (struct storm_scraper){.stop = &stop, .port = metrics_ports[i], .want = want};
         ck_assert_int_eq(pthread_create(&th[k], NULL, storm_scraper_main, &sc[k]), 0);
     }
     usleep(STORM_MS * 1000);
+    for (int waited = STORM_MS; atomic_load(&storm_pages) < STORM_PAGES_MIN; waited += 50) {
+        ck_assert_msg(waited < STORM_WAIT_MS, "%s served %u pages in %d ms", who,
+                      atomic_load(&storm_pages), waited);
+        usleep(50 * 1000);
+    }
     atomic_store(&stop, true);
     for (int k = 0; k < STORM_SCRAPERS; k++) {
         ck_assert_int_eq(pthread_join(th[k], NULL), 0);
         memcpy(all + pages, sc[k].loop_ms, sc[k].pages * sizeof(all[0]));
+        memcpy(shares + pages, sc[k].share, sc[k].pages * sizeof(shares[0]));
         pages += sc[k].pages;
         bad += sc[k].bad;
+        busy += sc[k].busy;
     }
     atomic_store(&probe.stop, true);
     ck_assert_int_eq(pthread_join(pth, NULL), 0);
-    ck_assert_uint_ge(pages, STORM_SCRAPERS);
+    ck_assert_uint_ge(pages, STORM_PAGES_MIN);
     qsort(all, pages, sizeof(all[0]), storm_cmp);
+    qsort(shares, pages, sizeof(shares[0]), storm_cmp);
     loop_ms = all[pages / 2];
+    share = shares[pages / 2];
     fprintf(stderr,
-            "scrape storm, %u services: %s served %u pages (%u bad), the loop's time per page "
-            "%.2f ms (median; %.2f at most); its slowest PING %llu ms (%llu PINGs)\n",
-            BIG_SERVICES, who, pages, bad, loop_ms, all[pages - 1],
+            "scrape storm, %u services: %s served %u pages (%u bad, %u 503), the loop's time "
+            "per page %.2f ms (median; %.2f at most), %.3f of the page's cost (median); its "
+            "slowest PING %llu ms (%llu PINGs)\n",
+            BIG_SERVICES, who, pages, bad, busy, loop_ms, all[pages - 1], share,
             (unsigned long long)probe.worst_ms, (unsigned long long)probe.pings);
     ck_assert_uint_eq(bad, 0);
-    ck_assert_msg(loop_ms < STORM_LOOP_MS, "%s: a page cost its loop %.2f ms", who, loop_ms);
+    ck_assert_msg(share < STORM_LOOP_SHARE_MAX,
+                  "%s: the loop carried %.2f of a page's cost (%.2f ms): the page was formatted "
+                  "on the loop",
+                  who, share, loop_ms);
+    ck_assert_msg(probe.worst_ms != UINT64_MAX, "%s: a PING failed during the scrape storm", who);
     ck_assert_uint_gt(probe.pings, 10);
-    return probe.worst_ms;
 }
 
 /*
- * A scrape storm on the router, then on the node (storm_once). The slowest PING meanwhile
- * must stay under STORM_PING_MS, a regression guard (a loop that formatted the 4-6 MB page
- * itself was blocked 12-25 ms per render, and the page cache spaced the renders); one more
- * storm is tried if a loaded machine's hiccup crossed it. The loop-time bound is what a
- * render on the loop exceeds.
+ * A scrape storm on the router, then on the node (storm_once). The loop's share of a page
+ * is what a render on the loop exceeds; how long a PING waited meanwhile is the machine's
+ * figure (bench/loop_stalls.sh).
  */
 START_TEST(test_scrape_storm)
 {
     ck_assert_uint_eq(check_via(0, "s19999", "u", NULL), RL_WIRE_ALLOWED);
     for (int i = 0; i < 2; i++) {
-        uint64_t worst = storm_once(i);
-
-        if (worst >= STORM_PING_MS) {
-            worst = storm_once(i);
-        }
-        ck_assert_msg(worst < STORM_PING_MS, "%s: a PING waited %llu ms during the scrape storm",
-                      i == 0 ? "rl-router" : "rl-node", (unsigned long long)worst);
+        storm_once(i);
     }
 }
 END_TEST
@@ -1008,7 +1072,7 @@ rules_live_suite(void)
     }
     sc = tcase_create("scrape");
     tcase_add_checked_fixture(sc, storm_setup, teardown);
-    tcase_set_timeout(sc, 60);
+    tcase_set_timeout(sc, 300);
     tcase_add_test(sc, test_scrape_storm);
     suite_add_tcase(s, sc);
     return s;

@@ -14,7 +14,8 @@
  *   - a client pipelining THROTTLED requests gets OVERLOADED past the per-client bound of
  *     fan-outs in flight, and an answer to every request;
  *   - the events log under abuse (a real clock, one node): one client cycling 1,000 users
- *     on fixed_window 1 per 100ms for 3 s gets a log created 0640 whose files each stay
+ *     on fixed_window 1 per 100ms for 3 s (longer, until 5,000 were refused, on a slow
+ *     machine) gets a log created 0640 whose files each stay
  *     within events_log_max_size, at most events_log_keep of them rotated, written at most
  *     events_log_rate lines a second (the rest counted in STATS events_log_dropped and
  *     summed in summary lines); after an external rename, SIGHUP reopens it.
@@ -535,20 +536,29 @@ ev_teardown(void)
     umask(ev_umask);
 }
 
-/* One client cycling EV_USERS users, a whole cycle pipelined at a time, for ms. Returns how
- * many were refused. */
+static int64_t
+ev_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One client cycling EV_USERS users, a whole cycle pipelined at a time, for at least ms and
+ * until at least min_limited were refused (a slow machine runs longer; 60 s at most).
+ * Returns how many were refused. */
 static uint64_t
-ev_attack(int ms)
+ev_attack(int ms, uint64_t min_limited)
 {
     static char users[EV_USERS][16];
     static struct rl_wire_req reqs[EV_USERS];
     static struct rl_wire_check_reply reps[EV_USERS];
     struct rl_client *c = NULL;
     uint64_t limited = 0;
-    struct timespec t0, t1;
+    int64_t t0 = ev_now_ms(), took;
 
     ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)ev_port, T_TIMEOUT), 0);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         for (int i = 0; i < EV_USERS; i++) {
             int len = snprintf(users[i], sizeof(users[i]), "user%d", i);
@@ -565,10 +575,12 @@ ev_attack(int ms)
         for (int i = 0; i < EV_USERS; i++) {
             limited += reps[i].code == RL_WIRE_LIMITED;
         }
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        if ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= ms) {
+        took = ev_now_ms() - t0;
+        if (took >= ms && limited >= min_limited) {
             break;
         }
+        ck_assert_msg(took < 60000, "%llu refused in %lld ms", (unsigned long long)limited,
+                      (long long)took);
     }
     rl_client_destroy(c);
     return limited;
@@ -590,12 +602,13 @@ START_TEST(test_events_log_under_abuse)
     int64_t dropped, rotations;
     bool summary = false;
     uint64_t limited;
+    int64_t t0 = ev_now_ms(), rot_max;
 
-    limited = ev_attack(3000);
+    /* at least 3 s, and until it did throttle: thousands of episodes opened and closed */
+    limited = ev_attack(3000, 5001);
+    ck_assert_uint_gt(limited, 5000);
     /* the node flushes the log once a second */
     usleep(1500 * 1000);
-    /* the attack did throttle: thousands of episodes opened and closed */
-    ck_assert_uint_gt(limited, 5000);
     ck_assert_int_eq(stat(ev_path, &st), 0);
     ck_assert_uint_eq(st.st_mode & 0777, 0640);
     for (uint32_t i = 0; i <= EV_KEEP + 1; i++) {
@@ -615,19 +628,23 @@ START_TEST(test_events_log_under_abuse)
         summary = summary || strstr(buf, "{\"dropped\":") != NULL;
     }
     ck_assert(summary);
-    /* The rate bound: about 4.5 s of EV_RATE lines a second (and a summary each) is under
-     * 13 KB, so a rotation or two; without it the same attack writes megabytes. */
+    /* The rate bound: in the seconds the test saw (which hold the node's), at most EV_RATE
+     * lines a second and a summary, each under 200 bytes: about 3 KB a second, a rotation or
+     * two for a 3 s attack on a quiet machine, a few more on a slow one; without the bound
+     * the same attack writes megabytes (hundreds of rotations). */
     dropped = rl_test_stat(ev_port, "events_log_dropped");
     rotations = rl_test_stat(ev_port, "events_log_rotations");
+    rot_max = ((ev_now_ms() - t0) / 1000 + 2) * (EV_RATE + 1) * 200 / (EV_MAX_SIZE - 256) + 1;
     RL_CHECK(dropped > 1000, "events_log_dropped %lld", (long long)dropped);
-    RL_CHECK(rotations >= 1 && rotations <= 4, "events_log_rotations %lld", (long long)rotations);
+    RL_CHECK(rotations >= 1 && rotations <= rot_max, "events_log_rotations %lld, at most %lld",
+             (long long)rotations, (long long)rot_max);
 
     /* SIGHUP reopens it by its path after an external rename (logrotate). */
     snprintf(moved, sizeof(moved), "%s.moved", ev_path);
     ck_assert_int_eq(rename(ev_path, moved), 0);
     ck_assert_int_eq(kill(ev_node.pid, SIGHUP), 0);
     usleep(300 * 1000);
-    ev_attack(500);
+    ev_attack(500, 1);
     usleep(1500 * 1000);
     ck_assert_int_eq(stat(ev_path, &st), 0);
     ck_assert_uint_eq(st.st_mode & 0777, 0640);
@@ -728,7 +745,9 @@ END_TEST
 
 #define LOAD_CONNS 16     /* each keeping 4 THROTTLED top=100 in flight: the router's 64 */
 #define LOAD_EPISODES 400 /* open episodes of 200-byte users: ~34 KB replies */
-#define LOAD_CHECKS 3000
+#define LOAD_CHECKS 1000  /* the test's; bench/throttled_load.sh sets RL_LOAD_CHECKS=3000 */
+#define LOAD_CHECKS_MAX 100000
+#define LOAD_CHECK_TIMEOUT 30000 /* the client's, past the router's 20 s deadline */
 
 static atomic_bool load_stop;
 static atomic_uint load_replies, load_full, load_overloaded;
@@ -808,10 +827,12 @@ static void
 load_setup(void)
 {
     router_workers = 1;
-    /* 200 ms, not the default 50: one scheduling stall of a shared CI machine must not
-     * count as a FAIL_OPEN (FAIL_OPENs are counted for bench/throttled_load.sh, not
-     * asserted). */
-    cluster_start(1024, "200ms", "");
+    /* A generous deadline (20 s): a FAIL_OPEN then says a CHECK was starved, never that a
+     * loaded machine stalled a process (3.2 s seen under ASan at load 12, where a 1 s
+     * deadline answered one FAIL_OPEN). The pacing itself is asserted by admin_deferred. */
+    const char *deadline = getenv("RL_LOAD_DEADLINE"); /* bench/throttled_load.sh: 50ms */
+
+    cluster_start(1024, deadline != NULL ? deadline : "20s", "");
 }
 
 /*
@@ -823,7 +844,7 @@ load_setup(void)
  * cost the nodes and the router is bounded, and every CHECK is answered with a decision.
  * Before the budget, every THROTTLED got its ~34 KB answer (2,000-3,000 in this test), and
  * on a loaded machine CHECKs waited behind them (bench/throttled_load.sh prints the latency
- * figure this test measures but does not assert).
+ * figure this test measures but does not assert, with RL_LOAD_CHECKS and RL_LOAD_DEADLINE).
  */
 START_TEST(test_throttled_load_spares_checks)
 {
@@ -831,12 +852,16 @@ START_TEST(test_throttled_load_spares_checks)
     struct rl_wire_check_reply *reps = calloc(2 * LOAD_EPISODES, sizeof(*reps));
     struct rl_wire_reply *rep = malloc(sizeof(*rep));
     static char users[LOAD_EPISODES][201];
-    static double lat[LOAD_CHECKS];
+    static double lat[LOAD_CHECKS_MAX];
+    const char *env = getenv("RL_LOAD_CHECKS");
+    int nchecks = env != NULL ? atoi(env) : LOAD_CHECKS;
     pthread_t th[LOAD_CONNS];
     struct rl_client *c;
     char user[32];
-    int fail_open = 0, n = 0;
+    int fail_open = 0, wrong = 0, n = 0;
+    double t_start, secs, p50, p99;
 
+    ck_assert(nchecks > 0 && nchecks <= LOAD_CHECKS_MAX);
     set_clock(T0);
     c = connect_router();
     for (int u = 0; u < LOAD_EPISODES; u++) {
@@ -857,29 +882,42 @@ START_TEST(test_throttled_load_spares_checks)
     for (int i = 0; i < LOAD_CONNS; i++) {
         ck_assert_int_eq(pthread_create(&th[i], NULL, load_thread, NULL), 0);
     }
-    for (int i = 0; i < 500 && atomic_load(&load_replies) < 2 * LOAD_CONNS; i++) {
+    /* every load connection answered once: the flood is on (a wait, not a measure) */
+    for (int i = 0; i < 3000 && atomic_load(&load_replies) < 2 * LOAD_CONNS; i++) {
         usleep(10 * 1000);
     }
-    while (n < LOAD_CHECKS) {
+    ck_assert_uint_ge(atomic_load(&load_replies), 2 * LOAD_CONNS);
+    t_start = (double)uv_hrtime() / 1e6;
+    while (n < nchecks) {
         double t0 = ((double)uv_hrtime() / 1e6);
 
         snprintf(user, sizeof(user), "c%d", n);
-        ck_assert_int_eq(rl_client_check(c, "web", user, NULL, 1, rep, T_TIMEOUT), 0);
+        ck_assert_int_eq(rl_client_check(c, "web", user, NULL, 1, rep, LOAD_CHECK_TIMEOUT), 0);
         lat[n++] = ((double)uv_hrtime() / 1e6) - t0;
         ck_assert_uint_eq(rep->op, RL_WIRE_OP_CHECK);
-        ck_assert(rep->check.code == RL_WIRE_ALLOWED || rep->check.code == RL_WIRE_FAIL_OPEN);
         fail_open += rep->check.code == RL_WIRE_FAIL_OPEN;
+        /* a new user of web (3 per 10 s): its first CHECK, allowed by its node */
+        wrong += rep->check.code != RL_WIRE_FAIL_OPEN &&
+                 (rep->check.code != RL_WIRE_ALLOWED || rep->check.remaining != 2);
     }
+    secs = ((double)uv_hrtime() / 1e6 - t_start) / 1e3;
     atomic_store(&load_stop, true);
     for (int i = 0; i < LOAD_CONNS; i++) {
         pthread_join(th[i], NULL);
     }
     qsort(lat, (size_t)n, sizeof(lat[0]), cmp_double);
+    p50 = lat[n / 2];
+    p99 = lat[n * 99 / 100];
     fprintf(stderr,
             "throttled load: %d CHECKs, p50 %.2f ms, p99 %.2f ms, max %.2f ms, %d FAIL_OPEN; "
-            "%u THROTTLED answered (%u of 100 episodes, %u OVERLOADED)\n",
-            n, lat[n / 2], lat[n * 99 / 100], lat[n - 1], fail_open, atomic_load(&load_replies),
-            atomic_load(&load_full), atomic_load(&load_overloaded));
+            "%u THROTTLED answered (%u of 100 episodes, %u OVERLOADED); %.2f s\n",
+            n, p50, p99, lat[n - 1], fail_open, atomic_load(&load_replies),
+            atomic_load(&load_full), atomic_load(&load_overloaded), secs);
+    if (getenv("RL_LOAD_DEADLINE") == NULL) {
+        /* the generous deadline: every CHECK was decided by its node, and rightly */
+        ck_assert_int_eq(fail_open, 0);
+    }
+    ck_assert_int_eq(wrong, 0);
     /* The clock held still: each node answered its burst (one went to the query above). */
     ck_assert_uint_ge(atomic_load(&load_full), 1);
     ck_assert_uint_le(atomic_load(&load_full), RL_THROTTLE_QUERY_BURST - 1);
@@ -937,7 +975,7 @@ throttled_suite(void)
     add_case(s, "throttled", setup, teardown, 60, main_tests);
     add_case(s, "events_log", ev_setup, ev_teardown, 60, ev_tests);
     add_case(s, "services", svc_setup, teardown, 60, svc_tests);
-    add_case(s, "admin_load", load_setup, teardown, 90, load_tests);
+    add_case(s, "admin_load", load_setup, teardown, 180, load_tests);
     return s;
 }
 

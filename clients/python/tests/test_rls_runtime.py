@@ -166,7 +166,9 @@ def test_grpc_timeout_answers_before_envoy_gives_up(slow, pb):
         assert r.overall_code == pb.RateLimitResponse.OK
         assert [s.code for s in r.statuses] == [pb.RateLimitResponse.OK] * 3
         assert r.statuses[0].current_limit.requests_per_unit == 3
-        assert took < 1.0
+        # answered at all: grpcio raises DEADLINE_EXCEEDED at its 1 s otherwise (how long
+        # it took is printed only: a loaded machine moves it)
+        print(f"answered in {took:.3f} s under a 1 s grpc-timeout")
         assert metric(slow, "rl_router_rls_timeouts_total") >= 1
         # a grpc-timeout past the router's deadline changes nothing: answered by the node
         r = call("edge", [("k", "t2")], timeout=10)
