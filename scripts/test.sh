@@ -20,6 +20,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all}
 export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-60}
+# Every suite's own time limits (tcase_set_timeout) are waits, not assertions: three times
+# them, so a loaded 2-core machine (or ASan's slowdown) does not turn a wait into a failure.
+export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-3}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
