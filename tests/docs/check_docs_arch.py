@@ -75,13 +75,15 @@ def main():
     doc_path = os.path.join(root, "docs", "ARCHITECTURE.md")
     doc = read(doc_path)
     files = tree_files(root, SOURCES)
+    # The sources, this test left out (its lists would find themselves).
     sources = {rel: read(full) for rel, full in files.items()
-               if rel.endswith((".c", ".h", ".py", ".sh", ".lua", ".txt", ".in"))}
+               if rel.endswith((".c", ".h", ".py", ".sh", ".lua", ".txt", ".in")) and
+               rel != os.path.join("tests", "docs", "check_docs_arch.py")}
     sources["CMakeLists.txt"] = read(os.path.join(root, "CMakeLists.txt"))
     words = set()
     for text in sources.values():
         words.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
-    basenames = {os.path.basename(rel) for rel in files}
+    basenames = {os.path.basename(rel) for rel in files} | set(os.listdir(root))
     dirs = {os.path.dirname(rel) for rel in files}
     misses = []
     pairs = []
@@ -101,7 +103,7 @@ def main():
     spans = [(m.start(), m.end(), m.group(1).strip()) for m in SPAN.finditer(doc)]
     for i, (start, end, span) in enumerate(spans):
         where = "docs/ARCHITECTURE.md:%d: `%s`" % (line_of(start), span)
-        if span in NOT_NAMES:
+        if span in NOT_NAMES or span.endswith("()") and span[:-2] in NOT_NAMES:
             continue
         if span in NOT_FILES or span.startswith(ZNODES):
             continue
