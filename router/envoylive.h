@@ -5,7 +5,7 @@
  * envoy znode that `rl-cli envoy push` writes, which takes precedence over the local file
  * while it exists. Each new configuration is loaded whole on the main loop and handed to the
  * workers (rl_rproc_set_envoy); one that does not load is logged as FILE:LINE and the
- * previous one stays. Not for parsing (common/envoycfg.h) nor for serving (rls.c).
+ * previous one stays. Not for parsing (common/envoycfg.h) nor for serving (rls_call.c).
  */
 #ifndef RL_ENVOYLIVE_H
 #define RL_ENVOYLIVE_H
@@ -16,7 +16,7 @@
 
 #include <uv.h>
 
-#include "router.h"
+#include "envoycfg.h"
 
 /* How often the local file's stamp is taken. */
 #define RL_ENVOY_POLL_MS 1000u

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "envoycfg.h"
 #include "envoylive.h"
+#include "fronts.h"
 #include "parse.h"
 #include "router.h"
 #include "rproc.h"
@@ -276,31 +277,26 @@ main(int argc, char **argv)
         rl_envoy_config_drop(m.envoy);
         return 2;
     }
-    /* The gRPC front authenticates calls only with [client] sections (bearer tokens): else a
-     * non-loopback address needs insecure = yes. */
-    if (m.d.conf->rls_host != NULL && !rl_parse_is_loopback(m.d.conf->rls_host) &&
-        !m.d.conf->insecure && m.d.conf->nauth_clients == 0) {
-        rl_daemon_fail(&m.d,
-                       "rl-router: [router] rls %s is not a loopback address, and nothing "
-                       "authenticates gRPC clients (no [client] section): anyone who reaches "
-                       "it could spend any descriptor's quota. Set [cluster] insecure = yes to "
-                       "serve it anyway",
-                       m.d.conf->rls_host);
-        rl_daemon_destroy(&m.d);
-        rl_envoy_config_drop(m.envoy);
-        return 2;
-    }
-    /* The RESP front authenticates with the [client] tokens: without any, only loopback. */
-    if (m.d.conf->resp_host != NULL && !rl_parse_is_loopback(m.d.conf->resp_host) &&
-        m.d.conf->nauth_clients == 0 && !m.d.conf->insecure) {
-        rl_daemon_fail(&m.d,
-                       "rl-router: [router] resp %s is not a loopback address, and there is no "
-                       "[client] section whose token RESP clients would need (AUTH). Add one, "
-                       "or set [cluster] insecure = yes to serve it anyway",
-                       m.d.conf->resp_host);
-        rl_daemon_destroy(&m.d);
-        rl_envoy_config_drop(m.envoy);
-        return 2;
+    /* Every front of the front table (fronts.c) authenticates its clients only with the
+     * [client] tokens (gRPC's bearer token, RESP's AUTH): without any, a front listens on
+     * loopback only unless insecure = yes. Its ops' name is its [router] key. */
+    for (int k = 0; k < RL_FRONT_KINDS; k++) {
+        const char *host = NULL;
+        uint16_t port = 0;
+
+        rl_fronts[k].listen(m.d.conf, &host, &port);
+        if (host != NULL && !rl_parse_is_loopback(host) && m.d.conf->nauth_clients == 0 &&
+            !m.d.conf->insecure) {
+            rl_daemon_fail(&m.d,
+                           "rl-router: [router] %s %s is not a loopback address, and there is "
+                           "no [client] section whose token its clients would need: anyone "
+                           "who reaches it could spend any quota. Add one, or set [cluster] "
+                           "insecure = yes to serve it anyway",
+                           rl_fronts[k].ops->name, host);
+            rl_daemon_destroy(&m.d);
+            rl_envoy_config_drop(m.envoy);
+            return 2;
+        }
     }
     if (m.d.conf->resp_host != NULL &&
         rl_conf_rule(m.d.conf, m.d.conf->resp_service, strlen(m.d.conf->resp_service), NULL,

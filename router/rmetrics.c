@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "front.h"
 #include "metrics.h"
 #include "reqlog.h"
 #include "resp_front.h"
@@ -395,6 +396,32 @@ rmetrics_decisions(const struct rl_router *r, struct rl_prom *p,
     rl_prom_defer(p, rmetrics_decisions_fmt, sn);
 }
 
+/* rl_router_<front>_connections: one gauge per row of the front table (front.h) whose front
+ * listens, its connections open in the whole process; the row's ops' name is its [router]
+ * key. */
+static void
+rmetrics_front_conns(const struct rl_router *r, struct rl_prom *p)
+{
+    for (int k = 0; r->opts.fronts != NULL && k < RL_FRONT_KINDS; k++) {
+        const struct rl_front_def *f = &r->opts.fronts[k];
+        const char *host = NULL;
+        uint16_t port = 0;
+        char name[96], help[128];
+
+        if (f->ops == NULL || f->listen == NULL) {
+            continue;
+        }
+        f->listen(r->conf, &host, &port);
+        if (host == NULL) {
+            continue;
+        }
+        snprintf(name, sizeof(name), "rl_router_%s_connections", f->ops->name);
+        snprintf(help, sizeof(help), "Connections open on [router] %s.", f->ops->name);
+        rl_prom_family(p, name, "gauge", help);
+        rl_prom_u64(p, name, NULL, rl_wgroup_front_conns(r->group, (enum rl_front_kind)k, 0));
+    }
+}
+
 void
 rl_router_metrics(struct rl_router *r, struct rl_prom *p)
 {
@@ -452,10 +479,6 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
                        "token, or an address past its failed authentications a second).");
         rl_prom_u64(p, "rl_router_rls_auth_failures_total", NULL, sum.rls.auth_failures);
         rl_rls_metrics(r, p);
-        rl_prom_family(p, "rl_router_rls_connections", "gauge",
-                       "gRPC connections open on [router] rls.");
-        rl_prom_u64(p, "rl_router_rls_connections", NULL,
-                    rl_wgroup_front_conns(r->group, RL_FRONT_RLS, 0));
     }
     if (r->conf->resp_host != NULL) {
         static const char *const kinds[5] = RL_RESP_COUNT_NAMES;
@@ -468,11 +491,8 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
                         rl_prom_labels(lab, sizeof(lab), "kind", kinds[k], NULL),
                         sum.resp_counts[k]);
         }
-        rl_prom_family(p, "rl_router_resp_connections", "gauge",
-                       "RESP connections open on [router] resp.");
-        rl_prom_u64(p, "rl_router_resp_connections", NULL,
-                    rl_wgroup_front_conns(r->group, RL_FRONT_RESP, 0));
     }
+    rmetrics_front_conns(r, p);
     rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
                    "CHECKs forwarded to nodes and not answered yet.");
     rl_prom_u64(p, "rl_router_requests_in_flight", NULL, sum.npending);

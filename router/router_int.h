@@ -8,10 +8,12 @@
  *     (readiness), front.c (front.h: the fronts' connections);
  *   CHECK core: table.c (membership, assignment, rules replaced live), shed.c (the deny
  *     cache and hot keys, HOT), fanout.c (THROTTLED), forward.c (a CHECK);
+ *   reports: rmetrics.c (STATS and the Prometheus families; the fronts' STATS and INFO
+ *     call it);
  *   fronts: session.c (binary clients, the per-op handlers), resp.c/resp_cmd.c (RESP),
  *     rls_h2.c/rls_call.c (gRPC);
  *   assembly: router.c (creating and closing it: installs the callbacks, frees it once its
- *     last handle closed), rmetrics.c (STATS and the Prometheus families);
+ *     last handle closed);
  *   process: rproc*.c (rproc.h), which hands each worker its group (struct rl_wgroup).
  * Also here: the one lifetime rule (rl_router_hold/unhold). The public API is router.h's.
  * Everything of one rl_router runs on its loop's thread (a worker's); other workers and the
