@@ -667,6 +667,16 @@ START_TEST(test_tls)
     t.ca_file = ca;
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", rport);
     ck_assert_msg(rlc_connect_tls(&c, addr, &t, 5000, why, sizeof(why)) == 0, "%s", why);
+    /* The router's own TLS connection to the node may still be handshaking (a loaded
+     * machine): until a CHECK of another user is the node's, it is the failure policy's. */
+    for (int i = 0; i < 200; i++) {
+        ck_assert_int_eq(rlc_check(c, "one", "warm-up", NULL, 0, &r, 5000), 0);
+        if (r.code != RLC_FAIL_OPEN) {
+            break;
+        }
+        usleep(50 * 1000);
+    }
+    ck_assert_uint_eq(r.code, RLC_ALLOWED);
     ck_assert_int_eq(rlc_check(c, "one", "tls", NULL, 1, &r, 5000), 0);
     ck_assert_uint_eq(r.code, RLC_ALLOWED);
     ck_assert_int_eq(rlc_check(c, "one", "tls", NULL, 1, &r, 5000), 0);
