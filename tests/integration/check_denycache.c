@@ -16,6 +16,7 @@
  *     that takes new rules before the nodes remembers none of their refusals until a probe
  *     on each connection saw the nodes hold the same rules, so it allows the moment they do;
  *     nodes that take new rules first make the router forget what they answered before;
+ *     and through ZooKeeper, with the owner paused while the router takes the push;
  *   - an ownership change forgets: a rebalance (an assignment moving the key's shard) sends
  *     the next request to the new owner, which allows it; killing the owner likewise;
  *   - HOT: rl-cli hot names the hot user first; a token without `stats = yes` is refused; a
@@ -23,6 +24,7 @@
  *     key and the cache's counters.
  */
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -465,6 +467,60 @@ START_TEST(test_node_first_forgets)
 }
 END_TEST
 
+static pid_t cont_pid;
+
+/* Resumes cont_pid a moment later, while the test thread waits for an answer from it. */
+static void *
+cont_later(void *arg)
+{
+    (void)arg;
+    sleep_ms(150);
+    kill(cont_pid, SIGCONT);
+    return NULL;
+}
+
+/*
+ * The same through ZooKeeper, as the issue measured it: the owner is paused while the rules
+ * znode changes, so the router takes the new rules first and the owner, resumed with a CHECK
+ * waiting on its connection, reads that CHECK before the change reaches it (the change takes
+ * a round trip to ZooKeeper and a parse). Whatever it answered, once it holds the new rules
+ * the router must allow what it allows.
+ */
+START_TEST(test_zk_push_node_later)
+{
+    struct rl_client *c = connect_router();
+    struct rl_wire_check_reply lim, r;
+    int64_t sent;
+    pthread_t th;
+    int owner = drive_limited(c, "long", "whale", &lim, &sent);
+
+    ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
+    ck_assert_int_eq(kill(nodes[owner].pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_zk_put(zk.connect, "/ratelimiter/dc/rules", rules_v2,
+                                       strlen(rules_v2)),
+                     0);
+    for (int i = 0; i < 300 && rl_test_stat(router_port, "rules_version") < 1; i++) {
+        sleep_ms(10);
+    }
+    cont_pid = nodes[owner].pid;
+    ck_assert_int_eq(pthread_create(&th, NULL, cont_later, NULL), 0);
+    ck_assert_int_ge(rl_test_stat(router_port, "rules_version"), 1);
+    /* Sent under the router's new rules, decided by a node still under the old ones. */
+    r = check(c, "long", "whale", 1);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    for (int i = 0; i < 200 && rl_test_stat(node_ports[owner], "rules_version") < 1; i++) {
+        sleep_ms(20);
+    }
+    ck_assert_int_ge(rl_test_stat(node_ports[owner], "rules_version"), 1);
+    for (int i = 0; i < 5; i++) {
+        r = check(c, "long", "whale", 1);
+        ck_assert_msg(r.code == RL_WIRE_ALLOWED, "answer %d: code %u, retry_after %llu", i,
+                      r.code, (unsigned long long)r.retry_after_ms);
+    }
+    rl_client_destroy(c);
+}
+END_TEST
+
 /* The first answer that is not by failure policy (while the views settle). */
 static struct rl_wire_check_reply
 check_settled(struct rl_client *c, const char *svc, const char *user)
@@ -686,6 +742,7 @@ denycache_suite(void)
     tcase_add_checked_fixture(zkc, setup_zk, teardown);
     tcase_set_timeout(zkc, 120);
     tcase_add_test(zkc, test_ownership_change_forgets);
+    tcase_add_test(zkc, test_zk_push_node_later);
     suite_add_tcase(s, zkc);
     tcase_add_checked_fixture(hot, setup_tokens, teardown);
     tcase_set_timeout(hot, 60);
