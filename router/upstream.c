@@ -92,8 +92,15 @@ upstream_probe_arm(struct rl_upstream *u)
     }
     for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
         if (u->conns[i].conn.connected && u->conns[i].rules_ok_ns == 0) {
-            ms = RL_UPSTREAM_PROBE_SOON_MS;
+            /* soon, backing off to the ordinary period if the node keeps other rules */
+            ms = u->probe_soon_ms;
+            if (u->probe_soon_ms < RL_UPSTREAM_PROBE_MS) {
+                u->probe_soon_ms *= 2;
+            }
         }
+    }
+    if (ms > RL_UPSTREAM_PROBE_MS) {
+        ms = RL_UPSTREAM_PROBE_MS;
     }
     uv_timer_start(&u->probe, upstream_probe_fire, ms, 0);
 }
@@ -128,6 +135,7 @@ upconn_probe_answer(struct rl_upconn *uc, const struct rl_wire_reply *rep)
         /* The node changed its rules: what it answered before may not hold under the new
          * ones, and no connection of it is known to hold the router's rules any more. */
         u->epoch++;
+        u->probe_soon_ms = RL_UPSTREAM_PROBE_SOON_MS;
         for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
             u->conns[i].rules_ok_ns = 0;
         }
@@ -388,6 +396,7 @@ rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *nam
     u->backoff_ms = RL_UPSTREAM_BACKOFF_MIN_MS;
     u->want_digest = -1;
     u->node_digest = -1;
+    u->probe_soon_ms = RL_UPSTREAM_PROBE_SOON_MS;
     uv_timer_init(q->loop, &u->retry);
     u->retry.data = u;
     uv_timer_init(q->loop, &u->probe);
@@ -547,6 +556,7 @@ rl_upstream_want_rules(struct rl_upstream *u, int64_t digest)
         return;
     }
     u->want_digest = digest;
+    u->probe_soon_ms = RL_UPSTREAM_PROBE_SOON_MS;
     for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
         u->conns[i].rules_ok_ns = 0;
         upconn_probe(&u->conns[i]);

@@ -32,8 +32,9 @@
 #define RL_UPSTREAM_OUT_MAX (1u << 20)
 /* The rules probe (docs/OPERATIONS.md, "The deny cache"): a STATS under this id on each
  * CHECK connection, whose answer's rules_digest says which rules the node decides under; sent
- * at connect, when the router's rules change, then every RL_UPSTREAM_PROBE_MS, or every
- * RL_UPSTREAM_PROBE_SOON_MS while a connection's node holds other rules than the router. */
+ * at connect, when the router's rules change, then every RL_UPSTREAM_PROBE_MS; while a
+ * connection's node holds other rules than the router, after RL_UPSTREAM_PROBE_SOON_MS,
+ * doubling up to RL_UPSTREAM_PROBE_MS (from the router's change or the node's). */
 #define RL_UPSTREAM_PROBE_ID UINT32_MAX
 #define RL_UPSTREAM_PROBE_MS 1000u
 #define RL_UPSTREAM_PROBE_SOON_MS 100u
@@ -112,6 +113,7 @@ struct rl_upstream {
     bool retired;
     int64_t want_digest; /* the rules the router holds (rules_digest); -1: no probe */
     int64_t node_digest; /* the rules_digest of the node's latest probe answer; -1: none */
+    uint32_t probe_soon_ms; /* the next probe's delay while the node holds other rules */
     /* Moves when what this node answered may no longer hold: a connection lost, or its rules
      * digest changed (the deny cache keeps it with each entry). */
     uint64_t epoch;
