@@ -3,7 +3,8 @@
  * ZooKeeper client's) do not interleave. Not buffered: logs are for rare events. A log file
  * is put in place of stderr with dup2(2), atomically, so a thread writing while the file is
  * reopened never sees a closed descriptor, and whatever else writes to stderr (the
- * ZooKeeper client's own warnings) lands in the file too.
+ * ZooKeeper client's own warnings) lands in the file too. rl_log_limited keeps a line that
+ * a client can cause to one per interval, with the count of those it dropped.
  */
 #include "log.h"
 
@@ -95,27 +96,75 @@ rl_log_vformat(char *line, size_t cap, const char *fmt, va_list ap)
     return (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
-void
-rl_log(enum rl_log_level level, const char *fmt, ...)
+/* Writes one line: the prefix, fmt with ap, then tail (may be NULL), cut to the buffer. */
+static void
+log_line(enum rl_log_level level, const char *tail, const char *fmt, va_list ap)
 {
     char line[1024];
     struct timespec ts;
     struct tm tm;
     size_t n;
-    va_list ap;
 
-    if (level > log_level) {
-        return;
-    }
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     n = (size_t)snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s %s: ", tm.tm_hour, tm.tm_min,
                          tm.tm_sec, ts.tv_nsec / 1000000, log_tag, log_names[level]);
     /* A line longer than the buffer is cut; the newline is always kept. */
-    va_start(ap, fmt);
     n += rl_log_vformat(line + n, sizeof(line) - n - 1, fmt, ap);
-    va_end(ap);
+    if (tail != NULL) {
+        size_t t = strlen(tail);
+
+        if (t > sizeof(line) - n - 1) {
+            t = sizeof(line) - n - 1;
+        }
+        memcpy(line + n, tail, t);
+        n += t;
+    }
     line[n++] = '\n';
     ssize_t w = write(STDERR_FILENO, line, n);
     (void)w;
+}
+
+void
+rl_log(enum rl_log_level level, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (level > log_level) {
+        return;
+    }
+    va_start(ap, fmt);
+    log_line(level, NULL, fmt, ap);
+    va_end(ap);
+}
+
+bool
+rl_log_limited(struct rl_log_limit *lim, uint64_t now_ms, uint64_t every_ms,
+               enum rl_log_level level, const char *fmt, ...)
+{
+    char tail[96];
+    va_list ap;
+
+    if (level > log_level) {
+        return false;
+    }
+    if (lim->printed && now_ms - lim->last_ms < every_ms && now_ms >= lim->last_ms) {
+        lim->suppressed++;
+        return false;
+    }
+    tail[0] = '\0';
+    if (lim->suppressed > 0) {
+        snprintf(tail, sizeof(tail), " (%llu more like this in the last %llu s not logged)",
+                 (unsigned long long)lim->suppressed,
+                 (unsigned long long)(now_ms >= lim->last_ms
+                                          ? (now_ms - lim->last_ms + 999) / 1000
+                                          : 0));
+    }
+    lim->printed = true;
+    lim->last_ms = now_ms;
+    lim->suppressed = 0;
+    va_start(ap, fmt);
+    log_line(level, tail[0] != '\0' ? tail : NULL, fmt, ap);
+    va_end(ap);
+    return true;
 }

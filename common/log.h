@@ -6,7 +6,9 @@
 #define RL_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define RL_LOG_LEVEL_MAP(X)                                                                        \
     X(ERROR, "error")                                                                              \
@@ -44,6 +46,23 @@ void rl_log(enum rl_log_level level, const char *fmt, ...) __attribute__((format
  */
 size_t rl_log_vformat(char *line, size_t cap, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+
+/*
+ * A log line that something outside the process can make happen at will (a client's
+ * request refused by a node): one struct rl_log_limit per reason, owned by one thread.
+ * rl_log_limited prints at most one line per every_ms of now_ms (the caller's clock, in
+ * ms); the lines it drops in between are counted, and the next line it prints ends in
+ * " (N more like this in the last S s not logged)". Returns true when it printed.
+ */
+struct rl_log_limit {
+    uint64_t last_ms;    /* when the last line was printed */
+    uint64_t suppressed; /* lines dropped since */
+    bool printed;        /* a line was printed (last_ms is meaningful) */
+};
+
+bool rl_log_limited(struct rl_log_limit *lim, uint64_t now_ms, uint64_t every_ms,
+                    enum rl_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 #define rl_log_error(...) rl_log(RL_LOG_ERROR, __VA_ARGS__)
 #define rl_log_warn(...) rl_log(RL_LOG_WARN, __VA_ARGS__)

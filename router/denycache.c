@@ -1,7 +1,7 @@
 /*
  * denycache: the table of LIMITED answers (denycache.h): a set-associative table allocated
  * once, lazy invalidation by time stamps, and the arithmetic of how long an answer holds.
- * Not for where the router consults it (denyhook.c).
+ * Not for where the router consults it (shed.c) nor the rules probe (upstream.c).
  */
 #include "denycache.h"
 
@@ -89,13 +89,13 @@ deny_same(const struct rl_deny_entry *e, const struct rl_deny_key *k)
            e->cost == k->cost && e->shard == k->shard;
 }
 
-/* Whether e still holds at now for a node that has lost node_downs connections. */
+/* Whether e still holds at now for a node whose epoch is node_epoch. */
 static bool
 deny_valid(const struct rl_deny *d, const struct rl_deny_entry *e, uint64_t now_ns,
-           uint64_t node_downs)
+           uint64_t node_epoch)
 {
     if (!e->used || now_ns >= e->until_ns || e->sent_ns <= d->all_inval ||
-        e->node_downs != node_downs) {
+        e->node_epoch != node_epoch) {
         return false;
     }
     return e->shard >= d->nshards || e->sent_ns > d->shard_inval[e->shard];
@@ -110,7 +110,7 @@ deny_ms_until(uint64_t at, uint64_t now_ns)
 
 bool
 rl_deny_lookup(struct rl_deny *d, const struct rl_deny_key *k, uint64_t now_ns,
-               uint64_t node_downs, struct rl_wire_check_reply *rep)
+               uint64_t node_epoch, struct rl_wire_check_reply *rep)
 {
     struct rl_deny_entry *set;
 
@@ -127,7 +127,7 @@ rl_deny_lookup(struct rl_deny *d, const struct rl_deny_key *k, uint64_t now_ns,
         if (now_ns == 0) {
             now_ns = uv_hrtime(); /* read only for a candidate: a miss costs no clock */
         }
-        if (!deny_valid(d, e, now_ns, node_downs)) {
+        if (!deny_valid(d, e, now_ns, node_epoch)) {
             e->used = false;
             return false;
         }
@@ -151,7 +151,7 @@ rl_deny_lookup(struct rl_deny *d, const struct rl_deny_key *k, uint64_t now_ns,
 
 bool
 rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns, uint64_t now_ns,
-               uint64_t node_downs, const struct rl_wire_check_reply *rep)
+               uint64_t node_epoch, const struct rl_wire_check_reply *rep)
 {
     struct rl_deny_entry *set, *victim = NULL;
     uint64_t until;
@@ -183,7 +183,7 @@ rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns,
         for (uint32_t w = 0; w < RL_DENY_WAYS; w++) {
             struct rl_deny_entry *e = &set[w];
 
-            if (!deny_valid(d, e, now_ns, e->node_downs)) {
+            if (!deny_valid(d, e, now_ns, e->node_epoch)) {
                 victim = e;
                 break;
             }
@@ -191,7 +191,7 @@ rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns,
                 victim = e;
             }
         }
-        if (deny_valid(d, victim, now_ns, victim->node_downs)) {
+        if (deny_valid(d, victim, now_ns, victim->node_epoch)) {
             d->st.evictions++;
         }
     }
@@ -210,7 +210,7 @@ rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns,
                                       : UINT64_MAX - sent_ns);
     victim->limit = rep->limit;
     victim->remaining = rep->remaining;
-    victim->node_downs = node_downs;
+    victim->node_epoch = node_epoch;
     d->st.inserts++;
     return true;
 }

@@ -7,13 +7,27 @@
  * node's rounding and a clock-rate allowance (rl_deny_until). It never answers anything but
  * LIMITED and only answers what a node said.
  *
+ * The promise: a refusal is remembered only when the node decided it under the router's own
+ * rules. Rules change in each process on its own (each watches ZooKeeper, each takes its
+ * own SIGHUP), so the router does not take that for granted: it asks. Its caller (shed.c,
+ * upstream.h) keeps, per node connection, since when the node is known to hold the rules
+ * the router holds (a STATS on that connection whose rules_digest is the router's: the
+ * rules probe, sent at connect, when the router's rules change, then every second), and
+ * inserts a LIMITED only for a request sent on that connection after that: the node reads
+ * a connection's requests in order, so it decided that request after the probe, under the
+ * same rules unless it changed them since. A router whose rules change forgets everything
+ * (rl_deny_forget_all) and waits for new probe answers; a node whose probed digest moves
+ * (it changed its rules first) moves its epoch, which forgets what it answered before. Not
+ * covered: a node that changes its rules and back between two probes.
+ *
  * A fixed table of 4-way sets allocated once (no allocation per request): an insert takes
  * a free or expired way of its set, else evicts the one expiring soonest. Invalidation is
  * lazy and O(1): every entry keeps the time its request was sent, and an entry is valid only
  * if that is after the last invalidation of everything (rules changed) and of its shard (its
- * owner changed, or a node said NOT_OWNER); a node connection lost invalidates the entries
- * of that node through its count of lost connections. Not for the routing itself
- * (forward.c); the data structure is usable without a router (the unit tests).
+ * owner changed, or a node said NOT_OWNER); and each entry keeps its node's epoch (upstream.h:
+ * moved by a lost connection and by a change of the node's rules), valid only while it is
+ * the node's. Not for the routing itself (forward.c) nor for the probe (upstream.c); the
+ * data structure is usable without a router (the unit tests).
  */
 #ifndef RL_DENYCACHE_H
 #define RL_DENYCACHE_H
@@ -45,7 +59,7 @@ struct rl_deny_entry {
     uint64_t allow_ns;    /* sent_ns + retry_after: what the answer's retry_after counts to */
     uint64_t reset_ns;    /* sent_ns + reset */
     uint64_t limit, remaining;
-    uint64_t node_downs;  /* the node's lost connections when it answered */
+    uint64_t node_epoch;  /* the node's epoch (upstream.h) when it answered */
     uint32_t rule, cost, shard;
     bool used;
 };
@@ -54,8 +68,13 @@ struct rl_deny_stats {
     uint64_t hits;          /* CHECKs answered from the cache */
     uint64_t inserts;       /* LIMITED answers remembered */
     uint64_t evictions;     /* valid entries dropped to make room */
-    uint64_t invalidations; /* events that forgot entries: rules, a shard's owner, a node lost */
+    uint64_t invalidations; /* events that forgot entries: rules, a shard's owner */
     uint64_t entries;       /* capacity */
+    /* Kept by the router (shed.c), not by this table: */
+    uint64_t unconfirmed; /* LIMITED answers not remembered: the node's rules not known to be
+                             the router's when the request was sent */
+    uint64_t confirms;    /* rules probe answers: the node holds the router's rules */
+    uint64_t mismatches;  /* rules probe answers: it does not (or refused the probe) */
 };
 
 struct rl_deny {
@@ -91,19 +110,20 @@ uint64_t rl_deny_fp(const char *user, size_t ulen);
 uint64_t rl_deny_until(uint64_t sent_ns, uint64_t retry_ms);
 
 /*
- * A LIMITED answer for k, if one holds at now_ns from a node that has lost node_downs
- * connections so far: fills rep (code LIMITED; limit and remaining as the node said, reset
- * and retry_after counted down to now, rounded up) and returns true. An expired or
+ * A LIMITED answer for k, if one holds at now_ns from a node whose epoch is now node_epoch:
+ * fills rep (code LIMITED; limit and remaining as the node said, reset and retry_after
+ * counted down to now, rounded up) and returns true. An expired or
  * invalidated entry is dropped. now_ns 0: the clock (uv_hrtime) is read when an entry for k
  * is found, so a batch's stale time never stretches an entry past its end.
  */
 bool rl_deny_lookup(struct rl_deny *d, const struct rl_deny_key *k, uint64_t now_ns,
-                    uint64_t node_downs, struct rl_wire_check_reply *rep);
+                    uint64_t node_epoch, struct rl_wire_check_reply *rep);
 
 /* Remembers the node's reply rep (only LIMITED ones are kept) to k sent at sent_ns, read at
- * now_ns, the node having lost node_downs connections so far. Returns true when kept. */
+ * now_ns, the node's epoch being node_epoch. The caller has checked that the node decided
+ * under the router's rules (above). Returns true when kept. */
 bool rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns,
-                    uint64_t now_ns, uint64_t node_downs, const struct rl_wire_check_reply *rep);
+                    uint64_t now_ns, uint64_t node_epoch, const struct rl_wire_check_reply *rep);
 
 /* Forgets everything sent up to now_ns (rules changed). */
 void rl_deny_forget_all(struct rl_deny *d, uint64_t now_ns);

@@ -252,7 +252,7 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
         return;
     }
     c = pd->client != NULL ? &pd->client->conn : NULL;
-    rl_shed_reply(r, pd, u, rep);
+    rl_shed_reply(r, pd, u, from, rep);
     if (rep->op == RL_WIRE_OP_CHECK) {
         r->stats.checks++;
         rl_counts_answer(r, pd->rule, rep->check.code, pd->start_ns);
@@ -295,11 +295,16 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
         if (c != NULL) {
             rc = rl_wire_put_error(&c->out, pd->client_id, rep->err, msg);
         } else if (pd->sink != NULL) {
-            rl_log_warn("node %s refused a front's CHECK: %s", u->name, msg);
+            /* An attacker can have every request refused (an inline limit over the tenant's
+             * quota): one line per reason per RL_ROUTER_NODE_LOG_MS, with a count. */
+            rl_log_limited(&r->node_refusal_log[rep->err < 8 ? rep->err : 0], uv_now(r->loop),
+                           RL_ROUTER_NODE_LOG_MS, RL_LOG_WARN,
+                           "node %s refused a front's CHECK: %s", u->name, msg);
             pd->answer(r, pd, NULL, rep->err);
         }
     } else {
-        rl_log_warn("node %s answered a CHECK with op %u", u->name, rep->op);
+        rl_log_limited(&r->node_odd_log, uv_now(r->loop), RL_ROUTER_NODE_LOG_MS, RL_LOG_WARN,
+                       "node %s answered a CHECK with op %u", u->name, rep->op);
         rl_forward_fail(r, pd, false);
         return;
     }

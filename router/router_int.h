@@ -34,12 +34,14 @@
 #include "frontkind.h"
 #include "gate.h"
 #include "hotkeys.h"
+#include "log.h"
 #include "router.h"
 #include "upstream.h"
 #include "view.h"
 #include "wire.h"
 
 #define ROUTER_USER_LOGGED 64u        /* user bytes kept per request for the request log */
+#define RL_ROUTER_NODE_LOG_MS 10000u /* forward.c: a node-refusal warning's interval */
 #define ROUTER_GEN_SHIFT 24           /* upstream id = gen << 24 | slab index */
 #define ROUTER_PENDING_MAX (1u << 24) /* so the index fits under the generation */
 
@@ -191,6 +193,10 @@ struct rl_router {
     struct rl_reqlog *log;
     uint64_t log_anchor_real; /* wall clock (ms) at loop time log_anchor_loop */
     uint64_t log_anchor_loop;
+    /* forward.c: the warnings a client can cause (a node refusing a front's CHECK, by ERROR
+     * code; a node's odd answer), each at most one line per RL_ROUTER_NODE_LOG_MS. */
+    struct rl_log_limit node_refusal_log[8];
+    struct rl_log_limit node_odd_log;
     struct rl_router_stats stats;
     struct rl_gate gate;   /* AUTH of clients; its refusals are stats.auth_failures */
     uint64_t refreshed_ms; /* loop time on_stale was last called */
@@ -447,16 +453,23 @@ bool rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const st
  * rl_shed_check gave it). */
 void rl_shed_sent(struct rl_pending *p, const struct rl_wire_req *req, uint64_t fp);
 
-/* The node u answered p (a CHECK) with rep: a LIMITED is remembered, a NOT_OWNER forgets the
+/* The node u answered p (a CHECK) with rep on connection from: a LIMITED is remembered when
+ * p was sent after from's node was known to hold the router's rules, a NOT_OWNER forgets the
  * shard. */
 void rl_shed_reply(struct rl_router *r, const struct rl_pending *p, const struct rl_upstream *u,
-                   const struct rl_wire_reply *rep);
+                   const struct rl_upconn *from, const struct rl_wire_reply *rep);
+
+/* The upstreams' on_rules (upstream.h), arg the router: counts a rules probe's answer. */
+void rl_shed_on_rules(void *arg, struct rl_upstream *u, const struct rl_upconn *from, bool ok);
+
+/* u was just created (table.c): it starts probing its node's rules when the cache is on. */
+void rl_shed_upstream(struct rl_router *r, struct rl_upstream *u);
 
 /* The table is about to become map with owners: forgets the shards whose owner changes. */
 void rl_shed_table(struct rl_router *r, const struct rl_shardmap *map,
                    struct rl_upstream *const *owners);
 
-/* The rules changed: forgets everything. */
+/* The rules changed: forgets everything, and has every node's rules probed again. */
 void rl_shed_rules(struct rl_router *r);
 
 /* HOT: the top keys this client may see. */

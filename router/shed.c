@@ -171,7 +171,7 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     k.cost = req->cost;
     k.shard = shard;
     memset(&rep, 0, sizeof(rep));
-    if (!rl_deny_lookup(&r->deny, &k, 0, u->stats.downs, &rep)) {
+    if (!rl_deny_lookup(&r->deny, &k, 0, u->epoch, &rep)) {
         return false;
     }
     rep.id = req->id;
@@ -197,7 +197,7 @@ rl_shed_sent(struct rl_pending *p, const struct rl_wire_req *req, uint64_t fp)
 
 void
 rl_shed_reply(struct rl_router *r, const struct rl_pending *p, const struct rl_upstream *u,
-              const struct rl_wire_reply *rep)
+              const struct rl_upconn *from, const struct rl_wire_reply *rep)
 {
     struct rl_deny_key k;
 
@@ -216,12 +216,41 @@ rl_shed_reply(struct rl_router *r, const struct rl_pending *p, const struct rl_u
         (uintptr_t)p->rule >= (uintptr_t)(r->conf->rules + r->conf->nrules)) {
         return;
     }
+    /* Decided under the router's rules only if sent on a connection after its node was
+     * known to hold them (upstream.h, rules_ok_ns): the node reads a connection's requests
+     * in order, after the probe that said so. */
+    if (from->rules_ok_ns == 0 || p->start_ns <= from->rules_ok_ns) {
+        r->deny.st.unconfirmed++;
+        return;
+    }
     k.hash = p->key_hash;
     k.fp = p->deny_fp;
     k.rule = p->rule->id;
     k.cost = p->cost;
     k.shard = p->shard;
-    rl_deny_insert(&r->deny, &k, p->start_ns, uv_hrtime(), u->stats.downs, &rep->check);
+    rl_deny_insert(&r->deny, &k, p->start_ns, uv_hrtime(), u->epoch, &rep->check);
+}
+
+void
+rl_shed_on_rules(void *arg, struct rl_upstream *u, const struct rl_upconn *from, bool ok)
+{
+    struct rl_router *r = arg;
+
+    (void)u;
+    (void)from;
+    if (ok) {
+        r->deny.st.confirms++;
+    } else {
+        r->deny.st.mismatches++;
+    }
+}
+
+void
+rl_shed_upstream(struct rl_router *r, struct rl_upstream *u)
+{
+    if (rl_deny_on(&r->deny)) {
+        rl_upstream_want_rules(u, (int64_t)r->conf->rules_digest);
+    }
 }
 
 /* The upstream owning shard s in (map, owners), or NULL. */
@@ -257,7 +286,15 @@ rl_shed_table(struct rl_router *r, const struct rl_shardmap *map,
 void
 rl_shed_rules(struct rl_router *r)
 {
+    if (!rl_deny_on(&r->deny)) {
+        return;
+    }
+    /* Forgets what was answered under the old rules, and caches nothing more from a node
+     * until it is known to hold the new ones. */
     rl_deny_forget_all(&r->deny, uv_hrtime());
+    for (struct rl_upstream *u = r->upstreams; u != NULL; u = u->next) {
+        rl_upstream_want_rules(u, (int64_t)r->conf->rules_digest);
+    }
 }
 
 /* ---- HOT ---------------------------------------------------------------------------------- */
@@ -350,6 +387,9 @@ shed_deny_sum(const struct rl_router *r, struct rl_deny_stats *sum)
         sum->evictions += w->deny.st.evictions;
         sum->invalidations += w->deny.st.invalidations;
         sum->entries += w->deny.st.entries;
+        sum->unconfirmed += w->deny.st.unconfirmed;
+        sum->confirms += w->deny.st.confirms;
+        sum->mismatches += w->deny.st.mismatches;
         pthread_mutex_unlock(&w->mu);
     }
 }
@@ -372,6 +412,12 @@ rl_shed_stats(const struct rl_router *r, const char **keys, int64_t *vals, size_
     vals[n++] = (int64_t)st->invalidations;
     keys[n] = "deny_entries";
     vals[n++] = (int64_t)st->entries;
+    keys[n] = "deny_unconfirmed";
+    vals[n++] = (int64_t)st->unconfirmed;
+    keys[n] = "deny_rules_confirms";
+    vals[n++] = (int64_t)st->confirms;
+    keys[n] = "deny_rules_mismatches";
+    vals[n++] = (int64_t)st->mismatches;
     return n;
 }
 
@@ -396,6 +442,16 @@ rl_shed_metrics(struct rl_router *r, struct rl_prom *p)
          "Events that made the cache forget: a rules change, a shard whose owner changed or "
          "that a node said it does not own.",
          offsetof(struct rl_deny_stats, invalidations)},
+        {"rl_router_deny_cache_unconfirmed_total",
+         "Node LIMITED answers not remembered: the node was not known to hold this router's "
+         "rules when the request was sent.",
+         offsetof(struct rl_deny_stats, unconfirmed)},
+        {"rl_router_deny_cache_rules_confirms_total",
+         "Rules probes a node answered holding this router's rules.",
+         offsetof(struct rl_deny_stats, confirms)},
+        {"rl_router_deny_cache_rules_mismatches_total",
+         "Rules probes a node answered holding other rules (or refused).",
+         offsetof(struct rl_deny_stats, mismatches)},
     };
     char lab[512];
 

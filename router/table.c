@@ -44,6 +44,7 @@ router_rebuild(struct rl_router *r)
 
     ops.secret = r->conf->secret;
     ops.secret_len = r->conf->secret_len;
+    ops.on_rules = rl_shed_on_rules;
     if (rl_view_build(&map, r->conf->shards, &r->view, err, sizeof(err)) != 0) {
         rl_log_error("cannot build the shard table: out of memory; keeping the old one");
         return;
@@ -75,6 +76,7 @@ router_rebuild(struct rl_router *r)
             }
             u->next = r->upstreams;
             r->upstreams = u;
+            rl_shed_upstream(r, u);
         } else if (!rl_upstream_up(u)) {
             rl_upstream_kick(u);
         }

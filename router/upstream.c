@@ -16,6 +16,7 @@
 #include "wire_fast.h"
 
 static void upstream_retry(uv_timer_t *t);
+static void upstream_probe_fire(uv_timer_t *t);
 
 /* Drops one open handle; the upstream is freed with its last handle once retired. */
 static void
@@ -64,6 +65,98 @@ uplink_unlink(struct rl_uplink *l)
     l->conn = NULL;
 }
 
+/* ---- the rules probe (upstream.h) ----------------------------------------------------------- */
+
+/* Sends a rules probe on the CHECK connection uc unless one is in flight there. */
+static void
+upconn_probe(struct rl_upconn *uc)
+{
+    if (!uc->conn.connected || uc->rules_probe || uc->up->want_digest < 0) {
+        return;
+    }
+    if (rl_wire_put_stats(&uc->conn.out, RL_UPSTREAM_PROBE_ID) == 0) {
+        uc->rules_probe = true;
+        rl_conn_mark(&uc->conn);
+    }
+}
+
+/* Starts the probe timer for its next round: soon while a connected CHECK connection's node
+ * is not known to hold the router's rules, else at the ordinary period. */
+static void
+upstream_probe_arm(struct rl_upstream *u)
+{
+    uint64_t ms = RL_UPSTREAM_PROBE_MS;
+
+    if (u->retired || u->want_digest < 0) {
+        return;
+    }
+    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+        if (u->conns[i].conn.connected && u->conns[i].rules_ok_ns == 0) {
+            /* soon, backing off to the ordinary period if the node keeps other rules */
+            ms = u->probe_soon_ms;
+            if (u->probe_soon_ms < RL_UPSTREAM_PROBE_MS) {
+                u->probe_soon_ms *= 2;
+            }
+        }
+    }
+    if (ms > RL_UPSTREAM_PROBE_MS) {
+        ms = RL_UPSTREAM_PROBE_MS;
+    }
+    uv_timer_start(&u->probe, upstream_probe_fire, ms, 0);
+}
+
+static void
+upstream_probe_fire(uv_timer_t *t)
+{
+    struct rl_upstream *u = t->data;
+
+    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+        upconn_probe(&u->conns[i]);
+    }
+    upstream_probe_arm(u);
+}
+
+/* The answer rep to uc's rules probe: a STATS whose rules_digest says the node's rules, or an
+ * ERROR (a node that refuses STATS is never known to hold the router's rules). */
+static void
+upconn_probe_answer(struct rl_upconn *uc, const struct rl_wire_reply *rep)
+{
+    struct rl_upstream *u = uc->up;
+    int64_t d = -1;
+    bool ok;
+
+    uc->rules_probe = false;
+    for (size_t i = 0; rep->op == RL_WIRE_OP_STATS && i < rep->nstats; i++) {
+        if (rep->stat_keys[i].len == 12 && memcmp(rep->stat_keys[i].ptr, "rules_digest", 12) == 0) {
+            d = rep->stat_vals[i];
+        }
+    }
+    if (d >= 0 && u->node_digest >= 0 && d != u->node_digest) {
+        /* The node changed its rules: what it answered before may not hold under the new
+         * ones, and no connection of it is known to hold the router's rules any more. */
+        u->epoch++;
+        u->probe_soon_ms = RL_UPSTREAM_PROBE_SOON_MS;
+        for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+            u->conns[i].rules_ok_ns = 0;
+        }
+    }
+    if (d >= 0) {
+        u->node_digest = d;
+    }
+    ok = d >= 0 && d == u->want_digest;
+    if (!ok) {
+        uc->rules_ok_ns = 0;
+        upstream_probe_arm(u); /* ask again soon */
+    } else if (uc->rules_ok_ns == 0) {
+        /* Since when the node is known to hold the router's rules on uc: the first answer
+         * that said so, later ones only confirming it. */
+        uc->rules_ok_ns = uv_hrtime();
+    }
+    if (u->ops.on_rules != NULL) {
+        u->ops.on_rules(u->ops.arg, u, uc, ok);
+    }
+}
+
 /* ---- connection callbacks ------------------------------------------------------------------ */
 
 static void
@@ -109,6 +202,11 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
                         u->name, u->addr, (int)rep.message.len,
                         rep.message.ptr != NULL ? rep.message.ptr : "");
         }
+        return;
+    }
+    if (uc->rules_probe && rep.id == RL_UPSTREAM_PROBE_ID &&
+        (rep.op == RL_WIRE_OP_STATS || rep.op == RL_WIRE_OP_ERROR)) {
+        upconn_probe_answer(uc, &rep);
         return;
     }
     if (uc->tenant_probe && rep.id == 0 && rep.op == RL_WIRE_OP_ERROR) {
@@ -165,6 +263,11 @@ upconn_connected(struct rl_conn *c, int status)
     }
     uc->tenant_ok = false;
     uc->tenant_probe = rl_wire_put_tenant_probe(&c->out) == 0;
+    uc->rules_ok_ns = 0;
+    uc->rules_probe = false;
+    if (uc != &u->conns[RL_UPSTREAM_ADMIN]) {
+        upconn_probe(uc); /* after the handshake: the node reads them in order */
+    }
 
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         up += u->conns[i].conn.connected;
@@ -184,8 +287,11 @@ upconn_close(struct rl_conn *c, int status)
     struct rl_upstream *u = uc->up;
 
     uc->closing = true;
+    uc->rules_ok_ns = 0;
+    uc->rules_probe = false;
     if (c->peer[0] != '?' && !u->retired) {
         u->stats.downs++;
+        u->epoch++;
         rl_log_warn("node %s (%s): connection lost: %s", u->name, u->addr,
                     status != 0 ? uv_strerror(status) : "closed");
     }
@@ -288,9 +394,14 @@ rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *nam
     u->q = q;
     u->ops = *ops;
     u->backoff_ms = RL_UPSTREAM_BACKOFF_MIN_MS;
+    u->want_digest = -1;
+    u->node_digest = -1;
+    u->probe_soon_ms = RL_UPSTREAM_PROBE_SOON_MS;
     uv_timer_init(q->loop, &u->retry);
     u->retry.data = u;
-    u->handles = 1;
+    uv_timer_init(q->loop, &u->probe);
+    u->probe.data = u;
+    u->handles = 2; /* the two timers */
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         rl_conn_init(&u->conns[i].conn, q, &upconn_ops, u);
         u->conns[i].up = u;
@@ -430,8 +541,25 @@ rl_upstream_retire(struct rl_upstream *u)
     }
     u->retired = true;
     uv_timer_stop(&u->retry);
+    uv_timer_stop(&u->probe);
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         rl_conn_close(&u->conns[i].conn, UV_ECANCELED);
     }
     uv_close((uv_handle_t *)&u->retry, upstream_handle_closed);
+    uv_close((uv_handle_t *)&u->probe, upstream_handle_closed);
+}
+
+void
+rl_upstream_want_rules(struct rl_upstream *u, int64_t digest)
+{
+    if (u->retired || digest < 0) {
+        return;
+    }
+    u->want_digest = digest;
+    u->probe_soon_ms = RL_UPSTREAM_PROBE_SOON_MS;
+    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+        u->conns[i].rules_ok_ns = 0;
+        upconn_probe(&u->conns[i]);
+    }
+    upstream_probe_arm(u);
 }

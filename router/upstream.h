@@ -30,6 +30,14 @@
  * connection takes no more: a node that stops reading must not grow the router without bound
  * (its requests are answered by the deadline anyway). */
 #define RL_UPSTREAM_OUT_MAX (1u << 20)
+/* The rules probe (docs/OPERATIONS.md, "The deny cache"): a STATS under this id on each
+ * CHECK connection, whose answer's rules_digest says which rules the node decides under; sent
+ * at connect, when the router's rules change, then every RL_UPSTREAM_PROBE_MS; while a
+ * connection's node holds other rules than the router, after RL_UPSTREAM_PROBE_SOON_MS,
+ * doubling up to RL_UPSTREAM_PROBE_MS (from the router's change or the node's). */
+#define RL_UPSTREAM_PROBE_ID UINT32_MAX
+#define RL_UPSTREAM_PROBE_MS 1000u
+#define RL_UPSTREAM_PROBE_SOON_MS 100u
 
 struct rl_upstream;
 struct rl_upconn;
@@ -54,6 +62,13 @@ struct rl_upconn {
     bool auth_pending;  /* AUTH sent, its answer not yet read */
     bool tenant_probe;  /* rl_wire_put_tenant_probe sent, its answer not yet read */
     bool tenant_ok;     /* the node takes CHECK's tenant element (wire.h) */
+    bool rules_probe;   /* a rules probe (STATS) sent, its answer not yet read */
+    /* uv_hrtime() when this connection's latest rules probe answer was read, if the node then
+     * held the rules the router wants (rl_upstream_want_rules); 0 otherwise (not yet known,
+     * other rules, the router's rules changed since). A request sent on this connection
+     * after that time is decided under the router's rules: the node reads a connection's
+     * requests in order, and one that changes its rules later moves the upstream's epoch. */
+    uint64_t rules_ok_ns;
 };
 
 /* What the upstream tells its owner. Both run on the loop thread. */
@@ -66,6 +81,9 @@ struct rl_upstream_ops {
     /* Optional: a batch of replies (one read's) starts (end false) or ended (end true). */
     void (*on_batch)(void *arg, bool end);
     void *arg;
+    /* Optional: a rules probe's answer was read on `from`; ok: the node holds the rules the
+     * router wants. */
+    void (*on_rules)(void *arg, struct rl_upstream *u, const struct rl_upconn *from, bool ok);
     /* The cluster secret, sent in an AUTH first on every connection; NULL: none. */
     const char *secret;
     size_t secret_len;
@@ -87,11 +105,18 @@ struct rl_upstream {
     struct rl_upconn conns[RL_UPSTREAM_NCONN]; /* the CHECK connections, then the admin one */
     struct rl_wire_decoder dec;
     uv_timer_t retry;
+    uv_timer_t probe; /* the rules probe's (started by rl_upstream_want_rules) */
     uint32_t backoff_ms;
     uint32_t rr;
     uint64_t turn; /* the connq's loop turn in which rr was last advanced */
     int handles;   /* open handles; freed when it reaches 0 after retire */
     bool retired;
+    int64_t want_digest; /* the rules the router holds (rules_digest); -1: no probe */
+    int64_t node_digest; /* the rules_digest of the node's latest probe answer; -1: none */
+    uint32_t probe_soon_ms; /* the next probe's delay while the node holds other rules */
+    /* Moves when what this node answered may no longer hold: a connection lost, or its rules
+     * digest changed (the deny cache keeps it with each entry). */
+    uint64_t epoch;
     struct rl_upstream_ops ops;
     struct rl_upstream_stats stats;
     struct rl_upstream *next; /* the router's list */
@@ -126,6 +151,13 @@ void rl_upstream_count_failure(struct rl_upstream *u);
 
 /* True when at least one CHECK connection is up. */
 bool rl_upstream_up(const struct rl_upstream *u);
+
+/*
+ * The router holds rules of this digest (>= 0): every CHECK connection's rules_ok_ns is
+ * cleared, and a rules probe is sent on each now (unless one is in flight, whose answer is
+ * judged against digest when it comes) and then periodically (RL_UPSTREAM_PROBE_MS).
+ */
+void rl_upstream_want_rules(struct rl_upstream *u, int64_t digest);
 
 /* Retries now instead of waiting out the backoff (the node re-registered). */
 void rl_upstream_kick(struct rl_upstream *u);

@@ -12,6 +12,11 @@
  *     cached;
  *   - a rules change (SIGHUP) forgets: the next request reaches the node under the new rules
  *     and is allowed;
+ *   - a refusal is remembered only when the node decided under the router's rules: a router
+ *     that takes new rules before the nodes remembers none of their refusals until a probe
+ *     on each connection saw the nodes hold the same rules, so it allows the moment they do;
+ *     nodes that take new rules first make the router forget what they answered before;
+ *     and through ZooKeeper, with the owner paused while the router takes the push;
  *   - an ownership change forgets: a rebalance (an assignment moving the key's shard) sends
  *     the next request to the new owner, which allows it; killing the owner likewise;
  *   - HOT: rl-cli hot names the hot user first; a token without `stats = yes` is refused; a
@@ -19,6 +24,7 @@
  *     key and the cache's counters.
  */
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +135,19 @@ start(void)
     }
 }
 
+/* Waits until every CHECK connection of every worker to both nodes has had a rules probe
+ * answered with the router's rules: only then are the nodes' refusals remembered. */
+static void
+wait_confirmed(void)
+{
+    int64_t want = 2 * 2 * rl_test_stat(router_port, "workers");
+
+    for (int i = 0; i < 200 && rl_test_stat(router_port, "deny_rules_confirms") < want; i++) {
+        sleep_ms(50);
+    }
+    ck_assert_int_ge(rl_test_stat(router_port, "deny_rules_confirms"), want);
+}
+
 static void
 setup_static(void)
 {
@@ -136,6 +155,7 @@ setup_static(void)
     router_extra[0] = '\0';
     more_sections[0] = '\0';
     start();
+    wait_confirmed();
 }
 
 static void
@@ -154,6 +174,7 @@ setup_zk(void)
     router_extra[0] = '\0';
     more_sections[0] = '\0';
     start();
+    wait_confirmed();
 }
 
 static void
@@ -339,6 +360,168 @@ START_TEST(test_rules_change_forgets)
     ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_ALLOWED);
     ck_assert_int_eq(node_checks(owner), n0 + 1);
     ck_assert_int_eq(rl_test_stat(router_port, "deny_hits"), 1);
+    rl_client_destroy(c);
+}
+END_TEST
+
+/* Waits until the process on port has reloaded its rules at least n times. */
+static void
+wait_reloads(int port, int64_t n)
+{
+    for (int i = 0; i < 200 && rl_test_stat(port, "rules_reloads") < n; i++) {
+        sleep_ms(50);
+    }
+    ck_assert_int_ge(rl_test_stat(port, "rules_reloads"), n);
+}
+
+/*
+ * The router takes new rules before the nodes (issue 31: it forgot its cache, then cached
+ * again the nodes' refusals under the old rules, and refused for half an hour what the nodes
+ * allowed). Deterministic: the router's rules and the nodes' come from the file, each
+ * process reloading on its own SIGHUP. While the nodes hold other rules every refusal is
+ * theirs (none is remembered); the moment they take the router's rules, the router allows
+ * what they allow; once its probes confirmed the nodes' rules, it remembers again.
+ */
+START_TEST(test_router_first_caches_nothing_old)
+{
+    struct rl_client *c = connect_router();
+    struct rl_wire_check_reply lim, r;
+    int64_t sent, n0, hits0, unconf0, conf0, want;
+    int owner = drive_limited(c, "long", "whale", &lim, &sent);
+
+    ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
+    ck_assert_int_eq(rl_test_stat(router_port, "deny_hits"), 1);
+    /* burst 2 -> 50 on the router only. */
+    write_conf(rules_v2);
+    ck_assert_int_eq(kill(router.pid, SIGHUP), 0);
+    wait_reloads(router_port, 1);
+    n0 = node_checks(owner);
+    hits0 = rl_test_stat(router_port, "deny_hits");
+    unconf0 = rl_test_stat(router_port, "deny_unconfirmed");
+    for (int i = 0; i < 20; i++) {
+        /* the nodes still judge by burst 2: the refusal is theirs, asked every time */
+        ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
+    }
+    ck_assert_int_eq(node_checks(owner), n0 + 20);
+    ck_assert_int_eq(rl_test_stat(router_port, "deny_hits"), hits0);
+    ck_assert_int_eq(rl_test_stat(router_port, "deny_unconfirmed"), unconf0 + 20);
+    /* Now the nodes: the owner allows (a new tier starts full), and so does the router. */
+    conf0 = rl_test_stat(router_port, "deny_rules_confirms");
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(kill(nodes[i].pid, SIGHUP), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        wait_reloads(node_ports[i], 1);
+    }
+    r = check(c, "long", "whale", 1);
+    ck_assert_uint_eq(r.code, RL_WIRE_ALLOWED);
+    ck_assert_int_eq(node_checks(owner), n0 + 21);
+    /* Once every connection's node is known to hold the router's rules, refusals are
+     * remembered again. */
+    want = conf0 + 2 * 2 * rl_test_stat(router_port, "workers");
+    for (int i = 0; i < 200 && rl_test_stat(router_port, "deny_rules_confirms") < want; i++) {
+        sleep_ms(50);
+    }
+    ck_assert_int_ge(rl_test_stat(router_port, "deny_rules_confirms"), want);
+    for (int i = 0; i < 50; i++) {
+        ck_assert_uint_eq(check(c, "long", "orca", 1).code, RL_WIRE_ALLOWED);
+    }
+    ck_assert_uint_eq(check(c, "long", "orca", 1).code, RL_WIRE_LIMITED);
+    hits0 = rl_test_stat(router_port, "deny_hits");
+    ck_assert_uint_eq(check(c, "long", "orca", 1).code, RL_WIRE_LIMITED);
+    ck_assert_int_eq(rl_test_stat(router_port, "deny_hits"), hits0 + 1);
+    rl_client_destroy(c);
+}
+END_TEST
+
+/*
+ * The nodes take new rules before the router: the router's probes see the node's rules
+ * digest move and forget what that node answered under the old ones, so a refusal it
+ * remembered is not answered for longer than the probe's period (here: long before the
+ * refusal's own 30 s would run out).
+ */
+START_TEST(test_node_first_forgets)
+{
+    struct rl_client *c = connect_router();
+    struct rl_wire_check_reply lim, r;
+    int64_t sent, mism0;
+    int owner = drive_limited(c, "long", "whale", &lim, &sent);
+
+    ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
+    ck_assert_int_eq(rl_test_stat(router_port, "deny_hits"), 1);
+    write_conf(rules_v2);
+    mism0 = rl_test_stat(router_port, "deny_rules_mismatches");
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(kill(nodes[i].pid, SIGHUP), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        wait_reloads(node_ports[i], 1);
+    }
+    r.code = RL_WIRE_LIMITED;
+    for (int i = 0; i < 200 && r.code == RL_WIRE_LIMITED; i++) {
+        r = check(c, "long", "whale", 1);
+        if (r.code == RL_WIRE_LIMITED) {
+            sleep_ms(50);
+        }
+    }
+    ck_assert_uint_eq(r.code, RL_WIRE_ALLOWED);
+    ck_assert_int_gt(rl_test_stat(router_port, "deny_rules_mismatches"), mism0);
+    ck_assert_int_lt(now_ms() - sent, (int64_t)lim.retry_after_ms - 1000);
+    (void)owner;
+    rl_client_destroy(c);
+}
+END_TEST
+
+static pid_t cont_pid;
+
+/* Resumes cont_pid a moment later, while the test thread waits for an answer from it. */
+static void *
+cont_later(void *arg)
+{
+    (void)arg;
+    sleep_ms(150);
+    kill(cont_pid, SIGCONT);
+    return NULL;
+}
+
+/*
+ * The same through ZooKeeper, as the issue measured it: the owner is paused while the rules
+ * znode changes, so the router takes the new rules first and the owner, resumed with a CHECK
+ * waiting on its connection, reads that CHECK before the change reaches it (the change takes
+ * a round trip to ZooKeeper and a parse). Whatever it answered, once it holds the new rules
+ * the router must allow what it allows.
+ */
+START_TEST(test_zk_push_node_later)
+{
+    struct rl_client *c = connect_router();
+    struct rl_wire_check_reply lim, r;
+    int64_t sent;
+    pthread_t th;
+    int owner = drive_limited(c, "long", "whale", &lim, &sent);
+
+    ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
+    ck_assert_int_eq(kill(nodes[owner].pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_zk_put(zk.connect, "/ratelimiter/dc/rules", rules_v2,
+                                       strlen(rules_v2)),
+                     0);
+    for (int i = 0; i < 300 && rl_test_stat(router_port, "rules_version") < 1; i++) {
+        sleep_ms(10);
+    }
+    cont_pid = nodes[owner].pid;
+    ck_assert_int_eq(pthread_create(&th, NULL, cont_later, NULL), 0);
+    ck_assert_int_ge(rl_test_stat(router_port, "rules_version"), 1);
+    /* Sent under the router's new rules, decided by a node still under the old ones. */
+    r = check(c, "long", "whale", 1);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    for (int i = 0; i < 200 && rl_test_stat(node_ports[owner], "rules_version") < 1; i++) {
+        sleep_ms(20);
+    }
+    ck_assert_int_ge(rl_test_stat(node_ports[owner], "rules_version"), 1);
+    for (int i = 0; i < 5; i++) {
+        r = check(c, "long", "whale", 1);
+        ck_assert_msg(r.code == RL_WIRE_ALLOWED, "answer %d: code %u, retry_after %llu", i,
+                      r.code, (unsigned long long)r.retry_after_ms);
+    }
     rl_client_destroy(c);
 }
 END_TEST
@@ -554,6 +737,8 @@ denycache_suite(void)
     tcase_add_test(st, test_hot_user_answered_by_router);
     tcase_add_test(st, test_sliding_log_not_cached);
     tcase_add_test(st, test_rules_change_forgets);
+    tcase_add_test(st, test_router_first_caches_nothing_old);
+    tcase_add_test(st, test_node_first_forgets);
     suite_add_tcase(s, st);
     tcase_add_checked_fixture(off, setup_off, teardown);
     tcase_set_timeout(off, 60);
@@ -562,6 +747,7 @@ denycache_suite(void)
     tcase_add_checked_fixture(zkc, setup_zk, teardown);
     tcase_set_timeout(zkc, 120);
     tcase_add_test(zkc, test_ownership_change_forgets);
+    tcase_add_test(zkc, test_zk_push_node_later);
     suite_add_tcase(s, zkc);
     tcase_add_checked_fixture(hot, setup_tokens, teardown);
     tcase_set_timeout(hot, 60);

@@ -6,16 +6,21 @@
  * cacheable algorithm, with the node's whole-ms clock and random send-to-decision delays:
  * whenever the cache answers LIMITED, the node asked at that moment refuses too. The sketch:
  * exact counts while the keys fit, the heavy hitter found among many light keys, the error
- * bound, halving, the filter and the merge of two sketches.
+ * bound, halving, the filter and the merge of two sketches. And the router's rate-limited
+ * warnings (log.h, rl_log_limited, which forward.c uses for the refusals of front CHECKs a
+ * client can cause at will): one line per interval per reason, with the count dropped.
  */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conf.h"
 #include "denycache.h"
 #include "hotkeys.h"
 #include "limiter.h"
+#include "log.h"
 #include "rltest.h"
 #include "wire.h"
 
@@ -464,12 +469,67 @@ START_TEST(test_hot_decay_filter_merge)
 }
 END_TEST
 
+/* The lines of the file at path containing needle. */
+static int
+log_lines_with(const char *path, const char *needle)
+{
+    char line[2048];
+    int n = 0;
+    FILE *f = fopen(path, "r");
+
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        n += strstr(line, needle) != NULL;
+    }
+    fclose(f);
+    return n;
+}
+
+START_TEST(test_log_limited)
+{
+    char path[] = "/tmp/rl_check_shed_log_XXXXXX";
+    struct rl_log_limit a = {0}, b = {0};
+    int fd = mkstemp(path);
+    int printed = 0;
+
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    rl_log_setup(RL_LOG_INFO, "t");
+    ck_assert_int_eq(rl_log_open(path), 0);
+    /* A flood of 100,000 refusals over 25 s (clock under control), two reasons: one line per
+     * reason per 10 s, each after the first saying how many it stands for. */
+    for (uint64_t i = 0; i < 100000; i++) {
+        uint64_t now = 5000 + i / 4; /* 4 a ms */
+
+        printed += rl_log_limited(&a, now, 10000, RL_LOG_WARN, "node x refused: %s", "alpha");
+        printed += rl_log_limited(&b, now, 10000, RL_LOG_WARN, "node x refused: %s", "beta");
+    }
+    ck_assert_int_eq(printed, 6); /* at 5 s, 15 s, 25 s for each */
+    ck_assert_int_eq(log_lines_with(path, "refused: alpha"), 3);
+    ck_assert_int_eq(log_lines_with(path, "refused: beta"), 3);
+    ck_assert_int_eq(log_lines_with(path, "refused: alpha (39999 more like this in the last 10 s "
+                                          "not logged)"),
+                     2);
+    ck_assert_uint_eq(a.suppressed, 100000 - 3 - 2 * 39999); /* since 25 s */
+    /* A line below the level is neither printed nor counted. */
+    rl_log_setup(RL_LOG_ERROR, "t");
+    ck_assert(!rl_log_limited(&a, 99000, 10000, RL_LOG_WARN, "quiet"));
+    ck_assert_int_eq(log_lines_with(path, "quiet"), 0);
+    /* A clock that went back does not silence the log for good. */
+    rl_log_setup(RL_LOG_INFO, "t");
+    ck_assert(rl_log_limited(&b, 10, 10000, RL_LOG_WARN, "node x refused: %s", "back"));
+    ck_assert_int_eq(log_lines_with(path, "back (19999 more like this in the last 0 s"), 1);
+    unlink(path);
+}
+END_TEST
+
 static Suite *
 shed_suite(void)
 {
     Suite *s = suite_create("shed");
     TCase *tc = tcase_create("denycache");
     TCase *th = tcase_create("hotkeys");
+    TCase *tl = tcase_create("log");
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_until);
@@ -488,6 +548,8 @@ shed_suite(void)
     tcase_add_test(th, test_hot_sampled);
     tcase_add_test(th, test_hot_decay_filter_merge);
     suite_add_tcase(s, th);
+    tcase_add_test(tl, test_log_limited);
+    suite_add_tcase(s, tl);
     return s;
 }
 
