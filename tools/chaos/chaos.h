@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "report.h"
 #include "scenario.h"
 
 /* Request outcomes beyond the wire's CHECK codes (rl_wire_code). */
@@ -172,6 +173,9 @@ struct ch_run {
     int ndeaths;
 
     struct ch_traffic traffic[CH_ROUTERS_MAX];
+
+    /* --report: what the run's page draws (report.h); NULL without, freed with the run */
+    struct ch_report *report;
 };
 
 /* Wall clock in ms (the nodes' windows follow it) and monotonic clock in us. */
