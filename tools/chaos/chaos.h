@@ -4,8 +4,8 @@
  * the routers' tables as sampled, the faults as they were injected, and the event log.
  * run.c keeps that record (every append under its lock), traffic.c drives requests through
  * the routers, observer.c watches ZooKeeper, verdict.c judges the run; they call nothing
- * of rl-chaos but run.c and scenario.c. The cluster and its faults are cluster.h's
- * (docs/CHAOS.md).
+ * of rl-chaos but run.c, scenario.c and report.c (the --report page's buckets, report.h).
+ * The cluster and its faults are cluster.h's (docs/CHAOS.md).
  */
 #ifndef RL_CHAOS_H
 #define RL_CHAOS_H
