@@ -52,8 +52,9 @@ ch_report_new(const struct ch_scenario *sc)
         return NULL;
     }
     rep->sc = sc;
-    rep->nbuckets = (int)((sc->duration_ms + sc->deadline_ms + sc->margin_ms + TAIL_MS) /
-                          CH_REPORT_BUCKET_MS) + 1;
+    rep->nbuckets =
+        (int)((sc->duration_ms + sc->deadline_ms + sc->margin_ms + TAIL_MS) / CH_REPORT_BUCKET_MS) +
+        1;
     rep->b = calloc((size_t)rep->nbuckets, sizeof(*rep->b));
     if (rep->b == NULL) {
         free(rep);
@@ -369,7 +370,7 @@ write_faults(struct rl_json *js, const struct ch_report *rep)
  * within what the page shows), and the run's event log. */
 static void
 write_views_events(struct rl_json *js, const struct ch_report *rep, const struct ch_run *r,
-              int64_t end_ms)
+                   int64_t end_ms)
 {
     int first = 0, last_n = -1;
 
