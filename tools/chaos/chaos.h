@@ -4,8 +4,8 @@
  * the routers' tables as sampled, the faults as they were injected, and the event log.
  * run.c keeps that record (every append under its lock), traffic.c drives requests through
  * the routers, observer.c watches ZooKeeper, verdict.c judges the run; they call nothing
- * of rl-chaos but run.c and scenario.c. The cluster and its faults are cluster.h's
- * (docs/CHAOS.md).
+ * of rl-chaos but run.c, scenario.c and report.c (the --report page's buckets, report.h).
+ * The cluster and its faults are cluster.h's (docs/CHAOS.md).
  */
 #ifndef RL_CHAOS_H
 #define RL_CHAOS_H
@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "report.h"
 #include "scenario.h"
 
 /* Request outcomes beyond the wire's CHECK codes (rl_wire_code). */
@@ -172,6 +173,9 @@ struct ch_run {
     int ndeaths;
 
     struct ch_traffic traffic[CH_ROUTERS_MAX];
+
+    /* --report: what the run's page draws (report.h); NULL without, freed with the run */
+    struct ch_report *report;
 };
 
 /* Wall clock in ms (the nodes' windows follow it) and monotonic clock in us. */

@@ -103,6 +103,7 @@ ch_loop_run(struct ch_run *r)
         }
     }
     r->t0_ms = ch_now_ms();
+    ch_report_start(r->report, r->t0_ms, ch_mono_us());
     ch_event(r, "traffic starts");
     for (int i = 0; i < sc->routers; i++) {
         if (ch_traffic_start(&r->traffic[i], r, i) != 0) {
@@ -119,12 +120,15 @@ ch_loop_run(struct ch_run *r)
         for (int i = 0; i < sc->nsteps; i++) {
             if (c->undo_at[i] > 0 && c->undo_at[i] <= now) {
                 ch_fault_undo(c, i);
+                ch_report_step(r->report, i, CH_STEP_END, ch_now_ms());
                 c->undo_at[i] = -1;
             }
         }
         for (int i = 0; i < sc->nsteps; i++) {
             if (r->t0_ms + sc->steps[i].at_ms <= now && c->undo_at[i] == 0) {
+                ch_report_step(r->report, i, CH_STEP_BEGIN, ch_now_ms());
                 ch_fault_do(c, i);
+                ch_report_step(r->report, i, CH_STEP_DONE, ch_now_ms());
                 if (c->undo_at[i] == 0) {
                     c->undo_at[i] = -1; /* done, nothing to undo */
                 }
@@ -152,8 +156,10 @@ ch_loop_run(struct ch_run *r)
     for (int i = 0; i < sc->nsteps; i++) {
         if (c->undo_at[i] > 0) {
             ch_fault_undo(c, i);
+            ch_report_step(r->report, i, CH_STEP_END, ch_now_ms());
         }
     }
+    ch_report_stop(r->report, ch_now_ms());
     ch_event(r, "traffic stops");
     for (int i = 0; i < sc->routers; i++) {
         ch_traffic_stop(&r->traffic[i]);

@@ -33,7 +33,7 @@
 
 static const char usage[] =
     "usage: rl-chaos run SCENARIO [--build DIR] [--json FILE] [--verbose] [--duration D]\n"
-    "                             [--rate N] [--hosts FILE]\n"
+    "                             [--rate N] [--hosts FILE] [--report DIR]\n"
     "       rl-chaos list\n"
     "       rl-chaos --help          (this, and the scenario format; --help-scenario: that alone)\n"
     "\n"
@@ -51,6 +51,10 @@ static const char usage[] =
     "  --rate N       requests per second instead of the scenario's\n"
     "  --hosts FILE   run across network namespaces (as root; scripts/netns.sh writes FILE):\n"
     "                 ZooKeeper, each node and router in its own, rl-chaos in the clients'\n"
+    "  --report DIR   also write DIR/index.html: the run's timeline (answers per 100 ms by\n"
+    "                 outcome, latency p50/p99, each fault's interval shaded) and the verdict\n"
+    "                 beside it; one file, viewed offline (the verdict's JSON goes to\n"
+    "                 DIR/verdict.json unless --json names a file)\n"
     "Environment: RL_CHAOS_SCENARIOS (directory of shipped scenarios), RL_KEEP_TMP=1 keeps the\n"
     "cluster's logs and configs (their directory is printed).\n";
 
@@ -132,6 +136,30 @@ set_bin_dir(const char *build)
     }
 }
 
+/* Creates dir and its parents (mkdir -p): 0, or -1 with errno set. */
+static int
+make_dir(const char *dir)
+{
+    char p[PATH_MAX];
+    size_t len = strlen(dir);
+
+    if (len == 0 || len >= sizeof(p)) {
+        errno = len == 0 ? ENOENT : ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(p, dir, len + 1);
+    for (char *s = p + 1; *s != '\0'; s++) {
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+                return -1;
+            }
+            *s = '/';
+        }
+    }
+    return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* Loads --hosts FILE (NULL: a loopback run) and checks that every step can be done where
  * the run goes: 0, or -1 with the reason printed. */
 static int
@@ -175,12 +203,14 @@ main(int argc, char **argv)
                                          {"duration", required_argument, NULL, 'd'},
                                          {"rate", required_argument, NULL, 'r'},
                                          {"hosts", required_argument, NULL, 'H'},
+                                         {"report", required_argument, NULL, 'R'},
                                          {NULL, 0, NULL, 0}};
-    const char *build = NULL, *json = NULL, *duration = NULL, *rate = NULL, *hosts = NULL;
+    const char *build = NULL, *json = NULL, *duration = NULL, *rate = NULL, *hosts = NULL,
+               *report = NULL;
     struct ch_hosts *hp = NULL;
     struct ch_scenario *sc;
     struct ch_run *r;
-    char path[PATH_MAX], err[512];
+    char path[PATH_MAX], err[512], verdict_path[PATH_MAX];
     bool verbose = false;
     int opt, rc;
     struct stat st;
@@ -204,6 +234,9 @@ main(int argc, char **argv)
             break;
         case 'H':
             hosts = optarg;
+            break;
+        case 'R':
+            report = optarg;
             break;
         case 'h':
             fputs(usage, stdout);
@@ -272,6 +305,27 @@ main(int argc, char **argv)
         goto out;
     }
     r->hosts = hp;
+    if (report != NULL) {
+        struct stat dst;
+
+        if (make_dir(report) != 0 || stat(report, &dst) != 0) {
+            fprintf(stderr, "rl-chaos: --report %s: %s\n", report, strerror(errno));
+            goto out;
+        }
+        if (!S_ISDIR(dst.st_mode)) {
+            fprintf(stderr, "rl-chaos: --report %s: not a directory\n", report);
+            goto out;
+        }
+        r->report = ch_report_new(sc);
+        if (r->report == NULL) {
+            rc = 3;
+            goto out;
+        }
+        if (json == NULL) {
+            snprintf(verdict_path, sizeof(verdict_path), "%s/verdict.json", report);
+            json = verdict_path;
+        }
+    }
     set_bin_dir(build);
     rl_log_setup(RL_LOG_ERROR, "rl-chaos");
     signal(SIGPIPE, SIG_IGN);
@@ -279,6 +333,9 @@ main(int argc, char **argv)
     rc = ch_loop_run(r);
     if (rc == 0) {
         rc = ch_verdict(r, json) ? 0 : 1;
+        if (report != NULL) {
+            ch_report_write(r->report, r, report, json); /* says itself what went wrong */
+        }
     }
 out:
     ch_run_free(r);

@@ -44,6 +44,7 @@ ch_run_free(struct ch_run *r)
     for (int i = 0; i < r->nviews; i++) {
         free(r->views[i].owner);
     }
+    ch_report_free(r->report);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }

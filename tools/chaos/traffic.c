@@ -44,6 +44,7 @@ lose(struct sender *s, int64_t now_us)
             t->reqs[i].code = CH_CODE_LOST;
             t->reqs[i].t_done_us = now_us;
             atomic_fetch_add(&t->by_code[7], 1);
+            ch_report_answer(t->run->report, CH_CODE_LOST, t->reqs[i].t_send_us, now_us);
         }
     }
     s->first_pending = n;
@@ -78,6 +79,7 @@ record(struct sender *s, const struct rl_wire_reply *rep, int64_t now_us)
     }
     q->t_done_us = now_us;
     atomic_fetch_add(&t->by_code[q->code < 6 ? q->code : 6], 1);
+    ch_report_answer(t->run->report, q->code, q->t_send_us, now_us);
     lat_ms = (now_us - q->t_send_us) / 1000;
     if (lat_ms > s->sc->deadline_ms + t->run->sc->margin_ms) {
         atomic_fetch_add(&t->late, 1);
@@ -147,6 +149,7 @@ queue_one(struct sender *s, int64_t now_us)
         q->code = CH_CODE_LOST;
         q->t_done_us = now_us;
         atomic_fetch_add(&t->by_code[7], 1);
+        ch_report_answer(t->run->report, CH_CODE_LOST, now_us, now_us);
     }
     atomic_store(&t->n, i + 1);
 }
@@ -183,6 +186,7 @@ traffic_main(void *arg)
             next_due += interval_us;
             if (s.client == NULL) {
                 atomic_fetch_add(&t->unsent, 1);
+                ch_report_unsent(t->run->report, now);
             } else if (atomic_load(&t->n) < t->cap) {
                 queue_one(&s, now);
                 queued = true;
