@@ -150,15 +150,22 @@ struct rl_handoff_key;
 
 /*
  * Handoff (node/handoff.h; docs/PROTOCOL.md, "Handoff records (in progress)"): calls fn for
- * every live key (not full at now) that want accepts, by its fingerprint and the ownership
- * epoch its state was written under, with its full state relative to now; a non-zero
- * return of fn stops the walk and is returned. Sliding logs are pruned at now (a pure
- * effect of time); nothing else changes. An entry does not record its shard: want must tell
- * by what it is given (a per-shard selection needs the shard in the entry, not done yet).
+ * every live key (not full at now) that want accepts, by its fingerprint, its shard (recorded
+ * in its entry when it was inserted: rl_limiter_shard) and the ownership epoch its state was
+ * written under, with its full state relative to now; a non-zero return of fn stops the
+ * walk and is returned. Sliding logs are pruned at now (a pure effect of time); nothing else
+ * changes. A walk of the whole table (not of the CHECK path).
  */
 int rl_limiter_export(struct rl_limiter *l, uint64_t now,
-                      bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch),
+                      bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard,
+                                   uint16_t epoch),
                       int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
+/* rl_limiter_export of the keys of one shard. */
+int rl_limiter_export_shard(struct rl_limiter *l, uint64_t now, uint32_t shard,
+                            int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
+/* The shard of req's (service, user) under the rules' [cluster] shards (shardmap.h), as a
+ * router computes it and as the limiter records it in the keys it inserts. */
+uint32_t rl_limiter_shard(const struct rl_limiter *l, const struct rl_wire_req *req);
 
 /* What rl_limiter_import did with its keys. */
 struct rl_limiter_import_stats {
@@ -174,11 +181,12 @@ struct rl_limiter_import_stats {
  * the sender's now) into this limiter at now (this node's clock), under ownership epoch
  * `epoch`: each as if it had been judged here all along, under this node's tier of the same
  * key seed (a different limit or burst is carried over as a live rules change would) or its
- * inline limit, interned for its owner. A key this node already holds is replaced. Adds to
+ * inline limit, interned for its owner. Each is recorded under `shard` (the sender's
+ * records are those of one shard). A key this node already holds is replaced. Adds to
  * *st (may be NULL). Returns 0, or -ENOMEM when the rules' index cannot be built (nothing
  * imported).
  */
-int rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch,
+int rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t shard,
                       const struct rl_handoff_key *keys, size_t n,
                       struct rl_limiter_import_stats *st);
 
