@@ -1,6 +1,6 @@
 /*
  * handoff: encodes and decodes the handoff record stream (handoff.h, docs/PROTOCOL.md,
- * "Handoff records (in progress)"). Each record is a 4-byte big-endian length and one
+ * "Handoff records"). Each record is a 4-byte big-endian length and one
  * MessagePack array. The decoder reads the fixed layout with a cursor, so it allocates
  * nothing and a count in a header can never make it reserve memory. Not for choosing keys
  * nor for applying them (limiter.h).

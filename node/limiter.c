@@ -527,11 +527,17 @@ lim_retier(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl_tier
 }
 
 uint32_t
+rl_limiter_shards(const struct rl_limiter *l)
+{
+    return l->conf->shards != 0 ? l->conf->shards : 1;
+}
+
+uint32_t
 rl_limiter_shard(const struct rl_limiter *l, const struct rl_wire_req *req)
 {
     return rl_shardmap_shard(
         rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len),
-        l->conf->shards != 0 ? l->conf->shards : 1);
+        rl_limiter_shards(l));
 }
 
 /* Every tier allowed: consume in each, adding keys that were not in the table (each with

@@ -149,7 +149,7 @@ int rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
 struct rl_handoff_key;
 
 /*
- * Handoff (node/handoff.h; docs/PROTOCOL.md, "Handoff records (in progress)"): calls fn for
+ * Handoff (node/handoff.h; docs/PROTOCOL.md, "Handoff records"): calls fn for
  * every live key (not full at now) that want accepts, by its fingerprint, its shard (recorded
  * in its entry when it was inserted: rl_limiter_shard) and the ownership epoch its state was
  * written under, with its full state relative to now; a non-zero return of fn stops the
@@ -166,6 +166,8 @@ int rl_limiter_export_shard(struct rl_limiter *l, uint64_t now, uint32_t shard,
 /* The shard of req's (service, user) under the rules' [cluster] shards (shardmap.h), as a
  * router computes it and as the limiter records it in the keys it inserts. */
 uint32_t rl_limiter_shard(const struct rl_limiter *l, const struct rl_wire_req *req);
+/* The rules' [cluster] shards (at least 1). */
+uint32_t rl_limiter_shards(const struct rl_limiter *l);
 
 /* What rl_limiter_import did with its keys. */
 struct rl_limiter_import_stats {

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "rules.h"
 #include "shardmap.h"
+#include "server_handoff.h"
 #include "throttle.h"
 #include "zkm.h"
 #include "wire.h"
@@ -57,6 +58,8 @@ server_unref(struct rl_server *s)
         rl_wire_decoder_deinit(&s->dec);
         rl_throttle_destroy(s->throttle);
         s->throttle = NULL;
+        rl_server_handoff_free(s->handoff);
+        s->handoff = NULL;
         free(s->episodes);
         s->episodes = NULL;
         if (s->on_closed != NULL) {
@@ -104,11 +107,12 @@ reply_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg)
     server_replied(c, rl_wire_put_error(&c->out, id, err, msg));
 }
 
-/* Whether req is an admin op (STATS, THROTTLED): costly to answer, not a decision. */
+/* Whether req is an admin op (STATS, THROTTLED, HANDOFF_*): costly to answer, not a decision. */
 static inline bool
 server_is_admin(const struct rl_wire_req *req)
 {
-    return req->op == RL_WIRE_OP_STATS || req->op == RL_WIRE_OP_THROTTLED;
+    return req->op == RL_WIRE_OP_STATS || req->op == RL_WIRE_OP_THROTTLED ||
+           req->op == RL_WIRE_OP_HANDOFF_OUT || req->op == RL_WIRE_OP_HANDOFF_IN;
 }
 
 /* Whether the admin budget of this loop turn is spent (SERVER_ADMIN_TURN_BYTES). */
@@ -449,6 +453,23 @@ server_clock(struct rl_conn *c, const struct rl_wire_req *req)
     rl_clock_set(&s->clock, req->now_ms);
     s->now_ms = req->now_ms;
     server_replied(c, rl_wire_put_clock_reply(&c->out, req->id, req->now_ms));
+}
+
+/* HANDOFF_OUT, HANDOFF_IN (server_handoff.c): admin answers, as STATS. */
+static void
+server_handoff_out(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    size_t before = rl_buf_unread(&c->out);
+
+    server_admin_replied(c, before, rl_server_handoff_out(c->data, req, &c->out));
+}
+
+static void
+server_handoff_in(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    size_t before = rl_buf_unread(&c->out);
+
+    server_admin_replied(c, before, rl_server_handoff_in(c->data, req, &c->out));
 }
 
 typedef void (*server_handler)(struct rl_conn *c, const struct rl_wire_req *req);
