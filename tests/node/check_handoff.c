@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <msgpack.h>
+
 #include "buf.h"
 #include "conf.h"
 #include "handoff.h"
@@ -601,6 +603,21 @@ START_TEST(test_decoder_bounded)
         ck_assert_int_eq(rl_handoff_next(b.data, n, &rec, &out), 0);
     }
     ck_assert_int_eq(rl_handoff_next(b.data, b.len, &rec, &out), (long)b.len);
+    {
+        /* the body is exactly one MessagePack value, as any decoder reads it: an array of
+         * the 13 fields docs/PROTOCOL.md lists */
+        msgpack_unpacked u;
+        size_t off = 0;
+
+        msgpack_unpacked_init(&u);
+        ck_assert_int_eq(msgpack_unpack_next(&u, b.data + 4, b.len - 4, &off),
+                         MSGPACK_UNPACK_SUCCESS);
+        ck_assert_uint_eq(off, b.len - 4);
+        ck_assert_int_eq(u.data.type, MSGPACK_OBJECT_ARRAY);
+        ck_assert_uint_eq(u.data.via.array.size, 13);
+        ck_assert_uint_eq(u.data.via.array.ptr[12].via.array.size, 80);
+        msgpack_unpacked_destroy(&u);
+    }
     ck_assert_uint_eq(out.st.nlog, 40);
     ck_assert_int_eq(out.st.age[39], -1000);
     ck_assert_uint_eq(out.st.cost[39], 40);
