@@ -281,6 +281,11 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
     rep->nmissing = 0;
     rep->period_ms = 0;
     rep->nhot = 0;
+    rep->records.ptr = NULL;
+    rep->records.len = 0;
+    rep->next = 0;
+    rep->imported = 0;
+    rep->skipped = 0;
     if (rl_wire_unpack(d, p, n, &obj, &nomem) != NULL) {
         return nomem ? -ENOMEM : -EPROTO;
     }

@@ -160,8 +160,10 @@ int rl_limiter_export(struct rl_limiter *l, uint64_t now,
                       bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard,
                                    uint16_t epoch),
                       int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
-/* rl_limiter_export of the keys of one shard. */
-int rl_limiter_export_shard(struct rl_limiter *l, uint64_t now, uint32_t shard,
+/* rl_limiter_export of the keys of one shard whose state was written under ownership epoch
+ * `epoch` (the shard's current one: a key of an earlier tenure is judged as absent here, so
+ * it is not sent either). */
+int rl_limiter_export_shard(struct rl_limiter *l, uint64_t now, uint32_t shard, uint16_t epoch,
                             int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
 /* The shard of req's (service, user) under the rules' [cluster] shards (shardmap.h), as a
  * router computes it and as the limiter records it in the keys it inserts. */

@@ -77,20 +77,22 @@ rl_limiter_export(struct rl_limiter *l, uint64_t now,
     return x.rc;
 }
 
-static bool
-lim_want_shard(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t epoch)
-{
-    (void)fp_hi;
-    (void)fp_lo;
-    (void)epoch;
-    return shard == *(const uint32_t *)arg;
-}
-
 struct lim_shard_export {
     uint32_t shard;
+    uint16_t epoch;
     int (*fn)(void *arg, const struct rl_handoff_key *k);
     void *arg;
 };
+
+static bool
+lim_want_shard(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t epoch)
+{
+    const struct lim_shard_export *x = arg;
+
+    (void)fp_hi;
+    (void)fp_lo;
+    return shard == x->shard && epoch == x->epoch;
+}
 
 static int
 lim_shard_fn(void *arg, const struct rl_handoff_key *k)
@@ -101,12 +103,11 @@ lim_shard_fn(void *arg, const struct rl_handoff_key *k)
 }
 
 int
-rl_limiter_export_shard(struct rl_limiter *l, uint64_t now, uint32_t shard,
+rl_limiter_export_shard(struct rl_limiter *l, uint64_t now, uint32_t shard, uint16_t epoch,
                         int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg)
 {
-    struct lim_shard_export x = {shard, fn, arg};
+    struct lim_shard_export x = {shard, epoch, fn, arg};
 
-    /* x starts with the shard: lim_want_shard reads it there */
     return rl_limiter_export(l, now, lim_want_shard, lim_shard_fn, &x);
 }
 

@@ -77,7 +77,15 @@ ho_put_key(void *arg, const struct rl_handoff_key *k)
     return rl_handoff_put_key(&h->snap, k);
 }
 
-/* A new export of shard: the snapshot of its records at the node's now. */
+/* The ownership epoch of shard here: the keys it judges by (0 with static membership). */
+static uint16_t
+ho_epoch(const struct rl_server *s, uint32_t shard)
+{
+    return s->epochs != NULL && shard < s->nshards ? s->epochs[shard] : 0;
+}
+
+/* A new export of shard: the snapshot of its records at the node's now (the keys of its
+ * current tenure: an earlier one's are judged as absent here, and are not sent). */
 static int
 ho_snapshot(struct rl_server *s, struct rl_server_handoff *h, uint32_t shard)
 {
@@ -89,7 +97,8 @@ ho_snapshot(struct rl_server *s, struct rl_server_handoff *h, uint32_t shard)
     h->next = 0;
     rc = rl_handoff_put_header(&h->snap, s->now_ms, shard);
     if (rc == 0) {
-        rc = rl_limiter_export_shard(s->limiter, s->now_ms, shard, ho_put_key, h);
+        rc = rl_limiter_export_shard(s->limiter, s->now_ms, shard, ho_epoch(s, shard), ho_put_key,
+                                     h);
     }
     if (rc == 0) {
         rc = rl_handoff_put_end(&h->snap, h->keys);
@@ -200,7 +209,7 @@ rl_server_handoff_in(struct rl_server *s, const struct rl_wire_req *req, struct 
     struct rl_handoff_rec rec;
     const char *p = req->records.ptr;
     size_t n = req->records.len, off = 0;
-    uint16_t epoch = 0;
+    uint16_t epoch = ho_epoch(s, req->shard);
     bool end = false;
     char msg[160];
 
@@ -214,9 +223,6 @@ rl_server_handoff_in(struct rl_server *s, const struct rl_wire_req *req, struct 
     }
     if (!ho_check(h, p, n, req->shard, msg, sizeof(msg))) {
         return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
-    }
-    if (s->epochs != NULL && req->shard < s->nshards) {
-        epoch = s->epochs[req->shard];
     }
     memset(&st, 0, sizeof(st));
     while (off < n) {

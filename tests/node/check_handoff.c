@@ -495,7 +495,7 @@ to_array(void *arg, const struct rl_handoff_key *k)
 /*
  * Per-shard export: every key records the shard of its (service, user) at insert (each tier
  * of a multi-tier rule, inline limits too), rl_limiter_export_shard gives exactly a shard's
- * keys, and a receiver that imports one shard continues its users' counters, records them
+ * keys of the epoch asked for, and a receiver that imports one shard continues its users' counters, records them
  * under that shard, and starts the other shards' users from zero.
  */
 START_TEST(test_export_shard)
@@ -537,22 +537,26 @@ START_TEST(test_export_shard)
     }
     for (uint32_t sh = 0; sh < 8; sh++) {
         s.n = 0;
-        ck_assert_int_eq(rl_limiter_export_shard(snd, T0 + 10, sh, to_array, &s), 0);
+        ck_assert_int_eq(rl_limiter_export_shard(snd, T0 + 10, sh, 0, to_array, &s), 0);
         ck_assert_msg(s.n == per_shard[sh], "shard %u: %zu keys exported, %zu held", sh, s.n,
                       per_shard[sh]);
         total += s.n;
     }
     ck_assert_uint_eq(total, 4 * NU);
+    /* keys of another tenure (their epoch is not the shard's now) are not sent */
+    s.n = 0;
+    ck_assert_int_eq(rl_limiter_export_shard(snd, T0 + 10, 3, 1, to_array, &s), 0);
+    ck_assert_uint_eq(s.n, 0);
     /* shard 3 to the receiver, 20 s later by its clock */
     s.n = 0;
-    ck_assert_int_eq(rl_limiter_export_shard(snd, T0 + 10, 3, to_array, &s), 0);
+    ck_assert_int_eq(rl_limiter_export_shard(snd, T0 + 10, 3, 0, to_array, &s), 0);
     ck_assert_uint_gt(s.n, 0);
     ck_assert_int_eq(rl_limiter_import(rcv, T0 + 20010, 0, 3, s.keys, s.n, NULL), 0);
     for (uint32_t sh = 0; sh < 8; sh++) {
         size_t n = s.n;
 
         s.n = 0;
-        ck_assert_int_eq(rl_limiter_export_shard(rcv, T0 + 20010, sh, to_array, &s), 0);
+        ck_assert_int_eq(rl_limiter_export_shard(rcv, T0 + 20010, sh, 0, to_array, &s), 0);
         ck_assert_uint_eq(s.n, sh == 3 ? n : 0);
         s.n = n;
     }
