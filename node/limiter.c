@@ -540,16 +540,15 @@ rl_limiter_shard(const struct rl_limiter *l, const struct rl_wire_req *req)
         rl_limiter_shards(l));
 }
 
-/* Every tier allowed: consume in each, adding keys that were not in the table (each with
- * the shard of req's key, hashed at the first insert only: a CHECK of keys held hashes
- * nothing more). */
+/* Every tier allowed: consume in each, adding keys that were not in the table, each with
+ * the shard of req's key (the caller's, else hashed at the first insert only: a CHECK of
+ * keys held hashes nothing more). */
 static void
-lim_consume(struct rl_limiter *l, const struct rl_wire_req *req, const struct rl_tier *tiers,
-            uint32_t ntiers, uint64_t now, uint16_t epoch)
+lim_consume(struct rl_limiter *l, const struct rl_wire_req *req, uint32_t shard,
+            const struct rl_tier *tiers, uint32_t ntiers, uint64_t now, uint16_t epoch)
 {
     bool moved = false; /* an insert may move every entry: find again after one */
     uint32_t cost = req->cost;
-    uint32_t shard = UINT32_MAX;
 
     for (uint32_t i = 0; i < ntiers; i++) {
         const struct rl_tier *t = &tiers[i];
@@ -584,7 +583,7 @@ lim_consume(struct rl_limiter *l, const struct rl_wire_req *req, const struct rl
             lim_release_state(l, t, &s);
             continue;
         }
-        if (shard == UINT32_MAX) {
+        if (shard == RL_LIMITER_SHARD_UNKNOWN) {
             shard = rl_limiter_shard(l, req);
         }
         e->st = s;
@@ -648,6 +647,7 @@ rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
     const struct rl_rule *rule;
     const struct rl_tier *tiers;
 
+    prep->shard = RL_LIMITER_SHARD_UNKNOWN;
     if (req->limit.set) {
         struct rl_tier t;
         XXH128_hash_t h;
@@ -934,7 +934,7 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
         dec = lim_decide_allowed(l, j.ntiers, &queue);
         remaining = dec->remaining;
         if (req->cost > 0) {
-            lim_consume(l, req, j.tiers, j.ntiers, now, epoch);
+            lim_consume(l, req, prep->shard, j.tiers, j.ntiers, now, epoch);
         }
     } else {
         dec = lim_decide_refused(l, j.ntiers, req->cost, &remaining);

@@ -104,7 +104,13 @@ struct rl_limiter_prep {
                                    limit (its key's fingerprint in fp_*[0]) */
     uint64_t fp_hi[RL_CONF_RULE_TIERS_MAX];
     uint32_t fp_lo[RL_CONF_RULE_TIERS_MAX];
+    /* the shard of req's (service, user), recorded in the keys the CHECK inserts: set by a
+     * caller that computed it anyway (the node, owner checks in ZooKeeper mode), else
+     * RL_LIMITER_SHARD_UNKNOWN and hashed at the CHECK's first insert only */
+    uint32_t shard;
 };
+
+#define RL_LIMITER_SHARD_UNKNOWN UINT32_MAX
 
 /* Finds req's rule, hashes its key for each tier and prefetches the slots. Changes nothing. */
 void rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,

@@ -280,15 +280,17 @@ server_batch_end(struct rl_conn *c)
     }
 }
 
-/* Whether this node answers a CHECK for req's key; if not, the refusal is in c->out. */
+/* Whether this node answers a CHECK for req's key; if not, the refusal is in c->out. The
+ * shard of its key when it was computed (ZooKeeper mode), else RL_LIMITER_SHARD_UNKNOWN. */
 static bool
-server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch)
+server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch, uint32_t *known)
 {
     struct rl_server *s = c->data;
     char msg[192];
     uint32_t shard;
 
     *epoch = 0;
+    *known = RL_LIMITER_SHARD_UNKNOWN;
     if (s->zk_state == RL_SERVER_ZK_NONE) {
         return true; /* static membership: every node is trusted with every key */
     }
@@ -298,6 +300,7 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch)
     if (s->registered && (!s->fence_disconnect || s->zk_state == RL_ZKM_CONNECTED) &&
         s->owned != NULL && (s->owned[shard >> 3] >> (shard & 7) & 1) != 0) {
         *epoch = s->epochs != NULL ? s->epochs[shard] : 0;
+        *known = shard;
         return true;
     }
     s->not_owner++;
@@ -326,14 +329,14 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch)
 /* Judges one prepared CHECK and writes its reply. */
 static void
 server_check_prepared(struct rl_conn *c, const struct rl_wire_req *req,
-                      const struct rl_limiter_prep *prep)
+                      struct rl_limiter_prep *prep)
 {
     struct rl_server *s = c->data;
     struct rl_wire_check_reply rep;
     uint16_t epoch;
     int rc;
 
-    if (!server_owns(c, req, &epoch)) {
+    if (!server_owns(c, req, &epoch, &prep->shard)) {
         return;
     }
     rc = rl_limiter_check_prepared(s->limiter, req, prep, s->now_ms, epoch, &rep);

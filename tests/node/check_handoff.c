@@ -574,6 +574,31 @@ START_TEST(test_export_shard)
         /* 3 used before (the window of 1m still runs 20 s later): 7 - 3 - 1 */
         ck_assert_uint_eq(r.remaining, rl_limiter_shard(rcv, &req) == 3 ? 3 : 6);
     }
+    {
+        /* a caller that knows the shard (the node, in ZooKeeper mode) gives it in the
+         * preparation: the key is recorded under it, not hashed again */
+        struct rl_wire_req req;
+        struct rl_limiter_prep prep;
+        struct rl_wire_check_reply rep;
+        size_t before;
+
+        memset(&req, 0, sizeof(req));
+        req.service.ptr = "fw";
+        req.service.len = 2;
+        req.user.ptr = "given";
+        req.user.len = 5;
+        req.cost = 1;
+        rl_limiter_prepare(rcv, &req, &prep);
+        ck_assert_uint_eq(prep.shard, RL_LIMITER_SHARD_UNKNOWN);
+        prep.shard = (rl_limiter_shard(rcv, &req) + 1) % 8;
+        s.n = 0;
+        ck_assert_int_eq(rl_limiter_export_shard(rcv, T0 + 20010, prep.shard, 0, to_array, &s), 0);
+        before = s.n;
+        ck_assert_int_eq(rl_limiter_check_prepared(rcv, &req, &prep, T0 + 20010, 0, &rep), 0);
+        s.n = 0;
+        ck_assert_int_eq(rl_limiter_export_shard(rcv, T0 + 20010, prep.shard, 0, to_array, &s), 0);
+        ck_assert_uint_eq(s.n, before + 1);
+    }
     free(s.keys);
     rl_limiter_destroy(snd);
     rl_limiter_destroy(rcv);
