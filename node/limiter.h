@@ -199,6 +199,11 @@ struct rl_limiter_import_stats {
 int rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t shard,
                       const struct rl_handoff_key *keys, size_t n,
                       struct rl_limiter_import_stats *st);
+/* rl_limiter_import of the keys next gives, one at a time (each valid until the next call),
+ * until it gives NULL: the rules' index is built once for them all. */
+int rl_limiter_import_each(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t shard,
+                           const struct rl_handoff_key *(*next)(void *arg), void *arg,
+                           struct rl_limiter_import_stats *st);
 
 struct rl_slices;
 

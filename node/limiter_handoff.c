@@ -209,11 +209,13 @@ lim_import_one(struct rl_limiter *l, const struct lim_seed_ix *ix, uint64_t now,
 }
 
 int
-rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t shard,
-                  const struct rl_handoff_key *keys, size_t n, struct rl_limiter_import_stats *st)
+rl_limiter_import_each(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t shard,
+                       const struct rl_handoff_key *(*next)(void *arg), void *arg,
+                       struct rl_limiter_import_stats *st)
 {
     struct rl_limiter_import_stats local;
     struct lim_seed_ix *ix = calloc(l->conf->ntiers + 1, sizeof(*ix));
+    const struct rl_handoff_key *k;
 
     if (ix == NULL) {
         return -ENOMEM;
@@ -227,9 +229,31 @@ rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t s
         ix[i].ix = (uint32_t)i;
     }
     qsort(ix, l->conf->ntiers, sizeof(*ix), lim_seed_cmp);
-    for (size_t i = 0; i < n; i++) {
-        lim_import_one(l, ix, now, epoch, shard, &keys[i], st);
+    while ((k = next(arg)) != NULL) {
+        lim_import_one(l, ix, now, epoch, shard, k, st);
     }
     free(ix);
     return 0;
+}
+
+struct lim_array {
+    const struct rl_handoff_key *keys;
+    size_t n, i;
+};
+
+static const struct rl_handoff_key *
+lim_array_next(void *arg)
+{
+    struct lim_array *a = arg;
+
+    return a->i < a->n ? &a->keys[a->i++] : NULL;
+}
+
+int
+rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t shard,
+                  const struct rl_handoff_key *keys, size_t n, struct rl_limiter_import_stats *st)
+{
+    struct lim_array a = {keys, n, 0};
+
+    return rl_limiter_import_each(l, now, epoch, shard, lim_array_next, &a, st);
 }

@@ -200,17 +200,39 @@ ho_check(struct rl_server_handoff *h, const char *p, size_t n, uint32_t shard, c
     return true;
 }
 
+/* HANDOFF_IN's records, checked whole, as keys one at a time (rl_limiter_import_each). */
+struct ho_reader {
+    struct rl_server_handoff *h;
+    const char *p;
+    size_t n, off;
+    bool end; /* an end record was read */
+};
+
+static const struct rl_handoff_key *
+ho_next_key(void *arg)
+{
+    struct ho_reader *r = arg;
+    struct rl_handoff_rec rec;
+
+    while (r->off < r->n) {
+        long len = rl_handoff_next(r->p + r->off, r->n - r->off, &rec, &r->h->key);
+
+        r->off += (size_t)len; /* checked by ho_check: every record is whole and valid */
+        if (rec.type == RL_HANDOFF_KEY) {
+            return &r->h->key;
+        }
+        r->end = r->end || rec.type == RL_HANDOFF_END;
+    }
+    return NULL;
+}
+
 int
 rl_server_handoff_in(struct rl_server *s, const struct rl_wire_req *req, struct rl_buf *out)
 {
     struct rl_server_handoff *h = ho_state(s);
     uint32_t nshards = rl_limiter_shards(s->limiter);
     struct rl_limiter_import_stats st;
-    struct rl_handoff_rec rec;
-    const char *p = req->records.ptr;
-    size_t n = req->records.len, off = 0;
-    uint16_t epoch = ho_epoch(s, req->shard);
-    bool end = false;
+    struct ho_reader r = {h, req->records.ptr, req->records.len, 0, false};
     char msg[160];
 
     if (h == NULL) {
@@ -221,21 +243,15 @@ rl_server_handoff_in(struct rl_server *s, const struct rl_wire_req *req, struct 
                  " shards", req->shard, nshards);
         return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
     }
-    if (!ho_check(h, p, n, req->shard, msg, sizeof(msg))) {
+    if (!ho_check(h, r.p, r.n, req->shard, msg, sizeof(msg))) {
         return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
     }
     memset(&st, 0, sizeof(st));
-    while (off < n) {
-        long r = rl_handoff_next(p + off, n - off, &rec, &h->key);
-
-        off += (size_t)r; /* checked above: every record is whole and valid */
-        if (rec.type == RL_HANDOFF_KEY &&
-            rl_limiter_import(s->limiter, s->now_ms, epoch, req->shard, &h->key, 1, &st) != 0) {
-            st.no_memory++;
-        }
-        end = end || rec.type == RL_HANDOFF_END;
+    if (rl_limiter_import_each(s->limiter, s->now_ms, ho_epoch(s, req->shard), req->shard,
+                               ho_next_key, &r, &st) != 0) {
+        return ho_error(s, out, req->id, RL_WIRE_ERR_OVERLOADED, "out of memory");
     }
-    if (end) {
+    if (r.end) {
         rl_log_info("handoff: shard %" PRIu32 " received (last message: %" PRIu64
                     " keys imported, %" PRIu64 " skipped)",
                     req->shard, st.imported, st.no_tier + st.invalid + st.no_memory);
