@@ -30,8 +30,8 @@ lim_export_entry(void *arg, struct rl_keytab_entry *e)
     uint64_t before;
     int full;
 
-    if (x->rc != 0 || !x->want(x->arg, e->fp_hi, (uint32_t)e->fp_lo, (uint32_t)e->shard,
-                                      (uint16_t)e->epoch)) {
+    if (x->rc != 0 ||
+        !x->want(x->arg, e->fp_hi, (uint32_t)e->fp_lo, (uint32_t)e->shard, (uint16_t)e->epoch)) {
         return true;
     }
     t = lim_entry_tier(l, e);

@@ -126,8 +126,9 @@ rl_server_handoff_out(struct rl_server *s, const struct rl_wire_req *req, struct
         return ho_error(s, out, req->id, RL_WIRE_ERR_OVERLOADED, "out of memory");
     }
     if (req->shard >= nshards) {
-        snprintf(msg, sizeof(msg), "shard %" PRIu32 " is out of range: this cluster has %" PRIu32
-                 " shards", req->shard, nshards);
+        snprintf(msg, sizeof(msg),
+                 "shard %" PRIu32 " is out of range: this cluster has %" PRIu32 " shards",
+                 req->shard, nshards);
         return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
     }
     if (req->offset == 0) {
@@ -239,8 +240,9 @@ rl_server_handoff_in(struct rl_server *s, const struct rl_wire_req *req, struct 
         return ho_error(s, out, req->id, RL_WIRE_ERR_OVERLOADED, "out of memory");
     }
     if (req->shard >= nshards) {
-        snprintf(msg, sizeof(msg), "shard %" PRIu32 " is out of range: this cluster has %" PRIu32
-                 " shards", req->shard, nshards);
+        snprintf(msg, sizeof(msg),
+                 "shard %" PRIu32 " is out of range: this cluster has %" PRIu32 " shards",
+                 req->shard, nshards);
         return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
     }
     if (!ho_check(h, r.p, r.n, req->shard, msg, sizeof(msg))) {

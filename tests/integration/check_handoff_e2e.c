@@ -30,7 +30,7 @@
 #define CLIENT_TOKEN "web-token-0123456789abcdef"
 /* web-token-0123456789abcdef's SHA-256 */
 #define T_TIMEOUT 10000
-#define T_A 1700000000000ull         /* node a's clock: 800 s into its hour */
+#define T_A 1700000000000ull        /* node a's clock: 800 s into its hour */
 #define T_B (T_A + 3 * 86400000ull) /* node b's: three days later (a multiple of every window) */
 
 static const char *const services[] = {"fw", "swl", "swc", "tb", "gcra", "lb"};
@@ -146,10 +146,10 @@ setup(void)
         0);
     /* rl-cli and rl_test_stat AUTH with the cluster secret */
     ck_assert_int_eq(setenv("RL_TOKEN_FILE", secret_path, 1), 0);
-    ck_assert_int_eq(
-        rl_harness_node_start(&node_a, conf_path, "a", port_a, RL_HARNESS_TEST_CLOCK), 0);
-    ck_assert_int_eq(
-        rl_harness_node_start(&node_b, conf_path, "b", port_b, RL_HARNESS_TEST_CLOCK), 0);
+    ck_assert_int_eq(rl_harness_node_start(&node_a, conf_path, "a", port_a, RL_HARNESS_TEST_CLOCK),
+                     0);
+    ck_assert_int_eq(rl_harness_node_start(&node_b, conf_path, "b", port_b, RL_HARNESS_TEST_CLOCK),
+                     0);
 }
 
 static void
@@ -194,7 +194,8 @@ START_TEST(test_handoff_every_algorithm)
         const char *as_client[] = {"rl-cli", "--token-file", token_path, "handoff", "--shard",
                                    shard,    "--from",       from,       "--to",    to,
                                    NULL};
-        const char *go[] = {"rl-cli", "handoff", "--shard", shard, "--from", from, "--to", to, NULL};
+        const char *go[] = {"rl-cli", "handoff", "--shard", shard, "--from",
+                            from,     "--to",    to,        NULL};
         const char *no_to[] = {"rl-cli", "handoff", "--shard", shard, "--from", from, NULL};
         char want[128];
 
@@ -209,8 +210,9 @@ START_TEST(test_handoff_every_algorithm)
     for (int s = 0; s < NSVC; s++) {
         /* b continues a's counters: 3 used of 10, one more leaves 6 */
         r = check(b, services[s], used[s]);
-        ck_assert_msg(r.code != RL_WIRE_LIMITED && r.remaining == 6, "%s %s on b: code %u, %llu left",
-                      services[s], used[s], r.code, (unsigned long long)r.remaining);
+        ck_assert_msg(r.code != RL_WIRE_LIMITED && r.remaining == 6,
+                      "%s %s on b: code %u, %llu left", services[s], used[s], r.code,
+                      (unsigned long long)r.remaining);
         r = check(b, services[s], refused[s]);
         ck_assert_msg(r.code == RL_WIRE_LIMITED, "%s %s on b: code %u", services[s], refused[s],
                       r.code);

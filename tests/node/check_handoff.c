@@ -495,8 +495,8 @@ to_array(void *arg, const struct rl_handoff_key *k)
 /*
  * Per-shard export: every key records the shard of its (service, user) at insert (each tier
  * of a multi-tier rule, inline limits too), rl_limiter_export_shard gives exactly a shard's
- * keys of the epoch asked for, and a receiver that imports one shard continues its users' counters, records them
- * under that shard, and starts the other shards' users from zero.
+ * keys of the epoch asked for, and a receiver that imports one shard continues its users' counters,
+ * records them under that shard, and starts the other shards' users from zero.
  */
 START_TEST(test_export_shard)
 {

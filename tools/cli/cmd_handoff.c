@@ -78,8 +78,8 @@ cli_cmd_handoff(const struct cli *o, const struct cli_cmd *cmd, int argc, char *
     if (argc > 0) {
         status = cli_usage_error("handoff: unexpected argument %s", argv[0]);
     } else if ((o->given & CLI_O(SHARD)) == 0 || o->from == NULL || o->to == NULL) {
-        status = cli_usage_error("handoff needs --shard N, --from HOST:PORT and --to HOST:PORT%s",
-                                 "");
+        status =
+            cli_usage_error("handoff needs --shard N, --from HOST:PORT and --to HOST:PORT%s", "");
     } else if (out == NULL || in == NULL) {
         status = cli_out_of_memory();
     } else {
@@ -121,8 +121,8 @@ cli_cmd_handoff(const struct cli *o, const struct cli_cmd *cmd, int argc, char *
         offset = out->next;
     }
     if (status == CLI_EXIT_OK) {
-        printf("shard %" PRIu32 ": %" PRIu64 " keys imported, %" PRIu64
-               " skipped (%" PRIu64 " bytes in %" PRIu64 " messages) from %s to %s\n",
+        printf("shard %" PRIu32 ": %" PRIu64 " keys imported, %" PRIu64 " skipped (%" PRIu64
+               " bytes in %" PRIu64 " messages) from %s to %s\n",
                o->shard, imported, skipped, bytes, messages, o->from, o->to);
     } else if (messages > 0) {
         fprintf(stderr,
