@@ -159,6 +159,12 @@ rl_server_handoff_out(struct rl_server *s, const struct rl_wire_req *req, struct
         }
         end += len;
     }
+    if (end == start && start < h->snap.len) {
+        /* cannot happen: a key record is at most ~15 KB (RL_ALGO_XLOG_MAX entries) */
+        ho_close_export(h);
+        return ho_error(s, out, req->id, RL_WIRE_ERR_OVERLOADED,
+                        "a record is larger than a message: export abandoned");
+    }
     h->next = end < h->snap.len ? end : 0;
     rc = rl_wire_put_handoff_out_reply(out, req->id, h->snap.data + start, end - start, h->next);
     if (h->next == 0) {
