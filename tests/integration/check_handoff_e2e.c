@@ -1,7 +1,8 @@
 /*
  * check_handoff_e2e: a shard handed by hand from one rl-node process to another (static
  * membership, both under --test-clock, the receiver's clock three days ahead): users of
- * every algorithm brought near or past their limit on node a, `rl-cli handoff --shard S
+ * every algorithm (and an inline limit) brought near or past their limit on node a, `rl-cli handoff
+ * --shard S
  * --from a --to b`, then the same CHECKs sent straight to node b continue from a's counters
  * exactly (3 used of 10: 6 left after one more, ALLOWED or, for the leaky bucket, QUEUED; a
  * refused user stays refused), while a user
@@ -22,6 +23,7 @@
 #include "harness.h"
 #include "reqclient.h"
 #include "rltest.h"
+#include "ruleset.h"
 #include "shardmap.h"
 #include "wire.h"
 
@@ -33,8 +35,9 @@
 #define T_A 1700000000000ull        /* node a's clock: 800 s into its hour */
 #define T_B (T_A + 3 * 86400000ull) /* node b's: three days later (a multiple of every window) */
 
-static const char *const services[] = {"fw", "swl", "swc", "tb", "gcra", "lb"};
-#define NSVC 6
+/* every algorithm's rule, and "free": no rule, an inline limit (gcra 10 per 1h burst 10) */
+static const char *const services[] = {"fw", "swl", "swc", "tb", "gcra", "lb", "free"};
+#define NSVC 7
 
 static char conf_path[PATH_MAX], secret_path[PATH_MAX], token_path[PATH_MAX];
 static int port_a, port_b;
@@ -75,9 +78,18 @@ user_in(const char *service, const char *prefix, uint32_t in, bool want, char *u
 static struct rl_wire_check_reply
 check(struct rl_client *c, const char *service, const char *user)
 {
+    struct rl_wire_limit inl = {.set = true,
+                                .has_burst = true,
+                                .algo = RL_ALGO_GCRA,
+                                .limit = 10,
+                                .window_ms = 3600000,
+                                .burst = 10};
     struct rl_wire_reply rep;
 
-    ck_assert_int_eq(rl_client_check(c, service, user, NULL, 1, &rep, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_check_limit(c, service, user, NULL, 1,
+                                           strcmp(service, "free") == 0 ? &inl : NULL, &rep,
+                                           T_TIMEOUT),
+                     0);
     ck_assert_msg(rep.op == RL_WIRE_OP_CHECK, "%s %s: op %u err %u: %.*s", service, user, rep.op,
                   rep.err, (int)rep.message.len, rep.message.ptr ? rep.message.ptr : "");
     return rep.check;
@@ -203,8 +215,8 @@ START_TEST(test_handoff_every_algorithm)
         ck_assert_msg(strstr(out, "the server refused the token") != NULL, "%s", out);
         ck_assert_int_eq(cli(out, sizeof(out), no_to), 2);
         ck_assert_int_eq(cli(out, sizeof(out), go), 0);
-        /* 2 users of each of the 6 services, one key each */
-        snprintf(want, sizeof(want), "shard %u: 12 keys imported, 0 skipped", S);
+        /* 2 users of each of the 7 services, one key each */
+        snprintf(want, sizeof(want), "shard %u: 14 keys imported, 0 skipped", S);
         ck_assert_msg(strstr(out, want) != NULL, "\"%s\" lacks \"%s\"", out, want);
     }
     for (int s = 0; s < NSVC; s++) {
