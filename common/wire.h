@@ -37,6 +37,11 @@
 #define RL_WIRE_TOP_MAX 100u
 #define RL_WIRE_TOP_DEFAULT 20u
 #define RL_WIRE_MISSING_MAX 64u
+/* HANDOFF_OUT and HANDOFF_IN (docs/PROTOCOL.md, "HANDOFF_OUT, HANDOFF_IN"): the most bytes of
+ * handoff records one message carries (the rest of its frame: at most 31 bytes), and the
+ * most shards a cluster may have (RL_SHARDMAP_SHARDS_MAX). */
+#define RL_WIRE_RECORDS_MAX 65500u
+#define RL_WIRE_SHARDS_MAX 1048576u
 
 /*
  * The op table: every protocol op, declared here once. Everything op-specific is derived
@@ -69,6 +74,8 @@
     R(A, AUTH, auth, 6, 3, 3, auth, 3, named, NODE, SELF)                                          \
     R(A, THROTTLED, throttled, 7, 2, 5, throttled, 4, throttled, NODE, FANOUT)                     \
     R(A, HOT, hot, 8, 2, 4, hot, 4, hot, NONE, SELF)                                               \
+    R(A, HANDOFF_OUT, handoff_out, 11, 4, 4, handoff_out, 4, handoff_out, NODE, NONE)              \
+    R(A, HANDOFF_IN, handoff_in, 12, 4, 4, handoff_in, 4, handoff_in, NODE, NONE)                  \
     R(A, ERROR, error, 255, 0, 0, none, 4, error, NONE, NONE)
 
 /*
@@ -209,6 +216,11 @@ struct rl_wire_req {
     uint64_t since_ms;
     bool has_since;
     uint32_t top;
+    /* HANDOFF_OUT: shard and the byte offset to read from; HANDOFF_IN: shard and records
+     * (0..RL_WIRE_RECORDS_MAX bytes, binary) */
+    uint32_t shard;
+    uint64_t offset;
+    struct rl_wire_str records;
 };
 
 /* One throttling episode in a THROTTLED reply. Strings point into the frame (decoded) or
@@ -263,6 +275,10 @@ struct rl_wire_reply {
     uint64_t period_ms; /* HOT: the counts halve this often */
     size_t nhot;        /* HOT: at most RL_WIRE_TOP_MAX, highest count first */
     struct rl_wire_hot_key hot[RL_WIRE_TOP_MAX];
+    struct rl_wire_str records; /* HANDOFF_OUT: whole handoff records */
+    uint64_t next;              /* HANDOFF_OUT: the offset to read next; 0: that was the end */
+    uint64_t imported;          /* HANDOFF_IN: keys imported from the message */
+    uint64_t skipped;           /* HANDOFF_IN: keys not imported (no such tier here, ...) */
 };
 
 /* What went wrong with a request, ready to be sent back as an ERROR reply. */
@@ -365,6 +381,18 @@ int rl_wire_put_throttled(struct rl_buf *out, const struct rl_wire_req *req);
 int rl_wire_put_hot(struct rl_buf *out, const struct rl_wire_req *req);
 int rl_wire_put_hot_reply(struct rl_buf *out, uint32_t id, uint64_t period_ms,
                           const struct rl_wire_hot_key *keys, size_t n);
+/*
+ * HANDOFF_OUT [11, id, shard, offset] and its reply [11, id, records, next]; HANDOFF_IN
+ * [12, id, shard, records] and its reply [12, id, imported, skipped] (docs/PROTOCOL.md).
+ * records: binary, at most RL_WIRE_RECORDS_MAX bytes (else -EMSGSIZE).
+ */
+int rl_wire_put_handoff_out(struct rl_buf *out, uint32_t id, uint32_t shard, uint64_t offset);
+int rl_wire_put_handoff_out_reply(struct rl_buf *out, uint32_t id, const void *records,
+                                  size_t len, uint64_t next);
+int rl_wire_put_handoff_in(struct rl_buf *out, uint32_t id, uint32_t shard, const void *records,
+                           size_t len);
+int rl_wire_put_handoff_in_reply(struct rl_buf *out, uint32_t id, uint64_t imported,
+                                 uint64_t skipped);
 /*
  * Any request: req encoded by its op's encoder above (the op table's req column), or -EINVAL
  * for an op that is not a request (not in the table, or ERROR).

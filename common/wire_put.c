@@ -531,6 +531,76 @@ rl_wire_put_hot_reply(struct rl_buf *out, uint32_t id, uint64_t period_ms,
     return wire_end(out, start, ok);
 }
 
+/* [op, id, uint, records]: HANDOFF_IN and HANDOFF_OUT's reply. */
+static int
+wire_put_records(struct rl_buf *out, uint32_t op, uint32_t id, uint64_t v, const void *records,
+                 size_t len, bool records_last)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (len > RL_WIRE_RECORDS_MAX) {
+        return -EMSGSIZE;
+    }
+    if (wire_begin(out, WIRE_HINT + len, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 4) == 0 && msgpack_pack_uint8(&pk, (uint8_t)op) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0;
+    if (records_last) {
+        ok = ok && msgpack_pack_uint64(&pk, v) == 0 && msgpack_pack_bin(&pk, len) == 0 &&
+             msgpack_pack_bin_body(&pk, records, len) == 0;
+    } else {
+        ok = ok && msgpack_pack_bin(&pk, len) == 0 &&
+             msgpack_pack_bin_body(&pk, records, len) == 0 && msgpack_pack_uint64(&pk, v) == 0;
+    }
+    return wire_end(out, start, ok);
+}
+
+/* [op, id, a, b]: two unsigned integers (HANDOFF_OUT, HANDOFF_IN's reply). */
+static int
+wire_put_two(struct rl_buf *out, uint32_t op, uint32_t id, uint64_t a, uint64_t b)
+{
+    msgpack_packer pk;
+    size_t start;
+    bool ok;
+
+    if (wire_begin(out, WIRE_HINT, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 4) == 0 && msgpack_pack_uint8(&pk, (uint8_t)op) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0 && msgpack_pack_uint64(&pk, a) == 0 &&
+         msgpack_pack_uint64(&pk, b) == 0;
+    return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_handoff_out(struct rl_buf *out, uint32_t id, uint32_t shard, uint64_t offset)
+{
+    return wire_put_two(out, RL_WIRE_OP_HANDOFF_OUT, id, shard, offset);
+}
+
+int
+rl_wire_put_handoff_out_reply(struct rl_buf *out, uint32_t id, const void *records, size_t len,
+                              uint64_t next)
+{
+    return wire_put_records(out, RL_WIRE_OP_HANDOFF_OUT, id, next, records, len, false);
+}
+
+int
+rl_wire_put_handoff_in(struct rl_buf *out, uint32_t id, uint32_t shard, const void *records,
+                       size_t len)
+{
+    return wire_put_records(out, RL_WIRE_OP_HANDOFF_IN, id, shard, records, len, true);
+}
+
+int
+rl_wire_put_handoff_in_reply(struct rl_buf *out, uint32_t id, uint64_t imported, uint64_t skipped)
+{
+    return wire_put_two(out, RL_WIRE_OP_HANDOFF_IN, id, imported, skipped);
+}
+
 /*
  * The request shapes of the op table's req column, as encoders of a whole rl_wire_req: each
  * is the op's own rl_wire_put_* (the shape none: the op is never a request).
@@ -577,6 +647,18 @@ static int
 wire_put_req_hot(struct rl_buf *out, const struct rl_wire_req *req)
 {
     return rl_wire_put_hot(out, req);
+}
+
+static int
+wire_put_req_handoff_out(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_handoff_out(out, req->id, req->shard, req->offset);
+}
+
+static int
+wire_put_req_handoff_in(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_handoff_in(out, req->id, req->shard, req->records.ptr, req->records.len);
 }
 
 static int

@@ -231,6 +231,29 @@ wire_reply_hot(const msgpack_object *e, struct rl_wire_reply *rep)
 }
 
 /* Each op's reply shape, by opcode (the op table's reply column). */
+/* HANDOFF_OUT's [11, id, records, next]. */
+static int
+wire_reply_handoff_out(const msgpack_object *e, struct rl_wire_reply *rep)
+{
+    if (e[2].type != MSGPACK_OBJECT_BIN || e[2].via.bin.size > RL_WIRE_RECORDS_MAX ||
+        !wire_uint(&e[3], UINT64_MAX, &rep->next)) {
+        return -EPROTO;
+    }
+    rep->records.ptr = e[2].via.bin.ptr;
+    rep->records.len = e[2].via.bin.size;
+    return 0;
+}
+
+/* HANDOFF_IN's [12, id, imported, skipped]. */
+static int
+wire_reply_handoff_in(const msgpack_object *e, struct rl_wire_reply *rep)
+{
+    return wire_uint(&e[2], UINT64_MAX, &rep->imported) &&
+                   wire_uint(&e[3], UINT64_MAX, &rep->skipped)
+               ? 0
+               : -EPROTO;
+}
+
 static const wire_reply_fn wire_reply_fns[256] = {RL_WIRE_OP_BY(reply, wire_reply_)};
 
 int
@@ -258,6 +281,11 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
     rep->nmissing = 0;
     rep->period_ms = 0;
     rep->nhot = 0;
+    rep->records.ptr = NULL;
+    rep->records.len = 0;
+    rep->next = 0;
+    rep->imported = 0;
+    rep->skipped = 0;
     if (rl_wire_unpack(d, p, n, &obj, &nomem) != NULL) {
         return nomem ? -ENOMEM : -EPROTO;
     }

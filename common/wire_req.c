@@ -244,6 +244,45 @@ wire_req_throttled(const msgpack_object *a, struct rl_wire_req *req, struct rl_w
     return 0;
 }
 
+/* HANDOFF_OUT [11, id, shard, offset]. */
+static int
+wire_req_handoff_out(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    uint64_t v;
+
+    if (!wire_uint(&a->via.array.ptr[2], RL_WIRE_SHARDS_MAX - 1, &v)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "shard must be an unsigned integer of 0..1048575");
+    }
+    req->shard = (uint32_t)v;
+    if (!wire_uint(&a->via.array.ptr[3], UINT64_MAX, &req->offset)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "offset must be an unsigned integer");
+    }
+    return 0;
+}
+
+/* HANDOFF_IN [12, id, shard, records]: the records' contents are the node's to judge. */
+static int
+wire_req_handoff_in(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    const msgpack_object *r = &a->via.array.ptr[3];
+    uint64_t v;
+
+    if (!wire_uint(&a->via.array.ptr[2], RL_WIRE_SHARDS_MAX - 1, &v)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "shard must be an unsigned integer of 0..1048575");
+    }
+    req->shard = (uint32_t)v;
+    if (r->type != MSGPACK_OBJECT_BIN || r->via.bin.size > RL_WIRE_RECORDS_MAX) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "records must be a binary of 0..65500 bytes");
+    }
+    req->records.ptr = r->via.bin.ptr;
+    req->records.len = r->via.bin.size;
+    return 0;
+}
+
 /* [8, id, service|nil, top|nil]: the trailing ones may be left out. */
 static int
 wire_req_hot(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)

@@ -1,6 +1,6 @@
 /*
  * handoff: encodes and decodes the handoff record stream (handoff.h, docs/PROTOCOL.md,
- * "Handoff records (in progress)"). Each record is a 4-byte big-endian length and one
+ * "Handoff records"). Each record is a 4-byte big-endian length and one
  * MessagePack array. The decoder reads the fixed layout with a cursor, so it allocates
  * nothing and a count in a header can never make it reserve memory. Not for choosing keys
  * nor for applying them (limiter.h).
@@ -70,7 +70,7 @@ rl_handoff_put_key(struct rl_buf *out, const struct rl_handoff_key *k)
     uint32_t n = k->st.nlog > RL_ALGO_XLOG_MAX ? RL_ALGO_XLOG_MAX : k->st.nlog;
     bool ok = ho_open(out, &pk, &start);
 
-    ok = ok && msgpack_pack_array(&pk, 14) == 0 && msgpack_pack_uint8(&pk, RL_HANDOFF_KEY) == 0 &&
+    ok = ok && msgpack_pack_array(&pk, 13) == 0 && msgpack_pack_uint8(&pk, RL_HANDOFF_KEY) == 0 &&
          msgpack_pack_uint64(&pk, k->fp_hi) == 0 && msgpack_pack_uint32(&pk, k->fp_lo) == 0 &&
          msgpack_pack_uint8(&pk, k->kind) == 0 && msgpack_pack_uint64(&pk, k->ref) == 0 &&
          msgpack_pack_uint8(&pk, k->algo) == 0 && msgpack_pack_uint32(&pk, k->limit) == 0 &&
@@ -290,7 +290,7 @@ rl_handoff_next(const char *p, size_t n, struct rl_handoff_rec *rec, struct rl_h
         rec->shard = (uint32_t)v;
         break;
     case RL_HANDOFF_KEY:
-        ok = count == 14 && key != NULL && ho_key(&c, key);
+        ok = count == 13 && key != NULL && ho_key(&c, key);
         break;
     default:
         ok = count == 2 && ho_uint(&c, UINT64_MAX, &rec->nkeys);

@@ -1,11 +1,11 @@
 /*
  * handoff: the record stream a node sends to carry live keys, with their full state, to
- * another node (docs/PROTOCOL.md, "Handoff records (in progress)"): the key record as a C
+ * another node (docs/PROTOCOL.md, "Handoff records"): the key record as a C
  * struct, its MessagePack encoding, and a bounded, allocation-free decoder. Times are sent
  * relative to the sender's clock, so a host with another clock continues them.
  * Not for choosing which keys move, nor for putting them into a limiter (limiter.h,
- * rl_limiter_export and rl_limiter_import), nor for the transfer itself (not yet written:
- * nothing in ZooKeeper or the router uses it).
+ * rl_limiter_export and rl_limiter_import), nor for the transfer itself (HANDOFF_OUT and
+ * HANDOFF_IN: server_handoff.h; nothing in ZooKeeper or the router uses it yet).
  */
 #ifndef RL_HANDOFF_H
 #define RL_HANDOFF_H

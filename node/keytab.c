@@ -99,7 +99,7 @@
 #define TAG_GONE 0x01u
 #define TAG_LIVE 0x80u
 /* The bits of fp_lo an entry keeps. */
-#define FP_LO_MASK 0xffffffu
+#define FP_LO_MASK ((1u << RL_KEYTAB_FP_LO_BITS) - 1u)
 /* A grow multiplies the slots by (GROW_DEN + 1) / GROW_DEN: 1.2x. */
 #define GROW_DEN 5u
 
@@ -318,7 +318,7 @@ rl_keytab_fingerprint(uint64_t h_hi, uint64_t h_lo, uint64_t *fp_hi, uint32_t *f
      * through murmur3's finaliser, a bijection, in case the caller's hash has weak bits
      * (say, the same hash as the shard, whose low bits are constrained on one node). Zero
      * becomes 1 so that fp_hi is never 0, at no cost in distinct fingerprints worth the
-     * name: 95.99 bits remain. */
+     * name: 67.99 bits remain with fp_lo's 4. */
     uint64_t h = h_hi;
     h ^= h >> 33;
     h *= UINT64_C(0xff51afd7ed558ccd);
@@ -327,7 +327,10 @@ rl_keytab_fingerprint(uint64_t h_hi, uint64_t h_lo, uint64_t *fp_hi, uint32_t *f
     h ^= h >> 33;
     h += (h == 0);
     *fp_hi = h;
-    *fp_lo = (uint32_t)((h_lo ^ (h_lo >> 24) ^ (h_lo >> 48)) & FP_LO_MASK);
+    h_lo ^= h_lo >> 32;
+    h_lo ^= h_lo >> 16;
+    h_lo ^= h_lo >> 8;
+    *fp_lo = (uint32_t)((h_lo ^ (h_lo >> 4)) & FP_LO_MASK);
 }
 
 static inline bool
@@ -789,6 +792,7 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
     struct rl_keytab_entry *e = &t->cur.ents[i];
     e->fp_hi = fp_hi;
     e->fp_lo = fp_lo & FP_LO_MASK;
+    e->shard = 0;
     e->tier = tier & RL_KEYTAB_TIER_MAX;
     e->epoch = 0;
     memset(&e->st, 0, sizeof(e->st));

@@ -1,6 +1,6 @@
 /*
- * keytab: the node's table of counters: 32-byte entries keyed by an 88-bit fingerprint of
- * (rule, tier, user), in one open-addressing array with linear probing, a byte of hash tag
+ * keytab: the node's table of counters: 32-byte entries keyed by a 68-bit fingerprint of
+ * (rule, tier, user), each also keeping the shard of its (service, user), in one open-addressing array with linear probing, a byte of hash tag
  * per slot scanned 16 at a time, and backward-shift deletion (no tombstones).
  * It grows by 1.2x at a load of 7/8 up to a memory cap; at the cap it evicts, picking from a
  * few sampled entries the one its owner scores lowest (the limiter: a key back at full
@@ -33,9 +33,17 @@ struct rl_keytab;
 /* The largest tier id an entry holds (24 bits). */
 #define RL_KEYTAB_TIER_MAX 0xffffffu
 
+/* The bits of an entry's shard: any shard of a cluster (RL_SHARDMAP_SHARDS_MAX, 2^20). */
+#define RL_KEYTAB_SHARD_BITS 20u
+/* The bits of fp_lo an entry keeps (and finds compare). */
+#define RL_KEYTAB_FP_LO_BITS 4u
+
 struct rl_keytab_entry {
-    uint64_t fp_hi; /* fingerprint: 64 + 24 bits; fp_hi never 0 (keytab sets a bit) */
-    __extension__ uint64_t fp_lo : 24;
+    uint64_t fp_hi; /* fingerprint: 64 + 4 bits; fp_hi never 0 (keytab sets a bit) */
+    __extension__ uint64_t fp_lo : 4;
+    __extension__ uint64_t shard : 20; /* the owner's: the shard of the key's (service, user)
+                                          (shardmap.h), so a shard's keys can be found and
+                                          handed off; 0 at insert, not part of the key */
     __extension__ uint64_t tier : 24; /* rl_tier.id: which parameters the state follows */
     __extension__ uint64_t epoch : 16; /* the owner's: the ownership epoch of the key's shard
                                           when the state was last written (limiter.h,
@@ -92,7 +100,7 @@ void rl_keytab_destroy(struct rl_keytab *t);
 
 /* Turns a 128-bit hash into a fingerprint (hi, lo) as entries store it: fp_hi is h_hi through
  * a bijective 64-bit mixer (murmur3's finaliser), 0 mapped to 1; fp_lo is h_lo xor-folded to
- * 24 bits. The home slot comes from fp_hi's high bits (fastrange), the tag from its low 7
+ * 4 bits (the entry's other 20 bits of that word hold its shard). The home slot comes from fp_hi's high bits (fastrange), the tag from its low 7
  * bits. Deterministic, the same in every process. */
 void rl_keytab_fingerprint(uint64_t h_hi, uint64_t h_lo, uint64_t *fp_hi, uint32_t *fp_lo);
 

@@ -26,6 +26,7 @@
 #include "inltab.h"
 #include "keytab.h"
 #include "metrics.h"
+#include "shardmap.h"
 #include "slices.h"
 #include "tenant.h"
 
@@ -525,12 +526,29 @@ lim_retier(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl_tier
     }
 }
 
-/* Every tier allowed: consume in each, adding keys that were not in the table. */
+uint32_t
+rl_limiter_shards(const struct rl_limiter *l)
+{
+    return l->conf->shards != 0 ? l->conf->shards : 1;
+}
+
+uint32_t
+rl_limiter_shard(const struct rl_limiter *l, const struct rl_wire_req *req)
+{
+    return rl_shardmap_shard(
+        rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len),
+        rl_limiter_shards(l));
+}
+
+/* Every tier allowed: consume in each, adding keys that were not in the table, each with
+ * the shard of req's key (the caller's, else hashed at the first insert only: a CHECK of
+ * keys held hashes nothing more). */
 static void
-lim_consume(struct rl_limiter *l, const struct rl_tier *tiers, uint32_t ntiers, uint64_t now,
-            uint32_t cost, uint16_t epoch)
+lim_consume(struct rl_limiter *l, const struct rl_wire_req *req, uint32_t shard,
+            const struct rl_tier *tiers, uint32_t ntiers, uint64_t now, uint16_t epoch)
 {
     bool moved = false; /* an insert may move every entry: find again after one */
+    uint32_t cost = req->cost;
 
     for (uint32_t i = 0; i < ntiers; i++) {
         const struct rl_tier *t = &tiers[i];
@@ -565,8 +583,12 @@ lim_consume(struct rl_limiter *l, const struct rl_tier *tiers, uint32_t ntiers, 
             lim_release_state(l, t, &s);
             continue;
         }
+        if (shard == RL_LIMITER_SHARD_UNKNOWN) {
+            shard = rl_limiter_shard(l, req);
+        }
         e->st = s;
         e->epoch = epoch;
+        e->shard = shard;
         lim_count_key(l, t, +1);
     }
 }
@@ -625,6 +647,7 @@ rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
     const struct rl_rule *rule;
     const struct rl_tier *tiers;
 
+    prep->shard = RL_LIMITER_SHARD_UNKNOWN;
     if (req->limit.set) {
         struct rl_tier t;
         XXH128_hash_t h;
@@ -911,7 +934,7 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
         dec = lim_decide_allowed(l, j.ntiers, &queue);
         remaining = dec->remaining;
         if (req->cost > 0) {
-            lim_consume(l, j.tiers, j.ntiers, now, req->cost, epoch);
+            lim_consume(l, req, prep->shard, j.tiers, j.ntiers, now, epoch);
         }
     } else {
         dec = lim_decide_refused(l, j.ntiers, req->cost, &remaining);

@@ -104,7 +104,13 @@ struct rl_limiter_prep {
                                    limit (its key's fingerprint in fp_*[0]) */
     uint64_t fp_hi[RL_CONF_RULE_TIERS_MAX];
     uint32_t fp_lo[RL_CONF_RULE_TIERS_MAX];
+    /* the shard of req's (service, user), recorded in the keys the CHECK inserts: set by a
+     * caller that computed it anyway (the node, owner checks in ZooKeeper mode), else
+     * RL_LIMITER_SHARD_UNKNOWN and hashed at the CHECK's first insert only */
+    uint32_t shard;
 };
+
+#define RL_LIMITER_SHARD_UNKNOWN UINT32_MAX
 
 /* Finds req's rule, hashes its key for each tier and prefetches the slots. Changes nothing. */
 void rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
@@ -149,16 +155,27 @@ int rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
 struct rl_handoff_key;
 
 /*
- * Handoff (node/handoff.h; docs/PROTOCOL.md, "Handoff records (in progress)"): calls fn for
- * every live key (not full at now) that want accepts, by its fingerprint and the ownership
- * epoch its state was written under, with its full state relative to now; a non-zero
- * return of fn stops the walk and is returned. Sliding logs are pruned at now (a pure
- * effect of time); nothing else changes. An entry does not record its shard: want must tell
- * by what it is given (a per-shard selection needs the shard in the entry, not done yet).
+ * Handoff (node/handoff.h; docs/PROTOCOL.md, "Handoff records"): calls fn for
+ * every live key (not full at now) that want accepts, by its fingerprint, its shard (recorded
+ * in its entry when it was inserted: rl_limiter_shard) and the ownership epoch its state was
+ * written under, with its full state relative to now; a non-zero return of fn stops the
+ * walk and is returned. Sliding logs are pruned at now (a pure effect of time); nothing else
+ * changes. A walk of the whole table (not of the CHECK path).
  */
 int rl_limiter_export(struct rl_limiter *l, uint64_t now,
-                      bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch),
+                      bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard,
+                                   uint16_t epoch),
                       int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
+/* rl_limiter_export of the keys of one shard whose state was written under ownership epoch
+ * `epoch` (the shard's current one: a key of an earlier tenure is judged as absent here, so
+ * it is not sent either). */
+int rl_limiter_export_shard(struct rl_limiter *l, uint64_t now, uint32_t shard, uint16_t epoch,
+                            int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
+/* The shard of req's (service, user) under the rules' [cluster] shards (shardmap.h), as a
+ * router computes it and as the limiter records it in the keys it inserts. */
+uint32_t rl_limiter_shard(const struct rl_limiter *l, const struct rl_wire_req *req);
+/* The rules' [cluster] shards (at least 1). */
+uint32_t rl_limiter_shards(const struct rl_limiter *l);
 
 /* What rl_limiter_import did with its keys. */
 struct rl_limiter_import_stats {
@@ -174,13 +191,19 @@ struct rl_limiter_import_stats {
  * the sender's now) into this limiter at now (this node's clock), under ownership epoch
  * `epoch`: each as if it had been judged here all along, under this node's tier of the same
  * key seed (a different limit or burst is carried over as a live rules change would) or its
- * inline limit, interned for its owner. A key this node already holds is replaced. Adds to
+ * inline limit, interned for its owner. Each is recorded under `shard` (the sender's
+ * records are those of one shard). A key this node already holds is replaced. Adds to
  * *st (may be NULL). Returns 0, or -ENOMEM when the rules' index cannot be built (nothing
  * imported).
  */
-int rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch,
+int rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t shard,
                       const struct rl_handoff_key *keys, size_t n,
                       struct rl_limiter_import_stats *st);
+/* rl_limiter_import of the keys next gives, one at a time (each valid until the next call),
+ * until it gives NULL: the rules' index is built once for them all. */
+int rl_limiter_import_each(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t shard,
+                           const struct rl_handoff_key *(*next)(void *arg), void *arg,
+                           struct rl_limiter_import_stats *st);
 
 struct rl_slices;
 

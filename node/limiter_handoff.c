@@ -14,7 +14,7 @@
 struct lim_export {
     struct rl_limiter *l;
     uint64_t now;
-    bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch);
+    bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t epoch);
     int (*fn)(void *arg, const struct rl_handoff_key *k);
     void *arg;
     struct rl_handoff_key *k;
@@ -30,7 +30,8 @@ lim_export_entry(void *arg, struct rl_keytab_entry *e)
     uint64_t before;
     int full;
 
-    if (x->rc != 0 || !x->want(x->arg, e->fp_hi, (uint32_t)e->fp_lo, (uint16_t)e->epoch)) {
+    if (x->rc != 0 ||
+        !x->want(x->arg, e->fp_hi, (uint32_t)e->fp_lo, (uint32_t)e->shard, (uint16_t)e->epoch)) {
         return true;
     }
     t = lim_entry_tier(l, e);
@@ -62,7 +63,8 @@ lim_export_entry(void *arg, struct rl_keytab_entry *e)
 
 int
 rl_limiter_export(struct rl_limiter *l, uint64_t now,
-                  bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch),
+                  bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard,
+                               uint16_t epoch),
                   int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg)
 {
     struct lim_export x = {l, now, want, fn, arg, malloc(sizeof(struct rl_handoff_key)), 0};
@@ -73,6 +75,40 @@ rl_limiter_export(struct rl_limiter *l, uint64_t now,
     (void)rl_keytab_remap(l->tab, lim_export_entry, &x);
     free(x.k);
     return x.rc;
+}
+
+struct lim_shard_export {
+    uint32_t shard;
+    uint16_t epoch;
+    int (*fn)(void *arg, const struct rl_handoff_key *k);
+    void *arg;
+};
+
+static bool
+lim_want_shard(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t epoch)
+{
+    const struct lim_shard_export *x = arg;
+
+    (void)fp_hi;
+    (void)fp_lo;
+    return shard == x->shard && epoch == x->epoch;
+}
+
+static int
+lim_shard_fn(void *arg, const struct rl_handoff_key *k)
+{
+    const struct lim_shard_export *x = arg;
+
+    return x->fn(x->arg, k);
+}
+
+int
+rl_limiter_export_shard(struct rl_limiter *l, uint64_t now, uint32_t shard, uint16_t epoch,
+                        int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg)
+{
+    struct lim_shard_export x = {shard, epoch, fn, arg};
+
+    return rl_limiter_export(l, now, lim_want_shard, lim_shard_fn, &x);
 }
 
 /* This node's tier for k: configured (by key seed, the same algorithm and window) or its
@@ -116,7 +152,7 @@ lim_import_tier(struct rl_limiter *l, const struct lim_seed_ix *ix, const struct
 
 static void
 lim_import_one(struct rl_limiter *l, const struct lim_seed_ix *ix, uint64_t now, uint16_t epoch,
-               const struct rl_handoff_key *k, struct rl_limiter_import_stats *st)
+               uint32_t shard, const struct rl_handoff_key *k, struct rl_limiter_import_stats *st)
 {
     const struct rl_tier *to = lim_import_tier(l, ix, k, st);
     struct rl_tier from;
@@ -168,15 +204,18 @@ lim_import_one(struct rl_limiter *l, const struct lim_seed_ix *ix, uint64_t now,
     }
     e->st = s;
     e->epoch = epoch;
+    e->shard = shard;
     lim_count_log(l, to, rl_algo_heap_bytes(to, &s));
 }
 
 int
-rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch,
-                  const struct rl_handoff_key *keys, size_t n, struct rl_limiter_import_stats *st)
+rl_limiter_import_each(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t shard,
+                       const struct rl_handoff_key *(*next)(void *arg), void *arg,
+                       struct rl_limiter_import_stats *st)
 {
     struct rl_limiter_import_stats local;
     struct lim_seed_ix *ix = calloc(l->conf->ntiers + 1, sizeof(*ix));
+    const struct rl_handoff_key *k;
 
     if (ix == NULL) {
         return -ENOMEM;
@@ -190,9 +229,31 @@ rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch,
         ix[i].ix = (uint32_t)i;
     }
     qsort(ix, l->conf->ntiers, sizeof(*ix), lim_seed_cmp);
-    for (size_t i = 0; i < n; i++) {
-        lim_import_one(l, ix, now, epoch, &keys[i], st);
+    while ((k = next(arg)) != NULL) {
+        lim_import_one(l, ix, now, epoch, shard, k, st);
     }
     free(ix);
     return 0;
+}
+
+struct lim_array {
+    const struct rl_handoff_key *keys;
+    size_t n, i;
+};
+
+static const struct rl_handoff_key *
+lim_array_next(void *arg)
+{
+    struct lim_array *a = arg;
+
+    return a->i < a->n ? &a->keys[a->i++] : NULL;
+}
+
+int
+rl_limiter_import(struct rl_limiter *l, uint64_t now, uint16_t epoch, uint32_t shard,
+                  const struct rl_handoff_key *keys, size_t n, struct rl_limiter_import_stats *st)
+{
+    struct lim_array a = {keys, n, 0};
+
+    return rl_limiter_import_each(l, now, epoch, shard, lim_array_next, &a, st);
 }

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "rules.h"
 #include "shardmap.h"
+#include "server_handoff.h"
 #include "throttle.h"
 #include "zkm.h"
 #include "wire.h"
@@ -57,6 +58,8 @@ server_unref(struct rl_server *s)
         rl_wire_decoder_deinit(&s->dec);
         rl_throttle_destroy(s->throttle);
         s->throttle = NULL;
+        rl_server_handoff_free(s->handoff);
+        s->handoff = NULL;
         free(s->episodes);
         s->episodes = NULL;
         if (s->on_closed != NULL) {
@@ -104,11 +107,12 @@ reply_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg)
     server_replied(c, rl_wire_put_error(&c->out, id, err, msg));
 }
 
-/* Whether req is an admin op (STATS, THROTTLED): costly to answer, not a decision. */
+/* Whether req is an admin op (STATS, THROTTLED, HANDOFF_*): costly to answer, not a decision. */
 static inline bool
 server_is_admin(const struct rl_wire_req *req)
 {
-    return req->op == RL_WIRE_OP_STATS || req->op == RL_WIRE_OP_THROTTLED;
+    return req->op == RL_WIRE_OP_STATS || req->op == RL_WIRE_OP_THROTTLED ||
+           req->op == RL_WIRE_OP_HANDOFF_OUT || req->op == RL_WIRE_OP_HANDOFF_IN;
 }
 
 /* Whether the admin budget of this loop turn is spent (SERVER_ADMIN_TURN_BYTES). */
@@ -276,15 +280,17 @@ server_batch_end(struct rl_conn *c)
     }
 }
 
-/* Whether this node answers a CHECK for req's key; if not, the refusal is in c->out. */
+/* Whether this node answers a CHECK for req's key; if not, the refusal is in c->out. The
+ * shard of its key when it was computed (ZooKeeper mode), else RL_LIMITER_SHARD_UNKNOWN. */
 static bool
-server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch)
+server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch, uint32_t *known)
 {
     struct rl_server *s = c->data;
     char msg[192];
     uint32_t shard;
 
     *epoch = 0;
+    *known = RL_LIMITER_SHARD_UNKNOWN;
     if (s->zk_state == RL_SERVER_ZK_NONE) {
         return true; /* static membership: every node is trusted with every key */
     }
@@ -294,6 +300,7 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch)
     if (s->registered && (!s->fence_disconnect || s->zk_state == RL_ZKM_CONNECTED) &&
         s->owned != NULL && (s->owned[shard >> 3] >> (shard & 7) & 1) != 0) {
         *epoch = s->epochs != NULL ? s->epochs[shard] : 0;
+        *known = shard;
         return true;
     }
     s->not_owner++;
@@ -322,14 +329,14 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch)
 /* Judges one prepared CHECK and writes its reply. */
 static void
 server_check_prepared(struct rl_conn *c, const struct rl_wire_req *req,
-                      const struct rl_limiter_prep *prep)
+                      struct rl_limiter_prep *prep)
 {
     struct rl_server *s = c->data;
     struct rl_wire_check_reply rep;
     uint16_t epoch;
     int rc;
 
-    if (!server_owns(c, req, &epoch)) {
+    if (!server_owns(c, req, &epoch, &prep->shard)) {
         return;
     }
     rc = rl_limiter_check_prepared(s->limiter, req, prep, s->now_ms, epoch, &rep);
@@ -449,6 +456,23 @@ server_clock(struct rl_conn *c, const struct rl_wire_req *req)
     rl_clock_set(&s->clock, req->now_ms);
     s->now_ms = req->now_ms;
     server_replied(c, rl_wire_put_clock_reply(&c->out, req->id, req->now_ms));
+}
+
+/* HANDOFF_OUT, HANDOFF_IN (server_handoff.c): admin answers, as STATS. */
+static void
+server_handoff_out(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    size_t before = rl_buf_unread(&c->out);
+
+    server_admin_replied(c, before, rl_server_handoff_out(c->data, req, &c->out));
+}
+
+static void
+server_handoff_in(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    size_t before = rl_buf_unread(&c->out);
+
+    server_admin_replied(c, before, rl_server_handoff_in(c->data, req, &c->out));
 }
 
 typedef void (*server_handler)(struct rl_conn *c, const struct rl_wire_req *req);

@@ -105,6 +105,9 @@ struct rl_server {
     int64_t slices_version;
     uint64_t slices_generation, slices_users, slices_failures;
     uint64_t zk_expiries;    /* ZooKeeper sessions lost for good (set by the node's main) */
+    /* HANDOFF_OUT's export in progress and HANDOFF_IN's room (server_handoff.h); NULL until
+     * the first of them */
+    struct rl_server_handoff *handoff;
     uint32_t shards_owned;   /* in the current view (set by the node's main) */
     int pending_closes; /* handles still closing */
     bool closing;

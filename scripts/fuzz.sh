@@ -8,7 +8,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 secs=${1:-20}
-targets=${FUZZ_TARGETS:-wire conf assign reqline slices envoycfg rls resp}
+targets=${FUZZ_TARGETS:-wire conf assign reqline slices envoycfg rls resp handoff}
 build=${FUZZ_BUILD_DIR:-$top/build-fuzz}
 command -v clang >/dev/null || { echo "scripts/fuzz.sh: clang is missing (scripts/deps.sh installs it)" >&2; exit 2; }
 CC=clang cmake -S . -B "$build" -DRL_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
@@ -22,6 +22,7 @@ for t in $targets; do
     max_len=4096
     [ "$t" = wire ] && max_len=70000
     [ "$t" = resp ] && max_len=70000
+    [ "$t" = handoff ] && max_len=20000
     if "$build/tests/fuzz/fuzz_$t" -max_total_time="$secs" -max_len="$max_len" -timeout=10 \
         -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/$t/artifacts/" \
         "$work/$t/corpus" >"$work/$t/log" 2>&1; then

@@ -1782,6 +1782,99 @@ START_TEST(test_hot_roundtrip)
 }
 END_TEST
 
+/* HANDOFF_OUT and HANDOFF_IN, and their replies: each field back as encoded; records of the
+ * largest size and one byte more; the fields' refusals, named. */
+START_TEST(test_handoff_roundtrip)
+{
+    struct rl_wire_req in, req;
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    char *big = malloc(RL_WIRE_RECORDS_MAX + 1);
+    struct rl_buf out;
+    const char *p;
+    size_t n;
+
+    ck_assert_ptr_nonnull(rep);
+    ck_assert_ptr_nonnull(big);
+    for (size_t i = 0; i <= RL_WIRE_RECORDS_MAX; i++) {
+        big[i] = (char)(i * 7);
+    }
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    rl_buf_init(&out);
+    memset(&in, 0, sizeof(in));
+    in.op = RL_WIRE_OP_HANDOFF_OUT;
+    in.id = 5;
+    in.shard = 1048575;
+    in.offset = UINT64_MAX;
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+    p = one_frame(&out, &n);
+    expect_req("handoff_out", p, n, &req);
+    ck_assert_uint_eq(req.op, RL_WIRE_OP_HANDOFF_OUT);
+    ck_assert_uint_eq(req.shard, 1048575);
+    ck_assert_uint_eq(req.offset, UINT64_MAX);
+    in.op = RL_WIRE_OP_HANDOFF_IN;
+    in.shard = 3;
+    in.records = mkstr(big, RL_WIRE_RECORDS_MAX);
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+    p = one_frame(&out, &n);
+    ck_assert_uint_le(n, RL_WIRE_FRAME_MAX);
+    expect_req("handoff_in", p, n, &req);
+    ck_assert_uint_eq(req.shard, 3);
+    ck_assert_uint_eq(req.records.len, RL_WIRE_RECORDS_MAX);
+    ck_assert_int_eq(memcmp(req.records.ptr, big, RL_WIRE_RECORDS_MAX), 0);
+    in.records = mkstr(big, RL_WIRE_RECORDS_MAX + 1);
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), -EMSGSIZE);
+    expect_fault("handoff_out 3", RAW(0x93, 0x0b, 0x05, 0x00), RL_WIRE_ERR_BAD_FIELD, false, 5,
+                 "HANDOFF_OUT takes 4 elements");
+    expect_fault("handoff_out shard", RAW(0x94, 0x0b, 0x05, 0xce, 0x00, 0x10, 0x00, 0x00, 0x00),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "shard must be an unsigned integer of 0..1048575");
+    expect_fault("handoff_out offset", RAW(0x94, 0x0b, 0x05, 0x00, 0xff), RL_WIRE_ERR_BAD_FIELD,
+                 false, 5, "offset must be an unsigned integer");
+    expect_fault("handoff_in str", RAW(0x94, 0x0c, 0x05, 0x00, 0xa1, 'x'), RL_WIRE_ERR_BAD_FIELD,
+                 false, 5, "records must be a binary of 0..65500 bytes");
+    expect_req("handoff_in empty", RAW(0x94, 0x0c, 0x05, 0x00, 0xc4, 0x00), &req);
+    ck_assert_ptr_nonnull(req.records.ptr);
+    ck_assert_uint_eq(req.records.len, 0);
+
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_handoff_out_reply(&out, 9, big, 100, 12345), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_HANDOFF_OUT);
+    ck_assert_uint_eq(rep->id, 9);
+    ck_assert_uint_eq(rep->records.len, 100);
+    ck_assert_int_eq(memcmp(rep->records.ptr, big, 100), 0);
+    ck_assert_uint_eq(rep->next, 12345);
+    ck_assert_int_eq(rl_wire_put_handoff_out_reply(&out, 9, big, RL_WIRE_RECORDS_MAX + 1, 0),
+                     -EMSGSIZE);
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_handoff_in_reply(&out, 10, 812, 3), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_HANDOFF_IN);
+    ck_assert_uint_eq(rep->imported, 812);
+    ck_assert_uint_eq(rep->skipped, 3);
+    /* a later reply of another op leaves no handoff field behind */
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_ping_reply(&out, 1, "n"), 0);
+    p = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_ptr_null(rep->records.ptr);
+    ck_assert_uint_eq(rep->imported + rep->skipped + rep->next, 0);
+    {
+        /* [11, 1, "x", 0]: records must be bin */
+        static const char bad[] = {(char)0x94, 0x0b, 0x01, (char)0xa1, 'x', 0x00};
+
+        ck_assert_int_eq(rl_wire_decode_reply(&d, bad, sizeof(bad), rep), -EPROTO);
+    }
+    rl_buf_deinit(&out);
+    rl_wire_decoder_deinit(&d);
+    free(rep);
+    free(big);
+}
+END_TEST
+
 static void
 fill_ep(struct rl_wire_episode *e, const char *svc, const char *ep, const char *user,
         const char *node, uint64_t refused, uint32_t ended)
@@ -2004,6 +2097,7 @@ wire_suite(void)
     tcase_add_test(tc, test_auth_field);
     tcase_add_test(tc, test_reply_strict);
     tcase_add_test(tc, test_hot_roundtrip);
+    tcase_add_test(tc, test_handoff_roundtrip);
     tcase_add_test(tc, test_throttled_roundtrip_request);
     tcase_add_test(tc, test_throttled_bad_requests);
     tcase_add_test(tc, test_throttled_roundtrip_reply);

@@ -3,8 +3,9 @@
  * bytes, as a server and a client read them from a socket. Invariants: a frame never
  * claims more than the input holds; a decoded request's strings lie inside its frame and
  * keep the documented bounds; a request that decodes re-encodes (CHECK, PING, STATS,
- * CLOCK, HELLO, AUTH) and decodes again to the same values; the short readers of CHECK and
- * its reply (wire_fast.h) take a frame only when the full decoders do, with the same fields.
+ * CLOCK, HELLO, AUTH, THROTTLED, HANDOFF_OUT, HANDOFF_IN) and decodes again to the same
+ * values; the short readers of CHECK and its reply (wire_fast.h) take a frame only when the
+ * full decoders do, with the same fields.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -80,6 +81,30 @@ roundtrip_throttled(const struct rl_wire_req *r)
     rl_buf_deinit(&b);
 }
 
+/* Re-encodes a decoded HANDOFF_OUT or HANDOFF_IN and decodes it again: the same fields. */
+static void
+roundtrip_handoff(const struct rl_wire_req *r)
+{
+    struct rl_wire_req again;
+    struct rl_wire_fault fault;
+    struct rl_buf b;
+    size_t plen;
+
+    rl_buf_init(&b);
+    MUST(rl_wire_put_req(&b, r) == 0);
+    MUST(rl_wire_frame(b.data, b.len, &plen) == 1);
+    MUST(rl_wire_decode_req(&dec, b.data + RL_WIRE_HDR_LEN, plen, &again, &fault) == 0);
+    MUST(again.op == r->op && again.id == r->id && again.shard == r->shard);
+    if (r->op == RL_WIRE_OP_HANDOFF_OUT) {
+        MUST(again.offset == r->offset);
+    } else {
+        MUST(again.records.len == r->records.len &&
+             (r->records.len == 0 ||
+              memcmp(again.records.ptr, r->records.ptr, r->records.len) == 0));
+    }
+    rl_buf_deinit(&b);
+}
+
 static int
 same_str(struct rl_wire_str a, struct rl_wire_str b)
 {
@@ -138,12 +163,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct rl_wire_fault fault;
 
         if (rl_wire_decode_req(&dec, f, plen, &req, &fault) == 0) {
-            MUST(req.op >= RL_WIRE_OP_CHECK && req.op <= RL_WIRE_OP_HOT);
+            MUST(rl_wire_op_info(req.op) != NULL && req.op != RL_WIRE_OP_ERROR);
             str_inside(req.service, f, plen, RL_WIRE_SERVICE_MAX);
             str_inside(req.user, f, plen, RL_WIRE_USER_MAX);
             str_inside(req.endpoint, f, plen, RL_WIRE_ENDPOINT_MAX);
             str_inside(req.role, f, plen, RL_WIRE_ROLE_MAX);
             str_inside(req.token, f, plen, RL_WIRE_TOKEN_MAX);
+            str_inside(req.records, f, plen, RL_WIRE_RECORDS_MAX);
+            if (req.op == RL_WIRE_OP_HANDOFF_OUT || req.op == RL_WIRE_OP_HANDOFF_IN) {
+                MUST(req.shard < RL_WIRE_SHARDS_MAX);
+                MUST(req.op == RL_WIRE_OP_HANDOFF_OUT || req.records.ptr != NULL);
+                roundtrip_handoff(&req);
+            }
             if (req.op == RL_WIRE_OP_CHECK) {
                 MUST(req.cost <= RL_WIRE_COST_MAX);
                 MUST(req.service.len >= 1 && req.user.len >= 1);
@@ -182,6 +213,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 str_inside(rep.missing[i], f, plen, RL_WIRE_NODE_MAX);
             }
             str_inside(rep.name, f, plen, UINT32_MAX);
+            str_inside(rep.records, f, plen, RL_WIRE_RECORDS_MAX);
             str_inside(rep.message, f, plen, UINT32_MAX);
         }
         off += RL_WIRE_HDR_LEN + plen;

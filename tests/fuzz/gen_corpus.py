@@ -52,8 +52,37 @@ wire = {
     "http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     "tls": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
 }
+
+def u64(v):
+    return b"\xcf" + struct.pack(">Q", v)
+
+
+def rec(p):
+    return struct.pack(">I", len(p)) + p
+
+
+# handoff records (docs/PROTOCOL.md, "Handoff records"): header, keys, end
+ho_header = rec(b"\x95\x00" + s(b"rl-handoff") + b"\x01" + u64(1700000000000) + b"\x03")
+ho_fw = rec(b"\x9d\x01" + u64(0x1234567890ABCDEF) + b"\x05\x00" + u64(0xFEDCBA9876543210)
+            + b"\x00\x0a\xce" + struct.pack(">I", 3600000) + b"\x0a\x00\xcd\x0b\xb8\x03\x90")
+ho_swl = rec(b"\x9d\x01" + u64(0x0123456789ABCDEF) + b"\x0f\x01\xce\x00\x00\x00\x07"
+             + b"\x01\x0a\xcd\xea\x60\x0a\x01\x00\x00"
+             + b"\x94\xcd\x03\xe8\x01\xff\x02")
+ho_end = rec(b"\x92\x02\x02")
+ho_stream = ho_header + ho_fw + ho_swl + ho_end
+wire["handoff_out"] = frame(b"\x94\x0b\x01\x03\x00")
+wire["handoff_out_next"] = frame(b"\x94\x0b\x02\x03\xcd\xff\xdc")
+wire["handoff_out_reply"] = frame(b"\x94\x0b\x01\xc5" + struct.pack(">H", len(ho_stream)) + ho_stream + b"\x00")
+wire["handoff_in"] = frame(b"\x94\x0c\x01\x03\xc5" + struct.pack(">H", len(ho_stream)) + ho_stream)
+wire["handoff_in_empty"] = frame(b"\x94\x0c\x01\x03\xc4\x00")
+wire["handoff_in_reply"] = frame(b"\x94\x0c\x01\x02\x00")
 for k, v in wire.items():
     put("wire", k, v)
+put("handoff", "stream", ho_stream)
+put("handoff", "header", ho_header)
+put("handoff", "key_fixed_window", ho_fw)
+put("handoff", "key_log", ho_swl)
+put("handoff", "cut", ho_stream[:-3])
 
 conf_base = open(os.path.join(os.path.dirname(top), "..", "..", "cluster.conf")).read()
 confs = {

@@ -8,8 +8,8 @@
  * Also: a receiver with another limit carries the consumption over, one without the tier
  * skips the key, a region's slice of a global rule continues (and carries over to another
  * slice), a log too long for a record travels as its counts, and the decoder refuses every
- * truncation and corruption without crashing. Not for the transfer between processes (not written
- * yet).
+ * truncation and corruption without crashing; a shard's keys exported alone. Not for the
+ * transfer between processes (check_handoff_e2e).
  */
 #include <check.h>
 #include <errno.h>
@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <msgpack.h>
 
 #include "buf.h"
 #include "conf.h"
@@ -132,8 +134,9 @@ struct sink {
 };
 
 static bool
-want_all(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint16_t epoch)
+want_all(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t epoch)
 {
+    (void)shard;
     (void)arg;
     (void)fp_hi;
     (void)fp_lo;
@@ -233,7 +236,7 @@ roundtrip(uint64_t offset, bool windows_too)
     export_decode(snd, at(k), &keys, &n);
     ck_assert_uint_gt(n, 0);
     memset(&st, 0, sizeof(st));
-    ck_assert_int_eq(rl_limiter_import(rcv, at(k) + offset, 3, keys, n, &st), 0);
+    ck_assert_int_eq(rl_limiter_import(rcv, at(k) + offset, 3, 0, keys, n, &st), 0);
     ck_assert_uint_eq(st.imported, n);
     ck_assert_uint_eq(st.no_tier + st.invalid + st.no_memory + st.carried, 0);
     rl_limiter_stats(rcv, &ls);
@@ -341,12 +344,12 @@ START_TEST(test_import_other_rules)
         export_decode(snd, T0 + 5, &keys, &n);
         ck_assert_uint_eq(n, 1);
         memset(&st, 0, sizeof(st));
-        ck_assert_int_eq(rl_limiter_import(rcv, T0 + 5, 0, keys, n, &st), 0);
+        ck_assert_int_eq(rl_limiter_import(rcv, T0 + 5, 0, 0, keys, n, &st), 0);
         ck_assert_uint_eq(st.imported, 1);
         ck_assert_uint_eq(st.carried, 1);
         ck_assert_uint_eq(check(rcv, "s", "u", NULL, 0, T0 + 5).remaining, 997);
         memset(&st, 0, sizeof(st));
-        ck_assert_int_eq(rl_limiter_import(none, T0 + 5, 0, keys, n, &st), 0);
+        ck_assert_int_eq(rl_limiter_import(none, T0 + 5, 0, 0, keys, n, &st), 0);
         ck_assert_uint_eq(st.no_tier, 1);
         ck_assert_uint_eq(st.imported, 0);
         ck_assert_uint_eq(check(none, "s", "u", NULL, 0, T0 + 5).remaining, 3);
@@ -391,10 +394,10 @@ START_TEST(test_global_slice)
         ck_assert_uint_eq(n, 1);
         ck_assert_uint_eq(keys[0].kind, RL_HANDOFF_INLINE);
         memset(&st, 0, sizeof(st));
-        ck_assert_int_eq(rl_limiter_import(rcv, T0 + DAY_OFFSET, 0, keys, n, &st), 0);
+        ck_assert_int_eq(rl_limiter_import(rcv, T0 + DAY_OFFSET, 0, 0, keys, n, &st), 0);
         ck_assert_uint_eq(st.imported, 1);
         ck_assert_uint_eq(check(rcv, "g", "u", NULL, 0, T0 + DAY_OFFSET).remaining, 5);
-        ck_assert_int_eq(rl_limiter_import(big, T0 + DAY_OFFSET, 0, keys, n, &st), 0);
+        ck_assert_int_eq(rl_limiter_import(big, T0 + DAY_OFFSET, 0, 0, keys, n, &st), 0);
         ck_assert_msg(check(big, "g", "u", NULL, 0, T0 + DAY_OFFSET).remaining == 30, "%s",
                       algos[i]);
         free(keys);
@@ -422,7 +425,7 @@ START_TEST(test_long_log)
     ck_assert_uint_eq(n, 1);
     ck_assert_uint_eq(keys[0].st.shape, RL_ALGO_SLIDING_WINDOW_COUNTER);
     ck_assert_uint_eq(keys[0].st.nlog, 0);
-    ck_assert_int_eq(rl_limiter_import(rcv, T0 + 1500, 0, keys, n, NULL), 0);
+    ck_assert_int_eq(rl_limiter_import(rcv, T0 + 1500, 0, 0, keys, n, NULL), 0);
     ck_assert_uint_eq(check(rcv, "s", "u", NULL, 0, T0 + 1500).remaining, 3500);
     free(keys);
     rl_limiter_destroy(snd);
@@ -459,7 +462,7 @@ START_TEST(test_import_far_future)
         } else {
             keys[0].st.t_ms = -(INT64_C(1) << 61);
         }
-        ck_assert_int_eq(rl_limiter_import(rcv, T0, 0, keys, n, NULL), 0);
+        ck_assert_int_eq(rl_limiter_import(rcv, T0, 0, 0, keys, n, NULL), 0);
         ck_assert_uint_eq(check(rcv, "s", "u", NULL, 1, T0).code, RL_WIRE_LIMITED);
         /* two windows later (a sliding counter weighs the previous one): allowed again */
         ck_assert_msg(check(rcv, "s", "u", NULL, 1, T0 + 3 * 60000 + 1).code != RL_WIRE_LIMITED,
@@ -474,6 +477,135 @@ END_TEST
 
 /* Every prefix of a stream is incomplete (0) or a whole record; every single-byte change
  * decodes to a record or -EINVAL, never a crash nor a read past the bytes (ASan). */
+struct shard_sink {
+    struct rl_handoff_key *keys;
+    size_t n, cap;
+};
+
+static int
+to_array(void *arg, const struct rl_handoff_key *k)
+{
+    struct shard_sink *s = arg;
+
+    ck_assert_uint_lt(s->n, s->cap);
+    s->keys[s->n++] = *k;
+    return 0;
+}
+
+/*
+ * Per-shard export: every key records the shard of its (service, user) at insert (each tier
+ * of a multi-tier rule, inline limits too), rl_limiter_export_shard gives exactly a shard's
+ * keys of the epoch asked for, and a receiver that imports one shard continues its users' counters,
+ * records them under that shard, and starts the other shards' users from zero.
+ */
+START_TEST(test_export_shard)
+{
+    struct rl_conf *c = conf_from("[cluster]\nshards = 8\n"
+                                  "[service fw]\nlimit = fixed_window 7 per 1m\n"
+                                  "[service multi]\nlimit = fixed_window 9 per 1h\n"
+                                  "limit = gcra 5 per 10s\n");
+    struct rl_limiter *snd = limiter_from(c), *rcv = limiter_from(c);
+    size_t per_shard[8] = {0}, total = 0;
+    struct shard_sink s;
+    char user[16];
+    enum { NU = 40 };
+
+    s.cap = 4 * NU;
+    s.keys = calloc(s.cap, sizeof(*s.keys));
+    ck_assert_ptr_nonnull(s.keys);
+    for (int u = 0; u < NU; u++) {
+        struct rl_wire_req req;
+
+        snprintf(user, sizeof(user), "user-%d", u);
+        memset(&req, 0, sizeof(req));
+        req.service.ptr = "fw";
+        req.service.len = 2;
+        req.user.ptr = user;
+        req.user.len = (uint32_t)strlen(user);
+        /* fw: 1 key, multi: 2 (one a tier), the inline limit of service free: 1; each
+         * under the shard of its own (service, user) */
+        per_shard[rl_limiter_shard(snd, &req)] += 1;
+        (void)check(snd, "fw", user, NULL, 3, T0);
+        req.service.ptr = "multi";
+        req.service.len = 5;
+        per_shard[rl_limiter_shard(snd, &req)] += 2;
+        (void)check(snd, "multi", user, NULL, 2, T0);
+        req.service.ptr = "free";
+        req.service.len = 4;
+        per_shard[rl_limiter_shard(snd, &req)] += 1;
+        (void)check(snd, "free", user, "gcra", 1, T0);
+    }
+    for (uint32_t sh = 0; sh < 8; sh++) {
+        s.n = 0;
+        ck_assert_int_eq(rl_limiter_export_shard(snd, T0 + 10, sh, 0, to_array, &s), 0);
+        ck_assert_msg(s.n == per_shard[sh], "shard %u: %zu keys exported, %zu held", sh, s.n,
+                      per_shard[sh]);
+        total += s.n;
+    }
+    ck_assert_uint_eq(total, 4 * NU);
+    /* keys of another tenure (their epoch is not the shard's now) are not sent */
+    s.n = 0;
+    ck_assert_int_eq(rl_limiter_export_shard(snd, T0 + 10, 3, 1, to_array, &s), 0);
+    ck_assert_uint_eq(s.n, 0);
+    /* shard 3 to the receiver, 20 s later by its clock */
+    s.n = 0;
+    ck_assert_int_eq(rl_limiter_export_shard(snd, T0 + 10, 3, 0, to_array, &s), 0);
+    ck_assert_uint_gt(s.n, 0);
+    ck_assert_int_eq(rl_limiter_import(rcv, T0 + 20010, 0, 3, s.keys, s.n, NULL), 0);
+    for (uint32_t sh = 0; sh < 8; sh++) {
+        size_t n = s.n;
+
+        s.n = 0;
+        ck_assert_int_eq(rl_limiter_export_shard(rcv, T0 + 20010, sh, 0, to_array, &s), 0);
+        ck_assert_uint_eq(s.n, sh == 3 ? n : 0);
+        s.n = n;
+    }
+    for (int u = 0; u < NU; u++) {
+        struct rl_wire_req req;
+        struct rl_wire_check_reply r;
+
+        snprintf(user, sizeof(user), "user-%d", u);
+        memset(&req, 0, sizeof(req));
+        req.service.ptr = "fw";
+        req.service.len = 2;
+        req.user.ptr = user;
+        req.user.len = (uint32_t)strlen(user);
+        r = check(rcv, "fw", user, NULL, 1, T0 + 20010);
+        /* 3 used before (the window of 1m still runs 20 s later): 7 - 3 - 1 */
+        ck_assert_uint_eq(r.remaining, rl_limiter_shard(rcv, &req) == 3 ? 3 : 6);
+    }
+    {
+        /* a caller that knows the shard (the node, in ZooKeeper mode) gives it in the
+         * preparation: the key is recorded under it, not hashed again */
+        struct rl_wire_req req;
+        struct rl_limiter_prep prep;
+        struct rl_wire_check_reply rep;
+        size_t before;
+
+        memset(&req, 0, sizeof(req));
+        req.service.ptr = "fw";
+        req.service.len = 2;
+        req.user.ptr = "given";
+        req.user.len = 5;
+        req.cost = 1;
+        rl_limiter_prepare(rcv, &req, &prep);
+        ck_assert_uint_eq(prep.shard, RL_LIMITER_SHARD_UNKNOWN);
+        prep.shard = (rl_limiter_shard(rcv, &req) + 1) % 8;
+        s.n = 0;
+        ck_assert_int_eq(rl_limiter_export_shard(rcv, T0 + 20010, prep.shard, 0, to_array, &s), 0);
+        before = s.n;
+        ck_assert_int_eq(rl_limiter_check_prepared(rcv, &req, &prep, T0 + 20010, 0, &rep), 0);
+        s.n = 0;
+        ck_assert_int_eq(rl_limiter_export_shard(rcv, T0 + 20010, prep.shard, 0, to_array, &s), 0);
+        ck_assert_uint_eq(s.n, before + 1);
+    }
+    free(s.keys);
+    rl_limiter_destroy(snd);
+    rl_limiter_destroy(rcv);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 START_TEST(test_decoder_bounded)
 {
     struct rl_handoff_key k, out;
@@ -500,6 +632,21 @@ START_TEST(test_decoder_bounded)
         ck_assert_int_eq(rl_handoff_next(b.data, n, &rec, &out), 0);
     }
     ck_assert_int_eq(rl_handoff_next(b.data, b.len, &rec, &out), (long)b.len);
+    {
+        /* the body is exactly one MessagePack value, as any decoder reads it: an array of
+         * the 13 fields docs/PROTOCOL.md lists */
+        msgpack_unpacked u;
+        size_t off = 0;
+
+        msgpack_unpacked_init(&u);
+        ck_assert_int_eq(msgpack_unpack_next(&u, b.data + 4, b.len - 4, &off),
+                         MSGPACK_UNPACK_SUCCESS);
+        ck_assert_uint_eq(off, b.len - 4);
+        ck_assert_int_eq(u.data.type, MSGPACK_OBJECT_ARRAY);
+        ck_assert_uint_eq(u.data.via.array.size, 13);
+        ck_assert_uint_eq(u.data.via.array.ptr[12].via.array.size, 80);
+        msgpack_unpacked_destroy(&u);
+    }
     ck_assert_uint_eq(out.st.nlog, 40);
     ck_assert_int_eq(out.st.age[39], -1000);
     ck_assert_uint_eq(out.st.cost[39], 40);
@@ -539,6 +686,7 @@ handoff_suite(void)
     tcase_add_test(tc, test_long_log);
     tcase_add_test(tc, test_import_far_future);
     tcase_add_test(tc, test_decoder_bounded);
+    tcase_add_test(tc, test_export_shard);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -132,9 +132,9 @@ clustered_fp(uint64_t id, uint64_t *hi, uint32_t *lo)
     /* Within a region, a spread of 1/64 of the hash space, so regions overlap. */
     uint64_t off = (r >> 3) >> 3;
     *hi = base >= (UINT64_MAX >> 1) ? base - off : base + off;
-    *hi = (*hi & ~UINT64_C(0xffff)) | (id & 0xffff);
+    *hi = (*hi & ~UINT64_C(0xffffff)) | (id & 0xffffff);
     *hi += (*hi == 0);
-    *lo = (uint32_t)(id >> 16);
+    *lo = (uint32_t)(id >> 24) & 0xf; /* the 4 bits an entry keeps */
 }
 
 static struct rl_keytab_entry *
@@ -143,7 +143,7 @@ insert_id(struct rl_keytab *t, uint64_t id, uint64_t hi, uint32_t lo, uint64_t f
     struct rl_keytab_entry *e = rl_keytab_insert(t, hi, lo, (uint16_t)(id & 0xffff), 0);
     RL_CHECK(e != NULL);
     RL_CHECK_UINT(e->fp_hi, ==, hi);
-    RL_CHECK_UINT(e->fp_lo, ==, lo);
+    RL_CHECK_UINT(e->fp_lo, ==, lo & 0xf); /* the 4 bits an entry keeps */
     RL_CHECK_UINT(e->tier, ==, id & 0xffff);
     RL_CHECK_UINT(e->st.a, ==, 0);
     RL_CHECK_UINT(e->st.b, ==, 0);
@@ -169,7 +169,7 @@ check_id(struct rl_keytab *t, uint64_t id, uint64_t hi, uint32_t lo, bool presen
         RL_CHECK(e != NULL);
         RL_CHECK_UINT(e->st.b, ==, id + 1);
         RL_CHECK_UINT(e->fp_hi, ==, hi);
-        RL_CHECK_UINT(e->fp_lo, ==, lo);
+        RL_CHECK_UINT(e->fp_lo, ==, lo & 0xf); /* the 4 bits an entry keeps */
     } else {
         RL_CHECK(e == NULL);
     }

@@ -51,7 +51,10 @@
     X(TOP, "top")                                                                                  \
     X(JSON, "json")                                                                                \
     X(LIMIT, "limit")                                                                              \
-    X(EPISODES, "episodes")
+    X(EPISODES, "episodes")                                                                        \
+    X(SHARD, "shard")                                                                              \
+    X(FROM, "from")                                                                                \
+    X(TO, "to")
 
 enum cli_opt_bit {
 #define CLI_OPT_ENUM(n, s) CLI_OPTBIT_##n,
@@ -80,6 +83,9 @@ struct cli {
     uint32_t top;        /* throttled --top; 0: the server's default */
     bool json;           /* --json (status, throttled) */
     const char *limit;   /* check --limit: an inline limit in cluster.conf's syntax */
+    uint32_t shard;      /* handoff --shard */
+    const char *from;    /* handoff --from, --to: HOST:PORT of the nodes */
+    const char *to;
     unsigned given;      /* CLI_O() of the options given */
 };
 
@@ -228,6 +234,8 @@ int cli_cmd_query(const struct cli *o, const struct cli_cmd *cmd, int argc, char
 int cli_cmd_clock(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_throttled(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_hot(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
+/* cmd_handoff.c */
+int cli_cmd_handoff(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_hash(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_rules(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_envoy(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);

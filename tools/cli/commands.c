@@ -60,6 +60,16 @@ static const struct cli_cmd commands[] = {
              "first, with how much of each count may be other keys'",
      .opts = CLI_O(SERVICE) | CLI_O(TOP) | CLI_O(JSON),
      .unknown_op = "only a router answers HOT"},
+    {.name = "handoff",
+     .run = cli_cmd_handoff,
+     .synopsis = "--shard N --from HOST:PORT --to HOST:PORT",
+     .help = "hand shard N's keys, with their counters, from one node to\n"
+             "another (HANDOFF_OUT to --from, HANDOFF_IN to --to; both with\n"
+             "--token-file and --tls-*); keys --to holds are replaced.\n"
+             "Stop sending that shard's CHECKs to --from first (by hand:\n"
+             "docs/OPERATIONS.md, \"Handing a shard off by hand\")",
+     .opts = CLI_O(SHARD) | CLI_O(FROM) | CLI_O(TO),
+     .unknown_op = "a node from before handoff, or not a node"},
     {.name = "gen-token",
      .run = cli_cmd_token,
      .synopsis = "FILE",
@@ -136,6 +146,9 @@ cli_usage(FILE *f)
                "  --repeat N          send the CHECK N times (default 1)\n"
                "  --interval-ms MS    pause between repeated CHECKs (default 0)\n"
                "  --shards S          shard count for hash (default 4096)\n"
+               "  --shard N           handoff: the shard handed off\n"
+               "  --from HOST:PORT    handoff: the node handing it (its old owner)\n"
+               "  --to HOST:PORT      handoff: the node taking it (its new owner)\n"
                "  --config FILE       cluster.conf for hash, status and rules\n"
                "  --router HOST:PORT  the same as --target\n"
                "  --service S         throttled, hot: only service S\n"

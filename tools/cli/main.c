@@ -48,6 +48,9 @@ static const struct option long_opts[] = {
     {"json", no_argument, NULL, OPT(JSON)},
     {"episodes", no_argument, NULL, OPT(EPISODES)},
     {"limit", required_argument, NULL, OPT(LIMIT)},
+    {"shard", required_argument, NULL, OPT(SHARD)},
+    {"from", required_argument, NULL, OPT(FROM)},
+    {"to", required_argument, NULL, OPT(TO)},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -65,6 +68,7 @@ static const struct {
     {OPT(INTERVAL), 0, 86400000, "0..86400000"},
     {OPT(SHARDS), 1, CLI_SHARDS_MAX, "1..1048576"},
     {OPT(TOP), 1, RL_WIRE_TOP_MAX, "1..100"},
+    {OPT(SHARD), 0, CLI_SHARDS_MAX - 1, "0..1048575"},
 };
 
 /* The number of a numeric option into *v: 0, or an exit status after a message. */
@@ -160,6 +164,15 @@ take_option(struct cli *o, int ch, const char *arg)
         return 0;
     case OPT(LIMIT):
         o->limit = arg;
+        return 0;
+    case OPT(SHARD):
+        o->shard = (uint32_t)v;
+        return 0;
+    case OPT(FROM):
+        o->from = arg;
+        return 0;
+    case OPT(TO):
+        o->to = arg;
         return 0;
     case OPT_HELP:
         cli_usage(stdout);
