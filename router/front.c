@@ -37,6 +37,11 @@ struct rl_front {
     uv_idle_t idle;
     struct rl_front_conn *dirty;
     uint64_t refused_warned_ms; /* a refusal was last logged (at most every 10 s) */
+    uint64_t turn; /* loop turns (front_check_cb): the per-turn input budget's clock */
+    struct rl_front_conn *throttled; /* through their input budget: reading again next turn */
+    /* Connections still opening (not yet authenticated), per front kind, oldest first: the
+     * oldest makes room for a newcomer when the front's pre-AUTH share is full. */
+    struct rl_front_conn *opening_old[RL_FRONT_KINDS], *opening_new[RL_FRONT_KINDS];
 };
 
 struct front_wreq {
@@ -75,9 +80,20 @@ struct rl_front_conn {
     struct rl_front_conn *dirty_prev, *dirty_next;
     bool peer_counted; /* counted in the process's per-address table (rl_listener_peer_take) */
     bool preauth;      /* counted as not yet authenticated (front_preauth_take) */
+    bool opening;      /* not yet authenticated: on the loop's opening list, closed at
+                          auth_timeout after accept (front_tick) */
+    struct rl_front_conn *op_prev, *op_next; /* the opening list (older, newer) */
+    uint64_t opened_ms;                      /* loop time of the accept */
+    uint64_t wprog_ms;  /* loop time output last made progress (or began to wait) */
+    size_t wq_seen;     /* the socket's unsent bytes at the last tick */
+    uint64_t turn;      /* the loop turn turn_used counts in */
+    uint64_t turn_used; /* input cost taken this turn (bytes read, rl_front_charge) */
+    bool throttled;     /* on the loop's throttled list: not reading until the next turn */
+    struct rl_front_conn *thr_next;
 };
 
 static void front_idle_cb(uv_idle_t *h);
+static void front_reading(struct rl_front_conn *c);
 static void front_unmark(struct rl_front_conn *c);
 static void front_release(struct rl_front_conn *c);
 static void front_hs_resumed(struct rl_conn_hs *h);
@@ -164,6 +180,101 @@ front_budget(const struct rl_router *r)
     return r->opts.limits.buffer_memory / (n ? n : 1);
 }
 
+/* This turn's input cost of c: reset when a new turn began (debt carried by
+ * front_check_cb). */
+static uint64_t *
+front_turn_used(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+
+    if (c->turn != g->turn) {
+        c->turn = g->turn;
+        c->turn_used = 0;
+    }
+    return &c->turn_used;
+}
+
+static void
+front_thr_unlink(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+
+    if (!c->throttled) {
+        return;
+    }
+    c->throttled = false;
+    for (struct rl_front_conn **p = &g->throttled; *p != NULL; p = &(*p)->thr_next) {
+        if (*p == c) {
+            *p = c->thr_next;
+            break;
+        }
+    }
+    c->thr_next = NULL;
+}
+
+/* c spent its input budget for this turn: it stops reading until a turn in which it has some
+ * left (front_check_cb), so that the other connections of the loop get theirs. */
+static void
+front_turn_check(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+    uint32_t budget = c->ops->limits.turn_bytes;
+
+    if (budget == 0 || c->closing || c->throttled || *front_turn_used(c) < budget) {
+        return;
+    }
+    c->throttled = true;
+    c->thr_next = g->throttled;
+    g->throttled = c;
+    c->r->listener.stats.throttled++;
+    front_reading(c);
+}
+
+void
+rl_front_charge(struct rl_front_conn *c, size_t cost)
+{
+    *front_turn_used(c) += cost;
+}
+
+/* Opening connections, per kind, oldest first. */
+static void
+front_opening_unlink(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+
+    if (!c->opening) {
+        return;
+    }
+    c->opening = false;
+    if (c->op_prev != NULL) {
+        c->op_prev->op_next = c->op_next;
+    } else {
+        g->opening_old[c->kind] = c->op_next;
+    }
+    if (c->op_next != NULL) {
+        c->op_next->op_prev = c->op_prev;
+    } else {
+        g->opening_new[c->kind] = c->op_prev;
+    }
+    c->op_prev = c->op_next = NULL;
+}
+
+static void
+front_opening_link(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+
+    c->opening = true;
+    c->op_next = NULL;
+    c->op_prev = g->opening_new[c->kind];
+    if (c->op_prev != NULL) {
+        c->op_prev->op_next = c;
+    } else {
+        g->opening_old[c->kind] = c;
+    }
+    g->opening_new[c->kind] = c;
+}
+
 int
 rl_front_hold(struct rl_front_conn *c, size_t old, size_t new)
 {
@@ -234,7 +345,31 @@ static void
 front_check_cb(uv_check_t *h)
 {
     struct rl_front *g = ((struct rl_router *)h->data)->front;
+    struct rl_front_conn *thr = g->throttled, *c;
 
+    /* A new turn: each throttled connection reads again once its debt (cost past its budget,
+     * e.g. header bytes charged after the read) is paid off, a budget a turn. */
+    g->turn++;
+    g->throttled = NULL;
+    while ((c = thr) != NULL) {
+        uint64_t budget = c->ops->limits.turn_bytes;
+
+        thr = c->thr_next;
+        c->thr_next = NULL;
+        c->throttled = false;
+        if (c->closing) {
+            continue;
+        }
+        c->turn_used = c->turn_used > budget ? c->turn_used - budget : 0;
+        c->turn = g->turn;
+        if (c->turn_used >= budget) {
+            c->throttled = true;
+            c->thr_next = g->throttled;
+            g->throttled = c;
+            continue;
+        }
+        front_reading(c);
+    }
     while (g->dirty != NULL) {
         rl_front_flush(g->dirty); /* takes it off the list (or closes it) */
     }
@@ -285,7 +420,10 @@ front_release(struct rl_front_conn *c)
 void
 rl_front_authenticated(struct rl_front_conn *c)
 {
-    front_preauth_put(c);
+    if (c->opening) {
+        front_opening_unlink(c);
+        front_preauth_put(c);
+    }
 }
 
 void
@@ -298,6 +436,8 @@ rl_front_close(struct rl_front_conn *c)
     }
     c->closing = true;
     front_unmark(c);
+    front_thr_unlink(c);
+    front_opening_unlink(c);
     front_release(c);
     c->ops->on_close(c);
     c->proto = NULL;
@@ -342,6 +482,15 @@ on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     g->rbuf_busy = true;
     buf->base = g->rbuf;
     buf->len = sizeof(g->rbuf);
+    if (c->ops->limits.turn_bytes != 0) {
+        /* no more than the rest of this turn's input budget (at least a byte) */
+        uint64_t used = *front_turn_used(c), budget = c->ops->limits.turn_bytes;
+        uint64_t left = used < budget ? budget - used : 1;
+
+        if (left < buf->len) {
+            buf->len = (size_t)left;
+        }
+    }
 }
 
 static void
@@ -351,6 +500,8 @@ on_written(uv_write_t *w, int status)
     struct rl_front_conn *c = q->c;
 
     c->writing -= q->len;
+    c->r->front->held -= q->len; /* the loop's buffer_memory share: output counted too */
+    c->wprog_ms = uv_now(c->r->loop);
     free(q);
     if (c->closing) {
         return;
@@ -363,8 +514,28 @@ on_written(uv_write_t *w, int status)
         rl_front_close(c); /* the goodbye went out and nothing is left to do */
         return;
     }
-    if (!c->reading && !c->paused && c->writing < c->ops->limits.write_queue_max) {
+    front_reading(c);
+}
+
+/*
+ * THE decision to read c or not: it reads unless it closes, its protocol or the handshake
+ * gate paused it, it spent this turn's input budget, write_queue_max bytes of its output are
+ * unsent, or it has output unsent while its loop's buffers (input held and output unsent)
+ * pass their share of buffer_memory.
+ */
+static void
+front_reading(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+    bool want = !c->closing && !c->paused && !c->throttled &&
+                c->writing < c->ops->limits.write_queue_max &&
+                !(c->writing > 0 && g->held > front_budget(c->r));
+
+    if (want && !c->reading) {
         c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+    } else if (!want && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
     }
 }
 
@@ -375,12 +546,7 @@ rl_front_pause(struct rl_front_conn *c, bool pause)
         return;
     }
     c->paused = pause;
-    if (pause && c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = false;
-    } else if (!pause && !c->reading && c->writing < c->ops->limits.write_queue_max) {
-        c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
-    }
+    front_reading(c);
 }
 
 int
@@ -473,11 +639,12 @@ front_write(struct rl_front_conn *c, struct front_wreq *q, size_t len)
         free(q);
         return -1;
     }
-    c->writing += len;
-    if (c->writing >= c->ops->limits.write_queue_max && c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = false;
+    if (c->writing == 0) {
+        c->wprog_ms = uv_now(c->r->loop); /* the write-progress deadline counts from now */
     }
+    c->writing += len;
+    c->r->front->held += len; /* output unsent counts in the loop's buffer_memory share */
+    front_reading(c);
     return 0;
 }
 
@@ -521,9 +688,7 @@ rl_front_flush(struct rl_front_conn *c)
             return;
         }
         c->paused = false; /* the rest of the input is read and dropped */
-        if (!c->reading) {
-            c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
-        }
+        front_reading(c);
     }
     if (c->writing == 0 && c->ops->finished(c)) {
         rl_front_close(c);
@@ -653,23 +818,53 @@ on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
     if (n == 0) {
         return;
     }
+    *front_turn_used(c) += (uint64_t)n;
     front_in(c, (const uint8_t *)buf->base, (size_t)n);
+    front_turn_check(c);
 }
 
-/* Every tick: idle connections close; the protocols time their requests out. */
+/*
+ * Every tick: a connection still opening (no TLS handshake done, no call or command
+ * authenticated) closes at auth_timeout after its accept; one whose unsent output made no
+ * progress for frame_timeout closes (a client that never reads); idle connections close; the
+ * protocols time their requests out.
+ */
 static void
 front_tick(uv_timer_t *t)
 {
     struct rl_router *r = t->data;
     struct rl_front *g = r->front;
     const struct rl_conn_limits *lim = &r->opts.limits;
+    struct rl_listener_stats *st = &r->listener.stats;
     uint64_t now = uv_now(r->loop);
+    uint64_t auth_ms =
+        lim->auth_timeout_ms != 0 ? lim->auth_timeout_ms : RL_CONN_DEFAULT_AUTH_TIMEOUT_MS;
     struct rl_front_conn *c, *next;
 
     for (c = g->conns; c != NULL; c = next) {
         next = c->next;
         if (c->closing) {
             continue;
+        }
+        if (c->opening && now - c->opened_ms >= auth_ms) {
+            st->auth_timeouts++;
+            rl_front_close(c);
+            continue;
+        }
+        if (c->writing > 0) {
+            size_t q = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+
+            if (q < c->wq_seen) {
+                c->wprog_ms = now; /* some of it went out since the last tick */
+            }
+            c->wq_seen = q;
+            if (lim->frame_timeout_ms != 0 && now - c->wprog_ms >= lim->frame_timeout_ms) {
+                st->write_timeouts++;
+                rl_front_close(c);
+                continue;
+            }
+        } else {
+            c->wq_seen = 0;
         }
         if (!c->ops->busy(c) && lim->idle_timeout_ms != 0 &&
             now - c->active_ms >= lim->idle_timeout_ms) {
@@ -723,12 +918,21 @@ front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd)
         c->peer_counted = true;
         struct rl_wgroup_front *gf = &r->group->fronts[c->kind];
 
-        if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 && gf->max != 0) {
+        if (gf->max != 0) {
+            struct rl_front_conn *old = g->opening_old[c->kind];
+
             if (front_preauth_take(gf)) {
                 c->preauth = true;
+            } else if (old != NULL) {
+                /* the share is full: this loop's oldest connection still opening makes room
+                 * (its slot is taken over, whatever another worker took meanwhile) */
+                st->preauth_closes++;
+                rl_front_close(old);
+                __atomic_fetch_add(&gf->preauth, 1, __ATOMIC_RELAXED);
+                c->preauth = true;
             } else {
-                why = "server busy: too many connections are waiting for AUTH (half of "
-                      "max_connections)";
+                why = "server busy: too many connections have not authenticated yet (half "
+                      "of max_connections)";
                 counter = &st->refused_max;
             }
         }
@@ -830,7 +1034,8 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         return rc;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    c->active_ms = uv_now(r->loop);
+    c->active_ms = c->opened_ms = uv_now(r->loop);
+    front_opening_link(c);
     c->next = r->front->conns;
     if (c->next != NULL) {
         c->next->prev = c;
@@ -846,7 +1051,7 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         r->front->ticking = true;
         uv_timer_start(&r->front->timer, front_tick, ms, ms);
     }
-    c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+    front_reading(c);
     rl_front_flush(c);
     return 0;
 }
