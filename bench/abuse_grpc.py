@@ -116,6 +116,22 @@ def one_call(port, timeout=10.0, src="127.0.0.1"):
         return False
 
 
+def is_open(s):
+    """Whether the router still holds s: what it sent is read; then no EOF, no reset
+    (and s is closed)."""
+    s.setblocking(False)
+    try:
+        while s.recv(1 << 16):
+            pass
+        return False  # EOF
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def silent(port, pid, n):
     before = rss_kib(pid)
     socks = []
@@ -133,17 +149,7 @@ def silent(port, pid, n):
     ok = one_call(port, src="127.0.0.20")
     ms = (time.time() - t0) * 1000
     time.sleep(8.0)
-    still = 0
-    for s in socks:
-        s.setblocking(False)
-        try:
-            if s.recv(1) != b"":
-                still += 1
-        except BlockingIOError:
-            still += 1
-        except OSError:
-            pass
-        s.close()
+    still = sum(is_open(s) for s in socks)
     print(f"RESULT grpc silent sockets={len(socks)} rss_growth_kib={grown} valid_call_ok={int(ok)} "
           f"answer_ms={ms:.1f} still_open_after_8s={still}", flush=True)
 
@@ -229,18 +235,7 @@ def noread(port, pid, n):
     time.sleep(1.0)
     grown = rss_kib(pid) - before
     time.sleep(14.0)
-    still = 0
-    for s in socks:
-        s.setblocking(False)
-        try:
-            while s.recv(1 << 16):
-                pass
-            still += 0
-        except BlockingIOError:
-            still += 1  # nothing to read and no EOF: open
-        except OSError:
-            pass
-        s.close()
+    still = sum(is_open(s) for s in socks)
     print(f"RESULT grpc noread conns={n} rss_growth_kib={grown} "
           f"per_conn_kib={grown // max(n, 1)} still_open_after_15s={still}", flush=True)
 

@@ -1,6 +1,8 @@
 /*
  * front: the byte-stream connections of the router's protocol fronts (front.h). Every byte
- * read goes to the protocol through front_in; every byte written goes through front_out.
+ * read goes to the protocol through front_in; every byte written goes through front_out;
+ * whether a connection reads is decided by front_reading alone. Admission (the client caps,
+ * the pre-AUTH share, the opening list) is front_admit.c's.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -8,94 +10,15 @@
 #include <string.h>
 
 #include <errno.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
 
-#include "front.h"
+#include "front_int.h"
 #include "log.h"
-#include "router_int.h"
 #include "tls.h"
 
-#define FRONT_READ_BUF (64u * 1024)
-
-/* The per-loop state: the connections, one read buffer, one timer. */
-struct rl_front {
-    struct rl_front_conn *conns;
-    uint32_t nconns;
-    uint64_t held; /* request bytes held by every connection of this loop */
-    uv_timer_t timer;
-    bool ticking;
-    uint64_t tick_ms; /* the timer's period: the smallest of the fronts' */
-    char rbuf[FRONT_READ_BUF];
-    bool rbuf_busy;
-    char *tbuf; /* FRONT_READ_BUF, with TLS: where a read is decrypted */
-    /* Connections with answers queued (rl_front_mark): flushed once per loop turn by the
-     * check handle, so the answers a turn produced for one connection go out in one write.
-     * The idle handle runs while the list is not empty: the loop does not block in poll
-     * before the check when a mark came from outside the poll phase (a timer). */
-    uv_check_t check;
-    uv_idle_t idle;
-    struct rl_front_conn *dirty;
-    uint64_t refused_warned_ms; /* a refusal was last logged (at most every 10 s) */
-    uint64_t turn; /* loop turns (front_check_cb): the per-turn input budget's clock */
-    struct rl_front_conn *throttled; /* through their input budget: reading again next turn */
-    /* Connections still opening (not yet authenticated), per front kind, oldest first: the
-     * oldest makes room for a newcomer when the front's pre-AUTH share is full. */
-    struct rl_front_conn *opening_old[RL_FRONT_KINDS], *opening_new[RL_FRONT_KINDS];
-};
-
-struct front_wreq {
-    uv_write_t req;
-    struct rl_front_conn *c;
-    size_t len;
-    uint8_t data[];
-};
-
-struct rl_front_conn {
-    uv_tcp_t tcp;
-    struct rl_router *r;
-    const struct rl_front_ops *ops;
-    enum rl_front_kind kind;
-    void *proto;
-    struct rl_front_conn *prev, *next;
-    struct front_wreq *out; /* output queued by rl_front_write, not yet written */
-    size_t out_len, out_cap;
-    bool out_failed;    /* rl_front_write ran out of memory */
-    uint64_t held;      /* request bytes held by the protocol */
-    uint64_t active_ms; /* loop time of the last read, or of the last rl_front_touch */
-    size_t writing;     /* bytes handed to uv_write and not yet written */
-    bool reading;
-    bool closing;
-    uint8_t addr[16]; /* the peer's, IPv4 mapped into IPv6 */
-    char peer[64];    /* "ip:port" */
-    struct rl_tls *tls;    /* NULL: plain TCP (the router's [cluster] tls_* unset) */
-    bool tls_sniff;        /* nothing read yet: a plaintext client is closed at once */
-    struct rl_buf tls_out; /* TLS: plaintext queued before the handshake was done */
-    struct rl_conn_hs hs;  /* TLS: its handshake at the loop's gate (conn.h, rl_connq_hs_*) */
-    bool paused;      /* rl_front_pause: the protocol takes no input for now */
-    bool shut_wanted; /* rl_front_shutdown: FIN after the output queued */
-    bool shut;        /* FIN requested (uv_shutdown) */
-    uv_shutdown_t shutdown;
-    bool dirty; /* on the loop's dirty list (rl_front_mark) */
-    struct rl_front_conn *dirty_prev, *dirty_next;
-    bool peer_counted; /* counted in the process's per-address table (rl_listener_peer_take) */
-    bool preauth;      /* counted as not yet authenticated (front_preauth_take) */
-    bool opening;      /* not yet authenticated: on the loop's opening list, closed at
-                          auth_timeout after accept (front_tick) */
-    struct rl_front_conn *op_prev, *op_next; /* the opening list (older, newer) */
-    uint64_t opened_ms;                      /* loop time of the accept */
-    uint64_t wprog_ms;  /* loop time output last made progress (or began to wait) */
-    size_t wq_seen;     /* the socket's unsent bytes at the last tick */
-    uint64_t turn;      /* the loop turn turn_used counts in */
-    uint64_t turn_used; /* input cost taken this turn (bytes read, rl_front_charge) */
-    bool throttled;     /* on the loop's throttled list: not reading until the next turn */
-    struct rl_front_conn *thr_next;
-};
 
 static void front_idle_cb(uv_idle_t *h);
 static void front_reading(struct rl_front_conn *c);
 static void front_unmark(struct rl_front_conn *c);
-static void front_release(struct rl_front_conn *c);
 static void front_hs_resumed(struct rl_conn_hs *h);
 
 /* Nothing to do: the idle handle only keeps the loop from blocking before the check. */
@@ -117,34 +40,6 @@ rl_front_peer(const struct rl_front_conn *c)
     return c->peer;
 }
 
-/* The peer's address, as conn.c words it. */
-static void
-front_peer_name(struct rl_front_conn *c, uv_os_sock_t fd)
-{
-    struct sockaddr_storage sa;
-    socklen_t len = sizeof(sa);
-    char ip[48]; /* INET6_ADDRSTRLEN */
-
-    memset(c->addr, 0, sizeof(c->addr));
-    snprintf(c->peer, sizeof(c->peer), "?");
-    if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0) {
-        return;
-    }
-    if (sa.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&sa;
-
-        uv_ip6_name(a, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(a->sin6_port));
-        memcpy(c->addr, &a->sin6_addr, 16);
-    } else if (sa.ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)&sa;
-
-        uv_ip4_name(a, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(a->sin_port));
-        c->addr[10] = c->addr[11] = 0xff;
-        memcpy(c->addr + 12, &a->sin_addr, 4);
-    }
-}
 
 struct rl_router *
 rl_front_router(const struct rl_front_conn *c)
@@ -234,45 +129,6 @@ void
 rl_front_charge(struct rl_front_conn *c, size_t cost)
 {
     *front_turn_used(c) += cost;
-}
-
-/* Opening connections, per kind, oldest first. */
-static void
-front_opening_unlink(struct rl_front_conn *c)
-{
-    struct rl_front *g = c->r->front;
-
-    if (!c->opening) {
-        return;
-    }
-    c->opening = false;
-    if (c->op_prev != NULL) {
-        c->op_prev->op_next = c->op_next;
-    } else {
-        g->opening_old[c->kind] = c->op_next;
-    }
-    if (c->op_next != NULL) {
-        c->op_next->op_prev = c->op_prev;
-    } else {
-        g->opening_new[c->kind] = c->op_prev;
-    }
-    c->op_prev = c->op_next = NULL;
-}
-
-static void
-front_opening_link(struct rl_front_conn *c)
-{
-    struct rl_front *g = c->r->front;
-
-    c->opening = true;
-    c->op_next = NULL;
-    c->op_prev = g->opening_new[c->kind];
-    if (c->op_prev != NULL) {
-        c->op_prev->op_next = c;
-    } else {
-        g->opening_old[c->kind] = c;
-    }
-    g->opening_new[c->kind] = c;
 }
 
 int
@@ -374,56 +230,6 @@ front_check_cb(uv_check_t *h)
         rl_front_flush(g->dirty); /* takes it off the list (or closes it) */
     }
     uv_idle_stop(&g->idle);
-}
-
-/* The caps front_admit counted c against, released (it closes, or authenticated). */
-/*
- * The connections of a front kind not yet authenticated (a front that authenticates each
- * connection, while [client] sections exist): at most half of its max_connections, process
- * wide, counted in the worker group (none for a router alone). take: one more (false:
- * refuse it); put: it authenticated or closed.
- */
-static bool
-front_preauth_take(struct rl_wgroup_front *f)
-{
-    uint32_t max = f->max / 2 > 0 ? f->max / 2 : 1;
-    uint32_t n = __atomic_load_n(&f->preauth, __ATOMIC_RELAXED);
-
-    do {
-        if (n >= max) {
-            return false;
-        }
-    } while (!__atomic_compare_exchange_n(&f->preauth, &n, n + 1, false, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
-    return true;
-}
-
-static void
-front_preauth_put(struct rl_front_conn *c)
-{
-    if (c->preauth) {
-        c->preauth = false;
-        __atomic_fetch_sub(&c->r->group->fronts[c->kind].preauth, 1, __ATOMIC_RELAXED);
-    }
-}
-
-static void
-front_release(struct rl_front_conn *c)
-{
-    if (c->peer_counted) {
-        c->peer_counted = false;
-        rl_listener_peer_put(&c->r->listener, c->addr);
-    }
-    front_preauth_put(c);
-}
-
-void
-rl_front_authenticated(struct rl_front_conn *c)
-{
-    if (c->opening) {
-        front_opening_unlink(c);
-        front_preauth_put(c);
-    }
 }
 
 void
@@ -882,80 +688,6 @@ front_tick(uv_timer_t *t)
             rl_front_flush(c);
         }
     }
-}
-
-/*
- * The client caps of the binary listener (conn.h), for a new connection c of a front (its
- * address known): [clients] max_connections_per_peer counted with the binary protocol's and
- * every front's connections from that address (the router's listener's table, shared by the
- * workers); and for a front that authenticates each connection (RESP's AUTH) while [client]
- * sections exist, an address past its failed AUTHs is refused and the connections not yet
- * authenticated hold at most half of the front's max_connections. A refused connection is
- * told why (the protocol's refusal, in plaintext, when the router has no TLS) and closed.
- * 0, or UV_ECONNREFUSED.
- */
-static int
-front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd)
-{
-    struct rl_listener_stats *st = &r->listener.stats;
-    struct rl_front *g = r->front;
-    const char *why = NULL;
-    uint64_t *counter = NULL, now = uv_now(r->loop), wait = 0;
-    char msg[200];
-
-    if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 &&
-        (wait = rl_listener_auth_wait_ms(&r->listener, c->addr)) > 0) {
-        snprintf(msg, sizeof(msg),
-                 "too many failed AUTHs from this address (more than %u a second): try again "
-                 "in %llu ms",
-                 RL_CONN_AUTHFAIL_RATE, (unsigned long long)wait);
-        why = msg;
-        counter = &st->refused_auth_rate;
-    } else if (!rl_listener_peer_take(&r->listener, c->addr)) {
-        why = "server busy: too many connections from this address (max_connections_per_peer)";
-        counter = &st->refused_peer;
-    } else {
-        c->peer_counted = true;
-        struct rl_wgroup_front *gf = &r->group->fronts[c->kind];
-
-        if (gf->max != 0) {
-            struct rl_front_conn *old = g->opening_old[c->kind];
-
-            if (front_preauth_take(gf)) {
-                c->preauth = true;
-            } else if (old != NULL) {
-                /* the share is full: this loop's oldest connection still opening makes room
-                 * (its slot is taken over, whatever another worker took meanwhile) */
-                st->preauth_closes++;
-                rl_front_close(old);
-                __atomic_fetch_add(&gf->preauth, 1, __ATOMIC_RELAXED);
-                c->preauth = true;
-            } else {
-                why = "server busy: too many connections have not authenticated yet (half "
-                      "of max_connections)";
-                counter = &st->refused_max;
-            }
-        }
-    }
-    if (why == NULL) {
-        return 0;
-    }
-    front_release(c);
-    (*counter)++;
-    st->connections_refused++;
-    if (g->refused_warned_ms == 0 || now - g->refused_warned_ms >= 10000) {
-        g->refused_warned_ms = now != 0 ? now : 1;
-        rl_log_warn("%s front: client %s refused: %s (said at most every 10 s)", c->ops->name,
-                    c->peer, why);
-    }
-    if (c->ops->refusal != NULL && r->opts.tls_server == NULL) {
-        char out[256];
-        size_t n = c->ops->refusal(out, sizeof(out), why);
-
-        /* a new socket's buffer is empty: a line this short goes out whole, or not at all */
-        (void)!send(fd, out, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
-    return UV_ECONNREFUSED;
 }
 
 int

@@ -11,7 +11,7 @@
  * buffer_memory: front.c), output: reading stops while RLS_WRITE_QUEUE_MAX bytes are unsent.
  * Per loop turn, a connection handles RL_CONN_TURN_BYTES of input (front.c's turn budget),
  * its decoded header bytes and RLS_FRAME_COST per control frame charged to it too. Control
- * frames (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM, unknown types) draw on a
+ * frames (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM, empty DATA) draw on a
  * bucket of RLS_CTRL_BURST, refilled by RLS_CTRL_RATE a second and RLS_CTRL_PER_CALL per
  * request: a connection that empties it is ended with GOAWAY ENHANCE_YOUR_CALM; nghttp2 bounds
  * the SETTINGS entries of a frame and the ACKs queued (RLS_MAX_SETTINGS, RLS_MAX_ACKS).
@@ -515,9 +515,10 @@ on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *arg)
     struct rls_conn *c = arg;
 
     (void)ng;
-    if (hd->type == NGHTTP2_DATA || hd->type == NGHTTP2_HEADERS ||
-        hd->type == NGHTTP2_CONTINUATION || hd->type == NGHTTP2_GOAWAY) {
-        return 0;
+    if ((hd->type == NGHTTP2_DATA && (hd->length > 0 || (hd->flags & NGHTTP2_FLAG_END_STREAM))) ||
+        hd->type == NGHTTP2_HEADERS || hd->type == NGHTTP2_CONTINUATION ||
+        hd->type == NGHTTP2_GOAWAY) {
+        return 0; /* a request's own frames (an empty DATA without END_STREAM is not) */
     }
     rl_front_charge(c->fc, RLS_FRAME_COST);
     if (!rls_ctrl_take(c, 1000u)) {
