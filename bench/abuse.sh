@@ -28,8 +28,8 @@
 #         (bench/abuse_grpc.py): 10,000 silent sockets, then is a call on a new connection
 #         answered, and how many silent ones are open 8 s later; an HPACK bomb and a
 #         WINDOW_UPDATE flood on 2 connections while a neighbour calls back to back (its
-#         p50/p99); 200 connections that send 1 MiB of PINGs and never read (RSS growth, still
-#         open after 15 s). With BASE=/path/to/other/build, each round runs that build too.
+#         p50/p99); 50 connections that send PINGs (500 every 20 ms, up to 6 MB) and never
+#         read (RSS growth, still open after 15 s). With BASE=/path/to/other/build, each round runs that build too.
 # Prints RESULT lines, then the median of each figure over the rounds. Runs against any
 # build of the project (BIN=/path/to/build), so an older revision can be measured the same
 # way: the config uses no section that revision may lack.
@@ -146,7 +146,7 @@ grpc_round() {
             bench_cleanup
         done
         start_grpc "$b" || { bench_cleanup; start_grpc "$b"; }
-        timeout 120 python3 "$top/bench/abuse_grpc.py" noread "$rls_port" "$router_pid" 200 |
+        timeout 120 python3 "$top/bench/abuse_grpc.py" noread "$rls_port" "$router_pid" 50 |
             sed "s#^RESULT grpc noread#RESULT grpc $side/noread#"
         bench_cleanup
     done

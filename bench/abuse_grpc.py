@@ -13,9 +13,9 @@ request of envoy.service.ratelimit.v3 ShouldRateLimit for domain "edge", key "k"
                                     connection when one is ended; a neighbour on the same
                                     worker calls back to back meanwhile: its p50/p99, and
                                     the attack's connections ended by GOAWAY
-  abuse_grpc.py noread PORT PID N   N connections each make a call, then send 1 MiB of PINGs
-                                    and never read: the router's RSS growth, and how many
-                                    are still open 15 s later
+  abuse_grpc.py noread PORT PID N   N connections each make a call, then send PINGs (500
+                                    every 20 ms, up to 6 MB) and never read: the router's RSS
+                                    growth, and how many are still open 15 s later
 """
 import socket
 import struct
@@ -219,19 +219,30 @@ def bomb(port, kind, secs=5.0):
 def noread(port, pid, n):
     before = rss_kib(pid)
     socks = []
-    pings = frame(PING, 0, 0, b"12345678") * (1 << 16)  # 1.1 MB: 64 Ki PINGs
-    for i in range(n):
+    # 500 PINGs every 20 ms (under nghttp2's 1,000 ACKs queued per read), up to 6 MB: past
+    # the kernel's buffers on both sides, so that the ACKs pile up in the router
+    pings = frame(PING, 0, 0, b"12345678") * 500
+
+    def attack(i):
         s = dial(port, f"127.0.0.{2 + i % 10}")
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.settimeout(10)
         s.sendall(opening() + call(1))
         Reader(s).until_end(1)
-        s.settimeout(0.5)
+        s.settimeout(3)
         try:
-            s.sendall(pings)
+            for _ in range(700):
+                s.sendall(pings)
+                time.sleep(0.02)
         except OSError:
             pass
         socks.append(s)
+
+    ts = [threading.Thread(target=attack, args=(i,), daemon=True) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
     time.sleep(1.0)
     grown = rss_kib(pid) - before
     time.sleep(14.0)
