@@ -10,7 +10,8 @@ sections (no token needed to attack):
   output has made no progress for frame_timeout (write_timeouts), whatever idle_timeout is;
 - the per-turn input budget (throttled counts the turns a connection was made to wait);
 - GOAWAY ENHANCE_YOUR_CALM for a connection that keeps breaking the header limit (an HPACK
-  bomb) or floods control frames (WINDOW_UPDATE).
+  bomb) or floods control frames (WINDOW_UPDATE);
+- with TLS, a half-sent handshake record closed at auth_timeout.
 
 Each asserts what the router decided (counters in STATS, frames and EOF seen on the wire,
 a call answered), never how long anything took: the waits below are only upper bounds."""
@@ -215,7 +216,7 @@ def test_silent_connections_cannot_keep_a_valid_call_out(cl, pb):
 def test_client_that_never_reads_is_closed_at_the_write_deadline(cl, pb):
     """A client makes a valid call, then sends calls and reads nothing: with idle_timeout 1h,
     the router closes it once its output has made no progress for frame_timeout (2 s)."""
-    before = stats(cl)["write_timeouts"]
+    before = stats(cl).get("write_timeouts", 0)  # (a build without it fails below)
     c = Raw(cl.rls_port, read=False, rcvbuf=4096)
     c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     c.sock.settimeout(3)
@@ -296,3 +297,39 @@ def test_window_update_flood_gets_goaway(cl, pb):
     assert c.wait(lambda: c.closed)
     c.close()
     assert call_ok(cl, pb)
+
+
+def test_half_sent_tls_record_is_closed_at_auth_timeout(tmp_path):
+    """With TLS: a client that sends half a TLS handshake record and waits is closed at
+    auth_timeout (1 s here; idle_timeout is 1h), and counted in auth_timeouts."""
+    from test_tls_integration import make_ca, make_cert
+
+    make_ca(tmp_path, "ca")
+    make_cert(tmp_path, "member", "ca")
+    (tmp_path / "edge.yaml").write_text("domain: edge\ndescriptors:\n  - key: k\n"
+                                        "    rate_limit:\n      unit: hour\n"
+                                        "      requests_per_unit: 10\n")
+    c = harness.Cluster(tmp_path / "c", cluster=(f"tls_cert_file = {tmp_path}/member.pem\n"
+                                                 f"tls_key_file = {tmp_path}/member.key\n"
+                                                 f"tls_ca_file = {tmp_path}/ca.pem\n"
+                                                 f"envoy_config = {tmp_path}/edge.yaml\n"),
+                        extra="[clients]\nauth_timeout = 1s\nidle_timeout = 1h\n")
+    c.rls_port = harness.free_port()
+    c.conf.write_text(c.conf.read_text().replace("[router]\n", f"[router]\nrls = {c.rls_port}\n",
+                                                 1))
+    ctx = ratelimiter.tls_context(str(tmp_path / "ca.pem"))
+    c.ready_ssl = ctx
+    c.start()
+    try:
+        harness.wait_port(c.rls_port, c.router, c.dir / "router.log")
+        with ratelimiter.Client("127.0.0.1", c.port, 5.0, ssl=ctx) as k:
+            before = k.stats()["auth_timeouts"]
+        s = socket.create_connection(("127.0.0.1", c.rls_port), 5)
+        # a handshake record announcing 16,384 bytes, 100 of them sent
+        s.sendall(b"\x16\x03\x01\x40\x00" + b"\x01" + b"\x00" * 99)
+        assert closed_by_router(s), "a half-sent TLS record is still held"
+        s.close()
+        with ratelimiter.Client("127.0.0.1", c.port, 5.0, ssl=ctx) as k:
+            assert k.stats()["auth_timeouts"] > before
+    finally:
+        c.stop()
