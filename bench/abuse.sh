@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hostile clients against a real rl-node and rl-router (docs/BENCHMARKS.md, "Under abuse"):
-#   bench/abuse.sh [idle|stream|flood|slowloris|preauth|inline|scrapers|all]   (RUNS rounds, 3 by default; BIN=build dir)
+#   bench/abuse.sh [idle|stream|flood|slowloris|preauth|inline|scrapers|grpc|all]   (RUNS rounds, 3 by default; BIN=build dir)
 # idle:   RSS growth of a node and of a router holding 1,000 idle connections that each sent
 #         one legal 64 KiB frame, and a neighbour's PING p50/p99 meanwhile;
 # stream: a neighbour's PING p50/p99 while one client streams 64 KiB frames at a node;
@@ -24,6 +24,12 @@
 #         threads pull the node's /metrics back to back: FAIL_OPEN answers (the router's
 #         deadline, 50 ms, ran out) and CHECK p99. With BASE=/path/to/other/build, each round
 #         runs that build (side "base") and BIN's (side "new") one after the other.
+# grpc:   (not in all) a router (one worker, [clients] idle_timeout = 10s) with its gRPC front
+#         (bench/abuse_grpc.py): 10,000 silent sockets, then is a call on a new connection
+#         answered, and how many silent ones are open 8 s later; an HPACK bomb and a
+#         WINDOW_UPDATE flood on 2 connections while a neighbour calls back to back (its
+#         p50/p99); 50 connections that send PINGs (500 every 20 ms, up to 6 MB) and never
+#         read (RSS growth, still open after 15 s). With BASE=/path/to/other/build, each round runs that build too.
 # Prints RESULT lines, then the median of each figure over the rounds. Runs against any
 # build of the project (BIN=/path/to/build), so an older revision can be measured the same
 # way: the config uses no section that revision may lack.
@@ -104,6 +110,48 @@ PY
     sleep 1
 }
 
+# start_grpc BIN: rl-node and rl-router of BIN, the router with a gRPC front on $rls_port.
+start_grpc() {
+    node_port=$(free_port)
+    router_port=$(free_port)
+    rls_port=$(free_port)
+    printf 'domain: edge\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: 1000000000\n' >"$tmp/edge.yaml"
+    printf '[cluster]\nname = abusegrpc\nenvoy_config = %s\n[router]\nlisten = 127.0.0.1:%s\nrls = 127.0.0.1:%s\nworkers = 1\n[clients]\nidle_timeout = 10s\n[node n1]\nlisten = 127.0.0.1:%s\n' \
+        "$tmp/edge.yaml" "$router_port" "$rls_port" "$node_port" >"$tmp/grpc.conf"
+    "$1/rl-node" --config "$tmp/grpc.conf" --name n1 --log-level error 2>"$tmp/node.log" &
+    node_pid=$!
+    pids+=($node_pid)
+    "$1/rl-router" --config "$tmp/grpc.conf" --log-level error 2>"$tmp/router.log" &
+    router_pid=$!
+    pids+=($router_pid)
+    wait_port "$node_port" || return 1
+    wait_port "$rls_port" || return 1
+    sleep 0.5
+}
+
+grpc_round() {
+    local side b
+    trap bench_cleanup EXIT
+    for side in ${BASE:+base} new; do
+        b=$bin
+        [ "$side" = new ] || b=$BASE
+        start_grpc "$b" || { bench_cleanup; start_grpc "$b"; }
+        timeout 120 python3 "$top/bench/abuse_grpc.py" silent "$rls_port" "$router_pid" 10000 |
+            sed "s#^RESULT grpc silent#RESULT grpc $side/silent#"
+        bench_cleanup
+        for kind in hpack winupdate; do
+            start_grpc "$b" || { bench_cleanup; start_grpc "$b"; }
+            timeout 60 python3 "$top/bench/abuse_grpc.py" bomb "$rls_port" "$kind" |
+                sed "s#^RESULT grpc $kind#RESULT grpc $side/$kind#"
+            bench_cleanup
+        done
+        start_grpc "$b" || { bench_cleanup; start_grpc "$b"; }
+        timeout 120 python3 "$top/bench/abuse_grpc.py" noread "$rls_port" "$router_pid" 50 |
+            sed "s#^RESULT grpc noread#RESULT grpc $side/noread#"
+        bench_cleanup
+    done
+}
+
 scrapers_round() {
     local side n b lg out
     trap bench_cleanup EXIT # this runs in the pipeline's subshell
@@ -139,6 +187,9 @@ echo "binaries: $bin ($("$bin/rl-node" --version 2>&1 | head -1))"
 for round in $(seq 1 "$runs"); do
     if [ "$what" = scrapers ]; then
         scrapers_round
+    fi
+    if [ "$what" = grpc ]; then
+        grpc_round
     fi
     if [ "$what" = idle ] || [ "$what" = all ]; then
         start_cluster 1gb

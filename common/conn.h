@@ -236,6 +236,7 @@ struct rl_conn {
     X(preauth_closes, "preauth_closes")           /* pre-AUTH, closed for a newer one */        \
     X(refused_auth_rate, "refused_auth_rate")     /* address past its failed AUTHs a second */  \
     X(auth_timeouts, "auth_timeouts")             /* closed without AUTH after auth_timeout */  \
+    X(write_timeouts, "write_timeouts")           /* fronts: output stalled frame_timeout */    \
     X(throttled, "throttled")                     /* turns a connection was made to wait */       \
     X(tls_handshakes, "tls_handshakes")           /* TLS handshakes begun (every front's) */    \
     X(tls_handshakes_done, "tls_handshakes_done") /* of which completed */                      \

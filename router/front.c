@@ -1,6 +1,8 @@
 /*
  * front: the byte-stream connections of the router's protocol fronts (front.h). Every byte
- * read goes to the protocol through front_in; every byte written goes through front_out.
+ * read goes to the protocol through front_in; every byte written goes through front_out;
+ * whether a connection reads is decided by front_reading alone. Admission (the client caps,
+ * the pre-AUTH share, the opening list) is front_admit.c's.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -8,78 +10,15 @@
 #include <string.h>
 
 #include <errno.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
 
-#include "front.h"
+#include "front_int.h"
 #include "log.h"
-#include "router_int.h"
 #include "tls.h"
 
-#define FRONT_READ_BUF (64u * 1024)
-
-/* The per-loop state: the connections, one read buffer, one timer. */
-struct rl_front {
-    struct rl_front_conn *conns;
-    uint32_t nconns;
-    uint64_t held; /* request bytes held by every connection of this loop */
-    uv_timer_t timer;
-    bool ticking;
-    uint64_t tick_ms; /* the timer's period: the smallest of the fronts' */
-    char rbuf[FRONT_READ_BUF];
-    bool rbuf_busy;
-    char *tbuf; /* FRONT_READ_BUF, with TLS: where a read is decrypted */
-    /* Connections with answers queued (rl_front_mark): flushed once per loop turn by the
-     * check handle, so the answers a turn produced for one connection go out in one write.
-     * The idle handle runs while the list is not empty: the loop does not block in poll
-     * before the check when a mark came from outside the poll phase (a timer). */
-    uv_check_t check;
-    uv_idle_t idle;
-    struct rl_front_conn *dirty;
-    uint64_t refused_warned_ms; /* a refusal was last logged (at most every 10 s) */
-};
-
-struct front_wreq {
-    uv_write_t req;
-    struct rl_front_conn *c;
-    size_t len;
-    uint8_t data[];
-};
-
-struct rl_front_conn {
-    uv_tcp_t tcp;
-    struct rl_router *r;
-    const struct rl_front_ops *ops;
-    enum rl_front_kind kind;
-    void *proto;
-    struct rl_front_conn *prev, *next;
-    struct front_wreq *out; /* output queued by rl_front_write, not yet written */
-    size_t out_len, out_cap;
-    bool out_failed;    /* rl_front_write ran out of memory */
-    uint64_t held;      /* request bytes held by the protocol */
-    uint64_t active_ms; /* loop time of the last read, or of the last rl_front_touch */
-    size_t writing;     /* bytes handed to uv_write and not yet written */
-    bool reading;
-    bool closing;
-    uint8_t addr[16]; /* the peer's, IPv4 mapped into IPv6 */
-    char peer[64];    /* "ip:port" */
-    struct rl_tls *tls;    /* NULL: plain TCP (the router's [cluster] tls_* unset) */
-    bool tls_sniff;        /* nothing read yet: a plaintext client is closed at once */
-    struct rl_buf tls_out; /* TLS: plaintext queued before the handshake was done */
-    struct rl_conn_hs hs;  /* TLS: its handshake at the loop's gate (conn.h, rl_connq_hs_*) */
-    bool paused;      /* rl_front_pause: the protocol takes no input for now */
-    bool shut_wanted; /* rl_front_shutdown: FIN after the output queued */
-    bool shut;        /* FIN requested (uv_shutdown) */
-    uv_shutdown_t shutdown;
-    bool dirty; /* on the loop's dirty list (rl_front_mark) */
-    struct rl_front_conn *dirty_prev, *dirty_next;
-    bool peer_counted; /* counted in the process's per-address table (rl_listener_peer_take) */
-    bool preauth;      /* counted as not yet authenticated (front_preauth_take) */
-};
 
 static void front_idle_cb(uv_idle_t *h);
+static void front_reading(struct rl_front_conn *c);
 static void front_unmark(struct rl_front_conn *c);
-static void front_release(struct rl_front_conn *c);
 static void front_hs_resumed(struct rl_conn_hs *h);
 
 /* Nothing to do: the idle handle only keeps the loop from blocking before the check. */
@@ -101,34 +40,6 @@ rl_front_peer(const struct rl_front_conn *c)
     return c->peer;
 }
 
-/* The peer's address, as conn.c words it. */
-static void
-front_peer_name(struct rl_front_conn *c, uv_os_sock_t fd)
-{
-    struct sockaddr_storage sa;
-    socklen_t len = sizeof(sa);
-    char ip[48]; /* INET6_ADDRSTRLEN */
-
-    memset(c->addr, 0, sizeof(c->addr));
-    snprintf(c->peer, sizeof(c->peer), "?");
-    if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0) {
-        return;
-    }
-    if (sa.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&sa;
-
-        uv_ip6_name(a, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(a->sin6_port));
-        memcpy(c->addr, &a->sin6_addr, 16);
-    } else if (sa.ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)&sa;
-
-        uv_ip4_name(a, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(a->sin_port));
-        c->addr[10] = c->addr[11] = 0xff;
-        memcpy(c->addr + 12, &a->sin_addr, 4);
-    }
-}
 
 struct rl_router *
 rl_front_router(const struct rl_front_conn *c)
@@ -162,6 +73,62 @@ front_budget(const struct rl_router *r)
     uint32_t n = r->group->n;
 
     return r->opts.limits.buffer_memory / (n ? n : 1);
+}
+
+/* This turn's input cost of c: reset when a new turn began (debt carried by
+ * front_check_cb). */
+static uint64_t *
+front_turn_used(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+
+    if (c->turn != g->turn) {
+        c->turn = g->turn;
+        c->turn_used = 0;
+    }
+    return &c->turn_used;
+}
+
+static void
+front_thr_unlink(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+
+    if (!c->throttled) {
+        return;
+    }
+    c->throttled = false;
+    for (struct rl_front_conn **p = &g->throttled; *p != NULL; p = &(*p)->thr_next) {
+        if (*p == c) {
+            *p = c->thr_next;
+            break;
+        }
+    }
+    c->thr_next = NULL;
+}
+
+/* c spent its input budget for this turn: it stops reading until a turn in which it has some
+ * left (front_check_cb), so that the other connections of the loop get theirs. */
+static void
+front_turn_check(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+    uint32_t budget = c->ops->limits.turn_bytes;
+
+    if (budget == 0 || c->closing || c->throttled || *front_turn_used(c) < budget) {
+        return;
+    }
+    c->throttled = true;
+    c->thr_next = g->throttled;
+    g->throttled = c;
+    c->r->listener.stats.throttled++;
+    front_reading(c);
+}
+
+void
+rl_front_charge(struct rl_front_conn *c, size_t cost)
+{
+    *front_turn_used(c) += cost;
 }
 
 int
@@ -234,58 +201,35 @@ static void
 front_check_cb(uv_check_t *h)
 {
     struct rl_front *g = ((struct rl_router *)h->data)->front;
+    struct rl_front_conn *thr = g->throttled, *c;
 
+    /* A new turn: each throttled connection reads again once its debt (cost past its budget,
+     * e.g. header bytes charged after the read) is paid off, a budget a turn. */
+    g->turn++;
+    g->throttled = NULL;
+    while ((c = thr) != NULL) {
+        uint64_t budget = c->ops->limits.turn_bytes;
+
+        thr = c->thr_next;
+        c->thr_next = NULL;
+        c->throttled = false;
+        if (c->closing) {
+            continue;
+        }
+        c->turn_used = c->turn_used > budget ? c->turn_used - budget : 0;
+        c->turn = g->turn;
+        if (c->turn_used >= budget) {
+            c->throttled = true;
+            c->thr_next = g->throttled;
+            g->throttled = c;
+            continue;
+        }
+        front_reading(c);
+    }
     while (g->dirty != NULL) {
         rl_front_flush(g->dirty); /* takes it off the list (or closes it) */
     }
     uv_idle_stop(&g->idle);
-}
-
-/* The caps front_admit counted c against, released (it closes, or authenticated). */
-/*
- * The connections of a front kind not yet authenticated (a front that authenticates each
- * connection, while [client] sections exist): at most half of its max_connections, process
- * wide, counted in the worker group (none for a router alone). take: one more (false:
- * refuse it); put: it authenticated or closed.
- */
-static bool
-front_preauth_take(struct rl_wgroup_front *f)
-{
-    uint32_t max = f->max / 2 > 0 ? f->max / 2 : 1;
-    uint32_t n = __atomic_load_n(&f->preauth, __ATOMIC_RELAXED);
-
-    do {
-        if (n >= max) {
-            return false;
-        }
-    } while (!__atomic_compare_exchange_n(&f->preauth, &n, n + 1, false, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
-    return true;
-}
-
-static void
-front_preauth_put(struct rl_front_conn *c)
-{
-    if (c->preauth) {
-        c->preauth = false;
-        __atomic_fetch_sub(&c->r->group->fronts[c->kind].preauth, 1, __ATOMIC_RELAXED);
-    }
-}
-
-static void
-front_release(struct rl_front_conn *c)
-{
-    if (c->peer_counted) {
-        c->peer_counted = false;
-        rl_listener_peer_put(&c->r->listener, c->addr);
-    }
-    front_preauth_put(c);
-}
-
-void
-rl_front_authenticated(struct rl_front_conn *c)
-{
-    front_preauth_put(c);
 }
 
 void
@@ -298,6 +242,8 @@ rl_front_close(struct rl_front_conn *c)
     }
     c->closing = true;
     front_unmark(c);
+    front_thr_unlink(c);
+    front_opening_unlink(c);
     front_release(c);
     c->ops->on_close(c);
     c->proto = NULL;
@@ -342,6 +288,15 @@ on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     g->rbuf_busy = true;
     buf->base = g->rbuf;
     buf->len = sizeof(g->rbuf);
+    if (c->ops->limits.turn_bytes != 0) {
+        /* no more than the rest of this turn's input budget (at least a byte) */
+        uint64_t used = *front_turn_used(c), budget = c->ops->limits.turn_bytes;
+        uint64_t left = used < budget ? budget - used : 1;
+
+        if (left < buf->len) {
+            buf->len = (size_t)left;
+        }
+    }
 }
 
 static void
@@ -351,6 +306,8 @@ on_written(uv_write_t *w, int status)
     struct rl_front_conn *c = q->c;
 
     c->writing -= q->len;
+    c->r->front->held -= q->len; /* the loop's buffer_memory share: output counted too */
+    c->wprog_ms = uv_now(c->r->loop);
     free(q);
     if (c->closing) {
         return;
@@ -363,8 +320,28 @@ on_written(uv_write_t *w, int status)
         rl_front_close(c); /* the goodbye went out and nothing is left to do */
         return;
     }
-    if (!c->reading && !c->paused && c->writing < c->ops->limits.write_queue_max) {
+    front_reading(c);
+}
+
+/*
+ * THE decision to read c or not: it reads unless it closes, its protocol or the handshake
+ * gate paused it, it spent this turn's input budget, write_queue_max bytes of its output are
+ * unsent, or it has output unsent while its loop's buffers (input held and output unsent)
+ * pass their share of buffer_memory.
+ */
+static void
+front_reading(struct rl_front_conn *c)
+{
+    struct rl_front *g = c->r->front;
+    bool want = !c->closing && !c->paused && !c->throttled &&
+                c->writing < c->ops->limits.write_queue_max &&
+                !(c->writing > 0 && g->held > front_budget(c->r));
+
+    if (want && !c->reading) {
         c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+    } else if (!want && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
     }
 }
 
@@ -375,12 +352,7 @@ rl_front_pause(struct rl_front_conn *c, bool pause)
         return;
     }
     c->paused = pause;
-    if (pause && c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = false;
-    } else if (!pause && !c->reading && c->writing < c->ops->limits.write_queue_max) {
-        c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
-    }
+    front_reading(c);
 }
 
 int
@@ -473,11 +445,12 @@ front_write(struct rl_front_conn *c, struct front_wreq *q, size_t len)
         free(q);
         return -1;
     }
-    c->writing += len;
-    if (c->writing >= c->ops->limits.write_queue_max && c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = false;
+    if (c->writing == 0) {
+        c->wprog_ms = uv_now(c->r->loop); /* the write-progress deadline counts from now */
     }
+    c->writing += len;
+    c->r->front->held += len; /* output unsent counts in the loop's buffer_memory share */
+    front_reading(c);
     return 0;
 }
 
@@ -521,9 +494,7 @@ rl_front_flush(struct rl_front_conn *c)
             return;
         }
         c->paused = false; /* the rest of the input is read and dropped */
-        if (!c->reading) {
-            c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
-        }
+        front_reading(c);
     }
     if (c->writing == 0 && c->ops->finished(c)) {
         rl_front_close(c);
@@ -653,23 +624,53 @@ on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
     if (n == 0) {
         return;
     }
+    *front_turn_used(c) += (uint64_t)n;
     front_in(c, (const uint8_t *)buf->base, (size_t)n);
+    front_turn_check(c);
 }
 
-/* Every tick: idle connections close; the protocols time their requests out. */
+/*
+ * Every tick: a connection still opening (no TLS handshake done, no call or command
+ * authenticated) closes at auth_timeout after its accept; one whose unsent output made no
+ * progress for frame_timeout closes (a client that never reads); idle connections close; the
+ * protocols time their requests out.
+ */
 static void
 front_tick(uv_timer_t *t)
 {
     struct rl_router *r = t->data;
     struct rl_front *g = r->front;
     const struct rl_conn_limits *lim = &r->opts.limits;
+    struct rl_listener_stats *st = &r->listener.stats;
     uint64_t now = uv_now(r->loop);
+    uint64_t auth_ms =
+        lim->auth_timeout_ms != 0 ? lim->auth_timeout_ms : RL_CONN_DEFAULT_AUTH_TIMEOUT_MS;
     struct rl_front_conn *c, *next;
 
     for (c = g->conns; c != NULL; c = next) {
         next = c->next;
         if (c->closing) {
             continue;
+        }
+        if (c->opening && now - c->opened_ms >= auth_ms) {
+            st->auth_timeouts++;
+            rl_front_close(c);
+            continue;
+        }
+        if (c->writing > 0) {
+            size_t q = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+
+            if (q < c->wq_seen) {
+                c->wprog_ms = now; /* some of it went out since the last tick */
+            }
+            c->wq_seen = q;
+            if (lim->frame_timeout_ms != 0 && now - c->wprog_ms >= lim->frame_timeout_ms) {
+                st->write_timeouts++;
+                rl_front_close(c);
+                continue;
+            }
+        } else {
+            c->wq_seen = 0;
         }
         if (!c->ops->busy(c) && lim->idle_timeout_ms != 0 &&
             now - c->active_ms >= lim->idle_timeout_ms) {
@@ -687,71 +688,6 @@ front_tick(uv_timer_t *t)
             rl_front_flush(c);
         }
     }
-}
-
-/*
- * The client caps of the binary listener (conn.h), for a new connection c of a front (its
- * address known): [clients] max_connections_per_peer counted with the binary protocol's and
- * every front's connections from that address (the router's listener's table, shared by the
- * workers); and for a front that authenticates each connection (RESP's AUTH) while [client]
- * sections exist, an address past its failed AUTHs is refused and the connections not yet
- * authenticated hold at most half of the front's max_connections. A refused connection is
- * told why (the protocol's refusal, in plaintext, when the router has no TLS) and closed.
- * 0, or UV_ECONNREFUSED.
- */
-static int
-front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd)
-{
-    struct rl_listener_stats *st = &r->listener.stats;
-    struct rl_front *g = r->front;
-    const char *why = NULL;
-    uint64_t *counter = NULL, now = uv_now(r->loop), wait = 0;
-    char msg[200];
-
-    if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 &&
-        (wait = rl_listener_auth_wait_ms(&r->listener, c->addr)) > 0) {
-        snprintf(msg, sizeof(msg),
-                 "too many failed AUTHs from this address (more than %u a second): try again "
-                 "in %llu ms",
-                 RL_CONN_AUTHFAIL_RATE, (unsigned long long)wait);
-        why = msg;
-        counter = &st->refused_auth_rate;
-    } else if (!rl_listener_peer_take(&r->listener, c->addr)) {
-        why = "server busy: too many connections from this address (max_connections_per_peer)";
-        counter = &st->refused_peer;
-    } else {
-        c->peer_counted = true;
-        struct rl_wgroup_front *gf = &r->group->fronts[c->kind];
-
-        if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 && gf->max != 0) {
-            if (front_preauth_take(gf)) {
-                c->preauth = true;
-            } else {
-                why = "server busy: too many connections are waiting for AUTH (half of "
-                      "max_connections)";
-                counter = &st->refused_max;
-            }
-        }
-    }
-    if (why == NULL) {
-        return 0;
-    }
-    front_release(c);
-    (*counter)++;
-    st->connections_refused++;
-    if (g->refused_warned_ms == 0 || now - g->refused_warned_ms >= 10000) {
-        g->refused_warned_ms = now != 0 ? now : 1;
-        rl_log_warn("%s front: client %s refused: %s (said at most every 10 s)", c->ops->name,
-                    c->peer, why);
-    }
-    if (c->ops->refusal != NULL && r->opts.tls_server == NULL) {
-        char out[256];
-        size_t n = c->ops->refusal(out, sizeof(out), why);
-
-        /* a new socket's buffer is empty: a line this short goes out whole, or not at all */
-        (void)!send(fd, out, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
-    return UV_ECONNREFUSED;
 }
 
 int
@@ -830,7 +766,8 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         return rc;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    c->active_ms = uv_now(r->loop);
+    c->active_ms = c->opened_ms = uv_now(r->loop);
+    front_opening_link(c);
     c->next = r->front->conns;
     if (c->next != NULL) {
         c->next->prev = c;
@@ -846,7 +783,7 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         r->front->ticking = true;
         uv_timer_start(&r->front->timer, front_tick, ms, ms);
     }
-    c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+    front_reading(c);
     rl_front_flush(c);
     return 0;
 }

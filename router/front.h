@@ -13,9 +13,20 @@
  *   - the output: the protocol queues bytes (rl_front_write) and front.c writes them through
  *     ONE function (front_out); reading stops while write_queue_max bytes are unsent;
  *   - the request bytes a protocol holds (rl_front_hold): per connection, and per worker
- *     loop its share of [clients] buffer_memory;
+ *     loop its share of [clients] buffer_memory, which counts the output not yet written
+ *     too (a connection with output unsent stops reading while the share is spent);
+ *   - the per-turn input budget (limits.turn_bytes): bytes read, and the cost a protocol
+ *     charges for what they decode to (rl_front_charge), per connection per loop turn; a
+ *     connection through it stops reading until the next turn (counted as throttled);
+ *   - opening: a new connection counts against its front's pre-AUTH share (half of
+ *     max_connections; when full, the loop's oldest opening connection of that front makes
+ *     room) until its protocol calls rl_front_authenticated, and is closed if it has not by
+ *     auth_timeout after its accept (a TLS handshake, a preface, a first call: every front,
+ *     with or without [client] sections);
  *   - one timer per worker loop (tick_ms): idle_timeout ([clients]) closes a connection with
- *     no call open; the protocol's on_tick enforces frame_timeout on its requests;
+ *     no call open; output that makes no progress for frame_timeout closes its connection
+ *     (a client that never reads); the protocol's on_tick enforces frame_timeout on its
+ *     requests;
  *   - closing (the protocol's on_close orphans what it has in flight, then frees its state).
  *
  * With [cluster] tls_* set, TLS (common/tls.h, the router's server context, which selects
@@ -43,6 +54,7 @@ struct rl_front_limits {
     size_t write_queue_max; /* unsent output bytes at which reading stops */
     size_t held_max;        /* request bytes a connection may hold (rl_front_hold) */
     uint32_t tick_ms;       /* how often on_tick and the idle check run */
+    uint32_t turn_bytes;    /* input cost one connection may take per loop turn; 0: no bound */
 };
 
 struct rl_front_ops {
@@ -69,9 +81,10 @@ struct rl_front_ops {
     /* With TLS, what a plaintext client is told (in plaintext, in the protocol's own terms)
      * before it is closed; NULL: closed without a word. */
     const char *plaintext_refusal;
-    /* True: the protocol authenticates a connection once (RESP's AUTH), so that while
-     * [client] sections exist a new connection is pre-AUTH until rl_front_authenticated
-     * (front_admit in front.c); false: each call authenticates (gRPC's metadata). */
+    /* True: the protocol authenticates a connection once (RESP's AUTH): while [client]
+     * sections exist an address past its failed AUTHs is refused (front_admit in front.c);
+     * false: each call authenticates (gRPC's metadata). Either way a new connection is
+     * pre-AUTH until rl_front_authenticated. */
     bool auth_per_connection;
     /* Optional: what a connection refused at once (front_admit) is told: why, in the
      * protocol's words, written to buf (n bytes at most); returns the length. */
@@ -130,8 +143,15 @@ void rl_front_flush(struct rl_front_conn *c);
  * else the turn queued on c (front.c's check handle), rather than at once. */
 void rl_front_mark(struct rl_front_conn *c);
 
-/* c passed its protocol's authentication: it counts as pre-AUTH no more. */
+/* c passed its protocol's opening (its authentication, or without [client] sections its
+ * first complete valid request): it counts as pre-AUTH no more and auth_timeout no longer
+ * applies. Calling it again does nothing. */
 void rl_front_authenticated(struct rl_front_conn *c);
+
+/* What the bytes just handed to on_bytes cost beyond their number (e.g. decoded header
+ * bytes): charged to c's per-turn input budget (limits.turn_bytes); past it, c reads no more
+ * until a later turn. */
+void rl_front_charge(struct rl_front_conn *c, size_t cost);
 
 /* Closes c now (a protocol's fatal error outside on_bytes). */
 void rl_front_close(struct rl_front_conn *c);

@@ -458,6 +458,9 @@ resp_command(struct resp_conn *c, const struct rl_resp_cmd *cmd)
     int rc;
 
     c->g->counts[RESP_N_COMMANDS]++;
+    if (c->authed) {
+        rl_front_authenticated(c->fc); /* no [client] sections: a first command (front.h) */
+    }
     rl_buf_reset(b);
     if (!c->authed && (row == NULL || (row->flags & RESP_F_NOAUTH) == 0)) {
         rc = rl_resp_put_error(b, "NOAUTH Authentication required.");

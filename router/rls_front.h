@@ -41,6 +41,7 @@ enum rl_rls_stream_event {
     RL_RLS_STREAM_REFUSED,
     RL_RLS_STREAM_RESET_BY_SERVER,
     RL_RLS_STREAM_RESET_BY_CLIENT,
+    RL_RLS_CONN_CALM, /* a connection ended with GOAWAY ENHANCE_YOUR_CALM (rls_h2.c) */
     RL_RLS_STREAM_EVENTS
 };
 

@@ -5,12 +5,21 @@
  * connection; each stream is one call (rls_call.c) once its request is complete.
  *
  * Bounds: one message of at most RLS_MSG_MAX bytes per call, RLS_STREAMS_MAX streams at once
- * per connection, RLS_HEADERS_MAX header bytes per request, RLS_BUFFERED_MAX request bytes
- * held per connection (and the worker's share of [clients] buffer_memory: front.c), output:
- * reading stops while RLS_WRITE_QUEUE_MAX bytes are unsent. Timeouts ([clients]): a
- * connection with no call open closes after idle_timeout (with a GOAWAY); a call whose
- * request is not complete within frame_timeout is reset. Not for the call itself
- * (rls_call.c), nor for the socket (front.c).
+ * per connection, RLS_HEADERS_MAX decoded header bytes per request (a request past it is
+ * reset; RLS_STRIKES_MAX such requests end the connection with GOAWAY ENHANCE_YOUR_CALM),
+ * RLS_BUFFERED_MAX request bytes held per connection (and the worker's share of [clients]
+ * buffer_memory: front.c), output: reading stops while RLS_WRITE_QUEUE_MAX bytes are unsent.
+ * Per loop turn, a connection handles RL_CONN_TURN_BYTES of input (front.c's turn budget),
+ * its decoded header bytes and RLS_FRAME_COST per control frame charged to it too. Control
+ * frames (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM, empty DATA) draw on a
+ * bucket of RLS_CTRL_BURST, refilled by RLS_CTRL_RATE a second and RLS_CTRL_PER_CALL per
+ * request: a connection that empties it is ended with GOAWAY ENHANCE_YOUR_CALM; nghttp2 bounds
+ * the SETTINGS entries of a frame and the ACKs queued (RLS_MAX_SETTINGS, RLS_MAX_ACKS).
+ * The connection is "opening" (front.c: the pre-AUTH share, auth_timeout) until its first
+ * call that passes authentication: a valid token, or without [client] sections any complete
+ * ShouldRateLimit request. Timeouts ([clients]): a connection with no call open closes after
+ * idle_timeout (with a GOAWAY); a call whose request is not complete within frame_timeout is
+ * reset. Not for the call itself (rls_call.c), nor for the socket (front.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -31,6 +40,13 @@
 #define RLS_BUFFERED_MAX (1024u * 1024)    /* request bytes held per connection */
 #define RLS_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading stops */
 #define RLS_TICK_MS 1000u
+#define RLS_STRIKES_MAX 8u      /* requests past RLS_HEADERS_MAX before GOAWAY */
+#define RLS_CTRL_BURST 1024u    /* control frames a connection may send at once */
+#define RLS_CTRL_RATE 16u       /* and a second, over time */
+#define RLS_CTRL_PER_CALL 8u    /* and per request stream it opens */
+#define RLS_FRAME_COST 64u      /* turn budget a control frame costs beyond its bytes */
+#define RLS_MAX_SETTINGS 16u    /* entries in one SETTINGS frame (nghttp2) */
+#define RLS_MAX_ACKS 128u       /* PING/SETTINGS ACKs nghttp2 may queue (nghttp2) */
 
 static const char rls_path[] = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -59,7 +75,44 @@ struct rls_conn {
     nghttp2_session *ng;
     struct rls_stream *streams;
     uint32_t nstreams;
+    uint32_t strikes;    /* requests reset for their header bytes */
+    uint64_t ctrl;       /* control frames the bucket holds, in 1/1000 */
+    uint64_t ctrl_ms;    /* loop time the bucket was last refilled */
+    bool calm;           /* GOAWAY ENHANCE_YOUR_CALM queued: input is dropped */
 };
+
+/* c keeps breaking the limits: GOAWAY ENHANCE_YOUR_CALM (once; what it sends then is
+ * dropped, and the connection closes once the GOAWAY is written). */
+static void
+rls_calm(struct rls_conn *c)
+{
+    if (c->calm) {
+        return;
+    }
+    c->calm = true;
+    c->r->rls->n.streams[RL_RLS_CONN_CALM]++;
+    nghttp2_session_terminate_session(c->ng, NGHTTP2_ENHANCE_YOUR_CALM);
+}
+
+/* The control-frame bucket: refilled by time, then n frames (1000 each) taken from it;
+ * false when it is empty. */
+static bool
+rls_ctrl_take(struct rls_conn *c, uint64_t n)
+{
+    uint64_t now = uv_now(c->r->loop), cap = (uint64_t)RLS_CTRL_BURST * 1000u;
+
+    c->ctrl += (now - c->ctrl_ms) * RLS_CTRL_RATE; /* 1000 per frame: RATE per 1000 ms */
+    c->ctrl_ms = now;
+    if (c->ctrl > cap) {
+        c->ctrl = cap;
+    }
+    if (c->ctrl < n) {
+        c->ctrl = 0;
+        return false;
+    }
+    c->ctrl -= n;
+    return true;
+}
 
 /* ---- the answer of a call ----------------------------------------------------------------- */
 
@@ -161,6 +214,7 @@ stream_call(struct rls_stream *s)
     if (rc != 0) {
         return;
     }
+    rl_front_authenticated(s->c->fc); /* the connection's opening is over (front.c) */
     if (s->bad_timeout) {
         rl_rls_call_fail(&s->call, GRPC_INVALID_ARGUMENT,
                          "malformed grpc-timeout (1 to 8 digits, then H, M, S, m, u or n)");
@@ -274,6 +328,8 @@ on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) {
         return 0;
     }
+    /* a request earns its connection room for the control frames that go with it */
+    c->ctrl += (uint64_t)RLS_CTRL_PER_CALL * 1000u;
     if (c->nstreams >= RLS_STREAMS_MAX) {
         c->r->rls->n.streams[RL_RLS_STREAM_REFUSED]++;
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* nghttp2 resets the stream */
@@ -315,7 +371,11 @@ on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size
         return 0;
     }
     s->hbytes += (uint32_t)(nlen + vlen + 32);
+    rl_front_charge(s->c->fc, nlen + vlen + 32); /* decoded bytes cost the turn's budget */
     if (s->hbytes > RLS_HEADERS_MAX) {
+        if (++s->c->strikes >= RLS_STRIKES_MAX) {
+            rls_calm(s->c);
+        }
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
     }
     if (nlen == 7 && memcmp(name, ":method", 7) == 0) {
@@ -447,7 +507,28 @@ on_frame_sent(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
     return 0;
 }
 
+/* Every frame's header: a control frame costs the turn budget RLS_FRAME_COST and a token of
+ * the connection's bucket; an empty bucket ends the connection. */
+static int
+on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *arg)
+{
+    struct rls_conn *c = arg;
+
+    (void)ng;
+    if ((hd->type == NGHTTP2_DATA && (hd->length > 0 || (hd->flags & NGHTTP2_FLAG_END_STREAM))) ||
+        hd->type == NGHTTP2_HEADERS || hd->type == NGHTTP2_CONTINUATION ||
+        hd->type == NGHTTP2_GOAWAY) {
+        return 0; /* a request's own frames (an empty DATA without END_STREAM is not) */
+    }
+    rl_front_charge(c->fc, RLS_FRAME_COST);
+    if (!rls_ctrl_take(c, 1000u)) {
+        rls_calm(c);
+    }
+    return 0;
+}
+
 static nghttp2_session_callbacks *rls_cbs; /* the same for every session; never freed */
+static nghttp2_option *rls_opts;           /* likewise */
 
 static void
 rls_make_callbacks(void)
@@ -462,6 +543,14 @@ rls_make_callbacks(void)
     nghttp2_session_callbacks_set_on_frame_recv_callback(rls_cbs, on_frame);
     nghttp2_session_callbacks_set_on_stream_close_callback(rls_cbs, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_send_callback(rls_cbs, on_frame_sent);
+    nghttp2_session_callbacks_set_on_begin_frame_callback(rls_cbs, on_begin_frame);
+    if (nghttp2_option_new(&rls_opts) != 0) {
+        nghttp2_session_callbacks_del(rls_cbs);
+        rls_cbs = NULL;
+        return;
+    }
+    nghttp2_option_set_max_settings(rls_opts, RLS_MAX_SETTINGS);
+    nghttp2_option_set_max_outbound_ack(rls_opts, RLS_MAX_ACKS);
 }
 /* ---- the connection (front.c's callbacks) -------------------------------------------------- */
 
@@ -485,7 +574,9 @@ h2_open(struct rl_front_conn *fc)
     }
     c->fc = fc;
     c->r = rl_front_router(fc);
-    if (nghttp2_session_server_new(&c->ng, rls_cbs, c) != 0) {
+    c->ctrl = (uint64_t)RLS_CTRL_BURST * 1000u;
+    c->ctrl_ms = uv_now(c->r->loop);
+    if (nghttp2_session_server_new2(&c->ng, rls_cbs, c, rls_opts) != 0) {
         free(c);
         return UV_ENOMEM;
     }
@@ -499,6 +590,9 @@ h2_bytes(struct rl_front_conn *fc, const uint8_t *data, size_t len)
 {
     struct rls_conn *c = rl_front_proto(fc);
 
+    if (c->calm) {
+        return 0; /* GOAWAY ENHANCE_YOUR_CALM queued: the rest is dropped */
+    }
     /* a protocol error: nghttp2 has queued a GOAWAY that is not waited for */
     return nghttp2_session_mem_recv(c->ng, data, len) < 0 ? -1 : 0;
 }
@@ -597,6 +691,7 @@ const struct rl_front_ops rl_rls_h2_ops = {
             .write_queue_max = RLS_WRITE_QUEUE_MAX,
             .held_max = RLS_BUFFERED_MAX,
             .tick_ms = RLS_TICK_MS,
+            .turn_bytes = RL_CONN_TURN_BYTES,
         },
     .on_open = h2_open,
     .on_bytes = h2_bytes,

@@ -218,6 +218,7 @@ rls_metrics_fmt(const void *arg, struct rl_prom *p)
         [RL_RLS_STREAM_REFUSED] = "refused",
         [RL_RLS_STREAM_RESET_BY_SERVER] = "reset_by_server",
         [RL_RLS_STREAM_RESET_BY_CLIENT] = "reset_by_client",
+        [RL_RLS_CONN_CALM] = "goaway_calm",
     };
     size_t nd = snap_merge(sn->e, sn->nd);
     struct rls_snap_entry *k = sn->e + sn->nd;
@@ -265,7 +266,9 @@ rls_metrics_fmt(const void *arg, struct rl_prom *p)
     rl_prom_family(p, "rl_router_rls_streams_total", "counter",
                    "HTTP/2 streams of the gRPC front by event: refused (past 100 at once on a "
                    "connection: REFUSED_STREAM), reset_by_server (any other RST_STREAM sent), "
-                   "reset_by_client (RST_STREAM received).");
+                   "reset_by_client (RST_STREAM received); goaway_calm counts connections "
+                   "ended with GOAWAY ENHANCE_YOUR_CALM (header limits broken again and again, "
+                   "or a flood of control frames).");
     for (size_t e = 0; e < RL_RLS_STREAM_EVENTS; e++) {
         rl_prom_u64(p, "rl_router_rls_streams_total",
                     rl_prom_labels(lab, sizeof(lab), "event", events[e], NULL), sn->streams[e]);

@@ -18,6 +18,8 @@ import h2.errors  # noqa: E402
 import h2.events  # noqa: E402
 
 PATH = METHOD
+# RateLimitRequest{domain: "edge", descriptors: [{entries: [{key: "k", value: "v"}]}]}
+CALL_MSG = b"\x0a\x04edge" + b"\x12\x08\x0a\x06\x0a\x01k\x12\x01v"
 
 
 def start(tmp_path_factory, clients):
@@ -145,10 +147,16 @@ def test_a_complete_call_over_raw_h2(rls):
 
 def test_connections_past_the_cap_are_closed(rls):
     """[clients] max_connections bounds the gRPC connections of the process: the 5th is
-    closed at once, and a place frees up when one closes."""
+    closed at once, and a place frees up when one closes. (Each makes a call first: a
+    connection without one is in the pre-AUTH share, half of max_connections.)"""
     time.sleep(0.3)  # the other tests' connections are closed by now
-    conns = [Conn(rls.rls_port) for _ in range(4)]
-    for c in conns:
+    conns = []
+    for _ in range(4):  # one after the other: each leaves the pre-AUTH share with its call
+        c = Conn(rls.rls_port)
+        conns.append(c)
+        c.open(1)
+        c.h2.send_data(1, b"\x00" + len(CALL_MSG).to_bytes(4, "big") + CALL_MSG, end_stream=True)
+        c.flush()
         c.events(0.2)
         assert not c.closed
     extra = Conn(rls.rls_port)
