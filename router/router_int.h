@@ -30,6 +30,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "backstop.h"
 #include "denycache.h"
 #include "frontkind.h"
 #include "gate.h"
@@ -223,6 +224,8 @@ struct rl_router {
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;
+    uint64_t deny_moves;      /* shed.c: shards whose owner changed (refusals kept) */
+    struct rl_backstop bstop; /* backstop.h: failure = open while the owner is unreachable */
     struct rl_hot *hot; /* NULL: [router] hot_keys = off */
     /* A copy of hot for other threads (HOT and /metrics merge every worker's), taken under
      * mu by hot_timer */
