@@ -81,7 +81,13 @@ rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
 {
     struct rl_wire_check_reply rep;
 
-    bool bs = fill_failure(r, p->rule, p->client_id, p->key_hash, p->cost, &rep);
+    bool bs = false;
+
+    /* A refusal the deny cache holds outlives the node it came from; else the policy. */
+    memset(&rep, 0, sizeof(rep));
+    if (!rl_shed_fail_lookup(r, p, &rep)) {
+        bs = fill_failure(r, p->rule, p->client_id, p->key_hash, p->cost, &rep);
+    }
 
     rl_counts_answer(r, p->rule, rep.code, p->start_ns);
     r->stats.checks++;

@@ -452,6 +452,12 @@ void rl_shed_deinit(struct rl_router *r);
 bool rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
                    uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp);
 
+/* p, a CHECK forwarded, is to be answered by failure policy (its owner lost, its deadline
+ * passed): true with rep filled (LIMITED, p's client id) when the deny cache holds a
+ * refusal of it that still stands (a refusal outlives its node). */
+bool rl_shed_fail_lookup(struct rl_router *r, const struct rl_pending *p,
+                         struct rl_wire_check_reply *rep);
+
 /* p, a CHECK of req, was just sent: what the cache needs of it when the reply comes (fp as
  * rl_shed_check gave it). */
 void rl_shed_sent(struct rl_pending *p, const struct rl_wire_req *req, uint64_t fp);

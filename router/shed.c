@@ -227,6 +227,27 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     return true;
 }
 
+bool
+rl_shed_fail_lookup(struct rl_router *r, const struct rl_pending *p,
+                    struct rl_wire_check_reply *rep)
+{
+    struct rl_deny_key k;
+
+    if (!rl_deny_on(&r->deny) || p->rule == NULL || p->cost == 0 || p->deny_fp == 0) {
+        return false;
+    }
+    k.hash = p->key_hash;
+    k.fp = p->deny_fp;
+    k.rule = p->rule->id;
+    k.cost = p->cost;
+    k.shard = p->shard;
+    if (!rl_deny_lookup(&r->deny, &k, 0, 0, rep)) {
+        return false;
+    }
+    rep->id = p->client_id;
+    return true;
+}
+
 void
 rl_shed_sent(struct rl_pending *p, const struct rl_wire_req *req, uint64_t fp)
 {
