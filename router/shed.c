@@ -2,8 +2,10 @@
  * shed: where the router sheds hot keys, between forward.c and the two structures of
  * denycache.h (LIMITED answers remembered) and hotkeys.h (the hot (service, user) keys).
  * forward.c calls rl_shed_check before routing a CHECK, rl_shed_sent once it is sent and
- * rl_shed_reply with the node's reply; table.c calls rl_shed_table before a new shard table
- * takes over and rl_shed_rules when the rules changed. Also the HOT op (answered by the
+ * rl_shed_reply with the node's reply (rl_shed_fail_lookup when a forwarded one is to be
+ * answered by policy: a refusal outlives its node); table.c calls rl_shed_table before a new
+ * shard table takes over and rl_shed_rules when the rules changed. Also the backstop's
+ * allocation, its start-up notice and its counters (backstop.h). Also the HOT op (answered by the
  * router itself, filtered to the client's services like THROTTLED), the deny_* STATS pairs
  * and the metric families. Everything is per struct rl_router (one loop); the metrics and
  * HOT are sums and merges that several loops' routers can add up.
