@@ -20,8 +20,18 @@
 const char *
 conf_set_failure(struct conf_parser *p, const char *v)
 {
-    return conf_set_either(&p->c->rules[p->sec.index].fail_closed, v, "open", "closed",
-                      "is not open or closed");
+    struct rl_rule *r = &p->c->rules[p->sec.index];
+
+    /* open: FAIL_OPEN under the router's backstop (docs/OPERATIONS.md, "The backstop");
+     * open_unlimited: FAIL_OPEN for every request, as `open` meant before the backstop. */
+    if (strcmp(v, "open_unlimited") == 0) {
+        r->fail_closed = false;
+        r->fail_unlimited = true;
+        return NULL;
+    }
+    r->fail_unlimited = false;
+    return conf_set_either(&r->fail_closed, v, "open", "closed",
+                           "is not open, open_unlimited or closed");
 }
 
 const char *

@@ -11,7 +11,8 @@
  * and '%' itself, as %XX with lower-case hex digits; a field that is the one byte "-" as
  * %2d) and cut to 128 and 256 bytes before escaping, "-" for an empty field. An eighth
  * field, the word `cached`, marks an answer the router gave from its deny cache (no node was
- * asked); a line without it was answered by a node or by failure policy. Not for the writing
+ * asked); a line without it was answered by a node or by failure policy. NODE is the word
+ * `backstop` when the router's backstop decided (router/backstop.h). Not for the writing
  * (reqlog.h) or counting (logscan.h).
  */
 #ifndef RL_REQLINE_H

@@ -88,6 +88,7 @@ struct rl_rule {
     size_t service_len;  /* strlen(service), 1..128 */
     size_t endpoint_len; /* strlen(endpoint), 1..128; 0 when endpoint is NULL */
     bool fail_closed;    /* failure = closed */
+    bool fail_unlimited; /* failure = open_unlimited: no router backstop (docs/OPERATIONS.md) */
     bool shadow;         /* mode = shadow */
     bool global;         /* scope = global: a slice of the limit per region (REGIONS.md) */
     uint32_t id;         /* index in rl_conf.rules */

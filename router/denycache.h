@@ -16,17 +16,21 @@
  * inserts a LIMITED only for a request sent on that connection after that: the node reads
  * a connection's requests in order, so it decided that request after the probe, under the
  * same rules unless it changed them since. A router whose rules change forgets everything
- * (rl_deny_forget_all) and waits for new probe answers; a node whose probed digest moves
- * (it changed its rules first) moves its epoch, which forgets what it answered before. Not
+ * (rl_deny_forget_all) and waits for new probe answers; so does a node whose probed digest
+ * moves (it changed its rules first): the router forgets everything sent until then. Not
  * covered: a node that changes its rules and back between two probes.
+ *
+ * A refusal outlives its node (docs/OPERATIONS.md, "What a loss costs"): the router keeps
+ * answering it through a lost connection, a dead or restarted owner and the shard's move,
+ * since the owner that refused would still refuse until then. The promise: never refuses
+ * what the owner that refused would still refuse, and never across a rules change.
  *
  * A fixed table of 4-way sets allocated once (no allocation per request): an insert takes
  * a free or expired way of its set, else evicts the one expiring soonest. Invalidation is
  * lazy and O(1): every entry keeps the time its request was sent, and an entry is valid only
- * if that is after the last invalidation of everything (rules changed) and of its shard (its
- * owner changed, or a node said NOT_OWNER); and each entry keeps its node's epoch (upstream.h:
- * moved by a lost connection and by a change of the node's rules), valid only while it is
- * the node's. Not for the routing itself (forward.c) nor for the probe (upstream.c); the
+ * if that is after the last invalidation of everything (rules changed) and of its shard
+ * (rl_deny_forget_shard: the table supports it; the router no longer calls it); and each
+ * entry keeps an epoch, valid only while the caller's is the same (the router passes 0). Not for the routing itself (forward.c) nor for the probe (upstream.c); the
  * data structure is usable without a router (the unit tests).
  */
 #ifndef RL_DENYCACHE_H

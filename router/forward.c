@@ -8,7 +8,8 @@
  * id is rewritten. What the router answers itself is decided here too: NO_RULE
  * (every process reads the same rules), a client whose token does not allow the service, and
  * the service's failure policy when the owner is down, the connection is lost, the deadline
- * passes or the node says it is not the owner. A CHECK carrying its own limit (docs/PROTOCOL.md,
+ * passes or the node says it is not the owner (with `failure = open`, the router's backstop,
+ * backstop.h). A CHECK carrying its own limit (docs/PROTOCOL.md,
  * "Inline limits") has no rule: it is forwarded like any other (re-encoded, as the short reader
  * leaves it to the full decoder), never answered from the deny cache, and its failure policy is
  * [cluster] inline_failure. Not for THROTTLED (fanout.c).
@@ -44,19 +45,35 @@ log_answer(struct rl_router *r, uint32_t shard, const char *node, uint32_t code,
 /*
  * The failure-policy answer: no decision was made, so limit, remaining and reset are 0.
  * FAIL_CLOSED suggests retrying after the session timeout, the longest the shard can stay
- * unowned before ZooKeeper moves it.
+ * unowned before ZooKeeper moves it. A rule with `failure = open` (not open_unlimited, not
+ * shadow) is judged by the router's backstop (backstop.h) for the key hash and cost: FAIL_OPEN
+ * within its quota, LIMITED beyond. Returns true when the backstop decided.
  */
-static void
-fill_failure(const struct rl_router *r, const struct rl_rule *rule, uint32_t id,
-             struct rl_wire_check_reply *rep)
+static bool
+fill_failure(struct rl_router *r, const struct rl_rule *rule, uint32_t id, uint64_t hash,
+             uint32_t cost, struct rl_wire_check_reply *rep)
 {
     memset(rep, 0, sizeof(*rep));
     rep->id = id;
     /* A shadow rule never refuses, not even by failure policy; no rule: an inline limit. */
     bool closed = rule != NULL ? rule->fail_closed && !rule->shadow : r->conf->inline_fail_closed;
 
+    if (rule != NULL && !closed && !rule->shadow && !rule->fail_unlimited) {
+        rl_backstop_judge(&r->bstop, r->conf, rule, hash, cost, rl_router_now_ns(r), rep);
+        rep->id = id;
+        return true;
+    }
     rep->code = closed ? RL_WIRE_FAIL_CLOSED : RL_WIRE_FAIL_OPEN;
     rep->retry_after_ms = closed ? r->conf->session_timeout_ms : 0;
+    return false;
+}
+
+/* The request log's NODE for an answer of failure policy: "backstop" when the backstop
+ * decided (docs/OPERATIONS.md, "The backstop"), else the unreachable node or "-". */
+static const char *
+fail_node(const struct rl_upstream *u, bool backstop)
+{
+    return backstop ? RL_BACKSTOP_LOG_NODE : u != NULL ? u->name : "-";
 }
 
 void
@@ -64,14 +81,21 @@ rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
 {
     struct rl_wire_check_reply rep;
 
-    fill_failure(r, p->rule, p->client_id, &rep);
+    bool bs = false;
+
+    /* A refusal the deny cache holds outlives the node it came from; else the policy. */
+    memset(&rep, 0, sizeof(rep));
+    if (!rl_shed_fail_lookup(r, p, &rep)) {
+        bs = fill_failure(r, p->rule, p->client_id, p->key_hash, p->cost, &rep);
+    }
+
     rl_counts_answer(r, p->rule, rep.code, p->start_ns);
     r->stats.checks++;
     if (p->up != NULL) {
         rl_upstream_count_failure(p->up);
     }
     if (p->logged) {
-        log_answer(r, p->shard, p->up != NULL ? p->up->name : "-", rep.code, p->key_hash,
+        log_answer(r, p->shard, fail_node(p->up, bs), rep.code, p->key_hash,
                    p->rule != NULL ? p->rule->service : p->service,
                    p->rule != NULL ? p->rule->service_len : p->slen, p->user, p->ulen);
     }
@@ -203,8 +227,9 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
         if (u != NULL) {
             rl_upstream_count_failure(u);
         }
-        fill_failure(r, rule, req->id, &rep);
-        answer_local(conn, req, rule, &rep, shard, u != NULL ? u->name : "-", hash);
+        bool bs = fill_failure(r, rule, req->id, hash, req->cost, &rep);
+
+        answer_local(conn, req, rule, &rep, shard, fail_node(u, bs), hash);
         return;
     }
     p->client = c;
@@ -361,7 +386,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
         if (u != NULL) {
             rl_upstream_count_failure(u);
         }
-        fill_failure(r, rule, req->id, now);
+        fill_failure(r, rule, req->id, hash, req->cost, now);
         r->stats.checks++;
         rl_counts_answer(r, rule, now->code, start);
         return -1;

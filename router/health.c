@@ -2,8 +2,8 @@
  * health: whether the router can route, and saying so when it cannot. Readiness (/readyz)
  * asks for a table in which every shard has an owner, and its reason names ZooKeeper when
  * the session is the cause. A router whose membership comes from ZooKeeper and that has no
- * session or no members answers every CHECK by failure policy (with fail_open, nothing is
- * limited): it says so at warn RL_ROUTER_FIRST_WARN_MS after it started (or after it lost
+ * session or no members answers every CHECK by failure policy (with failure = open, only
+ * the router's backstop limits; with open_unlimited, nothing): it says so at warn RL_ROUTER_FIRST_WARN_MS after it started (or after it lost
  * them), then every RL_ROUTER_WARN_MS while it lasts, naming the address it tries. Not for
  * the ZooKeeper session itself (zkm.h) or the metrics (rmetrics.c).
  */
@@ -52,7 +52,8 @@ health_tick(uv_timer_t *t)
     if (r->zk_state != RL_ZKM_CONNECTED) {
         if (r->view.nmembers == 0) {
             rl_log_warn("ZooKeeper at %s not reachable for %llu s (session %s): no members, so "
-                        "every CHECK is answered by its service's failure policy",
+                        "every CHECK is answered by its service's failure policy (with "
+                        "failure = open: the router's backstop)",
                         r->zk_addr, (unsigned long long)((now - r->unhealthy_since) / 1000),
                         rl_zkm_state_name((enum rl_zkm_state)r->zk_state));
         } else {

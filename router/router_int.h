@@ -30,6 +30,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "backstop.h"
 #include "denycache.h"
 #include "frontkind.h"
 #include "gate.h"
@@ -223,6 +224,8 @@ struct rl_router {
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */
     struct rl_deny deny;
+    uint64_t deny_moves;      /* shed.c: shards whose owner changed (refusals kept) */
+    struct rl_backstop bstop; /* backstop.h: failure = open while the owner is unreachable */
     struct rl_hot *hot; /* NULL: [router] hot_keys = off */
     /* A copy of hot for other threads (HOT and /metrics merge every worker's), taken under
      * mu by hot_timer */
@@ -449,27 +452,36 @@ void rl_shed_deinit(struct rl_router *r);
 bool rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
                    uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp);
 
+/* p, a CHECK forwarded, is to be answered by failure policy (its owner lost, its deadline
+ * passed): true with rep filled (LIMITED, p's client id) when the deny cache holds a
+ * refusal of it that still stands (a refusal outlives its node). */
+bool rl_shed_fail_lookup(struct rl_router *r, const struct rl_pending *p,
+                         struct rl_wire_check_reply *rep);
+
 /* p, a CHECK of req, was just sent: what the cache needs of it when the reply comes (fp as
  * rl_shed_check gave it). */
 void rl_shed_sent(struct rl_pending *p, const struct rl_wire_req *req, uint64_t fp);
 
 /* The node u answered p (a CHECK) with rep on connection from: a LIMITED is remembered when
- * p was sent after from's node was known to hold the router's rules, a NOT_OWNER forgets the
- * shard. */
+ * p was sent after from's node was known to hold the router's rules (a NOT_OWNER forgets
+ * nothing: a refusal outlives the shard's move). */
 void rl_shed_reply(struct rl_router *r, const struct rl_pending *p, const struct rl_upstream *u,
                    const struct rl_upconn *from, const struct rl_wire_reply *rep);
 
-/* The upstreams' on_rules (upstream.h), arg the router: counts a rules probe's answer. */
+/* The upstreams' on_rules (upstream.h), arg the router: counts a rules probe's answer, and
+ * forgets every refusal when the node's rules moved (its epoch). */
 void rl_shed_on_rules(void *arg, struct rl_upstream *u, const struct rl_upconn *from, bool ok);
 
 /* u was just created (table.c): it starts probing its node's rules when the cache is on. */
 void rl_shed_upstream(struct rl_router *r, struct rl_upstream *u);
 
-/* The table is about to become map with owners: forgets the shards whose owner changes. */
+/* The table is about to become map with owners: forgets nothing (refusals outlive the
+ * shard's move), counts the shards whose owner changes (deny_moves). */
 void rl_shed_table(struct rl_router *r, const struct rl_shardmap *map,
                    struct rl_upstream *const *owners);
 
-/* The rules changed: forgets everything, and has every node's rules probed again. */
+/* The rules changed: forgets everything (the deny cache and the backstop's counts), and has
+ * every node's rules probed again. */
 void rl_shed_rules(struct rl_router *r);
 
 /* HOT: the top keys this client may see. */

@@ -2,8 +2,10 @@
  * shed: where the router sheds hot keys, between forward.c and the two structures of
  * denycache.h (LIMITED answers remembered) and hotkeys.h (the hot (service, user) keys).
  * forward.c calls rl_shed_check before routing a CHECK, rl_shed_sent once it is sent and
- * rl_shed_reply with the node's reply; table.c calls rl_shed_table before a new shard table
- * takes over and rl_shed_rules when the rules changed. Also the HOT op (answered by the
+ * rl_shed_reply with the node's reply (rl_shed_fail_lookup when a forwarded one is to be
+ * answered by policy: a refusal outlives its node); table.c calls rl_shed_table before a new
+ * shard table takes over and rl_shed_rules when the rules changed. Also the backstop's
+ * allocation, its start-up notice and its counters (backstop.h). Also the HOT op (answered by the
  * router itself, filtered to the client's services like THROTTLED), the deny_* STATS pairs
  * and the metric families. Everything is per struct rl_router (one loop); the metrics and
  * HOT are sums and merges that several loops' routers can add up.
@@ -14,15 +16,44 @@
  * (the node's) nor the routing (forward.c).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
+#include "log.h"
 #include "metrics.h"
 #include "reqlog.h"
 #include "router_int.h"
+
+/* Once per process: says at start what `failure = open` now means for its services. */
+static void
+shed_backstop_notice(const struct rl_conf *conf)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    size_t n = 0;
+    const char *first = NULL;
+
+    for (size_t i = 0; i < conf->nrules; i++) {
+        const struct rl_rule *rule = &conf->rules[i];
+
+        if (!rule->fail_closed && !rule->fail_unlimited && !rule->shadow) {
+            first = first != NULL ? first : rule->service;
+            n++;
+        }
+    }
+    if (n == 0 || atomic_flag_test_and_set(&said)) {
+        return;
+    }
+    rl_log_warn("%zu rule(s) with failure = open (the first: service %s) are now held to the "
+                  "router's backstop while their owner cannot be reached (each worker of each "
+                  "router allows a user at most limit / workers per window; a backstop refusal "
+                  "is LIMITED); failure = open_unlimited keeps the old meaning "
+                  "(docs/OPERATIONS.md, \"The backstop\")",
+                  n, first);
+}
 
 int
 rl_shed_init(struct rl_router *r)
@@ -30,10 +61,17 @@ rl_shed_init(struct rl_router *r)
     if (rl_deny_init(&r->deny, r->conf->deny_cache, r->conf->shards) != 0) {
         return -ENOMEM;
     }
+    if (rl_backstop_init(&r->bstop, RL_BACKSTOP_ENTRIES, r->group != NULL ? r->group->n : 1) !=
+        0) {
+        rl_deny_deinit(&r->deny);
+        return -ENOMEM;
+    }
+    shed_backstop_notice(r->conf);
     if (r->conf->hot_keys) {
         r->hot = malloc(sizeof(*r->hot));
         if (r->hot == NULL) {
             rl_deny_deinit(&r->deny);
+            rl_backstop_deinit(&r->bstop);
             return -ENOMEM;
         }
         rl_hot_init(r->hot, uv_now(r->loop));
@@ -42,6 +80,7 @@ rl_shed_init(struct rl_router *r)
             free(r->hot);
             r->hot = NULL;
             rl_deny_deinit(&r->deny);
+            rl_backstop_deinit(&r->bstop);
             return -ENOMEM;
         }
         *r->hot_pub = *r->hot;
@@ -53,6 +92,7 @@ void
 rl_shed_deinit(struct rl_router *r)
 {
     rl_deny_deinit(&r->deny);
+    rl_backstop_deinit(&r->bstop);
     free(r->hot);
     r->hot = NULL;
     free(r->hot_pub);
@@ -161,8 +201,9 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
                    req->user.len, uv_now(r->loop));
         r->hot_dirty = true;
     }
-    /* No owner, or none reachable: the failure policy answers, as without the cache. */
-    if (u == NULL || req->cost == 0 || !rl_deny_on(&r->deny) || !rl_upstream_up(u)) {
+    /* A refusal outlives its node (docs/OPERATIONS.md, "What a loss costs"): it is
+     * answered whether the owner is reachable, lost, or another one now. */
+    if (req->cost == 0 || !rl_deny_on(&r->deny)) {
         return false;
     }
     k.hash = hash;
@@ -171,20 +212,41 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     k.cost = req->cost;
     k.shard = shard;
     memset(&rep, 0, sizeof(rep));
-    if (!rl_deny_lookup(&r->deny, &k, 0, u->epoch, &rep)) {
+    if (!rl_deny_lookup(&r->deny, &k, 0, 0, &rep)) {
         return false;
     }
     rep.id = req->id;
     r->stats.checks++;
     rl_counts_answer(r, rule, RL_WIRE_LIMITED, r->batch_ns);
     if (r->log != NULL && rl_reqlog_sample(r->log)) {
-        shed_log(r, shard, u->name, hash, req);
+        shed_log(r, shard, u != NULL ? u->name : "-", hash, req);
     }
     if (rl_wire_put_check_reply(&conn->out, &rep) != 0) {
         rl_conn_close(conn, UV_ENOMEM);
         return true;
     }
     rl_conn_mark(conn);
+    return true;
+}
+
+bool
+rl_shed_fail_lookup(struct rl_router *r, const struct rl_pending *p,
+                    struct rl_wire_check_reply *rep)
+{
+    struct rl_deny_key k;
+
+    if (!rl_deny_on(&r->deny) || p->rule == NULL || p->cost == 0 || p->deny_fp == 0) {
+        return false;
+    }
+    k.hash = p->key_hash;
+    k.fp = p->deny_fp;
+    k.rule = p->rule->id;
+    k.cost = p->cost;
+    k.shard = p->shard;
+    if (!rl_deny_lookup(&r->deny, &k, 0, 0, rep)) {
+        return false;
+    }
+    rep->id = p->client_id;
     return true;
 }
 
@@ -204,11 +266,7 @@ rl_shed_reply(struct rl_router *r, const struct rl_pending *p, const struct rl_u
     if (!rl_deny_on(&r->deny)) {
         return;
     }
-    if (rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_NOT_OWNER) {
-        /* The node no longer owns the shard: whoever does starts it afresh. */
-        rl_deny_forget_shard(&r->deny, p->shard, uv_hrtime());
-        return;
-    }
+    /* (A NOT_OWNER forgets nothing: a refusal stands through the shard's move.) */
     if (rep->op != RL_WIRE_OP_CHECK || rep->check.code != RL_WIRE_LIMITED ||
         p->rule == NULL || /* an inline limit: never cached */
         !shed_cacheable(r->conf, p->rule) ||
@@ -228,7 +286,8 @@ rl_shed_reply(struct rl_router *r, const struct rl_pending *p, const struct rl_u
     k.rule = p->rule->id;
     k.cost = p->cost;
     k.shard = p->shard;
-    rl_deny_insert(&r->deny, &k, p->start_ns, uv_hrtime(), u->epoch, &rep->check);
+    (void)u;
+    rl_deny_insert(&r->deny, &k, p->start_ns, uv_hrtime(), 0, &rep->check);
 }
 
 void
@@ -236,8 +295,13 @@ rl_shed_on_rules(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
 {
     struct rl_router *r = arg;
 
-    (void)u;
     (void)from;
+    if (u->epoch != u->epoch_seen) {
+        /* The node changed its rules (upstream.c): what it refused before may not hold under
+         * the new ones. Entries keep no node, so every one sent until now goes. */
+        u->epoch_seen = u->epoch;
+        rl_deny_forget_all(&r->deny, uv_hrtime());
+    }
     if (ok) {
         r->deny.st.confirms++;
     } else {
@@ -270,15 +334,14 @@ void
 rl_shed_table(struct rl_router *r, const struct rl_shardmap *map,
               struct rl_upstream *const *owners)
 {
-    uint64_t now;
-
+    /* A refusal stands through the shard's move (docs/OPERATIONS.md, "What a loss
+     * costs"): a shard whose owner changes forgets nothing. Counted for STATS only. */
     if (!rl_deny_on(&r->deny) || r->map == NULL) {
-        return; /* no table yet: nothing was answered by a node */
+        return;
     }
-    now = uv_hrtime();
     for (uint32_t s = 0; s < map->nshards; s++) {
         if (shed_owner(r->map, r->owners, s) != shed_owner(map, owners, s)) {
-            rl_deny_forget_shard(&r->deny, s, now);
+            r->deny_moves++;
         }
     }
 }
@@ -286,6 +349,7 @@ rl_shed_table(struct rl_router *r, const struct rl_shardmap *map,
 void
 rl_shed_rules(struct rl_router *r)
 {
+    rl_backstop_clear(&r->bstop); /* rule ids now name other rules */
     if (!rl_deny_on(&r->deny)) {
         return;
     }
@@ -394,13 +458,41 @@ shed_deny_sum(const struct rl_router *r, struct rl_deny_stats *sum)
     }
 }
 
+/* The backstop's counters summed over r's process, as shed_deny_sum. */
+static void
+shed_backstop_sum(const struct rl_router *r, struct rl_backstop_stats *sum)
+{
+    *sum = r->bstop.st;
+    for (uint32_t i = 0; i < r->group->n; i++) {
+        struct rl_router *w = r->group->routers[i];
+
+        if (w == NULL || w == r) {
+            continue;
+        }
+        pthread_mutex_lock(&w->mu);
+        sum->allowed += w->bstop.st.allowed;
+        sum->limited += w->bstop.st.limited;
+        sum->evictions += w->bstop.st.evictions;
+        sum->entries += w->bstop.st.entries;
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
 size_t
 rl_shed_stats(const struct rl_router *r, const char **keys, int64_t *vals, size_t n)
 {
     struct rl_deny_stats sum;
     const struct rl_deny_stats *st = &sum;
+    struct rl_backstop_stats bs;
 
     shed_deny_sum(r, &sum);
+    shed_backstop_sum(r, &bs);
+    keys[n] = "backstop_allowed";
+    vals[n++] = (int64_t)bs.allowed;
+    keys[n] = "backstop_limited";
+    vals[n++] = (int64_t)bs.limited;
+    keys[n] = "backstop_evictions";
+    vals[n++] = (int64_t)bs.evictions;
 
     keys[n] = "deny_hits";
     vals[n++] = (int64_t)st->hits;
@@ -439,8 +531,7 @@ rl_shed_metrics(struct rl_router *r, struct rl_prom *p)
          "Remembered answers still in force dropped to make room.",
          offsetof(struct rl_deny_stats, evictions)},
         {"rl_router_deny_cache_invalidations_total",
-         "Events that made the cache forget: a rules change, a shard whose owner changed or "
-         "that a node said it does not own.",
+         "Events that made the cache forget: a rules change (the router's or a node's).",
          offsetof(struct rl_deny_stats, invalidations)},
         {"rl_router_deny_cache_unconfirmed_total",
          "Node LIMITED answers not remembered: the node was not known to hold this router's "
@@ -454,6 +545,17 @@ rl_shed_metrics(struct rl_router *r, struct rl_prom *p)
          offsetof(struct rl_deny_stats, mismatches)},
     };
     char lab[512];
+    struct rl_backstop_stats bs;
+
+    shed_backstop_sum(r, &bs);
+    rl_prom_family(p, "rl_router_backstop_total", "counter",
+                   "CHECKs of failure = open services the backstop judged while their owner "
+                   "could not be reached, by result (allowed: FAIL_OPEN; limited: LIMITED).");
+    rl_prom_u64(p, "rl_router_backstop_total", "result=\"allowed\"", bs.allowed);
+    rl_prom_u64(p, "rl_router_backstop_total", "result=\"limited\"", bs.limited);
+    rl_prom_family(p, "rl_router_backstop_evictions_total", "counter",
+                   "Users the backstop forgot to make room (each may then be allowed afresh).");
+    rl_prom_u64(p, "rl_router_backstop_evictions_total", NULL, bs.evictions);
 
     shed_deny_sum(r, &sum);
     for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {

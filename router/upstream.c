@@ -291,7 +291,6 @@ upconn_close(struct rl_conn *c, int status)
     uc->rules_probe = false;
     if (c->peer[0] != '?' && !u->retired) {
         u->stats.downs++;
-        u->epoch++;
         rl_log_warn("node %s (%s): connection lost: %s", u->name, u->addr,
                     status != 0 ? uv_strerror(status) : "closed");
     }

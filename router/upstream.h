@@ -114,9 +114,10 @@ struct rl_upstream {
     int64_t want_digest; /* the rules the router holds (rules_digest); -1: no probe */
     int64_t node_digest; /* the rules_digest of the node's latest probe answer; -1: none */
     uint32_t probe_soon_ms; /* the next probe's delay while the node holds other rules */
-    /* Moves when what this node answered may no longer hold: a connection lost, or its rules
-     * digest changed (the deny cache keeps it with each entry). */
+    /* Moves when what this node answered may no longer hold: its rules digest changed (a
+     * lost connection does not move it: a refusal outlives its node, docs/OPERATIONS.md). */
     uint64_t epoch;
+    uint64_t epoch_seen; /* the router's (shed.c): the epoch it last forgot refusals for */
     struct rl_upstream_ops ops;
     struct rl_upstream_stats stats;
     struct rl_upstream *next; /* the router's list */

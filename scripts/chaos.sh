@@ -2,7 +2,8 @@
 # Runs rl-chaos over every shipped scenario (tools/chaos/scenarios/*.ini) against the
 # Release build, one after the other, and prints one line per scenario and a closing
 # "chaos: N passed, N failed" line. Exit 0 only if every scenario passed.
-#   scripts/chaos.sh                 every scenario at its own duration (the CI suite, ~3 min)
+#   scripts/chaos.sh                 every scenario at its own duration (the CI suite, ~3 min;
+#                                    kill-under-abuse among them: a refusal outlives its node)
 #   scripts/chaos.sh node-kill ...   just these
 #   CHAOS_ARGS="--duration 60s --rate 4000" scripts/chaos.sh   longer runs (bench/chaos.sh)
 # A failing scenario's whole output (live lines, violations with the events around them)

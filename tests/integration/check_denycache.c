@@ -17,8 +17,9 @@
  *     on each connection saw the nodes hold the same rules, so it allows the moment they do;
  *     nodes that take new rules first make the router forget what they answered before;
  *     and through ZooKeeper, with the owner paused while the router takes the push;
- *   - an ownership change forgets: a rebalance (an assignment moving the key's shard) sends
- *     the next request to the new owner, which allows it; killing the owner likewise;
+ *   - a refusal outlives its node: through a rebalance moving the key's shard, and the kill
+ *     of every node, the router answers LIMITED for the refused user, asking no node; a
+ *     user never refused is then judged by the backstop (failure = open), not waved through;
  *   - HOT: rl-cli hot names the hot user first; a token without `stats = yes` is refused; a
  *     token restricted to one service sees that service's keys only; /metrics lists the hot
  *     key and the cache's counters.
@@ -526,36 +527,21 @@ START_TEST(test_zk_push_node_later)
 }
 END_TEST
 
-/* The first answer that is not by failure policy (while the views settle). */
-static struct rl_wire_check_reply
-check_settled(struct rl_client *c, const char *svc, const char *user)
-{
-    struct rl_wire_check_reply r;
-
-    for (int i = 0; i < 100; i++) {
-        r = check(c, svc, user, 1);
-        if (r.code != RL_WIRE_FAIL_OPEN) {
-            return r;
-        }
-        sleep_ms(50);
-    }
-    return r;
-}
-
-START_TEST(test_ownership_change_forgets)
+START_TEST(test_refusal_outlives_owner)
 {
     struct rl_client *c = connect_router();
     struct rl_wire_check_reply lim, r;
     char asg[128];
     uint32_t shard = rl_shardmap_shard(rl_shardmap_key_hash("long", 4, "whale", 5), SHARDS);
-    int64_t sent, n0, inval0;
+    int64_t sent, n0, n1, hits0;
     int owner = drive_limited(c, "long", "whale", &lim, &sent), other = 1 - owner;
 
     ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
     n0 = node_checks(owner);
+    n1 = node_checks(other);
     ck_assert_int_eq(rl_test_stat(router_port, "deny_hits"), 1);
-    inval0 = rl_test_stat(router_port, "deny_invalidations");
-    /* A rebalance moves the key's shard to the other node, which starts it from zero. */
+    /* A rebalance moves the key's shard to the other node: the refusal (30 s) stands, so
+     * the router goes on answering LIMITED without asking either node. */
     snprintf(asg, sizeof(asg), "rl-assignment 1 %d\n%u %s\n", SHARDS, shard, names[other]);
     ck_assert_int_eq(rl_harness_zk_put(zk.connect, "/ratelimiter/dc/assignment", asg,
                                        strlen(asg)),
@@ -564,25 +550,38 @@ START_TEST(test_ownership_change_forgets)
         sleep_ms(50);
     }
     ck_assert_int_ge(rl_test_stat(router_port, "assignment_version"), 0);
-    ck_assert_int_gt(rl_test_stat(router_port, "deny_invalidations"), inval0);
-    r = check_settled(c, "long", "whale");
-    ck_assert_uint_eq(r.code, RL_WIRE_ALLOWED);
-    ck_assert_int_eq(node_checks(owner), n0);
-    /* The new owner now refuses it (burst 2: one more allowed), and the router remembers. */
-    ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_ALLOWED);
-    ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
-    n0 = rl_test_stat(router_port, "deny_hits");
-    ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
-    ck_assert_int_eq(rl_test_stat(router_port, "deny_hits"), n0 + 1);
-    /* Killing that owner: the key goes back to the first node, which allows it (the first
-     * node's counters of the key started afresh when it lost the shard). */
-    ck_assert_int_eq(rl_harness_server_stop(&nodes[other], SIGKILL, T_TIMEOUT), 0);
-    for (int i = 0; i < 200 && rl_test_stat(router_port, "members") != 1; i++) {
-        sleep_ms(50);
+    hits0 = rl_test_stat(router_port, "deny_hits");
+    for (int i = 0; i < 20; i++) {
+        ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
     }
-    ck_assert_int_eq(rl_test_stat(router_port, "members"), 1);
-    r = check_settled(c, "long", "whale");
-    ck_assert_uint_eq(r.code, RL_WIRE_ALLOWED);
+    ck_assert_int_eq(rl_test_stat(router_port, "deny_hits"), hits0 + 20);
+    ck_assert_int_eq(node_checks(owner), n0);
+    ck_assert_int_eq(node_checks(other), n1);
+    /* Killing the node that refused, then the new owner: until its session expires and after,
+     * every answer for the refused user is still LIMITED (counted, not timed). */
+    ck_assert_int_eq(rl_harness_server_stop(&nodes[owner], SIGKILL, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_harness_server_stop(&nodes[other], SIGKILL, T_TIMEOUT), 0);
+    for (int i = 0; i < 200 && rl_test_stat(router_port, "members") != 0; i++) {
+        r = check(c, "long", "whale", 1);
+        ck_assert_msg(r.code == RL_WIRE_LIMITED, "answer %d after the kill: code %u", i, r.code);
+        ck_assert_uint_gt(r.retry_after_ms, 0);
+        sleep_ms(20);
+    }
+    ck_assert_int_eq(rl_test_stat(router_port, "members"), 0);
+    for (int i = 0; i < 20; i++) {
+        ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
+    }
+    /* A user never refused is judged by the backstop (failure = open): 1 per 30 s for the
+     * one worker its connection is on, then LIMITED, not waved through. */
+    r = check(c, "long", "minnow", 1);
+    ck_assert_uint_eq(r.code, RL_WIRE_FAIL_OPEN);
+    for (int i = 0; i < 20; i++) {
+        r = check(c, "long", "minnow", 1);
+        ck_assert_uint_eq(r.code, RL_WIRE_LIMITED);
+        ck_assert_uint_eq(r.limit, 1);
+    }
+    ck_assert_int_ge(rl_test_stat(router_port, "backstop_allowed"), 1);
+    ck_assert_int_ge(rl_test_stat(router_port, "backstop_limited"), 20);
     rl_client_destroy(c);
 }
 END_TEST
@@ -746,7 +745,7 @@ denycache_suite(void)
     suite_add_tcase(s, off);
     tcase_add_checked_fixture(zkc, setup_zk, teardown);
     tcase_set_timeout(zkc, 120);
-    tcase_add_test(zkc, test_ownership_change_forgets);
+    tcase_add_test(zkc, test_refusal_outlives_owner);
     tcase_add_test(zkc, test_zk_push_node_later);
     suite_add_tcase(s, zkc);
     tcase_add_checked_fixture(hot, setup_tokens, teardown);

@@ -63,6 +63,7 @@ static const char *const alert_names[] = {
     "RateLimiterNotReady",
     "RateLimiterZooKeeperDisconnected",
     "RateLimiterPolicyAnswersRising",
+    "RateLimiterBackstopRefusing",
     "RateLimiterMemoryNearCap",
     "RateLimiterRequestLogDrops",
 };

@@ -1,0 +1,144 @@
+/*
+ * backstop: the router-local limiter that judges a `failure = open` service while its owner
+ * cannot be reached (backstop.h): the table, its eviction, and the fixed-window arithmetic.
+ * Not for when it is asked (forward.c) nor for its counters' exposition (shed.c).
+ */
+#include "backstop.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ruleset.h"
+
+#define NS_PER_MS 1000000ull
+
+int
+rl_backstop_init(struct rl_backstop *b, uint32_t entries, uint32_t share)
+{
+    uint32_t sets = 1;
+
+    memset(b, 0, sizeof(*b));
+    b->share = share ? share : 1;
+    if (entries == 0) {
+        return 0;
+    }
+    while ((uint64_t)sets * RL_BACKSTOP_WAYS < entries && sets < (1u << 24)) {
+        sets <<= 1;
+    }
+    b->e = calloc((size_t)sets * RL_BACKSTOP_WAYS, sizeof(*b->e));
+    if (b->e == NULL) {
+        return -ENOMEM;
+    }
+    b->nsets = sets;
+    b->st.entries = (uint64_t)sets * RL_BACKSTOP_WAYS;
+    return 0;
+}
+
+void
+rl_backstop_deinit(struct rl_backstop *b)
+{
+    free(b->e);
+    memset(b, 0, sizeof(*b));
+}
+
+void
+rl_backstop_clear(struct rl_backstop *b)
+{
+    if (b->e != NULL) {
+        memset(b->e, 0, (size_t)b->nsets * RL_BACKSTOP_WAYS * sizeof(*b->e));
+    }
+}
+
+uint32_t
+rl_backstop_quota(uint32_t limit, uint32_t share)
+{
+    uint32_t q = share > 1 ? limit / share : limit;
+
+    return q > 0 ? q : 1;
+}
+
+static struct rl_backstop_entry *
+backstop_find(struct rl_backstop *b, uint64_t hash, uint32_t rule, uint64_t now_ns)
+{
+    uint64_t h = hash ^ ((uint64_t)rule * 0x9e3779b97f4a7c15ull);
+    struct rl_backstop_entry *set, *victim = NULL;
+
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+    set = &b->e[(size_t)(h & (b->nsets - 1)) * RL_BACKSTOP_WAYS];
+    for (uint32_t w = 0; w < RL_BACKSTOP_WAYS; w++) {
+        if (set[w].used && set[w].hash == hash && set[w].rule == rule) {
+            return &set[w];
+        }
+    }
+    for (uint32_t w = 0; w < RL_BACKSTOP_WAYS; w++) {
+        if (!set[w].used) {
+            victim = &set[w];
+            break;
+        }
+        if (victim == NULL || set[w].used_ns < victim->used_ns) {
+            victim = &set[w];
+        }
+    }
+    if (victim->used) {
+        b->st.evictions++;
+    }
+    memset(victim, 0, sizeof(*victim));
+    victim->used = true;
+    victim->hash = hash;
+    victim->rule = rule;
+    for (uint32_t t = 0; t < RL_BACKSTOP_TIERS; t++) {
+        victim->start_ns[t] = now_ns;
+    }
+    return victim;
+}
+
+bool
+rl_backstop_judge(struct rl_backstop *b, const struct rl_conf *conf,
+                  const struct rl_rule *rule, uint64_t hash, uint32_t cost, uint64_t now_ns,
+                  struct rl_wire_check_reply *rep)
+{
+    struct rl_backstop_entry *e;
+    uint32_t nt = rule->ntiers < RL_BACKSTOP_TIERS ? rule->ntiers : RL_BACKSTOP_TIERS;
+
+    rep->code = RL_WIRE_FAIL_OPEN;
+    rep->limit = rep->remaining = rep->reset_ms = rep->retry_after_ms = 0;
+    if (b->e == NULL || cost == 0) {
+        if (b->e != NULL) {
+            b->st.allowed++;
+        }
+        return true;
+    }
+    e = backstop_find(b, hash, rule->id, now_ns);
+    e->used_ns = now_ns;
+    /* Windows that ended start again at now; then every tier must have room for cost. */
+    for (uint32_t t = 0; t < nt; t++) {
+        const struct rl_tier *tier = &conf->tiers[rule->first_tier + t];
+        uint64_t wns = tier->window_ms * NS_PER_MS;
+        uint32_t q = rl_backstop_quota(tier->limit, b->share);
+
+        if (now_ns - e->start_ns[t] >= wns || now_ns < e->start_ns[t]) {
+            e->start_ns[t] = now_ns;
+            e->count[t] = 0;
+        }
+        if ((uint64_t)e->count[t] + cost > q) {
+            uint64_t end = e->start_ns[t] + wns;
+            uint64_t left = (end - now_ns + NS_PER_MS - 1) / NS_PER_MS;
+
+            rep->code = RL_WIRE_LIMITED;
+            rep->limit = tier->limit;
+            rep->remaining = 0;
+            rep->reset_ms = left;
+            rep->retry_after_ms = left > 0 ? left : 1;
+            b->st.limited++;
+            return false;
+        }
+    }
+    for (uint32_t t = 0; t < nt; t++) {
+        e->count[t] += cost;
+    }
+    b->st.allowed++;
+    return true;
+}

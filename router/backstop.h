@@ -1,0 +1,75 @@
+/*
+ * backstop: the floor under failing open (docs/OPERATIONS.md, "The backstop"). While a
+ * shard's owner cannot be reached (no owner, connection down, deadline passed, NOT_OWNER),
+ * a CHECK under a rule with `failure = open` is judged here, by a limiter local to the router's
+ * loop built from the rule itself, instead of being waved through: each of the router's W
+ * workers allows a (rule, user) at most max(1, N / W) per fixed window of W_ms for each of
+ * the rule's tiers (its first RL_BACKSTOP_TIERS), the window starting at the first request
+ * the backstop sees. So one router allows a user at most max(N, W) per window, whatever the
+ * outage lasts. Answers keep the existing codes (a refusal is LIMITED, an allowance
+ * FAIL_OPEN); the backstop counts them apart.
+ *
+ * A fixed table of 4-way sets allocated once: an insert takes a free way, else the least
+ * recently used one. Eviction forgets a user's count, which lets through at most what failing
+ * open without a backstop would. Not for the routing (forward.c) nor for a node's decision;
+ * the data structure is usable without a router (the unit tests).
+ */
+#ifndef RL_BACKSTOP_H
+#define RL_BACKSTOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "conf.h"
+#include "wire.h"
+
+#define RL_BACKSTOP_WAYS 4u
+#define RL_BACKSTOP_TIERS 4u         /* tiers of a rule the backstop counts */
+#define RL_BACKSTOP_ENTRIES 16384u   /* entries per router loop */
+#define RL_BACKSTOP_LOG_NODE "backstop" /* the request log's NODE for its answers */
+
+struct rl_backstop_entry {
+    uint64_t hash;                          /* the shard map's key hash of (service, user) */
+    uint64_t used_ns;                       /* last request: the least recent is evicted */
+    uint64_t start_ns[RL_BACKSTOP_TIERS];   /* each tier's window start */
+    uint32_t count[RL_BACKSTOP_TIERS];      /* allowed in that window */
+    uint32_t rule;
+    bool used;
+};
+
+struct rl_backstop_stats {
+    uint64_t allowed;   /* answered FAIL_OPEN by the backstop */
+    uint64_t limited;   /* answered LIMITED by the backstop */
+    uint64_t evictions; /* users forgotten to make room */
+    uint64_t entries;   /* capacity */
+};
+
+struct rl_backstop {
+    struct rl_backstop_entry *e; /* nsets * RL_BACKSTOP_WAYS; NULL: not allocated */
+    uint32_t nsets;              /* a power of two */
+    uint32_t share;              /* the divisor of a rule's limit: the workers (>= 1) */
+    struct rl_backstop_stats st;
+};
+
+/* Allocates room for at least `entries`; share: the router's workers. Returns 0 or -ENOMEM. */
+int rl_backstop_init(struct rl_backstop *b, uint32_t entries, uint32_t share);
+void rl_backstop_deinit(struct rl_backstop *b);
+
+/* Forgets every user (the rules changed: rule ids mean other rules). */
+void rl_backstop_clear(struct rl_backstop *b);
+
+/* A tier's quota on one loop: max(1, limit / share). */
+uint32_t rl_backstop_quota(uint32_t limit, uint32_t share);
+
+/*
+ * Judges a CHECK of cost under rule (whose tiers are conf's) for the key hash at now_ns:
+ * fills rep's code (FAIL_OPEN, or LIMITED with limit, remaining 0, and reset and retry_after
+ * to the end of the first window that refuses), counting the cost when allowed. A cost of 0
+ * is allowed and counts nothing. Returns true when allowed. Without a table (not allocated),
+ * everything is allowed, as failing open always did.
+ */
+bool rl_backstop_judge(struct rl_backstop *b, const struct rl_conf *conf,
+                       const struct rl_rule *rule, uint64_t hash, uint32_t cost, uint64_t now_ns,
+                       struct rl_wire_check_reply *rep);
+
+#endif

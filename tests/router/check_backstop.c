@@ -1,0 +1,201 @@
+/*
+ * check_backstop: the router's floor under failing open (backstop.h) as a data structure,
+ * the clock under the test's control: a user gets at most max(1, N / W) per window per loop
+ * for every tier, a cost counts as its units, the window starts afresh once it has passed
+ * (however long the outage), refusals carry LIMITED with the tier's limit and the time to the
+ * window's end, each (rule, user) counts apart, a flood of distinct users keeps the table's
+ * size (evictions counted) and an evicted user is allowed at most its quota again; and the
+ * config's failure values (open, open_unlimited, closed). Not for the router's use of it
+ * (check_loss).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backstop.h"
+#include "conf.h"
+#include "rltest.h"
+#include "wire.h"
+
+#define MS 1000000ull
+
+static const char rules[] = "[service a]\nlimit = token_bucket 20 per 1d\n"
+                            "[service b]\nlimit = fixed_window 10 per 1s\n"
+                            "limit = fixed_window 15 per 1m\n"
+                            "[service u]\nfailure = open_unlimited\n"
+                            "limit = fixed_window 1 per 1s\n"
+                            "[service c]\nfailure = closed\nlimit = fixed_window 1 per 1s\n";
+
+static struct rl_conf *
+conf(void)
+{
+    struct rl_conf *c = NULL;
+    char err[256];
+
+    ck_assert_msg(rl_conf_parse("t.conf", rules, &c, err, sizeof(err)) == 0, "%s", err);
+    return c;
+}
+
+static const struct rl_rule *
+rule(const struct rl_conf *c, const char *s)
+{
+    const struct rl_rule *r = rl_conf_rule(c, s, strlen(s), NULL, 0);
+
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+/* Allowances of one user over n requests of cost 1 at now. */
+static int
+allowed(struct rl_backstop *b, const struct rl_conf *c, const struct rl_rule *r, uint64_t h,
+        int n, uint64_t now)
+{
+    struct rl_wire_check_reply rep;
+    int a = 0;
+
+    for (int i = 0; i < n; i++) {
+        a += rl_backstop_judge(b, c, r, h, 1, now, &rep);
+        ck_assert_uint_eq(rep.code, a > i ? RL_WIRE_FAIL_OPEN : RL_WIRE_LIMITED);
+        if (a <= i) {
+            ck_assert_uint_eq(rep.remaining, 0);
+            ck_assert_uint_gt(rep.retry_after_ms, 0);
+        }
+    }
+    return a;
+}
+
+START_TEST(test_conf_values)
+{
+    struct rl_conf *c = conf(), *bad = NULL;
+    char err[256];
+
+    ck_assert(!rule(c, "a")->fail_closed && !rule(c, "a")->fail_unlimited);
+    ck_assert(!rule(c, "u")->fail_closed && rule(c, "u")->fail_unlimited);
+    ck_assert(rule(c, "c")->fail_closed && !rule(c, "c")->fail_unlimited);
+    ck_assert_int_ne(rl_conf_parse("t.conf", "[service x]\nfailure = unlimited\n"
+                                             "limit = fixed_window 1 per 1s\n",
+                                   &bad, err, sizeof(err)),
+                     0);
+    ck_assert_msg(strstr(err, "open_unlimited") != NULL, "%s", err);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+START_TEST(test_quota_per_window)
+{
+    struct rl_conf *c = conf();
+    struct rl_backstop b;
+    const struct rl_rule *a = rule(c, "a");
+    uint64_t t = 1000 * MS;
+    struct rl_wire_check_reply rep;
+
+    ck_assert_uint_eq(rl_backstop_quota(20, 1), 20);
+    ck_assert_uint_eq(rl_backstop_quota(20, 3), 6);
+    ck_assert_uint_eq(rl_backstop_quota(1, 4), 1);
+    ck_assert_int_eq(rl_backstop_init(&b, 64, 2), 0);
+    /* 20 per day over 2 loops: 10 each, then LIMITED until the day is over. */
+    ck_assert_int_eq(allowed(&b, c, a, 42, 50, t), 10);
+    ck_assert(!rl_backstop_judge(&b, c, a, 42, 1, t + 3600000 * MS, &rep));
+    ck_assert_uint_eq(rep.code, RL_WIRE_LIMITED);
+    ck_assert_uint_eq(rep.limit, 20);
+    ck_assert_uint_eq(rep.retry_after_ms, 86400000 - 3600000);
+    /* Another user, another rule: their own counts. */
+    ck_assert_int_eq(allowed(&b, c, a, 43, 50, t), 10);
+    /* Cost: 4 units of the 10 at once, then 6 left. */
+    ck_assert(rl_backstop_judge(&b, c, a, 44, 4, t, &rep));
+    ck_assert(!rl_backstop_judge(&b, c, a, 44, 7, t, &rep));
+    ck_assert(rl_backstop_judge(&b, c, a, 44, 6, t, &rep));
+    ck_assert(rl_backstop_judge(&b, c, a, 44, 0, t, &rep)); /* cost 0: counts nothing */
+    /* However long the outage: one window's quota per window, never more. */
+    for (int day = 1; day <= 5; day++) {
+        ck_assert_int_eq(allowed(&b, c, a, 42, 30, t + (uint64_t)day * 86400000 * MS), 10);
+    }
+    ck_assert_uint_eq(b.st.allowed, 10 + 10 + 1 + 1 + 1 + 50); /* answers, not units */
+    rl_backstop_deinit(&b);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+START_TEST(test_every_tier)
+{
+    struct rl_conf *c = conf();
+    struct rl_backstop b;
+    const struct rl_rule *r = rule(c, "b");
+    uint64_t t = 5000 * MS;
+    int total = 0;
+
+    ck_assert_int_eq(rl_backstop_init(&b, 64, 1), 0);
+    /* 10 per second, 15 per minute: 10, then 5, then nothing for the rest of the minute. */
+    for (int s = 0; s < 59; s++) {
+        total += allowed(&b, c, r, 7, 20, t + (uint64_t)s * 1000 * MS);
+    }
+    ck_assert_int_eq(total, 15);
+    ck_assert_int_eq(allowed(&b, c, r, 7, 20, t + 60000 * MS), 10);
+    rl_backstop_deinit(&b);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+START_TEST(test_bounded_flood)
+{
+    struct rl_conf *c = conf();
+    struct rl_backstop b;
+    const struct rl_rule *a = rule(c, "a");
+    uint64_t t = 1000 * MS;
+    size_t cap;
+
+    ck_assert_int_eq(rl_backstop_init(&b, 256, 1), 0);
+    cap = b.st.entries;
+    ck_assert_uint_eq(cap, 256);
+    ck_assert_int_eq(allowed(&b, c, a, 1, 25, t), 20);
+    /* 100,000 distinct users: the table keeps its size, evicting the least recently used. */
+    for (uint64_t u = 2; u < 100002; u++) {
+        ck_assert_int_eq(allowed(&b, c, a, u * 0x9e3779b97f4a7c15ull, 1, t + u), 1);
+    }
+    ck_assert_uint_eq(b.st.entries, cap);
+    ck_assert_uint_ge(b.st.evictions, 100000 - cap);
+    /* User 1 was evicted: allowed its quota again, never more (as failing open without a
+     * backstop would have allowed everything). */
+    ck_assert_int_eq(allowed(&b, c, a, 1, 25, t + 200000), 20);
+    /* Rules changed: everyone starts afresh. */
+    rl_backstop_clear(&b);
+    ck_assert_int_eq(allowed(&b, c, a, 1, 25, t + 200000), 20);
+    rl_backstop_deinit(&b);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+START_TEST(test_no_table_allows)
+{
+    struct rl_conf *c = conf();
+    struct rl_backstop b;
+    struct rl_wire_check_reply rep;
+
+    ck_assert_int_eq(rl_backstop_init(&b, 0, 1), 0);
+    for (int i = 0; i < 100; i++) {
+        ck_assert(rl_backstop_judge(&b, c, rule(c, "a"), 9, 1, 1, &rep));
+        ck_assert_uint_eq(rep.code, RL_WIRE_FAIL_OPEN);
+    }
+    rl_backstop_deinit(&b);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+static Suite *
+backstop_suite(void)
+{
+    Suite *s = suite_create("backstop");
+    TCase *tc = tcase_create("backstop");
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_conf_values);
+    tcase_add_test(tc, test_quota_per_window);
+    tcase_add_test(tc, test_every_tier);
+    tcase_add_test(tc, test_bounded_flood);
+    tcase_add_test(tc, test_no_table_allows);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RL_TEST_MAIN(backstop_suite)
