@@ -344,7 +344,9 @@ START_TEST(test_zookeeper_unreachable)
     t0 = rl_clock_mono_ns();
     ck_assert_int_eq(cli(out, sizeof(out), text), 1);
     took_ms = (rl_clock_mono_ns() - t0) / 1000000;
-    ck_assert_msg(took_ms < 6000, "status took %llu ms: %s", (unsigned long long)took_ms, out);
+    /* It gives up rather than hang (the bound is a generous wait, not a figure: a loaded
+     * machine stretches the 4 s session timeout it waits on). */
+    ck_assert_msg(took_ms < 30000, "status took %llu ms: %s", (unsigned long long)took_ms, out);
     snprintf(expect, sizeof(expect), "ZooKeeper at %s is unreachable", zkaddr);
     ck_assert_msg(strstr(out, expect) != NULL, "\"%s\" lacks \"%s\"", out, expect);
     ck_assert_msg(strstr(out, "nodes up") == NULL, "counts nodes it cannot know: %s", out);
