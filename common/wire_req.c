@@ -146,7 +146,6 @@ wire_req_limit(const msgpack_object *o, struct rl_wire_req *req, struct rl_wire_
 static int
 wire_req_key(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
 {
-
     if (!wire_str(&a->via.array.ptr[2], 1, RL_WIRE_SERVICE_MAX, &req->service)) {
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
                           "service must be a string of 1..128 bytes");

@@ -1054,8 +1054,8 @@ rl_limiter_adjust_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
 }
 
 int
-rl_limiter_adjust(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
-                  uint16_t epoch, struct rl_wire_check_reply *rep)
+rl_limiter_adjust(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now, uint16_t epoch,
+                  struct rl_wire_check_reply *rep)
 {
     struct rl_limiter_prep prep;
 

@@ -1830,13 +1830,12 @@ START_TEST(test_adjust_roundtrip)
         ck_assert_uint_eq(req.cost, 0);
     }
     /* the same values in other integer formats */
-    expect_req("adjust int8", RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd0, 0x85),
-               &req);
+    expect_req("adjust int8", RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd0, 0x85), &req);
     ck_assert_int_eq(req.delta, -123);
-    expect_req("adjust int64 positive",
-               RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd3, 0, 0, 0, 0, 0, 0x0f, 0x42,
-                   0x40),
-               &req);
+    expect_req(
+        "adjust int64 positive",
+        RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd3, 0, 0, 0, 0, 0, 0x0f, 0x42, 0x40),
+        &req);
     ck_assert_int_eq(req.delta, 1000000);
     expect_req("adjust -1000000",
                RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd2, 0xff, 0xf0, 0xbd, 0xc0),
@@ -1848,8 +1847,8 @@ START_TEST(test_adjust_roundtrip)
     expect_fault("adjust -1000001",
                  RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd2, 0xff, 0xf0, 0xbd, 0xbf),
                  RL_WIRE_ERR_BAD_FIELD, false, 5, "delta must be");
-    expect_fault("adjust float", RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xca, 0x3f,
-                                     0x80, 0, 0),
+    expect_fault("adjust float",
+                 RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xca, 0x3f, 0x80, 0, 0),
                  RL_WIRE_ERR_BAD_FIELD, false, 5, "delta must be");
     expect_fault("adjust nil", RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xc0),
                  RL_WIRE_ERR_BAD_FIELD, false, 5, "delta must be");

@@ -140,8 +140,9 @@ adjust_one(struct rl_client *c, const char *svc, const char *user, int32_t delta
  * delta out of bounds is BAD_FIELD and the connection stays. */
 START_TEST(test_adjust)
 {
-    static const char bad[] = {0, 0, 0, 14, (char)0x96, 0x09, 0x05, (char)0xa2, 'f', 'w',
-                               (char)0xa1, 'u', (char)0xc0, (char)0xce, 0, 0x0f, 0x42, 0x41, 0};
+    /* [9, 5, "fw", "u", nil, 1000001] */
+    static const char bad[] = "\0\0\0\x0e\x96\x09\x05\xa2"
+                              "fw\xa1u\xc0\xce\0\x0f\x42\x41";
     struct rl_client *c = connect_node();
     struct rl_wire_reply rep;
 

@@ -862,8 +862,7 @@ adjust_brute_force(enum rl_algo algo, uint64_t seeds)
                 if (fits) {
                     same_states(&t, &s, &viacheck, now, ctx);
                 } else {
-                    RL_CHECK(probe(&t, &s, now, 0).remaining == 0, "%s: debt with remaining",
-                             ctx);
+                    RL_CHECK(probe(&t, &s, now, 0).remaining == 0, "%s: debt with remaining", ctx);
                 }
                 rl_algo_release(&t, &viacheck);
             } else if (kind < 6) {
