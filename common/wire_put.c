@@ -88,8 +88,9 @@ wire_algo_name(uint8_t a)
     return a < sizeof(names) / sizeof(names[0]) ? names[a] : "?";
 }
 
-int
-rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
+/* CHECK and ADJUST: the same shape, element 5 the cost or the signed delta. */
+static int
+wire_put_keyed(struct rl_buf *out, uint8_t op, const struct rl_wire_req *req)
 {
     msgpack_packer pk;
     size_t start;
@@ -104,13 +105,13 @@ rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
     }
     /* The tenant goes only with a limit, so a CHECK without one is as every node reads it. */
     ok = msgpack_pack_array(&pk, !req->limit.set ? 6 : req->tenant != 0 ? 8 : 7) == 0 &&
-         msgpack_pack_uint8(&pk, RL_WIRE_OP_CHECK) == 0 &&
-         msgpack_pack_uint32(&pk, req->id) == 0 &&
+         msgpack_pack_uint8(&pk, op) == 0 && msgpack_pack_uint32(&pk, req->id) == 0 &&
          wire_pack_str(&pk, req->service.ptr, req->service.len) &&
          wire_pack_str(&pk, req->user.ptr, req->user.len) &&
          (req->endpoint.ptr == NULL ? msgpack_pack_nil(&pk) == 0
                                     : wire_pack_str(&pk, req->endpoint.ptr, req->endpoint.len)) &&
-         msgpack_pack_uint32(&pk, req->cost) == 0;
+         (op == RL_WIRE_OP_CHECK ? msgpack_pack_uint32(&pk, req->cost) == 0
+                                 : msgpack_pack_int32(&pk, req->delta) == 0);
     if (ok && req->limit.set) {
         const char *name = wire_algo_name(req->limit.algo);
 
@@ -124,6 +125,18 @@ rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
         }
     }
     return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return wire_put_keyed(out, RL_WIRE_OP_CHECK, req);
+}
+
+int
+rl_wire_put_adjust(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return wire_put_keyed(out, RL_WIRE_OP_ADJUST, req);
 }
 
 int
@@ -220,8 +233,8 @@ rl_wire_put_clock_reply(struct rl_buf *out, uint32_t id, uint64_t now_ms)
     return rl_wire_put_clock(out, id, now_ms);
 }
 
-int
-rl_wire_put_check_reply(struct rl_buf *out, const struct rl_wire_check_reply *rep)
+static int
+wire_put_check_shaped(struct rl_buf *out, uint8_t op, const struct rl_wire_check_reply *rep)
 {
     msgpack_packer pk;
     size_t start;
@@ -230,13 +243,25 @@ rl_wire_put_check_reply(struct rl_buf *out, const struct rl_wire_check_reply *re
     if (wire_begin(out, WIRE_HINT, &pk, &start) != 0) {
         return -ENOMEM;
     }
-    ok = msgpack_pack_array(&pk, 7) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_CHECK) == 0 &&
+    ok = msgpack_pack_array(&pk, 7) == 0 && msgpack_pack_uint8(&pk, op) == 0 &&
          msgpack_pack_uint32(&pk, rep->id) == 0 && msgpack_pack_uint32(&pk, rep->code) == 0 &&
          msgpack_pack_uint64(&pk, rep->limit) == 0 &&
          msgpack_pack_uint64(&pk, rep->remaining) == 0 &&
          msgpack_pack_uint64(&pk, rep->reset_ms) == 0 &&
          msgpack_pack_uint64(&pk, rep->retry_after_ms) == 0;
     return wire_end(out, start, ok);
+}
+
+int
+rl_wire_put_check_reply(struct rl_buf *out, const struct rl_wire_check_reply *rep)
+{
+    return wire_put_check_shaped(out, RL_WIRE_OP_CHECK, rep);
+}
+
+int
+rl_wire_put_adjust_reply(struct rl_buf *out, const struct rl_wire_check_reply *rep)
+{
+    return wire_put_check_shaped(out, RL_WIRE_OP_ADJUST, rep);
 }
 
 /* [op, id, s]: PING, HELLO and AUTH replies, HELLO and AUTH requests. */
@@ -611,6 +636,12 @@ static int
 wire_put_req_check(struct rl_buf *out, const struct rl_wire_req *req)
 {
     return rl_wire_put_check(out, req);
+}
+
+static int
+wire_put_req_adjust(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_adjust(out, req);
 }
 
 static int

@@ -142,11 +142,10 @@ wire_req_limit(const msgpack_object *o, struct rl_wire_req *req, struct rl_wire_
     return 0;
 }
 
+/* CHECK's and ADJUST's service, user and endpoint (elements 2..4). */
 static int
-wire_req_check(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+wire_req_key(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
 {
-    uint64_t cost;
-
     if (!wire_str(&a->via.array.ptr[2], 1, RL_WIRE_SERVICE_MAX, &req->service)) {
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
                           "service must be a string of 1..128 bytes");
@@ -160,11 +159,13 @@ wire_req_check(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
                           "endpoint must be nil or a string of 0..128 bytes");
     }
-    if (!wire_uint(&a->via.array.ptr[5], RL_WIRE_COST_MAX, &cost)) {
-        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                          "cost must be an unsigned integer of 0..1000000");
-    }
-    req->cost = (uint32_t)cost;
+    return 0;
+}
+
+/* CHECK's and ADJUST's optional limit and tenant (elements 6 and 7). */
+static int
+wire_req_tail(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
     if (a->via.array.size > 6 && a->via.array.ptr[6].type != MSGPACK_OBJECT_NIL) {
         int rc = wire_req_limit(&a->via.array.ptr[6], req, f);
 
@@ -182,6 +183,44 @@ wire_req_check(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_
         req->tenant = (uint32_t)tenant;
     }
     return 0;
+}
+
+static int
+wire_req_check(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    uint64_t cost;
+    int rc = wire_req_key(a, req, f);
+
+    if (rc != 0) {
+        return rc;
+    }
+    if (!wire_uint(&a->via.array.ptr[5], RL_WIRE_COST_MAX, &cost)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "cost must be an unsigned integer of 0..1000000");
+    }
+    req->cost = (uint32_t)cost;
+    return wire_req_tail(a, req, f);
+}
+
+/* ADJUST: CHECK's shape, element 5 a signed delta of -1000000..1000000. */
+static int
+wire_req_adjust(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    const msgpack_object *d = &a->via.array.ptr[5];
+    int rc = wire_req_key(a, req, f);
+
+    if (rc != 0) {
+        return rc;
+    }
+    if (d->type == MSGPACK_OBJECT_POSITIVE_INTEGER && d->via.u64 <= RL_WIRE_DELTA_MAX) {
+        req->delta = (int32_t)d->via.u64;
+    } else if (d->type == MSGPACK_OBJECT_NEGATIVE_INTEGER && d->via.i64 >= -RL_WIRE_DELTA_MAX) {
+        req->delta = (int32_t)d->via.i64;
+    } else {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "delta must be an integer of -1000000..1000000");
+    }
+    return wire_req_tail(a, req, f);
 }
 
 static int

@@ -767,6 +767,168 @@ rl_algo_import(const struct rl_tier *t, const struct rl_algo_xstate *in, uint64_
     }
 }
 
+/* ---- ADJUST: charges and refunds (docs/ALGORITHMS.md, "ADJUST") ------------------------ */
+
+/* A count after a charge (capped at RL_ALGO_DEBT_MAX) or a refund (at least 0). */
+static uint64_t
+adj_count(uint64_t cnt, int64_t delta)
+{
+    if (delta >= 0) {
+        uint64_t n = cnt + (uint64_t)delta;
+
+        return n > RL_ALGO_DEBT_MAX ? max64(cnt, RL_ALGO_DEBT_MAX) : n;
+    }
+    return cnt > (uint64_t)-delta ? cnt - (uint64_t)-delta : 0;
+}
+
+/* A deficit in 1/W token (token_bucket, gcra, leaky_bucket) after a charge or a refund. */
+static u128
+adj_deficit(u128 d, int64_t delta, uint64_t W)
+{
+    if (delta >= 0) {
+        u128 cap = (u128)RL_ALGO_DEBT_MAX * W;
+        u128 n = d + (u128)(uint64_t)delta * W;
+
+        return n > cap ? (d > cap ? d : cap) : n;
+    }
+    u128 back = (u128)(uint64_t)-delta * W;
+    return d > back ? d - back : 0;
+}
+
+/* sliding_window_counter (and a degraded log): window k's count only, never k-1's. */
+static void
+swc_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, int64_t delta)
+{
+    uint64_t k, e, p, cur;
+
+    swc_load(t, s, now, &k, &e, &p, &cur);
+    cur = adj_count(cur, delta);
+    if (p == 0 && cur == 0) {
+        s->a = 0;
+        s->b = 0;
+        return;
+    }
+    s->a = k;
+    s->b = p << 32 | cur;
+}
+
+int
+rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, int64_t delta,
+               uint64_t room)
+{
+    uint64_t W = t->window_ms;
+
+    if (delta == 0) {
+        return 0;
+    }
+    switch (t->algo) {
+    case RL_ALGO_FIXED_WINDOW: {
+        uint64_t k = now / W;
+        uint64_t cnt = 0;
+
+        if (s->b != 0 && s->a >= k) {
+            k = s->a;
+            cnt = s->b;
+        }
+        cnt = adj_count(cnt, delta);
+        s->a = cnt != 0 ? k : 0;
+        s->b = cnt;
+        return 0;
+    }
+    case RL_ALGO_SLIDING_WINDOW_LOG: {
+        struct rl_slog *g;
+        uint64_t now_eff, sum, newest;
+
+        if (swl_degraded(s)) {
+            struct rl_algo_state c = swl_counter(s);
+
+            swc_adjust(t, &c, now, delta);
+            if (c.a == 0 && c.b == 0) {
+                s->a = 0;
+                s->b = 0;
+            } else {
+                swl_tag(s, &c);
+            }
+            return 1;
+        }
+        g = swl_log(s);
+        now_eff = rl_slog_prune(g, now, (uint32_t)W);
+        sum = rl_slog_sum(g);
+        if (delta < 0) {
+            rl_slog_take(g, (uint64_t)-delta);
+            s->b = rl_slog_newest(g, &newest) && rl_slog_sum(g) > 0 ? newest + W : 0;
+            return 0;
+        }
+        if (sum >= RL_ALGO_DEBT_MAX) {
+            return 0;
+        }
+        if ((uint64_t)delta > RL_ALGO_DEBT_MAX - sum) {
+            delta = (int64_t)(RL_ALGO_DEBT_MAX - sum);
+        }
+        {
+            /* The charge is logged at now_eff as an allowed request of that cost would be. */
+            struct rl_algo_state c = {0, 0};
+            uint64_t k = now_eff / W;
+            uint64_t cur = rl_slog_sum_since(g, k * W);
+
+            /* The counter a degrade would start from (swl_commit uses it only when the key
+             * is already degraded, which it is not here). */
+            c.a = k;
+            c.b = (sum - cur) << 32 | (cur + (uint64_t)delta);
+            return swl_commit(t, s, &c, now, (uint32_t)delta, room);
+        }
+    }
+    case RL_ALGO_SLIDING_WINDOW_COUNTER:
+        swc_adjust(t, s, now, delta);
+        return 0;
+    case RL_ALGO_TOKEN_BUCKET: {
+        uint64_t now_eff = max64(now, s->a);
+        u128 refill = (u128)(now_eff - s->a) * t->limit;
+        u128 d = s->b > refill ? s->b - refill : 0;
+
+        d = adj_deficit(d, delta, W);
+        s->a = d != 0 ? now_eff : 0;
+        s->b = (uint64_t)d; /* <= RL_ALGO_DEBT_MAX * W < 2^64 */
+        return 0;
+    }
+    case RL_ALGO_GCRA:
+    case RL_ALGO_LEAKY_BUCKET: {
+        uint64_t L = t->limit;
+        u128 x = gcra_x(s);
+        uint64_t last = 0;
+        uint64_t now_eff, off;
+        u128 nl, d, xa;
+
+        if (L == 0) {
+            return 0;
+        }
+        if (x != 0) {
+            u128 tat = x / L;
+
+            off = gcra_off_decode((uint32_t)(s->b >> 32));
+            last = tat > off ? (uint64_t)(tat - off) : 0;
+        }
+        now_eff = max64(now, last);
+        nl = (u128)now_eff * L;
+        d = x > nl ? x - nl : 0;
+        d = adj_deficit(d, delta, W);
+        if (d == 0) {
+            s->a = 0;
+            s->b = 0;
+            return 0;
+        }
+        /* now_eff*L < 2^94 and d <= 2^32 * 2^32: below the 96 bits kept */
+        xa = nl + d;
+        off = sat64(xa / L - now_eff);
+        s->a = (uint64_t)xa;
+        s->b = (uint64_t)(xa >> 64) | (uint64_t)gcra_off_encode(off) << 32;
+        return 0;
+    }
+    default:
+        return 0;
+    }
+}
+
 /* ---- the interface --------------------------------------------------------------------- */
 
 void

@@ -66,6 +66,20 @@ int rl_algo_commit_capped(const struct rl_tier *t, struct rl_algo_state *s,
                           const struct rl_algo_state *next, uint64_t now, uint32_t cost,
                           uint64_t room);
 
+/*
+ * ADJUST (docs/ALGORITHMS.md, "ADJUST"): a charge (delta > 0) consumes delta in state *s of
+ * tier t at now whatever is left, past the limit too (the key is in debt: refused until time
+ * pays it back), up to RL_ALGO_DEBT_MAX outstanding; a refund (delta < 0) gives back at most
+ * -delta of what the state holds now, never more than it holds (never above a full
+ * allowance) and never from a past window (fixed_window and sliding_window_counter: window
+ * k's count only; sliding_window_log: its newest entries first; the buckets: the deficit
+ * left at now). A sliding log charged takes at most `room` more heap bytes, degraded as
+ * rl_algo_commit_capped degrades it. Returns 1 when the key is (now) degraded, else 0.
+ */
+#define RL_ALGO_DEBT_MAX 4294967295u
+int rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, int64_t delta,
+                   uint64_t room);
+
 /* True when the state is back at full allowance at now, so the key can be forgotten. */
 bool rl_algo_is_full(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now);
 

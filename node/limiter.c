@@ -460,38 +460,60 @@ rl_limiter_destroy(struct rl_limiter *l)
     free(l);
 }
 
-/* Consumes in one tier's state, keeping the count of log bytes. */
-static void
-lim_commit(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
-           const struct rl_algo_state *next, uint64_t now, uint32_t cost)
+/* The heap bytes a sliding log of t's account may still take: an equal share of the log
+ * memory for each account holding logs (this one included). */
+static uint64_t
+lim_log_room(const struct rl_limiter *l, const struct rl_tier *t)
 {
-    const struct rl_limiter_service_stats *v;
-    uint64_t before, room, share, held;
+    const struct rl_limiter_service_stats *v = lim_acct(l, t, false);
+    uint64_t held = v != NULL ? v->log_bytes : 0;
+    uint64_t room = l->log_cap > l->log_bytes ? l->log_cap - l->log_bytes : 0;
+    uint64_t share = l->log_cap / (l->nlogging + (held == 0));
+
+    if (held >= share) {
+        return 0;
+    }
+    return share - held < room ? share - held : room;
+}
+
+/* Consumes in one tier's state (next: what rl_algo_judge allowed; NULL: an ADJUST of delta),
+ * keeping the count of log bytes. */
+static void
+lim_commit_or_adjust(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
+                     const struct rl_algo_state *next, uint64_t now, uint32_t cost, int64_t delta)
+{
+    uint64_t before, room;
     bool was;
 
     if (t->algo != RL_ALGO_SLIDING_WINDOW_LOG) {
-        rl_algo_commit(t, s, next, now, cost);
+        if (next != NULL) {
+            rl_algo_commit(t, s, next, now, cost);
+        } else {
+            rl_algo_adjust(t, s, now, delta, UINT64_MAX);
+        }
         return;
     }
-    v = lim_acct(l, t, false);
-    held = v != NULL ? v->log_bytes : 0;
     was = rl_algo_degraded(t, s);
     before = rl_algo_heap_bytes(t, s);
-    room = l->log_cap > l->log_bytes ? l->log_cap - l->log_bytes : 0;
-    /* An equal share of the log memory for each account holding logs (this one included). */
-    share = l->log_cap / (l->nlogging + (held == 0));
-    if (held >= share) {
-        room = 0;
-    } else if (share - held < room) {
-        room = share - held;
+    room = lim_log_room(l, t);
+    if (next != NULL) {
+        rl_algo_commit_capped(t, s, next, now, cost, room);
+    } else {
+        rl_algo_adjust(t, s, now, delta, room);
     }
-    rl_algo_commit_capped(t, s, next, now, cost, room);
     if (!was && rl_algo_degraded(t, s)) {
         (rl_inltab_is(t->id) ? &l->inl_svc.st : lim_acct(l, t, true))->log_degraded++;
         l->st.log_degraded++;
     }
     /* Unsigned arithmetic wraps back correctly when the log shrank. */
     lim_count_log(l, t, rl_algo_heap_bytes(t, s) - before);
+}
+
+static inline void
+lim_commit(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
+           const struct rl_algo_state *next, uint64_t now, uint32_t cost)
+{
+    lim_commit_or_adjust(l, t, s, next, now, cost, 0);
 }
 
 /*
@@ -944,6 +966,101 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
     rep->reset_ms = dec->reset_ms;
     lim_reply_code(l, &j, refused, queue, dec, rep);
     return 0;
+}
+
+/* ADJUST, step 1: delta applied to every tier's state of req's key; a charge inserts the
+ * keys not in the table, a refund leaves them out (a key not held has nothing to give). */
+static void
+lim_adjust_all(struct rl_limiter *l, const struct rl_wire_req *req, uint32_t shard,
+               const struct lim_judge *j, const struct rl_limiter_prep *prep, uint64_t now,
+               uint16_t epoch)
+{
+    for (uint32_t i = 0; i < j->ntiers; i++) {
+        const struct rl_tier *t = &j->tiers[i];
+        struct rl_keytab_entry *e = rl_keytab_find(l->tab, prep->fp_hi[i], prep->fp_lo[i]);
+        struct rl_algo_state s;
+
+        if (e != NULL) {
+            if (e->tier != t->id) {
+                lim_retier(l, e, t);
+            }
+            if (e->epoch != epoch) {
+                lim_release_state(l, t, &e->st);
+                memset(&e->st, 0, sizeof(e->st));
+                e->epoch = epoch;
+            }
+            lim_commit_or_adjust(l, t, &e->st, NULL, now, 0, req->delta);
+            continue;
+        }
+        if (req->delta <= 0) {
+            continue;
+        }
+        memset(&s, 0, sizeof(s));
+        lim_commit_or_adjust(l, t, &s, NULL, now, 0, req->delta);
+        if (rl_algo_is_full(t, &s, now)) {
+            lim_release_state(l, t, &s);
+            continue;
+        }
+        e = rl_keytab_insert(l->tab, prep->fp_hi[i], prep->fp_lo[i], t->id, now);
+        if (e == NULL) {
+            lim_release_state(l, t, &s);
+            continue;
+        }
+        if (shard == RL_LIMITER_SHARD_UNKNOWN) {
+            shard = rl_limiter_shard(l, req);
+        }
+        e->st = s;
+        e->epoch = epoch;
+        e->shard = shard;
+        lim_count_key(l, t, +1);
+    }
+}
+
+int
+rl_limiter_adjust_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
+                           const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                           struct rl_wire_check_reply *rep)
+{
+    const struct rl_algo_result *dec;
+    uint64_t remaining = UINT64_MAX;
+    uint64_t queue = 0;
+    struct lim_judge j;
+    int rc;
+
+    memset(rep, 0, sizeof(*rep));
+    rep->id = req->id;
+    if (!req->limit.set && prep->rule == NULL) {
+        rep->code = RL_WIRE_NO_RULE;
+        return 0;
+    }
+    rc = lim_select(l, req, prep->rule, &j);
+    if (rc != 0) {
+        return rc;
+    }
+    lim_adjust_all(l, req, prep->shard, &j, prep, now, epoch);
+    /* The reply: what is left after it (a peek's answer), and the wait of a request of
+     * cost 1 (0: it would be allowed now; a shadow rule refuses nothing). */
+    lim_judge_all(l, &j, prep, now, 0, epoch);
+    dec = lim_decide_allowed(l, j.ntiers, &queue);
+    rep->code = RL_WIRE_ALLOWED;
+    rep->limit = dec->limit;
+    rep->remaining = dec->remaining;
+    rep->reset_ms = dec->reset_ms;
+    if (!j.shadow && lim_judge_all(l, &j, prep, now, 1, epoch)) {
+        dec = lim_decide_refused(l, j.ntiers, 1, &remaining);
+        rep->retry_after_ms = dec->retry_ms;
+    }
+    return 0;
+}
+
+int
+rl_limiter_adjust(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now, uint16_t epoch,
+                  struct rl_wire_check_reply *rep)
+{
+    struct rl_limiter_prep prep;
+
+    rl_limiter_prepare(l, req, &prep);
+    return rl_limiter_adjust_prepared(l, req, &prep, now, epoch, rep);
 }
 
 void

@@ -122,6 +122,20 @@ int rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *re
                               const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
                               struct rl_wire_check_reply *rep);
 
+/*
+ * ADJUST (docs/PROTOCOL.md, "ADJUST"): req->delta charged (> 0: past the limit too) or
+ * refunded (< 0) in every tier of req's rule (shadow rules alike), or of its inline limit
+ * as a CHECK finds it (rl_algo_adjust, docs/ALGORITHMS.md). *rep is ALLOWED with what is
+ * left after it (remaining and reset_ms as a cost-0 CHECK's) and retry_after_ms the wait of
+ * a CHECK of cost 1 (0 when it would be allowed, or under a shadow rule), or NO_RULE.
+ * Returns as rl_limiter_check_epoch; counts no decision. prep as rl_limiter_prepare gave it.
+ */
+int rl_limiter_adjust(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
+                      uint16_t epoch, struct rl_wire_check_reply *rep);
+int rl_limiter_adjust_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
+                               const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                               struct rl_wire_check_reply *rep);
+
 /* What rl_limiter_set_rules did. */
 struct rl_limiter_reload {
     uint64_t tiers_kept;    /* old tiers found unchanged in the new rules */

@@ -326,6 +326,8 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch, u
     return false;
 }
 
+static void server_limiter_error(struct rl_conn *c, const struct rl_wire_req *req, int rc);
+
 /* Judges one prepared CHECK and writes its reply. */
 static void
 server_check_prepared(struct rl_conn *c, const struct rl_wire_req *req,
@@ -341,30 +343,37 @@ server_check_prepared(struct rl_conn *c, const struct rl_wire_req *req,
     }
     rc = rl_limiter_check_prepared(s->limiter, req, prep, s->now_ms, epoch, &rep);
     if (rc != 0) {
-        char msg[200];
-
-        if (rc == -EPERM) {
-            snprintf(msg, sizeof(msg),
-                     "the service has configured rules: an inline limit is refused");
-        } else if (rc == -EDQUOT) {
-            snprintf(msg, sizeof(msg),
-                     "this client holds too many distinct inline limits on this node (%u)",
-                     RL_INLTAB_TENANT_MAX);
-        } else if (rc == -ENOSPC) {
-            snprintf(msg, sizeof(msg), "too many distinct inline limits on this node (%u)",
-                     RL_INLTAB_MAX);
-        } else {
-            snprintf(msg, sizeof(msg), "out of memory");
-        }
-        server_replied(c, rl_wire_put_error(&c->out, req->id,
-                                            rc == -EPERM ? RL_WIRE_ERR_BAD_FIELD
-                                                         : RL_WIRE_ERR_OVERLOADED,
-                                            msg));
+        server_limiter_error(c, req, rc);
         return;
     }
     s->batch_checks++;
     server_throttle_hook(s, req, &rep);
     server_replied(c, rl_wire_put_check_reply(&c->out, &rep));
+}
+
+/* The ERROR of a CHECK or ADJUST the limiter could not judge (rl_limiter_check_epoch's
+ * negative returns). */
+static void
+server_limiter_error(struct rl_conn *c, const struct rl_wire_req *req, int rc)
+{
+    char msg[200];
+
+    if (rc == -EPERM) {
+        snprintf(msg, sizeof(msg), "the service has configured rules: an inline limit is refused");
+    } else if (rc == -EDQUOT) {
+        snprintf(msg, sizeof(msg),
+                 "this client holds too many distinct inline limits on this node (%u)",
+                 RL_INLTAB_TENANT_MAX);
+    } else if (rc == -ENOSPC) {
+        snprintf(msg, sizeof(msg), "too many distinct inline limits on this node (%u)",
+                 RL_INLTAB_MAX);
+    } else {
+        snprintf(msg, sizeof(msg), "out of memory");
+    }
+    server_replied(c, rl_wire_put_error(&c->out, req->id,
+                                        rc == -EPERM ? RL_WIRE_ERR_BAD_FIELD
+                                                     : RL_WIRE_ERR_OVERLOADED,
+                                        msg));
 }
 
 /* Judges the CHECKs held, in frame order, while their connection still takes replies (as
@@ -406,6 +415,33 @@ server_check(struct rl_conn *c, const struct rl_wire_req *req)
     if (s->npending == RL_SERVER_BATCH) {
         server_judge(s);
     }
+}
+
+/* ADJUST: judged at once (CHECKs held before it were judged first, server_frame). */
+static void
+server_adjust(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    struct rl_server *s = c->data;
+    struct rl_limiter_prep prep;
+    struct rl_wire_check_reply rep;
+    uint16_t epoch;
+    int rc;
+
+    if (!server_owns(c, req, &epoch, &prep.shard)) {
+        return;
+    }
+    {
+        uint32_t shard = prep.shard;
+
+        rl_limiter_prepare(s->limiter, req, &prep);
+        prep.shard = shard;
+    }
+    rc = rl_limiter_adjust_prepared(s->limiter, req, &prep, s->now_ms, epoch, &rep);
+    if (rc != 0) {
+        server_limiter_error(c, req, rc);
+        return;
+    }
+    server_replied(c, rl_wire_put_adjust_reply(&c->out, &rep));
 }
 
 static void

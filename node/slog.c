@@ -250,6 +250,28 @@ rl_slog_append(struct rl_slog **gp, uint64_t t, uint32_t cost, uint64_t room)
     return 0;
 }
 
+uint64_t
+rl_slog_take(struct rl_slog *g, uint64_t amount)
+{
+    uint64_t took = 0;
+
+    while (g != NULL && g->len > 0 && took < amount) {
+        struct rl_slog_ent *e = slog_at(g, g->len - 1);
+        uint64_t want = amount - took;
+
+        if (e->cost <= want) {
+            took += e->cost;
+            g->sum -= e->cost;
+            g->len--;
+        } else {
+            e->cost -= (uint32_t)want;
+            g->sum -= want;
+            took = amount;
+        }
+    }
+    return took;
+}
+
 struct rl_slog *
 rl_slog_dup(const struct rl_slog *g)
 {

@@ -63,6 +63,10 @@ int rl_slog_append(struct rl_slog **gp, uint64_t t, uint32_t cost, uint64_t room
 uint32_t rl_slog_len(const struct rl_slog *g);
 void rl_slog_get(const struct rl_slog *g, uint32_t i, uint64_t *t, uint32_t *cost);
 
+/* Takes up to amount off the newest entries (the newest first, dropping those emptied): a
+ * refund (ADJUST). Returns what it took. */
+uint64_t rl_slog_take(struct rl_slog *g, uint64_t amount);
+
 /* A copy (tests probe future times on copies); NULL for NULL or when malloc fails. */
 struct rl_slog *rl_slog_dup(const struct rl_slog *g);
 

@@ -182,7 +182,7 @@ START_TEST(test_names)
     ck_assert_str_eq(rl_wire_op_name(RL_WIRE_OP_CHECK), "check");
     ck_assert_str_eq(rl_wire_op_name(RL_WIRE_OP_CLOCK), "clock");
     ck_assert_str_eq(rl_wire_op_name(RL_WIRE_OP_ERROR), "error");
-    ck_assert_str_eq(rl_wire_op_name(9), "?");
+    ck_assert_str_eq(rl_wire_op_name(13), "?");
     ck_assert_str_eq(rl_wire_code_name(RL_WIRE_ALLOWED), "allowed");
     ck_assert_str_eq(rl_wire_code_name(RL_WIRE_QUEUED), "queued");
     ck_assert_str_eq(rl_wire_code_name(RL_WIRE_CODE_COUNT), "?");
@@ -352,7 +352,7 @@ START_TEST(test_op_table)
     ck_assert_ptr_nonnull(rl_wire_op_info(RL_WIRE_OP_HOT));
     ck_assert(!rl_wire_op_info(RL_WIRE_OP_HOT)->node);
     ck_assert_uint_eq(rl_wire_op_info(RL_WIRE_OP_HOT)->router, RL_WIRE_ROUTE_SELF);
-    ck_assert_ptr_null(rl_wire_op_info(9));
+    ck_assert_ptr_null(rl_wire_op_info(13));
     ck_assert_ptr_null(rl_wire_op_info(256));
     ck_assert_ptr_null(rl_wire_op_info(UINT32_MAX));
     ops = rl_wire_ops(&n);
@@ -890,7 +890,7 @@ START_TEST(test_unknown_op)
 {
     struct rl_wire_req req;
 
-    expect_fault("op 9", RAW(0x92, 0x09, 0x05), RL_WIRE_ERR_UNKNOWN_OP, false, 5, "unknown op 9");
+    expect_fault("op 13", RAW(0x92, 0x0d, 0x05), RL_WIRE_ERR_UNKNOWN_OP, false, 5, "unknown op 13");
     expect_fault("op 255", RAW(0x94, 0xcc, 0xff, 0x05, 0x01, 0xa1, 'x'), RL_WIRE_ERR_UNKNOWN_OP,
                  false, 5, "255");
     expect_fault("op 0", RAW(0x92, 0x00, 0x05), RL_WIRE_ERR_UNKNOWN_OP, false, 5, "positive");
@@ -1784,6 +1784,99 @@ END_TEST
 
 /* HANDOFF_OUT and HANDOFF_IN, and their replies: each field back as encoded; records of the
  * largest size and one byte more; the fields' refusals, named. */
+/* ADJUST [9, id, service, user, endpoint, delta, limit, tenant]: a signed delta of
+ * -1000000..1000000 in any integer format, the limit and tenant as CHECK's; its reply is a
+ * CHECK reply under op 9. */
+START_TEST(test_adjust_roundtrip)
+{
+    static const int32_t deltas[] = {0, 1, -1, 127, -32, -33, 1000000, -1000000, 65536, -65537};
+    struct rl_wire_req in, req;
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_wire_check_reply cr = {7, RL_WIRE_ALLOWED, 10, 0, 900, 1234};
+    struct rl_buf out;
+    const char *p;
+    size_t n;
+
+    ck_assert_ptr_nonnull(rep);
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    rl_buf_init(&out);
+    for (size_t i = 0; i < sizeof(deltas) / sizeof(deltas[0]); i++) {
+        memset(&in, 0, sizeof(in));
+        in.op = RL_WIRE_OP_ADJUST;
+        in.id = 5;
+        in.service = mkstr("llm", 3);
+        in.user = mkstr("bob", 3);
+        in.delta = deltas[i];
+        if (i % 2 == 1) {
+            in.limit.set = true;
+            in.limit.algo = 3; /* token_bucket (ruleset.h) */
+            in.limit.limit = 100;
+            in.limit.window_ms = 1000;
+            in.limit.burst = 100;
+            in.tenant = (uint32_t)i;
+        }
+        rl_buf_reset(&out);
+        ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+        p = one_frame(&out, &n);
+        expect_req("adjust", p, n, &req);
+        ck_assert_uint_eq(req.op, RL_WIRE_OP_ADJUST);
+        ck_assert_uint_eq(req.id, 5);
+        ck_assert(str_is(req.service, "llm") && str_is(req.user, "bob"));
+        ck_assert_ptr_null(req.endpoint.ptr);
+        ck_assert_int_eq(req.delta, deltas[i]);
+        ck_assert_int_eq(req.limit.set, in.limit.set);
+        ck_assert_uint_eq(req.tenant, in.tenant);
+        ck_assert_uint_eq(req.cost, 0);
+    }
+    /* the same values in other integer formats */
+    expect_req("adjust int8", RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd0, 0x85), &req);
+    ck_assert_int_eq(req.delta, -123);
+    expect_req(
+        "adjust int64 positive",
+        RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd3, 0, 0, 0, 0, 0, 0x0f, 0x42, 0x40),
+        &req);
+    ck_assert_int_eq(req.delta, 1000000);
+    expect_req("adjust -1000000",
+               RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd2, 0xff, 0xf0, 0xbd, 0xc0),
+               &req);
+    ck_assert_int_eq(req.delta, -1000000);
+    expect_fault("adjust 1000001",
+                 RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xce, 0, 0x0f, 0x42, 0x41),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "delta must be an integer of -1000000..1000000");
+    expect_fault("adjust -1000001",
+                 RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xd2, 0xff, 0xf0, 0xbd, 0xbf),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "delta must be");
+    expect_fault("adjust float",
+                 RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xca, 0x3f, 0x80, 0, 0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "delta must be");
+    expect_fault("adjust nil", RAW(0x96, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "delta must be");
+    expect_fault("adjust 5", RAW(0x95, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "ADJUST takes 6..8 elements");
+    expect_fault("adjust service", RAW(0x96, 0x09, 0x05, 0xa0, 0xa1, 'u', 0xc0, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "service must be");
+    expect_fault("adjust limit", RAW(0x97, 0x09, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "limit must be nil or");
+    /* the reply */
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_adjust_reply(&out, &cr), 0);
+    p = one_frame(&out, &n);
+    ck_assert_uint_eq((unsigned char)p[1], RL_WIRE_OP_ADJUST);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_ADJUST);
+    ck_assert_uint_eq(rep->id, 7);
+    ck_assert_uint_eq(rep->check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep->check.limit, 10);
+    ck_assert_uint_eq(rep->check.remaining, 0);
+    ck_assert_uint_eq(rep->check.reset_ms, 900);
+    ck_assert_uint_eq(rep->check.retry_after_ms, 1234);
+    rl_buf_deinit(&out);
+    rl_wire_decoder_deinit(&d);
+    free(rep);
+}
+END_TEST
+
 START_TEST(test_handoff_roundtrip)
 {
     struct rl_wire_req in, req;
@@ -2075,6 +2168,7 @@ wire_suite(void)
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_known_answer);
+    tcase_add_test(tc, test_adjust_roundtrip);
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_docs_match);
     tcase_add_test(tc, test_docs_ops);

@@ -2,7 +2,7 @@
  * fuzz_wire: the frame splitter and the request and reply decoders of common/wire.h on any
  * bytes, as a server and a client read them from a socket. Invariants: a frame never
  * claims more than the input holds; a decoded request's strings lie inside its frame and
- * keep the documented bounds; a request that decodes re-encodes (CHECK, PING, STATS,
+ * keep the documented bounds; a request that decodes re-encodes (CHECK, ADJUST, PING, STATS,
  * CLOCK, HELLO, AUTH, THROTTLED, HANDOFF_OUT, HANDOFF_IN) and decodes again to the same
  * values; the short readers of CHECK and its reply (wire_fast.h) take a frame only when the
  * full decoders do, with the same fields.
@@ -32,7 +32,7 @@ str_inside(struct rl_wire_str s, const char *p, size_t n, uint32_t max)
     MUST(s.ptr >= p && s.ptr + s.len <= p + n);
 }
 
-/* Re-encodes a decoded CHECK and decodes it again: the same fields. */
+/* Re-encodes a decoded CHECK or ADJUST and decodes it again: the same fields. */
 static void
 roundtrip_check(const struct rl_wire_req *r)
 {
@@ -42,11 +42,12 @@ roundtrip_check(const struct rl_wire_req *r)
     size_t plen;
 
     rl_buf_init(&b);
-    if (rl_wire_put_check(&b, r) == 0) {
+    if (rl_wire_put_req(&b, r) == 0) {
         MUST(rl_wire_frame(b.data, b.len, &plen) == 1);
         MUST(plen + RL_WIRE_HDR_LEN == b.len);
         MUST(rl_wire_decode_req(&dec, b.data + RL_WIRE_HDR_LEN, plen, &again, &fault) == 0);
-        MUST(again.op == RL_WIRE_OP_CHECK && again.id == r->id && again.cost == r->cost);
+        MUST(again.op == r->op && again.id == r->id && again.cost == r->cost &&
+             again.delta == r->delta);
         MUST(again.service.len == r->service.len &&
              memcmp(again.service.ptr, r->service.ptr, r->service.len) == 0);
         MUST(again.user.len == r->user.len &&
@@ -178,6 +179,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (req.op == RL_WIRE_OP_CHECK) {
                 MUST(req.cost <= RL_WIRE_COST_MAX);
                 MUST(req.service.len >= 1 && req.user.len >= 1);
+                MUST(!req.limit.set || (req.limit.algo < RL_ALGO_COUNT && req.limit.limit >= 1 &&
+                                        req.limit.window_ms >= 1 && req.limit.burst >= 1));
+                roundtrip_check(&req);
+            }
+            if (req.op == RL_WIRE_OP_ADJUST) {
+                MUST(req.delta >= -RL_WIRE_DELTA_MAX && req.delta <= RL_WIRE_DELTA_MAX);
+                MUST(req.cost == 0 && req.service.len >= 1 && req.user.len >= 1);
                 MUST(!req.limit.set || (req.limit.algo < RL_ALGO_COUNT && req.limit.limit >= 1 &&
                                         req.limit.window_ms >= 1 && req.limit.burst >= 1));
                 roundtrip_check(&req);

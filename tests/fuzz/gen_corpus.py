@@ -49,6 +49,10 @@ wire = {
     "nested": frame(b"\x91" * 40 + b"\x00"),
     "map32_huge": frame(b"\xdf\xff\xff\xff\xff\x01"),
     "bin_user": frame(b"\x96\x01\x07" + s(b"s") + b"\xc4\x01u\xc0\x01"),
+    "adjust": frame(b"\x96\x09\x07" + s(b"llm") + s(b"alice") + b"\xc0\xcd\x01\xf4"),
+    "adjust_refund": frame(b"\x96\x09\x07" + s(b"llm") + s(b"alice") + b"\xc0\xd2\xff\xf0\xbd\xc0"),
+    "adjust_inline": frame(b"\x98\x09\x07" + s(b"api") + s(b"alice") + b"\xc0\xe0\x94" + s(b"gcra") + b"\x0a\xcd\x03\xe8\x05\x2a"),
+    "adjust_reply": frame(b"\x97\x09\x07\x00\x0a\x00\xcd\x03\xe8\xcd\x02\xbc"),
     "http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     "tls": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
 }

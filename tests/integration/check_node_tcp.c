@@ -113,6 +113,95 @@ START_TEST(test_ping_stats_check)
 }
 END_TEST
 
+/* One ADJUST over the connection; its reply in *rep (CHECK's shape under op 9, or ERROR). */
+static void
+adjust_one(struct rl_client *c, const char *svc, const char *user, int32_t delta,
+           struct rl_wire_reply *rep)
+{
+    struct rl_wire_req req = {.op = RL_WIRE_OP_ADJUST, .id = 9};
+    struct rl_buf b;
+
+    req.service.ptr = svc;
+    req.service.len = (uint32_t)strlen(svc);
+    req.user.ptr = user;
+    req.user.len = (uint32_t)strlen(user);
+    req.delta = delta;
+    rl_buf_init(&b);
+    ck_assert_int_eq(rl_wire_put_adjust(&b, &req), 0);
+    ck_assert_int_eq(rl_client_queue_raw(c, b.data, b.len), 0);
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_recv(c, rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep->id, 9);
+    rl_buf_deinit(&b);
+}
+
+/* ADJUST (op 9) against a real node: a charge past the limit is refused until the debt is
+ * paid back; 2 of 3 used refunded gives 2 back; a refund never goes above full; NO_RULE; a
+ * delta out of bounds is BAD_FIELD and the connection stays. */
+START_TEST(test_adjust)
+{
+    /* [9, 5, "fw", "u", nil, 1000001] */
+    static const char bad[] = "\0\0\0\x0e\x96\x09\x05\xa2"
+                              "fw\xa1u\xc0\xce\0\x0f\x42\x41";
+    struct rl_client *c = connect_node();
+    struct rl_wire_reply rep;
+
+    ck_assert_int_eq(rl_client_clock(c, 1000000, T_TIMEOUT), 0);
+    /* token_bucket 10 per 1s: 4 used, then the real cost was 16: a charge of 12 */
+    check_one(c, "tb", "carol", NULL, 4, &rep);
+    ck_assert_uint_eq(rep.check.remaining, 6);
+    adjust_one(c, "tb", "carol", 12, &rep);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ADJUST);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.limit, 10);
+    ck_assert_uint_eq(rep.check.remaining, 0);
+    /* 16 of 10: 7 tokens must come back (100 ms each) before one fits */
+    ck_assert_uint_eq(rep.check.retry_after_ms, 700);
+    check_one(c, "tb", "carol", NULL, 1, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_LIMITED);
+    ck_assert_uint_eq(rep.check.retry_after_ms, 700);
+    ck_assert_int_eq(rl_client_clock(c, 1000700, T_TIMEOUT), 0);
+    check_one(c, "tb", "carol", NULL, 1, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.remaining, 0);
+
+    /* fixed_window 1000 per 1m: 3 used, 2 refunded: 2 back */
+    check_one(c, "fw", "dave", NULL, 3, &rep);
+    ck_assert_uint_eq(rep.check.remaining, 997);
+    adjust_one(c, "fw", "dave", -2, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.remaining, 999);
+    check_one(c, "fw", "dave", NULL, 0, &rep);
+    ck_assert_uint_eq(rep.check.remaining, 999);
+    /* never above full */
+    adjust_one(c, "fw", "dave", -1000000, &rep);
+    ck_assert_uint_eq(rep.check.remaining, 1000);
+    ck_assert_uint_eq(rep.check.reset_ms, 0);
+    check_one(c, "fw", "dave", NULL, 1000, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    check_one(c, "fw", "dave", NULL, 1, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_LIMITED);
+
+    adjust_one(c, "nope", "dave", 5, &rep);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ADJUST);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_NO_RULE);
+
+    /* delta 1000001: BAD_FIELD, echoed id, connection kept */
+    ck_assert_int_eq(rl_client_queue_raw(c, bad, sizeof(bad) - 1), 0);
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep.id, 5);
+    ck_assert_uint_eq(rep.err, RL_WIRE_ERR_BAD_FIELD);
+    ck_assert_int_eq(rl_client_ping(c, &rep, T_TIMEOUT), 0);
+
+    /* ADJUST is not a decision: checks counts the 7 CHECKs only */
+    ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_stat(&rep, "checks", -1), 7);
+    rl_client_destroy(c);
+}
+END_TEST
+
 START_TEST(test_endpoint_rules)
 {
     struct rl_client *c = connect_node();
@@ -498,6 +587,7 @@ node_tcp_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_ping_stats_check);
     tcase_add_test(tc, test_endpoint_rules);
+    tcase_add_test(tc, test_adjust);
     tcase_add_test(tc, test_pipelined);
     tcase_add_test(tc, test_batches_keep_order);
     tcase_add_test(tc, test_admin_budget_keeps_order);

@@ -778,6 +778,228 @@ START_TEST(test_slog_rebase)
 }
 END_TEST
 
+/* ---- ADJUST (docs/ALGORITHMS.md, "ADJUST") ------------------------------------------ */
+
+/* An ADJUST for real, with no memory cap. */
+static void
+adj(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, int64_t delta)
+{
+    rl_algo_adjust(t, s, now, delta, UINT64_MAX);
+}
+
+/* Two states answer every question alike at now and later: every cost's decision and every
+ * reply field, probed over the next three windows. */
+static void
+same_states(const struct rl_tier *t, const struct rl_algo_state *a, const struct rl_algo_state *b,
+            uint64_t now, const char *ctx)
+{
+    uint64_t span = 3 * (uint64_t)t->window_ms + 3;
+
+    for (uint64_t d = 0; d <= span; d++) {
+        for (uint32_t c = 0; c <= capacity(t) + 1; c++) {
+            struct rl_algo_result x = probe(t, a, now + d, c);
+            struct rl_algo_result y = probe(t, b, now + d, c);
+
+            RL_CHECK(x.allowed == y.allowed && x.remaining == y.remaining &&
+                         x.reset_ms == y.reset_ms && x.retry_ms == y.retry_ms &&
+                         x.queue_ms == y.queue_ms,
+                     "%s: differ at +%llu cost %u (remaining %llu/%llu reset %llu/%llu retry "
+                     "%llu/%llu)",
+                     ctx, (unsigned long long)d, c, (unsigned long long)x.remaining,
+                     (unsigned long long)y.remaining, (unsigned long long)x.reset_ms,
+                     (unsigned long long)y.reset_ms, (unsigned long long)x.retry_ms,
+                     (unsigned long long)y.retry_ms);
+        }
+        RL_CHECK(rl_algo_is_full(t, a, now + d) == rl_algo_is_full(t, b, now + d),
+                 "%s: is_full at +%llu", ctx, (unsigned long long)d);
+    }
+}
+
+/*
+ * The reference model of ADJUST, by equivalence with CHECKs whose effects the brute force
+ * above verifies: on random sequences of CHECKs, charges and refunds,
+ *  - a charge of d that a CHECK of cost d would be allowed leaves the very state that CHECK
+ *    leaves;
+ *  - right after a CHECK of cost c allowed at now, a refund of r <= c at the same ms leaves
+ *    the state a CHECK of cost c - r would have left (the refund gives back exactly r);
+ *  - a refund leaves remaining = min(what a refund of everything leaves, remaining + r), and
+ *    a refund of everything leaves the full allowance (L or B) except under
+ *    sliding_window_counter, whose previous window's weight is never refunded;
+ *  - every state reached, in debt too, answers every reply field by its definition (verify).
+ */
+static void
+adjust_brute_force(enum rl_algo algo, uint64_t seeds)
+{
+    for (uint64_t seed = 1; seed <= seeds; seed++) {
+        uint64_t rs = seed * 104729 + algo;
+        uint32_t L = (uint32_t)rnd_in(&rs, 1, 6);
+        uint32_t W = (uint32_t)rnd_in(&rs, 1, 10);
+        uint32_t B = is_bucket(algo) ? (uint32_t)rnd_in(&rs, 1, 7) : L;
+        struct rl_tier t = mk_tier(algo, L, W, B);
+        struct rl_algo_state s = {0, 0};
+        uint64_t now = rnd_in(&rs, 0, 50);
+        char ctx[160];
+
+        for (int step = 0; step < 40; step++) {
+            uint64_t kind = rnd_in(&rs, 0, 9);
+            struct rl_algo_result before = probe(&t, &s, now, 0);
+
+            if (rnd_in(&rs, 0, 3) == 0) {
+                now += rnd_in(&rs, 1, 2 * (uint64_t)W);
+                before = probe(&t, &s, now, 0);
+            }
+            snprintf(ctx, sizeof(ctx), "%s L=%u W=%u B=%u seed=%llu step=%d now=%llu kind=%llu",
+                     algo_names[algo], L, W, B, (unsigned long long)seed, step,
+                     (unsigned long long)now, (unsigned long long)kind);
+            if (kind < 3) {
+                /* a charge, past the limit at times */
+                int64_t d = (int64_t)rnd_in(&rs, 1, capacity(&t) + 3);
+                struct rl_algo_state viacheck = dup_state(&t, &s);
+                bool fits = probe(&t, &s, now, (uint32_t)d).allowed;
+
+                req(&t, &viacheck, now, (uint32_t)d);
+                adj(&t, &s, now, d);
+                if (fits) {
+                    same_states(&t, &s, &viacheck, now, ctx);
+                } else {
+                    RL_CHECK(probe(&t, &s, now, 0).remaining == 0, "%s: debt with remaining", ctx);
+                }
+                rl_algo_release(&t, &viacheck);
+            } else if (kind < 6) {
+                /* a CHECK of c then a refund of r <= c at the same ms */
+                uint32_t c = (uint32_t)rnd_in(&rs, 1, capacity(&t));
+                uint32_t r = (uint32_t)rnd_in(&rs, 1, c);
+                struct rl_algo_state less = dup_state(&t, &s);
+
+                if (probe(&t, &s, now, c).allowed) {
+                    req(&t, &s, now, c);
+                    req(&t, &less, now, c - r);
+                    adj(&t, &s, now, -(int64_t)r);
+                    same_states(&t, &s, &less, now, ctx);
+                }
+                rl_algo_release(&t, &less);
+            } else if (kind < 8) {
+                /* a refund of r, then of everything */
+                int64_t r = (int64_t)rnd_in(&rs, 1, capacity(&t) + 2);
+                struct rl_algo_state all = dup_state(&t, &s);
+                uint64_t rem, inf;
+
+                adj(&t, &s, now, -r);
+                adj(&t, &all, now, -1000000);
+                rem = probe(&t, &s, now, 0).remaining;
+                inf = probe(&t, &all, now, 0).remaining;
+                if (before.remaining > 0 || algo != RL_ALGO_SLIDING_WINDOW_COUNTER) {
+                    /* (a key in debt under a weighted counter has no exact "before") */
+                    uint64_t want = before.remaining + (uint64_t)r;
+
+                    if (probe(&t, &s, now, 0).remaining != 0 || want <= inf) {
+                        RL_CHECK(rem == (want < inf ? want : inf) || before.remaining == 0,
+                                 "%s: refund %lld: remaining %llu, before %llu, all %llu", ctx,
+                                 (long long)r, (unsigned long long)rem,
+                                 (unsigned long long)before.remaining, (unsigned long long)inf);
+                    }
+                }
+                if (algo != RL_ALGO_SLIDING_WINDOW_COUNTER) {
+                    RL_CHECK(inf == capacity(&t), "%s: a refund of all leaves %llu", ctx,
+                             (unsigned long long)inf);
+                }
+                rl_algo_release(&t, &all);
+            } else {
+                uint32_t cost = (uint32_t)rnd_in(&rs, 0, capacity(&t) + 1);
+
+                req(&t, &s, now, cost);
+            }
+            verify(&t, &s, now, 1, ctx);
+            verify(&t, &s, now, 0, ctx);
+        }
+        rl_algo_release(&t, &s);
+    }
+}
+
+START_TEST(test_adjust_brute_force)
+{
+    adjust_brute_force(all_algos[_i], 150);
+}
+END_TEST
+
+/* Known answers: 3 of 5 used, 2 refunded, 2 back; a refund never above full; a charge past
+ * the limit refused until time pays it back; never into a past window. */
+START_TEST(test_adjust_known)
+{
+    for (size_t i = 0; i < sizeof(all_algos) / sizeof(all_algos[0]); i++) {
+        enum rl_algo a = all_algos[i];
+        struct rl_tier t = mk_tier(a, 5, 1000, 5);
+        struct rl_algo_state s = {0, 0};
+        struct rl_algo_result r;
+
+        RL_CHECK(req(&t, &s, 10000, 3).allowed, "%s", algo_names[a]);
+        adj(&t, &s, 10000, -2);
+        r = probe(&t, &s, 10000, 0);
+        RL_CHECK_UINT_EQ(r.remaining, 4);
+        adj(&t, &s, 10000, -100);
+        RL_CHECK_UINT_EQ(probe(&t, &s, 10000, 0).remaining, 5);
+        RL_CHECK(rl_algo_is_full(&t, &s, 10000), "%s: not full", algo_names[a]);
+        /* a charge of 12 against 5: in debt by 7 */
+        adj(&t, &s, 10000, 12);
+        r = probe(&t, &s, 10000, 1);
+        RL_CHECK(!r.allowed && r.remaining == 0, "%s: debt allowed", algo_names[a]);
+        switch (a) {
+        case RL_ALGO_FIXED_WINDOW:
+            RL_CHECK_UINT_EQ(r.retry_ms, 1000); /* the window ends */
+            break;
+        case RL_ALGO_SLIDING_WINDOW_LOG:
+            RL_CHECK_UINT_EQ(r.retry_ms, 1000); /* the charge leaves the window */
+            break;
+        case RL_ALGO_SLIDING_WINDOW_COUNTER:
+            /* window 11 weighs 12 at (1000 - e)/1000: 12(1000 - e) <= 4000, e >= 667 */
+            RL_CHECK_UINT_EQ(r.retry_ms, 1000 + 667);
+            break;
+        default:
+            /* deficit 12 tokens, one token back each 200 ms: 8 must drain for 1 to fit */
+            RL_CHECK_UINT_EQ(r.retry_ms, 1600);
+            break;
+        }
+        rl_algo_release(&t, &s);
+        /* never into a past window: 4 used in window 10, refunded in window 11 */
+        memset(&s, 0, sizeof(s));
+        req(&t, &s, 10500, 4);
+        adj(&t, &s, 11200, -4);
+        r = probe(&t, &s, 11200, 0);
+        if (a == RL_ALGO_SLIDING_WINDOW_COUNTER) {
+            RL_CHECK_UINT_EQ(r.remaining, 1); /* 5 - 4 * 800/1000 = 1.8: 1, as before */
+        } else if (a == RL_ALGO_SLIDING_WINDOW_LOG) {
+            RL_CHECK_UINT_EQ(r.remaining, 5); /* 4 at 10500 is still in the sliding window */
+        } else {
+            RL_CHECK_UINT_EQ(r.remaining, 5);
+        }
+        rl_algo_release(&t, &s);
+    }
+}
+END_TEST
+
+/* The cap of outstanding consumption: charges stop at RL_ALGO_DEBT_MAX. */
+START_TEST(test_adjust_debt_cap)
+{
+    for (size_t i = 0; i < sizeof(all_algos) / sizeof(all_algos[0]); i++) {
+        enum rl_algo a = all_algos[i];
+        struct rl_tier t = mk_tier(a, 1000, 60000, 1000);
+        struct rl_algo_state s = {0, 0};
+        struct rl_algo_state n;
+        struct rl_algo_result r;
+
+        for (int k = 0; k < 5000; k++) {
+            adj(&t, &s, 5000, 1000000);
+        }
+        rl_algo_judge(&t, &s, 5000, 1, &r, &n);
+        RL_CHECK(!r.allowed && r.remaining == 0, "%s", algo_names[a]);
+        /* a refund of 1000000 from 2^32 - 1 still leaves debt */
+        adj(&t, &s, 5000, -1000000);
+        RL_CHECK(!probe(&t, &s, 5000, 1).allowed, "%s", algo_names[a]);
+        rl_algo_release(&t, &s);
+    }
+}
+END_TEST
+
 static Suite *
 algo_suite(void)
 {
@@ -798,10 +1020,13 @@ algo_suite(void)
     tcase_add_test(tc, test_large_windows);
     tcase_add_test(tc, test_slog_growth_and_cap);
     tcase_add_test(tc, test_slog_rebase);
+    tcase_add_test(tc, test_adjust_known);
+    tcase_add_test(tc, test_adjust_debt_cap);
     suite_add_tcase(s, tc);
 
     tcase_set_timeout(bf, 300);
     tcase_add_loop_test(bf, test_brute_force, 0, sizeof(all_algos) / sizeof(all_algos[0]));
+    tcase_add_loop_test(bf, test_adjust_brute_force, 0, sizeof(all_algos) / sizeof(all_algos[0]));
     tcase_add_test(bf, test_gcra_equals_token_bucket);
     tcase_add_test(bf, test_gcra_equals_token_bucket_large);
     tcase_add_test(bf, test_gcra_extreme);

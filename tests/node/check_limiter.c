@@ -1350,6 +1350,111 @@ START_TEST(test_slices_text)
 }
 END_TEST
 
+/* One ADJUST of delta (id 77); endpoint NULL is nil. */
+static struct rl_wire_check_reply
+adjust(struct rl_limiter *l, const char *service, const char *user, const char *endpoint,
+       int32_t delta, uint64_t now)
+{
+    struct rl_wire_req req = req_for(service, user, endpoint, 0);
+    struct rl_wire_check_reply rep;
+
+    req.op = RL_WIRE_OP_ADJUST;
+    req.delta = delta;
+    RL_CHECK_INT_EQ(rl_limiter_adjust(l, &req, now, 0, &rep), 0);
+    RL_CHECK_UINT_EQ(rep.id, 77);
+    return rep;
+}
+
+/* ADJUST through the limiter: every tier of the rule, no key inserted by a refund, NO_RULE,
+ * shadow rules counted but never refusing, and no decision counted. */
+START_TEST(test_adjust)
+{
+    struct rl_conf *c = conf_from("[service m]\n"
+                                  "limit = fixed_window 10 per 1h\n"
+                                  "limit = token_bucket 5 per 1s burst 5\n"
+                                  "[service s]\nmode = shadow\nlimit = fixed_window 3 per 1s\n"
+                                  "[service g]\nlimit = sliding_window_log 4 per 1s\n");
+    struct rl_limiter *l = limiter_from(c, 1 << 20);
+    struct rl_wire_check_reply r;
+    struct rl_limiter_stats st;
+
+    r = adjust(l, "none", "u", NULL, 5, T0);
+    assert_reply(&r, RL_WIRE_NO_RULE, 0, 0, 0, 0);
+    /* a refund of a key never seen changes nothing and inserts nothing */
+    r = adjust(l, "m", "u", NULL, -3, T0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 5, 0, 0);
+    ck_assert_uint_eq(stats(l).keys, 0);
+    /* 3 used of both tiers, 2 refunded: 2 back in each */
+    check(l, "m", "u", NULL, 3, T0);
+    r = adjust(l, "m", "u", NULL, -2, T0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 4, 200, 0);
+    r = check(l, "m", "u", NULL, 0, T0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 4, 200, 0);
+    /* the hour tier holds 1: a charge of 12 puts both tiers in debt */
+    r = adjust(l, "m", "u", NULL, 12, T0);
+    /* token bucket 13 of 5: 9 must drain for 1 to fit, 200 ms each; the hour tier's 13 of
+     * 10 waits for the hour: the slowest decides */
+    assert_reply(&r, RL_WIRE_ALLOWED, 10, 0, 3600000, 3600000);
+    r = check(l, "m", "u", NULL, 1, T0 + 5000);
+    ck_assert_uint_eq(r.code, RL_WIRE_LIMITED);
+    ck_assert_uint_eq(r.retry_after_ms, 3600000 - 5000);
+    /* refunds: never above full */
+    r = adjust(l, "m", "u", NULL, -1000000, T0 + 5000);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 5, 0, 0);
+    ck_assert_uint_eq(check(l, "m", "u", NULL, 1, T0 + 5000).code, RL_WIRE_ALLOWED);
+    /* shadow: charged and counted, never refusing */
+    r = adjust(l, "s", "u", NULL, 7, T0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 3, 0, 1000, 0);
+    r = check(l, "s", "u", NULL, 1, T0 + 1);
+    ck_assert_uint_eq(r.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(stats(l).shadow_limited, 1);
+    /* a sliding log: 3 logged, 2 refunded from the newest */
+    check(l, "g", "u", NULL, 1, T0);
+    check(l, "g", "u", NULL, 2, T0 + 500);
+    r = adjust(l, "g", "u", NULL, -2, T0 + 600);
+    assert_reply(&r, RL_WIRE_ALLOWED, 4, 3, 400, 0); /* only the entry at T0 is left */
+    r = adjust(l, "g", "u", NULL, 5, T0 + 600);
+    assert_reply(&r, RL_WIRE_ALLOWED, 4, 0, 1000, 1000); /* 6 of 4: the charge must leave */
+    st = stats(l);
+    ck_assert_uint_eq(st.checks, 7);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* ADJUST of an inline limit: the same key a CHECK with that limit counts. */
+START_TEST(test_adjust_inline)
+{
+    struct rl_conf *c = conf_from("[service m]\nlimit = fixed_window 1 per 1s\n");
+    struct rl_limiter *l = limiter_from(c, 1 << 20);
+    struct rl_wire_check_reply r;
+    struct rl_wire_req req = req_for("free", "u", NULL, 0);
+    enum rl_algo a;
+
+    ck_assert_int_eq(check_inline(l, "free", "u", "gcra", 10, 1000, 0, 4, T0, &r), 0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 10, 6, 400, 0);
+    RL_CHECK_INT_EQ(rl_algo_parse("gcra", &a), 0);
+    req.op = RL_WIRE_OP_ADJUST;
+    req.delta = -3;
+    req.limit.set = true;
+    req.limit.algo = (uint8_t)a;
+    req.limit.limit = 10;
+    req.limit.window_ms = 1000;
+    req.limit.burst = 10;
+    req.tenant = inline_tenant;
+    ck_assert_int_eq(rl_limiter_adjust(l, &req, T0, 0, &r), 0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 10, 9, 100, 0);
+    ck_assert_int_eq(check_inline(l, "free", "u", "gcra", 10, 1000, 0, 0, T0, &r), 0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 10, 9, 100, 0);
+    /* an inline limit on a configured service is refused, as for CHECK */
+    req.service.ptr = "m";
+    req.service.len = 1;
+    ck_assert_int_eq(rl_limiter_adjust(l, &req, T0, 0, &r), -EPERM);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 static Suite *
 limiter_suite(void)
 {
@@ -1358,6 +1463,8 @@ limiter_suite(void)
 
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_no_rule);
+    tcase_add_test(tc, test_adjust);
+    tcase_add_test(tc, test_adjust_inline);
     tcase_add_loop_test(tc, test_flood_isolation, 0,
                         (int)(sizeof(flood_algos) / sizeof(flood_algos[0])));
     tcase_add_test(tc, test_endpoint_fallback);
