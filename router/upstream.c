@@ -26,6 +26,7 @@ upstream_unref(struct rl_upstream *u)
     if (u->retired && u->handles == 0) {
         for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
             rl_conn_deinit(&u->conns[i].conn);
+            rl_buf_deinit(&u->conns[i].early);
         }
         rl_wire_decoder_deinit(&u->dec);
         free(u);
@@ -245,10 +246,12 @@ upconn_connected(struct rl_conn *c, int status)
     struct rl_upstream *u = uc->up;
 
     int up = 0;
+    bool first = uc->first;
 
+    uc->first = false;
     if (status != 0) {
         rl_log_debug("node %s (%s): connect: %s", u->name, u->addr, uv_strerror(status));
-        return;
+        return; /* closed next: the requests waiting in early get the failure policy */
     }
     /* First on the wire: the cluster secret when there is one, then HELLO, so the node
      * counts this connection apart from its clients. Requests may follow at once: the node
@@ -268,6 +271,17 @@ upconn_connected(struct rl_conn *c, int status)
     if (uc != &u->conns[RL_UPSTREAM_ADMIN]) {
         upconn_probe(uc); /* after the handshake: the node reads them in order */
     }
+    if (first && uc->early.len > uc->early.pos) {
+        /* the requests that waited for this first connect, after the handshake */
+        if (rl_buf_append(&c->out, uc->early.data + uc->early.pos,
+                          uc->early.len - uc->early.pos) != 0) {
+            /* out of memory: they are never sent, and their deadline answers them */
+            rl_log_warn("node %s (%s): out of memory for the requests that waited for the "
+                        "first connect", u->name, u->addr);
+        }
+        rl_conn_mark(c);
+    }
+    rl_buf_reset(&uc->early);
 
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         up += u->conns[i].conn.connected;
@@ -289,6 +303,8 @@ upconn_close(struct rl_conn *c, int status)
     uc->closing = true;
     uc->rules_ok_ns = 0;
     uc->rules_probe = false;
+    uc->first = false;
+    rl_buf_reset(&uc->early);
     if (c->peer[0] != '?' && !u->retired) {
         u->stats.downs++;
         rl_log_warn("node %s (%s): connection lost: %s", u->name, u->addr,
@@ -336,6 +352,9 @@ upconn_connect(struct rl_upconn *uc)
     uc->conn.out_max = SIZE_MAX;
     uc->conn.hold_max = UINT32_MAX;
     uc->conn.admin = uc == &u->conns[RL_UPSTREAM_ADMIN];
+    /* only the upstream's very first attempt holds requests: after a loss, the node is
+     * down until proven up again (the failure policy answers at once) */
+    uc->first = u->stats.connects == 0 && u->stats.downs == 0 && !uc->conn.admin;
     rl_conn_connect(&uc->conn, (const struct sockaddr *)&u->sa);
 }
 
@@ -403,6 +422,7 @@ rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *nam
     u->handles = 2; /* the two timers */
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         rl_conn_init(&u->conns[i].conn, q, &upconn_ops, u);
+        rl_buf_init(&u->conns[i].early);
         u->conns[i].up = u;
     }
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
@@ -448,7 +468,22 @@ upstream_pick(struct rl_upstream *u, bool admin)
             return c;
         }
     }
+    for (uint32_t i = 0; i < RL_UPSTREAM_CONNS; i++) {
+        struct rl_upconn *c = &u->conns[(u->rr + i) % RL_UPSTREAM_CONNS];
+
+        if (c->first && c->conn.open && !c->conn.connected && !c->closing &&
+            c->early.len - c->early.pos < RL_UPSTREAM_OUT_MAX) {
+            return c; /* its first connect is in flight: the request waits for it */
+        }
+    }
     return NULL;
+}
+
+/* Where a request for uc is written: its output, or what waits for its first connect. */
+static struct rl_buf *
+upconn_out(struct rl_upconn *uc)
+{
+    return uc->conn.connected ? &uc->conn.out : &uc->early;
 }
 
 /* The request just appended to uc's output is in flight: link l to uc. */
@@ -464,7 +499,9 @@ upstream_sent(struct rl_upstream *u, struct rl_upconn *uc, struct rl_uplink *l)
     uc->pending = l;
     uc->npending++;
     u->stats.forwarded++;
-    rl_conn_mark(&uc->conn);
+    if (uc->conn.connected) {
+        rl_conn_mark(&uc->conn);
+    }
 }
 
 int
@@ -482,8 +519,8 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
         bare.tenant = 0;
         req = &bare;
     }
-    if ((admin ? rl_wire_put_throttled(&uc->conn.out, req)
-               : rl_wire_put_check(&uc->conn.out, req)) != 0) {
+    if ((admin ? rl_wire_put_throttled(upconn_out(uc), req)
+               : rl_wire_put_check(upconn_out(uc), req)) != 0) {
         return -ENOMEM;
     }
     upstream_sent(u, uc, l);
@@ -499,7 +536,7 @@ rl_upstream_send_check(struct rl_upstream *u, uint32_t id, const char *tail, siz
     if (uc == NULL) {
         return -EAGAIN;
     }
-    if (rl_wire_put_spliced(&uc->conn.out, RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK, id, tail,
+    if (rl_wire_put_spliced(upconn_out(uc), RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK, id, tail,
                             tail_len) != 0) {
         return -ENOMEM;
     }

@@ -69,6 +69,13 @@ struct rl_upconn {
      * after that time is decided under the router's rules: the node reads a connection's
      * requests in order, and one that changes its rules later moves the upstream's epoch. */
     uint64_t rules_ok_ns;
+    /* The connection's first connect is in flight (opened, neither connected nor failed
+     * yet): a request for it waits in `early` (sent right after HELLO once connected; failed
+     * with the connection otherwise) instead of getting the failure policy at once, so a
+     * router that just started answers like one that has been up (its deadline still
+     * holds). Cleared by the first attempt's end, whatever it was. */
+    bool first;
+    struct rl_buf early;
 };
 
 /* What the upstream tells its owner. Both run on the loop thread. */
