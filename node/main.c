@@ -425,6 +425,34 @@ node_register(struct node *n)
     return 0;
 }
 
+
+/* A config written when `failure = open` waved every request through while its owner was
+ * unreachable: the routers now hold such a rule to their backstop (docs/OPERATIONS.md, "The
+ * backstop"). The node applies no failure policy itself, but says so at start, as the
+ * routers do, so that an operator reading either log learns it. */
+static void
+node_failure_notice(const struct rl_conf *conf)
+{
+    size_t n = 0;
+    const char *first = NULL;
+
+    for (size_t i = 0; i < conf->nrules; i++) {
+        const struct rl_rule *rule = &conf->rules[i];
+
+        if (!rule->fail_closed && !rule->fail_unlimited && !rule->shadow) {
+            first = first != NULL ? first : rule->service;
+            n++;
+        }
+    }
+    if (n > 0) {
+        rl_log_warn("%zu rule(s) with failure = open (the first: service %s): while this "
+                    "node cannot be reached, routers now judge them by their backstop "
+                    "instead of allowing every request; failure = open_unlimited keeps the "
+                    "old meaning (docs/OPERATIONS.md, \"The backstop\")",
+                    n, first);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -508,6 +536,7 @@ main(int argc, char **argv)
                 (unsigned long long)memory, n.test_clock ? ", test clock" : "",
                 n.zkm != NULL ? "registering in ZooKeeper (not registered yet)"
                               : "static membership");
+    node_failure_notice(n.d.conf);
     rl_daemon_run(&n.d);
     rc = 0;
 out:

@@ -284,6 +284,12 @@ START_TEST(test_backstop_however_long)
     ck_assert_int_gt(n, 0);
     buf[n] = '\0';
     ck_assert_msg(strstr(buf, "open_unlimited keeps the old meaning") != NULL, "%s", buf);
+    /* and so did a node (which applies no policy, but its operator reads its log) */
+    n = rl_harness_read_file(nodes[0].log_path, buf, sizeof(buf) - 1);
+    ck_assert_int_gt(n, 0);
+    buf[n] = '\0';
+    ck_assert_msg(strstr(buf, "routers now judge them by their backstop") != NULL, "%.2000s",
+                  buf);
     ck_assert_int_eq(rl_harness_server_stop(&nodes[1], SIGKILL, T_TIMEOUT), 0);
     c = connect_port(router_ports[0]);
     for (int i = 0; i < 40; i++) {
