@@ -219,7 +219,10 @@ def test_client_that_never_reads_is_closed_at_the_write_deadline(cl, pb):
     before = stats(cl).get("write_timeouts", 0)  # (a build without it fails below)
     c = Raw(cl.rls_port, read=False, rcvbuf=4096)
     c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    c.sock.settimeout(3)
+    # A send blocks until the router reads on (progress) or closes this connection for its
+    # stalled output: a loaded machine may be slow to read, so the wait is long (a bound on
+    # how long the test waits, not on how fast the router is).
+    c.sock.settimeout(30)
     c.send(call_frames(1))
     sid, sent = 3, 0
     while sent < 64 << 20:
@@ -344,8 +347,11 @@ def test_unsent_output_counts_in_buffer_memory(tmp_path, pb):
     (tmp_path / "edge.yaml").write_text("domain: edge\ndescriptors:\n  - key: k\n"
                                         "    rate_limit:\n      unit: hour\n"
                                         "      requests_per_unit: 100000000\n")
+    # frame_timeout 30 s: the write deadline must not close the client that never reads
+    # before its unsent output was seen to fill the share, however slow a loaded machine is
     c = rls_cluster(tmp_path, "edge.yaml", deadline="2s", start=False, router="workers = 1\n",
-                    extra="[clients]\nbuffer_memory = 1mb\nidle_timeout = 1h\n")
+                    extra="[clients]\nbuffer_memory = 1mb\nidle_timeout = 1h\n"
+                          "frame_timeout = 30s\n")
     start_rls(c)
     try:
         big = request(pb, "edge", [("k", "v" * 60000)])
@@ -356,7 +362,9 @@ def test_unsent_output_counts_in_buffer_memory(tmp_path, pb):
             assert e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED, e
         r = Raw(c.rls_port, read=False, rcvbuf=4096)
         r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        r.sock.settimeout(2)
+        # the router stops reading once the share is spent: a send blocked 10 s says so (a
+        # loaded machine's slow reads unblock well before)
+        r.sock.settimeout(10)
         r.send(call_frames(1))
         sid, sent = 3, 0
         while sent < 64 << 20:
@@ -368,9 +376,9 @@ def test_unsent_output_counts_in_buffer_memory(tmp_path, pb):
         with pytest.raises(grpc.RpcError) as e:
             stub(big, timeout=5)
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value
-        # the write deadline (frame_timeout, 10 s), waited for without reading
+        # the write deadline (frame_timeout, 30 s), waited for without reading
         ratelimiter_port = c.port
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             with ratelimiter.Client("127.0.0.1", ratelimiter_port, 5.0) as k:
                 if k.stats().get("write_timeouts", 0) > 0:
