@@ -1,13 +1,18 @@
 /*
- * rltest: the failure path of the RL_CHECK macros and the common main() of the suites
- * (rltest.h). Linked into every test binary through the rlharness library.
+ * rltest: the failure path of the RL_CHECK macros, the common main() of the suites and the
+ * small helpers more than one suite calls (rltest.h). Linked into every test binary through
+ * the rlharness library. Not for what a single suite needs: that stays in the suite.
  */
 #include "rltest.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "reqclient.h"
 #include "harness.h"
@@ -112,4 +117,18 @@ rl_test_dial(int port, const char *token, int timeout_ms)
     ck_assert_int_eq(rl_client_auth(c, token, strlen(token), &rep, timeout_ms), 0);
     ck_assert_uint_eq(rep.op, RL_WIRE_OP_AUTH);
     return c;
+}
+
+int
+rl_test_tcp_connect(int port)
+{
+    struct sockaddr_in a = {0};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    ck_assert_int_ge(fd, 0);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    RL_CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));
+    return fd;
 }

@@ -30,7 +30,8 @@
  * rl_test_stat(port, key): one STATS value; rl_test_cluster_prepare(...): the opening of a
  * ZooKeeper cluster's setup that suites share (its ZooKeeper and its ports);
  * rl_test_tls_client(dir, ca, cert): a TLS client context from a suite's certificates;
- * rl_test_dial(port, token, timeout_ms): an authenticated connection.
+ * rl_test_dial(port, token, timeout_ms): an authenticated connection;
+ * rl_test_tcp_connect(port): a plain blocking TCP connection to 127.0.0.1.
  */
 #ifndef RL_RLTEST_H
 #define RL_RLTEST_H
@@ -58,6 +59,10 @@ struct rl_harness_zk;
 struct rl_harness_server;
 struct rl_tls_ctx;
 struct rl_client;
+
+/* A blocking TCP socket connected to 127.0.0.1:port (close-on-exec); fails the test when
+ * the connection is refused. */
+int rl_test_tcp_connect(int port);
 
 /* A binary-protocol connection to 127.0.0.1:port, authenticated with token (AUTH answered
  * with AUTH); fails the test when either step fails within timeout_ms. */

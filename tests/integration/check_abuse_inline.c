@@ -96,15 +96,7 @@ now_ms(void)
 static int
 resp_connect(void)
 {
-    struct sockaddr_in a = {0};
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    ck_assert_int_ge(fd, 0);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)resp_port);
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    RL_CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));
-    return fd;
+    return rl_test_tcp_connect(resp_port);
 }
 
 /* Sends the command argv[0..argc) and reads `lines` reply lines into buf (NUL-terminated). */
