@@ -30,6 +30,20 @@
 
 /* ---- the flusher ------------------------------------------------------------------------ */
 
+/* Flushes every dirty connection, until none is left (a flush may dirty others). */
+static void
+connq_drain(struct rl_connq *q)
+{
+    while (q->dirty != NULL) {
+        struct rl_conn *c = q->dirty;
+
+        q->dirty = c->dirty_next;
+        c->dirty_next = NULL;
+        c->dirty = false;
+        conn_flush(c);
+    }
+}
+
 static void
 connq_flush(uv_check_t *h)
 {
@@ -50,26 +64,12 @@ connq_flush(uv_check_t *h)
     }
     /* Flushing a connection may process frames it had left unread, which dirties others
      * (the router forwards them to nodes): drain until nothing is dirty. */
-    while (q->dirty != NULL) {
-        struct rl_conn *c = q->dirty;
-
-        q->dirty = c->dirty_next;
-        c->dirty_next = NULL;
-        c->dirty = false;
-        conn_flush(c);
-    }
+    connq_drain(q);
     /* Then, the turn's decisions made, the TLS handshakes that waited for budget take
      * theirs (what they answer leaves now). */
     if (q->hs_head != NULL) {
         hs_waiting = conn_hs_resume(q);
-        while (q->dirty != NULL) {
-            struct rl_conn *c = q->dirty;
-
-            q->dirty = c->dirty_next;
-            c->dirty_next = NULL;
-            c->dirty = false;
-            conn_flush(c);
-        }
+        connq_drain(q);
     }
     if (q->throttled == NULL && !hs_waiting) {
         uv_idle_stop(&q->idle);

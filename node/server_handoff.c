@@ -57,6 +57,29 @@ ho_error(struct rl_server *s, struct rl_buf *out, uint32_t id, uint32_t err, con
     return rl_wire_put_error(out, id, err, msg);
 }
 
+/* Refuses a handoff request the server cannot take: no state (out of memory) or a shard
+ * out of range. True when refused, the error's result in *rc. */
+static bool
+ho_refused(struct rl_server *s, const struct rl_server_handoff *h, const struct rl_wire_req *req,
+           struct rl_buf *out, int *rc)
+{
+    uint32_t nshards = rl_limiter_shards(s->limiter);
+    char msg[160];
+
+    if (h == NULL) {
+        *rc = ho_error(s, out, req->id, RL_WIRE_ERR_OVERLOADED, "out of memory");
+        return true;
+    }
+    if (req->shard >= nshards) {
+        snprintf(msg, sizeof(msg),
+                 "shard %" PRIu32 " is out of range: this cluster has %" PRIu32 " shards",
+                 req->shard, nshards);
+        *rc = ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
+        return true;
+    }
+    return false;
+}
+
 static void
 ho_close_export(struct rl_server_handoff *h)
 {
@@ -117,19 +140,12 @@ int
 rl_server_handoff_out(struct rl_server *s, const struct rl_wire_req *req, struct rl_buf *out)
 {
     struct rl_server_handoff *h = ho_state(s);
-    uint32_t nshards = rl_limiter_shards(s->limiter);
     size_t start, end;
     char msg[160];
     int rc;
 
-    if (h == NULL) {
-        return ho_error(s, out, req->id, RL_WIRE_ERR_OVERLOADED, "out of memory");
-    }
-    if (req->shard >= nshards) {
-        snprintf(msg, sizeof(msg),
-                 "shard %" PRIu32 " is out of range: this cluster has %" PRIu32 " shards",
-                 req->shard, nshards);
-        return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
+    if (ho_refused(s, h, req, out, &rc)) {
+        return rc;
     }
     if (req->offset == 0) {
         rc = ho_snapshot(s, h, req->shard);
@@ -237,19 +253,13 @@ int
 rl_server_handoff_in(struct rl_server *s, const struct rl_wire_req *req, struct rl_buf *out)
 {
     struct rl_server_handoff *h = ho_state(s);
-    uint32_t nshards = rl_limiter_shards(s->limiter);
     struct rl_limiter_import_stats st;
     struct ho_reader r = {h, req->records.ptr, req->records.len, 0, false};
     char msg[160];
+    int rc;
 
-    if (h == NULL) {
-        return ho_error(s, out, req->id, RL_WIRE_ERR_OVERLOADED, "out of memory");
-    }
-    if (req->shard >= nshards) {
-        snprintf(msg, sizeof(msg),
-                 "shard %" PRIu32 " is out of range: this cluster has %" PRIu32 " shards",
-                 req->shard, nshards);
-        return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
+    if (ho_refused(s, h, req, out, &rc)) {
+        return rc;
     }
     if (!ho_check(h, r.p, r.n, req->shard, msg, sizeof(msg))) {
         return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);

@@ -1,16 +1,22 @@
 /*
- * rltest: the failure path of the RL_CHECK macros and the common main() of the suites
- * (rltest.h). Linked into every test binary through the rlharness library.
+ * rltest: the failure path of the RL_CHECK macros, the common main() of the suites and the
+ * small helpers more than one suite calls (rltest.h). Linked into every test binary through
+ * the rlharness library. Not for what a single suite needs: that stays in the suite.
  */
 #include "rltest.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "reqclient.h"
 #include "harness.h"
+#include "tls.h"
 
 void
 rl_test_fail(const char *file, int line, const char *expr, const char *fmt, ...)
@@ -65,4 +71,64 @@ rl_test_stat(int port, const char *key)
     v = rl_client_stat(&rep, key, -1);
     rl_client_destroy(c);
     return v;
+}
+
+void
+rl_test_cluster_prepare(struct rl_harness_zk *zk, struct rl_harness_server *nodes,
+                        int *node_ports, int nnodes, struct rl_harness_server *routers,
+                        int *router_ports, int nrouters)
+{
+    memset(zk, 0, sizeof(*zk));
+    memset(nodes, 0, sizeof(*nodes) * (size_t)nnodes);
+    memset(routers, 0, sizeof(*routers) * (size_t)nrouters);
+    ck_assert_int_eq(rl_harness_zk_start(zk), 0);
+    for (int i = 0; i < nnodes; i++) {
+        node_ports[i] = rl_harness_free_port();
+    }
+    for (int i = 0; i < nrouters; i++) {
+        router_ports[i] = rl_harness_free_port();
+    }
+}
+
+struct rl_tls_ctx *
+rl_test_tls_client(const char *dir, const char *ca, const char *cert)
+{
+    char capem[4096], pem[4096], key[4096], why[512];
+    struct rl_tls_ctx *t = NULL;
+
+    snprintf(capem, sizeof(capem), "%s/%s.pem", dir, ca);
+    if (cert != NULL) {
+        snprintf(pem, sizeof(pem), "%s/%s.pem", dir, cert);
+        snprintf(key, sizeof(key), "%s/%s.key", dir, cert);
+    }
+    ck_assert_msg(rl_tls_ctx_new(&t, RL_TLS_CLIENT, cert != NULL ? pem : NULL,
+                                 cert != NULL ? key : NULL, capem, NULL, why, sizeof(why)) == 0,
+                  "%s", why);
+    return t;
+}
+
+struct rl_client *
+rl_test_dial(int port, const char *token, int timeout_ms)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)port, timeout_ms), 0);
+    ck_assert_int_eq(rl_client_auth(c, token, strlen(token), &rep, timeout_ms), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_AUTH);
+    return c;
+}
+
+int
+rl_test_tcp_connect(int port)
+{
+    struct sockaddr_in a = {0};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    ck_assert_int_ge(fd, 0);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    RL_CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));
+    return fd;
 }

@@ -26,6 +26,12 @@
  * CK_LOG_FILE_NAME, CK_XML_LOG_FILE_NAME, CK_TAP_LOG_FILE_NAME; prints Check's summary;
  * stops whatever the harness started in this process and removes its temp directory; and
  * returns EXIT_SUCCESS only if no test failed.
+ *
+ * rl_test_stat(port, key): one STATS value; rl_test_cluster_prepare(...): the opening of a
+ * ZooKeeper cluster's setup that suites share (its ZooKeeper and its ports);
+ * rl_test_tls_client(dir, ca, cert): a TLS client context from a suite's certificates;
+ * rl_test_dial(port, token, timeout_ms): an authenticated connection;
+ * rl_test_tcp_connect(port): a plain blocking TCP connection to 127.0.0.1.
  */
 #ifndef RL_RLTEST_H
 #define RL_RLTEST_H
@@ -48,6 +54,31 @@ int rl_test_run(Suite *suite);
 /* STATS value `key` of the server on 127.0.0.1:port (-1 when absent), from a connection of
  * its own; fails the test when the server does not answer within 5 s. */
 int64_t rl_test_stat(int port, const char *key);
+
+struct rl_harness_zk;
+struct rl_harness_server;
+struct rl_tls_ctx;
+struct rl_client;
+
+/* A blocking TCP socket connected to 127.0.0.1:port (close-on-exec); fails the test when
+ * the connection is refused. */
+int rl_test_tcp_connect(int port);
+
+/* A binary-protocol connection to 127.0.0.1:port, authenticated with token (AUTH answered
+ * with AUTH); fails the test when either step fails within timeout_ms. */
+struct rl_client *rl_test_dial(int port, const char *token, int timeout_ms);
+
+/* A TLS client context trusting dir/<ca>.pem and, when cert is not NULL, presenting
+ * dir/<cert>.pem with its key dir/<cert>.key; fails the test (with the reason) when the
+ * context cannot be made. */
+struct rl_tls_ctx *rl_test_tls_client(const char *dir, const char *ca, const char *cert);
+
+/* The first step of a suite's cluster: clears the ZooKeeper, node and router handles
+ * (nnodes and nrouters of them), starts the ZooKeeper (failing the test if it does not
+ * start) and picks a free port for each node and router. */
+void rl_test_cluster_prepare(struct rl_harness_zk *zk, struct rl_harness_server *nodes,
+                             int *node_ports, int nnodes, struct rl_harness_server *routers,
+                             int *router_ports, int nrouters);
 
 /* The main() of a test binary whose suite is built by suite_fn(). */
 #define RL_TEST_MAIN(suite_fn)                                                                     \

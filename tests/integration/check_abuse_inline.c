@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "clock.h"
 #include "harness.h"
 #include "reqclient.h"
 #include "rltest.h"
@@ -87,10 +88,7 @@ teardown(void)
 static int64_t
 now_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)(rl_clock_mono_ns() / 1000000);
 }
 
 /* ---- a minimal RESP client ---- */
@@ -98,15 +96,7 @@ now_ms(void)
 static int
 resp_connect(void)
 {
-    struct sockaddr_in a = {0};
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    ck_assert_int_ge(fd, 0);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)resp_port);
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    RL_CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));
-    return fd;
+    return rl_test_tcp_connect(resp_port);
 }
 
 /* Sends the command argv[0..argc) and reads `lines` reply lines into buf (NUL-terminated). */
@@ -172,13 +162,7 @@ victim_connect(void)
 static struct rl_client *
 attacker_connect(void)
 {
-    struct rl_client *c = NULL;
-    struct rl_wire_reply rep;
-
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
-    ck_assert_int_eq(rl_client_auth(c, ATTACK_TOKEN, strlen(ATTACK_TOKEN), &rep, T_TIMEOUT), 0);
-    ck_assert_uint_eq(rep.op, RL_WIRE_OP_AUTH);
-    return c;
+    return rl_test_dial(router_port, ATTACK_TOKEN, T_TIMEOUT);
 }
 
 /*

@@ -46,13 +46,7 @@ static struct rl_harness_server node_a, node_b;
 static struct rl_client *
 dial(int port, const char *token)
 {
-    struct rl_client *c = NULL;
-    struct rl_wire_reply rep;
-
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)port, T_TIMEOUT), 0);
-    ck_assert_int_eq(rl_client_auth(c, token, strlen(token), &rep, T_TIMEOUT), 0);
-    ck_assert_uint_eq(rep.op, RL_WIRE_OP_AUTH);
-    return c;
+    return rl_test_dial(port, token, T_TIMEOUT);
 }
 
 static uint32_t

@@ -74,16 +74,7 @@ static char users[NUSERS][16];
 static void
 setup_abuse(void)
 {
-    memset(&zk, 0, sizeof(zk));
-    memset(nodes, 0, sizeof(nodes));
-    memset(routers, 0, sizeof(routers));
-    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
-    for (int i = 0; i < NNODES; i++) {
-        node_ports[i] = rl_harness_free_port();
-    }
-    for (int i = 0; i < 2; i++) {
-        router_ports[i] = rl_harness_free_port();
-    }
+    rl_test_cluster_prepare(&zk, nodes, node_ports, NNODES, routers, router_ports, 2);
     ck_assert_int_eq(rl_harness_tmppath(conf_path, sizeof(conf_path), "loss.conf"), 0);
     ck_assert_int_eq(rl_harness_write_file(conf_path,
                                            "[cluster]\nname = loss\nzookeeper = %s\n"

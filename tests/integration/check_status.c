@@ -170,16 +170,7 @@ load(void *arg)
 static void
 setup(void)
 {
-    memset(&zk, 0, sizeof(zk));
-    memset(nodes, 0, sizeof(nodes));
-    memset(routers, 0, sizeof(routers));
-    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
-    for (int i = 0; i < NNODES; i++) {
-        node_ports[i] = rl_harness_free_port();
-    }
-    for (int i = 0; i < 2; i++) {
-        router_ports[i] = rl_harness_free_port();
-    }
+    rl_test_cluster_prepare(&zk, nodes, node_ports, NNODES, routers, router_ports, 2);
     ck_assert_int_eq(rl_harness_tmppath(config, sizeof(config), "cluster.conf"), 0);
     ck_assert_int_eq(rl_harness_write_file(config,
                                            "[cluster]\nname = status\nzookeeper = %s\n"

@@ -125,18 +125,7 @@ tls_teardown(void)
 static struct rl_tls_ctx *
 client_ctx(const char *ca, const char *cert)
 {
-    char capem[4096], pem[4096], key[4096], why[512];
-    struct rl_tls_ctx *t = NULL;
-
-    snprintf(capem, sizeof(capem), "%s/%s.pem", dir, ca);
-    if (cert != NULL) {
-        snprintf(pem, sizeof(pem), "%s/%s.pem", dir, cert);
-        snprintf(key, sizeof(key), "%s/%s.key", dir, cert);
-    }
-    ck_assert_msg(rl_tls_ctx_new(&t, RL_TLS_CLIENT, cert != NULL ? pem : NULL,
-                                 cert != NULL ? key : NULL, capem, NULL, why, sizeof(why)) == 0,
-                  "%s", why);
-    return t;
+    return rl_test_tls_client(dir, ca, cert);
 }
 
 /* Connects to port over TLS with ctx: the handshake's result, and why it failed. */

@@ -79,18 +79,7 @@ flood_teardown(void)
 static struct rl_tls_ctx *
 client_ctx(const char *cert)
 {
-    char capem[2048], pem[2048], key[2048], why[512];
-    struct rl_tls_ctx *t = NULL;
-
-    snprintf(capem, sizeof(capem), "%s/ca.pem", dir);
-    if (cert != NULL) {
-        snprintf(pem, sizeof(pem), "%s/%s.pem", dir, cert);
-        snprintf(key, sizeof(key), "%s/%s.key", dir, cert);
-    }
-    ck_assert_msg(rl_tls_ctx_new(&t, RL_TLS_CLIENT, cert != NULL ? pem : NULL,
-                                 cert != NULL ? key : NULL, capem, NULL, why, sizeof(why)) == 0,
-                  "%s", why);
-    return t;
+    return rl_test_tls_client(dir, "ca", cert);
 }
 
 /* One ClientHello, made once and replayed on every flood connection: no crypto on the

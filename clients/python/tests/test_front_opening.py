@@ -24,7 +24,7 @@ import time
 import pytest
 
 import harness
-from rls_harness import METHOD, make_stub, request, rls_cluster, router_log, start_rls
+from rls_harness import make_stub, request, rls_cluster, router_log, start_rls
 
 pytestmark = pytest.mark.integration
 
@@ -32,32 +32,12 @@ grpc = pytest.importorskip("grpc")
 hpack = pytest.importorskip("hpack")
 ratelimiter = pytest.importorskip("ratelimiter")
 
+from h2raw import (DATA, END_HEADERS, END_STREAM, HEADERS, MSG, PREFACE,  # noqa: E402
+                   SETTINGS, WINDOW_UPDATE, Raw, frame, grpc_body, plain_block, varint7)
+
 MAX_CONNS = 8  # the gRPC front's cap; the pre-AUTH share is half: 4
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0, 1, 3, 4, 6, 7, 8
-END_STREAM, END_HEADERS = 0x1, 0x4
+
 CALM = 11  # ENHANCE_YOUR_CALM
-MSG = b"\x0a\x04edge" + b"\x12\x08\x0a\x06\x0a\x01k\x12\x01v"
-
-
-def frame(ftype, flags, sid, payload=b""):
-    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid) \
-        + payload
-
-
-def grpc_body(msg):
-    return b"\x00" + struct.pack(">I", len(msg)) + msg
-
-
-def plain_block():
-    """A request's headers from the static table and literals without indexing."""
-    def lit(name_index, value, name=b""):
-        head = bytes([name_index]) if name_index < 15 else b"\x0f" + bytes([name_index - 15])
-        if not name_index:
-            head += bytes([len(name)]) + name
-        return head + bytes([len(value)]) + value
-    return (b"\x83\x86" + lit(4, METHOD.encode()) + lit(1, b"x")
-            + lit(31, b"application/grpc") + lit(0, b"trailers", b"te"))
 
 
 def call_frames(sid):
@@ -108,63 +88,6 @@ def closed_by_router(s, limit_s=20.0):
         except OSError:
             return True
     return False
-
-
-class Raw:
-    """A raw HTTP/2 connection; a thread reads and notes GOAWAY, answers and the end."""
-
-    def __init__(self, port, read=True, rcvbuf=None):
-        self.sock = socket.socket()
-        if rcvbuf:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(5)
-        self.sock.connect(("127.0.0.1", port))
-        self.goaway = None
-        self.heads = set()
-        self.closed = False
-        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
-        if read:
-            threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        buf = b""
-        while True:
-            try:
-                data = self.sock.recv(1 << 16)
-            except socket.timeout:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                self.closed = True
-                return
-            buf += data
-            while len(buf) >= 9:
-                n = int.from_bytes(buf[:3], "big")
-                if len(buf) < 9 + n:
-                    break
-                t, sid, payload = buf[3], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9:9 + n]
-                buf = buf[9 + n:]
-                if t == GOAWAY:
-                    self.goaway = int.from_bytes(payload[4:8], "big")
-                elif t == HEADERS:
-                    self.heads.add(sid)
-
-    def send(self, data):
-        try:
-            self.sock.sendall(data)
-            return True
-        except OSError:
-            return False
-
-    def wait(self, cond, limit_s=10.0):
-        deadline = time.monotonic() + limit_s
-        while not cond() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return cond()
-
-    def close(self):
-        self.sock.close()
 
 
 def call_ok(c, pb, ch=None):
@@ -254,15 +177,6 @@ def test_input_past_the_turn_budget_waits(cl, pb):
     c.close()
 
 
-def _varint7(n):
-    n -= 127
-    out = b""
-    while n >= 128:
-        out += bytes([(n & 0x7F) | 0x80])
-        n >>= 7
-    return out + bytes([n])
-
-
 def test_hpack_bomb_gets_goaway(cl, pb):
     """A 4000-byte header put in the HPACK table and referenced 4000 times per request: each
     request breaks the header limit, and after a few the connection gets GOAWAY
@@ -271,7 +185,7 @@ def test_hpack_bomb_gets_goaway(cl, pb):
     c.send(call_frames(1))  # a valid call first: the connection is past its opening
     assert c.wait(lambda: 1 in c.heads)
     name, value = b"x-bomb", b"a" * 4000
-    lit = b"\x40" + bytes([len(name)]) + name + b"\x7f" + _varint7(len(value)) + value
+    lit = b"\x40" + bytes([len(name)]) + name + b"\x7f" + varint7(len(value)) + value
     c.send(frame(HEADERS, END_HEADERS, 3, plain_block() + lit))
     for i in range(2, 200):
         if not c.send(frame(HEADERS, END_HEADERS | END_STREAM, 1 + 2 * i,

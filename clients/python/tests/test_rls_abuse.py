@@ -17,7 +17,7 @@ import time
 import pytest
 
 import harness
-from rls_harness import METHOD, make_stub, request, rls_cluster, router_log, start_rls
+from rls_harness import make_stub, request, rls_cluster, router_log, start_rls
 
 pytestmark = pytest.mark.integration
 
@@ -27,25 +27,12 @@ h2 = pytest.importorskip("h2")
 from test_rls_h2 import Conn  # noqa: E402
 import h2.events  # noqa: E402
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, CONTINUATION = 0, 1, 3, 4, 6, 7, 9
-END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
-REQ_HEADERS = [(":method", "POST"), (":scheme", "http"), (":path", METHOD),
-               (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]
-# RateLimitRequest{domain: "edge", descriptors: [{entries: [{key: "k", value: "v"}]}]}
-MSG = b"\x0a\x04edge" + b"\x12\x08\x0a\x06\x0a\x01k\x12\x01v"
+from h2raw import (ACK, CONTINUATION, DATA, END_HEADERS, END_STREAM,  # noqa: E402
+                   HEADERS, MSG, PING, REQ_HEADERS, RST_STREAM, SETTINGS, Raw, frame,
+                   grpc_body, plain_block, varint7)
 ASAN = "asan" in str(harness.BUILD)
 RSS_GROWTH_MAX = (192 if ASAN else 48) << 20  # bytes the router may grow by in one case
 PROMPT_S = 5.0  # the other client's longest call during an abuse: a generous bound (blocked, it waits its 10 s)
-
-
-def frame(ftype, flags, sid, payload=b""):
-    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid) \
-        + payload
-
-
-def grpc_body(msg, length=None):
-    return b"\x00" + struct.pack(">I", len(msg) if length is None else length) + msg
 
 
 @pytest.fixture(scope="module")
@@ -76,76 +63,6 @@ def rss(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS")
-
-
-class Raw:
-    """A raw HTTP/2 client connection: frames built by hand; a thread reads what comes back
-    (unless read=False) and notes GOAWAY, RST_STREAM and the end of the connection."""
-
-    def __init__(self, port, read=True, settings=b"", rcvbuf=None):
-        self.sock = socket.socket()
-        if rcvbuf:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(5)
-        self.sock.connect(("127.0.0.1", port))
-        self.enc = hpack.Encoder()
-        self.goaway = None  # error code
-        self.resets = {}
-        self.heads = set()  # streams that got a response HEADERS
-        self.closed = False
-        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
-        if read:
-            self.reader = threading.Thread(target=self._read, daemon=True)
-            self.reader.start()
-
-    def _read(self):
-        buf = b""
-        while True:
-            try:
-                data = self.sock.recv(1 << 16)
-            except socket.timeout:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                self.closed = True
-                return
-            buf += data
-            while len(buf) >= 9:
-                n = int.from_bytes(buf[:3], "big")
-                if len(buf) < 9 + n:
-                    break
-                t, sid, payload = buf[3], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9:9 + n]
-                buf = buf[9 + n:]
-                if t == GOAWAY:
-                    self.goaway = int.from_bytes(payload[4:8], "big")
-                elif t == RST_STREAM:
-                    self.resets[sid] = int.from_bytes(payload[:4], "big")
-                elif t == HEADERS:
-                    self.heads.add(sid)
-
-    def send(self, data):
-        """False once the router stopped taking our bytes (closed, or not reading)."""
-        try:
-            self.sock.sendall(data)
-            return True
-        except (socket.timeout, OSError):
-            return False
-
-    def headers(self, sid, flags=END_HEADERS):
-        return frame(HEADERS, flags, sid, self.enc.encode(REQ_HEADERS))
-
-    def ended(self, timeout=5.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.closed and self.goaway is None:
-            time.sleep(0.02)
-        return self.closed or self.goaway is not None
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 def under_abuse(rls, pb, abuse, limit_s=30.0):
@@ -275,18 +192,6 @@ def test_continuation_flood(rls, pb):
     assert sent < 8 << 20, f"{sent} bytes of CONTINUATION taken"
 
 
-def plain_block():
-    """The request's headers without touching the HPACK dynamic table: static-table
-    indexes and literals without indexing."""
-    def lit(name_index, value, name=b""):
-        head = bytes([name_index]) if name_index < 15 else b"\x0f" + bytes([name_index - 15])
-        if not name_index:
-            head += bytes([len(name)]) + name
-        return head + bytes([len(value)]) + value
-    return (b"\x83\x86" + lit(4, METHOD.encode()) + lit(1, b"x")
-            + lit(31, b"application/grpc") + lit(0, b"trailers", b"te"))
-
-
 def test_hpack_bomb(rls, pb):
     """One 4000-byte header put in the HPACK table, then referenced with one byte 10000
     times per request: 40 MB a request once decompressed. Each stream is reset (header
@@ -296,7 +201,7 @@ def test_hpack_bomb(rls, pb):
         # literal with incremental indexing, new name: dynamic table entry 62 (4038 bytes
         # of the table's 4096: nothing else is in it)
         name, value = b"x-bomb", b"a" * 4000
-        lit = b"\x40" + bytes([len(name)]) + name + b"\x7f" + _varint7(len(value)) + value
+        lit = b"\x40" + bytes([len(name)]) + name + b"\x7f" + varint7(len(value)) + value
         c.send(frame(HEADERS, END_HEADERS, 1, plain_block() + lit))
         for i in range(1, 101):
             sid = 1 + 2 * i
@@ -320,16 +225,6 @@ def test_hpack_bomb(rls, pb):
     assert not answered, f"streams answered despite 40 MB of headers: {sorted(answered)[:5]}"
     assert c.goaway is None or c.goaway != 9, "the test's HPACK was wrong (COMPRESSION_ERROR)"
     assert len(c.resets) == 100 or c.goaway is not None, (c.resets, c.goaway)
-
-
-def _varint7(n):
-    """HPACK integer with a 7-bit prefix already saturated (0x7f written before)."""
-    n -= 127
-    out = b""
-    while n >= 128:
-        out += bytes([(n & 0x7F) | 0x80])
-        n >>= 7
-    return out + bytes([n])
 
 
 def test_client_that_never_reads(rls, pb):
