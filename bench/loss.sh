@@ -26,8 +26,17 @@ builds=("$bin")
 for b in "${builds[@]}"; do
     [ -x "$b/rl-node" ] && [ -x "$b/rl-router" ] || { echo "missing $b/rl-node or rl-router" >&2; exit 1; }
 done
+# low_port: a port nothing listens on, below Linux's ephemeral range (32768..) so that no
+# outgoing connection of another process holds it (lib.sh's free_port can pick one that does).
+low_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 12000))
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo $p; return; }
+    done
+}
 scratch
-zkport=$(free_port)
+zkport=$(low_port)
 trap 'bench_cleanup; bash "$top/scripts/zk.sh" stop "$work/zk" || true; rm -rf "$work"' EXIT
 bash "$top/scripts/zk.sh" start "$work/zk" "$zkport" >/dev/null
 seq_no=0
@@ -50,18 +59,18 @@ limit = token_bucket 20 per 1d
 limit = token_bucket 1000000 per 1s
 CONF
     for n in a b c; do
-        p=$(free_port)
+        p=$(low_port)
         "$b/rl-node" --config "$work/c$seq_no.conf" --name $n --listen 127.0.0.1:$p \
             2>>"$work/node-$n.log" &
         pids+=($!)
         [ $n = b ] && pid_b=$!
         wait_port "$p"
     done
-    rp0=$(free_port)
+    rp0=$(low_port)
     "$b/rl-router" --config "$work/c$seq_no.conf" --listen 127.0.0.1:$rp0 2>>"$work/router.log" &
     pids+=($!)
-    rp1=$(free_port)
-    while [ "$rp1" = "$rp0" ]; do rp1=$(free_port); done
+    rp1=$(low_port)
+    while [ "$rp1" = "$rp0" ]; do rp1=$(low_port); done
     "$b/rl-router" --config "$work/c$seq_no.conf" --listen 127.0.0.1:$rp1 2>>"$work/router.log" &
     pids+=($!)
     wait_port "$rp0"
