@@ -9,8 +9,10 @@ nodes and a router, as rl-chaos starts them; node b paused for 1.5 s), then chec
     step's (it began at 2 s or later and ended at 3.5 s or later: the run's clock decides
     both bounds, never earlier), its label above, the answer series drawn with the same
     totals as the verdict's figures (allowed, limited, fail_open, fail_closed), policy
-    answers in the fault's interval, the backstop series empty and labelled so, latency
-    p50/p99 drawn, and the verdict's invariants beside it as verdict.json has them;
+    answers in the fault's interval, the backstop's answers (service `api` fails open; the
+    router's request log tells them apart) drawn in their own series within the fault and
+    equal to the router's STATS backstop counters (none matched to no answer beyond those
+    counted as unmatched), latency p50/p99 drawn, and the verdict's invariants beside it as verdict.json has them;
   - a --report path that cannot be a directory is refused before any cluster starts (2),
     and --help documents --report.
 Not a check of how fast anything was: the bounds come from the scenario's schedule.
@@ -187,25 +189,56 @@ def run(chaos, browser, tmp):
     check(re.search(r'<text class="fault-label"[^>]*>%s' % re.escape(FAULT), dom),
           "no label text in the DOM")
 
-    # the series: drawn, with the verdict's totals
+    # the series: drawn, with the verdict's totals (a backstop answer counted in its own
+    # series, no longer in the limited or fail_open one it came as)
     series, figures = summary["series"], verdict["figures"]
+    moved = {"limited": "backstop_limited", "fail_open": "backstop_allowed"}
     for name in ("allowed", "limited", "fail_open", "fail_closed"):
-        check(series[name]["total"] == figures[name],
-              "%s: the page shows %d, the verdict counted %d" %
-              (name, series[name]["total"], figures[name]))
-        check(sum(timeline["series"][name]) == figures[name], "%s: the data's total" % name)
+        shown = series[name]["total"] + (series[moved[name]]["total"] if name in moved else 0)
+        check(shown == figures[name], "%s: the page shows %d, the verdict counted %d" %
+              (name, shown, figures[name]))
+        check(sum(timeline["series"][name]) == series[name]["total"],
+              "%s: the data's total" % name)
     check(series["allowed"]["points"] > 0 and '<path class="series allowed"' in dom,
           "allowed not drawn")
-    policy = [a + b for a, b in zip(timeline["series"]["fail_open"],
-                                     timeline["series"]["fail_closed"])]
+    policy = [sum(v) for v in zip(timeline["series"]["fail_open"],
+                                   timeline["series"]["fail_closed"],
+                                   timeline["series"]["backstop_allowed"],
+                                   timeline["series"]["backstop_limited"])]
     check(sum(policy) > 0 and (series["fail_open"]["points"] > 0 or
                                series["fail_closed"]["points"] > 0),
           "no policy answers drawn, though node b was paused")
     b = timeline["bucket_ms"]
     check(any(v > 0 and f["from_ms"] <= i * b <= f["to_ms"] for i, v in enumerate(policy)),
           "no policy answer within the pause %s: %s" % (f, policy))
-    check(series["backstop"]["total"] == 0 and "not told apart" in series["backstop"]["label"],
-          "backstop: %s" % series["backstop"])
+    # the backstop: `api` fails open, so while node b is paused past the deadline the
+    # router's backstop answers its users; the page tells those answers apart by the
+    # router's request log, and what it shows is what the router counted (STATS), each
+    # answer either drawn or counted as unmatched (the client never got it)
+    bs = timeline["backstop"]
+    check(bs["logs_read"] == 1, "request logs read: %s" % bs)
+    for kind in ("allowed", "limited"):
+        name = "backstop_" + kind
+        check("not told apart" not in series[name]["label"] and kind in series[name]["label"],
+              "%s label: %s" % (name, series[name]))
+        check(bs["logged_" + kind] == figures[name],
+              "%s: the log has %d, the router's STATS %d" % (name, bs["logged_" + kind],
+                                                              figures[name]))
+        check(sum(timeline["series"][name]) == series[name]["total"],
+              "%s: the data's total" % name)
+    drawn_bs = series["backstop_allowed"]["total"] + series["backstop_limited"]["total"]
+    stats_bs = figures["backstop_allowed"] + figures["backstop_limited"]
+    check(stats_bs > 0, "the router's backstop never answered, though node b was paused: %s" %
+          figures)
+    check(drawn_bs > 0 and drawn_bs + bs["unmatched"] == stats_bs,
+          "backstop: the page shows %d (+%d unmatched), the router counted %d" %
+          (drawn_bs, bs["unmatched"], stats_bs))
+    check(series["backstop_allowed"]["points"] + series["backstop_limited"]["points"] > 0 and
+          '<path class="series backstop_' in dom, "backstop not drawn")
+    backstop = [x + y for x, y in zip(timeline["series"]["backstop_allowed"],
+                                       timeline["series"]["backstop_limited"])]
+    check(any(v > 0 and f["from_ms"] <= i * b <= f["to_ms"] for i, v in enumerate(backstop)),
+          "no backstop answer within the pause %s: %s" % (f, backstop))
     check(summary["latency"]["p50"]["points"] > 0 and summary["latency"]["p99"]["points"] > 0,
           "latency not drawn: %s" % summary["latency"])
     check('<path class="latency p99"' in dom, "no p99 path in the DOM")
