@@ -11,8 +11,9 @@ nodes and a router, as rl-chaos starts them; node b paused for 1.5 s), then chec
     totals as the verdict's figures (allowed, limited, fail_open, fail_closed), policy
     answers in the fault's interval, the backstop's answers (service `api` fails open; the
     router's request log tells them apart) drawn in their own series within the fault and
-    equal to the router's STATS backstop counters (none matched to no answer beyond those
-    counted as unmatched), latency p50/p99 drawn, and the verdict's invariants beside it as verdict.json has them;
+    equal to the router's STATS backstop counters (its log's count equal to them; the
+    series plus the answers counted as unmatched equal to them), latency p50/p99 drawn,
+    and the verdict's invariants beside it as verdict.json has them;
   - a --report path that cannot be a directory is refused before any cluster starts (2),
     and --help documents --report.
 Not a check of how fast anything was: the bounds come from the scenario's schedule.
