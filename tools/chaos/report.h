@@ -75,7 +75,8 @@ int ch_report_read_reqlog(struct ch_report *rep, const char *path);
  * Then, once: moves the backstop answers read out of the series they were counted in (a
  * backstop allowance out of fail_open, a refusal out of limited) into the two backstop
  * series. A router logs an answer before it sends it, so a client counts it in the same
- * bucket or a later one: what a bucket cannot give is taken from the next ones. What no
+ * bucket or a later one (or, the two clocks agreeing to a few ms only, the one before): what
+ * a bucket cannot give is taken from the one before, then from the next ones. What no
  * bucket can give (answers the client never got: lost, or a router killed before its log
  * was written) stays counted as unmatched, and the page says how many.
  */
