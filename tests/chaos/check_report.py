@@ -9,8 +9,15 @@ nodes and a router, as rl-chaos starts them; node b paused for 1.5 s), then chec
     step's (it began at 2 s or later and ended at 3.5 s or later: the run's clock decides
     both bounds, never earlier), its label above, the answer series drawn with the same
     totals as the verdict's figures (allowed, limited, fail_open, fail_closed), policy
-    answers in the fault's interval, the backstop series empty and labelled so, latency
-    p50/p99 drawn, and the verdict's invariants beside it as verdict.json has them;
+    answers in the fault's interval, the backstop's answers (service `api` fails open; the
+    router's request log tells them apart) drawn in their own series within the fault and
+    equal to the router's STATS backstop counters (its log's count equal to them; the
+    series plus the answers counted as unmatched equal to them), latency p50/p99 drawn,
+    and the verdict's invariants beside it as verdict.json has them;
+  - a second run, node b killed (kill -9) under two routers: both routers' request logs
+    read, the backstop's answers (owner down now, not a deadline) drawn in their own series
+    within the kill and equal to the two routers' STATS counters, the limited and
+    fail_open series plus them equal to the verdict's figures;
   - a --report path that cannot be a directory is refused before any cluster starts (2),
     and --help documents --report.
 Not a check of how fast anything was: the bounds come from the scenario's schedule.
@@ -57,6 +64,32 @@ at 2s pause node b for 1500ms
 
 [expect]
 min_policy_answers = 1
+"""
+# The second run: a node killed under two routers, its `failure = open` users answered by
+# both routers' backstops (owner down, not a deadline) until ZooKeeper moves its shards.
+KILL_SCENARIO = """; written by check_report.py
+[scenario]
+name = report-kill
+description = kill -9 of node b under two routers
+duration = 5s
+
+[cluster]
+nodes = 2
+routers = 2
+shards = 64
+session_timeout = 2s
+deadline = 200ms
+
+[traffic]
+rate = 300
+users = 50
+
+[service api]
+limit = fixed_window 10 per 1s
+failure = open
+
+[steps]
+at 1500ms kill node b
 """
 FAULT = "pause node b for 1500ms"
 FAULT_FROM_MS, FAULT_TO_MS = 2000, 3500
@@ -111,6 +144,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="rl-report-")
     try:
         run(chaos, browser, tmp)
+        run_kill(chaos, browser, tmp)
     finally:
         if os.environ.get("RL_KEEP_TMP") == "1":
             print("kept " + tmp)
@@ -187,25 +221,28 @@ def run(chaos, browser, tmp):
     check(re.search(r'<text class="fault-label"[^>]*>%s' % re.escape(FAULT), dom),
           "no label text in the DOM")
 
-    # the series: drawn, with the verdict's totals
+    # the series: drawn, with the verdict's totals (a backstop answer counted in its own
+    # series, no longer in the limited or fail_open one it came as)
     series, figures = summary["series"], verdict["figures"]
+    moved = {"limited": "backstop_limited", "fail_open": "backstop_allowed"}
     for name in ("allowed", "limited", "fail_open", "fail_closed"):
-        check(series[name]["total"] == figures[name],
-              "%s: the page shows %d, the verdict counted %d" %
-              (name, series[name]["total"], figures[name]))
-        check(sum(timeline["series"][name]) == figures[name], "%s: the data's total" % name)
+        shown = series[name]["total"] + (series[moved[name]]["total"] if name in moved else 0)
+        check(shown == figures[name], "%s: the page shows %d, the verdict counted %d" %
+              (name, shown, figures[name]))
+        check(sum(timeline["series"][name]) == series[name]["total"],
+              "%s: the data's total" % name)
     check(series["allowed"]["points"] > 0 and '<path class="series allowed"' in dom,
           "allowed not drawn")
-    policy = [a + b for a, b in zip(timeline["series"]["fail_open"],
-                                     timeline["series"]["fail_closed"])]
+    policy = [sum(v) for v in zip(timeline["series"]["fail_open"],
+                                   timeline["series"]["fail_closed"],
+                                   timeline["series"]["backstop_allowed"],
+                                   timeline["series"]["backstop_limited"])]
     check(sum(policy) > 0 and (series["fail_open"]["points"] > 0 or
                                series["fail_closed"]["points"] > 0),
           "no policy answers drawn, though node b was paused")
     b = timeline["bucket_ms"]
     check(any(v > 0 and f["from_ms"] <= i * b <= f["to_ms"] for i, v in enumerate(policy)),
           "no policy answer within the pause %s: %s" % (f, policy))
-    check(series["backstop"]["total"] == 0 and "not told apart" in series["backstop"]["label"],
-          "backstop: %s" % series["backstop"])
     check(summary["latency"]["p50"]["points"] > 0 and summary["latency"]["p99"]["points"] > 0,
           "latency not drawn: %s" % summary["latency"])
     check('<path class="latency p99"' in dom, "no p99 path in the DOM")
@@ -219,6 +256,8 @@ def run(chaos, browser, tmp):
                         ("held" if inv["held"] else "violated", re.escape(inv["name"])), dom),
               "no row for %s" % inv["name"])
 
+    check_backstop(timeline, summary, figures, dom, f, routers=1)
+
     shot = os.environ.get("REPORT_SCREENSHOT")
     if shot:
         browse(browser, tmp, ["--screenshot=" + os.path.abspath(shot), "--window-size=1400,900"],
@@ -227,6 +266,71 @@ def run(chaos, browser, tmp):
     print("check_report: %s, fault %s %d-%d ms, %d buckets, answers %d" %
           ("PASS" if verdict["pass"] else "FAIL (still drawn)", f["label"], f["from_ms"],
            f["to_ms"], summary["nbuckets"], figures["answered"]))
+
+
+def check_backstop(timeline, summary, figures, dom, f, routers):
+    """The backstop's answers told apart on the page, as the routers counted them."""
+    series = summary["series"]
+    # `api` fails open, so while node b cannot be reached (paused past the deadline, or
+    # killed) the routers' backstop answers its users; the page tells those answers apart
+    # by the routers' request logs, and what it shows is what the routers counted (STATS),
+    # each answer either drawn or counted as unmatched (the client never got it)
+    bs = timeline["backstop"]
+    b = timeline["bucket_ms"]
+    check(bs["logs_read"] == routers, "request logs read: %s" % bs)
+    for kind in ("allowed", "limited"):
+        name = "backstop_" + kind
+        check("not told apart" not in series[name]["label"] and kind in series[name]["label"],
+              "%s label: %s" % (name, series[name]))
+        check(bs["logged_" + kind] == figures[name],
+              "%s: the log has %d, the router's STATS %d" % (name, bs["logged_" + kind],
+                                                              figures[name]))
+        check(sum(timeline["series"][name]) == series[name]["total"],
+              "%s: the data's total" % name)
+    drawn_bs = series["backstop_allowed"]["total"] + series["backstop_limited"]["total"]
+    stats_bs = figures["backstop_allowed"] + figures["backstop_limited"]
+    check(stats_bs > 0, "the routers' backstop never answered, though node b was cut off: %s" %
+          figures)
+    check(drawn_bs > 0 and drawn_bs + bs["unmatched"] == stats_bs,
+          "backstop: the page shows %d (+%d unmatched), the router counted %d" %
+          (drawn_bs, bs["unmatched"], stats_bs))
+    check(series["backstop_allowed"]["points"] + series["backstop_limited"]["points"] > 0 and
+          '<path class="series backstop_' in dom, "backstop not drawn")
+    backstop = [x + y for x, y in zip(timeline["series"]["backstop_allowed"],
+                                       timeline["series"]["backstop_limited"])]
+    check(any(v > 0 and f["from_ms"] <= i * b <= f["to_ms"] for i, v in enumerate(backstop)),
+          "no backstop answer within the fault %s: %s" % (f, backstop))
+
+
+def run_kill(chaos, browser, tmp):
+    """A node killed under two routers: both routers' logs read, the backstop drawn."""
+    ini = os.path.join(tmp, "report-kill.ini")
+    with open(ini, "w") as f:
+        f.write(KILL_SCENARIO)
+    report = os.path.join(tmp, "report", "run2")
+    out = subprocess.run([chaos, "run", ini, "--report", report], capture_output=True,
+                         text=True, timeout=240)
+    check(out.returncode in (0, 1), "rl-chaos exited %d:\n%s%s" % (out.returncode, out.stdout,
+                                                                   out.stderr))
+    index = os.path.join(report, "index.html")
+    with open(os.path.join(report, "verdict.json")) as f:
+        verdict = json.load(f)
+    with open(index) as f:
+        timeline = embedded(f.read(), "timeline-data")
+    dom = browse(browser, tmp, ["--dump-dom"], "file://" + index)
+    m = re.search(r'<pre id="report-summary"[^>]*>(.*?)</pre>', dom, re.S)
+    check(m is not None and m.group(1).strip() != "", "the page's script did not run")
+    summary = json.loads(html.unescape(m.group(1)))
+    kills = [x for x in summary["faults"] if x["kind"] == "kill"]
+    check(len(kills) == 1, "faults drawn: %s" % summary["faults"])
+    series, figures = summary["series"], verdict["figures"]
+    for name, bsname in (("limited", "backstop_limited"), ("fail_open", "backstop_allowed")):
+        check(series[name]["total"] + series[bsname]["total"] == figures[name],
+              "%s: the page shows %d + %d, the verdict counted %d" %
+              (name, series[name]["total"], series[bsname]["total"], figures[name]))
+    check_backstop(timeline, summary, figures, dom, kills[0], routers=2)
+    print("check_report: kill run %s, backstop %s" %
+          ("PASS" if verdict["pass"] else "FAIL (still drawn)", timeline["backstop"]))
 
 
 if __name__ == "__main__":

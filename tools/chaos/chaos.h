@@ -174,6 +174,10 @@ struct ch_run {
 
     struct ch_traffic traffic[CH_ROUTERS_MAX];
 
+    /* the routers' STATS backstop_allowed and backstop_limited at the end of the run (each
+     * since its last start), for the verdict's figures */
+    uint64_t backstop_stats[2];
+
     /* --report: what the run's page draws (report.h); NULL without, freed with the run */
     struct ch_report *report;
 };

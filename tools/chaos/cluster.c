@@ -54,10 +54,18 @@ write_configs(struct ch_cluster *c, const int *zk_port)
                             "tls_cert_file = %s\ntls_key_file = %s\ntls_ca_file = %s\n",
                             me->tls_cert, me->tls_key, h->tls_ca_file);
         }
+        if (k < 0 && c->run->report != NULL) {
+            /* the page tells the backstop's answers apart by the routers' request logs */
+            rl_harness_tmppath(c->router_reqlog[-k - 1], sizeof(c->router_reqlog[0]),
+                               "router-%d-requests.log", -k);
+        }
         len += snprintf(body + len, sizeof(body) - (size_t)len,
                         "\n[router]\nlisten = 127.0.0.1:7400\ndeadline = %lldms\n"
-                        "request_log =\n\n[clients]\nidle_timeout = 0\n\n",
-                        (long long)sc->deadline_ms);
+                        "request_log = %s\n%s\n[clients]\nidle_timeout = 0\n\n",
+                        (long long)sc->deadline_ms, k < 0 ? c->router_reqlog[-k - 1] : "",
+                        k < 0 && c->router_reqlog[-k - 1][0] != '\0'
+                            ? "request_log_sample = 1\nrequest_log_max_size = 0\n"
+                            : "");
         if (h != NULL) {
             len += snprintf(body + len, sizeof(body) - (size_t)len,
                             "[client chaos]\ntoken_sha256 = %s\nservices = *\nstats = yes\n\n",
@@ -251,6 +259,23 @@ ch_cluster_print_causes(struct ch_cluster *c)
                (long long)rl_client_stat(&rep, "not_owner", 0),
                (long long)rl_client_stat(&rep, "late_replies", 0),
                (long long)rl_client_stat(&rep, "table_builds", 0));
+    }
+}
+
+void
+ch_cluster_backstop_stats(struct ch_cluster *c)
+{
+    struct ch_run *r = c->run;
+
+    r->backstop_stats[0] = r->backstop_stats[1] = 0;
+    for (int i = 0; i < r->sc->routers; i++) {
+        struct rl_wire_reply rep;
+
+        if (router_stats(c, i, &rep) != 0) {
+            continue;
+        }
+        r->backstop_stats[0] += (uint64_t)rl_client_stat(&rep, "backstop_allowed", 0);
+        r->backstop_stats[1] += (uint64_t)rl_client_stat(&rep, "backstop_limited", 0);
     }
 }
 

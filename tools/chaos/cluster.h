@@ -37,6 +37,8 @@ struct ch_cluster {
     struct rl_proxy *px_zk[CH_NODES_MAX];      /* node -> ZooKeeper */
     char node_conf[CH_NODES_MAX][PATH_MAX];
     char router_conf[CH_ROUTERS_MAX][PATH_MAX]; /* one each: across hosts, its certificate */
+    /* with --report: each router's request log (every request), read after the run */
+    char router_reqlog[CH_ROUTERS_MAX][PATH_MAX];
     struct ch_observer *observer;
     struct rl_client *stats_client[CH_ROUTERS_MAX];
     /* steps whose "for" ends later: their end time, or 0 */
@@ -65,6 +67,10 @@ int ch_cluster_sample(struct ch_cluster *c, int *alive);
 
 /* Why the routers answered by policy, from their STATS: for reading a failure. */
 void ch_cluster_print_causes(struct ch_cluster *c);
+
+/* The routers' backstop counters (STATS backstop_allowed, backstop_limited, since each
+ * one's last start) summed into the run's backstop_stats. */
+void ch_cluster_backstop_stats(struct ch_cluster *c);
 
 /* Processes that exited without a step asking them to: each is a violation. */
 void ch_cluster_reap(struct ch_cluster *c);

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cluster.h"
 
@@ -190,9 +191,21 @@ ch_loop_run(struct ch_run *r)
     }
     live_line(c, ch_now_ms() - r->t0_ms, &last_total);
     ch_cluster_print_causes(c);
+    ch_cluster_backstop_stats(c);
     rc = 0;
 out:
     ch_cluster_stop(c, rc == 0);
+    if (rc == 0 && r->report != NULL) {
+        /* the routers are stopped: their request logs are complete */
+        for (int i = 0; i < sc->routers; i++) {
+            int e = ch_report_read_reqlog(r->report, c->router_reqlog[i]);
+
+            if (e != 0) {
+                fprintf(stderr, "rl-chaos: %s: %s\n", c->router_reqlog[i], strerror(-e));
+            }
+        }
+        ch_report_backstop(r->report);
+    }
     free(c);
     return rc;
 }

@@ -16,6 +16,11 @@
 
 #include "chaos.h"
 #include "json.h"
+#include "reqline.h"
+
+/* The request log's NODE for a backstop answer (router/backstop.h's RL_BACKSTOP_LOG_NODE,
+ * a documented part of the log's format: common/reqline.h). */
+#define CH_BACKSTOP_NODE "backstop"
 
 /* Latency bins: exact below 8 us, then 8 a power of two up to 2^27 us (134 s), the last
  * bin holding anything slower. */
@@ -30,6 +35,7 @@
 struct bucket {
     _Atomic uint32_t count[CH_OUT_COUNT];
     _Atomic uint32_t lat[LAT_BINS];
+    uint32_t logged[2]; /* backstop answers in the routers' logs: allowed, limited */
 };
 
 struct ch_report {
@@ -38,10 +44,16 @@ struct ch_report {
     int nbuckets;
     struct bucket *b;
     int64_t step_at[CH_STEPS_MAX][3]; /* wall clock per ch_step_mark; 0: not reached */
+    /* the routers' request logs: how many were read, the backstop answers in them (allowed,
+     * limited), and those no answer the client counted could be matched to */
+    int logs_read;
+    uint64_t logged[2], unmatched[2];
 };
 
 static const char *const outcome_names[CH_OUT_COUNT] = {
-    "allowed", "limited", "fail_open", "fail_closed", "backstop", "error", "lost", "unsent"};
+    "allowed",          "limited",          "fail_open", "fail_closed",
+    "backstop_allowed", "backstop_limited", "error",     "lost",
+    "unsent"};
 
 struct ch_report *
 ch_report_new(const struct ch_scenario *sc)
@@ -180,6 +192,76 @@ ch_report_step(struct ch_report *rep, int si, enum ch_step_mark mark, int64_t t_
 {
     if (rep != NULL && si >= 0 && si < CH_STEPS_MAX) {
         rep->step_at[si][mark] = t_ms;
+    }
+}
+
+int
+ch_report_read_reqlog(struct ch_report *rep, const char *path)
+{
+    FILE *f;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+
+    if (rep == NULL || rep->t0_ms == 0) {
+        return 0;
+    }
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return errno == ENOENT ? 0 : -errno;
+    }
+    rep->logs_read++;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        struct rl_reqline l;
+        int64_t i;
+        int kind;
+
+        if (line[n - 1] == '\n') {
+            n--;
+        }
+        if (rl_reqline_parse(line, (size_t)n, 0, &l) != 0 || l.cached ||
+            l.nlen != strlen(CH_BACKSTOP_NODE) || memcmp(l.node, CH_BACKSTOP_NODE, l.nlen) != 0 ||
+            (l.code != 1 && l.code != 2)) {
+            continue; /* not a backstop answer (or a torn last line of a killed router) */
+        }
+        kind = l.code == 2 ? 0 : 1; /* FAIL_OPEN: an allowance; LIMITED: a refusal */
+        i = ((int64_t)l.ts_ms - rep->t0_ms) / CH_REPORT_BUCKET_MS;
+        i = i < 0 ? 0 : i >= rep->nbuckets ? rep->nbuckets - 1 : i;
+        rep->b[i].logged[kind]++;
+        rep->logged[kind]++;
+    }
+    free(line);
+    fclose(f);
+    return 0;
+}
+
+void
+ch_report_backstop(struct ch_report *rep)
+{
+    static const enum ch_outcome from[2] = {CH_OUT_FAIL_OPEN, CH_OUT_LIMITED};
+    static const enum ch_outcome to[2] = {CH_OUT_BACKSTOP_ALLOWED, CH_OUT_BACKSTOP_LIMITED};
+
+    if (rep == NULL) {
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        uint64_t owed = 0;
+
+        for (int i = 0; i < rep->nbuckets; i++) {
+            owed += rep->b[i].logged[k];
+            /* this bucket, then the one before (the log's clock and the client's agree to a
+             * few ms, not exactly), then the next ones */
+            for (int d = 0; d <= 1 && d <= i && owed > 0; d++) {
+                struct bucket *b = &rep->b[i - d];
+                uint64_t have = atomic_load(&b->count[from[k]]);
+                uint64_t take = owed < have ? owed : have;
+
+                atomic_store(&b->count[from[k]], (uint32_t)(have - take));
+                atomic_fetch_add(&b->count[to[k]], (uint32_t)take);
+                owed -= take;
+            }
+        }
+        rep->unmatched[k] = owed;
     }
 }
 
@@ -422,6 +504,13 @@ timeline_json(const struct ch_report *rep, const struct ch_run *r, size_t *len)
     rl_json_kv_i64(&js, "nbuckets", n);
     rl_json_kv_i64(&js, "stop_ms", rep->stop_ms != 0 ? rep->stop_ms - rep->t0_ms : 0);
     write_series(&js, rep, n);
+    rl_json_key(&js, "backstop");
+    rl_json_begin_object(&js);
+    rl_json_kv_i64(&js, "logs_read", rep->logs_read);
+    rl_json_kv_u64(&js, "logged_allowed", rep->logged[0]);
+    rl_json_kv_u64(&js, "logged_limited", rep->logged[1]);
+    rl_json_kv_u64(&js, "unmatched", rep->unmatched[0] + rep->unmatched[1]);
+    rl_json_end_object(&js);
     write_faults(&js, rep);
     write_views_events(&js, rep, r, (int64_t)n * CH_REPORT_BUCKET_MS);
     rl_json_end_object(&js);

@@ -22,16 +22,17 @@ struct ch_report;
 #define CH_REPORT_BUCKET_MS 100
 
 /* What an answer counts as on the page: wire codes 0..3 as themselves; any other code and
- * ERROR replies as "error"; CH_CODE_LOST as "lost" (chaos.h). "backstop" is the answers a
- * router's own backstop limiter decided: nothing tells them apart on the wire yet (they
- * arrive as LIMITED or FAIL_OPEN and are counted so), so that series stays empty and the
- * page says so. */
+ * ERROR replies as "error"; CH_CODE_LOST as "lost" (chaos.h). The two backstop outcomes are
+ * the answers a router's own backstop limiter decided: on the wire they are FAIL_OPEN (an
+ * allowance) and LIMITED (a refusal), and are counted so while the run goes; after it,
+ * ch_report_backstop moves them out of those series by the routers' request logs. */
 enum ch_outcome {
     CH_OUT_ALLOWED,
     CH_OUT_LIMITED,
     CH_OUT_FAIL_OPEN,
     CH_OUT_FAIL_CLOSED,
-    CH_OUT_BACKSTOP,
+    CH_OUT_BACKSTOP_ALLOWED,
+    CH_OUT_BACKSTOP_LIMITED,
     CH_OUT_ERROR,
     CH_OUT_LOST,
     CH_OUT_UNSENT, /* due while no router could be reached: never sent */
@@ -61,6 +62,25 @@ void ch_report_unsent(struct ch_report *rep, int64_t now_us);
 
 /* Step si of the scenario reached mark at t_ms (wall clock). The main thread's. */
 void ch_report_step(struct ch_report *rep, int si, enum ch_step_mark mark, int64_t t_ms);
+
+/*
+ * After the run, the routers stopped: reads one router's request log (common/reqline.h's
+ * lines; rl-chaos configures every router with one, every request logged, when a page is
+ * asked for) and counts each backstop answer (NODE `backstop`) in the 100 ms bucket of its
+ * time (the log's wall clock against the run's start). A missing log counts nothing.
+ * 0, or -errno when the file cannot be read. The main thread's.
+ */
+int ch_report_read_reqlog(struct ch_report *rep, const char *path);
+/*
+ * Then, once: moves the backstop answers read out of the series they were counted in (a
+ * backstop allowance out of fail_open, a refusal out of limited) into the two backstop
+ * series. A router logs an answer before it sends it, so a client counts it in the same
+ * bucket or a later one (or, the two clocks agreeing to a few ms only, the one before): what
+ * a bucket cannot give is taken from the one before, then from the next ones. What no
+ * bucket can give (answers the client never got: lost, or a router killed before its log
+ * was written) stays counted as unmatched, and the page says how many.
+ */
+void ch_report_backstop(struct ch_report *rep);
 
 /* The outcome an answer's code counts as. */
 enum ch_outcome ch_report_outcome(uint8_t code);

@@ -804,6 +804,9 @@ write_json(const struct judge *j, const char *path, bool pass)
     rl_json_kv_u64(&js, "limited", j->by_code[1]);
     rl_json_kv_u64(&js, "fail_open", j->by_code[2]);
     rl_json_kv_u64(&js, "fail_closed", j->by_code[3]);
+    /* of the limited and fail_open answers, the routers' backstop decided these (STATS) */
+    rl_json_kv_u64(&js, "backstop_allowed", j->r->backstop_stats[0]);
+    rl_json_kv_u64(&js, "backstop_limited", j->r->backstop_stats[1]);
     rl_json_kv_u64(&js, "errors", j->by_code[6]);
     rl_json_kv_u64(&js, "unsent", j->unsent);
     rl_json_kv_u64(&js, "lost_with_killed_router", j->lost_excused);
@@ -892,6 +895,9 @@ ch_verdict(struct ch_run *r, const char *json_path)
            (unsigned long long)j->by_code[2], (unsigned long long)j->by_code[3],
            (unsigned long long)j->by_code[6], (unsigned long long)j->unsent,
            (unsigned long long)j->lost_excused);
+    printf("         of these the routers' backstop allowed %llu (FAIL_OPEN) and refused %llu "
+           "(LIMITED)\n",
+           (unsigned long long)r->backstop_stats[0], (unsigned long long)r->backstop_stats[1]);
     printf("         worst latency %.1f ms, late %llu, extra allowances %llu, routers agreed "
            "within %lld ms, view changes %lld, stale direct answers for %lld ms, shards moved "
            "after",
