@@ -137,3 +137,19 @@ rl_conf_destroy(struct rl_conf *c)
     free(c);
 }
 
+size_t
+rl_conf_backstopped(const struct rl_conf *c, const char **first)
+{
+    size_t n = 0;
+
+    *first = NULL;
+    for (size_t i = 0; i < c->nrules; i++) {
+        const struct rl_rule *rule = &c->rules[i];
+
+        if (!rule->fail_closed && !rule->fail_unlimited && !rule->shadow) {
+            *first = *first != NULL ? *first : rule->service;
+            n++;
+        }
+    }
+    return n;
+}

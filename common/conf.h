@@ -208,6 +208,11 @@ int rl_conf_load_rules(const char *path, struct rl_conf **out, char *err, size_t
  */
 uint32_t rl_conf_region_slice(const struct rl_conf *c);
 
+/* How many rules have `failure = open` (not open_unlimited, not closed, not shadow): those
+ * the routers' backstop judges while their owner cannot be reached; *first: the first one's
+ * service (NULL when none). Both daemons say at start what that now means. */
+size_t rl_conf_backstopped(const struct rl_conf *c, const char **first);
+
 /* Frees c and everything it holds; NULL is a no-op. */
 void rl_conf_destroy(struct rl_conf *c);
 

@@ -565,6 +565,9 @@ wire_put_records(struct rl_buf *out, uint32_t op, uint32_t id, uint64_t v, const
     size_t start;
     bool ok;
 
+    /* no records may come as NULL: the packer's memcpy must never see it */
+    const void *body = records != NULL ? records : (const void *)"";
+
     if (len > RL_WIRE_RECORDS_MAX) {
         return -EMSGSIZE;
     }
@@ -575,10 +578,10 @@ wire_put_records(struct rl_buf *out, uint32_t op, uint32_t id, uint64_t v, const
          msgpack_pack_uint32(&pk, id) == 0;
     if (records_last) {
         ok = ok && msgpack_pack_uint64(&pk, v) == 0 && msgpack_pack_bin(&pk, len) == 0 &&
-             msgpack_pack_bin_body(&pk, records, len) == 0;
+             msgpack_pack_bin_body(&pk, body, len) == 0;
     } else {
         ok = ok && msgpack_pack_bin(&pk, len) == 0 &&
-             msgpack_pack_bin_body(&pk, records, len) == 0 && msgpack_pack_uint64(&pk, v) == 0;
+             msgpack_pack_bin_body(&pk, body, len) == 0 && msgpack_pack_uint64(&pk, v) == 0;
     }
     return wire_end(out, start, ok);
 }

@@ -433,17 +433,9 @@ node_register(struct node *n)
 static void
 node_failure_notice(const struct rl_conf *conf)
 {
-    size_t n = 0;
-    const char *first = NULL;
+    const char *first;
+    size_t n = rl_conf_backstopped(conf, &first);
 
-    for (size_t i = 0; i < conf->nrules; i++) {
-        const struct rl_rule *rule = &conf->rules[i];
-
-        if (!rule->fail_closed && !rule->fail_unlimited && !rule->shadow) {
-            first = first != NULL ? first : rule->service;
-            n++;
-        }
-    }
     if (n > 0) {
         rl_log_warn("%zu rule(s) with failure = open (the first: service %s): while this "
                     "node cannot be reached, routers now judge them by their backstop "

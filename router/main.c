@@ -254,6 +254,23 @@ static const struct rl_daemon_spec router_spec = {
     .tls_alpn = "h2", /* the gRPC front (front.c); the binary protocol offers none */
 };
 
+/* Once, once serving: what `failure = open` now means for its services. */
+static void
+router_failure_notice(const struct rl_conf *conf)
+{
+    const char *first;
+    size_t n = rl_conf_backstopped(conf, &first);
+
+    if (n > 0) {
+        rl_log_warn("%zu rule(s) with failure = open (the first: service %s) are now held to the "
+                    "router's backstop while their owner cannot be reached (each worker of each "
+                    "router allows a user at most limit / workers per window; a backstop refusal "
+                    "is LIMITED); failure = open_unlimited keeps the old meaning "
+                    "(docs/OPERATIONS.md, \"The backstop\")",
+                    n, first);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -441,6 +458,7 @@ main(int argc, char **argv)
         rl_log_info("%s serving on %s (binary, %s)%s%s; %s membership, deadline %u ms, %u workers",
                     opts.name, m.d.addr, sec, rls, resp, cf->zookeeper[0] ? "ZooKeeper" : "static",
                     cf->deadline_ms, rl_rproc_workers(m.proc));
+        router_failure_notice(cf);
     }
     rl_daemon_run(&m.d);
     rl_daemon_destroy(&m.d);

@@ -28,33 +28,6 @@
 #include "reqlog.h"
 #include "router_int.h"
 
-/* Once per process: says at start what `failure = open` now means for its services. */
-static void
-shed_backstop_notice(const struct rl_conf *conf)
-{
-    static atomic_flag said = ATOMIC_FLAG_INIT;
-    size_t n = 0;
-    const char *first = NULL;
-
-    for (size_t i = 0; i < conf->nrules; i++) {
-        const struct rl_rule *rule = &conf->rules[i];
-
-        if (!rule->fail_closed && !rule->fail_unlimited && !rule->shadow) {
-            first = first != NULL ? first : rule->service;
-            n++;
-        }
-    }
-    if (n == 0 || atomic_flag_test_and_set(&said)) {
-        return;
-    }
-    rl_log_warn("%zu rule(s) with failure = open (the first: service %s) are now held to the "
-                  "router's backstop while their owner cannot be reached (each worker of each "
-                  "router allows a user at most limit / workers per window; a backstop refusal "
-                  "is LIMITED); failure = open_unlimited keeps the old meaning "
-                  "(docs/OPERATIONS.md, \"The backstop\")",
-                  n, first);
-}
-
 int
 rl_shed_init(struct rl_router *r)
 {
@@ -66,7 +39,6 @@ rl_shed_init(struct rl_router *r)
         rl_deny_deinit(&r->deny);
         return -ENOMEM;
     }
-    shed_backstop_notice(r->conf);
     if (r->conf->hot_keys) {
         r->hot = malloc(sizeof(*r->hot));
         if (r->hot == NULL) {

@@ -442,7 +442,7 @@ static const struct {
     {"[service s]\nlimit = gcra 10 per 1s burst 0\n", 2, "has a burst outside 1..4294967295"},
     {"[service s]\nlimit = gcra 10 per 1s burst x\n", 2, "has a burst \"x\" that is not a number"},
     {"[service s]\nfailure = maybe\nlimit = gcra 1 per 1s\n", 2,
-     "failure: \"maybe\" is not open or closed"},
+     "failure: \"maybe\" is not open, open_unlimited or closed"},
     {"[service s]\nmode = dry\nlimit = gcra 1 per 1s\n", 2,
      "mode: \"dry\" is not enforce or shadow"},
     /* Duplicate sections. */
