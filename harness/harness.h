@@ -141,6 +141,11 @@ int rl_harness_stop(pid_t pid, int sig, int timeout_ms, int *status);
 /* SIGKILLs the process's group and reaps it: a crash, as the rest of the cluster sees it. */
 int rl_harness_kill9(pid_t pid);
 
+/* Sends pid SIGSTOP and waits (up to 10 s) until the kernel shows it stopped (state T in
+ * /proc/PID/stat): kill(2) returns before a process running on another core has stopped,
+ * and a test that counts on the pause must not race it. 0, or a negative errno. */
+int rl_harness_pause(pid_t pid);
+
 /*
  * SIGKILLs every process this process spawned that still runs (the whole process group),
  * reaps them, closes nothing else, and removes this process's temp directory unless

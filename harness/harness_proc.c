@@ -478,6 +478,34 @@ rl_harness_stop(pid_t pid, int sig, int timeout_ms, int *status)
 }
 
 int
+rl_harness_pause(pid_t pid)
+{
+    int64_t deadline = rl_harness_now_ms() + 10000;
+    char path[64], buf[512];
+
+    if (kill(pid, SIGSTOP) != 0) {
+        return -errno;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    while (rl_harness_now_ms() < deadline) {
+        FILE *f = fopen(path, "r");
+        size_t n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        const char *p;
+
+        if (f != NULL) {
+            fclose(f);
+        }
+        buf[n] = '\0';
+        p = strrchr(buf, ')'); /* "pid (comm) S ...": the state follows the name */
+        if (p != NULL && (p[2] == 'T' || p[2] == 't')) {
+            return 0;
+        }
+        usleep(1000);
+    }
+    return -ETIMEDOUT;
+}
+
+int
 rl_harness_kill9(pid_t pid)
 {
     return rl_harness_stop(pid, SIGKILL, 0, NULL);

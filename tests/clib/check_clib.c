@@ -225,7 +225,7 @@ START_TEST(test_timeout_stopped_node)
 
     ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)node_port, 2000), 0);
     ck_assert_int_eq(rlc_check(c, "one", "t", NULL, 0, &r, 2000), 0);
-    ck_assert_int_eq(kill(node.pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_pause(node.pid), 0);
     /* Not before its timeout (load only delays it) and within one timeout's slack: a
      * reconnect that waited a timeout of its own would take two. */
     t0 = now_ms();
@@ -487,7 +487,7 @@ START_TEST(test_uv_timeout_lost_reconnect)
     ck_assert_int_eq(T.status[0], 0);
     /* A stopped router: every request times out, once, not before its timeout and all
      * together (in turn, 50 would take 50 timeouts), within one timeout's slack. */
-    ck_assert_int_eq(kill(router.pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_pause(router.pid), 0);
     memset(&T, 0, sizeof(T));
     t0 = now_ms();
     for (int i = 0; i < 50; i++) {

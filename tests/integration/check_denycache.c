@@ -501,7 +501,7 @@ START_TEST(test_zk_push_node_later)
     int owner = drive_limited(c, "long", "whale", &lim, &sent);
 
     ck_assert_uint_eq(check(c, "long", "whale", 1).code, RL_WIRE_LIMITED);
-    ck_assert_int_eq(kill(nodes[owner].pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_pause(nodes[owner].pid), 0);
     ck_assert_int_eq(rl_harness_zk_put(zk.connect, "/ratelimiter/dc/rules", rules_v2,
                                        strlen(rules_v2)),
                      0);

@@ -496,7 +496,7 @@ START_TEST(router_unreachable)
 
     /* A pooled connection first, so the stop is met on a connection nginx keeps. */
     expect_decided("before");
-    ck_assert_int_eq(kill(router.pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_pause(router.pid), 0);
     /* Stopped: the kernel still accepts and buffers; the read times out. */
     expect_client_policy("router stopped", TIMEOUT_MS - 10, 2 * TIMEOUT_MS - 100);
     expect_client_policy("router stopped, again", TIMEOUT_MS - 10, 2 * TIMEOUT_MS - 100);

@@ -205,7 +205,7 @@ set_check(struct rl_wire_req *r, uint32_t id, const char *svc, const char *user,
 static void
 pause_node(int node)
 {
-    ck_assert_int_eq(kill(nodes[node].pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_pause(nodes[node].pid), 0);
 }
 
 static void

@@ -218,7 +218,7 @@ START_TEST(test_node_handshake_flood)
     ck_assert_int_eq(stat_of(c, "tls_handshakes_done"), 1);
     ck_assert_int_eq(stat_of(c, "tls_handshaking"), 0);
 
-    ck_assert_int_eq(kill(node.pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_pause(node.pid), 0);
     queue_checks(c, "alice", 100, PIPELINED);
     flood(node_port, fds, FLOOD, hello, hlen);
     ck_assert_int_eq(kill(node.pid, SIGCONT), 0);
@@ -278,7 +278,7 @@ START_TEST(test_router_handshake_flood)
     queue_checks(c, "bob", 1, 1);
     expect_checks(c, 1, 1, 99);
 
-    ck_assert_int_eq(kill(router.pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_pause(router.pid), 0);
     queue_checks(c, "bob", 100, PIPELINED);
     flood(router_port, fds, FLOOD / 2, hello, hlen);
     flood(resp_port, fds + FLOOD / 2, FLOOD / 2, hello, hlen);

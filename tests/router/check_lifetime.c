@@ -358,7 +358,7 @@ START_TEST(test_close_with_everything_open)
     setup_common(false);
     world_start(&w, false);
     /* From here the node answers nothing: every request stays in flight. */
-    ck_assert_int_eq(kill(node.pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_pause(node.pid), 0);
     check_fd = binary_client();
     send_check(check_fd, 7, "u1");
     tcp_pair(resp);
@@ -397,7 +397,7 @@ START_TEST(test_close_tls_with_everything_open)
 
     setup_common(true);
     world_start(&w, true);
-    ck_assert_int_eq(kill(node.pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_harness_pause(node.pid), 0);
     for (int i = 0; i < 3; i++) {
         c[i] = binary_client();
     }
