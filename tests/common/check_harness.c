@@ -914,6 +914,28 @@ dial(int port)
     return fd;
 }
 
+/* dial() for a proxy in RESET: its reset may reach the client while connect(2) still runs
+ * (then connect fails with ECONNRESET or EPIPE: reset as much as a closed connection is);
+ * -1 then, else the connected fd. */
+static int
+dial_reset(int port)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sin.sin_port = htons((uint16_t)port);
+    RL_CHECK_INT_GE(fd, 0);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+        int err = errno;
+
+        close(fd);
+        ck_assert_msg(err == ECONNRESET || err == EPIPE, "connect: %s", strerror(err));
+        return -1;
+    }
+    return fd;
+}
+
 static void
 send_str(int fd, const char *s)
 {
@@ -1270,8 +1292,10 @@ START_TEST(test_proxy_reset)
     fprintf(stderr, "check_harness: RESET seen by the client in %lld ms\n",
             (long long)(mono_ms() - t0));
     /* A connection accepted in RESET is reset at once. */
-    late = dial(port);
-    expect_closed(late, true);
+    late = dial_reset(port);
+    if (late >= 0) {
+        expect_closed(late, true);
+    }
     WAIT_FOR(stats_of(p).resets == 2);
     ck_assert_int_eq(stats_of(p).open, 0);
     /* The target's side was reset too (the late one never reached it). */
@@ -1279,7 +1303,9 @@ START_TEST(test_proxy_reset)
     ck_assert_int_eq(e.resets, 1);
     ck_assert_int_eq(e.accepted, 1);
     close(fd);
-    close(late);
+    if (late >= 0) {
+        close(late);
+    }
 
     /* A pulse (RESET, then PASS at once) still resets the pairs open then. */
     rl_proxy_set_mode(p, RL_PROXY_PASS);
