@@ -562,6 +562,28 @@ rl_limiter_shard(const struct rl_limiter *l, const struct rl_wire_req *req)
         rl_limiter_shards(l));
 }
 
+/* A new key's state s of tier t, kept in the table with its epoch and shard (*shard worked
+ * out once per request, on the first key kept); s is given back when the table has no room. */
+static void
+lim_store_new(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
+              uint64_t fp_hi, uint32_t fp_lo, uint64_t now, uint16_t epoch,
+              const struct rl_wire_req *req, uint32_t *shard)
+{
+    struct rl_keytab_entry *e = rl_keytab_insert(l->tab, fp_hi, fp_lo, t->id, now);
+
+    if (e == NULL) {
+        lim_release_state(l, t, s);
+        return;
+    }
+    if (*shard == RL_LIMITER_SHARD_UNKNOWN) {
+        *shard = rl_limiter_shard(l, req);
+    }
+    e->st = *s;
+    e->epoch = epoch;
+    e->shard = *shard;
+    lim_count_key(l, t, +1);
+}
+
 /* Every tier allowed: consume in each, adding keys that were not in the table, each with
  * the shard of req's key (the caller's, else hashed at the first insert only: a CHECK of
  * keys held hashes nothing more). */
@@ -599,19 +621,8 @@ lim_consume(struct rl_limiter *l, const struct rl_wire_req *req, uint32_t shard,
             lim_release_state(l, t, &s);
             continue;
         }
-        e = rl_keytab_insert(l->tab, x->fp_hi, x->fp_lo, t->id, now);
         moved = true;
-        if (e == NULL) {
-            lim_release_state(l, t, &s);
-            continue;
-        }
-        if (shard == RL_LIMITER_SHARD_UNKNOWN) {
-            shard = rl_limiter_shard(l, req);
-        }
-        e->st = s;
-        e->epoch = epoch;
-        e->shard = shard;
-        lim_count_key(l, t, +1);
+        lim_store_new(l, t, &s, x->fp_hi, x->fp_lo, now, epoch, req, &shard);
     }
 }
 
@@ -1001,18 +1012,7 @@ lim_adjust_all(struct rl_limiter *l, const struct rl_wire_req *req, uint32_t sha
             lim_release_state(l, t, &s);
             continue;
         }
-        e = rl_keytab_insert(l->tab, prep->fp_hi[i], prep->fp_lo[i], t->id, now);
-        if (e == NULL) {
-            lim_release_state(l, t, &s);
-            continue;
-        }
-        if (shard == RL_LIMITER_SHARD_UNKNOWN) {
-            shard = rl_limiter_shard(l, req);
-        }
-        e->st = s;
-        e->epoch = epoch;
-        e->shard = shard;
-        lim_count_key(l, t, +1);
+        lim_store_new(l, t, &s, prep->fp_hi[i], prep->fp_lo[i], now, epoch, req, &shard);
     }
 }
 
