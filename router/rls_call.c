@@ -413,6 +413,7 @@ match_desc(struct rl_rls_call *s, size_t i, size_t dlen)
     }
     out->matched = m;
     out->shadow = m->shadow_mode;
+    out->quota = m->quota_mode;
     out->detailed = m->detailed_metric;
     if (m->limits[0].unlimited) {
         out->unlimited = true;

@@ -32,6 +32,7 @@ struct rls_desc {
     size_t nlimits;
     bool unlimited;
     bool shadow;
+    bool quota;                /* quota_mode: over limit refuses only with every quota one */
     bool detailed;             /* detailed_metric: its hits counted by full key (rls_metrics.c) */
     struct rl_envoy_limit ovr; /* Envoy's RateLimitOverride, when the request gave one */
     const struct rl_envoy_desc *matched; /* in the configuration, for `replaces` */
@@ -46,6 +47,28 @@ rls_hits_of(const rls_request *req, const rls_descriptor *d)
     }
     return req->hits_addend != 0 ? req->hits_addend : 1;
 }
+
+/* rls_meta.c: the response's dynamic_metadata, built in an arena (freed whole). */
+struct rls_arena_block;
+struct rls_arena {
+    struct rls_arena_block *head;
+    bool failed; /* an allocation failed: what was built is incomplete */
+};
+
+/* What decided a call (rls_reply.c): descriptor desc, through the limit of part (NULL:
+ * no descriptor with a limit), its status's code and limit_remaining. */
+struct rls_decided {
+    size_t desc;
+    const struct rl_rls_part *part;
+    bool over;
+    uint32_t remaining;
+};
+
+/* dynamic_metadata for call s (docs/ENVOY.md, "Response metadata"), in a; NULL when out
+ * of memory. */
+Google__Protobuf__Struct *rls_meta_build(struct rls_arena *a, const struct rl_rls_call *s,
+                                         const struct rls_decided *dec);
+void rls_arena_free(struct rls_arena *a);
 
 /* rls_reply.c: every part of s is answered: builds the RateLimitResponse (or the gRPC
  * error [router] rls_failure = error gives) and hands it over (s->done). */

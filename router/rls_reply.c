@@ -1,6 +1,7 @@
 /*
  * rls_reply: the answer of a ShouldRateLimit call (rls_int.h), once every part is answered:
  * each descriptor's status from its parts (the first over limit, else the least remaining),
+ * the call's code with quota_mode and what decided it (its dynamic_metadata: rls_meta.c),
  * the RateLimitResponse packed behind its 5-byte gRPC prefix, the headers [router]
  * rls_headers asks for, and the call counted (totals, by domain, detailed_metric keys); or a
  * gRPC error (rl_rls_call_fail). Not for sending the parts (rls_call.c) nor the carrier
@@ -198,9 +199,11 @@ struct rls_built {
     rls_status *st, **stp;
     rls_limit *lims;
     Google__Protobuf__Duration *durs;
+    const struct rl_rls_part **picks; /* per descriptor: the part its status shows, or NULL */
     rls_header hdrs[3], *hdrp[3];
     char hvals[3][RLS_HEADER_VALUE_MAX];
     bool shadowed; /* a descriptor over its limit passed only because of shadow_mode */
+    struct rls_arena meta;
 };
 
 static int
@@ -214,7 +217,11 @@ built_alloc(struct rls_built *b, size_t n)
     b->stp = calloc(n ? n : 1, sizeof(*b->stp));
     b->lims = calloc(n ? n : 1, sizeof(*b->lims));
     b->durs = calloc(n ? n : 1, sizeof(*b->durs));
-    return b->st == NULL || b->stp == NULL || b->lims == NULL || b->durs == NULL ? -1 : 0;
+    b->picks = calloc(n ? n : 1, sizeof(*b->picks));
+    return b->st == NULL || b->stp == NULL || b->lims == NULL || b->durs == NULL ||
+                   b->picks == NULL
+               ? -1
+               : 0;
 }
 
 static void
@@ -224,6 +231,8 @@ built_free(struct rls_built *b)
     free(b->stp);
     free(b->lims);
     free(b->durs);
+    free(b->picks);
+    rls_arena_free(&b->meta);
 }
 
 /* [router] rls_failure = error: a call with a limit left without a decision is answered
@@ -332,14 +341,63 @@ desc_status(const struct rl_rls_call *s, size_t i, struct rls_built *b, uint64_t
     st->limit_remaining = over ? 0 : clamp_u32(pick->remaining);
     status_reset(&b->durs[i], pick, over, now);
     st->duration_until_reset = &b->durs[i];
+    b->picks[i] = pick;
     if (over && !d->shadow) {
-        st->code = RLS_OVER;
-        b->resp.overall_code = RLS_OVER;
+        st->code = RLS_OVER; /* the call's code is call_decide's (quota_mode) */
     }
     b->shadowed |= over && d->shadow;
     if (d->detailed) {
         desc_detailed(s, i, over);
     }
+}
+
+/*
+ * The call's code and what decided it, as envoyproxy/ratelimit judges with quota_mode: the
+ * call is over its limit when a descriptor without quota_mode is (the first of them
+ * decided), or when every quota_mode descriptor with a limit is (the first decided);
+ * otherwise OK, decided by the descriptor with a limit and the least limit_remaining among
+ * those OK (the first of equals). A descriptor without a limit (none matched, unlimited,
+ * replaced) takes no part.
+ */
+static void
+call_decide(const struct rl_rls_call *s, struct rls_built *b, struct rls_decided *dec)
+{
+    size_t n = s->req->n_descriptors, none = (size_t)-1;
+    size_t rate_over = none, quota_over = none, least = none;
+    size_t quotas = 0, quotas_over = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        bool over = b->st[i].code == RLS_OVER;
+
+        if (b->picks[i] == NULL) {
+            continue;
+        }
+        if (s->descs[i].quota) {
+            quotas++;
+            quotas_over += over;
+            if (over && quota_over == none) {
+                quota_over = i;
+            }
+        } else if (over && rate_over == none) {
+            rate_over = i;
+        }
+        if (!over && (least == none || b->st[i].limit_remaining < b->st[least].limit_remaining)) {
+            least = i;
+        }
+    }
+    memset(dec, 0, sizeof(*dec));
+    b->resp.overall_code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
+    if (rate_over != none || (quotas > 0 && quotas_over == quotas)) {
+        b->resp.overall_code = RLS_OVER;
+        dec->desc = rate_over != none ? rate_over : quota_over;
+    } else if (least != none) {
+        dec->desc = least;
+    } else {
+        return;
+    }
+    dec->part = b->picks[dec->desc];
+    dec->over = b->st[dec->desc].code == RLS_OVER;
+    dec->remaining = b->st[dec->desc].limit_remaining;
 }
 
 /* resp packed into s->out behind the gRPC prefix (uncompressed, its length). -1: out of
@@ -387,6 +445,7 @@ rls_reply_finish(struct rl_rls_call *s)
 {
     size_t n = s->req->n_descriptors;
     uint64_t now = rl_clock_real_ms();
+    struct rls_decided dec;
     struct rls_built b;
 
     if (finish_undecided(s)) {
@@ -395,9 +454,13 @@ rls_reply_finish(struct rl_rls_call *s)
     if (built_alloc(&b, n) != 0) {
         goto nomem;
     }
-    b.resp.overall_code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
     for (size_t i = 0; i < n; i++) {
         desc_status(s, i, &b, now);
+    }
+    call_decide(s, &b, &dec);
+    b.resp.dynamic_metadata = rls_meta_build(&b.meta, s, &dec);
+    if (b.resp.dynamic_metadata == NULL) {
+        goto nomem;
     }
     b.resp.n_statuses = n;
     b.resp.statuses = b.stp;
