@@ -6,14 +6,15 @@ from .headers import PASS, ceil_s, headers, sf_string
 from .policy import CLOSED, OPEN, FailurePolicy
 from .tls import tls_context
 from .protocol import (DEFAULT_MAX_QUEUE_DELAY, MAX_FRAME, MAX_HEADER_S, RETRY_NEVER,
-                       AuthError, Check, Code, ErrorCode, ProtocolError, RateLimiterError,
-                       Reply, ServerError, Timeout, Unavailable)
+                       AuthError, Check, Code, ErrorCode, Limited, ProtocolError,
+                       RateLimiterError, Reply, ServerError, Timeout, Unavailable)
+from .reserve import Reservation
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "AuthError", "CLOSED", "Check", "Client", "ClientPool", "Code",
-    "DEFAULT_MAX_QUEUE_DELAY", "ErrorCode", "FailurePolicy", "MAX_FRAME", "MAX_HEADER_S", "OPEN", "PASS", "ProtocolError",
-    "RETRY_NEVER", "RateLimiterError", "Reply", "ServerError", "Timeout", "Unavailable",
+    "DEFAULT_MAX_QUEUE_DELAY", "ErrorCode", "FailurePolicy", "Limited", "MAX_FRAME", "MAX_HEADER_S", "OPEN", "PASS", "ProtocolError",
+    "RETRY_NEVER", "RateLimiterError", "Reply", "Reservation", "ServerError", "Timeout", "Unavailable",
     "ceil_s", "connect", "connect_async", "headers", "sf_string", "tls_context",
 ]

@@ -9,15 +9,19 @@ import socket
 import ssl as _ssl
 import threading
 import time
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence,
-                    TypeVar, Union)
+from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping, NoReturn,
+                    Optional, Sequence, TypeVar, Union)
 
 from .policy import FailurePolicy, as_policy
 from .protocol import (DEFAULT_MAX_QUEUE_DELAY, U32_MAX, AuthError, Check, CheckLike,
                        Decoded, ErrorCode, ErrorReply, FrameReader, Named, Op, Pong,
                        ProtocolError, Reply, ServerError, Stats, Timeout, Unavailable,
-                       as_check, attach, decode, encode_auth, encode_check, encode_simple,
-                       max_queue_delay_ms, read_token_file, server_error)
+                       as_check, attach, decode, encode_adjust, encode_auth, encode_check,
+                       encode_release, encode_simple, max_queue_delay_ms, read_token_file,
+                       server_error)
+from .reserve import Reservation
+from .reserve import reserve as _reserve
+from .reserve import slot as _slot
 from .tls import describe as tls_describe
 
 T = TypeVar("T")
@@ -279,6 +283,51 @@ class Client:
             return settle_many(out, checks, self.failure, e, return_exceptions)
         return settle_many(out, checks, self.failure, None, return_exceptions)
 
+    def _settle_op(self, op: Op, data: Callable[[int], bytes], service: str,
+                   endpoint: Optional[str], timeout: Optional[float]) -> Reply:
+        """One ADJUST or RELEASE: never re-sent (neither is idempotent): a lost reply
+        raises Unavailable with ``in_doubt``; an ERROR reply raises ServerError."""
+        self._ensure()
+        rid = self._id()
+        rep = self._roundtrip(data(rid), rid, self._timeout(timeout))
+        if isinstance(rep, ErrorReply):
+            raise server_error(rep)
+        if not isinstance(rep, Reply) or rep.op != op:
+            self._fail(ProtocolError(f"{op.name} answered with another reply"))
+        return Reply(rep.code, rep.limit, rep.remaining, rep.reset_ms, rep.retry_after_ms,
+                     service, endpoint, False, rep.id, rep.op)
+
+    def adjust(self, service: str, user: str, delta: int, endpoint: Optional[str] = None,
+               timeout: Optional[float] = None, limit: Optional[Any] = None) -> Reply:
+        """ADJUST (docs/PROTOCOL.md): charge (delta > 0, past the limit too) or refund
+        (delta < 0) a cost known after the work; |delta| <= 1000000. ``limit``: the inline
+        limit the key was CHECKed with. Reply: ALLOWED (applied) or NO_RULE, or the failure
+        policy's code when the owner cannot be reached (not applied)."""
+        return self._settle_op(
+            Op.ADJUST, lambda rid: encode_adjust(rid, service, user, endpoint, delta, limit),
+            service, endpoint, timeout)
+
+    def release(self, service: str, user: str, count: int = 1, endpoint: Optional[str] = None,
+                timeout: Optional[float] = None) -> Reply:
+        """RELEASE: give back ``count`` slots of the rule's ``concurrency`` tiers."""
+        return self._settle_op(
+            Op.RELEASE, lambda rid: encode_release(rid, service, user, endpoint, count),
+            service, endpoint, timeout)
+
+    def reserve(self, service: str, user: str, estimate: int, endpoint: Optional[str] = None,
+                timeout: Optional[float] = None, limit: Optional[Any] = None) -> Reservation:
+        """CHECK ``estimate`` now, settle the real cost later: ``r.settle(actual)``
+        ADJUSTs by actual - estimate. Raises Limited when refused."""
+        return _reserve(self.check, self.adjust, service, user, estimate, endpoint, limit,
+                        timeout)
+
+    def slot(self, service: str, user: str, endpoint: Optional[str] = None, count: int = 1,
+             timeout: Optional[float] = None) -> ContextManager[Reply]:
+        """``with client.slot(service, user):`` holds ``count`` slots of a ``concurrency``
+        rule for the block (CHECK), gives them back when it ends, exceptions included
+        (RELEASE). Raises Limited when refused."""
+        return _slot(self.check, self.release, service, user, endpoint, count, timeout)
+
     def _simple(self, op: Op, timeout: Optional[float]) -> Decoded:
         """PING/STATS: idempotent, so a connection lost before any reply is retried once."""
         for attempt in (0, 1):
@@ -378,6 +427,27 @@ class ClientPool:
                    return_exceptions: bool = False) -> List[Union[Reply, ServerError]]:
         with self.client() as c:
             return c.check_many(requests, timeout, return_exceptions)
+
+    def adjust(self, service: str, user: str, delta: int, endpoint: Optional[str] = None,
+               timeout: Optional[float] = None, limit: Optional[Any] = None) -> Reply:
+        with self.client() as c:
+            return c.adjust(service, user, delta, endpoint, timeout, limit)
+
+    def release(self, service: str, user: str, count: int = 1, endpoint: Optional[str] = None,
+                timeout: Optional[float] = None) -> Reply:
+        with self.client() as c:
+            return c.release(service, user, count, endpoint, timeout)
+
+    def reserve(self, service: str, user: str, estimate: int, endpoint: Optional[str] = None,
+                timeout: Optional[float] = None, limit: Optional[Any] = None) -> Reservation:
+        """As Client.reserve; the settlement borrows a client of the pool again."""
+        return _reserve(self.check, self.adjust, service, user, estimate, endpoint, limit,
+                        timeout)
+
+    def slot(self, service: str, user: str, endpoint: Optional[str] = None, count: int = 1,
+             timeout: Optional[float] = None) -> ContextManager[Reply]:
+        """As Client.slot; no client of the pool is held while the block runs."""
+        return _slot(self.check, self.release, service, user, endpoint, count, timeout)
 
     def ping(self, timeout: Optional[float] = None) -> str:
         with self.client() as c:

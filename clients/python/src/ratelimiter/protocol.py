@@ -39,6 +39,8 @@ class Op(enum.IntEnum):
     HELLO = 5
     AUTH = 6
     THROTTLED = 7
+    ADJUST = 9
+    RELEASE = 10
     ERROR = 255
 
 
@@ -109,6 +111,16 @@ class Timeout(Unavailable):
     """No reply within the call's timeout."""
 
 
+class Limited(RateLimiterError):
+    """``reserve()`` or ``slot()`` was refused: ``reply`` is the CHECK's answer (LIMITED or
+    FAIL_CLOSED), with ``retry_after_ms`` the wait before asking again."""
+
+    def __init__(self, reply: "Reply", what: str) -> None:
+        self.reply = reply
+        super().__init__(f"{what} refused ({reply.code.name}): retry after "
+                         f"{reply.retry_after_ms} ms")
+
+
 # ---------------------------------------------------------------------------- replies
 
 
@@ -131,6 +143,7 @@ class Reply:
     endpoint: Optional[str] = None
     local: bool = False
     id: int = field(default=0, compare=False)
+    op: int = field(default=1, compare=False)  # 1 CHECK, 9 ADJUST, 10 RELEASE: what it answers
 
     @property
     def allowed(self) -> bool:
@@ -316,6 +329,30 @@ def encode_check(rid: int, c: Check) -> bytes:
     return _pack([Op.CHECK.value, rid, c.service, c.user, c.endpoint, c.cost])
 
 
+DELTA_MAX = 1_000_000  # ADJUST's |delta|, RELEASE's count (docs/PROTOCOL.md)
+
+
+def encode_adjust(rid: int, service: str, user: str, endpoint: Optional[str], delta: int,
+                  limit: Optional[Any] = None) -> bytes:
+    """ADJUST [9, id, service, user, endpoint, delta] (with an inline limit: 7 elements)."""
+    validate_check(Check(service, user, endpoint, 0, limit))
+    if type(delta) is not int or not -DELTA_MAX <= delta <= DELTA_MAX:
+        raise ValueError(f"delta must be an int of -{DELTA_MAX}..{DELTA_MAX}")
+    msg = [Op.ADJUST.value, rid, service, user, endpoint, delta]
+    if limit is not None:
+        msg.append(list(limit_tuple(limit)))
+    return _pack(msg)
+
+
+def encode_release(rid: int, service: str, user: str, endpoint: Optional[str],
+                   count: int) -> bytes:
+    """RELEASE [10, id, service, user, endpoint, count]."""
+    validate_check(Check(service, user, endpoint, 0))
+    if type(count) is not int or not 1 <= count <= DELTA_MAX:
+        raise ValueError(f"count must be an int of 1..{DELTA_MAX}")
+    return _pack([Op.RELEASE.value, rid, service, user, endpoint, count])
+
+
 def encode_simple(op: Op, rid: int) -> bytes:
     return _pack([op.value, rid])
 
@@ -360,15 +397,16 @@ def decode(payload: bytes) -> Decoded:
     if not _is_uint(rid, U32_MAX):
         raise ProtocolError("reply id is not an unsigned 32-bit integer")
     n = len(msg)
-    if op == Op.CHECK and type(op) is int:
+    if op in (Op.CHECK, Op.ADJUST, Op.RELEASE) and type(op) is int:
+        name = Op(op).name
         if n != 7:
-            raise ProtocolError("CHECK reply needs 7 elements")
+            raise ProtocolError(f"{name} reply needs 7 elements")
         code = msg[2]
         if not _is_uint(code, 5):
-            raise ProtocolError(f"CHECK reply code {code!r}")
+            raise ProtocolError(f"{name} reply code {code!r}")
         if not all(_is_uint(v, U64_MAX) for v in msg[3:7]):
-            raise ProtocolError("CHECK reply numbers must be unsigned 64-bit integers")
-        return Reply(Code(code), msg[3], msg[4], msg[5], msg[6], id=rid)
+            raise ProtocolError(f"{name} reply numbers must be unsigned 64-bit integers")
+        return Reply(Code(code), msg[3], msg[4], msg[5], msg[6], id=rid, op=op)
     if op == Op.ERROR and type(op) is int:
         if n != 4 or not _is_uint(msg[2], 6) or msg[2] == 0 or type(msg[3]) is not str:
             raise ProtocolError("ERROR reply must be [255, id, 1..6, str]")
@@ -438,7 +476,7 @@ def attach(reply: Reply, c: Check, max_delay_ms: int) -> Reply:
     if code == Code.QUEUED and retry > max_delay_ms:
         code, retry = Code.LIMITED, min(retry, RETRY_NEVER)
     return Reply(code, reply.limit, reply.remaining, reply.reset_ms, retry, c.service,
-                 c.endpoint, False, reply.id)
+                 c.endpoint, False, reply.id, reply.op)
 
 
 def server_error(e: ErrorReply) -> ServerError:
