@@ -77,6 +77,7 @@ conf_create(const char *name)
     c->log_sample = 1;
     c->deny_cache = RL_CONF_DENY_CACHE_DEFAULT;
     c->hot_keys = true;
+    c->clients_adjust = true;
     c->log_max_size = 256ull << 20;
     c->log_keep = 4;
     c->clients = rl_conn_limits_default();

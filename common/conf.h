@@ -42,6 +42,8 @@ struct rl_client_conf {
     uint32_t nhashes;
     bool all_services; /* services = * */
     bool stats;        /* may ask STATS */
+    bool adjust;       /* may refund (ADJUST with delta < 0); [clients] adjust unless set */
+    bool adjust_set;   /* `adjust` was written in its section */
     char *services;    /* as written; NULL when not set */
     bool *rules;       /* rules[i]: may CHECK under rule i (every rule when all_services) */
     int line;
@@ -137,6 +139,9 @@ struct rl_conf {
     uint32_t router_workers;   /* [router] workers: 1..RL_CONF_WORKERS_MAX; 0: one per core */
     /* [clients]: what each process's listener allows its clients (connlimits.h) */
     struct rl_conn_limits clients;
+    /* [clients] adjust: whether clients may refund (ADJUST with delta < 0) through a router,
+     * for a client without AUTH and for every [client NAME] that does not say; default yes */
+    bool clients_adjust;
     /* [client NAME] sections, in file order; when there is one, a router's clients must AUTH */
     struct rl_client_conf *auth_clients;
     size_t nauth_clients;
@@ -239,6 +244,23 @@ rl_conf_client_may(const struct rl_client_conf *cl, const struct rl_rule *r)
 {
     return cl->all_services || (r != NULL && cl->rules[r->id]);
 }
+
+/* Whether the client cl (NULL: a connection without AUTH, where none is required) may refund
+ * (ADJUST with delta < 0) through a router: its `adjust`, else [clients] adjust. */
+static inline bool
+rl_conf_may_refund(const struct rl_conf *c, const struct rl_client_conf *cl)
+{
+    return cl != NULL ? cl->adjust : c->clients_adjust;
+}
+
+/*
+ * Whether some client may refund under rule r through a router (the router's deny cache
+ * remembers no refusal of such a rule, docs/OPERATIONS.md, "The deny cache"): without
+ * [client NAME] sections, [clients] adjust; else a client with `adjust` that may CHECK under
+ * r, or the cluster secret (every service) when it has `adjust` ([clients] adjust). A scan
+ * of the clients: called for a node's refusal, not for every request.
+ */
+bool rl_conf_rule_refundable(const struct rl_conf *c, const struct rl_rule *r);
 
 /* The [node NAME] section, or NULL. A linear scan: for start-up, not the hot path. */
 const struct rl_node_conf *rl_conf_node(const struct rl_conf *c, const char *name);

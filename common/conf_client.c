@@ -1,10 +1,11 @@
 /*
  * conf_client: who may use a router. The [client NAME] sections of cluster.conf (each
- * client's token_sha256 lines, its services and whether it may ask STATS), resolved against
+ * client's token_sha256 lines, its services, whether it may ask STATS and whether it may
+ * refund, with [clients] adjust as the default of the last), resolved against
  * the file's [service] sections once the whole file is in, and the cluster secret
  * (secret_file, read once the file is in) with the principal it stands for. Also the
  * lookups a router makes of them: rl_conf_client_by_token and rl_conf_is_secret, in
- * constant time.
+ * constant time, and rl_conf_rule_refundable for its deny cache.
  */
 #include "conf_int.h"
 
@@ -45,6 +46,23 @@ const char *
 conf_set_client_stats(struct conf_parser *p, const char *v)
 {
     return conf_set_yesno(&p->c->auth_clients[p->sec.index].stats, v);
+}
+
+const char *
+conf_set_client_adjust(struct conf_parser *p, const char *v)
+{
+    struct rl_client_conf *cl = &p->c->auth_clients[p->sec.index];
+
+    cl->adjust_set = true;
+    return conf_set_yesno(&cl->adjust, v);
+}
+
+/* [clients] adjust: the default of every [client NAME]'s, and the right of a client without
+ * AUTH (no [client] sections) and of the cluster secret. */
+const char *
+conf_set_clients_adjust(struct conf_parser *p, const char *v)
+{
+    return conf_set_yesno(&p->c->clients_adjust, v);
 }
 
 int
@@ -108,10 +126,14 @@ conf_auth_finish(struct conf_parser *p)
 
     for (size_t i = 0; i < c->nauth_clients && p->err == 0; i++) {
         client_resolve(p, &c->auth_clients[i]);
+        if (!c->auth_clients[i].adjust_set) {
+            c->auth_clients[i].adjust = c->clients_adjust;
+        }
     }
     c->cluster_client.name = (char *)"cluster";
     c->cluster_client.all_services = true;
     c->cluster_client.stats = true;
+    c->cluster_client.adjust = c->clients_adjust;
     if (p->err == 0 && ((c->tls_cert_file[0] == '\0') != (c->tls_key_file[0] == '\0') ||
                         (c->tls_cert_file[0] == '\0') != (c->tls_ca_file[0] == '\0'))) {
         conf_fail(p, p->tls_line, -EINVAL,
@@ -171,4 +193,18 @@ rl_conf_is_secret(const struct rl_conf *c, const char *token, size_t len)
     ok = rl_auth_equal(h, c->secret_hash, RL_AUTH_HASH_LEN);
     rl_auth_wipe(h, sizeof(h));
     return ok;
+}
+
+bool
+rl_conf_rule_refundable(const struct rl_conf *c, const struct rl_rule *r)
+{
+    if (c->nauth_clients == 0 || (c->secret != NULL && c->cluster_client.adjust)) {
+        return c->clients_adjust;
+    }
+    for (size_t i = 0; i < c->nauth_clients; i++) {
+        if (c->auth_clients[i].adjust && rl_conf_client_may(&c->auth_clients[i], r)) {
+            return true;
+        }
+    }
+    return false;
 }

@@ -149,6 +149,8 @@ int conf_section_client(struct conf_parser *p, const char *name);
 const char *conf_set_client_token(struct conf_parser *p, const char *v);
 const char *conf_set_client_services(struct conf_parser *p, const char *v);
 const char *conf_set_client_stats(struct conf_parser *p, const char *v);
+const char *conf_set_client_adjust(struct conf_parser *p, const char *v);
+const char *conf_set_clients_adjust(struct conf_parser *p, const char *v);
 
 /* Once the whole file is in: each client's services resolved against the rules, the
  * cluster secret's principal, and the secret read from secret_file. */

@@ -671,6 +671,7 @@ const struct conf_key conf_keys[] = {
     {CONF_CLIENTS, "frame_timeout", set_frame_timeout, false},
     {CONF_CLIENTS, "auth_timeout", set_auth_timeout, false},
     {CONF_CLIENTS, "buffer_memory", set_buffer_memory, false},
+    {CONF_CLIENTS, "adjust", conf_set_clients_adjust, false},
     {CONF_NODE, "listen", set_node_listen, false},
     {CONF_NODE, "advertise", set_node_advertise, false},
     {CONF_NODE, "memory", set_node_memory, false},
@@ -682,6 +683,7 @@ const struct conf_key conf_keys[] = {
     {CONF_CLIENT, "token_sha256", conf_set_client_token, true},
     {CONF_CLIENT, "services", conf_set_client_services, false},
     {CONF_CLIENT, "stats", conf_set_client_stats, false},
+    {CONF_CLIENT, "adjust", conf_set_client_adjust, false},
 };
 
 #define CONF_NKEYS (sizeof(conf_keys) / sizeof(conf_keys[0]))

@@ -83,6 +83,21 @@ rl_reqline_format_ex(char *buf, uint64_t ts_ms, uint32_t shard, const char *node
                      uint64_t key_hash, const char *service, size_t slen, const char *user,
                      size_t ulen, bool cached)
 {
+    return rl_reqline_format_tag(buf, ts_ms, shard, node, code, key_hash, service, slen, user,
+                                 ulen, cached ? RL_REQLINE_TAG_CACHED : RL_REQLINE_TAG_NONE);
+}
+
+static const char *const reqline_tags[] = {
+#define RL_REQLINE_TAG_WORD(n, s) s,
+    RL_REQLINE_TAG_MAP(RL_REQLINE_TAG_WORD)
+#undef RL_REQLINE_TAG_WORD
+};
+
+size_t
+rl_reqline_format_tag(char *buf, uint64_t ts_ms, uint32_t shard, const char *node,
+                      uint32_t code, uint64_t key_hash, const char *service, size_t slen,
+                      const char *user, size_t ulen, enum rl_reqline_tag tag)
+{
     char *p = buf;
 
     if (slen > RL_REQLINE_SERVICE_MAX) {
@@ -113,9 +128,12 @@ rl_reqline_format_ex(char *buf, uint64_t ts_ms, uint32_t shard, const char *node
     p += rl_reqline_escape(p, service, slen);
     *p++ = ' ';
     p += rl_reqline_escape(p, user, ulen);
-    if (cached) {
-        memcpy(p, " cached", 7);
-        p += 7;
+    if (tag != RL_REQLINE_TAG_NONE && (size_t)tag < sizeof(reqline_tags) / sizeof(reqline_tags[0])) {
+        size_t tl = strlen(reqline_tags[tag]);
+
+        *p++ = ' ';
+        memcpy(p, reqline_tags[tag], tl);
+        p += tl;
     }
     *p++ = '\n';
     return (size_t)(p - buf);
@@ -211,7 +229,7 @@ rl_reqline_parse(const char *p, size_t n, uint32_t nshards, struct rl_reqline *o
     const char *e = p + n, *q, *node, *sv, *us, *ue;
     uint64_t v, ts, code, hash = 0;
     uint32_t shard;
-    bool cached = false;
+    enum rl_reqline_tag tag = RL_REQLINE_TAG_NONE;
     int i;
 
     if (n > 0 && e[-1] == '\r') {
@@ -281,10 +299,19 @@ rl_reqline_parse(const char *p, size_t n, uint32_t nshards, struct rl_reqline *o
     us = q + 1;
     for (q = us; q < e; q++) {
         if (!name_byte((unsigned char)*q)) {
-            if (*q == ' ' && q > us && e - q == 7 && memcmp(q, " cached", 7) == 0) {
-                cached = true;
-                ue = q;
-                break;
+            if (*q == ' ' && q > us) {
+                /* an eighth field: one of the tags' words, nothing after it */
+                for (size_t t = 1; t < sizeof(reqline_tags) / sizeof(reqline_tags[0]); t++) {
+                    size_t tl = strlen(reqline_tags[t]);
+
+                    if ((size_t)(e - q) == tl + 1 && memcmp(q + 1, reqline_tags[t], tl) == 0) {
+                        tag = (enum rl_reqline_tag)t;
+                    }
+                }
+                if (tag != RL_REQLINE_TAG_NONE) {
+                    ue = q;
+                    break;
+                }
             }
             return *q == ' ' ? BAD(RL_REQLINE_FIELDS) : BAD(RL_REQLINE_NAME);
         }
@@ -304,6 +331,7 @@ rl_reqline_parse(const char *p, size_t n, uint32_t nshards, struct rl_reqline *o
     out->slen = (uint32_t)(us - 1 - sv);
     out->user = us;
     out->ulen = (uint32_t)(ue - us);
-    out->cached = cached;
+    out->cached = tag == RL_REQLINE_TAG_CACHED;
+    out->tag = tag;
     return 0;
 }

@@ -11,7 +11,9 @@
  * and '%' itself, as %XX with lower-case hex digits; a field that is the one byte "-" as
  * %2d) and cut to 128 and 256 bytes before escaping, "-" for an empty field. An eighth
  * field, the word `cached`, marks an answer the router gave from its deny cache (no node was
- * asked); a line without it was answered by a node or by failure policy. NODE is the word
+ * asked); the word `adjust` or `release` marks an ADJUST's or a RELEASE's answer (CODE its
+ * code; not a decision, but the node's load all the same); a line without one is a CHECK's,
+ * answered by a node or by failure policy. NODE is the word
  * `backstop` when the router's backstop decided (router/backstop.h). Not for the writing
  * (reqlog.h) or counting (logscan.h).
  */
@@ -29,6 +31,19 @@
 #define RL_REQLINE_MAX 1400u
 /* The longest line a reader accepts, newline excluded. */
 #define RL_REQLINE_READ_MAX 4096u
+
+/* What a line's eighth field says: X(NAME, word); NONE has none. */
+#define RL_REQLINE_TAG_MAP(X)                                                                      \
+    X(NONE, "")                                                                                    \
+    X(CACHED, "cached")                                                                            \
+    X(ADJUST, "adjust")                                                                            \
+    X(RELEASE, "release")
+
+enum rl_reqline_tag {
+#define RL_REQLINE_TAG_ENUM(n, s) RL_REQLINE_TAG_##n,
+    RL_REQLINE_TAG_MAP(RL_REQLINE_TAG_ENUM)
+#undef RL_REQLINE_TAG_ENUM
+};
 
 /* Why a line is malformed: X(NAME, phrase), in the order a reader checks. */
 #define RL_REQLINE_REASON_MAP(X)                                                                   \
@@ -67,6 +82,11 @@ size_t rl_reqline_format_ex(char *buf, uint64_t ts_ms, uint32_t shard, const cha
                             uint32_t code, uint64_t key_hash, const char *service, size_t slen,
                             const char *user, size_t ulen, bool cached);
 
+/* The same, with tag's word as the eighth field (none for RL_REQLINE_TAG_NONE). */
+size_t rl_reqline_format_tag(char *buf, uint64_t ts_ms, uint32_t shard, const char *node,
+                             uint32_t code, uint64_t key_hash, const char *service, size_t slen,
+                             const char *user, size_t ulen, enum rl_reqline_tag tag);
+
 /* Escapes s[0..n) into out (room for 3n bytes, or 1 when n is 0); returns the length. */
 size_t rl_reqline_escape(char *out, const char *s, size_t n);
 
@@ -90,11 +110,12 @@ struct rl_reqline {
     uint32_t slen;
     uint32_t ulen;
     bool cached; /* the eighth field `cached` was there */
+    enum rl_reqline_tag tag; /* the eighth field, NONE without one */
 };
 
 /*
  * Parses one line p[0..n) (no newline; a trailing '\r' is ignored), 7 fields or 8 whose
- * last is `cached`. nshards > 0 also checks
+ * last is `cached`, `adjust` or `release`. nshards > 0 also checks
  * SHARD < nshards and SHARD == KEYHASH mod nshards. Escapes are only checked to consist of
  * name bytes; rl_reqline_unescape checks them. Returns 0, or 1 + the reason it is malformed
  * (never TOO_LONG: the reader judges lengths).

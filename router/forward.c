@@ -12,7 +12,11 @@
  * backstop.h). A CHECK carrying its own limit (docs/PROTOCOL.md,
  * "Inline limits") has no rule: it is forwarded like any other (re-encoded, as the short reader
  * leaves it to the full decoder), never answered from the deny cache, and its failure policy is
- * [cluster] inline_failure. Not for THROTTLED (fanout.c).
+ * [cluster] inline_failure. ADJUST and RELEASE (docs/PROTOCOL.md) take the same path under
+ * their own op (the pending record's op): hashed, authorized (a refund needs `adjust = yes`),
+ * forwarded, answered under their op; never from the deny cache nor by the backstop (a
+ * failure answers the policy's code and nothing is applied); counted apart from decisions.
+ * Not for THROTTLED (fanout.c).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -27,8 +31,8 @@
 #include "wire_fast.h"
 
 static void
-log_answer(struct rl_router *r, uint32_t shard, const char *node, uint32_t code, uint64_t hash,
-           const char *service, size_t slen, const char *user, size_t ulen)
+log_answer(struct rl_router *r, uint8_t op, uint32_t shard, const char *node, uint32_t code,
+           uint64_t hash, const char *service, size_t slen, const char *user, size_t ulen)
 {
     uint64_t loop_ms = uv_now(r->loop);
 
@@ -38,8 +42,34 @@ log_answer(struct rl_router *r, uint32_t shard, const char *node, uint32_t code,
         r->log_anchor_real = rl_clock_real_ms();
         r->log_anchor_loop = loop_ms;
     }
-    rl_reqlog_add(r->log, r->log_anchor_real + (loop_ms - r->log_anchor_loop), shard, node, code,
-                  hash, service, slen, user, ulen);
+    rl_reqlog_add_tag(r->log, r->log_anchor_real + (loop_ms - r->log_anchor_loop), shard, node,
+                      code, hash, service, slen, user, ulen,
+                      op == RL_WIRE_OP_ADJUST ? RL_REQLINE_TAG_ADJUST : RL_REQLINE_TAG_NONE);
+}
+
+/* A CHECK-shaped reply under op (CHECK, ADJUST or RELEASE). */
+static int
+put_reply(struct rl_buf *out, uint8_t op, const struct rl_wire_check_reply *rep)
+{
+    switch (op) {
+    case RL_WIRE_OP_ADJUST:
+        return rl_wire_put_adjust_reply(out, rep);
+    default:
+        return rl_wire_put_check_reply(out, rep);
+    }
+}
+
+/* Counts one answer: a CHECK's as a decision (counts.c), an ADJUST's or a RELEASE's apart. */
+static void
+count_answer(struct rl_router *r, uint8_t op, const struct rl_rule *rule, uint32_t code,
+             uint64_t start_ns)
+{
+    if (op == RL_WIRE_OP_CHECK) {
+        r->stats.checks++;
+        rl_counts_answer(r, rule, code, start_ns);
+    } else {
+        r->stats.adjusts++;
+    }
 }
 
 /*
@@ -50,15 +80,17 @@ log_answer(struct rl_router *r, uint32_t shard, const char *node, uint32_t code,
  * within its quota, LIMITED beyond. Returns true when the backstop decided.
  */
 static bool
-fill_failure(struct rl_router *r, const struct rl_rule *rule, uint32_t id, uint64_t hash,
-             uint32_t cost, struct rl_wire_check_reply *rep)
+fill_failure(struct rl_router *r, uint8_t op, const struct rl_rule *rule, uint32_t id,
+             uint64_t hash, uint32_t cost, struct rl_wire_check_reply *rep)
 {
     memset(rep, 0, sizeof(*rep));
     rep->id = id;
     /* A shadow rule never refuses, not even by failure policy; no rule: an inline limit. */
     bool closed = rule != NULL ? rule->fail_closed && !rule->shadow : r->conf->inline_fail_closed;
 
-    if (rule != NULL && !closed && !rule->shadow && !rule->fail_unlimited) {
+    /* (An ADJUST or RELEASE is no decision: its policy's code, nothing applied anywhere.) */
+    if (op == RL_WIRE_OP_CHECK && rule != NULL && !closed && !rule->shadow &&
+        !rule->fail_unlimited) {
         rl_backstop_judge(&r->bstop, r->conf, rule, hash, cost, rl_router_now_ns(r), rep);
         rep->id = id;
         return true;
@@ -85,24 +117,23 @@ rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
 
     /* A refusal the deny cache holds outlives the node it came from; else the policy. */
     memset(&rep, 0, sizeof(rep));
-    if (!rl_shed_fail_lookup(r, p, &rep)) {
-        bs = fill_failure(r, p->rule, p->client_id, p->key_hash, p->cost, &rep);
+    if (p->op != RL_WIRE_OP_CHECK || !rl_shed_fail_lookup(r, p, &rep)) {
+        bs = fill_failure(r, p->op, p->rule, p->client_id, p->key_hash, p->cost, &rep);
     }
 
-    rl_counts_answer(r, p->rule, rep.code, p->start_ns);
-    r->stats.checks++;
+    count_answer(r, p->op, p->rule, rep.code, p->start_ns);
     if (p->up != NULL) {
         rl_upstream_count_failure(p->up);
     }
     if (p->logged) {
-        log_answer(r, p->shard, fail_node(p->up, bs), rep.code, p->key_hash,
+        log_answer(r, p->op, p->shard, fail_node(p->up, bs), rep.code, p->key_hash,
                    p->rule != NULL ? p->rule->service : p->service,
                    p->rule != NULL ? p->rule->service_len : p->slen, p->user, p->ulen);
     }
     if (p->client != NULL) {
         struct rl_conn *c = &p->client->conn;
 
-        if (rl_wire_put_check_reply(&c->out, &rep) == 0) {
+        if (put_reply(&c->out, p->op, &rep) == 0) {
             rl_conn_mark(c);
         } else {
             rl_conn_close(c, UV_ENOMEM);
@@ -120,24 +151,24 @@ answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_r
 {
     struct rl_router *r = c->data;
 
-    r->stats.checks++;
-    rl_counts_answer(r, rule, rep->code, r->batch_ns);
+    count_answer(r, req->op, rule, rep->code, r->batch_ns);
     if (r->log != NULL && rl_reqlog_sample(r->log)) {
         /* Cut as for forwarded requests (docs/OPERATIONS.md: the first 64 bytes of the user). */
-        log_answer(r, shard, node, rep->code, hash, req->service.ptr, req->service.len,
+        log_answer(r, req->op, shard, node, rep->code, hash, req->service.ptr, req->service.len,
                    req->user.ptr,
                    req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED);
     }
-    if (rl_wire_put_check_reply(&c->out, rep) != 0) {
+    if (put_reply(&c->out, req->op, rep) != 0) {
         rl_conn_close(c, UV_ENOMEM);
         return;
     }
     rl_conn_mark(c);
 }
 
-void
-rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
-                 const struct rl_wire_str *relay)
+/* A CHECK, ADJUST or RELEASE of a binary client: answered here or forwarded (its op kept). */
+static void
+forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req,
+              const struct rl_wire_str *relay)
 {
     struct rl_cconn *c = (struct rl_cconn *)conn;
     struct rl_router *r = conn->data;
@@ -194,7 +225,8 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
     if (owner != RL_SHARDMAP_NONE) {
         u = r->owners[owner];
     }
-    if (rule != NULL && rl_shed_check(conn, req, rule, shard, hash, u, &fp)) {
+    if (req->op == RL_WIRE_OP_CHECK && rule != NULL &&
+        rl_shed_check(conn, req, rule, shard, hash, u, &fp)) {
         return; /* answered LIMITED from the deny cache (shed.c) */
     }
     p = u != NULL ? rl_pending_get(r) : NULL;
@@ -227,13 +259,14 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
         if (u != NULL) {
             rl_upstream_count_failure(u);
         }
-        bool bs = fill_failure(r, rule, req->id, hash, req->cost, &rep);
+        bool bs = fill_failure(r, req->op, rule, req->id, hash, req->cost, &rep);
 
         answer_local(conn, req, rule, &rep, shard, fail_node(u, bs), hash);
         return;
     }
     p->client = c;
     p->client_id = req->id;
+    p->op = (uint8_t)req->op;
     p->rule = rule;
     p->shard = shard;
     p->key_hash = hash;
@@ -252,8 +285,45 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
         }
     }
     rl_shed_sent(p, req, fp);
+    if (req->op != RL_WIRE_OP_CHECK) {
+        p->cost = 0; /* never looked up in the deny cache (rl_shed_fail_lookup) */
+    }
     rl_pending_track(r, p, c);
     r->stats.forwarded++;
+}
+
+void
+rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
+                 const struct rl_wire_str *relay)
+{
+    forward_keyed(conn, req, relay);
+}
+
+/* Whether the client on conn may send req, an ADJUST or a RELEASE, as far as refunds go: a
+ * refund (delta < 0) needs a token with `adjust = yes` (docs/CONFIG.md); a charge, a zero
+ * delta and a RELEASE need nothing more than a CHECK does. Refused: answered here. */
+static bool
+forward_may_adjust(struct rl_conn *conn, const struct rl_wire_req *req)
+{
+    struct rl_router *r = conn->data;
+
+    if (req->op != RL_WIRE_OP_ADJUST || req->delta >= 0 ||
+        rl_conf_may_refund(r->conf, (const struct rl_client_conf *)conn->principal)) {
+        return true;
+    }
+    r->stats.unauthorized++;
+    rl_reply_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
+                   "this client's token does not allow refunds (adjust = yes)");
+    return false;
+}
+
+void
+rl_forward_adjust(struct rl_conn *conn, const struct rl_wire_req *req,
+                  const struct rl_wire_str *relay)
+{
+    if (forward_may_adjust(conn, req)) {
+        forward_keyed(conn, req, relay);
+    }
 }
 
 void
@@ -278,22 +348,21 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
     }
     c = pd->client != NULL ? &pd->client->conn : NULL;
     rl_shed_reply(r, pd, u, from, rep);
-    if (rep->op == RL_WIRE_OP_CHECK) {
-        r->stats.checks++;
-        rl_counts_answer(r, pd->rule, rep->check.code, pd->start_ns);
+    if (rep->op == pd->op) {
+        count_answer(r, pd->op, pd->rule, rep->check.code, pd->start_ns);
         if (pd->logged) {
-            log_answer(r, pd->shard, u->name, rep->check.code, pd->key_hash,
+            log_answer(r, pd->op, pd->shard, u->name, rep->check.code, pd->key_hash,
                        pd->rule != NULL ? pd->rule->service : pd->service,
                        pd->rule != NULL ? pd->rule->service_len : pd->slen, pd->user, pd->ulen);
         }
-        if (c != NULL && from->relay.ptr != NULL) {
+        if (c != NULL && from->relay.ptr != NULL && pd->op == RL_WIRE_OP_CHECK) {
             /* Read the short way (upstream.c): the node's fields go back as they came. */
             rc = rl_wire_put_spliced(&c->out, RL_WIRE_CHECK_REPLY_HDR, RL_WIRE_OP_CHECK,
                                      pd->client_id, from->relay.ptr, from->relay.len);
         } else if (c != NULL) {
             check = rep->check;
             check.id = pd->client_id;
-            rc = rl_wire_put_check_reply(&c->out, &check);
+            rc = put_reply(&c->out, pd->op, &check);
         } else if (pd->sink != NULL) {
             pd->answer(r, pd, &rep->check, 0);
         }
@@ -329,7 +398,8 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
         }
     } else {
         rl_log_limited(&r->node_odd_log, uv_now(r->loop), RL_ROUTER_NODE_LOG_MS, RL_LOG_WARN,
-                       "node %s answered a CHECK with op %u", u->name, rep->op);
+                       "node %s answered a %s with op %u", u->name, rl_wire_op_name(pd->op),
+                       rep->op);
         rl_forward_fail(r, pd, false);
         return;
     }
@@ -386,15 +456,15 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
         if (u != NULL) {
             rl_upstream_count_failure(u);
         }
-        fill_failure(r, rule, req->id, hash, req->cost, now);
-        r->stats.checks++;
-        rl_counts_answer(r, rule, now->code, start);
+        fill_failure(r, (uint8_t)req->op, rule, req->id, hash, req->cost, now);
+        count_answer(r, (uint8_t)req->op, rule, now->code, start);
         return -1;
     }
     p->client = NULL;
     p->sink = sink;
     p->answer = answer;
     p->client_id = req->id;
+    p->op = (uint8_t)req->op;
     p->rule = rule;
     p->shard = shard;
     p->key_hash = hash;
@@ -402,7 +472,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
     p->deadline = uv_now(r->loop) + r->conf->deadline_ms;
     p->start_ns = start;
     p->deny_fp = 0;
-    p->cost = req->cost;
+    p->cost = req->op == RL_WIRE_OP_CHECK ? req->cost : 0;
     p->logged = r->log != NULL && rl_reqlog_sample(r->log);
     if (p->logged) {
         p->ulen =

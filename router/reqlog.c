@@ -327,6 +327,15 @@ rl_reqlog_add_ex(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char
                  uint32_t code, uint64_t key_hash, const char *service, size_t slen,
                  const char *user, size_t ulen, bool cached)
 {
+    rl_reqlog_add_tag(l, ts_ms, shard, node, code, key_hash, service, slen, user, ulen,
+                      cached ? RL_REQLINE_TAG_CACHED : RL_REQLINE_TAG_NONE);
+}
+
+void
+rl_reqlog_add_tag(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *node,
+                  uint32_t code, uint64_t key_hash, const char *service, size_t slen,
+                  const char *user, size_t ulen, enum rl_reqline_tag tag)
+{
     uv_thread_t self = uv_thread_self();
     bool wake, moved = false;
 
@@ -358,8 +367,8 @@ rl_reqlog_add_ex(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char
         return;
     }
     wake = l->fill_len < RL_REQLOG_BUF / 2;
-    l->fill_len += rl_reqline_format_ex(l->fill + l->fill_len, ts_ms, shard, node, code,
-                                       key_hash, service, slen, user, ulen, cached);
+    l->fill_len += rl_reqline_format_tag(l->fill + l->fill_len, ts_ms, shard, node, code,
+                                       key_hash, service, slen, user, ulen, tag);
     l->stats.lines++;
     /* Half full: the owner loop flushes it now rather than at its next tick. */
     wake = moved || (wake && l->fill_len >= RL_REQLOG_BUF / 2);

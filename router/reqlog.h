@@ -2,7 +2,7 @@
  * reqlog: the router's request log, the rebalance tool's input. One text line per logged
  * request, formatted by reqline.h (docs/OPERATIONS.md gives the format):
  *
- *     TS_MS SHARD NODE CODE KEYHASH SERVICE USER
+ *     TS_MS SHARD NODE CODE KEYHASH SERVICE USER [cached|adjust|release]
  *
  * Lines are formatted into an in-memory buffer (by any thread: a router's workers share one
  * log) and written by libuv's thread pool from the loop given to create, so the hot path
@@ -19,6 +19,8 @@
 #include <stdint.h>
 
 #include <uv.h>
+
+#include "reqline.h"
 
 #define RL_REQLOG_BUF (1u << 20) /* bytes per buffer; three buffers per log */
 
@@ -48,6 +50,12 @@ void rl_reqlog_add(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const ch
 void rl_reqlog_add_ex(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *node,
                       uint32_t code, uint64_t key_hash, const char *service, size_t slen,
                       const char *user, size_t ulen, bool cached);
+
+/* The same with tag's word as the line's eighth field (reqline.h): `cached`, or `adjust` and
+ * `release` for those ops' answers. */
+void rl_reqlog_add_tag(struct rl_reqlog *l, uint64_t ts_ms, uint32_t shard, const char *node,
+                       uint32_t code, uint64_t key_hash, const char *service, size_t slen,
+                       const char *user, size_t ulen, enum rl_reqline_tag tag);
 
 /* Sampling: true for one call in `sample`; callers log only then. */
 int rl_reqlog_sample(struct rl_reqlog *l);

@@ -29,6 +29,7 @@
 /* Router counters, X(name, text): reported by STATS. */
 #define RL_ROUTER_STATS_MAP(X)                                                                     \
     X(checks, "checks")                                                                            \
+    X(adjusts, "adjusts")                 /* ADJUSTs answered (not decisions) */                  \
     X(forwarded, "forwarded")                                                                      \
     X(allowed, "allowed")                                                                          \
     X(limited, "limited")                                                                          \

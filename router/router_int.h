@@ -87,6 +87,7 @@ struct rl_pending {
     uint32_t client_id;
     uint32_t shard;
     uint8_t gen;
+    uint8_t op; /* the client's op, answered under it: CHECK, ADJUST or RELEASE (forward.c) */
     bool used;
     bool logged;
     uint8_t ulen;
@@ -390,6 +391,11 @@ extern const struct rl_conn_ops rl_session_ops;
  * req). */
 void rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
                       const struct rl_wire_str *relay);
+
+/* A client's ADJUST (and RELEASE): as a CHECK, under its own op, after the refund check
+ * (docs/PROTOCOL.md, "ADJUST"); never from the deny cache nor the backstop. */
+void rl_forward_adjust(struct rl_conn *conn, const struct rl_wire_req *req,
+                       const struct rl_wire_str *relay);
 
 /* Answers p by failure policy and frees it; late_reply as for rl_pending_put. */
 void rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply);

@@ -12,7 +12,8 @@
  *
  * What may be cached (docs/OPERATIONS.md, "The deny cache"): a node's LIMITED under a rule
  * in enforce mode none of whose tiers is a sliding_window_log (a log the node's memory cap
- * degrades into a counter may allow earlier than the log said). Not for the decision itself
+ * degrades into a counter may allow earlier than the log said), and under which no client may
+ * refund (rl_conf_rule_refundable: `adjust`). Not for the decision itself
  * (the node's) nor the routing (forward.c).
  */
 #include <errno.h>
@@ -123,12 +124,13 @@ shed_hot_merged(struct rl_router *r, bool own, struct rl_hot *out, uint64_t now_
     return true;
 }
 
-/* Whether a LIMITED under rule may be remembered: enforced, and no tier whose refusal the
- * node could take back early (a sliding log degraded under the memory cap). */
+/* Whether a LIMITED under rule may be remembered: enforced, no tier whose refusal the node
+ * could take back early (a sliding log degraded under the memory cap), and no client that may
+ * refund under it through any router (a refund gives back what the refusal counted on). */
 static bool
 shed_cacheable(const struct rl_conf *conf, const struct rl_rule *rule)
 {
-    if (rule->shadow) {
+    if (rule->shadow || rl_conf_rule_refundable(conf, rule)) {
         return false;
     }
     for (uint32_t i = 0; i < rule->ntiers; i++) {

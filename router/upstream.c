@@ -519,8 +519,9 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
         bare.tenant = 0;
         req = &bare;
     }
-    if ((admin ? rl_wire_put_throttled(upconn_out(uc), req)
-               : rl_wire_put_check(upconn_out(uc), req)) != 0) {
+    if ((admin                         ? rl_wire_put_throttled(upconn_out(uc), req)
+         : req->op == RL_WIRE_OP_CHECK ? rl_wire_put_check(upconn_out(uc), req)
+                                       : rl_wire_put_req(upconn_out(uc), req)) != 0) {
         return -ENOMEM;
     }
     upstream_sent(u, uc, l);

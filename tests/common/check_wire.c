@@ -879,7 +879,7 @@ START_TEST(test_not_a_request)
     expect_fault("id 2^32", RAW(0x92, 0x02, 0xcf, 0, 0, 0, 0x01, 0, 0, 0, 0), RL_WIRE_ERR_MALFORMED,
                  false, 0, "id");
     expect_fault("id array", RAW(0x92, 0x02, 0x91, 0x07), RL_WIRE_ERR_MALFORMED, false, 0, "id");
-    expect_fault("id bad, op bad", RAW(0x92, 0x09, 0xc3), RL_WIRE_ERR_MALFORMED, false, 0, "id");
+    expect_fault("id bad, op bad", RAW(0x92, 0xcc, 0xc8, 0xc3), RL_WIRE_ERR_MALFORMED, false, 0, "id");
     expect_fault("check, id bin",
                  RAW(0x96, 0x01, 0xc4, 0x01, 0x07, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01),
                  RL_WIRE_ERR_MALFORMED, false, 0, "id");
@@ -1356,7 +1356,7 @@ START_TEST(test_reply_strict)
     ck_assert_int_eq(reply_rc(RAW(0x94, 0xcc, 0xff, 0x00, 0x09, 0xa0)), -EPROTO);
     ck_assert_int_eq(reply_rc(RAW(0x94, 0xcc, 0xff, 0x00, 0x00, 0xa0)), -EPROTO);
     ck_assert_int_eq(reply_rc(RAW(0x94, 0xcc, 0xff, 0x00, 0x01, 0xc0)), -EPROTO);
-    ck_assert_int_eq(reply_rc(RAW(0x92, 0x09, 0x07)), -EPROTO);
+    ck_assert_int_eq(reply_rc(RAW(0x92, 0xcc, 0xc8, 0x07)), -EPROTO);
     ck_assert_int_eq(reply_rc(RAW(0x92, 0xff, 0x07)), -EPROTO);
     ck_assert_int_eq(reply_rc(RAW(0x91, 0x02)), -EPROTO);
     ck_assert_int_eq(reply_rc(RAW(0xc0)), -EPROTO);

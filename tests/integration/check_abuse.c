@@ -1057,8 +1057,8 @@ END_TEST
  * one by one and the connection stayed open). */
 START_TEST(test_preauth_bad_frames)
 {
-    static const char *const bad[] = {"\x92\x09\x01", "\x93\x06\x01\xc0", "\x91\x01"};
-    static const size_t len[] = {3, 4, 2};
+    static const char *const bad[] = {"\x92\xcc\xc8\x01", "\x93\x06\x01\xc0", "\x91\x01"};
+    static const size_t len[] = {4, 4, 2};
     struct rl_wire_decoder dec;
     struct rl_wire_reply rep;
     char buf[4096];

@@ -99,6 +99,8 @@ write_conf(const char *rules)
                               "[cluster]\nname = dc\nshards = %d\n%s"
                               "[router]\nlisten = 127.0.0.1:%d\ndeadline = 1s\n"
                               "request_log = %s\nmetrics = 127.0.0.1:%d\n%s"
+                              /* no refunds: refusals may be held (check_adjust_router) */
+                              "[clients]\nadjust = no\n"
                               "[node a]\nlisten = 127.0.0.1:%d\n"
                               "[node b]\nlisten = 127.0.0.1:%d\n%s%s",
                               SHARDS, zkpart, router_port, log_path, metrics_port, router_extra,

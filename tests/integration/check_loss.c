@@ -80,6 +80,8 @@ setup_abuse(void)
                                            "[cluster]\nname = loss\nzookeeper = %s\n"
                                            "session_timeout = 2000ms\nshards = %d\n"
                                            "[router]\ndeadline = 50ms\n"
+                                           /* no refunds: the deny cache holds refusals */
+                                           "[clients]\nadjust = no\n"
                                            "[service day]\nlimit = token_bucket %d per 1d\n",
                                            zk.connect, SHARDS, LIMIT),
                      0);
@@ -230,6 +232,7 @@ setup_static(void)
                                            "[cluster]\nname = st\nshards = %d\n"
                                            "[router]\ndeadline = 50ms\nrequest_log = %s\n"
                                            "metrics = 127.0.0.1:%d\n"
+                                           "[clients]\nadjust = no\n"
                                            "[node a]\nlisten = 127.0.0.1:%d\n"
                                            "[node b]\nlisten = 127.0.0.1:%d\n"
                                            "[service day]\nlimit = token_bucket %d per 1d\n"

@@ -49,7 +49,7 @@ def test_reply_to_unknown_id_is_protocol_error(cluster):
     with Client("127.0.0.1", cluster.port) as c:
         c.ping()
         sock = c._sock
-        sock.sendall(b"\x00\x00\x00\x03\x92\x09\x05")  # op 9: UNKNOWN_OP, id 5
+        sock.sendall(b"\x00\x00\x00\x04\x92\xcc\xc8\x05")  # op 200: UNKNOWN_OP, id 5
         with pytest.raises(ratelimiter.ProtocolError):   # an id this client never sent
             c.ping()
         assert not c.connected

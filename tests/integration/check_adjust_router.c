@@ -1,0 +1,331 @@
+/*
+ * check_adjust_router: ADJUST (op 9) through routers, with real processes: a throwaway
+ * ZooKeeper, two rl-node and two rl-router processes sharing one cluster.conf. Asserted:
+ *   - a reservation settles through a router: a CHECK of the estimate, an ADJUST refunding
+ *     the difference, answered under op 9 with the key after it; a charge past the limit
+ *     through the other router leaves the key in debt (refused); NO_RULE for a service with
+ *     no rule; routers count ADJUSTs in STATS `adjusts`, not in `checks`; the request log's
+ *     ADJUST lines end in `adjust` and parse (reqline.h, the rebalance tool's reader);
+ *   - who may refund: a token without `adjust = yes` gets ERROR UNAUTHORIZED for a refund
+ *     (counted `unauthorized`, the connection stays) and may still charge;
+ *   - the deny cache stays true across two routers: a rule no client may refund is cached
+ *     (deny_hits grows, the node is not asked), a rule a client may refund is not: refused
+ *     through router A, refunded through router B, allowed through A at once.
+ * Not for the node's arithmetic of ADJUST (check_node_tcp, check_limiter).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "auth.h"
+#include "buf.h"
+#include "harness.h"
+#include "reqclient.h"
+#include "reqline.h"
+#include "rltest.h"
+#include "wire.h"
+
+#define SHARDS 16
+#define T_TIMEOUT 5000
+#define SETTLE_TOKEN "settle-token-0123456789abcdef"
+#define APP_TOKEN "app-token-0123456789abcdef"
+
+static struct rl_harness_zk zk;
+static struct rl_harness_server nodes[2], routers[2];
+static const char *const names[2] = {"a", "b"};
+static int node_ports[2], router_ports[2];
+static char conf_path[PATH_MAX], log_path[PATH_MAX];
+
+static void
+sleep_ms(int64_t ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/*
+ * `settle` may refund (adjust = yes) under tok and fw only; `app` (every service) may not
+ * ([clients] adjust = no). So keep's refusals may be held by a router, tok's and fw's not.
+ */
+static void
+setup(void)
+{
+    char settle[65], app[65];
+    uint8_t h[RL_AUTH_HASH_LEN];
+
+    rl_auth_sha256(SETTLE_TOKEN, strlen(SETTLE_TOKEN), h);
+    rl_auth_format_hash(h, settle);
+    rl_auth_sha256(APP_TOKEN, strlen(APP_TOKEN), h);
+    rl_auth_format_hash(h, app);
+    rl_test_cluster_prepare(&zk, nodes, node_ports, 2, routers, router_ports, 2);
+    ck_assert_int_eq(rl_harness_tmppath(conf_path, sizeof(conf_path), "adj.conf"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(log_path, sizeof(log_path), "requests.log"), 0);
+    ck_assert_int_eq(
+        rl_harness_write_file(conf_path,
+                              "[cluster]\nname = adj\nzookeeper = %s\n"
+                              "session_timeout = 2000ms\nshards = %d\n"
+                              "[router]\ndeadline = 1s\nrequest_log = %s\n"
+                              "[clients]\nadjust = no\n"
+                              "[client settle]\ntoken_sha256 = %s\nservices = tok fw\n"
+                              "adjust = yes\nstats = yes\n"
+                              "[client app]\ntoken_sha256 = %s\nservices = *\nstats = yes\n"
+                              "[service tok]\nlimit = fixed_window 10 per 1h\n"
+                              "[service fw]\nlimit = fixed_window 2 per 1h\n"
+                              "[service keep]\nlimit = fixed_window 2 per 1h\n",
+                              zk.connect, SHARDS, log_path, settle, app),
+        0);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rl_harness_node_start(&nodes[i], conf_path, names[i], node_ports[i], 0),
+                         0);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rl_harness_router_start(&routers[i], conf_path, router_ports[i]), 0);
+    }
+}
+
+static void
+teardown(void)
+{
+    rl_harness_cleanup();
+}
+
+/* STATS value key of router i, over an authenticated connection. */
+static int64_t
+rstat(int i, const char *key)
+{
+    struct rl_client *c = rl_test_dial(router_ports[i], APP_TOKEN, T_TIMEOUT);
+    struct rl_wire_reply rep;
+    int64_t v;
+
+    ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
+    v = rl_client_stat(&rep, key, -1);
+    rl_client_destroy(c);
+    return v;
+}
+
+/* Waits until both routers see both nodes and every CHECK connection of theirs had a rules
+ * probe answered with their rules (only then does the deny cache hold refusals). */
+static void
+wait_ready(void)
+{
+    for (int r = 0; r < 2; r++) {
+        int i;
+
+        for (i = 0; i < 400 && rstat(r, "members") != 2; i++) {
+            sleep_ms(50);
+        }
+        ck_assert_int_eq(rstat(r, "members"), 2);
+        int64_t want = 2 * 2 * rstat(r, "workers");
+
+        for (i = 0; i < 400 && rstat(r, "deny_rules_confirms") < want; i++) {
+            sleep_ms(50);
+        }
+        ck_assert_int_ge(rstat(r, "deny_rules_confirms"), want);
+    }
+}
+
+/* One request of op (CHECK: n is the cost; ADJUST: the delta) through c; its reply. */
+static struct rl_wire_reply
+send_one(struct rl_client *c, uint32_t op, const char *svc, const char *user, int32_t n)
+{
+    struct rl_wire_req req = {.op = op, .id = 77};
+    struct rl_wire_reply rep;
+    struct rl_buf b;
+
+    req.service.ptr = svc;
+    req.service.len = (uint32_t)strlen(svc);
+    req.user.ptr = user;
+    req.user.len = (uint32_t)strlen(user);
+    if (op == RL_WIRE_OP_ADJUST) {
+        req.delta = n;
+    } else {
+        req.cost = (uint32_t)n;
+    }
+    rl_buf_init(&b);
+    ck_assert_int_eq(rl_wire_put_req(&b, &req), 0);
+    ck_assert_int_eq(rl_client_queue_raw(c, b.data, b.len), 0);
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.id, 77);
+    rl_buf_deinit(&b);
+    return rep;
+}
+
+/* A CHECK-shaped answer under op, with code. */
+static struct rl_wire_check_reply
+expect(struct rl_client *c, uint32_t op, const char *svc, const char *user, int32_t n,
+       uint32_t code)
+{
+    struct rl_wire_reply rep = send_one(c, op, svc, user, n);
+
+    ck_assert_msg(rep.op == op, "%s %s/%s %d: op %u (%.*s)", rl_wire_op_name(op), svc, user, n,
+                  rep.op, (int)rep.message.len, rep.message.ptr ? rep.message.ptr : "");
+    ck_assert_msg(rep.check.code == code, "%s %s/%s %d: code %u, not %u", rl_wire_op_name(op),
+                  svc, user, n, rep.check.code, code);
+    return rep.check;
+}
+
+/* Lines of the request log (both routers write it) with tag, each parsed; waits up to 5 s
+ * for at least want of them (the log is flushed at least once a second). */
+static int
+tagged_lines(enum rl_reqline_tag tag, int want)
+{
+    static char buf[1 << 20];
+    int k = 0;
+
+    for (int i = 0; i < 100; i++) {
+        int n = rl_harness_read_file(log_path, buf, sizeof(buf) - 1);
+
+        k = 0;
+        for (char *p = buf, *e; n > 0 && p < buf + n; p = e + 1) {
+            struct rl_reqline l;
+
+            e = memchr(p, '\n', (size_t)(buf + n - p));
+            if (e == NULL) {
+                break;
+            }
+            ck_assert_int_eq(rl_reqline_parse(p, (size_t)(e - p), SHARDS, &l), 0);
+            k += l.tag == tag;
+        }
+        if (k >= want) {
+            break;
+        }
+        sleep_ms(50);
+    }
+    return k;
+}
+
+START_TEST(test_settle_through_router)
+{
+    struct rl_client *a, *b;
+    struct rl_wire_check_reply rep;
+    int64_t checks0[2], adjusts0[2];
+
+    wait_ready();
+    for (int i = 0; i < 2; i++) {
+        checks0[i] = rstat(i, "checks");
+        adjusts0[i] = rstat(i, "adjusts");
+    }
+    a = rl_test_dial(router_ports[0], SETTLE_TOKEN, T_TIMEOUT);
+    b = rl_test_dial(router_ports[1], SETTLE_TOKEN, T_TIMEOUT);
+    /* reserve 8 of 10, settle at 3: 5 back */
+    rep = expect(a, RL_WIRE_OP_CHECK, "tok", "carol", 8, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.remaining, 2);
+    rep = expect(a, RL_WIRE_OP_ADJUST, "tok", "carol", -5, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.limit, 10);
+    ck_assert_uint_eq(rep.remaining, 7);
+    /* the other router sees the same key: 7 left, then a charge past the limit */
+    rep = expect(b, RL_WIRE_OP_CHECK, "tok", "carol", 7, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.remaining, 0);
+    rep = expect(b, RL_WIRE_OP_ADJUST, "tok", "carol", 4, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.remaining, 0);
+    /* in debt: a refund of 3 still leaves it at the limit, so a CHECK of 1 is refused */
+    expect(a, RL_WIRE_OP_ADJUST, "tok", "carol", -3, RL_WIRE_ALLOWED);
+    expect(a, RL_WIRE_OP_CHECK, "tok", "carol", 1, RL_WIRE_LIMITED);
+    expect(a, RL_WIRE_OP_ADJUST, "tok", "carol", -2, RL_WIRE_ALLOWED);
+    expect(b, RL_WIRE_OP_CHECK, "tok", "carol", 1, RL_WIRE_ALLOWED);
+    rl_client_destroy(a);
+    /* no rule: answered by the router under op 9 (app's token: every service) */
+    a = rl_test_dial(router_ports[0], APP_TOKEN, T_TIMEOUT);
+    expect(a, RL_WIRE_OP_ADJUST, "nope", "carol", 2, RL_WIRE_NO_RULE);
+    rl_client_destroy(a);
+    rl_client_destroy(b);
+    /* counted apart from the decisions: router A 2 CHECKs and 4 ADJUSTs, B 2 and 1 */
+    ck_assert_int_eq(rstat(0, "checks") - checks0[0], 2);
+    ck_assert_int_eq(rstat(0, "adjusts") - adjusts0[0], 4);
+    ck_assert_int_eq(rstat(1, "checks") - checks0[1], 2);
+    ck_assert_int_eq(rstat(1, "adjusts") - adjusts0[1], 1);
+    ck_assert_int_eq(tagged_lines(RL_REQLINE_TAG_ADJUST, 5), 5);
+}
+END_TEST
+
+START_TEST(test_refund_needs_adjust)
+{
+    struct rl_client *c;
+    struct rl_wire_reply rep;
+    int64_t unauth0;
+
+    wait_ready();
+    unauth0 = rstat(0, "unauthorized");
+    c = rl_test_dial(router_ports[0], APP_TOKEN, T_TIMEOUT);
+    expect(c, RL_WIRE_OP_CHECK, "tok", "dave", 5, RL_WIRE_ALLOWED);
+    rep = send_one(c, RL_WIRE_OP_ADJUST, "tok", "dave", -5);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep.err, RL_WIRE_ERR_UNAUTHORIZED);
+    ck_assert_ptr_nonnull(strstr(rep.message.ptr, "adjust = yes"));
+    /* the connection stays; a charge and a zero delta are no refund */
+    ck_assert_uint_eq(expect(c, RL_WIRE_OP_ADJUST, "tok", "dave", 2, RL_WIRE_ALLOWED).remaining,
+                      3);
+    expect(c, RL_WIRE_OP_ADJUST, "tok", "dave", 0, RL_WIRE_ALLOWED);
+    rl_client_destroy(c);
+    ck_assert_int_eq(rstat(0, "unauthorized") - unauth0, 1);
+    /* settle may refund tok, and only the services it may CHECK */
+    c = rl_test_dial(router_ports[0], SETTLE_TOKEN, T_TIMEOUT);
+    ck_assert_uint_eq(expect(c, RL_WIRE_OP_ADJUST, "tok", "dave", -5, RL_WIRE_ALLOWED).remaining,
+                      8);
+    rep = send_one(c, RL_WIRE_OP_ADJUST, "keep", "dave", -1);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep.err, RL_WIRE_ERR_UNAUTHORIZED);
+    rl_client_destroy(c);
+}
+END_TEST
+
+/* Drives (svc, user) to LIMITED through c (2 of 2, then refused); returns the refusals
+ * router r has remembered since (deny_inserts). */
+static int64_t
+refuse(int r, struct rl_client *c, const char *svc, const char *user)
+{
+    int64_t ins0 = rstat(r, "deny_inserts");
+
+    expect(c, RL_WIRE_OP_CHECK, svc, user, 1, RL_WIRE_ALLOWED);
+    expect(c, RL_WIRE_OP_CHECK, svc, user, 1, RL_WIRE_ALLOWED);
+    expect(c, RL_WIRE_OP_CHECK, svc, user, 1, RL_WIRE_LIMITED);
+    return rstat(r, "deny_inserts") - ins0;
+}
+
+START_TEST(test_deny_cache_two_routers)
+{
+    struct rl_client *a, *b;
+    int64_t hits0;
+
+    wait_ready();
+    a = rl_test_dial(router_ports[0], APP_TOKEN, T_TIMEOUT);
+    b = rl_test_dial(router_ports[1], SETTLE_TOKEN, T_TIMEOUT);
+    /* keep: no client may refund it: router A holds the refusal and answers it itself */
+    ck_assert_int_eq(refuse(0, a, "keep", "erin"), 1);
+    hits0 = rstat(0, "deny_hits");
+    expect(a, RL_WIRE_OP_CHECK, "keep", "erin", 1, RL_WIRE_LIMITED);
+    ck_assert_int_eq(rstat(0, "deny_hits") - hits0, 1);
+    /* fw: settle may refund it: no router holds its refusal, so a refund through B is seen
+     * through A at once */
+    ck_assert_int_eq(refuse(0, a, "fw", "erin"), 0);
+    expect(b, RL_WIRE_OP_ADJUST, "fw", "erin", -1, RL_WIRE_ALLOWED);
+    hits0 = rstat(0, "deny_hits");
+    ck_assert_uint_eq(expect(a, RL_WIRE_OP_CHECK, "fw", "erin", 1, RL_WIRE_ALLOWED).remaining, 0);
+    expect(a, RL_WIRE_OP_CHECK, "fw", "erin", 1, RL_WIRE_LIMITED);
+    ck_assert_int_eq(rstat(0, "deny_hits") - hits0, 0);
+    rl_client_destroy(a);
+    rl_client_destroy(b);
+}
+END_TEST
+
+static Suite *
+adjust_router_suite(void)
+{
+    Suite *s = suite_create("adjust_router");
+    TCase *tc = tcase_create("adjust");
+
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_settle_through_router);
+    tcase_add_test(tc, test_refund_needs_adjust);
+    tcase_add_test(tc, test_deny_cache_two_routers);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RL_TEST_MAIN(adjust_router_suite)
