@@ -123,9 +123,9 @@ shed_hot_merged(struct rl_router *r, bool own, struct rl_hot *out, uint64_t now_
     return true;
 }
 
+/* Whether a LIMITED under rule may be remembered: enforced, and no tier whose refusal the
  * node could take back early (a sliding log degraded under the memory cap, a concurrency tier
  * whose slots a RELEASE frees). */
- * node could take back early (a sliding log degraded under the memory cap). */
 static bool
 shed_cacheable(const struct rl_conf *conf, const struct rl_rule *rule)
 {
