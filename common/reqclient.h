@@ -79,6 +79,13 @@ int rl_client_check_limit(struct rl_client *c, const char *service, const char *
                           const char *endpoint, uint32_t cost, const struct rl_wire_limit *limit,
                           struct rl_wire_reply *rep, int timeout_ms);
 
+/* ADJUST (op RL_WIRE_OP_ADJUST, amount its delta) or RELEASE (RL_WIRE_OP_RELEASE, amount its
+ * count), with an inline limit or none, waited for as rl_client_check; the caller checks the
+ * bounds. */
+int rl_client_settle(struct rl_client *c, uint32_t op, const char *service, const char *user,
+                     const char *endpoint, int64_t amount, const struct rl_wire_limit *limit,
+                     struct rl_wire_reply *rep, int timeout_ms);
+
 /*
  * Pipelined CHECKs: sends reqs[0..n) in one write with ids 1..n (overwriting theirs) and
  * waits for all n replies, storing the reply to reqs[i] in reps[i] whatever the order they

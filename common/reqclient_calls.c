@@ -1,6 +1,7 @@
 /*
  * reqclient_calls: the typed calls of the request client (reqclient.h), on its transport
  * (reqclient.c, through reqclient_int.h): one request and its reply matched by id (CHECK,
+ * ADJUST and RELEASE,
  * PING, AUTH and the token files, STATS and rl_client_stat, THROTTLED, HOT, CLOCK), and
  * check_many's pipelined batch, ids 1..n filed as they come. Not for sockets, TLS or
  * framing (reqclient.c), and not thread-safe.
@@ -107,6 +108,29 @@ rl_client_check_limit(struct rl_client *c, const char *service, const char *user
     set_str(&req.user, user);
     set_str(&req.endpoint, endpoint);
     req.cost = cost;
+    if (limit != NULL && limit->set) {
+        req.limit = *limit;
+    }
+    return req_call(c, &req, rep, deadline);
+}
+
+int
+rl_client_settle(struct rl_client *c, uint32_t op, const char *service, const char *user,
+                 const char *endpoint, int64_t amount, const struct rl_wire_limit *limit,
+                 struct rl_wire_reply *rep, int timeout_ms)
+{
+    int64_t deadline = client_deadline_after(timeout_ms);
+    struct rl_wire_req req;
+
+    req_begin(c, &req, op);
+    set_str(&req.service, service);
+    set_str(&req.user, user);
+    set_str(&req.endpoint, endpoint);
+    if (op == RL_WIRE_OP_ADJUST) {
+        req.delta = (int32_t)amount;
+    } else {
+        req.cost = (uint32_t)amount;
+    }
     if (limit != NULL && limit->set) {
         req.limit = *limit;
     }

@@ -473,6 +473,59 @@ rlc_check_limit(rlc_client *c, const char *service, const char *user, const char
     return settle(c, rc);
 }
 
+/* ADJUST or RELEASE of amount (bounds checked by the callers). */
+static int
+settle_op(rlc_client *c, uint32_t op, const char *service, const char *user,
+          const char *endpoint, int64_t amount, const struct rlc_limit *limit,
+          struct rlc_reply *rep, int timeout_ms)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    struct rl_wire_limit wl;
+    int rc;
+
+    memset(&wl, 0, sizeof(wl));
+    if (c == NULL || rep == NULL || !valid_check(service, user, endpoint, 0) ||
+        (limit != NULL && !wire_limit(limit, &wl))) {
+        return -EINVAL;
+    }
+    rc = ensure(c, deadline);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = rl_client_settle(c->c, op, service, user, endpoint, amount, &wl, &c->rep,
+                          left_ms(deadline));
+    if (rc == 0 && c->rep.op == RL_WIRE_OP_ERROR) {
+        error_reply(c->rep.err, rep);
+        return remote_error(c);
+    }
+    if (rc == 0) {
+        from_wire(&c->rep.check, rep);
+    }
+    return settle(c, rc);
+}
+
+int
+rlc_adjust(rlc_client *c, const char *service, const char *user, const char *endpoint,
+           int32_t delta, const struct rlc_limit *limit, struct rlc_reply *rep, int timeout_ms)
+{
+    if (delta < -RL_WIRE_DELTA_MAX || delta > RL_WIRE_DELTA_MAX) {
+        return -EINVAL;
+    }
+    return settle_op(c, RL_WIRE_OP_ADJUST, service, user, endpoint, delta, limit, rep,
+                     timeout_ms);
+}
+
+int
+rlc_release(rlc_client *c, const char *service, const char *user, const char *endpoint,
+            uint32_t count, const struct rlc_limit *limit, struct rlc_reply *rep, int timeout_ms)
+{
+    if (count < 1 || count > RL_WIRE_COUNT_MAX) {
+        return -EINVAL;
+    }
+    return settle_op(c, RL_WIRE_OP_RELEASE, service, user, endpoint, count, limit, rep,
+                     timeout_ms);
+}
+
 int
 rlc_limit_parse(const char *text, struct rlc_limit *out)
 {

@@ -221,6 +221,31 @@ RLC_API int rlc_check_limit(rlc_client *c, const char *service, const char *user
                             struct rlc_reply *rep, int timeout_ms);
 
 /*
+ * ADJUST (docs/PROTOCOL.md, "ADJUST"): settles a cost known after the work, on the key a
+ * CHECK of an estimate counted: delta > 0 charges (applied past the limit too: the key is
+ * then in debt), delta < 0 refunds (at most what the key consumed in its current window);
+ * |delta| <= 1000000. limit: the inline limit the key was CHECKed with, or NULL. *rep: code
+ * RLC_CODE_ALLOWED when applied, RLC_CODE_NO_RULE when no rule matches, or the failure
+ * policy's code when the owner is unreachable (not applied); the key's numbers after it.
+ * Returns as rlc_check (a router whose client may not refund answers ERROR UNAUTHORIZED:
+ * -EREMOTEIO). Not idempotent: after -ETIMEDOUT or -ECONNRESET it may or may not have been
+ * applied; do not resend it blindly (a charge resent is charged twice).
+ */
+RLC_API int rlc_adjust(rlc_client *c, const char *service, const char *user,
+                       const char *endpoint, int32_t delta, const struct rlc_limit *limit,
+                       struct rlc_reply *rep, int timeout_ms);
+
+/*
+ * RELEASE (docs/PROTOCOL.md, "RELEASE"): gives back count (1..1000000) slots of the rule's
+ * `concurrency` tiers taken by a CHECK of that cost; limit as rlc_adjust. *rep: a CHECK's
+ * reply (remaining: N minus the slots still held). Returns as rlc_adjust, and is not
+ * idempotent either (a release resent may free another holder's slot).
+ */
+RLC_API int rlc_release(rlc_client *c, const char *service, const char *user,
+                        const char *endpoint, uint32_t count, const struct rlc_limit *limit,
+                        struct rlc_reply *rep, int timeout_ms);
+
+/*
  * Parses `ALGORITHM N per DURATION [burst B]` (docs/CONFIG.md, `limit`; DURATION digits and
  * ms, s, m, h or d) into *out, whose algorithm then points into a static string. Returns 0 or
  * -EINVAL.

@@ -43,6 +43,8 @@
 static char token_sha[65];
 
 static char conf_path[PATH_MAX];
+/* where RELEASE is sent: the router does not forward it yet */
+#define RELEASE_PORT node_port
 static int node_port, router_port;
 static struct rl_harness_server node, router;
 
@@ -69,6 +71,7 @@ write_conf(int with_client)
                          "[node a]\nlisten = 127.0.0.1:%d\n"
                          "[service pipe]\nlimit = fixed_window 1000 per 1h\n"
                          "[service one]\nlimit = fixed_window 1 per 1h\n"
+                         "[service conc]\nlimit = concurrency 2 lease 1h\n"
                          "%s%s%s",
                          router_port, node_port,
                          with_client ? "[client app]\ntoken_sha256 = " : "",
@@ -213,6 +216,72 @@ START_TEST(test_inline_limit)
     ck_assert_int_eq(rlc_check_limit(c, "free", "u", NULL, 1, &other, &r, 2000), -EINVAL);
     ck_assert_int_eq(rlc_check(c, "one", "u", NULL, 1, &r, 2000), 0);
     ck_assert_uint_eq(r.code, RLC_ALLOWED);
+    rlc_close(c);
+}
+END_TEST
+
+/* ADJUST through the router: a charge past the limit, a refund, an inline-limited key. */
+START_TEST(test_adjust)
+{
+    rlc_client *c;
+    struct rlc_reply r;
+    struct rlc_limit lim;
+
+    ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)router_port, 2000), 0);
+    ck_assert_int_eq(rlc_check(c, "one", "adj", NULL, 1, &r, 2000), 0);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_int_eq(rlc_adjust(c, "one", "adj", NULL, -1, NULL, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_ALLOWED);
+    ck_assert_uint_eq(r.remaining, 1); /* refunded */
+    ck_assert_int_eq(rlc_adjust(c, "one", "adj", NULL, 3, NULL, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_ALLOWED); /* charged past the limit */
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_int_eq(rlc_adjust(c, "one", "adj", NULL, -1, NULL, &r, 2000), 0);
+    ck_assert_uint_eq(r.remaining, 0); /* still 2 in debt */
+    ck_assert_int_eq(rlc_check(c, "one", "adj", NULL, 0, &r, 2000), 0);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_int_eq(rlc_adjust(c, "nosuch", "adj", NULL, 5, NULL, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_NO_RULE);
+    ck_assert_int_eq(rlc_adjust(c, "one", "adj", NULL, 1000001, NULL, &r, 2000), -EINVAL);
+    ck_assert_int_eq(rlc_adjust(c, "one", "adj", NULL, -1000001, NULL, &r, 2000), -EINVAL);
+    ck_assert_int_eq(rlc_adjust(c, "", "adj", NULL, 1, NULL, &r, 2000), -EINVAL);
+    /* an inline-limited key is settled with its limit */
+    ck_assert_int_eq(rlc_limit_parse("fixed_window 10 per 1h", &lim), 0);
+    ck_assert_int_eq(rlc_check_limit(c, "free", "adj", NULL, 2, &lim, &r, 2000), 0);
+    ck_assert_uint_eq(r.remaining, 8);
+    ck_assert_int_eq(rlc_adjust(c, "free", "adj", NULL, 5, &lim, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_ALLOWED);
+    ck_assert_uint_eq(r.remaining, 3);
+    ck_assert_int_eq(rlc_adjust(c, "one", "adj", NULL, 1, &lim, &r, 2000), -EREMOTEIO);
+    ck_assert_uint_eq(r.error, RLC_ERR_BAD_FIELD); /* a configured service takes none */
+    rlc_close(c);
+}
+END_TEST
+
+/* RELEASE gives back a concurrency slot (asked of RELEASE_PORT: the router once it forwards
+ * RELEASE, the node until then). */
+START_TEST(test_release)
+{
+    rlc_client *c;
+    struct rlc_reply r;
+
+    ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)RELEASE_PORT, 2000), 0);
+    ck_assert_int_eq(rlc_check(c, "conc", "rel", NULL, 1, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_ALLOWED);
+    ck_assert_int_eq(rlc_check(c, "conc", "rel", NULL, 1, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_ALLOWED);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_int_eq(rlc_check(c, "conc", "rel", NULL, 1, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_LIMITED);
+    ck_assert_int_eq(rlc_release(c, "conc", "rel", NULL, 1, NULL, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_ALLOWED);
+    ck_assert_uint_eq(r.remaining, 1);
+    ck_assert_int_eq(rlc_check(c, "conc", "rel", NULL, 1, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_ALLOWED);
+    ck_assert_int_eq(rlc_release(c, "conc", "rel", NULL, 2, NULL, &r, 2000), 0);
+    ck_assert_uint_eq(r.remaining, 2);
+    ck_assert_int_eq(rlc_release(c, "conc", "rel", NULL, 0, NULL, &r, 2000), -EINVAL);
+    ck_assert_int_eq(rlc_release(c, "conc", "rel", NULL, 1000001, NULL, &r, 2000), -EINVAL);
     rlc_close(c);
 }
 END_TEST
@@ -732,6 +801,8 @@ clib_suite(void)
     tcase_add_test(tc, test_pipeline_node_exact);
     tcase_add_test(tc, test_pipeline_router);
     tcase_add_test(tc, test_inline_limit);
+    tcase_add_test(tc, test_adjust);
+    tcase_add_test(tc, test_release);
     tcase_add_test(tc, test_timeout_stopped_node);
     tcase_add_test(tc, test_reconnect_router_restart);
     tcase_add_test(tc, test_auth);
