@@ -11,13 +11,17 @@
 --   local status, hdrs = rl.headers(reply, "api", 60, false)    -- pure function
 --   rl.access{ service = "api", user = ngx.var.http_x_user }   -- access_by_lua_block
 --   rl.header_filter()                                           -- header_filter_by_lua_block
+--   rl.adjust{ service = "llm", user = "u42", delta = 250 }      -- settle a cost (ADJUST)
+--   rl.conn_access{ service = "export", user = "u42" }          -- access_by_lua_block, and
+--   rl.conn_log()                                                -- log_by_lua_block: a
+--                                          cluster-wide limit_conn (CHECK, then RELEASE)
 --
 -- MessagePack is encoded and decoded here rather than with lua-messagepack: the protocol's
 -- strict type rules (a float is never an integer, a bin is never a str, a negative value
 -- never fits an unsigned field, nothing may follow the value) cannot be checked on what a
 -- generic decoder returns, since LuaJIT has one number type and lua-messagepack decodes
 -- str and bin alike; and a CHECK has one fixed shape whose nil endpoint a Lua array cannot
--- hold without a sentinel. The two encoders and one decoder below are about 150 lines.
+-- hold without a sentinel. The encoders and the decoder below are about 170 lines.
 
 local ngx = ngx
 local tcp = ngx.socket.tcp
@@ -25,13 +29,14 @@ local byte, char, sub, find, format, gsub = string.byte, string.char, string.sub
     string.format, string.gsub
 local concat = table.concat
 local floor, ceil = math.floor, math.ceil
-local type, tostring, pairs = type, tostring, pairs
+local type, tostring, pairs, next, setmetatable = type, tostring, pairs, next, setmetatable
 
 local _M = { _VERSION = "1.0" }
 
 -- ---- constants ------------------------------------------------------------------------
 
-local OP_CHECK, OP_AUTH, OP_ERROR = 1, 6, 255
+local OP_CHECK, OP_AUTH, OP_ADJUST, OP_RELEASE, OP_ERROR = 1, 6, 9, 10, 255
+local OP_NAMES = { [OP_CHECK] = "CHECK", [OP_ADJUST] = "ADJUST", [OP_RELEASE] = "RELEASE" }
 local MAX_FRAME = 65536
 local MAX_ID = 4294967295
 local MAX_COST = 1000000
@@ -138,6 +143,23 @@ local function enc_uint(n)
                 n % 256)
 end
 
+-- a signed integer (ADJUST's delta): negative ones as negative fixint, int8, int16, int32
+local function enc_int(n)
+    if n >= 0 then
+        return enc_uint(n)
+    elseif n >= -32 then
+        return char(256 + n)
+    elseif n >= -128 then
+        return char(0xd0, 256 + n)
+    elseif n >= -32768 then
+        local u = 65536 + n
+        return char(0xd1, floor(u / 256), u % 256)
+    end
+    local u = 4294967296 + n
+    return char(0xd2, floor(u / 16777216), floor(u / 65536) % 256, floor(u / 256) % 256,
+                u % 256)
+end
+
 local function enc_str(s)
     local n = #s
     if n < 32 then
@@ -154,12 +176,16 @@ local function frame(payload)
         .. payload
 end
 
--- [1, id, service, user, endpoint|nil, cost]
-local function enc_check(id, service, user, endpoint, cost)
+-- [op, id, service, user, endpoint|nil, amount]: CHECK (cost), ADJUST (delta), RELEASE (count)
+local function enc_keyed(op, id, service, user, endpoint, amount)
     return frame(concat({
-        "\150\1", enc_uint(id), enc_str(service), enc_str(user),
-        endpoint == nil and "\192" or enc_str(endpoint), enc_uint(cost),
+        "\150", char(op), enc_uint(id), enc_str(service), enc_str(user),
+        endpoint == nil and "\192" or enc_str(endpoint), enc_int(amount),
     }))
+end
+
+local function enc_check(id, service, user, endpoint, cost)
+    return enc_keyed(OP_CHECK, id, service, user, endpoint, cost)
 end
 
 -- [6, id, token]
@@ -167,7 +193,7 @@ local function enc_auth(id, token)
     return frame("\147\6" .. enc_uint(id) .. enc_str(token))
 end
 
-_M._enc_check, _M._enc_auth = enc_check, enc_auth -- for tests
+_M._enc_check, _M._enc_auth, _M._enc_keyed = enc_check, enc_auth, enc_keyed -- for tests
 
 -- ---- MessagePack: the replies this client accepts -------------------------------------
 -- Each reader returns value, next position; or nil, reason.
@@ -254,7 +280,8 @@ local function dec_array(s, pos, len)
     return nil, "not an array"
 end
 
--- Decodes one reply payload: CHECK [1,id,code,limit,remaining,reset,retry],
+-- Decodes one reply payload: CHECK [1,id,code,limit,remaining,reset,retry] (and ADJUST's and
+-- RELEASE's, the same shape under ops 9 and 10),
 -- AUTH [6,id,principal] or ERROR [255,id,err,message]. Returns a table with op and id
 -- (and the fields), or nil, reason. Anything else, or a byte left over, is refused.
 local function dec_reply(s)
@@ -276,9 +303,9 @@ local function dec_reply(s)
         return nil, "id out of range"
     end
     local r = { op = op, id = id }
-    if op == OP_CHECK then
+    if OP_NAMES[op] ~= nil then
         if n ~= 7 then
-            return nil, "CHECK reply with " .. n .. " elements, not 7"
+            return nil, OP_NAMES[op] .. " reply with " .. n .. " elements, not 7"
         end
         local code, limit, remaining, reset_ms, retry
         code, pos = dec_uint(s, pos, len)
@@ -377,7 +404,8 @@ end
 
 -- One attempt on one connection. Returns reply; or nil, err, retriable (a pooled connection
 -- the router had closed before anything came back: the request never reached it).
-local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id, tls)
+local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id, tls,
+                       op)
     local sock = tcp()
     sock:settimeouts(ct, st, rt)
     local ok, err
@@ -447,7 +475,7 @@ local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, pa
                 .. r.err_name .. ": " .. r.message
         elseif r.op == OP_AUTH and r.id == auth_id then
             auth_id = nil
-        elseif r.op == OP_CHECK and r.id == id and reply == nil then
+        elseif r.op == op and r.id == id and reply == nil then
             reply = r
         else
             sock:close()
@@ -459,18 +487,10 @@ local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, pa
     return reply
 end
 
--- check(opts): one CHECK. opts.service (str, 1..128 bytes), opts.user (1..256 bytes),
--- opts.endpoint (nil or 0..128 bytes), opts.cost (0..1000000, default 1), and any option of
--- configure() for this call. Returns the reply {code, code_name, limit, remaining, reset_ms,
--- retry_after_ms}, or nil and an error string (bad argument, the router unreachable or
--- slower than the timeouts, an ERROR reply, a reply that breaks the protocol). A QUEUED
--- reply whose wait is above max_queue_delay is returned as LIMITED (code 1), its
--- retry_after_ms at most 4294967295: nothing is held longer than max_queue_delay.
-function _M.check(opts)
-    local service, user, endpoint, cost = opts.service, opts.user, opts.endpoint, opts.cost
-    if cost == nil then
-        cost = 1
-    end
+-- One request of op (CHECK, ADJUST, RELEASE) with amount (its cost, delta or count, checked
+-- by the caller) for opts (check() says which). Returns the reply, or nil and an error.
+local function keyed(opts, op, amount)
+    local service, user, endpoint = opts.service, opts.user, opts.endpoint
     if type(service) ~= "string" or #service < 1 or #service > 128 then
         return nil, "bad argument: service must be a string of 1..128 bytes"
     end
@@ -479,9 +499,6 @@ function _M.check(opts)
     end
     if endpoint ~= nil and (type(endpoint) ~= "string" or #endpoint > 128) then
         return nil, "bad argument: endpoint must be nil or a string of 0..128 bytes"
-    end
-    if type(cost) ~= "number" or cost < 0 or cost > MAX_COST or cost ~= floor(cost) then
-        return nil, "bad argument: cost must be an integer of 0..1000000"
     end
     local token = opt(opts, "token")
     if token ~= nil and (#token < 1 or #token > 256) then
@@ -507,15 +524,39 @@ function _M.check(opts)
     }
     local idle = opt(opts, "keepalive_timeout")
     local id = next_id()
-    local payload = enc_check(id, service, user, endpoint, cost)
+    local payload = enc_keyed(op, id, service, user, endpoint, amount)
     local reply, err, retriable = attempt(host, port, copts, ct, st, rt, idle, pool_size, token,
-                                          payload, id, tls)
+                                          payload, id, tls, op)
     if reply == nil and retriable then
         -- The pooled connection was dead (the router restarted, or closed it as idle): once
-        -- more, on a connection of its own.
+        -- more, on a connection of its own. The request never reached the router, so this
+        -- holds for ADJUST and RELEASE too, which must never be sent twice.
         reply, err = attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id,
-                             tls)
+                             tls, op)
     end
+    return reply, err
+end
+
+local function is_int(n, lo, hi)
+    return type(n) == "number" and n >= lo and n <= hi and n == floor(n)
+end
+
+-- check(opts): one CHECK. opts.service (str, 1..128 bytes), opts.user (1..256 bytes),
+-- opts.endpoint (nil or 0..128 bytes), opts.cost (0..1000000, default 1), and any option of
+-- configure() for this call. Returns the reply {code, code_name, limit, remaining, reset_ms,
+-- retry_after_ms}, or nil and an error string (bad argument, the router unreachable or
+-- slower than the timeouts, an ERROR reply, a reply that breaks the protocol). A QUEUED
+-- reply whose wait is above max_queue_delay is returned as LIMITED (code 1), its
+-- retry_after_ms at most 4294967295: nothing is held longer than max_queue_delay.
+function _M.check(opts)
+    local cost = opts.cost
+    if cost == nil then
+        cost = 1
+    end
+    if not is_int(cost, 0, MAX_COST) then
+        return nil, "bad argument: cost must be an integer of 0..1000000"
+    end
+    local reply, err = keyed(opts, OP_CHECK, cost)
     if reply ~= nil and reply.code == 5 and reply.retry_after_ms > opt(opts, "max_queue_delay") then
         reply.code, reply.code_name = 1, "LIMITED"
         if reply.retry_after_ms > RETRY_NEVER then
@@ -523,6 +564,31 @@ function _M.check(opts)
         end
     end
     return reply, err
+end
+
+-- adjust(opts): ADJUST (docs/PROTOCOL.md): settles a cost known after the work on the key a
+-- CHECK counted: opts.delta (an integer of -1000000..1000000; > 0 charges, past the limit
+-- too, < 0 refunds), service, user, endpoint and options as check(). Returns the reply
+-- (code ALLOWED: applied; NO_RULE; or the router's failure policy's code: not applied), or
+-- nil and an error. Never re-sent: after a timeout it may or may not have been applied.
+function _M.adjust(opts)
+    if not is_int(opts.delta, -MAX_COST, MAX_COST) then
+        return nil, "bad argument: delta must be an integer of -1000000..1000000"
+    end
+    return keyed(opts, OP_ADJUST, opts.delta)
+end
+
+-- release(opts): RELEASE: gives back opts.count (1..1000000, default 1) slots of the rule's
+-- concurrency tiers; the rest as adjust(). Returns the reply (remaining: the slots free).
+function _M.release(opts)
+    local count = opts.count
+    if count == nil then
+        count = 1
+    end
+    if not is_int(count, 1, MAX_COST) then
+        return nil, "bad argument: count must be an integer of 1..1000000"
+    end
+    return keyed(opts, OP_RELEASE, count)
 end
 
 -- ---- the HTTP mapping (docs/INTEGRATION.md) -------------------------------------------
@@ -629,18 +695,9 @@ local function set_headers(h)
     end
 end
 
--- access(opts): for access_by_lua_block. opts as for check() (service required; user
--- defaults to the client address, an empty one too, and one longer than 256 bytes is
--- replaced by "sha1:" and its base64 SHA-1), plus:
---   name     policy name (default names[service], else the service)
---   window   the rule's window in seconds (default windows[service]) for w=
---   legacy   X-RateLimit-* too (default the configured legacy)
---   failure  "open" | "closed" when the router cannot be reached (default
---            failures[service], else the configured failure)
--- Refusals (429, 503) are answered here with ngx.exit; QUEUED sleeps retry_after_ms, then
--- passes; passes set their headers with ngx.header and keep them in ngx.ctx for
--- header_filter(). Returns the reply (or nil, err) when the request passes.
-function _M.access(opts)
+-- What access() and conn_access() share: the request checked at cost; refusals answered
+-- with ngx.exit; QUEUED held. Returns the reply (or nil, err) and the user asked for.
+local function admit(opts, cost)
     local service = opts.service
     local user = opts.user
     if user == nil or user == "" then
@@ -650,8 +707,8 @@ function _M.access(opts)
         user = "sha1:" .. ngx.encode_base64(ngx.sha1_bin(user))
     end
     local q = opts
-    if user ~= opts.user then
-        q = setmetatable({ user = user }, { __index = opts })
+    if user ~= opts.user or cost ~= opts.cost then
+        q = setmetatable({ user = user, cost = cost }, { __index = opts })
     end
     local reply, err = _M.check(q)
     local status, h
@@ -685,7 +742,70 @@ function _M.access(opts)
         -- check() returns QUEUED only for a wait of at most max_queue_delay
         ngx.sleep(reply.retry_after_ms / 1000)
     end
+    return reply, err, user
+end
+
+-- access(opts): for access_by_lua_block. opts as for check() (service required; user
+-- defaults to the client address, an empty one too, and one longer than 256 bytes is
+-- replaced by "sha1:" and its base64 SHA-1), plus:
+--   name     policy name (default names[service], else the service)
+--   window   the rule's window in seconds (default windows[service]) for w=
+--   legacy   X-RateLimit-* too (default the configured legacy)
+--   failure  "open" | "closed" when the router cannot be reached (default
+--            failures[service], else the configured failure)
+-- Refusals (429, 503) are answered here with ngx.exit; QUEUED sleeps retry_after_ms, then
+-- passes; passes set their headers with ngx.header and keep them in ngx.ctx for
+-- header_filter(). Returns the reply (or nil, err) when the request passes.
+function _M.access(opts)
+    local reply, err = admit(opts, opts.cost)
     return reply, err
+end
+
+local SLOT_KEY = "ratelimiter_slot"
+
+-- conn_access(opts): for access_by_lua_block, with conn_log() in log_by_lua_block: a
+-- cluster-wide limit_conn. Takes opts.count slots (default 1) of the service's concurrency
+-- rule (`limit = concurrency N lease D`) with a CHECK of that cost, answered as access()
+-- answers (429 with Retry-After while every slot is held; the failure policy when the
+-- router cannot be reached), and remembers in ngx.ctx what conn_log() gives back. Only a
+-- CHECK that counted (ALLOWED, QUEUED) holds slots to give back.
+function _M.conn_access(opts)
+    local count = opts.count
+    if count == nil then
+        count = 1
+    end
+    if not is_int(count, 1, MAX_COST) then
+        error("ratelimiter.conn_access: count must be an integer of 1..1000000", 2)
+    end
+    local reply, err, user = admit(opts, count)
+    if reply ~= nil and (reply.code == 0 or reply.code == 5) then
+        ngx.ctx[SLOT_KEY] = setmetatable({ user = user, count = count }, { __index = opts })
+    end
+    return reply, err
+end
+
+local function release_slot(premature, slot)
+    local reply, err = _M.release(slot)
+    if reply == nil then
+        warn(slot.service, "RELEASE: " .. tostring(err))
+    end
+end
+
+-- conn_log(): for log_by_lua_block (it runs for every request, however it ended: an error
+-- of the upstream, a client gone). Gives back the slots conn_access() took, with a RELEASE
+-- sent from a zero-delay timer (the log phase has no cosockets). A slot not given back (no
+-- timer to be had, the router unreachable, a request whose ngx.ctx an internal redirect
+-- reset) is freed by the node when its lease ends.
+function _M.conn_log()
+    local slot = ngx.ctx[SLOT_KEY]
+    if slot == nil then
+        return
+    end
+    ngx.ctx[SLOT_KEY] = nil
+    local ok, err = ngx.timer.at(0, release_slot, slot)
+    if not ok then
+        warn(slot.service, "cannot give a slot back: " .. tostring(err))
+    end
 end
 
 -- header_filter(): for header_filter_by_lua_block. Sets again the headers access() chose
