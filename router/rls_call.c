@@ -11,6 +11,9 @@
  * and handed to the carrier (done). A carrier that goes away orphans the parts
  * (rl_rls_call_release: sink = NULL): their answers are then dropped like those of a client
  * that left. Bounds: RLS_DESCRIPTORS_MAX descriptors, hits_addend up to RLS_HITS_MAX.
+ * A descriptor whose last entry is the report marker (RLS_REPORT_KEY = RLS_REPORT_VALUE,
+ * Envoy's apply_on_stream_done: docs/ENVOY.md) is matched and keyed without that entry and
+ * its parts are ADJUSTs of its hits: charged past the limit too.
  * The answer is built by rls_reply.c; a call with a grpc-timeout waits in rls_wait.c's heap.
  * Here also the front's state on one loop (rls_front.h).
  */
@@ -33,6 +36,10 @@
 
 #define RLS_DESCRIPTORS_MAX 64u /* descriptors of one request */
 #define RLS_HITS_MAX 1000000u   /* hits_addend (the CHECK's cost bound) */
+/* The last entry that makes a descriptor a report of a cost already spent (docs/ENVOY.md,
+ * "Charging a stream's real cost"). */
+#define RLS_REPORT_KEY "ratelimiter.charge"
+#define RLS_REPORT_VALUE "stream_done"
 /* A call with a grpc-timeout is answered this long before it passes (its tenth, within
  * [1, 50] ms), so the answer reaches Envoy before Envoy gives up. */
 #define RLS_TIMEOUT_MARGIN_MIN 1u
@@ -268,16 +275,26 @@ rl_rls_set_config(struct rl_router *r, struct rl_envoy_config *cfg)
 /* ---- a call ------------------------------------------------------------------------------- */
 
 /* The entries of descriptor d (at most RL_ENVOY_ENTRIES_MAX) into e, as the envoy config
- * matches them. */
-static void
-entries_of(const rls_descriptor *d, struct rl_envoy_entry *e)
+ * matches them: without a last report marker (*report, may be NULL, says whether there was
+ * one). Returns how many. */
+static size_t
+entries_of(const rls_descriptor *d, struct rl_envoy_entry *e, bool *report)
 {
-    for (size_t k = 0; k < d->n_entries; k++) {
+    size_t n = d->n_entries;
+    bool rep = n > 0 && strcmp(d->entries[n - 1]->key, RLS_REPORT_KEY) == 0 &&
+               strcmp(d->entries[n - 1]->value, RLS_REPORT_VALUE) == 0;
+
+    if (report != NULL) {
+        *report = rep;
+    }
+    n -= rep;
+    for (size_t k = 0; k < n; k++) {
         e[k].key = d->entries[k]->key;
         e[k].key_len = strlen(d->entries[k]->key);
         e[k].value = d->entries[k]->value;
         e[k].value_len = strlen(d->entries[k]->value);
     }
+    return n;
 }
 
 /* The cost of descriptor d: its own hits_addend, else the request's, else 1. */
@@ -385,11 +402,15 @@ match_desc(struct rl_rls_call *s, size_t i, size_t dlen)
     struct rls_desc *out = &s->descs[i];
     struct rl_envoy_entry e[RL_ENVOY_ENTRIES_MAX];
     const struct rl_envoy_desc *m;
+    size_t n;
 
     if (d->n_entries == 0 || d->n_entries > RL_ENVOY_ENTRIES_MAX) {
         return 0;
     }
-    entries_of(d, e);
+    n = entries_of(d, e, &out->report);
+    if (n == 0) {
+        return 0; /* the marker alone: nothing to match */
+    }
     if (d->limit != NULL) {
         /* Envoy's RateLimitOverride: that limit, under the same counter key, in a known
          * domain only, never in shadow mode (as upstream); an unknown unit limits nothing */
@@ -407,7 +428,7 @@ match_desc(struct rl_rls_call *s, size_t i, size_t dlen)
         out->nlimits = 1;
         return 1;
     }
-    m = cfg != NULL ? rl_envoy_match(cfg, req->domain, dlen, e, d->n_entries, NULL) : NULL;
+    m = cfg != NULL ? rl_envoy_match(cfg, req->domain, dlen, e, n, NULL) : NULL;
     if (m == NULL) {
         return 0;
     }
@@ -462,15 +483,13 @@ desc_key(const struct rl_rls_call *s, size_t i, size_t dlen, char *key)
     const rls_descriptor *d = req->descriptors[i];
     const char *share[RL_ENVOY_ENTRIES_MAX];
     struct rl_envoy_entry e[RL_ENVOY_ENTRIES_MAX];
-    size_t klen;
+    size_t klen, n = entries_of(d, e, NULL);
 
-    entries_of(d, e);
-    memset(share, 0, sizeof(share[0]) * d->n_entries);
+    memset(share, 0, sizeof(share[0]) * n);
     if (d->limit == NULL) {
-        rl_envoy_match(s->cfg, req->domain, dlen, e, d->n_entries, share);
+        rl_envoy_match(s->cfg, req->domain, dlen, e, n, share);
     }
-    klen =
-        rl_envoy_counter_key(key, RL_WIRE_USER_MAX + 1, req->domain, dlen, e, d->n_entries, share);
+    klen = rl_envoy_counter_key(key, RL_WIRE_USER_MAX + 1, req->domain, dlen, e, n, share);
     if (klen > RL_WIRE_USER_MAX) {
         char *full = malloc(klen + 1);
         uint64_t h1, h2;
@@ -478,7 +497,7 @@ desc_key(const struct rl_rls_call *s, size_t i, size_t dlen, char *key)
         if (full == NULL) {
             return 0;
         }
-        rl_envoy_counter_key(full, klen + 1, req->domain, dlen, e, d->n_entries, share);
+        rl_envoy_counter_key(full, klen + 1, req->domain, dlen, e, n, share);
         h1 = rl_shardmap_key_hash("rls", 3, full, klen);
         h2 = rl_shardmap_key_hash("rls2", 4, full, klen);
         free(full);
@@ -515,6 +534,13 @@ part_send(struct rl_rls_call *s, size_t i, size_t j, size_t dlen, const char *ke
         w.endpoint.ptr = ep;
     }
     w.cost = (uint32_t)rls_hits_of(s->req, s->req->descriptors[i]);
+    pt->peek = w.cost == 0;
+    if (m->report) {
+        /* a cost already spent: charged, past the limit too (ADJUST) */
+        w.op = RL_WIRE_OP_ADJUST;
+        w.delta = (int32_t)w.cost;
+        w.cost = 0;
+    }
     w.tenant = s->tenant;
     if (inline_limit(pt->lim, &w.limit) != 0) {
         if (pt->lim->requests_per_unit == 0) {

@@ -23,6 +23,7 @@ struct rl_rls_part {
     const struct rl_envoy_limit *lim;
     uint32_t code;   /* enum rl_wire_code */
     bool unsendable; /* a limit no CHECK can carry: answered by inline_failure, not a failure */
+    bool peek;       /* 0 hits: over when nothing is left (docs/ENVOY.md, "Charging...") */
     uint64_t remaining, reset_ms, retry_ms;
 };
 
@@ -33,6 +34,7 @@ struct rls_desc {
     bool unlimited;
     bool shadow;
     bool quota;                /* quota_mode: over limit refuses only with every quota one */
+    bool report;               /* its last entry is the report marker: its hits are ADJUSTed */
     bool detailed;             /* detailed_metric: its hits counted by full key (rls_metrics.c) */
     struct rl_envoy_limit ovr; /* Envoy's RateLimitOverride, when the request gave one */
     const struct rl_envoy_desc *matched; /* in the configuration, for `replaces` */

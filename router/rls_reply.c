@@ -264,7 +264,11 @@ desc_pick(const struct rl_rls_call *s, size_t i, bool *over)
     *over = false;
     for (uint32_t k = 0; k < s->nparts; k++) {
         const struct rl_rls_part *pt = &s->parts[k];
-        bool pover = pt->code == RL_WIRE_LIMITED || pt->code == RL_WIRE_FAIL_CLOSED;
+        /* 0 hits (a check before the cost is known) is over once nothing is left; a
+         * report's charge (ADJUST) is applied whatever is left, never over */
+        bool pover = pt->code == RL_WIRE_LIMITED || pt->code == RL_WIRE_FAIL_CLOSED ||
+                     (pt->peek && !s->descs[i].report && pt->code == RL_WIRE_ALLOWED &&
+                      pt->remaining == 0);
 
         if (pt->desc != i) {
             continue;
@@ -342,7 +346,7 @@ desc_status(const struct rl_rls_call *s, size_t i, struct rls_built *b, uint64_t
     status_reset(&b->durs[i], pick, over, now);
     st->duration_until_reset = &b->durs[i];
     b->picks[i] = pick;
-    if (over && !d->shadow) {
+    if (over && !d->shadow && !d->report) {
         st->code = RLS_OVER; /* the call's code is call_decide's (quota_mode) */
     }
     b->shadowed |= over && d->shadow;

@@ -1,5 +1,6 @@
-"""The gRPC front's quota_mode and response metadata (docs/ENVOY.md, "quota_mode" and
-"Response metadata") on a real router and node, called with grpcio as Envoy would.
+"""The gRPC front's quota_mode, response metadata and stream-end reports (docs/ENVOY.md,
+"quota_mode", "Response metadata", "Charging a stream's real cost") on a real router and
+node, called with grpcio as Envoy would.
 
 quota_mode as envoyproxy/ratelimit judges it: a call is over its limit when a descriptor
 without quota_mode is, or when every quota_mode descriptor with a limit is; dynamic_metadata
@@ -60,11 +61,24 @@ descriptors:
 """
 
 
+LLM = """\
+domain: llm
+descriptors:
+  - key: user
+    rate_limit:
+      unit: hour
+      requests_per_unit: 100
+"""
+
+MARK = ("ratelimiter.charge", "stream_done")
+
+
 @pytest.fixture(scope="module")
 def rls(tmp_path_factory):
     d = tmp_path_factory.mktemp("rlsq")
     (d / "envoy").mkdir()
     (d / "envoy" / "q.yaml").write_text(QUOTA)
+    (d / "envoy" / "llm.yaml").write_text(LLM)
     c = rls_cluster(d, "envoy")
     yield c
     c.stop()
@@ -204,3 +218,58 @@ def test_many_calls_each_with_its_metadata(rls, pb):
         assert m["descriptors"][1]["entries"] == [f"nothing={i}"]
         assert m["decided"]["descriptor"] == 0
     ch.close()
+
+
+def hits_call(call, pb, entries, hits):
+    """One descriptor with its own hits_addend (as Envoy's hits_addend on a rate limit sets
+    it; 0 is sent, unlike the request's field)."""
+    req = request(pb, "llm", entries)
+    req.descriptors[0].hits_addend.value = hits
+    return call.stub(req, timeout=5)
+
+
+def test_stream_done_reports_charge_past_the_limit(call, pb):
+    """Envoy's pattern for a cost known at the end: the request asks with 0 hits, the
+    stream's end reports its real cost (apply_on_stream_done, the descriptor marked)."""
+    OK, OVER = pb.RateLimitResponse.OK, pb.RateLimitResponse.OVER_LIMIT
+    user = [("user", "s1")]
+    r = hits_call(call, pb, user, 0)
+    assert r.overall_code == OK and r.statuses[0].limit_remaining == 100
+    r = hits_call(call, pb, user + [MARK], 70)
+    assert r.overall_code == OK and r.statuses[0].limit_remaining == 30
+    assert r.statuses[0].current_limit.requests_per_unit == 100
+    r = hits_call(call, pb, user + [MARK], 50)  # 20 past the limit: charged all the same
+    assert codes(pb, r) == ["OK"] and r.statuses[0].limit_remaining == 0
+    # the same counter: the next request is refused, 0 hits or 1
+    r = hits_call(call, pb, user, 0)
+    assert r.overall_code == OVER and meta(r)["decided"]["code"] == "OVER_LIMIT"
+    assert call("llm", user).overall_code == OVER
+    # a report past the limit again is still charged (and still answered OK)
+    assert codes(pb, hits_call(call, pb, user + [MARK], 5)) == ["OK"]
+    # another user: its own counter
+    assert hits_call(call, pb, [("user", "s2")], 0).statuses[0].limit_remaining == 100
+
+
+def test_a_call_without_the_marker_is_refused_whole(call, pb):
+    user = [("user", "s3")]
+    assert hits_call(call, pb, user, 70).statuses[0].limit_remaining == 30
+    r = hits_call(call, pb, user, 50)  # more than is left: refused, nothing counted
+    assert r.overall_code == pb.RateLimitResponse.OVER_LIMIT
+    r = hits_call(call, pb, user, 0)
+    assert r.overall_code == pb.RateLimitResponse.OK and r.statuses[0].limit_remaining == 30
+    r = hits_call(call, pb, user, 30)  # exactly what is left: then 0 hits is over
+    assert r.overall_code == pb.RateLimitResponse.OK
+    assert hits_call(call, pb, user, 0).overall_code == pb.RateLimitResponse.OVER_LIMIT
+
+
+def test_the_marker_only_as_the_last_entry(call, pb):
+    r = hits_call(call, pb, [MARK], 5)  # the marker alone: nothing to match
+    assert codes(pb, r) == ["OK"] and not r.statuses[0].HasField("current_limit")
+    r = hits_call(call, pb, [("user", "s4"), ("ratelimiter.charge", "other")], 5)
+    assert not r.statuses[0].HasField("current_limit")  # an ordinary entry: deeper, no match
+    r = hits_call(call, pb, [MARK, ("user", "s4")], 5)
+    assert not r.statuses[0].HasField("current_limit")
+    # metadata shows the request as sent, the marker included
+    r = hits_call(call, pb, [("user", "s4"), MARK], 5)
+    assert meta(r)["descriptors"][0]["entries"] == ["user=s4", "ratelimiter.charge=stream_done"]
+    assert r.statuses[0].limit_remaining == 95
