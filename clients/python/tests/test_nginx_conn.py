@@ -265,3 +265,24 @@ def test_python_slot_on_the_same_rule(setup):
                     raise RuntimeError("the work failed")
             assert free_slots(port, "dave") == 2  # given back on the exception
         assert free_slots(port, "dave") == 5
+
+
+def test_async_slot_on_the_same_rule(setup):
+    import asyncio
+
+    c, port, up, ng_port, prefix = setup
+
+    async def run():
+        async with ratelimiter.AsyncClient("127.0.0.1", port) as cl:
+            async with cl.slot("export", "erin", count=4) as r:
+                assert r.remaining == 1
+                with pytest.raises(Limited):
+                    async with cl.slot("export", "erin", count=2):
+                        pytest.fail("the block must not run")
+                with pytest.raises(KeyError):
+                    async with cl.slot("export", "erin"):
+                        raise KeyError("the work failed")
+                assert (await cl.check("export", "erin", cost=0)).remaining == 1
+            assert (await cl.check("export", "erin", cost=0)).remaining == 5
+
+    asyncio.run(run())

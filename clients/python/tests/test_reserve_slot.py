@@ -169,3 +169,22 @@ def test_reserve_and_settle_on_a_node(cluster):
         assert c.adjust("fw", "settle-node", -30).remaining == 10  # at most what was used
         assert c.adjust("nosuch", "x", 5).code == Code.NO_RULE
 
+
+
+@pytest.mark.integration
+def test_async_reserve_and_settle_on_a_node(cluster):
+    import asyncio
+
+    async def run():
+        async with ratelimiter.AsyncClient("127.0.0.1", cluster.node_ports["a"]) as c:
+            r = await c.reserve("fw", "settle-async", 3)
+            assert r.reply.remaining == 7
+            rep = await r.settle(1)  # a refund of 2
+            assert rep.code == Code.ALLOWED and rep.remaining == 9 and rep.op == 9
+            with pytest.raises(RuntimeError):
+                await r.settle(1)
+            assert (await c.adjust("fw", "settle-async", 20)).remaining == 0
+            with pytest.raises(Limited):
+                await c.reserve("fw", "settle-async", 1)
+
+    asyncio.run(run())

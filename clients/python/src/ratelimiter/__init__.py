@@ -8,12 +8,12 @@ from .tls import tls_context
 from .protocol import (DEFAULT_MAX_QUEUE_DELAY, MAX_FRAME, MAX_HEADER_S, RETRY_NEVER,
                        AuthError, Check, Code, ErrorCode, Limited, ProtocolError,
                        RateLimiterError, Reply, ServerError, Timeout, Unavailable)
-from .reserve import Reservation
+from .reserve import AsyncReservation, Reservation
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "AuthError", "CLOSED", "Check", "Client", "ClientPool", "Code",
+    "AsyncClient", "AsyncReservation", "AuthError", "CLOSED", "Check", "Client", "ClientPool", "Code",
     "DEFAULT_MAX_QUEUE_DELAY", "ErrorCode", "FailurePolicy", "Limited", "MAX_FRAME", "MAX_HEADER_S", "OPEN", "PASS", "ProtocolError",
     "RETRY_NEVER", "RateLimiterError", "Reply", "Reservation", "ServerError", "Timeout", "Unavailable",
     "ceil_s", "connect", "connect_async", "headers", "sf_string", "tls_context",

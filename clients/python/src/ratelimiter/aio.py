@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl as _ssl
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import (Any, AsyncContextManager, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Union)
 
 from .client import load_token, settle_many
 from .policy import FailurePolicy, as_policy
 from .protocol import (DEFAULT_MAX_QUEUE_DELAY, MAX_FRAME, U32_MAX, AuthError, Check,
                        CheckLike, Decoded, ErrorCode, ErrorReply, Named, Op, Pong,
                        ProtocolError, Reply, ServerError, Stats, Timeout, Unavailable,
-                       as_check, attach, decode, encode_auth, encode_check, encode_simple,
-                       max_queue_delay_ms, server_error)
+                       as_check, attach, decode, encode_adjust, encode_auth, encode_check,
+                       encode_release, encode_simple, max_queue_delay_ms, server_error)
+from .reserve import AsyncReservation, reserve_async, slot_async
 from .tls import describe as tls_describe
 
 _ABANDONED_MAX = 1 << 16  # ids of timed-out calls remembered, so their late replies are dropped
@@ -290,6 +292,54 @@ class AsyncClient:
         except Unavailable as e:
             return settle_many(out, checks, self.failure, e, return_exceptions)
         return settle_many(out, checks, self.failure, None, return_exceptions)
+
+    async def _settle_op(self, op: Op, data: Callable[[int], bytes], service: str,
+                         endpoint: Optional[str], timeout: Optional[float]) -> Reply:
+        """One ADJUST or RELEASE, never re-sent (as Client's)."""
+        t = self.timeout if timeout is None else timeout
+        try:
+            conn = await asyncio.wait_for(self._ensure(), t)
+        except asyncio.TimeoutError:
+            raise Timeout("connect timed out") from None
+        rid = self._id()
+        frame = data(rid)
+        await self._slots.acquire(1)
+        try:
+            rep = (await self._call(conn, [(rid, frame)], t))[0]
+        finally:
+            self._slots.release(1)
+        if isinstance(rep, ErrorReply):
+            raise server_error(rep)
+        if not isinstance(rep, Reply) or rep.op != op:
+            raise ProtocolError(f"{op.name} answered with another reply")
+        return Reply(rep.code, rep.limit, rep.remaining, rep.reset_ms, rep.retry_after_ms,
+                     service, endpoint, False, rep.id, rep.op)
+
+    async def adjust(self, service: str, user: str, delta: int, endpoint: Optional[str] = None,
+                     timeout: Optional[float] = None, limit: Optional[Any] = None) -> Reply:
+        """As Client.adjust."""
+        return await self._settle_op(
+            Op.ADJUST, lambda rid: encode_adjust(rid, service, user, endpoint, delta, limit),
+            service, endpoint, timeout)
+
+    async def release(self, service: str, user: str, count: int = 1,
+                      endpoint: Optional[str] = None, timeout: Optional[float] = None) -> Reply:
+        """As Client.release."""
+        return await self._settle_op(
+            Op.RELEASE, lambda rid: encode_release(rid, service, user, endpoint, count),
+            service, endpoint, timeout)
+
+    async def reserve(self, service: str, user: str, estimate: int,
+                      endpoint: Optional[str] = None, timeout: Optional[float] = None,
+                      limit: Optional[Any] = None) -> AsyncReservation:
+        """As Client.reserve: ``r = await c.reserve(...)``, ``await r.settle(actual)``."""
+        return await reserve_async(self.check, self.adjust, service, user, estimate, endpoint,
+                                   limit, timeout)
+
+    def slot(self, service: str, user: str, endpoint: Optional[str] = None, count: int = 1,
+             timeout: Optional[float] = None) -> AsyncContextManager[Reply]:
+        """As Client.slot: ``async with c.slot(service, user):``."""
+        return slot_async(self.check, self.release, service, user, endpoint, count, timeout)
 
     async def _simple(self, op: Op, timeout: Optional[float]) -> Decoded:
         t = self.timeout if timeout is None else timeout

@@ -11,7 +11,7 @@ connections (client.py, aio.py), whose ``adjust``/``release`` these call.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, List, Optional
 
 from .protocol import DELTA_MAX, Code, Limited, Reply
 
@@ -117,3 +117,55 @@ def slot(check: Callable[..., Reply], release: Callable[..., Reply], service: st
         else:
             with contextlib.suppress(Exception):
                 release(service, user, count, endpoint=endpoint, timeout=timeout)
+
+
+class AsyncReservation(Reservation):
+    """Reservation of AsyncClient.reserve: ``await r.settle(actual)``."""
+
+    async def settle(self, actual: int,  # type: ignore[override]
+                     timeout: Optional[float] = None) -> Optional[Reply]:
+        if type(actual) is not int or actual < 0:
+            raise ValueError("actual must be an int >= 0")
+        if self.settled:
+            raise RuntimeError("this reservation is settled already")
+        self.settled, self.actual = True, actual
+        last: Optional[Reply] = None
+        for d in deltas(self.delta(actual)):
+            last = await self._adjust(self.service, self.user, d, endpoint=self.endpoint,
+                                      timeout=timeout, limit=self.limit)
+        return last
+
+
+async def reserve_async(check: Callable[..., Awaitable[Reply]],
+                        adjust: Callable[..., Awaitable[Reply]], service: str, user: str,
+                        estimate: int, endpoint: Optional[str], limit: Optional[Any],
+                        timeout: Optional[float]) -> AsyncReservation:
+    reply = await check(service, user, endpoint, estimate, timeout, limit=limit)
+    if _refused(reply):
+        raise Limited(reply, f"reserve({service!r}, {user!r}, {estimate})")
+    return AsyncReservation(adjust, service, user, estimate, endpoint, limit, reply)
+
+
+@contextlib.asynccontextmanager
+async def slot_async(check: Callable[..., Awaitable[Reply]],
+                     release: Callable[..., Awaitable[Reply]], service: str, user: str,
+                     endpoint: Optional[str], count: int,
+                     timeout: Optional[float]) -> AsyncIterator[Reply]:
+    """slot() for AsyncClient: ``async with client.slot(service, user):``, the same rules
+    (a cancelled block gives its slots back too)."""
+    reply = await check(service, user, endpoint, count, timeout)
+    if _refused(reply):
+        raise Limited(reply, f"slot({service!r}, {user!r})")
+    if reply.code not in _TAKEN:
+        yield reply
+        return
+    ok = False
+    try:
+        yield reply
+        ok = True
+    finally:
+        if ok:
+            await release(service, user, count, endpoint=endpoint, timeout=timeout)
+        else:
+            with contextlib.suppress(Exception):
+                await release(service, user, count, endpoint=endpoint, timeout=timeout)
