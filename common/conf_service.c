@@ -2,7 +2,8 @@
  * conf_service: the [service SERVICE] and [service SERVICE ENDPOINT] sections of
  * cluster.conf and of rules files: the header (names that travel on the wire, one section
  * per service and endpoint, the rule entered in ruleset.h's index), and the keys failure,
- * mode and limit, whose grammar "ALGORITHM N per DURATION [burst B]" is parsed here into
+ * mode and limit, whose grammar "ALGORITHM N per DURATION [burst B]" (or "concurrency N
+ * lease DURATION") is parsed here into
  * the file's tiers. The rule model itself is ruleset.h's.
  */
 #include "conf_int.h"
@@ -113,7 +114,12 @@ parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
         }
         tok[ntok++] = w;
     }
-    if ((ntok != 4 && ntok != 6) || strcmp(tok[2], "per") != 0 ||
+    if (ntok >= 1 && strcmp(tok[0], "concurrency") == 0 &&
+        (ntok != 4 || strcmp(tok[2], "lease") != 0)) {
+        return "is not \"concurrency N lease DURATION\"";
+    }
+    if ((ntok != 4 && ntok != 6) ||
+        strcmp(tok[2], strcmp(tok[0], "concurrency") == 0 ? "lease" : "per") != 0 ||
         (ntok == 6 && strcmp(tok[4], "burst") != 0)) {
         return CONF_LIMIT_PHRASE;
     }
@@ -126,6 +132,11 @@ parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
     why = limit_count(p, "limit", tok[1], &t->limit);
     if (why != NULL) {
         return why;
+    }
+    if (t->limit > rl_algo_limit_max(t->algo)) {
+        snprintf(p->why, sizeof(p->why), "has a concurrency outside 1..%u",
+                 RL_CONF_CONCURRENCY_MAX);
+        return p->why;
     }
     why = rl_parse_duration_ms(tok[3], &window);
     if (why != NULL && strcmp(why, CONF_DURATION_PHRASE) == 0) {

@@ -15,14 +15,16 @@
 
 struct rl_conf;
 
-/* Algorithms: X(NAME, text, has_burst). */
+/* Algorithms: X(NAME, text, has_burst). concurrency is no rate: N slots held at once, each
+ * for at most its lease (`limit = concurrency N lease DURATION`; window_ms is the lease). */
 #define RL_ALGO_MAP(X)                                                                             \
     X(FIXED_WINDOW, "fixed_window", false)                                                         \
     X(SLIDING_WINDOW_LOG, "sliding_window_log", false)                                             \
     X(SLIDING_WINDOW_COUNTER, "sliding_window_counter", false)                                     \
     X(TOKEN_BUCKET, "token_bucket", true)                                                          \
     X(GCRA, "gcra", true)                                                                          \
-    X(LEAKY_BUCKET, "leaky_bucket", true)
+    X(LEAKY_BUCKET, "leaky_bucket", true)                                                          \
+    X(CONCURRENCY, "concurrency", false)
 
 enum rl_algo {
 #define RL_ALGO_ENUM(n, s, b) RL_ALGO_##n,
@@ -47,6 +49,10 @@ int rl_algo_parse(const char *name, enum rl_algo *out);
 #define RL_CONF_WINDOW32_MAX 4294967295u  /* W in ms for sliding_window_log, token_bucket, gcra
                                              and leaky_bucket: about 49.7 days (their state
                                              holds W in 32 bits, or B*W in 64) */
+/* concurrency's N: a key holds one 8-byte entry per ms in which it took slots, so at most N
+ * entries (80 KB, a 128 KiB ring, at the cap), and a handoff record carries them in one
+ * record (docs/ALGORITHMS.md, "concurrency"). */
+#define RL_CONF_CONCURRENCY_MAX 10000u
 #define RL_CONF_RULE_TIERS_MAX 16      /* `limit` lines in one [service] section */
 #define RL_CONF_TIERS_MAX 1048575u     /* in the whole file (2^20 - 1): a tier id fits the node's
                                           key-table entry (24 bits) */
@@ -59,7 +65,15 @@ rl_algo_window_max(enum rl_algo a)
                                                                           : RL_CONF_WINDOW32_MAX;
 }
 
-/* One `limit = ALGO N per DURATION [burst B]` line. */
+/* The largest N of algorithm a. */
+static inline uint32_t
+rl_algo_limit_max(enum rl_algo a)
+{
+    return a == RL_ALGO_CONCURRENCY ? RL_CONF_CONCURRENCY_MAX : RL_CONF_LIMIT_MAX;
+}
+
+/* One `limit = ALGO N per DURATION [burst B]` or `limit = concurrency N lease DURATION`
+ * line. */
 struct rl_tier {
     enum rl_algo algo;
     uint32_t limit;     /* N */

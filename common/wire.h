@@ -26,6 +26,7 @@
 #define RL_WIRE_ENDPOINT_MAX 128u
 #define RL_WIRE_COST_MAX 1000000u
 #define RL_WIRE_DELTA_MAX 1000000 /* ADJUST's |delta| */
+#define RL_WIRE_COUNT_MAX 1000000u /* RELEASE's count (1..) */
 #define RL_WIRE_RETRY_NEVER 4294967295u
 #define RL_WIRE_ROLE_MAX 32u
 #define RL_WIRE_TOKEN_MAX 256u
@@ -76,6 +77,7 @@
     R(A, THROTTLED, throttled, 7, 2, 5, throttled, 4, throttled, NODE, FANOUT)                     \
     R(A, HOT, hot, 8, 2, 4, hot, 4, hot, NONE, SELF)                                               \
     R(A, ADJUST, adjust, 9, 6, 8, adjust, 7, check, NODE, FORWARD)                                 \
+    R(A, RELEASE, release, 10, 6, 8, release, 7, check, NODE, FORWARD)                             \
     R(A, HANDOFF_OUT, handoff_out, 11, 4, 4, handoff_out, 4, handoff_out, NODE, NONE)              \
     R(A, HANDOFF_IN, handoff_in, 12, 4, 4, handoff_in, 4, handoff_in, NODE, NONE)                  \
     R(A, ERROR, error, 255, 0, 0, none, 4, error, NONE, NONE)
@@ -204,9 +206,9 @@ struct rl_wire_req {
     struct rl_wire_str service; /* CHECK */
     struct rl_wire_str user;
     struct rl_wire_str endpoint; /* ptr NULL when nil; nil and "" both mean the whole service */
-    uint32_t cost;
+    uint32_t cost; /* CHECK: 0..RL_WIRE_COST_MAX; RELEASE: its count, 1..RL_WIRE_COUNT_MAX */
     int32_t delta;              /* ADJUST: -RL_WIRE_DELTA_MAX..RL_WIRE_DELTA_MAX */
-    struct rl_wire_limit limit; /* CHECK, ADJUST: its inline limit, if any */
+    struct rl_wire_limit limit; /* CHECK, ADJUST, RELEASE: its inline limit, if any */
     /* CHECK's optional 8th element (docs/PROTOCOL.md, "Inline limits"): the client an inline
      * CHECK is accounted to, rl_wire_tenant's; 0: none given. Sent only with a limit. */
     uint32_t tenant;
@@ -341,6 +343,11 @@ int rl_wire_put_check(struct rl_buf *out, const struct rl_wire_req *req);
  * a CHECK reply's shape under op 9 (docs/PROTOCOL.md, "ADJUST"). */
 int rl_wire_put_adjust(struct rl_buf *out, const struct rl_wire_req *req);
 int rl_wire_put_adjust_reply(struct rl_buf *out, const struct rl_wire_check_reply *rep);
+/* RELEASE [10, id, service, user, endpoint, count, limit, tenant] from req (req->cost is the
+ * count; the limit and tenant as rl_wire_put_check sends them), and its reply, a CHECK
+ * reply's shape under op 10 (docs/PROTOCOL.md, "RELEASE"). */
+int rl_wire_put_release(struct rl_buf *out, const struct rl_wire_req *req);
+int rl_wire_put_release_reply(struct rl_buf *out, const struct rl_wire_check_reply *rep);
 /*
  * The tenant id a router gives the inline CHECKs of a client (docs/PROTOCOL.md, "Inline
  * limits"): a 32-bit hash of its [client NAME] when it authenticated as one (name not NULL),

@@ -88,7 +88,8 @@ wire_algo_name(uint8_t a)
     return a < sizeof(names) / sizeof(names[0]) ? names[a] : "?";
 }
 
-/* CHECK and ADJUST: the same shape, element 5 the cost or the signed delta. */
+/* CHECK, ADJUST and RELEASE: the same shape, element 5 the cost, the signed delta or the
+ * count (req->cost). */
 static int
 wire_put_keyed(struct rl_buf *out, uint8_t op, const struct rl_wire_req *req)
 {
@@ -110,8 +111,8 @@ wire_put_keyed(struct rl_buf *out, uint8_t op, const struct rl_wire_req *req)
          wire_pack_str(&pk, req->user.ptr, req->user.len) &&
          (req->endpoint.ptr == NULL ? msgpack_pack_nil(&pk) == 0
                                     : wire_pack_str(&pk, req->endpoint.ptr, req->endpoint.len)) &&
-         (op == RL_WIRE_OP_CHECK ? msgpack_pack_uint32(&pk, req->cost) == 0
-                                 : msgpack_pack_int32(&pk, req->delta) == 0);
+         (op != RL_WIRE_OP_ADJUST ? msgpack_pack_uint32(&pk, req->cost) == 0
+                                  : msgpack_pack_int32(&pk, req->delta) == 0);
     if (ok && req->limit.set) {
         const char *name = wire_algo_name(req->limit.algo);
 
@@ -137,6 +138,12 @@ int
 rl_wire_put_adjust(struct rl_buf *out, const struct rl_wire_req *req)
 {
     return wire_put_keyed(out, RL_WIRE_OP_ADJUST, req);
+}
+
+int
+rl_wire_put_release(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return wire_put_keyed(out, RL_WIRE_OP_RELEASE, req);
 }
 
 int
@@ -262,6 +269,12 @@ int
 rl_wire_put_adjust_reply(struct rl_buf *out, const struct rl_wire_check_reply *rep)
 {
     return wire_put_check_shaped(out, RL_WIRE_OP_ADJUST, rep);
+}
+
+int
+rl_wire_put_release_reply(struct rl_buf *out, const struct rl_wire_check_reply *rep)
+{
+    return wire_put_check_shaped(out, RL_WIRE_OP_RELEASE, rep);
 }
 
 /* [op, id, s]: PING, HELLO and AUTH replies, HELLO and AUTH requests. */
@@ -645,6 +658,12 @@ static int
 wire_put_req_adjust(struct rl_buf *out, const struct rl_wire_req *req)
 {
     return rl_wire_put_adjust(out, req);
+}
+
+static int
+wire_put_req_release(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    return rl_wire_put_release(out, req);
 }
 
 static int

@@ -105,13 +105,19 @@ wire_req_limit(const msgpack_object *o, struct rl_wire_req *req, struct rl_wire_
     }
     if (i == sizeof(wire_algos) / sizeof(wire_algos[0])) {
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                          "limit's algorithm is unknown (use fixed_window, sliding_window_log, "
-                          "sliding_window_counter, token_bucket, gcra or leaky_bucket)");
+                          "limit's algorithm is unknown (use fixed_window, "
+                          "sliding_window_log or _counter, token_bucket, gcra, leaky_bucket, "
+                          "concurrency)");
     }
     lim->algo = (uint8_t)i;
     if (!wire_uint(&e[1], RL_CONF_LIMIT_MAX, &v) || v == 0) {
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
                           "limit's limit must be an unsigned integer of 1..4294967295");
+    }
+    if (v > rl_algo_limit_max((enum rl_algo)i)) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "limit's limit must be an unsigned integer of 1..10000 for "
+                          "concurrency");
     }
     lim->limit = (uint32_t)v;
     if (!wire_uint(&e[2], rl_algo_window_max((enum rl_algo)i), &v) || v == 0) {
@@ -142,7 +148,7 @@ wire_req_limit(const msgpack_object *o, struct rl_wire_req *req, struct rl_wire_
     return 0;
 }
 
-/* CHECK's and ADJUST's service, user and endpoint (elements 2..4). */
+/* CHECK's, ADJUST's and RELEASE's service, user and endpoint (elements 2..4). */
 static int
 wire_req_key(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
 {
@@ -162,7 +168,7 @@ wire_req_key(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fa
     return 0;
 }
 
-/* CHECK's and ADJUST's optional limit and tenant (elements 6 and 7). */
+/* CHECK's, ADJUST's and RELEASE's optional limit and tenant (elements 6 and 7). */
 static int
 wire_req_tail(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
 {
@@ -220,6 +226,24 @@ wire_req_adjust(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
                           "delta must be an integer of -1000000..1000000");
     }
+    return wire_req_tail(a, req, f);
+}
+
+/* RELEASE: CHECK's shape, element 5 the count of slots given back, 1..1000000 (in cost). */
+static int
+wire_req_release(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    uint64_t count;
+    int rc = wire_req_key(a, req, f);
+
+    if (rc != 0) {
+        return rc;
+    }
+    if (!wire_uint(&a->via.array.ptr[5], RL_WIRE_COUNT_MAX, &count) || count == 0) {
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                          "count must be an unsigned integer of 1..1000000");
+    }
+    req->cost = (uint32_t)count;
     return wire_req_tail(a, req, f);
 }
 

@@ -1,5 +1,5 @@
 /*
- * algo: the six algorithms of docs/ALGORITHMS.md over a 16-byte state, exact in integers
+ * algo: the six rate algorithms of docs/ALGORITHMS.md over a 16-byte state, exact in integers
  * (which derives every formula). Each judge answers the docs/PROTOCOL.md reply fields
  * as exact "largest amount" and "smallest wait" quantities under the node clock, which the
  * tests verify by brute force. Not for finding keys or combining tiers.
@@ -19,6 +19,7 @@
  *   token_bucket            a = last update (ms), b = deficit D in 1/W token
  *   gcra, leaky_bucket      a, b[0..31] = TAT*L (96 bits, ms scaled by L);
  *                           b[32..63] = floor(TAT) - last update (ms, exact below 2^31)
+ *   concurrency             algo_conc.c's (dispatched there; ADJUST leaves it alone)
  */
 #include "algo.h"
 
@@ -586,6 +587,8 @@ rl_algo_export(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
         x->nlog = n;
         return 0;
     }
+    case RL_ALGO_CONCURRENCY:
+        return rl_algo_conc_export(t, s, now, x);
     case RL_ALGO_TOKEN_BUCKET:
         x->t_ms = rel_ms(now, s->a);
         x->v = s->b;
@@ -704,8 +707,8 @@ rl_algo_import(const struct rl_tier *t, const struct rl_algo_xstate *in, uint64_
 
     s->a = 0;
     s->b = 0;
-    if (in->shape == RL_ALGO_SLIDING_WINDOW_LOG) {
-        x = in; /* its entries are bounded in import_log */
+    if (in->shape == RL_ALGO_SLIDING_WINDOW_LOG || in->shape == RL_ALGO_CONCURRENCY) {
+        x = in; /* its entries are bounded in import_log, rl_algo_conc_import */
     } else {
         import_bound(t, in, &xb);
     }
@@ -713,7 +716,8 @@ rl_algo_import(const struct rl_tier *t, const struct rl_algo_xstate *in, uint64_
         !(t->algo == RL_ALGO_SLIDING_WINDOW_LOG && x->shape == RL_ALGO_SLIDING_WINDOW_COUNTER)) {
         return -EINVAL;
     }
-    if (x->nlog > RL_ALGO_XLOG_MAX || (x->nlog > 0 && x->shape != RL_ALGO_SLIDING_WINDOW_LOG)) {
+    if (x->nlog > RL_ALGO_XLOG_MAX || (x->nlog > 0 && x->shape != RL_ALGO_SLIDING_WINDOW_LOG &&
+                                       x->shape != RL_ALGO_CONCURRENCY)) {
         return -EINVAL;
     }
     switch ((enum rl_algo)x->shape) {
@@ -739,6 +743,8 @@ rl_algo_import(const struct rl_tier *t, const struct rl_algo_xstate *in, uint64_
         return 0;
     case RL_ALGO_SLIDING_WINDOW_LOG:
         return import_log(t, x, now, room, s);
+    case RL_ALGO_CONCURRENCY:
+        return rl_algo_conc_import(t, x, now, room, s) == 0 ? 0 : -EINVAL;
     case RL_ALGO_TOKEN_BUCKET:
         if (x->v != 0) {
             s->a = at_ms(now, -x->t_ms);
@@ -963,6 +969,10 @@ rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, ui
     case RL_ALGO_LEAKY_BUCKET:
         gcra_judge(t, s, now, cost, r, next);
         break;
+    case RL_ALGO_CONCURRENCY:
+        rl_algo_conc_judge(t, s, now, cost, r);
+        *next = *s;
+        break;
     default:
         /* An unknown algorithm never refuses: the parser makes this unreachable. */
         r->allowed = true;
@@ -979,6 +989,9 @@ rl_algo_commit_capped(const struct rl_tier *t, struct rl_algo_state *s,
     }
     if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG) {
         return swl_commit(t, s, next, now, cost, room);
+    }
+    if (t->algo == RL_ALGO_CONCURRENCY) {
+        return rl_algo_conc_commit(t, s, now, cost, room);
     }
     *s = *next;
     return 0;
@@ -1011,6 +1024,8 @@ rl_algo_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
     case RL_ALGO_GCRA:
     case RL_ALGO_LEAKY_BUCKET:
         return gcra_full_at(t, s);
+    case RL_ALGO_CONCURRENCY:
+        return rl_algo_conc_full_at(s);
     default:
         return 0;
     }
@@ -1036,7 +1051,8 @@ rl_algo_is_full(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t
 void
 rl_algo_release(const struct rl_tier *t, struct rl_algo_state *s)
 {
-    if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG && !swl_degraded(s)) {
+    if ((t->algo == RL_ALGO_SLIDING_WINDOW_LOG && !swl_degraded(s)) ||
+        t->algo == RL_ALGO_CONCURRENCY) {
         rl_slog_destroy(swl_log(s));
     }
     s->a = 0;
@@ -1046,8 +1062,10 @@ rl_algo_release(const struct rl_tier *t, struct rl_algo_state *s)
 uint64_t
 rl_algo_heap_bytes(const struct rl_tier *t, const struct rl_algo_state *s)
 {
-    return t->algo == RL_ALGO_SLIDING_WINDOW_LOG && !swl_degraded(s) ? rl_slog_bytes(swl_log(s))
-                                                                       : 0;
+    return (t->algo == RL_ALGO_SLIDING_WINDOW_LOG && !swl_degraded(s)) ||
+                   t->algo == RL_ALGO_CONCURRENCY
+               ? rl_slog_bytes(swl_log(s))
+               : 0;
 }
 
 bool

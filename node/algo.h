@@ -1,5 +1,5 @@
 /*
- * algo: the six algorithms of docs/ALGORITHMS.md as functions over a 16-byte per-key, per-tier state,
+ * algo: the seven algorithms of docs/ALGORITHMS.md as functions over a 16-byte per-key, per-tier state,
  * in exact integer arithmetic. A zeroed state is a key never seen: full allowance.
  * Not for finding keys (keytab.h) or combining tiers (limiter.h).
  *
@@ -147,5 +147,28 @@ bool rl_algo_degraded(const struct rl_tier *t, const struct rl_algo_state *s);
 
 /* Heap bytes the state owns beyond its 16 bytes. */
 uint64_t rl_algo_heap_bytes(const struct rl_tier *t, const struct rl_algo_state *s);
+
+/*
+ * concurrency (node/algo_conc.c, docs/ALGORITHMS.md "concurrency"): every rl_algo_* call above
+ * serves it too (judge: N slots, each held for the tier's window, its lease; commit: takes
+ * cost slots; adjust: changes nothing). These are its own: the slots held at now (leases
+ * ended are freed first), and RELEASE: gives back up to count slots, the oldest held first,
+ * returning how many it gave (fewer when fewer were held; 0 for a tier of another algorithm).
+ * The rest are algo.c's dispatch targets.
+ */
+uint64_t rl_algo_conc_held(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now);
+uint64_t rl_algo_conc_release(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
+                              uint64_t count);
+void rl_algo_conc_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
+                        uint32_t cost, struct rl_algo_result *r);
+int rl_algo_conc_commit(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
+                        uint32_t cost, uint64_t room);
+uint64_t rl_algo_conc_full_at(const struct rl_algo_state *s);
+void rl_algo_conc_free(struct rl_algo_state *s);
+uint64_t rl_algo_conc_heap_bytes(const struct rl_algo_state *s);
+int rl_algo_conc_export(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
+                        struct rl_algo_xstate *x);
+int rl_algo_conc_import(const struct rl_tier *t, const struct rl_algo_xstate *x, uint64_t now,
+                        uint64_t room, struct rl_algo_state *s);
 
 #endif

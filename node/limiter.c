@@ -402,7 +402,8 @@ rl_limiter_create(struct rl_limiter **out, const struct rl_conf *conf, uint64_t 
         memory_bytes = RL_CONF_DEFAULT_MEMORY;
     }
     for (size_t i = 0; i < conf->ntiers; i++) {
-        logs |= conf->tiers[i].algo == RL_ALGO_SLIDING_WINDOW_LOG;
+        logs |= conf->tiers[i].algo == RL_ALGO_SLIDING_WINDOW_LOG ||
+                conf->tiers[i].algo == RL_ALGO_CONCURRENCY;
     }
     l->log_cap = logs ? memory_bytes / 2 : 0;
     l->memory_cap = memory_bytes;
@@ -485,7 +486,7 @@ lim_commit_or_adjust(struct rl_limiter *l, const struct rl_tier *t, struct rl_al
     uint64_t before, room;
     bool was;
 
-    if (t->algo != RL_ALGO_SLIDING_WINDOW_LOG) {
+    if (t->algo != RL_ALGO_SLIDING_WINDOW_LOG && t->algo != RL_ALGO_CONCURRENCY) {
         if (next != NULL) {
             rl_algo_commit(t, s, next, now, cost);
         } else {
@@ -991,6 +992,9 @@ lim_adjust_all(struct rl_limiter *l, const struct rl_wire_req *req, uint32_t sha
         struct rl_keytab_entry *e = rl_keytab_find(l->tab, prep->fp_hi[i], prep->fp_lo[i]);
         struct rl_algo_state s;
 
+        if (t->algo == RL_ALGO_CONCURRENCY) {
+            continue; /* slots are taken by CHECK and given back by RELEASE only */
+        }
         if (e != NULL) {
             if (e->tier != t->id) {
                 lim_retier(l, e, t);
@@ -1016,10 +1020,76 @@ lim_adjust_all(struct rl_limiter *l, const struct rl_wire_req *req, uint32_t sha
     }
 }
 
+/* RELEASE, step 1: req->cost slots given back in every concurrency tier of req's key (a key
+ * not held has none to give); the other tiers are left as they are. */
+static void
+lim_release_all(struct rl_limiter *l, const struct rl_wire_req *req, const struct lim_judge *j,
+                const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch)
+{
+    for (uint32_t i = 0; i < j->ntiers; i++) {
+        const struct rl_tier *t = &j->tiers[i];
+        struct rl_keytab_entry *e;
+        uint64_t given = 0;
+
+        if (t->algo != RL_ALGO_CONCURRENCY) {
+            continue;
+        }
+        e = rl_keytab_find(l->tab, prep->fp_hi[i], prep->fp_lo[i]);
+        if (e != NULL) {
+            if (e->tier != t->id) {
+                lim_retier(l, e, t);
+            }
+            if (e->epoch != epoch) {
+                lim_release_state(l, t, &e->st);
+                memset(&e->st, 0, sizeof(e->st));
+                e->epoch = epoch;
+            }
+            {
+                uint64_t before = rl_algo_heap_bytes(t, &e->st);
+
+                given = rl_algo_conc_release(t, &e->st, now, req->cost);
+                lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st) - before);
+            }
+        }
+        l->st.releases_late += req->cost - given;
+    }
+}
+
+static int lim_settle_key(struct rl_limiter *l, const struct rl_wire_req *req,
+                      const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                      struct rl_wire_check_reply *rep);
+
 int
 rl_limiter_adjust_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
                            const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
                            struct rl_wire_check_reply *rep)
+{
+    return lim_settle_key(l, req, prep, now, epoch, rep);
+}
+
+int
+rl_limiter_release_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
+                            const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                            struct rl_wire_check_reply *rep)
+{
+    return lim_settle_key(l, req, prep, now, epoch, rep);
+}
+
+int
+rl_limiter_release(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
+                   uint16_t epoch, struct rl_wire_check_reply *rep)
+{
+    struct rl_limiter_prep prep;
+
+    rl_limiter_prepare(l, req, &prep);
+    return rl_limiter_release_prepared(l, req, &prep, now, epoch, rep);
+}
+
+/* ADJUST and RELEASE (req->op): applied, then the reply of what is left. */
+static int
+lim_settle_key(struct rl_limiter *l, const struct rl_wire_req *req,
+           const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+           struct rl_wire_check_reply *rep)
 {
     const struct rl_algo_result *dec;
     uint64_t remaining = UINT64_MAX;
@@ -1037,7 +1107,11 @@ rl_limiter_adjust_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
     if (rc != 0) {
         return rc;
     }
-    lim_adjust_all(l, req, prep->shard, &j, prep, now, epoch);
+    if (req->op == RL_WIRE_OP_RELEASE) {
+        lim_release_all(l, req, &j, prep, now, epoch);
+    } else {
+        lim_adjust_all(l, req, prep->shard, &j, prep, now, epoch);
+    }
     /* The reply: what is left after it (a peek's answer), and the wait of a request of
      * cost 1 (0: it would be allowed now; a shadow rule refuses nothing). */
     lim_judge_all(l, &j, prep, now, 0, epoch);
@@ -1312,7 +1386,8 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
     for (size_t i = 0; i < conf->ntiers; i++) {
         ix[i].seed = conf->tiers[i].key_seed;
         ix[i].ix = (uint32_t)i;
-        logs |= conf->tiers[i].algo == RL_ALGO_SLIDING_WINDOW_LOG;
+        logs |= conf->tiers[i].algo == RL_ALGO_SLIDING_WINDOW_LOG ||
+                conf->tiers[i].algo == RL_ALGO_CONCURRENCY;
     }
     qsort(ix, conf->ntiers, sizeof(*ix), lim_seed_cmp);
     for (size_t i = 0; i < l->ntiers; i++) {

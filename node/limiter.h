@@ -20,7 +20,9 @@
  * evicted_in_force the evictions of keys whose limit was in force, evicted_under_share those
  * of keys of a service (or inline tenant) under its share (docs/ALGORITHMS.md, "Under memory
  * pressure"); inline_over_quota the inline CHECKs refused because their tenant held
- * RL_INLTAB_TENANT_MAX inline limits already (docs/PROTOCOL.md, "Inline limits"). */
+ * RL_INLTAB_TENANT_MAX inline limits already (docs/PROTOCOL.md, "Inline limits");
+ * releases_late the slots RELEASEs asked back that their key no longer held (their lease had
+ * ended, or they were given back twice: docs/ALGORITHMS.md, "concurrency"). */
 #define RL_LIMITER_STATS_MAP(X)                                                                    \
     X(checks, "checks")                                                                            \
     X(allowed, "allowed")                                                                          \
@@ -32,7 +34,8 @@
     X(log_degraded, "log_degraded")                                                                \
     X(evicted_in_force, "evicted_in_force")                                                        \
     X(evicted_under_share, "evicted_under_share")                                              \
-    X(inline_over_quota, "inline_over_quota")
+    X(inline_over_quota, "inline_over_quota")                                                      \
+    X(releases_late, "releases_late")
 
 struct rl_limiter_stats {
 #define RL_LIMITER_FIELD(n, s) uint64_t n;
@@ -135,6 +138,20 @@ int rl_limiter_adjust(struct rl_limiter *l, const struct rl_wire_req *req, uint6
 int rl_limiter_adjust_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
                                const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
                                struct rl_wire_check_reply *rep);
+
+/*
+ * RELEASE (docs/PROTOCOL.md, "RELEASE"): gives back req->cost slots (its count) in every
+ * concurrency tier of req's rule, or of its inline limit, the oldest held first (rate tiers
+ * are left as they are). *rep as rl_limiter_adjust's: ALLOWED with what is left after it
+ * (a rule without a concurrency tier: nothing changed), or NO_RULE. Returns as
+ * rl_limiter_check_epoch; counts no decision. Slots asked back that a key no longer held
+ * are counted in releases_late.
+ */
+int rl_limiter_release(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
+                       uint16_t epoch, struct rl_wire_check_reply *rep);
+int rl_limiter_release_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
+                                const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                                struct rl_wire_check_reply *rep);
 
 /* What rl_limiter_set_rules did. */
 struct rl_limiter_reload {

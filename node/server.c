@@ -417,7 +417,8 @@ server_check(struct rl_conn *c, const struct rl_wire_req *req)
     }
 }
 
-/* ADJUST: judged at once (CHECKs held before it were judged first, server_frame). */
+/* ADJUST and RELEASE: judged at once (CHECKs held before it were judged first,
+ * server_frame). */
 static void
 server_adjust(struct rl_conn *c, const struct rl_wire_req *req)
 {
@@ -436,12 +437,22 @@ server_adjust(struct rl_conn *c, const struct rl_wire_req *req)
         rl_limiter_prepare(s->limiter, req, &prep);
         prep.shard = shard;
     }
-    rc = rl_limiter_adjust_prepared(s->limiter, req, &prep, s->now_ms, epoch, &rep);
+    rc = req->op == RL_WIRE_OP_RELEASE
+             ? rl_limiter_release_prepared(s->limiter, req, &prep, s->now_ms, epoch, &rep)
+             : rl_limiter_adjust_prepared(s->limiter, req, &prep, s->now_ms, epoch, &rep);
     if (rc != 0) {
         server_limiter_error(c, req, rc);
         return;
     }
-    server_replied(c, rl_wire_put_adjust_reply(&c->out, &rep));
+    server_replied(c, req->op == RL_WIRE_OP_RELEASE ? rl_wire_put_release_reply(&c->out, &rep)
+                                                    : rl_wire_put_adjust_reply(&c->out, &rep));
+}
+
+/* RELEASE: as ADJUST, judged at once (docs/PROTOCOL.md, "RELEASE"). */
+static void
+server_release(struct rl_conn *c, const struct rl_wire_req *req)
+{
+    server_adjust(c, req);
 }
 
 static void

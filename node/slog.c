@@ -272,6 +272,29 @@ rl_slog_take(struct rl_slog *g, uint64_t amount)
     return took;
 }
 
+uint64_t
+rl_slog_take_oldest(struct rl_slog *g, uint64_t amount)
+{
+    uint64_t took = 0;
+
+    while (g != NULL && g->len > 0 && took < amount) {
+        struct rl_slog_ent *e = slog_at(g, 0);
+        uint64_t want = amount - took;
+
+        if (e->cost <= want) {
+            took += e->cost;
+            g->sum -= e->cost;
+            g->head = (g->head + 1) & (g->cap - 1);
+            g->len--;
+        } else {
+            e->cost -= (uint32_t)want;
+            g->sum -= want;
+            took = amount;
+        }
+    }
+    return took;
+}
+
 struct rl_slog *
 rl_slog_dup(const struct rl_slog *g)
 {

@@ -67,6 +67,10 @@ void rl_slog_get(const struct rl_slog *g, uint32_t i, uint64_t *t, uint32_t *cos
  * refund (ADJUST). Returns what it took. */
 uint64_t rl_slog_take(struct rl_slog *g, uint64_t amount);
 
+/* Takes up to amount off the oldest entries (the oldest first, dropping those emptied): a
+ * concurrency RELEASE. Returns what it took. */
+uint64_t rl_slog_take_oldest(struct rl_slog *g, uint64_t amount);
+
 /* A copy (tests probe future times on copies); NULL for NULL or when malloc fails. */
 struct rl_slog *rl_slog_dup(const struct rl_slog *g);
 

@@ -417,7 +417,16 @@ static const struct {
     {"[service s]\nlimit = gcra 10 per 1s bust 5\n", 2, "is not \"ALGORITHM N per"},
     {"[service s]\nlimit = bucket 10 per 1s\n", 2,
      "limit: \"bucket 10 per 1s\" has an unknown algorithm (use fixed_window, "
-     "sliding_window_log, sliding_window_counter, token_bucket, gcra or leaky_bucket)"},
+     "sliding_window_log, sliding_window_counter, token_bucket, gcra, leaky_bucket or concurrency)"},
+    {"[service s]\nlimit = concurrency 5 per 1s\n", 2,
+     "limit: \"concurrency 5 per 1s\" is not \"concurrency N lease DURATION\""},
+    {"[service s]\nlimit = concurrency 5 lease 1s burst 5\n", 2,
+     "is not \"concurrency N lease DURATION\""},
+    {"[service s]\nlimit = gcra 5 lease 1s\n", 2, "is not \"ALGORITHM N per"},
+    {"[service s]\nlimit = concurrency 10001 lease 1s\n", 2,
+     "has a concurrency outside 1..10000"},
+    {"[service s]\nlimit = concurrency 0 lease 1s\n", 2, "has a limit outside 1..4294967295"},
+    {"[service s]\nlimit = concurrency 5 lease 4294967296ms\n", 2, "has a window outside"},
     {"[service s]\nlimit = fixed_window 10 per 1s burst 5\n", 2,
      "has a burst, which only token_bucket, gcra and leaky_bucket take"},
     {"[service s]\nlimit = sliding_window_counter 10 per 1s burst 5\n", 2, "has a burst"},
@@ -1091,6 +1100,33 @@ START_TEST(test_tiers_in_order)
 }
 END_TEST
 
+/* concurrency N lease DURATION: N up to RL_CONF_CONCURRENCY_MAX, the lease as the window (up
+ * to 4294967295 ms), no burst; with rate tiers in one section. */
+START_TEST(test_concurrency_tier)
+{
+    struct rl_conf *c = parse_ok("[service export]\n"
+                                 "limit = concurrency 5 lease 30s\n"
+                                 "limit = token_bucket 100 per 1m\n"
+                                 "limit = concurrency 10000 lease 4294967295ms\n");
+    const struct rl_tier *t = &c->tiers[c->rules[0].first_tier];
+
+    ck_assert_uint_eq(c->rules[0].ntiers, 3);
+    ck_assert_int_eq(t[0].algo, RL_ALGO_CONCURRENCY);
+    ck_assert_uint_eq(t[0].limit, 5);
+    ck_assert_uint_eq(t[0].window_ms, 30000);
+    ck_assert_uint_eq(t[0].burst, 5);
+    ck_assert_int_eq(t[1].algo, RL_ALGO_TOKEN_BUCKET);
+    ck_assert_int_eq(t[2].algo, RL_ALGO_CONCURRENCY);
+    ck_assert_uint_eq(t[2].limit, RL_CONF_CONCURRENCY_MAX);
+    ck_assert_uint_eq(t[2].window_ms, RL_CONF_WINDOW32_MAX);
+    ck_assert_str_eq(rl_algo_name(RL_ALGO_CONCURRENCY), "concurrency");
+    ck_assert(!rl_algo_has_burst(RL_ALGO_CONCURRENCY));
+    ck_assert_uint_eq(rl_algo_limit_max(RL_ALGO_CONCURRENCY), 10000);
+    ck_assert_uint_eq(rl_algo_limit_max(RL_ALGO_GCRA), RL_CONF_LIMIT_MAX);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 /* Windows past 32 bits of ms: a year for the two window algorithms (up to 366 days), the
  * same bound as an inline limit's (docs/PROTOCOL.md); the others stop at 4294967295 ms. */
 START_TEST(test_long_windows)
@@ -1431,6 +1467,7 @@ conf_suite(void)
     tcase_add_test(rules, test_rule_lookup_many);
     tcase_add_test(rules, test_tiers_in_order);
     tcase_add_test(rules, test_long_windows);
+    tcase_add_test(rules, test_concurrency_tier);
     suite_add_tcase(s, rules);
 
     tcase_set_timeout(fuzz, 120);

@@ -385,6 +385,7 @@ START_TEST(test_put_req)
     in.role = mkstr("router", 6);
     in.token = mkstr("secret", 6);
     in.top = 5;
+    in.cost = 1; /* RELEASE's count is 1.. */
     ops = rl_wire_ops(&nops);
     for (size_t i = 0; i < nops; i++) {
         in.op = ops[i].op;
@@ -1782,6 +1783,108 @@ START_TEST(test_hot_roundtrip)
 }
 END_TEST
 
+/* RELEASE [10, id, service, user, endpoint, count, limit, tenant]: a count of 1..1000000 in
+ * any unsigned format, the limit and tenant as CHECK's (a concurrency limit takes N up to
+ * 10000); its reply is a CHECK reply under op 10. */
+START_TEST(test_release_roundtrip)
+{
+    static const uint32_t counts[] = {1, 2, 127, 128, 65535, 65536, 1000000};
+    struct rl_wire_req in, req;
+    struct rl_wire_decoder d;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_wire_check_reply cr = {8, RL_WIRE_ALLOWED, 5, 3, 30000, 0};
+    struct rl_buf out;
+    const char *p;
+    size_t n;
+
+    ck_assert_ptr_nonnull(rep);
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    rl_buf_init(&out);
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        memset(&in, 0, sizeof(in));
+        in.op = RL_WIRE_OP_RELEASE;
+        in.id = 6;
+        in.service = mkstr("export", 6);
+        in.user = mkstr("bob", 3);
+        in.endpoint = mkstr("/x", 2);
+        in.cost = counts[i];
+        if (i % 2 == 1) {
+            in.limit.set = true;
+            in.limit.algo = 6; /* concurrency (ruleset.h) */
+            in.limit.limit = 10000;
+            in.limit.window_ms = 60000;
+            in.limit.burst = 10000;
+            in.tenant = (uint32_t)i;
+        }
+        rl_buf_reset(&out);
+        ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+        p = one_frame(&out, &n);
+        ck_assert_uint_eq((unsigned char)p[1], RL_WIRE_OP_RELEASE);
+        expect_req("release", p, n, &req);
+        ck_assert_uint_eq(req.op, RL_WIRE_OP_RELEASE);
+        ck_assert_uint_eq(req.id, 6);
+        ck_assert(str_is(req.service, "export") && str_is(req.user, "bob"));
+        ck_assert(str_is(req.endpoint, "/x"));
+        ck_assert_uint_eq(req.cost, counts[i]);
+        ck_assert_int_eq(req.limit.set, in.limit.set);
+        ck_assert_uint_eq(req.limit.algo, in.limit.algo);
+        ck_assert_uint_eq(req.limit.limit, in.limit.limit);
+        ck_assert_uint_eq(req.tenant, in.tenant);
+    }
+    expect_req("release uint64",
+               RAW(0x96, 0x0a, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xcf, 0, 0, 0, 0, 0, 0, 0, 3),
+               &req);
+    ck_assert_uint_eq(req.cost, 3);
+    expect_fault("release 0", RAW(0x96, 0x0a, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0x00),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "count must be an unsigned integer of 1..1000000");
+    expect_fault("release 1000001",
+                 RAW(0x96, 0x0a, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xce, 0, 0x0f, 0x42, 0x41),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "count must be");
+    expect_fault("release -1", RAW(0x96, 0x0a, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xff),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "count must be");
+    expect_fault("release nil", RAW(0x96, 0x0a, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "count must be");
+    expect_fault("release 5", RAW(0x95, 0x0a, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "RELEASE takes 6..8 elements");
+    expect_fault("release 9",
+                 RAW(0x99, 0x0a, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0, 0xc0, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "RELEASE takes 6..8 elements");
+    expect_fault("release user", RAW(0x96, 0x0a, 0x05, 0xa1, 's', 0xa0, 0xc0, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "user must be");
+    expect_fault("release tenant",
+                 RAW(0x98, 0x0a, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0xc0, 0xff),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "tenant must be");
+    /* a concurrency limit's N: 1..10000 */
+    expect_fault("release concurrency 10001",
+                 RAW(0x97, 0x0a, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0x94, 0xab, 'c', 'o',
+                     'n', 'c', 'u', 'r', 'r', 'e', 'n', 'c', 'y', 0xcd, 0x27, 0x11, 0x0a, 0xc0),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5,
+                 "limit's limit must be an unsigned integer of 1..10000 for concurrency");
+    expect_req("release concurrency 10000",
+               RAW(0x97, 0x0a, 0x05, 0xa1, 's', 0xa1, 'u', 0xc0, 0x01, 0x94, 0xab, 'c', 'o', 'n',
+                   'c', 'u', 'r', 'r', 'e', 'n', 'c', 'y', 0xcd, 0x27, 0x10, 0x0a, 0xc0),
+               &req);
+    ck_assert_uint_eq(req.limit.limit, 10000);
+    ck_assert_uint_eq(req.limit.window_ms, 10);
+    /* the reply */
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_release_reply(&out, &cr), 0);
+    p = one_frame(&out, &n);
+    ck_assert_uint_eq((unsigned char)p[1], RL_WIRE_OP_RELEASE);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, p, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_RELEASE);
+    ck_assert_uint_eq(rep->id, 8);
+    ck_assert_uint_eq(rep->check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep->check.limit, 5);
+    ck_assert_uint_eq(rep->check.remaining, 3);
+    ck_assert_uint_eq(rep->check.reset_ms, 30000);
+    ck_assert_uint_eq(rep->check.retry_after_ms, 0);
+    rl_buf_deinit(&out);
+    rl_wire_decoder_deinit(&d);
+    free(rep);
+}
+END_TEST
+
 /* HANDOFF_OUT and HANDOFF_IN, and their replies: each field back as encoded; records of the
  * largest size and one byte more; the fields' refusals, named. */
 /* ADJUST [9, id, service, user, endpoint, delta, limit, tenant]: a signed delta of
@@ -2169,6 +2272,7 @@ wire_suite(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_known_answer);
     tcase_add_test(tc, test_adjust_roundtrip);
+    tcase_add_test(tc, test_release_roundtrip);
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_docs_match);
     tcase_add_test(tc, test_docs_ops);
