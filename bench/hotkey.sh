@@ -30,6 +30,8 @@ listen = 127.0.0.1:$1
 deadline = 500ms
 deny_cache = $2
 hot_keys = ${3:-on}
+[clients]
+adjust = no
 [node a]
 listen = 127.0.0.1:$pa
 memory = 1g

@@ -77,7 +77,7 @@
     R(A, THROTTLED, throttled, 7, 2, 5, throttled, 4, throttled, NODE, FANOUT)                     \
     R(A, HOT, hot, 8, 2, 4, hot, 4, hot, NONE, SELF)                                               \
     R(A, ADJUST, adjust, 9, 6, 8, adjust, 7, check, NODE, FORWARD)                                 \
-    R(A, RELEASE, release, 10, 6, 8, release, 7, check, NODE, NONE)                                \
+    R(A, RELEASE, release, 10, 6, 8, release, 7, check, NODE, FORWARD)                             \
     R(A, HANDOFF_OUT, handoff_out, 11, 4, 4, handoff_out, 4, handoff_out, NODE, NONE)              \
     R(A, HANDOFF_IN, handoff_in, 12, 4, 4, handoff_in, 4, handoff_in, NODE, NONE)                  \
     R(A, ERROR, error, 255, 0, 0, none, 4, error, NONE, NONE)

@@ -44,7 +44,9 @@ log_answer(struct rl_router *r, uint8_t op, uint32_t shard, const char *node, ui
     }
     rl_reqlog_add_tag(r->log, r->log_anchor_real + (loop_ms - r->log_anchor_loop), shard, node,
                       code, hash, service, slen, user, ulen,
-                      op == RL_WIRE_OP_ADJUST ? RL_REQLINE_TAG_ADJUST : RL_REQLINE_TAG_NONE);
+                      op == RL_WIRE_OP_ADJUST    ? RL_REQLINE_TAG_ADJUST
+                      : op == RL_WIRE_OP_RELEASE ? RL_REQLINE_TAG_RELEASE
+                                                 : RL_REQLINE_TAG_NONE);
 }
 
 /* A CHECK-shaped reply under op (CHECK, ADJUST or RELEASE). */
@@ -54,6 +56,8 @@ put_reply(struct rl_buf *out, uint8_t op, const struct rl_wire_check_reply *rep)
     switch (op) {
     case RL_WIRE_OP_ADJUST:
         return rl_wire_put_adjust_reply(out, rep);
+    case RL_WIRE_OP_RELEASE:
+        return rl_wire_put_release_reply(out, rep);
     default:
         return rl_wire_put_check_reply(out, rep);
     }
@@ -67,8 +71,10 @@ count_answer(struct rl_router *r, uint8_t op, const struct rl_rule *rule, uint32
     if (op == RL_WIRE_OP_CHECK) {
         r->stats.checks++;
         rl_counts_answer(r, rule, code, start_ns);
-    } else {
+    } else if (op == RL_WIRE_OP_ADJUST) {
         r->stats.adjusts++;
+    } else {
+        r->stats.releases++;
     }
 }
 
@@ -324,6 +330,13 @@ rl_forward_adjust(struct rl_conn *conn, const struct rl_wire_req *req,
     if (forward_may_adjust(conn, req)) {
         forward_keyed(conn, req, relay);
     }
+}
+
+void
+rl_forward_release(struct rl_conn *conn, const struct rl_wire_req *req,
+                   const struct rl_wire_str *relay)
+{
+    forward_keyed(conn, req, relay); /* no more than a CHECK: see forward_may_adjust */
 }
 
 void

@@ -271,6 +271,24 @@ router_failure_notice(const struct rl_conf *conf)
     }
 }
 
+/* Once, once serving: the rules whose refusals the deny cache may not hold because a client
+ * may refund under them (docs/OPERATIONS.md, "The deny cache"). */
+static void
+router_refund_notice(const struct rl_conf *conf)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; conf->deny_cache != 0 && i < conf->nrules; i++) {
+        n += rl_conf_rule_refundable(conf, &conf->rules[i]);
+    }
+    if (n > 0) {
+        rl_log_info("%zu of %zu rule(s) may be refunded through a router (adjust = yes): the deny "
+                    "cache holds none of their refusals; a cluster that never refunds sets "
+                    "[clients] adjust = no (docs/OPERATIONS.md, \"The deny cache\")",
+                    n, conf->nrules);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -459,6 +477,7 @@ main(int argc, char **argv)
                     opts.name, m.d.addr, sec, rls, resp, cf->zookeeper[0] ? "ZooKeeper" : "static",
                     cf->deadline_ms, rl_rproc_workers(m.proc));
         router_failure_notice(cf);
+        router_refund_notice(cf);
     }
     rl_daemon_run(&m.d);
     rl_daemon_destroy(&m.d);

@@ -2,7 +2,8 @@
  * resp_check: the RESP front's commands that go to the nodes (docs/RESP.md) and the ring
  * that keeps every connection's replies in the order of its commands. CL.THROTTLE
  * (redis-cell's) is an inline-limited gcra CHECK under [router] resp_service; RL.CHECK and
- * RL.MCHECK are CHECKs judged by the configured rules; all are sent with rl_forward_inline
+ * RL.MCHECK are CHECKs judged by the configured rules, RL.ADJUST and RL.RELEASE an ADJUST
+ * and a RELEASE under them, answered as RL.CHECK is; all are sent with rl_forward_inline
  * (forward.c) to the owner of (service, user), the pending record pointing back to its part
  * (rl_pending.sink, answered through resp_answer). Pipelining: each command that waits for a
  * node holds one slot of the ring until its answer is in; a reply written at once goes
@@ -250,7 +251,9 @@ part_send(struct resp_slot *s, uint32_t i, struct rl_wire_req *req)
     struct rl_pending *p = NULL;
 
     pt->slot = s;
-    req->op = RL_WIRE_OP_CHECK;
+    if (req->op == 0) {
+        req->op = RL_WIRE_OP_CHECK; /* else RL.ADJUST's or RL.RELEASE's op */
+    }
     req->id = i;
     req->tenant = rl_wire_tenant(s->c->principal ? s->c->principal->name : NULL,
                                  rl_front_peer_addr(s->c->fc));
@@ -547,6 +550,89 @@ int
 resp_mcheck(struct resp_conn *c, ARGS)
 {
     return check_run(c, cmd, b, true);
+}
+
+/*
+ * RL.ADJUST service user delta [endpoint] (adjust: 4..5 arguments) and RL.RELEASE service
+ * user [count] [endpoint] (3..5): one ADJUST or RELEASE under the configured rules, answered
+ * as RL.CHECK (docs/RESP.md). A refund (delta < 0) needs `adjust = yes` (docs/CONFIG.md);
+ * RELEASE's count is 1 unless given, and an endpoint comes after a count.
+ */
+static int
+settle_run(struct resp_conn *c, ARGS, bool adjust)
+{
+    struct rl_router *r = c->r;
+    struct rl_resp_arg q[3];
+    const struct rl_rule *rule;
+    struct rl_wire_req req;
+    struct resp_slot *s;
+    int64_t v = 1;
+
+    q[0] = cmd->argv[1];
+    q[1] = cmd->argv[2];
+    q[2].ptr = "";
+    q[2].len = 0;
+    if (adjust) {
+        if (rl_resp_int64(&cmd->argv[3], &v) != 0 || v < -RL_WIRE_DELTA_MAX ||
+            v > RL_WIRE_DELTA_MAX) {
+            return rl_resp_put_error(b, "ERR DELTA must be an integer of -%d..%d",
+                                     RL_WIRE_DELTA_MAX, RL_WIRE_DELTA_MAX);
+        }
+    } else if (cmd->argc >= 4 && (rl_resp_int64(&cmd->argv[3], &v) != 0 || v < 1 ||
+                                  v > (int64_t)RL_WIRE_COUNT_MAX)) {
+        return rl_resp_put_error(b, "ERR COUNT must be an integer of 1..%u", RL_WIRE_COUNT_MAX);
+    }
+    if (cmd->argc == 5) {
+        q[2] = cmd->argv[4];
+    }
+    if (check_req(c, q, 0, &req, &rule, b) != 0) {
+        return 0;
+    }
+    if (adjust && v < 0 && !rl_conf_may_refund(r->conf, c->principal)) {
+        r->stats.unauthorized++;
+        return rl_resp_put_error(b, "NOPERM this client's token does not allow refunds "
+                                    "(adjust = yes)");
+    }
+    s = slot_new(c, RESP_CHECK, 1);
+    if (s == NULL) {
+        return -ENOMEM;
+    }
+    s->outstanding = 1;
+    if (rule == NULL) {
+        /* Every process reads the same rules: no node would find one either. */
+        s->one.slot = s;
+        memset(&s->one.rep, 0, sizeof(s->one.rep));
+        s->one.rep.code = RL_WIRE_NO_RULE;
+        if (adjust) {
+            r->stats.adjusts++;
+        } else {
+            r->stats.releases++;
+        }
+    } else {
+        req.op = adjust ? RL_WIRE_OP_ADJUST : RL_WIRE_OP_RELEASE;
+        if (adjust) {
+            req.delta = (int32_t)v;
+        } else {
+            req.cost = (uint32_t)v; /* RELEASE's count */
+        }
+        part_send(s, 0, &req);
+    }
+    if (--s->outstanding == 0) {
+        slot_render(s);
+    }
+    return 0;
+}
+
+int
+resp_adjust(struct resp_conn *c, ARGS)
+{
+    return settle_run(c, cmd, b, true);
+}
+
+int
+resp_release(struct resp_conn *c, ARGS)
+{
+    return settle_run(c, cmd, b, false);
 }
 
 void

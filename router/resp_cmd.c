@@ -417,6 +417,8 @@ static const struct resp_cmd_row resp_cmds[] = {
      resp_throttle},
     {"rl.check", 3, 6, 0, RESP_F_WRITE, 0, 0, 0, NULL, resp_check},
     {"rl.mcheck", 5, 0, 4, RESP_F_WRITE, 0, 0, 0, NULL, resp_mcheck},
+    {"rl.adjust", 4, 5, 0, RESP_F_WRITE, 0, 0, 0, NULL, resp_adjust},
+    {"rl.release", 3, 5, 0, RESP_F_WRITE, 0, 0, 0, NULL, resp_release},
     {"auth", 2, 3, 0, RESP_F_NOSCRIPT | RESP_F_NOAUTH, 0, 0, 0, NULL, cmd_auth},
     {"hello", 1, 0, 0, RESP_F_NOSCRIPT | RESP_F_NOAUTH, 0, 0, 0, NULL, cmd_hello},
     {"ping", 1, 2, 0, RESP_F_FAST, 0, 0, 0, NULL, cmd_ping},

@@ -5,7 +5,8 @@
  *   resp_cmd.c    the command table (name, arity, flags, handler in one row) and the
  *                 dispatch through it; the connection's own commands (AUTH, HELLO, CLIENT,
  *                 COMMAND, INFO...);
- *   resp_check.c  the commands that go to the nodes (CL.THROTTLE, RL.CHECK, RL.MCHECK) and
+ *   resp_check.c  the commands that go to the nodes (CL.THROTTLE, RL.CHECK, RL.MCHECK,
+ *                 RL.ADJUST, RL.RELEASE) and
  *                 the ring of replies kept in the order of the commands;
  *   resp_in.c     the unread input and its held count (knows no router).
  * docs/RESP.md says what they serve. Not for the parsing (common/resp.c).
@@ -122,5 +123,8 @@ void resp_slots_free(struct resp_conn *c);
 int resp_throttle(struct resp_conn *c, ARGS);
 int resp_check(struct resp_conn *c, ARGS);
 int resp_mcheck(struct resp_conn *c, ARGS);
+/* RL.ADJUST and RL.RELEASE, likewise (an ADJUST or a RELEASE, answered as RL.CHECK). */
+int resp_adjust(struct resp_conn *c, ARGS);
+int resp_release(struct resp_conn *c, ARGS);
 
 #endif

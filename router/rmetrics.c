@@ -496,6 +496,13 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
     rl_prom_family(p, "rl_router_requests_in_flight", "gauge",
                    "CHECKs forwarded to nodes and not answered yet.");
     rl_prom_u64(p, "rl_router_requests_in_flight", NULL, sum.npending);
+    rl_prom_family(p, "rl_router_settles_total", "counter",
+                   "ADJUSTs and RELEASEs answered (by a node, the failure policy or the router: "
+                   "no rule), by op; not decisions, so not in rl_router_decisions_total.");
+    rl_prom_u64(p, "rl_router_settles_total", rl_prom_labels(lab, sizeof(lab), "op", "adjust", NULL),
+                sum.stats.adjusts);
+    rl_prom_u64(p, "rl_router_settles_total",
+                rl_prom_labels(lab, sizeof(lab), "op", "release", NULL), sum.stats.releases);
     rl_prom_family(p, "rl_router_late_replies_total", "counter",
                    "Node replies that came after the deadline had answered.");
     rl_prom_u64(p, "rl_router_late_replies_total", NULL, sum.stats.late_replies);

@@ -30,6 +30,7 @@
 #define RL_ROUTER_STATS_MAP(X)                                                                     \
     X(checks, "checks")                                                                            \
     X(adjusts, "adjusts")                 /* ADJUSTs answered (not decisions) */                  \
+    X(releases, "releases")               /* RELEASEs answered (not decisions) */                 \
     X(forwarded, "forwarded")                                                                      \
     X(allowed, "allowed")                                                                          \
     X(limited, "limited")                                                                          \

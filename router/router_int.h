@@ -396,6 +396,8 @@ void rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
  * (docs/PROTOCOL.md, "ADJUST"); never from the deny cache nor the backstop. */
 void rl_forward_adjust(struct rl_conn *conn, const struct rl_wire_req *req,
                        const struct rl_wire_str *relay);
+void rl_forward_release(struct rl_conn *conn, const struct rl_wire_req *req,
+                        const struct rl_wire_str *relay);
 
 /* Answers p by failure policy and frees it; late_reply as for rl_pending_put. */
 void rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply);

@@ -125,9 +125,9 @@ shed_hot_merged(struct rl_router *r, bool own, struct rl_hot *out, uint64_t now_
 }
 
 /* Whether a LIMITED under rule may be remembered: enforced, no tier whose refusal the node
- * could take back early (a sliding log degraded under the memory cap, a concurrency tier whose
- * slots a RELEASE frees), and no client that may refund under it through any router (a refund
- * gives back what the refusal counted on). */
+ * could take back early (a sliding log degraded under the memory cap, a concurrency tier
+ * whose slots a RELEASE frees), and no client that may refund under it through any router (a
+ * refund gives back what the refusal counted on). */
 static bool
 shed_cacheable(const struct rl_conf *conf, const struct rl_rule *rule)
 {

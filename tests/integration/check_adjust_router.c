@@ -10,10 +10,18 @@
  *     (counted `unauthorized`, the connection stays) and may still charge;
  *   - the deny cache stays true across two routers: a rule no client may refund is cached
  *     (deny_hits grows, the node is not asked), a rule a client may refund is not: refused
- *     through router A, refunded through router B, allowed through A at once.
+ *     through router A, refunded through router B, allowed through A at once;
+ *   - concurrency slots through two routers with the deny cache on: taken through both,
+ *     refused through A (not cached, though no client may refund it), one given back by a
+ *     RELEASE (op 10) through B, taken again through A at once; STATS `releases`, log
+ *     lines ending in `release`;
+ *   - with every node killed, ADJUST and RELEASE are answered by their rule's failure policy
+ *     under their own op (FAIL_OPEN, FAIL_CLOSED with the session timeout to wait), never by
+ *     the backstop (its counters do not move), counted `owner_down`.
  * Not for the node's arithmetic of ADJUST (check_node_tcp, check_limiter).
  */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +83,10 @@ setup(void)
                               "[client app]\ntoken_sha256 = %s\nservices = *\nstats = yes\n"
                               "[service tok]\nlimit = fixed_window 10 per 1h\n"
                               "[service fw]\nlimit = fixed_window 2 per 1h\n"
-                              "[service keep]\nlimit = fixed_window 2 per 1h\n",
+                              "[service keep]\nlimit = fixed_window 2 per 1h\n"
+                              "[service cc]\nlimit = concurrency 2 lease 10m\n"
+                              "[service shut]\nfailure = closed\n"
+                              "limit = fixed_window 5 per 1h\n",
                               zk.connect, SHARDS, log_path, settle, app),
         0);
     for (int i = 0; i < 2; i++) {
@@ -287,6 +298,17 @@ refuse(int r, struct rl_client *c, const char *svc, const char *user)
     return rstat(r, "deny_inserts") - ins0;
 }
 
+/* One CHECK of (svc, user) through c refused; returns the refusals router r has remembered
+ * since (deny_inserts). */
+static int64_t
+refuse_once(int r, struct rl_client *c, const char *svc, const char *user)
+{
+    int64_t ins0 = rstat(r, "deny_inserts");
+
+    expect(c, RL_WIRE_OP_CHECK, svc, user, 1, RL_WIRE_LIMITED);
+    return rstat(r, "deny_inserts") - ins0;
+}
+
 START_TEST(test_deny_cache_two_routers)
 {
     struct rl_client *a, *b;
@@ -313,6 +335,67 @@ START_TEST(test_deny_cache_two_routers)
 }
 END_TEST
 
+START_TEST(test_release_two_routers)
+{
+    struct rl_client *a, *b;
+    struct rl_wire_check_reply rep;
+    int64_t hits0, rel0[2];
+
+    wait_ready();
+    rel0[0] = rstat(0, "releases");
+    rel0[1] = rstat(1, "releases");
+    a = rl_test_dial(router_ports[0], APP_TOKEN, T_TIMEOUT);
+    b = rl_test_dial(router_ports[1], APP_TOKEN, T_TIMEOUT);
+    ck_assert_uint_eq(expect(a, RL_WIRE_OP_CHECK, "cc", "fred", 1, RL_WIRE_ALLOWED).remaining, 1);
+    ck_assert_uint_eq(expect(b, RL_WIRE_OP_CHECK, "cc", "fred", 1, RL_WIRE_ALLOWED).remaining, 0);
+    /* a concurrency refusal is never held, whoever may refund */
+    ck_assert_int_eq(refuse_once(0, a, "cc", "fred"), 0);
+    rep = expect(b, RL_WIRE_OP_RELEASE, "cc", "fred", 1, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.limit, 2);
+    ck_assert_uint_eq(rep.remaining, 1);
+    hits0 = rstat(0, "deny_hits");
+    ck_assert_uint_eq(expect(a, RL_WIRE_OP_CHECK, "cc", "fred", 1, RL_WIRE_ALLOWED).remaining, 0);
+    ck_assert_int_eq(rstat(0, "deny_hits") - hits0, 0);
+    /* both given back through A; no rule: NO_RULE under op 10 */
+    ck_assert_uint_eq(expect(a, RL_WIRE_OP_RELEASE, "cc", "fred", 2, RL_WIRE_ALLOWED).remaining,
+                      2);
+    expect(a, RL_WIRE_OP_RELEASE, "nope", "fred", 1, RL_WIRE_NO_RULE);
+    rl_client_destroy(a);
+    rl_client_destroy(b);
+    ck_assert_int_eq(rstat(0, "releases") - rel0[0], 2);
+    ck_assert_int_eq(rstat(1, "releases") - rel0[1], 1);
+    ck_assert_int_eq(tagged_lines(RL_REQLINE_TAG_RELEASE, 3), 3);
+}
+END_TEST
+
+START_TEST(test_policy_when_owner_down)
+{
+    struct rl_client *a;
+    struct rl_wire_check_reply rep;
+    int64_t bs0, down0;
+
+    wait_ready();
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rl_harness_server_stop(&nodes[i], SIGKILL, T_TIMEOUT), 0);
+    }
+    a = rl_test_dial(router_ports[0], APP_TOKEN, T_TIMEOUT);
+    bs0 = rstat(0, "backstop_allowed") + rstat(0, "backstop_limited");
+    down0 = rstat(0, "owner_down") + rstat(0, "deadline_expired");
+    rep = expect(a, RL_WIRE_OP_ADJUST, "tok", "gina", 3, RL_WIRE_FAIL_OPEN);
+    ck_assert_uint_eq(rep.limit, 0);
+    ck_assert_uint_eq(rep.remaining, 0);
+    rep = expect(a, RL_WIRE_OP_ADJUST, "shut", "gina", 1, RL_WIRE_FAIL_CLOSED);
+    ck_assert_uint_eq(rep.retry_after_ms, 2000); /* the session timeout */
+    expect(a, RL_WIRE_OP_RELEASE, "cc", "gina", 1, RL_WIRE_FAIL_OPEN);
+    ck_assert_int_eq(rstat(0, "backstop_allowed") + rstat(0, "backstop_limited"), bs0);
+    ck_assert_int_eq(rstat(0, "owner_down") + rstat(0, "deadline_expired") - down0, 3);
+    /* a CHECK of the same failure = open rule is the backstop's */
+    expect(a, RL_WIRE_OP_CHECK, "tok", "gina", 1, RL_WIRE_FAIL_OPEN);
+    ck_assert_int_eq(rstat(0, "backstop_allowed") - bs0, 1);
+    rl_client_destroy(a);
+}
+END_TEST
+
 static Suite *
 adjust_router_suite(void)
 {
@@ -324,6 +407,8 @@ adjust_router_suite(void)
     tcase_add_test(tc, test_settle_through_router);
     tcase_add_test(tc, test_refund_needs_adjust);
     tcase_add_test(tc, test_deny_cache_two_routers);
+    tcase_add_test(tc, test_release_two_routers);
+    tcase_add_test(tc, test_policy_when_owner_down);
     suite_add_tcase(s, tc);
     return s;
 }

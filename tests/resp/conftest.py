@@ -34,6 +34,12 @@ limit = token_bucket 10 per 1h burst 3
 [service shut]
 failure = closed
 limit = fixed_window 5 per 1h
+
+[service fw]
+limit = fixed_window 5 per 1h
+
+[service cc]
+limit = concurrency 2 lease 10m
 """
 
 

@@ -235,6 +235,64 @@ def test_rl_check_fields_and_mcheck(cluster):
         r.execute_command("RL.CHECK", "api")
 
 
+def fields(reply) -> dict:
+    """RL.CHECK's flat RESP2 array as a dict of str to value."""
+    return {k.decode(): v for k, v in zip(reply[::2], reply[1::2])}
+
+
+def test_rl_adjust_and_release_across_two_routers(cluster):
+    """RL.ADJUST settles a reservation and RL.RELEASE gives a concurrency slot back, each
+    through the other router than the CHECKs (no [client] sections: everyone may refund),
+    answered as RL.CHECK is."""
+    a = redis.Redis(port=cluster.resp_ports[0])
+    b = redis.Redis(port=cluster.resp_ports[1])
+    u = key()
+    assert fields(a.execute_command("RL.CHECK", "fw", u, "COST", "4"))["remaining"] == 1
+    d = fields(b.execute_command("RL.ADJUST", "fw", u, "-3"))
+    assert d["code"] == 0 and d["status"] == b"allowed" and d["limit"] == 5
+    assert d["remaining"] == 4
+    assert fields(b.execute_command("RL.ADJUST", "fw", u, "10", ""))["remaining"] == 0  # debt
+    assert fields(a.execute_command("RL.CHECK", "fw", u))["code"] == 1
+    assert fields(a.execute_command("RL.ADJUST", "nosuch", u, "1"))["code"] == 4
+    for bad in ("x", "1000001", "-1000001"):
+        with pytest.raises(redis.ResponseError, match="DELTA must be an integer"):
+            a.execute_command("RL.ADJUST", "fw", u, bad)
+    # two slots of two, taken through both routers; the third refused; one given back
+    assert fields(a.execute_command("RL.CHECK", "cc", u))["remaining"] == 1
+    assert fields(b.execute_command("RL.CHECK", "cc", u))["remaining"] == 0
+    assert fields(a.execute_command("RL.CHECK", "cc", u))["code"] == 1
+    d = fields(b.execute_command("RL.RELEASE", "cc", u))
+    assert d["code"] == 0 and d["limit"] == 2 and d["remaining"] == 1
+    assert fields(a.execute_command("RL.CHECK", "cc", u))["code"] == 0
+    assert fields(a.execute_command("RL.RELEASE", "cc", u, "2", ""))["remaining"] == 2
+    with pytest.raises(redis.ResponseError, match="COUNT must be an integer of 1..1000000"):
+        a.execute_command("RL.RELEASE", "cc", u, "0")
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'rl.adjust'"):
+        a.execute_command("RL.ADJUST", "fw", u)
+
+
+def test_rl_adjust_refund_needs_adjust_and_policy(tmp_path):
+    """[clients] adjust = no: a refund is refused NOPERM, a charge and a RELEASE are not;
+    with the owner down, both answer the rule's failure policy (no backstop)."""
+    c = RespCluster(tmp_path, nodes=("a",), routers=1,
+                    extra="\n[clients]\nadjust = no\n").start()
+    try:
+        r = redis.Redis(port=c.resp_ports[0], socket_timeout=5)
+        u = key()
+        with pytest.raises(redis.exceptions.NoPermissionError, match="does not allow refunds"):
+            r.execute_command("RL.ADJUST", "fw", u, "-1")
+        assert fields(r.execute_command("RL.ADJUST", "fw", u, "2"))["remaining"] == 3
+        assert fields(r.execute_command("RL.ADJUST", "fw", u, "0"))["remaining"] == 3
+        assert fields(r.execute_command("RL.RELEASE", "cc", u))["code"] == 0
+        c.kill_node("a")
+        d = fields(r.execute_command("RL.ADJUST", "shut", u, "1"))
+        assert d["code"] == 3 and d["status"] == b"fail_closed"
+        d = fields(r.execute_command("RL.RELEASE", "cc", u))  # failure = open: no backstop
+        assert d["code"] == 2 and d["status"] == b"fail_open"
+    finally:
+        c.stop()
+
+
 def test_connection_commands(cluster):
     r = redis.Redis(port=cluster.resp_ports[0], client_name="tester", db=0)
     assert r.ping() is True
@@ -543,7 +601,8 @@ def test_arity_is_the_command_tables(cluster):
         if arity > 0:
             with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
                 r.execute_command(name, *(["1"] * arity))
-    assert {"cl.throttle", "rl.check", "rl.mcheck", "auth", "hello", "ping"} <= seen
+    assert {"cl.throttle", "rl.check", "rl.mcheck", "rl.adjust", "rl.release", "auth", "hello",
+            "ping"} <= seen
     # and each is documented (docs/RESP.md names every command the table serves)
     doc = (HERE.parents[1] / "docs" / "RESP.md").read_text()
     assert [n for n in sorted(seen) if f"`{n.upper()}" not in doc and

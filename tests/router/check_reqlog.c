@@ -416,6 +416,62 @@ START_TEST(test_cached_field)
 }
 END_TEST
 
+/* The eighth fields `adjust` and `release`: written, parsed back, and counted as load by
+ * the scanner (the node did the work); a near miss is malformed. */
+START_TEST(test_adjust_release_fields)
+{
+    char line[RL_REQLINE_MAX];
+    struct rl_reqline l;
+    struct rl_logscan *sc = NULL;
+    const struct rl_logscan_result *res;
+    uint64_t h = rl_shardmap_key_hash("s", 1, "u", 1);
+    uint32_t shard = (uint32_t)(h % 16);
+    static const enum rl_reqline_tag tags[] = {RL_REQLINE_TAG_NONE, RL_REQLINE_TAG_ADJUST,
+                                               RL_REQLINE_TAG_RELEASE, RL_REQLINE_TAG_CACHED};
+    size_t n;
+
+    n = rl_reqline_format_tag(line, 5, shard, "a", 0, h, "s", 1, "u", 1, RL_REQLINE_TAG_ADJUST);
+    line[n] = '\0';
+    ck_assert_ptr_nonnull(strstr(line, " s u adjust\n"));
+    ck_assert_int_eq(rl_reqline_parse(line, n - 1, 16, &l), 0);
+    ck_assert_int_eq(l.tag, RL_REQLINE_TAG_ADJUST);
+    ck_assert(!l.cached);
+    ck_assert_uint_eq(l.ulen, 1);
+    n = rl_reqline_format_tag(line, 5, shard, "a", 2, h, "s", 1, "u", 1, RL_REQLINE_TAG_RELEASE);
+    line[n] = '\0';
+    ck_assert_ptr_nonnull(strstr(line, " 2 "));
+    ck_assert_ptr_nonnull(strstr(line, " s u release\n"));
+    ck_assert_int_eq(rl_reqline_parse(line, n - 1, 16, &l), 0);
+    ck_assert_int_eq(l.tag, RL_REQLINE_TAG_RELEASE);
+    ck_assert_uint_eq(l.code, 2);
+    n = rl_reqline_format_tag(line, 5, shard, "a", 0, h, "s", 1, "u", 1, RL_REQLINE_TAG_CACHED);
+    ck_assert_int_eq(rl_reqline_parse(line, n - 1, 16, &l), 0);
+    ck_assert(l.cached);
+    ck_assert_int_eq(l.tag, RL_REQLINE_TAG_CACHED);
+    ck_assert_int_eq(rl_reqline_parse("5 1 a 1 0000000000000001 s u adjusted", 37, 0, &l),
+                     1 + RL_REQLINE_FIELDS);
+    ck_assert_int_eq(rl_reqline_parse("5 1 a 1 0000000000000001 s u releas", 35, 0, &l),
+                     1 + RL_REQLINE_FIELDS);
+    ck_assert_int_eq(rl_reqline_parse("5 1 a 1 0000000000000001 s u adjust cached", 42, 0, &l),
+                     1 + RL_REQLINE_FIELDS);
+    /* The scanner: a CHECK, an ADJUST and a RELEASE line are load; a cached one is not. */
+    ck_assert_int_eq(rl_logscan_create(&sc, 16), 0);
+    ck_assert_int_eq(rl_logscan_begin(sc, "t"), 0);
+    for (int i = 0; i < 4; i++) {
+        n = rl_reqline_format_tag(line, 5, shard, "a", 0, h, "s", 1, "u", 1, tags[i]);
+        ck_assert_int_eq(rl_logscan_feed(sc, line, n), 0);
+    }
+    ck_assert_int_eq(rl_logscan_end(sc), 0);
+    res = rl_logscan_result(sc);
+    ck_assert_uint_eq(res->lines, 4);
+    ck_assert_uint_eq(res->requests, 3);
+    ck_assert_uint_eq(res->cached, 1);
+    ck_assert_uint_eq(res->malformed, 0);
+    ck_assert_uint_eq(res->load[shard], 3);
+    rl_logscan_destroy(sc);
+}
+END_TEST
+
 START_TEST(test_malformed_reasons)
 {
     static const struct {
@@ -515,6 +571,7 @@ reqlog_suite(void)
     tcase_add_test(tc, test_cuts_and_empty_fields);
     tcase_add_test(tc, test_malformed_reasons);
     tcase_add_test(tc, test_cached_field);
+    tcase_add_test(tc, test_adjust_release_fields);
     tcase_add_test(tc, test_writer_read_by_scanner);
     suite_add_tcase(s, tc);
     return s;
