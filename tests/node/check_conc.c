@@ -642,6 +642,41 @@ START_TEST(test_limiter_epoch)
 }
 END_TEST
 
+/* A node whose rules have no log tier gives inline concurrency keys no log memory: a key
+ * keeps 4 entries, and slots taken in later ms share the newest's lease (docs/PROTOCOL.md,
+ * "Inline limits"): freed early, never late. */
+START_TEST(test_limiter_inline_no_log_memory)
+{
+    struct rl_conf *c = NULL;
+    struct rl_limiter *l = NULL;
+    struct rl_wire_req r = mk_req(RL_WIRE_OP_CHECK, "free", "u", 1);
+    struct rl_wire_check_reply rep;
+    char err[256] = "";
+
+    RL_CHECK(rl_conf_parse("t.conf", "[service rate]\nlimit = token_bucket 5 per 1s\n", &c, err,
+                           sizeof(err)) == 0,
+             "conf: %s", err);
+    ck_assert_int_eq(rl_limiter_create(&l, c, 64ull << 20), 0);
+    r.limit.set = true;
+    r.limit.algo = RL_ALGO_CONCURRENCY;
+    r.limit.limit = 10;
+    r.limit.window_ms = 1000;
+    r.limit.burst = 10;
+    for (uint64_t i = 0; i < 6; i++) {
+        ck_assert_int_eq(rl_limiter_check(l, &r, T0 + i, &rep), 0);
+        ck_assert_uint_eq(rep.remaining, 9 - i);
+    }
+    r.cost = 0;
+    /* T0's slot ends at T0 + 1000; T0 + 4's and T0 + 5's share T0 + 3's entry */
+    ck_assert_int_eq(rl_limiter_check(l, &r, T0 + 1000, &rep), 0);
+    ck_assert_uint_eq(rep.remaining, 5);
+    ck_assert_int_eq(rl_limiter_check(l, &r, T0 + 1003, &rep), 0);
+    ck_assert_uint_eq(rep.remaining, 10);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 static Suite *
 conc_suite(void)
 {
@@ -663,6 +698,7 @@ conc_suite(void)
     tcase_add_test(lim, test_limiter_shadow);
     tcase_add_test(lim, test_limiter_inline);
     tcase_add_test(lim, test_limiter_epoch);
+    tcase_add_test(lim, test_limiter_inline_no_log_memory);
     suite_add_tcase(s, lim);
     return s;
 }
