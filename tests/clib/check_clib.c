@@ -43,8 +43,6 @@
 static char token_sha[65];
 
 static char conf_path[PATH_MAX];
-/* where RELEASE is sent: the router does not forward it yet */
-#define RELEASE_PORT node_port
 static int node_port, router_port;
 static struct rl_harness_server node, router;
 
@@ -258,14 +256,13 @@ START_TEST(test_adjust)
 }
 END_TEST
 
-/* RELEASE gives back a concurrency slot (asked of RELEASE_PORT: the router once it forwards
- * RELEASE, the node until then). */
+/* RELEASE through the router gives back a concurrency slot. */
 START_TEST(test_release)
 {
     rlc_client *c;
     struct rlc_reply r;
 
-    ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)RELEASE_PORT, 2000), 0);
+    ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)router_port, 2000), 0);
     ck_assert_int_eq(rlc_check(c, "conc", "rel", NULL, 1, &r, 2000), 0);
     ck_assert_uint_eq(r.code, RLC_ALLOWED);
     ck_assert_int_eq(rlc_check(c, "conc", "rel", NULL, 1, &r, 2000), 0);

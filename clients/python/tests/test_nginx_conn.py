@@ -20,7 +20,7 @@ import pytest
 
 import harness
 import ratelimiter
-from ratelimiter import Client, Code, Limited, ServerError
+from ratelimiter import Client, Code, Limited
 
 pytestmark = pytest.mark.integration
 
@@ -131,19 +131,6 @@ http {{
 """
 
 
-def release_port(c):
-    """Where RELEASE goes: the router when it forwards it, else the node owning every key
-    (one node)."""
-    with Client("127.0.0.1", c.port) as cl:
-        try:
-            cl.release("export", "__probe__")
-            return c.port
-        except ServerError as e:
-            if e.code != ratelimiter.ErrorCode.UNKNOWN_OP:
-                raise
-    return c.node_ports["a"]
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     if not (Path(NGINX).exists() and Path(LUA_MODULE).exists()):
@@ -151,7 +138,7 @@ def setup(tmp_path_factory):
     harness.need_binaries("rl-node", "rl-router")
     d = tmp_path_factory.mktemp("ngconn")
     c = harness.Cluster(d / "cluster", extra=SERVICES).start()
-    port = release_port(c)
+    port = c.port  # the router: CHECK and RELEASE forwarded to the node owning the key
     up = Upstream()
     prefix = d / "nginx"
     (prefix / "tmp").mkdir(parents=True)

@@ -2,8 +2,8 @@
 concurrency slot taken by CHECK and given back by RELEASE, exceptions included.
 
 The rules of when something is sent are checked on a recording stand-in for the client;
-the wire against real processes: ADJUST and RELEASE through a router (and ADJUST straight
-to a node, which serves it whatever the router does)."""
+the wire against real processes: ADJUST through a router and straight to a node (RELEASE
+and slot() through a router: test_nginx_conn.py, on its concurrency rule)."""
 
 import threading
 
@@ -153,20 +153,23 @@ def test_wire_shapes():
 # ---------------------------------------------------------------------------- real processes
 
 @pytest.mark.integration
-def test_reserve_and_settle_on_a_node(cluster):
-    """ADJUST straight to the node owning the key (the one node)."""
-    with Client("127.0.0.1", cluster.node_ports["a"]) as c:
-        r = c.reserve("fw", "settle-node", 4)
+@pytest.mark.parametrize("via", ["router", "node"])
+def test_reserve_and_settle(cluster, via):
+    """ADJUST through the router, and straight to the node owning the key (the one node)."""
+    port = cluster.port if via == "router" else cluster.node_ports["a"]
+    user = f"settle-{via}"
+    with Client("127.0.0.1", port) as c:
+        r = c.reserve("fw", user, 4)
         assert r.reply.code == Code.ALLOWED and r.reply.remaining == 6
         rep = r.settle(9)  # 5 more: 9 of 10 used
         assert rep.code == Code.ALLOWED and rep.remaining == 1 and rep.op == 9
-        assert c.check("fw", "settle-node", cost=2).code == Code.LIMITED
-        r = c.reserve("fw", "settle-node", 1)
+        assert c.check("fw", user, cost=2).code == Code.LIMITED
+        r = c.reserve("fw", user, 1)
         assert r.settle(14).remaining == 0  # charged past the limit: in debt
         with pytest.raises(Limited):
-            c.reserve("fw", "settle-node", 1)
-        assert c.adjust("fw", "settle-node", -20).remaining == 7  # 23 used, 20 given back
-        assert c.adjust("fw", "settle-node", -30).remaining == 10  # at most what was used
+            c.reserve("fw", user, 1)
+        assert c.adjust("fw", user, -20).remaining == 7  # 23 used, 20 given back
+        assert c.adjust("fw", user, -30).remaining == 10  # at most what was used
         assert c.adjust("nosuch", "x", 5).code == Code.NO_RULE
 
 
