@@ -3,8 +3,8 @@
  * RateLimitResponse field 6): what envoyproxy/ratelimit puts there (`domain`, `descriptors`
  * with their `entries` as "key=value", `limit` and `hitsAddend`, the request's `hitsAddend`)
  * and this project's `decided`: which descriptor and which limit decided the call
- * (docs/ENVOY.md, "Response metadata"). Built in a small arena freed once the response is
- * packed. Not for choosing what decided (rls_reply.c) nor for the statuses.
+ * (docs/ENVOY.md, "Response metadata"). Built in an arena of 4 KiB blocks (one malloc for
+ * a call of a few descriptors) freed once the response is packed. Not for choosing what decided (rls_reply.c) nor for the statuses.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,24 +20,41 @@ typedef Google__Protobuf__Value pb_value;
 typedef Google__Protobuf__Struct__FieldsEntry pb_field;
 typedef Google__Protobuf__ListValue pb_list;
 
-/* One allocation of the arena: the blocks are chained, freed together. */
+#define RLS_ARENA_BLOCK 4096u
+
+/* A block of the arena: the blocks are chained, freed together; the newest is at the head
+ * and allocations are cut from it until it is full. */
 struct rls_arena_block {
     struct rls_arena_block *next;
+    size_t used, cap;
     max_align_t data[];
 };
 
+/* n zeroed bytes, aligned for any type; NULL (and a->failed) when out of memory. */
 static void *
 arena_alloc(struct rls_arena *a, size_t n)
 {
-    struct rls_arena_block *b = calloc(1, sizeof(*b) + n);
+    struct rls_arena_block *b = a->head;
+    size_t align = sizeof(max_align_t);
+    size_t at;
 
-    if (b == NULL) {
-        a->failed = true;
-        return NULL;
+    n = (n + align - 1) / align * align;
+    if (b == NULL || b->cap - b->used < n) {
+        size_t cap = n > RLS_ARENA_BLOCK ? n : RLS_ARENA_BLOCK;
+
+        b = malloc(sizeof(*b) + cap);
+        if (b == NULL) {
+            a->failed = true;
+            return NULL;
+        }
+        b->next = a->head;
+        b->used = 0;
+        b->cap = cap;
+        a->head = b;
     }
-    b->next = a->head;
-    a->head = b;
-    return b->data;
+    at = b->used;
+    b->used += n;
+    return memset((char *)b->data + at, 0, n);
 }
 
 void
@@ -75,6 +92,16 @@ arena_text(struct rls_arena *a, const char *s, size_t n)
         rl_utf8_escape(t, 4 * n + 1, s, n, 0);
     }
     return t;
+}
+
+/* A request's string s as a protobuf string: itself when printable UTF-8 (it lives as long
+ * as the response is packed), else an escaped copy. */
+static char *
+text_ref(struct rls_arena *a, const char *s)
+{
+    size_t n = strlen(s), at;
+
+    return rl_utf8_check(s, n, &at) == NULL ? (char *)s : arena_text(a, s, n);
 }
 
 static pb_struct *
@@ -183,19 +210,19 @@ put_list(struct rls_arena *a, pb_struct *st, const char *key, size_t n)
 static char *
 entry_text(struct rls_arena *a, const Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry *e)
 {
-    size_t kl = strlen(e->key), vl = strlen(e->value);
-    char *raw = malloc(kl + vl + 2), *t;
+    size_t kl = strlen(e->key), vl = strlen(e->value), at;
+    char *raw = arena_alloc(a, kl + vl + 2);
 
     if (raw == NULL) {
-        a->failed = true;
         return NULL;
     }
     memcpy(raw, e->key, kl);
     raw[kl] = '=';
     memcpy(raw + kl + 1, e->value, vl);
-    t = arena_text(a, raw, kl + 1 + vl);
-    free(raw);
-    return t;
+    if (rl_utf8_check(raw, kl + 1 + vl, &at) == NULL) {
+        return raw; /* as it is: the common case, one copy */
+    }
+    return arena_text(a, raw, kl + 1 + vl);
 }
 
 /* Upstream's form of a RateLimitOverride (Go's text of the message, near enough). */
@@ -241,26 +268,21 @@ decided_struct(struct rls_arena *a, const struct rl_rls_call *s, const struct rl
     const struct rls_desc *d = &s->descs[dec->desc];
     const struct rl_envoy_limit *lim = dec->part->lim;
     pb_struct *st = new_struct(a, 9), *ls = new_struct(a, 4);
-    const char *unit = rl_envoy_unit_name(lim->unit);
-    char ubuf[16];
-    size_t k;
-
-    for (k = 0; unit[k] != '\0' && k + 1 < sizeof(ubuf); k++) {
-        ubuf[k] = (char)(unit[k] >= 'a' && unit[k] <= 'z' ? unit[k] - 'a' + 'A' : unit[k]);
-    }
-    ubuf[k] = '\0';
+    /* RateLimitResponse.RateLimit.Unit's names, by enum rl_envoy_unit */
+    static const char *const units[] = {"UNKNOWN", "SECOND", "MINUTE", "HOUR",
+                                        "DAY",     "MONTH",  "YEAR",   "WEEK"};
+    size_t u = (size_t)lim->unit < sizeof(units) / sizeof(units[0]) ? (size_t)lim->unit : 0;
     put_number(a, st, "descriptor", (double)dec->desc);
     put_string(a, st, "code", (char *)(dec->over ? "OVER_LIMIT" : "OK"));
     put_number(a, st, "limit_remaining", (double)dec->remaining);
     put_bool(a, st, "quota_mode", d->quota);
     put_bool(a, st, "shadow_mode", d->shadow);
     if (d->matched != NULL && d->matched->full_key != NULL && d->limits != &d->ovr) {
-        put_string(a, st, "full_key",
-                   arena_text(a, d->matched->full_key, strlen(d->matched->full_key)));
+        put_string(a, st, "full_key", d->matched->full_key); /* the loader's: UTF-8 */
     }
-    put_string(a, ls, "name", arena_text(a, lim->name, strlen(lim->name)));
+    put_string(a, ls, "name", lim->name != NULL ? lim->name : (char *)"");
     put_number(a, ls, "requests_per_unit", (double)lim->requests_per_unit);
-    put_string(a, ls, "unit", arena_text(a, ubuf, k));
+    put_string(a, ls, "unit", (char *)units[u]);
     if (d->nlimits > 1) {
         put_number(a, ls, "index", (double)(lim - d->limits));
     }
@@ -275,7 +297,7 @@ rls_meta_build(struct rls_arena *a, const struct rl_rls_call *s, const struct rl
     pb_struct *top = new_struct(a, 4);
     pb_value **items = put_list(a, top, "descriptors", req->n_descriptors);
 
-    put_string(a, top, "domain", arena_text(a, req->domain, strlen(req->domain)));
+    put_string(a, top, "domain", text_ref(a, req->domain));
     for (size_t i = 0; items != NULL && i < req->n_descriptors; i++) {
         pb_struct *ds = desc_struct(a, req->descriptors[i]);
 
