@@ -35,6 +35,7 @@ struct uvreq {
     uint32_t id;
     uint16_t gen;
     uint8_t state;
+    uint8_t op; /* CHECK, ADJUST or RELEASE: the op its reply must carry */
     struct uvreq *prev, *next;
     uint64_t deadline; /* loop time, ms; NO_DEADLINE */
     rlc_uv_cb cb;
@@ -310,7 +311,7 @@ uv_frame(struct rl_conn *c, const char *p, size_t n)
     }
     memset(&out, 0, sizeof(out));
     list_unlink(&u->in_flight, r);
-    if (rep->op == RL_WIRE_OP_CHECK) {
+    if (rep->op == r->op) {
         out.code = rep->check.code;
         out.limit = rep->check.limit;
         out.remaining = rep->check.remaining;
@@ -513,9 +514,11 @@ rlc_uv_create(rlc_uv **out, uv_loop_t *loop, const struct rlc_uv_options *o)
     return 0;
 }
 
-int
-rlc_uv_check(rlc_uv *u, const char *service, const char *user, const char *endpoint,
-             uint32_t cost, int timeout_ms, rlc_uv_cb cb, void *arg)
+/* One CHECK (cost), ADJUST (delta) or RELEASE (cost: its count) submitted; bounds checked
+ * by the callers but for the strings. */
+static int
+uv_submit(rlc_uv *u, uint8_t op, const char *service, const char *user, const char *endpoint,
+          uint32_t cost, int32_t delta, int timeout_ms, rlc_uv_cb cb, void *arg)
 {
     struct rl_wire_req req;
     struct rl_buf b;
@@ -534,7 +537,7 @@ rlc_uv_check(rlc_uv *u, const char *service, const char *user, const char *endpo
     ulen = strlen(user);
     elen = endpoint != NULL ? strlen(endpoint) : 0;
     if (slen < 1 || slen > RL_WIRE_SERVICE_MAX || ulen < 1 || ulen > RL_WIRE_USER_MAX ||
-        elen > RL_WIRE_ENDPOINT_MAX || cost > RL_WIRE_COST_MAX) {
+        elen > RL_WIRE_ENDPOINT_MAX) {
         return -EINVAL;
     }
     if (u->nfree == 0) {
@@ -543,7 +546,7 @@ rlc_uv_check(rlc_uv *u, const char *service, const char *user, const char *endpo
     slot = u->free_slots[u->nfree - 1];
     r = &u->slots[slot];
     memset(&req, 0, sizeof(req));
-    req.op = RL_WIRE_OP_CHECK;
+    req.op = op;
     req.id = ((uint32_t)r->gen << SLOT_BITS) | (slot + 1u);
     req.service.ptr = service;
     req.service.len = (uint32_t)slen;
@@ -554,8 +557,9 @@ rlc_uv_check(rlc_uv *u, const char *service, const char *user, const char *endpo
         req.endpoint.len = (uint32_t)elen;
     }
     req.cost = cost;
+    req.delta = delta;
     if (u->conn.connected && !u->auth_refused) {
-        rc = rl_wire_put_check(&u->conn.out, &req);
+        rc = rl_wire_put_req(&u->conn.out, &req);
         if (rc != 0) {
             return -ENOMEM;
         }
@@ -568,7 +572,7 @@ rlc_uv_check(rlc_uv *u, const char *service, const char *user, const char *endpo
         rl_conn_mark(&u->conn);
     } else {
         rl_buf_init(&b);
-        if (rl_wire_put_check(&b, &req) != 0) {
+        if (rl_wire_put_req(&b, &req) != 0) {
             rl_buf_deinit(&b);
             return -ENOMEM;
         }
@@ -579,6 +583,7 @@ rlc_uv_check(rlc_uv *u, const char *service, const char *user, const char *endpo
     }
     u->nfree--;
     r->id = req.id;
+    r->op = op;
     r->cb = cb;
     r->arg = arg;
     if (timeout_ms < 0) {
@@ -589,6 +594,38 @@ rlc_uv_check(rlc_uv *u, const char *service, const char *user, const char *endpo
         arm_expiry(u, r->deadline);
     }
     return 0;
+}
+
+int
+rlc_uv_check(rlc_uv *u, const char *service, const char *user, const char *endpoint,
+             uint32_t cost, int timeout_ms, rlc_uv_cb cb, void *arg)
+{
+    if (cost > RL_WIRE_COST_MAX) {
+        return -EINVAL;
+    }
+    return uv_submit(u, RL_WIRE_OP_CHECK, service, user, endpoint, cost, 0, timeout_ms, cb, arg);
+}
+
+int
+rlc_uv_adjust(rlc_uv *u, const char *service, const char *user, const char *endpoint,
+              int32_t delta, int timeout_ms, rlc_uv_cb cb, void *arg)
+{
+    if (delta < -RL_WIRE_DELTA_MAX || delta > RL_WIRE_DELTA_MAX) {
+        return -EINVAL;
+    }
+    return uv_submit(u, RL_WIRE_OP_ADJUST, service, user, endpoint, 0, delta, timeout_ms, cb,
+                     arg);
+}
+
+int
+rlc_uv_release(rlc_uv *u, const char *service, const char *user, const char *endpoint,
+               uint32_t count, int timeout_ms, rlc_uv_cb cb, void *arg)
+{
+    if (count < 1 || count > RL_WIRE_COUNT_MAX) {
+        return -EINVAL;
+    }
+    return uv_submit(u, RL_WIRE_OP_RELEASE, service, user, endpoint, count, 0, timeout_ms, cb,
+                     arg);
 }
 
 void

@@ -92,6 +92,19 @@ RLC_API int rlc_uv_check(rlc_uv *u, const char *service, const char *user, const
                          uint32_t cost, int timeout_ms, rlc_uv_cb cb, void *arg);
 
 /*
+ * ADJUST and RELEASE (rlc_adjust, rlc_release: ratelimiter.h), submitted as rlc_uv_check
+ * (same returns, same callback; -EINVAL also for |delta| or count out of bounds). A request
+ * that was written is never resent: after -ETIMEDOUT or -ECONNRESET it may or may not have
+ * been applied.
+ */
+RLC_API int rlc_uv_adjust(rlc_uv *u, const char *service, const char *user,
+                          const char *endpoint, int32_t delta, int timeout_ms, rlc_uv_cb cb,
+                          void *arg);
+RLC_API int rlc_uv_release(rlc_uv *u, const char *service, const char *user,
+                           const char *endpoint, uint32_t count, int timeout_ms, rlc_uv_cb cb,
+                           void *arg);
+
+/*
  * Closes the client: every pending request's callback runs with -ECANCELED (before this
  * returns), the connection closes, and once the client's handles are closed on_closed(arg)
  * (may be NULL) runs from the loop and the client is freed. u must not be used after this

@@ -510,6 +510,38 @@ START_TEST(test_uv_many_in_flight)
 }
 END_TEST
 
+/* ADJUST and RELEASE on the libuv client, in order on one connection: the replies carry
+ * their own op (a CHECK's shape), each counted where a CHECK would see it. */
+START_TEST(test_uv_adjust_release)
+{
+    uv_loop_t loop;
+    rlc_uv *u;
+
+    uv_loop_init(&loop);
+    u = uv_client(&loop, 0);
+    ck_assert_int_eq(rlc_uv_check(u, "conc", "uvrel", NULL, 2, 5000, on_reply, (void *)0), 0);
+    ck_assert_int_eq(rlc_uv_release(u, "conc", "uvrel", NULL, 1, 5000, on_reply, (void *)1), 0);
+    ck_assert_int_eq(rlc_uv_check(u, "pipe", "uvadj", NULL, 10, 5000, on_reply, (void *)2), 0);
+    ck_assert_int_eq(rlc_uv_adjust(u, "pipe", "uvadj", NULL, 90, 5000, on_reply, (void *)3), 0);
+    ck_assert_int_eq(rlc_uv_adjust(u, "pipe", "uvadj", NULL, -50, 5000, on_reply, (void *)4),
+                     0);
+    run_until(&loop, &T.done, 5, 10000);
+    ck_assert_int_eq(T.done, 5);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(T.status[i], 0);
+        ck_assert_uint_eq(T.rep[i].code, RLC_ALLOWED);
+    }
+    ck_assert_uint_eq(T.rep[0].remaining, 0);   /* 2 of 2 slots held */
+    ck_assert_uint_eq(T.rep[1].remaining, 1);   /* one given back */
+    ck_assert_uint_eq(T.rep[2].remaining, 990);
+    ck_assert_uint_eq(T.rep[3].remaining, 900); /* charged 90 more */
+    ck_assert_uint_eq(T.rep[4].remaining, 950); /* 50 refunded */
+    ck_assert_int_eq(rlc_uv_adjust(u, "pipe", "x", NULL, 1000001, 5000, on_reply, NULL), -EINVAL);
+    ck_assert_int_eq(rlc_uv_release(u, "conc", "x", NULL, 0, 5000, on_reply, NULL), -EINVAL);
+    uv_finish(&loop, u);
+}
+END_TEST
+
 START_TEST(test_uv_queue_bound)
 {
     uv_loop_t loop;
@@ -804,6 +836,7 @@ clib_suite(void)
     tcase_add_test(tc, test_reconnect_router_restart);
     tcase_add_test(tc, test_auth);
     tcase_add_test(tc, test_uv_many_in_flight);
+    tcase_add_test(tc, test_uv_adjust_release);
     tcase_add_test(tc, test_uv_queue_bound);
     tcase_add_test(tc, test_uv_timeout_lost_reconnect);
     tcase_add_test(tc, test_uv_close_cancels);
