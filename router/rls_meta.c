@@ -4,7 +4,8 @@
  * with their `entries` as "key=value", `limit` and `hitsAddend`, the request's `hitsAddend`)
  * and this project's `decided`: which descriptor and which limit decided the call
  * (docs/ENVOY.md, "Response metadata"). Built in an arena of 4 KiB blocks (one malloc for
- * a call of a few descriptors) freed once the response is packed. Not for choosing what decided (rls_reply.c) nor for the statuses.
+ * a call of a few descriptors) freed once the response is packed. Not for choosing what decided
+ * (rls_reply.c) nor for the statuses.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -208,7 +209,8 @@ put_list(struct rls_arena *a, pb_struct *st, const char *key, size_t n)
 
 /* "key=value" of an entry, as upstream writes it. */
 static char *
-entry_text(struct rls_arena *a, const Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry *e)
+entry_text(struct rls_arena *a,
+           const Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry *e)
 {
     size_t kl = strlen(e->key), vl = strlen(e->value), at;
     char *raw = arena_alloc(a, kl + vl + 2);

@@ -218,8 +218,7 @@ built_alloc(struct rls_built *b, size_t n)
     b->lims = calloc(n ? n : 1, sizeof(*b->lims));
     b->durs = calloc(n ? n : 1, sizeof(*b->durs));
     b->picks = calloc(n ? n : 1, sizeof(*b->picks));
-    return b->st == NULL || b->stp == NULL || b->lims == NULL || b->durs == NULL ||
-                   b->picks == NULL
+    return b->st == NULL || b->stp == NULL || b->lims == NULL || b->durs == NULL || b->picks == NULL
                ? -1
                : 0;
 }
@@ -266,9 +265,9 @@ desc_pick(const struct rl_rls_call *s, size_t i, bool *over)
         const struct rl_rls_part *pt = &s->parts[k];
         /* 0 hits (a check before the cost is known) is over once nothing is left; a
          * report's charge (ADJUST) is applied whatever is left, never over */
-        bool pover = pt->code == RL_WIRE_LIMITED || pt->code == RL_WIRE_FAIL_CLOSED ||
-                     (pt->peek && !s->descs[i].report && pt->code == RL_WIRE_ALLOWED &&
-                      pt->remaining == 0);
+        bool pover =
+            pt->code == RL_WIRE_LIMITED || pt->code == RL_WIRE_FAIL_CLOSED ||
+            (pt->peek && !s->descs[i].report && pt->code == RL_WIRE_ALLOWED && pt->remaining == 0);
 
         if (pt->desc != i) {
             continue;
