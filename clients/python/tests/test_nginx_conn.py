@@ -6,8 +6,8 @@ requests it holds at once; and the slot helpers of the Python client on the same
 20 concurrent slow requests of one user against `concurrency 5`: the upstream sees exactly
 5 of them (counted in its handler: the most it ever held at once, and how many came in),
 the 15 others are answered 429 by nginx, and once the 5 are done their slots are given back
-(a peek shows 5 free), so a second wave gets exactly 5 again. A request whose upstream
-fails gives its slot back too. No assertion on time: each wait has a generous bound."""
+(a peek shows 5 free), so a second wave gets exactly 5 again; two nginx asking two routers
+share the 5. A request whose upstream fails gives its slot back too. No assertion on time: each wait has a generous bound."""
 
 import http.client
 import shutil
@@ -28,7 +28,9 @@ NGINX = "/usr/sbin/nginx"
 LUA_MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
 WAIT = 60.0  # the bound of every wait (a loaded machine), never an assertion
 
-SERVICES = "[service export]\nlimit = concurrency 5 lease 1h\n"
+# [clients] adjust = no: nobody may refund, so the routers' deny cache is in force (it
+# keeps refusals of other rules; never those of a concurrency rule, which RELEASE undoes)
+SERVICES = "[service export]\nlimit = concurrency 5 lease 1h\n[clients]\nadjust = no\n"
 
 
 class Upstream:
@@ -131,6 +133,33 @@ http {{
 """
 
 
+def start_nginx(d, name, rl_port, up):
+    """An nginx (prefix d/name) whose module asks the router on rl_port: (process, port)."""
+    prefix = d / name
+    (prefix / "tmp").mkdir(parents=True)
+    ng_port = harness.free_port()
+    conf = prefix / "nginx.conf"
+    conf.write_text(CONF.format(prefix=prefix, lua=harness.REPO / "clients" / "lua",
+                                rl_port=rl_port, port=ng_port, up=up.port))
+    ng = harness.spawn([NGINX, "-p", str(prefix), "-c", str(conf), "-e",
+                        str(prefix / "error.log")], prefix / "stderr.log")
+    harness.wait_port(ng_port, ng, prefix / "error.log")
+    return ng, ng_port
+
+
+def start_router2(c, d):
+    """A second router on the same nodes (static membership): its port, once it answers
+    from a node rather than by its failure policy."""
+    port = harness.free_port()
+    r2 = harness.spawn([str(harness.BUILD / "rl-router"), "--config", str(c.conf), "--listen",
+                        f"127.0.0.1:{port}", "--metrics", "off"], d / "router2.log")
+    harness.wait_port(port, r2, d / "router2.log")
+    with Client("127.0.0.1", port, timeout=5) as cl:
+        until(lambda: cl.check("export", "__ready__", cost=0).code != Code.FAIL_OPEN,
+              "the second router reaches the node")
+    return r2, port
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     if not (Path(NGINX).exists() and Path(LUA_MODULE).exists()):
@@ -140,16 +169,8 @@ def setup(tmp_path_factory):
     c = harness.Cluster(d / "cluster", extra=SERVICES).start()
     port = c.port  # the router: CHECK and RELEASE forwarded to the node owning the key
     up = Upstream()
-    prefix = d / "nginx"
-    (prefix / "tmp").mkdir(parents=True)
-    ng_port = harness.free_port()
-    conf = prefix / "nginx.conf"
-    conf.write_text(CONF.format(prefix=prefix, lua=harness.REPO / "clients" / "lua",
-                                rl_port=port, port=ng_port, up=up.port))
-    ng = harness.spawn([NGINX, "-p", str(prefix), "-c", str(conf), "-e",
-                        str(prefix / "error.log")], prefix / "stderr.log")
-    harness.wait_port(ng_port, ng, prefix / "error.log")
-    yield c, port, up, ng_port, prefix
+    ng, ng_port = start_nginx(d, "nginx", port, up)
+    yield c, port, up, ng_port, d
     harness.kill(ng)
     up.stop()
     c.stop()
@@ -180,12 +201,15 @@ def free_slots(port, user):
         return c.check("export", user, cost=0).remaining  # a peek: N minus the slots held
 
 
-def wave(setup, user, n=20):
-    """n concurrent requests of user: returns their (status, Retry-After)."""
-    c, port, up, ng_port, prefix = setup
+def wave(setup, user, n=20, ports=None):
+    """n concurrent requests of user, spread over the nginx ports (default: the first
+    nginx): returns their (status, Retry-After) and how many the upstream held at once."""
+    c, port, up, ng_port, d = setup
+    ports = ports or [ng_port]
     up.reset()
     out = [None] * n
-    threads = [threading.Thread(target=get, args=(ng_port, f"/x/{i}", user, out, i))
+    threads = [threading.Thread(target=get, args=(ports[i % len(ports)], f"/x/{i}", user, out,
+                                                  i))
                for i in range(n)]
     for t in threads:
         t.start()
@@ -200,7 +224,7 @@ def wave(setup, user, n=20):
 
 
 def test_twenty_concurrent_requests_five_upstream(setup):
-    c, port, up, ng_port, prefix = setup
+    c, port, up, ng_port, d = setup
     for round_ in range(2):
         out, held = wave(setup, "alice")
         statuses = sorted(o[0] for o in out)
@@ -213,8 +237,25 @@ def test_twenty_concurrent_requests_five_upstream(setup):
     assert free_slots(port, "bob") == 5
 
 
+def test_two_gateways_two_routers_share_the_slots(setup):
+    """The limit is the cluster's: two nginx, each asking its own router, 10 requests each
+    at once against concurrency 5: exactly 5 upstream in all."""
+    c, port, up, ng_port, d = setup
+    r2, port2 = start_router2(c, d)
+    ng2, ng2_port = start_nginx(d, "nginx2", port2, up)
+    try:
+        out, held = wave(setup, "frank", ports=[ng_port, ng2_port])
+        assert held == 5 and up.most == 5 and up.came == 5, (held, up.most, up.came, out)
+        assert sorted(o[0] for o in out) == [200] * 5 + [429] * 15, out
+        until(lambda: free_slots(port, "frank") == 5 and free_slots(port2, "frank") == 5,
+              "the slots given back through both routers")
+    finally:
+        harness.kill(ng2)
+        harness.kill(r2)
+
+
 def test_a_failed_upstream_gives_its_slot_back(setup):
-    c, port, up, ng_port, prefix = setup
+    c, port, up, ng_port, d = setup
     up.reset()
     out = [None]
     get(ng_port, "/fail/1", "carol", out, 0)
@@ -226,7 +267,7 @@ def test_signed_encoding_matches_msgpack(setup):
     import base64
 
     msgpack = pytest.importorskip("msgpack")
-    c, port, up, ng_port, prefix = setup
+    c, port, up, ng_port, d = setup
     conn = http.client.HTTPConnection("127.0.0.1", ng_port, timeout=10)
     conn.request("GET", "/enc")
     body = conn.getresponse().read().decode().split()
@@ -238,7 +279,7 @@ def test_signed_encoding_matches_msgpack(setup):
 
 
 def test_python_slot_on_the_same_rule(setup):
-    c, port, up, ng_port, prefix = setup
+    c, port, up, ng_port, d = setup
     with Client("127.0.0.1", port) as cl:
         with cl.slot("export", "dave", count=3) as r:
             assert r.code == Code.ALLOWED and r.remaining == 2
@@ -257,7 +298,7 @@ def test_python_slot_on_the_same_rule(setup):
 def test_async_slot_on_the_same_rule(setup):
     import asyncio
 
-    c, port, up, ng_port, prefix = setup
+    c, port, up, ng_port, d = setup
 
     async def run():
         async with ratelimiter.AsyncClient("127.0.0.1", port) as cl:
