@@ -1241,6 +1241,9 @@ lim_metrics_fmt(const void *arg, struct rl_prom *p)
     rl_prom_family(p, "rl_node_shadow_limited_total", "counter",
                    "CHECKs of shadow-mode services answered allowed that enforce would refuse.");
     rl_prom_u64(p, "rl_node_shadow_limited_total", NULL, ls->shadow_limited);
+    rl_prom_family(p, "rl_node_releases_late_total", "counter",
+                   "Slots RELEASEs asked back that their key no longer held.");
+    rl_prom_u64(p, "rl_node_releases_late_total", NULL, ls->releases_late);
     rl_prom_family(p, "rl_node_keys", "gauge", "Counters (keys) held, by service.");
     for (size_t i = 0; i < m->nsvc; i++) {
         rl_prom_u64(p, "rl_node_keys",
