@@ -405,6 +405,9 @@ parse_limit(struct ld *l, const yaml_node_t *m, struct rl_envoy_limit *lim)
             return -1;
         }
         int rc = rl_algo_parse(a, &lim->algo);
+        if (rc == 0 && lim->algo == RL_ALGO_CONCURRENCY) {
+            rc = -1; /* a slot needs a RELEASE, which the gRPC front never sends */
+        }
         if (rc != 0) {
             fail(l, line_of(algo),
                  "unknown algorithm '%s' (fixed_window, sliding_window_log, "

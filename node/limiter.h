@@ -127,7 +127,8 @@ int rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *re
 
 /*
  * ADJUST (docs/PROTOCOL.md, "ADJUST"): req->delta charged (> 0: past the limit too) or
- * refunded (< 0) in every tier of req's rule (shadow rules alike), or of its inline limit
+ * refunded (< 0) in every rate tier of req's rule (shadow rules alike; concurrency tiers are
+ * left alone), or of its inline limit
  * as a CHECK finds it (rl_algo_adjust, docs/ALGORITHMS.md). *rep is ALLOWED with what is
  * left after it (remaining and reset_ms as a cost-0 CHECK's) and retry_after_ms the wait of
  * a CHECK of cost 1 (0 when it would be allowed, or under a shadow rule), or NO_RULE.

@@ -794,6 +794,11 @@ START_TEST(test_extensions)
                "      algorithm: bogus\n",
                "t.yaml:6: unknown algorithm 'bogus' (fixed_window, sliding_window_log, "
                "sliding_window_counter, token_bucket, gcra, leaky_bucket)");
+    /* concurrency needs RELEASE, which the gRPC front never sends: not an Envoy algorithm */
+    expect_err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+               "      algorithm: concurrency\n",
+               "t.yaml:6: unknown algorithm 'concurrency' (fixed_window, sliding_window_log, "
+               "sliding_window_counter, token_bucket, gcra, leaky_bucket)");
     expect_err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
                "      burst: 5\n",
                "t.yaml:6: burst needs algorithm token_bucket, gcra or leaky_bucket");

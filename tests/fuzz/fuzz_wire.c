@@ -2,7 +2,7 @@
  * fuzz_wire: the frame splitter and the request and reply decoders of common/wire.h on any
  * bytes, as a server and a client read them from a socket. Invariants: a frame never
  * claims more than the input holds; a decoded request's strings lie inside its frame and
- * keep the documented bounds; a request that decodes re-encodes (CHECK, ADJUST, PING, STATS,
+ * keep the documented bounds; a request that decodes re-encodes (CHECK, ADJUST, RELEASE, PING, STATS,
  * CLOCK, HELLO, AUTH, THROTTLED, HANDOFF_OUT, HANDOFF_IN) and decodes again to the same
  * values; the short readers of CHECK and its reply (wire_fast.h) take a frame only when the
  * full decoders do, with the same fields.
@@ -32,7 +32,7 @@ str_inside(struct rl_wire_str s, const char *p, size_t n, uint32_t max)
     MUST(s.ptr >= p && s.ptr + s.len <= p + n);
 }
 
-/* Re-encodes a decoded CHECK or ADJUST and decodes it again: the same fields. */
+/* Re-encodes a decoded CHECK, ADJUST or RELEASE and decodes it again: the same fields. */
 static void
 roundtrip_check(const struct rl_wire_req *r)
 {
@@ -187,6 +187,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 MUST(req.delta >= -RL_WIRE_DELTA_MAX && req.delta <= RL_WIRE_DELTA_MAX);
                 MUST(req.cost == 0 && req.service.len >= 1 && req.user.len >= 1);
                 MUST(!req.limit.set || (req.limit.algo < RL_ALGO_COUNT && req.limit.limit >= 1 &&
+                                        req.limit.window_ms >= 1 && req.limit.burst >= 1));
+                roundtrip_check(&req);
+            }
+            if (req.op == RL_WIRE_OP_RELEASE) {
+                MUST(req.cost >= 1 && req.cost <= RL_WIRE_COUNT_MAX && req.delta == 0);
+                MUST(req.service.len >= 1 && req.user.len >= 1);
+                MUST(!req.limit.set || (req.limit.algo < RL_ALGO_COUNT && req.limit.limit >= 1 &&
+                                        req.limit.limit <= rl_algo_limit_max(req.limit.algo) &&
                                         req.limit.window_ms >= 1 && req.limit.burst >= 1));
                 roundtrip_check(&req);
             }

@@ -53,6 +53,9 @@ wire = {
     "adjust_refund": frame(b"\x96\x09\x07" + s(b"llm") + s(b"alice") + b"\xc0\xd2\xff\xf0\xbd\xc0"),
     "adjust_inline": frame(b"\x98\x09\x07" + s(b"api") + s(b"alice") + b"\xc0\xe0\x94" + s(b"gcra") + b"\x0a\xcd\x03\xe8\x05\x2a"),
     "adjust_reply": frame(b"\x97\x09\x07\x00\x0a\x00\xcd\x03\xe8\xcd\x02\xbc"),
+    "release": frame(b"\x96\x0a\x07" + s(b"export") + s(b"alice") + b"\xc0\x01"),
+    "release_inline": frame(b"\x98\x0a\x07" + s(b"api") + s(b"alice") + b"\xc0\x02\x94" + s(b"concurrency") + b"\x05\xcd\x75\x30\xc0\x2a"),
+    "release_reply": frame(b"\x97\x0a\x07\x00\x05\x03\xcd\x75\x30\x00"),
     "http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     "tls": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
 }

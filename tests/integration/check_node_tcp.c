@@ -42,7 +42,10 @@ node_setup(void)
                                            "[service fw]\n"
                                            "limit = fixed_window 1000 per 1m\n"
                                            "[service fw /x]\n"
-                                           "limit = fixed_window 2 per 1m\n",
+                                           "limit = fixed_window 2 per 1m\n"
+                                           "[service conc]\n"
+                                           "limit = concurrency 2 lease 5s\n"
+                                           "limit = fixed_window 1000 per 1m\n",
                                            port),
                      0);
     ck_assert_int_eq(rl_harness_node_start(&node, config, "n1", port, RL_HARNESS_TEST_CLOCK), 0);
@@ -198,6 +201,104 @@ START_TEST(test_adjust)
     /* ADJUST is not a decision: checks counts the 7 CHECKs only */
     ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
     ck_assert_int_eq(rl_client_stat(&rep, "checks", -1), 7);
+    rl_client_destroy(c);
+}
+END_TEST
+
+/* One RELEASE over the connection; its reply in *rep (CHECK's shape under op 10, or ERROR). */
+static void
+release_one(struct rl_client *c, const char *svc, const char *user, uint32_t count,
+            struct rl_wire_reply *rep)
+{
+    struct rl_wire_req req = {.op = RL_WIRE_OP_RELEASE, .id = 10};
+    struct rl_buf b;
+
+    req.service.ptr = svc;
+    req.service.len = (uint32_t)strlen(svc);
+    req.user.ptr = user;
+    req.user.len = (uint32_t)strlen(user);
+    req.cost = count;
+    rl_buf_init(&b);
+    ck_assert_int_eq(rl_wire_put_release(&b, &req), 0);
+    ck_assert_int_eq(rl_client_queue_raw(c, b.data, b.len), 0);
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_recv(c, rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep->id, 10);
+    rl_buf_deinit(&b);
+}
+
+/* RELEASE (op 10) against a real node: concurrency 2 lease 5s with a rate tier; the slots
+ * taken by CHECK, given back by RELEASE (not by ADJUST), freed by their lease; a late release
+ * counted; NO_RULE; a rule without a concurrency tier; a count out of bounds is BAD_FIELD and
+ * the connection stays. */
+START_TEST(test_release)
+{
+    /* [10, 6, "conc", "u", nil, 0] */
+    static const char bad[] = "\0\0\0\x0c\x96\x0a\x06\xa4"
+                              "conc\xa1u\xc0\x00";
+    struct rl_client *c = connect_node();
+    struct rl_wire_reply rep;
+
+    ck_assert_int_eq(rl_client_clock(c, 2000000, T_TIMEOUT), 0);
+    check_one(c, "conc", "erin", NULL, 1, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.limit, 2);
+    ck_assert_uint_eq(rep.check.remaining, 1);
+    check_one(c, "conc", "erin", NULL, 1, &rep);
+    ck_assert_uint_eq(rep.check.remaining, 0);
+    check_one(c, "conc", "erin", NULL, 1, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_LIMITED);
+    ck_assert_uint_eq(rep.check.retry_after_ms, 5000);
+    /* ADJUST leaves the slots alone */
+    adjust_one(c, "conc", "erin", -1, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.remaining, 0);
+    check_one(c, "conc", "erin", NULL, 1, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_LIMITED);
+    /* RELEASE gives one back */
+    release_one(c, "conc", "erin", 1, &rep);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_RELEASE);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.limit, 2);
+    ck_assert_uint_eq(rep.check.remaining, 1);
+    ck_assert_uint_eq(rep.check.retry_after_ms, 0);
+    check_one(c, "conc", "erin", NULL, 1, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.remaining, 0);
+    /* the leases end 5 s later: both slots free without a RELEASE */
+    ck_assert_int_eq(rl_client_clock(c, 2004999, T_TIMEOUT), 0);
+    check_one(c, "conc", "erin", NULL, 1, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_LIMITED);
+    ck_assert_uint_eq(rep.check.retry_after_ms, 1);
+    ck_assert_int_eq(rl_client_clock(c, 2005000, T_TIMEOUT), 0);
+    check_one(c, "conc", "erin", NULL, 2, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.remaining, 0);
+    /* 3 given back when 2 are held: 1 late */
+    release_one(c, "conc", "erin", 3, &rep);
+    ck_assert_uint_eq(rep.check.remaining, 2);
+    /* no rule; a rule without a concurrency tier changes nothing */
+    release_one(c, "nope", "erin", 1, &rep);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_RELEASE);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_NO_RULE);
+    check_one(c, "tb", "erin", NULL, 4, &rep);
+    release_one(c, "tb", "erin", 4, &rep);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(rep.check.remaining, 6);
+
+    /* count 0: BAD_FIELD, echoed id, connection kept */
+    ck_assert_int_eq(rl_client_queue_raw(c, bad, sizeof(bad) - 1), 0);
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep.id, 6);
+    ck_assert_uint_eq(rep.err, RL_WIRE_ERR_BAD_FIELD);
+    ck_assert_int_eq(rl_client_ping(c, &rep, T_TIMEOUT), 0);
+
+    /* RELEASE is not a decision: checks counts the 8 CHECKs only */
+    ck_assert_int_eq(rl_client_stats(c, &rep, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_stat(&rep, "checks", -1), 8);
+    ck_assert_int_eq(rl_client_stat(&rep, "releases_late", -1), 1);
     rl_client_destroy(c);
 }
 END_TEST
@@ -588,6 +689,7 @@ node_tcp_suite(void)
     tcase_add_test(tc, test_ping_stats_check);
     tcase_add_test(tc, test_endpoint_rules);
     tcase_add_test(tc, test_adjust);
+    tcase_add_test(tc, test_release);
     tcase_add_test(tc, test_pipelined);
     tcase_add_test(tc, test_batches_keep_order);
     tcase_add_test(tc, test_admin_budget_keeps_order);

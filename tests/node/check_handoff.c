@@ -5,7 +5,8 @@
  * history, exports every live key as the record stream, the stream is decoded and imported
  * into another limiter whose clock is offset, and from then on every decision of the
  * receiver is the reference's (a limiter that judged the same history and never moved).
- * Also: a receiver with another limit carries the consumption over, one without the tier
+ * Concurrency keys (configured, in a multi-tier rule, inline) carry the slots they hold, after
+ * a history that released some. Also: a receiver with another limit carries the consumption over, one without the tier
  * skips the key, a region's slice of a global rule continues (and carries over to another
  * slice), a log too long for a record travels as its counts, and the decoder refuses every
  * truncation and corruption without crashing; a shard's keys exported alone. Not for the
@@ -32,7 +33,8 @@
 
 static const char *const algos[] = {
     "fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket",
-    "gcra",         "leaky_bucket"};
+    "gcra",         "leaky_bucket",       "concurrency"};
+#define NALGOS 7 /* the inline limits; the first 6 are the rates */
 
 static const char *rules_text =
     "[service fw]\nlimit = fixed_window 7 per 1m\n"
@@ -42,11 +44,13 @@ static const char *rules_text =
     "[service gcra]\nlimit = gcra 7 per 1m burst 3\n"
     "[service lb]\nlimit = leaky_bucket 7 per 1m burst 4\n"
     "[service multi]\nlimit = fixed_window 9 per 1h\nlimit = gcra 5 per 10s\n"
-    "limit = sliding_window_log 6 per 1m\n"
-    "[service shadow]\nmode = shadow\nlimit = token_bucket 3 per 1m\n";
+    "limit = sliding_window_log 6 per 1m\nlimit = concurrency 5 lease 30s\n"
+    "[service shadow]\nmode = shadow\nlimit = token_bucket 3 per 1m\n"
+    "[service conc]\nlimit = concurrency 4 lease 20s\n";
 
-static const char *const services[] = {"fw", "swl", "swc", "tb", "gcra", "lb", "multi", "shadow"};
-#define NSERVICES 8
+static const char *const services[] = {"fw",    "swl",    "swc", "tb", "gcra",
+                                        "lb",    "multi",  "shadow", "conc"};
+#define NSERVICES 9
 #define NUSERS 6
 
 static struct rl_conf *
@@ -99,6 +103,34 @@ check(struct rl_limiter *l, const char *service, const char *user, const char *a
     return rep;
 }
 
+/* One RELEASE of 1 slot: configured (algo NULL) or inline, as check() sends them. */
+static void
+release(struct rl_limiter *l, const char *service, const char *user, const char *algo,
+        uint64_t now)
+{
+    struct rl_wire_req req;
+    struct rl_wire_check_reply rep;
+
+    memset(&req, 0, sizeof(req));
+    req.op = RL_WIRE_OP_RELEASE;
+    req.id = 1;
+    req.service.ptr = service;
+    req.service.len = (uint32_t)strlen(service);
+    req.user.ptr = user;
+    req.user.len = (uint32_t)strlen(user);
+    req.cost = 1;
+    if (algo != NULL) {
+        req.limit.set = true;
+        req.limit.algo = RL_ALGO_CONCURRENCY;
+        req.limit.limit = 5;
+        req.limit.window_ms = 30000;
+        req.limit.burst = 5;
+        req.tenant = 7;
+    }
+    ck_assert_int_eq(rl_limiter_release(l, &req, now, 0, &rep), 0);
+    ck_assert_uint_eq(rep.code, RL_WIRE_ALLOWED);
+}
+
 /* The requests of step k: a few users of every service and every inline algorithm. */
 static void
 step(struct rl_limiter *l, int k, uint64_t now, struct rl_wire_check_reply *out, size_t *n)
@@ -113,13 +145,19 @@ step(struct rl_limiter *l, int k, uint64_t now, struct rl_wire_check_reply *out,
         for (int s = 0; s < NSERVICES; s++) {
             out[(*n)++] = check(l, services[s], user, NULL, cost, now);
         }
-        for (int a = 0; a < 6; a++) {
+        for (int a = 0; a < NALGOS; a++) {
             out[(*n)++] = check(l, "free", user, algos[a], cost, now);
+        }
+        if (k < 30 && (k + u) % 4 == 0) {
+            /* the history gives slots back too (the continuation only CHECKs) */
+            release(l, "multi", user, NULL, now);
+            release(l, "conc", user, NULL, now);
+            release(l, "free", user, "concurrency", now);
         }
     }
 }
 
-#define PER_STEP (NUSERS * (NSERVICES + 6))
+#define PER_STEP (NUSERS * (NSERVICES + NALGOS))
 
 /* Times of the history and of the continuation: irregular, some within one ms. */
 static uint64_t
@@ -203,8 +241,9 @@ same_reply(const struct rl_wire_check_reply *a, const struct rl_wire_check_reply
                   "%s, step %d, request %zu (service %s): %u/%llu/%llu/%llu/%llu, reference "
                   "%u/%llu/%llu/%llu/%llu",
                   what, k, i,
-                  i % (NSERVICES + 6) < NSERVICES ? services[i % (NSERVICES + 6)]
-                                                  : algos[i % (NSERVICES + 6) - NSERVICES],
+                  i % (NSERVICES + NALGOS) < NSERVICES
+                      ? services[i % (NSERVICES + NALGOS)]
+                      : algos[i % (NSERVICES + NALGOS) - NSERVICES],
                   a->code, (unsigned long long)a->limit, (unsigned long long)a->remaining,
                   (unsigned long long)a->reset_ms, (unsigned long long)a->retry_after_ms, b->code,
                   (unsigned long long)b->limit, (unsigned long long)b->remaining,
@@ -253,7 +292,7 @@ roundtrip(uint64_t offset, bool windows_too)
                 uint32_t cost = (uint32_t)((k + u) % 3);
 
                 snprintf(user, sizeof(user), "u%d", u);
-                for (int s = 0; s < NSERVICES + 6; s++, i++) {
+                for (int s = 0; s < NSERVICES + NALGOS; s++, i++) {
                     struct rl_wire_req req;
                     enum rl_algo al;
 
@@ -667,6 +706,19 @@ START_TEST(test_decoder_bounded)
     memcpy(copy, "\x00\x01\x00\x01", 4);
     ck_assert_int_eq(rl_handoff_next(copy, b.len, &rec, &out), -EINVAL);
     free(copy);
+    /* a concurrency key: its slots as log entries; an N past the cap is refused */
+    k.algo = RL_ALGO_CONCURRENCY;
+    k.st.shape = RL_ALGO_CONCURRENCY;
+    k.limit = RL_CONF_CONCURRENCY_MAX;
+    rl_buf_reset(&b);
+    ck_assert_int_eq(rl_handoff_put_key(&b, &k), 0);
+    ck_assert_int_eq(rl_handoff_next(b.data, b.len, &rec, &out), (long)b.len);
+    ck_assert_uint_eq(out.algo, RL_ALGO_CONCURRENCY);
+    ck_assert_uint_eq(out.st.nlog, 40);
+    k.limit = RL_CONF_CONCURRENCY_MAX + 1;
+    rl_buf_reset(&b);
+    ck_assert_int_eq(rl_handoff_put_key(&b, &k), 0);
+    ck_assert_int_eq(rl_handoff_next(b.data, b.len, &rec, &out), -EINVAL);
     rl_buf_deinit(&b);
 }
 END_TEST
