@@ -53,12 +53,15 @@ hz=$(getconf CLK_TCK)
 # ns_per TICKS N: nanoseconds of CPU per item, TICKS clock ticks spent on N items.
 ns_per() { awk -v t="$1" -v n="$2" -v hz="$hz" 'BEGIN {printf "%.0f", t / hz * 1e9 / n}'; }
 # one_node_conf [MEMORY] [LIMIT]: the [router] on $rport and one [node n] on $nport, with
-# [service bench] (default: memory 4g, token_bucket 100 per 1m), on stdout.
+# [service bench] (default: memory 4g, token_bucket 100 per 1m), on stdout; no client may refund
+# ([clients] adjust = no), so the router's deny cache holds refusals as before ADJUST.
 one_node_conf() {
     cat <<CONF
 [router]
 listen = 127.0.0.1:$rport
 deadline = 200ms
+[clients]
+adjust = no
 [node n]
 listen = 127.0.0.1:$nport
 memory = ${1:-4g}

@@ -53,6 +53,8 @@ session_timeout = 2000ms
 shards = 64
 [router]
 deadline = 50ms
+[clients]
+adjust = no
 [service day]
 limit = token_bucket 20 per 1d
 [service wide]

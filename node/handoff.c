@@ -229,7 +229,8 @@ ho_key(struct ho_cur *c, struct rl_handoff_key *k)
         !ho_uint(c, RL_HANDOFF_INLINE, &u[2]) || !ho_uint(c, UINT64_MAX, &u[3]) ||
         !ho_uint(c, RL_ALGO_COUNT - 1, &u[4]) || !ho_uint(c, RL_CONF_LIMIT_MAX, &u[5]) ||
         !ho_uint(c, RL_CONF_WINDOW_MAX, &u[6]) || !ho_uint(c, RL_CONF_LIMIT_MAX, &u[7]) ||
-        !ho_uint(c, RL_ALGO_COUNT - 1, &u[8]) || u[6] == 0 || u[6] > rl_algo_window_max(u[4])) {
+        !ho_uint(c, RL_ALGO_COUNT - 1, &u[8]) || u[6] == 0 || u[6] > rl_algo_window_max(u[4]) ||
+        u[5] > rl_algo_limit_max(u[4])) {
         return false;
     }
     memset(k, 0, offsetof(struct rl_handoff_key, st));

@@ -1055,41 +1055,11 @@ lim_release_all(struct rl_limiter *l, const struct rl_wire_req *req, const struc
     }
 }
 
-static int lim_settle_key(struct rl_limiter *l, const struct rl_wire_req *req,
-                      const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
-                      struct rl_wire_check_reply *rep);
-
-int
-rl_limiter_adjust_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
-                           const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
-                           struct rl_wire_check_reply *rep)
-{
-    return lim_settle_key(l, req, prep, now, epoch, rep);
-}
-
-int
-rl_limiter_release_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
-                            const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
-                            struct rl_wire_check_reply *rep)
-{
-    return lim_settle_key(l, req, prep, now, epoch, rep);
-}
-
-int
-rl_limiter_release(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
-                   uint16_t epoch, struct rl_wire_check_reply *rep)
-{
-    struct rl_limiter_prep prep;
-
-    rl_limiter_prepare(l, req, &prep);
-    return rl_limiter_release_prepared(l, req, &prep, now, epoch, rep);
-}
-
-/* ADJUST and RELEASE (req->op): applied, then the reply of what is left. */
+/* ADJUST (release false) or RELEASE: applied, then the reply of what is left. */
 static int
 lim_settle_key(struct rl_limiter *l, const struct rl_wire_req *req,
-           const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
-           struct rl_wire_check_reply *rep)
+               const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch, bool release,
+               struct rl_wire_check_reply *rep)
 {
     const struct rl_algo_result *dec;
     uint64_t remaining = UINT64_MAX;
@@ -1107,7 +1077,7 @@ lim_settle_key(struct rl_limiter *l, const struct rl_wire_req *req,
     if (rc != 0) {
         return rc;
     }
-    if (req->op == RL_WIRE_OP_RELEASE) {
+    if (release) {
         lim_release_all(l, req, &j, prep, now, epoch);
     } else {
         lim_adjust_all(l, req, prep->shard, &j, prep, now, epoch);
@@ -1125,6 +1095,32 @@ lim_settle_key(struct rl_limiter *l, const struct rl_wire_req *req,
         rep->retry_after_ms = dec->retry_ms;
     }
     return 0;
+}
+
+int
+rl_limiter_adjust_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
+                           const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                           struct rl_wire_check_reply *rep)
+{
+    return lim_settle_key(l, req, prep, now, epoch, false, rep);
+}
+
+int
+rl_limiter_release_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
+                            const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
+                            struct rl_wire_check_reply *rep)
+{
+    return lim_settle_key(l, req, prep, now, epoch, true, rep);
+}
+
+int
+rl_limiter_release(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
+                   uint16_t epoch, struct rl_wire_check_reply *rep)
+{
+    struct rl_limiter_prep prep;
+
+    rl_limiter_prepare(l, req, &prep);
+    return rl_limiter_release_prepared(l, req, &prep, now, epoch, rep);
 }
 
 int
@@ -1241,6 +1237,9 @@ lim_metrics_fmt(const void *arg, struct rl_prom *p)
     rl_prom_family(p, "rl_node_shadow_limited_total", "counter",
                    "CHECKs of shadow-mode services answered allowed that enforce would refuse.");
     rl_prom_u64(p, "rl_node_shadow_limited_total", NULL, ls->shadow_limited);
+    rl_prom_family(p, "rl_node_releases_late_total", "counter",
+                   "Slots RELEASEs asked back that their key no longer held.");
+    rl_prom_u64(p, "rl_node_releases_late_total", NULL, ls->releases_late);
     rl_prom_family(p, "rl_node_keys", "gauge", "Counters (keys) held, by service.");
     for (size_t i = 0; i < m->nsvc; i++) {
         rl_prom_u64(p, "rl_node_keys",

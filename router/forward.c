@@ -68,13 +68,13 @@ static void
 count_answer(struct rl_router *r, uint8_t op, const struct rl_rule *rule, uint32_t code,
              uint64_t start_ns)
 {
-    if (op == RL_WIRE_OP_CHECK) {
+    if (op == RL_WIRE_OP_ADJUST) {
+        r->stats.adjusts++;
+    } else if (op == RL_WIRE_OP_RELEASE) {
+        r->stats.releases++;
+    } else {
         r->stats.checks++;
         rl_counts_answer(r, rule, code, start_ns);
-    } else if (op == RL_WIRE_OP_ADJUST) {
-        r->stats.adjusts++;
-    } else {
-        r->stats.releases++;
     }
 }
 
@@ -477,7 +477,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
     p->sink = sink;
     p->answer = answer;
     p->client_id = req->id;
-    p->op = (uint8_t)req->op;
+    p->op = req->op != 0 ? (uint8_t)req->op : RL_WIRE_OP_CHECK;
     p->rule = rule;
     p->shard = shard;
     p->key_hash = hash;

@@ -602,6 +602,57 @@ START_TEST(test_clients_and_secret)
 }
 END_TEST
 
+/* [clients] adjust and [client NAME] adjust: who may refund, and which rules a router's deny
+ * cache may then hold (rl_conf_rule_refundable). */
+START_TEST(test_client_adjust)
+{
+    static const char rules[] = "[service shop]\nlimit = gcra 1 per 1s\n"
+                                "[service other]\nlimit = gcra 1 per 1s\n";
+    static const char hash[] = "00000000000000000000000000000000000000000000000000000000000000ff";
+    char text[2048];
+    struct rl_conf *c;
+
+    /* No [client] sections: everyone may refund, so every rule may be refunded... */
+    c = parse_ok(rules);
+    ck_assert(c->clients_adjust);
+    ck_assert(rl_conf_may_refund(c, NULL));
+    ck_assert(rl_conf_rule_refundable(c, rl_conf_rule(c, "shop", 4, NULL, 0)));
+    rl_conf_destroy(c);
+    /* ...unless [clients] adjust = no */
+    snprintf(text, sizeof(text), "[clients]\nadjust = no\n%s", rules);
+    c = parse_ok(text);
+    ck_assert(!rl_conf_may_refund(c, NULL));
+    ck_assert(!rl_conf_rule_refundable(c, rl_conf_rule(c, "shop", 4, NULL, 0)));
+    rl_conf_destroy(c);
+    /* [client] sections: the default is [clients] adjust (yes), each may say otherwise; a rule
+     * may be refunded when a client that may refund may CHECK under it */
+    snprintf(text, sizeof(text),
+             "[client a]\ntoken_sha256 = %s\nservices = shop\n"
+             "[client b]\ntoken_sha256 = %s\nservices = *\nadjust = no\n%s",
+             hash, "00000000000000000000000000000000000000000000000000000000000000fe", rules);
+    c = parse_ok(text);
+    ck_assert(c->auth_clients[0].adjust);
+    ck_assert(!c->auth_clients[1].adjust);
+    ck_assert(rl_conf_may_refund(c, &c->auth_clients[0]));
+    ck_assert(!rl_conf_may_refund(c, &c->auth_clients[1]));
+    ck_assert(rl_conf_rule_refundable(c, rl_conf_rule(c, "shop", 4, NULL, 0)));
+    ck_assert(!rl_conf_rule_refundable(c, rl_conf_rule(c, "other", 5, NULL, 0)));
+    rl_conf_destroy(c);
+    /* [clients] adjust = no, written after the sections, is their default all the same */
+    snprintf(text, sizeof(text),
+             "[client a]\ntoken_sha256 = %s\nservices = shop\n"
+             "[client b]\ntoken_sha256 = %s\nservices = *\nadjust = yes\n"
+             "[clients]\nadjust = no\n%s",
+             hash, "00000000000000000000000000000000000000000000000000000000000000fe", rules);
+    c = parse_ok(text);
+    ck_assert(!c->auth_clients[0].adjust);
+    ck_assert(c->auth_clients[1].adjust);
+    ck_assert(rl_conf_rule_refundable(c, rl_conf_rule(c, "other", 5, NULL, 0)));
+    rl_conf_destroy(c);
+    expect_error("[clients]\nadjust = maybe\n", 2, "is not yes or no");
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     expect_error(errors[_i].text, errors[_i].line, errors[_i].phrase);
@@ -1443,6 +1494,7 @@ conf_suite(void)
     tcase_add_test(tc, test_every_key);
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof(errors) / sizeof(errors[0])));
     tcase_add_test(tc, test_clients_and_secret);
+    tcase_add_test(tc, test_client_adjust);
     tcase_add_test(tc, test_error_buffers);
     tcase_add_test(tc, test_long_lines);
     tcase_add_test(tc, test_too_many_tiers);

@@ -1,7 +1,8 @@
 /*
  * fuzz_reqline: the request-log line (common/reqline.h) on any bytes. Invariants: a parsed
  * line's fields lie inside it; an accepted line whose fields unescape formats back into a
- * line that parses to the same values; escaping any bytes and unescaping them gives the
+ * line that parses to the same values (its eighth field, `cached`, `adjust` or `release`,
+ * included); escaping any bytes and unescaping them gives the
  * bytes back.
  */
 #include <stdint.h>
@@ -46,12 +47,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char node[64];
     memcpy(node, r.node, r.nlen);
     node[r.nlen] = '\0';
-    size_t n = rl_reqline_format(line, r.ts_ms, r.shard, strcmp(node, "-") == 0 ? NULL : node,
-                                 r.code, r.key_hash, svc, (size_t)sl, usr, (size_t)ul);
+    size_t n = rl_reqline_format_tag(line, r.ts_ms, r.shard,
+                                     strcmp(node, "-") == 0 ? NULL : node, r.code, r.key_hash, svc,
+                                     (size_t)sl, usr, (size_t)ul, r.tag);
     MUST(n >= 1 && line[n - 1] == '\n');
     if (rl_reqline_parse(line, n - 1, 0, &r2) == 0) {
         MUST(r2.ts_ms == r.ts_ms && r2.shard == r.shard && r2.code == r.code &&
-             r2.key_hash == r.key_hash);
+             r2.key_hash == r.key_hash && r2.tag == r.tag && r2.cached == r.cached);
     }
     return 0;
 }

@@ -27,6 +27,7 @@ wire = {
     "check": frame(b"\x96\x01\x07" + s(b"checkout") + s(b"alice") + b"\xc0\x01"),
     "check_endpoint": frame(b"\x96\x01\xce\xff\xff\xff\xff" + s(b"checkout") + s(b"u") + s(b"/pay") + b"\xce\x00\x0f\x42\x40"),
     "ping": frame(b"\x92\x02\x01"),
+    "unknown_op": frame(b"\x92\xcc\xc8\x05"),  # op 200: no op has it (UNKNOWN_OP)
     "stats": frame(b"\x92\x03\x02"),
     "clock": frame(b"\x93\x04\x03\xcf" + struct.pack(">Q", 1700000000000)),
     "hello": frame(b"\x93\x05\x00" + s(b"router")),
@@ -130,6 +131,8 @@ lines = {
     "crlf": "1700000000003 1 a 4 0000000000000001 s u\r",
     "bad_hex": "1700000000004 1 a 0 zz s u",
     "short": "1700000000005 1",
+    "adjust": "1700000000006 1 a 0 0000000000000001 s u adjust",
+    "release": "1700000000007 1 a 2 0000000000000001 s u release",
 }
 for k, v in lines.items():
     put("reqline", k, v)

@@ -175,8 +175,8 @@ expect(struct rl_client *c, uint32_t op, const char *svc, const char *user, int3
 
     ck_assert_msg(rep.op == op, "%s %s/%s %d: op %u (%.*s)", rl_wire_op_name(op), svc, user, n,
                   rep.op, (int)rep.message.len, rep.message.ptr ? rep.message.ptr : "");
-    ck_assert_msg(rep.check.code == code, "%s %s/%s %d: code %u, not %u", rl_wire_op_name(op),
-                  svc, user, n, rep.check.code, code);
+    ck_assert_msg(rep.check.code == code, "%s %s/%s %d: code %u, not %u", rl_wire_op_name(op), svc,
+                  user, n, rep.check.code, code);
     return rep.check;
 }
 
@@ -269,8 +269,7 @@ START_TEST(test_refund_needs_adjust)
     ck_assert_uint_eq(rep.err, RL_WIRE_ERR_UNAUTHORIZED);
     ck_assert_ptr_nonnull(strstr(rep.message.ptr, "adjust = yes"));
     /* the connection stays; a charge and a zero delta are no refund */
-    ck_assert_uint_eq(expect(c, RL_WIRE_OP_ADJUST, "tok", "dave", 2, RL_WIRE_ALLOWED).remaining,
-                      3);
+    ck_assert_uint_eq(expect(c, RL_WIRE_OP_ADJUST, "tok", "dave", 2, RL_WIRE_ALLOWED).remaining, 3);
     expect(c, RL_WIRE_OP_ADJUST, "tok", "dave", 0, RL_WIRE_ALLOWED);
     rl_client_destroy(c);
     ck_assert_int_eq(rstat(0, "unauthorized") - unauth0, 1);
@@ -357,8 +356,7 @@ START_TEST(test_release_two_routers)
     ck_assert_uint_eq(expect(a, RL_WIRE_OP_CHECK, "cc", "fred", 1, RL_WIRE_ALLOWED).remaining, 0);
     ck_assert_int_eq(rstat(0, "deny_hits") - hits0, 0);
     /* both given back through A; no rule: NO_RULE under op 10 */
-    ck_assert_uint_eq(expect(a, RL_WIRE_OP_RELEASE, "cc", "fred", 2, RL_WIRE_ALLOWED).remaining,
-                      2);
+    ck_assert_uint_eq(expect(a, RL_WIRE_OP_RELEASE, "cc", "fred", 2, RL_WIRE_ALLOWED).remaining, 2);
     expect(a, RL_WIRE_OP_RELEASE, "nope", "fred", 1, RL_WIRE_NO_RULE);
     rl_client_destroy(a);
     rl_client_destroy(b);

@@ -706,6 +706,19 @@ START_TEST(test_decoder_bounded)
     memcpy(copy, "\x00\x01\x00\x01", 4);
     ck_assert_int_eq(rl_handoff_next(copy, b.len, &rec, &out), -EINVAL);
     free(copy);
+    /* a concurrency key: its slots as log entries; an N past the cap is refused */
+    k.algo = RL_ALGO_CONCURRENCY;
+    k.st.shape = RL_ALGO_CONCURRENCY;
+    k.limit = RL_CONF_CONCURRENCY_MAX;
+    rl_buf_reset(&b);
+    ck_assert_int_eq(rl_handoff_put_key(&b, &k), 0);
+    ck_assert_int_eq(rl_handoff_next(b.data, b.len, &rec, &out), (long)b.len);
+    ck_assert_uint_eq(out.algo, RL_ALGO_CONCURRENCY);
+    ck_assert_uint_eq(out.st.nlog, 40);
+    k.limit = RL_CONF_CONCURRENCY_MAX + 1;
+    rl_buf_reset(&b);
+    ck_assert_int_eq(rl_handoff_put_key(&b, &k), 0);
+    ck_assert_int_eq(rl_handoff_next(b.data, b.len, &rec, &out), -EINVAL);
     rl_buf_deinit(&b);
 }
 END_TEST

@@ -61,7 +61,9 @@ write_configs(struct ch_cluster *c, const int *zk_port)
         }
         len += snprintf(body + len, sizeof(body) - (size_t)len,
                         "\n[router]\nlisten = 127.0.0.1:7400\ndeadline = %lldms\n"
-                        "request_log = %s\n%s\n[clients]\nidle_timeout = 0\n\n",
+                        "request_log = %s\n%s\n[clients]\nidle_timeout = 0\n"
+                        /* rl-chaos never refunds: the deny cache holds refusals */
+                        "adjust = no\n\n",
                         (long long)sc->deadline_ms, k < 0 ? c->router_reqlog[-k - 1] : "",
                         k < 0 && c->router_reqlog[-k - 1][0] != '\0'
                             ? "request_log_sample = 1\nrequest_log_max_size = 0\n"
