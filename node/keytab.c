@@ -62,12 +62,12 @@
  */
 #include "keytab.h"
 
+#include "keytab_mem.h"
 #include "metrics.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -78,8 +78,6 @@
 /* Slots of a new table; also the smallest a table shrinks to. At least GROUP, so the mirror
  * of GROUP tags never wraps around the array more than once. */
 #define MIN_CAP 64
-/* Arrays at least this large are mmap'd rather than malloc'd. */
-#define MMAP_MIN (64u * 1024)
 #define PAGE 4096u
 /* Occupied slots the eviction compares. */
 #define EVICT_SAMPLE 8
@@ -119,12 +117,15 @@ struct kt_array {
     struct rl_keytab_entry *ents;
     uint8_t *tags; /* cap + GROUP bytes: tags[cap + i] mirrors tags[i] */
     size_t cap;
+    int reg;      /* the reserved range ents lies in (keytab_mem.h), or KT_MEM_NOREG */
+    int tags_reg; /* KT_MEM_NOREG: the tags, 1/32 of the entries, fit the TLB as they are */
 };
 
 /* Mapped bytes no longer used, still to unmap. */
 struct kt_grave {
     char *p;
     size_t len;
+    int reg; /* the reserved range it lies in, or KT_MEM_NOREG */
 };
 
 struct rl_keytab {
@@ -133,6 +134,7 @@ struct rl_keytab {
     /* What is left of the old arrays of the last resize: its entries and its tags. Emptied
      * before the next resize starts. */
     struct kt_grave graves[2];
+    struct kt_mem mem; /* where the arrays live */
     size_t keys;      /* entries in both arrays */
     size_t old_keys;  /* of which live in old */
     size_t moved;     /* old slots [0, moved) have been moved over */
@@ -165,10 +167,7 @@ struct rl_keytab {
 static size_t
 array_bytes(size_t n)
 {
-    if (n >= MMAP_MIN) {
-        return (n + PAGE - 1) / PAGE * PAGE;
-    }
-    return n;
+    return kt_mem_bytes(n);
 }
 
 static uint64_t
@@ -183,56 +182,27 @@ table_bytes(size_t cap)
     return sizeof(struct rl_keytab) + arrays_bytes(cap);
 }
 
-/* Zeroed memory for an array. Large arrays come from mmap, so their pages are free until
- * touched and go back to the kernel when unmapped. No MADV_HUGEPAGE: with the kernel's
- * default defrag=madvise, it makes the faults of a rehash wait on compaction, and measured
- * pauses were 2-3x longer, for finds ~20% faster at 10M keys. */
-static void *
-array_alloc(size_t n)
-{
-    if (n < MMAP_MIN) {
-        return calloc(1, n);
-    }
-    void *p =
-        mmap(NULL, array_bytes(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        return NULL;
-    }
-    return p;
-}
-
-static void
-array_free(void *p, size_t n)
-{
-    if (p == NULL) {
-        return;
-    }
-    if (n < MMAP_MIN) {
-        free(p);
-    } else {
-        munmap(p, array_bytes(n));
-    }
-}
-
+/* Zeroed arrays of cap slots (keytab_mem.c: large entry arrays in the reserved range other
+ * than avoid's, in huge pages where the kernel allows). Returns 0 or -ENOMEM. */
 static int
-kt_array_init(struct kt_array *a, size_t cap)
+kt_array_init(struct rl_keytab *t, struct kt_array *a, size_t cap, int avoid)
 {
-    a->ents = array_alloc(cap * sizeof(*a->ents));
-    a->tags = array_alloc(cap + GROUP);
+    a->ents = kt_mem_alloc(&t->mem, cap * sizeof(*a->ents), true, avoid, &a->reg);
+    a->tags = kt_mem_alloc(&t->mem, cap + GROUP, false, KT_MEM_NOREG, &a->tags_reg);
     a->cap = cap;
     if (a->ents == NULL || a->tags == NULL) {
-        array_free(a->ents, cap * sizeof(*a->ents));
-        array_free(a->tags, cap + GROUP);
+        kt_mem_free(&t->mem, a->ents, cap * sizeof(*a->ents), a->reg);
+        kt_mem_free(&t->mem, a->tags, cap + GROUP, a->tags_reg);
         return -ENOMEM;
     }
     return 0;
 }
 
 static void
-kt_array_deinit(struct kt_array *a)
+kt_array_deinit(struct rl_keytab *t, struct kt_array *a)
 {
-    array_free(a->ents, a->cap * sizeof(*a->ents));
-    array_free(a->tags, a->cap + GROUP);
+    kt_mem_free(&t->mem, a->ents, a->cap * sizeof(*a->ents), a->reg);
+    kt_mem_free(&t->mem, a->tags, a->cap + GROUP, a->tags_reg);
     memset(a, 0, sizeof(*a));
 }
 
@@ -417,13 +387,17 @@ drain(struct rl_keytab *t, size_t bytes)
 {
     for (size_t k = 0; k < 2 && bytes > 0; k++) {
         struct kt_grave *g = &t->graves[k];
-        size_t n = g->len < bytes ? g->len : bytes;
+        /* Whole grains, so no huge page of a reserved range is split. */
+        size_t grain = kt_mem_grain(&t->mem, g->reg);
+        size_t want = bytes < SIZE_MAX - grain ? (bytes + grain - 1) / grain * grain : SIZE_MAX;
+        size_t n = g->len < want ? g->len : want;
         if (n == 0) {
             continue;
         }
         g->len -= n;
-        munmap(g->p + g->len, n);
-        bytes -= n;
+        kt_mem_release(g->p + g->len, n, g->reg);
+        size_t cost = kt_mem_cost(&t->mem, n, g->reg);
+        bytes = cost < bytes ? bytes - cost : 0;
     }
 }
 
@@ -433,17 +407,18 @@ grave_bytes(const struct rl_keytab *t)
     return t->graves[0].len + t->graves[1].len;
 }
 
-/* Frees an array of n bytes whose first `freed` bytes were unmapped already: at once if
- * malloc'd, else into a grave, which inserts and sweeps unmap piece by piece. */
+/* Frees an array of n bytes whose first `freed` bytes were given back already: at once if
+ * malloc'd, else into a grave, which inserts and sweeps give back piece by piece. */
 static void
-bury(struct kt_grave *g, void *p, size_t n, size_t freed)
+bury(const struct rl_keytab *t, struct kt_grave *g, void *p, size_t n, size_t freed, int reg)
 {
-    if (n < MMAP_MIN) {
+    if (kt_mem_malloced(n)) {
         free(p);
         return;
     }
     g->p = (char *)p + freed;
-    g->len = array_bytes(n) - freed;
+    g->len = kt_mem_span(&t->mem, n, reg) - freed;
+    g->reg = reg;
 }
 
 /* Ends a resize: what is left of the old arrays goes to the graves, which are empty, as
@@ -452,8 +427,8 @@ static void
 end_resize(struct rl_keytab *t)
 {
     struct kt_array *o = &t->old;
-    bury(&t->graves[0], o->ents, o->cap * sizeof(*o->ents), t->old_freed);
-    bury(&t->graves[1], o->tags, o->cap + GROUP, 0);
+    bury(t, &t->graves[0], o->ents, o->cap * sizeof(*o->ents), t->old_freed, o->reg);
+    bury(t, &t->graves[1], o->tags, o->cap + GROUP, 0, o->tags_reg);
     memset(o, 0, sizeof(*o));
     t->old_keys = 0;
     t->moved = 0;
@@ -467,12 +442,13 @@ static void
 free_behind(struct rl_keytab *t)
 {
     size_t n = t->old.cap * sizeof(struct rl_keytab_entry);
-    if (n < MMAP_MIN) {
+    if (kt_mem_malloced(n)) {
         return;
     }
-    size_t dead = t->moved * sizeof(struct rl_keytab_entry) / PAGE * PAGE;
+    size_t grain = kt_mem_grain(&t->mem, t->old.reg);
+    size_t dead = t->moved * sizeof(struct rl_keytab_entry) / grain * grain;
     if (dead - t->old_freed >= FREE_CHUNK) {
-        munmap((char *)t->old.ents + t->old_freed, dead - t->old_freed);
+        kt_mem_release((char *)t->old.ents + t->old_freed, dead - t->old_freed, t->old.reg);
         t->old_freed = dead;
     }
 }
@@ -521,7 +497,7 @@ start_resize(struct rl_keytab *t, size_t new_cap)
      * right after a resize ended, mostly after an insert outran a shrink: then they hold the
      * rest of the shrink's old arrays, whose unmapping costs about what walking them did. */
     drain(t, SIZE_MAX);
-    int err = kt_array_init(&a, new_cap);
+    int err = kt_array_init(t, &a, new_cap, t->cur.reg);
     if (err != 0) {
         return err;
     }
@@ -574,7 +550,8 @@ rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_key
     }
     t->max_cap = cap;
 
-    err = kt_array_init(&t->cur, MIN_CAP);
+    kt_mem_init(&t->mem, t->max_cap * sizeof(struct rl_keytab_entry));
+    err = kt_array_init(t, &t->cur, MIN_CAP, KT_MEM_NOREG);
     if (err != 0) {
         goto fail;
     }
@@ -609,7 +586,8 @@ rl_keytab_destroy(struct rl_keytab *t)
         end_resize(t);
     }
     drain(t, SIZE_MAX);
-    kt_array_deinit(&t->cur);
+    kt_array_deinit(t, &t->cur);
+    kt_mem_fini(&t->mem);
     free(t->holes);
     free(t);
 }
