@@ -609,13 +609,35 @@ rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo)
 {
     fp_lo &= FP_LO_MASK; /* as entries keep it */
     size_t pos = home_of(fp_hi, t->cur.cap);
-    /* The entry most likely sits at its home: start that cache miss alongside the tags'. */
-    __builtin_prefetch(&t->cur.ents[pos]);
+    /* Most keys sit within two slots of their home, in the entry lines rl_keytab_prefetch
+     * loaded: look there first, without the tags (their line and their page). A vacated
+     * slot of cur has fp_hi 0 (vacate), and a key is in cur or old, never both, so a match
+     * here is the key's live entry. The tags' line is asked for first, so that a key not
+     * found there (or a find without rl_keytab_prefetch) waits for one miss, not two. */
+    __builtin_prefetch(&t->cur.tags[pos]);
+    if (fp_hi != 0 && pos + 2 < t->cur.cap) {
+        struct rl_keytab_entry *h = &t->cur.ents[pos];
+        for (size_t k = 0; k < 3; k++) {
+            if (h[k].fp_hi == fp_hi && h[k].fp_lo == fp_lo) {
+                return &h[k];
+            }
+        }
+    }
     struct rl_keytab_entry *e = find_in(&t->cur, pos, fp_hi, fp_lo);
     if (e == NULL && t->old_keys > 0) {
         e = find_in(&t->old, home_of(fp_hi, t->old.cap), fp_hi, fp_lo);
     }
     return e;
+}
+
+/* Empties slot i of cur: its tag, and its fingerprint, so that rl_keytab_find's look at the
+ * home's entries before the tags never takes a vacated slot's stale copy for a live entry
+ * (fp_hi is never 0 in a live entry made by rl_keytab_fingerprint). */
+static inline void
+vacate(struct kt_array *a, size_t i)
+{
+    set_tag(a, i, 0);
+    a->ents[i].fp_hi = 0;
 }
 
 /* Empties slot i of cur and closes the gap: each following entry of the run moves back into
@@ -639,7 +661,7 @@ remove_slot(struct rl_keytab *t, size_t i)
         }
         j = next_slot(a, j);
     }
-    set_tag(a, i, 0);
+    vacate(a, i);
     t->keys--;
 }
 
@@ -960,7 +982,7 @@ sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
                 continue;
             }
             t->ops.release(t->ops.arg, &a->ents[p]);
-            set_tag(a, p, 0);
+            vacate(a, p);
             t->keys--;
             n++;
             hole_add(t, &hl, off);
@@ -985,7 +1007,7 @@ sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
         size_t to = (start + hole) % cap;
         a->ents[to] = a->ents[p];
         set_tag(a, to, a->tags[p]);
-        set_tag(a, p, 0);
+        vacate(a, p);
         /* Taken: later searches go on to the next hole. The slot left behind is the newest
          * hole; the list has room for it, as dropping the taken ones frees at least k. */
         t->holes[k].up = (uint32_t)(k + 1);
