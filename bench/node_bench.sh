@@ -122,9 +122,12 @@ if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
             tput4k+=("$t"); cpu4k+=("$c")
         fi
         if [ $redis = 1 ]; then
-            # redis-benchmark has no duration: REDIS_N requests (~4-6 s at Redis's pace).
+            # redis-benchmark has no duration: REDIS_N requests, by default 5 s at the pace of
+            # the previous round (200,000 in the first). Short, so that the node's keys do not
+            # sit idle for RL_KEYTAB_SHRINK_MS (30 s) between its runs, which would let its
+            # table shrink and grow back (resizes below).
             s0=$(ticks $rpid); w0=$(date +%s%N)
-            rn=${REDIS_N:-600000}
+            rn=${REDIS_N:-$( ((${#rtput[@]})) && awk -v r="${rtput[-1]}" 'BEGIN {printf "%d", r * 5 + 1000}' || echo 200000)}
             out=$( (taskset -c 1 redis-benchmark -p $rport -c 4 -P 256 -n "$rn" \
                 -r 1000000 -q EVALSHA "$sha" 1 'tb:__rand_int__' 1000 1000 1000 1 | tr '\r' '\n'
                 times) )

@@ -21,7 +21,14 @@
  * that most is under 1/4 of the slots, to a load of 1/2 of it.
  * Arrays of 64 KiB or more are mmap'd (and given back with munmap), so the process RSS follows
  * the table down when it shrinks; glibc's malloc would keep freed blocks in its heap after
- * raising its dynamic mmap threshold.
+ * raising its dynamic mmap threshold. Entry arrays of 4 MiB or more live instead in one of
+ * two address ranges reserved once per table for the largest array the cap allows, in
+ * transparent huge pages where the kernel gives them, a resize filling the range the
+ * current array does not use and the old pages going back by MADV_DONTNEED
+ * (keytab_mem.c says why). A find first compares the home's three entries, the lines
+ * rl_keytab_prefetch loaded, and reads the tags only when the key is not there: so that no
+ * stale copy is taken for a live entry, every slot of cur that is emptied gets fp_hi 0
+ * (vacate), which no live entry has.
  *
  * Resizing is incremental, as in Redis's dict. A resize allocates new arrays (cur) and keeps
  * the old ones (old) until every live entry has moved over; inserts go to cur only, a find
@@ -50,7 +57,9 @@
  * given back to the kernel FREE_CHUNK bytes at a time behind the move, so the peak falls as
  * the move goes; the old tag array stays to the end, as probe runs pass through it, and then
  * goes, with the last of the entry array, to a grave that the following inserts and sweeps
- * unmap FREE_CHUNK at a time, so no call unmaps a whole array either.
+ * unmap FREE_CHUNK at a time, so no call unmaps a whole array either. In a reserved range
+ * with huge pages the pieces are whole 2 MiB pages, each costing about what a 4 KiB page
+ * does (kt_mem_cost).
  *
  * Measured inserting 10M keys on the development VM (2 vCPUs): the longest insert went from
  * 215-235 ms (a stop-the-world rehash, mostly the kernel's first touch of the new pages, at
