@@ -174,8 +174,9 @@ main(int argc, char **argv)
             rl_limiter_check_epoch(l[s], &reqs[i], now, 0, &rep);
         }
         long h = rollup_kb("AnonHugePages");
-        printf("%s: the process holds %ld kB more in huge pages than before the fills\n",
-               side_name[s], h >= 0 && huge0 >= 0 ? h - huge0 : -1);
+        printf("%s: its fill took %ld kB of huge pages\n", side_name[s],
+               h >= 0 && huge0 >= 0 ? h - huge0 : -1);
+        huge0 = h;
     }
     for (unsigned r = 0; r < rounds; r++) {
         for (int s = 0; s < 2; s++) {
