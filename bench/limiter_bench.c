@@ -7,7 +7,8 @@
  * of one read). Prints the thread's CPU ns per CHECK of each way,
  * alternated over several rounds, for two limiters side by side in the same process: one
  * whose key table has huge pages where the kernel allows (keytab_mem.c) and one without
- * (created with RL_KEYTAB_HUGEPAGES=0), the rounds interleaved so that the machine's load
+ * (created with RL_KEYTAB_HUGEPAGES=0), each swept after its fill as a node's timer would
+ * (which collapses the first into huge pages), the rounds interleaved so that the machine's load
  * falls on both alike; then the median of each, and the huge pages the process holds.
  * Usage: limiter_bench [K [B [ROUNDS]]]. Not a test.
  */
@@ -172,6 +173,11 @@ main(int argc, char **argv)
         }
         for (unsigned i = 0; i < keys; i++) {
             rl_limiter_check_epoch(l[s], &reqs[i], now, 0, &rep);
+        }
+        /* The node's sweeps collapse the table into huge pages a 2 MiB piece each, once its
+         * last grow has ended: as many as it takes (256 MiB). */
+        for (unsigned k = 0; k < 128; k++) {
+            rl_limiter_sweep(l[s], now, 1);
         }
         long h = rollup_kb("AnonHugePages");
         printf("%s: its fill took %ld kB of huge pages\n", side_name[s],

@@ -144,6 +144,10 @@ struct rl_keytab {
      * before the next resize starts. */
     struct kt_grave graves[2];
     struct kt_mem mem; /* where the arrays live */
+    /* The next 2 MiB piece of cur's entry array to collapse into a huge page, in bytes from
+     * its start; SIZE_MAX when none is to be (keytab_mem.c: cur is promoted once a resize
+     * has ended, and a sweep collapses one piece). */
+    size_t collapse_at;
     size_t keys;      /* entries in both arrays */
     size_t old_keys;  /* of which live in old */
     size_t moved;     /* old slots [0, moved) have been moved over */
@@ -439,6 +443,11 @@ end_resize(struct rl_keytab *t)
     bury(t, &t->graves[0], o->ents, o->cap * sizeof(*o->ents), t->old_freed, o->reg);
     bury(t, &t->graves[1], o->tags, o->cap + GROUP, 0, o->tags_reg);
     memset(o, 0, sizeof(*o));
+    /* cur is complete: into huge pages, a piece per sweep from now on. */
+    t->collapse_at = kt_mem_promote(&t->mem, t->cur.ents, t->cur.cap * sizeof(*t->cur.ents),
+                                    t->cur.reg)
+                         ? 0
+                         : SIZE_MAX;
     t->old_keys = 0;
     t->moved = 0;
     t->old_freed = 0;
@@ -512,6 +521,7 @@ start_resize(struct rl_keytab *t, size_t new_cap)
     }
     t->old = t->cur;
     t->cur = a;
+    t->collapse_at = SIZE_MAX; /* the new array fills in 4 KiB pages; end_resize promotes it */
     t->old_keys = t->keys;
     t->moved = 0;
     t->old_freed = 0;
@@ -542,6 +552,7 @@ rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_key
     t->ops = *ops;
     t->rng = UINT64_C(0x9e3779b97f4a7c15);
     t->peak_since = UINT64_MAX;
+    t->collapse_at = SIZE_MAX;
 
     /* The largest cap that fits. Page rounding costs at most a page per array, so start
      * below it and step up (at most ~250 steps): table_bytes grows with cap. */
@@ -1050,6 +1061,16 @@ rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget)
     /* As many bytes as moving `budget` slots would have written. */
     const size_t esize = sizeof(struct rl_keytab_entry);
     drain(t, budget < SIZE_MAX / esize ? budget * esize : SIZE_MAX);
+
+    /* A piece of cur into a huge page (keytab_mem.c), once no resize runs. */
+    if (!resizing(t) && t->collapse_at != SIZE_MAX) {
+        size_t span = kt_mem_span(&t->mem, t->cur.cap * sizeof(struct rl_keytab_entry), t->cur.reg);
+        if (t->collapse_at < span && kt_mem_collapse((char *)t->cur.ents + t->collapse_at)) {
+            t->collapse_at += kt_mem_grain(&t->mem, t->cur.reg);
+        } else {
+            t->collapse_at = SIZE_MAX;
+        }
+    }
 
     /* Only cur is swept: what is still in old is swept once it has moved. */
     struct kt_array *a = &t->cur;

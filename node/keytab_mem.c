@@ -8,18 +8,29 @@
  * request, and the page walk, not the cache line, is then what a decision waits for (the
  * profile put a fifth of the node's time in rl_keytab_prefetch). 2 MiB pages make the whole
  * array a few dozen TLB entries. They were tried before on arrays mmap'd afresh at each
- * resize and unmapped after it: with the kernel's default defrag=madvise every fault of a new
- * array could wait for compaction, and the resize pauses were 2-3x longer. Here the two
- * ranges are reserved once, for the largest array the memory cap allows, and a resize only
- * alternates between them: the old array's huge pages go back with MADV_DONTNEED as whole
- * 2 MiB pages (kt_mem_grain), which the kernel hands out again whole to the next array's
- * faults, so the table does not fragment memory that compaction must then mend, and no range
- * is ever remapped or moved. Where THP is off (enabled = never) the ranges are plain 4 KiB
- * memory and everything works as before; RL_KEYTAB_HUGEPAGES=0 in the environment skips the
- * MADV_HUGEPAGE, for comparisons (bench/node_bench.sh).
+ * resize, in huge pages from their first touch: with the kernel's default defrag=madvise a
+ * fault could wait for compaction, and resize pauses were 2-3x longer. Faulting a fresh huge
+ * page costs more than a 4 KiB one in any case (2 MiB zeroed at once; on a VM, measured,
+ * 0.4 ms when the host has backed that memory before and 7-20 ms when it has not, where an
+ * insert that moves 128 slots touched one).
+ *
+ * So an array is never faulted in huge pages: it lives in one of two ranges reserved once
+ * per table for the largest array the memory cap allows, marked MADV_NOHUGEPAGE, so a resize
+ * fills it in 4 KiB pages as before, with the same pauses. Once the resize has ended and the
+ * array is complete, keytab.c promotes it (kt_mem_promote: MADV_HUGEPAGE on its span) and
+ * then collapses it one 2 MiB piece per sweep (kt_mem_collapse: MADV_COLLAPSE, a copy of
+ * 2 MiB into a huge page, ~0.2-0.5 ms), so the table reaches huge pages within seconds of its
+ * last grow (19 pieces at 1M keys, a sweep every 100 ms on a node) and no call pays more than
+ * one piece. Where MADV_COLLAPSE is missing (kernels before 6.1) khugepaged collapses the
+ * promoted span in its own time. The next resize fills the other range, and the old array's
+ * pages go back by MADV_DONTNEED in whole 2 MiB pieces, the range staying reserved: no range
+ * is ever remapped and no array moves once placed. Where THP is off (enabled = never) none of
+ * this happens and the ranges are plain memory; RL_KEYTAB_HUGEPAGES=0 in the environment
+ * turns it off too, for comparisons (bench/node_bench.sh, bench/limiter_bench.c).
  */
 #include "keytab_mem.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,11 +125,10 @@ reserve_regions(struct kt_mem *m)
     m->reg_len = len;
     const char *env = getenv("RL_KEYTAB_HUGEPAGES");
     if (env == NULL || strcmp(env, "0") != 0) {
-#ifdef MADV_HUGEPAGE
-        /* Fails (EINVAL) on a kernel without THP: the ranges are then plain memory. */
-        m->huge = thp_enabled() && madvise(a, len, MADV_HUGEPAGE) == 0 &&
-                  madvise(b, len, MADV_HUGEPAGE) == 0;
-#endif
+        /* Fails (EINVAL) on a kernel without THP: the ranges are then plain memory. With
+         * enabled = always, faults would take huge pages unless told not to. */
+        m->huge = thp_enabled() && madvise(a, len, MADV_NOHUGEPAGE) == 0 &&
+                  madvise(b, len, MADV_NOHUGEPAGE) == 0;
     }
 }
 
@@ -135,7 +145,12 @@ kt_mem_alloc(struct kt_mem *m, size_t n, bool region_ok, int avoid, int *reg)
         }
         if (m->reg[0] != NULL && n <= m->reg_len) {
             *reg = avoid == 1 ? 2 : 1;
-            return m->reg[*reg - 1];
+            char *p = m->reg[*reg - 1];
+            if (m->huge) {
+                /* Its last array was promoted: faults in 4 KiB pages again. */
+                madvise(p, m->reg_len, MADV_NOHUGEPAGE);
+            }
+            return p;
         }
     }
     void *p = mmap(NULL, round_up(n, PAGE), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -186,6 +201,28 @@ kt_mem_release(void *p, size_t n, int reg)
          * next array. */
         madvise(p, n, MADV_DONTNEED);
     }
+}
+
+bool
+kt_mem_promote(const struct kt_mem *m, void *p, size_t n, int reg)
+{
+    if (reg == KT_MEM_NOREG || !m->huge) {
+        return false;
+    }
+    return madvise(p, kt_mem_span(m, n, reg), MADV_HUGEPAGE) == 0;
+}
+
+/* MADV_COLLAPSE's value where the headers predate it (Linux 6.1). */
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+bool
+kt_mem_collapse(void *p)
+{
+    /* EINVAL: the kernel has no MADV_COLLAPSE; stop asking (khugepaged will do it). Other
+     * failures (no huge page free now, EAGAIN/ENOMEM) leave that piece in 4 KiB pages. */
+    return madvise(p, HUGE, MADV_COLLAPSE) == 0 || errno != EINVAL;
 }
 
 void

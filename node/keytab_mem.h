@@ -2,11 +2,13 @@
  * keytab_mem: where the key table's arrays live (keytab.c's helper, not for other modules).
  * Small arrays come from malloc, middling ones from their own mmap, and the large entry
  * arrays from one of two address ranges reserved once per table for the largest array the
- * memory cap allows (MAP_NORESERVE: untouched, they cost no memory), marked for transparent
- * huge pages (MADV_HUGEPAGE), so the table's lookups miss the TLB on 2 MiB pages, not 4 KiB
- * ones. A resize fills the range the current array does not use, and the old array's pages
- * go back with MADV_DONTNEED, the range staying reserved: arrays never move once placed and
- * no range is ever remapped. Not for deciding sizes or when to resize (keytab.c).
+ * memory cap allows (MAP_NORESERVE: untouched, they cost no memory). An array is filled in
+ * 4 KiB pages and, once complete, promoted to transparent huge pages and collapsed a 2 MiB
+ * piece at a time, so the table's lookups miss the TLB on 2 MiB pages, not 4 KiB ones,
+ * without any fault waiting for a huge page. A resize fills the range the current array
+ * does not use, and the old array's pages go back with MADV_DONTNEED, the range staying
+ * reserved: arrays never move once placed and no range is ever remapped. Not for deciding
+ * sizes or when to resize (keytab.c).
  */
 #ifndef RL_KEYTAB_MEM_H
 #define RL_KEYTAB_MEM_H
@@ -23,7 +25,7 @@ struct kt_mem {
     size_t reg_len; /* bytes of each */
     size_t max_n;   /* the largest array a region must hold */
     bool tried;     /* the reservation was attempted (it is tried once) */
-    bool huge;      /* MADV_HUGEPAGE was accepted on the ranges */
+    bool huge;      /* the ranges are reserved and the kernel has THP (not turned off) */
 };
 
 /* Sets up m for entry arrays of at most max_n bytes; reserves nothing yet. */
@@ -43,6 +45,15 @@ void kt_mem_fini(struct kt_mem *m);
  * (KT_MEM_NOREG for none). NULL when no memory can be had.
  */
 void *kt_mem_alloc(struct kt_mem *m, size_t n, bool region_ok, int avoid, int *reg);
+
+/* Marks a complete array of n bytes in a region for huge pages (MADV_HUGEPAGE on its span):
+ * true when its 2 MiB pieces are then to be collapsed (kt_mem_collapse). */
+bool kt_mem_promote(const struct kt_mem *m, void *p, size_t n, int reg);
+
+/* Collapses the 2 MiB piece at p (2 MiB-aligned, in a promoted array) into a huge page, now
+ * (MADV_COLLAPSE: a copy of the piece). False when the kernel cannot (no MADV_COLLAPSE, before
+ * Linux 6.1): stop calling; khugepaged collapses a promoted array in its own time. */
+bool kt_mem_collapse(void *p);
 
 /* Frees a whole array of n bytes from kt_mem_alloc: free, munmap, or the region's pages back. */
 void kt_mem_free(const struct kt_mem *m, void *p, size_t n, int reg);
