@@ -61,6 +61,15 @@ if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
     # Warm up: create the 1M keys once.
     taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$port --service bench --keys 1000000 \
         --sequential --requests 1000000 --connections 4 --pipeline 256 --json > /dev/null
+    # The table fills in 4 KiB pages and its sweeps then collapse it into huge pages, a 2 MiB
+    # piece each (every 100 ms): wait until that has settled (or 60 s).
+    h0=-1
+    for _ in $(seq 1 60); do
+        sleep 1
+        h1=$(huge_kb $node)
+        [ "$h1" = "$h0" ] && break
+        h0=$h1
+    done
     echo "node: $(($(huge_kb $node) / 1024)) MiB of its memory in huge pages after the warm-up"
     r0=$(resizes)
     # node_run PORT PID LABEL: one 5 s closed-loop run against the node on PORT; prints the
