@@ -69,8 +69,8 @@ size_t kt_mem_span(const struct kt_mem *m, size_t n, int reg);
 /* What giving back n bytes of region `reg` counts for against a caller's budget in bytes
  * (keytab.c's drain): n, or n / 512 in a region with huge pages, whose collapsed pieces go
  * back a page at a time. A piece not yet collapsed costs its 512 small pages, ~0.1-0.25 ms;
- * drain gives back at most one piece per grave and call, whatever the budget, so that is the
- * most a call pays. */
+ * an insert's or a sweep's drain gives back at most one piece per grave, whatever it counts,
+ * so that is the most such a call pays. */
 size_t kt_mem_cost(const struct kt_mem *m, size_t n, int reg);
 
 /* True when an array of n bytes is malloc'd, not mapped (and so is freed whole). */
