@@ -19,9 +19,10 @@
  * fills it in 4 KiB pages as before, with the same pauses. Once the resize has ended and the
  * array is complete, keytab.c promotes it (kt_mem_promote: MADV_HUGEPAGE on its span) and
  * then collapses it one 2 MiB piece per sweep (kt_mem_collapse: MADV_COLLAPSE, a copy of
- * 2 MiB into a huge page, ~0.2-0.5 ms), so the table reaches huge pages within seconds of its
- * last grow (19 pieces at 1M keys, a sweep every 100 ms on a node) and no call pays more than
- * one piece. Where MADV_COLLAPSE is missing (kernels before 6.1) khugepaged collapses the
+ * 2 MiB into a fresh huge page, ~0.2-0.5 ms on warm memory, 12-20 ms measured on a VM whose
+ * host had not backed the memory yet: bench/keytab_bench.c), so the table reaches huge pages
+ * within seconds of its last grow (19 pieces at 1M keys, a sweep every 100 ms on a node) and
+ * no call pays more than one piece. Where MADV_COLLAPSE is missing (kernels before 6.1) khugepaged collapses the
  * promoted span in its own time. The next resize fills the other range, and the old array's
  * pages go back by MADV_DONTNEED in whole 2 MiB pieces, the range staying reserved: no range
  * is ever remapped and no array moves once placed. Where THP is off (enabled = never) none of
