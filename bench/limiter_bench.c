@@ -5,14 +5,12 @@
  * (rl_limiter_prepare for each, then rl_limiter_check_prepared for each), or in a window of
  * B (each CHECK judged B preparations after its own, as node/server.c does with the CHECKs
  * of one read). Prints the thread's CPU ns per CHECK of each way,
- * alternated over several rounds. Usage: limiter_bench [K [B [ROUNDS [MODE]]]]. Not a test.
- *
- * MODE `settle`: instead, the cost of ADJUST and RELEASE against CHECK in the same run, one
- * at a time over the same uniformly drawn users: CHECK of a token_bucket key, ADJUST (a
- * refund of 1) of it, CHECK of a `concurrency 5 lease 1m` key, RELEASE of its slot, in turn
- * each round. MODE `memory`: the bytes a concurrency key costs (key table and its log, as
- * STATS memory_bytes counts them) at N = 5 (1 slot, and 5 slots taken in 5 ms) and at the
- * cap, N = 10000 with every slot taken in a different ms.
+ * alternated over several rounds, for two limiters side by side in the same process: one
+ * whose key table has huge pages where the kernel allows (keytab_mem.c) and one without
+ * (created with RL_KEYTAB_HUGEPAGES=0), each swept after its fill as a node's timer would
+ * (which collapses the first into huge pages), the rounds interleaved so that the machine's load
+ * falls on both alike; then the median of each, and the huge pages the process holds.
+ * Usage: limiter_bench [K [B [ROUNDS]]]. Not a test.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,153 +38,87 @@ splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-enum { NREQ = 2000000, BMAX = 256 };
+enum { NREQ = 2000000, BMAX = 256, RMAX = 64, WAYS = 3 };
 
-static struct rl_limiter *
-bench_limiter(const char *text, struct rl_conf **conf)
-{
-    struct rl_limiter *l = NULL;
-    char err[256] = "";
-
-    if (rl_conf_parse("bench.conf", text, conf, err, sizeof(err)) != 0 ||
-        rl_limiter_create(&l, *conf, UINT64_C(4) << 30) != 0) {
-        fprintf(stderr, "limiter_bench: cannot start (%s)\n", err);
-        exit(1);
-    }
-    return l;
-}
-
-static uint64_t
-bench_mem(const struct rl_limiter *l, uint64_t *keys)
-{
-    struct rl_limiter_stats st;
-
-    rl_limiter_stats(l, &st);
-    *keys = st.keys;
-    return st.memory_bytes;
-}
-
-/* MODE settle: CHECK, ADJUST, CHECK of a concurrency key, RELEASE; ns per op. */
 static int
-bench_settle(struct rl_wire_req *reqs, unsigned keys, unsigned rounds)
+cmp_double(const void *a, const void *b)
 {
-    struct rl_conf *conf = NULL;
-    struct rl_limiter *l = bench_limiter("[node n]\nlisten = 127.0.0.1:1\n[service bench]\n"
-                                         "limit = token_bucket 100 per 1m\n[service conc]\n"
-                                         "limit = concurrency 5 lease 1m\n",
-                                         &conf);
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double
+median(double *v, unsigned n)
+{
+    qsort(v, n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The kB of a field of /proc/self/smaps_rollup (AnonHugePages, Rss), or -1. */
+static long
+rollup_kb(const char *field)
+{
+    char line[256];
+    long v = -1;
+    size_t len = strlen(field);
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+
+    if (f == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, field, len) == 0 && line[len] == ':') {
+            v = atol(line + len + 1);
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+static char users[NREQ][12];
+static struct rl_wire_req reqs[NREQ];
+static struct rl_limiter_prep prep[BMAX];
+static uint64_t sink;
+
+/* One round of the three ways over l: fills ns[0..2] with CPU ns per CHECK. */
+static void
+round_of(struct rl_limiter *l, unsigned keys, unsigned batch, uint64_t now, double *ns)
+{
     struct rl_wire_check_reply rep;
-    uint64_t now = 1000000, sink = 0;
+    double t0 = cpu_ns();
+    for (unsigned i = keys; i < NREQ; i++) {
+        rl_limiter_check_epoch(l, &reqs[i], now, 0, &rep);
+        sink += rep.remaining;
+    }
+    double t1 = cpu_ns();
+    for (unsigned i = keys; i < NREQ; i += batch) {
+        unsigned n = NREQ - i < batch ? NREQ - i : batch;
+        for (unsigned k = 0; k < n; k++) {
+            rl_limiter_prepare(l, &reqs[i + k], &prep[k]);
+        }
+        for (unsigned k = 0; k < n; k++) {
+            rl_limiter_check_prepared(l, &reqs[i + k], &prep[k], now, 0, &rep);
+            sink += rep.remaining;
+        }
+    }
+    double t2 = cpu_ns();
+    /* A window: each CHECK judged `batch` preparations after its own. */
+    for (unsigned i = keys; i < NREQ + batch; i++) {
+        if (i >= keys + batch) {
+            unsigned j = i - batch;
+            rl_limiter_check_prepared(l, &reqs[j], &prep[j % batch], now, 0, &rep);
+            sink += rep.remaining;
+        }
+        if (i < NREQ) {
+            rl_limiter_prepare(l, &reqs[i], &prep[i % batch]);
+        }
+    }
+    double t3 = cpu_ns();
     unsigned n = NREQ - keys;
-
-    for (unsigned i = 0; i < keys && i < NREQ; i++) {
-        reqs[i].service = (struct rl_wire_str){"bench", 5};
-        rl_limiter_check_epoch(l, &reqs[i], now, 0, &rep);
-        reqs[i].service = (struct rl_wire_str){"conc", 4};
-        rl_limiter_check_epoch(l, &reqs[i], now, 0, &rep);
-        rl_limiter_release(l, &reqs[i], now, 0, &rep);
-    }
-    for (unsigned r = 0; r < rounds; r++) {
-        double t[5];
-
-        t[0] = cpu_ns();
-        for (unsigned i = keys; i < NREQ; i++) {
-            reqs[i].op = RL_WIRE_OP_CHECK;
-            reqs[i].service = (struct rl_wire_str){"bench", 5};
-            rl_limiter_check_epoch(l, &reqs[i], now, 0, &rep);
-            sink += rep.remaining;
-        }
-        t[1] = cpu_ns();
-        for (unsigned i = keys; i < NREQ; i++) {
-            reqs[i].op = RL_WIRE_OP_ADJUST;
-            reqs[i].delta = -1;
-            rl_limiter_adjust(l, &reqs[i], now, 0, &rep);
-            sink += rep.remaining;
-        }
-        t[2] = cpu_ns();
-        for (unsigned i = keys; i < NREQ; i++) {
-            reqs[i].op = RL_WIRE_OP_CHECK;
-            reqs[i].service = (struct rl_wire_str){"conc", 4};
-            rl_limiter_check_epoch(l, &reqs[i], now, 0, &rep);
-            sink += rep.remaining;
-        }
-        t[3] = cpu_ns();
-        for (unsigned i = keys; i < NREQ; i++) {
-            reqs[i].op = RL_WIRE_OP_RELEASE;
-            rl_limiter_release(l, &reqs[i], now, 0, &rep);
-            sink += rep.remaining;
-        }
-        t[4] = cpu_ns();
-        printf("round %u: CHECK %.0f ns, ADJUST %.0f ns, CHECK (concurrency) %.0f ns, RELEASE "
-               "%.0f ns\n",
-               r + 1, (t[1] - t[0]) / n, (t[2] - t[1]) / n, (t[3] - t[2]) / n,
-               (t[4] - t[3]) / n);
-        now += 1;
-    }
-    {
-        struct rl_limiter_stats st;
-
-        rl_limiter_stats(l, &st);
-        printf("keys %llu, releases_late %llu (%llu)\n", (unsigned long long)st.keys,
-               (unsigned long long)st.releases_late, (unsigned long long)(sink & 1));
-    }
-    rl_limiter_destroy(l);
-    rl_conf_destroy(conf);
-    return 0;
-}
-
-/* MODE memory: memory_bytes per concurrency key holding slots. */
-static int
-bench_memory(void)
-{
-    static const struct {
-        const char *what;
-        const char *service;
-        unsigned keys, slots;
-    } runs[] = {
-        {"token_bucket 5 per 1h (for comparison), 1 taken", "tb", 100000, 1},
-        {"N = 5, 1 slot held", "c5", 100000, 1},
-        {"N = 5, 5 slots taken 1 ms apart", "c5", 100000, 5},
-        {"N = 10000, 10000 slots taken 1 ms apart", "cmax", 20, 10000},
-    };
-
-    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
-        struct rl_conf *conf = NULL;
-        struct rl_limiter *l = bench_limiter("[node n]\nlisten = 127.0.0.1:1\n[service c5]\n"
-                                             "limit = concurrency 5 lease 1h\n[service cmax]\n"
-                                             "limit = concurrency 10000 lease 1h\n"
-                                             "[service tb]\nlimit = token_bucket 5 per 1h\n",
-                                             &conf);
-        struct rl_wire_check_reply rep;
-        struct rl_wire_req req;
-        uint64_t base, k0, k1, bytes;
-        char user[16];
-
-        memset(&req, 0, sizeof(req));
-        req.op = RL_WIRE_OP_CHECK;
-        req.service = (struct rl_wire_str){runs[r].service, (uint32_t)strlen(runs[r].service)};
-        req.cost = 1;
-        base = bench_mem(l, &k0);
-        for (unsigned s = 0; s < runs[r].slots; s++) {
-            for (unsigned k = 0; k < runs[r].keys; k++) {
-                req.user = (struct rl_wire_str){user, (uint32_t)snprintf(user, sizeof(user),
-                                                                         "u%u", k)};
-                rl_limiter_check_epoch(l, &req, 1000000 + s, 0, &rep);
-                if (rep.code != RL_WIRE_ALLOWED) {
-                    fprintf(stderr, "limiter_bench: refused\n");
-                    return 1;
-                }
-            }
-        }
-        bytes = bench_mem(l, &k1);
-        printf("%s: %llu keys, %.0f bytes per key (memory_bytes %llu, empty table %llu)\n",
-               runs[r].what, (unsigned long long)(k1 - k0),
-               (double)(bytes - base) / (double)(k1 - k0), (unsigned long long)bytes,
-               (unsigned long long)base);
-        rl_limiter_destroy(l);
-        rl_conf_destroy(conf);
-    }
-    return 0;
+    ns[0] = (t1 - t0) / n;
+    ns[1] = (t2 - t1) / n;
+    ns[2] = (t3 - t2) / n;
 }
 
 int
@@ -197,25 +129,28 @@ main(int argc, char **argv)
     unsigned rounds = argc > 3 ? (unsigned)atoi(argv[3]) : 3;
     const char *text = "[node n]\nlisten = 127.0.0.1:1\n[service bench]\n"
                        "limit = token_bucket 100 per 1m\n";
+    static const char *const side_name[2] = {"huge pages", "4 KiB pages"};
     struct rl_conf *conf = NULL;
-    struct rl_limiter *l = NULL;
-    char err[256];
-    static char users[NREQ][12];
-    static struct rl_wire_req reqs[NREQ];
-    static struct rl_limiter_prep prep[BMAX];
-    struct rl_wire_check_reply rep;
-    uint64_t seed = 1, now = 1000000, sink = 0;
+    struct rl_limiter *l[2] = {NULL, NULL};
+    char err[256] = "";
+    uint64_t seed = 1, now = 1000000;
+    static double ns[2][WAYS][RMAX];
 
-    const char *mode = argc > 4 ? argv[4] : "";
-
-    if (strcmp(mode, "memory") == 0) {
-        return bench_memory();
-    }
-    if (batch < 1 || batch > BMAX || keys < 1 ||
-        rl_conf_parse("bench.conf", text, &conf, err, sizeof(err)) != 0 ||
-        rl_limiter_create(&l, conf, UINT64_C(4) << 30) != 0) {
+    if (batch < 1 || batch > BMAX || keys < 1 || keys >= NREQ || rounds < 1 || rounds > RMAX ||
+        rl_conf_parse("bench.conf", text, &conf, err, sizeof(err)) != 0) {
         fprintf(stderr, "limiter_bench: cannot start (%s)\n", err);
         return 1;
+    }
+    for (int s = 0; s < 2; s++) {
+        /* The key table reads RL_KEYTAB_HUGEPAGES when it first reserves its ranges, during
+         * the fill below. */
+        if (s == 1) {
+            setenv("RL_KEYTAB_HUGEPAGES", "0", 1);
+        }
+        if (rl_limiter_create(&l[s], conf, UINT64_C(4) << 30) != 0) {
+            fprintf(stderr, "limiter_bench: cannot create a limiter\n");
+            return 1;
+        }
     }
     for (unsigned i = 0; i < NREQ; i++) {
         unsigned u = i < keys ? i : (unsigned)(splitmix(&seed) % keys);
@@ -227,55 +162,57 @@ main(int argc, char **argv)
         reqs[i].user = (struct rl_wire_str){users[i], (uint32_t)n};
         reqs[i].cost = 1;
     }
-    if (strcmp(mode, "settle") == 0) {
-        rl_limiter_destroy(l);
-        rl_conf_destroy(conf);
-        return bench_settle(reqs, keys, rounds);
-    }
     /* Every user once (the table holds them all), then uniform draws. */
-    for (unsigned i = 0; i < keys && i < NREQ; i++) {
-        rl_limiter_check_epoch(l, &reqs[i], now, 0, &rep);
+    long huge0 = rollup_kb("AnonHugePages");
+    for (int s = 0; s < 2; s++) {
+        struct rl_wire_check_reply rep;
+        if (s == 1) {
+            setenv("RL_KEYTAB_HUGEPAGES", "0", 1);
+        } else {
+            unsetenv("RL_KEYTAB_HUGEPAGES");
+        }
+        for (unsigned i = 0; i < keys; i++) {
+            rl_limiter_check_epoch(l[s], &reqs[i], now, 0, &rep);
+        }
+        /* The node's sweeps collapse the table into huge pages a 2 MiB piece each, once its
+         * last grow has ended: as many as it takes (256 MiB). */
+        for (unsigned k = 0; k < 128; k++) {
+            rl_limiter_sweep(l[s], now, 1);
+        }
+        long h = rollup_kb("AnonHugePages");
+        printf("%s: its fill took %ld kB of huge pages\n", side_name[s],
+               h >= 0 && huge0 >= 0 ? h - huge0 : -1);
+        huge0 = h;
     }
     for (unsigned r = 0; r < rounds; r++) {
-        double t0 = cpu_ns();
-        for (unsigned i = keys; i < NREQ; i++) {
-            rl_limiter_check_epoch(l, &reqs[i], now, 0, &rep);
-            sink += rep.remaining;
+        for (int s = 0; s < 2; s++) {
+            double v[WAYS];
+            round_of(l[s], keys, batch, now, v);
+            for (int w = 0; w < WAYS; w++) {
+                ns[s][w][r] = v[w];
+            }
+            printf("round %u, %s: one at a time %.0f ns/check, batches of %u %.0f ns/check, a "
+                   "window of %u %.0f ns/check\n",
+                   r + 1, side_name[s], v[0], batch, v[1], batch, v[2]);
         }
-        double t1 = cpu_ns();
-        for (unsigned i = keys; i < NREQ; i += batch) {
-            unsigned n = NREQ - i < batch ? NREQ - i : batch;
-            for (unsigned k = 0; k < n; k++) {
-                rl_limiter_prepare(l, &reqs[i + k], &prep[k]);
-            }
-            for (unsigned k = 0; k < n; k++) {
-                rl_limiter_check_prepared(l, &reqs[i + k], &prep[k], now, 0, &rep);
-                sink += rep.remaining;
-            }
-        }
-        double t2 = cpu_ns();
-        /* A window: each CHECK judged `batch` preparations after its own. */
-        for (unsigned i = keys; i < NREQ + batch; i++) {
-            if (i >= keys + batch) {
-                unsigned j = i - batch;
-                rl_limiter_check_prepared(l, &reqs[j], &prep[j % batch], now, 0, &rep);
-                sink += rep.remaining;
-            }
-            if (i < NREQ) {
-                rl_limiter_prepare(l, &reqs[i], &prep[i % batch]);
-            }
-        }
-        double t3 = cpu_ns();
-        unsigned n = NREQ - keys;
-        printf("round %u: one at a time %.0f ns/check, batches of %u %.0f ns/check, a window of "
-               "%u %.0f ns/check\n",
-               r + 1, (t1 - t0) / n, batch, (t2 - t1) / n, batch, (t3 - t2) / n);
         now += 1;
     }
-    struct rl_limiter_stats st;
-    rl_limiter_stats(l, &st);
-    printf("keys %llu (%llu)\n", (unsigned long long)st.keys, (unsigned long long)(sink & 1));
-    rl_limiter_destroy(l);
+    for (int s = 0; s < 2; s++) {
+        double m[WAYS];
+        for (int w = 0; w < WAYS; w++) {
+            m[w] = median(ns[s][w], rounds);
+        }
+        printf("RESULT limiter_bench %s, %u keys: median one at a time %.0f ns/check, batches of "
+               "%u %.0f, a window of %u %.0f (%u rounds)\n",
+               side_name[s], keys, m[0], batch, m[1], batch, m[2], rounds);
+    }
+    for (int s = 0; s < 2; s++) {
+        struct rl_limiter_stats st;
+        rl_limiter_stats(l[s], &st);
+        printf("%s: keys %llu (%llu)\n", side_name[s], (unsigned long long)st.keys,
+               (unsigned long long)(sink & 1));
+        rl_limiter_destroy(l[s]);
+    }
     rl_conf_destroy(conf);
     return 0;
 }

@@ -21,7 +21,14 @@
  * that most is under 1/4 of the slots, to a load of 1/2 of it.
  * Arrays of 64 KiB or more are mmap'd (and given back with munmap), so the process RSS follows
  * the table down when it shrinks; glibc's malloc would keep freed blocks in its heap after
- * raising its dynamic mmap threshold.
+ * raising its dynamic mmap threshold. Entry arrays of 4 MiB or more live instead in one of
+ * two address ranges reserved once per table for the largest array the cap allows, in
+ * transparent huge pages where the kernel gives them, a resize filling the range the
+ * current array does not use and the old pages going back by MADV_DONTNEED
+ * (keytab_mem.c says why). A find first compares the home's three entries, the lines
+ * rl_keytab_prefetch loaded, and reads the tags only when the key is not there: so that no
+ * stale copy is taken for a live entry, every slot of cur that is emptied gets fp_hi 0
+ * (vacate), which no live entry has.
  *
  * Resizing is incremental, as in Redis's dict. A resize allocates new arrays (cur) and keeps
  * the old ones (old) until every live entry has moved over; inserts go to cur only, a find
@@ -50,7 +57,9 @@
  * given back to the kernel FREE_CHUNK bytes at a time behind the move, so the peak falls as
  * the move goes; the old tag array stays to the end, as probe runs pass through it, and then
  * goes, with the last of the entry array, to a grave that the following inserts and sweeps
- * unmap FREE_CHUNK at a time, so no call unmaps a whole array either.
+ * unmap FREE_CHUNK at a time, so no call unmaps a whole array either. In a reserved range
+ * with huge pages the pieces are whole 2 MiB pages, each costing about what a 4 KiB page
+ * does (kt_mem_cost).
  *
  * Measured inserting 10M keys on the development VM (2 vCPUs): the longest insert went from
  * 215-235 ms (a stop-the-world rehash, mostly the kernel's first touch of the new pages, at
@@ -62,12 +71,12 @@
  */
 #include "keytab.h"
 
+#include "keytab_mem.h"
 #include "metrics.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -78,8 +87,6 @@
 /* Slots of a new table; also the smallest a table shrinks to. At least GROUP, so the mirror
  * of GROUP tags never wraps around the array more than once. */
 #define MIN_CAP 64
-/* Arrays at least this large are mmap'd rather than malloc'd. */
-#define MMAP_MIN (64u * 1024)
 #define PAGE 4096u
 /* Occupied slots the eviction compares. */
 #define EVICT_SAMPLE 8
@@ -119,12 +126,15 @@ struct kt_array {
     struct rl_keytab_entry *ents;
     uint8_t *tags; /* cap + GROUP bytes: tags[cap + i] mirrors tags[i] */
     size_t cap;
+    int reg;      /* the reserved range ents lies in (keytab_mem.h), or KT_MEM_NOREG */
+    int tags_reg; /* KT_MEM_NOREG: the tags, 1/32 of the entries, fit the TLB as they are */
 };
 
 /* Mapped bytes no longer used, still to unmap. */
 struct kt_grave {
     char *p;
     size_t len;
+    int reg; /* the reserved range it lies in, or KT_MEM_NOREG */
 };
 
 struct rl_keytab {
@@ -133,6 +143,11 @@ struct rl_keytab {
     /* What is left of the old arrays of the last resize: its entries and its tags. Emptied
      * before the next resize starts. */
     struct kt_grave graves[2];
+    struct kt_mem mem; /* where the arrays live */
+    /* The next 2 MiB piece of cur's entry array to collapse into a huge page, in bytes from
+     * its start; SIZE_MAX when none is to be (keytab_mem.c: cur is promoted once a resize
+     * has ended, and a sweep collapses one piece). */
+    size_t collapse_at;
     size_t keys;      /* entries in both arrays */
     size_t old_keys;  /* of which live in old */
     size_t moved;     /* old slots [0, moved) have been moved over */
@@ -165,10 +180,7 @@ struct rl_keytab {
 static size_t
 array_bytes(size_t n)
 {
-    if (n >= MMAP_MIN) {
-        return (n + PAGE - 1) / PAGE * PAGE;
-    }
-    return n;
+    return kt_mem_bytes(n);
 }
 
 static uint64_t
@@ -183,56 +195,27 @@ table_bytes(size_t cap)
     return sizeof(struct rl_keytab) + arrays_bytes(cap);
 }
 
-/* Zeroed memory for an array. Large arrays come from mmap, so their pages are free until
- * touched and go back to the kernel when unmapped. No MADV_HUGEPAGE: with the kernel's
- * default defrag=madvise, it makes the faults of a rehash wait on compaction, and measured
- * pauses were 2-3x longer, for finds ~20% faster at 10M keys. */
-static void *
-array_alloc(size_t n)
-{
-    if (n < MMAP_MIN) {
-        return calloc(1, n);
-    }
-    void *p =
-        mmap(NULL, array_bytes(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        return NULL;
-    }
-    return p;
-}
-
-static void
-array_free(void *p, size_t n)
-{
-    if (p == NULL) {
-        return;
-    }
-    if (n < MMAP_MIN) {
-        free(p);
-    } else {
-        munmap(p, array_bytes(n));
-    }
-}
-
+/* Zeroed arrays of cap slots (keytab_mem.c: large entry arrays in the reserved range other
+ * than avoid's, in huge pages where the kernel allows). Returns 0 or -ENOMEM. */
 static int
-kt_array_init(struct kt_array *a, size_t cap)
+kt_array_init(struct rl_keytab *t, struct kt_array *a, size_t cap, int avoid)
 {
-    a->ents = array_alloc(cap * sizeof(*a->ents));
-    a->tags = array_alloc(cap + GROUP);
+    a->ents = kt_mem_alloc(&t->mem, cap * sizeof(*a->ents), true, avoid, &a->reg);
+    a->tags = kt_mem_alloc(&t->mem, cap + GROUP, false, KT_MEM_NOREG, &a->tags_reg);
     a->cap = cap;
     if (a->ents == NULL || a->tags == NULL) {
-        array_free(a->ents, cap * sizeof(*a->ents));
-        array_free(a->tags, cap + GROUP);
+        kt_mem_free(&t->mem, a->ents, cap * sizeof(*a->ents), a->reg);
+        kt_mem_free(&t->mem, a->tags, cap + GROUP, a->tags_reg);
         return -ENOMEM;
     }
     return 0;
 }
 
 static void
-kt_array_deinit(struct kt_array *a)
+kt_array_deinit(struct rl_keytab *t, struct kt_array *a)
 {
-    array_free(a->ents, a->cap * sizeof(*a->ents));
-    array_free(a->tags, a->cap + GROUP);
+    kt_mem_free(&t->mem, a->ents, a->cap * sizeof(*a->ents), a->reg);
+    kt_mem_free(&t->mem, a->tags, a->cap + GROUP, a->tags_reg);
     memset(a, 0, sizeof(*a));
 }
 
@@ -417,13 +400,17 @@ drain(struct rl_keytab *t, size_t bytes)
 {
     for (size_t k = 0; k < 2 && bytes > 0; k++) {
         struct kt_grave *g = &t->graves[k];
-        size_t n = g->len < bytes ? g->len : bytes;
+        /* Whole grains, so no huge page of a reserved range is split. */
+        size_t grain = kt_mem_grain(&t->mem, g->reg);
+        size_t want = bytes < SIZE_MAX - grain ? (bytes + grain - 1) / grain * grain : SIZE_MAX;
+        size_t n = g->len < want ? g->len : want;
         if (n == 0) {
             continue;
         }
         g->len -= n;
-        munmap(g->p + g->len, n);
-        bytes -= n;
+        kt_mem_release(g->p + g->len, n, g->reg);
+        size_t cost = kt_mem_cost(&t->mem, n, g->reg);
+        bytes = cost < bytes ? bytes - cost : 0;
     }
 }
 
@@ -433,17 +420,18 @@ grave_bytes(const struct rl_keytab *t)
     return t->graves[0].len + t->graves[1].len;
 }
 
-/* Frees an array of n bytes whose first `freed` bytes were unmapped already: at once if
- * malloc'd, else into a grave, which inserts and sweeps unmap piece by piece. */
+/* Frees an array of n bytes whose first `freed` bytes were given back already: at once if
+ * malloc'd, else into a grave, which inserts and sweeps give back piece by piece. */
 static void
-bury(struct kt_grave *g, void *p, size_t n, size_t freed)
+bury(const struct rl_keytab *t, struct kt_grave *g, void *p, size_t n, size_t freed, int reg)
 {
-    if (n < MMAP_MIN) {
+    if (kt_mem_malloced(n)) {
         free(p);
         return;
     }
     g->p = (char *)p + freed;
-    g->len = array_bytes(n) - freed;
+    g->len = kt_mem_span(&t->mem, n, reg) - freed;
+    g->reg = reg;
 }
 
 /* Ends a resize: what is left of the old arrays goes to the graves, which are empty, as
@@ -452,9 +440,14 @@ static void
 end_resize(struct rl_keytab *t)
 {
     struct kt_array *o = &t->old;
-    bury(&t->graves[0], o->ents, o->cap * sizeof(*o->ents), t->old_freed);
-    bury(&t->graves[1], o->tags, o->cap + GROUP, 0);
+    bury(t, &t->graves[0], o->ents, o->cap * sizeof(*o->ents), t->old_freed, o->reg);
+    bury(t, &t->graves[1], o->tags, o->cap + GROUP, 0, o->tags_reg);
     memset(o, 0, sizeof(*o));
+    /* cur is complete: into huge pages, a piece per sweep from now on. */
+    t->collapse_at = kt_mem_promote(&t->mem, t->cur.ents, t->cur.cap * sizeof(*t->cur.ents),
+                                    t->cur.reg)
+                         ? 0
+                         : SIZE_MAX;
     t->old_keys = 0;
     t->moved = 0;
     t->old_freed = 0;
@@ -467,12 +460,13 @@ static void
 free_behind(struct rl_keytab *t)
 {
     size_t n = t->old.cap * sizeof(struct rl_keytab_entry);
-    if (n < MMAP_MIN) {
+    if (kt_mem_malloced(n)) {
         return;
     }
-    size_t dead = t->moved * sizeof(struct rl_keytab_entry) / PAGE * PAGE;
+    size_t grain = kt_mem_grain(&t->mem, t->old.reg);
+    size_t dead = t->moved * sizeof(struct rl_keytab_entry) / grain * grain;
     if (dead - t->old_freed >= FREE_CHUNK) {
-        munmap((char *)t->old.ents + t->old_freed, dead - t->old_freed);
+        kt_mem_release((char *)t->old.ents + t->old_freed, dead - t->old_freed, t->old.reg);
         t->old_freed = dead;
     }
 }
@@ -521,12 +515,13 @@ start_resize(struct rl_keytab *t, size_t new_cap)
      * right after a resize ended, mostly after an insert outran a shrink: then they hold the
      * rest of the shrink's old arrays, whose unmapping costs about what walking them did. */
     drain(t, SIZE_MAX);
-    int err = kt_array_init(&a, new_cap);
+    int err = kt_array_init(t, &a, new_cap, t->cur.reg);
     if (err != 0) {
         return err;
     }
     t->old = t->cur;
     t->cur = a;
+    t->collapse_at = SIZE_MAX; /* the new array fills in 4 KiB pages; end_resize promotes it */
     t->old_keys = t->keys;
     t->moved = 0;
     t->old_freed = 0;
@@ -557,6 +552,7 @@ rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_key
     t->ops = *ops;
     t->rng = UINT64_C(0x9e3779b97f4a7c15);
     t->peak_since = UINT64_MAX;
+    t->collapse_at = SIZE_MAX;
 
     /* The largest cap that fits. Page rounding costs at most a page per array, so start
      * below it and step up (at most ~250 steps): table_bytes grows with cap. */
@@ -574,7 +570,8 @@ rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_key
     }
     t->max_cap = cap;
 
-    err = kt_array_init(&t->cur, MIN_CAP);
+    kt_mem_init(&t->mem, t->max_cap * sizeof(struct rl_keytab_entry));
+    err = kt_array_init(t, &t->cur, MIN_CAP, KT_MEM_NOREG);
     if (err != 0) {
         goto fail;
     }
@@ -609,7 +606,8 @@ rl_keytab_destroy(struct rl_keytab *t)
         end_resize(t);
     }
     drain(t, SIZE_MAX);
-    kt_array_deinit(&t->cur);
+    kt_array_deinit(t, &t->cur);
+    kt_mem_fini(&t->mem);
     free(t->holes);
     free(t);
 }
@@ -631,13 +629,35 @@ rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo)
 {
     fp_lo &= FP_LO_MASK; /* as entries keep it */
     size_t pos = home_of(fp_hi, t->cur.cap);
-    /* The entry most likely sits at its home: start that cache miss alongside the tags'. */
-    __builtin_prefetch(&t->cur.ents[pos]);
+    /* Most keys sit within two slots of their home, in the entry lines rl_keytab_prefetch
+     * loaded: look there first, without the tags (their line and their page). A vacated
+     * slot of cur has fp_hi 0 (vacate), and a key is in cur or old, never both, so a match
+     * here is the key's live entry. The tags' line is asked for first, so that a key not
+     * found there (or a find without rl_keytab_prefetch) waits for one miss, not two. */
+    __builtin_prefetch(&t->cur.tags[pos]);
+    if (fp_hi != 0 && pos + 2 < t->cur.cap) {
+        struct rl_keytab_entry *h = &t->cur.ents[pos];
+        for (size_t k = 0; k < 3; k++) {
+            if (h[k].fp_hi == fp_hi && h[k].fp_lo == fp_lo) {
+                return &h[k];
+            }
+        }
+    }
     struct rl_keytab_entry *e = find_in(&t->cur, pos, fp_hi, fp_lo);
     if (e == NULL && t->old_keys > 0) {
         e = find_in(&t->old, home_of(fp_hi, t->old.cap), fp_hi, fp_lo);
     }
     return e;
+}
+
+/* Empties slot i of cur: its tag, and its fingerprint, so that rl_keytab_find's look at the
+ * home's entries before the tags never takes a vacated slot's stale copy for a live entry
+ * (fp_hi is never 0 in a live entry made by rl_keytab_fingerprint). */
+static inline void
+vacate(struct kt_array *a, size_t i)
+{
+    set_tag(a, i, 0);
+    a->ents[i].fp_hi = 0;
 }
 
 /* Empties slot i of cur and closes the gap: each following entry of the run moves back into
@@ -661,7 +681,7 @@ remove_slot(struct rl_keytab *t, size_t i)
         }
         j = next_slot(a, j);
     }
-    set_tag(a, i, 0);
+    vacate(a, i);
     t->keys--;
 }
 
@@ -982,7 +1002,7 @@ sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
                 continue;
             }
             t->ops.release(t->ops.arg, &a->ents[p]);
-            set_tag(a, p, 0);
+            vacate(a, p);
             t->keys--;
             n++;
             hole_add(t, &hl, off);
@@ -1007,7 +1027,7 @@ sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
         size_t to = (start + hole) % cap;
         a->ents[to] = a->ents[p];
         set_tag(a, to, a->tags[p]);
-        set_tag(a, p, 0);
+        vacate(a, p);
         /* Taken: later searches go on to the next hole. The slot left behind is the newest
          * hole; the list has room for it, as dropping the taken ones frees at least k. */
         t->holes[k].up = (uint32_t)(k + 1);
@@ -1041,6 +1061,16 @@ rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget)
     /* As many bytes as moving `budget` slots would have written. */
     const size_t esize = sizeof(struct rl_keytab_entry);
     drain(t, budget < SIZE_MAX / esize ? budget * esize : SIZE_MAX);
+
+    /* A piece of cur into a huge page (keytab_mem.c), once no resize runs. */
+    if (!resizing(t) && t->collapse_at != SIZE_MAX) {
+        size_t span = kt_mem_span(&t->mem, t->cur.cap * sizeof(struct rl_keytab_entry), t->cur.reg);
+        if (t->collapse_at < span && kt_mem_collapse((char *)t->cur.ents + t->collapse_at)) {
+            t->collapse_at += kt_mem_grain(&t->mem, t->cur.reg);
+        } else {
+            t->collapse_at = SIZE_MAX;
+        }
+    }
 
     /* Only cur is swept: what is still in old is swept once it has moved. */
     struct kt_array *a = &t->cur;
