@@ -2,7 +2,8 @@
  * check_cli: rl-cli as a script uses it, against a real rl-node: its exit status tells the
  * answer (0 ALLOWED, 3 LIMITED, 7 NO_RULE, 1 unreachable, 2 usage), and `hash --config`
  * names the node that owns a key, the same one the shard map computes from the config;
- * `adjust` and `release` settle a key through a router or a node, printed as check prints;
+ * `adjust` and `release` settle a key through a router or a node, printed as check prints
+ * (and rl-bench --op sends the same requests);
  * `envoy check` prints the domains and descriptors it loaded, as a tree; and the router's
  * start line names every listener it serves on, and whether it takes TLS.
  */
@@ -202,6 +203,72 @@ START_TEST(test_adjust_and_release)
 }
 END_TEST
 
+/* rl-bench --op: ADJUSTs and RELEASEs, their delta in each of MessagePack's integer formats
+ * (negative fixint, int 8, 16, 32, and a positive one), applied to the key as rl-cli reads it
+ * back; every reply counted as ALLOWED under its own op. */
+START_TEST(test_bench_ops)
+{
+    struct rl_harness_server node = {0};
+    char conf[PATH_MAX], nt[64], out[8192];
+    int nport = rl_harness_free_port();
+    static const struct {
+        const char *delta;
+        const char *remaining; /* of 1000000, after it */
+    } steps[] = {
+        {"-100000", "remaining=900000 "}, {"-1000", "remaining=901000 "},
+        {"-100", "remaining=901100 "},    {"-5", "remaining=901105 "},
+        {"300", "remaining=900805 "},
+    };
+
+    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "ops.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf,
+                                           "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[service web]\nlimit = fixed_window 1000000 per 1h\n"
+                                           "[service exports]\nlimit = concurrency 3 lease 1h\n",
+                                           nport),
+                     0);
+    ck_assert_int_eq(rl_harness_node_start(&node, conf, "a", nport, 0), 0);
+    snprintf(nt, sizeof(nt), "127.0.0.1:%d", nport);
+    {
+        const char *take[] = {"rl-cli", "--target", nt, "check", "web", "u0", "--cost", "200000",
+                              NULL};
+
+        cli_says(take, 0, "remaining=800000 ");
+    }
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        const char *bench[] = {"rl-bench", "--target", nt, "--service", "web", "--keys", "1",
+                               "--op", "adjust", "--delta", steps[i].delta, "--requests", "1",
+                               "--json", NULL};
+        const char *peek[] = {"rl-cli", "--target", nt, "check", "web", "u0", "--cost", "0", NULL};
+
+        ck_assert_int_eq(cli(out, sizeof(out), bench), 0);
+        ck_assert_msg(strstr(out, "\"requests\":1,") != NULL && strstr(out, "\"allowed\":1,"),
+                      "--delta %s: %s", steps[i].delta, out);
+        cli_says(peek, 0, steps[i].remaining);
+    }
+    {
+        const char *take[] = {"rl-cli", "--target", nt, "check", "exports", "u0", "--repeat", "3",
+                              NULL};
+        const char *bench[] = {"rl-bench", "--target", nt, "--service", "exports", "--keys", "1",
+                               "--op", "release", "--cost", "2", "--requests", "1", "--json", NULL};
+        const char *peek[] = {"rl-cli", "--target", nt, "check", "exports", "u0", "--cost", "0",
+                              NULL};
+
+        cli_says(take, 0, "remaining=0 ");
+        ck_assert_int_eq(cli(out, sizeof(out), bench), 0);
+        ck_assert_msg(strstr(out, "\"allowed\":1,") != NULL, "%s", out);
+        cli_says(peek, 0, "remaining=2 ");
+    }
+    {
+        const char *bad[] = {"rl-bench", "--target", nt, "--op", "refund", NULL};
+
+        ck_assert_int_eq(cli(out, sizeof(out), bad), 2);
+        ck_assert_msg(strstr(out, "--op: expected check, adjust or release") != NULL, "%s", out);
+    }
+    ck_assert_int_eq(rl_harness_server_stop(&node, SIGTERM, 10000), 0);
+}
+END_TEST
+
 /* envoy check prints what it loaded: each domain, then its descriptors as a tree (two spaces
  * a level), each with its limits, shadow mode and where it is; a file that does not load
  * exits 2 with FILE:LINE and prints no tree. */
@@ -358,6 +425,7 @@ cli_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_exit_codes_and_owner);
     tcase_add_test(tc, test_adjust_and_release);
+    tcase_add_test(tc, test_bench_ops);
     tcase_add_test(tc, test_envoy_check_tree);
     tcase_add_test(tc, test_router_start_line);
     suite_add_tcase(s, tc);

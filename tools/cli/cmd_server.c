@@ -1,7 +1,8 @@
 /*
  * cmd_server: the commands that send one protocol op to --target (check, adjust, release,
- * ping, stats, clock, throttled, hot). Each fills its request and prints its reply as one line (or a table,
- * or JSON; throttled sums its episodes by user first); cli_exchange does the rest. Not for commands that read the config or ZooKeeper.
+ * ping, stats, clock, throttled, hot). Each fills its request and prints its reply as one line (or
+ * a table, or JSON; throttled sums its episodes by user first); cli_exchange does the rest. Not for
+ * commands that read the config or ZooKeeper.
  */
 #include <errno.h>
 #include <stdio.h>

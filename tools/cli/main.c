@@ -1,10 +1,11 @@
 /*
  * rl-cli: a small client for people, scripts and demos. It sends one request (CHECK, ADJUST,
- * RELEASE, PING, STATS, CLOCK, THROTTLED, HOT) to a node or router and prints each reply as one line that is easy
- * to read and to grep, shows the cluster on one screen (status), and does the chores of a
- * cluster's config (hash, rules, tokens). This file is the command line only: the options
- * and their values (a negative number, adjust's DELTA, is a word, not an option). The table of commands, and the usage written from it, is commands.c;
- * the commands live in cmd_*.c and status.c (cli.h says which module holds what).
+ * RELEASE, PING, STATS, CLOCK, THROTTLED, HOT) to a node or router and prints each reply as one
+ * line that is easy to read and to grep, shows the cluster on one screen (status), and does the
+ * chores of a cluster's config (hash, rules, tokens). This file is the command line only: the
+ * options and their values (a negative number, adjust's DELTA, is a word, not an option). The
+ * table of commands, and the usage written from it, is commands.c; the commands live in cmd_*.c
+ * and status.c (cli.h says which module holds what).
  */
 #include <getopt.h>
 #include <stdbool.h>

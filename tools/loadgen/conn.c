@@ -92,7 +92,8 @@ lg_conn_flush(struct conn *c)
     c->writing = true;
 }
 
-/* Encodes one request (--op: a CHECK, ADJUST or RELEASE) for a fresh key into c->out; its latency will count from t. */
+/* Encodes one request (--op: a CHECK, ADJUST or RELEASE) for a fresh key into c->out; its latency
+ * will count from t. */
 int
 lg_conn_send_one(struct conn *c, uint64_t t)
 {

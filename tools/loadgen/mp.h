@@ -30,12 +30,11 @@ char *rl_mp_put_str(char *p, const char *s, size_t n);
 
 /*
  * Reads a CHECK reply payload [1, id, code, limit, remaining, reset_ms, retry_after_ms] in
- * place (or ADJUST's or RELEASE's, the same shape under their op: op says which): every field an unsigned integer, code a known reply code (below
- * RL_WIRE_CODE_COUNT), nothing after it. Returns 0 with *id and *code set, or -1 for
- * anything else (an ERROR reply, or a shape it does not know), which the caller hands to
- * rl_wire_decode_reply() to judge.
+ * place (or ADJUST's or RELEASE's, the same shape under their op: op says which): every field an
+ * unsigned integer, code a known reply code (below RL_WIRE_CODE_COUNT), nothing after it. Returns 0
+ * with *id and *code set, or -1 for anything else (an ERROR reply, or a shape it does not know),
+ * which the caller hands to rl_wire_decode_reply() to judge.
  */
-int rl_mp_read_check(const char *payload, size_t len, uint8_t op, uint64_t *id,
-                     uint64_t *code);
+int rl_mp_read_check(const char *payload, size_t len, uint8_t op, uint64_t *id, uint64_t *code);
 
 #endif

@@ -302,7 +302,8 @@ lg_parse_opts(int argc, char **argv, struct opts *o)
         fprintf(stderr, "rl-bench: unexpected argument %s\n", argv[optind]);
         bad = "";
     }
-    if (bad == NULL && o->op == RL_WIRE_OP_RELEASE && (o->cost == 0 || o->cost > RL_WIRE_COUNT_MAX)) {
+    if (bad == NULL && o->op == RL_WIRE_OP_RELEASE &&
+        (o->cost == 0 || o->cost > RL_WIRE_COUNT_MAX)) {
         bad = "--op release: --cost (the count) must be 1..1000000";
     }
     if (bad == NULL && o->threads > o->connections) {
