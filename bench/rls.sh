@@ -11,11 +11,18 @@
 # Alternating grpc, binary, redis in each run; medians of RUNS runs; ratios.
 # 2 cores: node (and redis-server) on core 0, router and the load generators on core 1.
 #   bench/rls.sh            (RUNS=3, DURATION=3 seconds per measure, REDIS_PAIRS=400000)
+# BIN=DIR measures the rl-node, rl-router and rl-bench built in DIR instead of this tree's
+# build/ (not rebuilt): an older commit's, for a before/after in the same session.
 source "$(dirname "$0")/lib.sh"
 runs=${RUNS:-3}
 dur=${DURATION:-3}
 pairs=${REDIS_PAIRS:-400000}
-build_release
+if [ -n "${BIN:-}" ]; then
+    bin=$BIN
+else
+    build_release
+fi
+echo "binaries: $bin"
 need=()
 command -v h2load >/dev/null || need+=(nghttp2-client)
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null || need+=(redis-server redis-tools)

@@ -2,6 +2,8 @@
  * check_cli: rl-cli as a script uses it, against a real rl-node: its exit status tells the
  * answer (0 ALLOWED, 3 LIMITED, 7 NO_RULE, 1 unreachable, 2 usage), and `hash --config`
  * names the node that owns a key, the same one the shard map computes from the config;
+ * `adjust` and `release` settle a key through a router or a node, printed as check prints
+ * (and rl-bench --op sends the same requests);
  * `envoy check` prints the domains and descriptors it loaded, as a tree; and the router's
  * start line names every listener it serves on, and whether it takes TLS.
  */
@@ -96,6 +98,173 @@ START_TEST(test_exit_codes_and_owner)
     }
     rl_shardmap_destroy(map);
     rl_conf_destroy(conf);
+    ck_assert_int_eq(rl_harness_server_stop(&node, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* Runs rl-cli with args and checks its exit status and that its output has want. */
+static void
+cli_says(const char *const argv[], int status, const char *want)
+{
+    char out[4096];
+    int rc = cli(out, sizeof(out), argv);
+
+    ck_assert_msg(rc == status, "%s %s %s %s: exit %d, not %d: %s", argv[3], argv[4], argv[5],
+                  argv[6] ? argv[6] : "", rc, status, out);
+    ck_assert_msg(want == NULL || strstr(out, want) != NULL, "\"%s\" lacks \"%s\"", out, want);
+}
+
+/* adjust and release, through a router and straight to the node: their replies printed as
+ * check's (the key after them) and the exit status by their code; a negative DELTA is an
+ * argument, not an option; bad amounts are usage errors, sent nowhere. */
+START_TEST(test_adjust_and_release)
+{
+    struct rl_harness_server node = {0}, router = {0};
+    char conf[PATH_MAX], rt[64], nt[64];
+    int rport = rl_harness_free_port(), nport = rl_harness_free_port();
+    const char *inl = "fixed_window 5 per 1h";
+
+    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "settle.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf,
+                                           "[router]\nlisten = 127.0.0.1:%d\n"
+                                           "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[service web]\nlimit = fixed_window 10 per 1h\n"
+                                           "[service exports]\nlimit = concurrency 2 lease 1h\n",
+                                           rport, nport),
+                     0);
+    ck_assert_int_eq(rl_harness_node_start(&node, conf, "a", nport, 0), 0);
+    ck_assert_int_eq(rl_harness_router_start(&router, conf, rport), 0);
+    snprintf(rt, sizeof(rt), "127.0.0.1:%d", rport);
+    snprintf(nt, sizeof(nt), "127.0.0.1:%d", nport);
+    {
+        const char *check4[] = {"rl-cli", "--target", rt, "check", "web", "u", "--cost", "4", NULL};
+        const char *refund[] = {"rl-cli", "--target", rt, "adjust", "web", "u", "-3", NULL};
+        const char *charge[] = {"rl-cli", "--target", nt, "adjust", "web", "u", "20", "/x", NULL};
+        const char *check[] = {"rl-cli", "--target", rt, "check", "web", "u", NULL};
+        const char *norule[] = {"rl-cli", "--target", rt, "adjust", "nope", "u", "1", NULL};
+        const char *after[] = {"rl-cli", "--target", rt, "--", "adjust", "web", "v", "-1", NULL};
+
+        cli_says(check4, 0, "-> ALLOWED limit=10 remaining=6 ");
+        /* A refund of 3 of the 4 consumed: 9 left. */
+        cli_says(refund, 0, "adjust web u delta=-3 -> ALLOWED limit=10 remaining=9 ");
+        /* A charge past the limit is applied (the key in debt), then CHECKs are refused. */
+        cli_says(charge, 0, "adjust web u /x delta=20 -> ALLOWED limit=10 remaining=0 ");
+        cli_says(check, 3, "-> LIMITED limit=10 remaining=0 ");
+        cli_says(norule, 7, "adjust nope u delta=1 -> NO_RULE");
+        /* Nothing consumed: a refund gives nothing back, never above a full allowance. */
+        cli_says(after, 0, "adjust web v delta=-1 -> ALLOWED limit=10 remaining=10 ");
+    }
+    {
+        const char *take2[] = {"rl-cli", "--target", rt, "check", "exports", "e", "--repeat", "2",
+                               NULL};
+        const char *take[] = {"rl-cli", "--target", rt, "check", "exports", "e", NULL};
+        const char *give[] = {"rl-cli", "--target", nt, "release", "exports", "e", NULL};
+        const char *give2[] = {"rl-cli", "--target", rt, "release", "exports", "e", "2", "/csv",
+                               NULL};
+
+        cli_says(take2, 0, "-> ALLOWED limit=2 remaining=0 ");
+        cli_says(take, 3, "-> LIMITED limit=2 remaining=0 ");
+        cli_says(give, 0, "release exports e count=1 -> ALLOWED limit=2 remaining=1 ");
+        cli_says(take, 0, "-> ALLOWED limit=2 remaining=0 ");
+        cli_says(give2, 0, "release exports e /csv count=2 -> ALLOWED limit=2 remaining=2 ");
+    }
+    {
+        /* An inline limit, as check sends one: the same key settled. */
+        const char *take[] = {"rl-cli", "--target", rt, "check", "inl", "u", "--cost", "5",
+                              "--limit", inl, NULL};
+        const char *refund[] = {"rl-cli", "--target", rt, "adjust", "inl", "u", "-2", "--limit",
+                                inl, NULL};
+
+        cli_says(take, 0, "-> ALLOWED limit=5 remaining=0 ");
+        cli_says(refund, 0, "adjust inl u delta=-2 limit=fixed_window 5 per 1h -> ALLOWED limit=5 "
+                            "remaining=2 ");
+    }
+    {
+        const char *nodelta[] = {"rl-cli", "--target", rt, "adjust", "web", "u", NULL};
+        const char *big[] = {"rl-cli", "--target", rt, "adjust", "web", "u", "1000001", NULL};
+        const char *small[] = {"rl-cli", "--target", rt, "adjust", "web", "u", "-1000001", NULL};
+        const char *word[] = {"rl-cli", "--target", rt, "adjust", "web", "u", "x", NULL};
+        const char *zero[] = {"rl-cli", "--target", rt, "release", "exports", "e", "0", NULL};
+        const char *cost[] = {"rl-cli", "--target", rt, "release", "exports", "e", "--cost", "2",
+                              NULL};
+        const char *down[] = {"rl-cli", "--target", "127.0.0.1:1", "release", "exports", "e",
+                              NULL};
+
+        cli_says(nodelta, 2, "expected SERVICE USER DELTA [ENDPOINT]");
+        cli_says(big, 2, "DELTA must be an integer of -1000000..1000000, not 1000001");
+        cli_says(small, 2, "not -1000001");
+        cli_says(word, 2, "not x");
+        cli_says(zero, 2, "COUNT must be an integer of 1..1000000, not 0");
+        cli_says(cost, 2, "--cost goes with check");
+        cli_says(down, 1, NULL);
+    }
+    ck_assert_int_eq(rl_harness_server_stop(&router, SIGTERM, 10000), 0);
+    ck_assert_int_eq(rl_harness_server_stop(&node, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* rl-bench --op: ADJUSTs and RELEASEs, their delta in each of MessagePack's integer formats
+ * (negative fixint, int 8, 16, 32, and a positive one), applied to the key as rl-cli reads it
+ * back; every reply counted as ALLOWED under its own op. */
+START_TEST(test_bench_ops)
+{
+    struct rl_harness_server node = {0};
+    char conf[PATH_MAX], nt[64], out[8192];
+    int nport = rl_harness_free_port();
+    static const struct {
+        const char *delta;
+        const char *remaining; /* of 1000000, after it */
+    } steps[] = {
+        {"-100000", "remaining=900000 "}, {"-1000", "remaining=901000 "},
+        {"-100", "remaining=901100 "},    {"-5", "remaining=901105 "},
+        {"300", "remaining=900805 "},
+    };
+
+    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "ops.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf,
+                                           "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[service web]\nlimit = fixed_window 1000000 per 1h\n"
+                                           "[service exports]\nlimit = concurrency 3 lease 1h\n",
+                                           nport),
+                     0);
+    ck_assert_int_eq(rl_harness_node_start(&node, conf, "a", nport, 0), 0);
+    snprintf(nt, sizeof(nt), "127.0.0.1:%d", nport);
+    {
+        const char *take[] = {"rl-cli", "--target", nt, "check", "web", "u0", "--cost", "200000",
+                              NULL};
+
+        cli_says(take, 0, "remaining=800000 ");
+    }
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        const char *bench[] = {"rl-bench", "--target", nt, "--service", "web", "--keys", "1",
+                               "--op", "adjust", "--delta", steps[i].delta, "--requests", "1",
+                               "--json", NULL};
+        const char *peek[] = {"rl-cli", "--target", nt, "check", "web", "u0", "--cost", "0", NULL};
+
+        ck_assert_int_eq(cli(out, sizeof(out), bench), 0);
+        ck_assert_msg(strstr(out, "\"requests\":1,") != NULL && strstr(out, "\"allowed\":1,"),
+                      "--delta %s: %s", steps[i].delta, out);
+        cli_says(peek, 0, steps[i].remaining);
+    }
+    {
+        const char *take[] = {"rl-cli", "--target", nt, "check", "exports", "u0", "--repeat", "3",
+                              NULL};
+        const char *bench[] = {"rl-bench", "--target", nt, "--service", "exports", "--keys", "1",
+                               "--op", "release", "--cost", "2", "--requests", "1", "--json", NULL};
+        const char *peek[] = {"rl-cli", "--target", nt, "check", "exports", "u0", "--cost", "0",
+                              NULL};
+
+        cli_says(take, 0, "remaining=0 ");
+        ck_assert_int_eq(cli(out, sizeof(out), bench), 0);
+        ck_assert_msg(strstr(out, "\"allowed\":1,") != NULL, "%s", out);
+        cli_says(peek, 0, "remaining=2 ");
+    }
+    {
+        const char *bad[] = {"rl-bench", "--target", nt, "--op", "refund", NULL};
+
+        ck_assert_int_eq(cli(out, sizeof(out), bad), 2);
+        ck_assert_msg(strstr(out, "--op: expected check, adjust or release") != NULL, "%s", out);
+    }
     ck_assert_int_eq(rl_harness_server_stop(&node, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -255,6 +424,8 @@ cli_suite(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_exit_codes_and_owner);
+    tcase_add_test(tc, test_adjust_and_release);
+    tcase_add_test(tc, test_bench_ops);
     tcase_add_test(tc, test_envoy_check_tree);
     tcase_add_test(tc, test_router_start_line);
     suite_add_tcase(s, tc);

@@ -230,6 +230,8 @@ void cli_members_free(struct cli_members *m);
 /* ---- the commands ----------------------------------------------------------------------- */
 
 int cli_cmd_check(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
+/* adjust and release */
+int cli_cmd_settle(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_query(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_clock(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);
 int cli_cmd_throttled(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv);

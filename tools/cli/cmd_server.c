@@ -1,7 +1,8 @@
 /*
- * cmd_server: the commands that send one protocol op to --target (check, ping, stats,
- * clock, throttled, hot). Each fills its request and prints its reply as one line (or a table,
- * or JSON; throttled sums its episodes by user first); cli_exchange does the rest. Not for commands that read the config or ZooKeeper.
+ * cmd_server: the commands that send one protocol op to --target (check, adjust, release,
+ * ping, stats, clock, throttled, hot). Each fills its request and prints its reply as one line (or
+ * a table, or JSON; throttled sums its episodes by user first); cli_exchange does the rest. Not for
+ * commands that read the config or ZooKeeper.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -36,6 +37,50 @@ check_print(const struct cli *o, const struct cli_exchange *x, const struct rl_w
                                                                   : CLI_EXIT_FAIL;
 }
 
+/* --limit into req: the config's own parser, "limit = " in a section of its own. 0, or an exit
+ * status after a message. */
+static int
+inline_limit(const struct cli *o, struct rl_wire_req *req)
+{
+    struct rl_conf *c = NULL;
+    char text[1200], err[512] = "";
+    const struct rl_tier *t;
+
+    if (o->limit == NULL) {
+        return CLI_EXIT_OK;
+    }
+    if (strlen(o->limit) > 1000 || strchr(o->limit, '\n') != NULL) {
+        return cli_usage_error("--limit: expected %s", "ALGORITHM N per DURATION [burst B]");
+    }
+    snprintf(text, sizeof(text), "[service x]\nlimit = %s\n", o->limit);
+    if (rl_conf_parse_rules("--limit", text, &c, err, sizeof(err)) != 0 || c->ntiers != 1) {
+        const char *why = strstr(err, "limit: ");
+
+        rl_conf_destroy(c);
+        return cli_usage_error("--limit: %s", why != NULL ? why + 7 : err);
+    }
+    t = &c->tiers[0];
+    req->limit.set = true;
+    req->limit.algo = (uint8_t)t->algo;
+    req->limit.limit = t->limit;
+    req->limit.window_ms = t->window_ms;
+    req->limit.burst = t->burst;
+    req->limit.has_burst = rl_algo_has_burst(t->algo); /* B, or N when not given */
+    rl_conf_destroy(c);
+    return CLI_EXIT_OK;
+}
+
+/* The key of check, adjust and release: SERVICE USER, and ENDPOINT when given. */
+static void
+request_key(struct rl_wire_req *req, const char *service, const char *user, const char *endpoint)
+{
+    req->service = (struct rl_wire_str){service, (uint32_t)strlen(service)};
+    req->user = (struct rl_wire_str){user, (uint32_t)strlen(user)};
+    if (endpoint != NULL) {
+        req->endpoint = (struct rl_wire_str){endpoint, (uint32_t)strlen(endpoint)};
+    }
+}
+
 int
 cli_cmd_check(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv)
 {
@@ -43,43 +88,71 @@ cli_cmd_check(const struct cli *o, const struct cli_cmd *cmd, int argc, char **a
                              .print = check_print};
     const char *endpoint = argc == 3 ? argv[2] : NULL;
     char label[1024];
+    int rc;
 
     if (argc < 2 || argc > 3) {
         return cli_usage_error("%s: expected SERVICE USER [ENDPOINT]", cli_cmd_name(cmd));
     }
-    x.req.service = (struct rl_wire_str){argv[0], (uint32_t)strlen(argv[0])};
-    x.req.user = (struct rl_wire_str){argv[1], (uint32_t)strlen(argv[1])};
-    if (endpoint != NULL) {
-        x.req.endpoint = (struct rl_wire_str){endpoint, (uint32_t)strlen(endpoint)};
-    }
+    request_key(&x.req, argv[0], argv[1], endpoint);
     x.req.cost = o->cost;
-    if (o->limit != NULL) {
-        /* The config's own parser: "limit = " in a section of its own. */
-        struct rl_conf *c = NULL;
-        char text[1200], err[512] = "";
-        const struct rl_tier *t;
-
-        if (strlen(o->limit) > 1000 || strchr(o->limit, '\n') != NULL) {
-            return cli_usage_error("--limit: expected %s", "ALGORITHM N per DURATION [burst B]");
-        }
-        snprintf(text, sizeof(text), "[service x]\nlimit = %s\n", o->limit);
-        if (rl_conf_parse_rules("--limit", text, &c, err, sizeof(err)) != 0 || c->ntiers != 1) {
-            const char *why = strstr(err, "limit: ");
-
-            rl_conf_destroy(c);
-            return cli_usage_error("--limit: %s", why != NULL ? why + 7 : err);
-        }
-        t = &c->tiers[0];
-        x.req.limit.set = true;
-        x.req.limit.algo = (uint8_t)t->algo;
-        x.req.limit.limit = t->limit;
-        x.req.limit.window_ms = t->window_ms;
-        x.req.limit.burst = t->burst;
-        x.req.limit.has_burst = rl_algo_has_burst(t->algo); /* B, or N when not given */
-        rl_conf_destroy(c);
+    rc = inline_limit(o, &x.req);
+    if (rc != CLI_EXIT_OK) {
+        return rc;
     }
     snprintf(label, sizeof(label), "%s %s %s%s%s cost=%u%s%s", cli_cmd_name(cmd), argv[0], argv[1],
              endpoint ? " " : "", endpoint ? endpoint : "", o->cost, o->limit ? " limit=" : "",
+             o->limit ? o->limit : "");
+    x.label = label;
+    return cli_exchange(o, cmd, &x);
+}
+
+/*
+ * adjust SERVICE USER DELTA [ENDPOINT] and release SERVICE USER [COUNT] [ENDPOINT], the
+ * arguments of RESP's RL.ADJUST and RL.RELEASE: an ADJUST (op 9) or a RELEASE (op 10), whose
+ * replies have a CHECK reply's shape and are printed (and exit) as check's.
+ */
+int
+cli_cmd_settle(const struct cli *o, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    struct cli_exchange x = {.repeat = o->repeat, .interval_ms = o->interval_ms,
+                             .print = check_print};
+    bool adjust = cmd->op == RL_WIRE_OP_ADJUST;
+    const char *endpoint = argc == 4 ? argv[3] : NULL;
+    char label[1024], amount[32];
+    uint64_t v = 1;
+    int rc;
+
+    if (adjust && (argc < 3 || argc > 4)) {
+        return cli_usage_error("%s: expected SERVICE USER DELTA [ENDPOINT]", cli_cmd_name(cmd));
+    }
+    if (!adjust && (argc < 2 || argc > 4)) {
+        return cli_usage_error("%s: expected SERVICE USER [COUNT] [ENDPOINT]", cli_cmd_name(cmd));
+    }
+    if (adjust) {
+        const char *d = argv[2];
+        bool neg = d[0] == '-';
+
+        if (rl_parse_u64(neg ? d + 1 : d, 0, RL_WIRE_DELTA_MAX, &v) != NULL) {
+            return cli_usage_error("adjust: DELTA must be an integer of -1000000..1000000, not %s",
+                                   d);
+        }
+        x.req.delta = neg ? -(int32_t)v : (int32_t)v;
+        snprintf(amount, sizeof(amount), "delta=%d", x.req.delta);
+    } else {
+        if (argc >= 3 && rl_parse_u64(argv[2], 1, RL_WIRE_COUNT_MAX, &v) != NULL) {
+            return cli_usage_error("release: COUNT must be an integer of 1..1000000, not %s",
+                                   argv[2]);
+        }
+        x.req.cost = (uint32_t)v;
+        snprintf(amount, sizeof(amount), "count=%u", x.req.cost);
+    }
+    request_key(&x.req, argv[0], argv[1], endpoint);
+    rc = inline_limit(o, &x.req);
+    if (rc != CLI_EXIT_OK) {
+        return rc;
+    }
+    snprintf(label, sizeof(label), "%s %s %s%s%s %s%s%s", cli_cmd_name(cmd), argv[0], argv[1],
+             endpoint ? " " : "", endpoint ? endpoint : "", amount, o->limit ? " limit=" : "",
              o->limit ? o->limit : "");
     x.label = label;
     return cli_exchange(o, cmd, &x);

@@ -17,6 +17,19 @@ static const struct cli_cmd commands[] = {
      .synopsis = "SERVICE USER [ENDPOINT] [--cost N] [--limit LIMIT] [--repeat N] [--interval-ms MS]",
      .help = "ask for a decision; one line per reply",
      .opts = CLI_O(COST) | CLI_O(REPEAT) | CLI_O(INTERVAL) | CLI_O(LIMIT)},
+    {.op = RL_WIRE_OP_ADJUST,
+     .run = cli_cmd_settle,
+     .synopsis = "SERVICE USER DELTA [ENDPOINT] [--limit LIMIT] [--repeat N] [--interval-ms MS]",
+     .help = "settle a reservation: charge DELTA (> 0) or refund it (< 0,\n"
+             "-1000000..1000000); the key after it, printed as check's.\n"
+             "Not idempotent: each one sent moves the counters",
+     .opts = CLI_O(REPEAT) | CLI_O(INTERVAL) | CLI_O(LIMIT)},
+    {.op = RL_WIRE_OP_RELEASE,
+     .run = cli_cmd_settle,
+     .synopsis = "SERVICE USER [COUNT] [ENDPOINT] [--limit LIMIT] [--repeat N] [--interval-ms MS]",
+     .help = "give back COUNT (default 1) slots of a concurrency rule taken\n"
+             "by check; the key after it, printed as check's",
+     .opts = CLI_O(REPEAT) | CLI_O(INTERVAL) | CLI_O(LIMIT)},
     {.op = RL_WIRE_OP_PING, .run = cli_cmd_query, .help = "who answers (a router or a node's name)"},
     {.op = RL_WIRE_OP_STATS,
      .run = cli_cmd_query,
@@ -141,10 +154,11 @@ cli_usage(FILE *f)
                "  --target HOST:PORT  server (default " CLI_DEFAULT_TARGET ", the router)\n"
                "  --timeout-ms MS     per request and for connecting (default 2000)\n"
                "  --cost N            cost of each CHECK (default 1; 0 peeks)\n"
-               "  --limit LIMIT       check: send an inline limit, cluster.conf's syntax\n"
+               "  --limit LIMIT       check, adjust, release: send an inline limit,\n"
+               "                      cluster.conf's syntax\n"
                "                      (\"gcra 10 per 1s burst 5\"; docs/PROTOCOL.md)\n"
-               "  --repeat N          send the CHECK N times (default 1)\n"
-               "  --interval-ms MS    pause between repeated CHECKs (default 0)\n"
+               "  --repeat N          send the request N times (default 1)\n"
+               "  --interval-ms MS    pause between repeated requests (default 0)\n"
                "  --shards S          shard count for hash (default 4096)\n"
                "  --shard N           handoff: the shard handed off\n"
                "  --from HOST:PORT    handoff: the node handing it (its old owner)\n"
@@ -171,11 +185,12 @@ cli_usage(FILE *f)
                "                      0600), for a server that wants one (a node with TLS)\n"
                "  --help, --version\n"
                "\n"
-               "Exit status: 0 success (check: ALLOWED), 1 the server cannot be reached, answers\n"
-               "ERROR or breaks the protocol, 2 usage or config error; check, by its (last)\n"
-               "answer: 3 LIMITED, 4 QUEUED, 5 FAIL_OPEN, 6 FAIL_CLOSED, 7 NO_RULE. throttled exits 0\n"
-               "also when some nodes did not answer (a router lists them as missing, on stderr\n"
-               "and in the JSON).\n"
+               "Exit status: 0 success (check, adjust, release: ALLOWED), 1 the server cannot be\n"
+               "reached, answers ERROR or breaks the protocol, 2 usage or config error; check,\n"
+               "adjust and release, by the (last) answer: 3 LIMITED, 4 QUEUED, 5 FAIL_OPEN,\n"
+               "6 FAIL_CLOSED, 7 NO_RULE.\n"
+               "throttled exits 0 also when some nodes did not answer (a router lists them as\n"
+               "missing, on stderr and in the JSON).\n"
                "rl-cli and rl-bench both default to 127.0.0.1:7400, the router of the shipped\n"
                "cluster.conf.\n");
 }

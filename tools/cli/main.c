@@ -1,12 +1,15 @@
 /*
- * rl-cli: a small client for people, scripts and demos. It sends one request (CHECK, PING,
- * STATS, CLOCK, THROTTLED, HOT) to a node or router and prints each reply as one line that is easy
- * to read and to grep, shows the cluster on one screen (status), and does the chores of a
- * cluster's config (hash, rules, tokens). This file is the command line only: the options
- * and their values. The table of commands, and the usage written from it, is commands.c;
- * the commands live in cmd_*.c and status.c (cli.h says which module holds what).
+ * rl-cli: a small client for people, scripts and demos. It sends one request (CHECK, ADJUST,
+ * RELEASE, PING, STATS, CLOCK, THROTTLED, HOT) to a node or router and prints each reply as one
+ * line that is easy to read and to grep, shows the cluster on one screen (status), and does the
+ * chores of a cluster's config (hash, rules, tokens). This file is the command line only: the
+ * options and their values (a negative number, adjust's DELTA, is a word, not an option). The
+ * table of commands, and the usage written from it, is commands.c; the commands live in cmd_*.c
+ * and status.c (cli.h says which module holds what).
  */
 #include <getopt.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -185,6 +188,96 @@ take_option(struct cli *o, int ch, const char *arg)
     }
 }
 
+/* Whether s is a negative integer ("-350"): an argument (adjust's DELTA), never an option. */
+static bool
+negative_number(const char *s)
+{
+    if (s[0] != '-' || s[1] == '\0') {
+        return false;
+    }
+    for (s++; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9') {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Whether the option word s ("--name", without "=") takes the next word as its value: its
+ * long_opts entry, matched whole or by a prefix of one option only, as getopt_long does. */
+static bool
+takes_value(const char *s)
+{
+    const struct option *hit = NULL;
+    size_t len = strlen(s + 2), n = 0;
+
+    for (size_t k = 0; long_opts[k].name != NULL; k++) {
+        if (strncmp(long_opts[k].name, s + 2, len) == 0) {
+            if (long_opts[k].name[len] == '\0') {
+                return long_opts[k].has_arg == required_argument;
+            }
+            hit = &long_opts[k];
+            n++;
+        }
+    }
+    return n == 1 && hit->has_arg == required_argument;
+}
+
+/* Whether argv[i] is an option word; *value set when it takes argv[i + 1] as its value. */
+static bool
+option_word(int argc, char **argv, int i, bool *value)
+{
+    const char *a = argv[i];
+
+    *value = false;
+    if (a[0] != '-' || a[1] == '\0' || negative_number(a)) {
+        return false;
+    }
+    *value = a[1] == '-' && strchr(a, '=') == NULL && takes_value(a) && i + 1 < argc;
+    return true;
+}
+
+/*
+ * argv in the order getopt_long reads without mistaking a negative DELTA for an option: the
+ * options with their values first, then "--", then the other words in their order (getopt
+ * would move them behind the options anyway). Words after a "--" of the user's stay
+ * arguments. Returns a malloc'd vector of *argc words (the caller's strings), or NULL.
+ */
+static char **
+ordered_args(int *argc, char **argv)
+{
+    char **v = calloc((size_t)*argc + 2, sizeof(*v));
+    int n = 0, i;
+    bool value;
+
+    if (v == NULL) {
+        return NULL;
+    }
+    v[n++] = argv[0];
+    for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++) {
+        if (option_word(*argc, argv, i, &value)) {
+            v[n++] = argv[i];
+            if (value) {
+                v[n++] = argv[++i];
+            }
+        }
+    }
+    v[n++] = "--";
+    for (i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            while (++i < *argc) {
+                v[n++] = argv[i];
+            }
+        } else if (!option_word(*argc, argv, i, &value)) {
+            v[n++] = argv[i];
+        } else if (value) {
+            i++;
+        }
+    }
+    *argc = n;
+    return v;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -196,9 +289,16 @@ main(int argc, char **argv)
         .shards = CLI_DEFAULT_SHARDS,
     };
     const struct cli_cmd *cmd;
+    /* static: still reachable when main returns, not a leak to LeakSanitizer */
+    static char **words;
     char names[256];
     int ch, rc;
 
+    words = ordered_args(&argc, argv);
+    if (words == NULL) {
+        return cli_out_of_memory();
+    }
+    argv = words;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
         rc = take_option(&o, ch, ch == '?' || ch == ':' ? argv[optind - 1] : optarg);

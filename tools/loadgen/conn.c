@@ -92,7 +92,8 @@ lg_conn_flush(struct conn *c)
     c->writing = true;
 }
 
-/* Encodes one CHECK for a fresh key into c->out; its latency will count from t. */
+/* Encodes one request (--op: a CHECK, ADJUST or RELEASE) for a fresh key into c->out; its latency
+ * will count from t. */
 int
 lg_conn_send_one(struct conn *c, uint64_t t)
 {
@@ -114,7 +115,7 @@ lg_conn_send_one(struct conn *c, uint64_t t)
     start = c->out.data + c->out.len;
     p = start + RL_WIRE_HDR_LEN;
     *p++ = (char)0x96;
-    *p++ = (char)RL_WIRE_OP_CHECK;
+    *p++ = (char)b->o.op;
     p = rl_mp_put_uint(p, id);
     memcpy(p, b->prefix, b->prefix_len);
     p += b->prefix_len;
@@ -156,7 +157,7 @@ conn_reply(struct conn *c, const char *payload, size_t len, uint64_t now)
     uint64_t id, code;
     uint32_t slot;
 
-    if (rl_mp_read_check(payload, len, &id, &code) != 0) {
+    if (rl_mp_read_check(payload, len, w->b->o.op, &id, &code) != 0) {
         if (rl_wire_decode_reply(&w->dec, payload, len, w->rep) != 0) {
             return -1;
         }
@@ -164,7 +165,7 @@ conn_reply(struct conn *c, const char *payload, size_t len, uint64_t now)
         if (w->rep->op == RL_WIRE_OP_AUTH && id == 0) {
             return 0; /* the answer to this connection's AUTH */
         }
-        code = w->rep->op == RL_WIRE_OP_CHECK ? w->rep->check.code : BENCH_ERRORS;
+        code = w->rep->op == w->b->o.op ? w->rep->check.code : BENCH_ERRORS;
     }
     slot = (uint32_t)(id & 0xffff);
     if (slot >= w->b->o.pipeline || !c->slot_busy[slot] ||

@@ -60,7 +60,9 @@ struct opts {
     double zipf_s;
     const char *service;
     const char *endpoint; /* NULL: nil */
-    uint32_t cost;
+    uint32_t cost;      /* CHECK's cost; RELEASE's count */
+    uint8_t op;         /* --op: RL_WIRE_OP_CHECK, _ADJUST or _RELEASE */
+    int32_t delta;      /* ADJUST's delta (--delta) */
     double duration;   /* seconds */
     uint64_t requests; /* 0: run for duration */
     double rate;       /* requests/s over all connections; 0: closed loop */

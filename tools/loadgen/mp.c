@@ -104,14 +104,46 @@ mp_get_uint(const unsigned char **pp, const unsigned char *end, uint64_t *v)
     return 0;
 }
 
+char *
+rl_mp_put_int32(char *p, int32_t v)
+{
+    unsigned char *u = (unsigned char *)p;
+    uint32_t x = (uint32_t)v;
+
+    if (v >= 0) {
+        return rl_mp_put_uint(p, (uint64_t)v);
+    }
+    if (v >= -32) {
+        *u = (unsigned char)x; /* negative fixint: 0xe0..0xff */
+        return p + 1;
+    }
+    if (v >= INT8_MIN) {
+        u[0] = 0xd0;
+        u[1] = (unsigned char)x;
+        return p + 2;
+    }
+    if (v >= INT16_MIN) {
+        u[0] = 0xd1;
+        u[1] = (unsigned char)(x >> 8);
+        u[2] = (unsigned char)x;
+        return p + 3;
+    }
+    u[0] = 0xd2;
+    u[1] = (unsigned char)(x >> 24);
+    u[2] = (unsigned char)(x >> 16);
+    u[3] = (unsigned char)(x >> 8);
+    u[4] = (unsigned char)x;
+    return p + 5;
+}
+
 int
-rl_mp_read_check(const char *payload, size_t len, uint64_t *id, uint64_t *code)
+rl_mp_read_check(const char *payload, size_t len, uint8_t op, uint64_t *id, uint64_t *code)
 {
     const unsigned char *p = (const unsigned char *)payload, *end = p + len;
     uint64_t v;
     int i;
 
-    if (len < 9 || p[0] != 0x97 || p[1] != RL_WIRE_OP_CHECK) {
+    if (len < 9 || p[0] != 0x97 || p[1] != op) {
         return -1;
     }
     p += 2;

@@ -16,8 +16,8 @@ static void
 usage(FILE *f)
 {
     fprintf(f, "usage: rl-bench [options]\n"
-               "Sends CHECK requests to a ratelimiter node or router and reports throughput,\n"
-               "reply codes and latency.\n"
+               "Sends CHECK requests (or ADJUST, RELEASE: --op) to a ratelimiter node or router\n"
+               "and reports throughput, reply codes and latency.\n"
                "\n"
                "  --target HOST:PORT   server (default 127.0.0.1:7400, the router, as rl-cli)\n"
                "  --connections C      TCP connections in all (default 4)\n"
@@ -29,7 +29,12 @@ usage(FILE *f)
                "  --sequential         users in order 0..K-1 (with --requests K: exactly K keys)\n"
                "  --service NAME       service (default \"bench\")\n"
                "  --endpoint E         endpoint (default nil)\n"
-               "  --cost N             cost of each request (default 1)\n"
+               "  --cost N             cost of each request (default 1); --op release: the\n"
+               "                       slots each gives back (1..1000000)\n"
+               "  --op OP              check, adjust or release: the request sent (default\n"
+               "                       check); replies counted by code as CHECK's\n"
+               "  --delta D            --op adjust: each ADJUST's delta, -1000000..1000000\n"
+               "                       (default 1: a charge; < 0 a refund)\n"
                "  --duration SECONDS   how long to send (default 5; fractions allowed)\n"
                "  --requests N         send N requests instead of running for a duration\n"
                "  --seed N             fixed random seed: the same users in the same order\n"
@@ -94,6 +99,8 @@ enum {
     OPT_TLS_CA,
     OPT_TLS_CERT,
     OPT_TLS_KEY,
+    OPT_OP,
+    OPT_DELTA,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -120,6 +127,8 @@ static const struct option long_opts[] = {
     {"tls-ca", required_argument, NULL, OPT_TLS_CA},
     {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
     {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+    {"op", required_argument, NULL, OPT_OP},
+    {"delta", required_argument, NULL, OPT_DELTA},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -142,6 +151,8 @@ lg_parse_opts(int argc, char **argv, struct opts *o)
     o->service = "bench";
     o->endpoint = NULL;
     o->cost = 1;
+    o->op = RL_WIRE_OP_CHECK;
+    o->delta = 1;
     o->duration = 5.0;
     o->threads = 1;
     opterr = 0;
@@ -212,6 +223,26 @@ lg_parse_opts(int argc, char **argv, struct opts *o)
             }
             o->cost = (uint32_t)v;
             break;
+        case OPT_OP:
+            if (strcmp(optarg, "check") == 0) {
+                o->op = RL_WIRE_OP_CHECK;
+            } else if (strcmp(optarg, "adjust") == 0) {
+                o->op = RL_WIRE_OP_ADJUST;
+            } else if (strcmp(optarg, "release") == 0) {
+                o->op = RL_WIRE_OP_RELEASE;
+            } else {
+                bad = "--op: expected check, adjust or release";
+            }
+            break;
+        case OPT_DELTA: {
+            bool neg = optarg[0] == '-';
+
+            if (parse_u64(neg ? optarg + 1 : optarg, RL_WIRE_DELTA_MAX, &v) != 0) {
+                bad = "--delta: expected -1000000..1000000";
+            }
+            o->delta = neg ? -(int32_t)v : (int32_t)v;
+            break;
+        }
         case OPT_DURATION:
             if (parse_double(optarg, &o->duration) != 0 || o->duration <= 0 || o->duration > 1e7) {
                 bad = "--duration: expected a positive number of seconds";
@@ -270,6 +301,10 @@ lg_parse_opts(int argc, char **argv, struct opts *o)
     if (bad == NULL && optind < argc) {
         fprintf(stderr, "rl-bench: unexpected argument %s\n", argv[optind]);
         bad = "";
+    }
+    if (bad == NULL && o->op == RL_WIRE_OP_RELEASE &&
+        (o->cost == 0 || o->cost > RL_WIRE_COUNT_MAX)) {
+        bad = "--op release: --cost (the count) must be 1..1000000";
     }
     if (bad == NULL && o->threads > o->connections) {
         bad = "--threads: at most one thread per connection";

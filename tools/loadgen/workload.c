@@ -21,7 +21,8 @@ lg_encode_constants(struct bench *b)
         p = b->suffix;
         *p++ = (char)0xc0;
     }
-    p = rl_mp_put_uint(p, o->cost);
+    /* element 5: CHECK's cost, ADJUST's delta, RELEASE's count */
+    p = o->op == RL_WIRE_OP_ADJUST ? rl_mp_put_int32(p, o->delta) : rl_mp_put_uint(p, o->cost);
     b->suffix_len = (size_t)(p - b->suffix);
 }
 

@@ -2,7 +2,8 @@
  * workload: what rl-bench asks for. Users are "u0".."u<K-1>" drawn uniformly, by Zipf
  * (zipf.h) or in order (--sequential, each worker taking every threads-th), from a per-worker
  * generator (rng.h) seeded from --seed or the clock, so a fixed seed repeats the users, not
- * the timing. The service, endpoint and cost are the same in every request: they are
+ * the timing. The op (--op), service, endpoint and cost (or delta, or count) are the same in
+ * every request: they are
  * encoded once here, and the connections (conn.h) copy those bytes around each user.
  * Drawing a key is inline: it happens for every request.
  */
@@ -54,7 +55,8 @@ lg_utoa32(char *buf, uint32_t v)
     return n;
 }
 
-/* Encodes b's service (the prefix), endpoint and cost (the suffix) once for every request. */
+/* Encodes b's service (the prefix), endpoint and cost, delta or count (the suffix) once for
+ * every request. */
 void lg_encode_constants(struct bench *b);
 
 /* The run's seed: --seed, else from the clock and the pid. */
