@@ -187,12 +187,15 @@ put_check(struct rl_buf *b, const struct rl_resp_part *pt, int proto)
 }
 
 /* Every part of s is answered: its reply, straight into c->out when s is the first slot
- * waiting (the usual case: no copy, no buffer of its own), else into s->out. */
+ * waiting (the usual case: no copy, no buffer of its own), else into s->out. The first slot
+ * rendered leaves the ring at once, with the slots done behind it, so the next answer in
+ * order is the first slot in turn: a pipeline answered in order allocates nothing. */
 static void
 slot_render(struct resp_slot *s)
 {
     struct resp_conn *c = s->c;
-    struct rl_buf *b = s == &c->slots[c->head] ? &c->out : &s->out;
+    bool first = s == &c->slots[c->head];
+    struct rl_buf *b = first ? &c->out : &s->out;
     int rc = 0;
 
     if (s->kind == RESP_THROTTLE) {
@@ -206,6 +209,9 @@ slot_render(struct resp_slot *s)
         }
     }
     s->done = true;
+    if (rc == 0 && first) {
+        rc = resp_drain(c);
+    }
     if (rc != 0) {
         c->closing = true; /* out of memory: front.c closes it at the next flush */
     }
