@@ -325,10 +325,41 @@ replaced(const struct rl_rls_call *s, size_t n, const char *name)
     return false;
 }
 
+/* The call's arena (protobuf-c's allocator for its request): a bump allocation within
+ * call->arena, malloc beyond it; freeing from the arena is nothing (it goes with the call). */
+static void *
+arena_take(void *arg, size_t size)
+{
+    struct rl_rls_call *call = arg;
+    size_t at = (call->arena_used + 15) & ~(size_t)15;
+
+    if (size <= sizeof(call->arena) && at <= sizeof(call->arena) - size) {
+        call->arena_used = at + size;
+        return call->arena + at;
+    }
+    return malloc(size);
+}
+
+static void
+arena_give(void *arg, void *p)
+{
+    struct rl_rls_call *call = arg;
+
+    if ((uint8_t *)p >= call->arena && (uint8_t *)p < call->arena + sizeof(call->arena)) {
+        return;
+    }
+    free(p);
+}
+
 int
 rl_rls_call_decode(struct rl_rls_call *s, const uint8_t *msg, size_t len)
 {
-    s->req = envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, msg);
+    /* unpacked into the call's arena: a request's dozen allocations cost no malloc */
+    s->arena_alloc.alloc = arena_take;
+    s->arena_alloc.free = arena_give;
+    s->arena_alloc.allocator_data = s;
+    s->arena_used = 0;
+    s->req = envoy__service__ratelimit__v3__rate_limit_request__unpack(&s->arena_alloc, len, msg);
     if (s->req == NULL) {
         rl_rls_call_fail(s, GRPC_INVALID_ARGUMENT, "cannot decode a RateLimitRequest");
         return -1;
@@ -593,7 +624,8 @@ rl_rls_call_release(struct rl_rls_call *call)
         }
     }
     if (call->req != NULL) {
-        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(call->req, NULL);
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(call->req,
+                                                                         &call->arena_alloc);
         call->req = NULL;
     }
     rl_envoy_config_drop(call->cfg);
