@@ -258,8 +258,13 @@ part_send(struct resp_slot *s, uint32_t i, struct rl_wire_req *req)
     pt->slot = s;
     req->op = RL_WIRE_OP_CHECK;
     req->id = i;
-    req->tenant = rl_wire_tenant(s->c->principal ? s->c->principal->name : NULL,
-                                 rl_front_peer_addr(s->c->fc));
+    if (!s->c->tenant_set || s->c->tenant_of != s->c->principal) {
+        s->c->tenant = rl_wire_tenant(s->c->principal ? s->c->principal->name : NULL,
+                                      rl_front_peer_addr(s->c->fc));
+        s->c->tenant_of = s->c->principal;
+        s->c->tenant_set = true;
+    }
+    req->tenant = s->c->tenant;
     s->outstanding++;
     if (rl_forward_inline(r, req, pt, resp_answer, &p, &pt->rep) == 0) {
         pt->p = p;
@@ -361,7 +366,9 @@ resp_throttle(struct resp_conn *c, ARGS)
         return rl_resp_put_error(b, "NOPERM this client's token does not allow inline limits "
                                     "(CL.THROTTLE)");
     }
-    if (rl_conf_rule(conf, conf->resp_service, strlen(conf->resp_service), NULL, 0) != NULL) {
+    size_t slen = strlen(conf->resp_service);
+
+    if (rl_conf_rule(conf, conf->resp_service, slen, NULL, 0) != NULL) {
         return rl_resp_put_error(b,
                                  "ERR CL.THROTTLE: the service %s has configured rules, "
                                  "which CL.THROTTLE may not bypass ([router] resp_service)",
@@ -376,7 +383,7 @@ resp_throttle(struct resp_conn *c, ARGS)
     s->quantity = (uint64_t)v[3];
     memset(&req, 0, sizeof(req));
     req.service.ptr = conf->resp_service;
-    req.service.len = strlen(conf->resp_service);
+    req.service.len = slen;
     req.user.ptr = user;
     req.user.len = key_user(cmd->argv[1].ptr, cmd->argv[1].len, user);
     req.cost = (uint32_t)v[3];
