@@ -16,6 +16,7 @@
  */
 #include <inttypes.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,6 +352,22 @@ arena_give(void *arg, void *p)
     free(p);
 }
 
+/* n zeroed elements of size from the call's arena (malloc beyond it); NULL: out of memory. */
+static void *
+arena_calloc(struct rl_rls_call *call, size_t n, size_t size)
+{
+    void *p;
+
+    if (size != 0 && n > SIZE_MAX / size) {
+        return NULL;
+    }
+    p = arena_take(call, n * size);
+    if (p != NULL) {
+        memset(p, 0, n * size);
+    }
+    return p;
+}
+
 int
 rl_rls_call_decode(struct rl_rls_call *s, const uint8_t *msg, size_t len)
 {
@@ -462,7 +479,7 @@ start_match(struct rl_rls_call *s, size_t dlen)
     const rls_request *req = s->req;
     size_t nparts = 0;
 
-    s->descs = calloc(req->n_descriptors, sizeof(*s->descs));
+    s->descs = arena_calloc(s, req->n_descriptors, sizeof(*s->descs));
     if (s->descs == NULL) {
         rl_rls_call_fail(s, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
@@ -474,7 +491,7 @@ start_match(struct rl_rls_call *s, size_t dlen)
         }
         nparts += match_desc(s, i, dlen);
     }
-    s->parts = calloc(nparts ? nparts : 1, sizeof(*s->parts));
+    s->parts = arena_calloc(s, nparts ? nparts : 1, sizeof(*s->parts));
     if (s->parts == NULL) {
         rl_rls_call_fail(s, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
@@ -630,9 +647,13 @@ rl_rls_call_release(struct rl_rls_call *call)
     }
     rl_envoy_config_drop(call->cfg);
     call->cfg = NULL;
-    free(call->descs);
+    if (call->descs != NULL) {
+        arena_give(call, call->descs);
+    }
     call->descs = NULL;
-    free(call->parts);
+    if (call->parts != NULL) {
+        arena_give(call, call->parts);
+    }
     call->parts = NULL;
     call->nparts = 0;
     free(call->out);

@@ -135,6 +135,23 @@ rls_ctrl_take(struct rls_conn *c, uint64_t n)
 
 /* ---- the answer of a call ----------------------------------------------------------------- */
 
+/* A gRPC status in decimal into buf (16 bytes): a table for the codes gRPC defines, which is
+ * every answer, snprintf beyond. Returns its length. */
+static size_t
+status_text(int status, char *buf)
+{
+    static const char *const codes[] = {"0", "1", "2",  "3",  "4",  "5",  "6",  "7", "8",
+                                        "9", "10", "11", "12", "13", "14", "15", "16"};
+
+    if (status >= 0 && status < (int)(sizeof(codes) / sizeof(codes[0]))) {
+        size_t n = strlen(codes[status]);
+
+        memcpy(buf, codes[status], n + 1);
+        return n;
+    }
+    return (size_t)snprintf(buf, 16, "%d", status);
+}
+
 static ssize_t
 out_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
          nghttp2_data_source *src, void *arg)
@@ -154,7 +171,7 @@ out_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t len, uint32_t *fl
             {(uint8_t *)"grpc-status", (uint8_t *)status, 11, 0, NGHTTP2_NV_FLAG_NONE},
         };
 
-        tr[0].valuelen = (size_t)snprintf(status, sizeof(status), "%d", s->call.status);
+        tr[0].valuelen = status_text(s->call.status, status);
         *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
         if (nghttp2_submit_trailer(ng, id, tr, 1) != 0) {
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
@@ -181,7 +198,7 @@ stream_respond(struct rl_rls_call *call)
         return;
     }
     s->responded = true;
-    snprintf(status, sizeof(status), "%d", call->status);
+    status_text(call->status, status);
     if (call->out != NULL) {
         nghttp2_nv hdrs[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
         nghttp2_data_provider dp = {.source.ptr = s, .read_callback = out_read};
