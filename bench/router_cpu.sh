@@ -41,14 +41,30 @@ descriptors:
       requests_per_unit: 4000000000
 YAML
 
-# start BIN CONF: node n on core 0, the router on core 1; sets node, router.
+# ports: fresh ports for the next start (another tenant may take one meanwhile: start
+# retries with new ones).
+ports() { nport=$(free_port); rport=$(free_port); sport=$(free_port); gport=$(free_port); }
+# start BIN CONFFN PORT: writes the config (CONFFN, a function, to $work/x.conf) on fresh ports,
+# starts node n on core 0 and the router on core 1, waits for the router's PORT variable's
+# port; sets node, router. Three tries.
 start() {
-    taskset -c 0 "$1/rl-node" --config "$2" --name n 2>>"$work/node.log" &
-    node=$!; pids+=($node)
-    wait_port $nport
-    taskset -c 1 "$1/rl-router" --config "$2" 2>>"$work/router.log" &
-    router=$!; pids+=($router)
-    wait_port $rport; sleep 0.3
+    local try
+    for try in 1 2 3; do
+        ports
+        "$2" > "$work/x.conf"
+        taskset -c 0 "$1/rl-node" --config "$work/x.conf" --name n >/dev/null 2>>"$work/node.log" &
+        node=$!; pids+=($node)
+        taskset -c 1 "$1/rl-router" --config "$work/x.conf" >/dev/null 2>>"$work/router.log" &
+        router=$!; pids+=($router)
+        if wait_port $nport 2>/dev/null && wait_port $rport 2>/dev/null &&
+            wait_port "${!3}" 2>/dev/null; then
+            sleep 0.3
+            return 0
+        fi
+        bench_cleanup
+    done
+    echo "router_cpu.sh: the node or the router did not start (logs in $work)" >&2
+    return 1
 }
 # cpu N CMD...: runs CMD (its output dropped), then prints "router_ns node_ns" per decision
 # for N decisions.
@@ -59,22 +75,8 @@ cpu() {
     "$@" > "$work/out" 2>&1
     echo "$(ns_per $(($(ticks $router) - r0)) "$n") $(ns_per $(($(ticks $node) - n0)) "$n")"
 }
-binary_round() { # BIN: "router_ns node_ns router/node"
-    local b=$1 out dec r0 n0 rn nn
-    one_node_conf > "$work/c.conf"
-    start "$b" "$work/c.conf"
-    warm_up "$b"
-    r0=$(ticks $router); n0=$(ticks $node)
-    out=$(taskset -c 1 "$b/rl-bench" --target 127.0.0.1:$rport --service bench --keys 1000000 \
-        --connections 8 --pipeline 64 --duration 5 --json | tail -1)
-    dec=$(echo "$out" | json decisions)
-    rn=$(ns_per $(($(ticks $router) - r0)) "$dec"); nn=$(ns_per $(($(ticks $node) - n0)) "$dec")
-    bench_cleanup
-    echo "$rn $nn $(awk -v a=$rn -v b=$nn 'BEGIN {printf "%.2f", a/b}')"
-}
-resp_round() { # BIN: "resp_sum binary_sum resp/binary resp_router binary_router"
-    local b=$1 rr rn br bn
-    cat > "$work/r.conf" <<CONF
+resp_conf() {
+    cat <<CONF
 [cluster]
 shards = 64
 [router]
@@ -88,18 +90,9 @@ memory = 2g
 [service bench]
 limit = gcra 1000 per 1s burst 1000001
 CONF
-    start "$b" "$work/r.conf"
-    wait_port $sport
-    read -r rr rn < <(cpu "$nreq" taskset -c 1 redis-benchmark -p $sport -c 4 -P 64 -n "$nreq" \
-        -r 1000000 -q CL.THROTTLE 'k:__rand_int__' 1000000 1000 1)
-    read -r br bn < <(cpu "$nreq" taskset -c 1 "$b/rl-bench" --target 127.0.0.1:$rport \
-        --service bench --keys 1000000 --connections 4 --pipeline 64 --requests "$nreq" --json)
-    bench_cleanup
-    echo "$((rr + rn)) $((br + bn)) $(awk -v a=$((rr + rn)) -v b=$((br + bn)) 'BEGIN {printf "%.2f", a/b}') $rr $br"
 }
-grpc_round() { # BIN: "grpc_sum binary_sum grpc/binary grpc_router binary_router"
-    local b=$1 gr gn br bn
-    cat > "$work/g.conf" <<CONF
+grpc_conf() {
+    cat <<CONF
 [cluster]
 envoy_config = edge.yaml
 [router]
@@ -113,8 +106,32 @@ memory = 1g
 [service bench]
 limit = fixed_window 4000000000 per 1h
 CONF
-    start "$b" "$work/g.conf"
-    wait_port $gport
+}
+binary_round() { # BIN: "router_ns node_ns router/node"
+    local b=$1 out dec r0 n0 rn nn
+    start "$b" one_node_conf rport
+    warm_up "$b"
+    r0=$(ticks $router); n0=$(ticks $node)
+    out=$(taskset -c 1 "$b/rl-bench" --target 127.0.0.1:$rport --service bench --keys 1000000 \
+        --connections 8 --pipeline 64 --duration 5 --json | tail -1)
+    dec=$(echo "$out" | json decisions)
+    rn=$(ns_per $(($(ticks $router) - r0)) "$dec"); nn=$(ns_per $(($(ticks $node) - n0)) "$dec")
+    bench_cleanup
+    echo "$rn $nn $(awk -v a=$rn -v b=$nn 'BEGIN {printf "%.2f", a/b}')"
+}
+resp_round() { # BIN: "resp_sum binary_sum resp/binary resp_router binary_router"
+    local b=$1 rr rn br bn
+    start "$b" resp_conf sport
+    read -r rr rn < <(cpu "$nreq" taskset -c 1 redis-benchmark -p $sport -c 4 -P 64 -n "$nreq" \
+        -r 1000000 -q CL.THROTTLE 'k:__rand_int__' 1000000 1000 1)
+    read -r br bn < <(cpu "$nreq" taskset -c 1 "$b/rl-bench" --target 127.0.0.1:$rport \
+        --service bench --keys 1000000 --connections 4 --pipeline 64 --requests "$nreq" --json)
+    bench_cleanup
+    echo "$((rr + rn)) $((br + bn)) $(awk -v a=$((rr + rn)) -v b=$((br + bn)) 'BEGIN {printf "%.2f", a/b}') $rr $br"
+}
+grpc_round() { # BIN: "grpc_sum binary_sum grpc/binary grpc_router binary_router"
+    local b=$1 gr gn br bn
+    start "$b" grpc_conf gport
     read -r gr gn < <(cpu "$nreq" taskset -c 1 h2load -c 8 -m 64 -t 1 -n "$nreq" -d "$work/req.bin" \
         -H 'content-type: application/grpc' -H 'te: trailers' \
         "http://127.0.0.1:$gport/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
@@ -129,7 +146,6 @@ declare -A col
 for i in $(seq 1 "$runs"); do
     for which in base current; do
         b=$bin; [ $which = base ] && b=$work/build
-        nport=$(free_port); rport=$(free_port); sport=$(free_port); gport=$(free_port)
         for part in $only; do
             read -r -a v < <(${part}_round "$b")
             echo "round $i $which $part: ${v[*]}"
