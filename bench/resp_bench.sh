@@ -8,6 +8,8 @@
 #      2 through the RESP front: what the front costs, apart from the inline limit),
 #   3. redis-benchmark sending EVALSHA of bench/redis_tb.lua (the usual Redis + Lua token
 #      bucket) to a redis-server,
+#   3b. the same with bench/redis_gcra.lua (a Redis + Lua GCRA taking CL.THROTTLE's
+#      arguments: the like-for-like baseline of 1),
 #   4. "pipe": redis-cli --pipe writing 100,000 CL.THROTTLE of one key (6 MB, more than a
 #      connection's ring of 1,024 in flight) to the resp listener: seconds to the last reply
 #      and commands a second (tests/resp test_deep_pipelines asserts the replies, not this),
@@ -55,6 +57,7 @@ taskset -c 0 redis-server --port $dport --save "" --appendonly no --daemonize no
 pids+=($!)
 wait_port $dport
 sha=$(redis-cli -p $dport SCRIPT LOAD "$(cat "$top/bench/redis_tb.lua")")
+gsha=$(redis-cli -p $dport SCRIPT LOAD "$(cat "$top/bench/redis_gcra.lua")")
 # the same limit both ways: 1000 per second, burst 1000001 (max_burst 1000000): all allowed
 [ "$(redis-cli -p $sport CL.THROTTLE warm 1000000 1000 1 | head -1)" = 0 ]
 
@@ -75,23 +78,25 @@ pipe_secs() { # seconds redis-cli --pipe took, all 100,000 answered without erro
     grep -q "errors: 0, replies: 100000" <<<"$out" || { echo "pipe: $out" >&2; return 1; }
     awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}'
 }
-resp=(); bin_=(); lua=(); chk=(); pip=()
+resp=(); bin_=(); lua=(); chk=(); pip=(); glua=()
 for i in $(seq 1 "$runs"); do
     r1=$(rb -p $sport CL.THROTTLE 'k:__rand_int__' 1000000 1000 1)
     r2=$(taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$rport --service bench --keys 1000000 \
         --connections $conns --pipeline $pipe --requests $n --json | tail -1 | json decisions_per_s)
     r4=$(rb -p $sport RL.CHECK bench 'k:__rand_int__')
     r3=$(rb -p $dport EVALSHA "$sha" 1 'tb:__rand_int__' 1000 1000 1000 1)
+    r6=$(rb -p $dport EVALSHA "$gsha" 1 'g:__rand_int__' 1000000 1000 1 1)
     r5=$(pipe_secs)
-    resp+=("$r1"); bin_+=("$r2"); lua+=("$r3"); chk+=("$r4"); pip+=("$r5")
-    echo "round $i: resp CL.THROTTLE $r1/s, binary CHECK $r2/s, resp RL.CHECK $r4/s, redis+lua $r3/s, pipe of 100,000 ${r5} s"
+    resp+=("$r1"); bin_+=("$r2"); lua+=("$r3"); chk+=("$r4"); pip+=("$r5"); glua+=("$r6")
+    echo "round $i: resp CL.THROTTLE $r1/s, binary CHECK $r2/s, resp RL.CHECK $r4/s, redis+lua $r3/s, redis+lua gcra $r6/s, pipe of 100,000 ${r5} s"
 done
 m1=$(printf '%s\n' "${resp[@]}" | median)
 m2=$(printf '%s\n' "${bin_[@]}" | median)
 m3=$(printf '%s\n' "${lua[@]}" | median)
 m4=$(printf '%s\n' "${chk[@]}" | median)
 m5=$(printf '%s\n' "${pip[@]}" | median)
-echo "RESULT resp CL.THROTTLE median $m1/s; binary CHECK median $m2/s; resp RL.CHECK median $m4/s; redis+lua median $m3/s; resp/binary = $(awk -v a=$m1 -v b=$m2 'BEGIN {printf "%.2f", a/b}'); resp/redis+lua = $(awk -v a=$m1 -v b=$m3 'BEGIN {printf "%.2f", a/b}'); pipe of 100,000 median $m5 s ($(awk -v s=$m5 'BEGIN {printf "%.0f", 100000/s}')/s)"
+m6=$(printf '%s\n' "${glua[@]}" | median)
+echo "RESULT resp CL.THROTTLE median $m1/s; binary CHECK median $m2/s; resp RL.CHECK median $m4/s; redis+lua median $m3/s; resp/binary = $(awk -v a=$m1 -v b=$m2 'BEGIN {printf "%.2f", a/b}'); resp/redis+lua = $(awk -v a=$m1 -v b=$m3 'BEGIN {printf "%.2f", a/b}'); redis+lua gcra median $m6/s, resp/redis+lua gcra = $(awk -v a=$m1 -v b=$m6 'BEGIN {printf "%.2f", a/b}'); pipe of 100,000 median $m5 s ($(awk -v s=$m5 'BEGIN {printf "%.0f", 100000/s}')/s)"
 grep -c "" "$work/router.log" >/dev/null
 echo "router log warnings: $(grep -c warn "$work/router.log" || true)"
 redis-cli -p $dport shutdown nosave >/dev/null 2>&1 || true

@@ -13,7 +13,7 @@
  *
  * Writes happen at the end of the read that produced them, and otherwise in connq_flush (a
  * uv_check, after the loop's I/O) or when the previous write completes, so the replies to
- * one read leave in one uv_write, and output produced elsewhere (the router's replies from
+ * one read leave in one write, and output produced elsewhere (the router's replies from
  * nodes) is gathered per connection for the loop turn; the flush is also where paused
  * connections resume and finished ones close.
  */
@@ -413,11 +413,10 @@ rl_conn_release(struct rl_conn *c)
 
 /* ---- writing ---------------------------------------------------------------------------- */
 
+/* The write of c->inflight ended with status (0: all of it is out). */
 static void
-conn_written(uv_write_t *w, int status)
+conn_write_done(struct rl_conn *c, int status)
 {
-    struct rl_conn *c = w->data;
-
     c->writing = false;
     rl_buf_reset(&c->inflight);
     if (!c->open) {
@@ -441,6 +440,44 @@ conn_written(uv_write_t *w, int status)
     conn_account(c);
 }
 
+static void
+conn_written(uv_write_t *w, int status)
+{
+    conn_write_done(w->data, status);
+}
+
+/*
+ * Writes c->inflight: first at once, as far as the socket takes it (uv_try_write), then what
+ * is left by uv_write. A write the socket takes whole (the common case: a turn's replies fit
+ * its buffer) costs one write(2) and nothing else, where uv_write also costs a pass of the
+ * loop's pending queue and an epoll_ctl to re-arm the socket's poll afterwards (libuv
+ * 1.44 re-arms every stream it wrote to); an error is left to uv_write, which reports it as
+ * before.
+ */
+static void
+conn_send(struct rl_conn *c)
+{
+    uv_buf_t b = uv_buf_init(c->inflight.data + c->inflight.pos,
+                             (unsigned)rl_buf_unread(&c->inflight));
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+
+    if (n > 0 && (size_t)n == b.len) {
+        conn_write_done(c, 0);
+        return;
+    }
+    if (n > 0) {
+        c->inflight.pos += (size_t)n;
+        b = uv_buf_init(c->inflight.data + c->inflight.pos, (unsigned)rl_buf_unread(&c->inflight));
+    }
+    c->wreq.data = c;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, conn_written) != 0) {
+        rl_conn_close(c, UV_EIO);
+        return;
+    }
+    c->writing = true;
+    conn_account(c);
+}
+
 /*
  * The writing side of a TLS connection (no write in flight): what c->out holds is encrypted
  * once the handshake is done, and the ciphertext (with whatever the handshake has to send)
@@ -450,8 +487,6 @@ conn_written(uv_write_t *w, int status)
 static void
 conn_tls_flush(struct rl_conn *c)
 {
-    uv_buf_t b;
-
     if (rl_buf_unread(&c->out) > 0 && rl_tls_established(c->tls)) {
         long n = rl_tls_write(c->tls, c->out.data + c->out.pos, rl_buf_unread(&c->out));
 
@@ -477,14 +512,7 @@ conn_tls_flush(struct rl_conn *c)
         rl_conn_close(c, UV_ENOMEM);
         return;
     }
-    b = uv_buf_init(c->inflight.data, (unsigned)c->inflight.len);
-    c->wreq.data = c;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, conn_written) != 0) {
-        rl_conn_close(c, UV_EIO);
-        return;
-    }
-    c->writing = true;
-    conn_account(c);
+    conn_send(c);
 }
 
 /* True when a paused c may take work again: its output and held requests are back to half
@@ -503,7 +531,6 @@ void
 conn_flush(struct rl_conn *c)
 {
     struct rl_buf tmp;
-    uv_buf_t b;
 
     if (!c->connected) {
         return;
@@ -537,14 +564,7 @@ conn_flush(struct rl_conn *c)
     tmp = c->inflight;
     c->inflight = c->out;
     c->out = tmp;
-    b = uv_buf_init(c->inflight.data + c->inflight.pos, (unsigned)rl_buf_unread(&c->inflight));
-    c->wreq.data = c;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, conn_written) != 0) {
-        rl_conn_close(c, UV_EIO);
-        return;
-    }
-    c->writing = true;
-    conn_account(c);
+    conn_send(c);
 }
 
 /* ---- outgoing ---------------------------------------------------------------------------- */

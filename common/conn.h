@@ -7,10 +7,10 @@
  *     what is being processed; each read is split into frames (4-byte big-endian length
  *     1..65536 and the payload) handed to ops->on_frame one by one;
  *   - writing: whatever the owner appends to c->out while handling a read leaves in one
- *     uv_write at the end of that read; what it appends at other times (a node's reply
- *     relayed to a client, a timer's answer) is gathered and written once per loop turn
- *     from one uv_check handle per loop (struct rl_connq); the owner only calls
- *     rl_conn_mark after appending;
+ *     write at the end of that read (uv_try_write; uv_write for what the socket does not
+ *     take at once); what it appends at other times (a node's reply relayed to a client, a
+ *     timer's answer) is gathered and written once per loop turn from one uv_check handle
+ *     per loop (struct rl_connq); the owner only calls rl_conn_mark after appending;
  *   - backpressure, one rule for every connection: c stops reading, and stops processing
  *     frames it has already read, when its queued output (c->out plus the write in flight)
  *     passes c->out_max or when it holds c->hold_max requests that will be answered later

@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "ruleset.h"
+
 /* An unsigned integer in a positive fixint or a uint 8, 16, 32 (or 64 when wide) format, at
  * p[*i], advancing *i. False for every other format and for a value cut by the end. */
 static inline bool
@@ -216,5 +218,139 @@ rl_wire_put_spliced(struct rl_buf *out, uint8_t hdr, uint8_t op, uint32_t id, co
     }
     memcpy(h + idw, tail, tail_len);
     out->len += RL_WIRE_HDR_LEN + payload;
+    return 0;
+}
+
+/* ---- the CHECK encoder ---------------------------------------------------------------------- */
+
+/* An unsigned integer in msgpack's shortest format (msgpack-c's msgpack_pack_uint64), at p;
+ * returns the bytes written (at most 9). */
+static inline size_t
+put_uint(unsigned char *p, uint64_t v)
+{
+    if (v <= 0x7f) {
+        p[0] = (unsigned char)v;
+        return 1;
+    }
+    if (v <= 0xff) {
+        p[0] = 0xcc;
+        p[1] = (unsigned char)v;
+        return 2;
+    }
+    if (v <= 0xffff) {
+        p[0] = 0xcd;
+        p[1] = (unsigned char)(v >> 8);
+        p[2] = (unsigned char)v;
+        return 3;
+    }
+    if (v <= 0xffffffffu) {
+        p[0] = 0xce;
+        for (int k = 0; k < 4; k++) {
+            p[1 + k] = (unsigned char)(v >> (24 - 8 * k));
+        }
+        return 5;
+    }
+    p[0] = 0xcf;
+    for (int k = 0; k < 8; k++) {
+        p[1 + k] = (unsigned char)(v >> (56 - 8 * k));
+    }
+    return 9;
+}
+
+/* A string in msgpack's shortest format (msgpack-c's: fixstr, str 8, 16, 32), at p; returns
+ * the bytes written (at most 5 + n). */
+static inline size_t
+put_str(unsigned char *p, const char *s, size_t n)
+{
+    size_t h;
+
+    if (n < 32) {
+        p[0] = (unsigned char)(0xa0 | n);
+        h = 1;
+    } else if (n <= 0xff) {
+        p[0] = 0xd9;
+        p[1] = (unsigned char)n;
+        h = 2;
+    } else if (n <= 0xffff) {
+        p[0] = 0xda;
+        p[1] = (unsigned char)(n >> 8);
+        p[2] = (unsigned char)n;
+        h = 3;
+    } else {
+        p[0] = 0xdb;
+        for (int k = 0; k < 4; k++) {
+            p[1 + k] = (unsigned char)(n >> (24 - 8 * k));
+        }
+        h = 5;
+    }
+    if (n > 0) {
+        memcpy(p + h, s, n);
+    }
+    return h + n;
+}
+
+int
+rl_wire_fast_put_check(struct rl_buf *out, const struct rl_wire_req *req)
+{
+    static const char *const names[] = {
+#define FAST_ALGO_NAME(n, s, b) s,
+        RL_ALGO_MAP(FAST_ALGO_NAME)
+#undef FAST_ALGO_NAME
+    };
+    const char *algo = "?"; /* out of range: as wire_put.c, which the decoder refuses */
+    size_t alen = 1;
+    size_t strs = (size_t)req->service.len + req->user.len + req->endpoint.len;
+    size_t most, n;
+    unsigned char *h, *p;
+
+    if (strs > RL_WIRE_FRAME_MAX) {
+        return -EMSGSIZE;
+    }
+    if (req->limit.set && req->limit.algo < sizeof(names) / sizeof(names[0])) {
+        algo = names[req->limit.algo];
+        alen = strlen(algo);
+    }
+    /* the largest the frame can be: headers of every element at their widest */
+    most = RL_WIRE_HDR_LEN + 1 + 2 + 5 + 3 * 5 + strs + 5 + (5 + alen) + 5 + 9 + 5 + 5 + 2;
+    if (out->cap - out->len < most && rl_buf_reserve(out, most) != 0) {
+        return -ENOMEM;
+    }
+    h = (unsigned char *)out->data + out->len;
+    p = h + RL_WIRE_HDR_LEN;
+    /* The tenant goes only with a limit, so a CHECK without one is as every node reads it. */
+    *p++ = (unsigned char)(0x90 | (!req->limit.set ? 6 : req->tenant != 0 ? 8 : 7));
+    p += put_uint(p, RL_WIRE_OP_CHECK);
+    p += put_uint(p, req->id);
+    p += put_str(p, req->service.ptr, req->service.len);
+    p += put_str(p, req->user.ptr, req->user.len);
+    if (req->endpoint.ptr == NULL) {
+        *p++ = 0xc0;
+    } else {
+        p += put_str(p, req->endpoint.ptr, req->endpoint.len);
+    }
+    p += put_uint(p, req->cost);
+    if (req->limit.set) {
+        *p++ = 0x94;
+        p += put_str(p, algo, alen);
+        p += put_uint(p, req->limit.limit);
+        p += put_uint(p, req->limit.window_ms);
+        if (req->limit.has_burst) {
+            p += put_uint(p, req->limit.burst);
+        } else {
+            *p++ = 0xc0;
+        }
+        if (req->tenant != 0) {
+            p += put_uint(p, req->tenant);
+        }
+    }
+    n = (size_t)(p - h) - RL_WIRE_HDR_LEN;
+    if (n > RL_WIRE_FRAME_MAX) {
+        return -EMSGSIZE;
+    }
+    h[0] = (unsigned char)(n >> 24);
+    h[1] = (unsigned char)(n >> 16);
+    h[2] = (unsigned char)(n >> 8);
+    h[3] = (unsigned char)n;
+    out->len += RL_WIRE_HDR_LEN + n;
     return 0;
 }

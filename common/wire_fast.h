@@ -47,4 +47,12 @@ int rl_wire_fast_check_reply(const char *p, size_t n, struct rl_wire_reply *rep,
 int rl_wire_put_spliced(struct rl_buf *out, uint8_t hdr, uint8_t op, uint32_t id, const char *tail,
                         size_t tail_len);
 
+/*
+ * Appends the CHECK frame of req: the bytes rl_wire_put_check (wire_put.c) writes, written
+ * by hand in one pass (no packer, no callback per element), for the CHECKs a router encodes
+ * by the million (the fronts' inline limits). Returns what rl_wire_put_check returns; on
+ * failure out is left as it was.
+ */
+int rl_wire_fast_put_check(struct rl_buf *out, const struct rl_wire_req *req);
+
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
+#define XXH_INLINE_ALL /* rl_deny_fp runs once per CHECK: no call into the library */
 #include <xxhash.h>
 
 #define NS_PER_MS 1000000ull
@@ -26,9 +27,11 @@ rl_deny_init(struct rl_deny *d, uint32_t entries, uint32_t nshards)
         sets <<= 1;
     }
     d->e = calloc((size_t)sets * RL_DENY_WAYS, sizeof(*d->e));
+    d->tag = calloc((size_t)sets * RL_DENY_WAYS, sizeof(*d->tag));
     d->shard_inval = calloc(nshards ? nshards : 1, sizeof(*d->shard_inval));
-    if (d->e == NULL || d->shard_inval == NULL) {
+    if (d->e == NULL || d->tag == NULL || d->shard_inval == NULL) {
         free(d->e);
+        free(d->tag);
         free(d->shard_inval);
         memset(d, 0, sizeof(*d));
         return -ENOMEM;
@@ -43,6 +46,7 @@ void
 rl_deny_deinit(struct rl_deny *d)
 {
     free(d->e);
+    free(d->tag);
     free(d->shard_inval);
     memset(d, 0, sizeof(*d));
 }
@@ -71,7 +75,8 @@ rl_deny_until(uint64_t sent_ns, uint64_t retry_ms)
     return sent_ns + (retry_ms - margin) * NS_PER_MS;
 }
 
-static struct rl_deny_entry *
+/* The index of k's set's first entry. */
+static size_t
 deny_set(const struct rl_deny *d, const struct rl_deny_key *k)
 {
     uint64_t h = k->hash ^ (k->fp * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)k->rule << 32 | k->cost);
@@ -79,7 +84,14 @@ deny_set(const struct rl_deny *d, const struct rl_deny_key *k)
     h ^= h >> 29;
     h *= 0xbf58476d1ce4e5b9ull;
     h ^= h >> 32;
-    return &d->e[(size_t)(h & (d->nsets - 1)) * RL_DENY_WAYS];
+    return (size_t)(h & (d->nsets - 1)) * RL_DENY_WAYS;
+}
+
+/* k's tag (struct rl_deny): 32 bits of its fp, never 0. */
+static uint32_t
+deny_tag(const struct rl_deny_key *k)
+{
+    return (uint32_t)(k->fp >> 32) | 1u;
 }
 
 static bool
@@ -112,16 +124,18 @@ bool
 rl_deny_lookup(struct rl_deny *d, const struct rl_deny_key *k, uint64_t now_ns,
                uint64_t node_epoch, struct rl_wire_check_reply *rep)
 {
-    struct rl_deny_entry *set;
+    size_t at;
+    uint32_t tag;
 
     if (d->e == NULL) {
         return false;
     }
-    set = deny_set(d, k);
+    at = deny_set(d, k);
+    tag = deny_tag(k);
     for (uint32_t w = 0; w < RL_DENY_WAYS; w++) {
-        struct rl_deny_entry *e = &set[w];
+        struct rl_deny_entry *e = &d->e[at + w];
 
-        if (!deny_same(e, k)) {
+        if (d->tag[at + w] != tag || !deny_same(e, k)) {
             continue;
         }
         if (now_ns == 0) {
@@ -129,6 +143,7 @@ rl_deny_lookup(struct rl_deny *d, const struct rl_deny_key *k, uint64_t now_ns,
         }
         if (!deny_valid(d, e, now_ns, node_epoch)) {
             e->used = false;
+            d->tag[at + w] = 0;
             return false;
         }
         rep->code = RL_WIRE_LIMITED;
@@ -155,6 +170,7 @@ rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns,
 {
     struct rl_deny_entry *set, *victim = NULL;
     uint64_t until;
+    size_t at;
 
     if (d->e == NULL || rep->code != RL_WIRE_LIMITED || k->cost == 0) {
         return false;
@@ -167,7 +183,8 @@ rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns,
     if (until <= now_ns) {
         return false;
     }
-    set = deny_set(d, k);
+    at = deny_set(d, k);
+    set = &d->e[at];
     for (uint32_t w = 0; w < RL_DENY_WAYS && victim == NULL; w++) {
         if (deny_same(&set[w], k)) {
             victim = &set[w];
@@ -196,6 +213,7 @@ rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns,
         }
     }
     victim->used = true;
+    d->tag[at + (size_t)(victim - set)] = deny_tag(k);
     victim->hash = k->hash;
     victim->fp = k->fp;
     victim->rule = k->rule;

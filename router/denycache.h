@@ -83,7 +83,10 @@ struct rl_deny_stats {
 
 struct rl_deny {
     struct rl_deny_entry *e; /* nsets * RL_DENY_WAYS; NULL: off */
-    uint32_t nsets;          /* a power of two */
+    /* beside each entry, 32 bits of its key's fp (never 0) while it is used, else 0: a
+     * lookup reads its set's four in one cache line and an entry only when they match */
+    uint32_t *tag;
+    uint32_t nsets; /* a power of two */
     uint64_t *shard_inval;   /* per shard: the last invalidation (ns) */
     uint32_t nshards;
     uint64_t all_inval; /* the last invalidation of everything (ns) */

@@ -30,6 +30,29 @@
 #include "rules.h"
 #include "wire_fast.h"
 
+/*
+ * rl_shardmap_shard(hash, shards), hash % shards, without the 64-bit division (some 40
+ * cycles, a tenth of the router's own work per CHECK): Lemire, Kaser and Kurz, "Faster
+ * remainder by direct computation" (2019), exact for every 64-bit hash and 32-bit divisor
+ * with the 128-bit multiplier floor((2^128 - 1) / shards) + 1, computed once per shard count.
+ */
+static uint32_t
+forward_shard(struct rl_router *r, uint64_t hash)
+{
+    __extension__ typedef unsigned __int128 u128;
+    uint32_t d = r->conf->shards;
+    u128 low, t;
+
+    if (d != r->shard_d) {
+        r->shard_d = d;
+        r->shard_m = ~(u128)0 / d + 1; /* 0 for d = 1: every hash is shard 0 */
+    }
+    low = r->shard_m * hash;
+    t = ((u128)(uint64_t)low * d) >> 64;
+    t += (u128)(uint64_t)(low >> 64) * d;
+    return (uint32_t)(t >> 64);
+}
+
 static void
 log_answer(struct rl_router *r, uint8_t op, uint32_t shard, const char *node, uint32_t code,
            uint64_t hash, const char *service, size_t slen, const char *user, size_t ulen)
@@ -189,7 +212,7 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req,
     int sent = -EAGAIN;
 
     hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
-    shard = rl_shardmap_shard(hash, r->conf->shards);
+    shard = forward_shard(r, hash);
     rule = rl_conf_rule(r->conf, req->service.ptr, req->service.len, req->endpoint.ptr,
                         req->endpoint.len);
     if (req->limit.set) {
@@ -443,7 +466,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
                                       req->endpoint.ptr, req->endpoint.len);
 
     hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
-    shard = rl_shardmap_shard(hash, r->conf->shards);
+    shard = forward_shard(r, hash);
     if (r->map != NULL) {
         owner = rl_shardmap_owner(r->map, shard);
     }

@@ -625,7 +625,14 @@ on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
         return;
     }
     *front_turn_used(c) += (uint64_t)n;
+    /* The read's requests share one reading of the clock, as a binary client's batch does
+     * (session.c): rl_router_now_ns reads it once per read, not once per request. */
+    struct rl_router *r = c->r;
+    uint64_t was = r->now_ns;
+
+    r->now_ns = uv_hrtime();
     front_in(c, (const uint8_t *)buf->base, (size_t)n);
+    r->now_ns = was;
     front_turn_check(c);
 }
 

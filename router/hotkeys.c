@@ -90,36 +90,31 @@ hot_reindex(struct rl_hot *h)
     }
 }
 
+/* Counter at heap position i grew (to count, its hcount not yet set): move it down to its
+ * place, the smaller child up at each step, and set it there once. */
 static void
-hot_swap(struct rl_hot *h, uint32_t a, uint32_t b)
+hot_down(struct rl_hot *h, uint32_t i, uint64_t count)
 {
-    uint16_t x = h->heap[a];
+    uint16_t ci = h->heap[i];
 
-    h->heap[a] = h->heap[b];
-    h->heap[b] = x;
-    h->pos[h->heap[a]] = (uint16_t)a;
-    h->pos[h->heap[b]] = (uint16_t)b;
-}
-
-/* Counter at heap position i grew: move it down to its place. */
-static void
-hot_down(struct rl_hot *h, uint32_t i)
-{
     for (;;) {
-        uint32_t l = 2 * i + 1, r = l + 1, m = i;
+        uint32_t l = 2 * i + 1, r = l + 1, m;
 
-        if (l < h->n && h->c[h->heap[l]].count < h->c[h->heap[m]].count) {
-            m = l;
+        if (l >= h->n) {
+            break;
         }
-        if (r < h->n && h->c[h->heap[r]].count < h->c[h->heap[m]].count) {
-            m = r;
+        m = r < h->n && h->hcount[r] < h->hcount[l] ? r : l;
+        if (h->hcount[m] >= count) {
+            break;
         }
-        if (m == i) {
-            return;
-        }
-        hot_swap(h, i, m);
+        h->heap[i] = h->heap[m];
+        h->hcount[i] = h->hcount[m];
+        h->pos[h->heap[i]] = (uint16_t)i;
         i = m;
     }
+    h->heap[i] = ci;
+    h->hcount[i] = count;
+    h->pos[ci] = (uint16_t)i;
 }
 
 static void
@@ -144,7 +139,7 @@ hot_add_n(struct rl_hot *h, uint64_t hash, uint64_t fp, const char *service, siz
     if (ci >= 0) {
         h->c[ci].count += n;
         h->c[ci].err += e;
-        hot_down(h, h->pos[ci]);
+        hot_down(h, h->pos[ci], h->c[ci].count);
         return;
     }
     if (h->n < RL_HOT_K) {
@@ -152,6 +147,7 @@ hot_add_n(struct rl_hot *h, uint64_t hash, uint64_t fp, const char *service, siz
         c = &h->c[ci];
         memset(c, 0, sizeof(*c));
         h->heap[h->n] = (uint16_t)ci;
+        h->hcount[h->n] = 0;
         h->pos[ci] = (uint16_t)h->n;
         h->n++;
     } else {
@@ -177,7 +173,7 @@ hot_add_n(struct rl_hot *h, uint64_t hash, uint64_t fp, const char *service, siz
             hot_reindex(h);
         }
     }
-    hot_down(h, h->pos[ci]);
+    hot_down(h, h->pos[ci], c->count);
 }
 
 void
@@ -197,6 +193,7 @@ rl_hot_decay(struct rl_hot *h, uint64_t now_ms)
     for (uint32_t i = 0; i < h->n; i++) {
         h->c[i].count >>= periods;
         h->c[i].err >>= periods;
+        h->hcount[i] >>= periods; /* by position: the same counters, halved alike */
     }
     h->total >>= periods;
     h->period_adds = 0;

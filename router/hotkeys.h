@@ -42,6 +42,8 @@ struct rl_hot_counter {
 struct rl_hot {
     struct rl_hot_counter c[RL_HOT_K];
     uint16_t heap[RL_HOT_K];  /* counter indexes, min-heap by count */
+    uint64_t hcount[RL_HOT_K]; /* hcount[i]: the count of counter heap[i] (the heap's order
+                                  read without touching the counters) */
     uint16_t pos[RL_HOT_K];   /* pos[i]: where counter i is in heap */
     uint16_t index[RL_HOT_INDEX]; /* counter + 1; 0 empty; RL_HOT_TOMB removed */
     uint32_t n;               /* counters in use */

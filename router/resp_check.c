@@ -188,12 +188,15 @@ put_check(struct rl_buf *b, const struct rl_resp_part *pt, int proto)
 }
 
 /* Every part of s is answered: its reply, straight into c->out when s is the first slot
- * waiting (the usual case: no copy, no buffer of its own), else into s->out. */
+ * waiting (the usual case: no copy, no buffer of its own), else into s->out. The first slot
+ * rendered leaves the ring at once, with the slots done behind it, so the next answer in
+ * order is the first slot in turn: a pipeline answered in order allocates nothing. */
 static void
 slot_render(struct resp_slot *s)
 {
     struct resp_conn *c = s->c;
-    struct rl_buf *b = s == &c->slots[c->head] ? &c->out : &s->out;
+    bool first = s == &c->slots[c->head];
+    struct rl_buf *b = first ? &c->out : &s->out;
     int rc = 0;
 
     if (s->kind == RESP_THROTTLE) {
@@ -207,6 +210,9 @@ slot_render(struct resp_slot *s)
         }
     }
     s->done = true;
+    if (rc == 0 && first) {
+        rc = resp_drain(c);
+    }
     if (rc != 0) {
         c->closing = true; /* out of memory: front.c closes it at the next flush */
     }
@@ -255,8 +261,13 @@ part_send(struct resp_slot *s, uint32_t i, struct rl_wire_req *req)
         req->op = RL_WIRE_OP_CHECK; /* else RL.ADJUST's or RL.RELEASE's op */
     }
     req->id = i;
-    req->tenant = rl_wire_tenant(s->c->principal ? s->c->principal->name : NULL,
-                                 rl_front_peer_addr(s->c->fc));
+    if (!s->c->tenant_set || s->c->tenant_of != s->c->principal) {
+        s->c->tenant = rl_wire_tenant(s->c->principal ? s->c->principal->name : NULL,
+                                      rl_front_peer_addr(s->c->fc));
+        s->c->tenant_of = s->c->principal;
+        s->c->tenant_set = true;
+    }
+    req->tenant = s->c->tenant;
     s->outstanding++;
     if (rl_forward_inline(r, req, pt, resp_answer, &p, &pt->rep) == 0) {
         pt->p = p;
@@ -358,7 +369,9 @@ resp_throttle(struct resp_conn *c, ARGS)
         return rl_resp_put_error(b, "NOPERM this client's token does not allow inline limits "
                                     "(CL.THROTTLE)");
     }
-    if (rl_conf_rule(conf, conf->resp_service, strlen(conf->resp_service), NULL, 0) != NULL) {
+    size_t slen = strlen(conf->resp_service);
+
+    if (rl_conf_rule(conf, conf->resp_service, slen, NULL, 0) != NULL) {
         return rl_resp_put_error(b,
                                  "ERR CL.THROTTLE: the service %s has configured rules, "
                                  "which CL.THROTTLE may not bypass ([router] resp_service)",
@@ -373,7 +386,7 @@ resp_throttle(struct resp_conn *c, ARGS)
     s->quantity = (uint64_t)v[3];
     memset(&req, 0, sizeof(req));
     req.service.ptr = conf->resp_service;
-    req.service.len = strlen(conf->resp_service);
+    req.service.len = slen;
     req.user.ptr = user;
     req.user.len = key_user(cmd->argv[1].ptr, cmd->argv[1].len, user);
     req.cost = (uint32_t)v[3];

@@ -83,6 +83,11 @@ struct resp_conn {
     bool authed;
     uint32_t auth_fails;
     const struct rl_client_conf *principal;
+    /* rl_wire_tenant of (principal, peer), the same for every command until AUTH changes
+     * the principal: computed once for tenant_of */
+    uint32_t tenant;
+    bool tenant_set;
+    const struct rl_client_conf *tenant_of;
     char name[RESP_NAME_MAX];
     size_t name_len;
     bool quit, closing;

@@ -19,6 +19,7 @@
  */
 #include <inttypes.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,10 +343,57 @@ replaced(const struct rl_rls_call *s, size_t n, const char *name)
     return false;
 }
 
+/* The call's arena (protobuf-c's allocator for its request): a bump allocation within
+ * call->arena, malloc beyond it; freeing from the arena is nothing (it goes with the call). */
+static void *
+arena_take(void *arg, size_t size)
+{
+    struct rl_rls_call *call = arg;
+    size_t at = (call->arena_used + 15) & ~(size_t)15;
+
+    if (size <= sizeof(call->arena) && at <= sizeof(call->arena) - size) {
+        call->arena_used = at + size;
+        return call->arena + at;
+    }
+    return malloc(size);
+}
+
+static void
+arena_give(void *arg, void *p)
+{
+    struct rl_rls_call *call = arg;
+
+    if ((uint8_t *)p >= call->arena && (uint8_t *)p < call->arena + sizeof(call->arena)) {
+        return;
+    }
+    free(p);
+}
+
+/* n zeroed elements of size from the call's arena (malloc beyond it); NULL: out of memory. */
+static void *
+arena_calloc(struct rl_rls_call *call, size_t n, size_t size)
+{
+    void *p;
+
+    if (size != 0 && n > SIZE_MAX / size) {
+        return NULL;
+    }
+    p = arena_take(call, n * size);
+    if (p != NULL) {
+        memset(p, 0, n * size);
+    }
+    return p;
+}
+
 int
 rl_rls_call_decode(struct rl_rls_call *s, const uint8_t *msg, size_t len)
 {
-    s->req = envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, msg);
+    /* unpacked into the call's arena: a request's dozen allocations cost no malloc */
+    s->arena_alloc.alloc = arena_take;
+    s->arena_alloc.free = arena_give;
+    s->arena_alloc.allocator_data = s;
+    s->arena_used = 0;
+    s->req = envoy__service__ratelimit__v3__rate_limit_request__unpack(&s->arena_alloc, len, msg);
     if (s->req == NULL) {
         rl_rls_call_fail(s, GRPC_INVALID_ARGUMENT, "cannot decode a RateLimitRequest");
         return -1;
@@ -453,7 +501,7 @@ start_match(struct rl_rls_call *s, size_t dlen)
     const rls_request *req = s->req;
     size_t nparts = 0;
 
-    s->descs = calloc(req->n_descriptors, sizeof(*s->descs));
+    s->descs = arena_calloc(s, req->n_descriptors, sizeof(*s->descs));
     if (s->descs == NULL) {
         rl_rls_call_fail(s, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
@@ -465,7 +513,7 @@ start_match(struct rl_rls_call *s, size_t dlen)
         }
         nparts += match_desc(s, i, dlen);
     }
-    s->parts = calloc(nparts ? nparts : 1, sizeof(*s->parts));
+    s->parts = arena_calloc(s, nparts ? nparts : 1, sizeof(*s->parts));
     if (s->parts == NULL) {
         rl_rls_call_fail(s, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
@@ -620,14 +668,19 @@ rl_rls_call_release(struct rl_rls_call *call)
         }
     }
     if (call->req != NULL) {
-        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(call->req, NULL);
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(call->req,
+                                                                         &call->arena_alloc);
         call->req = NULL;
     }
     rl_envoy_config_drop(call->cfg);
     call->cfg = NULL;
-    free(call->descs);
+    if (call->descs != NULL) {
+        arena_give(call, call->descs);
+    }
     call->descs = NULL;
-    free(call->parts);
+    if (call->parts != NULL) {
+        arena_give(call, call->parts);
+    }
     call->parts = NULL;
     call->nparts = 0;
     free(call->out);

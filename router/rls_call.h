@@ -66,6 +66,11 @@ struct rl_rls_call {
     uint32_t nparts;
     uint32_t outstanding;         /* parts in flight, plus one while they are being sent */
     struct rl_rls_wait_node wait; /* in the deadline heap (rls_wait.h) with a grpc-timeout */
+    /* where req is unpacked (the message, its arrays and strings), then descs and parts
+     * are allocated: a request of a few descriptors fits, the rest comes from malloc */
+    ProtobufCAllocator arena_alloc;
+    size_t arena_used;
+    _Alignas(16) uint8_t arena[1024];
 };
 
 /* Answers call with a gRPC error (status, message) unless it is answered already. */

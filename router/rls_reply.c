@@ -193,6 +193,9 @@ call_headers(const struct rl_conf *conf, rls_status *const *stp, size_t n, rls_h
     return k;
 }
 
+/* Descriptors whose statuses are built in struct rls_built itself (more: calloc). */
+#define RLS_BUILT_INLINE 4u
+
 /* What a response is built in: per descriptor, its status, limit and duration. */
 struct rls_built {
     rls_response resp;
@@ -200,6 +203,11 @@ struct rls_built {
     rls_limit *lims;
     Google__Protobuf__Duration *durs;
     const struct rl_rls_part **picks; /* per descriptor: the part its status shows, or NULL */
+    rls_status st_in[RLS_BUILT_INLINE];
+    rls_status *stp_in[RLS_BUILT_INLINE];
+    rls_limit lims_in[RLS_BUILT_INLINE];
+    Google__Protobuf__Duration durs_in[RLS_BUILT_INLINE];
+    const struct rl_rls_part *picks_in[RLS_BUILT_INLINE];
     rls_header hdrs[3], *hdrp[3];
     char hvals[3][RLS_HEADER_VALUE_MAX];
     bool shadowed; /* a descriptor over its limit passed only because of shadow_mode */
@@ -213,11 +221,20 @@ built_alloc(struct rls_built *b, size_t n)
 
     memset(b, 0, sizeof(*b));
     b->resp = init;
-    b->st = calloc(n ? n : 1, sizeof(*b->st));
-    b->stp = calloc(n ? n : 1, sizeof(*b->stp));
-    b->lims = calloc(n ? n : 1, sizeof(*b->lims));
-    b->durs = calloc(n ? n : 1, sizeof(*b->durs));
-    b->picks = calloc(n ? n : 1, sizeof(*b->picks));
+    if (n <= RLS_BUILT_INLINE) {
+        /* the usual request: no allocation */
+        b->st = b->st_in;
+        b->stp = b->stp_in;
+        b->lims = b->lims_in;
+        b->durs = b->durs_in;
+        b->picks = b->picks_in;
+        return 0;
+    }
+    b->st = calloc(n, sizeof(*b->st));
+    b->stp = calloc(n, sizeof(*b->stp));
+    b->lims = calloc(n, sizeof(*b->lims));
+    b->durs = calloc(n, sizeof(*b->durs));
+    b->picks = calloc(n, sizeof(*b->picks));
     return b->st == NULL || b->stp == NULL || b->lims == NULL || b->durs == NULL || b->picks == NULL
                ? -1
                : 0;
@@ -226,6 +243,9 @@ built_alloc(struct rls_built *b, size_t n)
 static void
 built_free(struct rls_built *b)
 {
+    if (b->st == b->st_in) {
+        return;
+    }
     free(b->st);
     free(b->stp);
     free(b->lims);

@@ -213,6 +213,10 @@ struct rl_router {
     /* uv_hrtime() at the batch of frames (a client's or a node's) being handled, so a batch
      * reads the clock once; 0 outside one (rl_router_now_ns reads the clock then) */
     uint64_t now_ns;
+    /* forward.c: the key hash's shard without a division, for shard_d shards (shard_m is
+     * its 128-bit multiplier, rl_forward_shard) */
+    uint32_t shard_d;
+    __extension__ unsigned __int128 shard_m;
     /* rules replaced while requests pointed to them (rl_router_rules_changed), oldest
      * first, each freed once no request from before its swap is in flight */
     struct router_retired *retired;

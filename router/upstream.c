@@ -520,7 +520,7 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
         req = &bare;
     }
     if ((admin                         ? rl_wire_put_throttled(upconn_out(uc), req)
-         : req->op == RL_WIRE_OP_CHECK ? rl_wire_put_check(upconn_out(uc), req)
+         : req->op == RL_WIRE_OP_CHECK ? rl_wire_fast_put_check(upconn_out(uc), req)
                                        : rl_wire_put_req(upconn_out(uc), req)) != 0) {
         return -ENOMEM;
     }

@@ -15,6 +15,7 @@
 
 #include "buf.h"
 #include "rltest.h"
+#include "ruleset.h"
 #include "wire.h"
 #include "wire_fast.h"
 
@@ -293,6 +294,65 @@ START_TEST(test_splice_limits)
 }
 END_TEST
 
+/* The CHECK encoder of the fronts writes, over the widths of every field, with and without
+ * an endpoint, an inline limit, a burst and a tenant, byte for byte what rl_wire_put_check
+ * writes, and fails where it fails. */
+START_TEST(test_fast_put_check)
+{
+    static char big[70000];
+    static const uint64_t nums[] = {0, 1, 127, 128, 255, 256, 65535, 65536, 4294967295u};
+    static const size_t lens[] = {0, 1, 31, 32, 255, 256, 65535, 65536};
+    struct rl_buf a, b;
+    struct rl_wire_req req;
+    int cases = 0;
+
+    memset(big, 'x', sizeof(big));
+    rl_buf_init(&a);
+    rl_buf_init(&b);
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+            for (int shape = 0; shape < 8; shape++) {
+                memset(&req, 0, sizeof(req));
+                req.op = RL_WIRE_OP_CHECK;
+                req.id = (uint32_t)nums[i];
+                req.service.ptr = big;
+                req.service.len = (uint32_t)lens[l];
+                req.user.ptr = big;
+                req.user.len = (uint32_t)lens[(l + 3) % 8];
+                if (shape & 1) {
+                    req.endpoint.ptr = big;
+                    req.endpoint.len = (uint32_t)lens[(l + 5) % 8];
+                }
+                req.cost = (uint32_t)nums[(i + 2) % 9];
+                if (shape & 2) {
+                    req.limit.set = true;
+                    req.limit.algo = (uint8_t)((i + l) % (RL_ALGO_COUNT + 1)); /* one "?" */
+                    req.limit.limit = (uint32_t)nums[(i + 4) % 9];
+                    req.limit.window_ms = nums[(i + l) % 9] * (shape & 4 ? 1000000ull : 1);
+                    req.limit.has_burst = (shape & 4) != 0;
+                    req.limit.burst = (uint32_t)nums[(i + 6) % 9];
+                    req.tenant = (uint32_t)nums[(i + 7) % 9] * ((shape & 1) != 0);
+                }
+                rl_buf_reset(&a);
+                rl_buf_reset(&b);
+                int ra = rl_wire_put_check(&a, &req);
+                int rb = rl_wire_fast_put_check(&b, &req);
+
+                RL_CHECK(ra == rb, "id %u lens %zu shape %d: %d vs %d", req.id, lens[l], shape,
+                         ra, rb);
+                RL_CHECK(a.len == b.len && (a.len == 0 || memcmp(a.data, b.data, a.len) == 0),
+                         "id %u lens %zu shape %d: %zu vs %zu bytes", req.id, lens[l], shape,
+                         a.len, b.len);
+                cases += ra == 0;
+            }
+        }
+    }
+    RL_CHECK(cases > 100, "only %d frames encoded", cases);
+    rl_buf_deinit(&a);
+    rl_buf_deinit(&b);
+}
+END_TEST
+
 static uint64_t
 rnd(uint64_t *s)
 {
@@ -430,6 +490,7 @@ wire_fast_suite(void)
     tcase_add_test(tc, test_leaves_the_rest);
     tcase_add_test(tc, test_splice_limits);
     tcase_add_test(tc, test_differential_fuzz);
+    tcase_add_test(tc, test_fast_put_check);
     suite_add_tcase(s, tc);
     return s;
 }
