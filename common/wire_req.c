@@ -301,7 +301,8 @@ wire_req_handoff_out(const msgpack_object *a, struct rl_wire_req *req, struct rl
     return 0;
 }
 
-/* HANDOFF_IN [12, id, shard, records]: the records' contents are the node's to judge. */
+/* HANDOFF_IN [12, id, shard, records(, final)]: the records' contents are the node's to
+ * judge; final, when given, a boolean. */
 static int
 wire_req_handoff_in(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
 {
@@ -319,6 +320,16 @@ wire_req_handoff_in(const msgpack_object *a, struct rl_wire_req *req, struct rl_
     }
     req->records.ptr = r->via.bin.ptr;
     req->records.len = r->via.bin.size;
+    req->final = false;
+    if (a->via.array.size == 5) {
+        const msgpack_object *fin = &a->via.array.ptr[4];
+
+        if (fin->type != MSGPACK_OBJECT_BOOLEAN) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "final must be a boolean");
+        }
+        req->final = fin->via.boolean;
+    }
     return 0;
 }
 
