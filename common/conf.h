@@ -86,6 +86,8 @@ struct rl_conf {
     char *cluster_name;          /* default "default" */
     char *zookeeper;             /* "" = static membership */
     uint32_t session_timeout_ms; /* default 4000 */
+    uint32_t handoff_wait_ms;    /* default 2000: a shard's planned move, at most (routers hold
+                                    a CHECK answered MOVING this long past its first send) */
     uint32_t shards;             /* default 4096, 1..1048576 */
     bool insecure;               /* serve non-loopback addresses with no authentication */
     bool fence_disconnect;       /* fencing = disconnect: nodes answer no CHECK while their

@@ -144,6 +144,12 @@ set_session_timeout(struct conf_parser *p, const char *v)
 }
 
 static const char *
+set_handoff_wait(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->handoff_wait_ms, v, true, 1, 60000, "1ms..1m");
+}
+
+static const char *
 set_shards(struct conf_parser *p, const char *v)
 {
     return set_bounded(p, &p->c->shards, v, false, 1, CONF_SHARDS_MAX, "1..1048576");
@@ -632,6 +638,7 @@ const struct conf_key conf_keys[] = {
     {CONF_CLUSTER, "name", set_cluster_name, false},
     {CONF_CLUSTER, "zookeeper", set_zookeeper, false},
     {CONF_CLUSTER, "session_timeout", set_session_timeout, false},
+    {CONF_CLUSTER, "handoff_wait", set_handoff_wait, false},
     {CONF_CLUSTER, "shards", set_shards, false},
     {CONF_CLUSTER, "insecure", set_insecure, false},
     {CONF_CLUSTER, "secret_file", set_secret_file, false},

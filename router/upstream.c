@@ -531,13 +531,19 @@ int
 rl_upstream_send_check(struct rl_upstream *u, uint32_t id, const char *tail, size_t tail_len,
                        struct rl_uplink *l)
 {
+    return rl_upstream_send_spliced(u, RL_WIRE_CHECK_HDR, id, tail, tail_len, l);
+}
+
+int
+rl_upstream_send_spliced(struct rl_upstream *u, uint8_t hdr, uint32_t id, const char *tail,
+                         size_t tail_len, struct rl_uplink *l)
+{
     struct rl_upconn *uc = upstream_pick(u, false);
 
     if (uc == NULL) {
         return -EAGAIN;
     }
-    if (rl_wire_put_spliced(upconn_out(uc), RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK, id, tail,
-                            tail_len) != 0) {
+    if (rl_wire_put_spliced(upconn_out(uc), hdr, RL_WIRE_OP_CHECK, id, tail, tail_len) != 0) {
         return -ENOMEM;
     }
     upstream_sent(u, uc, l);

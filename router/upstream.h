@@ -151,6 +151,15 @@ int rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struc
 int rl_upstream_send_check(struct rl_upstream *u, uint32_t id, const char *tail, size_t tail_len,
                            struct rl_uplink *l);
 
+/*
+ * Sends a CHECK of hdr's arity (a fixarray header: 0x96 for six elements, more with an inline
+ * limit) whose fields after the id are tail[0..tail_len), under id, on a CHECK connection,
+ * linking l as rl_upstream_send does; the same returns. The request is sent as it is (no
+ * tenant element dropped for an older node): a CHECK sent again after a node's MOVING.
+ */
+int rl_upstream_send_spliced(struct rl_upstream *u, uint8_t hdr, uint32_t id, const char *tail,
+                             size_t tail_len, struct rl_uplink *l);
+
 /* The request of l was answered, or given up: unlinks it (no-op when it is not linked). */
 void rl_upstream_done(struct rl_uplink *l);
 
