@@ -152,7 +152,7 @@ ch_cluster_start(struct ch_cluster *c)
 {
     struct ch_run *r = c->run;
     const struct ch_scenario *sc = r->sc;
-    int zk_port[CH_NODES_MAX], rc;
+    int zk_port[CH_NODES_MAX], rc, started = 0;
     char path[128];
 
     if (r->hosts != NULL) {
@@ -185,6 +185,9 @@ ch_cluster_start(struct ch_cluster *c)
         return rc;
     }
     for (int i = 0; i < sc->nodes; i++) {
+        if (sc->spare[i]) {
+            continue; /* started by its `add` step */
+        }
         if ((rc = ch_cluster_start_node(c, i)) != 0) {
             fprintf(stderr, "rl-chaos: node %s did not start (%s); its log: %s\n",
                     ch_node_name(i), strerror(-rc), c->node[i].log_path);
@@ -192,7 +195,10 @@ ch_cluster_start(struct ch_cluster *c)
         }
     }
     snprintf(path, sizeof(path), "/ratelimiter/%s/nodes", CH_CLUSTER_NAME);
-    if ((rc = rl_harness_zk_wait_children(c->zk.connect, path, sc->nodes, 20000)) != 0) {
+    for (int i = 0; i < sc->nodes; i++) {
+        started += !sc->spare[i];
+    }
+    if ((rc = rl_harness_zk_wait_children(c->zk.connect, path, started, 20000)) != 0) {
         fprintf(stderr, "rl-chaos: the nodes did not all register in ZooKeeper\n");
         return rc;
     }
@@ -328,8 +334,16 @@ ch_cluster_reap(struct ch_cluster *c)
 
     for (int i = 0; i < n; i++) {
         if (s[i]->pid != 0 && rl_harness_wait(s[i]->pid, 0, &status) == 0) {
+            int node = i - r->sc->routers;
+
             s[i]->pid = 0;
             s[i]->status = status;
+            if (node >= 0 && c->node_expected_down[node] &&
+                (!WIFEXITED(status) || WEXITSTATUS(status) == 0)) {
+                /* a `drain` step's clean stop ended (exit 0), or a kill ended it */
+                ch_event(r, "node %s exited (status 0x%x) after its drain", s[i]->name, status);
+                continue;
+            }
             ch_event(r, "%s %s died unasked (status 0x%x); log %s", s[i]->program,
                      s[i]->name, status, s[i]->log_path);
             ch_run_death(r, "%s %s died unasked (status 0x%x)", s[i]->program, s[i]->name,
