@@ -127,7 +127,7 @@ cluster_teardown(void)
 static struct rl_shardmap *
 table_of(const int *live, int nlive)
 {
-    struct rl_member members[NNODES];
+    struct rl_member members[NNODES] = {{.since = 0}}; /* a member's state 0: active */
     struct rl_shardmap *m = NULL;
 
     for (int i = 0; i < nlive; i++) {
@@ -199,7 +199,7 @@ zk_digest(int *nmembers)
 {
     char kids[NNODES + 1][RL_HARNESS_ZK_NAME_MAX];
     char path[RL_HARNESS_ZK_NAME_MAX + 32], asg[8];
-    struct rl_member members[NNODES];
+    struct rl_member members[NNODES] = {{.since = 0}}; /* a member's state 0: active */
     struct rl_shardmap *m = NULL;
     int64_t d;
     int n;
