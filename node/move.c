@@ -440,6 +440,11 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
         return;
     }
     m->stats.in_done++;
+    if (m->stats.incoming == 1) {
+        rl_log_info("handoff: the last expected shard arrived (%" PRIu64 " received whole, %" PRIu64
+                    " started from zero, since start)",
+                    m->stats.in_done, m->stats.in_failed);
+    }
     if (m->map != NULL && m->self_ix != RL_SHARDMAP_NONE &&
         rl_shardmap_owner(m->map, s) == m->self_ix) {
         move_set(m, s, RL_MOVE_OWNED);

@@ -178,7 +178,8 @@ server_stats(struct rl_conn *c, const struct rl_wire_req *req)
         if (s->move != NULL) {
             rl_move_stats(s->move, &ms);
         }
-        RL_SERVER_PUT("shards_owned", s->shards_owned)
+        RL_SERVER_PUT("shards_owned",
+                      s->move != NULL ? rl_move_count_owned(s->move) : s->shards_owned)
         RL_SERVER_PUT("shards_incoming", ms.incoming)
         RL_SERVER_PUT("shards_outgoing", ms.outgoing)
         RL_SERVER_PUT("handoffs_out_done", ms.out_done)
@@ -839,7 +840,8 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
         rl_prom_zookeeper(p, s->zk_state == RL_ZKM_CONNECTED, s->zk_expiries);
         rl_prom_family(p, "rl_node_shards_owned", "gauge",
                        "Shards this node owns in its view of the membership and assignment.");
-        rl_prom_u64(p, "rl_node_shards_owned", NULL, s->shards_owned);
+        rl_prom_u64(p, "rl_node_shards_owned", NULL,
+                    s->move != NULL ? rl_move_count_owned(s->move) : s->shards_owned);
         if (s->move != NULL) {
             rl_move_metrics(s->move, p);
         }

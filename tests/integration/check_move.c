@@ -24,6 +24,8 @@
 #include "reqclient.h"
 #include "rltest.h"
 #include "shardmap.h"
+#include "zkadmin.h"
+#include "zkm.h"
 
 #define NNODES 3
 #define NSHARDS 64
@@ -304,7 +306,21 @@ assign_all(const char *to)
     for (int s = 0; s < NSHARDS; s++) {
         len += (size_t)snprintf(text + len, sizeof(text) - len, "%d %s\n", s, to);
     }
-    ck_assert_int_eq(rl_harness_zk_put(zk.connect, "/ratelimiter/mv/assignment", text, len), 0);
+    /* as rl-rebalance writes it: a compare-and-set with the cluster secret's credential */
+    {
+        static const char key[] = "move-check-secret-0123456789";
+        uv_loop_t loop;
+        struct rl_zkm *z;
+        int64_t version;
+
+        ck_assert_int_eq(uv_loop_init(&loop), 0);
+        ck_assert_int_eq(rl_zkm_create(&z, &loop, zk.connect, 8000, "mv", NULL, NULL), 0);
+        rl_zkm_secure(z, key, sizeof(key) - 1);
+        ck_assert_int_eq(rl_zkm_set_assignment(z, text, len, -1, &version, 10000), 0);
+        rl_zkm_destroy(z);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        ck_assert_int_eq(uv_loop_close(&loop), 0);
+    }
 }
 
 /* (c) an assignment moves shards with their counters. */
