@@ -228,6 +228,7 @@ struct rl_wire_req {
     /* HANDOFF_IN's optional 5th element: true on the last message of a shard's automatic
      * move (docs/PROTOCOL.md, "Automatic handoff"); false when absent */
     bool final;
+    bool has_final; /* the 5th element was given: an automatic move's message */
 };
 
 /* One throttling episode in a THROTTLED reply. Strings point into the frame (decoded) or

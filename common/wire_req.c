@@ -321,6 +321,7 @@ wire_req_handoff_in(const msgpack_object *a, struct rl_wire_req *req, struct rl_
     req->records.ptr = r->via.bin.ptr;
     req->records.len = r->via.bin.size;
     req->final = false;
+    req->has_final = a->via.array.size == 5;
     if (a->via.array.size == 5) {
         const msgpack_object *fin = &a->via.array.ptr[4];
 

@@ -275,7 +275,7 @@ static void
 zkm_children_done(struct rl_zkm *z, struct zkm_ev *ev)
 {
     struct zkm_scan *s;
-    char path[ZKM_PATH_MAX];
+    char path[ZKM_PATH_MAX], spath[ZKM_PATH_MAX];
 
     if (ev->rc != ZOK) {
         z->mem_busy = 0;
@@ -319,13 +319,13 @@ zkm_children_done(struct rl_zkm *z, struct zkm_ev *ev)
             break;
         }
         zkm_sent(z, op, zoo_aget(z->zh, path, 0, zkm_data_done, op));
-        snprintf(path, sizeof(path), "%s/%s", z->states_path, ev->names[i]);
+        snprintf(spath, sizeof(spath), "%s/%s", z->states_path, ev->names[i]);
         op = zkm_scan_op(z, s, ZKM_OP_STATE, i);
         if (op == NULL) {
             break;
         }
         /* a data watch: joining becoming leaving, or the state going */
-        zkm_sent(z, op, zoo_aget(z->zh, path, 1, zkm_data_done, op));
+        zkm_sent(z, op, zoo_aget(z->zh, spath, 1, zkm_data_done, op));
         if (z->secure) {
             op = zkm_scan_op(z, s, ZKM_OP_MEMBER_ACL, i);
             if (op == NULL) {
