@@ -91,7 +91,7 @@ CONF
     drain_ms=$(( $(ms_of "$(cut -d' ' -f1 <<<"$done_l")") - $(ms_of "$leave") ))
     moved=$(grep -o "[0-9]* keys, [0-9]* bytes)" <<<"$done_l" | cut -d' ' -f1)
     bytes=$(grep -o "[0-9]* bytes)" <<<"$done_l" | cut -d' ' -f1)
-    freeze=$(grep -o "frozen [0-9.]* ms" "$work/$name-a.log" | awk '{print $2}' | sort -g |
+    freeze=$(sed -n '/clean stop: leaving/,$p' "$work/$name-a.log" | grep -o "frozen [0-9.]* ms" | awk '{print $2}' | sort -g |
         awk '{a[NR] = $1} END {if (NR == 0) {print "-"; exit}
              p50 = a[int((NR + 1) * 0.5)]; i = int(NR * 0.99 + 0.5); if (i < 1) i = 1;
              printf "p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d shards", p50, a[i], a[NR], NR}')
