@@ -745,6 +745,16 @@ move_pump(struct rl_move *m)
 
 /* Drain. */
 
+/* done() runs from a timer of its own, never inside a call of the caller's (a view being
+ * applied from ZooKeeper's callback, which done() may destroy). */
+static void
+move_drain_fire(uv_timer_t *t)
+{
+    struct rl_move *m = t->data;
+
+    m->drain_done(m->drain_arg);
+}
+
 static void
 move_check_drain(struct rl_move *m)
 {
@@ -753,10 +763,10 @@ move_check_drain(struct rl_move *m)
     }
     m->drained = true;
     uv_timer_stop(&m->drain_timer);
+    uv_timer_start(&m->drain_timer, move_drain_fire, 0, 0);
     rl_log_info("handoff: clean stop: every shard handed off (%" PRIu64 " shipped, %" PRIu64
                 " failed, %" PRIu64 " keys, %" PRIu64 " bytes)",
                 m->stats.out_done, m->stats.out_failed, m->stats.keys_out, m->stats.bytes_out);
-    m->drain_done(m->drain_arg);
 }
 
 static void

@@ -398,14 +398,13 @@ owner_of(const struct rl_shardmap *map, const char *svc, const char *user)
 static void
 send_traffic(uint64_t *allowed, uint64_t *limited, uint64_t *no_rule, uint64_t share[NNODES])
 {
-    struct rl_member members[NNODES];
+    struct rl_member members[NNODES] = {0};
     struct rl_shardmap *map = NULL;
     struct rl_client *c = NULL;
     struct rl_wire_reply rep;
     int placed[NNODES] = {0};
     char user[32];
 
-    memset(members, 0, sizeof(members)); /* state 0: active */
     for (int i = 0; i < NNODES; i++) {
         snprintf(members[i].name, sizeof(members[i].name), "%s", node_names[i]);
         snprintf(members[i].addr, sizeof(members[i].addr), "127.0.0.1:%d", node_ports[i]);
