@@ -918,6 +918,36 @@ START_TEST(test_planned_move)
 }
 END_TEST
 
+/* The old owner left the membership (the observer never saw it `leaving`: a quick drain)
+ * after a `term` step on it: planned all the same (exactness); killed after the term, a loss
+ * (bounded loss) unless planned_moves = either. */
+START_TEST(test_planned_move_clean_stop)
+{
+    struct ch_run *r = run_new();
+    struct ch_scenario *sc = scenario_of(r);
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 1500, SHARD, 1); /* node 0 (a) gone from the members */
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 5, 4);
+    judge(r, NULL, 0); /* no step: a loss, bounded */
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    sc->steps[0] = (struct ch_step){.at_ms = 1400, .action = CH_TERM, .target = CH_NODE};
+    sc->nsteps = 1;
+    judge(r, "exactness", 1); /* a clean stop hands off: 10 allowed is 5 too many */
+    sc->steps[1] = (struct ch_step){.at_ms = 1450, .action = CH_KILL, .target = CH_NODE};
+    sc->nsteps = 2;
+    judge(r, NULL, 0); /* killed mid-move: a loss */
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    /* a term of another node says nothing of a's */
+    sc->steps[0].index = 2;
+    sc->nsteps = 1;
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    run_free(r);
+}
+END_TEST
+
 /* The old owner registered again (a new znode) in the view that moved the shard: it
  * restarted, so the move is a loss, not planned. */
 START_TEST(test_planned_move_reregistered)
@@ -1306,6 +1336,7 @@ chaos_suite(void)
     tcase_add_test(tc, test_fresh_start_late_in_flight);
     tcase_add_test(tc, test_planned_move);
     tcase_add_test(tc, test_planned_move_reregistered);
+    tcase_add_test(tc, test_planned_move_clean_stop);
     tcase_add_test(tc, test_policy_unimpaired);
     tcase_add_test(tc, test_policy_impaired);
     tcase_add_test(tc, test_policy_every_node_impaired);

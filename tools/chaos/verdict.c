@@ -287,10 +287,42 @@ is_decision(const struct ch_req *q)
     return q->code == RL_WIRE_ALLOWED || q->code == RL_WIRE_LIMITED;
 }
 
+/*
+ * Whether node's latest stop before t (its steps on the scenario's clock, since its latest
+ * start) was a clean one (`term`, `drain`): it handed its shards off before it left, so a
+ * change at t from it is planned even when the observer never saw it `leaving` (a quick
+ * drain: the state and the member znode gone between two reads). A `kill` after the clean
+ * stop cuts the move: planned only with planned_moves = either.
+ */
+static bool
+stopped_cleanly(const struct ch_run *r, int node, int64_t t)
+{
+    const struct ch_scenario *sc = r->sc;
+    int64_t clean = -1, killed = -1;
+
+    for (int i = 0; i < sc->nsteps; i++) {
+        const struct ch_step *st = &sc->steps[i];
+        int64_t at = r->t0_ms + st->at_ms;
+
+        if (st->target != CH_NODE || st->index != node || at > t) {
+            continue;
+        }
+        if (st->action == CH_RESTART || st->action == CH_ADD) {
+            clean = killed = -1; /* a new process: what happened before is its predecessor's */
+        } else if (st->action == CH_TERM || st->action == CH_DRAIN) {
+            clean = at;
+        } else if (st->action == CH_KILL && clean >= 0) {
+            killed = at;
+        }
+    }
+    return clean >= 0 && (killed < 0 || sc->planned == CH_PLANNED_EITHER);
+}
+
 /* Times at which shard's owner changed to a node, or its owner was restarted: either way
  * the owner from then on starts from zero; except a planned move (planned[i] true): the old
  * owner was still a member of the view that gave the shard to another (a clean stop's
- * `leaving`, a node joining, an assignment), so it hands the shard's counters off. */
+ * `leaving`, a node joining, an assignment), or left after a clean stop (stopped_cleanly),
+ * so it handed the shard's counters off. */
 static int
 changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, bool *planned, int max)
 {
@@ -311,8 +343,11 @@ changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, bool *planned, i
          * again (a new znode under the same name) is a new tenure, as a new owner is */
         if (now != CH_NONE && r->views[k].t_ms >= r->t0_ms &&
             (now != was || r->views[k].since[now] != r->views[k - 1].since[now])) {
-            planned[n] = now != was && was != CH_NONE && (r->views[k].members >> was & 1) != 0 &&
-                         r->views[k].since[was] == r->views[k - 1].since[was];
+            planned[n] = now != was && was != CH_NONE &&
+                         (((r->views[k].members >> was & 1) != 0 &&
+                           r->views[k].since[was] == r->views[k - 1].since[was]) ||
+                          ((r->views[k].members >> was & 1) == 0 &&
+                           stopped_cleanly(r, was, r->views[k].t_ms)));
             at[n++] = r->views[k].t_ms;
         }
     }
