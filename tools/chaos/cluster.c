@@ -341,6 +341,7 @@ ch_cluster_reap(struct ch_cluster *c)
             if (node >= 0 && c->node_expected_down[node] &&
                 (!WIFEXITED(status) || WEXITSTATUS(status) == 0)) {
                 /* a `drain` step's clean stop ended (exit 0), or a kill ended it */
+                c->draining[node] = false;
                 ch_event(r, "node %s exited (status 0x%x) after its drain", s[i]->name, status);
                 continue;
             }

@@ -48,6 +48,7 @@ struct ch_cluster {
     int open_impair[CH_NODES_MAX]; /* index of the open impairment of a killed node, or -1 */
     int proxy_port[CH_NODES_MAX];  /* what a node advertises: its routers-side proxy */
     bool isolated[CH_NODES_MAX];   /* across hosts: the node's interface is down */
+    bool draining[CH_NODES_MAX];   /* a `drain` step's SIGTERM sent, its exit not yet reaped */
 };
 
 /* cluster.c: starts ZooKeeper, the proxies, the nodes, the routers and the observer (c->run

@@ -300,6 +300,16 @@ ch_fault_do(struct ch_cluster *c, int si)
     case CH_KILL:
     case CH_TERM:
         if (st->target == CH_NODE) {
+            /* a node killed cuts the moves of the nodes draining meanwhile (their shards
+             * bound for it, or theirs if it is one of them): those shards may get their
+             * policy until the move is given up (handoff_wait) and the membership settles */
+            for (int j = 0; st->action == CH_KILL && j < r->sc->nodes; j++) {
+                if (c->draining[j] && j != st->index) {
+                    ch_run_impair(r, j, now, now + 2 * r->sc->session_timeout_ms + 2000,
+                                  "its move cut by a kill");
+                }
+            }
+            c->draining[st->index] = false;
             c->node_expected_down[st->index] = true;
             c->open_impair[st->index] = ch_run_impair(r, st->index, now, INT64_MAX,
                                                       st->action == CH_KILL ? "killed" : "stopped");
@@ -329,6 +339,7 @@ ch_fault_do(struct ch_cluster *c, int si)
                     ch_run_impair(r, st->index, now, INT64_MAX, "restarted");
                 rl_harness_server_stop(s, SIGTERM, 10000);
             }
+            c->draining[st->index] = false;
             rc = ch_cluster_start_node(c, st->index);
             pthread_mutex_lock(&r->lock);
             if (r->nrestarts < 64) {
@@ -412,6 +423,7 @@ ch_fault_do(struct ch_cluster *c, int si)
         /* a clean stop the run does not wait for: no impairment (a planned move); its exit
          * is reaped as expected (cluster.c) */
         c->node_expected_down[st->index] = true;
+        c->draining[st->index] = c->node[st->index].pid > 0;
         rc = c->node[st->index].pid > 0 && kill(c->node[st->index].pid, SIGTERM) == 0 ? 0
                                                                                       : -ESRCH;
         break;
