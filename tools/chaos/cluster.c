@@ -238,6 +238,33 @@ router_stats(struct ch_cluster *c, int i, struct rl_wire_reply *rep)
     return 0;
 }
 
+int64_t
+ch_cluster_in_flight(struct ch_cluster *c)
+{
+    int64_t n = 0;
+
+    for (int i = 0; i < c->run->sc->nodes; i++) {
+        struct rl_client *cl = NULL;
+        struct rl_wire_reply rep;
+
+        if (c->node[i].pid == 0) {
+            continue;
+        }
+        if (ch_run_connect(c->run, false, i, &cl, 300) != 0) {
+            return -1;
+        }
+        if (rl_client_stats(cl, &rep, 300) != 0 || rep.op != RL_WIRE_OP_STATS) {
+            rl_client_destroy(cl);
+            return -1;
+        }
+        /* (a node from before automatic handoff says neither: 0) */
+        n += rl_client_stat(&rep, "shards_incoming", 0) +
+             rl_client_stat(&rep, "shards_outgoing", 0);
+        rl_client_destroy(cl);
+    }
+    return n;
+}
+
 /* A router's table digest through STATS; 0 when it cannot be read now. */
 static uint64_t
 router_digest(struct ch_cluster *c, int i)

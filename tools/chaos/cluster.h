@@ -66,6 +66,10 @@ void ch_cluster_stop(struct ch_cluster *c, bool judge);
  * in *alive how many routers run. */
 int ch_cluster_sample(struct ch_cluster *c, int *alive);
 
+/* Shards in flight on the running nodes (their STATS shards_incoming + shards_outgoing),
+ * or -1 when a node cannot be asked now. */
+int64_t ch_cluster_in_flight(struct ch_cluster *c);
+
 /* Why the routers answered by policy, from their STATS: for reading a failure. */
 void ch_cluster_print_causes(struct ch_cluster *c);
 
