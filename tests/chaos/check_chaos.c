@@ -953,6 +953,7 @@ END_TEST
 START_TEST(test_planned_move_reregistered)
 {
     struct ch_run *r = run_new();
+    struct ch_scenario *sc = scenario_of(r);
 
     view_add(r, -5000, -1, 0);
     view_planned(r, 1500, SHARD, 1);
@@ -961,6 +962,31 @@ START_TEST(test_planned_move_reregistered)
     allowed(r, 1600, 5, 4);
     judge(r, NULL, 0);
     ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    run_free(r);
+
+    /* the new owner back from a loss (a new registration, not joining first: an expired
+     * session, or a kill and a restart): a loss too */
+    r = run_new();
+    sc = scenario_of(r);
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    r->views[1].since[1] = 5000;
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 5, 4);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    /* ...unless the run started it by its plan: an add, or a restart after a clean stop */
+    sc->steps[0] = (struct ch_step){.at_ms = 1000, .action = CH_ADD, .target = CH_NODE,
+                                    .index = 1};
+    sc->nsteps = 1;
+    judge(r, "exactness", 1);
+    sc->steps[0].action = CH_KILL;
+    sc->steps[1] = (struct ch_step){.at_ms = 1200, .action = CH_RESTART, .target = CH_NODE,
+                                    .index = 1};
+    sc->nsteps = 2;
+    judge(r, NULL, 0); /* killed, then restarted: back from a loss */
+    sc->steps[0].action = CH_TERM;
+    judge(r, "exactness", 1); /* stopped cleanly, then restarted: by the plan */
     run_free(r);
 }
 END_TEST

@@ -318,11 +318,43 @@ stopped_cleanly(const struct ch_run *r, int node, int64_t t)
     return clean >= 0 && (killed < 0 || sc->planned == CH_PLANNED_EITHER);
 }
 
+/*
+ * Whether node came in by the run's own plan by t: its latest start before t was an `add`
+ * step, or a `restart` whose node had last been stopped cleanly (`term`, `drain`) or was
+ * running (the restart's own SIGTERM is a clean stop). Not after a `kill`: a node recovering
+ * from a loss (or from an expired session, with no step at all) takes its shards back as
+ * after any loss.
+ */
+static bool
+joined_cleanly(const struct ch_run *r, int node, int64_t t)
+{
+    const struct ch_scenario *sc = r->sc;
+    bool clean = false, killed = false;
+
+    for (int i = 0; i < sc->nsteps; i++) {
+        const struct ch_step *st = &sc->steps[i];
+
+        if (st->target != CH_NODE || st->index != node || r->t0_ms + st->at_ms > t) {
+            continue;
+        }
+        if (st->action == CH_KILL) {
+            killed = true;
+        } else if (st->action == CH_TERM || st->action == CH_DRAIN) {
+            killed = false;
+        } else if (st->action == CH_ADD || st->action == CH_RESTART) {
+            clean = !killed;
+            killed = false;
+        }
+    }
+    return clean;
+}
+
 /* Times at which shard's owner changed to a node, or its owner was restarted: either way
  * the owner from then on starts from zero; except a planned move (planned[i] true): the old
  * owner was still a member of the view that gave the shard to another (a clean stop's
  * `leaving`, a node joining, an assignment), or left after a clean stop (stopped_cleanly),
- * so it handed the shard's counters off. */
+ * so it handed the shard's counters off, to a new owner that was a member already (joining
+ * or active) or came in by the run's plan (joined_cleanly): not one back from a loss. */
 static int
 changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, bool *planned, int max)
 {
@@ -343,11 +375,16 @@ changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, bool *planned, i
          * again (a new znode under the same name) is a new tenure, as a new owner is */
         if (now != CH_NONE && r->views[k].t_ms >= r->t0_ms &&
             (now != was || r->views[k].since[now] != r->views[k - 1].since[now])) {
+            /* the old owner handed it off (still a member, or left after a clean stop);
+             * the new one was there before (joining, or active) or came by the plan */
             planned[n] = now != was && was != CH_NONE &&
                          (((r->views[k].members >> was & 1) != 0 &&
                            r->views[k].since[was] == r->views[k - 1].since[was]) ||
                           ((r->views[k].members >> was & 1) == 0 &&
-                           stopped_cleanly(r, was, r->views[k].t_ms)));
+                           stopped_cleanly(r, was, r->views[k].t_ms))) &&
+                         (((r->views[k - 1].members >> now & 1) != 0 &&
+                           r->views[k].since[now] == r->views[k - 1].since[now]) ||
+                          joined_cleanly(r, now, r->views[k].t_ms));
             at[n++] = r->views[k].t_ms;
         }
     }
