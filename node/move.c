@@ -388,6 +388,10 @@ rl_move_moving(const struct rl_move *m, uint32_t s, const char **owner)
     }
     switch (m->st[s]) {
     case RL_MOVE_INCOMING:
+        /* its old owner decides it until its export (it may be queued behind other shards
+         * there): ask it, while it is a member; "" once nobody is known to */
+        *owner = move_peer_member(m, m->peer[s]) ? move_peer_name(m, m->peer[s]) : "";
+        return true;
     case RL_MOVE_EXPORTING:
         *owner = "";
         return true;
@@ -397,6 +401,12 @@ rl_move_moving(const struct rl_move *m, uint32_t s, const char **owner)
     default:
         return false;
     }
+}
+
+bool
+rl_move_expected(const struct rl_move *m, uint32_t s)
+{
+    return s < m->n && m->st[s] == RL_MOVE_INCOMING;
 }
 
 int

@@ -32,7 +32,8 @@ enum rl_move_st {
     RL_MOVE_NONE = 0,  /* not this node's: NOT_OWNER */
     RL_MOVE_OWNED,     /* decided here */
     RL_MOVE_OWNED_H,   /* decided here, received by a handoff before this node's view said so */
-    RL_MOVE_INCOMING,  /* expected from its old owner: MOVING "" until it arrives or the wait ends */
+    RL_MOVE_INCOMING,  /* expected from its old owner: MOVING (owner: the old owner) until it
+                          arrives or the wait ends */
     RL_MOVE_OUTGOING,  /* queued for its next owner: still decided here until its export */
     RL_MOVE_EXPORTING, /* exported, being sent: MOVING "" */
     RL_MOVE_GONE,      /* sent (or given up): MOVING with the next owner's name */
@@ -87,9 +88,13 @@ void rl_move_lost(struct rl_move *m);
 
 /*
  * What a request for shard s gets, when the bitmap says it is not decided here: false for
- * NOT_OWNER; true for MOVING, *owner then "" (ask again) or the member to ask.
+ * NOT_OWNER; true for MOVING, *owner then "" (ask again) or the member to ask: the next
+ * owner of a shard gone, the old owner of one expected (it decides it until its export).
  */
 bool rl_move_moving(const struct rl_move *m, uint32_t s, const char **owner);
+
+/* Whether shard s is expected here (INCOMING). */
+bool rl_move_expected(const struct rl_move *m, uint32_t s);
 
 /*
  * HANDOFF_IN of an automatic move for shard s: 0 when its records may be imported (s was

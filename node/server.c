@@ -341,7 +341,10 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch, u
         if (rl_move_moving(s->move, shard, &owner)) {
             s->not_owner--;
             s->moving++;
-            if (owner[0] != '\0') {
+            if (owner[0] != '\0' && (s->owned[shard >> 3] >> (shard & 7) & 1) == 0 &&
+                rl_move_expected(s->move, shard)) {
+                snprintf(msg, sizeof(msg), "shard %u is expected from %s", shard, owner);
+            } else if (owner[0] != '\0') {
                 snprintf(msg, sizeof(msg), "shard %u is moving to %s", shard, owner);
             } else {
                 snprintf(msg, sizeof(msg), "shard %u is being handed off (node %s)", shard,

@@ -64,6 +64,7 @@ static const char *const alert_names[] = {
     "RateLimiterZooKeeperDisconnected",
     "RateLimiterPolicyAnswersRising",
     "RateLimiterBackstopRefusing",
+    "RateLimiterHandoffsFailed",
     "RateLimiterMemoryNearCap",
     "RateLimiterRequestLogDrops",
 };
