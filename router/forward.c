@@ -364,7 +364,9 @@ forward_hold(struct rl_router *r, struct rl_pending *p)
 /*
  * The node u answered p ERROR MOVING (rep; NULL: a NOT_OWNER taken as MOVING ""): the shard
  * is being handed to another node and nothing was applied. p is sent at once to the member
- * the node named, else held for a backoff and sent to the owner of the router's table then
+ * the node named (RL_FORWARD_REDIRECTS times at most: the new owner names the old one until
+ * the shard's records are in, the old one names the new one once it exported them), else
+ * held for a backoff and sent to the owner of the router's table then
  * (the cluster read again meanwhile), until handoff_wait past its first send; only then does
  * the failure policy answer. Never the backstop, never a node failure.
  */
@@ -394,9 +396,10 @@ forward_moving(struct rl_router *r, struct rl_pending *p, struct rl_upstream *u,
     if (rep != NULL && rep->owner.len > 0) {
         to = forward_member(r, rep->owner.ptr, rep->owner.len);
     }
-    if (to != NULL && to != u) {
+    if (to != NULL && to != u && p->redirects < RL_FORWARD_REDIRECTS) {
         rc = forward_send_again(r, p, to);
         if (rc == 0) {
+            p->redirects++;
             r->stats.move_redirected++;
             return;
         }

@@ -134,6 +134,7 @@ rl_pending_free(struct rl_router *r, struct rl_pending *p, bool late_reply)
     p->moved = NULL;
     p->moving = false;
     p->moves = 0;
+    p->redirects = 0;
     p->where = RL_PENDING_FIFO;
     p->kept_len = RL_PENDING_KEPT_NONE;
     p->fan = NULL;

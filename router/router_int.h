@@ -82,6 +82,10 @@ typedef void rl_pending_resend_fn(struct rl_router *r, struct rl_pending *p);
  * were overwritten before its MOVING came is answered by policy (stats.move_lost). */
 #define RL_PENDING_RING (4u << 20)
 #define RL_PENDING_KEPT_NONE UINT32_MAX
+/* forward.c: a CHECK is sent at once to the member a MOVING named this many times at most;
+ * past that, the names are hints no more (two nodes naming each other while a shard's last
+ * message is in flight) and it waits a backoff before each send. */
+#define RL_FORWARD_REDIRECTS 2u
 
 struct rl_pending {
     struct rl_cconn *client; /* NULL once the client left */
@@ -120,6 +124,7 @@ struct rl_pending {
     uint8_t kept_hdr;
     uint8_t where;  /* RL_PENDING_FIFO, RL_PENDING_HELD + level, RL_PENDING_LIMBO */
     uint8_t moves;  /* MOVING answers (or planned losses) so far: the next backoff level */
+    uint8_t redirects; /* sent at once to the member a MOVING named (RL_FORWARD_REDIRECTS) */
     bool moving;    /* answered MOVING at least once: counted in r->nmoving */
     char *moved;
     uint64_t hold_until; /* loop ms: first send + handoff_wait, past which policy answers */

@@ -3,7 +3,8 @@
  * MOVING"; docs/OPERATIONS.md, "Planned moves"), against two fake nodes in this process
  * (threads speaking the wire, static membership n1 and n2) whose answers the test scripts:
  *   - MOVING naming the other member: the CHECK is sent there at once and its answer relayed
- *     (moved and move_redirected count it, no policy answer);
+ *     (moved and move_redirected count it, no policy answer); two nodes naming each other:
+ *     twice at once, then by backoff to the table's owner;
  *   - MOVING "" (and MOVING naming no member) a few times per key: the CHECK is held and sent
  *     again to the owner until it is answered (held_for_move, move_resent), never FAIL_OPEN;
  *   - MOVING for ever: the failure policy answers once handoff_wait passed (move_expired),
@@ -339,6 +340,28 @@ START_TEST(test_moving_unknown_owner)
 }
 END_TEST
 
+/* Two nodes naming each other (the new owner names the old one until the records are in,
+ * the old one the new one once it exported them): sent at once twice, then by backoff to
+ * the table's owner, which answers once its three MOVINGs are spent: per user 4 MOVING
+ * (3 from the owner, 1 from the other), 2 redirects, 2 holds, and the answer. */
+START_TEST(test_moving_ping_pong)
+{
+    int codes[RL_CLIENT_CODE_ERROR + 1];
+
+    fake_start(&f1, FAKE_MOVING_FIRST, "n2", 3);
+    fake_start(&f2, FAKE_MOVING_FIRST, "n1", 3);
+    router_start("1m", "open");
+    check_users("pong", codes, 1);
+    ck_assert_int_eq(codes[RL_WIRE_ALLOWED], USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "moved"), 4 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "move_redirected"), 2 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "held_for_move"), 2 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "move_resent"), 2 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "fail_open"), 0);
+    stop_all();
+}
+END_TEST
+
 /* A move that never ends: the policy answers past handoff_wait, not before (every CHECK was
  * sent more than once), and nothing counts the node as down. */
 START_TEST(test_moving_expires)
@@ -444,6 +467,7 @@ moving_suite(void)
     tcase_add_test(tc, test_moving_named);
     tcase_add_test(tc, test_moving_held);
     tcase_add_test(tc, test_moving_unknown_owner);
+    tcase_add_test(tc, test_moving_ping_pong);
     tcase_add_test(tc, test_moving_expires);
     tcase_add_test(tc, test_moving_inline);
     tcase_add_test(tc, test_moving_client_leaves);
