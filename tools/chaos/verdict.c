@@ -319,34 +319,26 @@ stopped_cleanly(const struct ch_run *r, int node, int64_t t)
 }
 
 /*
- * Whether node came in by the run's own plan by t: its latest start before t was an `add`
- * step, or a `restart` whose node had last been stopped cleanly (`term`, `drain`) or was
- * running (the restart's own SIGTERM is a clean stop). Not after a `kill`: a node recovering
- * from a loss (or from an expired session, with no step at all) takes its shards back as
- * after any loss.
+ * Whether node was started by the run by t (an `add` step, or a `restart`): a node that
+ * starts joins (`joining` first, placed only once it read its view) and takes its shards from
+ * their live owners with their counters, even when the observer did not see it joining. A
+ * node back from an expired session with no step (a partition healed) is not: it takes its
+ * shards back as after any loss.
  */
 static bool
 joined_cleanly(const struct ch_run *r, int node, int64_t t)
 {
     const struct ch_scenario *sc = r->sc;
-    bool clean = false, killed = false;
 
     for (int i = 0; i < sc->nsteps; i++) {
         const struct ch_step *st = &sc->steps[i];
 
-        if (st->target != CH_NODE || st->index != node || r->t0_ms + st->at_ms > t) {
-            continue;
-        }
-        if (st->action == CH_KILL) {
-            killed = true;
-        } else if (st->action == CH_TERM || st->action == CH_DRAIN) {
-            killed = false;
-        } else if (st->action == CH_ADD || st->action == CH_RESTART) {
-            clean = !killed;
-            killed = false;
+        if (st->target == CH_NODE && st->index == node && r->t0_ms + st->at_ms <= t &&
+            (st->action == CH_ADD || st->action == CH_RESTART)) {
+            return true;
         }
     }
-    return clean;
+    return false;
 }
 
 /* Times at which shard's owner changed to a node, or its owner was restarted: either way
