@@ -309,6 +309,12 @@ ch_fault_do(struct ch_cluster *c, int si)
                                   "its move cut by a kill");
                 }
             }
+            if (st->action == CH_KILL && c->draining[st->index]) {
+                /* killed while it hands its shards off: every node it was handing them to
+                 * (any other) waits for them, then starts them from zero */
+                ch_run_impair(r, -1, now, now + 2 * r->sc->session_timeout_ms + 2000,
+                              "a drain cut by a kill");
+            }
             c->draining[st->index] = false;
             c->node_expected_down[st->index] = true;
             c->open_impair[st->index] = ch_run_impair(r, st->index, now, INT64_MAX,
