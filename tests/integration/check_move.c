@@ -24,6 +24,7 @@
 #include "reqclient.h"
 #include "rltest.h"
 #include "shardmap.h"
+#include "tls.h"
 #include "zkadmin.h"
 #include "zkm.h"
 
@@ -41,6 +42,7 @@ static const char *names[NNODES] = {"n1", "n2", "n3"};
 static const char *services[] = {"tb", "fw", "gc", "swl", "swc", "lb"};
 #define NSERVICES (sizeof(services) / sizeof(services[0]))
 static struct rl_client *clients[NNODES];
+static struct rl_tls_ctx *tls; /* the direct client's, when the nodes listen with TLS */
 static uint64_t moving_seen; /* MOVING answers the direct client got */
 
 static void
@@ -50,6 +52,7 @@ setup(void)
     memset(nodes, 0, sizeof(nodes));
     memset(clients, 0, sizeof(clients));
     moving_seen = 0;
+    tls = NULL;
     ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
     for (int i = 0; i < NNODES; i++) {
         ports[i] = rl_harness_free_port();
@@ -93,14 +96,22 @@ teardown(void)
         rl_client_destroy(clients[i]);
         clients[i] = NULL;
     }
+    rl_tls_ctx_free(tls);
+    tls = NULL;
     unsetenv("RL_TOKEN_FILE");
     rl_harness_cleanup();
 }
 
+static void wait_settled_n(int nrunning);
+
+/* Starts node i and waits until it has joined and every move it caused is over. Nodes are
+ * started one after another: two started at once may each see the other join before it held
+ * anything, and wait handoff_wait for shards nobody holds (docs/OPERATIONS.md). */
 static void
 start(int i)
 {
     ck_assert_int_eq(rl_harness_node_start(&nodes[i], config, names[i], ports[i], 0), 0);
+    wait_settled_n(i);
 }
 
 /* The client of node i, connected and authenticated (NULL when it does not run). */
@@ -114,6 +125,11 @@ client(int i)
     }
     if (clients[i] == NULL) {
         if (rl_client_connect(&clients[i], "127.0.0.1", (uint16_t)ports[i], T_MS) != 0) {
+            clients[i] = NULL;
+            return NULL;
+        }
+        if (tls != NULL && rl_client_start_tls(clients[i], tls, T_MS, why, sizeof(why)) != 0) {
+            rl_client_destroy(clients[i]);
             clients[i] = NULL;
             return NULL;
         }
@@ -213,10 +229,30 @@ count_limited(void)
     return limited;
 }
 
+/* A STATS value of node i (0 when it does not run), on the test's client (TLS or not). */
 static int64_t
 stat_of(int i, const char *key)
 {
-    return nodes[i].pid != 0 ? rl_test_stat(ports[i], key) : 0;
+    struct rl_wire_reply *rep;
+    int64_t v = -1;
+
+    if (nodes[i].pid == 0) {
+        return 0;
+    }
+    rep = malloc(sizeof(*rep));
+    ck_assert_ptr_nonnull(rep);
+    for (int tries = 0; tries < 3; tries++) {
+        struct rl_client *c = client(i);
+
+        if (c != NULL && rl_client_stats(c, rep, T_MS) == 0 && rep->op == RL_WIRE_OP_STATS) {
+            v = rl_client_stat(rep, key, -1);
+            break;
+        }
+        drop_client(i);
+    }
+    free(rep);
+    ck_assert_msg(v != -1, "no STATS %s from %s", key, names[i]);
+    return v;
 }
 
 /* Waits (60 s at most) until the running nodes agree on one table, own every shard among
@@ -248,6 +284,15 @@ wait_settled(const bool want[NNODES])
         }
     }
     ck_assert_msg(ok, "the nodes did not settle on one table");
+}
+
+static void
+wait_settled_n(int i)
+{
+    bool want[NNODES] = {false, false, false};
+
+    want[i] = true;
+    wait_settled(want);
 }
 
 static const bool want12[NNODES] = {true, true, false};
@@ -331,6 +376,9 @@ START_TEST(test_assignment_moves_counters)
     wait_settled(want12);
     exhaust_all();
     assign_all("n2");
+    for (int i = 0; i < 600 && stat_of(0, "shards_owned") != 0; i++) {
+        usleep(100 * 1000);
+    }
     wait_settled(want2);
     ck_assert_int_eq(stat_of(0, "shards_owned"), 0);
     ck_assert_int_gt(stat_of(1, "handoffs_in_done"), 0);
@@ -428,6 +476,43 @@ START_TEST(test_old_owner_lost_mid_move)
 }
 END_TEST
 
+/* (f) the same clean stop when the nodes listen with TLS: the old owner dials the new one
+ * with the cluster's certificate and the secret. */
+START_TEST(test_sigterm_with_tls)
+{
+    const char *dir = rl_harness_tmpdir();
+    static char text[8192];
+    int n = rl_harness_read_file(config, text, sizeof(text));
+
+    ck_assert_int_gt(n, 10);
+    ck_assert_int_eq(strncmp(text, "[cluster]\n", 10), 0);
+    ck_assert_int_eq(rl_harness_tls_ca(dir, "ca"), 0);
+    ck_assert_int_eq(rl_harness_tls_cert(dir, "node", "ca"), 0);
+    ck_assert_int_eq(rl_harness_tls_cert(dir, "client", "ca"), 0);
+    ck_assert_int_eq(rl_harness_write_file(config,
+                                           "[cluster]\n"
+                                           "tls_cert_file = %s/node.pem\n"
+                                           "tls_key_file = %s/node.key\n"
+                                           "tls_ca_file = %s/ca.pem\n"
+                                           "%.*s",
+                                           dir, dir, dir, n - 10, text + 10),
+                     0);
+    tls = rl_test_tls_client(dir, "ca", "client");
+    start(0);
+    start(1);
+    wait_settled(want12);
+    exhaust_all();
+    ck_assert_int_eq(rl_harness_server_stop(&nodes[0], SIGTERM, 60000), 0);
+    ck_assert(WIFEXITED(nodes[0].status));
+    ck_assert_int_eq(WEXITSTATUS(nodes[0].status), 0);
+    drop_client(0);
+    wait_settled(want2);
+    ck_assert_int_gt(stat_of(1, "handoff_keys_in"), 0);
+    ck_assert_int_eq(stat_of(1, "handoffs_in_failed"), 0);
+    ck_assert_int_eq(count_limited(), (int)(NSERVICES * NUSERS));
+}
+END_TEST
+
 int
 main(void)
 {
@@ -450,6 +535,9 @@ main(void)
     }
     if (only == NULL || strcmp(only, "d") == 0) {
         tcase_add_test(tc, test_old_owner_lost_mid_move);
+    }
+    if (only == NULL || strcmp(only, "f") == 0) {
+        tcase_add_test(tc, test_sigterm_with_tls);
     }
     suite_add_tcase(s, tc);
     return rl_test_run(s);
