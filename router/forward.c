@@ -12,7 +12,11 @@
  * backstop.h). A CHECK carrying its own limit (docs/PROTOCOL.md,
  * "Inline limits") has no rule: it is forwarded like any other (re-encoded, as the short reader
  * leaves it to the full decoder), never answered from the deny cache, and its failure policy is
- * [cluster] inline_failure. Not for THROTTLED (fanout.c).
+ * [cluster] inline_failure. A node's ERROR MOVING (its shard is being handed to another node:
+ * docs/OPERATIONS.md, "A router during a planned move") is no failure: the CHECK is sent
+ * again, at once to the member named or after a backoff to the table's owner (pending.c
+ * keeps its bytes and holds it), until [cluster] handoff_wait past its first send; only then
+ * does the policy answer. Not for THROTTLED (fanout.c).
  */
 #include <errno.h>
 #include <stddef.h>
