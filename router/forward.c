@@ -485,14 +485,15 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
          * with ZooKeeper, a node that says the shard is another's (not fenced, not
          * unregistered: "shard N is not owned by ...") may be a view behind or ahead of the
          * router's in a planned move: held as for a MOVING "" (forward_moving). */
-        r->stats.not_owner++;
         rl_log_debug("node %s: %.*s", u->name, (int)rep->message.len,
                      rep->message.ptr != NULL ? rep->message.ptr : "");
         if (r->zk_state != RL_ROUTER_ZK_NONE && rep->message.len > 6 &&
             memcmp(rep->message.ptr, "shard ", 6) == 0) {
+            r->stats.not_owner_held++;
             forward_moving(r, pd, u, NULL);
             return;
         }
+        r->stats.not_owner++;
         rl_forward_fail(r, pd, false);
         forward_refresh(r);
         return;

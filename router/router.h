@@ -41,8 +41,9 @@
     X(errors, "errors")                                                                            \
     X(overloaded, "overloaded")                                                                    \
     X(late_replies, "late_replies")                                                                \
-    X(not_owner, "not_owner")             /* nodes refused a shard: views differed */             \
+    X(not_owner, "not_owner")             /* nodes refused a shard: answered by policy */         \
     X(view_refreshes, "view_refreshes")   /* ZooKeeper re-reads asked for after NOT_OWNER */       \
+    X(not_owner_held, "not_owner_held")   /* NOT_OWNER "shard is another's": held as a MOVING */   \
     X(moved, "moved")                     /* ERROR MOVING answers: a shard in a planned move */    \
     X(move_redirected, "move_redirected") /* sent at once to the owner a MOVING named */           \
     X(held_for_move, "held_for_move")     /* backoffs waited before sending to the owner again */   \

@@ -286,7 +286,8 @@ ch_cluster_print_causes(struct ch_cluster *c)
         printf("router %d (since its last start): checks %lld, failure-policy answers because "
                "the owner was down %lld, past the deadline %lld, refused by the node "
                "(NOT_OWNER) %lld; late replies dropped %lld, table builds %lld; planned moves: "
-               "MOVING %lld, redirected %lld, held %lld, past handoff_wait %lld\n",
+               "MOVING %lld, NOT_OWNER held %lld, redirected %lld, held %lld, past handoff_wait "
+               "%lld\n",
                i + 1, (long long)rl_client_stat(&rep, "checks", 0),
                (long long)rl_client_stat(&rep, "owner_down", 0),
                (long long)rl_client_stat(&rep, "deadline_expired", 0),
@@ -294,6 +295,7 @@ ch_cluster_print_causes(struct ch_cluster *c)
                (long long)rl_client_stat(&rep, "late_replies", 0),
                (long long)rl_client_stat(&rep, "table_builds", 0),
                (long long)rl_client_stat(&rep, "moved", 0),
+               (long long)rl_client_stat(&rep, "not_owner_held", 0),
                (long long)rl_client_stat(&rep, "move_redirected", 0),
                (long long)rl_client_stat(&rep, "held_for_move", 0),
                (long long)rl_client_stat(&rep, "move_expired", 0));
