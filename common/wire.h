@@ -77,7 +77,7 @@
     R(A, HOT, hot, 8, 2, 4, hot, 4, hot, NONE, SELF)                                               \
     R(A, ADJUST, adjust, 9, 6, 8, adjust, 7, check, NODE, NONE)                                    \
     R(A, HANDOFF_OUT, handoff_out, 11, 4, 4, handoff_out, 4, handoff_out, NODE, NONE)              \
-    R(A, HANDOFF_IN, handoff_in, 12, 4, 5, handoff_in, 4, handoff_in, NODE, NONE)                  \
+    R(A, HANDOFF_IN, handoff_in, 12, 4, 6, handoff_in, 4, handoff_in, NODE, NONE)                  \
     R(A, ERROR, error, 255, 0, 0, none, 4, error, NONE, NONE)
 
 /*
@@ -229,6 +229,9 @@ struct rl_wire_req {
      * move (docs/PROTOCOL.md, "Automatic handoff"); false when absent */
     bool final;
     bool has_final; /* the 5th element was given: an automatic move's message */
+    /* HANDOFF_IN's optional 6th element: the sending node's member name (0..63 bytes); ptr
+     * NULL when absent */
+    struct rl_wire_str from;
 };
 
 /* One throttling episode in a THROTTLED reply. Strings point into the frame (decoded) or
@@ -410,9 +413,10 @@ int rl_wire_put_handoff_out_reply(struct rl_buf *out, uint32_t id, const void *r
                                   size_t len, uint64_t next);
 int rl_wire_put_handoff_in(struct rl_buf *out, uint32_t id, uint32_t shard, const void *records,
                            size_t len);
-/* HANDOFF_IN with its 5th element `final` (true: the shard's last message). */
+/* HANDOFF_IN with its 5th element `final` (true: the shard's last message) and, when from
+ * is not NULL, its 6th: the sender's member name (at most 63 bytes). */
 int rl_wire_put_handoff_in_final(struct rl_buf *out, uint32_t id, uint32_t shard,
-                                 const void *records, size_t len, bool final);
+                                 const void *records, size_t len, bool final, const char *from);
 int rl_wire_put_handoff_in_reply(struct rl_buf *out, uint32_t id, uint64_t imported,
                                  uint64_t skipped);
 /*

@@ -1,15 +1,13 @@
 /*
- * move: the shard state machine of automatic handoff and the node-to-node push (move.h).
- * Every view change moves each shard's state (docs/OPERATIONS.md, "Planned moves"); the
- * outgoing ones are shipped in batches of shards bound for one node: a batch is exported in
- * one pass over the key table on the loop (its shards decided nowhere from that instant),
- * its HANDOFF_IN messages are sent on one connection from the thread pool, and each shard is
- * then gone. Waits are bounded on both sides by [cluster] handoff_wait, counted from the last
+ * move: the shard state machine of automatic handoff (move.h). Every view change moves each
+ * shard's state (docs/OPERATIONS.md, "Planned moves"); the outgoing ones are queued for
+ * move_push.c, which ships them in batches. Also the drain of a clean stop, the receiver's
+ * side of HANDOFF_IN and the metrics. Waits are bounded on both sides by [cluster] handoff_wait, counted from the last
  * progress of a move: a receiver that hears nothing for that long starts its expected shards
  * from zero, and a sender gives up on its queued shards well before (half of it), so the two
  * never decide one shard at once. Not for decoding or importing records (server_handoff.c).
  */
-#include "move.h"
+#include "move_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,98 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "handoff.h"
-#include "limiter.h"
 #include "log.h"
-#include "reqclient.h"
 #include "shardmap.h"
-#include "wire.h"
-
-#define MOVE_TICK_MS 50
-#define MOVE_BATCH_MAX 64  /* shards of one export pass and one connection */
-#define MOVE_PEER_NONE UINT16_MAX
-#define MOVE_PEERS_MAX 4096
-
-struct move_batch {
-    uv_work_t work;
-    bool active;
-    uint16_t peer;
-    char addr[RL_SHARDMAP_NAME_MAX];
-    uint32_t n;
-    uint32_t shard[MOVE_BATCH_MAX];
-    uint64_t keys[MOVE_BATCH_MAX], bytes[MOVE_BATCH_MAX];
-    uint32_t last_id[MOVE_BATCH_MAX]; /* the id of each shard's final message */
-    bool ok[MOVE_BATCH_MAX];
-    uint64_t ack_ns[MOVE_BATCH_MAX];
-    struct rl_buf snap[MOVE_BATCH_MAX]; /* each shard's records (header, keys, end) */
-    struct rl_buf frames;               /* every message, in shard order */
-    uint32_t nmsgs;
-    uint64_t t0_ns; /* the export instant */
-    int timeout_ms;
-    const char *secret;
-    size_t secret_len;
-    struct rl_tls_ctx *tls;
-    int rc;
-    char why[256];
-    /* the export pass: which shard the entry being read belongs to */
-    uint32_t cur;
-    int export_rc;
-};
-
-struct rl_move {
-    uv_loop_t *loop;
-    uv_timer_t tick, drain_timer;
-    int nopen;
-    bool closing;
-    struct rl_move_opts o;
-    char self[RL_SHARDMAP_NAME_MAX];
-    uint32_t n;
-    uint8_t *st;        /* enum rl_move_st */
-    uint16_t *peer;     /* index into peers, MOVE_PEER_NONE */
-    uint64_t *deadline; /* loop ms: INCOMING's end, OWNED_H's, OUTGOING's give-up */
-    uint8_t *owned;     /* bit s: decided here */
-    uint8_t *queued;    /* bit s: in the queue */
-    uint32_t *q;        /* ring of OUTGOING shards, n + 1 slots */
-    uint32_t qhead, qtail;
-    char (*peers)[RL_SHARDMAP_NAME_MAX];
-    size_t npeers, peers_cap;
-    struct rl_shardmap *map; /* the view last applied */
-    uint32_t self_ix;        /* in map, or RL_SHARDMAP_NONE */
-    bool leaving_seen;       /* the map says this node is leaving (or not a member) */
-    uint64_t in_progress, out_progress; /* loop ms of the last HANDOFF_IN here, last ack */
-    uint32_t nowned;
-    struct rl_move_stats stats;
-    struct move_batch b;
-    bool draining, drained;
-    void (*drain_done)(void *arg);
-    void *drain_arg;
-};
-
-static inline void
-bit_set(uint8_t *bm, uint32_t s, bool on)
-{
-    if (on) {
-        bm[s >> 3] |= (uint8_t)(1u << (s & 7));
-    } else {
-        bm[s >> 3] &= (uint8_t) ~(1u << (s & 7));
-    }
-}
-
-static inline bool
-bit_get(const uint8_t *bm, uint32_t s)
-{
-    return (bm[s >> 3] >> (s & 7) & 1) != 0;
-}
-
-static bool
-st_decides(uint8_t st)
-{
-    return st == RL_MOVE_OWNED || st == RL_MOVE_OWNED_H || st == RL_MOVE_OUTGOING;
-}
 
 /* Every state change goes through here: the bitmap and the gauges follow. */
-static void
+void
 move_set(struct rl_move *m, uint32_t s, uint8_t to)
 {
     uint8_t from = m->st[s];
@@ -124,6 +35,7 @@ move_set(struct rl_move *m, uint32_t s, uint8_t to)
     m->nowned -= st_decides(from);
     m->nowned += st_decides(to);
     m->st[s] = to;
+    bit_set(m->told, s, false);
     bit_set(m->owned, s, st_decides(to));
 }
 
@@ -149,7 +61,7 @@ move_peer_id(struct rl_move *m, const char *name)
     return (uint16_t)m->npeers++;
 }
 
-static const char *
+const char *
 move_peer_name(const struct rl_move *m, uint16_t id)
 {
     return id == MOVE_PEER_NONE || id >= m->npeers ? "" : m->peers[id];
@@ -163,7 +75,7 @@ move_peer_member(const struct rl_move *m, uint16_t id)
            rl_shardmap_find(m->map, move_peer_name(m, id)) != RL_SHARDMAP_NONE;
 }
 
-static void
+void
 move_enqueue(struct rl_move *m, uint32_t s)
 {
     if (bit_get(m->queued, s)) {
@@ -202,8 +114,6 @@ move_outgoing(struct rl_move *m, uint32_t s, uint32_t to, uint64_t now)
     move_enqueue(m, s);
 }
 
-static void move_pump(struct rl_move *m);
-static void move_check_drain(struct rl_move *m);
 
 /* Shards whose wait ended: the expected ones start fresh, the queued ones are given up,
  * the ones received ahead of the view follow it. */
@@ -275,6 +185,57 @@ move_tick(struct rl_move *m)
     }
 }
 
+static int
+move_nothing_cmp(const void *a, const void *b)
+{
+    const struct move_nothing *x = a, *y = b;
+
+    if (x->peer != y->peer) {
+        return x->peer < y->peer ? -1 : 1;
+    }
+    return x->shard < y->shard ? -1 : x->shard > y->shard;
+}
+
+/*
+ * This node's first view as an active member: it holds nothing. A node that owns shard s
+ * now, and whose previous view had this node active and itself not yet (they joined
+ * together, and this node's views skipped that step), expects s from here: it is told there
+ * is nothing, so that it need not wait handoff_wait. Which shards: those this node would own
+ * were their owner not active (rendezvous; an assignment is not consulted: a new cluster's
+ * concern). The receiver takes it only from the node it expects the shard from.
+ */
+static void
+move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t self)
+{
+    struct rl_member *c = malloc(map->nmembers * sizeof(*c));
+
+    m->nnothing = m->nothing_at = 0;
+    if (c == NULL || (m->nothing == NULL &&
+                      (m->nothing = malloc(m->n * sizeof(*m->nothing))) == NULL)) {
+        free(c);
+        return;
+    }
+    memcpy(c, map->members, map->nmembers * sizeof(*c));
+    for (uint32_t s = 0; s < m->n; s++) {
+        uint32_t o = rl_shardmap_owner(map, s), alt;
+        uint8_t keep;
+
+        if (o == RL_SHARDMAP_NONE || o == self || m->st[s] != RL_MOVE_NONE) {
+            continue;
+        }
+        keep = c[o].state;
+        c[o].state = RL_MEMBER_JOINING;
+        alt = rl_shardmap_hrw(s, c, map->nmembers);
+        c[o].state = keep;
+        if (alt == self) {
+            m->nothing[m->nnothing].peer = move_peer_id(m, map->members[o].name);
+            m->nothing[m->nnothing++].shard = s;
+        }
+    }
+    free(c);
+    qsort(m->nothing, m->nnothing, sizeof(*m->nothing), move_nothing_cmp);
+}
+
 uint32_t
 rl_move_view(struct rl_move *m, struct rl_shardmap *map)
 {
@@ -299,7 +260,16 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
 
                 if (pn != NULL && strcmp(pn, m->self) != 0 &&
                     rl_shardmap_find(map, pn) != RL_SHARDMAP_NONE) {
-                    move_incoming(m, s, move_peer_id(m, pn), now);
+                    uint16_t p = move_peer_id(m, pn);
+
+                    if (bit_get(m->told, s) && m->peer[s] == p && now < m->deadline[s]) {
+                        /* it said already that it holds nothing of s */
+                        m->stats.in_started++;
+                        m->stats.in_done++;
+                        move_fresh(m, s);
+                    } else {
+                        move_incoming(m, s, p, now);
+                    }
                 } else {
                     move_fresh(m, s);
                 }
@@ -358,6 +328,14 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
         }
         changed += m->st[s] != before;
     }
+    {
+        bool active = self != RL_SHARDMAP_NONE && map->members[self].state == RL_MEMBER_ACTIVE;
+
+        if (active && !m->self_active) {
+            move_nothing_plan(m, map, self);
+        }
+        m->self_active = active;
+    }
     rl_shardmap_destroy(prev);
     if (m->stats.incoming > 0 || m->stats.outgoing > 0) {
         rl_log_info("handoff: view applied: %" PRIu64 " shard(s) expected here, %" PRIu64
@@ -410,9 +388,11 @@ rl_move_expected(const struct rl_move *m, uint32_t s)
 }
 
 int
-rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, char *why, size_t len)
+rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, size_t flen,
+                 bool nothing, char *why, size_t len)
 {
     uint64_t now = uv_now(m->loop);
+    const char *peer;
 
     if (s >= m->n) {
         snprintf(why, len, "shard %" PRIu32 " is out of range", s);
@@ -420,9 +400,30 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, char *why, size_t 
     }
     switch (m->st[s]) {
     case RL_MOVE_INCOMING:
+        peer = move_peer_name(m, m->peer[s]);
+        if (from != NULL && peer[0] != '\0' && (strlen(peer) != flen || memcmp(peer, from, flen) != 0)) {
+            snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s, peer,
+                     (int)(flen < 64 ? flen : 64), from);
+            return -EBUSY;
+        }
         break;
     case RL_MOVE_NONE:
     case RL_MOVE_GONE:
+        if (nothing && m->st[s] == RL_MOVE_NONE && from != NULL && flen > 0 && flen < 64) {
+            /* ahead of this node's view: kept for the view that will expect s from there */
+            char name[64];
+
+            memcpy(name, from, flen);
+            name[flen] = '\0';
+            m->peer[s] = move_peer_id(m, name);
+            m->deadline[s] = now + m->o.handoff_wait_ms;
+            bit_set(m->told, s, m->peer[s] != MOVE_PEER_NONE);
+            return 0;
+        }
+        if (nothing) {
+            snprintf(why, len, "shard %" PRIu32 " is not expected here", s);
+            return -EBUSY;
+        }
         /* this node's view lags the sender's: take it, and keep it when the view comes */
         move_incoming(m, s, MOVE_PEER_NONE, now);
         move_tick(m);
@@ -451,7 +452,7 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
     }
     m->stats.in_done++;
     if (m->stats.incoming == 1) {
-        rl_log_info("handoff: the last expected shard arrived (%" PRIu64 " received whole, %" PRIu64
+        rl_log_debug("handoff: the last expected shard arrived (%" PRIu64 " received whole, %" PRIu64
                     " started from zero, since start)",
                     m->stats.in_done, m->stats.in_failed);
     }
@@ -466,292 +467,6 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
     rl_log_debug("handoff: shard %" PRIu32 " received whole: decided here", s);
 }
 
-/* The batch: export on the loop, send in the pool, finish on the loop. */
-
-static bool
-move_want(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t epoch)
-{
-    struct rl_move *m = arg;
-    struct move_batch *b = &m->b;
-
-    (void)fp_hi;
-    (void)fp_lo;
-    if (shard >= m->n || m->st[shard] != RL_MOVE_EXPORTING || epoch != m->o.epochs[shard]) {
-        return false;
-    }
-    for (uint32_t i = 0; i < b->n; i++) {
-        if (b->shard[i] == shard) {
-            b->cur = i;
-            return true;
-        }
-    }
-    return false;
-}
-
-static int
-move_put_key(void *arg, const struct rl_handoff_key *k)
-{
-    struct rl_move *m = arg;
-    struct move_batch *b = &m->b;
-
-    b->keys[b->cur]++;
-    return rl_handoff_put_key(&b->snap[b->cur], k);
-}
-
-/* Splits a shard's records into HANDOFF_IN messages of whole records, the last final. */
-static int
-move_frames(struct move_batch *b, uint32_t i)
-{
-    const struct rl_buf *snap = &b->snap[i];
-    size_t start = 0, end;
-    int rc = 0;
-
-    do {
-        end = start;
-        while (end + 4 <= snap->len) {
-            const unsigned char *p = (const unsigned char *)snap->data + end;
-            size_t len = 4 + ((size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3]);
-
-            if (end + len - start > RL_WIRE_RECORDS_MAX) {
-                break;
-            }
-            end += len;
-        }
-        if (end == start && start < snap->len) {
-            return -EFBIG; /* a record larger than a message: cannot happen */
-        }
-        b->nmsgs++;
-        rc = rl_wire_put_handoff_in_final(&b->frames, b->nmsgs, b->shard[i], snap->data + start,
-                                          end - start, end >= snap->len);
-        start = end;
-    } while (rc == 0 && start < snap->len);
-    b->last_id[i] = b->nmsgs;
-    b->bytes[i] = snap->len;
-    return rc;
-}
-
-static int
-move_left(uint64_t end_ns)
-{
-    uint64_t now = rl_clock_mono_ns();
-
-    return now >= end_ns ? 1 : (int)((end_ns - now) / 1000000) + 1;
-}
-
-/* The thread pool: connect, TLS, AUTH, every message, then the replies. */
-static void
-move_work(uv_work_t *w)
-{
-    struct move_batch *b = w->data;
-    struct rl_client *c = NULL;
-    struct rl_wire_reply *rep = malloc(sizeof(*rep));
-    uint64_t end = rl_clock_mono_ns() + (uint64_t)b->timeout_ms * 1000000;
-    uint32_t acked = 0;
-    int rc;
-
-    b->why[0] = '\0';
-    if (rep == NULL) {
-        b->rc = -ENOMEM;
-        return;
-    }
-    rc = rl_client_connect_addr(&c, b->addr, move_left(end));
-    if (rc == 0 && b->tls != NULL) {
-        rc = rl_client_start_tls(c, b->tls, move_left(end), b->why, sizeof(b->why));
-    }
-    if (rc == 0 && b->secret != NULL) {
-        rc = rl_client_auth(c, b->secret, b->secret_len, rep, move_left(end));
-        if (rc == -EACCES) {
-            snprintf(b->why, sizeof(b->why), "refused the cluster secret (AUTH)");
-        }
-    }
-    if (rc == 0) {
-        rc = rl_client_queue_raw(c, b->frames.data, b->frames.len);
-    }
-    if (rc == 0) {
-        rc = rl_client_flush(c, move_left(end));
-    }
-    while (rc == 0 && acked < b->nmsgs) {
-        rc = rl_client_recv(c, rep, move_left(end));
-        if (rc != 0) {
-            break;
-        }
-        acked++;
-        for (uint32_t i = 0; i < b->n; i++) {
-            uint32_t first = i == 0 ? 1 : b->last_id[i - 1] + 1;
-
-            if (rep->id < first || rep->id > b->last_id[i]) {
-                continue;
-            }
-            if (rep->op == RL_WIRE_OP_ERROR) {
-                if (b->why[0] == '\0') {
-                    snprintf(b->why, sizeof(b->why), "shard %" PRIu32 " refused: %.*s",
-                             b->shard[i], (int)rep->message.len,
-                             rep->message.ptr != NULL ? rep->message.ptr : "");
-                }
-                b->last_id[i] = 0; /* failed: its later acks match nothing */
-            } else if (rep->op == RL_WIRE_OP_HANDOFF_IN && rep->id == b->last_id[i]) {
-                b->ok[i] = true;
-                b->ack_ns[i] = rl_clock_mono_ns();
-            }
-            break;
-        }
-    }
-    if (rc != 0 && b->why[0] == '\0') {
-        snprintf(b->why, sizeof(b->why), "%s after %" PRIu32 " of %" PRIu32 " messages",
-                 strerror(-rc), acked, b->nmsgs);
-    }
-    b->rc = rc;
-    rl_client_destroy(c);
-    free(rep);
-}
-
-static void move_free(struct rl_move *m);
-
-static void
-move_after_work(uv_work_t *w, int status)
-{
-    struct move_batch *b = w->data;
-    struct rl_move *m = (struct rl_move *)(void *)((char *)b - offsetof(struct rl_move, b));
-    uint64_t now = uv_now(m->loop);
-    uint32_t failed = 0;
-
-    (void)status;
-    for (uint32_t i = 0; i < b->n; i++) {
-        uint32_t s = b->shard[i];
-
-        if (b->ok[i]) {
-            m->stats.out_done++;
-            m->stats.keys_out += b->keys[i];
-            m->stats.bytes_out += b->bytes[i];
-            rl_hist_observe(&m->stats.freeze, b->ack_ns[i] - b->t0_ns, 1);
-            rl_log_debug("handoff: shard %" PRIu32 " sent to %s: %" PRIu64 " keys, %" PRIu64
-                         " bytes, frozen %.1f ms",
-                         s, move_peer_name(m, b->peer), b->keys[i], b->bytes[i],
-                         (double)(b->ack_ns[i] - b->t0_ns) / 1e6);
-        } else {
-            m->stats.out_failed++;
-            failed++;
-        }
-        if (m->st[s] == RL_MOVE_EXPORTING) {
-            move_set(m, s, RL_MOVE_GONE);
-        }
-        rl_buf_deinit(&b->snap[i]);
-    }
-    if (failed > 0) {
-        rl_log_warn("handoff: %" PRIu32 " of %" PRIu32 " shard(s) not handed to %s (%s): it "
-                    "starts them from zero",
-                    failed, b->n, move_peer_name(m, b->peer), b->why);
-    }
-    if (failed < b->n) {
-        m->out_progress = now;
-    }
-    rl_buf_deinit(&b->frames);
-    b->active = false;
-    if (m->closing) {
-        if (m->nopen == 0) {
-            move_free(m);
-        }
-        return;
-    }
-    move_pump(m);
-    move_check_drain(m);
-}
-
-/* The next batch: up to MOVE_BATCH_MAX queued shards bound for the first one's node. */
-static void
-move_pump(struct rl_move *m)
-{
-    struct move_batch *b = &m->b;
-    uint64_t now = uv_now(m->loop);
-    uint32_t scanned = 0, qn;
-    uint32_t mi;
-    uint64_t lnow;
-    int rc = 0;
-
-    if (b->active || m->closing || m->qhead == m->qtail) {
-        return;
-    }
-    memset(b->keys, 0, sizeof(b->keys));
-    memset(b->ok, 0, sizeof(b->ok));
-    b->n = 0;
-    b->peer = MOVE_PEER_NONE;
-    qn = (m->qtail + m->n + 1 - m->qhead) % (m->n + 1);
-    /* one pass over the queue: shards of other nodes go back to its end */
-    while (scanned < qn && b->n < MOVE_BATCH_MAX) {
-        uint32_t s = m->q[m->qhead];
-
-        m->qhead = (m->qhead + 1) % (m->n + 1);
-        bit_set(m->queued, s, false);
-        scanned++;
-        if (m->st[s] != RL_MOVE_OUTGOING) {
-            continue;
-        }
-        if (b->peer == MOVE_PEER_NONE) {
-            b->peer = m->peer[s];
-        } else if (m->peer[s] != b->peer) {
-            move_enqueue(m, s);
-            continue;
-        }
-        b->shard[b->n++] = s;
-    }
-    if (b->n == 0) {
-        return;
-    }
-    mi = m->map != NULL ? rl_shardmap_find(m->map, move_peer_name(m, b->peer)) : RL_SHARDMAP_NONE;
-    if (mi == RL_SHARDMAP_NONE) {
-        for (uint32_t i = 0; i < b->n; i++) {
-            move_set(m, b->shard[i], RL_MOVE_GONE);
-            m->stats.out_failed++;
-        }
-        rl_log_warn("handoff: %" PRIu32 " shard(s) bound for %s, which left: given up", b->n,
-                    move_peer_name(m, b->peer));
-        move_pump(m);
-        return;
-    }
-    snprintf(b->addr, sizeof(b->addr), "%s", m->map->members[mi].addr);
-    /* The export instant: from here these shards are decided nowhere until they land. */
-    lnow = m->o.now_ms(m->o.now_arg);
-    b->t0_ns = rl_clock_mono_ns();
-    rl_buf_init(&b->frames);
-    for (uint32_t i = 0; i < b->n; i++) {
-        rl_buf_init(&b->snap[i]);
-        move_set(m, b->shard[i], RL_MOVE_EXPORTING);
-        m->stats.out_started++;
-        if (rc == 0) {
-            rc = rl_handoff_put_header(&b->snap[i], lnow, b->shard[i]);
-        }
-    }
-    if (rc == 0) {
-        rc = rl_limiter_export(m->o.limiter, lnow, move_want, move_put_key, m);
-    }
-    b->nmsgs = 0;
-    for (uint32_t i = 0; rc == 0 && i < b->n; i++) {
-        rc = rl_handoff_put_end(&b->snap[i], b->keys[i]);
-        if (rc == 0) {
-            rc = move_frames(b, i);
-        }
-    }
-    if (rc != 0) {
-        snprintf(b->why, sizeof(b->why), "export: %s", strerror(-rc));
-        b->active = true;
-        b->work.data = b;
-        move_after_work(&b->work, 0);
-        return;
-    }
-    b->timeout_ms = (int)(m->o.handoff_wait_ms / 2 > 0 ? m->o.handoff_wait_ms / 2 : 1);
-    b->secret = m->o.secret;
-    b->secret_len = m->o.secret_len;
-    b->tls = m->o.tls;
-    b->rc = 0;
-    b->active = true;
-    b->work.data = b;
-    (void)now;
-    if (uv_queue_work(m->loop, &b->work, move_work, move_after_work) != 0) {
-        b->rc = -EAGAIN;
-        snprintf(b->why, sizeof(b->why), "cannot queue the send");
-        move_after_work(&b->work, 0);
-    }
-}
 
 /* Drain. */
 
@@ -765,7 +480,7 @@ move_drain_fire(uv_timer_t *t)
     m->drain_done(m->drain_arg);
 }
 
-static void
+void
 move_check_drain(struct rl_move *m)
 {
     if (!m->draining || m->drained || !m->leaving_seen || m->stats.outgoing > 0 || m->b.active) {
@@ -840,9 +555,10 @@ rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts 
     m->deadline = calloc(m->n, sizeof(*m->deadline));
     m->owned = calloc(bm, 1);
     m->queued = calloc(bm, 1);
+    m->told = calloc(bm, 1);
     m->q = calloc((size_t)m->n + 1, sizeof(*m->q));
     if (m->st == NULL || m->peer == NULL || m->deadline == NULL || m->owned == NULL ||
-        m->queued == NULL || m->q == NULL) {
+        m->queued == NULL || m->told == NULL || m->q == NULL) {
         move_free(m);
         return -ENOMEM;
     }
@@ -855,7 +571,7 @@ rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts 
     return 0;
 }
 
-static void
+void
 move_free(struct rl_move *m)
 {
     rl_shardmap_destroy(m->map);
@@ -864,8 +580,10 @@ move_free(struct rl_move *m)
     free(m->deadline);
     free(m->owned);
     free(m->queued);
+    free(m->told);
     free(m->q);
     free(m->peers);
+    free(m->nothing);
     free(m);
 }
 

@@ -99,9 +99,13 @@ bool rl_move_expected(const struct rl_move *m, uint32_t s);
 /*
  * HANDOFF_IN of an automatic move for shard s: 0 when its records may be imported (s was
  * expected here, or not known yet to be moving: this node's view lags); -EBUSY when s is
- * decided here or moving away (never merged into counters in use), with why. Counts bytes.
+ * decided here or moving away (never merged into counters in use), or expected from another
+ * node than from (the sender's name, NULL: not given), with why. nothing: a message with no
+ * records at all ("nothing here"), taken only for a shard expected from its sender. Counts
+ * bytes.
  */
-int rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, char *why, size_t len);
+int rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, size_t flen,
+                     bool nothing, char *why, size_t len);
 /* After rl_move_in_begin: keys imported; final: the shard is complete and decided here now. */
 void rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final);
 

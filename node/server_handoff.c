@@ -267,7 +267,8 @@ rl_server_handoff_in(struct rl_server *s, const struct rl_wire_req *req, struct 
     }
     /* An automatic move's message (it has `final`): only into a shard expected here. */
     if (req->has_final && s->move != NULL &&
-        rl_move_in_begin(s->move, req->shard, r.n, msg, sizeof(msg)) != 0) {
+        rl_move_in_begin(s->move, req->shard, r.n, req->from.ptr, req->from.len,
+                         req->final && r.n == 0, msg, sizeof(msg)) != 0) {
         return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
     }
     memset(&st, 0, sizeof(st));

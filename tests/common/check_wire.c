@@ -1974,12 +1974,23 @@ START_TEST(test_handoff_roundtrip)
     expect_fault("handoff_in final int", RAW(0x95, 0x0c, 0x05, 0x00, 0xc4, 0x00, 0x01),
                  RL_WIRE_ERR_BAD_FIELD, false, 5, "final must be a boolean");
     rl_buf_reset(&out);
-    ck_assert_int_eq(rl_wire_put_handoff_in_final(&out, 6, 9, big, 10, true), 0);
+    ck_assert_int_eq(rl_wire_put_handoff_in_final(&out, 6, 9, big, 10, true, NULL), 0);
     p = one_frame(&out, &n);
     expect_req("handoff_in_final", p, n, &req);
     ck_assert_uint_eq(req.shard, 9);
     ck_assert_uint_eq(req.records.len, 10);
     ck_assert(req.final);
+    ck_assert_ptr_null(req.from.ptr);
+    /* the 6th element: the sender's name */
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_handoff_in_final(&out, 7, 9, big, 0, false, "node-a"), 0);
+    p = one_frame(&out, &n);
+    expect_req("handoff_in from", p, n, &req);
+    ck_assert(!req.final);
+    ck_assert(req.has_final);
+    ck_assert(str_is(req.from, "node-a"));
+    expect_fault("handoff_in from int", RAW(0x96, 0x0c, 0x05, 0x00, 0xc4, 0x00, 0xc3, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "from must be a string of 0..63 bytes");
     in.final = true;
     in.records = mkstr(big, 3);
     rl_buf_reset(&out);

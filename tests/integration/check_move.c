@@ -513,6 +513,35 @@ START_TEST(test_sigterm_with_tls)
 }
 END_TEST
 
+/* (g) two nodes started at once: whatever steps their views take, neither waits for a shard
+ * the other never held (it is told there is nothing), so no handoff fails. */
+START_TEST(test_started_together)
+{
+    for (int round = 0; round < 3; round++) {
+        ck_assert_int_eq(rl_harness_node_start(&nodes[0], config, names[0], ports[0], 0), 0);
+        ck_assert_int_eq(rl_harness_node_start(&nodes[1], config, names[1], ports[1], 0), 0);
+        wait_settled(want12);
+        ck_assert_int_eq(stat_of(0, "handoffs_in_failed"), 0);
+        ck_assert_int_eq(stat_of(1, "handoffs_in_failed"), 0);
+        for (int i = 0; i < 2; i++) {
+            drop_client(i);
+            ck_assert_int_eq(rl_harness_server_stop(&nodes[i], SIGKILL, 10000), 0);
+        }
+        /* the next round starts in a cluster of its own */
+        {
+            static char text[8192];
+            int n = rl_harness_read_file(config, text, sizeof(text));
+            char *p = strstr(text, "name = m");
+
+            ck_assert_int_gt(n, 0);
+            ck_assert_ptr_nonnull(p);
+            p[8] = (char)('a' + round);
+            ck_assert_int_eq(rl_harness_write_file(config, "%s", text), 0);
+        }
+    }
+}
+END_TEST
+
 int
 main(void)
 {
@@ -538,6 +567,9 @@ main(void)
     }
     if (only == NULL || strcmp(only, "f") == 0) {
         tcase_add_test(tc, test_sigterm_with_tls);
+    }
+    if (only == NULL || strcmp(only, "g") == 0) {
+        tcase_add_test(tc, test_started_together);
     }
     suite_add_tcase(s, tc);
     return rl_test_run(s);
