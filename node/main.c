@@ -80,8 +80,10 @@ static const char usage[] =
     "  --metrics HOST:PORT  serve /metrics, /healthz, /readyz there (default: metrics of\n"
     "                     [node NAME]; \"off\": none)\n"
     "  --help, --version\n"
-    "Signals: TERM/INT stop (znode deleted at once), HUP reopens the log file and reloads\n"
-    "the [service] rules of --config (unless they come from ZooKeeper: rl-cli rules push).\n";
+    "Signals: TERM/INT stop (with ZooKeeper: every shard handed to its next owner first,\n"
+    "at most [node NAME] drain_timeout, then the znode deleted), HUP reopens the log file\n"
+    "and reloads the [service] rules of --config (unless they come from ZooKeeper: rl-cli\n"
+    "rules push).\n";
 
 static const struct option node_options[] = {{"test-clock", no_argument, NULL, OPT_TEST_CLOCK},
                                              {NULL, 0, NULL, 0}};
