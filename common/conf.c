@@ -57,6 +57,7 @@ conf_create(const char *name)
     c->cluster_name = strdup("default");
     c->zookeeper = strdup("");
     c->session_timeout_ms = 4000;
+    c->handoff_wait_ms = RL_CONF_HANDOFF_WAIT_MS;
     c->shards = 4096;
     c->router_host = strdup("127.0.0.1");
     c->router_port = 7400;

@@ -57,6 +57,8 @@ struct rl_node_conf {
     char *adv_host; /* from advertise: what others dial; NULL when not set (then listen) */
     uint16_t adv_port;
     uint64_t memory;    /* bytes of counters before eviction; RL_CONF_DEFAULT_MEMORY if unset */
+    uint32_t drain_timeout_ms; /* `drain_timeout`: how long SIGTERM's handoff may take;
+                                  RL_CONF_DRAIN_TIMEOUT_MS if unset (0) */
     char *metrics_host; /* `metrics`: the operator's HTTP listener (metrics.h); NULL: off */
     uint16_t metrics_port;
     int line;
@@ -65,6 +67,8 @@ struct rl_node_conf {
 #define RL_CONF_DENY_CACHE_DEFAULT 65536u /* [router] deny_cache = on */
 #define RL_CONF_DENY_CACHE_MAX (1u << 24)
 #define RL_CONF_DEFAULT_MEMORY (1024ull * 1024 * 1024)
+#define RL_CONF_DRAIN_TIMEOUT_MS 10000u /* [node NAME] drain_timeout's default */
+#define RL_CONF_HANDOFF_WAIT_MS 2000u   /* [cluster] handoff_wait's default */
 
 /* Regions (docs/REGIONS.md): [cluster] regions = NAME:WEIGHT ..., at most this many. */
 #define RL_CONF_REGIONS_MAX 16
@@ -167,6 +171,10 @@ struct rl_conf {
     char *region;
     struct rl_region_conf regions[RL_CONF_REGIONS_MAX];
     uint32_t nregions;
+    /* [cluster] handoff_wait (docs/OPERATIONS.md, "Planned moves"): how long a shard in
+     * flight may be waited for (a new owner for its counters, a router for its new owner);
+     * default RL_CONF_HANDOFF_WAIT_MS */
+    uint32_t handoff_wait_ms;
 };
 
 /* Where the rules a process runs came from, and how reloads went: STATS rules_version,

@@ -144,6 +144,12 @@ set_session_timeout(struct conf_parser *p, const char *v)
 }
 
 static const char *
+set_handoff_wait(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->handoff_wait_ms, v, true, 1, 600000, "1ms..10m");
+}
+
+static const char *
 set_shards(struct conf_parser *p, const char *v)
 {
     return set_bounded(p, &p->c->shards, v, false, 1, CONF_SHARDS_MAX, "1..1048576");
@@ -572,6 +578,13 @@ set_node_memory(struct conf_parser *p, const char *v)
     return set_memory(&p->c->nodes[p->sec.index].memory, v);
 }
 
+static const char *
+set_node_drain_timeout(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->nodes[p->sec.index].drain_timeout_ms, v, true, 1, 3600000,
+                       "1ms..1h");
+}
+
 /* [cluster] region = NAME: this cluster's region, one of [cluster] regions. */
 static const char *
 set_region(struct conf_parser *p, const char *v)
@@ -633,6 +646,7 @@ const struct conf_key conf_keys[] = {
     {CONF_CLUSTER, "zookeeper", set_zookeeper, false},
     {CONF_CLUSTER, "session_timeout", set_session_timeout, false},
     {CONF_CLUSTER, "shards", set_shards, false},
+    {CONF_CLUSTER, "handoff_wait", set_handoff_wait, false},
     {CONF_CLUSTER, "insecure", set_insecure, false},
     {CONF_CLUSTER, "secret_file", set_secret_file, false},
     {CONF_CLUSTER, "tls_cert_file", set_tls_cert_file, false},
@@ -676,6 +690,7 @@ const struct conf_key conf_keys[] = {
     {CONF_NODE, "advertise", set_node_advertise, false},
     {CONF_NODE, "memory", set_node_memory, false},
     {CONF_NODE, "metrics", set_node_metrics, false},
+    {CONF_NODE, "drain_timeout", set_node_drain_timeout, false},
     {CONF_SERVICE, "failure", conf_set_failure, false},
     {CONF_SERVICE, "mode", conf_set_mode, false},
     {CONF_SERVICE, "limit", conf_set_limit, true},

@@ -144,24 +144,24 @@ rl_shardmap_create(struct rl_shardmap **out, uint32_t nshards, const struct rl_m
         hash[i] = name_hash(m->members[i].name);
     }
     for (s = 0; s < nshards; s++) {
-        if (nmembers == 0) {
-            m->owner[s] = RL_SHARDMAP_NONE;
-            continue;
-        }
-        /* Members are sorted, so on equal weights the smaller name keeps the shard. */
-        best = 0;
-        bw = weight(hash[0], s);
-        for (i = 1; i < nmembers; i++) {
+        /* Members are sorted, so on equal weights the smaller name keeps the shard. Only
+         * active members are placed (a joining or leaving one owns nothing). */
+        best = RL_SHARDMAP_NONE;
+        bw = 0;
+        for (i = 0; i < nmembers; i++) {
+            if (m->members[i].state != RL_MEMBER_ACTIVE) {
+                continue;
+            }
             w = weight(hash[i], s);
-            if (w > bw) {
+            if (best == RL_SHARDMAP_NONE || w > bw) {
                 bw = w;
                 best = (uint32_t)i;
             }
         }
         m->owner[s] = best;
-        if (assignment != NULL && assignment->owner[s][0] != '\0') {
+        if (best != RL_SHARDMAP_NONE && assignment != NULL && assignment->owner[s][0] != '\0') {
             o = rl_shardmap_find(m, assignment->owner[s]);
-            if (o != RL_SHARDMAP_NONE) {
+            if (o != RL_SHARDMAP_NONE && m->members[o].state == RL_MEMBER_ACTIVE) {
                 m->owner[s] = o;
             }
         }
@@ -248,6 +248,9 @@ rl_shardmap_hrw(uint32_t shard, const struct rl_member *members, size_t n)
     size_t i;
 
     for (i = 0; i < n; i++) {
+        if (members[i].state != RL_MEMBER_ACTIVE) {
+            continue;
+        }
         w = weight(name_hash(members[i].name), shard);
         if (best == RL_SHARDMAP_NONE || w > bw ||
             (w == bw && strncmp(members[i].name, members[best].name, RL_SHARDMAP_NAME_MAX) < 0)) {
@@ -262,11 +265,14 @@ void
 rl_shardmap_balance(const struct rl_shardmap *m, uint32_t *max, double *mean)
 {
     uint32_t *count, s, owned = 0;
-    size_t i;
+    size_t i, active = 0;
 
     *max = 0;
     *mean = 0;
-    if (m->nmembers == 0) {
+    for (i = 0; i < m->nmembers; i++) {
+        active += m->members[i].state == RL_MEMBER_ACTIVE;
+    }
+    if (active == 0) {
         return;
     }
     count = calloc(m->nmembers, sizeof(*count));
@@ -293,5 +299,19 @@ rl_shardmap_balance(const struct rl_shardmap *m, uint32_t *max, double *mean)
         }
         free(count);
     }
-    *mean = (double)owned / (double)m->nmembers;
+    *mean = (double)owned / (double)active;
+}
+
+const char *
+rl_member_state_name(uint8_t state)
+{
+    switch (state) {
+#define RL_MEMBER_STATE_CASE(n, v, str)                                                            \
+    case v:                                                                                        \
+        return str;
+        RL_MEMBER_STATE_MAP(RL_MEMBER_STATE_CASE)
+#undef RL_MEMBER_STATE_CASE
+    default:
+        return "?";
+    }
 }

@@ -2,7 +2,7 @@
  * shardmap: which shard a (service, user) belongs to, and which node owns each shard.
  * shard = XXH3_64(service, 0x00, user) mod S; shards are placed on the live members by
  * rendezvous hashing (highest random weight), then overridden shard by shard by the
- * rebalance tool's assignment (assignment.h) when it names a live member. Every router
+ * rebalance tool's assignment (assignment.h) when it names a live active member. Every router
  * computes the same table from the same members and assignment, whatever order it learnt
  * them in. docs/SHARDING.md gives the exact hash inputs. Not for the assignment's text
  * format (assignment.h), what a table is rebuilt from (view.h), nor for talking to
@@ -19,16 +19,38 @@
 #define RL_SHARDMAP_SHARDS_MAX 1048576u /* the most shards a cluster may have (docs/CONFIG.md) */
 
 /*
+ * A member's state (ZooKeeper's states/<name>, docs/OPERATIONS.md "Planned moves"): ACTIVE
+ * (no state znode; static members always), JOINING (starting: not placed until ready) or
+ * LEAVING (stopping cleanly: handing its shards off). Only ACTIVE members own shards.
+ */
+#define RL_MEMBER_STATE_MAP(X)                                                                     \
+    X(ACTIVE, 0, "active")                                                                         \
+    X(JOINING, 1, "joining")                                                                       \
+    X(LEAVING, 2, "leaving")
+
+enum rl_member_state {
+#define RL_MEMBER_STATE_ENUM(n, v, s) RL_MEMBER_##n = v,
+    RL_MEMBER_STATE_MAP(RL_MEMBER_STATE_ENUM)
+#undef RL_MEMBER_STATE_ENUM
+};
+
+/* "active", "joining", "leaving"; "?" for another value. */
+const char *rl_member_state_name(uint8_t state);
+
+/*
  * A live member: its name (the znode's) and address "host:port", and which registration it
  * is: the zxid that created its znode (ZooKeeper's czxid; 0 when unknown, as for static
  * members). A node that lost its session and registered again has a new one, although its
  * name and address are the same: it is a new tenure (its counters restarted). Owners are
- * computed from names only.
+ * computed from names only, over the ACTIVE members (state): a joining or leaving member
+ * stays in the list (routers know its address) but owns no shard, and an assignment naming
+ * it falls back to the rendezvous owner among the active ones.
  */
 struct rl_member {
     char name[RL_SHARDMAP_NAME_MAX];
     char addr[RL_SHARDMAP_NAME_MAX];
     int64_t since;
+    uint8_t state; /* enum rl_member_state; 0 (zero-initialised): ACTIVE */
 };
 
 /*
@@ -102,15 +124,16 @@ rl_shardmap_digest_stat(const struct rl_shardmap *m)
 uint32_t rl_shardmap_find(const struct rl_shardmap *m, const char *name);
 
 /*
- * The rendezvous owner of shard s among members (any order), ignoring any assignment: an
- * index into members, or RL_SHARDMAP_NONE when n is 0. Agrees with rl_shardmap_create.
+ * The rendezvous owner of shard s among the ACTIVE members (any order), ignoring any
+ * assignment: an index into members, or RL_SHARDMAP_NONE when none is active. Agrees with
+ * rl_shardmap_create.
  * O(n) hashes of the names: for one shard; the table is the fast path.
  */
 uint32_t rl_shardmap_hrw(uint32_t shard, const struct rl_member *members, size_t n);
 
 /*
- * Balance: the most shards any member owns and the mean per member (max/mean is the figure
- * docs report). Both 0 with no members.
+ * Balance: the most shards any member owns and the mean per active member (max/mean is the
+ * figure docs report). Both 0 with no active member.
  */
 void rl_shardmap_balance(const struct rl_shardmap *m, uint32_t *max, double *mean);
 

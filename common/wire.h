@@ -79,7 +79,7 @@
     R(A, ADJUST, adjust, 9, 6, 8, adjust, 7, check, NODE, FORWARD)                                 \
     R(A, RELEASE, release, 10, 6, 8, release, 7, check, NODE, FORWARD)                             \
     R(A, HANDOFF_OUT, handoff_out, 11, 4, 4, handoff_out, 4, handoff_out, NODE, NONE)              \
-    R(A, HANDOFF_IN, handoff_in, 12, 4, 4, handoff_in, 4, handoff_in, NODE, NONE)                  \
+    R(A, HANDOFF_IN, handoff_in, 12, 4, 6, handoff_in, 4, handoff_in, NODE, NONE)                  \
     R(A, ERROR, error, 255, 0, 0, none, 4, error, NONE, NONE)
 
 /*
@@ -117,7 +117,8 @@
     X(BAD_FIELD, 3, "bad_field")                                                                   \
     X(OVERLOADED, 4, "overloaded")                                                                 \
     X(UNAUTHORIZED, 5, "unauthorized")                                                             \
-    X(NOT_OWNER, 6, "not_owner")
+    X(NOT_OWNER, 6, "not_owner")                                                                   \
+    X(MOVING, 7, "moving")
 
 /* How a throttling episode ended (THROTTLED's `ended`): X(name, value, text). */
 #define RL_WIRE_ENDED_MAP(X)                                                                       \
@@ -226,6 +227,13 @@ struct rl_wire_req {
     uint32_t shard;
     uint64_t offset;
     struct rl_wire_str records;
+    /* HANDOFF_IN's optional 5th element: true on the last message of a shard's automatic
+     * move (docs/PROTOCOL.md, "Automatic handoff"); false when absent */
+    bool final;
+    bool has_final; /* the 5th element was given: an automatic move's message */
+    /* HANDOFF_IN's optional 6th element: the sending node's member name (0..63 bytes); ptr
+     * NULL when absent */
+    struct rl_wire_str from;
 };
 
 /* One throttling episode in a THROTTLED reply. Strings point into the frame (decoded) or
@@ -269,6 +277,9 @@ struct rl_wire_reply {
     uint64_t now_ms;                  /* CLOCK */
     uint32_t err;                     /* ERROR: code and message */
     struct rl_wire_str message;
+    /* ERROR MOVING's optional 5th element: the member to ask now; "" (len 0, ptr non-NULL):
+     * ask this node again shortly; ptr NULL: not given (treated as "") */
+    struct rl_wire_str owner;
     size_t nstats; /* STATS: pairs, at most RL_WIRE_STATS_MAX, in the order received */
     struct rl_wire_str stat_keys[RL_WIRE_STATS_MAX];
     int64_t stat_vals[RL_WIRE_STATS_MAX];
@@ -377,6 +388,9 @@ int rl_wire_put_auth(struct rl_buf *out, uint32_t id, const char *token, size_t 
 int rl_wire_put_auth_reply(struct rl_buf *out, uint32_t id, const char *principal);
 int rl_wire_put_clock_reply(struct rl_buf *out, uint32_t id, uint64_t now_ms);
 int rl_wire_put_error(struct rl_buf *out, uint32_t id, uint32_t err, const char *msg);
+/* ERROR MOVING [255, id, 7, msg, owner]: owner the member name to ask now, "" to ask again
+ * shortly (docs/PROTOCOL.md, "MOVING"). */
+int rl_wire_put_moving(struct rl_buf *out, uint32_t id, const char *msg, const char *owner);
 int rl_wire_put_stats_reply(struct rl_buf *out, uint32_t id, const char *const *keys,
                             const int64_t *vals, size_t n);
 /*
@@ -406,6 +420,10 @@ int rl_wire_put_handoff_out_reply(struct rl_buf *out, uint32_t id, const void *r
                                   size_t len, uint64_t next);
 int rl_wire_put_handoff_in(struct rl_buf *out, uint32_t id, uint32_t shard, const void *records,
                            size_t len);
+/* HANDOFF_IN with its 5th element `final` (true: the shard's last message) and, when from
+ * is not NULL, its 6th: the sender's member name (at most 63 bytes). */
+int rl_wire_put_handoff_in_final(struct rl_buf *out, uint32_t id, uint32_t shard,
+                                 const void *records, size_t len, bool final, const char *from);
 int rl_wire_put_handoff_in_reply(struct rl_buf *out, uint32_t id, uint64_t imported,
                                  uint64_t skipped);
 /*

@@ -163,6 +163,8 @@ rl_wire_fast_check_reply(const char *data, size_t n, struct rl_wire_reply *rep, 
     rep->err = 0;
     rep->message.ptr = NULL;
     rep->message.len = 0;
+    rep->owner.ptr = NULL;
+    rep->owner.len = 0;
     rep->nstats = 0;
     rep->nepisodes = 0;
     rep->nmissing = 0;

@@ -336,6 +336,27 @@ rl_wire_put_auth_reply(struct rl_buf *out, uint32_t id, const char *principal)
 }
 
 int
+rl_wire_put_moving(struct rl_buf *out, uint32_t id, const char *msg, const char *owner)
+{
+    msgpack_packer pk;
+    size_t start;
+    size_t len = strlen(msg);
+    size_t olen = strlen(owner);
+    bool ok;
+
+    if (len + olen > RL_WIRE_FRAME_MAX - 32) {
+        return -EMSGSIZE;
+    }
+    if (wire_begin(out, WIRE_HINT + len + olen, &pk, &start) != 0) {
+        return -ENOMEM;
+    }
+    ok = msgpack_pack_array(&pk, 5) == 0 && msgpack_pack_uint8(&pk, RL_WIRE_OP_ERROR) == 0 &&
+         msgpack_pack_uint32(&pk, id) == 0 && msgpack_pack_uint32(&pk, RL_WIRE_ERR_MOVING) == 0 &&
+         wire_pack_str(&pk, msg, len) && wire_pack_str(&pk, owner, olen);
+    return wire_end(out, start, ok);
+}
+
+int
 rl_wire_put_error(struct rl_buf *out, uint32_t id, uint32_t err, const char *msg)
 {
     msgpack_packer pk;
@@ -569,10 +590,11 @@ rl_wire_put_hot_reply(struct rl_buf *out, uint32_t id, uint64_t period_ms,
     return wire_end(out, start, ok);
 }
 
-/* [op, id, uint, records]: HANDOFF_IN and HANDOFF_OUT's reply. */
+/* [op, id, uint, records(, final(, from))]: HANDOFF_IN and HANDOFF_OUT's reply. final: 0
+ * none, 1 false, 2 true (HANDOFF_IN's 5th element); from: its 6th, or NULL. */
 static int
 wire_put_records(struct rl_buf *out, uint32_t op, uint32_t id, uint64_t v, const void *records,
-                 size_t len, bool records_last)
+                 size_t len, bool records_last, int final, const char *from)
 {
     msgpack_packer pk;
     size_t start;
@@ -581,17 +603,23 @@ wire_put_records(struct rl_buf *out, uint32_t op, uint32_t id, uint64_t v, const
     /* no records may come as NULL: the packer's memcpy must never see it */
     const void *body = records != NULL ? records : (const void *)"";
 
-    if (len > RL_WIRE_RECORDS_MAX) {
+    if (len > RL_WIRE_RECORDS_MAX || (from != NULL && strlen(from) > 63)) {
         return -EMSGSIZE;
     }
-    if (wire_begin(out, WIRE_HINT + len, &pk, &start) != 0) {
+    if (wire_begin(out, WIRE_HINT + len + 64, &pk, &start) != 0) {
         return -ENOMEM;
     }
-    ok = msgpack_pack_array(&pk, 4) == 0 && msgpack_pack_uint8(&pk, (uint8_t)op) == 0 &&
-         msgpack_pack_uint32(&pk, id) == 0;
+    ok = msgpack_pack_array(&pk, final == 0 ? 4 : from != NULL ? 6 : 5) == 0 &&
+         msgpack_pack_uint8(&pk, (uint8_t)op) == 0 && msgpack_pack_uint32(&pk, id) == 0;
     if (records_last) {
         ok = ok && msgpack_pack_uint64(&pk, v) == 0 && msgpack_pack_bin(&pk, len) == 0 &&
              msgpack_pack_bin_body(&pk, body, len) == 0;
+        if (final != 0) {
+            ok = ok && (final == 2 ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk)) == 0;
+            if (from != NULL) {
+                ok = ok && wire_pack_str(&pk, from, strlen(from));
+            }
+        }
     } else {
         ok = ok && msgpack_pack_bin(&pk, len) == 0 &&
              msgpack_pack_bin_body(&pk, body, len) == 0 && msgpack_pack_uint64(&pk, v) == 0;
@@ -626,14 +654,22 @@ int
 rl_wire_put_handoff_out_reply(struct rl_buf *out, uint32_t id, const void *records, size_t len,
                               uint64_t next)
 {
-    return wire_put_records(out, RL_WIRE_OP_HANDOFF_OUT, id, next, records, len, false);
+    return wire_put_records(out, RL_WIRE_OP_HANDOFF_OUT, id, next, records, len, false, 0, NULL);
 }
 
 int
 rl_wire_put_handoff_in(struct rl_buf *out, uint32_t id, uint32_t shard, const void *records,
                        size_t len)
 {
-    return wire_put_records(out, RL_WIRE_OP_HANDOFF_IN, id, shard, records, len, true);
+    return wire_put_records(out, RL_WIRE_OP_HANDOFF_IN, id, shard, records, len, true, 0, NULL);
+}
+
+int
+rl_wire_put_handoff_in_final(struct rl_buf *out, uint32_t id, uint32_t shard, const void *records,
+                             size_t len, bool final, const char *from)
+{
+    return wire_put_records(out, RL_WIRE_OP_HANDOFF_IN, id, shard, records, len, true,
+                            final ? 2 : 1, from);
 }
 
 int
@@ -711,6 +747,17 @@ wire_put_req_handoff_out(struct rl_buf *out, const struct rl_wire_req *req)
 static int
 wire_put_req_handoff_in(struct rl_buf *out, const struct rl_wire_req *req)
 {
+    if (req->final) {
+        char from[64];
+
+        if (req->from.ptr != NULL) {
+            snprintf(from, sizeof(from), "%.*s", (int)(req->from.len < 63 ? req->from.len : 63),
+                     req->from.ptr);
+        }
+        return rl_wire_put_handoff_in_final(out, req->id, req->shard, req->records.ptr,
+                                            req->records.len, true,
+                                            req->from.ptr != NULL ? from : NULL);
+    }
     return rl_wire_put_handoff_in(out, req->id, req->shard, req->records.ptr, req->records.len);
 }
 

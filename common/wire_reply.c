@@ -74,6 +74,20 @@ wire_reply_error(const msgpack_object *e, struct rl_wire_reply *rep)
     return 0;
 }
 
+/* ERROR MOVING's 5 elements [255, id, 7, message, owner] (the only ERROR with a 5th). */
+static int
+wire_reply_error5(const msgpack_object *e, struct rl_wire_reply *rep)
+{
+    if (wire_reply_error(e, rep) != 0 || rep->err != RL_WIRE_ERR_MOVING ||
+        !wire_str(&e[4], 0, UINT32_MAX, &rep->owner)) {
+        return -EPROTO;
+    }
+    if (rep->owner.ptr == NULL) {
+        rep->owner.ptr = "";
+    }
+    return 0;
+}
+
 static int
 wire_reply_stats(const msgpack_object *e, struct rl_wire_reply *rep)
 {
@@ -276,6 +290,8 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
     rep->err = 0;
     rep->message.ptr = NULL;
     rep->message.len = 0;
+    rep->owner.ptr = NULL;
+    rep->owner.len = 0;
     rep->nstats = 0;
     rep->nepisodes = 0;
     rep->nmissing = 0;
@@ -303,6 +319,9 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
     }
     rep->id = (uint32_t)v;
     info = rl_wire_op_info(rep->op);
+    if (rep->op == RL_WIRE_OP_ERROR && size == 5) {
+        return wire_reply_error5(e, rep);
+    }
     if (info == NULL || size != info->reply_len) {
         return -EPROTO;
     }

@@ -325,7 +325,8 @@ wire_req_handoff_out(const msgpack_object *a, struct rl_wire_req *req, struct rl
     return 0;
 }
 
-/* HANDOFF_IN [12, id, shard, records]: the records' contents are the node's to judge. */
+/* HANDOFF_IN [12, id, shard, records(, final(, from))]: the records' contents are the
+ * node's to judge; final, when given, a boolean; from a string of 0..63 bytes. */
 static int
 wire_req_handoff_in(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
 {
@@ -343,6 +344,29 @@ wire_req_handoff_in(const msgpack_object *a, struct rl_wire_req *req, struct rl_
     }
     req->records.ptr = r->via.bin.ptr;
     req->records.len = r->via.bin.size;
+    req->final = false;
+    req->has_final = a->via.array.size >= 5;
+    req->from.ptr = NULL;
+    req->from.len = 0;
+    if (a->via.array.size == 6) {
+        const msgpack_object *fr = &a->via.array.ptr[5];
+
+        if (fr->type != MSGPACK_OBJECT_STR || fr->via.str.size > 63) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "from must be a string of 0..63 bytes");
+        }
+        req->from.ptr = fr->via.str.size > 0 ? fr->via.str.ptr : "";
+        req->from.len = fr->via.str.size;
+    }
+    if (a->via.array.size >= 5) {
+        const msgpack_object *fin = &a->via.array.ptr[4];
+
+        if (fin->type != MSGPACK_OBJECT_BOOLEAN) {
+            return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
+                              "final must be a boolean");
+        }
+        req->final = fin->via.boolean;
+    }
     return 0;
 }
 

@@ -499,6 +499,22 @@ zkm_read_dir(struct rl_zkm *z, const char *dir, struct rl_member **out, size_t *
         buf[blen] = '\0';
         snprintf(m[k].name, sizeof(m[k].name), "%s", sv.data[i]);
         snprintf(m[k].addr, sizeof(m[k].addr), "%s", buf);
+        if (dir == z->nodes_path) {
+            /* its state (states/<name>): absent is active */
+            char sbuf[16];
+            int slen = (int)sizeof(sbuf) - 1;
+
+            snprintf(path, sizeof(path), "%s/%s", z->states_path, sv.data[i]);
+            rc = zoo_get(z->zh, path, 0, sbuf, &slen, &st);
+            if (rc == ZOK && slen == 7 && memcmp(sbuf, "joining", 7) == 0) {
+                m[k].state = RL_MEMBER_JOINING;
+            } else if (rc == ZOK && slen == 7 && memcmp(sbuf, "leaving", 7) == 0) {
+                m[k].state = RL_MEMBER_LEAVING;
+            } else if (rc != ZOK && rc != ZNONODE) {
+                rc = zkm_errno(rc);
+                goto out;
+            }
+        }
         k++;
     }
     rc = 0;

@@ -26,8 +26,8 @@
 
 /*
  * The members, sorted by name, into a malloc'd array (*out, free it; NULL when none):
- * nodes/ (rl_zkm_read_members) or the routers announced (rl_zkm_read_routers; the address
- * in addr).
+ * nodes/ (rl_zkm_read_members, each with its state from states/<name>, as routers see it)
+ * or the routers announced (rl_zkm_read_routers; the address in addr).
  */
 int rl_zkm_read_members(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);
 int rl_zkm_read_routers(struct rl_zkm *z, struct rl_member **out, size_t *n, int timeout_ms);

@@ -233,6 +233,15 @@ zkm_data_done(int rc, const char *value, int value_len, const struct Stat *stat,
 }
 
 void
+zkm_void_done(int rc, const void *data)
+{
+    struct zkm_ev *ev = (struct zkm_ev *)data;
+
+    ev->rc = rc;
+    zkm_push(ev->z, ev);
+}
+
+void
 zkm_strings_done(int rc, const struct String_vector *sv, const void *data)
 {
     struct zkm_ev *ev = (struct zkm_ev *)data;
@@ -414,7 +423,7 @@ zkm_close_done(int rc, const void *data)
 }
 
 /*
- * Creates /ratelimiter, its cluster and nodes/ once per session; existing ones are fine.
+ * Creates /ratelimiter, its cluster, nodes/ and states/ once per session; existing ones are fine.
  * With a secret, the cluster's two are also given its ACL, which closes a subtree made
  * before the secret was set (an open ACL lets anyone set it; a stranger's lets nobody, and
  * that is said at warn).
@@ -422,7 +431,7 @@ zkm_close_done(int rc, const void *data)
 void
 zkm_parents(struct rl_zkm *z)
 {
-    const char *paths[] = {"/ratelimiter", z->root, z->nodes_path};
+    const char *paths[] = {"/ratelimiter", z->root, z->nodes_path, z->states_path};
 
     if (z->parents_gen == z->gen) {
         return;
@@ -810,6 +819,7 @@ rl_zkm_create(struct rl_zkm **out, uv_loop_t *loop, const char *hosts, uint32_t 
     z->tail = &z->head;
     snprintf(z->root, sizeof(z->root), "/ratelimiter/%s", cluster);
     snprintf(z->nodes_path, sizeof(z->nodes_path), "%s/nodes", z->root);
+    snprintf(z->states_path, sizeof(z->states_path), "%s/states", z->root);
     snprintf(z->routers_path, sizeof(z->routers_path), "%s/routers", z->root);
     snprintf(z->asg_path, sizeof(z->asg_path), "%s/assignment", z->root);
     snprintf(z->prev_path, sizeof(z->prev_path), "%s/assignment.prev", z->root);

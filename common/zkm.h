@@ -47,8 +47,9 @@ enum rl_zkm_state {
  */
 struct rl_zkm_cbs {
     /* The full member list, sorted by name, after every change (and once after watch starts
-     * and the first read completes): a member joins, leaves, changes address or registers
-     * again (a new znode: `since` differs). A member whose name or address does not fit a
+     * and the first read completes): a member joins, leaves, changes address, registers
+     * again (a new znode: `since` differs) or changes state (states/<name>: joining,
+     * leaving, or absent: active). A member whose name or address does not fit a
      * struct rl_member is left out, with a warning. */
     void (*on_members)(void *arg, const struct rl_member *members, size_t n);
     /* The assignment text and its znode version, after every change (and once at first
@@ -114,6 +115,18 @@ int rl_zkm_register(struct rl_zkm *z, const char *name, const char *addr);
 
 /* Whether the znode is known to be held by this rl_zkm's current session. */
 int rl_zkm_registered(const struct rl_zkm *z);
+
+/*
+ * Node side: this node's state (enum rl_member_state, shardmap.h), kept in the ephemeral
+ * znode states/<name> of the registration's session (docs/OPERATIONS.md, "Planned moves"):
+ * JOINING or LEAVING creates or sets it (data "joining", "leaving"), ACTIVE deletes it. Set
+ * before rl_zkm_register, the state is written before the member znode (a node starting
+ * as JOINING is never seen active before it is ready). Kept across new sessions; deleted
+ * after the member znode by rl_zkm_destroy. Returns 0 or -EINVAL.
+ */
+int rl_zkm_set_state(struct rl_zkm *z, int state);
+/* Whether the state last set is written in ZooKeeper by the current session. */
+int rl_zkm_state_written(const struct rl_zkm *z);
 
 /*
  * Router side: keeps the ephemeral znode routers/<name> (a '/' in name becomes '_') with

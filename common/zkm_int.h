@@ -35,6 +35,10 @@ enum zkm_kind {
     ZKM_OP_ASG_EXISTS,
     ZKM_OP_ASG_ACL,
     ZKM_OP_ASG_GET,
+    ZKM_OP_STATES,    /* the children of states/, for their watch only */
+    ZKM_OP_STATES_EX, /* states/ itself, when it is missing: a watch for its creation */
+    ZKM_OP_STATE,     /* a scan's read of one member's states/<name> */
+    ZKM_OP_STATE_SET, /* this node's own states/<name>: created, set or deleted */
 };
 
 /* The registration: OFF until rl_zkm_register, then IDLE (to do), BUSY (a request is out),
@@ -118,6 +122,7 @@ struct rl_zkm {
     int timeout_ms;
     char root[ZKM_ROOT_MAX];
     char nodes_path[ZKM_DIR_MAX];
+    char states_path[ZKM_DIR_MAX]; /* states/: joining or leaving members */
     char asg_path[ZKM_DIR_MAX];
     char prev_path[ZKM_DIR_MAX];
     char rules_path[ZKM_DIR_MAX];
@@ -159,6 +164,13 @@ struct rl_zkm {
     int32_t reg_version;
     uint64_t wait_since, wait_logged; /* loop time (ms) the wait began and was last logged */
 
+    /* This node's state znode states/<name> (rl_zkm_set_state): the state wanted, and what
+     * this session holds (state_gen: the session it was written in, 0: nothing written in
+     * this session; state_have: what was written) */
+    char state_path[ZKM_PATH_MAX];
+    int state_want, state_have, state_busy;
+    uint64_t state_gen;
+
     /* The watch. */
     int watching;
     int mem_busy, mem_dirty, mem_known;
@@ -190,6 +202,7 @@ void zkm_string_done(int rc, const char *value, const void *data);
 void zkm_stat_done(int rc, const struct Stat *stat, const void *data);
 void zkm_data_done(int rc, const char *value, int value_len, const struct Stat *stat,
                    const void *data);
+void zkm_void_done(int rc, const void *data);
 void zkm_strings_done(int rc, const struct String_vector *sv, const void *data);
 void zkm_acl_done(int rc, struct ACL_vector *acl, struct Stat *stat, const void *data);
 

@@ -23,6 +23,14 @@
 #define ZKMEMBERS_WAIT_LOG_MS 10000
 
 static void zkm_reg_step(struct rl_zkm *z);
+static void zkm_state_step(struct rl_zkm *z);
+
+/* A state znode's data: "joining" or "leaving" (docs/OPERATIONS.md, "Planned moves"). */
+static const char *
+zkm_state_data(int state)
+{
+    return state == RL_MEMBER_JOINING ? "joining" : state == RL_MEMBER_LEAVING ? "leaving" : "";
+}
 
 /* Registration. */
 
@@ -65,6 +73,9 @@ zkm_reg_step(struct rl_zkm *z)
         return;
     }
     zkm_parents(z);
+    /* The state first (joining): in one session requests are applied in order, so no
+     * reader ever sees this member without it, and places no shard on it too early. */
+    zkm_state_step(z);
     zkm_set_reg(z, ZKM_REG_BUSY);
     zkm_sent(z, ev,
              zoo_acreate(z->zh, z->reg_path, z->addr, (int)strlen(z->addr), zkm_acl(z, 0),
@@ -179,7 +190,7 @@ zkm_members_same(const struct rl_member *a, size_t na, const struct rl_member *b
     }
     for (size_t i = 0; i < na; i++) {
         if (strcmp(a[i].name, b[i].name) != 0 || strcmp(a[i].addr, b[i].addr) != 0 ||
-            a[i].since != b[i].since) {
+            a[i].since != b[i].since || a[i].state != b[i].state) {
             return 0;
         }
     }
@@ -196,6 +207,13 @@ zkm_members_refresh(struct rl_zkm *z)
     }
     ev = zkm_read_begin(z, ZKM_OP_CHILDREN, &z->mem_busy, &z->mem_dirty);
     if (ev != NULL) {
+        struct zkm_ev *st = zkm_op(z, ZKM_OP_STATES);
+
+        /* states/ first, for its child watch: a state made after this read fires it, one
+         * made before is seen by the scan's reads of each member's state, sent after. */
+        if (st != NULL) {
+            zkm_sent(z, st, zoo_aget_children(z->zh, z->states_path, 1, zkm_strings_done, st));
+        }
         zkm_sent(z, ev, zoo_aget_children(z->zh, z->nodes_path, 1, zkm_strings_done, ev));
     }
 }
@@ -257,7 +275,7 @@ static void
 zkm_children_done(struct rl_zkm *z, struct zkm_ev *ev)
 {
     struct zkm_scan *s;
-    char path[ZKM_PATH_MAX];
+    char path[ZKM_PATH_MAX], spath[ZKM_PATH_MAX];
 
     if (ev->rc != ZOK) {
         z->mem_busy = 0;
@@ -301,6 +319,13 @@ zkm_children_done(struct rl_zkm *z, struct zkm_ev *ev)
             break;
         }
         zkm_sent(z, op, zoo_aget(z->zh, path, 0, zkm_data_done, op));
+        snprintf(spath, sizeof(spath), "%s/%s", z->states_path, ev->names[i]);
+        op = zkm_scan_op(z, s, ZKM_OP_STATE, i);
+        if (op == NULL) {
+            break;
+        }
+        /* a data watch: joining becoming leaving, or the state going */
+        zkm_sent(z, op, zoo_aget(z->zh, spath, 1, zkm_data_done, op));
         if (z->secure) {
             op = zkm_scan_op(z, s, ZKM_OP_MEMBER_ACL, i);
             if (op == NULL) {
@@ -322,7 +347,21 @@ zkm_member_done(struct rl_zkm *z, struct zkm_ev *ev)
     if (s == NULL || ev->seq != s->seq) {
         return;
     }
-    if (ev->rc == ZOK && ev->kind == ZKM_OP_MEMBER_ACL) {
+    if (ev->kind == ZKM_OP_STATE) {
+        if (ev->rc == ZOK) {
+            if (ev->len == 7 && memcmp(ev->data, "joining", 7) == 0) {
+                s->m[ev->slot].state = RL_MEMBER_JOINING;
+            } else if (ev->len == 7 && memcmp(ev->data, "leaving", 7) == 0) {
+                s->m[ev->slot].state = RL_MEMBER_LEAVING;
+            } else {
+                rl_log_warn("zk: states/%s holds neither \"joining\" nor \"leaving\" (%zu "
+                            "bytes): taken as active",
+                            s->m[ev->slot].name, ev->len);
+            }
+        } else if (ev->rc != ZNONODE) {
+            s->failed = 1; /* ZNONODE: active */
+        }
+    } else if (ev->rc == ZOK && ev->kind == ZKM_OP_MEMBER_ACL) {
         if (ev->acl_ours) {
             s->ok[ev->slot] |= 2;
         } else {
@@ -345,6 +384,75 @@ zkm_member_done(struct rl_zkm *z, struct zkm_ev *ev)
     if (--s->pending == 0) {
         zkm_scan_finish(z);
     }
+}
+
+/* This node's state (rl_zkm_set_state). */
+
+/*
+ * Brings states/<name> to what is wanted, one request at a time: created (ephemeral, this
+ * session's) or set when joining or leaving, deleted when active. A new session starts with
+ * nothing written (the old one's ephemeral went with it).
+ */
+static void
+zkm_state_step(struct rl_zkm *z)
+{
+    struct zkm_ev *ev;
+    const char *d = zkm_state_data(z->state_want);
+
+    if (z->state_path[0] == '\0' || z->state_busy || !z->connected || z->zh == NULL ||
+        z->closing) {
+        return;
+    }
+    if (z->state_gen != z->gen) {
+        z->state_gen = z->gen;
+        z->state_have = RL_MEMBER_ACTIVE; /* nothing of ours in this session yet */
+    }
+    if (z->state_have == z->state_want) {
+        return;
+    }
+    ev = zkm_op(z, ZKM_OP_STATE_SET);
+    if (ev == NULL) {
+        zkm_retry_later(z, RL_ZKM_RETRY_MS);
+        return;
+    }
+    ev->slot = (size_t)z->state_want;
+    z->state_busy = 1;
+    zkm_parents(z);
+    if (z->state_want == RL_MEMBER_ACTIVE) {
+        zkm_sent(z, ev, zoo_adelete(z->zh, z->state_path, -1, zkm_void_done, ev));
+    } else if (z->state_have == RL_MEMBER_ACTIVE) {
+        zkm_sent(z, ev,
+                 zoo_acreate(z->zh, z->state_path, d, (int)strlen(d), zkm_acl(z, 0),
+                             ZOO_EPHEMERAL, zkm_string_done, ev));
+    } else {
+        ev->seq = 1; /* a set */
+        zkm_sent(z, ev, zoo_aset(z->zh, z->state_path, d, (int)strlen(d), -1, zkm_stat_done, ev));
+    }
+}
+
+static void
+zkm_state_done(struct rl_zkm *z, struct zkm_ev *ev)
+{
+    int want = (int)ev->slot;
+
+    z->state_busy = 0;
+    if (ev->rc == ZOK || (want == RL_MEMBER_ACTIVE && ev->rc == ZNONODE)) {
+        z->state_have = want;
+        rl_log_info("zk: states/%s %s", z->name,
+                    want == RL_MEMBER_ACTIVE ? "deleted (active)" : zkm_state_data(want));
+    } else if (ev->rc == ZNODEEXISTS) {
+        /* there already (this session's, after a lost reply): set it instead */
+        z->state_have = want == RL_MEMBER_JOINING ? RL_MEMBER_LEAVING : RL_MEMBER_JOINING;
+    } else if (ev->rc == ZNONODE && ev->seq == 1) {
+        z->state_have = RL_MEMBER_ACTIVE; /* gone: create it again */
+    } else {
+        if (ev->rc != ZCONNECTIONLOSS && ev->rc != ZOPERATIONTIMEOUT) {
+            rl_log_warn("zk: cannot write states/%s: %s; retrying", z->name, zerror(ev->rc));
+        }
+        zkm_retry_later(z, RL_ZKM_RETRY_MS);
+        return;
+    }
+    zkm_state_step(z);
 }
 
 /* The router's announcement. */
@@ -406,6 +514,8 @@ zkm_members_reset(struct rl_zkm *z)
         zkm_set_reg(z, ZKM_REG_IDLE);
     }
     z->wait_since = 0;
+    z->state_busy = 0;
+    z->state_gen = 0;
     zkm_scan_free(z->scan);
     z->scan = NULL;
     z->mem_busy = 0;
@@ -427,6 +537,7 @@ zkm_members_resync(struct rl_zkm *z, int all)
     if (all || z->mem_dirty) {
         zkm_members_refresh(z);
     }
+    zkm_state_step(z);
 }
 
 static int
@@ -444,7 +555,23 @@ zkm_members_handle(struct rl_zkm *z, struct zkm_ev *ev)
         return 1;
     case ZKM_OP_MEMBER:
     case ZKM_OP_MEMBER_ACL:
+    case ZKM_OP_STATE:
         zkm_member_done(z, ev);
+        return 1;
+    case ZKM_OP_STATES:
+        if (ev->rc == ZNONODE && z->watching) {
+            /* no states/ yet (a cluster older than it): watch for its creation */
+            struct zkm_ev *op = zkm_op(z, ZKM_OP_STATES_EX);
+
+            if (op != NULL) {
+                zkm_sent(z, op, zoo_aexists(z->zh, z->states_path, 1, zkm_stat_done, op));
+            }
+        }
+        return 1;
+    case ZKM_OP_STATES_EX:
+        return 1;
+    case ZKM_OP_STATE_SET:
+        zkm_state_done(z, ev);
         return 1;
     default:
         return 0;
@@ -454,7 +581,10 @@ zkm_members_handle(struct rl_zkm *z, struct zkm_ev *ev)
 static int
 zkm_members_watch(struct rl_zkm *z, int type, const char *path)
 {
-    if (strcmp(path, z->nodes_path) == 0) {
+    size_t sl = strlen(z->states_path);
+
+    if (strcmp(path, z->nodes_path) == 0 ||
+        (strncmp(path, z->states_path, sl) == 0 && (path[sl] == '\0' || path[sl] == '/'))) {
         zkm_members_refresh(z);
         return 1;
     }
@@ -498,6 +628,14 @@ zkm_members_close(struct rl_zkm *z)
     } else {
         rl_log_warn("zk: deleting nodes/%s: %s (closing the session removes it)", z->name,
                     zerror(rc));
+    }
+    /* the state after the member: never an active-looking member in between */
+    if (z->state_gen == z->gen && z->state_have != RL_MEMBER_ACTIVE) {
+        rc = zoo_delete(z->zh, z->state_path, -1);
+        if (rc != ZOK && rc != ZNONODE) {
+            rl_log_warn("zk: deleting states/%s: %s (closing the session removes it)", z->name,
+                        zerror(rc));
+        }
     }
 }
 
@@ -545,6 +683,7 @@ rl_zkm_register(struct rl_zkm *z, const char *name, const char *addr)
     snprintf(z->name, sizeof(z->name), "%s", name);
     snprintf(z->addr, sizeof(z->addr), "%s", addr);
     snprintf(z->reg_path, sizeof(z->reg_path), "%s/%s", z->nodes_path, name);
+    snprintf(z->state_path, sizeof(z->state_path), "%s/%s", z->states_path, name);
     zkm_set_reg(z, ZKM_REG_IDLE);
     zkm_reg_step(z);
     return 0;
@@ -554,6 +693,25 @@ int
 rl_zkm_registered(const struct rl_zkm *z)
 {
     return z->reg == ZKM_REG_HELD;
+}
+
+int
+rl_zkm_set_state(struct rl_zkm *z, int state)
+{
+    if (state != RL_MEMBER_ACTIVE && state != RL_MEMBER_JOINING && state != RL_MEMBER_LEAVING) {
+        return -EINVAL;
+    }
+    z->state_want = state;
+    if (z->reg != ZKM_REG_OFF) {
+        zkm_state_step(z);
+    }
+    return 0;
+}
+
+int
+rl_zkm_state_written(const struct rl_zkm *z)
+{
+    return z->state_gen == z->gen && z->state_have == z->state_want && !z->state_busy;
 }
 
 int

@@ -5,7 +5,7 @@
  * relative to the sender's clock, so a host with another clock continues them.
  * Not for choosing which keys move, nor for putting them into a limiter (limiter.h,
  * rl_limiter_export and rl_limiter_import), nor for the transfer itself (HANDOFF_OUT and
- * HANDOFF_IN: server_handoff.h; nothing in ZooKeeper or the router uses it yet).
+ * HANDOFF_IN: server_handoff.h; the automatic moves: move.h).
  */
 #ifndef RL_HANDOFF_H
 #define RL_HANDOFF_H

@@ -3,7 +3,9 @@
  * serves the wire protocol on its listen address and, when ZooKeeper is configured,
  * registers itself there, saying at warn (every RL_NODE_WARN_MS) for as long as it is not
  * registered: routers send an unregistered node no traffic. Start-up, signals and exit
- * statuses are daemon.h's: SIGTERM/SIGINT close the connections and the znode and exit 0;
+ * statuses are daemon.h's: SIGTERM/SIGINT close the connections and the znode and exit 0,
+ * with ZooKeeper after handing every shard to its next owner (move.h; at most [node NAME]
+ * drain_timeout); a starting node is `joining` (placed nowhere) until its first view is in;
  * SIGHUP reopens the --log-file and reloads the [service] rules (rules.h), which may also
  * come from the rules znode in ZooKeeper: counters of unchanged tiers are kept.
  */
@@ -16,6 +18,7 @@
 
 #include "daemon.h"
 #include "limiter.h"
+#include "move.h"
 #include "slices.h"
 #include "log.h"
 #include "rules.h"
@@ -47,7 +50,12 @@ struct node {
     char dial[128];        /* the address registered for routers: advertise, else listen */
     /* the view of the cluster the routers have, to answer only for this node's shards */
     struct rl_view view;
-    uint8_t *owned; /* bit s: shard s is this node's in that view (rl_server_set_owned) */
+    /* the shard states of automatic handoff, and the bitmap of shards decided here that
+     * the server reads (rl_server_set_owned) */
+    struct rl_move *move;
+    bool owned_set; /* the server has the bitmap (a first view was applied) */
+    bool joined;    /* `joining` was lifted */
+    bool draining;  /* SIGTERM: handing the shards off */
     uint32_t nowned;
     /* per shard: bumped each time this node gains it, and for every shard when its
      * registration is lost, so a shard that comes back starts from full allowance
@@ -72,8 +80,10 @@ static const char usage[] =
     "  --metrics HOST:PORT  serve /metrics, /healthz, /readyz there (default: metrics of\n"
     "                     [node NAME]; \"off\": none)\n"
     "  --help, --version\n"
-    "Signals: TERM/INT stop (znode deleted at once), HUP reopens the log file and reloads\n"
-    "the [service] rules of --config (unless they come from ZooKeeper: rl-cli rules push).\n";
+    "Signals: TERM/INT stop (with ZooKeeper: every shard handed to its next owner first,\n"
+    "at most [node NAME] drain_timeout, then the znode deleted), HUP reopens the log file\n"
+    "and reloads the [service] rules of --config (unless they come from ZooKeeper: rl-cli\n"
+    "rules push).\n";
 
 static const struct option node_options[] = {{"test-clock", no_argument, NULL, OPT_TEST_CLOCK},
                                              {NULL, 0, NULL, 0}};
@@ -92,9 +102,9 @@ node_option(struct rl_daemon *d, int opt, const char *arg)
 }
 
 static void
-node_stop(struct rl_daemon *d)
+node_finish_stop(void *arg)
 {
-    struct node *n = d->data;
+    struct node *n = arg;
 
     if (n->zkm != NULL) {
         rl_zkm_destroy(n->zkm);
@@ -103,6 +113,37 @@ node_stop(struct rl_daemon *d)
     }
     rl_rules_close(&n->rules); /* a parse in flight is dropped: no apply to a closing node */
     rl_server_close(&n->server, NULL);
+    n->server.move = NULL;
+    rl_move_destroy(n->move);
+    n->move = NULL;
+}
+
+/*
+ * SIGTERM, SIGINT. With ZooKeeper, a registered and connected node first says `leaving`:
+ * its own view then queues every shard it decides for its next owner (move.h), and it stops
+ * once they are shipped or at drain_timeout. Otherwise it stops at once (today's stop).
+ */
+static void
+node_stop(struct rl_daemon *d)
+{
+    struct node *n = d->data;
+    const struct rl_node_conf *nc = rl_conf_node(d->conf, d->name);
+    uint32_t timeout = nc != NULL && nc->drain_timeout_ms != 0 ? nc->drain_timeout_ms
+                                                                : RL_CONF_DRAIN_TIMEOUT_MS;
+
+    if (n->draining) {
+        return;
+    }
+    if (n->move == NULL || n->zkm == NULL || !rl_zkm_registered(n->zkm) ||
+        n->zk_state != RL_ZKM_CONNECTED || !n->owned_set) {
+        node_finish_stop(n);
+        return;
+    }
+    n->draining = true;
+    rl_log_info("clean stop: leaving (handing %u shard(s) to their next owners, at most %u ms)",
+                rl_move_count_owned(n->move), timeout);
+    rl_zkm_set_state(n->zkm, RL_MEMBER_LEAVING);
+    rl_move_drain(n->move, timeout, node_finish_stop, n);
 }
 
 /*
@@ -130,6 +171,9 @@ node_check_registration(uv_timer_t *t)
         /* Its shards went to others meanwhile: what it counted is no longer current. */
         for (uint32_t s = 0; s < n->d.conf->shards; s++) {
             n->epochs[s]++;
+        }
+        if (n->move != NULL) {
+            rl_move_lost(n->move);
         }
         n->unreg_since = now;
         n->last_warn = now;
@@ -161,8 +205,10 @@ node_rebuild(struct node *n)
 {
     const struct rl_conf *conf = n->d.conf;
     struct rl_shardmap *map;
-    uint32_t self, count = 0;
-    uint8_t *owned;
+    uint32_t self, count;
+    int64_t digest;
+    size_t nmembers;
+    const char *state;
     char err[128];
 
     if (rl_view_build(&map, conf->shards, &n->view, err, sizeof(err)) != 0) {
@@ -172,33 +218,31 @@ node_rebuild(struct node *n)
     if (err[0] != '\0') {
         rl_log_warn("assignment version %lld ignored: %s", (long long)n->view.asg_version, err);
     }
-    owned = calloc((conf->shards + 7) / 8, 1);
-    if (owned == NULL) {
-        rl_shardmap_destroy(map);
-        rl_log_error("cannot build the shard table: out of memory; keeping the old one");
-        return;
-    }
     self = rl_shardmap_find(map, n->d.name);
-    for (uint32_t s = 0; self != RL_SHARDMAP_NONE && s < conf->shards; s++) {
-        if (rl_shardmap_owner(map, s) == self) {
-            owned[s >> 3] |= (uint8_t)(1u << (s & 7));
-            count++;
-            if (n->owned == NULL || (n->owned[s >> 3] >> (s & 7) & 1) == 0) {
-                n->epochs[s]++; /* gained: a new tenure */
-            }
-        }
-    }
-    rl_server_set_owned(&n->server, owned, conf->shards, rl_shardmap_digest_stat(map));
-    free(n->owned);
-    n->owned = owned;
+    state = self != RL_SHARDMAP_NONE ? rl_member_state_name(map->members[self].state) : "";
+    digest = rl_shardmap_digest_stat(map);
+    nmembers = map->nmembers;
+    /* The shard states follow the table (a gained shard is a new tenure: its epoch bumped,
+     * or it is awaited from its old owner); the server reads the bitmap they keep. */
+    rl_move_view(n->move, map);
+    rl_server_set_owned(&n->server, rl_move_owned(n->move), conf->shards, digest);
+    n->owned_set = true;
+    count = rl_move_count_owned(n->move);
     if (count != n->nowned || self == RL_SHARDMAP_NONE) {
-        rl_log_info("owns %u of %u shards (%zu members, assignment version %lld)%s", count,
-                    conf->shards, map->nmembers, (long long)n->view.asg_version,
-                    self == RL_SHARDMAP_NONE ? "; not a member in this view yet" : "");
+        rl_log_info("owns %u of %u shards (%zu members, assignment version %lld)%s%s", count,
+                    conf->shards, nmembers, (long long)n->view.asg_version,
+                    self == RL_SHARDMAP_NONE ? "; not a member in this view yet" : "; ",
+                    self == RL_SHARDMAP_NONE ? "" : state);
     }
     n->nowned = count;
     n->server.shards_owned = count;
-    rl_shardmap_destroy(map);
+    /* Ready: listening, and this view read. Lifting `joining` lets the others place shards
+     * here, and send their counters first. */
+    if (!n->joined && !n->draining && self != RL_SHARDMAP_NONE) {
+        n->joined = true;
+        rl_zkm_set_state(n->zkm, RL_MEMBER_ACTIVE);
+        rl_log_info("view read: joining lifted (shards are placed here from now on)");
+    }
 }
 
 static void
@@ -379,7 +423,16 @@ static const struct rl_daemon_spec node_spec = {
     .on_stop = node_stop,
     .on_hup = node_hup,
     .tls_mutual = true,
+    .tls_client = true, /* automatic handoff dials the other nodes */
 };
+
+static uint64_t
+node_now_ms(void *arg)
+{
+    struct node *n = arg;
+
+    return rl_clock_now_ms(&n->server.clock);
+}
 
 /* Registers in ZooKeeper and starts watching the registration. Returns 0 or a negative errno. */
 static int
@@ -396,10 +449,31 @@ node_register(struct node *n)
         return -ENOMEM;
     }
     rl_server_set_epochs(&n->server, n->epochs);
+    {
+        struct rl_move_opts mo = {0};
+
+        mo.nshards = n->d.conf->shards;
+        mo.self = n->d.name;
+        mo.handoff_wait_ms = n->d.conf->handoff_wait_ms;
+        mo.secret = n->d.conf->secret;
+        mo.secret_len = n->d.conf->secret_len;
+        mo.tls = n->d.tls_client;
+        mo.epochs = n->epochs;
+        mo.limiter = n->limiter;
+        mo.now_ms = node_now_ms;
+        mo.now_arg = n;
+        rc = rl_move_create(&n->move, loop, &mo);
+        if (rc != 0) {
+            return rc;
+        }
+        n->server.move = n->move;
+    }
     rc = rl_zkm_create(&n->zkm, loop, n->d.conf->zookeeper, n->d.conf->session_timeout_ms,
                        n->d.conf->cluster_name, &cbs, n);
     if (rc == 0) {
         rl_zkm_secure(n->zkm, n->d.conf->secret, n->d.conf->secret_len);
+        /* joining until its first view is in: placed nowhere before it is ready */
+        rl_zkm_set_state(n->zkm, RL_MEMBER_JOINING);
         rc = rl_zkm_register(n->zkm, n->d.name, n->dial);
     }
     if (rc == 0) {
@@ -509,6 +583,9 @@ main(int argc, char **argv)
                            n.d.conf->zookeeper, strerror(-rc));
             rl_zkm_destroy(n.zkm);
             n.zkm = NULL;
+            n.server.move = NULL;
+            rl_move_destroy(n.move);
+            n.move = NULL;
             rl_server_close(&n.server, NULL);
             rc = 1;
             goto out;
@@ -538,7 +615,6 @@ out:
     rl_limiter_destroy(n.limiter);
     rl_slices_destroy(n.slices);
     rl_view_deinit(&n.view);
-    free(n.owned);
     free(n.epochs);
     rl_daemon_destroy(&n.d);
     return rc;

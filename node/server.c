@@ -22,6 +22,7 @@
 #include "inltab.h"
 #include "log.h"
 #include "rules.h"
+#include "move.h"
 #include "shardmap.h"
 #include "server_handoff.h"
 #include "throttle.h"
@@ -169,6 +170,25 @@ server_stats(struct rl_conn *c, const struct rl_wire_req *req)
 #undef RL_SERVER_PUT_CONN
     RL_SERVER_PUT("errors", s->errors)
     RL_SERVER_PUT("not_owner", s->not_owner)
+    RL_SERVER_PUT("moving", s->moving)
+    {
+        struct rl_move_stats ms;
+
+        memset(&ms, 0, sizeof(ms));
+        if (s->move != NULL) {
+            rl_move_stats(s->move, &ms);
+        }
+        RL_SERVER_PUT("shards_owned",
+                      s->move != NULL ? rl_move_count_owned(s->move) : s->shards_owned)
+        RL_SERVER_PUT("shards_incoming", ms.incoming)
+        RL_SERVER_PUT("shards_outgoing", ms.outgoing)
+        RL_SERVER_PUT("handoffs_out_done", ms.out_done)
+        RL_SERVER_PUT("handoffs_out_failed", ms.out_failed)
+        RL_SERVER_PUT("handoffs_in_done", ms.in_done)
+        RL_SERVER_PUT("handoffs_in_failed", ms.in_failed)
+        RL_SERVER_PUT("handoff_keys_out", ms.keys_out)
+        RL_SERVER_PUT("handoff_keys_in", ms.keys_in)
+    }
     RL_SERVER_PUT("auth_failures", s->gate.failures)
     RL_SERVER_PUT("zk_state", s->zk_state)
     RL_SERVER_PUT("registered", s->registered)
@@ -315,6 +335,29 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch, u
                  s->name);
     } else if (s->owned == NULL) {
         snprintf(msg, sizeof(msg), "node %s has no membership view yet", s->name);
+    } else if (s->move != NULL) {
+        const char *owner = NULL;
+
+        if (rl_move_moving(s->move, shard, &owner)) {
+            s->not_owner--;
+            s->moving++;
+            if (owner[0] != '\0' && (s->owned[shard >> 3] >> (shard & 7) & 1) == 0 &&
+                rl_move_expected(s->move, shard)) {
+                snprintf(msg, sizeof(msg), "shard %u is expected from %s", shard, owner);
+            } else if (owner[0] != '\0') {
+                snprintf(msg, sizeof(msg), "shard %u is moving to %s", shard, owner);
+            } else {
+                snprintf(msg, sizeof(msg), "shard %u is being handed off (node %s)", shard,
+                         s->name);
+            }
+            if (rl_wire_put_moving(&c->out, req->id, msg, owner) != 0) {
+                rl_conn_close(c, UV_ENOMEM);
+                return false;
+            }
+            rl_conn_mark(c);
+            return false;
+        }
+        snprintf(msg, sizeof(msg), "shard %u is not owned by node %s", shard, s->name);
     } else {
         snprintf(msg, sizeof(msg), "shard %u is not owned by node %s", shard, s->name);
     }
@@ -787,13 +830,15 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
 
     rl_prom_family(p, "rl_node_errors_total", "counter",
                    "ERROR replies sent, by kind: not_owner (shard not this node's, or fenced), "
-                   "auth (failed AUTH), other.");
+                   "moving (shard in flight between two nodes), auth (failed AUTH), other.");
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "not_owner", NULL),
                 s->not_owner);
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "auth", NULL),
                 s->gate.failures);
+    rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "moving", NULL),
+                s->moving);
     rl_prom_u64(p, "rl_node_errors_total", rl_prom_labels(lab, sizeof(lab), "kind", "other", NULL),
-                s->errors - s->not_owner - s->gate.failures);
+                s->errors - s->not_owner - s->moving - s->gate.failures);
     rl_throttle_metrics(s->throttle, p);
     rl_prom_one(p, "rl_node_admin_deferred_total", "counter",
                 "Admin requests (STATS, THROTTLED) left for a later loop turn because the "
@@ -809,7 +854,11 @@ rl_server_metrics(struct rl_server *s, struct rl_prom *p)
         rl_prom_zookeeper(p, s->zk_state == RL_ZKM_CONNECTED, s->zk_expiries);
         rl_prom_family(p, "rl_node_shards_owned", "gauge",
                        "Shards this node owns in its view of the membership and assignment.");
-        rl_prom_u64(p, "rl_node_shards_owned", NULL, s->shards_owned);
+        rl_prom_u64(p, "rl_node_shards_owned", NULL,
+                    s->move != NULL ? rl_move_count_owned(s->move) : s->shards_owned);
+        if (s->move != NULL) {
+            rl_move_metrics(s->move, p);
+        }
     }
     rl_prom_family(p, "rl_node_ready", "gauge", "1 while /readyz answers 200.");
     {

@@ -108,6 +108,11 @@ struct rl_server {
     /* HANDOFF_OUT's export in progress and HANDOFF_IN's room (server_handoff.h); NULL until
      * the first of them */
     struct rl_server_handoff *handoff;
+    /* ZooKeeper mode: the shard states of automatic handoff (move.h), set by the node's
+     * main; NULL with static membership. A CHECK or ADJUST of a shard in flight is answered
+     * ERROR MOVING (counted in moving), a HANDOFF_IN with `final` goes through it. */
+    struct rl_move *move;
+    uint64_t moving;
     uint32_t shards_owned;   /* in the current view (set by the node's main) */
     int pending_closes; /* handles still closing */
     bool closing;

@@ -16,6 +16,7 @@
 #include "handoff.h"
 #include "limiter.h"
 #include "log.h"
+#include "move.h"
 #include "server.h"
 #include "wire.h"
 
@@ -264,12 +265,21 @@ rl_server_handoff_in(struct rl_server *s, const struct rl_wire_req *req, struct 
     if (!ho_check(h, r.p, r.n, req->shard, msg, sizeof(msg))) {
         return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
     }
+    /* An automatic move's message (it has `final`): only into a shard expected here. */
+    if (req->has_final && s->move != NULL &&
+        rl_move_in_begin(s->move, req->shard, r.n, req->from.ptr, req->from.len,
+                         req->final && r.n == 0, msg, sizeof(msg)) != 0) {
+        return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
+    }
     memset(&st, 0, sizeof(st));
     if (rl_limiter_import_each(s->limiter, s->now_ms, ho_epoch(s, req->shard), req->shard,
                                ho_next_key, &r, &st) != 0) {
         return ho_error(s, out, req->id, RL_WIRE_ERR_OVERLOADED, "out of memory");
     }
-    if (r.end) {
+    if (req->has_final && s->move != NULL) {
+        rl_move_in_end(s->move, req->shard, st.imported, req->final);
+    }
+    if (r.end && !req->has_final) {
         rl_log_info("handoff: shard %" PRIu32 " received (last message: %" PRIu64
                     " keys imported, %" PRIu64 " skipped)",
                     req->shard, st.imported, st.no_tier + st.invalid + st.no_memory);

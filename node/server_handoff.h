@@ -3,9 +3,10 @@
  * "HANDOFF_OUT, HANDOFF_IN"): a shard's live keys read out as handoff records, a few at a
  * time from a snapshot taken at offset 0, and records of a shard put into this node's
  * limiter. Each answer (or its ERROR) is appended to an output buffer; server.c dispatches
- * and counts them as admin traffic. Not for who may send them (the node's gate, gate.h), the
- * records' encoding (handoff.h), nor for deciding when a shard moves (not written yet: the
- * operator's rl-cli handoff drives it).
+ * and counts them as admin traffic. An automatic move's HANDOFF_IN (with `final`) is taken
+ * only when move.h says the shard is expected here. Not for who may send them (the node's
+ * gate, gate.h), the records' encoding (handoff.h), nor for deciding when a shard moves
+ * (move.h; by hand: rl-cli handoff).
  */
 #ifndef RL_SERVER_HANDOFF_H
 #define RL_SERVER_HANDOFF_H

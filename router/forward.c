@@ -16,7 +16,11 @@
  * their own op (the pending record's op): hashed, authorized (a refund needs `adjust = yes`),
  * forwarded, answered under their op; never from the deny cache nor by the backstop (a
  * failure answers the policy's code and nothing is applied); counted apart from decisions.
- * Not for THROTTLED (fanout.c).
+ * A node's ERROR MOVING (its shard is being handed to another node:
+ * docs/OPERATIONS.md, "A router during a planned move") is no failure: the request is sent
+ * again, at once to the member named or after a backoff to the table's owner (pending.c
+ * keeps its bytes and holds it), until [cluster] handoff_wait past its first send; only then
+ * does the policy answer. Not for THROTTLED (fanout.c).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -194,10 +198,32 @@ answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_r
     rl_conn_mark(c);
 }
 
+/* p was sent as fwd, re-encoded: keeps its bytes after the id (rl_pending_keep) as the
+ * encoder writes them: fixarray header, op, the id (1, 2, 3, 5 or 9 bytes), the rest. */
+static void
+forward_keep_encoded(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *fwd)
+{
+    struct rl_buf b;
+    const unsigned char *q;
+    size_t idlen = 1;
+    bool settle = fwd->op == RL_WIRE_OP_ADJUST || fwd->op == RL_WIRE_OP_RELEASE;
+
+    rl_buf_init(&b);
+    if ((settle ? rl_wire_put_req(&b, fwd) : rl_wire_put_check(&b, fwd)) == 0 &&
+        b.len > RL_WIRE_HDR_LEN + 3) {
+        q = (const unsigned char *)b.data + RL_WIRE_HDR_LEN;
+        idlen = q[2] == 0xcc ? 2 : q[2] == 0xcd ? 3 : q[2] == 0xce ? 5 : q[2] == 0xcf ? 9 : 1;
+        if (RL_WIRE_HDR_LEN + 2 + idlen <= b.len) {
+            rl_pending_keep(r, p, q[0], (const char *)q + 2 + idlen,
+                            b.len - RL_WIRE_HDR_LEN - 2 - idlen);
+        }
+    }
+    rl_buf_deinit(&b);
+}
+
 /* A CHECK, ADJUST or RELEASE of a binary client: answered here or forwarded (its op kept). */
 static void
-forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req,
-              const struct rl_wire_str *relay)
+forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_wire_str *relay)
 {
     struct rl_cconn *c = (struct rl_cconn *)conn;
     struct rl_router *r = conn->data;
@@ -268,8 +294,7 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req,
     if (p != NULL) {
         /* Read the short way (session.c): what follows the id goes as the client sent it. */
         if (relay->ptr != NULL) {
-            sent = rl_upstream_send_check(u, rl_pending_id(r, p), relay->ptr, relay->len,
-                                          &p->link);
+            sent = rl_upstream_send_check(u, rl_pending_id(r, p), relay->ptr, relay->len, &p->link);
         } else {
             fwd = *req;
             fwd.id = rl_pending_id(r, p);
@@ -293,6 +318,11 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req,
         answer_local(conn, req, rule, &rep, shard, fail_node(u, bs), hash);
         return;
     }
+    if (relay->ptr != NULL) {
+        rl_pending_keep(r, p, RL_WIRE_CHECK_HDR, relay->ptr, relay->len);
+    } else {
+        forward_keep_encoded(r, p, &fwd);
+    }
     p->client = c;
     p->client_id = req->id;
     p->op = (uint8_t)req->op;
@@ -309,7 +339,7 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req,
         memcpy(p->user, req->user.ptr, p->ulen);
         if (rule == NULL) {
             p->slen = (uint8_t)(req->service.len < ROUTER_USER_LOGGED ? req->service.len
-                                                                       : ROUTER_USER_LOGGED);
+                                                                      : ROUTER_USER_LOGGED);
             memcpy(p->service, req->service.ptr, p->slen);
         }
     }
@@ -319,6 +349,155 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req,
     }
     rl_pending_track(r, p, c);
     r->stats.forwarded++;
+}
+
+/* Asks for the cluster to be read again (a node saw another view), at most every
+ * RL_ROUTER_REFRESH_MS. */
+static void
+forward_refresh(struct rl_router *r)
+{
+    if (r->opts.on_stale != NULL &&
+        (r->refreshed_ms == 0 || uv_now(r->loop) - r->refreshed_ms >= RL_ROUTER_REFRESH_MS)) {
+        r->refreshed_ms = uv_now(r->loop);
+        r->stats.view_refreshes++;
+        r->opts.on_stale(r->opts.arg);
+    }
+}
+
+/* The upstream of the member named name[0..len), or NULL: not a member (any state). */
+static struct rl_upstream *
+forward_member(struct rl_router *r, const char *name, size_t len)
+{
+    if (r->map == NULL || name == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < r->map->nmembers; i++) {
+        if (strlen(r->map->members[i].name) == len &&
+            memcmp(r->map->members[i].name, name, len) == 0) {
+            return r->owners[i];
+        }
+    }
+    return NULL;
+}
+
+/* p, a CHECK kept (rl_pending_kept) and on no node connection, is sent again to u under its
+ * id. Returns 0 (back on the deadline FIFO), -ENOENT (its bytes are gone) or the send's
+ * error. */
+static int
+forward_send_again(struct rl_router *r, struct rl_pending *p, struct rl_upstream *u)
+{
+    uint8_t hdr;
+    size_t len;
+    const char *tail = rl_pending_kept(r, p, &hdr, &len);
+    int rc;
+
+    if (tail == NULL) {
+        return -ENOENT;
+    }
+    rc = rl_upstream_send_spliced(u, hdr, p->op, rl_pending_id(r, p), tail, len, &p->link);
+    if (rc != 0) {
+        return rc;
+    }
+    p->up = u;
+    rl_pending_resent(r, p);
+    return 0;
+}
+
+/* p's move took too long (handoff_wait past its first send) or its bytes are gone: the
+ * failure policy answers it, as for an owner that cannot be reached. */
+static void
+forward_move_fail(struct rl_router *r, struct rl_pending *p, bool lost)
+{
+    if (lost) {
+        r->stats.move_lost++;
+    } else {
+        r->stats.move_expired++;
+    }
+    rl_forward_fail(r, p, false);
+}
+
+/* p, on no node connection, waits for the next backoff (1, 2, 4 .. 16 ms) before it is sent
+ * to its shard's owner in the router's table then (rl_forward_resend). */
+static void
+forward_hold(struct rl_router *r, struct rl_pending *p)
+{
+    uint32_t level = p->moves < RL_PENDING_LEVELS ? p->moves : RL_PENDING_LEVELS - 1;
+
+    if (p->moves < UINT8_MAX) {
+        p->moves++;
+    }
+    r->stats.held_for_move++;
+    rl_pending_hold(r, p, 1u << level);
+}
+
+/*
+ * The node u answered p ERROR MOVING (rep; NULL: a NOT_OWNER taken as MOVING ""): the shard
+ * is being handed to another node and nothing was applied. p is sent at once to the member
+ * the node named (RL_FORWARD_REDIRECTS times at most: the new owner names the old one until
+ * the shard's records are in, the old one names the new one once it exported them), else
+ * held for a backoff and sent to the owner of the router's table then
+ * (the cluster read again meanwhile), until handoff_wait past its first send; only then does
+ * the failure policy answer. Never the backstop, never a node failure.
+ */
+static void
+forward_moving(struct rl_router *r, struct rl_pending *p, struct rl_upstream *u,
+               const struct rl_wire_reply *rep)
+{
+    struct rl_upstream *to = NULL;
+    uint8_t hdr;
+    size_t len;
+    int rc;
+
+    if (rep != NULL) {
+        r->stats.moved++;
+    }
+    rl_pending_moving(r, p);
+    rl_upstream_done(&p->link);
+    if (rl_pending_kept(r, p, &hdr, &len) == NULL) {
+        forward_move_fail(r, p, true);
+        return;
+    }
+    if (uv_now(r->loop) >= p->hold_until) {
+        forward_move_fail(r, p, false);
+        forward_refresh(r);
+        return;
+    }
+    if (rep != NULL && rep->owner.len > 0) {
+        to = forward_member(r, rep->owner.ptr, rep->owner.len);
+    }
+    if (to != NULL && to != u && p->redirects < RL_FORWARD_REDIRECTS) {
+        rc = forward_send_again(r, p, to);
+        if (rc == 0) {
+            p->redirects++;
+            r->stats.move_redirected++;
+            return;
+        }
+    }
+    forward_refresh(r);
+    forward_hold(r, p);
+}
+
+void
+rl_forward_resend(struct rl_router *r, struct rl_pending *p)
+{
+    uint32_t owner = r->map != NULL ? rl_shardmap_owner(r->map, p->shard) : RL_SHARDMAP_NONE;
+    struct rl_upstream *u = owner != RL_SHARDMAP_NONE ? r->owners[owner] : NULL;
+    int rc = -EAGAIN;
+
+    if (uv_now(r->loop) >= p->hold_until) {
+        forward_move_fail(r, p, false);
+        return;
+    }
+    if (u != NULL) {
+        rc = forward_send_again(r, p, u);
+    }
+    if (rc == 0) {
+        r->stats.move_resent++;
+    } else if (rc == -ENOENT) {
+        forward_move_fail(r, p, true);
+    } else {
+        forward_hold(r, p); /* no owner, or it cannot be reached yet: the next backoff */
+    }
 }
 
 void
@@ -402,19 +581,26 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
         } else if (pd->sink != NULL) {
             pd->answer(r, pd, &rep->check, 0);
         }
+    } else if (rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_MOVING) {
+        forward_moving(r, pd, u, rep);
+        return;
     } else if (rep->op == RL_WIRE_OP_ERROR && rep->err == RL_WIRE_ERR_NOT_OWNER) {
         /* The node sees another owner (or is fenced): the views differ for now. Answer by
-         * policy, as for an owner that cannot be reached, and read the cluster again. */
-        r->stats.not_owner++;
+         * policy, as for an owner that cannot be reached, and read the cluster again; but
+         * with ZooKeeper, a node that says the shard is another's (not fenced, not
+         * unregistered: "shard N is not owned by ...") may be a view behind or ahead of the
+         * router's in a planned move: held as for a MOVING "" (forward_moving). */
         rl_log_debug("node %s: %.*s", u->name, (int)rep->message.len,
                      rep->message.ptr != NULL ? rep->message.ptr : "");
-        rl_forward_fail(r, pd, false);
-        if (r->opts.on_stale != NULL &&
-            (r->refreshed_ms == 0 || uv_now(r->loop) - r->refreshed_ms >= RL_ROUTER_REFRESH_MS)) {
-            r->refreshed_ms = uv_now(r->loop);
-            r->stats.view_refreshes++;
-            r->opts.on_stale(r->opts.arg);
+        if (r->zk_state != RL_ROUTER_ZK_NONE && rep->message.len > 6 &&
+            memcmp(rep->message.ptr, "shard ", 6) == 0) {
+            r->stats.not_owner_held++;
+            forward_moving(r, pd, u, NULL);
+            return;
         }
+        r->stats.not_owner++;
+        rl_forward_fail(r, pd, false);
+        forward_refresh(r);
         return;
     } else if (rep->op == RL_WIRE_OP_ERROR) {
         char msg[256];
@@ -460,10 +646,10 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
     uint64_t hash;
     uint32_t shard, owner = RL_SHARDMAP_NONE;
     uint64_t start = rl_router_now_ns(r);
-    const struct rl_rule *rule =
-        req->limit.set ? NULL
-                       : rl_conf_rule(r->conf, req->service.ptr, req->service.len,
-                                      req->endpoint.ptr, req->endpoint.len);
+    const struct rl_rule *rule = req->limit.set
+                                     ? NULL
+                                     : rl_conf_rule(r->conf, req->service.ptr, req->service.len,
+                                                    req->endpoint.ptr, req->endpoint.len);
 
     hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
     shard = forward_shard(r, hash);
@@ -496,6 +682,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
         count_answer(r, (uint8_t)req->op, rule, now->code, start);
         return -1;
     }
+    forward_keep_encoded(r, p, &fwd);
     p->client = NULL;
     p->sink = sink;
     p->answer = answer;
@@ -515,7 +702,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
             (uint8_t)(req->user.len < ROUTER_USER_LOGGED ? req->user.len : ROUTER_USER_LOGGED);
         memcpy(p->user, req->user.ptr, p->ulen);
         p->slen = (uint8_t)(req->service.len < ROUTER_USER_LOGGED ? req->service.len
-                                                                   : ROUTER_USER_LOGGED);
+                                                                  : ROUTER_USER_LOGGED);
         memcpy(p->service, req->service.ptr, p->slen);
     }
     rl_pending_track_fifo(r, p);
@@ -532,6 +719,22 @@ rl_forward_on_batch(void *arg, bool end)
     r->now_ns = end ? 0 : uv_hrtime();
 }
 
+/* u's connection was lost while u is no member any more (its upstream retired by the
+ * table) or is leaving: a planned stop, whose shards were handed off before it closed. */
+static bool
+forward_planned_loss(struct rl_router *r, const struct rl_upstream *u)
+{
+    if (u->retired) {
+        return true;
+    }
+    for (size_t i = 0; r->map != NULL && i < r->map->nmembers; i++) {
+        if (r->owners[i] == u) {
+            return r->map->members[i].state == RL_MEMBER_LEAVING;
+        }
+    }
+    return false;
+}
+
 /* The connection l was sent on is closed: it cannot be answered late. */
 void
 rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l)
@@ -539,9 +742,14 @@ rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l)
     struct rl_router *r = arg;
     struct rl_pending *p = (struct rl_pending *)((char *)l - offsetof(struct rl_pending, link));
 
-    (void)u;
     if (p->fan != NULL) {
         rl_fanout_part_done(r, p, NULL, false);
+        return;
+    }
+    if (!r->closing && r->zk_state != RL_ROUTER_ZK_NONE && forward_planned_loss(r, u)) {
+        /* The node left (a clean stop hands its shards off first): as a MOVING "". */
+        r->stats.move_lost_conn++;
+        forward_moving(r, p, u, NULL);
         return;
     }
     r->stats.owner_down++;

@@ -451,7 +451,8 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
     rl_prom_family(p, "rl_router_policy_answers_total", "counter",
                    "CHECKs answered by failure policy, by cause: owner_down (no owner, or its "
                    "connection is down or lost), deadline (the node did not answer in time), "
-                   "not_owner (the node saw another owner).");
+                   "not_owner (the node saw another owner), moving (a shard's planned move "
+                   "outlasted handoff_wait).");
     rl_prom_u64(p, "rl_router_policy_answers_total",
                 rl_prom_labels(lab, sizeof(lab), "cause", "owner_down", NULL), sum.stats.owner_down);
     rl_prom_u64(p, "rl_router_policy_answers_total",
@@ -459,6 +460,25 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
                 sum.stats.deadline_expired);
     rl_prom_u64(p, "rl_router_policy_answers_total",
                 rl_prom_labels(lab, sizeof(lab), "cause", "not_owner", NULL), sum.stats.not_owner);
+    rl_prom_u64(p, "rl_router_policy_answers_total",
+                rl_prom_labels(lab, sizeof(lab), "cause", "moving", NULL),
+                sum.stats.move_expired + sum.stats.move_lost);
+    rl_prom_family(p, "rl_router_moves_total", "counter",
+                   "CHECKs caught by a shard's planned move, by what the router did: moved "
+                   "(ERROR MOVING answers read), redirected (sent at once to the owner a MOVING "
+                   "named), held (a backoff waited), resent (sent again after it), lost_conn "
+                   "(lost with the connection of a node that left: held as a MOVING).");
+    {
+        static const char *const what[5] = {"moved", "redirected", "held", "resent", "lost_conn"};
+        const uint64_t v[5] = {sum.stats.moved, sum.stats.move_redirected,
+                               sum.stats.held_for_move, sum.stats.move_resent,
+                               sum.stats.move_lost_conn};
+
+        for (size_t k = 0; k < 5; k++) {
+            rl_prom_u64(p, "rl_router_moves_total",
+                        rl_prom_labels(lab, sizeof(lab), "what", what[k], NULL), v[k]);
+        }
+    }
     if (r->conf->rls_host != NULL) {
         static const char *const results[3] = {"ok", "over_limit", "error"};
 

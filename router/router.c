@@ -132,7 +132,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->unowned = conf->shards;
     rc = r->rule_codes != NULL ? rl_front_init(r) : -ENOMEM;
     if (rc == 0) {
-        rc = rl_pending_init(r, r->opts.max_pending, router_expired);
+        rc = rl_pending_init(r, r->opts.max_pending, router_expired, rl_forward_resend);
     }
     if (rc == 0) {
         rc = rl_shed_init(r);
@@ -166,6 +166,9 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     rl_router_hold(r);
     uv_timer_init(loop, &r->retire_timer);
     r->retire_timer.data = r;
+    rl_router_hold(r);
+    uv_timer_init(loop, &r->held_timer);
+    r->held_timer.data = r;
     rl_router_hold(r);
     uv_timer_init(loop, &r->hot_timer);
     r->hot_timer.data = r;
@@ -209,6 +212,7 @@ rl_router_close(struct rl_router *r)
     r->closing = true;
     uv_close((uv_handle_t *)&r->deadline_timer, rl_router_handle_closed);
     uv_close((uv_handle_t *)&r->retire_timer, rl_router_handle_closed);
+    uv_close((uv_handle_t *)&r->held_timer, rl_router_handle_closed);
     uv_close((uv_handle_t *)&r->hot_timer, rl_router_handle_closed);
     rl_health_close(r);
     rl_listener_close(&r->listener, router_listener_closed);

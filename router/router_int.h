@@ -66,6 +66,27 @@ typedef void rl_sink_answer_fn(struct rl_router *r, struct rl_pending *p,
  * (the node may still answer it: late_reply). Given to rl_pending_init by router.c. */
 typedef void rl_pending_expire_fn(struct rl_router *r, struct rl_pending *p);
 
+/* A record held for a shard's move (rl_pending_hold) is due: resend it (rl_pending_resent)
+ * or answer it and put it back. Given to rl_pending_init by router.c. */
+typedef void rl_pending_resend_fn(struct rl_router *r, struct rl_pending *p);
+
+/* Where a CHECK's record waits (rl_pending.where): on the deadline FIFO (sent), on one of
+ * the held queues for a shard's move (RL_PENDING_HELD + level: resent after 1 << level ms),
+ * or on neither (being handled). */
+#define RL_PENDING_FIFO 0u
+#define RL_PENDING_HELD 1u
+#define RL_PENDING_LEVELS 5u /* backoff 1, 2, 4, 8, 16 ms */
+#define RL_PENDING_LIMBO (RL_PENDING_HELD + RL_PENDING_LEVELS)
+/* The bytes of every CHECK sent are kept in a ring this large per router, so that one a
+ * node answers MOVING can be sent again (copied out of the ring then); a request whose bytes
+ * were overwritten before its MOVING came is answered by policy (stats.move_lost). */
+#define RL_PENDING_RING (4u << 20)
+#define RL_PENDING_KEPT_NONE UINT32_MAX
+/* forward.c: a CHECK is sent at once to the member a MOVING named this many times at most;
+ * past that, the names are hints no more (two nodes naming each other while a shard's last
+ * message is in flight) and it waits a backoff before each send. */
+#define RL_FORWARD_REDIRECTS 2u
+
 struct rl_pending {
     struct rl_cconn *client; /* NULL once the client left */
     struct rl_upstream *up;
@@ -97,6 +118,18 @@ struct rl_pending {
     char service[ROUTER_USER_LOGGED];
     uint64_t deny_fp; /* shed.c: the deny cache's second hash of the user */
     uint32_t cost;
+    /* The request as sent (rl_pending_keep): its fixarray header and its bytes after the id,
+     * at kept_pos in the router's ring, or in moved (malloc'd, once a MOVING came) */
+    uint64_t kept_pos;
+    uint32_t kept_len; /* RL_PENDING_KEPT_NONE: not kept */
+    uint8_t kept_hdr;
+    uint8_t where;  /* RL_PENDING_FIFO, RL_PENDING_HELD + level, RL_PENDING_LIMBO */
+    uint8_t moves;  /* MOVING answers (or planned losses) so far: the next backoff level */
+    uint8_t redirects; /* sent at once to the member a MOVING named (RL_FORWARD_REDIRECTS) */
+    bool moving;    /* answered MOVING at least once: counted in r->nmoving */
+    char *moved;
+    uint64_t hold_until; /* loop ms: first send + handoff_wait, past which policy answers */
+    uint64_t resend_at;  /* loop ms, while held */
 };
 
 /* A client connection: conn.h's, plus the requests it has in flight (one hold each). */
@@ -190,6 +223,12 @@ struct rl_router {
     struct rl_pending *fifo_head, *fifo_tail;
     uint32_t npending;
     rl_pending_expire_fn *pending_expire; /* pending.c's deadline answers through it */
+    rl_pending_resend_fn *pending_resend; /* and a held record's resend through it */
+    struct rl_pending *held_head[RL_PENDING_LEVELS], *held_tail[RL_PENDING_LEVELS];
+    uv_timer_t held_timer; /* the earliest held record's resend */
+    uint32_t nmoving;      /* records answered MOVING at least once, still in flight */
+    char *ring;            /* RL_PENDING_RING bytes: the requests sent, kept */
+    uint64_t ring_pos;     /* bytes ever written to it (the next one's offset, mod size) */
 
     struct rl_wire_decoder dec; /* client requests, one frame at a time */
     struct rl_reqlog *log;
@@ -311,9 +350,11 @@ rl_router_handle_closed(uv_handle_t *h)
 
 /* ---- pending.c: requests in flight to nodes --------------------------------------------- */
 
-/* Allocates the slab of cap records, all free; expire answers a record at its deadline.
- * Returns 0 or -ENOMEM. */
-int rl_pending_init(struct rl_router *r, uint32_t cap, rl_pending_expire_fn *expire);
+/* Allocates the slab of cap records, all free, and the ring of kept requests; expire
+ * answers a record at its deadline, resend a held one when it is due. Returns 0 or
+ * -ENOMEM. */
+int rl_pending_init(struct rl_router *r, uint32_t cap, rl_pending_expire_fn *expire,
+                    rl_pending_resend_fn *resend);
 
 /* Frees the slab (every record must be free or abandoned). */
 void rl_pending_deinit(struct rl_router *r);
@@ -367,8 +408,31 @@ void rl_pending_free(struct rl_router *r, struct rl_pending *p, bool late_reply)
  * could not be sent) to the head of the free list. */
 void rl_pending_unget(struct rl_router *r, struct rl_pending *p);
 
-/* Closing: frees every CHECK still in flight (no client is left to answer). */
+/* Closing: frees every CHECK still in flight or held (no client is left to answer). */
 void rl_pending_drain(struct rl_router *r);
+
+/* p, a CHECK just sent: keeps its bytes after the id (tail, len) and its fixarray header hdr
+ * in the ring, so it can be sent again if its node answers MOVING. */
+void rl_pending_keep(struct rl_router *r, struct rl_pending *p, uint8_t hdr, const char *tail,
+                     size_t len);
+
+/* The bytes rl_pending_keep kept for p, copied out of the ring on the first call (stable
+ * until p is put back); NULL when they were not kept or were overwritten since. */
+const char *rl_pending_kept(struct rl_router *r, struct rl_pending *p, uint8_t *hdr,
+                            size_t *len);
+
+/* p, a CHECK off its node connection (rl_upstream_done), waits delay_ms (rounded to a
+ * power of two from 1 to 16) on a held queue instead of the deadline FIFO, then is handed to
+ * the resend function. */
+void rl_pending_hold(struct rl_router *r, struct rl_pending *p, uint32_t delay_ms);
+
+/* p, held or on the FIFO, was just sent again: back on the FIFO's tail, its deadline now +
+ * deadline. */
+void rl_pending_resent(struct rl_router *r, struct rl_pending *p);
+
+/* Marks p as answered MOVING (once: counted in r->nmoving until it is put back), its hold
+ * ending at first send + handoff_wait. */
+void rl_pending_moving(struct rl_router *r, struct rl_pending *p);
 
 /* ---- counts.c: the decision counters ------------------------------------------------------ */
 
@@ -405,6 +469,10 @@ void rl_forward_release(struct rl_conn *conn, const struct rl_wire_req *req,
 
 /* Answers p by failure policy and frees it; late_reply as for rl_pending_put. */
 void rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply);
+
+/* pending.c's resend: p, held for a shard's move, is sent to its shard's owner in the
+ * table now, held again for the next backoff, or answered by policy past its handoff_wait. */
+void rl_forward_resend(struct rl_router *r, struct rl_pending *p);
 
 /* The upstreams' callbacks (upstream.h), arg the router: a node's reply, a lost request. */
 void rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *from,

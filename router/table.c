@@ -91,7 +91,8 @@ router_rebuild(struct rl_router *r)
             }
         }
     }
-    /* Retire the nodes that left; their requests in flight are answered by policy. */
+    /* Retire the nodes that left; their requests in flight are answered by policy (with
+     * ZooKeeper: held and sent to the new owners, forward.c, as a clean stop left). */
     for (struct rl_upstream *u = r->upstreams, *next; u != NULL; u = next) {
         bool live = false;
 
@@ -171,7 +172,9 @@ retired_pop(struct rl_router *r)
 }
 
 /* Frees the retired rules no request in flight can point to: every request created before a
- * swap has a deadline at or before the swap's `until`, and leaves the FIFO by then. */
+ * swap has a deadline at or before the swap's `until`, and leaves the FIFO by then; but one a
+ * node answered MOVING may be sent again until handoff_wait past its first send (so leaves by
+ * until + handoff_wait): while any such is in flight (nmoving), that bound holds. */
 void
 rl_table_retire_fire(uv_timer_t *t)
 {
@@ -179,11 +182,13 @@ rl_table_retire_fire(uv_timer_t *t)
     uint64_t now = uv_now(r->loop);
 
     while (r->retired != NULL && r->retired->until < now &&
-           (r->fifo_head == NULL || r->fifo_head->deadline > r->retired->until)) {
+           (r->fifo_head == NULL || r->fifo_head->deadline > r->retired->until) &&
+           (r->nmoving == 0 || r->retired->until + r->conf->handoff_wait_ms < now)) {
         retired_pop(r);
     }
     if (r->retired != NULL) {
-        uint64_t wait = r->retired->until >= now ? r->retired->until - now + 1 : 1;
+        /* (past until: requests still in flight from before the swap; look again soon) */
+        uint64_t wait = r->retired->until >= now ? r->retired->until - now + 1 : 5;
 
         uv_timer_start(&r->retire_timer, rl_table_retire_fire, wait, 0);
     }

@@ -199,8 +199,8 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
          * still serves the connection as a client's. */
         uc->hello_pending = false;
         if (rep.op == RL_WIRE_OP_ERROR) {
-            rl_log_info("node %s (%s): HELLO not taken (%.*s): counted as a client there",
-                        u->name, u->addr, (int)rep.message.len,
+            rl_log_info("node %s (%s): HELLO not taken (%.*s): counted as a client there", u->name,
+                        u->addr, (int)rep.message.len,
                         rep.message.ptr != NULL ? rep.message.ptr : "");
         }
         return;
@@ -273,11 +273,12 @@ upconn_connected(struct rl_conn *c, int status)
     }
     if (first && uc->early.len > uc->early.pos) {
         /* the requests that waited for this first connect, after the handshake */
-        if (rl_buf_append(&c->out, uc->early.data + uc->early.pos,
-                          uc->early.len - uc->early.pos) != 0) {
+        if (rl_buf_append(&c->out, uc->early.data + uc->early.pos, uc->early.len - uc->early.pos) !=
+            0) {
             /* out of memory: they are never sent, and their deadline answers them */
             rl_log_warn("node %s (%s): out of memory for the requests that waited for the "
-                        "first connect", u->name, u->addr);
+                        "first connect",
+                        u->name, u->addr);
         }
         rl_conn_mark(c);
     }
@@ -382,8 +383,8 @@ upstream_retry(uv_timer_t *t)
 /* ---- the upstream --------------------------------------------------------------------------- */
 
 int
-rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *name,
-                   const char *addr, const struct rl_upstream_ops *ops)
+rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *name, const char *addr,
+                   const struct rl_upstream_ops *ops)
 {
     struct rl_upstream *u;
     char *host = NULL;
@@ -519,9 +520,10 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
         bare.tenant = 0;
         req = &bare;
     }
-    if ((admin                         ? rl_wire_put_throttled(upconn_out(uc), req)
-         : req->op == RL_WIRE_OP_CHECK ? rl_wire_fast_put_check(upconn_out(uc), req)
-                                       : rl_wire_put_req(upconn_out(uc), req)) != 0) {
+    if ((admin ? rl_wire_put_throttled(upconn_out(uc), req)
+         : req->op == RL_WIRE_OP_ADJUST || req->op == RL_WIRE_OP_RELEASE
+             ? rl_wire_put_req(upconn_out(uc), req)
+             : rl_wire_fast_put_check(upconn_out(uc), req)) != 0) {
         return -ENOMEM;
     }
     upstream_sent(u, uc, l);
@@ -532,13 +534,19 @@ int
 rl_upstream_send_check(struct rl_upstream *u, uint32_t id, const char *tail, size_t tail_len,
                        struct rl_uplink *l)
 {
+    return rl_upstream_send_spliced(u, RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK, id, tail, tail_len, l);
+}
+
+int
+rl_upstream_send_spliced(struct rl_upstream *u, uint8_t hdr, uint8_t op, uint32_t id,
+                         const char *tail, size_t tail_len, struct rl_uplink *l)
+{
     struct rl_upconn *uc = upstream_pick(u, false);
 
     if (uc == NULL) {
         return -EAGAIN;
     }
-    if (rl_wire_put_spliced(upconn_out(uc), RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK, id, tail,
-                            tail_len) != 0) {
+    if (rl_wire_put_spliced(upconn_out(uc), hdr, op, id, tail, tail_len) != 0) {
         return -ENOMEM;
     }
     upstream_sent(u, uc, l);

@@ -118,8 +118,8 @@ struct rl_upstream {
     uint64_t turn; /* the connq's loop turn in which rr was last advanced */
     int handles;   /* open handles; freed when it reaches 0 after retire */
     bool retired;
-    int64_t want_digest; /* the rules the router holds (rules_digest); -1: no probe */
-    int64_t node_digest; /* the rules_digest of the node's latest probe answer; -1: none */
+    int64_t want_digest;    /* the rules the router holds (rules_digest); -1: no probe */
+    int64_t node_digest;    /* the rules_digest of the node's latest probe answer; -1: none */
     uint32_t probe_soon_ms; /* the next probe's delay while the node holds other rules */
     /* Moves when what this node answered may no longer hold: its rules digest changed (a
      * lost connection does not move it: a refusal outlives its node, docs/OPERATIONS.md). */
@@ -150,6 +150,16 @@ int rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struc
  */
 int rl_upstream_send_check(struct rl_upstream *u, uint32_t id, const char *tail, size_t tail_len,
                            struct rl_uplink *l);
+
+/*
+ * Sends a request of op (CHECK, ADJUST or RELEASE) and hdr's arity (a fixarray header: 0x96 for
+ * six elements, more with an inline limit) whose fields after the id are tail[0..tail_len),
+ * under id, on a CHECK connection,
+ * linking l as rl_upstream_send does; the same returns. The request is sent as it is (no
+ * tenant element dropped for an older node): a CHECK sent again after a node's MOVING.
+ */
+int rl_upstream_send_spliced(struct rl_upstream *u, uint8_t hdr, uint8_t op, uint32_t id,
+                             const char *tail, size_t tail_len, struct rl_uplink *l);
 
 /* The request of l was answered, or given up: unlinks it (no-op when it is not linked). */
 void rl_upstream_done(struct rl_uplink *l);

@@ -208,6 +208,48 @@ START_TEST(test_step_parsed)
 }
 END_TEST
 
+START_TEST(test_planned_steps_parsed)
+{
+    struct ch_scenario *sc = calloc(1, sizeof(*sc));
+    char path[PATH_MAX], err[512] = "";
+
+    ck_assert_ptr_nonnull(sc);
+    write_scenario(path, sizeof(path), "planned.ini",
+                   "[cluster]\nnodes = 4\nshards = 64\n[check]\nplanned_moves = either\n"
+                   "[steps]\nat 1s add node d\nat 2s assign 16 shards\nat 3s rollback\n"
+                   "at 4s drain node a\nat 4020ms kill node a\n");
+    ck_assert_msg(ch_scenario_load(sc, path, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(sc->planned, CH_PLANNED_EITHER);
+    ck_assert_int_eq(sc->nsteps, 5);
+    ck_assert_int_eq(sc->steps[0].action, CH_ADD);
+    ck_assert_int_eq(sc->steps[0].index, 3);
+    ck_assert(sc->spare[3]);
+    ck_assert(!sc->spare[0] && !sc->spare[1] && !sc->spare[2]);
+    ck_assert_int_eq(sc->steps[1].action, CH_ASSIGN);
+    ck_assert_int_eq(sc->steps[1].target, CH_ZOOKEEPER);
+    ck_assert_int_eq(sc->steps[1].arg_ms, 16);
+    ck_assert_int_eq(sc->steps[2].action, CH_ROLLBACK);
+    ck_assert_int_eq(sc->steps[3].action, CH_DRAIN);
+    ck_assert_int_eq(sc->steps[3].index, 0);
+    ck_assert_int_eq(sc->steps[4].action, CH_KILL);
+    /* the default: planned moves keep their counters */
+    write_scenario(path, sizeof(path), "planned-default.ini", "[cluster]\nnodes = 3\n");
+    ck_assert_msg(ch_scenario_load(sc, path, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(sc->planned, CH_PLANNED_KEEP);
+    free(sc);
+    refused("assignN.ini", "[cluster]\nshards = 64\n[steps]\nat 1s assign 65 shards\n", 4,
+            "assign");
+    refused("assignword.ini", "[steps]\nat 1s assign 4\n", 2, "assign N shards");
+    refused("rollbackx.ini", "[steps]\nat 1s rollback node a\n", 2, "rollback takes nothing");
+    refused("addtwice.ini", "[cluster]\nnodes = 4\n[steps]\nat 1s add node d\nat 2s add node d\n",
+            5, "added twice");
+    refused("addafter.ini", "[cluster]\nnodes = 4\n[steps]\nat 1s kill node d\nat 2s add node d\n",
+            5, "after a step");
+    refused("drainfor.ini", "[steps]\nat 1s drain node a for 2s\n", 2, "drain");
+    refused("planned.ini", "[check]\nplanned_moves = maybe\n", 2, "planned_moves");
+}
+END_TEST
+
 START_TEST(test_bad_files)
 {
     struct ch_scenario *sc = calloc(1, sizeof(*sc));
@@ -336,12 +378,15 @@ scenario_of(struct ch_run *r)
 
 /*
  * Appends a view at T0 + at_ms: the previous one's table (the first: shard s owned by node
- * s % 3), with shard moved to node to when shard >= 0.
+ * s % 3), with shard moved to node to when shard >= 0, its old owner gone from the members
+ * (a loss: the old owner crashed or expired); view_planned keeps it a member (a planned
+ * move: it hands the shard's counters off).
  */
 static void
-view_add(struct ch_run *r, int64_t at_ms, int shard, int to)
+view_move(struct ch_run *r, int64_t at_ms, int shard, int to, bool planned)
 {
     struct ch_view *v = &r->views[r->nviews];
+    int was = shard >= 0 && r->nviews > 0 ? r->views[r->nviews - 1].owner[shard] : -1;
 
     ck_assert_int_lt(r->nviews, CH_VIEWS_MAX);
     v->owner = malloc(NSHARDS);
@@ -358,9 +403,25 @@ view_add(struct ch_run *r, int64_t at_ms, int shard, int to)
     v->t_ms = T0 + at_ms;
     v->members = 0x7;
     v->nmembers = 3;
+    if (was >= 0 && was != to && !planned) {
+        v->members &= (uint8_t)~(1u << was);
+        v->nmembers--;
+    }
     v->asg_version = r->nviews + 1;
     v->digest = UINT64_C(0xd1650000) + (uint64_t)r->nviews;
     r->nviews++;
+}
+
+static void
+view_add(struct ch_run *r, int64_t at_ms, int shard, int to)
+{
+    view_move(r, at_ms, shard, to, false);
+}
+
+static void
+view_planned(struct ch_run *r, int64_t at_ms, int shard, int to)
+{
+    view_move(r, at_ms, shard, to, true);
 }
 
 /* Appends a view at T0 + at_ms where node registered again (a new znode, the same table). */
@@ -806,6 +867,131 @@ START_TEST(test_fresh_start_late_in_flight)
 }
 END_TEST
 
+/*
+ * A planned move (the old owner still a member of the view that moved the shard: a clean
+ * stop's `leaving`, a join, an assignment) hands the counters off: the window is judged as
+ * if nothing changed (exactness: 5 + 1 past L is a violation, 3 + 2 is not), and the new
+ * owner's first allowance may count what the old one counted (no fresh start). With
+ * planned_moves = either (a move interrupted) the window is judged with the change
+ * (bounded loss), still without a fresh start.
+ */
+START_TEST(test_planned_move)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    allowed(r, 1100, 3, 4);
+    allowed(r, 1600, 2, 1); /* the new owner continues: 4th and 5th, remaining 1 then 0 */
+    req(r, 1800, RL_WIRE_LIMITED, 0);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "exactness").checked, 1);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 0);
+    ck_assert_ptr_nonnull(strstr(json, "\"extra_allowed\":0"));
+    run_free(r);
+
+    /* the next window, the first allowance after the move counting 4 of 5: continued */
+    r = run_new();
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    req(r, 2100, RL_WIRE_ALLOWED, 4);
+    req(r, 2200, RL_WIRE_ALLOWED, 3);
+    req(r, 2600, RL_WIRE_ALLOWED, 1); /* counted 4 with 3 sent since: inherited, as planned */
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "fresh-start").checked, 0);
+    run_free(r);
+
+    /* a move that restarted the shard from zero: the verdict catches it */
+    r = run_new();
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 1, 4);
+    judge(r, "exactness", 1);
+    ck_assert_ptr_nonnull(strstr(json, "allowed past the limit"));
+    /* either: judged with the change, L x 2 */
+    scenario_of(r)->planned = CH_PLANNED_EITHER;
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    ck_assert_uint_eq(inv_of(json, "fresh-start").checked, 0);
+    run_free(r);
+}
+END_TEST
+
+/* The old owner left the membership (the observer never saw it `leaving`: a quick drain)
+ * after a `term` step on it: planned all the same (exactness); killed after the term, a loss
+ * (bounded loss) unless planned_moves = either. */
+START_TEST(test_planned_move_clean_stop)
+{
+    struct ch_run *r = run_new();
+    struct ch_scenario *sc = scenario_of(r);
+
+    view_add(r, -5000, -1, 0);
+    view_add(r, 1500, SHARD, 1); /* node 0 (a) gone from the members */
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 5, 4);
+    judge(r, NULL, 0); /* no step: a loss, bounded */
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    sc->steps[0] = (struct ch_step){.at_ms = 1400, .action = CH_TERM, .target = CH_NODE};
+    sc->nsteps = 1;
+    judge(r, "exactness", 1); /* a clean stop hands off: 10 allowed is 5 too many */
+    sc->steps[1] = (struct ch_step){.at_ms = 1450, .action = CH_KILL, .target = CH_NODE};
+    sc->nsteps = 2;
+    judge(r, NULL, 0); /* killed mid-move: a loss */
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    /* a term of another node says nothing of a's */
+    sc->steps[0].index = 2;
+    sc->nsteps = 1;
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    run_free(r);
+}
+END_TEST
+
+/* The old owner registered again (a new znode) in the view that moved the shard: it
+ * restarted, so the move is a loss, not planned. */
+START_TEST(test_planned_move_reregistered)
+{
+    struct ch_run *r = run_new();
+    struct ch_scenario *sc = scenario_of(r);
+
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    r->views[1].since[0] = 5000;
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 5, 4);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    run_free(r);
+
+    /* the new owner back from an expired session (a new registration, not joining first,
+     * no step): a loss too */
+    r = run_new();
+    sc = scenario_of(r);
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    r->views[1].since[1] = 5000;
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 5, 4);
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    /* ...unless the run started it (an add, a restart): it joins, and takes the shards
+     * from their live owners with their counters */
+    sc->steps[0] = (struct ch_step){.at_ms = 1000, .action = CH_ADD, .target = CH_NODE,
+                                    .index = 1};
+    sc->nsteps = 1;
+    judge(r, "exactness", 1);
+    sc->steps[0].action = CH_RESTART;
+    judge(r, "exactness", 1);
+    sc->steps[0].index = 2; /* another node's restart says nothing of b */
+    judge(r, NULL, 0);
+    sc->steps[0].index = 1;
+    sc->steps[0].at_ms = 1600; /* after the change */
+    judge(r, NULL, 0);
+    run_free(r);
+}
+END_TEST
+
 START_TEST(test_policy_unimpaired)
 {
     struct ch_run *r = run_new();
@@ -1155,6 +1341,7 @@ chaos_suite(void)
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_step_parsed);
     tcase_add_test(tc, test_bad_files);
+    tcase_add_test(tc, test_planned_steps_parsed);
     suite_add_tcase(s, tc);
     tc = tcase_create("verdict");
     tcase_set_timeout(tc, 20);
@@ -1174,6 +1361,9 @@ chaos_suite(void)
     tcase_add_test(tc, test_fresh_start_violated);
     tcase_add_test(tc, test_fresh_start_inherited_all);
     tcase_add_test(tc, test_fresh_start_late_in_flight);
+    tcase_add_test(tc, test_planned_move);
+    tcase_add_test(tc, test_planned_move_reregistered);
+    tcase_add_test(tc, test_planned_move_clean_stop);
     tcase_add_test(tc, test_policy_unimpaired);
     tcase_add_test(tc, test_policy_impaired);
     tcase_add_test(tc, test_policy_every_node_impaired);

@@ -137,7 +137,7 @@ START_TEST(test_owner_known)
 {
     /* Cross-checked with an independent Python implementation of docs/SHARDING.md. */
     static const char want[] = "bbcababaaacc";
-    struct rl_member m[3] = {{"c", "h:3", 0}, {"a", "h:1", 0}, {"b", "h:2", 0}};
+    struct rl_member m[3] = {{"c", "h:3", 0, 0}, {"a", "h:1", 0, 0}, {"b", "h:2", 0, 0}};
     struct rl_shardmap *sm = build(m, 3, NULL);
     uint32_t s;
     char name[2] = {0};
@@ -275,7 +275,7 @@ END_TEST
 
 START_TEST(test_overrides)
 {
-    struct rl_member m[3] = {{"a", "", 0}, {"b", "", 0}, {"c", "", 0}};
+    struct rl_member m[3] = {{"a", "", 0, 0}, {"b", "", 0, 0}, {"c", "", 0, 0}};
     struct rl_assignment a;
     struct rl_shardmap *hrw, *sm, *two;
     uint32_t s;
@@ -311,9 +311,52 @@ START_TEST(test_overrides)
 }
 END_TEST
 
+/* Joining and leaving members own no shard: the table is the one of the active members,
+ * an override naming a non-active member falls back to HRW among the active ones, and the
+ * non-active members stay listed (routers know their addresses). */
+START_TEST(test_states_not_placed)
+{
+    struct rl_member m[3] = {{"a", "", 0, 0}, {"b", "", 0, 0}, {"c", "", 0, 0}};
+    struct rl_member two[2] = {{"a", "", 0, 0}, {"b", "", 0, 0}};
+    struct rl_assignment a;
+    struct rl_shardmap *ab, *sm;
+    uint32_t s, max;
+    double mean;
+
+    ck_assert_int_eq(rl_assignment_init(&a, NSHARDS), 0);
+    ck_assert_int_eq(rl_assignment_set(&a, 7, "c"), 0);
+    ab = build(two, 2, NULL);
+    for (uint8_t st = RL_MEMBER_JOINING; st <= RL_MEMBER_LEAVING; st++) {
+        m[2].state = st;
+        sm = build(m, 3, &a);
+        ck_assert_uint_eq(sm->nmembers, 3);
+        ck_assert_uint_eq(rl_shardmap_find(sm, "c"), 2);
+        for (s = 0; s < NSHARDS; s++) {
+            RL_CHECK_STR_EQ(owner_name(sm, s), owner_name(ab, s));
+            ck_assert_uint_ne(rl_shardmap_hrw(s, m, 3), 2);
+        }
+        ck_assert_uint_eq(rl_shardmap_digest(sm), rl_shardmap_digest(ab));
+        rl_shardmap_balance(sm, &max, &mean);
+        ck_assert(mean == (double)NSHARDS / 2);
+        rl_shardmap_destroy(sm);
+    }
+    /* nobody active: nobody owns anything */
+    m[0].state = m[1].state = m[2].state = RL_MEMBER_LEAVING;
+    sm = build(m, 3, &a);
+    for (s = 0; s < NSHARDS; s++) {
+        ck_assert_uint_eq(rl_shardmap_owner(sm, s), RL_SHARDMAP_NONE);
+    }
+    rl_shardmap_destroy(sm);
+    ck_assert_str_eq(rl_member_state_name(RL_MEMBER_JOINING), "joining");
+    ck_assert_str_eq(rl_member_state_name(9), "?");
+    rl_shardmap_destroy(ab);
+    rl_assignment_deinit(&a);
+}
+END_TEST
+
 START_TEST(test_create_errors)
 {
-    struct rl_member m[3] = {{"a", "", 0}, {"b", "", 0}, {"a", "other", 0}};
+    struct rl_member m[3] = {{"a", "", 0, 0}, {"b", "", 0, 0}, {"a", "other", 0, 0}};
     struct rl_member bad;
     struct rl_assignment a;
     struct rl_shardmap *sm = (struct rl_shardmap *)1;
@@ -581,7 +624,7 @@ START_TEST(test_digest_known)
     static const char bytes[] = "\x0c\x00\x00\x00"
                                 "b\0b\0c\0a\0b\0a\0b\0a\0a\0a\0c\0c";
     static const char none[4 + 12] = "\x0c";
-    struct rl_member m[3] = {{"c", "h:3", 0}, {"a", "h:1", 0}, {"b", "h:2", 0}};
+    struct rl_member m[3] = {{"c", "h:3", 0, 0}, {"a", "h:1", 0, 0}, {"b", "h:2", 0, 0}};
     struct rl_member longm[5];
     struct rl_shardmap *sm = NULL;
     uint64_t d;
@@ -734,6 +777,7 @@ shardmap_suite(void)
     tcase_add_test(tc, test_leave_moves_only_its_shards);
     tcase_add_test(tc, test_join_moves_only_to_it);
     tcase_add_test(tc, test_overrides);
+    tcase_add_test(tc, test_states_not_placed);
     tcase_add_test(tc, test_create_errors);
     tcase_add_test(tc, test_find);
     tcase_add_test(tc, test_balance);

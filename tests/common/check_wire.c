@@ -1311,6 +1311,42 @@ START_TEST(test_auth_field)
     f = one_frame(&out, &n);
     ck_assert_int_eq(rl_wire_decode_reply(&d, f, n, rep), 0);
     ck_assert_uint_eq(rep->err, RL_WIRE_ERR_NOT_OWNER);
+    ck_assert_ptr_null(rep->owner.ptr);
+    /* ERROR MOVING: its 5th element names the member to ask, "" to ask again */
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_moving(&out, 10, "shard 5 is moving", "n2"), 0);
+    f = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, f, n, rep), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep->id, 10);
+    ck_assert_uint_eq(rep->err, RL_WIRE_ERR_MOVING);
+    ck_assert(str_is(rep->message, "shard 5 is moving"));
+    ck_assert(str_is(rep->owner, "n2"));
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_moving(&out, 11, "m", ""), 0);
+    f = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, f, n, rep), 0);
+    ck_assert_uint_eq(rep->err, RL_WIRE_ERR_MOVING);
+    ck_assert_ptr_nonnull(rep->owner.ptr);
+    ck_assert_uint_eq(rep->owner.len, 0);
+    /* MOVING without its owner is read as "" (ptr NULL); an owner on another code is not v1 */
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_error(&out, 12, RL_WIRE_ERR_MOVING, "m"), 0);
+    f = one_frame(&out, &n);
+    ck_assert_int_eq(rl_wire_decode_reply(&d, f, n, rep), 0);
+    ck_assert_uint_eq(rep->err, RL_WIRE_ERR_MOVING);
+    ck_assert_ptr_null(rep->owner.ptr);
+    {
+        /* [255, 1, 6, "m", "n2"] */
+        static const char bad[] = {(char)0x95, (char)0xcc, (char)0xff, 0x01, 0x06, (char)0xa1,
+                                   'm', (char)0xa2, 'n', '2'};
+        /* [255, 1, 7, "m", 3] */
+        static const char bad2[] = {(char)0x95, (char)0xcc, (char)0xff, 0x01, 0x07, (char)0xa1,
+                                    'm', 0x03};
+
+        ck_assert_int_eq(rl_wire_decode_reply(&d, bad, sizeof(bad), rep), -EPROTO);
+        ck_assert_int_eq(rl_wire_decode_reply(&d, bad2, sizeof(bad2), rep), -EPROTO);
+    }
     rl_wire_decoder_deinit(&d);
     rl_buf_deinit(&out);
     free(rep);
@@ -2032,6 +2068,40 @@ START_TEST(test_handoff_roundtrip)
     expect_req("handoff_in empty", RAW(0x94, 0x0c, 0x05, 0x00, 0xc4, 0x00), &req);
     ck_assert_ptr_nonnull(req.records.ptr);
     ck_assert_uint_eq(req.records.len, 0);
+    ck_assert(!req.final);
+    /* the optional 5th element: final */
+    expect_req("handoff_in final", RAW(0x95, 0x0c, 0x05, 0x00, 0xc4, 0x00, 0xc3), &req);
+    ck_assert(req.final);
+    expect_req("handoff_in not final", RAW(0x95, 0x0c, 0x05, 0x00, 0xc4, 0x00, 0xc2), &req);
+    ck_assert(!req.final);
+    expect_fault("handoff_in final int", RAW(0x95, 0x0c, 0x05, 0x00, 0xc4, 0x00, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "final must be a boolean");
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_handoff_in_final(&out, 6, 9, big, 10, true, NULL), 0);
+    p = one_frame(&out, &n);
+    expect_req("handoff_in_final", p, n, &req);
+    ck_assert_uint_eq(req.shard, 9);
+    ck_assert_uint_eq(req.records.len, 10);
+    ck_assert(req.final);
+    ck_assert_ptr_null(req.from.ptr);
+    /* the 6th element: the sender's name */
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_handoff_in_final(&out, 7, 9, big, 0, false, "node-a"), 0);
+    p = one_frame(&out, &n);
+    expect_req("handoff_in from", p, n, &req);
+    ck_assert(!req.final);
+    ck_assert(req.has_final);
+    ck_assert(str_is(req.from, "node-a"));
+    expect_fault("handoff_in from int", RAW(0x96, 0x0c, 0x05, 0x00, 0xc4, 0x00, 0xc3, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 5, "from must be a string of 0..63 bytes");
+    in.final = true;
+    in.records = mkstr(big, 3);
+    rl_buf_reset(&out);
+    ck_assert_int_eq(rl_wire_put_req(&out, &in), 0);
+    p = one_frame(&out, &n);
+    expect_req("handoff_in req final", p, n, &req);
+    ck_assert(req.final);
+    in.final = false;
 
     rl_buf_reset(&out);
     ck_assert_int_eq(rl_wire_put_handoff_out_reply(&out, 9, big, 100, 12345), 0);

@@ -356,6 +356,117 @@ START_TEST(test_members)
 }
 END_TEST
 
+/* Whether every on_members call that listed "a" listed it joining, up to now. */
+struct states_obs {
+    struct obs o;
+    int a_seen_active_early; /* a listed active before it was let be */
+    int a_may_be_active;
+};
+
+static void
+on_members_states(void *arg, const struct rl_member *m, size_t n)
+{
+    struct states_obs *so = arg;
+
+    on_members(&so->o, m, n);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(m[i].name, "a") == 0 && m[i].state == RL_MEMBER_ACTIVE &&
+            !so->a_may_be_active) {
+            so->a_seen_active_early = 1;
+        }
+    }
+}
+
+static const struct rl_zkm_cbs states_cbs = {on_members_states, on_assignment, on_state,
+                                             NULL, NULL, NULL, NULL};
+
+static int
+a_state_is(struct states_obs *so, int state)
+{
+    return so->o.n == 1 && strcmp(so->o.m[0].name, "a") == 0 && so->o.m[0].state == state;
+}
+
+static int
+a_joining(void *arg)
+{
+    return a_state_is(arg, RL_MEMBER_JOINING);
+}
+
+static int
+a_active(void *arg)
+{
+    return a_state_is(arg, RL_MEMBER_ACTIVE);
+}
+
+static int
+a_leaving(void *arg)
+{
+    return a_state_is(arg, RL_MEMBER_LEAVING);
+}
+
+static int
+none_left(void *arg)
+{
+    return ((struct states_obs *)arg)->o.nmembers_calls > 0 && ((struct states_obs *)arg)->o.n == 0;
+}
+
+/* states/<name>: a node set joining before it registers is never listed active before it
+ * says so; leaving and active (deleted) are seen by watchers and by the tools' read; the
+ * state goes with the member at destroy. */
+START_TEST(test_states)
+{
+    uv_loop_t loop;
+    struct rl_zkm *w, *a, *t;
+    struct states_obs so;
+    struct obs oa = {0};
+    struct rl_member *m;
+    size_t n;
+    char buf[64];
+    int64_t owner = 0;
+
+    memset(&so, 0, sizeof(so));
+    zk_start();
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "st", &states_cbs, &so),
+                     0);
+    ck_assert_int_eq(rl_zkm_watch(w), 0);
+    ck_assert_int_eq(rl_zkm_create(&a, &loop, zk.connect, SESSION_MS, "st", &cbs, &oa), 0);
+    ck_assert_int_eq(rl_zkm_set_state(a, 7), -EINVAL);
+    ck_assert_int_eq(rl_zkm_set_state(a, RL_MEMBER_JOINING), 0);
+    ck_assert_int_eq(rl_zkm_register(a, "a", "127.0.0.1:7401"), 0);
+    ck_assert(run_until(&loop, a_joining, &so, 10000));
+    ck_assert(run_until(&loop, registered, a, 5000));
+    ck_assert_int_eq(raw_get("/ratelimiter/st/states/a", buf, sizeof(buf), &owner), ZOK);
+    ck_assert_str_eq(buf, "joining");
+    ck_assert_int_ne(owner, 0); /* ephemeral */
+    ck_assert_int_eq(rl_zkm_create(&t, &loop, zk.connect, SESSION_MS, "st", NULL, NULL), 0);
+    ck_assert_int_eq(rl_zkm_read_members(t, &m, &n, 5000), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_uint_eq(m[0].state, RL_MEMBER_JOINING);
+    free(m);
+
+    so.a_may_be_active = 1;
+    ck_assert_int_eq(rl_zkm_set_state(a, RL_MEMBER_ACTIVE), 0);
+    ck_assert(run_until(&loop, a_active, &so, 10000));
+    ck_assert_int_eq(raw_get("/ratelimiter/st/states/a", buf, sizeof(buf), &owner), ZNONODE);
+    ck_assert_int_eq(rl_zkm_set_state(a, RL_MEMBER_LEAVING), 0);
+    ck_assert(run_until(&loop, a_leaving, &so, 10000));
+    ck_assert(rl_zkm_state_written(a));
+    ck_assert_int_eq(rl_zkm_read_members(t, &m, &n, 5000), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_uint_eq(m[0].state, RL_MEMBER_LEAVING);
+    free(m);
+    ck_assert(!so.a_seen_active_early);
+
+    rl_zkm_destroy(a);
+    ck_assert_int_eq(raw_get("/ratelimiter/st/states/a", buf, sizeof(buf), &owner), ZNONODE);
+    ck_assert(run_until(&loop, none_left, &so, 5000));
+    rl_zkm_destroy(t);
+    rl_zkm_destroy(w);
+    close_loop(&loop);
+}
+END_TEST
+
 struct want_asg {
     struct obs *o;
     const char *text;
@@ -860,6 +971,7 @@ zkm_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_register);
     tcase_add_test(tc, test_members);
+    tcase_add_test(tc, test_states);
     tcase_add_test(tc, test_assignment);
     tcase_add_test(tc, test_envoy_znode);
     tcase_add_test(tc, test_expiry);

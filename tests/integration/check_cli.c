@@ -39,7 +39,7 @@ START_TEST(test_exit_codes_and_owner)
     char out[4096], target[64], expect[256];
     struct rl_conf *conf = NULL;
     struct rl_shardmap *map = NULL;
-    struct rl_member members[2];
+    struct rl_member members[2] = {0};
     char err[256];
     uint64_t h;
     uint32_t owner;

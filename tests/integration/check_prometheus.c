@@ -64,6 +64,7 @@ static const char *const alert_names[] = {
     "RateLimiterZooKeeperDisconnected",
     "RateLimiterPolicyAnswersRising",
     "RateLimiterBackstopRefusing",
+    "RateLimiterHandoffsFailed",
     "RateLimiterMemoryNearCap",
     "RateLimiterRequestLogDrops",
 };
@@ -398,7 +399,7 @@ owner_of(const struct rl_shardmap *map, const char *svc, const char *user)
 static void
 send_traffic(uint64_t *allowed, uint64_t *limited, uint64_t *no_rule, uint64_t share[NNODES])
 {
-    struct rl_member members[NNODES];
+    struct rl_member members[NNODES] = {0};
     struct rl_shardmap *map = NULL;
     struct rl_client *c = NULL;
     struct rl_wire_reply rep;

@@ -72,7 +72,7 @@ now_ms(void)
 static void
 setup(void)
 {
-    struct rl_member members[NNODES];
+    struct rl_member members[NNODES] = {0};
 
     for (int i = 0; i < NNODES; i++) {
         node_ports[i] = rl_harness_free_port();

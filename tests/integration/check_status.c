@@ -244,10 +244,15 @@ START_TEST(test_status)
                   "no rate measured: %s", out);
     snprintf(addr, sizeof(addr), "\"address\":\"127.0.0.1:%d\"", node_ports[A]);
     ck_assert_ptr_nonnull(strstr(out, addr));
+    /* members are active (neither joining nor leaving), nothing in flight */
+    ck_assert_msg(strstr(out, "\"state\":\"active\"") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "\"shards_incoming\":0,\"shards_outgoing\":0") != NULL, "%s", out);
 
     ck_assert_int_eq(cli(out, sizeof(out), text), 1);
     ck_assert_msg(strstr(out, "missing: not registered in ZooKeeper") != NULL, "%s", out);
     ck_assert_ptr_nonnull(strstr(out, "NODE"));
+    ck_assert_ptr_nonnull(strstr(out, "MOVING"));
+    ck_assert_msg(strstr(out, "0/0  ok") != NULL, "%s", out);
     ck_assert_ptr_nonnull(strstr(out, "2 of 3 nodes up"));
     snprintf(expect, sizeof(expect), "router %s (%s):", target, rname);
     ck_assert_msg(strstr(out, expect) != NULL, "\"%s\" lacks \"%s\"", out, expect);

@@ -64,7 +64,7 @@ static int router_workers = RL_HARNESS_ROUTER_WORKERS;
 static void
 cluster_start(int events, const char *deadline, const char *more)
 {
-    struct rl_member members[NNODES];
+    struct rl_member members[NNODES] = {0};
 
     for (int i = 0; i < NNODES; i++) {
         node_ports[i] = rl_harness_free_port();

@@ -159,7 +159,7 @@ check_code(struct rl_client *c, const char *svc, const char *user, uint32_t cost
 static int
 owner_of(const char *svc, const char *user)
 {
-    struct rl_member m[2];
+    struct rl_member m[2] = {0};
     struct rl_shardmap *map = NULL;
     uint32_t o;
 

@@ -154,7 +154,7 @@ ch_cluster_start(struct ch_cluster *c)
 {
     struct ch_run *r = c->run;
     const struct ch_scenario *sc = r->sc;
-    int zk_port[CH_NODES_MAX], rc;
+    int zk_port[CH_NODES_MAX], rc, started = 0;
     char path[128];
 
     if (r->hosts != NULL) {
@@ -187,6 +187,9 @@ ch_cluster_start(struct ch_cluster *c)
         return rc;
     }
     for (int i = 0; i < sc->nodes; i++) {
+        if (sc->spare[i]) {
+            continue; /* started by its `add` step */
+        }
         if ((rc = ch_cluster_start_node(c, i)) != 0) {
             fprintf(stderr, "rl-chaos: node %s did not start (%s); its log: %s\n",
                     ch_node_name(i), strerror(-rc), c->node[i].log_path);
@@ -194,7 +197,10 @@ ch_cluster_start(struct ch_cluster *c)
         }
     }
     snprintf(path, sizeof(path), "/ratelimiter/%s/nodes", CH_CLUSTER_NAME);
-    if ((rc = rl_harness_zk_wait_children(c->zk.connect, path, sc->nodes, 20000)) != 0) {
+    for (int i = 0; i < sc->nodes; i++) {
+        started += !sc->spare[i];
+    }
+    if ((rc = rl_harness_zk_wait_children(c->zk.connect, path, started, 20000)) != 0) {
         fprintf(stderr, "rl-chaos: the nodes did not all register in ZooKeeper\n");
         return rc;
     }
@@ -234,6 +240,33 @@ router_stats(struct ch_cluster *c, int i, struct rl_wire_reply *rep)
     return 0;
 }
 
+int64_t
+ch_cluster_in_flight(struct ch_cluster *c)
+{
+    int64_t n = 0;
+
+    for (int i = 0; i < c->run->sc->nodes; i++) {
+        struct rl_client *cl = NULL;
+        struct rl_wire_reply rep;
+
+        if (c->node[i].pid == 0) {
+            continue;
+        }
+        if (ch_run_connect(c->run, false, i, &cl, 300) != 0) {
+            return -1;
+        }
+        if (rl_client_stats(cl, &rep, 300) != 0 || rep.op != RL_WIRE_OP_STATS) {
+            rl_client_destroy(cl);
+            return -1;
+        }
+        /* (a node from before automatic handoff says neither: 0) */
+        n += rl_client_stat(&rep, "shards_incoming", 0) +
+             rl_client_stat(&rep, "shards_outgoing", 0);
+        rl_client_destroy(cl);
+    }
+    return n;
+}
+
 /* A router's table digest through STATS; 0 when it cannot be read now. */
 static uint64_t
 router_digest(struct ch_cluster *c, int i)
@@ -254,13 +287,20 @@ ch_cluster_print_causes(struct ch_cluster *c)
         }
         printf("router %d (since its last start): checks %lld, failure-policy answers because "
                "the owner was down %lld, past the deadline %lld, refused by the node "
-               "(NOT_OWNER) %lld; late replies dropped %lld, table builds %lld\n",
+               "(NOT_OWNER) %lld; late replies dropped %lld, table builds %lld; planned moves: "
+               "MOVING %lld, NOT_OWNER held %lld, redirected %lld, held %lld, past handoff_wait "
+               "%lld\n",
                i + 1, (long long)rl_client_stat(&rep, "checks", 0),
                (long long)rl_client_stat(&rep, "owner_down", 0),
                (long long)rl_client_stat(&rep, "deadline_expired", 0),
                (long long)rl_client_stat(&rep, "not_owner", 0),
                (long long)rl_client_stat(&rep, "late_replies", 0),
-               (long long)rl_client_stat(&rep, "table_builds", 0));
+               (long long)rl_client_stat(&rep, "table_builds", 0),
+               (long long)rl_client_stat(&rep, "moved", 0),
+               (long long)rl_client_stat(&rep, "not_owner_held", 0),
+               (long long)rl_client_stat(&rep, "move_redirected", 0),
+               (long long)rl_client_stat(&rep, "held_for_move", 0),
+               (long long)rl_client_stat(&rep, "move_expired", 0));
     }
 }
 
@@ -330,8 +370,17 @@ ch_cluster_reap(struct ch_cluster *c)
 
     for (int i = 0; i < n; i++) {
         if (s[i]->pid != 0 && rl_harness_wait(s[i]->pid, 0, &status) == 0) {
+            int node = i - r->sc->routers;
+
             s[i]->pid = 0;
             s[i]->status = status;
+            if (node >= 0 && c->node_expected_down[node] &&
+                (!WIFEXITED(status) || WEXITSTATUS(status) == 0)) {
+                /* a `drain` step's clean stop ended (exit 0), or a kill ended it */
+                c->draining[node] = false;
+                ch_event(r, "node %s exited (status 0x%x) after its drain", s[i]->name, status);
+                continue;
+            }
             ch_event(r, "%s %s died unasked (status 0x%x); log %s", s[i]->program,
                      s[i]->name, status, s[i]->log_path);
             ch_run_death(r, "%s %s died unasked (status 0x%x)", s[i]->program, s[i]->name,

@@ -48,6 +48,7 @@ struct ch_cluster {
     int open_impair[CH_NODES_MAX]; /* index of the open impairment of a killed node, or -1 */
     int proxy_port[CH_NODES_MAX];  /* what a node advertises: its routers-side proxy */
     bool isolated[CH_NODES_MAX];   /* across hosts: the node's interface is down */
+    bool draining[CH_NODES_MAX];   /* a `drain` step's SIGTERM sent, its exit not yet reaped */
 };
 
 /* cluster.c: starts ZooKeeper, the proxies, the nodes, the routers and the observer (c->run
@@ -64,6 +65,10 @@ void ch_cluster_stop(struct ch_cluster *c, bool judge);
 /* Samples every router's table into the run; returns how many agree with ZooKeeper's, and
  * in *alive how many routers run. */
 int ch_cluster_sample(struct ch_cluster *c, int *alive);
+
+/* Shards in flight on the running nodes (their STATS shards_incoming + shards_outgoing),
+ * or -1 when a node cannot be asked now. */
+int64_t ch_cluster_in_flight(struct ch_cluster *c);
 
 /* Why the routers answered by policy, from their STATS: for reading a failure. */
 void ch_cluster_print_causes(struct ch_cluster *c);

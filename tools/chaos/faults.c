@@ -5,7 +5,9 @@
  * the affected shards' failure-policy answers legitimate, and a step with a `for` is undone
  * when it ends. Across hosts (--hosts) a partition is a blackhole route each way between the
  * namespaces and `isolate` takes the node's interface down. While a node is cut from
- * ZooKeeper it is probed directly: did it still decide? Not the schedule (loop.c) nor the
+ * ZooKeeper it is probed directly: did it still decide? Planned moves too: a node added
+ * (scale-out), an assignment written by compare-and-set as rl-rebalance writes one, and the
+ * previous one written back as its --rollback does. Not the schedule (loop.c) nor the
  * set-up (cluster.c).
  */
 #include "cluster.h"
@@ -15,9 +17,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
+#include <uv.h>
+
+#include "assignment.h"
 #include "proxy.h"
 #include "reqclient.h"
 #include "shardmap.h"
+#include "zkadmin.h"
 
 /* A user of service 0 whose shard node i owns in ZooKeeper's current view, for probes. */
 static void
@@ -68,6 +76,128 @@ ch_fault_probe(struct ch_cluster *c, int node)
         r->probes[r->nprobes++] = (struct ch_probe){ch_now_ms(), node, answered, member};
     }
     pthread_mutex_unlock(&r->lock);
+}
+
+/* ---- the assignment, as rl-rebalance writes it ------------------------------------------- */
+
+/* The next node after k (wrapping) that is a member in view v, or CH_NONE. */
+static uint8_t
+next_member(const struct ch_view *v, int nodes, int k)
+{
+    for (int d = 1; d < nodes; d++) {
+        int x = (k + d) % nodes;
+
+        if ((v->members >> x & 1) != 0) {
+            return (uint8_t)x;
+        }
+    }
+    return CH_NONE;
+}
+
+/*
+ * The overrides of `assign N shards`: the first N shards (from shard 0) that have an owner
+ * in ZooKeeper's latest view, each given to the next member after its owner. Into a (sized
+ * for the cluster, no overrides yet); returns how many were set.
+ */
+static int64_t
+assign_plan(struct ch_cluster *c, int64_t want, struct rl_assignment *a)
+{
+    struct ch_run *r = c->run;
+    const struct ch_scenario *sc = r->sc;
+    int64_t n = 0;
+
+    pthread_mutex_lock(&r->lock);
+    if (r->nviews > 0) {
+        const struct ch_view *v = &r->views[r->nviews - 1];
+
+        for (uint32_t s = 0; s < sc->shards && n < want; s++) {
+            uint8_t to = v->owner[s] == CH_NONE ? CH_NONE : next_member(v, sc->nodes, v->owner[s]);
+
+            if (to != CH_NONE && rl_assignment_set(a, s, ch_node_name(to)) == 0) {
+                n++;
+            }
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+/* A ZooKeeper session of the tool's own on its own loop, for one write, as rl-rebalance
+ * makes one: *loop initialised, *z the session. 0, or an error. */
+static int
+admin_open(struct ch_cluster *c, uv_loop_t *loop, struct rl_zkm **z)
+{
+    static const struct rl_zkm_cbs no_cbs; /* no watch: writes only */
+    int rc = uv_loop_init(loop);
+
+    if (rc != 0) {
+        return rc;
+    }
+    rc = rl_zkm_create(z, loop, c->zk.connect, (uint32_t)c->run->sc->session_timeout_ms,
+                       CH_CLUSTER_NAME, &no_cbs, NULL);
+    if (rc != 0) {
+        uv_loop_close(loop);
+    }
+    return rc;
+}
+
+static void
+admin_close(uv_loop_t *loop, struct rl_zkm *z)
+{
+    rl_zkm_destroy(z);
+    uv_run(loop, UV_RUN_DEFAULT);
+    uv_loop_close(loop);
+}
+
+/* `assign N shards` or `rollback`: reads the assignment and its version, writes the new one
+ * (or assignment.prev's text) by compare-and-set over that version. */
+static int
+assign_write(struct ch_cluster *c, const struct ch_step *st)
+{
+    struct ch_run *r = c->run;
+    uv_loop_t loop;
+    struct rl_zkm *z = NULL;
+    struct rl_assignment a;
+    char *cur = NULL, *text = NULL;
+    size_t cur_len = 0, len = 0;
+    int64_t version = -1, pv = -1, moved = 0, nv = -1;
+    int rc = admin_open(c, &loop, &z);
+
+    if (rc != 0) {
+        return rc;
+    }
+    rc = rl_zkm_get_assignment(z, &cur, &cur_len, &version, 5000);
+    if (rc == 0 && st->action == CH_ROLLBACK) {
+        rc = rl_zkm_get_assignment_prev(z, &text, &len, &pv, 5000);
+        if (rc == 0 && text == NULL) {
+            /* no previous one: the state before any, no override (a header only) */
+            char hdr[64];
+
+            len = (size_t)snprintf(hdr, sizeof(hdr), "rl-assignment 1 %u\n", r->sc->shards);
+            text = strdup(hdr);
+            rc = text == NULL ? -ENOMEM : 0;
+        }
+    } else if (rc == 0) {
+        rc = rl_assignment_init(&a, r->sc->shards);
+        if (rc == 0) {
+            moved = assign_plan(c, st->arg_ms, &a);
+            rc = rl_assignment_format(&a, &text, &len);
+            rl_assignment_deinit(&a);
+        }
+    }
+    if (rc == 0) {
+        rc = rl_zkm_set_assignment(z, text, len, version, &nv, 5000);
+    }
+    if (rc == 0) {
+        ch_event(r, st->action == CH_ROLLBACK
+                        ? "assignment version %lld written back from assignment.prev"
+                        : "assignment version %lld written: %lld shards moved",
+                 (long long)nv, (long long)moved);
+    }
+    free(cur);
+    free(text);
+    admin_close(&loop, z);
+    return rc;
 }
 
 static struct rl_proxy *
@@ -170,6 +300,22 @@ ch_fault_do(struct ch_cluster *c, int si)
     case CH_KILL:
     case CH_TERM:
         if (st->target == CH_NODE) {
+            /* a node killed cuts the moves of the nodes draining meanwhile (their shards
+             * bound for it, or theirs if it is one of them): those shards may get their
+             * policy until the move is given up (handoff_wait) and the membership settles */
+            for (int j = 0; st->action == CH_KILL && j < r->sc->nodes; j++) {
+                if (c->draining[j] && j != st->index) {
+                    ch_run_impair(r, j, now, now + 2 * r->sc->session_timeout_ms + 2000,
+                                  "its move cut by a kill");
+                }
+            }
+            if (st->action == CH_KILL && c->draining[st->index]) {
+                /* killed while it hands its shards off: every node it was handing them to
+                 * (any other) waits for them, then starts them from zero */
+                ch_run_impair(r, -1, now, now + 2 * r->sc->session_timeout_ms + 2000,
+                              "a drain cut by a kill");
+            }
+            c->draining[st->index] = false;
             c->node_expected_down[st->index] = true;
             c->open_impair[st->index] = ch_run_impair(r, st->index, now, INT64_MAX,
                                                       st->action == CH_KILL ? "killed" : "stopped");
@@ -199,6 +345,7 @@ ch_fault_do(struct ch_cluster *c, int si)
                     ch_run_impair(r, st->index, now, INT64_MAX, "restarted");
                 rl_harness_server_stop(s, SIGTERM, 10000);
             }
+            c->draining[st->index] = false;
             rc = ch_cluster_start_node(c, st->index);
             pthread_mutex_lock(&r->lock);
             if (r->nrestarts < 64) {
@@ -277,6 +424,22 @@ ch_fault_do(struct ch_cluster *c, int si)
     case CH_DELAY:
         ch_run_impair(r, st->index, now, until, "delayed");
         rl_proxy_set_delay(path_proxy(c, st), (int)st->arg_ms);
+        break;
+    case CH_DRAIN:
+        /* a clean stop the run does not wait for: no impairment (a planned move); its exit
+         * is reaped as expected (cluster.c) */
+        c->node_expected_down[st->index] = true;
+        c->draining[st->index] = c->node[st->index].pid > 0;
+        rc = c->node[st->index].pid > 0 && kill(c->node[st->index].pid, SIGTERM) == 0 ? 0
+                                                                                      : -ESRCH;
+        break;
+    case CH_ADD:
+        /* a planned move: no impairment, no answer by policy is justified by it */
+        rc = ch_cluster_start_node(c, st->index);
+        break;
+    case CH_ASSIGN:
+    case CH_ROLLBACK:
+        rc = assign_write(c, st);
         break;
     case CH_RESET:
         ch_run_impair(r, st->index, now, now + 1000, "connections reset");

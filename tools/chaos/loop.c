@@ -70,7 +70,7 @@ ch_loop_run(struct ch_run *r)
     struct ch_cluster *c = calloc(1, sizeof(*c));
     int64_t end, next_sample, next_line, next_probe, settle_end;
     unsigned long long last_total = 0;
-    int alive, nm, rc = 3;
+    int alive, nm, rc = 3, started = 0;
 
     if (c == NULL) {
         return 3;
@@ -88,17 +88,25 @@ ch_loop_run(struct ch_run *r)
         rc = interrupted ? 130 : 3;
         goto out;
     }
-    /* Every router agrees with ZooKeeper before traffic starts. */
+    /* Every router agrees with ZooKeeper before traffic starts (every node started: an
+     * `add` step's node joins later)... */
+    for (int i = 0; i < sc->nodes; i++) {
+        started += !sc->spare[i];
+    }
     for (int64_t until = ch_now_ms() + 15000;; ch_sleep_us(100 * 1000)) {
         uint64_t d = ch_run_digest(r, &nm);
 
-        if (d != 0 && nm == sc->nodes && ch_cluster_sample(c, &alive) == sc->routers) {
+        /* ...and no shard in flight: the cluster formed (a node's first view may expect
+         * shards a while) before the scenario's moves begin */
+        if (d != 0 && nm == started && ch_cluster_sample(c, &alive) == sc->routers &&
+            ch_cluster_in_flight(c) == 0) {
             break;
         }
         if (ch_now_ms() > until || interrupted) {
             fprintf(stderr, "rl-chaos: %s\n",
                     interrupted ? "interrupted: stopping the cluster, no verdict"
-                                : "the routers did not agree with ZooKeeper within 15 s");
+                                : "the routers did not agree with ZooKeeper (or shards were "
+                                  "still in flight) within 15 s");
             rc = interrupted ? 130 : 3;
             goto out;
         }

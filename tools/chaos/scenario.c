@@ -22,6 +22,8 @@ const char ch_scenario_help[] =
     "              rules are judged per window)   failure = open|closed   weight = 1\n"
     "  [check]     margin = 250ms (answer within deadline + margin)\n"
     "              converge = SESSION+1s (routers agree with ZooKeeper within it)\n"
+    "              planned_moves = keep|either (a shard moved while its old owner stayed a\n"
+    "              member keeps its counters; either: or starts afresh, a move interrupted)\n"
     "  [expect]    max_policy_answers, min_policy_answers, max_extra_allowed,\n"
     "              max_view_changes,\n"
     "              max_latency = DUR, max_shard_move = DUR, max_stale_answers = DUR\n"
@@ -34,7 +36,11 @@ const char ch_scenario_help[] =
     "      at 5s partition node a from zookeeper for 6s\n"
     "      at 5s oneway node a from routers for 3s      (requests arrive, answers lost)\n"
     "      at 5s delay node a from routers 30ms for 5s  at 5s reset node a from routers\n"
-    "      at 5s isolate node a for 6s   (--hosts only: its host's interface down)\n";
+    "      at 5s isolate node a for 6s   (--hosts only: its host's interface down)\n"
+    "      at 5s add node d   (a node not started with the cluster joins: scale-out)\n"
+    "      at 5s drain node a (SIGTERM, not waited for)   at 5020ms kill node a (mid-move)\n"
+    "      at 5s assign 40 shards   (an assignment moving 40 shards, as rl-rebalance writes)\n"
+    "      at 9s rollback   (the previous assignment back, as rl-rebalance --rollback)\n";
 
 static const char *const node_names[CH_NODES_MAX] = {"a", "b", "c", "d", "e", "f", "g", "h"};
 
@@ -164,7 +170,8 @@ step(struct ctx *c, char *text)
     } actions[] = {{"kill", CH_KILL},           {"term", CH_TERM},     {"pause", CH_PAUSE},
                    {"restart", CH_RESTART},     {"stop", CH_STOP},     {"start", CH_START},
                    {"partition", CH_PARTITION}, {"oneway", CH_ONEWAY}, {"delay", CH_DELAY},
-                   {"reset", CH_RESET},         {"isolate", CH_ISOLATE}};
+                   {"reset", CH_RESET},         {"isolate", CH_ISOLATE}, {"add", CH_ADD},
+                   {"assign", CH_ASSIGN},       {"rollback", CH_ROLLBACK}, {"drain", CH_DRAIN}};
     struct ch_step *st;
     char *w[10], *save = NULL;
     int n = 0, i = 0, ai = -1;
@@ -196,6 +203,25 @@ step(struct ctx *c, char *text)
     }
     st->action = actions[ai].action;
     i = 3;
+    if (st->action == CH_ASSIGN || st->action == CH_ROLLBACK) {
+        /* "assign N shards", "rollback": ZooKeeper's assignment znode */
+        uint64_t k = 0;
+
+        st->target = CH_ZOOKEEPER;
+        if (st->action == CH_ASSIGN &&
+            (n != 5 || strcmp(w[4], "shards") != 0 ||
+             number(c, "assign", w[3], 1, c->sc->shards, &k) != 0)) {
+            return n != 5 || strcmp(w[4], "shards") != 0
+                       ? fail(c, "assign is \"assign N shards\"")
+                       : -1;
+        }
+        if (st->action == CH_ROLLBACK && n != 3) {
+            return fail(c, "rollback takes nothing more");
+        }
+        st->arg_ms = (int64_t)k;
+        c->sc->nsteps++;
+        return 0;
+    }
     if (i < n && strcmp(w[i], "zookeeper") == 0) {
         st->target = CH_ZOOKEEPER;
         i++;
@@ -268,6 +294,25 @@ step(struct ctx *c, char *text)
         if (st->target != CH_NODE || st->for_ms == 0) {
             return fail(c, "isolate takes a node and \"for DURATION\"");
         }
+        break;
+    case CH_DRAIN:
+        if (st->target != CH_NODE || st->for_ms != 0) {
+            return fail(c, "drain takes a node, and no \"for\"");
+        }
+        break;
+    case CH_ADD:
+        if (st->target != CH_NODE || st->for_ms != 0) {
+            return fail(c, "add takes a node, and no \"for\"");
+        }
+        if (c->sc->spare[st->index]) {
+            return fail(c, "node %s is added twice", ch_node_name(st->index));
+        }
+        for (int k = 0; k < c->sc->nsteps; k++) {
+            if (c->sc->steps[k].target == CH_NODE && c->sc->steps[k].index == st->index) {
+                return fail(c, "node %s is added after a step on it", ch_node_name(st->index));
+            }
+        }
+        c->sc->spare[st->index] = true;
         break;
     default:
         if (st->target != CH_NODE) {
@@ -378,6 +423,12 @@ setting(struct ctx *c, const char *section, const char *key, const char *v,
             return duration(c, key, v, &sc->margin_ms);
         } else if (strcmp(key, "converge") == 0) {
             return duration(c, key, v, &sc->converge_ms);
+        } else if (strcmp(key, "planned_moves") == 0) {
+            if (strcmp(v, "keep") == 0 || strcmp(v, "either") == 0) {
+                sc->planned = strcmp(v, "keep") == 0 ? CH_PLANNED_KEEP : CH_PLANNED_EITHER;
+                return 0;
+            }
+            return fail(c, "planned_moves is keep or either");
         }
         return fail(c, "unknown key \"%s\" in [check]", key);
     }

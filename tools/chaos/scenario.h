@@ -31,6 +31,19 @@ enum ch_action {
     CH_DELAY,     /* added latency on the path (node from routers / zookeeper) */
     CH_RESET,     /* every connection on the path reset (node from routers / zookeeper) */
     CH_ISOLATE,   /* across hosts only: the node's host's interface down for `for` */
+    CH_ADD,       /* a node not started with the cluster starts and joins (scale-out) */
+    CH_DRAIN,     /* SIGTERM to a node, not waited for: it hands its shards off while the run
+                     goes on (a later step may kill it, or another node, mid-move) */
+    CH_ASSIGN,    /* an assignment moving arg shards written by compare-and-set, as
+                     rl-rebalance writes one (target zookeeper) */
+    CH_ROLLBACK,  /* the previous assignment written back, as rl-rebalance --rollback */
+};
+
+/* What a planned move (a shard's owner changed while its old owner stayed a member: a clean
+ * stop, a join, an assignment) does to the shard's counters, as the verdict judges it. */
+enum ch_planned {
+    CH_PLANNED_KEEP,   /* handed off: the new owner continues them (exactness across it) */
+    CH_PLANNED_EITHER, /* handed off, or started afresh (a move interrupted): today's bound */
 };
 
 enum ch_target { CH_NODE, CH_ROUTER, CH_ZOOKEEPER };
@@ -39,7 +52,7 @@ enum ch_path { CH_PATH_ROUTERS, CH_PATH_ZK };
 struct ch_step {
     int64_t at_ms;
     int64_t for_ms; /* 0: no automatic end */
-    int64_t arg_ms; /* delay: the added latency */
+    int64_t arg_ms; /* delay: the added latency; assign: how many shards */
     enum ch_action action;
     enum ch_target target;
     int index;         /* node or router index */
@@ -84,6 +97,8 @@ struct ch_scenario {
     int64_t settle_ms;      /* after the last step, traffic goes on this long */
     int64_t margin_ms;      /* liveness: answer within deadline + margin */
     int64_t converge_ms;    /* routers agree with ZooKeeper within this (session + 1 s) */
+    enum ch_planned planned; /* [check] planned_moves */
+    bool spare[CH_NODES_MAX]; /* started by an `add` step only, not with the cluster */
     uint32_t rate;          /* requests per second, all routers together */
     uint32_t users;         /* per service */
     bool zipf;

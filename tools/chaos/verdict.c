@@ -287,10 +287,68 @@ is_decision(const struct ch_req *q)
     return q->code == RL_WIRE_ALLOWED || q->code == RL_WIRE_LIMITED;
 }
 
+/*
+ * Whether node's latest stop before t (its steps on the scenario's clock, since its latest
+ * start) was a clean one (`term`, `drain`): it handed its shards off before it left, so a
+ * change at t from it is planned even when the observer never saw it `leaving` (a quick
+ * drain: the state and the member znode gone between two reads). A `kill` after the clean
+ * stop cuts the move: planned only with planned_moves = either.
+ */
+static bool
+stopped_cleanly(const struct ch_run *r, int node, int64_t t)
+{
+    const struct ch_scenario *sc = r->sc;
+    int64_t clean = -1, killed = -1;
+
+    for (int i = 0; i < sc->nsteps; i++) {
+        const struct ch_step *st = &sc->steps[i];
+        int64_t at = r->t0_ms + st->at_ms;
+
+        if (st->target != CH_NODE || st->index != node || at > t) {
+            continue;
+        }
+        if (st->action == CH_RESTART || st->action == CH_ADD) {
+            clean = killed = -1; /* a new process: what happened before is its predecessor's */
+        } else if (st->action == CH_TERM || st->action == CH_DRAIN) {
+            clean = at;
+        } else if (st->action == CH_KILL && clean >= 0) {
+            killed = at;
+        }
+    }
+    return clean >= 0 && (killed < 0 || sc->planned == CH_PLANNED_EITHER);
+}
+
+/*
+ * Whether node was started by the run by t (an `add` step, or a `restart`): a node that
+ * starts joins (`joining` first, placed only once it read its view) and takes its shards from
+ * their live owners with their counters, even when the observer did not see it joining. A
+ * node back from an expired session with no step (a partition healed) is not: it takes its
+ * shards back as after any loss.
+ */
+static bool
+joined_cleanly(const struct ch_run *r, int node, int64_t t)
+{
+    const struct ch_scenario *sc = r->sc;
+
+    for (int i = 0; i < sc->nsteps; i++) {
+        const struct ch_step *st = &sc->steps[i];
+
+        if (st->target == CH_NODE && st->index == node && r->t0_ms + st->at_ms <= t &&
+            (st->action == CH_ADD || st->action == CH_RESTART)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Times at which shard's owner changed to a node, or its owner was restarted: either way
- * the owner from then on starts from zero. */
+ * the owner from then on starts from zero; except a planned move (planned[i] true): the old
+ * owner was still a member of the view that gave the shard to another (a clean stop's
+ * `leaving`, a node joining, an assignment), or left after a clean stop (stopped_cleanly),
+ * so it handed the shard's counters off, to a new owner that was a member already (joining
+ * or active) or came in by the run's plan (joined_cleanly): not one back from a loss. */
 static int
-changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, int max)
+changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, bool *planned, int max)
 {
     int n = 0;
 
@@ -298,6 +356,7 @@ changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, int max)
         int k = view_at(r, r->restart_ms[i]);
 
         if (k >= 0 && r->views[k].owner[shard] == r->restart_node[i]) {
+            planned[n] = false;
             at[n++] = r->restart_ms[i];
         }
     }
@@ -308,6 +367,16 @@ changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, int max)
          * again (a new znode under the same name) is a new tenure, as a new owner is */
         if (now != CH_NONE && r->views[k].t_ms >= r->t0_ms &&
             (now != was || r->views[k].since[now] != r->views[k - 1].since[now])) {
+            /* the old owner handed it off (still a member, or left after a clean stop);
+             * the new one was there before (joining, or active) or came by the plan */
+            planned[n] = now != was && was != CH_NONE &&
+                         (((r->views[k].members >> was & 1) != 0 &&
+                           r->views[k].since[was] == r->views[k - 1].since[was]) ||
+                          ((r->views[k].members >> was & 1) == 0 &&
+                           stopped_cleanly(r, was, r->views[k].t_ms))) &&
+                         (((r->views[k - 1].members >> now & 1) != 0 &&
+                           r->views[k].since[now] == r->views[k - 1].since[now]) ||
+                          joined_cleanly(r, now, r->views[k].t_ms));
             at[n++] = r->views[k].t_ms;
         }
     }
@@ -361,7 +430,8 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
     const int64_t w = (int64_t)svc->window_ms, L = (int64_t)svc->limit_n;
     const uint32_t shard = all[from].q->shard;
     int64_t changes[CH_VIEWS_MAX];
-    int nchanges = changes_of(j->r, shard, changes, CH_VIEWS_MAX);
+    bool planned[CH_VIEWS_MAX];
+    int nchanges = changes_of(j->r, shard, changes, planned, CH_VIEWS_MAX);
     /* the send times of the user's answers that were no decision, policy apart, sorted:
      * each window counts those near it by two binary searches, not a pass over them all */
     int64_t *nd_policy = malloc((to - from) * sizeof(*nd_policy));
@@ -402,7 +472,10 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
         policy = (int64_t)count_in(nd_policy, npolicy, ws - LOOKBACK_MS, we);
         other = (int64_t)count_in(nd_other, nother, ws - LOOKBACK_MS, we);
         for (int i = 0; i < nchanges; i++) {
-            c += changes[i] - FRESH_SLACK_MS < we && changes[i] + LAG_MS >= ws;
+            /* a planned move hands the counters off: no change at all (keep), or maybe one
+             * (either: a move interrupted may have started the shard afresh) */
+            c += changes[i] - FRESH_SLACK_MS < we && changes[i] + LAG_MS >= ws &&
+                 (!planned[i] || j->sc->planned == CH_PLANNED_EITHER);
         }
         /* While the observer had no session it saw nothing the routers may have: any node
          * may have held the shard for a moment, each from zero. */
@@ -444,8 +517,9 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
             int64_t t_c = changes[i];
             int64_t sent_since = 0;
 
-            /* a change seen late by a blind observer has no known time */
-            if (t_c + LAG_MS < ws || t_c + LAG_MS >= we || blind_at(j->r, t_c)) {
+            /* a change seen late by a blind observer has no known time; a planned move's
+             * new owner continues the counts (or, interrupted, may start afresh) */
+            if (t_c + LAG_MS < ws || t_c + LAG_MS >= we || blind_at(j->r, t_c) || planned[i]) {
                 continue;
             }
             sent_since = late_in_flight(j->r, all, from, to, shard, t_c);

@@ -36,6 +36,10 @@ struct status_node {
     char why[160];  /* why not */
     int64_t keys, memory, checks0, checks1, uptime, registered, zk_state, rules_version;
     int64_t table_digest;
+    /* shards in flight on it (its STATS shards_incoming, shards_outgoing; -1: a node that
+     * does not say, one from before automatic handoff) */
+    int64_t incoming, outgoing;
+    uint8_t state; /* its member state (shardmap.h: active, joining, leaving) */
     double rate; /* decisions/s between the samples */
     uint64_t t0, t1;
     /* the router's view of it */
@@ -219,6 +223,7 @@ status_members(struct status *s, struct cli_zk *zk)
                 continue;
             }
             nd->member = true;
+            nd->state = m.v[i].state;
             snprintf(nd->addr, sizeof(nd->addr), "%s", m.v[i].addr);
             for (uint32_t sh = 0; sh < map->nshards; sh++) {
                 nd->shards += map->owner[sh] == i;
@@ -336,6 +341,8 @@ status_sample(struct status *s, struct status_node *nd, struct rl_wire_reply *re
     nd->zk_state = rl_client_stat(rep, "zk_state", -1);
     nd->rules_version = rl_client_stat(rep, "rules_version", -1);
     nd->table_digest = rl_client_stat(rep, "table_digest", 0);
+    nd->incoming = rl_client_stat(rep, "shards_incoming", -1);
+    nd->outgoing = rl_client_stat(rep, "shards_outgoing", -1);
     nd->rate = nd->t1 > nd->t0 ? (double)(nd->checks1 - nd->checks0) * 1e9 /
                                      (double)(nd->t1 - nd->t0)
                                : 0.0;
@@ -425,7 +432,10 @@ json_node(struct rl_json *j, const struct status *s, const struct status_node *n
         rl_json_kv_bool(j, "registered", nd->registered != 0);
         rl_json_kv_i64(j, "rules_version", nd->rules_version);
         rl_json_kv_i64(j, "table_digest", nd->table_digest);
+        rl_json_kv_i64(j, "shards_incoming", nd->incoming);
+        rl_json_kv_i64(j, "shards_outgoing", nd->outgoing);
     }
+    rl_json_kv_str(j, "state", nd->member ? rl_member_state_name(nd->state) : "");
     rl_json_kv_str(j, "problem", node_problem(s, nd));
     rl_json_end_object(j);
 }
@@ -530,6 +540,7 @@ print_text(const struct status *s)
     int64_t rv;
     bool agree = rules_agree(s, &rv);
     size_t up = 0, missing = 0;
+    int64_t in_flight[2] = {0, 0}; /* shards incoming, outgoing, over the nodes that say */
 
     for (size_t i = 0; i < s->n; i++) {
         const char *problem = node_problem(s, &s->nodes[i]);
@@ -560,12 +571,13 @@ print_text(const struct status *s)
                agree ? ", the same on every process that answered"
                      : "; processes DISAGREE (see the RULES column)");
     }
-    printf("\n%-12s %-22s %6s %10s %11s %10s %5s  %s\n", "NODE", "ADDRESS", "SHARDS", "KEYS",
-           "DECISIONS/S", "MEMORY", "RULES", "STATE");
+    printf("\n%-12s %-22s %6s %10s %11s %10s %5s %9s  %s\n", "NODE", "ADDRESS", "SHARDS",
+           "KEYS", "DECISIONS/S", "MEMORY", "RULES", "MOVING", "STATE");
     for (size_t i = 0; i < s->n; i++) {
         const struct status_node *nd = &s->nodes[i];
         const char *problem = node_problem(s, nd);
         char mem[32] = "-", keys[24] = "-", rate[24] = "-", rules[24] = "-", shards[24];
+        char moving[48] = "-", state[64];
 
         snprintf(shards, sizeof(shards), "%lld",
                  (long long)(s->have_members ? (int64_t)nd->shards : nd->r_shards));
@@ -576,10 +588,26 @@ print_text(const struct status *s)
             if (nd->rules_version >= 0) {
                 snprintf(rules, sizeof(rules), "%lld", (long long)nd->rules_version);
             }
+            if (nd->incoming >= 0 && nd->outgoing >= 0) {
+                /* shards being handed to it / by it now (docs/OPERATIONS.md, "Planned moves") */
+                snprintf(moving, sizeof(moving), "%lld/%lld", (long long)nd->incoming,
+                         (long long)nd->outgoing);
+                in_flight[0] += nd->incoming;
+                in_flight[1] += nd->outgoing;
+            }
         }
-        printf("%-12s %-22s %6s %10s %11s %10s %5s  %s\n", nd->name,
-               nd->addr[0] ? nd->addr : "-", shards, keys, rate, mem, rules,
-               problem[0] ? problem : (nd->answered ? "ok" : "up (router's view)"));
+        snprintf(state, sizeof(state), "%s%s%s",
+                 problem[0] ? problem : (nd->answered ? "ok" : "up (router's view)"),
+                 nd->member && nd->state != RL_MEMBER_ACTIVE ? ", " : "",
+                 nd->member && nd->state != RL_MEMBER_ACTIVE ? rl_member_state_name(nd->state)
+                                                             : "");
+        printf("%-12s %-22s %6s %10s %11s %10s %5s %9s  %s\n", nd->name,
+               nd->addr[0] ? nd->addr : "-", shards, keys, rate, mem, rules, moving, state);
+    }
+    if (in_flight[0] > 0 || in_flight[1] > 0) {
+        printf("\nshards in flight: %lld incoming, %lld outgoing (MOVING: in/out per node; a "
+               "planned move hands each one off with its counters)\n",
+               (long long)in_flight[0], (long long)in_flight[1]);
     }
     if (s->o->config == NULL) {
         printf("\n(give --config FILE for each node's keys, memory and rate, and who is "

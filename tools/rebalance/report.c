@@ -154,10 +154,8 @@ rb_report_plan(const struct rb_run *r, uint32_t dead_overrides)
                    ? " (already within the aim)"
                    : "");
     } else {
-        rb_say(r,
-               "  moved: %u shards, %s requests = %.2f%% of the traffic: these users' counters "
-               "restart from zero on their new node\n",
-               p->moved_shards, RB_COUNT(p->moved_load), rb_share(p->moved_load, p->total));
+        rb_say(r, "  moved: %u shards, %s requests = %.2f%% of the traffic: %s\n", p->moved_shards,
+               RB_COUNT(p->moved_load), rb_share(p->moved_load, p->total), rb_move_cost(r));
         top = malloc(p->moved_shards * sizeof(*top));
         if (top != NULL) {
             memcpy(top, p->moves, p->moved_shards * sizeof(*top));

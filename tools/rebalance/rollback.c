@@ -66,10 +66,8 @@ rb_rollback(struct rb_run *r)
         rb_say(r, "  in force: %u overrides (%s)\n  previous: %u overrides (%s)\n",
                rl_plan_overrides(&r->current), r->assignment_from, rl_plan_overrides(&prev), path);
     }
-    rb_say(r,
-           "  %u shards change owner with the %zu live members (their counters restart from "
-           "zero)\n",
-           changed, r->nmembers);
+    rb_say(r, "  %u shards change owner with the %zu live members: %s\n", changed, r->nmembers,
+           rb_move_cost(r));
     if (r->o.dry_run) {
         rb_say(r, "  --dry-run: nothing was written\n");
         written = "dry-run";

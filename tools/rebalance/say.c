@@ -62,6 +62,17 @@ rb_share(uint64_t part, uint64_t total)
     return total == 0 ? 0.0 : 100.0 * (double)part / (double)total;
 }
 
+const char *
+rb_move_cost(const struct rb_run *r)
+{
+    if (r->conf != NULL && r->conf->zookeeper[0] != '\0' && r->o.out == NULL) {
+        return "each is handed to its new node with its counters (planned move; only a lost old "
+               "owner would restart its shards from zero)";
+    }
+    return "these users' counters restart from zero on their new node (no ZooKeeper: no "
+           "handoff)";
+}
+
 /* In eighths of a cell, or whole '#' cells. */
 void
 rb_print_bar(const struct rb_run *r, uint64_t v, uint64_t max)

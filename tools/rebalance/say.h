@@ -31,6 +31,11 @@ const char *rb_count_str(char *buf, size_t len, uint64_t v);
 /* part as a percentage of total (0 when total is 0). */
 double rb_share(uint64_t part, uint64_t total);
 
+/* What moving a shard costs its users, as the report says it: with ZooKeeper (and no
+ * --out), the old owner hands the shard to the new one with its counters (handoff: only a
+ * lost old owner restarts its shards from zero); otherwise the counters restart from zero. */
+const char *rb_move_cost(const struct rb_run *r);
+
 /* A bar of v out of max, RB_BAR_CELLS wide, through rb_say. */
 #define RB_BAR_CELLS 40
 void rb_print_bar(const struct rb_run *r, uint64_t v, uint64_t max);

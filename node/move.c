@@ -1,0 +1,672 @@
+/*
+ * move: the shard state machine of automatic handoff (move.h). Every view change moves each
+ * shard's state (docs/OPERATIONS.md, "Planned moves"); the outgoing ones are queued for
+ * move_push.c, which ships them in batches. Also the drain of a clean stop, the receiver's
+ * side of HANDOFF_IN and the metrics. Waits are bounded on both sides by [cluster] handoff_wait, counted from the last
+ * progress of a move: a receiver that hears nothing for that long starts its expected shards
+ * from zero, and a sender gives up on its queued shards well before (half of it), so the two
+ * never decide one shard at once. Not for decoding or importing records (server_handoff.c).
+ */
+#include "move_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "shardmap.h"
+
+/* Every state change goes through here: the bitmap and the gauges follow. */
+void
+move_set(struct rl_move *m, uint32_t s, uint8_t to)
+{
+    uint8_t from = m->st[s];
+
+    if (from == to) {
+        return;
+    }
+    m->stats.incoming -= from == RL_MOVE_INCOMING;
+    m->stats.incoming += to == RL_MOVE_INCOMING;
+    m->stats.outgoing -= from == RL_MOVE_OUTGOING || from == RL_MOVE_EXPORTING;
+    m->stats.outgoing += to == RL_MOVE_OUTGOING || to == RL_MOVE_EXPORTING;
+    m->nowned -= st_decides(from);
+    m->nowned += st_decides(to);
+    m->st[s] = to;
+    bit_set(m->told, s, false);
+    bit_set(m->owned, s, st_decides(to));
+}
+
+static uint16_t
+move_peer_id(struct rl_move *m, const char *name)
+{
+    for (size_t i = 0; i < m->npeers; i++) {
+        if (strcmp(m->peers[i], name) == 0) {
+            return (uint16_t)i;
+        }
+    }
+    if (m->npeers == m->peers_cap) {
+        size_t cap = m->peers_cap == 0 ? 16 : m->peers_cap * 2;
+        void *p;
+
+        if (cap > MOVE_PEERS_MAX || (p = realloc(m->peers, cap * sizeof(*m->peers))) == NULL) {
+            return MOVE_PEER_NONE;
+        }
+        m->peers = p;
+        m->peers_cap = cap;
+    }
+    snprintf(m->peers[m->npeers], sizeof(m->peers[0]), "%s", name);
+    return (uint16_t)m->npeers++;
+}
+
+const char *
+move_peer_name(const struct rl_move *m, uint16_t id)
+{
+    return id == MOVE_PEER_NONE || id >= m->npeers ? "" : m->peers[id];
+}
+
+/* Whether the member named by peer id is in the current view (any state). */
+static bool
+move_peer_member(const struct rl_move *m, uint16_t id)
+{
+    return id != MOVE_PEER_NONE && m->map != NULL &&
+           rl_shardmap_find(m->map, move_peer_name(m, id)) != RL_SHARDMAP_NONE;
+}
+
+void
+move_enqueue(struct rl_move *m, uint32_t s)
+{
+    if (bit_get(m->queued, s)) {
+        return;
+    }
+    bit_set(m->queued, s, true);
+    m->q[m->qtail] = s;
+    m->qtail = (m->qtail + 1) % (m->n + 1);
+}
+
+/* Expected here from peer: nothing decided until it arrives or the wait ends. A new tenure:
+ * what this node held of s before is not current. */
+static void
+move_incoming(struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now)
+{
+    m->o.epochs[s]++;
+    m->peer[s] = peer;
+    m->deadline[s] = now + m->o.handoff_wait_ms;
+    m->stats.in_started++;
+    move_set(m, s, RL_MOVE_INCOMING);
+}
+
+static void
+move_fresh(struct rl_move *m, uint32_t s)
+{
+    m->o.epochs[s]++;
+    move_set(m, s, RL_MOVE_OWNED);
+}
+
+static void
+move_outgoing(struct rl_move *m, uint32_t s, uint32_t to, uint64_t now)
+{
+    m->peer[s] = move_peer_id(m, m->map->members[to].name);
+    m->deadline[s] = now + m->o.handoff_wait_ms / 2;
+    move_set(m, s, RL_MOVE_OUTGOING);
+    move_enqueue(m, s);
+}
+
+
+/* Shards whose wait ended: the expected ones start fresh, the queued ones are given up,
+ * the ones received ahead of the view follow it. */
+static void
+move_tick_cb(uv_timer_t *t)
+{
+    struct rl_move *m = t->data;
+    uint64_t now = uv_now(m->loop);
+    uint64_t fresh = 0, given_up = 0;
+
+    if (m->stats.incoming == 0 && m->stats.outgoing == 0 && !m->draining) {
+        bool any_h = false;
+
+        for (uint32_t s = 0; s < m->n && !any_h; s++) {
+            any_h = m->st[s] == RL_MOVE_OWNED_H;
+        }
+        if (!any_h) {
+            uv_timer_stop(t);
+            return;
+        }
+    }
+    for (uint32_t s = 0; s < m->n; s++) {
+        uint8_t st = m->st[s];
+
+        if (st == RL_MOVE_INCOMING) {
+            bool gone = m->peer[s] != MOVE_PEER_NONE && !move_peer_member(m, m->peer[s]);
+
+            if (gone || (now >= m->deadline[s] && now >= m->in_progress + m->o.handoff_wait_ms)) {
+                move_fresh(m, s);
+                m->stats.in_failed++;
+                fresh++;
+            }
+        } else if (st == RL_MOVE_OUTGOING) {
+            if (now >= m->deadline[s] && now >= m->out_progress + m->o.handoff_wait_ms / 2) {
+                move_set(m, s, RL_MOVE_GONE);
+                m->stats.out_failed++;
+                given_up++;
+            }
+        } else if (st == RL_MOVE_OWNED_H && now >= m->deadline[s]) {
+            uint32_t o = m->map != NULL ? rl_shardmap_owner(m->map, s) : RL_SHARDMAP_NONE;
+
+            if (o == m->self_ix || o == RL_SHARDMAP_NONE) {
+                move_set(m, s, RL_MOVE_OWNED);
+            } else {
+                move_set(m, s, RL_MOVE_OWNED);
+                move_outgoing(m, s, o, now);
+            }
+        }
+    }
+    if (fresh > 0) {
+        rl_log_warn("handoff: %" PRIu64 " expected shard(s) did not arrive within handoff_wait "
+                    "(%" PRIu32 " ms) or their old owner left: they start from zero here",
+                    fresh, m->o.handoff_wait_ms);
+    }
+    if (given_up > 0) {
+        rl_log_warn("handoff: %" PRIu64 " queued shard(s) not shipped within handoff_wait: "
+                    "given up (their next owner starts them from zero)",
+                    given_up);
+    }
+    move_pump(m);
+    move_check_drain(m);
+}
+
+static void
+move_tick(struct rl_move *m)
+{
+    if (!m->closing && !uv_is_active((uv_handle_t *)&m->tick)) {
+        uv_timer_start(&m->tick, move_tick_cb, MOVE_TICK_MS, MOVE_TICK_MS);
+    }
+}
+
+static int
+move_nothing_cmp(const void *a, const void *b)
+{
+    const struct move_nothing *x = a, *y = b;
+
+    if (x->peer != y->peer) {
+        return x->peer < y->peer ? -1 : 1;
+    }
+    return x->shard < y->shard ? -1 : x->shard > y->shard;
+}
+
+/*
+ * This node's first view as an active member: it holds nothing. A node that owns shard s
+ * now, and whose previous view had this node active and itself not yet (they joined
+ * together, and this node's views skipped that step), expects s from here: it is told there
+ * is nothing, so that it need not wait handoff_wait. Which shards: those this node would own
+ * were their owner not active (rendezvous; an assignment is not consulted: a new cluster's
+ * concern). The receiver takes it only from the node it expects the shard from.
+ */
+static void
+move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t self)
+{
+    struct rl_member *c = malloc(map->nmembers * sizeof(*c));
+
+    m->nnothing = m->nothing_at = 0;
+    if (c == NULL || (m->nothing == NULL &&
+                      (m->nothing = malloc(m->n * sizeof(*m->nothing))) == NULL)) {
+        free(c);
+        return;
+    }
+    memcpy(c, map->members, map->nmembers * sizeof(*c));
+    for (uint32_t s = 0; s < m->n; s++) {
+        uint32_t o = rl_shardmap_owner(map, s), alt;
+        uint8_t keep;
+
+        if (o == RL_SHARDMAP_NONE || o == self || m->st[s] != RL_MOVE_NONE) {
+            continue;
+        }
+        keep = c[o].state;
+        c[o].state = RL_MEMBER_JOINING;
+        alt = rl_shardmap_hrw(s, c, map->nmembers);
+        c[o].state = keep;
+        if (alt == self) {
+            m->nothing[m->nnothing].peer = move_peer_id(m, map->members[o].name);
+            m->nothing[m->nnothing++].shard = s;
+        }
+    }
+    free(c);
+    qsort(m->nothing, m->nnothing, sizeof(*m->nothing), move_nothing_cmp);
+}
+
+uint32_t
+rl_move_view(struct rl_move *m, struct rl_shardmap *map)
+{
+    struct rl_shardmap *prev = m->map;
+    uint64_t now = uv_now(m->loop);
+    uint32_t self = rl_shardmap_find(map, m->self);
+    uint32_t changed = 0;
+
+    m->map = map;
+    m->self_ix = self;
+    m->leaving_seen = self == RL_SHARDMAP_NONE || map->members[self].state == RL_MEMBER_LEAVING;
+    for (uint32_t s = 0; s < m->n; s++) {
+        uint32_t o = rl_shardmap_owner(map, s);
+        bool mine = self != RL_SHARDMAP_NONE && o == self;
+        uint8_t before = m->st[s];
+
+        switch (before) {
+        case RL_MOVE_NONE:
+            if (mine) {
+                uint32_t po = prev != NULL ? rl_shardmap_owner(prev, s) : RL_SHARDMAP_NONE;
+                const char *pn = po != RL_SHARDMAP_NONE ? prev->members[po].name : NULL;
+
+                if (pn != NULL && strcmp(pn, m->self) != 0 &&
+                    rl_shardmap_find(map, pn) != RL_SHARDMAP_NONE) {
+                    uint16_t p = move_peer_id(m, pn);
+
+                    if (bit_get(m->told, s) && m->peer[s] == p && now < m->deadline[s]) {
+                        /* it said already that it holds nothing of s */
+                        m->stats.in_started++;
+                        m->stats.in_done++;
+                        move_fresh(m, s);
+                    } else {
+                        move_incoming(m, s, p, now);
+                    }
+                } else {
+                    move_fresh(m, s);
+                }
+            }
+            break;
+        case RL_MOVE_OWNED_H:
+            if (mine) {
+                move_set(m, s, RL_MOVE_OWNED);
+                break;
+            }
+            if (now < m->deadline[s]) {
+                break; /* this view may lag the sender's: wait for the next */
+            }
+            move_set(m, s, RL_MOVE_OWNED);
+            /* fall through */
+        case RL_MOVE_OWNED:
+            if (!mine) {
+                if (o != RL_SHARDMAP_NONE) {
+                    move_outgoing(m, s, o, now);
+                } else {
+                    move_set(m, s, RL_MOVE_NONE);
+                }
+            }
+            break;
+        case RL_MOVE_INCOMING:
+            if (!mine) {
+                move_set(m, s, RL_MOVE_NONE); /* moved on elsewhere before it came */
+            }
+            break;
+        case RL_MOVE_OUTGOING:
+            if (mine) {
+                move_set(m, s, RL_MOVE_OWNED); /* back before it left: still ours */
+            } else if (o == RL_SHARDMAP_NONE) {
+                move_set(m, s, RL_MOVE_NONE);
+            } else {
+                m->peer[s] = move_peer_id(m, map->members[o].name);
+            }
+            break;
+        case RL_MOVE_EXPORTING:
+            break; /* its batch decides */
+        case RL_MOVE_GONE:
+            if (mine) {
+                if (move_peer_member(m, m->peer[s])) {
+                    move_incoming(m, s, m->peer[s], now); /* it comes back from there */
+                } else {
+                    move_fresh(m, s);
+                }
+            } else if (o == RL_SHARDMAP_NONE) {
+                move_set(m, s, RL_MOVE_NONE);
+            } else {
+                m->peer[s] = move_peer_id(m, map->members[o].name);
+            }
+            break;
+        default:
+            break;
+        }
+        changed += m->st[s] != before;
+    }
+    {
+        bool active = self != RL_SHARDMAP_NONE && map->members[self].state == RL_MEMBER_ACTIVE;
+
+        if (active && !m->self_active) {
+            move_nothing_plan(m, map, self);
+        }
+        m->self_active = active;
+    }
+    rl_shardmap_destroy(prev);
+    if (m->stats.incoming > 0 || m->stats.outgoing > 0) {
+        rl_log_info("handoff: view applied: %" PRIu64 " shard(s) expected here, %" PRIu64
+                    " to ship",
+                    m->stats.incoming, m->stats.outgoing);
+        move_tick(m);
+    }
+    move_pump(m);
+    move_check_drain(m);
+    return changed;
+}
+
+void
+rl_move_lost(struct rl_move *m)
+{
+    for (uint32_t s = 0; s < m->n; s++) {
+        if (m->st[s] != RL_MOVE_EXPORTING) {
+            move_set(m, s, RL_MOVE_NONE);
+        }
+    }
+}
+
+bool
+rl_move_moving(const struct rl_move *m, uint32_t s, const char **owner)
+{
+    if (s >= m->n) {
+        return false;
+    }
+    switch (m->st[s]) {
+    case RL_MOVE_INCOMING:
+        /* its old owner decides it until its export (it may be queued behind other shards
+         * there): ask it, while it is a member; "" once nobody is known to */
+        *owner = move_peer_member(m, m->peer[s]) ? move_peer_name(m, m->peer[s]) : "";
+        return true;
+    case RL_MOVE_EXPORTING:
+        *owner = "";
+        return true;
+    case RL_MOVE_GONE:
+        *owner = move_peer_name(m, m->peer[s]);
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool
+rl_move_expected(const struct rl_move *m, uint32_t s)
+{
+    return s < m->n && m->st[s] == RL_MOVE_INCOMING;
+}
+
+int
+rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, size_t flen,
+                 bool nothing, char *why, size_t len)
+{
+    uint64_t now = uv_now(m->loop);
+    const char *peer;
+
+    if (s >= m->n) {
+        snprintf(why, len, "shard %" PRIu32 " is out of range", s);
+        return -EINVAL;
+    }
+    switch (m->st[s]) {
+    case RL_MOVE_INCOMING:
+        peer = move_peer_name(m, m->peer[s]);
+        if (from != NULL && peer[0] != '\0' && (strlen(peer) != flen || memcmp(peer, from, flen) != 0)) {
+            snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s, peer,
+                     (int)(flen < 64 ? flen : 64), from);
+            return -EBUSY;
+        }
+        break;
+    case RL_MOVE_NONE:
+    case RL_MOVE_GONE:
+        if (nothing && m->st[s] == RL_MOVE_NONE && from != NULL && flen > 0 && flen < 64) {
+            /* ahead of this node's view: kept for the view that will expect s from there */
+            char name[64];
+
+            memcpy(name, from, flen);
+            name[flen] = '\0';
+            m->peer[s] = move_peer_id(m, name);
+            m->deadline[s] = now + m->o.handoff_wait_ms;
+            bit_set(m->told, s, m->peer[s] != MOVE_PEER_NONE);
+            return 0;
+        }
+        if (nothing) {
+            snprintf(why, len, "shard %" PRIu32 " is not expected here", s);
+            return -EBUSY;
+        }
+        /* this node's view lags the sender's: take it, and keep it when the view comes */
+        move_incoming(m, s, MOVE_PEER_NONE, now);
+        move_tick(m);
+        break;
+    default:
+        snprintf(why, len,
+                 "shard %" PRIu32 " is %s here: an automatic handoff is refused (never merged "
+                 "into counters in use)",
+                 s, st_decides(m->st[s]) ? "decided" : "moving away");
+        return -EBUSY;
+    }
+    m->in_progress = now;
+    m->stats.bytes_in += bytes;
+    return 0;
+}
+
+void
+rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
+{
+    uint64_t now = uv_now(m->loop);
+
+    m->stats.keys_in += keys;
+    m->in_progress = now;
+    if (!final || s >= m->n || m->st[s] != RL_MOVE_INCOMING) {
+        return;
+    }
+    m->stats.in_done++;
+    if (m->stats.incoming == 1) {
+        rl_log_debug("handoff: the last expected shard arrived (%" PRIu64 " received whole, %" PRIu64
+                    " started from zero, since start)",
+                    m->stats.in_done, m->stats.in_failed);
+    }
+    if (m->map != NULL && m->self_ix != RL_SHARDMAP_NONE &&
+        rl_shardmap_owner(m->map, s) == m->self_ix) {
+        move_set(m, s, RL_MOVE_OWNED);
+    } else {
+        m->deadline[s] = now + m->o.handoff_wait_ms;
+        move_set(m, s, RL_MOVE_OWNED_H);
+        move_tick(m);
+    }
+    rl_log_debug("handoff: shard %" PRIu32 " received whole: decided here", s);
+}
+
+
+/* Drain. */
+
+/* done() runs from a timer of its own, never inside a call of the caller's (a view being
+ * applied from ZooKeeper's callback, which done() may destroy). */
+static void
+move_drain_fire(uv_timer_t *t)
+{
+    struct rl_move *m = t->data;
+
+    m->drain_done(m->drain_arg);
+}
+
+void
+move_check_drain(struct rl_move *m)
+{
+    if (!m->draining || m->drained || !m->leaving_seen || m->stats.outgoing > 0 || m->b.active) {
+        return;
+    }
+    m->drained = true;
+    uv_timer_stop(&m->drain_timer);
+    uv_timer_start(&m->drain_timer, move_drain_fire, 0, 0);
+    rl_log_info("handoff: clean stop: every shard handed off (%" PRIu64 " shipped, %" PRIu64
+                " failed, %" PRIu64 " keys, %" PRIu64 " bytes)",
+                m->stats.out_done, m->stats.out_failed, m->stats.keys_out, m->stats.bytes_out);
+}
+
+static void
+move_drain_timeout(uv_timer_t *t)
+{
+    struct rl_move *m = t->data;
+    uint64_t left = m->stats.outgoing;
+
+    if (m->drained) {
+        return;
+    }
+    m->drained = true;
+    if (!m->leaving_seen) {
+        left = m->nowned;
+    }
+    rl_log_warn("handoff: drain_timeout reached with %" PRIu64 " shard(s) not handed off: they "
+                "restart from zero at their next owners",
+                left);
+    m->drain_done(m->drain_arg);
+}
+
+void
+rl_move_drain(struct rl_move *m, uint32_t deadline_ms, void (*done)(void *arg), void *arg)
+{
+    if (m->draining) {
+        return;
+    }
+    m->draining = true;
+    m->drain_done = done;
+    m->drain_arg = arg;
+    uv_timer_start(&m->drain_timer, move_drain_timeout, deadline_ms, 0);
+    move_tick(m);
+    move_check_drain(m);
+}
+
+/* Life. */
+
+int
+rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts *opts)
+{
+    struct rl_move *m;
+    size_t bm;
+
+    *out = NULL;
+    if (opts->nshards == 0 || opts->self == NULL || opts->epochs == NULL ||
+        opts->limiter == NULL || opts->now_ms == NULL) {
+        return -EINVAL;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return -ENOMEM;
+    }
+    m->loop = loop;
+    m->o = *opts;
+    m->n = opts->nshards;
+    snprintf(m->self, sizeof(m->self), "%s", opts->self);
+    m->o.self = m->self;
+    bm = (m->n + 7) / 8;
+    m->st = calloc(m->n, 1);
+    m->peer = calloc(m->n, sizeof(*m->peer));
+    m->deadline = calloc(m->n, sizeof(*m->deadline));
+    m->owned = calloc(bm, 1);
+    m->queued = calloc(bm, 1);
+    m->told = calloc(bm, 1);
+    m->q = calloc((size_t)m->n + 1, sizeof(*m->q));
+    if (m->st == NULL || m->peer == NULL || m->deadline == NULL || m->owned == NULL ||
+        m->queued == NULL || m->told == NULL || m->q == NULL) {
+        move_free(m);
+        return -ENOMEM;
+    }
+    m->self_ix = RL_SHARDMAP_NONE;
+    uv_timer_init(loop, &m->tick);
+    uv_timer_init(loop, &m->drain_timer);
+    m->tick.data = m->drain_timer.data = m;
+    m->nopen = 2;
+    *out = m;
+    return 0;
+}
+
+void
+move_free(struct rl_move *m)
+{
+    rl_shardmap_destroy(m->map);
+    free(m->st);
+    free(m->peer);
+    free(m->deadline);
+    free(m->owned);
+    free(m->queued);
+    free(m->told);
+    free(m->q);
+    free(m->peers);
+    free(m->nothing);
+    free(m);
+}
+
+static void
+move_closed(uv_handle_t *h)
+{
+    struct rl_move *m = h->data;
+
+    if (--m->nopen == 0 && !m->b.active) {
+        move_free(m);
+    }
+}
+
+void
+rl_move_destroy(struct rl_move *m)
+{
+    if (m == NULL || m->closing) {
+        return;
+    }
+    m->closing = true;
+    uv_close((uv_handle_t *)&m->tick, move_closed);
+    uv_close((uv_handle_t *)&m->drain_timer, move_closed);
+}
+
+const uint8_t *
+rl_move_owned(const struct rl_move *m)
+{
+    return m->owned;
+}
+
+uint32_t
+rl_move_count_owned(const struct rl_move *m)
+{
+    return m->nowned;
+}
+
+void
+rl_move_stats(const struct rl_move *m, struct rl_move_stats *st)
+{
+    *st = m->stats;
+}
+
+void
+rl_move_metrics(const struct rl_move *m, struct rl_prom *p)
+{
+    char lab[64];
+    const struct rl_move_stats *s = &m->stats;
+
+    rl_prom_family(p, "rl_node_handoffs_total", "counter",
+                   "Shards moved with their counters (docs/OPERATIONS.md, \"Planned moves\"), by "
+                   "direction (out: shipped by this node, in: expected here) and result "
+                   "(started, done, failed: restarted from zero at the new owner).");
+#define MOVE_PROM(dir, res, v)                                                                     \
+    rl_prom_u64(p, "rl_node_handoffs_total",                                                       \
+                rl_prom_labels(lab, sizeof(lab), "direction", dir, "result", res, NULL), v)
+    MOVE_PROM("out", "started", s->out_started);
+    MOVE_PROM("out", "done", s->out_done);
+    MOVE_PROM("out", "failed", s->out_failed);
+    MOVE_PROM("in", "started", s->in_started);
+    MOVE_PROM("in", "done", s->in_done);
+    MOVE_PROM("in", "failed", s->in_failed);
+#undef MOVE_PROM
+    rl_prom_family(p, "rl_node_handoff_keys_total", "counter",
+                   "Keys handed off, by direction.");
+    rl_prom_u64(p, "rl_node_handoff_keys_total",
+                rl_prom_labels(lab, sizeof(lab), "direction", "out", NULL), s->keys_out);
+    rl_prom_u64(p, "rl_node_handoff_keys_total",
+                rl_prom_labels(lab, sizeof(lab), "direction", "in", NULL), s->keys_in);
+    rl_prom_family(p, "rl_node_handoff_bytes_total", "counter",
+                   "Bytes of handoff records moved, by direction.");
+    rl_prom_u64(p, "rl_node_handoff_bytes_total",
+                rl_prom_labels(lab, sizeof(lab), "direction", "out", NULL), s->bytes_out);
+    rl_prom_u64(p, "rl_node_handoff_bytes_total",
+                rl_prom_labels(lab, sizeof(lab), "direction", "in", NULL), s->bytes_in);
+    rl_prom_family(p, "rl_node_handoff_freeze_seconds", "histogram",
+                   "How long a shard shipped by this node was decided nowhere: from its export "
+                   "to the new owner's acknowledgement of its last message.");
+    rl_prom_hist(p, "rl_node_handoff_freeze_seconds", NULL, &s->freeze);
+    rl_prom_family(p, "rl_node_shards_in_flight", "gauge",
+                   "Shards moving now, by direction: in (expected here), out (queued or being "
+                   "sent).");
+    rl_prom_u64(p, "rl_node_shards_in_flight",
+                rl_prom_labels(lab, sizeof(lab), "direction", "in", NULL), s->incoming);
+    rl_prom_u64(p, "rl_node_shards_in_flight",
+                rl_prom_labels(lab, sizeof(lab), "direction", "out", NULL), s->outgoing);
+}

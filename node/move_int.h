@@ -1,0 +1,125 @@
+/*
+ * move_int: what move.c (the shard states, the drain, the metrics) and move_push.c (the
+ * batches: export on the loop, send from the thread pool) share, and nothing else includes:
+ * struct rl_move and the calls each file makes of the other. Not for the node's main or the
+ * server (move.h).
+ */
+#ifndef RL_MOVE_INT_H
+#define RL_MOVE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "buf.h"
+#include "move.h"
+#include "shardmap.h"
+
+#define MOVE_TICK_MS 50
+#define MOVE_BATCH_SHARDS 64 /* shards of one export pass and one connection */
+#define MOVE_BATCH_MAX 256   /* shards of one connection telling a node there is nothing */
+#define MOVE_PEER_NONE UINT16_MAX
+#define MOVE_PEERS_MAX 4096
+
+struct move_batch {
+    uv_work_t work;
+    bool active;
+    bool nothing; /* no records: "I hold nothing of these" (empty final messages) */
+    uint16_t peer;
+    char addr[RL_SHARDMAP_NAME_MAX];
+    uint32_t n;
+    uint32_t shard[MOVE_BATCH_MAX];
+    uint64_t keys[MOVE_BATCH_MAX], bytes[MOVE_BATCH_MAX];
+    uint32_t last_id[MOVE_BATCH_MAX]; /* the id of each shard's final message */
+    bool ok[MOVE_BATCH_MAX];
+    uint64_t ack_ns[MOVE_BATCH_MAX];
+    struct rl_buf snap[MOVE_BATCH_MAX]; /* each shard's records (header, keys, end) */
+    struct rl_buf frames;               /* every message, in shard order */
+    uint32_t nmsgs;
+    uint64_t t0_ns; /* the export instant */
+    int timeout_ms;
+    const char *secret;
+    size_t secret_len;
+    struct rl_tls_ctx *tls;
+    int rc;
+    char why[256];
+    /* the export pass: which shard the entry being read belongs to */
+    uint32_t cur;
+    int export_rc;
+};
+
+struct rl_move {
+    uv_loop_t *loop;
+    uv_timer_t tick, drain_timer;
+    int nopen;
+    bool closing;
+    struct rl_move_opts o;
+    char self[RL_SHARDMAP_NAME_MAX];
+    uint32_t n;
+    uint8_t *st;        /* enum rl_move_st */
+    uint16_t *peer;     /* index into peers, MOVE_PEER_NONE */
+    uint64_t *deadline; /* loop ms: INCOMING's end, OWNED_H's, OUTGOING's give-up */
+    uint8_t *owned;     /* bit s: decided here */
+    uint8_t *queued;    /* bit s: in the queue */
+    uint8_t *told;      /* bit s (NONE shards): peer[s] said it holds nothing of s, until
+                           deadline[s]; a view then expecting s from it needs not wait */
+    uint32_t *q;        /* ring of OUTGOING shards, n + 1 slots */
+    uint32_t qhead, qtail;
+    char (*peers)[RL_SHARDMAP_NAME_MAX];
+    size_t npeers, peers_cap;
+    struct rl_shardmap *map; /* the view last applied */
+    uint32_t self_ix;        /* in map, or RL_SHARDMAP_NONE */
+    bool leaving_seen;       /* the map says this node is leaving (or not a member) */
+    uint64_t in_progress, out_progress; /* loop ms of the last HANDOFF_IN here, last ack */
+    uint32_t nowned;
+    struct rl_move_stats stats;
+    struct move_batch b;
+    bool draining, drained;
+    /* On this node's first view as active: shards a node may expect from it though it never
+     * held them (it joined with that node, and their views took other steps), to be told
+     * "nothing here" (peer[s]: whom); sorted by peer */
+    bool self_active;
+    struct move_nothing {
+        uint16_t peer;
+        uint32_t shard;
+    } *nothing;
+    uint32_t nnothing, nothing_at;
+    void (*drain_done)(void *arg);
+    void *drain_arg;
+};
+
+static inline void
+bit_set(uint8_t *bm, uint32_t s, bool on)
+{
+    if (on) {
+        bm[s >> 3] |= (uint8_t)(1u << (s & 7));
+    } else {
+        bm[s >> 3] &= (uint8_t) ~(1u << (s & 7));
+    }
+}
+
+static inline bool
+bit_get(const uint8_t *bm, uint32_t s)
+{
+    return (bm[s >> 3] >> (s & 7) & 1) != 0;
+}
+
+static inline bool
+st_decides(uint8_t st)
+{
+    return st == RL_MOVE_OWNED || st == RL_MOVE_OWNED_H || st == RL_MOVE_OUTGOING;
+}
+
+/* move.c */
+void move_set(struct rl_move *m, uint32_t s, uint8_t to);
+const char *move_peer_name(const struct rl_move *m, uint16_t id);
+void move_enqueue(struct rl_move *m, uint32_t s);
+void move_check_drain(struct rl_move *m);
+void move_free(struct rl_move *m);
+
+/* move_push.c: the next batch, if none is out and something waits */
+void move_pump(struct rl_move *m);
+
+#endif

@@ -1,0 +1,384 @@
+/*
+ * move_push: the node-to-node push of automatic handoff (move.h, move_int.h). Queued shards
+ * leave in batches bound for one node: exported in one pass over the key table on the loop
+ * (decided nowhere from that instant), their HANDOFF_IN messages (the last of each shard
+ * `final`, every one naming this node in `from`) sent on one connection from the thread
+ * pool, with the cluster secret and TLS as configured, and the shards released once
+ * acknowledged. Also the "nothing here" batches of a node's first active view. Not for the
+ * shard states themselves (move.c).
+ */
+#include "move_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "handoff.h"
+#include "limiter.h"
+#include "log.h"
+#include "reqclient.h"
+#include "wire.h"
+
+/* The batch: export on the loop, send in the pool, finish on the loop. */
+
+static bool
+move_want(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t epoch)
+{
+    struct rl_move *m = arg;
+    struct move_batch *b = &m->b;
+
+    (void)fp_hi;
+    (void)fp_lo;
+    if (shard >= m->n || m->st[shard] != RL_MOVE_EXPORTING || epoch != m->o.epochs[shard]) {
+        return false;
+    }
+    for (uint32_t i = 0; i < b->n; i++) {
+        if (b->shard[i] == shard) {
+            b->cur = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+static int
+move_put_key(void *arg, const struct rl_handoff_key *k)
+{
+    struct rl_move *m = arg;
+    struct move_batch *b = &m->b;
+
+    b->keys[b->cur]++;
+    return rl_handoff_put_key(&b->snap[b->cur], k);
+}
+
+/* Splits a shard's records into HANDOFF_IN messages of whole records, the last final. */
+static int
+move_frames(struct move_batch *b, uint32_t i, const char *from)
+{
+    const struct rl_buf *snap = &b->snap[i];
+    size_t start = 0, end;
+    int rc = 0;
+
+    do {
+        end = start;
+        while (end + 4 <= snap->len) {
+            const unsigned char *p = (const unsigned char *)snap->data + end;
+            size_t len = 4 + ((size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3]);
+
+            if (end + len - start > RL_WIRE_RECORDS_MAX) {
+                break;
+            }
+            end += len;
+        }
+        if (end == start && start < snap->len) {
+            return -EFBIG; /* a record larger than a message: cannot happen */
+        }
+        b->nmsgs++;
+        rc = rl_wire_put_handoff_in_final(&b->frames, b->nmsgs, b->shard[i], snap->data + start,
+                                          end - start, end >= snap->len, from);
+        start = end;
+    } while (rc == 0 && start < snap->len);
+    b->last_id[i] = b->nmsgs;
+    b->bytes[i] = snap->len;
+    return rc;
+}
+
+static int
+move_left(uint64_t end_ns)
+{
+    uint64_t now = rl_clock_mono_ns();
+
+    return now >= end_ns ? 1 : (int)((end_ns - now) / 1000000) + 1;
+}
+
+/* The thread pool: connect, TLS, AUTH, every message, then the replies. */
+static void
+move_work(uv_work_t *w)
+{
+    struct move_batch *b = w->data;
+    struct rl_client *c = NULL;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    uint64_t end = rl_clock_mono_ns() + (uint64_t)b->timeout_ms * 1000000;
+    uint32_t acked = 0;
+    int rc;
+
+    b->why[0] = '\0';
+    if (rep == NULL) {
+        b->rc = -ENOMEM;
+        return;
+    }
+    rc = rl_client_connect_addr(&c, b->addr, move_left(end));
+    if (rc == 0 && b->tls != NULL) {
+        rc = rl_client_start_tls(c, b->tls, move_left(end), b->why, sizeof(b->why));
+    }
+    if (rc == 0 && b->secret != NULL) {
+        rc = rl_client_auth(c, b->secret, b->secret_len, rep, move_left(end));
+        if (rc == -EACCES) {
+            snprintf(b->why, sizeof(b->why), "refused the cluster secret (AUTH)");
+        }
+    }
+    if (rc == 0) {
+        rc = rl_client_queue_raw(c, b->frames.data, b->frames.len);
+    }
+    if (rc == 0) {
+        rc = rl_client_flush(c, move_left(end));
+    }
+    while (rc == 0 && acked < b->nmsgs) {
+        rc = rl_client_recv(c, rep, move_left(end));
+        if (rc != 0) {
+            break;
+        }
+        acked++;
+        for (uint32_t i = 0; i < b->n; i++) {
+            uint32_t first = i == 0 ? 1 : b->last_id[i - 1] + 1;
+
+            if (rep->id < first || rep->id > b->last_id[i]) {
+                continue;
+            }
+            if (rep->op == RL_WIRE_OP_ERROR) {
+                if (b->why[0] == '\0') {
+                    snprintf(b->why, sizeof(b->why), "shard %" PRIu32 " refused: %.*s",
+                             b->shard[i], (int)rep->message.len,
+                             rep->message.ptr != NULL ? rep->message.ptr : "");
+                }
+                b->last_id[i] = 0; /* failed: its later acks match nothing */
+            } else if (rep->op == RL_WIRE_OP_HANDOFF_IN && rep->id == b->last_id[i]) {
+                b->ok[i] = true;
+                b->ack_ns[i] = rl_clock_mono_ns();
+            }
+            break;
+        }
+    }
+    if (rc != 0 && b->why[0] == '\0') {
+        snprintf(b->why, sizeof(b->why), "%s after %" PRIu32 " of %" PRIu32 " messages",
+                 strerror(-rc), acked, b->nmsgs);
+    }
+    b->rc = rc;
+    rl_client_destroy(c);
+    free(rep);
+}
+
+static void
+move_after_work(uv_work_t *w, int status)
+{
+    struct move_batch *b = w->data;
+    struct rl_move *m = (struct rl_move *)(void *)((char *)b - offsetof(struct rl_move, b));
+    uint64_t now = uv_now(m->loop);
+    uint32_t failed = 0;
+
+    (void)status;
+    if (b->nothing) {
+        uint32_t told = 0;
+
+        for (uint32_t i = 0; i < b->n; i++) {
+            told += b->ok[i];
+        }
+        rl_log_debug("handoff: told %s it holds none of %" PRIu32 " shard(s) from here (%" PRIu32
+                     " expected them)",
+                     move_peer_name(m, b->peer), b->n, told);
+        b->n = 0;
+    }
+    for (uint32_t i = 0; i < b->n; i++) {
+        uint32_t s = b->shard[i];
+
+        if (b->ok[i]) {
+            m->stats.out_done++;
+            m->stats.keys_out += b->keys[i];
+            m->stats.bytes_out += b->bytes[i];
+            rl_hist_observe(&m->stats.freeze, b->ack_ns[i] - b->t0_ns, 1);
+            rl_log_debug("handoff: shard %" PRIu32 " sent to %s: %" PRIu64 " keys, %" PRIu64
+                         " bytes, frozen %.1f ms",
+                         s, move_peer_name(m, b->peer), b->keys[i], b->bytes[i],
+                         (double)(b->ack_ns[i] - b->t0_ns) / 1e6);
+        } else {
+            m->stats.out_failed++;
+            failed++;
+        }
+        if (m->st[s] == RL_MOVE_EXPORTING) {
+            move_set(m, s, RL_MOVE_GONE);
+        }
+        rl_buf_deinit(&b->snap[i]);
+    }
+    if (failed > 0) {
+        rl_log_warn("handoff: %" PRIu32 " of %" PRIu32 " shard(s) not handed to %s (%s): it "
+                    "starts them from zero",
+                    failed, b->n, move_peer_name(m, b->peer), b->why);
+    }
+    if (failed < b->n) {
+        m->out_progress = now;
+    }
+    rl_buf_deinit(&b->frames);
+    b->active = false;
+    if (m->closing) {
+        if (m->nopen == 0) {
+            move_free(m);
+        }
+        return;
+    }
+    move_pump(m);
+    move_check_drain(m);
+}
+
+static void move_send(struct rl_move *m);
+
+/* A batch of "nothing here" messages: up to MOVE_BATCH_MAX shards of one node's. */
+static void
+move_pump_nothing(struct rl_move *m)
+{
+    struct move_batch *b = &m->b;
+    uint32_t mi;
+    int rc = 0;
+
+    while (m->nothing_at < m->nnothing && b->n < MOVE_BATCH_MAX) {
+        const struct move_nothing *x = &m->nothing[m->nothing_at];
+
+        if (b->n > 0 && x->peer != b->peer) {
+            break;
+        }
+        m->nothing_at++;
+        if (m->st[x->shard] != RL_MOVE_NONE) {
+            continue; /* it became this node's business since */
+        }
+        b->peer = x->peer;
+        b->shard[b->n++] = x->shard;
+    }
+    if (b->n == 0) {
+        return;
+    }
+    mi = m->map != NULL ? rl_shardmap_find(m->map, move_peer_name(m, b->peer)) : RL_SHARDMAP_NONE;
+    if (mi == RL_SHARDMAP_NONE) {
+        b->n = 0;
+        move_pump(m);
+        return;
+    }
+    snprintf(b->addr, sizeof(b->addr), "%s", m->map->members[mi].addr);
+    b->nothing = true;
+    b->nmsgs = 0;
+    rl_buf_init(&b->frames);
+    for (uint32_t i = 0; rc == 0 && i < b->n; i++) {
+        rl_buf_init(&b->snap[i]);
+        b->nmsgs++;
+        b->last_id[i] = b->nmsgs;
+        rc = rl_wire_put_handoff_in_final(&b->frames, b->nmsgs, b->shard[i], NULL, 0, true,
+                                          m->self);
+    }
+    if (rc != 0) {
+        b->active = true;
+        b->work.data = b;
+        move_after_work(&b->work, 0);
+        return;
+    }
+    b->t0_ns = rl_clock_mono_ns();
+    move_send(m);
+}
+
+/* The next batch: up to MOVE_BATCH_SHARDS queued shards bound for the first one's node. */
+void
+move_pump(struct rl_move *m)
+{
+    struct move_batch *b = &m->b;
+    uint32_t scanned = 0, qn;
+    uint32_t mi;
+    uint64_t lnow;
+    int rc = 0;
+
+    if (b->active || m->closing) {
+        return;
+    }
+    memset(b->keys, 0, sizeof(b->keys));
+    memset(b->ok, 0, sizeof(b->ok));
+    b->n = 0;
+    b->peer = MOVE_PEER_NONE;
+    b->nothing = false;
+    if (m->qhead == m->qtail) {
+        move_pump_nothing(m);
+        return;
+    }
+    qn = (m->qtail + m->n + 1 - m->qhead) % (m->n + 1);
+    /* one pass over the queue: shards of other nodes go back to its end */
+    while (scanned < qn && b->n < MOVE_BATCH_SHARDS) {
+        uint32_t s = m->q[m->qhead];
+
+        m->qhead = (m->qhead + 1) % (m->n + 1);
+        bit_set(m->queued, s, false);
+        scanned++;
+        if (m->st[s] != RL_MOVE_OUTGOING) {
+            continue;
+        }
+        if (b->peer == MOVE_PEER_NONE) {
+            b->peer = m->peer[s];
+        } else if (m->peer[s] != b->peer) {
+            move_enqueue(m, s);
+            continue;
+        }
+        b->shard[b->n++] = s;
+    }
+    if (b->n == 0) {
+        return;
+    }
+    mi = m->map != NULL ? rl_shardmap_find(m->map, move_peer_name(m, b->peer)) : RL_SHARDMAP_NONE;
+    if (mi == RL_SHARDMAP_NONE) {
+        for (uint32_t i = 0; i < b->n; i++) {
+            move_set(m, b->shard[i], RL_MOVE_GONE);
+            m->stats.out_failed++;
+        }
+        rl_log_warn("handoff: %" PRIu32 " shard(s) bound for %s, which left: given up", b->n,
+                    move_peer_name(m, b->peer));
+        move_pump(m);
+        return;
+    }
+    snprintf(b->addr, sizeof(b->addr), "%s", m->map->members[mi].addr);
+    /* The export instant: from here these shards are decided nowhere until they land. */
+    lnow = m->o.now_ms(m->o.now_arg);
+    b->t0_ns = rl_clock_mono_ns();
+    rl_buf_init(&b->frames);
+    for (uint32_t i = 0; i < b->n; i++) {
+        rl_buf_init(&b->snap[i]);
+        move_set(m, b->shard[i], RL_MOVE_EXPORTING);
+        m->stats.out_started++;
+        if (rc == 0) {
+            rc = rl_handoff_put_header(&b->snap[i], lnow, b->shard[i]);
+        }
+    }
+    if (rc == 0) {
+        rc = rl_limiter_export(m->o.limiter, lnow, move_want, move_put_key, m);
+    }
+    b->nmsgs = 0;
+    for (uint32_t i = 0; rc == 0 && i < b->n; i++) {
+        rc = rl_handoff_put_end(&b->snap[i], b->keys[i]);
+        if (rc == 0) {
+            rc = move_frames(b, i, m->self);
+        }
+    }
+    if (rc != 0) {
+        snprintf(b->why, sizeof(b->why), "export: %s", strerror(-rc));
+        b->active = true;
+        b->work.data = b;
+        move_after_work(&b->work, 0);
+        return;
+    }
+    move_send(m);
+}
+
+/* The batch's messages, sent from the thread pool. */
+static void
+move_send(struct rl_move *m)
+{
+    struct move_batch *b = &m->b;
+
+    b->timeout_ms = (int)(m->o.handoff_wait_ms / 2 > 0 ? m->o.handoff_wait_ms / 2 : 1);
+    b->secret = m->o.secret;
+    b->secret_len = m->o.secret_len;
+    b->tls = m->o.tls;
+    b->rc = 0;
+    b->active = true;
+    b->work.data = b;
+    if (uv_queue_work(m->loop, &b->work, move_work, move_after_work) != 0) {
+        b->rc = -EAGAIN;
+        snprintf(b->why, sizeof(b->why), "cannot queue the send");
+        move_after_work(&b->work, 0);
+    }
+}

@@ -1,0 +1,482 @@
+/*
+ * check_moving: what a real rl-router does with ERROR MOVING (docs/PROTOCOL.md, "ERROR
+ * MOVING"; docs/OPERATIONS.md, "Planned moves"), against two fake nodes in this process
+ * (threads speaking the wire, static membership n1 and n2) whose answers the test scripts:
+ *   - MOVING naming the other member: the CHECK is sent there at once and its answer relayed
+ *     (moved and move_redirected count it, no policy answer); two nodes naming each other:
+ *     twice at once, then by backoff to the table's owner;
+ *   - MOVING "" (and MOVING naming no member) a few times per key: the CHECK is held and sent
+ *     again to the owner until it is answered (held_for_move, move_resent), never FAIL_OPEN;
+ *   - MOVING for ever: the failure policy answers once handoff_wait passed (move_expired),
+ *     never before, and the node is not counted down;
+ *   - an inline-limited CHECK (re-encoded by the router, not relayed) reaches the new owner
+ *     with its limit intact;
+ *   - a client that leaves while its CHECKs are held: the router stays up and lets them go.
+ * Durations are never asserted: what the router decided is (its counters, the answers).
+ * Not for the node's side of a move (check_moving_e2e, the chaos scenarios).
+ */
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "harness.h"
+#include "reqclient.h"
+#include "rltest.h"
+#include "ruleset.h"
+#include "wire.h"
+
+#define T_TIMEOUT 10000
+#define USERS 60
+#define FAKE_CONNS 16
+#define FAKE_KEYS 4096
+
+enum fake_mode {
+    FAKE_ALLOW,        /* ALLOWED, remaining 42 */
+    FAKE_MOVING_TO,    /* MOVING naming fake.owner, every time */
+    FAKE_MOVING_FIRST, /* MOVING naming fake.owner the first `times` CHECKs of each user */
+};
+
+struct fake {
+    const char *name;
+    int port;
+    int lfd;
+    pthread_t th;
+    atomic_bool stop;
+    atomic_int mode;
+    const char *owner;
+    int times;
+    atomic_int checks;      /* CHECKs received */
+    atomic_int moving;      /* MOVING answered */
+    atomic_int inline_ok;   /* CHECKs with the test's inline limit, intact */
+    char users[FAKE_KEYS][32];
+    int seen[FAKE_KEYS];
+    int nusers;
+};
+
+static struct fake f1 = {.name = "n1"}, f2 = {.name = "n2"};
+static struct rl_harness_server router;
+static char conf_path[PATH_MAX];
+static int router_port;
+
+/* How many CHECKs of user this fake saw before this one (it counts this one). */
+static int
+fake_seen(struct fake *f, const struct rl_wire_str *user)
+{
+    for (int i = 0; i < f->nusers; i++) {
+        if (strlen(f->users[i]) == user->len && memcmp(f->users[i], user->ptr, user->len) == 0) {
+            return f->seen[i]++;
+        }
+    }
+    if (f->nusers < FAKE_KEYS && user->len < sizeof(f->users[0])) {
+        memcpy(f->users[f->nusers], user->ptr, user->len);
+        f->users[f->nusers][user->len] = '\0';
+        f->seen[f->nusers++] = 1;
+    }
+    return 0;
+}
+
+static void
+fake_answer(struct fake *f, const struct rl_wire_req *req, struct rl_buf *out)
+{
+    struct rl_wire_check_reply rep = {req->id, RL_WIRE_ALLOWED, 100, 42, 1000, 0};
+    int mode = atomic_load(&f->mode);
+    int before;
+
+    atomic_fetch_add(&f->checks, 1);
+    if (req->limit.set && req->limit.algo == RL_ALGO_GCRA && req->limit.limit == 7 &&
+        req->limit.window_ms == 60000 && req->cost == 2) {
+        atomic_fetch_add(&f->inline_ok, 1);
+    }
+    before = fake_seen(f, &req->user);
+    if (mode == FAKE_MOVING_TO || (mode == FAKE_MOVING_FIRST && before < f->times)) {
+        atomic_fetch_add(&f->moving, 1);
+        ck_assert_int_eq(rl_wire_put_moving(out, req->id, "shard moving", f->owner), 0);
+        return;
+    }
+    ck_assert_int_eq(rl_wire_put_check_reply(out, &rep), 0);
+}
+
+/* The fake node: accepts the router's connections, answers CHECKs as its mode says and
+ * nothing else (HELLO, the probes: a node that predates them). */
+static void *
+fake_run(void *arg)
+{
+    struct fake *f = arg;
+    struct pollfd pf[FAKE_CONNS + 1];
+    struct rl_buf in[FAKE_CONNS + 1];
+    struct rl_wire_decoder dec;
+    int n = 1;
+
+    ck_assert_int_eq(rl_wire_decoder_init(&dec), 0);
+    pf[0].fd = f->lfd;
+    pf[0].events = POLLIN;
+    for (int i = 0; i <= FAKE_CONNS; i++) {
+        rl_buf_init(&in[i]);
+    }
+    while (!atomic_load(&f->stop)) {
+        if (poll(pf, (nfds_t)n, 50) <= 0) {
+            continue;
+        }
+        if ((pf[0].revents & POLLIN) && n <= FAKE_CONNS) {
+            int fd = accept(f->lfd, NULL, NULL);
+
+            if (fd >= 0) {
+                pf[n].fd = fd;
+                pf[n].events = POLLIN;
+                pf[n].revents = 0;
+                rl_buf_reset(&in[n]);
+                n++;
+            }
+        }
+        for (int i = 1; i < n; i++) {
+            char buf[65536];
+            ssize_t got;
+            struct rl_buf out;
+            size_t plen;
+
+            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+                continue;
+            }
+            got = read(pf[i].fd, buf, sizeof(buf));
+            if (got <= 0) {
+                struct rl_buf t = in[i];
+
+                close(pf[i].fd);
+                pf[i] = pf[n - 1];
+                in[i] = in[n - 1];
+                in[n - 1] = t;
+                rl_buf_reset(&in[n - 1]);
+                n--;
+                i--;
+                continue;
+            }
+            ck_assert_int_eq(rl_buf_append(&in[i], buf, (size_t)got), 0);
+            rl_buf_init(&out);
+            while (rl_wire_frame(in[i].data + in[i].pos, in[i].len - in[i].pos, &plen) == 1) {
+                struct rl_wire_req req;
+                struct rl_wire_fault fault;
+
+                if (rl_wire_decode_req(&dec, in[i].data + in[i].pos + RL_WIRE_HDR_LEN, plen, &req,
+                                       &fault) == 0 &&
+                    req.op == RL_WIRE_OP_CHECK) {
+                    fake_answer(f, &req, &out);
+                }
+                in[i].pos += RL_WIRE_HDR_LEN + plen;
+            }
+            for (size_t w = 0; w < out.len;) {
+                ssize_t k = write(pf[i].fd, out.data + w, out.len - w);
+
+                ck_assert_int_gt(k, 0);
+                w += (size_t)k;
+            }
+            rl_buf_deinit(&out);
+        }
+    }
+    for (int i = 1; i < n; i++) {
+        close(pf[i].fd);
+    }
+    for (int i = 0; i <= FAKE_CONNS; i++) {
+        rl_buf_deinit(&in[i]);
+    }
+    rl_wire_decoder_deinit(&dec);
+    return NULL;
+}
+
+static void
+fake_start(struct fake *f, int mode, const char *owner, int times)
+{
+    struct sockaddr_in a = {0};
+    int one = 1;
+
+    f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(f->lfd, 0);
+    setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    f->port = rl_harness_free_port();
+    a.sin_port = htons((uint16_t)f->port);
+    ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(f->lfd, 16), 0);
+    atomic_store(&f->stop, false);
+    atomic_store(&f->mode, mode);
+    atomic_store(&f->checks, 0);
+    atomic_store(&f->moving, 0);
+    atomic_store(&f->inline_ok, 0);
+    f->owner = owner;
+    f->times = times;
+    f->nusers = 0;
+    ck_assert_int_eq(pthread_create(&f->th, NULL, fake_run, f), 0);
+}
+
+static void
+fake_stop(struct fake *f)
+{
+    atomic_store(&f->stop, true);
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+}
+
+/* The router in front of f1 and f2, holding a MOVING at most handoff_wait. */
+static void
+router_start(const char *handoff_wait, const char *failure)
+{
+    router_port = rl_harness_free_port();
+    ck_assert_int_eq(rl_harness_tmppath(conf_path, sizeof(conf_path), "moving-%d.conf",
+                                        router_port),
+                     0);
+    ck_assert_int_eq(rl_harness_write_file(conf_path,
+                                           "[cluster]\nname = mv\nshards = 64\nhandoff_wait = %s\n"
+                                           "[router]\nlisten = 127.0.0.1:%d\ndeadline = 5s\n"
+                                           "[node n1]\nlisten = 127.0.0.1:%d\n"
+                                           "[node n2]\nlisten = 127.0.0.1:%d\n"
+                                           "[service shop]\nlimit = fixed_window 1000 per 1h\n"
+                                           "failure = %s\n",
+                                           handoff_wait, router_port, f1.port, f2.port, failure),
+                     0);
+    ck_assert_int_eq(rl_harness_router_start(&router, conf_path, router_port), 0);
+}
+
+static void
+stop_all(void)
+{
+    ck_assert_int_eq(rl_harness_server_stop(&router, SIGTERM, T_TIMEOUT), 0);
+    fake_stop(&f1);
+    fake_stop(&f2);
+}
+
+/* USERS CHECKs of distinct users through the router, pipelined; the codes by value. */
+static void
+check_users(const char *prefix, int *codes, uint32_t cost)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_req reqs[USERS];
+    struct rl_wire_check_reply reps[USERS];
+    char users[USERS][32];
+
+    memset(codes, 0, sizeof(int) * (RL_CLIENT_CODE_ERROR + 1));
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    memset(reqs, 0, sizeof(reqs));
+    for (int i = 0; i < USERS; i++) {
+        snprintf(users[i], sizeof(users[i]), "%s-%d", prefix, i);
+        reqs[i].op = RL_WIRE_OP_CHECK;
+        reqs[i].service.ptr = "shop";
+        reqs[i].service.len = 4;
+        reqs[i].user.ptr = users[i];
+        reqs[i].user.len = strlen(users[i]);
+        reqs[i].cost = cost;
+    }
+    ck_assert_int_eq(rl_client_check_many(c, reqs, USERS, reps, T_TIMEOUT), 0);
+    for (int i = 0; i < USERS; i++) {
+        ck_assert_uint_le(reps[i].code, RL_CLIENT_CODE_ERROR);
+        codes[reps[i].code]++;
+    }
+    rl_client_destroy(c);
+}
+
+START_TEST(test_moving_named)
+{
+    int codes[RL_CLIENT_CODE_ERROR + 1];
+
+    fake_start(&f1, FAKE_MOVING_TO, "n2", 0);
+    fake_start(&f2, FAKE_ALLOW, "", 0);
+    router_start("2s", "closed");
+    check_users("named", codes, 1);
+    /* every answer is n2's: those sent to n1 first went on to n2 at once */
+    ck_assert_int_eq(codes[RL_WIRE_ALLOWED], USERS);
+    ck_assert_int_gt(atomic_load(&f1.moving), 0);
+    ck_assert_int_eq(atomic_load(&f2.checks), USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "moved"), atomic_load(&f1.moving));
+    ck_assert_int_eq(rl_test_stat(router_port, "move_redirected"), atomic_load(&f1.moving));
+    ck_assert_int_eq(rl_test_stat(router_port, "held_for_move"), 0);
+    ck_assert_int_eq(rl_test_stat(router_port, "fail_closed"), 0);
+    ck_assert_int_eq(rl_test_stat(router_port, "owner_down"), 0);
+    stop_all();
+}
+END_TEST
+
+/* MOVING "" three times per user, then the answer: each is held and sent again. The same
+ * with an owner no member has: taken as "". */
+static void
+held_run(const char *owner)
+{
+    int codes[RL_CLIENT_CODE_ERROR + 1];
+
+    fake_start(&f1, FAKE_MOVING_FIRST, owner, 3);
+    fake_start(&f2, FAKE_MOVING_FIRST, owner, 3);
+    router_start("1m", "open");
+    check_users("held", codes, 1);
+    ck_assert_int_eq(codes[RL_WIRE_ALLOWED], USERS);
+    ck_assert_int_eq(atomic_load(&f1.moving) + atomic_load(&f2.moving), 3 * USERS);
+    ck_assert_int_eq(atomic_load(&f1.checks) + atomic_load(&f2.checks), 4 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "moved"), 3 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "held_for_move"), 3 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "move_resent"), 3 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "move_redirected"), 0);
+    ck_assert_int_eq(rl_test_stat(router_port, "fail_open"), 0);
+    ck_assert_int_eq(rl_test_stat(router_port, "move_expired"), 0);
+    ck_assert_int_eq(rl_test_stat(router_port, "allowed"), USERS);
+    stop_all();
+}
+
+START_TEST(test_moving_held)
+{
+    held_run("");
+}
+END_TEST
+
+START_TEST(test_moving_unknown_owner)
+{
+    held_run("nobody");
+}
+END_TEST
+
+/* Two nodes naming each other (the new owner names the old one until the records are in,
+ * the old one the new one once it exported them): sent at once twice, then by backoff to
+ * the table's owner, which answers once its three MOVINGs are spent: per user 4 MOVING
+ * (3 from the owner, 1 from the other), 2 redirects, 2 holds, and the answer. */
+START_TEST(test_moving_ping_pong)
+{
+    int codes[RL_CLIENT_CODE_ERROR + 1];
+
+    fake_start(&f1, FAKE_MOVING_FIRST, "n2", 3);
+    fake_start(&f2, FAKE_MOVING_FIRST, "n1", 3);
+    router_start("1m", "open");
+    check_users("pong", codes, 1);
+    ck_assert_int_eq(codes[RL_WIRE_ALLOWED], USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "moved"), 4 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "move_redirected"), 2 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "held_for_move"), 2 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "move_resent"), 2 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "fail_open"), 0);
+    stop_all();
+}
+END_TEST
+
+/* A move that never ends: the policy answers past handoff_wait, not before (every CHECK was
+ * sent more than once), and nothing counts the node as down. */
+START_TEST(test_moving_expires)
+{
+    int codes[RL_CLIENT_CODE_ERROR + 1];
+
+    fake_start(&f1, FAKE_MOVING_TO, "", 0);
+    fake_start(&f2, FAKE_MOVING_TO, "", 0);
+    router_start("300ms", "closed");
+    check_users("exp", codes, 1);
+    ck_assert_int_eq(codes[RL_WIRE_FAIL_CLOSED], USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "move_expired"), USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "fail_closed"), USERS);
+    /* 300 ms of backoffs of 16 ms at most: held again and again before the policy */
+    ck_assert_int_ge(rl_test_stat(router_port, "held_for_move"), 2 * USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "moved"),
+                     atomic_load(&f1.moving) + atomic_load(&f2.moving));
+    ck_assert_int_eq(rl_test_stat(router_port, "owner_down"), 0);
+    ck_assert_int_eq(rl_test_stat(router_port, "deadline_expired"), 0);
+    stop_all();
+}
+END_TEST
+
+/* An inline-limited CHECK is re-encoded by the router (not relayed): what it sends again is
+ * the same request, limit and cost included. */
+START_TEST(test_moving_inline)
+{
+    struct rl_wire_limit inl = {.set = true, .algo = RL_ALGO_GCRA, .limit = 7,
+                                .window_ms = 60000};
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+    char user[32];
+
+    fake_start(&f1, FAKE_MOVING_TO, "n2", 0);
+    fake_start(&f2, FAKE_ALLOW, "", 0);
+    router_start("2s", "closed");
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    for (int i = 0; i < USERS; i++) {
+        snprintf(user, sizeof(user), "inl-%d", i);
+        ck_assert_int_eq(rl_client_check_limit(c, "free", user, NULL, 2, &inl, &rep, T_TIMEOUT),
+                         0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+        ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    }
+    rl_client_destroy(c);
+    ck_assert_int_gt(atomic_load(&f1.moving), 0);
+    ck_assert_int_eq(atomic_load(&f2.inline_ok), USERS);
+    ck_assert_int_eq(rl_test_stat(router_port, "move_redirected"), atomic_load(&f1.moving));
+    stop_all();
+}
+END_TEST
+
+/* The client goes while its CHECKs are held: they are let go at handoff_wait, to no one. */
+START_TEST(test_moving_client_leaves)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_req req;
+    struct rl_wire_reply rep;
+
+    fake_start(&f1, FAKE_MOVING_TO, "", 0);
+    fake_start(&f2, FAKE_MOVING_TO, "", 0);
+    router_start("500ms", "open");
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    memset(&req, 0, sizeof(req));
+    req.op = RL_WIRE_OP_CHECK;
+    req.service.ptr = "shop";
+    req.service.len = 4;
+    req.cost = 1;
+    for (int i = 0; i < USERS; i++) {
+        char user[32];
+
+        snprintf(user, sizeof(user), "gone-%d", i);
+        req.id = (uint32_t)i + 1;
+        req.user.ptr = user;
+        req.user.len = strlen(user);
+        ck_assert_int_eq(rl_client_queue(c, &req), 0);
+    }
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    for (int i = 0; i < 200 && rl_test_stat(router_port, "held_for_move") < USERS; i++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_ge(rl_test_stat(router_port, "held_for_move"), USERS);
+    rl_client_destroy(c);
+    for (int i = 0; i < 500 && rl_test_stat(router_port, "move_expired") < USERS; i++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_eq(rl_test_stat(router_port, "move_expired"), USERS);
+    /* still serving */
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_ping(c, &rep, T_TIMEOUT), 0);
+    rl_client_destroy(c);
+    stop_all();
+}
+END_TEST
+
+static Suite *
+moving_suite(void)
+{
+    Suite *s = suite_create("moving");
+    TCase *tc = tcase_create("router");
+
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_moving_named);
+    tcase_add_test(tc, test_moving_held);
+    tcase_add_test(tc, test_moving_unknown_owner);
+    tcase_add_test(tc, test_moving_ping_pong);
+    tcase_add_test(tc, test_moving_expires);
+    tcase_add_test(tc, test_moving_inline);
+    tcase_add_test(tc, test_moving_client_leaves);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    return rl_test_run(moving_suite());
+}
