@@ -55,9 +55,10 @@ struct fake {
     atomic_int mode;
     const char *owner;
     int times;
-    atomic_int checks;      /* CHECKs received */
-    atomic_int moving;      /* MOVING answered */
-    atomic_int inline_ok;   /* CHECKs with the test's inline limit, intact */
+    atomic_int checks;    /* CHECKs received */
+    atomic_int moving;    /* MOVING answered */
+    atomic_int inline_ok; /* CHECKs with the test's inline limit, intact */
+    atomic_int adjusts;   /* ADJUSTs of delta 5, received as ADJUST */
     char users[FAKE_KEYS][32];
     int seen[FAKE_KEYS];
     int nusers;
@@ -93,6 +94,9 @@ fake_answer(struct fake *f, const struct rl_wire_req *req, struct rl_buf *out)
     int before;
 
     atomic_fetch_add(&f->checks, 1);
+    if (req->op == RL_WIRE_OP_ADJUST && req->delta == 5) {
+        atomic_fetch_add(&f->adjusts, 1);
+    }
     if (req->limit.set && req->limit.algo == RL_ALGO_GCRA && req->limit.limit == 7 &&
         req->limit.window_ms == 60000 && req->cost == 2) {
         atomic_fetch_add(&f->inline_ok, 1);
@@ -103,7 +107,9 @@ fake_answer(struct fake *f, const struct rl_wire_req *req, struct rl_buf *out)
         ck_assert_int_eq(rl_wire_put_moving(out, req->id, "shard moving", f->owner), 0);
         return;
     }
-    ck_assert_int_eq(rl_wire_put_check_reply(out, &rep), 0);
+    ck_assert_int_eq(req->op == RL_WIRE_OP_ADJUST ? rl_wire_put_adjust_reply(out, &rep)
+                                                  : rl_wire_put_check_reply(out, &rep),
+                     0);
 }
 
 /* The fake node: accepts the router's connections, answers CHECKs as its mode says and
@@ -168,7 +174,7 @@ fake_run(void *arg)
 
                 if (rl_wire_decode_req(&dec, in[i].data + in[i].pos + RL_WIRE_HDR_LEN, plen, &req,
                                        &fault) == 0 &&
-                    req.op == RL_WIRE_OP_CHECK) {
+                    (req.op == RL_WIRE_OP_CHECK || req.op == RL_WIRE_OP_ADJUST)) {
                     fake_answer(f, &req, &out);
                 }
                 in[i].pos += RL_WIRE_HDR_LEN + plen;
@@ -212,6 +218,7 @@ fake_start(struct fake *f, int mode, const char *owner, int times)
     atomic_store(&f->checks, 0);
     atomic_store(&f->moving, 0);
     atomic_store(&f->inline_ok, 0);
+    atomic_store(&f->adjusts, 0);
     f->owner = owner;
     f->times = times;
     f->nusers = 0;
@@ -231,9 +238,8 @@ static void
 router_start(const char *handoff_wait, const char *failure)
 {
     router_port = rl_harness_free_port();
-    ck_assert_int_eq(rl_harness_tmppath(conf_path, sizeof(conf_path), "moving-%d.conf",
-                                        router_port),
-                     0);
+    ck_assert_int_eq(
+        rl_harness_tmppath(conf_path, sizeof(conf_path), "moving-%d.conf", router_port), 0);
     ck_assert_int_eq(rl_harness_write_file(conf_path,
                                            "[cluster]\nname = mv\nshards = 64\nhandoff_wait = %s\n"
                                            "[router]\nlisten = 127.0.0.1:%d\ndeadline = 5s\n"
@@ -389,8 +395,7 @@ END_TEST
  * the same request, limit and cost included. */
 START_TEST(test_moving_inline)
 {
-    struct rl_wire_limit inl = {.set = true, .algo = RL_ALGO_GCRA, .limit = 7,
-                                .window_ms = 60000};
+    struct rl_wire_limit inl = {.set = true, .algo = RL_ALGO_GCRA, .limit = 7, .window_ms = 60000};
     struct rl_client *c = NULL;
     struct rl_wire_reply rep;
     char user[32];
@@ -401,8 +406,7 @@ START_TEST(test_moving_inline)
     ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
     for (int i = 0; i < USERS; i++) {
         snprintf(user, sizeof(user), "inl-%d", i);
-        ck_assert_int_eq(rl_client_check_limit(c, "free", user, NULL, 2, &inl, &rep, T_TIMEOUT),
-                         0);
+        ck_assert_int_eq(rl_client_check_limit(c, "free", user, NULL, 2, &inl, &rep, T_TIMEOUT), 0);
         ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
         ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
     }
@@ -410,6 +414,35 @@ START_TEST(test_moving_inline)
     ck_assert_int_gt(atomic_load(&f1.moving), 0);
     ck_assert_int_eq(atomic_load(&f2.inline_ok), USERS);
     ck_assert_int_eq(rl_test_stat(router_port, "move_redirected"), atomic_load(&f1.moving));
+    stop_all();
+}
+END_TEST
+
+/* An ADJUST answered MOVING is sent on as an ADJUST (its op, its delta), and answered under
+ * op 9: a resend never turns a settlement into a CHECK. */
+START_TEST(test_moving_adjust)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+    char user[32];
+
+    fake_start(&f1, FAKE_MOVING_TO, "n2", 0);
+    fake_start(&f2, FAKE_MOVING_FIRST, "", 1);
+    router_start("1m", "closed");
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    for (int i = 0; i < USERS; i++) {
+        snprintf(user, sizeof(user), "adj-%d", i);
+        ck_assert_int_eq(
+            rl_client_settle(c, RL_WIRE_OP_ADJUST, "shop", user, NULL, 5, NULL, &rep, T_TIMEOUT),
+            0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_ADJUST);
+        ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    }
+    rl_client_destroy(c);
+    /* every ADJUST reached f2 as one, twice (its first answered MOVING ""), none as a CHECK */
+    ck_assert_int_eq(atomic_load(&f2.adjusts), 2 * USERS);
+    ck_assert_int_eq(atomic_load(&f2.checks), 2 * USERS);
+    ck_assert_int_gt(rl_test_stat(router_port, "move_resent"), 0);
     stop_all();
 }
 END_TEST
@@ -471,6 +504,7 @@ moving_suite(void)
     tcase_add_test(tc, test_moving_expires);
     tcase_add_test(tc, test_moving_inline);
     tcase_add_test(tc, test_moving_client_leaves);
+    tcase_add_test(tc, test_moving_adjust);
     suite_add_tcase(s, tc);
     return s;
 }
