@@ -2,10 +2,11 @@
  * move: the shard state machine of automatic handoff (move.h). Every view change moves each
  * shard's state (docs/OPERATIONS.md, "Planned moves"); the outgoing ones are queued for
  * move_push.c, which ships them in batches. Also the drain of a clean stop, the receiver's
- * side of HANDOFF_IN and the metrics. Waits are bounded on both sides by [cluster] handoff_wait, counted from the last
- * progress of a move: a receiver that hears nothing for that long starts its expected shards
- * from zero, and a sender gives up on its queued shards well before (half of it), so the two
- * never decide one shard at once. Not for decoding or importing records (server_handoff.c).
+ * side of HANDOFF_IN and the metrics. Waits are bounded on both sides by [cluster] handoff_wait,
+ * counted from the last progress of a move: a receiver that hears nothing for that long starts its
+ * expected shards from zero, and a sender gives up on its queued shards well before (half of it),
+ * so the two never decide one shard at once. Not for decoding or importing records
+ * (server_handoff.c).
  */
 #include "move_int.h"
 
@@ -114,7 +115,6 @@ move_outgoing(struct rl_move *m, uint32_t s, uint32_t to, uint64_t now)
     move_enqueue(m, s);
 }
 
-
 /* Shards whose wait ended: the expected ones start fresh, the queued ones are given up,
  * the ones received ahead of the view follow it. */
 static void
@@ -197,36 +197,43 @@ move_nothing_cmp(const void *a, const void *b)
 }
 
 /*
- * This node's first view as an active member: it holds nothing. A node that owns shard s
- * now, and whose previous view had this node active and itself not yet (they joined
- * together, and this node's views skipped that step), expects s from here: it is told there
- * is nothing, so that it need not wait handoff_wait. Which shards: those this node would own
- * were their owner not active (rendezvous; an assignment is not consulted: a new cluster's
- * concern). The receiver takes it only from the node it expects the shard from.
+ * Shards a node may expect from this one though this process holds nothing of them, to be
+ * told "nothing here" (move_pump_nothing), added to what is still untold, sorted by peer.
+ * Which: those of owner o (active, not this node) that would be this node's in another
+ * state: `restart` false, this node's first view as an active member (they joined together,
+ * and o's views skipped the step where this node was active without o): were o not active;
+ * `restart` true, this process's first view showing its own name joining (it was restarted
+ * before its previous process's session expired, and o expects from that process the shards
+ * it held): were this node active. Rendezvous only (an assignment is not consulted). The
+ * receiver takes it only from the node it expects the shard from.
  */
 static void
-move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t self)
+move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t self, bool restart)
 {
     struct rl_member *c = malloc(map->nmembers * sizeof(*c));
+    uint32_t left = m->nnothing - m->nothing_at;
 
-    m->nnothing = m->nothing_at = 0;
     if (c == NULL || (m->nothing == NULL &&
-                      (m->nothing = malloc(m->n * sizeof(*m->nothing))) == NULL)) {
+                      (m->nothing = malloc(2 * (size_t)m->n * sizeof(*m->nothing))) == NULL)) {
         free(c);
         return;
     }
+    /* what is still untold stays (at most m->n: each plan adds a shard once) */
+    memmove(m->nothing, m->nothing + m->nothing_at, left * sizeof(*m->nothing));
+    m->nnothing = left;
+    m->nothing_at = 0;
     memcpy(c, map->members, map->nmembers * sizeof(*c));
-    for (uint32_t s = 0; s < m->n; s++) {
-        uint32_t o = rl_shardmap_owner(map, s), alt;
+    for (uint32_t s = 0; s < m->n && m->nnothing < 2 * m->n; s++) {
+        uint32_t o = rl_shardmap_owner(map, s), alt, who = restart ? self : o;
         uint8_t keep;
 
         if (o == RL_SHARDMAP_NONE || o == self || m->st[s] != RL_MOVE_NONE) {
             continue;
         }
-        keep = c[o].state;
-        c[o].state = RL_MEMBER_JOINING;
+        keep = c[who].state;
+        c[who].state = restart ? RL_MEMBER_ACTIVE : RL_MEMBER_JOINING;
         alt = rl_shardmap_hrw(s, c, map->nmembers);
-        c[o].state = keep;
+        c[who].state = keep;
         if (alt == self) {
             m->nothing[m->nnothing].peer = move_peer_id(m, map->members[o].name);
             m->nothing[m->nnothing++].shard = s;
@@ -332,7 +339,11 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
         bool active = self != RL_SHARDMAP_NONE && map->members[self].state == RL_MEMBER_ACTIVE;
 
         if (active && !m->self_active) {
-            move_nothing_plan(m, map, self);
+            move_nothing_plan(m, map, self, false);
+        } else if (!active && !m->self_active && !m->restart_told && self != RL_SHARDMAP_NONE &&
+                   map->members[self].state == RL_MEMBER_JOINING) {
+            m->restart_told = true;
+            move_nothing_plan(m, map, self, true);
         }
         m->self_active = active;
     }
@@ -401,7 +412,8 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
     switch (m->st[s]) {
     case RL_MOVE_INCOMING:
         peer = move_peer_name(m, m->peer[s]);
-        if (from != NULL && peer[0] != '\0' && (strlen(peer) != flen || memcmp(peer, from, flen) != 0)) {
+        if (from != NULL && peer[0] != '\0' &&
+            (strlen(peer) != flen || memcmp(peer, from, flen) != 0)) {
             snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s, peer,
                      (int)(flen < 64 ? flen : 64), from);
             return -EBUSY;
@@ -421,14 +433,16 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
             return 0;
         }
         if (nothing) {
-            snprintf(why, len, "shard %" PRIu32 " is not expected here", s);
-            return -EBUSY;
+            return 1; /* not expected here: nothing to do */
         }
         /* this node's view lags the sender's: take it, and keep it when the view comes */
         move_incoming(m, s, MOVE_PEER_NONE, now);
         move_tick(m);
         break;
     default:
+        if (nothing) {
+            return 1; /* "nothing here" about a shard this node has its own word on */
+        }
         snprintf(why, len,
                  "shard %" PRIu32 " is %s here: an automatic handoff is refused (never merged "
                  "into counters in use)",
@@ -452,9 +466,9 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
     }
     m->stats.in_done++;
     if (m->stats.incoming == 1) {
-        rl_log_debug("handoff: the last expected shard arrived (%" PRIu64 " received whole, %" PRIu64
-                    " started from zero, since start)",
-                    m->stats.in_done, m->stats.in_failed);
+        rl_log_debug("handoff: the last expected shard arrived (%" PRIu64
+                     " received whole, %" PRIu64 " started from zero, since start)",
+                     m->stats.in_done, m->stats.in_failed);
     }
     if (m->map != NULL && m->self_ix != RL_SHARDMAP_NONE &&
         rl_shardmap_owner(m->map, s) == m->self_ix) {
@@ -466,7 +480,6 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
     }
     rl_log_debug("handoff: shard %" PRIu32 " received whole: decided here", s);
 }
-
 
 /* Drain. */
 
@@ -536,8 +549,8 @@ rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts 
     size_t bm;
 
     *out = NULL;
-    if (opts->nshards == 0 || opts->self == NULL || opts->epochs == NULL ||
-        opts->limiter == NULL || opts->now_ms == NULL) {
+    if (opts->nshards == 0 || opts->self == NULL || opts->epochs == NULL || opts->limiter == NULL ||
+        opts->now_ms == NULL) {
         return -EINVAL;
     }
     m = calloc(1, sizeof(*m));
@@ -646,8 +659,7 @@ rl_move_metrics(const struct rl_move *m, struct rl_prom *p)
     MOVE_PROM("in", "done", s->in_done);
     MOVE_PROM("in", "failed", s->in_failed);
 #undef MOVE_PROM
-    rl_prom_family(p, "rl_node_handoff_keys_total", "counter",
-                   "Keys handed off, by direction.");
+    rl_prom_family(p, "rl_node_handoff_keys_total", "counter", "Keys handed off, by direction.");
     rl_prom_u64(p, "rl_node_handoff_keys_total",
                 rl_prom_labels(lab, sizeof(lab), "direction", "out", NULL), s->keys_out);
     rl_prom_u64(p, "rl_node_handoff_keys_total",

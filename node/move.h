@@ -50,12 +50,12 @@ struct rl_move_stats {
 
 struct rl_move_opts {
     uint32_t nshards;
-    const char *self;          /* this node's member name */
-    uint32_t handoff_wait_ms;  /* [cluster] handoff_wait */
-    const char *secret;        /* the cluster secret (AUTH to the next owner), or NULL */
+    const char *self;         /* this node's member name */
+    uint32_t handoff_wait_ms; /* [cluster] handoff_wait */
+    const char *secret;       /* the cluster secret (AUTH to the next owner), or NULL */
     size_t secret_len;
-    struct rl_tls_ctx *tls;    /* an RL_TLS_CLIENT context when nodes listen with TLS, or NULL */
-    uint16_t *epochs;          /* per shard, the node's ownership epochs (bumped here) */
+    struct rl_tls_ctx *tls; /* an RL_TLS_CLIENT context when nodes listen with TLS, or NULL */
+    uint16_t *epochs;       /* per shard, the node's ownership epochs (bumped here) */
     struct rl_limiter *limiter;
     /* the limiter's clock (the server's), read at each export */
     uint64_t (*now_ms)(void *arg);
@@ -101,8 +101,10 @@ bool rl_move_expected(const struct rl_move *m, uint32_t s);
  * expected here, or not known yet to be moving: this node's view lags); -EBUSY when s is
  * decided here or moving away (never merged into counters in use), or expected from another
  * node than from (the sender's name, NULL: not given), with why. nothing: a message with no
- * records at all ("nothing here"), taken only for a shard expected from its sender. Counts
- * bytes.
+ * records at all ("nothing here"), taken only for a shard expected from its sender; 1 when
+ * nothing is to be done (a "nothing here" about a shard not expected from there: the
+ * restarted node's or the new member's, moot here), answered as imported without effect.
+ * Counts bytes.
  */
 int rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, size_t flen,
                      bool nothing, char *why, size_t len);

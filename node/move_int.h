@@ -69,9 +69,9 @@ struct rl_move {
     uint32_t qhead, qtail;
     char (*peers)[RL_SHARDMAP_NAME_MAX];
     size_t npeers, peers_cap;
-    struct rl_shardmap *map; /* the view last applied */
-    uint32_t self_ix;        /* in map, or RL_SHARDMAP_NONE */
-    bool leaving_seen;       /* the map says this node is leaving (or not a member) */
+    struct rl_shardmap *map;            /* the view last applied */
+    uint32_t self_ix;                   /* in map, or RL_SHARDMAP_NONE */
+    bool leaving_seen;                  /* the map says this node is leaving (or not a member) */
     uint64_t in_progress, out_progress; /* loop ms of the last HANDOFF_IN here, last ack */
     uint32_t nowned;
     struct rl_move_stats stats;
@@ -79,12 +79,15 @@ struct rl_move {
     bool draining, drained;
     /* On this node's first view as active: shards a node may expect from it though it never
      * held them (it joined with that node, and their views took other steps), to be told
-     * "nothing here" (peer[s]: whom); sorted by peer */
+     * "nothing here" (peer[s]: whom); sorted by peer. Also, once, on this process's first view
+     * that shows its name joining (restarted before its previous process's session expired):
+     * the shards the others expect from that previous process, which this one never held */
     bool self_active;
+    bool restart_told;
     struct move_nothing {
         uint16_t peer;
         uint32_t shard;
-    } *nothing;
+    } * nothing;
     uint32_t nnothing, nothing_at;
     void (*drain_done)(void *arg);
     void *drain_arg;

@@ -266,10 +266,16 @@ rl_server_handoff_in(struct rl_server *s, const struct rl_wire_req *req, struct 
         return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
     }
     /* An automatic move's message (it has `final`): only into a shard expected here. */
-    if (req->has_final && s->move != NULL &&
-        rl_move_in_begin(s->move, req->shard, r.n, req->from.ptr, req->from.len,
-                         req->final && r.n == 0, msg, sizeof(msg)) != 0) {
-        return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
+    if (req->has_final && s->move != NULL) {
+        int mv = rl_move_in_begin(s->move, req->shard, r.n, req->from.ptr, req->from.len,
+                                  req->final && r.n == 0, msg, sizeof(msg));
+
+        if (mv < 0) {
+            return ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
+        }
+        if (mv > 0) {
+            return rl_wire_put_handoff_in_reply(out, req->id, 0, 0);
+        }
     }
     memset(&st, 0, sizeof(st));
     if (rl_limiter_import_each(s->limiter, s->now_ms, ho_epoch(s, req->shard), req->shard,
