@@ -37,16 +37,19 @@
  * the munmap). So no piece is collapsed after, or while, its range is given back (a collapse
  * of released memory would fault 2 MiB of zeros back in) or refilled. Releases elsewhere
  * (the graves of the other region) do not wait. RL_KEYTAB_COLLAPSE=sync collapses on the
- * caller's thread instead, as the first version did (bench/keytab_bench.c compares them). The next resize fills the other range, and the old array's
- * pages go back by MADV_DONTNEED in whole 2 MiB pieces, the range staying reserved: no range
- * is ever remapped and no array moves once placed. Where THP is off (enabled = never) none of
- * this happens and the ranges are plain memory; RL_KEYTAB_HUGEPAGES=0 in the environment
- * turns it off too, for comparisons (bench/node_bench.sh, bench/limiter_bench.c).
+ * caller's thread instead, as the first version did (bench/keytab_bench.c compares them).
+ *
+ * The next resize fills the other range, and the old array's pages go back by MADV_DONTNEED
+ * in whole 2 MiB pieces, the range staying reserved: no range is ever remapped and no array
+ * moves once placed. Where THP is off (enabled = never) none of this happens, no thread is
+ * started and the ranges are plain memory; RL_KEYTAB_HUGEPAGES=0 in the environment turns it
+ * off too, for comparisons (bench/node_bench.sh, bench/limiter_bench.c).
  */
 #include "keytab_mem.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,9 +113,10 @@ collapser_main(void *arg)
         }
         c->busy = c->want;
         c->want = NULL;
+        char *p = c->busy;
         bool worked = c->worked;
         pthread_mutex_unlock(&c->mu);
-        bool ok = collapse_now(c->busy, &worked);
+        bool ok = collapse_now(p, &worked);
         pthread_mutex_lock(&c->mu);
         c->worked = worked;
         c->off = c->off || !ok;
@@ -143,7 +147,13 @@ collapser(struct kt_mem *m)
         free(c);
         return NULL;
     }
-    if (pthread_create(&c->thread, NULL, collapser_main, c) != 0) {
+    /* No signal is for it: they stay with the node's loop. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&c->thread, NULL, collapser_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
         free(c);
