@@ -1,17 +1,30 @@
 /*
- * keytab_bench: what growing the key table costs one insert, and what its sweeps cost
- * afterwards while they collapse it into huge pages (docs/BENCHMARKS.md, "Huge pages for the
- * key table"). Inserts N distinct fingerprints into an empty table (memory cap 4 GiB, no
- * eviction), timing each (wall clock: on a loaded machine the scheduler's pauses show too),
- * then runs one sweep per 2 MiB of the final entry array, timing each. Prints the medians,
- * the 99.99th percentile and the slowest. Run it with RL_KEYTAB_HUGEPAGES=0 for the table in
- * 4 KiB pages throughout. Usage: keytab_bench [N]. Not a test.
+ * keytab_bench: what growing the key table costs one insert, and how long the collapses into
+ * huge pages that follow pause the thread that owns the table (docs/BENCHMARKS.md, "Huge
+ * pages for the key table"). For each mode named on the command line, in that order, in one
+ * process: inserts N distinct fingerprints into an empty table (memory cap 4 GiB, no
+ * eviction), timing each (wall clock: on a loaded machine the scheduler's pauses show too);
+ * then runs a node's loop against it: batches of 64 finds of random inserted keys, back to
+ * back, with a sweep of 65536 slots every 100 ms, as many sweeps as the last grow's move
+ * needs plus one per 2 MiB of the entry array plus 5; each batch (with the sweep it ran, if
+ * any) is timed, and its longest is the loop's longest pause. Prints medians, 99.99th
+ * percentiles and maxima, the batches over 1 ms and the table's bytes in huge pages at the
+ * end (AnonHugePages of /proc/self/smaps_rollup, the process's). Not a test.
+ *
+ * Modes: thread (the default: pieces collapsed by the table's collapsing thread), sync
+ * (RL_KEYTAB_COLLAPSE=sync: on the loop's thread, as the first version did), 4k
+ * (RL_KEYTAB_HUGEPAGES=0: 4 KiB pages throughout). Usage: keytab_bench [N [MODE...]];
+ * N = 10000000 and the modes "sync thread" by default.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "keytab.h"
+
+#define BATCH 64
+#define TICK_NS 100e6
 
 static bool
 never_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
@@ -49,53 +62,143 @@ cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Sorts v[0..n) and prints its median, 99.99th percentile and maximum. */
+/* Sorts v[0..n) and prints its median, 99.99th percentile, maximum and how many exceed 1 ms. */
 static void
 report(const char *what, double *v, size_t n)
 {
+    size_t over = 0;
     qsort(v, n, sizeof(*v), cmp_double);
-    printf("%s (%zu): median %.1f us, p99.99 %.1f us, max %.2f ms\n", what, n, v[n / 2] / 1e3,
-           v[(size_t)((double)(n - 1) * 0.9999)] / 1e3, v[n - 1] / 1e6);
+    for (size_t i = 0; i < n; i++) {
+        over += v[i] > 1e6;
+    }
+    printf("  %s (%zu): median %.1f us, p99.99 %.1f us, max %.2f ms, over 1 ms: %zu\n", what, n,
+           v[n / 2] / 1e3, v[(size_t)((double)(n - 1) * 0.9999)] / 1e3, v[n - 1] / 1e6, over);
+}
+
+/* The process's AnonHugePages in MiB, or -1. */
+static long
+huge_mib(void)
+{
+    char line[256];
+    long kb = -1;
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (f == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kb < 0 ? -1 : kb / 1024;
+}
+
+static void
+key(size_t i, uint64_t *hi, uint32_t *lo)
+{
+    uint64_t x = (uint64_t)i * UINT64_C(0x9e3779b97f4a7c15) + 1;
+    rl_keytab_fingerprint(x, ~x, hi, lo);
+}
+
+static int
+run(const char *mode, size_t n, double *lat, size_t lat_n)
+{
+    unsetenv("RL_KEYTAB_COLLAPSE");
+    unsetenv("RL_KEYTAB_HUGEPAGES");
+    if (strcmp(mode, "sync") == 0) {
+        setenv("RL_KEYTAB_COLLAPSE", "sync", 1);
+    } else if (strcmp(mode, "4k") == 0) {
+        setenv("RL_KEYTAB_HUGEPAGES", "0", 1);
+    } else if (strcmp(mode, "thread") != 0) {
+        fprintf(stderr, "keytab_bench: mode %s: thread, sync or 4k\n", mode);
+        return 1;
+    }
+    struct rl_keytab_ops ops = {never_full, any_score, NULL, no_release, NULL};
+    struct rl_keytab *t = NULL;
+    if (rl_keytab_create(&t, UINT64_C(4) << 30, &ops) != 0) {
+        fprintf(stderr, "keytab_bench: cannot create a table\n");
+        return 1;
+    }
+    printf("%s: huge pages before: %ld MiB\n", mode, huge_mib());
+    double t0 = now_ns();
+    for (size_t i = 0; i < n; i++) {
+        uint64_t hi;
+        uint32_t lo;
+        key(i, &hi, &lo);
+        double a = now_ns();
+        rl_keytab_insert(t, hi, lo, 1, 0);
+        lat[i] = now_ns() - a;
+    }
+    printf("  %zu inserts in %.0f ms\n", n, (now_ns() - t0) / 1e6);
+    report("inserts", lat, n);
+
+    /* The loop: the last grow's move ends first (a sweep moves its budget of old slots), then
+     * each sweep hands over (or, sync, collapses) a piece. */
+    struct rl_keytab_stats st;
+    rl_keytab_stats(t, &st);
+    size_t sweeps = (size_t)(st.resize_left / 65536 + st.capacity * 32 / (2u << 20) + 5);
+    double *sw = malloc(sweeps * sizeof(*sw));
+    if (sw == NULL) {
+        rl_keytab_destroy(t);
+        return 1;
+    }
+    size_t batches = 0, done = 0, found = 0;
+    uint64_t rng = 88172645463325252ull;
+    double next = now_ns();
+    while (done < sweeps && batches < lat_n) {
+        double a = now_ns();
+        for (int k = 0; k < BATCH; k++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            uint64_t hi;
+            uint32_t lo;
+            key((size_t)(rng % n), &hi, &lo);
+            found += rl_keytab_find(t, hi, lo) != NULL;
+        }
+        if (a >= next) {
+            double s = now_ns();
+            rl_keytab_sweep(t, 0, 65536);
+            sw[done++] = now_ns() - s;
+            next = a + TICK_NS;
+        }
+        lat[batches++] = now_ns() - a;
+    }
+    if (getenv("KEYTAB_BENCH_VERBOSE") != NULL) {
+        for (size_t k = 0; k < done; k++) {
+            printf("%.2f ", sw[k] / 1e6);
+        }
+        printf("(sweeps, ms, in order)\n");
+    }
+    printf("  loop: %zu batches of %d finds (%zu found), %zu sweeps 100 ms apart\n", batches,
+           BATCH, found, done);
+    report("batches (the loop's pauses)", lat, batches);
+    report("sweeps", sw, done);
+    printf("  huge pages at the end: %ld MiB\n", huge_mib());
+    free(sw);
+    rl_keytab_destroy(t);
+    return 0;
 }
 
 int
 main(int argc, char **argv)
 {
     size_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 10000000;
-    struct rl_keytab_ops ops = {never_full, any_score, NULL, no_release, NULL};
-    struct rl_keytab *t = NULL;
-    double *lat = n > 0 ? malloc(n * sizeof(*lat)) : NULL;
-
-    if (lat == NULL || rl_keytab_create(&t, UINT64_C(4) << 30, &ops) != 0) {
-        fprintf(stderr, "keytab_bench: cannot start\n");
+    static const char *defaults[] = {"sync", "thread"};
+    const char **modes = argc > 2 ? (const char **)argv + 2 : defaults;
+    int nmodes = argc > 2 ? argc - 2 : 2;
+    /* A batch of finds takes ~10 us: room for 60 s of them. */
+    size_t lat_n = n > 6000000 ? n : 6000000;
+    double *lat = n > 0 ? malloc(lat_n * sizeof(*lat)) : NULL;
+    if (lat == NULL) {
+        fprintf(stderr, "keytab_bench: usage: keytab_bench [N [thread|sync|4k...]]\n");
         return 1;
     }
-    double t0 = now_ns();
-    for (size_t i = 0; i < n; i++) {
-        uint64_t x = (uint64_t)i * UINT64_C(0x9e3779b97f4a7c15) + 1, hi;
-        uint32_t lo;
-        rl_keytab_fingerprint(x, ~x, &hi, &lo);
-        double a = now_ns();
-        rl_keytab_insert(t, hi, lo, 1, 0);
-        lat[i] = now_ns() - a;
+    for (int k = 0; k < nmodes; k++) {
+        if (run(modes[k], n, lat, lat_n) != 0) {
+            free(lat);
+            return 1;
+        }
     }
-    printf("%s: %zu inserts in %.0f ms\n",
-           getenv("RL_KEYTAB_HUGEPAGES") != NULL ? "RL_KEYTAB_HUGEPAGES set" : "default",
-           n, (now_ns() - t0) / 1e6);
-    report("inserts", lat, n);
-
-    /* The last grow's move ends first (a sweep moves its budget of old slots), then each
-     * sweep collapses a piece: as many sweeps as the move needs plus one per 2 MiB. */
-    struct rl_keytab_stats st;
-    rl_keytab_stats(t, &st);
-    size_t sweeps = (size_t)(st.resize_left / 65536 + st.capacity * 32 / (2u << 20) + 2);
-    for (size_t k = 0; k < sweeps && k < n; k++) {
-        double a = now_ns();
-        rl_keytab_sweep(t, 0, 65536);
-        lat[k] = now_ns() - a;
-    }
-    report("sweeps of 65536 slots after the inserts", lat, sweeps < n ? sweeps : n);
-    rl_keytab_destroy(t);
     free(lat);
     return 0;
 }

@@ -146,7 +146,7 @@ struct rl_keytab {
     struct kt_mem mem; /* where the arrays live */
     /* The next 2 MiB piece of cur's entry array to collapse into a huge page, in bytes from
      * its start; SIZE_MAX when none is to be (keytab_mem.c: cur is promoted once a resize
-     * has ended, and a sweep collapses one piece). */
+     * has ended, and a sweep hands one piece at a time to the collapsing thread). */
     size_t collapse_at;
     size_t keys;      /* entries in both arrays */
     size_t old_keys;  /* of which live in old */
@@ -408,7 +408,7 @@ drain(struct rl_keytab *t, size_t bytes)
             continue;
         }
         g->len -= n;
-        kt_mem_release(g->p + g->len, n, g->reg);
+        kt_mem_release(&t->mem, g->p + g->len, n, g->reg);
         size_t cost = kt_mem_cost(&t->mem, n, g->reg);
         bytes = cost < bytes ? bytes - cost : 0;
     }
@@ -466,7 +466,8 @@ free_behind(struct rl_keytab *t)
     size_t grain = kt_mem_grain(&t->mem, t->old.reg);
     size_t dead = t->moved * sizeof(struct rl_keytab_entry) / grain * grain;
     if (dead - t->old_freed >= FREE_CHUNK) {
-        kt_mem_release((char *)t->old.ents + t->old_freed, dead - t->old_freed, t->old.reg);
+        kt_mem_release(&t->mem, (char *)t->old.ents + t->old_freed, dead - t->old_freed,
+                       t->old.reg);
         t->old_freed = dead;
     }
 }
@@ -1062,12 +1063,16 @@ rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget)
     const size_t esize = sizeof(struct rl_keytab_entry);
     drain(t, budget < SIZE_MAX / esize ? budget * esize : SIZE_MAX);
 
-    /* A piece of cur into a huge page (keytab_mem.c), once no resize runs. */
+    /* The next piece of cur into a huge page, off this thread (keytab_mem.c), once no resize
+     * runs and the last piece is done. */
     if (!resizing(t) && t->collapse_at != SIZE_MAX) {
         size_t span = kt_mem_span(&t->mem, t->cur.cap * sizeof(struct rl_keytab_entry), t->cur.reg);
-        if (t->collapse_at < span && kt_mem_collapse((char *)t->cur.ents + t->collapse_at)) {
+        enum kt_collapse_res r = t->collapse_at < span
+                                     ? kt_mem_collapse(&t->mem, (char *)t->cur.ents + t->collapse_at)
+                                     : KT_COLLAPSE_OFF;
+        if (r == KT_COLLAPSE_QUEUED) {
             t->collapse_at += kt_mem_grain(&t->mem, t->cur.reg);
-        } else {
+        } else if (r == KT_COLLAPSE_OFF) {
             t->collapse_at = SIZE_MAX;
         }
     }

@@ -4,8 +4,9 @@
  * arrays from one of two address ranges reserved once per table for the largest array the
  * memory cap allows (MAP_NORESERVE: untouched, they cost no memory). An array is filled in
  * 4 KiB pages and, once complete, promoted to transparent huge pages and collapsed a 2 MiB
- * piece at a time, so the table's lookups miss the TLB on 2 MiB pages, not 4 KiB ones,
- * without any fault waiting for a huge page. A resize fills the range the current array
+ * piece at a time by a thread of the table's own (never the caller's), so the table's lookups
+ * miss the TLB on 2 MiB pages, not 4 KiB ones, without any fault or call waiting for a huge
+ * page. A resize fills the range the current array
  * does not use, and the old array's pages go back with MADV_DONTNEED, the range staying
  * reserved: arrays never move once placed and no range is ever remapped. Not for deciding
  * sizes or when to resize (keytab.c).
@@ -26,12 +27,15 @@ struct kt_mem {
     size_t max_n;   /* the largest array a region must hold */
     bool tried;     /* the reservation was attempted (it is tried once) */
     bool huge;      /* the ranges are reserved and the kernel has THP (not turned off) */
+    bool sync;      /* RL_KEYTAB_COLLAPSE=sync: collapse on the caller's thread (comparisons) */
+    struct kt_collapser *col; /* the collapsing thread and its one job; NULL until needed */
 };
 
 /* Sets up m for entry arrays of at most max_n bytes; reserves nothing yet. */
 void kt_mem_init(struct kt_mem *m, size_t max_n);
 
-/* Unmaps the reserved ranges (the arrays in them are gone with them). */
+/* Stops the collapsing thread (waiting for a collapse under way) and unmaps the reserved
+ * ranges (the arrays in them are gone with them). */
 void kt_mem_fini(struct kt_mem *m);
 
 /* Arrays of this many bytes or more go to a region (entry arrays of 128K slots and up). */
@@ -50,13 +54,28 @@ void *kt_mem_alloc(struct kt_mem *m, size_t n, bool region_ok, int avoid, int *r
  * true when its 2 MiB pieces are then to be collapsed (kt_mem_collapse). */
 bool kt_mem_promote(const struct kt_mem *m, void *p, size_t n, int reg);
 
-/* Collapses the 2 MiB piece at p (2 MiB-aligned, in a promoted array) into a huge page, now
- * (MADV_COLLAPSE: a copy of the piece). False when the kernel cannot (no MADV_COLLAPSE, before
- * Linux 6.1): stop calling; khugepaged collapses a promoted array in its own time. */
-bool kt_mem_collapse(void *p);
+/* What kt_mem_collapse did. */
+enum kt_collapse_res {
+    KT_COLLAPSE_QUEUED, /* the piece will be collapsed (or, with sync, was): ask for the next */
+    KT_COLLAPSE_BUSY,   /* the last piece asked for is still being collapsed: ask again later */
+    KT_COLLAPSE_OFF,    /* the kernel cannot (no MADV_COLLAPSE, before Linux 6.1): stop asking;
+                         * khugepaged collapses a promoted array in its own time */
+};
+
+/*
+ * Asks for the 2 MiB piece at p (2 MiB-aligned, in a promoted array of a region) to be
+ * collapsed into a huge page (MADV_COLLAPSE: a copy of the piece into a fresh huge page,
+ * 0.2-20 ms) by the table's collapsing thread, started on the first call; returns at once.
+ * One piece at a time: while one is under way the answer is BUSY. Meanwhile the kernel makes
+ * only accesses to that piece wait. The memory calls below that change a region's pages
+ * (kt_mem_alloc, kt_mem_release, kt_mem_free, kt_mem_fini) first drop a piece not yet begun
+ * that they touch and wait for one under way there, so no piece is collapsed while, or after,
+ * its range is given back or refilled.
+ */
+enum kt_collapse_res kt_mem_collapse(struct kt_mem *m, void *p);
 
 /* Frees a whole array of n bytes from kt_mem_alloc: free, munmap, or the region's pages back. */
-void kt_mem_free(const struct kt_mem *m, void *p, size_t n, int reg);
+void kt_mem_free(struct kt_mem *m, void *p, size_t n, int reg);
 
 /* Bytes an array of n bytes really takes: mmap'd arrays whole pages (4 KiB; a region's pages
  * may be huge, 2 MiB, when touched). */
@@ -83,6 +102,6 @@ size_t kt_mem_grain(const struct kt_mem *m, int reg);
 /* Gives back the pages of [p, p + n), which is grain-aligned within a mapped array (n whole
  * grains, or the array's end): munmap outside a region, MADV_DONTNEED inside one, so the range
  * stays reserved and reads back as zeros. */
-void kt_mem_release(void *p, size_t n, int reg);
+void kt_mem_release(struct kt_mem *m, void *p, size_t n, int reg);
 
 #endif
