@@ -203,7 +203,6 @@ struct rls_built {
     rls_header hdrs[3], *hdrp[3];
     char hvals[3][RLS_HEADER_VALUE_MAX];
     bool shadowed; /* a descriptor over its limit passed only because of shadow_mode */
-    struct rls_arena meta;
 };
 
 static int
@@ -231,7 +230,6 @@ built_free(struct rls_built *b)
     free(b->lims);
     free(b->durs);
     free(b->picks);
-    rls_arena_free(&b->meta);
 }
 
 /* [router] rls_failure = error: a call with a limit left without a decision is answered
@@ -403,23 +401,28 @@ call_decide(const struct rl_rls_call *s, struct rls_built *b, struct rls_decided
     dec->remaining = b->st[dec->desc].limit_remaining;
 }
 
-/* resp packed into s->out behind the gRPC prefix (uncompressed, its length). -1: out of
- * memory. */
+/* resp packed into s->out behind the gRPC prefix (uncompressed, its length), its
+ * dynamic_metadata (field 6, the last set) written after the fields protobuf-c packs
+ * (rls_meta.c), as protobuf-c would have placed it. -1: out of memory. */
 static int
-response_pack(struct rl_rls_call *s, const rls_response *resp)
+response_pack(struct rl_rls_call *s, const rls_response *resp, const struct rls_decided *dec)
 {
     size_t len = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(resp);
+    size_t bound = rls_meta_bound(s, dec), meta;
 
-    s->out = malloc(5 + len);
+    s->out = malloc(5 + len + bound);
     if (s->out == NULL) {
         return -1;
     }
+    envoy__service__ratelimit__v3__rate_limit_response__pack(resp, s->out + 5);
+    meta = rls_meta_write(s->out + 5 + len + bound, s, dec);
+    memmove(s->out + 5 + len, s->out + 5 + len + bound - meta, meta);
+    len += meta;
     s->out[0] = 0;
     s->out[1] = (uint8_t)(len >> 24);
     s->out[2] = (uint8_t)(len >> 16);
     s->out[3] = (uint8_t)(len >> 8);
     s->out[4] = (uint8_t)len;
-    envoy__service__ratelimit__v3__rate_limit_response__pack(resp, s->out + 5);
     s->out_len = 5 + len;
     return 0;
 }
@@ -461,15 +464,11 @@ rls_reply_finish(struct rl_rls_call *s)
         desc_status(s, i, &b, now);
     }
     call_decide(s, &b, &dec);
-    b.resp.dynamic_metadata = rls_meta_build(&b.meta, s, &dec);
-    if (b.resp.dynamic_metadata == NULL) {
-        goto nomem;
-    }
     b.resp.n_statuses = n;
     b.resp.statuses = b.stp;
     b.resp.n_response_headers_to_add = call_headers(s->r->conf, b.stp, n, b.hdrs, b.hdrp, b.hvals);
     b.resp.response_headers_to_add = b.hdrp;
-    if (response_pack(s, &b.resp) != 0) {
+    if (response_pack(s, &b.resp, &dec) != 0) {
         goto nomem;
     }
     s->status = GRPC_OK;
