@@ -40,30 +40,44 @@
 /* A string written escaped: at most 4 bytes per byte, and one for the escape's NUL. */
 #define ESCAPED_MAX(n) (4 * (size_t)(n) + 1)
 
+/* The writers below are inlined: a key's length is then a constant and its copy a few
+ * moves. */
+#define INLINE static inline __attribute__((always_inline))
+
 /* The bytes written so far are [p, end): each write goes before them. */
 struct bw {
     uint8_t *p;
 };
 
-static inline void
+INLINE void
 put_raw(struct bw *w, const void *s, size_t n)
 {
     w->p -= n;
     memcpy(w->p, s, n);
 }
 
-static inline void
+INLINE void
 put_byte(struct bw *w, unsigned b)
 {
     *--w->p = (uint8_t)b;
 }
 
-static inline void
+INLINE void
 put_varint(struct bw *w, uint64_t v)
 {
     uint8_t tmp[10];
     size_t n = 0;
 
+    if (v < 0x80) { /* nearly every length here: one byte, or two */
+        *--w->p = (uint8_t)v;
+        return;
+    }
+    if (v < 0x4000) {
+        w->p -= 2;
+        w->p[0] = (uint8_t)(v | 0x80);
+        w->p[1] = (uint8_t)(v >> 7);
+        return;
+    }
     do {
         tmp[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
         v >>= 7;
@@ -73,7 +87,7 @@ put_varint(struct bw *w, uint64_t v)
 
 /* The bytes written since mark (the end of a message's content) closed as a length-
  * delimited field of tag. */
-static inline void
+INLINE void
 close_len(struct bw *w, const uint8_t *mark, unsigned tag)
 {
     put_varint(w, (uint64_t)(mark - w->p));
@@ -83,7 +97,7 @@ close_len(struct bw *w, const uint8_t *mark, unsigned tag)
 /* s[0..n) as text: as it is when printable UTF-8, else escaped (rl_utf8_escape: any other
  * byte as \xHH; a string field must hold UTF-8 and a request's entries were never checked).
  * The escape is written forwards in the room before w->p the bound reserved, then moved up. */
-static void
+INLINE void
 put_text(struct bw *w, const char *s, size_t n)
 {
     size_t at, e;
@@ -100,7 +114,7 @@ put_text(struct bw *w, const char *s, size_t n)
 }
 
 /* A Struct field's key, and the FieldsEntry around the value written since mark. */
-static void
+INLINE void
 close_field(struct bw *w, const uint8_t *mark, const char *key, size_t klen)
 {
     const uint8_t *entry = mark;
@@ -114,7 +128,7 @@ close_field(struct bw *w, const uint8_t *mark, const char *key, size_t klen)
 
 #define KEY(k) k, sizeof(k) - 1
 
-static void
+INLINE void
 field_number(struct bw *w, const char *key, size_t klen, double d)
 {
     uint8_t *mark = w->p;
@@ -130,7 +144,7 @@ field_number(struct bw *w, const char *key, size_t klen, double d)
     close_field(w, mark, key, klen);
 }
 
-static void
+INLINE void
 field_bool(struct bw *w, const char *key, size_t klen, bool b)
 {
     uint8_t *mark = w->p;
@@ -141,7 +155,7 @@ field_bool(struct bw *w, const char *key, size_t klen, bool b)
 }
 
 /* A string value s[0..n), escaped when it is not printable UTF-8 when text. */
-static void
+INLINE void
 field_string(struct bw *w, const char *key, size_t klen, const char *s, size_t n, bool text)
 {
     uint8_t *mark = w->p, *val = w->p;

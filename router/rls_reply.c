@@ -193,6 +193,10 @@ call_headers(const struct rl_conf *conf, rls_status *const *stp, size_t n, rls_h
     return k;
 }
 
+/* A call of at most this many descriptors is built in struct rls_built itself (on the
+ * stack, no allocation); a larger one in arrays of its own. */
+#define RLS_BUILT_INLINE 4u
+
 /* What a response is built in: per descriptor, its status, limit and duration. */
 struct rls_built {
     rls_response resp;
@@ -203,6 +207,12 @@ struct rls_built {
     rls_header hdrs[3], *hdrp[3];
     char hvals[3][RLS_HEADER_VALUE_MAX];
     bool shadowed; /* a descriptor over its limit passed only because of shadow_mode */
+    struct {       /* the arrays above for a call of RLS_BUILT_INLINE descriptors or fewer */
+        rls_status st[RLS_BUILT_INLINE], *stp[RLS_BUILT_INLINE];
+        rls_limit lims[RLS_BUILT_INLINE];
+        Google__Protobuf__Duration durs[RLS_BUILT_INLINE];
+        const struct rl_rls_part *picks[RLS_BUILT_INLINE];
+    } in;
 };
 
 static int
@@ -212,11 +222,19 @@ built_alloc(struct rls_built *b, size_t n)
 
     memset(b, 0, sizeof(*b));
     b->resp = init;
-    b->st = calloc(n ? n : 1, sizeof(*b->st));
-    b->stp = calloc(n ? n : 1, sizeof(*b->stp));
-    b->lims = calloc(n ? n : 1, sizeof(*b->lims));
-    b->durs = calloc(n ? n : 1, sizeof(*b->durs));
-    b->picks = calloc(n ? n : 1, sizeof(*b->picks));
+    if (n <= RLS_BUILT_INLINE) {
+        b->st = b->in.st;
+        b->stp = b->in.stp;
+        b->lims = b->in.lims;
+        b->durs = b->in.durs;
+        b->picks = b->in.picks;
+        return 0;
+    }
+    b->st = calloc(n, sizeof(*b->st));
+    b->stp = calloc(n, sizeof(*b->stp));
+    b->lims = calloc(n, sizeof(*b->lims));
+    b->durs = calloc(n, sizeof(*b->durs));
+    b->picks = calloc(n, sizeof(*b->picks));
     return b->st == NULL || b->stp == NULL || b->lims == NULL || b->durs == NULL || b->picks == NULL
                ? -1
                : 0;
@@ -225,6 +243,9 @@ built_alloc(struct rls_built *b, size_t n)
 static void
 built_free(struct rls_built *b)
 {
+    if (b->st == b->in.st) {
+        return;
+    }
     free(b->st);
     free(b->stp);
     free(b->lims);
