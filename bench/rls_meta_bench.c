@@ -37,7 +37,8 @@ measure(size_t n, long iters)
     rls_entry e[2] = {ENVOY__EXTENSIONS__COMMON__RATELIMIT__V3__RATE_LIMIT_DESCRIPTOR__ENTRY__INIT,
                       ENVOY__EXTENSIONS__COMMON__RATELIMIT__V3__RATE_LIMIT_DESCRIPTOR__ENTRY__INIT};
     rls_entry *ep[2] = {&e[0], &e[1]};
-    struct rl_envoy_limit lim = {.requests_per_unit = 100, .unit = RL_ENVOY_UNIT_MINUTE, .name = name};
+    struct rl_envoy_limit lim = {
+        .requests_per_unit = 100, .unit = RL_ENVOY_UNIT_MINUTE, .name = name};
     struct rl_envoy_desc matched = {.full_key = full};
     struct rls_desc descs[4];
     struct rl_rls_part part = {.desc = 0, .lim = &lim, .remaining = 99};

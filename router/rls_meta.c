@@ -24,13 +24,13 @@
 #include "utf8.h"
 
 /* Tags: (field number << 3) | wire type (1: 64-bit, 0: varint, 2: length-delimited). */
-#define TAG_FIELDS 0x0au  /* Struct.fields, ListValue.values, FieldsEntry.key */
-#define TAG_VALUE 0x12u   /* FieldsEntry.value */
-#define TAG_NUMBER 0x11u  /* Value.number_value */
-#define TAG_STRING 0x1au  /* Value.string_value */
-#define TAG_BOOL 0x20u    /* Value.bool_value */
-#define TAG_STRUCT 0x2au  /* Value.struct_value */
-#define TAG_LIST 0x32u    /* Value.list_value */
+#define TAG_FIELDS 0x0au   /* Struct.fields, ListValue.values, FieldsEntry.key */
+#define TAG_VALUE 0x12u    /* FieldsEntry.value */
+#define TAG_NUMBER 0x11u   /* Value.number_value */
+#define TAG_STRING 0x1au   /* Value.string_value */
+#define TAG_BOOL 0x20u     /* Value.bool_value */
+#define TAG_STRUCT 0x2au   /* Value.struct_value */
+#define TAG_LIST 0x32u     /* Value.list_value */
 #define TAG_METADATA 0x32u /* RateLimitResponse.dynamic_metadata */
 
 /* The most a field of a Struct adds besides its key and its string's bytes: tags and
