@@ -8,7 +8,8 @@
 #           INCRBY key 1 + EXPIRE key 3600, pipelined (redis-cli --pipe), no service between.
 # All three count one key in a fixed window whose limit is never reached, with 8
 # connections x 64 requests in flight (redis: one connection, everything pipelined).
-# Alternating grpc, binary, redis in each run; medians of RUNS runs; ratios.
+# Alternating grpc, binary, redis in each run; medians of RUNS runs; ratios; CPU per decision
+# of the router, and of router + node together (their /proc ticks over each measure).
 # 2 cores: node (and redis-server) on core 0, router and the load generators on core 1.
 #   bench/rls.sh            (RUNS=3, DURATION=3 seconds per measure, REDIS_PAIRS=400000)
 # BIN=DIR measures the rl-node, rl-router and rl-bench built in DIR instead of this tree's
@@ -124,34 +125,39 @@ redis() {
 }
 
 router_pid=${pids[1]}
+node_pid=${pids[0]}
 per_decision() { # router CPU microseconds per decision: TICKS DECISIONS/S
     awk -v t="$1" -v hz="$hz" -v r="$2" -v d="$dur" 'BEGIN {printf "%.2f", t / hz * 1e6 / (r * d)}'
 }
 grpc 1 >/dev/null 2>&1
 binary 1 >/dev/null
-g=(); b=(); r=(); gc=(); bc=()
+g=(); b=(); r=(); gc=(); bc=(); gt=(); bt=()
 for i in $(seq 1 "$runs"); do
-    c0=$(ticks "$router_pid")
+    c0=$(ticks "$router_pid"); t0=$(( $(ticks "$node_pid") + c0 ))
     g+=("$(grpc "$dur" 2>"$work/lat")")
-    c1=$(ticks "$router_pid")
+    c1=$(ticks "$router_pid"); t1=$(( $(ticks "$node_pid") + c1 ))
     glat=$(cat "$work/lat")
     b+=("$(binary "$dur")")
-    c2=$(ticks "$router_pid")
+    c2=$(ticks "$router_pid"); t2=$(( $(ticks "$node_pid") + c2 ))
     r+=("$(redis)")
     gc+=("$(per_decision $((c1 - c0)) "${g[-1]}")")
     bc+=("$(per_decision $((c2 - c1)) "${b[-1]}")")
-    echo "run $i: grpc ${g[-1]}/s (router ${gc[-1]} us CPU each; h2load min max mean $glat), binary ${b[-1]}/s (router ${bc[-1]} us CPU each), redis ${r[-1]}/s"
+    gt+=("$(per_decision $((t1 - t0)) "${g[-1]}")")
+    bt+=("$(per_decision $((t2 - t1)) "${b[-1]}")")
+    echo "run $i: grpc ${g[-1]}/s (router ${gc[-1]} us CPU each, router+node ${gt[-1]}; h2load min max mean $glat), binary ${b[-1]}/s (router ${bc[-1]} us CPU each, router+node ${bt[-1]}), redis ${r[-1]}/s"
 done
 mg=$(printf '%s\n' "${g[@]}" | median)
 mb=$(printf '%s\n' "${b[@]}" | median)
 mr=$(printf '%s\n' "${r[@]}" | median)
 mgc=$(printf '%s\n' "${gc[@]}" | median)
 mbc=$(printf '%s\n' "${bc[@]}" | median)
+mgt=$(printf '%s\n' "${gt[@]}" | median)
+mbt=$(printf '%s\n' "${bt[@]}" | median)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 printf '\n%-54s %12s %8s %18s\n' "path (one key, fixed window, medians of $runs runs)" "decisions/s" "vs grpc" "router CPU us each"
 printf '%-54s %12.0f %8s %18s\n' "gRPC ShouldRateLimit via rl-router (h2load)" "$mg" "1.00" "$mgc"
 printf '%-54s %12.0f %8s %18s\n' "binary CHECK via rl-router (rl-bench)" "$mb" "$(ratio "$mb" "$mg")" "$mbc"
 printf '%-54s %12.0f %8s %18s\n' "Redis INCRBY+EXPIRE pipelined (upstream's counting)" "$mr" "$(ratio "$mr" "$mg")" "-"
-echo "RESULT rls: grpc $mg/s, binary $mb/s, redis $mr/s; grpc/binary $(ratio "$mg" "$mb"), grpc/redis $(ratio "$mg" "$mr"); router CPU per decision grpc $mgc us, binary $mbc us"
+echo "RESULT rls: grpc $mg/s, binary $mb/s, redis $mr/s; grpc/binary $(ratio "$mg" "$mb"), grpc/redis $(ratio "$mg" "$mr"); router CPU per decision grpc $mgc us, binary $mbc us; router+node grpc $mgt us, binary $mbt us, grpc/binary $(ratio "$mgt" "$mbt")"
 bench_cleanup
 rm -rf "$work"

@@ -50,13 +50,6 @@ rls_hits_of(const rls_request *req, const rls_descriptor *d)
     return req->hits_addend != 0 ? req->hits_addend : 1;
 }
 
-/* rls_meta.c: the response's dynamic_metadata, built in an arena (freed whole). */
-struct rls_arena_block;
-struct rls_arena {
-    struct rls_arena_block *head;
-    bool failed; /* an allocation failed: what was built is incomplete */
-};
-
 /* What decided a call (rls_reply.c): descriptor desc, through the limit of part (NULL:
  * no descriptor with a limit), its status's code and limit_remaining. */
 struct rls_decided {
@@ -66,11 +59,13 @@ struct rls_decided {
     uint32_t remaining;
 };
 
-/* dynamic_metadata for call s (docs/ENVOY.md, "Response metadata"), in a; NULL when out
- * of memory. */
-Google__Protobuf__Struct *rls_meta_build(struct rls_arena *a, const struct rl_rls_call *s,
-                                         const struct rls_decided *dec);
-void rls_arena_free(struct rls_arena *a);
+/* rls_meta.c: the response's dynamic_metadata for call s (docs/ENVOY.md, "Response
+ * metadata"), RateLimitResponse field 6 encoded by hand. rls_meta_bound: the most bytes
+ * rls_meta_write may use (room for escapes included); rls_meta_write: writes the field
+ * (tag, length, Struct) so that it ends at end, using at most the bound's bytes before end,
+ * and returns its length (the field's bytes are [end - length, end)). */
+size_t rls_meta_bound(const struct rl_rls_call *s, const struct rls_decided *dec);
+size_t rls_meta_write(uint8_t *end, const struct rl_rls_call *s, const struct rls_decided *dec);
 
 /* rls_reply.c: every part of s is answered: builds the RateLimitResponse (or the gRPC
  * error [router] rls_failure = error gives) and hands it over (s->done). */

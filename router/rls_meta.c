@@ -3,316 +3,306 @@
  * RateLimitResponse field 6): what envoyproxy/ratelimit puts there (`domain`, `descriptors`
  * with their `entries` as "key=value", `limit` and `hitsAddend`, the request's `hitsAddend`)
  * and this project's `decided`: which descriptor and which limit decided the call
- * (docs/ENVOY.md, "Response metadata"). Built in an arena of 4 KiB blocks (one malloc for
- * a call of a few descriptors) freed once the response is packed. Not for choosing what decided
- * (rls_reply.c) nor for the statuses.
+ * (docs/ENVOY.md, "Response metadata"). Written by hand in protobuf's wire format, backwards
+ * (each message's content before its length and tag), straight into the response's buffer:
+ * no message tree, no allocation, one pass. The bytes are those protobuf-c packs for the
+ * same Struct (fields in the same order). Not for choosing what decided (rls_reply.c) nor
+ * for the statuses.
+ *
+ * The wire format used (google/protobuf/struct.proto): Struct { repeated FieldsEntry 1 },
+ * FieldsEntry { string key 1; Value value 2 }, Value { oneof: double number_value 2
+ * (fixed64), string string_value 3, bool bool_value 4, Struct struct_value 5, ListValue
+ * list_value 6 }, ListValue { repeated Value values 1 }; a length-delimited field is its tag
+ * (field << 3 | 2), its length as a varint, its bytes.
  */
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "router_int.h"
 #include "rls_int.h"
 #include "utf8.h"
 
-typedef Google__Protobuf__Struct pb_struct;
-typedef Google__Protobuf__Value pb_value;
-typedef Google__Protobuf__Struct__FieldsEntry pb_field;
-typedef Google__Protobuf__ListValue pb_list;
+/* Tags: (field number << 3) | wire type (1: 64-bit, 0: varint, 2: length-delimited). */
+#define TAG_FIELDS 0x0au   /* Struct.fields, ListValue.values, FieldsEntry.key */
+#define TAG_VALUE 0x12u    /* FieldsEntry.value */
+#define TAG_NUMBER 0x11u   /* Value.number_value */
+#define TAG_STRING 0x1au   /* Value.string_value */
+#define TAG_BOOL 0x20u     /* Value.bool_value */
+#define TAG_STRUCT 0x2au   /* Value.struct_value */
+#define TAG_LIST 0x32u     /* Value.list_value */
+#define TAG_METADATA 0x32u /* RateLimitResponse.dynamic_metadata */
 
-#define RLS_ARENA_BLOCK 4096u
+/* The most a field of a Struct adds besides its key and its string's bytes: tags and
+ * varint lengths (5 bytes each at most: lengths below 4 GiB) at every level, a number's 8
+ * bytes, a nested Struct's own tags. */
+#define FIELD_MAX 64u
+/* A string written escaped: at most 4 bytes per byte, and one for the escape's NUL. */
+#define ESCAPED_MAX(n) (4 * (size_t)(n) + 1)
 
-/* A block of the arena: the blocks are chained, freed together; the newest is at the head
- * and allocations are cut from it until it is full. */
-struct rls_arena_block {
-    struct rls_arena_block *next;
-    size_t used, cap;
-    max_align_t data[];
+/* The writers below are inlined: a key's length is then a constant and its copy a few
+ * moves. */
+#define INLINE static inline __attribute__((always_inline))
+
+/* The bytes written so far are [p, end): each write goes before them. */
+struct bw {
+    uint8_t *p;
 };
 
-/* n zeroed bytes, aligned for any type; NULL (and a->failed) when out of memory. */
-static void *
-arena_alloc(struct rls_arena *a, size_t n)
+INLINE void
+put_raw(struct bw *w, const void *s, size_t n)
 {
-    struct rls_arena_block *b = a->head;
-    size_t align = sizeof(max_align_t);
-    size_t at;
-
-    n = (n + align - 1) / align * align;
-    if (b == NULL || b->cap - b->used < n) {
-        size_t cap = n > RLS_ARENA_BLOCK ? n : RLS_ARENA_BLOCK;
-
-        b = malloc(sizeof(*b) + cap);
-        if (b == NULL) {
-            a->failed = true;
-            return NULL;
-        }
-        b->next = a->head;
-        b->used = 0;
-        b->cap = cap;
-        a->head = b;
-    }
-    at = b->used;
-    b->used += n;
-    return memset((char *)b->data + at, 0, n);
+    w->p -= n;
+    memcpy(w->p, s, n);
 }
 
-void
-rls_arena_free(struct rls_arena *a)
+INLINE void
+put_byte(struct bw *w, unsigned b)
 {
-    struct rls_arena_block *b = a->head;
-
-    while (b != NULL) {
-        struct rls_arena_block *next = b->next;
-
-        free(b);
-        b = next;
-    }
-    a->head = NULL;
-    a->failed = false;
+    *--w->p = (uint8_t)b;
 }
 
-/* s[0..n) as a protobuf string: printable UTF-8 as it is, any other byte as \xHH (a string
- * field must hold UTF-8, and a request's entries were never checked). */
-static char *
-arena_text(struct rls_arena *a, const char *s, size_t n)
+INLINE void
+put_varint(struct bw *w, uint64_t v)
 {
-    size_t at;
-    char *t;
+    uint8_t tmp[10];
+    size_t n = 0;
+
+    if (v < 0x80) { /* nearly every length here: one byte, or two */
+        *--w->p = (uint8_t)v;
+        return;
+    }
+    if (v < 0x4000) {
+        w->p -= 2;
+        w->p[0] = (uint8_t)(v | 0x80);
+        w->p[1] = (uint8_t)(v >> 7);
+        return;
+    }
+    do {
+        tmp[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v != 0);
+    put_raw(w, tmp, n);
+}
+
+/* The bytes written since mark (the end of a message's content) closed as a length-
+ * delimited field of tag. */
+INLINE void
+close_len(struct bw *w, const uint8_t *mark, unsigned tag)
+{
+    put_varint(w, (uint64_t)(mark - w->p));
+    put_byte(w, tag);
+}
+
+/* s[0..n) as text: as it is when printable UTF-8, else escaped (rl_utf8_escape: any other
+ * byte as \xHH; a string field must hold UTF-8 and a request's entries were never checked).
+ * The escape is written forwards in the room before w->p the bound reserved, then moved up. */
+INLINE void
+put_text(struct bw *w, const char *s, size_t n)
+{
+    size_t at, e;
+    uint8_t *dst;
 
     if (rl_utf8_check(s, n, &at) == NULL) {
-        t = arena_alloc(a, n + 1);
-        if (t != NULL) {
-            memcpy(t, s, n);
-        }
-        return t;
+        put_raw(w, s, n);
+        return;
     }
-    t = arena_alloc(a, 4 * n + 1);
-    if (t != NULL) {
-        rl_utf8_escape(t, 4 * n + 1, s, n, 0);
-    }
-    return t;
+    dst = w->p - ESCAPED_MAX(n);
+    e = rl_utf8_escape((char *)dst, ESCAPED_MAX(n), s, n, 0);
+    memmove(w->p - e, dst, e);
+    w->p -= e;
 }
 
-/* A request's string s as a protobuf string: itself when printable UTF-8 (it lives as long
- * as the response is packed), else an escaped copy. */
-static char *
-text_ref(struct rls_arena *a, const char *s)
+/* A Struct field's key, and the FieldsEntry around the value written since mark. */
+INLINE void
+close_field(struct bw *w, const uint8_t *mark, const char *key, size_t klen)
 {
-    size_t n = strlen(s), at;
+    const uint8_t *entry = mark;
 
-    return rl_utf8_check(s, n, &at) == NULL ? (char *)s : arena_text(a, s, n);
+    close_len(w, mark, TAG_VALUE);
+    put_raw(w, key, klen);
+    put_varint(w, klen);
+    put_byte(w, TAG_FIELDS);
+    close_len(w, entry, TAG_FIELDS);
 }
 
-static pb_struct *
-new_struct(struct rls_arena *a, size_t cap)
-{
-    pb_struct *st = arena_alloc(a, sizeof(*st));
-    pb_field **fields = arena_alloc(a, (cap ? cap : 1) * sizeof(*fields));
+#define KEY(k) k, sizeof(k) - 1
 
-    if (st == NULL || fields == NULL) {
-        return NULL;
+INLINE void
+field_number(struct bw *w, const char *key, size_t klen, double d)
+{
+    uint8_t *mark = w->p;
+    uint64_t bits;
+    uint8_t le[8];
+
+    memcpy(&bits, &d, sizeof(bits));
+    for (int i = 0; i < 8; i++) {
+        le[i] = (uint8_t)(bits >> (8 * i));
     }
-    google__protobuf__struct__init(st);
-    st->fields = fields;
-    return st;
+    put_raw(w, le, 8);
+    put_byte(w, TAG_NUMBER);
+    close_field(w, mark, key, klen);
 }
 
-/* A field key = v appended to st (room for it was made by new_struct). */
-static pb_value *
-add_field(struct rls_arena *a, pb_struct *st, const char *key)
+INLINE void
+field_bool(struct bw *w, const char *key, size_t klen, bool b)
 {
-    pb_field *f = arena_alloc(a, sizeof(*f));
-    pb_value *v = arena_alloc(a, sizeof(*v));
+    uint8_t *mark = w->p;
 
-    if (st == NULL || f == NULL || v == NULL) {
-        return NULL;
-    }
-    google__protobuf__struct__fields_entry__init(f);
-    google__protobuf__value__init(v);
-    f->key = (char *)key;
-    f->value = v;
-    st->fields[st->n_fields++] = f;
-    return v;
+    put_byte(w, b ? 1 : 0);
+    put_byte(w, TAG_BOOL);
+    close_field(w, mark, key, klen);
 }
 
-static void
-put_number(struct rls_arena *a, pb_struct *st, const char *key, double n)
+/* A string value s[0..n), escaped when it is not printable UTF-8 when text. */
+INLINE void
+field_string(struct bw *w, const char *key, size_t klen, const char *s, size_t n, bool text)
 {
-    pb_value *v = add_field(a, st, key);
+    uint8_t *mark = w->p, *val = w->p;
 
-    if (v != NULL) {
-        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
-        v->number_value = n;
+    if (text) {
+        put_text(w, s, n);
+    } else {
+        put_raw(w, s, n);
     }
-}
-
-static void
-put_string(struct rls_arena *a, pb_struct *st, const char *key, char *s)
-{
-    pb_value *v = add_field(a, st, key);
-
-    if (v != NULL && s != NULL) {
-        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
-        v->string_value = s;
-    }
-}
-
-static void
-put_bool(struct rls_arena *a, pb_struct *st, const char *key, bool b)
-{
-    pb_value *v = add_field(a, st, key);
-
-    if (v != NULL) {
-        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
-        v->bool_value = b;
-    }
-}
-
-static void
-put_struct(struct rls_arena *a, pb_struct *st, const char *key, pb_struct *sub)
-{
-    pb_value *v = add_field(a, st, key);
-
-    if (v != NULL && sub != NULL) {
-        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE;
-        v->struct_value = sub;
-    }
-}
-
-/* A list of n values, its items to be filled (kind unset until then). */
-static pb_value **
-put_list(struct rls_arena *a, pb_struct *st, const char *key, size_t n)
-{
-    pb_value *v = add_field(a, st, key);
-    pb_list *l = arena_alloc(a, sizeof(*l));
-    pb_value **items = arena_alloc(a, (n ? n : 1) * sizeof(*items));
-
-    if (v == NULL || l == NULL || items == NULL) {
-        return NULL;
-    }
-    google__protobuf__list_value__init(l);
-    for (size_t i = 0; i < n; i++) {
-        items[i] = arena_alloc(a, sizeof(*items[i]));
-        if (items[i] == NULL) {
-            return NULL;
-        }
-        google__protobuf__value__init(items[i]);
-    }
-    l->n_values = n;
-    l->values = items;
-    v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE;
-    v->list_value = l;
-    return items;
-}
-
-/* "key=value" of an entry, as upstream writes it. */
-static char *
-entry_text(struct rls_arena *a,
-           const Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry *e)
-{
-    size_t kl = strlen(e->key), vl = strlen(e->value), at;
-    char *raw = arena_alloc(a, kl + vl + 2);
-
-    if (raw == NULL) {
-        return NULL;
-    }
-    memcpy(raw, e->key, kl);
-    raw[kl] = '=';
-    memcpy(raw + kl + 1, e->value, vl);
-    if (rl_utf8_check(raw, kl + 1 + vl, &at) == NULL) {
-        return raw; /* as it is: the common case, one copy */
-    }
-    return arena_text(a, raw, kl + 1 + vl);
+    close_len(w, val, TAG_STRING);
+    close_field(w, mark, key, klen);
 }
 
 /* Upstream's form of a RateLimitOverride (Go's text of the message, near enough). */
-static char *
-override_text(struct rls_arena *a, const rls_descriptor *d)
+static size_t
+override_text(char *buf, size_t cap, const rls_descriptor *d)
 {
-    char buf[96];
-    int n = snprintf(buf, sizeof(buf), "requests_per_unit:%" PRIu32 " unit:%s",
-                     d->limit->requests_per_unit,
+    int n = snprintf(buf, cap, "requests_per_unit:%" PRIu32 " unit:%s", d->limit->requests_per_unit,
                      rl_envoy_unit_name((enum rl_envoy_unit)d->limit->unit));
 
-    return arena_text(a, buf, (size_t)n);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
-/* One descriptor of the request, as upstream's descriptorToStruct. */
-static pb_struct *
-desc_struct(struct rls_arena *a, const rls_descriptor *d)
+/* One descriptor of the request, as upstream's descriptorToStruct: a Value holding a Struct
+ * of `entries` ("key=value" each), `limit` (an override) and `hitsAddend`. */
+static void
+desc_value(struct bw *w, const rls_descriptor *d)
 {
-    pb_struct *st = new_struct(a, 3);
-    pb_value **items = put_list(a, st, "entries", d->n_entries);
+    uint8_t *st = w->p, *field, *list;
 
-    for (size_t k = 0; items != NULL && k < d->n_entries; k++) {
-        char *t = entry_text(a, d->entries[k]);
-
-        if (t != NULL) {
-            items[k]->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
-            items[k]->string_value = t;
-        }
+    if (d->hits_addend != NULL) {
+        field_number(w, KEY("hitsAddend"), (double)d->hits_addend->value);
     }
     if (d->limit != NULL) {
-        put_string(a, st, "limit", override_text(a, d));
+        char buf[96];
+        size_t n = override_text(buf, sizeof(buf), d);
+
+        field_string(w, KEY("limit"), buf, n, true);
     }
-    if (d->hits_addend != NULL) {
-        put_number(a, st, "hitsAddend", (double)d->hits_addend->value);
+    field = list = w->p;
+    for (size_t k = d->n_entries; k-- > 0;) {
+        const char *key = d->entries[k]->key, *val = d->entries[k]->value;
+        uint8_t *item = w->p, *s = w->p;
+
+        /* escaped("k=v") is escaped("k") "=" escaped("v"): '=' ends no character */
+        put_text(w, val, strlen(val));
+        put_byte(w, '=');
+        put_text(w, key, strlen(key));
+        close_len(w, s, TAG_STRING);
+        close_len(w, item, TAG_FIELDS);
     }
-    return st;
+    close_len(w, list, TAG_LIST);
+    close_field(w, field, KEY("entries"));
+    close_len(w, st, TAG_STRUCT);
 }
 
-/* `decided`: descriptor i, the limit of part pt, the status st gave it. */
-static pb_struct *
-decided_struct(struct rls_arena *a, const struct rl_rls_call *s, const struct rls_decided *dec)
+/* `decided`: descriptor dec->desc, the limit of its part, the status it was given. */
+static void
+decided_field(struct bw *w, const struct rl_rls_call *s, const struct rls_decided *dec)
 {
     const struct rls_desc *d = &s->descs[dec->desc];
     const struct rl_envoy_limit *lim = dec->part->lim;
-    pb_struct *st = new_struct(a, 9), *ls = new_struct(a, 4);
     /* RateLimitResponse.RateLimit.Unit's names, by enum rl_envoy_unit */
     static const char *const units[] = {"UNKNOWN", "SECOND", "MINUTE", "HOUR",
                                         "DAY",     "MONTH",  "YEAR",   "WEEK"};
     size_t u = (size_t)lim->unit < sizeof(units) / sizeof(units[0]) ? (size_t)lim->unit : 0;
-    put_number(a, st, "descriptor", (double)dec->desc);
-    put_string(a, st, "code", (char *)(dec->over ? "OVER_LIMIT" : "OK"));
-    put_number(a, st, "limit_remaining", (double)dec->remaining);
-    put_bool(a, st, "quota_mode", d->quota);
-    put_bool(a, st, "shadow_mode", d->shadow);
-    if (d->matched != NULL && d->matched->full_key != NULL && d->limits != &d->ovr) {
-        put_string(a, st, "full_key", d->matched->full_key); /* the loader's: UTF-8 */
-    }
-    put_string(a, ls, "name", lim->name != NULL ? lim->name : (char *)"");
-    put_number(a, ls, "requests_per_unit", (double)lim->requests_per_unit);
-    put_string(a, ls, "unit", (char *)units[u]);
+    const char *name = lim->name != NULL ? lim->name : "";
+    uint8_t *field = w->p, *st = w->p, *lf, *ls;
+
+    /* limit: {name, requests_per_unit, unit, index when the descriptor has several} */
+    lf = ls = w->p;
     if (d->nlimits > 1) {
-        put_number(a, ls, "index", (double)(lim - d->limits));
+        field_number(w, KEY("index"), (double)(lim - d->limits));
     }
-    put_struct(a, st, "limit", ls);
-    return st;
+    field_string(w, KEY("unit"), units[u], strlen(units[u]), false);
+    field_number(w, KEY("requests_per_unit"), (double)lim->requests_per_unit);
+    field_string(w, KEY("name"), name, strlen(name), false); /* the loader's: UTF-8 */
+    close_len(w, ls, TAG_STRUCT);
+    close_field(w, lf, KEY("limit"));
+    if (d->matched != NULL && d->matched->full_key != NULL && d->limits != &d->ovr) {
+        const char *fk = d->matched->full_key; /* the loader's: UTF-8 */
+
+        field_string(w, KEY("full_key"), fk, strlen(fk), false);
+    }
+    field_bool(w, KEY("shadow_mode"), d->shadow);
+    field_bool(w, KEY("quota_mode"), d->quota);
+    field_number(w, KEY("limit_remaining"), (double)dec->remaining);
+    if (dec->over) {
+        field_string(w, KEY("code"), KEY("OVER_LIMIT"), false);
+    } else {
+        field_string(w, KEY("code"), KEY("OK"), false);
+    }
+    field_number(w, KEY("descriptor"), (double)dec->desc);
+    close_len(w, st, TAG_STRUCT);
+    close_field(w, field, KEY("decided"));
 }
 
-pb_struct *
-rls_meta_build(struct rls_arena *a, const struct rl_rls_call *s, const struct rls_decided *dec)
+size_t
+rls_meta_bound(const struct rl_rls_call *s, const struct rls_decided *dec)
 {
     const rls_request *req = s->req;
-    pb_struct *top = new_struct(a, 4);
-    pb_value **items = put_list(a, top, "descriptors", req->n_descriptors);
+    size_t n = 4 * FIELD_MAX + ESCAPED_MAX(strlen(req->domain));
 
-    put_string(a, top, "domain", text_ref(a, req->domain));
-    for (size_t i = 0; items != NULL && i < req->n_descriptors; i++) {
-        pb_struct *ds = desc_struct(a, req->descriptors[i]);
+    for (size_t i = 0; i < req->n_descriptors; i++) {
+        const rls_descriptor *d = req->descriptors[i];
 
-        if (ds != NULL) {
-            items[i]->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE;
-            items[i]->struct_value = ds;
+        n += 4 * FIELD_MAX + ESCAPED_MAX(96);
+        for (size_t k = 0; k < d->n_entries; k++) {
+            n += FIELD_MAX + ESCAPED_MAX(strlen(d->entries[k]->key)) +
+                 ESCAPED_MAX(strlen(d->entries[k]->value));
         }
     }
-    if (req->hits_addend != 0) {
-        put_number(a, top, "hitsAddend", (double)req->hits_addend);
-    }
     if (dec->part != NULL) {
-        put_struct(a, top, "decided", decided_struct(a, s, dec));
+        const struct rls_desc *d = &s->descs[dec->desc];
+        const struct rl_envoy_limit *lim = dec->part->lim;
+
+        n += 14 * FIELD_MAX + (lim->name != NULL ? strlen(lim->name) : 0);
+        if (d->matched != NULL && d->matched->full_key != NULL) {
+            n += strlen(d->matched->full_key);
+        }
     }
-    return a->failed ? NULL : top;
+    return n;
+}
+
+size_t
+rls_meta_write(uint8_t *end, const struct rl_rls_call *s, const struct rls_decided *dec)
+{
+    const rls_request *req = s->req;
+    struct bw w = {end};
+    uint8_t *field, *list;
+
+    if (dec->part != NULL) {
+        decided_field(&w, s, dec);
+    }
+    if (req->hits_addend != 0) {
+        field_number(&w, KEY("hitsAddend"), (double)req->hits_addend);
+    }
+    field_string(&w, KEY("domain"), req->domain, strlen(req->domain), true);
+    field = list = w.p;
+    for (size_t i = req->n_descriptors; i-- > 0;) {
+        uint8_t *item = w.p;
+
+        desc_value(&w, req->descriptors[i]);
+        close_len(&w, item, TAG_FIELDS);
+    }
+    close_len(&w, list, TAG_LIST);
+    close_field(&w, field, KEY("descriptors"));
+    close_len(&w, end, TAG_METADATA);
+    return (size_t)(end - w.p);
 }

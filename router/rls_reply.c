@@ -193,7 +193,8 @@ call_headers(const struct rl_conf *conf, rls_status *const *stp, size_t n, rls_h
     return k;
 }
 
-/* Descriptors whose statuses are built in struct rls_built itself (more: calloc). */
+/* A call of at most this many descriptors is built in struct rls_built itself (on the
+ * stack, no allocation); a larger one in arrays of its own. */
 #define RLS_BUILT_INLINE 4u
 
 /* What a response is built in: per descriptor, its status, limit and duration. */
@@ -203,15 +204,15 @@ struct rls_built {
     rls_limit *lims;
     Google__Protobuf__Duration *durs;
     const struct rl_rls_part **picks; /* per descriptor: the part its status shows, or NULL */
-    rls_status st_in[RLS_BUILT_INLINE];
-    rls_status *stp_in[RLS_BUILT_INLINE];
-    rls_limit lims_in[RLS_BUILT_INLINE];
-    Google__Protobuf__Duration durs_in[RLS_BUILT_INLINE];
-    const struct rl_rls_part *picks_in[RLS_BUILT_INLINE];
     rls_header hdrs[3], *hdrp[3];
     char hvals[3][RLS_HEADER_VALUE_MAX];
     bool shadowed; /* a descriptor over its limit passed only because of shadow_mode */
-    struct rls_arena meta;
+    struct {       /* the arrays above for a call of RLS_BUILT_INLINE descriptors or fewer */
+        rls_status st[RLS_BUILT_INLINE], *stp[RLS_BUILT_INLINE];
+        rls_limit lims[RLS_BUILT_INLINE];
+        Google__Protobuf__Duration durs[RLS_BUILT_INLINE];
+        const struct rl_rls_part *picks[RLS_BUILT_INLINE];
+    } in;
 };
 
 static int
@@ -222,12 +223,11 @@ built_alloc(struct rls_built *b, size_t n)
     memset(b, 0, sizeof(*b));
     b->resp = init;
     if (n <= RLS_BUILT_INLINE) {
-        /* the usual request: no allocation */
-        b->st = b->st_in;
-        b->stp = b->stp_in;
-        b->lims = b->lims_in;
-        b->durs = b->durs_in;
-        b->picks = b->picks_in;
+        b->st = b->in.st;
+        b->stp = b->in.stp;
+        b->lims = b->in.lims;
+        b->durs = b->in.durs;
+        b->picks = b->in.picks;
         return 0;
     }
     b->st = calloc(n, sizeof(*b->st));
@@ -243,7 +243,7 @@ built_alloc(struct rls_built *b, size_t n)
 static void
 built_free(struct rls_built *b)
 {
-    if (b->st == b->st_in) {
+    if (b->st == b->in.st) {
         return;
     }
     free(b->st);
@@ -251,7 +251,6 @@ built_free(struct rls_built *b)
     free(b->lims);
     free(b->durs);
     free(b->picks);
-    rls_arena_free(&b->meta);
 }
 
 /* [router] rls_failure = error: a call with a limit left without a decision is answered
@@ -423,23 +422,28 @@ call_decide(const struct rl_rls_call *s, struct rls_built *b, struct rls_decided
     dec->remaining = b->st[dec->desc].limit_remaining;
 }
 
-/* resp packed into s->out behind the gRPC prefix (uncompressed, its length). -1: out of
- * memory. */
+/* resp packed into s->out behind the gRPC prefix (uncompressed, its length), its
+ * dynamic_metadata (field 6, the last set) written after the fields protobuf-c packs
+ * (rls_meta.c), as protobuf-c would have placed it. -1: out of memory. */
 static int
-response_pack(struct rl_rls_call *s, const rls_response *resp)
+response_pack(struct rl_rls_call *s, const rls_response *resp, const struct rls_decided *dec)
 {
     size_t len = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(resp);
+    size_t bound = rls_meta_bound(s, dec), meta;
 
-    s->out = malloc(5 + len);
+    s->out = malloc(5 + len + bound);
     if (s->out == NULL) {
         return -1;
     }
+    envoy__service__ratelimit__v3__rate_limit_response__pack(resp, s->out + 5);
+    meta = rls_meta_write(s->out + 5 + len + bound, s, dec);
+    memmove(s->out + 5 + len, s->out + 5 + len + bound - meta, meta);
+    len += meta;
     s->out[0] = 0;
     s->out[1] = (uint8_t)(len >> 24);
     s->out[2] = (uint8_t)(len >> 16);
     s->out[3] = (uint8_t)(len >> 8);
     s->out[4] = (uint8_t)len;
-    envoy__service__ratelimit__v3__rate_limit_response__pack(resp, s->out + 5);
     s->out_len = 5 + len;
     return 0;
 }
@@ -481,15 +485,11 @@ rls_reply_finish(struct rl_rls_call *s)
         desc_status(s, i, &b, now);
     }
     call_decide(s, &b, &dec);
-    b.resp.dynamic_metadata = rls_meta_build(&b.meta, s, &dec);
-    if (b.resp.dynamic_metadata == NULL) {
-        goto nomem;
-    }
     b.resp.n_statuses = n;
     b.resp.statuses = b.stp;
     b.resp.n_response_headers_to_add = call_headers(s->r->conf, b.stp, n, b.hdrs, b.hdrp, b.hvals);
     b.resp.response_headers_to_add = b.hdrp;
-    if (response_pack(s, &b.resp) != 0) {
+    if (response_pack(s, &b.resp, &dec) != 0) {
         goto nomem;
     }
     s->status = GRPC_OK;

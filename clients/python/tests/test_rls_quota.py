@@ -209,6 +209,36 @@ def test_bytes_that_are_not_utf8_come_back_escaped(rls, pb):
     assert meta(r)["descriptors"][0]["entries"] == ["rate=\\xff\\xfeZZ"]
 
 
+def test_metadata_of_long_strings_and_many_descriptors(rls, pb):
+    """The Struct is written by hand (router/rls_meta.c): lengths of one, two and three
+    varint bytes, an escape that makes a string four times longer (5,000 bytes that are not
+    UTF-8 become 20,000), and more descriptors than an answer is built for without
+    allocating (4): every decoder must take it and find each field."""
+    import grpc as g
+
+    descs = [[("rate", "A" * 200)], [("nothing", "Z" * 5000)]]
+    descs += [[("nothing", str(i))] for i in range(5)]
+    raw = request(pb, "q", *descs, hits=1).SerializeToString()
+    assert raw.count(b"Z" * 5000) == 1
+    raw = raw.replace(b"Z" * 5000, b"\xff" * 5000)
+    ch = g.insecure_channel(f"127.0.0.1:{rls.rls_port}")
+    stub = ch.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                          request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    body = stub(raw, timeout=5)
+    ch.close()
+    r = pb.RateLimitResponse.FromString(body)
+    m = meta(r)
+    assert m["domain"] == "q" and m["hitsAddend"] == 1
+    assert [d["entries"] for d in m["descriptors"]] == (
+        [["rate=" + "A" * 200], ["nothing=" + "\\xff" * 5000]] +
+        [[f"nothing={i}"] for i in range(5)])
+    assert m["decided"]["descriptor"] == 0 and m["decided"]["full_key"] == "q.rate"
+    assert len(r.statuses) == 7 and codes(pb, r) == ["OK"] * 7
+    # dynamic_metadata (field 6) is the answer's last field, as protobuf-c placed it
+    meta_len = r.dynamic_metadata.ByteSize()
+    assert meta_len > 20000 and body[-meta_len - 4] == 0x32  # tag, three length bytes
+
+
 def test_many_calls_each_with_its_metadata(rls, pb):
     ch, stub = make_stub(rls.rls_port, pb)
     futs = [stub.future(request(pb, "q", [("quota2", f"p{i}")], [("nothing", str(i))]),
