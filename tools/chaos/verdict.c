@@ -27,6 +27,10 @@
 /* Requests of one user through different routers may reach the node in another order than
  * they were sent in, by this much. */
 #define REORDER_MS 100
+/* A planned move cut by a failure may start its shard afresh at the new owner as late as
+ * [cluster] handoff_wait (its default, which rl-chaos's clusters keep) after the table
+ * changed (docs/OPERATIONS.md, "Planned moves"). */
+#define HANDOFF_WAIT_MS 2000
 #define EXAMPLES 5
 
 enum inv { INV_LIVENESS, INV_EXACT, INV_LOSS, INV_FRESH, INV_POLICY, INV_CONVERGE, INV_DEATHS,
@@ -473,8 +477,12 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
         other = (int64_t)count_in(nd_other, nother, ws - LOOKBACK_MS, we);
         for (int i = 0; i < nchanges; i++) {
             /* a planned move hands the counters off: no change at all (keep), or maybe one
-             * (either: a move interrupted may have started the shard afresh) */
-            c += changes[i] - FRESH_SLACK_MS < we && changes[i] + LAG_MS >= ws &&
+             * (either: a move interrupted may have started the shard afresh, as late as
+             * handoff_wait after the table changed, while its old owner, cut off, still
+             * decided what the new one sent back to it) */
+            int64_t reach = planned[i] ? HANDOFF_WAIT_MS : 0;
+
+            c += changes[i] - FRESH_SLACK_MS < we && changes[i] + reach + LAG_MS >= ws &&
                  (!planned[i] || j->sc->planned == CH_PLANNED_EITHER);
         }
         /* While the observer had no session it saw nothing the routers may have: any node
