@@ -168,8 +168,9 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
     struct rl_wire_reply rep;
     size_t tail;
 
-    if (rl_wire_fast_check_reply(p, n, &rep, &tail) == 0) {
-        /* A CHECK's answer, the bulk of the traffic: relayed as it came (forward.c). */
+    if (rl_wire_fast_keyed_reply(p, n, &rep, &tail) == 0) {
+        /* A CHECK's answer (an ADJUST's, a RELEASE's), the bulk of the traffic: relayed as it
+         * came (forward.c). */
         u->stats.replies++;
         uc->relay.ptr = p + tail;
         uc->relay.len = (uint32_t)(n - tail);
@@ -529,16 +530,15 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
 }
 
 int
-rl_upstream_send_check(struct rl_upstream *u, uint32_t id, const char *tail, size_t tail_len,
-                       struct rl_uplink *l)
+rl_upstream_send_spliced(struct rl_upstream *u, uint8_t op, uint32_t id, const char *tail,
+                         size_t tail_len, struct rl_uplink *l)
 {
     struct rl_upconn *uc = upstream_pick(u, false);
 
     if (uc == NULL) {
         return -EAGAIN;
     }
-    if (rl_wire_put_spliced(upconn_out(uc), RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK, id, tail,
-                            tail_len) != 0) {
+    if (rl_wire_put_spliced(upconn_out(uc), RL_WIRE_CHECK_HDR, op, id, tail, tail_len) != 0) {
         return -ENOMEM;
     }
     upstream_sent(u, uc, l);
