@@ -164,8 +164,7 @@ fast_keyed(const char *data, size_t n, struct rl_wire_req *req, size_t *tail, bo
         return -1;
     }
     if (req->op == RL_WIRE_OP_ADJUST) {
-        if (!fast_int(p, n, &i, &d) || d < -RL_WIRE_DELTA_MAX || d > RL_WIRE_DELTA_MAX ||
-            i != n) {
+        if (!fast_int(p, n, &i, &d) || d < -RL_WIRE_DELTA_MAX || d > RL_WIRE_DELTA_MAX || i != n) {
             return -1;
         }
         req->delta = (int32_t)d;
