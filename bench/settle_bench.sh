@@ -28,7 +28,7 @@ scratch
 nport=$(free_port)
 rport=$(free_port)
 machine
-echo "commit: $(tree_rev)"
+[ -n "${BIN:-}" ] || echo "commit: $(tree_rev)"
 echo "load: $(uptime)"
 cat > "$work/s.conf" <<CONF
 [router]
