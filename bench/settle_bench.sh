@@ -13,15 +13,22 @@
 # One node on core 0; the router and rl-bench on core 1 (the router's figures are its own
 # CPU, from /proc, not rl-bench's). No [client] sections: anyone may refund.
 #   bench/settle_bench.sh   (RUNS=5, DURATION=3)
+# BIN=DIR measures the rl-node, rl-router, rl-bench and rl-cli built in DIR instead of this
+# tree's build/ (not rebuilt): an older commit's, for a before/after in the same session.
 source "$(dirname "$0")/lib.sh"
 dur=${DURATION:-3}
 keys=100000
-build_release
+if [ -n "${BIN:-}" ]; then
+    bin=$BIN
+else
+    build_release
+fi
+echo "binaries: $bin"
 scratch
 nport=$(free_port)
 rport=$(free_port)
 machine
-echo "commit: $(tree_rev)"
+[ -n "${BIN:-}" ] || echo "commit: $(tree_rev)"
 echo "load: $(uptime)"
 cat > "$work/s.conf" <<CONF
 [router]

@@ -94,18 +94,61 @@ fast_str(const unsigned char *p, size_t n, size_t *i, uint32_t min, uint32_t max
     return true;
 }
 
-int
-rl_wire_fast_check(const char *data, size_t n, struct rl_wire_req *req, size_t *tail)
+/* A signed integer of -2^63..2^32-1 in any format but uint 64 (fixints, uint 8..32, int 8..64)
+ * at p[*i], advancing *i. False for every other format and for a value cut by the end. */
+static inline bool
+fast_int(const unsigned char *p, size_t n, size_t *i, int64_t *v)
+{
+    size_t at = *i;
+    size_t w;
+    uint64_t x;
+    unsigned char b;
+
+    if (at >= n) {
+        return false;
+    }
+    b = p[at];
+    if (b >= 0xe0) {
+        *v = (int64_t)(int8_t)b; /* negative fixint */
+        *i = at + 1;
+        return true;
+    }
+    if (b < 0xd0 || b > 0xd3) {
+        if (!fast_uint(p, n, i, false, &x)) {
+            return false;
+        }
+        *v = (int64_t)x;
+        return true;
+    }
+    w = (size_t)1 << (b - 0xd0); /* int 8, 16, 32, 64 */
+    if (n - at - 1 < w) {
+        return false;
+    }
+    x = (p[at + 1] & 0x80) ? UINT64_MAX : 0; /* sign-extended */
+    for (size_t k = 1; k <= w; k++) {
+        x = (x << 8) | p[at + k];
+    }
+    *v = (int64_t)x;
+    *i = at + 1 + w;
+    return true;
+}
+
+/* A CHECK, or with settle an ADJUST or a RELEASE too: rl_wire_fast_check, rl_wire_fast_keyed. */
+static inline int
+fast_keyed(const char *data, size_t n, struct rl_wire_req *req, size_t *tail, bool settle)
 {
     const unsigned char *p = (const unsigned char *)data;
     size_t i = 2, at;
     uint64_t v;
+    int64_t d;
 
-    if (n < 2 || p[0] != RL_WIRE_CHECK_HDR || p[1] != RL_WIRE_OP_CHECK) {
+    if (n < 2 || p[0] != RL_WIRE_CHECK_HDR ||
+        (p[1] != RL_WIRE_OP_CHECK &&
+         (!settle || (p[1] != RL_WIRE_OP_ADJUST && p[1] != RL_WIRE_OP_RELEASE)))) {
         return -1;
     }
     memset(req, 0, sizeof(*req));
-    req->op = RL_WIRE_OP_CHECK;
+    req->op = p[1];
     if (!fast_uint(p, n, &i, false, &v)) {
         return -1;
     }
@@ -120,22 +163,49 @@ rl_wire_fast_check(const char *data, size_t n, struct rl_wire_req *req, size_t *
     } else if (!fast_str(p, n, &i, 0, RL_WIRE_ENDPOINT_MAX, &req->endpoint)) {
         return -1;
     }
-    if (!fast_uint(p, n, &i, false, &v) || v > RL_WIRE_COST_MAX || i != n) {
-        return -1;
+    if (req->op == RL_WIRE_OP_ADJUST) {
+        if (!fast_int(p, n, &i, &d) || d < -RL_WIRE_DELTA_MAX || d > RL_WIRE_DELTA_MAX || i != n) {
+            return -1;
+        }
+        req->delta = (int32_t)d;
+    } else if (req->op == RL_WIRE_OP_RELEASE) {
+        if (!fast_uint(p, n, &i, false, &v) || v == 0 || v > RL_WIRE_COUNT_MAX || i != n) {
+            return -1;
+        }
+        req->cost = (uint32_t)v;
+    } else {
+        if (!fast_uint(p, n, &i, false, &v) || v > RL_WIRE_COST_MAX || i != n) {
+            return -1;
+        }
+        req->cost = (uint32_t)v;
     }
-    req->cost = (uint32_t)v;
     *tail = at;
     return 0;
 }
 
 int
-rl_wire_fast_check_reply(const char *data, size_t n, struct rl_wire_reply *rep, size_t *tail)
+rl_wire_fast_check(const char *data, size_t n, struct rl_wire_req *req, size_t *tail)
+{
+    return fast_keyed(data, n, req, tail, false);
+}
+
+int
+rl_wire_fast_keyed(const char *data, size_t n, struct rl_wire_req *req, size_t *tail)
+{
+    return fast_keyed(data, n, req, tail, true);
+}
+
+/* A CHECK reply, or with settle an ADJUST's or a RELEASE's too (the same shape). */
+static inline int
+fast_keyed_reply(const char *data, size_t n, struct rl_wire_reply *rep, size_t *tail, bool settle)
 {
     const unsigned char *p = (const unsigned char *)data;
     size_t i = 2, at;
     uint64_t id, code;
 
-    if (n < 2 || p[0] != RL_WIRE_CHECK_REPLY_HDR || p[1] != RL_WIRE_OP_CHECK) {
+    if (n < 2 || p[0] != RL_WIRE_CHECK_REPLY_HDR ||
+        (p[1] != RL_WIRE_OP_CHECK &&
+         (!settle || (p[1] != RL_WIRE_OP_ADJUST && p[1] != RL_WIRE_OP_RELEASE)))) {
         return -1;
     }
     if (!fast_uint(p, n, &i, false, &id)) {
@@ -153,7 +223,7 @@ rl_wire_fast_check_reply(const char *data, size_t n, struct rl_wire_reply *rep, 
         !fast_uint(p, n, &i, true, &rep->check.retry_after_ms) || i != n) {
         return -1;
     }
-    rep->op = RL_WIRE_OP_CHECK;
+    rep->op = p[1];
     rep->id = (uint32_t)id;
     rep->check.id = (uint32_t)id;
     rep->check.code = (uint32_t)code;
@@ -170,6 +240,18 @@ rl_wire_fast_check_reply(const char *data, size_t n, struct rl_wire_reply *rep, 
     rep->nmissing = 0;
     *tail = at;
     return 0;
+}
+
+int
+rl_wire_fast_check_reply(const char *data, size_t n, struct rl_wire_reply *rep, size_t *tail)
+{
+    return fast_keyed_reply(data, n, rep, tail, false);
+}
+
+int
+rl_wire_fast_keyed_reply(const char *data, size_t n, struct rl_wire_reply *rep, size_t *tail)
+{
+    return fast_keyed_reply(data, n, rep, tail, true);
 }
 
 int

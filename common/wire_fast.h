@@ -8,8 +8,10 @@
  * not take (any other op, another encoding of the same values, anything out of bounds,
  * anything malformed) is left to the full decoders of wire.h, which judge it and word the
  * error: whenever a reader here returns 0, rl_wire_decode_req / rl_wire_decode_reply return
- * success with the same fields (tests/common/check_wire.c holds them to that). Not for
- * anything but CHECK.
+ * success with the same fields (tests/common/check_wire.c holds them to that). ADJUST and
+ * RELEASE, a CHECK's shape under op 9 and 10 (element 5 a signed delta, an unsigned count) with
+ * replies of a CHECK reply's shape, are read by the _keyed readers alike, for the router's
+ * relay of them. Not for any other op.
  */
 #ifndef RL_WIRE_FAST_H
 #define RL_WIRE_FAST_H
@@ -31,12 +33,21 @@
  */
 int rl_wire_fast_check(const char *p, size_t n, struct rl_wire_req *req, size_t *tail);
 
+/* rl_wire_fast_check for a CHECK, an ADJUST (op 9: element 5 a signed delta, in any int format
+ * but uint 64) or a RELEASE (op 10: element 5 its count, in cost), in their six-element form
+ * (the header RL_WIRE_CHECK_HDR): req->op says which. */
+int rl_wire_fast_keyed(const char *p, size_t n, struct rl_wire_req *req, size_t *tail);
+
 /*
  * Reads the CHECK reply payload p[0..n). Returns 0 with rep's op, id and check set as
  * rl_wire_decode_reply sets them (its other scalar fields cleared as it clears them) and
  * *tail the offset of the code (the first field after the id), or -1: not taken here.
  */
 int rl_wire_fast_check_reply(const char *p, size_t n, struct rl_wire_reply *rep, size_t *tail);
+
+/* rl_wire_fast_check_reply for the reply of a CHECK, an ADJUST or a RELEASE (op 1, 9 or 10,
+ * the same shape): rep->op says which. */
+int rl_wire_fast_keyed_reply(const char *p, size_t n, struct rl_wire_reply *rep, size_t *tail);
 
 /*
  * Appends the frame [hdr-array, op, id, ...tail]: a one-byte array header, a positive

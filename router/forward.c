@@ -14,7 +14,8 @@
  * leaves it to the full decoder), never answered from the deny cache, and its failure policy is
  * [cluster] inline_failure. ADJUST and RELEASE (docs/PROTOCOL.md) take the same path under
  * their own op (the pending record's op): hashed, authorized (a refund needs `adjust = yes`),
- * forwarded, answered under their op; never from the deny cache nor by the backstop (a
+ * forwarded (relayed from their bytes as a CHECK is), answered under their op; never from
+ * the deny cache nor by the backstop (a
  * failure answers the policy's code and nothing is applied); counted apart from decisions.
  * A node's ERROR MOVING (its shard is being handed to another node:
  * docs/OPERATIONS.md, "A router during a planned move") is no failure: the request is sent
@@ -294,7 +295,8 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     if (p != NULL) {
         /* Read the short way (session.c): what follows the id goes as the client sent it. */
         if (relay->ptr != NULL) {
-            sent = rl_upstream_send_check(u, rl_pending_id(r, p), relay->ptr, relay->len, &p->link);
+            sent = rl_upstream_send_spliced(u, RL_WIRE_CHECK_HDR, (uint8_t)req->op,
+                                            rl_pending_id(r, p), relay->ptr, relay->len, &p->link);
         } else {
             fwd = *req;
             fwd.id = rl_pending_id(r, p);
@@ -570,10 +572,11 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
                        pd->rule != NULL ? pd->rule->service : pd->service,
                        pd->rule != NULL ? pd->rule->service_len : pd->slen, pd->user, pd->ulen);
         }
-        if (c != NULL && from->relay.ptr != NULL && pd->op == RL_WIRE_OP_CHECK) {
-            /* Read the short way (upstream.c): the node's fields go back as they came. */
-            rc = rl_wire_put_spliced(&c->out, RL_WIRE_CHECK_REPLY_HDR, RL_WIRE_OP_CHECK,
-                                     pd->client_id, from->relay.ptr, from->relay.len);
+        if (c != NULL && from->relay.ptr != NULL) {
+            /* Read the short way (upstream.c): the node's fields go back as they came, under
+             * the op they came with (pd->op, checked above). */
+            rc = rl_wire_put_spliced(&c->out, RL_WIRE_CHECK_REPLY_HDR, pd->op, pd->client_id,
+                                     from->relay.ptr, from->relay.len);
         } else if (c != NULL) {
             check = rep->check;
             check.id = pd->client_id;

@@ -3,8 +3,8 @@
  * output gathered and written once per loop turn by the shared flusher; a client whose
  * requests in flight reach RL_CONN_HOLD_MAX, or whose replies pile up, is paused: conn.h's one
  * rule) that owns the requests it has in flight (one hold each) and its THROTTLED fan-outs.
- * A frame is decoded (a CHECK in a common encoding read straight from its bytes,
- * wire_fast.h), admitted by the gate (gate.h: AUTH first when [client] tokens are
+ * A frame is decoded (a CHECK, ADJUST or RELEASE in a common encoding read straight from its
+ * bytes, wire_fast.h), admitted by the gate (gate.h: AUTH first when [client] tokens are
  * configured) and handed to its op's handler in session_handlers, derived from the op table's
  * router column (wire.h), which says which ops a router serves and how. Not for what a CHECK
  * or THROTTLED does (forward.c, fanout.c).
@@ -77,8 +77,9 @@ session_hot(struct rl_conn *c, const struct rl_wire_req *req,
     rl_shed_hot_reply(c, req);
 }
 
-/* An op's handler: req decoded; relay, for a CHECK read the short way (wire_fast.h), its
- * fields after the id as the client sent them (ptr NULL: none, re-encode req). */
+/* An op's handler: req decoded; relay, for a CHECK, ADJUST or RELEASE read the short way
+ * (wire_fast.h), its fields after the id as the client sent them (ptr NULL: none, re-encode
+ * req). */
 typedef void (*session_handler)(struct rl_conn *c, const struct rl_wire_req *req,
                                 const struct rl_wire_str *relay);
 
@@ -117,10 +118,10 @@ session_frame(struct rl_conn *c, const char *p, size_t n)
     const struct rl_client_conf *who;
     size_t tail = 0;
 
-    /* A CHECK in a common encoding is read straight from its bytes, and what follows its id
-     * is relayed to the node as the client sent it (handed to forward.c); anything else goes
-     * through the full decoder, which also words the error. */
-    if (rl_wire_fast_check(p, n, &req, &tail) != 0 &&
+    /* A CHECK, ADJUST or RELEASE in a common encoding is read straight from its bytes, and
+     * what follows its id is relayed to the node as the client sent it (handed to
+     * forward.c); anything else goes through the full decoder, which also words the error. */
+    if (rl_wire_fast_keyed(p, n, &req, &tail) != 0 &&
         rl_wire_decode_req(&r->dec, p, n, &req, &fault) != 0) {
         if (fault.fatal || c->preauth) {
             /* Before AUTH, a frame that does not decode closes the connection too. */

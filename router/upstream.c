@@ -168,8 +168,9 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
     struct rl_wire_reply rep;
     size_t tail;
 
-    if (rl_wire_fast_check_reply(p, n, &rep, &tail) == 0) {
-        /* A CHECK's answer, the bulk of the traffic: relayed as it came (forward.c). */
+    if (rl_wire_fast_keyed_reply(p, n, &rep, &tail) == 0) {
+        /* A CHECK's answer (an ADJUST's, a RELEASE's), the bulk of the traffic: relayed as it
+         * came (forward.c). */
         u->stats.replies++;
         uc->relay.ptr = p + tail;
         uc->relay.len = (uint32_t)(n - tail);
@@ -528,13 +529,6 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
     }
     upstream_sent(u, uc, l);
     return 0;
-}
-
-int
-rl_upstream_send_check(struct rl_upstream *u, uint32_t id, const char *tail, size_t tail_len,
-                       struct rl_uplink *l)
-{
-    return rl_upstream_send_spliced(u, RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK, id, tail, tail_len, l);
 }
 
 int

@@ -53,7 +53,8 @@ struct rl_upconn {
     struct rl_upstream *up;
     struct rl_uplink *pending; /* requests sent on this connection and not answered */
     uint32_t npending;
-    /* While on_reply runs for a CHECK reply read the short way (wire_fast.h): its fields
+    /* While on_reply runs for a CHECK, ADJUST or RELEASE reply read the short way
+     * (wire_fast.h's rl_wire_fast_keyed_reply): its fields
      * after the id as the node sent them, to relay under the client's id; ptr NULL
      * otherwise. */
     struct rl_wire_str relay;
@@ -145,18 +146,12 @@ int rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char 
 int rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl_uplink *l);
 
 /*
- * Sends a CHECK whose fields after the id are tail[0..tail_len) as a client sent them
- * (wire_fast.h), under id, and links l as rl_upstream_send does; the same returns.
- */
-int rl_upstream_send_check(struct rl_upstream *u, uint32_t id, const char *tail, size_t tail_len,
-                           struct rl_uplink *l);
-
-/*
  * Sends a request of op (CHECK, ADJUST or RELEASE) and hdr's arity (a fixarray header: 0x96 for
  * six elements, more with an inline limit) whose fields after the id are tail[0..tail_len),
- * under id, on a CHECK connection,
- * linking l as rl_upstream_send does; the same returns. The request is sent as it is (no
- * tenant element dropped for an older node): a CHECK sent again after a node's MOVING.
+ * under id, on a CHECK connection, linking l as rl_upstream_send does; the same returns. The
+ * request is sent as it is (no tenant element dropped for an older node): the fields as a
+ * client sent them (wire_fast.h's rl_wire_fast_keyed), or a request sent again after a node's
+ * MOVING.
  */
 int rl_upstream_send_spliced(struct rl_upstream *u, uint8_t hdr, uint8_t op, uint32_t id,
                              const char *tail, size_t tail_len, struct rl_uplink *l);

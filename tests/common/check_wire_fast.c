@@ -1,8 +1,8 @@
 /*
- * check_wire_fast: the short readers of CHECK and its reply and the spliced encoder
- * (common/wire_fast.c) against the full codec. They must take what the encoders emit, give
- * exactly the fields the full decoders give (strings at the same addresses), splice back the
- * bytes the encoders would have written under the new id, and leave to the full decoders
+ * check_wire_fast: the short readers of CHECK, ADJUST and RELEASE and their replies and the
+ * spliced encoder (common/wire_fast.c) against the full codec. They must take what the encoders
+ * emit, give exactly the fields the full decoders give (strings at the same addresses), splice back
+ * the bytes the encoders would have written under the new id, and leave to the full decoders
  * everything they do not take: a seeded differential fuzz holds every payload it accepts to
  * the full decoder's verdict and fields.
  */
@@ -46,7 +46,10 @@ same_as_full_req(const char *what, const char *p, size_t n, const struct rl_wire
     RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
     RL_CHECK(rl_wire_decode_req(&d, p, n, &full, &f) == 0, "%s: full decoder refuses: %s", what,
              f.msg);
-    RL_CHECK(full.op == fast->op && full.id == fast->id && full.cost == fast->cost, "%s", what);
+    RL_CHECK(full.op == fast->op && full.id == fast->id && full.cost == fast->cost &&
+                 full.delta == fast->delta,
+             "%s: op %u/%u cost %u/%u delta %d/%d", what, full.op, fast->op, full.cost, fast->cost,
+             full.delta, fast->delta);
     RL_CHECK(str_eq(full.service, fast->service) && str_eq(full.user, fast->user), "%s", what);
     RL_CHECK(str_eq(full.endpoint, fast->endpoint), "%s: endpoint %p/%u vs %p/%u", what,
              (const void *)full.endpoint.ptr, full.endpoint.len, (const void *)fast->endpoint.ptr,
@@ -146,9 +149,20 @@ START_TEST(test_takes_encoded_checks)
 }
 END_TEST
 
-/* The same for replies: every code, numbers of every width. */
+/* A CHECK-shaped reply under op (CHECK, ADJUST, RELEASE), as the node writes it. */
+static int
+put_keyed_reply(struct rl_buf *out, uint8_t op, const struct rl_wire_check_reply *rep)
+{
+    return op == RL_WIRE_OP_ADJUST    ? rl_wire_put_adjust_reply(out, rep)
+           : op == RL_WIRE_OP_RELEASE ? rl_wire_put_release_reply(out, rep)
+                                      : rl_wire_put_check_reply(out, rep);
+}
+
+/* The same for replies, of CHECK, ADJUST and RELEASE (the keyed reader; the CHECK reader takes
+ * a CHECK's only): every code, numbers of every width. */
 START_TEST(test_takes_encoded_replies)
 {
+    static const uint8_t ops[] = {RL_WIRE_OP_CHECK, RL_WIRE_OP_ADJUST, RL_WIRE_OP_RELEASE};
     static const uint64_t vals[] = {0,     1,     127,        128,         255,        256,
                                     65535, 65536, 4294967295, 4294967296u, UINT64_MAX, 60000};
     static struct rl_wire_reply out;
@@ -157,40 +171,227 @@ START_TEST(test_takes_encoded_replies)
 
     rl_buf_init(&a);
     rl_buf_init(&b);
-    for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
-        for (size_t i = 0; i < nv; i++) {
-            struct rl_wire_check_reply in = {
-                ids[i % 10],       code, vals[i], vals[(i + 3) % nv], vals[(i + 5) % nv],
-                vals[(i + 7) % nv]};
-            uint32_t id2 = ids[(i + code) % 10];
-            size_t n, tail = 0;
-            char what[64];
+    for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+        for (uint32_t code = 0; code < RL_WIRE_CODE_COUNT; code++) {
+            for (size_t i = 0; i < nv; i++) {
+                const uint8_t op = ops[o];
+                struct rl_wire_check_reply in = {
+                    ids[i % 10],       code, vals[i], vals[(i + 3) % nv], vals[(i + 5) % nv],
+                    vals[(i + 7) % nv]};
+                uint32_t id2 = ids[(i + code) % 10];
+                size_t n, tail = 0;
+                char what[64];
 
-            snprintf(what, sizeof(what), "code %u case %zu", code, i);
-            rl_buf_reset(&a);
-            RL_CHECK_INT_EQ(rl_wire_put_check_reply(&a, &in), 0);
-            n = a.len - RL_WIRE_HDR_LEN;
-            memset(&out, 0x5a, sizeof(out.check) + 64);
-            RL_CHECK(rl_wire_fast_check_reply(a.data + RL_WIRE_HDR_LEN, n, &out, &tail) == 0,
-                     "%s: not taken", what);
-            RL_CHECK(out.op == RL_WIRE_OP_CHECK && memcmp(&out.check, &in, sizeof(in)) == 0, "%s",
-                     what);
-            same_as_full_reply(what, a.data + RL_WIRE_HDR_LEN, n, &out);
-            RL_CHECK((unsigned char)a.data[RL_WIRE_HDR_LEN + tail] == code, "%s: tail at %zu", what,
-                     tail);
-            rl_buf_reset(&b);
-            RL_CHECK_INT_EQ(rl_wire_put_spliced(&b, RL_WIRE_CHECK_REPLY_HDR, RL_WIRE_OP_CHECK, id2,
-                                                a.data + RL_WIRE_HDR_LEN + tail, n - tail),
-                            0);
-            in.id = id2;
-            rl_buf_reset(&a);
-            RL_CHECK_INT_EQ(rl_wire_put_check_reply(&a, &in), 0);
-            RL_CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0, "%s: spliced differs",
-                     what);
+                snprintf(what, sizeof(what), "op %u code %u case %zu", op, code, i);
+                rl_buf_reset(&a);
+                RL_CHECK_INT_EQ(put_keyed_reply(&a, op, &in), 0);
+                n = a.len - RL_WIRE_HDR_LEN;
+                RL_CHECK((rl_wire_fast_check_reply(a.data + RL_WIRE_HDR_LEN, n, &out, &tail) ==
+                          0) == (op == RL_WIRE_OP_CHECK),
+                         "%s: the CHECK reader", what);
+                memset(&out, 0x5a, sizeof(out.check) + 64);
+                RL_CHECK(rl_wire_fast_keyed_reply(a.data + RL_WIRE_HDR_LEN, n, &out, &tail) == 0,
+                         "%s: not taken", what);
+                RL_CHECK(out.op == op && memcmp(&out.check, &in, sizeof(in)) == 0, "%s", what);
+                same_as_full_reply(what, a.data + RL_WIRE_HDR_LEN, n, &out);
+                RL_CHECK((unsigned char)a.data[RL_WIRE_HDR_LEN + tail] == code, "%s: tail at %zu",
+                         what, tail);
+                rl_buf_reset(&b);
+                RL_CHECK_INT_EQ(rl_wire_put_spliced(&b, RL_WIRE_CHECK_REPLY_HDR, op, id2,
+                                                    a.data + RL_WIRE_HDR_LEN + tail, n - tail),
+                                0);
+                in.id = id2;
+                rl_buf_reset(&a);
+                RL_CHECK_INT_EQ(put_keyed_reply(&a, op, &in), 0);
+                RL_CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0,
+                         "%s: spliced differs", what);
+            }
         }
     }
     rl_buf_deinit(&a);
     rl_buf_deinit(&b);
+}
+END_TEST
+
+/* Whether v fits msgpack format fmt (0: a fixint; 0xcc..0xcf uint 8..64, 0xd0..0xd3 int 8..64). */
+static bool
+int_fits(unsigned char fmt, int64_t v)
+{
+    switch (fmt) {
+    case 0:
+        return v >= -32 && v <= 127;
+    case 0xcc:
+        return v >= 0 && v <= 0xff;
+    case 0xcd:
+        return v >= 0 && v <= 0xffff;
+    case 0xce:
+        return v >= 0 && v <= 0xffffffffll;
+    case 0xcf:
+        return v >= 0;
+    case 0xd0:
+        return v >= INT8_MIN && v <= INT8_MAX;
+    case 0xd1:
+        return v >= INT16_MIN && v <= INT16_MAX;
+    case 0xd2:
+        return v >= INT32_MIN && v <= INT32_MAX;
+    default:
+        return true;
+    }
+}
+
+/* v in format fmt (int_fits) at p; returns the bytes written. */
+static size_t
+put_int_as(unsigned char *p, unsigned char fmt, int64_t v)
+{
+    size_t w = fmt == 0 ? 0 : (size_t)1 << ((fmt - 0xcc) & 3);
+
+    if (fmt == 0) {
+        p[0] = (unsigned char)(uint64_t)v;
+        return 1;
+    }
+    p[0] = fmt;
+    for (size_t k = 0; k < w; k++) {
+        p[1 + k] = (unsigned char)((uint64_t)v >> (8 * (w - 1 - k)));
+    }
+    return 1 + w;
+}
+
+/* [op, id, "svc", "u", endpoint "/e" or nil, element 5 as v in format fmt] at p. */
+static size_t
+put_keyed_as(unsigned char *p, uint8_t op, uint32_t id, bool endpoint, unsigned char fmt, int64_t v)
+{
+    size_t n = 0;
+
+    p[n++] = RL_WIRE_CHECK_HDR;
+    p[n++] = op;
+    n += put_int_as(p + n, id <= 0x7f ? 0 : id <= 0xff ? 0xcc : id <= 0xffff ? 0xcd : 0xce, id);
+    memcpy(p + n, "\xa3svc\xa1u", 6);
+    n += 6;
+    if (endpoint) {
+        memcpy(p + n, "\xa2/e", 3);
+        n += 3;
+    } else {
+        p[n++] = 0xc0;
+    }
+    return n + put_int_as(p + n, fmt, v);
+}
+
+/* CHECK, ADJUST and RELEASE with element 5 in every msgpack integer format it fits, values at
+ * and past every bound (negative deltas in every width): the keyed reader takes exactly what
+ * the full decoder takes in a format it reads (every one but uint 64; a signed one for a
+ * delta only), with the same fields, and refuses all the full decoder refuses, whose error
+ * (BAD_FIELD, naming the field) the router then answers; spliced under another id, what it
+ * took is the same request under that id, byte for byte. The encoders' ADJUSTs and RELEASEs
+ * are taken and spliced alike. The CHECK reader takes no ADJUST or RELEASE. */
+START_TEST(test_takes_settles)
+{
+    static const uint8_t ops[] = {RL_WIRE_OP_CHECK, RL_WIRE_OP_ADJUST, RL_WIRE_OP_RELEASE};
+    static const unsigned char fmts[] = {0, 0xcc, 0xcd, 0xce, 0xcf, 0xd0, 0xd1, 0xd2, 0xd3};
+    static const int64_t vals[] = {
+        INT64_MIN, -4294967296ll, INT32_MIN, -1000001,     -1000000, -999999, -65537, -32769,
+        -32768,    -129,          -128,      -33,          -32,      -1,      0,      1,
+        31,        127,           128,       255,          256,      32767,   65535,  65536,
+        999999,    1000000,       1000001,   4294967295ll, INT64_MAX};
+    struct rl_wire_decoder d;
+    struct rl_buf a, b;
+    unsigned char p[64], q[64];
+    int taken = 0, refused = 0, negative = 0;
+
+    RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
+    rl_buf_init(&a);
+    rl_buf_init(&b);
+    for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+        for (size_t fi = 0; fi < sizeof(fmts) / sizeof(fmts[0]); fi++) {
+            for (size_t vi = 0; vi < sizeof(vals) / sizeof(vals[0]); vi++) {
+                const uint8_t op = ops[o];
+                const unsigned char fmt = fmts[fi];
+                const int64_t v = vals[vi];
+                const uint32_t id = ids[(o + fi + vi) % 10], id2 = ids[(fi * 3 + vi) % 10];
+                const bool ep = (vi & 1) != 0;
+                struct rl_wire_req fast, full;
+                struct rl_wire_fault f;
+                size_t n, n2, tail = 0;
+                bool signed_fmt = fmt >= 0xd0 || (fmt == 0 && v < 0);
+                char what[96];
+                int frc, rc;
+
+                if (!int_fits(fmt, v)) {
+                    continue;
+                }
+                snprintf(what, sizeof(what), "op %u format 0x%02x value %lld", op, fmt,
+                         (long long)v);
+                n = put_keyed_as(p, op, id, ep, fmt, v);
+                frc = rl_wire_decode_req(&d, (const char *)p, n, &full, &f);
+                rc = rl_wire_fast_keyed((const char *)p, n, &fast, &tail);
+                RL_CHECK((rl_wire_fast_check((const char *)p, n, &fast, &tail) == 0) ==
+                             (rc == 0 && op == RL_WIRE_OP_CHECK),
+                         "%s: the CHECK reader", what);
+                rc = rl_wire_fast_keyed((const char *)p, n, &fast, &tail);
+                if (frc != 0) {
+                    /* out of bounds: the full decoder's BAD_FIELD, never the short way */
+                    RL_CHECK(rc == -1, "%s: taken, the full decoder refuses", what);
+                    RL_CHECK(f.err == RL_WIRE_ERR_BAD_FIELD &&
+                                 strstr(f.msg, op == RL_WIRE_OP_ADJUST    ? "delta"
+                                               : op == RL_WIRE_OP_RELEASE ? "count"
+                                                                          : "cost") != NULL,
+                             "%s: %s", what, f.msg);
+                    refused++;
+                    continue;
+                }
+                RL_CHECK((rc == 0) == (fmt != 0xcf && (op == RL_WIRE_OP_ADJUST || !signed_fmt)),
+                         "%s: rc %d", what, rc);
+                if (rc != 0) {
+                    continue;
+                }
+                RL_CHECK(fast.op == op && tail < n, "%s", what);
+                RL_CHECK(op == RL_WIRE_OP_ADJUST ? fast.delta == v && fast.cost == 0
+                                                 : fast.cost == (uint64_t)v && fast.delta == 0,
+                         "%s: delta %d cost %u", what, fast.delta, fast.cost);
+                same_as_full_req(what, (const char *)p, n, &fast);
+                rl_buf_reset(&b);
+                RL_CHECK_INT_EQ(rl_wire_put_spliced(&b, RL_WIRE_CHECK_HDR, op, id2,
+                                                    (const char *)p + tail, n - tail),
+                                0);
+                n2 = put_keyed_as(q, op, id2, ep, fmt, v);
+                RL_CHECK(b.len == RL_WIRE_HDR_LEN + n2 &&
+                             memcmp(b.data + RL_WIRE_HDR_LEN, q, n2) == 0,
+                         "%s: spliced under %u differs", what, id2);
+                taken++;
+                negative += v < 0;
+                if (op == RL_WIRE_OP_CHECK) {
+                    continue;
+                }
+                /* The encoder's frame of the same request: taken, spliced to its frame. */
+                fast.id = id;
+                rl_buf_reset(&a);
+                RL_CHECK_INT_EQ(op == RL_WIRE_OP_ADJUST ? rl_wire_put_adjust(&a, &fast)
+                                                        : rl_wire_put_release(&a, &fast),
+                                0);
+                RL_CHECK(rl_wire_fast_keyed(a.data + RL_WIRE_HDR_LEN, a.len - RL_WIRE_HDR_LEN,
+                                            &full, &tail) == 0 &&
+                             full.op == op && full.delta == fast.delta && full.cost == fast.cost,
+                         "%s: the encoder's frame not taken", what);
+                rl_buf_reset(&b);
+                RL_CHECK_INT_EQ(rl_wire_put_spliced(&b, RL_WIRE_CHECK_HDR, op, id2,
+                                                    a.data + RL_WIRE_HDR_LEN + tail,
+                                                    a.len - RL_WIRE_HDR_LEN - tail),
+                                0);
+                fast.id = id2;
+                rl_buf_reset(&a);
+                RL_CHECK_INT_EQ(op == RL_WIRE_OP_ADJUST ? rl_wire_put_adjust(&a, &fast)
+                                                        : rl_wire_put_release(&a, &fast),
+                                0);
+                RL_CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0,
+                         "%s: the encoder's frame spliced differs", what);
+            }
+        }
+    }
+    /* every case judged (negative deltas: 2 fixints, 4 int 8, 6 int 16, 10 int 32, 10 int 64) */
+    RL_CHECK(taken == 157 && negative == 32 && refused == 118, "taken %d (%d negative), refused %d",
+             taken, negative, refused);
+    rl_buf_deinit(&a);
+    rl_buf_deinit(&b);
+    rl_wire_decoder_deinit(&d);
 }
 END_TEST
 
@@ -338,11 +539,11 @@ START_TEST(test_fast_put_check)
                 int ra = rl_wire_put_check(&a, &req);
                 int rb = rl_wire_fast_put_check(&b, &req);
 
-                RL_CHECK(ra == rb, "id %u lens %zu shape %d: %d vs %d", req.id, lens[l], shape,
-                         ra, rb);
+                RL_CHECK(ra == rb, "id %u lens %zu shape %d: %d vs %d", req.id, lens[l], shape, ra,
+                         rb);
                 RL_CHECK(a.len == b.len && (a.len == 0 || memcmp(a.data, b.data, a.len) == 0),
-                         "id %u lens %zu shape %d: %zu vs %zu bytes", req.id, lens[l], shape,
-                         a.len, b.len);
+                         "id %u lens %zu shape %d: %zu vs %zu bytes", req.id, lens[l], shape, a.len,
+                         b.len);
                 cases += ra == 0;
             }
         }
@@ -362,25 +563,26 @@ rnd(uint64_t *s)
     return *s * 2685821657736338717ull;
 }
 
-/* Mutated CHECKs and replies: whatever the short readers take, the full decoders take with
- * the same fields, and the splice of it decodes to the same fields under the new id. */
+/* Mutated CHECKs, ADJUSTs, RELEASEs and replies: whatever the short readers take, the full
+ * decoders take with the same fields, and the splice of it decodes to the same fields under
+ * the new id. */
 START_TEST(test_differential_fuzz)
 {
-    static const unsigned char hot[] = {0x00, 0x01, 0x05, 0x06, 0x7f, 0x80, 0x96, 0x97,
-                                        0xa0, 0xa1, 0xbf, 0xc0, 0xc2, 0xc4, 0xcc, 0xcd,
-                                        0xce, 0xcf, 0xd0, 0xd2, 0xd9, 0xda, 0xdb, 0xff};
+    static const unsigned char hot[] = {0x00, 0x01, 0x05, 0x06, 0x7f, 0x80, 0x96, 0x97, 0xa0, 0xa1,
+                                        0xbf, 0xc0, 0xc2, 0xc4, 0xcc, 0xcd, 0xce, 0xcf, 0xd0, 0xd2,
+                                        0xd9, 0xda, 0xdb, 0xff, 0x09, 0x0a, 0xd1, 0xd3, 0xe0, 0xf0};
     static struct rl_wire_reply rep, rep2;
     struct rl_wire_decoder d;
-    struct rl_buf seeds[4], sp;
+    struct rl_buf seeds[8], sp;
     struct rl_wire_req in = {0}, req, req2;
     struct rl_wire_check_reply crep = {300, RL_WIRE_LIMITED, 10, 0, 70000, 250};
     struct rl_wire_fault f;
     char buf[512];
     uint64_t s = 0x2545f4914f6cdd1dull;
-    int taken_req = 0, taken_rep = 0;
+    int taken_req = 0, taken_rep = 0, taken_op[3] = {0, 0, 0};
 
     RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 8; k++) {
         rl_buf_init(&seeds[k]);
     }
     rl_buf_init(&sp);
@@ -405,9 +607,23 @@ START_TEST(test_differential_fuzz)
     crep.limit = UINT64_MAX;
     crep.retry_after_ms = 0;
     ck_assert_int_eq(rl_wire_put_check_reply(&seeds[3], &crep), 0);
+    in.op = RL_WIRE_OP_ADJUST;
+    in.cost = 0;
+    in.delta = -300;
+    in.endpoint.ptr = "/pay";
+    in.endpoint.len = 4;
+    ck_assert_int_eq(rl_wire_put_adjust(&seeds[4], &in), 0);
+    in.op = RL_WIRE_OP_RELEASE;
+    in.delta = 0;
+    in.cost = 2;
+    in.endpoint.ptr = NULL;
+    in.endpoint.len = 0;
+    ck_assert_int_eq(rl_wire_put_release(&seeds[5], &in), 0);
+    ck_assert_int_eq(rl_wire_put_adjust_reply(&seeds[6], &crep), 0);
+    ck_assert_int_eq(rl_wire_put_release_reply(&seeds[7], &crep), 0);
 
-    for (int iter = 0; iter < 200000; iter++) {
-        const struct rl_buf *seed = &seeds[iter % 4];
+    for (int iter = 0; iter < 400000; iter++) {
+        const struct rl_buf *seed = &seeds[iter % 8];
         int muts = (int)(rnd(&s) % 4);
         size_t n = seed->len - RL_WIRE_HDR_LEN, tail = 0;
         uint32_t id2 = (uint32_t)rnd(&s) >> (rnd(&s) % 32);
@@ -435,17 +651,22 @@ START_TEST(test_differential_fuzz)
             }
         }
         if (rl_wire_fast_check(buf, n, &req, &tail) == 0) {
+            RL_CHECK(req.op == RL_WIRE_OP_CHECK);
+        }
+        if (rl_wire_fast_keyed(buf, n, &req, &tail) == 0) {
             taken_req++;
+            taken_op[req.op == RL_WIRE_OP_CHECK ? 0 : req.op == RL_WIRE_OP_ADJUST ? 1 : 2]++;
             RL_CHECK(tail >= 3 && tail < n);
             same_as_full_req("fuzzed request", buf, n, &req);
             rl_buf_reset(&sp);
-            RL_CHECK_INT_EQ(rl_wire_put_spliced(&sp, RL_WIRE_CHECK_HDR, RL_WIRE_OP_CHECK, id2,
+            RL_CHECK_INT_EQ(rl_wire_put_spliced(&sp, RL_WIRE_CHECK_HDR, (uint8_t)req.op, id2,
                                                 buf + tail, n - tail),
                             0);
             RL_CHECK_INT_EQ(rl_wire_decode_req(&d, sp.data + RL_WIRE_HDR_LEN,
                                                sp.len - RL_WIRE_HDR_LEN, &req2, &f),
                             0);
-            RL_CHECK(req2.id == id2 && req2.cost == req.cost && req2.user.len == req.user.len &&
+            RL_CHECK(req2.id == id2 && req2.op == req.op && req2.cost == req.cost &&
+                     req2.delta == req.delta && req2.user.len == req.user.len &&
                      memcmp(req2.user.ptr, req.user.ptr, req.user.len) == 0 &&
                      req2.service.len == req.service.len &&
                      memcmp(req2.service.ptr, req.service.ptr, req.service.len) == 0 &&
@@ -453,24 +674,31 @@ START_TEST(test_differential_fuzz)
                      req2.endpoint.len == req.endpoint.len);
         }
         if (rl_wire_fast_check_reply(buf, n, &rep, &tail) == 0) {
+            RL_CHECK(rep.op == RL_WIRE_OP_CHECK);
+        }
+        if (rl_wire_fast_keyed_reply(buf, n, &rep, &tail) == 0) {
             taken_rep++;
             RL_CHECK(tail >= 3 && tail < n);
             same_as_full_reply("fuzzed reply", buf, n, &rep);
             rl_buf_reset(&sp);
-            RL_CHECK_INT_EQ(rl_wire_put_spliced(&sp, RL_WIRE_CHECK_REPLY_HDR, RL_WIRE_OP_CHECK, id2,
+            RL_CHECK_INT_EQ(rl_wire_put_spliced(&sp, RL_WIRE_CHECK_REPLY_HDR, (uint8_t)rep.op, id2,
                                                 buf + tail, n - tail),
                             0);
             RL_CHECK_INT_EQ(rl_wire_decode_reply(&d, sp.data + RL_WIRE_HDR_LEN,
                                                  sp.len - RL_WIRE_HDR_LEN, &rep2),
                             0);
             rep.check.id = id2;
-            RL_CHECK(rep2.id == id2 && memcmp(&rep2.check, &rep.check, sizeof(rep.check)) == 0);
+            RL_CHECK(rep2.id == id2 && rep2.op == rep.op &&
+                     memcmp(&rep2.check, &rep.check, sizeof(rep.check)) == 0);
         }
     }
     /* The loop means something: unmutated and harmlessly mutated seeds were taken. */
-    ck_assert_int_gt(taken_req, 20000);
-    ck_assert_int_gt(taken_rep, 20000);
-    for (int k = 0; k < 4; k++) {
+    ck_assert_int_gt(taken_req, 40000);
+    ck_assert_int_gt(taken_rep, 40000);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_gt(taken_op[k], 10000);
+    }
+    for (int k = 0; k < 8; k++) {
         rl_buf_deinit(&seeds[k]);
     }
     rl_buf_deinit(&sp);
@@ -487,6 +715,7 @@ wire_fast_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_takes_encoded_checks);
     tcase_add_test(tc, test_takes_encoded_replies);
+    tcase_add_test(tc, test_takes_settles);
     tcase_add_test(tc, test_leaves_the_rest);
     tcase_add_test(tc, test_splice_limits);
     tcase_add_test(tc, test_differential_fuzz);

@@ -4,8 +4,8 @@
  * claims more than the input holds; a decoded request's strings lie inside its frame and
  * keep the documented bounds; a request that decodes re-encodes (CHECK, ADJUST, RELEASE, PING, STATS,
  * CLOCK, HELLO, AUTH, THROTTLED, HANDOFF_OUT, HANDOFF_IN) and decodes again to the same
- * values; the short readers of CHECK and its reply (wire_fast.h) take a frame only when the
- * full decoders do, with the same fields.
+ * values; the short readers of CHECK, ADJUST, RELEASE and their replies (wire_fast.h) take a
+ * frame only when the full decoders do, with the same fields.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -124,18 +124,25 @@ fast_agrees(const char *f, size_t plen)
     size_t tail;
 
     if (rl_wire_fast_check(f, plen, &fast, &tail) == 0) {
+        MUST(fast.op == RL_WIRE_OP_CHECK);
+    }
+    if (rl_wire_fast_keyed(f, plen, &fast, &tail) == 0) {
         MUST(tail > 2 && tail < plen);
         MUST(rl_wire_decode_req(&dec, f, plen, &full, &fault) == 0);
-        MUST(full.op == RL_WIRE_OP_CHECK && fast.op == RL_WIRE_OP_CHECK);
-        MUST(full.id == fast.id && full.cost == fast.cost);
+        MUST(full.op == fast.op &&
+             (fast.op == RL_WIRE_OP_CHECK || fast.op == RL_WIRE_OP_ADJUST ||
+              fast.op == RL_WIRE_OP_RELEASE));
+        MUST(full.id == fast.id && full.cost == fast.cost && full.delta == fast.delta);
         MUST(same_str(full.service, fast.service) && same_str(full.user, fast.user) &&
              same_str(full.endpoint, fast.endpoint));
     }
     if (rl_wire_fast_check_reply(f, plen, &fast_rep, &tail) == 0) {
+        MUST(fast_rep.op == RL_WIRE_OP_CHECK);
+    }
+    if (rl_wire_fast_keyed_reply(f, plen, &fast_rep, &tail) == 0) {
         MUST(tail > 2 && tail < plen);
         MUST(rl_wire_decode_reply(&dec, f, plen, &rep) == 0);
-        MUST(rep.op == RL_WIRE_OP_CHECK && fast_rep.op == RL_WIRE_OP_CHECK &&
-             rep.id == fast_rep.id);
+        MUST(rep.op == fast_rep.op && rep.id == fast_rep.id);
         MUST(memcmp(&rep.check, &fast_rep.check, sizeof(rep.check)) == 0);
     }
 }

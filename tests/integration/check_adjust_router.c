@@ -15,6 +15,10 @@
  *     refused through A (not cached, though no client may refund it), one given back by a
  *     RELEASE (op 10) through B, taken again through A at once; STATS `releases`, log
  *     lines ending in `release`;
+ *   - element 5 in every integer format a client may choose (a negative delta as a fixint,
+ *     int 8, 16, 32, 64; a count as a uint 16; a uint 64, which the router decodes in full),
+ *     relayed to the node with its value (remaining moves by it), the refund rule judged on
+ *     it, values out of bounds refused BAD_FIELD by the router (the node is not asked);
  *   - with every node killed, ADJUST and RELEASE are answered by their rule's failure policy
  *     under their own op (FAIL_OPEN, FAIL_CLOSED with the session timeout to wait), never by
  *     the backstop (its counters do not move), counted `owner_down`.
@@ -366,6 +370,104 @@ START_TEST(test_release_two_routers)
 }
 END_TEST
 
+/* [op, 5, svc, user, nil, element 5 as the bytes v[0..vn)] through c, as a raw frame; the
+ * reply, under id 5. */
+static struct rl_wire_reply
+send_raw(struct rl_client *c, uint8_t op, const char *svc, const char *user, const char *v,
+         size_t vn)
+{
+    unsigned char f[128];
+    size_t n = 4, sl = strlen(svc), ul = strlen(user);
+    struct rl_wire_reply rep;
+
+    f[n++] = 0x96;
+    f[n++] = op;
+    f[n++] = 5;
+    f[n++] = (unsigned char)(0xa0 | sl);
+    memcpy(f + n, svc, sl);
+    n += sl;
+    f[n++] = (unsigned char)(0xa0 | ul);
+    memcpy(f + n, user, ul);
+    n += ul;
+    f[n++] = 0xc0;
+    memcpy(f + n, v, vn);
+    n += vn;
+    f[0] = f[1] = 0;
+    f[2] = (unsigned char)((n - 4) >> 8);
+    f[3] = (unsigned char)(n - 4);
+    ck_assert_int_eq(rl_client_queue_raw(c, (const char *)f, n), 0);
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.id, 5);
+    return rep;
+}
+
+#define RAWV(s) s, sizeof(s) - 1
+
+START_TEST(test_settle_encodings)
+{
+    static const struct {
+        const char *v;
+        size_t vn;
+        uint64_t remaining; /* after it, from 0 of 10 */
+    } deltas[] = {
+        {RAWV("\xff"), 1},                                 /* -1, negative fixint */
+        {RAWV("\xd0\xfe"), 3},                             /* -2, int 8 */
+        {RAWV("\xd1\xff\xfd"), 6},                         /* -3, int 16 */
+        {RAWV("\xd2\xff\xff\xff\xff"), 7},                 /* -1, int 32 */
+        {RAWV("\xd3\xff\xff\xff\xff\xff\xff\xff\xfe"), 9}, /* -2, int 64 */
+        {RAWV("\xd0\x02"), 7},                             /* +2, int 8 */
+        {RAWV("\xcf\x00\x00\x00\x00\x00\x00\x00\x01"), 6}, /* +1, uint 64 */
+        {RAWV("\xcd\x00\x03"), 3},                         /* +3, uint 16 */
+    };
+    struct rl_client *c;
+    struct rl_wire_reply rep;
+    int64_t adj0, fwd0, unauth0;
+
+    wait_ready();
+    adj0 = rstat(0, "adjusts");
+    fwd0 = rstat(0, "forwarded");
+    unauth0 = rstat(0, "unauthorized");
+    c = rl_test_dial(router_ports[0], SETTLE_TOKEN, T_TIMEOUT);
+    ck_assert_uint_eq(expect(c, RL_WIRE_OP_CHECK, "tok", "gina", 10, RL_WIRE_ALLOWED).remaining, 0);
+    for (size_t i = 0; i < sizeof(deltas) / sizeof(deltas[0]); i++) {
+        rep = send_raw(c, RL_WIRE_OP_ADJUST, "tok", "gina", deltas[i].v, deltas[i].vn);
+        ck_assert_msg(rep.op == RL_WIRE_OP_ADJUST && rep.check.code == RL_WIRE_ALLOWED &&
+                          rep.check.remaining == deltas[i].remaining,
+                      "delta %zu: op %u code %u remaining %llu, not %llu", i, rep.op,
+                      rep.check.code, (unsigned long long)rep.check.remaining,
+                      (unsigned long long)deltas[i].remaining);
+    }
+    /* out of bounds: the router's BAD_FIELD, the connection stays */
+    rep =
+        send_raw(c, RL_WIRE_OP_ADJUST, "tok", "gina", RAWV("\xd2\xff\xf0\xbd\xbf")); /* -1000001 */
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep.err, RL_WIRE_ERR_BAD_FIELD);
+    ck_assert_ptr_nonnull(strstr(rep.message.ptr, "delta"));
+    rl_client_destroy(c);
+    /* a refund in an int 64 is a refund: app's token may not */
+    c = rl_test_dial(router_ports[0], APP_TOKEN, T_TIMEOUT);
+    rep =
+        send_raw(c, RL_WIRE_OP_ADJUST, "tok", "gina", RAWV("\xd3\xff\xff\xff\xff\xff\xff\xff\xff"));
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep.err, RL_WIRE_ERR_UNAUTHORIZED);
+    rep = send_raw(c, RL_WIRE_OP_RELEASE, "cc", "gina", RAWV("\x00"));
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep.err, RL_WIRE_ERR_BAD_FIELD);
+    ck_assert_ptr_nonnull(strstr(rep.message.ptr, "count"));
+    /* a slot taken, given back by a count in a uint 16 */
+    ck_assert_uint_eq(expect(c, RL_WIRE_OP_CHECK, "cc", "gina", 1, RL_WIRE_ALLOWED).remaining, 1);
+    rep = send_raw(c, RL_WIRE_OP_RELEASE, "cc", "gina", RAWV("\xcd\x00\x01"));
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_RELEASE);
+    ck_assert_uint_eq(rep.check.remaining, 2);
+    rl_client_destroy(c);
+    ck_assert_int_eq(rstat(0, "adjusts") - adj0, 8);
+    ck_assert_int_eq(rstat(0, "unauthorized") - unauth0, 1);
+    /* the 2 CHECKs, 8 ADJUSTs and the RELEASE went to a node; the refusals did not */
+    ck_assert_int_eq(rstat(0, "forwarded") - fwd0, 11);
+}
+END_TEST
+
 START_TEST(test_policy_when_owner_down)
 {
     struct rl_client *a;
@@ -406,6 +508,7 @@ adjust_router_suite(void)
     tcase_add_test(tc, test_refund_needs_adjust);
     tcase_add_test(tc, test_deny_cache_two_routers);
     tcase_add_test(tc, test_release_two_routers);
+    tcase_add_test(tc, test_settle_encodings);
     tcase_add_test(tc, test_policy_when_owner_down);
     suite_add_tcase(s, tc);
     return s;
