@@ -516,8 +516,11 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
     if (uc == NULL) {
         return -EAGAIN;
     }
-    if (req->tenant != 0 && !uc->tenant_ok) {
-        bare = *req; /* a node from before the tenant element, or not yet known */
+    if (req->tenant != 0 && !uc->tenant_ok && !uc->tenant_probe) {
+        /* a node from before the tenant element. While the probe's answer is awaited the
+         * element goes: sent without it, an attacker's flood right after a connect would be
+         * accounted to tenant 0, a second quota (docs/PROTOCOL.md, "Upgrades") */
+        bare = *req;
         bare.tenant = 0;
         req = &bare;
     }
