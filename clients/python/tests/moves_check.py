@@ -58,7 +58,8 @@ SERVICES = {"tb": "token_bucket", "fw": "fixed_window", "gc": "gcra"}
 DEADLINE_MS = 200
 HANDOFF_WAIT_MS = 2000  # [cluster] handoff_wait's default
 BATCH = 100
-MARGIN_S = 2.5  # the chaos tool's margin over the deadline: handoff_wait 2 s + slack
+MARGIN_S = 2.5
+MOVE_STATS = ("moved", "held_for_move", "move_redirected", "move_expired")  # the chaos tool's margin over the deadline: handoff_wait 2 s + slack
 
 
 class ZooKeeper:
@@ -290,12 +291,25 @@ def run(workdir: Path, say=print, stop_signal: int = signal.SIGTERM) -> Dict:
             f"(expected {len(pairs) * LIMIT}), refused after {out['refused_before']} "
             f"(expected {2 * len(pairs)})")
 
+        def moves() -> Dict[str, int]:
+            """The routers' move counters, summed (a restarted router would reset them)."""
+            tot: Dict[str, int] = {}
+            for port in cl.router_ports:
+                with Client("127.0.0.1", port, 2.0) as c:
+                    st = c.stats()
+                for k in MOVE_STATS:
+                    tot[k] = tot.get(k, 0) + st.get(k, 0)
+            return tot
+
         def step(name: str, body) -> Dict:
+            before = moves()
             fig = asker.begin(name)
             t0 = time.monotonic()
             extra = body() or {}
             time.sleep(1.0)  # the client keeps asking past the step's end
             asker.end()
+            after = moves()
+            fig["router"] = {k: after[k] - before[k] for k in MOVE_STATS}
             fig["seconds"] = round(time.monotonic() - t0, 1)
             fig["slowest_s"] = round(fig["slowest_s"], 3)
             fig.update(extra)
@@ -304,7 +318,8 @@ def run(workdir: Path, say=print, stop_signal: int = signal.SIGTERM) -> Dict:
             say(f"{name}: fresh pairs {fig['fresh_pairs']}/{len(pairs)}, extra answers "
                 f"{fig['extra']}/{fig['answers']}, policy answers {fig['policy']} "
                 f"(probe {fig['probe_policy']}), slowest batch {fig['slowest_s']} s, "
-                f"{fig['seconds']} s, codes {fig['codes']}, errors {fig['errors']}"
+                f"{fig['seconds']} s, codes {fig['codes']}, errors {fig['errors']}, "
+                f"routers {fig['router']}"
                 + "".join(f", {k} {fig[k]}" for k in extra))
             return fig
 
@@ -320,7 +335,12 @@ def run(workdir: Path, say=print, stop_signal: int = signal.SIGTERM) -> Dict:
         def join() -> Dict:
             cl.start_node("d")
             cl.wait_members(4)
-            return {}
+            time.sleep(1.0)
+            with Client("127.0.0.1", cl.node_ports["d"], 2.0) as c:
+                st = c.stats()
+            return {"d_keys": st.get("keys", -1), "d_handoffs_in": st.get("handoffs_in_done", -1),
+                    "d_handoffs_in_failed": st.get("handoffs_in_failed", -1),
+                    "d_keys_in": st.get("handoff_keys_in", -1)}
 
         def rebalance() -> Dict:
             log = workdir / "requests.log"

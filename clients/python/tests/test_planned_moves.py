@@ -40,8 +40,12 @@ def test_planned_moves_keep_every_counter(tmp_path):
         assert s["policy"] == 0 and s["probe_policy"] == 0, s
         assert s["errors"] == 0, s
         assert s["slowest_s"] <= bound, s
+        assert s["router"]["move_expired"] == 0, s  # no request held past handoff_wait
     rolling, join, rebalance = out["steps"]
     assert rolling["exit_status"] == {"a": 0, "b": 0, "c": 0}, rolling
+    # the new node took its shards with their keys (the step moved something), none failed
+    assert join["d_keys_in"] > 0 and join["d_handoffs_in"] > 0, join
+    assert join["d_handoffs_in_failed"] == 0, join
     assert rebalance["rebalance_status"] == 0, rebalance
     assert rebalance["written"] == "zk", rebalance
     assert rebalance["moved_shards"] > 0, rebalance  # the step moved something
