@@ -58,9 +58,9 @@ SERVICES = {"tb": "token_bucket", "fw": "fixed_window", "gc": "gcra"}
 DEADLINE_MS = 200
 HANDOFF_WAIT_MS = 2000  # [cluster] handoff_wait's default
 BATCH = 100
-MARGIN_S = 2.5
+MARGIN_S = 2.5  # the chaos tool's margin over the deadline: handoff_wait 2 s + slack
 MOVE_STATS = ("moved", "held_for_move", "move_redirected", "move_expired", "move_lost_conn",
-              "owner_down", "not_owner")  # the chaos tool's margin over the deadline: handoff_wait 2 s + slack
+              "owner_down", "not_owner")
 
 
 class ZooKeeper:
