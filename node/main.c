@@ -126,7 +126,7 @@ node_linger_end(uv_timer_t *t)
 }
 
 /* A drained node deregisters, then keeps answering (every shard MOVING to its new owner, or
- * not owned) for RL_NODE_LINGER_MS before it closes: a router whose view still names it as
+ * not owned) for RL_NODE_LINGER_MS before it closes, when it decides no shard any more: a router whose view still names it as
  * an owner then holds or redirects the request instead of finding no connection and
  * answering by failure policy (the routers learn of the deregistration a moment later). */
 static void
@@ -139,7 +139,9 @@ node_finish_drain(void *arg)
         n->zkm = NULL;
         uv_close((uv_handle_t *)&n->reg_timer, NULL);
     }
-    if (uv_timer_init(&n->d.loop, &n->linger_timer) != 0) {
+    /* past drain_timeout some shards are still decided here: no linger (their next owners
+     * start them afresh now, and two nodes must never decide one key) */
+    if (rl_move_count_owned(n->move) > 0 || uv_timer_init(&n->d.loop, &n->linger_timer) != 0) {
         node_close_server(n);
         return;
     }
