@@ -30,6 +30,7 @@
 
 #define RL_NODE_CHECK_MS 1000u /* how often the registration is looked at */
 #define RL_NODE_WARN_MS 10000u /* how often an unregistered node says so */
+#define RL_NODE_LINGER_MS 300u /* a drained node answers this long after deregistering */
 #define RL_NODE_FIRST_WARN_MS 3000u
 
 enum { OPT_TEST_CLOCK = 0x2000 };
@@ -41,6 +42,7 @@ struct node {
     struct rl_zkm *zkm;
     struct rl_rules rules; /* where the rules in force came from (STATS rules_*) */
     uv_timer_t reg_timer;
+    uv_timer_t linger_timer; /* a clean stop's last answers after deregistering */
     bool test_clock;
     int zk_state;          /* enum rl_zkm_state, as last told */
     int registered;        /* as last seen */
@@ -102,6 +104,54 @@ node_option(struct rl_daemon *d, int opt, const char *arg)
 }
 
 static void
+node_close_server(struct node *n)
+{
+    rl_rules_close(&n->rules); /* a parse in flight is dropped: no apply to a closing node */
+    rl_server_close(&n->server, NULL);
+    n->server.move = NULL;
+    rl_move_destroy(n->move);
+    n->move = NULL;
+}
+
+static void
+node_linger_done(uv_handle_t *h)
+{
+    node_close_server(h->data);
+}
+
+static void
+node_linger_end(uv_timer_t *t)
+{
+    uv_close((uv_handle_t *)t, node_linger_done);
+}
+
+/* A drained node deregisters, then keeps answering (every shard MOVING to its new owner, or
+ * not owned) for RL_NODE_LINGER_MS before it closes, when it decides no shard any more: a router whose view still names it as
+ * an owner then holds or redirects the request instead of finding no connection and
+ * answering by failure policy (the routers learn of the deregistration a moment later). */
+static void
+node_finish_drain(void *arg)
+{
+    struct node *n = arg;
+
+    if (n->zkm != NULL) {
+        rl_zkm_destroy(n->zkm);
+        n->zkm = NULL;
+        uv_close((uv_handle_t *)&n->reg_timer, NULL);
+    }
+    /* past drain_timeout some shards are still decided here: no linger (their next owners
+     * start them afresh now, and two nodes must never decide one key) */
+    if (rl_move_count_owned(n->move) > 0 || uv_timer_init(&n->d.loop, &n->linger_timer) != 0) {
+        node_close_server(n);
+        return;
+    }
+    n->linger_timer.data = n;
+    if (uv_timer_start(&n->linger_timer, node_linger_end, RL_NODE_LINGER_MS, 0) != 0) {
+        uv_close((uv_handle_t *)&n->linger_timer, node_linger_done);
+    }
+}
+
+static void
 node_finish_stop(void *arg)
 {
     struct node *n = arg;
@@ -111,11 +161,7 @@ node_finish_stop(void *arg)
         n->zkm = NULL;
         uv_close((uv_handle_t *)&n->reg_timer, NULL);
     }
-    rl_rules_close(&n->rules); /* a parse in flight is dropped: no apply to a closing node */
-    rl_server_close(&n->server, NULL);
-    n->server.move = NULL;
-    rl_move_destroy(n->move);
-    n->move = NULL;
+    node_close_server(n);
 }
 
 /*
@@ -143,7 +189,7 @@ node_stop(struct rl_daemon *d)
     rl_log_info("clean stop: leaving (handing %u shard(s) to their next owners, at most %u ms)",
                 rl_move_count_owned(n->move), timeout);
     rl_zkm_set_state(n->zkm, RL_MEMBER_LEAVING);
-    rl_move_drain(n->move, timeout, node_finish_stop, n);
+    rl_move_drain(n->move, timeout, node_finish_drain, n);
 }
 
 /*
