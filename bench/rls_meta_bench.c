@@ -15,16 +15,9 @@
 #include "google/protobuf/struct.pb-c.h"
 #include "rls_int.h"
 
+#include "bench_util.h"
+
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry rls_entry;
-
-static double
-cpu_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 /* A call of n descriptors (tenant=acme, plan=free), descriptor 0 decided by its limit. */
 static void
