@@ -9,10 +9,12 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "reqclient.h"
 #include "harness.h"
@@ -71,6 +73,86 @@ rl_test_stat(int port, const char *key)
     v = rl_client_stat(&rep, key, -1);
     rl_client_destroy(c);
     return v;
+}
+
+/* STATS key of 127.0.0.1:port, or -1 when the server does not answer (within 1 s). */
+static int64_t
+try_stat(int port, const char *key)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+    char why[320];
+    int64_t v = -1;
+
+    if (rl_client_connect(&c, "127.0.0.1", (uint16_t)port, 1000) != 0) {
+        return -1;
+    }
+    if (rl_client_auth_file(c, NULL, 1000, why, sizeof(why)) == 0 &&
+        rl_client_stats(c, &rep, 1000) == 0) {
+        v = rl_client_stat(&rep, key, -1);
+    }
+    rl_client_destroy(c);
+    return v;
+}
+
+/* One look at the cluster: true when it is at rest (see rltest.h); says why not in why. */
+static bool
+cluster_at_rest(const struct rl_harness_server *nodes, int nnodes,
+                const struct rl_harness_server *routers, int nrouters, int members, char *why,
+                size_t whylen)
+{
+    int64_t digest = 0;
+
+    for (int i = 0; i < nrouters; i++) {
+        int64_t m, d;
+
+        if (routers[i].pid == 0) {
+            continue;
+        }
+        m = try_stat(routers[i].port, "members");
+        d = try_stat(routers[i].port, "table_digest");
+        if (m != members || d <= 0 || (digest != 0 && d != digest)) {
+            snprintf(why, whylen, "router on port %d: members %lld (want %d), table %llx",
+                     routers[i].port, (long long)m, members, (unsigned long long)d);
+            return false;
+        }
+        digest = d;
+    }
+    for (int i = 0; i < nnodes; i++) {
+        int64_t in, out, d;
+
+        if (nodes[i].pid == 0) {
+            continue;
+        }
+        in = try_stat(nodes[i].port, "shards_incoming");
+        out = try_stat(nodes[i].port, "shards_outgoing");
+        d = try_stat(nodes[i].port, "table_digest");
+        if (in != 0 || out != 0 || d <= 0 || (digest != 0 && d != digest)) {
+            snprintf(why, whylen,
+                     "node %s: shards incoming %lld, outgoing %lld, table %llx (routers' %llx)",
+                     nodes[i].name, (long long)in, (long long)out, (unsigned long long)d,
+                     (unsigned long long)digest);
+            return false;
+        }
+        digest = d;
+    }
+    return true;
+}
+
+void
+rl_test_wait_settled(const struct rl_harness_server *nodes, int nnodes,
+                     const struct rl_harness_server *routers, int nrouters, int members,
+                     int timeout_ms)
+{
+    char why[512] = "";
+
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        if (cluster_at_rest(nodes, nnodes, routers, nrouters, members, why, sizeof(why))) {
+            return;
+        }
+        usleep(50 * 1000);
+    }
+    RL_CHECK(false, "the cluster did not settle within %d ms: %s", timeout_ms, why);
 }
 
 void

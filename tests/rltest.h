@@ -80,6 +80,18 @@ void rl_test_cluster_prepare(struct rl_harness_zk *zk, struct rl_harness_server 
                              int *node_ports, int nnodes, struct rl_harness_server *routers,
                              int *router_ports, int nrouters);
 
+/*
+ * Waits (timeout_ms at most) until the cluster is at rest: every running router (pid not 0)
+ * sees `members` members, the running routers and nodes use one shard table (STATS
+ * table_digest) and no node has a shard in flight (shards_incoming, shards_outgoing). Nodes
+ * started one after another hand shards to each other as each joins; a test that counts
+ * what the nodes decide, or that wants no answer held for a move, waits for the end of that.
+ * Fails the test, saying what was still moving, when the time runs out.
+ */
+void rl_test_wait_settled(const struct rl_harness_server *nodes, int nnodes,
+                          const struct rl_harness_server *routers, int nrouters, int members,
+                          int timeout_ms);
+
 /* The main() of a test binary whose suite is built by suite_fn(). */
 #define RL_TEST_MAIN(suite_fn)                                                                     \
     int main(void)                                                                                 \

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "auth.h"
@@ -48,7 +49,7 @@ static struct rl_harness_zk zk;
 static struct rl_harness_server nodes[2], routers[2];
 static const char *const names[2] = {"a", "b"};
 static int node_ports[2], router_ports[2];
-static char conf_path[PATH_MAX], log_path[PATH_MAX];
+static char conf_path[PATH_MAX], log_path[PATH_MAX], token_path[PATH_MAX];
 
 static void
 sleep_ms(int64_t ms)
@@ -100,11 +101,17 @@ setup(void)
     for (int i = 0; i < 2; i++) {
         ck_assert_int_eq(rl_harness_router_start(&routers[i], conf_path, router_ports[i]), 0);
     }
+    /* rl_test_wait_settled reads STATS with the token of $RL_TOKEN_FILE: app's. */
+    ck_assert_int_eq(rl_harness_tmppath(token_path, sizeof(token_path), "app.token"), 0);
+    ck_assert_int_eq(rl_harness_write_file(token_path, "%s\n", APP_TOKEN), 0);
+    ck_assert_int_eq(chmod(token_path, 0600), 0);
+    ck_assert_int_eq(setenv("RL_TOKEN_FILE", token_path, 1), 0);
 }
 
 static void
 teardown(void)
 {
+    unsetenv("RL_TOKEN_FILE");
     rl_harness_cleanup();
 }
 
@@ -134,6 +141,7 @@ wait_ready(void)
             sleep_ms(50);
         }
         ck_assert_int_eq(rstat(r, "members"), 2);
+        rl_test_wait_settled(nodes, 2, routers, 2, 2, 60000);
         int64_t want = 2 * 2 * rstat(r, "workers");
 
         for (i = 0; i < 400 && rstat(r, "deny_rules_confirms") < want; i++) {

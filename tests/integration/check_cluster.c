@@ -63,12 +63,15 @@ router_stat(int r, const char *key)
     return v;
 }
 
-/* Waits until both routers see `want` members and node `down` (or -1) is not up. */
+/* Waits until both routers see `want` members and the running nodes move no shard. */
 static void
 wait_members(int want)
 {
     for (int i = 0; i < 200; i++) {
         if (router_stat(0, "members") == want && router_stat(1, "members") == want) {
+            /* ... and the shards the change moved are in place (a node joining takes its
+             * shards with their counters; the start moves them as each node joins). */
+            rl_test_wait_settled(nodes, NNODES, routers, 2, want, 60000);
             return;
         }
         usleep(50 * 1000);

@@ -135,6 +135,7 @@ start(void)
             sleep_ms(50);
         }
         ck_assert_int_eq(rl_test_stat(router_port, "members"), 2);
+        rl_test_wait_settled(nodes, 2, &router, 1, 2, 60000);
     }
 }
 

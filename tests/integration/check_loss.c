@@ -97,13 +97,14 @@ setup_abuse(void)
     }
 }
 
-/* Waits until both routers see `want` members. */
+/* Waits until both routers see `want` members and no shard is in flight. */
 static void
 wait_members(int want)
 {
     for (int i = 0; i < 400; i++) {
         if (rl_test_stat(router_ports[0], "members") == want &&
             rl_test_stat(router_ports[1], "members") == want) {
+            rl_test_wait_settled(nodes, NNODES, routers, 2, want, 60000);
             return;
         }
         sleep_ms(50);

@@ -39,7 +39,7 @@ static const char nginx_conf[] =
     "  lua_ssl_trusted_certificate %s/ca.pem;\n"
     "  lua_ssl_verify_depth 2;\n"
     "  init_by_lua_block {\n"
-    "    require(\"ratelimiter\").configure{ host = \"127.0.0.1\", port = %d, timeout = 2000 }\n"
+    "    require(\"ratelimiter\").configure{ host = \"127.0.0.1\", port = %d, timeout = 5000 }\n"
     "  }\n"
     "  server {\n"
     "    listen 127.0.0.1:%d;\n"
@@ -91,7 +91,11 @@ START_TEST(test_lua_tls)
                                            "[cluster]\ntls_cert_file = %s/member.pem\n"
                                            "tls_key_file = %s/member.key\n"
                                            "tls_ca_file = %s/ca.pem\n"
+                                           /* the first CHECK waits for the router's
+                                            * first TLS connection to the node (slow under
+                                            * ASan): within the deadline, not FAIL_OPEN */
                                            "[router]\nlisten = 127.0.0.1:%d\n"
+                                           "deadline = 3s\n"
                                            "[node a]\nlisten = 127.0.0.1:%d\n"
                                            "[service api]\nlimit = fixed_window 2 per 1h\n",
                                            dir, dir, dir, rport, nport),

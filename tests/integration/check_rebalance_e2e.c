@@ -131,6 +131,9 @@ setup(void)
         usleep(50 * 1000);
     }
     ck_assert_int_eq(rl_test_stat(router_port, "members"), NNODES);
+    /* The nodes joined one after another: the shards they handed each other are in place
+     * before the traffic whose every decision traffic() counts. */
+    rl_test_wait_settled(nodes, NNODES, &router, 1, NNODES, 60000);
 }
 
 static void
@@ -199,6 +202,8 @@ START_TEST(test_rebalance_levels_load)
         ck_assert_int_eq(rl_test_stat(router_port, "assignment_version"), version);
     }
 
+    /* The assignment moved shards with their counters: in place before counting again. */
+    rl_test_wait_settled(nodes, NNODES, &router, 1, NNODES, 60000);
     after = traffic();
     fprintf(stderr, "rebalance e2e: node max/mean before %.3f, after %.3f\n", before, after);
     ck_assert_msg(after <= 1.10, "after rebalancing max/mean is %.3f", after);

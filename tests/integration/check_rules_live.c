@@ -121,6 +121,7 @@ wait_all(const char *key, int64_t want, int nn, int nr, int timeout_ms)
 static void
 wait_routable(void)
 {
+    rl_test_wait_settled(nodes, NNODES, routers, 2, NNODES, 60000);
     for (int i = 0; i < 200; i++) {
         bool ok = true;
 

@@ -118,6 +118,7 @@ wait_members(int want)
 
     while (rl_clock_mono_ns() < until) {
         if (router_members(router_ports[0]) == want && router_members(router_ports[1]) == want) {
+            rl_test_wait_settled(nodes, NNODES, routers, 2, want, 60000);
             return;
         }
         usleep(50000);

@@ -99,6 +99,7 @@ trust_setup(void)
         usleep(50 * 1000);
     }
     ck_assert_int_eq(rl_test_stat(router_port, "members"), 2);
+    rl_test_wait_settled(nodes, 2, &router, 1, 2, 60000);
 }
 
 static void
