@@ -99,6 +99,13 @@ move_incoming(struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now)
     move_set(m, s, RL_MOVE_INCOMING);
 }
 
+/* How long a shard received ahead of this node's view waits for the view (RL_MOVE_OWNED_H). */
+static uint64_t
+move_hold_ms(const struct rl_move *m)
+{
+    return m->o.handoff_wait_ms / 4 > 0 ? m->o.handoff_wait_ms / 4 : 1;
+}
+
 static void
 move_fresh(struct rl_move *m, uint32_t s)
 {
@@ -414,9 +421,24 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
         peer = move_peer_name(m, m->peer[s]);
         if (from != NULL && peer[0] != '\0' &&
             (strlen(peer) != flen || memcmp(peer, from, flen) != 0)) {
-            snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s, peer,
-                     (int)(flen < 64 ? flen : 64), from);
-            return -EBUSY;
+            char name[64];
+
+            if (nothing || flen == 0 || flen >= sizeof(name)) {
+                /* only the node it is expected from may say it holds nothing of it */
+                snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s,
+                         peer, (int)(flen < 64 ? flen : 64), from);
+                return nothing ? 1 : -EBUSY;
+            }
+            /* Records from another node than the one expected: the sender decided the shard
+             * until it froze it for this export (a node exports only what it decides), so it
+             * is the shard's holder; the expected one, whose views placed it differently
+             * (nodes that joined together: its first view as an active member already placed
+             * the shard here), never held it. Taken from the sender from now on. */
+            memcpy(name, from, flen);
+            name[flen] = '\0';
+            rl_log_debug("handoff: shard %" PRIu32 " expected from %s comes from %s", s, peer,
+                         name);
+            m->peer[s] = move_peer_id(m, name);
         }
         break;
     case RL_MOVE_NONE:
@@ -474,7 +496,12 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
         rl_shardmap_owner(m->map, s) == m->self_ix) {
         move_set(m, s, RL_MOVE_OWNED);
     } else {
-        m->deadline[s] = now + m->o.handoff_wait_ms;
+        /* This node's view does not place s here: either it lags the sender's (and the
+         * view that does comes within milliseconds), or it is ahead of it (nodes that joined
+         * together: the view already places s on a third node, which expects it from here
+         * and waits at most handoff_wait). Hold it a quarter of handoff_wait, then follow
+         * the view: well within the third node's wait. */
+        m->deadline[s] = now + move_hold_ms(m);
         move_set(m, s, RL_MOVE_OWNED_H);
         move_tick(m);
     }
