@@ -6,7 +6,7 @@
  * counted from the last progress of a move: a receiver that hears nothing for that long starts its
  * expected shards from zero, and a sender gives up on its queued shards well before (half of it),
  * so the two never decide one shard at once. Not for decoding or importing records
- * (server_handoff.c).
+ * (server_handoff.c), nor for the bookkeeping under the states (move_state.c).
  */
 #include "move_int.h"
 
@@ -20,72 +20,6 @@
 #include "log.h"
 #include "shardmap.h"
 
-/* Every state change goes through here: the bitmap and the gauges follow. */
-void
-move_set(struct rl_move *m, uint32_t s, uint8_t to)
-{
-    uint8_t from = m->st[s];
-
-    if (from == to) {
-        return;
-    }
-    m->stats.incoming -= from == RL_MOVE_INCOMING;
-    m->stats.incoming += to == RL_MOVE_INCOMING;
-    m->stats.outgoing -= from == RL_MOVE_OUTGOING || from == RL_MOVE_EXPORTING;
-    m->stats.outgoing += to == RL_MOVE_OUTGOING || to == RL_MOVE_EXPORTING;
-    m->nowned -= st_decides(from);
-    m->nowned += st_decides(to);
-    m->st[s] = to;
-    bit_set(m->told, s, false);
-    bit_set(m->owned, s, st_decides(to));
-}
-
-static uint16_t
-move_peer_id(struct rl_move *m, const char *name)
-{
-    for (size_t i = 0; i < m->npeers; i++) {
-        if (strcmp(m->peers[i], name) == 0) {
-            return (uint16_t)i;
-        }
-    }
-    if (m->npeers == m->peers_cap) {
-        size_t cap = m->peers_cap == 0 ? 16 : m->peers_cap * 2;
-        void *p;
-
-        if (cap > MOVE_PEERS_MAX || (p = realloc(m->peers, cap * sizeof(*m->peers))) == NULL) {
-            return MOVE_PEER_NONE;
-        }
-        m->peers = p;
-        m->peers_cap = cap;
-    }
-    snprintf(m->peers[m->npeers], sizeof(m->peers[0]), "%s", name);
-    return (uint16_t)m->npeers++;
-}
-
-const char *
-move_peer_name(const struct rl_move *m, uint16_t id)
-{
-    return id == MOVE_PEER_NONE || id >= m->npeers ? "" : m->peers[id];
-}
-
-/* Whether the member named by peer id is in the current view (any state). */
-static bool
-move_peer_member(const struct rl_move *m, uint16_t id)
-{
-    return id != MOVE_PEER_NONE && m->map != NULL &&
-           rl_shardmap_find(m->map, move_peer_name(m, id)) != RL_SHARDMAP_NONE;
-}
-
-void
-move_enqueue(struct rl_move *m, uint32_t s)
-{
-    if (bit_get(m->queued, s)) {
-        return;
-    }
-    bit_set(m->queued, s, true);
-    m->q[m->qtail] = s;
-    m->qtail = (m->qtail + 1) % (m->n + 1);
-}
 
 /* Expected here from peer: nothing decided until it arrives or the wait ends. A new tenure:
  * what this node held of s before is not current. */
@@ -510,29 +444,6 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
 
 /* Drain. */
 
-/* done() runs from a timer of its own, never inside a call of the caller's (a view being
- * applied from ZooKeeper's callback, which done() may destroy). */
-static void
-move_drain_fire(uv_timer_t *t)
-{
-    struct rl_move *m = t->data;
-
-    m->drain_done(m->drain_arg);
-}
-
-void
-move_check_drain(struct rl_move *m)
-{
-    if (!m->draining || m->drained || !m->leaving_seen || m->stats.outgoing > 0 || m->b.active) {
-        return;
-    }
-    m->drained = true;
-    uv_timer_stop(&m->drain_timer);
-    uv_timer_start(&m->drain_timer, move_drain_fire, 0, 0);
-    rl_log_info("handoff: clean stop: every shard handed off (%" PRIu64 " shipped, %" PRIu64
-                " failed, %" PRIu64 " keys, %" PRIu64 " bytes)",
-                m->stats.out_done, m->stats.out_failed, m->stats.keys_out, m->stats.bytes_out);
-}
 
 static void
 move_drain_timeout(uv_timer_t *t)
@@ -611,21 +522,6 @@ rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts 
     return 0;
 }
 
-void
-move_free(struct rl_move *m)
-{
-    rl_shardmap_destroy(m->map);
-    free(m->st);
-    free(m->peer);
-    free(m->deadline);
-    free(m->owned);
-    free(m->queued);
-    free(m->told);
-    free(m->q);
-    free(m->peers);
-    free(m->nothing);
-    free(m);
-}
 
 static void
 move_closed(uv_handle_t *h)

@@ -115,9 +115,13 @@ st_decides(uint8_t st)
     return st == RL_MOVE_OWNED || st == RL_MOVE_OWNED_H || st == RL_MOVE_OUTGOING;
 }
 
-/* move.c */
+/* move_state.c: the bookkeeping both files below use */
 void move_set(struct rl_move *m, uint32_t s, uint8_t to);
+/* The id of peer `name` (added when new), MOVE_PEER_NONE when no more fit. */
+uint16_t move_peer_id(struct rl_move *m, const char *name);
 const char *move_peer_name(const struct rl_move *m, uint16_t id);
+/* Whether the member named by peer id is in the current view (any state). */
+bool move_peer_member(const struct rl_move *m, uint16_t id);
 void move_enqueue(struct rl_move *m, uint32_t s);
 void move_check_drain(struct rl_move *m);
 void move_free(struct rl_move *m);
