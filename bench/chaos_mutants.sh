@@ -21,7 +21,7 @@ files=(router/forward.c router/table.c node/limiter.c router/forward.c)
 exprs=(
     's/r->conf->deadline_ms/(30 * r->conf->deadline_ms)/g'
     '/^rl_router_set_members(/,/^}/ s/    if (r->closing) {/    if (r->closing || n < r->view.nmembers) {/'
-    's/x->e != NULL \&\& x->e->epoch == epoch/x->e != NULL/; s/if (e->epoch != epoch) {/if (0) {/'
+    's/if (x->e == NULL || x->e->epoch != epoch) {/if (x->e == NULL) {/; s/if (e->epoch != epoch) {/if (0) {/'
     '/^fill_failure(/,/^}/ s/RL_WIRE_FAIL_CLOSED/RL_WIRE_FAIL_OPEN/'
 )
 scenarios=(node-pause-short node-kill node-flap node-kill)

@@ -3,15 +3,18 @@
  * against the key table without changing anything, and only when every tier allows does it
  * consume in each, so a refusal anywhere leaves every counter as it was. Builds the reply
  * fields of docs/PROTOCOL.md from the tier that decided. Not for sockets or framing (server.c), nor
- * for the arithmetic of the algorithms (algo.c).
+ * for the arithmetic of the algorithms (algo.c). Its other files, which share its struct
+ * through limiter_int.h: the accounts of keys and log bytes and the key table's eviction
+ * (limiter_acct.c), the services of the rules and their reload (limiter_rules.c), ADJUST and
+ * RELEASE (limiter_settle.c), handoff records (limiter_handoff.c).
  *
  * Memory (docs/ALGORITHMS.md, "Under memory pressure"): the cap is split between the key
  * table and the sliding logs, which live outside it. When the rules have a sliding_window_log
  * tier, half the cap is kept for logs, shared equally by the services that hold logs; a log
  * that would grow past its service's share, or a new one that cannot be had, is degraded to
  * a sliding_window_counter of the same counts (algo.h): approximate, never unlimited. At the
- * table's cap the eviction takes, from a sample, a key back at full allowance if there is
- * one, else a key of a service holding at least its equal share of the keys that limits
+ * table's cap the eviction (limiter_acct.c) takes, from a sample, a key back at full allowance if
+ * there is one, else a key of a service holding at least its equal share of the keys that limits
  * nobody now, soonest full; a key in force, or a key of a service under its share, only when
  * several samples found nothing else.
  */
@@ -43,346 +46,6 @@ static uint64_t
 lim_seed(const struct rl_tier *t)
 {
     return t->key_seed;
-}
-
-const struct rl_tier *
-lim_entry_tier(const struct rl_limiter *l, const struct rl_keytab_entry *e)
-{
-    if (rl_inltab_is(e->tier)) {
-        return rl_inltab_tier(l->inl, e->tier);
-    }
-    return e->tier < l->conf->ntiers ? &l->conf->tiers[e->tier] : NULL;
-}
-
-/* The account t's keys count in: its service's, or for an inline limit its tenant's (the
- * owner of the limit: docs/PROTOCOL.md, "Inline limits"), added when it holds nothing yet and
- * create is set. NULL only for an inline limit's tenant that holds nothing (create unset) or
- * cannot be recorded (out of memory: then its keys count in the inline pseudo-service). */
-static struct rl_limiter_service_stats *
-lim_acct(const struct rl_limiter *l, const struct rl_tier *t, bool create)
-{
-    if (rl_inltab_is(t->id)) {
-        uint32_t owner = rl_inltab_owner(l->inl, t->id);
-        struct rl_tenant *x = create ? rl_tenants_add(l->tenants, owner)
-                                     : rl_tenants_find(l->tenants, owner);
-
-        if (x == NULL) {
-            return create ? (struct rl_limiter_service_stats *)&l->inl_svc.st : NULL;
-        }
-        return &x->st;
-    }
-    return (struct rl_limiter_service_stats *)&l->svcs[l->svc_of_tier[t->id]].st;
-}
-
-/* Drops t's tenant record when it holds nothing any more. */
-static void
-lim_settle(struct rl_limiter *l, const struct rl_tier *t)
-{
-    if (rl_inltab_is(t->id)) {
-        rl_tenants_settle(l->tenants, rl_tenants_find(l->tenants, rl_inltab_owner(l->inl, t->id)));
-    }
-}
-
-/* A key of t's account was added (+1) or dropped (-1), the counts of the walk of
- * rl_limiter_set_rules included (which leaves an inline limit's count of keys alone). */
-static void
-lim_count_key_acct(struct rl_limiter *l, const struct rl_tier *t, int delta)
-{
-    struct rl_limiter_service_stats *v = lim_acct(l, t, true);
-
-    if (rl_inltab_is(t->id)) {
-        l->inl_svc.st.keys += delta > 0 ? 1 : (uint64_t)-1;
-    }
-    if (delta > 0) {
-        l->nactive += v->keys == 0;
-        v->keys++;
-        l->nkeys++;
-    } else {
-        v->keys--;
-        l->nkeys--;
-        l->nactive -= v->keys == 0;
-        lim_settle(l, t);
-    }
-}
-
-/* A key of t's account was added (+1) or dropped (-1); an inline limit counts its keys. */
-void
-lim_count_key(struct rl_limiter *l, const struct rl_tier *t, int delta)
-{
-    if (rl_inltab_is(t->id)) {
-        rl_inltab_ref(l->inl, t->id, delta);
-    }
-    lim_count_key_acct(l, t, delta);
-}
-
-/* The log bytes of t's account changed by delta (wrapping arithmetic for a decrease). */
-void
-lim_count_log(struct rl_limiter *l, const struct rl_tier *t, uint64_t delta)
-{
-    struct rl_limiter_service_stats *v;
-    bool had;
-
-    if (delta == 0) {
-        return;
-    }
-    v = lim_acct(l, t, true);
-    had = v->log_bytes != 0;
-    v->log_bytes += delta;
-    l->log_bytes += delta;
-    l->nlogging += (v->log_bytes != 0) - had;
-    lim_settle(l, t);
-}
-
-/* inltab's accounting: owner took (+1) or lost (-1) an inline limit. */
-static void
-lim_owned(void *arg, uint32_t owner, int delta)
-{
-    struct rl_limiter *l = arg;
-    struct rl_tenant *x = delta > 0 ? rl_tenants_add(l->tenants, owner)
-                                    : rl_tenants_find(l->tenants, owner);
-
-    if (x == NULL) {
-        return; /* out of memory: the quota counts fewer limits than it could */
-    }
-    if (delta > 0) {
-        x->limits++;
-    } else if (x->limits > 0) {
-        x->limits--;
-        rl_tenants_settle(l->tenants, x);
-    }
-}
-
-/* inltab's quota: a tenant holds at most RL_INLTAB_TENANT_MAX inline limits. */
-static bool
-lim_may_add(void *arg, uint32_t owner)
-{
-    struct rl_limiter *l = arg;
-    const struct rl_tenant *x = rl_tenants_find(l->tenants, owner);
-
-    return x == NULL || x->limits < RL_INLTAB_TENANT_MAX;
-}
-
-static bool
-lim_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
-{
-    const struct rl_tier *t = lim_entry_tier(arg, e);
-
-    return t == NULL || rl_algo_is_full(t, &e->st, now);
-}
-
-/*
- * The eviction's score of e for an insert of tier `for_tier` (keytab.h): class 0, a key back
- * at full allowance (losing it changes nothing); 1, a key of a service holding at least an
- * equal share of the keys (counting the inserting service) that would allow a request of
- * cost 1 now; 2, such a key that would not (its limit is in force); 3 and 4, the same for a
- * service under its share. Within a class, the key full soonest goes first.
- */
-static uint64_t
-lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t for_tier)
-{
-    struct rl_limiter *l = arg;
-    const struct rl_tier *t = lim_entry_tier(l, e);
-    const uint64_t mask = (UINT64_C(1) << RL_KEYTAB_CLASS_SHIFT) - 1;
-    struct rl_algo_state st, next;
-    struct rl_algo_result r;
-    uint64_t at, n, cls, held;
-    const struct rl_limiter_service_stats *v, *ins = NULL;
-    const struct rl_tier *ft;
-
-    if (t == NULL || rl_algo_is_full(t, &e->st, now)) {
-        return 0;
-    }
-    v = lim_acct(l, t, false);
-    held = v != NULL ? v->keys : 0;
-    n = l->nactive;
-    ft = rl_inltab_is(for_tier) ? rl_inltab_tier(l->inl, for_tier)
-         : for_tier < l->conf->ntiers ? &l->conf->tiers[for_tier]
-                                      : NULL;
-    if (ft != NULL) {
-        ins = lim_acct(l, ft, false);
-    }
-    if (ft != NULL && (ins == NULL || ins->keys == 0)) {
-        n++; /* the inserting account is about to hold a key */
-    }
-    st = e->st; /* a log's judge prunes it: a pure effect of time */
-    rl_algo_judge(t, &st, now, 1, &r, &next);
-    cls = held * n >= l->nkeys ? 1 : 3;
-    cls += !r.allowed;
-    at = rl_algo_full_at(t, &e->st);
-    return cls << RL_KEYTAB_CLASS_SHIFT | (at < mask ? at : mask);
-}
-
-static void
-lim_evicted(void *arg, const struct rl_keytab_entry *e, uint64_t score)
-{
-    struct rl_limiter *l = arg;
-    const struct rl_tier *t = lim_entry_tier(l, e);
-    uint64_t cls = score >> RL_KEYTAB_CLASS_SHIFT;
-    struct rl_limiter_service_stats *v;
-
-    if (t == NULL) {
-        return;
-    }
-    v = rl_inltab_is(t->id) ? &l->inl_svc.st : lim_acct(l, t, false);
-    v->evicted++;
-    if (cls == 2 || cls == 4) {
-        v->evicted_in_force++;
-        l->st.evicted_in_force++;
-    }
-    if (cls >= 3) {
-        l->st.evicted_under_share++;
-    }
-}
-
-void
-lim_release_state(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s)
-{
-    lim_count_log(l, t, -rl_algo_heap_bytes(t, s));
-    rl_algo_release(t, s);
-}
-
-static void
-lim_release(void *arg, struct rl_keytab_entry *e)
-{
-    struct rl_limiter *l = arg;
-    const struct rl_tier *t = lim_entry_tier(l, e);
-
-    if (t != NULL) {
-        lim_release_state(l, t, &e->st);
-        lim_count_key(l, t, -1);
-    }
-}
-
-/*
- * Service name -> index in a lim_svc array: open addressing, linear probing, load <= 1/2,
- * so grouping and carrying counters over are O(services), not O(services^2) (20,000
- * services cost the loop ~0.9 s that way).
- */
-struct lim_names {
-    uint32_t *slot; /* index + 1, 0 empty */
-    size_t mask;
-};
-
-static int
-lim_names_init(struct lim_names *h, size_t n)
-{
-    size_t cap = 16;
-
-    while (cap < 2 * n + 2) {
-        cap *= 2;
-    }
-    h->slot = calloc(cap, sizeof(*h->slot));
-    h->mask = cap - 1;
-    return h->slot == NULL ? -ENOMEM : 0;
-}
-
-/* The index of name in v (n of them, all indexed in h), or UINT32_MAX with *at the free
- * slot where it goes. */
-static uint32_t
-lim_names_find(const struct lim_names *h, const struct lim_svc *v, const char *name, size_t *at)
-{
-    size_t i = (size_t)XXH3_64bits(name, strlen(name)) & h->mask;
-
-    for (; h->slot[i] != 0; i = (i + 1) & h->mask) {
-        if (strcmp(v[h->slot[i] - 1].name, name) == 0) {
-            return h->slot[i] - 1;
-        }
-    }
-    *at = i;
-    return UINT32_MAX;
-}
-
-/* Groups the rules of c by service: *svcs (*nsvcs of them, in order of first appearance),
- * and each tier's service; *names indexes *svcs by name (free its slot array). */
-static int
-lim_group_ix(const struct rl_conf *c, struct lim_svc **svcs, uint32_t *nsvcs,
-             uint32_t **svc_of_tier, struct lim_names *names)
-{
-    struct lim_svc *v = calloc(c->nrules + 1, sizeof(*v));
-    uint32_t *of = calloc(c->ntiers + 1, sizeof(*of));
-    uint32_t n = 0;
-
-    if (v == NULL || of == NULL || lim_names_init(names, c->nrules) != 0) {
-        free(v);
-        free(of);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < c->nrules; i++) {
-        const struct rl_rule *r = &c->rules[i];
-        size_t at = 0;
-        uint32_t k = lim_names_find(names, v, r->service, &at);
-
-        if (k == UINT32_MAX) {
-            k = n++;
-            v[k].name = r->service;
-            names->slot[at] = k + 1;
-        }
-        for (uint32_t t = 0; t < r->ntiers; t++) {
-            of[r->first_tier + t] = k;
-        }
-    }
-    *svcs = v;
-    *nsvcs = n;
-    *svc_of_tier = of;
-    return 0;
-}
-
-static int
-lim_services(struct rl_limiter *l)
-{
-    struct lim_names *names = calloc(1, sizeof(*names));
-
-    if (names == NULL) {
-        return -ENOMEM;
-    }
-    if (lim_group_ix(l->conf, &l->svcs, &l->nsvcs, &l->svc_of_tier, names) != 0) {
-        free(names);
-        return -ENOMEM;
-    }
-    l->names = names;
-    return 0;
-}
-
-/* Whether service (not NUL-terminated) has a [service S] or [service S E] section. */
-static bool
-lim_configured(const struct rl_limiter *l, const char *service, size_t len)
-{
-    const struct lim_names *h = l->names;
-    size_t i = (size_t)XXH3_64bits(service, len) & h->mask;
-
-    for (; h->slot[i] != 0; i = (i + 1) & h->mask) {
-        const char *name = l->svcs[h->slot[i] - 1].name;
-
-        if (strncmp(name, service, len) == 0 && name[len] == '\0') {
-            return true;
-        }
-    }
-    return false;
-}
-
-static uint32_t
-lim_maxtiers(const struct rl_conf *c)
-{
-    uint32_t m = 1;
-
-    for (size_t i = 0; i < c->nrules; i++) {
-        if (c->rules[i].ntiers > m) {
-            m = c->rules[i].ntiers;
-        }
-    }
-    return m;
-}
-
-/* A copy of c's tiers (at least one element, so never NULL on success). */
-static struct rl_tier *
-lim_copy_tiers(const struct rl_conf *c)
-{
-    struct rl_tier *t = calloc(c->ntiers + 1, sizeof(*t));
-
-    if (t != NULL && c->ntiers > 0) {
-        memcpy(t, c->tiers, c->ntiers * sizeof(*t));
-    }
-    return t;
 }
 
 int
@@ -479,7 +142,7 @@ lim_log_room(const struct rl_limiter *l, const struct rl_tier *t)
 
 /* Consumes in one tier's state (next: what rl_algo_judge allowed; NULL: an ADJUST of delta),
  * keeping the count of log bytes. */
-static void
+void
 lim_commit_or_adjust(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
                      const struct rl_algo_state *next, uint64_t now, uint32_t cost, int64_t delta)
 {
@@ -522,7 +185,7 @@ lim_commit(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *
  * scope: docs/REGIONS.md), moves to t: its state carried over (rl_algo_rescale) when the
  * algorithm is the same, else started afresh; the key and log counts follow it.
  */
-static void
+void
 lim_retier(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl_tier *t)
 {
     const struct rl_tier *from = lim_entry_tier(l, e);
@@ -565,7 +228,7 @@ rl_limiter_shard(const struct rl_limiter *l, const struct rl_wire_req *req)
 
 /* A new key's state s of tier t, kept in the table with its epoch and shard (*shard worked
  * out once per request, on the first key kept); s is given back when the table has no room. */
-static void
+void
 lim_store_new(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
               uint64_t fp_hi, uint32_t fp_lo, uint64_t now, uint16_t epoch,
               const struct rl_wire_req *req, uint32_t *shard)
@@ -768,15 +431,6 @@ rl_limiter_check_epoch(struct rl_limiter *l, const struct rl_wire_req *req, uint
     return rl_limiter_check_prepared(l, req, &prep, now, epoch, rep);
 }
 
-/* What a request is judged by: its tiers, whether they are in shadow mode, and the service
- * whose decisions it counts in. */
-struct lim_judge {
-    const struct rl_tier *tiers;
-    uint32_t ntiers;
-    bool shadow;
-    struct lim_svc *svc;
-};
-
 /*
  * rl_limiter_check_prepared, step 1: the tiers of a request, its inline limit's (refused
  * with -EPERM on a configured service) or else its rule's (not NULL), scaled to the region's
@@ -822,6 +476,14 @@ lim_select(struct rl_limiter *l, const struct rl_wire_req *req, const struct rl_
     return 0;
 }
 
+/* lim_select out of line, for ADJUST and RELEASE (limiter_settle.c): a CHECK keeps it inlined. */
+int
+lim_select_tiers(struct rl_limiter *l, const struct rl_wire_req *req, const struct rl_rule *rule,
+                 struct lim_judge *j)
+{
+    return lim_select(l, req, rule, j);
+}
+
 /* The state tier t judges x's key by: its entry of this epoch (carried as it will be when it
  * was kept under another slice, lim_retier), else a blank one in x. */
 static inline struct rl_algo_state *
@@ -851,7 +513,7 @@ lim_state_of(struct rl_limiter *l, struct lim_tier *x, const struct rl_tier *t, 
 
 /* Step 2: judges every tier into l->scratch; nothing is inserted, so entry pointers stay
  * valid. Returns whether a tier refused. */
-static inline bool
+inline bool
 lim_judge_all(struct rl_limiter *l, const struct lim_judge *j, const struct rl_limiter_prep *prep,
               uint64_t now, uint32_t cost, uint16_t epoch)
 {
@@ -872,7 +534,7 @@ lim_judge_all(struct rl_limiter *l, const struct lim_judge *j, const struct rl_l
 
 /* Step 3, allowed: the deciding tier has the least left after the request, the first on a
  * tie; *queue is the longest any tier queues it for. */
-static inline const struct rl_algo_result *
+inline const struct rl_algo_result *
 lim_decide_allowed(const struct rl_limiter *l, uint32_t ntiers, uint64_t *queue)
 {
     const struct rl_algo_result *dec = NULL;
@@ -892,7 +554,7 @@ lim_decide_allowed(const struct rl_limiter *l, uint32_t ntiers, uint64_t *queue)
 
 /* Step 3, refused: the request waits for its slowest refusing tier, as time alone only ever
  * frees allowance; tiers that allowed report what they hold, as nothing was consumed. */
-static inline const struct rl_algo_result *
+inline const struct rl_algo_result *
 lim_decide_refused(const struct rl_limiter *l, uint32_t ntiers, uint32_t cost, uint64_t *remaining)
 {
     const struct rl_algo_result *dec = NULL;
@@ -978,159 +640,6 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
     rep->reset_ms = dec->reset_ms;
     lim_reply_code(l, &j, refused, queue, dec, rep);
     return 0;
-}
-
-/* ADJUST, step 1: delta applied to every tier's state of req's key; a charge inserts the
- * keys not in the table, a refund leaves them out (a key not held has nothing to give). */
-static void
-lim_adjust_all(struct rl_limiter *l, const struct rl_wire_req *req, uint32_t shard,
-               const struct lim_judge *j, const struct rl_limiter_prep *prep, uint64_t now,
-               uint16_t epoch)
-{
-    for (uint32_t i = 0; i < j->ntiers; i++) {
-        const struct rl_tier *t = &j->tiers[i];
-        struct rl_keytab_entry *e = rl_keytab_find(l->tab, prep->fp_hi[i], prep->fp_lo[i]);
-        struct rl_algo_state s;
-
-        if (t->algo == RL_ALGO_CONCURRENCY) {
-            continue; /* slots are taken by CHECK and given back by RELEASE only */
-        }
-        if (e != NULL) {
-            if (e->tier != t->id) {
-                lim_retier(l, e, t);
-            }
-            if (e->epoch != epoch) {
-                lim_release_state(l, t, &e->st);
-                memset(&e->st, 0, sizeof(e->st));
-                e->epoch = epoch;
-            }
-            lim_commit_or_adjust(l, t, &e->st, NULL, now, 0, req->delta);
-            continue;
-        }
-        if (req->delta <= 0) {
-            continue;
-        }
-        memset(&s, 0, sizeof(s));
-        lim_commit_or_adjust(l, t, &s, NULL, now, 0, req->delta);
-        if (rl_algo_is_full(t, &s, now)) {
-            lim_release_state(l, t, &s);
-            continue;
-        }
-        lim_store_new(l, t, &s, prep->fp_hi[i], prep->fp_lo[i], now, epoch, req, &shard);
-    }
-}
-
-/* RELEASE, step 1: req->cost slots given back in every concurrency tier of req's key (a key
- * not held has none to give); the other tiers are left as they are. */
-static void
-lim_release_all(struct rl_limiter *l, const struct rl_wire_req *req, const struct lim_judge *j,
-                const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch)
-{
-    for (uint32_t i = 0; i < j->ntiers; i++) {
-        const struct rl_tier *t = &j->tiers[i];
-        struct rl_keytab_entry *e;
-        uint64_t given = 0;
-
-        if (t->algo != RL_ALGO_CONCURRENCY) {
-            continue;
-        }
-        e = rl_keytab_find(l->tab, prep->fp_hi[i], prep->fp_lo[i]);
-        if (e != NULL) {
-            if (e->tier != t->id) {
-                lim_retier(l, e, t);
-            }
-            if (e->epoch != epoch) {
-                lim_release_state(l, t, &e->st);
-                memset(&e->st, 0, sizeof(e->st));
-                e->epoch = epoch;
-            }
-            {
-                uint64_t before = rl_algo_heap_bytes(t, &e->st);
-
-                given = rl_algo_conc_release(t, &e->st, now, req->cost);
-                lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st) - before);
-            }
-        }
-        l->st.releases_late += req->cost - given;
-    }
-}
-
-/* ADJUST (release false) or RELEASE: applied, then the reply of what is left. */
-static int
-lim_settle_key(struct rl_limiter *l, const struct rl_wire_req *req,
-               const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch, bool release,
-               struct rl_wire_check_reply *rep)
-{
-    const struct rl_algo_result *dec;
-    uint64_t remaining = UINT64_MAX;
-    uint64_t queue = 0;
-    struct lim_judge j;
-    int rc;
-
-    memset(rep, 0, sizeof(*rep));
-    rep->id = req->id;
-    if (!req->limit.set && prep->rule == NULL) {
-        rep->code = RL_WIRE_NO_RULE;
-        return 0;
-    }
-    rc = lim_select(l, req, prep->rule, &j);
-    if (rc != 0) {
-        return rc;
-    }
-    if (release) {
-        lim_release_all(l, req, &j, prep, now, epoch);
-    } else {
-        lim_adjust_all(l, req, prep->shard, &j, prep, now, epoch);
-    }
-    /* The reply: what is left after it (a peek's answer), and the wait of a request of
-     * cost 1 (0: it would be allowed now; a shadow rule refuses nothing). */
-    lim_judge_all(l, &j, prep, now, 0, epoch);
-    dec = lim_decide_allowed(l, j.ntiers, &queue);
-    rep->code = RL_WIRE_ALLOWED;
-    rep->limit = dec->limit;
-    rep->remaining = dec->remaining;
-    rep->reset_ms = dec->reset_ms;
-    if (!j.shadow && lim_judge_all(l, &j, prep, now, 1, epoch)) {
-        dec = lim_decide_refused(l, j.ntiers, 1, &remaining);
-        rep->retry_after_ms = dec->retry_ms;
-    }
-    return 0;
-}
-
-int
-rl_limiter_adjust_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
-                           const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
-                           struct rl_wire_check_reply *rep)
-{
-    return lim_settle_key(l, req, prep, now, epoch, false, rep);
-}
-
-int
-rl_limiter_release_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
-                            const struct rl_limiter_prep *prep, uint64_t now, uint16_t epoch,
-                            struct rl_wire_check_reply *rep)
-{
-    return lim_settle_key(l, req, prep, now, epoch, true, rep);
-}
-
-int
-rl_limiter_release(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,
-                   uint16_t epoch, struct rl_wire_check_reply *rep)
-{
-    struct rl_limiter_prep prep;
-
-    rl_limiter_prepare(l, req, &prep);
-    return rl_limiter_release_prepared(l, req, &prep, now, epoch, rep);
-}
-
-int
-rl_limiter_adjust(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now, uint16_t epoch,
-                  struct rl_wire_check_reply *rep)
-{
-    struct rl_limiter_prep prep;
-
-    rl_limiter_prepare(l, req, &prep);
-    return rl_limiter_adjust_prepared(l, req, &prep, now, epoch, rep);
 }
 
 void
@@ -1301,154 +810,4 @@ rl_limiter_metrics(const struct rl_limiter *l, struct rl_prom *p)
     free(len);
     rl_prom_defer(p, lim_metrics_fmt, m);
     rl_keytab_metrics(l->tab, p);
-}
-
-int
-lim_seed_cmp(const void *a, const void *b)
-{
-    uint64_t x = ((const struct lim_seed_ix *)a)->seed, y = ((const struct lim_seed_ix *)b)->seed;
-
-    return x < y ? -1 : x > y;
-}
-
-/* One entry of the walk: to its tier's new index, or dropped (its state freed here, under
- * the old tier it follows). Counts what is kept in its new service. */
-static bool
-lim_remap_entry(void *arg, struct rl_keytab_entry *e)
-{
-    struct rl_limiter *l = arg;
-    uint32_t to = e->tier < l->ntiers ? l->remap[e->tier] : LIM_GONE;
-    const struct rl_tier *t;
-
-    if (rl_inltab_is(e->tier)) {
-        /* An inline limit's key is not the rules': it keeps its tier id and its counter
-         * (its limit's count of keys is unchanged too). */
-        t = rl_inltab_tier(l->inl, e->tier);
-        if (t == NULL) {
-            return false; /* cannot happen: a limit with keys is never reclaimed */
-        }
-        lim_count_key_acct(l, t, +1);
-        lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st));
-        return true;
-    }
-
-    if (to == LIM_GONE) {
-        if (e->tier < l->ntiers) {
-            rl_algo_release(&l->tiers[e->tier], &e->st);
-        }
-        return false;
-    }
-    t = &l->conf->tiers[to];
-    /* The same algorithm and window (the same key seed): what was consumed stays consumed
-     * under the new limit and burst. */
-    rl_algo_rescale(&l->tiers[e->tier], t, &e->st);
-    e->tier = to;
-    lim_count_key(l, t, +1);
-    lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st));
-    return true;
-}
-
-int
-rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
-                     struct rl_limiter_reload *out)
-{
-    struct lim_seed_ix *ix = calloc(conf->ntiers + 1, sizeof(*ix));
-    uint32_t *remap = calloc(l->ntiers + 1, sizeof(*remap));
-    struct rl_tier *tiers = lim_copy_tiers(conf);
-    uint32_t maxtiers = lim_maxtiers(conf);
-    struct lim_tier *scratch = NULL;
-    struct rl_tier *gtiers = NULL;
-    struct lim_svc *svcs = NULL;
-    uint32_t nsvcs = 0, *svc_of_tier = NULL;
-    struct lim_names names = {NULL, 0};
-    struct rl_limiter_reload res;
-    struct rl_keytab_stats ks;
-    bool logs = false;
-
-    memset(&res, 0, sizeof(res));
-    if (maxtiers > l->maxtiers) {
-        scratch = calloc(maxtiers, sizeof(*scratch));
-        gtiers = calloc(maxtiers, sizeof(*gtiers));
-    }
-    if (ix == NULL || remap == NULL || tiers == NULL ||
-        (maxtiers > l->maxtiers && (scratch == NULL || gtiers == NULL)) ||
-        lim_group_ix(conf, &svcs, &nsvcs, &svc_of_tier, &names) != 0) {
-        free(ix);
-        free(remap);
-        free(tiers);
-        free(scratch);
-        free(gtiers);
-        return -ENOMEM;
-    }
-    /* Nothing can fail from here on. Old tier -> new tier with the same key seed (section,
-     * algorithm, window, ordinal), whatever its limit and burst. */
-    for (size_t i = 0; i < conf->ntiers; i++) {
-        ix[i].seed = conf->tiers[i].key_seed;
-        ix[i].ix = (uint32_t)i;
-        logs |= conf->tiers[i].algo == RL_ALGO_SLIDING_WINDOW_LOG ||
-                conf->tiers[i].algo == RL_ALGO_CONCURRENCY;
-    }
-    qsort(ix, conf->ntiers, sizeof(*ix), lim_seed_cmp);
-    for (size_t i = 0; i < l->ntiers; i++) {
-        struct lim_seed_ix key = {l->tiers[i].key_seed, 0};
-        const struct lim_seed_ix *hit =
-            conf->ntiers == 0 ? NULL : bsearch(&key, ix, conf->ntiers, sizeof(*ix), lim_seed_cmp);
-
-        remap[i] = hit != NULL ? hit->ix : LIM_GONE;
-        if (hit != NULL && conf->tiers[hit->ix].seed == l->tiers[i].seed) {
-            res.tiers_kept++;
-        } else if (hit != NULL) {
-            res.tiers_carried++;
-        }
-    }
-    free(ix);
-    /* The services' cumulative counters follow their names; what they hold is counted
-     * again by the walk. */
-    for (uint32_t o = 0; o < l->nsvcs; o++) {
-        size_t at;
-        uint32_t k = lim_names_find(&names, svcs, l->svcs[o].name, &at);
-
-        if (k != UINT32_MAX) {
-            svcs[k].st = l->svcs[o].st;
-            svcs[k].st.keys = 0;
-            svcs[k].st.log_bytes = 0;
-        }
-    }
-    free(l->names->slot);
-    *l->names = names;
-    l->conf = conf;
-    free(l->svcs);
-    free(l->svc_of_tier);
-    l->svcs = svcs;
-    l->nsvcs = nsvcs;
-    l->svc_of_tier = svc_of_tier;
-    l->nactive = 0;
-    l->nlogging = 0;
-    l->nkeys = 0;
-    l->log_bytes = 0;
-    l->inl_svc.st.keys = 0;
-    l->inl_svc.st.log_bytes = 0;
-    rl_tenants_reset_holdings(l->tenants);
-    if (scratch != NULL) {
-        free(l->scratch);
-        l->scratch = scratch;
-        free(l->gtiers);
-        l->gtiers = gtiers;
-        l->gtiers_cap = maxtiers;
-        l->maxtiers = maxtiers;
-    }
-    l->remap = remap;
-    res.keys_dropped = rl_keytab_remap(l->tab, lim_remap_entry, l);
-    l->remap = NULL;
-    free(remap);
-    free(l->tiers);
-    l->tiers = tiers;
-    l->ntiers = conf->ntiers;
-    rl_keytab_stats(l->tab, &ks);
-    res.keys_kept = ks.keys;
-    res.log_memory_missing = logs && l->log_cap == 0;
-    if (out != NULL) {
-        *out = res;
-    }
-    return 0;
 }

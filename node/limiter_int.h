@@ -1,7 +1,11 @@
 /*
- * limiter_int: what the files of the limiter (limiter.c, limiter_handoff.c) share and nobody
- * else uses: the limiter's struct and the accounting of keys and log bytes that every change
- * to the key table must go through. Not a public API: include limiter.h.
+ * limiter_int: what the files of the limiter share and nobody else uses: the limiter's struct,
+ * the accounting of keys and log bytes that every change to the key table must go through
+ * (limiter_acct.c), the services of the rules (limiter_rules.c), and the steps of a CHECK
+ * that ADJUST and RELEASE (limiter_settle.c) take too (limiter.c). Calls go down, never
+ * back: limiter_settle.c and limiter_handoff.c call limiter.c, limiter_rules.c and
+ * limiter_acct.c; limiter.c calls limiter_rules.c and limiter_acct.c; limiter_rules.c calls
+ * limiter_acct.c, which calls none of them. Not a public API: include limiter.h.
  */
 #ifndef RL_LIMITER_INT_H
 #define RL_LIMITER_INT_H
@@ -15,7 +19,15 @@
 #include "limiter.h"
 #include "tenant.h"
 
-struct lim_names;
+/*
+ * Service name -> index in a lim_svc array: open addressing, linear probing, load <= 1/2,
+ * so grouping and carrying counters over are O(services), not O(services^2) (20,000
+ * services cost the loop ~0.9 s that way).
+ */
+struct lim_names {
+    uint32_t *slot; /* index + 1, 0 empty */
+    size_t mask;
+};
 
 /* What one tier of the request in hand needs between its judgment and its commit. */
 struct lim_tier {
@@ -73,6 +85,15 @@ struct rl_limiter {
 
 #define LIM_GONE UINT32_MAX
 
+/* What a request is judged by: its tiers, whether they are in shadow mode, and the service
+ * whose decisions it counts in. */
+struct lim_judge {
+    const struct rl_tier *tiers;
+    uint32_t ntiers;
+    bool shadow;
+    struct lim_svc *svc;
+};
+
 /* Key seed -> index in conf->tiers, sorted by seed (bsearch with lim_seed_cmp). */
 struct lim_seed_ix {
     uint64_t seed;
@@ -92,5 +113,54 @@ void lim_count_log(struct rl_limiter *l, const struct rl_tier *t, uint64_t delta
 
 /* Frees what s owns under t, counting its log bytes out. */
 void lim_release_state(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s);
+
+/* limiter_acct.c, the rest of the books: the account t's keys count in (NULL only for an
+ * inline limit's tenant that holds nothing, create unset); a key counted in t's account
+ * without touching its inline limit's count (rl_limiter_set_rules' walk). */
+struct rl_limiter_service_stats *lim_acct(const struct rl_limiter *l, const struct rl_tier *t,
+                                          bool create);
+void lim_count_key_acct(struct rl_limiter *l, const struct rl_tier *t, int delta);
+
+/* limiter_acct.c: the key table's callbacks (struct rl_keytab_ops) and inltab's (struct
+ * rl_inltab_ops), arg the limiter, installed by rl_limiter_create. */
+bool lim_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now);
+uint64_t lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t for_tier);
+void lim_evicted(void *arg, const struct rl_keytab_entry *e, uint64_t score);
+void lim_release(void *arg, struct rl_keytab_entry *e);
+void lim_owned(void *arg, uint32_t owner, int delta);
+bool lim_may_add(void *arg, uint32_t owner);
+
+/* limiter_rules.c: l->svcs, l->svc_of_tier and l->names from l->conf (0 or -ENOMEM); whether
+ * service (not NUL-terminated) has a [service S] or [service S E] section; the most tiers a
+ * rule of c has (at least 1); a copy of c's tiers (never NULL on success). */
+int lim_services(struct rl_limiter *l);
+bool lim_configured(const struct rl_limiter *l, const char *service, size_t len);
+uint32_t lim_maxtiers(const struct rl_conf *c);
+struct rl_tier *lim_copy_tiers(const struct rl_conf *c);
+
+/* limiter.c, the steps of a CHECK that ADJUST and RELEASE take too (limiter_settle.c): the
+ * tiers req is judged by (0, -EPERM, -ENOSPC, -ENOMEM, -EDQUOT); every tier judged into
+ * l->scratch, whether one refused; the deciding tier when all allowed (*queue: the longest
+ * wait) or when one refused (*remaining: the least left). */
+int lim_select_tiers(struct rl_limiter *l, const struct rl_wire_req *req,
+                     const struct rl_rule *rule, struct lim_judge *j);
+bool lim_judge_all(struct rl_limiter *l, const struct lim_judge *j,
+                   const struct rl_limiter_prep *prep, uint64_t now, uint32_t cost, uint16_t epoch);
+const struct rl_algo_result *lim_decide_allowed(const struct rl_limiter *l, uint32_t ntiers,
+                                                uint64_t *queue);
+const struct rl_algo_result *lim_decide_refused(const struct rl_limiter *l, uint32_t ntiers,
+                                                uint32_t cost, uint64_t *remaining);
+
+/* limiter.c: consumes in one tier's state (next: what rl_algo_judge allowed; NULL: an ADJUST
+ * of delta) keeping the count of log bytes; e moved to tier t (its state carried over or
+ * started afresh); a new key's state s kept in the table (given back when there is no room;
+ * *shard worked out on the first key kept). */
+void lim_commit_or_adjust(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
+                          const struct rl_algo_state *next, uint64_t now, uint32_t cost,
+                          int64_t delta);
+void lim_retier(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl_tier *t);
+void lim_store_new(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
+                   uint64_t fp_hi, uint32_t fp_lo, uint64_t now, uint16_t epoch,
+                   const struct rl_wire_req *req, uint32_t *shard);
 
 #endif
