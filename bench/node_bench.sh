@@ -12,6 +12,8 @@
 # key table in 4 KiB pages, RL_KEYTAB_HUGEPAGES=0, unless HUGE_AB=0; Redis + Lua unless
 # NO_REDIS=1), so that another tenant's load falls on all of them alike; each round prints
 # its ratio, and the result is the median of each and the median of the rounds' ratios.
+# BASE_BIN=DIR makes the second contender DIR/rl-node (another build, huge pages as the
+# first) instead of the 4 KiB-page node: a before/after of a change in the same rounds.
 # Each run prints the CPU the server and its load generator used (/proc/PID/stat): the
 # figure is the server's when the server, not the load generator, is the one near 100% of
 # its core. Also the key table's resizes over the runs (0 while the key set is constant).
@@ -96,14 +98,21 @@ if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
         # The same node with its key table in 4 KiB pages, side by side.
         port2=$(free_port)
         sed "s/127.0.0.1:$port/127.0.0.1:$port2/; /^metrics/d" "$work/tb.conf" > "$work/tb4k.conf"
-        RL_KEYTAB_HUGEPAGES=0 taskset -c 0 "$bin/rl-node" --config "$work/tb4k.conf" --name n \
-            --listen 127.0.0.1:$port2 2>>"$work/node.log" &
+        if [ -n "${BASE_BIN:-}" ]; then
+            taskset -c 0 "$BASE_BIN/rl-node" --config "$work/tb4k.conf" --name n \
+                --listen 127.0.0.1:$port2 2>>"$work/node.log" &
+            blabel="rl-node of $BASE_BIN"
+        else
+            RL_KEYTAB_HUGEPAGES=0 taskset -c 0 "$bin/rl-node" --config "$work/tb4k.conf" --name n \
+                --listen 127.0.0.1:$port2 2>>"$work/node.log" &
+            blabel="rl-node, 4 KiB pages"
+        fi
         node2=$!
         pids+=($node2)
         wait_port $port2
         taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$port2 --service bench --keys 1000000 \
             --sequential --requests 1000000 --connections 4 --pipeline 256 --json > /dev/null
-        echo "node with RL_KEYTAB_HUGEPAGES=0: $(($(huge_kb $node2) / 1024)) MiB in huge pages"
+        echo "$blabel: $(($(huge_kb $node2) / 1024)) MiB in huge pages"
         ab=1
     fi
     redis=0
@@ -127,7 +136,7 @@ if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
         node_run $port $node "rl-node"
         tput+=("$t"); cpu+=("$c")
         if [ $ab = 1 ]; then
-            node_run $port2 $node2 "rl-node, 4 KiB pages"
+            node_run $port2 $node2 "$blabel"
             tput4k+=("$t"); cpu4k+=("$c")
         fi
         if [ $redis = 1 ]; then
@@ -155,7 +164,11 @@ if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
     echo "RESULT node token_bucket 1M keys pipelined: median $med decisions/s, $(printf '%s\n' "${cpu[@]}" | median) ns of CPU per decision over $runs runs; key-table resizes during the runs: $(($(resizes) - r0)) $(context)"
     if [ $ab = 1 ]; then
         med4k=$(printf '%s\n' "${tput4k[@]}" | median)
-        echo "RESULT node, key table in 4 KiB pages: median $med4k decisions/s, $(printf '%s\n' "${cpu4k[@]}" | median) ns of CPU per decision; huge pages/4 KiB = $(awk -v a=$med -v b=$med4k 'BEGIN {printf "%.2f", a/b}')x the decisions/s $(context)"
+        if [ -n "${BASE_BIN:-}" ]; then
+            echo "RESULT $blabel: median $med4k decisions/s, $(printf '%s\n' "${cpu4k[@]}" | median) ns of CPU per decision; this build/that = $(awk -v a=$med -v b=$med4k 'BEGIN {printf "%.2f", a/b}')x the decisions/s $(context)"
+        else
+            echo "RESULT node, key table in 4 KiB pages: median $med4k decisions/s, $(printf '%s\n' "${cpu4k[@]}" | median) ns of CPU per decision; huge pages/4 KiB = $(awk -v a=$med -v b=$med4k 'BEGIN {printf "%.2f", a/b}')x the decisions/s $(context)"
+        fi
         kill "$node2"; wait "$node2" 2>/dev/null || true
     fi
     if [ $redis = 1 ]; then

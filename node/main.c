@@ -57,6 +57,7 @@ struct node {
     struct rl_move *move;
     bool owned_set; /* the server has the bitmap (a first view was applied) */
     bool joined;    /* `joining` was lifted */
+    bool in_view;   /* the last view read has this node in it */
     bool draining;  /* SIGTERM: handing the shards off */
     uint32_t nowned;
     /* per shard: bumped each time this node gains it, and for every shard when its
@@ -242,6 +243,25 @@ node_check_registration(uv_timer_t *t)
 }
 
 /*
+ * Ready: listening, this process registered (its own session holds nodes/NAME: a process
+ * restarted before its previous one's session expired sees that one's znode in its view,
+ * and stays `joining` until it expires, so that the others take its shards from zero first
+ * and hand them back with their counters, instead of expecting them from each other), and a
+ * view with this node in it read. Lifting `joining` lets the others place shards here, and
+ * send their counters first.
+ */
+static void
+node_lift_joining(struct node *n)
+{
+    if (!n->joined && !n->draining && n->in_view && n->zkm != NULL &&
+        rl_zkm_registered(n->zkm)) {
+        n->joined = true;
+        rl_zkm_set_state(n->zkm, RL_MEMBER_ACTIVE);
+        rl_log_info("view read: joining lifted (shards are placed here from now on)");
+    }
+}
+
+/*
  * Rebuilds the table from the members and assignment last seen, exactly as the routers do,
  * and hands the server the shards this node owns in it and the table's digest (STATS
  * table_digest, to compare with the routers').
@@ -282,13 +302,8 @@ node_rebuild(struct node *n)
     }
     n->nowned = count;
     n->server.shards_owned = count;
-    /* Ready: listening, and this view read. Lifting `joining` lets the others place shards
-     * here, and send their counters first. */
-    if (!n->joined && !n->draining && self != RL_SHARDMAP_NONE) {
-        n->joined = true;
-        rl_zkm_set_state(n->zkm, RL_MEMBER_ACTIVE);
-        rl_log_info("view read: joining lifted (shards are placed here from now on)");
-    }
+    n->in_view = self != RL_SHARDMAP_NONE;
+    node_lift_joining(n);
 }
 
 static void
@@ -322,7 +337,9 @@ node_registered(void *arg, int registered)
     struct node *n = arg;
 
     node_check_registration(&n->reg_timer);
-    (void)registered;
+    if (registered) {
+        node_lift_joining(n);
+    }
 }
 
 static void
