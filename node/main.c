@@ -222,6 +222,15 @@ node_check_registration(uv_timer_t *t)
         if (n->move != NULL) {
             rl_move_lost(n->move);
         }
+        /* It comes back as a node joining: `joining` written before its member znode in
+         * the new session, lifted once it has read a view with itself in it, so its shards
+         * come back to it from their owners meanwhile with their counters, whatever order
+         * its views take. */
+        if (n->joined && !n->draining && n->zkm != NULL) {
+            n->joined = false;
+            n->in_view = false;
+            rl_zkm_set_state(n->zkm, RL_MEMBER_JOINING);
+        }
         n->unreg_since = now;
         n->last_warn = now;
     } else if (reg && n->lost_since != 0 && now - n->lost_since >= timeout &&
