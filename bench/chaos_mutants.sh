@@ -17,7 +17,7 @@ trap cleanup EXIT
 
 # Each mutant: name, file, sed expression, scenario, invariant that must fail.
 names=(deadline stale-members inherit-counts wrong-policy)
-files=(router/forward.c router/table.c node/limiter.c router/forward.c)
+files=(router/forward.c router/table.c "node/limiter.c node/limiter_int.h" router/forward.c)
 exprs=(
     's/r->conf->deadline_ms/(30 * r->conf->deadline_ms)/g'
     '/^rl_router_set_members(/,/^}/ s/    if (r->closing) {/    if (r->closing || n < r->view.nmembers) {/'
@@ -37,7 +37,9 @@ for i in "${!names[@]}"; do
     fi
     git -C "$top" worktree remove --force "$work/tree" >/dev/null 2>&1 || true
     git -C "$top" worktree add --detach "$work/tree" HEAD >/dev/null 2>&1
-    sed -i "$expr" "$work/tree/$file"
+    for f in $file; do # one file, or several separated by spaces
+        sed -i "$expr" "$work/tree/$f"
+    done
     if git -C "$work/tree" diff --quiet; then
         echo "mutant $name: the sed expression changed nothing in $file (stale mutant)" >&2
         exit 2

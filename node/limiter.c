@@ -265,15 +265,7 @@ lim_consume(struct rl_limiter *l, const struct rl_wire_req *req, uint32_t shard,
         struct rl_algo_state s;
 
         if (e != NULL) {
-            if (e->tier != t->id) {
-                lim_retier(l, e, t);
-            }
-            if (e->epoch != epoch) {
-                /* a state of an earlier tenure: judged as absent, so start it afresh */
-                lim_release_state(l, t, &e->st);
-                memset(&e->st, 0, sizeof(e->st));
-                e->epoch = epoch;
-            }
+            lim_entry_current(l, e, t, epoch);
             lim_commit(l, t, &e->st, &x->next, now, cost);
             continue;
         }

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "algo.h"
 #include "inltab.h"
@@ -162,5 +163,22 @@ void lim_retier(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl
 void lim_store_new(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo_state *s,
                    uint64_t fp_hi, uint32_t fp_lo, uint64_t now, uint16_t epoch,
                    const struct rl_wire_req *req, uint32_t *shard);
+
+/* Found entry e made current for tier t in this tenure (epoch) of its shard, before a CHECK,
+ * ADJUST or RELEASE writes it: moved to t when it followed another tier, and a state of an
+ * earlier tenure judged as absent, so started afresh (docs/OPERATIONS.md, "A node dies"). */
+static inline void
+lim_entry_current(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl_tier *t,
+                  uint16_t epoch)
+{
+    if (e->tier != t->id) {
+        lim_retier(l, e, t);
+    }
+    if (e->epoch != epoch) {
+        lim_release_state(l, t, &e->st);
+        memset(&e->st, 0, sizeof(e->st));
+        e->epoch = epoch;
+    }
+}
 
 #endif

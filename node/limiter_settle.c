@@ -25,14 +25,7 @@ lim_adjust_all(struct rl_limiter *l, const struct rl_wire_req *req, uint32_t sha
             continue; /* slots are taken by CHECK and given back by RELEASE only */
         }
         if (e != NULL) {
-            if (e->tier != t->id) {
-                lim_retier(l, e, t);
-            }
-            if (e->epoch != epoch) {
-                lim_release_state(l, t, &e->st);
-                memset(&e->st, 0, sizeof(e->st));
-                e->epoch = epoch;
-            }
+            lim_entry_current(l, e, t, epoch);
             lim_commit_or_adjust(l, t, &e->st, NULL, now, 0, req->delta);
             continue;
         }
@@ -65,14 +58,7 @@ lim_release_all(struct rl_limiter *l, const struct rl_wire_req *req, const struc
         }
         e = rl_keytab_find(l->tab, prep->fp_hi[i], prep->fp_lo[i]);
         if (e != NULL) {
-            if (e->tier != t->id) {
-                lim_retier(l, e, t);
-            }
-            if (e->epoch != epoch) {
-                lim_release_state(l, t, &e->st);
-                memset(&e->st, 0, sizeof(e->st));
-                e->epoch = epoch;
-            }
+            lim_entry_current(l, e, t, epoch);
             {
                 uint64_t before = rl_algo_heap_bytes(t, &e->st);
 
