@@ -31,6 +31,13 @@
  * [cluster] handoff_wait (its default, which rl-chaos's clusters keep) after the table
  * changed (docs/OPERATIONS.md, "Planned moves"). */
 #define HANDOFF_WAIT_MS 2000
+
+/* What an owner change is, for the windows around it (changes_of). */
+enum {
+    CH_MOVE_LOST = 0,    /* the new owner starts from zero */
+    CH_MOVE_PLANNED = 1, /* handed off: the new owner continues the count */
+    CH_MOVE_MAYBE = 2,   /* either: a node back from an expired session (rejoined) */
+};
 #define EXAMPLES 5
 
 enum inv { INV_LIVENESS, INV_EXACT, INV_LOSS, INV_FRESH, INV_POLICY, INV_CONVERGE, INV_DEATHS,
@@ -345,14 +352,35 @@ joined_cleanly(const struct ch_run *r, int node, int64_t t)
     return false;
 }
 
+/*
+ * Whether node, owner from view k on, is back from an expired session of its own: it was a
+ * member earlier in the run under another registration and no step restarted it (a pause or
+ * a partition from ZooKeeper ended). Such a node joins again (docs/OPERATIONS.md, "A node
+ * restarted before its previous process's session expired") and its shards come back to it
+ * from their owners meanwhile with their counts, unless that handoff fails (then from zero):
+ * either may be seen.
+ */
+static bool
+rejoined(const struct ch_run *r, int node, int k)
+{
+    for (int i = 0; i < k; i++) {
+        if ((r->views[i].members >> node & 1) != 0 &&
+            r->views[i].since[node] != r->views[k].since[node]) {
+            return !joined_cleanly(r, node, r->views[k].t_ms);
+        }
+    }
+    return false;
+}
+
 /* Times at which shard's owner changed to a node, or its owner was restarted: either way
- * the owner from then on starts from zero; except a planned move (planned[i] true): the old
+ * the owner from then on starts from zero (CH_MOVE_LOST); except a planned move
+ * (CH_MOVE_PLANNED; CH_MOVE_MAYBE when the new owner rejoined, above): the old
  * owner was still a member of the view that gave the shard to another (a clean stop's
  * `leaving`, a node joining, an assignment), or left after a clean stop (stopped_cleanly),
  * so it handed the shard's counters off, to a new owner that was a member already (joining
  * or active) or came in by the run's plan (joined_cleanly): not one back from a loss. */
 static int
-changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, bool *planned, int max)
+changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, uint8_t *planned, int max)
 {
     int n = 0;
 
@@ -360,7 +388,7 @@ changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, bool *planned, i
         int k = view_at(r, r->restart_ms[i]);
 
         if (k >= 0 && r->views[k].owner[shard] == r->restart_node[i]) {
-            planned[n] = false;
+            planned[n] = CH_MOVE_LOST;
             at[n++] = r->restart_ms[i];
         }
     }
@@ -373,14 +401,19 @@ changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, bool *planned, i
             (now != was || r->views[k].since[now] != r->views[k - 1].since[now])) {
             /* the old owner handed it off (still a member, or left after a clean stop);
              * the new one was there before (joining, or active) or came by the plan */
-            planned[n] = now != was && was != CH_NONE &&
-                         (((r->views[k].members >> was & 1) != 0 &&
-                           r->views[k].since[was] == r->views[k - 1].since[was]) ||
-                          ((r->views[k].members >> was & 1) == 0 &&
-                           stopped_cleanly(r, was, r->views[k].t_ms))) &&
-                         (((r->views[k - 1].members >> now & 1) != 0 &&
-                           r->views[k].since[now] == r->views[k - 1].since[now]) ||
-                          joined_cleanly(r, now, r->views[k].t_ms));
+            bool handed = now != was && was != CH_NONE &&
+                          (((r->views[k].members >> was & 1) != 0 &&
+                            r->views[k].since[was] == r->views[k - 1].since[was]) ||
+                           ((r->views[k].members >> was & 1) == 0 &&
+                            stopped_cleanly(r, was, r->views[k].t_ms)));
+
+            planned[n] = !handed ? CH_MOVE_LOST
+                         : (((r->views[k - 1].members >> now & 1) != 0 &&
+                             r->views[k].since[now] == r->views[k - 1].since[now]) ||
+                            joined_cleanly(r, now, r->views[k].t_ms))
+                             ? CH_MOVE_PLANNED
+                         : rejoined(r, now, k) ? CH_MOVE_MAYBE
+                                               : CH_MOVE_LOST;
             at[n++] = r->views[k].t_ms;
         }
     }
@@ -434,7 +467,7 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
     const int64_t w = (int64_t)svc->window_ms, L = (int64_t)svc->limit_n;
     const uint32_t shard = all[from].q->shard;
     int64_t changes[CH_VIEWS_MAX];
-    bool planned[CH_VIEWS_MAX];
+    uint8_t planned[CH_VIEWS_MAX];
     int nchanges = changes_of(j->r, shard, changes, planned, CH_VIEWS_MAX);
     /* the send times of the user's answers that were no decision, policy apart, sorted:
      * each window counts those near it by two binary searches, not a pass over them all */
@@ -483,7 +516,7 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
             int64_t reach = planned[i] ? HANDOFF_WAIT_MS : 0;
 
             c += changes[i] - FRESH_SLACK_MS < we && changes[i] + reach + LAG_MS >= ws &&
-                 (!planned[i] || j->sc->planned == CH_PLANNED_EITHER);
+                 (planned[i] != CH_MOVE_PLANNED || j->sc->planned == CH_PLANNED_EITHER);
         }
         /* While the observer had no session it saw nothing the routers may have: any node
          * may have held the shard for a moment, each from zero. */
