@@ -56,6 +56,17 @@ echo "kernel $(uname -r); transparent huge pages: enabled=$(thp enabled) defrag=
 echo "commit $(tree_rev); load average $(load) (the machine's $(nproc) cores)"
 # huge_kb PID: the kB of PID's memory in transparent huge pages.
 huge_kb() { awk '/^AnonHugePages/ {print $2}' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0; }
+# huge_settled PID: the table fills in 4 KiB pages and its sweeps then collapse it into huge
+# pages, a 2 MiB piece each (every 100 ms): waits until PID's huge pages stop growing (or 60 s).
+huge_settled() {
+    local h0=-1 h1
+    for _ in $(seq 1 60); do
+        sleep 1
+        h1=$(huge_kb "$1")
+        [ "$h1" = "$h0" ] && break
+        h0=$h1
+    done
+}
 pct() { awk -v t=$1 -v hz=$hz -v ns=$2 'BEGIN {printf "%.0f%%", t / hz * 1e9 / ns * 100}'; }
 
 if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
@@ -63,15 +74,7 @@ if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
     # Warm up: create the 1M keys once.
     taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$port --service bench --keys 1000000 \
         --sequential --requests 1000000 --connections 4 --pipeline 256 --json > /dev/null
-    # The table fills in 4 KiB pages and its sweeps then collapse it into huge pages, a 2 MiB
-    # piece each (every 100 ms): wait until that has settled (or 60 s).
-    h0=-1
-    for _ in $(seq 1 60); do
-        sleep 1
-        h1=$(huge_kb $node)
-        [ "$h1" = "$h0" ] && break
-        h0=$h1
-    done
+    huge_settled $node
     echo "node: $(($(huge_kb $node) / 1024)) MiB of its memory in huge pages after the warm-up"
     r0=$(resizes)
     # node_run PORT PID LABEL: one 5 s closed-loop run against the node on PORT; prints the
@@ -113,14 +116,7 @@ if [ "$what" = all ] || [ "$what" = throughput ] || [ "$what" = latency ]; then
         taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$port2 --service bench --keys 1000000 \
             --sequential --requests 1000000 --connections 4 --pipeline 256 --json > /dev/null
         if [ -n "${BASE_BIN:-}" ]; then
-            # another build: its table collapses into huge pages as the first one's did
-            h0=-1
-            for _ in $(seq 1 60); do
-                sleep 1
-                h1=$(huge_kb $node2)
-                [ "$h1" = "$h0" ] && break
-                h0=$h1
-            done
+            huge_settled $node2 # another build: its table collapses as the first one's did
         fi
         echo "$blabel: $(($(huge_kb $node2) / 1024)) MiB in huge pages"
         ab=1
