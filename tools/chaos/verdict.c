@@ -5,6 +5,7 @@
  * JSON. docs/CHAOS.md states each invariant and why its margins are what they are.
  */
 #include "chaos.h"
+#include "verdict_int.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -32,12 +33,6 @@
  * changed (docs/OPERATIONS.md, "Planned moves"). */
 #define HANDOFF_WAIT_MS 2000
 
-/* What an owner change is, for the windows around it (changes_of). */
-enum {
-    CH_MOVE_LOST = 0,    /* the new owner starts from zero */
-    CH_MOVE_PLANNED = 1, /* handed off: the new owner continues the count */
-    CH_MOVE_MAYBE = 2,   /* either: a node back from an expired session (rejoined) */
-};
 #define EXAMPLES 5
 
 enum inv { INV_LIVENESS, INV_EXACT, INV_LOSS, INV_FRESH, INV_POLICY, INV_CONVERGE, INV_DEATHS,
@@ -115,18 +110,6 @@ events_around(const struct judge *j, int64_t from, int64_t to, char *buf, size_t
             shown++;
         }
     }
-}
-
-/* The view in force at t (the last one not after it), or -1. */
-static int
-view_at(const struct ch_run *r, int64_t t)
-{
-    int k = -1;
-
-    for (int i = 0; i < r->nviews && r->views[i].t_ms <= t; i++) {
-        k = i;
-    }
-    return k;
 }
 
 /* Whether the observer had no session of its own at t (or up to LAG_MS before): what the
@@ -299,128 +282,6 @@ is_decision(const struct ch_req *q)
 }
 
 /*
- * Whether node's latest stop before t (its steps on the scenario's clock, since its latest
- * start) was a clean one (`term`, `drain`): it handed its shards off before it left, so a
- * change at t from it is planned even when the observer never saw it `leaving` (a quick
- * drain: the state and the member znode gone between two reads). A `kill` after the clean
- * stop cuts the move: planned only with planned_moves = either.
- */
-static bool
-stopped_cleanly(const struct ch_run *r, int node, int64_t t)
-{
-    const struct ch_scenario *sc = r->sc;
-    int64_t clean = -1, killed = -1;
-
-    for (int i = 0; i < sc->nsteps; i++) {
-        const struct ch_step *st = &sc->steps[i];
-        int64_t at = r->t0_ms + st->at_ms;
-
-        if (st->target != CH_NODE || st->index != node || at > t) {
-            continue;
-        }
-        if (st->action == CH_RESTART || st->action == CH_ADD) {
-            clean = killed = -1; /* a new process: what happened before is its predecessor's */
-        } else if (st->action == CH_TERM || st->action == CH_DRAIN) {
-            clean = at;
-        } else if (st->action == CH_KILL && clean >= 0) {
-            killed = at;
-        }
-    }
-    return clean >= 0 && (killed < 0 || sc->planned == CH_PLANNED_EITHER);
-}
-
-/*
- * Whether node was started by the run by t (an `add` step, or a `restart`): a node that
- * starts joins (`joining` first, placed only once it read its view) and takes its shards from
- * their live owners with their counters, even when the observer did not see it joining. A
- * node back from an expired session with no step (a partition healed) is not: it takes its
- * shards back as after any loss.
- */
-static bool
-joined_cleanly(const struct ch_run *r, int node, int64_t t)
-{
-    const struct ch_scenario *sc = r->sc;
-
-    for (int i = 0; i < sc->nsteps; i++) {
-        const struct ch_step *st = &sc->steps[i];
-
-        if (st->target == CH_NODE && st->index == node && r->t0_ms + st->at_ms <= t &&
-            (st->action == CH_ADD || st->action == CH_RESTART)) {
-            return true;
-        }
-    }
-    return false;
-}
-
-/*
- * Whether node, owner from view k on, is back from an expired session of its own: it was a
- * member earlier in the run under another registration and no step restarted it (a pause or
- * a partition from ZooKeeper ended). Such a node joins again (docs/OPERATIONS.md, "A node
- * restarted before its previous process's session expired") and its shards come back to it
- * from their owners meanwhile with their counts, unless that handoff fails (then from zero):
- * either may be seen.
- */
-static bool
-rejoined(const struct ch_run *r, int node, int k)
-{
-    for (int i = 0; i < k; i++) {
-        if ((r->views[i].members >> node & 1) != 0 &&
-            r->views[i].since[node] != r->views[k].since[node]) {
-            return !joined_cleanly(r, node, r->views[k].t_ms);
-        }
-    }
-    return false;
-}
-
-/* Times at which shard's owner changed to a node, or its owner was restarted: either way
- * the owner from then on starts from zero (CH_MOVE_LOST); except a planned move
- * (CH_MOVE_PLANNED; CH_MOVE_MAYBE when the new owner rejoined, above): the old
- * owner was still a member of the view that gave the shard to another (a clean stop's
- * `leaving`, a node joining, an assignment), or left after a clean stop (stopped_cleanly),
- * so it handed the shard's counters off, to a new owner that was a member already (joining
- * or active) or came in by the run's plan (joined_cleanly): not one back from a loss. */
-static int
-changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, uint8_t *planned, int max)
-{
-    int n = 0;
-
-    for (int i = 0; i < r->nrestarts && n < max; i++) {
-        int k = view_at(r, r->restart_ms[i]);
-
-        if (k >= 0 && r->views[k].owner[shard] == r->restart_node[i]) {
-            planned[n] = CH_MOVE_LOST;
-            at[n++] = r->restart_ms[i];
-        }
-    }
-    for (int k = 1; k < r->nviews && n < max; k++) {
-        uint8_t was = r->views[k - 1].owner[shard], now = r->views[k].owner[shard];
-
-        /* the cluster forming before traffic started is no change; an owner that registered
-         * again (a new znode under the same name) is a new tenure, as a new owner is */
-        if (now != CH_NONE && r->views[k].t_ms >= r->t0_ms &&
-            (now != was || r->views[k].since[now] != r->views[k - 1].since[now])) {
-            /* the old owner handed it off (still a member, or left after a clean stop);
-             * the new one was there before (joining, or active) or came by the plan */
-            bool handed = now != was && was != CH_NONE &&
-                          (((r->views[k].members >> was & 1) != 0 &&
-                            r->views[k].since[was] == r->views[k - 1].since[was]) ||
-                           ((r->views[k].members >> was & 1) == 0 &&
-                            stopped_cleanly(r, was, r->views[k].t_ms)));
-
-            planned[n] = !handed ? CH_MOVE_LOST
-                         : (((r->views[k - 1].members >> now & 1) != 0 &&
-                             r->views[k].since[now] == r->views[k - 1].since[now]) ||
-                            joined_cleanly(r, now, r->views[k].t_ms))
-                             ? CH_MOVE_PLANNED
-                         : rejoined(r, now, k) ? CH_MOVE_MAYBE
-                                               : CH_MOVE_LOST;
-            at[n++] = r->views[k].t_ms;
-        }
-    }
-    return n;
-}
-
-/*
  * Requests of one user (all[from..to), one shard) that the new owner of a change at t_c may
  * still count although they were sent before the change: answered by policy or lost, sent
  * in the LOOKBACK_MS before it while the timeline had that same node as the owner, and no
@@ -432,7 +293,7 @@ static int64_t
 late_in_flight(const struct ch_run *r, const struct wref *all, size_t from, size_t to,
                uint32_t shard, int64_t t_c)
 {
-    int k = view_at(r, t_c), owner;
+    int k = ch_view_at(r, t_c), owner;
     int64_t n = 0;
 
     if (k < 0 || (owner = r->views[k].owner[shard]) == CH_NONE) {
@@ -447,7 +308,7 @@ late_in_flight(const struct ch_run *r, const struct wref *all, size_t from, size
             q->t_send_ms < t_c - LOOKBACK_MS) {
             continue;
         }
-        v = view_at(r, q->t_send_ms);
+        v = ch_view_at(r, q->t_send_ms);
         if (v < 0 || r->views[v].owner[shard] != owner) {
             continue;
         }
@@ -468,7 +329,7 @@ judge_user(struct judge *j, const struct wref *all, size_t from, size_t to)
     const uint32_t shard = all[from].q->shard;
     int64_t changes[CH_VIEWS_MAX];
     uint8_t planned[CH_VIEWS_MAX];
-    int nchanges = changes_of(j->r, shard, changes, planned, CH_VIEWS_MAX);
+    int nchanges = ch_changes_of(j->r, shard, changes, planned, CH_VIEWS_MAX);
     /* the send times of the user's answers that were no decision, policy apart, sorted:
      * each window counts those near it by two binary searches, not a pass over them all */
     int64_t *nd_policy = malloc((to - from) * sizeof(*nd_policy));
@@ -665,8 +526,8 @@ judge_policy(struct judge *j)
                     svc->fail_closed ? "closed" : "open");
             continue;
         }
-        k0 = view_at(r, from);
-        k1 = view_at(r, q->t_send_ms + j->sc->deadline_ms);
+        k0 = ch_view_at(r, from);
+        k1 = ch_view_at(r, q->t_send_ms + j->sc->deadline_ms);
         for (int k = k0 < 0 ? 0 : k0; k <= k1 && !justified; k++) {
             uint8_t o = r->views[k].owner[q->shard];
 
@@ -821,7 +682,7 @@ judge_figures(struct judge *j)
     }
     for (int p = 0; p < r->nprobes; p++) {
         const struct ch_probe *b = &r->probes[p];
-        int k = view_at(r, b->t_ms);
+        int k = ch_view_at(r, b->t_ms);
 
         if (k < 0 || (r->views[k].members >> b->node & 1) != 0) {
             dropped_at[b->node] = 0;
