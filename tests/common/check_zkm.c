@@ -183,6 +183,12 @@ registered(void *z)
     return rl_zkm_registered(z);
 }
 
+static int
+state_written(void *z)
+{
+    return rl_zkm_state_written(z);
+}
+
 /* A plain client, to look at the znodes behind zkm's back. */
 static void
 raw_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
@@ -451,7 +457,8 @@ START_TEST(test_states)
     ck_assert_int_eq(raw_get("/ratelimiter/st/states/a", buf, sizeof(buf), &owner), ZNONODE);
     ck_assert_int_eq(rl_zkm_set_state(a, RL_MEMBER_LEAVING), 0);
     ck_assert(run_until(&loop, a_leaving, &so, 10000));
-    ck_assert(rl_zkm_state_written(a));
+    /* The watcher may see states/a before a's own create completes: wait for a's reply. */
+    ck_assert(run_until(&loop, state_written, a, 5000));
     ck_assert_int_eq(rl_zkm_read_members(t, &m, &n, 5000), 0);
     ck_assert_uint_eq(n, 1);
     ck_assert_uint_eq(m[0].state, RL_MEMBER_LEAVING);
