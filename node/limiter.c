@@ -212,6 +212,20 @@ lim_retier(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl_tier
     }
 }
 
+void
+lim_entry_current(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl_tier *t,
+                  uint16_t epoch)
+{
+    if (e->tier != t->id) {
+        lim_retier(l, e, t);
+    }
+    if (e->epoch != epoch) {
+        lim_release_state(l, t, &e->st);
+        memset(&e->st, 0, sizeof(e->st));
+        e->epoch = epoch;
+    }
+}
+
 uint32_t
 rl_limiter_shards(const struct rl_limiter *l)
 {

@@ -167,18 +167,7 @@ void lim_store_new(struct rl_limiter *l, const struct rl_tier *t, struct rl_algo
 /* Found entry e made current for tier t in this tenure (epoch) of its shard, before a CHECK,
  * ADJUST or RELEASE writes it: moved to t when it followed another tier, and a state of an
  * earlier tenure judged as absent, so started afresh (docs/OPERATIONS.md, "A node dies"). */
-static inline void
-lim_entry_current(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl_tier *t,
-                  uint16_t epoch)
-{
-    if (e->tier != t->id) {
-        lim_retier(l, e, t);
-    }
-    if (e->epoch != epoch) {
-        lim_release_state(l, t, &e->st);
-        memset(&e->st, 0, sizeof(e->st));
-        e->epoch = epoch;
-    }
-}
+void lim_entry_current(struct rl_limiter *l, struct rl_keytab_entry *e, const struct rl_tier *t,
+                       uint16_t epoch);
 
 #endif

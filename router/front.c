@@ -701,7 +701,7 @@ int
 rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
 {
     const struct rl_front_ops *ops;
-    struct rl_front_conn *c;
+    struct rl_front_conn *c, *evict;
     int rc;
 
     if (r->closing || (unsigned)kind >= RL_FRONT_KINDS || r->opts.fronts == NULL ||
@@ -734,10 +734,13 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
     c->kind = kind;
     rl_buf_init(&c->tls_out);
     front_peer_name(c, fd);
-    rc = front_admit(r, c, fd);
+    rc = front_admit(r, c, fd, &evict);
     if (rc != 0) {
         free(c);
         return rc;
+    }
+    if (evict != NULL) {
+        rl_front_close(evict);
     }
     if (r->opts.tls_server != NULL) {
         c->tls = rl_tls_new(r->opts.tls_server);

@@ -145,7 +145,8 @@ rl_front_authenticated(struct rl_front_conn *c)
  * 0, or UV_ECONNREFUSED.
  */
 int
-front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd)
+front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd,
+            struct rl_front_conn **evict)
 {
     struct rl_listener_stats *st = &r->listener.stats;
     struct rl_front *g = r->front;
@@ -153,6 +154,7 @@ front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd)
     uint64_t *counter = NULL, now = uv_now(r->loop), wait = 0;
     char msg[200];
 
+    *evict = NULL;
     if (c->ops->auth_per_connection && r->conf->nauth_clients > 0 &&
         (wait = rl_listener_auth_wait_ms(&r->listener, c->addr)) > 0) {
         snprintf(msg, sizeof(msg),
@@ -175,9 +177,10 @@ front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd)
                 c->preauth = true;
             } else if (old != NULL) {
                 /* the share is full: this loop's oldest connection still opening makes room
-                 * (its slot is taken over, whatever another worker took meanwhile) */
+                 * (its slot is taken over, whatever another worker took meanwhile; the
+                 * caller closes it, which gives its slot back) */
                 st->preauth_closes++;
-                rl_front_close(old);
+                *evict = old;
                 __atomic_fetch_add(&gf->preauth, 1, __ATOMIC_RELAXED);
                 c->preauth = true;
             } else {

@@ -93,9 +93,11 @@ struct rl_front_conn {
 };
 
 /* front_admit.c: the client caps of a new connection c (its address known), the pre-AUTH
- * share taken (the loop's oldest opening connection of its front closed for it when the
- * share is full). 0, or UV_ECONNREFUSED (c was told why, and counted nothing). */
-int front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd);
+ * share taken (when the share is full, the loop's oldest opening connection of its front
+ * gives c its slot: *evict is set to it, which the caller closes; NULL otherwise). 0, or
+ * UV_ECONNREFUSED (c was told why, and counted nothing). */
+int front_admit(struct rl_router *r, struct rl_front_conn *c, uv_os_sock_t fd,
+                struct rl_front_conn **evict);
 
 /* The caps front_admit counted c against, released (c closes). */
 void front_release(struct rl_front_conn *c);

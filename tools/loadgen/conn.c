@@ -10,7 +10,6 @@
 #include "mp.h"
 #include "reqclient.h"
 #include "tls.h"
-#include "worker.h"
 #include "workload.h"
 
 static void
@@ -311,10 +310,7 @@ lg_conn_kill(struct conn *c, const char *why, int status)
         uv_close((uv_handle_t *)&c->tcp, on_close_conn);
     }
     if (c->up) {
-        w->nalive--;
-    }
-    if (w->nalive == 0 && w->running) {
-        lg_worker_finish(w);
+        w->nalive--; /* at 0 the worker finishes (its check handle) */
     }
 }
 
@@ -332,9 +328,7 @@ lg_on_connect(uv_connect_t *req, int status)
             w->failed = true;
         }
         c->dead = true;
-        if (!w->finished) {
-            lg_worker_finish(w);
-        }
+        w->connect_failed = true; /* the worker finishes (its check handle) */
         return;
     }
     if (c->dead) {
@@ -376,9 +370,7 @@ conn_up(struct conn *c)
 
     c->up = true;
     w->nalive++;
-    if (++w->nconnected == w->nconns) {
-        lg_worker_start(w);
-    }
+    w->nconnected++; /* once all are, the worker starts (its check handle) */
 }
 
 int

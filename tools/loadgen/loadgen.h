@@ -125,6 +125,7 @@ struct worker {
     bool stopping;
     bool finished;
     bool failed;
+    bool connect_failed; /* a connection could not connect: the worker finishes (on_check) */
     uint64_t t0;        /* start of the run, ns (uv_hrtime) */
     uint64_t t_end;     /* last reply, or when draining gave up */
     uint64_t t_created; /* when connecting started */

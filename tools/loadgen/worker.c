@@ -141,13 +141,31 @@ lg_worker_finish(struct worker *w)
     }
 }
 
+static void worker_start(struct worker *w);
+
 static void
 on_check(uv_check_t *h)
 {
     struct worker *w = h->data;
     uint64_t now;
 
-    if (!w->running || w->finished) {
+    if (w->finished) {
+        return;
+    }
+    if (!w->running) {
+        /* The connections only count themselves: starting and finishing are decided here,
+         * once a loop turn, so conn.c never calls up into the worker. */
+        if (w->connect_failed) {
+            lg_worker_finish(w);
+            return;
+        }
+        if (w->nconnected < w->nconns) {
+            return;
+        }
+        worker_start(w);
+    }
+    if (w->nalive == 0) {
+        lg_worker_finish(w);
         return;
     }
     now = uv_hrtime();
@@ -172,8 +190,8 @@ on_end_timer(uv_timer_t *t)
     worker_stop(w, uv_hrtime());
 }
 
-void
-lg_worker_start(struct worker *w)
+static void
+worker_start(struct worker *w)
 {
     const struct opts *o = &w->b->o;
 

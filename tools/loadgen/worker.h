@@ -19,8 +19,9 @@ void lg_workers_deinit(struct bench *b);
 /* A worker thread's body (uv_thread_create). */
 void lg_worker_main(void *arg);
 
-/* Called by the connections: every one is up, so the run starts; or the last one is gone. */
-void lg_worker_start(struct worker *w);
+/* Ends the worker's run: every connection closed, its tallies published, its handles closed
+ * (the loop then ends). The worker calls it itself once all connections are gone, a
+ * connection could not connect, the drain is over or connecting timed out. */
 void lg_worker_finish(struct worker *w);
 
 #endif
