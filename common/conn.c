@@ -1,21 +1,21 @@
 /*
- * conn: the framed libuv connection of conn.h: the loop's flusher, one connection's life
- * (setup, close, pause and per-turn throttling, finish, holds) and its writing side, and
- * outgoing connections. Reading and framing are conn_read.c's; accepting, the limits of a
- * listener (max_connections, per address, the router reserve, timeouts) and the refusals
- * they make are conn_listen.c's; conn_int.h is what the three share. One state machine for
- * every connection:
+ * conn: one connection's life (conn.h), the bottom of the connection module: its setup,
+ * buffers and their accounting against the clients' budget, its peer's name, marking it for
+ * the loop turn's flush, pausing and per-turn throttling, holds, finishing, refusing and
+ * closing. It calls no other file of the module: what a close must tell the files above goes
+ * through the hooks they installed (the listener's, rl_listener_start in conn_listen.c; the
+ * handshake gate's, rl_connq_init in conn_flush.c). One state machine for every connection:
  *
  *   reading --(queued output > out_max, or holds >= hold_max)--> paused
  *   paused  --(both back to half their bound: leftover frames processed)--> reading
  *   any     --(peer EOF, rl_conn_finish, refusal, protocol error)--> finishing
  *   finishing --(output written, nothing held)--> closed
  *
- * Writes happen at the end of the read that produced them, and otherwise in connq_flush (a
- * uv_check, after the loop's I/O) or when the previous write completes, so the replies to
- * one read leave in one write, and output produced elsewhere (the router's replies from
- * nodes) is gathered per connection for the loop turn; the flush is also where paused
- * connections resume and finished ones close.
+ * The module's files, from the bottom up, each calling only those below it: conn.c;
+ * conn_tls.c (the loop's TLS handshake gate) and conn_refuse.c (refusals, protocol errors and
+ * their once-a-minute warnings); conn_read.c (reading and framing); conn_listen.c (accepting
+ * and a listener's caps) and conn_flush.c (the loop's flusher, writing, outgoing connects).
+ * Not for reading, writing or accepting (those files), nor for the codec (wire.h).
  */
 #include "conn.h"
 
@@ -24,131 +24,8 @@
 #include <string.h>
 
 #include "conn_int.h"
-#include "log.h"
 #include "tls.h"
 #include "wire.h"
-
-/* ---- the flusher ------------------------------------------------------------------------ */
-
-/* Flushes every dirty connection, until none is left (a flush may dirty others). */
-static void
-connq_drain(struct rl_connq *q)
-{
-    while (q->dirty != NULL) {
-        struct rl_conn *c = q->dirty;
-
-        q->dirty = c->dirty_next;
-        c->dirty_next = NULL;
-        c->dirty = false;
-        conn_flush(c);
-    }
-}
-
-static void
-connq_flush(uv_check_t *h)
-{
-    struct rl_connq *q = h->data;
-    bool hs_waiting = false;
-
-    /* A new turn: connections that spent their input budget in the last one go on, and
-     * the turn's handshake budget opens (conn_tls.c). */
-    q->turn++;
-    conn_hs_turn(q);
-    while (q->throttled != NULL) {
-        struct rl_conn *c = q->throttled;
-
-        q->throttled = c->throttle_next;
-        c->throttle_next = NULL;
-        c->throttled = false;
-        rl_conn_mark(c);
-    }
-    /* Flushing a connection may process frames it had left unread, which dirties others
-     * (the router forwards them to nodes): drain until nothing is dirty. */
-    connq_drain(q);
-    /* Then, the turn's decisions made, the TLS handshakes that waited for budget take
-     * theirs (what they answer leaves now). */
-    if (q->hs_head != NULL) {
-        hs_waiting = conn_hs_resume(q);
-        connq_drain(q);
-    }
-    if (q->throttled == NULL && !hs_waiting) {
-        uv_idle_stop(&q->idle);
-    }
-}
-
-static void
-connq_idle(uv_idle_t *h)
-{
-    (void)h; /* only there to keep poll from blocking while connections are dirty */
-}
-
-static void
-connq_handle_closed(uv_handle_t *h)
-{
-    struct rl_connq *q = h->data;
-
-    if (--q->handles == 0) {
-        free(q->slab);
-        q->slab = NULL;
-        free(q->tls_slab);
-        q->tls_slab = NULL;
-        conn_hs_free(q);
-        if (q->on_closed != NULL) {
-            q->on_closed(q->data);
-        }
-    }
-}
-
-int
-rl_connq_init(struct rl_connq *q, uv_loop_t *loop)
-{
-    int rc;
-
-    memset(q, 0, sizeof(*q));
-    q->loop = loop;
-    q->client_budget = RL_CONN_DEFAULT_BUFFER_MEMORY;
-    q->slab = malloc(RL_CONN_READ_CHUNK);
-    if (q->slab == NULL) {
-        return UV_ENOMEM;
-    }
-    rc = uv_check_init(loop, &q->check);
-    if (rc != 0) {
-        free(q->slab);
-        q->slab = NULL;
-        return rc;
-    }
-    q->check.data = q;
-    uv_idle_init(loop, &q->idle);
-    q->idle.data = q;
-    q->handles = 3;
-    conn_hs_init(q); /* uv_timer_init cannot fail */
-    rc = uv_check_start(&q->check, connq_flush);
-    /* The flusher alone must not keep the loop alive. */
-    uv_unref((uv_handle_t *)&q->check);
-    uv_unref((uv_handle_t *)&q->idle);
-    return rc;
-}
-
-void
-rl_connq_set_tls(struct rl_connq *q, struct rl_tls_ctx *server, struct rl_tls_ctx *client)
-{
-    q->tls_server = server;
-    q->tls_client = client;
-}
-
-void
-rl_connq_close(struct rl_connq *q, void (*on_closed)(void *data), void *data)
-{
-    if (q->closing) {
-        return;
-    }
-    q->closing = true;
-    q->on_closed = on_closed;
-    q->data = data;
-    uv_close((uv_handle_t *)&q->check, connq_handle_closed);
-    uv_close((uv_handle_t *)&q->idle, connq_handle_closed);
-    uv_close((uv_handle_t *)&q->hs_timer, connq_handle_closed);
-}
 
 /* ---- one connection --------------------------------------------------------------------- */
 
@@ -281,7 +158,7 @@ conn_closed(uv_handle_t *h)
         rl_conn_deinit(c);
         conn_account(c);
         free(c);
-        conn_listener_closed(l);
+        l->on_conn_freed(l); /* conn_listen.c: l may finish closing, or accept again */
     }
 }
 
@@ -313,9 +190,11 @@ rl_conn_close(struct rl_conn *c, int status)
     c->close_status = status;
     /* The throttled list outlives this loop turn, the handle does not. */
     conn_unthrottle(c);
-    rl_connq_hs_end(c->q, &c->hs);
+    if (c->q->hs_end != NULL) { /* the handshake gate's (conn_tls.c), from rl_connq_init */
+        c->q->hs_end(c->q, &c->hs);
+    }
     if (c->listener != NULL) {
-        conn_listener_leave(c);
+        c->listener->on_conn_leave(c); /* conn_listen.c: it leaves the list and counts */
     }
     if (c->ops->on_close != NULL) {
         c->ops->on_close(c, status);
@@ -324,6 +203,13 @@ rl_conn_close(struct rl_conn *c, int status)
      * into are emptied only in conn_closed. */
     uv_close((uv_handle_t *)&c->tcp, conn_closed);
 }
+
+static void
+connq_idle(uv_idle_t *h)
+{
+    (void)h; /* only there to keep poll from blocking while connections are dirty */
+}
+
 
 void
 rl_conn_mark(struct rl_conn *c)
@@ -409,222 +295,4 @@ rl_conn_release(struct rl_conn *c)
     }
     /* The flush decides whether c resumes reading or, finishing, closes. */
     rl_conn_mark(c);
-}
-
-/* ---- writing ---------------------------------------------------------------------------- */
-
-/* The write of c->inflight ended with status (0: all of it is out). */
-static void
-conn_write_done(struct rl_conn *c, int status)
-{
-    c->writing = false;
-    rl_buf_reset(&c->inflight);
-    if (!c->open) {
-        return;
-    }
-    if (status < 0) {
-        rl_conn_close(c, status);
-        return;
-    }
-    c->active_ms = uv_now(c->q->loop);
-    /* A connection between a router and a node (outgoing, or one that said HELLO as a
-     * router: a few per node, busy every turn) keeps a buffer of up to a read chunk for the
-     * next turn's output rather than growing a new one each turn; a client's is freed past
-     * RL_CONN_KEEP_BYTES, so an idle client costs a few KiB. */
-    if ((c->listener != NULL && !c->router) || c->inflight.cap > RL_CONN_READ_CHUNK) {
-        conn_buf_trim(&c->inflight);
-    }
-    /* Straight on, not through the dirty list: what piled up meanwhile goes now, and a
-     * paused connection resumes without costing the loop another turn. */
-    conn_flush(c);
-    conn_account(c);
-}
-
-static void
-conn_written(uv_write_t *w, int status)
-{
-    conn_write_done(w->data, status);
-}
-
-/*
- * Writes c->inflight: first at once, as far as the socket takes it (uv_try_write), then what
- * is left by uv_write. A write the socket takes whole (the common case: a turn's replies fit
- * its buffer) costs one write(2) and nothing else, where uv_write also costs a pass of the
- * loop's pending queue and an epoll_ctl to re-arm the socket's poll afterwards (libuv
- * 1.44 re-arms every stream it wrote to); an error is left to uv_write, which reports it as
- * before.
- */
-static void
-conn_send(struct rl_conn *c)
-{
-    uv_buf_t b = uv_buf_init(c->inflight.data + c->inflight.pos,
-                             (unsigned)rl_buf_unread(&c->inflight));
-    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-
-    if (n > 0 && (size_t)n == b.len) {
-        conn_write_done(c, 0);
-        return;
-    }
-    if (n > 0) {
-        c->inflight.pos += (size_t)n;
-        b = uv_buf_init(c->inflight.data + c->inflight.pos, (unsigned)rl_buf_unread(&c->inflight));
-    }
-    c->wreq.data = c;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, conn_written) != 0) {
-        rl_conn_close(c, UV_EIO);
-        return;
-    }
-    c->writing = true;
-    conn_account(c);
-}
-
-/*
- * The writing side of a TLS connection (no write in flight): what c->out holds is encrypted
- * once the handshake is done, and the ciphertext (with whatever the handshake has to send)
- * leaves in one write. A connection finishing before its handshake is done (a refusal at
- * accept) closes at once: its peer could not read a plaintext reply.
- */
-static void
-conn_tls_flush(struct rl_conn *c)
-{
-    if (rl_buf_unread(&c->out) > 0 && rl_tls_established(c->tls)) {
-        long n = rl_tls_write(c->tls, c->out.data + c->out.pos, rl_buf_unread(&c->out));
-
-        if (n < 0) {
-            rl_log_debug("%s: TLS: %s", c->peer, rl_tls_why(c->tls));
-            rl_conn_close(c, UV_EPROTO);
-            return;
-        }
-        c->out.pos += (size_t)n;
-        if (rl_buf_unread(&c->out) == 0) {
-            rl_buf_reset(&c->out);
-        }
-    }
-    if (rl_tls_pending(c->tls) == 0) {
-        if ((c->finishing || c->eof) && c->holds == 0 &&
-            (rl_buf_unread(&c->out) == 0 || !rl_tls_established(c->tls))) {
-            rl_conn_close(c, 0);
-        }
-        return;
-    }
-    rl_buf_reset(&c->inflight);
-    if (rl_tls_take_buf(c->tls, &c->inflight) != 0) {
-        rl_conn_close(c, UV_ENOMEM);
-        return;
-    }
-    conn_send(c);
-}
-
-/* True when a paused c may take work again: its output and held requests are back to half
- * their bound, and it is not waiting for the next turn. */
-static bool
-conn_may_resume(const struct rl_conn *c)
-{
-    size_t queued = rl_conn_queued(c);
-
-    return !c->reading && !c->eof && !c->finishing && !c->throttled && !c->hs.queued &&
-           queued <= c->out_max / 2 && c->holds <= c->hold_max / 2 &&
-           !(rl_conn_budget_spent(c) && queued > RL_CONN_KEEP_BYTES / 2);
-}
-
-void
-conn_flush(struct rl_conn *c)
-{
-    struct rl_buf tmp;
-
-    if (!c->connected) {
-        return;
-    }
-    if (conn_may_resume(c)) {
-        /* Resume: first the frames read before the pause, then the socket. */
-        conn_process(c);
-        if (!c->connected) {
-            return;
-        }
-        if (!c->finishing && !c->throttled && !rl_conn_backlogged(c) &&
-            conn_start_reading(c) != 0) {
-            rl_conn_close(c, UV_EIO);
-            return;
-        }
-    }
-    if (c->writing) {
-        return;
-    }
-    if (c->tls != NULL) {
-        conn_tls_flush(c);
-        return;
-    }
-    if (rl_buf_unread(&c->out) == 0) {
-        if ((c->finishing || c->eof) && c->holds == 0) {
-            rl_conn_close(c, 0);
-        }
-        return;
-    }
-    /* Swap buffers so output produced while this write is in flight goes to a fresh one. */
-    tmp = c->inflight;
-    c->inflight = c->out;
-    c->out = tmp;
-    conn_send(c);
-}
-
-/* ---- outgoing ---------------------------------------------------------------------------- */
-
-static void
-conn_connected(uv_connect_t *req, int status)
-{
-    struct rl_conn *c = req->data;
-
-    if (!c->open) {
-        return;
-    }
-    if (status == 0) {
-        uv_tcp_nodelay(&c->tcp, 1);
-        status = conn_start_reading(c);
-    }
-    if (status != 0) {
-        if (c->ops->on_connect != NULL) {
-            c->ops->on_connect(c, status);
-        }
-        rl_conn_close(c, status);
-        return;
-    }
-    c->connected = true;
-    conn_peer_name(c, NULL);
-    if (c->tls != NULL && rl_tls_start(c->tls) != 0) {
-        rl_log_warn("%s: TLS: %s", c->peer, rl_tls_why(c->tls));
-        if (c->ops->on_connect != NULL) {
-            c->ops->on_connect(c, UV_EPROTO);
-        }
-        rl_conn_close(c, UV_EPROTO);
-        return;
-    }
-    if (c->ops->on_connect != NULL) {
-        c->ops->on_connect(c, 0);
-    }
-    rl_conn_mark(c);
-}
-
-int
-rl_conn_connect(struct rl_conn *c, const struct sockaddr *sa)
-{
-    int rc;
-
-    if (c->open) {
-        return UV_EALREADY;
-    }
-    if (c->q->tls_client != NULL) {
-        c->tls = rl_tls_new(c->q->tls_client);
-        if (c->tls == NULL) {
-            return UV_ENOMEM;
-        }
-    }
-    uv_tcp_init(c->q->loop, &c->tcp);
-    c->tcp.data = c;
-    c->open = true;
-    c->creq.data = c;
-    rc = uv_tcp_connect(&c->creq, &c->tcp, sa, conn_connected);
-    if (rc != 0) {
-        rl_conn_close(c, rc);
-    }
-    return rc;
 }

@@ -148,6 +148,11 @@ struct rl_connq {
     bool closing;
     void (*on_closed)(void *data);
     void *data;
+    /* Installed by rl_connq_init (conn_flush.c) for the module's lower files, which call
+     * nothing above them: flush_one writes c's output now (conn_read.c, at the end of a
+     * read), hs_end takes a closing connection out of the handshake gate (conn.c). */
+    void (*flush_one)(struct rl_conn *c);
+    void (*hs_end)(struct rl_connq *q, struct rl_conn_hs *h);
 };
 
 struct rl_conn_ops {
@@ -300,6 +305,11 @@ struct rl_listener {
     int handles; /* the listener and each connection, until their close callbacks */
     bool closing;
     void (*on_closed)(struct rl_listener *l);
+    /* Installed by rl_listener_start (conn_listen.c) for conn.c's close: c starts closing
+     * (it leaves the listener's list and counts); a connection of l was closed and freed
+     * (l may finish closing, or accept again). */
+    void (*on_conn_leave)(struct rl_conn *c);
+    void (*on_conn_freed)(struct rl_listener *l);
 };
 
 /*
@@ -362,7 +372,7 @@ void rl_connq_set_tls(struct rl_connq *q, struct rl_tls_ctx *server, struct rl_t
  *     nanoseconds refilled at that share of the time passing, holding one turn's budget at
  *     most); a connection whose step would pass either waits, its ciphertext fed and its
  *     reading paused, in the loop's queue, and the flusher takes the queue's steps at the
- *     next turns, after the turn's decisions (conn.c, connq_flush), or a timer wakes the
+ *     next turns, after the turn's decisions (conn_flush.c, connq_flush), or a timer wakes the
  *     loop once the share allows a step again: decisions never wait behind more than one
  *     turn's budget of handshakes, and handshakes never take more than their share;
  *   - at most hs_per_peer (RL_CONN_DEFAULT_TLS_PER_PEER) handshakes are in progress from

@@ -1,8 +1,13 @@
 /*
- * conn_int: what the three files of the connection module share, and nothing else
- * includes: the calls each makes of another (and conn_tls.c's handshake gate). conn.c owns the loop's flusher, a
- * connection's life and its writing; conn_read.c its reading and framing; conn_listen.c
- * accepting, a listener's limits and counters, and the refusals it answers.
+ * conn_int: what the files of the connection module offer one another, and nothing else
+ * includes. The files form layers, each calling only those below it (bottom first): conn.c
+ * (a connection's life); conn_tls.c (the loop's TLS handshake gate) and conn_refuse.c
+ * (refusals and protocol errors); conn_read.c (reading and framing); conn_listen.c
+ * (accepting, a listener's caps) and conn_flush.c (the loop's flusher, writing, outgoing
+ * connects). What a lower file must tell a higher one goes through hooks the higher one
+ * installs (struct rl_connq's flush_one and hs_end, struct rl_listener's on_conn_leave and
+ * on_conn_freed, conn.h). Declarations only, of pointers: it includes no header of the
+ * module. Not for the module's users (conn.h).
  */
 #ifndef RL_CONN_INT_H
 #define RL_CONN_INT_H
@@ -10,7 +15,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "conn.h"
+struct rl_buf;
+struct rl_conn;
+struct rl_conn_ops;
+struct rl_connq;
+struct rl_listener;
 
 /* ---- conn.c ---------------------------------------------------------------------------- */
 
@@ -34,9 +43,6 @@ void conn_pause(struct rl_conn *c);
 /* c handled its share of input for this loop turn: it waits for the next flush. */
 void conn_throttle(struct rl_conn *c);
 
-/* Resumes c if it may, writes what it has queued, or closes it once finished. */
-void conn_flush(struct rl_conn *c);
-
 /* Keeps the loop from blocking in poll before the next flush. */
 void conn_idle_start(struct rl_connq *q);
 
@@ -56,21 +62,29 @@ bool conn_hs_resume(struct rl_connq *q);
 /* Frees the gate's counts (q closed). */
 void conn_hs_free(struct rl_connq *q);
 
-/* ---- conn_read.c ----------------------------------------------------------------------- */
+/* ---- conn_refuse.c --------------------------------------------------------------------- */
 
-/* Processes the frames waiting in c->in. */
-void conn_process(struct rl_conn *c);
+/* What a warning is about: each is logged at warn once per address a minute (the value
+ * seeds the address's hash). */
+enum conn_warn {
+    CONN_WARN_PROTOCOL = 1,
+    CONN_WARN_BUFFERS,
+    CONN_WARN_REFUSED,
+    CONN_WARN_FRAME_TIMEOUT,
+    CONN_WARN_AUTH_TIMEOUT,
+    CONN_WARN_AUTH_RATE,
+    CONN_WARN_PREAUTH,
+};
 
-/* uv_read_start with the module's allocator and read callback; 0 or a libuv error. */
-int conn_start_reading(struct rl_conn *c);
+/* True when an event of `kind` from c's peer address should be logged at warn now: once per
+ * address and kind per RL_CONN_WARN_INTERVAL_MS (as far as l's 64 slots remember). */
+bool conn_should_warn(struct rl_listener *l, const struct rl_conn *c, enum conn_warn kind);
 
-/* ---- conn_listen.c --------------------------------------------------------------------- */
-
-/* c (a listener's) starts closing: it leaves the listener's list and counts. */
-void conn_listener_leave(struct rl_conn *c);
-
-/* A connection of l was closed and freed: l may finish closing, or accept again. */
-void conn_listener_closed(struct rl_listener *l);
+/* Answers c (a listener's) ERROR err and closes it, counting it in *counter (and, unless it
+ * is a timeout or a pre-AUTH connection closed for a newer one, in connections_refused) and
+ * logging it at warn once per address and kind a minute. */
+void conn_refuse_counted(struct rl_conn *c, uint64_t *counter, enum conn_warn kind,
+                         uint32_t err, const char *msg);
 
 /* c, taken from the router reserve, did not say HELLO in time: it gets the refusal its
  * numbers earned. */
@@ -78,5 +92,13 @@ void conn_refuse_probation(struct rl_conn *c);
 
 /* c needs buffer memory the clients' budget (buffer_memory) no longer has: refused. */
 void conn_refuse_buffers(struct rl_conn *c);
+
+/* ---- conn_read.c ----------------------------------------------------------------------- */
+
+/* Processes the frames waiting in c->in. */
+void conn_process(struct rl_conn *c);
+
+/* uv_read_start with the module's allocator and read callback; 0 or a libuv error. */
+int conn_start_reading(struct rl_conn *c);
 
 #endif

@@ -1,10 +1,12 @@
 /*
  * conn_listen: a listener's side of connections (conn.h): accepting, the caps a listener
  * keeps (max_connections within the descriptor limit, max_connections_per_peer counted per
- * address, the router reserve and its probation), the periodic tick that enforces
- * frame_timeout, idle_timeout and probation, the refusals and protocol errors it answers
- * and counts, logged at warn once per address and kind a minute, and the listener's
- * counters. The connection itself is conn.c's, its reading conn_read.c's.
+ * address, the router reserve and its probation, the pre-AUTH half and the failed AUTHs per
+ * address), the periodic tick that enforces frame_timeout, idle_timeout and probation, and
+ * the listener's counters. It calls conn_refuse.c to answer what it refuses, conn_read.c to
+ * start reading what it accepts, and conn.c; conn.c's close reaches it through the hooks
+ * rl_listener_start installs (on_conn_leave, on_conn_freed). Not for the connection itself
+ * (conn.c), its reading (conn_read.c) nor its writing (conn_flush.c).
  */
 #include "conn.h"
 
@@ -249,7 +251,9 @@ listener_unref(struct rl_listener *l)
 
 static void listener_accept(uv_stream_t *server, int status);
 
-void
+/* conn.c's close, through on_conn_leave: c (a listener's) starts closing: it leaves the
+ * listener's list and counts. */
+static void
 conn_listener_leave(struct rl_conn *c)
 {
     struct rl_listener *l = c->listener;
@@ -272,7 +276,9 @@ conn_listener_leave(struct rl_conn *c)
     }
 }
 
-void
+/* conn.c, through on_conn_freed: a connection of l was closed and freed: l may finish closing,
+ * or accept again. */
+static void
 conn_listener_closed(struct rl_listener *l)
 {
     listener_unref(l);
@@ -283,127 +289,6 @@ conn_listener_closed(struct rl_listener *l)
     }
 }
 
-/* ---- protocol errors and refusals --------------------------------------------------------- */
-
-/* What the first bytes of a stream that broke the protocol look like, for the warning. */
-static const char *
-conn_sniff(const char *p, size_t n)
-{
-    static const char *const http[] = {"GET ", "POST", "PUT ", "HEAD", "DELE", "OPTI",
-                                       "PATC", "CONN", "TRAC", "PRI "};
-
-    if (n >= 2 && (unsigned char)p[0] == 0x16 && (unsigned char)p[1] == 0x03) {
-        return " (the bytes look like a TLS handshake: this port speaks the ratelimiter binary "
-               "protocol, in clear)";
-    }
-    for (size_t i = 0; n >= 4 && i < sizeof(http) / sizeof(http[0]); i++) {
-        if (memcmp(p, http[i], 4) == 0) {
-            return " (the bytes look like an HTTP request: this port speaks the ratelimiter "
-                   "binary protocol, docs/PROTOCOL.md)";
-        }
-    }
-    return "";
-}
-
-/* What a warning is about: each is logged at warn once per address a minute. */
-enum conn_warn {
-    WARN_PROTOCOL = 1,
-    WARN_BUFFERS,
-    WARN_REFUSED,
-    WARN_FRAME_TIMEOUT,
-    WARN_AUTH_TIMEOUT,
-    WARN_AUTH_RATE,
-    WARN_PREAUTH,
-};
-
-/* True when an event of `kind` from c's peer address should be logged at warn now: once per
- * address and kind per RL_CONN_WARN_INTERVAL_MS (as far as 64 slots remember). */
-static bool
-listener_should_warn(struct rl_listener *l, const struct rl_conn *c, enum conn_warn kind)
-{
-    const char *colon = strrchr(c->peer, ':');
-    size_t len = colon != NULL ? (size_t)(colon - c->peer) : strlen(c->peer);
-    uint64_t h = XXH3_64bits_withSeed(c->peer, len, kind);
-    struct rl_listener_warned *w = &l->warned[h % RL_CONN_WARN_PEERS];
-    uint64_t now = uv_now(c->q->loop);
-
-    if (w->peer_hash == h && w->at_ms != 0 && now - w->at_ms < RL_CONN_WARN_INTERVAL_MS) {
-        return false;
-    }
-    w->peer_hash = h;
-    w->at_ms = now != 0 ? now : 1;
-    return true;
-}
-
-void
-rl_conn_protocol_error(struct rl_conn *c, uint32_t id, uint32_t err, const char *msg,
-                       const char *p, size_t n)
-{
-    struct rl_listener *l = c->listener;
-
-    if (!c->open) {
-        return;
-    }
-    if (l == NULL) {
-        rl_log_warn("%s: protocol error, closing the connection: %s", c->peer, msg);
-        rl_conn_close(c, UV_EPROTO);
-        return;
-    }
-    l->stats.protocol_closes++;
-    if (listener_should_warn(l, c, WARN_PROTOCOL)) {
-        rl_log_warn("client %s: protocol error, answered and closed: %s%s (further errors from "
-                    "this address are logged at debug for a minute)",
-                    c->peer, msg, conn_sniff(p, n));
-    } else {
-        rl_log_debug("client %s: protocol error, answered and closed: %s", c->peer, msg);
-    }
-    if (rl_wire_put_error(&c->out, id, err, msg) != 0) {
-        rl_conn_close(c, UV_ENOMEM);
-        return;
-    }
-    rl_conn_finish(c);
-}
-
-/* Answers c ERROR err and closes it, counting it in *counter (and, unless it is a timeout or
- * a pre-AUTH connection closed for a newer one, in connections_refused) and logging it at warn once per address and kind a
- * minute. */
-static void
-conn_refuse_counted(struct rl_conn *c, uint64_t *counter, enum conn_warn kind, uint32_t err,
-                    const char *msg)
-{
-    struct rl_listener *l = c->listener;
-
-    (*counter)++;
-    if (kind != WARN_FRAME_TIMEOUT && kind != WARN_AUTH_TIMEOUT && kind != WARN_PREAUTH) {
-        l->stats.connections_refused++;
-    }
-    if (listener_should_warn(l, c, kind)) {
-        rl_log_warn("client %s: %s; answered ERROR and closed (further cases from this address "
-                    "are logged at debug for a minute)",
-                    c->peer, msg);
-    } else {
-        rl_log_debug("client %s: %s; answered ERROR and closed", c->peer, msg);
-    }
-    rl_conn_refuse(c, err, msg);
-}
-
-void
-conn_refuse_probation(struct rl_conn *c)
-{
-    conn_pause(c);
-    conn_refuse_counted(c, c->refusal_counter, WARN_REFUSED, RL_WIRE_ERR_OVERLOADED, c->refusal);
-}
-
-void
-conn_refuse_buffers(struct rl_conn *c)
-{
-    conn_pause(c);
-    conn_refuse_counted(c, &c->listener->stats.refused_buffers, WARN_BUFFERS,
-                        RL_WIRE_ERR_OVERLOADED,
-                        "server busy: the memory for client buffers (buffer_memory) is spent");
-}
-
-/* ---- failed AUTHs per address ----------------------------------------------------------- */
 
 #define AUTHFAIL_EVERY_MS (1000u / RL_CONN_AUTHFAIL_RATE)
 #define AUTHFAIL_SLACK_MS ((RL_CONN_AUTHFAIL_BURST - 1u) * AUTHFAIL_EVERY_MS)
@@ -457,7 +342,7 @@ rl_conn_auth_failed(struct rl_conn *c)
                                               __ATOMIC_RELAXED));
     }
     if (authfail_wait(c->listener, c->addr, now) > 0 &&
-        listener_should_warn(c->listener, c, WARN_AUTH_RATE)) {
+        conn_should_warn(c->listener, c, CONN_WARN_AUTH_RATE)) {
         rl_log_warn("client %s: more than %u failed AUTHs a second from this address: its "
                     "connections are refused for now (refused_auth_rate; said once a minute)",
                     c->peer, RL_CONN_AUTHFAIL_RATE);
@@ -509,7 +394,7 @@ preauth_evict(struct rl_listener *l)
 
     conn_unclient(old);
     conn_pause(old);
-    conn_refuse_counted(old, &l->stats.preauth_closes, WARN_PREAUTH, RL_WIRE_ERR_OVERLOADED,
+    conn_refuse_counted(old, &l->stats.preauth_closes, CONN_WARN_PREAUTH, RL_WIRE_ERR_OVERLOADED,
                         "closed before AUTH: too many connections are waiting for AUTH "
                         "(half of max_connections) and a newer one came");
 }
@@ -561,7 +446,7 @@ preauth_admit(struct rl_listener *l, struct rl_conn *c, uint64_t now, bool *over
                  "too many failed AUTHs from this address (more than %u a second): try again "
                  "in %" PRIu64 " ms",
                  RL_CONN_AUTHFAIL_RATE, wait);
-        conn_refuse_counted(c, &l->stats.refused_auth_rate, WARN_AUTH_RATE,
+        conn_refuse_counted(c, &l->stats.refused_auth_rate, CONN_WARN_AUTH_RATE,
                             RL_WIRE_ERR_UNAUTHORIZED, msg);
         return false;
     }
@@ -751,7 +636,7 @@ listener_take(struct rl_listener *l, uv_stream_t *server, uv_os_sock_t fd)
             c->refusal_counter = counter;
             l->reserve_used++;
         } else {
-            conn_refuse_counted(c, counter, WARN_REFUSED, RL_WIRE_ERR_OVERLOADED, why);
+            conn_refuse_counted(c, counter, CONN_WARN_REFUSED, RL_WIRE_ERR_OVERLOADED, why);
             return;
         }
     } else {
@@ -813,14 +698,14 @@ listener_tick(uv_timer_t *t)
             snprintf(msg, sizeof(msg), "no AUTH within %" PRIu64 " ms of connecting (auth_timeout)",
                      l->lim.auth_timeout_ms);
             conn_pause(c);
-            conn_refuse_counted(c, &l->stats.auth_timeouts, WARN_AUTH_TIMEOUT,
+            conn_refuse_counted(c, &l->stats.auth_timeouts, CONN_WARN_AUTH_TIMEOUT,
                                 RL_WIRE_ERR_UNAUTHORIZED, msg);
         } else if (c->partial_ms != 0 && c->reading && l->lim.frame_timeout_ms != 0 &&
                    now - c->partial_ms >= l->lim.frame_timeout_ms) {
             snprintf(msg, sizeof(msg), "frame not completed within %" PRIu64 " ms (frame_timeout)",
                      l->lim.frame_timeout_ms);
             conn_pause(c);
-            conn_refuse_counted(c, &l->stats.frame_timeouts, WARN_FRAME_TIMEOUT,
+            conn_refuse_counted(c, &l->stats.frame_timeouts, CONN_WARN_FRAME_TIMEOUT,
                                 RL_WIRE_ERR_MALFORMED, msg);
         } else if (l->lim.idle_timeout_ms != 0 && c->holds == 0 && !c->router &&
                    now - c->active_ms >= l->lim.idle_timeout_ms) {
@@ -843,6 +728,8 @@ rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, u
 
     memset(l, 0, sizeof(*l));
     l->q = q;
+    l->on_conn_leave = conn_listener_leave; /* for conn.c's close */
+    l->on_conn_freed = conn_listener_closed;
     l->ops = ops;
     l->conn_size = conn_size < sizeof(struct rl_conn) ? sizeof(struct rl_conn) : conn_size;
     l->data = data;

@@ -3,9 +3,13 @@
  * are split into frames handed to ops->on_frame, within the connection's share of the loop
  * turn and until it is backlogged; what a read leaves unprocessed (an unfinished frame,
  * frames left for the next turn) is kept in c->in within the clients' buffer memory, and
- * processed again when the connection resumes (conn_process, from the flush); so is a frame
- * its owner deferred (rl_conn_defer) and what follows it. A connection
- * on probation (taken from the router reserve) must open with HELLO or AUTH.
+ * processed again when the connection resumes (conn_process, from conn_flush.c's flush); so
+ * is a frame its owner deferred (rl_conn_defer) and what follows it. A connection on
+ * probation (taken from the router reserve) must open with HELLO or AUTH. A TLS connection's
+ * bytes are decrypted here, through the loop's handshake gate (conn_tls.c). It calls
+ * conn_tls.c, conn_refuse.c and conn.c; the replies of a read are written at its end through
+ * the flusher's hook (q->flush_one). Not for writing (conn_flush.c) nor accepting
+ * (conn_listen.c).
  */
 #include "conn.h"
 
@@ -410,8 +414,9 @@ conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
          * connection's batch of the loop turn: a pipelining client gets them a batch
          * earlier (c stays on the dirty list; its flush there finds nothing new). Output
          * that was already waiting (the router's requests to a node, gathered from several
-         * clients' reads) keeps waiting for the loop turn's flush, which batches it. */
-        conn_flush(c);
+         * clients' reads) keeps waiting for the loop turn's flush, which batches it.
+         * (conn_flush.c's flush, through the hook rl_connq_init installed.) */
+        c->q->flush_one(c);
     }
 }
 

@@ -3,9 +3,10 @@
  * work a loop turn may do, the queue of handshakes waiting for a turn with budget, and the
  * handshakes in progress by address and on the loop, with their caps. The TLS listener's
  * connections (conn_read.c) and the router's other fronts (router/front.c) go through it;
- * the flusher (conn.c, connq_flush) opens each turn's budget and takes the queue's steps
- * after the turn's decisions. Not for TLS itself (tls.c), nor for outgoing connections (the
- * process's own handshakes: a router's to its nodes).
+ * the flusher (conn_flush.c, connq_flush) opens each turn's budget and takes the queue's
+ * steps after the turn's decisions, and a connection's close (conn.c) leaves the counts
+ * through q->hs_end. It calls only conn.c. Not for TLS itself (tls.c), nor for outgoing
+ * connections (the process's own handshakes: a router's to its nodes).
  */
 #include "conn.h"
 
