@@ -2,7 +2,9 @@
  * algo: the six rate algorithms of docs/ALGORITHMS.md over a 16-byte state, exact in integers
  * (which derives every formula). Each judge answers the docs/PROTOCOL.md reply fields
  * as exact "largest amount" and "smallest wait" quantities under the node clock, which the
- * tests verify by brute force. Not for finding keys or combining tiers.
+ * tests verify by brute force. Not for finding keys or combining tiers, nor for a state's
+ * export and import for the handoff (algo_handoff.c); algo_int.h holds the helpers over a
+ * state that both read.
  *
  * Bounds: L and B are below 2^32, W below 2^32 too except for fixed_window and
  * sliding_window_counter (up to 366 days, below 2^35: rl_algo_window_max, ruleset.h), costs
@@ -21,14 +23,12 @@
  *                           b[32..63] = floor(TAT) - last update (ms, exact below 2^31)
  *   concurrency             algo_conc.c's (dispatched there; ADJUST leaves it alone)
  */
-#include "algo.h"
+#include "algo_int.h"
 
 #include <errno.h>
 #include <string.h>
 
 #include "slog.h"
-
-__extension__ typedef unsigned __int128 u128;
 
 /* A finite retry is one less than RL_ALGO_NEVER at most, so the sentinel stays unambiguous;
  * only a wait over 49.7 days is affected, and retrying early is merely refused again. */
@@ -38,22 +38,10 @@ retry_wait(u128 w)
     return w >= RL_ALGO_NEVER ? RL_ALGO_NEVER - 1 : (uint64_t)w;
 }
 
-static uint64_t
-sat64(u128 x)
-{
-    return x > UINT64_MAX ? UINT64_MAX : (uint64_t)x;
-}
-
 static u128
 ceil_div(u128 a, u128 b)
 {
     return a / b + (a % b != 0);
-}
-
-static uint64_t
-max64(uint64_t a, uint64_t b)
-{
-    return a > b ? a : b;
 }
 
 /* ---- fixed_window ---------------------------------------------------------------------- */
@@ -100,34 +88,6 @@ fw_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
 static void swc_judge(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now,
                       uint32_t cost, struct rl_algo_result *r, struct rl_algo_state *next);
 static uint64_t swc_full_at(const struct rl_tier *t, const struct rl_algo_state *s);
-
-static struct rl_slog *
-swl_log(const struct rl_algo_state *s)
-{
-    return (struct rl_slog *)(uintptr_t)s->a;
-}
-
-/* A degraded log: the sliding_window_counter state it became, tagged in bit 0 of a. */
-static bool
-swl_degraded(const struct rl_algo_state *s)
-{
-    return (s->a & 1) != 0;
-}
-
-static struct rl_algo_state
-swl_counter(const struct rl_algo_state *s)
-{
-    struct rl_algo_state c = {s->a >> 1, s->b};
-
-    return c;
-}
-
-static void
-swl_tag(struct rl_algo_state *s, const struct rl_algo_state *c)
-{
-    s->a = c->a << 1 | 1;
-    s->b = c->b;
-}
 
 /*
  * Turns the log of *s (pruned at now_eff) into the sliding_window_counter state of the same
@@ -396,46 +356,6 @@ tb_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
     return t->limit == 0 ? UINT64_MAX : sat64(s->a + ceil_div(s->b, t->limit));
 }
 
-static u128
-gcra_x(const struct rl_algo_state *s)
-{
-    return (u128)(s->b & 0xffffffffu) << 64 | s->a;
-}
-
-/*
- * The offset from the last update to TAT in 32 bits: exact below 2^31 ms (24.8 days), above
- * that a 25-bit mantissa and an exponent, rounded up, so the decoded last update is never
- * later than the real one (a later one would refuse as if the clock had stepped back).
- */
-static uint32_t
-gcra_off_encode(uint64_t off)
-{
-    uint32_t e = 0;
-    uint64_t m;
-
-    if (off < (1ull << 31)) {
-        return (uint32_t)off;
-    }
-    while ((off >> e) >= (1ull << 25)) {
-        e++;
-    }
-    m = (off >> e) + ((off & ((1ull << e) - 1)) != 0);
-    if (m == (1ull << 25)) {
-        m >>= 1;
-        e++;
-    }
-    return (uint32_t)(1u << 31 | e << 25 | m);
-}
-
-static uint64_t
-gcra_off_decode(uint32_t code)
-{
-    if (code < (1u << 31)) {
-        return code;
-    }
-    return (uint64_t)(code & ((1u << 25) - 1)) << ((code >> 25) & 63);
-}
-
 /*
  * TAT*L = X is exact; the deficit at now_eff is X - now_eff*L, the very D of token_bucket, so
  * both admit and answer alike. The last update time (kept as an offset behind TAT) is what
@@ -511,266 +431,6 @@ gcra_rescale(const struct rl_tier *from, const struct rl_tier *to, struct rl_alg
     off = sat64(xa / L2 - last);
     s->a = (uint64_t)xa;
     s->b = (uint64_t)(xa >> 64) | (uint64_t)gcra_off_encode(off) << 32;
-}
-
-/* ---- handoff: a state relative to the clock (rl_algo_export, rl_algo_import) ----------- */
-
-static int64_t
-rel_ms(uint64_t a, uint64_t b)
-{
-    /* a - b for times below 2^62 */
-    return a >= b ? (int64_t)(a - b) : -(int64_t)(b - a);
-}
-
-/* now + d, at least 0 */
-static uint64_t
-at_ms(uint64_t now, int64_t d)
-{
-    if (d >= 0) {
-        return now + (uint64_t)d;
-    }
-    return (uint64_t)-d > now ? 0 : now - (uint64_t)-d;
-}
-
-int
-rl_algo_export(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
-               struct rl_algo_xstate *x)
-{
-    uint64_t W = t->window_ms;
-
-    x->shape = (uint8_t)t->algo;
-    x->t_ms = 0;
-    x->v = 0;
-    x->nlog = 0;
-    if (rl_algo_is_full(t, s, now)) {
-        return 1;
-    }
-    switch (t->algo) {
-    case RL_ALGO_FIXED_WINDOW:
-    case RL_ALGO_SLIDING_WINDOW_COUNTER:
-        x->t_ms = rel_ms((s->a + 1) * W, now);
-        x->v = s->b;
-        return 0;
-    case RL_ALGO_SLIDING_WINDOW_LOG: {
-        struct rl_slog *g;
-        uint64_t now_eff, k, cur;
-        uint32_t n;
-
-        if (swl_degraded(s)) {
-            struct rl_algo_state c = swl_counter(s);
-
-            x->shape = RL_ALGO_SLIDING_WINDOW_COUNTER;
-            x->t_ms = rel_ms((c.a + 1) * W, now);
-            x->v = c.b;
-            return 0;
-        }
-        g = swl_log(s);
-        now_eff = rl_slog_prune(g, now, (uint32_t)W);
-        n = rl_slog_len(g);
-        if (n == 0) {
-            return 1;
-        }
-        if (n > RL_ALGO_XLOG_MAX) {
-            k = now_eff / W;
-            cur = rl_slog_sum_since(g, k * W);
-            x->shape = RL_ALGO_SLIDING_WINDOW_COUNTER;
-            x->t_ms = rel_ms((k + 1) * W, now);
-            x->v = (rl_slog_sum(g) - cur) << 32 | cur;
-            return 0;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            uint64_t tm;
-
-            rl_slog_get(g, i, &tm, &x->cost[i]);
-            x->age[i] = rel_ms(now, tm);
-        }
-        x->nlog = n;
-        return 0;
-    }
-    case RL_ALGO_CONCURRENCY:
-        return rl_algo_conc_export(t, s, now, x);
-    case RL_ALGO_TOKEN_BUCKET:
-        x->t_ms = rel_ms(now, s->a);
-        x->v = s->b;
-        return 0;
-    case RL_ALGO_GCRA:
-    case RL_ALGO_LEAKY_BUCKET: {
-        uint64_t L = t->limit, last = 0, ne;
-        u128 xx = gcra_x(s), nl;
-
-        if (L == 0 || xx == 0) {
-            return 1;
-        }
-        if (xx / L > gcra_off_decode((uint32_t)(s->b >> 32))) {
-            last = (uint64_t)(xx / L - gcra_off_decode((uint32_t)(s->b >> 32)));
-        }
-        ne = max64(now, last);
-        nl = (u128)ne * L;
-        if (xx <= nl) {
-            return 1;
-        }
-        x->t_ms = rel_ms(now, last);
-        x->v = sat64(xx - nl);
-        return 0;
-    }
-    default:
-        return 1;
-    }
-}
-
-/* The window of this clock whose end is nearest to now + t_ms: k, or false when none ends
- * after 0. */
-static bool
-import_window(uint64_t W, uint64_t now, int64_t t_ms, uint64_t *k)
-{
-    uint64_t end = at_ms(now, t_ms);
-    uint64_t n = (end + W / 2) / W; /* the nearest window boundary, as a count of windows */
-
-    if (n == 0) {
-        return false;
-    }
-    *k = n - 1;
-    return true;
-}
-
-static int
-import_log(const struct rl_tier *t, const struct rl_algo_xstate *x, uint64_t now, uint64_t room,
-           struct rl_algo_state *s)
-{
-    uint64_t W = t->window_ms;
-    struct rl_slog *g = NULL;
-    uint64_t newest = 0, k = now / W, cur = 0, prev = 0;
-    bool exact = true;
-
-    for (uint32_t i = 0; i < x->nlog; i++) {
-        /* an entry more than a window ahead of the clock: a bad record (import_bound) */
-        uint64_t tm = at_ms(now, x->age[i] < -(int64_t)W ? (int64_t)W : -x->age[i]);
-
-        if (x->cost[i] == 0 || (i > 0 && x->age[i] > x->age[i - 1])) {
-            rl_slog_destroy(g);
-            return -EINVAL; /* oldest first, costs of allowed requests */
-        }
-        if (tm >= k * W) {
-            cur += x->cost[i];
-        } else if (tm + W >= k * W) {
-            prev += x->cost[i];
-        }
-        if (exact) {
-            uint64_t seen = rl_slog_prune(g, tm, (uint32_t)W);
-            uint64_t before = rl_slog_bytes(g);
-            int rc = rl_slog_append(&g, seen, x->cost[i], room);
-
-            room -= rl_slog_bytes(g) - before > room ? room : rl_slog_bytes(g) - before;
-            exact = rc == 0;
-            newest = seen;
-        }
-    }
-    if (!exact) {
-        /* no room for the log here: the key is degraded, as at the memory cap */
-        struct rl_algo_state c = {k, (prev > UINT32_MAX ? UINT32_MAX : prev) << 32 |
-                                         (cur > UINT32_MAX ? UINT32_MAX : cur)};
-
-        rl_slog_destroy(g);
-        swl_tag(s, &c);
-        return 0;
-    }
-    s->a = (uintptr_t)g;
-    s->b = g != NULL ? newest + W : 0;
-    return 0;
-}
-
-/* A time ahead of the clock by more than a window is no clock's step back but a bad record:
- * it would freeze the key that long. Such times are taken as one window ahead. */
-static void
-import_bound(const struct rl_tier *t, const struct rl_algo_xstate *in, struct rl_algo_xstate *x)
-{
-    int64_t W = (int64_t)t->window_ms;
-
-    x->shape = in->shape;
-    x->v = in->v;
-    x->nlog = 0;
-    x->t_ms = in->t_ms;
-    if (in->shape == RL_ALGO_FIXED_WINDOW || in->shape == RL_ALGO_SLIDING_WINDOW_COUNTER) {
-        x->t_ms = in->t_ms > W ? W : in->t_ms;
-    } else if (in->t_ms < -W) {
-        x->t_ms = -W;
-    }
-}
-
-int
-rl_algo_import(const struct rl_tier *t, const struct rl_algo_xstate *in, uint64_t now,
-               uint64_t room, struct rl_algo_state *s)
-{
-    uint64_t W = t->window_ms, k;
-    struct rl_algo_xstate xb;
-    const struct rl_algo_xstate *x = &xb;
-
-    s->a = 0;
-    s->b = 0;
-    if (in->shape == RL_ALGO_SLIDING_WINDOW_LOG || in->shape == RL_ALGO_CONCURRENCY) {
-        x = in; /* its entries are bounded in import_log, rl_algo_conc_import */
-    } else {
-        import_bound(t, in, &xb);
-    }
-    if (x->shape != t->algo &&
-        !(t->algo == RL_ALGO_SLIDING_WINDOW_LOG && x->shape == RL_ALGO_SLIDING_WINDOW_COUNTER)) {
-        return -EINVAL;
-    }
-    if (x->nlog > RL_ALGO_XLOG_MAX || (x->nlog > 0 && x->shape != RL_ALGO_SLIDING_WINDOW_LOG &&
-                                       x->shape != RL_ALGO_CONCURRENCY)) {
-        return -EINVAL;
-    }
-    switch ((enum rl_algo)x->shape) {
-    case RL_ALGO_FIXED_WINDOW:
-        if (x->v > UINT32_MAX) {
-            return -EINVAL;
-        }
-        if (x->v != 0 && import_window(W, now, x->t_ms, &k)) {
-            s->a = k;
-            s->b = x->v;
-        }
-        return 0;
-    case RL_ALGO_SLIDING_WINDOW_COUNTER:
-        if (x->v != 0 && import_window(W, now, x->t_ms, &k)) {
-            struct rl_algo_state c = {k, x->v};
-
-            if (t->algo == RL_ALGO_SLIDING_WINDOW_LOG) {
-                swl_tag(s, &c);
-            } else {
-                *s = c;
-            }
-        }
-        return 0;
-    case RL_ALGO_SLIDING_WINDOW_LOG:
-        return import_log(t, x, now, room, s);
-    case RL_ALGO_CONCURRENCY:
-        return rl_algo_conc_import(t, x, now, room, s) == 0 ? 0 : -EINVAL;
-    case RL_ALGO_TOKEN_BUCKET:
-        if (x->v != 0) {
-            s->a = at_ms(now, -x->t_ms);
-            s->b = x->v;
-        }
-        return 0;
-    case RL_ALGO_GCRA:
-    case RL_ALGO_LEAKY_BUCKET: {
-        uint64_t L = t->limit, last = at_ms(now, -x->t_ms), ne = max64(now, last), off;
-        u128 xa;
-
-        if (L == 0) {
-            return -EINVAL;
-        }
-        if (x->v == 0) {
-            return 0;
-        }
-        xa = (u128)ne * L + x->v;
-        off = sat64(xa / L - last);
-        s->a = (uint64_t)xa;
-        s->b = (uint64_t)(xa >> 64) | (uint64_t)gcra_off_encode(off) << 32;
-        return 0;
-    }
-    default:
-        return -EINVAL;
-    }
 }
 
 /* ---- ADJUST: charges and refunds (docs/ALGORITHMS.md, "ADJUST") ------------------------ */

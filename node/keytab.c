@@ -4,7 +4,11 @@
  * a time, so a probe touches the entry array only on a likely match. Linear probing from a
  * home slot chosen by fastrange, deletion by backward shift, so there are no tombstones and a
  * find stops at the first empty slot. Not for judging requests or knowing what a state means:
- * the owner's ops answer that.
+ * the owner's ops answer that. This file holds the hot path (fingerprint, prefetch, find,
+ * insert, delete, eviction) and the table's life (create, destroy); keytab_resize.c the
+ * arrays and their incremental resize and the table's figures (stats, metrics);
+ * keytab_sweep.c the sweep (and its shrink decision) and the remap; keytab_int.h what they
+ * share. What follows is the design of the whole table.
  *
  * Memory: 33 bytes per slot plus 16 mirrored tag bytes. The load stays in [0.73, 7/8] while
  * growing (grow by 1.2x at 7/8), so the table costs 38 to 45 bytes per key; once the sweep
@@ -69,24 +73,12 @@
  * 0.5 ms. Steady-state bytes per key are unchanged, and the RSS hardly rises during a move,
  * as the old entry array goes while the new one is touched.
  */
-#include "keytab.h"
-
-#include "keytab_mem.h"
-#include "metrics.h"
+#include "keytab_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
-
-/* Slots scanned per tag group; also the length of the mirrored tail of the tag array. */
-#define GROUP 16
-/* Slots of a new table; also the smallest a table shrinks to. At least GROUP, so the mirror
- * of GROUP tags never wraps around the array more than once. */
-#define MIN_CAP 64
 #define PAGE 4096u
 /* Occupied slots the eviction compares. */
 #define EVICT_SAMPLE 8
@@ -96,15 +88,6 @@
  * leaves room for 0.175 cap inserts, so it needs more than 5.7 slots an insert to end
  * before cur fills. */
 #define INSERT_STEP 128u
-/* Mapped memory is given back in pieces of this much (~25 us of munmap on the development
- * VM, where it costs 250-450 ns a page): the old entry array behind the move, and what is
- * left of the old arrays after it, so no call unmaps a whole array (~45 ms for the 390 MiB
- * entry array of 12M slots). */
-#define FREE_CHUNK (256u * 1024)
-/* The tag of an old slot whose entry was moved to cur or deleted: not empty (probe runs go
- * on through it) and unequal to any fingerprint's tag (which has 0x80 set). */
-#define TAG_GONE 0x01u
-#define TAG_LIVE 0x80u
 /* The bits of fp_lo an entry keeps. */
 #define FP_LO_MASK ((1u << RL_KEYTAB_FP_LO_BITS) - 1u)
 /* A grow multiplies the slots by (GROW_DEN + 1) / GROW_DEN: 1.2x. */
@@ -112,187 +95,6 @@
 
 /* The memory budget of 33 bytes a slot rests on it. */
 _Static_assert(sizeof(struct rl_keytab_entry) == 32, "keytab entries are 32 bytes");
-
-/* A hole the sweep made: its offset from where the pass started, and `up`, the index of a
- * later hole to look at instead once this one is taken (a union-find towards the next free
- * hole); up == its own index while it is free. */
-struct kt_hole {
-    uint32_t off;
-    uint32_t up;
-};
-
-/* One open-addressing array. */
-struct kt_array {
-    struct rl_keytab_entry *ents;
-    uint8_t *tags; /* cap + GROUP bytes: tags[cap + i] mirrors tags[i] */
-    size_t cap;
-    int reg;      /* the reserved range ents lies in (keytab_mem.h), or KT_MEM_NOREG */
-    int tags_reg; /* KT_MEM_NOREG: the tags, 1/32 of the entries, fit the TLB as they are */
-};
-
-/* Mapped bytes no longer used, still to unmap. */
-struct kt_grave {
-    char *p;
-    size_t len;
-    int reg; /* the reserved range it lies in, or KT_MEM_NOREG */
-};
-
-struct rl_keytab {
-    struct kt_array cur; /* where inserts go: the whole table outside a resize */
-    struct kt_array old; /* during a resize, the array being emptied; all NULL otherwise */
-    /* What is left of the old arrays of the last resize: its entries and its tags. Emptied
-     * before the next resize starts. */
-    struct kt_grave graves[2];
-    struct kt_mem mem; /* where the arrays live */
-    /* The next 2 MiB piece of cur's entry array to collapse into a huge page, in bytes from
-     * its start; SIZE_MAX when none is to be (keytab_mem.c: cur is promoted once a resize
-     * has ended, and a sweep hands one piece at a time to the collapsing thread). */
-    size_t collapse_at;
-    size_t keys;      /* entries in both arrays */
-    size_t old_keys;  /* of which live in old */
-    size_t moved;     /* old slots [0, moved) have been moved over */
-    size_t old_freed; /* bytes at the start of old.ents already unmapped */
-    size_t max_keys;  /* 7/8 of cur.cap: the load that triggers a grow or, at max_cap, an evict */
-    size_t max_cap;   /* the largest cap whose arrays fit in max_bytes */
-    size_t cursor;    /* where the next sweep starts in cur, < cur.cap */
-    uint64_t rng;     /* xorshift64 state for the eviction sample, never 0 */
-    uint64_t max_bytes;
-    struct rl_keytab_ops ops;
-    uint64_t evicted;
-    uint64_t expired;
-    uint64_t grows;
-    uint64_t shrinks;
-    uint64_t resize_steps;
-    /* The shrink's memory (RL_KEYTAB_SHRINK_MS): the most keys held since peak_since, and in
-     * the period before it; peak_since is UINT64_MAX until the first sweep. */
-    size_t peak;
-    size_t peak_prev;
-    uint64_t peak_since;
-    /* The sweep's holes in the current run (sweep_cur), ascending; grown on demand. */
-    struct kt_hole *holes;
-    size_t holes_cap;
-    /* Steps the sweeps took since start: slots visited, hole searches and hole-list upkeep.
-     * For tests (rl_keytab_sweep_work), which check that a sweep does bounded work. */
-    uint64_t sweep_work;
-};
-
-/* Bytes an array of n bytes really takes: mmap'd arrays take whole pages. */
-static size_t
-array_bytes(size_t n)
-{
-    return kt_mem_bytes(n);
-}
-
-static uint64_t
-arrays_bytes(size_t cap)
-{
-    return array_bytes(cap * sizeof(struct rl_keytab_entry)) + array_bytes(cap + GROUP);
-}
-
-static uint64_t
-table_bytes(size_t cap)
-{
-    return sizeof(struct rl_keytab) + arrays_bytes(cap);
-}
-
-/* Zeroed arrays of cap slots (keytab_mem.c: large entry arrays in the reserved range other
- * than avoid's, in huge pages where the kernel allows). Returns 0 or -ENOMEM. */
-static int
-kt_array_init(struct rl_keytab *t, struct kt_array *a, size_t cap, int avoid)
-{
-    a->ents = kt_mem_alloc(&t->mem, cap * sizeof(*a->ents), true, avoid, &a->reg);
-    a->tags = kt_mem_alloc(&t->mem, cap + GROUP, false, KT_MEM_NOREG, &a->tags_reg);
-    a->cap = cap;
-    if (a->ents == NULL || a->tags == NULL) {
-        kt_mem_free(&t->mem, a->ents, cap * sizeof(*a->ents), a->reg);
-        kt_mem_free(&t->mem, a->tags, cap + GROUP, a->tags_reg);
-        return -ENOMEM;
-    }
-    return 0;
-}
-
-static void
-kt_array_deinit(struct rl_keytab *t, struct kt_array *a)
-{
-    kt_mem_free(&t->mem, a->ents, a->cap * sizeof(*a->ents), a->reg);
-    kt_mem_free(&t->mem, a->tags, a->cap + GROUP, a->tags_reg);
-    memset(a, 0, sizeof(*a));
-}
-
-/* The home slot of a fingerprint in [0, cap): fastrange, which needs no power-of-two cap. */
-static inline size_t
-home_of(uint64_t fp_hi, size_t cap)
-{
-    __extension__ typedef unsigned __int128 u128;
-    return (size_t)(((u128)fp_hi * cap) >> 64);
-}
-
-/* The tag of a fingerprint: its low 7 bits, which fastrange (using the high bits) leaves
- * independent of the home slot. */
-static inline uint8_t
-tag_of(uint64_t fp_hi)
-{
-    return (uint8_t)(TAG_LIVE | (fp_hi & 0x7fu));
-}
-
-static inline void
-set_tag(struct kt_array *a, size_t i, uint8_t tag)
-{
-    a->tags[i] = tag;
-    if (i < GROUP) {
-        a->tags[a->cap + i] = tag;
-    }
-}
-
-static inline size_t
-next_slot(const struct kt_array *a, size_t i)
-{
-    return i + 1 == a->cap ? 0 : i + 1;
-}
-
-/* The bits of the first n (<= GROUP) slots of a group. */
-static inline uint32_t
-first_bits(size_t n)
-{
-    return (UINT32_C(1) << n) - 1;
-}
-
-/* Bit masks over the GROUP tags starting at tags[pos]: those equal to tag, and those
- * holding a live entry (only live tags have their high bit set). */
-#ifdef __SSE2__
-static inline uint32_t
-group_match(const uint8_t *g, uint8_t tag)
-{
-    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)g);
-    return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)tag)));
-}
-
-static inline uint32_t
-group_full(const uint8_t *g)
-{
-    return (uint32_t)_mm_movemask_epi8(_mm_loadu_si128((const __m128i *)(const void *)g));
-}
-#else
-static inline uint32_t
-group_match(const uint8_t *g, uint8_t tag)
-{
-    uint32_t m = 0;
-    for (unsigned i = 0; i < GROUP; i++) {
-        m |= (uint32_t)(g[i] == tag) << i;
-    }
-    return m;
-}
-
-static inline uint32_t
-group_full(const uint8_t *g)
-{
-    uint32_t m = 0;
-    for (unsigned i = 0; i < GROUP; i++) {
-        m |= (uint32_t)(g[i] >> 7) << i;
-    }
-    return m;
-}
-#endif
 
 void
 rl_keytab_fingerprint(uint64_t h_hi, uint64_t h_lo, uint64_t *fp_hi, uint32_t *fp_lo)
@@ -316,36 +118,12 @@ rl_keytab_fingerprint(uint64_t h_hi, uint64_t h_lo, uint64_t *fp_hi, uint32_t *f
     *fp_lo = (uint32_t)((h_lo ^ (h_lo >> 4)) & FP_LO_MASK);
 }
 
-static inline bool
-resizing(const struct rl_keytab *t)
-{
-    return t->old.tags != NULL;
-}
-
 /* True when e points into the old entry array. */
 static inline bool
 in_old(const struct rl_keytab *t, const struct rl_keytab_entry *e)
 {
     return resizing(t) &&
            (uintptr_t)e - (uintptr_t)t->old.ents < t->old.cap * sizeof(struct rl_keytab_entry);
-}
-
-/* Places an entry known to be absent at the first free slot of a; returns the slot. */
-static size_t
-place(const struct kt_array *a, uint64_t fp_hi)
-{
-    size_t pos = home_of(fp_hi, a->cap);
-    for (;;) {
-        uint32_t empty = ~group_full(a->tags + pos) & 0xffffu;
-        if (empty != 0) {
-            size_t i = pos + (size_t)__builtin_ctz(empty);
-            return i >= a->cap ? i - a->cap : i;
-        }
-        pos += GROUP;
-        if (pos >= a->cap) {
-            pos -= a->cap;
-        }
-    }
 }
 
 /* The live entry of a with this fingerprint, probing from pos, its home. A probe ends at the
@@ -383,161 +161,6 @@ find_in(const struct kt_array *a, size_t pos, uint64_t fp_hi, uint32_t fp_lo)
     }
 }
 
-/* Sets the derived limits of a cur of cap slots. The sweep cursor keeps its relative place:
- * fastrange keeps homes in hash order, so what it passed in the old array lies before the
- * scaled cursor in the new one. */
-static void
-set_cap(struct rl_keytab *t, size_t old_cap, size_t cap)
-{
-    __extension__ typedef unsigned __int128 u128;
-    t->max_keys = cap - (cap + 7) / 8;
-    t->cursor = old_cap == 0 ? 0 : (size_t)((u128)t->cursor * cap / old_cap);
-}
-
-/* Unmaps up to `bytes` of the graves, from their ends; all of them for SIZE_MAX. */
-static void
-drain(struct rl_keytab *t, size_t bytes)
-{
-    for (size_t k = 0; k < 2 && bytes > 0; k++) {
-        struct kt_grave *g = &t->graves[k];
-        /* Whole grains, so no huge page of a reserved range is split. */
-        size_t grain = kt_mem_grain(&t->mem, g->reg);
-        size_t want = bytes < SIZE_MAX - grain ? (bytes + grain - 1) / grain * grain : SIZE_MAX;
-        size_t n = g->len < want ? g->len : want;
-        if (n == 0) {
-            continue;
-        }
-        g->len -= n;
-        kt_mem_release(&t->mem, g->p + g->len, n, g->reg);
-        size_t cost = kt_mem_cost(&t->mem, n, g->reg);
-        bytes = cost < bytes ? bytes - cost : 0;
-    }
-}
-
-static uint64_t
-grave_bytes(const struct rl_keytab *t)
-{
-    return t->graves[0].len + t->graves[1].len;
-}
-
-/* Frees an array of n bytes whose first `freed` bytes were given back already: at once if
- * malloc'd, else into a grave, which inserts and sweeps give back piece by piece. */
-static void
-bury(const struct rl_keytab *t, struct kt_grave *g, void *p, size_t n, size_t freed, int reg)
-{
-    if (kt_mem_malloced(n)) {
-        free(p);
-        return;
-    }
-    g->p = (char *)p + freed;
-    g->len = kt_mem_span(&t->mem, n, reg) - freed;
-    g->reg = reg;
-}
-
-/* Ends a resize: what is left of the old arrays goes to the graves, which are empty, as
- * start_resize emptied them. */
-static void
-end_resize(struct rl_keytab *t)
-{
-    struct kt_array *o = &t->old;
-    bury(t, &t->graves[0], o->ents, o->cap * sizeof(*o->ents), t->old_freed, o->reg);
-    bury(t, &t->graves[1], o->tags, o->cap + GROUP, 0, o->tags_reg);
-    memset(o, 0, sizeof(*o));
-    /* cur is complete: into huge pages, a piece per sweep from now on. */
-    t->collapse_at = kt_mem_promote(&t->mem, t->cur.ents, t->cur.cap * sizeof(*t->cur.ents),
-                                    t->cur.reg)
-                         ? 0
-                         : SIZE_MAX;
-    t->old_keys = 0;
-    t->moved = 0;
-    t->old_freed = 0;
-}
-
-/* Gives back the pages of the old entry array the move has left behind, once they make a
- * FREE_CHUNK: no find reads them (their tags are gone), and unmapping in pieces spreads the
- * kernel's work over the move instead of one munmap of the whole array at its end. */
-static void
-free_behind(struct rl_keytab *t)
-{
-    size_t n = t->old.cap * sizeof(struct rl_keytab_entry);
-    if (kt_mem_malloced(n)) {
-        return;
-    }
-    size_t grain = kt_mem_grain(&t->mem, t->old.reg);
-    size_t dead = t->moved * sizeof(struct rl_keytab_entry) / grain * grain;
-    if (dead - t->old_freed >= FREE_CHUNK) {
-        kt_mem_release(&t->mem, (char *)t->old.ents + t->old_freed, dead - t->old_freed,
-                       t->old.reg);
-        t->old_freed = dead;
-    }
-}
-
-/* Moves the live entries of the next `budget` old slots (at most) into cur, and ends the
- * resize once old holds no live entry. Groups of 16 slots with nothing live are skipped in
- * one step but count as 16 slots. Returns the slots visited. */
-static size_t
-migrate(struct rl_keytab *t, size_t budget)
-{
-    struct kt_array *o = &t->old;
-    size_t i = t->moved;
-    size_t end = o->cap - i > budget ? i + budget : o->cap;
-    while (i < end && t->old_keys > 0) {
-        size_t n = end - i < GROUP ? end - i : GROUP;
-        uint32_t live = group_full(o->tags + i) & first_bits(n);
-        while (live != 0) {
-            size_t k = i + (size_t)__builtin_ctz(live);
-            size_t j = place(&t->cur, o->ents[k].fp_hi);
-            t->cur.ents[j] = o->ents[k];
-            set_tag(&t->cur, j, o->tags[k]);
-            set_tag(o, k, TAG_GONE);
-            t->old_keys--;
-            live &= live - 1;
-        }
-        i += n;
-    }
-    size_t visited = i - t->moved;
-    t->moved = i;
-    t->resize_steps += visited;
-    if (t->old_keys == 0) {
-        end_resize(t);
-    } else {
-        free_behind(t);
-    }
-    return visited;
-}
-
-/* Starts moving the table into arrays of new_cap slots (new_cap > keys); no resize may be
- * running. Returns 0 or -ENOMEM, in which case the table is unchanged. */
-static int
-start_resize(struct rl_keytab *t, size_t new_cap)
-{
-    struct kt_array a;
-    /* Usually drained long ago (a sweep starts a shrink only once they are). A grow can come
-     * right after a resize ended, mostly after an insert outran a shrink: then they hold the
-     * rest of the shrink's old arrays, whose unmapping costs about what walking them did. */
-    drain(t, SIZE_MAX);
-    int err = kt_array_init(t, &a, new_cap, t->cur.reg);
-    if (err != 0) {
-        return err;
-    }
-    t->old = t->cur;
-    t->cur = a;
-    t->collapse_at = SIZE_MAX; /* the new array fills in 4 KiB pages; end_resize promotes it */
-    t->old_keys = t->keys;
-    t->moved = 0;
-    t->old_freed = 0;
-    set_cap(t, t->old.cap, new_cap);
-    if (new_cap > t->old.cap) {
-        t->grows++;
-    } else {
-        t->shrinks++;
-    }
-    if (t->old_keys == 0) {
-        end_resize(t);
-    }
-    return 0;
-}
-
 int
 rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_keytab_ops *ops)
 {
@@ -556,14 +179,14 @@ rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_key
     t->collapse_at = SIZE_MAX;
 
     /* The largest cap that fits. Page rounding costs at most a page per array, so start
-     * below it and step up (at most ~250 steps): table_bytes grows with cap. */
+     * below it and step up (at most ~250 steps): kt_table_bytes grows with cap. */
     uint64_t room = max_bytes - sizeof(struct rl_keytab) - GROUP - 2 * PAGE;
     uint64_t est = room / (sizeof(struct rl_keytab_entry) + 1);
     if (est > SIZE_MAX / 64) {
         est = SIZE_MAX / 64;
     }
     size_t cap = (size_t)est;
-    while (cap < SIZE_MAX / 64 && table_bytes(cap + 1) <= max_bytes) {
+    while (cap < SIZE_MAX / 64 && kt_table_bytes(cap + 1) <= max_bytes) {
         cap++;
     }
     if (cap < MIN_CAP) {
@@ -576,7 +199,7 @@ rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_key
     if (err != 0) {
         goto fail;
     }
-    set_cap(t, 0, MIN_CAP);
+    kt_set_cap(t, 0, MIN_CAP);
     *out = t;
     return 0;
 
@@ -604,9 +227,9 @@ rl_keytab_destroy(struct rl_keytab *t)
     release_all(t, &t->cur, 0);
     if (resizing(t)) {
         release_all(t, &t->old, t->moved);
-        end_resize(t);
+        kt_end_resize(t);
     }
-    drain(t, SIZE_MAX);
+    kt_drain(t, SIZE_MAX);
     kt_array_deinit(t, &t->cur);
     kt_mem_fini(&t->mem);
     free(t->holes);
@@ -651,21 +274,11 @@ rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo)
     return e;
 }
 
-/* Empties slot i of cur: its tag, and its fingerprint, so that rl_keytab_find's look at the
- * home's entries before the tags never takes a vacated slot's stale copy for a live entry
- * (fp_hi is never 0 in a live entry made by rl_keytab_fingerprint). */
-static inline void
-vacate(struct kt_array *a, size_t i)
-{
-    set_tag(a, i, 0);
-    a->ents[i].fp_hi = 0;
-}
-
 /* Empties slot i of cur and closes the gap: each following entry of the run moves back into
  * the hole if that does not put it before its home. Entries only ever move towards their
  * home, never past the hole, which is what the sweep relies on. */
-static void
-remove_slot(struct rl_keytab *t, size_t i)
+void
+kt_remove_slot(struct rl_keytab *t, size_t i)
 {
     struct kt_array *a = &t->cur;
     size_t j = next_slot(a, i);
@@ -697,7 +310,7 @@ drop(struct rl_keytab *t, struct rl_keytab_entry *e)
         t->old_keys--;
         t->keys--;
     } else {
-        remove_slot(t, (size_t)(e - t->cur.ents));
+        kt_remove_slot(t, (size_t)(e - t->cur.ents));
     }
 }
 
@@ -785,14 +398,14 @@ struct rl_keytab_entry *
 rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t tier, uint64_t now)
 {
     if (resizing(t)) {
-        migrate(t, INSERT_STEP);
+        kt_migrate(t, INSERT_STEP);
     } else if (grave_bytes(t) > 0) {
-        drain(t, FREE_CHUNK);
+        kt_drain(t, FREE_CHUNK);
     }
     if (t->keys >= t->max_keys) {
         if (resizing(t) && t->cur.cap < t->max_cap) {
             /* Only after a shrink can inserts outrun the move; a new resize waits for it. */
-            migrate(t, SIZE_MAX);
+            kt_migrate(t, SIZE_MAX);
         }
         if (resizing(t)) {
             /* Growing to max_cap: evict now, as the end of the move would. */
@@ -804,7 +417,7 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
             }
             /* At the cap, or with no memory for a bigger array, make room instead: never
              * fail once the table exists. */
-            if (new_cap <= t->cur.cap || start_resize(t, new_cap) != 0) {
+            if (new_cap <= t->cur.cap || kt_start_resize(t, new_cap) != 0) {
                 evict_one(t, now, tier);
             }
         }
@@ -829,352 +442,4 @@ void
 rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e)
 {
     drop(t, e);
-}
-
-/* The hole list of a sweep pass (sweep_cur): holes[0, n) in ascending offset, `nfree` of
- * them free (not yet filled by a later entry), none free before `head`. */
-struct kt_holes {
-    size_t n, nfree, head;
-};
-
-/* The first free hole at index i or after (n if none), halving the paths it walks. Taken
- * holes point further on (a taken hole k points to k + 1 at first), and the last hole of the
- * list is always free, so this ends. */
-static size_t
-hole_find(struct rl_keytab *t, const struct kt_holes *hl, size_t i)
-{
-    struct kt_hole *h = t->holes;
-    while (i < hl->n && h[i].up != i) {
-        size_t u = h[i].up;
-        h[i].up = h[u].up;
-        i = h[i].up;
-        t->sweep_work++;
-    }
-    return i;
-}
-
-/* The index of the first hole (taken or free) at offset home_off or after, from head on; n if
- * none. Galloping back from the newest: the entry's home is near it, so this costs the log of
- * the holes between its home and it, not of the whole list. */
-static size_t
-hole_search(struct rl_keytab *t, const struct kt_holes *hl, size_t home_off)
-{
-    const struct kt_hole *h = t->holes;
-    size_t lo = hl->head, hi = hl->n;
-    if (hi == lo || h[hi - 1].off < home_off) {
-        return hl->n;
-    }
-    /* h[hi].off >= home_off; the answer is in [lo, hi]. */
-    hi--;
-    for (size_t step = 1; hi > lo; step *= 2) {
-        size_t probe = hi - lo > step ? hi - step : lo;
-        t->sweep_work++;
-        if (h[probe].off >= home_off) {
-            hi = probe;
-        } else {
-            lo = probe + 1;
-            break;
-        }
-    }
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        t->sweep_work++;
-        if (h[mid].off < home_off) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
-}
-
-/* Makes room for one more hole: drops the taken ones when they are at least half the list
- * (or when no memory can be had), else doubles the list. False only when the list is full of
- * free holes and cannot grow. Amortised O(1) a hole. */
-static bool
-hole_room(struct rl_keytab *t, struct kt_holes *hl)
-{
-    if (hl->n < t->holes_cap) {
-        return true;
-    }
-    bool compact = hl->n > 0 && 2 * (hl->n - hl->nfree) >= hl->n;
-    if (!compact) {
-        size_t ncap = t->holes_cap ? 2 * t->holes_cap : 256;
-        struct kt_hole *h = realloc(t->holes, ncap * sizeof(*h));
-        if (h != NULL) {
-            t->holes = h;
-            t->holes_cap = ncap;
-            return true;
-        }
-    }
-    if (hl->nfree == hl->n) {
-        return false;
-    }
-    size_t m = 0;
-    for (size_t k = 0; k < hl->n; k++) {
-        if (t->holes[k].up == k) {
-            t->holes[m].off = t->holes[k].off;
-            t->holes[m].up = (uint32_t)m;
-            m++;
-        }
-    }
-    t->sweep_work += hl->n;
-    hl->n = m;
-    hl->head = 0;
-    return true;
-}
-
-static void
-hole_add(struct rl_keytab *t, struct kt_holes *hl, size_t off)
-{
-    t->holes[hl->n].off = (uint32_t)off;
-    t->holes[hl->n].up = (uint32_t)hl->n;
-    hl->n++;
-    hl->nfree++;
-}
-
-/*
- * Forgets the full entries among `budget` slots of cur from the cursor on, in one pass.
- * Deleting them one by one with a backward shift each would walk the rest of their run for
- * every deletion: quadratic in the run's length, which at a load of 7/8 and with most keys
- * expiring together stalled the node for over a second. Instead the pass keeps the holes it
- * made in the current run and moves each later entry of the run into the first free hole at
- * or after its home, which keeps every entry reachable from its home; past the budget it goes
- * on (examining, forgetting and shifting) until the run ends (an empty slot) or no hole is
- * left, and the next pass starts there.
- *
- * Finding that hole must not cost more than a few steps either: runs can be tens of
- * thousands of slots long, as the load is far from even across the table (the slots just
- * swept are nearly empty, those the sweep comes to next hold every key used in a whole lap),
- * and a pass that forgets most of such a run keeps tens of thousands of holes, most of them
- * before the homes of the entries that follow. A linear search over them (with a memmove to
- * drop a taken one from the middle) made one sweep take 10^9 steps, 0.3-3 s. So the holes
- * stay in the list in ascending order once taken: a galloping search back from the newest
- * finds the first at or after the home, and a union-find (each taken hole points at a later one, paths halved)
- * skips the taken ones; taken holes are dropped in bulk when they make up half a full list.
- * A pass thus costs O((budget + tail) log) where the tail is the rest of the run it ends in.
- *
- * Offsets are counted from the start of the pass, so a run across the end of the array or
- * back across the start of the pass needs no special case. Only examined entries move (the
- * tail past the budget examines too), so the next pass skips none by starting where this one
- * stopped.
- */
-static size_t
-sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
-{
-    struct kt_array *a = &t->cur;
-    size_t cap = a->cap;
-    size_t start = t->cursor;
-    size_t n = 0, examined = 0, stop = 0;
-    struct kt_holes hl = {0, 0, 0};
-    size_t p = start;
-
-    /* Past the budget the pass goes on only while it has free holes, to the end of the run,
-     * and keeps examining there: the entries it moves back must have been examined, or the
-     * next pass would have to start back where they went (it used to, which on long runs
-     * held the cursor nearly in place and let the slots ahead of it fill up further).
-     * Past one lap only shifting goes on: a run that wraps past the start of the pass may
-     * continue into slots looked at first, whose entries must still reach their home. */
-    for (size_t off = 0; off < 2 * cap; off++, p = next_slot(a, p)) {
-        bool tail = examined >= budget || off >= cap;
-        bool checking = off < cap;
-
-        t->sweep_work++;
-        if (a->tags[p] == 0) {
-            /* The run ended: no later entry can use these holes. */
-            hl.n = hl.nfree = hl.head = 0;
-            if (tail) {
-                break;
-            }
-            examined++;
-            stop = off + 1;
-            continue;
-        }
-        if (tail && hl.nfree == 0) {
-            break;
-        }
-        if (checking) {
-            examined++;
-            stop = off + 1;
-        }
-        if (checking && t->ops.is_full(t->ops.arg, &a->ents[p], now)) {
-            if (!hole_room(t, &hl)) {
-                /* Keep it for a later pass rather than break the run. */
-                continue;
-            }
-            t->ops.release(t->ops.arg, &a->ents[p]);
-            vacate(a, p);
-            t->keys--;
-            n++;
-            hole_add(t, &hl, off);
-            continue;
-        }
-        if (hl.nfree == 0) {
-            continue;
-        }
-        /* The entry may move into the first free hole at or after its home. */
-        size_t home = home_of(a->ents[p].fp_hi, cap);
-        size_t back = p >= home ? p - home : p + cap - home;
-        size_t k = hl.head;
-        if (back < off) {
-            k = hole_search(t, &hl, off - back);
-        }
-        k = hole_find(t, &hl, k);
-        if (k == hl.n) {
-            continue;
-        }
-        size_t hole = t->holes[k].off;
-        /* Offsets run up to 2 cap (past one lap only shifting goes on): wrap as often. */
-        size_t to = (start + hole) % cap;
-        a->ents[to] = a->ents[p];
-        set_tag(a, to, a->tags[p]);
-        vacate(a, p);
-        /* Taken: later searches go on to the next hole. The slot left behind is the newest
-         * hole; the list has room for it, as dropping the taken ones frees at least k. */
-        t->holes[k].up = (uint32_t)(k + 1);
-        hl.nfree--;
-        if (k == hl.head) {
-            hl.head = k + 1;
-        }
-        (void)hole_room(t, &hl);
-        hole_add(t, &hl, off);
-    }
-    t->cursor = (start + stop) % cap;
-    return n;
-}
-
-/* Declared here only: the tests' window on how much work the sweeps did (keytab.h is the
- * owner's interface and has no use for it). */
-uint64_t rl_keytab_sweep_work(const struct rl_keytab *t);
-
-uint64_t
-rl_keytab_sweep_work(const struct rl_keytab *t)
-{
-    return t->sweep_work;
-}
-
-size_t
-rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget)
-{
-    if (resizing(t)) {
-        migrate(t, budget);
-    }
-    /* As many bytes as moving `budget` slots would have written. */
-    const size_t esize = sizeof(struct rl_keytab_entry);
-    drain(t, budget < SIZE_MAX / esize ? budget * esize : SIZE_MAX);
-
-    /* The next piece of cur into a huge page, off this thread (keytab_mem.c), once no resize
-     * runs and the last piece is done. */
-    if (!resizing(t) && t->collapse_at != SIZE_MAX) {
-        size_t span = kt_mem_span(&t->mem, t->cur.cap * sizeof(struct rl_keytab_entry), t->cur.reg);
-        enum kt_collapse_res r = t->collapse_at < span
-                                     ? kt_mem_collapse(&t->mem, (char *)t->cur.ents + t->collapse_at)
-                                     : KT_COLLAPSE_OFF;
-        if (r == KT_COLLAPSE_QUEUED) {
-            t->collapse_at += kt_mem_grain(&t->mem, t->cur.reg);
-        } else if (r == KT_COLLAPSE_OFF) {
-            t->collapse_at = SIZE_MAX;
-        }
-    }
-
-    /* Only cur is swept: what is still in old is swept once it has moved. */
-    struct kt_array *a = &t->cur;
-    size_t n = t->keys > t->old_keys ? sweep_cur(t, now, budget) : 0;
-    t->expired += n;
-
-    /* The most keys held over the current and the previous period of RL_KEYTAB_SHRINK_MS
-     * (a clock that steps back starts a new period). */
-    if (t->peak_since == UINT64_MAX || now < t->peak_since) {
-        t->peak_since = now;
-        t->peak_prev = t->peak;
-    } else if (now - t->peak_since >= RL_KEYTAB_SHRINK_MS) {
-        t->peak_prev = now - t->peak_since >= 2 * (uint64_t)RL_KEYTAB_SHRINK_MS ? t->keys : t->peak;
-        t->peak = t->keys;
-        t->peak_since = now;
-    }
-    size_t most = t->peak > t->peak_prev ? t->peak : t->peak_prev;
-
-    /* Give memory back once that most is under 1/4 of the slots: move to a load of 1/2 of
-     * it, which leaves room to grow by 3/4 before the next grow, so a table does not flap
-     * between sizes. Not before the last resize's graves are empty, which later sweeps see
-     * to, so that starting this one does not have to unmap them at once. */
-    if (!resizing(t) && grave_bytes(t) == 0 && most < a->cap / 4 && a->cap > MIN_CAP) {
-        size_t new_cap = most * 2;
-        if (new_cap < MIN_CAP) {
-            new_cap = MIN_CAP;
-        }
-        if (new_cap < a->cap) {
-            /* Without memory for the new arrays the table stays as it is, which is fine. */
-            (void)start_resize(t, new_cap);
-        }
-    }
-    return n;
-}
-
-size_t
-rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keytab_entry *e), void *arg)
-{
-    struct kt_array *a;
-    size_t start, i, left, dropped = 0;
-
-    if (resizing(t)) {
-        migrate(t, SIZE_MAX);
-    }
-    a = &t->cur;
-    /* An empty slot: the load is at most 7/8, so there is one. No run crosses it, so a
-     * backward shift never moves an entry from before it (visited) to after it, nor back. */
-    for (start = 0; start < a->cap && a->tags[start] != 0; start++) {
-    }
-    if (start == a->cap) {
-        return 0; /* cannot happen: no table is full */
-    }
-    i = next_slot(a, start);
-    for (left = a->cap - 1; left > 0;) {
-        if (a->tags[i] == 0 || fn(arg, &a->ents[i])) {
-            i = next_slot(a, i);
-            left--;
-            continue;
-        }
-        /* Dropped: the shift may bring a later, unvisited entry into slot i; look at it
-         * again. The slots visited so far are unchanged: shifts move entries only back to
-         * the hole, and each visit of slot i either advances or removes an entry. */
-        remove_slot(t, i);
-        dropped++;
-    }
-    return dropped;
-}
-
-void
-rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s)
-{
-    s->keys = t->keys;
-    s->capacity = t->cur.cap;
-    s->bytes = table_bytes(t->cur.cap);
-    if (resizing(t)) {
-        s->bytes += arrays_bytes(t->old.cap) - t->old_freed;
-    }
-    s->bytes += grave_bytes(t);
-    s->evicted = t->evicted;
-    s->expired = t->expired;
-    s->resizes = t->grows + t->shrinks;
-    s->grows = t->grows;
-    s->shrinks = t->shrinks;
-    s->resize_steps = t->resize_steps;
-    s->resize_left = resizing(t) ? t->old.cap - t->moved : 0;
-}
-
-void
-rl_keytab_metrics(const struct rl_keytab *t, struct rl_prom *p)
-{
-    rl_prom_family(p, "rl_node_expirations_total", "counter",
-                   "Keys forgotten by the sweep once back at full allowance.");
-    rl_prom_u64(p, "rl_node_expirations_total", NULL, t->expired);
-    rl_prom_family(p, "rl_node_table_resizes_total", "counter",
-                   "Resizes of the key table started, by kind: grow (at a load of 7/8) or shrink "
-                   "(keys under a quarter of the slots for 30 s).");
-    rl_prom_u64(p, "rl_node_table_resizes_total", "kind=\"grow\"", t->grows);
-    rl_prom_u64(p, "rl_node_table_resizes_total", "kind=\"shrink\"", t->shrinks);
-    rl_prom_family(p, "rl_node_table_slots", "gauge",
-                   "Slots of the key table (of the array being filled, during a resize).");
-    rl_prom_u64(p, "rl_node_table_slots", NULL, t->cur.cap);
 }
