@@ -86,7 +86,7 @@ size_t kt_mem_bytes(size_t n);
 size_t kt_mem_span(const struct kt_mem *m, size_t n, int reg);
 
 /* What giving back n bytes of region `reg` counts for against a caller's budget in bytes
- * (keytab.c's drain): n, or n / 512 in a region with huge pages, whose collapsed pieces go
+ * (keytab_resize.c's drain (kt_drain)): n, or n / 512 in a region with huge pages, whose collapsed pieces go
  * back a page at a time. A piece not yet collapsed costs its 512 small pages, ~0.1-0.25 ms;
  * an insert's or a sweep's drain gives back at most one piece per grave, whatever it counts,
  * so that is the most such a call pays. */
