@@ -147,6 +147,9 @@ node_finish_drain(void *arg)
         return;
     }
     n->linger_timer.data = n;
+    /* from now: saying goodbye to ZooKeeper blocks (up to seconds when it is going away), and
+     * the loop's time is from before it */
+    uv_update_time(&n->d.loop);
     if (uv_timer_start(&n->linger_timer, node_linger_end, RL_NODE_LINGER_MS, 0) != 0) {
         uv_close((uv_handle_t *)&n->linger_timer, node_linger_done);
     }
