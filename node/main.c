@@ -360,6 +360,9 @@ node_zk_state(void *arg, enum rl_zkm_state state)
     struct node *n = arg;
 
     n->zk_state = (int)state;
+    if (n->move != NULL) {
+        rl_move_views_current(n->move, state == RL_ZKM_CONNECTED);
+    }
     if (state == RL_ZKM_EXPIRED) {
         n->server.zk_expiries++;
     }

@@ -86,6 +86,12 @@ uint32_t rl_move_view(struct rl_move *m, struct rl_shardmap *map);
  * (none decided until the next view). */
 void rl_move_lost(struct rl_move *m);
 
+/* Whether views can come (the ZooKeeper session is connected): while they cannot, the view
+ * last applied may be behind the senders', and a shard received ahead of it stays held here
+ * rather than follow it (it would go back to a node that left it: a drain cut short by a
+ * ZooKeeper outage). */
+void rl_move_views_current(struct rl_move *m, bool current);
+
 /*
  * What a request for shard s gets, when the bitmap says it is not decided here: false for
  * NOT_OWNER; true for MOVING, *owner then "" (ask again) or the member to ask: the next
