@@ -190,9 +190,7 @@ rl_conn_close(struct rl_conn *c, int status)
     c->close_status = status;
     /* The throttled list outlives this loop turn, the handle does not. */
     conn_unthrottle(c);
-    if (c->q->hs_end != NULL) { /* the handshake gate's (conn_tls.c), from rl_connq_init */
-        c->q->hs_end(c->q, &c->hs);
-    }
+    c->q->hs_end(c->q, &c->hs); /* the handshake gate's (conn_tls.c), from rl_connq_init */
     if (c->listener != NULL) {
         c->listener->on_conn_leave(c); /* conn_listen.c: it leaves the list and counts */
     }

@@ -1,7 +1,7 @@
 /*
  * envoycfg_int.h: private to the files of the envoycfg module (envoycfg.c the YAML reader's
  * walk of a file, envoycfg_desc.c its descriptors, envoycfg_match.c the matcher,
- * envoycfg_src.c the files and bundles read). Holds the contract the reader and the matcher
+ * envoycfg_src.c the files and bundles read). Holds the agreement the reader and the matcher
  * share: the order of a descriptor's `index`, which the reader sorts and the matcher
  * searches; and what the reader's two files share: the state of a load (struct ld) and the
  * functions envoycfg.c calls in envoycfg_desc.c (calls go that way only). Nothing outside

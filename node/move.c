@@ -93,14 +93,13 @@ move_tick_cb(uv_timer_t *t)
                 m->stats.out_failed++;
                 given_up++;
             }
-        } else if (st == RL_MOVE_OWNED_H && now >= m->deadline[s]) {
+        } else if (st == RL_MOVE_OWNED_H && now >= m->deadline[s] && !m->views_stale &&
+                   now >= m->views_back + move_hold_ms(m)) {
+            /* (while no view can come, the one applied may lag the sender's, which placed s
+             * here: s stays held until views flow again, and a hold more for the first) */
             uint32_t o = m->map != NULL ? rl_shardmap_owner(m->map, s) : RL_SHARDMAP_NONE;
 
-            if (m->views_stale) {
-                /* no view can come now: the one applied may lag the sender's (which placed
-                 * s here), so s stays held until views flow again */
-                m->deadline[s] = now + move_hold_ms(m);
-            } else if (o == m->self_ix || o == RL_SHARDMAP_NONE) {
+            if (o == m->self_ix || o == RL_SHARDMAP_NONE) {
                 move_set(m, s, RL_MOVE_OWNED);
             } else {
                 move_set(m, s, RL_MOVE_OWNED);
@@ -308,14 +307,7 @@ void
 rl_move_views_current(struct rl_move *m, bool current)
 {
     if (current && m->views_stale) {
-        /* views flow again, the first one a moment from now: a held shard waits for it */
-        uint64_t now = uv_now(m->loop);
-
-        for (uint32_t s = 0; s < m->n; s++) {
-            if (m->st[s] == RL_MOVE_OWNED_H && m->deadline[s] < now + move_hold_ms(m)) {
-                m->deadline[s] = now + move_hold_ms(m);
-            }
-        }
+        m->views_back = uv_now(m->loop); /* the first view comes a moment from now */
     }
     m->views_stale = !current;
 }

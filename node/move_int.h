@@ -72,7 +72,8 @@ struct rl_move {
     struct rl_shardmap *map;            /* the view last applied */
     uint32_t self_ix;                   /* in map, or RL_SHARDMAP_NONE */
     bool leaving_seen;                  /* the map says this node is leaving (or not a member) */
-    bool views_stale; /* ZooKeeper unreachable: the view last applied may be behind */
+    bool views_stale;    /* ZooKeeper unreachable: the view last applied may be behind */
+    uint64_t views_back; /* loop ms views last became current again (0: never lost) */
     uint64_t in_progress, out_progress; /* loop ms of the last HANDOFF_IN here, last ack */
     uint32_t nowned;
     struct rl_move_stats stats;
