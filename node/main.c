@@ -327,6 +327,9 @@ node_members(void *arg, const struct rl_member *members, size_t count)
         rl_log_error("membership update lost: out of memory");
         return;
     }
+    if (n->move != NULL) {
+        rl_move_members_read(n->move); /* a read of this session's: the view is current */
+    }
     node_rebuild(n);
 }
 

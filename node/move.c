@@ -94,9 +94,10 @@ move_tick_cb(uv_timer_t *t)
                 given_up++;
             }
         } else if (st == RL_MOVE_OWNED_H && now >= m->deadline[s] && !m->views_stale &&
-                   now >= m->views_back + move_hold_ms(m)) {
+                   (m->view_since_back || now >= m->views_back + move_hold_ms(m))) {
             /* (while no view can come, the one applied may lag the sender's, which placed s
-             * here: s stays held until views flow again, and a hold more for the first) */
+             * here: s stays held until views flow again, until the first view read since,
+             * or a hold more if none comes) */
             uint32_t o = m->map != NULL ? rl_shardmap_owner(m->map, s) : RL_SHARDMAP_NONE;
 
             if (o == m->self_ix || o == RL_SHARDMAP_NONE) {
@@ -138,6 +139,26 @@ move_nothing_cmp(const void *a, const void *b)
         return x->peer < y->peer ? -1 : 1;
     }
     return x->shard < y->shard ? -1 : x->shard > y->shard;
+}
+
+/*
+ * True when member `name`, not joining in the previous view `prev`, is joining in map: a
+ * node goes back to joining only as a new process, or after its session expired (when it
+ * dropped what it held: node/main.c), so whatever this node expected from it is gone, not
+ * coming. (Views follow ZooKeeper's order, so the step is the node's own; only active
+ * members are placed shards, so any shard expected from it was expected before the step.)
+ * Without this, a node restarted before its previous session expired left the shards
+ * expected from it waiting for its "nothing here", lost now and then on a loaded machine:
+ * up to two handoff_waits of policy answers.
+ */
+static bool
+move_restarted(const struct rl_shardmap *prev, const struct rl_shardmap *map, const char *name)
+{
+    uint32_t i = rl_shardmap_find(map, name);
+    uint32_t j = prev != NULL ? rl_shardmap_find(prev, name) : RL_SHARDMAP_NONE;
+
+    return i != RL_SHARDMAP_NONE && map->members[i].state == RL_MEMBER_JOINING &&
+           j != RL_SHARDMAP_NONE && prev->members[j].state != RL_MEMBER_JOINING;
 }
 
 /*
@@ -195,6 +216,8 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
     uint32_t self = rl_shardmap_find(map, m->self);
     uint32_t changed = 0;
 
+    uint32_t restarted = 0;
+
     m->map = map;
     m->self_ix = self;
     m->leaving_seen = self == RL_SHARDMAP_NONE || map->members[self].state == RL_MEMBER_LEAVING;
@@ -213,7 +236,10 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
                     rl_shardmap_find(map, pn) != RL_SHARDMAP_NONE) {
                     uint16_t p = move_peer_id(m, pn);
 
-                    if (bit_get(m->told, s) && m->peer[s] == p && now < m->deadline[s]) {
+                    if (move_restarted(prev, map, pn)) {
+                        restarted++; /* its counters went with its previous process */
+                        move_fresh(m, s);
+                    } else if (bit_get(m->told, s) && m->peer[s] == p && now < m->deadline[s]) {
                         /* it said already that it holds nothing of s */
                         m->stats.in_started++;
                         m->stats.in_done++;
@@ -248,6 +274,10 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
         case RL_MOVE_INCOMING:
             if (!mine) {
                 move_set(m, s, RL_MOVE_NONE); /* moved on elsewhere before it came */
+            } else if (m->peer[s] != MOVE_PEER_NONE &&
+                       move_restarted(prev, map, move_peer_name(m, m->peer[s]))) {
+                restarted++; /* expected from a process that is gone */
+                move_fresh(m, s);
             }
             break;
         case RL_MOVE_OUTGOING:
@@ -292,6 +322,11 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
         m->self_active = active;
     }
     rl_shardmap_destroy(prev);
+    if (restarted > 0) {
+        rl_log_info("handoff: %" PRIu32 " shard(s) placed here were held by a node now joining "
+                    "again (restarted, or its session expired): they start from zero here",
+                    restarted);
+    }
     if (m->stats.incoming > 0 || m->stats.outgoing > 0) {
         rl_log_info("handoff: view applied: %" PRIu64 " shard(s) expected here, %" PRIu64
                     " to ship",
@@ -304,10 +339,17 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
 }
 
 void
+rl_move_members_read(struct rl_move *m)
+{
+    m->view_since_back = !m->views_stale;
+}
+
+void
 rl_move_views_current(struct rl_move *m, bool current)
 {
     if (current && m->views_stale) {
         m->views_back = uv_now(m->loop); /* the first view comes a moment from now */
+        m->view_since_back = false;
     }
     m->views_stale = !current;
 }

@@ -92,6 +92,12 @@ void rl_move_lost(struct rl_move *m);
  * ZooKeeper outage). */
 void rl_move_views_current(struct rl_move *m, bool current);
 
+/* The members were read (before the view built from them is applied): once views are
+ * current again, the first such read ends the holds rl_move_views_current kept (without
+ * one, a hold of handoff_wait / 4 does: a read may find nothing changed and deliver
+ * nothing). */
+void rl_move_members_read(struct rl_move *m);
+
 /*
  * What a request for shard s gets, when the bitmap says it is not decided here: false for
  * NOT_OWNER; true for MOVING, *owner then "" (ask again) or the member to ask: the next

@@ -74,6 +74,7 @@ struct rl_move {
     bool leaving_seen;                  /* the map says this node is leaving (or not a member) */
     bool views_stale;    /* ZooKeeper unreachable: the view last applied may be behind */
     uint64_t views_back; /* loop ms views last became current again (0: never lost) */
+    bool view_since_back; /* members were read since (rl_move_members_read) */
     uint64_t in_progress, out_progress; /* loop ms of the last HANDOFF_IN here, last ack */
     uint32_t nowned;
     struct rl_move_stats stats;

@@ -6,8 +6,8 @@
 #                                    kill-under-abuse among them: a refusal outlives its node)
 #   scripts/chaos.sh node-kill ...   just these
 #   CHAOS_ARGS="--duration 60s --rate 4000" scripts/chaos.sh   longer runs (bench/chaos.sh)
-# A failing scenario's whole output (live lines, violations with the events around them)
-# is printed; CHAOS_OUT=DIR keeps every output and JSON verdict there. A scenario that
+# A failing scenario's whole output (live lines, violations with the events around them,
+# then its processes' warnings and handoff lines) is printed; CHAOS_OUT=DIR keeps every output and JSON verdict there. A scenario that
 # fails is run once more (CHAOS_RETRY=0: never) and counts as passed if that run passes,
 # with the first run's verdict printed and named at the end: a shared machine may stall.
 set -euo pipefail
@@ -26,8 +26,28 @@ failed=0
 failures=()
 flaky=()
 run() { # run NAME SUFFIX
+    # Each run's processes write their logs under a directory of its own, kept (RL_KEEP_TMP)
+    # only until the run is judged: a failing run's node and router logs are summed up below.
+    local tmp="$out/$1$2.tmp" code=0
+    mkdir -p "$tmp"
     # shellcheck disable=SC2086
-    build/rl-chaos run "$1" --json "$out/$1$2.json" ${CHAOS_ARGS:-} >"$out/$1$2.out" 2>&1
+    TMPDIR="$tmp" RL_KEEP_TMP=1 build/rl-chaos run "$1" --json "$out/$1$2.json" ${CHAOS_ARGS:-} \
+        >"$out/$1$2.out" 2>&1 || code=$?
+    if [ "$code" -ne 0 ]; then
+        logs "$tmp" >>"$out/$1$2.out"
+    fi
+    rm -rf "$tmp"
+    return "$code"
+}
+logs() { # logs DIR: the warnings and the handoff lines of each process's log, its last 40
+    local f
+    for f in "$1"/rl-test-*/*.log; do
+        [ -e "$f" ] || continue
+        echo "log $(basename "$f") (warn, error, handoff; the last 40):"
+        grep -E ' (warn|error):|handoff|joining|leaving|registered|signal' "$f" |
+            grep -v 'rule(s) with failure' | tail -40 |
+            sed 's/^/  /' || true
+    done
 }
 for s in "${names[@]}"; do
     start=$(date +%s)

@@ -1,11 +1,16 @@
 /*
- * check_move_hold: node/move.c's rule for a shard received by a handoff ahead of this node's
- * view (RL_MOVE_OWNED_H), on a real libuv loop with the move's own timer: while views flow,
- * the hold ends after a quarter of handoff_wait and the shard follows the view (here back to
- * its sender, queued for it); while ZooKeeper is unreachable (rl_move_views_current false)
- * the view applied may be behind the sender's, so the shard stays decided here however long
- * that lasts, and once views flow again it waits a hold for the first of them. Not for the
- * shipping itself (check_move, with real nodes).
+ * check_move_view: node/move.c's rules for what a view change does to a shard, on a real
+ * libuv loop with the move's own timer.
+ * - A shard received by a handoff ahead of this node's view (RL_MOVE_OWNED_H): while views
+ *   flow, the hold ends after a quarter of handoff_wait and the shard follows the view (here
+ *   back to its sender, queued for it); while ZooKeeper is unreachable
+ *   (rl_move_views_current false) the view applied may be behind the sender's, so the shard
+ *   stays decided here however long that lasts, and once views flow again it waits for
+ *   the first read of the members (or a hold, when no read comes).
+ * - A shard placed here whose owner goes back to joining (restarted, or its session
+ *   expired): decided here at once, from zero, not waited for; from a node leaving, it is
+ *   waited for (its counters come).
+ * Not for the shipping itself (check_move, with real nodes).
  */
 #include <check.h>
 #include <stdint.h>
@@ -68,14 +73,29 @@ owned_here(const struct fixture *f)
     return (rl_move_owned(f->m)[f->s / 8] >> (f->s % 8)) & 1u;
 }
 
-/* a and b are members; shard f->s is b's in a's view; b hands it to a (ahead of a's view). */
+/* Applies a view of members a (active) and b (in state b_state) to a's move. */
 static void
-setup(struct fixture *f)
+view(struct fixture *f, uint8_t b_state)
 {
     struct rl_member mem[2];
     struct rl_shardmap *map = NULL;
+
+    memset(mem, 0, sizeof(mem));
+    strcpy(mem[0].name, "a");
+    strcpy(mem[0].addr, "127.0.0.1:1");
+    strcpy(mem[1].name, "b");
+    strcpy(mem[1].addr, "127.0.0.1:1");
+    mem[1].state = b_state;
+    ck_assert_int_eq(rl_shardmap_create(&map, NSHARDS, mem, 2, NULL), 0);
+    rl_move_view(f->m, map);
+}
+
+/* Node a's move and a view where a and b are active; f->s is a shard of b's. */
+static void
+setup_views(struct fixture *f, uint32_t wait_ms)
+{
     struct rl_move_opts o;
-    char err[256] = "", why[256] = "";
+    char err[256] = "";
 
     memset(f, 0, sizeof(*f));
     ck_assert_int_eq(uv_loop_init(&f->loop), 0);
@@ -87,26 +107,29 @@ setup(struct fixture *f)
     memset(&o, 0, sizeof(o));
     o.nshards = NSHARDS;
     o.self = "a";
-    o.handoff_wait_ms = WAIT_MS;
+    o.handoff_wait_ms = wait_ms;
     o.epochs = f->epochs;
     o.limiter = f->lim;
     o.now_ms = clock_ms;
     o.now_arg = &f->loop;
     ck_assert_int_eq(rl_move_create(&f->m, &f->loop, &o), 0);
-    memset(mem, 0, sizeof(mem));
-    strcpy(mem[0].name, "a");
-    strcpy(mem[0].addr, "127.0.0.1:1");
-    strcpy(mem[1].name, "b");
-    strcpy(mem[1].addr, "127.0.0.1:1");
-    ck_assert_int_eq(rl_shardmap_create(&map, NSHARDS, mem, 2, NULL), 0);
+    view(f, RL_MEMBER_ACTIVE);
     f->s = NSHARDS;
     for (uint32_t s = 0; s < NSHARDS && f->s == NSHARDS; s++) {
-        if (strcmp(map->members[rl_shardmap_owner(map, s)].name, "b") == 0) {
+        if (!((rl_move_owned(f->m)[s / 8] >> (s % 8)) & 1u)) {
             f->s = s;
         }
     }
     ck_assert_uint_lt(f->s, NSHARDS);
-    rl_move_view(f->m, map);
+}
+
+/* As setup_views, then b hands f->s to a (ahead of a's view). */
+static void
+setup(struct fixture *f, uint32_t wait_ms)
+{
+    char why[256] = "";
+
+    setup_views(f, wait_ms);
     ck_assert(!owned_here(f));
     /* b's records arrive: a's view lags b's, so a takes the shard and holds it */
     ck_assert_int_eq(rl_move_in_begin(f->m, f->s, 10, "b", 1, false, why, sizeof(why)), 0);
@@ -140,7 +163,7 @@ START_TEST(test_hold_follows_view)
 {
     struct fixture f;
 
-    setup(&f);
+    setup(&f, WAIT_MS);
     ck_assert(left_within(&f, 20000));
     teardown(&f);
 }
@@ -153,7 +176,7 @@ START_TEST(test_hold_kept_while_views_stale)
     struct fixture f;
     struct rl_move_stats st;
 
-    setup(&f);
+    setup(&f, WAIT_MS);
     rl_move_views_current(f.m, false);
     runfor(&f.loop, 2 * WAIT_MS); /* eight holds */
     rl_move_stats(f.m, &st);
@@ -166,17 +189,76 @@ START_TEST(test_hold_kept_while_views_stale)
 }
 END_TEST
 
+/* ZooKeeper unreachable, then back: the first read of the members since ends the hold (the
+ * view is current), without waiting the hold granted when no read comes (1 s here). */
+START_TEST(test_hold_ends_at_first_read)
+{
+    struct fixture f;
+
+    setup(&f, 4000); /* a hold: 1 s */
+    rl_move_views_current(f.m, false);
+    runfor(&f.loop, 1200); /* past the shard's own hold */
+    ck_assert(owned_here(&f));
+    rl_move_views_current(f.m, true);
+    rl_move_members_read(f.m);
+    /* (a loop stalled past the hold would let it go either way: never a false failure) */
+    RL_CHECK(left_within(&f, 700), "held a hold after the members were read");
+    teardown(&f);
+}
+END_TEST
+
+/* b goes back to joining (restarted before its session expired): its shards are decided
+ * here at once, none expected (before: expected from b, decided after handoff_wait). */
+START_TEST(test_restarted_owner_not_waited)
+{
+    struct fixture f;
+    struct rl_move_stats st;
+
+    setup_views(&f, WAIT_MS);
+    view(&f, RL_MEMBER_JOINING);
+    rl_move_stats(f.m, &st);
+    ck_assert_uint_eq(st.incoming, 0);
+    ck_assert(owned_here(&f));
+    teardown(&f);
+}
+END_TEST
+
+/* b leaves (a clean stop): its shards are expected from it, not decided here until its
+ * counters come; b seen joining again meanwhile (killed mid-drain and restarted): decided
+ * here at once. */
+START_TEST(test_leaving_owner_waited_until_it_rejoins)
+{
+    struct fixture f;
+    struct rl_move_stats st;
+
+    setup_views(&f, WAIT_MS);
+    view(&f, RL_MEMBER_LEAVING);
+    rl_move_stats(f.m, &st);
+    ck_assert_uint_ge(st.incoming, 1);
+    ck_assert(!owned_here(&f));
+    ck_assert(rl_move_expected(f.m, f.s));
+    view(&f, RL_MEMBER_JOINING);
+    rl_move_stats(f.m, &st);
+    ck_assert_uint_eq(st.incoming, 0);
+    ck_assert(owned_here(&f));
+    teardown(&f);
+}
+END_TEST
+
 int
 main(void)
 {
-    Suite *s = suite_create("move_hold");
-    TCase *tc = tcase_create("hold");
+    Suite *s = suite_create("move_view");
+    TCase *tc = tcase_create("view");
     SRunner *sr;
     int failed;
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_hold_follows_view);
     tcase_add_test(tc, test_hold_kept_while_views_stale);
+    tcase_add_test(tc, test_hold_ends_at_first_read);
+    tcase_add_test(tc, test_restarted_owner_not_waited);
+    tcase_add_test(tc, test_leaving_owner_waited_until_it_rejoins);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
