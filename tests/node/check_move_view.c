@@ -207,18 +207,26 @@ START_TEST(test_hold_ends_at_first_read)
 }
 END_TEST
 
+/* A view where b is joining again: f->s is decided here at once, no shard expected. */
+static void
+b_rejoins(struct fixture *f)
+{
+    struct rl_move_stats st;
+
+    view(f, RL_MEMBER_JOINING);
+    rl_move_stats(f->m, &st);
+    ck_assert_uint_eq(st.incoming, 0);
+    ck_assert(owned_here(f));
+}
+
 /* b goes back to joining (restarted before its session expired): its shards are decided
  * here at once, none expected (before: expected from b, decided after handoff_wait). */
 START_TEST(test_restarted_owner_not_waited)
 {
     struct fixture f;
-    struct rl_move_stats st;
 
     setup_views(&f, WAIT_MS);
-    view(&f, RL_MEMBER_JOINING);
-    rl_move_stats(f.m, &st);
-    ck_assert_uint_eq(st.incoming, 0);
-    ck_assert(owned_here(&f));
+    b_rejoins(&f);
     teardown(&f);
 }
 END_TEST
@@ -237,10 +245,7 @@ START_TEST(test_leaving_owner_waited_until_it_rejoins)
     ck_assert_uint_ge(st.incoming, 1);
     ck_assert(!owned_here(&f));
     ck_assert(rl_move_expected(f.m, f.s));
-    view(&f, RL_MEMBER_JOINING);
-    rl_move_stats(f.m, &st);
-    ck_assert_uint_eq(st.incoming, 0);
-    ck_assert(owned_here(&f));
+    b_rejoins(&f);
     teardown(&f);
 }
 END_TEST
