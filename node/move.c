@@ -164,13 +164,19 @@ move_restarted(const struct rl_shardmap *prev, const struct rl_shardmap *map, co
 /*
  * Shards a node may expect from this one though this process holds nothing of them, to be
  * told "nothing here" (move_pump_nothing), added to what is still untold, sorted by peer.
- * Which: those of owner o (active, not this node) that would be this node's in another
- * state: `restart` false, this node's first view as an active member (they joined together,
- * and o's views skipped the step where this node was active without o): were o not active;
- * `restart` true, this process's first view showing its own name joining (it was restarted
- * before its previous process's session expired, and o expects from that process the shards
- * it held): were this node active. Rendezvous only (an assignment is not consulted). The
- * receiver takes it only from the node it expects the shard from.
+ * Which: `restart` false, this node's first view as an active member: every shard of an
+ * owner o (active, not this node) that this node holds nothing of. Nodes that joined
+ * together (or all came back together after their sessions expired) step through different
+ * views: o may have seen this node active while o and any of the others were not, and then
+ * expects from here whatever that view placed here, which may be any shard (with three
+ * nodes, a view where this node was the only active one placed every shard here; telling
+ * only the shards that would be here were o alone not active left the others to
+ * handoff_wait: `rl-chaos run zk-pause`, now and then). `restart` true, this process's first
+ * view showing its own name joining (it was restarted before its previous process's session
+ * expired, and o expects from that process the shards it held): those that would be this
+ * node's were it active. Rendezvous only (an assignment is not consulted). The receiver
+ * takes it only from the node it expects the shard from, and keeps who said it of a shard
+ * ahead of its view (move_told: several nodes may say it of one shard).
  */
 static void
 move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t self, bool restart)
@@ -188,18 +194,14 @@ move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t sel
     m->nnothing = left;
     m->nothing_at = 0;
     memcpy(c, map->members, map->nmembers * sizeof(*c));
+    c[self].state = RL_MEMBER_ACTIVE; /* (restart: were it active) */
     for (uint32_t s = 0; s < m->n && m->nnothing < 2 * m->n; s++) {
-        uint32_t o = rl_shardmap_owner(map, s), alt, who = restart ? self : o;
-        uint8_t keep;
+        uint32_t o = rl_shardmap_owner(map, s);
 
         if (o == RL_SHARDMAP_NONE || o == self || m->st[s] != RL_MOVE_NONE) {
             continue;
         }
-        keep = c[who].state;
-        c[who].state = restart ? RL_MEMBER_ACTIVE : RL_MEMBER_JOINING;
-        alt = rl_shardmap_hrw(s, c, map->nmembers);
-        c[who].state = keep;
-        if (alt == self) {
+        if (!restart || rl_shardmap_hrw(s, c, map->nmembers) == self) {
             m->nothing[m->nnothing].peer = move_peer_id(m, map->members[o].name);
             m->nothing[m->nnothing++].shard = s;
         }
@@ -239,7 +241,7 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
                     if (move_restarted(prev, map, pn)) {
                         restarted++; /* its counters went with its previous process */
                         move_fresh(m, s);
-                    } else if (bit_get(m->told, s) && m->peer[s] == p && now < m->deadline[s]) {
+                    } else if (move_told(m, s, p, now)) {
                         /* it said already that it holds nothing of s */
                         m->stats.in_started++;
                         m->stats.in_done++;
@@ -437,9 +439,7 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
 
             memcpy(name, from, flen);
             name[flen] = '\0';
-            m->peer[s] = move_peer_id(m, name);
-            m->deadline[s] = now + m->o.handoff_wait_ms;
-            bit_set(m->told, s, m->peer[s] != MOVE_PEER_NONE);
+            move_told_set(m, s, move_peer_id(m, name), now);
             return 0;
         }
         if (nothing) {

@@ -63,8 +63,11 @@ struct rl_move {
     uint64_t *deadline; /* loop ms: INCOMING's end, OWNED_H's, OUTGOING's give-up */
     uint8_t *owned;     /* bit s: decided here */
     uint8_t *queued;    /* bit s: in the queue */
-    uint8_t *told;      /* bit s (NONE shards): peer[s] said it holds nothing of s, until
+    uint8_t *told;      /* bit s (NONE shards): some peer said it holds nothing of s, until
                            deadline[s]; a view then expecting s from it needs not wait */
+    uint8_t **told_by;  /* [peer id]: bit s, that peer said so (NULL until one does); two
+                           nodes may each say it of one shard (move_told) */
+    size_t told_cap;    /* entries of told_by */
     uint32_t *q;        /* ring of OUTGOING shards, n + 1 slots */
     uint32_t qhead, qtail;
     char (*peers)[RL_SHARDMAP_NAME_MAX];
@@ -111,6 +114,11 @@ bit_get(const uint8_t *bm, uint32_t s)
 {
     return (bm[s >> 3] >> (s & 7) & 1) != 0;
 }
+
+/* Whether peer said, before deadline[s] passed, that it holds nothing of NONE shard s. */
+bool move_told(const struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now);
+/* Records that peer said so (false when it cannot be recorded: then it is not taken). */
+bool move_told_set(struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now);
 
 static inline bool
 st_decides(uint8_t st)

@@ -32,8 +32,50 @@ move_set(struct rl_move *m, uint32_t s, uint8_t to)
     m->nowned -= st_decides(from);
     m->nowned += st_decides(to);
     m->st[s] = to;
-    bit_set(m->told, s, false);
+    if (bit_get(m->told, s)) {
+        bit_set(m->told, s, false);
+        for (size_t i = 0; i < m->told_cap; i++) {
+            if (m->told_by[i] != NULL) {
+                bit_set(m->told_by[i], s, false);
+            }
+        }
+    }
     bit_set(m->owned, s, st_decides(to));
+}
+
+bool
+move_told(const struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now)
+{
+    return bit_get(m->told, s) && peer < m->told_cap && m->told_by[peer] != NULL &&
+           bit_get(m->told_by[peer], s) && now < m->deadline[s];
+}
+
+bool
+move_told_set(struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now)
+{
+    if (peer == MOVE_PEER_NONE) {
+        return false;
+    }
+    if (peer >= m->told_cap) {
+        size_t cap = (size_t)peer + 1 > 2 * m->told_cap ? (size_t)peer + 1 : 2 * m->told_cap;
+        uint8_t **p = realloc(m->told_by, cap * sizeof(*p));
+
+        if (p == NULL) {
+            return false;
+        }
+        memset(p + m->told_cap, 0, (cap - m->told_cap) * sizeof(*p));
+        m->told_by = p;
+        m->told_cap = cap;
+    }
+    if (m->told_by[peer] == NULL && (m->told_by[peer] = calloc((m->n + 7) / 8, 1)) == NULL) {
+        return false;
+    }
+    if (!bit_get(m->told, s) || now + m->o.handoff_wait_ms > m->deadline[s]) {
+        m->deadline[s] = now + m->o.handoff_wait_ms;
+    }
+    bit_set(m->told, s, true);
+    bit_set(m->told_by[peer], s, true);
+    return true;
 }
 
 uint16_t
@@ -119,6 +161,10 @@ move_free(struct rl_move *m)
     free(m->owned);
     free(m->queued);
     free(m->told);
+    for (size_t i = 0; i < m->told_cap; i++) {
+        free(m->told_by[i]);
+    }
+    free(m->told_by);
     free(m->q);
     free(m->peers);
     free(m->nothing);

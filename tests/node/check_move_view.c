@@ -7,6 +7,8 @@
  *   (rl_move_views_current false) the view applied may be behind the sender's, so the shard
  *   stays decided here however long that lasts, and once views flow again it waits for
  *   the first read of the members (or a hold, when no read comes).
+ * - "Nothing here" said of a shard ahead of this node's view: taken when the view expects
+ *   the shard from a node that said it, whoever else said it too.
  * - A shard placed here whose owner goes back to joining (restarted, or its session
  *   expired): decided here at once, from zero, not waited for; from a node leaving, it is
  *   waited for (its counters come).
@@ -207,6 +209,51 @@ START_TEST(test_hold_ends_at_first_read)
 }
 END_TEST
 
+/* node (its name) says it holds nothing of f->s, ahead of a's view (a holds nothing of it). */
+static void
+told_nothing(struct fixture *f, const char *node)
+{
+    char why[256] = "";
+
+    ck_assert_int_eq(
+        rl_move_in_begin(f->m, f->s, 0, node, strlen(node), true, why, sizeof(why)), 0);
+}
+
+/* Nodes that came back together each tell every owner "nothing here": b and then c say it
+ * of b's shard before a's view moves it from b to a; the view expecting it from b decides
+ * it at once (before, the last teller's name was kept: c's, and a waited for b). */
+START_TEST(test_nothing_from_two_nodes)
+{
+    struct fixture f;
+    struct rl_move_stats st;
+
+    setup_views(&f, WAIT_MS);
+    told_nothing(&f, "b");
+    told_nothing(&f, "c");
+    view(&f, RL_MEMBER_LEAVING);
+    ck_assert(!rl_move_expected(f.m, f.s));
+    ck_assert(owned_here(&f));
+    rl_move_stats(f.m, &st);
+    ck_assert_uint_ge(st.incoming, 1); /* b's other shards, of which nothing was said */
+    teardown(&f);
+}
+END_TEST
+
+/* Only c said it: the shard is still expected from b (only the node it is expected from
+ * may say it holds nothing of it). */
+START_TEST(test_nothing_from_another_node_not_taken)
+{
+    struct fixture f;
+
+    setup_views(&f, WAIT_MS);
+    told_nothing(&f, "c");
+    view(&f, RL_MEMBER_LEAVING);
+    ck_assert(rl_move_expected(f.m, f.s));
+    ck_assert(!owned_here(&f));
+    teardown(&f);
+}
+END_TEST
+
 /* A view where b is joining again: f->s is decided here at once, no shard expected. */
 static void
 b_rejoins(struct fixture *f)
@@ -262,6 +309,8 @@ main(void)
     tcase_add_test(tc, test_hold_follows_view);
     tcase_add_test(tc, test_hold_kept_while_views_stale);
     tcase_add_test(tc, test_hold_ends_at_first_read);
+    tcase_add_test(tc, test_nothing_from_two_nodes);
+    tcase_add_test(tc, test_nothing_from_another_node_not_taken);
     tcase_add_test(tc, test_restarted_owner_not_waited);
     tcase_add_test(tc, test_leaving_owner_waited_until_it_rejoins);
     suite_add_tcase(s, tc);
