@@ -161,28 +161,48 @@ move_restarted(const struct rl_shardmap *prev, const struct rl_shardmap *map, co
            j != RL_SHARDMAP_NONE && prev->members[j].state != RL_MEMBER_JOINING;
 }
 
+/* True when view v (NULL: none yet) places no shard and no node in it is leaving: nobody
+ * in it held counters to ship (every member joining: a cluster starting, or every node back
+ * from an expired session; a node leaving may still ship what it held). */
+static bool
+move_none_held(const struct rl_shardmap *v)
+{
+    if (v == NULL) {
+        return false;
+    }
+    for (size_t i = 0; i < v->nmembers; i++) {
+        if (v->members[i].state != RL_MEMBER_JOINING) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /*
  * Shards a node may expect from this one though this process holds nothing of them, to be
  * told "nothing here" (move_pump_nothing), added to what is still untold, sorted by peer.
- * Which: `restart` false, this node's first view as an active member: every shard of an
- * owner o (active, not this node) that this node holds nothing of. Nodes that joined
- * together (or all came back together after their sessions expired) step through different
- * views: o may have seen this node active while o and any of the others were not, and then
- * expects from here whatever that view placed here, which may be any shard (with three
- * nodes, a view where this node was the only active one placed every shard here; telling
- * only the shards that would be here were o alone not active left the others to
- * handoff_wait: `rl-chaos run zk-pause`, now and then). `restart` true, this process's first
- * view showing its own name joining (it was restarted before its previous process's session
- * expired, and o expects from that process the shards it held): those that would be this
- * node's were it active. Rendezvous only (an assignment is not consulted). The receiver
- * takes it only from the node it expects the shard from, and keeps who said it of a shard
- * ahead of its view (move_told: several nodes may say it of one shard).
+ * Which, among the shards of an owner o (active, not this node) that this node holds nothing
+ * of: `restart` false, this node's first view as an active member (they joined together,
+ * and o's views took other steps than this node's): those that would be this node's were o
+ * not active, or all of them when this node's previous view placed no shard and showed no
+ * node leaving (`prev`, move_none_held: then o may have seen this node active while o and
+ * any of the others were not, and expect any shard from here, while no node can be shipping
+ * one here; telling only the first kind left nodes back together from expired sessions to
+ * handoff_wait now and then: `rl-chaos run zk-pause`). Not all of them otherwise: a live
+ * node may be shipping a shard here that the view already places on o, and o would take
+ * "nothing" for it and refuse it after. `restart` true, this process's first view showing
+ * its own name joining (it was restarted before its previous process's session expired, and
+ * o expects from that process the shards it held): those that would be this node's were it
+ * active. Rendezvous only (an assignment is not consulted). The receiver takes it only from
+ * the node it expects the shard from (move_told: several may say it of one shard).
  */
 static void
-move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t self, bool restart)
+move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t self, bool restart,
+                  const struct rl_shardmap *prev)
 {
     struct rl_member *c = malloc(map->nmembers * sizeof(*c));
     uint32_t left = m->nnothing - m->nothing_at;
+    bool all = !restart && move_none_held(prev);
 
     if (c == NULL || (m->nothing == NULL &&
                       (m->nothing = malloc(2 * (size_t)m->n * sizeof(*m->nothing))) == NULL)) {
@@ -194,14 +214,18 @@ move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t sel
     m->nnothing = left;
     m->nothing_at = 0;
     memcpy(c, map->members, map->nmembers * sizeof(*c));
-    c[self].state = RL_MEMBER_ACTIVE; /* (restart: were it active) */
     for (uint32_t s = 0; s < m->n && m->nnothing < 2 * m->n; s++) {
-        uint32_t o = rl_shardmap_owner(map, s);
+        uint32_t o = rl_shardmap_owner(map, s), alt, who = restart ? self : o;
+        uint8_t keep;
 
         if (o == RL_SHARDMAP_NONE || o == self || m->st[s] != RL_MOVE_NONE) {
             continue;
         }
-        if (!restart || rl_shardmap_hrw(s, c, map->nmembers) == self) {
+        keep = c[who].state;
+        c[who].state = restart ? RL_MEMBER_ACTIVE : RL_MEMBER_JOINING;
+        alt = rl_shardmap_hrw(s, c, map->nmembers);
+        c[who].state = keep;
+        if (all || alt == self) {
             m->nothing[m->nnothing].peer = move_peer_id(m, map->members[o].name);
             m->nothing[m->nnothing++].shard = s;
         }
@@ -315,11 +339,11 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
         bool active = self != RL_SHARDMAP_NONE && map->members[self].state == RL_MEMBER_ACTIVE;
 
         if (active && !m->self_active) {
-            move_nothing_plan(m, map, self, false);
+            move_nothing_plan(m, map, self, false, prev);
         } else if (!active && !m->self_active && !m->restart_told && self != RL_SHARDMAP_NONE &&
                    map->members[self].state == RL_MEMBER_JOINING) {
             m->restart_told = true;
-            move_nothing_plan(m, map, self, true);
+            move_nothing_plan(m, map, self, true, prev);
         }
         m->self_active = active;
     }
@@ -360,6 +384,7 @@ void
 rl_move_lost(struct rl_move *m)
 {
     for (uint32_t s = 0; s < m->n; s++) {
+        move_told_clear(m, s); /* what was said was said to the lost tenure */
         if (m->st[s] != RL_MOVE_EXPORTING) {
             move_set(m, s, RL_MOVE_NONE);
         }
@@ -409,15 +434,23 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
     switch (m->st[s]) {
     case RL_MOVE_INCOMING:
         peer = move_peer_name(m, m->peer[s]);
+        if (nothing && (from == NULL || peer[0] == '\0' || strlen(peer) != flen ||
+                        memcmp(peer, from, flen) != 0)) {
+            /* Only the node it is expected from may say it holds nothing of it: not anyone
+             * while the sender is unknown (records came ahead of the view: more may follow). */
+            snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s,
+                     peer[0] != '\0' ? peer : "the node whose records came",
+                     (int)(from == NULL ? 0 : flen < 64 ? flen : 64), from == NULL ? "" : from);
+            return 1;
+        }
         if (from != NULL && peer[0] != '\0' &&
             (strlen(peer) != flen || memcmp(peer, from, flen) != 0)) {
             char name[64];
 
-            if (nothing || flen == 0 || flen >= sizeof(name)) {
-                /* only the node it is expected from may say it holds nothing of it */
+            if (flen == 0 || flen >= sizeof(name)) {
                 snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s,
                          peer, (int)(flen < 64 ? flen : 64), from);
-                return nothing ? 1 : -EBUSY;
+                return -EBUSY;
             }
             /* Records from another node than the one expected: the sender decided the shard
              * until it froze it for this export (a node exports only what it decides), so it
@@ -434,12 +467,16 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
     case RL_MOVE_NONE:
     case RL_MOVE_GONE:
         if (nothing && m->st[s] == RL_MOVE_NONE && from != NULL && flen > 0 && flen < 64) {
-            /* ahead of this node's view: kept for the view that will expect s from there */
+            /* ahead of this node's view: kept for the view that will expect s from there,
+             * if the sender is a member of this one (else not kept: the wait is then
+             * handoff_wait, and no name a client makes up takes memory) */
             char name[64];
 
             memcpy(name, from, flen);
             name[flen] = '\0';
-            move_told_set(m, s, move_peer_id(m, name), now);
+            if (m->map != NULL && rl_shardmap_find(m->map, name) != RL_SHARDMAP_NONE) {
+                move_told_set(m, s, move_peer_id(m, name), now);
+            }
             return 0;
         }
         if (nothing) {

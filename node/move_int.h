@@ -115,6 +115,8 @@ bit_get(const uint8_t *bm, uint32_t s)
     return (bm[s >> 3] >> (s & 7) & 1) != 0;
 }
 
+/* Forgets who said they hold nothing of s. */
+void move_told_clear(struct rl_move *m, uint32_t s);
 /* Whether peer said, before deadline[s] passed, that it holds nothing of NONE shard s. */
 bool move_told(const struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now);
 /* Records that peer said so (false when it cannot be recorded: then it is not taken). */

@@ -32,15 +32,22 @@ move_set(struct rl_move *m, uint32_t s, uint8_t to)
     m->nowned -= st_decides(from);
     m->nowned += st_decides(to);
     m->st[s] = to;
-    if (bit_get(m->told, s)) {
-        bit_set(m->told, s, false);
-        for (size_t i = 0; i < m->told_cap; i++) {
-            if (m->told_by[i] != NULL) {
-                bit_set(m->told_by[i], s, false);
-            }
+    move_told_clear(m, s);
+    bit_set(m->owned, s, st_decides(to));
+}
+
+void
+move_told_clear(struct rl_move *m, uint32_t s)
+{
+    if (!bit_get(m->told, s)) {
+        return;
+    }
+    bit_set(m->told, s, false);
+    for (size_t i = 0; i < m->told_cap; i++) {
+        if (m->told_by[i] != NULL) {
+            bit_set(m->told_by[i], s, false);
         }
     }
-    bit_set(m->owned, s, st_decides(to));
 }
 
 bool
@@ -70,9 +77,10 @@ move_told_set(struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now)
     if (m->told_by[peer] == NULL && (m->told_by[peer] = calloc((m->n + 7) / 8, 1)) == NULL) {
         return false;
     }
-    if (!bit_get(m->told, s) || now + m->o.handoff_wait_ms > m->deadline[s]) {
-        m->deadline[s] = now + m->o.handoff_wait_ms;
+    if (bit_get(m->told, s) && now >= m->deadline[s]) {
+        move_told_clear(m, s); /* what the others said has expired: it does not come back */
     }
+    m->deadline[s] = now + m->o.handoff_wait_ms; /* (one deadline: the latest word's) */
     bit_set(m->told, s, true);
     bit_set(m->told_by[peer], s, true);
     return true;

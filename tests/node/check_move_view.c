@@ -7,8 +7,9 @@
  *   (rl_move_views_current false) the view applied may be behind the sender's, so the shard
  *   stays decided here however long that lasts, and once views flow again it waits for
  *   the first read of the members (or a hold, when no read comes).
- * - "Nothing here" said of a shard ahead of this node's view: taken when the view expects
- *   the shard from a node that said it, whoever else said it too.
+ * - "Nothing here": said of a shard ahead of this node's view, taken when the view expects
+ *   the shard from a node that said it within handoff_wait, whoever else said it too; never
+ *   from another node, nor while records of the shard from an unknown sender are coming.
  * - A shard placed here whose owner goes back to joining (restarted, or its session
  *   expired): decided here at once, from zero, not waited for; from a node leaving, it is
  *   waited for (its counters come).
@@ -75,21 +76,34 @@ owned_here(const struct fixture *f)
     return (rl_move_owned(f->m)[f->s / 8] >> (f->s % 8)) & 1u;
 }
 
+#define ABSENT 0xffu /* a member state: not in the view */
+
+/* Applies a view of members a (active), b (in state b_state) and c (c_state, or ABSENT) to
+ * a's move. */
+static void
+view3(struct fixture *f, uint8_t b_state, uint8_t c_state)
+{
+    struct rl_member mem[3];
+    struct rl_shardmap *map = NULL;
+    const char *names[] = {"a", "b", "c"};
+    uint8_t states[] = {RL_MEMBER_ACTIVE, b_state, c_state};
+    size_t n = c_state == ABSENT ? 2 : 3;
+
+    memset(mem, 0, sizeof(mem));
+    for (size_t i = 0; i < n; i++) {
+        strcpy(mem[i].name, names[i]);
+        strcpy(mem[i].addr, "127.0.0.1:1");
+        mem[i].state = states[i];
+    }
+    ck_assert_int_eq(rl_shardmap_create(&map, NSHARDS, mem, n, NULL), 0);
+    rl_move_view(f->m, map);
+}
+
 /* Applies a view of members a (active) and b (in state b_state) to a's move. */
 static void
 view(struct fixture *f, uint8_t b_state)
 {
-    struct rl_member mem[2];
-    struct rl_shardmap *map = NULL;
-
-    memset(mem, 0, sizeof(mem));
-    strcpy(mem[0].name, "a");
-    strcpy(mem[0].addr, "127.0.0.1:1");
-    strcpy(mem[1].name, "b");
-    strcpy(mem[1].addr, "127.0.0.1:1");
-    mem[1].state = b_state;
-    ck_assert_int_eq(rl_shardmap_create(&map, NSHARDS, mem, 2, NULL), 0);
-    rl_move_view(f->m, map);
+    view3(f, b_state, ABSENT);
 }
 
 /* Node a's move and a view where a and b are active; f->s is a shard of b's. */
@@ -219,18 +233,19 @@ told_nothing(struct fixture *f, const char *node)
         rl_move_in_begin(f->m, f->s, 0, node, strlen(node), true, why, sizeof(why)), 0);
 }
 
-/* Nodes that came back together each tell every owner "nothing here": b and then c say it
- * of b's shard before a's view moves it from b to a; the view expecting it from b decides
- * it at once (before, the last teller's name was kept: c's, and a waited for b). */
+/* b and then c (joining: a member, placed nothing) say "nothing here" of b's shard before
+ * a's view moves it from b to a; the view expecting it from b decides it at once (before,
+ * the last teller's name alone was kept: c's, and a waited for b). */
 START_TEST(test_nothing_from_two_nodes)
 {
     struct fixture f;
     struct rl_move_stats st;
 
     setup_views(&f, WAIT_MS);
+    view3(&f, RL_MEMBER_ACTIVE, RL_MEMBER_JOINING);
     told_nothing(&f, "b");
     told_nothing(&f, "c");
-    view(&f, RL_MEMBER_LEAVING);
+    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_JOINING);
     ck_assert(!rl_move_expected(f.m, f.s));
     ck_assert(owned_here(&f));
     rl_move_stats(f.m, &st);
@@ -246,8 +261,45 @@ START_TEST(test_nothing_from_another_node_not_taken)
     struct fixture f;
 
     setup_views(&f, WAIT_MS);
+    view3(&f, RL_MEMBER_ACTIVE, RL_MEMBER_JOINING);
     told_nothing(&f, "c");
-    view(&f, RL_MEMBER_LEAVING);
+    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_JOINING);
+    ck_assert(rl_move_expected(f.m, f.s));
+    ck_assert(!owned_here(&f));
+    teardown(&f);
+}
+END_TEST
+
+/* b's word has expired (handoff_wait) when c speaks: it does not come back with c's, and the
+ * view expecting the shard from b waits for b. */
+START_TEST(test_nothing_expired_stays_expired)
+{
+    struct fixture f;
+
+    setup_views(&f, WAIT_MS);
+    view3(&f, RL_MEMBER_ACTIVE, RL_MEMBER_JOINING);
+    told_nothing(&f, "b");
+    runfor(&f.loop, WAIT_MS + 50);
+    told_nothing(&f, "c");
+    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_JOINING);
+    ck_assert(rl_move_expected(f.m, f.s));
+    teardown(&f);
+}
+END_TEST
+
+/* Records of b's shard came ahead of a's view (its sender not known yet): "nothing here"
+ * from c, or from no one named, is not taken while more records may follow. */
+START_TEST(test_nothing_not_taken_while_records_come)
+{
+    struct fixture f;
+    char why[256] = "";
+
+    setup_views(&f, WAIT_MS);
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 10, NULL, 0, false, why, sizeof(why)), 0);
+    rl_move_in_end(f.m, f.s, 3, false); /* not the last message */
+    ck_assert(rl_move_expected(f.m, f.s));
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, "c", 1, true, why, sizeof(why)), 1);
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, NULL, 0, true, why, sizeof(why)), 1);
     ck_assert(rl_move_expected(f.m, f.s));
     ck_assert(!owned_here(&f));
     teardown(&f);
@@ -311,6 +363,8 @@ main(void)
     tcase_add_test(tc, test_hold_ends_at_first_read);
     tcase_add_test(tc, test_nothing_from_two_nodes);
     tcase_add_test(tc, test_nothing_from_another_node_not_taken);
+    tcase_add_test(tc, test_nothing_expired_stays_expired);
+    tcase_add_test(tc, test_nothing_not_taken_while_records_come);
     tcase_add_test(tc, test_restarted_owner_not_waited);
     tcase_add_test(tc, test_leaving_owner_waited_until_it_rejoins);
     suite_add_tcase(s, tc);
