@@ -233,24 +233,41 @@ told_nothing(struct fixture *f, const char *node)
         rl_move_in_begin(f->m, f->s, 0, node, strlen(node), true, why, sizeof(why)), 0);
 }
 
-/* b and then c (joining: a member, placed nothing) say "nothing here" of b's shard before
- * a's view moves it from b to a; the view expecting it from b decides it at once (before,
- * the last teller's name alone was kept: c's, and a waited for b). */
-START_TEST(test_nothing_from_two_nodes)
+/*
+ * "Nothing here" of b's shard f->s, said ahead of a's view by `first` and, gap_ms later, by
+ * `second` (NULL: no one), with c a member (joining: placed nothing); then a's view moves
+ * f->s from b (leaving) to a. Returns whether f->s is still expected (from b).
+ */
+static bool
+expected_after(const char *first, uint64_t gap_ms, const char *second)
 {
     struct fixture f;
     struct rl_move_stats st;
+    bool expected;
 
     setup_views(&f, WAIT_MS);
     view3(&f, RL_MEMBER_ACTIVE, RL_MEMBER_JOINING);
-    told_nothing(&f, "b");
-    told_nothing(&f, "c");
+    told_nothing(&f, first);
+    if (gap_ms > 0) {
+        runfor(&f.loop, gap_ms);
+    }
+    if (second != NULL) {
+        told_nothing(&f, second);
+    }
     view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_JOINING);
-    ck_assert(!rl_move_expected(f.m, f.s));
-    ck_assert(owned_here(&f));
+    expected = rl_move_expected(f.m, f.s);
+    ck_assert(expected != owned_here(&f));
     rl_move_stats(f.m, &st);
     ck_assert_uint_ge(st.incoming, 1); /* b's other shards, of which nothing was said */
     teardown(&f);
+    return expected;
+}
+
+/* b and then c say it; the view expecting it from b decides it at once (before, the last
+ * teller's name alone was kept: c's, and a waited for b). */
+START_TEST(test_nothing_from_two_nodes)
+{
+    ck_assert(!expected_after("b", 0, "c"));
 }
 END_TEST
 
@@ -258,15 +275,7 @@ END_TEST
  * may say it holds nothing of it). */
 START_TEST(test_nothing_from_another_node_not_taken)
 {
-    struct fixture f;
-
-    setup_views(&f, WAIT_MS);
-    view3(&f, RL_MEMBER_ACTIVE, RL_MEMBER_JOINING);
-    told_nothing(&f, "c");
-    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_JOINING);
-    ck_assert(rl_move_expected(f.m, f.s));
-    ck_assert(!owned_here(&f));
-    teardown(&f);
+    ck_assert(expected_after("c", 0, NULL));
 }
 END_TEST
 
@@ -274,16 +283,7 @@ END_TEST
  * view expecting the shard from b waits for b. */
 START_TEST(test_nothing_expired_stays_expired)
 {
-    struct fixture f;
-
-    setup_views(&f, WAIT_MS);
-    view3(&f, RL_MEMBER_ACTIVE, RL_MEMBER_JOINING);
-    told_nothing(&f, "b");
-    runfor(&f.loop, WAIT_MS + 50);
-    told_nothing(&f, "c");
-    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_JOINING);
-    ck_assert(rl_move_expected(f.m, f.s));
-    teardown(&f);
+    ck_assert(expected_after("b", WAIT_MS + 50, "c"));
 }
 END_TEST
 
