@@ -184,13 +184,15 @@ move_none_held(const struct rl_shardmap *v)
  * Which, among the shards of an owner o (active, not this node) that this node holds nothing
  * of: `restart` false, this node's first view as an active member (they joined together,
  * and o's views took other steps than this node's): those that would be this node's were o
- * not active, or all of them when this node's previous view placed no shard and showed no
- * node leaving (`prev`, move_none_held: then o may have seen this node active while o and
+ * not active, or (`all`) all of them when this node's previous view placed no shard and
+ * showed no node leaving (move_none_held: then o may have seen this node active while o and
  * any of the others were not, and expect any shard from here, while no node can be shipping
  * one here; telling only the first kind left nodes back together from expired sessions to
- * handoff_wait now and then: `rl-chaos run zk-pause`). Not all of them otherwise: a live
- * node may be shipping a shard here that the view already places on o, and o would take
- * "nothing" for it and refuse it after. `restart` true, this process's first view showing
+ * handoff_wait now and then: `rl-chaos run zk-pause`); and so again, for half a handoff_wait,
+ * on each view after such a first one (a node that becomes active a moment later expects
+ * from here what its previous view placed here). Not all of them otherwise: a live node may
+ * be shipping a shard here that the view already places on o, and o would take "nothing"
+ * for it and refuse it after. `restart` true, this process's first view showing
  * its own name joining (it was restarted before its previous process's session expired, and
  * o expects from that process the shards it held): those that would be this node's were it
  * active. Rendezvous only (an assignment is not consulted). The receiver takes it only from
@@ -198,11 +200,10 @@ move_none_held(const struct rl_shardmap *v)
  */
 static void
 move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t self, bool restart,
-                  const struct rl_shardmap *prev)
+                  bool all)
 {
     struct rl_member *c = malloc(map->nmembers * sizeof(*c));
     uint32_t left = m->nnothing - m->nothing_at;
-    bool all = !restart && move_none_held(prev);
 
     if (c == NULL || (m->nothing == NULL &&
                       (m->nothing = malloc(2 * (size_t)m->n * sizeof(*m->nothing))) == NULL)) {
@@ -339,11 +340,16 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
         bool active = self != RL_SHARDMAP_NONE && map->members[self].state == RL_MEMBER_ACTIVE;
 
         if (active && !m->self_active) {
-            move_nothing_plan(m, map, self, false, prev);
+            bool all = move_none_held(prev);
+
+            m->tell_all_until = all ? now + m->o.handoff_wait_ms / 2 : 0;
+            move_nothing_plan(m, map, self, false, all);
+        } else if (active && now < m->tell_all_until) {
+            move_nothing_plan(m, map, self, false, true); /* a node active since: tell it too */
         } else if (!active && !m->self_active && !m->restart_told && self != RL_SHARDMAP_NONE &&
                    map->members[self].state == RL_MEMBER_JOINING) {
             m->restart_told = true;
-            move_nothing_plan(m, map, self, true, prev);
+            move_nothing_plan(m, map, self, true, false);
         }
         m->self_active = active;
     }

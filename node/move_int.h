@@ -90,6 +90,8 @@ struct rl_move {
      * the shards the others expect from that previous process, which this one never held */
     bool self_active;
     bool restart_told;
+    uint64_t tell_all_until; /* loop ms: until then, each view tells every owner of what
+                                this node holds nothing of (move_nothing_plan's `all`) */
     struct move_nothing {
         uint16_t peer;
         uint32_t shard;
