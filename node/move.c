@@ -229,6 +229,7 @@ move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t sel
         if (all || alt == self) {
             m->nothing[m->nnothing].peer = move_peer_id(m, map->members[o].name);
             m->nothing[m->nnothing++].shard = s;
+            m->stats.nothing_planned++;
         }
     }
     free(c);

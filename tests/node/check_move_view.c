@@ -10,6 +10,8 @@
  * - "Nothing here": said of a shard ahead of this node's view, taken when the view expects
  *   the shard from a node that said it within handoff_wait, whoever else said it too; never
  *   from another node, nor while records of the shard from an unknown sender are coming.
+ *   Told by a node on its first active view: of every shard it holds nothing of when every
+ *   node was joining before (and for half a handoff_wait after), else of some.
  * - A shard placed here whose owner goes back to joining (restarted, or its session
  *   expired): decided here at once, from zero, not waited for; from a node leaving, it is
  *   waited for (its counters come).
@@ -78,15 +80,15 @@ owned_here(const struct fixture *f)
 
 #define ABSENT 0xffu /* a member state: not in the view */
 
-/* Applies a view of members a (active), b (in state b_state) and c (c_state, or ABSENT) to
- * a's move. */
+/* Applies a view of members a, b and c (c_state ABSENT: not in it), in those states, to a's
+ * move. */
 static void
-view3(struct fixture *f, uint8_t b_state, uint8_t c_state)
+view_abc(struct fixture *f, uint8_t a_state, uint8_t b_state, uint8_t c_state)
 {
     struct rl_member mem[3];
     struct rl_shardmap *map = NULL;
     const char *names[] = {"a", "b", "c"};
-    uint8_t states[] = {RL_MEMBER_ACTIVE, b_state, c_state};
+    uint8_t states[] = {a_state, b_state, c_state};
     size_t n = c_state == ABSENT ? 2 : 3;
 
     memset(mem, 0, sizeof(mem));
@@ -97,6 +99,13 @@ view3(struct fixture *f, uint8_t b_state, uint8_t c_state)
     }
     ck_assert_int_eq(rl_shardmap_create(&map, NSHARDS, mem, n, NULL), 0);
     rl_move_view(f->m, map);
+}
+
+/* As view_abc, a active. */
+static void
+view3(struct fixture *f, uint8_t b_state, uint8_t c_state)
+{
+    view_abc(f, RL_MEMBER_ACTIVE, b_state, c_state);
 }
 
 /* Applies a view of members a (active) and b (in state b_state) to a's move. */
@@ -318,6 +327,75 @@ b_rejoins(struct fixture *f)
     ck_assert(owned_here(f));
 }
 
+/* Shards of the current view a holds nothing of (NONE: neither decided, expected nor held). */
+static uint64_t
+shards_not_here(struct fixture *f)
+{
+    uint64_t n = 0;
+
+    for (uint32_t s = 0; s < NSHARDS; s++) {
+        n += !((rl_move_owned(f->m)[s / 8] >> (s % 8)) & 1u) && !rl_move_expected(f->m, s);
+    }
+    return n;
+}
+
+/* How many shards a plans to say "nothing here" of on the view a, b, c (states given). */
+static uint64_t
+planned_on(struct fixture *f, uint8_t a_state, uint8_t b_state, uint8_t c_state)
+{
+    struct rl_move_stats st;
+    uint64_t before;
+
+    rl_move_stats(f->m, &st);
+    before = st.nothing_planned;
+    view_abc(f, a_state, b_state, c_state);
+    rl_move_stats(f->m, &st);
+    return st.nothing_planned - before;
+}
+
+/*
+ * Every node joining (a cluster starting, or every session expired): a's first active view,
+ * with c active and b still joining, tells c of each of its shards (c may have seen a alone
+ * active); b, active a moment later (within half a handoff_wait), is told of each of its
+ * shards that a holds nothing of too; past that, nobody is.
+ */
+START_TEST(test_nothing_told_of_every_shard_when_all_joined)
+{
+    struct fixture f;
+    const uint8_t A = RL_MEMBER_ACTIVE, J = RL_MEMBER_JOINING;
+    uint64_t n;
+
+    setup_views(&f, 400); /* the telling lasts 200 ms */
+    ck_assert_uint_eq(planned_on(&f, J, J, J), 0);
+    n = planned_on(&f, A, J, A);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_uint_eq(n, shards_not_here(&f)); /* every shard of c's */
+    n = planned_on(&f, A, A, A);
+    ck_assert_uint_gt(n, 0); /* b's, which a holds nothing of */
+    runfor(&f.loop, 250);
+    ck_assert_uint_eq(planned_on(&f, A, A, J), 0);
+    ck_assert_uint_eq(planned_on(&f, A, A, A), 0);
+    teardown(&f);
+}
+END_TEST
+
+/* A live node before (b active): a's first active view tells only the shards that would be
+ * a's were their owner not active, not every one (b may be shipping a the others). */
+START_TEST(test_nothing_told_of_some_shards_after_a_live_node)
+{
+    struct fixture f;
+    const uint8_t A = RL_MEMBER_ACTIVE, J = RL_MEMBER_JOINING;
+    uint64_t n;
+
+    setup_views(&f, WAIT_MS);
+    ck_assert_uint_eq(planned_on(&f, J, A, A), 0);
+    n = planned_on(&f, A, A, A);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_uint_lt(n, shards_not_here(&f));
+    teardown(&f);
+}
+END_TEST
+
 /* b goes back to joining (restarted before its session expired): its shards are decided
  * here at once, none expected (before: expected from b, decided after handoff_wait). */
 START_TEST(test_restarted_owner_not_waited)
@@ -365,6 +443,8 @@ main(void)
     tcase_add_test(tc, test_nothing_from_another_node_not_taken);
     tcase_add_test(tc, test_nothing_expired_stays_expired);
     tcase_add_test(tc, test_nothing_not_taken_while_records_come);
+    tcase_add_test(tc, test_nothing_told_of_every_shard_when_all_joined);
+    tcase_add_test(tc, test_nothing_told_of_some_shards_after_a_live_node);
     tcase_add_test(tc, test_restarted_owner_not_waited);
     tcase_add_test(tc, test_leaving_owner_waited_until_it_rejoins);
     suite_add_tcase(s, tc);
