@@ -161,6 +161,17 @@ move_restarted(const struct rl_shardmap *prev, const struct rl_shardmap *map, co
            j != RL_SHARDMAP_NONE && prev->members[j].state != RL_MEMBER_JOINING;
 }
 
+static uint32_t
+move_nactive(const struct rl_shardmap *v)
+{
+    uint32_t n = 0;
+
+    for (size_t i = 0; i < v->nmembers; i++) {
+        n += v->members[i].state == RL_MEMBER_ACTIVE;
+    }
+    return n;
+}
+
 /* True when view v (NULL: none yet) places no shard and no node in it is leaving: nobody
  * in it held counters to ship (every member joining: a cluster starting, or every node back
  * from an expired session; a node leaving may still ship what it held). */
@@ -210,7 +221,7 @@ move_nothing_plan(struct rl_move *m, const struct rl_shardmap *map, uint32_t sel
         free(c);
         return;
     }
-    /* what is still untold stays (at most m->n: each plan adds a shard once) */
+    /* what is still untold stays (a plan adds each shard once; past 2 n, no more) */
     memmove(m->nothing, m->nothing + m->nothing_at, left * sizeof(*m->nothing));
     m->nnothing = left;
     m->nothing_at = 0;
@@ -344,9 +355,11 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
             bool all = move_none_held(prev);
 
             m->tell_all_until = all ? now + m->o.handoff_wait_ms / 2 : 0;
+            m->told_active = move_nactive(map);
             move_nothing_plan(m, map, self, false, all);
-        } else if (active && now < m->tell_all_until) {
-            move_nothing_plan(m, map, self, false, true); /* a node active since: tell it too */
+        } else if (active && now < m->tell_all_until && move_nactive(map) > m->told_active) {
+            m->told_active = move_nactive(map); /* nodes active since: tell them too */
+            move_nothing_plan(m, map, self, false, true);
         } else if (!active && !m->self_active && !m->restart_told && self != RL_SHARDMAP_NONE &&
                    map->members[self].state == RL_MEMBER_JOINING) {
             m->restart_told = true;

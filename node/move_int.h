@@ -83,15 +83,20 @@ struct rl_move {
     struct rl_move_stats stats;
     struct move_batch b;
     bool draining, drained;
-    /* On this node's first view as active: shards a node may expect from it though it never
-     * held them (it joined with that node, and their views took other steps), to be told
-     * "nothing here" (peer[s]: whom); sorted by peer. Also, once, on this process's first view
-     * that shows its name joining (restarted before its previous process's session expired):
-     * the shards the others expect from that previous process, which this one never held */
+    /* On this node's first view as active (and, after one whose previous view had every
+     * node joining, on the views of the next half handoff_wait that show more nodes
+     * active): shards a node may expect from it though it never held them (it joined with
+     * that node, and their views took other steps), to be told "nothing here" (peer: whom);
+     * sorted by peer; at most 2 n (a plan adds each shard once; more are dropped, and wait
+     * handoff_wait). Also, once, on this process's first view that shows its name joining
+     * (restarted before its previous process's session expired): the shards the others
+     * expect from that previous process, which this one never held */
     bool self_active;
     bool restart_told;
-    uint64_t tell_all_until; /* loop ms: until then, each view tells every owner of what
-                                this node holds nothing of (move_nothing_plan's `all`) */
+    uint64_t tell_all_until; /* loop ms: until then, a view with more nodes active than the
+                                last plan saw tells every owner of what this node holds
+                                nothing of (move_nothing_plan's `all`) */
+    uint32_t told_active;    /* active members in the view of the last such plan */
     struct move_nothing {
         uint16_t peer;
         uint32_t shard;

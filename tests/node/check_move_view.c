@@ -372,6 +372,7 @@ START_TEST(test_nothing_told_of_every_shard_when_all_joined)
     ck_assert_uint_eq(n, shards_not_here(&f)); /* every shard of c's */
     n = planned_on(&f, A, A, A);
     ck_assert_uint_gt(n, 0); /* b's, which a holds nothing of */
+    ck_assert_uint_eq(planned_on(&f, A, A, A), 0); /* no node active since: not again */
     runfor(&f.loop, 250);
     ck_assert_uint_eq(planned_on(&f, A, A, J), 0);
     ck_assert_uint_eq(planned_on(&f, A, A, A), 0);
