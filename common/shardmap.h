@@ -50,7 +50,9 @@ struct rl_member {
     char name[RL_SHARDMAP_NAME_MAX];
     char addr[RL_SHARDMAP_NAME_MAX];
     int64_t since;
-    uint8_t state; /* enum rl_member_state; 0 (zero-initialised): ACTIVE */
+    int64_t created_ms; /* when its registration was made, ZooKeeper's clock (ms since the
+                           epoch, the znode's ctime); 0: not known (static members) */
+    uint8_t state;      /* enum rl_member_state; 0 (zero-initialised): ACTIVE */
 };
 
 /*

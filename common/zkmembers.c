@@ -376,6 +376,7 @@ zkm_member_done(struct rl_zkm *z, struct zkm_ev *ev)
         } else {
             memcpy(s->m[ev->slot].addr, ev->data, ev->len);
             s->m[ev->slot].since = ev->stat.czxid;
+            s->m[ev->slot].created_ms = ev->stat.ctime;
             s->ok[ev->slot] |= 1;
         }
     } else if (ev->rc != ZNONODE) {

@@ -190,20 +190,51 @@ move_none_held(const struct rl_shardmap *v)
 }
 
 /*
+ * True when every node that view v (this node's previous one) shows active registered
+ * within handoff_wait of this node, and none leaving: they joined with it (a cluster
+ * starting, nodes added together to an empty one), so what any of them holds it counted
+ * since then, and no node with older counters can be shipping a shard here. A cluster with
+ * an older node (nodes added to a live cluster) is not: that node ships its shards along
+ * whatever the views, and a node taking "nothing" from here could refuse them after.
+ * Registration times are ZooKeeper's (the member znodes' ctime); not known: not young.
+ */
+static bool
+move_young(const struct rl_move *m, const struct rl_shardmap *v, const struct rl_member *self)
+{
+    if (v == NULL || self->created_ms <= 0) {
+        return false;
+    }
+    for (size_t i = 0; i < v->nmembers; i++) {
+        const struct rl_member *x = &v->members[i];
+        int64_t d = x->created_ms - self->created_ms;
+
+        if (x->state == RL_MEMBER_LEAVING ||
+            (x->state == RL_MEMBER_ACTIVE &&
+             (x->created_ms <= 0 || d > (int64_t)m->o.handoff_wait_ms ||
+              -d > (int64_t)m->o.handoff_wait_ms))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
  * Shards a node may expect from this one though this process holds nothing of them, to be
  * told "nothing here" (move_pump_nothing), added to what is still untold, sorted by peer.
  * Which, among the shards of an owner o (active, not this node) that this node holds nothing
  * of: `restart` false, this node's first view as an active member (they joined together,
- * and o's views took other steps than this node's): those that would be this node's were o
- * not active, or (`all`) all of them when this node's previous view placed no shard and
+ * and o's views took other steps than this node's), when every node active before joined
+ * with this one (move_young): those that would be this node's were o not active, or
+ * (`all`) all of them when this node's previous view placed no shard and
  * showed no node leaving (move_none_held: then o may have seen this node active while o and
  * any of the others were not, and expect any shard from here, while no node can be shipping
  * one here; telling only the first kind left nodes back together from expired sessions to
  * handoff_wait now and then: `rl-chaos run zk-pause`); and so again, for half a handoff_wait,
  * on each view after such a first one (a node that becomes active a moment later expects
- * from here what its previous view placed here). Not all of them otherwise: a live node may
+ * from here what its previous view placed here). None of them otherwise: a live node may
  * be shipping a shard here that the view already places on o, and o would take "nothing"
- * for it and refuse it after. `restart` true, this process's first view showing
+ * for it and refuse it after (when nodes join a live cluster, the shards flow from the nodes
+ * that hold them, whatever order the views take). `restart` true, this process's first view showing
  * its own name joining (it was restarted before its previous process's session expired, and
  * o expects from that process the shards it held): those that would be this node's were it
  * active. Rendezvous only (an assignment is not consulted). The receiver takes it only from
@@ -356,7 +387,9 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
 
             m->tell_all_until = all ? now + m->o.handoff_wait_ms / 2 : 0;
             m->told_active = move_nactive(map);
-            move_nothing_plan(m, map, self, false, all);
+            if (all || move_young(m, prev, &map->members[self])) {
+                move_nothing_plan(m, map, self, false, all);
+            }
         } else if (active && now < m->tell_all_until && move_nactive(map) > m->told_active) {
             m->told_active = move_nactive(map); /* nodes active since: tell them too */
             move_nothing_plan(m, map, self, false, true);

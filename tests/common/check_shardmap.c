@@ -137,7 +137,7 @@ START_TEST(test_owner_known)
 {
     /* Cross-checked with an independent Python implementation of docs/SHARDING.md. */
     static const char want[] = "bbcababaaacc";
-    struct rl_member m[3] = {{"c", "h:3", 0, 0}, {"a", "h:1", 0, 0}, {"b", "h:2", 0, 0}};
+    struct rl_member m[3] = {{"c", "h:3", 0, 0, 0}, {"a", "h:1", 0, 0, 0}, {"b", "h:2", 0, 0, 0}};
     struct rl_shardmap *sm = build(m, 3, NULL);
     uint32_t s;
     char name[2] = {0};
@@ -275,7 +275,7 @@ END_TEST
 
 START_TEST(test_overrides)
 {
-    struct rl_member m[3] = {{"a", "", 0, 0}, {"b", "", 0, 0}, {"c", "", 0, 0}};
+    struct rl_member m[3] = {{"a", "", 0, 0, 0}, {"b", "", 0, 0, 0}, {"c", "", 0, 0, 0}};
     struct rl_assignment a;
     struct rl_shardmap *hrw, *sm, *two;
     uint32_t s;
@@ -316,8 +316,8 @@ END_TEST
  * non-active members stay listed (routers know their addresses). */
 START_TEST(test_states_not_placed)
 {
-    struct rl_member m[3] = {{"a", "", 0, 0}, {"b", "", 0, 0}, {"c", "", 0, 0}};
-    struct rl_member two[2] = {{"a", "", 0, 0}, {"b", "", 0, 0}};
+    struct rl_member m[3] = {{"a", "", 0, 0, 0}, {"b", "", 0, 0, 0}, {"c", "", 0, 0, 0}};
+    struct rl_member two[2] = {{"a", "", 0, 0, 0}, {"b", "", 0, 0, 0}};
     struct rl_assignment a;
     struct rl_shardmap *ab, *sm;
     uint32_t s, max;
@@ -356,7 +356,7 @@ END_TEST
 
 START_TEST(test_create_errors)
 {
-    struct rl_member m[3] = {{"a", "", 0, 0}, {"b", "", 0, 0}, {"a", "other", 0, 0}};
+    struct rl_member m[3] = {{"a", "", 0, 0, 0}, {"b", "", 0, 0, 0}, {"a", "other", 0, 0, 0}};
     struct rl_member bad;
     struct rl_assignment a;
     struct rl_shardmap *sm = (struct rl_shardmap *)1;
@@ -624,7 +624,7 @@ START_TEST(test_digest_known)
     static const char bytes[] = "\x0c\x00\x00\x00"
                                 "b\0b\0c\0a\0b\0a\0b\0a\0a\0a\0c\0c";
     static const char none[4 + 12] = "\x0c";
-    struct rl_member m[3] = {{"c", "h:3", 0, 0}, {"a", "h:1", 0, 0}, {"b", "h:2", 0, 0}};
+    struct rl_member m[3] = {{"c", "h:3", 0, 0, 0}, {"a", "h:1", 0, 0, 0}, {"b", "h:2", 0, 0, 0}};
     struct rl_member longm[5];
     struct rl_shardmap *sm = NULL;
     uint64_t d;

@@ -11,7 +11,8 @@
  *   the shard from a node that said it within handoff_wait, whoever else said it too; never
  *   from another node, nor while records of the shard from an unknown sender are coming.
  *   Told by a node on its first active view: of every shard it holds nothing of when every
- *   node was joining before (and for half a handoff_wait after), else of some.
+ *   node was joining before (and for half a handoff_wait after), of some when the nodes
+ *   active before registered with it, of none when an older one was active.
  * - A shard placed here whose owner goes back to joining (restarted, or its session
  *   expired): decided here at once, from zero, not waited for; from a node leaving, it is
  *   waited for (its counters come).
@@ -39,8 +40,11 @@ struct fixture {
     struct rl_limiter *lim;
     struct rl_move *m;
     uint16_t epochs[NSHARDS];
-    uint32_t s; /* a shard the view gives to b */
+    uint32_t s;             /* a shard the view gives to b */
+    int64_t created_ms[3];  /* a's, b's and c's registration times in the views */
 };
+
+#define CREATED_MS 1700000000000 /* the registrations' time (ZooKeeper's clock) */
 
 static uint64_t
 clock_ms(void *arg)
@@ -96,6 +100,7 @@ view_abc(struct fixture *f, uint8_t a_state, uint8_t b_state, uint8_t c_state)
         strcpy(mem[i].name, names[i]);
         strcpy(mem[i].addr, "127.0.0.1:1");
         mem[i].state = states[i];
+        mem[i].created_ms = f->created_ms[i];
     }
     ck_assert_int_eq(rl_shardmap_create(&map, NSHARDS, mem, n, NULL), 0);
     rl_move_view(f->m, map);
@@ -123,6 +128,9 @@ setup_views(struct fixture *f, uint32_t wait_ms)
     char err[256] = "";
 
     memset(f, 0, sizeof(*f));
+    for (size_t i = 0; i < 3; i++) {
+        f->created_ms[i] = CREATED_MS; /* registered together */
+    }
     ck_assert_int_eq(uv_loop_init(&f->loop), 0);
     RL_CHECK(rl_conf_parse("t.conf", "[cluster]\nshards = 16\n[service x]\nlimit = "
                                      "fixed_window 5 per 1m\n",
@@ -380,19 +388,36 @@ START_TEST(test_nothing_told_of_every_shard_when_all_joined)
 }
 END_TEST
 
-/* A live node before (b active): a's first active view tells only the shards that would be
- * a's were their owner not active, not every one (b may be shipping a the others). */
-START_TEST(test_nothing_told_of_some_shards_after_a_live_node)
+/* Nodes that registered together, b and c active first: a's first active view tells only
+ * the shards that would be a's were their owner not active, not every one. */
+START_TEST(test_nothing_told_of_some_shards_after_young_nodes)
 {
     struct fixture f;
     const uint8_t A = RL_MEMBER_ACTIVE, J = RL_MEMBER_JOINING;
     uint64_t n;
 
     setup_views(&f, WAIT_MS);
+    f.created_ms[0] = CREATED_MS + WAIT_MS; /* a: registered within handoff_wait of them */
     ck_assert_uint_eq(planned_on(&f, J, A, A), 0);
     n = planned_on(&f, A, A, A);
     ck_assert_uint_gt(n, 0);
     ck_assert_uint_lt(n, shards_not_here(&f));
+    teardown(&f);
+}
+END_TEST
+
+/* A live node before (b, registered long before a): a's first active view tells nothing
+ * (b ships its shards along whatever the views; one taken for "nothing" would be refused). */
+START_TEST(test_nothing_told_after_a_live_node)
+{
+    struct fixture f;
+    const uint8_t A = RL_MEMBER_ACTIVE, J = RL_MEMBER_JOINING;
+
+    setup_views(&f, WAIT_MS);
+    f.created_ms[1] = CREATED_MS - 10 * WAIT_MS;
+    ck_assert_uint_eq(planned_on(&f, J, A, J), 0);
+    ck_assert_uint_eq(planned_on(&f, A, A, A), 0);
+    ck_assert_uint_gt(shards_not_here(&f), 0);
     teardown(&f);
 }
 END_TEST
@@ -445,7 +470,8 @@ main(void)
     tcase_add_test(tc, test_nothing_expired_stays_expired);
     tcase_add_test(tc, test_nothing_not_taken_while_records_come);
     tcase_add_test(tc, test_nothing_told_of_every_shard_when_all_joined);
-    tcase_add_test(tc, test_nothing_told_of_some_shards_after_a_live_node);
+    tcase_add_test(tc, test_nothing_told_of_some_shards_after_young_nodes);
+    tcase_add_test(tc, test_nothing_told_after_a_live_node);
     tcase_add_test(tc, test_restarted_owner_not_waited);
     tcase_add_test(tc, test_leaving_owner_waited_until_it_rejoins);
     suite_add_tcase(s, tc);
