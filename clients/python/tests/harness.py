@@ -81,10 +81,47 @@ def kill(p: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     _live.pop(p.pid, None)
 
 
-def free_port() -> int:
+_PORT_LO = 20000  # ports are drawn from [_PORT_LO, the ephemeral range's start)
+_ports_used: set = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on, drawn at random below the kernel's ephemeral
+    range (as harness/harness.c does): a port the kernel hands out (bind to 0) is also the
+    local port of some other process's next outgoing connection, or another suite's next
+    listener, before the server this test starts binds it (a RESP test once reached another
+    cluster's node there, on a loaded machine). Never the same port twice in one run."""
+    import random
+
+    hi = _ephemeral_low()
+    for _ in range(4000):
+        if hi - _PORT_LO >= 1000:
+            port = random.randrange(_PORT_LO, hi)
+        else:
+            with socket.socket() as s:  # no room below the range: the kernel's choice
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        if port not in _ports_used and _bindable(port):
+            _ports_used.add(port)
+            return port
+    raise RuntimeError("no free loopback port")
 
 
 def wait_port(port: int, proc: Optional[subprocess.Popen] = None, log: Optional[Path] = None,
