@@ -363,7 +363,10 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
             break; /* its batch decides */
         case RL_MOVE_GONE:
             if (mine) {
-                if (move_peer_member(m, m->peer[s])) {
+                if (move_restarted(prev, map, move_peer_name(m, m->peer[s]))) {
+                    restarted++; /* shipped to a process that is gone */
+                    move_fresh(m, s);
+                } else if (move_peer_member(m, m->peer[s])) {
                     move_incoming(m, s, m->peer[s], now); /* it comes back from there */
                 } else {
                     move_fresh(m, s);

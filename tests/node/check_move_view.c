@@ -434,6 +434,40 @@ START_TEST(test_restarted_owner_not_waited)
 }
 END_TEST
 
+/* a leaves and ships its shards to b (here the shipping fails: given up, GONE); b is then
+ * seen joining again (restarted) as a comes back: a's shards are decided at once, not
+ * expected back from b's previous process (node-restart-quick failed so once: 42 shards
+ * waited handoff_wait twice). */
+START_TEST(test_shipped_to_restarted_node_not_waited)
+{
+    struct fixture f;
+    struct rl_move_stats st;
+    uint32_t mine = NSHARDS;
+
+    setup_views(&f, WAIT_MS);
+    for (uint32_t s = 0; s < NSHARDS && mine == NSHARDS; s++) {
+        if ((rl_move_owned(f.m)[s / 8] >> (s % 8)) & 1u) {
+            mine = s;
+        }
+    }
+    ck_assert_uint_lt(mine, NSHARDS);
+    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, ABSENT);
+    for (int i = 0; i < 2000; i++) { /* the shipping fails at once (nothing listens) */
+        rl_move_stats(f.m, &st);
+        if (st.outgoing == 0) {
+            break;
+        }
+        runfor(&f.loop, 10);
+    }
+    ck_assert_uint_eq(st.outgoing, 0);
+    ck_assert(!((rl_move_owned(f.m)[mine / 8] >> (mine % 8)) & 1u));
+    view_abc(&f, RL_MEMBER_ACTIVE, RL_MEMBER_JOINING, ABSENT);
+    ck_assert(!rl_move_expected(f.m, mine));
+    ck_assert((rl_move_owned(f.m)[mine / 8] >> (mine % 8)) & 1u);
+    teardown(&f);
+}
+END_TEST
+
 /* b leaves (a clean stop): its shards are expected from it, not decided here until its
  * counters come; b seen joining again meanwhile (killed mid-drain and restarted): decided
  * here at once. */
@@ -473,6 +507,7 @@ main(void)
     tcase_add_test(tc, test_nothing_told_of_some_shards_after_young_nodes);
     tcase_add_test(tc, test_nothing_told_after_a_live_node);
     tcase_add_test(tc, test_restarted_owner_not_waited);
+    tcase_add_test(tc, test_shipped_to_restarted_node_not_waited);
     tcase_add_test(tc, test_leaving_owner_waited_until_it_rejoins);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
