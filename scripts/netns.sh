@@ -25,7 +25,8 @@
 # namespaces and temporary directories left by a run that was killed (its PID gone) are
 # removed at the start.
 #
-# Environment: BUILD (default build), RL_KEEP_TMP=1 keeps rl-chaos's logs, TLS=0 runs the
+# A failing run's output ends with the warnings and handoff lines of every node's and
+# router's log. Environment: BUILD (default build), TLS=0 runs the
 # cluster in plaintext (default TLS=1; needs the openssl command).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -170,8 +171,11 @@ echo "netns: hosts on $SUBNET.0/24 in namespaces $P-*: zk ${addr[zk]}, nodes a b
 # this script even if the script is SIGKILLed; the next run then removes the namespaces.
 pdeath=()
 if setpriv --help 2> /dev/null | grep -q pdeathsig; then pdeath=(setpriv --pdeathsig KILL); fi
-"${pdeath[@]}" ip netns exec "$P-cl" "$BUILD/rl-chaos" run "$SCENARIO" --hosts "$work/hosts" \
-    --build "$BUILD" &
+# The processes' logs go under $work/logs (kept until the teardown): a failing run ends with
+# each node's and router's warnings and handoff lines, so a failure in CI can be read.
+mkdir -p "$work/logs"
+TMPDIR="$work/logs" RL_KEEP_TMP=1 "${pdeath[@]}" ip netns exec "$P-cl" "$BUILD/rl-chaos" run \
+    "$SCENARIO" --hosts "$work/hosts" --build "$BUILD" &
 chaos_pid=$!
 
 # A plaintext client across namespaces: rl-cli without --tls-ca, from the clients' host to
@@ -207,5 +211,13 @@ chaos_pid=
 if [ "$plain" != ok ] && [ "$plain" != skipped ]; then
     echo "netns: FAIL: a plaintext client to a TLS router: $plain" >&2
     [ "$rc" != 0 ] || rc=1
+fi
+if [ "$rc" != 0 ]; then
+    for f in "$work"/logs/rl-test-*/*.log; do
+        [ -e "$f" ] || continue
+        echo "log $(basename "$f") (warn, error, handoff; the last 40):"
+        grep -E ' (warn|error):|handoff|joining|leaving|registered|signal' "$f" |
+            grep -v 'rule(s) with failure' | tail -40 | sed 's/^/  /' || true
+    done
 fi
 exit "$rc"

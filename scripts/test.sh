@@ -51,6 +51,16 @@ fi
 if [ "$which" = all ] || [ "$which" = netns ]; then
     echo "== across hosts: network namespaces (scripts/netns.sh) =="
     [ -x build/rl-chaos ] || bash scripts/build.sh release
-    bash scripts/netns.sh || status=1
+    # As the chaos scenarios: a run that fails (exit 1) is run once more and passes if that
+    # run passes, with the first run's output above it (a shared machine may stall).
+    code=0
+    bash scripts/netns.sh || code=$?
+    if [ "$code" = 1 ] && [ "${CHAOS_RETRY:-1}" -gt 0 ]; then
+        echo "netns: the first run failed (above); once more"
+        code=0
+        bash scripts/netns.sh || code=$?
+        [ "$code" != 0 ] || echo "netns: PASS on a second run (the first run's verdict above)"
+    fi
+    [ "$code" = 0 ] || status=1
 fi
 exit $status
