@@ -210,7 +210,8 @@ forward_keep_encoded(struct rl_router *r, struct rl_pending *p, const struct rl_
     bool settle = fwd->op == RL_WIRE_OP_ADJUST || fwd->op == RL_WIRE_OP_RELEASE;
 
     rl_buf_init(&b);
-    if ((settle ? rl_wire_put_req(&b, fwd) : rl_wire_put_check(&b, fwd)) == 0 &&
+    /* the CHECK by the hand encoder rl_upstream_send used, byte for byte rl_wire_put_check's */
+    if ((settle ? rl_wire_put_req(&b, fwd) : rl_wire_fast_put_check(&b, fwd)) == 0 &&
         b.len > RL_WIRE_HDR_LEN + 3) {
         q = (const unsigned char *)b.data + RL_WIRE_HDR_LEN;
         idlen = q[2] == 0xcc ? 2 : q[2] == 0xcd ? 3 : q[2] == 0xce ? 5 : q[2] == 0xcf ? 9 : 1;

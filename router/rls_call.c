@@ -355,7 +355,14 @@ arena_take(void *arg, size_t size)
         call->arena_used = at + size;
         return call->arena + at;
     }
+    call->arena_spilled = true;
     return malloc(size);
+}
+
+static bool
+in_arena(const struct rl_rls_call *call, const void *p)
+{
+    return (const uint8_t *)p >= call->arena && (const uint8_t *)p < call->arena + sizeof(call->arena);
 }
 
 static void
@@ -363,10 +370,16 @@ arena_give(void *arg, void *p)
 {
     struct rl_rls_call *call = arg;
 
-    if ((uint8_t *)p >= call->arena && (uint8_t *)p < call->arena + sizeof(call->arena)) {
-        return;
+    if (!in_arena(call, p)) {
+        free(p);
     }
-    free(p);
+}
+
+uint8_t *
+rl_rls_call_out(struct rl_rls_call *call, size_t n)
+{
+    call->out = arena_take(call, n);
+    return call->out;
 }
 
 /* n zeroed elements of size from the call's arena (malloc beyond it); NULL: out of memory. */
@@ -393,6 +406,7 @@ rl_rls_call_decode(struct rl_rls_call *s, const uint8_t *msg, size_t len)
     s->arena_alloc.free = arena_give;
     s->arena_alloc.allocator_data = s;
     s->arena_used = 0;
+    s->arena_spilled = false;
     s->req = envoy__service__ratelimit__v3__rate_limit_request__unpack(&s->arena_alloc, len, msg);
     if (s->req == NULL) {
         rl_rls_call_fail(s, GRPC_INVALID_ARGUMENT, "cannot decode a RateLimitRequest");
@@ -667,11 +681,12 @@ rl_rls_call_release(struct rl_rls_call *call)
             call->parts[k].p->sink = NULL;
         }
     }
-    if (call->req != NULL) {
+    if (call->req != NULL && call->arena_spilled) {
+        /* only what came from malloc needs freeing: the arena goes with the call */
         envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(call->req,
                                                                          &call->arena_alloc);
-        call->req = NULL;
     }
+    call->req = NULL;
     rl_envoy_config_drop(call->cfg);
     call->cfg = NULL;
     if (call->descs != NULL) {
@@ -683,6 +698,8 @@ rl_rls_call_release(struct rl_rls_call *call)
     }
     call->parts = NULL;
     call->nparts = 0;
-    free(call->out);
+    if (call->out != NULL) {
+        arena_give(call, call->out);
+    }
     call->out = NULL;
 }

@@ -55,7 +55,7 @@ struct rl_rls_call {
     bool finished;
     int status;
     char message[160]; /* printable ASCII other than '%' */
-    uint8_t *out;
+    uint8_t *out; /* in the arena's free end when it fits (rl_rls_call_out), else malloc's */
     size_t out_len;
 
     /* rls_call.c's */
@@ -70,6 +70,7 @@ struct rl_rls_call {
      * are allocated: a request of a few descriptors fits, the rest comes from malloc */
     ProtobufCAllocator arena_alloc;
     size_t arena_used;
+    bool arena_spilled; /* something of req came from malloc: free_unpacked must walk it */
     _Alignas(16) uint8_t arena[1024];
 };
 
@@ -96,6 +97,10 @@ int rl_rls_call_decode(struct rl_rls_call *call, const uint8_t *msg, size_t len)
 /* Checks and matches the decoded request and sends its parts; done is called once the
  * answer is ready (maybe before this returns). */
 void rl_rls_call_start(struct rl_rls_call *call);
+
+/* Room for the answer (n bytes) in call->out: the arena's free end when it fits, else
+ * malloc. NULL: out of memory. */
+uint8_t *rl_rls_call_out(struct rl_rls_call *call, size_t n);
 
 /* Orphans the call's parts still in flight and frees what it holds (out included). */
 void rl_rls_call_release(struct rl_rls_call *call);

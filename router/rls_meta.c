@@ -1,5 +1,6 @@
 /*
- * rls_meta: a ShouldRateLimit answer's `dynamic_metadata` (a google.protobuf.Struct,
+ * rls_meta: a ShouldRateLimit answer written by hand in protobuf's wire format: its
+ * statuses, headers and code (rls_response_write, below), and its `dynamic_metadata` (a google.protobuf.Struct,
  * RateLimitResponse field 6): what envoyproxy/ratelimit puts there (`domain`, `descriptors`
  * with their `entries` as "key=value", `limit` and `hitsAddend`, the request's `hitsAddend`)
  * and this project's `decided`: which descriptor and which limit decided the call
@@ -304,5 +305,129 @@ rls_meta_write(uint8_t *end, const struct rl_rls_call *s, const struct rls_decid
     close_len(&w, list, TAG_LIST);
     close_field(&w, field, KEY("descriptors"));
     close_len(&w, end, TAG_METADATA);
+    return (size_t)(end - w.p);
+}
+
+/* ---- the RateLimitResponse's own fields ---------------------------------------------------- */
+
+/* RateLimitResponse: overall_code 1, statuses 2, response_headers_to_add 3; DescriptorStatus:
+ * code 1, current_limit 2, limit_remaining 3, duration_until_reset 4; RateLimit:
+ * requests_per_unit 1, unit 2, name 3; Duration: seconds 1, nanos 2; HeaderValue: key 1,
+ * value 2. Fields in number order, proto3: a zero number or an empty string is left out, a
+ * message present is written even when empty; a negative int32 or enum takes 10 bytes. */
+#define TAG_V1 0x08u /* field 1, varint */
+#define TAG_V2 0x10u
+#define TAG_V3 0x18u
+#define TAG_L1 0x0au /* field 1, length-delimited */
+#define TAG_L2 0x12u
+#define TAG_L3 0x1au
+#define TAG_L4 0x22u
+/* the most one varint field takes (tag, 10-byte varint), and a message's tag and length */
+#define VARINT_FIELD_MAX 11u
+#define LEN_FIELD_MAX 6u
+
+INLINE void
+field_varint(struct bw *w, unsigned tag, uint64_t v)
+{
+    if (v != 0) {
+        put_varint(w, v);
+        put_byte(w, tag);
+    }
+}
+
+/* an int32 or an enum: sign-extended to 64 bits, as protobuf's varint of a negative int32 */
+INLINE void
+field_int32(struct bw *w, unsigned tag, int32_t v)
+{
+    field_varint(w, tag, (uint64_t)(int64_t)v);
+}
+
+INLINE void
+field_text(struct bw *w, unsigned tag, const char *s)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+
+    if (n != 0) {
+        put_raw(w, s, n);
+        put_varint(w, n);
+        put_byte(w, tag);
+    }
+}
+
+static void
+status_write(struct bw *w, const Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st)
+{
+    uint8_t *m = w->p;
+
+    if (st->duration_until_reset != NULL) {
+        uint8_t *d = w->p;
+
+        field_int32(w, TAG_V2, st->duration_until_reset->nanos);
+        field_varint(w, TAG_V1, (uint64_t)st->duration_until_reset->seconds);
+        close_len(w, d, TAG_L4);
+    }
+    field_varint(w, TAG_V3, st->limit_remaining);
+    if (st->current_limit != NULL) {
+        uint8_t *l = w->p;
+
+        field_text(w, TAG_L3, st->current_limit->name);
+        field_int32(w, TAG_V2, (int32_t)st->current_limit->unit);
+        field_varint(w, TAG_V1, st->current_limit->requests_per_unit);
+        close_len(w, l, TAG_L2);
+    }
+    field_int32(w, TAG_V1, (int32_t)st->code);
+    close_len(w, m, TAG_L2);
+}
+
+size_t
+rls_response_bound(const Envoy__Service__Ratelimit__V3__RateLimitResponse *resp)
+{
+    size_t n = VARINT_FIELD_MAX;
+
+    if (resp->n_request_headers_to_add != 0 || resp->raw_body.len != 0 ||
+        resp->dynamic_metadata != NULL || resp->quota != NULL) {
+        return 0;
+    }
+    for (size_t i = 0; i < resp->n_statuses; i++) {
+        const Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st =
+            resp->statuses[i];
+
+        if (st->quota != NULL) {
+            return 0;
+        }
+        n += 4 * LEN_FIELD_MAX + 7 * VARINT_FIELD_MAX;
+        if (st->current_limit != NULL && st->current_limit->name != NULL) {
+            n += strlen(st->current_limit->name);
+        }
+    }
+    for (size_t i = 0; i < resp->n_response_headers_to_add; i++) {
+        const Envoy__Config__Core__V3__HeaderValue *h = resp->response_headers_to_add[i];
+
+        if (h->raw_value.len != 0) {
+            return 0;
+        }
+        n += 3 * LEN_FIELD_MAX + (h->key != NULL ? strlen(h->key) : 0) +
+             (h->value != NULL ? strlen(h->value) : 0);
+    }
+    return n;
+}
+
+size_t
+rls_response_write(uint8_t *end, const Envoy__Service__Ratelimit__V3__RateLimitResponse *resp)
+{
+    struct bw w = {end};
+
+    for (size_t i = resp->n_response_headers_to_add; i-- > 0;) {
+        const Envoy__Config__Core__V3__HeaderValue *h = resp->response_headers_to_add[i];
+        uint8_t *m = w.p;
+
+        field_text(&w, TAG_L2, h->value);
+        field_text(&w, TAG_L1, h->key);
+        close_len(&w, m, TAG_L3);
+    }
+    for (size_t i = resp->n_statuses; i-- > 0;) {
+        status_write(&w, resp->statuses[i]);
+    }
+    field_int32(&w, TAG_V1, (int32_t)resp->overall_code);
     return (size_t)(end - w.p);
 }

@@ -428,17 +428,27 @@ call_decide(const struct rl_rls_call *s, struct rls_built *b, struct rls_decided
 static int
 response_pack(struct rl_rls_call *s, const rls_response *resp, const struct rls_decided *dec)
 {
-    size_t len = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(resp);
-    size_t bound = rls_meta_bound(s, dec), meta;
+    size_t hand = rls_response_bound(resp), bound = rls_meta_bound(s, dec), len, meta;
+    uint8_t *end;
 
-    s->out = malloc(5 + len + bound);
-    if (s->out == NULL) {
-        return -1;
+    if (hand != 0) { /* by hand (rls_meta.c), written backwards behind the metadata */
+        if (rl_rls_call_out(s, 5 + hand + bound) == NULL) {
+            return -1;
+        }
+        end = s->out + 5 + hand + bound;
+        meta = rls_meta_write(end, s, dec);
+        len = meta + rls_response_write(end - meta, resp);
+        memmove(s->out + 5, end - len, len);
+    } else {
+        len = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(resp);
+        if (rl_rls_call_out(s, 5 + len + bound) == NULL) {
+            return -1;
+        }
+        envoy__service__ratelimit__v3__rate_limit_response__pack(resp, s->out + 5);
+        meta = rls_meta_write(s->out + 5 + len + bound, s, dec);
+        memmove(s->out + 5 + len, s->out + 5 + len + bound - meta, meta);
+        len += meta;
     }
-    envoy__service__ratelimit__v3__rate_limit_response__pack(resp, s->out + 5);
-    meta = rls_meta_write(s->out + 5 + len + bound, s, dec);
-    memmove(s->out + 5 + len, s->out + 5 + len + bound - meta, meta);
-    len += meta;
     s->out[0] = 0;
     s->out[1] = (uint8_t)(len >> 24);
     s->out[2] = (uint8_t)(len >> 16);

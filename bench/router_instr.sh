@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Instructions per decision of the router and of the node, counted by valgrind's callgrind
+# (user space only: the kernel's part, about half of the router's CPU on loopback, is not
+# in them; docs/BENCHMARKS.md, "Instructions per decision"). Unlike CPU time they do not
+# move with the machine's other tenants, so a change of a few per cent can be seen in one
+# run. The loads of bench/router_cpu.sh:
+#   binary  rl-bench through the router, 8 connections x 64 pipelined, 100,000 keys of a
+#           token_bucket rule: router and node instructions per decision, router / node;
+#   resp    redis-benchmark CL.THROTTLE (inline gcra, random keys), 4 x 64, against rl-bench's
+#           binary CHECKs of the same limit as a rule with the same load: router + node;
+#   grpc    h2load ShouldRateLimit (one descriptor, envoy_config), 8 x 64, against binary
+#           CHECKs of one key, 8 x 64: router + node.
+# Both processes run under callgrind (about 50 times slower); each load runs once unmeasured
+# (connections, keys, HPACK tables), then the counters are zeroed (callgrind_control -z), the
+# measured part runs (REQUESTS decisions, default 40000), and the counters are dumped.
+# Prints, for each, the instructions per decision and the router's split by object
+# (libnghttp2, libprotobuf-c, libc, rl-router...).
+#   bench/router_instr.sh [BIN]        BIN: a build directory (default build/, rebuilt)
+#   ONLY="binary grpc" bench/router_instr.sh
+source "$(dirname "$0")/lib.sh"
+bin=${1:-$bin}
+only=${ONLY:-binary resp grpc}
+nreq=${REQUESTS:-40000}
+[ "$bin" != "$top/build" ] || build_release
+for c in valgrind callgrind_control callgrind_annotate redis-benchmark h2load; do
+    command -v $c >/dev/null || { echo "router_instr.sh: $c is missing (valgrind, redis-tools, nghttp2-client)" >&2; exit 2; }
+done
+scratch
+machine
+echo "commit: $(tree_rev) ($bin); valgrind $(valgrind --version | sed 's/valgrind-//')"
+printf '\x00\x00\x00\x00\x10\x0a\x04edge\x12\x08\x0a\x06\x0a\x01k\x12\x01v' > "$work/req.bin"
+cat > "$work/edge.yaml" <<YAML
+domain: edge
+descriptors:
+  - key: k
+    rate_limit:
+      unit: hour
+      requests_per_unit: 4000000000
+YAML
+conf() { # conf LIMIT: node n, the router with the RESP and gRPC fronts; deadlines for valgrind
+    cat <<CONF
+[cluster]
+envoy_config = edge.yaml
+[router]
+listen = 127.0.0.1:$rport
+resp = 127.0.0.1:$sport
+rls = 127.0.0.1:$gport
+deadline = 30s
+workers = 1
+[clients]
+adjust = no
+[node n]
+listen = 127.0.0.1:$nport
+memory = 1g
+[service bench]
+limit = $1
+CONF
+}
+start() { # start LIMIT: node and router under callgrind
+    nport=$(free_port); rport=$(free_port); sport=$(free_port); gport=$(free_port)
+    conf "$1" > "$work/x.conf"
+    (cd "$work" && exec valgrind -q --tool=callgrind --callgrind-out-file="$work/node.%p" \
+        "$bin/rl-node" --config x.conf --name n >/dev/null 2>>"$work/node.log") &
+    node=$!; pids+=($node)
+    (cd "$work" && exec valgrind -q --tool=callgrind --callgrind-out-file="$work/router.%p" \
+        "$bin/rl-router" --config x.conf >/dev/null 2>>"$work/router.log") &
+    router=$!; pids+=($router)
+    for p in $nport $rport $sport $gport; do
+        for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && break; sleep 0.1; done
+    done
+    sleep 1
+}
+# count N CMD...: runs CMD unmeasured, then again with the counters zeroed before and dumped
+# after; prints "router_instructions node_instructions" per decision (N decisions).
+count() {
+    local n=$1 r n_
+    shift
+    "$@" > "$work/out" 2>&1
+    callgrind_control -z $router >/dev/null 2>&1; callgrind_control -z $node >/dev/null 2>&1
+    "$@" > "$work/out" 2>&1
+    rm -f "$work"/router.$router.* "$work"/node.$node.*
+    callgrind_control -d $router >/dev/null 2>&1; callgrind_control -d $node >/dev/null 2>&1
+    r=$(total "$work"/router.$router.*); n_=$(total "$work"/node.$node.*)
+    objects "$work"/router.$router.* > "$work/objects"
+    echo "$((r / n)) $((n_ / n))"
+}
+total() { grep -h '^totals:\|^summary:' "$1" | head -1 | awk '{print $2}'; }
+objects() { # the router's instructions by object, per cent (after a zeroing, the frames that
+    # were on the stack show what ran under them as their own: not counted)
+    callgrind_annotate --inclusive=no --threshold=100 "$1" 2>/dev/null |
+        grep -v -E ':(clone|start_thread|worker_main|main|uv_run|__libc_start_call_main) \[' |
+        awk '/^ *[0-9,]+ .*\[/ {n = $1; gsub(",", "", n); o = $NF; sub(/.*\//, "", o); sub(/\]$/, "", o);
+             sub(/\.so.*/, "", o); if (o !~ /^[A-Za-z]/) next; s[o] += n; t += n} END {for (o in s) if (s[o] / t >= 0.01) printf "%s %.0f%%\n", o, 100 * s[o] / t}' |
+        sort -k2 -rn | tr '\n' ',' | sed 's/,$//; s/,/, /g'
+}
+bench() { # bench KEYS CONNS: rl-bench's CHECKs through the router, N decisions
+    echo taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$rport --service bench --keys "$1" \
+        --connections "$2" --pipeline 64 --requests "$nreq" --json
+}
+for part in $only; do
+    case $part in
+    binary)
+        start "token_bucket 100 per 1m"
+        read -r rb nb < <(count "$nreq" $(bench 100000 8))
+        echo "binary 8x64: router $rb, node $nb instructions per decision, router/node $(awk -v a=$rb -v b=$nb 'BEGIN {printf "%.2f", a/b}')"
+        echo "  router by object: $(cat "$work/objects")"
+        ;;
+    resp)
+        start "gcra 1000 per 1s burst 1000001"
+        read -r rr nr < <(count "$nreq" taskset -c 1 redis-benchmark -p $sport -c 4 -P 64 -n "$nreq" \
+            -r 100000 -q CL.THROTTLE 'k:__rand_int__' 1000000 1000 1)
+        o=$(cat "$work/objects")
+        read -r rb nb < <(count "$nreq" $(bench 100000 4))
+        echo "resp CL.THROTTLE 4x64: router $rr, node $nr; binary CHECK: router $rb, node $nb; resp/binary (router + node) $(awk -v a=$((rr + nr)) -v b=$((rb + nb)) 'BEGIN {printf "%.2f", a/b}')"
+        echo "  router by object (CL.THROTTLE): $o"
+        ;;
+    grpc)
+        start "fixed_window 4000000000 per 1h"
+        read -r rg ng < <(count "$nreq" taskset -c 1 h2load -c 8 -m 64 -t 1 -n "$nreq" -d "$work/req.bin" \
+            -H 'content-type: application/grpc' -H 'te: trailers' \
+            "http://127.0.0.1:$gport/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+        grep -q "$nreq succeeded" "$work/out" || { echo "router_instr.sh: h2load: not every call succeeded" >&2; cat "$work/out" >&2; exit 1; }
+        o=$(cat "$work/objects")
+        read -r rb nb < <(count "$nreq" $(bench 1 8))
+        echo "grpc ShouldRateLimit 8x64: router $rg, node $ng; binary CHECK of one key: router $rb, node $nb; grpc/binary (router + node) $(awk -v a=$((rg + ng)) -v b=$((rb + nb)) 'BEGIN {printf "%.2f", a/b}')"
+        echo "  router by object (ShouldRateLimit): $o"
+        ;;
+    esac
+    bench_cleanup
+done
