@@ -145,6 +145,60 @@ def test_a_complete_call_over_raw_h2(rls):
     c.close()
 
 
+def call_with_headers(port, headers):
+    """One call whose request carries these headers as they are (the h2 package told not to
+    check or fix them): the events of its stream."""
+    c = Conn(port)
+    c.h2.config.validate_outbound_headers = False
+    c.h2.config.normalize_outbound_headers = False
+    c.h2.send_headers(1, headers)
+    c.h2.send_data(1, b"\x00" + len(CALL_MSG).to_bytes(4, "big") + CALL_MSG, end_stream=True)
+    c.flush()
+    ev = [e for e in c.events(1.0) if getattr(e, "stream_id", None) == 1]
+    c.close()
+    return ev
+
+
+def grpc_status(ev):
+    trailers = [e for e in ev if isinstance(e, (h2.events.TrailersReceived,
+                                                h2.events.ResponseReceived))]
+    codes = [dict(t.headers).get(b"grpc-status") for t in trailers]
+    return [c for c in codes if c is not None]
+
+
+def test_malformed_pseudo_headers_reset_the_stream(rls):
+    """RFC 9113, 8.3: a pseudo-header seen twice, unknown, empty, or after a regular header
+    makes the request malformed: the stream is reset with PROTOCOL_ERROR, never answered."""
+    good = [(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
+            ("content-type", "application/grpc"), ("te", "trailers")]
+    bad = {
+        "twice": good[:3] + [(":path", PATH)] + good[3:],
+        "unknown": good[:4] + [(":protocol", "x")] + good[4:],
+        "empty": [(":method", "")] + good[1:],
+        "after a regular header": good[:3] + good[4:] + [(":authority", "x")],
+    }
+    for what, headers in bad.items():
+        ev = call_with_headers(rls.rls_port, headers)
+        resets = [e for e in ev if isinstance(e, h2.events.StreamReset)]
+        assert resets and resets[0].error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR, (what, ev)
+        assert grpc_status(ev) == [], (what, ev)
+    # the same connection's way, well-formed: answered (grpc-status 0)
+    assert grpc_status(call_with_headers(rls.rls_port, good)) == [b"0"]
+
+
+def test_method_and_path_required(rls):
+    """No :method, a GET, no :path or another path: UNIMPLEMENTED (grpc-status 12)."""
+    good = [(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
+            ("content-type", "application/grpc")]
+    for what, headers in {
+        "no :method": good[1:],
+        "GET": [(":method", "GET")] + good[1:],
+        "no :path": good[:2] + good[3:],
+        "another path": good[:2] + [(":path", PATH + "x")] + good[3:],
+    }.items():
+        assert grpc_status(call_with_headers(rls.rls_port, headers)) == [b"12"], what
+
+
 def test_connections_past_the_cap_are_closed(rls):
     """[clients] max_connections bounds the gRPC connections of the process: the 5th is
     closed at once, and a place frees up when one closes. (Each makes a call first: a
