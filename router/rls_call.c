@@ -375,10 +375,22 @@ arena_give(void *arg, void *p)
     }
 }
 
+/* From the arena for what is freed apart (arena_give): a malloc here leaves req's walk
+ * (arena_spilled) out of it. */
+static void *
+arena_take_apart(struct rl_rls_call *call, size_t n)
+{
+    bool spilled = call->arena_spilled;
+    void *p = arena_take(call, n);
+
+    call->arena_spilled = spilled;
+    return p;
+}
+
 uint8_t *
 rl_rls_call_out(struct rl_rls_call *call, size_t n)
 {
-    call->out = arena_take(call, n);
+    call->out = arena_take_apart(call, n);
     return call->out;
 }
 
@@ -391,7 +403,7 @@ arena_calloc(struct rl_rls_call *call, size_t n, size_t size)
     if (size != 0 && n > SIZE_MAX / size) {
         return NULL;
     }
-    p = arena_take(call, n * size);
+    p = arena_take_apart(call, n * size);
     if (p != NULL) {
         memset(p, 0, n * size);
     }

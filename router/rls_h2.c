@@ -137,21 +137,24 @@ rls_ctrl_take(struct rls_conn *c, uint64_t n)
 
 /* ---- the answer of a call ----------------------------------------------------------------- */
 
-/* A gRPC status in decimal into buf (16 bytes): a table for the codes gRPC defines, which is
- * every answer, snprintf beyond. Returns its length. */
-static size_t
-status_text(int status, char *buf)
+/* A gRPC status in decimal as a header's value: from a table (static storage, which nghttp2
+ * may keep without a copy: *stays) for the codes gRPC defines, which is every answer, else
+ * written into buf (16 bytes). */
+static nghttp2_nv
+status_nv(int status, char *buf)
 {
     static const char *const codes[] = {"0", "1", "2",  "3",  "4",  "5",  "6",  "7", "8",
                                         "9", "10", "11", "12", "13", "14", "15", "16"};
+    nghttp2_nv nv = {(uint8_t *)"grpc-status", (uint8_t *)buf, 11, 0, NGHTTP2_NV_FLAG_NO_COPY_NAME};
 
     if (status >= 0 && status < (int)(sizeof(codes) / sizeof(codes[0]))) {
-        size_t n = strlen(codes[status]);
-
-        memcpy(buf, codes[status], n + 1);
-        return n;
+        nv.value = (uint8_t *)codes[status];
+        nv.valuelen = status < 10 ? 1 : 2;
+        nv.flags |= NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+        return nv;
     }
-    return (size_t)snprintf(buf, 16, "%d", status);
+    nv.valuelen = (size_t)snprintf(buf, 16, "%d", status);
+    return nv;
 }
 
 static ssize_t
@@ -169,11 +172,8 @@ out_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t len, uint32_t *fl
     memcpy(buf, s->call.out + s->out_off, n);
     s->out_off += n;
     if (s->out_off == s->call.out_len) {
-        nghttp2_nv tr[] = {
-            {(uint8_t *)"grpc-status", (uint8_t *)status, 11, 0, NGHTTP2_NV_FLAG_NONE},
-        };
+        nghttp2_nv tr[] = {status_nv(s->call.status, status)};
 
-        tr[0].valuelen = status_text(s->call.status, status);
         *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
         if (nghttp2_submit_trailer(ng, id, tr, 1) != 0) {
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
@@ -182,9 +182,15 @@ out_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t len, uint32_t *fl
     return (ssize_t)n;
 }
 
+/* A header of constant name and value: nghttp2 keeps the pointers (no copy). */
+#define NV_CONST(n, v)                                                                             \
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, sizeof(v) - 1,                              \
+            NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE                           \
+    }
 #define NV(n, v)                                                                                   \
     {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME     \
     }
 
 /* Sends s's answer: its message when out is set, else trailers only with status/message. */
@@ -200,15 +206,17 @@ stream_respond(struct rl_rls_call *call)
         return;
     }
     s->responded = true;
-    status_text(call->status, status);
     if (call->out != NULL) {
-        nghttp2_nv hdrs[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+        nghttp2_nv hdrs[] = {NV_CONST(":status", "200"),
+                             NV_CONST("content-type", "application/grpc")};
         nghttp2_data_provider dp = {.source.ptr = s, .read_callback = out_read};
 
         rc = nghttp2_submit_response(c->ng, s->id, hdrs, 2, &dp);
     } else {
-        nghttp2_nv hdrs[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
-                             NV("grpc-status", status), NV("grpc-message", call->message)};
+        nghttp2_nv hdrs[] = {NV_CONST(":status", "200"),
+                             NV_CONST("content-type", "application/grpc"),
+                             status_nv(call->status, status),
+                             NV("grpc-message", call->message)};
 
         rc = nghttp2_submit_response(c->ng, s->id, hdrs, call->message[0] ? 4 : 3, NULL);
     }
