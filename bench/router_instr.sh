@@ -5,7 +5,8 @@
 # move with the machine's other tenants, so a change of a few per cent can be seen in one
 # run. The loads of bench/router_cpu.sh:
 #   binary  rl-bench through the router, 8 connections x 64 pipelined, 100,000 keys of a
-#           token_bucket rule: router and node instructions per decision, router / node;
+#           token_bucket rule (made first): router and node instructions per decision,
+#           router / node;
 #   resp    redis-benchmark CL.THROTTLE (inline gcra, random keys), 4 x 64, against rl-bench's
 #           binary CHECKs of the same limit as a rule with the same load: router + node;
 #   grpc    h2load ShouldRateLimit (one descriptor, envoy_config), 8 x 64, against binary
@@ -16,7 +17,7 @@
 # Prints, for each, the instructions per decision and the router's split by object
 # (libnghttp2, libprotobuf-c, libc, rl-router...).
 #   bench/router_instr.sh [BIN]        BIN: a build directory (default build/, rebuilt)
-#   ONLY="binary grpc" bench/router_instr.sh
+#   ONLY="binary grpc" bench/router_instr.sh      TOP=20: each process's 20 costliest functions
 source "$(dirname "$0")/lib.sh"
 bin=${1:-$bin}
 only=${ONLY:-binary resp grpc}
@@ -81,16 +82,40 @@ count() {
     rm -f "$work"/router.$router.* "$work"/node.$node.*
     callgrind_control -d $router >/dev/null 2>&1; callgrind_control -d $node >/dev/null 2>&1
     r=$(total "$work"/router.$router.*); n_=$(total "$work"/node.$node.*)
+    # The node's sweep runs by the clock, a slice per tick: under valgrind, 50 times slower,
+    # it does 50 times its share per decision. Not counted (its own line says how much).
+    sweep=$(inclusive "$work"/node.$node.* rl_keytab_sweep)
+    n_=$((n_ - sweep))
+    echo "$((sweep / n))" > "$work/sweep"
     objects "$work"/router.$router.* > "$work/objects"
+    if [ "${TOP:-0}" -gt 0 ]; then # TOP=N: each one's N costliest functions, to stderr
+        for f in "$work"/router.$router.* "$work"/node.$node.*; do
+            echo "$(basename "$f"): the $TOP costliest functions, instructions per decision" >&2
+            top_functions "$f" "$n" >&2 || true
+        done
+    fi
     echo "$((r / n)) $((n_ / n))"
+}
+top_functions() { # FILE N: the TOP costliest functions of FILE, per decision of N
+    callgrind_annotate --inclusive=no --threshold=100 "$1" 2>/dev/null |
+        grep -v -E ':(clone|start_thread|worker_main|main|uv_run|__libc_start_call_main|__libc_start_main@@GLIBC_2.34|rl_daemon_run) \[|below main|ld-linux' |
+        awk -v n="$2" -v top="$TOP" '/^ *[0-9,]+ .*\[\/[^]]*\]$/ {c = $1; gsub(",", "", c); f = $(NF - 1);
+             sub(/.*:/, "", f); o = $NF; sub(/.*\//, "", o); sub(/\]$/, "", o);
+             if (++k <= top) printf "  %8.0f %s (%s)\n", c / n, f, o}'
+}
+inclusive() { # FILE FUNCTION: the instructions of FUNCTION and what it called (0: none)
+    callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+        awk -v f=":$2 [" '!found && index($0, f) && $0 !~ /=>/ {c = $1; gsub(",", "", c); found = 1}
+                          END {print found ? c : 0}'
 }
 total() { grep -h '^totals:\|^summary:' "$1" | head -1 | awk '{print $2}'; }
 objects() { # the router's instructions by object, per cent (after a zeroing, the frames that
     # were on the stack show what ran under them as their own: not counted)
     callgrind_annotate --inclusive=no --threshold=100 "$1" 2>/dev/null |
         grep -v -E ':(clone|start_thread|worker_main|main|uv_run|__libc_start_call_main) \[' |
-        awk '/^ *[0-9,]+ .*\[/ {n = $1; gsub(",", "", n); o = $NF; sub(/.*\//, "", o); sub(/\]$/, "", o);
-             sub(/\.so.*/, "", o); if (o !~ /^[A-Za-z]/) next; s[o] += n; t += n} END {for (o in s) if (s[o] / t >= 0.01) printf "%s %.0f%%\n", o, 100 * s[o] / t}' |
+        awk '/^ *[0-9,]+ .*\[\/[^]]*\]$/ {n = $1; gsub(",", "", n); o = $NF; sub(/.*\//, "", o);
+             sub(/\]$/, "", o); sub(/\.so.*/, "", o); s[o] += n; t += n}
+             END {for (o in s) if (s[o] / t >= 0.01) printf "%s %.0f%%\n", o, 100 * s[o] / t}' |
         sort -k2 -rn | tr '\n' ',' | sed 's/,$//; s/,/, /g'
 }
 bench() { # bench KEYS CONNS: rl-bench's CHECKs through the router, N decisions
@@ -100,9 +125,12 @@ bench() { # bench KEYS CONNS: rl-bench's CHECKs through the router, N decisions
 for part in $only; do
     case $part in
     binary)
-        start "token_bucket 100 per 1m"
+        start "token_bucket 100 per 1h" # no key is full again (and forgotten) while counted
+        # every key made first (straight to the node): the counts are of lookups, not inserts
+        taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$nport --service bench --keys 100000 \
+            --sequential --requests 100000 --connections 4 --pipeline 256 --json >/dev/null
         read -r rb nb < <(count "$nreq" $(bench 100000 8))
-        echo "binary 8x64: router $rb, node $nb instructions per decision, router/node $(awk -v a=$rb -v b=$nb 'BEGIN {printf "%.2f", a/b}')"
+        echo "binary 8x64: router $rb, node $nb instructions per decision, router/node $(awk -v a=$rb -v b=$nb 'BEGIN {printf "%.2f", a/b}') (the node's sweep besides: $(cat "$work/sweep"))"
         echo "  router by object: $(cat "$work/objects")"
         ;;
     resp)

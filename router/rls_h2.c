@@ -499,8 +499,12 @@ on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
     return 0;
 }
 
-/* A request's pseudo-header (RFC 9113, 8.3.1): false when it is malformed (unknown, or seen
- * before); :method and :path are noted for stream_call (POST and the service's path only). */
+/* The pseudo-headers every request has (pseudo_header's bits: :method, :path, :scheme). */
+#define RLS_PSEUDO_REQUIRED 0x7u
+
+/* A request's pseudo-header (RFC 9113, 8.3.1): false when it is malformed (unknown, empty,
+ * or seen before); :method and :path are noted for stream_call (POST and the service's path
+ * only). */
 static bool
 pseudo_header(struct rls_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value,
               size_t vlen)
@@ -637,6 +641,16 @@ on_frame(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
     if (f->hd.type == NGHTTP2_RST_STREAM) {
         ((struct rls_conn *)arg)->r->rls->n.streams[RL_RLS_STREAM_RESET_BY_CLIENT]++;
         return 0;
+    }
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+        s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+        if (s != NULL && (s->pseudo & RLS_PSEUDO_REQUIRED) != RLS_PSEUDO_REQUIRED) {
+            /* no :method, :scheme or :path: malformed (RFC 9113, 8.3.1), never answered */
+            s->complete = s->responded = true;
+            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                      NGHTTP2_PROTOCOL_ERROR);
+            return 0;
+        }
     }
     if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
         !(f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
