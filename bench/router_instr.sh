@@ -15,7 +15,10 @@
 # (connections, keys, HPACK tables), then the counters are zeroed (callgrind_control -z), the
 # measured part runs (REQUESTS decisions, default 40000), and the counters are dumped.
 # Prints, for each, the instructions per decision and the router's split by object
-# (libnghttp2, libprotobuf-c, libc, rl-router...).
+# (libnghttp2, libprotobuf-c, libc, rl-router...). Work done by the clock, not per request,
+# is taken out and shown apart: under valgrind a second holds 50 times fewer requests, so the
+# node's sweep (a slice per tick) and the router's hot-key counting (every request of the
+# first 65,536 in 10 s, then 1 in 16) would count 50 times their share.
 #   bench/router_instr.sh [BIN]        BIN: a build directory (default build/, rebuilt)
 #   ONLY="binary grpc" bench/router_instr.sh      TOP=20: each process's 20 costliest functions
 source "$(dirname "$0")/lib.sh"
@@ -87,6 +90,11 @@ count() {
     sweep=$(inclusive "$work"/node.$node.* rl_keytab_sweep)
     n_=$((n_ - sweep))
     echo "$((sweep / n))" > "$work/sweep"
+    # Likewise the router's hot keys: each request of the first 65,536 of a 10 s period is
+    # counted, then 1 in 16 (router/hotkeys.h); at valgrind's pace every one is.
+    hot=$(inclusive "$work"/router.$router.* rl_hot_add)
+    r=$((r - hot))
+    echo "$((hot / n))" > "$work/hot"
     objects "$work"/router.$router.* > "$work/objects"
     if [ "${TOP:-0}" -gt 0 ]; then # TOP=N: each one's N costliest functions, to stderr
         for f in "$work"/router.$router.* "$work"/node.$node.*; do
@@ -130,7 +138,7 @@ for part in $only; do
         taskset -c 1 "$bin/rl-bench" --target 127.0.0.1:$nport --service bench --keys 100000 \
             --sequential --requests 100000 --connections 4 --pipeline 256 --json >/dev/null
         read -r rb nb < <(count "$nreq" $(bench 100000 8))
-        echo "binary 8x64: router $rb, node $nb instructions per decision, router/node $(awk -v a=$rb -v b=$nb 'BEGIN {printf "%.2f", a/b}') (the node's sweep besides: $(cat "$work/sweep"))"
+        echo "binary 8x64: router $rb, node $nb instructions per decision, router/node $(awk -v a=$rb -v b=$nb 'BEGIN {printf "%.2f", a/b}') (besides, by the clock: the node's sweep $(cat "$work/sweep"), the router's hot keys $(cat "$work/hot"))"
         echo "  router by object: $(cat "$work/objects")"
         ;;
     resp)
