@@ -22,7 +22,7 @@
 #   bench/router_instr.sh [BIN]        BIN: a build directory (default build/, rebuilt)
 #   ONLY="binary grpc" bench/router_instr.sh      TOP=20: each process's 20 costliest functions
 source "$(dirname "$0")/lib.sh"
-bin=${1:-$bin}
+bin=$(cd "${1:-$bin}" && pwd)
 only=${ONLY:-binary resp grpc}
 nreq=${REQUESTS:-40000}
 [ "$bin" != "$top/build" ] || build_release
