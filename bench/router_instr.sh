@@ -60,19 +60,36 @@ memory = 1g
 limit = $1
 CONF
 }
-start() { # start LIMIT: node and router under callgrind
-    nport=$(free_port); rport=$(free_port); sport=$(free_port); gport=$(free_port)
-    conf "$1" > "$work/x.conf"
-    (cd "$work" && exec valgrind -q --tool=callgrind --callgrind-out-file="$work/node.%p" \
-        "$bin/rl-node" --config x.conf --name n >/dev/null 2>>"$work/node.log") &
-    node=$!; pids+=($node)
-    (cd "$work" && exec valgrind -q --tool=callgrind --callgrind-out-file="$work/router.%p" \
-        "$bin/rl-router" --config x.conf >/dev/null 2>>"$work/router.log") &
-    router=$!; pids+=($router)
-    for p in $nport $rport $sport $gport; do
-        for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && break; sleep 0.1; done
+start() { # start LIMIT: node and router under callgrind, on fresh ports (three tries: another
+    # process may take a port between its choice and the bind)
+    local try p up
+    for try in 1 2 3; do
+        nport=$(free_port); rport=$(free_port); sport=$(free_port); gport=$(free_port)
+        conf "$1" > "$work/x.conf"
+        (cd "$work" && exec valgrind -q --tool=callgrind --callgrind-out-file="$work/node.%p" \
+            "$bin/rl-node" --config x.conf --name n >/dev/null 2>>"$work/node.log") &
+        node=$!; pids+=($node)
+        (cd "$work" && exec valgrind -q --tool=callgrind --callgrind-out-file="$work/router.%p" \
+            "$bin/rl-router" --config x.conf >/dev/null 2>>"$work/router.log") &
+        router=$!; pids+=($router)
+        up=1
+        for p in $nport $rport $sport $gport; do
+            for _ in $(seq 1 600); do
+                (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && break
+                kill -0 $node 2>/dev/null && kill -0 $router 2>/dev/null || break
+                sleep 0.1
+            done
+            (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || up=0
+        done
+        if [ $up = 1 ]; then
+            sleep 1
+            return 0
+        fi
+        bench_cleanup
     done
-    sleep 1
+    echo "router_instr.sh: the node or the router did not start (logs:)" >&2
+    tail -3 "$work/node.log" "$work/router.log" >&2
+    exit 1
 }
 # count N CMD...: runs CMD unmeasured, then again with the counters zeroed before and dumped
 # after; prints "router_instructions node_instructions" per decision (N decisions).

@@ -199,26 +199,40 @@ answer_local(struct rl_conn *c, const struct rl_wire_req *req, const struct rl_r
     rl_conn_mark(c);
 }
 
-/* p was sent as fwd, re-encoded: keeps its bytes after the id (rl_pending_keep) as the
- * encoder writes them: fixarray header, op, the id (1, 2, 3, 5 or 9 bytes), the rest. */
+/* Keeps the bytes after the id (rl_pending_keep) of a request frame[0..len) as the encoders
+ * write it: the length prefix, fixarray header, op, the id (1, 2, 3, 5 or 9 bytes), the rest. */
 static void
-forward_keep_encoded(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *fwd)
+forward_keep_frame(struct rl_router *r, struct rl_pending *p, const char *frame, size_t len)
+{
+    const unsigned char *q = (const unsigned char *)frame + RL_WIRE_HDR_LEN;
+    size_t idlen;
+
+    if (len <= RL_WIRE_HDR_LEN + 3) {
+        return;
+    }
+    idlen = q[2] == 0xcc ? 2 : q[2] == 0xcd ? 3 : q[2] == 0xce ? 5 : q[2] == 0xcf ? 9 : 1;
+    if (RL_WIRE_HDR_LEN + 2 + idlen <= len) {
+        rl_pending_keep(r, p, q[0], (const char *)q + 2 + idlen, len - RL_WIRE_HDR_LEN - 2 - idlen);
+    }
+}
+
+/* p was sent as fwd: keeps its bytes (forward_keep_frame), from the bytes queued when
+ * given (frame), else encoded again as rl_upstream_send encodes them. */
+static void
+forward_keep_encoded(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *fwd,
+                     const char *frame, size_t len)
 {
     struct rl_buf b;
-    const unsigned char *q;
-    size_t idlen = 1;
     bool settle = fwd->op == RL_WIRE_OP_ADJUST || fwd->op == RL_WIRE_OP_RELEASE;
 
+    if (frame != NULL) {
+        forward_keep_frame(r, p, frame, len);
+        return;
+    }
     rl_buf_init(&b);
-    /* the CHECK by the hand encoder rl_upstream_send used, byte for byte rl_wire_put_check's */
-    if ((settle ? rl_wire_put_req(&b, fwd) : rl_wire_fast_put_check(&b, fwd)) == 0 &&
-        b.len > RL_WIRE_HDR_LEN + 3) {
-        q = (const unsigned char *)b.data + RL_WIRE_HDR_LEN;
-        idlen = q[2] == 0xcc ? 2 : q[2] == 0xcd ? 3 : q[2] == 0xce ? 5 : q[2] == 0xcf ? 9 : 1;
-        if (RL_WIRE_HDR_LEN + 2 + idlen <= b.len) {
-            rl_pending_keep(r, p, q[0], (const char *)q + 2 + idlen,
-                            b.len - RL_WIRE_HDR_LEN - 2 - idlen);
-        }
+    /* the CHECK by the hand encoder rl_upstream_send uses, byte for byte rl_wire_put_check's */
+    if ((settle ? rl_wire_put_req(&b, fwd) : rl_wire_fast_put_check(&b, fwd)) == 0) {
+        forward_keep_frame(r, p, b.data, b.len);
     }
     rl_buf_deinit(&b);
 }
@@ -324,7 +338,7 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     if (relay->ptr != NULL) {
         rl_pending_keep(r, p, RL_WIRE_CHECK_HDR, relay->ptr, relay->len);
     } else {
-        forward_keep_encoded(r, p, &fwd);
+        forward_keep_encoded(r, p, &fwd, NULL, 0);
     }
     p->client = c;
     p->client_id = req->id;
@@ -647,6 +661,8 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
     struct rl_upstream *u = NULL;
     struct rl_pending *p = NULL;
     struct rl_wire_req fwd;
+    const char *frame = NULL;
+    size_t frame_len = 0;
     uint64_t hash;
     uint32_t shard, owner = RL_SHARDMAP_NONE;
     uint64_t start = rl_router_now_ns(r);
@@ -672,7 +688,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
     if (p != NULL) {
         fwd = *req;
         fwd.id = rl_pending_id(r, p);
-        if (rl_upstream_send(u, &fwd, &p->link) != 0) {
+        if (rl_upstream_send_bytes(u, &fwd, &p->link, &frame, &frame_len) != 0) {
             rl_pending_unget(r, p);
             p = NULL;
         }
@@ -686,7 +702,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
         count_answer(r, (uint8_t)req->op, rule, now->code, start);
         return -1;
     }
-    forward_keep_encoded(r, p, &fwd);
+    forward_keep_encoded(r, p, &fwd, frame, frame_len);
     p->client = NULL;
     p->sink = sink;
     p->answer = answer;

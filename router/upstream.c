@@ -509,13 +509,27 @@ upstream_sent(struct rl_upstream *u, struct rl_upconn *uc, struct rl_uplink *l)
 int
 rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl_uplink *l)
 {
+    const char *frame;
+    size_t len;
+
+    return rl_upstream_send_bytes(u, req, l, &frame, &len);
+}
+
+int
+rl_upstream_send_bytes(struct rl_upstream *u, const struct rl_wire_req *req,
+                       struct rl_uplink *l, const char **frame, size_t *len)
+{
     bool admin = req->op == RL_WIRE_OP_THROTTLED;
     struct rl_upconn *uc = upstream_pick(u, admin);
     struct rl_wire_req bare;
+    size_t at;
 
+    *frame = NULL;
+    *len = 0;
     if (uc == NULL) {
         return -EAGAIN;
     }
+    at = upconn_out(uc)->len;
     if (req->tenant != 0 && !uc->tenant_ok && !uc->tenant_probe) {
         /* a node from before the tenant element. While the probe's answer is awaited the
          * element goes: sent without it, an attacker's flood right after a connect would be
@@ -529,6 +543,10 @@ rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl
              ? rl_wire_put_req(upconn_out(uc), req)
              : rl_wire_fast_put_check(upconn_out(uc), req)) != 0) {
         return -ENOMEM;
+    }
+    if (req != &bare) {
+        *frame = upconn_out(uc)->data + at;
+        *len = upconn_out(uc)->len - at;
     }
     upstream_sent(u, uc, l);
     return 0;

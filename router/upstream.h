@@ -145,6 +145,12 @@ int rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char 
  */
 int rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl_uplink *l);
 
+/* rl_upstream_send, and on success frame and len: the request's bytes as queued (valid until
+ * the next send), or NULL when what went is not req as given (its tenant left out for a node
+ * from before the tenant element). */
+int rl_upstream_send_bytes(struct rl_upstream *u, const struct rl_wire_req *req,
+                           struct rl_uplink *l, const char **frame, size_t *len);
+
 /*
  * Sends a request of op (CHECK, ADJUST or RELEASE) and hdr's arity (a fixarray header: 0x96 for
  * six elements, more with an inline limit) whose fields after the id are tail[0..tail_len),
