@@ -133,20 +133,95 @@ fast_int(const unsigned char *p, size_t n, size_t *i, int64_t *v)
     return true;
 }
 
-/* A CHECK, or with settle an ADJUST or a RELEASE too: rl_wire_fast_check, rl_wire_fast_keyed. */
+/* Elements 6 and 7 of a keyed request of elems elements (7 or 8; 6: none) at p[*i],
+ * advancing *i: the inline limit, nil or [algorithm, limit, window_ms, burst|nil], and the
+ * tenant, nil or an unsigned integer, with wire_req.c's bounds (any value it refuses, or a
+ * format not read here, is false: the full decoder judges). */
+static inline bool
+fast_tail(const unsigned char *p, size_t n, size_t *i, unsigned elems, struct rl_wire_req *req)
+{
+    static const struct {
+        const char *name;
+        uint32_t len;
+        bool burst;
+    } algos[] = {
+#define FAST_ALGO_ROW(e, s, b) {s, sizeof(s) - 1, b},
+        RL_ALGO_MAP(FAST_ALGO_ROW)
+#undef FAST_ALGO_ROW
+    };
+    struct rl_wire_limit *lim = &req->limit;
+    struct rl_wire_str name;
+    uint64_t v;
+    size_t a;
+
+    if (elems >= 7 && *i < n && p[*i] == 0xc0) {
+        (*i)++;
+    } else if (elems >= 7) {
+        if (*i >= n || p[*i] != 0x94) {
+            return false;
+        }
+        (*i)++;
+        if (!fast_str(p, n, i, 1, 64, &name)) {
+            return false;
+        }
+        for (a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
+            if (algos[a].len == name.len && memcmp(algos[a].name, name.ptr, name.len) == 0) {
+                break;
+            }
+        }
+        if (a == sizeof(algos) / sizeof(algos[0]) || !fast_uint(p, n, i, true, &v) || v == 0 ||
+            v > rl_algo_limit_max((enum rl_algo)a)) {
+            return false;
+        }
+        lim->algo = (uint8_t)a;
+        lim->limit = (uint32_t)v;
+        if (!fast_uint(p, n, i, true, &v) || v == 0 || v > rl_algo_window_max((enum rl_algo)a)) {
+            return false;
+        }
+        lim->window_ms = v;
+        lim->burst = lim->limit;
+        if (*i < n && p[*i] == 0xc0) {
+            (*i)++;
+        } else if (!algos[a].burst || !fast_uint(p, n, i, true, &v) || v == 0 ||
+                   v > RL_CONF_LIMIT_MAX) {
+            return false;
+        } else {
+            lim->burst = (uint32_t)v;
+            lim->has_burst = true;
+        }
+        lim->set = true;
+    }
+    if (elems >= 8 && *i < n && p[*i] == 0xc0) {
+        (*i)++;
+    } else if (elems >= 8) {
+        if (!fast_uint(p, n, i, true, &v) || v > UINT32_MAX) {
+            return false;
+        }
+        req->tenant = (uint32_t)v;
+    }
+    return true;
+}
+
+/* A CHECK, or with settle an ADJUST or a RELEASE too, in six elements, or with all up to
+ * eight (an inline limit and a tenant): rl_wire_fast_check, rl_wire_fast_keyed,
+ * rl_wire_fast_keyed_all. */
 static inline int
-fast_keyed(const char *data, size_t n, struct rl_wire_req *req, size_t *tail, bool settle)
+fast_keyed(const char *data, size_t n, struct rl_wire_req *req, size_t *tail, bool settle,
+           bool all)
 {
     const unsigned char *p = (const unsigned char *)data;
     size_t i = 2, at;
     uint64_t v;
     int64_t d;
+    unsigned elems;
 
-    if (n < 2 || p[0] != RL_WIRE_CHECK_HDR ||
+    if (n < 2 ||
+        (p[0] != RL_WIRE_CHECK_HDR && (!all || (p[0] != 0x97 && p[0] != 0x98))) ||
         (p[1] != RL_WIRE_OP_CHECK &&
          (!settle || (p[1] != RL_WIRE_OP_ADJUST && p[1] != RL_WIRE_OP_RELEASE)))) {
         return -1;
     }
+    elems = p[0] & 0x0fu;
     memset(req, 0, sizeof(*req));
     req->op = p[1];
     if (!fast_uint(p, n, &i, false, &v)) {
@@ -164,20 +239,23 @@ fast_keyed(const char *data, size_t n, struct rl_wire_req *req, size_t *tail, bo
         return -1;
     }
     if (req->op == RL_WIRE_OP_ADJUST) {
-        if (!fast_int(p, n, &i, &d) || d < -RL_WIRE_DELTA_MAX || d > RL_WIRE_DELTA_MAX || i != n) {
+        if (!fast_int(p, n, &i, &d) || d < -RL_WIRE_DELTA_MAX || d > RL_WIRE_DELTA_MAX) {
             return -1;
         }
         req->delta = (int32_t)d;
     } else if (req->op == RL_WIRE_OP_RELEASE) {
-        if (!fast_uint(p, n, &i, false, &v) || v == 0 || v > RL_WIRE_COUNT_MAX || i != n) {
+        if (!fast_uint(p, n, &i, false, &v) || v == 0 || v > RL_WIRE_COUNT_MAX) {
             return -1;
         }
         req->cost = (uint32_t)v;
     } else {
-        if (!fast_uint(p, n, &i, false, &v) || v > RL_WIRE_COST_MAX || i != n) {
+        if (!fast_uint(p, n, &i, false, &v) || v > RL_WIRE_COST_MAX) {
             return -1;
         }
         req->cost = (uint32_t)v;
+    }
+    if (!fast_tail(p, n, &i, elems, req) || i != n) {
+        return -1;
     }
     *tail = at;
     return 0;
@@ -186,13 +264,19 @@ fast_keyed(const char *data, size_t n, struct rl_wire_req *req, size_t *tail, bo
 int
 rl_wire_fast_check(const char *data, size_t n, struct rl_wire_req *req, size_t *tail)
 {
-    return fast_keyed(data, n, req, tail, false);
+    return fast_keyed(data, n, req, tail, false, false);
 }
 
 int
 rl_wire_fast_keyed(const char *data, size_t n, struct rl_wire_req *req, size_t *tail)
 {
-    return fast_keyed(data, n, req, tail, true);
+    return fast_keyed(data, n, req, tail, true, false);
+}
+
+int
+rl_wire_fast_keyed_all(const char *data, size_t n, struct rl_wire_req *req, size_t *tail)
+{
+    return fast_keyed(data, n, req, tail, true, true);
 }
 
 /* A CHECK reply, or with settle an ADJUST's or a RELEASE's too (the same shape). */

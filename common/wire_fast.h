@@ -38,6 +38,12 @@ int rl_wire_fast_check(const char *p, size_t n, struct rl_wire_req *req, size_t 
  * (the header RL_WIRE_CHECK_HDR): req->op says which. */
 int rl_wire_fast_keyed(const char *p, size_t n, struct rl_wire_req *req, size_t *tail);
 
+/* rl_wire_fast_keyed, and the seven- and eight-element forms too (an inline limit, nil or
+ * [algorithm, limit, window_ms, burst|nil], and a tenant, nil or an unsigned integer: what
+ * routers send for RESP and gRPC): for the node, which judges the request. Not for a relay:
+ * the tail of such a request is not a six-element CHECK's (rl_wire_put_spliced). */
+int rl_wire_fast_keyed_all(const char *p, size_t n, struct rl_wire_req *req, size_t *tail);
+
 /*
  * Reads the CHECK reply payload p[0..n). Returns 0 with rep's op, id and check set as
  * rl_wire_decode_reply sets them (its other scalar fields cleared as it clears them) and

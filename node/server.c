@@ -582,10 +582,11 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
     struct rl_wire_fault fault;
     struct rl_wire_req req;
     size_t tail;
-    /* A CHECK, ADJUST or RELEASE in its common six-element encoding is read straight from its
-     * bytes (wire_fast.h: the same fields the full decoder gives, fuzz_wire holds them to it);
-     * anything else goes through the full decoder, which also words the errors. */
-    int rc = rl_wire_fast_keyed(p, n, &req, &tail) == 0
+    /* A CHECK, ADJUST or RELEASE in its common encodings (six elements, or with an inline
+     * limit and a tenant) is read straight from its bytes (wire_fast.h: the same fields the
+     * full decoder gives, check_wire_fast and fuzz_wire hold them to it); anything else goes
+     * through the full decoder, which also words the errors. */
+    int rc = rl_wire_fast_keyed_all(p, n, &req, &tail) == 0
                  ? 0
                  : rl_wire_decode_req(&s->dec, p, n, &req, &fault);
 

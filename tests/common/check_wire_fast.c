@@ -54,6 +54,14 @@ same_as_full_req(const char *what, const char *p, size_t n, const struct rl_wire
     RL_CHECK(str_eq(full.endpoint, fast->endpoint), "%s: endpoint %p/%u vs %p/%u", what,
              (const void *)full.endpoint.ptr, full.endpoint.len, (const void *)fast->endpoint.ptr,
              fast->endpoint.len);
+    RL_CHECK(memcmp(&full.limit, &fast->limit, sizeof(full.limit)) == 0 &&
+                 full.tenant == fast->tenant,
+             "%s: limit set %d/%d algo %u/%u limit %u/%u window %llu/%llu burst %u/%u tenant "
+             "%u/%u",
+             what, full.limit.set, fast->limit.set, full.limit.algo, fast->limit.algo,
+             full.limit.limit, fast->limit.limit, (unsigned long long)full.limit.window_ms,
+             (unsigned long long)fast->limit.window_ms, full.limit.burst, fast->limit.burst,
+             full.tenant, fast->tenant);
     RL_CHECK(full.now_ms == 0 && fast->now_ms == 0 && fast->role.ptr == NULL &&
                  fast->token.ptr == NULL && !fast->has_since && fast->top == 0,
              "%s", what);
@@ -706,6 +714,170 @@ START_TEST(test_differential_fuzz)
 }
 END_TEST
 
+/* CHECKs with an inline limit (every algorithm, each bound and each integer width) and a
+ * tenant, as the routers' encoders write them: the node's reader takes them with the full
+ * decoder's fields, the relay's reader never does; one past a bound is left to the full
+ * decoder, which refuses it. */
+START_TEST(test_takes_inline_limits)
+{
+    static const uint64_t limits[] = {1, 127, 128, 255, 65535, 65536, 10000, 10001, 4294967295u};
+    static const uint64_t windows[] = {1, 1000, 65536, 4294967295u, 4294967296ull,
+                                       31622400000ull, 31622400001ull};
+    static const uint32_t tenants[] = {0, 1, 200, 70000, 4294967295u};
+    struct rl_buf a;
+    struct rl_wire_decoder d;
+    int taken = 0, refused = 0;
+
+    RL_CHECK_INT_EQ(rl_wire_decoder_init(&d), 0);
+    rl_buf_init(&a);
+    for (unsigned algo = 0; algo < RL_ALGO_COUNT; algo++) {
+        for (size_t li = 0; li < sizeof(limits) / sizeof(limits[0]); li++) {
+            for (size_t wi = 0; wi < sizeof(windows) / sizeof(windows[0]); wi++) {
+                for (int b = 0; b < 3; b++) {
+                    struct rl_wire_req in = {0}, out;
+                    struct rl_wire_fault f;
+                    size_t n, tail;
+                    char what[128];
+                    int rc, frc;
+
+                    in.op = RL_WIRE_OP_CHECK;
+                    in.id = ids[(li + wi + algo) % 10];
+                    in.service.ptr = "shop";
+                    in.service.len = 4;
+                    in.user.ptr = "u-1";
+                    in.user.len = 3;
+                    in.cost = (uint32_t)(wi % 3);
+                    in.limit.set = true;
+                    in.limit.algo = (uint8_t)algo;
+                    in.limit.limit = (uint32_t)limits[li];
+                    in.limit.window_ms = windows[wi];
+                    in.limit.burst = in.limit.limit;
+                    if (b > 0) {
+                        in.limit.has_burst = true;
+                        in.limit.burst = b == 1 ? 1 : 4294967295u;
+                    }
+                    in.tenant = tenants[(li + wi + (size_t)b) % 5];
+                    snprintf(what, sizeof(what), "algo %u limit %llu window %llu burst %d tenant %u",
+                             algo, (unsigned long long)limits[li],
+                             (unsigned long long)windows[wi], b, in.tenant);
+                    rl_buf_reset(&a);
+                    RL_CHECK_INT_EQ(((li + wi) & 1) ? rl_wire_put_check(&a, &in)
+                                                    : rl_wire_fast_put_check(&a, &in),
+                                    0);
+                    n = a.len - RL_WIRE_HDR_LEN;
+                    RL_CHECK(rl_wire_fast_keyed(a.data + RL_WIRE_HDR_LEN, n, &out, &tail) != 0,
+                             "%s: the relay's reader took it", what);
+                    rc = rl_wire_fast_keyed_all(a.data + RL_WIRE_HDR_LEN, n, &out, &tail);
+                    frc = rl_wire_decode_req(&d, a.data + RL_WIRE_HDR_LEN, n, &out, &f);
+                    if (frc != 0) {
+                        RL_CHECK(rc != 0, "%s: taken, the full decoder refuses: %s", what,
+                                 f.msg);
+                        refused++;
+                        continue;
+                    }
+                    RL_CHECK(rc == 0, "%s: not taken", what);
+                    RL_CHECK_INT_EQ(
+                        rl_wire_fast_keyed_all(a.data + RL_WIRE_HDR_LEN, n, &out, &tail), 0);
+                    RL_CHECK(out.limit.set && out.limit.algo == algo &&
+                                 out.limit.limit == limits[li] &&
+                                 out.limit.window_ms == windows[wi] && out.tenant == in.tenant,
+                             "%s", what);
+                    same_as_full_req(what, a.data + RL_WIRE_HDR_LEN, n, &out);
+                    taken++;
+                }
+            }
+        }
+    }
+    /* each bound was met both ways */
+    ck_assert_int_gt(taken, 300);
+    ck_assert_int_gt(refused, 100);
+    rl_buf_deinit(&a);
+    rl_wire_decoder_deinit(&d);
+}
+END_TEST
+
+/* Inline CHECKs mutated at random (as test_differential_fuzz): whatever the node's reader
+ * takes, the full decoder takes with the same fields. */
+START_TEST(test_inline_differential_fuzz)
+{
+    static const unsigned char hot[] = {0x00, 0x01, 0x7f, 0x80, 0x94, 0x96, 0x97, 0x98, 0xa0,
+                                        0xa4, 0xbf, 0xc0, 0xc2, 0xcc, 0xcd, 0xce, 0xcf, 0xd0,
+                                        0xd9, 0xff, 0x09, 0x0a, 'g', 'c', 'r', 'a'};
+    struct rl_buf seeds[4];
+    struct rl_wire_req in = {0}, req;
+    char buf[512];
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    int taken = 0;
+
+    for (int k = 0; k < 4; k++) {
+        rl_buf_init(&seeds[k]);
+    }
+    in.op = RL_WIRE_OP_CHECK;
+    in.id = 70000;
+    in.service.ptr = "checkout";
+    in.service.len = 8;
+    in.user.ptr = "user-1";
+    in.user.len = 6;
+    in.cost = 1;
+    in.limit.set = true;
+    in.limit.algo = RL_ALGO_GCRA;
+    in.limit.limit = 1000;
+    in.limit.window_ms = 1000;
+    in.limit.burst = 5000;
+    in.limit.has_burst = true;
+    ck_assert_int_eq(rl_wire_fast_put_check(&seeds[0], &in), 0);
+    in.tenant = 77;
+    ck_assert_int_eq(rl_wire_fast_put_check(&seeds[1], &in), 0);
+    in.limit.algo = RL_ALGO_FIXED_WINDOW;
+    in.limit.has_burst = false;
+    in.limit.burst = in.limit.limit;
+    in.limit.window_ms = 31622400000ull;
+    ck_assert_int_eq(rl_wire_put_check(&seeds[2], &in), 0);
+    in.limit.algo = RL_ALGO_CONCURRENCY;
+    in.limit.limit = 10;
+    in.limit.burst = 10;
+    in.limit.window_ms = 30000;
+    in.tenant = 4294967295u;
+    ck_assert_int_eq(rl_wire_put_check(&seeds[3], &in), 0);
+    for (int iter = 0; iter < 300000; iter++) {
+        const struct rl_buf *seed = &seeds[iter % 4];
+        int muts = (int)(rnd(&s) % 4);
+        size_t n = seed->len - RL_WIRE_HDR_LEN, tail = 0;
+
+        memcpy(buf, seed->data + RL_WIRE_HDR_LEN, n);
+        while (muts-- > 0 && n > 0) {
+            uint64_t r = rnd(&s);
+            size_t k = (r >> 8) % n;
+
+            switch (r % 4) {
+            case 0:
+                buf[k] = (char)(rnd(&s) >> 13);
+                break;
+            case 1:
+                buf[k] = (char)hot[(r >> 20) % sizeof(hot)];
+                break;
+            case 2:
+                memmove(buf + k + 1, buf + k, n - k);
+                buf[k] = (char)hot[(r >> 20) % sizeof(hot)];
+                n++;
+                break;
+            default:
+                n = (r & 0x100) ? k : n - 1;
+                break;
+            }
+        }
+        if (rl_wire_fast_keyed_all(buf, n, &req, &tail) == 0) {
+            taken++;
+            same_as_full_req("fuzzed inline request", buf, n, &req);
+        }
+    }
+    ck_assert_int_gt(taken, 30000);
+    for (int k = 0; k < 4; k++) {
+        rl_buf_deinit(&seeds[k]);
+    }
+}
+END_TEST
+
 static Suite *
 wire_fast_suite(void)
 {
@@ -720,6 +892,8 @@ wire_fast_suite(void)
     tcase_add_test(tc, test_splice_limits);
     tcase_add_test(tc, test_differential_fuzz);
     tcase_add_test(tc, test_fast_put_check);
+    tcase_add_test(tc, test_takes_inline_limits);
+    tcase_add_test(tc, test_inline_differential_fuzz);
     suite_add_tcase(s, tc);
     return s;
 }

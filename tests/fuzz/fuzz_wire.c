@@ -136,6 +136,15 @@ fast_agrees(const char *f, size_t plen)
         MUST(same_str(full.service, fast.service) && same_str(full.user, fast.user) &&
              same_str(full.endpoint, fast.endpoint));
     }
+    if (rl_wire_fast_keyed_all(f, plen, &fast, &tail) == 0) {
+        MUST(tail > 2 && tail < plen);
+        MUST(rl_wire_decode_req(&dec, f, plen, &full, &fault) == 0);
+        MUST(full.op == fast.op && full.id == fast.id && full.cost == fast.cost &&
+             full.delta == fast.delta && full.tenant == fast.tenant &&
+             memcmp(&full.limit, &fast.limit, sizeof(full.limit)) == 0);
+        MUST(same_str(full.service, fast.service) && same_str(full.user, fast.user) &&
+             same_str(full.endpoint, fast.endpoint));
+    }
     if (rl_wire_fast_check_reply(f, plen, &fast_rep, &tail) == 0) {
         MUST(fast_rep.op == RL_WIRE_OP_CHECK);
     }
