@@ -110,3 +110,19 @@ measure_pair() {
     local rn nn; rn=$(ns_per $((r1 - r0)) "$rdd"); nn=$(ns_per $((n1 - n0)) "$rdd")
     echo "$d $nd $rd $rn $nn"
 }
+
+# rls_fixture: in $work, edge.yaml (domain edge, descriptor k, a limit never reached:
+# 4,000,000,000 an hour) and req.bin (RateLimitRequest{domain: "edge", descriptors:
+# [{entries: [{key: "k", value: "v"}]}]} behind gRPC's 5-byte prefix, not compressed, length
+# 16), what the gRPC benchmarks send with h2load.
+rls_fixture() {
+    printf '\x00\x00\x00\x00\x10\x0a\x04edge\x12\x08\x0a\x06\x0a\x01k\x12\x01v' > "$work/req.bin"
+    cat > "$work/edge.yaml" <<YAML
+domain: edge
+descriptors:
+  - key: k
+    rate_limit:
+      unit: hour
+      requests_per_unit: 4000000000
+YAML
+}

@@ -39,14 +39,7 @@ xport=$(free_port)
 machine
 echo "load: $(uptime)"
 
-cat > "$work/edge.yaml" <<YAML
-domain: edge
-descriptors:
-  - key: k
-    rate_limit:
-      unit: hour
-      requests_per_unit: 4000000000
-YAML
+rls_fixture
 cat > "$work/r.conf" <<CONF
 [cluster]
 envoy_config = edge.yaml
@@ -61,9 +54,6 @@ memory = 1g
 [service bench]
 limit = fixed_window 4000000000 per 1h
 CONF
-# RateLimitRequest{domain: "edge", descriptors: [{entries: [{key: "k", value: "v"}]}]},
-# behind gRPC's 5-byte prefix (not compressed, length 16)
-printf '\x00\x00\x00\x00\x10\x0a\x04edge\x12\x08\x0a\x06\x0a\x01k\x12\x01v' > "$work/req.bin"
 # upstream's Redis commands for one decision: INCRBY PREFIX+domain_key_value_+window, EXPIRE
 /usr/bin/python3 - "$work/redis.pipe" "$pairs" <<'PY'
 import sys

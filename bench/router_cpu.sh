@@ -31,15 +31,7 @@ cmake --build "$work/build" -j"$(nproc)" --target rl-node rl-router rl-bench >/d
 machine
 echo "base: $(git -C "$top" rev-parse --short "$base_rev"), current: $(tree_rev)"
 echo "load before: $(uptime)"
-printf '\x00\x00\x00\x00\x10\x0a\x04edge\x12\x08\x0a\x06\x0a\x01k\x12\x01v' > "$work/req.bin"
-cat > "$work/edge.yaml" <<YAML
-domain: edge
-descriptors:
-  - key: k
-    rate_limit:
-      unit: hour
-      requests_per_unit: 4000000000
-YAML
+rls_fixture
 
 # ports: fresh ports for the next start (another tenant may take one meanwhile: start
 # retries with new ones).

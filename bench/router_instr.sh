@@ -32,15 +32,7 @@ done
 scratch
 machine
 echo "commit: $(tree_rev) ($bin); valgrind $(valgrind --version | sed 's/valgrind-//')"
-printf '\x00\x00\x00\x00\x10\x0a\x04edge\x12\x08\x0a\x06\x0a\x01k\x12\x01v' > "$work/req.bin"
-cat > "$work/edge.yaml" <<YAML
-domain: edge
-descriptors:
-  - key: k
-    rate_limit:
-      unit: hour
-      requests_per_unit: 4000000000
-YAML
+rls_fixture
 conf() { # conf LIMIT: node n, the router with the RESP and gRPC fronts; deadlines for valgrind
     cat <<CONF
 [cluster]

@@ -571,6 +571,35 @@ rnd(uint64_t *s)
     return *s * 2685821657736338717ull;
 }
 
+
+/* muts random mutations of buf[0..n) (a byte changed at random or to one of hot, one
+ * inserted, the end cut); returns the new length (buf has room for 64 more bytes). */
+static size_t
+mutate(char *buf, size_t n, int muts, uint64_t *s, const unsigned char *hot, size_t nhot)
+{
+    while (muts-- > 0 && n > 0) {
+        uint64_t r = rnd(s);
+        size_t k = (r >> 8) % n;
+
+        switch (r % 4) {
+        case 0:
+            buf[k] = (char)(rnd(s) >> 13);
+            break;
+        case 1:
+            buf[k] = (char)hot[(r >> 20) % nhot];
+            break;
+        case 2:
+            memmove(buf + k + 1, buf + k, n - k);
+            buf[k] = (char)hot[(r >> 20) % nhot];
+            n++;
+            break;
+        default:
+            n = (r & 0x100) ? k : n - 1;
+            break;
+        }
+    }
+    return n;
+}
 /* Mutated CHECKs, ADJUSTs, RELEASEs and replies: whatever the short readers take, the full
  * decoders take with the same fields, and the splice of it decodes to the same fields under
  * the new id. */
@@ -637,27 +666,7 @@ START_TEST(test_differential_fuzz)
         uint32_t id2 = (uint32_t)rnd(&s) >> (rnd(&s) % 32);
 
         memcpy(buf, seed->data + RL_WIRE_HDR_LEN, n);
-        while (muts-- > 0 && n > 0) {
-            uint64_t r = rnd(&s);
-            size_t k = (r >> 8) % n;
-
-            switch (r % 4) {
-            case 0:
-                buf[k] = (char)(rnd(&s) >> 13);
-                break;
-            case 1:
-                buf[k] = (char)hot[(r >> 20) % sizeof(hot)];
-                break;
-            case 2:
-                memmove(buf + k + 1, buf + k, n - k);
-                buf[k] = (char)hot[(r >> 20) % sizeof(hot)];
-                n++;
-                break;
-            default:
-                n = (r & 0x100) ? k : n - 1;
-                break;
-            }
-        }
+        n = mutate(buf, n, muts, &s, hot, sizeof(hot));
         if (rl_wire_fast_check(buf, n, &req, &tail) == 0) {
             RL_CHECK(req.op == RL_WIRE_OP_CHECK);
         }
@@ -845,27 +854,7 @@ START_TEST(test_inline_differential_fuzz)
         size_t n = seed->len - RL_WIRE_HDR_LEN, tail = 0;
 
         memcpy(buf, seed->data + RL_WIRE_HDR_LEN, n);
-        while (muts-- > 0 && n > 0) {
-            uint64_t r = rnd(&s);
-            size_t k = (r >> 8) % n;
-
-            switch (r % 4) {
-            case 0:
-                buf[k] = (char)(rnd(&s) >> 13);
-                break;
-            case 1:
-                buf[k] = (char)hot[(r >> 20) % sizeof(hot)];
-                break;
-            case 2:
-                memmove(buf + k + 1, buf + k, n - k);
-                buf[k] = (char)hot[(r >> 20) % sizeof(hot)];
-                n++;
-                break;
-            default:
-                n = (r & 0x100) ? k : n - 1;
-                break;
-            }
-        }
+        n = mutate(buf, n, muts, &s, hot, sizeof(hot));
         if (rl_wire_fast_keyed_all(buf, n, &req, &tail) == 0) {
             taken++;
             same_as_full_req("fuzzed inline request", buf, n, &req);
