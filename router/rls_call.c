@@ -28,6 +28,7 @@
 #include "auth.h"
 #include "conn.h"
 #include "log.h"
+#include "rls_arena.h"
 #include "router_int.h"
 #include "rls_front.h"
 #include "rls_int.h"
@@ -343,57 +344,6 @@ replaced(const struct rl_rls_call *s, size_t n, const char *name)
     return false;
 }
 
-/* The call's arena (protobuf-c's allocator for its request): a bump allocation within
- * call->arena, malloc beyond it; freeing from the arena is nothing (it goes with the call). */
-static void *
-arena_take(void *arg, size_t size)
-{
-    struct rl_rls_call *call = arg;
-    size_t at = (call->arena_used + 15) & ~(size_t)15;
-
-    if (size <= sizeof(call->arena) && at <= sizeof(call->arena) - size) {
-        call->arena_used = at + size;
-        return call->arena + at;
-    }
-    call->arena_spilled = true;
-    return malloc(size);
-}
-
-static bool
-in_arena(const struct rl_rls_call *call, const void *p)
-{
-    return (const uint8_t *)p >= call->arena && (const uint8_t *)p < call->arena + sizeof(call->arena);
-}
-
-static void
-arena_give(void *arg, void *p)
-{
-    struct rl_rls_call *call = arg;
-
-    if (!in_arena(call, p)) {
-        free(p);
-    }
-}
-
-/* From the arena for what is freed apart (arena_give): a malloc here leaves req's walk
- * (arena_spilled) out of it. */
-static void *
-arena_take_apart(struct rl_rls_call *call, size_t n)
-{
-    bool spilled = call->arena_spilled;
-    void *p = arena_take(call, n);
-
-    call->arena_spilled = spilled;
-    return p;
-}
-
-uint8_t *
-rl_rls_call_out(struct rl_rls_call *call, size_t n)
-{
-    call->out = arena_take_apart(call, n);
-    return call->out;
-}
-
 /* n zeroed elements of size from the call's arena (malloc beyond it); NULL: out of memory. */
 static void *
 arena_calloc(struct rl_rls_call *call, size_t n, size_t size)
@@ -403,7 +353,7 @@ arena_calloc(struct rl_rls_call *call, size_t n, size_t size)
     if (size != 0 && n > SIZE_MAX / size) {
         return NULL;
     }
-    p = arena_take_apart(call, n * size);
+    p = rls_arena_take_apart(call, n * size);
     if (p != NULL) {
         memset(p, 0, n * size);
     }
@@ -414,8 +364,8 @@ int
 rl_rls_call_decode(struct rl_rls_call *s, const uint8_t *msg, size_t len)
 {
     /* unpacked into the call's arena: a request's dozen allocations cost no malloc */
-    s->arena_alloc.alloc = arena_take;
-    s->arena_alloc.free = arena_give;
+    s->arena_alloc.alloc = rls_arena_take;
+    s->arena_alloc.free = rls_arena_give;
     s->arena_alloc.allocator_data = s;
     s->arena_used = 0;
     s->arena_spilled = false;
@@ -702,16 +652,16 @@ rl_rls_call_release(struct rl_rls_call *call)
     rl_envoy_config_drop(call->cfg);
     call->cfg = NULL;
     if (call->descs != NULL) {
-        arena_give(call, call->descs);
+        rls_arena_give(call, call->descs);
     }
     call->descs = NULL;
     if (call->parts != NULL) {
-        arena_give(call, call->parts);
+        rls_arena_give(call, call->parts);
     }
     call->parts = NULL;
     call->nparts = 0;
     if (call->out != NULL) {
-        arena_give(call, call->out);
+        rls_arena_give(call, call->out);
     }
     call->out = NULL;
 }

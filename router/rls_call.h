@@ -98,9 +98,6 @@ int rl_rls_call_decode(struct rl_rls_call *call, const uint8_t *msg, size_t len)
  * answer is ready (maybe before this returns). */
 void rl_rls_call_start(struct rl_rls_call *call);
 
-/* Room for the answer (n bytes) in call->out: the arena's free end when it fits, else
- * malloc. NULL: out of memory. */
-uint8_t *rl_rls_call_out(struct rl_rls_call *call, size_t n);
 
 /* Orphans the call's parts still in flight and frees what it holds (out included). */
 void rl_rls_call_release(struct rl_rls_call *call);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "rls_arena.h"
 #include "router_int.h"
 #include "rls_front.h"
 #include "rls_int.h"
