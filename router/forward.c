@@ -216,19 +216,14 @@ forward_keep_frame(struct rl_router *r, struct rl_pending *p, const char *frame,
     }
 }
 
-/* p was sent as fwd: keeps its bytes (forward_keep_frame), from the bytes queued when
- * given (frame), else encoded again as rl_upstream_send encodes them. */
+/* p was sent as fwd: keeps its bytes (forward_keep_frame), encoded again as
+ * rl_upstream_send encodes them. */
 static void
-forward_keep_encoded(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *fwd,
-                     const char *frame, size_t len)
+forward_keep_encoded(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *fwd)
 {
     struct rl_buf b;
     bool settle = fwd->op == RL_WIRE_OP_ADJUST || fwd->op == RL_WIRE_OP_RELEASE;
 
-    if (frame != NULL) {
-        forward_keep_frame(r, p, frame, len);
-        return;
-    }
     rl_buf_init(&b);
     /* the CHECK by the hand encoder rl_upstream_send uses, byte for byte rl_wire_put_check's */
     if ((settle ? rl_wire_put_req(&b, fwd) : rl_wire_fast_put_check(&b, fwd)) == 0) {
@@ -338,7 +333,7 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     if (relay->ptr != NULL) {
         rl_pending_keep(r, p, RL_WIRE_CHECK_HDR, relay->ptr, relay->len);
     } else {
-        forward_keep_encoded(r, p, &fwd, NULL, 0);
+        forward_keep_encoded(r, p, &fwd);
     }
     p->client = c;
     p->client_id = req->id;
@@ -702,7 +697,11 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
         count_answer(r, (uint8_t)req->op, rule, now->code, start);
         return -1;
     }
-    forward_keep_encoded(r, p, &fwd, frame, frame_len);
+    if (frame != NULL) { /* the bytes queued for the node */
+        forward_keep_frame(r, p, frame, frame_len);
+    } else {
+        forward_keep_encoded(r, p, &fwd);
+    }
     p->client = NULL;
     p->sink = sink;
     p->answer = answer;

@@ -98,7 +98,6 @@ int rl_rls_call_decode(struct rl_rls_call *call, const uint8_t *msg, size_t len)
  * answer is ready (maybe before this returns). */
 void rl_rls_call_start(struct rl_rls_call *call);
 
-
 /* Orphans the call's parts still in flight and frees what it holds (out included). */
 void rl_rls_call_release(struct rl_rls_call *call);
 

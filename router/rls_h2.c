@@ -487,7 +487,6 @@ on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
     s->call.done = stream_respond;
     s->call.answered = stream_answered;
     s->id = f->hd.stream_id;
-    s->bad_method = s->bad_path = true; /* until a :method POST and the :path are seen */
     s->opened_ms = uv_now(c->r->loop);
     s->next = c->streams;
     if (c->streams != NULL) {
@@ -504,15 +503,18 @@ on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
 
 /* A request's pseudo-header (RFC 9113, 8.3.1): false when it is malformed (unknown, empty,
  * or seen before); :method and :path are noted for stream_call (POST and the service's path
- * only). */
+ * only). One missing is on_frame's to find, once the request's headers are all in. */
 static bool
 pseudo_header(struct rls_stream *s, const uint8_t *name, size_t nlen, const uint8_t *value,
               size_t vlen)
 {
-    static const char *const known[] = {":method", ":path", ":scheme", ":authority"};
+    static const struct {
+        const char *name;
+        size_t len;
+    } known[] = {{":method", 7}, {":path", 5}, {":scheme", 7}, {":authority", 10}};
 
     for (unsigned k = 0; k < sizeof(known) / sizeof(known[0]); k++) {
-        if (nlen == strlen(known[k]) && memcmp(name, known[k], nlen) == 0) {
+        if (nlen == known[k].len && memcmp(name, known[k].name, nlen) == 0) {
             if (s->pseudo & (1u << k)) {
                 return false;
             }

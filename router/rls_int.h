@@ -67,13 +67,12 @@ struct rls_decided {
 size_t rls_meta_bound(const struct rl_rls_call *s, const struct rls_decided *dec);
 size_t rls_meta_write(uint8_t *end, const struct rl_rls_call *s, const struct rls_decided *dec);
 
-/* rls_meta.c: the rest of a RateLimitResponse written by hand in the same way: its
- * overall_code, statuses and response_headers_to_add, the bytes protobuf-c packs for them
- * (check_rls_pack compares the two). rls_response_bound: the most bytes rls_response_write
- * uses, or 0 when resp sets a field it does not write (request_headers_to_add, raw_body,
- * dynamic_metadata as a message, a quota, a header's raw_value: never built here; the
- * caller packs with protobuf-c then). rls_response_write: writes the fields so that they end
- * at end and returns their length. */
+/* rls_meta.c: the rest of a RateLimitResponse written by hand in the same way: the fields
+ * rls_reply.c builds (overall_code, statuses, response_headers_to_add), the bytes protobuf-c
+ * packs for them (check_rls_pack compares the two); the others (request_headers_to_add,
+ * raw_body, a quota, a header's raw_value) are never built and not written.
+ * rls_response_bound: the most bytes rls_response_write uses; rls_response_write: writes
+ * the fields so that they end at end and returns their length. */
 size_t rls_response_bound(const Envoy__Service__Ratelimit__V3__RateLimitResponse *resp);
 size_t rls_response_write(uint8_t *end,
                           const Envoy__Service__Ratelimit__V3__RateLimitResponse *resp);

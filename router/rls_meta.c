@@ -384,17 +384,10 @@ rls_response_bound(const Envoy__Service__Ratelimit__V3__RateLimitResponse *resp)
 {
     size_t n = VARINT_FIELD_MAX;
 
-    if (resp->n_request_headers_to_add != 0 || resp->raw_body.len != 0 ||
-        resp->dynamic_metadata != NULL || resp->quota != NULL) {
-        return 0;
-    }
     for (size_t i = 0; i < resp->n_statuses; i++) {
         const Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st =
             resp->statuses[i];
 
-        if (st->quota != NULL) {
-            return 0;
-        }
         n += 4 * LEN_FIELD_MAX + 7 * VARINT_FIELD_MAX;
         if (st->current_limit != NULL && st->current_limit->name != NULL) {
             n += strlen(st->current_limit->name);
@@ -403,9 +396,6 @@ rls_response_bound(const Envoy__Service__Ratelimit__V3__RateLimitResponse *resp)
     for (size_t i = 0; i < resp->n_response_headers_to_add; i++) {
         const Envoy__Config__Core__V3__HeaderValue *h = resp->response_headers_to_add[i];
 
-        if (h->raw_value.len != 0) {
-            return 0;
-        }
         n += 3 * LEN_FIELD_MAX + (h->key != NULL ? strlen(h->key) : 0) +
              (h->value != NULL ? strlen(h->value) : 0);
     }

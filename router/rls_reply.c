@@ -198,7 +198,9 @@ call_headers(const struct rl_conf *conf, rls_status *const *stp, size_t n, rls_h
  * stack, no allocation); a larger one in arrays of its own. */
 #define RLS_BUILT_INLINE 4u
 
-/* What a response is built in: per descriptor, its status, limit and duration. */
+/* What a response is built in: per descriptor, its status, limit and duration. A field set
+ * here that rls_response_write (rls_meta.c) does not write must be added there too:
+ * check_rls_pack holds the two to protobuf-c's bytes. */
 struct rls_built {
     rls_response resp;
     rls_status *st, **stp;
@@ -432,24 +434,14 @@ response_pack(struct rl_rls_call *s, const rls_response *resp, const struct rls_
     size_t hand = rls_response_bound(resp), bound = rls_meta_bound(s, dec), len, meta;
     uint8_t *end;
 
-    if (hand != 0) { /* by hand (rls_meta.c), written backwards behind the metadata */
-        if (rl_rls_call_out(s, 5 + hand + bound) == NULL) {
-            return -1;
-        }
-        end = s->out + 5 + hand + bound;
-        meta = rls_meta_write(end, s, dec);
-        len = meta + rls_response_write(end - meta, resp);
-        memmove(s->out + 5, end - len, len);
-    } else {
-        len = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(resp);
-        if (rl_rls_call_out(s, 5 + len + bound) == NULL) {
-            return -1;
-        }
-        envoy__service__ratelimit__v3__rate_limit_response__pack(resp, s->out + 5);
-        meta = rls_meta_write(s->out + 5 + len + bound, s, dec);
-        memmove(s->out + 5 + len, s->out + 5 + len + bound - meta, meta);
-        len += meta;
+    /* by hand (rls_meta.c), written backwards behind the metadata */
+    if (rl_rls_call_out(s, 5 + hand + bound) == NULL) {
+        return -1;
     }
+    end = s->out + 5 + hand + bound;
+    meta = rls_meta_write(end, s, dec);
+    len = meta + rls_response_write(end - meta, resp);
+    memmove(s->out + 5, end - len, len);
     s->out[0] = 0;
     s->out[1] = (uint8_t)(len >> 24);
     s->out[2] = (uint8_t)(len >> 16);
