@@ -118,7 +118,6 @@ swl_degrade(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now_eff, 
     swl_tag(s, &c);
 }
 
-
 static void
 swl_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
           struct rl_algo_result *r)
@@ -700,12 +699,46 @@ rl_algo_rescale(const struct rl_tier *from, const struct rl_tier *to, struct rl_
     }
 }
 
+/*
+ * now >= tb_full_at and now >= gcra_full_at without their 128-bit division (the sweep asks
+ * this of every key it visits, and a CHECK of a new key once): for an integer now,
+ * now >= ceil(x / L) is x <= now * L. full_at saturates at UINT64_MAX, which only a now of
+ * UINT64_MAX reaches: rl_algo_is_full answers that now first.
+ */
+static bool
+tb_is_full(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now)
+{
+    if (s->b == 0) {
+        return true;
+    }
+    return now >= s->a && (u128)(now - s->a) * t->limit >= s->b; /* a limit of 0: never */
+}
+
+static bool
+gcra_is_full(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now)
+{
+    u128 x = gcra_x(s);
+
+    return x == 0 || x <= (u128)now * t->limit; /* a limit of 0: never */
+}
+
 bool
 rl_algo_is_full(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now)
 {
     /* Every state is frozen until now reaches the times it stores, and full_at is past them
      * all, so a clock that stepped back is handled here as well. */
-    return now >= rl_algo_full_at(t, s);
+    if (now == UINT64_MAX) {
+        return true; /* full_at is never later */
+    }
+    switch (t->algo) {
+    case RL_ALGO_TOKEN_BUCKET:
+        return tb_is_full(t, s, now);
+    case RL_ALGO_GCRA:
+    case RL_ALGO_LEAKY_BUCKET:
+        return gcra_is_full(t, s, now);
+    default:
+        return now >= rl_algo_full_at(t, s);
+    }
 }
 
 void

@@ -637,6 +637,58 @@ START_TEST(test_gcra_extreme)
 }
 END_TEST
 
+/* A 64-bit value of a random magnitude, some at the edges. */
+static uint64_t
+rnd_mag(uint64_t *rs)
+{
+    uint64_t r = rnd(rs);
+
+    switch (r % 8) {
+    case 0:
+        return 0;
+    case 1:
+        return UINT64_MAX - (r >> 60);
+    case 2:
+        return (r >> 3) % 4;
+    default:
+        return rnd(rs) >> (r >> 3) % 64;
+    }
+}
+
+/* The bucket algorithms answer is_full without full_at's division: the same answer as
+ * now >= full_at over states, limits and nows of every magnitude, the nows around full_at
+ * and at both ends of the clock. */
+START_TEST(test_is_full_matches_full_at)
+{
+    static const enum rl_algo algos[] = {RL_ALGO_TOKEN_BUCKET, RL_ALGO_GCRA, RL_ALGO_LEAKY_BUCKET,
+                                         RL_ALGO_FIXED_WINDOW, RL_ALGO_SLIDING_WINDOW_COUNTER};
+    uint64_t rs = 35;
+    uint64_t full_seen = 0, not_seen = 0;
+
+    for (int i = 0; i < 400000; i++) {
+        enum rl_algo a = algos[rnd(&rs) % (sizeof(algos) / sizeof(algos[0]))];
+        uint32_t limit = (uint32_t)(rnd(&rs) % 4 == 0 ? rnd(&rs) % 3 : rnd_mag(&rs));
+        struct rl_tier t = mk_tier(a, limit, 1 + rnd(&rs) % 100000, (uint32_t)rnd(&rs));
+        struct rl_algo_state s = {rnd_mag(&rs), rnd_mag(&rs)};
+        uint64_t at = rl_algo_full_at(&t, &s);
+        uint64_t nows[] = {
+            0, 1, at, at - 1, at + 1, UINT64_MAX, UINT64_MAX - 1, rnd_mag(&rs), s.a, s.a + 1};
+
+        for (size_t k = 0; k < sizeof(nows) / sizeof(nows[0]); k++) {
+            bool want = nows[k] >= at, got = rl_algo_is_full(&t, &s, nows[k]);
+
+            RL_CHECK(got == want,
+                     "%s limit %u state (%llu, %llu) now %llu: is_full %d, full_at %llu",
+                     algo_names[a], limit, (unsigned long long)s.a, (unsigned long long)s.b,
+                     (unsigned long long)nows[k], got, (unsigned long long)at);
+            *(want ? &full_seen : &not_seen) += 1;
+        }
+    }
+    ck_assert_uint_gt(full_seen, 100000);
+    ck_assert_uint_gt(not_seen, 100000);
+}
+END_TEST
+
 /* Large parameters through the window algorithms: no overflow in the products. */
 START_TEST(test_large_windows)
 {
@@ -1030,6 +1082,7 @@ algo_suite(void)
     tcase_add_test(bf, test_gcra_equals_token_bucket);
     tcase_add_test(bf, test_gcra_equals_token_bucket_large);
     tcase_add_test(bf, test_gcra_extreme);
+    tcase_add_test(bf, test_is_full_matches_full_at);
     suite_add_tcase(s, bf);
     return s;
 }
