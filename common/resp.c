@@ -52,8 +52,8 @@ parse_ll(const char *p, size_t n, int64_t *v)
             return -1;
         }
     }
-    if (n > 1 && p[0] == '0') {
-        return -1;
+    if (p[0] == '0' && (n > 1 || neg)) {
+        return -1; /* a leading zero, and "-0", as string2ll */
     }
     for (size_t i = 0; i < n; i++) {
         unsigned d = (unsigned char)p[i] - '0';
@@ -77,25 +77,56 @@ parse_ll(const char *p, size_t n, int64_t *v)
     return 0;
 }
 
+/*
+ * The "*N" or "$N" line at p[0..len) (p[0] its type) in one pass, when N is 1 to 18 digits
+ * with no leading zero (or "0") and CR LF follows at once: N in *v, the line's length with
+ * CR LF in *used, 1. Anything else (more bytes needed, a sign, an error) gives 0, and the
+ * caller reads the line with line_end and parse_ll, which take the same lines with the same
+ * N: this is only their common case without the memchr and the second pass.
+ */
+static inline int
+len_line(const char *p, size_t len, int64_t *v, size_t *used)
+{
+    size_t i = 1;
+    int64_t x = 0;
+
+    while (i < len && i <= 18 && (unsigned char)(p[i] - '0') <= 9) {
+        x = x * 10 + (p[i] - '0');
+        i++;
+    }
+    if (i == 1 || i + 1 >= len || p[i] != '\r' || p[i + 1] != '\n' || (i > 2 && p[1] == '0')) {
+        return 0;
+    }
+    *v = x;
+    *used = i + 2;
+    return 1;
+}
+
 static int
 parse_multibulk(char *buf, size_t len, struct rl_resp_cmd *cmd, size_t *used, const char **err)
 {
     size_t n, off;
     int64_t count;
-    int rc = line_end(buf, len, RL_RESP_HEADER_MAX, &n);
+    int rc;
 
-    if (rc < 0) {
-        *err = "Protocol error: too big mbulk count string";
-        return RL_RESP_ERR;
+    if (len_line(buf, len, &count, &off) == 0) {
+        rc = line_end(buf, len, RL_RESP_HEADER_MAX, &n);
+        if (rc < 0) {
+            *err = "Protocol error: too big mbulk count string";
+            return RL_RESP_ERR;
+        }
+        if (rc == 0) {
+            return RL_RESP_MORE;
+        }
+        if (parse_ll(buf + 1, n - 1, &count) != 0) {
+            count = INT64_MAX; /* invalid */
+        }
+        off = n + 2;
     }
-    if (rc == 0) {
-        return RL_RESP_MORE;
-    }
-    if (parse_ll(buf + 1, n - 1, &count) != 0 || count > (int64_t)RL_RESP_ARGS_MAX) {
+    if (count > (int64_t)RL_RESP_ARGS_MAX) {
         *err = "Protocol error: invalid multibulk length";
         return RL_RESP_ERR;
     }
-    off = n + 2;
     cmd->argc = 0;
     cmd->bytes = 0;
     for (int64_t i = 0; i < count; i++) {
@@ -112,20 +143,26 @@ parse_multibulk(char *buf, size_t len, struct rl_resp_cmd *cmd, size_t *used, co
             *err = msg;
             return RL_RESP_ERR;
         }
-        rc = line_end(buf + off, len - off, RL_RESP_HEADER_MAX, &n);
-        if (rc < 0) {
-            *err = "Protocol error: too big bulk count string";
-            return RL_RESP_ERR;
+        if (len_line(buf + off, len - off, &blen, &n) == 0) {
+            rc = line_end(buf + off, len - off, RL_RESP_HEADER_MAX, &n);
+            if (rc < 0) {
+                *err = "Protocol error: too big bulk count string";
+                return RL_RESP_ERR;
+            }
+            if (rc == 0) {
+                return RL_RESP_MORE;
+            }
+            if (parse_ll(buf + off + 1, n - 1, &blen) != 0) {
+                blen = -1; /* invalid */
+            }
+            n += 2;
         }
-        if (rc == 0) {
-            return RL_RESP_MORE;
-        }
-        if (parse_ll(buf + off + 1, n - 1, &blen) != 0 || blen < 0 ||
-            blen > (int64_t)RL_RESP_BULK_MAX || off + n + 2 + (size_t)blen + 2 > RL_RESP_CMD_MAX) {
+        if (blen < 0 || blen > (int64_t)RL_RESP_BULK_MAX ||
+            off + n + (size_t)blen + 2 > RL_RESP_CMD_MAX) {
             *err = "Protocol error: invalid bulk length";
             return RL_RESP_ERR;
         }
-        off += n + 2;
+        off += n;
         if (len - off < (size_t)blen + 2) {
             return RL_RESP_MORE;
         }
@@ -310,21 +347,22 @@ rl_resp_parse(char *buf, size_t len, struct rl_resp_cmd *cmd, size_t *used, cons
 bool
 rl_resp_is(const struct rl_resp_arg *a, const char *w)
 {
-    size_t n = strlen(w);
+    size_t i;
 
-    if (a->len != n) {
-        return false;
-    }
-    for (size_t i = 0; i < n; i++) {
-        char c = a->ptr[i], d = w[i];
+    for (i = 0; i < a->len; i++) {
+        unsigned char c = (unsigned char)a->ptr[i], d = (unsigned char)w[i];
 
-        c = (c >= 'a' && c <= 'z') ? (char)(c - 'a' + 'A') : c;
-        d = (d >= 'a' && d <= 'z') ? (char)(d - 'a' + 'A') : d;
-        if (c != d) {
-            return false;
+        if (d == 0) {
+            return false; /* a is longer */
+        }
+        if (c != d) { /* the same letter in another case, or not equal */
+            c |= 0x20;
+            if (c != (d | 0x20) || c < 'a' || c > 'z') {
+                return false;
+            }
         }
     }
-    return true;
+    return w[i] == 0;
 }
 
 int
@@ -352,32 +390,74 @@ put_line(struct rl_buf *b, char type, const char *s, size_t n)
     return 0;
 }
 
-/* type, v in decimal, CRLF (by hand: this is every integer of every reply). */
+/* The most a head takes: its type, '-', 19 digits, CR LF. */
+#define HEAD_MAX 24u
+
+/* type, v in decimal, CRLF at d, which has HEAD_MAX bytes of room; returns its length. By
+ * hand, two digits at a time: this is every integer of every reply. */
+static size_t
+head_write(char *d, char type, int64_t v)
+{
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930"
+                                "31323334353637383940414243444546474849505152535455565758596061"
+                                "62636465666768697071727374757677787980818283848586878889909192"
+                                "93949596979899";
+    uint64_t x = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    size_t n = 1, len;
+    char *p;
+
+    for (uint64_t p10 = 10; n < 20 && x >= p10; p10 *= 10) {
+        n++;
+    }
+    d[0] = type;
+    p = d + 1;
+    if (v < 0) {
+        *p++ = '-';
+    }
+    len = (size_t)(p - d) + n;
+    p += n;
+    while (x >= 100) {
+        unsigned i = (unsigned)(x % 100) * 2;
+
+        x /= 100;
+        *--p = pairs[i + 1];
+        *--p = pairs[i];
+    }
+    if (x >= 10) {
+        *--p = pairs[x * 2 + 1];
+        *--p = pairs[x * 2];
+    } else {
+        *--p = (char)('0' + x);
+    }
+    d[len] = '\r';
+    d[len + 1] = '\n';
+    return len + 2;
+}
+
 static int
 put_head(struct rl_buf *b, char type, int64_t v)
 {
-    char tmp[24], *e = tmp + sizeof(tmp), *p = e;
-    uint64_t x = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    char *d;
-    size_t n;
-
-    do {
-        *--p = (char)('0' + x % 10);
-        x /= 10;
-    } while (x != 0);
-    if (v < 0) {
-        *--p = '-';
+    if (rl_buf_reserve(b, HEAD_MAX) != 0) {
+        return -ENOMEM;
     }
-    n = (size_t)(e - p);
-    if (rl_buf_reserve(b, n + 3) != 0) {
+    b->len += head_write(b->data + b->len, type, v);
+    return 0;
+}
+
+int
+rl_resp_put_int_array(struct rl_buf *b, const int64_t *v, size_t n)
+{
+    char *d;
+
+    if (n > RL_RESP_INT_ARRAY_MAX || rl_buf_reserve(b, (n + 1) * HEAD_MAX) != 0) {
         return -ENOMEM;
     }
     d = b->data + b->len;
-    d[0] = type;
-    memcpy(d + 1, p, n);
-    d[n + 1] = '\r';
-    d[n + 2] = '\n';
-    b->len += n + 3;
+    d += head_write(d, '*', (int64_t)n);
+    for (size_t i = 0; i < n; i++) {
+        d += head_write(d, ':', v[i]);
+    }
+    b->len = (size_t)(d - b->data);
     return 0;
 }
 

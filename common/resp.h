@@ -70,7 +70,11 @@ int rl_resp_put_bulk(struct rl_buf *b, const void *p, size_t n); /* $n */
 int rl_resp_put_str(struct rl_buf *b, const char *s);            /* a C string as a bulk string */
 int rl_resp_put_null(struct rl_buf *b, int proto);               /* $-1 (RESP2), _ (RESP3) */
 int rl_resp_put_array(struct rl_buf *b, size_t n);               /* *n */
-int rl_resp_put_map(struct rl_buf *b, size_t n, int proto);      /* %n (RESP3), *2n (RESP2) */
-int rl_resp_put_set(struct rl_buf *b, size_t n, int proto);      /* ~n (RESP3), *n (RESP2) */
+/* An array of n integers (*n, then :v[i] each; n <= RL_RESP_INT_ARRAY_MAX, else -ENOMEM),
+ * in one reservation: CL.THROTTLE's answer. */
+#define RL_RESP_INT_ARRAY_MAX 64u
+int rl_resp_put_int_array(struct rl_buf *b, const int64_t *v, size_t n);
+int rl_resp_put_map(struct rl_buf *b, size_t n, int proto); /* %n (RESP3), *2n (RESP2) */
+int rl_resp_put_set(struct rl_buf *b, size_t n, int proto); /* ~n (RESP3), *n (RESP2) */
 
 #endif

@@ -158,12 +158,9 @@ put_throttle(struct rl_buf *b, const struct resp_slot *s)
         limited = 0;
         break;
     }
-    if (rl_resp_put_array(b, 5) != 0 || rl_resp_put_int(b, limited) != 0 ||
-        rl_resp_put_int(b, (int64_t)s->burst) != 0 || rl_resp_put_int(b, remaining) != 0 ||
-        rl_resp_put_int(b, retry) != 0 || rl_resp_put_int(b, reset) != 0) {
-        return -ENOMEM;
-    }
-    return 0;
+    int64_t v[5] = {limited, (int64_t)s->burst, remaining, retry, reset};
+
+    return rl_resp_put_int_array(b, v, 5);
 }
 
 /* One CHECK's answer as RL.CHECK gives it: a map (RESP3) or a flat array (RESP2). */
@@ -361,8 +358,7 @@ resp_throttle(struct resp_conn *c, ARGS)
                                  UINT32_MAX / 1000);
     }
     if (v[3] < 0 || v[3] > (int64_t)RL_WIRE_COST_MAX) { /* a CHECK's cost bound */
-        return rl_resp_put_error(b, "ERR CL.THROTTLE: %s must be 0..%u", what[3],
-                                 RL_WIRE_COST_MAX);
+        return rl_resp_put_error(b, "ERR CL.THROTTLE: %s must be 0..%u", what[3], RL_WIRE_COST_MAX);
     }
     if (c->principal != NULL && !rl_conf_client_may(c->principal, NULL)) {
         r->stats.unauthorized++;
@@ -591,8 +587,8 @@ settle_run(struct resp_conn *c, ARGS, bool adjust)
             return rl_resp_put_error(b, "ERR DELTA must be an integer of -%d..%d",
                                      RL_WIRE_DELTA_MAX, RL_WIRE_DELTA_MAX);
         }
-    } else if (cmd->argc >= 4 && (rl_resp_int64(&cmd->argv[3], &v) != 0 || v < 1 ||
-                                  v > (int64_t)RL_WIRE_COUNT_MAX)) {
+    } else if (cmd->argc >= 4 &&
+               (rl_resp_int64(&cmd->argv[3], &v) != 0 || v < 1 || v > (int64_t)RL_WIRE_COUNT_MAX)) {
         return rl_resp_put_error(b, "ERR COUNT must be an integer of 1..%u", RL_WIRE_COUNT_MAX);
     }
     if (cmd->argc == 5) {

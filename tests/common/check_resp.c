@@ -7,6 +7,8 @@
 #include "resp.h"
 
 #include <check.h>
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,7 +183,7 @@ START_TEST(test_numbers)
     int64_t v;
     const char *ok[] = {"0", "-1", "9223372036854775807", "-9223372036854775808"};
     const int64_t want[] = {0, -1, INT64_MAX, INT64_MIN};
-    const char *bad[] = {"", "-", "+1", " 1", "1 ", "01", "9223372036854775808", "1.5", "x"};
+    const char *bad[] = {"", "-", "-0", "+1", " 1", "1 ", "01", "9223372036854775808", "1.5", "x"};
 
     for (size_t i = 0; i < 4; i++) {
         a.ptr = ok[i];
@@ -227,6 +229,126 @@ START_TEST(test_writers)
 }
 END_TEST
 
+/* Every integer written as "%lld" writes it: the ends of int64, each power of ten and its
+ * neighbours, random values of every length; and an array of them in one call. */
+START_TEST(test_integers_as_printf)
+{
+    int64_t vs[4096];
+    size_t nv = 0;
+    uint64_t rs = 0x5eed;
+    struct rl_buf b, want;
+
+    vs[nv++] = 0;
+    vs[nv++] = INT64_MAX;
+    vs[nv++] = INT64_MIN;
+    vs[nv++] = INT64_MIN + 1;
+    for (int64_t p = 1; p <= INT64_MAX / 10; p *= 10) {
+        vs[nv++] = p - 1;
+        vs[nv++] = p;
+        vs[nv++] = p + 1;
+        vs[nv++] = -p;
+        vs[nv++] = 1 - p;
+        vs[nv++] = 10 * p - 1;
+    }
+    while (nv < sizeof(vs) / sizeof(vs[0])) {
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        vs[nv++] = (int64_t)(rs >> (rs & 63)) * ((rs & 64) != 0 ? -1 : 1);
+    }
+    rl_buf_init(&b);
+    rl_buf_init(&want);
+    for (size_t i = 0; i < nv; i++) {
+        char line[32];
+        int n = snprintf(line, sizeof(line), ":%lld\r\n", (long long)vs[i]);
+
+        ck_assert_int_eq(rl_resp_put_int(&b, vs[i]), 0);
+        ck_assert_int_eq(rl_buf_append(&want, line, (size_t)n), 0);
+        ck_assert_msg(b.len == want.len && memcmp(b.data, want.data, b.len) == 0,
+                      "%lld written as %.*s", (long long)vs[i], (int)(b.len - (want.len - n)),
+                      b.data + want.len - n);
+    }
+    /* in arrays: the same bytes behind each array's head */
+    rl_buf_reset(&b);
+    rl_buf_reset(&want);
+    for (size_t i = 0; i + 5 <= nv; i += 5) {
+        char head[8];
+
+        ck_assert_int_eq(rl_resp_put_int_array(&b, vs + i, 5), 0);
+        ck_assert_int_eq(rl_buf_append(&want, head, (size_t)snprintf(head, 8, "*5\r\n")), 0);
+        for (size_t k = 0; k < 5; k++) {
+            ck_assert_int_eq(rl_resp_put_int(&want, vs[i + k]), 0);
+        }
+    }
+    ck_assert_uint_eq(b.len, want.len);
+    ck_assert(memcmp(b.data, want.data, b.len) == 0);
+    ck_assert_int_eq(rl_resp_put_int_array(&b, vs, 0), 0);
+    ck_assert_int_eq(b.data[b.len - 4], '*');
+    ck_assert_int_eq(rl_resp_put_int_array(&b, vs, RL_RESP_INT_ARRAY_MAX + 1), -ENOMEM);
+    rl_buf_deinit(&b);
+    rl_buf_deinit(&want);
+}
+END_TEST
+
+/* Length lines read in one pass take what the two-pass reading takes, with the same N:
+ * leading zeros, signs, the longest lengths, and lines cut before their LF. */
+START_TEST(test_length_lines)
+{
+    size_t used;
+    const char *err = NULL;
+    char t[128];
+    int n;
+
+    ck_assert_int_eq(parse("*1\r\n$01\r\nx\r\n", strlen("*1\r\n$01\r\nx\r\n"), &used, &err),
+                     RL_RESP_ERR);
+    ck_assert_str_eq(err, "Protocol error: invalid bulk length");
+    ck_assert_int_eq(parse("*01\r\n$1\r\nx\r\n", strlen("*01\r\n$1\r\nx\r\n"), &used, &err),
+                     RL_RESP_ERR);
+    ck_assert_str_eq(err, "Protocol error: invalid multibulk length");
+    ck_assert_int_eq(parse("*1\r\n$-0\r\n", strlen("*1\r\n$-0\r\n"), &used, &err), RL_RESP_ERR);
+    ck_assert_str_eq(err, "Protocol error: invalid bulk length");
+    ck_assert_int_eq(parse("*1\r\n$+1\r\nx\r\n", strlen("*1\r\n$+1\r\nx\r\n"), &used, &err),
+                     RL_RESP_ERR);
+    ck_assert_str_eq(err, "Protocol error: invalid bulk length");
+    ck_assert_int_eq(parse("*1\r\n$1\rx", strlen("*1\r\n$1\rx"), &used, &err), RL_RESP_ERR);
+    ck_assert_str_eq(err, "Protocol error: too big bulk count string"); /* CR without LF */
+    /* 18 and 19 digits: both read, both past the bound */
+    ck_assert_int_eq(parse("*1\r\n$100000000000000000\r\n", strlen("*1\r\n$100000000000000000\r\n"),
+                           &used, &err),
+                     RL_RESP_ERR);
+    ck_assert_str_eq(err, "Protocol error: invalid bulk length");
+    ck_assert_int_eq(parse("*1\r\n$1000000000000000000\r\n",
+                           strlen("*1\r\n$1000000000000000000\r\n"), &used, &err),
+                     RL_RESP_ERR);
+    ck_assert_str_eq(err, "Protocol error: invalid bulk length");
+    ck_assert_int_eq(parse("*1\r\n$10\r", strlen("*1\r\n$10\r"), &used, &err), RL_RESP_MORE);
+    /* every length of the bound's neighbourhood, as many digits as it has */
+    for (unsigned len = 0; len <= 12; len++) {
+        n = snprintf(t, sizeof(t), "*2\r\n$%u\r\n%.*s\r\n$0\r\n\r\n", len, (int)len,
+                     "abcdefghijkl");
+        ck_assert_int_eq(parse(t, (size_t)n, &used, &err), RL_RESP_CMD);
+        ck_assert_uint_eq(used, (size_t)n);
+        arg_is(0, "abcdefghijkl", len);
+        ck_assert_uint_eq(cmd.argv[1].len, 0);
+    }
+    /* the case of a word: letters fold, nothing else does */
+    {
+        struct rl_resp_arg a = {"PING", 4};
+
+        ck_assert(rl_resp_is(&a, "ping"));
+        a.ptr = "P@NG"; /* '@' | 0x20 is '`', not a letter */
+        ck_assert(!rl_resp_is(&a, "p`ng"));
+        a.ptr = "PI\0G";
+        ck_assert(!rl_resp_is(&a, "pi"));
+        ck_assert(!rl_resp_is(&a, "pi g"));
+        a.len = 2;
+        ck_assert(!rl_resp_is(&a, "pin"));
+        ck_assert(rl_resp_is(&a, "Pi"));
+        a.len = 0;
+        ck_assert(rl_resp_is(&a, ""));
+        ck_assert(!rl_resp_is(&a, "p"));
+    }
+}
+END_TEST
+
 static Suite *
 resp_suite(void)
 {
@@ -240,6 +362,8 @@ resp_suite(void)
     tcase_add_test(tc, test_bounds);
     tcase_add_test(tc, test_numbers);
     tcase_add_test(tc, test_writers);
+    tcase_add_test(tc, test_integers_as_printf);
+    tcase_add_test(tc, test_length_lines);
     suite_add_tcase(s, tc);
     return s;
 }
