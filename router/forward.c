@@ -216,22 +216,6 @@ forward_keep_frame(struct rl_router *r, struct rl_pending *p, const char *frame,
     }
 }
 
-/* p was sent as fwd: keeps its bytes (forward_keep_frame), encoded again as
- * rl_upstream_send encodes them. */
-static void
-forward_keep_encoded(struct rl_router *r, struct rl_pending *p, const struct rl_wire_req *fwd)
-{
-    struct rl_buf b;
-    bool settle = fwd->op == RL_WIRE_OP_ADJUST || fwd->op == RL_WIRE_OP_RELEASE;
-
-    rl_buf_init(&b);
-    /* the CHECK by the hand encoder rl_upstream_send uses, byte for byte rl_wire_put_check's */
-    if ((settle ? rl_wire_put_req(&b, fwd) : rl_wire_fast_put_check(&b, fwd)) == 0) {
-        forward_keep_frame(r, p, b.data, b.len);
-    }
-    rl_buf_deinit(&b);
-}
-
 /* A CHECK, ADJUST or RELEASE of a binary client: answered here or forwarded (its op kept). */
 static void
 forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_wire_str *relay)
@@ -241,6 +225,8 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     const struct rl_rule *rule;
     struct rl_wire_check_reply rep;
     struct rl_wire_req fwd;
+    const char *frame = NULL;
+    size_t frame_len = 0;
     struct rl_upstream *u = NULL;
     struct rl_pending *p;
     uint64_t hash;
@@ -314,7 +300,7 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
             fwd.tenant = rl_wire_tenant(
                 conn->principal ? ((const struct rl_client_conf *)conn->principal)->name : NULL,
                 conn->addr);
-            sent = rl_upstream_send(u, &fwd, &p->link);
+            sent = rl_upstream_send_bytes(u, &fwd, &p->link, &frame, &frame_len);
         }
     }
     if (sent != 0) {
@@ -333,7 +319,7 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     if (relay->ptr != NULL) {
         rl_pending_keep(r, p, RL_WIRE_CHECK_HDR, relay->ptr, relay->len);
     } else {
-        forward_keep_encoded(r, p, &fwd);
+        forward_keep_frame(r, p, frame, frame_len); /* as queued for the node */
     }
     p->client = c;
     p->client_id = req->id;
@@ -697,11 +683,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
         count_answer(r, (uint8_t)req->op, rule, now->code, start);
         return -1;
     }
-    if (frame != NULL) { /* the bytes queued for the node */
-        forward_keep_frame(r, p, frame, frame_len);
-    } else {
-        forward_keep_encoded(r, p, &fwd);
-    }
+    forward_keep_frame(r, p, frame, frame_len); /* the bytes queued for the node */
     p->client = NULL;
     p->sink = sink;
     p->answer = answer;

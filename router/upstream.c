@@ -544,10 +544,8 @@ rl_upstream_send_bytes(struct rl_upstream *u, const struct rl_wire_req *req,
              : rl_wire_fast_put_check(upconn_out(uc), req)) != 0) {
         return -ENOMEM;
     }
-    if (req != &bare) {
-        *frame = upconn_out(uc)->data + at;
-        *len = upconn_out(uc)->len - at;
-    }
+    *frame = upconn_out(uc)->data + at;
+    *len = upconn_out(uc)->len - at;
     upstream_sent(u, uc, l);
     return 0;
 }

@@ -146,8 +146,8 @@ int rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char 
 int rl_upstream_send(struct rl_upstream *u, const struct rl_wire_req *req, struct rl_uplink *l);
 
 /* rl_upstream_send, and on success frame and len: the request's bytes as queued (valid until
- * the next send), or NULL when what went is not req as given (its tenant left out for a node
- * from before the tenant element). */
+ * the next send), which are req's but for its tenant when it was left out (a node from before
+ * the tenant element): what a resend must repeat. */
 int rl_upstream_send_bytes(struct rl_upstream *u, const struct rl_wire_req *req,
                            struct rl_uplink *l, const char **frame, size_t *len);
 

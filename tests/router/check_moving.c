@@ -10,7 +10,8 @@
  *   - MOVING for ever: the failure policy answers once handoff_wait passed (move_expired),
  *     never before, and the node is not counted down;
  *   - an inline-limited CHECK (re-encoded by the router, not relayed) reaches the new owner
- *     with its limit intact;
+ *     with its limit intact, and as it was sent: without the tenant element a node from
+ *     before it was not sent;
  *   - a client that leaves while its CHECKs are held: the router stays up and lets them go.
  * Durations are never asserted: what the router decided is (its counters, the answers).
  * Not for the node's side of a move (check_moving_e2e, the chaos scenarios).
@@ -59,6 +60,8 @@ struct fake {
     atomic_int moving;    /* MOVING answered */
     atomic_int inline_ok; /* CHECKs with the test's inline limit, intact */
     atomic_int adjusts;   /* ADJUSTs of delta 5, received as ADJUST */
+    atomic_int tenants;   /* requests of 8 elements (a tenant), refused when pre_tenant */
+    bool pre_tenant;      /* refuses them as a node from before the tenant element does */
     char users[FAKE_KEYS][32];
     int seen[FAKE_KEYS];
     int nusers;
@@ -172,6 +175,33 @@ fake_run(void *arg)
                 struct rl_wire_req req;
                 struct rl_wire_fault fault;
 
+                const unsigned char *q =
+                    (const unsigned char *)in[i].data + in[i].pos + RL_WIRE_HDR_LEN;
+
+                if (f->pre_tenant && plen > 2 && q[1] == RL_WIRE_OP_HELLO) {
+                    /* answered, so that the probe's answer is not taken for HELLO's */
+                    ck_assert_int_eq(rl_wire_put_hello_reply(&out, 0, f->name), 0);
+                    in[i].pos += RL_WIRE_HDR_LEN + plen;
+                    continue;
+                }
+                if (plen > 3 && q[0] == 0x98 && q[1] == RL_WIRE_OP_CHECK) {
+                    /* 8 elements: a tenant, or the router's probe for it (id 0) */
+                    atomic_fetch_add(&f->tenants, 1);
+                    if (f->pre_tenant) {
+                        uint32_t id = q[2] < 0x80 ? q[2] : 0;
+                        int w = q[2] == 0xcc ? 1 : q[2] == 0xcd ? 2 : q[2] == 0xce ? 4 : 0;
+
+                        for (int k = 0; k < w && 3 + (size_t)k < plen; k++) {
+                            id = id << 8 | q[3 + k];
+                        } /* the test's ids fit */
+
+                        ck_assert_int_eq(rl_wire_put_error(&out, id, RL_WIRE_ERR_BAD_FIELD,
+                                                           "CHECK takes 6..7 elements"),
+                                         0);
+                        in[i].pos += RL_WIRE_HDR_LEN + plen;
+                        continue;
+                    }
+                }
                 if (rl_wire_decode_req(&dec, in[i].data + in[i].pos + RL_WIRE_HDR_LEN, plen, &req,
                                        &fault) == 0 &&
                     (req.op == RL_WIRE_OP_CHECK || req.op == RL_WIRE_OP_ADJUST)) {
@@ -219,6 +249,7 @@ fake_start(struct fake *f, int mode, const char *owner, int times)
     atomic_store(&f->moving, 0);
     atomic_store(&f->inline_ok, 0);
     atomic_store(&f->adjusts, 0);
+    atomic_store(&f->tenants, 0);
     f->owner = owner;
     f->times = times;
     f->nusers = 0;
@@ -392,7 +423,9 @@ START_TEST(test_moving_expires)
 END_TEST
 
 /* An inline-limited CHECK is re-encoded by the router (not relayed): what it sends again is
- * the same request, limit and cost included. */
+ * the same request, limit and cost included, and the same bytes: no tenant element to a
+ * node from before it (before, the copy kept was encoded again with the tenant the first
+ * send had left out, and such a node refused the resend). */
 START_TEST(test_moving_inline)
 {
     struct rl_wire_limit inl = {.set = true, .algo = RL_ALGO_GCRA, .limit = 7, .window_ms = 60000};
@@ -400,10 +433,24 @@ START_TEST(test_moving_inline)
     struct rl_wire_reply rep;
     char user[32];
 
+    f1.pre_tenant = f2.pre_tenant = true;
     fake_start(&f1, FAKE_MOVING_TO, "n2", 0);
     fake_start(&f2, FAKE_ALLOW, "", 0);
     router_start("2s", "closed");
     ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    /* each worker's connections asked each fake whether it takes tenants, and were told
+     * not (a CHECK sent before that answer would carry one: the test waits it out) */
+    for (int k = 0, last = -1, still = 0; k < 1000 && still < 30; k++) {
+        int now = atomic_load(&f1.tenants) + 1000 * atomic_load(&f2.tenants);
+
+        still = now == last && atomic_load(&f1.tenants) > 0 && atomic_load(&f2.tenants) > 0
+                    ? still + 1
+                    : 0; /* every connection's probe answered: none came for 300 ms */
+        last = now;
+        usleep(10000);
+    }
+    atomic_store(&f1.tenants, 0);
+    atomic_store(&f2.tenants, 0);
     for (int i = 0; i < USERS; i++) {
         snprintf(user, sizeof(user), "inl-%d", i);
         ck_assert_int_eq(rl_client_check_limit(c, "free", user, NULL, 2, &inl, &rep, T_TIMEOUT), 0);
@@ -413,6 +460,10 @@ START_TEST(test_moving_inline)
     rl_client_destroy(c);
     ck_assert_int_gt(atomic_load(&f1.moving), 0);
     ck_assert_int_eq(atomic_load(&f2.inline_ok), USERS);
+    /* sent again as it went: without the tenant element, which these fakes (nodes from
+     * before it) refuse */
+    ck_assert_int_eq(atomic_load(&f1.tenants), 0);
+    ck_assert_int_eq(atomic_load(&f2.tenants), 0);
     ck_assert_int_eq(rl_test_stat(router_port, "move_redirected"), atomic_load(&f1.moving));
     stop_all();
 }
