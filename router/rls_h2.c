@@ -5,13 +5,14 @@
  * connection; each stream is one call (rls_call.c) once its request is complete.
  *
  * Bounds: one message of at most RLS_MSG_MAX bytes per call, RLS_STREAMS_MAX streams at once
- * per connection, RLS_HEADERS_MAX decoded header bytes per request (a request past it is
- * reset; RLS_STRIKES_MAX such requests end the connection with GOAWAY ENHANCE_YOUR_CALM),
- * RLS_BUFFERED_MAX request bytes held per connection (and the worker's share of [clients]
- * buffer_memory: front.c), output: reading stops while RLS_WRITE_QUEUE_MAX bytes are unsent.
- * Per loop turn, a connection handles RL_CONN_TURN_BYTES of input (front.c's turn budget),
+ * per connection, RLS_HEADERS_MAX decoded header bytes per request, trailers included (a request
+ * past it is reset; RLS_STRIKES_MAX such requests end the connection with GOAWAY
+ * ENHANCE_YOUR_CALM), RLS_BUFFERED_MAX request bytes held per connection (and the worker's share of
+ * [clients] buffer_memory: front.c), output: reading stops while RLS_WRITE_QUEUE_MAX bytes are
+ * unsent. Per loop turn, a connection handles RL_CONN_TURN_BYTES of input (front.c's turn budget),
  * its decoded header bytes and RLS_FRAME_COST per control frame charged to it too. Control
- * frames (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM, empty DATA) draw on a
+ * frames (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM, empty DATA and CONTINUATION,
+ * HEADERS on a stream already opened) draw on a
  * bucket of RLS_CTRL_BURST, refilled by RLS_CTRL_RATE a second and RLS_CTRL_PER_CALL per
  * request: a connection that empties it is ended with GOAWAY ENHANCE_YOUR_CALM; nghttp2 bounds
  * the SETTINGS entries of a frame and the ACKs queued (RLS_MAX_SETTINGS, RLS_MAX_ACKS).
@@ -40,13 +41,13 @@
 #define RLS_BUFFERED_MAX (1024u * 1024)    /* request bytes held per connection */
 #define RLS_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading stops */
 #define RLS_TICK_MS 1000u
-#define RLS_STRIKES_MAX 8u      /* requests past RLS_HEADERS_MAX before GOAWAY */
-#define RLS_CTRL_BURST 1024u    /* control frames a connection may send at once */
-#define RLS_CTRL_RATE 16u       /* and a second, over time */
-#define RLS_CTRL_PER_CALL 8u    /* and per request stream it opens */
-#define RLS_FRAME_COST 64u      /* turn budget a control frame costs beyond its bytes */
-#define RLS_MAX_SETTINGS 16u    /* entries in one SETTINGS frame (nghttp2) */
-#define RLS_MAX_ACKS 128u       /* PING/SETTINGS ACKs nghttp2 may queue (nghttp2) */
+#define RLS_STRIKES_MAX 8u   /* requests past RLS_HEADERS_MAX before GOAWAY */
+#define RLS_CTRL_BURST 1024u /* control frames a connection may send at once */
+#define RLS_CTRL_RATE 16u    /* and a second, over time */
+#define RLS_CTRL_PER_CALL 8u /* and per request stream it opens */
+#define RLS_FRAME_COST 64u   /* turn budget a control frame costs beyond its bytes */
+#define RLS_MAX_SETTINGS 16u /* entries in one SETTINGS frame (nghttp2) */
+#define RLS_MAX_ACKS 128u    /* PING/SETTINGS ACKs nghttp2 may queue (nghttp2) */
 
 static const char rls_path[] = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -96,10 +97,10 @@ struct rls_conn {
     nghttp2_mem ngmem;
     struct rls_stream *streams;
     uint32_t nstreams;
-    uint32_t strikes;    /* requests reset for their header bytes */
-    uint64_t ctrl;       /* control frames the bucket holds, in 1/1000 */
-    uint64_t ctrl_ms;    /* loop time the bucket was last refilled */
-    bool calm;           /* GOAWAY ENHANCE_YOUR_CALM queued: input is dropped */
+    uint32_t strikes; /* requests reset for their header bytes */
+    uint64_t ctrl;    /* control frames the bucket holds, in 1/1000 */
+    uint64_t ctrl_ms; /* loop time the bucket was last refilled */
+    bool calm;        /* GOAWAY ENHANCE_YOUR_CALM queued: input is dropped */
 };
 
 /* c keeps breaking the limits: GOAWAY ENHANCE_YOUR_CALM (once; what it sends then is
@@ -143,7 +144,7 @@ rls_ctrl_take(struct rls_conn *c, uint64_t n)
 static nghttp2_nv
 status_nv(int status, char *buf)
 {
-    static const char *const codes[] = {"0", "1", "2",  "3",  "4",  "5",  "6",  "7", "8",
+    static const char *const codes[] = {"0", "1",  "2",  "3",  "4",  "5",  "6",  "7", "8",
                                         "9", "10", "11", "12", "13", "14", "15", "16"};
     nghttp2_nv nv = {(uint8_t *)"grpc-status", (uint8_t *)buf, 11, 0, NGHTTP2_NV_FLAG_NO_COPY_NAME};
 
@@ -215,8 +216,7 @@ stream_respond(struct rl_rls_call *call)
     } else {
         nghttp2_nv hdrs[] = {NV_CONST(":status", "200"),
                              NV_CONST("content-type", "application/grpc"),
-                             status_nv(call->status, status),
-                             NV("grpc-message", call->message)};
+                             status_nv(call->status, status), NV("grpc-message", call->message)};
 
         rc = nghttp2_submit_response(c->ng, s->id, hdrs, call->message[0] ? 4 : 3, NULL);
     }
@@ -522,8 +522,7 @@ pseudo_header(struct rls_stream *s, const uint8_t *name, size_t nlen, const uint
             if (k == 0) {
                 s->bad_method = !(vlen == 4 && memcmp(value, "POST", 4) == 0);
             } else if (k == 1) {
-                s->bad_path =
-                    !(vlen == sizeof(rls_path) - 1 && memcmp(value, rls_path, vlen) == 0);
+                s->bad_path = !(vlen == sizeof(rls_path) - 1 && memcmp(value, rls_path, vlen) == 0);
             }
             return vlen != 0; /* none of them may be empty */
         }
@@ -531,23 +530,55 @@ pseudo_header(struct rls_stream *s, const uint8_t *name, size_t nlen, const uint
     return false;
 }
 
+/* A connection-specific header (RFC 9113, 8.2.2): a request with one is malformed; te may
+ * only say "trailers". */
+static bool
+connection_specific(const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
+{
+    switch (nlen) {
+    case 2:
+        return memcmp(name, "te", 2) == 0 && !(vlen == 8 && memcmp(value, "trailers", 8) == 0);
+    case 7:
+        return memcmp(name, "upgrade", 7) == 0;
+    case 10:
+        return memcmp(name, "connection", 10) == 0 || memcmp(name, "keep-alive", 10) == 0;
+    case 16:
+        return memcmp(name, "proxy-connection", 16) == 0;
+    case 17:
+        return memcmp(name, "transfer-encoding", 17) == 0;
+    default:
+        return false;
+    }
+}
+
+/* Resets s's stream as malformed (RFC 9113, 8.1.1): never answered. */
+static int
+malformed(nghttp2_session *ng, int32_t id)
+{
+    nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_PROTOCOL_ERROR);
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+}
+
+/* Every header of a request's header block and of its trailers: the decoded bytes of both
+ * count against RLS_HEADERS_MAX and the turn's budget. Trailers are checked, not read. */
 static int
 on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
           const uint8_t *value, size_t vlen, uint8_t flags, void *arg)
 {
     struct rls_stream *s;
+    bool trailer;
 
     (void)flags;
-    (void)arg;
-    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) {
+    if (f->hd.type != NGHTTP2_HEADERS) {
         return 0;
     }
+    trailer = f->headers.cat != NGHTTP2_HCAT_REQUEST;
     s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    rl_front_charge(((struct rls_conn *)arg)->fc, nlen + vlen + 32); /* the turn's budget */
     if (s == NULL) {
         return 0;
     }
     s->hbytes += (uint32_t)(nlen + vlen + 32);
-    rl_front_charge(s->c->fc, nlen + vlen + 32); /* decoded bytes cost the turn's budget */
     if (s->hbytes > RLS_HEADERS_MAX) {
         if (++s->c->strikes >= RLS_STRIKES_MAX) {
             rls_calm(s->c);
@@ -555,15 +586,19 @@ on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
     }
     if (nlen != 0 && name[0] == ':') {
-        /* a pseudo-header: before the others, each once, only a request's */
-        if (s->regular || !pseudo_header(s, name, nlen, value, vlen)) {
-            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, f->hd.stream_id,
-                                      NGHTTP2_PROTOCOL_ERROR);
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        /* a pseudo-header: before the others, each once, only a request's, not in trailers */
+        if (trailer || s->regular || !pseudo_header(s, name, nlen, value, vlen)) {
+            return malformed(ng, f->hd.stream_id);
         }
         return 0;
     }
     s->regular = true;
+    if (connection_specific(name, nlen, value, vlen)) {
+        return malformed(ng, f->hd.stream_id);
+    }
+    if (trailer) {
+        return 0;
+    }
     if (nlen == 13 && memcmp(name, "authorization", 13) == 0) {
         char *a = malloc(vlen + 1); /* vlen is within RLS_HEADERS_MAX */
 
@@ -644,13 +679,16 @@ on_frame(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
         ((struct rls_conn *)arg)->r->rls->n.streams[RL_RLS_STREAM_RESET_BY_CLIENT]++;
         return 0;
     }
-    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+    if (f->hd.type == NGHTTP2_HEADERS) {
         s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
-        if (s != NULL && (s->pseudo & RLS_PSEUDO_REQUIRED) != RLS_PSEUDO_REQUIRED) {
-            /* no :method, :scheme or :path: malformed (RFC 9113, 8.3.1), never answered */
+        /* malformed, never answered (RFC 9113, 8.1 and 8.3.1): a request without :method,
+         * :scheme or :path, trailers that do not end the stream */
+        if (s != NULL && !s->complete &&
+            (f->headers.cat == NGHTTP2_HCAT_REQUEST
+                 ? (s->pseudo & RLS_PSEUDO_REQUIRED) != RLS_PSEUDO_REQUIRED
+                 : !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))) {
             s->complete = s->responded = true;
-            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, f->hd.stream_id,
-                                      NGHTTP2_PROTOCOL_ERROR);
+            malformed(ng, f->hd.stream_id);
             return 0;
         }
     }
@@ -700,17 +738,20 @@ on_frame_sent(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
 }
 
 /* Every frame's header: a control frame costs the turn budget RLS_FRAME_COST and a token of
- * the connection's bucket; an empty bucket ends the connection. */
+ * the connection's bucket; an empty bucket ends the connection. A request's own frames are
+ * not control frames: the HEADERS that opens its stream, CONTINUATION and DATA with bytes,
+ * the DATA that ends it; its trailers are, as is any HEADERS on a stream already opened
+ * (else empty HEADERS on one stream would cost nothing). */
 static int
 on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *arg)
 {
     struct rls_conn *c = arg;
 
-    (void)ng;
     if ((hd->type == NGHTTP2_DATA && (hd->length > 0 || (hd->flags & NGHTTP2_FLAG_END_STREAM))) ||
-        hd->type == NGHTTP2_HEADERS || hd->type == NGHTTP2_CONTINUATION ||
-        hd->type == NGHTTP2_GOAWAY) {
-        return 0; /* a request's own frames (an empty DATA without END_STREAM is not) */
+        (hd->type == NGHTTP2_HEADERS && hd->length > 0 &&
+         hd->stream_id > nghttp2_session_get_last_proc_stream_id(ng)) ||
+        (hd->type == NGHTTP2_CONTINUATION && hd->length > 0) || hd->type == NGHTTP2_GOAWAY) {
+        return 0;
     }
     rl_front_charge(c->fc, RLS_FRAME_COST);
     if (!rls_ctrl_take(c, 1000u)) {

@@ -4,7 +4,8 @@ answered promptly, and the router's RSS must stay bounded; the abusive connectio
 or contained as each case says.
 
 Cases: rapid reset (CVE-2023-44487), SETTINGS flood, PING flood, CONTINUATION flood, an
-HPACK header that decompresses large, a client that never reads, a zero flow-control
+HPACK header that decompresses large (in the headers and in trailers), empty HEADERS on
+one stream, a client that never reads, a zero flow-control
 window, malformed protobuf in a valid gRPC frame, a length prefix larger than the data,
 many connections at once."""
 
@@ -225,6 +226,59 @@ def test_hpack_bomb(rls, pb):
     assert not answered, f"streams answered despite 40 MB of headers: {sorted(answered)[:5]}"
     assert c.goaway is None or c.goaway != 9, "the test's HPACK was wrong (COMPRESSION_ERROR)"
     assert len(c.resets) == 100 or c.goaway is not None, (c.resets, c.goaway)
+
+
+def test_hpack_bomb_in_trailers(rls, pb):
+    """The same bomb in each request's trailers (a second HEADERS block, after the message):
+    its decoded bytes count against the request's 16384 as its headers' do, so no stream is
+    answered and the connection ends with GOAWAY ENHANCE_YOUR_CALM (11) after 8 such
+    requests; before, trailers were neither bounded nor charged: 100 such requests decoded
+    4 GB for a 1.6 MB upload and the connection stayed."""
+    def abuse():
+        c = Raw(rls.rls_port)
+        name, value = b"x-bomb", b"a" * 4000
+        lit = b"\x40" + bytes([len(name)]) + name + b"\x7f" + varint7(len(value)) + value
+        # the table entry comes in a first request's trailers, answered or not
+        c.send(frame(HEADERS, END_HEADERS, 1, plain_block()) + frame(DATA, 0, 1, grpc_body(MSG))
+                + frame(HEADERS, END_HEADERS | END_STREAM, 1, lit))
+        for i in range(1, 101):
+            sid = 1 + 2 * i
+            bomb = frame(HEADERS, END_HEADERS, sid, plain_block()) \
+                + frame(DATA, 0, sid, grpc_body(MSG)) \
+                + frame(HEADERS, END_HEADERS | END_STREAM, sid, b"\xbe" * 10000)
+            if not c.send(bomb) or c.goaway is not None:
+                break
+        c.ended(5)
+        c.close()
+        return c
+
+    c = under_abuse(rls, pb, abuse)
+    assert c.goaway == 11, (c.goaway, c.closed, len(c.resets))
+    answered = {s for s in c.heads if s > 1}
+    assert not answered, f"streams answered despite 40 MB of trailers: {sorted(answered)[:5]}"
+
+
+def test_headers_on_an_open_stream_are_control_frames(rls, pb):
+    """Empty HEADERS frames on one open stream (trailers that do not end it, over and over)
+    cost the connection's control-frame allowance, as empty DATA frames do: it ends with
+    GOAWAY ENHANCE_YOUR_CALM long before 2,000,000 of them, whatever the sockets' buffers
+    take meanwhile (before: all taken, 0.1 µs of router CPU each, and the connection
+    stayed)."""
+    def abuse():
+        c = Raw(rls.rls_port)
+        c.send(frame(HEADERS, END_HEADERS, 1, plain_block()))
+        sent = 0
+        while sent < 2000000 and c.goaway is None and not c.closed:
+            if not c.send(frame(HEADERS, END_HEADERS, 1) * 1000):
+                break
+            sent += 1000
+        c.ended(5)
+        c.close()
+        return sent, c.goaway
+
+    sent, goaway = under_abuse(rls, pb, abuse)
+    assert goaway == 11, (sent, goaway)
+    assert sent < 2000000
 
 
 def test_client_that_never_reads(rls, pb):

@@ -12,10 +12,13 @@ from rls_harness import METHOD, rls_cluster, running
 pytestmark = pytest.mark.integration
 
 h2 = pytest.importorskip("h2")
+pytest.importorskip("hpack")
 import h2.config  # noqa: E402
 import h2.connection  # noqa: E402
 import h2.errors  # noqa: E402
 import h2.events  # noqa: E402
+
+from h2raw import DATA, END_HEADERS, HEADERS, MSG, Raw, frame, grpc_body  # noqa: E402
 
 PATH = METHOD
 # RateLimitRequest{domain: "edge", descriptors: [{entries: [{key: "k", value: "v"}]}]}
@@ -188,6 +191,51 @@ def test_malformed_pseudo_headers_reset_the_stream(rls):
         assert grpc_status(ev) == [], (what, ev)
     # the same connection's way, well-formed: answered (grpc-status 0)
     assert grpc_status(call_with_headers(rls.rls_port, good)) == [b"0"]
+
+
+def call_with_trailers(port, trailers):
+    """One call with its message, then trailers that end the stream: its events."""
+    c = Conn(port)
+    c.h2.config.validate_outbound_headers = False
+    c.h2.config.normalize_outbound_headers = False
+    c.open(1)
+    c.h2.send_data(1, b"\x00" + len(CALL_MSG).to_bytes(4, "big") + CALL_MSG)
+    c.h2.send_headers(1, trailers, end_stream=True)
+    c.flush()
+    ev = [e for e in c.events(1.0) if getattr(e, "stream_id", None) == 1]
+    c.close()
+    return ev
+
+
+def test_malformed_trailers_and_connection_headers_reset_the_stream(rls):
+    """RFC 9113, 8.1 and 8.2.2: a pseudo-header in trailers, trailers that do not end the
+    stream, and a connection-specific header (connection, keep-alive, proxy-connection,
+    transfer-encoding, upgrade, a te other than "trailers") make the request malformed: the
+    stream is reset with PROTOCOL_ERROR, never answered."""
+    good = [(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", "x"),
+            ("content-type", "application/grpc"), ("te", "trailers")]
+    for what, ev in {
+        "connection": call_with_headers(rls.rls_port, good + [("connection", "keep-alive")]),
+        "keep-alive": call_with_headers(rls.rls_port, good + [("keep-alive", "5")]),
+        "transfer-encoding": call_with_headers(rls.rls_port,
+                                               good + [("transfer-encoding", "chunked")]),
+        "upgrade": call_with_headers(rls.rls_port, good + [("upgrade", "h2c")]),
+        "te gzip": call_with_headers(rls.rls_port, good[:5] + [("te", "gzip")]),
+        ":method in trailers": call_with_trailers(rls.rls_port, [(":method", "GET")]),
+        "connection in trailers": call_with_trailers(rls.rls_port, [("connection", "x")]),
+    }.items():
+        resets = [e for e in ev if isinstance(e, h2.events.StreamReset)]
+        assert resets and resets[0].error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR, (what, ev)
+        assert grpc_status(ev) == [], (what, ev)
+    # trailers that do not end the stream (h2 will not send them: raw frames)
+    c = Raw(rls.rls_port)
+    c.send(c.headers(1) + frame(DATA, 0, 1, grpc_body(MSG))
+           + frame(HEADERS, END_HEADERS, 1, c.enc.encode([("x-b", "2")])))
+    c.wait(lambda: 1 in c.resets, 5.0)
+    c.close()
+    assert c.resets.get(1) == h2.errors.ErrorCodes.PROTOCOL_ERROR and 1 not in c.heads, c.resets
+    # trailers of regular headers, ending the stream: answered
+    assert grpc_status(call_with_trailers(rls.rls_port, [("x-trace", "1")])) == [b"0"]
 
 
 def test_another_method_or_path_unimplemented(rls):
