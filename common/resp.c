@@ -58,10 +58,9 @@ parse_ll(const char *p, size_t n, int64_t *v)
     for (size_t i = 0; i < n; i++) {
         unsigned d = (unsigned char)p[i] - '0';
 
-        if (d > 9 || x > (UINT64_MAX - d) / 10) {
+        if (d > 9 || __builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, d, &x)) {
             return -1;
         }
-        x = x * 10 + d;
     }
     if (neg) {
         if (x > (uint64_t)INT64_MAX + 1) {
@@ -403,12 +402,32 @@ head_write(char *d, char type, int64_t v)
                                 "62636465666768697071727374757677787980818283848586878889909192"
                                 "93949596979899";
     uint64_t x = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    size_t n = 1, len;
+    /* the digits: from the bits, log10(2) ~ 1233 / 4096, then one compare */
+    static const uint64_t pow10[20] = {1,
+                                       10,
+                                       100,
+                                       1000,
+                                       10000,
+                                       100000,
+                                       1000000,
+                                       10000000,
+                                       100000000,
+                                       1000000000,
+                                       10000000000ull,
+                                       100000000000ull,
+                                       1000000000000ull,
+                                       10000000000000ull,
+                                       100000000000000ull,
+                                       1000000000000000ull,
+                                       10000000000000000ull,
+                                       100000000000000000ull,
+                                       1000000000000000000ull,
+                                       10000000000000000000ull};
+    size_t n = (size_t)(64 - __builtin_clzll(x | 1)) * 1233 >> 12, len;
     char *p;
 
-    for (uint64_t p10 = 10; n < 20 && x >= p10; p10 *= 10) {
-        n++;
-    }
+    n += n < 20 && x >= pow10[n];
+    n += n == 0;
     d[0] = type;
     p = d + 1;
     if (v < 0) {

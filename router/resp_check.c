@@ -313,10 +313,9 @@ cell_int(const struct rl_resp_arg *a, int64_t *v)
     for (; i < a->len; i++) {
         unsigned d = (unsigned char)a->ptr[i] - '0';
 
-        if (d > 9 || x > (UINT64_MAX - d) / 10) {
+        if (d > 9 || __builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, d, &x)) {
             return -1;
         }
-        x = x * 10 + d;
     }
     if (x > (uint64_t)INT64_MAX + (neg ? 1 : 0)) {
         return -1;

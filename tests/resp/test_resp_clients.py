@@ -83,6 +83,11 @@ def test_errors_are_redis_cells(cluster):
         (("CL.THROTTLE", "k", "x", "2", "3"), "Cell error: Store error: Couldn't parse as integer: x"),
         (("CL.THROTTLE", "k", "1", "2", "3", "1.5"),
          "Cell error: Store error: Couldn't parse as integer: 1.5"),
+        # past i64 (Rust's parse): 2^63, and 2^64, which would wrap an unchecked u64
+        (("CL.THROTTLE", "k", "9223372036854775808", "2", "3"),
+         "Cell error: Store error: Couldn't parse as integer: 9223372036854775808"),
+        (("CL.THROTTLE", "k", "1", "18446744073709551617", "3"),
+         "Cell error: Store error: Couldn't parse as integer: 18446744073709551617"),
         (("CL.THROTTLE", "k", "1", "0", "3"), "Cell error: Store error: Zero rates are not supported"),
         (("CL.THROTTLE", "k", "1", "2", "0"), "Cell error: Store error: Zero rates are not supported"),
     ]
