@@ -20,7 +20,6 @@
 #include "log.h"
 #include "shardmap.h"
 
-
 /* Expected here from peer: nothing decided until it arrives or the wait ends. A new tenure:
  * what this node held of s before is not current. */
 static void
@@ -47,6 +46,23 @@ move_fresh(struct rl_move *m, uint32_t s)
     move_set(m, s, RL_MOVE_OWNED);
 }
 
+/* An expected shard's wait ended without it: true when it starts from zero here, as this
+ * node's view places it here (or there is no view yet); else it is not this node's (its
+ * records came ahead of a view that never followed: a node decides only what its view
+ * places here or what arrived whole). */
+static bool
+move_wait_ended(struct rl_move *m, uint32_t s)
+{
+    if (m->map != NULL &&
+        (m->self_ix == RL_SHARDMAP_NONE || rl_shardmap_owner(m->map, s) != m->self_ix)) {
+        m->o.epochs[s]++;
+        move_set(m, s, RL_MOVE_NONE);
+        return false;
+    }
+    move_fresh(m, s);
+    return true;
+}
+
 static void
 move_outgoing(struct rl_move *m, uint32_t s, uint32_t to, uint64_t now)
 {
@@ -63,7 +79,7 @@ move_tick_cb(uv_timer_t *t)
 {
     struct rl_move *m = t->data;
     uint64_t now = uv_now(m->loop);
-    uint64_t fresh = 0, given_up = 0;
+    uint64_t fresh = 0, given_up = 0, dropped = 0;
 
     if (m->stats.incoming == 0 && m->stats.outgoing == 0 && !m->draining) {
         bool any_h = false;
@@ -80,12 +96,19 @@ move_tick_cb(uv_timer_t *t)
         uint8_t st = m->st[s];
 
         if (st == RL_MOVE_INCOMING) {
-            bool gone = m->peer[s] != MOVE_PEER_NONE && !move_peer_member(m, m->peer[s]);
+            uint16_t p = m->peer[s];
+            bool gone = p != MOVE_PEER_NONE && !move_peer_member(m, p);
 
-            if (gone || (now >= m->deadline[s] && now >= m->in_progress + m->o.handoff_wait_ms)) {
-                move_fresh(m, s);
+            /* the wait: handoff_wait from the shard's start and from the last message of
+             * the node it is expected from (none: from its start only) */
+            if (gone || (now >= m->deadline[s] &&
+                         (p == MOVE_PEER_NONE || now >= m->peer_in[p] + m->o.handoff_wait_ms))) {
                 m->stats.in_failed++;
-                fresh++;
+                if (move_wait_ended(m, s)) {
+                    fresh++;
+                } else {
+                    dropped++;
+                }
             }
         } else if (st == RL_MOVE_OUTGOING) {
             if (now >= m->deadline[s] && now >= m->out_progress + m->o.handoff_wait_ms / 2) {
@@ -112,6 +135,12 @@ move_tick_cb(uv_timer_t *t)
         rl_log_warn("handoff: %" PRIu64 " expected shard(s) did not arrive within handoff_wait "
                     "(%" PRIu32 " ms) or their old owner left: they start from zero here",
                     fresh, m->o.handoff_wait_ms);
+    }
+    if (dropped > 0) {
+        rl_log_warn("handoff: %" PRIu64 " shard(s) whose records came ahead of this node's "
+                    "view, which never placed them here, did not arrive whole: not decided "
+                    "here",
+                    dropped);
     }
     if (given_up > 0) {
         rl_log_warn("handoff: %" PRIu64 " queued shard(s) not shipped within handoff_wait: "
@@ -496,7 +525,10 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
              * while the sender is unknown (records came ahead of the view: more may follow). */
             snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s,
                      peer[0] != '\0' ? peer : "the node whose records came",
-                     (int)(from == NULL ? 0 : flen < 64 ? flen : 64), from == NULL ? "" : from);
+                     (int)(from == NULL ? 0
+                           : flen < 64  ? flen
+                                        : 64),
+                     from == NULL ? "" : from);
             return 1;
         }
         if (from != NULL && peer[0] != '\0' &&
@@ -504,8 +536,8 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
             char name[64];
 
             if (flen == 0 || flen >= sizeof(name)) {
-                snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s,
-                         peer, (int)(flen < 64 ? flen : 64), from);
+                snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s, peer,
+                         (int)(flen < 64 ? flen : 64), from);
                 return -EBUSY;
             }
             /* Records from another node than the one expected: the sender decided the shard
@@ -552,7 +584,9 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
                  s, st_decides(m->st[s]) ? "decided" : "moving away");
         return -EBUSY;
     }
-    m->in_progress = now;
+    if (m->peer[s] != MOVE_PEER_NONE && m->st[s] == RL_MOVE_INCOMING) {
+        m->peer_in[m->peer[s]] = now; /* progress of the move from that node */
+    }
     m->stats.bytes_in += bytes;
     return 0;
 }
@@ -563,8 +597,13 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
     uint64_t now = uv_now(m->loop);
 
     m->stats.keys_in += keys;
-    m->in_progress = now;
-    if (!final || s >= m->n || m->st[s] != RL_MOVE_INCOMING) {
+    if (s >= m->n || m->st[s] != RL_MOVE_INCOMING) {
+        return;
+    }
+    if (m->peer[s] != MOVE_PEER_NONE) {
+        m->peer_in[m->peer[s]] = now;
+    }
+    if (!final) {
         return;
     }
     m->stats.in_done++;
@@ -590,7 +629,6 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
 }
 
 /* Drain. */
-
 
 static void
 move_drain_timeout(uv_timer_t *t)
@@ -668,7 +706,6 @@ rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts 
     *out = m;
     return 0;
 }
-
 
 static void
 move_closed(uv_handle_t *h)

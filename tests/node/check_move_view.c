@@ -16,6 +16,9 @@
  * - A shard placed here whose owner goes back to joining (restarted, or its session
  *   expired): decided here at once, from zero, not waited for; from a node leaving, it is
  *   waited for (its counters come).
+ * - The wait for an expected shard: counted from its sender's last message, not anyone's; at
+ *   its end a shard whose records came ahead of a view that never placed it here is not
+ *   decided here.
  * Not for the shipping itself (check_move, with real nodes).
  */
 #include <check.h>
@@ -40,8 +43,8 @@ struct fixture {
     struct rl_limiter *lim;
     struct rl_move *m;
     uint16_t epochs[NSHARDS];
-    uint32_t s;             /* a shard the view gives to b */
-    int64_t created_ms[3];  /* a's, b's and c's registration times in the views */
+    uint32_t s;            /* a shard the view gives to b */
+    int64_t created_ms[3]; /* a's, b's and c's registration times in the views */
 };
 
 #define CREATED_MS 1700000000000 /* the registrations' time (ZooKeeper's clock) */
@@ -132,8 +135,9 @@ setup_views(struct fixture *f, uint32_t wait_ms)
         f->created_ms[i] = CREATED_MS; /* registered together */
     }
     ck_assert_int_eq(uv_loop_init(&f->loop), 0);
-    RL_CHECK(rl_conf_parse("t.conf", "[cluster]\nshards = 16\n[service x]\nlimit = "
-                                     "fixed_window 5 per 1m\n",
+    RL_CHECK(rl_conf_parse("t.conf",
+                           "[cluster]\nshards = 16\n[service x]\nlimit = "
+                           "fixed_window 5 per 1m\n",
                            &f->conf, err, sizeof(err)) == 0,
              "conf: %s", err);
     ck_assert_int_eq(rl_limiter_create(&f->lim, f->conf, 16ull << 20), 0);
@@ -246,8 +250,8 @@ told_nothing(struct fixture *f, const char *node)
 {
     char why[256] = "";
 
-    ck_assert_int_eq(
-        rl_move_in_begin(f->m, f->s, 0, node, strlen(node), true, why, sizeof(why)), 0);
+    ck_assert_int_eq(rl_move_in_begin(f->m, f->s, 0, node, strlen(node), true, why, sizeof(why)),
+                     0);
 }
 
 /*
@@ -379,7 +383,7 @@ START_TEST(test_nothing_told_of_every_shard_when_all_joined)
     ck_assert_uint_gt(n, 0);
     ck_assert_uint_eq(n, shards_not_here(&f)); /* every shard of c's */
     n = planned_on(&f, A, A, A);
-    ck_assert_uint_gt(n, 0); /* b's, which a holds nothing of */
+    ck_assert_uint_gt(n, 0);                       /* b's, which a holds nothing of */
     ck_assert_uint_eq(planned_on(&f, A, A, A), 0); /* no node active since: not again */
     runfor(&f.loop, 250);
     ck_assert_uint_eq(planned_on(&f, A, A, J), 0);
@@ -487,6 +491,63 @@ START_TEST(test_leaving_owner_waited_until_it_rejoins)
 }
 END_TEST
 
+/* Records of b's shard f->s came ahead of a's view and never their last message, and no
+ * view places f->s here: when the wait ends, a does not decide it (it is b's), and at no
+ * moment before (before, the wait's end started it from zero here: two nodes decided it, and
+ * one HANDOFF_IN from anyone could make a node decide a shard of another's). */
+START_TEST(test_unconfirmed_records_never_decided)
+{
+    struct fixture f;
+    char why[256] = "";
+    struct rl_move_stats st;
+
+    setup_views(&f, WAIT_MS);
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 10, "b", 1, false, why, sizeof(why)), 0);
+    rl_move_in_end(f.m, f.s, 3, false);
+    ck_assert(rl_move_expected(f.m, f.s));
+    for (unsigned i = 0; i < 3 * WAIT_MS / 10; i++) {
+        runfor(&f.loop, 10);
+        RL_CHECK(!owned_here(&f), "decided here after %u ms", 10 * (i + 1));
+    }
+    ck_assert(!rl_move_expected(f.m, f.s));
+    rl_move_stats(f.m, &st);
+    ck_assert_uint_eq(st.in_failed, 1);
+    teardown(&f);
+}
+END_TEST
+
+/* f->s is expected from b (leaving), which sends nothing; c meanwhile keeps shipping a its
+ * own shards. The wait for f->s counts b's progress, not c's: f->s starts from zero here
+ * within a few handoff_waits (before, any node's HANDOFF_IN renewed every wait, so a
+ * stream of them from anyone kept f->s waiting, its requests held, without end). */
+START_TEST(test_wait_counts_its_own_sender_only)
+{
+    struct fixture f;
+    char why[256] = "";
+    uint32_t other = NSHARDS;
+
+    setup_views(&f, WAIT_MS);
+    view3(&f, RL_MEMBER_ACTIVE, RL_MEMBER_ACTIVE);
+    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE);
+    ck_assert(rl_move_expected(f.m, f.s));
+    for (uint32_t s = 0; s < NSHARDS && other == NSHARDS; s++) {
+        if (s != f.s && !rl_move_expected(f.m, s) &&
+            !((rl_move_owned(f.m)[s / 8] >> (s % 8)) & 1u)) {
+            other = s; /* c's: records of it come ahead of a's view */
+        }
+    }
+    ck_assert_uint_lt(other, NSHARDS);
+    for (unsigned i = 0; i < 8 * WAIT_MS / 20 && rl_move_expected(f.m, f.s); i++) {
+        (void)rl_move_in_begin(f.m, other, 10, "c", 1, false, why, sizeof(why));
+        rl_move_in_end(f.m, other, 1, false);
+        runfor(&f.loop, 20);
+    }
+    RL_CHECK(!rl_move_expected(f.m, f.s), "still waiting for b while c sends");
+    ck_assert(owned_here(&f));
+    teardown(&f);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -509,6 +570,8 @@ main(void)
     tcase_add_test(tc, test_restarted_owner_not_waited);
     tcase_add_test(tc, test_shipped_to_restarted_node_not_waited);
     tcase_add_test(tc, test_leaving_owner_waited_until_it_rejoins);
+    tcase_add_test(tc, test_unconfirmed_records_never_decided);
+    tcase_add_test(tc, test_wait_counts_its_own_sender_only);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
