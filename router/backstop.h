@@ -4,7 +4,7 @@
  * a CHECK under a rule with `failure = open` is judged here, by a limiter local to the router's
  * loop built from the rule itself, instead of being waved through: each of the router's W
  * workers allows a (rule, user) at most max(1, N / W) per fixed window of W_ms for each of
- * the rule's tiers (its first RL_BACKSTOP_TIERS), the window starting at the first request
+ * the rule's tiers (all of them), the window starting at the first request
  * the backstop sees. So one router allows a user at most max(N, W) per window, whatever the
  * outage lasts. Answers keep the existing codes (a refusal is LIMITED, an allowance
  * FAIL_OPEN); the backstop counts them apart.
@@ -21,18 +21,19 @@
 #include <stdint.h>
 
 #include "conf.h"
+#include "ruleset.h"
 #include "wire.h"
 
 #define RL_BACKSTOP_WAYS 4u
-#define RL_BACKSTOP_TIERS 4u         /* tiers of a rule the backstop counts */
-#define RL_BACKSTOP_ENTRIES 16384u   /* entries per router loop */
-#define RL_BACKSTOP_LOG_NODE "backstop" /* the request log's NODE for its answers */
+#define RL_BACKSTOP_TIERS RL_CONF_RULE_TIERS_MAX /* a rule's tiers: every one is counted */
+#define RL_BACKSTOP_ENTRIES 16384u               /* entries per router loop */
+#define RL_BACKSTOP_LOG_NODE "backstop"          /* the request log's NODE for its answers */
 
 struct rl_backstop_entry {
-    uint64_t hash;                          /* the shard map's key hash of (service, user) */
-    uint64_t used_ns;                       /* last request: the least recent is evicted */
-    uint64_t start_ns[RL_BACKSTOP_TIERS];   /* each tier's window start */
-    uint32_t count[RL_BACKSTOP_TIERS];      /* allowed in that window */
+    uint64_t hash;                        /* the shard map's key hash of (service, user) */
+    uint64_t used_ns;                     /* last request: the least recent is evicted */
+    uint64_t start_ns[RL_BACKSTOP_TIERS]; /* each tier's window start */
+    uint32_t count[RL_BACKSTOP_TIERS];    /* allowed in that window */
     uint32_t rule;
     bool used;
 };

@@ -25,7 +25,16 @@ static const char rules[] = "[service a]\nlimit = token_bucket 20 per 1d\n"
                             "limit = fixed_window 15 per 1m\n"
                             "[service u]\nfailure = open_unlimited\n"
                             "limit = fixed_window 1 per 1s\n"
-                            "[service c]\nfailure = closed\nlimit = fixed_window 1 per 1s\n";
+                            "[service c]\nfailure = closed\nlimit = fixed_window 1 per 1s\n"
+                            "[service many]\n"
+                            "limit = fixed_window 1000 per 1h\nlimit = fixed_window 1000 per 2h\n"
+                            "limit = fixed_window 1000 per 3h\nlimit = fixed_window 1000 per 4h\n"
+                            "limit = fixed_window 1000 per 5h\nlimit = fixed_window 1000 per 6h\n"
+                            "limit = fixed_window 1000 per 7h\nlimit = fixed_window 1000 per 8h\n"
+                            "limit = fixed_window 1000 per 9h\nlimit = fixed_window 1000 per 10h\n"
+                            "limit = fixed_window 1000 per 11h\nlimit = fixed_window 1000 per 12h\n"
+                            "limit = fixed_window 1000 per 13h\nlimit = fixed_window 1000 per 14h\n"
+                            "limit = fixed_window 1000 per 15h\nlimit = fixed_window 2 per 1h\n";
 
 static struct rl_conf *
 conf(void)
@@ -48,8 +57,8 @@ rule(const struct rl_conf *c, const char *s)
 
 /* Allowances of one user over n requests of cost 1 at now. */
 static int
-allowed(struct rl_backstop *b, const struct rl_conf *c, const struct rl_rule *r, uint64_t h,
-        int n, uint64_t now)
+allowed(struct rl_backstop *b, const struct rl_conf *c, const struct rl_rule *r, uint64_t h, int n,
+        uint64_t now)
 {
     struct rl_wire_check_reply rep;
     int a = 0;
@@ -73,8 +82,9 @@ START_TEST(test_conf_values)
     ck_assert(!rule(c, "a")->fail_closed && !rule(c, "a")->fail_unlimited);
     ck_assert(!rule(c, "u")->fail_closed && rule(c, "u")->fail_unlimited);
     ck_assert(rule(c, "c")->fail_closed && !rule(c, "c")->fail_unlimited);
-    ck_assert_int_ne(rl_conf_parse("t.conf", "[service x]\nfailure = unlimited\n"
-                                             "limit = fixed_window 1 per 1s\n",
+    ck_assert_int_ne(rl_conf_parse("t.conf",
+                                   "[service x]\nfailure = unlimited\n"
+                                   "limit = fixed_window 1 per 1s\n",
                                    &bad, err, sizeof(err)),
                      0);
     ck_assert_msg(strstr(err, "open_unlimited") != NULL, "%s", err);
@@ -137,6 +147,25 @@ START_TEST(test_every_tier)
 }
 END_TEST
 
+/* A rule of 16 tiers whose last is the strict one: held to it (before, only the first 4
+ * tiers were counted, and this rule let 1000 an hour through instead of 2). */
+START_TEST(test_sixteenth_tier)
+{
+    struct rl_conf *c = conf();
+    struct rl_backstop b;
+    const struct rl_rule *r = rule(c, "many");
+    struct rl_wire_check_reply rep;
+
+    ck_assert_uint_eq(r->ntiers, 16);
+    ck_assert_int_eq(rl_backstop_init(&b, 64, 1), 0);
+    ck_assert_int_eq(allowed(&b, c, r, 9, 50, 7000 * MS), 2);
+    ck_assert(!rl_backstop_judge(&b, c, r, 9, 1, 7000 * MS, &rep));
+    ck_assert_uint_eq(rep.limit, 2);
+    rl_backstop_deinit(&b);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 START_TEST(test_bounded_flood)
 {
     struct rl_conf *c = conf();
@@ -192,6 +221,7 @@ backstop_suite(void)
     tcase_add_test(tc, test_conf_values);
     tcase_add_test(tc, test_quota_per_window);
     tcase_add_test(tc, test_every_tier);
+    tcase_add_test(tc, test_sixteenth_tier);
     tcase_add_test(tc, test_bounded_flood);
     tcase_add_test(tc, test_no_table_allows);
     suite_add_tcase(s, tc);
