@@ -106,6 +106,17 @@ rules_put_locked(struct rl_rules *r, struct rl_conf *fresh, int64_t version, con
     size_t nrules = fresh->nrules, ntiers = fresh->ntiers;
     int rc;
 
+    if (nrules == 0 && r->conf->nrules > 0) {
+        /* A file cut to nothing (or a rules document emptied) would make every CHECK
+         * NO_RULE, which allows: every limit lifted at once, and every counter lost. */
+        rl_conf_destroy(fresh);
+        r->st.failures++;
+        rl_log_error("rules from %s refused: no [service] section where %zu are in force (a "
+                     "file cut short?); the rules in force stay (rules_version %" PRId64
+                     "); to serve without any rule, restart with that file",
+                     from, r->conf->nrules, r->st.version);
+        return -EINVAL;
+    }
     if (fresh->rules_digest == r->conf->rules_digest) {
         /* The same rules: nothing to switch, and no pause for it. */
         rl_conf_destroy(fresh);

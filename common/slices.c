@@ -150,6 +150,19 @@ rl_slices_parse(const char *text, size_t len, struct rl_slices **out, char *err,
     memcpy(s->text, text, len);
     s->text[len] = '\0';
     s->dflt = UINT32_MAX;
+    {
+        const char *nul = memchr(text, '\0', len);
+
+        if (nul != NULL) { /* the lines past it would be dropped unread */
+            size_t at = 1;
+
+            for (const char *q = text; q < nul; q++) {
+                at += *q == '\n';
+            }
+            rc = sl_fail(err, errlen, at, "a NUL byte (the slices are text)");
+            goto fail;
+        }
+    }
     for (size_t i = 0; i < len; i++) {
         lines += text[i] == '\n';
     }
@@ -189,7 +202,14 @@ rl_slices_parse(const char *text, size_t len, struct rl_slices **out, char *err,
             goto fail;
         }
         if (strcmp(w[0], "generation") == 0 && nw == 2) {
-            s->generation = strtoull(w[1], NULL, 10);
+            char *end = NULL;
+
+            errno = 0;
+            s->generation = strtoull(w[1], &end, 10);
+            if (w[1][0] < '0' || w[1][0] > '9' || *end != '\0' || errno == ERANGE) {
+                rc = sl_fail(err, errlen, lineno, "the generation is not a number 0..2^64-1");
+                goto fail;
+            }
         } else if (strcmp(w[0], "default") == 0 && nw == 2 && sl_number(w[1], &v)) {
             s->dflt = v;
         } else if ((strcmp(w[0], "service") == 0 && nw == 3 && sl_number(w[2], &v)) ||

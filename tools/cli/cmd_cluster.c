@@ -134,6 +134,16 @@ cli_cmd_rules(const struct cli *o, const struct cli_cmd *cmd, int nargs, char **
             free(text);
             return CLI_EXIT_USAGE;
         }
+        if (fresh->nrules == 0) {
+            /* every process refuses rules without a [service] section while it has some */
+            fprintf(stderr,
+                    "rl-cli: %s: no [service] section: every CHECK would be NO_RULE "
+                    "(allowed); processes with rules refuse it%s\n",
+                    args[1], push ? ": nothing written" : "");
+            free(text);
+            rl_conf_destroy(fresh);
+            return CLI_EXIT_USAGE;
+        }
     }
     status = rules_config(o, sub, !check, &conf);
     if (status != CLI_EXIT_OK) {
