@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "utf8.h"
 #include "router_int.h"
 
 static struct rl_upstream *
@@ -69,8 +70,12 @@ router_rebuild(struct rl_router *r)
         if (u == NULL) {
             if (rl_upstream_create(&u, &r->connq, map->members[i].name, map->members[i].addr,
                                    &ops) != 0) {
-                rl_log_warn("node %s: bad address \"%s\"", map->members[i].name,
-                            map->members[i].addr);
+                char shown[4 * sizeof(map->members[i].addr)];
+
+                /* a member znode's data, anyone's without the cluster secret: escaped */
+                rl_utf8_escape(shown, sizeof(shown), map->members[i].addr,
+                               strlen(map->members[i].addr), 0);
+                rl_log_warn("node %s: bad address \"%s\"", map->members[i].name, shown);
                 /* Keep a placeholder-free table: route its shards by failure policy. */
                 continue;
             }
