@@ -46,6 +46,17 @@ move_fresh(struct rl_move *m, uint32_t s)
     move_set(m, s, RL_MOVE_OWNED);
 }
 
+/* Whether name[0..len) (len < RL_SHARDMAP_NAME_MAX) is a member of this node's view. */
+static bool
+move_member_named(const struct rl_move *m, const char *name, size_t len)
+{
+    char n[RL_SHARDMAP_NAME_MAX];
+
+    memcpy(n, name, len);
+    n[len] = '\0';
+    return rl_shardmap_find(m->map, n) != RL_SHARDMAP_NONE;
+}
+
 /* An expected shard's wait ended without it: true when it starts from zero here, as this
  * node's view places it here (or there is no view yet); else it is not this node's (its
  * records came ahead of a view that never followed: a node decides only what its view
@@ -96,13 +107,9 @@ move_tick_cb(uv_timer_t *t)
         uint8_t st = m->st[s];
 
         if (st == RL_MOVE_INCOMING) {
-            uint16_t p = m->peer[s];
-            bool gone = p != MOVE_PEER_NONE && !move_peer_member(m, p);
+            bool gone = m->peer[s] != MOVE_PEER_NONE && !move_peer_member(m, m->peer[s]);
 
-            /* the wait: handoff_wait from the shard's start and from the last message of
-             * the node it is expected from (none: from its start only) */
-            if (gone || (now >= m->deadline[s] &&
-                         (p == MOVE_PEER_NONE || now >= m->peer_in[p] + m->o.handoff_wait_ms))) {
+            if (gone || (now >= m->deadline[s] && now >= m->in_progress + m->o.handoff_wait_ms)) {
                 m->stats.in_failed++;
                 if (move_wait_ended(m, s)) {
                     fresh++;
@@ -512,6 +519,7 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
     uint64_t now = uv_now(m->loop);
     const char *peer;
 
+    m->in_counts = false;
     if (s >= m->n) {
         snprintf(why, len, "shard %" PRIu32 " is out of range", s);
         return -EINVAL;
@@ -584,8 +592,14 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
                  s, st_decides(m->st[s]) ? "decided" : "moving away");
         return -EBUSY;
     }
-    if (m->peer[s] != MOVE_PEER_NONE && m->st[s] == RL_MOVE_INCOMING) {
-        m->peer_in[m->peer[s]] = now; /* progress of the move from that node */
+    /* Progress of a move, which keeps every wait open: a member of this node's view sent
+     * it (the holder of a shard may not be the node it is expected from); a name that is
+     * no member's, or none, moves no wait (a stream of them from anyone kept every wait,
+     * and the routers' requests for those shards, open without end). */
+    m->in_counts = from != NULL && flen > 0 && flen < RL_SHARDMAP_NAME_MAX && m->map != NULL &&
+                   move_member_named(m, from, flen);
+    if (m->in_counts) {
+        m->in_progress = now;
     }
     m->stats.bytes_in += bytes;
     return 0;
@@ -597,13 +611,10 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
     uint64_t now = uv_now(m->loop);
 
     m->stats.keys_in += keys;
-    if (s >= m->n || m->st[s] != RL_MOVE_INCOMING) {
-        return;
+    if (m->in_counts) {
+        m->in_progress = now; /* the import took this long */
     }
-    if (m->peer[s] != MOVE_PEER_NONE) {
-        m->peer_in[m->peer[s]] = now;
-    }
-    if (!final) {
+    if (!final || s >= m->n || m->st[s] != RL_MOVE_INCOMING) {
         return;
     }
     m->stats.in_done++;

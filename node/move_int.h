@@ -71,7 +71,6 @@ struct rl_move {
     uint32_t *q;        /* ring of OUTGOING shards, n + 1 slots */
     uint32_t qhead, qtail;
     char (*peers)[RL_SHARDMAP_NAME_MAX];
-    uint64_t *peer_in; /* [peer id]: loop ms of the last HANDOFF_IN here from that peer */
     size_t npeers, peers_cap;
     struct rl_shardmap *map; /* the view last applied */
     uint32_t self_ix;        /* in map, or RL_SHARDMAP_NONE */
@@ -79,7 +78,9 @@ struct rl_move {
     bool views_stale;        /* ZooKeeper unreachable: the view last applied may be behind */
     uint64_t views_back;     /* loop ms views last became current again (0: never lost) */
     bool view_since_back;    /* members were read since (rl_move_members_read) */
-    uint64_t out_progress;   /* loop ms of the last ack of a HANDOFF_IN sent */
+    uint64_t in_progress, out_progress; /* loop ms of the last HANDOFF_IN here from a member
+                                           of the view (move_member_progress), last ack */
+    bool in_counts;                     /* the HANDOFF_IN being taken is from a member */
     uint32_t nowned;
     struct rl_move_stats stats;
     struct move_batch b;

@@ -96,20 +96,15 @@ move_peer_id(struct rl_move *m, const char *name)
     }
     if (m->npeers == m->peers_cap) {
         size_t cap = m->peers_cap == 0 ? 16 : m->peers_cap * 2;
-        void *p, *q;
+        void *p;
 
         if (cap > MOVE_PEERS_MAX || (p = realloc(m->peers, cap * sizeof(*m->peers))) == NULL) {
             return MOVE_PEER_NONE;
         }
         m->peers = p;
-        if ((q = realloc(m->peer_in, cap * sizeof(*m->peer_in))) == NULL) {
-            return MOVE_PEER_NONE;
-        }
-        m->peer_in = q;
         m->peers_cap = cap;
     }
     snprintf(m->peers[m->npeers], sizeof(m->peers[0]), "%s", name);
-    m->peer_in[m->npeers] = 0;
     return (uint16_t)m->npeers++;
 }
 
@@ -180,7 +175,6 @@ move_free(struct rl_move *m)
     free(m->told_by);
     free(m->q);
     free(m->peers);
-    free(m->peer_in);
     free(m->nothing);
     free(m);
 }

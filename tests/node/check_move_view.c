@@ -16,9 +16,9 @@
  * - A shard placed here whose owner goes back to joining (restarted, or its session
  *   expired): decided here at once, from zero, not waited for; from a node leaving, it is
  *   waited for (its counters come).
- * - The wait for an expected shard: counted from its sender's last message, not anyone's; at
- *   its end a shard whose records came ahead of a view that never placed it here is not
- *   decided here.
+ * - The wait for an expected shard: counted from the last message of a member of the view,
+ *   not of anyone; at its end a shard whose records came ahead of a view that never placed it
+ *   here is not decided here.
  * Not for the shipping itself (check_move, with real nodes).
  */
 #include <check.h>
@@ -516,11 +516,12 @@ START_TEST(test_unconfirmed_records_never_decided)
 }
 END_TEST
 
-/* f->s is expected from b (leaving), which sends nothing; c meanwhile keeps shipping a its
- * own shards. The wait for f->s counts b's progress, not c's: f->s starts from zero here
- * within a few handoff_waits (before, any node's HANDOFF_IN renewed every wait, so a
- * stream of them from anyone kept f->s waiting, its requests held, without end). */
-START_TEST(test_wait_counts_its_own_sender_only)
+/* f->s is expected from b (leaving), which sends nothing. Messages from a name that is no
+ * member of a's view (made up), or from no name, do not keep the wait open: f->s starts
+ * from zero here within a few handoff_waits (before, anyone's HANDOFF_IN renewed every wait,
+ * so a stream of them kept f->s waiting, its requests held, without end). A member's do (the
+ * holder of a shard may be another node than the one it is expected from). */
+START_TEST(test_wait_counts_members_only)
 {
     struct fixture f;
     char why[256] = "";
@@ -532,17 +533,54 @@ START_TEST(test_wait_counts_its_own_sender_only)
     ck_assert(rl_move_expected(f.m, f.s));
     for (uint32_t s = 0; s < NSHARDS && other == NSHARDS; s++) {
         if (s != f.s && !rl_move_expected(f.m, s) &&
-            !((rl_move_owned(f.m)[s / 8] >> (s % 8)) & 1u)) {
-            other = s; /* c's: records of it come ahead of a's view */
+            !((rl_move_owned(f.m)[s / 8] >> (s % 8)) & 1u) &&
+            rl_move_in_begin(f.m, s, 10, "c", 1, false, why, sizeof(why)) == 0) {
+            other = s; /* c's records of it come ahead of a's view */
+            rl_move_in_end(f.m, s, 1, false);
         }
     }
     ck_assert_uint_lt(other, NSHARDS);
+    ck_assert(rl_move_expected(f.m, other));
+    /* c (a member) ships: the wait stays open meanwhile */
+    for (unsigned i = 0; i < 3 * WAIT_MS / 20; i++) {
+        ck_assert_int_eq(rl_move_in_begin(f.m, other, 10, "c", 1, false, why, sizeof(why)), 0);
+        rl_move_in_end(f.m, other, 1, false);
+        runfor(&f.loop, 20);
+        RL_CHECK(rl_move_expected(f.m, f.s), "stopped waiting for b while c ships");
+    }
+    /* "z" (no member) and a sender with no name: the wait ends */
     for (unsigned i = 0; i < 8 * WAIT_MS / 20 && rl_move_expected(f.m, f.s); i++) {
-        (void)rl_move_in_begin(f.m, other, 10, "c", 1, false, why, sizeof(why));
+        (void)rl_move_in_begin(f.m, other, 10, i % 2 ? "z" : NULL, i % 2, false, why, sizeof(why));
         rl_move_in_end(f.m, other, 1, false);
         runfor(&f.loop, 20);
     }
-    RL_CHECK(!rl_move_expected(f.m, f.s), "still waiting for b while c sends");
+    RL_CHECK(!rl_move_expected(f.m, f.s), "still waiting for b while z sends");
+    ck_assert(owned_here(&f));
+    teardown(&f);
+}
+END_TEST
+
+/* Records of b's shard come ahead of a's view, then the view places it here, and b's
+ * messages keep coming for longer than handoff_wait (a large shard): not started from zero
+ * meanwhile, and decided here with its records when the last one comes. */
+START_TEST(test_long_transfer_ahead_of_view_kept)
+{
+    struct fixture f;
+    char why[256] = "";
+
+    setup_views(&f, WAIT_MS);
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 10, "b", 1, false, why, sizeof(why)), 0);
+    rl_move_in_end(f.m, f.s, 1, false);
+    view(&f, RL_MEMBER_LEAVING);
+    for (unsigned i = 0; i < 3 * WAIT_MS / 20; i++) {
+        RL_CHECK(rl_move_in_begin(f.m, f.s, 10, "b", 1, false, why, sizeof(why)) == 0,
+                 "message %u refused: %s", i, why);
+        rl_move_in_end(f.m, f.s, 1, false);
+        runfor(&f.loop, 20);
+        ck_assert(rl_move_expected(f.m, f.s));
+    }
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 10, "b", 1, false, why, sizeof(why)), 0);
+    rl_move_in_end(f.m, f.s, 1, true);
     ck_assert(owned_here(&f));
     teardown(&f);
 }
@@ -571,7 +609,8 @@ main(void)
     tcase_add_test(tc, test_shipped_to_restarted_node_not_waited);
     tcase_add_test(tc, test_leaving_owner_waited_until_it_rejoins);
     tcase_add_test(tc, test_unconfirmed_records_never_decided);
-    tcase_add_test(tc, test_wait_counts_its_own_sender_only);
+    tcase_add_test(tc, test_wait_counts_members_only);
+    tcase_add_test(tc, test_long_transfer_ahead_of_view_kept);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
