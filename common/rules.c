@@ -111,10 +111,12 @@ rules_put_locked(struct rl_rules *r, struct rl_conf *fresh, int64_t version, con
          * NO_RULE, which allows: every limit lifted at once, and every counter lost. */
         rl_conf_destroy(fresh);
         r->st.failures++;
-        rl_log_error("rules from %s refused: no [service] section where %zu are in force (a "
-                     "file cut short?); the rules in force stay (rules_version %" PRId64
-                     "); to serve without any rule, restart with that file",
-                     from, r->conf->nrules, r->st.version);
+        rl_log_error(
+            "rules from %s refused: no [service] section where %zu are in force (a "
+            "file cut short?); the rules in force stay (rules_version %" PRId64
+            "); to serve without any rule, restart with none in the config file (and no rules "
+            "znode)",
+            from, r->conf->nrules, r->st.version);
         return -EINVAL;
     }
     if (fresh->rules_digest == r->conf->rules_digest) {

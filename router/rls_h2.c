@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <nghttp2/nghttp2.h>
 
@@ -537,7 +538,8 @@ connection_specific(const uint8_t *name, size_t nlen, const uint8_t *value, size
 {
     switch (nlen) {
     case 2:
-        return memcmp(name, "te", 2) == 0 && !(vlen == 8 && memcmp(value, "trailers", 8) == 0);
+        return memcmp(name, "te", 2) == 0 &&
+               !(vlen == 8 && strncasecmp((const char *)value, "trailers", 8) == 0);
     case 7:
         return memcmp(name, "upgrade", 7) == 0;
     case 10:

@@ -444,6 +444,21 @@ static_setup(void)
     }
 }
 
+/* SIGHUP to the node and the router with the config as written: refused (their
+ * rules_reload_failures reach `failures`), the rules of digest `digest` stay in force. */
+static void
+sighup_refused(int failures, int64_t digest)
+{
+    int64_t d[2];
+
+    ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
+    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
+    wait_all("rules_reload_failures", failures, 1, 1, 5000);
+    all_stats("rules_digest", d, 1, 1);
+    ck_assert_int_eq(d[0], digest);
+    ck_assert_int_eq(d[1], digest);
+}
+
 START_TEST(test_sighup)
 {
     int64_t d0[2], d1[2];
@@ -455,22 +470,12 @@ START_TEST(test_sighup)
 
     /* A config that does not load: refused whole, nothing changes. */
     write_static(80, "[service c]\nlimit = fixed_window 10 per\n");
-    ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
-    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
-    wait_all("rules_reload_failures", 1, 1, 1, 5000);
-    all_stats("rules_digest", d1, 1, 1);
-    ck_assert_int_eq(d1[0], d0[0]);
-    ck_assert_int_eq(d1[1], d0[0]);
+    sighup_refused(1, d0[0]);
 
     /* A file cut to nothing: no [service] section, which would make every CHECK NO_RULE
      * (allowed): refused too, the rules in force stay (before, taken: every limit lifted). */
     ck_assert_int_eq(rl_harness_write_file(config, "%s", ""), 0);
-    ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
-    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
-    wait_all("rules_reload_failures", 2, 1, 1, 5000);
-    all_stats("rules_digest", d1, 1, 1);
-    ck_assert_int_eq(d1[0], d0[0]);
-    ck_assert_int_eq(d1[1], d0[0]);
+    sighup_refused(2, d0[0]);
     ck_assert_uint_eq(check_via(0, "b", "empty-file", NULL),
                       RL_WIRE_ALLOWED); /* ruled, not NO_RULE */
 

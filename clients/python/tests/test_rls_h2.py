@@ -234,6 +234,8 @@ def test_malformed_trailers_and_connection_headers_reset_the_stream(rls):
     c.wait(lambda: 1 in c.resets, 5.0)
     c.close()
     assert c.resets.get(1) == h2.errors.ErrorCodes.PROTOCOL_ERROR and 1 not in c.heads, c.resets
+    # te's value is a token of any case (RFC 9110): "Trailers" is answered
+    assert grpc_status(call_with_headers(rls.rls_port, good[:5] + [("te", "Trailers")])) == [b"0"]
     # trailers of regular headers, ending the stream: answered
     assert grpc_status(call_with_trailers(rls.rls_port, [("x-trace", "1")])) == [b"0"]
 
