@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "utf8.h"
 #include "zkm_int.h"
 
 /* How often a registration that is still waiting says so again. */
@@ -312,6 +313,17 @@ zkm_children_done(struct rl_zkm *z, struct zkm_ev *ev)
             rl_log_warn("zk: member name nodes/%.40s... is too long; ignored", ev->names[i]);
             continue;
         }
+        if (!zkm_name_ok(ev->names[i], RL_SHARDMAP_NAME_MAX - 1)) {
+            /* not a name a node can have (--name takes letters, digits, '.', '_', '-'):
+             * written by hand, and it would break STATS' lines and assignments */
+            char shown[4 * RL_SHARDMAP_NAME_MAX];
+
+            rl_utf8_escape(shown, sizeof(shown), ev->names[i], strlen(ev->names[i]), 0);
+            rl_log_warn("zk: member name nodes/%s is not a node's name (letters, digits, '.', "
+                        "'_', '-'); ignored",
+                        shown);
+            continue;
+        }
         snprintf(s->m[i].name, sizeof(s->m[i].name), "%s", ev->names[i]);
         snprintf(path, sizeof(path), "%s/%s", z->nodes_path, ev->names[i]);
         op = zkm_scan_op(z, s, ZKM_OP_MEMBER, i);
@@ -400,8 +412,7 @@ zkm_state_step(struct rl_zkm *z)
     struct zkm_ev *ev;
     const char *d = zkm_state_data(z->state_want);
 
-    if (z->state_path[0] == '\0' || z->state_busy || !z->connected || z->zh == NULL ||
-        z->closing) {
+    if (z->state_path[0] == '\0' || z->state_busy || !z->connected || z->zh == NULL || z->closing) {
         return;
     }
     if (z->state_gen != z->gen) {
@@ -423,8 +434,8 @@ zkm_state_step(struct rl_zkm *z)
         zkm_sent(z, ev, zoo_adelete(z->zh, z->state_path, -1, zkm_void_done, ev));
     } else if (z->state_have == RL_MEMBER_ACTIVE) {
         zkm_sent(z, ev,
-                 zoo_acreate(z->zh, z->state_path, d, (int)strlen(d), zkm_acl(z, 0),
-                             ZOO_EPHEMERAL, zkm_string_done, ev));
+                 zoo_acreate(z->zh, z->state_path, d, (int)strlen(d), zkm_acl(z, 0), ZOO_EPHEMERAL,
+                             zkm_string_done, ev));
     } else {
         ev->seq = 1; /* a set */
         zkm_sent(z, ev, zoo_aset(z->zh, z->state_path, d, (int)strlen(d), -1, zkm_stat_done, ev));

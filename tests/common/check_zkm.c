@@ -1,11 +1,11 @@
 /*
  * check_zkm: common/zkm.c, zkmembers.c and zkadmin.c against a real ZooKeeper server, one fresh
  * server per test. Covers registration, member and assignment watches, the assignment's
- * compare-and-set, the envoy config znode, session expiry (a node process frozen past its timeout), a server restart
- * that sessions survive, a stale znode left by a dead process, a server that starts late, and a
- * destroy from a callback. The server is the test harness's (harness.h: Debian's jars under
- * java, a fresh one per test on a free loopback port in the test's temp directory, killed with
- * the test however it ends); node processes other than the test's are forked children.
+ * compare-and-set, the envoy config znode, session expiry (a node process frozen past its timeout),
+ * a server restart that sessions survive, a stale znode left by a dead process, a server that
+ * starts late, and a destroy from a callback. The server is the test harness's (harness.h: Debian's
+ * jars under java, a fresh one per test on a free loopback port in the test's temp directory,
+ * killed with the test however it ends); node processes other than the test's are forked children.
  */
 #include <check.h>
 #include <errno.h>
@@ -332,6 +332,24 @@ START_TEST(test_members)
     ck_assert_int_eq(ow.asg_version, -1);
     ck_assert_uint_eq(ow.asg_len, 0);
 
+    /* A member znode whose name no node can have (written by hand: the subtree is open
+     * without the cluster secret) is not listed: it would break STATS' lines. */
+    {
+        zhandle_t *zh = raw_connect();
+
+        ck_assert_int_eq(zoo_create(zh, "/ratelimiter/mem/nodes/odd name", "127.0.0.1:7409", 14,
+                                    &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0),
+                         ZOK);
+        ck_assert_int_eq(rl_zkm_create(&b, &loop, zk.connect, SESSION_MS, "mem", &cbs, &ob), 0);
+        ck_assert_int_eq(rl_zkm_register(b, "b", "127.0.0.1:7402"), 0);
+        ck_assert_int_eq(rl_zkm_create(&a, &loop, zk.connect, SESSION_MS, "mem", &cbs, &oa), 0);
+        ck_assert_int_eq(rl_zkm_register(a, "a", "127.0.0.1:7401"), 0);
+        ck_assert(run_until(&loop, members_ab, &ow, 10000));
+        zookeeper_close(zh); /* the odd one goes with this session */
+        rl_zkm_destroy(a);
+        rl_zkm_destroy(b);
+        ck_assert(run_until(&loop, members_none, &ow, 10000));
+    }
     ck_assert_int_eq(rl_zkm_create(&b, &loop, zk.connect, SESSION_MS, "mem", &cbs, &ob), 0);
     ck_assert_int_eq(rl_zkm_register(b, "b", "127.0.0.1:7402"), 0);
     ck_assert_int_eq(rl_zkm_create(&a, &loop, zk.connect, SESSION_MS, "mem", &cbs, &oa), 0);
@@ -376,15 +394,14 @@ on_members_states(void *arg, const struct rl_member *m, size_t n)
 
     on_members(&so->o, m, n);
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(m[i].name, "a") == 0 && m[i].state == RL_MEMBER_ACTIVE &&
-            !so->a_may_be_active) {
+        if (strcmp(m[i].name, "a") == 0 && m[i].state == RL_MEMBER_ACTIVE && !so->a_may_be_active) {
             so->a_seen_active_early = 1;
         }
     }
 }
 
-static const struct rl_zkm_cbs states_cbs = {on_members_states, on_assignment, on_state,
-                                             NULL, NULL, NULL, NULL};
+static const struct rl_zkm_cbs states_cbs = {
+    on_members_states, on_assignment, on_state, NULL, NULL, NULL, NULL};
 
 static int
 a_state_is(struct states_obs *so, int state)
@@ -433,8 +450,7 @@ START_TEST(test_states)
     memset(&so, 0, sizeof(so));
     zk_start();
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "st", &states_cbs, &so),
-                     0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "st", &states_cbs, &so), 0);
     ck_assert_int_eq(rl_zkm_watch(w), 0);
     ck_assert_int_eq(rl_zkm_create(&a, &loop, zk.connect, SESSION_MS, "st", &cbs, &oa), 0);
     ck_assert_int_eq(rl_zkm_set_state(a, 7), -EINVAL);
