@@ -412,7 +412,8 @@ zkm_state_step(struct rl_zkm *z)
     struct zkm_ev *ev;
     const char *d = zkm_state_data(z->state_want);
 
-    if (z->state_path[0] == '\0' || z->state_busy || !z->connected || z->zh == NULL || z->closing) {
+    if (z->state_path[0] == '\0' || z->state_busy || !z->connected || z->zh == NULL ||
+        z->closing) {
         return;
     }
     if (z->state_gen != z->gen) {
@@ -434,8 +435,8 @@ zkm_state_step(struct rl_zkm *z)
         zkm_sent(z, ev, zoo_adelete(z->zh, z->state_path, -1, zkm_void_done, ev));
     } else if (z->state_have == RL_MEMBER_ACTIVE) {
         zkm_sent(z, ev,
-                 zoo_acreate(z->zh, z->state_path, d, (int)strlen(d), zkm_acl(z, 0), ZOO_EPHEMERAL,
-                             zkm_string_done, ev));
+                 zoo_acreate(z->zh, z->state_path, d, (int)strlen(d), zkm_acl(z, 0),
+                             ZOO_EPHEMERAL, zkm_string_done, ev));
     } else {
         ev->seq = 1; /* a set */
         zkm_sent(z, ev, zoo_aset(z->zh, z->state_path, d, (int)strlen(d), -1, zkm_stat_done, ev));

@@ -118,6 +118,7 @@ swl_degrade(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now_eff, 
     swl_tag(s, &c);
 }
 
+
 static void
 swl_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
           struct rl_algo_result *r)

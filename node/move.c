@@ -20,6 +20,7 @@
 #include "log.h"
 #include "shardmap.h"
 
+
 /* Expected here from peer: nothing decided until it arrives or the wait ends. A new tenure:
  * what this node held of s before is not current. */
 static void
@@ -533,10 +534,7 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
              * while the sender is unknown (records came ahead of the view: more may follow). */
             snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s,
                      peer[0] != '\0' ? peer : "the node whose records came",
-                     (int)(from == NULL ? 0
-                           : flen < 64  ? flen
-                                        : 64),
-                     from == NULL ? "" : from);
+                     (int)(from == NULL ? 0 : flen < 64 ? flen : 64), from == NULL ? "" : from);
             return 1;
         }
         if (from != NULL && peer[0] != '\0' &&
@@ -544,8 +542,8 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
             char name[64];
 
             if (flen == 0 || flen >= sizeof(name)) {
-                snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s, peer,
-                         (int)(flen < 64 ? flen : 64), from);
+                snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s,
+                         peer, (int)(flen < 64 ? flen : 64), from);
                 return -EBUSY;
             }
             /* Records from another node than the one expected: the sender decided the shard
@@ -641,6 +639,7 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
 
 /* Drain. */
 
+
 static void
 move_drain_timeout(uv_timer_t *t)
 {
@@ -717,6 +716,7 @@ rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts 
     *out = m;
     return 0;
 }
+
 
 static void
 move_closed(uv_handle_t *h)

@@ -72,12 +72,12 @@ struct rl_move {
     uint32_t qhead, qtail;
     char (*peers)[RL_SHARDMAP_NAME_MAX];
     size_t npeers, peers_cap;
-    struct rl_shardmap *map; /* the view last applied */
-    uint32_t self_ix;        /* in map, or RL_SHARDMAP_NONE */
-    bool leaving_seen;       /* the map says this node is leaving (or not a member) */
-    bool views_stale;        /* ZooKeeper unreachable: the view last applied may be behind */
-    uint64_t views_back;     /* loop ms views last became current again (0: never lost) */
-    bool view_since_back;    /* members were read since (rl_move_members_read) */
+    struct rl_shardmap *map;            /* the view last applied */
+    uint32_t self_ix;                   /* in map, or RL_SHARDMAP_NONE */
+    bool leaving_seen;                  /* the map says this node is leaving (or not a member) */
+    bool views_stale;    /* ZooKeeper unreachable: the view last applied may be behind */
+    uint64_t views_back; /* loop ms views last became current again (0: never lost) */
+    bool view_since_back; /* members were read since (rl_move_members_read) */
     uint64_t in_progress, out_progress; /* loop ms of the last HANDOFF_IN here from a member
                                            of the view (move_member_progress), last ack */
     bool in_counts;                     /* the HANDOFF_IN being taken is from a member */

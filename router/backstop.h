@@ -25,15 +25,16 @@
 #include "wire.h"
 
 #define RL_BACKSTOP_WAYS 4u
-#define RL_BACKSTOP_TIERS RL_CONF_RULE_TIERS_MAX /* a rule's tiers: every one is counted */
-#define RL_BACKSTOP_ENTRIES 16384u               /* entries per router loop */
-#define RL_BACKSTOP_LOG_NODE "backstop"          /* the request log's NODE for its answers */
+/* tiers of a rule the backstop counts: all of them */
+#define RL_BACKSTOP_TIERS RL_CONF_RULE_TIERS_MAX
+#define RL_BACKSTOP_ENTRIES 16384u   /* entries per router loop */
+#define RL_BACKSTOP_LOG_NODE "backstop" /* the request log's NODE for its answers */
 
 struct rl_backstop_entry {
-    uint64_t hash;                        /* the shard map's key hash of (service, user) */
-    uint64_t used_ns;                     /* last request: the least recent is evicted */
-    uint64_t start_ns[RL_BACKSTOP_TIERS]; /* each tier's window start */
-    uint32_t count[RL_BACKSTOP_TIERS];    /* allowed in that window */
+    uint64_t hash;                          /* the shard map's key hash of (service, user) */
+    uint64_t used_ns;                       /* last request: the least recent is evicted */
+    uint64_t start_ns[RL_BACKSTOP_TIERS];   /* each tier's window start */
+    uint32_t count[RL_BACKSTOP_TIERS];      /* allowed in that window */
     uint32_t rule;
     bool used;
 };

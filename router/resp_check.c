@@ -357,7 +357,8 @@ resp_throttle(struct resp_conn *c, ARGS)
                                  UINT32_MAX / 1000);
     }
     if (v[3] < 0 || v[3] > (int64_t)RL_WIRE_COST_MAX) { /* a CHECK's cost bound */
-        return rl_resp_put_error(b, "ERR CL.THROTTLE: %s must be 0..%u", what[3], RL_WIRE_COST_MAX);
+        return rl_resp_put_error(b, "ERR CL.THROTTLE: %s must be 0..%u", what[3],
+                                 RL_WIRE_COST_MAX);
     }
     if (c->principal != NULL && !rl_conf_client_may(c->principal, NULL)) {
         r->stats.unauthorized++;
@@ -586,8 +587,8 @@ settle_run(struct resp_conn *c, ARGS, bool adjust)
             return rl_resp_put_error(b, "ERR DELTA must be an integer of -%d..%d",
                                      RL_WIRE_DELTA_MAX, RL_WIRE_DELTA_MAX);
         }
-    } else if (cmd->argc >= 4 &&
-               (rl_resp_int64(&cmd->argv[3], &v) != 0 || v < 1 || v > (int64_t)RL_WIRE_COUNT_MAX)) {
+    } else if (cmd->argc >= 4 && (rl_resp_int64(&cmd->argv[3], &v) != 0 || v < 1 ||
+                                  v > (int64_t)RL_WIRE_COUNT_MAX)) {
         return rl_resp_put_error(b, "ERR COUNT must be an integer of 1..%u", RL_WIRE_COUNT_MAX);
     }
     if (cmd->argc == 5) {

@@ -42,13 +42,13 @@
 #define RLS_BUFFERED_MAX (1024u * 1024)    /* request bytes held per connection */
 #define RLS_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading stops */
 #define RLS_TICK_MS 1000u
-#define RLS_STRIKES_MAX 8u   /* requests past RLS_HEADERS_MAX before GOAWAY */
-#define RLS_CTRL_BURST 1024u /* control frames a connection may send at once */
-#define RLS_CTRL_RATE 16u    /* and a second, over time */
-#define RLS_CTRL_PER_CALL 8u /* and per request stream it opens */
-#define RLS_FRAME_COST 64u   /* turn budget a control frame costs beyond its bytes */
-#define RLS_MAX_SETTINGS 16u /* entries in one SETTINGS frame (nghttp2) */
-#define RLS_MAX_ACKS 128u    /* PING/SETTINGS ACKs nghttp2 may queue (nghttp2) */
+#define RLS_STRIKES_MAX 8u      /* requests past RLS_HEADERS_MAX before GOAWAY */
+#define RLS_CTRL_BURST 1024u    /* control frames a connection may send at once */
+#define RLS_CTRL_RATE 16u       /* and a second, over time */
+#define RLS_CTRL_PER_CALL 8u    /* and per request stream it opens */
+#define RLS_FRAME_COST 64u      /* turn budget a control frame costs beyond its bytes */
+#define RLS_MAX_SETTINGS 16u    /* entries in one SETTINGS frame (nghttp2) */
+#define RLS_MAX_ACKS 128u       /* PING/SETTINGS ACKs nghttp2 may queue (nghttp2) */
 
 static const char rls_path[] = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -98,10 +98,10 @@ struct rls_conn {
     nghttp2_mem ngmem;
     struct rls_stream *streams;
     uint32_t nstreams;
-    uint32_t strikes; /* requests reset for their header bytes */
-    uint64_t ctrl;    /* control frames the bucket holds, in 1/1000 */
-    uint64_t ctrl_ms; /* loop time the bucket was last refilled */
-    bool calm;        /* GOAWAY ENHANCE_YOUR_CALM queued: input is dropped */
+    uint32_t strikes;    /* requests reset for their header bytes */
+    uint64_t ctrl;       /* control frames the bucket holds, in 1/1000 */
+    uint64_t ctrl_ms;    /* loop time the bucket was last refilled */
+    bool calm;           /* GOAWAY ENHANCE_YOUR_CALM queued: input is dropped */
 };
 
 /* c keeps breaking the limits: GOAWAY ENHANCE_YOUR_CALM (once; what it sends then is
@@ -145,7 +145,7 @@ rls_ctrl_take(struct rls_conn *c, uint64_t n)
 static nghttp2_nv
 status_nv(int status, char *buf)
 {
-    static const char *const codes[] = {"0", "1",  "2",  "3",  "4",  "5",  "6",  "7", "8",
+    static const char *const codes[] = {"0", "1", "2",  "3",  "4",  "5",  "6",  "7", "8",
                                         "9", "10", "11", "12", "13", "14", "15", "16"};
     nghttp2_nv nv = {(uint8_t *)"grpc-status", (uint8_t *)buf, 11, 0, NGHTTP2_NV_FLAG_NO_COPY_NAME};
 
@@ -217,7 +217,8 @@ stream_respond(struct rl_rls_call *call)
     } else {
         nghttp2_nv hdrs[] = {NV_CONST(":status", "200"),
                              NV_CONST("content-type", "application/grpc"),
-                             status_nv(call->status, status), NV("grpc-message", call->message)};
+                             status_nv(call->status, status),
+                             NV("grpc-message", call->message)};
 
         rc = nghttp2_submit_response(c->ng, s->id, hdrs, call->message[0] ? 4 : 3, NULL);
     }
@@ -523,7 +524,8 @@ pseudo_header(struct rls_stream *s, const uint8_t *name, size_t nlen, const uint
             if (k == 0) {
                 s->bad_method = !(vlen == 4 && memcmp(value, "POST", 4) == 0);
             } else if (k == 1) {
-                s->bad_path = !(vlen == sizeof(rls_path) - 1 && memcmp(value, rls_path, vlen) == 0);
+                s->bad_path =
+                    !(vlen == sizeof(rls_path) - 1 && memcmp(value, rls_path, vlen) == 0);
             }
             return vlen != 0; /* none of them may be empty */
         }

@@ -1,11 +1,11 @@
 /*
  * check_zkm: common/zkm.c, zkmembers.c and zkadmin.c against a real ZooKeeper server, one fresh
  * server per test. Covers registration, member and assignment watches, the assignment's
- * compare-and-set, the envoy config znode, session expiry (a node process frozen past its timeout),
- * a server restart that sessions survive, a stale znode left by a dead process, a server that
- * starts late, and a destroy from a callback. The server is the test harness's (harness.h: Debian's
- * jars under java, a fresh one per test on a free loopback port in the test's temp directory,
- * killed with the test however it ends); node processes other than the test's are forked children.
+ * compare-and-set, the envoy config znode, session expiry (a node process frozen past its timeout), a server restart
+ * that sessions survive, a stale znode left by a dead process, a server that starts late, and a
+ * destroy from a callback. The server is the test harness's (harness.h: Debian's jars under
+ * java, a fresh one per test on a free loopback port in the test's temp directory, killed with
+ * the test however it ends); node processes other than the test's are forked children.
  */
 #include <check.h>
 #include <errno.h>
@@ -394,14 +394,15 @@ on_members_states(void *arg, const struct rl_member *m, size_t n)
 
     on_members(&so->o, m, n);
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(m[i].name, "a") == 0 && m[i].state == RL_MEMBER_ACTIVE && !so->a_may_be_active) {
+        if (strcmp(m[i].name, "a") == 0 && m[i].state == RL_MEMBER_ACTIVE &&
+            !so->a_may_be_active) {
             so->a_seen_active_early = 1;
         }
     }
 }
 
-static const struct rl_zkm_cbs states_cbs = {
-    on_members_states, on_assignment, on_state, NULL, NULL, NULL, NULL};
+static const struct rl_zkm_cbs states_cbs = {on_members_states, on_assignment, on_state,
+                                             NULL, NULL, NULL, NULL};
 
 static int
 a_state_is(struct states_obs *so, int state)
@@ -450,7 +451,8 @@ START_TEST(test_states)
     memset(&so, 0, sizeof(so));
     zk_start();
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "st", &states_cbs, &so), 0);
+    ck_assert_int_eq(rl_zkm_create(&w, &loop, zk.connect, SESSION_MS, "st", &states_cbs, &so),
+                     0);
     ck_assert_int_eq(rl_zkm_watch(w), 0);
     ck_assert_int_eq(rl_zkm_create(&a, &loop, zk.connect, SESSION_MS, "st", &cbs, &oa), 0);
     ck_assert_int_eq(rl_zkm_set_state(a, 7), -EINVAL);

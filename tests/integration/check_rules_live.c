@@ -59,7 +59,8 @@ check_via(int r, const char *svc, const char *user, uint64_t *rem)
     struct rl_client *c = NULL;
     struct rl_wire_reply rep;
 
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT),
+                     0);
     ck_assert_int_eq(rl_client_check(c, svc, user, NULL, 1, &rep, T_TIMEOUT), 0);
     rl_client_destroy(c);
     ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
@@ -172,8 +173,8 @@ assert_after_switch(void)
     for (int u = 0; u < NUSERS; u++) {
         snprintf(user, sizeof(user), "a%d", u);
         ck_assert_uint_eq(check_via(u % 2, "a", user, &rem), RL_WIRE_ALLOWED);
-        ck_assert_msg(rem == 100u - USES - 1, "a%d: remaining %llu, not %u: its count was lost", u,
-                      (unsigned long long)rem, 100u - USES - 1);
+        ck_assert_msg(rem == 100u - USES - 1, "a%d: remaining %llu, not %u: its count was lost",
+                      u, (unsigned long long)rem, 100u - USES - 1);
         snprintf(user, sizeof(user), "b%d", u);
         ck_assert_uint_eq(check_via(u % 2, "b", user, &rem), RL_WIRE_ALLOWED);
         ck_assert_msg(rem == 80u - USES - 1,
@@ -274,10 +275,11 @@ START_TEST(test_push)
     ck_assert_int_eq(pthread_create(&th, NULL, traffic, NULL), 0);
 
     /* Refused whole: nothing is written, every process keeps version 0. */
-    ck_assert_int_eq(rl_harness_write_file(bad, "[service a]\n"
-                                                "limit = fixed_window 100 per 1h\n"
-                                                "[service b]\n"
-                                                "limit = fixed_window 80 per\n"),
+    ck_assert_int_eq(rl_harness_write_file(bad,
+                                           "[service a]\n"
+                                           "limit = fixed_window 100 per 1h\n"
+                                           "[service b]\n"
+                                           "limit = fixed_window 80 per\n"),
                      0);
     {
         const char *argv[] = {"rl-cli", "rules", "push", bad, "--config", config, NULL};
@@ -302,13 +304,14 @@ START_TEST(test_push)
     }
 
     /* b changes, a does not (it moves below b, which keeps its counts all the same). */
-    ck_assert_int_eq(rl_harness_write_file(good, "; rules pushed by the test\n"
-                                                 "[service probe]\n"
-                                                 "limit = fixed_window 1000000 per 1h\n"
-                                                 "[service b]\n"
-                                                 "limit = fixed_window 80 per 1h\n"
-                                                 "[service a]\n"
-                                                 "limit = fixed_window 100 per 1h\n"),
+    ck_assert_int_eq(rl_harness_write_file(good,
+                                           "; rules pushed by the test\n"
+                                           "[service probe]\n"
+                                           "limit = fixed_window 1000000 per 1h\n"
+                                           "[service b]\n"
+                                           "limit = fixed_window 80 per 1h\n"
+                                           "[service a]\n"
+                                           "limit = fixed_window 100 per 1h\n"),
                      0);
     {
         const char *argv[] = {"rl-cli", "rules", "push", good, "--config", config, NULL};
@@ -382,7 +385,8 @@ START_TEST(test_push)
 
     /* Something that is not rules written to the znode behind rl-cli's back: refused by
      * every process, which keeps version 1. */
-    ck_assert_int_eq(rl_harness_zk_put(zk.connect, "/ratelimiter/rules/rules", "[node x]\n", 9), 0);
+    ck_assert_int_eq(rl_harness_zk_put(zk.connect, "/ratelimiter/rules/rules", "[node x]\n", 9),
+                     0);
     wait_all("rules_reload_failures", 1, NNODES, 2, 5000);
     wait_all("rules_version", 1, NNODES, 2, T_TIMEOUT);
     {
@@ -418,8 +422,8 @@ write_static(int b_limit, const char *extra)
                                            "[service probe]\n"
                                            "limit = fixed_window 1000000 per 1h\n"
                                            "%s",
-                                           metrics_keys[0], node_ports[0], metrics_keys[1], b_limit,
-                                           extra),
+                                           metrics_keys[0], node_ports[0], metrics_keys[1],
+                                           b_limit, extra),
                      0);
 }
 
@@ -434,8 +438,9 @@ static_setup(void)
     router_ports[1] = router_ports[0];
     ck_assert_int_eq(rl_harness_tmppath(config, sizeof(config), "static.conf"), 0);
     write_static(50, "");
-    ck_assert_int_eq(
-        rl_harness_node_start(&nodes[0], config, "n1", node_ports[0], RL_HARNESS_TEST_CLOCK), 0);
+    ck_assert_int_eq(rl_harness_node_start(&nodes[0], config, "n1", node_ports[0],
+                                           RL_HARNESS_TEST_CLOCK),
+                     0);
     set_node_clock(0);
     ck_assert_int_eq(rl_harness_router_start(&routers[0], config, router_ports[0]), 0);
     for (int i = 0; check_via(0, "probe", "p", NULL) != RL_WIRE_ALLOWED; i++) {
@@ -501,9 +506,9 @@ END_TEST
 
 /* ---- a new limit keeps what was consumed, for every algorithm ----------------------------- */
 
-static const char *const carry_algos[] = {
-    "fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket",
-    "gcra",         "leaky_bucket"};
+static const char *const carry_algos[] = {"fixed_window",  "sliding_window_log",
+                                          "sliding_window_counter", "token_bucket",
+                                          "gcra",          "leaky_bucket"};
 
 /* The [service] sections c0..c5, one per algorithm, `ALGO n per 1h` each, into buf. */
 static void
@@ -525,7 +530,8 @@ check_cost_via(int r, const char *svc, const char *user, uint32_t cost, uint64_t
     struct rl_client *c = NULL;
     struct rl_wire_reply rep;
 
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[r], T_TIMEOUT),
+                     0);
     ck_assert_int_eq(rl_client_check(c, svc, user, NULL, cost, &rep, T_TIMEOUT), 0);
     rl_client_destroy(c);
     ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
@@ -567,8 +573,8 @@ carry_assert_997(void)
         for (int u = 0; u < NUSERS; u++) {
             snprintf(user, sizeof(user), "v%d", u);
             ck_assert_uint_eq(check_cost_via(u % 2, svc, user, 0, &rem), RL_WIRE_ALLOWED);
-            ck_assert_msg(rem == 997, "%s (%s), %s: remaining %llu, not 997", svc, carry_algos[i],
-                          user, (unsigned long long)rem);
+            ck_assert_msg(rem == 997, "%s (%s), %s: remaining %llu, not 997", svc,
+                          carry_algos[i], user, (unsigned long long)rem);
         }
     }
 }
@@ -619,8 +625,9 @@ carry_static_setup(void)
     carry_rules(extra, sizeof(extra), 3);
     ck_assert_int_eq(rl_harness_server_stop(&nodes[0], SIGTERM, 10000), 0);
     write_static(50, extra);
-    ck_assert_int_eq(
-        rl_harness_node_start(&nodes[0], config, "n1", node_ports[0], RL_HARNESS_TEST_CLOCK), 0);
+    ck_assert_int_eq(rl_harness_node_start(&nodes[0], config, "n1", node_ports[0],
+                                           RL_HARNESS_TEST_CLOCK),
+                     0);
     set_node_clock(0);
     ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
     wait_all("rules_reloads", 1, 0, 1, 5000);
@@ -670,7 +677,7 @@ struct big_probe {
     int port;
     uint64_t worst_ms;
     uint64_t pings;
-    atomic_bool armed; /* the probe is to SIGHUP hup_pid, then ask STATS */
+    atomic_bool armed;      /* the probe is to SIGHUP hup_pid, then ask STATS */
     pid_t hup_pid;
     int64_t reloads_before; /* rules_reloads before it */
     uint64_t during;        /* answers after the SIGHUP, before the swap */
@@ -749,9 +756,9 @@ write_many(unsigned n, unsigned base)
     ck_assert_ptr_nonnull(extra);
     extra[0] = '\0';
     for (unsigned i = 0; i < n; i++) {
-        len +=
-            (size_t)snprintf(extra + len, cap - len,
-                             "[service s%05u]\nlimit = token_bucket %u per 1s\n", i, base + i % 7);
+        len += (size_t)snprintf(extra + len, cap - len,
+                                "[service s%05u]\nlimit = token_bucket %u per 1s\n", i,
+                                base + i % 7);
     }
     write_static(50, extra);
     free(extra);
@@ -812,8 +819,8 @@ sighup_many(unsigned n, unsigned base, int reloads)
         ck_assert_msg(atomic_load(&probes[i].swapped), "%s: the probe never saw the new rules",
                       who);
         ck_assert_msg(probes[i].during >= PARSE_ANSWERS_MIN,
-                      "%s: %llu answers while %u services were parsed: the loop was blocked", who,
-                      (unsigned long long)probes[i].during, n);
+                      "%s: %llu answers while %u services were parsed: the loop was blocked",
+                      who, (unsigned long long)probes[i].during, n);
         ck_assert_uint_gt(probes[i].pings, 10);
     }
 }
@@ -853,10 +860,10 @@ END_TEST
 
 /* ---- a scrape storm at 20,000 services: the loop keeps answering --------------------------- */
 
-#define STORM_SCRAPERS 4  /* on one process at a time */
-#define STORM_MS 3000     /* how long they pull /metrics at least */
+#define STORM_SCRAPERS 4 /* on one process at a time */
+#define STORM_MS 3000    /* how long they pull /metrics at least */
 #define STORM_PAGES_MIN 8 /* and until this many pages were served (a slow machine runs longer) */
-#define STORM_WAIT_MS 120000    /* a generous bound on that wait */
+#define STORM_WAIT_MS 120000 /* a generous bound on that wait */
 #define STORM_GET_TIMEOUT 30000 /* a generous bound on one page (6 MB, ASan, a loaded machine) */
 /*
  * The loop's share of a page's cost (rl_metrics_render_loop_seconds over
@@ -909,8 +916,8 @@ storm_scraper_main(void *arg)
         } else {
             double ms = strtod(at + strlen("\nrl_metrics_render_loop_seconds "), NULL) * 1e3;
             const char *tot = strstr(r.body, "\nrl_metrics_render_seconds ");
-            double all =
-                tot != NULL ? strtod(tot + strlen("\nrl_metrics_render_seconds "), NULL) : 0.0;
+            double all = tot != NULL ? strtod(tot + strlen("\nrl_metrics_render_seconds "), NULL)
+                                     : 0.0;
 
             if (all <= 0.0) {
                 sc->bad++;
@@ -940,8 +947,9 @@ storm_setup(void)
     }
     ck_assert_int_eq(rl_harness_tmppath(config, sizeof(config), "storm.conf"), 0);
     write_many(BIG_SERVICES, 10);
-    ck_assert_int_eq(
-        rl_harness_node_start(&nodes[0], config, "n1", node_ports[0], RL_HARNESS_TEST_CLOCK), 0);
+    ck_assert_int_eq(rl_harness_node_start(&nodes[0], config, "n1", node_ports[0],
+                                           RL_HARNESS_TEST_CLOCK),
+                     0);
     set_node_clock(0);
     ck_assert_int_eq(rl_harness_router_start(&routers[0], config, router_ports[0]), 0);
     for (int i = 0; check_via(0, "probe", "p", NULL) != RL_WIRE_ALLOWED; i++) {

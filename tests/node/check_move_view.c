@@ -43,8 +43,8 @@ struct fixture {
     struct rl_limiter *lim;
     struct rl_move *m;
     uint16_t epochs[NSHARDS];
-    uint32_t s;            /* a shard the view gives to b */
-    int64_t created_ms[3]; /* a's, b's and c's registration times in the views */
+    uint32_t s;             /* a shard the view gives to b */
+    int64_t created_ms[3];  /* a's, b's and c's registration times in the views */
 };
 
 #define CREATED_MS 1700000000000 /* the registrations' time (ZooKeeper's clock) */
@@ -135,9 +135,8 @@ setup_views(struct fixture *f, uint32_t wait_ms)
         f->created_ms[i] = CREATED_MS; /* registered together */
     }
     ck_assert_int_eq(uv_loop_init(&f->loop), 0);
-    RL_CHECK(rl_conf_parse("t.conf",
-                           "[cluster]\nshards = 16\n[service x]\nlimit = "
-                           "fixed_window 5 per 1m\n",
+    RL_CHECK(rl_conf_parse("t.conf", "[cluster]\nshards = 16\n[service x]\nlimit = "
+                                     "fixed_window 5 per 1m\n",
                            &f->conf, err, sizeof(err)) == 0,
              "conf: %s", err);
     ck_assert_int_eq(rl_limiter_create(&f->lim, f->conf, 16ull << 20), 0);
@@ -250,8 +249,8 @@ told_nothing(struct fixture *f, const char *node)
 {
     char why[256] = "";
 
-    ck_assert_int_eq(rl_move_in_begin(f->m, f->s, 0, node, strlen(node), true, why, sizeof(why)),
-                     0);
+    ck_assert_int_eq(
+        rl_move_in_begin(f->m, f->s, 0, node, strlen(node), true, why, sizeof(why)), 0);
 }
 
 /*
@@ -383,7 +382,7 @@ START_TEST(test_nothing_told_of_every_shard_when_all_joined)
     ck_assert_uint_gt(n, 0);
     ck_assert_uint_eq(n, shards_not_here(&f)); /* every shard of c's */
     n = planned_on(&f, A, A, A);
-    ck_assert_uint_gt(n, 0);                       /* b's, which a holds nothing of */
+    ck_assert_uint_gt(n, 0); /* b's, which a holds nothing of */
     ck_assert_uint_eq(planned_on(&f, A, A, A), 0); /* no node active since: not again */
     runfor(&f.loop, 250);
     ck_assert_uint_eq(planned_on(&f, A, A, J), 0);

@@ -57,8 +57,8 @@ rule(const struct rl_conf *c, const char *s)
 
 /* Allowances of one user over n requests of cost 1 at now. */
 static int
-allowed(struct rl_backstop *b, const struct rl_conf *c, const struct rl_rule *r, uint64_t h, int n,
-        uint64_t now)
+allowed(struct rl_backstop *b, const struct rl_conf *c, const struct rl_rule *r, uint64_t h,
+        int n, uint64_t now)
 {
     struct rl_wire_check_reply rep;
     int a = 0;
@@ -82,9 +82,8 @@ START_TEST(test_conf_values)
     ck_assert(!rule(c, "a")->fail_closed && !rule(c, "a")->fail_unlimited);
     ck_assert(!rule(c, "u")->fail_closed && rule(c, "u")->fail_unlimited);
     ck_assert(rule(c, "c")->fail_closed && !rule(c, "c")->fail_unlimited);
-    ck_assert_int_ne(rl_conf_parse("t.conf",
-                                   "[service x]\nfailure = unlimited\n"
-                                   "limit = fixed_window 1 per 1s\n",
+    ck_assert_int_ne(rl_conf_parse("t.conf", "[service x]\nfailure = unlimited\n"
+                                             "limit = fixed_window 1 per 1s\n",
                                    &bad, err, sizeof(err)),
                      0);
     ck_assert_msg(strstr(err, "open_unlimited") != NULL, "%s", err);
