@@ -76,29 +76,38 @@ parse_ll(const char *p, size_t n, int64_t *v)
     return 0;
 }
 
+/* len_line's answers besides 1 (a line read) and 0 (more bytes needed). */
+#define LEN_LINE_LONG (-1) /* no CR LF within RL_RESP_HEADER_MAX */
+#define LEN_LINE_NAN (-2)  /* not a number as string2ll reads one */
+
 /*
- * The "*N" or "$N" line at p[0..len) (p[0] its type) in one pass, when N is 1 to 18 digits
- * with no leading zero (or "0") and CR LF follows at once: N in *v, the line's length with
- * CR LF in *used, 1. Anything else (more bytes needed, a sign, an error) gives 0, and the
- * caller reads the line with line_end and parse_ll, which take the same lines with the same
- * N: this is only their common case without the memchr and the second pass.
+ * The "*N" or "$N" line at p[0..len) (p[0] its type): N in *v and the line's length with CR
+ * LF in *used (1), 0 when more bytes are needed, or LEN_LINE_*. Its common case, 1 to 18
+ * digits with no leading zero then CR LF, in one pass; any other line through line_end and
+ * parse_ll, which take the same lines with the same N.
  */
-static inline int
+static int
 len_line(const char *p, size_t len, int64_t *v, size_t *used)
 {
-    size_t i = 1;
+    size_t i = 1, n;
     int64_t x = 0;
+    int rc;
 
     while (i < len && i <= 18 && (unsigned char)(p[i] - '0') <= 9) {
         x = x * 10 + (p[i] - '0');
         i++;
     }
-    if (i == 1 || i + 1 >= len || p[i] != '\r' || p[i + 1] != '\n' || (i > 2 && p[1] == '0')) {
-        return 0;
+    if (i > 1 && i + 1 < len && p[i] == '\r' && p[i + 1] == '\n' && (i == 2 || p[1] != '0')) {
+        *v = x;
+        *used = i + 2;
+        return 1;
     }
-    *v = x;
-    *used = i + 2;
-    return 1;
+    rc = line_end(p, len, RL_RESP_HEADER_MAX, &n);
+    if (rc <= 0) {
+        return rc < 0 ? LEN_LINE_LONG : 0;
+    }
+    *used = n + 2;
+    return parse_ll(p + 1, n - 1, v) == 0 ? 1 : LEN_LINE_NAN;
 }
 
 static int
@@ -106,23 +115,16 @@ parse_multibulk(char *buf, size_t len, struct rl_resp_cmd *cmd, size_t *used, co
 {
     size_t n, off;
     int64_t count;
-    int rc;
+    int rc = len_line(buf, len, &count, &off);
 
-    if (len_line(buf, len, &count, &off) == 0) {
-        rc = line_end(buf, len, RL_RESP_HEADER_MAX, &n);
-        if (rc < 0) {
-            *err = "Protocol error: too big mbulk count string";
-            return RL_RESP_ERR;
-        }
-        if (rc == 0) {
-            return RL_RESP_MORE;
-        }
-        if (parse_ll(buf + 1, n - 1, &count) != 0) {
-            count = INT64_MAX; /* invalid */
-        }
-        off = n + 2;
+    if (rc == LEN_LINE_LONG) {
+        *err = "Protocol error: too big mbulk count string";
+        return RL_RESP_ERR;
     }
-    if (count > (int64_t)RL_RESP_ARGS_MAX) {
+    if (rc == 0) {
+        return RL_RESP_MORE;
+    }
+    if (rc == LEN_LINE_NAN || count > (int64_t)RL_RESP_ARGS_MAX) {
         *err = "Protocol error: invalid multibulk length";
         return RL_RESP_ERR;
     }
@@ -142,21 +144,15 @@ parse_multibulk(char *buf, size_t len, struct rl_resp_cmd *cmd, size_t *used, co
             *err = msg;
             return RL_RESP_ERR;
         }
-        if (len_line(buf + off, len - off, &blen, &n) == 0) {
-            rc = line_end(buf + off, len - off, RL_RESP_HEADER_MAX, &n);
-            if (rc < 0) {
-                *err = "Protocol error: too big bulk count string";
-                return RL_RESP_ERR;
-            }
-            if (rc == 0) {
-                return RL_RESP_MORE;
-            }
-            if (parse_ll(buf + off + 1, n - 1, &blen) != 0) {
-                blen = -1; /* invalid */
-            }
-            n += 2;
+        rc = len_line(buf + off, len - off, &blen, &n);
+        if (rc == LEN_LINE_LONG) {
+            *err = "Protocol error: too big bulk count string";
+            return RL_RESP_ERR;
         }
-        if (blen < 0 || blen > (int64_t)RL_RESP_BULK_MAX ||
+        if (rc == 0) {
+            return RL_RESP_MORE;
+        }
+        if (rc == LEN_LINE_NAN || blen < 0 || blen > (int64_t)RL_RESP_BULK_MAX ||
             off + n + (size_t)blen + 2 > RL_RESP_CMD_MAX) {
             *err = "Protocol error: invalid bulk length";
             return RL_RESP_ERR;
@@ -403,26 +399,13 @@ head_write(char *d, char type, int64_t v)
                                 "93949596979899";
     uint64_t x = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
     /* the digits: from the bits, log10(2) ~ 1233 / 4096, then one compare */
-    static const uint64_t pow10[20] = {1,
-                                       10,
-                                       100,
-                                       1000,
-                                       10000,
-                                       100000,
-                                       1000000,
-                                       10000000,
-                                       100000000,
-                                       1000000000,
-                                       10000000000ull,
-                                       100000000000ull,
-                                       1000000000000ull,
-                                       10000000000000ull,
-                                       100000000000000ull,
-                                       1000000000000000ull,
-                                       10000000000000000ull,
-                                       100000000000000000ull,
-                                       1000000000000000000ull,
-                                       10000000000000000000ull};
+    /* clang-format off */
+    static const uint64_t pow10[20] = {
+        1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000,
+        10000000000ull, 100000000000ull, 1000000000000ull, 10000000000000ull,
+        100000000000000ull, 1000000000000000ull, 10000000000000000ull, 100000000000000000ull,
+        1000000000000000000ull, 10000000000000000000ull};
+    /* clang-format on */
     size_t n = (size_t)(64 - __builtin_clzll(x | 1)) * 1233 >> 12, len;
     char *p;
 
