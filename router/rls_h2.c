@@ -804,6 +804,7 @@ h2_open(struct rl_front_conn *fc)
     nghttp2_settings_entry set[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, RLS_STREAMS_MAX},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, RLS_HEADERS_MAX},
+        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
     struct rls_conn *c;
 

@@ -91,6 +91,8 @@ def test_more_streams_than_allowed_are_refused(rls):
     c = Conn(rls.rls_port)
     c.events(0.3)  # the server's SETTINGS
     assert c.h2.remote_settings.max_concurrent_streams == 100
+    # SETTINGS_NO_RFC7540_PRIORITIES (RFC 9218): no priority tree kept for unary calls
+    assert c.h2.remote_settings.get(0x9) == 1
     # h2 itself enforces the server's limit: lift it to send the 101st
     c.h2.remote_settings.max_concurrent_streams = 1000
     c.h2.remote_settings.acknowledge()
