@@ -48,6 +48,12 @@ client_deadline_after(int timeout_ms)
     return (int64_t)rl_clock_mono_ns() + (int64_t)timeout_ms * 1000000;
 }
 
+bool
+client_expired(int64_t deadline)
+{
+    return deadline >= 0 && (int64_t)rl_clock_mono_ns() >= deadline;
+}
+
 /* What is left of a deadline as a poll(2) timeout: -1 for none, rounded up to whole ms. */
 static int
 poll_timeout(int64_t deadline)

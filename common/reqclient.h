@@ -23,10 +23,11 @@ struct rl_client;
 #define RL_CLIENT_CODE_ERROR 255u
 
 /*
- * Timeouts are in milliseconds and bound the whole call; a negative timeout waits forever.
- * After a timeout the connection may still carry a late reply: the single-request calls
- * skip replies whose id is not theirs, but a check_many that timed out leaves the
- * connection unfit for another check_many (destroy it).
+ * Timeouts are in milliseconds and bound the whole call, however many replies to other ids
+ * arrive meanwhile; a negative timeout waits forever. After a timeout the connection may
+ * still carry a late reply: every call skips replies whose id is not its own (each
+ * check_many batch takes the ids after the last batch's), so a late or repeated reply is
+ * never taken for another request's.
  */
 
 /* Connects to host:port within timeout_ms (host: a name getaddrinfo resolves, or a numeric

@@ -3,7 +3,7 @@
  * (reqclient.c, through reqclient_int.h): one request and its reply matched by id (CHECK,
  * ADJUST and RELEASE,
  * PING, AUTH and the token files, STATS and rl_client_stat, THROTTLED, HOT, CLOCK), and
- * check_many's pipelined batch, ids 1..n filed as they come. Not for sockets, TLS or
+ * check_many's pipelined batch, its n ids after the last batch's, filed as they come. Not for sockets, TLS or
  * framing (reqclient.c), and not thread-safe.
  */
 #include "reqclient.h"
@@ -29,8 +29,9 @@ take_id(struct rl_client *c)
 
 /*
  * Sends one queued-up request and waits for the reply carrying its id, skipping late
- * replies to earlier calls that timed out. An ERROR with id 0 (the server could not read
- * our id) is taken as the answer. Returns 0 with *rep set, or a negative errno.
+ * replies to earlier calls that timed out, until the deadline: replies that keep coming
+ * for other ids do not hold the call past it. An ERROR with id 0 (the server could not
+ * read our id) is taken as the answer. Returns 0 with *rep set, or a negative errno.
  */
 static int
 call(struct rl_client *c, uint32_t id, uint32_t op, struct rl_wire_reply *rep, int64_t deadline)
@@ -51,6 +52,9 @@ call(struct rl_client *c, uint32_t id, uint32_t op, struct rl_wire_reply *rep, i
         }
         if (rep->id == id) {
             return rep->op == op ? 0 : -EPROTO;
+        }
+        if (client_expired(deadline)) {
+            return -ETIMEDOUT;
         }
     }
 }
@@ -297,20 +301,24 @@ rl_client_stat(const struct rl_wire_reply *rep, const char *key, int64_t def)
 }
 
 /*
- * Files one reply of a check_many batch. Returns 0, 1 for a reply to something else (a
- * late answer to an earlier single call, skipped), or -EPROTO for a reply no request of the
- * batch can own: a duplicate, an ERROR with id 0, or the wrong op.
+ * Files one reply of a check_many batch whose ids are base + 1 .. base + n. Returns 0, 1
+ * for a reply to something else (a late answer to an earlier single call or batch,
+ * skipped), or -EPROTO for a reply no request of the batch can own: a duplicate, an ERROR
+ * with id 0, or the wrong op.
  */
 static int
-file_reply(const struct rl_wire_reply *rep, uint8_t *seen, size_t n,
+file_reply(const struct rl_wire_reply *rep, uint32_t base, uint8_t *seen, size_t n,
            struct rl_wire_check_reply *reps)
 {
     size_t i;
 
-    if (rep->id == 0 || rep->id > n) {
-        return rep->id >= CLIENT_ID_BASE ? 1 : -EPROTO;
+    if (rep->id == 0) {
+        return -EPROTO;
     }
-    i = rep->id - 1;
+    if (rep->id <= base || rep->id - base > n) {
+        return 1;
+    }
+    i = rep->id - base - 1;
     if (seen[i / 8] & (1u << (i % 8))) {
         return -EPROTO;
     }
@@ -336,6 +344,7 @@ rl_client_check_many(struct rl_client *c, struct rl_wire_req *reqs, size_t n,
     int64_t deadline = client_deadline_after(timeout_ms);
     uint8_t *seen = NULL;
     size_t got = 0, i, len;
+    uint32_t base;
     const char *p;
     int rc;
 
@@ -350,11 +359,15 @@ rl_client_check_many(struct rl_client *c, struct rl_wire_req *reqs, size_t n,
     if (seen == NULL) {
         return -ENOMEM;
     }
+    /* Ids after the last batch's, from 1 again when they would reach CLIENT_ID_BASE: a reply
+     * to an earlier batch, late or sent twice, is skipped, not taken for this one's. */
+    base = n < CLIENT_ID_BASE - c->batch_id ? c->batch_id : 0;
+    c->batch_id = base + (uint32_t)n;
     /* Everything is encoded up front (about 30 bytes a request) and written as the socket
      * takes it; client_pump() reads between writes, so neither side's buffers can fill for good. */
     for (i = 0; i < n; i++) {
         reqs[i].op = RL_WIRE_OP_CHECK;
-        reqs[i].id = (uint32_t)(i + 1);
+        reqs[i].id = base + (uint32_t)(i + 1);
         rc = rl_wire_put_check(&c->out, &reqs[i]);
         if (rc != 0) {
             goto out;
@@ -374,7 +387,7 @@ rl_client_check_many(struct rl_client *c, struct rl_wire_req *reqs, size_t n,
                 rc = rc == -ENOMEM ? rc : -EPROTO;
                 goto out;
             }
-            rc = file_reply(&c->scratch, seen, n, reps);
+            rc = file_reply(&c->scratch, base, seen, n, reps);
             if (rc < 0) {
                 goto out;
             }
@@ -391,6 +404,10 @@ rl_client_check_many(struct rl_client *c, struct rl_wire_req *reqs, size_t n,
         }
         if (c->rd_err != 0) {
             rc = c->rd_err;
+            goto out;
+        }
+        if (client_expired(deadline)) {
+            rc = -ETIMEDOUT; /* replies to other ids kept coming: they do not hold the batch */
             goto out;
         }
         rc = client_pump(c, deadline);

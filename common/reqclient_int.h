@@ -18,7 +18,9 @@
 
 /*
  * Ids of the single-request calls start here and stay in the upper half of the id space,
- * so a late reply to one of them cannot be mistaken for one of check_many's (ids 1..n).
+ * so a late reply to one of them cannot be mistaken for one of check_many's (the lower
+ * half, each batch after the last one's ids, so that neither can a late or repeated reply
+ * to an earlier batch).
  */
 #define CLIENT_ID_BASE 0x80000000u
 
@@ -27,6 +29,7 @@ struct rl_client {
     int rd_err;       /* set once the peer closed or the stream broke: reads are over */
     int wr_err;       /* set once a write failed: writes are over */
     uint32_t next_id; /* for the single-request calls */
+    uint32_t batch_id; /* check_many: the last id its last batch took (below CLIENT_ID_BASE) */
     size_t held;      /* bytes of the frame recv returned last, dropped on the next call */
     struct rl_buf in;
     struct rl_buf out;
@@ -42,6 +45,9 @@ struct rl_client {
 
 /* The monotonic deadline timeout_ms from now, in ns; -1 (none) for a negative timeout. */
 int64_t client_deadline_after(int timeout_ms);
+
+/* True once the deadline (of client_deadline_after) has passed; never for -1. */
+bool client_expired(int64_t deadline);
 
 /* Drops the frame the last recv returned: its strings were valid until this call. */
 void client_release_held(struct rl_client *c);

@@ -79,6 +79,52 @@ hostile_reply(const struct rl_hostile *h, const unsigned char *in, unsigned char
     return o;
 }
 
+/* A CHECK reply [1, id, ALLOWED, 4, 3, 1000, 0] for a uint 32 id. */
+static size_t
+hostile_allowed(uint32_t id, unsigned char *out)
+{
+    static const unsigned char tail[] = {0x00, 0x04, 0x03, 0xcd, 0x03, 0xe8, 0x00};
+
+    memcpy(out, "\0\0\0\x0e\x97\x01\xce", 7);
+    out[7] = (unsigned char)(id >> 24);
+    out[8] = (unsigned char)(id >> 16);
+    out[9] = (unsigned char)(id >> 8);
+    out[10] = (unsigned char)id;
+    memcpy(out + 11, tail, sizeof(tail));
+    return 18;
+}
+
+/* STRAY: replies to ids nobody asked for, as fast as the client takes them (the socket
+ * never runs dry), until the client goes away. */
+static void
+hostile_stray(int fd)
+{
+    unsigned char out[256 * 18];
+    size_t n = 0;
+
+    for (uint32_t i = 0; i < 256; i++) {
+        n += hostile_allowed(i % 2 ? 0xfffffff0u : 0x7ffffff0u, out + n);
+    }
+    while (send(fd, out, n, MSG_NOSIGNAL) == (ssize_t)n) {
+    }
+}
+
+/* The id of a request as a uint 32 (its encoding starts at byte 2 of [op, id, ...]). */
+static uint32_t
+hostile_id(const unsigned char *in)
+{
+    switch (in[2]) {
+    case 0xcc:
+        return in[3];
+    case 0xcd:
+        return (uint32_t)in[3] << 8 | in[4];
+    case 0xce:
+        return (uint32_t)in[3] << 24 | (uint32_t)in[4] << 16 | (uint32_t)in[5] << 8 | in[6];
+    default:
+        return in[2];
+    }
+}
+
 static void *
 hostile_conn(void *arg)
 {
@@ -97,7 +143,15 @@ hostile_conn(void *arg)
         if (n < 3 || n > 65536 || read_full(hc.fd, in, n) != 0) {
             break;
         }
+        if (in[1] != 6 && hc.h->mode == RL_HOSTILE_STRAY) {
+            hostile_stray(hc.fd);
+            break;
+        }
         (void)!write(hc.fd, out, hostile_reply(hc.h, in, out));
+        if (in[1] != 6 && hc.h->mode == RL_HOSTILE_REPEAT) {
+            usleep(50 * 1000);
+            (void)!write(hc.fd, out, hostile_allowed(hostile_id(in), out));
+        }
     }
     free(in);
     close(hc.fd);

@@ -3,8 +3,10 @@
  * that test a client (librlclient, the OpenResty module) against what no real server sends.
  * It takes AUTH ([6, id, token] answered [6, id, "hostile"]) and answers every other request
  * with the CHECK reply [1, id, QUEUED, 4, 0, 1000, retry] (retry a uint 64), or, while len is
- * not 0, with a bare frame header announcing len bytes. The suite sets retry and len between
- * requests; the struct must outlive the suite's connections (keep it at file scope). Not for
+ * not 0, with a bare frame header announcing len bytes. Its mode changes that: REPEAT sends
+ * each answer again 50 ms later as [1, id, ALLOWED, ...] (a late duplicate); STRAY answers
+ * nothing but sends ALLOWED replies to ids never asked (0x7ffffff0, 0xfffffff0, in turn) as
+ * fast as the client reads them, until it closes. The suite sets retry, len and mode between requests; the struct must outlive the suite's connections (keep it at file scope). Not for
  * anything a real server does (harness/ starts real processes).
  */
 #ifndef RL_HOSTILE_H
@@ -12,9 +14,12 @@
 
 #include <stdint.h>
 
+enum rl_hostile_mode { RL_HOSTILE_ANSWER, RL_HOSTILE_REPEAT, RL_HOSTILE_STRAY };
+
 struct rl_hostile {
     volatile uint64_t retry; /* the QUEUED reply's retry_after_ms */
     volatile uint32_t len;   /* != 0: answer with a frame header of this length instead */
+    volatile int mode;       /* enum rl_hostile_mode, for the requests other than AUTH */
     int lfd;
 };
 

@@ -15,7 +15,9 @@
  *     reconnect; rlc_uv_close cancelling what is pending;
  *   - a hostile server (a fake on a loopback socket in a thread): a QUEUED delay of 2^64-1
  *     or 2^40 ms comes back at once and rlc_http_answer refuses to hold it (429,
- *     Retry-After: 4294968, wait_ms 0); a reply frame over 65536 bytes is -EPROTO at once.
+ *     Retry-After: 4294968, wait_ms 0); a reply frame over 65536 bytes is -EPROTO at once;
+ *     replies to ids never asked, sent without end, do not hold rlc_check or rlc_check_many
+ *     past their timeout; a reply sent again late is never taken for the next batch's.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -691,6 +693,7 @@ START_TEST(test_hostile_queued_delay)
 
     hostile.retry = delays[_i];
     hostile.len = 0;
+    hostile.mode = RL_HOSTILE_ANSWER;
     port = rl_hostile_start(&hostile);
     ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)port, 1000), 0);
     /* at once: far under the call's timeout (the delay is 2^40 ms or more) */
@@ -721,12 +724,71 @@ START_TEST(test_hostile_frame_length)
     int64_t t0;
 
     hostile.len = 65537;
+    hostile.mode = RL_HOSTILE_ANSWER;
     port = rl_hostile_start(&hostile);
     ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)port, 1000), 0);
     t0 = now_ms();
     ck_assert_int_eq(rlc_check(c, "svc", "u", NULL, 1, &r, 5000), -EPROTO);
     ck_assert_int_lt(now_ms() - t0, 4000);
     ck_assert_int_eq(rlc_connected(c), 0);
+    rlc_close(c);
+    rl_hostile_stop(&hostile);
+}
+END_TEST
+
+/* A server that answers nothing but replies to ids nobody asked for, without end:
+ * the calls skip them and still return -ETIMEDOUT at their timeout (they used to wait for
+ * as long as the replies kept coming). */
+START_TEST(test_hostile_stray_replies)
+{
+    struct rlc_check_req q[2] = {{.service = "svc", .user = "u", .cost = 1},
+                                 {.service = "svc", .user = "v", .cost = 1}};
+    struct rlc_reply r, rs[2];
+    rlc_client *c;
+    int port;
+    int64_t t0;
+
+    hostile.len = 0;
+    hostile.mode = RL_HOSTILE_STRAY;
+    port = rl_hostile_start(&hostile);
+    ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)port, 1000), 0);
+    t0 = now_ms();
+    ck_assert_int_eq(rlc_check(c, "svc", "u", NULL, 1, &r, 300), -ETIMEDOUT);
+    ck_assert_int_lt(now_ms() - t0, 3000);
+    t0 = now_ms();
+    ck_assert_int_eq(rlc_check_many(c, q, 2, rs, 300), -ETIMEDOUT);
+    ck_assert_int_lt(now_ms() - t0, 3000);
+    rlc_close(c);
+    rl_hostile_stop(&hostile);
+}
+END_TEST
+
+/* Each answer sent again 50 ms later as ALLOWED: the repeat, still unread when the next
+ * rlc_check_many starts, is skipped as a reply to the last batch, not taken for the new
+ * batch's (which reused the same ids and turned the server's QUEUED into ALLOWED). */
+START_TEST(test_hostile_repeated_reply)
+{
+    struct rlc_check_req q = {.service = "svc", .user = "u", .cost = 1};
+    struct rlc_reply r;
+    rlc_client *c;
+    int port;
+
+    hostile.len = 0;
+    hostile.retry = 7;
+    hostile.mode = RL_HOSTILE_REPEAT;
+    port = rl_hostile_start(&hostile);
+    ck_assert_int_eq(rlc_connect(&c, "127.0.0.1", (uint16_t)port, 1000), 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rlc_check_many(c, &q, 1, &r, 2000), 0);
+        ck_assert_uint_eq(r.code, RLC_QUEUED);
+        ck_assert_uint_eq(r.retry_after_ms, 7);
+        usleep(150 * 1000); /* the repeat is in the socket now */
+    }
+    ck_assert_int_eq(rlc_check(c, "svc", "u", NULL, 1, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_QUEUED);
+    ck_assert_int_eq(rlc_check_many(c, &q, 1, &r, 2000), 0);
+    ck_assert_uint_eq(r.code, RLC_QUEUED);
+    ck_assert_int_eq(rlc_connected(c), 1);
     rlc_close(c);
     rl_hostile_stop(&hostile);
 }
@@ -846,6 +908,8 @@ clib_suite(void)
     tcase_set_timeout(tc, 10);
     tcase_add_loop_test(tc, test_hostile_queued_delay, 0, 2);
     tcase_add_test(tc, test_hostile_frame_length);
+    tcase_add_test(tc, test_hostile_stray_replies);
+    tcase_add_test(tc, test_hostile_repeated_reply);
     suite_add_tcase(s, tc);
     return s;
 }

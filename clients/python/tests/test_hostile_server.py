@@ -239,6 +239,35 @@ def test_reply_frame_size_is_bounded(fake, n):
     assert time.monotonic() - t0 < TIMEOUT
 
 
+def other_op_reply(op: int) -> Callable[[int], bytes]:
+    """An ADJUST's or RELEASE's reply, which has a CHECK reply's shape, ALLOWED."""
+    def answer(rid: int) -> bytes:
+        p = msgpack.packb([op, rid, 0, 100, 99, 1000, 0])
+        return struct.pack(">I", len(p)) + p
+    return answer
+
+
+@pytest.mark.parametrize("op", [9, 10, 2])
+def test_check_answered_with_another_op_is_refused(fake, op):
+    """A reply of another op to a CHECK's id (an ADJUST's or RELEASE's has a CHECK's shape)
+    is a ProtocolError and closes the connection: never taken as the CHECK's ALLOWED."""
+    srv = fake(other_op_reply(op))
+    with Client("127.0.0.1", srv.port, timeout=TIMEOUT) as c:
+        with pytest.raises(ProtocolError):
+            c.check("svc", "u")
+        assert not c.connected
+        with pytest.raises(ProtocolError):
+            c.check_many([("svc", "u"), ("svc", "v")])
+
+    async def main():
+        async with AsyncClient("127.0.0.1", srv.port, timeout=TIMEOUT) as c:
+            with pytest.raises(ProtocolError):
+                await c.check("svc", "u")
+            with pytest.raises(ProtocolError):
+                await c.check_many([("svc", "u"), ("svc", "v")])
+    asyncio.run(asyncio.wait_for(main(), 10))
+
+
 # ---- examples/http_api.py in front of the fake router
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "http_api.py"

@@ -14,7 +14,7 @@ from .protocol import (DEFAULT_MAX_QUEUE_DELAY, MAX_FRAME, U32_MAX, AuthError, C
                        CheckLike, Decoded, ErrorCode, ErrorReply, Named, Op, Pong,
                        ProtocolError, Reply, ServerError, Stats, Timeout, Unavailable,
                        as_check, attach, decode, encode_adjust, encode_auth, encode_check,
-                       encode_release, encode_simple, max_queue_delay_ms, server_error)
+                       encode_release, encode_simple, max_queue_delay_ms, rep_name, server_error)
 from .reserve import AsyncReservation, reserve_async, slot_async
 from .tls import describe as tls_describe
 
@@ -240,9 +240,13 @@ class AsyncClient:
         finally:
             for rid, _ in frames:
                 conn.abandon(rid)
+        # every failed future's error retrieved (asyncio would log the ones left), the first raised
+        errors = [e for e in (f.exception() for f in done if not f.cancelled()) if e is not None]
         if pending:
             raise Timeout("no reply within the timeout", in_doubt=True)
-        return [f.result() for f in futs]  # raises the connection's error, if it failed
+        if errors:
+            raise errors[0]  # the connection's error: it failed
+        return [f.result() for f in futs]
 
     async def check(self, service: str, user: str, endpoint: Optional[str] = None,
                     cost: int = 1, timeout: Optional[float] = None,
@@ -283,12 +287,12 @@ class AsyncClient:
                 finally:
                     self._slots.release(len(chunk))
                 for i, rep in zip(chunk, reps):
-                    if isinstance(rep, Reply):
+                    if isinstance(rep, Reply) and rep.op == Op.CHECK:
                         out[i] = attach(rep, checks[i], self._max_delay_ms)
                     elif isinstance(rep, ErrorReply):
                         out[i] = server_error(rep)
-                    else:
-                        raise ProtocolError(f"CHECK answered with {type(rep).__name__}")
+                    else:  # another op's reply (an ADJUST's has a CHECK's shape)
+                        raise ProtocolError(f"CHECK answered with {rep_name(rep)}")
         except Unavailable as e:
             return settle_many(out, checks, self.failure, e, return_exceptions)
         return settle_many(out, checks, self.failure, None, return_exceptions)

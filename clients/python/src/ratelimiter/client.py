@@ -18,7 +18,7 @@ from .protocol import (DEFAULT_MAX_QUEUE_DELAY, U32_MAX, AuthError, Check, Check
                        ProtocolError, Reply, ServerError, Stats, Timeout, Unavailable,
                        as_check, attach, decode, encode_adjust, encode_auth, encode_check,
                        encode_release, encode_simple, max_queue_delay_ms, read_token_file,
-                       server_error)
+                       rep_name, server_error)
 from .reserve import Reservation
 from .reserve import reserve as _reserve
 from .reserve import slot as _slot
@@ -261,12 +261,12 @@ class Client:
         deadline = time.monotonic() + self._timeout(timeout)
 
         def on_reply(i: int, rep: Decoded) -> None:
-            if isinstance(rep, Reply):
+            if isinstance(rep, Reply) and rep.op == Op.CHECK:
                 out[i] = attach(rep, checks[i], self._max_delay_ms)
             elif isinstance(rep, ErrorReply):
                 out[i] = server_error(rep)
-            else:
-                self._fail(ProtocolError(f"CHECK answered with {type(rep).__name__}"))
+            else:  # another op's reply (an ADJUST's has a CHECK's shape) is never a decision
+                self._fail(ProtocolError(f"CHECK answered with {rep_name(rep)}"))
 
         try:
             self._ensure()

@@ -481,3 +481,14 @@ def attach(reply: Reply, c: Check, max_delay_ms: int) -> Reply:
 
 def server_error(e: ErrorReply) -> ServerError:
     return ServerError(e.code, e.message, e.id)
+
+
+def rep_name(rep: Decoded) -> str:
+    """A reply as a ProtocolError names it: a Reply by the op it answers (an ADJUST's or a
+    RELEASE's has a CHECK's shape), anything else by its type."""
+    if isinstance(rep, Reply):
+        try:
+            return f"a {Op(rep.op).name} reply"
+        except ValueError:
+            return f"an op {rep.op} reply"
+    return type(rep).__name__
