@@ -30,6 +30,12 @@ rl_conf_is_wildcard(const char *host)
            strcmp(host, "0:0:0:0:0:0:0:0") == 0;
 }
 
+bool
+rl_conf_node_name_ok(const char *name)
+{
+    return name != NULL && conf_valid_name(name, CONF_NODE_NAME_MAX);
+}
+
 const struct rl_node_conf *
 rl_conf_node(const struct rl_conf *c, const char *name)
 {

@@ -235,6 +235,10 @@ const char *rl_conf_node_dial(const struct rl_node_conf *n, uint16_t *port);
 /* True for a wildcard host (0.0.0.0, ::, [::]): fine to listen on, never an address to dial. */
 bool rl_conf_is_wildcard(const char *host);
 
+/* True for a name a node can have (a [node NAME] section's, its znode's): 1 to 63 letters,
+ * digits, '.', '_' or '-', not "." or "..". */
+bool rl_conf_node_name_ok(const char *name);
+
 /*
  * Who presents token[0..len) to a router: the [client NAME] one of whose token_sha256 lines
  * is the token's SHA-256, &c->cluster_client for the cluster secret, else NULL. Compares with

@@ -139,6 +139,13 @@ rl_daemon_init(struct rl_daemon *d, const struct rl_daemon_spec *spec, int argc,
         rl_daemon_fail(d, "%s: --name NAME is required (see --help)", spec->prog);
         return 2;
     }
+    if (spec->name_required && !rl_conf_node_name_ok(d->name)) {
+        rl_daemon_fail(d,
+                       "%s: --name: not a node name (1 to 63 letters, digits, '.', '_' or '-'; "
+                       "not \".\" or \"..\")",
+                       spec->prog);
+        return 2;
+    }
     rl_log_setup(d->level, spec->name_required ? d->name : spec->log_tag);
     if (d->log_file != NULL) {
         /* Keep the original stderr for the start-up failures (rl_daemon_fail). */

@@ -156,6 +156,13 @@ hex(unsigned char c)
     return hexval[c] - 1;
 }
 
+/* A '%' at q (before e) followed by two hex digits, as the writer escapes a byte. */
+static inline bool
+escape_ok(const char *q, const char *e)
+{
+    return e - q >= 3 && hex((unsigned char)q[1]) >= 0 && hex((unsigned char)q[2]) >= 0;
+}
+
 /* A byte of SERVICE or USER as the writer escapes them. */
 static inline bool
 name_byte(unsigned char c)
@@ -286,10 +293,12 @@ rl_reqline_parse(const char *p, size_t n, uint32_t nshards, struct rl_reqline *o
         return BAD(RL_REQLINE_KEYHASH);
     }
     p += 17;
-    /* SERVICE and USER: name bytes; escapes are checked by rl_reqline_unescape. */
+    /* SERVICE and USER: name bytes, each '%' followed by two hex digits (on every line: a
+     * reader that unescapes a key's names only the first time it sees the key still refuses a
+     * later line with a bad escape). */
     sv = p;
     for (q = p; q < e && *q != ' '; q++) {
-        if (!name_byte((unsigned char)*q)) {
+        if (!name_byte((unsigned char)*q) || (*q == '%' && !escape_ok(q, e))) {
             return BAD(RL_REQLINE_NAME);
         }
     }
@@ -298,6 +307,9 @@ rl_reqline_parse(const char *p, size_t n, uint32_t nshards, struct rl_reqline *o
     }
     us = q + 1;
     for (q = us; q < e; q++) {
+        if (*q == '%' && !escape_ok(q, e)) {
+            return BAD(RL_REQLINE_NAME);
+        }
         if (!name_byte((unsigned char)*q)) {
             if (*q == ' ' && q > us) {
                 /* an eighth field: one of the tags' words, nothing after it */

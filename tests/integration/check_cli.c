@@ -269,6 +269,46 @@ START_TEST(test_bench_ops)
 }
 END_TEST
 
+/* A broken cluster.conf: every program that reads it exits non-zero (2; rl-regions 1, its code
+ * for "nothing written", docs/REGIONS.md) with one line that starts with FILE:LINE: (rl-rebalance, rl-cli and rl-regions put their own name first); a node's --name
+ * that no node can have (a '/', empty) exits 2 with a line that says so, before anything
+ * else is tried (it was taken to ZooKeeper, which refused it: exit 1, "Invalid argument"). */
+START_TEST(test_config_error_line)
+{
+    char bad[PATH_MAX], want[PATH_MAX + 8], out[4096];
+    const char *rebalance[] = {"rl-rebalance", "--config", bad, "--dry-run", "/dev/null", NULL};
+    const char *cli_status[] = {"rl-cli", "--config", bad, "status", NULL};
+    const char *regions[] = {"rl-regions", "--config", bad, "--config", bad, "--dry-run", NULL};
+    const char *node[] = {"rl-node", "--config", bad, "--name", "a", NULL};
+    const char *router[] = {"rl-router", "--config", bad, NULL};
+    const char *const *progs[] = {rebalance, cli_status, regions, node, router};
+    const int codes[] = {2, 2, 1, 2, 2};
+    char good[PATH_MAX];
+    const char *slash[] = {"rl-node", "--config", good, "--name", "x/y", NULL};
+    const char *empty[] = {"rl-node", "--config", good, "--name", "", NULL};
+
+    ck_assert_int_eq(rl_harness_tmppath(bad, sizeof(bad), "bad.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(bad, "[cluster]\nname = x\n\n[service s]\n"
+                                                "limit = token_bucket ten per 1s\n"),
+                     0);
+    snprintf(want, sizeof(want), "%s:5: ", bad);
+    for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
+        ck_assert_int_eq(cli(out, sizeof(out), progs[i]), codes[i]);
+        ck_assert_msg(strncmp(out, want, strlen(want)) == 0 && strchr(out, '\n') != NULL &&
+                          strchr(out, '\n')[1] == '\0',
+                      "%s: \"%s\" is not one line starting with \"%s\"", progs[i][0], out, want);
+    }
+    ck_assert_int_eq(rl_harness_tmppath(good, sizeof(good), "zk.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(good, "[cluster]\nname = x\nzookeeper = 127.0.0.1:1\n"
+                                                 "[service s]\nlimit = gcra 1 per 1s\n"),
+                     0);
+    ck_assert_int_eq(cli(out, sizeof(out), slash), 2);
+    ck_assert_msg(strstr(out, "--name: not a node name") != NULL, "%s", out);
+    ck_assert_int_eq(cli(out, sizeof(out), empty), 2);
+    ck_assert_msg(strstr(out, "--name: not a node name") != NULL, "%s", out);
+}
+END_TEST
+
 /* envoy check prints what it loaded: each domain, then its descriptors as a tree (two spaces
  * a level), each with its limits, shadow mode and where it is; a file that does not load
  * exits 2 with FILE:LINE and prints no tree. */
@@ -427,6 +467,7 @@ cli_suite(void)
     tcase_add_test(tc, test_adjust_and_release);
     tcase_add_test(tc, test_bench_ops);
     tcase_add_test(tc, test_envoy_check_tree);
+    tcase_add_test(tc, test_config_error_line);
     tcase_add_test(tc, test_router_start_line);
     suite_add_tcase(s, tc);
     return s;

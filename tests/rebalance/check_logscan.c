@@ -281,6 +281,14 @@ START_TEST(test_malformed)
     n = expand(buf, "1 %S node 0 %H svc u");
     feed_all(s, buf, n);
     ck_assert_uint_eq(r->requests, 1);
+    /* And the bad line again, now that its key has been seen: still malformed (the names of a
+     * key seen before are not unescaped again, but every line's escapes are checked). */
+    n = expand(buf, bad_lines[_i].line);
+    feed_all(s, buf, n);
+    ck_assert_msg(r->malformed == 2, "line \"%s\" after its key: %" PRIu64 " malformed",
+                  bad_lines[_i].line, r->malformed);
+    ck_assert_uint_eq(r->reasons[bad_lines[_i].reason], 2);
+    ck_assert_uint_eq(r->requests, 1);
     rl_logscan_destroy(s);
 }
 END_TEST

@@ -71,7 +71,7 @@ cli_load_config(const struct cli *o, struct rl_conf **conf)
     char err[512];
 
     if (rl_conf_load(o->config, conf, err, sizeof(err)) != 0) {
-        fprintf(stderr, "rl-cli: %s\n", err);
+        fprintf(stderr, "%s\n", err); /* FILE:LINE: what is wrong */
         return CLI_EXIT_USAGE;
     }
     return CLI_EXIT_OK;

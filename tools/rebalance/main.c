@@ -73,7 +73,7 @@ main(int argc, char **argv)
 
     rc = rl_conf_load(r.o.config, &r.conf, err, sizeof(err));
     if (rc != 0) {
-        fprintf(stderr, "rl-rebalance: %s\n", err);
+        fprintf(stderr, "%s\n", err); /* FILE:LINE: what is wrong, as every program says it */
         return RB_EXIT_USAGE;
     }
     if (r.o.out != NULL) {

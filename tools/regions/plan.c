@@ -51,7 +51,7 @@ rg_load(struct rg_run *run)
         int rc = rl_conf_load(run->o.configs[i], &g->conf, err, sizeof(err));
 
         if (rc != 0) {
-            fprintf(stderr, "rl-regions: %s\n", err);
+            fprintf(stderr, "%s\n", err); /* FILE:LINE: what is wrong */
             return RG_EXIT_FAIL;
         }
         run->n++;
