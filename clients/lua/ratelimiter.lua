@@ -61,7 +61,9 @@ _M.CODE_NAMES = CODE_NAMES
 local defaults = {
     host = "127.0.0.1",      -- router address, or "unix:/path/to.sock"
     port = 7400,
-    timeout = 200,           -- ms; connect_timeout, send_timeout, read_timeout default to it
+    timeout = 200,           -- ms: the whole call (connect, send, reads, the retry), one
+                             -- deadline; connect_timeout, send_timeout, read_timeout (each
+                             -- step's own cap, within it) default to it
     connect_timeout = nil,
     send_timeout = nil,
     read_timeout = nil,
@@ -103,6 +105,9 @@ function _M.configure(conf)
         end
         if k == "failure" and v ~= "open" and v ~= "closed" then
             error('ratelimiter.configure: failure must be "open" or "closed"', 2)
+        end
+        if k == "timeout" and not (v > 0) then
+            error("ratelimiter.configure: timeout must be above 0 ms", 2)
         end
         if k == "max_queue_delay" and not (v >= 0 and v <= RETRY_NEVER) then
             error("ratelimiter.configure: max_queue_delay must be 0..4294967295 ms", 2)
@@ -402,12 +407,101 @@ local function pool_name(host, port, token, tls)
     return name
 end
 
--- One attempt on one connection. Returns reply; or nil, err, retriable (a pooled connection
--- the router had closed before anything came back: the request never reached it).
-local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id, tls,
-                       op)
+-- Text from a server (an ERROR's message) or from a request (a service taken from a header)
+-- made safe for a log line: at most max bytes (then "..."), every control byte (0x00..0x1f,
+-- 0x7f) and every byte above 0x7f written as \xNN, so no such text can end the line and
+-- forge another, or put a NUL or invalid UTF-8 into error.log. The result is printable ASCII,
+-- so applying it twice changes nothing more than once.
+local function log_safe(s, max)
+    s = tostring(s)
+    local cut = false
+    if #s > max then
+        s, cut = sub(s, 1, max), true
+    end
+    s = gsub(s, "[%z\1-\31\127-\255]", function(c)
+        return format("\\x%02x", byte(c))
+    end)
+    if cut then
+        s = s .. "..."
+    end
+    return s
+end
+
+_M._log_safe = log_safe -- for tests
+
+local MAX_MESSAGE_LOG = 256 -- bytes of an ERROR's message kept in an error string
+
+-- The call's clock: ms, updated now (ngx.now() alone is the event loop's cached time).
+local function now_ms()
+    ngx.update_time()
+    return ngx.now() * 1000
+end
+
+-- A step's timeout: its own cap (ms; none when not above 0) within left ms, at least 1 (a
+-- cosocket timeout of 0 would mean nginx's lua_socket_*_timeout, 60 s by default).
+local function cap(t, left)
+    if t ~= nil and t > 0 and t < left then
+        left = t
+    end
+    left = floor(left)
+    if left < 1 then
+        return 1
+    end
+    return left
+end
+
+-- Before each connect, handshake, send and read: the socket's three timeouts set to the
+-- step caps (tm.ct, tm.st, tm.rt) within what remains of the call's deadline (tm.deadline).
+-- False once less than 1 ms remains: the step is not started, the call fails with a timeout.
+local function arm(sock, tm)
+    local left = floor(tm.deadline - now_ms())
+    if left < 1 then
+        return false
+    end
+    sock:settimeouts(cap(tm.ct, left), cap(tm.st, left), cap(tm.rt, left))
+    return true
+end
+
+-- Exactly n bytes, within the deadline: returns them, or nil, err and the bytes that had
+-- arrived (a partial read). A cosocket re-arms its read timer whenever bytes arrive, so one
+-- receive(n) of a frame a server trickles a byte at a time would last as long as the server
+-- likes; each receiveany() here waits at most what remains of the call.
+local function receive(sock, n, tm)
+    if sock.receiveany == nil then -- lua-nginx-module < 0.10.14: per-read timeouts only
+        if not arm(sock, tm) then
+            return nil, "timeout", 0
+        end
+        local data, err, partial = sock:receive(n)
+        return data, err, partial and #partial or 0
+    end
+    local got, parts, first = 0, nil, nil
+    while got < n do
+        if not arm(sock, tm) then
+            return nil, "timeout", got
+        end
+        local data, err = sock:receiveany(n - got)
+        if not data then
+            return nil, err, got
+        end
+        if first == nil then
+            first = data
+        else
+            parts = parts or { first }
+            parts[#parts + 1] = data
+        end
+        got = got + #data
+    end
+    return parts and concat(parts) or first
+end
+
+-- One attempt on one connection, within tm's deadline. Returns reply; or nil, err, retriable
+-- (a pooled connection the router had closed before anything came back: the request never
+-- reached it). Every failure closes the connection: only a clean exchange goes to the pool.
+local function attempt(host, port, copts, tm, idle, pool_size, token, payload, id, tls, op)
     local sock = tcp()
-    sock:settimeouts(ct, st, rt)
+    if not arm(sock, tm) then
+        return nil, "connect: timeout"
+    end
     local ok, err
     if port == nil then
         ok, err = sock:connect(host, copts)
@@ -423,6 +517,10 @@ local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, pa
         -- lua_ssl_trusted_certificate (and the name when tls.server_name is set).
         -- pcall: some lua-resty-core / lua-nginx-module pairs raise instead of returning
         -- when verification fails; either way the failure policy answers, never a 500.
+        if not arm(sock, tm) then
+            sock:close()
+            return nil, "TLS: timeout"
+        end
         local pok, session, herr = pcall(sock.sslhandshake, sock, nil, tls.server_name, true)
         if not pok or not session then
             sock:close()
@@ -436,6 +534,10 @@ local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, pa
         auth_id = next_id()
         req = enc_auth(auth_id, token) .. payload
     end
+    if not arm(sock, tm) then
+        sock:close()
+        return nil, "send: timeout"
+    end
     local sent
     sent, err = sock:send(req)
     if not sent then
@@ -445,12 +547,12 @@ local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, pa
     local reply
     local got_any = false
     while reply == nil or auth_id ~= nil do
-        local hdr
-        hdr, err = sock:receive(4)
+        local hdr, partial
+        hdr, err, partial = receive(sock, 4, tm)
         if not hdr then
             sock:close()
             return nil, "receive: " .. tostring(err),
-                reused > 0 and not got_any and err ~= "timeout"
+                reused > 0 and not got_any and partial == 0 and err ~= "timeout"
         end
         got_any = true
         local n = be(hdr, 1, 4)
@@ -459,7 +561,7 @@ local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, pa
             return nil, "protocol: frame length " .. n
         end
         local body
-        body, err = sock:receive(n)
+        body, err = receive(sock, n, tm)
         if not body then
             sock:close()
             return nil, "receive: " .. tostring(err)
@@ -471,8 +573,9 @@ local function attempt(host, port, copts, ct, st, rt, idle, pool_size, token, pa
         end
         if r.op == OP_ERROR then
             sock:close()
+            -- the server's text, made safe for a log line (whoever logs this error)
             return nil, (r.id == auth_id and "AUTH refused: " or "router answered ")
-                .. r.err_name .. ": " .. r.message
+                .. r.err_name .. ": " .. log_safe(r.message, MAX_MESSAGE_LOG)
         elseif r.op == OP_AUTH and r.id == auth_id then
             auth_id = nil
         elseif r.op == op and r.id == id and reply == nil then
@@ -509,9 +612,17 @@ local function keyed(opts, op, amount)
         port = nil
     end
     local timeout = opt(opts, "timeout")
-    local ct = opt(opts, "connect_timeout") or timeout
-    local st = opt(opts, "send_timeout") or timeout
-    local rt = opt(opts, "read_timeout") or timeout
+    if type(timeout) ~= "number" or not (timeout > 0) then
+        return nil, "bad argument: timeout must be a number of ms above 0"
+    end
+    -- One deadline for the whole call (the retry below included); each step is also capped
+    -- by its own option, which defaults to the timeout.
+    local tm = {
+        deadline = now_ms() + timeout,
+        ct = opt(opts, "connect_timeout") or timeout,
+        st = opt(opts, "send_timeout") or timeout,
+        rt = opt(opts, "read_timeout") or timeout,
+    }
     local pool_size = opt(opts, "pool_size")
     local tls = nil
     if opt(opts, "tls") then
@@ -525,14 +636,14 @@ local function keyed(opts, op, amount)
     local idle = opt(opts, "keepalive_timeout")
     local id = next_id()
     local payload = enc_keyed(op, id, service, user, endpoint, amount)
-    local reply, err, retriable = attempt(host, port, copts, ct, st, rt, idle, pool_size, token,
+    local reply, err, retriable = attempt(host, port, copts, tm, idle, pool_size, token,
                                           payload, id, tls, op)
     if reply == nil and retriable then
         -- The pooled connection was dead (the router restarted, or closed it as idle): once
         -- more, on a connection of its own. The request never reached the router, so this
-        -- holds for ADJUST and RELEASE too, which must never be sent twice.
-        reply, err = attempt(host, port, copts, ct, st, rt, idle, pool_size, token, payload, id,
-                             tls, op)
+        -- holds for ADJUST and RELEASE too, which must never be sent twice. Within what
+        -- remains of the same deadline.
+        reply, err = attempt(host, port, copts, tm, idle, pool_size, token, payload, id, tls, op)
     end
     return reply, err
 end
@@ -678,7 +789,10 @@ local warned_at, suppressed = 0, 0
 local function warn(service, err)
     local now = ngx.now()
     if now - warned_at >= 1 then
-        ngx.log(ngx.WARN, "ratelimiter: service ", service, ": ", err,
+        -- both may hold what a client or a server chose (a service from a header, an
+        -- ERROR's message): escaped and bounded, so neither can forge a log line
+        ngx.log(ngx.WARN, "ratelimiter: service ", log_safe(service, 128), ": ",
+                log_safe(err, 1024),
                 suppressed > 0 and (" (" .. suppressed .. " more in the last second)") or "")
         warned_at, suppressed = now, 0
     else
