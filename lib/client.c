@@ -689,7 +689,7 @@ const char *
 rlc_error_name(uint32_t err)
 {
     static const char *const names[] = {"NONE",       "MALFORMED",    "UNKNOWN_OP", "BAD_FIELD",
-                                        "OVERLOADED", "UNAUTHORIZED", "NOT_OWNER"};
+                                        "OVERLOADED", "UNAUTHORIZED", "NOT_OWNER",  "MOVING"};
 
     return err < sizeof(names) / sizeof(names[0]) ? names[err] : "?";
 }

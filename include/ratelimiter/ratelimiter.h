@@ -70,7 +70,8 @@ enum rlc_error {
     RLC_ERR_BAD_FIELD = 3,
     RLC_ERR_OVERLOADED = 4,
     RLC_ERR_UNAUTHORIZED = 5,
-    RLC_ERR_NOT_OWNER = 6
+    RLC_ERR_NOT_OWNER = 6,
+    RLC_ERR_MOVING = 7 /* a node asked directly while it hands the key's shard off */
 };
 
 /* The answer to one CHECK (docs/INTEGRATION.md, "What a reply carries"). */

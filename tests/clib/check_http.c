@@ -260,7 +260,8 @@ START_TEST(test_unreachable_format_names)
     ck_assert_str_eq(rlc_code_name(6), "?");
     ck_assert_str_eq(rlc_error_name(RLC_ERR_UNAUTHORIZED), "UNAUTHORIZED");
     ck_assert_str_eq(rlc_error_name(RLC_ERR_NOT_OWNER), "NOT_OWNER");
-    ck_assert_str_eq(rlc_error_name(7), "?");
+    ck_assert_str_eq(rlc_error_name(RLC_ERR_MOVING), "MOVING");
+    ck_assert_str_eq(rlc_error_name(8), "?");
     ck_assert_str_eq(rlc_strerror(-ETIMEDOUT), "timed out");
     ck_assert_str_eq(rlc_strerror(-12345), "unknown error");
     ck_assert_str_eq(rlc_version(), "0.1.0");
