@@ -97,7 +97,7 @@ move_tick_cb(uv_timer_t *t)
         bool any_h = false;
 
         for (uint32_t s = 0; s < m->n && !any_h; s++) {
-            any_h = m->st[s] == RL_MOVE_OWNED_H;
+            any_h = m->st[s] == RL_MOVE_OWNED_H || m->st[s] == RL_MOVE_GONE;
         }
         if (!any_h) {
             uv_timer_stop(t);
@@ -124,6 +124,10 @@ move_tick_cb(uv_timer_t *t)
                 m->stats.out_failed++;
                 given_up++;
             }
+        } else if (st == RL_MOVE_GONE && now >= m->deadline[s] && !m->draining) {
+            /* MOVING never outlasts handoff_wait: from now on NOT_OWNER, as for any shard
+             * that is not here (a leaving node keeps its hints until it exits) */
+            move_set(m, s, RL_MOVE_NONE);
         } else if (st == RL_MOVE_OWNED_H && now >= m->deadline[s] && !m->views_stale &&
                    (m->view_since_back || now >= m->views_back + move_hold_ms(m))) {
             /* (while no view can come, the one applied may lag the sender's, which placed s

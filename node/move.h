@@ -36,7 +36,8 @@ enum rl_move_st {
                           arrives or the wait ends */
     RL_MOVE_OUTGOING,  /* queued for its next owner: still decided here until its export */
     RL_MOVE_EXPORTING, /* exported, being sent: MOVING "" */
-    RL_MOVE_GONE,      /* sent (or given up): MOVING with the next owner's name */
+    RL_MOVE_GONE,      /* sent (or given up): MOVING with the next owner's name, for
+                          handoff_wait (then NONE: NOT_OWNER, the shard simply not here) */
 };
 
 /* Counters (metrics and STATS). */

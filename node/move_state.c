@@ -34,6 +34,11 @@ move_set(struct rl_move *m, uint32_t s, uint8_t to)
     m->st[s] = to;
     move_told_clear(m, s);
     bit_set(m->owned, s, st_decides(to));
+    if (to == RL_MOVE_GONE) {
+        /* the redirect a router with a view from before the move needs; a router resends on
+         * MOVING for handoff_wait at most, so the hint is kept that long (move_tick_cb) */
+        m->deadline[s] = uv_now(m->loop) + m->o.handoff_wait_ms;
+    }
 }
 
 void

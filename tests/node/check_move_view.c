@@ -471,6 +471,45 @@ START_TEST(test_shipped_to_restarted_node_not_waited)
 }
 END_TEST
 
+/* A shard gone from here (shipped, or given up) is answered MOVING with its next owner's name
+ * for handoff_wait, the longest a router resends on MOVING; then it is simply not here
+ * (NOT_OWNER). It was answered MOVING for as long as the node ran (55 s and more, where the
+ * docs promise MOVING never outlasts handoff_wait). */
+START_TEST(test_gone_hint_ends_after_handoff_wait)
+{
+    struct fixture f;
+    struct rl_move_stats st;
+    uint32_t mine = NSHARDS;
+    const char *owner = NULL;
+
+    setup_views(&f, WAIT_MS);
+    for (uint32_t s = 0; s < NSHARDS && mine == NSHARDS; s++) {
+        if ((rl_move_owned(f.m)[s / 8] >> (s % 8)) & 1u) {
+            mine = s;
+        }
+    }
+    ck_assert_uint_lt(mine, NSHARDS);
+    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, ABSENT);
+    for (int i = 0; i < 2000; i++) { /* the shipping fails at once (nothing listens) */
+        rl_move_stats(f.m, &st);
+        if (st.outgoing == 0) {
+            break;
+        }
+        runfor(&f.loop, 10);
+    }
+    ck_assert_uint_eq(st.outgoing, 0);
+    ck_assert(rl_move_moving(f.m, mine, &owner));
+    ck_assert_str_eq(owner, "b");
+    runfor(&f.loop, WAIT_MS * 2);
+    ck_assert(!rl_move_moving(f.m, mine, &owner));
+    ck_assert(!((rl_move_owned(f.m)[mine / 8] >> (mine % 8)) & 1u));
+    /* and back here by the view: decided, or expected from b, as for any shard */
+    view_abc(&f, RL_MEMBER_ACTIVE, RL_MEMBER_ACTIVE, ABSENT);
+    ck_assert(((rl_move_owned(f.m)[mine / 8] >> (mine % 8)) & 1u) || rl_move_expected(f.m, mine));
+    teardown(&f);
+}
+END_TEST
+
 /* b leaves (a clean stop): its shards are expected from it, not decided here until its
  * counters come; b seen joining again meanwhile (killed mid-drain and restarted): decided
  * here at once. */
@@ -606,6 +645,7 @@ main(void)
     tcase_add_test(tc, test_nothing_told_after_a_live_node);
     tcase_add_test(tc, test_restarted_owner_not_waited);
     tcase_add_test(tc, test_shipped_to_restarted_node_not_waited);
+    tcase_add_test(tc, test_gone_hint_ends_after_handoff_wait);
     tcase_add_test(tc, test_leaving_owner_waited_until_it_rejoins);
     tcase_add_test(tc, test_unconfirmed_records_never_decided);
     tcase_add_test(tc, test_wait_counts_members_only);
