@@ -155,6 +155,7 @@ rl_wire_frame(const char *p, size_t n, size_t *payload_len)
 int
 rl_wire_decoder_init(struct rl_wire_decoder *d)
 {
+    d->no_clock = false;
     return msgpack_zone_init(&d->zone, WIRE_ZONE_CHUNK) ? 0 : -ENOMEM;
 }
 

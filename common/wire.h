@@ -318,6 +318,8 @@ int rl_wire_frame(const char *p, size_t n, size_t *payload_len);
  */
 struct rl_wire_decoder {
     msgpack_zone zone;
+    bool no_clock; /* CLOCK is an unknown op here (a router; a node without --test-clock):
+                      UNKNOWN_OP whatever its elements, never BAD_FIELD; false after init */
 };
 
 /* Returns 0 or -ENOMEM. deinit frees what init and the decodes since took. */

@@ -440,7 +440,7 @@ rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl
     /* An op past 32 bits is as unknown as 9; req->op keeps 0 for it. */
     req->op = v <= UINT32_MAX ? (uint32_t)v : 0;
     info = rl_wire_op_info(req->op);
-    if (info == NULL) {
+    if (info == NULL || (req->op == RL_WIRE_OP_CLOCK && d->no_clock)) {
         snprintf(msg, sizeof(msg), "unknown op %" PRIu64, v);
         return wire_fault(fault, req->id, RL_WIRE_ERR_UNKNOWN_OP, false, msg);
     }

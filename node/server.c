@@ -735,6 +735,7 @@ rl_server_start(struct rl_server *s, uv_loop_t *loop, struct rl_limiter *limiter
         free(s->episodes);
         return rc;
     }
+    s->dec.no_clock = !s->opts.test_clock; /* CLOCK of any shape: UNKNOWN_OP */
     rc = rl_connq_init(&s->connq, loop);
     if (rc != 0) {
         rl_wire_decoder_deinit(&s->dec);

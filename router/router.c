@@ -111,6 +111,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
         free(r);
         return -ENOMEM;
     }
+    r->dec.no_clock = true; /* never a router's op: UNKNOWN_OP whatever its elements */
     r->loop = loop;
     r->conf = conf;
     r->opts = *opts;

@@ -632,6 +632,22 @@ START_TEST(test_clock_needs_switch)
     ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
     ck_assert_uint_eq(rep.id, 5);
     ck_assert_uint_eq(rep.err, RL_WIRE_ERR_UNKNOWN_OP);
+    {
+        /* CLOCK of any other shape is as unknown ([4, 6], [4, 7, "x"], [4, 8, -5]): not a
+         * BAD_FIELD about elements of an op this node does not have */
+        static const char shapes[] = "\0\0\0\x03\x92\x04\x06"
+                                     "\0\0\0\x05\x93\x04\x07\xa1x"
+                                     "\0\0\0\x04\x93\x04\x08\xfb";
+
+        ck_assert_int_eq(rl_client_queue_raw(c, shapes, sizeof(shapes) - 1), 0);
+        ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+        for (uint32_t id = 6; id <= 8; id++) {
+            ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+            ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+            ck_assert_uint_eq(rep.id, id);
+            ck_assert_uint_eq(rep.err, RL_WIRE_ERR_UNKNOWN_OP);
+        }
+    }
     rl_buf_deinit(&b);
     rl_client_destroy(c);
     ck_assert_int_eq(rl_harness_server_stop(&plain, SIGINT, 5000), 0);
