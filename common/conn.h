@@ -438,6 +438,10 @@ void rl_listener_metrics_of(const struct rl_listener_stats *s, struct rl_prom *p
  * handles are closed. */
 void rl_listener_close(struct rl_listener *l, void (*on_closed)(struct rl_listener *l));
 
+/* Every connection reads no more and closes once what it was asked is answered and written
+ * (rl_conn_finish); a stop that loses no answer. The listener's list empties as they close. */
+void rl_listener_finish(struct rl_listener *l);
+
 /* Outgoing connections: init once, connect (again after each close), deinit once closed. */
 void rl_conn_init(struct rl_conn *c, struct rl_connq *q, const struct rl_conn_ops *ops,
                   void *data);

@@ -819,6 +819,17 @@ rl_listener_close(struct rl_listener *l, void (*on_closed)(struct rl_listener *l
     }
 }
 
+void
+rl_listener_finish(struct rl_listener *l)
+{
+    struct rl_conn *next;
+
+    for (struct rl_conn *c = l->conns; c != NULL; c = next) {
+        next = c->next;
+        rl_conn_finish(c);
+    }
+}
+
 /* ---- connections held elsewhere (the router's other fronts) ------------------------------ */
 
 bool

@@ -333,7 +333,7 @@ static void
 front_reading(struct rl_front_conn *c)
 {
     struct rl_front *g = c->r->front;
-    bool want = !c->closing && !c->paused && !c->throttled &&
+    bool want = !c->closing && !c->paused && !c->throttled && !g->draining &&
                 c->writing < c->ops->limits.write_queue_max &&
                 !(c->writing > 0 && g->held > front_budget(c->r));
 
@@ -342,6 +342,18 @@ front_reading(struct rl_front_conn *c)
     } else if (!want && c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
+    }
+}
+
+void
+rl_front_drain(struct rl_router *r)
+{
+    if (r->front == NULL) {
+        return;
+    }
+    r->front->draining = true;
+    for (struct rl_front_conn *c = r->front->conns; c != NULL; c = c->next) {
+        front_reading(c);
     }
 }
 
@@ -704,8 +716,8 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
     struct rl_front_conn *c, *evict;
     int rc;
 
-    if (r->closing || (unsigned)kind >= RL_FRONT_KINDS || r->opts.fronts == NULL ||
-        r->opts.fronts[kind].ops == NULL) {
+    if (r->closing || r->draining || (unsigned)kind >= RL_FRONT_KINDS ||
+        r->opts.fronts == NULL || r->opts.fronts[kind].ops == NULL) {
         return UV_ECANCELED;
     }
     ops = r->opts.fronts[kind].ops;

@@ -161,6 +161,10 @@ void rl_front_close(struct rl_front_conn *c);
  * write_queue_max bytes are unsent; it resumes when neither holds. */
 void rl_front_pause(struct rl_front_conn *c, bool pause);
 
+/* r drains (rl_router_drain): no front connection reads any more; what they asked is still
+ * answered. */
+void rl_front_drain(struct rl_router *r);
+
 /* Sends FIN once the output queued so far is written (uv_shutdown): the protocol says
  * goodbye but keeps reading (and dropping) until the peer closes or it closes c itself, so
  * that its last bytes are not lost to a reset. Output queued after it is dropped. */

@@ -22,6 +22,7 @@
 struct rl_front {
     struct rl_front_conn *conns;
     uint32_t nconns;
+    bool draining; /* rl_front_drain: no connection reads any more */
     uint64_t held; /* request bytes held by every connection of this loop */
     uv_timer_t timer;
     bool ticking;

@@ -8,10 +8,12 @@
  * files router_int.h lists.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "front.h"
+#include "log.h"
 #include "reqlog.h"
 #include "router_int.h"
 
@@ -93,7 +95,7 @@ router_free(struct rl_router *r)
 int
 rl_router_adopt(struct rl_router *r, uv_os_sock_t fd)
 {
-    if (r->closing) {
+    if (r->closing || r->draining) {
         return UV_ECANCELED;
     }
     return rl_listener_adopt(&r->listener, fd);
@@ -174,6 +176,9 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     uv_timer_init(loop, &r->hot_timer);
     r->hot_timer.data = r;
     rl_router_hold(r);
+    uv_timer_init(loop, &r->drain_timer);
+    r->drain_timer.data = r;
+    rl_router_hold(r);
     if (r->hot != NULL) {
         uv_timer_start(&r->hot_timer, rl_shed_publish_fire, RL_SHED_PUBLISH_MS,
                        RL_SHED_PUBLISH_MS);
@@ -204,6 +209,43 @@ fail:
     return rc;
 }
 
+/* The drain ends when nothing forwarded waits for its answer and every binary client has
+ * written its answers and closed (the fronts' answers are written the turn they come), or at
+ * its end. */
+static void
+router_drain_tick(uv_timer_t *t)
+{
+    struct rl_router *r = t->data;
+
+    if ((r->npending > 0 || r->listener.conns != NULL) && uv_now(r->loop) < r->drain_end) {
+        return;
+    }
+    uv_timer_stop(t);
+    if (r->npending > 0 || r->listener.conns != NULL) {
+        rl_log_warn("stopping: %" PRIu32 " request(s) still unanswered after the drain", r->npending);
+    }
+    r->drain_done(r->drain_arg);
+}
+
+void
+rl_router_drain(struct rl_router *r, void (*done)(void *arg), void *arg)
+{
+    if (r->closing || r->draining) {
+        return;
+    }
+    r->draining = true;
+    r->drain_done = done;
+    r->drain_arg = arg;
+    r->drain_end = uv_now(r->loop) + (r->conf->deadline_ms < RL_ROUTER_DRAIN_MAX_MS
+                                          ? r->conf->deadline_ms
+                                          : RL_ROUTER_DRAIN_MAX_MS) +
+                   RL_ROUTER_DRAIN_GRACE_MS;
+    rl_listener_finish(&r->listener);
+    rl_front_drain(r);
+    uv_timer_start(&r->drain_timer, router_drain_tick, RL_ROUTER_DRAIN_TICK_MS,
+                   RL_ROUTER_DRAIN_TICK_MS);
+}
+
 void
 rl_router_close(struct rl_router *r)
 {
@@ -211,6 +253,7 @@ rl_router_close(struct rl_router *r)
         return;
     }
     r->closing = true;
+    uv_close((uv_handle_t *)&r->drain_timer, rl_router_handle_closed);
     uv_close((uv_handle_t *)&r->deadline_timer, rl_router_handle_closed);
     uv_close((uv_handle_t *)&r->retire_timer, rl_router_handle_closed);
     uv_close((uv_handle_t *)&r->held_timer, rl_router_handle_closed);

@@ -168,4 +168,17 @@ bool rl_router_ready(const struct rl_router *r, char *why, size_t len);
  * frees the router once all its handles are closed (run the loop to finish). */
 void rl_router_close(struct rl_router *r);
 
+/*
+ * The clean stop's first half (SIGTERM): r takes no new connection and reads no more
+ * requests, answers every request already forwarded (by its node, or by the failure policy
+ * at its deadline) and writes the answers; then, or once the deadline (at most
+ * RL_ROUTER_DRAIN_MAX_MS) plus RL_ROUTER_DRAIN_GRACE_MS has passed, done(arg) runs, which
+ * closes r (rl_router_close).
+ */
+void rl_router_drain(struct rl_router *r, void (*done)(void *arg), void *arg);
+
+#define RL_ROUTER_DRAIN_MAX_MS 2000u
+#define RL_ROUTER_DRAIN_GRACE_MS 250u
+#define RL_ROUTER_DRAIN_TICK_MS 5u
+
 #endif

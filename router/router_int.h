@@ -206,6 +206,11 @@ struct rl_router {
      * counted only through rl_router_hold/rl_router_unhold below. */
     int handles;
     bool closing;
+    bool draining;          /* rl_router_drain: nothing new is read, what was is answered */
+    uv_timer_t drain_timer; /* the drain's check, every RL_ROUTER_DRAIN_TICK_MS */
+    uint64_t drain_end;     /* loop time the drain gives up */
+    void (*drain_done)(void *arg);
+    void *drain_arg;
     void (*on_unheld)(struct rl_router *r); /* router.c's: frees r (closing, handles 0) */
 
     /* membership, assignment and the table built from them */

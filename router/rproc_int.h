@@ -54,6 +54,7 @@ struct rproc_worker {
     struct rproc_ffd *ffds; /* accepted on a front's listener (front.c) */
     size_t nffds, ffds_cap;
     bool members_new, asg_new, zk_new, hup, stop;
+    bool draining; /* the loop thread's: stop seen, the router drains (rl_router_drain) */
     bool envoy_new;  /* rl_rproc_set_envoy: take p->envoy */
     bool slices_new; /* rl_rproc_slices_changed: forget the deny cache */
     char *zk_rules;  /* the newest rules znode text not yet taken; NULL: none */

@@ -96,6 +96,18 @@ worker_closed(uv_handle_t *h)
     (void)h;
 }
 
+/* The router answered what it had been asked (or its drain ran out): it closes, and the
+ * worker's loop ends with it. */
+static void
+worker_drained(void *arg)
+{
+    struct rproc_worker *w = arg;
+
+    rl_rules_close(&w->rules);
+    rl_router_close(w->router);
+    uv_close((uv_handle_t *)&w->wake, worker_closed);
+}
+
 static void
 worker_wake(uv_async_t *a)
 {
@@ -144,9 +156,11 @@ worker_wake(uv_async_t *a)
         }
         free(rfds);
         free(rules);
-        rl_rules_close(&w->rules);
-        rl_router_close(w->router);
-        uv_close((uv_handle_t *)&w->wake, worker_closed);
+        if (!w->draining) {
+            /* a clean stop: what the clients asked is answered first (rl_router_drain) */
+            w->draining = true;
+            rl_router_drain(w->router, worker_drained, w);
+        }
         return;
     }
     if (zk || members || asg) {

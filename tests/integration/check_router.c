@@ -19,6 +19,9 @@
  *     router's RSS stays within tens of MB while it owes that client hundreds of MB of
  *     replies, another client is answered at once; then the slow client reads and gets
  *     every reply exactly once, the router's own in order;
+ *   - SIGTERM answers what was forwarded: 20 CHECKs waiting at a paused node when the router
+ *     is told to stop get their answers once the node resumes (a clean stop lost them with
+ *     the connection), then the connection closes and the router exits 0;
  *   - a router whose ZooKeeper does not answer (a port nothing listens on) warns at most a few
  *     seconds after it started, naming the address, and again ~10 s later; meanwhile its
  *     /readyz answers 503 naming ZooKeeper and its address, STATS zk_state is "connecting",
@@ -242,6 +245,59 @@ START_TEST(test_router_agrees_on_owners)
     ck_assert_int_eq(node_stat(c, NODE_A, "forwarded"), before[NODE_A] + 10);
     ck_assert_int_eq(node_stat(c, NODE_B, "forwarded"), before[NODE_B]);
     rl_client_destroy(c);
+}
+END_TEST
+
+/* A clean stop loses no answer: CHECKs forwarded to a paused node when SIGTERM comes are
+ * answered once it resumes (by the node, or by the policy at the deadline on a machine so
+ * slow that the node resumed past it), then the router closes the connection and exits 0.
+ * Before, it closed at once: no answer at all. */
+START_TEST(test_sigterm_answers_what_was_forwarded)
+{
+    struct rl_client *c = connect_router(), *s = connect_router();
+    struct rl_wire_req req;
+    struct rl_wire_reply rep;
+    char users[20][32];
+    bool seen[21] = {false};
+    int64_t before;
+
+    user_on(NODE_A, "big", "drain", 0, users[0], sizeof(users[0]));
+    ck_assert_uint_eq(check(c, "big", users[0], 1).code, RL_WIRE_ALLOWED); /* connections up */
+    before = node_stat(s, NODE_A, "forwarded");
+    rl_client_destroy(s);
+    pause_node(NODE_A);
+    for (uint32_t i = 0; i < 20; i++) {
+        user_on(NODE_A, "big", "drain", (int)i, users[i], sizeof(users[i]));
+        set_check(&req, i + 1, "big", users[i], 1);
+        ck_assert_int_eq(rl_client_queue(c, &req), 0);
+    }
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    /* all 20 are at the paused node (forwarded) before the router is told to stop */
+    s = connect_router();
+    for (int i = 0; i < 500 && node_stat(s, NODE_A, "forwarded") < before + 20; i++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_eq(node_stat(s, NODE_A, "forwarded"), before + 20);
+    rl_client_destroy(s);
+    ck_assert_int_eq(kill(router.pid, SIGTERM), 0);
+    usleep(100 * 1000);
+    resume_node(NODE_A);
+    for (int i = 0; i < 20; i++) {
+        ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+        ck_assert_msg(rep.id >= 1 && rep.id <= 20 && !seen[rep.id], "reply id %u", rep.id);
+        seen[rep.id] = true;
+        ck_assert_msg(rep.check.code == RL_WIRE_ALLOWED || rep.check.code == RL_WIRE_FAIL_OPEN,
+                      "code %u", rep.check.code);
+    }
+    ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), -ECONNRESET);
+    rl_client_destroy(c);
+    /* it exits by itself (no second signal: one that came as the process ends would be
+     * taken by the default action) */
+    ck_assert_int_eq(rl_harness_wait(router.pid, 10000, &router.status), 0);
+    router.pid = 0;
+    ck_assert(WIFEXITED(router.status));
+    ck_assert_int_eq(WEXITSTATUS(router.status), 0);
 }
 END_TEST
 
@@ -1045,6 +1101,7 @@ router_suite(void)
     tcase_add_test(tc, test_no_rule);
     tcase_add_test(tc, test_relay_encodings);
     tcase_add_test(tc, test_slow_reader_paused);
+    tcase_add_test(tc, test_sigterm_answers_what_was_forwarded);
     suite_add_tcase(s, tc);
     tc = tcase_create("zookeeper");
     tcase_set_timeout(tc, 60);
