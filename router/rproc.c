@@ -250,6 +250,7 @@ rl_rproc_set_members(struct rl_rproc *p, const struct rl_member *members, size_t
     p->nmembers = n;
     pthread_mutex_unlock(&p->state_mu);
     rproc_post_all(p, true, false, false, false);
+    rproc_accept_open(p); /* the first view: each worker takes it before any socket */
 }
 
 void

@@ -7,6 +7,7 @@
  * while. Not for what a worker does with a socket (router.h, front.h).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,46 @@ rproc_accept_unlisten(struct rl_rproc *p)
 }
 
 void
+rproc_accept_open(struct rl_rproc *p)
+{
+    if (!p->gated || p->closing) {
+        return;
+    }
+    p->gated = false;
+    uv_timer_stop(&p->gate);
+    for (int k = 0; k < RL_FRONT_KINDS; k++) {
+        struct rproc_front *f = &p->fronts[k];
+
+        if (f->fd >= 0) {
+            f->polling = uv_poll_start(&f->poll, UV_READABLE, rproc_front_poll_cb) == 0;
+        }
+    }
+    p->polling = uv_poll_start(&p->poll, UV_READABLE, rproc_poll_cb) == 0;
+}
+
+/* How long the first view is waited for: RPROC_GATE_MS, or the session timeout if shorter. */
+static uint64_t
+rproc_gate_ms(const struct rl_rproc *p)
+{
+    uint64_t ms = p->conf->session_timeout_ms;
+
+    return ms != 0 && ms < RPROC_GATE_MS ? ms : RPROC_GATE_MS;
+}
+
+static void
+rproc_gate_cb(uv_timer_t *t)
+{
+    struct rl_rproc *p = t->data;
+
+    if (p->gated) {
+        rl_log_warn("no membership read within %" PRIu64 " ms: serving without it (requests get "
+                    "their failure policy until it comes)",
+                    rproc_gate_ms(p));
+    }
+    rproc_accept_open(p);
+}
+
+void
 rproc_accept_start(struct rl_rproc *p)
 {
     for (int k = 0; k < RL_FRONT_KINDS; k++) {
@@ -206,15 +247,19 @@ rproc_accept_start(struct rl_rproc *p)
         }
         uv_poll_init_socket(p->loop, &f->poll, f->fd);
         f->poll.data = f;
-        f->polling = uv_poll_start(&f->poll, UV_READABLE, rproc_front_poll_cb) == 0;
+        f->polling = false;
         p->handles++;
     }
     uv_poll_init_socket(p->loop, &p->poll, p->lfd);
     p->poll.data = p;
     uv_timer_init(p->loop, &p->retry);
     p->retry.data = p;
-    p->handles += 2;
-    p->polling = uv_poll_start(&p->poll, UV_READABLE, rproc_poll_cb) == 0;
+    uv_timer_init(p->loop, &p->gate);
+    p->gate.data = p;
+    p->handles += 3;
+    p->polling = false;
+    p->gated = true;
+    uv_timer_start(&p->gate, rproc_gate_cb, rproc_gate_ms(p), 0);
 }
 
 void
@@ -225,6 +270,7 @@ rproc_accept_close(struct rl_rproc *p, uv_close_cb closed_cb)
     }
     uv_close((uv_handle_t *)&p->poll, closed_cb);
     uv_close((uv_handle_t *)&p->retry, closed_cb);
+    uv_close((uv_handle_t *)&p->gate, closed_cb);
     close(p->lfd);
     p->lfd = -1;
     for (int k = 0; k < RL_FRONT_KINDS; k++) {

@@ -80,7 +80,9 @@ struct rl_rproc {
     uv_os_sock_t lfd;
     uv_poll_t poll;
     uv_timer_t retry;
+    uv_timer_t gate; /* the longest the first view is waited for before accepting */
     uv_async_t stale;
+    bool gated;      /* no membership yet: connections wait in the kernel's queue */
     bool polling;
     bool closing;
     int handles;
@@ -130,9 +132,17 @@ void rproc_front_gone(struct rl_rproc *p, enum rl_front_kind kind);
  * that conf configures. 0, or a negative errno (err says which). */
 int rproc_accept_listen(struct rl_rproc *p, const struct rl_conf *conf, char *err, size_t errlen);
 
-/* Starts accepting on them (the process's handles, closed by rproc_accept_close with
- * closed_cb). */
+/* Readies accepting on them (the process's handles, closed by rproc_accept_close with
+ * closed_cb): it starts with the first membership (rproc_accept_open), or after
+ * RPROC_GATE_MS at most (the session timeout if shorter) when none comes, so that a router
+ * (re)started under traffic answers nothing by failure policy only because it has not read
+ * its view yet; meanwhile connections wait in the listen queue, accepted by the kernel. */
 void rproc_accept_start(struct rl_rproc *p);
+
+/* The first membership is in (every worker has it before a socket): accepting starts. */
+void rproc_accept_open(struct rl_rproc *p);
+
+#define RPROC_GATE_MS 2000u
 void rproc_accept_close(struct rl_rproc *p, uv_close_cb closed_cb);
 
 /* Closes the listening sockets not yet polled (a failed start). */

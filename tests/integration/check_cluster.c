@@ -552,6 +552,43 @@ START_TEST(test_zookeeper_outage)
 }
 END_TEST
 
+/* A router restarted while it cannot read ZooKeeper yet (frozen) does not answer by failure
+ * policy for want of its view: a client that connects meanwhile waits (in the listen queue)
+ * until the view is in, and is answered by the node. Before, the router accepted at once and
+ * answered a `failure = closed` service FAIL_CLOSED, with every node up (router-kill in
+ * rl-chaos caught it now and then). */
+START_TEST(test_restarted_router_waits_for_its_view)
+{
+    struct rl_client *c = NULL;
+    struct rl_wire_req req;
+    struct rl_wire_reply rep;
+
+    ck_assert_int_eq(rl_harness_server_stop(&routers[0], SIGTERM, 10000), 0);
+    ck_assert_int_eq(rl_harness_pause(zk.pid), 0);
+    ck_assert_int_eq(rl_harness_router_start(&routers[0], config, router_ports[0]), 0);
+    ck_assert_int_eq(
+        rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[0], T_TIMEOUT), 0);
+    memset(&req, 0, sizeof(req));
+    req.op = RL_WIRE_OP_CHECK;
+    req.id = 7;
+    req.service.ptr = "closed";
+    req.service.len = 6;
+    req.user.ptr = "early";
+    req.user.len = 5;
+    req.cost = 1;
+    ck_assert_int_eq(rl_client_queue(c, &req), 0);
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    usleep(100 * 1000);
+    ck_assert_int_eq(kill(zk.pid, SIGCONT), 0);
+    ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+    ck_assert_uint_eq(rep.id, 7);
+    ck_assert_msg(rep.check.code == RL_WIRE_ALLOWED, "code %u (%s)", rep.check.code,
+                  rl_wire_code_name(rep.check.code));
+    rl_client_destroy(c);
+}
+END_TEST
+
 START_TEST(test_sigterm_everything)
 {
     char kids[NNODES + 1][RL_HARNESS_ZK_NAME_MAX];
@@ -591,6 +628,7 @@ cluster_suite(void)
     tcase_add_test(tc, test_node_death_and_return);
     tcase_add_test(tc, test_inline_failover);
     tcase_add_test(tc, test_zookeeper_outage);
+    tcase_add_test(tc, test_restarted_router_waits_for_its_view);
     tcase_add_test(tc, test_sigterm_everything);
     suite_add_tcase(s, tc);
     return s;
