@@ -323,7 +323,10 @@ uv_frame(struct rl_conn *c, const char *p, size_t n)
         out.error = rep->err;
         finish(u, r, -EREMOTEIO, &out);
     } else {
+        /* another op's reply to this request: the server does not speak the protocol, and
+         * nothing else it sends on this connection can be trusted */
         finish(u, r, -EPROTO, NULL);
+        rl_conn_close(c, UV_EPROTO);
     }
 }
 

@@ -147,6 +147,21 @@ hostile_conn(void *arg)
             hostile_stray(hc.fd);
             break;
         }
+        if (in[1] != 6 && hc.h->mode == RL_HOSTILE_WRONG_OP) {
+            size_t idlen = in[2] < 0x80 ? 1 : in[2] == 0xcc ? 2 : in[2] == 0xcd ? 3 : 5;
+            size_t o = 4;
+
+            out[o++] = 0x93;
+            out[o++] = 0x02;
+            memcpy(out + o, in + 2, idlen);
+            o += idlen;
+            out[o++] = 0xa1;
+            out[o++] = 'x';
+            out[0] = out[1] = out[2] = 0;
+            out[3] = (unsigned char)(o - 4);
+            (void)!write(hc.fd, out, o);
+            continue;
+        }
         (void)!write(hc.fd, out, hostile_reply(hc.h, in, out));
         if (in[1] != 6 && hc.h->mode == RL_HOSTILE_REPEAT) {
             usleep(50 * 1000);

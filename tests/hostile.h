@@ -6,7 +6,8 @@
  * not 0, with a bare frame header announcing len bytes. Its mode changes that: REPEAT sends
  * each answer again 50 ms later as [1, id, ALLOWED, ...] (a late duplicate); STRAY answers
  * nothing but sends ALLOWED replies to ids never asked (0x7ffffff0, 0xfffffff0, in turn) as
- * fast as the client reads them, until it closes. The suite sets retry, len and mode between requests; the struct must outlive the suite's connections (keep it at file scope). Not for
+ * fast as the client reads them, until it closes; WRONG_OP answers with a PING's reply
+ * [2, id, "x"] (right id, wrong op). The suite sets retry, len and mode between requests; the struct must outlive the suite's connections (keep it at file scope). Not for
  * anything a real server does (harness/ starts real processes).
  */
 #ifndef RL_HOSTILE_H
@@ -14,7 +15,7 @@
 
 #include <stdint.h>
 
-enum rl_hostile_mode { RL_HOSTILE_ANSWER, RL_HOSTILE_REPEAT, RL_HOSTILE_STRAY };
+enum rl_hostile_mode { RL_HOSTILE_ANSWER, RL_HOSTILE_REPEAT, RL_HOSTILE_STRAY, RL_HOSTILE_WRONG_OP };
 
 struct rl_hostile {
     volatile uint64_t retry; /* the QUEUED reply's retry_after_ms */

@@ -65,6 +65,8 @@ struct rlc_uv_options {
  *   -EREMOTEIO   the server answered ERROR: rep->code RLC_CODE_ERROR, rep->error why;
  *   -ETIMEDOUT   the request's timeout passed (waiting for a connection, or in flight);
  *   -ECONNRESET  the connection was lost after the request was written;
+ *   -EPROTO      the server answered it with another op's reply: the connection is closed
+ *                (the other requests in flight on it get -ECONNRESET) and opened again;
  *   -EACCES      the server refused the client's token;
  *   -ECANCELED   rlc_uv_close was called first.
  * rep is NULL unless status is 0 or -EREMOTEIO, and valid during the call only.

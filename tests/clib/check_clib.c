@@ -794,6 +794,37 @@ START_TEST(test_hostile_repeated_reply)
 }
 END_TEST
 
+/* The loop client: a reply of another op to a request's id is -EPROTO for that request, and
+ * the connection is dropped (it was kept, and the server's next replies trusted). */
+START_TEST(test_hostile_uv_wrong_op)
+{
+    struct rlc_uv_stats st;
+    uv_loop_t loop;
+    rlc_uv *u;
+
+    hostile.len = 0;
+    hostile.mode = RL_HOSTILE_WRONG_OP;
+    router_port = rl_hostile_start(&hostile);
+    uv_loop_init(&loop);
+    u = uv_client(&loop, 0);
+    ck_assert_int_eq(rlc_uv_check(u, "svc", "u", NULL, 1, 2000, on_reply, (void *)0), 0);
+    run_until(&loop, &T.done, 1, 5000);
+    ck_assert_int_eq(T.calls[0], 1);
+    ck_assert_int_eq(T.status[0], -EPROTO);
+    for (int i = 0; i < 100; i++) {
+        rlc_uv_get_stats(u, &st);
+        if (st.disconnects > 0) {
+            break;
+        }
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(10 * 1000);
+    }
+    ck_assert_uint_eq(st.disconnects, 1);
+    uv_finish(&loop, u);
+    rl_hostile_stop(&hostile);
+}
+END_TEST
+
 /* TLS (docs/CLIENTS.md, "TLS"): the blocking and the loop clients through a TLS router, and a
  * TLS node that wants a certificate the client does not show. */
 START_TEST(test_tls)
@@ -910,6 +941,7 @@ clib_suite(void)
     tcase_add_test(tc, test_hostile_frame_length);
     tcase_add_test(tc, test_hostile_stray_replies);
     tcase_add_test(tc, test_hostile_repeated_reply);
+    tcase_add_test(tc, test_hostile_uv_wrong_op);
     suite_add_tcase(s, tc);
     return s;
 }
