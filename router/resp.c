@@ -99,6 +99,7 @@ conn_hold(void *arg, size_t from, size_t to)
 static int
 resp_open(struct rl_front_conn *fc)
 {
+    static uint64_t resp_next_id;
     struct rl_router *r = rl_front_router(fc);
     struct resp_conn *c;
 
@@ -113,7 +114,8 @@ resp_open(struct rl_front_conn *fc)
     c->r = r;
     c->g = r->resp;
     resp_in_init(&c->in, conn_hold, fc);
-    c->id = ++c->g->next_id;
+    /* unique in the process, as Redis's: every worker's connections draw from one count */
+    c->id = __atomic_add_fetch(&resp_next_id, 1, __ATOMIC_RELAXED);
     c->proto = 2;
     c->authed = r->conf->nauth_clients == 0;
     c->opened_ms = uv_now(r->loop);

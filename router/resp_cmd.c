@@ -158,9 +158,23 @@ cmd_hello(struct resp_conn *c, ARGS)
     return put_hello(c, b);
 }
 
+/* CLIENT's subcommands this front answers, with their arity as Redis counts it (CLIENT and
+ * the subcommand included): a known one with another count gets Redis's arity error. */
+static const struct {
+    const char *name, *lower;
+    uint16_t argc;
+} client_subs[] = {{"SETNAME", "setname", 3}, {"GETNAME", "getname", 2}, {"ID", "id", 2},
+                   {"SETINFO", "setinfo", 4}};
+
 static int
 cmd_client(struct resp_conn *c, ARGS)
 {
+    for (size_t i = 0; i < sizeof(client_subs) / sizeof(client_subs[0]); i++) {
+        if (rl_resp_is(&cmd->argv[1], client_subs[i].name) && cmd->argc != client_subs[i].argc) {
+            return rl_resp_put_error(b, "ERR wrong number of arguments for 'client|%s' command",
+                                     client_subs[i].lower);
+        }
+    }
     if (rl_resp_is(&cmd->argv[1], "SETNAME") && cmd->argc == 3) {
         return set_name(c, &cmd->argv[2], b) != 0 ? 0 : rl_resp_put_simple(b, "OK");
     }

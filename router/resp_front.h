@@ -22,7 +22,6 @@
 
 /* The RESP front's state on one loop (rl_router.resp). */
 struct rl_resp {
-    uint64_t next_id;
     uint32_t nconns;
     struct rl_resp_cmd cmd;
     struct rl_buf tmp;  /* a reply being written */

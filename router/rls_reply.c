@@ -304,12 +304,15 @@ desc_pick(const struct rl_rls_call *s, size_t i, bool *over)
     return pick;
 }
 
-/* Until the window resets: the node's reset (or retry when refused), else the unit's
+/* Until the window resets: the node's reset (or retry when refused, unless the hits can
+ * never pass: then the window's reset too, not the "never" sentinel), else the unit's
  * boundary on the wall clock (now), as upstream's CalculateReset. */
 static void
 status_reset(Google__Protobuf__Duration *d, const struct rl_rls_part *pick, bool over, uint64_t now)
 {
-    uint64_t ms = over && pick->retry_ms != 0 ? pick->retry_ms : pick->reset_ms;
+    uint64_t ms = over && pick->retry_ms != 0 && pick->retry_ms != RL_WIRE_RETRY_NEVER
+                      ? pick->retry_ms
+                      : pick->reset_ms;
     uint64_t unit_ms = rl_envoy_unit_seconds(pick->lim->unit) * 1000;
 
     if (ms == 0 && unit_ms != 0) {

@@ -318,6 +318,20 @@ def test_connection_commands(cluster):
     assert got.endswith(b"_\r\n+OK\r\n")
     assert raw(cluster.resp_ports[0], b"HELLO 4\r\n", want_close=False, timeout=0.5) == \
         b"-NOPROTO unsupported protocol version\r\n"
+    # a known subcommand with the wrong count of arguments: Redis's arity error
+    got = raw(cluster.resp_ports[0], b"CLIENT GETNAME x\r\nCLIENT ID 1\r\nQUIT\r\n")
+    assert got == (b"-ERR wrong number of arguments for 'client|getname' command\r\n"
+                   b"-ERR wrong number of arguments for 'client|id' command\r\n+OK\r\n")
+
+
+def test_client_ids_are_unique_across_workers(cluster):
+    """CLIENT ID, as Redis's: never the same for two connections of one server (each of the
+    router's two workers counted its own, so two connections at once got the same id)."""
+    conns = [redis.Redis(port=cluster.resp_ports[0]) for _ in range(8)]
+    ids = [c.client_id() for c in conns]
+    assert len(set(ids)) == len(ids), ids
+    for c in conns:
+        c.close()
 
 
 # ---- failure policy, AUTH, hostile input --------------------------------------------------

@@ -92,6 +92,11 @@ def test_counts_to_the_limit_then_over(call, pb):
     assert r.overall_code == pb.RateLimitResponse.OVER_LIMIT
     assert codes(pb, r) == ["OVER_LIMIT"]
     assert r.statuses[0].limit_remaining == 0
+    # more hits than the whole limit can never pass: the reset is still the window's (it was
+    # the node's "never", 4294967295 ms, 49.7 days)
+    r = call("edge", [("remote_address", "10.0.0.3")], hits=4)
+    assert r.overall_code == pb.RateLimitResponse.OVER_LIMIT
+    assert 0 < r.statuses[0].duration_until_reset.seconds <= 3600
     # another address has its own counter
     r = call("edge", [("remote_address", "10.0.0.2")])
     assert r.overall_code == pb.RateLimitResponse.OK
