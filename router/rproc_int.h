@@ -81,6 +81,8 @@ struct rl_rproc {
     uv_poll_t poll;
     uv_timer_t retry;
     uv_timer_t gate; /* the longest the first view is waited for before accepting */
+    uv_barrier_t drained; /* a stop: every worker has drained before any router is freed */
+    bool drain_sync;      /* drained is initialised (rproc_stop_workers) */
     uv_async_t stale;
     bool gated;      /* no membership yet: connections wait in the kernel's queue */
     bool polling;

@@ -96,13 +96,18 @@ worker_closed(uv_handle_t *h)
     (void)h;
 }
 
-/* The router answered what it had been asked (or its drain ran out): it closes, and the
- * worker's loop ends with it. */
+/* The router answered what it had been asked (or its drain ran out): once every worker's
+ * has (the others read each router of the group until they close: metrics, the deny cache),
+ * it closes, and the worker's loop ends with it. Waiting blocks this loop, which has nothing
+ * left to do; the last drain ends by its own deadline. */
 static void
 worker_drained(void *arg)
 {
     struct rproc_worker *w = arg;
 
+    if (w->p->drain_sync) {
+        uv_barrier_wait(&w->p->drained);
+    }
     rl_rules_close(&w->rules);
     rl_router_close(w->router);
     uv_close((uv_handle_t *)&w->wake, worker_closed);
@@ -335,6 +340,8 @@ rproc_hand(struct rproc_worker *w, uv_os_sock_t fd, const struct rproc_front *fr
 void
 rproc_stop_workers(struct rl_rproc *p, uint32_t started)
 {
+    /* (without memory for the barrier, each closes as it drains, as before the drain) */
+    p->drain_sync = started > 0 && uv_barrier_init(&p->drained, started) == 0;
     for (uint32_t i = 0; i < started; i++) {
         struct rproc_worker *w = &p->workers[i];
 
@@ -362,6 +369,10 @@ rproc_stop_workers(struct rl_rproc *p, uint32_t started)
         w->conf = NULL;
         w->router = NULL; /* freed by its loop as it closed */
         p->group.routers[i] = NULL;
+    }
+    if (p->drain_sync) {
+        uv_barrier_destroy(&p->drained);
+        p->drain_sync = false;
     }
 }
 

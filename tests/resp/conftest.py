@@ -57,7 +57,8 @@ class RespCluster:
     """Nodes and routers (one config file per router: its own listen and resp)."""
 
     def __init__(self, workdir: Path, nodes=("a", "b"), routers: int = 2, extra: str = "",
-                 router_extra: str = "", test_clock: bool = False) -> None:
+                 router_extra: str = "", test_clock: bool = False,
+                 deadline: str = "200ms") -> None:
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.node_ports = {n: harness.free_port() for n in nodes}
@@ -68,7 +69,7 @@ class RespCluster:
         for i in range(routers):
             port, rport = harness.free_port(), harness.free_port()
             parts = ["[cluster]\nname = resp\nsession_timeout = 2s\nshards = 64\n" + extra,
-                     f"[router]\nlisten = 127.0.0.1:{port}\ndeadline = 200ms\n"
+                     f"[router]\nlisten = 127.0.0.1:{port}\ndeadline = {deadline}\n"
                      f"resp = 127.0.0.1:{rport}\nworkers = 2\n" + router_extra]
             for n, p in self.node_ports.items():
                 parts.append(f"[node {n}]\nlisten = 127.0.0.1:{p}\nmemory = 64mb\n")

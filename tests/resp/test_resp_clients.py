@@ -653,3 +653,53 @@ def test_closed_connections_give_their_input_budget_back(tmp_path):
             r.close()
     finally:
         c.stop()
+
+
+def test_sigterm_answers_what_the_router_holds(tmp_path):
+    """A clean stop (SIGTERM) drains: 1,100 RL.CHECKs and an INFO pipelined on one connection
+    while the node is paused (1,024 are held at the node, the rest wait in the router) are
+    all answered, by the node or the failure policy at the deadline, before the connection
+    closes; the router exits 0 with no sanitizer report. With two workers, the INFO read
+    during the drain sums every worker's counters: a worker that had drained freed its router
+    while another still read it (use after free, caught by ASan)."""
+    import os
+    import signal
+    import threading
+
+    c = RespCluster(tmp_path, nodes=("a",), routers=1, deadline="3s").start()
+    try:
+        node = c.nodes["a"]
+        r = redis.Redis(port=c.resp_ports[0], socket_timeout=20)
+        r.execute_command("RL.CHECK", "api", "warm")
+        os.kill(node.pid, signal.SIGSTOP)
+        out: dict = {}
+
+        def run() -> None:
+            p = r.pipeline(transaction=False)
+            for i in range(1100):
+                p.execute_command("RL.CHECK", "api", f"held{i}")
+            p.info()
+            try:
+                out["replies"] = p.execute()
+            except Exception as e:  # noqa: BLE001 - the assertion below shows it
+                out["error"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(0.5)  # sent, and the first 1,024 at the paused node (deadline 3 s)
+        router = c.routers[0]
+        os.kill(router.pid, signal.SIGTERM)
+        time.sleep(0.2)  # the other worker, idle, has drained
+        os.kill(node.pid, signal.SIGCONT)  # answers come: the rest and the INFO are read
+        t.join(30)
+        assert "error" not in out, out.get("error")
+        replies = out["replies"]
+        assert len(replies) == 1101
+        assert all(isinstance(x, list) for x in replies[:1100])
+        assert replies[1100]["redis_version"] == "7.0.0"
+        assert router.wait(10) == 0
+        log = (c.dir / "router0.log").read_text(errors="replace")
+        assert "Sanitizer" not in log and "runtime error" not in log, log[-3000:]
+        c.routers[0] = None
+    finally:
+        c.stop()
