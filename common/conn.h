@@ -211,6 +211,11 @@ struct rl_conn {
     bool dirty;
     bool eof;        /* the peer shut its side */
     bool finishing;  /* close once queued output is written and nothing is held */
+    bool linger;     /* finishing (rl_listener_finish): then shut the write side and read and
+                        drop until the peer closes, so that input it sent meanwhile does not
+                        make the close a reset that drops answers still in flight */
+    bool lingering;  /* the write side is shut: reading only to see the peer's close */
+    uv_shutdown_t shut; /* lingering's shutdown */
     bool throttled;  /* on q->throttled */
     bool router;     /* said HELLO as a router: counted apart from clients */
     bool probation;  /* taken from the router reserve: must say HELLO first */
@@ -439,7 +444,9 @@ void rl_listener_metrics_of(const struct rl_listener_stats *s, struct rl_prom *p
 void rl_listener_close(struct rl_listener *l, void (*on_closed)(struct rl_listener *l));
 
 /* Every connection reads no more and closes once what it was asked is answered and written
- * (rl_conn_finish); a stop that loses no answer. The listener's list empties as they close. */
+ * (rl_conn_finish), a plain TCP one by shutting its write side and waiting for the peer to
+ * close (what the peer sends meanwhile is dropped): a stop that loses no answer. The
+ * listener's list empties as they close. */
 void rl_listener_finish(struct rl_listener *l);
 
 /* Outgoing connections: init once, connect (again after each close), deinit once closed. */

@@ -265,7 +265,7 @@ conn_flush(struct rl_conn *c)
 {
     struct rl_buf tmp;
 
-    if (!c->connected) {
+    if (!c->connected || c->lingering) {
         return;
     }
     if (conn_may_resume(c)) {
@@ -289,7 +289,11 @@ conn_flush(struct rl_conn *c)
     }
     if (rl_buf_unread(&c->out) == 0) {
         if ((c->finishing || c->eof) && c->holds == 0) {
-            rl_conn_close(c, 0);
+            if (c->linger && !c->eof) {
+                conn_linger(c);
+            } else {
+                rl_conn_close(c, 0);
+            }
         }
         return;
     }

@@ -101,4 +101,8 @@ void conn_process(struct rl_conn *c);
 /* uv_read_start with the module's allocator and read callback; 0 or a libuv error. */
 int conn_start_reading(struct rl_conn *c);
 
+/* c (finishing, plain TCP, everything written) shuts its write side and reads only to drop
+ * input until the peer closes (conn_read), then closes. */
+void conn_linger(struct rl_conn *c);
+
 #endif

@@ -826,6 +826,7 @@ rl_listener_finish(struct rl_listener *l)
 
     for (struct rl_conn *c = l->conns; c != NULL; c = next) {
         next = c->next;
+        c->linger = c->tls == NULL; /* (TLS ends with its own close: not lingered) */
         rl_conn_finish(c);
     }
 }

@@ -373,11 +373,43 @@ conn_tls_drain(struct rl_conn *c)
 }
 
 static void
+conn_lingered(uv_shutdown_t *req, int status)
+{
+    struct rl_conn *c = req->data;
+
+    if (status < 0 && status != UV_ECANCELED && c->open) {
+        rl_conn_close(c, 0); /* the peer is gone: nothing to wait for */
+    }
+}
+
+void
+conn_linger(struct rl_conn *c)
+{
+    c->lingering = true;
+    c->shut.data = c;
+    if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, conn_lingered) != 0) {
+        rl_conn_close(c, 0);
+        return;
+    }
+    if (!c->reading && conn_start_reading(c) != 0) {
+        rl_conn_close(c, 0);
+    }
+}
+
+static void
 conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct rl_conn *c = stream->data;
     bool was_dirty = c->dirty;
 
+    if (c->lingering) {
+        /* the answers are out and the write side shut: input is dropped, the peer's close
+         * (or an error) ends it */
+        if (nread < 0) {
+            rl_conn_close(c, 0);
+        }
+        return;
+    }
     if (nread == UV_EOF && c->listener != NULL) {
         /* A half-closed client still gets the replies to what it sent (libuv stopped
          * reading); the flush closes once they are out. */
