@@ -437,6 +437,33 @@ START_TEST(test_restarted_owner_not_waited)
 }
 END_TEST
 
+/* As setup_views, then a leaves and ships its shards to b, which fails at once (nothing
+ * listens): given up, GONE. Returns a shard that was a's. */
+static uint32_t
+setup_given_up(struct fixture *f)
+{
+    struct rl_move_stats st;
+    uint32_t mine = NSHARDS;
+
+    setup_views(f, WAIT_MS);
+    for (uint32_t s = 0; s < NSHARDS && mine == NSHARDS; s++) {
+        if ((rl_move_owned(f->m)[s / 8] >> (s % 8)) & 1u) {
+            mine = s;
+        }
+    }
+    ck_assert_uint_lt(mine, NSHARDS);
+    view_abc(f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, ABSENT);
+    for (int i = 0; i < 2000; i++) {
+        rl_move_stats(f->m, &st);
+        if (st.outgoing == 0) {
+            break;
+        }
+        runfor(&f->loop, 10);
+    }
+    ck_assert_uint_eq(st.outgoing, 0);
+    return mine;
+}
+
 /* a leaves and ships its shards to b (here the shipping fails: given up, GONE); b is then
  * seen joining again (restarted) as a comes back: a's shards are decided at once, not
  * expected back from b's previous process (node-restart-quick failed so once: 42 shards
@@ -444,25 +471,8 @@ END_TEST
 START_TEST(test_shipped_to_restarted_node_not_waited)
 {
     struct fixture f;
-    struct rl_move_stats st;
-    uint32_t mine = NSHARDS;
+    uint32_t mine = setup_given_up(&f);
 
-    setup_views(&f, WAIT_MS);
-    for (uint32_t s = 0; s < NSHARDS && mine == NSHARDS; s++) {
-        if ((rl_move_owned(f.m)[s / 8] >> (s % 8)) & 1u) {
-            mine = s;
-        }
-    }
-    ck_assert_uint_lt(mine, NSHARDS);
-    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, ABSENT);
-    for (int i = 0; i < 2000; i++) { /* the shipping fails at once (nothing listens) */
-        rl_move_stats(f.m, &st);
-        if (st.outgoing == 0) {
-            break;
-        }
-        runfor(&f.loop, 10);
-    }
-    ck_assert_uint_eq(st.outgoing, 0);
     ck_assert(!((rl_move_owned(f.m)[mine / 8] >> (mine % 8)) & 1u));
     view_abc(&f, RL_MEMBER_ACTIVE, RL_MEMBER_JOINING, ABSENT);
     ck_assert(!rl_move_expected(f.m, mine));
@@ -478,26 +488,9 @@ END_TEST
 START_TEST(test_gone_hint_ends_after_handoff_wait)
 {
     struct fixture f;
-    struct rl_move_stats st;
-    uint32_t mine = NSHARDS;
+    uint32_t mine = setup_given_up(&f);
     const char *owner = NULL;
 
-    setup_views(&f, WAIT_MS);
-    for (uint32_t s = 0; s < NSHARDS && mine == NSHARDS; s++) {
-        if ((rl_move_owned(f.m)[s / 8] >> (s % 8)) & 1u) {
-            mine = s;
-        }
-    }
-    ck_assert_uint_lt(mine, NSHARDS);
-    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, ABSENT);
-    for (int i = 0; i < 2000; i++) { /* the shipping fails at once (nothing listens) */
-        rl_move_stats(f.m, &st);
-        if (st.outgoing == 0) {
-            break;
-        }
-        runfor(&f.loop, 10);
-    }
-    ck_assert_uint_eq(st.outgoing, 0);
     ck_assert(rl_move_moving(f.m, mine, &owner));
     ck_assert_str_eq(owner, "b");
     runfor(&f.loop, WAIT_MS * 2);

@@ -11,18 +11,17 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
-import socket
 import struct
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 import msgpack
 import pytest
 
 import harness
+from fake_router import FakeRouter
 import ratelimiter
 from ratelimiter import (RETRY_NEVER, AsyncClient, Client, ClientPool, Code, ProtocolError,
                          Reply, headers)
@@ -31,57 +30,6 @@ U64_MAX = (1 << 64) - 1
 HOSTILE = [U64_MAX, 1 << 40]
 NEVER_S = 4294968  # ceil(RETRY_NEVER / 1000): the largest Retry-After / t= a client sends
 TIMEOUT = 2.0  # every call's timeout; each must return within it (generous for a loaded machine)
-
-
-class FakeRouter:
-    """Answers each CHECK [1, id, ...] with answer(id); runs until close()."""
-
-    def __init__(self, answer: Callable[[int], bytes]) -> None:
-        self.answer = answer
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.conns: List[socket.socket] = []
-        self.checks = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                s, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(s)
-            threading.Thread(target=self._serve, args=(s,), daemon=True).start()
-
-    def _serve(self, s: socket.socket) -> None:
-        buf = b""
-        try:
-            while True:
-                data = s.recv(65536)
-                if not data:
-                    return
-                buf += data
-                while len(buf) >= 4:
-                    (n,) = struct.unpack(">I", buf[:4])
-                    if len(buf) < 4 + n:
-                        break
-                    msg = msgpack.unpackb(buf[4:4 + n], raw=False)
-                    buf = buf[4 + n:]
-                    self.checks += 1
-                    s.sendall(self.answer(msg[1]))
-        except OSError:
-            return
-
-    def close(self) -> None:
-        self.sock.close()
-        for s in self.conns:
-            try:
-                s.close()
-            except OSError:
-                pass
 
 
 def check_reply(code: int, limit: int = 4, remaining: int = 0, reset_ms: int = 1000,
