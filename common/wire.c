@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /*
@@ -165,23 +166,35 @@ rl_wire_decoder_deinit(struct rl_wire_decoder *d)
     msgpack_zone_destroy(&d->zone);
 }
 
+/* wire_scan's answer when a deep value's stack could not be had. */
+static const char wire_nomem[] = "out of memory";
+
 /*
  * Returns NULL when p[0..n) is exactly one msgpack value within the bounds above, else a
- * phrase saying why not. Iterative, so its stack use does not depend on the input.
+ * phrase saying why not. Iterative, so its stack use does not depend on the input. A value
+ * nested deeper than WIRE_DEPTH_MAX is still one value (its levels' counts kept on the heap
+ * past that, bounded by the frame): *deep is then the index of the element of the outermost
+ * container it is in (0 for the container itself), else -1; msgpack-c will not decode it.
  */
 static const char *
-wire_scan(const char *data, size_t n)
+wire_scan(const char *data, size_t n, long *deep)
 {
     const unsigned char *p = (const unsigned char *)data;
     const unsigned char *end = p + n;
-    uint64_t left[WIRE_DEPTH_MAX]; /* children still due in each open container */
+    uint32_t small[WIRE_DEPTH_MAX]; /* children still due in each open container (a count
+                                       never passes the frame's bytes: see pending) */
+    uint32_t *left = small;
+    size_t cap = WIRE_DEPTH_MAX;
+    uint32_t root = 0; /* the outermost container's children */
     size_t top = 0;
+    const char *why = NULL;
     /*
      * Values due anywhere and not yet started. Each needs at least one byte, so a count
      * that would push this past the bytes left is a lie, caught at its header.
      */
     uint64_t pending = 1;
 
+    *deep = -1;
     if (n == 0) {
         return "empty payload";
     }
@@ -196,7 +209,8 @@ wire_scan(const char *data, size_t n)
         unsigned char b;
 
         if (avail == 0) {
-            return "truncated value";
+            why = "truncated value";
+            goto out;
         }
         b = *p;
         if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
@@ -294,12 +308,14 @@ wire_scan(const char *data, size_t n)
                 lenw = 4;
                 break;
             default:
-                return "reserved byte 0xc1";
+                why = "reserved byte 0xc1";
+                goto out;
             }
         }
         hdr += lenw;
         if (hdr > avail) {
-            return "truncated value";
+            why = "truncated value";
+            goto out;
         }
         if (lenw > 0) {
             uint32_t v = wire_load_be(p + 1, lenw);
@@ -316,7 +332,8 @@ wire_scan(const char *data, size_t n)
         p += hdr;
         avail -= hdr;
         if (body > avail) {
-            return "length exceeds the frame";
+            why = "length exceeds the frame";
+            goto out;
         }
         p += body;
         avail -= (size_t)body;
@@ -324,15 +341,35 @@ wire_scan(const char *data, size_t n)
 
         if (container) {
             /* msgpack-c refuses a container, even an empty one, with 32 already open. */
-            if (top == WIRE_DEPTH_MAX) {
-                return "nested deeper than 32";
+            if (top >= WIRE_DEPTH_MAX && *deep < 0) {
+                *deep = (long)(root - left[0]);
             }
             if (count > 0) {
                 pending += count;
                 if (pending > avail) {
-                    return "count exceeds the frame";
+                    why = "count exceeds the frame";
+                    goto out;
                 }
-                left[top++] = count;
+                if (top == cap) {
+                    /* deeper than msgpack-c goes: each level takes a byte, so n suffice */
+                    size_t ncap = cap * 4 < n ? cap * 4 : n;
+                    uint32_t *nl = malloc(ncap * sizeof(*nl));
+
+                    if (nl == NULL) {
+                        why = wire_nomem;
+                        goto out;
+                    }
+                    memcpy(nl, left, top * sizeof(*nl));
+                    if (left != small) {
+                        free(left);
+                    }
+                    left = nl;
+                    cap = ncap;
+                }
+                if (top == 0) {
+                    root = (uint32_t)count;
+                }
+                left[top++] = (uint32_t)count;
                 continue;
             }
         }
@@ -342,31 +379,51 @@ wire_scan(const char *data, size_t n)
         }
     }
     if (p != end) {
-        return "trailing bytes after the value";
+        why = "trailing bytes after the value";
     }
-    return NULL;
+out:
+    if (left != small) {
+        free(left);
+    }
+    return why;
 }
 
 /*
  * Scans, then unpacks into the decoder's zone. Returns NULL with *obj set, or the reason
- * the bytes are not one acceptable value (*nomem set when only memory was short).
+ * the bytes are not one acceptable value (*nomem set when only memory was short; *deep, when
+ * not NULL, the element of a value nested deeper than msgpack-c decodes, else -1).
  */
 const char *
-rl_wire_unpack(struct rl_wire_decoder *d, const char *p, size_t n, msgpack_object *obj, bool *nomem)
+rl_wire_unpack(struct rl_wire_decoder *d, const char *p, size_t n, msgpack_object *obj, bool *nomem,
+               long *deep)
 {
     const char *why;
     size_t off = 0;
     msgpack_unpack_return rc;
+    long too_deep;
 
     *nomem = false;
+    if (deep != NULL) {
+        *deep = -1;
+    }
     /*
      * Cleared here rather than after use, so the zone is left as the last frame made it;
      * the tests read that to prove a rejected frame never reached msgpack-c.
      */
     msgpack_zone_clear(&d->zone);
-    why = wire_scan(p, n);
+    why = wire_scan(p, n, &too_deep);
+    if (why == wire_nomem) {
+        *nomem = true;
+        return why;
+    }
     if (why != NULL) {
         return why;
+    }
+    if (too_deep >= 0) {
+        if (deep != NULL) {
+            *deep = too_deep;
+        }
+        return "nested deeper than 32";
     }
     rc = msgpack_unpack(p, n, &off, &d->zone, obj);
     if (rc == MSGPACK_UNPACK_SUCCESS) {

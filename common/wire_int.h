@@ -10,10 +10,13 @@
 
 /*
  * Scans, then unpacks into the decoder's zone. Returns NULL with *obj set, or the reason
- * the bytes are not one acceptable value (*nomem set when only memory was short).
+ * the bytes are not one acceptable value (*nomem set when only memory was short). A value
+ * nested deeper than 32 containers is one value msgpack-c cannot decode: "nested deeper than
+ * 32", with *deep (when not NULL) the index of the outermost container's element it is in;
+ * else *deep is -1.
  */
 const char *rl_wire_unpack(struct rl_wire_decoder *d, const char *p, size_t n, msgpack_object *obj,
-                           bool *nomem);
+                           bool *nomem, long *deep);
 
 /* An unsigned integer of at most max. */
 static inline bool

@@ -302,7 +302,7 @@ rl_wire_decode_reply(struct rl_wire_decoder *d, const char *p, size_t n, struct 
     rep->next = 0;
     rep->imported = 0;
     rep->skipped = 0;
-    if (rl_wire_unpack(d, p, n, &obj, &nomem) != NULL) {
+    if (rl_wire_unpack(d, p, n, &obj, &nomem, NULL) != NULL) {
         return nomem ? -ENOMEM : -EPROTO;
     }
     if (obj.type != MSGPACK_OBJECT_ARRAY || obj.via.array.size < 2) {

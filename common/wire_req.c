@@ -395,6 +395,105 @@ wire_req_hot(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fa
 /* Each op's request shape, by opcode (the op table's req column). */
 static const wire_req_fn wire_req_fns[256] = {RL_WIRE_OP_BY(req, wire_req_)};
 
+/* An unsigned integer of the first bytes of q[0..e): its value, and q moved past it; false
+ * for anything else. */
+static bool
+wire_peek_uint(const unsigned char **q, const unsigned char *e, uint64_t *v)
+{
+    const unsigned char *p = *q;
+    size_t w;
+
+    if (p >= e) {
+        return false;
+    }
+    if (*p <= 0x7f) {
+        *v = *p;
+        *q = p + 1;
+        return true;
+    }
+    if (*p < 0xcc || *p > 0xcf) {
+        return false;
+    }
+    w = (size_t)1 << (*p - 0xcc);
+    if ((size_t)(e - p) < 1 + w) {
+        return false;
+    }
+    *v = 0;
+    for (size_t i = 1; i <= w; i++) {
+        *v = *v << 8 | p[i];
+    }
+    *q = p + 1 + w;
+    return true;
+}
+
+/* The keyed ops' elements, as their field errors name them (cost, delta and count apart). */
+static const char *const wire_keyed_names[] = {"op", "id", "service", "user", "endpoint", "cost",
+                                               "limit", "tenant"};
+
+/*
+ * A request that is one value but nests a container deeper than msgpack-c decodes (32): its
+ * head read by hand, then answered as the full decoder would a field of the wrong type:
+ * BAD_FIELD naming the element (the connection kept), after the id, op and arity rules.
+ */
+static int
+wire_req_deep(const struct rl_wire_decoder *d, const char *data, size_t n, long deep,
+              struct rl_wire_req *req, struct rl_wire_fault *f)
+{
+    const unsigned char *q = (const unsigned char *)data, *e = q + n;
+    const struct rl_wire_op_info *info;
+    uint64_t size, op, id;
+    char msg[96];
+
+    if (*q >= 0x90 && *q <= 0x9f) {
+        size = *q++ & 0x0fu;
+    } else if (*q == 0xdc || *q == 0xdd) {
+        size_t w = *q == 0xdc ? 2 : 4;
+
+        size = 0;
+        for (size_t i = 1; i <= w && i < n; i++) {
+            size = size << 8 | q[i];
+        }
+        q += 1 + w;
+    } else {
+        return wire_fault(f, 0, RL_WIRE_ERR_MALFORMED, false, "request is not an array");
+    }
+    if (size < 2) {
+        return wire_fault(f, 0, RL_WIRE_ERR_MALFORMED, false, "request needs an op and an id");
+    }
+    /* the op nested (deep 0), or not an integer: the id after it is not read */
+    if (deep == 0 || !wire_peek_uint(&q, e, &op) || deep == 1 || !wire_peek_uint(&q, e, &id) ||
+        id > UINT32_MAX) {
+        return wire_fault(f, 0, RL_WIRE_ERR_MALFORMED, false,
+                          "id must be an unsigned 32-bit integer");
+    }
+    req->id = (uint32_t)id;
+    req->op = op <= UINT32_MAX ? (uint32_t)op : 0;
+    info = rl_wire_op_info(req->op);
+    if (op == 0 || info == NULL || info->req_min == 0 ||
+        (req->op == RL_WIRE_OP_CLOCK && d->no_clock)) {
+        snprintf(msg, sizeof(msg), "unknown op %" PRIu64, op);
+        return wire_fault(f, req->id, RL_WIRE_ERR_UNKNOWN_OP, false, msg);
+    }
+    if (size < info->req_min || size > info->req_max) {
+        snprintf(msg, sizeof(msg), "%s takes %u..%u elements", info->upper, info->req_min,
+                 info->req_max);
+        return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false, msg);
+    }
+    if (info->router == RL_WIRE_ROUTE_FORWARD && deep < 8) {
+        const char *name = wire_keyed_names[deep];
+
+        if (deep == 5) {
+            name = req->op == RL_WIRE_OP_ADJUST ? "delta"
+                   : req->op == RL_WIRE_OP_RELEASE ? "count"
+                                                    : "cost";
+        }
+        snprintf(msg, sizeof(msg), "%s nests deeper than 32 containers", name);
+    } else {
+        snprintf(msg, sizeof(msg), "element %ld nests deeper than 32 containers", deep);
+    }
+    return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false, msg);
+}
+
 int
 rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl_wire_req *req,
                    struct rl_wire_fault *fault)
@@ -404,12 +503,16 @@ rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl
     const struct rl_wire_op_info *info;
     const char *why;
     bool nomem;
+    long deep;
     uint64_t v;
     uint32_t size;
     char msg[64];
 
     memset(req, 0, sizeof(*req));
-    why = rl_wire_unpack(d, p, n, &obj, &nomem);
+    why = rl_wire_unpack(d, p, n, &obj, &nomem, &deep);
+    if (why != NULL && deep >= 0) {
+        return wire_req_deep(d, p, n, deep, req, fault);
+    }
     if (why != NULL) {
         /*
          * Out of memory says nothing about the client's bytes: shed the request and keep

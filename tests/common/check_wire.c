@@ -801,10 +801,11 @@ START_TEST(test_hostile_headers)
                  RAW(0x96, 0x01, 0x07, 0xdb, 0xff, 0xff, 0xff, 0xff, 0xa1, 'u', 0xc0, 0x01),
                  RL_WIRE_ERR_MALFORMED, true, 0, "length");
 
-    /* 1000 nested arrays, and every depth around the limit, in arrays and maps. */
+    /* 1000 nested arrays, and every depth around the limit, in arrays and maps: one value,
+     * so a request of the wrong shape (here no op and id), the connection kept. */
     memset(p, 0x91, 1000);
     p[1000] = (char)0xc0;
-    expect_fault("1000 levels", p, 1001, RL_WIRE_ERR_MALFORMED, true, 0, "deeper");
+    expect_fault("1000 levels", p, 1001, RL_WIRE_ERR_MALFORMED, false, 0, "op and an id");
     for (t = 0; t < 2; t++) {
         for (k = 30; k <= 34; k++) {
             size_t i;
@@ -825,16 +826,34 @@ START_TEST(test_hostile_headers)
             if (k <= 32) {
                 expect_fault("depth <= 32", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7, "service");
             } else {
-                expect_fault("depth > 32", p, n, RL_WIRE_ERR_MALFORMED, true, 0, "deeper");
+                /* past msgpack-c's 32 levels: the field named all the same, id echoed */
+                expect_fault("depth > 32", p, n, RL_WIRE_ERR_BAD_FIELD, false, 7,
+                             "service nests deeper than 32");
             }
         }
     }
     /* An empty container at depth 33 is refused too, as msgpack-c refuses it. */
     memset(p, 0x91, 32);
     p[32] = (char)0x90;
-    expect_fault("empty at 33", p, 33, RL_WIRE_ERR_MALFORMED, true, 0, "deeper");
+    expect_fault("empty at 33", p, 33, RL_WIRE_ERR_MALFORMED, false, 0, "op and an id");
     p[31] = (char)0x90;
     expect_fault("empty at 32", p, 32, RL_WIRE_ERR_MALFORMED, false, 0, "op and an id");
+    /* A CHECK whose endpoint is 40 arrays deep (a black-box test's): BAD_FIELD naming the
+     * endpoint, id 6 echoed, where it was a framing error that closed the connection; and an
+     * ADJUST's delta likewise; an unknown op's, UNKNOWN_OP. */
+    memcpy(p, "\x96\x01\x06\xa2" "fw" "\xa1" "u", 7);
+    memset(p + 7, 0x91, 39);
+    p[46] = (char)0x90;
+    p[47] = 0x01;
+    expect_fault("endpoint 40 deep", p, 48, RL_WIRE_ERR_BAD_FIELD, false, 6,
+                 "endpoint nests deeper than 32");
+    memcpy(p, "\x96\x09\x06\xa2" "fw" "\xa1" "u" "\xc0", 9);
+    memset(p + 9, 0x91, 39);
+    p[48] = (char)0x90;
+    expect_fault("delta 40 deep", p, 49, RL_WIRE_ERR_BAD_FIELD, false, 6,
+                 "delta nests deeper than 32");
+    p[1] = 0x63;
+    expect_fault("op 99, 40 deep", p, 49, RL_WIRE_ERR_UNKNOWN_OP, false, 6, "unknown op 99");
     free(p);
 
     /*

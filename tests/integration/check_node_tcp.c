@@ -565,6 +565,25 @@ START_TEST(test_bad_clients_do_not_disturb)
     check_one(field, "fw", "f", NULL, 1, &rep);
     ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
 
+    /* One value nested past msgpack-c's 32 levels (an endpoint 40 arrays deep) is a field
+     * error too, not a framing error: answered, id echoed, the connection kept. */
+    {
+        char deep[4 + 48];
+
+        memcpy(deep, "\0\0\0\x30\x96\x01\x4e\xa2" "fw" "\xa1" "u", 11);
+        memset(deep + 11, 0x91, 39);
+        deep[50] = (char)0x90;
+        deep[51] = 0x01;
+        ck_assert_int_eq(rl_client_queue_raw(field, deep, sizeof(deep)), 0);
+        ck_assert_int_eq(rl_client_flush(field, T_TIMEOUT), 0);
+        ck_assert_int_eq(rl_client_recv(field, &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
+        ck_assert_uint_eq(rep.id, 78);
+        ck_assert_uint_eq(rep.err, RL_WIRE_ERR_BAD_FIELD);
+        check_one(field, "fw", "f", NULL, 1, &rep);
+        ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    }
+
     /* Still serving everyone, the half-frame holder included once it finishes. */
     check_one(good, "fw", "g", NULL, 1, &rep);
     ck_assert_uint_eq(rep.check.remaining, 998);
