@@ -395,6 +395,17 @@ wire_req_hot(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fa
 /* Each op's request shape, by opcode (the op table's req column). */
 static const wire_req_fn wire_req_fns[256] = {RL_WIRE_OP_BY(req, wire_req_)};
 
+/* The rule 5 message: "CHECK takes 6..8 elements", "PING takes 2 elements". */
+static void
+wire_arity_msg(const struct rl_wire_op_info *info, char *msg, size_t len)
+{
+    if (info->req_min == info->req_max) {
+        snprintf(msg, len, "%s takes %u elements", info->upper, info->req_min);
+    } else {
+        snprintf(msg, len, "%s takes %u..%u elements", info->upper, info->req_min, info->req_max);
+    }
+}
+
 /* An unsigned integer of the first bytes of q[0..e): its value, and q moved past it; false
  * for anything else. */
 static bool
@@ -475,8 +486,7 @@ wire_req_deep(const struct rl_wire_decoder *d, const char *data, size_t n, long 
         return wire_fault(f, req->id, RL_WIRE_ERR_UNKNOWN_OP, false, msg);
     }
     if (size < info->req_min || size > info->req_max) {
-        snprintf(msg, sizeof(msg), "%s takes %u..%u elements", info->upper, info->req_min,
-                 info->req_max);
+        wire_arity_msg(info, msg, sizeof(msg));
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false, msg);
     }
     if (info->router == RL_WIRE_ROUTE_FORWARD && deep < 8) {
@@ -548,12 +558,7 @@ rl_wire_decode_req(struct rl_wire_decoder *d, const char *p, size_t n, struct rl
         return wire_fault(fault, req->id, RL_WIRE_ERR_UNKNOWN_OP, false, msg);
     }
     if (info->req_min != 0 && (size < info->req_min || size > info->req_max)) {
-        if (info->req_min == info->req_max) {
-            snprintf(msg, sizeof(msg), "%s takes %u elements", info->upper, info->req_min);
-        } else {
-            snprintf(msg, sizeof(msg), "%s takes %u..%u elements", info->upper, info->req_min,
-                     info->req_max);
-        }
+        wire_arity_msg(info, msg, sizeof(msg));
         return wire_fault(fault, req->id, RL_WIRE_ERR_BAD_FIELD, false, msg);
     }
     return wire_req_fns[req->op](a, req, fault);
