@@ -5,60 +5,12 @@
  * decoders, which stay the judges of what is malformed.
  */
 #include "wire_fast.h"
+#include "wire_int.h"
 
 #include <errno.h>
 #include <string.h>
 
 #include "ruleset.h"
-
-/* An unsigned integer in a positive fixint or a uint 8, 16, 32 (or 64 when wide) format, at
- * p[*i], advancing *i. False for every other format and for a value cut by the end. */
-static inline bool
-fast_uint(const unsigned char *p, size_t n, size_t *i, bool wide, uint64_t *v)
-{
-    size_t at = *i;
-    size_t w;
-    uint64_t x = 0;
-    unsigned char b;
-
-    if (at >= n) {
-        return false;
-    }
-    b = p[at];
-    if (b <= 0x7f) {
-        *v = b;
-        *i = at + 1;
-        return true;
-    }
-    switch (b) {
-    case 0xcc:
-        w = 1;
-        break;
-    case 0xcd:
-        w = 2;
-        break;
-    case 0xce:
-        w = 4;
-        break;
-    case 0xcf:
-        if (!wide) {
-            return false;
-        }
-        w = 8;
-        break;
-    default:
-        return false;
-    }
-    if (n - at - 1 < w) {
-        return false;
-    }
-    for (size_t k = 1; k <= w; k++) {
-        x = (x << 8) | p[at + k];
-    }
-    *v = x;
-    *i = at + 1 + w;
-    return true;
-}
 
 /* A str of min..max bytes in a fixstr, str 8 or str 16 format at p[*i], advancing *i. */
 static inline bool
@@ -114,7 +66,7 @@ fast_int(const unsigned char *p, size_t n, size_t *i, int64_t *v)
         return true;
     }
     if (b < 0xd0 || b > 0xd3) {
-        if (!fast_uint(p, n, i, false, &x)) {
+        if (!wire_uint_at(p, n, i, false, &x)) {
             return false;
         }
         *v = (int64_t)x;
@@ -169,20 +121,20 @@ fast_tail(const unsigned char *p, size_t n, size_t *i, unsigned elems, struct rl
                 break;
             }
         }
-        if (a == sizeof(algos) / sizeof(algos[0]) || !fast_uint(p, n, i, true, &v) || v == 0 ||
+        if (a == sizeof(algos) / sizeof(algos[0]) || !wire_uint_at(p, n, i, true, &v) || v == 0 ||
             v > rl_algo_limit_max((enum rl_algo)a)) {
             return false;
         }
         lim->algo = (uint8_t)a;
         lim->limit = (uint32_t)v;
-        if (!fast_uint(p, n, i, true, &v) || v == 0 || v > rl_algo_window_max((enum rl_algo)a)) {
+        if (!wire_uint_at(p, n, i, true, &v) || v == 0 || v > rl_algo_window_max((enum rl_algo)a)) {
             return false;
         }
         lim->window_ms = v;
         lim->burst = lim->limit;
         if (*i < n && p[*i] == 0xc0) {
             (*i)++;
-        } else if (!algos[a].burst || !fast_uint(p, n, i, true, &v) || v == 0 ||
+        } else if (!algos[a].burst || !wire_uint_at(p, n, i, true, &v) || v == 0 ||
                    v > RL_CONF_LIMIT_MAX) {
             return false;
         } else {
@@ -194,7 +146,7 @@ fast_tail(const unsigned char *p, size_t n, size_t *i, unsigned elems, struct rl
     if (elems >= 8 && *i < n && p[*i] == 0xc0) {
         (*i)++;
     } else if (elems >= 8) {
-        if (!fast_uint(p, n, i, true, &v) || v > UINT32_MAX) {
+        if (!wire_uint_at(p, n, i, true, &v) || v > UINT32_MAX) {
             return false;
         }
         req->tenant = (uint32_t)v;
@@ -224,7 +176,7 @@ fast_keyed(const char *data, size_t n, struct rl_wire_req *req, size_t *tail, bo
     elems = p[0] & 0x0fu;
     memset(req, 0, sizeof(*req));
     req->op = p[1];
-    if (!fast_uint(p, n, &i, false, &v)) {
+    if (!wire_uint_at(p, n, &i, false, &v)) {
         return -1;
     }
     req->id = (uint32_t)v;
@@ -244,12 +196,12 @@ fast_keyed(const char *data, size_t n, struct rl_wire_req *req, size_t *tail, bo
         }
         req->delta = (int32_t)d;
     } else if (req->op == RL_WIRE_OP_RELEASE) {
-        if (!fast_uint(p, n, &i, false, &v) || v == 0 || v > RL_WIRE_COUNT_MAX) {
+        if (!wire_uint_at(p, n, &i, false, &v) || v == 0 || v > RL_WIRE_COUNT_MAX) {
             return -1;
         }
         req->cost = (uint32_t)v;
     } else {
-        if (!fast_uint(p, n, &i, false, &v) || v > RL_WIRE_COST_MAX) {
+        if (!wire_uint_at(p, n, &i, false, &v) || v > RL_WIRE_COST_MAX) {
             return -1;
         }
         req->cost = (uint32_t)v;
@@ -292,7 +244,7 @@ fast_keyed_reply(const char *data, size_t n, struct rl_wire_reply *rep, size_t *
          (!settle || (p[1] != RL_WIRE_OP_ADJUST && p[1] != RL_WIRE_OP_RELEASE)))) {
         return -1;
     }
-    if (!fast_uint(p, n, &i, false, &id)) {
+    if (!wire_uint_at(p, n, &i, false, &id)) {
         return -1;
     }
     at = i;
@@ -301,10 +253,10 @@ fast_keyed_reply(const char *data, size_t n, struct rl_wire_reply *rep, size_t *
         return -1;
     }
     code = p[i++];
-    if (!fast_uint(p, n, &i, true, &rep->check.limit) ||
-        !fast_uint(p, n, &i, true, &rep->check.remaining) ||
-        !fast_uint(p, n, &i, true, &rep->check.reset_ms) ||
-        !fast_uint(p, n, &i, true, &rep->check.retry_after_ms) || i != n) {
+    if (!wire_uint_at(p, n, &i, true, &rep->check.limit) ||
+        !wire_uint_at(p, n, &i, true, &rep->check.remaining) ||
+        !wire_uint_at(p, n, &i, true, &rep->check.reset_ms) ||
+        !wire_uint_at(p, n, &i, true, &rep->check.retry_after_ms) || i != n) {
         return -1;
     }
     rep->op = p[1];

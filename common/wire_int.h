@@ -18,6 +18,56 @@
 const char *rl_wire_unpack(struct rl_wire_decoder *d, const char *p, size_t n, msgpack_object *obj,
                            bool *nomem, long *deep);
 
+/* Read by hand (wire_fast.c, and wire_req.c's deep requests): an unsigned integer in a
+ * positive fixint or a uint 8, 16, 32 (or 64 when wide) format, at p[*i], advancing *i.
+ * False for every other format and for a value cut by the end. */
+static inline bool
+wire_uint_at(const unsigned char *p, size_t n, size_t *i, bool wide, uint64_t *v)
+{
+    size_t at = *i;
+    size_t w;
+    uint64_t x = 0;
+    unsigned char b;
+
+    if (at >= n) {
+        return false;
+    }
+    b = p[at];
+    if (b <= 0x7f) {
+        *v = b;
+        *i = at + 1;
+        return true;
+    }
+    switch (b) {
+    case 0xcc:
+        w = 1;
+        break;
+    case 0xcd:
+        w = 2;
+        break;
+    case 0xce:
+        w = 4;
+        break;
+    case 0xcf:
+        if (!wide) {
+            return false;
+        }
+        w = 8;
+        break;
+    default:
+        return false;
+    }
+    if (n - at - 1 < w) {
+        return false;
+    }
+    for (size_t k = 1; k <= w; k++) {
+        x = (x << 8) | p[at + k];
+    }
+    *v = x;
+    *i = at + 1 + w;
+    return true;
+}
+
 /* An unsigned integer of at most max. */
 static inline bool
 wire_uint(const msgpack_object *o, uint64_t max, uint64_t *v)

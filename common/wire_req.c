@@ -406,37 +406,6 @@ wire_arity_msg(const struct rl_wire_op_info *info, char *msg, size_t len)
     }
 }
 
-/* An unsigned integer of the first bytes of q[0..e): its value, and q moved past it; false
- * for anything else. */
-static bool
-wire_peek_uint(const unsigned char **q, const unsigned char *e, uint64_t *v)
-{
-    const unsigned char *p = *q;
-    size_t w;
-
-    if (p >= e) {
-        return false;
-    }
-    if (*p <= 0x7f) {
-        *v = *p;
-        *q = p + 1;
-        return true;
-    }
-    if (*p < 0xcc || *p > 0xcf) {
-        return false;
-    }
-    w = (size_t)1 << (*p - 0xcc);
-    if ((size_t)(e - p) < 1 + w) {
-        return false;
-    }
-    *v = 0;
-    for (size_t i = 1; i <= w; i++) {
-        *v = *v << 8 | p[i];
-    }
-    *q = p + 1 + w;
-    return true;
-}
-
 /* The keyed ops' elements, as their field errors name them (cost, delta and count apart). */
 static const char *const wire_keyed_names[] = {"op", "id", "service", "user", "endpoint", "cost",
                                                "limit", "tenant"};
@@ -450,21 +419,21 @@ static int
 wire_req_deep(const struct rl_wire_decoder *d, const char *data, size_t n, long deep,
               struct rl_wire_req *req, struct rl_wire_fault *f)
 {
-    const unsigned char *q = (const unsigned char *)data, *e = q + n;
+    const unsigned char *q = (const unsigned char *)data;
     const struct rl_wire_op_info *info;
     uint64_t size, op, id;
+    size_t i = 1;
     char msg[96];
 
     if (*q >= 0x90 && *q <= 0x9f) {
-        size = *q++ & 0x0fu;
+        size = *q & 0x0fu;
     } else if (*q == 0xdc || *q == 0xdd) {
         size_t w = *q == 0xdc ? 2 : 4;
 
         size = 0;
-        for (size_t i = 1; i <= w && i < n; i++) {
+        for (; i <= w && i < n; i++) {
             size = size << 8 | q[i];
         }
-        q += 1 + w;
     } else {
         return wire_fault(f, 0, RL_WIRE_ERR_MALFORMED, false, "request is not an array");
     }
@@ -472,18 +441,20 @@ wire_req_deep(const struct rl_wire_decoder *d, const char *data, size_t n, long 
         return wire_fault(f, 0, RL_WIRE_ERR_MALFORMED, false, "request needs an op and an id");
     }
     /* the op nested (deep 0), or not an integer: the id after it is not read */
-    if (deep == 0 || !wire_peek_uint(&q, e, &op) || deep == 1 || !wire_peek_uint(&q, e, &id) ||
-        id > UINT32_MAX) {
+    if (deep == 0 || !wire_uint_at(q, n, &i, true, &op) || deep == 1 ||
+        !wire_uint_at(q, n, &i, true, &id) || id > UINT32_MAX) {
         return wire_fault(f, 0, RL_WIRE_ERR_MALFORMED, false,
                           "id must be an unsigned 32-bit integer");
     }
     req->id = (uint32_t)id;
     req->op = op <= UINT32_MAX ? (uint32_t)op : 0;
     info = rl_wire_op_info(req->op);
-    if (op == 0 || info == NULL || info->req_min == 0 ||
-        (req->op == RL_WIRE_OP_CLOCK && d->no_clock)) {
+    if (op == 0 || info == NULL || (req->op == RL_WIRE_OP_CLOCK && d->no_clock)) {
         snprintf(msg, sizeof(msg), "unknown op %" PRIu64, op);
         return wire_fault(f, req->id, RL_WIRE_ERR_UNKNOWN_OP, false, msg);
+    }
+    if (info->req_min == 0) {
+        return wire_req_none(NULL, req, f); /* ERROR: as the decoder words it */
     }
     if (size < info->req_min || size > info->req_max) {
         wire_arity_msg(info, msg, sizeof(msg));
