@@ -51,8 +51,9 @@ local CODE_NAMES = {
 }
 local ERROR_NAMES = {
     [1] = "MALFORMED", [2] = "UNKNOWN_OP", [3] = "BAD_FIELD", [4] = "OVERLOADED",
-    [5] = "UNAUTHORIZED", [6] = "NOT_OWNER",
+    [5] = "UNAUTHORIZED", [6] = "NOT_OWNER", [7] = "MOVING",
 }
+local ERR_MOVING = 7
 _M.ALLOWED, _M.LIMITED, _M.FAIL_OPEN, _M.FAIL_CLOSED, _M.NO_RULE, _M.QUEUED = 0, 1, 2, 3, 4, 5
 _M.CODE_NAMES = CODE_NAMES
 
@@ -347,8 +348,8 @@ local function dec_reply(s)
             return nil, "principal: " .. pos
         end
     elseif op == OP_ERROR then
-        if n ~= 4 then
-            return nil, "ERROR reply with " .. n .. " elements, not 4"
+        if n ~= 4 and n ~= 5 then
+            return nil, "ERROR reply with " .. n .. " elements, not 4 or 5"
         end
         err, pos = dec_uint(s, pos, len)
         if not err then
@@ -357,10 +358,20 @@ local function dec_reply(s)
         if ERROR_NAMES[err] == nil then
             return nil, "unknown error code " .. err
         end
+        if n == 5 and err ~= ERR_MOVING then
+            return nil, "only a MOVING ERROR has 5 elements"
+        end
         r.err, r.err_name = err, ERROR_NAMES[err]
         r.message, pos = dec_str(s, pos, len)
         if not r.message then
             return nil, "message: " .. pos
+        end
+        if n == 5 then
+            -- MOVING's owner: the member name of the node to ask now, "" the same one again
+            r.owner, pos = dec_str(s, pos, len)
+            if not r.owner then
+                return nil, "owner: " .. pos
+            end
         end
     else
         return nil, "unexpected op " .. op

@@ -6,9 +6,9 @@ import msgpack
 import pytest
 
 import ratelimiter
-from ratelimiter.protocol import (Check, Code, ErrorReply, FrameReader, Named, Op, Pong,
-                                  ProtocolError, Reply, Stats, decode, encode_auth,
-                                  encode_check, encode_simple, read_token_file)
+from ratelimiter.protocol import (Check, Code, ErrorCode, ErrorReply, FrameReader, Named, Op,
+                                  Pong, ProtocolError, Reply, Stats, decode, encode_auth,
+                                  encode_check, encode_simple, read_token_file, server_error)
 
 
 def test_installed_package_when_required():
@@ -87,7 +87,9 @@ def test_every_reply_shape():
     p(3, 1, {b"k": 1}),
     p(3, 1, {str(i): i for i in range(257)}),
     p(3, 1, [1]),
-    p(255, 1, 0, "x"), p(255, 1, 7, "x"), p(255, 1, 3, b"x"), p(255, 1, 3),
+    p(255, 1, 0, "x"), p(255, 1, 8, "x"), p(255, 1, 3, b"x"), p(255, 1, 3),
+    p(255, 1, 3, "x", "b"),            # only MOVING has a 5th element
+    p(255, 1, 7, "x", 2), p(255, 1, 7, "x", "b", "c"),
     p(9, 1, "x"), p(True, 1, 0, 0, 0, 0, 0),
     p(1), msgpack.packb(5), msgpack.packb({"a": 1}),
     p(1, 1, 0, 0, 0, 0, 0) + b"\x00",  # trailing bytes
@@ -100,6 +102,18 @@ def test_every_reply_shape():
 def test_malformed_replies_raise(payload):
     with pytest.raises(ProtocolError):
         decode(payload)
+
+
+def test_moving_is_a_server_error_naming_the_owner():
+    """ERROR MOVING (code 7) is a v1 reply of a node during a planned move, with the owner
+    to ask as an optional 5th element (docs/PROTOCOL.md, "MOVING"): a ServerError that
+    carries it, not a protocol break."""
+    rep = decode(p(255, 9, 7, "shard 3 is moving to b", "b"))
+    assert rep == ErrorReply(9, 7, "shard 3 is moving to b", "b")
+    e = server_error(rep)
+    assert e.code == ErrorCode.MOVING and e.owner == "b" and e.request_id == 9
+    assert decode(p(255, 9, 7, "shard 3 is being handed off (node a)")).owner == ""
+    assert server_error(decode(p(255, 1, 6, "not mine"))).owner == ""
 
 
 def test_frame_reader_splits_and_bounds():

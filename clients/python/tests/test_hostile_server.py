@@ -23,8 +23,8 @@ import pytest
 import harness
 from fake_router import FakeRouter
 import ratelimiter
-from ratelimiter import (RETRY_NEVER, AsyncClient, Client, ClientPool, Code, ProtocolError,
-                         Reply, headers)
+from ratelimiter import (RETRY_NEVER, AsyncClient, Client, ClientPool, Code, ErrorCode,
+                         ProtocolError, Reply, ServerError, headers)
 
 U64_MAX = (1 << 64) - 1
 HOSTILE = [U64_MAX, 1 << 40]
@@ -214,6 +214,33 @@ def test_check_answered_with_another_op_is_refused(fake, op):
             with pytest.raises(ProtocolError):
                 await c.check_many([("svc", "u"), ("svc", "v")])
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_moving_is_a_server_error_and_keeps_the_connection(fake):
+    """A node asked directly during a planned move answers ERROR MOVING with the owner to
+    ask: ServerError(MOVING) with .owner, the connection kept for the retry."""
+    def answer(rid: int) -> bytes:
+        b = msgpack.packb([255, rid, 7, "shard 5 is moving to n2", "n2"])
+        return struct.pack(">I", len(b)) + b
+    srv = fake(answer)
+    with Client("127.0.0.1", srv.port, timeout=TIMEOUT) as c:
+        with pytest.raises(ServerError) as ei:
+            c.check("svc", "u")
+        assert ei.value.code == ErrorCode.MOVING and ei.value.owner == "n2"
+        assert c.connected
+        with pytest.raises(ServerError):
+            c.check("svc", "u")
+    assert len(srv.conns) == 1
+
+    async def main():
+        async with AsyncClient("127.0.0.1", srv.port, timeout=TIMEOUT) as c:
+            with pytest.raises(ServerError) as ei:
+                await c.check("svc", "u")
+            assert ei.value.owner == "n2"
+            with pytest.raises(ServerError):
+                await c.check("svc", "u")
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert len(srv.conns) == 2
 
 
 # ---- examples/http_api.py in front of the fake router

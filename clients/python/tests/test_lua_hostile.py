@@ -26,6 +26,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable, Optional
 
+import msgpack
 import pytest
 
 import harness
@@ -257,6 +258,18 @@ def test_error_message_is_escaped_in_the_returned_error(setup):
     assert status == 200
     assert body.startswith("ERR ") and body.endswith(
         " router answered OVERLOADED: busy\\x0a" + FORGED + "\\x00\n"), body
+
+
+def test_moving_is_an_error_not_a_protocol_break(setup):
+    """ERROR MOVING has a 5th element, the owner (docs/PROTOCOL.md, "MOVING"): the client
+    reports the server's error, as for any ERROR, not a malformed reply."""
+    def answer(rid: int) -> bytes:
+        return frame(msgpack.packb([255, rid, 7, "shard 5 is moving to n2", "n2"]))
+    srv, ng = setup(answer)
+    status, body, _ = ng.get("/check?timeout=" + SLACK_MS)
+    assert status == 200
+    assert body.startswith("ERR ") and body.endswith(
+        " router answered MOVING: shard 5 is moving to n2\n"), body
 
 
 def test_long_error_message_is_cut(setup):

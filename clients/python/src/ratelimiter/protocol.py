@@ -62,6 +62,7 @@ class ErrorCode(enum.IntEnum):
     OVERLOADED = 4
     UNAUTHORIZED = 5
     NOT_OWNER = 6
+    MOVING = 7
 
 
 # ---------------------------------------------------------------------------- errors
@@ -78,13 +79,16 @@ class ProtocolError(RateLimiterError):
 class ServerError(RateLimiterError):
     """The server answered ERROR [255, id, err, message] to one request."""
 
-    def __init__(self, code: int, message: str, request_id: int = 0) -> None:
+    def __init__(self, code: int, message: str, request_id: int = 0, owner: str = "") -> None:
         try:
             self.code: Union[ErrorCode, int] = ErrorCode(code)
-        except ValueError:  # pragma: no cover - decode() only lets 1..6 through
+        except ValueError:  # pragma: no cover - decode() only lets 1..7 through
             self.code = code
         self.message = message
         self.request_id = request_id
+        # MOVING only: the member name of the node to ask now, "" to ask the same one again
+        # shortly (docs/PROTOCOL.md, "MOVING").
+        self.owner = owner
         name = self.code.name if isinstance(self.code, ErrorCode) else str(code)
         super().__init__(f"{name}: {message}")
 
@@ -284,6 +288,7 @@ class ErrorReply:
     id: int
     code: int
     message: str
+    owner: str = ""  # MOVING's 5th element
 
 
 Decoded = Union[Reply, Pong, Stats, Named, Clock, ErrorReply]
@@ -408,9 +413,11 @@ def decode(payload: bytes) -> Decoded:
             raise ProtocolError(f"{name} reply numbers must be unsigned 64-bit integers")
         return Reply(Code(code), msg[3], msg[4], msg[5], msg[6], id=rid, op=op)
     if op == Op.ERROR and type(op) is int:
-        if n != 4 or not _is_uint(msg[2], 6) or msg[2] == 0 or type(msg[3]) is not str:
-            raise ProtocolError("ERROR reply must be [255, id, 1..6, str]")
-        return ErrorReply(rid, msg[2], msg[3])
+        if n not in (4, 5) or not _is_uint(msg[2], 7) or msg[2] == 0 or type(msg[3]) is not str:
+            raise ProtocolError("ERROR reply must be [255, id, 1..7, str]")
+        if n == 5 and (msg[2] != ErrorCode.MOVING or type(msg[4]) is not str):
+            raise ProtocolError("only a MOVING ERROR has a 5th element, a str")
+        return ErrorReply(rid, msg[2], msg[3], msg[4] if n == 5 else "")
     if op in (Op.PING, Op.HELLO, Op.AUTH) and type(op) is int:
         if n != 3 or type(msg[2]) is not str:
             raise ProtocolError(f"{Op(op).name} reply must be [{op}, id, str]")
@@ -480,7 +487,7 @@ def attach(reply: Reply, c: Check, max_delay_ms: int) -> Reply:
 
 
 def server_error(e: ErrorReply) -> ServerError:
-    return ServerError(e.code, e.message, e.id)
+    return ServerError(e.code, e.message, e.id, e.owner)
 
 
 def rep_name(rep: Decoded) -> str:
