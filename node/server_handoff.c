@@ -81,6 +81,39 @@ ho_refused(struct rl_server *s, const struct rl_server_handoff *h, const struct 
     return false;
 }
 
+/* A by-hand handoff (rl-cli's: no `final`) of a node with ZooKeeper membership, where
+ * planned moves carry a shard's counters by themselves (move.c): an export only of a shard
+ * this node decides now (after its move its counters went with it; what it kept is an older
+ * snapshot, which imported elsewhere would roll the shard's counters back), and no import (one
+ * would replace the counters of a shard the node decides, or be forgotten when the node takes
+ * the shard under a new tenure). True when refused, the error's result in *rc. */
+static bool
+ho_zk_refused(struct rl_server *s, const struct rl_wire_req *req, bool in, struct rl_buf *out,
+              int *rc)
+{
+    char msg[224];
+
+    if (s->zk_state == RL_SERVER_ZK_NONE || req->has_final) {
+        return false;
+    }
+    if (in) {
+        snprintf(msg, sizeof(msg),
+                 "node %s has ZooKeeper membership: a shard's counters move with it by "
+                 "themselves; a by-hand HANDOFF_IN (without final) is refused",
+                 s->name);
+        *rc = ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
+        return true;
+    }
+    if (s->owned == NULL || (s->owned[req->shard >> 3] >> (req->shard & 7) & 1) == 0) {
+        snprintf(msg, sizeof(msg),
+                 "shard %" PRIu32 " is not owned by node %s: its counters are where it is owned",
+                 req->shard, s->name);
+        *rc = ho_error(s, out, req->id, RL_WIRE_ERR_NOT_OWNER, msg);
+        return true;
+    }
+    return false;
+}
+
 static void
 ho_close_export(struct rl_server_handoff *h)
 {
@@ -145,7 +178,7 @@ rl_server_handoff_out(struct rl_server *s, const struct rl_wire_req *req, struct
     char msg[160];
     int rc;
 
-    if (ho_refused(s, h, req, out, &rc)) {
+    if (ho_refused(s, h, req, out, &rc) || ho_zk_refused(s, req, false, out, &rc)) {
         return rc;
     }
     if (req->offset == 0) {
@@ -259,7 +292,7 @@ rl_server_handoff_in(struct rl_server *s, const struct rl_wire_req *req, struct 
     char msg[160];
     int rc;
 
-    if (ho_refused(s, h, req, out, &rc)) {
+    if (ho_refused(s, h, req, out, &rc) || ho_zk_refused(s, req, true, out, &rc)) {
         return rc;
     }
     if (!ho_check(h, r.p, r.n, req->shard, msg, sizeof(msg))) {

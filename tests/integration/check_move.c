@@ -368,6 +368,63 @@ assign_all(const char *to)
     }
 }
 
+/*
+ * After (c), the by-hand handoff an operator might still run (rl-cli handoff, old owner n1 to
+ * new owner n2) is refused: n1 no longer owns the shards, so what it kept of them is the
+ * snapshot before the move, which n2 would have imported over the counters it now keeps
+ * (every key rolled back to where it stood at the move). The direct ops too: HANDOFF_OUT of a
+ * shard not owned is NOT_OWNER, a HANDOFF_IN without `final` BAD_FIELD, on both nodes.
+ */
+static void
+handoff_by_hand_refused(void)
+{
+    char from[32], to[32], shard[16], out[4096];
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    struct rl_wire_req req;
+
+    ck_assert_ptr_nonnull(rep);
+    snprintf(from, sizeof(from), "127.0.0.1:%d", ports[0]);
+    snprintf(to, sizeof(to), "127.0.0.1:%d", ports[1]);
+    for (int sh = 0; sh < NSHARDS; sh += 7) {
+        const char *argv[] = {"rl-cli", "--token-file", secret, "handoff", "--shard", shard,
+                              "--from", from, "--to", to, NULL};
+
+        snprintf(shard, sizeof(shard), "%d", sh);
+        ck_assert_int_eq(rl_harness_run(argv, out, sizeof(out), 20000), 1);
+        ck_assert_msg(strstr(out, "is not owned by node n1") != NULL, "%s", out);
+        ck_assert_msg(strstr(out, "imported") == NULL || strstr(out, "0 keys imported"), "%s",
+                      out);
+    }
+    for (int i = 0; i < 2; i++) {
+        memset(&req, 0, sizeof(req));
+        req.op = RL_WIRE_OP_HANDOFF_IN;
+        req.id = 77;
+        req.shard = 3;
+        ck_assert_int_eq(rl_client_queue(client(i), &req), 0);
+        ck_assert_int_eq(rl_client_flush(client(i), T_MS), 0);
+        ck_assert_int_eq(rl_client_recv(client(i), rep, T_MS), 0);
+        ck_assert_uint_eq(rep->op, RL_WIRE_OP_ERROR);
+        ck_assert_uint_eq(rep->err, RL_WIRE_ERR_BAD_FIELD);
+        ck_assert_msg(strstr(rep->message.ptr, "by-hand HANDOFF_IN") != NULL, "%.*s",
+                      (int)rep->message.len, rep->message.ptr);
+    }
+    /* n2 owns every shard: its export is allowed (a read), n1's is not */
+    memset(&req, 0, sizeof(req));
+    req.op = RL_WIRE_OP_HANDOFF_OUT;
+    req.id = 78;
+    req.shard = 3;
+    ck_assert_int_eq(rl_client_queue(client(0), &req), 0);
+    ck_assert_int_eq(rl_client_flush(client(0), T_MS), 0);
+    ck_assert_int_eq(rl_client_recv(client(0), rep, T_MS), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_ERROR);
+    ck_assert_uint_eq(rep->err, RL_WIRE_ERR_NOT_OWNER);
+    ck_assert_int_eq(rl_client_queue(client(1), &req), 0);
+    ck_assert_int_eq(rl_client_flush(client(1), T_MS), 0);
+    ck_assert_int_eq(rl_client_recv(client(1), rep, T_MS), 0);
+    ck_assert_uint_eq(rep->op, RL_WIRE_OP_HANDOFF_OUT);
+    free(rep);
+}
+
 /* (c) an assignment moves shards with their counters. */
 START_TEST(test_assignment_moves_counters)
 {
@@ -383,6 +440,9 @@ START_TEST(test_assignment_moves_counters)
     ck_assert_int_eq(stat_of(0, "shards_owned"), 0);
     ck_assert_int_gt(stat_of(1, "handoffs_in_done"), 0);
     ck_assert_int_eq(stat_of(1, "handoffs_in_failed"), 0);
+    ck_assert_int_eq(count_limited(), (int)(NSERVICES * NUSERS));
+    handoff_by_hand_refused();
+    /* nothing was rolled back: every key is still at its limit */
     ck_assert_int_eq(count_limited(), (int)(NSERVICES * NUSERS));
 }
 END_TEST

@@ -79,8 +79,10 @@ static const struct cli_cmd commands[] = {
      .help = "hand shard N's keys, with their counters, from one node to\n"
              "another (HANDOFF_OUT to --from, HANDOFF_IN to --to; both with\n"
              "--token-file and --tls-*); keys --to holds are replaced.\n"
-             "Stop sending that shard's CHECKs to --from first (by hand:\n"
-             "docs/OPERATIONS.md, \"Handing a shard off by hand\")",
+             "Static membership only (with ZooKeeper shards move with their\n"
+             "counters by themselves, and nodes refuse it). Stop sending that\n"
+             "shard's CHECKs to --from first (docs/OPERATIONS.md, \"Handing\n"
+             "a shard off by hand\")",
      .opts = CLI_O(SHARD) | CLI_O(FROM) | CLI_O(TO),
      .unknown_op = "a node from before handoff, or not a node"},
     {.name = "gen-token",
