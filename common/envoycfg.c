@@ -187,6 +187,7 @@ parse_text(struct ld *l, const char *text, size_t len)
     }
     free(l->seen);
     l->seen = NULL;
+    l->doc = NULL; /* the document dies here */
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     return rc;

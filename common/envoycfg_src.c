@@ -147,7 +147,9 @@ list_dir(const char *path, char ***out, size_t *nout, char *err, size_t errlen)
         free(names);
         return -1;
     }
-    qsort(names, nnames, sizeof(*names), cmp_str);
+    if (nnames > 1) { /* qsort's array may not be NULL, even of 0 elements */
+        qsort(names, nnames, sizeof(*names), cmp_str);
+    }
     *out = names;
     *nout = nnames;
     return 0;
@@ -168,7 +170,11 @@ rl_envoy_read(const char *path, struct rl_envoy_files *fs, char *err, size_t err
         return -1;
     }
     if (!S_ISDIR(st.st_mode)) {
-        return read_one(path, fs, err, errlen);
+        rc = read_one(path, fs, err, errlen);
+        if (rc != 0) {
+            rl_envoy_files_free(fs);
+        }
+        return rc;
     }
     if (list_dir(path, &names, &n, err, errlen) != 0) {
         return -1;

@@ -518,7 +518,9 @@ zkm_read_dir(struct rl_zkm *z, const char *dir, struct rl_member **out, size_t *
         k++;
     }
     rc = 0;
-    qsort(m, k, sizeof(*m), zkm_member_cmp);
+    if (k > 1) { /* qsort's array may not be NULL, even of 0 elements */
+        qsort(m, k, sizeof(*m), zkm_member_cmp);
+    }
 out:
     deallocate_String_vector(&sv);
     if (rc != 0 || k == 0) {

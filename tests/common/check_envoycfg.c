@@ -620,6 +620,34 @@ START_TEST(test_domains_and_merge)
 }
 END_TEST
 
+/* A directory without a YAML file (an operator's first step, or every file moved away): read
+ * as no file, loaded as no domain, and its stamp taken, each more than once (a reload's
+ * check), without undefined behaviour (the sanitizer build aborts on any). */
+START_TEST(test_empty_directory)
+{
+    char dir[] = "/tmp/rl-envoycfg-XXXXXX";
+    char err[512] = "";
+    struct rl_envoy_files fs = {0};
+    struct rl_envoy_config *c = NULL;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    for (int round = 0; round < 2; round++) {
+        ck_assert_int_eq(rl_envoy_read(dir, &fs, err, sizeof(err)), 0);
+        ck_assert_uint_eq(fs.n, 0);
+        rl_envoy_files_free(&fs);
+        (void)rl_envoy_stamp(dir);
+        if (rl_envoy_load(dir, NULL, &c, err, sizeof(err)) == 0) {
+            ck_assert_uint_eq(c->ndomains, 0);
+            rl_envoy_config_free(c);
+            c = NULL;
+        } else {
+            ck_assert_msg(err[0] != '\0', "a refusal says why");
+        }
+    }
+    rmdir(dir);
+}
+END_TEST
+
 /* The files of a directory carried in one bundle (the envoy znode): read, bundled, read back
  * and loaded give the same configuration and name the same FILE:LINE; a broken bundle is
  * refused; the stamp moves when a file does. */
@@ -954,6 +982,7 @@ envoycfg_suite(void)
     tcase_add_test(tc, test_upstream_errors);
     tcase_add_test(tc, test_domains_and_merge);
     tcase_add_test(tc, test_bundle_and_stamp);
+    tcase_add_test(tc, test_empty_directory);
     tcase_add_test(tc, test_extensions);
     tcase_add_test(tc, test_checks_and_bounds);
     tcase_add_test(tc, test_counter_key);

@@ -486,6 +486,10 @@ START_TEST(test_states)
     rl_zkm_destroy(a);
     ck_assert_int_eq(raw_get("/ratelimiter/st/states/a", buf, sizeof(buf), &owner), ZNONODE);
     ck_assert(run_until(&loop, none_left, &so, 5000));
+    /* nodes/ now exists with no child: no member, and no undefined behaviour on the way */
+    ck_assert_int_eq(rl_zkm_read_members(t, &m, &n, 5000), 0);
+    ck_assert_uint_eq(n, 0);
+    free(m);
     rl_zkm_destroy(t);
     rl_zkm_destroy(w);
     close_loop(&loop);
