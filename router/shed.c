@@ -409,8 +409,11 @@ rl_shed_hot_reply(struct rl_conn *c, const struct rl_wire_req *req)
 
 /* ---- STATS and metrics -------------------------------------------------------------------- */
 
-/* The deny cache's counters summed over r's process (r's alone without one); others' are
- * read under their mu, as rmetrics.c reads their other counters. */
+/* The deny cache's counters summed over r's process (r's alone without one), as rmetrics.c
+ * sums the workers' other counters: each is a 64-bit word only its worker writes, read here
+ * without its help (a sum may miss an increment in progress, never tear one), under the
+ * worker's mu only so that the worker's router is not freed meanwhile. The metrics thread
+ * reads through worker 0's router, so r's own counters are read that way too. */
 static void
 shed_deny_sum(const struct rl_router *r, struct rl_deny_stats *sum)
 {
