@@ -435,24 +435,34 @@ gcra_rescale(const struct rl_tier *from, const struct rl_tier *to, struct rl_alg
 
 /* ---- ADJUST: charges and refunds (docs/ALGORITHMS.md, "ADJUST") ------------------------ */
 
-/* A count after a charge (capped at RL_ALGO_DEBT_MAX) or a refund (at least 0). */
+uint64_t
+rl_algo_debt_cap(const struct rl_tier *t)
+{
+    bool bucket = t->algo == RL_ALGO_TOKEN_BUCKET || t->algo == RL_ALGO_GCRA ||
+                  t->algo == RL_ALGO_LEAKY_BUCKET;
+    uint64_t cap = (uint64_t)(bucket ? t->burst : t->limit) + RL_ALGO_DEBT_OVER;
+
+    return cap < RL_ALGO_DEBT_MAX ? cap : RL_ALGO_DEBT_MAX;
+}
+
+/* A count after a charge (capped at cap) or a refund (at least 0). */
 static uint64_t
-adj_count(uint64_t cnt, int64_t delta)
+adj_count(uint64_t cnt, int64_t delta, uint64_t cap)
 {
     if (delta >= 0) {
         uint64_t n = cnt + (uint64_t)delta;
 
-        return n > RL_ALGO_DEBT_MAX ? max64(cnt, RL_ALGO_DEBT_MAX) : n;
+        return n > cap ? max64(cnt, cap) : n;
     }
     return cnt > (uint64_t)-delta ? cnt - (uint64_t)-delta : 0;
 }
 
 /* A deficit in 1/W token (token_bucket, gcra, leaky_bucket) after a charge or a refund. */
 static u128
-adj_deficit(u128 d, int64_t delta, uint64_t W)
+adj_deficit(u128 d, int64_t delta, uint64_t W, uint64_t most)
 {
     if (delta >= 0) {
-        u128 cap = (u128)RL_ALGO_DEBT_MAX * W;
+        u128 cap = (u128)most * W;
         u128 n = d + (u128)(uint64_t)delta * W;
 
         return n > cap ? (d > cap ? d : cap) : n;
@@ -468,7 +478,7 @@ swc_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, int64
     uint64_t k, e, p, cur;
 
     swc_load(t, s, now, &k, &e, &p, &cur);
-    cur = adj_count(cur, delta);
+    cur = adj_count(cur, delta, rl_algo_debt_cap(t));
     if (p == 0 && cur == 0) {
         s->a = 0;
         s->b = 0;
@@ -496,7 +506,7 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
             k = s->a;
             cnt = s->b;
         }
-        cnt = adj_count(cnt, delta);
+        cnt = adj_count(cnt, delta, rl_algo_debt_cap(t));
         s->a = cnt != 0 ? k : 0;
         s->b = cnt;
         return 0;
@@ -525,11 +535,11 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
             s->b = rl_slog_newest(g, &newest) && rl_slog_sum(g) > 0 ? newest + W : 0;
             return 0;
         }
-        if (sum >= RL_ALGO_DEBT_MAX) {
+        if (sum >= rl_algo_debt_cap(t)) {
             return 0;
         }
-        if ((uint64_t)delta > RL_ALGO_DEBT_MAX - sum) {
-            delta = (int64_t)(RL_ALGO_DEBT_MAX - sum);
+        if ((uint64_t)delta > rl_algo_debt_cap(t) - sum) {
+            delta = (int64_t)(rl_algo_debt_cap(t) - sum);
         }
         {
             /* The charge is logged at now_eff as an allowed request of that cost would be. */
@@ -552,7 +562,7 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
         u128 refill = (u128)(now_eff - s->a) * t->limit;
         u128 d = s->b > refill ? s->b - refill : 0;
 
-        d = adj_deficit(d, delta, W);
+        d = adj_deficit(d, delta, W, rl_algo_debt_cap(t));
         s->a = d != 0 ? now_eff : 0;
         s->b = (uint64_t)d; /* <= RL_ALGO_DEBT_MAX * W < 2^64 */
         return 0;
@@ -577,7 +587,7 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
         now_eff = max64(now, last);
         nl = (u128)now_eff * L;
         d = x > nl ? x - nl : 0;
-        d = adj_deficit(d, delta, W);
+        d = adj_deficit(d, delta, W, rl_algo_debt_cap(t));
         if (d == 0) {
             s->a = 0;
             s->b = 0;

@@ -69,7 +69,7 @@ int rl_algo_commit_capped(const struct rl_tier *t, struct rl_algo_state *s,
 /*
  * ADJUST (docs/ALGORITHMS.md, "ADJUST"): a charge (delta > 0) consumes delta in state *s of
  * tier t at now whatever is left, past the limit too (the key is in debt: refused until time
- * pays it back), up to RL_ALGO_DEBT_MAX outstanding; a refund (delta < 0) gives back at most
+ * pays it back), up to rl_algo_debt_cap(t) outstanding; a refund (delta < 0) gives back at most
  * -delta of what the state holds now, never more than it holds (never above a full
  * allowance) and never from a past window (fixed_window and sliding_window_counter: window
  * k's count only; sliding_window_log: its newest entries first; the buckets: the deficit
@@ -77,6 +77,14 @@ int rl_algo_commit_capped(const struct rl_tier *t, struct rl_algo_state *s,
  * rl_algo_commit_capped degrades it. Returns 1 when the key is (now) degraded, else 0.
  */
 #define RL_ALGO_DEBT_MAX 4294967295u
+/* How far past a full allowance charges may go: one largest charge (RL_WIRE_DELTA_MAX), so
+ * that however many charges come, a key's debt is at most what one charge can make. */
+#define RL_ALGO_DEBT_OVER 1000000u
+/* The most a key of tier t may hold consumed (its debt included): its capacity (B for the
+ * buckets, N for the windows) plus RL_ALGO_DEBT_OVER, at most RL_ALGO_DEBT_MAX (the windows'
+ * counts and the log's entries are 32-bit). Charges stop there; a key already past it (its
+ * tier's capacity lowered by a reload) keeps what it holds. */
+uint64_t rl_algo_debt_cap(const struct rl_tier *t);
 int rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, int64_t delta,
                    uint64_t room);
 

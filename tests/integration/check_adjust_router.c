@@ -90,6 +90,7 @@ setup(void)
                               "[service fw]\nlimit = fixed_window 2 per 1h\n"
                               "[service keep]\nlimit = fixed_window 2 per 1h\n"
                               "[service cc]\nlimit = concurrency 2 lease 10m\n"
+                              "[service tb]\nlimit = token_bucket 10 per 10s\n"
                               "[service shut]\nfailure = closed\n"
                               "limit = fixed_window 5 per 1h\n",
                               zk.connect, SHARDS, log_path, settle, app),
@@ -292,6 +293,46 @@ START_TEST(test_refund_needs_adjust)
     rep = send_one(c, RL_WIRE_OP_ADJUST, "keep", "dave", -1);
     ck_assert_uint_eq(rep.op, RL_WIRE_OP_ERROR);
     ck_assert_uint_eq(rep.err, RL_WIRE_ERR_UNAUTHORIZED);
+    rl_client_destroy(c);
+}
+END_TEST
+
+/*
+ * A client that may CHECK a service may charge its users (a charge needs no more right), but
+ * however many charges it sends, a user's debt stops at one largest charge past an empty
+ * allowance: 300 pipelined charges of 10^6 against `token_bucket 10 per 10s` leave the victim
+ * refused for (10^6 + 1) units at 1 a second, not 3 * 10^8 s (9.5 years).
+ */
+START_TEST(test_charges_stop_at_one_charge_of_debt)
+{
+    struct rl_client *c;
+    struct rl_wire_req req = {.op = RL_WIRE_OP_ADJUST, .delta = 1000000};
+    struct rl_wire_reply rep;
+    struct rl_wire_check_reply chk;
+
+    wait_ready();
+    c = rl_test_dial(router_ports[0], APP_TOKEN, T_TIMEOUT);
+    req.service.ptr = "tb";
+    req.service.len = 2;
+    req.user.ptr = "victim";
+    req.user.len = 6;
+    for (uint32_t i = 0; i < 300; i++) {
+        req.id = 1000 + i;
+        ck_assert_int_eq(rl_client_queue(c, &req), 0);
+    }
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    for (int i = 0; i < 300; i++) {
+        ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_ADJUST);
+        ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    }
+    chk = expect(c, RL_WIRE_OP_CHECK, "tb", "victim", 1, RL_WIRE_LIMITED);
+    ck_assert_uint_eq(chk.remaining, 0);
+    /* (10^6 + 1) units at 1 per 1000 ms, less what refilled since the first charge */
+    ck_assert_msg(chk.retry_after_ms <= 1000001000ull && chk.retry_after_ms > 999000000ull,
+                  "retry_after_ms %llu", (unsigned long long)chk.retry_after_ms);
+    ck_assert_msg(chk.reset_ms <= 1000010000ull, "reset_ms %llu",
+                  (unsigned long long)chk.reset_ms);
     rl_client_destroy(c);
 }
 END_TEST
@@ -514,6 +555,7 @@ adjust_router_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_settle_through_router);
     tcase_add_test(tc, test_refund_needs_adjust);
+    tcase_add_test(tc, test_charges_stop_at_one_charge_of_debt);
     tcase_add_test(tc, test_deny_cache_two_routers);
     tcase_add_test(tc, test_release_two_routers);
     tcase_add_test(tc, test_settle_encodings);

@@ -1029,25 +1029,43 @@ START_TEST(test_adjust_known)
 }
 END_TEST
 
-/* The cap of outstanding consumption: charges stop at RL_ALGO_DEBT_MAX. */
+/* The cap of outstanding consumption: charges stop at the tier's capacity plus one largest
+ * charge (rl_algo_debt_cap), however many come: 5,000 charges of 10^6 leave exactly the debt
+ * of one, so a refund of 10^6 brings the key back to empty (cost 1 refused) and one more unit
+ * to one left; a bucket's wait for cost 1 at the cap is what one charge costs (10^6 + 1 units
+ * at 1000 per 60 s), not 2^32 units' 8 years. */
 START_TEST(test_adjust_debt_cap)
 {
     for (size_t i = 0; i < sizeof(all_algos) / sizeof(all_algos[0]); i++) {
         enum rl_algo a = all_algos[i];
         struct rl_tier t = mk_tier(a, 1000, 60000, 1000);
         struct rl_algo_state s = {0, 0};
-        struct rl_algo_state n;
         struct rl_algo_result r;
+        bool bucket = a == RL_ALGO_TOKEN_BUCKET || a == RL_ALGO_GCRA || a == RL_ALGO_LEAKY_BUCKET;
 
+        RL_CHECK_UINT_EQ(rl_algo_debt_cap(&t), 1000 + RL_ALGO_DEBT_OVER);
         for (int k = 0; k < 5000; k++) {
             adj(&t, &s, 5000, 1000000);
         }
-        rl_algo_judge(&t, &s, 5000, 1, &r, &n);
+        r = probe(&t, &s, 5000, 1);
         RL_CHECK(!r.allowed && r.remaining == 0, "%s", algo_names[a]);
-        /* a refund of 1000000 from 2^32 - 1 still leaves debt */
+        if (bucket) {
+            /* (10^6 + 1) units at 1000 per 60000 ms: 60,000,060 ms */
+            RL_CHECK(r.retry_ms == 60000060, "%s: %llu", algo_names[a], (unsigned long long)r.retry_ms);
+        }
         adj(&t, &s, 5000, -1000000);
-        RL_CHECK(!probe(&t, &s, 5000, 1).allowed, "%s", algo_names[a]);
+        r = probe(&t, &s, 5000, 1);
+        RL_CHECK(!r.allowed && r.remaining == 0, "%s", algo_names[a]);
+        adj(&t, &s, 5000, -1);
+        r = probe(&t, &s, 5000, 1);
+        RL_CHECK(r.allowed && r.remaining == 0, "%s", algo_names[a]);
         rl_algo_release(&t, &s);
+    }
+    /* the cap never passes what a window's 32-bit count holds */
+    {
+        struct rl_tier t = mk_tier(RL_ALGO_FIXED_WINDOW, 4294967295u, 60000, 4294967295u);
+
+        RL_CHECK_UINT_EQ(rl_algo_debt_cap(&t), RL_ALGO_DEBT_MAX);
     }
 }
 END_TEST
