@@ -472,7 +472,10 @@ set_router_reserve(struct conf_parser *p, const char *v)
 static const char *
 set_idle_timeout(struct conf_parser *p, const char *v)
 {
-    if (strcmp(v, "0") == 0) {
+    uint64_t ms;
+
+    /* never: 0, or a duration of 0 (0s, 0ms) */
+    if (strcmp(v, "0") == 0 || (rl_parse_duration_ms(v, &ms) == NULL && ms == 0)) {
         p->c->clients.idle_timeout_ms = 0;
         return NULL;
     }

@@ -653,7 +653,13 @@ main(int argc, char **argv)
     opts.rules = &n.rules.st;
     rc = rl_server_start(&n.server, rl_daemon_loop(&n.d), n.limiter, &opts);
     if (rc != 0) {
-        rl_daemon_fail(&n.d, "rl-node: cannot listen on %s: %s", n.d.addr, uv_strerror(rc));
+        if (n.server.events_log_failed) {
+            rl_daemon_fail(&n.d,
+                           "rl-node: cannot open the events log %s ([cluster] events_log): %s",
+                           n.d.conf->events_log, strerror(-rc));
+        } else {
+            rl_daemon_fail(&n.d, "rl-node: cannot listen on %s: %s", n.d.addr, uv_strerror(rc));
+        }
         rc = 1;
         goto out;
     }

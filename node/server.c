@@ -678,8 +678,11 @@ server_throttle_create(struct rl_server *s)
     }
     rc = rl_throttle_create(&s->throttle, cap, s->name, path);
     if (rc != 0) {
-        rl_log_error("throttle events: cannot start (%s%s%s)", strerror(-rc),
-                     path[0] != '\0' ? ", events_log " : "", path);
+        /* the events log's failure is the caller's one line (rl-node: cannot open ...) */
+        s->events_log_failed = path[0] != '\0';
+        if (!s->events_log_failed) {
+            rl_log_error("throttle events: cannot start (%s)", strerror(-rc));
+        }
         return rc;
     }
     if (conf != NULL) {

@@ -62,6 +62,7 @@ struct rl_server {
     struct rl_limiter *limiter;
     struct rl_throttle *throttle;        /* NULL: [cluster] throttle_events = 0 */
     struct rl_wire_episode *episodes;    /* RL_WIRE_TOP_MAX, for THROTTLED replies */
+    bool events_log_failed;              /* rl_server_start failed opening [cluster] events_log */
     struct rl_clock clock;
     struct rl_server_opts opts;
     char name[64];

@@ -205,6 +205,16 @@ START_TEST(test_defaults)
     ck_assert(!c->rules[0].shadow);
     ck_assert_uint_eq(c->tiers[0].burst, 7);
     rl_conf_destroy(c);
+    /* "0 (never)" is any duration of 0, with its unit too */
+    for (int i = 0; i < 3; i++) {
+        static const char *const never[] = {"[clients]\nidle_timeout = 0\n",
+                                            "[clients]\nidle_timeout = 0s\n",
+                                            "[clients]\nidle_timeout = 0ms\n"};
+
+        c = parse_ok(never[i]);
+        ck_assert_uint_eq(c->clients.idle_timeout_ms, 0);
+        rl_conf_destroy(c);
+    }
 }
 END_TEST
 
@@ -381,6 +391,7 @@ static const struct {
      "advertise: \"0.0.0.0:7401\" is a wildcard address"},
     {"[clients]\nmax_connections_per_peer = many\n", 2, "max_connections_per_peer"},
     {"[clients]\nidle_timeout = 5\n", 2, "idle_timeout"},
+    {"[clients]\nidle_timeout = 999ms\n", 2, "idle_timeout"},
     {"[clients]\nframe_timeout = 10ms\n", 2, "is out of range (100ms..1h)"},
     {"[clients]\nbuffer_memory = 10kb\n", 2, "is below the minimum of 1mb"},
     {"[clients]\nmax_conns = 5\n", 2, "max_conns"},

@@ -273,6 +273,27 @@ END_TEST
  * for "nothing written", docs/REGIONS.md) with one line that starts with FILE:LINE: (rl-rebalance, rl-cli and rl-regions put their own name first); a node's --name
  * that no node can have (a '/', empty) exits 2 with a line that says so, before anything
  * else is tried (it was taken to ZooKeeper, which refused it: exit 1, "Invalid argument"). */
+/* Every program answers --help (its usage, exit 0) and --version ("NAME VERSION", exit 0). */
+START_TEST(test_every_program_help_and_version)
+{
+    static const char *const progs[] = {"rl-node",  "rl-router", "rl-rebalance", "rl-cli",
+                                        "rl-bench", "rl-chaos",  "rl-regions",   "rl-genlog"};
+    char out[16384], want[64];
+
+    for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
+        const char *help[] = {progs[i], "--help", NULL};
+        const char *version[] = {progs[i], "--version", NULL};
+
+        ck_assert_msg(cli(out, sizeof(out), help) == 0, "%s --help: %s", progs[i], out);
+        ck_assert_msg(strstr(out, "usage") != NULL || strstr(out, "Usage") != NULL,
+                      "%s --help: %s", progs[i], out);
+        ck_assert_msg(cli(out, sizeof(out), version) == 0, "%s --version: %s", progs[i], out);
+        snprintf(want, sizeof(want), "%s %s", progs[i], RL_VERSION);
+        ck_assert_msg(strstr(out, want) != NULL, "%s --version: %s", progs[i], out);
+    }
+}
+END_TEST
+
 START_TEST(test_config_error_line)
 {
     char bad[PATH_MAX], want[PATH_MAX + 8], out[4096];
@@ -464,6 +485,7 @@ cli_suite(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_exit_codes_and_owner);
+    tcase_add_test(tc, test_every_program_help_and_version);
     tcase_add_test(tc, test_adjust_and_release);
     tcase_add_test(tc, test_bench_ops);
     tcase_add_test(tc, test_envoy_check_tree);

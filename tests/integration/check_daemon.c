@@ -378,6 +378,17 @@ START_TEST(test_bad_command_lines_exit_2)
 
         run_one_line(argv, 1, "rl-node: cannot listen on");
     }
+    /* an events log that cannot be opened says so, not that the address cannot be listened on */
+    ck_assert_int_eq(rl_harness_write_file(bad, "[cluster]\nevents_log = /nonexistent/dir/ev.log\n"
+                                                "[node a]\nlisten = 127.0.0.1:%d\n",
+                                           node_port),
+                     0);
+    {
+        const char *argv[] = {"rl-node", "--config", bad, "--name", "a", NULL};
+
+        run_one_line(argv, 1, "rl-node: cannot open the events log /nonexistent/dir/ev.log "
+                              "([cluster] events_log): No such file or directory");
+    }
     {
         const char *argv[] = {"rl-router", "--config", conf_path, "--listen", listen, NULL};
 

@@ -36,6 +36,7 @@ static const char usage[] =
     "                             [--rate N] [--hosts FILE] [--report DIR]\n"
     "       rl-chaos list\n"
     "       rl-chaos --help          (this, and the scenario format; --help-scenario: that alone)\n"
+    "       rl-chaos --version\n"
     "\n"
     "Starts a throwaway cluster (ZooKeeper, nodes, routers on loopback), drives traffic through\n"
     "every router, injects the scenario's faults, checks the invariants (liveness, exactness,\n"
@@ -199,6 +200,7 @@ main(int argc, char **argv)
                                          {"json", required_argument, NULL, 'j'},
                                          {"verbose", no_argument, NULL, 'v'},
                                          {"help", no_argument, NULL, 'h'},
+                                         {"version", no_argument, NULL, 'V'},
                                          {"help-scenario", no_argument, NULL, 's'},
                                          {"duration", required_argument, NULL, 'd'},
                                          {"rate", required_argument, NULL, 'r'},
@@ -245,6 +247,9 @@ main(int argc, char **argv)
             return 0;
         case 's':
             fputs(ch_scenario_help, stdout);
+            return 0;
+        case 'V':
+            printf("rl-chaos %s\n", RL_VERSION);
             return 0;
         default:
             fputs(usage, stderr);

@@ -14,7 +14,8 @@
 static const struct cli_cmd commands[] = {
     {.op = RL_WIRE_OP_CHECK,
      .run = cli_cmd_check,
-     .synopsis = "SERVICE USER [ENDPOINT] [--cost N] [--limit LIMIT] [--repeat N] [--interval-ms MS]",
+     .synopsis =
+         "SERVICE USER [ENDPOINT] [--cost N] [--limit LIMIT] [--repeat N] [--interval-ms MS]",
      .help = "ask for a decision; one line per reply",
      .opts = CLI_O(COST) | CLI_O(REPEAT) | CLI_O(INTERVAL) | CLI_O(LIMIT)},
     {.op = RL_WIRE_OP_ADJUST,
@@ -30,7 +31,9 @@ static const struct cli_cmd commands[] = {
      .help = "give back COUNT (default 1) slots of a concurrency rule taken\n"
              "by check; the key after it, printed as check's",
      .opts = CLI_O(REPEAT) | CLI_O(INTERVAL) | CLI_O(LIMIT)},
-    {.op = RL_WIRE_OP_PING, .run = cli_cmd_query, .help = "who answers (a router or a node's name)"},
+    {.op = RL_WIRE_OP_PING,
+     .run = cli_cmd_query,
+     .help = "who answers (a router or a node's name)"},
     {.op = RL_WIRE_OP_STATS,
      .run = cli_cmd_query,
      .help = "the server's counters, one \"key value\" per line"},

@@ -18,6 +18,7 @@ static const char usage[] =
     "usage: rl-regions --config REGION.conf --config REGION.conf ... [--dry-run | --rollback]\n"
     "                  [--interval DURATION] [--floor N] [--min-count N] [--top N]\n"
     "                  [--timeout DURATION] [--settle DURATION] [--hold DURATION] [--quiet]\n"
+    "       rl-regions --help | --version\n"
     "\n"
     "Reads every region's use of its global services (the hot keys of its router) and its\n"
     "slices (its ZooKeeper), computes the next slices from demand and writes them into each\n"
@@ -70,6 +71,9 @@ rg_args(int argc, char **argv, struct rg_opts *o)
 
         if (strcmp(a, "--help") == 0) {
             fputs(usage, stdout);
+            exit(0);
+        } else if (strcmp(a, "--version") == 0) {
+            printf("rl-regions %s\n", RL_VERSION);
             exit(0);
         } else if (strcmp(a, "--dry-run") == 0) {
             o->dry_run = true;
