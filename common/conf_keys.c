@@ -424,6 +424,9 @@ set_deny_cache(struct conf_parser *p, const char *v)
         p->c->deny_cache = 0;
         return NULL;
     }
+    if (*v < '0' || *v > '9') {
+        return "is not on, off or a number of entries (0..16777216)";
+    }
     return set_bounded(p, &p->c->deny_cache, v, false, 0, RL_CONF_DENY_CACHE_MAX,
                        "on, off or 0..16777216");
 }

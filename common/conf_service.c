@@ -130,10 +130,10 @@ parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
         return p->why;
     }
     why = limit_count(p, "limit", tok[1], &t->limit);
-    if (why != NULL) {
+    if (why != NULL && t->algo != RL_ALGO_CONCURRENCY) {
         return why;
     }
-    if (t->limit > rl_algo_limit_max(t->algo)) {
+    if (why != NULL || t->limit > rl_algo_limit_max(t->algo)) {
         snprintf(p->why, sizeof(p->why), "has a concurrency outside 1..%u",
                  RL_CONF_CONCURRENCY_MAX);
         return p->why;
@@ -144,7 +144,10 @@ parse_limit(struct conf_parser *p, const char *v, struct rl_tier *t)
         return p->why;
     }
     if (why != NULL || window < 1 || window > rl_algo_window_max(t->algo)) {
-        if (rl_algo_window_max(t->algo) == RL_CONF_WINDOW_MAX) {
+        if (t->algo == RL_ALGO_CONCURRENCY) {
+            snprintf(p->why, sizeof(p->why), "has a lease outside 1ms..%ums (about 49.7 days)",
+                     (unsigned)rl_algo_window_max(t->algo));
+        } else if (rl_algo_window_max(t->algo) == RL_CONF_WINDOW_MAX) {
             snprintf(p->why, sizeof(p->why), "has a window outside 1ms..%llums (366 days)",
                      (unsigned long long)RL_CONF_WINDOW_MAX);
         } else {
