@@ -426,7 +426,8 @@ int rl_listener_adopt(struct rl_listener *l, uv_os_sock_t fd);
 uint64_t rl_conn_raise_fd_limit(void);
 
 /* c said HELLO as a router: it leaves the client counts (and probation) for the reserve.
- * Returns false when the reserve is full (the caller refuses c). */
+ * Returns false when the reserve is full: c, which holds a client's slot (a connection in
+ * probation always has a reserve slot), stays a client's connection. */
 bool rl_conn_set_router(struct rl_conn *c);
 
 /* Fills s with the listener's counters (buffer_bytes: of the whole loop; peers: 0 when shared,

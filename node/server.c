@@ -517,8 +517,14 @@ server_hello(struct rl_conn *c, const struct rl_wire_req *req)
         return;
     }
     if (!rl_conn_set_router(c)) {
-        rl_conn_refuse(c, RL_WIRE_ERR_OVERLOADED,
-                       "server busy: the router reserve is full (router_reserve)");
+        /* It holds a client's slot already (one held in the reserve never gets here): it
+         * keeps it, as a client's connection, rather than being closed for a router to
+         * reconnect at once (a reserve too small for routers x workers x 3, or one that
+         * clients saying HELLO took). */
+        s->errors++;
+        server_replied(c, rl_wire_put_error(&c->out, req->id, RL_WIRE_ERR_OVERLOADED,
+                                            "the router reserve is full (router_reserve): "
+                                            "served as a client's connection"));
         return;
     }
     server_replied(c, rl_wire_put_hello_reply(&c->out, req->id, s->name));

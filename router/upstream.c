@@ -199,11 +199,23 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
         /* The answer to this connection's HELLO: a node that refuses it (or predates it)
          * still serves the connection as a client's. */
         uc->hello_pending = false;
+        if (rep.op == RL_WIRE_OP_ERROR && rep.err == RL_WIRE_ERR_OVERLOADED) {
+            /* The node's router reserve is full: it serves this connection as a client's
+             * (a node from before 2026-11-29 closes it: then the backoff below is not reset,
+             * so no reconnect storm). Said at most once per 10 s per node and worker. */
+            rl_log_limited(&u->hello_log, uv_now(u->q->loop), 10000, RL_LOG_WARN,
+                           "node %s (%s): HELLO not taken (%.*s); give every node [clients] "
+                           "router_reserve >= routers x workers x 3",
+                           u->name, u->addr, (int)rep.message.len,
+                           rep.message.ptr != NULL ? rep.message.ptr : "");
+            return;
+        }
         if (rep.op == RL_WIRE_OP_ERROR) {
             rl_log_info("node %s (%s): HELLO not taken (%.*s): counted as a client there", u->name,
                         u->addr, (int)rep.message.len,
                         rep.message.ptr != NULL ? rep.message.ptr : "");
         }
+        u->backoff_ms = RL_UPSTREAM_BACKOFF_MIN_MS; /* the node took the connection */
         return;
     }
     if (uc->rules_probe && rep.id == RL_UPSTREAM_PROBE_ID &&
@@ -292,7 +304,9 @@ upconn_connected(struct rl_conn *c, int status)
         rl_log_info("node %s (%s): connected", u->name, u->addr);
     }
     u->stats.connects++;
-    u->backoff_ms = RL_UPSTREAM_BACKOFF_MIN_MS;
+    if (!uc->hello_pending) {
+        u->backoff_ms = RL_UPSTREAM_BACKOFF_MIN_MS; /* else: once the node takes the HELLO */
+    }
 }
 
 /* c is lost: hand its requests back to the router, and try again later. */

@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "log.h"
 #include "wire.h"
 
 #define RL_UPSTREAM_CONNS 2 /* connections that carry CHECKs */
@@ -128,7 +129,8 @@ struct rl_upstream {
     uint64_t epoch_seen; /* the router's (shed.c): the epoch it last forgot refusals for */
     struct rl_upstream_ops ops;
     struct rl_upstream_stats stats;
-    struct rl_upstream *next; /* the router's list */
+    struct rl_log_limit hello_log; /* "router reserve is full" refusals */
+    struct rl_upstream *next;      /* the router's list */
 };
 
 /* Creates an upstream for node `name` at "host:port" on q's loop and starts connecting.

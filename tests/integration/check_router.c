@@ -1087,6 +1087,62 @@ zk_teardown(void)
     rl_harness_cleanup();
 }
 
+/*
+ * A node's router reserve smaller than the router's workers x 3 connections (here 2 for 4
+ * workers: 12): the connections past it are served as clients' (their HELLO answered
+ * OVERLOADED, the connection kept), so every worker reaches the node and answers from it,
+ * never by failure policy, and none reconnects in a loop (before: each was closed at once,
+ * reconnected, closed again, and its worker answered FAIL_OPEN with the node up).
+ */
+START_TEST(test_hello_past_the_reserve_is_served)
+{
+    char conf[PATH_MAX], user[32];
+    int np = rl_harness_free_port(), rp = rl_harness_free_port();
+    struct rl_harness_server node = {0}, rt = {0};
+    struct rl_client *cs[8] = {0}, *nc = NULL;
+    struct rl_wire_reply rep;
+    int64_t total0, total1;
+
+    ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "reserve.conf"), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf,
+                                           "[cluster]\nshards = 16\n"
+                                           "[clients]\nrouter_reserve = 2\n"
+                                           "[router]\ndeadline = 2s\n"
+                                           "[node a]\nlisten = 127.0.0.1:%d\n"
+                                           "[service fw]\nlimit = fixed_window 1000 per 1h\n",
+                                           np),
+                     0);
+    ck_assert_int_eq(rl_harness_node_start(&node, conf, "a", np, 0), 0);
+    ck_assert_int_eq(rl_harness_router_start_workers(&rt, conf, rp, 4), 0);
+    /* eight client connections: the acceptor spreads them over the four workers */
+    for (int i = 0; i < 8; i++) {
+        ck_assert_int_eq(rl_client_connect(&cs[i], "127.0.0.1", (uint16_t)rp, T_TIMEOUT), 0);
+    }
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < 8; i++) {
+            snprintf(user, sizeof(user), "u%d-%d", round, i);
+            ck_assert_int_eq(rl_client_check(cs[i], "fw", user, NULL, 1, &rep, T_TIMEOUT), 0);
+            ck_assert_msg(rep.op == RL_WIRE_OP_CHECK && rep.check.code == RL_WIRE_ALLOWED,
+                          "connection %d: op %u code %u", i, rep.op, rep.check.code);
+        }
+    }
+    ck_assert_int_eq(rl_client_connect(&nc, "127.0.0.1", (uint16_t)np, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_stats(nc, &rep, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_stat(&rep, "router_connections", -1), 2);
+    total0 = rl_client_stat(&rep, "connections_total", -1);
+    ck_assert_int_le(total0, 20); /* the router's 12 (and a probe's), and this one */
+    usleep(1000 * 1000);
+    ck_assert_int_eq(rl_client_stats(nc, &rep, T_TIMEOUT), 0);
+    total1 = rl_client_stat(&rep, "connections_total", -1);
+    ck_assert_msg(total1 == total0, "the router reconnected %lld times in 1 s",
+                  (long long)(total1 - total0));
+    for (int i = 0; i < 8; i++) {
+        rl_client_destroy(cs[i]);
+    }
+    rl_client_destroy(nc);
+}
+END_TEST
+
 static Suite *
 router_suite(void)
 {
@@ -1107,6 +1163,7 @@ router_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, NULL, zk_teardown);
     tcase_add_test(tc, test_zookeeper_unreachable);
+    tcase_add_test(tc, test_hello_past_the_reserve_is_served);
     suite_add_tcase(s, tc);
     return s;
 }
