@@ -14,13 +14,16 @@
 #include "conf.h"
 
 #include "conf_int.h"
+#include "file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* libinih's callbacks. */
 
@@ -286,11 +289,17 @@ conf_parse(const char *name, const char *text, bool rules_only, struct rl_conf *
     p.msglen = errlen;
     p.rules_only = rules_only;
     if (text == NULL) {
-        /* "e": O_CLOEXEC, so a process that forks never leaks the file into a child. */
-        p.fp = fopen(name, "re");
+        /* A regular file only (a FIFO would block the process: at start, or at a SIGHUP's
+         * reload), opened O_CLOEXEC so a process that forks never leaks it into a child. */
+        int fd = rl_file_open(name, O_RDONLY, 0, 0);
+
+        p.fp = fd >= 0 ? fdopen(fd, "r") : NULL;
         if (p.fp == NULL) {
-            rc = -errno;
-            conf_fail(&p, 0, rc, "%s", strerror(errno));
+            rc = fd >= 0 ? -errno : fd;
+            if (fd >= 0) {
+                close(fd);
+            }
+            conf_fail(&p, 0, rc, "%s", rl_file_strerror(rc));
             *out = NULL;
             return rc;
         }

@@ -8,12 +8,15 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "file.h"
 #include "utf8.h"
 
 void
@@ -58,12 +61,18 @@ files_add(struct rl_envoy_files *fs, const char *name, size_t nlen, char *text, 
 static int
 read_one(const char *path, struct rl_envoy_files *fs, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    int fd = rl_file_open(path, O_RDONLY, 0, 0);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     char *buf;
     size_t n;
 
     if (f == NULL) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        int rc = fd >= 0 ? -errno : fd;
+
+        if (fd >= 0) {
+            close(fd);
+        }
+        snprintf(err, errlen, "%s: %s", path, rl_file_strerror(rc));
         return -1;
     }
     buf = malloc(RL_ENVOY_FILE_MAX + 2);

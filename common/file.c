@@ -5,21 +5,59 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+int
+rl_file_open(const char *path, int flags, mode_t mode, int allow_chr)
+{
+    int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, mode);
+    struct stat st;
+    int fl;
+
+    if (fd < 0) {
+        /* a FIFO opened for writing with no reader: ENXIO, which is no regular file either */
+        return errno == ENXIO ? RL_FILE_NOT_REGULAR : -errno;
+    }
+    if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || (allow_chr && S_ISCHR(st.st_mode)))) {
+        bool dir = S_ISDIR(st.st_mode);
+
+        close(fd);
+        return dir ? -EISDIR : RL_FILE_NOT_REGULAR;
+    }
+    fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int rc = -errno;
+
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+const char *
+rl_file_strerror(int rc)
+{
+    return rc == RL_FILE_NOT_REGULAR
+               ? "not a regular file (a FIFO or a socket could block the process)"
+               : strerror(-rc);
+}
 
 int
 rl_file_read_small(const char *path, size_t max, char **text, size_t *len)
 {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
-    int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+    int fd = rl_file_open(path, O_RDONLY, 0, 0), rc = 0;
 
     *text = NULL;
     *len = 0;
     if (fd < 0 || buf == NULL) {
-        rc = fd < 0 ? -errno : -ENOMEM;
+        rc = fd < 0 ? fd : -ENOMEM;
         goto out;
     }
     for (;;) {

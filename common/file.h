@@ -7,7 +7,28 @@
 #ifndef RL_FILE_H
 #define RL_FILE_H
 
+#include <errno.h>
 #include <stddef.h>
+#include <sys/types.h>
+
+/* What rl_file_open returns for a path that is no regular file (a FIFO, a socket; a character
+ * device too unless allowed; a directory is -EISDIR): opening or reading one could block the
+ * process. */
+#define RL_FILE_NOT_REGULAR (-ENODEV)
+
+/*
+ * Opens path (flags as open(2)'s: O_RDONLY, or O_WRONLY | O_CREAT | O_APPEND with mode) without
+ * ever blocking on it: O_NONBLOCK for the open, then it must be a regular file, or with
+ * allow_chr a character device (/dev/null, a terminal); O_NONBLOCK is then cleared, so reads
+ * and writes behave as usual. O_CLOEXEC and O_NOCTTY are always added. Returns the
+ * descriptor, or a negative errno (-EISDIR for a directory, RL_FILE_NOT_REGULAR for any other
+ * kind of file: a FIFO, whose open waits for a peer, would hang the process that opened it,
+ * SIGTERM included).
+ */
+int rl_file_open(const char *path, int flags, mode_t mode, int allow_chr);
+
+/* strerror(-rc), or for RL_FILE_NOT_REGULAR what it means. */
+const char *rl_file_strerror(int rc);
 
 /* Reads a whole file of less than about `max` bytes into a NUL-terminated malloc'd buffer
  * (*text, free it; *len bytes before the NUL). Returns 0, -EFBIG past max, or another

@@ -8,6 +8,8 @@
  */
 #include "log.h"
 
+#include "file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -56,9 +58,9 @@ rl_log_reopen(void)
     if (log_path[0] == '\0') {
         return 0;
     }
-    fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    fd = rl_file_open(log_path, O_WRONLY | O_APPEND | O_CREAT, 0640, 1);
     if (fd < 0) {
-        return -errno;
+        return fd;
     }
     if (fd != STDERR_FILENO && dup2(fd, STDERR_FILENO) < 0) {
         saved = errno;

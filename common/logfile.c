@@ -3,6 +3,8 @@
  */
 #include "logfile.h"
 
+#include "file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -13,10 +15,11 @@ int
 rl_logfile_open(const char *path, uint64_t *size)
 {
     struct stat st;
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, RL_LOGFILE_MODE);
+    /* a regular file or a device such as /dev/null, never a FIFO: it could block the loop */
+    int fd = rl_file_open(path, O_WRONLY | O_CREAT | O_APPEND, RL_LOGFILE_MODE, 1);
 
     if (fd < 0) {
-        return -errno;
+        return fd;
     }
     if (size != NULL) {
         *size = fstat(fd, &st) == 0 && st.st_size > 0 ? (uint64_t)st.st_size : 0;

@@ -6,6 +6,7 @@
 #include "tls.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +20,8 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+
+#include "file.h"
 
 #define TLS_KEY_FILE_MAX (1u << 20) /* a PEM private key is a few KiB */
 
@@ -77,6 +80,25 @@ no_passphrase(char *buf, int size, int rwflag, void *u)
  * The private key of path, read under the rule of secret files (auth.h): a regular file that
  * neither group nor others may read or write. The bytes read are wiped.
  */
+/* Whether path (NULL: none) is a regular file OpenSSL may open by name: a FIFO there would
+ * block the process in OpenSSL's open (at start, or at a SIGHUP's reload). */
+static bool
+tls_file_ok(const char *key, const char *path, char *why, size_t whylen)
+{
+    int fd;
+
+    if (path == NULL) {
+        return true;
+    }
+    fd = rl_file_open(path, O_RDONLY, 0, 0);
+    if (fd < 0) {
+        snprintf(why, whylen, "%s: cannot open %s: %s", key, path, rl_file_strerror(fd));
+        return false;
+    }
+    close(fd);
+    return true;
+}
+
 static EVP_PKEY *
 load_key(const char *path, char *why, size_t whylen)
 {
@@ -197,6 +219,10 @@ build_ctx(const struct rl_tls_ctx *t, char *why, size_t whylen)
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     /* Memory BIOs: a write is taken whole, and its buffer may move between calls. */
     SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    if (!tls_file_ok("tls_cert_file", t->cert, why, whylen) ||
+        !tls_file_ok("tls_ca_file", t->ca, why, whylen)) {
+        goto fail;
+    }
     if (t->cert != NULL) {
         if (SSL_CTX_use_certificate_chain_file(ctx, t->cert) != 1) {
             snprintf(what, sizeof(what), "tls_cert_file: cannot use %s", t->cert);

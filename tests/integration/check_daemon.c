@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -447,6 +448,64 @@ START_TEST(test_envoy_config_errors_stop_the_router)
 }
 END_TEST
 
+/*
+ * A FIFO where a process opens a file (a log agent's mistake, or anyone who may write in a
+ * log directory) never blocks it: as the config file, an rl-node and an rl-router exit 2 at
+ * once saying the file is no regular file; and at SIGHUP, with the log file, the request log
+ * and the config file (the rules' reload) each replaced by a FIFO, both go on answering and
+ * stop on SIGTERM (before, the open waited for a writer forever, SIGTERM included).
+ */
+START_TEST(test_fifos_never_block)
+{
+    char fifo[PATH_MAX], nlog[PATH_MAX], rlog[PATH_MAX], reqlog[PATH_MAX], real[PATH_MAX + 8];
+    pid_t node, router;
+
+    ck_assert_int_eq(rl_harness_tmppath(fifo, sizeof(fifo), "fifo.conf"), 0);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    {
+        const char *argv[] = {"rl-node", "--config", fifo, "--name", "a", NULL};
+
+        run_one_line(argv, 2, "fifo.conf: not a regular file");
+    }
+    {
+        const char *argv[] = {"rl-router", "--config", fifo, NULL};
+
+        run_one_line(argv, 2, "fifo.conf: not a regular file");
+    }
+    ck_assert_int_eq(rl_harness_tmppath(nlog, sizeof(nlog), "fnode.log"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(rlog, sizeof(rlog), "frouter.log"), 0);
+    ck_assert_int_eq(rl_harness_tmppath(reqlog, sizeof(reqlog), "frequests.log"), 0);
+    write_conf(0, reqlog);
+    {
+        const char *nargv[] = {"rl-node", "--config", conf_path, "--name", "a", "--log-file",
+                               nlog, NULL};
+        const char *rargv[] = {"rl-router", "--config", conf_path, "--log-file", rlog, NULL};
+
+        node = start(nargv, node_port);
+        router = start(rargv, router_port);
+    }
+    ck_assert_uint_eq(check(router_port, "bob").code, RL_WIRE_ALLOWED);
+    /* every file a SIGHUP opens again is now a FIFO: logs, request log, the config */
+    snprintf(real, sizeof(real), "%s.real", conf_path);
+    ck_assert_int_eq(rename(conf_path, real), 0);
+    ck_assert_int_eq(mkfifo(conf_path, 0600), 0);
+    ck_assert_int_eq(unlink(nlog), 0);
+    ck_assert_int_eq(mkfifo(nlog, 0600), 0);
+    ck_assert_int_eq(unlink(rlog), 0);
+    ck_assert_int_eq(mkfifo(rlog, 0600), 0);
+    ck_assert_int_eq(unlink(reqlog), 0);
+    ck_assert_int_eq(mkfifo(reqlog, 0600), 0);
+    ck_assert_int_eq(kill(node, SIGHUP), 0);
+    ck_assert_int_eq(kill(router, SIGHUP), 0);
+    usleep(500 * 1000);
+    ck_assert_uint_eq(check(node_port, "bob").code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(check(router_port, "bob").code, RL_WIRE_ALLOWED);
+    ck_assert_uint_eq(check(router_port, "bob").code, RL_WIRE_LIMITED); /* 3 per 1h, kept */
+    ck_assert_int_eq(rl_harness_stop(router, SIGTERM, 10000, NULL), 0);
+    ck_assert_int_eq(rl_harness_stop(node, SIGTERM, 10000, NULL), 0);
+}
+END_TEST
+
 static Suite *
 daemon_suite(void)
 {
@@ -458,6 +517,7 @@ daemon_suite(void)
     tcase_add_test(tc, test_sighup_reopens_logs_and_keeps_counters);
     tcase_add_test(tc, test_bad_command_lines_exit_2);
     tcase_add_test(tc, test_envoy_config_errors_stop_the_router);
+    tcase_add_test(tc, test_fifos_never_block);
     suite_add_tcase(s, tc);
     return s;
 }
