@@ -83,8 +83,11 @@ struct rl_conn_shared;
  */
 struct rl_conn_hs {
     struct rl_conn_hs *prev, *next;       /* the loop's queue of handshakes waiting a turn */
+    struct rl_conn_hs *oprev, *onext;     /* the loop's handshakes in progress, oldest first */
     struct rl_conn_hs_peer *peer;         /* the address's count; NULL: not counted */
     void (*resume)(struct rl_conn_hs *h); /* the connection's: take its handshake step now */
+    void (*evict)(struct rl_conn_hs *h);  /* the connection's: close it, to make room */
+    uint64_t started_ms;                  /* the loop's now at its first record */
     bool queued;
 };
 
@@ -104,6 +107,7 @@ struct rl_conn_hs_stats {
     uint64_t deferred;     /* handshake steps left for a later turn: the turn's budget spent */
     uint64_t refused_peer; /* closed at their first record: the address had its cap */
     uint64_t refused_all;  /* closed at their first record: the loop had its cap */
+    uint64_t evicted;      /* in progress RL_CONN_HS_EVICT_MS or more, closed for a new one */
     uint64_t in_progress;  /* begun, neither completed nor closed, now */
 };
 
@@ -138,6 +142,7 @@ struct rl_connq {
     uint64_t hs_refill_ns; /* uv_hrtime of the last refill */
     uv_timer_t hs_timer;   /* wakes the loop when the share allows the queue a step again */
     struct rl_conn_hs *hs_head, *hs_tail;
+    struct rl_conn_hs *hs_oldest, *hs_newest; /* handshakes in progress (onext, oprev) */
     struct rl_conn_hs_peer *hs_peers[RL_CONN_HS_BUCKETS];
     uint32_t hs_per_peer; /* handshakes in progress from one address at most */
     uint32_t hs_max;      /* and on the loop at most */
@@ -233,30 +238,31 @@ struct rl_conn {
 
 /* Listener counters: reported by STATS of the node and the router (docs/OPERATIONS.md). */
 #define RL_LISTENER_STATS_MAP(X)                                                                   \
-    X(connections, "connections")                 /* open now, every kind */                      \
-    X(connections_total, "connections_total")     /* accepted */                                  \
-    X(connections_refused, "connections_refused") /* every refusal below together */              \
-    X(refused_max, "refused_max_connections")     /* past max_connections (or the fd limit) */    \
-    X(refused_peer, "refused_per_peer")           /* past max_connections_per_peer */             \
-    X(refused_buffers, "refused_buffer_memory")   /* buffer_memory spent: frame not taken */      \
-    X(protocol_closes, "protocol_closes")         /* closed after a protocol error */             \
-    X(idle_closes, "idle_closes")                 /* closed after idle_timeout */                 \
-    X(frame_timeouts, "frame_timeouts")           /* closed after frame_timeout */                \
-    X(accept_errors, "accept_errors")             /* accept(2) failed (out of descriptors) */     \
-    X(preauth_closes, "preauth_closes")           /* pre-AUTH, closed for a newer one */        \
-    X(refused_auth_rate, "refused_auth_rate")     /* address past its failed AUTHs a second */  \
-    X(auth_timeouts, "auth_timeouts")             /* closed without AUTH after auth_timeout */  \
-    X(write_timeouts, "write_timeouts")           /* fronts: output stalled frame_timeout */    \
-    X(throttled, "throttled")                     /* turns a connection was made to wait */       \
-    X(tls_handshakes, "tls_handshakes")           /* TLS handshakes begun (every front's) */    \
-    X(tls_handshakes_done, "tls_handshakes_done") /* of which completed */                      \
-    X(tls_deferred, "tls_handshake_deferred")     /* steps left for a later turn (budget) */    \
-    X(tls_refused_peer, "tls_refused_per_peer")   /* closed: the address's handshakes cap */    \
-    X(tls_refused_all, "tls_refused_max")         /* closed: the loop's handshakes cap */       \
-    X(tls_handshaking, "tls_handshaking")         /* handshakes in progress now */              \
-    X(routers, "router_connections")              /* open now that said HELLO as a router */      \
-    X(peers, "peers")                             /* distinct client addresses now */             \
-    X(preauth, "preauth_connections")             /* clients open now that have not AUTHed */     \
+    X(connections, "connections")                 /* open now, every kind */                       \
+    X(connections_total, "connections_total")     /* accepted */                                   \
+    X(connections_refused, "connections_refused") /* every refusal below together */               \
+    X(refused_max, "refused_max_connections")     /* past max_connections (or the fd limit) */     \
+    X(refused_peer, "refused_per_peer")           /* past max_connections_per_peer */              \
+    X(refused_buffers, "refused_buffer_memory")   /* buffer_memory spent: frame not taken */       \
+    X(protocol_closes, "protocol_closes")         /* closed after a protocol error */              \
+    X(idle_closes, "idle_closes")                 /* closed after idle_timeout */                  \
+    X(frame_timeouts, "frame_timeouts")           /* closed after frame_timeout */                 \
+    X(accept_errors, "accept_errors")             /* accept(2) failed (out of descriptors) */      \
+    X(preauth_closes, "preauth_closes")           /* pre-AUTH, closed for a newer one */           \
+    X(refused_auth_rate, "refused_auth_rate")     /* address past its failed AUTHs a second */     \
+    X(auth_timeouts, "auth_timeouts")             /* closed without AUTH after auth_timeout */     \
+    X(write_timeouts, "write_timeouts")           /* fronts: output stalled frame_timeout */       \
+    X(throttled, "throttled")                     /* turns a connection was made to wait */        \
+    X(tls_handshakes, "tls_handshakes")           /* TLS handshakes begun (every front's) */       \
+    X(tls_handshakes_done, "tls_handshakes_done") /* of which completed */                         \
+    X(tls_deferred, "tls_handshake_deferred")     /* steps left for a later turn (budget) */       \
+    X(tls_refused_peer, "tls_refused_per_peer")   /* closed: the address's handshakes cap */       \
+    X(tls_refused_all, "tls_refused_max")         /* closed: the loop's handshakes cap */          \
+    X(tls_evicted, "tls_evicted")                 /* stalled, closed for a new handshake */        \
+    X(tls_handshaking, "tls_handshaking")         /* handshakes in progress now */                 \
+    X(routers, "router_connections")              /* open now that said HELLO as a router */       \
+    X(peers, "peers")                             /* distinct client addresses now */              \
+    X(preauth, "preauth_connections")             /* clients open now that have not AUTHed */      \
     X(buffer_bytes, "buffer_bytes")               /* client buffer memory now */
 
 struct rl_listener_stats {
@@ -382,16 +388,21 @@ void rl_connq_set_tls(struct rl_connq *q, struct rl_tls_ctx *server, struct rl_t
  *     turn's budget of handshakes, and handshakes never take more than their share;
  *   - at most hs_per_peer (RL_CONN_DEFAULT_TLS_PER_PEER) handshakes are in progress from
  *     one address and hs_max (RL_CONN_DEFAULT_TLS_HANDSHAKES) on the loop: a connection
- *     whose first TLS record would pass either is closed at once (nothing decrypted, no
- *     crypto spent), counted in tls_refused_per_peer / tls_refused_max.
+ *     whose first TLS record would pass the address's is closed at once (nothing decrypted,
+ *     no crypto spent), counted in tls_refused_per_peer; at the loop's, the oldest
+ *     handshake in progress, when it has been so for RL_CONN_HS_EVICT_MS or more (a client
+ *     that stalls: a real one takes milliseconds), is closed through its evict callback to
+ *     make room (tls_evicted), else the new one is closed (tls_refused_max). So stalled
+ *     handshakes cannot hold the loop's slots against new clients.
  * rl_connq_hs_begin at the first record (0, or -EBUSY: close the connection);
  * rl_connq_hs_read in place of rl_tls_read (RL_CONN_HS_LATER: the step waits, h->resume is
  * called from the flusher when its turn comes, to read again); rl_connq_hs_end when the
  * connection closes (idempotent). A completed handshake leaves the counts by itself.
  */
 #define RL_CONN_HS_LATER (-100000)
+#define RL_CONN_HS_EVICT_MS 250u
 int rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
-                      void (*resume)(struct rl_conn_hs *h));
+                      void (*resume)(struct rl_conn_hs *h), void (*evict)(struct rl_conn_hs *h));
 int rl_connq_hs_read(struct rl_connq *q, struct rl_conn_hs *h, struct rl_tls *tls, void *dst,
                      size_t cap);
 void rl_connq_hs_end(struct rl_connq *q, struct rl_conn_hs *h);

@@ -797,6 +797,7 @@ rl_listener_stats(const struct rl_listener *l, struct rl_listener_stats *s)
     s->tls_deferred = l->q->hs_stats.deferred;
     s->tls_refused_peer = l->q->hs_stats.refused_peer;
     s->tls_refused_all = l->q->hs_stats.refused_all;
+    s->tls_evicted = l->q->hs_stats.evicted;
     s->tls_handshaking = l->q->hs_stats.in_progress;
     if (l->shared != NULL) {
         /* The addresses are the shared table's (rl_conn_shared.npeers): not one listener's. */

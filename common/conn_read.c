@@ -265,6 +265,15 @@ conn_hs_resumed(struct rl_conn_hs *h)
     }
 }
 
+/* Its handshake stalled while the loop's were at their cap: closed to make room. */
+static void
+conn_hs_evicted(struct rl_conn_hs *h)
+{
+    struct rl_conn *c = (struct rl_conn *)((char *)h - offsetof(struct rl_conn, hs));
+
+    rl_conn_close(c, UV_ETIMEDOUT);
+}
+
 static bool
 conn_tls_input(struct rl_conn *c, char *p, size_t n)
 {
@@ -280,7 +289,7 @@ conn_tls_input(struct rl_conn *c, char *p, size_t n)
             return false;
         }
         if (c->listener != NULL &&
-            rl_connq_hs_begin(c->q, &c->hs, c->addr, conn_hs_resumed) != 0) {
+            rl_connq_hs_begin(c->q, &c->hs, c->addr, conn_hs_resumed, conn_hs_evicted) != 0) {
             /* Past the handshakes in progress its address or the loop may have: closed
              * before any crypto is spent on it. */
             rl_conn_close(c, UV_ECONNREFUSED);

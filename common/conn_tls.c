@@ -81,6 +81,7 @@ hs_uncount(struct rl_connq *q, struct rl_conn_hs *h)
         /* The flusher closed before this connection (its counts are gone). */
         h->peer = NULL;
         h->queued = false;
+        h->oprev = h->onext = NULL;
         return;
     }
     hs_unqueue(q, h);
@@ -88,6 +89,17 @@ hs_uncount(struct rl_connq *q, struct rl_conn_hs *h)
         return;
     }
     h->peer = NULL;
+    if (h->oprev != NULL) {
+        h->oprev->onext = h->onext;
+    } else {
+        q->hs_oldest = h->onext;
+    }
+    if (h->onext != NULL) {
+        h->onext->oprev = h->oprev;
+    } else {
+        q->hs_newest = h->oprev;
+    }
+    h->oprev = h->onext = NULL;
     q->hs_stats.in_progress--;
     if (--p->count > 0) {
         return;
@@ -115,17 +127,13 @@ hs_warn(struct rl_connq *q, const char *why)
 
 int
 rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
-                  void (*resume)(struct rl_conn_hs *h))
+                  void (*resume)(struct rl_conn_hs *h), void (*evict)(struct rl_conn_hs *h))
 {
     struct rl_conn_hs_peer **b, *p;
+    uint64_t now = uv_now(q->loop);
 
     if (h->peer != NULL) {
         return 0;
-    }
-    if (q->hs_stats.in_progress >= hs_max(q)) {
-        q->hs_stats.refused_all++;
-        hs_warn(q, "too many handshakes in progress on this loop");
-        return -EBUSY;
     }
     b = hs_bucket(q, addr);
     for (p = *b; p != NULL && memcmp(p->addr, addr, 16) != 0; p = p->next) {
@@ -134,6 +142,22 @@ rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
         q->hs_stats.refused_peer++;
         hs_warn(q, "too many handshakes in progress from its address");
         return -EBUSY;
+    }
+    if (q->hs_stats.in_progress >= hs_max(q)) {
+        struct rl_conn_hs *old = q->hs_oldest;
+
+        if (old == NULL || old->evict == NULL || now - old->started_ms < RL_CONN_HS_EVICT_MS) {
+            q->hs_stats.refused_all++;
+            hs_warn(q, "too many handshakes in progress on this loop");
+            return -EBUSY;
+        }
+        /* The oldest has stalled: it makes room (its close leaves the counts; once more
+         * here in case it was closing already). Its address's record may go with it. */
+        q->hs_stats.evicted++;
+        old->evict(old);
+        hs_uncount(q, old);
+        for (p = *b; p != NULL && memcmp(p->addr, addr, 16) != 0; p = p->next) {
+        }
     }
     if (p == NULL) {
         p = calloc(1, sizeof(*p));
@@ -147,6 +171,16 @@ rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
     p->count++;
     h->peer = p;
     h->resume = resume;
+    h->evict = evict;
+    h->started_ms = now;
+    h->onext = NULL;
+    h->oprev = q->hs_newest;
+    if (q->hs_newest != NULL) {
+        q->hs_newest->onext = h;
+    } else {
+        q->hs_oldest = h;
+    }
+    q->hs_newest = h;
     q->hs_stats.started++;
     q->hs_stats.in_progress++;
     return 0;
@@ -285,5 +319,6 @@ conn_hs_free(struct rl_connq *q)
         }
     }
     q->hs_head = q->hs_tail = NULL;
+    q->hs_oldest = q->hs_newest = NULL;
     q->hs_freed = true;
 }

@@ -20,6 +20,7 @@ static void front_idle_cb(uv_idle_t *h);
 static void front_reading(struct rl_front_conn *c);
 static void front_unmark(struct rl_front_conn *c);
 static void front_hs_resumed(struct rl_conn_hs *h);
+static void front_hs_evicted(struct rl_conn_hs *h);
 
 /* Nothing to do: the idle handle only keeps the loop from blocking before the check. */
 static void
@@ -544,7 +545,8 @@ front_tls_in(struct rl_front_conn *c, const uint8_t *data, size_t len)
             }
             return -1;
         }
-        if (rl_connq_hs_begin(&c->r->connq, &c->hs, c->addr, front_hs_resumed) != 0) {
+        if (rl_connq_hs_begin(&c->r->connq, &c->hs, c->addr, front_hs_resumed, front_hs_evicted) !=
+            0) {
             return -1; /* past the handshakes in progress its address or the loop may have */
         }
     }
@@ -594,6 +596,13 @@ front_hs_resumed(struct rl_conn_hs *h)
     } else if (!c->closing) {
         rl_front_flush(c);
     }
+}
+
+/* c's handshake stalled while the loop's were at their cap: closed to make room. */
+static void
+front_hs_evicted(struct rl_conn_hs *h)
+{
+    rl_front_close((struct rl_front_conn *)((char *)h - offsetof(struct rl_front_conn, hs)));
 }
 
 /* THE way in: every byte a front reads goes to its protocol here (through the TLS layer

@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "conn.h"
 #include "connlimits.h"
 #include "harness.h"
 #include "reqclient.h"
@@ -306,6 +307,61 @@ START_TEST(test_router_handshake_flood)
 }
 END_TEST
 
+/*
+ * Stalled handshakes from many addresses fill the loop's cap (64 from each of 16 loopback
+ * addresses: 1,024, each a bare 5-byte record header and nothing more), and the node's
+ * frame_timeout is long: a new client still gets in once the stallers are 250 ms old, each
+ * new handshake taking the place of the oldest (tls_evicted), and its CHECK is answered.
+ * Before: the new client was closed at its first record (tls_refused_max) for as long as the
+ * stallers stayed.
+ */
+START_TEST(test_stalled_handshakes_make_room)
+{
+    enum { ADDRS = 16 };
+    static int fds[ADDRS * RL_CONN_DEFAULT_TLS_PER_PEER];
+    static const uint8_t header[5] = {RL_TLS_RECORD_HANDSHAKE, 3, 1, 0, 64};
+    struct rl_tls_ctx *member = client_ctx("client");
+    struct rl_client *c = NULL, *d = NULL;
+    char why[256];
+    int n = 0;
+
+    ck_assert_uint_ge(rl_conn_raise_fd_limit(), 1200);
+    ck_assert_uint_eq(RL_CONN_DEFAULT_TLS_HANDSHAKES, ADDRS * RL_CONN_DEFAULT_TLS_PER_PEER);
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)node_port, T_TIMEOUT), 0);
+    ck_assert_msg(rl_client_start_tls(c, member, T_TIMEOUT, why, sizeof(why)) == 0, "%s", why);
+    for (int a = 0; a < ADDRS; a++) {
+        struct sockaddr_in from = {.sin_family = AF_INET};
+        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)node_port)};
+
+        from.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 0x100u + (uint32_t)a); /* 127.0.1.a */
+        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        for (int i = 0; i < (int)RL_CONN_DEFAULT_TLS_PER_PEER; i++, n++) {
+            fds[n] = socket(AF_INET, SOCK_STREAM, 0);
+            ck_assert_int_ge(fds[n], 0);
+            ck_assert_int_eq(bind(fds[n], (struct sockaddr *)&from, sizeof(from)), 0);
+            ck_assert_int_eq(connect(fds[n], (struct sockaddr *)&to, sizeof(to)), 0);
+            ck_assert_int_eq((int)send(fds[n], header, sizeof(header), MSG_NOSIGNAL), 5);
+        }
+    }
+    wait_stat(c, "tls_handshaking", n);
+    ck_assert_int_eq(stat_of(c, "tls_refused_max"), 0);
+    usleep((RL_CONN_HS_EVICT_MS + 100) * 1000);
+    ck_assert_int_eq(rl_client_connect(&d, "127.0.0.1", (uint16_t)node_port, T_TIMEOUT), 0);
+    ck_assert_msg(rl_client_start_tls(d, member, T_TIMEOUT, why, sizeof(why)) == 0,
+                  "a new client is kept out by stalled handshakes: %s", why);
+    queue_checks(d, "carol", 1, 1);
+    expect_checks(d, 1, 1, 99);
+    ck_assert_int_ge(stat_of(c, "tls_evicted"), 1);
+    ck_assert_int_eq(stat_of(c, "tls_refused_max"), 0);
+    rl_client_destroy(d);
+    for (int i = 0; i < n; i++) {
+        close(fds[i]);
+    }
+    rl_client_destroy(c);
+    rl_tls_ctx_free(member);
+}
+END_TEST
+
 static Suite *
 tls_flood_suite(void)
 {
@@ -316,6 +372,7 @@ tls_flood_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_node_handshake_flood);
     tcase_add_test(tc, test_router_handshake_flood);
+    tcase_add_test(tc, test_stalled_handshakes_make_room);
     suite_add_tcase(s, tc);
     return s;
 }
