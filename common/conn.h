@@ -259,6 +259,7 @@ struct rl_conn {
     X(tls_refused_peer, "tls_refused_per_peer")   /* closed: the address's handshakes cap */       \
     X(tls_refused_all, "tls_refused_max")         /* closed: the loop's handshakes cap */          \
     X(tls_evicted, "tls_evicted")                 /* stalled, closed for a new handshake */        \
+    X(buffer_evictions, "buffer_evictions")       /* fronts: held the most, closed for room */     \
     X(tls_handshaking, "tls_handshaking")         /* handshakes in progress now */                 \
     X(routers, "router_connections")              /* open now that said HELLO as a router */       \
     X(peers, "peers")                             /* distinct client addresses now */              \

@@ -132,14 +132,50 @@ rl_front_charge(struct rl_front_conn *c, size_t cost)
     *front_turn_used(c) += cost;
 }
 
+/* The loop's connection holding the most request bytes, other than c and more than want;
+ * NULL if none. */
+static struct rl_front_conn *
+front_biggest(struct rl_front *g, const struct rl_front_conn *c, uint64_t want)
+{
+    struct rl_front_conn *big = NULL;
+
+    for (struct rl_front_conn *o = g->conns; o != NULL; o = o->next) {
+        if (o != c && !o->closing && o->held > want && (big == NULL || o->held > big->held)) {
+            big = o;
+        }
+    }
+    return big;
+}
+
 int
 rl_front_hold(struct rl_front_conn *c, size_t old, size_t new)
 {
     struct rl_front *g = c->r->front;
 
-    if (new > old && (c->held - old + new > c->ops->limits.held_max ||
-                      g->held - old + new > front_budget(c->r))) {
+    if (new > old && c->held - old + new > c->ops->limits.held_max) {
         return -1;
+    }
+    /* Past the loop's share of buffer_memory, the connection holding the most makes room, as
+     * Redis's maxmemory-clients evicts its biggest clients: connections that send big
+     * unfinished requests and wait cannot keep a new client's few bytes out. c itself is
+     * refused only when it would hold the most. Bounded by the connections that hold more
+     * than c (each closed gives its bytes back at once). */
+    while (new > old && g->held - old + new > front_budget(c->r)) {
+        struct rl_front_conn *big = front_biggest(g, c, c->held - old + new);
+        uint64_t now = uv_now(c->r->loop);
+
+        if (big == NULL) {
+            return -1;
+        }
+        c->r->listener.stats.buffer_evictions++;
+        if (g->evict_warned_ms == 0 || now - g->evict_warned_ms >= 10000) {
+            g->evict_warned_ms = now != 0 ? now : 1;
+            rl_log_warn("%s front: a connection holding %llu bytes of unfinished requests "
+                        "closed: [clients] buffer_memory is spent, and it held the most (said "
+                        "at most every 10 s)",
+                        big->ops->name, (unsigned long long)big->held);
+        }
+        rl_front_close(big);
     }
     c->held = c->held - old + new;
     g->held = g->held - old + new;

@@ -38,6 +38,7 @@ struct rl_front {
     uv_idle_t idle;
     struct rl_front_conn *dirty;
     uint64_t refused_warned_ms; /* a refusal was last logged (at most every 10 s) */
+    uint64_t evict_warned_ms;   /* a buffer eviction was last logged (at most every 10 s) */
     uint64_t turn; /* loop turns (front_check_cb): the per-turn input budget's clock */
     struct rl_front_conn *throttled; /* through their input budget: reading again next turn */
     /* Connections still opening (not yet authenticated), per front kind, oldest first: the

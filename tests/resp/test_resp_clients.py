@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import HERE, RespCluster
+from conftest import BUILD, HERE, RespCluster
 import harness
 
 
@@ -702,4 +702,44 @@ def test_sigterm_answers_what_the_router_holds(tmp_path):
         assert "Sanitizer" not in log and "runtime error" not in log, log[-3000:]
         c.routers[0] = None
     finally:
+        c.stop()
+
+
+def test_big_unfinished_commands_make_room_for_new_clients(tmp_path):
+    """Connections that each hold ~260 KB of an unfinished command (4 arguments of 65,000
+    bytes of 10 announced) fill the worker's share of buffer_memory (4 MB: 2 MB a worker):
+    a new client's PING still gets its PONG, the connections holding the most closed to make
+    room (STATS buffer_evictions), as Redis's maxmemory-clients does. Before, the new client
+    was the one closed, for as long as the others held."""
+    c = RespCluster(tmp_path, nodes=("a",), routers=1,
+                    extra="\n[clients]\nbuffer_memory = 4mb\nframe_timeout = 60s\n").start()
+    arg = b"$65000\r\n" + b"x" * 65000 + b"\r\n"
+    partial = b"*10\r\n$10\r\nCL.THROTTL\r\n" + arg * 4
+    socks = []
+    try:
+        for _ in range(24):
+            s = socket.create_connection(("127.0.0.1", c.resp_ports[0]), 5)
+            s.sendall(partial)
+            socks.append(s)
+        time.sleep(1.0)
+        for _ in range(5):
+            assert redis.Redis(port=c.resp_ports[0], socket_timeout=5).ping() is True
+        closed = 0
+        for s in socks:
+            s.settimeout(0.2)
+            try:
+                closed += s.recv(100) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                closed += 1
+        # 24 x 260 KB is 6 MB: at least a third of them had to go, and only they
+        assert 8 <= closed < 24, closed
+        stats = subprocess.run([str(BUILD / "rl-cli"), "--target", f"127.0.0.1:{c.ports[0]}",
+                                "stats"], capture_output=True, text=True, timeout=10).stdout
+        evictions = int(stats.split("buffer_evictions")[1].split()[0])
+        assert evictions >= 8, stats
+    finally:
+        for s in socks:
+            s.close()
         c.stop()
