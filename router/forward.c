@@ -654,6 +654,9 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
 
     hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
     shard = forward_shard(r, hash);
+    if (req->op == 0 || req->op == RL_WIRE_OP_CHECK) {
+        rl_shed_count(r, req, hash); /* the hot keys count every front's CHECKs */
+    }
     if (r->map != NULL) {
         owner = rl_shardmap_owner(r->map, shard);
     }

@@ -534,6 +534,9 @@ void rl_shed_deinit(struct rl_router *r);
  * answers it LIMITED from the deny cache if a node's refusal still holds (true: answered).
  * *fp: the user's second hash (rl_deny_fp), for rl_shed_sent; left as it is when neither the
  * cache nor the hot keys are on (set it to 0 before). */
+/* A CHECK of a front (RESP, gRPC: rl_forward_inline), which no deny cache answers: counted
+ * among the hot keys only. */
+void rl_shed_count(struct rl_router *r, const struct rl_wire_req *req, uint64_t hash);
 bool rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
                    uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp);
 

@@ -160,6 +160,16 @@ shed_log(struct rl_router *r, uint32_t shard, const char *node, uint64_t hash,
                      true);
 }
 
+void
+rl_shed_count(struct rl_router *r, const struct rl_wire_req *req, uint64_t hash)
+{
+    if (r->hot != NULL) {
+        rl_hot_add(r->hot, hash, rl_deny_fp(req->user.ptr, req->user.len), req->service.ptr,
+                   req->service.len, req->user.ptr, req->user.len, uv_now(r->loop));
+        r->hot_dirty = true;
+    }
+}
+
 bool
 rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
               uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp)

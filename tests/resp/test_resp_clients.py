@@ -743,3 +743,25 @@ def test_big_unfinished_commands_make_room_for_new_clients(tmp_path):
         for s in socks:
             s.close()
         c.stop()
+
+
+def test_hot_keys_count_resp_checks(cluster):
+    """RL.CHECK and CL.THROTTLE are CHECKs like the binary protocol's: the router's hot keys
+    (HOT, rl-cli hot) count them, so a user hammering the RESP front is listed (before, only
+    binary CHECKs were counted and it never showed)."""
+    r = redis.Redis(port=cluster.resp_ports[0])
+    user = key("hot")
+    pipe = r.pipeline(transaction=False)
+    for _ in range(3000):
+        pipe.execute_command("RL.CHECK", "fw", user)
+    pipe.execute_command("CL.THROTTLE", user + "-cl", 9, 1, 3600)
+    pipe.execute()
+    deadline = time.monotonic() + 10
+    while True:
+        out = subprocess.run([str(BUILD / "rl-cli"), "--target",
+                              f"127.0.0.1:{cluster.ports[0]}", "hot", "--top", "20"],
+                             capture_output=True, text=True, timeout=10).stdout
+        if user in out or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)  # each worker publishes its counts at most once a second
+    assert user in out, out
