@@ -83,11 +83,12 @@ struct rl_conn_shared;
  */
 struct rl_conn_hs {
     struct rl_conn_hs *prev, *next;       /* the loop's queue of handshakes waiting a turn */
-    struct rl_conn_hs *oprev, *onext;     /* the loop's handshakes in progress, oldest first */
+    struct rl_conn_hs *oprev, *onext;     /* the loop's handshakes in progress, the one that
+                                             heard from its peer longest ago first */
     struct rl_conn_hs_peer *peer;         /* the address's count; NULL: not counted */
     void (*resume)(struct rl_conn_hs *h); /* the connection's: take its handshake step now */
     void (*evict)(struct rl_conn_hs *h);  /* the connection's: close it, to make room */
-    uint64_t started_ms;                  /* the loop's now at its first record */
+    uint64_t heard_ms;                    /* the loop's now when its peer last sent bytes */
     bool queued;
 };
 
@@ -223,6 +224,7 @@ struct rl_conn {
     uv_shutdown_t shut; /* lingering's shutdown */
     bool throttled;  /* on q->throttled */
     bool router;     /* said HELLO as a router: counted apart from clients */
+    bool hello;      /* said HELLO past a full reserve: a client's, but never idle-closed */
     bool probation;  /* taken from the router reserve: must say HELLO first */
     bool preauth;    /* must still AUTH (the listener's lim.auth_required) */
     uint8_t addr[16]; /* the peer's address (IPv4 mapped into IPv6) */
@@ -390,11 +392,12 @@ void rl_connq_set_tls(struct rl_connq *q, struct rl_tls_ctx *server, struct rl_t
  *   - at most hs_per_peer (RL_CONN_DEFAULT_TLS_PER_PEER) handshakes are in progress from
  *     one address and hs_max (RL_CONN_DEFAULT_TLS_HANDSHAKES) on the loop: a connection
  *     whose first TLS record would pass the address's is closed at once (nothing decrypted,
- *     no crypto spent), counted in tls_refused_per_peer; at the loop's, the oldest
- *     handshake in progress, when it has been so for RL_CONN_HS_EVICT_MS or more (a client
- *     that stalls: a real one takes milliseconds), is closed through its evict callback to
- *     make room (tls_evicted), else the new one is closed (tls_refused_max). So stalled
- *     handshakes cannot hold the loop's slots against new clients.
+ *     no crypto spent), counted in tls_refused_per_peer; at the loop's, the handshake in
+ *     progress whose peer has sent nothing for the longest, when that is
+ *     RL_CONN_HS_EVICT_MS or more (a client that stalls), is closed through its evict
+ *     callback to make room (tls_evicted), else the new one is closed (tls_refused_max).
+ *     One waiting for the loop's budget (queued: the server's turn, not the peer's) is never
+ *     the one closed. So stalled handshakes cannot hold the loop's slots against new clients.
  * rl_connq_hs_begin at the first record (0, or -EBUSY: close the connection);
  * rl_connq_hs_read in place of rl_tls_read (RL_CONN_HS_LATER: the step waits, h->resume is
  * called from the flusher when its turn comes, to read again); rl_connq_hs_end when the
@@ -407,6 +410,8 @@ int rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *a
 int rl_connq_hs_read(struct rl_connq *q, struct rl_conn_hs *h, struct rl_tls *tls, void *dst,
                      size_t cap);
 void rl_connq_hs_end(struct rl_connq *q, struct rl_conn_hs *h);
+/* h's peer sent bytes (call before feeding them to TLS): it is not stalled. */
+void rl_connq_hs_heard(struct rl_connq *q, struct rl_conn_hs *h);
 /* The caps of q's gate (0: the defaults of connlimits.h). */
 void rl_connq_hs_limits(struct rl_connq *q, uint32_t per_peer, uint32_t max);
 

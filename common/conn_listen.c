@@ -666,6 +666,7 @@ rl_conn_set_router(struct rl_conn *c)
         c->probation = false;
     } else {
         if (l->reserve_used >= l->lim.router_reserve) {
+            c->hello = true; /* a router's connection all the same: kept while quiet */
             return l->lim.router_reserve == 0; /* no reserve: it stays a client */
         }
         conn_unclient(c);
@@ -707,7 +708,7 @@ listener_tick(uv_timer_t *t)
             conn_pause(c);
             conn_refuse_counted(c, &l->stats.frame_timeouts, CONN_WARN_FRAME_TIMEOUT,
                                 RL_WIRE_ERR_MALFORMED, msg);
-        } else if (l->lim.idle_timeout_ms != 0 && c->holds == 0 && !c->router &&
+        } else if (l->lim.idle_timeout_ms != 0 && c->holds == 0 && !c->router && !c->hello &&
                    now - c->active_ms >= l->lim.idle_timeout_ms) {
             l->stats.idle_closes++;
             rl_log_debug("client %s: idle for %" PRIu64 " ms (idle_timeout), closed", c->peer,

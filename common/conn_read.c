@@ -296,6 +296,7 @@ conn_tls_input(struct rl_conn *c, char *p, size_t n)
             return false;
         }
     }
+    rl_connq_hs_heard(c->q, &c->hs);
     if (rl_tls_feed(c->tls, p, n) != 0) {
         rl_conn_close(c, UV_ENOMEM);
         return false;

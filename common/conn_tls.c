@@ -71,6 +71,46 @@ hs_unqueue(struct rl_connq *q, struct rl_conn_hs *h)
     h->queued = false;
 }
 
+/* Leaves the list of handshakes in progress, if on it. */
+static void
+hs_unlist(struct rl_connq *q, struct rl_conn_hs *h)
+{
+    if (h->oprev != NULL) {
+        h->oprev->onext = h->onext;
+    } else if (q->hs_oldest == h) {
+        q->hs_oldest = h->onext;
+    }
+    if (h->onext != NULL) {
+        h->onext->oprev = h->oprev;
+    } else if (q->hs_newest == h) {
+        q->hs_newest = h->oprev;
+    }
+    h->oprev = h->onext = NULL;
+}
+
+/* h heard from its peer at now: the newest of the list. */
+static void
+hs_newest(struct rl_connq *q, struct rl_conn_hs *h, uint64_t now)
+{
+    hs_unlist(q, h);
+    h->heard_ms = now;
+    h->oprev = q->hs_newest;
+    if (q->hs_newest != NULL) {
+        q->hs_newest->onext = h;
+    } else {
+        q->hs_oldest = h;
+    }
+    q->hs_newest = h;
+}
+
+void
+rl_connq_hs_heard(struct rl_connq *q, struct rl_conn_hs *h)
+{
+    if (h->peer != NULL && !q->hs_freed) {
+        hs_newest(q, h, uv_now(q->loop));
+    }
+}
+
 /* Leaves the counts (and the queue). */
 static void
 hs_uncount(struct rl_connq *q, struct rl_conn_hs *h)
@@ -89,17 +129,7 @@ hs_uncount(struct rl_connq *q, struct rl_conn_hs *h)
         return;
     }
     h->peer = NULL;
-    if (h->oprev != NULL) {
-        h->oprev->onext = h->onext;
-    } else {
-        q->hs_oldest = h->onext;
-    }
-    if (h->onext != NULL) {
-        h->onext->oprev = h->oprev;
-    } else {
-        q->hs_newest = h->oprev;
-    }
-    h->oprev = h->onext = NULL;
+    hs_unlist(q, h);
     q->hs_stats.in_progress--;
     if (--p->count > 0) {
         return;
@@ -135,6 +165,9 @@ rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
     if (h->peer != NULL) {
         return 0;
     }
+    if (q->hs_freed) {
+        return -ECANCELED; /* the loop's gate is gone: its connections are closing */
+    }
     b = hs_bucket(q, addr);
     for (p = *b; p != NULL && memcmp(p->addr, addr, 16) != 0; p = p->next) {
     }
@@ -146,7 +179,10 @@ rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
     if (q->hs_stats.in_progress >= hs_max(q)) {
         struct rl_conn_hs *old = q->hs_oldest;
 
-        if (old == NULL || old->evict == NULL || now - old->started_ms < RL_CONN_HS_EVICT_MS) {
+        while (old != NULL && old->queued) {
+            old = old->onext; /* waiting for the loop's budget: the server's delay */
+        }
+        if (old == NULL || old->evict == NULL || now - old->heard_ms < RL_CONN_HS_EVICT_MS) {
             q->hs_stats.refused_all++;
             hs_warn(q, "too many handshakes in progress on this loop");
             return -EBUSY;
@@ -172,15 +208,8 @@ rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
     h->peer = p;
     h->resume = resume;
     h->evict = evict;
-    h->started_ms = now;
-    h->onext = NULL;
-    h->oprev = q->hs_newest;
-    if (q->hs_newest != NULL) {
-        q->hs_newest->onext = h;
-    } else {
-        q->hs_oldest = h;
-    }
-    q->hs_newest = h;
+    h->oprev = h->onext = NULL; /* uncounted: on no list */
+    hs_newest(q, h, now);
     q->hs_stats.started++;
     q->hs_stats.in_progress++;
     return 0;

@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,11 +22,19 @@ rl_file_open(const char *path, int flags, mode_t mode, int allow_chr)
         /* a FIFO opened for writing with no reader: ENXIO, which is no regular file either */
         return errno == ENXIO ? RL_FILE_NOT_REGULAR : -errno;
     }
-    if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || (allow_chr && S_ISCHR(st.st_mode)))) {
-        bool dir = S_ISDIR(st.st_mode);
+    if (fstat(fd, &st) != 0) {
+        int rc = -errno;
 
         close(fd);
-        return dir ? -EISDIR : RL_FILE_NOT_REGULAR;
+        return rc;
+    }
+    /* A log may be a device or a pipe with a reader (stderr piped to a collector, as
+     * /dev/stderr in a container): its open did not wait, and writes are what stderr's are. */
+    if (!(S_ISREG(st.st_mode) ||
+          (allow_chr &&
+           (S_ISCHR(st.st_mode) || (S_ISFIFO(st.st_mode) && (flags & O_ACCMODE) == O_WRONLY))))) {
+        close(fd);
+        return S_ISDIR(st.st_mode) ? -EISDIR : RL_FILE_NOT_REGULAR;
     }
     fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {

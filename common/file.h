@@ -19,11 +19,12 @@
 /*
  * Opens path (flags as open(2)'s: O_RDONLY, or O_WRONLY | O_CREAT | O_APPEND with mode) without
  * ever blocking on it: O_NONBLOCK for the open, then it must be a regular file, or with
- * allow_chr a character device (/dev/null, a terminal); O_NONBLOCK is then cleared, so reads
- * and writes behave as usual. O_CLOEXEC and O_NOCTTY are always added. Returns the
- * descriptor, or a negative errno (-EISDIR for a directory, RL_FILE_NOT_REGULAR for any other
- * kind of file: a FIFO, whose open waits for a peer, would hang the process that opened it,
- * SIGTERM included).
+ * allow_chr (logs) a character device (/dev/null, a terminal) or, opened for writing, a pipe
+ * that has a reader (/dev/stderr piped to a collector: with no reader the open fails at once,
+ * ENXIO); O_NONBLOCK is then cleared, so reads and writes behave as usual. O_CLOEXEC and O_NOCTTY
+ * are always added. Returns the descriptor, or a negative errno (-EISDIR for a directory,
+ * RL_FILE_NOT_REGULAR for any other kind of file: a FIFO, whose open waits for a peer, would hang
+ * the process that opened it, SIGTERM included).
  */
 int rl_file_open(const char *path, int flags, mode_t mode, int allow_chr);
 

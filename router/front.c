@@ -147,12 +147,46 @@ front_biggest(struct rl_front *g, const struct rl_front_conn *c, uint64_t want)
     return big;
 }
 
+/* Request bytes held by the loop's connections other than c that hold more than want. */
+static uint64_t
+front_reclaimable(const struct rl_front *g, const struct rl_front_conn *c, uint64_t want)
+{
+    uint64_t sum = 0;
+
+    for (const struct rl_front_conn *o = g->conns; o != NULL; o = o->next) {
+        if (o != c && !o->closing && o->held > want) {
+            sum += o->held;
+        }
+    }
+    return sum;
+}
+
+int
+rl_front_hold_spare(struct rl_front_conn *c, size_t old, size_t new)
+{
+    struct rl_front *g = c->r->front;
+
+    if (new > old && (c->held - old + new > c->ops->limits.held_max ||
+                      g->held - old + new > front_budget(c->r))) {
+        return -1;
+    }
+    c->held = c->held - old + new;
+    g->held = g->held - old + new;
+    return 0;
+}
+
 int
 rl_front_hold(struct rl_front_conn *c, size_t old, size_t new)
 {
     struct rl_front *g = c->r->front;
 
     if (new > old && c->held - old + new > c->ops->limits.held_max) {
+        return -1;
+    }
+    /* Nothing closed unless closing those that hold more makes room (the worker's share also
+     * counts unsent output, which closing gives back too, but not necessarily enough). */
+    if (new > old && g->held - old + new > front_budget(c->r) &&
+        g->held - old + new - front_reclaimable(g, c, c->held - old + new) > front_budget(c->r)) {
         return -1;
     }
     /* Past the loop's share of buffer_memory, the connection holding the most makes room, as
@@ -588,6 +622,9 @@ front_tls_in(struct rl_front_conn *c, const uint8_t *data, size_t len)
     }
     if (g->tbuf == NULL && (g->tbuf = malloc(FRONT_READ_BUF)) == NULL) {
         return -1;
+    }
+    if (len > 0) {
+        rl_connq_hs_heard(&c->r->connq, &c->hs);
     }
     if (rl_tls_feed(c->tls, data, len) != 0) {
         return -1;

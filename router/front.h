@@ -177,6 +177,10 @@ void rl_front_touch(struct rl_front_conn *c);
  * the connection's held_max or its worker loop's share of [clients] buffer_memory
  * (nothing changed then). */
 int rl_front_hold(struct rl_front_conn *c, size_t old, size_t new);
+/* The same for growth past what is needed now (a doubled buffer): past the worker's share it
+ * is refused, never makes room by closing another connection (rl_front_hold does, for the
+ * bytes needed: the connection holding the most, as docs/OPERATIONS.md says). */
+int rl_front_hold_spare(struct rl_front_conn *c, size_t old, size_t new);
 
 /* The fronts' vtables, by kind. */
 extern const struct rl_front_ops rl_rls_h2_ops;

@@ -89,11 +89,12 @@ conn_process(struct resp_conn *c)
 
 /* ---- front.c's callbacks ------------------------------------------------------------------- */
 
-/* resp_in's hold function: front.c's count of c's held bytes. */
+/* resp_in's hold function: front.c's count of c's held bytes (a spare growth never closes
+ * another connection to make room). */
 static int
-conn_hold(void *arg, size_t from, size_t to)
+conn_hold(void *arg, size_t from, size_t to, bool spare)
 {
-    return rl_front_hold(arg, from, to);
+    return spare ? rl_front_hold_spare(arg, from, to) : rl_front_hold(arg, from, to);
 }
 
 static int

@@ -22,7 +22,7 @@ static void
 in_settle(struct resp_in *in)
 {
     if (in->buf.cap != in->held) {
-        (void)in->hold(in->arg, in->held, in->buf.cap);
+        (void)in->hold(in->arg, in->held, in->buf.cap, false);
         in->held = in->buf.cap;
     }
 }
@@ -40,14 +40,14 @@ in_grow(struct resp_in *in, size_t need)
         }
         cap *= 2;
     }
-    if (in->hold(in->arg, in->held, cap) != 0) {
+    if (in->hold(in->arg, in->held, cap, cap > need) != 0) {
         cap = need;
-        if (in->hold(in->arg, in->held, cap) != 0) {
+        if (in->hold(in->arg, in->held, cap, false) != 0) {
             return -1;
         }
     }
     if (rl_buf_reserve_exact(&in->buf, cap - in->buf.len) != 0) {
-        (void)in->hold(in->arg, cap, in->held); /* back as it was */
+        (void)in->hold(in->arg, cap, in->held, false); /* back as it was */
         return -2;
     }
     in->held = in->buf.cap;

@@ -10,13 +10,15 @@
 #ifndef RL_RESP_IN_H
 #define RL_RESP_IN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "buf.h"
 
 /* The count of held bytes goes from `from` to `to`: 0, or -1 when growing is refused (nothing
- * counted then). Shrinking never fails. */
-typedef int resp_hold_fn(void *arg, size_t from, size_t to);
+ * counted then). Shrinking never fails. spare: the growth is more than is needed now (a
+ * doubled buffer), which the owner may refuse more readily. */
+typedef int resp_hold_fn(void *arg, size_t from, size_t to, bool spare);
 
 struct resp_in {
     struct rl_buf buf; /* unread input from buf.pos; inline commands are unquoted in place */

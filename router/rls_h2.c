@@ -655,10 +655,14 @@ on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data, siz
         if (cap > RLS_MSG_MAX + 5) {
             cap = RLS_MSG_MAX + 5;
         }
-        /* per connection, and this loop's share of [clients] buffer_memory */
-        if (rl_front_hold(c->fc, s->cap, cap) != 0) {
-            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_ENHANCE_YOUR_CALM);
-            return 0;
+        /* per connection, and this loop's share of [clients] buffer_memory: the doubled size
+         * if it fits as it is, else exactly what is needed (which may make room) */
+        if (rl_front_hold_spare(c->fc, s->cap, cap) != 0) {
+            cap = s->len + len;
+            if (rl_front_hold(c->fc, s->cap, cap) != 0) {
+                nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_ENHANCE_YOUR_CALM);
+                return 0;
+            }
         }
         b = realloc(s->body, cap);
         if (b == NULL) {

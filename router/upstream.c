@@ -208,6 +208,7 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
                            "router_reserve >= routers x workers x 3",
                            u->name, u->addr, (int)rep.message.len,
                            rep.message.ptr != NULL ? rep.message.ptr : "");
+            uc->hello_refused = true;
             return;
         }
         if (rep.op == RL_WIRE_OP_ERROR) {
@@ -226,6 +227,11 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
     if (uc->tenant_probe && rep.id == 0 && rep.op == RL_WIRE_OP_ERROR) {
         uc->tenant_probe = false; /* the answer to the tenant probe (wire.h) */
         uc->tenant_ok = rl_wire_tenant_taken(&rep);
+        if (uc->hello_refused) {
+            /* answered after its refused HELLO: the node kept it, as a client's */
+            uc->hello_refused = false;
+            u->backoff_ms = RL_UPSTREAM_BACKOFF_MIN_MS;
+        }
         return;
     }
     u->stats.replies++;
@@ -273,6 +279,7 @@ upconn_connected(struct rl_conn *c, int status)
         rl_wire_put_auth(&c->out, 0, u->ops.secret, u->ops.secret_len) == 0) {
         uc->auth_pending = true;
     }
+    uc->hello_refused = false;
     if (rl_wire_put_hello(&c->out, 0, "router") == 0) {
         uc->hello_pending = true;
         rl_conn_mark(c);

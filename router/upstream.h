@@ -61,6 +61,7 @@ struct rl_upconn {
     struct rl_wire_str relay;
     bool closing;       /* closed, its handle's close callback not yet run */
     bool hello_pending; /* HELLO sent, its answer not yet read */
+    bool hello_refused; /* answered OVERLOADED: the backoff is reset at its first reply */
     bool auth_pending;  /* AUTH sent, its answer not yet read */
     bool tenant_probe;  /* rl_wire_put_tenant_probe sent, its answer not yet read */
     bool tenant_ok;     /* the node takes CHECK's tenant element (wire.h) */

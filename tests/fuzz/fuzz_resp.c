@@ -24,10 +24,11 @@ struct held {
 };
 
 static int
-held_hold(void *arg, size_t from, size_t to)
+held_hold(void *arg, size_t from, size_t to, bool spare)
 {
     struct held *h = arg;
 
+    (void)spare; /* the count is the same either way */
     MUST(from == h->count); /* a stale old: a change counted twice */
     if (to > from && to > h->budget) {
         return -1;

@@ -1092,7 +1092,8 @@ zk_teardown(void)
  * workers: 12): the connections past it are served as clients' (their HELLO answered
  * OVERLOADED, the connection kept), so every worker reaches the node and answers from it,
  * never by failure policy, and none reconnects in a loop (before: each was closed at once,
- * reconnected, closed again, and its worker answered FAIL_OPEN with the node up).
+ * reconnected, closed again, and its worker answered FAIL_OPEN with the node up), nor is it
+ * closed for idle_timeout as a client's would be.
  */
 START_TEST(test_hello_past_the_reserve_is_served)
 {
@@ -1106,7 +1107,7 @@ START_TEST(test_hello_past_the_reserve_is_served)
     ck_assert_int_eq(rl_harness_tmppath(conf, sizeof(conf), "reserve.conf"), 0);
     ck_assert_int_eq(rl_harness_write_file(conf,
                                            "[cluster]\nshards = 16\n"
-                                           "[clients]\nrouter_reserve = 2\n"
+                                           "[clients]\nrouter_reserve = 2\nidle_timeout = 1s\n"
                                            "[router]\ndeadline = 2s\n"
                                            "[node a]\nlisten = 127.0.0.1:%d\n"
                                            "[service fw]\nlimit = fixed_window 1000 per 1h\n",
@@ -1131,11 +1132,16 @@ START_TEST(test_hello_past_the_reserve_is_served)
     ck_assert_int_eq(rl_client_stat(&rep, "router_connections", -1), 2);
     total0 = rl_client_stat(&rep, "connections_total", -1);
     ck_assert_int_le(total0, 20); /* the router's 12 (and a probe's), and this one */
-    usleep(1000 * 1000);
-    ck_assert_int_eq(rl_client_stats(nc, &rep, T_TIMEOUT), 0);
+    /* past idle_timeout (1 s): a router's connection served as a client's is not idle-closed
+     * (the test's own STATS connection is used every second, so it is not either) */
+    for (int i = 0; i < 5; i++) {
+        usleep(500 * 1000);
+        ck_assert_int_eq(rl_client_stats(nc, &rep, T_TIMEOUT), 0);
+    }
     total1 = rl_client_stat(&rep, "connections_total", -1);
-    ck_assert_msg(total1 == total0, "the router reconnected %lld times in 1 s",
+    ck_assert_msg(total1 == total0, "the router reconnected %lld times in 2.5 s",
                   (long long)(total1 - total0));
+    ck_assert_int_eq(rl_client_stat(&rep, "idle_closes", -1), 0);
     for (int i = 0; i < 8; i++) {
         rl_client_destroy(cs[i]);
     }

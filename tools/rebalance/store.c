@@ -182,7 +182,7 @@ rb_load_members(struct rb_run *r)
     if (r->o.members_file != NULL) {
         rc = rl_file_read_small(r->o.members_file, RB_SMALL_FILE_MAX, &text, &len);
         if (rc != 0) {
-            return rb_fail("cannot read %s: %s", r->o.members_file, strerror(-rc));
+            return rb_fail("cannot read %s: %s", r->o.members_file, rl_file_strerror(rc));
         }
         rc = rb_parse_members(text, &r->members, &r->nmembers, err, sizeof(err));
         free(text);
@@ -260,7 +260,7 @@ rb_load_assignment(struct rb_run *r)
         free(zk_text);
         rc = rl_file_read_small(r->o.assignment_file, RB_SMALL_FILE_MAX, &r->cur_text, &r->cur_len);
         if (rc != 0) {
-            return rb_fail("cannot read %s: %s", r->o.assignment_file, strerror(-rc));
+            return rb_fail("cannot read %s: %s", r->o.assignment_file, rl_file_strerror(rc));
         }
         if (rl_assignment_parse(&r->current, r->cur_text, r->cur_len, err, sizeof(err)) != 0) {
             fprintf(stderr, "rl-rebalance: %s: %s\n", r->o.assignment_file, err);
@@ -313,7 +313,7 @@ rb_write_file(const struct rb_run *r, const char *text, size_t len, bool *had_ol
         *had_old = true;
     }
     if (rc != 0) {
-        return rb_fail("cannot read %s: %s; nothing was written", r->o.out, strerror(-rc));
+        return rb_fail("cannot read %s: %s; nothing was written", r->o.out, rl_file_strerror(rc));
     }
     rc = rl_file_write_atomic(prev, old, oldlen);
     free(old);
@@ -415,7 +415,8 @@ rb_read_prev(struct rb_run *r, char **text, size_t *len, int64_t *pv, char *path
         snprintf(path, pathlen, "%s.prev", r->o.out);
         rc = rl_file_read_small(path, RB_SMALL_FILE_MAX, text, len);
         if (rc != 0) {
-            return rb_fail("cannot read %s: %s; nothing to roll back to", path, strerror(-rc));
+            return rb_fail("cannot read %s: %s; nothing to roll back to", path,
+                           rl_file_strerror(rc));
         }
         /* In force, as far as this file goes: its own text. */
         rc = rl_file_read_small(r->o.out, RB_SMALL_FILE_MAX, &cur, &clen);
@@ -425,7 +426,7 @@ rb_read_prev(struct rb_run *r, char **text, size_t *len, int64_t *pv, char *path
         }
         free(cur);
         if (rc != 0 && rc != -ENOENT) {
-            return rb_fail("cannot read %s: %s", r->o.out, strerror(-rc));
+            return rb_fail("cannot read %s: %s", r->o.out, rl_file_strerror(rc));
         }
         snprintf(r->assignment_from, sizeof(r->assignment_from), "%s", r->o.out);
         return 0;
