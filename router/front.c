@@ -428,6 +428,22 @@ rl_front_drain(struct rl_router *r)
     }
 }
 
+bool
+rl_front_unanswered(const struct rl_router *r)
+{
+    if (r->front == NULL) {
+        return false;
+    }
+    for (struct rl_front_conn *c = r->front->conns; c != NULL; c = c->next) {
+        if (!c->closing && c->proto != NULL &&
+            (c->out_len > 0 ||
+             (c->ops->unanswered != NULL ? c->ops->unanswered(c) : c->ops->busy(c)))) {
+            return true;
+        }
+    }
+    return false;
+}
+
 void
 rl_front_pause(struct rl_front_conn *c, bool pause)
 {

@@ -72,6 +72,9 @@ struct rl_front_ops {
     bool (*finished)(struct rl_front_conn *c);
     /* True while a call is open (the connection is not idle). */
     bool (*busy)(struct rl_front_conn *c);
+    /* Optional (NULL: busy): true while it holds requests read and not yet answered, a call
+     * open or commands waiting in its input for a slot: a router's drain waits for them. */
+    bool (*unanswered)(struct rl_front_conn *c);
     /* idle_timeout passed: queue a goodbye (optional; NULL: close at once). */
     void (*on_idle)(struct rl_front_conn *c);
     /* Every tick_ms (now: loop time): frame_timeout of the requests not yet complete. */
@@ -164,6 +167,9 @@ void rl_front_pause(struct rl_front_conn *c, bool pause);
 /* r drains (rl_router_drain): no front connection reads any more; what they asked is still
  * answered. */
 void rl_front_drain(struct rl_router *r);
+/* True while a front connection of r's loop has requests read and not answered, or answers
+ * not yet written: a drain waits for them (at most its end). */
+bool rl_front_unanswered(const struct rl_router *r);
 
 /* Sends FIN once the output queued so far is written (uv_shutdown): the protocol says
  * goodbye but keeps reading (and dropping) until the peer closes or it closes c itself, so

@@ -221,6 +221,15 @@ resp_busy(struct rl_front_conn *fc)
     return c->nslots > 0;
 }
 
+/* Commands in flight, or waiting in its input for a slot (a drain answers them too). */
+static bool
+resp_unanswered(struct rl_front_conn *fc)
+{
+    struct resp_conn *c = rl_front_proto(fc);
+
+    return c->nslots > 0 || (!c->quit && resp_in_unread(&c->in) > 0);
+}
+
 static uint64_t
 resp_auth_timeout(const struct rl_router *r)
 {
@@ -302,6 +311,7 @@ const struct rl_front_ops rl_resp_ops = {
     .produce = resp_produce,
     .finished = resp_finished,
     .busy = resp_busy,
+    .unanswered = resp_unanswered,
     .on_idle = NULL,
     .on_tick = resp_tick,
     .on_close = resp_close,

@@ -209,15 +209,17 @@ fail:
     return rc;
 }
 
-/* The drain ends when nothing forwarded waits for its answer and every binary client has
- * written its answers and closed (the fronts' answers are written the turn they come), or at
+/* The drain ends when nothing forwarded waits for its answer, every binary client has
+ * written its answers and closed, and no front connection holds requests it read and did not
+ * answer (a RESP pipeline's commands waiting for a slot) nor answers not yet written, or at
  * its end. */
 static void
 router_drain_tick(uv_timer_t *t)
 {
     struct rl_router *r = t->data;
 
-    if ((r->npending > 0 || r->listener.conns != NULL) && uv_now(r->loop) < r->drain_end) {
+    if ((r->npending > 0 || r->listener.conns != NULL || rl_front_unanswered(r)) &&
+        uv_now(r->loop) < r->drain_end) {
         return;
     }
     uv_timer_stop(t);

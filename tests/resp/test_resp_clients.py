@@ -684,10 +684,17 @@ def test_sigterm_answers_what_the_router_holds(tmp_path):
             except Exception as e:  # noqa: BLE001 - the assertion below shows it
                 out["error"] = e
 
+        router = c.routers[0]
+        # The router is stopped while the pipeline (~45 KB) is written, so that one read takes
+        # it whole: the commands past the 1,024 in flight then wait in the router, read (a
+        # router that read them in pieces would stop reading at the full ring, and the rest
+        # would be requests it never read, which a drain does not answer).
+        os.kill(router.pid, signal.SIGSTOP)
         t = threading.Thread(target=run)
         t.start()
-        time.sleep(0.5)  # sent, and the first 1,024 at the paused node (deadline 3 s)
-        router = c.routers[0]
+        time.sleep(0.3)
+        os.kill(router.pid, signal.SIGCONT)
+        time.sleep(0.5)  # read, and the first 1,024 at the paused node (deadline 3 s)
         os.kill(router.pid, signal.SIGTERM)
         time.sleep(0.2)  # the other worker, idle, has drained
         os.kill(node.pid, signal.SIGCONT)  # answers come: the rest and the INFO are read
