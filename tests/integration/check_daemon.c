@@ -194,6 +194,26 @@ hup_and_check(pid_t pid, const char *log)
     ck_assert_int_ge(count_lines(moved, "serving on", NULL), 1);
 }
 
+/* A config with a request log, then rl-node and rl-router with --log-file, their three
+ * files named PREFIXnode.log, PREFIXrouter.log and PREFIXrequests.log in the tmpdir. */
+static void
+start_logged(const char *prefix, char *nlog, char *rlog, char *reqlog, pid_t *node,
+             pid_t *router)
+{
+    ck_assert_int_eq(rl_harness_tmppath(nlog, PATH_MAX, "%snode.log", prefix), 0);
+    ck_assert_int_eq(rl_harness_tmppath(rlog, PATH_MAX, "%srouter.log", prefix), 0);
+    ck_assert_int_eq(rl_harness_tmppath(reqlog, PATH_MAX, "%srequests.log", prefix), 0);
+    write_conf(0, reqlog);
+    {
+        const char *nargv[] = {"rl-node", "--config", conf_path, "--name", "a", "--log-file",
+                               nlog, NULL};
+        const char *rargv[] = {"rl-router", "--config", conf_path, "--log-file", rlog, NULL};
+
+        *node = start(nargv, node_port);
+        *router = start(rargv, router_port);
+    }
+}
+
 /*
  * SIGHUP with the log files moved aside: rl-node and rl-router both live on, write to new
  * log files (and the router to a new request log), and alice's counter is what it was.
@@ -204,18 +224,7 @@ START_TEST(test_sighup_reopens_logs_and_keeps_counters)
     struct rl_wire_check_reply r;
     pid_t node, router;
 
-    ck_assert_int_eq(rl_harness_tmppath(nlog, sizeof(nlog), "node.log"), 0);
-    ck_assert_int_eq(rl_harness_tmppath(rlog, sizeof(rlog), "router.log"), 0);
-    ck_assert_int_eq(rl_harness_tmppath(reqlog, sizeof(reqlog), "requests.log"), 0);
-    write_conf(0, reqlog);
-    {
-        const char *nargv[] = {"rl-node", "--config", conf_path, "--name", "a", "--log-file",
-                               nlog, NULL};
-        const char *rargv[] = {"rl-router", "--config", conf_path, "--log-file", rlog, NULL};
-
-        node = start(nargv, node_port);
-        router = start(rargv, router_port);
-    }
+    start_logged("", nlog, rlog, reqlog, &node, &router);
     for (int i = 0; i < 3; i++) {
         r = check(router_port, "alice");
         ck_assert_uint_eq(r.code, RL_WIRE_ALLOWED);
@@ -472,18 +481,7 @@ START_TEST(test_fifos_never_block)
 
         run_one_line(argv, 2, "fifo.conf: not a regular file");
     }
-    ck_assert_int_eq(rl_harness_tmppath(nlog, sizeof(nlog), "fnode.log"), 0);
-    ck_assert_int_eq(rl_harness_tmppath(rlog, sizeof(rlog), "frouter.log"), 0);
-    ck_assert_int_eq(rl_harness_tmppath(reqlog, sizeof(reqlog), "frequests.log"), 0);
-    write_conf(0, reqlog);
-    {
-        const char *nargv[] = {"rl-node", "--config", conf_path, "--name", "a", "--log-file",
-                               nlog, NULL};
-        const char *rargv[] = {"rl-router", "--config", conf_path, "--log-file", rlog, NULL};
-
-        node = start(nargv, node_port);
-        router = start(rargv, router_port);
-    }
+    start_logged("f", nlog, rlog, reqlog, &node, &router);
     ck_assert_uint_eq(check(router_port, "bob").code, RL_WIRE_ALLOWED);
     /* every file a SIGHUP opens again is now a FIFO: logs, request log, the config */
     snprintf(real, sizeof(real), "%s.real", conf_path);
