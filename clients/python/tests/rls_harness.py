@@ -83,6 +83,15 @@ class ZooKeeper:
         harness.kill(self.proc)
 
 
+def clear_of_window_edge(unit_s, need_s=8.0):
+    """Windows aligned to the epoch (fixed_window: a minute, an hour, a day) end at a time of
+    day: a test that counts in one, or checks how long until it ends, would fail across its
+    end. Waits until the current window has need_s left."""
+    left = unit_s - time.time() % unit_s
+    if left < need_s:
+        time.sleep(left + 0.05)
+
+
 def rls_cluster(d: Path, envoy_config: str, *, nodes=("a",), extra="", deadline="200ms",
                 router="", cluster="", metrics=False, token=None, start=True,
                 binaries=("rl-node", "rl-router")) -> harness.Cluster:

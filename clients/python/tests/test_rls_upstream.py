@@ -15,7 +15,8 @@ import time
 import pytest
 
 import harness
-from rls_harness import ZooKeeper, caller_fixture, codes, make_stub, request, rls_cluster
+from rls_harness import (ZooKeeper, caller_fixture, clear_of_window_edge, codes, make_stub,
+                         request, rls_cluster)
 
 pytestmark = pytest.mark.integration
 
@@ -205,14 +206,6 @@ MINUTE = 2  # RateLimitResponse.RateLimit.Unit
 SECOND, HOUR, DAY = 1, 3, 4
 
 
-def clear_of_window_edge(unit_s, need_s=8.0):
-    """Upstream's tests count in minute windows aligned to the epoch, and would fail across
-    a window's end; wait until the current window has need_s left."""
-    left = unit_s - time.time() % unit_s
-    if left < need_s:
-        time.sleep(left + 0.05)
-
-
 @pytest.fixture(scope="module")
 def rls(tmp_path_factory):
     d = tmp_path_factory.mktemp("rlsup")
@@ -294,6 +287,7 @@ def test_basic_two_keys_in_one_domain(call, pb):
 
 def test_basic_duration_until_reset_ticks_down(call, pb):
     v = uniq()
+    clear_of_window_edge(86400, 4.0)
     r1 = call("another", [("key4", v)])
     time.sleep(2)
     r2 = call("another", [("key4", v)])
