@@ -155,6 +155,18 @@ hs_warn(struct rl_connq *q, const char *why)
     }
 }
 
+/* The address's count in bucket b, or NULL. */
+static struct rl_conn_hs_peer *
+hs_peer(struct rl_conn_hs_peer *const *b, const uint8_t *addr)
+{
+    struct rl_conn_hs_peer *p = *b;
+
+    while (p != NULL && memcmp(p->addr, addr, 16) != 0) {
+        p = p->next;
+    }
+    return p;
+}
+
 int
 rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
                   void (*resume)(struct rl_conn_hs *h), void (*evict)(struct rl_conn_hs *h))
@@ -169,8 +181,7 @@ rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
         return -ECANCELED; /* the loop's gate is gone: its connections are closing */
     }
     b = hs_bucket(q, addr);
-    for (p = *b; p != NULL && memcmp(p->addr, addr, 16) != 0; p = p->next) {
-    }
+    p = hs_peer(b, addr);
     if (p != NULL && p->count >= hs_per_peer(q)) {
         q->hs_stats.refused_peer++;
         hs_warn(q, "too many handshakes in progress from its address");
@@ -192,8 +203,7 @@ rl_connq_hs_begin(struct rl_connq *q, struct rl_conn_hs *h, const uint8_t *addr,
         q->hs_stats.evicted++;
         old->evict(old);
         hs_uncount(q, old);
-        for (p = *b; p != NULL && memcmp(p->addr, addr, 16) != 0; p = p->next) {
-        }
+        p = hs_peer(b, addr);
     }
     if (p == NULL) {
         p = calloc(1, sizeof(*p));

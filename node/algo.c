@@ -438,9 +438,7 @@ gcra_rescale(const struct rl_tier *from, const struct rl_tier *to, struct rl_alg
 uint64_t
 rl_algo_debt_cap(const struct rl_tier *t)
 {
-    bool bucket = t->algo == RL_ALGO_TOKEN_BUCKET || t->algo == RL_ALGO_GCRA ||
-                  t->algo == RL_ALGO_LEAKY_BUCKET;
-    uint64_t cap = (uint64_t)(bucket ? t->burst : t->limit) + RL_ALGO_DEBT_OVER;
+    uint64_t cap = (uint64_t)(rl_algo_has_burst(t->algo) ? t->burst : t->limit) + RL_ALGO_DEBT_OVER;
 
     return cap < RL_ALGO_DEBT_MAX ? cap : RL_ALGO_DEBT_MAX;
 }
@@ -513,7 +511,7 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
     }
     case RL_ALGO_SLIDING_WINDOW_LOG: {
         struct rl_slog *g;
-        uint64_t now_eff, sum, newest;
+        uint64_t now_eff, sum, newest, most = rl_algo_debt_cap(t);
 
         if (swl_degraded(s)) {
             struct rl_algo_state c = swl_counter(s);
@@ -535,11 +533,11 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
             s->b = rl_slog_newest(g, &newest) && rl_slog_sum(g) > 0 ? newest + W : 0;
             return 0;
         }
-        if (sum >= rl_algo_debt_cap(t)) {
+        if (sum >= most) {
             return 0;
         }
-        if ((uint64_t)delta > rl_algo_debt_cap(t) - sum) {
-            delta = (int64_t)(rl_algo_debt_cap(t) - sum);
+        if ((uint64_t)delta > most - sum) {
+            delta = (int64_t)(most - sum);
         }
         {
             /* The charge is logged at now_eff as an allowed request of that cost would be. */

@@ -319,7 +319,7 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch, u
         rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len),
         s->nshards != 0 ? s->nshards : 1);
     if (s->registered && (!s->fence_disconnect || s->zk_state == RL_ZKM_CONNECTED) &&
-        s->owned != NULL && (s->owned[shard >> 3] >> (shard & 7) & 1) != 0) {
+        rl_server_owns_shard(s, shard)) {
         *epoch = s->epochs != NULL ? s->epochs[shard] : 0;
         *known = shard;
         return true;
@@ -342,7 +342,7 @@ server_owns(struct rl_conn *c, const struct rl_wire_req *req, uint16_t *epoch, u
         if (rl_move_moving(s->move, shard, &owner)) {
             s->not_owner--;
             s->moving++;
-            if (owner[0] != '\0' && (s->owned[shard >> 3] >> (shard & 7) & 1) == 0 &&
+            if (owner[0] != '\0' && !rl_server_owns_shard(s, shard) &&
                 rl_move_expected(s->move, shard)) {
                 snprintf(msg, sizeof(msg), "shard %u is expected from %s", shard, owner);
             } else if (owner[0] != '\0') {

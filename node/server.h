@@ -120,6 +120,13 @@ struct rl_server {
     void (*on_closed)(struct rl_server *s); /* after rl_server_close, once all is closed */
 };
 
+/* ZooKeeper mode: whether shard is one this node decides in its view (owned's bit). */
+static inline bool
+rl_server_owns_shard(const struct rl_server *s, uint32_t shard)
+{
+    return s->owned != NULL && (s->owned[shard >> 3] >> (shard & 7) & 1) != 0;
+}
+
 /*
  * Starts listening on opts->host:opts->port and serving with limiter (not owned). Returns 0
  * or a negative errno (-EADDRINUSE, ...). The server struct must stay put until on_closed.

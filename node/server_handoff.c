@@ -104,7 +104,7 @@ ho_zk_refused(struct rl_server *s, const struct rl_wire_req *req, bool in, struc
         *rc = ho_error(s, out, req->id, RL_WIRE_ERR_BAD_FIELD, msg);
         return true;
     }
-    if (s->owned == NULL || (s->owned[req->shard >> 3] >> (req->shard & 7) & 1) == 0) {
+    if (!rl_server_owns_shard(s, req->shard)) {
         snprintf(msg, sizeof(msg),
                  "shard %" PRIu32 " is not owned by node %s: its counters are where it is owned",
                  req->shard, s->name);

@@ -132,73 +132,75 @@ rl_front_charge(struct rl_front_conn *c, size_t cost)
     *front_turn_used(c) += cost;
 }
 
-/* The loop's connection holding the most request bytes, other than c and more than want;
- * NULL if none. */
-static struct rl_front_conn *
-front_biggest(struct rl_front *g, const struct rl_front_conn *c, uint64_t want)
-{
-    struct rl_front_conn *big = NULL;
-
-    for (struct rl_front_conn *o = g->conns; o != NULL; o = o->next) {
-        if (o != c && !o->closing && o->held > want && (big == NULL || o->held > big->held)) {
-            big = o;
-        }
-    }
-    return big;
-}
-
-/* Request bytes held by the loop's connections other than c that hold more than want. */
+/* The loop's connections that may be closed to make room for c to hold want request bytes:
+ * those holding more than want. Their sum of bytes, and the one holding the most (NULL:
+ * none). */
 static uint64_t
-front_reclaimable(const struct rl_front *g, const struct rl_front_conn *c, uint64_t want)
+front_victims(struct rl_front *g, const struct rl_front_conn *c, uint64_t want,
+              struct rl_front_conn **biggest)
 {
     uint64_t sum = 0;
 
-    for (const struct rl_front_conn *o = g->conns; o != NULL; o = o->next) {
+    *biggest = NULL;
+    for (struct rl_front_conn *o = g->conns; o != NULL; o = o->next) {
         if (o != c && !o->closing && o->held > want) {
             sum += o->held;
+            if (*biggest == NULL || o->held > (*biggest)->held) {
+                *biggest = o;
+            }
         }
     }
     return sum;
 }
 
+/* Whether c may grow from old to new request bytes without closing anything (always for a
+ * shrink). */
+static bool
+front_fits(const struct rl_front_conn *c, size_t old, size_t new)
+{
+    return new <= old || (c->held - old + new <= c->ops->limits.held_max &&
+                          c->r->front->held - old + new <= front_budget(c->r));
+}
+
+static int
+front_held(struct rl_front_conn *c, size_t old, size_t new)
+{
+    c->held = c->held - old + new;
+    c->r->front->held = c->r->front->held - old + new;
+    return 0;
+}
+
 int
 rl_front_hold_spare(struct rl_front_conn *c, size_t old, size_t new)
 {
-    struct rl_front *g = c->r->front;
-
-    if (new > old && (c->held - old + new > c->ops->limits.held_max ||
-                      g->held - old + new > front_budget(c->r))) {
-        return -1;
-    }
-    c->held = c->held - old + new;
-    g->held = g->held - old + new;
-    return 0;
+    return front_fits(c, old, new) ? front_held(c, old, new) : -1;
 }
 
 int
 rl_front_hold(struct rl_front_conn *c, size_t old, size_t new)
 {
     struct rl_front *g = c->r->front;
+    uint64_t want = c->held - old + new;
+    struct rl_front_conn *big;
 
-    if (new > old && c->held - old + new > c->ops->limits.held_max) {
-        return -1;
-    }
-    /* Nothing closed unless closing those that hold more makes room (the worker's share also
-     * counts unsent output, which closing gives back too, but not necessarily enough). */
-    if (new > old && g->held - old + new > front_budget(c->r) &&
-        g->held - old + new - front_reclaimable(g, c, c->held - old + new) > front_budget(c->r)) {
-        return -1;
+    if (front_fits(c, old, new)) {
+        return front_held(c, old, new);
     }
     /* Past the loop's share of buffer_memory, the connection holding the most makes room, as
      * Redis's maxmemory-clients evicts its biggest clients: connections that send big
      * unfinished requests and wait cannot keep a new client's few bytes out. c itself is
-     * refused only when it would hold the most. Bounded by the connections that hold more
-     * than c (each closed gives its bytes back at once). */
-    while (new > old && g->held - old + new > front_budget(c->r)) {
-        struct rl_front_conn *big = front_biggest(g, c, c->held - old + new);
+     * refused only when it would hold the most, and nothing is closed unless closing those
+     * that hold more than c would makes room (the worker's share also counts unsent output,
+     * which a close gives back too, but not at once). Each close gives its bytes back at
+     * once. */
+    if (want > c->ops->limits.held_max ||
+        g->held - old + new - front_victims(g, c, want, &big) > front_budget(c->r)) {
+        return -1;
+    }
+    while (g->held - old + new > front_budget(c->r)) {
         uint64_t now = uv_now(c->r->loop);
 
-        if (big == NULL) {
+        if (front_victims(g, c, want, &big) == 0) {
             return -1;
         }
         c->r->listener.stats.buffer_evictions++;
@@ -211,9 +213,7 @@ rl_front_hold(struct rl_front_conn *c, size_t old, size_t new)
         }
         rl_front_close(big);
     }
-    c->held = c->held - old + new;
-    g->held = g->held - old + new;
-    return 0;
+    return front_held(c, old, new);
 }
 
 static void
