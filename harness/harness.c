@@ -97,6 +97,23 @@ rl_harness_sleep_ms(int ms)
     }
 }
 
+void
+rl_harness_clear_of_hour(int need_ms)
+{
+    struct timespec ts;
+    int64_t left;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    left = 3600000 - ((int64_t)ts.tv_sec % 3600 * 1000 + ts.tv_nsec / 1000000);
+    if (left < need_ms) {
+        fprintf(stderr,
+                "harness: %.1f s to the hour's end, where windows of an hour restart: "
+                "starting after it\n",
+                (double)left / 1000);
+        rl_harness_sleep_ms((int)left + 100);
+    }
+}
+
 static bool
 keep_tmp(void)
 {

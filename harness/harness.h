@@ -153,6 +153,26 @@ int rl_harness_pause(pid_t pid);
  */
 void rl_harness_cleanup(void);
 
+/* How many processes spawned through the harness (by this process or, in Check's fork mode,
+ * by the runner before the fork) are running. */
+int rl_harness_live_procs(void);
+
+/*
+ * Windows of an hour (fixed_window and sliding_window_counter "per 1h") are aligned to the
+ * epoch, so they end at every wall-clock hour: a test counting in one across that instant
+ * sees its counts restart. rl_harness_clear_of_hour(need_ms) sleeps past the hour's end when
+ * less than need_ms is left before it, saying so on stderr. With
+ * rl_harness_set_hour_clear(need_ms) (the test suites' rl_test_run sets
+ * RL_HARNESS_HOUR_CLEAR_MS; rl-chaos, which counts in windows of seconds, sets nothing), a
+ * cluster's first process, ZooKeeper or a server started while no harness process runs,
+ * calls it first, so a test that starts its cluster has that long before an hour's end.
+ */
+#define RL_HARNESS_HOUR_CLEAR_MS 30000
+void rl_harness_clear_of_hour(int need_ms);
+void rl_harness_set_hour_clear(int need_ms);
+/* What a cluster's first process calls: rl_harness_clear_of_hour(the set need), if any. */
+void rl_harness_first_of_cluster(void);
+
 /* ---- ZooKeeper ------------------------------------------------------------------------- */
 
 /*

@@ -64,6 +64,34 @@ open_high(const char *path, int flags, mode_t mode)
     return hi < 0 ? -errno : hi;
 }
 
+/* What a cluster's first process waits for (rl_harness_set_hour_clear); 0: nothing. */
+static int hour_clear_ms;
+
+void
+rl_harness_set_hour_clear(int need_ms)
+{
+    hour_clear_ms = need_ms;
+}
+
+void
+rl_harness_first_of_cluster(void)
+{
+    if (hour_clear_ms > 0 && rl_harness_live_procs() == 0) {
+        rl_harness_clear_of_hour(hour_clear_ms);
+    }
+}
+
+int
+rl_harness_live_procs(void)
+{
+    int n = 0;
+
+    for (size_t i = 0; i < RL_HARNESS_MAX_PROCS; i++) {
+        n += atomic_load(&procs[i].pid) > 0;
+    }
+    return n;
+}
+
 /* ---- Ending them however the test ends ------------------------------------------------- */
 
 /* Async-signal-safe: only atomics, getpid() and kill(). */

@@ -99,6 +99,7 @@ server_init(struct rl_harness_server *s, const char *program, const char *config
 {
     int rc;
 
+    rl_harness_first_of_cluster();
     memset(s, 0, sizeof(*s));
     snprintf(s->program, sizeof(s->program), "%s", program);
     if ((size_t)snprintf(s->config, sizeof(s->config), "%s", config) >= sizeof(s->config) ||

@@ -218,6 +218,7 @@ rl_harness_zk_start(struct rl_harness_zk *zk)
     if (zk->pid > 0) {
         return -EALREADY;
     }
+    rl_harness_first_of_cluster();
     /* A fresh port can be taken by someone else before the JVM binds it: try another. */
     for (int attempt = 0; attempt < (fresh ? 3 : 1); attempt++) {
         if (fresh) {

@@ -42,6 +42,9 @@ rl_test_run(Suite *suite)
     SRunner *sr = srunner_create(suite);
     int failed;
 
+    /* A test's cluster starts clear of an hour's end, where windows of an hour restart. */
+    rl_harness_set_hour_clear(RL_HARNESS_HOUR_CLEAR_MS);
+
     /*
      * No srunner_set_fork_status: Check's default reads CK_FORK (fork unless "no"), and
      * CK_ENV reads CK_VERBOSITY (normal unless set). The other CK_ variables are read by

@@ -34,7 +34,7 @@ write_conf(void)
     ck_assert_int_eq(rl_harness_write_file(conf_path,
                                            "[router]\nlisten = 127.0.0.1:%d\n"
                                            "[node a]\nlisten = 127.0.0.1:%d\n"
-                                           "[service web]\nlimit = fixed_window 5 per 1m\n",
+                                           "[service web]\nlimit = fixed_window 5 per 1h\n",
                                            router_port, node_port),
                      0);
 }

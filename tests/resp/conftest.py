@@ -25,6 +25,12 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
 import harness  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def _clear_of_the_hour():
+    """Every test starts clear of a wall-clock hour's end (harness.HOUR_CLEAR_S)."""
+    harness.clear_of_window_edge(3600, harness.HOUR_CLEAR_S)
+
 BUILD = harness.BUILD
 
 SERVICES = """

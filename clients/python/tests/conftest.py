@@ -15,6 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _clear_of_the_hour():
+    """Every test starts clear of a wall-clock hour's end (harness.HOUR_CLEAR_S)."""
+    harness.clear_of_window_edge(3600, harness.HOUR_CLEAR_S)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """One node and a router shared by a module's tests (each test uses its own users)."""

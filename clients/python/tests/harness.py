@@ -23,6 +23,21 @@ BUILD = Path(os.environ.get("RL_BUILD_DIR", REPO / "build"))
 _live: Dict[int, subprocess.Popen] = {}
 
 
+def clear_of_window_edge(unit_s, need_s=8.0):
+    """Windows aligned to the epoch (fixed_window: a minute, an hour, a day) end at a time of
+    day: a test that counts in one, or checks how long until it ends, would fail across its
+    end. Waits until the current window has need_s left."""
+    left = unit_s - time.time() % unit_s
+    if left < need_s:
+        time.sleep(left + 0.05)
+
+
+# A test counting in a window of an hour (aligned to the epoch) across the hour's end sees its
+# counts restart: every test starts at least this long before an hour's end (the conftests'
+# autouse fixture); a test needing more calls clear_of_window_edge itself.
+HOUR_CLEAR_S = 30.0
+
+
 def need_binaries(*names: str) -> None:
     """Skips the calling test when a program is not built in BUILD, or fails it when
     RL_REQUIRE_BINARIES=1 (run_tests.sh sets it: a run that tested nothing must not pass)."""

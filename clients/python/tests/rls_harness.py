@@ -83,13 +83,7 @@ class ZooKeeper:
         harness.kill(self.proc)
 
 
-def clear_of_window_edge(unit_s, need_s=8.0):
-    """Windows aligned to the epoch (fixed_window: a minute, an hour, a day) end at a time of
-    day: a test that counts in one, or checks how long until it ends, would fail across its
-    end. Waits until the current window has need_s left."""
-    left = unit_s - time.time() % unit_s
-    if left < need_s:
-        time.sleep(left + 0.05)
+clear_of_window_edge = harness.clear_of_window_edge
 
 
 def rls_cluster(d: Path, envoy_config: str, *, nodes=("a",), extra="", deadline="200ms",
