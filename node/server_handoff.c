@@ -17,7 +17,7 @@
 #include "limiter.h"
 #include "log.h"
 #include "move.h"
-#include "server.h"
+#include "server_state.h"
 #include "wire.h"
 
 struct rl_server_handoff {
