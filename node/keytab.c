@@ -281,7 +281,10 @@ void
 kt_remove_slot(struct rl_keytab *t, size_t i)
 {
     struct kt_array *a = &t->cur;
-    size_t j = next_slot(a, i);
+    size_t j;
+
+    kt_scan_finish(t);
+    j = next_slot(a, i);
     while (a->tags[j] != 0) {
         size_t h = home_of(a->ents[j].fp_hi, a->cap);
         /* Distances from home and from the hole, cyclically: j may move to i iff i lies in
@@ -304,6 +307,7 @@ kt_remove_slot(struct rl_keytab *t, size_t i)
 static void
 drop(struct rl_keytab *t, struct rl_keytab_entry *e)
 {
+    kt_scan_finish(t); /* before the release: the scan reads the state it frees */
     t->ops.release(t->ops.arg, e);
     if (in_old(t, e)) {
         set_tag(&t->old, (size_t)(e - t->old.ents), TAG_GONE);
@@ -361,6 +365,7 @@ sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, siz
 static void
 evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
 {
+    kt_scan_finish(t); /* before ops.evicted and the drop */
     size_t want = t->keys < EVICT_SAMPLE ? t->keys : EVICT_SAMPLE;
     size_t cur_keys = t->keys - t->old_keys;
     size_t want_old = 0;
@@ -403,6 +408,7 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
         kt_drain(t, FREE_CHUNK);
     }
     if (t->keys >= t->max_keys) {
+        kt_scan_finish(t); /* a grow or an eviction moves entries */
         if (resizing(t) && t->cur.cap < t->max_cap) {
             /* Only after a shrink can inserts outrun the move; a new resize waits for it. */
             kt_migrate(t, SIZE_MAX);
@@ -442,4 +448,53 @@ void
 rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e)
 {
     drop(t, e);
+}
+
+void
+rl_keytab_scan_begin(struct rl_keytab *t, void (*visit)(void *arg, struct rl_keytab_entry *e),
+                     void *arg)
+{
+    kt_scan_finish(t);
+    if (resizing(t)) {
+        kt_migrate(t, SIZE_MAX); /* one array to walk, which nothing moves until the end */
+    }
+    t->scan_visit = visit;
+    t->scan_arg = arg;
+    t->scan_next = 0;
+}
+
+bool
+rl_keytab_scan_step(struct rl_keytab *t, size_t budget)
+{
+    const struct kt_array *a = &t->cur;
+    size_t i = t->scan_next, end;
+
+    if (!scanning(t)) {
+        return true;
+    }
+    end = budget < a->cap - i ? i + budget : a->cap;
+    for (; i < end; i++) {
+        if ((a->tags[i] & TAG_LIVE) != 0) {
+            t->scan_visit(t->scan_arg, &a->ents[i]);
+        }
+    }
+    t->scan_next = i;
+    if (i < a->cap) {
+        return false;
+    }
+    t->scan_visit = NULL;
+    t->scan_arg = NULL;
+    return true;
+}
+
+bool
+rl_keytab_scanning(const struct rl_keytab *t)
+{
+    return scanning(t);
+}
+
+void
+kt_scan_finish(struct rl_keytab *t)
+{
+    (void)rl_keytab_scan_step(t, SIZE_MAX);
 }

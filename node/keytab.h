@@ -152,6 +152,22 @@ size_t rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget);
 size_t rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keytab_entry *e),
                        void *arg);
 
+/*
+ * A visit of every live entry a slice at a time, for work that must not hold the owner's
+ * loop for a whole pass (the export of a planned move: a pass over 10M keys takes ~70 ms).
+ * rl_keytab_scan_begin opens it (finishing a running resize first, as remap does);
+ * rl_keytab_scan_step visits the next `budget` slots and returns true once every slot has
+ * been visited, which closes it. While it is open no entry moves: a delete, an eviction, the
+ * start of a grow or a remap first visits the rest at once (so each entry present at the
+ * begin is visited exactly once, whatever comes between the steps), and sweeps forget
+ * nothing until it ends. Entries inserted meanwhile may or may not be visited. visit may
+ * change e->st but not the table. One scan at a time: a begin finishes the open one.
+ */
+void rl_keytab_scan_begin(struct rl_keytab *t, void (*visit)(void *arg, struct rl_keytab_entry *e),
+                          void *arg);
+bool rl_keytab_scan_step(struct rl_keytab *t, size_t budget);
+bool rl_keytab_scanning(const struct rl_keytab *t);
+
 void rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s);
 
 struct rl_prom;

@@ -96,6 +96,12 @@ struct rl_keytab {
     /* The sweep's holes in the current run (sweep_cur), ascending; grown on demand. */
     struct kt_hole *holes;
     size_t holes_cap;
+    /* The open scan (rl_keytab_scan_begin), if scan_visit is not NULL: the next slot of cur
+     * it visits. While it is open no entry moves and no resize starts: whatever would move
+     * one visits the rest first (kt_scan_finish), and sweeps wait. */
+    void (*scan_visit)(void *arg, struct rl_keytab_entry *e);
+    void *scan_arg;
+    size_t scan_next;
     /* Steps the sweeps took since start: slots visited, hole searches and hole-list upkeep.
      * For tests (rl_keytab_sweep_work), which check that a sweep does bounded work. */
     uint64_t sweep_work;
@@ -182,6 +188,12 @@ resizing(const struct rl_keytab *t)
     return t->old.tags != NULL;
 }
 
+static inline bool
+scanning(const struct rl_keytab *t)
+{
+    return t->scan_visit != NULL;
+}
+
 /* Places an entry known to be absent at the first free slot of a; returns the slot. */
 static inline size_t
 place(const struct kt_array *a, uint64_t fp_hi)
@@ -236,7 +248,10 @@ int kt_start_resize(struct rl_keytab *t, size_t new_cap);
 
 /* keytab.c */
 
-/* Empties slot i of cur and closes the gap by backward shift. */
+/* Empties slot i of cur and closes the gap by backward shift (an open scan is finished
+ * first). */
 void kt_remove_slot(struct rl_keytab *t, size_t i);
+/* Visits the rest of an open scan at once and closes it; nothing when none is open. */
+void kt_scan_finish(struct rl_keytab *t);
 
 #endif

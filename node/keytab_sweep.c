@@ -234,6 +234,9 @@ rl_keytab_sweep_work(const struct rl_keytab *t)
 size_t
 rl_keytab_sweep(struct rl_keytab *t, uint64_t now, size_t budget)
 {
+    if (scanning(t)) {
+        return 0; /* the sweep moves entries: it waits for the scan's end */
+    }
     if (resizing(t)) {
         kt_migrate(t, budget);
     }
@@ -295,6 +298,7 @@ rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keytab_entr
     struct kt_array *a;
     size_t start, i, left, dropped = 0;
 
+    kt_scan_finish(t);
     if (resizing(t)) {
         kt_migrate(t, SIZE_MAX);
     }

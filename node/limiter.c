@@ -111,6 +111,7 @@ rl_limiter_destroy(struct rl_limiter *l)
     if (l == NULL) {
         return;
     }
+    rl_limiter_export_cancel(l);
     rl_keytab_destroy(l->tab);
     rl_inltab_destroy(l->inl);
     rl_tenants_destroy(l->tenants);

@@ -198,6 +198,24 @@ int rl_limiter_export(struct rl_limiter *l, uint64_t now,
                       bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard,
                                    uint16_t epoch),
                       int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
+/*
+ * rl_limiter_export a slice at a time, so that a big table does not hold the loop
+ * (rl_keytab_scan_begin): begin, then step, each step offering the keys of the next `budget`
+ * slots, until a step returns other than 0: 1 once every key present at the begin was offered
+ * (to fn, in the state of now, the begin's), or a negative errno (fn's, or -ENOMEM at the
+ * begin). Until then nothing moves in the table and no key is forgotten; whatever would move
+ * one (a delete, an eviction, a grow, a rules change, another export) offers the rest first.
+ * want and fn must stay valid until the end; the keys want accepts must not change meanwhile
+ * (the caller freezes them: a shard being handed off is decided nowhere). One at a time:
+ * rl_limiter_export_cancel drops an open one (its remaining keys are not offered).
+ */
+int rl_limiter_export_begin(struct rl_limiter *l, uint64_t now,
+                            bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo,
+                                         uint32_t shard, uint16_t epoch),
+                            int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
+int rl_limiter_export_step(struct rl_limiter *l, size_t budget);
+void rl_limiter_export_cancel(struct rl_limiter *l);
+
 /* rl_limiter_export of the keys of one shard whose state was written under ownership epoch
  * `epoch` (the shard's current one: a key of an earlier tenure is judged as absent here, so
  * it is not sent either). */

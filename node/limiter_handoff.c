@@ -17,11 +17,11 @@ struct lim_export {
     bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t epoch);
     int (*fn)(void *arg, const struct rl_handoff_key *k);
     void *arg;
-    struct rl_handoff_key *k;
+    struct rl_handoff_key k;
     int rc;
 };
 
-static bool
+static void
 lim_export_entry(void *arg, struct rl_keytab_entry *e)
 {
     struct lim_export *x = arg;
@@ -32,33 +32,87 @@ lim_export_entry(void *arg, struct rl_keytab_entry *e)
 
     if (x->rc != 0 ||
         !x->want(x->arg, e->fp_hi, (uint32_t)e->fp_lo, (uint32_t)e->shard, (uint16_t)e->epoch)) {
-        return true;
+        return;
     }
     t = lim_entry_tier(l, e);
     if (t == NULL) {
-        return true;
+        return;
     }
-    x->k->fp_hi = e->fp_hi;
-    x->k->fp_lo = (uint32_t)e->fp_lo;
+    x->k.fp_hi = e->fp_hi;
+    x->k.fp_lo = (uint32_t)e->fp_lo;
     if (rl_inltab_is(e->tier)) {
-        x->k->kind = RL_HANDOFF_INLINE;
-        x->k->ref = rl_inltab_owner(l->inl, e->tier);
+        x->k.kind = RL_HANDOFF_INLINE;
+        x->k.ref = rl_inltab_owner(l->inl, e->tier);
     } else {
-        x->k->kind = RL_HANDOFF_RULE;
-        x->k->ref = t->key_seed;
+        x->k.kind = RL_HANDOFF_RULE;
+        x->k.ref = t->key_seed;
     }
-    x->k->algo = (uint8_t)t->algo;
-    x->k->limit = t->limit;
-    x->k->window_ms = t->window_ms;
-    x->k->burst = t->burst;
+    x->k.algo = (uint8_t)t->algo;
+    x->k.limit = t->limit;
+    x->k.window_ms = t->window_ms;
+    x->k.burst = t->burst;
     before = rl_algo_heap_bytes(t, &e->st);
-    full = rl_algo_export(t, &e->st, x->now, &x->k->st);
+    full = rl_algo_export(t, &e->st, x->now, &x->k.st);
     /* a log pruned by the export: unsigned arithmetic wraps back */
     lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st) - before);
     if (full == 0) {
-        x->rc = x->fn(x->arg, x->k);
+        x->rc = x->fn(x->arg, &x->k);
     }
-    return true;
+}
+
+int
+rl_limiter_export_begin(struct rl_limiter *l, uint64_t now,
+                        bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard,
+                                     uint16_t epoch),
+                        int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg)
+{
+    struct lim_export *x;
+
+    rl_limiter_export_cancel(l);
+    x = calloc(1, sizeof(*x));
+    if (x == NULL) {
+        return -ENOMEM;
+    }
+    x->l = l;
+    x->now = now;
+    x->want = want;
+    x->fn = fn;
+    x->arg = arg;
+    l->xp = x;
+    rl_keytab_scan_begin(l->tab, lim_export_entry, x);
+    return 0;
+}
+
+int
+rl_limiter_export_step(struct rl_limiter *l, size_t budget)
+{
+    struct lim_export *x = l->xp;
+    int rc;
+
+    if (x == NULL) {
+        return 1;
+    }
+    /* Done when the scan is closed: by this step, or by whatever moved an entry since. */
+    if (rl_keytab_scanning(l->tab) && !rl_keytab_scan_step(l->tab, budget)) {
+        return 0;
+    }
+    rc = x->rc;
+    l->xp = NULL;
+    free(x);
+    return rc != 0 ? rc : 1;
+}
+
+void
+rl_limiter_export_cancel(struct rl_limiter *l)
+{
+    if (l->xp == NULL) {
+        return;
+    }
+    /* Its visits go nowhere from here: the scan is closed by the visit of what is left. */
+    l->xp->rc = -ECANCELED;
+    (void)rl_keytab_scan_step(l->tab, SIZE_MAX);
+    free(l->xp);
+    l->xp = NULL;
 }
 
 int
@@ -67,14 +121,22 @@ rl_limiter_export(struct rl_limiter *l, uint64_t now,
                                uint16_t epoch),
                   int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg)
 {
-    struct lim_export x = {l, now, want, fn, arg, malloc(sizeof(struct rl_handoff_key)), 0};
+    struct lim_export *open = l->xp;
+    int rc;
 
-    if (x.k == NULL) {
-        return -ENOMEM;
+    /* An export open a slice at a time is offered the rest of its keys first (it ends at its
+     * next step), and this one runs whole. */
+    l->xp = NULL;
+    if (open != NULL) {
+        (void)rl_keytab_scan_step(l->tab, SIZE_MAX);
     }
-    (void)rl_keytab_remap(l->tab, lim_export_entry, &x);
-    free(x.k);
-    return x.rc;
+    rc = rl_limiter_export_begin(l, now, want, fn, arg);
+    if (rc == 0) {
+        while ((rc = rl_limiter_export_step(l, SIZE_MAX)) == 0) {
+        }
+    }
+    l->xp = open;
+    return rc < 0 ? rc : 0;
 }
 
 struct lim_shard_export {

@@ -46,9 +46,12 @@ struct lim_svc {
     struct rl_limiter_service_stats st;
 };
 
+struct lim_export;
+
 struct rl_limiter {
     const struct rl_conf *conf;
     struct rl_keytab *tab;
+    struct lim_export *xp; /* the export open a slice at a time (rl_limiter_export_begin) */
     uint64_t log_cap;    /* bytes the sliding logs may hold */
     uint64_t memory_cap; /* memory_bytes as created */
     uint64_t log_bytes;  /* bytes they hold now */

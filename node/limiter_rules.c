@@ -197,6 +197,11 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
     bool logs = false;
 
     memset(&res, 0, sizeof(res));
+    /* An export open a slice at a time reads keys under the rules in force: it is offered
+     * the rest of them before anything here changes (it ends at its next step). */
+    if (rl_keytab_scanning(l->tab)) {
+        (void)rl_keytab_scan_step(l->tab, SIZE_MAX);
+    }
     if (maxtiers > l->maxtiers) {
         scratch = calloc(maxtiers, sizeof(*scratch));
         gtiers = calloc(maxtiers, sizeof(*gtiers));

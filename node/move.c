@@ -715,8 +715,9 @@ rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts 
     m->self_ix = RL_SHARDMAP_NONE;
     uv_timer_init(loop, &m->tick);
     uv_timer_init(loop, &m->drain_timer);
-    m->tick.data = m->drain_timer.data = m;
-    m->nopen = 2;
+    uv_idle_init(loop, &m->scan);
+    m->tick.data = m->drain_timer.data = m->scan.data = m;
+    m->nopen = 3;
     *out = m;
     return 0;
 }
@@ -738,9 +739,13 @@ rl_move_destroy(struct rl_move *m)
     if (m == NULL || m->closing) {
         return;
     }
+    /* A batch's export pass ends now: its shards are decided nowhere already, so they are
+     * sent as a batch out at this moment would be. */
+    move_scan_finish(m);
     m->closing = true;
     uv_close((uv_handle_t *)&m->tick, move_closed);
     uv_close((uv_handle_t *)&m->drain_timer, move_closed);
+    uv_close((uv_handle_t *)&m->scan, move_closed);
 }
 
 const uint8_t *

@@ -19,6 +19,9 @@
 
 #define MOVE_TICK_MS 50
 #define MOVE_BATCH_SHARDS 64 /* shards of one export pass and one connection */
+/* Key-table slots the export pass visits per turn of the loop (rl_limiter_export_step):
+ * ~0.4 ms at 10M keys, so a pass holds no other shard's requests for the ~70 ms it takes. */
+#define MOVE_SCAN_SLOTS 65536
 #define MOVE_BATCH_MAX 256   /* shards of one connection telling a node there is nothing */
 #define MOVE_PEER_NONE UINT16_MAX
 #define MOVE_PEERS_MAX 4096
@@ -48,11 +51,17 @@ struct move_batch {
     /* the export pass: which shard the entry being read belongs to */
     uint32_t cur;
     int export_rc;
+    /* the export pass runs a slice per turn of the loop (move_scan_turn) while scanning;
+     * each shard's ownership epoch and the limiter's time, as at the export instant */
+    bool scanning;
+    uint16_t epoch[MOVE_BATCH_MAX];
+    uint64_t lnow;
 };
 
 struct rl_move {
     uv_loop_t *loop;
     uv_timer_t tick, drain_timer;
+    uv_idle_t scan; /* while a batch's export pass runs: a slice per turn */
     int nopen;
     bool closing;
     struct rl_move_opts o;
@@ -150,5 +159,7 @@ void move_free(struct rl_move *m);
 
 /* move_push.c: the next batch, if none is out and something waits */
 void move_pump(struct rl_move *m);
+/* move_push.c: the rest of a batch's export pass at once, if one runs (the move closes) */
+void move_scan_finish(struct rl_move *m);
 
 #endif

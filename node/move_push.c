@@ -32,13 +32,16 @@ move_want(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t ep
 
     (void)fp_hi;
     (void)fp_lo;
-    if (shard >= m->n || m->st[shard] != RL_MOVE_EXPORTING || epoch != m->o.epochs[shard]) {
+    /* A batch's shards stay EXPORTING until it ends (a view change leaves them to it). Their
+     * epochs are the export instant's: the pass takes several turns, and a lost session
+     * meanwhile moves every epoch on (main.c), which must not cut a shard's records short. */
+    if (shard >= m->n || m->st[shard] != RL_MOVE_EXPORTING) {
         return false;
     }
     for (uint32_t i = 0; i < b->n; i++) {
         if (b->shard[i] == shard) {
             b->cur = i;
-            return true;
+            return epoch == b->epoch[i];
         }
     }
     return false;
@@ -223,6 +226,8 @@ move_after_work(uv_work_t *w, int status)
 }
 
 static void move_send(struct rl_move *m);
+static void move_exported(struct rl_move *m, int rc);
+static void move_scan_turn(uv_idle_t *h);
 
 /* A batch of "nothing here" messages: up to MOVE_BATCH_MAX shards of one node's. */
 static void
@@ -333,19 +338,40 @@ move_pump(struct rl_move *m)
     snprintf(b->addr, sizeof(b->addr), "%s", m->map->members[mi].addr);
     /* The export instant: from here these shards are decided nowhere until they land. */
     lnow = m->o.now_ms(m->o.now_arg);
+    b->lnow = lnow;
     b->t0_ns = rl_clock_mono_ns();
     rl_buf_init(&b->frames);
     for (uint32_t i = 0; i < b->n; i++) {
         rl_buf_init(&b->snap[i]);
         move_set(m, b->shard[i], RL_MOVE_EXPORTING);
+        b->epoch[i] = m->o.epochs[b->shard[i]];
         m->stats.out_started++;
         if (rc == 0) {
             rc = rl_handoff_put_header(&b->snap[i], lnow, b->shard[i]);
         }
     }
+    b->active = true;
     if (rc == 0) {
-        rc = rl_limiter_export(m->o.limiter, lnow, move_want, move_put_key, m);
+        rc = rl_limiter_export_begin(m->o.limiter, lnow, move_want, move_put_key, m);
     }
+    if (rc != 0) {
+        move_exported(m, rc);
+        return;
+    }
+    /* The pass, a slice per turn of the loop: what the other shards' requests wait for is a
+     * slice's time, not the whole table's. */
+    b->scanning = true;
+    if (uv_idle_start(&m->scan, move_scan_turn) != 0) {
+        move_scan_finish(m);
+    }
+}
+
+/* The end of a batch's export pass (rc: 0, or what stopped it): its messages, then the send. */
+static void
+move_exported(struct rl_move *m, int rc)
+{
+    struct move_batch *b = &m->b;
+
     b->nmsgs = 0;
     for (uint32_t i = 0; rc == 0 && i < b->n; i++) {
         rc = rl_handoff_put_end(&b->snap[i], b->keys[i]);
@@ -355,12 +381,42 @@ move_pump(struct rl_move *m)
     }
     if (rc != 0) {
         snprintf(b->why, sizeof(b->why), "export: %s", strerror(-rc));
-        b->active = true;
         b->work.data = b;
         move_after_work(&b->work, 0);
         return;
     }
     move_send(m);
+}
+
+/* A turn's slice of the export pass. */
+static void
+move_scan_turn(uv_idle_t *h)
+{
+    struct rl_move *m = h->data;
+    int rc = rl_limiter_export_step(m->o.limiter, MOVE_SCAN_SLOTS);
+
+    m->stats.export_turns++;
+    if (rc == 0) {
+        return;
+    }
+    uv_idle_stop(h);
+    m->b.scanning = false;
+    move_exported(m, rc < 0 ? rc : 0);
+}
+
+void
+move_scan_finish(struct rl_move *m)
+{
+    int rc;
+
+    if (!m->b.scanning) {
+        return;
+    }
+    uv_idle_stop(&m->scan);
+    while ((rc = rl_limiter_export_step(m->o.limiter, SIZE_MAX)) == 0) {
+    }
+    m->b.scanning = false;
+    move_exported(m, rc < 0 ? rc : 0);
 }
 
 /* The batch's messages, sent from the thread pool. */

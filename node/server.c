@@ -189,6 +189,7 @@ server_stats(struct rl_conn *c, const struct rl_wire_req *req)
         RL_SERVER_PUT("handoffs_in_failed", ms.in_failed)
         RL_SERVER_PUT("handoff_keys_out", ms.keys_out)
         RL_SERVER_PUT("handoff_keys_in", ms.keys_in)
+        RL_SERVER_PUT("handoff_export_turns", ms.export_turns)
     }
     RL_SERVER_PUT("auth_failures", s->gate.failures)
     RL_SERVER_PUT("zk_state", s->zk_state)

@@ -83,7 +83,9 @@ setup(void)
                                            "[service swc]\n"
                                            "limit = sliding_window_counter %d per 1h\n"
                                            "[service lb]\n"
-                                           "limit = leaky_bucket %d per 1h\n",
+                                           "limit = leaky_bucket %d per 1h\n"
+                                           "[service bulk]\n"
+                                           "limit = fixed_window 1 per 1h\n",
                                            secret, zk.connect, NSHARDS, LIMIT, LIMIT, LIMIT,
                                            LIMIT, LIMIT, LIMIT),
                      0);
@@ -617,6 +619,120 @@ START_TEST(test_started_together)
 }
 END_TEST
 
+/* Users of [service bulk] (one CHECK each exhausts them) that make the nodes' key tables
+ * bigger than one slice of an export pass (MOVE_SCAN_SLOTS, 65,536 slots). */
+#define NBULK 240000
+#define BULK_BATCH 4000
+#define LATE_ROUND 500 /* users that first come while n3 joins, per round */
+#define LATE_ROUNDS 2000
+
+/* One CHECK of each of the n users PREFIX-first.. of [service bulk] at every running node i that
+ * `at` names (the one that decides a user counts it; the others answer NOT_OWNER, a node
+ * exporting its shard MOVING), pipelined; allowed[u], when given, set for each user a node
+ * allowed. */
+static void
+fill_bulk(const char *prefix, int first, int n, const bool at[NNODES], bool *allowed)
+{
+    struct rl_wire_req *reqs = calloc(BULK_BATCH, sizeof(*reqs));
+    struct rl_wire_check_reply *reps = calloc(BULK_BATCH, sizeof(*reps));
+    char(*users)[16] = calloc(BULK_BATCH, sizeof(*users));
+
+    ck_assert(reqs != NULL && reps != NULL && users != NULL);
+    for (int i = 0; i < NNODES; i++) {
+        struct rl_client *c = at[i] ? client(i) : NULL;
+
+        if (c == NULL) {
+            continue;
+        }
+        for (int from = 0; from < n; from += BULK_BATCH) {
+            int m = n - from < BULK_BATCH ? n - from : BULK_BATCH;
+
+            for (int k = 0; k < m; k++) {
+                int len =
+                    snprintf(users[k], sizeof(users[k]), "%s-%d", prefix, first + from + k);
+
+                memset(&reqs[k], 0, sizeof(reqs[k]));
+                reqs[k].op = RL_WIRE_OP_CHECK;
+                reqs[k].service.ptr = "bulk";
+                reqs[k].service.len = 4;
+                reqs[k].user.ptr = users[k];
+                reqs[k].user.len = (size_t)len;
+                reqs[k].cost = 1;
+            }
+            ck_assert_int_eq(rl_client_check_many(c, reqs, (size_t)m, reps, 60000), 0);
+            for (int k = 0; allowed != NULL && k < m; k++) {
+                allowed[first + from + k] |= reps[k].code == RL_WIRE_ALLOWED;
+            }
+        }
+    }
+    free(users);
+    free(reps);
+    free(reqs);
+}
+
+/* (h) A node joining a cluster whose key tables take several slices of an export pass:
+ * the old owners' passes run a slice per turn of their loops (handoff_export_turns more than
+ * the batches), and every key, bulk or not, keeps its counter. */
+START_TEST(test_big_tables_export_in_slices)
+{
+    char user[32];
+    int limited = 0, sampled = 0;
+    bool *allowed = calloc(LATE_ROUND * LATE_ROUNDS, sizeof(*allowed));
+    int nlate = 0;
+
+    ck_assert_ptr_nonnull(allowed);
+    start(0);
+    start(1);
+    wait_settled(want12);
+    exhaust_all();
+    fill_bulk("b", 0, NBULK, want12, NULL);
+    ck_assert_int_gt(stat_of(0, "keys"), 65536);
+    ck_assert_int_gt(stat_of(1, "keys"), 65536);
+    /* n3 joins; meanwhile new users arrive at the old owners, between the passes' slices:
+     * new keys in the shards that stay, MOVING for the shards being exported */
+    ck_assert_int_eq(rl_harness_node_start(&nodes[2], config, names[2], ports[2], 0), 0);
+    for (int round = 0;; round++) {
+        ck_assert_int_lt(round, LATE_ROUNDS);
+        fill_bulk("late", nlate, LATE_ROUND, want12, allowed);
+        nlate += LATE_ROUND;
+        if (stat_of(2, "handoffs_in_done") > 0 && stat_of(0, "shards_outgoing") == 0 &&
+            stat_of(1, "shards_outgoing") == 0) {
+            break;
+        }
+    }
+    wait_settled(want123);
+    ck_assert_int_gt(stat_of(2, "handoffs_in_done"), 0);
+    ck_assert_int_eq(stat_of(2, "handoffs_in_failed"), 0);
+    /* more turns than batches: each pass took several */
+    for (int i = 0; i < 2; i++) {
+        int64_t turns = stat_of(i, "handoff_export_turns");
+
+        ck_assert_int_gt(stat_of(i, "handoffs_out_done"), 0);
+        ck_assert_msg(turns >= 2, "%s: %lld export turns", names[i], (long long)turns);
+    }
+    ck_assert_int_gt(stat_of(2, "handoff_keys_in"), 20000);
+    ck_assert_int_eq(count_limited(), (int)(NSERVICES * NUSERS));
+    /* a sample of the bulk users, across every shard: each still spent */
+    for (int u = 0; u < NBULK; u += NBULK / 400) {
+        snprintf(user, sizeof(user), "b-%d", u);
+        limited += check_key("bulk", user) == RL_WIRE_LIMITED;
+    }
+    ck_assert_int_eq(limited, 400);
+    /* and every late user a node allowed, wherever its shard went since */
+    limited = 0;
+    for (int u = 0; u < nlate; u++) {
+        if (allowed[u]) {
+            snprintf(user, sizeof(user), "late-%d", u);
+            limited += check_key("bulk", user) == RL_WIRE_LIMITED;
+            sampled++;
+        }
+    }
+    ck_assert_int_gt(sampled, nlate / 4);
+    ck_assert_int_eq(limited, sampled);
+    free(allowed);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -645,6 +761,9 @@ main(void)
     }
     if (only == NULL || strcmp(only, "g") == 0) {
         tcase_add_test(tc, test_started_together);
+    }
+    if (only == NULL || strcmp(only, "h") == 0) {
+        tcase_add_test(tc, test_big_tables_export_in_slices);
     }
     suite_add_tcase(s, tc);
     return rl_test_run(s);

@@ -1420,6 +1420,154 @@ START_TEST(test_sweep_long_run_work)
 }
 END_TEST
 
+/* The visits of a scan: per key id, how many times visited (ids of keys inserted during it
+ * too). */
+struct scan_seen {
+    uint8_t *visits;
+    size_t nids;
+    size_t total;
+};
+
+static void
+scan_visit(void *arg, struct rl_keytab_entry *e)
+{
+    struct scan_seen *x = arg;
+    uint64_t id = e->st.b - 1;
+
+    RL_CHECK_UINT(e->st.b, !=, 0);
+    RL_CHECK_UINT(id, <, x->nids);
+    x->visits[id]++;
+    x->total++;
+}
+
+static bool
+keep_all(void *arg, struct rl_keytab_entry *e)
+{
+    (void)arg;
+    (void)e;
+    return true;
+}
+
+/*
+ * A scan a slice at a time visits every key present at its begin exactly once, whatever
+ * happens between its steps: inserts (which may start a grow), sweeps (which forget nothing
+ * while it is open), a delete, an eviction at the cap or a remap (each of which visits the
+ * rest first). Keys in long runs that wrap around the array's end, where a backward shift
+ * would carry an unvisited entry behind the cursor.
+ */
+START_TEST(test_scan_slices)
+{
+    enum { N0 = 20000, NIDS = 80000 };
+
+    for (int variant = 0; variant < 5; variant++) {
+        struct fake f;
+        /* variant 3: a cap that the inserts reach, so one evicts */
+        uint64_t cap = variant == 3 ? 800u << 10 : UINT64_C(1) << 30;
+        struct rl_keytab *t = fake_table(&f, NIDS, cap);
+        struct scan_seen x = {calloc(NIDS, 1), NIDS, 0};
+        uint8_t *inserted = calloc(NIDS, 1);
+        uint64_t next = N0, rng = 99 + (uint64_t)variant;
+        size_t steps = 0, at_begin;
+        bool done = false;
+        struct rl_keytab_stats st0, st;
+
+        RL_CHECK(x.visits != NULL && inserted != NULL);
+        for (uint64_t id = 0; id < N0; id++) {
+            uint64_t hi;
+            uint32_t lo;
+
+            clustered_fp(id, &hi, &lo);
+            insert_id(t, id, hi, lo, 100); /* full at 100: a sweep at 200 would forget it */
+            inserted[id] = 1;
+        }
+        at_begin = keys_of(t);
+        rl_keytab_stats(t, &st0);
+        rl_keytab_scan_begin(t, scan_visit, &x);
+        ck_assert(rl_keytab_scanning(t));
+        while (!done) {
+            done = rl_keytab_scan_step(t, 97);
+            steps++;
+            if (done) {
+                break;
+            }
+            /* Between two steps, what a loop's turn may bring. */
+            for (int k = 0; k < (variant == 0 ? steps % 10 == 0 : 20) && next < NIDS;
+                 k++, next++) {
+                uint64_t hi;
+                uint32_t lo;
+
+                clustered_fp(next, &hi, &lo);
+                insert_id(t, next, hi, lo, 100);
+                inserted[next] = 1;
+            }
+            if (rl_keytab_scanning(t)) { /* (an insert's grow may have ended it) */
+                ck_assert_uint_eq(rl_keytab_sweep(t, 200, 4096), 0);
+            }
+            if (variant == 1 && steps == 40) {
+                /* a delete: of a key the scan may not have reached yet */
+                uint64_t id = splitmix(&rng) % N0, hi;
+                uint32_t lo;
+                struct rl_keytab_entry *e;
+
+                clustered_fp(id, &hi, &lo);
+                e = rl_keytab_find(t, hi, lo);
+                ck_assert_ptr_nonnull(e);
+                rl_keytab_delete(t, e);
+                ck_assert(!rl_keytab_scanning(t)); /* the rest was visited first */
+                ck_assert_uint_eq(x.visits[id], 1);
+            }
+            if (variant == 2) {
+                /* inserts until a grow starts: it visits the rest first */
+                while (rl_keytab_scanning(t) && next < NIDS) {
+                    uint64_t hi;
+                    uint32_t lo;
+
+                    clustered_fp(next, &hi, &lo);
+                    insert_id(t, next, hi, lo, 100);
+                    inserted[next++] = 1;
+                }
+            }
+            if (variant == 4 && steps == 40) {
+                ck_assert_uint_eq(rl_keytab_remap(t, keep_all, NULL), 0);
+                ck_assert(!rl_keytab_scanning(t));
+            }
+        }
+        for (uint64_t id = 0; id < N0; id++) {
+            RL_CHECK_UINT(x.visits[id], ==, 1);
+        }
+        for (uint64_t id = N0; id < NIDS; id++) {
+            RL_CHECK_UINT(x.visits[id], <=, 1);
+        }
+        ck_assert_uint_ge(x.total, at_begin);
+        if (variant == 0) {
+            /* a slice at a time: as many steps as slices of 97 (no grow came) */
+            rl_keytab_stats(t, &st);
+            ck_assert_uint_eq(st.capacity, st0.capacity);
+            ck_assert_uint_eq(steps, (st0.capacity + 96) / 97);
+            ck_assert_uint_eq(keys_of(t), next); /* nothing forgotten meanwhile */
+        }
+        if (variant == 3) {
+            ck_assert_uint_gt(f.releases, 0); /* an eviction came, and ended the scan */
+        }
+        ck_assert_uint_gt(steps, 1);
+        /* Once it is closed, the sweep forgets again. */
+        ck_assert_uint_gt(rl_keytab_sweep(t, 200, SIZE_MAX), 0);
+        free(x.visits);
+        for (uint64_t id = 0; id < NIDS; id++) {
+            if (inserted[id] && f.released[id] == 0) {
+                uint64_t hi;
+                uint32_t lo;
+
+                clustered_fp(id, &hi, &lo);
+                check_id(t, id, hi, lo, true);
+            }
+        }
+        finish(t, &f, inserted);
+        free(inserted);
+    }
+}
+END_TEST
+
 /* One case per test, so CK_RUN_CASE=name runs one. */
 static void
 add_case(Suite *s, const char *name, const TTest *test)
@@ -1449,6 +1597,7 @@ keytab_suite(void)
     add_case(s, "shrink_outrun", test_shrink_outrun);
     add_case(s, "random_resizing", test_random_resizing);
     add_case(s, "sweep_long_run_work", test_sweep_long_run_work);
+    add_case(s, "scan_slices", test_scan_slices);
     return s;
 }
 
