@@ -210,8 +210,8 @@ int rl_limiter_export(struct rl_limiter *l, uint64_t now,
  * rl_limiter_export_cancel drops an open one (its remaining keys are not offered).
  */
 int rl_limiter_export_begin(struct rl_limiter *l, uint64_t now,
-                            bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo,
-                                         uint32_t shard, uint16_t epoch),
+                            bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard,
+                                         uint16_t epoch),
                             int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg);
 int rl_limiter_export_step(struct rl_limiter *l, size_t budget);
 void rl_limiter_export_cancel(struct rl_limiter *l);

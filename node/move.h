@@ -45,7 +45,7 @@ struct rl_move_stats {
     uint64_t out_started, out_done, out_failed; /* shards shipped by this node */
     uint64_t in_started, in_done, in_failed;    /* shards expected here; failed: started fresh */
     uint64_t keys_out, bytes_out, keys_in, bytes_in;
-    uint64_t export_turns; /* turns of the loop the export passes took (a slice each) */
+    uint64_t export_turns;       /* turns of the loop the export passes took (a slice each) */
     uint64_t incoming, outgoing; /* shards in flight now: incoming; outgoing (queued or sending) */
     uint64_t nothing_planned;    /* shards this node planned to tell a node it holds nothing of */
     struct rl_hist freeze;       /* a shipped shard's export to its last acknowledgement */

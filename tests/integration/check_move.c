@@ -86,8 +86,8 @@ setup(void)
                                            "limit = leaky_bucket %d per 1h\n"
                                            "[service bulk]\n"
                                            "limit = fixed_window 1 per 1h\n",
-                                           secret, zk.connect, NSHARDS, LIMIT, LIMIT, LIMIT,
-                                           LIMIT, LIMIT, LIMIT),
+                                           secret, zk.connect, NSHARDS, LIMIT, LIMIT, LIMIT, LIMIT,
+                                           LIMIT, LIMIT),
                      0);
 }
 
@@ -648,8 +648,7 @@ fill_bulk(const char *prefix, int first, int n, const bool at[NNODES], bool *all
             int m = n - from < BULK_BATCH ? n - from : BULK_BATCH;
 
             for (int k = 0; k < m; k++) {
-                int len =
-                    snprintf(users[k], sizeof(users[k]), "%s-%d", prefix, first + from + k);
+                int len = snprintf(users[k], sizeof(users[k]), "%s-%d", prefix, first + from + k);
 
                 memset(&reqs[k], 0, sizeof(reqs[k]));
                 reqs[k].op = RL_WIRE_OP_CHECK;

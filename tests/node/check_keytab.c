@@ -1491,8 +1491,7 @@ START_TEST(test_scan_slices)
                 break;
             }
             /* Between two steps, what a loop's turn may bring. */
-            for (int k = 0; k < (variant == 0 ? steps % 10 == 0 : 20) && next < NIDS;
-                 k++, next++) {
+            for (int k = 0; k < (variant == 0 ? steps % 10 == 0 : 20) && next < NIDS; k++, next++) {
                 uint64_t hi;
                 uint32_t lo;
 
