@@ -2,8 +2,8 @@
  * check_backstop: the router's floor under failing open (backstop.h) as a data structure,
  * the clock under the test's control: a user gets at most max(1, N / W) per window per loop
  * for every tier, a cost counts as its units, the window starts afresh once it has passed
- * (however long the outage), refusals carry LIMITED with the tier's limit and the time to the
- * window's end, each (rule, user) counts apart, a flood of distinct users keeps the table's
+ * (however long the outage), refusals carry LIMITED with the tier's capacity as the node reports
+ * it and the time to the window's end (never, for a cost past that capacity), each (rule, user) counts apart, a flood of distinct users keeps the table's
  * size (evictions counted) and an evicted user is allowed at most its quota again; and the
  * config's failure values (open, open_unlimited, closed). Not for the router's use of it
  * (check_loss).
@@ -21,6 +21,7 @@
 #define MS 1000000ull
 
 static const char rules[] = "[service a]\nlimit = token_bucket 20 per 1d\n"
+                            "[service bb]\nlimit = token_bucket 10 per 10s burst 5\n"
                             "[service b]\nlimit = fixed_window 10 per 1s\n"
                             "limit = fixed_window 15 per 1m\n"
                             "[service u]\nfailure = open_unlimited\n"
@@ -126,6 +127,40 @@ START_TEST(test_quota_per_window)
 }
 END_TEST
 
+/* A refusal says what the node would: the tier's capacity as its limit (B for a bucket, N
+ * for a window) and, for a cost past that capacity, a retry_after of 4294967295 (never). */
+START_TEST(test_refusal_as_the_node_says)
+{
+    struct rl_conf *c = conf();
+    struct rl_backstop b;
+    struct rl_wire_check_reply rep;
+    uint64_t t = 1000 * MS;
+
+    ck_assert_int_eq(rl_backstop_init(&b, 64, 1), 0);
+    /* token_bucket 10 per 10s burst 5: its quota of 10 a window, then LIMITED with limit 5 */
+    ck_assert(rl_backstop_judge(&b, c, rule(c, "bb"), 1, 5, t, &rep));
+    ck_assert(rl_backstop_judge(&b, c, rule(c, "bb"), 1, 5, t, &rep));
+    ck_assert(!rl_backstop_judge(&b, c, rule(c, "bb"), 1, 1, t, &rep));
+    ck_assert_uint_eq(rep.code, RL_WIRE_LIMITED);
+    ck_assert_uint_eq(rep.limit, 5);
+    ck_assert_uint_eq(rep.retry_after_ms, 10000);
+    /* a cost of 6 against B = 5: never, whatever the window, though the quota has room */
+    ck_assert(!rl_backstop_judge(&b, c, rule(c, "bb"), 2, 6, t, &rep));
+    ck_assert_uint_eq(rep.limit, 5);
+    ck_assert_uint_eq(rep.retry_after_ms, RL_WIRE_RETRY_NEVER);
+    /* fixed_window 10 per 1s: a cost of 11 never, a cost of 10 once the window has room */
+    ck_assert(!rl_backstop_judge(&b, c, rule(c, "b"), 3, 11, t, &rep));
+    ck_assert_uint_eq(rep.limit, 10);
+    ck_assert_uint_eq(rep.retry_after_ms, RL_WIRE_RETRY_NEVER);
+    ck_assert(rl_backstop_judge(&b, c, rule(c, "b"), 3, 10, t, &rep));
+    ck_assert(!rl_backstop_judge(&b, c, rule(c, "b"), 3, 10, t + 200 * MS, &rep));
+    ck_assert_uint_eq(rep.limit, 10);
+    ck_assert_uint_eq(rep.retry_after_ms, 800);
+    rl_backstop_deinit(&b);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 START_TEST(test_every_tier)
 {
     struct rl_conf *c = conf();
@@ -219,6 +254,7 @@ backstop_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_conf_values);
     tcase_add_test(tc, test_quota_per_window);
+    tcase_add_test(tc, test_refusal_as_the_node_says);
     tcase_add_test(tc, test_every_tier);
     tcase_add_test(tc, test_sixteenth_tier);
     tcase_add_test(tc, test_bounded_flood);
