@@ -3,10 +3,10 @@
  * the clock under the test's control: a user gets at most max(1, N / W) per window per loop
  * for every tier, a cost counts as its units, the window starts afresh once it has passed
  * (however long the outage), refusals carry LIMITED with the tier's capacity as the node reports
- * it and the time to the window's end (never, for a cost past that capacity), each (rule, user) counts apart, a flood of distinct users keeps the table's
- * size (evictions counted) and an evicted user is allowed at most its quota again; and the
- * config's failure values (open, open_unlimited, closed). Not for the router's use of it
- * (check_loss).
+ * it and the time to the window's end (never, for a cost past that capacity), each (rule, user)
+ * counts apart, a flood of distinct users keeps the table's size (evictions counted) and an evicted
+ * user is allowed at most its quota again; and the config's failure values (open, open_unlimited,
+ * closed). Not for the router's use of it (check_loss).
  */
 #include <check.h>
 #include <stdio.h>
