@@ -627,7 +627,11 @@ server_frame(struct rl_conn *c, const char *p, size_t n)
     }
     if (req.op >= sizeof(server_handlers) / sizeof(server_handlers[0]) ||
         server_handlers[req.op] == NULL) {
-        reply_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, "unknown op");
+        char msg[32];
+
+        /* an op of the protocol that a node does not serve (HOT: a router's) */
+        snprintf(msg, sizeof(msg), "unknown op %u", req.op);
+        reply_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, msg);
         return;
     }
     server_handlers[req.op](c, &req);

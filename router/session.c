@@ -10,6 +10,7 @@
  * or THROTTLED does (forward.c, fanout.c).
  */
 #include <stdint.h>
+#include <stdio.h>
 
 #include "conf.h"
 #include "router_int.h"
@@ -139,7 +140,12 @@ session_frame(struct rl_conn *c, const char *p, size_t n)
     }
     if (req.op >= sizeof(session_handlers) / sizeof(session_handlers[0]) ||
         session_handlers[req.op] == NULL) {
-        rl_reply_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, "unknown op");
+        char msg[32];
+
+        /* an op of the protocol that a router does not serve (HELLO, THROTTLED, HANDOFF_*:
+         * a node's) */
+        snprintf(msg, sizeof(msg), "unknown op %u", req.op);
+        rl_reply_error(c, req.id, RL_WIRE_ERR_UNKNOWN_OP, msg);
         return;
     }
     who = c->principal;
