@@ -46,12 +46,6 @@ stat_of() { # stat_of NODE KEY
     "$bin/rl-cli" --target "127.0.0.1:${nport[$1]}" stats | awk -v k="$2" '$1 == k {print $2}'
 }
 
-ping_phase() { # ping_phase NAME: PINGs node a until $work/stop exists; prints its JSON
-    rm -f "$work/stop"
-    "$py" "$top/bench/move_stalls_driver.py" "${nport[a]}" "$work/stop" > "$work/$1.json" &
-    echo $!
-}
-
 round() {
     seq_no=$((seq_no + 1))
     conf=$work/c$seq_no.conf
@@ -81,10 +75,15 @@ CONF
         --requests "$keys" --connections 4 >/dev/null 2>&1
     local akeys p
     akeys=$(stat_of a keys)
-    p=$(ping_phase quiet)
+    # PINGs of node a until $work/stop exists, first with nothing moving, then while c joins
+    rm -f "$work/stop"
+    "$py" "$top/bench/move_stalls_driver.py" "${nport[a]}" "$work/stop" > "$work/quiet.json" &
+    p=$!
     sleep "$quiet"
     touch "$work/stop"; wait "$p"
-    p=$(ping_phase move)
+    rm -f "$work/stop"
+    "$py" "$top/bench/move_stalls_driver.py" "${nport[a]}" "$work/stop" > "$work/move.json" &
+    p=$!
     start_node c
     sleep 1
     for _ in $(seq 1 600); do
