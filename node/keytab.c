@@ -407,8 +407,12 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
     } else if (grave_bytes(t) > 0) {
         kt_drain(t, FREE_CHUNK);
     }
-    if (t->keys >= t->max_keys) {
-        kt_scan_finish(t); /* a grow or an eviction moves entries */
+    /* During a scan a grow or an eviction, which move entries, wait for its end while the
+     * load stays under SCAN_LOAD: the slots are there, probes only get longer for a while
+     * (at 15/16 about 8 groups for a key that is absent). Past it, the scan ends at once. */
+    if (t->keys >= t->max_keys &&
+        !(scanning(t) && t->keys < t->cur.cap - t->cur.cap / SCAN_LOAD_FREE)) {
+        kt_scan_finish(t);
         if (resizing(t) && t->cur.cap < t->max_cap) {
             /* Only after a shrink can inserts outrun the move; a new resize waits for it. */
             kt_migrate(t, SIZE_MAX);
@@ -425,6 +429,9 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
              * fail once the table exists. */
             if (new_cap <= t->cur.cap || kt_start_resize(t, new_cap) != 0) {
                 evict_one(t, now, tier);
+                if (t->keys > t->max_keys) {
+                    evict_one(t, now, tier); /* what a scan let in past the load goes too */
+                }
             }
         }
     }

@@ -157,10 +157,12 @@ size_t rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keyt
  * loop for a whole pass (the export of a planned move: a pass over 10M keys takes ~70 ms).
  * rl_keytab_scan_begin opens it (finishing a running resize first, as remap does);
  * rl_keytab_scan_step visits the next `budget` slots and returns true once every slot has
- * been visited, which closes it. While it is open no entry moves: a delete, an eviction, the
- * start of a grow or a remap first visits the rest at once (so each entry present at the
- * begin is visited exactly once, whatever comes between the steps), and sweeps forget
- * nothing until it ends. Entries inserted meanwhile may or may not be visited. visit may
+ * been visited, which closes it. While it is open no entry moves: a delete, a remap, or an
+ * insert that finds the table past 15/16 of its slots first visits the rest at once (so each
+ * entry present at the begin is visited exactly once, whatever comes between the steps);
+ * an insert past the load of 7/8 (which would grow the table or, at its cap, evict) waits
+ * with its grow or eviction for the scan's end, after which an insert at the cap evicts two
+ * keys until the load is back; and sweeps forget nothing until it ends. Entries inserted meanwhile may or may not be visited. visit may
  * change e->st but not the table. One scan at a time: a begin finishes the open one.
  */
 void rl_keytab_scan_begin(struct rl_keytab *t, void (*visit)(void *arg, struct rl_keytab_entry *e),

@@ -23,6 +23,9 @@
 #include <emmintrin.h>
 #endif
 
+/* An open scan lets inserts take the table past its load of 7/8 up to all but 1/SCAN_LOAD_FREE
+ * of the slots before the grow or the eviction that moves entries (rl_keytab_scan_begin). */
+#define SCAN_LOAD_FREE 16
 /* Slots scanned per tag group; also the length of the mirrored tail of the tag array. */
 #define GROUP 16
 /* Slots of a new table; also the smallest a table shrinks to. At least GROUP, so the mirror

@@ -740,9 +740,10 @@ rl_move_destroy(struct rl_move *m)
         return;
     }
     /* A batch's export pass ends now: its shards are decided nowhere already, so they are
-     * sent as a batch out at this moment would be. */
-    move_scan_finish(m);
+     * sent as a batch out at this moment would be; closing first, so that no batch follows
+     * it (move_pump) once it has ended, even on an error. */
     m->closing = true;
+    move_scan_finish(m);
     uv_close((uv_handle_t *)&m->tick, move_closed);
     uv_close((uv_handle_t *)&m->drain_timer, move_closed);
     uv_close((uv_handle_t *)&m->scan, move_closed);
