@@ -162,8 +162,9 @@ size_t rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keyt
  * entry present at the begin is visited exactly once, whatever comes between the steps);
  * an insert past the load of 7/8 (which would grow the table or, at its cap, evict) waits
  * with its grow or eviction for the scan's end, after which an insert at the cap evicts two
- * keys until the load is back; and sweeps forget nothing until it ends. Entries inserted meanwhile may or may not be visited. visit may
- * change e->st but not the table. One scan at a time: a begin finishes the open one.
+ * keys until the load is back; and sweeps forget nothing until it ends. Entries inserted meanwhile
+ * may or may not be visited. visit may change e->st but not the table. One scan at a time: a begin
+ * finishes the open one.
  */
 void rl_keytab_scan_begin(struct rl_keytab *t, void (*visit)(void *arg, struct rl_keytab_entry *e),
                           void *arg);
