@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include <msgpack.h>
+#include <xxhash.h>
 
 #include "buf.h"
 #include "conf.h"
@@ -645,6 +646,130 @@ START_TEST(test_export_shard)
 }
 END_TEST
 
+/* Each key offered, as the digest of its record's bytes (order aside, two exports agree iff
+ * their digests do). */
+struct digest_sink {
+    uint64_t *d;
+    size_t n, cap;
+    uint32_t shard; /* the one shard wanted */
+};
+
+static bool
+want_shard(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t epoch)
+{
+    const struct digest_sink *s = arg;
+
+    (void)fp_hi;
+    (void)fp_lo;
+    return shard == s->shard && epoch == 0;
+}
+
+static int
+to_digests(void *arg, const struct rl_handoff_key *k)
+{
+    struct digest_sink *s = arg;
+    struct rl_buf b;
+
+    rl_buf_init(&b);
+    ck_assert_int_eq(rl_handoff_put_key(&b, k), 0);
+    ck_assert_uint_lt(s->n, s->cap);
+    s->d[s->n++] = XXH3_64bits(b.data, b.len);
+    rl_buf_deinit(&b);
+    return 0;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/*
+ * rl_limiter_export a slice at a time offers exactly the keys a whole export at its begin
+ * would, with the same states, whatever the limiter does between the slices: CHECKs of other
+ * shards' users (new keys, their logs), a whole export of another shard, a rules change.
+ */
+START_TEST(test_export_in_slices)
+{
+    static const char *const svc[] = {"fw", "swl", "tb"};
+    struct rl_conf *c = conf_from("[cluster]\nshards = 8\n"
+                                  "[service fw]\nlimit = fixed_window 7 per 1m\n"
+                                  "[service swl]\nlimit = sliding_window_log 5 per 1m\n"
+                                  "[service tb]\nlimit = token_bucket 7 per 1m burst 9\n");
+    struct rl_conf *c2 = conf_from("[cluster]\nshards = 8\n"
+                                   "[service fw]\nlimit = fixed_window 7 per 1m\n"
+                                   "[service swl]\nlimit = sliding_window_log 5 per 1m\n"
+                                   "[service tb]\nlimit = token_bucket 7 per 1m burst 9\n"
+                                   "[service new]\nlimit = gcra 3 per 1s\n");
+
+    /* mode 0: only CHECKs between the slices; 1: a whole export of another shard after the
+     * fifth slice; 2: a rules change there (either offers the rest of the pass at once) */
+    for (int mode = 0; mode < 3; mode++) {
+        struct rl_limiter *l = limiter_from(c);
+        struct digest_sink whole = {calloc(60000, 8), 0, 60000, 3};
+        struct digest_sink sliced = {calloc(60000, 8), 0, 60000, 3};
+        struct digest_sink other = {calloc(60000, 8), 0, 60000, 5};
+        char user[24];
+        int rc, steps = 0, late = 0;
+
+        ck_assert(whole.d != NULL && sliced.d != NULL && other.d != NULL);
+        for (int u = 0; u < 12000; u++) {
+            snprintf(user, sizeof(user), "user-%d", u);
+            (void)check(l, svc[u % 3], user, NULL, 1 + (uint32_t)(u % 4),
+                        T0 + (uint64_t)(u % 50));
+        }
+        ck_assert_int_eq(rl_limiter_export(l, T0 + 100, want_shard, to_digests, &whole), 0);
+        ck_assert_uint_gt(whole.n, 1000);
+        ck_assert_int_eq(rl_limiter_export_begin(l, T0 + 100, want_shard, to_digests, &sliced),
+                         0);
+        while ((rc = rl_limiter_export_step(l, 1024)) == 0) {
+            steps++;
+            /* between two slices: users of the other shards, old and new (shard 3's users
+             * are frozen, as a node answers MOVING for them) */
+            for (int k = 0; k < 40; k++, late++) {
+                struct rl_wire_req req;
+
+                snprintf(user, sizeof(user), "late-%d", late);
+                memset(&req, 0, sizeof(req));
+                req.service.ptr = svc[late % 3];
+                req.service.len = (uint32_t)strlen(svc[late % 3]);
+                req.user.ptr = user;
+                req.user.len = (uint32_t)strlen(user);
+                if (rl_limiter_shard(l, &req) != 3) {
+                    (void)check(l, svc[late % 3], user, NULL, 1, T0 + 100);
+                }
+            }
+            if (mode == 1 && steps == 5) {
+                ck_assert_int_eq(rl_limiter_export(l, T0 + 100, want_shard, to_digests, &other),
+                                 0);
+                ck_assert_uint_gt(other.n, 0);
+            }
+            if (mode == 2 && steps == 5) {
+                ck_assert_int_eq(rl_limiter_set_rules(l, c2, NULL), 0);
+            }
+        }
+        ck_assert_int_eq(rc, 1);
+        if (mode == 0) {
+            ck_assert_int_gt(steps, 12); /* a slice at a time: 12,000+ keys, 1,024 slots */
+        } else {
+            ck_assert_int_eq(steps, 5); /* ended by what came after the fifth slice */
+        }
+        qsort(whole.d, whole.n, 8, cmp_u64);
+        qsort(sliced.d, sliced.n, 8, cmp_u64);
+        ck_assert_uint_eq(sliced.n, whole.n);
+        ck_assert(memcmp(whole.d, sliced.d, whole.n * 8) == 0);
+        rl_limiter_destroy(l);
+        free(whole.d);
+        free(sliced.d);
+        free(other.d);
+    }
+    rl_conf_destroy(c2);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 START_TEST(test_decoder_bounded)
 {
     struct rl_handoff_key k, out;
@@ -739,6 +864,7 @@ handoff_suite(void)
     tcase_add_test(tc, test_import_far_future);
     tcase_add_test(tc, test_decoder_bounded);
     tcase_add_test(tc, test_export_shard);
+    tcase_add_test(tc, test_export_in_slices);
     suite_add_tcase(s, tc);
     return s;
 }
