@@ -717,13 +717,11 @@ START_TEST(test_export_in_slices)
         ck_assert(whole.d != NULL && sliced.d != NULL && other.d != NULL);
         for (int u = 0; u < 12000; u++) {
             snprintf(user, sizeof(user), "user-%d", u);
-            (void)check(l, svc[u % 3], user, NULL, 1 + (uint32_t)(u % 4),
-                        T0 + (uint64_t)(u % 50));
+            (void)check(l, svc[u % 3], user, NULL, 1 + (uint32_t)(u % 4), T0 + (uint64_t)(u % 50));
         }
         ck_assert_int_eq(rl_limiter_export(l, T0 + 100, want_shard, to_digests, &whole), 0);
         ck_assert_uint_gt(whole.n, 1000);
-        ck_assert_int_eq(rl_limiter_export_begin(l, T0 + 100, want_shard, to_digests, &sliced),
-                         0);
+        ck_assert_int_eq(rl_limiter_export_begin(l, T0 + 100, want_shard, to_digests, &sliced), 0);
         while ((rc = rl_limiter_export_step(l, 1024)) == 0) {
             steps++;
             /* between two slices: users of the other shards, old and new (shard 3's users
@@ -742,8 +740,7 @@ START_TEST(test_export_in_slices)
                 }
             }
             if (mode == 1 && steps == 5) {
-                ck_assert_int_eq(rl_limiter_export(l, T0 + 100, want_shard, to_digests, &other),
-                                 0);
+                ck_assert_int_eq(rl_limiter_export(l, T0 + 100, want_shard, to_digests, &other), 0);
                 ck_assert_uint_gt(other.n, 0);
             }
             if (mode == 2 && steps == 5) {
