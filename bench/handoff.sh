@@ -20,13 +20,6 @@ if [ -n "${RL_BIN_DIR:-}" ]; then
 else
     cmake --build "$bin" -j2 --target rl-node rl-router rl-bench rl-cli >/dev/null
 fi
-low_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 12000))
-        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo $p; return; }
-    done
-}
 work=$(mktemp -d)
 zkport=$(low_port)
 trap 'bench_cleanup; bash "$top/scripts/zk.sh" stop "$work/zk" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT

@@ -13,7 +13,9 @@
  *
  * Modes: thread (the default: pieces collapsed by the table's collapsing thread), sync
  * (RL_KEYTAB_COLLAPSE=sync: on the loop's thread, as the first version did), 4k
- * (RL_KEYTAB_HUGEPAGES=0: 4 KiB pages throughout). Usage: keytab_bench [N [MODE...]];
+ * (RL_KEYTAB_HUGEPAGES=0: 4 KiB pages throughout), and pass: what one pass over the table
+ * costs its thread, whole or a slice at a time (run_pass; docs/BENCHMARKS.md, "The export
+ * pass, a slice per turn"). Usage: keytab_bench [N [MODE...]];
  * N = 10000000 and the modes "sync thread" by default.
  */
 #include <stdio.h>
@@ -101,9 +103,86 @@ key(size_t i, uint64_t *hi, uint32_t *lo)
     rl_keytab_fingerprint(x, ~x, hi, lo);
 }
 
+static size_t shard_hits;
+
+static bool
+keep_if_shard(void *arg, struct rl_keytab_entry *e)
+{
+    shard_hits += (uint32_t)e->shard == *(const uint32_t *)arg;
+    return true;
+}
+
+static void
+visit_shard(void *arg, struct rl_keytab_entry *e)
+{
+    shard_hits += (uint32_t)e->shard == *(const uint32_t *)arg;
+}
+
+/* Mode pass: n keys over 4096 shards, then PASSES passes each way: whole in one call
+ * (rl_keytab_remap, keeping every key, as a planned move's export was) and a slice of
+ * PASS_SLICE slots at a time (rl_keytab_scan_step, as it is now), each visit reading the
+ * entry's shard. */
+#define PASSES 5
+#define PASS_SLICE 65536
+
+static int
+run_pass(size_t n)
+{
+    struct rl_keytab_ops ops = {never_full, any_score, NULL, no_release, NULL};
+    struct rl_keytab *t = NULL;
+    struct rl_keytab_stats st;
+    double whole[PASSES], slice_med[PASSES], slice_max = 0;
+
+    if (rl_keytab_create(&t, UINT64_C(8) << 30, &ops) != 0) {
+        fprintf(stderr, "keytab_bench: cannot create a table\n");
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t hi;
+        uint32_t lo;
+
+        key(i, &hi, &lo);
+        rl_keytab_insert(t, hi, lo, 1, 0)->shard = (hi >> 7) % 4096;
+    }
+    rl_keytab_stats(t, &st);
+    for (int r = 0; r < PASSES; r++) {
+        uint32_t shard = (uint32_t)r;
+        double t0 = now_ns(), *slices = malloc((st.capacity / PASS_SLICE + 2) * sizeof(double));
+        size_t ns = 0;
+
+        if (slices == NULL) {
+            rl_keytab_destroy(t);
+            return 1;
+        }
+        rl_keytab_remap(t, keep_if_shard, &shard);
+        whole[r] = (now_ns() - t0) / 1e6;
+        rl_keytab_scan_begin(t, visit_shard, &shard);
+        for (bool done = false; !done; ns++) {
+            t0 = now_ns();
+            done = rl_keytab_scan_step(t, PASS_SLICE);
+            slices[ns] = (now_ns() - t0) / 1e6;
+            slice_max = slices[ns] > slice_max ? slices[ns] : slice_max;
+        }
+        qsort(slices, ns, sizeof(*slices), cmp_double);
+        slice_med[r] = slices[ns / 2];
+        free(slices);
+    }
+    qsort(whole, PASSES, sizeof(whole[0]), cmp_double);
+    qsort(slice_med, PASSES, sizeof(slice_med[0]), cmp_double);
+    printf("pass: %zu keys, %llu slots: a whole pass, median %.1f ms; a slice of %d slots: "
+           "median %.3f ms, longest %.3f ms (%d passes each way)\n",
+           n, (unsigned long long)st.capacity, whole[PASSES / 2], PASS_SLICE,
+           slice_med[PASSES / 2], slice_max, PASSES);
+    rl_keytab_destroy(t);
+    return 0;
+}
+
 static int
 run(const char *mode, size_t n, double *lat, size_t lat_n)
 {
+    if (strcmp(mode, "pass") == 0) {
+        return run_pass(n);
+    }
     unsetenv("RL_KEYTAB_COLLAPSE");
     unsetenv("RL_KEYTAB_HUGEPAGES");
     if (strcmp(mode, "sync") == 0) {
@@ -111,7 +190,7 @@ run(const char *mode, size_t n, double *lat, size_t lat_n)
     } else if (strcmp(mode, "4k") == 0) {
         setenv("RL_KEYTAB_HUGEPAGES", "0", 1);
     } else if (strcmp(mode, "thread") != 0) {
-        fprintf(stderr, "keytab_bench: mode %s: thread, sync or 4k\n", mode);
+        fprintf(stderr, "keytab_bench: mode %s: thread, sync, 4k or pass\n", mode);
         return 1;
     }
     struct rl_keytab_ops ops = {never_full, any_score, NULL, no_release, NULL};
@@ -190,7 +269,7 @@ main(int argc, char **argv)
     size_t lat_n = n > 6000000 ? n : 6000000;
     double *lat = n > 0 ? malloc(lat_n * sizeof(*lat)) : NULL;
     if (lat == NULL) {
-        fprintf(stderr, "keytab_bench: usage: keytab_bench [N [thread|sync|4k...]]\n");
+        fprintf(stderr, "keytab_bench: usage: keytab_bench [N [thread|sync|4k|pass...]]\n");
         return 1;
     }
     for (int k = 0; k < nmodes; k++) {

@@ -31,6 +31,15 @@ free_port() {
         (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo $p; return; }
     done
 }
+# low_port: a port in 20000..31999 nothing listens on, below Linux's ephemeral range (32768..)
+# so that no outgoing connection of another process holds it (free_port can pick one that does).
+low_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 12000))
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo $p; return; }
+    done
+}
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 machine() {
     echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB"

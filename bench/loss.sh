@@ -26,15 +26,6 @@ builds=("$bin")
 for b in "${builds[@]}"; do
     [ -x "$b/rl-node" ] && [ -x "$b/rl-router" ] || { echo "missing $b/rl-node or rl-router" >&2; exit 1; }
 done
-# low_port: a port nothing listens on, below Linux's ephemeral range (32768..) so that no
-# outgoing connection of another process holds it (lib.sh's free_port can pick one that does).
-low_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 12000))
-        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo $p; return; }
-    done
-}
 scratch
 zkport=$(low_port)
 trap 'bench_cleanup; bash "$top/scripts/zk.sh" stop "$work/zk" || true; rm -rf "$work"' EXIT

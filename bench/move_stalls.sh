@@ -21,13 +21,6 @@ py=${PYTHON:-/usr/bin/python3}
 [ -x "$py" ] || py=python3
 [ -x "$bin/rl-bench" ] && [ -x "$bin/rl-cli" ] ||
     cmake --build "$bin" -j2 --target rl-node rl-router rl-bench rl-cli >/dev/null
-low_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 12000))
-        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo $p; return; }
-    done
-}
 scratch
 zkport=$(low_port)
 trap 'bench_cleanup; bash "$top/scripts/zk.sh" stop "$work/zk" || true; rm -rf "$work"' EXIT
