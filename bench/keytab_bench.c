@@ -171,8 +171,8 @@ run_pass(size_t n)
     qsort(slice_med, PASSES, sizeof(slice_med[0]), cmp_double);
     printf("pass: %zu keys, %llu slots: a whole pass, median %.1f ms; a slice of %d slots: "
            "median %.3f ms, longest %.3f ms (%d passes each way)\n",
-           n, (unsigned long long)st.capacity, whole[PASSES / 2], PASS_SLICE,
-           slice_med[PASSES / 2], slice_max, PASSES);
+           n, (unsigned long long)st.capacity, whole[PASSES / 2], PASS_SLICE, slice_med[PASSES / 2],
+           slice_max, PASSES);
     rl_keytab_destroy(t);
     return 0;
 }
