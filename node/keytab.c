@@ -34,6 +34,14 @@
  * stale copy is taken for a live entry, every slot of cur that is emptied gets fp_hi 0
  * (vacate), which no live entry has.
  *
+ * Scans (rl_keytab_scan_begin: a planned move's export, a slice per turn of the node's loop)
+ * walk cur from slot 0 to its end; while one is open no entry moves, so a slot's entry is the
+ * one it held at the begin or one inserted since. Whatever would move one (drop, and so a
+ * delete or an eviction; kt_remove_slot; remap) calls kt_scan_finish first, the sweep waits,
+ * and an insert past the load of 7/8 postpones its grow or eviction up to 15/16 of the slots
+ * (the load then stays over 7/8 until the next grow, or falls by one key per insert at the
+ * cap). A scan begins after any running resize has ended.
+ *
  * Resizing is incremental, as in Redis's dict. A resize allocates new arrays (cur) and keeps
  * the old ones (old) until every live entry has moved over; inserts go to cur only, a find
  * looks in cur and then in old. Each insert moves the live entries of the next INSERT_STEP
