@@ -1,10 +1,10 @@
 /*
  * move_push: the node-to-node push of automatic handoff (move.h, move_int.h). Queued shards
- * leave in batches bound for one node: exported in one pass over the key table on the loop
- * (decided nowhere from that instant), their HANDOFF_IN messages (the last of each shard
- * `final`, every one naming this node in `from`) sent on one connection from the thread
- * pool, with the cluster secret and TLS as configured, and the shards released once
- * acknowledged. Also the "nothing here" batches of a node's first active view. Not for the
+ * leave in batches bound for one node: exported in one pass over the key table on the loop,
+ * a slice of MOVE_SCAN_SLOTS per turn (decided nowhere from the pass's start), their
+ * HANDOFF_IN messages (the last of each shard `final`, every one naming this node in `from`)
+ * sent on one connection from the thread pool, with the cluster secret and TLS as
+ * configured, and the shards released once acknowledged. Also the "nothing here" batches of a node's first active view. Not for the
  * shard states themselves (move.c).
  */
 #include "move_int.h"
