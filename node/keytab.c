@@ -40,7 +40,8 @@
  * delete or an eviction; kt_remove_slot; remap) calls kt_scan_finish first, the sweep waits,
  * and an insert past the load of 7/8 postpones its grow or eviction up to 15/16 of the slots
  * (the load then stays over 7/8 until the next grow, or falls by one key per insert at the
- * cap). A scan begins after any running resize has ended.
+ * cap). A resize running at the begin is finished by the scan's first steps (their budget of
+ * old slots each) before the first visit.
  *
  * Resizing is incremental, as in Redis's dict. A resize allocates new arrays (cur) and keeps
  * the old ones (old) until every live entry has moved over; inserts go to cur only, a find
@@ -470,31 +471,45 @@ rl_keytab_scan_begin(struct rl_keytab *t, void (*visit)(void *arg, struct rl_key
                      void *arg)
 {
     kt_scan_finish(t);
-    if (resizing(t)) {
-        kt_migrate(t, SIZE_MAX); /* one array to walk, which nothing moves until the end */
-    }
     t->scan_visit = visit;
     t->scan_arg = arg;
     t->scan_next = 0;
 }
 
-bool
-rl_keytab_scan_step(struct rl_keytab *t, size_t budget)
+/* Visits the live entries of a's slots [from, to). */
+static void
+scan_visit_live(struct rl_keytab *t, const struct kt_array *a, size_t from, size_t to)
 {
-    const struct kt_array *a = &t->cur;
-    size_t i = t->scan_next, end;
-
-    if (!scanning(t)) {
-        return true;
-    }
-    end = budget < a->cap - i ? i + budget : a->cap;
-    for (; i < end; i++) {
+    for (size_t i = from; i < to; i++) {
         if ((a->tags[i] & TAG_LIVE) != 0) {
             t->scan_visit(t->scan_arg, &a->ents[i]);
         }
     }
-    t->scan_next = i;
-    if (i < a->cap) {
+}
+
+bool
+rl_keytab_scan_step(struct rl_keytab *t, size_t budget)
+{
+    size_t end;
+
+    if (!scanning(t)) {
+        return true;
+    }
+    if (budget == SIZE_MAX) {
+        kt_scan_finish(t);
+        return true;
+    }
+    if (resizing(t)) {
+        /* A resize that ran at the begin ends first, `budget` old slots a step, before any
+         * visit: then one array, which nothing moves until the end, is walked. (No new one
+         * starts while the scan is open.) */
+        kt_migrate(t, budget);
+        return false;
+    }
+    end = budget < t->cur.cap - t->scan_next ? t->scan_next + budget : t->cur.cap;
+    scan_visit_live(t, &t->cur, t->scan_next, end);
+    t->scan_next = end;
+    if (end < t->cur.cap) {
         return false;
     }
     t->scan_visit = NULL;
@@ -511,5 +526,17 @@ rl_keytab_scanning(const struct rl_keytab *t)
 void
 kt_scan_finish(struct rl_keytab *t)
 {
-    (void)rl_keytab_scan_step(t, SIZE_MAX);
+    if (!scanning(t)) {
+        return;
+    }
+    if (resizing(t)) {
+        /* Before the first visit (the resize of the begin still runs): every live entry of
+         * both arrays, moving none, so that the caller's entry pointers stay valid. */
+        scan_visit_live(t, &t->old, t->moved, t->old.cap);
+        scan_visit_live(t, &t->cur, 0, t->cur.cap);
+    } else {
+        scan_visit_live(t, &t->cur, t->scan_next, t->cur.cap);
+    }
+    t->scan_visit = NULL;
+    t->scan_arg = NULL;
 }

@@ -155,9 +155,11 @@ size_t rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keyt
 /*
  * A visit of every live entry a slice at a time, for work that must not hold the owner's
  * loop for a whole pass (the export of a planned move: a pass over 10M keys takes ~70 ms).
- * rl_keytab_scan_begin opens it (finishing a running resize first, as remap does);
- * rl_keytab_scan_step visits the next `budget` slots and returns true once every slot has
- * been visited, which closes it. While it is open no entry moves: a delete, a remap, or an
+ * rl_keytab_scan_begin opens it; rl_keytab_scan_step first finishes a resize that ran at the
+ * begin (`budget` old slots a step, as a sweep does), then visits the next `budget` slots
+ * and returns true once every slot has been visited, which closes it (a budget of SIZE_MAX:
+ * the rest at once, moving nothing). From its first visit to its end no entry moves: a
+ * delete, a remap, or an
  * insert that finds the table past 15/16 of its slots first visits the rest at once (so each
  * entry present at the begin is visited exactly once, whatever comes between the steps);
  * an insert past the load of 7/8 (which would grow the table or, at its cap, evict) waits

@@ -1459,7 +1459,7 @@ START_TEST(test_scan_slices)
 {
     enum { N0 = 20000, NIDS = 80000 };
 
-    for (int variant = 0; variant < 5; variant++) {
+    for (int variant = 0; variant < 7; variant++) {
         struct fake f;
         /* variant 3: a cap that the inserts reach, so one evicts */
         uint64_t cap = variant == 3 ? 800u << 10 : UINT64_C(1) << 30;
@@ -1479,6 +1479,18 @@ START_TEST(test_scan_slices)
             clustered_fp(id, &hi, &lo);
             insert_id(t, id, hi, lo, 100); /* full at 100: a sweep at 200 would forget it */
             inserted[id] = 1;
+        }
+        if (variant >= 5) {
+            /* variants 5 and 6: the scan begins while a grow moves the table */
+            for (rl_keytab_stats(t, &st0); st0.resize_left == 0; rl_keytab_stats(t, &st0)) {
+                uint64_t hi;
+                uint32_t lo;
+
+                ck_assert_uint_lt(next, NIDS);
+                clustered_fp(next, &hi, &lo);
+                insert_id(t, next, hi, lo, 100);
+                inserted[next++] = 1;
+            }
         }
         at_begin = keys_of(t);
         rl_keytab_stats(t, &st0);
@@ -1507,6 +1519,27 @@ START_TEST(test_scan_slices)
                 /* past the load of 7/8 at the cap: the eviction waits for the scan */
                 ck_assert_uint_eq(f.releases, 0);
                 deferred = true;
+            }
+            if (variant == 5 && steps == 1) {
+                /* the grow ends first, a step's budget of old slots at a time: no visit yet */
+                rl_keytab_stats(t, &st);
+                ck_assert_uint_gt(st.resize_left, 0);
+                ck_assert_uint_eq(x.total, 0);
+            }
+            if (variant == 6 && steps == 1) {
+                /* a delete while the grow still runs (the key most likely in the old array):
+                 * the rest is visited at once, moving nothing, then the key goes */
+                uint64_t id = splitmix(&rng) % N0, hi;
+                uint32_t lo;
+                struct rl_keytab_entry *e;
+
+                clustered_fp(id, &hi, &lo);
+                e = rl_keytab_find(t, hi, lo);
+                ck_assert_ptr_nonnull(e);
+                rl_keytab_delete(t, e);
+                ck_assert(!rl_keytab_scanning(t));
+                ck_assert_uint_eq(x.visits[id], 1);
+                ck_assert_uint_eq(f.released[id], 1);
             }
             if (variant == 1 && steps == 40) {
                 /* a delete: of a key the scan may not have reached yet */
