@@ -11,7 +11,7 @@
  * share. What follows is the design of the whole table.
  *
  * Memory: 33 bytes per slot plus 16 mirrored tag bytes. The load stays in [0.73, 7/8] while
- * growing (grow by 1.2x at 7/8), so the table costs 38 to 45 bytes per key; once the sweep
+ * growing (grow by 1.2x at 7/8; up to 15/16 while a scan postpones a grow, below), so the table costs 38 to 45 bytes per key; once the sweep
  * forgets keys the load may fall to 1/4, and stay there for RL_KEYTAB_SHRINK_MS, before the
  * sweep shrinks the table to a load of 1/2. The small grow step costs more moves (the grows move
  * 1 / 0.2 = 5 entries per key inserted, against 2 at 1.5x), all incremental.
@@ -35,12 +35,12 @@
  * (vacate), which no live entry has.
  *
  * Scans (rl_keytab_scan_begin: a planned move's export, a slice per turn of the node's loop)
- * walk cur from slot 0 to its end; while one is open no entry moves, so a slot's entry is the
- * one it held at the begin or one inserted since. Whatever would move one (drop, and so a
+ * walk cur from slot 0 to its end; from a scan's first visit to its end no entry moves, so a
+ * slot's entry is the one it held at the begin or one inserted since. Whatever would move one (drop, and so a
  * delete or an eviction; kt_remove_slot; remap) calls kt_scan_finish first, the sweep waits,
  * and an insert past the load of 7/8 postpones its grow or eviction up to 15/16 of the slots
- * (the load then stays over 7/8 until the next grow, or falls by one key per insert at the
- * cap). A resize running at the begin is finished by the scan's first steps (their budget of
+ * (the load then stays over 7/8 until the next grow, or, at the cap and with no resize
+ * running, falls by one key per insert). A resize running at the begin is finished by the scan's first steps (their budget of
  * old slots each) before the first visit.
  *
  * Resizing is incremental, as in Redis's dict. A resize allocates new arrays (cur) and keeps
@@ -56,8 +56,8 @@
  * entries of old are therefore all in slots [moved, old.cap).
  *
  * Bounds: an insert moves at most INSERT_STEP old slots. A grow at a load of 7/8 by 1.2x
- * leaves room for 0.175 cap inserts before cur is full and needs cap / INSERT_STEP of them,
- * so a grow always ends in time, and a resize never starts while another runs. A shrink (to
+ * leaves room for 0.175 cap inserts before cur is full and needs cap / INSERT_STEP of them
+ * (one a scan postponed to 15/16 still leaves 0.094 cap), so a grow always ends in time, and a resize never starts while another runs. A shrink (to
  * a load of 1/2, with more than 4 old slots per key) may not: if cur reaches its maximum
  * load while old still holds entries, that insert moves the rest at once, which is quick
  * (old holds under 1/4 of its slots and empty groups are skipped 16 at a time), then grows
@@ -417,7 +417,7 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
         kt_drain(t, FREE_CHUNK);
     }
     /* During a scan a grow or an eviction, which move entries, wait for its end while the
-     * load stays under SCAN_LOAD: the slots are there, probes only get longer for a while
+     * keys stay under all but 1/SCAN_LOAD_FREE of the slots: the slots are there, probes only get longer for a while
      * (at 15/16 about 8 groups for a key that is absent). Past it, the scan ends at once. */
     if (t->keys >= t->max_keys &&
         !(scanning(t) && t->keys < t->cur.cap - t->cur.cap / SCAN_LOAD_FREE)) {

@@ -100,8 +100,9 @@ struct rl_keytab {
     struct kt_hole *holes;
     size_t holes_cap;
     /* The open scan (rl_keytab_scan_begin), if scan_visit is not NULL: the next slot of cur
-     * it visits. While it is open no entry moves and no resize starts: whatever would move
-     * one visits the rest first (kt_scan_finish), and sweeps wait. */
+     * it visits. While it is open no resize starts, and from its first visit (once a resize
+     * that ran at its begin has ended) no entry moves: whatever would move one visits the
+     * rest first (kt_scan_finish), and sweeps wait. */
     void (*scan_visit)(void *arg, struct rl_keytab_entry *e);
     void *scan_arg;
     size_t scan_next;

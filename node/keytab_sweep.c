@@ -303,7 +303,7 @@ rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keytab_entr
         kt_migrate(t, SIZE_MAX);
     }
     a = &t->cur;
-    /* An empty slot: the load is at most 7/8, so there is one. No run crosses it, so a
+    /* An empty slot: the load is at most 15/16, so there is one. No run crosses it, so a
      * backward shift never moves an entry from before it (visited) to after it, nor back. */
     for (start = 0; start < a->cap && a->tags[start] != 0; start++) {
     }
