@@ -374,7 +374,6 @@ sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, siz
 static void
 evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
 {
-    kt_scan_finish(t); /* before ops.evicted and the drop */
     size_t want = t->keys < EVICT_SAMPLE ? t->keys : EVICT_SAMPLE;
     size_t cur_keys = t->keys - t->old_keys;
     size_t want_old = 0;
@@ -515,6 +514,13 @@ rl_keytab_scan_step(struct rl_keytab *t, size_t budget)
     t->scan_visit = NULL;
     t->scan_arg = NULL;
     return true;
+}
+
+void
+rl_keytab_scan_stop(struct rl_keytab *t)
+{
+    t->scan_visit = NULL;
+    t->scan_arg = NULL;
 }
 
 bool

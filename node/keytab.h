@@ -171,6 +171,8 @@ size_t rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keyt
 void rl_keytab_scan_begin(struct rl_keytab *t, void (*visit)(void *arg, struct rl_keytab_entry *e),
                           void *arg);
 bool rl_keytab_scan_step(struct rl_keytab *t, size_t budget);
+/* Closes an open scan without visiting the rest. */
+void rl_keytab_scan_stop(struct rl_keytab *t);
 bool rl_keytab_scanning(const struct rl_keytab *t);
 
 void rl_keytab_stats(const struct rl_keytab *t, struct rl_keytab_stats *s);

@@ -207,7 +207,7 @@ int rl_limiter_export(struct rl_limiter *l, uint64_t now,
  * one (a delete, an eviction, a grow, a rules change, another export) offers the rest first.
  * want and fn must stay valid until the end; the keys want accepts must not change meanwhile
  * (the caller freezes them: a shard being handed off is decided nowhere). One at a time:
- * rl_limiter_export_cancel drops an open one (its remaining keys are not offered).
+ * rl_limiter_export_cancel drops an open one (its remaining keys are not offered, nor read).
  */
 int rl_limiter_export_begin(struct rl_limiter *l, uint64_t now,
                             bool (*want)(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard,

@@ -108,9 +108,7 @@ rl_limiter_export_cancel(struct rl_limiter *l)
     if (l->xp == NULL) {
         return;
     }
-    /* Its visits go nowhere from here: the scan is closed by the visit of what is left. */
-    l->xp->rc = -ECANCELED;
-    (void)rl_keytab_scan_step(l->tab, SIZE_MAX);
+    rl_keytab_scan_stop(l->tab);
     free(l->xp);
     l->xp = NULL;
 }
@@ -121,22 +119,13 @@ rl_limiter_export(struct rl_limiter *l, uint64_t now,
                                uint16_t epoch),
                   int (*fn)(void *arg, const struct rl_handoff_key *k), void *arg)
 {
-    struct lim_export *open = l->xp;
-    int rc;
+    struct lim_export x = {.l = l, .now = now, .want = want, .fn = fn, .arg = arg};
 
-    /* An export open a slice at a time is offered the rest of its keys first (it ends at its
-     * next step), and this one runs whole. */
-    l->xp = NULL;
-    if (open != NULL) {
-        (void)rl_keytab_scan_step(l->tab, SIZE_MAX);
-    }
-    rc = rl_limiter_export_begin(l, now, want, fn, arg);
-    if (rc == 0) {
-        while ((rc = rl_limiter_export_step(l, SIZE_MAX)) == 0) {
-        }
-    }
-    l->xp = open;
-    return rc < 0 ? rc : 0;
+    /* A whole pass of its own: the begin offers an export open a slice at a time the rest of
+     * its keys first (it ends at its next step). */
+    rl_keytab_scan_begin(l->tab, lim_export_entry, &x);
+    (void)rl_keytab_scan_step(l->tab, SIZE_MAX);
+    return x.rc;
 }
 
 struct lim_shard_export {

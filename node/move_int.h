@@ -51,9 +51,9 @@ struct move_batch {
     /* the export pass: which shard the entry being read belongs to */
     uint32_t cur;
     int export_rc;
-    /* the export pass runs a slice per turn of the loop (move_scan_turn) while scanning;
-     * each shard's ownership epoch and the limiter's time, as at the export instant */
-    bool scanning;
+    /* the export pass runs a slice per turn of the loop (move_scan_turn, while the move's
+     * idle handle is active); each shard's ownership epoch and the limiter's time, as at the
+     * export instant */
     uint16_t epoch[MOVE_BATCH_MAX];
     uint64_t lnow;
 };

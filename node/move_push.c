@@ -228,6 +228,7 @@ move_after_work(uv_work_t *w, int status)
 static void move_send(struct rl_move *m);
 static void move_exported(struct rl_move *m, int rc);
 static void move_scan_turn(uv_idle_t *h);
+static void move_scan(struct rl_move *m, size_t budget);
 
 /* A batch of "nothing here" messages: up to MOVE_BATCH_MAX shards of one node's. */
 static void
@@ -360,9 +361,8 @@ move_pump(struct rl_move *m)
     }
     /* The pass, a slice per turn of the loop: what the other shards' requests wait for is a
      * slice's time, not the whole table's. */
-    b->scanning = true;
     if (uv_idle_start(&m->scan, move_scan_turn) != 0) {
-        move_scan_finish(m);
+        move_scan(m, SIZE_MAX);
     }
 }
 
@@ -388,35 +388,36 @@ move_exported(struct rl_move *m, int rc)
     move_send(m);
 }
 
+/* The export pass's next `budget` slots (SIZE_MAX: the rest); once it has ended, its
+ * messages and the send. */
+static void
+move_scan(struct rl_move *m, size_t budget)
+{
+    int rc = rl_limiter_export_step(m->o.limiter, budget);
+
+    if (rc == 0) {
+        return;
+    }
+    uv_idle_stop(&m->scan);
+    move_exported(m, rc < 0 ? rc : 0);
+}
+
 /* A turn's slice of the export pass. */
 static void
 move_scan_turn(uv_idle_t *h)
 {
     struct rl_move *m = h->data;
-    int rc = rl_limiter_export_step(m->o.limiter, MOVE_SCAN_SLOTS);
 
     m->stats.export_turns++;
-    if (rc == 0) {
-        return;
-    }
-    uv_idle_stop(h);
-    m->b.scanning = false;
-    move_exported(m, rc < 0 ? rc : 0);
+    move_scan(m, MOVE_SCAN_SLOTS);
 }
 
 void
 move_scan_finish(struct rl_move *m)
 {
-    int rc;
-
-    if (!m->b.scanning) {
-        return;
+    if (uv_is_active((uv_handle_t *)&m->scan)) {
+        move_scan(m, SIZE_MAX);
     }
-    uv_idle_stop(&m->scan);
-    while ((rc = rl_limiter_export_step(m->o.limiter, SIZE_MAX)) == 0) {
-    }
-    m->b.scanning = false;
-    move_exported(m, rc < 0 ? rc : 0);
 }
 
 /* The batch's messages, sent from the thread pool. */

@@ -58,6 +58,22 @@ rl_test_run(Suite *suite)
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+void
+rl_test_expect_unknown_op(struct rl_client *c, const char *frame, size_t n, uint32_t id,
+                          const char *msg)
+{
+    struct rl_wire_reply rep;
+
+    RL_CHECK(rl_client_queue_raw(c, frame, n) == 0);
+    RL_CHECK(rl_client_flush(c, 5000) == 0);
+    RL_CHECK(rl_client_recv(c, &rep, 5000) == 0);
+    RL_CHECK_UINT_EQ(rep.op, RL_WIRE_OP_ERROR);
+    RL_CHECK_UINT_EQ(rep.id, id);
+    RL_CHECK_UINT_EQ(rep.err, RL_WIRE_ERR_UNKNOWN_OP);
+    RL_CHECK(rep.message.len == strlen(msg) && memcmp(rep.message.ptr, msg, strlen(msg)) == 0,
+             "message \"%.*s\", expected \"%s\"", (int)rep.message.len, rep.message.ptr, msg);
+}
+
 int64_t
 rl_test_stat(int port, const char *key)
 {

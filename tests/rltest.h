@@ -51,6 +51,12 @@ void rl_test_fail(const char *file, int line, const char *expr, const char *fmt,
 /* Runs the suite (see above) and frees it; returns the process's exit status. */
 int rl_test_run(Suite *suite);
 
+struct rl_client;
+/* Sends frame[0..n) (a whole frame, length prefix included) on c and checks the reply:
+ * ERROR UNKNOWN_OP to request id with exactly the message msg. */
+void rl_test_expect_unknown_op(struct rl_client *c, const char *frame, size_t n, uint32_t id,
+                               const char *msg);
+
 /* STATS value `key` of the server on 127.0.0.1:port (-1 when absent), from a connection of
  * its own; fails the test when the server does not answer within 5 s. */
 int64_t rl_test_stat(int port, const char *key);

@@ -671,13 +671,7 @@ START_TEST(test_clock_needs_switch)
         /* HOT, [8, 9], a router's op: UNKNOWN_OP with its number, as docs/PROTOCOL.md says */
         static const char hot[] = "\0\0\0\x03\x92\x08\x09";
 
-        ck_assert_int_eq(rl_client_queue_raw(c, hot, sizeof(hot) - 1), 0);
-        ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
-        ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
-        ck_assert_uint_eq(rep.id, 9);
-        ck_assert_uint_eq(rep.err, RL_WIRE_ERR_UNKNOWN_OP);
-        ck_assert_int_eq((int)rep.message.len, 12);
-        ck_assert(memcmp(rep.message.ptr, "unknown op 8", 12) == 0);
+        rl_test_expect_unknown_op(c, hot, sizeof(hot) - 1, 9, "unknown op 8");
     }
     rl_buf_deinit(&b);
     rl_client_destroy(c);

@@ -523,13 +523,7 @@ START_TEST(test_no_rule)
         /* HELLO, [5, 9, "r"], a node's op: UNKNOWN_OP with its number (docs/PROTOCOL.md) */
         static const char hello[] = "\0\0\0\x05\x93\x05\x09\xa1r";
 
-        ck_assert_int_eq(rl_client_queue_raw(c, hello, sizeof(hello) - 1), 0);
-        ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
-        ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
-        ck_assert_uint_eq(rep.id, 9);
-        ck_assert_uint_eq(rep.err, RL_WIRE_ERR_UNKNOWN_OP);
-        ck_assert_int_eq((int)rep.message.len, 12);
-        ck_assert(memcmp(rep.message.ptr, "unknown op 5", 12) == 0);
+        rl_test_expect_unknown_op(c, hello, sizeof(hello) - 1, 9, "unknown op 5");
     }
     rl_client_destroy(c);
 }
