@@ -36,6 +36,15 @@ rl_algo_has_burst(enum rl_algo a)
     return (unsigned)a < RL_ALGO_COUNT && algos[a].burst;
 }
 
+uint64_t
+rl_tier_capacity(const struct rl_tier *t)
+{
+    if (rl_algo_has_burst(t->algo)) {
+        return t->limit == 0 ? 0 : t->burst;
+    }
+    return t->limit;
+}
+
 int
 rl_algo_parse(const char *name, enum rl_algo *out)
 {

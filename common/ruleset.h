@@ -95,6 +95,11 @@ struct rl_tier {
     uint64_t key_seed;
 };
 
+/* A tier's capacity: the most its allowance ever holds, what a node reports as its limit,
+ * and the most one request may cost there (more is refused with retry_after never): B for
+ * the buckets (0 when they never refill, N = 0), else N. */
+uint64_t rl_tier_capacity(const struct rl_tier *t);
+
 /* One `[service S]` or `[service S E]` section. */
 struct rl_rule {
     char *service;

@@ -297,13 +297,6 @@ swc_full_at(const struct rl_tier *t, const struct rl_algo_state *s)
 
 /* ---- token_bucket, gcra, leaky_bucket -------------------------------------------------- */
 
-/* The capacity: with no refill (L = 0) nothing could ever be given back, so none is given. */
-static uint64_t
-bucket_cap(const struct rl_tier *t)
-{
-    return t->limit == 0 ? 0 : t->burst;
-}
-
 /*
  * The decision shared by the three buckets, from the deficit d (in 1/W token: B*W - d is the
  * allowance times W) at now_eff = max(now, last update). Sets *da to the deficit after.
@@ -314,7 +307,7 @@ bucket_decide(const struct rl_tier *t, u128 d, uint64_t now_eff, uint64_t now, u
 {
     uint64_t L = t->limit;
     uint64_t W = t->window_ms;
-    uint64_t B = bucket_cap(t);
+    uint64_t B = rl_tier_capacity(t);
     u128 BW = (u128)B * W;
     u128 cw = (u128)cost * W;
     uint64_t delta = now_eff - now;

@@ -58,17 +58,6 @@ rl_backstop_quota(uint32_t limit, uint32_t share)
     return q > 0 ? q : 1;
 }
 
-/* What a node reports as a tier's limit, and the most one request may cost there: B for
- * the buckets (none without a refill), else N. */
-static uint64_t
-backstop_capacity(const struct rl_tier *tier)
-{
-    if (rl_algo_has_burst(tier->algo)) {
-        return tier->limit == 0 ? 0 : tier->burst;
-    }
-    return tier->limit;
-}
-
 static struct rl_backstop_entry *
 backstop_find(struct rl_backstop *b, uint64_t hash, uint32_t rule, uint64_t now_ns)
 {
@@ -134,7 +123,7 @@ rl_backstop_judge(struct rl_backstop *b, const struct rl_conf *conf,
             e->start_ns[t] = now_ns;
             e->count[t] = 0;
         }
-        uint64_t cap = backstop_capacity(tier);
+        uint64_t cap = rl_tier_capacity(tier);
 
         if (cost > cap || (uint64_t)e->count[t] + cost > q) {
             uint64_t end = e->start_ns[t] + wns;
