@@ -14,8 +14,9 @@
  * Modes: thread (the default: pieces collapsed by the table's collapsing thread), sync
  * (RL_KEYTAB_COLLAPSE=sync: on the loop's thread, as the first version did), 4k
  * (RL_KEYTAB_HUGEPAGES=0: 4 KiB pages throughout), and pass: what one pass over the table
- * costs its thread, whole or a slice at a time (run_pass; docs/BENCHMARKS.md, "The export
- * pass, a slice per turn"). Usage: keytab_bench [N [MODE...]];
+ * costs its thread, whole or a slice at a time, and the turns of a pass begun during a grow
+ * that end the grow first (run_pass; docs/BENCHMARKS.md, "The export pass, a slice per
+ * turn"). Usage: keytab_bench [N [MODE...]];
  * N = 10000000 and the modes "sync thread" by default.
  */
 #include <stdio.h>
@@ -173,6 +174,41 @@ run_pass(size_t n)
            "median %.3f ms, longest %.3f ms (%d passes each way)\n",
            n, (unsigned long long)st.capacity, whole[PASSES / 2], PASS_SLICE, slice_med[PASSES / 2],
            slice_max, PASSES);
+    /* A pass begun while a grow runs: its first steps end the grow before any visit. */
+    for (size_t i = n; st.resize_left == 0; i++) {
+        uint64_t hi;
+        uint32_t lo;
+
+        key(i, &hi, &lo);
+        rl_keytab_insert(t, hi, lo, 1, 0)->shard = (hi >> 7) % 4096;
+        rl_keytab_stats(t, &st);
+    }
+    double grow_max = 0, *grow_ms = malloc((st.resize_left / 64 + 2) * sizeof(double));
+    size_t grow_steps = 0;
+
+    if (grow_ms == NULL) {
+        rl_keytab_destroy(t);
+        return 1;
+    }
+    uint32_t shard = 0;
+    rl_keytab_scan_begin(t, visit_shard, &shard);
+    for (bool done = false; !done;) {
+        double t0 = now_ns();
+        bool growing = st.resize_left > 0;
+
+        done = rl_keytab_scan_step(t, PASS_SLICE);
+        if (growing) {
+            double ms = (now_ns() - t0) / 1e6;
+            grow_max = ms > grow_max ? ms : grow_max;
+            grow_ms[grow_steps++] = ms;
+            rl_keytab_stats(t, &st);
+        }
+    }
+    qsort(grow_ms, grow_steps, sizeof(double), cmp_double);
+    printf("pass begun during a grow to %llu slots: %zu steps end the grow first, median %.3f "
+           "ms, longest %.3f ms\n",
+           (unsigned long long)st.capacity, grow_steps, grow_ms[grow_steps / 2], grow_max);
+    free(grow_ms);
     rl_keytab_destroy(t);
     return 0;
 }

@@ -35,13 +35,17 @@
  * (vacate), which no live entry has.
  *
  * Scans (rl_keytab_scan_begin: a planned move's export, a slice per turn of the node's loop)
- * walk cur from slot 0 to its end; from a scan's first visit to its end no entry moves, so a
- * slot's entry is the one it held at the begin or one inserted since. Whatever would move one (drop, and so a
- * delete or an eviction; kt_remove_slot; remap) calls kt_scan_finish first, the sweep waits,
- * and an insert past the load of 7/8 postpones its grow or eviction up to 15/16 of the slots
- * (the load then stays over 7/8 until the next grow, or, at the cap and with no resize
- * running, falls by one key per insert). A resize running at the begin is finished by the scan's first steps (their budget of
- * old slots each) before the first visit.
+ * walk cur from slot 0 to its end; from a scan's first visit to its end no entry crosses its
+ * next slot (scan_next) nor the array's end, so every key present at the begin is visited
+ * exactly once unless it is removed before its visit. A removal (drop: a delete or an
+ * eviction; kt_remove_slot) whose backward shift would carry an entry across either
+ * (kt_scan_keeps) calls kt_scan_finish first, as a remap does; the sweep waits; an eviction
+ * during a scan picks among victims whose removal keeps it (evict_one), so at the cap the load
+ * stays at 7/8 through back-to-back scans; and an insert past the load of 7/8 below the cap
+ * postpones its grow, which moves every entry, up to 15/16 of the slots (the load then stays
+ * over 7/8 until the grow after the scan). A resize running at the begin is finished by the
+ * scan's first steps (a budget / SCAN_MOVE_COST of old slots each) before the first visit;
+ * a removal meanwhile keeps the scan, which has visited nothing.
  *
  * Resizing is incremental, as in Redis's dict. A resize allocates new arrays (cur) and keeps
  * the old ones (old) until every live entry has moved over; inserts go to cur only, a find
@@ -101,6 +105,10 @@
 #define FP_LO_MASK ((1u << RL_KEYTAB_FP_LO_BITS) - 1u)
 /* A grow multiplies the slots by (GROW_DEN + 1) / GROW_DEN: 1.2x. */
 #define GROW_DEN 5u
+/* What moving an old slot costs against visiting one (keytab_bench's pass mode: a step of
+ * 65,536 old slots of a grow took 1.7 ms at 3M keys, a slice of visits 0.4 ms): a scan's
+ * step moves budget / SCAN_MOVE_COST old slots while a resize of its begin runs. */
+#define SCAN_MOVE_COST 4u
 
 /* The memory budget of 33 bytes a slot rests on it. */
 _Static_assert(sizeof(struct rl_keytab_entry) == 32, "keytab entries are 32 bytes");
@@ -292,7 +300,9 @@ kt_remove_slot(struct rl_keytab *t, size_t i)
     struct kt_array *a = &t->cur;
     size_t j;
 
-    kt_scan_finish(t);
+    if (!kt_scan_keeps(t, i)) {
+        kt_scan_finish(t);
+    }
     j = next_slot(a, i);
     while (a->tags[j] != 0) {
         size_t h = home_of(a->ents[j].fp_hi, a->cap);
@@ -316,7 +326,9 @@ kt_remove_slot(struct rl_keytab *t, size_t i)
 static void
 drop(struct rl_keytab *t, struct rl_keytab_entry *e)
 {
-    kt_scan_finish(t); /* before the release: the scan reads the state it frees */
+    if (!in_old(t, e) && !kt_scan_keeps(t, (size_t)(e - t->cur.ents))) {
+        kt_scan_finish(t); /* before the release: the scan reads the state it frees */
+    }
     t->ops.release(t->ops.arg, e);
     if (in_old(t, e)) {
         set_tag(&t->old, (size_t)(e - t->old.ents), TAG_GONE);
@@ -340,21 +352,26 @@ xorshift(struct rl_keytab *t)
 
 /* Offers the first `want` live entries of a from slot pos on (wrapping from the end of the
  * array to slot lo) to the eviction, keeping in *victim the one scored lowest, the first on
- * a tie. a must hold at least want live entries in [lo, cap). */
+ * a tie; with keep_scan, only those whose removal keeps an open scan (kt_scan_keeps). a
+ * must hold at least want live entries in [lo, cap). */
 static void
 sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, size_t want,
-       uint64_t now, uint32_t tier, struct rl_keytab_entry **victim, uint64_t *best)
+       bool keep_scan, uint64_t now, uint32_t tier, struct rl_keytab_entry **victim,
+       uint64_t *best)
 {
     size_t seen = 0;
     while (seen < want) {
         size_t n = a->cap - pos < GROUP ? a->cap - pos : GROUP;
         uint32_t full = group_full(a->tags + pos) & first_bits(n);
         while (full != 0 && seen < want) {
-            struct rl_keytab_entry *e = &a->ents[pos + (size_t)__builtin_ctz(full)];
-            uint64_t sc = t->ops.score(t->ops.arg, e, now, tier);
-            if (*victim == NULL || sc < *best) {
-                *best = sc;
-                *victim = e;
+            size_t i = pos + (size_t)__builtin_ctz(full);
+            struct rl_keytab_entry *e = &a->ents[i];
+            if (!keep_scan || kt_scan_keeps(t, i)) {
+                uint64_t sc = t->ops.score(t->ops.arg, e, now, tier);
+                if (*victim == NULL || sc < *best) {
+                    *best = sc;
+                    *victim = e;
+                }
             }
             seen++;
             full &= full - 1;
@@ -388,15 +405,21 @@ evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
     }
     struct rl_keytab_entry *victim = NULL;
     uint64_t best = UINT64_MAX;
-    for (unsigned round = 0; round < RL_KEYTAB_EVICT_ROUNDS; round++) {
-        sample(t, &t->cur, 0, home_of(xorshift(t), t->cur.cap), want - want_old, now, tier,
-               &victim, &best);
+    /* During a scan's visits, victims whose removal keeps it: nearly all, the runs that
+     * reach past its next slot or the array's end are few. */
+    bool keep_scan = scanning(t) && !resizing(t);
+    for (unsigned round = 0; round < RL_KEYTAB_EVICT_ROUNDS || victim == NULL; round++) {
+        if (round >= RL_KEYTAB_EVICT_ROUNDS) {
+            keep_scan = false; /* every sample crossed the scan: drop finishes it */
+        }
+        sample(t, &t->cur, 0, home_of(xorshift(t), t->cur.cap), want - want_old, keep_scan,
+               now, tier, &victim, &best);
         if (want_old > 0) {
             /* Live old entries are all at or after `moved`: start among them. */
             size_t pos = t->moved + home_of(xorshift(t), t->old.cap - t->moved);
-            sample(t, &t->old, t->moved, pos, want_old, now, tier, &victim, &best);
+            sample(t, &t->old, t->moved, pos, want_old, false, now, tier, &victim, &best);
         }
-        if ((best >> RL_KEYTAB_CLASS_SHIFT) < RL_KEYTAB_CLASS_RESAMPLE) {
+        if (victim != NULL && (best >> RL_KEYTAB_CLASS_SHIFT) < RL_KEYTAB_CLASS_RESAMPLE) {
             break;
         }
     }
@@ -415,12 +438,17 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
     } else if (grave_bytes(t) > 0) {
         kt_drain(t, FREE_CHUNK);
     }
-    /* During a scan a grow or an eviction, which move entries, wait for its end while the
-     * keys stay under all but 1/SCAN_LOAD_FREE of the slots: the slots are there, probes only get longer for a while
-     * (at 15/16 about 8 groups for a key that is absent). Past it, the scan ends at once. */
+    /* During a scan a grow, which moves every entry, waits for its end while the keys stay
+     * under all but 1/SCAN_LOAD_FREE of the slots: the slots are there, probes only get
+     * longer for a while (at 15/16 about 8 groups for a key that is absent). Past it, the
+     * scan ends at once. At the cap an eviction picks a victim whose removal keeps the scan
+     * (evict_one), so the load stays at 7/8 however many passes follow each other. */
     if (t->keys >= t->max_keys &&
-        !(scanning(t) && t->keys < t->cur.cap - t->cur.cap / SCAN_LOAD_FREE)) {
-        kt_scan_finish(t);
+        !(scanning(t) && t->cur.cap < t->max_cap &&
+          t->keys < t->cur.cap - t->cur.cap / SCAN_LOAD_FREE)) {
+        if (t->cur.cap < t->max_cap) {
+            kt_scan_finish(t);
+        }
         if (resizing(t) && t->cur.cap < t->max_cap) {
             /* Only after a shrink can inserts outrun the move; a new resize waits for it. */
             kt_migrate(t, SIZE_MAX);
@@ -499,10 +527,10 @@ rl_keytab_scan_step(struct rl_keytab *t, size_t budget)
         return true;
     }
     if (resizing(t)) {
-        /* A resize that ran at the begin ends first, `budget` old slots a step, before any
-         * visit: then one array, which nothing moves until the end, is walked. (No new one
-         * starts while the scan is open.) */
-        kt_migrate(t, budget);
+        /* A resize that ran at the begin ends first, before any visit: then one array, which
+         * nothing moves across the scan until the end, is walked. (No new one starts while
+         * the scan is open.) Moving an old slot's entry costs about SCAN_MOVE_COST visits. */
+        kt_migrate(t, budget / SCAN_MOVE_COST > 0 ? budget / SCAN_MOVE_COST : 1);
         return false;
     }
     end = budget < t->cur.cap - t->scan_next ? t->scan_next + budget : t->cur.cap;
@@ -527,6 +555,29 @@ bool
 rl_keytab_scanning(const struct rl_keytab *t)
 {
     return scanning(t);
+}
+
+bool
+kt_scan_keeps(const struct rl_keytab *t, size_t i)
+{
+    const struct kt_array *a = &t->cur;
+    size_t end, pos;
+
+    if (!scanning(t) || resizing(t)) {
+        return true;
+    }
+    /* The run's empty slot must come before end: then the shift moves entries within
+     * [i, end), all visited (i < scan_next: the empty slot may be scan_next itself) or all
+     * not (i >= scan_next: and no wrap past the array's end). */
+    end = i >= t->scan_next ? a->cap : t->scan_next + 1;
+    for (pos = i + 1; pos < end;) {
+        size_t n = end - pos < GROUP ? end - pos : GROUP;
+        if ((~group_full(a->tags + pos) & first_bits(n)) != 0) {
+            return true;
+        }
+        pos += n;
+    }
+    return false;
 }
 
 void

@@ -156,15 +156,16 @@ size_t rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keyt
  * A visit of every live entry a slice at a time, for work that must not hold the owner's
  * loop for a whole pass (the export of a planned move: a pass over 10M keys takes ~70 ms).
  * rl_keytab_scan_begin opens it; rl_keytab_scan_step first finishes a resize that ran at the
- * begin (`budget` old slots a step, as a sweep does), then visits the next `budget` slots
- * and returns true once every slot has been visited, which closes it (a budget of SIZE_MAX:
- * the rest at once, moving nothing). From its first visit to its end no entry moves: a
- * delete, a remap, or an
- * insert that finds the table past 15/16 of its slots first visits the rest at once (so each
- * entry present at the begin is visited exactly once, whatever comes between the steps);
- * an insert past the load of 7/8 (which would grow the table or, at its cap, evict) waits
- * with its grow or eviction for the scan's end, after which an insert at the cap evicts two
- * keys until the load is back; and sweeps forget nothing until it ends. Entries inserted meanwhile
+ * begin (a fraction of `budget` old slots a step, about as long as `budget` visits), then
+ * visits the next `budget` slots and returns true once every slot has been visited, which
+ * closes it (a budget of SIZE_MAX: the rest at once, moving nothing). Each entry present at
+ * the begin is visited exactly once unless it is deleted or evicted before its visit,
+ * whatever comes between the steps: from the first visit no entry crosses the scan's
+ * position; a delete or an eviction whose backward shift would move one across it, a remap,
+ * or an insert that finds the table past 15/16 of its slots first visits the rest at once;
+ * an eviction at the cap picks a victim whose removal keeps the scan open (nearly any), so
+ * the load stays at 7/8; an insert past the load of 7/8 below the cap waits with its grow
+ * for the scan's end; and sweeps forget nothing until it ends. Entries inserted meanwhile
  * may or may not be visited. visit may change e->st but not the table. One scan at a time: a begin
  * finishes the open one.
  */

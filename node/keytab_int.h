@@ -101,8 +101,9 @@ struct rl_keytab {
     size_t holes_cap;
     /* The open scan (rl_keytab_scan_begin), if scan_visit is not NULL: the next slot of cur
      * it visits. While it is open no resize starts, and from its first visit (once a resize
-     * that ran at its begin has ended) no entry moves: whatever would move one visits the
-     * rest first (kt_scan_finish), and sweeps wait. */
+     * that ran at its begin has ended) no entry crosses scan_next nor the array's end: a
+     * removal whose shift would move one (kt_scan_keeps) visits the rest first
+     * (kt_scan_finish), and sweeps wait. */
     void (*scan_visit)(void *arg, struct rl_keytab_entry *e);
     void *scan_arg;
     size_t scan_next;
@@ -252,9 +253,15 @@ int kt_start_resize(struct rl_keytab *t, size_t new_cap);
 
 /* keytab.c */
 
-/* Empties slot i of cur and closes the gap by backward shift (an open scan is finished
- * first). */
+/* Empties slot i of cur and closes the gap by backward shift (an open scan the shift would
+ * not keep exact is finished first: kt_scan_keeps). */
 void kt_remove_slot(struct rl_keytab *t, size_t i);
+/* Whether removing the entry of slot i of cur keeps the open scan exact without finishing
+ * it: true with no scan open, before its first visit (a resize of its begin still runs), and
+ * when the run from i to the next empty slot neither wraps past the array's end nor reaches
+ * past the scan's next slot, so every entry the backward shift moves stays on its side of
+ * it (visited, or still to visit). */
+bool kt_scan_keeps(const struct rl_keytab *t, size_t i);
 /* Visits the rest of an open scan at once and closes it; nothing when none is open. */
 void kt_scan_finish(struct rl_keytab *t);
 
