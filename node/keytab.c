@@ -11,10 +11,11 @@
  * share. What follows is the design of the whole table.
  *
  * Memory: 33 bytes per slot plus 16 mirrored tag bytes. The load stays in [0.73, 7/8] while
- * growing (grow by 1.2x at 7/8; up to 15/16 while a scan postpones a grow, below), so the table costs 38 to 45 bytes per key; once the sweep
- * forgets keys the load may fall to 1/4, and stay there for RL_KEYTAB_SHRINK_MS, before the
- * sweep shrinks the table to a load of 1/2. The small grow step costs more moves (the grows move
- * 1 / 0.2 = 5 entries per key inserted, against 2 at 1.5x), all incremental.
+ * growing (grow by 1.2x at 7/8; up to 15/16 while a scan postpones a grow, below), so the table
+ * costs 38 to 45 bytes per key; once the sweep forgets keys the load may fall to 1/4, and stay
+ * there for RL_KEYTAB_SHRINK_MS, before the sweep shrinks the table to a load of 1/2. The small
+ * grow step costs more moves (the grows move 1 / 0.2 = 5 entries per key inserted, against 2
+ * at 1.5x), all incremental.
  *
  * Why the shrink waits: a shrink at the first sweep that saw the load under 1/4 made a table
  * whose keys went idle for a few seconds (a pause in traffic: the sweep forgets every key
@@ -61,13 +62,13 @@
  *
  * Bounds: an insert moves at most INSERT_STEP old slots. A grow at a load of 7/8 by 1.2x
  * leaves room for 0.175 cap inserts before cur is full and needs cap / INSERT_STEP of them
- * (one a scan postponed to 15/16 still leaves 0.094 cap), so a grow always ends in time, and a resize never starts while another runs. A shrink (to
- * a load of 1/2, with more than 4 old slots per key) may not: if cur reaches its maximum
- * load while old still holds entries, that insert moves the rest at once, which is quick
- * (old holds under 1/4 of its slots and empty groups are skipped 16 at a time), then grows
- * as usual. A grow to max_cap is the exception: there the insert evicts, from either array,
- * as it would once the move ended, so a last grow to a max_cap just above cap does not make
- * one insert wait for the whole move.
+ * (one a scan postponed to 15/16 still leaves 0.094 cap), so a grow always ends in time, and a
+ * resize never starts while another runs. A shrink (to a load of 1/2, with more than 4 old slots
+ * per key) may not: if cur reaches its maximum load while old still holds entries, that insert
+ * moves the rest at once, which is quick (old holds under 1/4 of its slots and empty groups are
+ * skipped 16 at a time), then grows as usual. A grow to max_cap is the exception: there the insert
+ * evicts, from either array, as it would once the move ended, so a last grow to a max_cap just
+ * above cap does not make one insert wait for the whole move.
  *
  * While a resize runs both arrays exist: max_bytes bounds the table between resizes, the
  * transient peak is old + new (2.2x the old size at a 1.2x grow). The old entry array is
@@ -356,8 +357,7 @@ xorshift(struct rl_keytab *t)
  * must hold at least want live entries in [lo, cap). */
 static void
 sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, size_t want,
-       bool keep_scan, uint64_t now, uint32_t tier, struct rl_keytab_entry **victim,
-       uint64_t *best)
+       bool keep_scan, uint64_t now, uint32_t tier, struct rl_keytab_entry **victim, uint64_t *best)
 {
     size_t seen = 0;
     while (seen < want) {
@@ -412,8 +412,8 @@ evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
         if (round >= RL_KEYTAB_EVICT_ROUNDS) {
             keep_scan = false; /* every sample crossed the scan: drop finishes it */
         }
-        sample(t, &t->cur, 0, home_of(xorshift(t), t->cur.cap), want - want_old, keep_scan,
-               now, tier, &victim, &best);
+        sample(t, &t->cur, 0, home_of(xorshift(t), t->cur.cap), want - want_old, keep_scan, now,
+               tier, &victim, &best);
         if (want_old > 0) {
             /* Live old entries are all at or after `moved`: start among them. */
             size_t pos = t->moved + home_of(xorshift(t), t->old.cap - t->moved);
@@ -443,9 +443,8 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
      * longer for a while (at 15/16 about 8 groups for a key that is absent). Past it, the
      * scan ends at once. At the cap an eviction picks a victim whose removal keeps the scan
      * (evict_one), so the load stays at 7/8 however many passes follow each other. */
-    if (t->keys >= t->max_keys &&
-        !(scanning(t) && t->cur.cap < t->max_cap &&
-          t->keys < t->cur.cap - t->cur.cap / SCAN_LOAD_FREE)) {
+    if (t->keys >= t->max_keys && !(scanning(t) && t->cur.cap < t->max_cap &&
+                                    t->keys < t->cur.cap - t->cur.cap / SCAN_LOAD_FREE)) {
         if (t->cur.cap < t->max_cap) {
             kt_scan_finish(t);
         }

@@ -1665,9 +1665,9 @@ START_TEST(test_scan_keeps_edges)
         int del;
         bool keeps;
     } cases[] = {
-        {{10, 10, 10}, 3, 12, 10, false}, /* 10..12, slot 13 empty: one past the cursor */
-        {{10, 10, 10}, 3, 13, 10, true},  /* the empty slot is the cursor: all visited */
-        {{10, 10, 10}, 3, 9, 10, true},   /* wholly past the cursor */
+        {{10, 10, 10}, 3, 12, 10, false},     /* 10..12, slot 13 empty: one past the cursor */
+        {{10, 10, 10}, 3, 13, 10, true},      /* the empty slot is the cursor: all visited */
+        {{10, 10, 10}, 3, 9, 10, true},       /* wholly past the cursor */
         {{62, 62, 62, 62}, 4, 30, 62, false}, /* 62, 63, 0, 1: wraps past the end */
         {{60, 60, 60}, 3, 30, 60, true},      /* 60..62, slot 63 empty: no wrap */
     };
