@@ -1420,6 +1420,21 @@ START_TEST(test_sweep_long_run_work)
 }
 END_TEST
 
+/* Inserts key id *next (full at 100, so a sweep at 200 would forget it) with the fingerprint
+ * fp gives, marks it inserted and moves *next on. */
+static void
+insert_next(struct rl_keytab *t, uint64_t *next, uint8_t *inserted, size_t nids,
+            void (*fp)(uint64_t id, uint64_t *hi, uint32_t *lo))
+{
+    uint64_t hi;
+    uint32_t lo;
+
+    ck_assert_uint_lt(*next, nids);
+    fp(*next, &hi, &lo);
+    insert_id(t, *next, hi, lo, 100);
+    inserted[(*next)++] = 1;
+}
+
 /* The visits of a scan: per key id, how many times visited (ids of keys inserted during it
  * too). */
 struct scan_seen {
@@ -1485,13 +1500,7 @@ START_TEST(test_scan_slices)
         if (variant >= 5) {
             /* variants 5 and 6: the scan begins while a grow moves the table */
             for (rl_keytab_stats(t, &st0); st0.resize_left == 0; rl_keytab_stats(t, &st0)) {
-                uint64_t hi;
-                uint32_t lo;
-
-                ck_assert_uint_lt(next, NIDS);
-                clustered_fp(next, &hi, &lo);
-                insert_id(t, next, hi, lo, 100);
-                inserted[next++] = 1;
+                insert_next(t, &next, inserted, NIDS, clustered_fp);
             }
         }
         at_begin = keys_of(t);
@@ -1505,13 +1514,8 @@ START_TEST(test_scan_slices)
                 break;
             }
             /* Between two steps, what a loop's turn may bring. */
-            for (int k = 0; k < (variant == 0 ? steps % 10 == 0 : 20) && next < NIDS; k++, next++) {
-                uint64_t hi;
-                uint32_t lo;
-
-                clustered_fp(next, &hi, &lo);
-                insert_id(t, next, hi, lo, 100);
-                inserted[next] = 1;
+            for (int k = 0; k < (variant == 0 ? steps % 10 == 0 : 20) && next < NIDS; k++) {
+                insert_next(t, &next, inserted, NIDS, clustered_fp);
             }
             if (rl_keytab_scanning(t)) { /* (an insert's grow may have ended it) */
                 ck_assert_uint_eq(rl_keytab_sweep(t, 200, 4096), 0);
@@ -1573,12 +1577,7 @@ START_TEST(test_scan_slices)
             if (variant == 2) {
                 /* inserts until a grow starts: it visits the rest first */
                 while (rl_keytab_scanning(t) && next < NIDS) {
-                    uint64_t hi;
-                    uint32_t lo;
-
-                    clustered_fp(next, &hi, &lo);
-                    insert_id(t, next, hi, lo, 100);
-                    inserted[next++] = 1;
+                    insert_next(t, &next, inserted, NIDS, clustered_fp);
                 }
             }
             if (variant == 4 && steps == 40) {
@@ -1617,13 +1616,8 @@ START_TEST(test_scan_slices)
 
             ck_assert(evicted_open);
             /* after it, each insert takes one key out */
-            for (int k = 0; k < 100 && next < NIDS; k++, next++) {
-                uint64_t hi;
-                uint32_t lo;
-
-                clustered_fp(next, &hi, &lo);
-                insert_id(t, next, hi, lo, 100);
-                inserted[next] = 1;
+            for (int k = 0; k < 100 && next < NIDS; k++) {
+                insert_next(t, &next, inserted, NIDS, clustered_fp);
             }
             ck_assert_uint_eq(keys_of(t), before);
         }
@@ -1742,13 +1736,7 @@ START_TEST(test_scan_at_cap)
     RL_CHECK(inserted != NULL && present != NULL && released0 != NULL);
     /* fill up to the cap: the first eviction says it is reached */
     while (f.releases == 0) {
-        uint64_t hi;
-        uint32_t lo;
-
-        ck_assert_uint_lt(next, NIDS);
-        key_fp(next, &hi, &lo);
-        insert_id(t, next, hi, lo, 100);
-        inserted[next++] = 1;
+        insert_next(t, &next, inserted, NIDS, key_fp);
     }
     rl_keytab_stats(t, &st);
     const size_t cap = st.capacity, max_keys = cap - (cap + 7) / 8;
@@ -1766,14 +1754,8 @@ START_TEST(test_scan_at_cap)
         for (bool done = false; !done;) {
             done = rl_keytab_scan_step(t, 97);
             steps++;
-            for (int k = 0; !done && k < 20; k++, next++) {
-                uint64_t hi;
-                uint32_t lo;
-
-                ck_assert_uint_lt(next, NIDS);
-                key_fp(next, &hi, &lo);
-                insert_id(t, next, hi, lo, 100);
-                inserted[next] = 1;
+            for (int k = 0; !done && k < 20; k++) {
+                insert_next(t, &next, inserted, NIDS, key_fp);
                 ck_assert(rl_keytab_scanning(t)); /* never finished at once */
                 rl_keytab_stats(t, &st);
                 ck_assert_uint_eq(st.capacity, cap);
