@@ -426,6 +426,72 @@ gcra_rescale(const struct rl_tier *from, const struct rl_tier *to, struct rl_alg
     s->b = (uint64_t)(xa >> 64) | (uint64_t)gcra_off_encode(off) << 32;
 }
 
+/*
+ * A clock stepped back by more than a window. Up to W a step back freezes a key as long as
+ * the step (each algorithm judges at now_eff = max(now, its latest time)); a longer one
+ * would freeze it as long as the step too, a day for a day. So a state whose latest time
+ * lies more than one window W ahead of now is first moved back, whole, to lie W ahead (for
+ * the windows: window now/W + 1), as an imported record's times are (algo_handoff.c,
+ * import_bound): nothing consumed is given back (counts, deficits, logs keep their values;
+ * only their times move), and a step back freezes a key at most one window.
+ */
+static void
+bound_ahead(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now)
+{
+    uint64_t W = t->window_ms;
+    uint64_t most = now > UINT64_MAX - W ? UINT64_MAX : now + W;
+
+    switch (t->algo) {
+    case RL_ALGO_FIXED_WINDOW:
+    case RL_ALGO_SLIDING_WINDOW_COUNTER:
+        if (s->b != 0 && s->a > now / W + 1) {
+            s->a = now / W + 1;
+        }
+        return;
+    case RL_ALGO_SLIDING_WINDOW_LOG:
+        if (swl_degraded(s)) {
+            struct rl_algo_state c = swl_counter(s);
+
+            if (c.b != 0 && c.a > now / W + 1) {
+                c.a = now / W + 1;
+                swl_tag(s, &c);
+            }
+        } else {
+            uint64_t shift = rl_slog_bound(swl_log(s), now, (uint32_t)W);
+
+            s->b = s->b > shift ? s->b - shift : 0;
+        }
+        return;
+    case RL_ALGO_TOKEN_BUCKET:
+        if (s->b != 0 && s->a > most) {
+            s->a = most;
+        }
+        return;
+    case RL_ALGO_GCRA:
+    case RL_ALGO_LEAKY_BUCKET: {
+        uint64_t L = t->limit;
+        u128 x = gcra_x(s), tat;
+        uint64_t off, last;
+
+        if (L == 0 || x == 0) {
+            return;
+        }
+        tat = x / L;
+        off = gcra_off_decode((uint32_t)(s->b >> 32));
+        last = tat > off ? (uint64_t)(tat - off) : 0;
+        if (last <= most) {
+            return;
+        }
+        x -= (u128)(last - most) * L; /* TAT and the last update move back alike */
+        s->a = (uint64_t)x;
+        s->b = (s->b & ~(uint64_t)0xffffffffu) | (uint64_t)(x >> 64);
+        return;
+    }
+    default:
+        return; /* concurrency: algo_conc.c bounds its leases */
+    }
+}
+
 /* ---- ADJUST: charges and refunds (docs/ALGORITHMS.md, "ADJUST") ------------------------ */
 
 uint64_t
@@ -488,6 +554,7 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
     if (delta == 0) {
         return 0;
     }
+    bound_ahead(t, s, now);
     switch (t->algo) {
     case RL_ALGO_FIXED_WINDOW: {
         uint64_t k = now / W;
@@ -598,11 +665,13 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
 
 /* ---- the interface --------------------------------------------------------------------- */
 
+
 void
 rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
               struct rl_algo_result *r, struct rl_algo_state *next)
 {
     memset(r, 0, sizeof(*r));
+    bound_ahead(t, s, now);
     *next = *s;
     switch (t->algo) {
     case RL_ALGO_FIXED_WINDOW:

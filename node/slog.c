@@ -119,6 +119,30 @@ rl_slog_prune(struct rl_slog *g, uint64_t now, uint32_t window_ms)
 }
 
 uint64_t
+rl_slog_bound(struct rl_slog *g, uint64_t now, uint32_t window_ms)
+{
+    uint64_t most = now > UINT64_MAX - window_ms ? UINT64_MAX : now + window_ms;
+    uint64_t shift;
+
+    if (g == NULL || g->seen <= most) {
+        return 0;
+    }
+    rl_slog_prune(g, g->seen, window_ms); /* every entry now lies after seen - window_ms */
+    shift = g->seen - most;
+    g->seen = most;
+    if (g->len > 0) {
+        /* Rebased on the oldest entry: after the shift each lies after now, clear of 0. */
+        uint32_t d0 = slog_at(g, 0)->dt;
+
+        for (uint32_t i = 0; i < g->len; i++) {
+            slog_at(g, i)->dt -= d0;
+        }
+        g->base = g->base + d0 - shift;
+    }
+    return shift;
+}
+
+uint64_t
 rl_slog_sum(const struct rl_slog *g)
 {
     return g == NULL ? 0 : g->sum;

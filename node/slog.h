@@ -32,6 +32,14 @@ uint64_t rl_slog_bytes(const struct rl_slog *g);
  */
 uint64_t rl_slog_prune(struct rl_slog *g, uint64_t now, uint32_t window_ms);
 
+/*
+ * A clock stepped back by more than a window: when the latest time the log has seen lies
+ * more than window_ms ahead of now, moves every entry (and that time) back by the same
+ * amount, so that it lies window_ms ahead. Returns that amount, 0 when nothing moved (or g
+ * is NULL). Costs and their spacing are kept: nothing is given back, only when.
+ */
+uint64_t rl_slog_bound(struct rl_slog *g, uint64_t now, uint32_t window_ms);
+
 /* Total cost of the entries held. */
 uint64_t rl_slog_sum(const struct rl_slog *g);
 

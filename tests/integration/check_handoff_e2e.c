@@ -10,7 +10,10 @@
  * connection without the cluster secret (a [client] token: UNAUTHORIZED at AUTH), and bad
  * requests (a shard out of range, an offset no export is at, records that are not records or
  * are cut short) get their BAD_FIELD and leave the connection up and nothing imported.
- * Not for the records' encoding (check_handoff) nor an automatic handoff (not written).
+ * And a node's clock stepped a day forward and back (NTP correcting a wrong clock): users of
+ * every algorithm who spent their allowance during the day ahead are refused afterwards for
+ * at most two of their windows, not for the day, and get nothing back.
+ * Not for the records' encoding (check_handoff) nor an automatic handoff (check_move).
  */
 #include <check.h>
 #include <errno.h>
@@ -279,6 +282,42 @@ START_TEST(test_bad_requests)
 }
 END_TEST
 
+START_TEST(test_clock_day_back)
+{
+    struct rl_client *a = dial(port_a, SECRET);
+    const uint64_t DAY = 86400000ull, HOUR = 3600000ull;
+    struct rl_wire_check_reply r;
+
+    ck_assert_int_eq(rl_client_clock(a, T_A + DAY, T_TIMEOUT), 0);
+    for (int s = 0; s < NSVC; s++) {
+        for (int i = 0; i < 10; i++) {
+            ck_assert_uint_ne(check(a, services[s], "ahead").code, RL_WIRE_LIMITED);
+        }
+        r = check(a, services[s], "ahead");
+        ck_assert_uint_eq(r.code, RL_WIRE_LIMITED);
+    }
+    ck_assert_int_eq(rl_client_clock(a, T_A, T_TIMEOUT), 0);
+    for (int s = 0; s < NSVC; s++) {
+        /* still refused (nothing given back), for at most two windows of 1 h, not a day (back
+         * at full allowance within three: sliding_window_counter's next window still weighs
+         * the last) */
+        r = check(a, services[s], "ahead");
+        ck_assert_msg(r.code == RL_WIRE_LIMITED && r.remaining == 0, "%s: code %u, %llu left",
+                      services[s], r.code, (unsigned long long)r.remaining);
+        ck_assert_msg(r.retry_after_ms <= 2 * HOUR && r.reset_ms <= 3 * HOUR,
+                      "%s: retry %llu ms, reset %llu ms after a step back of a day", services[s],
+                      (unsigned long long)r.retry_after_ms, (unsigned long long)r.reset_ms);
+    }
+    /* and allowed again two windows later */
+    ck_assert_int_eq(rl_client_clock(a, T_A + 2 * HOUR, T_TIMEOUT), 0);
+    for (int s = 0; s < NSVC; s++) {
+        r = check(a, services[s], "ahead");
+        ck_assert_msg(r.code != RL_WIRE_LIMITED, "%s: still refused", services[s]);
+    }
+    rl_client_destroy(a);
+}
+END_TEST
+
 static Suite *
 handoff_e2e_suite(void)
 {
@@ -289,6 +328,7 @@ handoff_e2e_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_handoff_every_algorithm);
     tcase_add_test(tc, test_bad_requests);
+    tcase_add_test(tc, test_clock_day_back);
     suite_add_tcase(s, tc);
     return s;
 }

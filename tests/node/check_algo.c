@@ -140,17 +140,22 @@ bf_reset(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now)
 
 /*
  * Checks every field of the judgment of (now, cost) on s by brute force, and the is_full and
- * full_at of the state after it. ctx names the case on failure.
+ * full_at of the state after it. ctx names the case on failure. The brute force starts from
+ * the state as of now (a peek at now: what time alone does to it, such as a log's pruning or
+ * the bound of a clock's step back past a window), since the judgment has done that to it.
  */
 static void
-verify(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now, uint32_t cost,
+verify(const struct rl_tier *t, const struct rl_algo_state *s0, uint64_t now, uint32_t cost,
        const char *ctx)
 {
-    struct rl_algo_result r = probe(t, s, now, cost);
-    struct rl_algo_state after = dup_state(t, s);
+    struct rl_algo_state seen = dup_state(t, s0), *s = &seen;
+    struct rl_algo_result r = probe(t, s0, now, cost);
+    struct rl_algo_state after;
     uint64_t rem = 0;
     uint64_t reset;
 
+    req(t, s, now, 0);
+    after = dup_state(t, s);
     if (r.allowed) {
         req(t, &after, now, cost);
     }
@@ -208,6 +213,7 @@ verify(const struct rl_tier *t, const struct rl_algo_state *s, uint64_t now, uin
         RL_CHECK(r.queue_ms == 0, "%s: queue %llu", ctx, (unsigned long long)r.queue_ms);
     }
     rl_algo_release(t, &after);
+    rl_algo_release(t, &seen);
 }
 
 /* ---- known answers --------------------------------------------------------------------- */
@@ -407,13 +413,18 @@ START_TEST(test_gcra_known)
 }
 END_TEST
 
-/* A state committed at T is judged at T - back as at T, its waits longer by back. */
+/*
+ * A state committed at T is judged at T - back as at T, its waits longer by back, for a step
+ * back of up to a window (W = 100). Past it the state is first moved back to lie a window
+ * ahead (bound_ahead), so the waits grow by less than the step and by at most two windows
+ * (one for the buckets), and nothing consumed is given back.
+ */
 START_TEST(test_clock_step_back)
 {
     for (size_t i = 0; i < sizeof(all_algos) / sizeof(all_algos[0]); i++) {
         struct rl_tier t = mk_tier(all_algos[i], 4, 100, 4);
         struct rl_algo_state s = {0, 0};
-        uint64_t T = 10000;
+        uint64_t T = 10000, most = is_bucket(t.algo) ? 100 : 200;
 
         RL_CHECK(req(&t, &s, T, 3).allowed);
         for (uint64_t back = 1; back < 250; back += 13) {
@@ -423,11 +434,28 @@ START_TEST(test_clock_step_back)
 
                 RL_CHECK(a.allowed == b.allowed, "%s", algo_names[t.algo]);
                 RL_CHECK_UINT_EQ(a.remaining, b.remaining);
-                RL_CHECK_UINT_EQ(a.reset_ms + back, b.reset_ms);
-                if (a.retry_ms != 0 && a.retry_ms != NEVER) {
-                    RL_CHECK_UINT_EQ(a.retry_ms + back, b.retry_ms);
+                if (back > 100) {
+                    RL_CHECK(b.reset_ms >= a.reset_ms && b.reset_ms < a.reset_ms + back &&
+                                 b.reset_ms <= a.reset_ms + most,
+                             "%s: back %llu: reset %llu, %llu at T", algo_names[t.algo],
+                             (unsigned long long)back, (unsigned long long)b.reset_ms,
+                             (unsigned long long)a.reset_ms);
+                    if (a.retry_ms != 0 && a.retry_ms != NEVER) {
+                        RL_CHECK(b.retry_ms >= a.retry_ms && b.retry_ms < a.retry_ms + back &&
+                                     b.retry_ms <= a.retry_ms + most,
+                                 "%s: back %llu: retry %llu, %llu at T", algo_names[t.algo],
+                                 (unsigned long long)back, (unsigned long long)b.retry_ms,
+                                 (unsigned long long)a.retry_ms);
+                    } else {
+                        RL_CHECK_UINT_EQ(a.retry_ms, b.retry_ms);
+                    }
                 } else {
-                    RL_CHECK_UINT_EQ(a.retry_ms, b.retry_ms);
+                    RL_CHECK_UINT_EQ(a.reset_ms + back, b.reset_ms);
+                    if (a.retry_ms != 0 && a.retry_ms != NEVER) {
+                        RL_CHECK_UINT_EQ(a.retry_ms + back, b.retry_ms);
+                    } else {
+                        RL_CHECK_UINT_EQ(a.retry_ms, b.retry_ms);
+                    }
                 }
                 RL_CHECK(!rl_algo_is_full(&t, &s, T - back), "%s: full at T - %llu",
                          algo_names[t.algo], (unsigned long long)back);
@@ -440,6 +468,48 @@ START_TEST(test_clock_step_back)
             RL_CHECK_UINT_EQ(probe(&t, &s, T, 0).remaining, 4);
         }
         rl_algo_release(&t, &s);
+    }
+}
+END_TEST
+
+/*
+ * A clock stepped forward a day and back (NTP correcting a wrong clock, a VM resumed): a key
+ * used during the day ahead is refused afterwards for at most two windows more than it was
+ * when used, not for the day, and keeps what it consumed (remaining as then). Each algorithm,
+ * a key that spent all of its allowance and one that spent part of it.
+ */
+START_TEST(test_clock_day_back)
+{
+    const uint64_t T = UINT64_C(1764000000000), DAY = UINT64_C(86400000);
+
+    for (size_t i = 0; i < sizeof(all_algos) / sizeof(all_algos[0]); i++) {
+        for (uint32_t spent = 1; spent <= 3; spent += 2) {
+            struct rl_tier t = mk_tier(all_algos[i], 3, 1000, 3);
+            struct rl_algo_state s = {0, 0};
+            struct rl_algo_result at_day, back, later;
+            char ctx[96];
+
+            snprintf(ctx, sizeof(ctx), "%s, %u of 3 spent", algo_names[t.algo], spent);
+            RL_CHECK(req(&t, &s, T + DAY, spent).allowed, "%s", ctx);
+            at_day = probe(&t, &s, T + DAY, 0);
+            at_day.retry_ms = probe(&t, &s, T + DAY, 1).retry_ms; /* refused when all spent */
+            back = req(&t, &s, T + 5, 0);
+            RL_CHECK_UINT_EQ(back.remaining, at_day.remaining);
+            RL_CHECK(back.reset_ms <= at_day.reset_ms + 2000, "%s: reset %llu", ctx,
+                     (unsigned long long)back.reset_ms);
+            later = probe(&t, &s, T + 5 + 2000 + at_day.reset_ms, 3);
+            RL_CHECK(later.allowed, "%s: refused two windows past its reset", ctx);
+            RL_CHECK(rl_algo_is_full(&t, &s, T + 5 + 2000 + at_day.reset_ms), "%s", ctx);
+            if (spent == 3) {
+                struct rl_algo_result r = probe(&t, &s, T + 5, 1);
+
+                RL_CHECK(!r.allowed, "%s: a step back gave back what was spent", ctx);
+                RL_CHECK(r.retry_ms <= at_day.retry_ms + 2000, "%s: retry %llu, %llu then", ctx,
+                         (unsigned long long)r.retry_ms, (unsigned long long)at_day.retry_ms);
+            }
+            verify(&t, &s, T + 6, 1, ctx);
+            rl_algo_release(&t, &s);
+        }
     }
 }
 END_TEST
@@ -1085,6 +1155,7 @@ algo_suite(void)
     tcase_add_test(tc, test_leaky_bucket_queue);
     tcase_add_test(tc, test_gcra_known);
     tcase_add_test(tc, test_clock_step_back);
+    tcase_add_test(tc, test_clock_day_back);
     tcase_add_test(tc, test_peek_never_consumes);
     tcase_add_test(tc, test_zero_capacity);
     tcase_add_test(tc, test_large_windows);

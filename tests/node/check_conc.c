@@ -276,6 +276,33 @@ START_TEST(test_conc_clock_back)
 }
 END_TEST
 
+/* A clock stepped forward a day and back: the slots taken during the day ahead stay held (a
+ * step back gives nothing back) for at most one lease from the step back, not for the day; a
+ * RELEASE then still gives them back, the oldest first. */
+START_TEST(test_conc_clock_day_back)
+{
+    const uint64_t DAY = UINT64_C(86400000);
+    struct rl_tier t = conc_tier(3, 1000);
+    struct rl_algo_state s = {0, 0};
+    struct rl_algo_result r;
+
+    ck_assert(a_check(&t, &s, T0 + DAY, 1).allowed);
+    ck_assert(a_check(&t, &s, T0 + DAY + 10, 2).allowed);
+    r = a_check(&t, &s, T0, 1);
+    ck_assert(!r.allowed);
+    ck_assert_uint_eq(r.remaining, 0);
+    /* the newest slots lie a lease ahead of T0, the older ones 10 ms before them */
+    ck_assert_uint_eq(r.retry_ms, 1000 - 10 + 1000);
+    ck_assert(!rl_algo_is_full(&t, &s, T0 + 1999));
+    ck_assert(rl_algo_is_full(&t, &s, T0 + 2000));
+    ck_assert_uint_eq(rl_algo_conc_release(&t, &s, T0 + 1, 1), 1);
+    r = a_check(&t, &s, T0 + 2, 1);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.remaining, 0);
+    rl_algo_release(&t, &s);
+}
+END_TEST
+
 /* Export at now, import at another clock: the same slots held, their leases ending at the
  * same times relative to each clock. */
 START_TEST(test_conc_export_import)
@@ -688,6 +715,7 @@ conc_suite(void)
     tcase_add_test(algo, test_conc_known);
     tcase_add_test(algo, test_conc_random);
     tcase_add_test(algo, test_conc_clock_back);
+    tcase_add_test(algo, test_conc_clock_day_back);
     tcase_add_test(algo, test_conc_export_import);
     tcase_add_test(algo, test_conc_export_long);
     tcase_add_test(algo, test_conc_memory);
