@@ -665,7 +665,6 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
 
 /* ---- the interface --------------------------------------------------------------------- */
 
-
 void
 rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
               struct rl_algo_result *r, struct rl_algo_state *next)
