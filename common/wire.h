@@ -27,6 +27,9 @@
 #define RL_WIRE_COST_MAX 1000000u
 #define RL_WIRE_DELTA_MAX 1000000 /* ADJUST's |delta| */
 #define RL_WIRE_COUNT_MAX 1000000u /* RELEASE's count (1..) */
+/* CLOCK's now_ms (test-only): 2^62 ms, 146 million years, leaves every window end and
+ * bucket time that a node computes from now (W < 2^35) clear of 2^64. */
+#define RL_WIRE_CLOCK_MAX (UINT64_C(1) << 62)
 #define RL_WIRE_RETRY_NEVER 4294967295u
 #define RL_WIRE_ROLE_MAX 32u
 #define RL_WIRE_TOKEN_MAX 256u

@@ -250,9 +250,9 @@ wire_req_release(const msgpack_object *a, struct rl_wire_req *req, struct rl_wir
 static int
 wire_req_clock(const msgpack_object *a, struct rl_wire_req *req, struct rl_wire_fault *f)
 {
-    if (!wire_uint(&a->via.array.ptr[2], UINT64_MAX, &req->now_ms)) {
+    if (!wire_uint(&a->via.array.ptr[2], RL_WIRE_CLOCK_MAX, &req->now_ms)) {
         return wire_fault(f, req->id, RL_WIRE_ERR_BAD_FIELD, false,
-                          "now_ms must be an unsigned integer");
+                          "now_ms must be an unsigned integer of 0..4611686018427387904");
     }
     return 0;
 }

@@ -489,7 +489,8 @@ START_TEST(test_roundtrip_requests)
     ck_assert_uint_eq(req.id, 42);
 
     {
-        static const uint64_t nows[] = {0, 1, 1700000000000ull, UINT32_MAX + 1ull, UINT64_MAX};
+        static const uint64_t nows[] = {0, 1, 1700000000000ull, UINT32_MAX + 1ull,
+                                        RL_WIRE_CLOCK_MAX};
 
         for (i = 0; i < (int)(sizeof(nows) / sizeof(nows[0])); i++) {
             rl_buf_reset(&out);
@@ -1283,8 +1284,20 @@ START_TEST(test_clock_field)
                  "now_ms");
     expect_fault("now_ms nil", RAW(0x93, 0x04, 0x07, 0xc0), RL_WIRE_ERR_BAD_FIELD, false, 7,
                  "now_ms");
-    expect_req("now_ms int64", RAW(0x93, 0x04, 0x07, 0xd3, 0x7f, 0, 0, 0, 0, 0, 0, 0), &req);
-    ck_assert_uint_eq(req.now_ms, 0x7f00000000000000ull);
+    expect_req("now_ms int64", RAW(0x93, 0x04, 0x07, 0xd3, 0x3f, 0, 0, 0, 0, 0, 0, 0), &req);
+    ck_assert_uint_eq(req.now_ms, 0x3f00000000000000ull);
+    expect_req("now_ms 2^62", RAW(0x93, 0x04, 0x07, 0xcf, 0x40, 0, 0, 0, 0, 0, 0, 0), &req);
+    ck_assert_uint_eq(req.now_ms, RL_WIRE_CLOCK_MAX);
+    /* past 2^62 a window's end would pass 2^64 (a fixed_window admitted without limit) */
+    expect_fault("now_ms 2^62 + 1", RAW(0x93, 0x04, 0x07, 0xcf, 0x40, 0, 0, 0, 0, 0, 0, 0x01),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7,
+                 "now_ms must be an unsigned integer of 0..4611686018427387904");
+    expect_fault("now_ms int64 2^63 - 1",
+                 RAW(0x93, 0x04, 0x07, 0xd3, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "now_ms");
+    expect_fault("now_ms 2^64 - 1",
+                 RAW(0x93, 0x04, 0x07, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff),
+                 RL_WIRE_ERR_BAD_FIELD, false, 7, "now_ms");
 }
 END_TEST
 
