@@ -476,9 +476,12 @@ bound_ahead(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now)
         if (L == 0 || x == 0) {
             return;
         }
+        if (x < ((u128)most + 1) * L) {
+            return; /* TAT <= most, and so the last update: no division on the hot path */
+        }
         tat = x / L;
         off = gcra_off_decode((uint32_t)(s->b >> 32));
-        last = tat > off ? (uint64_t)(tat - off) : 0;
+        last = tat > off ? (uint64_t)(tat - off) : 0; /* read as gcra_judge reads it */
         if (last <= most) {
             return;
         }
