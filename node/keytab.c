@@ -351,13 +351,20 @@ xorshift(struct rl_keytab *t)
     return x;
 }
 
+/* An eviction's best candidate so far: the entry scored lowest (the first on a tie). */
+struct kt_pick {
+    struct rl_keytab_entry *e;
+    uint64_t score;
+};
+
 /* Offers the first `want` live entries of a from slot pos on (wrapping from the end of the
- * array to slot lo) to the eviction, keeping in *victim the one scored lowest, the first on
- * a tie; with keep_scan, only those whose removal keeps an open scan (kt_scan_keeps). a
- * must hold at least want live entries in [lo, cap). */
+ * array to slot lo) to the eviction: *any keeps the one scored lowest, *keep the one scored
+ * lowest among those whose removal keeps an open scan (kt_scan_keeps, asked only of an entry
+ * that would be kept: with keep_scan false, every entry). a must hold at least want live
+ * entries in [lo, cap). */
 static void
 sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, size_t want,
-       bool keep_scan, uint64_t now, uint32_t tier, struct rl_keytab_entry **victim, uint64_t *best)
+       bool keep_scan, uint64_t now, uint32_t tier, struct kt_pick *keep, struct kt_pick *any)
 {
     size_t seen = 0;
     while (seen < want) {
@@ -366,12 +373,14 @@ sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, siz
         while (full != 0 && seen < want) {
             size_t i = pos + (size_t)__builtin_ctz(full);
             struct rl_keytab_entry *e = &a->ents[i];
-            if (!keep_scan || kt_scan_keeps(t, i)) {
-                uint64_t sc = t->ops.score(t->ops.arg, e, now, tier);
-                if (*victim == NULL || sc < *best) {
-                    *best = sc;
-                    *victim = e;
-                }
+            uint64_t sc = t->ops.score(t->ops.arg, e, now, tier);
+            if (any->e == NULL || sc < any->score) {
+                any->e = e;
+                any->score = sc;
+            }
+            if ((keep->e == NULL || sc < keep->score) && (!keep_scan || kt_scan_keeps(t, i))) {
+                keep->e = e;
+                keep->score = sc;
             }
             seen++;
             full &= full - 1;
@@ -387,7 +396,10 @@ sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, siz
  * if the table holds fewer), drawing up to RL_KEYTAB_EVICT_ROUNDS such samples while the best
  * is of class RL_KEYTAB_CLASS_RESAMPLE or worse. During a resize each sample comes from both
  * arrays in proportion to the keys each holds, so every key is about as likely a candidate.
- * Needs keys > 0. */
+ * During a scan's visits the best is the best whose removal keeps the scan open (nearly any:
+ * the runs that reach past its next slot or the array's end are few), unless only a better
+ * class than it was seen among the others: a key whose limit is in force outweighs a slice,
+ * and that removal first reads the rest of the scan. Needs keys > 0. */
 static void
 evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
 {
@@ -403,30 +415,33 @@ evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
             want_old = t->old_keys;
         }
     }
-    struct rl_keytab_entry *victim = NULL;
-    uint64_t best = UINT64_MAX;
-    /* During a scan's visits, victims whose removal keeps it: nearly all, the runs that
-     * reach past its next slot or the array's end are few. */
+    struct kt_pick keep = {NULL, UINT64_MAX}, any = {NULL, UINT64_MAX}, *pick;
     bool keep_scan = scanning(t) && !resizing(t);
-    for (unsigned round = 0; round < RL_KEYTAB_EVICT_ROUNDS || victim == NULL; round++) {
-        if (round >= RL_KEYTAB_EVICT_ROUNDS) {
-            keep_scan = false; /* every sample crossed the scan: drop finishes it */
-        }
+    for (unsigned round = 0; round < RL_KEYTAB_EVICT_ROUNDS; round++) {
         sample(t, &t->cur, 0, home_of(xorshift(t), t->cur.cap), want - want_old, keep_scan, now,
-               tier, &victim, &best);
+               tier, &keep, &any);
         if (want_old > 0) {
             /* Live old entries are all at or after `moved`: start among them. */
             size_t pos = t->moved + home_of(xorshift(t), t->old.cap - t->moved);
-            sample(t, &t->old, t->moved, pos, want_old, false, now, tier, &victim, &best);
+            sample(t, &t->old, t->moved, pos, want_old, false, now, tier, &keep, &any);
         }
-        if (victim != NULL && (best >> RL_KEYTAB_CLASS_SHIFT) < RL_KEYTAB_CLASS_RESAMPLE) {
+        if (keep.e != NULL && (keep.score >> RL_KEYTAB_CLASS_SHIFT) < RL_KEYTAB_CLASS_RESAMPLE) {
             break;
         }
     }
-    if (t->ops.evicted != NULL) {
-        t->ops.evicted(t->ops.arg, victim, best);
+    pick = &keep;
+    if (keep.e == NULL || ((keep.score >> RL_KEYTAB_CLASS_SHIFT) >= RL_KEYTAB_CLASS_RESAMPLE &&
+                           (any.score >> RL_KEYTAB_CLASS_SHIFT) <
+                               (keep.score >> RL_KEYTAB_CLASS_SHIFT))) {
+        pick = &any;
+        if (!in_old(t, any.e) && !kt_scan_keeps(t, (size_t)(any.e - t->cur.ents))) {
+            kt_scan_finish(t); /* before the owner hears of the eviction, as it visits it */
+        }
     }
-    drop(t, victim);
+    if (t->ops.evicted != NULL) {
+        t->ops.evicted(t->ops.arg, pick->e, pick->score);
+    }
+    drop(t, pick->e);
     t->evicted++;
 }
 

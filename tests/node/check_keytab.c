@@ -1780,6 +1780,76 @@ START_TEST(test_scan_at_cap)
 }
 END_TEST
 
+/* A fingerprint whose home is slot h of an array of cap slots (fastrange). */
+static uint64_t
+fp_at_home(size_t h, size_t cap)
+{
+    __extension__ typedef unsigned __int128 u128;
+
+    return (uint64_t)((((u128)h << 64) + cap - 1) / cap) + 0x35;
+}
+
+/*
+ * An eviction during a scan prefers a victim whose removal keeps it open, but not over a key
+ * whose limit is in force: a table at its cap, one run of keys over slots 4.., the scan's next
+ * slot in its middle, the keys before it (whose removal would shift a visited key across it)
+ * back at full allowance (class 0) and those after it in force (class 2). An insert at the
+ * cap evicts a key of class 0, reading the rest of the scan first; every key is visited once.
+ */
+START_TEST(test_scan_evicts_in_force_last)
+{
+    enum { NIDS = 4096 };
+    struct fake f;
+    struct rl_keytab *t = fake_table(&f, NIDS, 16u << 10);
+    struct scan_seen x = {calloc(NIDS, 1), NIDS, 0};
+    uint8_t *inserted = calloc(NIDS, 1);
+    struct rl_keytab_stats st;
+    size_t cap, max_keys, cursor;
+
+    RL_CHECK(x.visits != NULL && inserted != NULL);
+    /* the table's cap: where the first eviction comes */
+    for (uint64_t id = 0; f.releases == 0; id++) {
+        uint64_t hi;
+        uint32_t lo;
+
+        ck_assert_uint_lt(id, NIDS);
+        key_fp(id, &hi, &lo);
+        insert_id(t, id, hi, lo, 100);
+    }
+    rl_keytab_stats(t, &st);
+    cap = st.capacity;
+    max_keys = cap - (cap + 7) / 8;
+    cursor = 4 + max_keys / 2;
+    rl_keytab_destroy(t);
+    free(f.released);
+    free(f.log);
+    t = fake_table(&f, NIDS, 16u << 10);
+    for (uint64_t j = 0; j < max_keys; j++) {
+        insert_id(t, j, fp_at_home(4 + j, cap), 0,
+                  4 + j < cursor ? 100 : (UINT64_C(2) << RL_KEYTAB_CLASS_SHIFT) + 100);
+        inserted[j] = 1;
+    }
+    for (rl_keytab_stats(t, &st); st.resize_left > 0; rl_keytab_stats(t, &st)) {
+        rl_keytab_sweep(t, 0, 4096); /* a grow that still runs ends; nothing is full at 0 */
+    }
+    ck_assert_uint_eq(st.capacity, cap);
+    ck_assert_uint_eq(f.releases, 0);
+    rl_keytab_scan_begin(t, scan_visit, &x);
+    ck_assert(!rl_keytab_scan_step(t, cursor));
+    insert_id(t, NIDS - 1, fp_at_home(cap - 2, cap), 0, 100);
+    inserted[NIDS - 1] = 1;
+    ck_assert_uint_eq(f.releases, 1);
+    ck_assert_int_lt(f.last_released, (int64_t)(cursor - 4)); /* back at full allowance */
+    ck_assert(!rl_keytab_scanning(t));                         /* after the rest was read */
+    for (uint64_t id = 0; id < max_keys; id++) {
+        RL_CHECK_UINT(x.visits[id], ==, 1);
+    }
+    free(x.visits);
+    finish(t, &f, inserted);
+    free(inserted);
+}
+END_TEST
+
 /* One case per test, so CK_RUN_CASE=name runs one. */
 static void
 add_case(Suite *s, const char *name, const TTest *test)
@@ -1812,6 +1882,7 @@ keytab_suite(void)
     add_case(s, "scan_slices", test_scan_slices);
     add_case(s, "scan_keeps_edges", test_scan_keeps_edges);
     add_case(s, "scan_at_cap", test_scan_at_cap);
+    add_case(s, "scan_evicts_in_force_last", test_scan_evicts_in_force_last);
     return s;
 }
 
