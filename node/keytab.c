@@ -430,9 +430,9 @@ evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
         }
     }
     pick = &keep;
-    if (keep.e == NULL || ((keep.score >> RL_KEYTAB_CLASS_SHIFT) >= RL_KEYTAB_CLASS_RESAMPLE &&
-                           (any.score >> RL_KEYTAB_CLASS_SHIFT) <
-                               (keep.score >> RL_KEYTAB_CLASS_SHIFT))) {
+    if (keep.e == NULL ||
+        ((keep.score >> RL_KEYTAB_CLASS_SHIFT) >= RL_KEYTAB_CLASS_RESAMPLE &&
+         (any.score >> RL_KEYTAB_CLASS_SHIFT) < (keep.score >> RL_KEYTAB_CLASS_SHIFT))) {
         pick = &any;
         if (!in_old(t, any.e) && !kt_scan_keeps(t, (size_t)(any.e - t->cur.ents))) {
             kt_scan_finish(t); /* before the owner hears of the eviction, as it visits it */

@@ -1840,7 +1840,7 @@ START_TEST(test_scan_evicts_in_force_last)
     inserted[NIDS - 1] = 1;
     ck_assert_uint_eq(f.releases, 1);
     ck_assert_int_lt(f.last_released, (int64_t)(cursor - 4)); /* back at full allowance */
-    ck_assert(!rl_keytab_scanning(t));                         /* after the rest was read */
+    ck_assert(!rl_keytab_scanning(t));                        /* after the rest was read */
     for (uint64_t id = 0; id < max_keys; id++) {
         RL_CHECK_UINT(x.visits[id], ==, 1);
     }
