@@ -435,8 +435,8 @@ gcra_rescale(const struct rl_tier *from, const struct rl_tier *to, struct rl_alg
  * import_bound): nothing consumed is given back (counts, deficits, logs keep their values;
  * only their times move), and a step back freezes a key at most one window.
  */
-static void
-bound_ahead(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now)
+void
+rl_algo_bound(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now)
 {
     uint64_t W = t->window_ms;
     uint64_t most = now > UINT64_MAX - W ? UINT64_MAX : now + W;
@@ -490,8 +490,11 @@ bound_ahead(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now)
         s->b = (s->b & ~(uint64_t)0xffffffffu) | (uint64_t)(x >> 64);
         return;
     }
+    case RL_ALGO_CONCURRENCY:
+        rl_algo_conc_bound(t, s, now);
+        return;
     default:
-        return; /* concurrency: algo_conc.c bounds its leases */
+        return;
     }
 }
 
@@ -557,7 +560,7 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
     if (delta == 0) {
         return 0;
     }
-    bound_ahead(t, s, now);
+    rl_algo_bound(t, s, now);
     switch (t->algo) {
     case RL_ALGO_FIXED_WINDOW: {
         uint64_t k = now / W;
@@ -673,7 +676,7 @@ rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, ui
               struct rl_algo_result *r, struct rl_algo_state *next)
 {
     memset(r, 0, sizeof(*r));
-    bound_ahead(t, s, now);
+    rl_algo_bound(t, s, now);
     *next = *s;
     switch (t->algo) {
     case RL_ALGO_FIXED_WINDOW:

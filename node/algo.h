@@ -37,10 +37,20 @@ struct rl_algo_result {
 };
 
 /*
+ * A clock stepped back by more than a window (docs/ALGORITHMS.md, "Clock stepping back"):
+ * when the latest time of *s lies more than one window ahead of now, moves the whole state
+ * back to lie one window ahead, keeping what it counts. rl_algo_judge and rl_algo_adjust do
+ * it first; a caller that judges a copy of a key's state (which shares a sliding log's or a
+ * concurrency key's entries) bounds the key's own state first, so the two do not part.
+ */
+void rl_algo_bound(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now);
+
+/*
  * Judges a request of `cost` at `now` against state *s of tier t. Fills *r. When allowed,
  * *next is the state after consuming (for sliding_window_log, *next == *s and consuming is
- * rl_algo_commit's job). Never modifies *s, except that sliding_window_log may drop
- * entries that have left the window (a pure effect of time).
+ * rl_algo_commit's job). Never modifies *s but for pure effects of time, which change no
+ * decision: a sliding log (and a concurrency key's slots) drop entries that have left the
+ * window, and a state more than a window ahead of now is first moved back (rl_algo_bound).
  * A cost of 0 is always allowed and consumes nothing.
  */
 void rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,
@@ -165,6 +175,9 @@ uint64_t rl_algo_heap_bytes(const struct rl_tier *t, const struct rl_algo_state 
  * The rest are algo.c's dispatch targets.
  */
 uint64_t rl_algo_conc_held(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now);
+/* rl_algo_bound of a concurrency key: slots taken more than a lease ahead of now move back so
+ * that the newest was taken a lease ahead (it then ends two leases from now at most). */
+void rl_algo_conc_bound(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now);
 uint64_t rl_algo_conc_release(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
                               uint64_t count);
 void rl_algo_conc_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,

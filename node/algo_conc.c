@@ -42,10 +42,8 @@ conc_mark(const struct rl_tier *t, struct rl_algo_state *s)
     s->b = rl_slog_sum(g) > 0 && rl_slog_newest(g, &newest) ? newest + t->window_ms : 0;
 }
 
-/* A clock stepped back by more than a lease: the slots' times move back to end at most a
- * lease from now (algo.c, bound_ahead). */
-static void
-conc_bound(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now)
+void
+rl_algo_conc_bound(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now)
 {
     if (rl_slog_bound(conc_log(s), now, conc_lease(t)) > 0) {
         conc_mark(t, s);
@@ -57,7 +55,7 @@ rl_algo_conc_held(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now
 {
     struct rl_slog *g = conc_log(s);
 
-    conc_bound(t, s, now);
+    rl_algo_conc_bound(t, s, now);
     rl_slog_prune(g, now, conc_lease(t));
     if (rl_slog_sum(g) == 0) {
         s->b = 0;
@@ -72,10 +70,7 @@ rl_algo_conc_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t no
     struct rl_slog *g = conc_log(s);
     uint64_t N = t->limit;
     uint64_t W = t->window_ms;
-    uint64_t now_eff;
-
-    conc_bound(t, s, now);
-    now_eff = rl_slog_prune(g, now, conc_lease(t));
+    uint64_t now_eff = rl_slog_prune(g, now, conc_lease(t)); /* rl_algo_judge bounded it */
     uint64_t held = rl_slog_sum(g);
     uint64_t after, newest = 0;
     bool any;
@@ -137,7 +132,7 @@ rl_algo_conc_release(const struct rl_tier *t, struct rl_algo_state *s, uint64_t 
     if (t->algo != RL_ALGO_CONCURRENCY) {
         return 0;
     }
-    conc_bound(t, s, now);
+    rl_algo_conc_bound(t, s, now);
     rl_slog_prune(g, now, conc_lease(t));
     took = rl_slog_take_oldest(g, count);
     conc_mark(t, s);

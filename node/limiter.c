@@ -494,7 +494,8 @@ lim_select_tiers(struct rl_limiter *l, const struct rl_wire_req *req, const stru
 /* The state tier t judges x's key by: its entry of this epoch (carried as it will be when it
  * was kept under another slice, lim_retier), else a blank one in x. */
 static inline struct rl_algo_state *
-lim_state_of(struct rl_limiter *l, struct lim_tier *x, const struct rl_tier *t, uint16_t epoch)
+lim_state_of(struct rl_limiter *l, struct lim_tier *x, const struct rl_tier *t, uint16_t epoch,
+             uint64_t now)
 {
     const struct rl_tier *from;
 
@@ -511,6 +512,9 @@ lim_state_of(struct rl_limiter *l, struct lim_tier *x, const struct rl_tier *t, 
         return &x->blank;
     }
     if (t->algo == RL_ALGO_GCRA || t->algo == RL_ALGO_LEAKY_BUCKET) {
+        /* judged on a rescaled copy, whose bound (a clock stepped back) a refusal would not
+         * keep: the key's own state is bounded first */
+        rl_algo_bound(from, &x->e->st, now);
         x->blank = x->e->st;
         rl_algo_rescale(from, t, &x->blank);
         return &x->blank;
@@ -533,7 +537,7 @@ lim_judge_all(struct rl_limiter *l, const struct lim_judge *j, const struct rl_l
         x->fp_hi = prep->fp_hi[i];
         x->fp_lo = prep->fp_lo[i];
         x->e = rl_keytab_find(l->tab, x->fp_hi, x->fp_lo);
-        rl_algo_judge(t, lim_state_of(l, x, t, epoch), now, cost, &x->r, &x->next);
+        rl_algo_judge(t, lim_state_of(l, x, t, epoch, now), now, cost, &x->r, &x->next);
         refused |= !x->r.allowed;
     }
     return refused;

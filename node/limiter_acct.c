@@ -142,7 +142,7 @@ lim_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
  * service under its share. Within a class, the key full soonest goes first.
  */
 uint64_t
-lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t for_tier)
+lim_score(void *arg, struct rl_keytab_entry *e, uint64_t now, uint32_t for_tier)
 {
     struct rl_limiter *l = arg;
     const struct rl_tier *t = lim_entry_tier(l, e);
@@ -168,7 +168,11 @@ lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t for
     if (ft != NULL && (ins == NULL || ins->keys == 0)) {
         n++; /* the inserting account is about to hold a key */
     }
-    st = e->st; /* a log's judge prunes it: a pure effect of time */
+    /* The copy shares a log's entries: the key's own state is bounded first (a clock stepped
+     * back), so that its full_at moves with them. A log's judge prunes it: a pure effect of
+     * time. */
+    rl_algo_bound(t, &e->st, now);
+    st = e->st;
     rl_algo_judge(t, &st, now, 1, &r, &next);
     cls = held * n >= l->nkeys ? 1 : 3;
     cls += !r.allowed;

@@ -128,7 +128,7 @@ void lim_count_key_acct(struct rl_limiter *l, const struct rl_tier *t, int delta
 /* limiter_acct.c: the key table's callbacks (struct rl_keytab_ops) and inltab's (struct
  * rl_inltab_ops), arg the limiter, installed by rl_limiter_create. */
 bool lim_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now);
-uint64_t lim_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t for_tier);
+uint64_t lim_score(void *arg, struct rl_keytab_entry *e, uint64_t now, uint32_t for_tier);
 void lim_evicted(void *arg, const struct rl_keytab_entry *e, uint64_t score);
 void lim_release(void *arg, struct rl_keytab_entry *e);
 void lim_owned(void *arg, uint32_t owner, int delta);

@@ -416,7 +416,7 @@ END_TEST
 /*
  * A state committed at T is judged at T - back as at T, its waits longer by back, for a step
  * back of up to a window (W = 100). Past it the state is first moved back to lie a window
- * ahead (bound_ahead), so the waits grow by less than the step and by at most two windows
+ * ahead (rl_algo_bound), so the waits grow by less than the step and by at most two windows
  * (one for the buckets), and nothing consumed is given back.
  */
 START_TEST(test_clock_step_back)

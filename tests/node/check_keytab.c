@@ -42,7 +42,7 @@ fake_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
 }
 
 static uint64_t
-fake_full_at(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t tier)
+fake_full_at(void *arg, struct rl_keytab_entry *e, uint64_t now, uint32_t tier)
 {
     struct fake *f = arg;
     (void)now;

@@ -27,7 +27,7 @@ never_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
 }
 
 static uint64_t
-any_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t tier)
+any_score(void *arg, struct rl_keytab_entry *e, uint64_t now, uint32_t tier)
 {
     (void)arg, (void)e, (void)now, (void)tier;
     return 0;

@@ -475,6 +475,41 @@ START_TEST(test_memory_cap)
 }
 END_TEST
 
+/*
+ * A clock stepped back a day at the memory cap: the eviction scores keys that lay a day ahead
+ * by judging copies of their states, which share their logs. The keys' own states are moved
+ * back with the logs (rl_algo_bound), so once their logs have emptied the sweep forgets them;
+ * it kept them for the day when only the copy's full_at moved (a review of rl_algo_bound).
+ */
+START_TEST(test_cap_clock_day_back)
+{
+    struct rl_conf *c = conf_from("[service g]\nlimit = sliding_window_log 5 per 1s\n");
+    struct rl_limiter *l = limiter_from(c, 64 * 1024);
+    const uint64_t DAY = 86400000ull;
+    uint64_t ahead = 0, left;
+    char user[32];
+
+    for (; stats(l).evicted == 0; ahead++) {
+        snprintf(user, sizeof(user), "a%llu", (unsigned long long)ahead);
+        RL_CHECK_UINT_EQ(check(l, "g", user, NULL, 1, T0 + DAY).code, RL_WIRE_ALLOWED);
+        ck_assert_uint_lt(ahead, 100000);
+    }
+    /* back a day: new users, each evicting after scoring a sample of the keys ahead */
+    for (int i = 0; i < 4000; i++) {
+        snprintf(user, sizeof(user), "b%d", i);
+        RL_CHECK_UINT_EQ(check(l, "g", user, NULL, 1, T0).code, RL_WIRE_ALLOWED);
+    }
+    rl_limiter_sweep(l, T0 + 5000, 1u << 24);
+    left = stats(l).keys;
+    /* the keys ahead that were scored and not evicted are forgotten with the others; only a
+     * few never sampled may stay (until the clock reaches their day) */
+    ck_assert_msg(left * 10 < ahead, "%llu of %llu keys left after the sweep",
+                  (unsigned long long)left, (unsigned long long)ahead);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
 /* Sliding logs past their share of the cap are degraded to counters, and still count. */
 START_TEST(test_log_cap)
 {
@@ -1326,6 +1361,62 @@ START_TEST(test_global_slices)
 }
 END_TEST
 
+/*
+ * A clock stepped back a day on a global gcra (and leaky_bucket) key whose slice changed: it
+ * is judged on a rescaled copy of its state. The key's own state is moved back first, so the
+ * retry_after of a refusal is honoured; it was computed on a copy moved back afresh at each
+ * request, and the key stayed refused past it for the day (a review of rl_algo_bound).
+ */
+START_TEST(test_slices_clock_day_back)
+{
+    static const char *const algos[] = {"gcra 100 per 1h burst 100",
+                                        "leaky_bucket 100 per 1h burst 100"};
+    const uint64_t now = 1700000000000ull, DAY = 86400000ull;
+
+    for (size_t a = 0; a < 2; a++) {
+        char text[512];
+        struct rl_conf *c;
+        struct rl_limiter *l;
+        struct rl_slices *s1;
+        struct rl_wire_check_reply rep;
+
+        snprintf(text, sizeof(text),
+                 "[cluster]\nregion = east\nregions = east:1 west:3\n"
+                 "[service g]\nscope = global\nlimit = %s\n",
+                 algos[a]);
+        c = conf_from(text);
+        l = limiter_from(c, 0);
+        for (int i = 0; i < 25; i++) {
+            rep = check(l, "g", "u1", NULL, 1, now + DAY);
+            RL_CHECK(rep.code == RL_WIRE_ALLOWED || rep.code == RL_WIRE_QUEUED, "%s", algos[a]);
+        }
+        /* down to 10: the 25 consumed are over it; judged on a rescaled copy */
+        s1 = slices_from("user g u1 100\n");
+        rl_limiter_set_slices(l, s1, rl_conf_region_slice(c));
+        rep = check(l, "g", "u1", NULL, 1, now);
+        RL_CHECK(rep.code == RL_WIRE_LIMITED && rep.limit == 10, "%s: code %u", algos[a],
+                 rep.code);
+        /* a window ahead at most, and 16 of the 25 to pay back at 10 an hour */
+        RL_CHECK(rep.retry_after_ms <= 3600000ull + 5760000ull, "%s: retry %llu", algos[a],
+                 (unsigned long long)rep.retry_after_ms);
+        {
+            uint64_t retry = rep.retry_after_ms;
+
+            rep = check(l, "g", "u1", NULL, 1, now + retry - 1);
+            RL_CHECK(rep.code == RL_WIRE_LIMITED, "%s: allowed before its retry", algos[a]);
+            rep = check(l, "g", "u1", NULL, 1, now + retry);
+            RL_CHECK(rep.code == RL_WIRE_ALLOWED || rep.code == RL_WIRE_QUEUED,
+                     "%s: refused at its retry_after (%llu ms): code %u, retry %llu", algos[a],
+                     (unsigned long long)retry, rep.code,
+                     (unsigned long long)rep.retry_after_ms);
+        }
+        rl_limiter_destroy(l);
+        rl_slices_destroy(s1);
+        rl_conf_destroy(c);
+    }
+}
+END_TEST
+
 START_TEST(test_slices_text)
 {
     struct rl_slices *s = NULL;
@@ -1488,6 +1579,7 @@ limiter_suite(void)
     tcase_add_test(tc, test_tier_ids_past_16_bits);
     tcase_add_test(tc, test_memory_cap);
     tcase_add_test(tc, test_log_cap);
+    tcase_add_test(tc, test_cap_clock_day_back);
     tcase_add_test(tc, test_epoch_fresh_tenure);
     tcase_add_loop_test(tc, test_epoch_each_algo, 0,
                         (int)(sizeof(flood_algos) / sizeof(flood_algos[0])));
@@ -1505,6 +1597,7 @@ limiter_suite(void)
     tcase_add_loop_test(tc, test_global_slices, 0,
                         (int)(sizeof(global_limits) / sizeof(global_limits[0])));
     tcase_add_test(tc, test_slices_text);
+    tcase_add_test(tc, test_slices_clock_day_back);
     suite_add_tcase(s, tc);
     return s;
 }

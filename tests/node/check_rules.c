@@ -625,7 +625,7 @@ kt_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
 }
 
 static uint64_t
-kt_score(void *arg, const struct rl_keytab_entry *e, uint64_t now, uint32_t tier)
+kt_score(void *arg, struct rl_keytab_entry *e, uint64_t now, uint32_t tier)
 {
     (void)arg;
     (void)e;
