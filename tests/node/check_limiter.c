@@ -1394,8 +1394,7 @@ START_TEST(test_slices_clock_day_back)
         s1 = slices_from("user g u1 100\n");
         rl_limiter_set_slices(l, s1, rl_conf_region_slice(c));
         rep = check(l, "g", "u1", NULL, 1, now);
-        RL_CHECK(rep.code == RL_WIRE_LIMITED && rep.limit == 10, "%s: code %u", algos[a],
-                 rep.code);
+        RL_CHECK(rep.code == RL_WIRE_LIMITED && rep.limit == 10, "%s: code %u", algos[a], rep.code);
         /* a window ahead at most, and 16 of the 25 to pay back at 10 an hour */
         RL_CHECK(rep.retry_after_ms <= 3600000ull + 5760000ull, "%s: retry %llu", algos[a],
                  (unsigned long long)rep.retry_after_ms);
@@ -1407,8 +1406,7 @@ START_TEST(test_slices_clock_day_back)
             rep = check(l, "g", "u1", NULL, 1, now + retry);
             RL_CHECK(rep.code == RL_WIRE_ALLOWED || rep.code == RL_WIRE_QUEUED,
                      "%s: refused at its retry_after (%llu ms): code %u, retry %llu", algos[a],
-                     (unsigned long long)retry, rep.code,
-                     (unsigned long long)rep.retry_after_ms);
+                     (unsigned long long)retry, rep.code, (unsigned long long)rep.retry_after_ms);
         }
         rl_limiter_destroy(l);
         rl_slices_destroy(s1);
