@@ -11,6 +11,8 @@
  *     "allowed" at that time, with the same count; the node's STATS say so;
  *   - a hostile client throttling many distinct users cannot grow a node's record: each
  *     node records at most throttle_events open episodes and counts the rest as dropped;
+ *     refusals that waiting never ends (a cost over the limit) free their slots a second
+ *     after the last, and a real refusal is recorded again;
  *   - a client pipelining THROTTLED requests gets OVERLOADED past the per-client bound of
  *     fan-outs in flight, and an answer to every request;
  *   - the events log under abuse (a real clock, one node): one client cycling 1,000 users
@@ -471,6 +473,59 @@ START_TEST(test_many_users_bounded)
     rl_client_destroy(c);
     free(reqs);
     free(reps);
+    free(rep);
+}
+END_TEST
+
+/*
+ * Refusals that waiting never ends (a cost over the limit: retry_after never) free their open
+ * slots a second after the last: the users of a client sending impossible costs, more of them
+ * than a node keeps open, held every slot for good, and a real refusal after them was dropped
+ * (a soak run found it).
+ */
+START_TEST(test_never_refusals_free_slots)
+{
+    struct rl_client *c;
+    struct rl_wire_reply *rep = malloc(sizeof(*rep));
+    char user[16];
+    int per_node[NNODES] = {0};
+    int64_t waited_ms = 0;
+
+    set_clock(T0);
+    c = connect_router();
+    for (int i = 0; i < 40; i++) {
+        snprintf(user, sizeof(user), "n%d", i);
+        per_node[owner_of("tiny", user)]++;
+        ck_assert_int_eq(rl_client_check(c, "tiny", user, NULL, 2, rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep->check.code, RL_WIRE_LIMITED);
+        ck_assert_uint_eq(rep->check.retry_after_ms, RL_WIRE_RETRY_NEVER);
+    }
+    for (int n = 0; n < NNODES; n++) {
+        ck_assert_int_gt(per_node[n], EVENTS);
+        ck_assert_int_eq(rl_test_stat(node_ports[n], "throttle_open"), EVENTS);
+    }
+    /* a second and more on the nodes' clocks: their next tick closes them idle */
+    set_clock(T0 + 1000);
+    for (int n = 0; n < NNODES; n++) {
+        while (rl_test_stat(node_ports[n], "throttle_open") != 0) {
+            ck_assert_msg(waited_ms < 30000, "node %s keeps %lld open", node_names[n],
+                          (long long)rl_test_stat(node_ports[n], "throttle_open"));
+            usleep(50000);
+            waited_ms += 50;
+        }
+    }
+    /* a real refusal is recorded again */
+    for (int i = 0; i < 2; i++) {
+        (void)check_code(c, "tiny", "real", rep);
+    }
+    ck_assert_uint_eq(rep->check.code, RL_WIRE_LIMITED);
+    ck_assert_int_eq(rl_test_stat(node_ports[owner_of("tiny", "real")], "throttle_open"), 1);
+    ck_assert_int_eq(rl_client_throttled(c, "tiny", NULL, 100, rep, T_TIMEOUT), 0);
+    ck_assert_ptr_nonnull(find_ep(rep, "real"));
+    ck_assert_uint_eq(find_ep(rep, "real")->ended, RL_WIRE_ENDED_OPEN);
+    ck_assert_uint_eq(find_ep(rep, "n0")->ended, RL_WIRE_ENDED_IDLE);
+    ck_assert_uint_eq(find_ep(rep, "n0")->end_ms, T0);
+    rl_client_destroy(c);
     free(rep);
 }
 END_TEST
@@ -967,7 +1022,7 @@ throttled_suite(void)
 {
     Suite *s = suite_create("throttled");
     const TTest *const main_tests[] = {test_episode_through_router, test_many_users_bounded,
-                                       test_missing_node, NULL};
+                                       test_never_refusals_free_slots, test_missing_node, NULL};
     const TTest *const ev_tests[] = {test_events_log_under_abuse, NULL};
     const TTest *const svc_tests[] = {test_services_restrict_episodes, NULL};
     const TTest *const load_tests[] = {test_throttled_load_spares_checks, NULL};

@@ -200,34 +200,48 @@ START_TEST(test_idle_close)
     ck_assert_int_eq(rl_throttle_create(&t, 64, "n", NULL), 0);
     limited(t, "s", NULL, "a", 1000, 500);  /* allowable at 1500 */
     limited(t, "s", NULL, "b", 1000, 5000); /* at 6000 */
+    /* never allowable (a cost over the limit): waiting does not help, no wait is added, so it
+     * goes idle a grace after its last refusal, ended then */
     limited(t, "s", NULL, "c", 1000, RL_WIRE_RETRY_NEVER);
+    limited(t, "s", NULL, "c", 1100, RL_WIRE_RETRY_NEVER);
+    /* a never after a real wait keeps the wait */
+    limited(t, "s", NULL, "b", 1100, RL_WIRE_RETRY_NEVER);
     limited(t, "s", NULL, "a", 1200, 300); /* refused again: allowable at 1500 still */
-    rl_throttle_tick(t, 1500 + RL_THROTTLE_IDLE_GRACE_MS - 1);
+    rl_throttle_tick(t, 1100 + RL_THROTTLE_IDLE_GRACE_MS - 1);
     ck_assert_uint_eq(t->nopen, 3);
-    rl_throttle_tick(t, 1500 + RL_THROTTLE_IDLE_GRACE_MS);
+    rl_throttle_tick(t, 1100 + RL_THROTTLE_IDLE_GRACE_MS);
     ck_assert_uint_eq(t->nopen, 2);
+    rl_throttle_tick(t, 1500 + RL_THROTTLE_IDLE_GRACE_MS - 1);
+    ck_assert_uint_eq(t->nopen, 2);
+    rl_throttle_tick(t, 1500 + RL_THROTTLE_IDLE_GRACE_MS);
+    ck_assert_uint_eq(t->nopen, 1);
     ck_assert_uint_eq(rl_throttle_query(t, NULL, 0, NULL, 3000, 20, out), 3);
     for (int i = 0; i < 3; i++) {
         if (str_is(&out[i].user, "a")) {
             ck_assert_uint_eq(out[i].ended, RL_WIRE_ENDED_IDLE);
             ck_assert_uint_eq(out[i].end_ms, 1500);
             ck_assert_uint_eq(out[i].refused, 2);
+        } else if (str_is(&out[i].user, "c")) {
+            ck_assert_uint_eq(out[i].ended, RL_WIRE_ENDED_IDLE);
+            ck_assert_uint_eq(out[i].end_ms, 1100);
+            ck_assert_uint_eq(out[i].refused, 2);
         } else {
-            ck_assert_uint_eq(out[i].ended, RL_WIRE_ENDED_OPEN);
+            ck_assert_uint_eq(out[i].ended, RL_WIRE_ENDED_OPEN); /* b: until 6000 */
         }
     }
     rl_throttle_tick(t, 100000);
-    ck_assert_uint_eq(t->nopen, 1); /* c can never be allowed by waiting */
+    ck_assert_uint_eq(t->nopen, 0);
     /* Many at once, colliding in the index: every one closes in one tick. */
+    limited(t, "s", NULL, "d", 200000, 100000);
     for (int i = 0; i < 60; i++) {
         snprintf(user, sizeof(user), "x%d", i);
-        limited(t, "s", NULL, user, 200000, 10);
+        limited(t, "s", NULL, user, 200000, i % 2 == 0 ? 10 : RL_WIRE_RETRY_NEVER);
     }
     ck_assert_uint_eq(t->nopen, 61);
     rl_throttle_tick(t, 200000 + 10 + RL_THROTTLE_IDLE_GRACE_MS);
     ck_assert_uint_eq(t->nopen, 1);
     /* And every open one is still found after the deletions shifted the index. */
-    allowed(t, "s", NULL, "c", 300000);
+    allowed(t, "s", NULL, "d", 300000);
     ck_assert_uint_eq(t->nopen, 0);
     rl_throttle_destroy(t);
 }
