@@ -17,9 +17,8 @@
 
 static const struct {
     const char *name;
-    bool burst;
 } algos[] = {
-#define RULESET_ALGO(n, s, b) {s, b},
+#define RULESET_ALGO(n, s, b) {s},
     RL_ALGO_MAP(RULESET_ALGO)
 #undef RULESET_ALGO
 };
@@ -28,21 +27,6 @@ const char *
 rl_algo_name(enum rl_algo a)
 {
     return (unsigned)a < RL_ALGO_COUNT ? algos[a].name : "unknown";
-}
-
-bool
-rl_algo_has_burst(enum rl_algo a)
-{
-    return (unsigned)a < RL_ALGO_COUNT && algos[a].burst;
-}
-
-uint64_t
-rl_tier_capacity(const struct rl_tier *t)
-{
-    if (rl_algo_has_burst(t->algo)) {
-        return t->limit == 0 ? 0 : t->burst;
-    }
-    return t->limit;
 }
 
 int

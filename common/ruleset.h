@@ -36,8 +36,15 @@ enum rl_algo {
 /* The algorithm's name as written in cluster.conf, or "unknown" for a value out of range. */
 const char *rl_algo_name(enum rl_algo a);
 
-/* Whether the algorithm takes a burst (`burst B`); false out of range. */
-bool rl_algo_has_burst(enum rl_algo a);
+/* Whether the algorithm takes a burst (`burst B`); false out of range. Inline: the node's
+ * buckets ask it on every decision. */
+static inline bool
+rl_algo_has_burst(enum rl_algo a)
+{
+#define RL_ALGO_BURST_BIT(n, s, b) | ((b) ? 1u << RL_ALGO_##n : 0u)
+    return (unsigned)a < RL_ALGO_COUNT && ((0u RL_ALGO_MAP(RL_ALGO_BURST_BIT)) >> a & 1u) != 0;
+#undef RL_ALGO_BURST_BIT
+}
 
 /* The algorithm called name: 0 with *out set, or -EINVAL. */
 int rl_algo_parse(const char *name, enum rl_algo *out);
@@ -98,7 +105,14 @@ struct rl_tier {
 /* A tier's capacity: the most its allowance ever holds, what a node reports as its limit,
  * and the most one request may cost there (more is refused with retry_after never): B for
  * the buckets (0 when they never refill, N = 0), else N. */
-uint64_t rl_tier_capacity(const struct rl_tier *t);
+static inline uint64_t
+rl_tier_capacity(const struct rl_tier *t)
+{
+    if (rl_algo_has_burst(t->algo)) {
+        return t->limit == 0 ? 0 : t->burst;
+    }
+    return t->limit;
+}
 
 /* One `[service S]` or `[service S E]` section. */
 struct rl_rule {
