@@ -41,10 +41,11 @@
  * exactly once unless it is removed before its visit. A removal (drop: a delete or an
  * eviction; kt_remove_slot) whose backward shift would carry an entry across either
  * (kt_scan_keeps) calls kt_scan_finish first, as a remap does; the sweep waits; an eviction
- * during a scan picks among victims whose removal keeps it (evict_one), so at the cap the load
- * stays at 7/8 through back-to-back scans; and an insert past the load of 7/8 below the cap
- * postpones its grow, which moves every entry, up to 15/16 of the slots (the load then stays
- * over 7/8 until the grow after the scan). A resize running at the begin is finished by the
+ * during a scan takes only an entry the scan has visited whose removal keeps it (evict_one),
+ * else waits, so none present at the begin is evicted unvisited, and at the cap the load
+ * comes back below 15/16 as the scan goes on, through back-to-back scans; and an insert past
+ * the load of 7/8 below the cap postpones its grow, which moves every entry, up to 15/16 of
+ * the slots (the load then stays over 7/8 until the grow after the scan). A resize running at the begin is finished by the
  * scan's first steps (a budget / SCAN_MOVE_COST of old slots each) before the first visit;
  * a removal meanwhile keeps the scan, which has visited nothing.
  *
@@ -359,9 +360,9 @@ struct kt_pick {
 
 /* Offers the first `want` live entries of a from slot pos on (wrapping from the end of the
  * array to slot lo) to the eviction: *any keeps the one scored lowest, *keep the one scored
- * lowest among those whose removal keeps an open scan (kt_scan_keeps, asked only of an entry
- * that would be kept: with keep_scan false, every entry). a must hold at least want live
- * entries in [lo, cap). */
+ * lowest among those an open scan has visited and whose removal keeps it (kt_scan_keeps,
+ * asked only of an entry that would be kept; with keep_scan false, every entry). a must hold
+ * at least want live entries in [lo, cap). */
 static void
 sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, size_t want,
        bool keep_scan, uint64_t now, uint32_t tier, struct kt_pick *keep, struct kt_pick *any)
@@ -378,7 +379,9 @@ sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, siz
                 any->e = e;
                 any->score = sc;
             }
-            if ((keep->e == NULL || sc < keep->score) && (!keep_scan || kt_scan_keeps(t, i))) {
+            if ((keep->e == NULL || sc < keep->score) &&
+                (!keep_scan || (a == &t->cur && !resizing(t) && i < t->scan_next &&
+                                kt_scan_keeps(t, i)))) {
                 keep->e = e;
                 keep->score = sc;
             }
@@ -396,12 +399,13 @@ sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, siz
  * if the table holds fewer), drawing up to RL_KEYTAB_EVICT_ROUNDS such samples while the best
  * is of class RL_KEYTAB_CLASS_RESAMPLE or worse. During a resize each sample comes from both
  * arrays in proportion to the keys each holds, so every key is about as likely a candidate.
- * During a scan's visits the best is the best whose removal keeps the scan open (nearly any:
- * the runs that reach past its next slot or the array's end are few), unless only a better
- * class than it was seen among the others: a key whose limit is in force outweighs a slice,
- * and that removal first reads the rest of the scan. Needs keys > 0. */
-static void
-evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
+ * During a scan the victim must be one it has visited (a planned move's export has its
+ * record: none of the batch is lost) whose removal keeps it open, and no worse a class than
+ * the best seen: with none, and may_wait, nothing is dropped and false is returned (the
+ * insert lets the load climb, as a grow waits); without may_wait the best seen goes, the
+ * rest of the scan read first. Returns true when a key was dropped. Needs keys > 0. */
+static bool
+evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier, bool may_wait)
 {
     size_t want = t->keys < EVICT_SAMPLE ? t->keys : EVICT_SAMPLE;
     size_t cur_keys = t->keys - t->old_keys;
@@ -416,14 +420,14 @@ evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
         }
     }
     struct kt_pick keep = {NULL, UINT64_MAX}, any = {NULL, UINT64_MAX}, *pick;
-    bool keep_scan = scanning(t) && !resizing(t);
+    bool keep_scan = scanning(t);
     for (unsigned round = 0; round < RL_KEYTAB_EVICT_ROUNDS; round++) {
         sample(t, &t->cur, 0, home_of(xorshift(t), t->cur.cap), want - want_old, keep_scan, now,
                tier, &keep, &any);
         if (want_old > 0) {
             /* Live old entries are all at or after `moved`: start among them. */
             size_t pos = t->moved + home_of(xorshift(t), t->old.cap - t->moved);
-            sample(t, &t->old, t->moved, pos, want_old, false, now, tier, &keep, &any);
+            sample(t, &t->old, t->moved, pos, want_old, keep_scan, now, tier, &keep, &any);
         }
         if (keep.e != NULL && (keep.score >> RL_KEYTAB_CLASS_SHIFT) < RL_KEYTAB_CLASS_RESAMPLE) {
             break;
@@ -431,10 +435,12 @@ evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
     }
     pick = &keep;
     if (keep.e == NULL ||
-        ((keep.score >> RL_KEYTAB_CLASS_SHIFT) >= RL_KEYTAB_CLASS_RESAMPLE &&
-         (any.score >> RL_KEYTAB_CLASS_SHIFT) < (keep.score >> RL_KEYTAB_CLASS_SHIFT))) {
+        (keep.score >> RL_KEYTAB_CLASS_SHIFT) > (any.score >> RL_KEYTAB_CLASS_SHIFT)) {
+        if (may_wait) {
+            return false;
+        }
         pick = &any;
-        if (!in_old(t, any.e) && !kt_scan_keeps(t, (size_t)(any.e - t->cur.ents))) {
+        if (scanning(t)) {
             kt_scan_finish(t); /* before the owner hears of the eviction, as it visits it */
         }
     }
@@ -443,6 +449,7 @@ evict_one(struct rl_keytab *t, uint64_t now, uint32_t tier)
     }
     drop(t, pick->e);
     t->evicted++;
+    return true;
 }
 
 struct rl_keytab_entry *
@@ -456,12 +463,14 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
     /* During a scan a grow, which moves every entry, waits for its end while the keys stay
      * under all but 1/SCAN_LOAD_FREE of the slots: the slots are there, probes only get
      * longer for a while (at 15/16 about 8 groups for a key that is absent). Past it, the
-     * scan ends at once. At the cap an eviction picks a victim whose removal keeps the scan
-     * (evict_one), so the load stays at 7/8 however many passes follow each other. */
-    if (t->keys >= t->max_keys && !(scanning(t) && t->cur.cap < t->max_cap &&
-                                    t->keys < t->cur.cap - t->cur.cap / SCAN_LOAD_FREE)) {
+     * scan ends at once. At the cap an eviction takes a key the scan has visited whose
+     * removal keeps it (evict_one), else waits likewise; two keys go per insert while the
+     * load is past 7/8, so it comes back as the scan goes on, however many follow. */
+    bool may_wait = scanning(t) && t->keys < t->cur.cap - t->cur.cap / SCAN_LOAD_FREE;
+    if (t->keys >= t->max_keys && !(may_wait && t->cur.cap < t->max_cap)) {
         if (t->cur.cap < t->max_cap) {
             kt_scan_finish(t);
+            may_wait = false;
         }
         if (resizing(t) && t->cur.cap < t->max_cap) {
             /* Only after a shrink can inserts outrun the move; a new resize waits for it. */
@@ -469,7 +478,7 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
         }
         if (resizing(t)) {
             /* Growing to max_cap: evict now, as the end of the move would. */
-            evict_one(t, now, tier);
+            evict_one(t, now, tier, may_wait);
         } else {
             size_t new_cap = t->cur.cap + t->cur.cap / GROW_DEN;
             if (new_cap > t->max_cap) {
@@ -478,9 +487,8 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
             /* At the cap, or with no memory for a bigger array, make room instead: never
              * fail once the table exists. */
             if (new_cap <= t->cur.cap || kt_start_resize(t, new_cap) != 0) {
-                evict_one(t, now, tier);
-                if (t->keys > t->max_keys) {
-                    evict_one(t, now, tier); /* what a scan let in past the load goes too */
+                if (evict_one(t, now, tier, may_wait) && t->keys > t->max_keys) {
+                    evict_one(t, now, tier, may_wait); /* what a scan let in goes too */
                 }
             }
         }
