@@ -45,9 +45,9 @@
  * else waits, so none present at the begin is evicted unvisited, and at the cap the load
  * comes back below 15/16 as the scan goes on, through back-to-back scans; and an insert past
  * the load of 7/8 below the cap postpones its grow, which moves every entry, up to 15/16 of
- * the slots (the load then stays over 7/8 until the grow after the scan). A resize running at the begin is finished by the
- * scan's first steps (a budget / SCAN_MOVE_COST of old slots each) before the first visit;
- * a removal meanwhile keeps the scan, which has visited nothing.
+ * the slots (the load then stays over 7/8 until the grow after the scan). A resize running at the
+ * begin is finished by the scan's first steps (a budget / SCAN_MOVE_COST of old slots each) before
+ * the first visit; a removal meanwhile keeps the scan, which has visited nothing.
  *
  * Resizing is incremental, as in Redis's dict. A resize allocates new arrays (cur) and keeps
  * the old ones (old) until every live entry has moved over; inserts go to cur only, a find
@@ -380,8 +380,8 @@ sample(struct rl_keytab *t, const struct kt_array *a, size_t lo, size_t pos, siz
                 any->score = sc;
             }
             if ((keep->e == NULL || sc < keep->score) &&
-                (!keep_scan || (a == &t->cur && !resizing(t) && i < t->scan_next &&
-                                kt_scan_keeps(t, i)))) {
+                (!keep_scan ||
+                 (a == &t->cur && !resizing(t) && i < t->scan_next && kt_scan_keeps(t, i)))) {
                 keep->e = e;
                 keep->score = sc;
             }

@@ -166,10 +166,10 @@ size_t rl_keytab_remap(struct rl_keytab *t, bool (*fn)(void *arg, struct rl_keyt
  * or an insert that finds the table past 15/16 of its slots first visits the rest at once;
  * an eviction at the cap takes only an entry the scan has visited whose removal keeps it open
  * (and no worse a class than the best it saw), else waits as a grow does (two go per insert
- * while the load is past 7/8), so no entry present at the begin is evicted unvisited; an insert past the
- * load of 7/8 below the cap waits with its grow for the scan's end; and sweeps forget nothing until
- * it ends. Entries inserted meanwhile may or may not be visited. visit may change e->st but not the
- * table. One scan at a time: a begin finishes the open one.
+ * while the load is past 7/8), so no entry present at the begin is evicted unvisited; an insert
+ * past the load of 7/8 below the cap waits with its grow for the scan's end; and sweeps forget
+ * nothing until it ends. Entries inserted meanwhile may or may not be visited. visit may change
+ * e->st but not the table. One scan at a time: a begin finishes the open one.
  */
 void rl_keytab_scan_begin(struct rl_keytab *t, void (*visit)(void *arg, struct rl_keytab_entry *e),
                           void *arg);
