@@ -48,9 +48,10 @@ void rl_algo_bound(const struct rl_tier *t, struct rl_algo_state *s, uint64_t no
 /*
  * Judges a request of `cost` at `now` against state *s of tier t. Fills *r. When allowed,
  * *next is the state after consuming (for sliding_window_log, *next == *s and consuming is
- * rl_algo_commit's job). Never modifies *s but for pure effects of time, which change no
- * decision: a sliding log (and a concurrency key's slots) drop entries that have left the
- * window, and a state more than a window ahead of now is first moved back (rl_algo_bound).
+ * rl_algo_commit's job). Never modifies *s but for effects of the clock: a sliding log (and a
+ * concurrency key's slots) drop entries that have left the window (which changes no
+ * decision), and a state more than a window ahead of now is first moved back (rl_algo_bound:
+ * from then on it is judged as moved).
  * A cost of 0 is always allowed and consumes nothing.
  */
 void rl_algo_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32_t cost,

@@ -59,7 +59,8 @@ struct rl_keytab_ops {
      * evicted. Its class, score >> RL_KEYTAB_CLASS_SHIFT, says what losing it costs (the
      * RL_KEYTAB_CLASS_* below); a sample whose best class is RL_KEYTAB_CLASS_RESAMPLE or
      * worse is drawn again, up to RL_KEYTAB_EVICT_ROUNDS samples, before one is taken. It may
-     * bring e->st up to now by a pure effect of time (rl_algo_bound), nothing else. */
+     * bring e->st up to now (rl_algo_bound: a state a clock's step back left more than a
+     * window ahead), nothing else; it moves no entry. */
     uint64_t (*score)(void *arg, struct rl_keytab_entry *e, uint64_t now, uint32_t tier);
     /* Optional: e is about to be evicted with that score (before release). */
     void (*evicted)(void *arg, const struct rl_keytab_entry *e, uint64_t score);
