@@ -435,6 +435,15 @@ gcra_rescale(const struct rl_tier *from, const struct rl_tier *to, struct rl_alg
  * import_bound): nothing consumed is given back (counts, deficits, logs keep their values;
  * only their times move), and a step back freezes a key at most one window.
  */
+/* Whether window k lies more than one window ahead of now's (k > now / W + 1), told by a
+ * multiplication, not a division on the hot path: (k - 1) * W > now. A stored window index
+ * times W stays below 2^63 (now <= 2^62, W < 2^35). */
+static inline bool
+window_ahead(uint64_t k, uint64_t now, uint64_t W)
+{
+    return k >= 2 && (k - 1) * W > now;
+}
+
 void
 rl_algo_bound(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now)
 {
@@ -444,7 +453,7 @@ rl_algo_bound(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now)
     switch (t->algo) {
     case RL_ALGO_FIXED_WINDOW:
     case RL_ALGO_SLIDING_WINDOW_COUNTER:
-        if (s->b != 0 && s->a > now / W + 1) {
+        if (s->b != 0 && window_ahead(s->a, now, W)) {
             s->a = now / W + 1;
         }
         return;
@@ -452,7 +461,7 @@ rl_algo_bound(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now)
         if (swl_degraded(s)) {
             struct rl_algo_state c = swl_counter(s);
 
-            if (c.b != 0 && c.a > now / W + 1) {
+            if (c.b != 0 && window_ahead(c.a, now, W)) {
                 c.a = now / W + 1;
                 swl_tag(s, &c);
             }

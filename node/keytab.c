@@ -38,9 +38,9 @@
  * Scans (rl_keytab_scan_begin: a planned move's export, a slice per turn of the node's loop)
  * walk cur from slot 0 to its end; from a scan's first visit to its end no entry crosses its
  * next slot (scan_next) nor the array's end, so every key present at the begin is visited
- * exactly once unless it is removed before its visit. A removal (drop: a delete or an
- * eviction; kt_remove_slot) whose backward shift would carry an entry across either
- * (kt_scan_keeps) calls kt_scan_finish first, as a remap does; the sweep waits; an eviction
+ * exactly once unless it is removed before its visit. A delete whose backward shift would
+ * carry an entry across either (kt_scan_keeps, asked where the removal is decided: drop and
+ * kt_remove_slot do not) calls kt_scan_finish first, as a remap does; the sweep waits; an eviction
  * during a scan takes only an entry the scan has visited whose removal keeps it (evict_one),
  * else waits, so none present at the begin is evicted unvisited, and at the cap the load
  * comes back below 15/16 as the scan goes on, through back-to-back scans; and an insert past
@@ -295,16 +295,14 @@ rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo)
 
 /* Empties slot i of cur and closes the gap: each following entry of the run moves back into
  * the hole if that does not put it before its home. Entries only ever move towards their
- * home, never past the hole, which is what the sweep relies on. */
+ * home, never past the hole, which is what the sweep relies on. The caller has made sure an
+ * open scan keeps it (kt_scan_keeps, or kt_scan_finish first). */
 void
 kt_remove_slot(struct rl_keytab *t, size_t i)
 {
     struct kt_array *a = &t->cur;
     size_t j;
 
-    if (!kt_scan_keeps(t, i)) {
-        kt_scan_finish(t);
-    }
     j = next_slot(a, i);
     while (a->tags[j] != 0) {
         size_t h = home_of(a->ents[j].fp_hi, a->cap);
@@ -324,13 +322,11 @@ kt_remove_slot(struct rl_keytab *t, size_t i)
 }
 
 /* Releases and removes a live entry of either array. In old it is only marked gone: no
- * backward shift there, so nothing else in old moves. */
+ * backward shift there, so nothing else in old moves. An open scan must keep the removal: the
+ * caller asked kt_scan_keeps, or finished the scan first. */
 static void
 drop(struct rl_keytab *t, struct rl_keytab_entry *e)
 {
-    if (!in_old(t, e) && !kt_scan_keeps(t, (size_t)(e - t->cur.ents))) {
-        kt_scan_finish(t); /* before the release: the scan reads the state it frees */
-    }
     t->ops.release(t->ops.arg, e);
     if (in_old(t, e)) {
         set_tag(&t->old, (size_t)(e - t->old.ents), TAG_GONE);
@@ -512,6 +508,9 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
 void
 rl_keytab_delete(struct rl_keytab *t, struct rl_keytab_entry *e)
 {
+    if (!in_old(t, e) && !kt_scan_keeps(t, (size_t)(e - t->cur.ents))) {
+        kt_scan_finish(t); /* before the release: the scan reads the state it frees */
+    }
     drop(t, e);
 }
 

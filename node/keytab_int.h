@@ -253,8 +253,8 @@ int kt_start_resize(struct rl_keytab *t, size_t new_cap);
 
 /* keytab.c */
 
-/* Empties slot i of cur and closes the gap by backward shift (an open scan the shift would
- * not keep exact is finished first: kt_scan_keeps). */
+/* Empties slot i of cur and closes the gap by backward shift. An open scan must keep it: the
+ * caller asked kt_scan_keeps, or finished the scan first. */
 void kt_remove_slot(struct rl_keytab *t, size_t i);
 /* Whether removing the entry of slot i of cur keeps the open scan exact without finishing
  * it: true with no scan open, before its first visit (a resize of its begin still runs), and

@@ -453,6 +453,7 @@ rl_throttle_limited(struct rl_throttle *t, const char *service, size_t slen, con
         e->hash = h;
         e->start_ms = now;
         e->end_ms = 0;
+        e->until_ms = 0;
         e->refused = 0;
         e->ended = RL_WIRE_ENDED_OPEN;
         e->slen = (uint16_t)slen;
@@ -469,7 +470,7 @@ rl_throttle_limited(struct rl_throttle *t, const char *service, size_t slen, con
     e->last_ms = now;
     if (retry_after_ms != RL_WIRE_RETRY_NEVER) {
         e->until_ms = now + retry_after_ms < now ? UINT64_MAX : now + retry_after_ms;
-    } else if (e->refused == 1 || e->until_ms < now) {
+    } else if (e->until_ms < now) {
         /* Never (a cost over what the limit holds): waiting does not help, so the refusal
          * adds no wait, and the episode goes idle a grace after it. It stayed open until the
          * key was allowed: a user who never came back held an open slot for good. */

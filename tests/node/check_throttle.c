@@ -204,19 +204,20 @@ START_TEST(test_idle_close)
      * goes idle a grace after its last refusal, ended then */
     limited(t, "s", NULL, "c", 1000, RL_WIRE_RETRY_NEVER);
     limited(t, "s", NULL, "c", 1100, RL_WIRE_RETRY_NEVER);
+    limited(t, "s", NULL, "e", 1100, RL_WIRE_RETRY_NEVER); /* one refusal only */
     /* a never after a real wait keeps the wait */
     limited(t, "s", NULL, "b", 1100, RL_WIRE_RETRY_NEVER);
     limited(t, "s", NULL, "a", 1200, 300); /* refused again: allowable at 1500 still */
     rl_throttle_tick(t, 1100 + RL_THROTTLE_IDLE_GRACE_MS - 1);
-    ck_assert_uint_eq(t->nopen, 3);
+    ck_assert_uint_eq(t->nopen, 4);
     rl_throttle_tick(t, 1100 + RL_THROTTLE_IDLE_GRACE_MS);
     ck_assert_uint_eq(t->nopen, 2);
     rl_throttle_tick(t, 1500 + RL_THROTTLE_IDLE_GRACE_MS - 1);
     ck_assert_uint_eq(t->nopen, 2);
     rl_throttle_tick(t, 1500 + RL_THROTTLE_IDLE_GRACE_MS);
     ck_assert_uint_eq(t->nopen, 1);
-    ck_assert_uint_eq(rl_throttle_query(t, NULL, 0, NULL, 3000, 20, out), 3);
-    for (int i = 0; i < 3; i++) {
+    ck_assert_uint_eq(rl_throttle_query(t, NULL, 0, NULL, 3000, 20, out), 4);
+    for (int i = 0; i < 4; i++) {
         if (str_is(&out[i].user, "a")) {
             ck_assert_uint_eq(out[i].ended, RL_WIRE_ENDED_IDLE);
             ck_assert_uint_eq(out[i].end_ms, 1500);
@@ -225,6 +226,10 @@ START_TEST(test_idle_close)
             ck_assert_uint_eq(out[i].ended, RL_WIRE_ENDED_IDLE);
             ck_assert_uint_eq(out[i].end_ms, 1100);
             ck_assert_uint_eq(out[i].refused, 2);
+        } else if (str_is(&out[i].user, "e")) {
+            ck_assert_uint_eq(out[i].ended, RL_WIRE_ENDED_IDLE);
+            ck_assert_uint_eq(out[i].end_ms, 1100);
+            ck_assert_uint_eq(out[i].refused, 1);
         } else {
             ck_assert_uint_eq(out[i].ended, RL_WIRE_ENDED_OPEN); /* b: until 6000 */
         }
