@@ -178,8 +178,22 @@ conn_unthrottle(struct rl_conn *c)
     c->throttled = false;
 }
 
+static void conn_close(struct rl_conn *c, int status, bool reset);
+
 void
 rl_conn_close(struct rl_conn *c, int status)
+{
+    conn_close(c, status, false);
+}
+
+void
+rl_conn_abort(struct rl_conn *c, int status)
+{
+    conn_close(c, status, true);
+}
+
+static void
+conn_close(struct rl_conn *c, int status, bool reset)
 {
     if (!c->open) {
         return;
@@ -198,8 +212,12 @@ rl_conn_close(struct rl_conn *c, int status)
         c->ops->on_close(c, status);
     }
     /* A write in progress is cancelled (its callback runs first); the buffers it points
-     * into are emptied only in conn_closed. */
-    uv_close((uv_handle_t *)&c->tcp, conn_closed);
+     * into are emptied only in conn_closed. A reset (SO_LINGER 0) also drops what the
+     * kernel holds unsent or unacknowledged; it cannot be had on a socket not yet opened or
+     * being shut down, which closes the usual way. */
+    if (!reset || uv_tcp_close_reset(&c->tcp, conn_closed) != 0) {
+        uv_close((uv_handle_t *)&c->tcp, conn_closed);
+    }
 }
 
 static void

@@ -479,6 +479,11 @@ void rl_conn_mark(struct rl_conn *c);
 /* Closes c now; what is queued is dropped. */
 void rl_conn_close(struct rl_conn *c, int status);
 
+/* Closes c now with a reset (RST): what is queued is dropped, and so is what the kernel still
+ * holds for the peer, sent or not, so none of it can reach the peer later (a link that comes
+ * back, a retransmission). For a connection whose requests were given up on. */
+void rl_conn_abort(struct rl_conn *c, int status);
+
 /* Reads no more; closes once queued output is written and nothing is held. */
 void rl_conn_finish(struct rl_conn *c);
 

@@ -113,6 +113,7 @@ rmetrics_node_sum(const struct rl_router *r, const char *name, struct rl_upstrea
                 out->failures += u->stats.failures;
                 out->downs += u->stats.downs;
                 out->connects += u->stats.connects;
+                out->stalls += u->stats.stalls;
                 *up = *up || rl_upstream_up(u);
                 break;
             }
@@ -284,6 +285,10 @@ static const struct {
     {"rl_router_upstream_disconnects_total", "counter",
      "Connections to the node lost (each is followed by reconnect attempts).",
      offsetof(struct rl_upstream_stats, downs)},
+    {"rl_router_upstream_stalls_total", "counter",
+     "Connections to the node reset because it answered nothing for the stall bound while a "
+     "request waited (or a connect took as long).",
+     offsetof(struct rl_upstream_stats, stalls)},
 };
 
 /* rl_router_decisions_total as copied on the loop (rmetrics_decisions) for the HTTP thread

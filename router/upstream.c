@@ -17,6 +17,7 @@
 
 static void upstream_retry(uv_timer_t *t);
 static void upstream_probe_fire(uv_timer_t *t);
+static void upstream_watch(uv_timer_t *t);
 
 /* Drops one open handle; the upstream is freed with its last handle once retired. */
 static void
@@ -172,6 +173,7 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
         /* A CHECK's answer (an ADJUST's, a RELEASE's), the bulk of the traffic: relayed as it
          * came (forward.c). */
         u->stats.replies++;
+        uc->owed -= uc->owed > 0;
         uc->relay.ptr = p + tail;
         uc->relay.len = (uint32_t)(n - tail);
         u->ops.on_reply(u->ops.arg, u, uc, &rep);
@@ -235,13 +237,17 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
         return;
     }
     u->stats.replies++;
+    uc->owed -= uc->owed > 0;
     u->ops.on_reply(u->ops.arg, u, uc, &rep);
 }
 
 static void
 upconn_batch(struct rl_conn *c)
 {
-    struct rl_upstream *u = ((struct rl_upconn *)c)->up;
+    struct rl_upconn *uc = (struct rl_upconn *)c;
+    struct rl_upstream *u = uc->up;
+
+    uc->wait_since_ms = uv_now(u->q->loop); /* the node answers: not stalled */
 
     if (u->ops.on_batch != NULL) {
         u->ops.on_batch(u->ops.arg, false);
@@ -324,6 +330,7 @@ upconn_close(struct rl_conn *c, int status)
     struct rl_upstream *u = uc->up;
 
     uc->closing = true;
+    uc->owed = 0;
     uc->rules_ok_ns = 0;
     uc->rules_probe = false;
     uc->first = false;
@@ -378,6 +385,7 @@ upconn_connect(struct rl_upconn *uc)
     /* only the upstream's very first attempt holds requests: after a loss, the node is
      * down until proven up again (the failure policy answers at once) */
     uc->first = u->stats.connects == 0 && u->stats.downs == 0 && !uc->conn.admin;
+    uc->connect_ms = uv_now(u->q->loop);
     rl_conn_connect(&uc->conn, (const struct sockaddr *)&u->sa);
 }
 
@@ -399,6 +407,40 @@ upstream_retry(uv_timer_t *t)
      * yet; without another try it would stay down until some other connection fails. */
     if (closing) {
         schedule_retry(u);
+    }
+}
+
+/* Resets each connection of u that stalled: connected with a request waiting and nothing read
+ * for stall_ms, or connecting for as long (RL_UPSTREAM_STALL_MIN_MS). */
+static void
+upstream_watch(uv_timer_t *t)
+{
+    struct rl_upstream *u = t->data;
+    uint64_t now = uv_now(u->q->loop);
+
+    for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
+        struct rl_upconn *uc = &u->conns[i];
+        bool waiting = uc->conn.connected && uc->owed > 0;
+
+        if (!uc->conn.open || uc->closing ||
+            now - (waiting ? uc->wait_since_ms : uc->connect_ms) < u->stall_ms ||
+            (!waiting && uc->conn.connected)) {
+            continue;
+        }
+        u->stats.stalls++;
+        if (waiting) {
+            rl_log_warn("node %s (%s): no reply for %u ms with %u request(s) waiting: "
+                        "connection reset (what it has not read yet is dropped, never decided "
+                        "late)",
+                        u->name, u->addr, (unsigned)(now - uc->wait_since_ms), uc->owed);
+        } else {
+            /* a host gone says so every attempt: once per 10 s per node and worker */
+            rl_log_limited(&u->connect_log, now, 10000, RL_LOG_WARN,
+                           "node %s (%s): connect not completed in %u ms: given up, trying "
+                           "again after a backoff",
+                           u->name, u->addr, (unsigned)(now - uc->connect_ms));
+        }
+        rl_conn_abort(&uc->conn, UV_ETIMEDOUT);
     }
 }
 
@@ -442,7 +484,12 @@ rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *nam
     u->retry.data = u;
     uv_timer_init(q->loop, &u->probe);
     u->probe.data = u;
-    u->handles = 2; /* the two timers */
+    uv_timer_init(q->loop, &u->watch);
+    u->watch.data = u;
+    u->stall_ms = ops->stall_ms > RL_UPSTREAM_STALL_MIN_MS ? ops->stall_ms
+                                                           : RL_UPSTREAM_STALL_MIN_MS;
+    uv_timer_start(&u->watch, upstream_watch, u->stall_ms / 4, u->stall_ms / 4);
+    u->handles = 3; /* the three timers */
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         rl_conn_init(&u->conns[i].conn, q, &upconn_ops, u);
         rl_buf_init(&u->conns[i].early);
@@ -513,6 +560,9 @@ upconn_out(struct rl_upconn *uc)
 static void
 upstream_sent(struct rl_upstream *u, struct rl_upconn *uc, struct rl_uplink *l)
 {
+    if (uc->owed++ == 0) {
+        uc->wait_since_ms = uv_now(u->q->loop);
+    }
     l->conn = uc;
     l->prev = NULL;
     l->next = uc->pending;
@@ -622,10 +672,18 @@ rl_upstream_retire(struct rl_upstream *u)
     uv_timer_stop(&u->retry);
     uv_timer_stop(&u->probe);
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
-        rl_conn_close(&u->conns[i].conn, UV_ECANCELED);
+        struct rl_upconn *uc = &u->conns[i];
+
+        /* requests still on their way: the node must not decide them after it (reset) */
+        if (uc->owed > 0 || rl_conn_queued(&uc->conn) > 0) {
+            rl_conn_abort(&uc->conn, UV_ECANCELED);
+        } else {
+            rl_conn_close(&uc->conn, UV_ECANCELED);
+        }
     }
     uv_close((uv_handle_t *)&u->retry, upstream_handle_closed);
     uv_close((uv_handle_t *)&u->probe, upstream_handle_closed);
+    uv_close((uv_handle_t *)&u->watch, upstream_handle_closed);
 }
 
 void

@@ -36,6 +36,13 @@
  * at connect, when the router's rules change, then every RL_UPSTREAM_PROBE_MS; while a
  * connection's node holds other rules than the router, after RL_UPSTREAM_PROBE_SOON_MS,
  * doubling up to RL_UPSTREAM_PROBE_MS (from the router's change or the node's). */
+/* A connection that has read nothing for stall_ms (rl_upstream_ops) while a request waits on
+ * it, or whose connect has not completed in that time, is reset (rl_conn_abort): its requests
+ * get the failure policy (they are past their deadline: stall_ms is at least the deadline),
+ * and what the kernel still held for the node is dropped, so a node whose network comes back
+ * never decides requests its routers gave up on long before (docs/OPERATIONS.md, "A node
+ * that stops answering"). Checked every stall_ms / 4. */
+#define RL_UPSTREAM_STALL_MIN_MS 1000u
 #define RL_UPSTREAM_PROBE_ID UINT32_MAX
 #define RL_UPSTREAM_PROBE_MS 1000u
 #define RL_UPSTREAM_PROBE_SOON_MS 100u
@@ -72,6 +79,12 @@ struct rl_upconn {
      * after that time is decided under the router's rules: the node reads a connection's
      * requests in order, and one that changes its rules later moves the upstream's epoch. */
     uint64_t rules_ok_ns;
+    /* Requests sent on this connection that the node has not answered yet, answered by the
+     * deadline or not (npending counts only the former): while it is not 0, uv_now() when the
+     * first of them was sent or the connection last read something, whichever is later. */
+    uint32_t owed;
+    uint64_t wait_since_ms;
+    uint64_t connect_ms; /* uv_now() when the connect in progress began */
     /* The connection's first connect is in flight (opened, neither connected nor failed
      * yet): a request for it waits in `early` (sent right after HELLO once connected; failed
      * with the connection otherwise) instead of getting the failure policy at once, so a
@@ -94,6 +107,9 @@ struct rl_upstream_ops {
     /* Optional: a rules probe's answer was read on `from`; ok: the node holds the rules the
      * router wants. */
     void (*on_rules)(void *arg, struct rl_upstream *u, const struct rl_upconn *from, bool ok);
+    /* A connection's stall bound (RL_UPSTREAM_STALL_MIN_MS); the router's deadline if longer.
+     * 0: RL_UPSTREAM_STALL_MIN_MS. */
+    uint32_t stall_ms;
     /* The cluster secret, sent in an AUTH first on every connection; NULL: none. */
     const char *secret;
     size_t secret_len;
@@ -105,6 +121,7 @@ struct rl_upstream_stats {
     uint64_t failures; /* requests answered by failure policy because of this node */
     uint64_t downs;    /* connections lost */
     uint64_t connects; /* connections made (the first ones and every reconnect) */
+    uint64_t stalls;   /* connections reset for a stall or a connect that took too long */
 };
 
 struct rl_upstream {
@@ -116,6 +133,8 @@ struct rl_upstream {
     struct rl_wire_decoder dec;
     uv_timer_t retry;
     uv_timer_t probe; /* the rules probe's (started by rl_upstream_want_rules) */
+    uv_timer_t watch; /* stall_ms / 4: resets stalled connections (RL_UPSTREAM_STALL_MIN_MS) */
+    uint32_t stall_ms;
     uint32_t backoff_ms;
     uint32_t rr;
     uint64_t turn; /* the connq's loop turn in which rr was last advanced */
@@ -131,6 +150,7 @@ struct rl_upstream {
     struct rl_upstream_ops ops;
     struct rl_upstream_stats stats;
     struct rl_log_limit hello_log; /* "router reserve is full" refusals */
+    struct rl_log_limit connect_log; /* connects given up on (upstream_watch) */
     struct rl_upstream *next;      /* the router's list */
 };
 

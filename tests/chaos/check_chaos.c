@@ -992,6 +992,50 @@ START_TEST(test_planned_move_reregistered)
 }
 END_TEST
 
+/*
+ * A planned move off a node a fault cut off (a partition, an isolation, a pause: found across
+ * network namespaces beside a CPU hog, a node back from an isolation taking its shards while
+ * their owner was cut from ZooKeeper) may not be handed off: the new owner starts the shard
+ * from zero after handoff_wait, and meanwhile its CHECKs go back to the old owner, which
+ * answers nothing (the policy answers). Both are judged as such; a fault that does not cut
+ * the node off (a clean stop's) keeps the move planned, and so do other nodes' faults.
+ */
+START_TEST(test_planned_move_cut_off)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    allowed(r, 1100, 5, 4);
+    allowed(r, 1600, 5, 4); /* afresh at the new owner */
+    impair_add(r, 0, 1000, 4000, "node a");
+    judge(r, "exactness", 1); /* not cut off: 10 allowed is 5 too many */
+    r->impairs[0].cut = true;
+    judge(r, NULL, 0);
+    ck_assert_uint_eq(inv_of(json, "bounded-loss").checked, 1);
+    r->impairs[0].node = 2; /* another node cut off says nothing of a's move */
+    judge(r, "exactness", 1);
+    r->impairs[0].node = 0;
+    r->impairs[0].from_ms = T0 + 3600; /* cut off after handoff_wait: handed off before */
+    judge(r, "exactness", 1);
+    run_free(r);
+
+    /* the policy: within handoff_wait of the move off the node cut off, not later */
+    r = run_new();
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    impair_add(r, 0, 1000, 2000, "node a");
+    req(r, 3000, RL_WIRE_FAIL_OPEN, 0); /* sent back to the old owner, cut off */
+    judge(r, "policy", 1); /* a fault that did not cut it off: no excuse */
+    ck_assert_ptr_nonnull(strstr(json, "while its owner was not impaired"));
+    r->impairs[0].cut = true;
+    judge(r, NULL, 0);
+    req(r, 5200, RL_WIRE_FAIL_OPEN, 0); /* past handoff_wait and the lag of the move */
+    judge(r, "policy", 1);
+    run_free(r);
+}
+END_TEST
+
 START_TEST(test_policy_unimpaired)
 {
     struct ch_run *r = run_new();
@@ -1363,6 +1407,7 @@ chaos_suite(void)
     tcase_add_test(tc, test_fresh_start_late_in_flight);
     tcase_add_test(tc, test_planned_move);
     tcase_add_test(tc, test_planned_move_reregistered);
+    tcase_add_test(tc, test_planned_move_cut_off);
     tcase_add_test(tc, test_planned_move_clean_stop);
     tcase_add_test(tc, test_policy_unimpaired);
     tcase_add_test(tc, test_policy_impaired);

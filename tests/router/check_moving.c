@@ -12,7 +12,14 @@
  *   - an inline-limited CHECK (re-encoded by the router, not relayed) reaches the new owner
  *     with its limit intact, and as it was sent: without the tenant element a node from
  *     before it was not sent;
- *   - a client that leaves while its CHECKs are held: the router stays up and lets them go.
+ *   - a client that leaves while its CHECKs are held: the router stays up and lets them go;
+ *   - a node that stops reading (a network gone, as far as the router can tell): once it has
+ *     answered nothing for the stall bound, the router resets the connection, so the requests
+ *     it still held for the node are dropped, not delivered when the node reads again (where
+ *     they would be decided long after the failure policy answered them), and connects
+ *     again;
+ *   - a node whose connects never complete (its SYNs dropped): each attempt is given up after
+ *     the same bound, and the router keeps trying and answering by policy meanwhile.
  * Durations are never asserted: what the router decided is (its counters, the answers).
  * Not for the node's side of a move (check_moving_e2e, the chaos scenarios).
  */
@@ -62,6 +69,9 @@ struct fake {
     atomic_int adjusts;   /* ADJUSTs of delta 5, received as ADJUST */
     atomic_int tenants;   /* requests of 8 elements (a tenant), refused when pre_tenant */
     bool pre_tenant;      /* refuses them as a node from before the tenant element does */
+    atomic_bool deaf;     /* reads no connection (accepts them), as a node cut off */
+    atomic_int resets;    /* connections the router reset (read: ECONNRESET) */
+    int rcvbuf;           /* the accepted connections' SO_RCVBUF; 0: the kernel's */
     char users[FAKE_KEYS][32];
     int seen[FAKE_KEYS];
     int nusers;
@@ -133,7 +143,7 @@ fake_run(void *arg)
         rl_buf_init(&in[i]);
     }
     while (!atomic_load(&f->stop)) {
-        if (poll(pf, (nfds_t)n, 50) <= 0) {
+        if (poll(pf, atomic_load(&f->deaf) ? 1 : (nfds_t)n, 50) <= 0) {
             continue;
         }
         if ((pf[0].revents & POLLIN) && n <= FAKE_CONNS) {
@@ -153,13 +163,16 @@ fake_run(void *arg)
             struct rl_buf out;
             size_t plen;
 
-            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+            if (atomic_load(&f->deaf) || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) {
                 continue;
             }
             got = read(pf[i].fd, buf, sizeof(buf));
             if (got <= 0) {
                 struct rl_buf t = in[i];
 
+                if (got < 0 && errno == ECONNRESET) {
+                    atomic_fetch_add(&f->resets, 1);
+                }
                 close(pf[i].fd);
                 pf[i] = pf[n - 1];
                 in[i] = in[n - 1];
@@ -210,8 +223,13 @@ fake_run(void *arg)
                 in[i].pos += RL_WIRE_HDR_LEN + plen;
             }
             for (size_t w = 0; w < out.len;) {
-                ssize_t k = write(pf[i].fd, out.data + w, out.len - w);
+                /* a connection the router reset takes no answer: its read says so next */
+                ssize_t k = send(pf[i].fd, out.data + w, out.len - w, MSG_NOSIGNAL);
 
+                if (k < 0 && (errno == ECONNRESET || errno == EPIPE)) {
+                    atomic_fetch_add(&f->resets, errno == ECONNRESET); /* else the read's */
+                    break;
+                }
                 ck_assert_int_gt(k, 0);
                 w += (size_t)k;
             }
@@ -241,6 +259,10 @@ fake_start(struct fake *f, int mode, const char *owner, int times)
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     f->port = rl_harness_free_port();
     a.sin_port = htons((uint16_t)f->port);
+    if (f->rcvbuf > 0) { /* inherited by what it accepts */
+        ck_assert_int_eq(
+            setsockopt(f->lfd, SOL_SOCKET, SO_RCVBUF, &f->rcvbuf, sizeof(f->rcvbuf)), 0);
+    }
     ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
     ck_assert_int_eq(listen(f->lfd, 16), 0);
     atomic_store(&f->stop, false);
@@ -250,6 +272,8 @@ fake_start(struct fake *f, int mode, const char *owner, int times)
     atomic_store(&f->inline_ok, 0);
     atomic_store(&f->adjusts, 0);
     atomic_store(&f->tenants, 0);
+    atomic_store(&f->deaf, false);
+    atomic_store(&f->resets, 0);
     f->owner = owner;
     f->times = times;
     f->nusers = 0;
@@ -266,21 +290,28 @@ fake_stop(struct fake *f)
 
 /* The router in front of f1 and f2, holding a MOVING at most handoff_wait. */
 static void
-router_start(const char *handoff_wait, const char *failure)
+router_start_deadline(const char *handoff_wait, const char *failure, const char *deadline)
 {
     router_port = rl_harness_free_port();
     ck_assert_int_eq(
         rl_harness_tmppath(conf_path, sizeof(conf_path), "moving-%d.conf", router_port), 0);
     ck_assert_int_eq(rl_harness_write_file(conf_path,
                                            "[cluster]\nname = mv\nshards = 64\nhandoff_wait = %s\n"
-                                           "[router]\nlisten = 127.0.0.1:%d\ndeadline = 5s\n"
+                                           "[router]\nlisten = 127.0.0.1:%d\ndeadline = %s\n"
                                            "[node n1]\nlisten = 127.0.0.1:%d\n"
                                            "[node n2]\nlisten = 127.0.0.1:%d\n"
                                            "[service shop]\nlimit = fixed_window 1000 per 1h\n"
                                            "failure = %s\n",
-                                           handoff_wait, router_port, f1.port, f2.port, failure),
+                                           handoff_wait, router_port, deadline, f1.port, f2.port,
+                                           failure),
                      0);
     ck_assert_int_eq(rl_harness_router_start(&router, conf_path, router_port), 0);
+}
+
+static void
+router_start(const char *handoff_wait, const char *failure)
+{
+    router_start_deadline(handoff_wait, failure, "5s");
 }
 
 static void
@@ -541,6 +572,129 @@ START_TEST(test_moving_client_leaves)
 }
 END_TEST
 
+/*
+ * Both fakes stop reading (with small receive buffers, so most of what the router sends them
+ * stays in the router's kernel, as it does when a node's network is gone): the CHECKs sent
+ * meanwhile get the failure policy at the deadline; a second later (the stall bound: 1 s, the
+ * deadline being shorter) the router resets each connection with requests waiting. When the
+ * fakes read again they find the reset after at most their receive buffer's CHECKs, not the
+ * STALLED CHECKs the router forwarded (before, the router kept the connection and the fakes
+ * read them all, to decide them seconds late), and the router, connected again, is served.
+ */
+#define STALLED 4000
+START_TEST(test_stall_reset)
+{
+    struct rl_wire_req *reqs = calloc(STALLED, sizeof(*reqs));
+    struct rl_wire_check_reply *reps = calloc(STALLED, sizeof(*reps));
+    char(*users)[32] = calloc(STALLED, sizeof(*users));
+    int codes[RL_CLIENT_CODE_ERROR + 1], before, read_after;
+    struct rl_client *c = NULL;
+    char log[65536];
+    bool reset = false;
+
+    ck_assert_ptr_nonnull(reqs);
+    ck_assert_ptr_nonnull(reps);
+    ck_assert_ptr_nonnull(users);
+    f1.rcvbuf = f2.rcvbuf = 4096;
+    fake_start(&f1, FAKE_ALLOW, "", 0);
+    fake_start(&f2, FAKE_ALLOW, "", 0);
+    router_start_deadline("1s", "open", "200ms");
+    check_users("warm", codes, 1);
+    ck_assert_int_eq(codes[RL_WIRE_ALLOWED], USERS);
+    before = atomic_load(&f1.checks) + atomic_load(&f2.checks);
+    atomic_store(&f1.deaf, true);
+    atomic_store(&f2.deaf, true);
+    for (int i = 0; i < STALLED; i++) {
+        snprintf(users[i], sizeof(users[i]), "stalled-user-%d", i);
+        reqs[i].op = RL_WIRE_OP_CHECK;
+        reqs[i].service.ptr = "shop";
+        reqs[i].service.len = 4;
+        reqs[i].user.ptr = users[i];
+        reqs[i].user.len = strlen(users[i]);
+        reqs[i].cost = 1;
+    }
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    ck_assert_int_eq(rl_client_check_many(c, reqs, STALLED, reps, T_TIMEOUT), 0);
+    for (int i = 0; i < STALLED; i++) {
+        ck_assert_uint_eq(reps[i].code, RL_WIRE_FAIL_OPEN);
+    }
+    rl_client_destroy(c);
+    ck_assert_int_ge(rl_test_stat(router_port, "forwarded"), USERS + STALLED / 2);
+    /* the router says when it resets (its log), a second or so after the requests waited */
+    for (int k = 0; k < 1000 && !reset; k++) {
+        usleep(10 * 1000);
+        reset = rl_harness_read_file(router.log_path, log, sizeof(log)) >= 0 &&
+                strstr(log, "connection reset (what it has not read yet is dropped") != NULL;
+    }
+    ck_assert_msg(reset, "the router never reset the connections of nodes that stopped reading");
+    atomic_store(&f1.deaf, false);
+    atomic_store(&f2.deaf, false);
+    for (int k = 0; k < 500 && atomic_load(&f1.resets) + atomic_load(&f2.resets) == 0; k++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_gt(atomic_load(&f1.resets) + atomic_load(&f2.resets), 0);
+    usleep(300 * 1000); /* whatever the fakes still read */
+    read_after = atomic_load(&f1.checks) + atomic_load(&f2.checks) - before;
+    /* what was in the fakes' buffers at most; the rest was dropped with the reset */
+    ck_assert_msg(read_after < STALLED / 2, "the nodes read %d of the %d CHECKs given up on",
+                  read_after, STALLED);
+    /* connected again: answered by the nodes, not the policy */
+    check_users("after", codes, 1);
+    ck_assert_int_eq(codes[RL_WIRE_ALLOWED], USERS);
+    f1.rcvbuf = f2.rcvbuf = 0;
+    free(reqs);
+    free(reps);
+    free(users);
+    stop_all();
+}
+END_TEST
+
+/* Node n1's port takes no connection: a listener with a backlog of 0, already full, so the
+ * kernel drops the router's SYNs (a host gone); n2 is a fake node. Each connect to n1 is
+ * given up after the stall bound and tried again; n1's users get the policy at once, n2's
+ * are served. */
+START_TEST(test_connect_given_up)
+{
+    struct sockaddr_in a = {0};
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), fill[2];
+    int codes[RL_CLIENT_CODE_ERROR + 1], port = rl_harness_free_port();
+    char log[65536];
+    bool given_up = false;
+
+    ck_assert_int_ge(lfd, 0);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(lfd, 0), 0);
+    for (int i = 0; i < 2; i++) { /* the first fills the queue; the second's SYN is dropped */
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(fill[i], 0);
+        (void)connect(fill[i], (struct sockaddr *)&a, sizeof(a));
+    }
+    f1.lfd = lfd;
+    f1.port = port;
+    fake_start(&f2, FAKE_ALLOW, "", 0);
+    router_start_deadline("1s", "closed", "200ms");
+    for (int k = 0; k < 1000 && !given_up; k++) {
+        usleep(10 * 1000);
+        given_up = rl_harness_read_file(router.log_path, log, sizeof(log)) >= 0 &&
+                   strstr(log, "connect not completed in") != NULL;
+    }
+    ck_assert_msg(given_up, "the router never gave up a connect to a node that takes none");
+    check_users("gone", codes, 1);
+    ck_assert_int_eq(codes[RL_WIRE_ALLOWED] + codes[RL_WIRE_FAIL_CLOSED], USERS);
+    ck_assert_int_gt(codes[RL_WIRE_ALLOWED], 0);
+    ck_assert_int_gt(codes[RL_WIRE_FAIL_CLOSED], 0);
+    ck_assert_int_eq(rl_test_stat(router_port, "fail_closed"), codes[RL_WIRE_FAIL_CLOSED]);
+    ck_assert_int_eq(rl_harness_server_stop(&router, SIGTERM, T_TIMEOUT), 0);
+    fake_stop(&f2);
+    close(fill[0]);
+    close(fill[1]);
+    close(lfd);
+}
+END_TEST
+
 static Suite *
 moving_suite(void)
 {
@@ -556,6 +710,8 @@ moving_suite(void)
     tcase_add_test(tc, test_moving_inline);
     tcase_add_test(tc, test_moving_client_leaves);
     tcase_add_test(tc, test_moving_adjust);
+    tcase_add_test(tc, test_stall_reset);
+    tcase_add_test(tc, test_connect_given_up);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -72,6 +72,7 @@ struct ch_view {
 struct ch_impair {
     int node; /* -1: every node */
     int64_t from_ms, to_ms; /* wall clock; to INT64_MAX while open */
+    bool cut; /* a partition, an isolation, a pause: a move off the node may not be handed off */
     char what[64];
 };
 

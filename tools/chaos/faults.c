@@ -377,7 +377,7 @@ ch_fault_do(struct ch_cluster *c, int si)
         break;
     case CH_PAUSE:
         if (st->target == CH_NODE) {
-            ch_run_impair(r, st->index, now, until, "paused");
+            r->impairs[ch_run_impair(r, st->index, now, until, "paused")].cut = true;
             /* pid 0 (not running) would stop rl-chaos's own process group */
             rc = c->node[st->index].pid > 0 && kill(c->node[st->index].pid, SIGSTOP) == 0
                      ? 0
@@ -400,7 +400,8 @@ ch_fault_do(struct ch_cluster *c, int si)
         break;
     case CH_PARTITION:
     case CH_ONEWAY:
-        ch_run_impair(r, st->index, now, until, node_target(st, who, sizeof(who)));
+        r->impairs[ch_run_impair(r, st->index, now, until, node_target(st, who, sizeof(who)))]
+            .cut = true;
         if (r->hosts != NULL) {
             rc = host_partition(c, st, "add"); /* partition only: main.c refuses oneway */
         } else {
@@ -416,7 +417,7 @@ ch_fault_do(struct ch_cluster *c, int si)
         break;
     case CH_ISOLATE:
         /* cut from everyone: routers, ZooKeeper and the clients' probes alike */
-        ch_run_impair(r, st->index, now, until, "isolated");
+        r->impairs[ch_run_impair(r, st->index, now, until, "isolated")].cut = true;
         c->isolated[st->index] = true;
         rc = ip_in(c, r->hosts->node[st->index].netns, "link", "set", "dev", r->hosts->dev,
                    "down", NULL);

@@ -80,7 +80,7 @@ ch_run_impair(struct ch_run *r, int node, int64_t from, int64_t to, const char *
 
     pthread_mutex_lock(&r->lock);
     i = r->nimpairs < CH_IMPAIRS_MAX ? r->nimpairs++ : CH_IMPAIRS_MAX - 1;
-    r->impairs[i] = (struct ch_impair){node, from, to, ""};
+    r->impairs[i] = (struct ch_impair){node, from, to, false, ""};
     snprintf(r->impairs[i].what, sizeof(r->impairs[i].what), "%s", what);
     pthread_mutex_unlock(&r->lock);
     return i;

@@ -28,10 +28,6 @@
 /* Requests of one user through different routers may reach the node in another order than
  * they were sent in, by this much. */
 #define REORDER_MS 100
-/* A planned move cut by a failure may start its shard afresh at the new owner as late as
- * [cluster] handoff_wait (its default, which rl-chaos's clusters keep) after the table
- * changed (docs/OPERATIONS.md, "Planned moves"). */
-#define HANDOFF_WAIT_MS 2000
 
 #define EXAMPLES 5
 
@@ -126,10 +122,11 @@ blind_at(const struct ch_run *r, int64_t t)
     return false;
 }
 
-/* Whether a fault on node overlapped the life of a request sent at t (until its deadline
- * and margin), the fault counted until the cluster has had time to converge after it. */
+/* Whether a fault on node (one that cut it off, if cut) overlapped the life of a request
+ * sent at t (until its deadline and margin), the fault counted until the cluster has had
+ * time to converge after it. */
 static bool
-impaired(const struct judge *j, int node, int64_t t)
+impaired_by(const struct judge *j, int node, int64_t t, bool cut)
 {
     const struct ch_run *r = j->r;
     int64_t t_end = t + j->sc->deadline_ms + j->sc->margin_ms;
@@ -138,11 +135,18 @@ impaired(const struct judge *j, int node, int64_t t)
         const struct ch_impair *m = &r->impairs[i];
         int64_t to = m->to_ms == INT64_MAX ? INT64_MAX : m->to_ms + j->sc->converge_ms;
 
-        if ((m->node == node || m->node < 0) && t_end >= m->from_ms && t <= to) {
+        if ((m->node == node || (m->node < 0 && !cut)) && (m->cut || !cut) &&
+            t_end >= m->from_ms && t <= to) {
             return true;
         }
     }
     return false;
+}
+
+static bool
+impaired(const struct judge *j, int node, int64_t t)
+{
+    return impaired_by(j, node, t, false);
 }
 
 static bool
@@ -532,6 +536,15 @@ judge_policy(struct judge *j)
             uint8_t o = r->views[k].owner[q->shard];
 
             justified = o == CH_NONE || impaired(j, o, q->t_send_ms);
+        }
+        /* a shard that left a node cut off (a partition, a pause) waits for records that
+         * cannot come: the new owner sends its CHECKs back to the old one, which answers
+         * nothing, for as long as handoff_wait (verdict_moves.c, CH_MOVE_MAYBE) */
+        for (int k = ch_view_at(r, from - HANDOFF_WAIT_MS); k >= 0 && k < k0 && !justified;
+             k++) {
+            uint8_t o = r->views[k].owner[q->shard];
+
+            justified = o != CH_NONE && impaired_by(j, o, q->t_send_ms, true);
         }
         if (k1 < 0 || justified) {
             continue;

@@ -14,8 +14,13 @@
 enum {
     CH_MOVE_LOST = 0,    /* the new owner starts from zero */
     CH_MOVE_PLANNED = 1, /* handed off: the new owner continues the count */
-    CH_MOVE_MAYBE = 2,   /* either: a node back from an expired session (rejoined) */
+    CH_MOVE_MAYBE = 2,   /* either: a node back from an expired session (rejoined), or an
+                            old owner cut off by a fault while it should hand off */
 };
+/* A planned move cut by a failure may start its shard afresh at the new owner as late as
+ * [cluster] handoff_wait (its default, which rl-chaos's clusters keep) after the table
+ * changed (docs/OPERATIONS.md, "Planned moves"). */
+#define HANDOFF_WAIT_MS 2000
 /* The view in force at t (the last one not after it), or -1. */
 int ch_view_at(const struct ch_run *r, int64_t t);
 

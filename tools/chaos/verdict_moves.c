@@ -95,6 +95,21 @@ rejoined(const struct ch_run *r, int node, int k)
     return false;
 }
 
+/* Whether node was cut off by a fault of the run's (a partition, an isolation, a pause) at
+ * some time in [from, to]. */
+static bool
+faulted(const struct ch_run *r, int node, int64_t from, int64_t to)
+{
+    for (int i = 0; i < r->nimpairs; i++) {
+        const struct ch_impair *m = &r->impairs[i];
+
+        if (m->cut && m->node == node && m->from_ms <= to && m->to_ms >= from) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Times at which shard's owner changed to a node, or its owner was restarted: either way
  * the owner from then on starts from zero (CH_MOVE_LOST); except a planned move
  * (CH_MOVE_PLANNED; CH_MOVE_MAYBE when the new owner rejoined, above): the old
@@ -137,6 +152,12 @@ ch_changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, uint8_t *plan
                              ? CH_MOVE_PLANNED
                          : rejoined(r, now, k) ? CH_MOVE_MAYBE
                                                : CH_MOVE_LOST;
+            /* an old owner a fault cut off (from ZooKeeper, from the new owner) may not hand
+             * the shard off within handoff_wait: the new owner then starts it from zero */
+            if (planned[n] == CH_MOVE_PLANNED &&
+                faulted(r, was, r->views[k].t_ms, r->views[k].t_ms + HANDOFF_WAIT_MS)) {
+                planned[n] = CH_MOVE_MAYBE;
+            }
             at[n++] = r->views[k].t_ms;
         }
     }
