@@ -46,7 +46,7 @@ router_rebuild(struct rl_router *r)
     ops.secret = r->conf->secret;
     ops.secret_len = r->conf->secret_len;
     ops.on_rules = rl_shed_on_rules;
-    ops.stall_ms = (uint32_t)r->conf->deadline_ms; /* at least: RL_UPSTREAM_STALL_MIN_MS */
+    ops.deadline_ms = r->conf->deadline_ms; /* for the stall bound (RL_UPSTREAM_STALL_MIN_MS) */
     if (rl_view_build(&map, r->conf->shards, &r->view, err, sizeof(err)) != 0) {
         rl_log_error("cannot build the shard table: out of memory; keeping the old one");
         return;

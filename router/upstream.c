@@ -182,6 +182,7 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
     }
     if (rl_wire_decode_reply(&u->dec, p, n, &rep) != 0) {
         rl_log_warn("node %s sent an undecodable reply", u->name);
+        uc->owed -= uc->owed > 0; /* an answer all the same */
         return;
     }
     if (uc->auth_pending && rep.id == 0 &&
@@ -305,10 +306,12 @@ upconn_connected(struct rl_conn *c, int status)
             rl_log_warn("node %s (%s): out of memory for the requests that waited for the "
                         "first connect",
                         u->name, u->addr);
+            uc->owed = 0; /* (only they were owed: nothing went before the connect) */
         }
         rl_conn_mark(c);
     }
     rl_buf_reset(&uc->early);
+    uc->wait_since_ms = uv_now(u->q->loop); /* what waited for the connect: from now */
 
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         up += u->conns[i].conn.connected;
@@ -331,6 +334,7 @@ upconn_close(struct rl_conn *c, int status)
 
     uc->closing = true;
     uc->owed = 0;
+    uc->stalled = 0;
     uc->rules_ok_ns = 0;
     uc->rules_probe = false;
     uc->first = false;
@@ -410,8 +414,9 @@ upstream_retry(uv_timer_t *t)
     }
 }
 
-/* Resets each connection of u that stalled: connected with a request waiting and nothing read
- * for stall_ms, or connecting for as long (RL_UPSTREAM_STALL_MIN_MS). */
+/* Resets each connection of u that stalled: connected, owed answers and nothing read for
+ * stall_ms, or connecting for connect_ms; at the second check in a row that finds it so
+ * (RL_UPSTREAM_STALL_MIN_MS). */
 static void
 upstream_watch(uv_timer_t *t)
 {
@@ -422,11 +427,16 @@ upstream_watch(uv_timer_t *t)
         struct rl_upconn *uc = &u->conns[i];
         bool waiting = uc->conn.connected && uc->owed > 0;
 
-        if (!uc->conn.open || uc->closing ||
-            now - (waiting ? uc->wait_since_ms : uc->connect_ms) < u->stall_ms ||
-            (!waiting && uc->conn.connected)) {
+        if (!uc->conn.open || uc->closing || (!waiting && uc->conn.connected) ||
+            (waiting ? now - uc->wait_since_ms < u->stall_ms
+                     : now - uc->connect_ms < u->connect_ms)) {
+            uc->stalled = 0;
             continue;
         }
+        if (++uc->stalled < 2) {
+            continue; /* the loop polls before the next check: what waited is read then */
+        }
+        uc->stalled = 0;
         u->stats.stalls++;
         if (waiting) {
             rl_log_warn("node %s (%s): no reply for %u ms with %u request(s) waiting: "
@@ -486,8 +496,10 @@ rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *nam
     u->probe.data = u;
     uv_timer_init(q->loop, &u->watch);
     u->watch.data = u;
-    u->stall_ms = ops->stall_ms > RL_UPSTREAM_STALL_MIN_MS ? ops->stall_ms
-                                                           : RL_UPSTREAM_STALL_MIN_MS;
+    u->stall_ms = ops->deadline_ms + (ops->deadline_ms > RL_UPSTREAM_STALL_MIN_MS
+                                          ? ops->deadline_ms
+                                          : RL_UPSTREAM_STALL_MIN_MS);
+    u->connect_ms = u->stall_ms > RL_UPSTREAM_CONNECT_MS ? u->stall_ms : RL_UPSTREAM_CONNECT_MS;
     uv_timer_start(&u->watch, upstream_watch, u->stall_ms / 4, u->stall_ms / 4);
     u->handles = 3; /* the three timers */
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {

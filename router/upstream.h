@@ -36,13 +36,17 @@
  * at connect, when the router's rules change, then every RL_UPSTREAM_PROBE_MS; while a
  * connection's node holds other rules than the router, after RL_UPSTREAM_PROBE_SOON_MS,
  * doubling up to RL_UPSTREAM_PROBE_MS (from the router's change or the node's). */
-/* A connection that has read nothing for stall_ms (rl_upstream_ops) while a request waits on
- * it, or whose connect has not completed in that time, is reset (rl_conn_abort): its requests
- * get the failure policy (they are past their deadline: stall_ms is at least the deadline),
- * and what the kernel still held for the node is dropped, so a node whose network comes back
- * never decides requests its routers gave up on long before (docs/OPERATIONS.md, "A node
- * that stops answering"). Checked every stall_ms / 4. */
+/* A connection that has read nothing for its stall bound while the node owes it answers (the
+ * router's deadline plus the longer of RL_UPSTREAM_STALL_MIN_MS and the deadline) is reset
+ * (rl_conn_abort), and so is one whose connect has not completed in RL_UPSTREAM_CONNECT_MS
+ * (or the stall bound if longer): its requests get the failure policy at once, and what the
+ * kernel still held for the node is dropped, so a node whose network comes back never decides
+ * requests its routers gave up on long before (docs/OPERATIONS.md, "A node that stops
+ * answering"). Checked every stall bound / 4; a connection is reset at the second check in a
+ * row that finds it stalled (a read may come between: replies that waited while the router's
+ * own loop was held up). */
 #define RL_UPSTREAM_STALL_MIN_MS 1000u
+#define RL_UPSTREAM_CONNECT_MS 3000u /* above a lost SYN's first retransmission (1 s) */
 #define RL_UPSTREAM_PROBE_ID UINT32_MAX
 #define RL_UPSTREAM_PROBE_MS 1000u
 #define RL_UPSTREAM_PROBE_SOON_MS 100u
@@ -84,6 +88,7 @@ struct rl_upconn {
      * first of them was sent or the connection last read something, whichever is later. */
     uint32_t owed;
     uint64_t wait_since_ms;
+    uint8_t stalled; /* checks in a row that found it stalled (upstream_watch) */
     uint64_t connect_ms; /* uv_now() when the connect in progress began */
     /* The connection's first connect is in flight (opened, neither connected nor failed
      * yet): a request for it waits in `early` (sent right after HELLO once connected; failed
@@ -107,9 +112,8 @@ struct rl_upstream_ops {
     /* Optional: a rules probe's answer was read on `from`; ok: the node holds the rules the
      * router wants. */
     void (*on_rules)(void *arg, struct rl_upstream *u, const struct rl_upconn *from, bool ok);
-    /* A connection's stall bound (RL_UPSTREAM_STALL_MIN_MS); the router's deadline if longer.
-     * 0: RL_UPSTREAM_STALL_MIN_MS. */
-    uint32_t stall_ms;
+    /* The router's deadline, for the stall bound (RL_UPSTREAM_STALL_MIN_MS); 0: none. */
+    uint32_t deadline_ms;
     /* The cluster secret, sent in an AUTH first on every connection; NULL: none. */
     const char *secret;
     size_t secret_len;
@@ -134,7 +138,8 @@ struct rl_upstream {
     uv_timer_t retry;
     uv_timer_t probe; /* the rules probe's (started by rl_upstream_want_rules) */
     uv_timer_t watch; /* stall_ms / 4: resets stalled connections (RL_UPSTREAM_STALL_MIN_MS) */
-    uint32_t stall_ms;
+    uint32_t stall_ms;   /* the stall bound */
+    uint32_t connect_ms; /* the connect bound */
     uint32_t backoff_ms;
     uint32_t rr;
     uint64_t turn; /* the connq's loop turn in which rr was last advanced */

@@ -1016,7 +1016,9 @@ START_TEST(test_planned_move_cut_off)
     r->impairs[0].node = 2; /* another node cut off says nothing of a's move */
     judge(r, "exactness", 1);
     r->impairs[0].node = 0;
-    r->impairs[0].from_ms = T0 + 3600; /* cut off after handoff_wait: handed off before */
+    r->impairs[0].from_ms = T0 + 1900; /* cut off as the move began (steps land late) */
+    judge(r, NULL, 0);
+    r->impairs[0].from_ms = T0 + 2100; /* cut off after: a handoff takes milliseconds */
     judge(r, "exactness", 1);
     run_free(r);
 

@@ -573,13 +573,15 @@ START_TEST(test_moving_client_leaves)
 END_TEST
 
 /*
- * Both fakes stop reading (with small receive buffers, so most of what the router sends them
- * stays in the router's kernel, as it does when a node's network is gone): the CHECKs sent
- * meanwhile get the failure policy at the deadline; a second later (the stall bound: 1 s, the
- * deadline being shorter) the router resets each connection with requests waiting. When the
- * fakes read again they find the reset after at most their receive buffer's CHECKs, not the
- * STALLED CHECKs the router forwarded (before, the router kept the connection and the fakes
- * read them all, to decide them seconds late), and the router, connected again, is served.
+ * First, connections that owe nothing stay up however long they are idle (the fakes never
+ * answer the router's HELLO and probes: those are owed nothing). Then both fakes stop reading
+ * (with small receive buffers, so most of what the router sends them stays in the router's
+ * kernel, as it does when a node's network is gone): the CHECKs sent meanwhile get the
+ * failure policy at the deadline (1 s); at the stall bound (the deadline plus 1 s) the router
+ * resets each connection with answers owed. When the fakes read again they find the reset
+ * after at most their receive buffer's CHECKs, not the STALLED CHECKs the router forwarded
+ * (before, the router kept the connection and the fakes read them all, to decide them
+ * seconds late), and the router, connected again, is served.
  */
 #define STALLED 4000
 START_TEST(test_stall_reset)
@@ -598,9 +600,13 @@ START_TEST(test_stall_reset)
     f1.rcvbuf = f2.rcvbuf = 4096;
     fake_start(&f1, FAKE_ALLOW, "", 0);
     fake_start(&f2, FAKE_ALLOW, "", 0);
-    router_start_deadline("1s", "open", "200ms");
+    router_start_deadline("1s", "open", "1s");
     check_users("warm", codes, 1);
     ck_assert_int_eq(codes[RL_WIRE_ALLOWED], USERS);
+    usleep(3500 * 1000); /* past the stall bound and two checks: idle, owing nothing */
+    ck_assert_int_ge(rl_harness_read_file(router.log_path, log, sizeof(log)), 0);
+    ck_assert_msg(strstr(log, "connection reset") == NULL, "an idle connection was reset");
+    ck_assert_int_eq(atomic_load(&f1.resets) + atomic_load(&f2.resets), 0);
     before = atomic_load(&f1.checks) + atomic_load(&f2.checks);
     atomic_store(&f1.deaf, true);
     atomic_store(&f2.deaf, true);

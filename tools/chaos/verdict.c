@@ -540,9 +540,8 @@ judge_policy(struct judge *j)
         /* a shard that left a node cut off (a partition, a pause) waits for records that
          * cannot come: the new owner sends its CHECKs back to the old one, which answers
          * nothing, for as long as handoff_wait (verdict_moves.c, CH_MOVE_MAYBE) */
-        for (int k = ch_view_at(r, from - HANDOFF_WAIT_MS); k >= 0 && k < k0 && !justified;
-             k++) {
-            uint8_t o = r->views[k].owner[q->shard];
+        for (int k = ch_view_at(r, from - HANDOFF_WAIT_MS); k < k0 && !justified; k++) {
+            uint8_t o = k < 0 ? CH_NONE : r->views[k].owner[q->shard];
 
             justified = o != CH_NONE && impaired_by(j, o, q->t_send_ms, true);
         }

@@ -21,6 +21,9 @@ enum {
  * [cluster] handoff_wait (its default, which rl-chaos's clusters keep) after the table
  * changed (docs/OPERATIONS.md, "Planned moves"). */
 #define HANDOFF_WAIT_MS 2000
+/* A planned move's old owner cut off by then after the change did not hand it off
+ * (verdict_moves.c): the scenario's steps land within this of their time. */
+#define CUT_MARGIN_MS 500
 /* The view in force at t (the last one not after it), or -1. */
 int ch_view_at(const struct ch_run *r, int64_t t);
 

@@ -98,7 +98,7 @@ rejoined(const struct ch_run *r, int node, int k)
 /* Whether node was cut off by a fault of the run's (a partition, an isolation, a pause) at
  * some time in [from, to]. */
 static bool
-faulted(const struct ch_run *r, int node, int64_t from, int64_t to)
+cut_off(const struct ch_run *r, int node, int64_t from, int64_t to)
 {
     for (int i = 0; i < r->nimpairs; i++) {
         const struct ch_impair *m = &r->impairs[i];
@@ -152,10 +152,11 @@ ch_changes_of(const struct ch_run *r, uint32_t shard, int64_t *at, uint8_t *plan
                              ? CH_MOVE_PLANNED
                          : rejoined(r, now, k) ? CH_MOVE_MAYBE
                                                : CH_MOVE_LOST;
-            /* an old owner a fault cut off (from ZooKeeper, from the new owner) may not hand
-             * the shard off within handoff_wait: the new owner then starts it from zero */
+            /* an old owner cut off (from ZooKeeper, from the new owner) when the table changed
+             * may not hand the shard off within handoff_wait: the new owner then starts it
+             * from zero. (A handoff takes milliseconds: a cut that came later is no excuse.) */
             if (planned[n] == CH_MOVE_PLANNED &&
-                faulted(r, was, r->views[k].t_ms, r->views[k].t_ms + HANDOFF_WAIT_MS)) {
+                cut_off(r, was, r->views[k].t_ms, r->views[k].t_ms + CUT_MARGIN_MS)) {
                 planned[n] = CH_MOVE_MAYBE;
             }
             at[n++] = r->views[k].t_ms;
