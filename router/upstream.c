@@ -496,9 +496,9 @@ rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *nam
     u->probe.data = u;
     uv_timer_init(q->loop, &u->watch);
     u->watch.data = u;
-    u->stall_ms = ops->deadline_ms + (ops->deadline_ms > RL_UPSTREAM_STALL_MIN_MS
-                                          ? ops->deadline_ms
-                                          : RL_UPSTREAM_STALL_MIN_MS);
+    u->stall_ms =
+        ops->deadline_ms +
+        (ops->deadline_ms > RL_UPSTREAM_STALL_MIN_MS ? ops->deadline_ms : RL_UPSTREAM_STALL_MIN_MS);
     u->connect_ms = u->stall_ms > RL_UPSTREAM_CONNECT_MS ? u->stall_ms : RL_UPSTREAM_CONNECT_MS;
     uv_timer_start(&u->watch, upstream_watch, u->stall_ms / 4, u->stall_ms / 4);
     u->handles = 3; /* the three timers */

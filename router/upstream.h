@@ -88,7 +88,7 @@ struct rl_upconn {
      * first of them was sent or the connection last read something, whichever is later. */
     uint32_t owed;
     uint64_t wait_since_ms;
-    uint8_t stalled; /* checks in a row that found it stalled (upstream_watch) */
+    uint8_t stalled;     /* checks in a row that found it stalled (upstream_watch) */
     uint64_t connect_ms; /* uv_now() when the connect in progress began */
     /* The connection's first connect is in flight (opened, neither connected nor failed
      * yet): a request for it waits in `early` (sent right after HELLO once connected; failed

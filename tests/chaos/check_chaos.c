@@ -1028,7 +1028,7 @@ START_TEST(test_planned_move_cut_off)
     view_planned(r, 1500, SHARD, 1);
     impair_add(r, 0, 1000, 2000, "node a");
     req(r, 3000, RL_WIRE_FAIL_OPEN, 0); /* sent back to the old owner, cut off */
-    judge(r, "policy", 1); /* a fault that did not cut it off: no excuse */
+    judge(r, "policy", 1);              /* a fault that did not cut it off: no excuse */
     ck_assert_ptr_nonnull(strstr(json, "while its owner was not impaired"));
     r->impairs[0].cut = true;
     judge(r, NULL, 0);

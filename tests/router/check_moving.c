@@ -260,8 +260,8 @@ fake_start(struct fake *f, int mode, const char *owner, int times)
     f->port = rl_harness_free_port();
     a.sin_port = htons((uint16_t)f->port);
     if (f->rcvbuf > 0) { /* inherited by what it accepts */
-        ck_assert_int_eq(
-            setsockopt(f->lfd, SOL_SOCKET, SO_RCVBUF, &f->rcvbuf, sizeof(f->rcvbuf)), 0);
+        ck_assert_int_eq(setsockopt(f->lfd, SOL_SOCKET, SO_RCVBUF, &f->rcvbuf, sizeof(f->rcvbuf)),
+                         0);
     }
     ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
     ck_assert_int_eq(listen(f->lfd, 16), 0);

@@ -403,8 +403,8 @@ ch_fault_do(struct ch_cluster *c, int si)
         /* cut off from what a handoff needs (ZooKeeper, the other nodes): across hosts a
          * partition from the routers leaves the node its ZooKeeper and its peers; through the
          * loopback proxies node-to-node traffic takes the routers' path */
-        r->impairs[ch_run_impair(r, st->index, now, until, node_target(st, who, sizeof(who)))]
-            .cut = st->path != CH_PATH_ROUTERS || r->hosts == NULL;
+        r->impairs[ch_run_impair(r, st->index, now, until, node_target(st, who, sizeof(who)))].cut =
+            st->path != CH_PATH_ROUTERS || r->hosts == NULL;
         if (r->hosts != NULL) {
             rc = host_partition(c, st, "add"); /* partition only: main.c refuses oneway */
         } else {

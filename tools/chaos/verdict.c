@@ -135,8 +135,8 @@ impaired_by(const struct judge *j, int node, int64_t t, bool cut)
         const struct ch_impair *m = &r->impairs[i];
         int64_t to = m->to_ms == INT64_MAX ? INT64_MAX : m->to_ms + j->sc->converge_ms;
 
-        if ((m->node == node || (m->node < 0 && !cut)) && (m->cut || !cut) &&
-            t_end >= m->from_ms && t <= to) {
+        if ((m->node == node || (m->node < 0 && !cut)) && (m->cut || !cut) && t_end >= m->from_ms &&
+            t <= to) {
             return true;
         }
     }
