@@ -626,11 +626,17 @@ int
 rl_harness_run(const char *const argv[], char *out, size_t len, int timeout_ms)
 {
     static int seq;
+    /* the output's file is named after the program, not its path (a slash names a dir) */
+    const char *base = strrchr(argv[0], '/');
     char log[PATH_MAX];
     int status, rc;
     pid_t pid;
 
-    rc = rl_harness_tmppath(log, sizeof(log), "run-%d-%s.out", seq++, argv[0]);
+    if (len > 0) {
+        out[0] = '\0'; /* whatever happens: callers print it */
+    }
+    rc = rl_harness_tmppath(log, sizeof(log), "run-%d-%s.out", seq++,
+                            base != NULL ? base + 1 : argv[0]);
     if (rc == 0) {
         rc = rl_harness_spawn(argv, log, &pid);
     }
@@ -640,6 +646,7 @@ rl_harness_run(const char *const argv[], char *out, size_t len, int timeout_ms)
     rc = rl_harness_wait(pid, timeout_ms, &status);
     if (rc != 0) {
         rl_harness_kill9(pid);
+        (void)rl_harness_read_file(log, out, len); /* what it said before it was killed */
         return rc;
     }
     rc = rl_harness_read_file(log, out, len);

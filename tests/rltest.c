@@ -233,3 +233,15 @@ rl_test_tcp_connect(int port)
     RL_CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));
     return fd;
 }
+
+void
+rl_test_check_req(struct rl_wire_req *req, const char *service, const char *user, uint32_t cost)
+{
+    memset(req, 0, sizeof(*req));
+    req->op = RL_WIRE_OP_CHECK;
+    req->service.ptr = service;
+    req->service.len = strlen(service);
+    req->user.ptr = user;
+    req->user.len = strlen(user);
+    req->cost = cost;
+}

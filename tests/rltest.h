@@ -61,6 +61,12 @@ void rl_test_expect_unknown_op(struct rl_client *c, const char *frame, size_t n,
  * its own; fails the test when the server does not answer within 5 s. */
 int64_t rl_test_stat(int port, const char *key);
 
+struct rl_wire_req;
+/* *req becomes a CHECK of service for user at cost, everything else zero (the strings are
+ * referenced, not copied). */
+void rl_test_check_req(struct rl_wire_req *req, const char *service, const char *user,
+                       uint32_t cost);
+
 struct rl_harness_zk;
 struct rl_harness_server;
 struct rl_tls_ctx;

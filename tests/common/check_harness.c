@@ -149,6 +149,28 @@ START_TEST(test_spawn_errors)
 }
 END_TEST
 
+/* A tool run to its end: its status and output; one that outlives its timeout is killed and
+ * what it said is still there, NUL-terminated (before, rl-chaos printed the buffer's
+ * garbage in the event of an `ip` command that timed out). */
+START_TEST(test_run_output)
+{
+    const char *const ok[] = {"/bin/sh", "-c", "echo said; exit 3", NULL};
+    const char *const slow[] = {"/bin/sh", "-c", "echo before; exec sleep 30", NULL};
+    const char *const missing[] = {"rl-no-such-program", NULL};
+    char out[256];
+
+    memset(out, 'x', sizeof(out));
+    ck_assert_int_eq(rl_harness_run(ok, out, sizeof(out), 10000), 3);
+    ck_assert_str_eq(out, "said\n");
+    memset(out, 'x', sizeof(out));
+    ck_assert_int_eq(rl_harness_run(slow, out, sizeof(out), 500), -ETIMEDOUT);
+    ck_assert_str_eq(out, "before\n");
+    memset(out, 'x', sizeof(out));
+    ck_assert_int_eq(rl_harness_run(missing, out, sizeof(out), 500), -ENOENT);
+    ck_assert_str_eq(out, "");
+}
+END_TEST
+
 START_TEST(test_wait_stop_status)
 {
     const char *const exit3[] = {"sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3", NULL};
@@ -1452,6 +1474,7 @@ harness_suite(void)
     tcase_set_timeout(proc, 20);
     tcase_add_test(proc, test_spawn_cleanup);
     tcase_add_test(proc, test_spawn_errors);
+    tcase_add_test(proc, test_run_output);
     tcase_add_test(proc, test_wait_stop_status);
     tcase_add_test(proc, test_cleanup_at_exit);
     tcase_add_test(proc, test_cleanup_on_sigterm);

@@ -138,13 +138,7 @@ round_of(struct rl_client *c, int *extra)
     int allowed = 0;
 
     for (int i = 0; i < NUSERS; i++) {
-        memset(&reqs[i], 0, sizeof(reqs[i]));
-        reqs[i].op = RL_WIRE_OP_CHECK;
-        reqs[i].service.ptr = "day";
-        reqs[i].service.len = 3;
-        reqs[i].user.ptr = users[i];
-        reqs[i].user.len = strlen(users[i]);
-        reqs[i].cost = 1;
+        rl_test_check_req(&reqs[i], "day", users[i], 1);
     }
     ck_assert_int_eq(rl_client_check_many(c, reqs, NUSERS, reps, T_TIMEOUT), 0);
     for (int i = 0; i < NUSERS; i++) {

@@ -333,15 +333,9 @@ check_users(const char *prefix, int *codes, uint32_t cost)
 
     memset(codes, 0, sizeof(int) * (RL_CLIENT_CODE_ERROR + 1));
     ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
-    memset(reqs, 0, sizeof(reqs));
     for (int i = 0; i < USERS; i++) {
         snprintf(users[i], sizeof(users[i]), "%s-%d", prefix, i);
-        reqs[i].op = RL_WIRE_OP_CHECK;
-        reqs[i].service.ptr = "shop";
-        reqs[i].service.len = 4;
-        reqs[i].user.ptr = users[i];
-        reqs[i].user.len = strlen(users[i]);
-        reqs[i].cost = cost;
+        rl_test_check_req(&reqs[i], "shop", users[i], cost);
     }
     ck_assert_int_eq(rl_client_check_many(c, reqs, USERS, reps, T_TIMEOUT), 0);
     for (int i = 0; i < USERS; i++) {
@@ -612,12 +606,7 @@ START_TEST(test_stall_reset)
     atomic_store(&f2.deaf, true);
     for (int i = 0; i < STALLED; i++) {
         snprintf(users[i], sizeof(users[i]), "stalled-user-%d", i);
-        reqs[i].op = RL_WIRE_OP_CHECK;
-        reqs[i].service.ptr = "shop";
-        reqs[i].service.len = 4;
-        reqs[i].user.ptr = users[i];
-        reqs[i].user.len = strlen(users[i]);
-        reqs[i].cost = 1;
+        rl_test_check_req(&reqs[i], "shop", users[i], 1);
     }
     ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
     ck_assert_int_eq(rl_client_check_many(c, reqs, STALLED, reps, T_TIMEOUT), 0);

@@ -43,6 +43,10 @@ struct ch_cluster {
     struct rl_client *stats_client[CH_ROUTERS_MAX];
     /* steps whose "for" ends later: their end time, or 0 */
     int64_t undo_at[CH_STEPS_MAX];
+    /* a step with a "for": its impairment's index + 1 (0: none), whose end its undo sets to
+     * when the fault was really gone (commands that undo it may take a while, `ip` on a
+     * starved machine seconds) */
+    int step_impair[CH_STEPS_MAX];
     int64_t probe_until[CH_NODES_MAX]; /* wall clock; direct probes while cut from ZooKeeper */
     char probe_user[CH_NODES_MAX][32];
     int open_impair[CH_NODES_MAX]; /* index of the open impairment of a killed node, or -1 */

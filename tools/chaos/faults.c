@@ -377,7 +377,8 @@ ch_fault_do(struct ch_cluster *c, int si)
         break;
     case CH_PAUSE:
         if (st->target == CH_NODE) {
-            r->impairs[ch_run_impair(r, st->index, now, until, "paused")].cut = true;
+            c->step_impair[si] = ch_run_impair(r, st->index, now, until, "paused") + 1;
+            r->impairs[c->step_impair[si] - 1].cut = true;
             /* pid 0 (not running) would stop rl-chaos's own process group */
             rc = c->node[st->index].pid > 0 && kill(c->node[st->index].pid, SIGSTOP) == 0
                      ? 0
@@ -403,8 +404,9 @@ ch_fault_do(struct ch_cluster *c, int si)
         /* cut off from what a handoff needs (ZooKeeper, the other nodes): across hosts a
          * partition from the routers leaves the node its ZooKeeper and its peers; through the
          * loopback proxies node-to-node traffic takes the routers' path */
-        r->impairs[ch_run_impair(r, st->index, now, until, node_target(st, who, sizeof(who)))].cut =
-            st->path != CH_PATH_ROUTERS || r->hosts == NULL;
+        c->step_impair[si] =
+            ch_run_impair(r, st->index, now, until, node_target(st, who, sizeof(who))) + 1;
+        r->impairs[c->step_impair[si] - 1].cut = st->path != CH_PATH_ROUTERS || r->hosts == NULL;
         if (r->hosts != NULL) {
             rc = host_partition(c, st, "add"); /* partition only: main.c refuses oneway */
         } else {
@@ -420,13 +422,14 @@ ch_fault_do(struct ch_cluster *c, int si)
         break;
     case CH_ISOLATE:
         /* cut from everyone: routers, ZooKeeper and the clients' probes alike */
-        r->impairs[ch_run_impair(r, st->index, now, until, "isolated")].cut = true;
+        c->step_impair[si] = ch_run_impair(r, st->index, now, until, "isolated") + 1;
+        r->impairs[c->step_impair[si] - 1].cut = true;
         c->isolated[st->index] = true;
         rc = ip_in(c, r->hosts->node[st->index].netns, "link", "set", "dev", r->hosts->dev,
                    "down", NULL);
         break;
     case CH_DELAY:
-        ch_run_impair(r, st->index, now, until, "delayed");
+        c->step_impair[si] = ch_run_impair(r, st->index, now, until, "delayed") + 1;
         rl_proxy_set_delay(path_proxy(c, st), (int)st->arg_ms);
         break;
     case CH_DRAIN:
@@ -502,5 +505,13 @@ ch_fault_undo(struct ch_cluster *c, int si)
         break;
     default:
         break;
+    }
+    if (c->step_impair[si] > 0) {
+        struct ch_impair *m = &r->impairs[c->step_impair[si] - 1];
+        int64_t gone = ch_now_ms();
+
+        pthread_mutex_lock(&r->lock);
+        m->to_ms = gone > m->to_ms ? gone : m->to_ms;
+        pthread_mutex_unlock(&r->lock);
     }
 }
