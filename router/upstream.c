@@ -248,7 +248,7 @@ upconn_batch(struct rl_conn *c)
     struct rl_upconn *uc = (struct rl_upconn *)c;
     struct rl_upstream *u = uc->up;
 
-    uc->wait_since_ms = uv_now(u->q->loop); /* the node answers: not stalled */
+    uc->heard = true; /* the node answers: not stalled */
 
     if (u->ops.on_batch != NULL) {
         u->ops.on_batch(u->ops.arg, false);
@@ -311,7 +311,7 @@ upconn_connected(struct rl_conn *c, int status)
         rl_conn_mark(c);
     }
     rl_buf_reset(&uc->early);
-    uc->wait_since_ms = uv_now(u->q->loop); /* what waited for the connect: from now */
+    uc->wait_since_ms = 0; /* what waited for the connect: counted from the next check */
 
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         up += u->conns[i].conn.connected;
@@ -415,7 +415,8 @@ upstream_retry(uv_timer_t *t)
 }
 
 /* Resets each connection of u that stalled: connected, owed answers and nothing read for
- * stall_ms, or connecting for connect_ms; at the second check in a row that finds it so
+ * stall_ms (counted from the first check that found it so: up to stall_ms / 4 late), or
+ * connecting for connect_ms; at the second check in a row that finds it so
  * (RL_UPSTREAM_STALL_MIN_MS). */
 static void
 upstream_watch(uv_timer_t *t)
@@ -427,6 +428,10 @@ upstream_watch(uv_timer_t *t)
         struct rl_upconn *uc = &u->conns[i];
         bool waiting = uc->conn.connected && uc->owed > 0;
 
+        if (!waiting || uc->heard || uc->wait_since_ms == 0) {
+            uc->wait_since_ms = waiting ? now : 0; /* silent from here on, if at all */
+        }
+        uc->heard = false;
         if (!uc->conn.open || uc->closing || (!waiting && uc->conn.connected) ||
             (waiting ? now - uc->wait_since_ms < u->stall_ms
                      : now - uc->connect_ms < u->connect_ms)) {
@@ -572,9 +577,7 @@ upconn_out(struct rl_upconn *uc)
 static void
 upstream_sent(struct rl_upstream *u, struct rl_upconn *uc, struct rl_uplink *l)
 {
-    if (uc->owed++ == 0) {
-        uc->wait_since_ms = uv_now(u->q->loop);
-    }
+    uc->owed++;
     l->conn = uc;
     l->prev = NULL;
     l->next = uc->pending;

@@ -84,9 +84,12 @@ struct rl_upconn {
      * requests in order, and one that changes its rules later moves the upstream's epoch. */
     uint64_t rules_ok_ns;
     /* Requests sent on this connection that the node has not answered yet, answered by the
-     * deadline or not (npending counts only the former): while it is not 0, uv_now() when the
-     * first of them was sent or the connection last read something, whichever is later. */
+     * deadline or not (npending counts only the former). The watch's clock, so that sending
+     * and reading never read one: wait_since_ms, uv_now() at the first check that found
+     * answers owed and nothing read since the check before (0: none yet); heard, something
+     * was read since the last check. */
     uint32_t owed;
+    bool heard;
     uint64_t wait_since_ms;
     uint8_t stalled;     /* checks in a row that found it stalled (upstream_watch) */
     uint64_t connect_ms; /* uv_now() when the connect in progress began */
