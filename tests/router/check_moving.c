@@ -19,7 +19,9 @@
  *     they would be decided long after the failure policy answered them), and connects
  *     again;
  *   - a node whose connects never complete (its SYNs dropped): each attempt is given up after
- *     the same bound, and the router keeps trying and answering by policy meanwhile.
+ *     the same bound, and the router keeps trying and answering by policy meanwhile;
+ *   - with ZooKeeper, a node that leaves the membership while it owes answers: the router
+ *     retires its connections with a reset too, and sends the requests to the new owner.
  * Durations are never asserted: what the router decided is (its counters, the answers).
  * Not for the node's side of a move (check_moving_e2e, the chaos scenarios).
  */
@@ -33,8 +35,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <zookeeper/zookeeper.h>
 
 #include "buf.h"
 #include "harness.h"
@@ -71,6 +76,10 @@ struct fake {
     bool pre_tenant;      /* refuses them as a node from before the tenant element does */
     atomic_bool deaf;     /* reads no connection (accepts them), as a node cut off */
     atomic_int resets;    /* connections the router reset (read: ECONNRESET) */
+    /* when it stops being deaf: the bytes its connections held (FIONREAD) then, and those it
+     * read since; more read than held: the router's kernel went on sending after that */
+    atomic_long held_at_wake, read_since_wake;
+    bool was_deaf;
     int rcvbuf;           /* the accepted connections' SO_RCVBUF; 0: the kernel's */
     char users[FAKE_KEYS][32];
     int seen[FAKE_KEYS];
@@ -143,7 +152,19 @@ fake_run(void *arg)
         rl_buf_init(&in[i]);
     }
     while (!atomic_load(&f->stop)) {
-        if (poll(pf, atomic_load(&f->deaf) ? 1 : (nfds_t)n, 50) <= 0) {
+        if (f->was_deaf && !atomic_load(&f->deaf)) {
+            long held = 0;
+
+            for (int i = 1; i < n; i++) {
+                int q = 0;
+
+                held += ioctl(pf[i].fd, FIONREAD, &q) == 0 ? q : 0;
+            }
+            atomic_store(&f->held_at_wake, held);
+            atomic_store(&f->read_since_wake, 0);
+        }
+        f->was_deaf = atomic_load(&f->deaf);
+        if (poll(pf, f->was_deaf ? 1 : (nfds_t)n, 50) <= 0) {
             continue;
         }
         if ((pf[0].revents & POLLIN) && n <= FAKE_CONNS) {
@@ -167,6 +188,7 @@ fake_run(void *arg)
                 continue;
             }
             got = read(pf[i].fd, buf, sizeof(buf));
+            atomic_fetch_add(&f->read_since_wake, got > 0 ? got : 0);
             if (got <= 0) {
                 struct rl_buf t = in[i];
 
@@ -274,6 +296,7 @@ fake_start(struct fake *f, int mode, const char *owner, int times)
     atomic_store(&f->tenants, 0);
     atomic_store(&f->deaf, false);
     atomic_store(&f->resets, 0);
+    f->was_deaf = false;
     f->owner = owner;
     f->times = times;
     f->nusers = 0;
@@ -690,6 +713,146 @@ START_TEST(test_connect_given_up)
 }
 END_TEST
 
+static void
+zk_quiet(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh;
+    (void)type;
+    (void)state;
+    (void)path;
+    (void)ctx;
+}
+
+/* The member znode of a fake node, as a node writes it (ephemeral, its address). */
+static void
+zk_member(zhandle_t *zh, const char *name, int port)
+{
+    char path[128], addr[64];
+
+    snprintf(path, sizeof(path), "/ratelimiter/mv/nodes/%s", name);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    ck_assert_int_eq(
+        zoo_create(zh, path, addr, (int)strlen(addr), &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0),
+        ZOK);
+}
+
+/*
+ * With ZooKeeper: the test registers the two fakes (their member znodes). n1 stops reading
+ * (a small receive buffer: the rest stays in the router's kernel) and CHECKs wait on it; then
+ * its znode goes, as a node's does when it leaves or its session expires. The router retires
+ * n1's connections with a reset, long before their stall bound (10 s), and sends n1's CHECKs
+ * to n2, the new owner, which answers them all. When n1 reads again it finds the reset after
+ * at most a receive buffer's CHECKs (before, a retired connection was closed, and n1 read
+ * every CHECK the router had given up on it: a node cut off would decide them when its network
+ * came back).
+ */
+START_TEST(test_retire_reset)
+{
+    struct rl_wire_req *reqs = calloc(STALLED, sizeof(*reqs));
+    char(*users)[32] = calloc(STALLED, sizeof(*users));
+    const char *dirs[] = {"/ratelimiter", "/ratelimiter/mv", "/ratelimiter/mv/nodes"};
+    struct rl_harness_zk zk;
+    struct rl_client *c = NULL;
+    struct rl_wire_reply rep;
+    zhandle_t *zh;
+    int codes[RL_CLIENT_CODE_ERROR + 1], before, forwarded, allowed = 0, read_after;
+    char log[65536];
+
+    ck_assert_ptr_nonnull(reqs);
+    ck_assert_ptr_nonnull(users);
+    memset(&zk, 0, sizeof(zk));
+    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
+    zh = zookeeper_init(zk.connect, zk_quiet, 10000, NULL, NULL, 0);
+    ck_assert_ptr_nonnull(zh);
+    for (int i = 0; i < 200 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++) {
+        usleep(50 * 1000);
+    }
+    ck_assert_int_eq(zoo_state(zh), ZOO_CONNECTED_STATE);
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        int rc = zoo_create(zh, dirs[i], "", 0, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+
+        ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "create %s: %d", dirs[i], rc);
+    }
+    f1.rcvbuf = 4096;
+    fake_start(&f1, FAKE_ALLOW, "", 0);
+    fake_start(&f2, FAKE_ALLOW, "", 0);
+    zk_member(zh, "n1", f1.port);
+    zk_member(zh, "n2", f2.port);
+    router_port = rl_harness_free_port();
+    ck_assert_int_eq(
+        rl_harness_tmppath(conf_path, sizeof(conf_path), "retire-%d.conf", router_port), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf_path,
+                                           "[cluster]\nname = mv\nshards = 64\nzookeeper = %s\n"
+                                           "session_timeout = 2s\nhandoff_wait = 5s\n"
+                                           "[router]\nlisten = 127.0.0.1:%d\ndeadline = 5s\n"
+                                           "[service shop]\nlimit = fixed_window 1000 per 1h\n",
+                                           zk.connect, router_port),
+                     0);
+    ck_assert_int_eq(rl_harness_router_start(&router, conf_path, router_port), 0);
+    for (int k = 0; k < 500 && rl_test_stat(router_port, "members") != 2; k++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_eq(rl_test_stat(router_port, "members"), 2);
+    check_users("warm", codes, 1);
+    ck_assert_int_eq(codes[RL_WIRE_ALLOWED], USERS);
+    ck_assert_int_gt(atomic_load(&f1.checks), 0);
+
+    atomic_store(&f1.deaf, true);
+    before = atomic_load(&f1.checks);
+    forwarded = (int)rl_test_stat(router_port, "forwarded");
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    for (int i = 0; i < STALLED; i++) {
+        snprintf(users[i], sizeof(users[i]), "retired-user-%d", i);
+        rl_test_check_req(&reqs[i], "shop", users[i], 1);
+        reqs[i].id = (uint32_t)i + 1;
+        ck_assert_int_eq(rl_client_queue(c, &reqs[i]), 0);
+    }
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    for (int k = 0; k < 500 && rl_test_stat(router_port, "forwarded") < forwarded + STALLED; k++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_ge(rl_test_stat(router_port, "forwarded"), forwarded + STALLED);
+    /* n1 leaves the membership with its CHECKs unanswered */
+    ck_assert_int_eq(zoo_delete(zh, "/ratelimiter/mv/nodes/n1", -1), ZOK);
+    for (int n = 0; n < STALLED; n++) {
+        ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+        allowed += rep.check.code == RL_WIRE_ALLOWED;
+    }
+    ck_assert_int_eq(allowed, STALLED); /* n1's went on to n2 */
+    ck_assert_int_gt(rl_test_stat(router_port, "move_lost_conn"), 0);
+    atomic_store(&f1.deaf, false);
+    for (int k = 0; k < 500 && atomic_load(&f1.resets) == 0; k++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_gt(atomic_load(&f1.resets), 0);
+    usleep(300 * 1000); /* whatever n1 still reads */
+    read_after = atomic_load(&f1.checks) - before;
+    ck_assert_msg(read_after < (int)rl_test_stat(router_port, "move_lost_conn") / 2,
+                  "n1 read %d of the %lld CHECKs the router took from it", read_after,
+                  (long long)rl_test_stat(router_port, "move_lost_conn"));
+    /* what its kernel held when it woke, and nothing more: none came after the reset (with a
+     * plain close the router's kernel went on sending what it held until n1's first answer
+     * met the closed socket, hundreds of CHECKs more) */
+    ck_assert_int_gt(atomic_load(&f1.held_at_wake), 0);
+    ck_assert_msg(atomic_load(&f1.read_since_wake) == atomic_load(&f1.held_at_wake),
+                  "n1 read %ld bytes after it woke, %ld of them held then",
+                  (long)atomic_load(&f1.read_since_wake), (long)atomic_load(&f1.held_at_wake));
+    /* the retirement, not the stall bound (10 s), reset them */
+    ck_assert_int_ge(rl_harness_read_file(router.log_path, log, sizeof(log)), 0);
+    ck_assert_ptr_null(strstr(log, "no reply for"));
+    rl_client_destroy(c);
+    f1.rcvbuf = 0;
+    zookeeper_close(zh);
+    ck_assert_int_eq(rl_harness_server_stop(&router, SIGTERM, T_TIMEOUT), 0);
+    fake_stop(&f1);
+    fake_stop(&f2);
+    ck_assert_int_eq(rl_harness_zk_stop(&zk), 0);
+    free(reqs);
+    free(users);
+}
+END_TEST
+
 static Suite *
 moving_suite(void)
 {
@@ -707,6 +870,7 @@ moving_suite(void)
     tcase_add_test(tc, test_moving_adjust);
     tcase_add_test(tc, test_stall_reset);
     tcase_add_test(tc, test_connect_given_up);
+    tcase_add_test(tc, test_retire_reset);
     suite_add_tcase(s, tc);
     return s;
 }
