@@ -342,6 +342,7 @@ rl_harness_read_file(const char *path, char *buf, size_t len)
             int err = errno;
 
             close(fd);
+            buf[got] = '\0'; /* what was read, terminated all the same */
             return -err;
         }
         if (r == 0) {

@@ -286,8 +286,8 @@ static const struct {
      "Connections to the node lost (each is followed by reconnect attempts).",
      offsetof(struct rl_upstream_stats, downs)},
     {"rl_router_upstream_stalls_total", "counter",
-     "Connections to the node reset because it answered nothing for the stall bound while it "
-     "owed answers, or given up because a connect did not complete in its bound.",
+     "Connections to the node reset because a request sent more than the stall bound ago was "
+     "still unanswered, or given up because a connect did not complete in its bound.",
      offsetof(struct rl_upstream_stats, stalls)},
 };
 

@@ -173,7 +173,7 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
         /* A CHECK's answer (an ADJUST's, a RELEASE's), the bulk of the traffic: relayed as it
          * came (forward.c). */
         u->stats.replies++;
-        uc->owed -= uc->owed > 0;
+        uc->answered += uc->answered < uc->sent;
         uc->relay.ptr = p + tail;
         uc->relay.len = (uint32_t)(n - tail);
         u->ops.on_reply(u->ops.arg, u, uc, &rep);
@@ -182,7 +182,7 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
     }
     if (rl_wire_decode_reply(&u->dec, p, n, &rep) != 0) {
         rl_log_warn("node %s sent an undecodable reply", u->name);
-        uc->owed -= uc->owed > 0; /* an answer all the same */
+        uc->answered += uc->answered < uc->sent; /* an answer all the same */
         return;
     }
     if (uc->auth_pending && rep.id == 0 &&
@@ -238,7 +238,7 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
         return;
     }
     u->stats.replies++;
-    uc->owed -= uc->owed > 0;
+    uc->answered += uc->answered < uc->sent;
     u->ops.on_reply(u->ops.arg, u, uc, &rep);
 }
 
@@ -248,7 +248,6 @@ upconn_batch(struct rl_conn *c)
     struct rl_upconn *uc = (struct rl_upconn *)c;
     struct rl_upstream *u = uc->up;
 
-    uc->heard = true; /* the node answers: not stalled */
 
     if (u->ops.on_batch != NULL) {
         u->ops.on_batch(u->ops.arg, false);
@@ -306,12 +305,11 @@ upconn_connected(struct rl_conn *c, int status)
             rl_log_warn("node %s (%s): out of memory for the requests that waited for the "
                         "first connect",
                         u->name, u->addr);
-            uc->owed = 0; /* (only they were owed: nothing went before the connect) */
+            uc->answered = uc->sent; /* (only they were owed: nothing went before them) */
         }
         rl_conn_mark(c);
     }
     rl_buf_reset(&uc->early);
-    uc->wait_since_ms = 0; /* what waited for the connect: counted from the next check */
 
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         up += u->conns[i].conn.connected;
@@ -333,7 +331,8 @@ upconn_close(struct rl_conn *c, int status)
     struct rl_upstream *u = uc->up;
 
     uc->closing = true;
-    uc->owed = 0;
+    uc->sent = uc->answered = 0;
+    memset(uc->sent_then, 0, sizeof(uc->sent_then));
     uc->stalled = 0;
     uc->rules_ok_ns = 0;
     uc->rules_probe = false;
@@ -414,9 +413,8 @@ upstream_retry(uv_timer_t *t)
     }
 }
 
-/* Resets each connection of u that stalled: connected, owed answers and nothing read for
- * stall_ms (counted from the first check that found it so: up to stall_ms / 4 late), or
- * connecting for connect_ms; at the second check in a row that finds it so
+/* Resets each connection of u that stalled: connected with a request sent more than stall_ms
+ * ago unanswered, or connecting for connect_ms; at the second check in a row that finds it so
  * (RL_UPSTREAM_STALL_MIN_MS). */
 static void
 upstream_watch(uv_timer_t *t)
@@ -426,15 +424,13 @@ upstream_watch(uv_timer_t *t)
 
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         struct rl_upconn *uc = &u->conns[i];
-        bool waiting = uc->conn.connected && uc->owed > 0;
+        uint64_t then = uc->sent_then[uc->stall_ring]; /* sent as of stall_ms ago */
+        bool behind = uc->conn.connected && uc->answered < then;
 
-        if (!waiting || uc->heard || uc->wait_since_ms == 0) {
-            uc->wait_since_ms = waiting ? now : 0; /* silent from here on, if at all */
-        }
-        uc->heard = false;
-        if (!uc->conn.open || uc->closing || (!waiting && uc->conn.connected) ||
-            (waiting ? now - uc->wait_since_ms < u->stall_ms
-                     : now - uc->connect_ms < u->connect_ms)) {
+        uc->sent_then[uc->stall_ring] = uc->sent;
+        uc->stall_ring = (uint8_t)((uc->stall_ring + 1) % RL_UPSTREAM_STALL_CHECKS);
+        if (!uc->conn.open || uc->closing ||
+            (uc->conn.connected ? !behind : now - uc->connect_ms < u->connect_ms)) {
             uc->stalled = 0;
             continue;
         }
@@ -443,11 +439,12 @@ upstream_watch(uv_timer_t *t)
         }
         uc->stalled = 0;
         u->stats.stalls++;
-        if (waiting) {
-            rl_log_warn("node %s (%s): no reply for %u ms with %u request(s) waiting: "
+        if (behind) {
+            rl_log_warn("node %s (%s): %llu request(s) sent over %u ms ago unanswered: "
                         "connection reset (what it has not read yet is dropped, never decided "
                         "late)",
-                        u->name, u->addr, (unsigned)(now - uc->wait_since_ms), uc->owed);
+                        u->name, u->addr, (unsigned long long)(then - uc->answered),
+                        u->stall_ms);
         } else {
             /* a host gone says so every attempt: once per 10 s per node and worker */
             rl_log_limited(&u->connect_log, now, 10000, RL_LOG_WARN,
@@ -505,7 +502,8 @@ rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *nam
         ops->deadline_ms +
         (ops->deadline_ms > RL_UPSTREAM_STALL_MIN_MS ? ops->deadline_ms : RL_UPSTREAM_STALL_MIN_MS);
     u->connect_ms = u->stall_ms > RL_UPSTREAM_CONNECT_MS ? u->stall_ms : RL_UPSTREAM_CONNECT_MS;
-    uv_timer_start(&u->watch, upstream_watch, u->stall_ms / 4, u->stall_ms / 4);
+    uv_timer_start(&u->watch, upstream_watch, u->stall_ms / RL_UPSTREAM_STALL_CHECKS,
+                   u->stall_ms / RL_UPSTREAM_STALL_CHECKS);
     u->handles = 3; /* the three timers */
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         rl_conn_init(&u->conns[i].conn, q, &upconn_ops, u);
@@ -577,7 +575,7 @@ upconn_out(struct rl_upconn *uc)
 static void
 upstream_sent(struct rl_upstream *u, struct rl_upconn *uc, struct rl_uplink *l)
 {
-    uc->owed++;
+    uc->sent++;
     l->conn = uc;
     l->prev = NULL;
     l->next = uc->pending;
@@ -690,7 +688,7 @@ rl_upstream_retire(struct rl_upstream *u)
         struct rl_upconn *uc = &u->conns[i];
 
         /* requests still on their way: the node must not decide them after it (reset) */
-        if (uc->owed > 0 || rl_conn_queued(&uc->conn) > 0) {
+        if (uc->answered < uc->sent || rl_conn_queued(&uc->conn) > 0) {
             rl_conn_abort(&uc->conn, UV_ECANCELED);
         } else {
             rl_conn_close(&uc->conn, UV_ECANCELED);

@@ -36,16 +36,19 @@
  * at connect, when the router's rules change, then every RL_UPSTREAM_PROBE_MS; while a
  * connection's node holds other rules than the router, after RL_UPSTREAM_PROBE_SOON_MS,
  * doubling up to RL_UPSTREAM_PROBE_MS (from the router's change or the node's). */
-/* A connection that has read nothing for its stall bound while the node owes it answers (the
- * router's deadline plus the longer of RL_UPSTREAM_STALL_MIN_MS and the deadline) is reset
+/* A connection on which a request sent more than its stall bound ago is still unanswered (the
+ * router's deadline plus the longer of RL_UPSTREAM_STALL_MIN_MS and the deadline; a node
+ * answers a connection's requests in order, so it is that far behind, or silent) is reset
  * (rl_conn_abort), and so is one whose connect has not completed in RL_UPSTREAM_CONNECT_MS
  * (or the stall bound if longer): its requests get the failure policy at once, and what the
- * kernel still held for the node is dropped, so a node whose network comes back never decides
- * requests its routers gave up on long before (docs/OPERATIONS.md, "A node that stops
- * answering"). Checked every stall bound / 4; a connection is reset at the second check in a
- * row that finds it stalled (a read may come between: replies that waited while the router's
- * own loop was held up). */
+ * kernel still held for the node is dropped, so a node whose network comes back, or that
+ * catches up, never decides requests its routers gave up on long before (docs/OPERATIONS.md,
+ * "A node that stops answering"). Checked every stall bound / RL_UPSTREAM_STALL_CHECKS,
+ * against the count sent as of that many checks before; a connection is reset at the second
+ * check in a row that finds it so (replies that waited while the router's own loop was held
+ * up are read between). */
 #define RL_UPSTREAM_STALL_MIN_MS 1000u
+#define RL_UPSTREAM_STALL_CHECKS 4
 #define RL_UPSTREAM_CONNECT_MS 3000u /* above a lost SYN's first retransmission (1 s) */
 #define RL_UPSTREAM_PROBE_ID UINT32_MAX
 #define RL_UPSTREAM_PROBE_MS 1000u
@@ -83,14 +86,13 @@ struct rl_upconn {
      * after that time is decided under the router's rules: the node reads a connection's
      * requests in order, and one that changes its rules later moves the upstream's epoch. */
     uint64_t rules_ok_ns;
-    /* Requests sent on this connection that the node has not answered yet, answered by the
-     * deadline or not (npending counts only the former). The watch's clock, so that sending
-     * and reading never read one: wait_since_ms, uv_now() at the first check that found
-     * answers owed and nothing read since the check before (0: none yet); heard, something
-     * was read since the last check. */
-    uint32_t owed;
-    bool heard;
-    uint64_t wait_since_ms;
+    /* Requests sent on this connection since it connected, and those the node answered
+     * (answered by the deadline or not: npending counts only the unanswered the deadline has
+     * not), and the count sent as of each of the last RL_UPSTREAM_STALL_CHECKS checks (a
+     * ring, at stall_ring): no clock is read to send or to read a reply. */
+    uint64_t sent, answered;
+    uint64_t sent_then[RL_UPSTREAM_STALL_CHECKS];
+    uint8_t stall_ring;
     uint8_t stalled;     /* checks in a row that found it stalled (upstream_watch) */
     uint64_t connect_ms; /* uv_now() when the connect in progress began */
     /* The connection's first connect is in flight (opened, neither connected nor failed
@@ -140,7 +142,7 @@ struct rl_upstream {
     struct rl_wire_decoder dec;
     uv_timer_t retry;
     uv_timer_t probe; /* the rules probe's (started by rl_upstream_want_rules) */
-    uv_timer_t watch; /* stall_ms / 4: resets stalled connections (RL_UPSTREAM_STALL_MIN_MS) */
+    uv_timer_t watch; /* resets stalled connections (RL_UPSTREAM_STALL_MIN_MS) */
     uint32_t stall_ms;   /* the stall bound */
     uint32_t connect_ms; /* the connect bound */
     uint32_t backoff_ms;

@@ -259,14 +259,13 @@ node_target(const struct ch_step *st, char *buf, size_t len)
     return buf;
 }
 
-static void
+/* Returns the impairment's index + 1, or 0 (none): a step's step_impair. */
+static int
 zk_outage_impairs(struct ch_cluster *c, int64_t now, int64_t until, const char *what)
 {
-    /* With fencing = disconnect a node answers nothing while ZooKeeper is away. */
-    if (c->run->sc->fence_disconnect) {
-        ch_run_impair(c->run, -1, now, until, what);
-    }
     c->zk_down_since = now;
+    /* With fencing = disconnect a node answers nothing while ZooKeeper is away. */
+    return c->run->sc->fence_disconnect ? ch_run_impair(c->run, -1, now, until, what) + 1 : 0;
 }
 
 /* ZooKeeper is back. After an outage of a session timeout or more it may expire every
@@ -384,13 +383,13 @@ ch_fault_do(struct ch_cluster *c, int si)
                      ? 0
                      : -ESRCH;
         } else {
-            zk_outage_impairs(c, now, until, "zookeeper paused");
+            c->step_impair[si] = zk_outage_impairs(c, now, until, "zookeeper paused");
             c->zk_paused = c->zk.pid > 0;
             rc = c->zk.pid > 0 && kill(c->zk.pid, SIGSTOP) == 0 ? 0 : -ESRCH;
         }
         break;
     case CH_STOP:
-        zk_outage_impairs(c, now, until, "zookeeper stopped");
+        c->step_impair[si] = zk_outage_impairs(c, now, until, "zookeeper stopped");
         c->zk_down = true;
         rc = rl_harness_zk_stop(&c->zk);
         break;
@@ -465,6 +464,7 @@ ch_fault_undo(struct ch_cluster *c, int si)
 {
     struct ch_run *r = c->run;
     const struct ch_step *st = &r->sc->steps[si];
+    int rc = 0;
 
     ch_event(r, "end of step: %s", st->text);
     switch (st->action) {
@@ -482,7 +482,8 @@ ch_fault_undo(struct ch_cluster *c, int si)
         }
         break;
     case CH_STOP:
-        if (rl_harness_zk_start(&c->zk) != 0) {
+        rc = rl_harness_zk_start(&c->zk);
+        if (rc != 0) {
             ch_event(r, "ZooKeeper did not start again");
         }
         c->zk_down = false;
@@ -491,13 +492,14 @@ ch_fault_undo(struct ch_cluster *c, int si)
     case CH_PARTITION:
     case CH_ONEWAY:
         if (r->hosts != NULL) {
-            host_partition(c, st, "del");
+            rc = host_partition(c, st, "del");
         } else {
             rl_proxy_set_mode(path_proxy(c, st), RL_PROXY_PASS);
         }
         break;
     case CH_ISOLATE:
-        ip_in(c, r->hosts->node[st->index].netns, "link", "set", "dev", r->hosts->dev, "up", NULL);
+        rc = ip_in(c, r->hosts->node[st->index].netns, "link", "set", "dev", r->hosts->dev, "up",
+                   NULL);
         c->isolated[st->index] = false;
         break;
     case CH_DELAY:
@@ -510,6 +512,11 @@ ch_fault_undo(struct ch_cluster *c, int si)
         struct ch_impair *m = &r->impairs[c->step_impair[si] - 1];
         int64_t gone = ch_now_ms();
 
+        /* not undone (a command failed or timed out): the fault may still be there */
+        if (rc != 0) {
+            ch_event(r, "step \"%s\" may not be undone: its impairment stays open", st->text);
+            gone = INT64_MAX;
+        }
         pthread_mutex_lock(&r->lock);
         m->to_ms = gone > m->to_ms ? gone : m->to_ms;
         pthread_mutex_unlock(&r->lock);
