@@ -248,7 +248,6 @@ upconn_batch(struct rl_conn *c)
     struct rl_upconn *uc = (struct rl_upconn *)c;
     struct rl_upstream *u = uc->up;
 
-
     if (u->ops.on_batch != NULL) {
         u->ops.on_batch(u->ops.arg, false);
     }
@@ -443,8 +442,7 @@ upstream_watch(uv_timer_t *t)
             rl_log_warn("node %s (%s): %llu request(s) sent over %u ms ago unanswered: "
                         "connection reset (what it has not read yet is dropped, never decided "
                         "late)",
-                        u->name, u->addr, (unsigned long long)(then - uc->answered),
-                        u->stall_ms);
+                        u->name, u->addr, (unsigned long long)(then - uc->answered), u->stall_ms);
         } else {
             /* a host gone says so every attempt: once per 10 s per node and worker */
             rl_log_limited(&u->connect_log, now, 10000, RL_LOG_WARN,

@@ -80,7 +80,7 @@ struct fake {
      * read since; more read than held: the router's kernel went on sending after that */
     atomic_long held_at_wake, read_since_wake;
     bool was_deaf;
-    int rcvbuf;           /* the accepted connections' SO_RCVBUF; 0: the kernel's */
+    int rcvbuf; /* the accepted connections' SO_RCVBUF; 0: the kernel's */
     char users[FAKE_KEYS][32];
     int seen[FAKE_KEYS];
     int nusers;
@@ -312,24 +312,31 @@ fake_stop(struct fake *f)
     close(f->lfd);
 }
 
+/* The router on router_port (taken by the caller) with the cluster.conf conf. */
+static void
+router_launch(const char *conf)
+{
+    ck_assert_int_eq(
+        rl_harness_tmppath(conf_path, sizeof(conf_path), "moving-%d.conf", router_port), 0);
+    ck_assert_int_eq(rl_harness_write_file(conf_path, "%s", conf), 0);
+    ck_assert_int_eq(rl_harness_router_start(&router, conf_path, router_port), 0);
+}
+
 /* The router in front of f1 and f2, holding a MOVING at most handoff_wait. */
 static void
 router_start_deadline(const char *handoff_wait, const char *failure, const char *deadline)
 {
+    char conf[1024];
+
     router_port = rl_harness_free_port();
-    ck_assert_int_eq(
-        rl_harness_tmppath(conf_path, sizeof(conf_path), "moving-%d.conf", router_port), 0);
-    ck_assert_int_eq(rl_harness_write_file(conf_path,
-                                           "[cluster]\nname = mv\nshards = 64\nhandoff_wait = %s\n"
-                                           "[router]\nlisten = 127.0.0.1:%d\ndeadline = %s\n"
-                                           "[node n1]\nlisten = 127.0.0.1:%d\n"
-                                           "[node n2]\nlisten = 127.0.0.1:%d\n"
-                                           "[service shop]\nlimit = fixed_window 1000 per 1h\n"
-                                           "failure = %s\n",
-                                           handoff_wait, router_port, deadline, f1.port, f2.port,
-                                           failure),
-                     0);
-    ck_assert_int_eq(rl_harness_router_start(&router, conf_path, router_port), 0);
+    snprintf(conf, sizeof(conf),
+             "[cluster]\nname = mv\nshards = 64\nhandoff_wait = %s\n"
+             "[router]\nlisten = 127.0.0.1:%d\ndeadline = %s\n"
+             "[node n1]\nlisten = 127.0.0.1:%d\n"
+             "[node n2]\nlisten = 127.0.0.1:%d\n"
+             "[service shop]\nlimit = fixed_window 1000 per 1h\nfailure = %s\n",
+             handoff_wait, router_port, deadline, f1.port, f2.port, failure);
+    router_launch(conf);
 }
 
 static void
@@ -757,7 +764,7 @@ START_TEST(test_retire_reset)
     struct rl_wire_reply rep;
     zhandle_t *zh;
     int codes[RL_CLIENT_CODE_ERROR + 1], before, forwarded, allowed = 0, read_after;
-    char log[65536];
+    char log[65536], conf[1024];
 
     ck_assert_ptr_nonnull(reqs);
     ck_assert_ptr_nonnull(users);
@@ -780,16 +787,13 @@ START_TEST(test_retire_reset)
     zk_member(zh, "n1", f1.port);
     zk_member(zh, "n2", f2.port);
     router_port = rl_harness_free_port();
-    ck_assert_int_eq(
-        rl_harness_tmppath(conf_path, sizeof(conf_path), "retire-%d.conf", router_port), 0);
-    ck_assert_int_eq(rl_harness_write_file(conf_path,
-                                           "[cluster]\nname = mv\nshards = 64\nzookeeper = %s\n"
-                                           "session_timeout = 2s\nhandoff_wait = 5s\n"
-                                           "[router]\nlisten = 127.0.0.1:%d\ndeadline = 5s\n"
-                                           "[service shop]\nlimit = fixed_window 1000 per 1h\n",
-                                           zk.connect, router_port),
-                     0);
-    ck_assert_int_eq(rl_harness_router_start(&router, conf_path, router_port), 0);
+    snprintf(conf, sizeof(conf),
+             "[cluster]\nname = mv\nshards = 64\nzookeeper = %s\nsession_timeout = 2s\n"
+             "handoff_wait = 5s\n"
+             "[router]\nlisten = 127.0.0.1:%d\ndeadline = 5s\n"
+             "[service shop]\nlimit = fixed_window 1000 per 1h\n",
+             zk.connect, router_port);
+    router_launch(conf);
     for (int k = 0; k < 500 && rl_test_stat(router_port, "members") != 2; k++) {
         usleep(10 * 1000);
     }
