@@ -178,20 +178,6 @@ conn_unthrottle(struct rl_conn *c)
     c->throttled = false;
 }
 
-static void conn_close(struct rl_conn *c, int status, bool reset);
-
-void
-rl_conn_close(struct rl_conn *c, int status)
-{
-    conn_close(c, status, false);
-}
-
-void
-rl_conn_abort(struct rl_conn *c, int status)
-{
-    conn_close(c, status, true);
-}
-
 static void
 conn_close(struct rl_conn *c, int status, bool reset)
 {
@@ -218,6 +204,18 @@ conn_close(struct rl_conn *c, int status, bool reset)
     if (!reset || uv_tcp_close_reset(&c->tcp, conn_closed) != 0) {
         uv_close((uv_handle_t *)&c->tcp, conn_closed);
     }
+}
+
+void
+rl_conn_close(struct rl_conn *c, int status)
+{
+    conn_close(c, status, false);
+}
+
+void
+rl_conn_abort(struct rl_conn *c, int status)
+{
+    conn_close(c, status, true);
 }
 
 static void

@@ -161,6 +161,13 @@ upconn_probe_answer(struct rl_upconn *uc, const struct rl_wire_reply *rep)
 
 /* ---- connection callbacks ------------------------------------------------------------------ */
 
+/* A reply of the node's to a request of uc's (not to its HELLO, AUTH or probes). */
+static inline void
+upconn_answered(struct rl_upconn *uc)
+{
+    uc->answered += uc->answered < uc->sent;
+}
+
 static void
 upconn_frame(struct rl_conn *c, const char *p, size_t n)
 {
@@ -173,7 +180,7 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
         /* A CHECK's answer (an ADJUST's, a RELEASE's), the bulk of the traffic: relayed as it
          * came (forward.c). */
         u->stats.replies++;
-        uc->answered += uc->answered < uc->sent;
+        upconn_answered(uc);
         uc->relay.ptr = p + tail;
         uc->relay.len = (uint32_t)(n - tail);
         u->ops.on_reply(u->ops.arg, u, uc, &rep);
@@ -182,7 +189,7 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
     }
     if (rl_wire_decode_reply(&u->dec, p, n, &rep) != 0) {
         rl_log_warn("node %s sent an undecodable reply", u->name);
-        uc->answered += uc->answered < uc->sent; /* an answer all the same */
+        upconn_answered(uc); /* an answer all the same */
         return;
     }
     if (uc->auth_pending && rep.id == 0 &&
@@ -238,15 +245,14 @@ upconn_frame(struct rl_conn *c, const char *p, size_t n)
         return;
     }
     u->stats.replies++;
-    uc->answered += uc->answered < uc->sent;
+    upconn_answered(uc);
     u->ops.on_reply(u->ops.arg, u, uc, &rep);
 }
 
 static void
 upconn_batch(struct rl_conn *c)
 {
-    struct rl_upconn *uc = (struct rl_upconn *)c;
-    struct rl_upstream *u = uc->up;
+    struct rl_upstream *u = ((struct rl_upconn *)c)->up;
 
     if (u->ops.on_batch != NULL) {
         u->ops.on_batch(u->ops.arg, false);
@@ -387,7 +393,7 @@ upconn_connect(struct rl_upconn *uc)
     /* only the upstream's very first attempt holds requests: after a loss, the node is
      * down until proven up again (the failure policy answers at once) */
     uc->first = u->stats.connects == 0 && u->stats.downs == 0 && !uc->conn.admin;
-    uc->connect_ms = uv_now(u->q->loop);
+    uc->connect_at_ms = uv_now(u->q->loop);
     rl_conn_connect(&uc->conn, (const struct sockaddr *)&u->sa);
 }
 
@@ -429,7 +435,7 @@ upstream_watch(uv_timer_t *t)
         uc->sent_then[uc->stall_ring] = uc->sent;
         uc->stall_ring = (uint8_t)((uc->stall_ring + 1) % RL_UPSTREAM_STALL_CHECKS);
         if (!uc->conn.open || uc->closing ||
-            (uc->conn.connected ? !behind : now - uc->connect_ms < u->connect_ms)) {
+            (uc->conn.connected ? !behind : now - uc->connect_at_ms < u->connect_ms)) {
             uc->stalled = 0;
             continue;
         }
@@ -448,7 +454,7 @@ upstream_watch(uv_timer_t *t)
             rl_log_limited(&u->connect_log, now, 10000, RL_LOG_WARN,
                            "node %s (%s): connect not completed in %u ms: given up, trying "
                            "again after a backoff",
-                           u->name, u->addr, (unsigned)(now - uc->connect_ms));
+                           u->name, u->addr, (unsigned)(now - uc->connect_at_ms));
         }
         rl_conn_abort(&uc->conn, UV_ETIMEDOUT);
     }
@@ -685,8 +691,9 @@ rl_upstream_retire(struct rl_upstream *u)
     for (int i = 0; i < RL_UPSTREAM_NCONN; i++) {
         struct rl_upconn *uc = &u->conns[i];
 
-        /* requests still on their way: the node must not decide them after it (reset) */
-        if (uc->answered < uc->sent || rl_conn_queued(&uc->conn) > 0) {
+        /* requests still owed (sent, or queued to be): the node must not decide them after
+         * it (reset) */
+        if (uc->answered < uc->sent) {
             rl_conn_abort(&uc->conn, UV_ECANCELED);
         } else {
             rl_conn_close(&uc->conn, UV_ECANCELED);

@@ -31,11 +31,6 @@
  * connection takes no more: a node that stops reading must not grow the router without bound
  * (its requests are answered by the deadline anyway). */
 #define RL_UPSTREAM_OUT_MAX (1u << 20)
-/* The rules probe (docs/OPERATIONS.md, "The deny cache"): a STATS under this id on each
- * CHECK connection, whose answer's rules_digest says which rules the node decides under; sent
- * at connect, when the router's rules change, then every RL_UPSTREAM_PROBE_MS; while a
- * connection's node holds other rules than the router, after RL_UPSTREAM_PROBE_SOON_MS,
- * doubling up to RL_UPSTREAM_PROBE_MS (from the router's change or the node's). */
 /* A connection on which a request sent more than its stall bound ago is still unanswered (the
  * router's deadline plus the longer of RL_UPSTREAM_STALL_MIN_MS and the deadline; a node
  * answers a connection's requests in order, so it is that far behind, or silent) is reset
@@ -50,6 +45,11 @@
 #define RL_UPSTREAM_STALL_MIN_MS 1000u
 #define RL_UPSTREAM_STALL_CHECKS 4
 #define RL_UPSTREAM_CONNECT_MS 3000u /* above a lost SYN's first retransmission (1 s) */
+/* The rules probe (docs/OPERATIONS.md, "The deny cache"): a STATS under this id on each
+ * CHECK connection, whose answer's rules_digest says which rules the node decides under; sent
+ * at connect, when the router's rules change, then every RL_UPSTREAM_PROBE_MS; while a
+ * connection's node holds other rules than the router, after RL_UPSTREAM_PROBE_SOON_MS,
+ * doubling up to RL_UPSTREAM_PROBE_MS (from the router's change or the node's). */
 #define RL_UPSTREAM_PROBE_ID UINT32_MAX
 #define RL_UPSTREAM_PROBE_MS 1000u
 #define RL_UPSTREAM_PROBE_SOON_MS 100u
@@ -94,7 +94,7 @@ struct rl_upconn {
     uint64_t sent_then[RL_UPSTREAM_STALL_CHECKS];
     uint8_t stall_ring;
     uint8_t stalled;     /* checks in a row that found it stalled (upstream_watch) */
-    uint64_t connect_ms; /* uv_now() when the connect in progress began */
+    uint64_t connect_at_ms; /* uv_now() when the connect in progress began */
     /* The connection's first connect is in flight (opened, neither connected nor failed
      * yet): a request for it waits in `early` (sent right after HELLO once connected; failed
      * with the connection otherwise) instead of getting the failure policy at once, so a

@@ -597,6 +597,31 @@ START_TEST(test_moving_client_leaves)
 }
 END_TEST
 
+/* The deaf fakes a and b (b may be NULL) read again: once one has seen the router's reset,
+ * they read what their kernels held then, and whatever else comes for 300 ms more. */
+static void
+fakes_wake(struct fake *a, struct fake *b)
+{
+    struct fake *f[2] = {a, b};
+    int n = b != NULL ? 2 : 1;
+    bool reset = false, drained = false;
+
+    for (int i = 0; i < n; i++) {
+        atomic_store(&f[i]->deaf, false);
+    }
+    for (int k = 0; k < 500 && !(reset && drained); k++) {
+        usleep(10 * 1000);
+        reset = false;
+        drained = true;
+        for (int i = 0; i < n; i++) {
+            reset |= atomic_load(&f[i]->resets) > 0;
+            drained &= atomic_load(&f[i]->read_since_wake) >= atomic_load(&f[i]->held_at_wake);
+        }
+    }
+    ck_assert_msg(reset, "no fake saw the router's reset");
+    usleep(300 * 1000);
+}
+
 /*
  * First, connections that owe nothing stay up however long they are idle (the fakes never
  * answer the router's HELLO and probes: those are owed nothing). Then both fakes stop reading
@@ -653,13 +678,7 @@ START_TEST(test_stall_reset)
                 strstr(log, "connection reset (what it has not read yet is dropped") != NULL;
     }
     ck_assert_msg(reset, "the router never reset the connections of nodes that stopped reading");
-    atomic_store(&f1.deaf, false);
-    atomic_store(&f2.deaf, false);
-    for (int k = 0; k < 500 && atomic_load(&f1.resets) + atomic_load(&f2.resets) == 0; k++) {
-        usleep(10 * 1000);
-    }
-    ck_assert_int_gt(atomic_load(&f1.resets) + atomic_load(&f2.resets), 0);
-    usleep(300 * 1000); /* whatever the fakes still read */
+    fakes_wake(&f1, &f2);
     read_after = atomic_load(&f1.checks) + atomic_load(&f2.checks) - before;
     /* what was in the fakes' buffers at most; the rest was dropped with the reset */
     ck_assert_msg(read_after < STALLED / 2, "the nodes read %d of the %d CHECKs given up on",
@@ -826,17 +845,7 @@ START_TEST(test_retire_reset)
     }
     ck_assert_int_eq(allowed, STALLED); /* n1's went on to n2 */
     ck_assert_int_gt(rl_test_stat(router_port, "move_lost_conn"), 0);
-    atomic_store(&f1.deaf, false);
-    for (int k = 0; k < 500 && atomic_load(&f1.resets) == 0; k++) {
-        usleep(10 * 1000);
-    }
-    ck_assert_int_gt(atomic_load(&f1.resets), 0);
-    /* whatever n1 still reads: what it held at least, and for a while whatever else comes */
-    for (int k = 0; k < 500 && atomic_load(&f1.read_since_wake) < atomic_load(&f1.held_at_wake);
-         k++) {
-        usleep(10 * 1000);
-    }
-    usleep(300 * 1000);
+    fakes_wake(&f1, NULL);
     read_after = atomic_load(&f1.checks) - before;
     ck_assert_msg(read_after < (int)rl_test_stat(router_port, "move_lost_conn") / 2,
                   "n1 read %d of the %lld CHECKs the router took from it", read_after,

@@ -259,13 +259,26 @@ node_target(const struct ch_step *st, char *buf, size_t len)
     return buf;
 }
 
-/* Returns the impairment's index + 1, or 0 (none): a step's step_impair. */
-static int
-zk_outage_impairs(struct ch_cluster *c, int64_t now, int64_t until, const char *what)
+/* Step si's impairment (the step's undo ends it, ch_fault_undo); cut: the fault cuts node off
+ * from what a handoff needs (verdict_moves.c). */
+static void
+impair_step(struct ch_cluster *c, int si, int node, int64_t now, int64_t until, const char *what,
+            bool cut)
+{
+    int i = ch_run_impair(c->run, node, now, until, what);
+
+    c->run->impairs[i].cut = cut;
+    c->step_impair[si] = i + 1;
+}
+
+static void
+zk_outage_impairs(struct ch_cluster *c, int si, int64_t now, int64_t until, const char *what)
 {
     c->zk_down_since = now;
     /* With fencing = disconnect a node answers nothing while ZooKeeper is away. */
-    return c->run->sc->fence_disconnect ? ch_run_impair(c->run, -1, now, until, what) + 1 : 0;
+    if (c->run->sc->fence_disconnect) {
+        impair_step(c, si, -1, now, until, what, false);
+    }
 }
 
 /* ZooKeeper is back. After an outage of a session timeout or more it may expire every
@@ -376,20 +389,19 @@ ch_fault_do(struct ch_cluster *c, int si)
         break;
     case CH_PAUSE:
         if (st->target == CH_NODE) {
-            c->step_impair[si] = ch_run_impair(r, st->index, now, until, "paused") + 1;
-            r->impairs[c->step_impair[si] - 1].cut = true;
+            impair_step(c, si, st->index, now, until, "paused", true);
             /* pid 0 (not running) would stop rl-chaos's own process group */
             rc = c->node[st->index].pid > 0 && kill(c->node[st->index].pid, SIGSTOP) == 0
                      ? 0
                      : -ESRCH;
         } else {
-            c->step_impair[si] = zk_outage_impairs(c, now, until, "zookeeper paused");
+            zk_outage_impairs(c, si, now, until, "zookeeper paused");
             c->zk_paused = c->zk.pid > 0;
             rc = c->zk.pid > 0 && kill(c->zk.pid, SIGSTOP) == 0 ? 0 : -ESRCH;
         }
         break;
     case CH_STOP:
-        c->step_impair[si] = zk_outage_impairs(c, now, until, "zookeeper stopped");
+        zk_outage_impairs(c, si, now, until, "zookeeper stopped");
         c->zk_down = true;
         rc = rl_harness_zk_stop(&c->zk);
         break;
@@ -403,9 +415,8 @@ ch_fault_do(struct ch_cluster *c, int si)
         /* cut off from what a handoff needs (ZooKeeper, the other nodes): across hosts a
          * partition from the routers leaves the node its ZooKeeper and its peers; through the
          * loopback proxies node-to-node traffic takes the routers' path */
-        c->step_impair[si] =
-            ch_run_impair(r, st->index, now, until, node_target(st, who, sizeof(who))) + 1;
-        r->impairs[c->step_impair[si] - 1].cut = st->path != CH_PATH_ROUTERS || r->hosts == NULL;
+        impair_step(c, si, st->index, now, until, node_target(st, who, sizeof(who)),
+                    st->path != CH_PATH_ROUTERS || r->hosts == NULL);
         if (r->hosts != NULL) {
             rc = host_partition(c, st, "add"); /* partition only: main.c refuses oneway */
         } else {
@@ -421,14 +432,13 @@ ch_fault_do(struct ch_cluster *c, int si)
         break;
     case CH_ISOLATE:
         /* cut from everyone: routers, ZooKeeper and the clients' probes alike */
-        c->step_impair[si] = ch_run_impair(r, st->index, now, until, "isolated") + 1;
-        r->impairs[c->step_impair[si] - 1].cut = true;
+        impair_step(c, si, st->index, now, until, "isolated", true);
         c->isolated[st->index] = true;
         rc = ip_in(c, r->hosts->node[st->index].netns, "link", "set", "dev", r->hosts->dev,
                    "down", NULL);
         break;
     case CH_DELAY:
-        c->step_impair[si] = ch_run_impair(r, st->index, now, until, "delayed") + 1;
+        impair_step(c, si, st->index, now, until, "delayed", false);
         rl_proxy_set_delay(path_proxy(c, st), (int)st->arg_ms);
         break;
     case CH_DRAIN:
