@@ -43,7 +43,9 @@ measure(size_t n, long iters)
     Google__Protobuf__Struct *tree;
     volatile size_t sink = 0;
 
-    e[0].key = key0, e[0].value = val0, e[1].key = key1, e[1].value = val1;
+#define BYTES(s) ((ProtobufCBinaryData){sizeof(s) - 1, (uint8_t *)(s)})
+    e[0].key = BYTES(key0), e[0].value = BYTES(val0);
+    e[1].key = BYTES(key1), e[1].value = BYTES(val1);
     memset(descs, 0, sizeof(descs));
     for (size_t i = 0; i < n; i++) {
         Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor init =
@@ -57,7 +59,7 @@ measure(size_t n, long iters)
         descs[i].nlimits = 1;
         descs[i].matched = &matched;
     }
-    req.domain = domain;
+    req.domain = BYTES(domain);
     req.n_descriptors = n;
     req.descriptors = dp;
     memset(&call, 0, sizeof(call));

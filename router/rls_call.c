@@ -283,18 +283,18 @@ static size_t
 entries_of(const rls_descriptor *d, struct rl_envoy_entry *e, bool *report)
 {
     size_t n = d->n_entries;
-    bool rep = n > 0 && strcmp(d->entries[n - 1]->key, RLS_REPORT_KEY) == 0 &&
-               strcmp(d->entries[n - 1]->value, RLS_REPORT_VALUE) == 0;
+    bool rep = n > 0 && rls_bytes_is(d->entries[n - 1]->key, RLS_REPORT_KEY) &&
+               rls_bytes_is(d->entries[n - 1]->value, RLS_REPORT_VALUE);
 
     if (report != NULL) {
         *report = rep;
     }
     n -= rep;
     for (size_t k = 0; k < n; k++) {
-        e[k].key = d->entries[k]->key;
-        e[k].key_len = strlen(d->entries[k]->key);
-        e[k].value = d->entries[k]->value;
-        e[k].value_len = strlen(d->entries[k]->value);
+        e[k].key = rls_bytes(d->entries[k]->key);
+        e[k].key_len = d->entries[k]->key.len;
+        e[k].value = rls_bytes(d->entries[k]->value);
+        e[k].value_len = d->entries[k]->value.len;
     }
     return n;
 }
@@ -406,7 +406,7 @@ start_check(struct rl_rls_call *s, size_t dlen)
                          RL_WIRE_SERVICE_MAX);
         return -1;
     }
-    if (rl_conf_rule(s->r->conf, req->domain, dlen, NULL, 0) != NULL) {
+    if (rl_conf_rule(s->r->conf, rls_bytes(req->domain), dlen, NULL, 0) != NULL) {
         /* Configured rules are authoritative: an inline limit for the service is refused. */
         rl_rls_call_fail(s, GRPC_FAILED_PRECONDITION,
                          "domain is a [service] of cluster.conf: configured rules apply to it");
@@ -440,7 +440,7 @@ match_desc(struct rl_rls_call *s, size_t i, size_t dlen)
          * domain only, never in shadow mode (as upstream); an unknown unit limits nothing */
         struct rl_envoy_limit *o = &out->ovr;
 
-        if (cfg == NULL || rl_envoy_domain(cfg, req->domain, dlen) == NULL ||
+        if (cfg == NULL || rl_envoy_domain(cfg, rls_bytes(req->domain), dlen) == NULL ||
             rl_envoy_unit_seconds((enum rl_envoy_unit)d->limit->unit) == 0) {
             return 0;
         }
@@ -452,7 +452,7 @@ match_desc(struct rl_rls_call *s, size_t i, size_t dlen)
         out->nlimits = 1;
         return 1;
     }
-    m = cfg != NULL ? rl_envoy_match(cfg, req->domain, dlen, e, n, NULL) : NULL;
+    m = cfg != NULL ? rl_envoy_match(cfg, rls_bytes(req->domain), dlen, e, n, NULL) : NULL;
     if (m == NULL) {
         return 0;
     }
@@ -511,9 +511,10 @@ desc_key(const struct rl_rls_call *s, size_t i, size_t dlen, char *key)
 
     memset(share, 0, sizeof(share[0]) * n);
     if (d->limit == NULL) {
-        rl_envoy_match(s->cfg, req->domain, dlen, e, n, share);
+        rl_envoy_match(s->cfg, rls_bytes(req->domain), dlen, e, n, share);
     }
-    klen = rl_envoy_counter_key(key, RL_WIRE_USER_MAX + 1, req->domain, dlen, e, n, share);
+    klen =
+        rl_envoy_counter_key(key, RL_WIRE_USER_MAX + 1, rls_bytes(req->domain), dlen, e, n, share);
     if (klen > RL_WIRE_USER_MAX) {
         char *full = malloc(klen + 1);
         uint64_t h1, h2;
@@ -521,7 +522,7 @@ desc_key(const struct rl_rls_call *s, size_t i, size_t dlen, char *key)
         if (full == NULL) {
             return 0;
         }
-        rl_envoy_counter_key(full, klen + 1, req->domain, dlen, e, n, share);
+        rl_envoy_counter_key(full, klen + 1, rls_bytes(req->domain), dlen, e, n, share);
         h1 = rl_shardmap_key_hash("rls", 3, full, klen);
         h2 = rl_shardmap_key_hash("rls2", 4, full, klen);
         free(full);
@@ -548,7 +549,7 @@ part_send(struct rl_rls_call *s, size_t i, size_t j, size_t dlen, const char *ke
     memset(&w, 0, sizeof(w));
     w.op = RL_WIRE_OP_CHECK;
     w.id = (uint32_t)s->nparts;
-    w.service.ptr = s->req->domain;
+    w.service.ptr = rls_bytes(s->req->domain);
     w.service.len = dlen;
     w.user.ptr = key;
     w.user.len = klen;
@@ -616,7 +617,7 @@ start_send(struct rl_rls_call *s, size_t dlen)
 void
 rl_rls_call_start(struct rl_rls_call *s)
 {
-    size_t dlen = strlen(s->req->domain);
+    size_t dlen = s->req->domain.len;
 
     if (start_check(s, dlen) != 0 || start_match(s, dlen) != 0) {
         return;

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "envoycfg.h"
 #include "rls_call.h"
@@ -39,6 +40,22 @@ struct rls_desc {
     struct rl_envoy_limit ovr; /* Envoy's RateLimitOverride, when the request gave one */
     const struct rl_envoy_desc *matched; /* in the configuration, for `replaces` */
 };
+
+/* A string field that protoc-c reads as bytes (proto/README.md: the domain, an entry's key
+ * and value), so that a NUL byte in it is one more byte, not its end: its bytes, "" when
+ * empty (protobuf-c leaves an empty field's data NULL). Not NUL-terminated. */
+static inline const char *
+rls_bytes(ProtobufCBinaryData b)
+{
+    return b.len != 0 ? (const char *)b.data : "";
+}
+
+/* b holds exactly the NUL-terminated s. */
+static inline bool
+rls_bytes_is(ProtobufCBinaryData b, const char *s)
+{
+    return b.len == strlen(s) && memcmp(rls_bytes(b), s, b.len) == 0;
+}
 
 /* The cost of descriptor d: its own hits_addend, else the request's, else 1. */
 static inline uint64_t

@@ -198,13 +198,13 @@ desc_value(struct bw *w, const rls_descriptor *d)
     }
     field = list = w->p;
     for (size_t k = d->n_entries; k-- > 0;) {
-        const char *key = d->entries[k]->key, *val = d->entries[k]->value;
+        ProtobufCBinaryData key = d->entries[k]->key, val = d->entries[k]->value;
         uint8_t *item = w->p, *s = w->p;
 
         /* escaped("k=v") is escaped("k") "=" escaped("v"): '=' ends no character */
-        put_text(w, val, strlen(val));
+        put_text(w, rls_bytes(val), val.len);
         put_byte(w, '=');
-        put_text(w, key, strlen(key));
+        put_text(w, rls_bytes(key), key.len);
         close_len(w, s, TAG_STRING);
         close_len(w, item, TAG_FIELDS);
     }
@@ -258,15 +258,15 @@ size_t
 rls_meta_bound(const struct rl_rls_call *s, const struct rls_decided *dec)
 {
     const rls_request *req = s->req;
-    size_t n = 4 * FIELD_MAX + ESCAPED_MAX(strlen(req->domain));
+    size_t n = 4 * FIELD_MAX + ESCAPED_MAX(req->domain.len);
 
     for (size_t i = 0; i < req->n_descriptors; i++) {
         const rls_descriptor *d = req->descriptors[i];
 
         n += 4 * FIELD_MAX + ESCAPED_MAX(96);
         for (size_t k = 0; k < d->n_entries; k++) {
-            n += FIELD_MAX + ESCAPED_MAX(strlen(d->entries[k]->key)) +
-                 ESCAPED_MAX(strlen(d->entries[k]->value));
+            n += FIELD_MAX + ESCAPED_MAX(d->entries[k]->key.len) +
+                 ESCAPED_MAX(d->entries[k]->value.len);
         }
     }
     if (dec->part != NULL) {
@@ -294,7 +294,7 @@ rls_meta_write(uint8_t *end, const struct rl_rls_call *s, const struct rls_decid
     if (req->hits_addend != 0) {
         field_number(&w, KEY("hitsAddend"), (double)req->hits_addend);
     }
-    field_string(&w, KEY("domain"), req->domain, strlen(req->domain), true);
+    field_string(&w, KEY("domain"), rls_bytes(req->domain), req->domain.len, true);
     field = list = w.p;
     for (size_t i = req->n_descriptors; i-- > 0;) {
         uint8_t *item = w.p;

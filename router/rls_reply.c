@@ -34,33 +34,55 @@ static const char *
 call_domain(const struct rl_rls_call *call)
 {
     const rls_request *req = call->req;
+    const struct rl_envoy_domain *d;
 
-    if (req != NULL && call->cfg != NULL && req->domain[0] != '\0' &&
-        rl_envoy_domain(call->cfg, req->domain, strlen(req->domain)) != NULL) {
-        return req->domain;
+    if (req != NULL && call->cfg != NULL && req->domain.len != 0 &&
+        (d = rl_envoy_domain(call->cfg, rls_bytes(req->domain), req->domain.len)) != NULL) {
+        return d->name;
     }
     return "";
 }
 
+/* The n bytes of s at k + at, a NUL byte written as the six characters \u0000 (a metric's
+ * label is a C string); k has room for 6n. Returns the new at. */
+static size_t
+detailed_put(char *k, size_t at, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\0') {
+            memcpy(k + at, "\\u0000", 6);
+            at += 6;
+        } else {
+            k[at++] = s[i];
+        }
+    }
+    return at;
+}
+
 /* The full key of descriptor d of a detailed_metric, as upstream names its stats:
- * domain.key1_value1.key2_value2 (malloc'd; NULL: out of memory). */
+ * domain.key1_value1.key2_value2 (malloc'd, NUL-terminated, holding no other NUL; NULL: out
+ * of memory). */
 static char *
 detailed_key(const rls_request *req, const rls_descriptor *d, size_t *len)
 {
-    size_t n = strlen(req->domain), at;
+    size_t n = req->domain.len, at;
     char *k;
 
     for (size_t i = 0; i < d->n_entries; i++) {
-        n += 2 + strlen(d->entries[i]->key) + strlen(d->entries[i]->value);
+        n += 2 + d->entries[i]->key.len + d->entries[i]->value.len;
     }
-    k = malloc(n + 1);
+    k = malloc(6 * n + 1);
     if (k == NULL) {
         return NULL;
     }
-    at = (size_t)sprintf(k, "%s", req->domain);
+    at = detailed_put(k, 0, rls_bytes(req->domain), req->domain.len);
     for (size_t i = 0; i < d->n_entries; i++) {
-        at += (size_t)sprintf(k + at, ".%s_%s", d->entries[i]->key, d->entries[i]->value);
+        k[at++] = '.';
+        at = detailed_put(k, at, rls_bytes(d->entries[i]->key), d->entries[i]->key.len);
+        k[at++] = '_';
+        at = detailed_put(k, at, rls_bytes(d->entries[i]->value), d->entries[i]->value.len);
     }
+    k[at] = '\0';
     *len = at;
     return k;
 }

@@ -20,6 +20,17 @@ typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor Desc;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry Entry;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__RateLimitOverride Override;
 
+/* The domain and an entry's key and value are bytes in C (proto/README.md): a string
+ * literal's bytes, without its NUL. */
+#define BYTES(lit) ((ProtobufCBinaryData){sizeof(lit) - 1, (uint8_t *)(lit)})
+/* b holds exactly the literal's bytes. */
+#define ck_assert_bytes_eq(b, lit)                                                                 \
+    do {                                                                                           \
+        ProtobufCBinaryData b_ = (b);                                                              \
+        ck_assert_uint_eq(b_.len, sizeof(lit) - 1);                                                \
+        ck_assert(b_.len == 0 || memcmp(b_.data, (lit), b_.len) == 0);                             \
+    } while (0)
+
 /* The request rls_pyproto.py encodes, built in C. */
 static size_t
 pack_sample(uint8_t **out)
@@ -36,11 +47,11 @@ pack_sample(uint8_t **out)
     Entry *ents0[] = {&e0, &e1}, *ents1[] = {&e2};
     Desc *descs[] = {&d0, &d1};
 
-    e0.key = "remote_address";
-    e0.value = "10.0.0.1";
-    e1.key = "path";
-    e1.value = "/caf\xc3\xa9";
-    e2.key = "generic_key";
+    e0.key = BYTES("remote_address");
+    e0.value = BYTES("10.0.0.1\0tail"); /* a NUL is one more byte */
+    e1.key = BYTES("path");
+    e1.value = BYTES("/caf\xc3\xa9");
+    e2.key = BYTES("generic_key");
     o.requests_per_unit = 42;
     o.unit = ENVOY__TYPE__V3__RATE_LIMIT_UNIT__HOUR;
     hits.value = 7;
@@ -50,7 +61,7 @@ pack_sample(uint8_t **out)
     d0.hits_addend = &hits;
     d1.n_entries = 1;
     d1.entries = ents1;
-    r.domain = "edge";
+    r.domain = BYTES("edge");
     r.n_descriptors = 2;
     r.descriptors = descs;
     r.hits_addend = 3;
@@ -66,15 +77,15 @@ pack_sample(uint8_t **out)
 static void
 check_sample(const Req *r)
 {
-    ck_assert_str_eq(r->domain, "edge");
+    ck_assert_bytes_eq(r->domain, "edge");
     ck_assert_uint_eq(r->hits_addend, 3);
     ck_assert_uint_eq(r->n_descriptors, 2);
     const Desc *d = r->descriptors[0];
     ck_assert_uint_eq(d->n_entries, 2);
-    ck_assert_str_eq(d->entries[0]->key, "remote_address");
-    ck_assert_str_eq(d->entries[0]->value, "10.0.0.1");
-    ck_assert_str_eq(d->entries[1]->key, "path");
-    ck_assert_str_eq(d->entries[1]->value, "/caf\xc3\xa9");
+    ck_assert_bytes_eq(d->entries[0]->key, "remote_address");
+    ck_assert_bytes_eq(d->entries[0]->value, "10.0.0.1\0tail");
+    ck_assert_bytes_eq(d->entries[1]->key, "path");
+    ck_assert_bytes_eq(d->entries[1]->value, "/caf\xc3\xa9");
     ck_assert_ptr_nonnull(d->limit);
     ck_assert_uint_eq(d->limit->requests_per_unit, 42);
     ck_assert_int_eq(d->limit->unit, ENVOY__TYPE__V3__RATE_LIMIT_UNIT__HOUR);
@@ -82,8 +93,8 @@ check_sample(const Req *r)
     ck_assert_uint_eq(d->hits_addend->value, 7);
     d = r->descriptors[1];
     ck_assert_uint_eq(d->n_entries, 1);
-    ck_assert_str_eq(d->entries[0]->key, "generic_key");
-    ck_assert_str_eq(d->entries[0]->value, "");
+    ck_assert_bytes_eq(d->entries[0]->key, "generic_key");
+    ck_assert_bytes_eq(d->entries[0]->value, "");
     ck_assert_ptr_null(d->limit);
     ck_assert_ptr_null(d->hits_addend);
 }
@@ -207,7 +218,7 @@ START_TEST(test_python_wire)
                            "descriptor has_limit=True has_hits=True\n"
                            "limit=42 unit=3\n"
                            "hits=7\n"
-                           "entry remote_address=10.0.0.1\n"
+                           "entry remote_address=10.0.0.1\\0tail\n"
                            "entry path=/caf\xc3\xa9\n"
                            "descriptor has_limit=False has_hits=False\n"
                            "entry generic_key=\n");

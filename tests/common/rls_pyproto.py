@@ -2,7 +2,8 @@
 """The other side of check_rls_proto's wire test: Python's protobuf (python3-protobuf) with
 code that protoc (protobuf-compiler) generates from proto/ at run time into a temporary
 directory. `encode FILE` writes a RateLimitRequest's bytes to FILE; `decode FILE` reads
-a RateLimitRequest from FILE and prints its fields one per line, for the C test to compare."""
+a RateLimitRequest from FILE and prints its fields one per line (a NUL byte as \\0), for the C
+test to compare."""
 import os
 import subprocess
 import sys
@@ -11,7 +12,9 @@ import tempfile
 top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 protos = ["envoy/service/ratelimit/v3/rls.proto",
           "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
-          "envoy/config/core/v3/base.proto", "envoy/type/v3/ratelimit_unit.proto"]
+          "envoy/config/core/v3/base.proto", "envoy/type/v3/ratelimit_unit.proto",
+          # protobuf-c's options (string_as_bytes), which the protos above import
+          "protobuf-c/protobuf-c.proto"]
 
 
 def main():
@@ -25,7 +28,7 @@ def main():
         if mode == "encode":
             r = rls_pb2.RateLimitRequest(domain="edge", hits_addend=3)
             d = r.descriptors.add()
-            d.entries.add(key="remote_address", value="10.0.0.1")
+            d.entries.add(key="remote_address", value="10.0.0.1\0tail")
             d.entries.add(key="path", value="/caf\u00e9")
             d.limit.requests_per_unit = 42
             d.limit.unit = ratelimit_unit_pb2.HOUR
@@ -46,7 +49,7 @@ def main():
                 if d.HasField("hits_addend"):
                     print("hits=%d" % d.hits_addend.value)
                 for e in d.entries:
-                    print("entry %s=%s" % (e.key, e.value))
+                    print("entry %s=%s" % (e.key, e.value.replace("\0", "\\0")))
 
 
 main()

@@ -4,9 +4,10 @@
  * decoded. Invariants: a decoded request's known fields re-encode to a message that decodes
  * to the same encoding (no field lost or invented; unknown fields are left out, as
  * protobuf-c keeps some it cannot write back, e.g. field number 0 in an overlong tag); its
- * strings are there (never NULL); matching its
+ * domain and entries (bytes, NUL bytes included: proto/README.md) have their bytes when not
+ * empty; matching its
  * descriptors against a fixed configuration either finds nothing or a descriptor of that
- * configuration with limits, and the counter key's length is what it writes.
+ * configuration with limits, and the counter key ends where its length says.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,6 +18,13 @@
 #include "fuzz.h"
 
 static struct rl_envoy_config *cfg;
+
+/* A bytes field's bytes ("" when empty, as router/rls_int.h's rls_bytes). */
+static const char *
+bytes_of(ProtobufCBinaryData b)
+{
+    return b.len != 0 ? (const char *)b.data : "";
+}
 
 static const char cfg_text[] = "domain: edge\n"
                                "descriptors:\n"
@@ -47,7 +55,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r == NULL) {
         return 0;
     }
-    MUST(r->domain != NULL);
+    MUST(r->domain.len == 0 || r->domain.data != NULL);
     /* every message of r, to hide their unknown fields while packing */
     size_t nm = 1, k = 0;
     for (size_t i = 0; i < r->n_descriptors; i++) {
@@ -98,17 +106,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *share[RL_ENVOY_ENTRIES_MAX];
         size_t ne = d->n_entries < RL_ENVOY_ENTRIES_MAX ? d->n_entries : RL_ENVOY_ENTRIES_MAX;
         for (size_t j = 0; j < ne; j++) {
-            MUST(d->entries[j]->key != NULL && d->entries[j]->value != NULL);
-            e[j] = (struct rl_envoy_entry){d->entries[j]->key, strlen(d->entries[j]->key),
-                                           d->entries[j]->value, strlen(d->entries[j]->value)};
+            ProtobufCBinaryData ek = d->entries[j]->key, ev = d->entries[j]->value;
+            MUST((ek.len == 0 || ek.data != NULL) && (ev.len == 0 || ev.data != NULL));
+            e[j] = (struct rl_envoy_entry){bytes_of(ek), ek.len, bytes_of(ev), ev.len};
         }
-        const struct rl_envoy_desc *m =
-            rl_envoy_match(cfg, r->domain, strlen(r->domain), e, ne, share);
+        const char *dom = bytes_of(r->domain);
+        const struct rl_envoy_desc *m = rl_envoy_match(cfg, dom, r->domain.len, e, ne, share);
         MUST(m == NULL || m->nlimits > 0);
         char key[64];
-        size_t kl =
-            rl_envoy_counter_key(key, sizeof(key), r->domain, strlen(r->domain), e, ne, share);
-        MUST(strlen(key) == (kl < sizeof(key) ? kl : sizeof(key) - 1));
+        size_t kl = rl_envoy_counter_key(key, sizeof(key), dom, r->domain.len, e, ne, share);
+        /* the key's bytes may hold a NUL (a value's): it ends where the length says */
+        MUST(key[kl < sizeof(key) ? kl : sizeof(key) - 1] == '\0');
     }
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(r2, NULL);
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(r, NULL);

@@ -24,13 +24,19 @@ ZK_JARS = ["zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "metrics-
            "netty-transport-native-epoll", "netty-transport-native-unix-common"]
 
 
-def generate_pb(out: Path):
-    """protoc's Python classes of proto/ in out; yields the rls_pb2 module (a fixture body)."""
+def protoc_python(out: Path) -> None:
+    """protoc's Python classes of proto/ in out, with those of protobuf-c's options, which
+    proto/ imports (/usr/include/protobuf-c/protobuf-c.proto: string_as_bytes)."""
     if shutil.which("protoc") is None:
         pytest.skip("protoc is missing (scripts/deps.sh installs protobuf-compiler)")
     protos = [str(p) for p in (harness.REPO / "proto").rglob("*.proto")]
     subprocess.run(["protoc", "-I", str(harness.REPO / "proto"), "-I", "/usr/include",
-                    f"--python_out={out}"] + protos, check=True)
+                    f"--python_out={out}", "protobuf-c/protobuf-c.proto"] + protos, check=True)
+
+
+def generate_pb(out: Path):
+    """protoc's Python classes of proto/ in out; yields the rls_pb2 module (a fixture body)."""
+    protoc_python(out)
     sys.path.insert(0, str(out))
     from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
 

@@ -105,6 +105,23 @@ def test_counts_to_the_limit_then_over(call, pb):
     assert r.statuses[0].limit_remaining == 2
 
 
+def test_a_nul_byte_is_one_more_byte(call, pb):
+    """A descriptor value is its bytes, a NUL byte included: a value holding one is neither
+    the value before the NUL nor another value with the same head (the front read values up
+    to a NUL once, and counted those three as one). A domain is its bytes too."""
+    clear_of_window_edge(3600)
+    for v in ("10.77.0.1", "10.77.0.1\0a", "10.77.0.1\0b"):
+        r = call("edge", [("remote_address", v)])
+        assert r.overall_code == pb.RateLimitResponse.OK, (v, r)
+        assert r.statuses[0].limit_remaining == 2, (v, r)
+    r = call("edge", [("remote_address", "10.77.0.1\0a")])
+    assert r.statuses[0].limit_remaining == 1
+    # "edge" and a NUL is not the domain edge: it limits nothing
+    r = call("edge\0x", [("path", "/never")])
+    assert codes(pb, r) == ["OK"]
+    assert not r.statuses[0].HasField("current_limit")
+
+
 def test_statuses_in_request_order_and_overall(call, pb):
     descs = [[("path", "/login")], [("path", "/nothing")], [("remote_address", "10.1.0.1")],
              [("path", "/free")]]

@@ -439,13 +439,16 @@ def test_detailed_metric_counts_hits_by_full_key(counted, pb):
         for _ in range(3):
             call("edge", [("det", "a")])
         call("edge", [("det", "b")])
+        # a value holding a NUL byte is its own key, the NUL written \u0000 (escaped once
+        # more as a label value)
+        call("edge", [("det", "b\0x")])
 
         def val(key, result, p):
             return metric(counted, "rl_router_rls_detailed_hits_total",
                           f'key="{key}",result="{result}"', page=p)
         # a page with the last call's count has every call's before it
         page = page_since(counted, time.monotonic(),
-                          lambda p: val("edge.det_b", "within_limit", p) == 1)
+                          lambda p: val("edge.det_b\\\\u0000x", "within_limit", p) == 1)
         assert val("edge.det_a", "within_limit", page) == 2
         assert val("edge.det_a", "over_limit", page) == 1
         assert val("edge.det_b", "within_limit", page) == 1

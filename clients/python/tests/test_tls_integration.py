@@ -124,17 +124,14 @@ def test_grpc_front_over_tls(tmp_path):
     """Envoy's rate limit service over TLS (ALPN h2), called with grpcio's secure channel,
     which also checks the certificate's address (the test certificate names 127.0.0.1)."""
     grpc = pytest.importorskip("grpc")
-    import shutil
     import sys
 
+    import rls_harness
+
     harness.need_binaries("rl-node", "rl-router")
-    if shutil.which("protoc") is None:
-        pytest.skip("protoc is missing (scripts/deps.sh installs protobuf-compiler)")
     gen = tmp_path / "gen"
     gen.mkdir()
-    protos = [str(p) for p in (harness.REPO / "proto").rglob("*.proto")]
-    subprocess.run(["protoc", "-I", str(harness.REPO / "proto"), "-I", "/usr/include",
-                    f"--python_out={gen}"] + protos, check=True)
+    rls_harness.protoc_python(gen)
     sys.path.insert(0, str(gen))
     try:
         from envoy.service.ratelimit.v3 import rls_pb2 as pb
