@@ -161,7 +161,7 @@ main(int argc, char **argv)
         /* The node's sweeps collapse the table into huge pages a 2 MiB piece each, once its
          * last grow has ended: as many as it takes (256 MiB). */
         for (unsigned k = 0; k < 128; k++) {
-            rl_limiter_sweep(l[s], now, 1);
+            rl_limiter_sweep(l[s], now, 0, 1);
         }
         long h = rollup_kb("AnonHugePages");
         printf("%s: its fill took %ld kB of huge pages\n", side_name[s],

@@ -53,8 +53,9 @@ struct rl_keytab_entry {
 
 /* What the table asks of its owner: the tier of an entry, to sweep and evict. */
 struct rl_keytab_ops {
-    /* True when the entry can be forgotten at now. */
-    bool (*is_full)(void *arg, const struct rl_keytab_entry *e, uint64_t now);
+    /* True when the entry can be forgotten at now. It may bring e->st up to now, as score
+     * may (below), nothing else; it moves no entry. */
+    bool (*is_full)(void *arg, struct rl_keytab_entry *e, uint64_t now);
     /* How good a victim the entry is for an insert of `tier` at now: the smallest score is
      * evicted. Its class, score >> RL_KEYTAB_CLASS_SHIFT, says what losing it costs (the
      * RL_KEYTAB_CLASS_* below); a sample whose best class is RL_KEYTAB_CLASS_RESAMPLE or

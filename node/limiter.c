@@ -654,9 +654,10 @@ rl_limiter_check_prepared(struct rl_limiter *l, const struct rl_wire_req *req,
 }
 
 void
-rl_limiter_sweep(struct rl_limiter *l, uint64_t now, size_t budget)
+rl_limiter_sweep(struct rl_limiter *l, uint64_t now, uint64_t grace, size_t budget)
 {
-    rl_keytab_sweep(l->tab, now, budget);
+    l->sweep_now = now;
+    rl_keytab_sweep(l->tab, now > grace ? now - grace : 0, budget);
 }
 
 void

@@ -265,8 +265,11 @@ struct rl_slices;
  */
 void rl_limiter_set_slices(struct rl_limiter *l, const struct rl_slices *s, uint32_t region_slice);
 
-/* Forgets keys back at full allowance, examining at most budget slots. */
-void rl_limiter_sweep(struct rl_limiter *l, uint64_t now, size_t budget);
+/* Forgets keys that have been back at full allowance for grace ms at now (full at
+ * now - grace), examining at most budget slots. A state it visits more than a window ahead
+ * of now (a clock stepped back) is first moved back as a judgment at now would move it
+ * (rl_algo_bound), at now and not now - grace, which would give back what was consumed. */
+void rl_limiter_sweep(struct rl_limiter *l, uint64_t now, uint64_t grace, size_t budget);
 
 void rl_limiter_stats(const struct rl_limiter *l, struct rl_limiter_stats *s);
 

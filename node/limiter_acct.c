@@ -126,12 +126,22 @@ lim_may_add(void *arg, uint32_t owner)
     return x == NULL || x->limits < RL_INLTAB_TENANT_MAX;
 }
 
+/* The sweep's question: is e full at now (the sweep's clock less its grace)? Its state is
+ * bounded first at the sweep's own clock (rl_algo_bound, as a judgment then would: a clock
+ * stepped back leaves it at most a window ahead), so a key written while the clock was ahead
+ * is forgotten within three windows of the step back, not when the clock reaches the time it
+ * was written at (a day later, for a day's step). */
 bool
-lim_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
+lim_is_full(void *arg, struct rl_keytab_entry *e, uint64_t now)
 {
-    const struct rl_tier *t = lim_entry_tier(arg, e);
+    struct rl_limiter *l = arg;
+    const struct rl_tier *t = lim_entry_tier(l, e);
 
-    return t == NULL || rl_algo_is_full(t, &e->st, now);
+    if (t == NULL) {
+        return true;
+    }
+    rl_algo_bound(t, &e->st, l->sweep_now > now ? l->sweep_now : now);
+    return rl_algo_is_full(t, &e->st, now);
 }
 
 /*

@@ -55,6 +55,7 @@ struct rl_limiter {
     uint64_t log_cap;    /* bytes the sliding logs may hold */
     uint64_t memory_cap; /* memory_bytes as created */
     uint64_t log_bytes;  /* bytes they hold now */
+    uint64_t sweep_now;  /* the clock of the sweep running (rl_limiter_sweep), before its grace */
     struct lim_svc *svcs;
     uint32_t nsvcs;
     uint32_t *svc_of_tier; /* conf->ntiers of them */
@@ -127,7 +128,7 @@ void lim_count_key_acct(struct rl_limiter *l, const struct rl_tier *t, int delta
 
 /* limiter_acct.c: the key table's callbacks (struct rl_keytab_ops) and inltab's (struct
  * rl_inltab_ops), arg the limiter, installed by rl_limiter_create. */
-bool lim_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now);
+bool lim_is_full(void *arg, struct rl_keytab_entry *e, uint64_t now);
 uint64_t lim_score(void *arg, struct rl_keytab_entry *e, uint64_t now, uint32_t for_tier);
 void lim_evicted(void *arg, const struct rl_keytab_entry *e, uint64_t score);
 void lim_release(void *arg, struct rl_keytab_entry *e);

@@ -644,7 +644,7 @@ server_sweep(uv_timer_t *t)
     uint64_t now = rl_clock_now_ms(&s->clock);
 
     if (now > SERVER_SWEEP_GRACE_MS) {
-        rl_limiter_sweep(s->limiter, now - SERVER_SWEEP_GRACE_MS, SERVER_SWEEP_BUDGET);
+        rl_limiter_sweep(s->limiter, now, SERVER_SWEEP_GRACE_MS, SERVER_SWEEP_BUDGET);
     }
 }
 

@@ -39,7 +39,7 @@ struct fake {
 };
 
 static bool
-fake_is_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
+fake_is_full(void *arg, struct rl_keytab_entry *e, uint64_t now)
 {
     struct fake *f = arg;
     f->is_full_calls++;

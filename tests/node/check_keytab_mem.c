@@ -20,7 +20,7 @@
 #include "rltest.h"
 
 static bool
-never_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
+never_full(void *arg, struct rl_keytab_entry *e, uint64_t now)
 {
     (void)arg, (void)e, (void)now;
     return false;

@@ -337,27 +337,27 @@ START_TEST(test_sweep_forgets)
     ck_assert_uint_eq(s.keys, 300);
     ck_assert_uint_gt(s.memory_bytes, s0.memory_bytes);
     /* Full again: gcra at 250 ms (one emission interval), the window at 1 s, the log at 2 s. */
-    rl_limiter_sweep(l, T0 + 249, 1u << 20);
+    rl_limiter_sweep(l, T0 + 249, 0, 1u << 20);
     ck_assert_uint_eq(stats(l).keys, 300);
-    rl_limiter_sweep(l, T0 + 250, 1u << 20);
+    rl_limiter_sweep(l, T0 + 250, 0, 1u << 20);
     ck_assert_uint_eq(stats(l).keys, 200);
-    rl_limiter_sweep(l, T0 + 999, 1u << 20);
+    rl_limiter_sweep(l, T0 + 999, 0, 1u << 20);
     ck_assert_uint_eq(stats(l).keys, 200);
-    rl_limiter_sweep(l, T0 + 1000, 1u << 20);
+    rl_limiter_sweep(l, T0 + 1000, 0, 1u << 20);
     s = stats(l);
     ck_assert_uint_eq(s.keys, 100);
     ck_assert_uint_eq(s.expired, 200);
-    rl_limiter_sweep(l, T0 + 2000, 1u << 20);
+    rl_limiter_sweep(l, T0 + 2000, 0, 1u << 20);
     s = stats(l);
     ck_assert_uint_eq(s.keys, 0);
     ck_assert_uint_eq(s.expired, 300);
     /* The table keeps its slots while the keys may come back: it shrinks once they have
      * stayed away for RL_KEYTAB_SHRINK_MS; then the logs' heap and the table's memory are
      * given back. */
-    rl_limiter_sweep(l, T0 + 2000 + RL_KEYTAB_SHRINK_MS, 1u << 20);
+    rl_limiter_sweep(l, T0 + 2000 + RL_KEYTAB_SHRINK_MS, 0, 1u << 20);
     ck_assert_uint_gt(stats(l).memory_bytes, s0.memory_bytes);
-    rl_limiter_sweep(l, T0 + 2000 + 2 * RL_KEYTAB_SHRINK_MS, 1u << 20);
-    rl_limiter_sweep(l, T0 + 2000 + 2 * RL_KEYTAB_SHRINK_MS, 1u << 20);
+    rl_limiter_sweep(l, T0 + 2000 + 2 * RL_KEYTAB_SHRINK_MS, 0, 1u << 20);
+    rl_limiter_sweep(l, T0 + 2000 + 2 * RL_KEYTAB_SHRINK_MS, 0, 1u << 20);
     s = stats(l);
     ck_assert_uint_le(s.memory_bytes, s0.memory_bytes);
     /* Forgotten keys start at full allowance. */
@@ -404,7 +404,7 @@ START_TEST(test_tier_ids_past_16_bits)
     RL_CHECK_UINT_EQ(r.limit, 3);
     ck_assert_uint_eq(stats(l).keys, 16);
     /* A minute on, the gcra keys are full and forgotten; the window's key is not. */
-    rl_limiter_sweep(l, T0 + 60000, 1u << 20);
+    rl_limiter_sweep(l, T0 + 60000, 0, 1u << 20);
     ck_assert_uint_eq(stats(l).keys, 1);
     struct rl_limiter_service_stats vs;
     const char *name = rl_limiter_service_stats(l, SECTIONS - 1, &vs);
@@ -459,8 +459,8 @@ START_TEST(test_memory_cap)
         RL_CHECK(b.code == RL_WIRE_ALLOWED || a.code == RL_WIRE_LIMITED,
                  "capped refused %s at step %d, unlimited allowed", user, i);
         if (i % 1000 == 0) {
-            rl_limiter_sweep(capped, now, 4096);
-            rl_limiter_sweep(free_, now, 4096);
+            rl_limiter_sweep(capped, now, 0, 4096);
+            rl_limiter_sweep(free_, now, 0, 4096);
         }
     }
     struct rl_limiter_stats s = stats(capped);
@@ -476,10 +476,85 @@ START_TEST(test_memory_cap)
 END_TEST
 
 /*
+ * A clock stepped back a day: keys written while it was ahead are judged as bounded (at most
+ * a window ahead of the clock), and the sweep forgets them at most three windows after the
+ * step back, as it would keys written then. It kept them until the clock reached the day it had
+ * stepped from (is_full read the state as stored).
+ */
+START_TEST(test_sweep_clock_day_back)
+{
+    struct rl_conf *c = conf_from("[service d]\n"
+                                  "limit = token_bucket 4 per 1s\n"
+                                  "limit = gcra 4 per 1s\n"
+                                  "limit = leaky_bucket 4 per 1s\n"
+                                  "limit = fixed_window 4 per 1s\n"
+                                  "limit = sliding_window_counter 4 per 1s\n"
+                                  "limit = sliding_window_log 4 per 1s\n"
+                                  "[service n]\n"
+                                  "limit = concurrency 4 lease 1s\n");
+    struct rl_limiter *l = limiter_from(c, 0);
+    const uint64_t DAY = 86400000ull;
+    char user[32];
+
+    for (int i = 0; i < 50; i++) {
+        snprintf(user, sizeof(user), "user-%d", i);
+        RL_CHECK_UINT_EQ(check(l, "d", user, NULL, 1, T0 + DAY).code, RL_WIRE_ALLOWED);
+        RL_CHECK_UINT_EQ(check(l, "n", user, NULL, 1, T0 + DAY).code, RL_WIRE_ALLOWED);
+    }
+    ck_assert_uint_eq(stats(l).keys, 350);
+    /* the clock back a day: a sweep at once keeps what is not full yet */
+    rl_limiter_sweep(l, T0, 0, 1u << 20);
+    ck_assert_uint_eq(stats(l).keys, 350);
+    /* three windows (leases) later every key is back at full allowance and forgotten: a
+     * window ahead at most, then its own window (two for sliding_window_counter, whose
+     * previous window still counts) */
+    rl_limiter_sweep(l, T0 + 3000, 0, 1u << 20);
+    ck_assert_uint_eq(stats(l).keys, 0);
+    ck_assert_uint_eq(stats(l).expired, 350);
+    /* and the users start from full allowance */
+    ck_assert_uint_eq(check(l, "d", "user-1", NULL, 0, T0 + 3000).remaining, 4);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/*
+ * The node's sweep forgets a key once it has been full for a grace (1 s), and bounds what it
+ * visits at its own clock, not at the clock less the grace: a key of a window shorter than
+ * the grace, used just now, would otherwise lie "more than a window ahead" of the earlier
+ * time and be moved back, refilled by what it had consumed.
+ */
+START_TEST(test_sweep_grace)
+{
+    struct rl_conf *c = conf_from("[service s]\n"
+                                  "limit = token_bucket 10 per 100ms\n"
+                                  "[service g]\n"
+                                  "limit = gcra 10 per 100ms\n");
+    struct rl_limiter *l = limiter_from(c, 0);
+    const uint64_t now = T0 + 5000;
+
+    RL_CHECK_UINT_EQ(check(l, "s", "u", NULL, 10, now).remaining, 0);
+    RL_CHECK_UINT_EQ(check(l, "g", "u", NULL, 10, now).remaining, 0);
+    rl_limiter_sweep(l, now, 1000, 1u << 20);
+    ck_assert_uint_eq(stats(l).keys, 2);
+    RL_CHECK_UINT_EQ(check(l, "s", "u", NULL, 1, now).code, RL_WIRE_LIMITED);
+    RL_CHECK_UINT_EQ(check(l, "g", "u", NULL, 1, now).code, RL_WIRE_LIMITED);
+    /* full at now + 100: kept until it has been full for the grace */
+    rl_limiter_sweep(l, now + 1099, 1000, 1u << 20);
+    ck_assert_uint_eq(stats(l).keys, 2);
+    rl_limiter_sweep(l, now + 1100, 1000, 1u << 20);
+    ck_assert_uint_eq(stats(l).keys, 0);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/*
  * A clock stepped back a day at the memory cap: the eviction scores keys that lay a day ahead
  * by judging copies of their states, which share their logs. The keys' own states are moved
  * back with the logs (rl_algo_bound), so once their logs have emptied the sweep forgets them;
- * it kept them for the day when only the copy's full_at moved (a review of rl_algo_bound).
+ * it kept them for the day when only the copy's full_at moved (a review of rl_algo_bound),
+ * and kept the ones never sampled until the sweep bounded what it visits.
  */
 START_TEST(test_cap_clock_day_back)
 {
@@ -499,12 +574,12 @@ START_TEST(test_cap_clock_day_back)
         snprintf(user, sizeof(user), "b%d", i);
         RL_CHECK_UINT_EQ(check(l, "g", user, NULL, 1, T0).code, RL_WIRE_ALLOWED);
     }
-    rl_limiter_sweep(l, T0 + 5000, 1u << 24);
+    rl_limiter_sweep(l, T0 + 5000, 0, 1u << 24);
     left = stats(l).keys;
-    /* the keys ahead that were scored and not evicted are forgotten with the others; only a
-     * few never sampled may stay (until the clock reaches their day) */
-    ck_assert_msg(left * 10 < ahead, "%llu of %llu keys left after the sweep",
-                  (unsigned long long)left, (unsigned long long)ahead);
+    /* the keys ahead are forgotten with the others, the ones scored and the ones never
+     * sampled (the sweep bounds them too: test_sweep_clock_day_back) */
+    ck_assert_msg(left == 0, "%llu of %llu keys left after the sweep", (unsigned long long)left,
+                  (unsigned long long)ahead);
     rl_limiter_destroy(l);
     rl_conf_destroy(c);
 }
@@ -850,7 +925,7 @@ START_TEST(test_epoch_multi_tier)
     ck_assert_uint_eq(stats(l).keys, 2);
 
     /* The minute tier's key is full and forgotten; the hour tier's stays (used up). */
-    rl_limiter_sweep(l, T0 + 180000, 1u << 20);
+    rl_limiter_sweep(l, T0 + 180000, 0, 1u << 20);
     ck_assert_uint_eq(stats(l).keys, 1);
     /* Epoch 3: the minute tier is inserted, then the hour tier is found stale and restarts. */
     r = check_ep(l, "m", "u", NULL, 1, T0 + 180000, 3);
@@ -1083,7 +1158,7 @@ START_TEST(test_inline_bound)
     /* A peek keeps no key, so it cannot free a place either. */
     RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 6, 1000, 0, 0, T0, &r), -ENOSPC);
     /* Once the window has passed, the sweep forgets the keys and their limits can go. */
-    rl_limiter_sweep(l, T0 + 5000, 1u << 24);
+    rl_limiter_sweep(l, T0 + 5000, 0, 1u << 24);
     RL_CHECK_UINT_EQ(stats(l).keys, 0);
     RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 5, 1000, 0, 1, T0 + 5000, &r), 0);
     assert_reply(&r, RL_WIRE_ALLOWED, 5, 4, 1000, 0);
@@ -1124,7 +1199,7 @@ START_TEST(test_inline_tenant_quota)
     RL_CHECK_INT_EQ(check_inline(l, "x", "w", "gcra", 10, 60000, 0, 0, T0, &r), 0);
     RL_CHECK_UINT_EQ(r.remaining, 9);
     /* Once tenant 7's keys are forgotten, its limits without keys make room for its new one. */
-    rl_limiter_sweep(l, T0 + 3600000, 1u << 24);
+    rl_limiter_sweep(l, T0 + 3600000, 0, 1u << 24);
     RL_CHECK_INT_EQ(check_inline(l, "x", "u", "gcra", 5, 60000, 0, 1, T0 + 3600000, &r), 0);
     RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
     inline_tenant = 0;
@@ -1574,6 +1649,8 @@ limiter_suite(void)
     tcase_add_test(tc, test_shadow);
     tcase_add_test(tc, test_peeks);
     tcase_add_test(tc, test_sweep_forgets);
+    tcase_add_test(tc, test_sweep_clock_day_back);
+    tcase_add_test(tc, test_sweep_grace);
     tcase_add_test(tc, test_tier_ids_past_16_bits);
     tcase_add_test(tc, test_memory_cap);
     tcase_add_test(tc, test_log_cap);

@@ -616,7 +616,7 @@ drop_odd(void *arg, struct rl_keytab_entry *e)
 }
 
 static bool
-kt_full(void *arg, const struct rl_keytab_entry *e, uint64_t now)
+kt_full(void *arg, struct rl_keytab_entry *e, uint64_t now)
 {
     (void)arg;
     (void)e;
