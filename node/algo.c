@@ -160,7 +160,8 @@ swl_judge(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, uint32
     }
 }
 
-/* Returns 0 when logged, 1 when the key is (now) degraded. */
+/* Returns 0 when logged, 1 when the key is (now) degraded. next, the state judged as a
+ * sliding_window_counter, is read only when the key is degraded already (NULL otherwise). */
 static int
 swl_commit(const struct rl_tier *t, struct rl_algo_state *s, const struct rl_algo_state *next,
            uint64_t now, uint32_t cost, uint64_t room)
@@ -586,7 +587,7 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
     }
     case RL_ALGO_SLIDING_WINDOW_LOG: {
         struct rl_slog *g;
-        uint64_t now_eff, sum, newest, most = rl_algo_debt_cap(t);
+        uint64_t sum, newest, most = rl_algo_debt_cap(t);
 
         if (swl_degraded(s)) {
             struct rl_algo_state c = swl_counter(s);
@@ -601,7 +602,7 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
             return 1;
         }
         g = swl_log(s);
-        now_eff = rl_slog_prune(g, now, (uint32_t)W);
+        rl_slog_prune(g, now, (uint32_t)W);
         sum = rl_slog_sum(g);
         if (delta < 0) {
             rl_slog_take(g, (uint64_t)-delta);
@@ -614,18 +615,10 @@ rl_algo_adjust(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now, i
         if ((uint64_t)delta > most - sum) {
             delta = (int64_t)(most - sum);
         }
-        {
-            /* The charge is logged at now_eff as an allowed request of that cost would be. */
-            struct rl_algo_state c = {0, 0};
-            uint64_t k = now_eff / W;
-            uint64_t cur = rl_slog_sum_since(g, k * W);
-
-            /* The counter a degrade would start from (swl_commit uses it only when the key
-             * is already degraded, which it is not here). */
-            c.a = k;
-            c.b = (sum - cur) << 32 | (cur + (uint64_t)delta);
-            return swl_commit(t, s, &c, now, (uint32_t)delta, room);
-        }
+        /* The charge is logged at the log's now (swl_commit prunes to it again) as an allowed
+         * request of that cost would be. The key is not degraded, so swl_commit needs no counter to
+         * go on with (a degrade it makes counts the log itself, swl_degrade). */
+        return swl_commit(t, s, NULL, now, (uint32_t)delta, room);
     }
     case RL_ALGO_SLIDING_WINDOW_COUNTER:
         swc_adjust(t, s, now, delta);

@@ -2,7 +2,10 @@
  * slog: the ring buffer of (time, cost) entries behind sliding_window_log (slog.h). Times are
  * 32-bit offsets from a base time: every entry held is within one window of the newest, and a
  * window is shorter than 2^32 ms, so a rebase (rare: once per 49 days of a busy key) keeps
- * the offsets in range. Not for judging requests (algo.c).
+ * the offsets in range. An entry keeps the running total of the costs logged up to it (mod
+ * 2^32), not its own cost, so the sum since a time and the entry where the costs reach an
+ * amount are binary searches: a long log (a day's window holds up to 86.4M entries) costs a
+ * request O(log n), never a walk over it. Not for judging requests (algo.c).
  */
 #include "slog.h"
 
@@ -11,8 +14,11 @@
 #include <string.h>
 
 struct rl_slog_ent {
-    uint32_t dt;   /* time - base */
-    uint32_t cost; /* merged costs of one ms: at most L < 2^32 */
+    uint32_t dt;  /* time - base */
+    uint32_t cum; /* the running total after this entry's cost (merged costs of one ms), mod
+                     2^32: its cost is cum less the entry before's (cum0 for the oldest).
+                     Every difference is right as the log holds less than 2^32 (at most L
+                     < 2^32, or a debt below RL_ALGO_DEBT_MAX) */
 };
 
 struct rl_slog {
@@ -21,8 +27,8 @@ struct rl_slog {
     uint64_t sum;  /* total cost held */
     uint32_t head; /* slot of the oldest entry */
     uint32_t len;
-    uint32_t cap; /* a power of two */
-    uint32_t pad;
+    uint32_t cap;  /* a power of two */
+    uint32_t cum0; /* the running total before the oldest entry */
     struct rl_slog_ent ent[];
 };
 
@@ -42,6 +48,32 @@ static const struct rl_slog_ent *
 slog_cat(const struct rl_slog *g, uint32_t i)
 {
     return &g->ent[(g->head + i) & (g->cap - 1)];
+}
+
+/* The running total before entry i (cum0 for the oldest). */
+static uint32_t
+slog_before(const struct rl_slog *g, uint32_t i)
+{
+    return i == 0 ? g->cum0 : slog_cat(g, i - 1)->cum;
+}
+
+/* Entry i's own cost. */
+static uint32_t
+slog_cost(const struct rl_slog *g, uint32_t i)
+{
+    return slog_cat(g, i)->cum - slog_before(g, i);
+}
+
+/* Drops the oldest entry. */
+static void
+slog_pop_oldest(struct rl_slog *g)
+{
+    const struct rl_slog_ent *o = slog_at(g, 0);
+
+    g->sum -= o->cum - g->cum0;
+    g->cum0 = o->cum;
+    g->head = (g->head + 1) & (g->cap - 1);
+    g->len--;
 }
 
 /* Moves the entries, oldest first, into a new ring of newcap slots (>= len). */
@@ -82,9 +114,9 @@ slog_rebase(struct rl_slog *g)
 static void
 slog_fold(struct rl_slog *g, uint32_t cost)
 {
-    struct rl_slog_ent *n = slog_at(g, g->len - 1);
+    uint32_t c = slog_cost(g, g->len - 1);
 
-    n->cost = (uint64_t)n->cost + cost > UINT32_MAX ? UINT32_MAX : n->cost + cost;
+    slog_at(g, g->len - 1)->cum += (uint64_t)c + cost > UINT32_MAX ? UINT32_MAX - c : cost;
     g->sum += cost;
 }
 
@@ -104,16 +136,9 @@ rl_slog_prune(struct rl_slog *g, uint64_t now, uint32_t window_ms)
         now = g->seen;
     }
     g->seen = now;
-    while (g->len > 0) {
-        const struct rl_slog_ent *o = slog_at(g, 0);
-
-        /* The window is (now - W, now]: an entry at t is out once t + W <= now. */
-        if (g->base + o->dt + window_ms > now) {
-            break;
-        }
-        g->sum -= o->cost;
-        g->head = (g->head + 1) & (g->cap - 1);
-        g->len--;
+    /* The window is (now - W, now]: an entry at t is out once t + W <= now. */
+    while (g->len > 0 && g->base + slog_at(g, 0)->dt + window_ms <= now) {
+        slog_pop_oldest(g);
     }
     return now;
 }
@@ -151,17 +176,26 @@ rl_slog_sum(const struct rl_slog *g)
 uint64_t
 rl_slog_sum_since(const struct rl_slog *g, uint64_t t)
 {
-    uint64_t acc = 0;
+    uint32_t lo = 0, hi;
 
-    for (uint32_t i = g == NULL ? 0 : g->len; i > 0; i--) {
-        const struct rl_slog_ent *e = slog_cat(g, i - 1);
-
-        if (g->base + e->dt < t) {
-            break;
-        }
-        acc += e->cost;
+    if (g == NULL || g->len == 0) {
+        return 0;
     }
-    return acc;
+    /* the first entry at or after t: times grow from the oldest */
+    hi = g->len;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+
+        if (g->base + slog_cat(g, mid)->dt < t) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if (lo == g->len) {
+        return 0;
+    }
+    return (uint32_t)(slog_cat(g, g->len - 1)->cum - slog_before(g, lo));
 }
 
 uint32_t
@@ -176,7 +210,7 @@ rl_slog_get(const struct rl_slog *g, uint32_t i, uint64_t *t, uint32_t *cost)
     const struct rl_slog_ent *e = slog_cat(g, i);
 
     *t = g->base + e->dt;
-    *cost = e->cost;
+    *cost = slog_cost(g, i);
 }
 
 bool
@@ -192,21 +226,20 @@ rl_slog_newest(const struct rl_slog *g, uint64_t *t)
 uint64_t
 rl_slog_reach(const struct rl_slog *g, uint64_t need)
 {
-    uint64_t acc = 0;
-    uint32_t i;
+    uint32_t lo = 0, hi = g->len - 1;
 
-    /* Costs are >= 1, so at most `need` entries are visited: a refused request of cost c
-     * walks at most c (<= 10^6) entries, usually a handful. */
-    for (i = 0; i < g->len; i++) {
-        acc += slog_cat(g, i)->cost;
-        if (acc >= need) {
-            break;
+    /* the first entry whose running total from the oldest reaches need (the newest when none
+     * does); the totals grow with the entries, costs being >= 1 */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+
+        if ((uint32_t)(slog_cat(g, mid)->cum - g->cum0) < need) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
         }
     }
-    if (i == g->len) {
-        i = g->len - 1;
-    }
-    return g->base + slog_cat(g, i)->dt;
+    return g->base + slog_cat(g, lo)->dt;
 }
 
 int
@@ -238,8 +271,8 @@ rl_slog_append(struct rl_slog **gp, uint64_t t, uint32_t cost, uint64_t room)
         g->base = t;
     } else {
         n = slog_at(g, g->len - 1);
-        if (g->base + n->dt == t && (uint64_t)n->cost + cost <= UINT32_MAX) {
-            n->cost += cost;
+        if (g->base + n->dt == t && (uint64_t)slog_cost(g, g->len - 1) + cost <= UINT32_MAX) {
+            n->cum += cost;
             g->sum += cost;
             return 0;
         }
@@ -268,7 +301,7 @@ rl_slog_append(struct rl_slog **gp, uint64_t t, uint32_t cost, uint64_t room)
     }
     n = slog_at(g, g->len);
     n->dt = (uint32_t)(t - g->base);
-    n->cost = cost;
+    n->cum = slog_before(g, g->len) + cost;
     g->len++;
     g->sum += cost;
     return 0;
@@ -280,15 +313,15 @@ rl_slog_take(struct rl_slog *g, uint64_t amount)
     uint64_t took = 0;
 
     while (g != NULL && g->len > 0 && took < amount) {
-        struct rl_slog_ent *e = slog_at(g, g->len - 1);
+        uint32_t c = slog_cost(g, g->len - 1);
         uint64_t want = amount - took;
 
-        if (e->cost <= want) {
-            took += e->cost;
-            g->sum -= e->cost;
+        if (c <= want) {
+            took += c;
+            g->sum -= c;
             g->len--;
         } else {
-            e->cost -= (uint32_t)want;
+            slog_at(g, g->len - 1)->cum -= (uint32_t)want;
             g->sum -= want;
             took = amount;
         }
@@ -302,16 +335,14 @@ rl_slog_take_oldest(struct rl_slog *g, uint64_t amount)
     uint64_t took = 0;
 
     while (g != NULL && g->len > 0 && took < amount) {
-        struct rl_slog_ent *e = slog_at(g, 0);
+        uint32_t c = slog_cost(g, 0);
         uint64_t want = amount - took;
 
-        if (e->cost <= want) {
-            took += e->cost;
-            g->sum -= e->cost;
-            g->head = (g->head + 1) & (g->cap - 1);
-            g->len--;
+        if (c <= want) {
+            took += c;
+            slog_pop_oldest(g);
         } else {
-            e->cost -= (uint32_t)want;
+            g->cum0 += (uint32_t)want; /* the oldest entry's cost less want */
             g->sum -= want;
             took = amount;
         }

@@ -446,8 +446,8 @@ upstream_watch(uv_timer_t *t)
         u->stats.stalls++;
         if (behind) {
             rl_log_warn("node %s (%s): %llu request(s) sent over %u ms ago unanswered: "
-                        "connection reset (what it has not read yet is dropped, never decided "
-                        "late)",
+                        "connection reset (what had not reached the node is dropped; what its "
+                        "socket had received it may still decide)",
                         u->name, u->addr, (unsigned long long)(then - uc->answered), u->stall_ms);
         } else {
             /* a host gone says so every attempt: once per 10 s per node and worker */

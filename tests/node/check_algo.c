@@ -874,6 +874,120 @@ START_TEST(test_slog_growth_and_cap)
 }
 END_TEST
 
+/*
+ * The log against a plain array of (time, cost) under random appends (merged in one ms),
+ * prunes, refunds off the newest, releases off the oldest and clock steps back: its sum, its
+ * sum since a time, the entry where the costs reach an amount (binary searches over running
+ * totals kept mod 2^32) and every entry read back. Costs up to 10^9 wrap the running totals
+ * many times over, while the log holds less than 2^32.
+ */
+#define SLOG_MODEL_MAX 4096
+START_TEST(test_slog_model)
+{
+    static uint64_t mt[SLOG_MODEL_MAX], mc[SLOG_MODEL_MAX];
+    uint64_t seed = 0x5106 + (uint64_t)_i;
+    const uint32_t W = 1000;
+    struct rl_slog *g = NULL;
+    uint64_t now = 1000000, seen = now, big = _i % 2 ? 1000000000ull : 3;
+    size_t n = 0;
+
+    for (int step = 0; step < 20000; step++) {
+        uint64_t op = rnd(&seed) % 16, sum = 0;
+
+        now += rnd(&seed) % 4 == 0 ? rnd_in(&seed, 0, 40) : 0;
+        if (op < 9) { /* append, unless the log would hold 2^32 or more */
+            uint32_t cost = (uint32_t)rnd_in(&seed, 1, big);
+            uint64_t held = rl_slog_sum(g), t;
+
+            if (held + cost > UINT32_MAX || n == SLOG_MODEL_MAX) {
+                continue;
+            }
+            t = rl_slog_prune(g, now, W);
+            while (n > 0 && mt[0] + W <= t) {
+                memmove(mt, mt + 1, --n * sizeof(mt[0]));
+                memmove(mc, mc + 1, n * sizeof(mc[0]));
+            }
+            seen = t;
+            RL_CHECK_INT_EQ(rl_slog_append(&g, t, cost, UINT64_MAX), 0);
+            if (n > 0 && mt[n - 1] == t) {
+                mc[n - 1] += cost;
+            } else {
+                mt[n] = t, mc[n++] = cost;
+            }
+        } else if (op < 11) { /* refund off the newest */
+            uint64_t want = rnd_in(&seed, 0, 2 * big), held = rl_slog_sum(g);
+
+            RL_CHECK_UINT_EQ(rl_slog_take(g, want), want < held ? want : held);
+            while (want > 0 && n > 0) {
+                uint64_t c = mc[n - 1] < want ? mc[n - 1] : want;
+
+                mc[n - 1] -= c, want -= c;
+                n -= mc[n - 1] == 0;
+            }
+        } else if (op < 13) { /* release off the oldest */
+            uint64_t want = rnd_in(&seed, 0, 2 * big), held = rl_slog_sum(g);
+
+            RL_CHECK_UINT_EQ(rl_slog_take_oldest(g, want), want < held ? want : held);
+            while (want > 0 && n > 0) {
+                uint64_t c = mc[0] < want ? mc[0] : want;
+
+                mc[0] -= c, want -= c;
+                if (mc[0] == 0) {
+                    memmove(mt, mt + 1, --n * sizeof(mt[0]));
+                    memmove(mc, mc + 1, n * sizeof(mc[0]));
+                }
+            }
+        } else if (op == 13 && n > 0 && rnd(&seed) % 8 == 0) { /* the clock back 3 windows */
+            uint64_t back = now - 3 * W, want = seen > back + W ? seen - back - W : 0;
+            uint64_t shift = rl_slog_bound(g, back, W);
+
+            RL_CHECK_UINT_EQ(shift, want);
+            for (size_t i = 0; i < n; i++) {
+                mt[i] -= shift;
+            }
+            seen -= shift;
+            now = back;
+        }
+        for (size_t i = 0; i < n; i++) {
+            sum += mc[i];
+        }
+        RL_CHECK_UINT_EQ(rl_slog_sum(g), sum);
+        RL_CHECK_UINT_EQ(rl_slog_len(g), n);
+        if (n == 0) {
+            continue;
+        }
+        for (int k = 0; k < 4; k++) { /* sum since a time, and where an amount is reached */
+            uint64_t t = rnd_in(&seed, mt[0] - 2, mt[n - 1] + 2), since = 0;
+            uint64_t need = rnd_in(&seed, 1, sum), acc = 0;
+            size_t i;
+
+            for (i = 0; i < n; i++) {
+                since += mt[i] >= t ? mc[i] : 0;
+            }
+            RL_CHECK_UINT_EQ(rl_slog_sum_since(g, t), since);
+            for (i = 0; i < n - 1; i++) {
+                if ((acc += mc[i]) >= need) {
+                    break;
+                }
+            }
+            RL_CHECK_UINT_EQ(rl_slog_reach(g, need), mt[i]);
+        }
+        if (step % 64 == 0) {
+            for (uint32_t i = 0; i < n; i++) {
+                uint64_t t;
+                uint32_t c;
+
+                rl_slog_get(g, i, &t, &c);
+                RL_CHECK(t == mt[i] && c == mc[i], "entry %u: (%llu, %u), model (%llu, %llu)", i,
+                         (unsigned long long)t, c, (unsigned long long)mt[i],
+                         (unsigned long long)mc[i]);
+            }
+        }
+    }
+    rl_slog_destroy(g);
+}
+END_TEST
+
 START_TEST(test_slog_rebase)
 {
     /* A window of 2^32-1 ms: offsets must be rebased as time goes past 2^32 ms. */
@@ -1161,6 +1275,7 @@ algo_suite(void)
     tcase_add_test(tc, test_large_windows);
     tcase_add_test(tc, test_slog_growth_and_cap);
     tcase_add_test(tc, test_slog_rebase);
+    tcase_add_loop_test(tc, test_slog_model, 0, 4);
     tcase_add_test(tc, test_adjust_known);
     tcase_add_test(tc, test_adjust_debt_cap);
     suite_add_tcase(s, tc);
