@@ -675,7 +675,7 @@ START_TEST(test_stall_reset)
     for (int k = 0; k < 1000 && !reset; k++) {
         usleep(10 * 1000);
         reset = rl_harness_read_file(router.log_path, log, sizeof(log)) >= 0 &&
-                strstr(log, "connection reset (what it has not read yet is dropped") != NULL;
+                strstr(log, "connection reset (what had not reached the node is dropped") != NULL;
     }
     ck_assert_msg(reset, "the router never reset the connections of nodes that stopped reading");
     fakes_wake(&f1, &f2);
