@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The long-sliding-log attack, end to end (docs/BENCHMARKS.md, "A long sliding log"): a
+node and a router (static membership, `deadline = 50ms`, one router worker) from BIN_DIR on
+free loopback ports; one attacker connection builds 8 inline `sliding_window_log 4000000000
+per 49d` keys for BUILD seconds (a CHECK per key per ms), then keeps 4,000 ADJUST +1 of them
+in flight for 10 s while an innocent client pipelines CHECKs of a `failure = closed` service.
+Prints the innocent's answers by code (FAIL_CLOSED = 3: its CHECKs missed the deadline behind
+the attacker's work) and the router's stall resets. A benchmark, not a test: what it shows
+depends on the machine. Usage: attack_long_log.py BIN_DIR [BUILD_SECONDS=60]"""
+import collections
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import msgpack
+
+INLINE = ["sliding_window_log", 4000000000, 4000000000, None]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def frame(obj):
+    b = msgpack.packb(obj, use_bin_type=True)
+    return struct.pack(">I", len(b)) + b
+
+
+class Conn:
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def replies(self, block=True):
+        """The whole replies received so far (waiting for some when block)."""
+        self.s.setblocking(block)
+        try:
+            data = self.s.recv(1 << 20)
+        except BlockingIOError:
+            data = b""
+        finally:
+            self.s.setblocking(True)
+        self.buf += data
+        out = []
+        while len(self.buf) >= 4:
+            n = struct.unpack(">I", self.buf[:4])[0]
+            if len(self.buf) < 4 + n:
+                break
+            out.append(msgpack.unpackb(self.buf[4:4 + n], raw=False))
+            self.buf = self.buf[4 + n:]
+        return out
+
+
+def build(port, seconds, keys=8):
+    c, sent, end = Conn(port), 0, time.time() + seconds
+    while time.time() < end:
+        c.s.sendall(b"".join(frame([1, sent + j, "att", "k%d" % j, None, 1, INLINE])
+                             for j in range(keys)))
+        sent += keys
+        c.replies(block=False)
+        time.sleep(0.0009)
+    return sent
+
+
+def flood(port, seconds, out, inflight=4000):
+    c, sent, answered = Conn(port), inflight, 0
+    c.s.settimeout(5)
+    c.s.sendall(b"".join(frame([9, j, "att", "k%d" % (j % 8), None, 1, INLINE])
+                         for j in range(inflight)))
+    end = time.time() + seconds
+    while time.time() < end:
+        got = c.replies()
+        answered += len(got)
+        if got:
+            c.s.sendall(b"".join(frame([9, sent + j, "att", "k%d" % ((sent + j) % 8), None, 1,
+                                        INLINE]) for j in range(len(got))))
+            sent += len(got)
+    out["adjusts_answered"] = answered
+
+
+def innocent(port, seconds, batch=10):
+    c, sent, codes, end = Conn(port), 0, collections.Counter(), time.time() + seconds
+    while time.time() < end:
+        c.s.sendall(b"".join(frame([1, sent + j + 1, "inno", "i%d" % ((sent + j) % 100), None, 1])
+                             for j in range(batch)))
+        sent += batch
+        for m in c.replies(block=False):
+            codes[m[2]] += 1
+        time.sleep(0.002)
+    end = time.time() + 3
+    while sum(codes.values()) < sent and time.time() < end:
+        for m in c.replies(block=False):
+            codes[m[2]] += 1
+        time.sleep(0.01)
+    return sent, codes
+
+
+def stalls(metrics_port):
+    page = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port, timeout=5)
+    return sum(float(line.split()[-1]) for line in page.read().decode().splitlines()
+               if line.startswith("rl_router_upstream_stalls_total{"))
+
+
+def main():
+    bindir, secs = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 60.0
+    rport, nport, mport = free_port(), free_port(), free_port()
+    with tempfile.TemporaryDirectory(prefix="rl-attack-") as d:
+        conf = os.path.join(d, "cluster.conf")
+        with open(conf, "w") as f:
+            f.write(f"[cluster]\nname = attack\nshards = 64\n\n[router]\n"
+                    f"listen = 127.0.0.1:{rport}\ndeadline = 50ms\nmetrics = 127.0.0.1:{mport}\n"
+                    f"workers = 1\n\n[node a]\nlisten = 127.0.0.1:{nport}\nmemory = 256mb\n\n"
+                    f"[service inno]\nfailure = closed\nlimit = fixed_window 1000000000 per 1h\n\n"
+                    f"[service slog]\nlimit = sliding_window_log 10 per 1s\n")
+        procs = [subprocess.Popen([os.path.join(bindir, "rl-node"), "--config", conf, "--name", "a",
+                                   "--log-file", os.path.join(d, "node.log")])]
+        time.sleep(0.5)
+        procs.append(subprocess.Popen([os.path.join(bindir, "rl-router"), "--config", conf,
+                                       "--log-file", os.path.join(d, "router.log")]))
+        try:
+            for _ in range(100):
+                try:
+                    socket.create_connection(("127.0.0.1", rport)).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            print("built: %d CHECKs in %.0f s" % (build(rport, secs), secs))
+            sent, codes = innocent(rport, 3)
+            print("innocent, no attack: %d sent, by code %s" % (sent, dict(codes)))
+            out = {}
+            t = threading.Thread(target=flood, args=(rport, 10, out))
+            t.start()
+            time.sleep(0.5)
+            sent, codes = innocent(rport, 9)
+            t.join()
+            print("innocent, under attack: %d sent, by code %s, FAIL_CLOSED %d" %
+                  (sent, dict(codes), codes.get(3, 0)))
+            print("attacker: %d ADJUSTs answered in 10 s; router stall resets: %d" %
+                  (out.get("adjusts_answered", 0), stalls(mport)))
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+main()
