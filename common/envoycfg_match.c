@@ -170,9 +170,11 @@ rl_envoy_match(const struct rl_envoy_config *c, const char *domain, size_t dlen,
                 if (wild_match(cur->wildcards[w]->composite, &e[i])) {
                     next = cur->wildcards[w];
                     if (next->share_threshold && share != NULL) {
-                        /* upstream trims "key_" off the pattern */
+                        /* upstream trims "key_" off the pattern; the key is bytes (a NUL may
+                         * be one of them), the pattern a C string: compared within both */
                         const char *p = next->composite;
-                        if (strncmp(p, e[i].key, e[i].key_len) == 0 && p[e[i].key_len] == '_') {
+                        if (strnlen(p, e[i].key_len + 1) > e[i].key_len &&
+                            memcmp(p, e[i].key, e[i].key_len) == 0 && p[e[i].key_len] == '_') {
                             p += e[i].key_len + 1;
                         }
                         share[i] = p;

@@ -266,6 +266,13 @@ rl_slog_append(struct rl_slog **gp, uint64_t t, uint32_t cost, uint64_t room)
         t = g->seen;
     }
     g->seen = t;
+    if (cost > UINT32_MAX - g->sum) {
+        /* the running totals hold less than 2^32 (slog.h); only a bad handoff record asks */
+        cost = (uint32_t)(UINT32_MAX - g->sum);
+        if (cost == 0) {
+            return 0;
+        }
+    }
     if (g->len == 0) {
         g->head = 0;
         g->base = t;

@@ -60,8 +60,12 @@ uint64_t rl_slog_reach(const struct rl_slog *g, uint64_t need);
  * >= 1, merging with the newest entry when it has the same time. *gp may be NULL (a new log is
  * allocated) and may move. The log grows only if that costs at most `room` more heap bytes and
  * malloc succeeds; otherwise the cost is added to the newest entry (counted, but it leaves
- * the window early: errs toward allowing). Returns 0 when logged exactly, 1 when folded, or
- * -ENOMEM when nothing could be logged (no log and none could be allocated).
+ * the window early: errs toward allowing). A log holds at most 2^32 - 1 (its running totals
+ * are 32-bit): a cost past that is cut to fit, and once it is full nothing more is logged
+ * (a log of a CHECK holds at most L < 2^32 and of an ADJUST at most RL_ALGO_DEBT_MAX, so
+ * only a bad handoff record asks for more; the cut log still refuses every request). Returns
+ * 0 when logged exactly (or nothing was left to log), 1 when folded, or -ENOMEM when nothing
+ * could be logged (no log and none could be allocated).
  * It may also shrink a log that is three quarters empty.
  */
 int rl_slog_append(struct rl_slog **gp, uint64_t t, uint32_t cost, uint64_t room);

@@ -56,7 +56,7 @@ mtable_get(struct rl_router *r, struct rls_mtable *t, const char *name, size_t l
     uint32_t i;
 
     for (i = (uint32_t)(h % t->cap); t->e[i].name != NULL; i = (i + 1) % t->cap) {
-        if (strncmp(t->e[i].name, name, len) == 0 && t->e[i].name[len] == '\0') {
+        if (strnlen(t->e[i].name, len + 1) == len && memcmp(t->e[i].name, name, len) == 0) {
             return t->e[i].v;
         }
     }

@@ -504,6 +504,12 @@ START_TEST(test_upstream_share_threshold)
     /* a wildcard without share_threshold keeps the value in the counter key */
     ck_assert_int_eq(rpu(match_share(c, "test-domain", share, "plain", "pq", NULL)), 7);
     ck_assert_ptr_null(share[0]);
+    /* a key that is the whole pattern, then a NUL and more (a gRPC key is bytes): it matches
+     * the wildcard (files_files/ then anything), and the pattern is not trimmed, nor read
+     * past its end (ASan: the trim compared up to the NUL, then read the byte after it) */
+    e[0] = (struct rl_envoy_entry){"files_files/*\0zz", 16, "", 0};
+    ck_assert_int_eq(rpu(rl_envoy_match(c, "test-domain", 11, e, 1, share)), 100);
+    ck_assert_str_eq(share[0], "files_files/*");
     rl_envoy_config_free(c);
     expect_err("domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
                "t.yaml:3: share_threshold can only be used with wildcard values (containing "

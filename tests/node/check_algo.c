@@ -988,6 +988,30 @@ START_TEST(test_slog_model)
 }
 END_TEST
 
+/* A log holds at most 2^32 - 1, whatever it is asked to append (a bad handoff record's three
+ * entries of 2^31): its running totals, 32-bit, would wrap and misstate the sum since a time
+ * and the entry where an amount is reached. */
+START_TEST(test_slog_total_capped)
+{
+    struct rl_slog *g = NULL;
+    uint64_t t;
+    uint32_t c;
+
+    for (uint64_t i = 0; i < 3; i++) {
+        ck_assert_int_eq(rl_slog_append(&g, 1000 + i, 1u << 31, UINT64_MAX), 0);
+    }
+    ck_assert_uint_eq(rl_slog_sum(g), UINT32_MAX);
+    ck_assert_uint_eq(rl_slog_len(g), 2); /* the third had nothing left to log */
+    rl_slog_get(g, 1, &t, &c);
+    ck_assert_uint_eq(c, (1u << 31) - 1);
+    ck_assert_uint_eq(rl_slog_sum_since(g, 1000), UINT32_MAX);
+    ck_assert_uint_eq(rl_slog_sum_since(g, 1001), (1u << 31) - 1);
+    ck_assert_uint_eq(rl_slog_reach(g, 1u << 31), 1000);
+    ck_assert_uint_eq(rl_slog_reach(g, (1ull << 31) + 1), 1001);
+    rl_slog_destroy(g);
+}
+END_TEST
+
 START_TEST(test_slog_rebase)
 {
     /* A window of 2^32-1 ms: offsets must be rebased as time goes past 2^32 ms. */
@@ -1276,6 +1300,7 @@ algo_suite(void)
     tcase_add_test(tc, test_slog_growth_and_cap);
     tcase_add_test(tc, test_slog_rebase);
     tcase_add_loop_test(tc, test_slog_model, 0, 4);
+    tcase_add_test(tc, test_slog_total_capped);
     tcase_add_test(tc, test_adjust_known);
     tcase_add_test(tc, test_adjust_debt_cap);
     suite_add_tcase(s, tc);

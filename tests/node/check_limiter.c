@@ -553,8 +553,7 @@ END_TEST
  * A clock stepped back a day at the memory cap: the eviction scores keys that lay a day ahead
  * by judging copies of their states, which share their logs. The keys' own states are moved
  * back with the logs (rl_algo_bound), so once their logs have emptied the sweep forgets them;
- * it kept them for the day when only the copy's full_at moved (a review of rl_algo_bound),
- * and kept the ones never sampled until the sweep bounded what it visits.
+ * it kept them for the day when only the copy's full_at moved (a review of rl_algo_bound).
  */
 START_TEST(test_cap_clock_day_back)
 {
@@ -576,8 +575,8 @@ START_TEST(test_cap_clock_day_back)
     }
     rl_limiter_sweep(l, T0 + 5000, 0, 1u << 24);
     left = stats(l).keys;
-    /* the keys ahead are forgotten with the others, the ones scored and the ones never
-     * sampled (the sweep bounds them too: test_sweep_clock_day_back) */
+    /* the keys ahead are forgotten with the others: here each was sampled by some eviction
+     * (keys ahead that nothing samples: test_sweep_clock_day_back) */
     ck_assert_msg(left == 0, "%llu of %llu keys left after the sweep", (unsigned long long)left,
                   (unsigned long long)ahead);
     rl_limiter_destroy(l);
