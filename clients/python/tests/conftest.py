@@ -4,6 +4,13 @@ from pathlib import Path
 
 import pytest
 
+# grpcio's fork handlers wait, in every fork, for its own threads to stop: a test process with
+# a channel open that starts a node (subprocess, fork then exec) could hang there for good
+# (grpc/grpc#17986, #37259; seen once beside a CPU hog). The tests' children always exec at
+# once, which is the case grpcio's documentation turns the handlers off for. Set before any
+# test module imports grpc.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 try:
     import ratelimiter  # noqa: F401  (the installed package, as run_tests.sh runs it)
 except ImportError:
