@@ -109,14 +109,12 @@ slog_rebase(struct rl_slog *g)
     g->base += d;
 }
 
-/* Adds cost to the newest entry; merged costs stay below 2^32 because the log holds at most
- * L < 2^32 of them. */
+/* Adds cost to the newest entry: merged costs stay below 2^32, as rl_slog_append keeps the
+ * whole log under it. */
 static void
 slog_fold(struct rl_slog *g, uint32_t cost)
 {
-    uint32_t c = slog_cost(g, g->len - 1);
-
-    slog_at(g, g->len - 1)->cum += (uint64_t)c + cost > UINT32_MAX ? UINT32_MAX - c : cost;
+    slog_at(g, g->len - 1)->cum += cost;
     g->sum += cost;
 }
 
@@ -278,9 +276,8 @@ rl_slog_append(struct rl_slog **gp, uint64_t t, uint32_t cost, uint64_t room)
         g->base = t;
     } else {
         n = slog_at(g, g->len - 1);
-        if (g->base + n->dt == t && (uint64_t)slog_cost(g, g->len - 1) + cost <= UINT32_MAX) {
-            n->cum += cost;
-            g->sum += cost;
+        if (g->base + n->dt == t) {
+            slog_fold(g, cost); /* the same ms: merged (below 2^32, as the whole log) */
             return 0;
         }
         if (t - g->base > UINT32_MAX) {
