@@ -1125,6 +1125,48 @@ START_TEST(test_liveness_just_late)
 }
 END_TEST
 
+/* A request whose shard moved while it was out (the new owner answering MOVING until the
+ * counters come) may be answered up to handoff_wait later than deadline + margin: a planned
+ * move, or one that may be (a node back from an expired session), not a loss; and no later. */
+START_TEST(test_liveness_held_by_move)
+{
+    struct ch_run *r = run_new();
+
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    req_full(r, 1400, USER, SHARD, RL_WIRE_ALLOWED, 4, 480 * 1000);
+    judge(r, NULL, 0);
+    ck_assert_ptr_nonnull(strstr(json, "\"late\":0"));
+    ck_assert_ptr_nonnull(strstr(json, "\"held_by_move\":1"));
+    run_free(r);
+
+    /* past handoff_wait more: late all the same */
+    r = run_new();
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    req_full(r, 1400, USER, SHARD, RL_WIRE_ALLOWED, 4, 2300 * 1000 + 1);
+    judge(r, "liveness", 1);
+    run_free(r);
+
+    /* another shard's move, or a move long before it was sent, is no excuse */
+    r = run_new();
+    view_add(r, -5000, -1, 0);
+    view_planned(r, 1500, SHARD, 1);
+    req_full(r, 1400, USER, SHARD + 1, RL_WIRE_ALLOWED, 4, 480 * 1000);
+    req_full(r, 5000, USER, SHARD, RL_WIRE_ALLOWED, 4, 480 * 1000);
+    judge(r, "liveness", 2);
+    run_free(r);
+
+    /* a loss (the new owner starts from zero at once, nothing to wait for) is none either */
+    r = run_new();
+    view_add(r, -5000, -1, 0);
+    view_add(r, 1500, SHARD, 1); /* a gone, no clean stop */
+    req_full(r, 1400, USER, SHARD, RL_WIRE_ALLOWED, 4, 480 * 1000);
+    judge(r, "liveness", 1);
+    run_free(r);
+}
+END_TEST
+
 START_TEST(test_liveness_lost_excused)
 {
     struct ch_run *r = run_new();
@@ -1418,6 +1460,7 @@ chaos_suite(void)
     tcase_add_test(tc, test_liveness_late);
     tcase_add_test(tc, test_liveness_just_late);
     tcase_add_test(tc, test_liveness_lost_excused);
+    tcase_add_test(tc, test_liveness_held_by_move);
     tcase_add_test(tc, test_liveness_lost);
     tcase_add_test(tc, test_liveness_pending);
     tcase_add_test(tc, test_liveness_error);

@@ -57,6 +57,7 @@ struct judge {
     uint64_t policy, extra_allowed, allowed_by_policy;
     int64_t worst_latency_us;
     uint64_t late;
+    uint64_t held; /* answered past deadline + margin, within handoff_wait more, by a move */
     int64_t move_ms[CH_IMPAIRS_MAX];
     int nmoves;
     int64_t converge_max_ms;
@@ -164,10 +165,31 @@ router_down_near(const struct ch_run *r, int router, int64_t from, int64_t to)
 
 /* ---- liveness -------------------------------------------------------------------------- */
 
+/* Whether the request's shard changed owner while it was out (from handoff_wait before it was
+ * sent, to when it was answered): the new owner answers MOVING until the old owner's counters
+ * arrive, and the router sends it again until then, for at most handoff_wait past its first
+ * send (docs/OPERATIONS.md, "Planned moves"). */
+static bool
+held_by_move(const struct judge *j, const struct ch_req *q, int64_t lat_us)
+{
+    int64_t at[CH_VIEWS_MAX];
+    uint8_t planned[CH_VIEWS_MAX];
+    int n = ch_changes_of(j->r, q->shard, at, planned, CH_VIEWS_MAX);
+
+    for (int i = 0; i < n; i++) {
+        if (planned[i] != CH_MOVE_LOST && at[i] - LAG_MS <= q->t_send_ms + lat_us / 1000 &&
+            at[i] + HANDOFF_WAIT_MS + LAG_MS >= q->t_send_ms) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static void
 judge_liveness(struct judge *j)
 {
     const int64_t bound_us = (j->sc->deadline_ms + j->sc->margin_ms) * 1000;
+    const int64_t moved_bound_us = bound_us + HANDOFF_WAIT_MS * 1000;
 
     for (size_t i = 0; i < j->nreqs; i++) {
         const struct ch_req *q = j->reqs[i];
@@ -196,6 +218,8 @@ judge_liveness(struct judge *j)
         if (q->code == CH_CODE_ERROR) {
             violate(j, INV_LIVENESS, "request of u%u at %.3fs answered ERROR %s, not a decision",
                     q->user, rel(j, q->t_send_ms), rl_wire_err_name(q->err));
+        } else if (lat > bound_us && lat <= moved_bound_us && held_by_move(j, q, lat)) {
+            j->held++;
         } else if (lat > bound_us) {
             char buf[512];
 
@@ -799,6 +823,7 @@ write_json(const struct judge *j, const char *path, bool pass)
     rl_json_kv_u64(&js, "unsent", j->unsent);
     rl_json_kv_u64(&js, "lost_with_killed_router", j->lost_excused);
     rl_json_kv_u64(&js, "late", j->late);
+    rl_json_kv_u64(&js, "held_by_move", j->held);
     rl_json_kv_u64(&js, "extra_allowed", j->extra_allowed);
     rl_json_key(&js, "worst_latency_ms");
     rl_json_f64(&js, (double)j->worst_latency_us / 1000.0, 3);
@@ -886,12 +911,13 @@ ch_verdict(struct ch_run *r, const char *json_path)
     printf("         of these the routers' backstop allowed %llu (FAIL_OPEN) and refused %llu "
            "(LIMITED)\n",
            (unsigned long long)r->backstop_stats[0], (unsigned long long)r->backstop_stats[1]);
-    printf("         worst latency %.1f ms, late %llu, extra allowances %llu, routers agreed "
+    printf("         worst latency %.1f ms, late %llu, held by a move %llu, extra allowances %llu, "
+           "routers agreed "
            "within %lld ms, view changes %lld, stale direct answers for %lld ms, shards moved "
            "after",
            (double)j->worst_latency_us / 1000.0, (unsigned long long)j->late,
-           (unsigned long long)j->extra_allowed, (long long)j->converge_max_ms,
-           (long long)j->view_changes, (long long)j->stale_ms);
+           (unsigned long long)j->held, (unsigned long long)j->extra_allowed,
+           (long long)j->converge_max_ms, (long long)j->view_changes, (long long)j->stale_ms);
     for (int i = 0; i < j->nmoves; i++) {
         printf(" %lld ms", (long long)j->move_ms[i]);
     }
