@@ -84,6 +84,7 @@ conf_create(const char *name)
     c->log_sample = 1;
     c->deny_cache = RL_CONF_DENY_CACHE_DEFAULT;
     c->hot_keys = true;
+    c->node_window = RL_CONF_NODE_WINDOW_DEFAULT;
     c->clients_adjust = true;
     c->log_max_size = 256ull << 20;
     c->log_keep = 4;

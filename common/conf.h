@@ -69,6 +69,8 @@ struct rl_node_conf {
 #define RL_CONF_DEFAULT_MEMORY (1024ull * 1024 * 1024)
 #define RL_CONF_DRAIN_TIMEOUT_MS 10000u /* [node NAME] drain_timeout's default */
 #define RL_CONF_HANDOFF_WAIT_MS 2000u   /* [cluster] handoff_wait's default */
+#define RL_CONF_NODE_WINDOW_DEFAULT 1024u /* [router] node_window's default */
+#define RL_CONF_NODE_WINDOW_MAX (1u << 20)
 
 /* Regions (docs/REGIONS.md): [cluster] regions = NAME:WEIGHT ..., at most this many. */
 #define RL_CONF_REGIONS_MAX 16
@@ -130,6 +132,10 @@ struct rl_conf {
     uint32_t deny_cache;       /* LIMITED answers remembered (router/denycache.h); 0 = off;
                                   default RL_CONF_DENY_CACHE_DEFAULT */
     bool hot_keys;             /* count the hot (service, user) keys; default on */
+    /* [router] node_window: requests a worker keeps sent to one node and not yet answered
+     * by it; past that, they wait in the router, served fairly between its clients
+     * (router/fairq.c); default RL_CONF_NODE_WINDOW_DEFAULT */
+    uint32_t node_window;
     char *router_metrics_host; /* [router] metrics: HTTP listener (metrics.h); NULL: off */
     uint16_t router_metrics_port;
     char *rls_host;            /* [router] rls: Envoy's rate limit service (gRPC); NULL: off */

@@ -431,6 +431,13 @@ set_deny_cache(struct conf_parser *p, const char *v)
                        "on, off or 0..16777216");
 }
 
+/* [router] node_window: an integer (router/fairq.c). */
+static const char *
+set_node_window(struct conf_parser *p, const char *v)
+{
+    return set_bounded(p, &p->c->node_window, v, false, 16, RL_CONF_NODE_WINDOW_MAX, "16..1048576");
+}
+
 static const char *
 set_hot_keys(struct conf_parser *p, const char *v)
 {
@@ -678,6 +685,7 @@ const struct conf_key conf_keys[] = {
     {CONF_ROUTER, "metrics", set_router_metrics, false},
     {CONF_ROUTER, "deny_cache", set_deny_cache, false},
     {CONF_ROUTER, "hot_keys", set_hot_keys, false},
+    {CONF_ROUTER, "node_window", set_node_window, false},
     {CONF_ROUTER, "workers", set_router_workers, false},
     {CONF_ROUTER, "rls", set_router_rls, false},
     {CONF_ROUTER, "rls_failure", set_rls_failure, false},

@@ -216,6 +216,73 @@ forward_keep_frame(struct rl_router *r, struct rl_pending *p, const char *frame,
     }
 }
 
+/* Whether a request for u waits in the router (fairq.c): the node has [router] node_window
+ * of this worker's requests unanswered, or others wait already (they go first, in turn). */
+static inline bool
+forward_must_wait(const struct rl_router *r, const struct rl_upstream *u)
+{
+    return u->fair != NULL || rl_upstream_owed(u) >= r->conf->node_window;
+}
+
+/* Sends the requests waiting for u, in turn, while it has room; one whose bytes are gone
+ * (overwritten in the ring meanwhile) or that cannot be sent is answered by policy. */
+static void
+forward_pump(struct rl_router *r, struct rl_upstream *u)
+{
+    struct rl_pending *p;
+
+    while (u->fair != NULL && rl_upstream_owed(u) < r->conf->node_window &&
+           (p = rl_fairq_next(r, u)) != NULL) {
+        uint8_t hdr;
+        size_t len;
+        const char *tail = rl_pending_kept_now(r, p, &hdr, &len);
+        int rc = tail == NULL ? -ENOENT
+                              : rl_upstream_send_spliced(u, hdr, p->op, rl_pending_id(r, p), tail,
+                                                         len, &p->link);
+
+        if (rc == 0) {
+            continue;
+        }
+        if (rc == -ENOENT) {
+            r->stats.node_wait_lost++;
+        } else {
+            r->stats.owner_down++;
+        }
+        rl_forward_fail(r, p, false);
+    }
+}
+
+/*
+ * p, for u, which has no room (forward_must_wait), waits for its turn instead of being sent:
+ * its bytes after the id kept (relay's, else fwd encoded as a send would), then on src's
+ * flow. 0, or -1 when it cannot wait (too long to keep, no memory): then it goes now.
+ */
+static int
+forward_wait(struct rl_router *r, struct rl_pending *p, struct rl_upstream *u, const void *src,
+             const struct rl_wire_req *fwd, const struct rl_wire_str *relay)
+{
+    if (relay != NULL && relay->ptr != NULL) {
+        rl_pending_keep(r, p, RL_WIRE_CHECK_HDR, relay->ptr, relay->len);
+    } else {
+        int rc;
+
+        rl_buf_reset(&r->fq_frame);
+        rc = fwd->op == RL_WIRE_OP_ADJUST || fwd->op == RL_WIRE_OP_RELEASE
+                 ? rl_wire_put_req(&r->fq_frame, fwd)
+                 : rl_wire_fast_put_check(&r->fq_frame, fwd);
+        if (rc != 0) {
+            return -1;
+        }
+        forward_keep_frame(r, p, r->fq_frame.data, r->fq_frame.len);
+    }
+    if (p->kept_len == RL_PENDING_KEPT_NONE || rl_fairq_add(r, u, src, p) != 0) {
+        p->kept_len = RL_PENDING_KEPT_NONE;
+        return -1;
+    }
+    r->stats.node_waits++;
+    return 0;
+}
+
 /* A CHECK, ADJUST or RELEASE of a binary client: answered here or forwarded (its op kept). */
 static void
 forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_wire_str *relay)
@@ -233,6 +300,7 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     uint32_t shard, owner = RL_SHARDMAP_NONE;
     uint64_t fp = 0; /* the deny cache's hash of the user (shed.c) */
     int sent = -EAGAIN;
+    bool waits = false;
 
     hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
     shard = forward_shard(r, hash);
@@ -289,17 +357,22 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
         return;
     }
     if (p != NULL) {
-        /* Read the short way (session.c): what follows the id goes as the client sent it. */
-        if (relay->ptr != NULL) {
-            sent = rl_upstream_send_spliced(u, RL_WIRE_CHECK_HDR, (uint8_t)req->op,
-                                            rl_pending_id(r, p), relay->ptr, relay->len, &p->link);
-        } else {
+        if (relay->ptr == NULL) {
             fwd = *req;
             fwd.id = rl_pending_id(r, p);
             /* an inline CHECK is accounted to this client, whatever it sent (PROTOCOL.md) */
             fwd.tenant = rl_wire_tenant(
                 conn->principal ? ((const struct rl_client_conf *)conn->principal)->name : NULL,
                 conn->addr);
+        }
+        if (forward_must_wait(r, u) && forward_wait(r, p, u, c, &fwd, relay) == 0) {
+            waits = true;
+            sent = 0;
+        } else if (relay->ptr != NULL) {
+            /* Read the short way (session.c): what follows the id goes as the client sent it. */
+            sent = rl_upstream_send_spliced(u, RL_WIRE_CHECK_HDR, (uint8_t)req->op,
+                                            rl_pending_id(r, p), relay->ptr, relay->len, &p->link);
+        } else {
             sent = rl_upstream_send_bytes(u, &fwd, &p->link, &frame, &frame_len);
         }
     }
@@ -316,7 +389,9 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
         answer_local(conn, req, rule, &rep, shard, fail_node(u, bs), hash);
         return;
     }
-    if (relay->ptr != NULL) {
+    if (waits) {
+        /* kept already (forward_wait) */
+    } else if (relay->ptr != NULL) {
         rl_pending_keep(r, p, RL_WIRE_CHECK_HDR, relay->ptr, relay->len);
     } else {
         forward_keep_frame(r, p, frame, frame_len); /* as queued for the node */
@@ -347,6 +422,9 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     }
     rl_pending_track(r, p, c);
     r->stats.forwarded++;
+    if (waits) {
+        forward_pump(r, u); /* its turn may be now */
+    }
 }
 
 /* Asks for the cluster to be read again (a node saw another view), at most every
@@ -635,10 +713,11 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
 }
 
 int
-rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink,
+rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, const void *src, void *sink,
                   rl_sink_answer_fn *answer, struct rl_pending **sent,
                   struct rl_wire_check_reply *now)
 {
+    bool waits = false;
     struct rl_upstream *u = NULL;
     struct rl_pending *p = NULL;
     struct rl_wire_req fwd;
@@ -672,7 +751,9 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
     if (p != NULL) {
         fwd = *req;
         fwd.id = rl_pending_id(r, p);
-        if (rl_upstream_send_bytes(u, &fwd, &p->link, &frame, &frame_len) != 0) {
+        if (forward_must_wait(r, u) && forward_wait(r, p, u, src, &fwd, NULL) == 0) {
+            waits = true;
+        } else if (rl_upstream_send_bytes(u, &fwd, &p->link, &frame, &frame_len) != 0) {
             rl_pending_unget(r, p);
             p = NULL;
         }
@@ -686,7 +767,9 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
         count_answer(r, (uint8_t)req->op, rule, now->code, start);
         return -1;
     }
-    forward_keep_frame(r, p, frame, frame_len); /* the bytes queued for the node */
+    if (!waits) {
+        forward_keep_frame(r, p, frame, frame_len); /* the bytes queued for the node */
+    }
     p->client = NULL;
     p->sink = sink;
     p->answer = answer;
@@ -712,15 +795,32 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
     rl_pending_track_fifo(r, p);
     r->stats.forwarded++;
     *sent = p;
+    if (waits) {
+        forward_pump(r, u);
+    }
     return 0;
 }
 
 void
-rl_forward_on_batch(void *arg, bool end)
+rl_forward_on_batch(void *arg, struct rl_upstream *u, bool end)
 {
     struct rl_router *r = arg;
 
+    if (end && u->fair != NULL) {
+        forward_pump(r, u); /* its replies made room */
+    }
     r->now_ns = end ? 0 : uv_hrtime();
+}
+
+void
+rl_forward_unqueue(struct rl_router *r, struct rl_upstream *u)
+{
+    struct rl_pending *p;
+
+    while ((p = rl_fairq_next(r, u)) != NULL) {
+        rl_pending_moving(r, p);
+        forward_hold(r, p);
+    }
 }
 
 /* u's connection was lost while u is no member any more (its upstream retired by the

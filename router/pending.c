@@ -11,7 +11,8 @@
  * ERROR MOVING (its shard is being handed to another node) may be held: off the FIFO, on one
  * of RL_PENDING_LEVELS held queues (one per backoff, 1 to 16 ms, each in resend order), one
  * timer on the earliest, and handed to the resend function given at init when due; the bytes
- * of every CHECK sent are kept in a ring for that. Not for what the answers say (forward.c).
+ * of every CHECK sent are kept in a ring for that, and of every CHECK that waits for room at
+ * its node (fairq.c), to be sent in its turn. Not for what the answers say (forward.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@ rl_pending_init(struct rl_router *r, uint32_t cap, rl_pending_expire_fn *expire,
         r->free_list = &r->slab[i];
     }
     r->free_tail = &r->slab[cap - 1];
+    rl_buf_init(&r->fq_frame);
     return 0;
 }
 
@@ -54,6 +56,8 @@ rl_pending_deinit(struct rl_router *r)
     r->slab = NULL;
     free(r->ring);
     r->ring = NULL;
+    rl_fairq_deinit(r);
+    rl_buf_deinit(&r->fq_frame);
 }
 
 struct rl_pending *
@@ -119,6 +123,7 @@ rl_pending_put(struct rl_router *r, struct rl_pending *p, bool late_reply)
         rl_conn_release(&c->conn);
     }
     rl_upstream_done(&p->link);
+    rl_fairq_remove(r, p);
     pending_unlist(r, p);
     rl_pending_free(r, p, late_reply);
 }
@@ -268,6 +273,19 @@ rl_pending_kept(struct rl_router *r, struct rl_pending *p, uint8_t *hdr, size_t 
     *hdr = p->kept_hdr;
     *len = p->kept_len;
     return p->moved;
+}
+
+const char *
+rl_pending_kept_now(const struct rl_router *r, const struct rl_pending *p, uint8_t *hdr,
+                    size_t *len)
+{
+    if (p->kept_len == RL_PENDING_KEPT_NONE ||
+        (p->moved == NULL && r->ring_pos - p->kept_pos > RL_PENDING_RING)) {
+        return NULL;
+    }
+    *hdr = p->kept_hdr;
+    *len = p->kept_len;
+    return p->moved != NULL ? p->moved : r->ring + p->kept_pos % RL_PENDING_RING;
 }
 
 void

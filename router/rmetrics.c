@@ -531,6 +531,14 @@ rl_router_metrics(struct rl_router *r, struct rl_prom *p)
     rl_prom_family(p, "rl_router_late_replies_total", "counter",
                    "Node replies that came after the deadline had answered.");
     rl_prom_u64(p, "rl_router_late_replies_total", NULL, sum.stats.late_replies);
+    rl_prom_family(p, "rl_router_node_waits_total", "counter",
+                   "Requests that waited in the router for room at their node ([router] "
+                   "node_window), sent in their connection's turn.");
+    rl_prom_u64(p, "rl_router_node_waits_total", NULL, sum.stats.node_waits);
+    rl_prom_family(p, "rl_router_node_wait_lost_total", "counter",
+                   "Requests answered by policy while waiting for room at their node: their "
+                   "kept bytes were written over.");
+    rl_prom_u64(p, "rl_router_node_wait_lost_total", NULL, sum.stats.node_wait_lost);
     rl_prom_family(p, "rl_router_errors_total", "counter",
                    "ERROR replies and refusals, by kind: unauthorized (token does not allow "
                    "it), auth (connection closed for a missing or wrong AUTH), overloaded (too "

@@ -29,8 +29,8 @@
 /* Router counters, X(name, text): reported by STATS. */
 #define RL_ROUTER_STATS_MAP(X)                                                                     \
     X(checks, "checks")                                                                            \
-    X(adjusts, "adjusts")                 /* ADJUSTs answered (not decisions) */                  \
-    X(releases, "releases")               /* RELEASEs answered (not decisions) */                 \
+    X(adjusts, "adjusts")   /* ADJUSTs answered (not decisions) */                                 \
+    X(releases, "releases") /* RELEASEs answered (not decisions) */                                \
     X(forwarded, "forwarded")                                                                      \
     X(allowed, "allowed")                                                                          \
     X(limited, "limited")                                                                          \
@@ -43,18 +43,20 @@
     X(errors, "errors")                                                                            \
     X(overloaded, "overloaded")                                                                    \
     X(late_replies, "late_replies")                                                                \
-    X(not_owner, "not_owner")             /* nodes refused a shard: answered by policy */         \
+    X(node_waits, "node_waits")           /* waited in the router for room at their node */        \
+    X(node_wait_lost, "node_wait_lost")   /* answered by policy: their bytes were written over */  \
+    X(not_owner, "not_owner")             /* nodes refused a shard: answered by policy */          \
     X(view_refreshes, "view_refreshes")   /* ZooKeeper re-reads asked for after NOT_OWNER */       \
     X(not_owner_held, "not_owner_held")   /* NOT_OWNER "shard is another's": held as a MOVING */   \
     X(moved, "moved")                     /* ERROR MOVING answers: a shard in a planned move */    \
     X(move_redirected, "move_redirected") /* sent at once to the owner a MOVING named */           \
-    X(held_for_move, "held_for_move")     /* backoffs waited before sending to the owner again */   \
-    X(move_resent, "move_resent")         /* sent again after such a backoff */                     \
-    X(move_expired, "move_expired")       /* answered by policy: handoff_wait past the first send */ \
-    X(move_lost, "move_lost")             /* answered by policy: its bytes were not kept */         \
-    X(move_lost_conn, "move_lost_conn")   /* lost on the connection of a node that left: resent */  \
-    X(unauthorized, "unauthorized")       /* requests a client's token does not allow */          \
-    X(auth_failures, "auth_failures")     /* connections closed: no AUTH, or a wrong token */     \
+    X(held_for_move, "held_for_move")     /* backoffs waited before sending to the owner again */  \
+    X(move_resent, "move_resent")         /* sent again after such a backoff */                    \
+    X(move_expired, "move_expired")     /* answered by policy: handoff_wait past the first send */ \
+    X(move_lost, "move_lost")           /* answered by policy: its bytes were not kept */          \
+    X(move_lost_conn, "move_lost_conn") /* lost on the connection of a node that left: resent */   \
+    X(unauthorized, "unauthorized")     /* requests a client's token does not allow */             \
+    X(auth_failures, "auth_failures")   /* connections closed: no AUTH, or a wrong token */        \
     X(table_builds, "table_builds")
 
 struct rl_router_stats {

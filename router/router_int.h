@@ -4,7 +4,8 @@
  * (docs/ARCHITECTURE.md, "router/"): calls go down, and what must go up is a callback or a
  * table installed from above.
  *   core services: pending.c (requests in flight, the deadline: its expiry a callback given
- *     at init), counts.c (the decision counters), reply.c (the router's own ERROR), health.c
+ *     at init), fairq.c (the requests waiting for room at their node, and whose turn it is),
+ *     counts.c (the decision counters), reply.c (the router's own ERROR), health.c
  *     (readiness), front.c (front.h: the fronts' connections);
  *   CHECK core: table.c (membership, assignment, rules replaced live), shed.c (the deny
  *     cache and hot keys, HOT), fanout.c (THROTTLED), forward.c (a CHECK);
@@ -130,6 +131,10 @@ struct rl_pending {
     char *moved;
     uint64_t hold_until; /* loop ms: first send + handoff_wait, past which policy answers */
     uint64_t resend_at;  /* loop ms, while held */
+    /* fairq.c: waiting for room at up (on the deadline FIFO, kept, on no connection): its
+     * flow and its place there; flow NULL otherwise */
+    struct rl_flow *flow;
+    struct rl_pending *qprev, *qnext;
 };
 
 /* A client connection: conn.h's, plus the requests it has in flight (one hold each). */
@@ -234,6 +239,13 @@ struct rl_router {
     uint32_t nmoving;      /* records answered MOVING at least once, still in flight */
     char *ring;            /* RL_PENDING_RING bytes: the requests sent, kept */
     uint64_t ring_pos;     /* bytes ever written to it (the next one's offset, mod size) */
+    /* fairq.c: the flows with requests waiting for room at their node, by (source, node) */
+    struct rl_flow **fq_buckets;
+    uint32_t fq_nbuckets; /* a power of two; 0 before the first flow */
+    uint32_t fq_nflows;
+    struct rl_flow *fq_free;
+    uint64_t fq_waiting;    /* requests waiting now */
+    struct rl_buf fq_frame; /* forward.c: a waiting request encoded, to be kept */
 
     struct rl_wire_decoder dec; /* client requests, one frame at a time */
     struct rl_reqlog *log;
@@ -426,6 +438,10 @@ void rl_pending_keep(struct rl_router *r, struct rl_pending *p, uint8_t hdr, con
 const char *rl_pending_kept(struct rl_router *r, struct rl_pending *p, uint8_t *hdr,
                             size_t *len);
 
+/* The same without a copy: where they are now (valid until the next rl_pending_keep). */
+const char *rl_pending_kept_now(const struct rl_router *r, const struct rl_pending *p, uint8_t *hdr,
+                                size_t *len);
+
 /* p, a CHECK off its node connection (rl_upstream_done), waits delay_ms (rounded to a
  * power of two from 1 to 16) on a held queue instead of the deadline FIFO, then is handed to
  * the resend function. */
@@ -438,6 +454,24 @@ void rl_pending_resent(struct rl_router *r, struct rl_pending *p);
 /* Marks p as answered MOVING (once: counted in r->nmoving until it is put back), its hold
  * ending at first send + handoff_wait. */
 void rl_pending_moving(struct rl_router *r, struct rl_pending *p);
+
+/* ---- fairq.c: requests waiting for room at their node ------------------------------------ */
+
+/* Requests a flow sends in its turn before the next flow's. */
+#define RL_FAIRQ_QUANTUM 8u
+
+/* p (kept, on the deadline FIFO, on no connection) waits for room at u behind src's other
+ * requests for u; a source with none waiting yet is served next. 0, or -ENOMEM. */
+int rl_fairq_add(struct rl_router *r, struct rl_upstream *u, const void *src, struct rl_pending *p);
+
+/* The next request for u, in turn, taken off its flow; NULL: none waits. */
+struct rl_pending *rl_fairq_next(struct rl_router *r, struct rl_upstream *u);
+
+/* Takes p off its flow, if it waits on one (rl_pending_put calls it). */
+void rl_fairq_remove(struct rl_router *r, struct rl_pending *p);
+
+/* Frees the flows (none may wait: after rl_pending_drain). */
+void rl_fairq_deinit(struct rl_router *r);
 
 /* ---- counts.c: the decision counters ------------------------------------------------------ */
 
@@ -483,8 +517,13 @@ void rl_forward_resend(struct rl_router *r, struct rl_pending *p);
 void rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *from,
                          const struct rl_wire_reply *rep);
 void rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l);
-/* A node's batch of replies starts and ends: the clock is read once for it. */
-void rl_forward_on_batch(void *arg, bool end);
+/* A node's batch of replies starts and ends: the clock is read once for it, and at its end
+ * the requests waiting for room at u (fairq.c) are sent, in turn, as far as it has room. */
+void rl_forward_on_batch(void *arg, struct rl_upstream *u, bool end);
+
+/* u leaves the table: the requests waiting for it are held and sent to their shards' owners
+ * in the table then (rl_forward_resend). */
+void rl_forward_unqueue(struct rl_router *r, struct rl_upstream *u);
 
 /*
  * A CHECK of the router's own (the gRPC front, rls_call.c; the RESP front, resp.c):
@@ -496,10 +535,11 @@ void rl_forward_on_batch(void *arg, bool end);
  * orphan by setting its sink to NULL): sink is answered later,
  * once (node's reply, failure policy, deadline). Otherwise the answer is *now (failure
  * policy: owner unknown or unreachable, or too many requests in flight) and sink is not
- * called.
+ * called. src: the connection it came on, whose turn it waits for when its node has no room
+ * (fairq.c).
  */
-int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink,
-                      rl_sink_answer_fn *answer, struct rl_pending **sent,
+int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, const void *src,
+                      void *sink, rl_sink_answer_fn *answer, struct rl_pending **sent,
                       struct rl_wire_check_reply *now);
 
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */

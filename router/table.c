@@ -65,6 +65,7 @@ router_rebuild(struct rl_router *r)
 
         if (u != NULL && strcmp(u->addr, map->members[i].addr) != 0) {
             upstream_unlink(r, u);
+            rl_forward_unqueue(r, u);
             rl_upstream_retire(u);
             u = NULL;
         }
@@ -109,6 +110,7 @@ router_rebuild(struct rl_router *r)
         if (!live) {
             rl_log_info("node %s left the membership", u->name);
             upstream_unlink(r, u);
+            rl_forward_unqueue(r, u);
             rl_upstream_retire(u);
         }
     }

@@ -255,7 +255,7 @@ upconn_batch(struct rl_conn *c)
     struct rl_upstream *u = ((struct rl_upconn *)c)->up;
 
     if (u->ops.on_batch != NULL) {
-        u->ops.on_batch(u->ops.arg, false);
+        u->ops.on_batch(u->ops.arg, u, false);
     }
 }
 
@@ -265,7 +265,7 @@ upconn_batch_end(struct rl_conn *c)
     struct rl_upstream *u = ((struct rl_upconn *)c)->up;
 
     if (u->ops.on_batch != NULL) {
-        u->ops.on_batch(u->ops.arg, true);
+        u->ops.on_batch(u->ops.arg, u, true);
     }
 }
 

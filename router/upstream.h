@@ -56,6 +56,7 @@
 
 struct rl_upstream;
 struct rl_upconn;
+struct rl_flow;
 
 /* A request in flight to a node: embedded in the owner's record, managed here. */
 struct rl_uplink {
@@ -111,8 +112,8 @@ struct rl_upstream_ops {
                      const struct rl_wire_reply *rep);
     /* The connection of l is lost: l is already unlinked; answer its request otherwise now. */
     void (*on_lost)(void *arg, struct rl_upstream *u, struct rl_uplink *l);
-    /* Optional: a batch of replies (one read's) starts (end false) or ended (end true). */
-    void (*on_batch)(void *arg, bool end);
+    /* Optional: a batch of replies (one read's) on u starts (end false) or ended (end true). */
+    void (*on_batch)(void *arg, struct rl_upstream *u, bool end);
     void *arg;
     /* Optional: a rules probe's answer was read on `from`; ok: the node holds the rules the
      * router wants. */
@@ -158,6 +159,9 @@ struct rl_upstream {
     uint64_t epoch;
     uint64_t epoch_seen; /* the router's (shed.c): the epoch it last forgot refusals for */
     struct rl_upstream_ops ops;
+    /* The owner's (router/fairq.c): the flow whose turn it is among those with requests
+     * waiting for room at this node; NULL: none waits. Never read here. */
+    struct rl_flow *fair;
     struct rl_upstream_stats stats;
     struct rl_log_limit hello_log; /* "router reserve is full" refusals */
     struct rl_log_limit connect_log; /* connects given up on (upstream_watch) */
@@ -200,6 +204,19 @@ void rl_upstream_done(struct rl_uplink *l);
 
 /* A request answered by failure policy because of this node (for STATS). */
 void rl_upstream_count_failure(struct rl_upstream *u);
+
+/* Requests sent on u's CHECK connections that the node has not answered yet, those answered
+ * by the deadline included: what the node still has to do for this upstream. */
+static inline uint64_t
+rl_upstream_owed(const struct rl_upstream *u)
+{
+    uint64_t n = 0;
+
+    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+        n += u->conns[i].sent - u->conns[i].answered;
+    }
+    return n;
+}
 
 /* True when at least one CHECK connection is up. */
 bool rl_upstream_up(const struct rl_upstream *u);

@@ -72,6 +72,10 @@ now_ms(void)
     return (int64_t)(rl_clock_mono_ns() / 1000000);
 }
 
+/* The [router] keys a tcase adds (fair_setup); "" for the rest. */
+static const char *router_extra = "";
+static int router_workers; /* 0: the harness's default */
+
 static void
 setup(void)
 {
@@ -87,16 +91,17 @@ setup(void)
     ck_assert_int_eq(rl_harness_write_file(conf_path,
                                            "[cluster]\nname = rt\nshards = %d\n"
                                            "session_timeout = %dms\n"
-                                           "[router]\nlisten = 127.0.0.1:%d\ndeadline = %dms\n"
+                                           "[router]\nlisten = 127.0.0.1:%d\ndeadline = %dms\n%s"
                                            "[node a]\nlisten = 127.0.0.1:%d\n"
                                            "[node b]\nlisten = 127.0.0.1:%d\n"
                                            "[service open]\nlimit = fixed_window 100 per 1h\n"
                                            "[service closed]\nfailure = closed\n"
                                            "limit = fixed_window 100 per 1h\n"
                                            "[service big]\nlimit = fixed_window 1000 per 1h\n"
+                                           "[service wide]\nlimit = fixed_window 1000000 per 1h\n"
                                            "[service ep /x]\nlimit = fixed_window 5 per 1h\n",
                                            SHARDS, SESSION_MS, router_port, DEADLINE_MS,
-                                           node_ports[NODE_A], node_ports[NODE_B]),
+                                           router_extra, node_ports[NODE_A], node_ports[NODE_B]),
                      0);
     /* The members the router builds from that config: the [node] names and addresses. */
     for (int i = 0; i < NNODES; i++) {
@@ -110,7 +115,20 @@ setup(void)
         ck_assert_int_eq(
             rl_harness_node_start(&nodes[i], conf_path, node_names[i], node_ports[i], 0), 0);
     }
-    ck_assert_int_eq(rl_harness_router_start(&router, conf_path, router_port), 0);
+    ck_assert_int_eq(router_workers > 0 ? rl_harness_router_start_workers(
+                                              &router, conf_path, router_port, router_workers)
+                                        : rl_harness_router_start(&router, conf_path, router_port),
+                     0);
+}
+
+/* One worker (every connection on it), and a node window of FAIR_WINDOW. */
+#define FAIR_WINDOW 64
+static void
+fair_setup(void)
+{
+    router_extra = "node_window = 64\n";
+    router_workers = 1;
+    setup();
 }
 
 static void
@@ -1155,6 +1173,79 @@ START_TEST(test_hello_past_the_reserve_is_served)
 }
 END_TEST
 
+/*
+ * A node's time is shared between the router's clients (router/fairq.c): with node a paused,
+ * four connections pipeline FAIR_FLOOD CHECKs each of one key; the router sends FAIR_WINDOW
+ * of them to a (node_window) and keeps the rest; then another client sends one CHECK of the
+ * same key. Once a resumes, its counter says where that CHECK was decided: right after the
+ * window, ahead of the flood's backlog (first come, first served, it came after all
+ * 4 x FAIR_FLOOD). The order is the node's count, not a clock.
+ */
+#define FAIR_CONNS 4
+#define FAIR_FLOOD 500
+START_TEST(test_clients_served_in_turn)
+{
+    struct rl_client *flood[FAIR_CONNS], *light = connect_router(), *watch = connect_router();
+    struct rl_wire_req req;
+    struct rl_wire_reply rep;
+    char key[32];
+    int64_t sent_a, t0, answered = 0;
+    uint64_t before_light;
+
+    user_on(NODE_A, "wide", "shared", 0, key, sizeof(key));
+    /* connections up, the key's count at 1 */
+    ck_assert_uint_eq(check(light, "wide", key, 1).remaining, 999999);
+    for (int i = 0; i < FAIR_CONNS; i++) {
+        flood[i] = connect_router();
+    }
+    pause_node(NODE_A);
+    sent_a = node_stat(watch, NODE_A, "forwarded");
+    for (int i = 0; i < FAIR_CONNS; i++) {
+        for (int k = 0; k < FAIR_FLOOD; k++) {
+            set_check(&req, (uint32_t)k + 1, "wide", key, 1);
+            ck_assert_int_eq(rl_client_queue(flood[i], &req), 0);
+        }
+        ck_assert_int_eq(rl_client_flush(flood[i], T_TIMEOUT), 0);
+    }
+    t0 = now_ms();
+    while (stat_of(watch, "node_waits") < FAIR_CONNS * FAIR_FLOOD - FAIR_WINDOW) {
+        ck_assert_msg(now_ms() - t0 < DEADLINE_MS / 2, "the router did not take the flood in time");
+        usleep(2000);
+    }
+    /* the window: no more went to the paused node */
+    ck_assert_int_eq(node_stat(watch, NODE_A, "forwarded"), sent_a + FAIR_WINDOW);
+    set_check(&req, 7, "wide", key, 1);
+    ck_assert_int_eq(rl_client_queue(light, &req), 0);
+    ck_assert_int_eq(rl_client_flush(light, T_TIMEOUT), 0);
+    while (stat_of(watch, "node_waits") < FAIR_CONNS * FAIR_FLOOD - FAIR_WINDOW + 1) {
+        ck_assert_msg(now_ms() - t0 < DEADLINE_MS / 2, "the router did not take the CHECK in time");
+        usleep(2000);
+    }
+    resume_node(NODE_A);
+    ck_assert_int_eq(rl_client_recv(light, &rep, T_TIMEOUT), 0);
+    ck_assert_uint_eq(rep.id, 7);
+    ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
+    /* decided after the 1 before and the window's FAIR_WINDOW (one flow's turn more at most,
+     * RL_FAIRQ_QUANTUM, had a reply batch come before its own flow was made) */
+    before_light = 999999 - rep.check.remaining - 1;
+    ck_assert_msg(before_light <= FAIR_WINDOW + 8,
+                  "%llu of the flood's CHECKs were decided before the light client's",
+                  (unsigned long long)before_light);
+    /* and every flood CHECK is answered, once */
+    for (int i = 0; i < FAIR_CONNS; i++) {
+        for (int k = 0; k < FAIR_FLOOD; k++) {
+            ck_assert_int_eq(rl_client_recv(flood[i], &rep, T_TIMEOUT), 0);
+            ck_assert_uint_eq(rep.id, (uint32_t)k + 1);
+            answered++;
+        }
+        rl_client_destroy(flood[i]);
+    }
+    ck_assert_int_eq(answered, FAIR_CONNS * FAIR_FLOOD);
+    rl_client_destroy(light);
+    rl_client_destroy(watch);
+}
+END_TEST
+
 static Suite *
 router_suite(void)
 {
@@ -1170,6 +1261,11 @@ router_suite(void)
     tcase_add_test(tc, test_relay_encodings);
     tcase_add_test(tc, test_slow_reader_paused);
     tcase_add_test(tc, test_sigterm_answers_what_was_forwarded);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("fair");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, fair_setup, teardown);
+    tcase_add_test(tc, test_clients_served_in_turn);
     suite_add_tcase(s, tc);
     tc = tcase_create("zookeeper");
     tcase_set_timeout(tc, 60);
