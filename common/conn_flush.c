@@ -50,6 +50,9 @@ connq_flush(uv_check_t *h)
     /* A new turn: connections that spent their input budget in the last one go on, and
      * the turn's handshake budget opens (conn_tls.c). */
     q->turn++;
+    q->busy_last = q->busy;
+    q->busy = 0;
+    q->client_turn_bytes = 0;
     conn_hs_turn(q);
     while (q->throttled != NULL) {
         struct rl_conn *c = q->throttled;

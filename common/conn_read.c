@@ -87,24 +87,48 @@ conn_batch_end(struct rl_conn *c, bool *batch)
     *batch = false;
 }
 
+/* c's input share of a loop turn. Outgoing connections (the router's to nodes) carry replies
+ * the process asked for; a router's connection to a node carries many clients: both get more.
+ * Admin replies (THROTTLED) get one share, so they cannot lengthen a turn that carries
+ * decisions. A client's share shrinks as more clients used theirs (RL_CONN_TURN_ALL). */
+static size_t
+conn_turn_share(const struct rl_conn *c)
+{
+    size_t share;
+
+    if (c->admin) {
+        return RL_CONN_TURN_BYTES;
+    }
+    if (c->listener == NULL || c->router) {
+        return 16u * RL_CONN_TURN_BYTES;
+    }
+    if (c->q->client_turn_bytes >= 2u * RL_CONN_TURN_ALL) {
+        return RL_CONN_TURN_MIN;
+    }
+    share = c->q->busy_last > 0 ? RL_CONN_TURN_ALL / c->q->busy_last : RL_CONN_TURN_BYTES;
+    return share < RL_CONN_TURN_MIN     ? RL_CONN_TURN_MIN
+           : share > RL_CONN_TURN_BYTES ? RL_CONN_TURN_BYTES
+                                        : share;
+}
+
 static size_t
 conn_frames(struct rl_conn *c, const char *p, size_t n)
 {
     bool batch = false;
     size_t used = 0;
     size_t plen;
+    size_t share;
+    bool client = c->listener != NULL && !c->router && !c->admin;
     int rc;
 
     if (c->turn != c->q->turn) {
         c->turn = c->q->turn;
         c->turn_bytes = 0;
     }
+    share = conn_turn_share(c);
     while (c->connected && !c->finishing && !rl_conn_backlogged(c)) {
-        /* Outgoing connections (the router's to nodes) carry replies the process asked for;
-         * a router's connection to a node carries many clients: both get more. Admin replies
-         * (THROTTLED) get one share, so they cannot lengthen a turn that carries decisions. */
-        if (c->turn_bytes >=
-            (!c->admin && (c->listener == NULL || c->router) ? 16u : 1u) * RL_CONN_TURN_BYTES) {
+        if (c->turn_bytes >= share) {
+            c->q->busy += client;
             conn_throttle(c);
             break;
         }
@@ -136,6 +160,7 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
          * and the slab until the loop's flusher closes. */
         used += RL_WIRE_HDR_LEN + plen;
         c->turn_bytes += RL_WIRE_HDR_LEN + plen;
+        c->q->client_turn_bytes += client ? RL_WIRE_HDR_LEN + plen : 0;
         if (c->probation && !(plen >= 2 && (unsigned char)p[used - plen] == 0x93 &&
                               ((unsigned char)p[used - plen + 1] == RL_WIRE_OP_HELLO ||
                                (unsigned char)p[used - plen + 1] == RL_WIRE_OP_AUTH))) {
@@ -151,6 +176,7 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
             c->deferred = false;
             used -= RL_WIRE_HDR_LEN + plen;
             c->turn_bytes -= RL_WIRE_HDR_LEN + plen;
+            c->q->client_turn_bytes -= client ? RL_WIRE_HDR_LEN + plen : 0;
             if (c->connected && !c->finishing) {
                 conn_throttle(c);
             }

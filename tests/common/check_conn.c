@@ -8,7 +8,8 @@
  * bound) and resumed once it drains, with every reply in order; held requests pause reading
  * at hold_max and resume on release; a half-closed client gets every reply before the close;
  * a bad length prefix gets ERROR MALFORMED and a close, counted; past max_connections a new
- * client gets ERROR OVERLOADED; an outgoing connection reports a peer that hangs up.
+ * client gets ERROR OVERLOADED; an outgoing connection reports a peer that hangs up; many
+ * clients sending all they can split a turn's input instead of each taking a full share.
  */
 #include <check.h>
 #include <errno.h>
@@ -46,7 +47,13 @@ struct srv {
     atomic_uint_fast64_t conn_closes; /* on_close calls */
     struct rl_conn *held[4096];
     size_t nheld;
+    /* bytes of frames handled in the loop turn under way (q.turn: turn_seen), and the most
+     * in one turn after the first WARM_TURNS */
+    uint64_t turn_seen, turn_bytes, turns;
+    atomic_uint_fast64_t max_turn_bytes;
 };
+
+#define WARM_TURNS 5
 
 static void
 srv_frame(struct rl_conn *c, const char *p, size_t n)
@@ -56,6 +63,14 @@ srv_frame(struct rl_conn *c, const char *p, size_t n)
                             (unsigned char)(n >> 8), (unsigned char)n};
 
     atomic_fetch_add(&s->frames, 1);
+    if (s->q.turn != s->turn_seen) {
+        if (++s->turns > WARM_TURNS && s->turn_bytes > atomic_load(&s->max_turn_bytes)) {
+            atomic_store(&s->max_turn_bytes, s->turn_bytes);
+        }
+        s->turn_seen = s->q.turn;
+        s->turn_bytes = 0;
+    }
+    s->turn_bytes += RL_WIRE_HDR_LEN + n;
     if (p[0] == 'H') {
         /* Answered when the test releases: the reply is sent then. */
         rl_conn_hold(c);
@@ -432,6 +447,71 @@ START_TEST(test_hold_max_pauses_reading)
 }
 END_TEST
 
+/* A sender: writes 9-byte frames on fd as fast as the socket takes them until stop. */
+struct blaster {
+    int fd;
+    atomic_int *stop;
+    pthread_t t;
+};
+
+static void *
+blast(void *arg)
+{
+    struct blaster *b = arg;
+    static char buf[9 * 7000];
+    size_t n = 0;
+
+    for (unsigned i = 0; i < 7000; i++) {
+        n += put_frame(buf + n, i);
+    }
+    while (!atomic_load(b->stop)) {
+        if (send(b->fd, buf, n, MSG_NOSIGNAL) <= 0) {
+            break;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * Many clients that send all they can split a loop turn's input share (RL_CONN_TURN_ALL)
+ * instead of each taking RL_CONN_TURN_BYTES: with 16 of them, no turn handles more than
+ * twice RL_CONN_TURN_ALL, plus one connection's full share and a least share with a frame for
+ * each (a turn of 16 x 64 KiB before), so one that sends now and then waits one short turn.
+ */
+START_TEST(test_many_senders_share_a_turn)
+{
+    enum { SENDERS = 16 };
+    struct srv *s = srv_start(0, 0);
+    struct blaster b[SENDERS];
+    atomic_int stop = 0;
+    uint64_t most;
+    uint64_t bound = 2u * RL_CONN_TURN_ALL + RL_CONN_TURN_BYTES + SENDERS * (RL_CONN_TURN_MIN + 9u);
+
+    for (int i = 0; i < SENDERS; i++) {
+        b[i].fd = dial(s->port);
+        b[i].stop = &stop;
+        RL_CHECK_INT_EQ(pthread_create(&b[i].t, NULL, blast, &b[i]), 0);
+    }
+    for (int i = 0; i < 100 && atomic_load(&s->frames) < 2000000; i++) {
+        usleep(10 * 1000);
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < SENDERS; i++) {
+        shutdown(b[i].fd, SHUT_RDWR);
+        pthread_join(b[i].t, NULL);
+        close(b[i].fd);
+    }
+    most = atomic_load(&s->max_turn_bytes);
+    fprintf(stderr, "most input handled in one turn: %llu bytes (bound %llu), %llu frames\n",
+            (unsigned long long)most, (unsigned long long)bound,
+            (unsigned long long)atomic_load(&s->frames));
+    ck_assert_uint_gt(most, 0);
+    ck_assert_msg(most <= bound, "a turn handled %llu bytes of input, over %llu",
+                  (unsigned long long)most, (unsigned long long)bound);
+    srv_stop(s);
+}
+END_TEST
+
 START_TEST(test_half_close_gets_every_reply)
 {
     struct srv *s = srv_start(1, 0);
@@ -613,6 +693,7 @@ conn_suite(void)
     tcase_add_test(tc, test_holds_pause_and_release_resumes);
     tcase_add_test(tc, test_hold_max_pauses_reading);
     tcase_add_test(tc, test_half_close_gets_every_reply);
+    tcase_add_test(tc, test_many_senders_share_a_turn);
     tcase_add_test(tc, test_bad_length_is_refused_and_counted);
     tcase_add_test(tc, test_over_max_connections_refused);
     tcase_add_test(tc, test_outgoing_reports_hangup);
