@@ -225,9 +225,11 @@ forward_must_wait(const struct rl_router *r, const struct rl_upstream *u)
 }
 
 /* Sends the requests waiting for u, in turn, while it has room; one whose bytes are gone
- * (overwritten in the ring meanwhile) or that cannot be sent is answered by policy. */
+ * (overwritten in the ring meanwhile) or that cannot be sent is answered by policy, unless
+ * !answer: a front is sending (rl_forward_inline), which must not be answered from within;
+ * then it stays on the deadline FIFO alone, answered by policy at its deadline. */
 static void
-forward_pump(struct rl_router *r, struct rl_upstream *u)
+forward_pump(struct rl_router *r, struct rl_upstream *u, bool answer)
 {
     struct rl_pending *p;
 
@@ -242,6 +244,9 @@ forward_pump(struct rl_router *r, struct rl_upstream *u)
 
         if (rc == 0) {
             continue;
+        }
+        if (!answer) {
+            break;
         }
         if (rc == -ENOENT) {
             r->stats.node_wait_lost++;
@@ -423,7 +428,7 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
     rl_pending_track(r, p, c);
     r->stats.forwarded++;
     if (waits) {
-        forward_pump(r, u); /* its turn may be now */
+        forward_pump(r, u, true); /* its turn may be now */
     }
 }
 
@@ -796,7 +801,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, const void
     r->stats.forwarded++;
     *sent = p;
     if (waits) {
-        forward_pump(r, u);
+        forward_pump(r, u, false);
     }
     return 0;
 }
@@ -807,7 +812,7 @@ rl_forward_on_batch(void *arg, struct rl_upstream *u, bool end)
     struct rl_router *r = arg;
 
     if (end && u->fair != NULL) {
-        forward_pump(r, u); /* its replies made room */
+        forward_pump(r, u, true); /* its replies made room */
     }
     r->now_ns = end ? 0 : uv_hrtime();
 }

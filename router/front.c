@@ -76,6 +76,24 @@ front_budget(const struct rl_router *r)
     return r->opts.limits.buffer_memory / (n ? n : 1);
 }
 
+/* c's input budget this turn: its kind's (limits.turn_bytes; 0: none), split as a binary
+ * client's share is (common/conn.h, RL_CONN_TURN_ALL) when more connections of the loop used
+ * theirs in the last turn, and the least once the turn's input passed twice that. */
+static uint64_t
+front_turn_budget(const struct rl_front *g, const struct rl_front_conn *c)
+{
+    uint64_t full = c->ops->limits.turn_bytes, share;
+
+    if (full == 0) {
+        return 0;
+    }
+    if (g->turn_all >= 2u * RL_CONN_TURN_ALL) {
+        return RL_CONN_TURN_MIN;
+    }
+    share = g->busy_last > 0 ? RL_CONN_TURN_ALL / g->busy_last : full;
+    return share < RL_CONN_TURN_MIN ? RL_CONN_TURN_MIN : share > full ? full : share;
+}
+
 /* This turn's input cost of c: reset when a new turn began (debt carried by
  * front_check_cb). */
 static uint64_t *
@@ -114,11 +132,12 @@ static void
 front_turn_check(struct rl_front_conn *c)
 {
     struct rl_front *g = c->r->front;
-    uint32_t budget = c->ops->limits.turn_bytes;
+    uint64_t budget = front_turn_budget(g, c);
 
     if (budget == 0 || c->closing || c->throttled || *front_turn_used(c) < budget) {
         return;
     }
+    g->busy++;
     c->throttled = true;
     c->thr_next = g->throttled;
     g->throttled = c;
@@ -130,6 +149,7 @@ void
 rl_front_charge(struct rl_front_conn *c, size_t cost)
 {
     *front_turn_used(c) += cost;
+    c->r->front->turn_all += cost;
 }
 
 /* The loop's connections that may be closed to make room for c to hold want request bytes:
@@ -278,8 +298,11 @@ front_check_cb(uv_check_t *h)
      * e.g. header bytes charged after the read) is paid off, a budget a turn. */
     g->turn++;
     g->throttled = NULL;
+    g->busy_last = g->busy;
+    g->busy = 0;
+    g->turn_all = 0;
     while ((c = thr) != NULL) {
-        uint64_t budget = c->ops->limits.turn_bytes;
+        uint64_t budget = front_turn_budget(g, c);
 
         thr = c->thr_next;
         c->thr_next = NULL;
@@ -361,7 +384,7 @@ on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     buf->len = sizeof(g->rbuf);
     if (c->ops->limits.turn_bytes != 0) {
         /* no more than the rest of this turn's input budget (at least a byte) */
-        uint64_t used = *front_turn_used(c), budget = c->ops->limits.turn_bytes;
+        uint64_t used = *front_turn_used(c), budget = front_turn_budget(c->r->front, c);
         uint64_t left = used < budget ? budget - used : 1;
 
         if (left < buf->len) {
@@ -735,6 +758,7 @@ on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
         return;
     }
     *front_turn_used(c) += (uint64_t)n;
+    c->r->front->turn_all += (uint64_t)n;
     /* The read's requests share one reading of the clock, as a binary client's batch does
      * (session.c): rl_router_now_ns reads it once per read, not once per request. */
     struct rl_router *r = c->r;

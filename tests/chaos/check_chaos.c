@@ -1163,6 +1163,13 @@ START_TEST(test_liveness_held_by_move)
     view_add(r, 1500, SHARD, 1); /* a gone, no clean stop */
     req_full(r, 1400, USER, SHARD, RL_WIRE_ALLOWED, 4, 480 * 1000);
     judge(r, "liveness", 1);
+    /* ...unless the observer had no session then (ZooKeeper paused: every node registered
+     * again, one alone for a moment, whose handoffs it never saw) */
+    r->blind_from[0] = T0 + 1000;
+    r->blind_to[0] = T0 + 1300;
+    r->nblind = 1;
+    judge(r, NULL, 0);
+    ck_assert_ptr_nonnull(strstr(json, "\"held_by_move\":1"));
     run_free(r);
 }
 END_TEST

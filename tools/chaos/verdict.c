@@ -168,7 +168,8 @@ router_down_near(const struct ch_run *r, int router, int64_t from, int64_t to)
 /* Whether the request's shard changed owner while it was out (from handoff_wait before it was
  * sent, to when it was answered): the new owner answers MOVING until the old owner's counters
  * arrive, and the router sends it again until then, for at most handoff_wait past its first
- * send (docs/OPERATIONS.md, "Planned moves"). */
+ * send (docs/OPERATIONS.md, "Planned moves"). While the observer had no session (blind_at) it
+ * saw no view the routers may have: any node may have held the shard for a moment. */
 static bool
 held_by_move(const struct judge *j, const struct ch_req *q, int64_t lat_us)
 {
@@ -176,6 +177,11 @@ held_by_move(const struct judge *j, const struct ch_req *q, int64_t lat_us)
     uint8_t planned[CH_VIEWS_MAX];
     int n = ch_changes_of(j->r, q->shard, at, planned, CH_VIEWS_MAX);
 
+    for (int64_t t = q->t_send_ms - HANDOFF_WAIT_MS; t <= q->t_send_ms + lat_us / 1000; t += 100) {
+        if (blind_at(j->r, t)) {
+            return true;
+        }
+    }
     for (int i = 0; i < n; i++) {
         if (planned[i] != CH_MOVE_LOST && at[i] - LAG_MS <= q->t_send_ms + lat_us / 1000 &&
             at[i] + HANDOFF_WAIT_MS + LAG_MS >= q->t_send_ms) {
