@@ -8,7 +8,7 @@ every 2 ms of a `failure = closed` service on the same node. Prints the innocent
 code (FAIL_CLOSED = 3: its CHECKs missed the deadline behind the flood), its latency, the
 flood's throughput, and the router's node_waits and stall resets. A benchmark, not a test:
 what it shows depends on the machine.
-Usage: attack_fair_share.py BIN_DIR [FLOOD_CONNS=50] [ROUNDS=1]"""
+Usage: [NODE_WINDOW=N] attack_fair_share.py BIN_DIR [FLOOD_CONNS=50] [ROUNDS=1]"""
 import collections
 import json
 import os
@@ -101,12 +101,14 @@ def pct(v, p):
 
 def one_round(bindir, conns):
     rport, nport, mport = free_port(), free_port(), free_port()
+    # NODE_WINDOW=N sets [router] node_window (a router that has it: docs/CONFIG.md)
+    extra = "node_window = %s\n" % os.environ["NODE_WINDOW"] if os.environ.get("NODE_WINDOW") else ""
     with tempfile.TemporaryDirectory(prefix="rl-fair-") as d:
         conf = os.path.join(d, "cluster.conf")
         with open(conf, "w") as f:
             f.write(f"[cluster]\nname = fair\nshards = 64\n\n[router]\n"
                     f"listen = 127.0.0.1:{rport}\ndeadline = 50ms\nmetrics = 127.0.0.1:{mport}\n"
-                    f"workers = 1\n\n[node a]\nlisten = 127.0.0.1:{nport}\nmemory = 512mb\n\n"
+                    f"workers = 1\n{extra}\n[node a]\nlisten = 127.0.0.1:{nport}\nmemory = 512mb\n\n"
                     f"[service inno]\nfailure = closed\nlimit = fixed_window 1000000000 per 1h\n\n"
                     f"[service flood]\nlimit = fixed_window 1000000000 per 1h\n")
         procs = [subprocess.Popen([os.path.join(bindir, "rl-node"), "--config", conf, "--name", "a",
