@@ -69,7 +69,7 @@ struct rl_node_conf {
 #define RL_CONF_DEFAULT_MEMORY (1024ull * 1024 * 1024)
 #define RL_CONF_DRAIN_TIMEOUT_MS 10000u /* [node NAME] drain_timeout's default */
 #define RL_CONF_HANDOFF_WAIT_MS 2000u   /* [cluster] handoff_wait's default */
-#define RL_CONF_NODE_WINDOW_DEFAULT 8192u /* [router] node_window's default */
+#define RL_CONF_NODE_WINDOW_DEFAULT 32768u /* [router] node_window's default */
 #define RL_CONF_NODE_WINDOW_MAX (1u << 20)
 
 /* Regions (docs/REGIONS.md): [cluster] regions = NAME:WEIGHT ..., at most this many. */
