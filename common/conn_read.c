@@ -128,7 +128,7 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
     share = conn_turn_share(c);
     while (c->connected && !c->finishing && !rl_conn_backlogged(c)) {
         if (c->turn_bytes >= share) {
-            c->q->busy += client;
+            c->q->busy += client && !c->throttled; /* once a turn (TLS feeds records after) */
             conn_throttle(c);
             break;
         }

@@ -3,10 +3,10 @@
  * A worker keeps at most [router] node_window requests sent to one node and unanswered by it
  * (forward.c); past that, a request waits here, on the queue of its source (the client
  * connection, RESP connection or gRPC connection it came on) for that node: a flow. A node's
- * flows take turns (round robin, RL_FAIRQ_QUANTUM requests a turn), and a flow that had
- * nothing waiting is served next: a client that sends now and then is sent ahead of the
- * backlog of one that sends all it can, so a node's time is shared between the router's
- * clients, not first come, first served (docs/OPERATIONS.md, "A node's time is shared
+ * flows take turns (round robin, RL_FAIRQ_QUANTUM requests a turn; a new flow joins at the end
+ * of the round): a client that sends now and then waits one round, not behind the backlog of
+ * one that sends all it can, so a node's time is shared between the router's clients, not
+ * first come, first served (docs/OPERATIONS.md, "A node's time is shared
  * between clients"). A flow lives while it has requests waiting (found by a hash of
  * (source, node)), so its memory is bounded by the records in flight. Not for sending them
  * or what a request's bytes are (forward.c), nor for its deadline (pending.c).
@@ -96,17 +96,17 @@ fairq_flow(struct rl_router *r, struct rl_upstream *u, const void *src)
     f->hnext = r->fq_buckets[k];
     r->fq_buckets[k] = f;
     r->fq_nflows++;
-    /* a flow that had nothing waiting is served next */
+    /* a flow that had nothing waiting takes the last turn of the round: served after the
+     * flows already waiting have had one turn each, in the order flows came */
     if (u->fair == NULL) {
         f->next = f->prev = f;
+        u->fair = f;
     } else {
         f->next = u->fair;
         f->prev = u->fair->prev;
         f->prev->next = f;
         u->fair->prev = f;
-        u->fair->credit = RL_FAIRQ_QUANTUM; /* its turn starts again after this one */
     }
-    u->fair = f;
     return f;
 }
 

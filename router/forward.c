@@ -217,11 +217,15 @@ forward_keep_frame(struct rl_router *r, struct rl_pending *p, const char *frame,
 }
 
 /* Whether a request for u waits in the router (fairq.c): the node has [router] node_window
- * of this worker's requests unanswered, or others wait already (they go first, in turn). */
+ * of this worker's requests unanswered, or others wait already (they go first, in turn); and
+ * what is kept can be sent later (a connection is up, to a node that takes the tenant
+ * element): else it goes now, as before windows (answered by policy at once when no
+ * connection is up). */
 static inline bool
 forward_must_wait(const struct rl_router *r, const struct rl_upstream *u)
 {
-    return u->fair != NULL || rl_upstream_owed(u) >= r->conf->node_window;
+    return (u->fair != NULL || rl_upstream_owed(u) >= r->conf->node_window) &&
+           rl_upstream_sends_kept(u);
 }
 
 /* Sends the requests waiting for u, in turn, while it has room; one whose bytes are gone
@@ -823,6 +827,7 @@ rl_forward_unqueue(struct rl_router *r, struct rl_upstream *u)
     struct rl_pending *p;
 
     while ((p = rl_fairq_next(r, u)) != NULL) {
+        p->up = NULL; /* u is freed once its connections close */
         rl_pending_moving(r, p);
         forward_hold(r, p);
     }
@@ -856,7 +861,11 @@ rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l)
         return;
     }
     if (!r->closing && r->zk_state != RL_ROUTER_ZK_NONE && forward_planned_loss(r, u)) {
-        /* The node left (a clean stop hands its shards off first): as a MOVING "". */
+        /* The node left (a clean stop hands its shards off first): as a MOVING "". A retired
+         * upstream is freed once its connections close: p no longer points to it. */
+        if (u->retired) {
+            p->up = NULL;
+        }
         r->stats.move_lost_conn++;
         forward_moving(r, p, u, NULL);
         return;

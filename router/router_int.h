@@ -461,7 +461,7 @@ void rl_pending_moving(struct rl_router *r, struct rl_pending *p);
 #define RL_FAIRQ_QUANTUM 8u
 
 /* p (kept, on the deadline FIFO, on no connection) waits for room at u behind src's other
- * requests for u; a source with none waiting yet is served next. 0, or -ENOMEM. */
+ * requests for u; a source with none waiting yet joins the end of the round. 0, or -ENOMEM. */
 int rl_fairq_add(struct rl_router *r, struct rl_upstream *u, const void *src, struct rl_pending *p);
 
 /* The next request for u, in turn, taken off its flow; NULL: none waits. */

@@ -522,6 +522,24 @@ rl_upstream_create(struct rl_upstream **out, struct rl_connq *q, const char *nam
 }
 
 bool
+rl_upstream_sends_kept(const struct rl_upstream *u)
+{
+    bool up = false;
+
+    for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {
+        const struct rl_upconn *uc = &u->conns[i];
+
+        if (uc->conn.connected) {
+            if (!uc->tenant_ok && !uc->tenant_probe) {
+                return false;
+            }
+            up = true;
+        }
+    }
+    return up;
+}
+
+bool
 rl_upstream_up(const struct rl_upstream *u)
 {
     for (int i = 0; i < RL_UPSTREAM_CONNS; i++) {

@@ -218,6 +218,11 @@ rl_upstream_owed(const struct rl_upstream *u)
     return n;
 }
 
+/* True when a request kept as encoded now (its tenant element included) can be sent later as
+ * it is (rl_upstream_send_spliced): a CHECK connection is up, and none is to a node known to
+ * be from before the tenant element (rl_upstream_send_bytes leaves it out for those). */
+bool rl_upstream_sends_kept(const struct rl_upstream *u);
+
 /* True when at least one CHECK connection is up. */
 bool rl_upstream_up(const struct rl_upstream *u);
 
