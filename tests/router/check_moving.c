@@ -824,6 +824,50 @@ zk_member(zhandle_t *zh, const char *name, int port)
 }
 
 /*
+ * ZooKeeper for the fakes: started, the cluster's directories made, f1 and f2 started and
+ * registered as n1 and n2, and the router launched with handoff_wait and router_keys (more
+ * [router] lines), both members in its table. Returns the test's ZooKeeper handle.
+ */
+static zhandle_t *
+zk_pair_up(struct rl_harness_zk *zk, const char *handoff_wait, const char *router_keys)
+{
+    const char *dirs[] = {"/ratelimiter", "/ratelimiter/mv", "/ratelimiter/mv/nodes"};
+    char conf[1024];
+    zhandle_t *zh;
+
+    memset(zk, 0, sizeof(*zk));
+    ck_assert_int_eq(rl_harness_zk_start(zk), 0);
+    zh = zookeeper_init(zk->connect, zk_quiet, 10000, NULL, NULL, 0);
+    ck_assert_ptr_nonnull(zh);
+    for (int i = 0; i < 200 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++) {
+        usleep(50 * 1000);
+    }
+    ck_assert_int_eq(zoo_state(zh), ZOO_CONNECTED_STATE);
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        int rc = zoo_create(zh, dirs[i], "", 0, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+
+        ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "create %s: %d", dirs[i], rc);
+    }
+    fake_start(&f1, FAKE_ALLOW, "", 0);
+    fake_start(&f2, FAKE_ALLOW, "", 0);
+    zk_member(zh, "n1", f1.port);
+    zk_member(zh, "n2", f2.port);
+    router_port = rl_harness_free_port();
+    snprintf(conf, sizeof(conf),
+             "[cluster]\nname = mv\nshards = 64\nzookeeper = %s\nsession_timeout = 2s\n"
+             "handoff_wait = %s\n"
+             "[router]\nlisten = 127.0.0.1:%d\ndeadline = 5s\n%s"
+             "[service shop]\nlimit = fixed_window 1000 per 1h\n",
+             zk->connect, handoff_wait, router_port, router_keys);
+    router_launch(conf);
+    for (int k = 0; k < 500 && rl_test_stat(router_port, "members") != 2; k++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_eq(rl_test_stat(router_port, "members"), 2);
+    return zh;
+}
+
+/*
  * With ZooKeeper: the test registers the two fakes (their member znodes). n1 stops reading
  * (a small receive buffer: the rest stays in the router's kernel) and CHECKs wait on it; then
  * its znode goes, as a node's does when it leaves or its session expires. The router retires
@@ -837,46 +881,17 @@ START_TEST(test_retire_reset)
 {
     struct rl_wire_req *reqs = calloc(STALLED, sizeof(*reqs));
     char(*users)[32] = calloc(STALLED, sizeof(*users));
-    const char *dirs[] = {"/ratelimiter", "/ratelimiter/mv", "/ratelimiter/mv/nodes"};
     struct rl_harness_zk zk;
     struct rl_client *c = NULL;
     struct rl_wire_reply rep;
     zhandle_t *zh;
     int codes[RL_CLIENT_CODE_ERROR + 1], before, forwarded, allowed = 0, read_after;
-    char log[65536], conf[1024];
+    char log[65536];
 
     ck_assert_ptr_nonnull(reqs);
     ck_assert_ptr_nonnull(users);
-    memset(&zk, 0, sizeof(zk));
-    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
-    zh = zookeeper_init(zk.connect, zk_quiet, 10000, NULL, NULL, 0);
-    ck_assert_ptr_nonnull(zh);
-    for (int i = 0; i < 200 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++) {
-        usleep(50 * 1000);
-    }
-    ck_assert_int_eq(zoo_state(zh), ZOO_CONNECTED_STATE);
-    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-        int rc = zoo_create(zh, dirs[i], "", 0, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
-
-        ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "create %s: %d", dirs[i], rc);
-    }
     f1.rcvbuf = 4096;
-    fake_start(&f1, FAKE_ALLOW, "", 0);
-    fake_start(&f2, FAKE_ALLOW, "", 0);
-    zk_member(zh, "n1", f1.port);
-    zk_member(zh, "n2", f2.port);
-    router_port = rl_harness_free_port();
-    snprintf(conf, sizeof(conf),
-             "[cluster]\nname = mv\nshards = 64\nzookeeper = %s\nsession_timeout = 2s\n"
-             "handoff_wait = 5s\n"
-             "[router]\nlisten = 127.0.0.1:%d\ndeadline = 5s\n"
-             "[service shop]\nlimit = fixed_window 1000 per 1h\n",
-             zk.connect, router_port);
-    router_launch(conf);
-    for (int k = 0; k < 500 && rl_test_stat(router_port, "members") != 2; k++) {
-        usleep(10 * 1000);
-    }
-    ck_assert_int_eq(rl_test_stat(router_port, "members"), 2);
+    zh = zk_pair_up(&zk, "5s", "");
     check_users("warm", codes, 1);
     ck_assert_int_eq(codes[RL_WIRE_ALLOWED], USERS);
     ck_assert_int_gt(atomic_load(&f1.checks), 0);
@@ -941,7 +956,6 @@ END_TEST
  */
 START_TEST(test_waiting_when_nodes_leave)
 {
-    const char *dirs[] = {"/ratelimiter", "/ratelimiter/mv", "/ratelimiter/mv/nodes"};
     struct rl_harness_zk zk;
     struct rl_client *c = NULL;
     struct rl_wire_req req;
@@ -951,36 +965,8 @@ START_TEST(test_waiting_when_nodes_leave)
     zhandle_t *zh;
     int codes[RL_CLIENT_CODE_ERROR + 1];
     int answered = 0;
-    char conf[1024];
 
-    memset(&zk, 0, sizeof(zk));
-    ck_assert_int_eq(rl_harness_zk_start(&zk), 0);
-    zh = zookeeper_init(zk.connect, zk_quiet, 10000, NULL, NULL, 0);
-    ck_assert_ptr_nonnull(zh);
-    for (int i = 0; i < 200 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++) {
-        usleep(50 * 1000);
-    }
-    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-        int rc = zoo_create(zh, dirs[i], "", 0, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
-
-        ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "create %s: %d", dirs[i], rc);
-    }
-    fake_start(&f1, FAKE_ALLOW, "", 0);
-    fake_start(&f2, FAKE_ALLOW, "", 0);
-    zk_member(zh, "n1", f1.port);
-    zk_member(zh, "n2", f2.port);
-    router_port = rl_harness_free_port();
-    snprintf(conf, sizeof(conf),
-             "[cluster]\nname = mv\nshards = 64\nzookeeper = %s\nsession_timeout = 2s\n"
-             "handoff_wait = 500ms\n"
-             "[router]\nlisten = 127.0.0.1:%d\ndeadline = 5s\nnode_window = 16\nworkers = 1\n"
-             "[service shop]\nlimit = fixed_window 1000 per 1h\n",
-             zk.connect, router_port);
-    router_launch(conf);
-    for (int k = 0; k < 500 && rl_test_stat(router_port, "members") != 2; k++) {
-        usleep(10 * 1000);
-    }
-    ck_assert_int_eq(rl_test_stat(router_port, "members"), 2);
+    zh = zk_pair_up(&zk, "500ms", "node_window = 16\nworkers = 1\n");
     check_users("warm", codes, 1);
     atomic_store(&f1.deaf, true);
     ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
