@@ -12,16 +12,14 @@ Usage: [NODE_WINDOW=N] attack_fair_share.py BIN_DIR [FLOOD_CONNS=50] [ROUNDS=1]"
 import collections
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attack_lib import Conn, frame, free_port  # noqa: E402
+from attack_lib import Conn, cluster, frame  # noqa: E402
 
 
 def innocent(port, seconds, batch=4):
@@ -63,65 +61,39 @@ def pct(v, p):
 
 
 def one_round(bindir, conns):
-    rport, nport, mport = free_port(), free_port(), free_port()
     # NODE_WINDOW=N sets [router] node_window (a router that has it: docs/CONFIG.md)
     extra = "node_window = %s\n" % os.environ["NODE_WINDOW"] if os.environ.get("NODE_WINDOW") else ""
-    with tempfile.TemporaryDirectory(prefix="rl-fair-") as d:
-        conf = os.path.join(d, "cluster.conf")
-        with open(conf, "w") as f:
-            f.write(f"[cluster]\nname = fair\nshards = 64\n\n[router]\n"
-                    f"listen = 127.0.0.1:{rport}\ndeadline = 50ms\nmetrics = 127.0.0.1:{mport}\n"
-                    f"workers = 1\n{extra}\n[node a]\nlisten = 127.0.0.1:{nport}\nmemory = 512mb\n\n"
-                    f"[service inno]\nfailure = closed\nlimit = fixed_window 1000000000 per 1h\n\n"
-                    f"[service flood]\nlimit = fixed_window 1000000000 per 1h\n")
-        procs = [subprocess.Popen([os.path.join(bindir, "rl-node"), "--config", conf, "--name", "a",
-                                   "--log-file", os.path.join(d, "node.log")])]
-        time.sleep(0.5)
-        procs.append(subprocess.Popen([os.path.join(bindir, "rl-router"), "--config", conf,
-                                       "--log-file", os.path.join(d, "router.log")]))
-        try:
-            for _ in range(100):
-                try:
-                    socket.create_connection(("127.0.0.1", rport)).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            sent, codes, lat = innocent(rport, 2)
-            print("innocent, no flood: %d sent, by code %s, latency p50 %.2f ms, p99 %.2f ms" %
-                  (sent, dict(codes), pct(lat, 0.5), pct(lat, 0.99)))
-            bench = subprocess.Popen([os.path.join(bindir, "rl-bench"), "--target",
-                                      "127.0.0.1:%d" % rport, "--connections", str(conns),
-                                      "--pipeline", "4096", "--service", "flood", "--duration",
-                                      "10", "--json"], stdout=subprocess.PIPE, text=True)
-            time.sleep(1.0)
-            sent, codes, lat = innocent(rport, 8)
-            out, _ = bench.communicate(timeout=60)
-            summary = {}
-            for line in out.splitlines():
-                try:
-                    summary = json.loads(line)
-                except ValueError:
-                    pass
-            fc = codes.get(3, 0)
-            print("innocent, flood of %d connections: %d sent, by code %s, FAIL_CLOSED %d "
-                  "(%.1f%%), latency p50 %.2f ms, p99 %.2f ms" %
-                  (conns, sent, dict(codes), fc, 100.0 * fc / max(sent, 1), pct(lat, 0.5),
-                   pct(lat, 0.99)))
-            print("flood: %.0f answers/s (allowed %d, fail_open %d, limited %d)" %
-                  (summary.get("decisions_per_s", 0), summary.get("allowed", 0),
-                   summary.get("fail_open", 0), summary.get("limited", 0)))
-            print("router: node_waits %d, stall resets %d" %
-                  (metric(mport, "rl_router_node_waits_total"),
-                   metric(mport, "rl_router_upstream_stalls_total{")))
-            return 100.0 * fc / max(sent, 1)
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+    services = ("[service inno]\nfailure = closed\nlimit = fixed_window 1000000000 per 1h\n\n"
+                "[service flood]\nlimit = fixed_window 1000000000 per 1h\n")
+    with cluster(bindir, services, extra, "512mb") as (rport, mport):
+        sent, codes, lat = innocent(rport, 2)
+        print("innocent, no flood: %d sent, by code %s, latency p50 %.2f ms, p99 %.2f ms" %
+              (sent, dict(codes), pct(lat, 0.5), pct(lat, 0.99)))
+        bench = subprocess.Popen([os.path.join(bindir, "rl-bench"), "--target",
+                                  "127.0.0.1:%d" % rport, "--connections", str(conns),
+                                  "--pipeline", "4096", "--service", "flood", "--duration",
+                                  "10", "--json"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        sent, codes, lat = innocent(rport, 8)
+        out, _ = bench.communicate(timeout=60)
+        summary = {}
+        for line in out.splitlines():
+            try:
+                summary = json.loads(line)
+            except ValueError:
+                pass
+        fc = codes.get(3, 0)
+        print("innocent, flood of %d connections: %d sent, by code %s, FAIL_CLOSED %d "
+              "(%.1f%%), latency p50 %.2f ms, p99 %.2f ms" %
+              (conns, sent, dict(codes), fc, 100.0 * fc / max(sent, 1), pct(lat, 0.5),
+               pct(lat, 0.99)))
+        print("flood: %.0f answers/s (allowed %d, fail_open %d, limited %d)" %
+              (summary.get("decisions_per_s", 0), summary.get("allowed", 0),
+               summary.get("fail_open", 0), summary.get("limited", 0)))
+        print("router: node_waits %d, stall resets %d" %
+              (metric(mport, "rl_router_node_waits_total"),
+               metric(mport, "rl_router_upstream_stalls_total{")))
+        return 100.0 * fc / max(sent, 1)
 
 
 def main():

@@ -9,16 +9,13 @@ the attacker's work) and the router's stall resets. A benchmark, not a test: wha
 depends on the machine. Usage: attack_long_log.py BIN_DIR [BUILD_SECONDS=60]"""
 import collections
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attack_lib import Conn, frame, free_port  # noqa: E402
+from attack_lib import Conn, cluster, frame  # noqa: E402
 
 INLINE = ["sliding_window_log", 4000000000, 4000000000, None]
 
@@ -75,48 +72,22 @@ def stalls(metrics_port):
 
 def main():
     bindir, secs = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 60.0
-    rport, nport, mport = free_port(), free_port(), free_port()
-    with tempfile.TemporaryDirectory(prefix="rl-attack-") as d:
-        conf = os.path.join(d, "cluster.conf")
-        with open(conf, "w") as f:
-            f.write(f"[cluster]\nname = attack\nshards = 64\n\n[router]\n"
-                    f"listen = 127.0.0.1:{rport}\ndeadline = 50ms\nmetrics = 127.0.0.1:{mport}\n"
-                    f"workers = 1\n\n[node a]\nlisten = 127.0.0.1:{nport}\nmemory = 256mb\n\n"
-                    f"[service inno]\nfailure = closed\nlimit = fixed_window 1000000000 per 1h\n\n"
-                    f"[service slog]\nlimit = sliding_window_log 10 per 1s\n")
-        procs = [subprocess.Popen([os.path.join(bindir, "rl-node"), "--config", conf, "--name", "a",
-                                   "--log-file", os.path.join(d, "node.log")])]
+    services = ("[service inno]\nfailure = closed\nlimit = fixed_window 1000000000 per 1h\n\n"
+                "[service slog]\nlimit = sliding_window_log 10 per 1s\n")
+    with cluster(bindir, services) as (rport, mport):
+        print("built: %d CHECKs in %.0f s" % (build(rport, secs), secs))
+        sent, codes = innocent(rport, 3)
+        print("innocent, no attack: %d sent, by code %s" % (sent, dict(codes)))
+        out = {}
+        t = threading.Thread(target=flood, args=(rport, 10, out))
+        t.start()
         time.sleep(0.5)
-        procs.append(subprocess.Popen([os.path.join(bindir, "rl-router"), "--config", conf,
-                                       "--log-file", os.path.join(d, "router.log")]))
-        try:
-            for _ in range(100):
-                try:
-                    socket.create_connection(("127.0.0.1", rport)).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            print("built: %d CHECKs in %.0f s" % (build(rport, secs), secs))
-            sent, codes = innocent(rport, 3)
-            print("innocent, no attack: %d sent, by code %s" % (sent, dict(codes)))
-            out = {}
-            t = threading.Thread(target=flood, args=(rport, 10, out))
-            t.start()
-            time.sleep(0.5)
-            sent, codes = innocent(rport, 9)
-            t.join()
-            print("innocent, under attack: %d sent, by code %s, FAIL_CLOSED %d" %
-                  (sent, dict(codes), codes.get(3, 0)))
-            print("attacker: %d ADJUSTs answered in 10 s; router stall resets: %d" %
-                  (out.get("adjusts_answered", 0), stalls(mport)))
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        sent, codes = innocent(rport, 9)
+        t.join()
+        print("innocent, under attack: %d sent, by code %s, FAIL_CLOSED %d" %
+              (sent, dict(codes), codes.get(3, 0)))
+        print("attacker: %d ADJUSTs answered in 10 s; router stall resets: %d" %
+              (out.get("adjusts_answered", 0), stalls(mport)))
 
 
 main()
