@@ -1,14 +1,16 @@
 /*
  * fairq: the requests that wait in the router for room at their node, and whose turn it is.
  * A worker keeps at most [router] node_window requests sent to one node and unanswered by it
- * (forward.c); past that, a request waits here, on the queue of its source (the client
- * connection, RESP connection or gRPC connection it came on) for that node: a flow. A node's
+ * (forward.c); past that, a request waits here, on the queue of its client for that node: a
+ * flow. A client is what a node accounts inline limits to (rl_wire_tenant): its [client]
+ * token when it authenticated with one, else its address, whatever connections and fronts
+ * (binary, RESP, gRPC) it uses. A node's
  * flows take turns (round robin, RL_FAIRQ_QUANTUM requests a turn; a new flow joins at the end
  * of the round): a client that sends now and then waits one round, not behind the backlog of
  * one that sends all it can, so a node's time is shared between the router's clients, not
  * first come, first served (docs/OPERATIONS.md, "A node's time is shared
  * between clients"). A flow lives while it has requests waiting (found by a hash of
- * (source, node)), so its memory is bounded by the records in flight. Not for sending them
+ * (client, node)), so its memory is bounded by the records in flight. Not for sending them
  * or what a request's bytes are (forward.c), nor for its deadline (pending.c).
  */
 #include <errno.h>
@@ -20,7 +22,7 @@
 struct rl_flow {
     struct rl_flow *next, *prev; /* the node's ring of flows with requests waiting */
     struct rl_flow *hnext;       /* the router's hash chain; the free list */
-    const void *src;
+    uint32_t client;             /* rl_wire_tenant: its [client] token, else its address */
     struct rl_upstream *up;
     struct rl_pending *head, *tail; /* waiting, oldest first (rl_pending.qnext) */
     uint32_t n;
@@ -30,9 +32,9 @@ struct rl_flow {
 #define FAIRQ_BUCKETS_MIN 64u
 
 static uint32_t
-fairq_bucket(const struct rl_router *r, const void *src, const struct rl_upstream *u)
+fairq_bucket(const struct rl_router *r, uint32_t client, const struct rl_upstream *u)
 {
-    uint64_t h = ((uint64_t)(uintptr_t)src * UINT64_C(0x9e3779b97f4a7c15)) ^
+    uint64_t h = ((uint64_t)client * UINT64_C(0x9e3779b97f4a7c15)) ^
                  ((uint64_t)(uintptr_t)u * UINT64_C(0xc2b2ae3d27d4eb4f));
 
     return (uint32_t)(h >> 32) & (r->fq_nbuckets - 1);
@@ -54,7 +56,7 @@ fairq_grow(struct rl_router *r)
     r->fq_nbuckets = n;
     for (uint32_t i = 0; i < oldn; i++) {
         for (struct rl_flow *f = old[i], *next; f != NULL; f = next) {
-            uint32_t k = fairq_bucket(r, f->src, f->up);
+            uint32_t k = fairq_bucket(r, f->client, f->up);
 
             next = f->hnext;
             f->hnext = b[k];
@@ -65,7 +67,7 @@ fairq_grow(struct rl_router *r)
 }
 
 static struct rl_flow *
-fairq_flow(struct rl_router *r, struct rl_upstream *u, const void *src)
+fairq_flow(struct rl_router *r, struct rl_upstream *u, uint32_t client)
 {
     struct rl_flow *f;
     uint32_t k;
@@ -76,9 +78,9 @@ fairq_flow(struct rl_router *r, struct rl_upstream *u, const void *src)
             return NULL;
         }
     }
-    k = fairq_bucket(r, src, u);
+    k = fairq_bucket(r, client, u);
     for (f = r->fq_buckets[k]; f != NULL; f = f->hnext) {
-        if (f->src == src && f->up == u) {
+        if (f->client == client && f->up == u) {
             return f;
         }
     }
@@ -88,7 +90,7 @@ fairq_flow(struct rl_router *r, struct rl_upstream *u, const void *src)
     } else if ((f = malloc(sizeof(*f))) == NULL) {
         return NULL;
     }
-    f->src = src;
+    f->client = client;
     f->up = u;
     f->head = f->tail = NULL;
     f->n = 0;
@@ -115,7 +117,7 @@ static void
 fairq_drop(struct rl_router *r, struct rl_flow *f)
 {
     struct rl_upstream *u = f->up;
-    struct rl_flow **pp = &r->fq_buckets[fairq_bucket(r, f->src, u)];
+    struct rl_flow **pp = &r->fq_buckets[fairq_bucket(r, f->client, u)];
 
     if (f->next == f) {
         u->fair = NULL;
@@ -137,9 +139,9 @@ fairq_drop(struct rl_router *r, struct rl_flow *f)
 }
 
 int
-rl_fairq_add(struct rl_router *r, struct rl_upstream *u, const void *src, struct rl_pending *p)
+rl_fairq_add(struct rl_router *r, struct rl_upstream *u, uint32_t client, struct rl_pending *p)
 {
-    struct rl_flow *f = fairq_flow(r, u, src);
+    struct rl_flow *f = fairq_flow(r, u, client);
 
     if (f == NULL) {
         return -ENOMEM;

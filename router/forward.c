@@ -263,11 +263,12 @@ forward_pump(struct rl_router *r, struct rl_upstream *u, bool answer)
 
 /*
  * p, for u, which has no room (forward_must_wait), waits for its turn instead of being sent:
- * its bytes after the id kept (relay's, else fwd encoded as a send would), then on src's
- * flow. 0, or -1 when it cannot wait (too long to keep, no memory): then it goes now.
+ * its bytes after the id kept (relay's, else fwd encoded as a send would), then on its client's
+ * flow (client: rl_wire_tenant, the [client] token's, else the address's). 0, or -1 when it cannot
+ * wait (too long to keep, no memory): then it goes now.
  */
 static int
-forward_wait(struct rl_router *r, struct rl_pending *p, struct rl_upstream *u, const void *src,
+forward_wait(struct rl_router *r, struct rl_pending *p, struct rl_upstream *u, uint32_t client,
              const struct rl_wire_req *fwd, const struct rl_wire_str *relay)
 {
     if (relay != NULL && relay->ptr != NULL) {
@@ -284,7 +285,7 @@ forward_wait(struct rl_router *r, struct rl_pending *p, struct rl_upstream *u, c
         }
         forward_keep_frame(r, p, r->fq_frame.data, r->fq_frame.len);
     }
-    if (p->kept_len == RL_PENDING_KEPT_NONE || rl_fairq_add(r, u, src, p) != 0) {
+    if (p->kept_len == RL_PENDING_KEPT_NONE || rl_fairq_add(r, u, client, p) != 0) {
         p->kept_len = RL_PENDING_KEPT_NONE;
         return -1;
     }
@@ -374,7 +375,16 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
                 conn->principal ? ((const struct rl_client_conf *)conn->principal)->name : NULL,
                 conn->addr);
         }
-        if (forward_must_wait(r, u) && forward_wait(r, p, u, c, &fwd, relay) == 0) {
+        if (forward_must_wait(r, u) &&
+            forward_wait(
+                r, p, u,
+                relay->ptr == NULL
+                    ? fwd.tenant
+                    : rl_wire_tenant(conn->principal != NULL
+                                         ? ((const struct rl_client_conf *)conn->principal)->name
+                                         : NULL,
+                                     conn->addr),
+                &fwd, relay) == 0) {
             waits = true;
             sent = 0;
         } else if (relay->ptr != NULL) {
@@ -722,7 +732,7 @@ rl_forward_on_reply(void *arg, struct rl_upstream *u, const struct rl_upconn *fr
 }
 
 int
-rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, const void *src, void *sink,
+rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink,
                   rl_sink_answer_fn *answer, struct rl_pending **sent,
                   struct rl_wire_check_reply *now)
 {
@@ -760,7 +770,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, const void
     if (p != NULL) {
         fwd = *req;
         fwd.id = rl_pending_id(r, p);
-        if (forward_must_wait(r, u) && forward_wait(r, p, u, src, &fwd, NULL) == 0) {
+        if (forward_must_wait(r, u) && forward_wait(r, p, u, req->tenant, &fwd, NULL) == 0) {
             waits = true;
         } else if (rl_upstream_send_bytes(u, &fwd, &p->link, &frame, &frame_len) != 0) {
             rl_pending_unget(r, p);

@@ -266,7 +266,7 @@ part_send(struct resp_slot *s, uint32_t i, struct rl_wire_req *req)
     }
     req->tenant = s->c->tenant;
     s->outstanding++;
-    if (rl_forward_inline(r, req, s->c, pt, resp_answer, &p, &pt->rep) == 0) {
+    if (rl_forward_inline(r, req, pt, resp_answer, &p, &pt->rep) == 0) {
         pt->p = p;
     } else {
         s->outstanding--; /* answered now, by failure policy */

@@ -578,7 +578,7 @@ part_send(struct rl_rls_call *s, size_t i, size_t j, size_t dlen, const char *ke
         return;
     }
     s->outstanding++;
-    if (rl_forward_inline(s->r, &w, s->src, pt, part_answer, &pt->p, &now) != 0) {
+    if (rl_forward_inline(s->r, &w, pt, part_answer, &pt->p, &now) != 0) {
         pt->code = now.code;
         pt->retry_ms = now.retry_after_ms;
         s->outstanding--;

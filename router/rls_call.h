@@ -39,7 +39,6 @@ struct rl_rls_call {
     /* the carrier's, set before anything else */
     struct rl_router *r;
     void *owner;
-    const void *src; /* the connection it came on: its turn at a busy node (fairq.c) */
     /* The answer is ready (once): out (the message, its 5-byte gRPC prefix included) and
      * status GRPC_OK, or out NULL and a gRPC error in status and message. */
     void (*done)(struct rl_rls_call *call);

@@ -486,7 +486,6 @@ on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
     s->c = c;
     s->call.r = c->r;
     s->call.owner = s;
-    s->call.src = c;
     s->call.done = stream_respond;
     s->call.answered = stream_answered;
     s->id = f->hd.stream_id;

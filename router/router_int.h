@@ -460,9 +460,10 @@ void rl_pending_moving(struct rl_router *r, struct rl_pending *p);
 /* Requests a flow sends in its turn before the next flow's. */
 #define RL_FAIRQ_QUANTUM 8u
 
-/* p (kept, on the deadline FIFO, on no connection) waits for room at u behind src's other
- * requests for u; a source with none waiting yet joins the end of the round. 0, or -ENOMEM. */
-int rl_fairq_add(struct rl_router *r, struct rl_upstream *u, const void *src, struct rl_pending *p);
+/* p (kept, on the deadline FIFO, on no connection) waits for room at u behind its client's
+ * other requests for u (client: rl_wire_tenant, its token or address); a client with none
+ * waiting yet joins the end of the round. 0, or -ENOMEM. */
+int rl_fairq_add(struct rl_router *r, struct rl_upstream *u, uint32_t client, struct rl_pending *p);
 
 /* The next request for u, in turn, taken off its flow; NULL: none waits. */
 struct rl_pending *rl_fairq_next(struct rl_router *r, struct rl_upstream *u);
@@ -535,11 +536,10 @@ void rl_forward_unqueue(struct rl_router *r, struct rl_upstream *u);
  * orphan by setting its sink to NULL): sink is answered later,
  * once (node's reply, failure policy, deadline). Otherwise the answer is *now (failure
  * policy: owner unknown or unreachable, or too many requests in flight) and sink is not
- * called. src: the connection it came on, whose turn it waits for when its node has no room
- * (fairq.c).
+ * called. When its node has no room it waits for its client's turn (fairq.c): req->tenant's.
  */
-int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, const void *src,
-                      void *sink, rl_sink_answer_fn *answer, struct rl_pending **sent,
+int rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink,
+                      rl_sink_answer_fn *answer, struct rl_pending **sent,
                       struct rl_wire_check_reply *now);
 
 /* ---- fanout.c: THROTTLED ---------------------------------------------------------------- */

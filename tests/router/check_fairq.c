@@ -1,9 +1,10 @@
 /*
  * check_fairq: the turns of the requests waiting for room at a node (router/fairq.c), on a
  * zeroed router and upstreams with no loop: flows take turns of RL_FAIRQ_QUANTUM requests in
- * the order they came, a new flow joins at the end of the round (a flow that keeps coming
- * back new cannot starve one that waits), each flow keeps its own order, a request taken off
- * (its deadline) leaves its flow, and one node's flows are not another's.
+ * the order they came (a flow: a client, rl_wire_tenant's id, and a node), a new flow joins at the
+ * end of the round (a flow that keeps coming back new cannot starve one that waits), each flow
+ * keeps its own order, a request taken off (its deadline) leaves its flow, and one node's flows are
+ * not another's.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -17,7 +18,6 @@
 static struct rl_router *r;
 static struct rl_upstream *u, *u2;
 static struct rl_pending *recs;
-static int src[64]; /* sources: their addresses */
 
 static void
 setup(void)
@@ -47,7 +47,7 @@ static void
 add(struct rl_upstream *up, int s, int i)
 {
     recs[i].client_id = (uint32_t)(s * 10000 + i);
-    ck_assert_int_eq(rl_fairq_add(r, up, &src[s], &recs[i]), 0);
+    ck_assert_int_eq(rl_fairq_add(r, up, (uint32_t)s + 1, &recs[i]), 0);
 }
 
 /* The source of the next request for up, or -1. */
