@@ -3,8 +3,9 @@
 "A node's time shared between clients"): a node and a router (static membership,
 `deadline = 50ms`, one router worker) from BIN_DIR on free loopback ports; `rl-bench` opens
 FLOOD_CONNS connections (50 by default) to the router, each keeping 4,096 CHECKs of a
-`failure = open` service in flight for 10 s, while an innocent client sends a few CHECKs
-every 2 ms of a `failure = closed` service on the same node. Prints the innocent's answers by
+`failure = open` service in flight for 10 s, while an innocent client (from 127.0.0.2: another
+client for the router) sends a few CHECKs every 2 ms of a `failure = closed` service on the
+same node. Prints the innocent's answers by
 code (FAIL_CLOSED = 3: its CHECKs missed the deadline behind the flood), its latency, the
 flood's throughput, and the router's node_waits and stall resets. A benchmark, not a test:
 what it shows depends on the machine.
@@ -24,7 +25,7 @@ from attack_lib import Conn, cluster, frame  # noqa: E402
 
 def innocent(port, seconds, batch=4):
     """Sends batch CHECKs every 2 ms; returns (sent, codes, latencies in ms)."""
-    c, sent, codes, lat = Conn(port), 0, collections.Counter(), []
+    c, sent, codes, lat = Conn(port, "127.0.0.2"), 0, collections.Counter(), []
     t_sent, end = {}, time.time() + seconds
 
     def take(msgs):
@@ -90,8 +91,9 @@ def one_round(bindir, conns):
         print("flood: %.0f answers/s (allowed %d, fail_open %d, limited %d)" %
               (summary.get("decisions_per_s", 0), summary.get("allowed", 0),
                summary.get("fail_open", 0), summary.get("limited", 0)))
-        print("router: node_waits %d, stall resets %d" %
+        print("router: node_waits %d (written over before their turn %d), stall resets %d" %
               (metric(mport, "rl_router_node_waits_total"),
+               metric(mport, "rl_router_node_wait_lost_total"),
                metric(mport, "rl_router_upstream_stalls_total{")))
         return 100.0 * fc / max(sent, 1)
 

@@ -23,8 +23,11 @@ def frame(obj):
 
 
 class Conn:
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port))
+    def __init__(self, port, source=None):
+        """A connection to 127.0.0.1:port, from the loopback address source if given (another
+        client for the router, which tells clients apart by address without tokens)."""
+        self.s = socket.create_connection(("127.0.0.1", port),
+                                          source_address=(source, 0) if source else None)
         self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
 
