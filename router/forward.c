@@ -293,6 +293,16 @@ forward_wait(struct rl_router *r, struct rl_pending *p, struct rl_upstream *u, u
     return 0;
 }
 
+/* The client a binary connection's requests are of (rl_wire_tenant): what its inline CHECKs
+ * are accounted to, and whose turn they wait for at a busy node. */
+static uint32_t
+forward_client(const struct rl_conn *conn)
+{
+    return rl_wire_tenant(conn->principal ? ((const struct rl_client_conf *)conn->principal)->name
+                                          : NULL,
+                          conn->addr);
+}
+
 /* A CHECK, ADJUST or RELEASE of a binary client: answered here or forwarded (its op kept). */
 static void
 forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_wire_str *relay)
@@ -371,20 +381,11 @@ forward_keyed(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
             fwd = *req;
             fwd.id = rl_pending_id(r, p);
             /* an inline CHECK is accounted to this client, whatever it sent (PROTOCOL.md) */
-            fwd.tenant = rl_wire_tenant(
-                conn->principal ? ((const struct rl_client_conf *)conn->principal)->name : NULL,
-                conn->addr);
+            fwd.tenant = forward_client(conn);
         }
         if (forward_must_wait(r, u) &&
-            forward_wait(
-                r, p, u,
-                relay->ptr == NULL
-                    ? fwd.tenant
-                    : rl_wire_tenant(conn->principal != NULL
-                                         ? ((const struct rl_client_conf *)conn->principal)->name
-                                         : NULL,
-                                     conn->addr),
-                &fwd, relay) == 0) {
+            forward_wait(r, p, u, relay->ptr == NULL ? fwd.tenant : forward_client(conn), &fwd,
+                         relay) == 0) {
             waits = true;
             sent = 0;
         } else if (relay->ptr != NULL) {

@@ -255,23 +255,19 @@ rl_pending_keep(struct rl_router *r, struct rl_pending *p, uint8_t hdr, const ch
 const char *
 rl_pending_kept(struct rl_router *r, struct rl_pending *p, uint8_t *hdr, size_t *len)
 {
-    if (p->kept_len == RL_PENDING_KEPT_NONE) {
+    const char *now = rl_pending_kept_now(r, p, hdr, len);
+
+    if (now == NULL) {
+        p->kept_len = RL_PENDING_KEPT_NONE; /* written over: for good */
         return NULL;
     }
     if (p->moved == NULL) {
-        /* Written over once the ring moved on by more than its size. */
-        if (r->ring_pos - p->kept_pos > RL_PENDING_RING) {
-            p->kept_len = RL_PENDING_KEPT_NONE;
-            return NULL;
-        }
         p->moved = malloc(p->kept_len > 0 ? p->kept_len : 1);
         if (p->moved == NULL) {
             return NULL;
         }
-        memcpy(p->moved, r->ring + p->kept_pos % RL_PENDING_RING, p->kept_len);
+        memcpy(p->moved, now, p->kept_len);
     }
-    *hdr = p->kept_hdr;
-    *len = p->kept_len;
     return p->moved;
 }
 
