@@ -68,6 +68,21 @@
  * connection that sends now and then is read, and answered, within one. */
 #define RL_CONN_TURN_ALL (128u * 1024u)
 #define RL_CONN_TURN_MIN (1024u)
+
+/* A client's input share of a loop turn whose full share is full (RL_CONN_TURN_BYTES, a
+ * front's), when busy_last clients used theirs in the last turn and the turn has handled
+ * turn_all bytes of clients' input so far (conn_read.c; router/front.c for the fronts). */
+static inline size_t
+rl_conn_turn_split(uint32_t busy_last, uint64_t turn_all, size_t full)
+{
+    size_t share;
+
+    if (turn_all >= 2u * RL_CONN_TURN_ALL) {
+        return RL_CONN_TURN_MIN;
+    }
+    share = busy_last > 0 ? RL_CONN_TURN_ALL / busy_last : full;
+    return share < RL_CONN_TURN_MIN ? RL_CONN_TURN_MIN : share > full ? full : share;
+}
 #define RL_CONN_TICK_MS 250u             /* how often a listener looks for expired deadlines */
 #define RL_CONN_FD_SLACK 64u             /* descriptors kept for everything but clients */
 #define RL_CONN_PEER_BUCKETS 4096u

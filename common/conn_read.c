@@ -94,21 +94,13 @@ conn_batch_end(struct rl_conn *c, bool *batch)
 static size_t
 conn_turn_share(const struct rl_conn *c)
 {
-    size_t share;
-
     if (c->admin) {
         return RL_CONN_TURN_BYTES;
     }
     if (c->listener == NULL || c->router) {
         return 16u * RL_CONN_TURN_BYTES;
     }
-    if (c->q->client_turn_bytes >= 2u * RL_CONN_TURN_ALL) {
-        return RL_CONN_TURN_MIN;
-    }
-    share = c->q->busy_last > 0 ? RL_CONN_TURN_ALL / c->q->busy_last : RL_CONN_TURN_BYTES;
-    return share < RL_CONN_TURN_MIN     ? RL_CONN_TURN_MIN
-           : share > RL_CONN_TURN_BYTES ? RL_CONN_TURN_BYTES
-                                        : share;
+    return rl_conn_turn_split(c->q->busy_last, c->q->client_turn_bytes, RL_CONN_TURN_BYTES);
 }
 
 static size_t

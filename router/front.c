@@ -82,16 +82,9 @@ front_budget(const struct rl_router *r)
 static uint64_t
 front_turn_budget(const struct rl_front *g, const struct rl_front_conn *c)
 {
-    uint64_t full = c->ops->limits.turn_bytes, share;
+    uint64_t full = c->ops->limits.turn_bytes;
 
-    if (full == 0) {
-        return 0;
-    }
-    if (g->turn_all >= 2u * RL_CONN_TURN_ALL) {
-        return RL_CONN_TURN_MIN;
-    }
-    share = g->busy_last > 0 ? RL_CONN_TURN_ALL / g->busy_last : full;
-    return share < RL_CONN_TURN_MIN ? RL_CONN_TURN_MIN : share > full ? full : share;
+    return full == 0 ? 0 : rl_conn_turn_split(g->busy_last, g->turn_all, (size_t)full);
 }
 
 /* This turn's input cost of c: reset when a new turn began (debt carried by
