@@ -56,33 +56,13 @@
 
 #include "buf.h"
 #include "connlimits.h"
+#include "turnshare.h"
 
 #define RL_CONN_READ_CHUNK (64u * 1024u) /* room offered to each read: a largest frame */
 #define RL_CONN_KEEP_BYTES 4096u         /* an emptied buffer larger than this is freed */
-#define RL_CONN_TURN_BYTES (64u * 1024u) /* input one connection may have handled per loop
+#define RL_CONN_TURN_BYTES                                                                         \
+    (64u * 1024u)                        /* input one connection may have handled per loop         \
                                             turn before others get theirs */
-/* A loop's client connections that used their share in the last turn split this much of the
- * next between them (each still RL_CONN_TURN_MIN at least, RL_CONN_TURN_BYTES at most), and
- * past twice this much of clients' input in a turn each gets RL_CONN_TURN_MIN: the more
- * connections send all they can, the less each is read a turn, so a turn stays short and a
- * connection that sends now and then is read, and answered, within one. */
-#define RL_CONN_TURN_ALL (128u * 1024u)
-#define RL_CONN_TURN_MIN (1024u)
-
-/* A client's input share of a loop turn whose full share is full (RL_CONN_TURN_BYTES, a
- * front's), when busy_last clients used theirs in the last turn and the turn has handled
- * turn_all bytes of clients' input so far (conn_read.c; router/front.c for the fronts). */
-static inline size_t
-rl_conn_turn_split(uint32_t busy_last, uint64_t turn_all, size_t full)
-{
-    size_t share;
-
-    if (turn_all >= 2u * RL_CONN_TURN_ALL) {
-        return RL_CONN_TURN_MIN;
-    }
-    share = busy_last > 0 ? RL_CONN_TURN_ALL / busy_last : full;
-    return share < RL_CONN_TURN_MIN ? RL_CONN_TURN_MIN : share > full ? full : share;
-}
 #define RL_CONN_TICK_MS 250u             /* how often a listener looks for expired deadlines */
 #define RL_CONN_FD_SLACK 64u             /* descriptors kept for everything but clients */
 #define RL_CONN_PEER_BUCKETS 4096u
@@ -146,11 +126,11 @@ struct rl_connq {
     struct rl_conn *dirty;
     struct rl_conn *throttled; /* used their input budget this turn: resumed by the next flush */
     uint64_t turn;             /* flushes so far: a loop turn's number */
-    /* client connections (not a router's) that used their share this turn, and the last;
-     * the share of each is RL_CONN_TURN_ALL over the last turn's (conn_read.c), and once the
-     * clients' input this turn (client_turn_bytes) passed twice RL_CONN_TURN_ALL,
-     * RL_CONN_TURN_MIN */
-    uint32_t busy, busy_last;
+    /* client connections (not a router's) that used their share this turn and the last, by
+     * address: a connection's share is RL_CONN_TURN_ALL over the last turn's clients and its
+     * client's connections (turnshare.h, conn_read.c), and once the clients' input this turn
+     * (client_turn_bytes) passed twice RL_CONN_TURN_ALL, RL_CONN_TURN_MIN */
+    struct rl_turnshare share;
     uint64_t client_turn_bytes;
     char *slab;                /* RL_CONN_READ_CHUNK: where a connection with no partial
                                   input reads, so an idle connection holds no input buffer */

@@ -50,8 +50,7 @@ connq_flush(uv_check_t *h)
     /* A new turn: connections that spent their input budget in the last one go on, and
      * the turn's handshake budget opens (conn_tls.c). */
     q->turn++;
-    q->busy_last = q->busy;
-    q->busy = 0;
+    rl_turnshare_next(&q->share);
     q->client_turn_bytes = 0;
     conn_hs_turn(q);
     while (q->throttled != NULL) {
@@ -86,6 +85,7 @@ connq_handle_closed(uv_handle_t *h)
         q->slab = NULL;
         free(q->tls_slab);
         q->tls_slab = NULL;
+        rl_turnshare_deinit(&q->share);
         conn_hs_free(q);
         if (q->on_closed != NULL) {
             q->on_closed(q->data);
@@ -103,6 +103,7 @@ rl_connq_init(struct rl_connq *q, uv_loop_t *loop)
     q->flush_one = conn_flush;   /* for conn_read.c */
     q->hs_end = rl_connq_hs_end; /* for conn.c (conn_tls.c's) */
     q->client_budget = RL_CONN_DEFAULT_BUFFER_MEMORY;
+    rl_turnshare_init(&q->share);
     q->slab = malloc(RL_CONN_READ_CHUNK);
     if (q->slab == NULL) {
         return UV_ENOMEM;

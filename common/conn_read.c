@@ -90,7 +90,8 @@ conn_batch_end(struct rl_conn *c, bool *batch)
 /* c's input share of a loop turn. Outgoing connections (the router's to nodes) carry replies
  * the process asked for; a router's connection to a node carries many clients: both get more.
  * Admin replies (THROTTLED) get one share, so they cannot lengthen a turn that carries
- * decisions. A client's share shrinks as more clients used theirs (RL_CONN_TURN_ALL). */
+ * decisions. A client's share shrinks as more clients, and more connections of its address,
+ * used theirs (turnshare.h). */
 static size_t
 conn_turn_share(const struct rl_conn *c)
 {
@@ -100,7 +101,7 @@ conn_turn_share(const struct rl_conn *c)
     if (c->listener == NULL || c->router) {
         return 16u * RL_CONN_TURN_BYTES;
     }
-    return rl_conn_turn_split(c->q->busy_last, c->q->client_turn_bytes, RL_CONN_TURN_BYTES);
+    return rl_turnshare_share(&c->q->share, c->addr, c->q->client_turn_bytes, RL_CONN_TURN_BYTES);
 }
 
 static size_t
@@ -120,7 +121,9 @@ conn_frames(struct rl_conn *c, const char *p, size_t n)
     share = conn_turn_share(c);
     while (c->connected && !c->finishing && !rl_conn_backlogged(c)) {
         if (c->turn_bytes >= share) {
-            c->q->busy += client && !c->throttled; /* once a turn (TLS feeds records after) */
+            if (client && !c->throttled) { /* once a turn (TLS feeds records after) */
+                rl_turnshare_busy(&c->q->share, c->addr);
+            }
             conn_throttle(c);
             break;
         }

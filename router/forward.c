@@ -833,6 +833,18 @@ rl_forward_on_batch(void *arg, struct rl_upstream *u, bool end)
 }
 
 void
+rl_forward_on_room(void *arg, struct rl_upstream *u)
+{
+    struct rl_router *r = arg;
+
+    if (u->fair != NULL && !r->closing) {
+        forward_pump(r, u, true); /* a lost connection's requests left room: what waits goes
+                                     on the others now, or is answered by policy when none is
+                                     up, not at its deadline */
+    }
+}
+
+void
 rl_forward_unqueue(struct rl_router *r, struct rl_upstream *u)
 {
     struct rl_pending *p;

@@ -77,14 +77,15 @@ front_budget(const struct rl_router *r)
 }
 
 /* c's input budget this turn: its kind's (limits.turn_bytes; 0: none), split as a binary
- * client's share is (common/conn.h, RL_CONN_TURN_ALL) when more connections of the loop used
- * theirs in the last turn, and the least once the turn's input passed twice that. */
+ * client's share is (common/turnshare.h) when more clients of the loop, or more connections of
+ * c's address, used theirs in the last turn, and the least once the turn's input passed twice
+ * RL_CONN_TURN_ALL. */
 static uint64_t
 front_turn_budget(const struct rl_front *g, const struct rl_front_conn *c)
 {
     uint64_t full = c->ops->limits.turn_bytes;
 
-    return full == 0 ? 0 : rl_conn_turn_split(g->busy_last, g->turn_all, (size_t)full);
+    return full == 0 ? 0 : rl_turnshare_share(&g->share, c->addr, g->turn_all, (size_t)full);
 }
 
 /* This turn's input cost of c: reset when a new turn began (debt carried by
@@ -130,7 +131,7 @@ front_turn_check(struct rl_front_conn *c)
     if (budget == 0 || c->closing || c->throttled || *front_turn_used(c) < budget) {
         return;
     }
-    g->busy++;
+    rl_turnshare_busy(&g->share, c->addr);
     c->throttled = true;
     c->thr_next = g->throttled;
     g->throttled = c;
@@ -291,8 +292,7 @@ front_check_cb(uv_check_t *h)
      * e.g. header bytes charged after the read) is paid off, a budget a turn. */
     g->turn++;
     g->throttled = NULL;
-    g->busy_last = g->busy;
-    g->busy = 0;
+    rl_turnshare_next(&g->share);
     g->turn_all = 0;
     while ((c = thr) != NULL) {
         uint64_t budget = front_turn_budget(g, c);
@@ -841,6 +841,7 @@ rl_front_adopt(struct rl_router *r, enum rl_front_kind kind, uv_os_sock_t fd)
         if (r->front == NULL) {
             return UV_ENOMEM;
         }
+        rl_turnshare_init(&r->front->share);
         uv_timer_init(r->loop, &r->front->timer);
         r->front->timer.data = r;
         rl_router_hold(r);
@@ -971,6 +972,7 @@ rl_front_free(struct rl_router *r)
     }
     if (r->front != NULL) {
         free(r->front->tbuf);
+        rl_turnshare_deinit(&r->front->share);
     }
     free(r->front);
     r->front = NULL;

@@ -40,9 +40,10 @@ struct rl_front {
     uint64_t refused_warned_ms; /* a refusal was last logged (at most every 10 s) */
     uint64_t evict_warned_ms;   /* a buffer eviction was last logged (at most every 10 s) */
     uint64_t turn; /* loop turns (front_check_cb): the per-turn input budget's clock */
-    /* connections through their budget this turn and the last, and the input charged to all
-     * this turn: a connection's budget shrinks as more use theirs (front_turn_budget) */
-    uint32_t busy, busy_last;
+    /* connections through their budget this turn and the last, by address, and the input
+     * charged to all this turn: a connection's budget shrinks as more clients, and more
+     * connections of its address, use theirs (front_turn_budget, common/turnshare.h) */
+    struct rl_turnshare share;
     uint64_t turn_all;
     struct rl_front_conn *throttled; /* through their input budget: reading again next turn */
     /* Connections still opening (not yet authenticated), per front kind, oldest first: the

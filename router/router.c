@@ -161,6 +161,7 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->up_ops.on_reply = rl_forward_on_reply;
     r->up_ops.on_lost = rl_forward_on_lost;
     r->up_ops.on_batch = rl_forward_on_batch;
+    r->up_ops.on_room = rl_forward_on_room;
     r->up_ops.arg = r;
     rl_router_hold(r);
     rl_connq_set_tls(&r->connq, opts->tls_server, opts->tls_client);

@@ -354,6 +354,9 @@ upconn_close(struct rl_conn *c, int status)
         uplink_unlink(l);
         u->ops.on_lost(u->ops.arg, u, l);
     }
+    if (u->ops.on_room != NULL && !u->retired) {
+        u->ops.on_room(u->ops.arg, u);
+    }
     schedule_retry(u);
 }
 

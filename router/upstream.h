@@ -114,6 +114,9 @@ struct rl_upstream_ops {
     void (*on_lost)(void *arg, struct rl_upstream *u, struct rl_uplink *l);
     /* Optional: a batch of replies (one read's) on u starts (end false) or ended (end true). */
     void (*on_batch)(void *arg, struct rl_upstream *u, bool end);
+    /* Optional: a connection of u was lost and its requests handed back (on_lost): what u
+     * was owed fell, so it has room (u's other connections may be up). */
+    void (*on_room)(void *arg, struct rl_upstream *u);
     void *arg;
     /* Optional: a rules probe's answer was read on `from`; ok: the node holds the rules the
      * router wants. */

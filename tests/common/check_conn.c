@@ -42,6 +42,8 @@ struct srv {
     atomic_int release; /* the test asks for every held request to be answered */
     atomic_int stop;
     atomic_uint_fast64_t frames;      /* frames handed to on_frame */
+    atomic_uint_fast64_t frames_dot2; /* of which from 127.0.0.2 */
+    int frame_work;                   /* a busy loop of this many steps for each frame */
     atomic_uint_fast64_t max_queued;  /* most output queued on one connection */
     atomic_uint_fast64_t pauses;      /* times a connection was seen not reading */
     atomic_uint_fast64_t conn_closes; /* on_close calls */
@@ -63,6 +65,11 @@ srv_frame(struct rl_conn *c, const char *p, size_t n)
                             (unsigned char)(n >> 8), (unsigned char)n};
 
     atomic_fetch_add(&s->frames, 1);
+    if (c->addr[12] == 127 && c->addr[15] == 2) {
+        atomic_fetch_add(&s->frames_dot2, 1);
+    }
+    for (volatile int k = 0; k < s->frame_work; k++) {
+    }
     if (s->q.turn != s->turn_seen) {
         if (++s->turns > WARM_TURNS && s->turn_bytes > atomic_load(&s->max_turn_bytes)) {
             atomic_store(&s->max_turn_bytes, s->turn_bytes);
@@ -189,16 +196,28 @@ srv_stop(struct srv *s)
     free(s);
 }
 
+/* A connection to port on 127.0.0.1 from the address from (127.0.0.1 when 0). */
 static int
-dial(uint16_t port)
+dial_from(uint16_t port, uint32_t from)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    struct sockaddr_in src = {.sin_family = AF_INET};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
 
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     RL_CHECK_INT_GE(fd, 0);
+    if (from != 0) {
+        src.sin_addr.s_addr = htonl(from);
+        RL_CHECK_INT_EQ(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+    }
     RL_CHECK_INT_EQ(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
     return fd;
+}
+
+static int
+dial(uint16_t port)
+{
+    return dial_from(port, 0);
 }
 
 static void
@@ -512,6 +531,61 @@ START_TEST(test_many_senders_share_a_turn)
 }
 END_TEST
 
+/*
+ * A loop turn is split between clients (addresses) first, then between a client's
+ * connections (common/turnshare.h): 16 connections from 127.0.0.1 and one from 127.0.0.2,
+ * all sending all they can, get half the turn each side (the lone one is read about as much
+ * as the 16 together), where a split by connection gave the lone one a 17th (6%).
+ */
+START_TEST(test_one_client_many_connections_shares_as_one)
+{
+    enum { MANY = 16 };
+    struct srv *s = srv_start(0, 0);
+    struct blaster b[MANY + 1];
+    atomic_int stop = 0;
+    double part;
+
+    /* each frame costs the loop more than sending it costs a sender: the senders keep their
+     * sockets full however busy the machine, and the shares alone decide who is read */
+    s->frame_work = 400;
+    {
+        /* and a deep receive queue, taken by the connections it accepts: the kernel holds
+         * more of each than a turn reads */
+        int deep = 4 << 20;
+        uv_os_fd_t lfd;
+
+        RL_CHECK_INT_EQ(uv_fileno((uv_handle_t *)&s->l.tcp, &lfd), 0);
+        RL_CHECK_INT_EQ(setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &deep, sizeof(deep)), 0);
+    }
+
+    for (int i = 0; i <= MANY; i++) {
+        int deep = 4 << 20;
+
+        b[i].fd = i < MANY ? dial(s->port) : dial_from(s->port, 0x7f000002u);
+        /* a deep send queue: what the loop reads of a connection is what its share lets it,
+         * not what its sender thread, on a busy machine, managed to write in time */
+        RL_CHECK_INT_EQ(setsockopt(b[i].fd, SOL_SOCKET, SO_SNDBUF, &deep, sizeof(deep)), 0);
+        b[i].stop = &stop;
+        RL_CHECK_INT_EQ(pthread_create(&b[i].t, NULL, blast, &b[i]), 0);
+    }
+    for (int i = 0; i < 200 && atomic_load(&s->frames) < 500000; i++) {
+        usleep(10 * 1000);
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i <= MANY; i++) {
+        shutdown(b[i].fd, SHUT_RDWR);
+        pthread_join(b[i].t, NULL);
+        close(b[i].fd);
+    }
+    part = (double)atomic_load(&s->frames_dot2) / (double)atomic_load(&s->frames);
+    fprintf(stderr, "the lone client's part of %llu frames: %.1f%%\n",
+            (unsigned long long)atomic_load(&s->frames), 100.0 * part);
+    ck_assert_uint_gt(atomic_load(&s->frames), 100000);
+    ck_assert_msg(part >= 0.25, "the lone client got %.1f%% of the input handled", 100.0 * part);
+    srv_stop(s);
+}
+END_TEST
+
 START_TEST(test_half_close_gets_every_reply)
 {
     struct srv *s = srv_start(1, 0);
@@ -694,6 +768,7 @@ conn_suite(void)
     tcase_add_test(tc, test_hold_max_pauses_reading);
     tcase_add_test(tc, test_half_close_gets_every_reply);
     tcase_add_test(tc, test_many_senders_share_a_turn);
+    tcase_add_test(tc, test_one_client_many_connections_shares_as_one);
     tcase_add_test(tc, test_bad_length_is_refused_and_counted);
     tcase_add_test(tc, test_over_max_connections_refused);
     tcase_add_test(tc, test_outgoing_reports_hangup);

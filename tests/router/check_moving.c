@@ -75,6 +75,7 @@ struct fake {
     atomic_int tenants;   /* requests of 8 elements (a tenant), refused when pre_tenant */
     bool pre_tenant;      /* refuses them as a node from before the tenant element does */
     atomic_bool deaf;     /* reads no connection (accepts them), as a node cut off */
+    atomic_bool hang_up;  /* closes the connection of the next CHECK, unanswered (once) */
     atomic_int resets;    /* connections the router reset (read: ECONNRESET) */
     /* when it stops being deaf: the bytes its connections held (FIONREAD) then, and those it
      * read since; more read than held: the router's kernel went on sending after that */
@@ -183,6 +184,7 @@ fake_run(void *arg)
             ssize_t got;
             struct rl_buf out;
             size_t plen;
+            bool hung_up = false;
 
             if (f->was_deaf || atomic_load(&f->deaf) ||
                 !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -190,7 +192,18 @@ fake_run(void *arg)
             }
             got = read(pf[i].fd, buf, sizeof(buf));
             atomic_fetch_add(&f->read_since_wake, got > 0 ? got : 0);
-            if (got <= 0) {
+            for (size_t at = 0; got > 0 && atomic_load(&f->hang_up) && !hung_up;) {
+                /* a CHECK among what was read (whole frames from its start, as the router
+                 * writes them after the warm-up): the connection is closed unanswered */
+                if (rl_wire_frame(buf + at, (size_t)got - at, &plen) != 1) {
+                    break;
+                }
+                hung_up = plen > 2 &&
+                          (unsigned char)buf[at + RL_WIRE_HDR_LEN + 1] == RL_WIRE_OP_CHECK &&
+                          atomic_exchange(&f->hang_up, false);
+                at += RL_WIRE_HDR_LEN + plen;
+            }
+            if (got <= 0 || hung_up) {
                 struct rl_buf t = in[i];
 
                 if (got < 0 && errno == ECONNRESET) {
@@ -322,21 +335,29 @@ router_launch(const char *conf)
     ck_assert_int_eq(rl_harness_router_start(&router, conf_path, router_port), 0);
 }
 
-/* The router in front of f1 and f2, holding a MOVING at most handoff_wait. */
+/* The router in front of f1 and f2, holding a MOVING at most handoff_wait; router_keys:
+ * more lines of its [router] section. */
 static void
-router_start_deadline(const char *handoff_wait, const char *failure, const char *deadline)
+router_start_keys(const char *handoff_wait, const char *failure, const char *deadline,
+                  const char *router_keys)
 {
     char conf[1024];
 
     router_port = rl_harness_free_port();
     snprintf(conf, sizeof(conf),
              "[cluster]\nname = mv\nshards = 64\nhandoff_wait = %s\n"
-             "[router]\nlisten = 127.0.0.1:%d\ndeadline = %s\n"
+             "[router]\nlisten = 127.0.0.1:%d\ndeadline = %s\n%s"
              "[node n1]\nlisten = 127.0.0.1:%d\n"
              "[node n2]\nlisten = 127.0.0.1:%d\n"
              "[service shop]\nlimit = fixed_window 1000 per 1h\nfailure = %s\n",
-             handoff_wait, router_port, deadline, f1.port, f2.port, failure);
+             handoff_wait, router_port, deadline, router_keys, f1.port, f2.port, failure);
     router_launch(conf);
+}
+
+static void
+router_start_deadline(const char *handoff_wait, const char *failure, const char *deadline)
+{
+    router_start_keys(handoff_wait, failure, deadline, "");
 }
 
 static void
@@ -1003,6 +1024,50 @@ START_TEST(test_waiting_when_nodes_leave)
 }
 END_TEST
 
+/*
+ * n1 closes the connection its window of CHECKs went on, unanswered, while more wait in the
+ * router for room at n1 (node_window 16): those are sent on n1's other connection at once and
+ * answered by n1, not by the failure policy at their deadline (no reply or request would have
+ * sent them: everything n1 owed was on the lost connection).
+ */
+START_TEST(test_waiting_when_a_connection_drops)
+{
+    struct rl_wire_req reqs[200];
+    struct rl_wire_check_reply reps[200];
+    static char users[200][32];
+    struct rl_client *c = NULL;
+    int codes[RL_CLIENT_CODE_ERROR + 1];
+    int allowed = 0, closed = 0, n1 = 0;
+
+    fake_start(&f1, FAKE_ALLOW, "", 0);
+    fake_start(&f2, FAKE_ALLOW, "", 0);
+    router_start_keys("1s", "closed", "30s", "node_window = 16\nworkers = 1\n");
+    check_users("warm", codes, 1);
+    ck_assert_int_eq(codes[RL_WIRE_ALLOWED], USERS);
+    n1 = atomic_load(&f1.checks);
+    atomic_store(&f1.hang_up, true);
+    for (int i = 0; i < 200; i++) {
+        snprintf(users[i], sizeof(users[i]), "drop-%d", i);
+        rl_test_check_req(&reqs[i], "shop", users[i], 1);
+    }
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    /* a deadline of 30 s: the test's own 10 s ends first if they wait for it */
+    ck_assert_int_eq(rl_client_check_many(c, reqs, 200, reps, T_TIMEOUT), 0);
+    for (int i = 0; i < 200; i++) {
+        allowed += reps[i].code == RL_WIRE_ALLOWED;
+        closed += reps[i].code == RL_WIRE_FAIL_CLOSED;
+    }
+    rl_client_destroy(c);
+    ck_assert(!atomic_load(&f1.hang_up)); /* n1 did hang up */
+    ck_assert_int_gt(rl_test_stat(router_port, "node_waits"), 0);
+    /* those on the lost connection (n1's window, 16 at most) by policy; the rest by the nodes */
+    ck_assert_int_le(closed, 16);
+    ck_assert_int_eq(allowed + closed, 200);
+    ck_assert_int_gt(atomic_load(&f1.checks) - n1, 0); /* n1 answered some after it */
+    stop_all();
+}
+END_TEST
+
 static Suite *
 moving_suite(void)
 {
@@ -1023,6 +1088,7 @@ moving_suite(void)
     tcase_add_test(tc, test_connect_given_up);
     tcase_add_test(tc, test_retire_reset);
     tcase_add_test(tc, test_waiting_when_nodes_leave);
+    tcase_add_test(tc, test_waiting_when_a_connection_drops);
     suite_add_tcase(s, tc);
     return s;
 }

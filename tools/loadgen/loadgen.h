@@ -71,6 +71,8 @@ struct opts {
     bool json;
     unsigned threads;
     uint64_t seed; /* 0: from the clock */
+    bool has_source; /* --source: every connection from this local address */
+    struct sockaddr_storage source;
 };
 
 struct worker;

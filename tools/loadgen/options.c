@@ -20,6 +20,8 @@ usage(FILE *f)
                "and reports throughput, reply codes and latency.\n"
                "\n"
                "  --target HOST:PORT   server (default 127.0.0.1:7400, the router, as rl-cli)\n"
+               "  --source ADDR        connect from this local IP address (e.g. 127.0.0.2:\n"
+               "                       another client for a router's per-client shares)\n"
                "  --connections C      TCP connections in all (default 4)\n"
                "  --pipeline P         requests in flight per connection (default 64, <= 65536)\n"
                "  --threads N          worker threads, each with its own loop (default 1)\n"
@@ -79,6 +81,7 @@ parse_double(const char *s, double *out)
 
 enum {
     OPT_TARGET = 256,
+    OPT_SOURCE,
     OPT_CONNECTIONS,
     OPT_PIPELINE,
     OPT_KEYS,
@@ -107,6 +110,7 @@ enum {
 
 static const struct option long_opts[] = {
     {"target", required_argument, NULL, OPT_TARGET},
+    {"source", required_argument, NULL, OPT_SOURCE},
     {"connections", required_argument, NULL, OPT_CONNECTIONS},
     {"pipeline", required_argument, NULL, OPT_PIPELINE},
     {"keys", required_argument, NULL, OPT_KEYS},
@@ -160,6 +164,14 @@ lg_parse_opts(int argc, char **argv, struct opts *o)
         switch (ch) {
         case OPT_TARGET:
             o->target = optarg;
+            break;
+        case OPT_SOURCE:
+            memset(&o->source, 0, sizeof(o->source));
+            if (uv_ip4_addr(optarg, 0, (struct sockaddr_in *)&o->source) != 0 &&
+                uv_ip6_addr(optarg, 0, (struct sockaddr_in6 *)&o->source) != 0) {
+                bad = "--source: expected an IPv4 or IPv6 address";
+            }
+            o->has_source = true;
             break;
         case OPT_TOKEN_FILE:
             o->token_file = optarg;

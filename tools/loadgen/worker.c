@@ -284,8 +284,11 @@ lg_worker_main(void *arg)
         struct conn *c = &w->conns[i];
 
         c->connect_req.data = c;
-        rc = uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&b->addr,
-                            lg_on_connect);
+        rc = b->o.has_source ? uv_tcp_bind(&c->tcp, (const struct sockaddr *)&b->o.source, 0) : 0;
+        if (rc == 0) {
+            rc = uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&b->addr,
+                                lg_on_connect);
+        }
         if (rc < 0) {
             snprintf(w->err, sizeof(w->err), "cannot connect to %s: %s", b->o.target,
                      uv_strerror(rc));
