@@ -30,6 +30,7 @@ rls_arena_take(void *arg, size_t size)
         return call->arena + at;
     }
     call->arena_spilled = true;
+    call->spilled_bytes += size;
     return malloc(size);
 }
 

@@ -369,6 +369,7 @@ rl_rls_call_decode(struct rl_rls_call *s, const uint8_t *msg, size_t len)
     s->arena_alloc.allocator_data = s;
     s->arena_used = 0;
     s->arena_spilled = false;
+    s->spilled_bytes = 0;
     s->req = envoy__service__ratelimit__v3__rate_limit_request__unpack(&s->arena_alloc, len, msg);
     if (s->req == NULL) {
         rl_rls_call_fail(s, GRPC_INVALID_ARGUMENT, "cannot decode a RateLimitRequest");

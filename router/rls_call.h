@@ -71,6 +71,8 @@ struct rl_rls_call {
     ProtobufCAllocator arena_alloc;
     size_t arena_used;
     bool arena_spilled; /* something of req came from malloc: free_unpacked must walk it */
+    size_t spilled_bytes; /* taken from malloc beyond the arena since the call began (an
+                             upper bound of what it holds there: what the carrier accounts) */
     _Alignas(16) uint8_t arena[1024];
 };
 

@@ -8,19 +8,21 @@
  * per connection, RLS_HEADERS_MAX decoded header bytes per request, trailers included (a request
  * past it is reset; RLS_STRIKES_MAX such requests end the connection with GOAWAY
  * ENHANCE_YOUR_CALM), RLS_BUFFERED_MAX request bytes held per connection (and the worker's share of
- * [clients] buffer_memory: front.c), output: reading stops while RLS_WRITE_QUEUE_MAX bytes are
- * unsent. Per loop turn, a connection handles RL_CONN_TURN_BYTES of input (front.c's turn budget),
- * its decoded header bytes and RLS_FRAME_COST per control frame charged to it too. Control
- * frames (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM, empty DATA and CONTINUATION,
- * HEADERS on a stream already opened) draw on a
- * bucket of RLS_CTRL_BURST, refilled by RLS_CTRL_RATE a second and RLS_CTRL_PER_CALL per
- * request: a connection that empties it is ended with GOAWAY ENHANCE_YOUR_CALM; nghttp2 bounds
- * the SETTINGS entries of a frame and the ACKs queued (RLS_MAX_SETTINGS, RLS_MAX_ACKS).
- * The connection is "opening" (front.c: the pre-AUTH share, auth_timeout) until its first
- * call that passes authentication: a valid token, or without [client] sections any complete
- * ShouldRateLimit request. Timeouts ([clients]): a connection with no call open closes after
- * idle_timeout (with a GOAWAY); a call whose request is not complete within frame_timeout is
- * reset. Not for the call itself (rls_call.c), nor for the socket (front.c).
+ * [clients] buffer_memory: front.c), a call's memory beyond its arena (its request decoded, its
+ * answer) held the same way until its stream closes (else RESOURCE_EXHAUSTED), output: reading
+ * stops while RLS_WRITE_QUEUE_MAX bytes are unsent. Per loop turn, a connection handles
+ * RL_CONN_TURN_BYTES of input (front.c's turn budget), its decoded header bytes and RLS_FRAME_COST
+ * per control frame charged to it too. Control frames (PING, SETTINGS, WINDOW_UPDATE, PRIORITY,
+ * RST_STREAM, empty DATA and CONTINUATION, HEADERS on a stream already opened) draw on a bucket of
+ * RLS_CTRL_BURST, refilled by RLS_CTRL_RATE a second and RLS_CTRL_PER_CALL per request: a
+ * connection that empties it is ended with GOAWAY ENHANCE_YOUR_CALM; nghttp2 bounds the SETTINGS
+ * entries of a frame and the ACKs queued (RLS_MAX_SETTINGS, RLS_MAX_ACKS). The connection is
+ * "opening" (front.c: the pre-AUTH share, auth_timeout) until its first call that passes
+ * authentication: a valid token, or without [client] sections any complete ShouldRateLimit request.
+ * Timeouts ([clients]): a connection with no call open closes after idle_timeout (with a GOAWAY); a
+ * call whose request is not complete within frame_timeout is reset, and so is one whose answer is
+ * not out frame_timeout after it was ready. Not for the call itself (rls_call.c), nor for the
+ * socket (front.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -69,7 +71,11 @@ struct rls_stream {
     uint8_t *body;
     size_t len, cap;
     struct rl_rls_call call;
-    size_t out_off; /* of call.out, sent */
+    size_t out_off;       /* of call.out, sent */
+    size_t call_held;     /* of call.spilled_bytes, held against the connection's bounds */
+    uint64_t answered_ms; /* when the answer was submitted: its output must go in
+                             frame_timeout (h2_tick) */
+    bool reset;           /* h2_tick reset it: once */
 };
 
 /* A connection's HTTP/2 state (front.c's connection carries it). */
@@ -195,7 +201,27 @@ out_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t len, uint32_t *fl
         (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME     \
     }
 
-/* Sends s's answer: its message when out is set, else trailers only with status/message. */
+/* Holds what s's call took from malloc beyond its arena (its request decoded, descriptors,
+ * parts, answer) against the connection's RLS_BUFFERED_MAX and the worker's share of
+ * [clients] buffer_memory, as a request's bytes are held while it is read (on_data), until
+ * the stream closes. Never closes another connection to make room. False: past them. */
+static bool
+stream_hold_call(struct rls_stream *s)
+{
+    size_t want = s->call.spilled_bytes;
+
+    if (want != s->call_held) {
+        if (rl_front_hold_spare(s->c->fc, s->call_held, want) != 0) {
+            return false;
+        }
+        s->call_held = want;
+    }
+    return true;
+}
+
+/* Sends s's answer: its message when out is set, else trailers only with status/message. A
+ * message that does not fit the connection's bounds (its client does not read its answers,
+ * or has many large calls open) is dropped for RESOURCE_EXHAUSTED. */
 static void
 stream_respond(struct rl_rls_call *call)
 {
@@ -208,6 +234,13 @@ stream_respond(struct rl_rls_call *call)
         return;
     }
     s->responded = true;
+    s->answered_ms = uv_now(c->r->loop);
+    if (call->out != NULL && !stream_hold_call(s)) {
+        rl_rls_call_release(call); /* its memory goes now: the error needs none */
+        call->status = GRPC_RESOURCE_EXHAUSTED;
+        snprintf(call->message, sizeof(call->message),
+                 "the connection holds too many answers not yet read");
+    }
     if (call->out != NULL) {
         nghttp2_nv hdrs[] = {NV_CONST(":status", "200"),
                              NV_CONST("content-type", "application/grpc")};
@@ -292,6 +325,12 @@ stream_call(struct rls_stream *s)
     s->body = NULL;
     rl_front_hold(s->c->fc, s->cap, 0);
     s->cap = s->len = 0;
+    if (rc == 0 && !stream_hold_call(s)) {
+        rl_rls_call_release(&s->call);
+        rl_rls_call_fail(&s->call, GRPC_RESOURCE_EXHAUSTED,
+                         "the connection holds too many requests and answers");
+        return;
+    }
     if (rc == 0) {
         rl_rls_call_start(&s->call);
     }
@@ -414,7 +453,7 @@ stream_free(struct rls_stream *s)
         s->next->prev = s->prev;
     }
     c->nstreams--;
-    rl_front_hold(c->fc, s->cap, 0);
+    rl_front_hold(c->fc, s->cap + s->call_held, 0);
     free(s->body);
     mem_free(s, &c->mem);
 }
@@ -896,7 +935,9 @@ h2_idle(struct rl_front_conn *fc)
     nghttp2_session_terminate_session(c->ng, NGHTTP2_NO_ERROR);
 }
 
-/* Calls whose request is late are reset. */
+/* Calls whose request is late are reset, and so are calls whose answer is still not out
+ * frame_timeout after it was ready (the client keeps its flow-control window shut, or does
+ * not read): the answer's memory goes with the stream. */
 static void
 h2_tick(struct rl_front_conn *fc, uint64_t now, uint64_t frame_timeout_ms)
 {
@@ -905,6 +946,10 @@ h2_tick(struct rl_front_conn *fc, uint64_t now, uint64_t frame_timeout_ms)
     for (struct rls_stream *s = c->streams; s != NULL; s = s->next) {
         if (!s->complete && now - s->opened_ms >= frame_timeout_ms) {
             s->complete = true;
+            nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+        } else if (s->responded && !s->reset && s->answered_ms != 0 &&
+                   now - s->answered_ms >= frame_timeout_ms) {
+            s->reset = true;
             nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
         }
     }

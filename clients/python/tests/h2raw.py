@@ -69,6 +69,8 @@ class Raw:
         self.goaway = None  # error code
         self.resets = {}
         self.heads = set()  # streams that got a response HEADERS
+        self.status = {}  # grpc-status of the streams whose HEADERS carried one (trailers)
+        self.dec = hpack.Decoder()
         self.closed = False
         self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
         if read:
@@ -100,6 +102,14 @@ class Raw:
                     self.resets[sid] = int.from_bytes(payload[:4], "big")
                 elif t == HEADERS:
                     self.heads.add(sid)
+                    try:  # the router's blocks: no padding, no priority, no CONTINUATION
+                        hdrs = {k.decode() if isinstance(k, bytes) else k:
+                                v.decode() if isinstance(v, bytes) else v
+                                for k, v in self.dec.decode(payload)}
+                    except Exception:  # noqa: BLE001 (a block this reader cannot take)
+                        hdrs = {}
+                    if "grpc-status" in hdrs:
+                        self.status[sid] = int(hdrs["grpc-status"])
 
     def send(self, data):
         """False once the router stopped taking our bytes (closed, or not reading)."""

@@ -6,7 +6,7 @@ or contained as each case says.
 Cases: rapid reset (CVE-2023-44487), SETTINGS flood, PING flood, CONTINUATION flood, an
 HPACK header that decompresses large (in the headers and in trailers), empty HEADERS on
 one stream, a client that never reads, a zero flow-control
-window, malformed protobuf in a valid gRPC frame, a length prefix larger than the data,
+window (small answers, and large ones), malformed protobuf in a valid gRPC frame, a length prefix larger than the data,
 many connections at once."""
 
 import os
@@ -338,6 +338,71 @@ def test_zero_window(rls, pb):
         return held
 
     assert under_abuse(rls, pb, abuse) == 2000
+
+
+def varint(n):
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def big_request(descs=64, value_len=900):
+    """RateLimitRequest{domain: "edge", descriptors: descs x [{k: value_len bytes}]}: about
+    58 KB, and its answer about as large (each descriptor's status)."""
+    entry = b"\x0a\x01k\x12" + varint(value_len) + b"q" * value_len
+    desc = b"\x0a" + varint(len(entry)) + entry
+    return b"\x0a\x04edge" + (b"\x12" + varint(len(desc)) + desc) * descs
+
+
+def zero_window_calls(port, calls=100):
+    """A connection whose flow-control window is 0, with `calls` large calls sent on it."""
+    c = Raw(port, settings=struct.pack(">HI", 4, 0))  # INITIAL_WINDOW_SIZE 0
+    body = grpc_body(big_request())
+    out = frame(SETTINGS, ACK, 0)
+    for s in range(1, 2 * calls, 2):
+        out += c.headers(s)
+        chunks = [body[i:i + 16384] for i in range(0, len(body), 16384)]
+        out += b"".join(frame(DATA, END_STREAM if i == len(chunks) - 1 else 0, s, x)
+                        for i, x in enumerate(chunks))
+    c.send(out)
+    return c
+
+
+def test_zero_window_large_answers_are_bounded(rls, pb):
+    """Large answers a client never opens its window for (the attack round of 2026-11-30: 20 MB
+    held per connection, for ever): what a call holds beyond its arena (its request decoded,
+    its answer) counts against the connection's 1 MiB and the worker's buffer_memory, so most
+    of 100 such calls are answered RESOURCE_EXHAUSTED at once (trailers only, which flow
+    control does not hold back), a few keep their answer, and those are reset once they have
+    waited frame_timeout (10 s); a request that arrives while the connection holds its 1 MiB
+    is reset (ENHANCE_YOUR_CALM), as before; 20 such connections leave the router's memory
+    put."""
+    c = zero_window_calls(rls.rls_port)
+    assert c.wait(lambda: len(c.heads | set(c.resets)) == 100, 15), len(c.heads | set(c.resets))
+    exhausted = {s for s, v in c.status.items() if v == RESOURCE_EXHAUSTED}
+    waiting = c.heads - set(c.status)  # headers went, the answer's DATA waits for the window
+    refused = set(c.resets) - c.heads  # its request could not be held: ENHANCE_YOUR_CALM
+    assert len(exhausted) + len(waiting) + len(refused) == 100, (exhausted, waiting, refused)
+    assert all(c.resets[s] == 11 for s in refused), c.resets
+    assert len(exhausted) >= 50, len(exhausted)
+    assert 1 <= len(waiting) <= 17, len(waiting)  # 1 MiB over answers of ~58 KB at most
+    assert c.wait(lambda: waiting <= set(c.resets), 20), (waiting - set(c.resets))
+    assert all(c.resets[s] == 8 for s in waiting)  # CANCEL
+    c.close()
+
+    def abuse():
+        conns = [zero_window_calls(rls.rls_port) for _ in range(20)]
+        for k in conns:
+            k.wait(lambda k=k: len(k.heads | set(k.resets)) == 100, 15)
+        answered = sum(len(k.heads | set(k.resets)) for k in conns)
+        for k in conns:
+            k.close()
+        return answered
+
+    assert under_abuse(rls, pb, abuse, limit_s=60) == 2000
 
 
 def call_raw(port, body, end=True):
