@@ -93,6 +93,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #define PAGE 4096u
 /* Occupied slots the eviction compares. */
@@ -148,9 +150,10 @@ in_old(const struct rl_keytab *t, const struct rl_keytab_entry *e)
 /* The live entry of a with this fingerprint, probing from pos, its home. A probe ends at the
  * first empty slot (tag 0): in old, gone slots are not empty, so runs stay whole. */
 static inline struct rl_keytab_entry *
-find_in(const struct kt_array *a, size_t pos, uint64_t fp_hi, uint32_t fp_lo)
+find_in(const struct kt_array *a, uint64_t place, uint64_t fp_hi, uint32_t fp_lo)
 {
-    uint8_t tag = tag_of(fp_hi);
+    size_t pos = home_of(place, a->cap);
+    uint8_t tag = tag_of(place);
     for (;;) {
         const uint8_t *g = a->tags + pos;
         uint32_t match = group_match(g, tag);
@@ -180,6 +183,42 @@ find_in(const struct kt_array *a, size_t pos, uint64_t fp_hi, uint32_t fp_lo)
     }
 }
 
+/* kt_place's key: from the kernel's random source; should that fail (it does not block
+ * once the system booted), from the clock and the table's address, which an attacker does
+ * not see either. */
+static uint64_t
+kt_random_key(const struct rl_keytab *t)
+{
+    uint64_t k;
+    struct timespec ts;
+
+    if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k)) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        k = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)(uintptr_t)t;
+        k = XXH3_64bits(&k, sizeof(k));
+    }
+    return k | 1u; /* never 0: that is rl_keytab_place_plain's */
+}
+
+size_t
+rl_keytab_longest_run(const struct rl_keytab *t)
+{
+    size_t best = 0, run = 0;
+
+    for (size_t i = 0; i < 2 * t->cur.cap; i++) { /* twice round: a run may wrap */
+        run = t->cur.tags[i % t->cur.cap] != 0 ? run + 1 : 0;
+        best = run > best ? run : best;
+    }
+    return best < t->cur.cap ? best : t->cur.cap;
+}
+
+void
+rl_keytab_place_plain(struct rl_keytab *t)
+{
+    t->place_key = 0;
+    t->cur.key = 0;
+}
+
 int
 rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_keytab_ops *ops)
 {
@@ -194,6 +233,7 @@ rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_key
     t->max_bytes = max_bytes;
     t->ops = *ops;
     t->rng = UINT64_C(0x9e3779b97f4a7c15);
+    t->place_key = kt_random_key(t);
     t->peak_since = UINT64_MAX;
     t->collapse_at = SIZE_MAX;
 
@@ -258,7 +298,7 @@ rl_keytab_destroy(struct rl_keytab *t)
 void
 rl_keytab_prefetch(const struct rl_keytab *t, uint64_t fp_hi)
 {
-    size_t pos = home_of(fp_hi, t->cur.cap);
+    size_t pos = home_in(&t->cur, fp_hi);
     __builtin_prefetch(&t->cur.tags[pos]);
     __builtin_prefetch(&t->cur.ents[pos]);
     /* At a load near 7/8 a key sits a few slots past its home: the next line too. */
@@ -271,7 +311,8 @@ struct rl_keytab_entry *
 rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo)
 {
     fp_lo &= FP_LO_MASK; /* as entries keep it */
-    size_t pos = home_of(fp_hi, t->cur.cap);
+    uint64_t place = kt_place(&t->cur, fp_hi);
+    size_t pos = home_of(place, t->cur.cap);
     /* Most keys sit within two slots of their home, in the entry lines rl_keytab_prefetch
      * loaded: look there first, without the tags (their line and their page). A vacated
      * slot of cur has fp_hi 0 (vacate), and a key is in cur or old, never both, so a match
@@ -286,9 +327,9 @@ rl_keytab_find(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo)
             }
         }
     }
-    struct rl_keytab_entry *e = find_in(&t->cur, pos, fp_hi, fp_lo);
+    struct rl_keytab_entry *e = find_in(&t->cur, place, fp_hi, fp_lo);
     if (e == NULL && t->old_keys > 0) {
-        e = find_in(&t->old, home_of(fp_hi, t->old.cap), fp_hi, fp_lo);
+        e = find_in(&t->old, place, fp_hi, fp_lo); /* the same key: the same place */
     }
     return e;
 }
@@ -305,7 +346,7 @@ kt_remove_slot(struct rl_keytab *t, size_t i)
 
     j = next_slot(a, i);
     while (a->tags[j] != 0) {
-        size_t h = home_of(a->ents[j].fp_hi, a->cap);
+        size_t h = home_in(a, a->ents[j].fp_hi);
         /* Distances from home and from the hole, cyclically: j may move to i iff i lies in
          * [h, j]. */
         size_t dh = j >= h ? j - h : j + a->cap - h;
@@ -497,7 +538,7 @@ rl_keytab_insert(struct rl_keytab *t, uint64_t fp_hi, uint32_t fp_lo, uint32_t t
     e->tier = tier & RL_KEYTAB_TIER_MAX;
     e->epoch = 0;
     memset(&e->st, 0, sizeof(e->st));
-    set_tag(&t->cur, i, tag_of(fp_hi));
+    set_tag(&t->cur, i, tag_of(kt_place(&t->cur, fp_hi)));
     t->keys++;
     if (t->keys > t->peak) {
         t->peak = t->keys;

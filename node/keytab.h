@@ -101,6 +101,15 @@ int rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl
 /* Releases every entry through ops->release, then frees the table. */
 void rl_keytab_destroy(struct rl_keytab *t);
 
+/* For tests only: place keys by their fingerprint as it is, not through the table's random
+ * key (keytab_int.h, kt_place), so that a test can put a fingerprint at a slot of its choice.
+ * Call on a new, empty table. */
+void rl_keytab_place_plain(struct rl_keytab *t);
+
+/* For tests: the longest run of taken slots in the array inserts go to (a find walks at most
+ * that far). O(slots). */
+size_t rl_keytab_longest_run(const struct rl_keytab *t);
+
 /* Turns a 128-bit hash into a fingerprint (hi, lo) as entries store it: fp_hi is h_hi through
  * a bijective 64-bit mixer (murmur3's finaliser), 0 mapped to 1; fp_lo is h_lo xor-folded to
  * 4 bits (the entry's other 20 bits of that word hold its shard). The home slot comes from fp_hi's high bits (fastrange), the tag from its low 7

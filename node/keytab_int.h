@@ -19,6 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* XXH3 inlined here: kt_place runs for every find (libxxhash.so's would cost a call) */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -54,6 +58,7 @@ struct kt_array {
     struct rl_keytab_entry *ents;
     uint8_t *tags; /* cap + GROUP bytes: tags[cap + i] mirrors tags[i] */
     size_t cap;
+    uint64_t key; /* the table's place_key (kt_place), copied here for the array's users */
     int reg;      /* the reserved range ents lies in (keytab_mem.h), or KT_MEM_NOREG */
     int tags_reg; /* KT_MEM_NOREG: the tags, 1/32 of the entries, fit the TLB as they are */
 };
@@ -84,6 +89,7 @@ struct rl_keytab {
     size_t max_cap;   /* the largest cap whose arrays fit in max_bytes */
     size_t cursor;    /* where the next sweep starts in cur, < cur.cap */
     uint64_t rng;     /* xorshift64 state for the eviction sample, never 0 */
+    uint64_t place_key; /* kt_place's key, random per table; every array's key */
     uint64_t max_bytes;
     struct rl_keytab_ops ops;
     uint64_t evicted;
@@ -112,20 +118,46 @@ struct rl_keytab {
     uint64_t sweep_work;
 };
 
-/* The home slot of a fingerprint in [0, cap): fastrange, which needs no power-of-two cap. */
-static inline size_t
-home_of(uint64_t fp_hi, size_t cap)
+/*
+ * Where a fingerprint goes: a keyed hash of fp_hi (XXH3 with the table's place_key, drawn
+ * from the kernel's random source when the table is made), from which its home slot and its
+ * tag come. A fingerprint follows from public parts (the user, the rule's or the inline
+ * limit's seed: the same on every node, so that counters can be handed off), so placing by it
+ * alone let a client choose users that all land in one part of the table and make every
+ * lookup of every client walk one long run (the attack round of 2026-11-30: 20 to 100 times
+ * slower); the key keeps where a key lands unknown outside the process. Handoffs and finds
+ * still name keys by fingerprint.
+ */
+static inline uint64_t
+kt_place(const struct kt_array *a, uint64_t fp_hi)
 {
-    __extension__ typedef unsigned __int128 u128;
-    return (size_t)(((u128)fp_hi * cap) >> 64);
+    /* key 0: a test's table placed by fingerprint (rl_keytab_place_plain) */
+    return __builtin_expect(a->key != 0, 1) ? XXH3_64bits_withSeed(&fp_hi, sizeof(fp_hi), a->key)
+                                            : fp_hi;
 }
 
-/* The tag of a fingerprint: its low 7 bits, which fastrange (using the high bits) leaves
+/* The home slot of a placement (kt_place) in [0, cap): fastrange, which needs no power-of-two
+ * cap. Also takes any random value (the eviction's sample). */
+static inline size_t
+home_of(uint64_t place, size_t cap)
+{
+    __extension__ typedef unsigned __int128 u128;
+    return (size_t)(((u128)place * cap) >> 64);
+}
+
+/* The tag of a placement: its low 7 bits, which fastrange (using the high bits) leaves
  * independent of the home slot. */
 static inline uint8_t
-tag_of(uint64_t fp_hi)
+tag_of(uint64_t place)
 {
-    return (uint8_t)(TAG_LIVE | (fp_hi & 0x7fu));
+    return (uint8_t)(TAG_LIVE | (place & 0x7fu));
+}
+
+/* The home slot of a fingerprint in a. */
+static inline size_t
+home_in(const struct kt_array *a, uint64_t fp_hi)
+{
+    return home_of(kt_place(a, fp_hi), a->cap);
 }
 
 static inline void
@@ -203,7 +235,7 @@ scanning(const struct rl_keytab *t)
 static inline size_t
 place(const struct kt_array *a, uint64_t fp_hi)
 {
-    size_t pos = home_of(fp_hi, a->cap);
+    size_t pos = home_in(a, fp_hi);
     for (;;) {
         uint32_t empty = ~group_full(a->tags + pos) & 0xffffu;
         if (empty != 0) {

@@ -191,7 +191,7 @@ sweep_cur(struct rl_keytab *t, uint64_t now, size_t budget)
             continue;
         }
         /* The entry may move into the first free hole at or after its home. */
-        size_t home = home_of(a->ents[p].fp_hi, cap);
+        size_t home = home_in(a, a->ents[p].fp_hi);
         size_t back = p >= home ? p - home : p + cap - home;
         size_t k = hl.head;
         if (back < off) {

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,8 +83,21 @@ fake_release(void *arg, struct rl_keytab_entry *e)
     memset(&e->st, 0, sizeof(e->st));
 }
 
+static struct rl_keytab *fake_table_keyed(struct fake *f, size_t nids, uint64_t max_bytes);
+
+/* A table of the fake owner, placed by fingerprint (rl_keytab_place_plain). */
 static struct rl_keytab *
 fake_table(struct fake *f, size_t nids, uint64_t max_bytes)
+{
+    struct rl_keytab *t = fake_table_keyed(f, nids, max_bytes);
+
+    rl_keytab_place_plain(t); /* most tests below put fingerprints at slots they choose */
+    return t;
+}
+
+/* The same, placed as a node's is: through its random key (keytab_int.h, kt_place). */
+static struct rl_keytab *
+fake_table_keyed(struct fake *f, size_t nids, uint64_t max_bytes)
 {
     memset(f, 0, sizeof(*f));
     f->released = calloc(nids, 1);
@@ -304,11 +318,13 @@ START_TEST(test_wrap_delete)
 END_TEST
 
 /* Random inserts, finds and deletes on clustered fingerprints against the model. */
-START_TEST(test_random_clustered)
+static void
+random_clustered(bool keyed)
 {
     enum { N = 4000, OPS = 400000 };
     struct fake f;
-    struct rl_keytab *t = fake_table(&f, N, UINT64_C(1) << 30);
+    struct rl_keytab *t =
+        keyed ? fake_table_keyed(&f, N, UINT64_C(1) << 30) : fake_table(&f, N, UINT64_C(1) << 30);
     uint8_t *present = calloc(N, 1);
     uint8_t *inserted = calloc(N, 1);
     uint64_t *hi = malloc(N * sizeof(*hi));
@@ -361,6 +377,55 @@ START_TEST(test_random_clustered)
     free(inserted);
     free(hi);
     free(lo);
+}
+
+START_TEST(test_random_clustered)
+{
+    random_clustered(false);
+}
+END_TEST
+
+/* The same through a node's keyed placement: its grows, deletes' shifts and finds. */
+START_TEST(test_random_clustered_keyed)
+{
+    random_clustered(true);
+}
+END_TEST
+
+/*
+ * Fingerprints a client computed to share one home where keys are placed by fingerprint
+ * (here 1..N, whose home is slot 0 of any table under 2^44 slots: the attack round of
+ * 2026-11-30 made such users from a rule's public seed) make one run of them all in such a
+ * table, which every find that starts in it walks; a node's table, placed through its random
+ * key, spreads them as any keys: its longest run stays short, and every key is found.
+ */
+START_TEST(test_keyed_placement_spreads_crafted_keys)
+{
+    enum { N = 60000 };
+    struct fake fp, fk;
+    struct rl_keytab *plain = fake_table(&fp, N, UINT64_C(1) << 30);
+    struct rl_keytab *keyed = fake_table_keyed(&fk, N, UINT64_C(1) << 30);
+    uint8_t *inserted = calloc(N, 1);
+    size_t run_plain, run_keyed;
+
+    RL_CHECK(inserted != NULL);
+    for (uint64_t id = 0; id < N; id++) {
+        insert_id(plain, id, id + 1, 0, 0);
+        insert_id(keyed, id, id + 1, 0, 0);
+        inserted[id] = 1;
+    }
+    run_plain = rl_keytab_longest_run(plain);
+    run_keyed = rl_keytab_longest_run(keyed);
+    fprintf(stderr, "longest run of %d crafted keys: %zu placed by fingerprint, %zu keyed\n", N,
+            run_plain, run_keyed);
+    RL_CHECK_UINT(run_plain, >=, N); /* the attack, where placement is public */
+    RL_CHECK_UINT(run_keyed, <, 2000);
+    for (uint64_t id = 0; id < N; id++) {
+        check_id(keyed, id, id + 1, 0, true);
+    }
+    finish(plain, &fp, inserted);
+    finish(keyed, &fk, inserted);
+    free(inserted);
 }
 END_TEST
 
@@ -1911,6 +1976,8 @@ keytab_suite(void)
     add_case(s, "empty", test_empty);
     add_case(s, "wrap_delete", test_wrap_delete);
     add_case(s, "random_clustered", test_random_clustered);
+    add_case(s, "random_clustered_keyed", test_random_clustered_keyed);
+    add_case(s, "keyed_placement_spreads_crafted_keys", test_keyed_placement_spreads_crafted_keys);
     add_case(s, "million", test_million);
     add_case(s, "cap_evicts", test_cap_evicts);
     add_case(s, "cap_prefers_soonest", test_cap_prefers_soonest);
