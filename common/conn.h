@@ -55,6 +55,7 @@
 #include <uv.h>
 
 #include "buf.h"
+#include "authfail.h"
 #include "connlimits.h"
 #include "turnshare.h"
 
@@ -70,7 +71,6 @@
 #define RL_CONN_HOLD_MAX 4096u           /* default bound of held requests */
 #define RL_CONN_WARN_PEERS 64u           /* peers remembered for once-per-peer warnings */
 #define RL_CONN_WARN_INTERVAL_MS 60000u
-#define RL_CONN_AUTHFAIL_SLOTS 1024u     /* addresses remembered for failed AUTHs */
 #define RL_CONN_AUTHFAIL_RATE 5u         /* failed AUTHs a second an address may keep up */
 #define RL_CONN_AUTHFAIL_BURST 10u       /* and in a burst, before it is refused */
 
@@ -318,10 +318,9 @@ struct rl_listener {
     bool accept_paused;    /* at the descriptor ceiling: accept(2) waits for a close */
     struct rl_listener_stats stats;
     struct rl_listener_warned warned[RL_CONN_WARN_PEERS]; /* protocol errors, refusals */
-    /* Failed AUTHs by a seeded hash of the address (addresses that collide share a slot), as
-     * a GCRA: the loop time each slot's failures are all forgiven. */
-    uint64_t authfail[RL_CONN_AUTHFAIL_SLOTS];
-    uint64_t authfail_seed;
+    /* Failed AUTHs by network (authfail.h), made at the first failure, freed at the close;
+     * NULL: none yet. Unused when shared (the shared table's). */
+    struct rl_authfail *authfail;
     /* NULL, or what this listener shares with listeners on other loops (rl_conn_shared) */
     struct rl_conn_shared *shared;
     int handles; /* the listener and each connection, until their close callbacks */
@@ -338,9 +337,9 @@ struct rl_listener {
  * What listeners on several loops of one process share (a router's workers, each with its own
  * loop and listener): then max_connections, max_connections_per_peer, the pre-AUTH half of
  * both, buffer_memory and the failed AUTHs per address bound the process, not each listener.
- * The counters are atomics, the per-address counts a table under a mutex. Two listeners
- * admitting at once may pass max_connections by one each for a moment. A listener makes room
- * for a new pre-AUTH connection by closing its own oldest one; one that has none admits the
+ * The counters are atomics, the per-address counts and the failed AUTHs tables under mutexes. Two
+ * listeners admitting at once may pass max_connections by one each for a moment. A listener makes
+ * room for a new pre-AUTH connection by closing its own oldest one; one that has none admits the
  * newcomer and leaves the closing to the others (evict_debt), which close their oldest within
  * RL_CONN_TICK_MS: the process is past its caps by that much for that long at most.
  */
@@ -352,8 +351,8 @@ struct rl_conn_shared {
     uint32_t evict_debt;    /* pre-AUTH connections admitted past the cap by a listener that
                                had none of its own to close: the others close that many of
                                their oldest (at their next accept or tick) (atomic) */
-    uint64_t authfail_seed;
-    uint64_t authfail[RL_CONN_AUTHFAIL_SLOTS]; /* as rl_listener's (atomic) */
+    pthread_mutex_t authfail_mu;  /* guards authfail */
+    struct rl_authfail *authfail; /* as rl_listener's */
     pthread_mutex_t peers_mu;
     struct rl_conn_peer *peers[RL_CONN_PEER_BUCKETS];
     uint64_t npeers;

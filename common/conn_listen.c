@@ -31,8 +31,20 @@ int
 rl_conn_shared_init(struct rl_conn_shared *s)
 {
     memset(s, 0, sizeof(*s));
-    s->authfail_seed = uv_hrtime();
-    return pthread_mutex_init(&s->peers_mu, NULL) == 0 ? 0 : -ENOMEM;
+    s->authfail = rl_authfail_new();
+    if (s->authfail == NULL) {
+        return -ENOMEM;
+    }
+    if (pthread_mutex_init(&s->authfail_mu, NULL) != 0) {
+        rl_authfail_free(s->authfail);
+        return -ENOMEM;
+    }
+    if (pthread_mutex_init(&s->peers_mu, NULL) != 0) {
+        pthread_mutex_destroy(&s->authfail_mu);
+        rl_authfail_free(s->authfail);
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 void
@@ -47,6 +59,9 @@ rl_conn_shared_deinit(struct rl_conn_shared *s)
         }
     }
     pthread_mutex_destroy(&s->peers_mu);
+    pthread_mutex_destroy(&s->authfail_mu);
+    rl_authfail_free(s->authfail);
+    s->authfail = NULL;
 }
 
 uint64_t
@@ -244,8 +259,12 @@ static void
 listener_unref(struct rl_listener *l)
 {
     l->handles--;
-    if (l->closing && l->handles == 0 && l->on_closed != NULL) {
-        l->on_closed(l);
+    if (l->closing && l->handles == 0) {
+        rl_authfail_free(l->authfail);
+        l->authfail = NULL;
+        if (l->on_closed != NULL) {
+            l->on_closed(l);
+        }
     }
 }
 
@@ -293,25 +312,51 @@ conn_listener_closed(struct rl_listener *l)
 #define AUTHFAIL_EVERY_MS (1000u / RL_CONN_AUTHFAIL_RATE)
 #define AUTHFAIL_SLACK_MS ((RL_CONN_AUTHFAIL_BURST - 1u) * AUTHFAIL_EVERY_MS)
 
-/* The slot of addr: the shared table's when shared (loops' clocks are one monotonic clock). */
-static uint64_t *
-authfail_slot(struct rl_listener *l, const uint8_t *addr)
+/* The table of l's failed AUTHs (the shared one, locked, when shared; l's own, made when
+ * `make`); NULL: none. authfail_done unlocks. */
+static struct rl_authfail *
+authfail_take(struct rl_listener *l, bool make)
 {
     if (l->shared != NULL) {
-        return &l->shared->authfail[XXH3_64bits_withSeed(addr, 16, l->shared->authfail_seed) %
-                                    RL_CONN_AUTHFAIL_SLOTS];
+        pthread_mutex_lock(&l->shared->authfail_mu);
+        return l->shared->authfail;
     }
-    return &l->authfail[XXH3_64bits_withSeed(addr, 16, l->authfail_seed) %
-                        RL_CONN_AUTHFAIL_SLOTS];
+    if (l->authfail == NULL && make) {
+        l->authfail = rl_authfail_new(); /* out of memory: failures go uncounted */
+    }
+    return l->authfail;
 }
 
-/* Milliseconds before addr may try again: its slot's failures past the burst. */
+static void
+authfail_done(struct rl_listener *l)
+{
+    if (l->shared != NULL) {
+        pthread_mutex_unlock(&l->shared->authfail_mu);
+    }
+}
+
+/* Milliseconds before addr may try again: its network's failures past the burst. */
 static uint64_t
 authfail_wait(struct rl_listener *l, const uint8_t *addr, uint64_t now)
 {
-    uint64_t full = __atomic_load_n(authfail_slot(l, addr), __ATOMIC_RELAXED);
+    struct rl_authfail *t = authfail_take(l, false);
+    uint64_t wait =
+        t != NULL ? rl_authfail_wait(t, addr, now, AUTHFAIL_EVERY_MS, RL_CONN_AUTHFAIL_BURST) : 0;
 
-    return full > now + AUTHFAIL_SLACK_MS ? full - now - AUTHFAIL_SLACK_MS : 0;
+    authfail_done(l);
+    return wait;
+}
+
+/* addr failed an AUTH at now. */
+static void
+authfail_charge(struct rl_listener *l, const uint8_t *addr, uint64_t now)
+{
+    struct rl_authfail *t = authfail_take(l, true);
+
+    if (t != NULL) {
+        rl_authfail_charge(t, addr, now, AUTHFAIL_EVERY_MS);
+    }
+    authfail_done(l);
 }
 
 uint64_t
@@ -326,21 +371,13 @@ rl_conn_auth_wait_ms(const struct rl_conn *c)
 void
 rl_conn_auth_failed(struct rl_conn *c)
 {
-    uint64_t now, *full;
+    uint64_t now;
 
     if (c->listener == NULL) {
         return;
     }
     now = uv_now(c->q->loop);
-    full = authfail_slot(c->listener, c->addr);
-    {
-        uint64_t was = __atomic_load_n(full, __ATOMIC_RELAXED), want;
-
-        do {
-            want = (was > now ? was : now) + AUTHFAIL_EVERY_MS;
-        } while (!__atomic_compare_exchange_n(full, &was, want, false, __ATOMIC_RELAXED,
-                                              __ATOMIC_RELAXED));
-    }
+    authfail_charge(c->listener, c->addr, now);
     if (authfail_wait(c->listener, c->addr, now) > 0 &&
         conn_should_warn(c->listener, c, CONN_WARN_AUTH_RATE)) {
         rl_log_warn("client %s: more than %u failed AUTHs a second from this address: its "
@@ -358,13 +395,7 @@ rl_listener_auth_wait_ms(struct rl_listener *l, const uint8_t *addr)
 void
 rl_listener_auth_failed(struct rl_listener *l, const uint8_t *addr)
 {
-    uint64_t now = uv_now(l->q->loop), *full = authfail_slot(l, addr);
-    uint64_t was = __atomic_load_n(full, __ATOMIC_RELAXED), want;
-
-    do {
-        want = (was > now ? was : now) + AUTHFAIL_EVERY_MS;
-    } while (!__atomic_compare_exchange_n(full, &was, want, false, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
+    authfail_charge(l, addr, uv_now(l->q->loop));
 }
 
 void
@@ -744,7 +775,6 @@ rl_listener_start(struct rl_listener *l, struct rl_connq *q, const char *host, u
     if (l->lim.auth_timeout_ms == 0) {
         l->lim.auth_timeout_ms = RL_CONN_DEFAULT_AUTH_TIMEOUT_MS;
     }
-    l->authfail_seed = uv_hrtime();
     if (l->lim.buffer_memory != 0) {
         q->client_budget = l->lim.buffer_memory; /* one listener per loop in every program */
     }
