@@ -96,6 +96,8 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include <xxhash.h>
+
 #define PAGE 4096u
 /* Occupied slots the eviction compares. */
 #define EVICT_SAMPLE 8
@@ -183,21 +185,23 @@ find_in(const struct kt_array *a, uint64_t place, uint64_t fp_hi, uint32_t fp_lo
     }
 }
 
-/* kt_place's key: from the kernel's random source; should that fail (it does not block
- * once the system booted), from the clock and the table's address, which an attacker does
- * not see either. */
-static uint64_t
-kt_random_key(const struct rl_keytab *t)
+/* kt_place's key and multiplier: from the kernel's random source; should that fail (it does
+ * not block once the system booted), from the clock and the table's address, which an
+ * attacker does not see either. */
+static void
+kt_random_key(struct rl_keytab *t)
 {
-    uint64_t k;
+    uint64_t k[2];
     struct timespec ts;
 
-    if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k)) {
+    if (getrandom(k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k)) {
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        k = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)(uintptr_t)t;
-        k = XXH3_64bits(&k, sizeof(k));
+        k[0] = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)(uintptr_t)t;
+        k[0] = k[1] = XXH3_64bits(k, sizeof(k[0]));
+        k[1] = XXH3_64bits(k, sizeof(k));
     }
-    return k | 1u; /* never 0: that is rl_keytab_place_plain's */
+    t->place_key = k[0];
+    t->place_mul = k[1] | 1u; /* odd (never 0: that is rl_keytab_place_plain's) */
 }
 
 size_t
@@ -215,8 +219,8 @@ rl_keytab_longest_run(const struct rl_keytab *t)
 void
 rl_keytab_place_plain(struct rl_keytab *t)
 {
-    t->place_key = 0;
-    t->cur.key = 0;
+    t->place_key = t->place_mul = 0;
+    t->cur.key = t->cur.mul = 0;
 }
 
 int
@@ -233,7 +237,7 @@ rl_keytab_create(struct rl_keytab **out, uint64_t max_bytes, const struct rl_key
     t->max_bytes = max_bytes;
     t->ops = *ops;
     t->rng = UINT64_C(0x9e3779b97f4a7c15);
-    t->place_key = kt_random_key(t);
+    kt_random_key(t);
     t->peak_since = UINT64_MAX;
     t->collapse_at = SIZE_MAX;
 

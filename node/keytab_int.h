@@ -19,10 +19,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* XXH3 inlined here: kt_place runs for every find (libxxhash.so's would cost a call) */
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -58,7 +54,7 @@ struct kt_array {
     struct rl_keytab_entry *ents;
     uint8_t *tags; /* cap + GROUP bytes: tags[cap + i] mirrors tags[i] */
     size_t cap;
-    uint64_t key; /* the table's place_key (kt_place), copied here for the array's users */
+    uint64_t key, mul; /* the table's place_key and place_mul (kt_place), copied here */
     int reg;      /* the reserved range ents lies in (keytab_mem.h), or KT_MEM_NOREG */
     int tags_reg; /* KT_MEM_NOREG: the tags, 1/32 of the entries, fit the TLB as they are */
 };
@@ -89,7 +85,7 @@ struct rl_keytab {
     size_t max_cap;   /* the largest cap whose arrays fit in max_bytes */
     size_t cursor;    /* where the next sweep starts in cur, < cur.cap */
     uint64_t rng;     /* xorshift64 state for the eviction sample, never 0 */
-    uint64_t place_key; /* kt_place's key, random per table; every array's key */
+    uint64_t place_key, place_mul; /* kt_place's key and odd multiplier, random per table */
     uint64_t max_bytes;
     struct rl_keytab_ops ops;
     uint64_t evicted;
@@ -119,21 +115,27 @@ struct rl_keytab {
 };
 
 /*
- * Where a fingerprint goes: a keyed hash of fp_hi (XXH3 with the table's place_key, drawn
- * from the kernel's random source when the table is made), from which its home slot and its
- * tag come. A fingerprint follows from public parts (the user, the rule's or the inline
- * limit's seed: the same on every node, so that counters can be handed off), so placing by it
- * alone let a client choose users that all land in one part of the table and make every
- * lookup of every client walk one long run (the attack round of 2026-11-30: 20 to 100 times
- * slower); the key keeps where a key lands unknown outside the process. Handoffs and finds
- * still name keys by fingerprint.
+ * Where a fingerprint goes: a keyed hash of fp_hi, from which its home slot (the high bits)
+ * and its tag (the low 7) come: multiply-shift hashing, (fp_hi ^ key) * mul with the table's
+ * random key and odd multiplier (drawn from the kernel's random source when the table is
+ * made; 2-universal: two fingerprints share their high bits with the chance two random values
+ * would, whatever the fingerprints), its high half folded into the low for the tag. A
+ * fingerprint follows from public parts (the user, the rule's or the inline limit's seed: the
+ * same on every node, so that counters can be handed off), so placing by it alone let a
+ * client choose users that all land in one part of the table and make every lookup of every
+ * client walk one long run (the attack round of 2026-11-30: 20 to 100 times slower); the key
+ * keeps where a key lands unknown outside the process. Handoffs and finds still name keys by
+ * fingerprint. Two instructions and a fold, where XXH3 cost 5% of the node's decisions.
  */
 static inline uint64_t
 kt_place(const struct kt_array *a, uint64_t fp_hi)
 {
-    /* key 0: a test's table placed by fingerprint (rl_keytab_place_plain) */
-    return __builtin_expect(a->key != 0, 1) ? XXH3_64bits_withSeed(&fp_hi, sizeof(fp_hi), a->key)
-                                            : fp_hi;
+    /* mul 0: a test's table placed by fingerprint (rl_keytab_place_plain) */
+    if (__builtin_expect(a->mul == 0, 0)) {
+        return fp_hi;
+    }
+    uint64_t m = (fp_hi ^ a->key) * a->mul;
+    return m ^ (m >> 32);
 }
 
 /* The home slot of a placement (kt_place) in [0, cap): fastrange, which needs no power-of-two

@@ -43,6 +43,7 @@ kt_array_init(struct rl_keytab *t, struct kt_array *a, size_t cap, int avoid)
     a->tags = kt_mem_alloc(&t->mem, cap + GROUP, false, KT_MEM_NOREG, &a->tags_reg);
     a->cap = cap;
     a->key = t->place_key;
+    a->mul = t->place_mul;
     if (a->ents == NULL || a->tags == NULL) {
         kt_mem_free(&t->mem, a->ents, cap * sizeof(*a->ents), a->reg);
         kt_mem_free(&t->mem, a->tags, cap + GROUP, a->tags_reg);
