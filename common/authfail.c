@@ -5,20 +5,18 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include <xxhash.h>
+
+#include "seed.h"
 
 struct rl_authfail *
 rl_authfail_new(void)
 {
     struct rl_authfail *t = calloc(1, sizeof(*t));
-    struct timespec ts;
 
-    if (t != NULL && getrandom(&t->seed, sizeof(t->seed), GRND_NONBLOCK) != sizeof(t->seed)) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        t->seed = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)(uintptr_t)t;
+    if (t != NULL) {
+        t->seed = rl_seed_random(t);
     }
     return t;
 }

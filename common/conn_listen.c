@@ -23,6 +23,7 @@
 #include "conn_int.h"
 #include "tls.h"
 #include "log.h"
+#include "seed.h"
 #include "wire.h"
 
 /* ---- shared counts (conn.h, rl_conn_shared) ---------------------------------------------- */
@@ -137,10 +138,22 @@ peers_count(struct rl_listener *l)
 
 /* ---- peers: client connections per address ----------------------------------------------- */
 
+/* The buckets' seed, secret (seed.h): a client with many addresses could otherwise choose ones
+ * that share a bucket and make every accept walk a long chain. One per process. */
+static uint64_t peer_seed;
+static pthread_once_t peer_seed_once = PTHREAD_ONCE_INIT;
+
+static void
+peer_seed_init(void)
+{
+    peer_seed = rl_seed_random(&peer_seed);
+}
+
 static size_t
 peer_bucket(const uint8_t *addr)
 {
-    return (size_t)(XXH3_64bits(addr, 16) % RL_CONN_PEER_BUCKETS);
+    pthread_once(&peer_seed_once, peer_seed_init);
+    return (size_t)(XXH3_64bits_withSeed(addr, 16, peer_seed) % RL_CONN_PEER_BUCKETS);
 }
 
 /* The count of addr; NULL if absent. */

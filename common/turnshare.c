@@ -7,9 +7,10 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <xxhash.h>
+
+#include "seed.h"
 
 struct rl_turnslot {
     uint8_t addr[16];
@@ -22,8 +23,7 @@ void
 rl_turnshare_init(struct rl_turnshare *t)
 {
     memset(t, 0, sizeof(*t));
-    t->seed = XXH3_64bits_withSeed(&t, sizeof(t), (uint64_t)time(NULL)); /* the stack's and
-                                                                            the clock's */
+    t->seed = rl_seed_random(t);
 }
 
 static void

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "seed.h"
+
 struct inl_slot {
     struct rl_tier tier;
     uint32_t owner;
@@ -27,6 +29,7 @@ struct rl_inltab {
     uint32_t nfree;
     uint32_t *index; /* slot + 1, 0 empty; mask + 1 of them */
     uint32_t mask;
+    uint64_t seed; /* inl_hash's, secret (seed.h): clients choose inline limits */
 };
 
 int
@@ -39,6 +42,7 @@ rl_inltab_create(struct rl_inltab **out, const struct rl_inltab_ops *ops)
     if (ops != NULL) {
         (*out)->ops = *ops;
     }
+    (*out)->seed = rl_seed_random(*out);
     return 0;
 }
 
@@ -54,12 +58,12 @@ rl_inltab_destroy(struct rl_inltab *t)
 }
 
 static uint64_t
-inl_hash(const struct rl_tier *w, uint32_t owner)
+inl_hash(const struct rl_inltab *t, const struct rl_tier *w, uint32_t owner)
 {
     uint32_t k[6] = {(uint32_t)w->algo, w->limit, (uint32_t)w->window_ms, w->burst,
                      (uint32_t)(w->window_ms >> 32), owner};
 
-    return XXH3_64bits(k, sizeof(k));
+    return XXH3_64bits_withSeed(k, sizeof(k), t->seed);
 }
 
 static bool
@@ -85,7 +89,7 @@ inl_reindex(struct rl_inltab *t)
     }
     for (uint32_t s = 0; s < t->cap; s++) {
         if (t->slots[s].used) {
-            size_t i = (size_t)inl_hash(&t->slots[s].tier, t->slots[s].owner) & (size - 1);
+            size_t i = (size_t)inl_hash(t, &t->slots[s].tier, t->slots[s].owner) & (size - 1);
 
             while (ix[i] != 0) {
                 i = (i + 1) & (size - 1);
@@ -150,7 +154,7 @@ int
 rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner, bool quota,
                  uint32_t *id)
 {
-    uint64_t h = inl_hash(want, owner);
+    uint64_t h = inl_hash(t, want, owner);
     struct inl_slot *sl;
     uint32_t s;
     int rc;

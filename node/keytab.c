@@ -89,14 +89,11 @@
  * as the old entry array goes while the new one is touched.
  */
 #include "keytab_int.h"
+#include "seed.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-
-#include <xxhash.h>
 
 #define PAGE 4096u
 /* Occupied slots the eviction compares. */
@@ -185,23 +182,12 @@ find_in(const struct kt_array *a, uint64_t place, uint64_t fp_hi, uint32_t fp_lo
     }
 }
 
-/* kt_place's key and multiplier: from the kernel's random source; should that fail (it does
- * not block once the system booted), from the clock and the table's address, which an
- * attacker does not see either. */
+/* kt_place's key and multiplier: secret (seed.h). */
 static void
 kt_random_key(struct rl_keytab *t)
 {
-    uint64_t k[2];
-    struct timespec ts;
-
-    if (getrandom(k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k)) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        k[0] = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)(uintptr_t)t;
-        k[0] = k[1] = XXH3_64bits(k, sizeof(k[0]));
-        k[1] = XXH3_64bits(k, sizeof(k));
-    }
-    t->place_key = k[0];
-    t->place_mul = k[1] | 1u; /* odd (never 0: that is rl_keytab_place_plain's) */
+    t->place_key = rl_seed_random(t);
+    t->place_mul = rl_seed_random(&t->place_mul) | 1u; /* odd (never 0: place_plain's) */
 }
 
 size_t

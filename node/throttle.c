@@ -17,10 +17,12 @@
 #include "log.h"
 #include "logfile.h"
 #include "metrics.h"
+#include "seed.h"
 
+/* The index's hash of a key, seeded with t's secret seed (seed.h): clients choose users. */
 static uint64_t
-key_hash(const char *service, size_t slen, const char *endpoint, size_t elen, const char *user,
-         size_t ulen)
+key_hash(const struct rl_throttle *t, const char *service, size_t slen, const char *endpoint,
+         size_t elen, const char *user, size_t ulen)
 {
     char buf[RL_WIRE_SERVICE_MAX + RL_WIRE_ENDPOINT_MAX + RL_WIRE_USER_MAX + 2];
     size_t n = 0;
@@ -35,7 +37,7 @@ key_hash(const char *service, size_t slen, const char *endpoint, size_t elen, co
     buf[n++] = '\0';
     memcpy(buf + n, user, ulen);
     n += ulen;
-    return XXH3_64bits(buf, n);
+    return XXH3_64bits_withSeed(buf, n, t->seed);
 }
 
 /* The events log (throttle.h): lines are formatted through a memory stream into `line`,
@@ -263,6 +265,7 @@ rl_throttle_create(struct rl_throttle **out, uint32_t capacity, const char *node
         return -ENOMEM;
     }
     t->cap = capacity;
+    t->seed = rl_seed_random(t);
     t->nslots = 1;
     while (t->nslots < 2 * capacity) {
         t->nslots <<= 1;
@@ -436,7 +439,7 @@ rl_throttle_limited(struct rl_throttle *t, const char *service, size_t slen, con
         ulen > RL_WIRE_USER_MAX) {
         return;
     }
-    h = key_hash(service, slen, endpoint, elen, user, ulen);
+    h = key_hash(t, service, slen, endpoint, elen, user, ulen);
     i = find_slot(t, h, service, slen, endpoint, elen, user, ulen);
     if (t->slots[i] != 0) {
         e = &t->open[t->slots[i] - 1];
@@ -489,7 +492,7 @@ rl_throttle_allowed(struct rl_throttle *t, const char *service, size_t slen, con
         ulen > RL_WIRE_USER_MAX) {
         return;
     }
-    h = key_hash(service, slen, endpoint, elen, user, ulen);
+    h = key_hash(t, service, slen, endpoint, elen, user, ulen);
     i = find_slot(t, h, service, slen, endpoint, elen, user, ulen);
     if (t->slots[i] != 0) {
         close_slot(t, i, now, RL_WIRE_ENDED_ALLOWED, now);

@@ -97,6 +97,7 @@ struct rl_throttle {
     uint32_t free_head;          /* first free entry of open; cap when none */
     uint32_t *slots;             /* hash index: entry + 1, 0 empty; nslots a power of 2 */
     uint32_t nslots;
+    uint64_t seed;               /* the index's hash's, secret (seed.h) */
     struct rl_throttle_ep *ring; /* cap closed episodes */
     uint32_t ring_head;          /* where the next closed one goes */
     uint32_t ring_len;
