@@ -99,6 +99,7 @@ slot_new(struct resp_conn *c, enum resp_kind kind, uint32_t nparts)
     memset(s, 0, sizeof(*s));
     s->c = c;
     s->kind = (uint8_t)kind;
+    s->proto = (uint8_t)c->proto;
     rl_buf_init(&s->out);
     s->nparts = nparts;
     if (nparts > 1) {
@@ -199,11 +200,11 @@ slot_render(struct resp_slot *s)
     if (s->kind == RESP_THROTTLE) {
         rc = put_throttle(b, s);
     } else if (s->kind == RESP_CHECK) {
-        rc = put_check(b, &s->one, c->proto);
+        rc = put_check(b, &s->one, s->proto);
     } else {
         rc = rl_resp_put_array(b, s->nparts);
         for (uint32_t i = 0; rc == 0 && i < s->nparts; i++) {
-            rc = put_check(b, slot_part(s, i), c->proto);
+            rc = put_check(b, slot_part(s, i), s->proto);
         }
     }
     s->done = true;

@@ -56,6 +56,8 @@ struct rl_resp_part {
 struct resp_slot {
     struct resp_conn *c;
     uint8_t kind;
+    uint8_t proto; /* c->proto when the command was read: its answer's (a HELLO after it in
+                      the pipeline changes the answers of the commands after that only) */
     bool done;
     struct rl_buf out; /* the reply, once done */
     uint32_t outstanding;

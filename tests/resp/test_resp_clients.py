@@ -316,6 +316,13 @@ def test_connection_commands(cluster):
     assert got.startswith(b"%7\r\n$6\r\nserver\r\n$11\r\nratelimiter\r\n")
     assert b"%6\r\n$4\r\ncode\r\n:0\r\n$6\r\nstatus\r\n$7\r\nallowed\r\n" in got
     assert got.endswith(b"_\r\n+OK\r\n")
+    # a command read before HELLO 3 in the same pipeline is answered in RESP2, as Redis
+    # does (the attack round of 2026-11-30: its answer, rendered when the node answered,
+    # came in RESP3)
+    got = raw(cluster.resp_ports[0], b"RL.CHECK api " + key().encode() +
+              b"\r\nHELLO 3\r\nRL.CHECK api " + key().encode() + b"\r\nQUIT\r\n")
+    assert got.startswith(b"*12\r\n$4\r\ncode\r\n:0\r\n"), got[:80]
+    assert b"%6\r\n$4\r\ncode\r\n:0\r\n" in got, got
     assert raw(cluster.resp_ports[0], b"HELLO 4\r\n", want_close=False, timeout=0.5) == \
         b"-NOPROTO unsupported protocol version\r\n"
     # a known subcommand with the wrong count of arguments: Redis's arity error
