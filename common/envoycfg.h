@@ -200,6 +200,11 @@ const struct rl_envoy_desc *rl_envoy_match(const struct rl_envoy_config *c, cons
                                            size_t dlen, const struct rl_envoy_entry *e, size_t n,
                                            const char **share);
 
+/* The bytes wildcard matching compared on the calling thread since it started: the work of
+ * the matches between two reads, which the gRPC front charges to the connection whose calls
+ * they were (a config of many wildcards against long values costs a call milliseconds). */
+uint64_t rl_envoy_match_steps(void);
+
 /*
  * Upstream's counter key for a descriptor, without its prefix nor time bucket:
  * "domain_" then "key_value_" for each entry (with the share slot's pattern in place of the

@@ -80,6 +80,15 @@ find_child(const struct rl_envoy_desc *d, const struct rl_envoy_entry *e, bool w
     return NULL;
 }
 
+/* Bytes compared by wild_match on this thread since it started (rl_envoy_match_steps). */
+static _Thread_local uint64_t match_steps;
+
+uint64_t
+rl_envoy_match_steps(void)
+{
+    return match_steps;
+}
+
 /* upstream's wildcardMatch of pattern (split on '*') against key "_" value. */
 static bool
 wild_match(const char *pat, const struct rl_envoy_entry *e)
@@ -94,6 +103,7 @@ wild_match(const char *pat, const struct rl_envoy_entry *e)
     for (;;) {
         const char *star = strchr(seg, '*');
         size_t sl = star ? (size_t)(star - seg) : strlen(seg);
+        match_steps += sl + 1;
         if (first && star == NULL) { /* no '*': exact */
             if (sl != n) {
                 return false;
@@ -132,6 +142,7 @@ wild_match(const char *pat, const struct rl_envoy_entry *e)
                 while (i < sl && SUBJ(at + i) == seg[i]) {
                     i++;
                 }
+                match_steps += i + 1;
                 if (i == sl) {
                     found = true;
                     pos = at + sl;

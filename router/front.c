@@ -316,7 +316,14 @@ front_check_cb(uv_check_t *h)
     while (g->dirty != NULL) {
         rl_front_flush(g->dirty); /* takes it off the list (or closes it) */
     }
-    uv_idle_stop(&g->idle);
+    if (g->throttled != NULL) {
+        /* a debt of several turns (a costly call's work: rl_front_charge) is paid a budget a
+         * turn: the loop must not sleep in poll meanwhile, or a quiet loop would leave the
+         * connection waiting for someone else's traffic */
+        uv_idle_start(&g->idle, front_idle_cb);
+    } else {
+        uv_idle_stop(&g->idle);
+    }
 }
 
 void

@@ -332,7 +332,12 @@ stream_call(struct rls_stream *s)
         return;
     }
     if (rc == 0) {
+        uint64_t steps = rl_envoy_match_steps();
+
         rl_rls_call_start(&s->call);
+        /* its descriptors' wildcard matching, charged as input read: a connection whose calls
+         * cost the loop much waits that many turns' budgets before it reads again */
+        rl_front_charge(s->c->fc, rl_envoy_match_steps() - steps);
     }
 }
 

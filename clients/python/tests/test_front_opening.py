@@ -307,3 +307,39 @@ def test_unsent_output_counts_in_buffer_memory(tmp_path, pb):
         log = router_log(c)
         c.stop()
     assert "Sanitizer" not in log and "runtime error" not in log, log
+
+
+def test_wildcard_matching_is_charged_to_the_connection(tmp_path, pb):
+    """A config of many wildcard values makes each descriptor of a call compare its value with
+    every pattern (upstream's linear scan): a call of 64 descriptors of 500-byte values against
+    200 wildcards compares millions of bytes. That work is charged to the connection's turn
+    budget like bytes read (the attack round of 2026-11-30: it was charged nothing, and 20 such
+    calls held a worker's other clients 200 ms), so the connection that sent it waits turns
+    before it reads again: STATS `throttled` counts it, where its 32 KB of request alone stay
+    within a turn's 64 KiB."""
+    lines = ["domain: edge", "descriptors:"]
+    for i in range(200):
+        lines.append(f"  - key: path\n    value: '/a*b*c*d{i}'\n"
+                     "    rate_limit:\n      unit: hour\n      requests_per_unit: 1000000")
+    (tmp_path / "wild.yaml").write_text("\n".join(lines) + "\n")
+    c = rls_cluster(tmp_path, "wild.yaml", deadline="2s", router="workers = 1\n")
+    try:
+        ch, stub = make_stub(c.rls_port, pb)
+        small = request(pb, "edge", [("path", "/x")])
+        stub(small, timeout=10)
+        with ratelimiter.Client("127.0.0.1", c.port, 5.0) as k:
+            before = k.stats().get("throttled", 0)
+        stub(small, timeout=10)  # a cheap call: not throttled
+        with ratelimiter.Client("127.0.0.1", c.port, 5.0) as k:
+            assert k.stats().get("throttled", 0) == before
+        costly = request(pb, "edge", *[[("path", "/a" + "x" * 500)] for _ in range(64)])
+        assert len(costly.SerializeToString()) < 40000
+        stub(costly, timeout=10)
+        stub(small, timeout=10)  # read once the debt is paid
+        with ratelimiter.Client("127.0.0.1", c.port, 5.0) as k:
+            assert k.stats().get("throttled", 0) > before
+        ch.close()
+    finally:
+        log = router_log(c)
+        c.stop()
+    assert "Sanitizer" not in log and "runtime error" not in log, log
