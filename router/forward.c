@@ -837,10 +837,13 @@ rl_forward_on_room(void *arg, struct rl_upstream *u)
 {
     struct rl_router *r = arg;
 
-    if (u->fair != NULL && !r->closing) {
-        forward_pump(r, u, true); /* a lost connection's requests left room: what waits goes
-                                     on the others now, or is answered by policy when none is
-                                     up, not at its deadline */
+    /* A lost connection's requests left room: what waits goes on u's other connections now,
+     * rather than at the next reply (none may come: everything u owed was on the lost one).
+     * With none of them up, it waits as before: for the table (a planned stop's node leaves
+     * it, and rl_forward_unqueue holds what waited for the new owner) or for its deadline;
+     * pumped now, it would be answered by policy, a lifted limit under failure = open. */
+    if (u->fair != NULL && !r->closing && rl_upstream_sends_kept(u)) {
+        forward_pump(r, u, true);
     }
 }
 

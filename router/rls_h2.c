@@ -9,7 +9,8 @@
  * past it is reset; RLS_STRIKES_MAX such requests end the connection with GOAWAY
  * ENHANCE_YOUR_CALM), RLS_BUFFERED_MAX request bytes held per connection (and the worker's share of
  * [clients] buffer_memory: front.c), a call's memory beyond its arena (its request decoded, its
- * answer) held the same way until its stream closes (else RESOURCE_EXHAUSTED), output: reading
+ * answer) held the same way until its stream closes (a request that does not fit: answered
+ * RESOURCE_EXHAUSTED before anything is decided), output: reading
  * stops while RLS_WRITE_QUEUE_MAX bytes are unsent. Per loop turn, a connection handles
  * RL_CONN_TURN_BYTES of input (front.c's turn budget), its decoded header bytes and RLS_FRAME_COST
  * per control frame charged to it too. Control frames (PING, SETTINGS, WINDOW_UPDATE, PRIORITY,
@@ -220,8 +221,9 @@ stream_hold_call(struct rls_stream *s)
 }
 
 /* Sends s's answer: its message when out is set, else trailers only with status/message. A
- * message that does not fit the connection's bounds (its client does not read its answers,
- * or has many large calls open) is dropped for RESOURCE_EXHAUSTED. */
+ * decided answer is always sent: its memory is held as far as the bounds let it (the call's
+ * request, held since stream_call, bounds how many calls a connection has open, and so their
+ * answers), never traded for an error that Envoy would take for "allow". */
 static void
 stream_respond(struct rl_rls_call *call)
 {
@@ -235,12 +237,7 @@ stream_respond(struct rl_rls_call *call)
     }
     s->responded = true;
     s->answered_ms = uv_now(c->r->loop);
-    if (call->out != NULL && !stream_hold_call(s)) {
-        rl_rls_call_release(call); /* its memory goes now: the error needs none */
-        call->status = GRPC_RESOURCE_EXHAUSTED;
-        snprintf(call->message, sizeof(call->message),
-                 "the connection holds too many answers not yet read");
-    }
+    (void)stream_hold_call(s); /* past the bounds: what the request held stays held */
     if (call->out != NULL) {
         nghttp2_nv hdrs[] = {NV_CONST(":status", "200"),
                              NV_CONST("content-type", "application/grpc")};

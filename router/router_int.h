@@ -522,7 +522,7 @@ void rl_forward_on_lost(void *arg, struct rl_upstream *u, struct rl_uplink *l);
  * the requests waiting for room at u (fairq.c) are sent, in turn, as far as it has room. */
 void rl_forward_on_batch(void *arg, struct rl_upstream *u, bool end);
 /* A connection of u was lost: the requests waiting for u are sent on its other connections
- * as far as it has room, or answered by policy when none is up. */
+ * as far as it has room; with none up they keep waiting (the table or their deadline). */
 void rl_forward_on_room(void *arg, struct rl_upstream *u);
 
 /* u leaves the table: the requests waiting for it are held and sent to their shards' owners

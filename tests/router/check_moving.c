@@ -1033,6 +1033,68 @@ START_TEST(test_waiting_when_nodes_leave)
 END_TEST
 
 /*
+ * n1 leaves cleanly (its states/ znode says "leaving", as a clean stop writes it) while
+ * requests wait in the router for room at it (node_window 16, n1 not reading), and stops: its
+ * connections close before its member znode goes. What waited keeps waiting until the table
+ * drops n1, then is held and sent to the new owner (n2, which answers): every CHECK ALLOWED by
+ * a node. (The first on_room answered it by policy as the connections went: a lifted limit
+ * under failure = open, which the review of 2026-11-30 found.)
+ */
+START_TEST(test_waiting_when_a_leaving_node_stops)
+{
+    struct rl_harness_zk zk;
+    struct rl_client *c = NULL;
+    struct rl_wire_req req;
+    struct rl_wire_reply rep;
+    static char users[200][32];
+    zhandle_t *zh;
+    int codes[RL_CLIENT_CODE_ERROR + 1];
+    int allowed = 0, rc;
+    int64_t digest;
+
+    zh = zk_pair_up(&zk, "5s", "node_window = 16\nworkers = 1\n");
+    check_users("warm", codes, 1);
+    atomic_store(&f1.deaf, true);
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    for (int i = 0; i < 200; i++) {
+        snprintf(users[i], sizeof(users[i]), "lv-%d", i);
+        rl_test_check_req(&req, "shop", users[i], 1);
+        req.id = (uint32_t)i + 1;
+        ck_assert_int_eq(rl_client_queue(c, &req), 0);
+    }
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    for (int k = 0; k < 500 && rl_test_stat(router_port, "node_waits") < 50; k++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_ge(rl_test_stat(router_port, "node_waits"), 50);
+    digest = rl_test_stat(router_port, "table_digest");
+    rc = zoo_create(zh, "/ratelimiter/mv/states", "", 0, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+    ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "create states: %d", rc);
+    ck_assert_int_eq(
+        zoo_create(zh, "/ratelimiter/mv/states/n1", "leaving", 7, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
+        ZOK);
+    for (int k = 0; k < 500 && rl_test_stat(router_port, "table_digest") == digest; k++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_ne(rl_test_stat(router_port, "table_digest"), digest); /* n1 seen leaving */
+    fake_stop(&f1); /* unread, its connections close; its member znode still there */
+    usleep(300 * 1000);
+    ck_assert_int_eq(zoo_delete(zh, "/ratelimiter/mv/nodes/n1", -1), ZOK);
+    for (int i = 0; i < 200; i++) {
+        ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+        allowed += rep.check.code == RL_WIRE_ALLOWED;
+    }
+    ck_assert_int_eq(allowed, 200); /* none by policy */
+    rl_client_destroy(c);
+    zookeeper_close(zh);
+    ck_assert_int_eq(rl_harness_server_stop(&router, SIGTERM, T_TIMEOUT), 0);
+    fake_stop(&f2);
+    ck_assert_int_eq(rl_harness_zk_stop(&zk), 0);
+}
+END_TEST
+
+/*
  * n1 closes the connection its window of CHECKs went on, unanswered, while more wait in the
  * router for room at n1 (node_window 16): those are sent on n1's other connection at once and
  * answered by n1, not by the failure policy at their deadline (no reply or request would have
@@ -1097,6 +1159,7 @@ moving_suite(void)
     tcase_add_test(tc, test_retire_reset);
     tcase_add_test(tc, test_waiting_when_nodes_leave);
     tcase_add_test(tc, test_waiting_when_a_connection_drops);
+    tcase_add_test(tc, test_waiting_when_a_leaving_node_stops);
     suite_add_tcase(s, tc);
     return s;
 }
