@@ -38,6 +38,7 @@
 #include "router_int.h"
 #include "rls_call.h"
 #include "rls_front.h"
+#include "rls_mem.h"
 
 #define RLS_MSG_MAX (64u * 1024)           /* bytes of one gRPC message */
 #define RLS_STREAMS_MAX 100u               /* concurrent streams (calls) per connection */
@@ -80,28 +81,11 @@ struct rls_stream {
 };
 
 /* A connection's HTTP/2 state (front.c's connection carries it). */
-/*
- * A connection's allocator for its nghttp2 session and its streams: blocks of up to
- * RLS_MEM_CLASSES * RLS_MEM_STEP bytes are kept when freed, up to RLS_MEM_KEEP of each size
- * class, and handed out again. A stream's life (its objects, its header blocks, its frames)
- * costs a dozen allocations, and 64 streams opened and closed together are more than
- * malloc's per-thread cache keeps: what a connection freed it takes back first.
- */
-#define RLS_MEM_STEP 64u
-#define RLS_MEM_CLASSES 32u /* kept: blocks of up to 2 KiB */
-#define RLS_MEM_KEEP 128u
-#define RLS_MEM_HDR 16u /* before each block: its class and its capacity */
-
-struct rls_mem {
-    void *free[RLS_MEM_CLASSES]; /* blocks kept, linked through their first bytes */
-    uint32_t nfree[RLS_MEM_CLASSES];
-};
-
 struct rls_conn {
     struct rl_front_conn *fc;
     struct rl_router *r;
     nghttp2_session *ng;
-    struct rls_mem mem;
+    struct rl_rls_mem mem;
     nghttp2_mem ngmem;
     struct rls_stream *streams;
     uint32_t nstreams;
@@ -338,103 +322,6 @@ stream_call(struct rls_stream *s)
     }
 }
 
-static void *
-mem_malloc(size_t size, void *arg)
-{
-    struct rls_mem *m = arg;
-    size_t cls = size > 0 ? (size - 1) / RLS_MEM_STEP : 0;
-    size_t cap = cls < RLS_MEM_CLASSES ? (cls + 1) * RLS_MEM_STEP : size;
-    size_t *blk;
-
-    if (cls < RLS_MEM_CLASSES && m->free[cls] != NULL) {
-        char *p = m->free[cls];
-
-        memcpy(&m->free[cls], p, sizeof(void *));
-        m->nfree[cls]--;
-        return p;
-    }
-    if (cap > SIZE_MAX - RLS_MEM_HDR) {
-        return NULL;
-    }
-    blk = malloc(RLS_MEM_HDR + cap);
-    if (blk == NULL) {
-        return NULL;
-    }
-    blk[0] = cls < RLS_MEM_CLASSES ? cls : RLS_MEM_CLASSES;
-    blk[1] = cap;
-    return (char *)blk + RLS_MEM_HDR;
-}
-
-static void
-mem_free(void *p, void *arg)
-{
-    struct rls_mem *m = arg;
-    size_t *blk;
-
-    if (p == NULL) {
-        return;
-    }
-    blk = (size_t *)((char *)p - RLS_MEM_HDR);
-    if (blk[0] < RLS_MEM_CLASSES && m->nfree[blk[0]] < RLS_MEM_KEEP) {
-        memcpy(p, &m->free[blk[0]], sizeof(void *));
-        m->free[blk[0]] = p;
-        m->nfree[blk[0]]++;
-        return;
-    }
-    free(blk);
-}
-
-static void *
-mem_calloc(size_t n, size_t size, void *arg)
-{
-    void *p;
-
-    if (size != 0 && n > SIZE_MAX / size) {
-        return NULL;
-    }
-    p = mem_malloc(n * size, arg);
-    if (p != NULL) {
-        memset(p, 0, n * size);
-    }
-    return p;
-}
-
-static void *
-mem_realloc(void *p, size_t size, void *arg)
-{
-    size_t cap;
-    void *q;
-
-    if (p == NULL) {
-        return mem_malloc(size, arg);
-    }
-    cap = ((size_t *)((char *)p - RLS_MEM_HDR))[1];
-    if (size <= cap) {
-        return p;
-    }
-    q = mem_malloc(size, arg);
-    if (q != NULL) {
-        memcpy(q, p, cap);
-        mem_free(p, arg);
-    }
-    return q;
-}
-
-/* Frees the blocks m keeps (the connection is gone). */
-static void
-mem_drop(struct rls_mem *m)
-{
-    for (uint32_t i = 0; i < RLS_MEM_CLASSES; i++) {
-        while (m->free[i] != NULL) {
-            char *p = m->free[i];
-
-            memcpy(&m->free[i], p, sizeof(void *));
-            free(p - RLS_MEM_HDR);
-        }
-        m->nfree[i] = 0;
-    }
-}
-
 /* Orphans s's call and frees it. */
 static void
 stream_free(struct rls_stream *s)
@@ -457,7 +344,7 @@ stream_free(struct rls_stream *s)
     c->nstreams--;
     rl_front_hold(c->fc, s->cap + s->call_held, 0);
     free(s->body);
-    mem_free(s, &c->mem);
+    rl_rls_mem_free(s, &c->mem);
 }
 
 /*
@@ -520,7 +407,7 @@ on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *arg)
         c->r->rls->n.streams[RL_RLS_STREAM_REFUSED]++;
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* nghttp2 resets the stream */
     }
-    s = mem_calloc(1, sizeof(*s), &c->mem);
+    s = rl_rls_mem_calloc(1, sizeof(*s), &c->mem);
     if (s == NULL) {
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
@@ -866,12 +753,12 @@ h2_open(struct rl_front_conn *fc)
     c->ctrl = (uint64_t)RLS_CTRL_BURST * 1000u;
     c->ctrl_ms = uv_now(c->r->loop);
     c->ngmem.mem_user_data = &c->mem;
-    c->ngmem.malloc = mem_malloc;
-    c->ngmem.free = mem_free;
-    c->ngmem.calloc = mem_calloc;
-    c->ngmem.realloc = mem_realloc;
+    c->ngmem.malloc = rl_rls_mem_malloc;
+    c->ngmem.free = rl_rls_mem_free;
+    c->ngmem.calloc = rl_rls_mem_calloc;
+    c->ngmem.realloc = rl_rls_mem_realloc;
     if (nghttp2_session_server_new3(&c->ng, rls_cbs, c, rls_opts, &c->ngmem) != 0) {
-        mem_drop(&c->mem);
+        rl_rls_mem_drop(&c->mem);
         free(c);
         return UV_ENOMEM;
     }
@@ -966,7 +853,7 @@ h2_close(struct rl_front_conn *fc)
         stream_free(c->streams);
     }
     nghttp2_session_del(c->ng);
-    mem_drop(&c->mem);
+    rl_rls_mem_drop(&c->mem);
     free(c);
 }
 

@@ -968,6 +968,30 @@ START_TEST(test_retire_reset)
 }
 END_TEST
 
+/* A client of the router with 200 CHECKs of distinct users sent, pipelined, to nodes that do
+ * not read: once at least 50 wait in the router for room (node_window 16). */
+static struct rl_client *
+send_waiting(void)
+{
+    static char users[200][32];
+    struct rl_client *c = NULL;
+    struct rl_wire_req req;
+
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
+    for (int i = 0; i < 200; i++) {
+        snprintf(users[i], sizeof(users[i]), "lv-%d", i);
+        rl_test_check_req(&req, "shop", users[i], 1);
+        req.id = (uint32_t)i + 1;
+        ck_assert_int_eq(rl_client_queue(c, &req), 0);
+    }
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    for (int k = 0; k < 500 && rl_test_stat(router_port, "node_waits") < 50; k++) {
+        usleep(10 * 1000);
+    }
+    ck_assert_int_ge(rl_test_stat(router_port, "node_waits"), 50);
+    return c;
+}
+
 /*
  * Requests waiting in the router for room at n1 and n2 (node_window 16, neither reading) when
  * both leave the membership: each is held and resent to the new owner (none here), then
@@ -981,9 +1005,7 @@ START_TEST(test_waiting_when_nodes_leave)
 {
     struct rl_harness_zk zk;
     struct rl_client *c = NULL;
-    struct rl_wire_req req;
     struct rl_wire_reply rep;
-    static char users[200][32];
     static char log[1 << 20];
     zhandle_t *zh;
     int codes[RL_CLIENT_CODE_ERROR + 1];
@@ -996,18 +1018,7 @@ START_TEST(test_waiting_when_nodes_leave)
     check_users("warm", codes, 1);
     atomic_store(&f1.deaf, true);
     atomic_store(&f2.deaf, true);
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
-    for (int i = 0; i < 200; i++) {
-        snprintf(users[i], sizeof(users[i]), "lv-%d", i);
-        rl_test_check_req(&req, "shop", users[i], 1);
-        req.id = (uint32_t)i + 1;
-        ck_assert_int_eq(rl_client_queue(c, &req), 0);
-    }
-    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
-    for (int k = 0; k < 500 && rl_test_stat(router_port, "node_waits") < 50; k++) {
-        usleep(10 * 1000);
-    }
-    ck_assert_int_ge(rl_test_stat(router_port, "node_waits"), 50);
+    c = send_waiting();
     zoo_delete_op_init(&gone[0], "/ratelimiter/mv/nodes/n1", -1);
     zoo_delete_op_init(&gone[1], "/ratelimiter/mv/nodes/n2", -1);
     ck_assert_int_eq(zoo_multi(zh, 2, gone, gone_rc), ZOK);
@@ -1044,9 +1055,7 @@ START_TEST(test_waiting_when_a_leaving_node_stops)
 {
     struct rl_harness_zk zk;
     struct rl_client *c = NULL;
-    struct rl_wire_req req;
     struct rl_wire_reply rep;
-    static char users[200][32];
     zhandle_t *zh;
     int codes[RL_CLIENT_CODE_ERROR + 1];
     int allowed = 0, rc;
@@ -1055,18 +1064,7 @@ START_TEST(test_waiting_when_a_leaving_node_stops)
     zh = zk_pair_up(&zk, "5s", "node_window = 16\nworkers = 1\n");
     check_users("warm", codes, 1);
     atomic_store(&f1.deaf, true);
-    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_port, T_TIMEOUT), 0);
-    for (int i = 0; i < 200; i++) {
-        snprintf(users[i], sizeof(users[i]), "lv-%d", i);
-        rl_test_check_req(&req, "shop", users[i], 1);
-        req.id = (uint32_t)i + 1;
-        ck_assert_int_eq(rl_client_queue(c, &req), 0);
-    }
-    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
-    for (int k = 0; k < 500 && rl_test_stat(router_port, "node_waits") < 50; k++) {
-        usleep(10 * 1000);
-    }
-    ck_assert_int_ge(rl_test_stat(router_port, "node_waits"), 50);
+    c = send_waiting();
     digest = rl_test_stat(router_port, "table_digest");
     rc = zoo_create(zh, "/ratelimiter/mv/states", "", 0, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
     ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "create states: %d", rc);
