@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "envoycfg.h"
 #include "log.h"
 #include "reqlog.h"
 #include "router_int.h"
@@ -603,21 +604,50 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
     forward_keyed(conn, req, relay);
 }
 
+/* Why an inline refund of service (len bytes) is refused whoever sends it, or NULL: the service
+ * is one this router's fronts count under, whose clients never refund (a domain of the envoy
+ * configuration in force, or CL.THROTTLE's `[router] resp_service` while RESP is served), so
+ * that a refund there could only lift an Envoy or CL.THROTTLE limit (docs/PROTOCOL.md,
+ * "ADJUST"). */
+static const char *
+forward_front_counter(const struct rl_router *r, const struct rl_wire_str *service)
+{
+    const char *resp = r->conf->resp_service;
+
+    if (r->envoy != NULL && rl_envoy_domain(r->envoy, service->ptr, service->len) != NULL) {
+        return "the service is a domain of the gRPC front: its inline counters take no refunds";
+    }
+    if (r->conf->resp_host != NULL && resp != NULL && strlen(resp) == service->len &&
+        memcmp(resp, service->ptr, service->len) == 0) {
+        return "the service is CL.THROTTLE's (resp_service): its inline counters take no "
+               "refunds";
+    }
+    return NULL;
+}
+
 /* Whether the client on conn may send req, an ADJUST or a RELEASE, as far as refunds go: a
- * refund (delta < 0) needs a token with `adjust = yes` (docs/CONFIG.md); a charge, a zero
- * delta and a RELEASE need nothing more than a CHECK does. Refused: answered here. */
+ * refund (delta < 0) needs a token with `adjust = yes` (docs/CONFIG.md), and never applies
+ * to a front's inline counters (forward_front_counter); a charge, a zero delta and a RELEASE
+ * need nothing more than a CHECK does. Refused: answered here. */
 static bool
 forward_may_adjust(struct rl_conn *conn, const struct rl_wire_req *req)
 {
     struct rl_router *r = conn->data;
+    const char *why;
 
-    if (req->op != RL_WIRE_OP_ADJUST || req->delta >= 0 ||
-        rl_conf_may_refund(r->conf, (const struct rl_client_conf *)conn->principal)) {
+    if (req->op != RL_WIRE_OP_ADJUST || req->delta >= 0) {
+        return true;
+    }
+    if (!rl_conf_may_refund(r->conf, (const struct rl_client_conf *)conn->principal)) {
+        why = "this client's token does not allow refunds (adjust = yes)";
+    } else {
+        why = req->limit.set ? forward_front_counter(r, &req->service) : NULL;
+    }
+    if (why == NULL) {
         return true;
     }
     r->stats.unauthorized++;
-    rl_reply_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED,
-                   "this client's token does not allow refunds (adjust = yes)");
+    rl_reply_error(conn, req->id, RL_WIRE_ERR_UNAUTHORIZED, why);
     return false;
 }
 

@@ -34,7 +34,7 @@ struct router_main {
     const char *name;
     uint32_t workers; /* --workers; 0: the config's */
     struct rl_envoy_config *envoy; /* the envoy config the router started with; NULL: none */
-    struct rl_envoy_live *live;    /* where later ones come from; NULL when rls is off */
+    struct rl_envoy_live *live;    /* where later ones come from; NULL: no envoy_config, no ZK */
 };
 
 enum { OPT_WORKERS = 0x2000 };
@@ -342,40 +342,33 @@ main(int argc, char **argv)
     }
     /* The envoy config: [cluster] envoy_config loaded whole before anything serves, or the
      * router stops with the first problem as FILE:LINE (docs/ENVOY.md); with ZooKeeper, a
-     * pushed one may follow (envoylive.h). */
-    if (m.d.conf->rls_host != NULL) {
+     * pushed one may follow (envoylive.h). A router without the gRPC front keeps it too: a
+     * binary client's inline refund of one of its domains is refused (forward.c). */
+    if (m.d.conf->rls_host != NULL && m.d.conf->envoy_config[0] == '\0' &&
+        m.d.conf->zookeeper[0] == '\0') {
+        rl_daemon_fail(&m.d, "rl-router: [router] rls needs [cluster] envoy_config (or "
+                             "zookeeper, to serve what rl-cli envoy push writes)");
+        rl_daemon_destroy(&m.d);
+        return 2;
+    }
+    if (m.d.conf->envoy_config[0] != '\0' || m.d.conf->zookeeper[0] != '\0') {
         struct rl_envoy_live_opts lo = {.path = m.d.conf->envoy_config,
                                         .merge_domains = m.d.conf->envoy_merge_domains,
                                         .apply = envoy_apply,
                                         .arg = &m};
 
-        if (m.d.conf->envoy_config[0] == '\0' && m.d.conf->zookeeper[0] == '\0') {
-            rl_daemon_fail(&m.d, "rl-router: [router] rls needs [cluster] envoy_config (or "
-                                 "zookeeper, to serve what rl-cli envoy push writes)");
-            rl_daemon_destroy(&m.d);
-            return 2;
-        }
         if (rl_envoy_live_start(&m.live, rl_daemon_loop(&m.d), &lo, &m.envoy, err,
                                 sizeof(err)) != 0) {
             rl_daemon_fail(&m.d, "rl-router: [cluster] envoy_config: %s", err);
             rl_daemon_destroy(&m.d);
             return 2;
         }
-        rl_log_info("envoy_config %s: %zu domains, %zu descriptors",
-                    m.d.conf->envoy_config[0] != '\0' ? m.d.conf->envoy_config
-                                                      : "(none until one is pushed)",
-                    m.envoy->ndomains, m.envoy->ndescriptors);
-    } else if (m.d.conf->envoy_config[0] != '\0') {
-        /* loaded to check it, as before: a config that would not serve is found at start */
-        struct rl_envoy_config *ec = NULL;
-        struct rl_envoy_opts eo = {.merge_domains = m.d.conf->envoy_merge_domains};
-
-        if (rl_envoy_load(m.d.conf->envoy_config, &eo, &ec, err, sizeof(err)) != 0) {
-            rl_daemon_fail(&m.d, "rl-router: [cluster] envoy_config: %s", err);
-            rl_daemon_destroy(&m.d);
-            return 2;
+        if (m.d.conf->rls_host != NULL || m.d.conf->envoy_config[0] != '\0') {
+            rl_log_info("envoy_config %s: %zu domains, %zu descriptors",
+                        m.d.conf->envoy_config[0] != '\0' ? m.d.conf->envoy_config
+                                                          : "(none until one is pushed)",
+                        m.envoy->ndomains, m.envoy->ndescriptors);
         }
-        rl_envoy_config_free(ec);
     }
     /* One name everywhere: PING, STATS and its routers/ znode (rl-cli status). */
     if (m.d.name == NULL) {

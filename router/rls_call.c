@@ -230,15 +230,9 @@ wait_add(struct rl_rls_call *call)
 /* ---- the front's state on one loop --------------------------------------------------------- */
 
 struct rl_rls_front *
-rl_rls_front_new(struct rl_envoy_config *envoy)
+rl_rls_front_new(void)
 {
-    struct rl_rls_front *f = calloc(1, sizeof(*f));
-
-    if (f != NULL && envoy != NULL) {
-        rl_envoy_config_hold(envoy);
-        f->envoy = envoy;
-    }
-    return f;
+    return calloc(1, sizeof(struct rl_rls_front));
 }
 
 void
@@ -255,23 +249,8 @@ rl_rls_front_free(struct rl_rls_front *f)
     if (f != NULL) {
         rl_rls_wait_free(f->wait);
         rl_rls_metrics_free(f->metrics);
-        rl_envoy_config_drop(f->envoy);
         free(f);
     }
-}
-
-void
-rl_rls_set_config(struct rl_router *r, struct rl_envoy_config *cfg)
-{
-    struct rl_envoy_config *old;
-
-    if (r->rls == NULL) {
-        return; /* a router without the gRPC front */
-    }
-    old = r->rls->envoy;
-    rl_envoy_config_hold(cfg);
-    r->rls->envoy = cfg;
-    rl_envoy_config_drop(old);
 }
 
 /* ---- a call ------------------------------------------------------------------------------- */
@@ -375,7 +354,7 @@ rl_rls_call_decode(struct rl_rls_call *s, const uint8_t *msg, size_t len)
         rl_rls_call_fail(s, GRPC_INVALID_ARGUMENT, "cannot decode a RateLimitRequest");
         return -1;
     }
-    s->cfg = s->r->rls->envoy;
+    s->cfg = s->r->envoy;
     if (s->cfg != NULL) {
         rl_envoy_config_hold(s->cfg);
     }

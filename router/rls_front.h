@@ -1,8 +1,8 @@
 /*
  * rls_front: the gRPC front of Envoy's rate limit service (rls_h2.c carries the calls,
  * rls_call.c answers them; docs/ENVOY.md) as the rest of the router sees it: its state on
- * one loop, made and freed with the router (router.c) and reached through rl_router.rls;
- * the configuration new calls use (rl_rls_set_config, from the process); its counters as
+ * one loop, made and freed with the router (router.c) and reached through rl_router.rls
+ * (its calls match in rl_router.envoy, which rl_router_set_envoy replaces); its counters as
  * STATS and /metrics sum them (rmetrics.c, rls_metrics.c). Not for a call (rls_call.h) nor
  * HTTP/2 (rls_h2.c).
  */
@@ -59,11 +59,11 @@ struct rl_rls_front {
     uint64_t auth_warned_ms;        /* loop time of the last warning about refused calls */
     struct rl_rls_metrics *metrics; /* rls_metrics.c: by domain, detailed keys (set under mu) */
     struct rl_rls_wait *wait;       /* rls_wait.c: calls waiting for their grpc-timeout */
-    struct rl_envoy_config *envoy;  /* the configuration new calls use (one hold); NULL: none */
 };
 
-/* r's gRPC front state, holding envoy (may be NULL); NULL when out of memory. */
-struct rl_rls_front *rl_rls_front_new(struct rl_envoy_config *envoy);
+/* r's gRPC front state (its calls match in r->envoy: rl_router_set_envoy); NULL when out of
+ * memory. */
+struct rl_rls_front *rl_rls_front_new(void);
 
 /* Router closing: closes the front's timer (its close counted among r's handles). */
 void rl_rls_front_close(struct rl_router *r);
@@ -71,8 +71,6 @@ void rl_rls_front_close(struct rl_router *r);
 /* Frees f once r's handles are closed (f may be NULL). */
 void rl_rls_front_free(struct rl_rls_front *f);
 
-/* New calls use cfg (held here; the previous one is dropped; calls in flight keep theirs). */
-void rl_rls_set_config(struct rl_router *r, struct rl_envoy_config *cfg);
 
 /* Adds f's totals to sum (any thread: relaxed loads of counters with one writer). */
 static inline void

@@ -857,12 +857,11 @@ h2_close(struct rl_front_conn *fc)
     free(c);
 }
 
-/* The gRPC front's per-loop state: its counters, calls' deadline heap and the envoy
- * configuration the router was started with (rls_front.h). */
+/* The gRPC front's per-loop state: its counters and calls' deadline heap (rls_front.h). */
 static int
 h2_new_loop(struct rl_router *r)
 {
-    r->rls = rl_rls_front_new(r->opts.envoy);
+    r->rls = rl_rls_front_new();
     return r->rls != NULL ? 0 : -ENOMEM;
 }
 

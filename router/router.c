@@ -81,6 +81,7 @@ router_free(struct rl_router *r)
     rl_pending_deinit(r);
     rl_shed_deinit(r);
     rl_front_free(r);
+    rl_envoy_config_drop(r->envoy);
     free(r->rule_codes);
     rl_wire_decoder_deinit(&r->dec);
     pthread_mutex_destroy(&r->mu);
@@ -117,6 +118,10 @@ rl_router_create(struct rl_router **out, uv_loop_t *loop, const struct rl_conf *
     r->loop = loop;
     r->conf = conf;
     r->opts = *opts;
+    r->envoy = opts->envoy;
+    if (r->envoy != NULL) {
+        rl_envoy_config_hold(r->envoy);
+    }
     router_group(r, opts);
     if (r->opts.limits.max_connections == 0) {
         r->opts.limits = rl_conn_limits_default();
@@ -206,8 +211,21 @@ fail:
     rl_wire_decoder_deinit(&r->dec);
     free(r->rule_codes);
     rl_front_free(r);
+    rl_envoy_config_drop(r->envoy);
     free(r);
     return rc;
+}
+
+void
+rl_router_set_envoy(struct rl_router *r, struct rl_envoy_config *cfg)
+{
+    struct rl_envoy_config *old = r->envoy;
+
+    if (cfg != NULL) {
+        rl_envoy_config_hold(cfg);
+    }
+    r->envoy = cfg;
+    rl_envoy_config_drop(old);
 }
 
 /* The drain ends when nothing forwarded waits for its answer, every binary client has

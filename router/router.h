@@ -179,6 +179,10 @@ void rl_router_close(struct rl_router *r);
  */
 void rl_router_drain(struct rl_router *r, void (*done)(void *arg), void *arg);
 
+/* The envoy configuration in force from now on (held here; the previous one is dropped; the
+ * gRPC front's calls in flight keep theirs). cfg may be NULL. */
+void rl_router_set_envoy(struct rl_router *r, struct rl_envoy_config *cfg);
+
 #define RL_ROUTER_DRAIN_MAX_MS 2000u
 #define RL_ROUTER_DRAIN_GRACE_MS 250u
 #define RL_ROUTER_DRAIN_TICK_MS 5u

@@ -281,6 +281,10 @@ struct rl_router {
     struct rl_front *front; /* front.c: the fronts' connections on this loop; NULL: none */
     uint32_t front_conns;   /* front.c: their number (atomic: rproc.c weighs workers) */
     struct rl_rls_front *rls; /* rls_front.h: the gRPC front's state on this loop */
+    /* The envoyproxy/ratelimit configuration in force (one hold; rl_router_set_envoy): the
+     * gRPC front's new calls match in it, and a binary client's inline refund of one of its
+     * domains is refused (forward.c). NULL: none. */
+    struct rl_envoy_config *envoy;
     struct rl_resp *resp; /* resp_front.h: the RESP front's state on this loop */
 
     /* shed.c: LIMITED answers remembered, and the hot keys (per router loop) */

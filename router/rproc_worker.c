@@ -189,7 +189,7 @@ worker_wake(uv_async_t *a)
         sh = w->p->envoy;
         rl_envoy_config_hold(sh);
         pthread_mutex_unlock(&w->p->state_mu);
-        rl_rls_set_config(w->router, sh);
+        rl_router_set_envoy(w->router, sh);
         rl_envoy_config_drop(sh);
     }
     /* After the view: a client's first CHECK finds the connections to the nodes started. */

@@ -296,6 +296,81 @@ def test_garbage_does_not_disturb_others(rls, call, pb):
     assert rls.router.poll() is None
 
 
+def test_binary_refunds_of_a_domain_are_refused(rls, call, pb):
+    """A binary client may CHECK a domain's counter with the same inline limit (it counts the
+    same counter), but an inline refund there is refused: Envoy never refunds, so a refund
+    could only lift its limit (docs/PROTOCOL.md, "ADJUST"). Refunds of other inline limits
+    still apply."""
+    from ratelimiter import Client, Code, ErrorCode, ServerError
+
+    clear_of_window_edge(3600)
+    for _ in range(3):
+        assert call("edge", [("remote_address", "10.7.7.7")]).overall_code == \
+            pb.RateLimitResponse.OK
+    hourly3 = ("fixed_window", 3, 3600 * 1000, None)
+    with Client("127.0.0.1", rls.port) as c:
+        # the very counter the gRPC front counts: 3 of 3 used
+        r = c.check("edge", "edge_remote_address_10.7.7.7_", cost=0, limit=hourly3)
+        assert r.code == Code.ALLOWED and r.remaining == 0
+        with pytest.raises(ServerError) as e:
+            c.adjust("edge", "edge_remote_address_10.7.7.7_", -3, limit=hourly3)
+        assert e.value.code == ErrorCode.UNAUTHORIZED
+        assert "domain of the gRPC front" in e.value.message
+        # a charge is no refund; a refund without an inline limit is a configured rule's
+        assert c.adjust("edge", "edge_remote_address_10.7.7.7_", 1, limit=hourly3).code == \
+            Code.ALLOWED
+        # the same refund on a service that is no domain applies
+        assert c.check("notadomain", "u", cost=3, limit=hourly3).remaining == 0
+        assert c.adjust("notadomain", "u", -2, limit=hourly3).remaining == 2
+    r = call("edge", [("remote_address", "10.7.7.7")])
+    assert r.overall_code == pb.RateLimitResponse.OVER_LIMIT
+
+
+def test_fronts_counters_take_no_refunds_on_any_router(tmp_path):
+    """A router without the gRPC front still knows envoy_config's domains and refuses inline
+    refunds there, as it does on CL.THROTTLE's service while it serves RESP; the refund is
+    refused again after a SIGHUP, and a service that is neither still takes one."""
+    import signal
+
+    import harness
+    from ratelimiter import Client, Code, ErrorCode, ServerError
+
+    (tmp_path / "edge.yaml").write_text("domain: edge\ndescriptors:\n  - key: k\n"
+                                        "    rate_limit:\n      unit: hour\n"
+                                        "      requests_per_unit: 5\n")
+    harness.need_binaries("rl-node", "rl-router")
+    c = harness.Cluster(tmp_path)
+    text = c.conf.read_text()
+    text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = edge.yaml\n", 1)
+    text = text.replace("[router]\n", f"[router]\nresp = {harness.free_port()}\n", 1)
+    c.conf.write_text(text)
+    five = ("gcra", 5, 3600 * 1000, None)
+    try:
+        c.start()
+        with Client("127.0.0.1", c.port) as cl:
+            for service, why in (("edge", "domain of the gRPC front"), ("cell", "CL.THROTTLE")):
+                assert cl.check(service, "u", cost=5, limit=five).remaining == 0
+                with pytest.raises(ServerError) as e:
+                    cl.adjust(service, "u", -5, limit=five)
+                assert e.value.code == ErrorCode.UNAUTHORIZED and why in e.value.message
+                assert cl.check(service, "u", limit=five).code == Code.LIMITED
+            assert cl.check("other", "u", cost=5, limit=five).remaining == 0
+            assert cl.adjust("other", "u", -5, limit=five).remaining == 5
+        n = (c.dir / "router.log").read_text().count("SIGHUP: ")
+        c.router.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while (c.dir / "router.log").read_text().count("SIGHUP: ") == n:
+            assert time.monotonic() < deadline, "no SIGHUP line in the log"
+            time.sleep(0.02)
+        time.sleep(0.2)  # the workers take it when woken
+        with Client("127.0.0.1", c.port) as cl:
+            with pytest.raises(ServerError) as e:
+                cl.adjust("edge", "u", -5, limit=five)
+            assert e.value.code == ErrorCode.UNAUTHORIZED
+    finally:
+        c.stop()
+
+
 def test_node_down_fails_open(rls, call, pb):
     rls.kill_node("a")
     rls.kill_node("b")
