@@ -17,6 +17,7 @@ struct inl_slot {
     uint32_t owner;
     uint32_t refs;
     bool used;
+    bool quota; /* interned with quota: a client's, counted in nquota */
 };
 
 struct rl_inltab {
@@ -25,6 +26,7 @@ struct rl_inltab {
     uint32_t cap;   /* slots allocated */
     uint32_t nused; /* slots in use */
     uint32_t nzero; /* of which with no key */
+    uint32_t nquota; /* of which interned with quota (at most RL_INLTAB_CLIENTS_MAX) */
     uint32_t *freel; /* free slot numbers below cap, nfree of them */
     uint32_t nfree;
     uint32_t *index; /* slot + 1, 0 empty; mask + 1 of them */
@@ -112,6 +114,7 @@ inl_reclaim(struct rl_inltab *t)
             t->slots[s].used = false;
             t->freel[t->nfree++] = s;
             t->nused--;
+            t->nquota -= t->slots[s].quota;
             if (t->ops.owned != NULL) {
                 t->ops.owned(t->ops.arg, t->slots[s].owner, -1);
             }
@@ -180,6 +183,18 @@ rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner
             return -EDQUOT;
         }
     }
+    if (quota && t->nquota >= RL_INLTAB_CLIENTS_MAX) {
+        /* the clients' part is full: only their limits without keys can make room */
+        if (t->nzero > 0) {
+            rc = inl_reclaim(t);
+            if (rc != 0) {
+                return rc;
+            }
+        }
+        if (t->nquota >= RL_INLTAB_CLIENTS_MAX) {
+            return -ENOSPC;
+        }
+    }
     if (t->nfree == 0) {
         if (t->cap < RL_INLTAB_MAX) {
             rc = inl_grow(t);
@@ -203,7 +218,9 @@ rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner
     sl->tier.seed = 0; /* inline keys are hashed by limiter.c's own seed */
     sl->owner = owner;
     sl->used = true;
+    sl->quota = quota;
     t->nused++;
+    t->nquota += quota;
     t->nzero++;
     if (t->ops.owned != NULL) {
         t->ops.owned(t->ops.arg, owner, +1);

@@ -7,7 +7,8 @@
  * limit with none is reclaimed when room is needed. Each limit has an owner, the tenant the
  * CHECKs that use it are accounted to (docs/PROTOCOL.md, "Inline limits"): two owners of the
  * same four parts hold two limits, and a quota (asked of the caller when an owner would take
- * one more) keeps one owner from taking the slots of the others. Not for judging
+ * one more) keeps one owner from taking the slots of the others, and the owners under quota
+ * together from taking the last RL_INLTAB_RESERVE (those without quota's). Not for judging
  * (limiter.c).
  */
 #ifndef RL_INLTAB_H
@@ -24,6 +25,11 @@
 /* The inline limits one tenant may hold (its quota): 1/16 of the table, so that it takes
  * sixteen clients together to fill it. */
 #define RL_INLTAB_TENANT_MAX 4096u
+/* The limits only an intern without quota may take (a scope = global service's scaled tiers,
+ * docs/REGIONS.md): clients' inline limits together hold at most RL_INLTAB_CLIENTS_MAX, so
+ * that they cannot take every place and leave a configured global service without one. */
+#define RL_INLTAB_RESERVE 4096u
+#define RL_INLTAB_CLIENTS_MAX (RL_INLTAB_MAX - RL_INLTAB_RESERVE)
 
 struct rl_inltab;
 
@@ -44,7 +50,8 @@ void rl_inltab_destroy(struct rl_inltab *t);
  * The tier id of owner's limit (want's algo, limit, window_ms, burst), interned when new: 0
  * with *id; -EDQUOT when it is new, quota is set and ops->may_add refuses owner one more
  * (even after limits without keys were reclaimed); -ENOSPC when RL_INLTAB_MAX limits with
- * keys are held; or -ENOMEM. May move the tiers: pointers from rl_inltab_tier are valid until
+ * keys are held, or with quota set RL_INLTAB_CLIENTS_MAX of those interned with quota; or
+ * -ENOMEM. May move the tiers: pointers from rl_inltab_tier are valid until
  * the next intern.
  */
 int rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner, bool quota,

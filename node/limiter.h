@@ -76,8 +76,9 @@ void rl_limiter_destroy(struct rl_limiter *l);
  * for a CHECK with an inline limit (docs/PROTOCOL.md, "Inline limits"), judged by that limit
  * alone under counters of its own: -EPERM when its service has configured rules (refused),
  * -EDQUOT when its tenant (req->tenant) holds RL_INLTAB_TENANT_MAX inline limits already and
- * this one would be new, -ENOSPC when the node holds RL_INLTAB_MAX distinct inline limits
- * with keys, -ENOMEM; then
+ * this one would be new, -ENOSPC when the node holds RL_INLTAB_CLIENTS_MAX distinct inline
+ * limits with keys (a global service's scaled tiers, with RL_INLTAB_RESERVE more places of
+ * their own: RL_INLTAB_MAX), -ENOMEM; then
  * nothing was counted and *rep is not a reply (answer with an ERROR).
  */
 int rl_limiter_check(struct rl_limiter *l, const struct rl_wire_req *req, uint64_t now,

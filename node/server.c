@@ -409,8 +409,12 @@ server_limiter_error(struct rl_conn *c, const struct rl_wire_req *req, int rc)
         snprintf(msg, sizeof(msg),
                  "this client holds too many distinct inline limits on this node (%u)",
                  RL_INLTAB_TENANT_MAX);
-    } else if (rc == -ENOSPC) {
+    } else if (rc == -ENOSPC && req->limit.set) {
         snprintf(msg, sizeof(msg), "too many distinct inline limits on this node (%u)",
+                 RL_INLTAB_CLIENTS_MAX);
+    } else if (rc == -ENOSPC) {
+        snprintf(msg, sizeof(msg),
+                 "too many scaled tiers of scope = global services on this node (%u)",
                  RL_INLTAB_MAX);
     } else {
         snprintf(msg, sizeof(msg), "out of memory");

@@ -1132,22 +1132,23 @@ START_TEST(test_inline_year)
 }
 END_TEST
 
-/* At most RL_INLTAB_MAX distinct inline limits with keys; a limit whose keys are gone frees
- * its place. */
+/* At most RL_INLTAB_CLIENTS_MAX distinct inline limits with keys; a limit whose keys are
+ * gone frees its place. */
 START_TEST(test_inline_bound)
 {
     struct rl_conf *c = conf_from("[service api]\nlimit = fixed_window 2 per 1s\n");
     struct rl_limiter *l = limiter_from(c, 64u << 20);
     struct rl_wire_check_reply r;
 
-    /* It takes RL_INLTAB_MAX / RL_INLTAB_TENANT_MAX tenants at their quota to fill it. */
-    for (uint32_t k = 0; k < RL_INLTAB_MAX; k++) {
+    /* It takes RL_INLTAB_CLIENTS_MAX / RL_INLTAB_TENANT_MAX tenants at their quota to fill
+     * the clients' part. */
+    for (uint32_t k = 0; k < RL_INLTAB_CLIENTS_MAX; k++) {
         inline_tenant = k / RL_INLTAB_TENANT_MAX;
         RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 10 + k, 1000, 0, 1, T0, &r), 0);
         RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
     }
     inline_tenant = 99;
-    RL_CHECK_UINT_EQ(stats(l).keys, RL_INLTAB_MAX);
+    RL_CHECK_UINT_EQ(stats(l).keys, RL_INLTAB_CLIENTS_MAX);
     /* One more distinct limit: refused; a known one still answers. */
     RL_CHECK_INT_EQ(check_inline(l, "x", "u", "fixed_window", 5, 1000, 0, 1, T0, &r), -ENOSPC);
     inline_tenant = 0;
@@ -1165,6 +1166,42 @@ START_TEST(test_inline_bound)
     /* Configured rules still work. */
     r = check(l, "api", "u", NULL, 1, T0 + 5000);
     RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    rl_limiter_destroy(l);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/*
+ * Clients' inline limits at every tenant's quota fill only their part of the table: a
+ * configured scope = global service's scaled tiers, interned in the same table, still find a
+ * place (RL_INLTAB_RESERVE), so a flood of inline limits cannot leave it without an answer.
+ */
+START_TEST(test_inline_flood_leaves_room_for_global_tiers)
+{
+    struct rl_conf *c = conf_from("[cluster]\nregion = east\nregions = east:1 west:1\n"
+                                  "[service g]\nscope = global\nlimit = fixed_window 10 per 1s\n");
+    struct rl_limiter *l = limiter_from(c, 256u << 20);
+    struct rl_wire_check_reply r;
+    struct rl_wire_req req = req_for("g", "alice", NULL, 1);
+    uint32_t held = 0;
+    int rc;
+
+    /* sixteen tenants at their quota: 65,536 limits asked for */
+    for (uint32_t k = 0; k < RL_INLTAB_MAX; k++) {
+        inline_tenant = k / RL_INLTAB_TENANT_MAX + 1;
+        rc = check_inline(l, "x", "u", "fixed_window", 10 + k, 3600000, 0, 1, T0, &r);
+        RL_CHECK(rc == 0 || rc == -ENOSPC, "rc %d", rc);
+        held += rc == 0;
+    }
+    inline_tenant = 0;
+    RL_CHECK_UINT_EQ(held, RL_INLTAB_CLIENTS_MAX);
+    /* the global service, at its slice (5 of 10), for several users and slices */
+    RL_CHECK_INT_EQ(rl_limiter_check(l, &req, T0, &r), 0);
+    assert_reply(&r, RL_WIRE_ALLOWED, 5, 4, 1000, 0);
+    for (uint32_t k = 0; k < 4; k++) {
+        r = check(l, "g", k % 2 ? "bob" : "carol", NULL, 1, T0 + k);
+        RL_CHECK_UINT_EQ(r.code, RL_WIRE_ALLOWED);
+    }
     rl_limiter_destroy(l);
     rl_conf_destroy(c);
 }
@@ -1663,6 +1700,7 @@ limiter_suite(void)
     tcase_add_test(tc, test_inline_same_as_configured);
     tcase_add_test(tc, test_inline_separate);
     tcase_add_test(tc, test_inline_bound);
+    tcase_add_test(tc, test_inline_flood_leaves_room_for_global_tiers);
     tcase_add_test(tc, test_inline_tenant_quota);
     tcase_add_test(tc, test_inline_tenant_flood);
     tcase_add_test(tc, test_tenants_map);
