@@ -71,7 +71,6 @@ void rl_rls_front_close(struct rl_router *r);
 /* Frees f once r's handles are closed (f may be NULL). */
 void rl_rls_front_free(struct rl_rls_front *f);
 
-
 /* Adds f's totals to sum (any thread: relaxed loads of counters with one writer). */
 static inline void
 rl_rls_counts_sum(const struct rl_rls_front *f, struct rl_rls_counts *sum)
