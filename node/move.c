@@ -104,6 +104,7 @@ move_tick_cb(uv_timer_t *t)
             return;
         }
     }
+    move_keep_up(m, now);
     for (uint32_t s = 0; s < m->n; s++) {
         uint8_t st = m->st[s];
 
@@ -728,7 +729,7 @@ move_closed(uv_handle_t *h)
 {
     struct rl_move *m = h->data;
 
-    if (--m->nopen == 0 && !m->b.active) {
+    if (--m->nopen == 0 && move_idle(m)) {
         move_free(m);
     }
 }

@@ -25,6 +25,13 @@
 #define MOVE_BATCH_MAX 256   /* shards of one connection telling a node there is nothing */
 #define MOVE_PEER_NONE UINT16_MAX
 #define MOVE_PEERS_MAX 4096
+/* A batch's messages sent ahead of their acknowledgements (each at most
+ * RL_WIRE_RECORDS_MAX of records): the send waits for acknowledgements, not for the whole
+ * batch, so its deadline is half of handoff_wait since the last one. */
+#define MOVE_WINDOW 16
+/* The nodes told at once, while a batch is out, that shards queued for them are still
+ * coming (move_keep_up) */
+#define MOVE_KEEP_MAX 32
 
 struct move_batch {
     uv_work_t work;
@@ -56,6 +63,28 @@ struct move_batch {
      * export instant */
     uint16_t epoch[MOVE_BATCH_MAX];
     uint64_t lnow;
+    /* monotonic ns of the send's last progress (connected, an acknowledgement): written by
+     * the pool thread, read by the loop's tick (atomics) */
+    uint64_t progress_ns;
+};
+
+/* "Still coming", while a batch is out: one empty, non-final HANDOFF_IN to each node other
+ * than the batch's that has shards queued for it here, which keeps its wait for them open
+ * (it waits handoff_wait from the last message of a member). From the thread pool, one node
+ * after the other. */
+struct move_keep {
+    uv_work_t work;
+    bool active;
+    uint32_t n;
+    char addr[MOVE_KEEP_MAX][RL_SHARDMAP_NAME_MAX];
+    uint32_t shard[MOVE_KEEP_MAX];
+    uint32_t sent; /* of n, acknowledged */
+    uint64_t last; /* loop ms of the last round's start */
+    int timeout_ms;
+    const char *self;
+    const char *secret;
+    size_t secret_len;
+    struct rl_tls_ctx *tls;
 };
 
 struct rl_move {
@@ -93,6 +122,7 @@ struct rl_move {
     uint32_t nowned;
     struct rl_move_stats stats;
     struct move_batch b;
+    struct move_keep keep;
     bool draining, drained;
     /* On this node's first view as active (and, after one whose previous view had every
      * node joining, on the views of the next half handoff_wait that show more nodes
@@ -161,5 +191,15 @@ void move_free(struct rl_move *m);
 void move_pump(struct rl_move *m);
 /* move_push.c: the rest of a batch's export pass at once, if one runs (the move closes) */
 void move_scan_finish(struct rl_move *m);
+/* move_push.c, from the tick: while a batch is out and its send progresses, the shards
+ * queued behind it are not given up (out_progress moves on), and every quarter of
+ * handoff_wait the nodes they are bound for are told they are still coming. */
+void move_keep_up(struct rl_move *m, uint64_t now);
+/* Whether nothing of the move's runs in the thread pool (it may be freed once closed). */
+static inline bool
+move_idle(const struct rl_move *m)
+{
+    return !m->b.active && !m->keep.active;
+}
 
 #endif

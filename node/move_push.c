@@ -97,15 +97,47 @@ move_left(uint64_t end_ns)
     return now >= end_ns ? 1 : (int)((end_ns - now) / 1000000) + 1;
 }
 
-/* The thread pool: connect, TLS, AUTH, every message, then the replies. */
+/* The length of the frame (prefix and payload) at p. */
+static size_t
+move_frame_len(const char *p)
+{
+    const unsigned char *u = (const unsigned char *)p;
+
+    return 4 + ((size_t)u[0] << 24 | (size_t)u[1] << 16 | (size_t)u[2] << 8 | u[3]);
+}
+
+/* Connects to addr with TLS and the cluster secret as configured, within timeout_ms; why
+ * (len bytes) says what failed when it is more than an errno. */
+static int
+move_dial(struct rl_client **c, const char *addr, struct rl_tls_ctx *tls, const char *secret,
+          size_t secret_len, struct rl_wire_reply *rep, int timeout_ms, char *why, size_t len)
+{
+    uint64_t end = rl_clock_mono_ns() + (uint64_t)timeout_ms * 1000000;
+    int rc = rl_client_connect_addr(c, addr, move_left(end));
+
+    if (rc == 0 && tls != NULL) {
+        rc = rl_client_start_tls(*c, tls, move_left(end), why, len);
+    }
+    if (rc == 0 && secret != NULL) {
+        rc = rl_client_auth(*c, secret, secret_len, rep, move_left(end));
+        if (rc == -EACCES) {
+            snprintf(why, len, "refused the cluster secret (AUTH)");
+        }
+    }
+    return rc;
+}
+
+/* The thread pool: connect, TLS, AUTH, then the messages, at most MOVE_WINDOW ahead of
+ * their acknowledgements, each step within timeout_ms: a receiver that keeps acknowledging
+ * keeps the send going however large the batch, one that stops ends it. */
 static void
 move_work(uv_work_t *w)
 {
     struct move_batch *b = w->data;
     struct rl_client *c = NULL;
     struct rl_wire_reply *rep = malloc(sizeof(*rep));
-    uint64_t end = rl_clock_mono_ns() + (uint64_t)b->timeout_ms * 1000000;
-    uint32_t acked = 0;
+    uint32_t acked = 0, queued = 0;
+    size_t off = 0;
     int rc;
 
     b->why[0] = '\0';
@@ -113,28 +145,28 @@ move_work(uv_work_t *w)
         b->rc = -ENOMEM;
         return;
     }
-    rc = rl_client_connect_addr(&c, b->addr, move_left(end));
-    if (rc == 0 && b->tls != NULL) {
-        rc = rl_client_start_tls(c, b->tls, move_left(end), b->why, sizeof(b->why));
-    }
-    if (rc == 0 && b->secret != NULL) {
-        rc = rl_client_auth(c, b->secret, b->secret_len, rep, move_left(end));
-        if (rc == -EACCES) {
-            snprintf(b->why, sizeof(b->why), "refused the cluster secret (AUTH)");
-        }
-    }
-    if (rc == 0) {
-        rc = rl_client_queue_raw(c, b->frames.data, b->frames.len);
-    }
-    if (rc == 0) {
-        rc = rl_client_flush(c, move_left(end));
-    }
+    rc = move_dial(&c, b->addr, b->tls, b->secret, b->secret_len, rep, b->timeout_ms, b->why,
+                   sizeof(b->why));
+    __atomic_store_n(&b->progress_ns, rl_clock_mono_ns(), __ATOMIC_RELAXED);
     while (rc == 0 && acked < b->nmsgs) {
-        rc = rl_client_recv(c, rep, move_left(end));
+        while (rc == 0 && queued < b->nmsgs && queued - acked < MOVE_WINDOW) {
+            size_t len = move_frame_len(b->frames.data + off);
+
+            rc = rl_client_queue_raw(c, b->frames.data + off, len);
+            off += len;
+            queued++;
+        }
+        if (rc == 0) {
+            rc = rl_client_flush(c, b->timeout_ms);
+        }
+        if (rc == 0) {
+            rc = rl_client_recv(c, rep, b->timeout_ms);
+        }
         if (rc != 0) {
             break;
         }
         acked++;
+        __atomic_store_n(&b->progress_ns, rl_clock_mono_ns(), __ATOMIC_RELAXED);
         for (uint32_t i = 0; i < b->n; i++) {
             uint32_t first = i == 0 ? 1 : b->last_id[i - 1] + 1;
 
@@ -216,7 +248,7 @@ move_after_work(uv_work_t *w, int status)
     rl_buf_deinit(&b->frames);
     b->active = false;
     if (m->closing) {
-        if (m->nopen == 0) {
+        if (m->nopen == 0 && move_idle(m)) {
             move_free(m);
         }
         return;
@@ -341,6 +373,8 @@ move_pump(struct rl_move *m)
     lnow = m->o.now_ms(m->o.now_arg);
     b->lnow = lnow;
     b->t0_ns = rl_clock_mono_ns();
+    /* the export pass is the batch's progress until its send */
+    __atomic_store_n(&b->progress_ns, b->t0_ns, __ATOMIC_RELAXED);
     rl_buf_init(&b->frames);
     for (uint32_t i = 0; i < b->n; i++) {
         rl_buf_init(&b->snap[i]);
@@ -409,6 +443,7 @@ move_scan_turn(uv_idle_t *h)
     struct rl_move *m = h->data;
 
     m->stats.export_turns++;
+    __atomic_store_n(&m->b.progress_ns, rl_clock_mono_ns(), __ATOMIC_RELAXED);
     move_scan(m, MOVE_SCAN_SLOTS);
 }
 
@@ -438,4 +473,120 @@ move_send(struct rl_move *m)
         snprintf(b->why, sizeof(b->why), "cannot queue the send");
         move_after_work(&b->work, 0);
     }
+}
+
+/* ---- "still coming": the nodes waiting for shards queued behind a batch ---------------- */
+
+/* The thread pool: one empty, non-final HANDOFF_IN naming this node to each node of the
+ * round, one after the other, each within the round's timeout. */
+static void
+move_keep_work(uv_work_t *w)
+{
+    struct move_keep *k = w->data;
+    struct rl_wire_reply rep;
+    struct rl_buf out;
+    char why[128];
+
+    k->sent = 0;
+    for (uint32_t i = 0; i < k->n; i++) {
+        struct rl_client *c = NULL;
+        int rc = move_dial(&c, k->addr[i], k->tls, k->secret, k->secret_len, &rep, k->timeout_ms,
+                           why, sizeof(why));
+
+        rl_buf_init(&out);
+        if (rc == 0) {
+            rc = rl_wire_put_handoff_in_final(&out, 1, k->shard[i], NULL, 0, false, k->self);
+        }
+        if (rc == 0) {
+            rc = rl_client_queue_raw(c, out.data, out.len);
+        }
+        if (rc == 0) {
+            rc = rl_client_flush(c, k->timeout_ms);
+        }
+        if (rc == 0) {
+            rc = rl_client_recv(c, &rep, k->timeout_ms);
+        }
+        k->sent += rc == 0 && rep.op == RL_WIRE_OP_HANDOFF_IN;
+        rl_buf_deinit(&out);
+        rl_client_destroy(c);
+    }
+}
+
+static void
+move_keep_after(uv_work_t *w, int status)
+{
+    struct move_keep *k = w->data;
+    struct rl_move *m = (struct rl_move *)(void *)((char *)k - offsetof(struct rl_move, keep));
+
+    (void)status;
+    k->active = false;
+    rl_log_debug("handoff: told %" PRIu32 " of %" PRIu32 " node(s) that their shards are still "
+                 "coming",
+                 k->sent, k->n);
+    if (m->closing && m->nopen == 0 && move_idle(m)) {
+        move_free(m);
+    }
+}
+
+/* Adds node p, to be told that shard s (among others) is still coming, unless it is in the
+ * round already or not in the view. */
+static void
+move_keep_add(struct rl_move *m, uint16_t *peers, uint16_t p, uint32_t s)
+{
+    struct move_keep *k = &m->keep;
+    uint32_t mi, j;
+
+    for (j = 0; j < k->n && peers[j] != p; j++) {
+    }
+    mi = p != MOVE_PEER_NONE ? rl_shardmap_find(m->map, move_peer_name(m, p)) : RL_SHARDMAP_NONE;
+    if (j < k->n || mi == RL_SHARDMAP_NONE || k->n == MOVE_KEEP_MAX) {
+        return;
+    }
+    peers[k->n] = p;
+    snprintf(k->addr[k->n], sizeof(k->addr[k->n]), "%s", m->map->members[mi].addr);
+    k->shard[k->n++] = s;
+}
+
+void
+move_keep_up(struct rl_move *m, uint64_t now)
+{
+    struct move_batch *b = &m->b;
+    struct move_keep *k = &m->keep;
+    uint64_t wait_ns = (uint64_t)m->o.handoff_wait_ms * 1000000 / 2;
+    uint32_t quarter = m->o.handoff_wait_ms / 4 > 0 ? m->o.handoff_wait_ms / 4 : 1;
+    uint16_t peers[MOVE_KEEP_MAX];
+
+    if (!b->active || b->nothing || m->closing) {
+        return;
+    }
+    /* the batch's export pass or send moved on lately: the shards behind it are moving */
+    if (rl_clock_mono_ns() - __atomic_load_n(&b->progress_ns, __ATOMIC_RELAXED) < wait_ns) {
+        m->out_progress = now;
+    }
+    if (k->active || now < k->last + quarter || m->map == NULL) {
+        return;
+    }
+    k->n = 0;
+    /* while its export pass runs, the batch's own node hears nothing of it either */
+    if (uv_is_active((uv_handle_t *)&m->scan)) {
+        move_keep_add(m, peers, b->peer, b->shard[0]);
+    }
+    for (uint32_t i = m->qhead; i != m->qtail; i = (i + 1) % (m->n + 1)) {
+        uint32_t s = m->q[i];
+
+        if (m->st[s] == RL_MOVE_OUTGOING && m->peer[s] != b->peer) {
+            move_keep_add(m, peers, m->peer[s], s);
+        }
+    }
+    k->last = now;
+    if (k->n == 0) {
+        return;
+    }
+    k->timeout_ms = (int)quarter;
+    k->self = m->self;
+    k->secret = m->o.secret;
+    k->secret_len = m->o.secret_len;
+    k->tls = m->o.tls;
+    k->work.data = k;
+    k->active = uv_queue_work(m->loop, &k->work, move_keep_work, move_keep_after) == 0;
 }

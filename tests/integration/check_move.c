@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "harness.h"
 #include "reqclient.h"
 #include "rltest.h"
@@ -625,6 +626,7 @@ END_TEST
 #define BULK_BATCH 4000
 #define LATE_ROUND 500 /* users that first come while n3 joins, per round */
 #define LATE_ROUNDS 2000
+#define LONG_DRAIN_USERS 4800000 /* (i): about 900,000 keys at n3 */
 
 /* One CHECK of each of the n users PREFIX-first.. of [service bulk] at every running node i that
  * `at` names (the one that decides a user counts it; the others answer NOT_OWNER, a node
@@ -737,6 +739,66 @@ START_TEST(test_big_tables_export_in_slices)
 }
 END_TEST
 
+/* (i) A drain whose batches take far longer than half of handoff_wait (the send's bound
+ * before): a node holding hundreds of thousands of keys, handoff_wait 400 ms. Its batches
+ * are sent while the receivers keep acknowledging, the shards queued behind a batch bound
+ * for another node are kept, and that node is told they are still coming, so every shard
+ * lands with its counters: none starts from zero. (Before: "Connection timed out after 0 of
+ * N messages", every shard of the node from zero.) */
+START_TEST(test_long_drain_keeps_every_shard)
+{
+    static const bool at3[NNODES] = {false, false, true};
+    static char text[8192];
+    char *at;
+    int64_t keys3, in_keys, t0;
+    int limited = 0, sampled = 0;
+    char user[32];
+    bool *allowed = calloc(LONG_DRAIN_USERS, sizeof(*allowed));
+
+    ck_assert_int_ge(rl_harness_read_file(config, text, sizeof(text)), 0);
+    at = strstr(text, "handoff_wait = 5s\n");
+    ck_assert_ptr_nonnull(at);
+    *at = '\0';
+    ck_assert_int_eq(rl_harness_write_file(config, "%shandoff_wait = 400ms\n%s", text,
+                                           at + strlen("handoff_wait = 5s\n")),
+                     0);
+    for (int i = 0; i < NNODES; i++) {
+        start(i);
+    }
+    wait_settled(want123);
+    exhaust_all();
+    /* n3 counts the bulk users of its shards (the others answer NOT_OWNER): about a third */
+    ck_assert_ptr_nonnull(allowed);
+    fill_bulk("d", 0, LONG_DRAIN_USERS, at3, allowed);
+    keys3 = stat_of(2, "keys");
+    ck_assert_int_gt(keys3, LONG_DRAIN_USERS / 8);
+    t0 = (int64_t)(rl_clock_mono_ns() / 1000000);
+    ck_assert_int_eq(rl_harness_server_stop(&nodes[2], SIGTERM, 60000), 0);
+    ck_assert(WIFEXITED(nodes[2].status));
+    ck_assert_int_eq(WEXITSTATUS(nodes[2].status), 0);
+    printf("check_move (i): %lld keys drained in %lld ms (handoff_wait 400 ms)\n", (long long)keys3,
+           (long long)((int64_t)(rl_clock_mono_ns() / 1000000) - t0));
+    drop_client(2);
+    wait_settled(want12);
+    ck_assert_int_eq(stat_of(0, "handoffs_in_failed") + stat_of(1, "handoffs_in_failed"), 0);
+    in_keys = stat_of(0, "handoff_keys_in") + stat_of(1, "handoff_keys_in");
+    ck_assert_msg(in_keys >= keys3, "%lld keys arrived of the %lld n3 held", (long long)in_keys,
+                  (long long)keys3);
+    ck_assert_int_eq(count_limited(), (int)(NSERVICES * NUSERS));
+    /* a sample of the bulk users n3 allowed: each spent its one allowance, wherever it went */
+    for (int u = 0; u < LONG_DRAIN_USERS; u += 997) {
+        if (allowed[u]) {
+            snprintf(user, sizeof(user), "d-%d", u);
+            limited += check_key("bulk", user) == RL_WIRE_LIMITED;
+            sampled++;
+        }
+    }
+    ck_assert_int_gt(sampled, 200);
+    ck_assert_int_eq(limited, sampled);
+    free(allowed);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -768,6 +830,9 @@ main(void)
     }
     if (only == NULL || strcmp(only, "h") == 0) {
         tcase_add_test(tc, test_big_tables_export_in_slices);
+    }
+    if (only == NULL || strcmp(only, "i") == 0) {
+        tcase_add_test(tc, test_long_drain_keeps_every_shard);
     }
     suite_add_tcase(s, tc);
     return rl_test_run(s);
