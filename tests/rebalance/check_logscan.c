@@ -21,6 +21,7 @@
 #include "reqline.h"
 #include "rltest.h"
 #include "shardmap.h"
+#include "wire.h"
 
 #define NSHARDS 4096u
 
@@ -161,6 +162,38 @@ START_TEST(test_counts)
     ck_assert_int_eq(rl_logscan_keys_above(s, 5, &keys, &n), 0);
     ck_assert_uint_eq(n, 0);
     ck_assert_ptr_null(keys);
+    rl_logscan_destroy(s);
+}
+END_TEST
+
+/* The answers a router gives itself wherever the shard is: NO_RULE (anyone may send CHECKs
+ * of a service without rules, for users chosen to land in shards of their choice) and its
+ * deny cache's LIMITED are read but are no shard's load; the failure policy's answers are
+ * demand the shard's node serves when it is up, and count. */
+START_TEST(test_router_answers_are_no_load)
+{
+    struct rl_logscan *s = scanner();
+    const struct rl_logscan_result *r = rl_logscan_result(s);
+    char log[4096];
+    size_t o = 0;
+    uint64_t h = rl_shardmap_key_hash("nosuch", 6, "crafted", 7);
+    uint64_t hp = rl_shardmap_key_hash("checkout", 8, "dora", 4);
+    uint32_t sh = rl_shardmap_shard(h, NSHARDS), shp = rl_shardmap_shard(hp, NSHARDS);
+
+    for (int i = 0; i < 5; i++) {
+        o += rl_reqline_format(log + o, 1700000000000ull, sh, "node-1", RL_WIRE_NO_RULE, h,
+                               "nosuch", 6, "crafted", 7);
+    }
+    o += rl_reqline_format(log + o, 1700000000000ull, shp, "node-1", RL_WIRE_FAIL_OPEN, hp,
+                           "checkout", 8, "dora", 4);
+    o += line_for(log + o, "checkout", "alice");
+    feed_all(s, log, o);
+    ck_assert_uint_eq(r->lines, 7);
+    ck_assert_uint_eq(r->no_rule, 5);
+    ck_assert_uint_eq(r->requests, 2);
+    ck_assert_uint_eq(r->malformed, 0);
+    ck_assert_uint_eq(r->load[sh], sh == shp ? 1 : 0);
+    ck_assert_uint_ge(r->load[shp], 1);
     rl_logscan_destroy(s);
 }
 END_TEST
@@ -690,6 +723,7 @@ logscan_suite(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_empty);
     tcase_add_test(tc, test_counts);
+    tcase_add_test(tc, test_router_answers_are_no_load);
     tcase_add_test(tc, test_distinct);
     tcase_add_loop_test(tc, test_malformed, 0, (int)(sizeof(bad_lines) / sizeof(bad_lines[0])));
     tcase_add_test(tc, test_reason_text);

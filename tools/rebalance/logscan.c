@@ -19,6 +19,7 @@
 #include "clock.h"
 #include "reqline.h"
 #include "shardmap.h"
+#include "wire.h"
 
 /* The table grows past 7/10 full: linear probing stays short up to there. */
 #define TAB_MIN_BITS 12
@@ -53,6 +54,7 @@ struct parsed {
     uint32_t slen, ulen;
     const char *sv, *us; /* in the caller's piece or the carry buffer: valid until flushed */
     bool cached;         /* answered from a router's deny cache: no node's load */
+    bool no_rule;        /* NO_RULE: the router answers it wherever the shard is */
 };
 
 struct rl_logscan {
@@ -370,6 +372,7 @@ parse_line(const struct rl_logscan *s, const char *p, size_t n, struct parsed *o
     out->us = l.user;
     out->ulen = l.ulen;
     out->cached = l.cached;
+    out->no_rule = l.code == RL_WIRE_NO_RULE;
     return 0;
 }
 
@@ -383,9 +386,12 @@ flush(struct rl_logscan *s)
     for (i = 0; i < s->nbatch && rc == 0; i++) {
         const struct parsed *b = &s->batch[i];
 
-        if (b->cached) {
-            /* The router answered it without asking the node: not the shard's load. */
-            s->res.cached++;
+        if (b->cached || b->no_rule) {
+            /* The router answered it without asking the node (a refusal it remembered, a
+             * service without rules: anyone may send those, for users chosen to land in the
+             * shards they like), and would wherever the shard is: not the shard's load. */
+            s->res.cached += b->cached;
+            s->res.no_rule += b->no_rule;
             s->res.lines++;
             continue;
         }

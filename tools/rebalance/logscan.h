@@ -60,6 +60,8 @@ struct rl_logscan_result {
     uint64_t malformed;   /* lines skipped */
     uint64_t cached;      /* lines of answers from a router's deny cache: read, not counted
                              as load (no node was asked) */
+    uint64_t no_rule;     /* lines of NO_RULE answers (code 4): read, not counted as load
+                             (the router answers them itself, wherever the shard is) */
     uint64_t distinct;    /* distinct key hashes kept */
     uint64_t unverified;  /* of those, how many were first logged with names that do not hash
                              to them (names cut short by the router, or another key's) */

@@ -41,6 +41,12 @@ rb_report_logs(const struct rb_run *r)
                "(no node was asked)\n",
                RB_COUNT(res->cached));
     }
+    if (res->no_rule > 0) {
+        rb_say(r,
+               "  %s lines are NO_RULE answers (a service without rules): not counted as load "
+               "(the router answers them wherever the shard is)\n",
+               RB_COUNT(res->no_rule));
+    }
     if (r->conf->log_sample > 1) {
         rb_say(r,
                "  the routers log one request in %u (request_log_sample): counts are of logged "
