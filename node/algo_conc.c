@@ -159,42 +159,21 @@ rl_algo_conc_heap_bytes(const struct rl_algo_state *s)
     return rl_slog_bytes(conc_log(s));
 }
 
-/* now - t, for times below 2^62 */
-static int64_t
-conc_age(uint64_t now, uint64_t t)
-{
-    return now >= t ? (int64_t)(now - t) : -(int64_t)(t - now);
-}
-
 int
 rl_algo_conc_export(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
                     struct rl_algo_xstate *x)
 {
     struct rl_slog *g = conc_log(s);
-    uint32_t n, groups, i, k;
+    uint32_t n;
 
     rl_slog_prune(g, now, conc_lease(t));
     n = rl_slog_len(g);
     if (n == 0 || rl_slog_sum(g) == 0) {
         return 1;
     }
-    /* More entries than a record carries: consecutive entries are merged in groups, each
-     * group at its newest entry's time, so no slot's lease ends earlier than it would have
-     * (it may end later, by at most the group's span), and every slot held is carried. */
-    groups = n > RL_ALGO_XLOG_MAX ? RL_ALGO_XLOG_MAX : n;
-    for (i = 0, k = 0; k < groups; k++) {
-        uint32_t end = (uint32_t)(((uint64_t)(k + 1) * n) / groups);
-        uint64_t sum = 0, tm = 0;
-        uint32_t c;
-
-        for (; i < end; i++) {
-            rl_slog_get(g, i, &tm, &c);
-            sum += c;
-        }
-        x->age[k] = conc_age(now, tm);
-        x->cost[k] = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
-    }
-    x->nlog = groups;
+    /* More entries than a record carries are merged in groups, each at its newest entry's
+     * time: no slot's lease ends earlier than it would have, and every slot is carried. */
+    x->nlog = rl_slog_export(g, now, RL_ALGO_XLOG_MAX, x->age, x->cost);
     return 0;
 }
 

@@ -50,7 +50,6 @@ rl_algo_export(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
         return 0;
     case RL_ALGO_SLIDING_WINDOW_LOG: {
         struct rl_slog *g;
-        uint64_t now_eff, k, cur;
         uint32_t n;
 
         if (swl_degraded(s)) {
@@ -62,26 +61,16 @@ rl_algo_export(const struct rl_tier *t, struct rl_algo_state *s, uint64_t now,
             return 0;
         }
         g = swl_log(s);
-        now_eff = rl_slog_prune(g, now, (uint32_t)W);
+        (void)rl_slog_prune(g, now, (uint32_t)W);
         n = rl_slog_len(g);
         if (n == 0) {
             return 1;
         }
-        if (n > RL_ALGO_XLOG_MAX) {
-            k = now_eff / W;
-            cur = rl_slog_sum_since(g, k * W);
-            x->shape = RL_ALGO_SLIDING_WINDOW_COUNTER;
-            x->t_ms = rel_ms((k + 1) * W, now);
-            x->v = (rl_slog_sum(g) - cur) << 32 | cur;
-            return 0;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            uint64_t tm;
-
-            rl_slog_get(g, i, &tm, &x->cost[i]);
-            x->age[i] = rel_ms(now, tm);
-        }
-        x->nlog = n;
+        /* A log longer than a record carries goes merged (rl_slog_export): every cost, none
+         * ending earlier than here, so the receiver never allows more than this node would.
+         * (Before, it went as its sliding_window_counter counts, whose estimate allowed up
+         * to twice the limit in a window after the move.) */
+        x->nlog = rl_slog_export(g, now, RL_ALGO_XLOG_MAX, x->age, x->cost);
         return 0;
     }
     case RL_ALGO_CONCURRENCY:

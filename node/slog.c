@@ -211,6 +211,27 @@ rl_slog_get(const struct rl_slog *g, uint32_t i, uint64_t *t, uint32_t *cost)
     *cost = slog_cost(g, i);
 }
 
+uint32_t
+rl_slog_export(const struct rl_slog *g, uint64_t now, uint32_t max, int64_t *age, uint32_t *cost)
+{
+    uint32_t n = rl_slog_len(g), groups = n > max ? max : n, i = 0;
+
+    for (uint32_t k = 0; k < groups; k++) {
+        uint32_t end = (uint32_t)((uint64_t)(k + 1) * n / groups);
+        uint64_t sum = 0, tm = 0;
+
+        for (; i < end; i++) {
+            uint32_t c;
+
+            rl_slog_get(g, i, &tm, &c);
+            sum += c;
+        }
+        age[k] = now >= tm ? (int64_t)(now - tm) : -(int64_t)(tm - now);
+        cost[k] = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
+    }
+    return groups;
+}
+
 bool
 rl_slog_newest(const struct rl_slog *g, uint64_t *t)
 {

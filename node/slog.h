@@ -75,6 +75,16 @@ int rl_slog_append(struct rl_slog **gp, uint64_t t, uint32_t cost, uint64_t room
 uint32_t rl_slog_len(const struct rl_slog *g);
 void rl_slog_get(const struct rl_slog *g, uint32_t i, uint64_t *t, uint32_t *cost);
 
+/*
+ * g's entries, oldest first, as at most max (>= 1) into age[] (now - the entry's time,
+ * negative when later than now) and cost[]: what a handoff record carries. A longer log has
+ * its consecutive entries merged in max groups, each at its newest entry's time with the
+ * group's costs summed (saturating at UINT32_MAX): every cost is carried and none ends
+ * earlier than in g (a part may end later, by at most its group's span). Returns how many.
+ */
+uint32_t rl_slog_export(const struct rl_slog *g, uint64_t now, uint32_t max, int64_t *age,
+                        uint32_t *cost);
+
 /* Takes up to amount off the newest entries (the newest first, dropping those emptied): a
  * refund (ADJUST). Returns what it took. */
 uint64_t rl_slog_take(struct rl_slog *g, uint64_t amount);

@@ -449,24 +449,40 @@ START_TEST(test_global_slice)
 }
 END_TEST
 
-/* A log of more than RL_ALGO_XLOG_MAX entries travels as its counts: 1500 spent of 5000,
- * 3500 left there. */
+/* A log of more than RL_ALGO_XLOG_MAX entries travels as RL_ALGO_XLOG_MAX, consecutive
+ * entries merged at their newest time: at every moment of the next window the receiver
+ * allows no more than the sender would (each cost expires at its time or later), and at most
+ * one group's entries fewer. (Before: as its sliding_window_counter counts, which allowed
+ * 1,243 more than the limit after such a move.) */
 START_TEST(test_long_log)
 {
-    struct rl_conf *c = conf_from("[service s]\nlimit = sliding_window_log 5000 per 1m\n");
+    struct rl_conf *c = conf_from("[service s]\nlimit = sliding_window_log 2000 per 20s\n");
     struct rl_limiter *snd = limiter_from(c), *rcv = limiter_from(c);
     struct rl_handoff_key *keys;
     size_t n;
+    uint32_t total = 0;
 
-    for (uint64_t k = 0; k < 1500; k++) {
-        ck_assert_uint_eq(check(snd, "s", "u", NULL, 1, T0 + k).code, RL_WIRE_ALLOWED);
+    for (uint64_t k = 0; k < 2000; k++) {
+        ck_assert_uint_eq(check(snd, "s", "u", NULL, 1, T0 + 3 * k / 2).code, RL_WIRE_ALLOWED);
     }
-    export_decode(snd, T0 + 1500, &keys, &n);
+    export_decode(snd, T0 + 3000, &keys, &n);
     ck_assert_uint_eq(n, 1);
-    ck_assert_uint_eq(keys[0].st.shape, RL_ALGO_SLIDING_WINDOW_COUNTER);
-    ck_assert_uint_eq(keys[0].st.nlog, 0);
-    ck_assert_int_eq(rl_limiter_import(rcv, T0 + 1500, 0, 0, keys, n, NULL), 0);
-    ck_assert_uint_eq(check(rcv, "s", "u", NULL, 0, T0 + 1500).remaining, 3500);
+    ck_assert_uint_eq(keys[0].st.shape, RL_ALGO_SLIDING_WINDOW_LOG);
+    ck_assert_uint_eq(keys[0].st.nlog, RL_ALGO_XLOG_MAX);
+    for (uint32_t i = 0; i < keys[0].st.nlog; i++) {
+        total += keys[0].st.cost[i];
+    }
+    ck_assert_uint_eq(total, 2000);
+    ck_assert_int_eq(rl_limiter_import(rcv, T0 + 3000, 0, 0, keys, n, NULL), 0);
+    for (uint64_t t = T0 + 3000; t <= T0 + 24000; t += 7) {
+        uint32_t a = check(snd, "s", "u", NULL, 0, t).remaining;
+        uint32_t b = check(rcv, "s", "u", NULL, 0, t).remaining;
+
+        ck_assert_msg(b <= a && b + 2 >= a,
+                      "at +%llu ms: %u left at the receiver, %u at the sender",
+                      (unsigned long long)(t - T0), b, a);
+    }
+    ck_assert_uint_eq(check(rcv, "s", "u", NULL, 0, T0 + 24000).remaining, 2000);
     free(keys);
     rl_limiter_destroy(snd);
     rl_limiter_destroy(rcv);
