@@ -44,8 +44,11 @@ conn_run(struct resp_conn *c, char *buf, size_t len)
         const char *err = NULL;
         int rc;
 
-        if (c->nslots >= RESP_PIPELINE_MAX) {
-            break; /* resumed when answers free slots (resp_produce) */
+        if (!resp_room(c)) {
+            /* resumed when answers free slots and memory (resp_produce); with nothing in
+             * flight none will: buffer_memory is spent and c holds the most */
+            c->closing = c->nslots == 0;
+            break;
         }
         rc = rl_resp_parse(buf + off, len - off, &g->cmd, &used, &err);
         if (rc == RL_RESP_MORE) {
@@ -161,8 +164,9 @@ resp_bytes(struct rl_front_conn *fc, const uint8_t *data, size_t len)
     if (c->closing) {
         return -1;
     }
-    if (c->nslots >= RESP_PIPELINE_MAX && resp_in_unread(&c->in) > 0) {
-        /* the ring is full and commands wait: read no more until answers free slots */
+    if (resp_in_unread(&c->in) > 0 && !resp_room(c)) {
+        /* the ring is full (or its memory is not to be had) and commands wait: read no more
+         * until answers free slots */
         c->paused = true;
         rl_front_pause(fc, true);
     }
@@ -177,13 +181,13 @@ resp_produce(struct rl_front_conn *fc)
     if (c->closing || resp_drain(c) != 0) {
         return -1;
     }
-    if (resp_in_unread(&c->in) > 0 && c->nslots < RESP_PIPELINE_MAX) {
+    if (resp_in_unread(&c->in) > 0 && resp_room(c)) {
         conn_process(c); /* commands that waited for a slot */
         if (c->closing || resp_drain(c) != 0) {
             return -1;
         }
     }
-    if (c->paused && (c->nslots < RESP_PIPELINE_MAX || resp_in_unread(&c->in) == 0)) {
+    if (c->paused && (resp_in_unread(&c->in) == 0 || resp_room(c))) {
         c->paused = false;
         rl_front_pause(fc, false);
     }

@@ -25,12 +25,71 @@
 
 /* ---- output, in the order of the commands -------------------------------------------------- */
 
+#define CHUNK_BYTES (RESP_CHUNK * sizeof(struct resp_slot))
+#define PARTS_RESERVE (RESP_MCHECK_MAX * sizeof(struct rl_resp_part))
+
+/* Frees s's part array, if it has one. */
+static void
+slot_parts_free(struct resp_conn *c, struct resp_slot *s)
+{
+    if (s->parts != NULL) {
+        c->parts_bytes -= s->nparts * sizeof(*s->parts);
+        free(s->parts);
+        s->parts = NULL;
+    }
+}
+
+/* The ring empty: every chunk but the one the head is in freed, and the bytes held back to
+ * what is allocated. */
+static void
+ring_shrink(struct resp_conn *c)
+{
+    for (uint32_t k = 0; k < RESP_CHUNKS; k++) {
+        if (c->chunk[k] != NULL && k != c->head / RESP_CHUNK) {
+            free(c->chunk[k]);
+            c->chunk[k] = NULL;
+            c->chunk_bytes -= CHUNK_BYTES;
+        }
+    }
+    (void)rl_front_hold(c->fc, c->slots_held, c->chunk_bytes + c->parts_bytes);
+    c->slots_held = c->chunk_bytes + c->parts_bytes;
+}
+
+bool
+resp_room(struct resp_conn *c)
+{
+    uint32_t k = ((c->head + c->nslots) % RESP_PIPELINE_MAX) / RESP_CHUNK;
+    size_t want =
+        c->chunk_bytes + (c->chunk[k] == NULL ? CHUNK_BYTES : 0) + c->parts_bytes + PARTS_RESERVE;
+
+    if (c->nslots >= RESP_PIPELINE_MAX) {
+        return false;
+    }
+    if (want > c->slots_held) {
+        int rc = c->nslots == 0 ? rl_front_hold(c->fc, c->slots_held, want)
+                                : rl_front_hold_spare(c->fc, c->slots_held, want);
+
+        if (rc != 0) {
+            return false;
+        }
+        c->slots_held = want;
+    }
+    if (c->chunk[k] == NULL) {
+        c->chunk[k] = calloc(RESP_CHUNK, sizeof(struct resp_slot));
+        if (c->chunk[k] == NULL) {
+            return false;
+        }
+        c->chunk_bytes += CHUNK_BYTES;
+    }
+    return true;
+}
+
 /* Moves the replies of the slots done at the head of the ring to c->out. -1: out of memory. */
 int
 resp_drain(struct resp_conn *c)
 {
     while (c->nslots > 0) {
-        struct resp_slot *s = &c->slots[c->head];
+        struct resp_slot *s = resp_slot_at(c, 0);
 
         if (!s->done) {
             break;
@@ -39,10 +98,12 @@ resp_drain(struct resp_conn *c)
             return -1;
         }
         rl_buf_deinit(&s->out);
-        free(s->parts);
-        s->parts = NULL;
+        slot_parts_free(c, s);
         c->head = (c->head + 1) % RESP_PIPELINE_MAX;
         c->nslots--;
+    }
+    if (c->nslots == 0 && c->slots_held > RESP_CHUNK * sizeof(struct resp_slot)) {
+        ring_shrink(c); /* a deep pipeline ended: one chunk is kept */
     }
     return 0;
 }
@@ -73,7 +134,7 @@ resp_reply_to(struct resp_conn *c)
     if (c->nslots >= RESP_PIPELINE_MAX) {
         return NULL;
     }
-    s = &c->slots[(c->head + c->nslots) % RESP_PIPELINE_MAX];
+    s = resp_slot_at(c, c->nslots); /* resp_room made it */
     memset(s, 0, sizeof(*s));
     s->c = c;
     s->kind = RESP_SYNC;
@@ -89,13 +150,10 @@ slot_new(struct resp_conn *c, enum resp_kind kind, uint32_t nparts)
 {
     struct resp_slot *s;
 
-    if (c->slots == NULL) {
-        c->slots = calloc(RESP_PIPELINE_MAX, sizeof(*c->slots));
-        if (c->slots == NULL) {
-            return NULL;
-        }
+    if (c->nslots >= RESP_PIPELINE_MAX) {
+        return NULL;
     }
-    s = &c->slots[(c->head + c->nslots) % RESP_PIPELINE_MAX];
+    s = resp_slot_at(c, c->nslots); /* resp_room made it, and room for its parts */
     memset(s, 0, sizeof(*s));
     s->c = c;
     s->kind = (uint8_t)kind;
@@ -107,6 +165,7 @@ slot_new(struct resp_conn *c, enum resp_kind kind, uint32_t nparts)
         if (s->parts == NULL) {
             return NULL;
         }
+        c->parts_bytes += nparts * sizeof(*s->parts);
     }
     c->nslots++;
     return s;
@@ -193,7 +252,7 @@ static void
 slot_render(struct resp_slot *s)
 {
     struct resp_conn *c = s->c;
-    bool first = s == &c->slots[c->head];
+    bool first = s == resp_slot_at(c, 0);
     struct rl_buf *b = first ? &c->out : &s->out;
     int rc = 0;
 
@@ -648,8 +707,8 @@ resp_release(struct resp_conn *c, ARGS)
 void
 resp_slots_free(struct resp_conn *c)
 {
-    for (uint32_t k = 0; c->slots != NULL && k < c->nslots; k++) {
-        struct resp_slot *s = &c->slots[(c->head + k) % RESP_PIPELINE_MAX];
+    for (uint32_t k = 0; k < c->nslots; k++) {
+        struct resp_slot *s = resp_slot_at(c, k);
 
         for (uint32_t i = 0; i < s->nparts; i++) {
             struct rl_resp_part *pt = slot_part(s, i);
@@ -660,9 +719,13 @@ resp_slots_free(struct resp_conn *c)
             }
         }
         rl_buf_deinit(&s->out);
-        free(s->parts);
+        slot_parts_free(c, s);
     }
-    free(c->slots);
-    c->slots = NULL;
+    for (uint32_t k = 0; k < RESP_CHUNKS; k++) {
+        free(c->chunk[k]);
+        c->chunk[k] = NULL;
+    }
+    (void)rl_front_hold(c->fc, c->slots_held, 0);
+    c->slots_held = c->chunk_bytes = 0;
     c->nslots = 0;
 }

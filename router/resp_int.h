@@ -30,6 +30,8 @@ struct rl_pending;
 struct rl_client_conf;
 
 #define RESP_PIPELINE_MAX 1024u             /* commands waiting for an answer, per connection */
+#define RESP_CHUNK 16u /* slots allocated at a time: the ring grows as a pipeline deepens */
+#define RESP_CHUNKS (RESP_PIPELINE_MAX / RESP_CHUNK)
 #define RESP_WRITE_QUEUE_MAX (1024u * 1024) /* unsent output at which reading stops (front.c) */
 #define RESP_HELD_MAX (RL_RESP_CMD_MAX + 1024u * 1024) /* unread input held per connection */
 #define RESP_MCHECK_MAX 64u                            /* keys of one RL.MCHECK */
@@ -75,8 +77,14 @@ struct resp_conn {
     struct rl_resp *g;       /* r's RESP state (r->resp) */
     struct resp_in in;       /* unread input: an incomplete command, or commands waiting */
     struct rl_buf out;       /* replies ready to write */
-    struct resp_slot *slots; /* ring of RESP_PIPELINE_MAX, allocated at the first need */
+    /* ring of RESP_PIPELINE_MAX slots, in chunks of RESP_CHUNK allocated as the pipeline
+     * deepens (resp_room); never moved, as answers in flight point into them */
+    struct resp_slot *chunk[RESP_CHUNKS];
     uint32_t head, nslots;
+    size_t chunk_bytes;  /* of the chunks allocated */
+    size_t parts_bytes;  /* of the MCHECKs' part arrays in use */
+    size_t slots_held;   /* held in buffer_memory (rl_front_hold) for both, with room for one
+                            more chunk's and RL.MCHECK's worth when resp_room made it */
     uint64_t partial_ms; /* loop time since which an incomplete command waits; 0: none */
     uint64_t quit_ms;    /* loop time of the QUIT or protocol error; 0: none */
     uint64_t opened_ms;  /* loop time it was adopted ([clients] auth_timeout) */
@@ -124,6 +132,21 @@ int resp_drain(struct resp_conn *c);
 
 /* Closing: orphans the CHECKs in flight and frees the ring. */
 void resp_slots_free(struct resp_conn *c);
+
+/* The slot k places after the head of c's ring (its chunk allocated). */
+static inline struct resp_slot *
+resp_slot_at(struct resp_conn *c, uint32_t k)
+{
+    uint32_t i = (c->head + k) % RESP_PIPELINE_MAX;
+
+    return &c->chunk[i / RESP_CHUNK][i % RESP_CHUNK];
+}
+
+/* Whether c may run one more command: a slot free in its ring, and the memory of the slot and
+ * of an RL.MCHECK's parts held in [clients] buffer_memory (a connection with nothing in flight
+ * may make room as one that needs input bytes does, rl_front_hold; one with commands in
+ * flight waits for their answers instead). False: the command waits, unread. */
+bool resp_room(struct resp_conn *c);
 
 /* The handlers of CL.THROTTLE, RL.CHECK, RL.MCHECK (arity checked by the table): an error
  * reply goes to b; otherwise a slot waits for the answer. -ENOMEM: close. */

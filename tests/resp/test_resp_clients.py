@@ -662,6 +662,60 @@ def test_closed_connections_give_their_input_budget_back(tmp_path):
         c.stop()
 
 
+def test_pipelined_mchecks_count_in_buffer_memory(tmp_path):
+    """What a pipeline holds in the router counts in buffer_memory, not only its input: a
+    client that pipelines 400 RL.MCHECKs of 64 keys (25,600 CHECKs held in flight by a paused
+    node, 1.6 MB of parts) and never reads holds the most of its worker's 1 MB share, so a
+    newcomer on that worker closes it to make room (as for input bytes). Before, the parts and
+    the ring (140 KB a connection) counted nowhere: 1,000 such clients took 350 MB past the
+    buffer_memory they were given."""
+    import os
+    import signal
+
+    c = RespCluster(tmp_path, nodes=("a",), routers=1, deadline="20s",
+                    extra="\n[clients]\nbuffer_memory = 2mb\nidle_timeout = 1h\n").start()
+    try:
+        port = c.resp_ports[0]
+        node = c.nodes["a"]
+        os.kill(node.pid, signal.SIGSTOP)
+        keys = []
+        for j in range(64):
+            keys += ["api", f"k{j}", "", "1"]
+        one = b"*%d\r\n" % (1 + len(keys)) + b"$9\r\nRL.MCHECK\r\n" + b"".join(
+            b"$%d\r\n%s\r\n" % (len(k), k.encode()) for k in keys)
+        hogs = []
+        for _ in range(2):  # one on each worker
+            h = socket.socket()
+            h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            h.connect(("127.0.0.1", port))
+            h.settimeout(10)
+            h.sendall(one * 400)
+            hogs.append(h)
+        time.sleep(1.0)  # read, and sent to the paused node as far as each may hold
+        for _ in range(6):  # on either worker: each one's newcomer needs room
+            r = redis.Redis(port=port, socket_timeout=5)
+            assert r.ping() is True
+            r.close()
+        closed = 0
+        for h in hogs:
+            try:
+                while h.recv(65536):
+                    pass
+                closed += 1
+            except ConnectionResetError:
+                closed += 1
+            except socket.timeout:
+                pass
+            h.close()
+        assert closed >= 1
+    finally:
+        try:
+            os.kill(c.nodes["a"].pid, signal.SIGCONT)
+        except (ProcessLookupError, KeyError):
+            pass
+        c.stop()
+
+
 def test_sigterm_answers_what_the_router_holds(tmp_path):
     """A clean stop (SIGTERM) drains: 1,100 RL.CHECKs and an INFO pipelined on one connection
     while the node is paused (1,024 are held at the node, the rest wait in the router) are
