@@ -122,6 +122,21 @@ def start_rls(c: harness.Cluster) -> harness.Cluster:
     return c
 
 
+def sighup(c) -> None:
+    """SIGHUP to c's router, then waits (5 s at most) for its log's "SIGHUP: " line, and a
+    moment for the workers, which take the new configuration when woken."""
+    import signal
+
+    log = c.dir / "router.log"
+    n = log.read_text().count("SIGHUP: ")
+    c.router.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 5
+    while log.read_text().count("SIGHUP: ") == n:
+        assert time.monotonic() < deadline, "no SIGHUP line in the log"
+        time.sleep(0.02)
+    time.sleep(0.2)
+
+
 def running(c):
     """A fixture body: yields the started cluster c, stops it at the end."""
     yield c
