@@ -17,7 +17,7 @@ struct inl_slot {
     uint32_t owner;
     uint32_t refs;
     bool used;
-    bool quota; /* interned with quota: a client's, counted in nquota */
+    bool quota; /* a client's (RL_INLTAB_CLIENT or _IMPORTED), counted in nquota */
 };
 
 struct rl_inltab {
@@ -26,7 +26,7 @@ struct rl_inltab {
     uint32_t cap;   /* slots allocated */
     uint32_t nused; /* slots in use */
     uint32_t nzero; /* of which with no key */
-    uint32_t nquota; /* of which interned with quota (at most RL_INLTAB_CLIENTS_MAX) */
+    uint32_t nquota; /* of which clients' (at most RL_INLTAB_CLIENTS_MAX) */
     uint32_t *freel; /* free slot numbers below cap, nfree of them */
     uint32_t nfree;
     uint32_t *index; /* slot + 1, 0 empty; mask + 1 of them */
@@ -154,9 +154,10 @@ inl_grow(struct rl_inltab *t)
 }
 
 int
-rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner, bool quota,
-                 uint32_t *id)
+rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner,
+                 enum rl_inltab_who who, uint32_t *id)
 {
+    bool quota = who == RL_INLTAB_CLIENT, client = who != RL_INLTAB_SCALED;
     uint64_t h = inl_hash(t, want, owner);
     struct inl_slot *sl;
     uint32_t s;
@@ -183,7 +184,7 @@ rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner
             return -EDQUOT;
         }
     }
-    if (quota && t->nquota >= RL_INLTAB_CLIENTS_MAX) {
+    if (client && t->nquota >= RL_INLTAB_CLIENTS_MAX) {
         /* the clients' part is full: only their limits without keys can make room */
         if (t->nzero > 0) {
             rc = inl_reclaim(t);
@@ -218,9 +219,9 @@ rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner
     sl->tier.seed = 0; /* inline keys are hashed by limiter.c's own seed */
     sl->owner = owner;
     sl->used = true;
-    sl->quota = quota;
+    sl->quota = client;
     t->nused++;
-    t->nquota += quota;
+    t->nquota += client;
     t->nzero++;
     if (t->ops.owned != NULL) {
         t->ops.owned(t->ops.arg, owner, +1);

@@ -46,16 +46,24 @@ struct rl_inltab_ops {
 int rl_inltab_create(struct rl_inltab **out, const struct rl_inltab_ops *ops);
 void rl_inltab_destroy(struct rl_inltab *t);
 
+/* Whose limit an intern asks for. */
+enum rl_inltab_who {
+    RL_INLTAB_SCALED,   /* a scope = global service's scaled tier: may take the reserve */
+    RL_INLTAB_CLIENT,   /* a client's inline limit: its owner's quota (ops->may_add), and the
+                           clients' part of the table (RL_INLTAB_CLIENTS_MAX) */
+    RL_INLTAB_IMPORTED, /* a client's inline limit handed off to this node: admitted by its
+                           owner's quota on the sender, so only the clients' part bounds it */
+};
+
 /*
  * The tier id of owner's limit (want's algo, limit, window_ms, burst), interned when new: 0
- * with *id; -EDQUOT when it is new, quota is set and ops->may_add refuses owner one more
- * (even after limits without keys were reclaimed); -ENOSPC when RL_INLTAB_MAX limits with
- * keys are held, or with quota set RL_INLTAB_CLIENTS_MAX of those interned with quota; or
- * -ENOMEM. May move the tiers: pointers from rl_inltab_tier are valid until
- * the next intern.
+ * with *id; -EDQUOT when it is new, who is RL_INLTAB_CLIENT and ops->may_add refuses owner
+ * one more (even after limits without keys were reclaimed); -ENOSPC when RL_INLTAB_MAX
+ * limits with keys are held, or for a client's, RL_INLTAB_CLIENTS_MAX clients' ones; or
+ * -ENOMEM. May move the tiers: pointers from rl_inltab_tier are valid until the next intern.
  */
-int rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner, bool quota,
-                     uint32_t *id);
+int rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner,
+                     enum rl_inltab_who who, uint32_t *id);
 
 /* The owner of an interned tier id (0 when id is not one in use). */
 uint32_t rl_inltab_owner(const struct rl_inltab *t, uint32_t id);

@@ -119,6 +119,7 @@ rl_limiter_destroy(struct rl_limiter *l)
     free(l->names);
     free(l->scratch);
     free(l->gtiers);
+    free(l->gowners);
     free(l->tiers);
     free(l->svcs);
     free(l->svc_of_tier);
@@ -379,12 +380,10 @@ rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
     }
 }
 
-/* The tenant a global service's scaled tiers are accounted to: one per service, so a
- * global service keeps a share of the keys of its own, as a regional one does. */
-static uint32_t
-lim_global_owner(const struct rl_wire_req *req)
+uint32_t
+lim_global_owner(const char *service, size_t len)
 {
-    uint64_t h = XXH3_64bits_withSeed(req->service.ptr, req->service.len, 0x676c6f62u /* glob */);
+    uint64_t h = XXH3_64bits_withSeed(service, len, 0x676c6f62u /* glob */);
 
     return (uint32_t)(h ^ h >> 32);
 }
@@ -412,7 +411,8 @@ lim_global_tiers(struct rl_limiter *l, const struct rl_wire_req *req, const stru
         want.burst = burst > 0 ? (uint32_t)burst : 1;
         want.seed = 0;
         /* a global service's slices are its own account, under no client's quota */
-        rc = rl_inltab_intern(l->inl, &want, lim_global_owner(req), false, &id);
+        rc = rl_inltab_intern(l->inl, &want, lim_global_owner(req->service.ptr, req->service.len),
+                              RL_INLTAB_SCALED, &id);
         if (rc != 0) {
             return rc;
         }
@@ -459,7 +459,7 @@ lim_select(struct rl_limiter *l, const struct rl_wire_req *req, const struct rl_
             return -EPERM;
         }
         lim_inline_tier(req, &want);
-        rc = rl_inltab_intern(l->inl, &want, req->tenant, true, &id);
+        rc = rl_inltab_intern(l->inl, &want, req->tenant, RL_INLTAB_CLIENT, &id);
         if (rc != 0) {
             l->st.inline_over_quota += rc == -EDQUOT;
             return rc;

@@ -162,6 +162,48 @@ rl_limiter_export_shard(struct rl_limiter *l, uint64_t now, uint32_t shard, uint
     return rl_limiter_export(l, now, lim_want_shard, lim_shard_fn, &x);
 }
 
+static int
+lim_u32_cmp(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Whether owner is a global service's (lim_global_owner) under the rules in force: the
+ * owners of those services, sorted once per rules (without the memory for them, a scan). */
+static bool
+lim_is_global_owner(struct rl_limiter *l, uint32_t owner)
+{
+    const struct rl_conf *c = l->conf;
+
+    if (l->gowners_conf != c) {
+        uint32_t *g = realloc(l->gowners, (c->nrules + 1) * sizeof(*g));
+        size_t n = 0;
+
+        if (g == NULL) {
+            for (size_t i = 0; i < c->nrules; i++) {
+                if (c->rules[i].global &&
+                    lim_global_owner(c->rules[i].service, c->rules[i].service_len) == owner) {
+                    return true;
+                }
+            }
+            return false;
+        }
+        for (size_t i = 0; i < c->nrules; i++) {
+            if (c->rules[i].global) {
+                g[n++] = lim_global_owner(c->rules[i].service, c->rules[i].service_len);
+            }
+        }
+        qsort(g, n, sizeof(*g), lim_u32_cmp);
+        l->gowners = g;
+        l->ngowners = n;
+        l->gowners_conf = c;
+    }
+    return l->ngowners > 0 &&
+           bsearch(&owner, l->gowners, l->ngowners, sizeof(owner), lim_u32_cmp) != NULL;
+}
+
 /* This node's tier for k: configured (by key seed, the same algorithm and window) or its
  * inline limit interned for its owner; NULL when none. */
 static const struct rl_tier *
@@ -179,8 +221,12 @@ lim_import_tier(struct rl_limiter *l, const struct lim_seed_ix *ix, const struct
         want.limit = k->limit;
         want.window_ms = k->window_ms;
         want.burst = k->burst;
-        /* no quota: the key was admitted by its owner's quota on the sender */
-        if (rl_inltab_intern(l->inl, &want, (uint32_t)k->ref, false, &id) != 0) {
+        /* the key was admitted by its owner's quota on the sender; a client's still counts in
+         * the clients' part of the table, never in the scaled tiers' reserve */
+        if (rl_inltab_intern(l->inl, &want, (uint32_t)k->ref,
+                             lim_is_global_owner(l, (uint32_t)k->ref) ? RL_INLTAB_SCALED
+                                                                      : RL_INLTAB_IMPORTED,
+                             &id) != 0) {
             st->no_memory++;
             return NULL;
         }

@@ -86,9 +86,19 @@ struct rl_limiter {
     uint32_t region_slice;
     struct rl_tier *gtiers;
     uint32_t gtiers_cap;
+    /* the owners of the global services' scaled tiers (lim_global_owner), sorted, as of
+     * gowners_conf: what tells an imported inline record of one from a client's
+     * (limiter_handoff.c) */
+    uint32_t *gowners;
+    size_t ngowners;
+    const struct rl_conf *gowners_conf;
 };
 
 #define LIM_GONE UINT32_MAX
+
+/* The owner of the scaled tiers of global service (len bytes): one per service, so a global
+ * service keeps a share of the keys of its own, as a regional one does. */
+uint32_t lim_global_owner(const char *service, size_t len);
 
 /* What a request is judged by: its tiers, whether they are in shadow mode, and the service
  * whose decisions it counts in. */

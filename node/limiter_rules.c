@@ -253,6 +253,7 @@ rl_limiter_set_rules(struct rl_limiter *l, const struct rl_conf *conf,
     free(l->names->slot);
     *l->names = names;
     l->conf = conf;
+    l->gowners_conf = NULL; /* the global services' owners are read again at the next import */
     free(l->svcs);
     free(l->svc_of_tier);
     l->svcs = svcs;

@@ -110,8 +110,11 @@ move_tick_cb(uv_timer_t *t)
 
         if (st == RL_MOVE_INCOMING) {
             bool gone = m->peer[s] != MOVE_PEER_NONE && !move_peer_member(m, m->peer[s]);
+            const struct move_peer *pr = move_peer(m, m->peer[s]);
+            uint64_t heard = pr != NULL ? pr->heard : 0;
 
-            if (gone || (now >= m->deadline[s] && now >= m->in_progress + m->o.handoff_wait_ms)) {
+            if (gone || (now >= m->deadline[s] && now >= m->in_progress + m->o.handoff_wait_ms &&
+                         now >= heard + m->o.handoff_wait_ms)) {
                 m->stats.in_failed++;
                 if (move_wait_ended(m, s)) {
                     fresh++;
@@ -120,7 +123,13 @@ move_tick_cb(uv_timer_t *t)
                 }
             }
         } else if (st == RL_MOVE_OUTGOING) {
-            if (now >= m->deadline[s] && now >= m->out_progress + m->o.handoff_wait_ms / 2) {
+            /* kept while its node acknowledges (a batch's messages, "still coming") within
+             * half of handoff_wait, so always given up before that node, which waits a whole
+             * handoff_wait from the last it heard, starts it from zero */
+            const struct move_peer *pr = move_peer(m, m->peer[s]);
+            uint64_t told = pr != NULL ? pr->told : 0;
+
+            if (now >= m->deadline[s] && now >= told + m->o.handoff_wait_ms / 2) {
                 move_set(m, s, RL_MOVE_GONE);
                 m->stats.out_failed++;
                 given_up++;
@@ -530,6 +539,24 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
         snprintf(why, len, "shard %" PRIu32 " is out of range", s);
         return -EINVAL;
     }
+    if (bytes == 0 && !nothing) {
+        /* "Still coming" (docs/PROTOCOL.md): the sender has shards for this node queued
+         * behind a batch. It keeps open the waits of the shards expected from it, and changes
+         * nothing else (before its view, it is no record ahead of it). */
+        if (from != NULL && flen > 0 && flen < RL_SHARDMAP_NAME_MAX && m->map != NULL &&
+            move_member_named(m, from, flen)) {
+            char name[RL_SHARDMAP_NAME_MAX];
+            struct move_peer *pr;
+
+            memcpy(name, from, flen);
+            name[flen] = '\0';
+            pr = move_peer(m, move_peer_id(m, name));
+            if (pr != NULL) {
+                pr->heard = now;
+            }
+        }
+        return 1;
+    }
     switch (m->st[s]) {
     case RL_MOVE_INCOMING:
         peer = move_peer_name(m, m->peer[s]);
@@ -744,6 +771,7 @@ rl_move_destroy(struct rl_move *m)
      * sent as a batch out at this moment would be; closing first, so that no batch follows
      * it (move_pump) once it has ended, even on an error. */
     m->closing = true;
+    __atomic_store_n(&m->keep_stop, 1, __ATOMIC_RELAXED); /* "still coming" not begun: none */
     move_scan_finish(m);
     uv_close((uv_handle_t *)&m->tick, move_closed);
     uv_close((uv_handle_t *)&m->drain_timer, move_closed);

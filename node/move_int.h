@@ -29,9 +29,9 @@
  * RL_WIRE_RECORDS_MAX of records): the send waits for acknowledgements, not for the whole
  * batch, so its deadline is half of handoff_wait since the last one. */
 #define MOVE_WINDOW 16
-/* The nodes told at once, while a batch is out, that shards queued for them are still
- * coming (move_keep_up) */
-#define MOVE_KEEP_MAX 32
+/* The nodes told in one tick, while a batch is out, that shards queued for them are still
+ * coming (move_keep_up; the others, on the next ticks) */
+#define MOVE_KEEP_MAX 128
 
 struct move_batch {
     uv_work_t work;
@@ -63,28 +63,24 @@ struct move_batch {
      * export instant */
     uint16_t epoch[MOVE_BATCH_MAX];
     uint64_t lnow;
-    /* monotonic ns of the send's last progress (connected, an acknowledgement): written by
-     * the pool thread, read by the loop's tick (atomics) */
-    uint64_t progress_ns;
+    /* monotonic ns of the send's last acknowledgement (0: none yet): written by the pool
+     * thread, read by the loop's tick (atomics) */
+    uint64_t acked_ns;
 };
 
-/* "Still coming", while a batch is out: one empty, non-final HANDOFF_IN to each node other
- * than the batch's that has shards queued for it here, which keeps its wait for them open
- * (it waits handoff_wait from the last message of a member). From the thread pool, one node
- * after the other. */
+/* "Still coming", while a batch is out: one empty, non-final HANDOFF_IN to a node that has
+ * shards queued for it here (or the batch's own node during its export pass), which keeps its
+ * waits for shards from here open (it waits handoff_wait from the last word of a member).
+ * One work request of the thread pool per node and message, so a slow node delays no other. */
 struct move_keep {
     uv_work_t work;
-    bool active;
-    uint32_t n;
-    char addr[MOVE_KEEP_MAX][RL_SHARDMAP_NAME_MAX];
-    uint32_t shard[MOVE_KEEP_MAX];
-    uint32_t sent; /* of n, acknowledged */
-    uint64_t last; /* loop ms of the last round's start */
+    struct rl_move *m;
+    char addr[RL_SHARDMAP_NAME_MAX];
+    uint32_t shard;
+    uint16_t peer;
+    bool ok;       /* acknowledged */
+    uint64_t sent; /* monotonic ns just before it was sent (not later than the node heard it) */
     int timeout_ms;
-    const char *self;
-    const char *secret;
-    size_t secret_len;
-    struct rl_tls_ctx *tls;
 };
 
 struct rl_move {
@@ -108,7 +104,15 @@ struct rl_move {
     size_t told_cap;    /* entries of told_by */
     uint32_t *q;        /* ring of OUTGOING shards, n + 1 slots */
     uint32_t qhead, qtail;
-    char (*peers)[RL_SHARDMAP_NAME_MAX];
+    struct move_peer {
+        char name[RL_SHARDMAP_NAME_MAX];
+        uint64_t heard; /* loop ms of its last "still coming" here: keeps open the waits of
+                           the shards expected from it, and of none other */
+        uint64_t told;  /* loop ms it last acknowledged a message of a move from here (a
+                           batch's, or "still coming"): keeps the shards queued for it */
+        uint64_t kept;  /* loop ms "still coming" was last sent to it */
+        bool keeping;   /* one is out to it */
+    } * peers;
     size_t npeers, peers_cap;
     struct rl_shardmap *map;            /* the view last applied */
     uint32_t self_ix;                   /* in map, or RL_SHARDMAP_NONE */
@@ -116,13 +120,14 @@ struct rl_move {
     bool views_stale;    /* ZooKeeper unreachable: the view last applied may be behind */
     uint64_t views_back; /* loop ms views last became current again (0: never lost) */
     bool view_since_back; /* members were read since (rl_move_members_read) */
-    uint64_t in_progress, out_progress; /* loop ms of the last HANDOFF_IN here from a member
-                                           of the view (move_member_progress), last ack */
+    uint64_t in_progress; /* loop ms of the last HANDOFF_IN with records here from a member of
+                             the view (move_member_progress) */
     bool in_counts;                     /* the HANDOFF_IN being taken is from a member */
     uint32_t nowned;
     struct rl_move_stats stats;
     struct move_batch b;
-    struct move_keep keep;
+    uint32_t keeps; /* "still coming" work requests out (struct move_keep) */
+    int keep_stop;  /* the move closes: those not begun send nothing (atomics) */
     bool draining, drained;
     /* On this node's first view as active (and, after one whose previous view had every
      * node joining, on the views of the next half handoff_wait that show more nodes
@@ -191,15 +196,22 @@ void move_free(struct rl_move *m);
 void move_pump(struct rl_move *m);
 /* move_push.c: the rest of a batch's export pass at once, if one runs (the move closes) */
 void move_scan_finish(struct rl_move *m);
-/* move_push.c, from the tick: while a batch is out and its send progresses, the shards
- * queued behind it are not given up (out_progress moves on), and every quarter of
- * handoff_wait the nodes they are bound for are told they are still coming. */
+/* move_push.c, from the tick: while a batch is out, every quarter of handoff_wait the nodes
+ * its queued shards are bound for (and, during its export pass, its own) are told they are
+ * still coming; each peer's `told` moves on with what it acknowledges. */
 void move_keep_up(struct rl_move *m, uint64_t now);
+/* Peer id's record, or NULL (MOVE_PEER_NONE, or none such). */
+static inline struct move_peer *
+move_peer(const struct rl_move *m, uint16_t id)
+{
+    return id < m->npeers ? &m->peers[id] : NULL;
+}
+
 /* Whether nothing of the move's runs in the thread pool (it may be freed once closed). */
 static inline bool
 move_idle(const struct rl_move *m)
 {
-    return !m->b.active && !m->keep.active;
+    return !m->b.active && m->keeps == 0;
 }
 
 #endif

@@ -147,7 +147,6 @@ move_work(uv_work_t *w)
     }
     rc = move_dial(&c, b->addr, b->tls, b->secret, b->secret_len, rep, b->timeout_ms, b->why,
                    sizeof(b->why));
-    __atomic_store_n(&b->progress_ns, rl_clock_mono_ns(), __ATOMIC_RELAXED);
     while (rc == 0 && acked < b->nmsgs) {
         while (rc == 0 && queued < b->nmsgs && queued - acked < MOVE_WINDOW) {
             size_t len = move_frame_len(b->frames.data + off);
@@ -166,7 +165,7 @@ move_work(uv_work_t *w)
             break;
         }
         acked++;
-        __atomic_store_n(&b->progress_ns, rl_clock_mono_ns(), __ATOMIC_RELAXED);
+        __atomic_store_n(&b->acked_ns, rl_clock_mono_ns(), __ATOMIC_RELAXED);
         for (uint32_t i = 0; i < b->n; i++) {
             uint32_t first = i == 0 ? 1 : b->last_id[i - 1] + 1;
 
@@ -196,6 +195,33 @@ move_work(uv_work_t *w)
     free(rep);
 }
 
+/* pr's `told` from a monotonic time (ns): the loop's ms of that moment, if later. */
+static void
+move_told_at(struct rl_move *m, struct move_peer *pr, uint64_t mono_ns)
+{
+    uint64_t now = uv_now(m->loop), mono = rl_clock_mono_ns();
+    uint64_t ago = mono > mono_ns ? (mono - mono_ns) / 1000000 : 0;
+
+    if (ago <= now && now - ago > pr->told) {
+        pr->told = now - ago;
+    }
+}
+
+/* The batch's node's `told`: when it last acknowledged one of the batch's messages (that one
+ * was sent earlier still: an acknowledgement's time may be later than the node heard of the
+ * batch last, by its round trip, which half of handoff_wait leaves room for). */
+static void
+move_batch_told(struct rl_move *m, uint64_t now)
+{
+    uint64_t acked = __atomic_load_n(&m->b.acked_ns, __ATOMIC_RELAXED);
+    struct move_peer *pr = move_peer(m, m->b.peer);
+
+    (void)now;
+    if (pr != NULL && acked != 0) {
+        move_told_at(m, pr, acked);
+    }
+}
+
 static void
 move_after_work(uv_work_t *w, int status)
 {
@@ -205,6 +231,7 @@ move_after_work(uv_work_t *w, int status)
     uint32_t failed = 0;
 
     (void)status;
+    move_batch_told(m, now); /* its last acknowledgements keep the shards queued for its node */
     if (b->nothing) {
         uint32_t told = 0;
 
@@ -241,9 +268,6 @@ move_after_work(uv_work_t *w, int status)
         rl_log_warn("handoff: %" PRIu32 " of %" PRIu32 " shard(s) not handed to %s (%s): it "
                     "starts them from zero",
                     failed, b->n, move_peer_name(m, b->peer), b->why);
-    }
-    if (failed < b->n) {
-        m->out_progress = now;
     }
     rl_buf_deinit(&b->frames);
     b->active = false;
@@ -328,6 +352,7 @@ move_pump(struct rl_move *m)
     }
     memset(b->keys, 0, sizeof(b->keys));
     memset(b->ok, 0, sizeof(b->ok));
+    __atomic_store_n(&b->acked_ns, 0, __ATOMIC_RELAXED); /* none of this batch's yet */
     b->n = 0;
     b->peer = MOVE_PEER_NONE;
     b->nothing = false;
@@ -373,8 +398,6 @@ move_pump(struct rl_move *m)
     lnow = m->o.now_ms(m->o.now_arg);
     b->lnow = lnow;
     b->t0_ns = rl_clock_mono_ns();
-    /* the export pass is the batch's progress until its send */
-    __atomic_store_n(&b->progress_ns, b->t0_ns, __ATOMIC_RELAXED);
     rl_buf_init(&b->frames);
     for (uint32_t i = 0; i < b->n; i++) {
         rl_buf_init(&b->snap[i]);
@@ -443,7 +466,6 @@ move_scan_turn(uv_idle_t *h)
     struct rl_move *m = h->data;
 
     m->stats.export_turns++;
-    __atomic_store_n(&m->b.progress_ns, rl_clock_mono_ns(), __ATOMIC_RELAXED);
     move_scan(m, MOVE_SCAN_SLOTS);
 }
 
@@ -477,116 +499,119 @@ move_send(struct rl_move *m)
 
 /* ---- "still coming": the nodes waiting for shards queued behind a batch ---------------- */
 
-/* The thread pool: one empty, non-final HANDOFF_IN naming this node to each node of the
- * round, one after the other, each within the round's timeout. */
+/* The thread pool: one empty, non-final HANDOFF_IN naming this node, dialled, sent and
+ * answered within the timeout. */
 static void
 move_keep_work(uv_work_t *w)
 {
     struct move_keep *k = w->data;
+    struct rl_move *m = k->m;
+    uint64_t end = rl_clock_mono_ns() + (uint64_t)k->timeout_ms * 1000000;
+    struct rl_client *c = NULL;
     struct rl_wire_reply rep;
     struct rl_buf out;
     char why[128];
+    int rc;
 
-    k->sent = 0;
-    for (uint32_t i = 0; i < k->n; i++) {
-        struct rl_client *c = NULL;
-        int rc = move_dial(&c, k->addr[i], k->tls, k->secret, k->secret_len, &rep, k->timeout_ms,
-                           why, sizeof(why));
-
-        rl_buf_init(&out);
-        if (rc == 0) {
-            rc = rl_wire_put_handoff_in_final(&out, 1, k->shard[i], NULL, 0, false, k->self);
-        }
-        if (rc == 0) {
-            rc = rl_client_queue_raw(c, out.data, out.len);
-        }
-        if (rc == 0) {
-            rc = rl_client_flush(c, k->timeout_ms);
-        }
-        if (rc == 0) {
-            rc = rl_client_recv(c, &rep, k->timeout_ms);
-        }
-        k->sent += rc == 0 && rep.op == RL_WIRE_OP_HANDOFF_IN;
-        rl_buf_deinit(&out);
-        rl_client_destroy(c);
+    if (__atomic_load_n(&m->keep_stop, __ATOMIC_RELAXED)) {
+        return;
     }
+    rc = move_dial(&c, k->addr, m->o.tls, m->o.secret, m->o.secret_len, &rep, k->timeout_ms, why,
+                   sizeof(why));
+    rl_buf_init(&out);
+    if (rc == 0) {
+        rc = rl_wire_put_handoff_in_final(&out, 1, k->shard, NULL, 0, false, m->self);
+    }
+    if (rc == 0) {
+        rc = rl_client_queue_raw(c, out.data, out.len);
+    }
+    k->sent = rl_clock_mono_ns();
+    if (rc == 0) {
+        rc = rl_client_flush(c, move_left(end));
+    }
+    if (rc == 0) {
+        rc = rl_client_recv(c, &rep, move_left(end));
+    }
+    k->ok = rc == 0 && rep.op == RL_WIRE_OP_HANDOFF_IN;
+    rl_buf_deinit(&out);
+    rl_client_destroy(c);
 }
 
 static void
 move_keep_after(uv_work_t *w, int status)
 {
     struct move_keep *k = w->data;
-    struct rl_move *m = (struct rl_move *)(void *)((char *)k - offsetof(struct rl_move, keep));
+    struct rl_move *m = k->m;
+    struct move_peer *pr = move_peer(m, k->peer);
 
     (void)status;
-    k->active = false;
-    rl_log_debug("handoff: told %" PRIu32 " of %" PRIu32 " node(s) that their shards are still "
-                 "coming",
-                 k->sent, k->n);
+    if (pr != NULL) {
+        pr->keeping = false;
+        if (k->ok) {
+            move_told_at(m, pr, k->sent);
+        }
+    }
+    rl_log_debug("handoff: %s %s that its shards are still coming",
+                 k->ok ? "told" : "could not tell", move_peer_name(m, k->peer));
+    free(k);
+    m->keeps--;
     if (m->closing && m->nopen == 0 && move_idle(m)) {
         move_free(m);
     }
 }
 
-/* Adds node p, to be told that shard s (among others) is still coming, unless it is in the
- * round already or not in the view. */
-static void
-move_keep_add(struct rl_move *m, uint16_t *peers, uint16_t p, uint32_t s)
+/* Tells node p, unless one is out to it or it was told less than a quarter of handoff_wait
+ * ago, that shard s (among others) is still coming. Returns whether a message went out. */
+static bool
+move_keep_one(struct rl_move *m, uint16_t p, uint32_t s, uint64_t now)
 {
-    struct move_keep *k = &m->keep;
-    uint32_t mi, j;
+    uint32_t quarter = m->o.handoff_wait_ms / 4 > 0 ? m->o.handoff_wait_ms / 4 : 1;
+    struct move_peer *pr = move_peer(m, p);
+    uint32_t mi;
+    struct move_keep *k;
 
-    for (j = 0; j < k->n && peers[j] != p; j++) {
+    if (pr == NULL || pr->keeping || now < pr->kept + quarter) {
+        return false;
     }
-    mi = p != MOVE_PEER_NONE ? rl_shardmap_find(m->map, move_peer_name(m, p)) : RL_SHARDMAP_NONE;
-    if (j < k->n || mi == RL_SHARDMAP_NONE || k->n == MOVE_KEEP_MAX) {
-        return;
+    mi = rl_shardmap_find(m->map, pr->name);
+    if (mi == RL_SHARDMAP_NONE || (k = calloc(1, sizeof(*k))) == NULL) {
+        return false;
     }
-    peers[k->n] = p;
-    snprintf(k->addr[k->n], sizeof(k->addr[k->n]), "%s", m->map->members[mi].addr);
-    k->shard[k->n++] = s;
+    k->m = m;
+    snprintf(k->addr, sizeof(k->addr), "%s", m->map->members[mi].addr);
+    k->shard = s;
+    k->peer = p;
+    k->timeout_ms = (int)quarter;
+    k->work.data = k;
+    if (uv_queue_work(m->loop, &k->work, move_keep_work, move_keep_after) != 0) {
+        free(k);
+        return false;
+    }
+    pr->keeping = true;
+    pr->kept = now;
+    m->keeps++;
+    return true;
 }
 
 void
 move_keep_up(struct rl_move *m, uint64_t now)
 {
     struct move_batch *b = &m->b;
-    struct move_keep *k = &m->keep;
-    uint64_t wait_ns = (uint64_t)m->o.handoff_wait_ms * 1000000 / 2;
-    uint32_t quarter = m->o.handoff_wait_ms / 4 > 0 ? m->o.handoff_wait_ms / 4 : 1;
-    uint16_t peers[MOVE_KEEP_MAX];
+    uint32_t n = 0;
 
-    if (!b->active || b->nothing || m->closing) {
+    if (!b->active || b->nothing || m->closing || m->map == NULL) {
         return;
     }
-    /* the batch's export pass or send moved on lately: the shards behind it are moving */
-    if (rl_clock_mono_ns() - __atomic_load_n(&b->progress_ns, __ATOMIC_RELAXED) < wait_ns) {
-        m->out_progress = now;
-    }
-    if (k->active || now < k->last + quarter || m->map == NULL) {
-        return;
-    }
-    k->n = 0;
+    move_batch_told(m, now);
     /* while its export pass runs, the batch's own node hears nothing of it either */
     if (uv_is_active((uv_handle_t *)&m->scan)) {
-        move_keep_add(m, peers, b->peer, b->shard[0]);
+        n += move_keep_one(m, b->peer, b->shard[0], now);
     }
-    for (uint32_t i = m->qhead; i != m->qtail; i = (i + 1) % (m->n + 1)) {
+    for (uint32_t i = m->qhead; i != m->qtail && n < MOVE_KEEP_MAX; i = (i + 1) % (m->n + 1)) {
         uint32_t s = m->q[i];
 
         if (m->st[s] == RL_MOVE_OUTGOING && m->peer[s] != b->peer) {
-            move_keep_add(m, peers, m->peer[s], s);
+            n += move_keep_one(m, m->peer[s], s, now);
         }
     }
-    k->last = now;
-    if (k->n == 0) {
-        return;
-    }
-    k->timeout_ms = (int)quarter;
-    k->self = m->self;
-    k->secret = m->o.secret;
-    k->secret_len = m->o.secret_len;
-    k->tls = m->o.tls;
-    k->work.data = k;
-    k->active = uv_queue_work(m->loop, &k->work, move_keep_work, move_keep_after) == 0;
 }

@@ -95,7 +95,7 @@ uint16_t
 move_peer_id(struct rl_move *m, const char *name)
 {
     for (size_t i = 0; i < m->npeers; i++) {
-        if (strcmp(m->peers[i], name) == 0) {
+        if (strcmp(m->peers[i].name, name) == 0) {
             return (uint16_t)i;
         }
     }
@@ -109,14 +109,15 @@ move_peer_id(struct rl_move *m, const char *name)
         m->peers = p;
         m->peers_cap = cap;
     }
-    snprintf(m->peers[m->npeers], sizeof(m->peers[0]), "%s", name);
+    memset(&m->peers[m->npeers], 0, sizeof(m->peers[0]));
+    snprintf(m->peers[m->npeers].name, sizeof(m->peers[0].name), "%s", name);
     return (uint16_t)m->npeers++;
 }
 
 const char *
 move_peer_name(const struct rl_move *m, uint16_t id)
 {
-    return id == MOVE_PEER_NONE || id >= m->npeers ? "" : m->peers[id];
+    return id == MOVE_PEER_NONE || id >= m->npeers ? "" : m->peers[id].name;
 }
 
 /* Whether the member named by peer id is in the current view (any state). */

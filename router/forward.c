@@ -605,10 +605,10 @@ rl_forward_check(struct rl_conn *conn, const struct rl_wire_req *req,
 }
 
 /* Why an inline refund of service (len bytes) is refused whoever sends it, or NULL: the service
- * is one this router's fronts count under, whose clients never refund (a domain of the envoy
- * configuration in force, or CL.THROTTLE's `[router] resp_service` while RESP is served), so
- * that a refund there could only lift an Envoy or CL.THROTTLE limit (docs/PROTOCOL.md,
- * "ADJUST"). */
+ * is one the cluster's fronts count under, whose clients never refund (a domain of the envoy
+ * configuration in force, or CL.THROTTLE's `[router] resp_service`, whether or not this
+ * router serves RESP: another one may), so that a refund there could only lift an Envoy or
+ * CL.THROTTLE limit (docs/PROTOCOL.md, "ADJUST"). */
 static const char *
 forward_front_counter(const struct rl_router *r, const struct rl_wire_str *service)
 {
@@ -617,7 +617,7 @@ forward_front_counter(const struct rl_router *r, const struct rl_wire_str *servi
     if (r->envoy != NULL && rl_envoy_domain(r->envoy, service->ptr, service->len) != NULL) {
         return "the service is a domain of the gRPC front: its inline counters take no refunds";
     }
-    if (r->conf->resp_host != NULL && resp != NULL && strlen(resp) == service->len &&
+    if (resp != NULL && strlen(resp) == service->len &&
         memcmp(resp, service->ptr, service->len) == 0) {
         return "the service is CL.THROTTLE's (resp_service): its inline counters take no "
                "refunds";

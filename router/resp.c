@@ -181,6 +181,9 @@ resp_produce(struct rl_front_conn *fc)
     if (c->closing || resp_drain(c) != 0) {
         return -1;
     }
+    if (resp_in_unread(&c->in) > 0 && c->nslots == 0 && !resp_room(c)) {
+        return -1; /* nothing in flight, and no room: buffer_memory is spent, c holds the most */
+    }
     if (resp_in_unread(&c->in) > 0 && resp_room(c)) {
         conn_process(c); /* commands that waited for a slot */
         if (c->closing || resp_drain(c) != 0) {
@@ -253,8 +256,7 @@ resp_tick(struct rl_front_conn *fc, uint64_t now, uint64_t frame_timeout_ms)
         rl_front_close(fc);
         return;
     }
-    if (c->partial_ms != 0 && c->nslots < RESP_PIPELINE_MAX &&
-        now - c->partial_ms >= frame_timeout_ms) {
+    if (c->partial_ms != 0 && !c->paused && now - c->partial_ms >= frame_timeout_ms) {
         rl_front_close(fc);
         return;
     }

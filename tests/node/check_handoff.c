@@ -24,6 +24,7 @@
 
 #include "buf.h"
 #include "conf.h"
+#include "inltab.h"
 #include "handoff.h"
 #include "limiter.h"
 #include "rltest.h"
@@ -446,6 +447,69 @@ START_TEST(test_global_slice)
         rl_limiter_destroy(big);
         rl_conf_destroy(c);
     }
+}
+END_TEST
+
+/* An inline CHECK of tenant `tenant`, fixed_window `limit` per 1h; its return code. */
+static int
+check_tenant(struct rl_limiter *l, const char *user, uint32_t tenant, uint32_t limit, uint64_t now)
+{
+    struct rl_wire_req req;
+    struct rl_wire_check_reply rep;
+
+    memset(&req, 0, sizeof(req));
+    req.service.ptr = "x";
+    req.service.len = 1;
+    req.user.ptr = user;
+    req.user.len = (uint32_t)strlen(user);
+    req.cost = 1;
+    req.limit.set = true;
+    req.limit.algo = RL_ALGO_FIXED_WINDOW;
+    req.limit.limit = limit;
+    req.limit.window_ms = 3600000;
+    req.tenant = tenant;
+    return rl_limiter_check(l, &req, now, &rep);
+}
+
+/* Clients' inline limits handed off to a node count in its clients' part of the inline table
+ * as the ones it admitted itself: imported into a node whose clients' part is full, they are
+ * skipped, and a global service's scaled tiers still find their reserved places, its own
+ * imported ones included. (Before, imports took the reserve: then the global service's CHECKs
+ * were refused OVERLOADED.) */
+START_TEST(test_imports_leave_the_scaled_tiers_reserve)
+{
+    const char *text = "[cluster]\nregion = east\nregions = east:1 west:1\n"
+                       "[service g]\nscope = global\nlimit = fixed_window 10 per 1h\n";
+    struct rl_conf *c = conf_from(text);
+    struct rl_limiter *snd = limiter_from(c), *rcv = limiter_from(c);
+    struct rl_limiter_import_stats st;
+    struct rl_handoff_key *keys;
+    size_t n;
+    char user[32];
+
+    /* the sender: 4,096 limits of one tenant, and the global service's tier */
+    for (uint32_t k = 0; k < RL_INLTAB_TENANT_MAX; k++) {
+        ck_assert_int_eq(check_tenant(snd, "u", 99, 100 + k, T0), 0);
+    }
+    ck_assert_uint_eq(check(snd, "g", "alice", NULL, 1, T0).code, RL_WIRE_ALLOWED);
+    /* the receiver: its clients' part full */
+    for (uint32_t k = 0; k < RL_INLTAB_CLIENTS_MAX; k++) {
+        snprintf(user, sizeof(user), "v%u", k % 7);
+        ck_assert_int_eq(check_tenant(rcv, user, 1 + k / RL_INLTAB_TENANT_MAX, 20000 + k, T0), 0);
+    }
+    export_decode(snd, T0, &keys, &n);
+    ck_assert_uint_eq(n, RL_INLTAB_TENANT_MAX + 1);
+    memset(&st, 0, sizeof(st));
+    ck_assert_int_eq(rl_limiter_import(rcv, T0, 0, 0, keys, n, &st), 0);
+    ck_assert_uint_eq(st.imported, 1); /* alice's counter of g */
+    ck_assert_uint_eq(st.no_memory, RL_INLTAB_TENANT_MAX);
+    /* alice kept her count (1 of her slice of 5); another user of g finds a tier too */
+    ck_assert_uint_eq(check(rcv, "g", "alice", NULL, 0, T0).remaining, 4);
+    ck_assert_uint_eq(check(rcv, "g", "bob", NULL, 1, T0).code, RL_WIRE_ALLOWED);
+    free(keys);
+    rl_limiter_destroy(snd);
+    rl_limiter_destroy(rcv);
+    rl_conf_destroy(c);
 }
 END_TEST
 
@@ -874,6 +938,7 @@ handoff_suite(void)
     tcase_add_test(tc, test_import_other_rules);
     tcase_add_test(tc, test_global_slice);
     tcase_add_test(tc, test_long_log);
+    tcase_add_test(tc, test_imports_leave_the_scaled_tiers_reserve);
     tcase_add_test(tc, test_import_far_future);
     tcase_add_test(tc, test_decoder_bounded);
     tcase_add_test(tc, test_export_shard);

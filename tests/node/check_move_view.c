@@ -617,6 +617,57 @@ START_TEST(test_long_transfer_ahead_of_view_kept)
 }
 END_TEST
 
+/* "Still coming" (an empty, non-final HANDOFF_IN) from b ahead of a's view changes nothing
+ * there: once the view expects f->s from b, MOVING names b and b's "nothing here" is taken.
+ * (Before, it was taken for records ahead of the view: f->s was then expected from no one,
+ * MOVING named no node, and b's word was refused.) */
+START_TEST(test_still_coming_ahead_of_the_view)
+{
+    struct fixture f;
+    const char *owner = NULL;
+    char why[256] = "";
+
+    setup_views(&f, WAIT_MS);
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, "b", 1, false, why, sizeof(why)), 1);
+    view(&f, RL_MEMBER_LEAVING);
+    ck_assert(rl_move_expected(f.m, f.s));
+    ck_assert(rl_move_moving(f.m, f.s, &owner));
+    ck_assert_str_eq(owner, "b");
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, "b", 1, true, why, sizeof(why)), 0);
+    rl_move_in_end(f.m, f.s, 0, true);
+    ck_assert(!rl_move_expected(f.m, f.s));
+    ck_assert(owned_here(&f));
+    teardown(&f);
+}
+END_TEST
+
+/* "Still coming" keeps open the waits of the shards expected from its sender, and of none
+ * other: a expects f->s from b (leaving); while b says it every quarter of handoff_wait, f->s
+ * waits; c saying it does not hold f->s, and once b stops, f->s starts from zero here after
+ * handoff_wait. (Before, any member's word kept every wait open.) */
+START_TEST(test_still_coming_keeps_its_senders_waits_only)
+{
+    struct fixture f;
+    char why[256] = "";
+
+    setup_views(&f, WAIT_MS);
+    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE);
+    ck_assert(rl_move_expected(f.m, f.s));
+    for (int i = 0; i < 12; i++) { /* three handoff_waits */
+        ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, "b", 1, false, why, sizeof(why)), 1);
+        runfor(&f.loop, WAIT_MS / 4);
+    }
+    ck_assert(rl_move_expected(f.m, f.s));
+    for (int i = 0; i < 12; i++) {
+        ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, "c", 1, false, why, sizeof(why)), 1);
+        runfor(&f.loop, WAIT_MS / 4);
+    }
+    ck_assert(!rl_move_expected(f.m, f.s));
+    ck_assert(owned_here(&f));
+    teardown(&f);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -643,6 +694,8 @@ main(void)
     tcase_add_test(tc, test_unconfirmed_records_never_decided);
     tcase_add_test(tc, test_wait_counts_members_only);
     tcase_add_test(tc, test_long_transfer_ahead_of_view_kept);
+    tcase_add_test(tc, test_still_coming_ahead_of_the_view);
+    tcase_add_test(tc, test_still_coming_keeps_its_senders_waits_only);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -328,8 +328,9 @@ def test_binary_refunds_of_a_domain_are_refused(rls, call, pb):
 
 def test_fronts_counters_take_no_refunds_on_any_router(tmp_path):
     """A router without the gRPC front still knows envoy_config's domains and refuses inline
-    refunds there, as it does on CL.THROTTLE's service while it serves RESP; the refund is
-    refused again after a SIGHUP, and a service that is neither still takes one."""
+    refunds there, as it does on CL.THROTTLE's service (`resp_service`, `cell`) without
+    serving RESP itself (another router may); the refund is refused again after a SIGHUP, and a
+    service that is neither still takes one."""
     import harness
     from ratelimiter import Client, Code, ErrorCode, ServerError
 
@@ -340,7 +341,6 @@ def test_fronts_counters_take_no_refunds_on_any_router(tmp_path):
     c = harness.Cluster(tmp_path)
     text = c.conf.read_text()
     text = text.replace("[cluster]\n", "[cluster]\nenvoy_config = edge.yaml\n", 1)
-    text = text.replace("[router]\n", f"[router]\nresp = {harness.free_port()}\n", 1)
     c.conf.write_text(text)
     five = ("gcra", 5, 3600 * 1000, None)
     try:
