@@ -380,14 +380,6 @@ rl_limiter_prepare(struct rl_limiter *l, const struct rl_wire_req *req,
     }
 }
 
-uint32_t
-lim_global_owner(const char *service, size_t len)
-{
-    uint64_t h = XXH3_64bits_withSeed(service, len, 0x676c6f62u /* glob */);
-
-    return (uint32_t)(h ^ h >> 32);
-}
-
 /*
  * The tiers of a global rule as this region enforces them for req's user: limit and burst
  * scaled by the slice (rounded down, at least 1), each interned in inl so its keys follow

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "algo.h"
 #include "inltab.h"
@@ -98,7 +99,13 @@ struct rl_limiter {
 
 /* The owner of the scaled tiers of global service (len bytes): one per service, so a global
  * service keeps a share of the keys of its own, as a regional one does. */
-uint32_t lim_global_owner(const char *service, size_t len);
+static inline uint32_t
+lim_global_owner(const char *service, size_t len)
+{
+    uint64_t h = XXH3_64bits_withSeed(service, len, 0x676c6f62u /* glob */);
+
+    return (uint32_t)(h ^ h >> 32);
+}
 
 /* What a request is judged by: its tiers, whether they are in shadow mode, and the service
  * whose decisions it counts in. */
