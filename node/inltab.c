@@ -17,7 +17,7 @@ struct inl_slot {
     uint32_t owner;
     uint32_t refs;
     bool used;
-    bool quota; /* a client's (RL_INLTAB_CLIENT or _IMPORTED), counted in nquota */
+    bool client; /* a client's (RL_INLTAB_CLIENT or _IMPORTED), counted in nclient */
 };
 
 struct rl_inltab {
@@ -26,7 +26,7 @@ struct rl_inltab {
     uint32_t cap;   /* slots allocated */
     uint32_t nused; /* slots in use */
     uint32_t nzero; /* of which with no key */
-    uint32_t nquota; /* of which clients' (at most RL_INLTAB_CLIENTS_MAX) */
+    uint32_t nclient; /* of which clients' (at most RL_INLTAB_CLIENTS_MAX) */
     uint32_t *freel; /* free slot numbers below cap, nfree of them */
     uint32_t nfree;
     uint32_t *index; /* slot + 1, 0 empty; mask + 1 of them */
@@ -114,7 +114,7 @@ inl_reclaim(struct rl_inltab *t)
             t->slots[s].used = false;
             t->freel[t->nfree++] = s;
             t->nused--;
-            t->nquota -= t->slots[s].quota;
+            t->nclient -= t->slots[s].client;
             if (t->ops.owned != NULL) {
                 t->ops.owned(t->ops.arg, t->slots[s].owner, -1);
             }
@@ -184,7 +184,7 @@ rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner
             return -EDQUOT;
         }
     }
-    if (client && t->nquota >= RL_INLTAB_CLIENTS_MAX) {
+    if (client && t->nclient >= RL_INLTAB_CLIENTS_MAX) {
         /* the clients' part is full: only their limits without keys can make room */
         if (t->nzero > 0) {
             rc = inl_reclaim(t);
@@ -192,7 +192,7 @@ rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner
                 return rc;
             }
         }
-        if (t->nquota >= RL_INLTAB_CLIENTS_MAX) {
+        if (t->nclient >= RL_INLTAB_CLIENTS_MAX) {
             return -ENOSPC;
         }
     }
@@ -219,9 +219,9 @@ rl_inltab_intern(struct rl_inltab *t, const struct rl_tier *want, uint32_t owner
     sl->tier.seed = 0; /* inline keys are hashed by limiter.c's own seed */
     sl->owner = owner;
     sl->used = true;
-    sl->quota = client;
+    sl->client = client;
     t->nused++;
-    t->nquota += client;
+    t->nclient += client;
     t->nzero++;
     if (t->ops.owned != NULL) {
         t->ops.owned(t->ops.arg, owner, +1);

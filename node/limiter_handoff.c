@@ -171,7 +171,8 @@ lim_u32_cmp(const void *a, const void *b)
 }
 
 /* Whether owner is a global service's (lim_global_owner) under the rules in force: the
- * owners of those services, sorted once per rules (without the memory for them, a scan). */
+ * owners of those services, sorted once per rules. Without the memory for them, none is
+ * (the record then counts as a client's: in the clients' part, never in the reserve). */
 static bool
 lim_is_global_owner(struct rl_limiter *l, uint32_t owner)
 {
@@ -182,12 +183,6 @@ lim_is_global_owner(struct rl_limiter *l, uint32_t owner)
         size_t n = 0;
 
         if (g == NULL) {
-            for (size_t i = 0; i < c->nrules; i++) {
-                if (c->rules[i].global &&
-                    lim_global_owner(c->rules[i].service, c->rules[i].service_len) == owner) {
-                    return true;
-                }
-            }
             return false;
         }
         for (size_t i = 0; i < c->nrules; i++) {

@@ -57,6 +57,15 @@ move_put_key(void *arg, const struct rl_handoff_key *k)
     return rl_handoff_put_key(&b->snap[b->cur], k);
 }
 
+/* The length of the record or frame at p: its 4-byte length prefix and what follows. */
+static size_t
+move_frame_len(const char *p)
+{
+    const unsigned char *u = (const unsigned char *)p;
+
+    return 4 + ((size_t)u[0] << 24 | (size_t)u[1] << 16 | (size_t)u[2] << 8 | u[3]);
+}
+
 /* Splits a shard's records into HANDOFF_IN messages of whole records, the last final. */
 static int
 move_frames(struct move_batch *b, uint32_t i, const char *from)
@@ -68,8 +77,7 @@ move_frames(struct move_batch *b, uint32_t i, const char *from)
     do {
         end = start;
         while (end + 4 <= snap->len) {
-            const unsigned char *p = (const unsigned char *)snap->data + end;
-            size_t len = 4 + ((size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3]);
+            size_t len = move_frame_len(snap->data + end);
 
             if (end + len - start > RL_WIRE_RECORDS_MAX) {
                 break;
@@ -95,15 +103,6 @@ move_left(uint64_t end_ns)
     uint64_t now = rl_clock_mono_ns();
 
     return now >= end_ns ? 1 : (int)((end_ns - now) / 1000000) + 1;
-}
-
-/* The length of the frame (prefix and payload) at p. */
-static size_t
-move_frame_len(const char *p)
-{
-    const unsigned char *u = (const unsigned char *)p;
-
-    return 4 + ((size_t)u[0] << 24 | (size_t)u[1] << 16 | (size_t)u[2] << 8 | u[3]);
 }
 
 /* Connects to addr with TLS and the cluster secret as configured, within timeout_ms; why
@@ -211,12 +210,11 @@ move_told_at(struct rl_move *m, struct move_peer *pr, uint64_t mono_ns)
  * was sent earlier still: an acknowledgement's time may be later than the node heard of the
  * batch last, by its round trip, which half of handoff_wait leaves room for). */
 static void
-move_batch_told(struct rl_move *m, uint64_t now)
+move_batch_told(struct rl_move *m)
 {
     uint64_t acked = __atomic_load_n(&m->b.acked_ns, __ATOMIC_RELAXED);
     struct move_peer *pr = move_peer(m, m->b.peer);
 
-    (void)now;
     if (pr != NULL && acked != 0) {
         move_told_at(m, pr, acked);
     }
@@ -227,11 +225,10 @@ move_after_work(uv_work_t *w, int status)
 {
     struct move_batch *b = w->data;
     struct rl_move *m = (struct rl_move *)(void *)((char *)b - offsetof(struct rl_move, b));
-    uint64_t now = uv_now(m->loop);
     uint32_t failed = 0;
 
     (void)status;
-    move_batch_told(m, now); /* its last acknowledgements keep the shards queued for its node */
+    move_batch_told(m); /* its last acknowledgements keep the shards queued for its node */
     if (b->nothing) {
         uint32_t told = 0;
 
@@ -602,7 +599,7 @@ move_keep_up(struct rl_move *m, uint64_t now)
     if (!b->active || b->nothing || m->closing || m->map == NULL) {
         return;
     }
-    move_batch_told(m, now);
+    move_batch_told(m);
     /* while its export pass runs, the batch's own node hears nothing of it either */
     if (uv_is_active((uv_handle_t *)&m->scan)) {
         n += move_keep_one(m, b->peer, b->shard[0], now);

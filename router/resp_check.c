@@ -102,7 +102,7 @@ resp_drain(struct resp_conn *c)
         c->head = (c->head + 1) % RESP_PIPELINE_MAX;
         c->nslots--;
     }
-    if (c->nslots == 0 && c->slots_held > RESP_CHUNK * sizeof(struct resp_slot)) {
+    if (c->nslots == 0 && c->chunk_bytes > CHUNK_BYTES) {
         ring_shrink(c); /* a deep pipeline ended: one chunk is kept */
     }
     return 0;
