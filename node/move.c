@@ -123,13 +123,14 @@ move_tick_cb(uv_timer_t *t)
                 }
             }
         } else if (st == RL_MOVE_OUTGOING) {
-            /* kept while its node acknowledges (a batch's messages, "still coming") within
-             * half of handoff_wait, so always given up before that node, which waits a whole
-             * handoff_wait from the last it heard, starts it from zero */
+            /* kept while its node acknowledges (a batch's messages, "still coming"): up to
+             * three quarters of handoff_wait after the last message it acknowledged began to
+             * be sent, so always given up before that node, which waits a whole handoff_wait
+             * from the last it heard, starts it from zero */
             const struct move_peer *pr = move_peer(m, m->peer[s]);
             uint64_t told = pr != NULL ? pr->told : 0;
 
-            if (now >= m->deadline[s] && now >= told + m->o.handoff_wait_ms / 2) {
+            if (now >= m->deadline[s] && now >= told + move_keep_ms(m)) {
                 move_set(m, s, RL_MOVE_GONE);
                 m->stats.out_failed++;
                 given_up++;

@@ -27,7 +27,7 @@
 #define MOVE_PEERS_MAX 4096
 /* A batch's messages sent ahead of their acknowledgements (each at most
  * RL_WIRE_RECORDS_MAX of records): the send waits for acknowledgements, not for the whole
- * batch, so its deadline is half of handoff_wait since the last one. */
+ * batch, so its deadline is handoff_wait since the last one. */
 #define MOVE_WINDOW 16
 /* The nodes told in one tick, while a batch is out, that shards queued for them are still
  * coming (move_keep_up; the others, on the next ticks) */
@@ -63,8 +63,9 @@ struct move_batch {
      * export instant */
     uint16_t epoch[MOVE_BATCH_MAX];
     uint64_t lnow;
-    /* monotonic ns of the send's last acknowledgement (0: none yet): written by the pool
-     * thread, read by the loop's tick (atomics) */
+    /* monotonic ns at which the last message acknowledged began to be written (0: none yet):
+     * its node heard of the batch at that moment or later. Written by the pool thread, read
+     * by the loop's tick (atomics) */
     uint64_t acked_ns;
 };
 
@@ -108,8 +109,10 @@ struct rl_move {
         char name[RL_SHARDMAP_NAME_MAX];
         uint64_t heard; /* loop ms of its last "still coming" here: keeps open the waits of
                            the shards expected from it, and of none other */
-        uint64_t told;  /* loop ms it last acknowledged a message of a move from here (a
-                           batch's, or "still coming"): keeps the shards queued for it */
+        uint64_t told;  /* loop ms at which the last message of a move from here that it
+                           acknowledged (a batch's, or "still coming") began to be sent: it
+                           heard from here then or later. Keeps the shards queued for it
+                           move_keep_ms */
         uint64_t kept;  /* loop ms "still coming" was last sent to it */
         bool keeping;   /* one is out to it */
     } * peers;
@@ -168,6 +171,28 @@ bit_get(const uint8_t *bm, uint32_t s)
     return (bm[s >> 3] >> (s & 7) & 1) != 0;
 }
 
+/* How long a queued shard is kept after `told` (struct move_peer), a moment at or before its
+ * node last heard from here: three quarters of handoff_wait. That node waits a whole
+ * handoff_wait from what it heard last before it starts the shard from zero, so the shard is
+ * always given up here first; the last quarter covers this loop's lag behind the clock (a
+ * tick comes late, a turn decides with the time it began with). */
+static inline uint64_t
+move_keep_ms(const struct rl_move *m)
+{
+    uint32_t w = m->o.handoff_wait_ms;
+
+    return w - w / 4 > 0 ? w - w / 4 : 1;
+}
+
+/* How often a node expecting shards queued here is told they are still coming (struct
+ * move_keep): every eighth of handoff_wait, so its `told` is never more than that behind,
+ * and an answer may take up to half of handoff_wait (move_keep_ms less an eighth, with room). */
+static inline uint64_t
+move_keep_every_ms(const struct rl_move *m)
+{
+    return m->o.handoff_wait_ms / 8 > 0 ? m->o.handoff_wait_ms / 8 : 1;
+}
+
 /* Forgets who said they hold nothing of s. */
 void move_told_clear(struct rl_move *m, uint32_t s);
 /* Whether peer said, before deadline[s] passed, that it holds nothing of NONE shard s. */
@@ -196,9 +221,9 @@ void move_free(struct rl_move *m);
 void move_pump(struct rl_move *m);
 /* move_push.c: the rest of a batch's export pass at once, if one runs (the move closes) */
 void move_scan_finish(struct rl_move *m);
-/* move_push.c, from the tick: while a batch is out, every quarter of handoff_wait the nodes
- * its queued shards are bound for (and, during its export pass, its own) are told they are
- * still coming; each peer's `told` moves on with what it acknowledges. */
+/* move_push.c, from the tick: while a batch is out, every eighth of handoff_wait
+ * (move_keep_every_ms) the nodes its queued shards are bound for (and, during its export pass, its
+ * own) are told they are still coming; each peer's `told` moves on with what it acknowledges. */
 void move_keep_up(struct rl_move *m, uint64_t now);
 /* Peer id's record, or NULL (MOVE_PEER_NONE, or none such). */
 static inline struct move_peer *

@@ -128,14 +128,17 @@ move_dial(struct rl_client **c, const char *addr, struct rl_tls_ctx *tls, const 
 
 /* The thread pool: connect, TLS, AUTH, then the messages, at most MOVE_WINDOW ahead of
  * their acknowledgements, each step within timeout_ms: a receiver that keeps acknowledging
- * keeps the send going however large the batch, one that stops ends it. */
+ * keeps the send going however large the batch, one that stops ends it. Each message's
+ * acknowledgement gives the moment its writing began (acked_ns): the receiver heard from here
+ * then or later, whatever the acknowledgement's own delay. */
 static void
 move_work(uv_work_t *w)
 {
     struct move_batch *b = w->data;
     struct rl_client *c = NULL;
     struct rl_wire_reply *rep = malloc(sizeof(*rep));
-    uint32_t acked = 0, queued = 0;
+    uint32_t acked = 0, queued = 0, flushed = 0;
+    uint64_t sent_ns[MOVE_WINDOW]; /* message i's: sent_ns[i % MOVE_WINDOW] */
     size_t off = 0;
     int rc;
 
@@ -155,6 +158,11 @@ move_work(uv_work_t *w)
             queued++;
         }
         if (rc == 0) {
+            uint64_t t = rl_clock_mono_ns();
+
+            for (; flushed < queued; flushed++) {
+                sent_ns[flushed % MOVE_WINDOW] = t;
+            }
             rc = rl_client_flush(c, b->timeout_ms);
         }
         if (rc == 0) {
@@ -163,8 +171,8 @@ move_work(uv_work_t *w)
         if (rc != 0) {
             break;
         }
+        __atomic_store_n(&b->acked_ns, sent_ns[acked % MOVE_WINDOW], __ATOMIC_RELAXED);
         acked++;
-        __atomic_store_n(&b->acked_ns, rl_clock_mono_ns(), __ATOMIC_RELAXED);
         for (uint32_t i = 0; i < b->n; i++) {
             uint32_t first = i == 0 ? 1 : b->last_id[i - 1] + 1;
 
@@ -206,9 +214,8 @@ move_told_at(struct rl_move *m, struct move_peer *pr, uint64_t mono_ns)
     }
 }
 
-/* The batch's node's `told`: when it last acknowledged one of the batch's messages (that one
- * was sent earlier still: an acknowledgement's time may be later than the node heard of the
- * batch last, by its round trip, which half of handoff_wait leaves room for). */
+/* The batch's node's `told`: when the last of the batch's messages it acknowledged began to
+ * be written (it heard of the batch then or later). */
 static void
 move_batch_told(struct rl_move *m)
 {
@@ -480,7 +487,9 @@ move_send(struct rl_move *m)
 {
     struct move_batch *b = &m->b;
 
-    b->timeout_ms = (int)(m->o.handoff_wait_ms / 2 > 0 ? m->o.handoff_wait_ms / 2 : 1);
+    /* The batch's own shards are frozen here: waiting longer for a slow receiver costs no
+     * decision, and it waits a whole handoff_wait from the last message too. */
+    b->timeout_ms = (int)m->o.handoff_wait_ms;
     b->secret = m->o.secret;
     b->secret_len = m->o.secret_len;
     b->tls = m->o.tls;
@@ -557,17 +566,17 @@ move_keep_after(uv_work_t *w, int status)
     }
 }
 
-/* Tells node p, unless one is out to it or it was told less than a quarter of handoff_wait
- * ago, that shard s (among others) is still coming. Returns whether a message went out. */
+/* Tells node p, unless one is out to it or it was told less than move_keep_every_ms ago,
+ * that shard s (among others) is still coming; its answer may take half of handoff_wait.
+ * Returns whether a message went out. */
 static bool
 move_keep_one(struct rl_move *m, uint16_t p, uint32_t s, uint64_t now)
 {
-    uint32_t quarter = m->o.handoff_wait_ms / 4 > 0 ? m->o.handoff_wait_ms / 4 : 1;
     struct move_peer *pr = move_peer(m, p);
     uint32_t mi;
     struct move_keep *k;
 
-    if (pr == NULL || pr->keeping || now < pr->kept + quarter) {
+    if (pr == NULL || pr->keeping || now < pr->kept + move_keep_every_ms(m)) {
         return false;
     }
     mi = rl_shardmap_find(m->map, pr->name);
@@ -578,7 +587,7 @@ move_keep_one(struct rl_move *m, uint16_t p, uint32_t s, uint64_t now)
     snprintf(k->addr, sizeof(k->addr), "%s", m->map->members[mi].addr);
     k->shard = s;
     k->peer = p;
-    k->timeout_ms = (int)quarter;
+    k->timeout_ms = (int)(m->o.handoff_wait_ms / 2 > 0 ? m->o.handoff_wait_ms / 2 : 1);
     k->work.data = k;
     if (uv_queue_work(m->loop, &k->work, move_keep_work, move_keep_after) != 0) {
         free(k);
