@@ -124,6 +124,9 @@ extern const uint64_t rl_hist_bounds_ns[RL_HIST_BUCKETS];
 /* Records n observations of ns each. */
 void rl_hist_observe(struct rl_hist *h, uint64_t ns, uint64_t n);
 
+/* Adds the observations of `from` to h (one kept by another thread, handed over). */
+void rl_hist_add(struct rl_hist *h, const struct rl_hist *from);
+
 /* The family and its _bucket, _sum and _count series (cumulative), with extra labels (or
  * NULL). Call rl_prom_family(p, name, "histogram", help) first. */
 void rl_prom_hist(struct rl_prom *p, const char *name, const char *labels,

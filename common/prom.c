@@ -229,6 +229,16 @@ rl_hist_observe(struct rl_hist *h, uint64_t ns, uint64_t n)
 }
 
 void
+rl_hist_add(struct rl_hist *h, const struct rl_hist *from)
+{
+    for (unsigned i = 0; i <= RL_HIST_BUCKETS; i++) {
+        h->counts[i] += from->counts[i];
+    }
+    h->count += from->count;
+    h->sum_ns += from->sum_ns;
+}
+
+void
 rl_prom_hist(struct rl_prom *p, const char *name, const char *labels, const struct rl_hist *h)
 {
     char series[160], lab[512];

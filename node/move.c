@@ -832,6 +832,13 @@ rl_move_metrics(const struct rl_move *m, struct rl_prom *p)
                    "How long a shard shipped by this node was decided nowhere: from its export "
                    "to the new owner's acknowledgement of its last message.");
     rl_prom_hist(p, "rl_node_handoff_freeze_seconds", NULL, &s->freeze);
+    rl_prom_family(p, "rl_node_handoff_answer_seconds", "histogram",
+                   "How long the nodes this node shipped shards to took to acknowledge each "
+                   "message of a move (a batch's, \"still coming\"), from when it began to be "
+                   "sent. A queued shard is given up three quarters of handoff_wait after the "
+                   "last acknowledged message was sent: answers near that call for a longer "
+                   "handoff_wait.");
+    rl_prom_hist(p, "rl_node_handoff_answer_seconds", NULL, &s->answer);
     rl_prom_family(p, "rl_node_shards_in_flight", "gauge",
                    "Shards moving now, by direction: in (expected here), out (queued or being "
                    "sent).");

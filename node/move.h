@@ -49,6 +49,8 @@ struct rl_move_stats {
     uint64_t incoming, outgoing; /* shards in flight now: incoming; outgoing (queued or sending) */
     uint64_t nothing_planned;    /* shards this node planned to tell a node it holds nothing of */
     struct rl_hist freeze;       /* a shipped shard's export to its last acknowledgement */
+    struct rl_hist answer;       /* a message of a move from here (a batch's, "still coming"): from
+                                    when it began to be sent to its acknowledgement */
 };
 
 struct rl_move_opts {

@@ -67,6 +67,7 @@ struct move_batch {
      * its node heard of the batch at that moment or later. Written by the pool thread, read
      * by the loop's tick (atomics) */
     uint64_t acked_ns;
+    struct rl_hist answer; /* its messages' answers (rl_move_stats.answer), the pool thread's */
 };
 
 /* "Still coming", while a batch is out: one empty, non-final HANDOFF_IN to a node that has
@@ -81,6 +82,7 @@ struct move_keep {
     uint16_t peer;
     bool ok;       /* acknowledged */
     uint64_t sent; /* monotonic ns just before it was sent (not later than the node heard it) */
+    uint64_t answered; /* monotonic ns of its acknowledgement */
     int timeout_ms;
 };
 

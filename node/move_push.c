@@ -172,6 +172,7 @@ move_work(uv_work_t *w)
             break;
         }
         __atomic_store_n(&b->acked_ns, sent_ns[acked % MOVE_WINDOW], __ATOMIC_RELAXED);
+        rl_hist_observe(&b->answer, rl_clock_mono_ns() - sent_ns[acked % MOVE_WINDOW], 1);
         acked++;
         for (uint32_t i = 0; i < b->n; i++) {
             uint32_t first = i == 0 ? 1 : b->last_id[i - 1] + 1;
@@ -236,6 +237,7 @@ move_after_work(uv_work_t *w, int status)
 
     (void)status;
     move_batch_told(m); /* its last acknowledgements keep the shards queued for its node */
+    rl_hist_add(&m->stats.answer, &b->answer);
     if (b->nothing) {
         uint32_t told = 0;
 
@@ -357,6 +359,7 @@ move_pump(struct rl_move *m)
     memset(b->keys, 0, sizeof(b->keys));
     memset(b->ok, 0, sizeof(b->ok));
     __atomic_store_n(&b->acked_ns, 0, __ATOMIC_RELAXED); /* none of this batch's yet */
+    memset(&b->answer, 0, sizeof(b->answer));
     b->n = 0;
     b->peer = MOVE_PEER_NONE;
     b->nothing = false;
@@ -539,6 +542,7 @@ move_keep_work(uv_work_t *w)
         rc = rl_client_recv(c, &rep, move_left(end));
     }
     k->ok = rc == 0 && rep.op == RL_WIRE_OP_HANDOFF_IN;
+    k->answered = rl_clock_mono_ns();
     rl_buf_deinit(&out);
     rl_client_destroy(c);
 }
@@ -556,6 +560,9 @@ move_keep_after(uv_work_t *w, int status)
         if (k->ok) {
             move_told_at(m, pr, k->sent);
         }
+    }
+    if (k->ok) {
+        rl_hist_observe(&m->stats.answer, k->answered - k->sent, 1);
     }
     rl_log_debug("handoff: %s %s that its shards are still coming",
                  k->ok ? "told" : "could not tell", move_peer_name(m, k->peer));

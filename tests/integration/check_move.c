@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "harness.h"
+#include "httpget.h"
 #include "reqclient.h"
 #include "rltest.h"
 #include "shardmap.h"
@@ -428,13 +429,43 @@ handoff_by_hand_refused(void)
     free(rep);
 }
 
-/* (c) an assignment moves shards with their counters. */
+/* The value of the series `name` (its whole name and labels) on node metrics page `page`, or
+ * -1 when it is not there. */
+static double
+metric_of(const char *page, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (const char *p = page; (p = strstr(p, name)) != NULL; p += n) {
+        if ((p == page || p[-1] == '\n') && p[n] == ' ') {
+            return strtod(p + n + 1, NULL);
+        }
+    }
+    return -1;
+}
+
+/* (c) an assignment moves shards with their counters; the old owner's metrics show how long
+ * the new owner took to answer each message of the move. */
 START_TEST(test_assignment_moves_counters)
 {
+    static char text[8192];
+    struct rl_http_resp r;
+    int mport = rl_harness_free_port();
+    int64_t n1_owned;
+    double count, inf, sum;
+
+    ck_assert_int_ge(rl_harness_read_file(config, text, sizeof(text)), 0);
+    ck_assert_int_eq(rl_harness_write_file(config,
+                                           "%s[node n1]\nlisten = 127.0.0.1:%d\n"
+                                           "metrics = 127.0.0.1:%d\n",
+                                           text, ports[0], mport),
+                     0);
     start(0);
     start(1);
     wait_settled(want12);
     exhaust_all();
+    n1_owned = stat_of(0, "shards_owned");
+    ck_assert_int_gt(n1_owned, 0);
     assign_all("n2");
     for (int i = 0; i < 600 && stat_of(0, "shards_owned") != 0; i++) {
         usleep(100 * 1000);
@@ -443,6 +474,16 @@ START_TEST(test_assignment_moves_counters)
     ck_assert_int_eq(stat_of(0, "shards_owned"), 0);
     ck_assert_int_gt(stat_of(1, "handoffs_in_done"), 0);
     ck_assert_int_eq(stat_of(1, "handoffs_in_failed"), 0);
+    /* each shard shipped is at least one acknowledged message, each timed once */
+    ck_assert_int_eq(rl_http_get(mport, "/metrics", T_MS, &r), 0);
+    count = metric_of(r.body, "rl_node_handoff_answer_seconds_count");
+    inf = metric_of(r.body, "rl_node_handoff_answer_seconds_bucket{le=\"+Inf\"}");
+    sum = metric_of(r.body, "rl_node_handoff_answer_seconds_sum");
+    rl_http_free(&r);
+    ck_assert_msg(count >= (double)n1_owned, "%g answers timed for %lld shards shipped", count,
+                  (long long)n1_owned);
+    ck_assert(inf == count);
+    ck_assert(sum > 0 && sum < count * 5.0); /* each under the 5 s handoff_wait */
     ck_assert_int_eq(count_limited(), (int)(NSERVICES * NUSERS));
     handoff_by_hand_refused();
     /* nothing was rolled back: every key is still at its limit */
@@ -898,7 +939,9 @@ long_drain(const char *wait, int nkeys, int pause_ms)
  * fails. */
 START_TEST(test_long_drain_keeps_every_shard)
 {
-    long_drain(LONG_DRAIN_WAIT, LONG_DRAIN_KEYS, 0);
+    const char *wait = getenv("CHECK_MOVE_WAIT"); /* to measure another, e.g. 1s under ASan */
+
+    long_drain(wait != NULL && wait[0] != '\0' ? wait : LONG_DRAIN_WAIT, LONG_DRAIN_KEYS, 0);
 }
 END_TEST
 
