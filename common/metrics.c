@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -33,9 +34,17 @@
  * closes only connections idle for its timeout. So:
  *   - one address holds at most METRICS_PER_ADDRESS connections (libmicrohttpd's per-IP
  *     limit): the rest of the RL_METRICS_MAX_CONNECTIONS slots stay free for others;
- *   - past RL_METRICS_MAX_CONNECTIONS, the accept policy refuses (libmicrohttpd accepts and
- *     closes at once); libmicrohttpd's own limit is set above ours so that it never stops
- *     accepting, which would leave connections hanging in the backlog;
+ *   - past RL_METRICS_MAX_CONNECTIONS, a newcomer takes the slot of a connection still
+ *     waiting for its headers (metrics_evict): of an address holding more connections than
+ *     the newcomer's, the one of the address holding most; else one that has waited
+ *     METRICS_EVICT_AGE_MS (a client sends its request at once): the longest waiting. Its
+ *     socket is shut down (408 first, when nothing was asked yet), and libmicrohttpd closes
+ *     it. So a few addresses that drip their headers cannot keep a probe out (the attack
+ *     round of 2026-11-30: 4 addresses refused 90% of /healthz); without such a connection
+ *     the accept policy refuses (libmicrohttpd accepts and closes at once).
+ *     libmicrohttpd's own limit is set above ours, as is the slots' array, so that it never
+ *     stops accepting while evicted connections close, which would leave connections
+ *     hanging in the backlog;
  *   - a request's headers must be in within METRICS_HEADER_DEADLINE_MS of the accept (or of
  *     the end of the previous answer on a kept-alive connection), and its answer be sent
  *     within RL_METRICS_TIMEOUT_S after that, however the client drips: the sweeper thread
@@ -47,6 +56,8 @@
 #define METRICS_PER_ADDRESS 8u
 #define METRICS_HEADER_DEADLINE_MS 5000u
 #define METRICS_MHD_LIMIT (2u * RL_METRICS_MAX_CONNECTIONS) /* never reached: see above */
+#define METRICS_SLOTS METRICS_MHD_LIMIT /* live connections: ours, and those shut, closing */
+#define METRICS_EVICT_AGE_MS 250u
 #define METRICS_WARN_EVERY_MS 60000 /* refusals and deadline closes, logged at most this often */
 
 enum metrics_phase {
@@ -57,10 +68,15 @@ enum metrics_phase {
 
 struct metrics_conn {
     bool live;  /* between libmicrohttpd's STARTED and CLOSED notifications */
-    bool shut;  /* the sweeper has shut its socket down */
+    bool shut;  /* the sweeper, or an eviction, has shut its socket down */
     enum metrics_phase phase;
     int fd;
     int64_t deadline_ms; /* CLOCK_MONOTONIC */
+    int64_t since_ms;    /* when it began to wait for headers (accept, or its last answer) */
+    struct metrics_addr {
+        uint8_t len; /* 4 (IPv4), 16 (IPv6), 0: unknown */
+        uint8_t b[16];
+    } addr;
 };
 
 struct rl_metrics {
@@ -77,9 +93,10 @@ struct rl_metrics {
     bool sweeper_running;
     bool sweeper_stop;
     int64_t sweep_at; /* when the sweeper wakes next; INT64_MAX: when told */
-    unsigned live;
-    struct metrics_conn conns[RL_METRICS_MAX_CONNECTIONS];
-    uint64_t refused, expired; /* since the last warning */
+    unsigned live;    /* slots in use */
+    unsigned nshut;   /* of which shut down, closing */
+    struct metrics_conn conns[METRICS_SLOTS];
+    uint64_t refused, expired, evicted; /* since the last warning */
     int64_t warned_ms;         /* when the last warning was logged; 0: never */
     /* the loop's scratch, owned by the loop thread: the text it renders and the parts it
      * leaves for the HTTP thread to format (rl_prom_defer) */
@@ -123,15 +140,18 @@ metrics_warn_abuse(struct rl_metrics *m, int64_t now)
     if (m->warned_ms != 0 && now - m->warned_ms < METRICS_WARN_EVERY_MS) {
         return;
     }
-    if (m->refused == 0 && m->expired == 0) {
+    if (m->refused == 0 && m->expired == 0 && m->evicted == 0) {
         return;
     }
     rl_log_warn("metrics listener: %llu connections refused at the limit of %u, %llu closed "
-                "past the request deadline (%u ms for the headers)",
+                "for a newcomer while they waited for their headers, %llu closed past the "
+                "request deadline (%u ms for the headers)",
                 (unsigned long long)m->refused, (unsigned)RL_METRICS_MAX_CONNECTIONS,
-                (unsigned long long)m->expired, (unsigned)METRICS_HEADER_DEADLINE_MS);
+                (unsigned long long)m->evicted, (unsigned long long)m->expired,
+                (unsigned)METRICS_HEADER_DEADLINE_MS);
     m->refused = 0;
     m->expired = 0;
+    m->evicted = 0;
     m->warned_ms = now;
 }
 
@@ -147,23 +167,104 @@ metrics_set_deadline(struct rl_metrics *m, struct metrics_conn *c, enum metrics_
     }
 }
 
+static void
+metrics_addr_of(struct metrics_addr *a, const struct sockaddr *sa, socklen_t len)
+{
+    memset(a, 0, sizeof(*a));
+    if (sa != NULL && sa->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+        a->len = 4;
+        memcpy(a->b, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+    } else if (sa != NULL && sa->sa_family == AF_INET6 &&
+               len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+        a->len = 16;
+        memcpy(a->b, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+    }
+}
+
+static bool
+metrics_addr_eq(const struct metrics_addr *x, const struct metrics_addr *y)
+{
+    return x->len != 0 && x->len == y->len && memcmp(x->b, y->b, x->len) == 0;
+}
+
+/* The connections of address a that count against the limit (live, not shut). Under cmu. */
+static unsigned
+metrics_held_by(const struct rl_metrics *m, const struct metrics_addr *a)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < METRICS_SLOTS; i++) {
+        n += m->conns[i].live && !m->conns[i].shut && metrics_addr_eq(&m->conns[i].addr, a);
+    }
+    return n;
+}
+
+/* Makes room for a newcomer from address a at the limit (the file's head comment): shuts down
+ * a connection still waiting for its headers, of an address holding more than a does (the one
+ * holding most; of its connections the longest waiting), else the longest waiting for at
+ * least METRICS_EVICT_AGE_MS. Returns whether one was. Under cmu; at most METRICS_SLOTS^2
+ * steps, only at the limit. */
+static bool
+metrics_evict(struct rl_metrics *m, const struct metrics_addr *a, int64_t now)
+{
+    static const char timeout[] = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                                  "Content-Length: 0\r\n\r\n";
+    unsigned mine = metrics_held_by(m, a), best_held = 0;
+    struct metrics_conn *best = NULL, *oldest = NULL;
+
+    for (unsigned i = 0; i < METRICS_SLOTS; i++) {
+        struct metrics_conn *c = &m->conns[i];
+        unsigned held;
+
+        if (!c->live || c->shut || c->phase == METRICS_ANSWERING) {
+            continue;
+        }
+        if (oldest == NULL || c->since_ms < oldest->since_ms) {
+            oldest = c;
+        }
+        held = metrics_held_by(m, &c->addr);
+        if (held > mine && (best == NULL || held > best_held ||
+                            (held == best_held && c->since_ms < best->since_ms))) {
+            best = c;
+            best_held = held;
+        }
+    }
+    if (best == NULL && oldest != NULL && now - oldest->since_ms >= (int64_t)METRICS_EVICT_AGE_MS) {
+        best = oldest;
+    }
+    if (best == NULL) {
+        return false;
+    }
+    if (best->phase == METRICS_FRESH) { /* as the sweeper does: nothing was written to it */
+        (void)send(best->fd, timeout, sizeof(timeout) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    shutdown(best->fd, SHUT_RDWR);
+    best->shut = true;
+    m->nshut++;
+    m->evicted++;
+    return true;
+}
+
 /* libmicrohttpd's accept policy, on the HTTP thread: past RL_METRICS_MAX_CONNECTIONS a new
- * connection is refused (closed at once). Connections are counted by metrics_notify, on the
- * same thread, so this count is exact. */
+ * connection takes the slot of one still waiting for its headers (metrics_evict), or is
+ * refused (closed at once). Connections are counted by metrics_notify, on the same thread, so
+ * the counts are exact. */
 static enum MHD_Result
 metrics_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     struct rl_metrics *m = cls;
-    enum MHD_Result ok;
+    struct metrics_addr a;
+    enum MHD_Result ok = MHD_YES;
+    int64_t now = metrics_now_ms();
 
-    (void)addr;
-    (void)addrlen;
+    metrics_addr_of(&a, addr, addrlen);
     pthread_mutex_lock(&m->cmu);
-    ok = m->live < RL_METRICS_MAX_CONNECTIONS ? MHD_YES : MHD_NO;
-    if (ok == MHD_NO) {
+    if (m->live >= METRICS_SLOTS ||
+        (m->live - m->nshut >= RL_METRICS_MAX_CONNECTIONS && !metrics_evict(m, &a, now))) {
+        ok = MHD_NO;
         m->refused++;
-        metrics_warn_abuse(m, metrics_now_ms());
     }
+    metrics_warn_abuse(m, now);
     pthread_mutex_unlock(&m->cmu);
     return ok;
 }
@@ -182,18 +283,27 @@ metrics_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
+        const union MHD_ConnectionInfo *ai =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        int64_t now = metrics_now_ms();
+
         c = NULL;
-        for (unsigned i = 0; i < RL_METRICS_MAX_CONNECTIONS && ci != NULL; i++) {
+        for (unsigned i = 0; i < METRICS_SLOTS && ci != NULL; i++) {
             if (!m->conns[i].live) {
                 c = &m->conns[i];
                 break;
             }
         }
         if (c != NULL) {
-            *c = (struct metrics_conn){.live = true, .fd = (int)ci->connect_fd};
+            *c = (struct metrics_conn){.live = true, .fd = (int)ci->connect_fd, .since_ms = now};
+            if (ai != NULL && ai->client_addr != NULL) {
+                metrics_addr_of(&c->addr, ai->client_addr,
+                                ai->client_addr->sa_family == AF_INET6
+                                    ? (socklen_t)sizeof(struct sockaddr_in6)
+                                    : (socklen_t)sizeof(struct sockaddr_in));
+            }
             m->live++;
-            metrics_set_deadline(m, c, METRICS_FRESH,
-                                 metrics_now_ms() + (int64_t)METRICS_HEADER_DEADLINE_MS);
+            metrics_set_deadline(m, c, METRICS_FRESH, now + (int64_t)METRICS_HEADER_DEADLINE_MS);
         } else if (ci != NULL) {
             /* Cannot happen (metrics_accept counts): not tracked, so not kept either. */
             shutdown((int)ci->connect_fd, SHUT_RDWR);
@@ -202,6 +312,7 @@ metrics_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && c != NULL) {
         c->live = false;
         m->live--;
+        m->nshut -= c->shut;
         *socket_context = NULL;
     }
     pthread_mutex_unlock(&m->cmu);
@@ -232,8 +343,8 @@ metrics_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
     pthread_mutex_lock(&m->cmu);
     if (c->live) {
-        metrics_set_deadline(m, c, METRICS_KEPT,
-                             metrics_now_ms() + (int64_t)METRICS_HEADER_DEADLINE_MS);
+        c->since_ms = metrics_now_ms();
+        metrics_set_deadline(m, c, METRICS_KEPT, c->since_ms + (int64_t)METRICS_HEADER_DEADLINE_MS);
     }
     pthread_mutex_unlock(&m->cmu);
 }
@@ -253,7 +364,7 @@ metrics_sweep(void *arg)
     while (!m->sweeper_stop) {
         int64_t now = metrics_now_ms(), next = INT64_MAX;
 
-        for (unsigned i = 0; i < RL_METRICS_MAX_CONNECTIONS; i++) {
+        for (unsigned i = 0; i < METRICS_SLOTS; i++) {
             struct metrics_conn *c = &m->conns[i];
 
             if (!c->live || c->shut) {
@@ -268,6 +379,7 @@ metrics_sweep(void *arg)
             }
             shutdown(c->fd, SHUT_RDWR);
             c->shut = true;
+            m->nshut++;
             m->expired++;
             metrics_warn_abuse(m, now);
         }

@@ -178,7 +178,13 @@ static void
 move_tick(struct rl_move *m)
 {
     if (!m->closing && !uv_is_active((uv_handle_t *)&m->tick)) {
-        uv_timer_start(&m->tick, move_tick_cb, MOVE_TICK_MS, MOVE_TICK_MS);
+        /* at most an eighth of handoff_wait apart, so that a short one still gives a queued
+         * shard up here (move_keep_ms) before its next owner starts it */
+        uint64_t every =
+            m->o.handoff_wait_ms / 8 < MOVE_TICK_MS ? m->o.handoff_wait_ms / 8 : MOVE_TICK_MS;
+
+        every = every > 0 ? every : 1;
+        uv_timer_start(&m->tick, move_tick_cb, every, every);
     }
 }
 
