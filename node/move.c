@@ -414,7 +414,14 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
             } else if (o == RL_SHARDMAP_NONE) {
                 move_set(m, s, RL_MOVE_NONE);
             } else {
-                m->peer[s] = move_peer_id(m, map->members[o].name);
+                uint16_t to = move_peer_id(m, map->members[o].name);
+
+                if (to != m->peer[s]) {
+                    /* bound for another node, which expects it from its own view on: a new
+                     * wait, as for a shard queued now (move_outgoing) */
+                    m->peer[s] = to;
+                    m->deadline[s] = now + m->o.handoff_wait_ms / 2;
+                }
             }
             break;
         case RL_MOVE_EXPORTING:
@@ -547,19 +554,29 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
         return -EINVAL;
     }
     if (bytes == 0 && !nothing) {
-        /* "Still coming" (docs/PROTOCOL.md): the sender has shards for this node queued
-         * behind a batch. It keeps open the waits of the shards expected from it, and changes
-         * nothing else (before its view, it is no record ahead of it). */
+        /* "Still coming" (docs/PROTOCOL.md): the sender holds shard s, queued behind a batch
+         * for this node. It keeps open the waits of the shards expected from it; and s, if
+         * expected here from another node (the views of a node that joined while the sender
+         * left may name the owner its shards were bound for before), is expected from the
+         * sender from now on, which decides it until it exports it, as records from it would
+         * (below). Nothing else changes (before its view, it is no record ahead of it). */
         if (from != NULL && flen > 0 && flen < RL_SHARDMAP_NAME_MAX && m->map != NULL &&
             move_member_named(m, from, flen)) {
             char name[RL_SHARDMAP_NAME_MAX];
+            uint16_t id;
             struct move_peer *pr;
 
             memcpy(name, from, flen);
             name[flen] = '\0';
-            pr = move_peer(m, move_peer_id(m, name));
+            id = move_peer_id(m, name);
+            pr = move_peer(m, id);
             if (pr != NULL) {
                 pr->heard = now;
+                if (m->st[s] == RL_MOVE_INCOMING && m->peer[s] != id) {
+                    rl_log_debug("handoff: shard %" PRIu32 " expected from %s is held by %s", s,
+                                 move_peer_name(m, m->peer[s]), name);
+                    m->peer[s] = id;
+                }
             }
         }
         return 1;

@@ -32,6 +32,9 @@
 /* The nodes told in one tick, while a batch is out, that shards queued for them are still
  * coming (move_keep_up; the others, on the next ticks) */
 #define MOVE_KEEP_MAX 128
+/* The shards one "still coming" round names to one node (one message each, on one
+ * connection); a node expecting more from here is named the rest on the next rounds */
+#define MOVE_KEEP_SHARDS 1024
 
 struct move_batch {
     uv_work_t work;
@@ -70,15 +73,18 @@ struct move_batch {
     struct rl_hist answer; /* its messages' answers (rl_move_stats.answer), the pool thread's */
 };
 
-/* "Still coming", while a batch is out: one empty, non-final HANDOFF_IN to a node that has
- * shards queued for it here (or the batch's own node during its export pass), which keeps its
- * waits for shards from here open (it waits handoff_wait from the last word of a member).
- * One work request of the thread pool per node and message, so a slow node delays no other. */
+/* "Still coming", while a batch is out: to a node that has shards queued for it here (or the
+ * batch's own node during its export pass), one empty, non-final HANDOFF_IN naming each of
+ * them (up to MOVE_KEEP_SHARDS a round), which keeps its waits for shards from here open (it
+ * waits handoff_wait from the last word of a member) and tells it that this node holds them
+ * (its views may expect one from another node). One work request of the thread pool per node
+ * and round, so a slow node delays no other. */
 struct move_keep {
     uv_work_t work;
     struct rl_move *m;
     char addr[RL_SHARDMAP_NAME_MAX];
-    uint32_t shard;
+    uint32_t n;
+    uint32_t shard[MOVE_KEEP_SHARDS];
     uint16_t peer;
     bool ok;       /* acknowledged */
     uint64_t sent; /* monotonic ns just before it was sent (not later than the node heard it) */
@@ -117,6 +123,10 @@ struct rl_move {
                            move_keep_ms */
         uint64_t kept;  /* loop ms "still coming" was last sent to it */
         bool keeping;   /* one is out to it */
+        /* the round move_keep_up is filling (NULL: none); of the shards to name, how many
+         * are counted and named so far, and how many the last round skipped at the start */
+        struct move_keep *keep;
+        uint32_t keep_seen, keep_at, keep_skip;
     } * peers;
     size_t npeers, peers_cap;
     struct rl_shardmap *map;            /* the view last applied */

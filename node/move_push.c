@@ -508,8 +508,8 @@ move_send(struct rl_move *m)
 
 /* ---- "still coming": the nodes waiting for shards queued behind a batch ---------------- */
 
-/* The thread pool: one empty, non-final HANDOFF_IN naming this node, dialled, sent and
- * answered within the timeout. */
+/* The thread pool: an empty, non-final HANDOFF_IN naming this node for each shard of the
+ * round, on one connection, dialled, sent and all answered within the timeout. */
 static void
 move_keep_work(uv_work_t *w)
 {
@@ -528,8 +528,8 @@ move_keep_work(uv_work_t *w)
     rc = move_dial(&c, k->addr, m->o.tls, m->o.secret, m->o.secret_len, &rep, k->timeout_ms, why,
                    sizeof(why));
     rl_buf_init(&out);
-    if (rc == 0) {
-        rc = rl_wire_put_handoff_in_final(&out, 1, k->shard, NULL, 0, false, m->self);
+    for (uint32_t i = 0; rc == 0 && i < k->n; i++) {
+        rc = rl_wire_put_handoff_in_final(&out, i + 1, k->shard[i], NULL, 0, false, m->self);
     }
     if (rc == 0) {
         rc = rl_client_queue_raw(c, out.data, out.len);
@@ -538,10 +538,13 @@ move_keep_work(uv_work_t *w)
     if (rc == 0) {
         rc = rl_client_flush(c, move_left(end));
     }
-    if (rc == 0) {
+    for (uint32_t i = 0; rc == 0 && i < k->n; i++) {
         rc = rl_client_recv(c, &rep, move_left(end));
+        if (rc == 0 && rep.op != RL_WIRE_OP_HANDOFF_IN) {
+            rc = -EPROTO;
+        }
     }
-    k->ok = rc == 0 && rep.op == RL_WIRE_OP_HANDOFF_IN;
+    k->ok = rc == 0 && k->n > 0;
     k->answered = rl_clock_mono_ns();
     rl_buf_deinit(&out);
     rl_client_destroy(c);
@@ -564,8 +567,8 @@ move_keep_after(uv_work_t *w, int status)
     if (k->ok) {
         rl_hist_observe(&m->stats.answer, k->answered - k->sent, 1);
     }
-    rl_log_debug("handoff: %s %s that its shards are still coming",
-                 k->ok ? "told" : "could not tell", move_peer_name(m, k->peer));
+    rl_log_debug("handoff: %s %s that %" PRIu32 " of its shards are still coming",
+                 k->ok ? "told" : "could not tell", move_peer_name(m, k->peer), k->n);
     free(k);
     m->keeps--;
     if (m->closing && m->nopen == 0 && move_idle(m)) {
@@ -573,17 +576,17 @@ move_keep_after(uv_work_t *w, int status)
     }
 }
 
-/* Tells node p, unless one is out to it or it was told less than move_keep_every_ms ago,
- * that shard s (among others) is still coming; its answer may take half of handoff_wait.
- * Returns whether a message went out. */
+/* Begins a round of "still coming" to node p, unless one is out to it or it was told less
+ * than move_keep_every_ms ago: pr->keep, to be filled with the shards to name. Returns whether
+ * one was begun. */
 static bool
-move_keep_one(struct rl_move *m, uint16_t p, uint32_t s, uint64_t now)
+move_keep_begin(struct rl_move *m, uint16_t p, uint64_t now)
 {
     struct move_peer *pr = move_peer(m, p);
     uint32_t mi;
     struct move_keep *k;
 
-    if (pr == NULL || pr->keeping || now < pr->kept + move_keep_every_ms(m)) {
+    if (pr == NULL || pr->keep != NULL || pr->keeping || now < pr->kept + move_keep_every_ms(m)) {
         return false;
     }
     mi = rl_shardmap_find(m->map, pr->name);
@@ -592,39 +595,91 @@ move_keep_one(struct rl_move *m, uint16_t p, uint32_t s, uint64_t now)
     }
     k->m = m;
     snprintf(k->addr, sizeof(k->addr), "%s", m->map->members[mi].addr);
-    k->shard = s;
     k->peer = p;
     k->timeout_ms = (int)(m->o.handoff_wait_ms / 2 > 0 ? m->o.handoff_wait_ms / 2 : 1);
     k->work.data = k;
-    if (uv_queue_work(m->loop, &k->work, move_keep_work, move_keep_after) != 0) {
+    pr->keep = k;
+    pr->keep_seen = 0;
+    pr->keep_at = 0;
+    return true;
+}
+
+/* Sends node p's round, if it names a shard; the next round starts its naming where this one
+ * stopped (a node expecting more than MOVE_KEEP_SHARDS from here). */
+static void
+move_keep_send(struct rl_move *m, uint16_t p, uint64_t now)
+{
+    struct move_peer *pr = move_peer(m, p);
+    struct move_keep *k = pr->keep;
+
+    pr->keep = NULL;
+    pr->keep_skip =
+        pr->keep_seen > MOVE_KEEP_SHARDS ? (pr->keep_skip + MOVE_KEEP_SHARDS) % pr->keep_seen : 0;
+    if (k->n == 0 || uv_queue_work(m->loop, &k->work, move_keep_work, move_keep_after) != 0) {
         free(k);
-        return false;
+        return;
     }
     pr->keeping = true;
     pr->kept = now;
     m->keeps++;
-    return true;
+}
+
+/* Whether queued shard s is to be named in a round (not the batch's own node's: the batch's
+ * messages keep its waits open). */
+static bool
+move_keep_wants(const struct rl_move *m, uint32_t s)
+{
+    return m->st[s] == RL_MOVE_OUTGOING && m->peer[s] != m->b.peer;
 }
 
 void
 move_keep_up(struct rl_move *m, uint64_t now)
 {
     struct move_batch *b = &m->b;
-    uint32_t n = 0;
+    uint16_t due[MOVE_KEEP_MAX + 1];
+    uint32_t ndue = 0;
 
     if (!b->active || b->nothing || m->closing || m->map == NULL) {
         return;
     }
     move_batch_told(m);
     /* while its export pass runs, the batch's own node hears nothing of it either */
-    if (uv_is_active((uv_handle_t *)&m->scan)) {
-        n += move_keep_one(m, b->peer, b->shard[0], now);
-    }
-    for (uint32_t i = m->qhead; i != m->qtail && n < MOVE_KEEP_MAX; i = (i + 1) % (m->n + 1)) {
-        uint32_t s = m->q[i];
+    if (uv_is_active((uv_handle_t *)&m->scan) && move_keep_begin(m, b->peer, now)) {
+        struct move_keep *k = move_peer(m, b->peer)->keep;
 
-        if (m->st[s] == RL_MOVE_OUTGOING && m->peer[s] != b->peer) {
-            n += move_keep_one(m, m->peer[s], s, now);
+        for (uint32_t i = 0; i < b->n && k->n < MOVE_KEEP_SHARDS; i++) {
+            k->shard[k->n++] = b->shard[i];
         }
+        due[ndue++] = b->peer;
+    }
+    /* the nodes due a round, and how many shards each is to be named */
+    for (uint32_t i = m->qhead; i != m->qtail; i = (i + 1) % (m->n + 1)) {
+        uint32_t s = m->q[i];
+        struct move_peer *pr;
+
+        if (!move_keep_wants(m, s) || (pr = move_peer(m, m->peer[s])) == NULL) {
+            continue;
+        }
+        if (pr->keep == NULL && ndue < MOVE_KEEP_MAX + 1 && move_keep_begin(m, m->peer[s], now)) {
+            due[ndue++] = m->peer[s];
+        }
+        pr->keep_seen += pr->keep != NULL;
+    }
+    /* each names its shards from where the last round stopped, up to MOVE_KEEP_SHARDS */
+    for (uint32_t i = m->qhead; i != m->qtail; i = (i + 1) % (m->n + 1)) {
+        uint32_t s = m->q[i];
+        struct move_peer *pr;
+
+        if (!move_keep_wants(m, s) || (pr = move_peer(m, m->peer[s])) == NULL || pr->keep == NULL) {
+            continue;
+        }
+        if ((pr->keep_at++ + pr->keep_seen - pr->keep_skip % pr->keep_seen) % pr->keep_seen <
+                MOVE_KEEP_SHARDS &&
+            pr->keep->n < MOVE_KEEP_SHARDS) {
+            pr->keep->shard[pr->keep->n++] = s;
+        }
+    }
+    for (uint32_t i = 0; i < ndue; i++) {
+        move_keep_send(m, due[i], now);
     }
 }

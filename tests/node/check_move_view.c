@@ -643,14 +643,16 @@ END_TEST
 
 /* "Still coming" keeps open the waits of the shards expected from its sender, and of none
  * other: a expects f->s from b (leaving); while b says it every quarter of handoff_wait, f->s
- * waits; c saying it does not hold f->s, and once b stops, f->s starts from zero here after
- * handoff_wait. (Before, any member's word kept every wait open.) */
+ * waits; c saying it of another shard does not hold f->s, and once b stops, f->s starts from
+ * zero here after handoff_wait. (Before, any member's word kept every wait open.) */
 START_TEST(test_still_coming_keeps_its_senders_waits_only)
 {
     struct fixture f;
     char why[256] = "";
+    uint32_t other;
 
     setup_views(&f, WAIT_MS);
+    other = (f.s + 1) % NSHARDS;
     view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE);
     ck_assert(rl_move_expected(f.m, f.s));
     for (int i = 0; i < 12; i++) { /* three handoff_waits */
@@ -659,9 +661,44 @@ START_TEST(test_still_coming_keeps_its_senders_waits_only)
     }
     ck_assert(rl_move_expected(f.m, f.s));
     for (int i = 0; i < 12; i++) {
-        ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, "c", 1, false, why, sizeof(why)), 1);
+        ck_assert_int_eq(rl_move_in_begin(f.m, other, 0, "c", 1, false, why, sizeof(why)), 1);
         runfor(&f.loop, WAIT_MS / 4);
     }
+    ck_assert(!rl_move_expected(f.m, f.s));
+    ck_assert(owned_here(&f));
+    teardown(&f);
+}
+END_TEST
+
+/* "Still coming" naming a shard expected from another node: its sender holds it (a node
+ * that joined while the sender left expects it from where its previous view placed it).
+ * a expects f->s from b; c says f->s is still coming: MOVING names c from then on, c's word
+ * keeps the wait open while b says nothing, b's "nothing here" is refused, and c's records
+ * are taken. (Before, a kept waiting for b alone and started f->s from zero after
+ * handoff_wait while c, answered, still decided it: the attack round of 2026-11-30, a drain
+ * and a join at once.) */
+START_TEST(test_still_coming_names_the_holder)
+{
+    struct fixture f;
+    const char *owner = NULL;
+    char why[256] = "";
+
+    setup_views(&f, WAIT_MS);
+    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE);
+    ck_assert(rl_move_expected(f.m, f.s));
+    ck_assert(rl_move_moving(f.m, f.s, &owner));
+    ck_assert_str_eq(owner, "b");
+    for (int i = 0; i < 12; i++) { /* three handoff_waits */
+        ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, "c", 1, false, why, sizeof(why)), 1);
+        runfor(&f.loop, WAIT_MS / 4);
+        RL_CHECK(rl_move_expected(f.m, f.s), "stopped waiting while c holds it");
+    }
+    ck_assert(rl_move_moving(f.m, f.s, &owner));
+    ck_assert_str_eq(owner, "c");
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, "b", 1, true, why, sizeof(why)), 1);
+    ck_assert(rl_move_expected(f.m, f.s));
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 10, "c", 1, true, why, sizeof(why)), 0);
+    rl_move_in_end(f.m, f.s, 1, true);
     ck_assert(!rl_move_expected(f.m, f.s));
     ck_assert(owned_here(&f));
     teardown(&f);
@@ -696,6 +733,7 @@ main(void)
     tcase_add_test(tc, test_long_transfer_ahead_of_view_kept);
     tcase_add_test(tc, test_still_coming_ahead_of_the_view);
     tcase_add_test(tc, test_still_coming_keeps_its_senders_waits_only);
+    tcase_add_test(tc, test_still_coming_names_the_holder);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
