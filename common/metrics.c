@@ -62,7 +62,8 @@
 
 enum metrics_phase {
     METRICS_FRESH,     /* accepted, no request yet */
-    METRICS_ANSWERING, /* headers in: the request is handled and answered */
+    METRICS_BODY,      /* headers in, a body announced still coming (dropped as it comes) */
+    METRICS_ANSWERING, /* the request is in: it is handled and answered */
     METRICS_KEPT,      /* kept alive after an answer, waiting for the next request */
 };
 
@@ -235,7 +236,7 @@ metrics_evict(struct rl_metrics *m, const struct metrics_addr *a, int64_t now)
     if (best == NULL) {
         return false;
     }
-    if (best->phase == METRICS_FRESH) { /* as the sweeper does: nothing was written to it */
+    if (best->phase != METRICS_KEPT) { /* as the sweeper does: nothing was written to it */
         (void)send(best->fd, timeout, sizeof(timeout) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     }
     shutdown(best->fd, SHUT_RDWR);
@@ -351,7 +352,7 @@ metrics_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* The sweeper thread: shuts down the sockets of connections past their deadline (and tells a
  * fresh one 408 first: nothing has been written to it yet, and the HTTP thread will not
- * write before its handler has moved the slot out of METRICS_FRESH, under cmu).
+ * write before its handler has moved the slot out of METRICS_FRESH and METRICS_BODY, under cmu).
  * libmicrohttpd then reads EOF and closes the connection. Sleeps until the next deadline. */
 static void *
 metrics_sweep(void *arg)
@@ -374,7 +375,7 @@ metrics_sweep(void *arg)
                 next = c->deadline_ms < next ? c->deadline_ms : next;
                 continue;
             }
-            if (c->phase == METRICS_FRESH) {
+            if (c->phase == METRICS_FRESH || c->phase == METRICS_BODY) {
                 (void)send(c->fd, timeout, sizeof(timeout) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
             }
             shutdown(c->fd, SHUT_RDWR);
@@ -634,11 +635,11 @@ metrics_handler(void *cls, struct MHD_Connection *conn, const char *url, const c
     if (*con_cls == NULL) {
         struct metrics_conn *c = metrics_conn_of(conn);
 
-        if (c != NULL) { /* the headers are in: now the answer's deadline */
+        if (c != NULL) { /* the headers are in: a body still has the headers' deadline, and
+                            its connection may be taken for a newcomer (metrics_evict) */
             pthread_mutex_lock(&m->cmu);
             if (c->live) {
-                metrics_set_deadline(m, c, METRICS_ANSWERING,
-                                     metrics_now_ms() + (int64_t)RL_METRICS_TIMEOUT_S * 1000);
+                metrics_set_deadline(m, c, METRICS_BODY, c->deadline_ms);
             }
             pthread_mutex_unlock(&m->cmu);
         }
@@ -648,6 +649,18 @@ metrics_handler(void *cls, struct MHD_Connection *conn, const char *url, const c
     if (*upload_data_size != 0) {
         *upload_data_size = 0; /* a body is never wanted: drop it */
         return MHD_YES;
+    }
+    {
+        struct metrics_conn *c = metrics_conn_of(conn);
+
+        if (c != NULL) { /* the whole request is in: now the answer's deadline */
+            pthread_mutex_lock(&m->cmu);
+            if (c->live) {
+                metrics_set_deadline(m, c, METRICS_ANSWERING,
+                                     metrics_now_ms() + (int64_t)RL_METRICS_TIMEOUT_S * 1000);
+            }
+            pthread_mutex_unlock(&m->cmu);
+        }
     }
     atomic_fetch_add(&m->requests, 1);
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {

@@ -123,10 +123,11 @@ move_tick_cb(uv_timer_t *t)
                 }
             }
         } else if (st == RL_MOVE_OUTGOING) {
-            /* kept while its node acknowledges (a batch's messages, "still coming"): up to
-             * three quarters of handoff_wait after the last message it acknowledged began to
-             * be sent, so always given up before that node, which waits a whole handoff_wait
-             * from the last it heard, starts it from zero */
+            /* kept while its node hears of it from here: up to three quarters of
+             * handoff_wait after the last batch message of records it took began to be sent
+             * (told), or the last "still coming" naming it it answered (deadline), so always
+             * given up before that node, which waits a whole handoff_wait from the last it
+             * heard, starts it from zero */
             const struct move_peer *pr = move_peer(m, m->peer[s]);
             uint64_t told = pr != NULL ? pr->told : 0;
 

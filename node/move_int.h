@@ -117,10 +117,10 @@ struct rl_move {
         char name[RL_SHARDMAP_NAME_MAX];
         uint64_t heard; /* loop ms of its last "still coming" here: keeps open the waits of
                            the shards expected from it, and of none other */
-        uint64_t told;  /* loop ms at which the last message of a move from here that it
-                           acknowledged (a batch's, or "still coming") began to be sent: it
-                           heard from here then or later. Keeps the shards queued for it
-                           move_keep_ms */
+        uint64_t told;  /* loop ms at which the last batch message of records from here that
+                           it took began to be sent: it heard from here then or later, and
+                           kept every wait open. Keeps the shards queued for it move_keep_ms;
+                           "still coming" keeps those it names (their deadline) */
         uint64_t kept;  /* loop ms "still coming" was last sent to it */
         bool keeping;   /* one is out to it */
         /* the round move_keep_up is filling (NULL: none); of the shards to name, how many
@@ -183,11 +183,12 @@ bit_get(const uint8_t *bm, uint32_t s)
     return (bm[s >> 3] >> (s & 7) & 1) != 0;
 }
 
-/* How long a queued shard is kept after `told` (struct move_peer), a moment at or before its
- * node last heard from here: three quarters of handoff_wait. That node waits a whole
- * handoff_wait from what it heard last before it starts the shard from zero, so the shard is
- * always given up here first; the last quarter covers this loop's lag behind the clock (a
- * tick comes late, a turn decides with the time it began with). */
+/* How long a queued shard is kept after a moment at or before its node last heard of it from
+ * here (`told`, struct move_peer; or the sending of a "still coming" naming it): three
+ * quarters of handoff_wait. That node waits a whole handoff_wait from what it heard last
+ * before it starts the shard from zero, so the shard is always given up here first; the last
+ * quarter covers this loop's lag behind the clock (a tick comes late, a turn decides with the
+ * time it began with). */
 static inline uint64_t
 move_keep_ms(const struct rl_move *m)
 {
@@ -197,8 +198,10 @@ move_keep_ms(const struct rl_move *m)
 }
 
 /* How often a node expecting shards queued here is told they are still coming (struct
- * move_keep): every eighth of handoff_wait, so its `told` is never more than that behind,
- * and an answer may take up to half of handoff_wait (move_keep_ms less an eighth, with room). */
+ * move_keep): every eighth of handoff_wait, one round out at a time, each answered within
+ * half of it. A round answered keeps its shards move_keep_ms from its sending; the next starts
+ * once it is answered, so answers slower than about three eighths of handoff_wait, one round
+ * after another, let the shards go (a pause of up to about five eighths, once, does not). */
 static inline uint64_t
 move_keep_every_ms(const struct rl_move *m)
 {

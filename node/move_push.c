@@ -171,7 +171,11 @@ move_work(uv_work_t *w)
         if (rc != 0) {
             break;
         }
-        __atomic_store_n(&b->acked_ns, sent_ns[acked % MOVE_WINDOW], __ATOMIC_RELAXED);
+        if (rep->op == RL_WIRE_OP_HANDOFF_IN && !b->nothing) {
+            /* records taken: they kept every wait there open (a refusal or a "nothing
+             * here" keeps none) */
+            __atomic_store_n(&b->acked_ns, sent_ns[acked % MOVE_WINDOW], __ATOMIC_RELAXED);
+        }
         rl_hist_observe(&b->answer, rl_clock_mono_ns() - sent_ns[acked % MOVE_WINDOW], 1);
         acked++;
         for (uint32_t i = 0; i < b->n; i++) {
@@ -215,8 +219,8 @@ move_told_at(struct rl_move *m, struct move_peer *pr, uint64_t mono_ns)
     }
 }
 
-/* The batch's node's `told`: when the last of the batch's messages it acknowledged began to
- * be written (it heard of the batch then or later). */
+/* The batch's node's `told`: when the last of the batch's messages of records it took began
+ * to be written (it heard of the batch then or later, and every wait there was kept open). */
 static void
 move_batch_told(struct rl_move *m)
 {
@@ -491,8 +495,10 @@ move_send(struct rl_move *m)
     struct move_batch *b = &m->b;
 
     /* The batch's own shards are frozen here: waiting longer for a slow receiver costs no
-     * decision, and it waits a whole handoff_wait from the last message too. */
-    b->timeout_ms = (int)m->o.handoff_wait_ms;
+     * decision, and it waits a whole handoff_wait from the last message too. A batch of
+     * "nothing here" carries no counters: half of it. */
+    b->timeout_ms = (int)(b->nothing ? (m->o.handoff_wait_ms / 2 > 0 ? m->o.handoff_wait_ms / 2 : 1)
+                                     : m->o.handoff_wait_ms);
     b->secret = m->o.secret;
     b->secret_len = m->o.secret_len;
     b->tls = m->o.tls;
@@ -560,12 +566,23 @@ move_keep_after(uv_work_t *w, int status)
     (void)status;
     if (pr != NULL) {
         pr->keeping = false;
-        if (k->ok) {
-            move_told_at(m, pr, k->sent);
-        }
     }
     if (k->ok) {
-        rl_hist_observe(&m->stats.answer, k->answered - k->sent, 1);
+        /* each shard named is kept move_keep_ms from the moment the round was sent: its node
+         * expects it from here since (a round keeps no other shard: the node may expect
+         * those from another) */
+        uint64_t now = uv_now(m->loop), mono = rl_clock_mono_ns();
+        uint64_t ago = mono > k->sent ? (mono - k->sent) / 1000000 : 0;
+        uint64_t until = ago <= now ? now - ago + move_keep_ms(m) : 0;
+
+        for (uint32_t i = 0; i < k->n; i++) {
+            uint32_t s = k->shard[i];
+
+            if (m->st[s] == RL_MOVE_OUTGOING && m->peer[s] == k->peer && m->deadline[s] < until) {
+                m->deadline[s] = until;
+            }
+        }
+        rl_hist_observe(&m->stats.answer, k->answered - k->sent, k->n);
     }
     rl_log_debug("handoff: %s %s that %" PRIu32 " of its shards are still coming",
                  k->ok ? "told" : "could not tell", move_peer_name(m, k->peer), k->n);
@@ -624,12 +641,15 @@ move_keep_send(struct rl_move *m, uint16_t p, uint64_t now)
     m->keeps++;
 }
 
-/* Whether queued shard s is to be named in a round (not the batch's own node's: the batch's
- * messages keep its waits open). */
+/* Whether queued shard s is to be named in a round (not the batch's own node's while its
+ * records flow: they keep its waits open). */
 static bool
 move_keep_wants(const struct rl_move *m, uint32_t s)
 {
-    return m->st[s] == RL_MOVE_OUTGOING && m->peer[s] != m->b.peer;
+    /* the batch's own node too while nothing of it keeps waits there: its export pass, or
+     * a batch of "nothing here" */
+    return m->st[s] == RL_MOVE_OUTGOING &&
+           (m->peer[s] != m->b.peer || m->b.nothing || uv_is_active((uv_handle_t *)&m->scan));
 }
 
 void
@@ -639,7 +659,7 @@ move_keep_up(struct rl_move *m, uint64_t now)
     uint16_t due[MOVE_KEEP_MAX + 1];
     uint32_t ndue = 0;
 
-    if (!b->active || b->nothing || m->closing || m->map == NULL) {
+    if (!b->active || m->closing || m->map == NULL) {
         return;
     }
     move_batch_told(m);
