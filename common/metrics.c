@@ -200,6 +200,24 @@ metrics_held_by(const struct rl_metrics *m, const struct metrics_addr *a)
     return n;
 }
 
+/* Shuts a live connection's socket down, libmicrohttpd then reads EOF and closes it. One still
+ * waiting for its request is told 408 first: nothing has been written to it yet, and the HTTP
+ * thread will not write before its handler has moved the slot out of METRICS_FRESH and
+ * METRICS_BODY, under cmu. Under cmu. */
+static void
+metrics_shut(struct rl_metrics *m, struct metrics_conn *c)
+{
+    static const char timeout[] = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                                  "Content-Length: 0\r\n\r\n";
+
+    if (c->phase == METRICS_FRESH || c->phase == METRICS_BODY) {
+        (void)send(c->fd, timeout, sizeof(timeout) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    shutdown(c->fd, SHUT_RDWR);
+    c->shut = true;
+    m->nshut++;
+}
+
 /* Makes room for a newcomer from address a at the limit (the file's head comment): shuts down
  * a connection still waiting for its headers, of an address holding more than a does (the one
  * holding most; of its connections the longest waiting), else the longest waiting for at
@@ -208,8 +226,6 @@ metrics_held_by(const struct rl_metrics *m, const struct metrics_addr *a)
 static bool
 metrics_evict(struct rl_metrics *m, const struct metrics_addr *a, int64_t now)
 {
-    static const char timeout[] = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
-                                  "Content-Length: 0\r\n\r\n";
     unsigned mine = metrics_held_by(m, a), best_held = 0;
     struct metrics_conn *best = NULL, *oldest = NULL;
 
@@ -236,12 +252,7 @@ metrics_evict(struct rl_metrics *m, const struct metrics_addr *a, int64_t now)
     if (best == NULL) {
         return false;
     }
-    if (best->phase != METRICS_KEPT) { /* as the sweeper does: nothing was written to it */
-        (void)send(best->fd, timeout, sizeof(timeout) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-    }
-    shutdown(best->fd, SHUT_RDWR);
-    best->shut = true;
-    m->nshut++;
+    metrics_shut(m, best);
     m->evicted++;
     return true;
 }
@@ -350,15 +361,11 @@ metrics_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     pthread_mutex_unlock(&m->cmu);
 }
 
-/* The sweeper thread: shuts down the sockets of connections past their deadline (and tells a
- * fresh one 408 first: nothing has been written to it yet, and the HTTP thread will not
- * write before its handler has moved the slot out of METRICS_FRESH and METRICS_BODY, under cmu).
- * libmicrohttpd then reads EOF and closes the connection. Sleeps until the next deadline. */
+/* The sweeper thread: shuts down the connections past their deadline (metrics_shut). Sleeps
+ * until the next deadline. */
 static void *
 metrics_sweep(void *arg)
 {
-    static const char timeout[] = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
-                                  "Content-Length: 0\r\n\r\n";
     struct rl_metrics *m = arg;
 
     pthread_mutex_lock(&m->cmu);
@@ -375,12 +382,7 @@ metrics_sweep(void *arg)
                 next = c->deadline_ms < next ? c->deadline_ms : next;
                 continue;
             }
-            if (c->phase == METRICS_FRESH || c->phase == METRICS_BODY) {
-                (void)send(c->fd, timeout, sizeof(timeout) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-            }
-            shutdown(c->fd, SHUT_RDWR);
-            c->shut = true;
-            m->nshut++;
+            metrics_shut(m, c);
             m->expired++;
             metrics_warn_abuse(m, now);
         }

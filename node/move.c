@@ -79,7 +79,7 @@ static void
 move_outgoing(struct rl_move *m, uint32_t s, uint32_t to, uint64_t now)
 {
     m->peer[s] = move_peer_id(m, m->map->members[to].name);
-    m->deadline[s] = now + m->o.handoff_wait_ms / 2;
+    m->deadline[s] = now + move_half_ms(m);
     move_set(m, s, RL_MOVE_OUTGOING);
     move_enqueue(m, s);
 }
@@ -421,7 +421,7 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
                     /* bound for another node, which expects it from its own view on: a new
                      * wait, as for a shard queued now (move_outgoing) */
                     m->peer[s] = to;
-                    m->deadline[s] = now + m->o.handoff_wait_ms / 2;
+                    m->deadline[s] = now + move_half_ms(m);
                 }
             }
             break;

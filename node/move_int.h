@@ -197,6 +197,14 @@ move_keep_ms(const struct rl_move *m)
     return w - w / 4 > 0 ? w - w / 4 : 1;
 }
 
+/* Half of handoff_wait (at least 1 ms): a queued shard's first wait, a round's or a "nothing
+ * here" step's time to be answered. */
+static inline uint64_t
+move_half_ms(const struct rl_move *m)
+{
+    return m->o.handoff_wait_ms / 2 > 0 ? m->o.handoff_wait_ms / 2 : 1;
+}
+
 /* How often a node expecting shards queued here is told they are still coming (struct
  * move_keep): every eighth of handoff_wait, one round out at a time, each answered within
  * half of it. A round answered keeps its shards move_keep_ms from its sending; the next starts

@@ -207,15 +207,24 @@ move_work(uv_work_t *w)
     free(rep);
 }
 
-/* pr's `told` from a monotonic time (ns): the loop's ms of that moment, if later. */
-static void
-move_told_at(struct rl_move *m, struct move_peer *pr, uint64_t mono_ns)
+/* The loop's ms of a monotonic time (ns) of the past (0 before the loop's start). */
+static uint64_t
+move_loop_ms(const struct rl_move *m, uint64_t mono_ns)
 {
     uint64_t now = uv_now(m->loop), mono = rl_clock_mono_ns();
     uint64_t ago = mono > mono_ns ? (mono - mono_ns) / 1000000 : 0;
 
-    if (ago <= now && now - ago > pr->told) {
-        pr->told = now - ago;
+    return ago <= now ? now - ago : 0;
+}
+
+/* pr's `told` from a monotonic time (ns), if later. */
+static void
+move_told_at(struct rl_move *m, struct move_peer *pr, uint64_t mono_ns)
+{
+    uint64_t at = move_loop_ms(m, mono_ns);
+
+    if (at > pr->told) {
+        pr->told = at;
     }
 }
 
@@ -497,8 +506,7 @@ move_send(struct rl_move *m)
     /* The batch's own shards are frozen here: waiting longer for a slow receiver costs no
      * decision, and it waits a whole handoff_wait from the last message too. A batch of
      * "nothing here" carries no counters: half of it. */
-    b->timeout_ms = (int)(b->nothing ? (m->o.handoff_wait_ms / 2 > 0 ? m->o.handoff_wait_ms / 2 : 1)
-                                     : m->o.handoff_wait_ms);
+    b->timeout_ms = (int)(b->nothing ? move_half_ms(m) : m->o.handoff_wait_ms);
     b->secret = m->o.secret;
     b->secret_len = m->o.secret_len;
     b->tls = m->o.tls;
@@ -571,9 +579,7 @@ move_keep_after(uv_work_t *w, int status)
         /* each shard named is kept move_keep_ms from the moment the round was sent: its node
          * expects it from here since (a round keeps no other shard: the node may expect
          * those from another) */
-        uint64_t now = uv_now(m->loop), mono = rl_clock_mono_ns();
-        uint64_t ago = mono > k->sent ? (mono - k->sent) / 1000000 : 0;
-        uint64_t until = ago <= now ? now - ago + move_keep_ms(m) : 0;
+        uint64_t at = move_loop_ms(m, k->sent), until = at != 0 ? at + move_keep_ms(m) : 0;
 
         for (uint32_t i = 0; i < k->n; i++) {
             uint32_t s = k->shard[i];
@@ -613,7 +619,7 @@ move_keep_begin(struct rl_move *m, uint16_t p, uint64_t now)
     k->m = m;
     snprintf(k->addr, sizeof(k->addr), "%s", m->map->members[mi].addr);
     k->peer = p;
-    k->timeout_ms = (int)(m->o.handoff_wait_ms / 2 > 0 ? m->o.handoff_wait_ms / 2 : 1);
+    k->timeout_ms = (int)move_half_ms(m);
     k->work.data = k;
     pr->keep = k;
     pr->keep_seen = 0;
@@ -686,7 +692,7 @@ move_keep_up(struct rl_move *m, uint64_t now)
         pr->keep_seen += pr->keep != NULL;
     }
     /* each names its shards from where the last round stopped, up to MOVE_KEEP_SHARDS */
-    for (uint32_t i = m->qhead; i != m->qtail; i = (i + 1) % (m->n + 1)) {
+    for (uint32_t i = m->qhead; i != m->qtail && ndue > 0; i = (i + 1) % (m->n + 1)) {
         uint32_t s = m->q[i];
         struct move_peer *pr;
 
