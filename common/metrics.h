@@ -110,9 +110,11 @@ void rl_prom_f64(struct rl_prom *p, const char *name, const char *labels, double
  * dst. */
 const char *rl_prom_labels(char *dst, size_t cap, ...);
 
-/* A latency histogram in fixed buckets (upper bounds in rl_hist_bounds_ns), in nanoseconds;
- * exposed in seconds. Owned by one thread. */
-#define RL_HIST_BUCKETS 18
+/* A latency histogram in fixed buckets (upper bounds in rl_hist_bounds_ns: 1 us to 10 s, in
+ * steps of 1, 2.5, 5), in nanoseconds; exposed in seconds. The top ones are for the waits of
+ * a planned move (handoff_wait, 2 s by default) and a router's deadline. Owned by one
+ * thread. */
+#define RL_HIST_BUCKETS 21
 struct rl_hist {
     uint64_t counts[RL_HIST_BUCKETS + 1]; /* the last: above every bound (+Inf) */
     uint64_t count;

@@ -325,8 +325,9 @@ END_TEST
 
 /* The le values rl_prom_hist writes, one per rl_hist_bounds_ns. */
 static const char *const le_text[RL_HIST_BUCKETS] = {
-    "1e-06", "2.5e-06", "5e-06", "1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005",
-    "0.001", "0.0025",  "0.005", "0.01",  "0.025",   "0.05",  "0.1",    "0.25",    "1",
+    "1e-06",   "2.5e-06", "5e-06", "1e-05",  "2.5e-05", "5e-05", "0.0001",
+    "0.00025", "0.0005",  "0.001", "0.0025", "0.005",   "0.01",  "0.025",
+    "0.05",    "0.1",     "0.25",  "1",      "2.5",     "5",     "10",
 };
 
 START_TEST(hist_buckets)
@@ -353,8 +354,8 @@ START_TEST(hist_buckets)
     rl_hist_observe(&h, 0, 1);
     rl_hist_observe(&h, 1000, 2);
     rl_hist_observe(&h, 1001, 1);
-    rl_hist_observe(&h, 1000000000, 1);
-    rl_hist_observe(&h, 1000000001, 3);
+    rl_hist_observe(&h, UINT64_C(10000000000), 1);
+    rl_hist_observe(&h, UINT64_C(10000000001), 3);
     rl_hist_observe(&h, UINT64_C(3600) * 1000000000, 1);
     rl_hist_observe(&h, 5000, 0);
     ck_assert_uint_eq(h.counts[0], 3);
@@ -362,7 +363,7 @@ START_TEST(hist_buckets)
     ck_assert_uint_eq(h.counts[RL_HIST_BUCKETS - 1], 1);
     ck_assert_uint_eq(h.counts[RL_HIST_BUCKETS], 4);
     ck_assert_uint_eq(h.count, 9);
-    ck_assert_uint_eq(h.sum_ns, 2000u + 1001u + 1000000000u + 3u * 1000000001u +
+    ck_assert_uint_eq(h.sum_ns, 2000u + 1001u + UINT64_C(10000000000) + 3u * UINT64_C(10000000001) +
                                     UINT64_C(3600) * 1000000000u);
 }
 END_TEST
