@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: the unit and integration suites on the Release
-# build, then all of them again under AddressSanitizer+UBSan, then a short run of every
-# libFuzzer harness (scripts/fuzz.sh; FUZZ_SECONDS each, 10 by default), then the Python
-# client's tests against the Release build's processes (clients/python/run_tests.sh: it
-# installs the package into a venv first), then every rl-chaos scenario against the Release
+# build, and beside them a short run of every libFuzzer harness (scripts/fuzz.sh;
+# FUZZ_SECONDS each, 10 by default) and the Python client's tests against the Release build's
+# processes (clients/python/run_tests.sh: it installs the package into a venv first), then
+# all the suites again under AddressSanitizer+UBSan, then every rl-chaos scenario against the Release
 # build (scripts/chaos.sh), then a cluster spread over network namespaces, over mutual TLS,
 # with a partition
 # (scripts/netns.sh: as root only; elsewhere it prints "netns: skipped (needs root and ip
@@ -27,19 +27,60 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
 status=0
+# Beside the Release suites (whose tests mostly wait on processes, ZooKeeper and timers) run
+# the fuzzers and the Python client's tests, each its output kept and printed after them, so
+# the whole run takes less wall time; the ASan suites, the chaos scenarios and the network
+# namespaces run alone. Every test must pass on a busy machine anyway (scripts/busy.sh).
+logs=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
+beside() { # beside NAME HEADER COMMAND...: runs COMMAND in the background, output to a log
+    local name=$1 header=$2
+    shift 2
+    echo "$header" >"$logs/$name.log"
+    (
+        set +e
+        "$@" >>"$logs/$name.log" 2>&1
+        echo $? >"$logs/$name.rc"
+    ) &
+    echo "== $name: started beside the Release tests (its output below, once it ends) =="
+}
+collect() { # collect NAME: waits for it, prints its output, counts its failure
+    local name=$1
+    while [ ! -e "$logs/$name.rc" ]; do sleep 1; done
+    cat "$logs/$name.log"
+    [ "$(cat "$logs/$name.rc")" = 0 ] || status=1
+}
+with_release=
+if [ "$which" = all ] || [ "$which" = release ]; then
+    echo "== release build (build) =="
+    bash scripts/build.sh release
+fi
+if [ "$which" = all ]; then
+    with_release=1
+    beside fuzzers "== fuzzers (${FUZZ_SECONDS:-10} s each) ==" \
+        bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
+    beside python "== Python client (clients/python/run_tests.sh) ==" \
+        bash clients/python/run_tests.sh
+fi
 for kind in release asan; do
     [ "$which" = all ] || [ "$which" = "$kind" ] || continue
     dir=build; [ "$kind" = asan ] && dir=build-asan
-    echo "== $kind build ($dir) =="
-    bash scripts/build.sh "$kind"
+    if [ "$kind" = asan ]; then
+        echo "== $kind build ($dir) =="
+        bash scripts/build.sh "$kind"
+    fi
     echo "== $kind tests =="
     (cd "$dir" && ctest --output-on-failure --timeout 900) || status=1
+    if [ "$kind" = release ] && [ -n "$with_release" ]; then
+        collect fuzzers
+        collect python
+    fi
 done
-if [ "$which" = all ] || [ "$which" = fuzz ]; then
+if [ "$which" = fuzz ]; then
     echo "== fuzzers (${FUZZ_SECONDS:-10} s each) =="
     bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}" || status=1
 fi
-if [ "$which" = all ] || [ "$which" = python ]; then
+if [ "$which" = python ]; then
     echo "== Python client (clients/python/run_tests.sh) =="
     [ -x build/rl-router ] || bash scripts/build.sh release
     bash clients/python/run_tests.sh || status=1
