@@ -860,8 +860,9 @@ rl_move_metrics(const struct rl_move *m, struct rl_prom *p)
                    "How long the nodes this node shipped shards to took to acknowledge each "
                    "message of a move (a batch's, \"still coming\"), from when it began to be "
                    "sent. A queued shard is given up three quarters of handoff_wait after the "
-                   "last acknowledged message was sent: answers near that call for a longer "
-                   "handoff_wait.");
+                   "last message that kept it (records to its node, or a \"still coming\" "
+                   "naming it) began to be sent: answers near half of handoff_wait call for a "
+                   "longer one.");
     rl_prom_hist(p, "rl_node_handoff_answer_seconds", NULL, &s->answer);
     rl_prom_family(p, "rl_node_shards_in_flight", "gauge",
                    "Shards moving now, by direction: in (expected here), out (queued or being "
