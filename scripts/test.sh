@@ -3,7 +3,8 @@
 # build, and beside them a short run of every libFuzzer harness (scripts/fuzz.sh;
 # FUZZ_SECONDS each, 10 by default) and the Python client's tests against the Release build's
 # processes (clients/python/run_tests.sh: it installs the package into a venv first), then
-# all the suites again under AddressSanitizer+UBSan, then every rl-chaos scenario against the Release
+# all the suites again under AddressSanitizer+UBSan (built beside the Release suites too),
+# then every rl-chaos scenario against the Release
 # build (scripts/chaos.sh), then a cluster spread over network namespaces, over mutual TLS,
 # with a partition
 # (scripts/netns.sh: as root only; elsewhere it prints "netns: skipped (needs root and ip
@@ -28,9 +29,10 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
 status=0
 # Beside the Release suites (whose tests mostly wait on processes, ZooKeeper and timers) run
-# the fuzzers and the Python client's tests, each its output kept and printed after them, so
-# the whole run takes less wall time; the ASan suites, the chaos scenarios and the network
-# namespaces run alone. Every test must pass on a busy machine anyway (scripts/busy.sh).
+# the fuzzers, the Python client's tests and the ASan build, each its output kept and printed
+# after them, so the whole run takes less wall time; the ASan suites, the chaos scenarios and
+# the network namespaces run alone. Every test must pass on a busy machine anyway
+# (scripts/busy.sh).
 logs=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
 beside() { # beside NAME HEADER COMMAND...: runs COMMAND in the background, output to a log
@@ -61,11 +63,15 @@ if [ "$which" = all ]; then
         bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
     beside python "== Python client (clients/python/run_tests.sh) ==" \
         bash clients/python/run_tests.sh
+    beside asan-build "== asan build (build-asan) ==" bash scripts/build.sh asan
 fi
 for kind in release asan; do
     [ "$which" = all ] || [ "$which" = "$kind" ] || continue
     dir=build; [ "$kind" = asan ] && dir=build-asan
-    if [ "$kind" = asan ]; then
+    if [ "$kind" = asan ] && [ -n "$with_release" ]; then
+        collect asan-build
+        [ "$(cat "$logs/asan-build.rc")" = 0 ] || continue # no ASan build: no ASan suites
+    elif [ "$kind" = asan ]; then
         echo "== $kind build ($dir) =="
         bash scripts/build.sh "$kind"
     fi
