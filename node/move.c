@@ -401,6 +401,16 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
             }
             break;
         case RL_MOVE_INCOMING:
+            if (!mine && bit_get(m->taken, s)) {
+                /* Moved on elsewhere while its records come in: they carry this tenure's
+                 * epoch, and a new one (records after NONE: move_incoming) would judge them
+                 * absent, so the shard arrived partly. Kept expected: once whole it is held,
+                 * then follows the view (rl_move_in_end); else its wait ends as any. */
+                rl_log_debug("handoff: shard %" PRIu32 " placed elsewhere while its records "
+                             "come: kept expected until whole",
+                             s);
+                break;
+            }
             if (!mine) {
                 move_set(m, s, RL_MOVE_NONE); /* moved on elsewhere before it came */
             } else if (m->peer[s] != MOVE_PEER_NONE &&
@@ -653,6 +663,9 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
      * and the routers' requests for those shards, open without end). */
     m->in_counts = from != NULL && flen > 0 && flen < RL_SHARDMAP_NAME_MAX && m->map != NULL &&
                    move_member_named(m, from, flen);
+    if (bytes > 0 && m->st[s] == RL_MOVE_INCOMING) {
+        bit_set(m->taken, s, true); /* its records are imported with this tenure's epoch */
+    }
     if (m->in_counts) {
         m->in_progress = now;
     }
@@ -759,9 +772,10 @@ rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts 
     m->owned = calloc(bm, 1);
     m->queued = calloc(bm, 1);
     m->told = calloc(bm, 1);
+    m->taken = calloc(bm, 1);
     m->q = calloc((size_t)m->n + 1, sizeof(*m->q));
     if (m->st == NULL || m->peer == NULL || m->deadline == NULL || m->owned == NULL ||
-        m->queued == NULL || m->told == NULL || m->q == NULL) {
+        m->queued == NULL || m->told == NULL || m->taken == NULL || m->q == NULL) {
         move_free(m);
         return -ENOMEM;
     }

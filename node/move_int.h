@@ -106,6 +106,8 @@ struct rl_move {
     uint64_t *deadline; /* loop ms: INCOMING's end, OWNED_H's, OUTGOING's give-up */
     uint8_t *owned;     /* bit s: decided here */
     uint8_t *queued;    /* bit s: in the queue */
+    uint8_t *taken;     /* bit s (INCOMING shards): records of s were imported in this tenure
+                           (their epoch is this one's: a new tenure would judge them absent) */
     uint8_t *told;      /* bit s (NONE shards): some peer said it holds nothing of s, until
                            deadline[s]; a view then expecting s from it needs not wait */
     uint8_t **told_by;  /* [peer id]: bit s, that peer said so (NULL until one does); two

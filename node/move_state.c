@@ -33,6 +33,7 @@ move_set(struct rl_move *m, uint32_t s, uint8_t to)
     m->nowned += st_decides(to);
     m->st[s] = to;
     move_told_clear(m, s);
+    bit_set(m->taken, s, false);
     bit_set(m->owned, s, st_decides(to));
     if (to == RL_MOVE_GONE) {
         /* the redirect a router with a view from before the move needs; a router resends on
@@ -175,6 +176,7 @@ move_free(struct rl_move *m)
     free(m->owned);
     free(m->queued);
     free(m->told);
+    free(m->taken);
     for (size_t i = 0; i < m->told_cap; i++) {
         free(m->told_by[i]);
     }

@@ -705,6 +705,59 @@ START_TEST(test_still_coming_names_the_holder)
 }
 END_TEST
 
+/* b (leaving) sends f->s here in several messages; a view with c active, which places the
+ * shard on c, comes between two of them. The first message's records were imported with
+ * the tenure's epoch: the shard stays expected (not NONE, after which the next message
+ * began a new tenure, moving the epoch on, so that those records were judged absent here
+ * and were not exported on: users allowed a whole fresh allowance at c, with no shard
+ * "started from zero" anywhere). Once whole it is held, then follows the view. */
+START_TEST(test_records_kept_when_view_moves_on)
+{
+    struct fixture f;
+    char why[256] = "";
+    struct rl_member mem[3];
+    struct rl_shardmap *map = NULL;
+    const char *names[] = {"a", "b", "c"};
+    const uint8_t states[] = {RL_MEMBER_ACTIVE, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE};
+    uint32_t s = NSHARDS;
+    uint16_t e;
+
+    setup_views(&f, WAIT_MS);
+    memset(mem, 0, sizeof(mem));
+    for (size_t i = 0; i < 3; i++) {
+        strcpy(mem[i].name, names[i]);
+        strcpy(mem[i].addr, "127.0.0.1:1");
+        mem[i].state = states[i];
+        mem[i].created_ms = f.created_ms[i];
+    }
+    ck_assert_int_eq(rl_shardmap_create(&map, NSHARDS, mem, 3, NULL), 0);
+    for (uint32_t i = 0; i < NSHARDS && s == NSHARDS; i++) {
+        if (!((rl_move_owned(f.m)[i / 8] >> (i % 8)) & 1u) && rl_shardmap_owner(map, i) == 2) {
+            s = i; /* b's now, c's once c is active */
+        }
+    }
+    rl_shardmap_destroy(map);
+    ck_assert_uint_lt(s, NSHARDS);
+    f.s = s;
+    view(&f, RL_MEMBER_LEAVING); /* b drains: its shards are expected here */
+    ck_assert(rl_move_expected(f.m, s));
+    e = f.epochs[s];
+    ck_assert_int_eq(rl_move_in_begin(f.m, s, 10, "b", 1, false, why, sizeof(why)), 0);
+    rl_move_in_end(f.m, s, 3, false);               /* the first of several messages */
+    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE); /* c joined: s is c's */
+    ck_assert_int_eq(rl_move_in_begin(f.m, s, 10, "b", 1, false, why, sizeof(why)), 0);
+    RL_CHECK(f.epochs[s] == e,
+             "epoch moved on from %u to %u: the first message's records "
+             "are judged absent",
+             (unsigned)e, (unsigned)f.epochs[s]);
+    rl_move_in_end(f.m, s, 3, true);
+    ck_assert(owned_here(&f));         /* held, whole */
+    ck_assert(left_within(&f, 20000)); /* then shipped on to c */
+    ck_assert_uint_eq(f.epochs[s], e);
+    teardown(&f);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -734,6 +787,7 @@ main(void)
     tcase_add_test(tc, test_still_coming_ahead_of_the_view);
     tcase_add_test(tc, test_still_coming_keeps_its_senders_waits_only);
     tcase_add_test(tc, test_still_coming_names_the_holder);
+    tcase_add_test(tc, test_records_kept_when_view_moves_on);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
