@@ -409,6 +409,7 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
                 rl_log_debug("handoff: shard %" PRIu32 " placed elsewhere while its records "
                              "come: kept expected until whole",
                              s);
+                bit_set(m->kept, s, true);
                 break;
             }
             if (!mine) {
@@ -677,6 +678,7 @@ void
 rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
 {
     uint64_t now = uv_now(m->loop);
+    uint32_t o;
 
     m->stats.keys_in += keys;
     if (m->in_counts) {
@@ -691,9 +693,16 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
                      " received whole, %" PRIu64 " started from zero, since start)",
                      m->stats.in_done, m->stats.in_failed);
     }
-    if (m->map != NULL && m->self_ix != RL_SHARDMAP_NONE &&
-        rl_shardmap_owner(m->map, s) == m->self_ix) {
+    o = m->map != NULL ? rl_shardmap_owner(m->map, s) : RL_SHARDMAP_NONE;
+    if (m->map != NULL && m->self_ix != RL_SHARDMAP_NONE && o == m->self_ix) {
         move_set(m, s, RL_MOVE_OWNED);
+    } else if (bit_get(m->kept, s) && o != RL_SHARDMAP_NONE && !m->views_stale) {
+        /* kept while a view, newer than the one that expected it here, placed it on o:
+         * shipped on at once (o has waited for it since that view; it is told "still
+         * coming" meanwhile, move_keep_up) */
+        move_set(m, s, RL_MOVE_OWNED);
+        move_outgoing(m, s, o, now);
+        move_tick(m); /* which sends it (move_pump) */
     } else {
         /* This node's view does not place s here: either it lags the sender's (and the
          * view that does comes within milliseconds), or it is ahead of it (nodes that joined
@@ -773,9 +782,11 @@ rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts 
     m->queued = calloc(bm, 1);
     m->told = calloc(bm, 1);
     m->taken = calloc(bm, 1);
+    m->kept = calloc(bm, 1);
     m->q = calloc((size_t)m->n + 1, sizeof(*m->q));
     if (m->st == NULL || m->peer == NULL || m->deadline == NULL || m->owned == NULL ||
-        m->queued == NULL || m->told == NULL || m->taken == NULL || m->q == NULL) {
+        m->queued == NULL || m->told == NULL || m->taken == NULL || m->kept == NULL ||
+        m->q == NULL) {
         move_free(m);
         return -ENOMEM;
     }

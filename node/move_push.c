@@ -647,15 +647,60 @@ move_keep_send(struct rl_move *m, uint16_t p, uint64_t now)
     m->keeps++;
 }
 
-/* Whether queued shard s is to be named in a round (not the batch's own node's while its
- * records flow: they keep its waits open). */
-static bool
-move_keep_wants(const struct rl_move *m, uint32_t s)
+/* The node a round may name shard s to, or MOVE_PEER_NONE: a queued shard's next owner (not
+ * the batch's own node while its records flow: they keep its waits open); an expected shard
+ * whose records have begun to arrive while the view places it on another node (kept here
+ * until whole, move.c), that node, which expects it from here and hears nothing of it until
+ * it is shipped on. */
+static uint16_t
+move_keep_to(struct rl_move *m, uint32_t s)
 {
-    /* the batch's own node too while nothing of it keeps waits there: its export pass, or
-     * a batch of "nothing here" */
-    return m->st[s] == RL_MOVE_OUTGOING &&
-           (m->peer[s] != m->b.peer || m->b.nothing || uv_is_active((uv_handle_t *)&m->scan));
+    const struct move_batch *b = &m->b;
+
+    if (m->st[s] == RL_MOVE_OUTGOING) {
+        /* the batch's own node too while nothing of it keeps waits there: its export pass, or
+         * a batch of "nothing here" */
+        return !b->active || m->peer[s] != b->peer || b->nothing ||
+                       uv_is_active((uv_handle_t *)&m->scan)
+                   ? m->peer[s]
+                   : MOVE_PEER_NONE;
+    }
+    if (m->st[s] == RL_MOVE_INCOMING && bit_get(m->taken, s) && m->map != NULL) {
+        uint32_t o = rl_shardmap_owner(m->map, s);
+
+        if (o != RL_SHARDMAP_NONE && o != m->self_ix) {
+            return move_peer_id(m, m->map->members[o].name);
+        }
+    }
+    return MOVE_PEER_NONE;
+}
+
+/* One shard of a pass of move_keep_up: the first pass begins the rounds due (due, ndue) and
+ * counts each node's shards to name; the second names them from where the last round
+ * stopped, up to MOVE_KEEP_SHARDS. */
+static void
+move_keep_visit(struct rl_move *m, uint32_t s, bool naming, uint16_t *due, uint32_t *ndue,
+                uint64_t now)
+{
+    uint16_t to = move_keep_to(m, s);
+    struct move_peer *pr;
+
+    if (to == MOVE_PEER_NONE || (pr = move_peer(m, to)) == NULL) {
+        return;
+    }
+    if (!naming) {
+        if (pr->keep == NULL && *ndue < MOVE_KEEP_MAX + 1 && move_keep_begin(m, to, now)) {
+            due[(*ndue)++] = to;
+        }
+        pr->keep_seen += pr->keep != NULL;
+        return;
+    }
+    if (pr->keep != NULL &&
+        (pr->keep_at++ + pr->keep_seen - pr->keep_skip % pr->keep_seen) % pr->keep_seen <
+            MOVE_KEEP_SHARDS &&
+        pr->keep->n < MOVE_KEEP_SHARDS) {
+        pr->keep->shard[pr->keep->n++] = s;
+    }
 }
 
 void
@@ -664,13 +709,17 @@ move_keep_up(struct rl_move *m, uint64_t now)
     struct move_batch *b = &m->b;
     uint16_t due[MOVE_KEEP_MAX + 1];
     uint32_t ndue = 0;
+    /* expected shards kept while the view places them elsewhere: any at all? */
+    bool kept = m->stats.incoming > 0;
 
-    if (!b->active || m->closing || m->map == NULL) {
+    if ((!b->active && !kept) || m->closing || m->map == NULL) {
         return;
     }
-    move_batch_told(m);
+    if (b->active) {
+        move_batch_told(m);
+    }
     /* while its export pass runs, the batch's own node hears nothing of it either */
-    if (uv_is_active((uv_handle_t *)&m->scan) && move_keep_begin(m, b->peer, now)) {
+    if (b->active && uv_is_active((uv_handle_t *)&m->scan) && move_keep_begin(m, b->peer, now)) {
         struct move_keep *k = move_peer(m, b->peer)->keep;
 
         for (uint32_t i = 0; i < b->n && k->n < MOVE_KEEP_SHARDS; i++) {
@@ -678,31 +727,15 @@ move_keep_up(struct rl_move *m, uint64_t now)
         }
         due[ndue++] = b->peer;
     }
-    /* the nodes due a round, and how many shards each is to be named */
-    for (uint32_t i = m->qhead; i != m->qtail; i = (i + 1) % (m->n + 1)) {
-        uint32_t s = m->q[i];
-        struct move_peer *pr;
-
-        if (!move_keep_wants(m, s) || (pr = move_peer(m, m->peer[s])) == NULL) {
-            continue;
+    /* the nodes due a round, and how many shards each is to be named; then the naming */
+    for (int naming = 0; naming < 2 && (naming == 0 || ndue > 0); naming++) {
+        for (uint32_t i = m->qhead; i != m->qtail; i = (i + 1) % (m->n + 1)) {
+            move_keep_visit(m, m->q[i], naming, due, &ndue, now);
         }
-        if (pr->keep == NULL && ndue < MOVE_KEEP_MAX + 1 && move_keep_begin(m, m->peer[s], now)) {
-            due[ndue++] = m->peer[s];
-        }
-        pr->keep_seen += pr->keep != NULL;
-    }
-    /* each names its shards from where the last round stopped, up to MOVE_KEEP_SHARDS */
-    for (uint32_t i = m->qhead; i != m->qtail && ndue > 0; i = (i + 1) % (m->n + 1)) {
-        uint32_t s = m->q[i];
-        struct move_peer *pr;
-
-        if (!move_keep_wants(m, s) || (pr = move_peer(m, m->peer[s])) == NULL || pr->keep == NULL) {
-            continue;
-        }
-        if ((pr->keep_at++ + pr->keep_seen - pr->keep_skip % pr->keep_seen) % pr->keep_seen <
-                MOVE_KEEP_SHARDS &&
-            pr->keep->n < MOVE_KEEP_SHARDS) {
-            pr->keep->shard[pr->keep->n++] = s;
+        for (uint32_t s = 0; kept && s < m->n; s++) {
+            if (m->st[s] == RL_MOVE_INCOMING) {
+                move_keep_visit(m, s, naming, due, &ndue, now);
+            }
         }
     }
     for (uint32_t i = 0; i < ndue; i++) {

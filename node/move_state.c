@@ -34,6 +34,7 @@ move_set(struct rl_move *m, uint32_t s, uint8_t to)
     m->st[s] = to;
     move_told_clear(m, s);
     bit_set(m->taken, s, false);
+    bit_set(m->kept, s, false);
     bit_set(m->owned, s, st_decides(to));
     if (to == RL_MOVE_GONE) {
         /* the redirect a router with a view from before the move needs; a router resends on
@@ -158,6 +159,14 @@ move_check_drain(struct rl_move *m)
     if (!m->draining || m->drained || !m->leaving_seen || m->stats.outgoing > 0 || m->b.active) {
         return;
     }
+    /* nor while it holds or receives a shard of which it has records: one that arrived whole
+     * ahead of the view (held, then shipped on), one kept expected while its records come
+     * (shipped on once whole; its wait bounds it) */
+    for (uint32_t s = 0; s < m->n; s++) {
+        if (m->st[s] == RL_MOVE_OWNED_H || (m->st[s] == RL_MOVE_INCOMING && bit_get(m->taken, s))) {
+            return;
+        }
+    }
     m->drained = true;
     uv_timer_stop(&m->drain_timer);
     uv_timer_start(&m->drain_timer, move_drain_fire, 0, 0);
@@ -177,6 +186,7 @@ move_free(struct rl_move *m)
     free(m->queued);
     free(m->told);
     free(m->taken);
+    free(m->kept);
     for (size_t i = 0; i < m->told_cap; i++) {
         free(m->told_by[i]);
     }

@@ -21,10 +21,15 @@
  *   here is not decided here.
  * Not for the shipping itself (check_move, with real nodes).
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -33,6 +38,7 @@
 #include "move.h"
 #include "rltest.h"
 #include "shardmap.h"
+#include "wire.h"
 
 #define NSHARDS 16u
 #define WAIT_MS 200u /* handoff_wait: a hold is 50 ms */
@@ -45,6 +51,7 @@ struct fixture {
     uint16_t epochs[NSHARDS];
     uint32_t s;             /* a shard the view gives to b */
     int64_t created_ms[3];  /* a's, b's and c's registration times in the views */
+    const char *c_addr;     /* c's address in the views (NULL: 127.0.0.1:1, where nobody is) */
 };
 
 #define CREATED_MS 1700000000000 /* the registrations' time (ZooKeeper's clock) */
@@ -101,7 +108,7 @@ view_abc(struct fixture *f, uint8_t a_state, uint8_t b_state, uint8_t c_state)
     memset(mem, 0, sizeof(mem));
     for (size_t i = 0; i < n; i++) {
         strcpy(mem[i].name, names[i]);
-        strcpy(mem[i].addr, "127.0.0.1:1");
+        strcpy(mem[i].addr, i == 2 && f->c_addr != NULL ? f->c_addr : "127.0.0.1:1");
         mem[i].state = states[i];
         mem[i].created_ms = f->created_ms[i];
     }
@@ -705,55 +712,211 @@ START_TEST(test_still_coming_names_the_holder)
 }
 END_TEST
 
-/* b (leaving) sends f->s here in several messages; a view with c active, which places the
- * shard on c, comes between two of them. The first message's records were imported with
- * the tenure's epoch: the shard stays expected (not NONE, after which the next message
- * began a new tenure, moving the epoch on, so that those records were judged absent here
- * and were not exported on: users allowed a whole fresh allowance at c, with no shard
- * "started from zero" anywhere). Once whole it is held, then follows the view. */
-START_TEST(test_records_kept_when_view_moves_on)
+/* f->s: a shard of b's that a view with b leaving places here and one with c active too
+ * places on c. */
+static void
+shard_for_c(struct fixture *f)
 {
-    struct fixture f;
-    char why[256] = "";
     struct rl_member mem[3];
     struct rl_shardmap *map = NULL;
     const char *names[] = {"a", "b", "c"};
     const uint8_t states[] = {RL_MEMBER_ACTIVE, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE};
     uint32_t s = NSHARDS;
-    uint16_t e;
 
-    setup_views(&f, WAIT_MS);
     memset(mem, 0, sizeof(mem));
     for (size_t i = 0; i < 3; i++) {
         strcpy(mem[i].name, names[i]);
         strcpy(mem[i].addr, "127.0.0.1:1");
         mem[i].state = states[i];
-        mem[i].created_ms = f.created_ms[i];
+        mem[i].created_ms = f->created_ms[i];
     }
     ck_assert_int_eq(rl_shardmap_create(&map, NSHARDS, mem, 3, NULL), 0);
     for (uint32_t i = 0; i < NSHARDS && s == NSHARDS; i++) {
-        if (!((rl_move_owned(f.m)[i / 8] >> (i % 8)) & 1u) && rl_shardmap_owner(map, i) == 2) {
+        if (!((rl_move_owned(f->m)[i / 8] >> (i % 8)) & 1u) && rl_shardmap_owner(map, i) == 2) {
             s = i; /* b's now, c's once c is active */
         }
     }
     rl_shardmap_destroy(map);
     ck_assert_uint_lt(s, NSHARDS);
-    f.s = s;
-    view(&f, RL_MEMBER_LEAVING); /* b drains: its shards are expected here */
-    ck_assert(rl_move_expected(f.m, s));
-    e = f.epochs[s];
-    ck_assert_int_eq(rl_move_in_begin(f.m, s, 10, "b", 1, false, why, sizeof(why)), 0);
-    rl_move_in_end(f.m, s, 3, false);               /* the first of several messages */
-    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE); /* c joined: s is c's */
-    ck_assert_int_eq(rl_move_in_begin(f.m, s, 10, "b", 1, false, why, sizeof(why)), 0);
-    RL_CHECK(f.epochs[s] == e,
+    f->s = s;
+}
+
+/* b (leaving) begins to send here f->s (shard_for_c) in several messages: the first is
+ * taken, then the view with c active comes, then the second begins. Returns the shard's
+ * epoch before. */
+static uint16_t
+moved_on_while_coming(struct fixture *f)
+{
+    char why[256] = "";
+    uint32_t s;
+    uint16_t e;
+
+    shard_for_c(f);
+    s = f->s;
+    view(f, RL_MEMBER_LEAVING); /* b drains: its shards are expected here */
+    ck_assert(rl_move_expected(f->m, s));
+    e = f->epochs[s];
+    ck_assert_int_eq(rl_move_in_begin(f->m, s, 10, "b", 1, false, why, sizeof(why)), 0);
+    rl_move_in_end(f->m, s, 3, false);             /* the first of several messages */
+    view3(f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE); /* c joined: s is c's */
+    ck_assert_int_eq(rl_move_in_begin(f->m, s, 10, "b", 1, false, why, sizeof(why)), 0);
+    return e;
+}
+
+/* The first message's records were imported with the tenure's epoch: the shard stays
+ * expected (not NONE, after which the next message began a new tenure, moving the epoch on,
+ * so that those records were judged absent here and were not exported on: users allowed a
+ * whole fresh allowance at c, with no shard "started from zero" anywhere). Once whole it is
+ * held, then follows the view. */
+START_TEST(test_records_kept_when_view_moves_on)
+{
+    struct fixture f;
+    struct rl_move_stats before, after;
+    const char *owner = NULL;
+    uint16_t e;
+
+    setup_views(&f, WAIT_MS);
+    e = moved_on_while_coming(&f);
+    RL_CHECK(f.epochs[f.s] == e,
              "epoch moved on from %u to %u: the first message's records "
              "are judged absent",
-             (unsigned)e, (unsigned)f.epochs[s]);
-    rl_move_in_end(f.m, s, 3, true);
-    ck_assert(owned_here(&f));         /* held, whole */
-    ck_assert(left_within(&f, 20000)); /* then shipped on to c */
-    ck_assert_uint_eq(f.epochs[s], e);
+             (unsigned)e, (unsigned)f.epochs[f.s]);
+    rl_move_stats(f.m, &before);
+    rl_move_in_end(f.m, f.s, 3, true);
+    rl_move_stats(f.m, &after);
+    ck_assert(owned_here(&f)); /* whole, */
+    /* and queued for c at once: this node's view is past the one that expected it here (a
+     * hold, as for records ahead of the view, would spend c's wait) */
+    ck_assert_uint_eq(after.outgoing, before.outgoing + 1);
+    ck_assert_uint_eq(after.incoming + 1, before.incoming);
+    ck_assert(left_within(&f, 20000)); /* shipped on to c (refused there: nobody listens) */
+    ck_assert(rl_move_moving(f.m, f.s, &owner));
+    ck_assert_str_eq(owner, "c");
+    ck_assert_uint_eq(f.epochs[f.s], e);
+    teardown(&f);
+}
+END_TEST
+
+static void
+drained_cb(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+/* A node drained while it receives a shard it keeps for c (records taken) is not done until
+ * the shard has come whole and been shipped on: before, its drain ended with its own shards
+ * and the process exited holding the records (c started the shard from zero). */
+START_TEST(test_drain_waits_for_kept_records)
+{
+    struct fixture f;
+    const char *owner = NULL;
+    bool drained = false;
+
+    setup_views(&f, WAIT_MS);
+    (void)moved_on_while_coming(&f);
+    rl_move_drain(f.m, 60000, drained_cb, &drained);
+    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE); /* a leaves too */
+    runfor(&f.loop, WAIT_MS / 2); /* its own shards go (refused at c: given up) */
+    ck_assert(rl_move_expected(f.m, f.s));
+    RL_CHECK(!drained, "drained while shard %u's records still come", (unsigned)f.s);
+    rl_move_in_end(f.m, f.s, 3, true); /* the last message */
+    for (int i = 0; i < 2000 && !drained; i++) {
+        runfor(&f.loop, 10);
+    }
+    ck_assert(drained);
+    ck_assert(rl_move_moving(f.m, f.s, &owner)); /* shipped on first */
+    ck_assert_str_eq(owner, "c");
+    teardown(&f);
+}
+END_TEST
+
+/* A shard expected here of which nothing came yet is let go by a view that places it on c
+ * (c expects it from b, its old owner, which ships it there): only records taken keep it. */
+START_TEST(test_nothing_taken_lets_go)
+{
+    struct fixture f;
+
+    setup_views(&f, WAIT_MS);
+    shard_for_c(&f);
+    view(&f, RL_MEMBER_LEAVING);
+    ck_assert(rl_move_expected(f.m, f.s));
+    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE);
+    ck_assert(!rl_move_expected(f.m, f.s));
+    ck_assert(!owned_here(&f));
+    teardown(&f);
+}
+END_TEST
+
+/* Meanwhile c, which expects the shard from here (its view placed it here), is told "still
+ * coming" naming it (an empty HANDOFF_IN, not final, from a), so its wait stays open while
+ * b's records come: before, c heard nothing of the shard until it was shipped on, and started
+ * it from zero when b's records took longer than handoff_wait. c is a socket of the test's
+ * that never answers: the round's bytes wait in it. */
+START_TEST(test_kept_shard_still_coming_to_its_next_owner)
+{
+    struct fixture f;
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    socklen_t sl = sizeof(sin);
+    struct timeval tv = {.tv_sec = 5};
+    char addr[64], buf[65536];
+    size_t total = 0;
+    struct rl_wire_decoder d;
+    bool named = false;
+    int lfd, cfd;
+    ssize_t got;
+
+    lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    ck_assert_int_eq(listen(lfd, 16), 0);
+    ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sin, &sl), 0);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)ntohs(sin.sin_port));
+    setup_views(&f, WAIT_MS);
+    f.c_addr = addr;
+    (void)moved_on_while_coming(&f);
+    runfor(&f.loop, WAIT_MS / 2); /* rounds every eighth of it, each given half of it */
+    ck_assert_int_eq(rl_wire_decoder_init(&d), 0);
+    /* every connection a made to c meanwhile (a batch of a's own shards for c too), each
+     * read to its end (its sender gave up waiting for answers) */
+    ck_assert_int_eq(setsockopt(lfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    for (int conns = 0; !named && conns < 16; conns++) {
+        size_t have = 0, off = 0;
+
+        if ((cfd = accept(lfd, NULL, NULL)) < 0) {
+            break;
+        }
+        ck_assert_int_eq(setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+        while (have < sizeof(buf) && (got = read(cfd, buf + have, sizeof(buf) - have)) > 0) {
+            have += (size_t)got;
+        }
+        close(cfd);
+        for (;;) {
+            size_t len;
+            struct rl_wire_req req;
+            struct rl_wire_fault fault;
+
+            if (rl_wire_frame(buf + off, have - off, &len) != 1) {
+                break;
+            }
+            ck_assert_int_eq(rl_wire_decode_req(&d, buf + off + RL_WIRE_HDR_LEN, len, &req, &fault),
+                             0);
+            ck_assert_uint_eq(req.op, RL_WIRE_OP_HANDOFF_IN);
+            if (req.shard == f.s) {
+                ck_assert(req.has_final && !req.final && req.records.len == 0);
+                ck_assert_uint_eq(req.from.len, 1);
+                ck_assert_int_eq(req.from.ptr[0], 'a');
+                named = true;
+            }
+            off += RL_WIRE_HDR_LEN + len;
+        }
+        total += have;
+    }
+    close(lfd);
+    rl_wire_decoder_deinit(&d);
+    RL_CHECK(named, "c was not told that shard %u is still coming (%zu bytes from a)",
+             (unsigned)f.s, total);
+    /* and the shard is still expected here, from b */
+    ck_assert(rl_move_expected(f.m, f.s));
     teardown(&f);
 }
 END_TEST
@@ -788,6 +951,9 @@ main(void)
     tcase_add_test(tc, test_still_coming_keeps_its_senders_waits_only);
     tcase_add_test(tc, test_still_coming_names_the_holder);
     tcase_add_test(tc, test_records_kept_when_view_moves_on);
+    tcase_add_test(tc, test_kept_shard_still_coming_to_its_next_owner);
+    tcase_add_test(tc, test_nothing_taken_lets_go);
+    tcase_add_test(tc, test_drain_waits_for_kept_records);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
