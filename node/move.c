@@ -343,6 +343,7 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
     struct rl_shardmap *prev = m->map;
     uint64_t now = uv_now(m->loop);
     uint32_t self = rl_shardmap_find(map, m->self);
+    uint32_t pself = prev != NULL ? rl_shardmap_find(prev, m->self) : RL_SHARDMAP_NONE;
     uint32_t changed = 0;
 
     uint32_t restarted = 0;
@@ -402,14 +403,19 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
             break;
         case RL_MOVE_INCOMING:
             if (!mine && bit_get(m->taken, s)) {
-                /* Moved on elsewhere while its records come in: they carry this tenure's
-                 * epoch, and a new one (records after NONE: move_incoming) would judge them
-                 * absent, so the shard arrived partly. Kept expected: once whole it is held,
-                 * then follows the view (rl_move_in_end); else its wait ends as any. */
-                rl_log_debug("handoff: shard %" PRIu32 " placed elsewhere while its records "
-                             "come: kept expected until whole",
-                             s);
-                bit_set(m->kept, s, true);
+                /* Its records come in, and carry this tenure's epoch: a new one (records after
+                 * NONE: move_incoming) would judge them absent, so the shard would arrive
+                 * partly. Kept expected until whole; else its wait ends as any. If the view
+                 * before placed it here, this one moves it on (kept: it is named to its next
+                 * owner meanwhile and shipped to it once whole, rl_move_in_end); if not, its
+                 * records came ahead of a view yet to come (held once whole). */
+                if (!bit_get(m->kept, s) && pself != RL_SHARDMAP_NONE &&
+                    rl_shardmap_owner(prev, s) == pself) {
+                    rl_log_debug("handoff: shard %" PRIu32 " placed elsewhere while its "
+                                 "records come: kept expected until whole",
+                                 s);
+                    bit_set(m->kept, s, true);
+                }
                 break;
             }
             if (!mine) {

@@ -648,10 +648,10 @@ move_keep_send(struct rl_move *m, uint16_t p, uint64_t now)
 }
 
 /* The node a round may name shard s to, or MOVE_PEER_NONE: a queued shard's next owner (not
- * the batch's own node while its records flow: they keep its waits open); an expected shard
- * whose records have begun to arrive while the view places it on another node (kept here
- * until whole, move.c), that node, which expects it from here and hears nothing of it until
- * it is shipped on. */
+ * the batch's own node while its records flow: they keep its waits open); a shard expected
+ * here by the last view but one, whose records have begun to arrive, and which the last view
+ * places on another node (kept here until whole, move.c), that node, which expects it from
+ * here and hears nothing of it until it is shipped on. */
 static uint16_t
 move_keep_to(struct rl_move *m, uint32_t s)
 {
@@ -665,7 +665,7 @@ move_keep_to(struct rl_move *m, uint32_t s)
                    ? m->peer[s]
                    : MOVE_PEER_NONE;
     }
-    if (m->st[s] == RL_MOVE_INCOMING && bit_get(m->taken, s) && m->map != NULL) {
+    if (m->st[s] == RL_MOVE_INCOMING && bit_get(m->kept, s) && m->map != NULL) {
         uint32_t o = rl_shardmap_owner(m->map, s);
 
         if (o != RL_SHARDMAP_NONE && o != m->self_ix) {

@@ -767,7 +767,7 @@ moved_on_while_coming(struct fixture *f)
  * expected (not NONE, after which the next message began a new tenure, moving the epoch on,
  * so that those records were judged absent here and were not exported on: users allowed a
  * whole fresh allowance at c, with no shard "started from zero" anywhere). Once whole it is
- * held, then follows the view. */
+ * queued for c at once (no hold: this view is past the one that expected it here). */
 START_TEST(test_records_kept_when_view_moves_on)
 {
     struct fixture f;
@@ -793,6 +793,37 @@ START_TEST(test_records_kept_when_view_moves_on)
     ck_assert(rl_move_moving(f.m, f.s, &owner));
     ck_assert_str_eq(owner, "c");
     ck_assert_uint_eq(f.epochs[f.s], e);
+    teardown(&f);
+}
+END_TEST
+
+/* Records that came ahead of this node's view, then a view that does not place the shard here
+ * yet (c registering): once whole the shard is held (this view is behind the sender's, which
+ * placed it here), not queued back for its sender; the view that places it here makes it
+ * this node's. */
+START_TEST(test_ahead_of_view_held_not_sent_back)
+{
+    struct fixture f;
+    struct rl_move_stats before, after;
+    char why[256] = "";
+
+    setup_views(&f, WAIT_MS); /* a and b active: f->s is b's */
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 10, "b", 1, false, why, sizeof(why)), 0);
+    rl_move_in_end(f.m, f.s, 3, false);
+    view3(&f, RL_MEMBER_ACTIVE, RL_MEMBER_JOINING); /* c registers: s still b's */
+    ck_assert(rl_move_expected(f.m, f.s));
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 10, "b", 1, false, why, sizeof(why)), 0);
+    rl_move_stats(f.m, &before);
+    rl_move_in_end(f.m, f.s, 3, true);
+    rl_move_stats(f.m, &after);
+    ck_assert(owned_here(&f));
+    ck_assert_uint_eq(after.outgoing, before.outgoing); /* held, not queued for b */
+    runfor(&f.loop, WAIT_MS / 8);
+    view3(&f, RL_MEMBER_LEAVING, RL_MEMBER_JOINING); /* b leaving: s is this node's */
+    runfor(&f.loop, WAIT_MS);
+    ck_assert(owned_here(&f));
+    rl_move_stats(f.m, &after);
+    ck_assert_uint_eq(after.out_failed, before.out_failed);
     teardown(&f);
 }
 END_TEST
@@ -954,6 +985,7 @@ main(void)
     tcase_add_test(tc, test_kept_shard_still_coming_to_its_next_owner);
     tcase_add_test(tc, test_nothing_taken_lets_go);
     tcase_add_test(tc, test_drain_waits_for_kept_records);
+    tcase_add_test(tc, test_ahead_of_view_held_not_sent_back);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
