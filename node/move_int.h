@@ -109,8 +109,9 @@ struct rl_move {
     uint8_t *taken;     /* bit s (INCOMING shards): records of s were imported in this tenure
                            (their epoch is this one's: a new tenure would judge them absent) */
     uint8_t *kept;      /* bit s (INCOMING shards): kept expected, records taken, after a view
-                           moved s on from here to another node: named to it in "still
-                           coming", shipped on to it once whole */
+                           moved s on from here to another node: shipped on to it once whole
+                           (named to it in "still coming" meanwhile, as any INCOMING shard
+                           with records taken that the view places elsewhere) */
     uint8_t *told;      /* bit s (NONE shards): some peer said it holds nothing of s, until
                            deadline[s]; a view then expecting s from it needs not wait */
     uint8_t **told_by;  /* [peer id]: bit s, that peer said so (NULL until one does); two

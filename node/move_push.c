@@ -648,10 +648,12 @@ move_keep_send(struct rl_move *m, uint16_t p, uint64_t now)
 }
 
 /* The node a round may name shard s to, or MOVE_PEER_NONE: a queued shard's next owner (not
- * the batch's own node while its records flow: they keep its waits open); a shard expected
- * here by the last view but one, whose records have begun to arrive, and which the last view
- * places on another node (kept here until whole, move.c), that node, which expects it from
- * here and hears nothing of it until it is shipped on. */
+ * the batch's own node while its records flow: they keep its waits open); a shard whose
+ * records have begun to arrive here while this node's view places it on another node (kept
+ * expected until whole, move.c), that node, which may expect it from here and hears nothing
+ * of it until it is shipped on (this node's view may be ahead of the sender's: it skipped the
+ * one placing the shard here; if it is behind, the node named is one the sender's view moved
+ * it from, which only hears of it). */
 static uint16_t
 move_keep_to(struct rl_move *m, uint32_t s)
 {
@@ -665,7 +667,7 @@ move_keep_to(struct rl_move *m, uint32_t s)
                    ? m->peer[s]
                    : MOVE_PEER_NONE;
     }
-    if (m->st[s] == RL_MOVE_INCOMING && bit_get(m->kept, s) && m->map != NULL) {
+    if (m->st[s] == RL_MOVE_INCOMING && bit_get(m->taken, s) && m->map != NULL) {
         uint32_t o = rl_shardmap_owner(m->map, s);
 
         if (o != RL_SHARDMAP_NONE && o != m->self_ix) {
