@@ -408,7 +408,9 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
                  * partly. Kept expected until whole; else its wait ends as any. If the view
                  * before placed it here, this one moves it on (kept: it is named to its next
                  * owner meanwhile and shipped to it once whole, rl_move_in_end); if not, its
-                 * records came ahead of a view yet to come (held once whole). */
+                 * records came ahead of this node's view, which may be behind the sender's or
+                 * may have moved the shard on before they came (held once whole, and named to
+                 * the view's owner meanwhile: move_keep_to). */
                 if (!bit_get(m->kept, s) && pself != RL_SHARDMAP_NONE &&
                     rl_shardmap_owner(prev, s) == pself) {
                     rl_log_debug("handoff: shard %" PRIu32 " placed elsewhere while its "
@@ -700,7 +702,7 @@ rl_move_in_end(struct rl_move *m, uint32_t s, uint64_t keys, bool final)
                      m->stats.in_done, m->stats.in_failed);
     }
     o = m->map != NULL ? rl_shardmap_owner(m->map, s) : RL_SHARDMAP_NONE;
-    if (m->map != NULL && m->self_ix != RL_SHARDMAP_NONE && o == m->self_ix) {
+    if (o != RL_SHARDMAP_NONE && o == m->self_ix) {
         move_set(m, s, RL_MOVE_OWNED);
     } else if (bit_get(m->kept, s) && o != RL_SHARDMAP_NONE && !m->views_stale) {
         /* kept while a view, newer than the one that expected it here, placed it on o:

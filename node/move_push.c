@@ -651,9 +651,9 @@ move_keep_send(struct rl_move *m, uint16_t p, uint64_t now)
  * the batch's own node while its records flow: they keep its waits open); a shard whose
  * records have begun to arrive here while this node's view places it on another node (kept
  * expected until whole, move.c), that node, which may expect it from here and hears nothing
- * of it until it is shipped on (this node's view may be ahead of the sender's: it skipped the
- * one placing the shard here; if it is behind, the node named is one the sender's view moved
- * it from, which only hears of it). */
+ * of it until it is shipped on (this node's view may be ahead of the sender's: it moved the
+ * shard on before its first records came; if it is behind, the node named is one the
+ * sender's view moved it from, which only hears of it). */
 static uint16_t
 move_keep_to(struct rl_move *m, uint32_t s)
 {
@@ -711,10 +711,11 @@ move_keep_up(struct rl_move *m, uint64_t now)
     struct move_batch *b = &m->b;
     uint16_t due[MOVE_KEEP_MAX + 1];
     uint32_t ndue = 0;
-    /* expected shards kept while the view places them elsewhere: any at all? */
-    bool kept = m->stats.incoming > 0;
+    /* shards expected here: those whose records have begun to arrive while the view places
+     * them elsewhere are named to that node (move_keep_to), batch or no batch */
+    bool incoming = m->stats.incoming > 0;
 
-    if ((!b->active && !kept) || m->closing || m->map == NULL) {
+    if ((!b->active && !incoming) || m->closing || m->map == NULL) {
         return;
     }
     if (b->active) {
@@ -734,7 +735,7 @@ move_keep_up(struct rl_move *m, uint64_t now)
         for (uint32_t i = m->qhead; i != m->qtail; i = (i + 1) % (m->n + 1)) {
             move_keep_visit(m, m->q[i], naming, due, &ndue, now);
         }
-        for (uint32_t s = 0; kept && s < m->n; s++) {
+        for (uint32_t s = 0; incoming && s < m->n; s++) {
             if (m->st[s] == RL_MOVE_INCOMING) {
                 move_keep_visit(m, s, naming, due, &ndue, now);
             }

@@ -964,11 +964,11 @@ START_TEST(test_kept_shard_still_coming_to_its_next_owner)
 }
 END_TEST
 
-/* The same for records that came ahead of this node's view, when the next view it applies
- * places the shard on c (its views skipped the one placing it here: ZooKeeper's watches
- * give the latest): c expects it from this node's old view's owner or from here, and hears
- * of it from here. Before, only kept shards were named, and c started such shards from zero
- * (3 in 4 runs of the attack script). */
+/* The same for records that come when this node's view places the shard on c (the view
+ * moved it on before its first records came, or skipped the one placing it here): c expects
+ * it from this node or from its old owner, and hears of it from here. Before, only kept
+ * shards were named, and c started such shards from zero (4 in 5 runs of the attack
+ * script). */
 START_TEST(test_ahead_of_view_still_coming_to_the_views_owner)
 {
     struct fixture f;
