@@ -74,7 +74,9 @@ struct move_batch {
 };
 
 /* "Still coming", while a batch is out: to a node that has shards queued for it here (or the
- * batch's own node during its export pass), one empty, non-final HANDOFF_IN naming each of
+ * batch's own node during its export pass, or a node the view now places a shard of the batch
+ * on; or, batch or none, a node the view places a shard on whose records come here), one
+ * empty, non-final HANDOFF_IN naming each of
  * them (up to MOVE_KEEP_SHARDS a round), which keeps its waits for shards from here open (it
  * waits handoff_wait from the last word of a member) and tells it that this node holds them
  * (its views may expect one from another node). One work request of the thread pool per node
@@ -112,6 +114,9 @@ struct rl_move {
                            moved s on from here to another node: shipped on to it once whole
                            (named to it in "still coming" meanwhile, as any INCOMING shard
                            with records taken that the view places elsewhere) */
+    uint8_t *named;     /* bit s (INCOMING shards): its node (peer[s]) named it in "still
+                           coming": it holds s, or froze it in a batch for a third node that
+                           ships it on here; s is waited for even once that node has left */
     uint8_t *told;      /* bit s (NONE shards): some peer said it holds nothing of s, until
                            deadline[s]; a view then expecting s from it needs not wait */
     uint8_t **told_by;  /* [peer id]: bit s, that peer said so (NULL until one does); two
@@ -243,6 +248,10 @@ const char *move_peer_name(const struct rl_move *m, uint16_t id);
 /* Whether the member named by peer id is in the current view (any state). */
 bool move_peer_member(const struct rl_move *m, uint16_t id);
 void move_enqueue(struct rl_move *m, uint32_t s);
+/* Shards this node holds or receives records of without a view placing them here: arrived
+ * whole ahead of the view (RL_MOVE_OWNED_H, held, then shipped on), or expected with records
+ * taken (kept until whole, then shipped on). A drain waits for them. */
+uint32_t move_records_held(const struct rl_move *m);
 void move_check_drain(struct rl_move *m);
 void move_free(struct rl_move *m);
 
@@ -252,7 +261,9 @@ void move_pump(struct rl_move *m);
 void move_scan_finish(struct rl_move *m);
 /* move_push.c, from the tick: while a batch is out, every eighth of handoff_wait
  * (move_keep_every_ms) the nodes its queued shards are bound for (and, during its export pass, its
- * own) are told they are still coming; each peer's `told` moves on with what it acknowledges. */
+ * own; and those the view now places a shard of the batch on) are told they are still coming,
+ * as the nodes the view places a shard on whose records come here are (struct move_keep);
+ * each peer's `told` moves on with what it acknowledges. */
 void move_keep_up(struct rl_move *m, uint64_t now);
 /* Peer id's record, or NULL (MOVE_PEER_NONE, or none such). */
 static inline struct move_peer *

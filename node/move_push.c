@@ -648,7 +648,8 @@ move_keep_send(struct rl_move *m, uint16_t p, uint64_t now)
 }
 
 /* The node a round may name shard s to, or MOVE_PEER_NONE: a queued shard's next owner (not
- * the batch's own node while its records flow: they keep its waits open); a shard whose
+ * the batch's own node while its records flow: they keep its waits open); a shard of the
+ * batch that this node's view now places on a third node, that node; a shard whose
  * records have begun to arrive here while this node's view places it on another node (kept
  * expected until whole, move.c), that node, which may expect it from here and hears nothing
  * of it until it is shipped on (this node's view may be ahead of the sender's: it moved the
@@ -666,6 +667,18 @@ move_keep_to(struct rl_move *m, uint32_t s)
                        uv_is_active((uv_handle_t *)&m->scan)
                    ? m->peer[s]
                    : MOVE_PEER_NONE;
+    }
+    if (m->st[s] == RL_MOVE_EXPORTING && b->active && !b->nothing && m->map != NULL) {
+        /* in the batch, frozen for its node, while this node's view places it on a third
+         * one, which expects it from here or from the batch's node and hears of it from
+         * neither until the batch's node has its first records (a batch of large shards
+         * ahead of it: longer than handoff_wait) */
+        uint32_t o = rl_shardmap_owner(m->map, s);
+        uint16_t p = o != RL_SHARDMAP_NONE && o != m->self_ix
+                         ? move_peer_id(m, m->map->members[o].name)
+                         : MOVE_PEER_NONE;
+
+        return p != b->peer ? p : MOVE_PEER_NONE;
     }
     if (m->st[s] == RL_MOVE_INCOMING && bit_get(m->taken, s) && m->map != NULL) {
         uint32_t o = rl_shardmap_owner(m->map, s);
@@ -734,6 +747,9 @@ move_keep_up(struct rl_move *m, uint64_t now)
     for (int naming = 0; naming < 2 && (naming == 0 || ndue > 0); naming++) {
         for (uint32_t i = m->qhead; i != m->qtail; i = (i + 1) % (m->n + 1)) {
             move_keep_visit(m, m->q[i], naming, due, &ndue, now);
+        }
+        for (uint32_t i = 0; b->active && !b->nothing && i < b->n; i++) {
+            move_keep_visit(m, b->shard[i], naming, due, &ndue, now);
         }
         for (uint32_t s = 0; incoming && s < m->n; s++) {
             if (m->st[s] == RL_MOVE_INCOMING) {

@@ -35,6 +35,7 @@ move_set(struct rl_move *m, uint32_t s, uint8_t to)
     move_told_clear(m, s);
     bit_set(m->taken, s, false);
     bit_set(m->kept, s, false);
+    bit_set(m->named, s, false);
     bit_set(m->owned, s, st_decides(to));
     if (to == RL_MOVE_GONE) {
         /* the redirect a router with a view from before the move needs; a router resends on
@@ -153,19 +154,27 @@ move_drain_fire(uv_timer_t *t)
     m->drain_done(m->drain_arg);
 }
 
+uint32_t
+move_records_held(const struct rl_move *m)
+{
+    uint32_t held = 0;
+
+    for (uint32_t s = 0; s < m->n; s++) {
+        held +=
+            m->st[s] == RL_MOVE_OWNED_H || (m->st[s] == RL_MOVE_INCOMING && bit_get(m->taken, s));
+    }
+    return held;
+}
+
 void
 move_check_drain(struct rl_move *m)
 {
     if (!m->draining || m->drained || !m->leaving_seen || m->stats.outgoing > 0 || m->b.active) {
         return;
     }
-    /* nor while it holds or receives a shard of which it has records: one that arrived whole
-     * ahead of the view (held, then shipped on), one kept expected while its records come
-     * (shipped on once whole; its wait bounds it) */
-    for (uint32_t s = 0; s < m->n; s++) {
-        if (m->st[s] == RL_MOVE_OWNED_H || (m->st[s] == RL_MOVE_INCOMING && bit_get(m->taken, s))) {
-            return;
-        }
+    /* nor while it holds or receives a shard of which it has records (its wait bounds it) */
+    if (move_records_held(m) > 0) {
+        return;
     }
     m->drained = true;
     uv_timer_stop(&m->drain_timer);
@@ -187,6 +196,7 @@ move_free(struct rl_move *m)
     free(m->told);
     free(m->taken);
     free(m->kept);
+    free(m->named);
     for (size_t i = 0; i < m->told_cap; i++) {
         free(m->told_by[i]);
     }
