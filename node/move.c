@@ -109,11 +109,7 @@ move_tick_cb(uv_timer_t *t)
         uint8_t st = m->st[s];
 
         if (st == RL_MOVE_INCOMING) {
-            /* its node left: nothing more comes from it, unless it named s in "still
-             * coming" (it may have frozen s in a batch for a third node, which ships it on
-             * here): then s waits handoff_wait from its last word, as for a member */
-            bool gone = m->peer[s] != MOVE_PEER_NONE && !move_peer_member(m, m->peer[s]) &&
-                        !bit_get(m->named, s);
+            bool gone = m->peer[s] != MOVE_PEER_NONE && !move_peer_member(m, m->peer[s]);
             const struct move_peer *pr = move_peer(m, m->peer[s]);
             uint64_t heard = pr != NULL ? pr->heard : 0;
 
@@ -601,9 +597,6 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
                                  move_peer_name(m, m->peer[s]), name);
                     m->peer[s] = id;
                 }
-                if (m->st[s] == RL_MOVE_INCOMING) {
-                    bit_set(m->named, s, true);
-                }
             }
         }
         return 1;
@@ -639,7 +632,6 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
             rl_log_debug("handoff: shard %" PRIu32 " expected from %s comes from %s", s, peer,
                          name);
             m->peer[s] = move_peer_id(m, name);
-            bit_set(m->named, s, false); /* the sender did not name it */
         }
         break;
     case RL_MOVE_NONE:
@@ -800,11 +792,10 @@ rl_move_create(struct rl_move **out, uv_loop_t *loop, const struct rl_move_opts 
     m->told = calloc(bm, 1);
     m->taken = calloc(bm, 1);
     m->kept = calloc(bm, 1);
-    m->named = calloc(bm, 1);
     m->q = calloc((size_t)m->n + 1, sizeof(*m->q));
     if (m->st == NULL || m->peer == NULL || m->deadline == NULL || m->owned == NULL ||
         m->queued == NULL || m->told == NULL || m->taken == NULL || m->kept == NULL ||
-        m->named == NULL || m->q == NULL) {
+        m->q == NULL) {
         move_free(m);
         return -ENOMEM;
     }

@@ -74,19 +74,22 @@ struct move_batch {
 };
 
 /* "Still coming", while a batch is out: to a node that has shards queued for it here (or the
- * batch's own node during its export pass, or a node the view now places a shard of the batch
- * on; or, batch or none, a node the view places a shard on whose records come here), one
- * empty, non-final HANDOFF_IN naming each of
+ * batch's own node during its export pass), one empty, non-final HANDOFF_IN naming each of
  * them (up to MOVE_KEEP_SHARDS a round), which keeps its waits for shards from here open (it
  * waits handoff_wait from the last word of a member) and tells it that this node holds them
- * (its views may expect one from another node). One work request of the thread pool per node
- * and round, so a slow node delays no other. */
+ * (its views may expect one from another node). Also, batch or none, to a node the view places
+ * a shard on whose records come here; and to a node the view now places a shard of the batch
+ * on, naming as its sender (`from`) the batch's node, which will hold it: the shard comes from
+ * there, not from here (`via`). One work request of the thread pool per node and round, so a
+ * slow node delays no other. */
 struct move_keep {
     uv_work_t work;
     struct rl_move *m;
     char addr[RL_SHARDMAP_NAME_MAX];
     uint32_t n;
     uint32_t shard[MOVE_KEEP_SHARDS];
+    bool via_batch[MOVE_KEEP_SHARDS]; /* shard[i] is the batch's: named from `via` */
+    char via[RL_SHARDMAP_NAME_MAX];   /* the batch's node (copied: the pool thread reads it) */
     uint16_t peer;
     bool ok;       /* acknowledged */
     uint64_t sent; /* monotonic ns just before it was sent (not later than the node heard it) */
@@ -114,9 +117,6 @@ struct rl_move {
                            moved s on from here to another node: shipped on to it once whole
                            (named to it in "still coming" meanwhile, as any INCOMING shard
                            with records taken that the view places elsewhere) */
-    uint8_t *named;     /* bit s (INCOMING shards): its node (peer[s]) named it in "still
-                           coming": it holds s, or froze it in a batch for a third node that
-                           ships it on here; s is waited for even once that node has left */
     uint8_t *told;      /* bit s (NONE shards): some peer said it holds nothing of s, until
                            deadline[s]; a view then expecting s from it needs not wait */
     uint8_t **told_by;  /* [peer id]: bit s, that peer said so (NULL until one does); two

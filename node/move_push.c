@@ -543,7 +543,8 @@ move_keep_work(uv_work_t *w)
                    sizeof(why));
     rl_buf_init(&out);
     for (uint32_t i = 0; rc == 0 && i < k->n; i++) {
-        rc = rl_wire_put_handoff_in_final(&out, i + 1, k->shard[i], NULL, 0, false, m->self);
+        rc = rl_wire_put_handoff_in_final(&out, i + 1, k->shard[i], NULL, 0, false,
+                                          k->via_batch[i] ? k->via : m->self);
     }
     if (rc == 0) {
         rc = rl_client_queue_raw(c, out.data, out.len);
@@ -672,7 +673,10 @@ move_keep_to(struct rl_move *m, uint32_t s)
         /* in the batch, frozen for its node, while this node's view places it on a third
          * one, which expects it from here or from the batch's node and hears of it from
          * neither until the batch's node has its first records (a batch of large shards
-         * ahead of it: longer than handoff_wait) */
+         * ahead of it: longer than handoff_wait). Named as coming from the batch's node
+         * (struct move_keep's via): this node holds it no more, and the third node is to
+         * expect it from there (not to take this node's "nothing here", its restart or its
+         * leaving for the shard's) */
         uint32_t o = rl_shardmap_owner(m->map, s);
         uint16_t p = o != RL_SHARDMAP_NONE && o != m->self_ix
                          ? move_peer_id(m, m->map->members[o].name)
@@ -714,7 +718,14 @@ move_keep_visit(struct rl_move *m, uint32_t s, bool naming, uint16_t *due, uint3
         (pr->keep_at++ + pr->keep_seen - pr->keep_skip % pr->keep_seen) % pr->keep_seen <
             MOVE_KEEP_SHARDS &&
         pr->keep->n < MOVE_KEEP_SHARDS) {
-        pr->keep->shard[pr->keep->n++] = s;
+        struct move_keep *k = pr->keep;
+
+        /* a shard of the batch comes from the batch's node (move_keep_to) */
+        k->via_batch[k->n] = m->st[s] == RL_MOVE_EXPORTING;
+        if (k->via_batch[k->n]) {
+            snprintf(k->via, sizeof(k->via), "%s", move_peer_name(m, m->b.peer));
+        }
+        k->shard[k->n++] = s;
     }
 }
 

@@ -35,7 +35,6 @@ move_set(struct rl_move *m, uint32_t s, uint8_t to)
     move_told_clear(m, s);
     bit_set(m->taken, s, false);
     bit_set(m->kept, s, false);
-    bit_set(m->named, s, false);
     bit_set(m->owned, s, st_decides(to));
     if (to == RL_MOVE_GONE) {
         /* the redirect a router with a view from before the move needs; a router resends on
@@ -196,7 +195,6 @@ move_free(struct rl_move *m)
     free(m->told);
     free(m->taken);
     free(m->kept);
-    free(m->named);
     for (size_t i = 0; i < m->told_cap; i++) {
         free(m->told_by[i]);
     }
