@@ -44,6 +44,7 @@
 
 #define NSHARDS 16u
 #define WAIT_MS 200u /* handoff_wait: a hold is 50 ms */
+#define LONG_WAIT_MS 2000u /* the default handoff_wait, where a test needs a batch to stay out */
 
 struct fixture {
     uv_loop_t loop;
@@ -1068,17 +1069,17 @@ START_TEST(test_batch_shard_still_coming_to_the_views_owner)
     struct rl_move_stats st;
     uint32_t s;
 
-    setup_views(&f, WAIT_MS);
+    setup_views(&f, LONG_WAIT_MS); /* the batch to b outlasts a slow machine */
     f.b_addr = baddr;
     f.c_addr = caddr;
     /* a's, b's once a leaves, c's once c is active */
     s = shard_going_to_c(&f, true, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE);
     view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, ABSENT); /* a's shards go to b */
-    runfor(&f.loop, WAIT_MS / 8); /* the batch's export pass, then its send */
+    runfor(&f.loop, LONG_WAIT_MS / 8); /* the batch's export pass, then its send */
     rl_move_stats(f.m, &st);
     ck_assert_uint_gt(st.outgoing, 0);                                   /* out to b, unanswered */
     view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, RL_MEMBER_ACTIVE); /* c joins: s is c's */
-    runfor(&f.loop, WAIT_MS / 2);
+    runfor(&f.loop, LONG_WAIT_MS / 2);
     ck_assert(told_still_coming(clfd, s, 'b')); /* coming from b, which will hold it */
     close(blfd);
     teardown(&f);
