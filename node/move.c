@@ -20,31 +20,11 @@
 #include "log.h"
 #include "shardmap.h"
 
-
-/* Expected here from peer: nothing decided until it arrives or the wait ends. A new tenure:
- * what this node held of s before is not current. */
-static void
-move_incoming(struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now)
-{
-    m->o.epochs[s]++;
-    m->peer[s] = peer;
-    m->deadline[s] = now + m->o.handoff_wait_ms;
-    m->stats.in_started++;
-    move_set(m, s, RL_MOVE_INCOMING);
-}
-
 /* How long a shard received ahead of this node's view waits for the view (RL_MOVE_OWNED_H). */
 static uint64_t
 move_hold_ms(const struct rl_move *m)
 {
     return m->o.handoff_wait_ms / 4 > 0 ? m->o.handoff_wait_ms / 4 : 1;
-}
-
-static void
-move_fresh(struct rl_move *m, uint32_t s)
-{
-    m->o.epochs[s]++;
-    move_set(m, s, RL_MOVE_OWNED);
 }
 
 /* Whether name[0..len) (len < RL_SHARDMAP_NAME_MAX) is a member of this node's view. */
@@ -451,10 +431,8 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
                 if (move_restarted(prev, map, move_peer_name(m, m->peer[s]))) {
                     restarted++; /* shipped to a process that is gone */
                     move_fresh(m, s);
-                } else if (move_peer_member(m, m->peer[s])) {
-                    move_incoming(m, s, m->peer[s], now); /* it comes back from there */
                 } else {
-                    move_fresh(m, s);
+                    move_gone_here(m, s, now);
                 }
             } else if (o == RL_SHARDMAP_NONE) {
                 move_set(m, s, RL_MOVE_NONE);
@@ -656,6 +634,20 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
         move_incoming(m, s, MOVE_PEER_NONE, now);
         move_tick(m);
         break;
+    case RL_MOVE_EXPORTING:
+        if (!nothing && bytes > 0 && m->b.active && m->map != NULL &&
+            m->self_ix != RL_SHARDMAP_NONE && rl_shardmap_owner(m->map, s) == m->self_ix &&
+            from != NULL && strlen(move_peer_name(m, m->b.peer)) == flen &&
+            memcmp(move_peer_name(m, m->b.peer), from, flen) == 0) {
+            /* Records of s from the node its batch is bound for, while this node's view has
+             * placed it back here (a rebalance written again): that node decides s, so it
+             * took the batch's last message of s, and it ships it back. Expected from it:
+             * before, refused while the rest of the batch was out, then neither node held
+             * it until the next view (every node answered NOT_OWNER). */
+            move_incoming(m, s, m->b.peer, now);
+            break;
+        }
+        /* fall through */
     default:
         if (nothing) {
             return 1; /* "nothing here" about a shard this node has its own word on */

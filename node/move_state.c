@@ -44,6 +44,33 @@ move_set(struct rl_move *m, uint32_t s, uint8_t to)
 }
 
 void
+move_incoming(struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now)
+{
+    m->o.epochs[s]++;
+    m->peer[s] = peer;
+    m->deadline[s] = now + m->o.handoff_wait_ms;
+    m->stats.in_started++;
+    move_set(m, s, RL_MOVE_INCOMING);
+}
+
+void
+move_fresh(struct rl_move *m, uint32_t s)
+{
+    m->o.epochs[s]++;
+    move_set(m, s, RL_MOVE_OWNED);
+}
+
+void
+move_gone_here(struct rl_move *m, uint32_t s, uint64_t now)
+{
+    if (move_peer_member(m, m->peer[s])) {
+        move_incoming(m, s, m->peer[s], now); /* it comes back from there */
+    } else {
+        move_fresh(m, s);
+    }
+}
+
+void
 move_told_clear(struct rl_move *m, uint32_t s)
 {
     if (!bit_get(m->told, s)) {
@@ -174,6 +201,23 @@ move_check_drain(struct rl_move *m)
     /* nor while it holds or receives a shard of which it has records (its wait bounds it) */
     if (move_records_held(m) > 0) {
         return;
+    }
+    /* nor within handoff_wait of the last records or "still coming" from a member: a batch
+     * bound here goes on after this node's view let its shards go (it leaves), and its
+     * records, taken as records ahead of the view, are shipped on to the shards' owners.
+     * Before, a node drained while another one's drain was shipping to it stopped at once;
+     * the rest of that batch was refused, and those shards started from zero. */
+    {
+        uint64_t last = m->in_progress;
+
+        for (uint16_t i = 0; i < m->npeers; i++) {
+            if (m->peers[i].heard > last && move_peer_member(m, i)) {
+                last = m->peers[i].heard;
+            }
+        }
+        if (last != 0 && uv_now(m->loop) < last + m->o.handoff_wait_ms) {
+            return;
+        }
     }
     m->drained = true;
     uv_timer_stop(&m->drain_timer);

@@ -1118,6 +1118,114 @@ START_TEST(test_batch_shard_expected_from_the_batch_node)
 }
 END_TEST
 
+/* The first shard a decides. */
+static uint32_t
+a_shard(const struct fixture *f)
+{
+    for (uint32_t s = 0; s < NSHARDS; s++) {
+        if ((rl_move_owned(f->m)[s / 8] >> (s % 8)) & 1u) {
+            return s;
+        }
+    }
+    ck_abort_msg("a decides no shard");
+    return NSHARDS;
+}
+
+/* a leaves (its shards go out to b in a batch, b taking the records and never answering),
+ * then comes back: a view places its shards here again while the batch is out (a rebalance
+ * written again does the same). f->s: one of them. Returns b's socket. */
+static int
+sent_out_and_placed_back(struct fixture *f, uint32_t wait_ms, char *baddr, size_t len)
+{
+    int blfd = c_listen(baddr, len);
+    struct rl_move_stats st;
+
+    setup_views(f, wait_ms);
+    f->b_addr = baddr;
+    f->s = a_shard(f);
+    view_abc(f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, ABSENT); /* a's shards go to b */
+    runfor(&f->loop, wait_ms / 8); /* the batch's export pass, then its send */
+    rl_move_stats(f->m, &st);
+    ck_assert_uint_gt(st.outgoing, 0); /* out to b, unanswered */
+    ck_assert(!owned_here(f));
+    view_abc(f, RL_MEMBER_ACTIVE, RL_MEMBER_ACTIVE, ABSENT); /* back: f->s is a's again */
+    return blfd;
+}
+
+/* b, which decides the shard since it took the batch's last message of it, ships it back: its
+ * records are taken (before, refused while the rest of a's batch was out: "moving away"), and
+ * the shard is decided here with them. */
+START_TEST(test_placed_back_while_out_taken_from_the_batch_node)
+{
+    struct fixture f;
+    char baddr[64], why[256] = "";
+    int blfd = sent_out_and_placed_back(&f, LONG_WAIT_MS, baddr, sizeof(baddr));
+    int rc = rl_move_in_begin(f.m, f.s, 10, "b", 1, false, why, sizeof(why));
+
+    RL_CHECK(rc == 0, "b's records of shard %u refused: %s", (unsigned)f.s, why);
+    ck_assert(rl_move_expected(f.m, f.s));
+    rl_move_in_end(f.m, f.s, 1, true);
+    ck_assert(owned_here(&f));
+    close(blfd);
+    teardown(&f);
+}
+END_TEST
+
+/* The batch ends with the shard placed back here: it is expected back from b (and, nothing
+ * coming, decided here from zero after handoff_wait). Before, it stayed gone, and no node held
+ * it until the next view: every node answered NOT_OWNER (the attack round of the nineteenth
+ * session: a rebalance written again within a second). */
+START_TEST(test_placed_back_while_out_not_orphaned)
+{
+    struct fixture f;
+    char baddr[64];
+    struct rl_move_stats st;
+    int blfd = sent_out_and_placed_back(&f, WAIT_MS, baddr, sizeof(baddr));
+
+    for (int i = 0; i < 2000; i++) { /* the batch ends: b never answers */
+        rl_move_stats(f.m, &st);
+        if (st.outgoing == 0) {
+            break;
+        }
+        runfor(&f.loop, 10);
+    }
+    ck_assert_uint_eq(st.outgoing, 0);
+    RL_CHECK(rl_move_expected(f.m, f.s) || owned_here(&f),
+             "shard %u neither decided nor expected here, where the view places it", (unsigned)f.s);
+    for (int i = 0; i < 200 && !owned_here(&f); i++) {
+        runfor(&f.loop, 10);
+    }
+    ck_assert(owned_here(&f));
+    close(blfd);
+    teardown(&f);
+}
+END_TEST
+
+/* A node drained just after b said shards are still coming here (b's own drain is shipping
+ * to it): it does not stop within handoff_wait of b's last word, so that the rest of b's
+ * batch is taken and shipped on. Before, it stopped at once, b's batch was refused, and its
+ * shards started from zero at their owners (the same attack round: a second drain soon
+ * after the first). */
+START_TEST(test_drain_waits_for_a_members_last_word)
+{
+    struct fixture f;
+    char why[256] = "";
+    bool drained = false;
+
+    setup_views(&f, LONG_WAIT_MS);
+    ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, "b", 1, false, why, sizeof(why)), 1);
+    rl_move_drain(f.m, 60000, drained_cb, &drained);
+    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, ABSENT);
+    runfor(&f.loop, LONG_WAIT_MS / 4); /* its own shards go (refused at b: given up) */
+    RL_CHECK(!drained, "drained %u ms after b's last word", LONG_WAIT_MS / 4);
+    for (int i = 0; i < 400 && !drained; i++) {
+        runfor(&f.loop, 10);
+    }
+    ck_assert(drained);
+    teardown(&f);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1156,6 +1264,9 @@ main(void)
     tcase_add_test(tc, test_ahead_of_view_still_coming_to_the_views_owner);
     tcase_add_test(tc, test_batch_shard_still_coming_to_the_views_owner);
     tcase_add_test(tc, test_batch_shard_expected_from_the_batch_node);
+    tcase_add_test(tc, test_placed_back_while_out_taken_from_the_batch_node);
+    tcase_add_test(tc, test_placed_back_while_out_not_orphaned);
+    tcase_add_test(tc, test_drain_waits_for_a_members_last_word);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
