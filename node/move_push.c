@@ -247,6 +247,7 @@ move_after_work(uv_work_t *w, int status)
     struct move_batch *b = w->data;
     struct rl_move *m = (struct rl_move *)(void *)((char *)b - offsetof(struct rl_move, b));
     uint32_t failed = 0;
+    uint64_t failed_keys = 0;
 
     (void)status;
     move_batch_told(m); /* its last acknowledgements keep the shards queued for its node */
@@ -277,6 +278,7 @@ move_after_work(uv_work_t *w, int status)
         } else {
             m->stats.out_failed++;
             failed++;
+            failed_keys += b->keys[i];
         }
         if (m->st[s] == RL_MOVE_EXPORTING) {
             move_set(m, s, RL_MOVE_GONE);
@@ -291,9 +293,10 @@ move_after_work(uv_work_t *w, int status)
         rl_buf_deinit(&b->snap[i]);
     }
     if (failed > 0) {
-        rl_log_warn("handoff: %" PRIu32 " of %" PRIu32 " shard(s) not handed to %s (%s): it "
-                    "starts them from zero",
-                    failed, b->n, move_peer_name(m, b->peer), b->why);
+        /* with their keys: a shard of none loses nothing (a cluster's first moves) */
+        rl_log_warn("handoff: %" PRIu32 " of %" PRIu32 " shard(s) (%" PRIu64 " keys) not handed "
+                    "to %s (%s): it starts them from zero",
+                    failed, b->n, failed_keys, move_peer_name(m, b->peer), b->why);
     }
     rl_buf_deinit(&b->frames);
     b->active = false;
