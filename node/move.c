@@ -635,15 +635,17 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
         move_tick(m);
         break;
     case RL_MOVE_EXPORTING:
-        if (!nothing && bytes > 0 && m->b.active && m->map != NULL &&
-            m->self_ix != RL_SHARDMAP_NONE && rl_shardmap_owner(m->map, s) == m->self_ix &&
-            from != NULL && strlen(move_peer_name(m, m->b.peer)) == flen &&
+        if (!nothing && bytes > 0 && m->b.active && !uv_is_active((uv_handle_t *)&m->scan) &&
+            m->map != NULL && m->self_ix != RL_SHARDMAP_NONE &&
+            rl_shardmap_owner(m->map, s) == m->self_ix && from != NULL &&
+            strlen(move_peer_name(m, m->b.peer)) == flen &&
             memcmp(move_peer_name(m, m->b.peer), from, flen) == 0) {
             /* Records of s from the node its batch is bound for, while this node's view has
              * placed it back here (a rebalance written again): that node decides s, so it
              * took the batch's last message of s, and it ships it back. Expected from it:
              * before, refused while the rest of the batch was out, then neither node held
-             * it until the next view (every node answered NOT_OWNER). */
+             * it until the next view (every node answered NOT_OWNER). Not during the
+             * batch's export pass, which takes only EXPORTING shards' records. */
             move_incoming(m, s, m->b.peer, now);
             break;
         }

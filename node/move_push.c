@@ -32,7 +32,8 @@ move_want(void *arg, uint64_t fp_hi, uint32_t fp_lo, uint32_t shard, uint16_t ep
 
     (void)fp_hi;
     (void)fp_lo;
-    /* A batch's shards stay EXPORTING until it ends (a view change leaves them to it). Their
+    /* A batch's shards stay EXPORTING until it ends (a view change leaves them to it; records
+     * of one from the batch's node, taken back, end it early, never during the pass). Their
      * epochs are the export instant's: the pass takes several turns, and a lost session
      * meanwhile moves every epoch on (main.c), which must not cut a shard's records short. */
     if (shard >= m->n || m->st[shard] != RL_MOVE_EXPORTING) {
