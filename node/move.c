@@ -401,7 +401,12 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
                 break;
             }
             if (!mine) {
-                move_set(m, s, RL_MOVE_NONE); /* moved on elsewhere before it came */
+                /* moved on elsewhere before it came; its sender may have frozen it in a
+                 * batch for here already (its view lags), which a drain waits for */
+                if (m->peer[s] != MOVE_PEER_NONE && move_peer_member(m, m->peer[s])) {
+                    m->let_go = now;
+                }
+                move_set(m, s, RL_MOVE_NONE);
             } else if (m->peer[s] != MOVE_PEER_NONE &&
                        move_restarted(prev, map, move_peer_name(m, m->peer[s]))) {
                 restarted++; /* expected from a process that is gone */

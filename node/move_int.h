@@ -148,6 +148,8 @@ struct rl_move {
     bool view_since_back; /* members were read since (rl_move_members_read) */
     uint64_t in_progress; /* loop ms of the last HANDOFF_IN with records here from a member of
                              the view (move_member_progress) */
+    uint64_t let_go;      /* loop ms a view last let go of a shard expected from a member
+                             before any of its records came (move_check_drain) */
     bool in_counts;                     /* the HANDOFF_IN being taken is from a member */
     uint32_t nowned;
     struct rl_move_stats stats;

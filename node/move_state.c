@@ -202,13 +202,15 @@ move_check_drain(struct rl_move *m)
     if (move_records_held(m) > 0) {
         return;
     }
-    /* nor within handoff_wait of the last records or "still coming" from a member: a batch
-     * bound here goes on after this node's view let its shards go (it leaves), and its
-     * records, taken as records ahead of the view, are shipped on to the shards' owners.
-     * Before, a node drained while another one's drain was shipping to it stopped at once;
-     * the rest of that batch was refused, and those shards started from zero. */
+    /* nor within handoff_wait of the last records or "still coming" from a member, or of a
+     * view letting go of shards expected from one before their records came: a batch bound
+     * here goes on after this node's view let its shards go (it leaves; the sender may not
+     * have said a word yet), and its records, taken as records ahead of the view, are
+     * shipped on to the shards' owners. Before, a node drained while another one's drain was
+     * shipping to it stopped at once; the rest of that batch was refused, and those shards
+     * started from zero. */
     {
-        uint64_t last = m->in_progress;
+        uint64_t last = m->in_progress > m->let_go ? m->in_progress : m->let_go;
 
         for (uint16_t i = 0; i < m->npeers; i++) {
             if (m->peers[i].heard > last && move_peer_member(m, i)) {

@@ -1226,6 +1226,32 @@ START_TEST(test_drain_waits_for_a_members_last_word)
 }
 END_TEST
 
+/* The same when the drain begins before b has said a word: a's view expected f->s from b
+ * (leaving), and the view that lets it go (a leaves too) is where the wait starts. b's
+ * batch may already hold it (b's view still places it here). Before, a stopped at once (the
+ * attack round's second drain, 2 runs of 5 after the first fix). */
+START_TEST(test_drain_waits_after_letting_go_of_expected_shards)
+{
+    struct fixture f;
+    bool drained = false;
+
+    setup_views(&f, LONG_WAIT_MS);
+    view(&f, RL_MEMBER_LEAVING); /* b drains: f->s expected here */
+    ck_assert(rl_move_expected(f.m, f.s));
+    rl_move_drain(f.m, 60000, drained_cb, &drained);
+    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE); /* a leaves too */
+    ck_assert(!rl_move_expected(f.m, f.s));
+    runfor(&f.loop, LONG_WAIT_MS / 4); /* its own shards go (refused at c: given up) */
+    RL_CHECK(!drained, "drained %u ms after letting go of shards expected from b",
+             LONG_WAIT_MS / 4);
+    for (int i = 0; i < 400 && !drained; i++) {
+        runfor(&f.loop, 10);
+    }
+    ck_assert(drained);
+    teardown(&f);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1267,6 +1293,7 @@ main(void)
     tcase_add_test(tc, test_placed_back_while_out_taken_from_the_batch_node);
     tcase_add_test(tc, test_placed_back_while_out_not_orphaned);
     tcase_add_test(tc, test_drain_waits_for_a_members_last_word);
+    tcase_add_test(tc, test_drain_waits_after_letting_go_of_expected_shards);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
