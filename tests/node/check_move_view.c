@@ -1201,6 +1201,19 @@ START_TEST(test_placed_back_while_out_not_orphaned)
 }
 END_TEST
 
+/* A drain begun with a's shards going to a node that refuses them (given up at once): still
+ * not done a quarter of handoff_wait (LONG_WAIT_MS) later, done within about handoff_wait. */
+static void
+drain_held_then_done(struct fixture *f, const bool *drained, const char *after)
+{
+    runfor(&f->loop, LONG_WAIT_MS / 4);
+    RL_CHECK(!*drained, "drained %u ms %s", LONG_WAIT_MS / 4, after);
+    for (int i = 0; i < 400 && !*drained; i++) {
+        runfor(&f->loop, 10);
+    }
+    ck_assert(*drained);
+}
+
 /* A node drained just after b said shards are still coming here (b's own drain is shipping
  * to it): it does not stop within handoff_wait of b's last word, so that the rest of b's
  * batch is taken and shipped on. Before, it stopped at once, b's batch was refused, and its
@@ -1216,12 +1229,7 @@ START_TEST(test_drain_waits_for_a_members_last_word)
     ck_assert_int_eq(rl_move_in_begin(f.m, f.s, 0, "b", 1, false, why, sizeof(why)), 1);
     rl_move_drain(f.m, 60000, drained_cb, &drained);
     view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, ABSENT);
-    runfor(&f.loop, LONG_WAIT_MS / 4); /* its own shards go (refused at b: given up) */
-    RL_CHECK(!drained, "drained %u ms after b's last word", LONG_WAIT_MS / 4);
-    for (int i = 0; i < 400 && !drained; i++) {
-        runfor(&f.loop, 10);
-    }
-    ck_assert(drained);
+    drain_held_then_done(&f, &drained, "after b's last word");
     teardown(&f);
 }
 END_TEST
@@ -1241,13 +1249,7 @@ START_TEST(test_drain_waits_after_letting_go_of_expected_shards)
     rl_move_drain(f.m, 60000, drained_cb, &drained);
     view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE); /* a leaves too */
     ck_assert(!rl_move_expected(f.m, f.s));
-    runfor(&f.loop, LONG_WAIT_MS / 4); /* its own shards go (refused at c: given up) */
-    RL_CHECK(!drained, "drained %u ms after letting go of shards expected from b",
-             LONG_WAIT_MS / 4);
-    for (int i = 0; i < 400 && !drained; i++) {
-        runfor(&f.loop, 10);
-    }
-    ck_assert(drained);
+    drain_held_then_done(&f, &drained, "after letting go of shards expected from b");
     teardown(&f);
 }
 END_TEST
