@@ -249,9 +249,8 @@ void move_set(struct rl_move *m, uint32_t s, uint8_t to);
 void move_incoming(struct rl_move *m, uint32_t s, uint16_t peer, uint64_t now);
 /* Decided here from zero (a new tenure). */
 void move_fresh(struct rl_move *m, uint32_t s);
-/* A shard gone from here (shipped, or given up) that the view places here again (its
- * receiver's process not restarted): expected back from that node if it is a member, else
- * from zero. */
+/* A shard gone from here (shipped, or given up) that the view places here again: expected
+ * back from that node if it is a member and not joining (restarted since), else from zero. */
 void move_gone_here(struct rl_move *m, uint32_t s, uint64_t now);
 /* The id of peer `name` (added when new), MOVE_PEER_NONE when no more fit. */
 uint16_t move_peer_id(struct rl_move *m, const char *name);

@@ -771,7 +771,9 @@ move_keep_up(struct rl_move *m, uint64_t now)
             move_keep_visit(m, m->q[i], naming, due, &ndue, now);
         }
         for (uint32_t i = 0; b->active && !b->nothing && i < b->n; i++) {
-            move_keep_visit(m, b->shard[i], naming, due, &ndue, now);
+            if (m->st[b->shard[i]] == RL_MOVE_EXPORTING) { /* (not one taken back: below) */
+                move_keep_visit(m, b->shard[i], naming, due, &ndue, now);
+            }
         }
         for (uint32_t s = 0; incoming && s < m->n; s++) {
             if (m->st[s] == RL_MOVE_INCOMING) {

@@ -63,7 +63,12 @@ move_fresh(struct rl_move *m, uint32_t s)
 void
 move_gone_here(struct rl_move *m, uint32_t s, uint64_t now)
 {
-    if (move_peer_member(m, m->peer[s])) {
+    uint32_t i =
+        m->map != NULL ? rl_shardmap_find(m->map, move_peer_name(m, m->peer[s])) : RL_SHARDMAP_NONE;
+
+    /* a node joining holds nothing: it was active when the shard was shipped to it (only
+     * owners are shipped to), so it has restarted since */
+    if (i != RL_SHARDMAP_NONE && m->map->members[i].state != RL_MEMBER_JOINING) {
         move_incoming(m, s, m->peer[s], now); /* it comes back from there */
     } else {
         move_fresh(m, s);

@@ -1152,6 +1152,22 @@ sent_out_and_placed_back(struct fixture *f, uint32_t wait_ms, char *baddr, size_
     return blfd;
 }
 
+/* Runs the loop until nothing is queued or out (the batch has ended), at most 20 s. */
+static void
+batch_ended(struct fixture *f)
+{
+    struct rl_move_stats st;
+
+    for (int i = 0; i < 2000; i++) {
+        rl_move_stats(f->m, &st);
+        if (st.outgoing == 0) {
+            return;
+        }
+        runfor(&f->loop, 10);
+    }
+    ck_abort_msg("the batch did not end");
+}
+
 /* b, which decides the shard since it took the batch's last message of it, ships it back: its
  * records are taken (before, refused while the rest of a's batch was out: "moving away"), and
  * the shard is decided here with them. */
@@ -1179,17 +1195,9 @@ START_TEST(test_placed_back_while_out_not_orphaned)
 {
     struct fixture f;
     char baddr[64];
-    struct rl_move_stats st;
     int blfd = sent_out_and_placed_back(&f, WAIT_MS, baddr, sizeof(baddr));
 
-    for (int i = 0; i < 2000; i++) { /* the batch ends: b never answers */
-        rl_move_stats(f.m, &st);
-        if (st.outgoing == 0) {
-            break;
-        }
-        runfor(&f.loop, 10);
-    }
-    ck_assert_uint_eq(st.outgoing, 0);
+    batch_ended(&f); /* b never answers */
     RL_CHECK(rl_move_expected(f.m, f.s) || owned_here(&f),
              "shard %u neither decided nor expected here, where the view places it", (unsigned)f.s);
     for (int i = 0; i < 200 && !owned_here(&f); i++) {
@@ -1213,6 +1221,23 @@ drain_held_then_done(struct fixture *f, const bool *drained, const char *after)
     }
     ck_assert(*drained);
 }
+
+/* The same with b restarted meanwhile (seen joining again): the shard is decided here from
+ * zero once the batch ends, not expected from b's new process, which never held it. */
+START_TEST(test_placed_back_while_out_to_a_restarted_node)
+{
+    struct fixture f;
+    char baddr[64];
+    int blfd = sent_out_and_placed_back(&f, WAIT_MS, baddr, sizeof(baddr));
+
+    view_abc(&f, RL_MEMBER_ACTIVE, RL_MEMBER_JOINING, ABSENT); /* b restarted */
+    batch_ended(&f);                                           /* b never answers */
+    RL_CHECK(owned_here(&f) && !rl_move_expected(f.m, f.s),
+             "shard %u expected from b's new process, which never held it", (unsigned)f.s);
+    close(blfd);
+    teardown(&f);
+}
+END_TEST
 
 /* A node drained just after b said shards are still coming here (b's own drain is shipping
  * to it): it does not stop within handoff_wait of b's last word, so that the rest of b's
@@ -1294,6 +1319,7 @@ main(void)
     tcase_add_test(tc, test_batch_shard_expected_from_the_batch_node);
     tcase_add_test(tc, test_placed_back_while_out_taken_from_the_batch_node);
     tcase_add_test(tc, test_placed_back_while_out_not_orphaned);
+    tcase_add_test(tc, test_placed_back_while_out_to_a_restarted_node);
     tcase_add_test(tc, test_drain_waits_for_a_members_last_word);
     tcase_add_test(tc, test_drain_waits_after_letting_go_of_expected_shards);
     suite_add_tcase(s, tc);
