@@ -27,6 +27,13 @@ move_hold_ms(const struct rl_move *m)
     return m->o.handoff_wait_ms / 4 > 0 ? m->o.handoff_wait_ms / 4 : 1;
 }
 
+/* Whether `from` (len bytes, not NUL-terminated; NULL: no name) is the name `name`. */
+static bool
+move_name_is(const char *name, const char *from, size_t len)
+{
+    return from != NULL && strlen(name) == len && memcmp(name, from, len) == 0;
+}
+
 /* Whether name[0..len) (len < RL_SHARDMAP_NAME_MAX) is a member of this node's view. */
 static bool
 move_member_named(const struct rl_move *m, const char *name, size_t len)
@@ -587,8 +594,7 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
     switch (m->st[s]) {
     case RL_MOVE_INCOMING:
         peer = move_peer_name(m, m->peer[s]);
-        if (nothing && (from == NULL || peer[0] == '\0' || strlen(peer) != flen ||
-                        memcmp(peer, from, flen) != 0)) {
+        if (nothing && (peer[0] == '\0' || !move_name_is(peer, from, flen))) {
             /* Only the node it is expected from may say it holds nothing of it: not anyone
              * while the sender is unknown (records came ahead of the view: more may follow). */
             snprintf(why, len, "shard %" PRIu32 " is expected from %s, not from %.*s", s,
@@ -596,8 +602,7 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
                      (int)(from == NULL ? 0 : flen < 64 ? flen : 64), from == NULL ? "" : from);
             return 1;
         }
-        if (from != NULL && peer[0] != '\0' &&
-            (strlen(peer) != flen || memcmp(peer, from, flen) != 0)) {
+        if (from != NULL && peer[0] != '\0' && !move_name_is(peer, from, flen)) {
             char name[64];
 
             if (flen == 0 || flen >= sizeof(name)) {
@@ -641,10 +646,7 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
         break;
     case RL_MOVE_EXPORTING:
         if (!nothing && bytes > 0 && m->b.active && !uv_is_active((uv_handle_t *)&m->scan) &&
-            m->map != NULL && m->self_ix != RL_SHARDMAP_NONE &&
-            rl_shardmap_owner(m->map, s) == m->self_ix && from != NULL &&
-            strlen(move_peer_name(m, m->b.peer)) == flen &&
-            memcmp(move_peer_name(m, m->b.peer), from, flen) == 0) {
+            move_placed_here(m, s) && move_name_is(move_peer_name(m, m->b.peer), from, flen)) {
             /* Records of s from the node its batch is bound for, while this node's view has
              * placed it back here (a rebalance written again): that node decides s, so it
              * took the batch's last message of s, and it ships it back. Expected from it:

@@ -229,6 +229,14 @@ move_keep_every_ms(const struct rl_move *m)
     return m->o.handoff_wait_ms / 8 > 0 ? m->o.handoff_wait_ms / 8 : 1;
 }
 
+/* Whether this node's view places shard s here. */
+static inline bool
+move_placed_here(const struct rl_move *m, uint32_t s)
+{
+    return m->map != NULL && m->self_ix != RL_SHARDMAP_NONE &&
+           rl_shardmap_owner(m->map, s) == m->self_ix;
+}
+
 /* Forgets who said they hold nothing of s. */
 void move_told_clear(struct rl_move *m, uint32_t s);
 /* Whether peer said, before deadline[s] passed, that it holds nothing of NONE shard s. */

@@ -283,8 +283,7 @@ move_after_work(uv_work_t *w, int status)
         }
         if (m->st[s] == RL_MOVE_EXPORTING) {
             move_set(m, s, RL_MOVE_GONE);
-            if (m->map != NULL && m->self_ix != RL_SHARDMAP_NONE &&
-                rl_shardmap_owner(m->map, s) == m->self_ix) {
+            if (move_placed_here(m, s)) {
                 /* a view placed it back here while it was out (a rebalance written again):
                  * as for a view that does so once it is gone. Before, it stayed gone, and no
                  * node held it until the next view. */
