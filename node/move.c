@@ -646,13 +646,16 @@ rl_move_in_begin(struct rl_move *m, uint32_t s, size_t bytes, const char *from, 
         break;
     case RL_MOVE_EXPORTING:
         if (!nothing && bytes > 0 && m->b.active && !uv_is_active((uv_handle_t *)&m->scan) &&
-            move_placed_here(m, s) && move_name_is(move_peer_name(m, m->b.peer), from, flen)) {
-            /* Records of s from the node its batch is bound for, while this node's view has
-             * placed it back here (a rebalance written again): that node decides s, so it
-             * took the batch's last message of s, and it ships it back. Expected from it:
-             * before, refused while the rest of the batch was out, then neither node held
-             * it until the next view (every node answered NOT_OWNER). Not during the
-             * batch's export pass, which takes only EXPORTING shards' records. */
+            move_name_is(move_peer_name(m, m->b.peer), from, flen)) {
+            /* Records of s from the node its batch is bound for: that node decides s, so it
+             * took the batch's last message of s, and it ships it back (a rebalance written
+             * again). Expected from it: before, refused while the rest of the batch was out,
+             * then neither node held it until the next view (every node answered
+             * NOT_OWNER). Whether or not this node's view places s back here yet: one that
+             * lags the sender's comes within milliseconds, and until then s is held as any
+             * shard received ahead of the view (rl_move_in_end); before, it was refused
+             * and started from zero here after handoff_wait. Not during the batch's export
+             * pass, which takes only EXPORTING shards' records. */
             move_incoming(m, s, m->b.peer, now);
             break;
         }

@@ -1187,6 +1187,39 @@ START_TEST(test_placed_back_while_out_taken_from_the_batch_node)
 }
 END_TEST
 
+/* The same with this node's view lagging b's: b's view places the shard back here, a's still
+ * sends it to b. b's records are taken (before, refused: "moving away", and the shard started
+ * from zero here after handoff_wait), the shard is held here once whole, and decided here
+ * when a's view comes. */
+START_TEST(test_shipped_back_ahead_of_the_view_taken)
+{
+    struct fixture f;
+    char baddr[64], why[256] = "";
+    int blfd = c_listen(baddr, sizeof(baddr));
+    struct rl_move_stats st;
+    int rc;
+
+    setup_views(&f, LONG_WAIT_MS);
+    f.b_addr = baddr;
+    f.s = a_shard(&f);
+    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE, ABSENT); /* a's shards go to b */
+    runfor(&f.loop, LONG_WAIT_MS / 8);                         /* export pass, then send */
+    rl_move_stats(f.m, &st);
+    ck_assert_uint_gt(st.outgoing, 0);
+    rc = rl_move_in_begin(f.m, f.s, 10, "b", 1, false, why, sizeof(why));
+    RL_CHECK(rc == 0, "b's records of shard %u refused: %s", (unsigned)f.s, why);
+    ck_assert(rl_move_expected(f.m, f.s));
+    rl_move_in_end(f.m, f.s, 1, true);
+    RL_CHECK(owned_here(&f), "shard %u received whole from b, not decided here", (unsigned)f.s);
+    view_abc(&f, RL_MEMBER_ACTIVE, RL_MEMBER_ACTIVE, ABSENT); /* a's view catches up */
+    runfor(&f.loop, LONG_WAIT_MS / 2); /* past the hold: the view places it here */
+    ck_assert(owned_here(&f));
+    ck_assert(!rl_move_expected(f.m, f.s));
+    close(blfd);
+    teardown(&f);
+}
+END_TEST
+
 /* The batch ends with the shard placed back here: it is expected back from b (and, nothing
  * coming, decided here from zero after handoff_wait). Before, it stayed gone, and no node held
  * it until the next view: every node answered NOT_OWNER (the attack round of the nineteenth
@@ -1318,6 +1351,7 @@ main(void)
     tcase_add_test(tc, test_batch_shard_still_coming_to_the_views_owner);
     tcase_add_test(tc, test_batch_shard_expected_from_the_batch_node);
     tcase_add_test(tc, test_placed_back_while_out_taken_from_the_batch_node);
+    tcase_add_test(tc, test_shipped_back_ahead_of_the_view_taken);
     tcase_add_test(tc, test_placed_back_while_out_not_orphaned);
     tcase_add_test(tc, test_placed_back_while_out_to_a_restarted_node);
     tcase_add_test(tc, test_drain_waits_for_a_members_last_word);
