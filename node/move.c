@@ -409,8 +409,10 @@ rl_move_view(struct rl_move *m, struct rl_shardmap *map)
             }
             if (!mine) {
                 /* moved on elsewhere before it came; its sender may have frozen it in a
-                 * batch for here already (its view lags), which a drain waits for */
-                if (m->peer[s] != MOVE_PEER_NONE && move_peer_member(m, m->peer[s])) {
+                 * batch for here already (its view lags), which a drain waits for; not a
+                 * sender seen restarted in this view (its new process holds none of it) */
+                if (m->peer[s] != MOVE_PEER_NONE && move_peer_member(m, m->peer[s]) &&
+                    !move_restarted(prev, map, move_peer_name(m, m->peer[s]))) {
                     m->let_go = now;
                 }
                 move_set(m, s, RL_MOVE_NONE);

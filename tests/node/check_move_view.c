@@ -1312,6 +1312,30 @@ START_TEST(test_drain_waits_after_letting_go_of_expected_shards)
 }
 END_TEST
 
+/* The same with b seen restarted in the view that lets the shard go: its new process holds
+ * none of it, so the drain does not wait for it (before, it waited a handoff_wait more). */
+START_TEST(test_drain_not_held_for_a_restarted_sender)
+{
+    struct fixture f;
+    bool drained = false;
+
+    setup_views(&f, LONG_WAIT_MS);
+    view(&f, RL_MEMBER_LEAVING); /* b drains: f->s expected here */
+    ck_assert(rl_move_expected(f.m, f.s));
+    rl_move_drain(f.m, 60000, drained_cb, &drained);
+    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_JOINING, RL_MEMBER_ACTIVE); /* b restarted */
+    ck_assert(!rl_move_expected(f.m, f.s));
+    for (unsigned i = 0; i < LONG_WAIT_MS * 3 / 40 && !drained; i++) {
+        runfor(&f.loop, 10); /* three quarters of handoff_wait: slack for a busy machine */
+    }
+    RL_CHECK(drained,
+             "drain still held %u ms after letting go of shards expected from b's "
+             "old process",
+             LONG_WAIT_MS * 3 / 4);
+    teardown(&f);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1356,6 +1380,7 @@ main(void)
     tcase_add_test(tc, test_placed_back_while_out_to_a_restarted_node);
     tcase_add_test(tc, test_drain_waits_for_a_members_last_word);
     tcase_add_test(tc, test_drain_waits_after_letting_go_of_expected_shards);
+    tcase_add_test(tc, test_drain_not_held_for_a_restarted_sender);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
