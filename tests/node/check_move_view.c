@@ -1292,6 +1292,19 @@ START_TEST(test_drain_waits_for_a_members_last_word)
 }
 END_TEST
 
+/* a drains with f->s expected from b (leaving), then a view lets f->s go: a leaves too, b in
+ * b_state, c active. */
+static void
+drain_letting_go(struct fixture *f, bool *drained, uint8_t b_state)
+{
+    setup_views(f, LONG_WAIT_MS);
+    view(f, RL_MEMBER_LEAVING); /* b drains: f->s expected here */
+    ck_assert(rl_move_expected(f->m, f->s));
+    rl_move_drain(f->m, 60000, drained_cb, drained);
+    view_abc(f, RL_MEMBER_LEAVING, b_state, RL_MEMBER_ACTIVE);
+    ck_assert(!rl_move_expected(f->m, f->s));
+}
+
 /* The same when the drain begins before b has said a word: a's view expected f->s from b
  * (leaving), and the view that lets it go (a leaves too) is where the wait starts. b's
  * batch may already hold it (b's view still places it here). Before, a stopped at once (the
@@ -1301,12 +1314,7 @@ START_TEST(test_drain_waits_after_letting_go_of_expected_shards)
     struct fixture f;
     bool drained = false;
 
-    setup_views(&f, LONG_WAIT_MS);
-    view(&f, RL_MEMBER_LEAVING); /* b drains: f->s expected here */
-    ck_assert(rl_move_expected(f.m, f.s));
-    rl_move_drain(f.m, 60000, drained_cb, &drained);
-    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_LEAVING, RL_MEMBER_ACTIVE); /* a leaves too */
-    ck_assert(!rl_move_expected(f.m, f.s));
+    drain_letting_go(&f, &drained, RL_MEMBER_LEAVING);
     drain_held_then_done(&f, &drained, "after letting go of shards expected from b");
     teardown(&f);
 }
@@ -1319,12 +1327,7 @@ START_TEST(test_drain_not_held_for_a_restarted_sender)
     struct fixture f;
     bool drained = false;
 
-    setup_views(&f, LONG_WAIT_MS);
-    view(&f, RL_MEMBER_LEAVING); /* b drains: f->s expected here */
-    ck_assert(rl_move_expected(f.m, f.s));
-    rl_move_drain(f.m, 60000, drained_cb, &drained);
-    view_abc(&f, RL_MEMBER_LEAVING, RL_MEMBER_JOINING, RL_MEMBER_ACTIVE); /* b restarted */
-    ck_assert(!rl_move_expected(f.m, f.s));
+    drain_letting_go(&f, &drained, RL_MEMBER_JOINING); /* b restarted */
     for (unsigned i = 0; i < LONG_WAIT_MS * 3 / 40 && !drained; i++) {
         runfor(&f.loop, 10); /* three quarters of handoff_wait: slack for a busy machine */
     }
