@@ -51,7 +51,7 @@ lim_release_all(struct rl_limiter *l, const struct rl_wire_req *req, const struc
     for (uint32_t i = 0; i < j->ntiers; i++) {
         const struct rl_tier *t = &j->tiers[i];
         struct rl_keytab_entry *e;
-        uint64_t given = 0;
+        uint64_t given = 0, asked;
 
         if (t->algo != RL_ALGO_CONCURRENCY) {
             continue;
@@ -66,7 +66,13 @@ lim_release_all(struct rl_limiter *l, const struct rl_wire_req *req, const struc
                 lim_count_log(l, t, rl_algo_heap_bytes(t, &e->st) - before);
             }
         }
-        l->st.releases_late += req->cost - given;
+        /* what the key did not hold, of at most N: no holder takes more than N slots, so a
+         * larger count is no holder that outlived its lease (before, one RELEASE of
+         * 1,000,000 on an empty key counted 1,000,000) */
+        asked = req->cost < t->limit ? req->cost : t->limit;
+        if (asked > given) {
+            l->st.releases_late += asked - given;
+        }
     }
 }
 

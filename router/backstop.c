@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ruleset.h"
+#include "seed.h"
 
 #define NS_PER_MS 1000000ull
 
@@ -27,9 +28,14 @@ rl_backstop_init(struct rl_backstop *b, uint32_t entries, uint32_t share)
         sets <<= 1;
     }
     b->e = calloc((size_t)sets * RL_BACKSTOP_WAYS, sizeof(*b->e));
-    if (b->e == NULL) {
+    b->floor = calloc(sets, sizeof(*b->floor));
+    if (b->e == NULL || b->floor == NULL) {
+        free(b->e);
+        free(b->floor);
+        memset(b, 0, sizeof(*b));
         return -ENOMEM;
     }
+    b->seed = rl_seed_random(b);
     b->nsets = sets;
     b->st.entries = (uint64_t)sets * RL_BACKSTOP_WAYS;
     return 0;
@@ -39,6 +45,7 @@ void
 rl_backstop_deinit(struct rl_backstop *b)
 {
     free(b->e);
+    free(b->floor);
     memset(b, 0, sizeof(*b));
 }
 
@@ -47,6 +54,7 @@ rl_backstop_clear(struct rl_backstop *b)
 {
     if (b->e != NULL) {
         memset(b->e, 0, (size_t)b->nsets * RL_BACKSTOP_WAYS * sizeof(*b->e));
+        memset(b->floor, 0, (size_t)b->nsets * sizeof(*b->floor));
     }
 }
 
@@ -58,18 +66,66 @@ rl_backstop_quota(uint32_t limit, uint32_t share)
     return q > 0 ? q : 1;
 }
 
-static struct rl_backstop_entry *
-backstop_find(struct rl_backstop *b, uint64_t hash, uint32_t rule, uint64_t now_ns)
+/* The set of (hash, rule): a full-avalanche mix of them and the secret seed. */
+static size_t
+backstop_set(const struct rl_backstop *b, uint64_t hash, uint32_t rule)
 {
-    uint64_t h = hash ^ ((uint64_t)rule * 0x9e3779b97f4a7c15ull);
-    struct rl_backstop_entry *set, *victim = NULL;
+    uint64_t h = hash ^ b->seed ^ ((uint64_t)rule * 0x9e3779b97f4a7c15ull);
 
-    h ^= h >> 31;
+    h ^= h >> 30;
     h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 29;
-    set = &b->e[(size_t)(h & (b->nsets - 1)) * RL_BACKSTOP_WAYS];
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    return (size_t)(h & (b->nsets - 1));
+}
+
+/* Raises set's floor by what e, about to be evicted, used in its windows still running. */
+static void
+backstop_floor_raise(struct rl_backstop *b, struct rl_backstop_floor *f,
+                     const struct rl_backstop_entry *e, const struct rl_conf *conf, uint64_t now_ns)
+{
+    const struct rl_rule *r = e->rule < conf->nrules ? &conf->rules[e->rule] : NULL;
+    uint32_t nt = r == NULL ? 0 : r->ntiers < RL_BACKSTOP_TIERS ? r->ntiers : RL_BACKSTOP_TIERS;
+
+    for (uint32_t t = 0; t < nt; t++) {
+        const struct rl_tier *tier = &conf->tiers[r->first_tier + t];
+        uint64_t end = e->start_ns[t] + tier->window_ms * NS_PER_MS;
+        uint32_t q = rl_backstop_quota(tier->limit, b->share);
+        uint64_t share;
+
+        if (e->count[t] == 0 || now_ns >= end || now_ns < e->start_ns[t]) {
+            continue; /* nothing used in a window still running */
+        }
+        /* rounded down here and up at a newcomer: the same quota gets back the same count
+         * (count <= q < 2^32, so no product overflows) */
+        share = (uint64_t)e->count[t] * RL_BACKSTOP_SHARE_ONE / q;
+        if (share > RL_BACKSTOP_SHARE_ONE) {
+            share = RL_BACKSTOP_SHARE_ONE;
+        }
+        if (now_ns >= f->until_ns[t]) {
+            f->share[t] = 0; /* the floor before has run out */
+        }
+        if (share > f->share[t]) {
+            f->share[t] = (uint32_t)share;
+        }
+        if (end > f->until_ns[t]) {
+            f->until_ns[t] = end;
+        }
+    }
+}
+
+static struct rl_backstop_entry *
+backstop_find(struct rl_backstop *b, const struct rl_conf *conf, const struct rl_rule *rule,
+              uint64_t hash, uint64_t now_ns)
+{
+    size_t si = backstop_set(b, hash, rule->id);
+    struct rl_backstop_entry *set = &b->e[si * RL_BACKSTOP_WAYS], *victim = NULL;
+    struct rl_backstop_floor *f = &b->floor[si];
+    uint32_t nt = rule->ntiers < RL_BACKSTOP_TIERS ? rule->ntiers : RL_BACKSTOP_TIERS;
+
     for (uint32_t w = 0; w < RL_BACKSTOP_WAYS; w++) {
-        if (set[w].used && set[w].hash == hash && set[w].rule == rule) {
+        if (set[w].used && set[w].hash == hash && set[w].rule == rule->id) {
             return &set[w];
         }
     }
@@ -84,13 +140,24 @@ backstop_find(struct rl_backstop *b, uint64_t hash, uint32_t rule, uint64_t now_
     }
     if (victim->used) {
         b->st.evictions++;
+        backstop_floor_raise(b, f, victim, conf, now_ns);
     }
     memset(victim, 0, sizeof(*victim));
     victim->used = true;
     victim->hash = hash;
-    victim->rule = rule;
+    victim->rule = rule->id;
     for (uint32_t t = 0; t < RL_BACKSTOP_TIERS; t++) {
         victim->start_ns[t] = now_ns;
+    }
+    /* a newcomer starts where the set's floor is: it may be one evicted */
+    for (uint32_t t = 0; t < nt; t++) {
+        if (f->share[t] > 0 && now_ns < f->until_ns[t]) {
+            const struct rl_tier *tier = &conf->tiers[rule->first_tier + t];
+            uint64_t q = rl_backstop_quota(tier->limit, b->share);
+
+            victim->count[t] =
+                (uint32_t)((f->share[t] * q + RL_BACKSTOP_SHARE_ONE - 1) / RL_BACKSTOP_SHARE_ONE);
+        }
     }
     return victim;
 }
@@ -111,7 +178,7 @@ rl_backstop_judge(struct rl_backstop *b, const struct rl_conf *conf,
         }
         return true;
     }
-    e = backstop_find(b, hash, rule->id, now_ns);
+    e = backstop_find(b, conf, rule, hash, now_ns);
     e->used_ns = now_ns;
     /* Windows that ended start again at now; then every tier must have room for cost. */
     for (uint32_t t = 0; t < nt; t++) {

@@ -10,9 +10,14 @@
  * FAIL_OPEN); the backstop counts them apart.
  *
  * A fixed table of 4-way sets allocated once: an insert takes a free way, else the least
- * recently used one. Eviction forgets a user's count, which lets through at most what failing
- * open without a backstop would. Not for the routing (forward.c) nor for a node's decision;
- * the data structure is usable without a router (the unit tests).
+ * recently used one. The set of a user is drawn with a secret seed of the process, so no
+ * client can choose users that land with another's. Eviction never hands a user its quota
+ * back: each set keeps, for each tier index, a floor, the largest share of its quota that an
+ * entry evicted from it had used in a window still running, until that window's end; a user
+ * that enters the set meanwhile starts its windows with that share of its own quota used. So
+ * a flood of users (or many users during a long outage) makes the backstop stricter for
+ * newcomers, never laxer for anyone. Not for the routing (forward.c) nor for a node's
+ * decision; the data structure is usable without a router (the unit tests).
  */
 #ifndef RL_BACKSTOP_H
 #define RL_BACKSTOP_H
@@ -39,6 +44,14 @@ struct rl_backstop_entry {
     bool used;
 };
 
+/* A set's floor (above): for each tier index, the share used (of RL_BACKSTOP_SHARE_ONE) and
+ * until when it holds. */
+#define RL_BACKSTOP_SHARE_ONE (1u << 31)
+struct rl_backstop_floor {
+    uint64_t until_ns[RL_BACKSTOP_TIERS];
+    uint32_t share[RL_BACKSTOP_TIERS];
+};
+
 struct rl_backstop_stats {
     uint64_t allowed;   /* answered FAIL_OPEN by the backstop */
     uint64_t limited;   /* answered LIMITED by the backstop */
@@ -48,6 +61,8 @@ struct rl_backstop_stats {
 
 struct rl_backstop {
     struct rl_backstop_entry *e; /* nsets * RL_BACKSTOP_WAYS; NULL: not allocated */
+    struct rl_backstop_floor *floor; /* nsets */
+    uint64_t seed;                   /* secret: where a user's set is */
     uint32_t nsets;              /* a power of two */
     uint32_t share;              /* the divisor of a rule's limit: the workers (>= 1) */
     struct rl_backstop_stats st;
@@ -57,7 +72,7 @@ struct rl_backstop {
 int rl_backstop_init(struct rl_backstop *b, uint32_t entries, uint32_t share);
 void rl_backstop_deinit(struct rl_backstop *b);
 
-/* Forgets every user (the rules changed: rule ids mean other rules). */
+/* Forgets every user and every floor (the rules changed: rule ids mean other rules). */
 void rl_backstop_clear(struct rl_backstop *b);
 
 /* A tier's quota on one loop: max(1, limit / share). */

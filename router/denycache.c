@@ -12,6 +12,8 @@
 #define XXH_INLINE_ALL /* rl_deny_fp runs once per CHECK: no call into the library */
 #include <xxhash.h>
 
+#include "seed.h"
+
 #define NS_PER_MS 1000000ull
 
 int
@@ -37,6 +39,7 @@ rl_deny_init(struct rl_deny *d, uint32_t entries, uint32_t nshards)
         return -ENOMEM;
     }
     d->nsets = sets;
+    d->seed = rl_seed_random(d);
     d->nshards = nshards;
     d->st.entries = (uint64_t)sets * RL_DENY_WAYS;
     return 0;
@@ -75,15 +78,21 @@ rl_deny_until(uint64_t sent_ns, uint64_t retry_ms)
     return sent_ns + (retry_ms - margin) * NS_PER_MS;
 }
 
-/* The index of k's set's first entry. */
+/* The index of k's set's first entry: a full-avalanche mix of the key and the secret seed
+ * (before, of the key alone: anyone could compute users whose refusals share a victim's set,
+ * and evict its held refusal with four of them; the attack round of 2026-11-30's twentieth
+ * session). */
 static size_t
 deny_set(const struct rl_deny *d, const struct rl_deny_key *k)
 {
-    uint64_t h = k->hash ^ (k->fp * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)k->rule << 32 | k->cost);
+    uint64_t h =
+        k->hash ^ (k->fp * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)k->rule << 32 | k->cost) ^ d->seed;
 
-    h ^= h >> 29;
+    h ^= h >> 30;
     h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 31;
     return (size_t)(h & (d->nsets - 1)) * RL_DENY_WAYS;
 }
 

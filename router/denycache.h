@@ -26,12 +26,15 @@
  * what the owner that refused would still refuse, and never across a rules change.
  *
  * A fixed table of 4-way sets allocated once (no allocation per request): an insert takes
- * a free or expired way of its set, else evicts the one expiring soonest. Invalidation is
+ * a free or expired way of its set, else evicts the one expiring soonest. The set of a key is
+ * drawn with a secret seed of the process, so that no client can choose users whose
+ * refusals land in another's set and evict it. Invalidation is
  * lazy and O(1): every entry keeps the time its request was sent, and an entry is valid only
  * if that is after the last invalidation of everything (rules changed) and of its shard
  * (rl_deny_forget_shard: the table supports it; the router no longer calls it); and each
- * entry keeps an epoch, valid only while the caller's is the same (the router passes 0). Not for the routing itself (forward.c) nor for the probe (upstream.c); the
- * data structure is usable without a router (the unit tests).
+ * entry keeps an epoch, valid only while the caller's is the same (the router passes 0). Not for
+ * the routing itself (forward.c) nor for the probe (upstream.c); the data structure is usable
+ * without a router (the unit tests).
  */
 #ifndef RL_DENYCACHE_H
 #define RL_DENYCACHE_H
@@ -87,6 +90,7 @@ struct rl_deny {
      * lookup reads its set's four in one cache line and an entry only when they match */
     uint32_t *tag;
     uint32_t nsets; /* a power of two */
+    uint64_t seed;  /* secret: where a key's set is */
     uint64_t *shard_inval;   /* per shard: the last invalidation (ns) */
     uint32_t nshards;
     uint64_t all_inval; /* the last invalidation of everything (ns) */

@@ -274,8 +274,11 @@ START_TEST(test_release)
     check_one(c, "conc", "erin", NULL, 2, &rep);
     ck_assert_uint_eq(rep.check.code, RL_WIRE_ALLOWED);
     ck_assert_uint_eq(rep.check.remaining, 0);
-    /* 3 given back when 2 are held: 1 late */
+    /* 3 given back when 2 are held: none late (no holder takes more than N = 2); then 1
+     * when none is held: 1 late */
     release_one(c, "conc", "erin", 3, &rep);
+    ck_assert_uint_eq(rep.check.remaining, 2);
+    release_one(c, "conc", "erin", 1, &rep);
     ck_assert_uint_eq(rep.check.remaining, 2);
     /* no rule; a rule without a concurrency tier changes nothing */
     release_one(c, "nope", "erin", 1, &rep);

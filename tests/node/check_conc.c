@@ -537,6 +537,9 @@ START_TEST(test_limiter_concurrency_and_rate)
     /* a key never seen holds nothing: all of it late */
     want((r = RELEASE_(l, "exp", "nobody", 2, T0), &r), RL_WIRE_ALLOWED, 3, 3, 0, 0);
     ck_assert_uint_eq(late(l), 3);
+    /* of at most N (3) a RELEASE: a count past it is no holder that outlived its lease */
+    want((r = RELEASE_(l, "exp", "nobody", 1000000, T0), &r), RL_WIRE_ALLOWED, 3, 3, 0, 0);
+    ck_assert_uint_eq(late(l), 6);
     want((r = CHECK_(l, "exp", "u", 3, T0 + 11000), &r), RL_WIRE_ALLOWED, 3, 0, 10000, 0);
     rl_limiter_destroy(l);
     rl_conf_destroy(c);

@@ -212,18 +212,61 @@ START_TEST(test_bounded_flood)
     cap = b.st.entries;
     ck_assert_uint_eq(cap, 256);
     ck_assert_int_eq(allowed(&b, c, a, 1, 25, t), 20);
-    /* 100,000 distinct users: the table keeps its size, evicting the least recently used. */
+    /* 100,000 distinct users: the table keeps its size, evicting the least recently used;
+     * each is allowed at most its one request (none, once its set holds user 1's floor). */
     for (uint64_t u = 2; u < 100002; u++) {
-        ck_assert_int_eq(allowed(&b, c, a, u * 0x9e3779b97f4a7c15ull, 1, t + u), 1);
+        ck_assert_int_le(allowed(&b, c, a, u * 0x9e3779b97f4a7c15ull, 1, t + u), 1);
     }
     ck_assert_uint_eq(b.st.entries, cap);
     ck_assert_uint_ge(b.st.evictions, 100000 - cap);
-    /* User 1 was evicted: allowed its quota again, never more (as failing open without a
-     * backstop would have allowed everything). */
-    ck_assert_int_eq(allowed(&b, c, a, 1, 25, t + 200000), 20);
+    /* User 1 was evicted: its count was not forgotten (before, it was allowed its quota
+     * again, and a flood of made-up users let it through without bound). */
+    ck_assert_int_eq(allowed(&b, c, a, 1, 25, t + 200000), 0);
     /* Rules changed: everyone starts afresh. */
     rl_backstop_clear(&b);
     ck_assert_int_eq(allowed(&b, c, a, 1, 25, t + 200000), 20);
+    rl_backstop_deinit(&b);
+    rl_conf_destroy(c);
+}
+END_TEST
+
+/* One set of 4: a user evicted with 15 of its 20 used gets back 5, not 20; a newcomer to the
+ * set meanwhile starts where the evicted one was (the largest share evicted); once the windows
+ * it came from have ended, the set's floor has too. A user evicted after its window ended
+ * raises no floor. */
+START_TEST(test_evicted_user_keeps_its_count)
+{
+    struct rl_conf *c = conf();
+    struct rl_backstop b, b2;
+    const struct rl_rule *a = rule(c, "a"), *fw = rule(c, "b");
+    uint64_t t = 1000 * MS, day = 86400000ull * MS;
+
+    ck_assert_int_eq(rl_backstop_init(&b, 4, 1), 0);
+    ck_assert_uint_eq(b.nsets, 1);
+    ck_assert_int_eq(allowed(&b, c, a, 1, 15, t), 15);
+    for (uint64_t u = 2; u <= 5; u++) {
+        ck_assert_int_eq(allowed(&b, c, a, u, 1, t + u), 1); /* user 5 evicts user 1 */
+    }
+    ck_assert_uint_eq(b.st.evictions, 1);
+    ck_assert_int_eq(allowed(&b, c, a, 1, 25, t + 10), 5); /* evicts user 2 (1 used) */
+    ck_assert_int_eq(allowed(&b, c, a, 6, 25, t + 11), 5); /* a newcomer: the floor, 15 */
+    /* another rule's tier 0 (10 per 1s): 15/20 of its 10 */
+    ck_assert_int_eq(allowed(&b, c, fw, 8, 25, t + 20), 2);
+    /* the floor holds no longer than the last window it came from */
+    ck_assert_int_eq(allowed(&b, c, a, 7, 25, t + 2 * day), 20);
+    rl_backstop_deinit(&b);
+    /* fixed_window 1 per 1s: evicted after its window ended, it leaves no floor */
+    ck_assert_int_eq(rl_backstop_init(&b, 4, 1), 0);
+    ck_assert_int_eq(allowed(&b, c, rule(c, "c"), 1, 5, t), 1);
+    for (uint64_t u = 2; u <= 4; u++) {
+        ck_assert_int_eq(allowed(&b, c, rule(c, "c"), u, 5, t + 2000 * MS), 1);
+    }
+    ck_assert_int_eq(allowed(&b, c, rule(c, "c"), 5, 5, t + 2000 * MS), 1); /* evicts user 1 */
+    ck_assert_uint_eq(b.st.evictions, 1);
+    /* two tables place users with different secret seeds */
+    ck_assert_int_eq(rl_backstop_init(&b2, 4, 1), 0);
+    ck_assert_uint_ne(b.seed, b2.seed);
+    rl_backstop_deinit(&b2);
     rl_backstop_deinit(&b);
     rl_conf_destroy(c);
 }
@@ -258,6 +301,7 @@ backstop_suite(void)
     tcase_add_test(tc, test_every_tier);
     tcase_add_test(tc, test_sixteenth_tier);
     tcase_add_test(tc, test_bounded_flood);
+    tcase_add_test(tc, test_evicted_user_keeps_its_count);
     tcase_add_test(tc, test_no_table_allows);
     suite_add_tcase(s, tc);
     return s;

@@ -198,6 +198,14 @@ START_TEST(test_bounded_and_eviction)
         ck_assert(rl_deny_insert(&d, &k, 2000 * MS, 2000 * MS, 0, &rep));
     }
     ck_assert_uint_eq(d.st.entries, 4);
+    /* Each table draws its sets with a secret seed of its own. */
+    {
+        struct rl_deny d2;
+
+        ck_assert_int_eq(rl_deny_init(&d2, 4, 1), 0);
+        ck_assert_uint_ne(d.seed, d2.seed);
+        rl_deny_deinit(&d2);
+    }
     /* Off: nothing is kept. */
     rl_deny_deinit(&d);
     ck_assert_int_eq(rl_deny_init(&d, 0, 1), 0);
