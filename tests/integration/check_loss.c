@@ -15,7 +15,9 @@
  *     worker), then LIMITED with the rule's limit; a `failure = open_unlimited` service keeps
  *     the old meaning (every request FAIL_OPEN); a `failure = closed` one FAIL_CLOSED; STATS,
  *     /metrics and the request log (NODE `backstop`) count the backstop's answers apart; the
- *     router said at start that `failure = open` changed.
+ *     router said at start that `failure = open` changed;
+ *   - backstop, flooded: a user of b's it has refused gets nothing more after 100,000 made-up
+ *     users through the same worker evicted it.
  */
 #include <check.h>
 #include <signal.h>
@@ -344,6 +346,54 @@ START_TEST(test_backstop_however_long)
 }
 END_TEST
 
+/* A user of b's exhausted by the backstop, then a flood of 100,000 made-up users through the
+ * same connection (one worker: its table of 16,384 evicts it, nearly surely): the user gets
+ * nothing back. Before, an evicted user started its quota again, so each flood gave it q more
+ * (the attack round of 2026-11-30's twentieth session: 69,780 allowances in one loss). */
+START_TEST(test_backstop_flood_gives_nothing_back)
+{
+    enum { BATCH = 1000, FLOOD = 100000 };
+    static char flood[BATCH][24];
+    static struct rl_wire_req reqs[BATCH];
+    static struct rl_wire_check_reply reps[BATCH];
+    struct rl_client *c;
+    struct rl_wire_check_reply r;
+    char v[32] = "";
+    int open = 0;
+    int64_t ev0;
+
+    ck_assert_int_eq(rl_harness_server_stop(&nodes[1], SIGKILL, T_TIMEOUT), 0);
+    c = connect_port(router_ports[0]);
+    for (int i = 0; i < 100 && v[0] == '\0'; i++) {
+        char u[32];
+
+        snprintf(u, sizeof(u), "victim%d", i);
+        if (check1(c, "day", u, &r) == RL_WIRE_FAIL_OPEN) {
+            memcpy(v, u, sizeof(v)); /* b's: judged by the backstop */
+        }
+    }
+    ck_assert_msg(v[0] != '\0', "no user of b's among 100");
+    for (int j = 0; j < 40; j++) {
+        check1(c, "day", v, NULL); /* its quota, then LIMITED */
+    }
+    ck_assert_uint_eq(check1(c, "day", v, NULL), RL_WIRE_LIMITED);
+    ev0 = rl_test_stat(router_ports[0], "backstop_evictions");
+    for (int base = 0; base < FLOOD; base += BATCH) {
+        for (int i = 0; i < BATCH; i++) {
+            snprintf(flood[i], sizeof(flood[i]), "flood%d", base + i);
+            rl_test_check_req(&reqs[i], "day", flood[i], 1);
+        }
+        ck_assert_int_eq(rl_client_check_many(c, reqs, BATCH, reps, T_TIMEOUT), 0);
+    }
+    ck_assert_int_gt(rl_test_stat(router_ports[0], "backstop_evictions") - ev0, 0);
+    for (int j = 0; j < 40; j++) {
+        open += check1(c, "day", v, NULL) != RL_WIRE_LIMITED;
+    }
+    ck_assert_msg(open == 0, "%s got %d more after the flood", v, open);
+    rl_client_destroy(c);
+}
+END_TEST
+
 static Suite *
 loss_suite(void)
 {
@@ -358,6 +408,7 @@ loss_suite(void)
     tcase_add_checked_fixture(bs, setup_static, teardown);
     tcase_set_timeout(bs, 120);
     tcase_add_test(bs, test_backstop_however_long);
+    tcase_add_test(bs, test_backstop_flood_gives_nothing_back);
     suite_add_tcase(s, bs);
     return s;
 }
