@@ -49,13 +49,61 @@ rl_backstop_deinit(struct rl_backstop *b)
     memset(b, 0, sizeof(*b));
 }
 
-void
-rl_backstop_clear(struct rl_backstop *b)
+/* Whether rule o of old and n of now count alike, tier by tier (rl_backstop_rules). */
+static bool
+backstop_same_tiers(const struct rl_conf *old, const struct rl_rule *o, const struct rl_conf *now,
+                    const struct rl_rule *n)
 {
-    if (b->e != NULL) {
-        memset(b->e, 0, (size_t)b->nsets * RL_BACKSTOP_WAYS * sizeof(*b->e));
-        memset(b->floor, 0, (size_t)b->nsets * sizeof(*b->floor));
+    if (o->ntiers != n->ntiers) {
+        return false;
     }
+    for (uint32_t t = 0; t < n->ntiers; t++) {
+        if (old->tiers[o->first_tier + t].key_seed != now->tiers[n->first_tier + t].key_seed) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void
+rl_backstop_rules(struct rl_backstop *b, const struct rl_conf *old, const struct rl_conf *now)
+{
+    uint32_t *map;
+    size_t n = (size_t)b->nsets * RL_BACKSTOP_WAYS;
+
+    if (b->e == NULL) {
+        return;
+    }
+    map = old != NULL && old->nrules > 0 ? malloc(old->nrules * sizeof(*map)) : NULL;
+    if (map == NULL) {
+        memset(b->e, 0, n * sizeof(*b->e)); /* no rule found again: nobody is kept */
+        return;
+    }
+    for (size_t i = 0; i < old->nrules; i++) {
+        map[i] = UINT32_MAX;
+    }
+    for (size_t i = 0; i < now->nrules; i++) {
+        const struct rl_rule *r = &now->rules[i];
+        const struct rl_rule *o =
+            rl_ruleset_find(old, r->service, r->service_len, r->endpoint, r->endpoint_len);
+
+        if (o != NULL && o->id < old->nrules && backstop_same_tiers(old, o, now, r)) {
+            map[o->id] = r->id;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct rl_backstop_entry *e = &b->e[i];
+
+        if (!e->used) {
+            continue;
+        }
+        if (e->rule < old->nrules && map[e->rule] != UINT32_MAX) {
+            e->rule = map[e->rule];
+        } else {
+            memset(e, 0, sizeof(*e));
+        }
+    }
+    free(map);
 }
 
 uint32_t
@@ -66,11 +114,12 @@ rl_backstop_quota(uint32_t limit, uint32_t share)
     return q > 0 ? q : 1;
 }
 
-/* The set of (hash, rule): a full-avalanche mix of them and the secret seed. */
+/* The set of hash (the user's, of its service: not of the rule, whose id a rules change
+ * renumbers, rl_backstop_rules): a full-avalanche mix of it and the secret seed. */
 static size_t
-backstop_set(const struct rl_backstop *b, uint64_t hash, uint32_t rule)
+backstop_set(const struct rl_backstop *b, uint64_t hash)
 {
-    uint64_t h = hash ^ b->seed ^ ((uint64_t)rule * 0x9e3779b97f4a7c15ull);
+    uint64_t h = hash ^ b->seed;
 
     h ^= h >> 30;
     h *= 0xbf58476d1ce4e5b9ull;
@@ -119,7 +168,7 @@ static struct rl_backstop_entry *
 backstop_find(struct rl_backstop *b, const struct rl_conf *conf, const struct rl_rule *rule,
               uint64_t hash, uint64_t now_ns)
 {
-    size_t si = backstop_set(b, hash, rule->id);
+    size_t si = backstop_set(b, hash);
     struct rl_backstop_entry *set = &b->e[si * RL_BACKSTOP_WAYS], *victim = NULL;
     struct rl_backstop_floor *f = &b->floor[si];
     uint32_t nt = rule->ntiers < RL_BACKSTOP_TIERS ? rule->ntiers : RL_BACKSTOP_TIERS;

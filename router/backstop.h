@@ -72,8 +72,15 @@ struct rl_backstop {
 int rl_backstop_init(struct rl_backstop *b, uint32_t entries, uint32_t share);
 void rl_backstop_deinit(struct rl_backstop *b);
 
-/* Forgets every user and every floor (the rules changed: rule ids mean other rules). */
-void rl_backstop_clear(struct rl_backstop *b);
+/*
+ * The rules changed from old to now (rule ids name other rules): keeps the users of each rule
+ * found again with the same tiers (its section, and tier by tier the same counters' identity:
+ * algorithm, window, order; a new limit or burst keeps them, as a node keeps its counters),
+ * under its new id, and forgets the others; the floors stay (they only make it stricter, and
+ * end with their windows). Before, every change forgot everyone, so each rules change during
+ * a loss gave every user the backstop judged its quota again. Out of memory, forgets all.
+ */
+void rl_backstop_rules(struct rl_backstop *b, const struct rl_conf *old, const struct rl_conf *now);
 
 /* A tier's quota on one loop: max(1, limit / share). */
 uint32_t rl_backstop_quota(uint32_t limit, uint32_t share);

@@ -615,9 +615,10 @@ void rl_shed_upstream(struct rl_router *r, struct rl_upstream *u);
 void rl_shed_table(struct rl_router *r, const struct rl_shardmap *map,
                    struct rl_upstream *const *owners);
 
-/* The rules changed: forgets everything (the deny cache and the backstop's counts), and has
- * every node's rules probed again. */
-void rl_shed_rules(struct rl_router *r);
+/* The rules changed from old (NULL: the slices of global services changed, not the rules):
+ * forgets the deny cache, and has every node's rules probed again; the backstop keeps the
+ * counts of the rules found again unchanged (rl_backstop_rules). */
+void rl_shed_rules(struct rl_router *r, const struct rl_conf *old);
 
 /* HOT: the top keys this client may see. */
 void rl_shed_hot_reply(struct rl_conn *c, const struct rl_wire_req *req);

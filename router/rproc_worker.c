@@ -180,7 +180,7 @@ worker_wake(uv_async_t *a)
     }
     if (slices) {
         /* a refusal remembered under the old slices may be an allowance under the new */
-        rl_shed_rules(w->router);
+        rl_shed_rules(w->router, NULL);
     }
     if (envoy) {
         struct rl_envoy_config *sh;

@@ -333,9 +333,11 @@ rl_shed_table(struct rl_router *r, const struct rl_shardmap *map,
 }
 
 void
-rl_shed_rules(struct rl_router *r)
+rl_shed_rules(struct rl_router *r, const struct rl_conf *old)
 {
-    rl_backstop_clear(&r->bstop); /* rule ids now name other rules */
+    if (old != NULL) {
+        rl_backstop_rules(&r->bstop, old, r->conf); /* rule ids now name other rules */
+    }
     if (!rl_deny_on(&r->deny)) {
         return;
     }

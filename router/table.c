@@ -246,7 +246,7 @@ rl_router_rules_changed(struct rl_router *r, struct rl_conf *old)
         return;
     }
     router_recount_rules(r, old);
-    rl_shed_rules(r);
+    rl_shed_rules(r, old);
     if (r->npending == 0 || r->closing) {
         rl_conf_destroy(old);
         return;
