@@ -28,11 +28,7 @@ rl_backstop_init(struct rl_backstop *b, uint32_t entries, uint32_t share)
         sets <<= 1;
     }
     b->e = calloc((size_t)sets * RL_BACKSTOP_WAYS, sizeof(*b->e));
-    b->floor = calloc(sets, sizeof(*b->floor));
-    if (b->e == NULL || b->floor == NULL) {
-        free(b->e);
-        free(b->floor);
-        memset(b, 0, sizeof(*b));
+    if (b->e == NULL) {
         return -ENOMEM;
     }
     b->seed = rl_seed_random(b);
@@ -45,7 +41,6 @@ void
 rl_backstop_deinit(struct rl_backstop *b)
 {
     free(b->e);
-    free(b->floor);
     memset(b, 0, sizeof(*b));
 }
 
@@ -129,67 +124,65 @@ backstop_set(const struct rl_backstop *b, uint64_t hash)
     return (size_t)(h & (b->nsets - 1));
 }
 
-/* Raises set's floor by what e, about to be evicted, used in its windows still running. */
-static void
-backstop_floor_raise(struct rl_backstop *b, struct rl_backstop_floor *f,
-                     const struct rl_backstop_entry *e, const struct rl_conf *conf, uint64_t now_ns)
+/* How much of its quota e has used in its windows still running: the largest share over its
+ * tiers, of 2^31 (0 when every window has ended, or its rule is gone). */
+static uint64_t
+backstop_used(const struct rl_backstop *b, const struct rl_backstop_entry *e,
+              const struct rl_conf *conf, uint64_t now_ns)
 {
     const struct rl_rule *r = e->rule < conf->nrules ? &conf->rules[e->rule] : NULL;
     uint32_t nt = r == NULL ? 0 : r->ntiers < RL_BACKSTOP_TIERS ? r->ntiers : RL_BACKSTOP_TIERS;
+    uint64_t most = 0;
 
     for (uint32_t t = 0; t < nt; t++) {
         const struct rl_tier *tier = &conf->tiers[r->first_tier + t];
-        uint64_t end = e->start_ns[t] + tier->window_ms * NS_PER_MS;
-        uint32_t q = rl_backstop_quota(tier->limit, b->share);
+        uint64_t q = rl_backstop_quota(tier->limit, b->share);
         uint64_t share;
 
-        if (e->count[t] == 0 || now_ns >= end || now_ns < e->start_ns[t]) {
-            continue; /* nothing used in a window still running */
+        if (now_ns < e->start_ns[t] || now_ns - e->start_ns[t] >= tier->window_ms * NS_PER_MS) {
+            continue; /* that window has ended: what it counted is forgotten anyway */
         }
-        /* rounded down here and up at a newcomer: the same quota gets back the same count
-         * (count <= q < 2^32, so no product overflows) */
-        share = (uint64_t)e->count[t] * RL_BACKSTOP_SHARE_ONE / q;
-        if (share > RL_BACKSTOP_SHARE_ONE) {
-            share = RL_BACKSTOP_SHARE_ONE;
-        }
-        if (now_ns >= f->until_ns[t]) {
-            f->share[t] = 0; /* the floor before has run out */
-        }
-        if (share > f->share[t]) {
-            f->share[t] = (uint32_t)share;
-        }
-        if (end > f->until_ns[t]) {
-            f->until_ns[t] = end;
+        share = (uint64_t)e->count[t] * (1ull << 31) / q; /* count <= q < 2^32: no overflow */
+        if (share > most) {
+            most = share;
         }
     }
+    return most;
 }
 
 static struct rl_backstop_entry *
 backstop_find(struct rl_backstop *b, const struct rl_conf *conf, const struct rl_rule *rule,
               uint64_t hash, uint64_t now_ns)
 {
-    size_t si = backstop_set(b, hash);
-    struct rl_backstop_entry *set = &b->e[si * RL_BACKSTOP_WAYS], *victim = NULL;
-    struct rl_backstop_floor *f = &b->floor[si];
-    uint32_t nt = rule->ntiers < RL_BACKSTOP_TIERS ? rule->ntiers : RL_BACKSTOP_TIERS;
+    struct rl_backstop_entry *set = &b->e[backstop_set(b, hash) * RL_BACKSTOP_WAYS];
+    struct rl_backstop_entry *victim = NULL;
+    uint64_t victim_used = 0;
 
     for (uint32_t w = 0; w < RL_BACKSTOP_WAYS; w++) {
         if (set[w].used && set[w].hash == hash && set[w].rule == rule->id) {
             return &set[w];
         }
     }
+    /* A free way, else the least used (its windows ended first of all), the least recently
+     * asked among equals: a user held at its quota is evicted only when every other way of
+     * its set holds a user as used (before, the least recently asked went, whatever it had
+     * used, so that any made-up users landing in a user's set gave it its quota again). */
     for (uint32_t w = 0; w < RL_BACKSTOP_WAYS; w++) {
+        uint64_t used;
+
         if (!set[w].used) {
             victim = &set[w];
             break;
         }
-        if (victim == NULL || set[w].used_ns < victim->used_ns) {
+        used = backstop_used(b, &set[w], conf, now_ns);
+        if (victim == NULL || used < victim_used ||
+            (used == victim_used && set[w].used_ns < victim->used_ns)) {
             victim = &set[w];
+            victim_used = used;
         }
     }
     if (victim->used) {
         b->st.evictions++;
-        backstop_floor_raise(b, f, victim, conf, now_ns);
     }
     memset(victim, 0, sizeof(*victim));
     victim->used = true;
@@ -197,16 +190,6 @@ backstop_find(struct rl_backstop *b, const struct rl_conf *conf, const struct rl
     victim->rule = rule->id;
     for (uint32_t t = 0; t < RL_BACKSTOP_TIERS; t++) {
         victim->start_ns[t] = now_ns;
-    }
-    /* a newcomer starts where the set's floor is: it may be one evicted */
-    for (uint32_t t = 0; t < nt; t++) {
-        if (f->share[t] > 0 && now_ns < f->until_ns[t]) {
-            const struct rl_tier *tier = &conf->tiers[rule->first_tier + t];
-            uint64_t q = rl_backstop_quota(tier->limit, b->share);
-
-            victim->count[t] =
-                (uint32_t)((f->share[t] * q + RL_BACKSTOP_SHARE_ONE - 1) / RL_BACKSTOP_SHARE_ONE);
-        }
     }
     return victim;
 }

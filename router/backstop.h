@@ -10,14 +10,12 @@
  * FAIL_OPEN); the backstop counts them apart.
  *
  * A fixed table of 4-way sets allocated once: an insert takes a free way, else the least
- * recently used one. The set of a user is drawn with a secret seed of the process, so no
- * client can choose users that land with another's. Eviction never hands a user its quota
- * back: each set keeps, for each tier index, a floor, the largest share of its quota that an
- * entry evicted from it had used in a window still running, until that window's end; a user
- * that enters the set meanwhile starts its windows with that share of its own quota used. So
- * a flood of users (or many users during a long outage) makes the backstop stricter for
- * newcomers, never laxer for anyone. Not for the routing (forward.c) nor for a node's
- * decision; the data structure is usable without a router (the unit tests).
+ * used one (the largest share of a quota in a window still running), the least recently asked
+ * among equals. The set of a user is drawn with a secret seed of the process, so no client
+ * can choose users that land with another's. Eviction forgets a user's count: a user held at
+ * its quota goes only when every other way of its set holds a user as used, which a flood
+ * of made-up users asked once each never does. Not for the routing (forward.c) nor for a
+ * node's decision; the data structure is usable without a router (the unit tests).
  */
 #ifndef RL_BACKSTOP_H
 #define RL_BACKSTOP_H
@@ -44,14 +42,6 @@ struct rl_backstop_entry {
     bool used;
 };
 
-/* A set's floor (above): for each tier index, the share used (of RL_BACKSTOP_SHARE_ONE) and
- * until when it holds. */
-#define RL_BACKSTOP_SHARE_ONE (1u << 31)
-struct rl_backstop_floor {
-    uint64_t until_ns[RL_BACKSTOP_TIERS];
-    uint32_t share[RL_BACKSTOP_TIERS];
-};
-
 struct rl_backstop_stats {
     uint64_t allowed;   /* answered FAIL_OPEN by the backstop */
     uint64_t limited;   /* answered LIMITED by the backstop */
@@ -60,8 +50,7 @@ struct rl_backstop_stats {
 };
 
 struct rl_backstop {
-    struct rl_backstop_entry *e; /* nsets * RL_BACKSTOP_WAYS; NULL: not allocated */
-    struct rl_backstop_floor *floor; /* nsets */
+    struct rl_backstop_entry *e;     /* nsets * RL_BACKSTOP_WAYS; NULL: not allocated */
     uint64_t seed;                   /* secret: where a user's set is */
     uint32_t nsets;              /* a power of two */
     uint32_t share;              /* the divisor of a rule's limit: the workers (>= 1) */
@@ -76,9 +65,9 @@ void rl_backstop_deinit(struct rl_backstop *b);
  * The rules changed from old to now (rule ids name other rules): keeps the users of each rule
  * found again with the same tiers (its section, and tier by tier the same counters' identity:
  * algorithm, window, order; a new limit or burst keeps them, as a node keeps its counters),
- * under its new id, and forgets the others; the floors stay (they only make it stricter, and
- * end with their windows). Before, every change forgot everyone, so each rules change during
- * a loss gave every user the backstop judged its quota again. Out of memory, forgets all.
+ * under its new id, and forgets the others. Before, every change forgot everyone, so each rules
+ * change during a loss gave every user the backstop judged its quota again. Out of memory, forgets
+ * all.
  */
 void rl_backstop_rules(struct rl_backstop *b, const struct rl_conf *old, const struct rl_conf *now);
 

@@ -773,7 +773,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
     struct rl_wire_req fwd;
     const char *frame = NULL;
     size_t frame_len = 0;
-    uint64_t hash;
+    uint64_t hash, fp = 0;
     uint32_t shard, owner = RL_SHARDMAP_NONE;
     uint64_t start = rl_router_now_ns(r);
     const struct rl_rule *rule = req->limit.set
@@ -791,6 +791,11 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
     }
     if (owner != RL_SHARDMAP_NONE) {
         u = r->owners[owner];
+    }
+    if ((req->op == 0 || req->op == RL_WIRE_OP_CHECK) &&
+        rl_shed_inline(r, req, rule, shard, hash, u, &fp, now)) {
+        count_answer(r, RL_WIRE_OP_CHECK, rule, RL_WIRE_LIMITED, start);
+        return -1; /* answered now: a node's refusal that still stands */
     }
     if (u != NULL) {
         p = rl_pending_get(r);
@@ -831,7 +836,7 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
     p->up = u;
     p->deadline = uv_now(r->loop) + r->conf->deadline_ms;
     p->start_ns = start;
-    p->deny_fp = 0;
+    p->deny_fp = fp; /* 0 under an inline limit: never cached */
     p->cost = req->op == RL_WIRE_OP_CHECK ? req->cost : 0;
     p->logged = r->log != NULL && rl_reqlog_sample(r->log);
     if (p->logged) {

@@ -170,13 +170,38 @@ rl_shed_count(struct rl_router *r, const struct rl_wire_req *req, uint64_t hash)
     }
 }
 
+/* The deny cache's refusal of req (a CHECK under rule, of shard, the user's hashes hash and
+ * fp), if one still stands: true with rep filled (LIMITED, req's id). */
+static bool
+shed_lookup(struct rl_router *r, const struct rl_wire_req *req, const struct rl_rule *rule,
+            uint32_t shard, uint64_t hash, uint64_t fp, struct rl_wire_check_reply *rep)
+{
+    struct rl_deny_key k;
+
+    /* A refusal outlives its node (docs/OPERATIONS.md, "What a loss costs"): it is
+     * answered whether the owner is reachable, lost, or another one now. */
+    if (req->cost == 0 || !rl_deny_on(&r->deny)) {
+        return false;
+    }
+    k.hash = hash;
+    k.fp = fp;
+    k.rule = rule->id;
+    k.cost = req->cost;
+    k.shard = shard;
+    memset(rep, 0, sizeof(*rep));
+    if (!rl_deny_lookup(&r->deny, &k, 0, 0, rep)) {
+        return false;
+    }
+    rep->id = req->id;
+    return true;
+}
+
 bool
 rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
               uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp)
 {
     struct rl_router *r = conn->data;
     struct rl_wire_check_reply rep;
-    struct rl_deny_key k;
 
     if (!rl_deny_on(&r->deny) && r->hot == NULL) {
         return false;
@@ -187,21 +212,9 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
                    req->user.len, uv_now(r->loop));
         r->hot_dirty = true;
     }
-    /* A refusal outlives its node (docs/OPERATIONS.md, "What a loss costs"): it is
-     * answered whether the owner is reachable, lost, or another one now. */
-    if (req->cost == 0 || !rl_deny_on(&r->deny)) {
+    if (!shed_lookup(r, req, rule, shard, hash, *fp, &rep)) {
         return false;
     }
-    k.hash = hash;
-    k.fp = *fp;
-    k.rule = rule->id;
-    k.cost = req->cost;
-    k.shard = shard;
-    memset(&rep, 0, sizeof(rep));
-    if (!rl_deny_lookup(&r->deny, &k, 0, 0, &rep)) {
-        return false;
-    }
-    rep.id = req->id;
     r->stats.checks++;
     rl_counts_answer(r, rule, RL_WIRE_LIMITED, r->batch_ns);
     if (r->log != NULL && rl_reqlog_sample(r->log)) {
@@ -212,6 +225,25 @@ rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct 
         return true;
     }
     rl_conn_mark(conn);
+    return true;
+}
+
+bool
+rl_shed_inline(struct rl_router *r, const struct rl_wire_req *req, const struct rl_rule *rule,
+               uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp,
+               struct rl_wire_check_reply *rep)
+{
+    *fp = 0;
+    if (rule == NULL || !rl_deny_on(&r->deny)) {
+        return false;
+    }
+    *fp = rl_deny_fp(req->user.ptr, req->user.len);
+    if (!shed_lookup(r, req, rule, shard, hash, *fp, rep)) {
+        return false;
+    }
+    if (r->log != NULL && rl_reqlog_sample(r->log)) {
+        shed_log(r, shard, u != NULL ? u->name : "-", hash, req);
+    }
     return true;
 }
 

@@ -276,6 +276,46 @@ def test_rl_adjust_and_release_across_two_routers(cluster):
         a.execute_command("RL.ADJUST", "fw", u)
 
 
+def router_stats(port: int) -> dict:
+    """A router's STATS over the binary protocol ([3, id] -> [3, id, {key: value}])."""
+    import struct
+
+    import msgpack
+
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        body = msgpack.packb([3, 1])
+        s.sendall(struct.pack(">I", len(body)) + body)
+        (n,) = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))
+        rep = msgpack.unpackb(s.recv(n, socket.MSG_WAITALL), raw=False)
+    return next(x for x in rep if isinstance(x, dict))
+
+
+def test_rl_check_held_refusal_outlives_its_node(tmp_path):
+    """RL.CHECK consults the router's deny cache as a binary CHECK does: a user a node refused
+    is answered LIMITED from it, and still is once its node is gone, where the backstop
+    (failure = open) judged it again before (20 allowances during a loss in the attack round
+    of 2026-11-30's twentieth session)."""
+    c = RespCluster(tmp_path, nodes=("a",), routers=1,
+                    extra="\n[clients]\nadjust = no\n").start()
+    try:
+        r = redis.Redis(port=c.resp_ports[0], socket_timeout=5)
+        u = key()
+        assert fields(r.execute_command("RL.CHECK", "api", u, "COST", "3"))["code"] == 0
+        hits = 0
+        for _ in range(200):  # until a refusal decided under confirmed rules is held
+            assert fields(r.execute_command("RL.CHECK", "api", u))["code"] == 1
+            hits = router_stats(c.ports[0]).get("deny_hits", 0)
+            if hits > 0:
+                break
+            time.sleep(0.05)
+        assert hits > 0, "RL.CHECK never answered from the deny cache"
+        c.kill_node("a")
+        codes = [fields(r.execute_command("RL.CHECK", "api", u))["code"] for _ in range(20)]
+        assert codes == [1] * 20, codes  # never FAIL_OPEN (2) by the backstop
+    finally:
+        c.stop()
+
+
 def test_rl_adjust_refund_needs_adjust_and_policy(tmp_path):
     """[clients] adjust = no: a refund is refused NOPERM, a charge and a RELEASE are not;
     with the owner down, both answer the rule's failure policy (no backstop)."""

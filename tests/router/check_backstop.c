@@ -4,9 +4,10 @@
  * for every tier, a cost counts as its units, the window starts afresh once it has passed
  * (however long the outage), refusals carry LIMITED with the tier's capacity as the node reports
  * it and the time to the window's end (never, for a cost past that capacity), each (rule, user)
- * counts apart, a flood of distinct users keeps the table's size (evictions counted) and an evicted
- * user is allowed at most its quota again; and the config's failure values (open, open_unlimited,
- * closed). Not for the router's use of it (check_loss).
+ * counts apart, a flood of distinct users keeps the table's size (evictions counted) and
+ * evicts the least used users, never one at its quota while less used ones share its set; a
+ * rules change keeps the users of unchanged rules; and the config's failure values (open,
+ * open_unlimited, closed). Not for the router's use of it (check_loss).
  */
 #include <check.h>
 #include <stdio.h>
@@ -212,54 +213,65 @@ START_TEST(test_bounded_flood)
     cap = b.st.entries;
     ck_assert_uint_eq(cap, 256);
     ck_assert_int_eq(allowed(&b, c, a, 1, 25, t), 20);
-    /* 100,000 distinct users: the table keeps its size, evicting the least recently used;
-     * each is allowed at most its one request (none, once its set holds user 1's floor). */
+    /* 100,000 distinct users: the table keeps its size, evicting the least used. */
     for (uint64_t u = 2; u < 100002; u++) {
-        ck_assert_int_le(allowed(&b, c, a, u * 0x9e3779b97f4a7c15ull, 1, t + u), 1);
+        ck_assert_int_eq(allowed(&b, c, a, u * 0x9e3779b97f4a7c15ull, 1, t + u), 1);
     }
     ck_assert_uint_eq(b.st.entries, cap);
     ck_assert_uint_ge(b.st.evictions, 100000 - cap);
-    /* User 1 was evicted: its count was not forgotten (before, it was allowed its quota
-     * again, and a flood of made-up users let it through without bound). */
+    /* User 1, at its quota, was never evicted by users asked once (before, it was allowed its
+     * quota again, and each flood of made-up users gave it the same). */
     ck_assert_int_eq(allowed(&b, c, a, 1, 25, t + 200000), 0);
     rl_backstop_deinit(&b);
     rl_conf_destroy(c);
 }
 END_TEST
 
-/* One set of 4: a user evicted with 15 of its 20 used gets back 5, not 20; a newcomer to the
- * set meanwhile starts where the evicted one was (the largest share evicted); once the windows
- * it came from have ended, the set's floor has too. A user evicted after its window ended
- * raises no floor. */
-START_TEST(test_evicted_user_keeps_its_count)
+/* Whether the table holds a user of hash h. */
+static bool
+held(const struct rl_backstop *b, uint64_t h)
+{
+    for (size_t i = 0; i < (size_t)b->nsets * RL_BACKSTOP_WAYS; i++) {
+        if (b->e[i].used && b->e[i].hash == h) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* One set of 4: a newcomer evicts the least used user (a window ended counts as nothing
+ * used), the least recently asked among equals; a user at its quota goes only when its whole
+ * set is as used. Before, the least recently asked went: user 1 here got its quota again. */
+START_TEST(test_least_used_evicted)
 {
     struct rl_conf *c = conf();
     struct rl_backstop b, b2;
-    const struct rl_rule *a = rule(c, "a"), *fw = rule(c, "b");
-    uint64_t t = 1000 * MS, day = 86400000ull * MS;
+    const struct rl_rule *a = rule(c, "a"), *sec = rule(c, "c");
+    uint64_t t = 1000 * MS;
 
     ck_assert_int_eq(rl_backstop_init(&b, 4, 1), 0);
     ck_assert_uint_eq(b.nsets, 1);
-    ck_assert_int_eq(allowed(&b, c, a, 1, 15, t), 15);
-    for (uint64_t u = 2; u <= 5; u++) {
-        ck_assert_int_eq(allowed(&b, c, a, u, 1, t + u), 1); /* user 5 evicts user 1 */
-    }
-    ck_assert_uint_eq(b.st.evictions, 1);
-    ck_assert_int_eq(allowed(&b, c, a, 1, 25, t + 10), 5); /* evicts user 2 (1 used) */
-    ck_assert_int_eq(allowed(&b, c, a, 6, 25, t + 11), 5); /* a newcomer: the floor, 15 */
-    /* another rule's tier 0 (10 per 1s): 15/20 of its 10 */
-    ck_assert_int_eq(allowed(&b, c, fw, 8, 25, t + 20), 2);
-    /* the floor holds no longer than the last window it came from */
-    ck_assert_int_eq(allowed(&b, c, a, 7, 25, t + 2 * day), 20);
-    rl_backstop_deinit(&b);
-    /* fixed_window 1 per 1s: evicted after its window ended, it leaves no floor */
-    ck_assert_int_eq(rl_backstop_init(&b, 4, 1), 0);
-    ck_assert_int_eq(allowed(&b, c, rule(c, "c"), 1, 5, t), 1);
+    ck_assert_int_eq(allowed(&b, c, a, 1, 25, t), 20); /* at its quota, asked first */
     for (uint64_t u = 2; u <= 4; u++) {
-        ck_assert_int_eq(allowed(&b, c, rule(c, "c"), u, 5, t + 2000 * MS), 1);
+        ck_assert_int_eq(allowed(&b, c, a, u, 1, t + u), 1);
     }
-    ck_assert_int_eq(allowed(&b, c, rule(c, "c"), 5, 5, t + 2000 * MS), 1); /* evicts user 1 */
-    ck_assert_uint_eq(b.st.evictions, 1);
+    /* 1,000 more users asked once each: each evicts one asked once, never user 1 */
+    for (uint64_t u = 5; u < 1005; u++) {
+        ck_assert_int_eq(allowed(&b, c, a, u, 1, t + u), 1);
+    }
+    ck_assert_uint_eq(b.st.evictions, 1000);
+    ck_assert_int_eq(allowed(&b, c, a, 1, 25, t + 2000), 0);
+    /* a user whose window ended goes before one that used less in a window still running */
+    ck_assert_int_eq(allowed(&b, c, sec, 7000, 1, t + 3000), 1); /* fixed_window 1 per 1s */
+    ck_assert_int_eq(allowed(&b, c, a, 7001, 1, t + 2 * 1000 * MS), 1);
+    ck_assert(held(&b, 1) && held(&b, 1003) && held(&b, 1004) && held(&b, 7001));
+    ck_assert(!held(&b, 7000) && !held(&b, 1002));
+    /* a set of users at their quota: the least recently asked goes, and starts again */
+    for (uint64_t u = 8000; u < 8003; u++) {
+        ck_assert_int_eq(allowed(&b, c, a, u, 25, t + 3 * 1000 * MS + u), 20);
+    }
+    ck_assert_int_eq(allowed(&b, c, a, 8003, 25, t + 4 * 1000 * MS), 20); /* evicts user 1 */
+    ck_assert_int_eq(allowed(&b, c, a, 1, 25, t + 4 * 1000 * MS), 20);
     /* two tables place users with different secret seeds */
     ck_assert_int_eq(rl_backstop_init(&b2, 4, 1), 0);
     ck_assert_uint_ne(b.seed, b2.seed);
@@ -332,7 +344,7 @@ backstop_suite(void)
     tcase_add_test(tc, test_every_tier);
     tcase_add_test(tc, test_sixteenth_tier);
     tcase_add_test(tc, test_bounded_flood);
-    tcase_add_test(tc, test_evicted_user_keeps_its_count);
+    tcase_add_test(tc, test_least_used_evicted);
     tcase_add_test(tc, test_rules_change_keeps_unchanged_rules);
     tcase_add_test(tc, test_no_table_allows);
     suite_add_tcase(s, tc);
