@@ -143,17 +143,36 @@ fail_node(const struct rl_upstream *u, bool backstop)
     return backstop ? RL_BACKSTOP_LOG_NODE : u != NULL ? u->name : "-";
 }
 
+/* The rule in force for a request forwarded under rule, which may be one of rules since
+ * replaced (kept until the requests sent under them are answered): the section of the same
+ * service and endpoint in the rules in force, or NULL when there is none now. */
+static const struct rl_rule *
+forward_rule_now(const struct rl_router *r, const struct rl_rule *rule)
+{
+    if (rule == NULL || rl_router_rule_current(r, rule)) {
+        return rule;
+    }
+    return rl_ruleset_find(r->conf, rule->service, rule->service_len, rule->endpoint,
+                           rule->endpoint_len);
+}
+
 void
 rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
 {
     struct rl_wire_check_reply rep;
+    const struct rl_rule *now = forward_rule_now(r, p->rule);
 
     bool bs = false;
 
-    /* A refusal the deny cache holds outlives the node it came from; else the policy. */
+    /* A refusal the deny cache holds outlives the node it came from; else the policy, under
+     * the rules in force (before, a request sent before a rules change was judged with its
+     * old rule's tiers indexing the new rules': a read past them, and answers of limit 0). */
     memset(&rep, 0, sizeof(rep));
-    if (p->op != RL_WIRE_OP_CHECK || !rl_shed_fail_lookup(r, p, &rep)) {
-        bs = fill_failure(r, p->op, p->rule, p->client_id, p->key_hash, p->cost, &rep);
+    if (p->rule != NULL && now == NULL) {
+        rep.id = p->client_id; /* its section is gone: as every node now answers */
+        rep.code = RL_WIRE_NO_RULE;
+    } else if (p->op != RL_WIRE_OP_CHECK || !rl_shed_fail_lookup(r, p, &rep)) {
+        bs = fill_failure(r, p->op, now, p->client_id, p->key_hash, p->cost, &rep);
     }
 
     count_answer(r, p->op, p->rule, rep.code, p->start_ns);

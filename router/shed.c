@@ -253,8 +253,9 @@ rl_shed_fail_lookup(struct rl_router *r, const struct rl_pending *p,
 {
     struct rl_deny_key k;
 
-    if (!rl_deny_on(&r->deny) || p->rule == NULL || p->cost == 0 || p->deny_fp == 0) {
-        return false;
+    if (!rl_deny_on(&r->deny) || p->rule == NULL || p->cost == 0 || p->deny_fp == 0 ||
+        !rl_router_rule_current(r, p->rule)) {
+        return false; /* (a rule since replaced: its id names another rule now) */
     }
     k.hash = p->key_hash;
     k.fp = p->deny_fp;
@@ -286,10 +287,9 @@ rl_shed_reply(struct rl_router *r, const struct rl_pending *p, const struct rl_u
     }
     /* (A NOT_OWNER forgets nothing: a refusal stands through the shard's move.) */
     if (rep->op != RL_WIRE_OP_CHECK || rep->check.code != RL_WIRE_LIMITED ||
-        p->rule == NULL || /* an inline limit: never cached */
-        !shed_cacheable(r->conf, p->rule) ||
-        (uintptr_t)p->rule < (uintptr_t)r->conf->rules ||
-        (uintptr_t)p->rule >= (uintptr_t)(r->conf->rules + r->conf->nrules)) {
+        p->rule == NULL ||                     /* an inline limit: never cached */
+        !rl_router_rule_current(r, p->rule) || /* before shed_cacheable reads its tiers */
+        !shed_cacheable(r->conf, p->rule)) {
         return;
     }
     /* Decided under the router's rules only if sent on a connection after its node was

@@ -843,6 +843,57 @@ START_TEST(test_sighup_huge)
 }
 END_TEST
 
+/* CHECKs forwarded under rules that a SIGHUP then replaces, answered by failure policy once
+ * their deadline passes (the node stopped): judged by the backstop under the rules in force
+ * (FAIL_OPEN, each user's first request), not with the old rule's tiers indexing the new
+ * rules' (before: a read past the new tiers under ASan, answers LIMITED with limit 0 in a
+ * Release build; the attack round of 2026-11-30's twentieth session). */
+START_TEST(test_sighup_while_forwarded)
+{
+    enum { N = 10 };
+    struct rl_wire_req req;
+    struct rl_wire_reply rep;
+    struct rl_client *c = NULL;
+    char user[N][16];
+
+    /* day's tier: tiers[6] (after a, b, probe and x's three) */
+    write_static(50, "[service x]\nlimit = fixed_window 1000 per 1s\n"
+                     "limit = fixed_window 2000 per 2s\nlimit = fixed_window 3000 per 3s\n"
+                     "[service day]\nlimit = fixed_window 20 per 1d\n");
+    ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
+    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
+    wait_all("rules_reloads", 1, 1, 1, T_TIMEOUT);
+    ck_assert_int_eq(kill(nodes[0].pid, SIGSTOP), 0);
+    ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[0], T_TIMEOUT), 0);
+    for (int i = 0; i < N; i++) { /* 5 users, twice each */
+        snprintf(user[i], sizeof(user[i]), "u%d", i / 2);
+        rl_test_check_req(&req, "day", user[i], 1);
+        req.id = (uint32_t)i + 1;
+        ck_assert_int_eq(rl_client_queue(c, &req), 0);
+    }
+    ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
+    usleep(300 * 1000); /* forwarded, unanswered: the node is stopped */
+    /* now tiers[6] is tight's, 1 per 1d: what the old day rule's tiers index */
+    write_static(50, "[service day]\nlimit = fixed_window 20 per 1d\n"
+                     "[service p1]\nlimit = fixed_window 1000 per 1h\n"
+                     "[service p2]\nlimit = fixed_window 1000 per 1h\n"
+                     "[service tight]\nlimit = fixed_window 1 per 1d\n");
+    ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
+    for (int i = 0; rl_test_stat(router_ports[0], "rules_reloads") < 2; i++) {
+        ck_assert_int_lt(i, 200);
+        usleep(50 * 1000);
+    }
+    for (int i = 0; i < N; i++) { /* past the deadline (2 s) */
+        ck_assert_int_eq(rl_client_recv(c, &rep, T_TIMEOUT), 0);
+        ck_assert_uint_eq(rep.op, RL_WIRE_OP_CHECK);
+        ck_assert_msg(rep.check.code == RL_WIRE_FAIL_OPEN, "answer %u: code %u, limit %llu", rep.id,
+                      rep.check.code, (unsigned long long)rep.check.limit);
+    }
+    rl_client_destroy(c);
+    ck_assert_int_eq(kill(nodes[0].pid, SIGCONT), 0);
+}
+END_TEST
+
 /* SIGTERM while a large file is parsed off the loop: a clean exit (no crash, no leak under
  * ASan), the parse dropped. */
 START_TEST(test_sighup_then_stop)
@@ -1065,6 +1116,7 @@ rules_live_suite(void)
     tcase_add_test(st, test_sighup_big);
     tcase_add_test(st, test_sighup_huge);
     tcase_add_test(st, test_sighup_then_stop);
+    tcase_add_test(st, test_sighup_while_forwarded);
     suite_add_tcase(s, st);
     {
         TCase *cz = tcase_create("carry_zookeeper");
