@@ -142,7 +142,8 @@ backstop_used(const struct rl_backstop *b, const struct rl_backstop_entry *e,
         if (now_ns < e->start_ns[t] || now_ns - e->start_ns[t] >= tier->window_ms * NS_PER_MS) {
             continue; /* that window has ended: what it counted is forgotten anyway */
         }
-        share = (uint64_t)e->count[t] * (1ull << 31) / q; /* count <= q < 2^32: no overflow */
+        /* count < 2^32 and q >= 1: no overflow; past 2^31 when a kept rule's limit fell */
+        share = (uint64_t)e->count[t] * (1ull << 31) / q;
         if (share > most) {
             most = share;
         }

@@ -13,8 +13,9 @@
  * used one (the largest share of a quota in a window still running), the least recently asked
  * among equals. The set of a user is drawn with a secret seed of the process, so no client
  * can choose users that land with another's. Eviction forgets a user's count: a user held at
- * its quota goes only when every other way of its set holds a user as used, which a flood
- * of made-up users asked once each never does. Not for the routing (forward.c) nor for a
+ * its quota goes only when every other way of its set holds a user at its whole quota too,
+ * which users asked a little never do (a flood of made-up users each brought to its quota
+ * does: docs/OPERATIONS.md, "The backstop"). Not for the routing (forward.c) nor for a
  * node's decision; the data structure is usable without a router (the unit tests).
  */
 #ifndef RL_BACKSTOP_H

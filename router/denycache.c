@@ -78,22 +78,18 @@ rl_deny_until(uint64_t sent_ns, uint64_t retry_ms)
     return sent_ns + (retry_ms - margin) * NS_PER_MS;
 }
 
-/* The index of k's set's first entry: a full-avalanche mix of the key and the secret seed
+/* The index of k's set's first entry: XXH3 of the whole key with the secret seed as its seed
  * (before, of the key alone: anyone could compute users whose refusals share a victim's set,
- * and evict its held refusal with four of them; the attack round of 2026-11-30's twentieth
+ * and evict its held refusal with four of them; then, a first fix mixed the key's fields
+ * XORed together with the seed, and a client choosing its cost could make two keys' XOR,
+ * hence their set, equal under any seed: the attack rounds of 2026-11-30's twentieth
  * session). */
 static size_t
 deny_set(const struct rl_deny *d, const struct rl_deny_key *k)
 {
-    uint64_t h =
-        k->hash ^ (k->fp * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)k->rule << 32 | k->cost) ^ d->seed;
+    uint64_t w[3] = {k->hash, k->fp, (uint64_t)k->rule << 32 | k->cost};
 
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebull;
-    h ^= h >> 31;
-    return (size_t)(h & (d->nsets - 1)) * RL_DENY_WAYS;
+    return (size_t)(XXH3_64bits_withSeed(w, sizeof(w), d->seed) & (d->nsets - 1)) * RL_DENY_WAYS;
 }
 
 /* k's tag (struct rl_deny): 32 bits of its fp, never 0. */
@@ -173,6 +169,17 @@ rl_deny_lookup(struct rl_deny *d, const struct rl_deny_key *k, uint64_t now_ns,
     return false;
 }
 
+/* Whether valid entry e is evicted before valid entry v: one that never expires first, then
+ * the one expiring first. */
+static bool
+deny_evict_before(const struct rl_deny_entry *e, const struct rl_deny_entry *v)
+{
+    if (e->until_ns == RL_DENY_NEVER) {
+        return v->until_ns != RL_DENY_NEVER;
+    }
+    return v->until_ns != RL_DENY_NEVER && e->until_ns < v->until_ns;
+}
+
 bool
 rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns, uint64_t now_ns,
                uint64_t node_epoch, const struct rl_wire_check_reply *rep)
@@ -205,7 +212,9 @@ rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns,
         }
     }
     if (victim == NULL) {
-        /* Every way is taken: an expired or invalidated one, else the one expiring first. */
+        /* Every way is taken: an expired or invalidated one, else one that never expires (a
+         * cost past the capacity: one request makes such an entry, so a flood of them must
+         * not push out the refusals of users at their limit), else the one expiring first. */
         for (uint32_t w = 0; w < RL_DENY_WAYS; w++) {
             struct rl_deny_entry *e = &set[w];
 
@@ -213,7 +222,7 @@ rl_deny_insert(struct rl_deny *d, const struct rl_deny_key *k, uint64_t sent_ns,
                 victim = e;
                 break;
             }
-            if (victim == NULL || e->until_ns < victim->until_ns) {
+            if (victim == NULL || deny_evict_before(e, victim)) {
                 victim = e;
             }
         }

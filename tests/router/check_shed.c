@@ -198,6 +198,21 @@ START_TEST(test_bounded_and_eviction)
         ck_assert(rl_deny_insert(&d, &k, 2000 * MS, 2000 * MS, 0, &rep));
     }
     ck_assert_uint_eq(d.st.entries, 4);
+    /* Refusals that never expire (a cost past the capacity: one request each) go before one
+     * that ends: a flood of them never pushes out a user held at its limit. */
+    rl_deny_deinit(&d);
+    ck_assert_int_eq(rl_deny_init(&d, 4, 1), 0);
+    k = key_of(1, 0, 1, 0);
+    rep = limited(1, 0, 1000, 1000);
+    ck_assert(rl_deny_insert(&d, &k, MS, MS, 0, &rep));
+    rep.retry_after_ms = RL_WIRE_RETRY_NEVER;
+    for (uint32_t i = 0; i < 1000; i++) {
+        k = key_of(5000 + i, 0, 100, 0);
+        ck_assert(rl_deny_insert(&d, &k, MS, MS, 0, &rep));
+    }
+    k = key_of(1, 0, 1, 0);
+    ck_assert(rl_deny_lookup(&d, &k, 2 * MS, 0, &got));
+    ck_assert_uint_eq(got.retry_after_ms, 999);
     /* Each table draws its sets with a secret seed of its own. */
     {
         struct rl_deny d2;
