@@ -17,7 +17,7 @@
  *     /metrics and the request log (NODE `backstop`) count the backstop's answers apart; the
  *     router said at start that `failure = open` changed;
  *   - backstop, flooded: a user of b's it has refused gets nothing more after 100,000 made-up
- *     users through the same worker evicted it.
+ *     users asked once through the same worker.
  */
 #include <check.h>
 #include <signal.h>
@@ -346,10 +346,12 @@ START_TEST(test_backstop_however_long)
 }
 END_TEST
 
-/* A user of b's exhausted by the backstop, then a flood of 100,000 made-up users through the
- * same connection (one worker: its table of 16,384 evicts it, nearly surely): the user gets
- * nothing back. Before, an evicted user started its quota again, so each flood gave it q more
- * (the attack round of 2026-11-30's twentieth session: 69,780 allowances in one loss). */
+/* A user of b's exhausted by the backstop, then a flood of 100,000 made-up users asked once
+ * through the same connection (one worker, whose table of 16,384 they overflow: evictions):
+ * the user gets nothing back, the flood evicting the least used. Before, the least recently
+ * asked went, so the flood evicted it (nearly surely) and it started its quota again: each
+ * flood gave it q more (the attack round of 2026-11-30's twentieth session: 69,780
+ * allowances in one loss). */
 START_TEST(test_backstop_flood_gives_nothing_back)
 {
     enum { BATCH = 1000, FLOOD = 100000 };
