@@ -144,16 +144,19 @@ fail_node(const struct rl_upstream *u, bool backstop)
 }
 
 /* The rule in force for a request forwarded under rule, which may be one of rules since
- * replaced (kept until the requests sent under them are answered): the section of the same
- * service and endpoint in the rules in force, or NULL when there is none now. */
+ * replaced (kept until the requests sent under them are answered): looked up again as a
+ * request of its section's service and endpoint is (an endpoint's section gone: the
+ * service's), or NULL when the service has none now. (A request that matched its
+ * service's section is judged under it, though the new rules may have added one for its
+ * endpoint: the pending request does not keep its endpoint.) */
 static const struct rl_rule *
 forward_rule_now(const struct rl_router *r, const struct rl_rule *rule)
 {
     if (rule == NULL || rl_router_rule_current(r, rule)) {
         return rule;
     }
-    return rl_ruleset_find(r->conf, rule->service, rule->service_len, rule->endpoint,
-                           rule->endpoint_len);
+    return rl_conf_rule(r->conf, rule->service, rule->service_len, rule->endpoint,
+                        rule->endpoint_len);
 }
 
 void
@@ -169,7 +172,7 @@ rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
      * old rule's tiers indexing the new rules': a read past them, and answers of limit 0). */
     memset(&rep, 0, sizeof(rep));
     if (p->rule != NULL && now == NULL) {
-        rep.id = p->client_id; /* its section is gone: as every node now answers */
+        rep.id = p->client_id; /* its service has no rule now: as every node answers */
         rep.code = RL_WIRE_NO_RULE;
     } else if (p->op != RL_WIRE_OP_CHECK || !rl_shed_fail_lookup(r, p, &rep)) {
         bs = fill_failure(r, p->op, now, p->client_id, p->key_hash, p->cost, &rep);

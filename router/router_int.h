@@ -480,7 +480,6 @@ void rl_fairq_deinit(struct rl_router *r);
 
 /* ---- counts.c: the decision counters ------------------------------------------------------ */
 
-/* Counts one CHECK answer: by rule and code, its latency from start_ns, stats by code. */
 /* Whether rule is one of the rules in force (not one of rules since replaced, which a request
  * forwarded before a rules change still names: its id and tiers index the old rules). */
 static inline bool
@@ -490,6 +489,7 @@ rl_router_rule_current(const struct rl_router *r, const struct rl_rule *rule)
            (uintptr_t)rule < (uintptr_t)(r->conf->rules + r->conf->nrules);
 }
 
+/* Counts one CHECK answer: by rule and code, its latency from start_ns, stats by code. */
 void rl_counts_answer(struct rl_router *r, const struct rl_rule *rule, uint32_t code,
                       uint64_t start_ns);
 

@@ -845,9 +845,11 @@ END_TEST
 
 /* CHECKs forwarded under rules that a SIGHUP then replaces, answered by failure policy once
  * their deadline passes (the node stopped): judged by the backstop under the rules in force
- * (FAIL_OPEN, each user's first request), not with the old rule's tiers indexing the new
+ * (FAIL_OPEN: each user's first two requests), looked up again as a node would (an
+ * endpoint's section gone: the service's), not with the old rule's tiers indexing the new
  * rules' (before: a read past the new tiers under ASan, answers LIMITED with limit 0 in a
- * Release build; the attack round of 2026-11-30's twentieth session). */
+ * Release build; the attack round of 2026-11-30's twentieth session) nor NO_RULE (allowed,
+ * without limit: a first fix). */
 START_TEST(test_sighup_while_forwarded)
 {
     enum { N = 10 };
@@ -856,24 +858,30 @@ START_TEST(test_sighup_while_forwarded)
     struct rl_client *c = NULL;
     char user[N][16];
 
-    /* day's tier: tiers[6] (after a, b, probe and x's three) */
+    /* day's tier: tiers[6] (after a, b, probe and x's three); day login's: tiers[7] */
     write_static(50, "[service x]\nlimit = fixed_window 1000 per 1s\n"
                      "limit = fixed_window 2000 per 2s\nlimit = fixed_window 3000 per 3s\n"
-                     "[service day]\nlimit = fixed_window 20 per 1d\n");
+                     "[service day]\nlimit = fixed_window 20 per 1d\n"
+                     "[service day login]\nlimit = fixed_window 20 per 1d\n");
     ck_assert_int_eq(kill(nodes[0].pid, SIGHUP), 0);
     ck_assert_int_eq(kill(routers[0].pid, SIGHUP), 0);
     wait_all("rules_reloads", 1, 1, 1, T_TIMEOUT);
     ck_assert_int_eq(kill(nodes[0].pid, SIGSTOP), 0);
     ck_assert_int_eq(rl_client_connect(&c, "127.0.0.1", (uint16_t)router_ports[0], T_TIMEOUT), 0);
-    for (int i = 0; i < N; i++) { /* 5 users, twice each */
+    for (int i = 0; i < N; i++) { /* 5 users, twice each: without an endpoint, then login */
         snprintf(user[i], sizeof(user[i]), "u%d", i / 2);
         rl_test_check_req(&req, "day", user[i], 1);
+        if (i % 2 == 1) {
+            req.endpoint.ptr = "login";
+            req.endpoint.len = 5;
+        }
         req.id = (uint32_t)i + 1;
         ck_assert_int_eq(rl_client_queue(c, &req), 0);
     }
     ck_assert_int_eq(rl_client_flush(c, T_TIMEOUT), 0);
     usleep(300 * 1000); /* forwarded, unanswered: the node is stopped */
-    /* now tiers[6] is tight's, 1 per 1d: what the old day rule's tiers index */
+    /* now tiers[6] is tight's, 1 per 1d: what the old day rule's tiers index; day login's
+     * section is gone: its requests are day's (as a node looks them up), not NO_RULE */
     write_static(50, "[service day]\nlimit = fixed_window 20 per 1d\n"
                      "[service p1]\nlimit = fixed_window 1000 per 1h\n"
                      "[service p2]\nlimit = fixed_window 1000 per 1h\n"
