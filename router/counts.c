@@ -15,8 +15,7 @@ rl_counts_answer(struct rl_router *r, const struct rl_rule *rule, uint32_t code,
 
     /* A request forwarded under rules since replaced (answered within a deadline of the
      * swap) is not counted by service: its rule's id indexes the old rules. */
-    if (rule != NULL && ((uintptr_t)rule < (uintptr_t)r->conf->rules ||
-                         (uintptr_t)rule >= (uintptr_t)(r->conf->rules + r->conf->nrules))) {
+    if (rule != NULL && !rl_router_rule_current(r, rule)) {
         row = SIZE_MAX;
     }
     if (code < RL_WIRE_CODE_COUNT && row < r->rule_rows) {

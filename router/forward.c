@@ -178,7 +178,7 @@ rl_forward_fail(struct rl_router *r, struct rl_pending *p, bool late_reply)
         bs = fill_failure(r, p->op, now, p->client_id, p->key_hash, p->cost, &rep);
     }
 
-    count_answer(r, p->op, p->rule, rep.code, p->start_ns);
+    count_answer(r, p->op, now, rep.code, p->start_ns); /* under the rule it was judged by */
     if (p->up != NULL) {
         rl_upstream_count_failure(p->up);
     }
@@ -805,15 +805,13 @@ rl_forward_inline(struct rl_router *r, const struct rl_wire_req *req, void *sink
 
     hash = rl_shardmap_key_hash(req->service.ptr, req->service.len, req->user.ptr, req->user.len);
     shard = forward_shard(r, hash);
-    if (req->op == 0 || req->op == RL_WIRE_OP_CHECK) {
-        rl_shed_count(r, req, hash); /* the hot keys count every front's CHECKs */
-    }
     if (r->map != NULL) {
         owner = rl_shardmap_owner(r->map, shard);
     }
     if (owner != RL_SHARDMAP_NONE) {
         u = r->owners[owner];
     }
+    /* the hot keys count every front's CHECKs; the deny cache answers those under a rule */
     if ((req->op == 0 || req->op == RL_WIRE_OP_CHECK) &&
         rl_shed_inline(r, req, rule, shard, hash, u, &fp, now)) {
         count_answer(r, RL_WIRE_OP_CHECK, rule, RL_WIRE_LIMITED, start);

@@ -586,9 +586,6 @@ void rl_table_deinit(struct rl_router *r);
 int rl_shed_init(struct rl_router *r);
 void rl_shed_deinit(struct rl_router *r);
 
-/* A CHECK of a front (RESP, gRPC: rl_forward_inline): counted among the hot keys. */
-void rl_shed_count(struct rl_router *r, const struct rl_wire_req *req, uint64_t hash);
-
 /* A CHECK under rule, of shard, owned by u (NULL: none): counts it among the hot keys, and
  * answers it LIMITED from the deny cache if a node's refusal still holds (true: answered).
  * *fp: the user's second hash (rl_deny_fp), for rl_shed_sent; left as it is when neither the
@@ -596,10 +593,10 @@ void rl_shed_count(struct rl_router *r, const struct rl_wire_req *req, uint64_t 
 bool rl_shed_check(struct rl_conn *conn, const struct rl_wire_req *req, const struct rl_rule *rule,
                    uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp);
 
-/* The same for a front's CHECK under rule (RESP's RL.CHECK and RL.MCHECK parts:
- * rl_forward_inline; NULL: an inline limit, never cached): true with rep filled (LIMITED)
- * when the deny cache holds a node's refusal of it that still stands; the caller answers and
- * counts it. *fp: the user's second hash for the pending (0 when the cache is off). Before,
+/* The same for a front's CHECK (RESP, gRPC: rl_forward_inline; rule NULL: an inline limit,
+ * counted among the hot keys but never cached): true with rep filled (LIMITED) when the deny
+ * cache holds a node's refusal of it that still stands; the caller answers and counts it.
+ * *fp: the user's second hash for the pending (0 when nothing of it is to be cached). Before,
  * a front's CHECKs never consulted the cache, so a user the routers held refused through
  * the binary protocol was judged again through RESP (by the backstop during a loss). */
 bool rl_shed_inline(struct rl_router *r, const struct rl_wire_req *req, const struct rl_rule *rule,

@@ -160,16 +160,6 @@ shed_log(struct rl_router *r, uint32_t shard, const char *node, uint64_t hash,
                      true);
 }
 
-void
-rl_shed_count(struct rl_router *r, const struct rl_wire_req *req, uint64_t hash)
-{
-    if (r->hot != NULL) {
-        rl_hot_add(r->hot, hash, rl_deny_fp(req->user.ptr, req->user.len), req->service.ptr,
-                   req->service.len, req->user.ptr, req->user.len, uv_now(r->loop));
-        r->hot_dirty = true;
-    }
-}
-
 /* The deny cache's refusal of req (a CHECK under rule, of shard, the user's hashes hash and
  * fp), if one still stands: true with rep filled (LIMITED, req's id). */
 static bool
@@ -233,11 +223,22 @@ rl_shed_inline(struct rl_router *r, const struct rl_wire_req *req, const struct 
                uint32_t shard, uint64_t hash, const struct rl_upstream *u, uint64_t *fp,
                struct rl_wire_check_reply *rep)
 {
+    bool cached = rule != NULL && rl_deny_on(&r->deny); /* an inline limit: never cached */
+
     *fp = 0;
-    if (rule == NULL || !rl_deny_on(&r->deny)) {
+    if (!cached && r->hot == NULL) {
         return false;
     }
     *fp = rl_deny_fp(req->user.ptr, req->user.len);
+    if (r->hot != NULL) {
+        rl_hot_add(r->hot, hash, *fp, req->service.ptr, req->service.len, req->user.ptr,
+                   req->user.len, uv_now(r->loop));
+        r->hot_dirty = true;
+    }
+    if (!cached) {
+        *fp = 0; /* nothing of it is to be cached */
+        return false;
+    }
     if (!shed_lookup(r, req, rule, shard, hash, *fp, rep)) {
         return false;
     }
